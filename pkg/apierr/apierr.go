@@ -1,0 +1,109 @@
+// Package apierr is how services say what went wrong. Handlers return these typed errors;
+// the gRPC interceptor passes their status through, and the gateway's one error handler
+// turns the status into the HTTP status and {"error": ...} body api.md names. Any other
+// error becomes a bare 500 "Internal server error", so internals never reach a client.
+package apierr
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	apiv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/api/v1"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// Error is a client-visible failure: a gRPC code (which fixes the HTTP status) and the
+// exact message api.md gives, plus optional sibling fields of "error" in the REST body.
+type Error struct {
+	Code    codes.Code
+	Message string
+	before  []*apiv1.ErrorField
+	after   []*apiv1.ErrorField
+}
+
+func (e *Error) Error() string { return e.Message }
+
+// GRPCStatus lets grpc and status.FromError see the intended status.
+func (e *Error) GRPCStatus() *status.Status {
+	st := status.New(e.Code, e.Message)
+	if len(e.before) == 0 && len(e.after) == 0 {
+		return st
+	}
+	withDetails, err := st.WithDetails(&apiv1.ErrorFields{Before: e.before, After: e.after})
+	if err != nil {
+		return st
+	}
+	return withDetails
+}
+
+// WithBefore returns a copy that writes name: value ahead of "error" in the REST body.
+func (e *Error) WithBefore(name string, value any) *Error {
+	c := *e
+	c.before = append(append([]*apiv1.ErrorField(nil), e.before...), field(name, value))
+	return &c
+}
+
+// WithAfter returns a copy that writes name: value after "error" in the REST body.
+func (e *Error) WithAfter(name string, value any) *Error {
+	c := *e
+	c.after = append(append([]*apiv1.ErrorField(nil), e.after...), field(name, value))
+	return &c
+}
+
+func field(name string, value any) *apiv1.ErrorField {
+	b, err := json.Marshal(value)
+	if err != nil {
+		panic(fmt.Sprintf("apierr: unmarshalable field %s: %v", name, err))
+	}
+	return &apiv1.ErrorField{Name: name, JsonValue: string(b)}
+}
+
+func newf(code codes.Code, format string, args ...any) *Error {
+	msg := format
+	if len(args) > 0 {
+		msg = fmt.Sprintf(format, args...)
+	}
+	return &Error{Code: code, Message: msg}
+}
+
+// Invalid is a 400: bad parameters or body.
+func Invalid(format string, args ...any) *Error { return newf(codes.InvalidArgument, format, args...) }
+
+// Forbidden is a 403 business-rule refusal (expired, not active, limits, ownership, quota).
+func Forbidden(format string, args ...any) *Error {
+	return newf(codes.PermissionDenied, format, args...)
+}
+
+// NotFound is a 404.
+func NotFound(format string, args ...any) *Error { return newf(codes.NotFound, format, args...) }
+
+// Conflict is a 409.
+func Conflict(format string, args ...any) *Error { return newf(codes.AlreadyExists, format, args...) }
+
+// Retry is a 503 for a lost optimistic-concurrency race: retrying is correct.
+func Retry(format string, args ...any) *Error { return newf(codes.Aborted, format, args...) }
+
+// Unavailable is a 503 for a dependency that did not answer.
+func Unavailable(format string, args ...any) *Error {
+	return newf(codes.Unavailable, format, args...)
+}
+
+// Unauthorized is the one 403 every admin and tenant route answers for a bad credential.
+var Unauthorized = &Error{Code: codes.Unauthenticated, Message: "Unauthorized"}
+
+// InternalMessage is the only text a 500 ever carries.
+const InternalMessage = "Internal server error"
+
+// Is reports whether err carries the given code, looking through wrapping and gRPC statuses.
+func Is(err error, code codes.Code) bool {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code == code
+	}
+	if st, ok := status.FromError(err); ok {
+		return st.Code() == code
+	}
+	return false
+}

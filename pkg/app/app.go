@@ -1,0 +1,173 @@
+// Package app is the shared main of every service binary: `serve` and `migrate`
+// subcommands, config loading, logging, tracing, the database pool, the gRPC server, and
+// the shutdown sequence. A service's cmd/<name>/main.go only describes itself.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/keyhouse/keyhouse/pkg/auth"
+	"github.com/keyhouse/keyhouse/pkg/buildinfo"
+	"github.com/keyhouse/keyhouse/pkg/config"
+	"github.com/keyhouse/keyhouse/pkg/grpcx"
+	"github.com/keyhouse/keyhouse/pkg/pgxx"
+	"github.com/keyhouse/keyhouse/pkg/telemetry"
+	accountsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/accounts/v1"
+	"google.golang.org/grpc"
+)
+
+// Service describes one binary.
+type Service struct {
+	// Name is the binary name and the Postgres schema it owns.
+	Name string
+	// Addr picks this service's default listen address from the config.
+	Addr func(*config.Config) string
+	// Migrations holds the embedded *.sql files at its root.
+	Migrations fs.FS
+	// Tenants resolves hosted API keys; nil means "ask the billing service".
+	Tenants func(*Deps) auth.TenantResolver
+	// Register wires the service's handlers onto Deps.Server; it may start background
+	// work bound to ctx and add cleanups with Deps.OnClose.
+	Register func(ctx context.Context, d *Deps) error
+}
+
+// Deps is what every service gets.
+type Deps struct {
+	Config  *config.Config
+	Log     *slog.Logger
+	DB      *pgxpool.Pool
+	Server  *grpcx.Server
+	Auth    *auth.Authenticator
+	closers []func()
+}
+
+// OnClose registers a cleanup, run in reverse order after the server stopped.
+func (d *Deps) OnClose(f func()) { d.closers = append(d.closers, f) }
+
+// Dial connects to another service and closes the connection at shutdown.
+func (d *Deps) Dial(addr string) (*grpc.ClientConn, error) {
+	conn, err := grpcx.Dial(addr)
+	if err != nil {
+		return nil, err
+	}
+	d.OnClose(func() { _ = conn.Close() })
+	return conn, nil
+}
+
+// Main runs the binary and exits.
+func Main(svc Service) {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, svc, os.Args[1:])
+	stop()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", svc.Name, err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, svc Service, args []string) error {
+	cmd := "serve"
+	if len(args) > 0 {
+		cmd = args[0]
+	}
+	switch cmd {
+	case "serve":
+		return serve(ctx, svc)
+	case "migrate":
+		return migrate(ctx, svc)
+	case "version":
+		fmt.Println(buildinfo.Version(), buildinfo.Fingerprint())
+		return nil
+	default:
+		return fmt.Errorf("unknown command %q (want serve, migrate or version)", cmd)
+	}
+}
+
+func setup(ctx context.Context, svc Service) (*config.Config, *slog.Logger, *pgxpool.Pool, error) {
+	cfg, err := config.Load()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	log := telemetry.NewLogger(os.Stderr, svc.Name, cfg.LogLevel, cfg.LogFormat)
+	pool, err := pgxx.Open(ctx, cfg.DatabaseURL.Reveal(), svc.Name)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return cfg, log, pool, nil
+}
+
+func migrate(ctx context.Context, svc Service) error {
+	_, log, pool, err := setup(ctx, svc)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	n, err := pgxx.Migrations{Schema: svc.Name, FS: svc.Migrations}.Up(ctx, pool)
+	if err != nil {
+		return err
+	}
+	log.Info("migrations applied", "schema", svc.Name, "applied", n)
+	return nil
+}
+
+func serve(ctx context.Context, svc Service) error {
+	cfg, log, pool, err := setup(ctx, svc)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if err := (pgxx.Migrations{Schema: svc.Name, FS: svc.Migrations}).Check(ctx, pool, svc.Name); err != nil {
+		return err
+	}
+	shutdownTracing, err := telemetry.SetupTracing(ctx, "keyhouse-"+svc.Name)
+	if err != nil {
+		log.Warn("tracing disabled", "error", err.Error())
+	}
+	defer func() {
+		c, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = shutdownTracing(c)
+	}()
+
+	d := &Deps{Config: cfg, Log: log, DB: pool}
+	defer func() {
+		for i := len(d.closers) - 1; i >= 0; i-- {
+			d.closers[i]()
+		}
+	}()
+	var tenants auth.TenantResolver
+	if svc.Tenants != nil {
+		tenants = svc.Tenants(d)
+	} else {
+		conn, err := d.Dial(cfg.BillingAddr)
+		if err != nil {
+			return err
+		}
+		tenants = auth.RemoteTenants{Client: accountsv1.NewAccountsServiceClient(conn)}
+	}
+	d.Auth = auth.New(auth.Config{MultiTenant: cfg.MultiTenant, AdminKey: cfg.AdminAPIKey.Reveal(), Tenants: tenants})
+	d.Server = grpcx.NewServer(log, d.Auth)
+	if err := svc.Register(ctx, d); err != nil {
+		return err
+	}
+	addr := cfg.GRPCAddr
+	if addr == "" {
+		addr = svc.Addr(cfg)
+	}
+	log.Info("starting", "version", buildinfo.Version(), "multi_tenant", cfg.MultiTenant)
+	err = d.Server.Serve(ctx, addr, 500*time.Millisecond)
+	if errors.Is(err, context.Canceled) {
+		err = nil
+	}
+	log.Info("stopped")
+	return err
+}

@@ -1,0 +1,221 @@
+// Package auth is the one credential check every service runs, as a gRPC interceptor.
+// A method's access level is declared in its proto (keyhouse.api.v1.access), so a new
+// route cannot forget it: a method without one is refused.
+package auth
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"strings"
+	"sync"
+
+	"github.com/keyhouse/keyhouse/pkg/apierr"
+	apiv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/api/v1"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
+)
+
+// SelfHostedTenant is the one implicit tenant of a self-hosted deployment.
+const SelfHostedTenant = "default"
+
+// TenantHeader carries the tenant on service-to-service calls made with the admin key.
+// The gateway never forwards it from clients.
+const TenantHeader = "x-keyhouse-tenant"
+
+// Principal is who is calling.
+type Principal struct {
+	// TenantID scopes every row the call may touch; empty on public and admin-only calls.
+	TenantID string
+	// Admin is true when the call carried the admin key.
+	Admin bool
+}
+
+type principalKey struct{}
+
+// WithPrincipal stores p in ctx.
+func WithPrincipal(ctx context.Context, p Principal) context.Context {
+	return context.WithValue(ctx, principalKey{}, p)
+}
+
+// FromContext returns the caller, if the interceptor set one.
+func FromContext(ctx context.Context) (Principal, bool) {
+	p, ok := ctx.Value(principalKey{}).(Principal)
+	return p, ok
+}
+
+// TenantID returns the caller's tenant or an Unauthorized error; store methods take it
+// explicitly so no query runs unscoped.
+func TenantID(ctx context.Context) (string, error) {
+	p, ok := FromContext(ctx)
+	if !ok || p.TenantID == "" {
+		return "", apierr.Unauthorized
+	}
+	return p.TenantID, nil
+}
+
+// TenantResolver maps a hosted tenant API key to its tenant. It returns apierr.Unauthorized
+// for an unknown key.
+type TenantResolver interface {
+	ResolveAPIKey(ctx context.Context, apiKey string) (tenantID string, err error)
+}
+
+// Config is what the interceptor needs to know.
+type Config struct {
+	MultiTenant bool
+	AdminKey    string
+	// Tenants resolves hosted API keys; unused self-hosted.
+	Tenants TenantResolver
+}
+
+// Authenticator checks credentials against Config.
+type Authenticator struct {
+	cfg       Config
+	adminHash [32]byte
+	access    sync.Map // full method name -> apiv1.Access
+}
+
+// New returns an Authenticator.
+func New(cfg Config) *Authenticator {
+	return &Authenticator{cfg: cfg, adminHash: sha256.Sum256([]byte(cfg.AdminKey))}
+}
+
+// HashAPIKey is how tenant API keys are stored: SHA-256, hex. The keys carry 256 random
+// bits, so a fast unsalted hash is enough and lets the lookup be an index probe.
+func HashAPIKey(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return hex.EncodeToString(sum[:])
+}
+
+// IsAdminKey compares in constant time (hashing first also hides the length).
+func (a *Authenticator) IsAdminKey(key string) bool {
+	if a.cfg.AdminKey == "" || key == "" {
+		return false
+	}
+	sum := sha256.Sum256([]byte(key))
+	return subtle.ConstantTimeCompare(sum[:], a.adminHash[:]) == 1
+}
+
+// UnaryInterceptor authenticates each unary call according to the method's access level.
+func (a *Authenticator) UnaryInterceptor() grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		ctx, err := a.Authenticate(ctx, info.FullMethod)
+		if err != nil {
+			return nil, err
+		}
+		return handler(ctx, req)
+	}
+}
+
+// StreamInterceptor does the same for streams (health watch, reflection).
+func (a *Authenticator) StreamInterceptor() grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		ctx, err := a.Authenticate(ss.Context(), info.FullMethod)
+		if err != nil {
+			return err
+		}
+		return handler(srv, &wrappedStream{ServerStream: ss, ctx: ctx})
+	}
+}
+
+type wrappedStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (w *wrappedStream) Context() context.Context { return w.ctx }
+
+// Authenticate returns ctx carrying the caller's Principal, or apierr.Unauthorized.
+func (a *Authenticator) Authenticate(ctx context.Context, fullMethod string) (context.Context, error) {
+	access := a.accessOf(fullMethod)
+	if access == apiv1.Access_ACCESS_PUBLIC {
+		return ctx, nil
+	}
+	token, ok := Bearer(ctx)
+	if !ok {
+		return nil, apierr.Unauthorized
+	}
+	switch access {
+	case apiv1.Access_ACCESS_ADMIN:
+		if !a.IsAdminKey(token) {
+			return nil, apierr.Unauthorized
+		}
+		return WithPrincipal(ctx, Principal{Admin: true}), nil
+	case apiv1.Access_ACCESS_INTERNAL:
+		if !a.IsAdminKey(token) {
+			return nil, apierr.Unauthorized
+		}
+		tenant := SelfHostedTenant
+		if a.cfg.MultiTenant {
+			tenant = first(metadata.ValueFromIncomingContext(ctx, TenantHeader))
+			if tenant == "" {
+				return nil, apierr.Unauthorized
+			}
+		}
+		return WithPrincipal(ctx, Principal{TenantID: tenant, Admin: true}), nil
+	case apiv1.Access_ACCESS_TENANT:
+		if !a.cfg.MultiTenant {
+			if !a.IsAdminKey(token) {
+				return nil, apierr.Unauthorized
+			}
+			return WithPrincipal(ctx, Principal{TenantID: SelfHostedTenant, Admin: true}), nil
+		}
+		if a.IsAdminKey(token) || a.cfg.Tenants == nil {
+			return nil, apierr.Unauthorized
+		}
+		tenant, err := a.cfg.Tenants.ResolveAPIKey(ctx, token)
+		if err != nil {
+			return nil, err
+		}
+		return WithPrincipal(ctx, Principal{TenantID: tenant}), nil
+	default:
+		return nil, apierr.Unauthorized
+	}
+}
+
+// accessOf reads the access option of a method; methods outside the keyhouse packages
+// (grpc.health.v1, reflection) are public, keyhouse methods without the option are refused.
+func (a *Authenticator) accessOf(fullMethod string) apiv1.Access {
+	if v, ok := a.access.Load(fullMethod); ok {
+		return v.(apiv1.Access)
+	}
+	access := apiv1.Access_ACCESS_UNSPECIFIED
+	name := strings.Replace(strings.TrimPrefix(fullMethod, "/"), "/", ".", 1)
+	if !strings.HasPrefix(name, "keyhouse.") {
+		access = apiv1.Access_ACCESS_PUBLIC
+	} else if d, err := protoregistry.GlobalFiles.FindDescriptorByName(protoreflect.FullName(name)); err == nil {
+		if md, ok := d.(protoreflect.MethodDescriptor); ok {
+			access = proto.GetExtension(md.Options(), apiv1.E_Access).(apiv1.Access)
+		}
+	}
+	a.access.Store(fullMethod, access)
+	return access
+}
+
+// Bearer returns the token of the call's "authorization: Bearer …" metadata.
+func Bearer(ctx context.Context) (string, bool) {
+	h := first(metadata.ValueFromIncomingContext(ctx, "authorization"))
+	scheme, token, ok := strings.Cut(h, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	token = strings.TrimSpace(token)
+	return token, token != ""
+}
+
+func first(v []string) string {
+	if len(v) == 0 {
+		return ""
+	}
+	return v[0]
+}
+
+// Outgoing returns ctx with the metadata for a service-to-service call on behalf of tenant,
+// made with the admin key (ACCESS_INTERNAL methods).
+func Outgoing(ctx context.Context, adminKey, tenant string) context.Context {
+	return metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+adminKey, TenantHeader, tenant)
+}

@@ -1,0 +1,209 @@
+// Package config is the one configuration loader: flat environment variables with
+// defaults in code, validated at start. Every binary loads the same Config and uses the
+// parts it needs.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// Service gRPC addresses. Each service listens on its own and dials the others.
+const (
+	DefaultLicensingAddr   = "127.0.0.1:9101"
+	DefaultActivationsAddr = "127.0.0.1:9102"
+	DefaultReleasesAddr    = "127.0.0.1:9103"
+	DefaultBillingAddr     = "127.0.0.1:9104"
+	DefaultStorefrontAddr  = "127.0.0.1:9105"
+)
+
+// Config holds every variable of addendum §1 plus the wiring between services.
+type Config struct {
+	Port              int
+	MultiTenant       bool
+	AdminAPIKey       Secret
+	AdminRateLimitMax int
+	TrustedProxies    []netip.Prefix
+	PublicBaseURL     string
+	DatabaseURL       Secret
+	RedisURL          Secret
+	NATSURL           string
+
+	EmailProvider string
+	EmailAPIKey   Secret
+	SMTPURL       Secret
+	EmailFrom     string
+	EmailReplyTo  string
+
+	StripeSecretKey       Secret
+	StripeWebhookSecret   Secret
+	StripePriceProMonthly string
+	StripePriceProAnnual  string
+	StripeAPIBase         string
+
+	// GRPCAddr is where this process serves gRPC; empty means the service's default.
+	GRPCAddr        string
+	LicensingAddr   string
+	ActivationsAddr string
+	ReleasesAddr    string
+	BillingAddr     string
+	StorefrontAddr  string
+
+	// SigningKeysFile optionally points at operator-supplied signing material.
+	SigningKeysFile string
+	LogLevel        string
+	LogFormat       string
+}
+
+// Secret is a string that never prints itself.
+type Secret string
+
+func (s Secret) String() string {
+	if s == "" {
+		return ""
+	}
+	return "[redacted]"
+}
+
+// GoString keeps %#v from leaking the value too.
+func (s Secret) GoString() string { return s.String() }
+
+// Reveal returns the actual value, for the one place that needs it.
+func (s Secret) Reveal() string { return string(s) }
+
+// Load reads the environment.
+func Load() (*Config, error) { return LoadFrom(os.LookupEnv) }
+
+// LoadFrom reads variables through lookup, so tests need not touch the process env.
+func LoadFrom(lookup func(string) (string, bool)) (*Config, error) {
+	r := reader{lookup: lookup}
+	c := &Config{
+		Port:              r.int("PORT", 8080),
+		MultiTenant:       r.bool("MULTI_TENANT", false),
+		AdminAPIKey:       Secret(r.str("ADMIN_API_KEY", "")),
+		AdminRateLimitMax: r.int("ADMIN_RATE_LIMIT_MAX", 300),
+		TrustedProxies:    r.prefixes("TRUSTED_PROXIES"),
+		PublicBaseURL:     strings.TrimRight(r.str("PUBLIC_BASE_URL", "http://localhost:8080"), "/"),
+		DatabaseURL:       Secret(r.str("DATABASE_URL", "postgres://postgres@127.0.0.1:55432/keyhouse?sslmode=disable")),
+		RedisURL:          Secret(r.str("REDIS_URL", "redis://127.0.0.1:56379/0")),
+		NATSURL:           r.str("NATS_URL", "nats://127.0.0.1:54222"),
+
+		EmailProvider: r.str("EMAIL_PROVIDER", "log"),
+		EmailAPIKey:   Secret(r.str("EMAIL_API_KEY", "")),
+		SMTPURL:       Secret(r.str("SMTP_URL", "")),
+		EmailFrom:     r.str("EMAIL_FROM", ""),
+		EmailReplyTo:  r.str("EMAIL_REPLY_TO", ""),
+
+		StripeSecretKey:       Secret(r.str("STRIPE_SECRET_KEY", "")),
+		StripeWebhookSecret:   Secret(r.str("STRIPE_WEBHOOK_SECRET", "")),
+		StripePriceProMonthly: r.str("STRIPE_PRICE_PRO_MONTHLY", ""),
+		StripePriceProAnnual:  r.str("STRIPE_PRICE_PRO_ANNUAL", ""),
+		StripeAPIBase:         r.str("STRIPE_API_BASE", ""),
+
+		GRPCAddr:        r.str("GRPC_ADDR", ""),
+		LicensingAddr:   r.str("LICENSING_ADDR", DefaultLicensingAddr),
+		ActivationsAddr: r.str("ACTIVATIONS_ADDR", DefaultActivationsAddr),
+		ReleasesAddr:    r.str("RELEASES_ADDR", DefaultReleasesAddr),
+		BillingAddr:     r.str("BILLING_ADDR", DefaultBillingAddr),
+		StorefrontAddr:  r.str("STOREFRONT_ADDR", DefaultStorefrontAddr),
+
+		SigningKeysFile: r.str("SIGNING_KEYS_FILE", ""),
+		LogLevel:        r.str("LOG_LEVEL", "info"),
+		LogFormat:       r.str("LOG_FORMAT", "json"),
+	}
+	if c.Port < 1 || c.Port > 65535 {
+		r.fail("PORT", "must be a TCP port")
+	}
+	if c.AdminRateLimitMax < 1 {
+		r.fail("ADMIN_RATE_LIMIT_MAX", "must be a positive integer")
+	}
+	if c.AdminAPIKey == "" {
+		r.fail("ADMIN_API_KEY", "is required")
+	}
+	if u, err := url.Parse(c.PublicBaseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		r.fail("PUBLIC_BASE_URL", "must be an absolute http(s) URL")
+	}
+	switch c.EmailProvider {
+	case "log":
+	case "smtp":
+		if c.SMTPURL == "" {
+			r.fail("SMTP_URL", "is required when EMAIL_PROVIDER=smtp")
+		}
+	default:
+		r.fail("EMAIL_PROVIDER", "must be log or smtp")
+	}
+	if len(r.errs) > 0 {
+		return nil, errors.Join(r.errs...)
+	}
+	return c, nil
+}
+
+type reader struct {
+	lookup func(string) (string, bool)
+	errs   []error
+}
+
+func (r *reader) fail(name, why string) {
+	r.errs = append(r.errs, fmt.Errorf("config: %s %s", name, why))
+}
+
+func (r *reader) str(name, def string) string {
+	if v, ok := r.lookup(name); ok && strings.TrimSpace(v) != "" {
+		return strings.TrimSpace(v)
+	}
+	return def
+}
+
+func (r *reader) int(name string, def int) int {
+	v := r.str(name, "")
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		r.fail(name, "must be an integer")
+		return def
+	}
+	return n
+}
+
+func (r *reader) bool(name string, def bool) bool {
+	v := r.str(name, "")
+	if v == "" {
+		return def
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		r.fail(name, "must be true or false")
+		return def
+	}
+	return b
+}
+
+func (r *reader) prefixes(name string) []netip.Prefix {
+	var out []netip.Prefix
+	for _, part := range strings.Split(r.str(name, ""), ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		if !strings.Contains(part, "/") {
+			if a, err := netip.ParseAddr(part); err == nil {
+				out = append(out, netip.PrefixFrom(a, a.BitLen()))
+				continue
+			}
+		}
+		p, err := netip.ParsePrefix(part)
+		if err != nil {
+			r.fail(name, fmt.Sprintf("has an invalid CIDR %q", part))
+			continue
+		}
+		out = append(out, p.Masked())
+	}
+	return out
+}

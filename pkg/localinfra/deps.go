@@ -1,0 +1,3 @@
+package localinfra
+
+import _ "github.com/nats-io/nats.go/jetstream"

@@ -1,0 +1,154 @@
+// Package pgxx opens a service's Postgres pool on its own schema and runs its embedded
+// migrations with goose. One database, one schema per service: the pool's search_path is
+// the service schema, so a service's SQL names only its own tables.
+package pgxx
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io/fs"
+	"regexp"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/pressly/goose/v3"
+	"github.com/pressly/goose/v3/database"
+	"github.com/pressly/goose/v3/lock"
+)
+
+var schemaName = regexp.MustCompile(`^[a-z][a-z0-9_]{0,62}$`)
+
+// Open connects to databaseURL with search_path set to schema.
+func Open(ctx context.Context, databaseURL, schema string) (*pgxpool.Pool, error) {
+	if !schemaName.MatchString(schema) {
+		return nil, fmt.Errorf("pgxx: invalid schema name %q", schema)
+	}
+	cfg, err := pgxpool.ParseConfig(databaseURL)
+	if err != nil {
+		// The URL may hold a password: never echo it.
+		return nil, errors.New("pgxx: DATABASE_URL is not a valid Postgres URL")
+	}
+	cfg.ConnConfig.RuntimeParams["search_path"] = schema
+	cfg.ConnConfig.RuntimeParams["application_name"] = "keyhouse-" + schema
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("pgxx: connect: %w", err)
+	}
+	pingCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := pool.Ping(pingCtx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("pgxx: database unreachable: %w", redact(err))
+	}
+	return pool, nil
+}
+
+func redact(err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return fmt.Errorf("%s (SQLSTATE %s)", pgErr.Message, pgErr.Code)
+	}
+	var connErr *pgconn.ConnectError
+	if errors.As(err, &connErr) {
+		return errors.New("cannot connect to the database server")
+	}
+	return err
+}
+
+// Migrations runs the embedded SQL files of one service into its schema, tracking
+// versions in <schema>.goose_db_version. Concurrent runs (replicas, a Helm Job) serialize
+// on a Postgres advisory lock.
+type Migrations struct {
+	Schema string
+	FS     fs.FS // the *.sql files, at the root of FS
+}
+
+func (m Migrations) provider(pool *pgxpool.Pool) (*goose.Provider, *sql.DB, error) {
+	db := stdlib.OpenDBFromPool(pool)
+	locker, err := lock.NewPostgresSessionLocker(lock.WithLockID(lockID(m.Schema)))
+	if err != nil {
+		return nil, nil, err
+	}
+	store, err := database.NewStore(goose.DialectPostgres, m.Schema+".goose_db_version")
+	if err != nil {
+		return nil, nil, err
+	}
+	p, err := goose.NewProvider("", db, m.FS, goose.WithStore(store), goose.WithSessionLocker(locker))
+	if err != nil {
+		_ = db.Close()
+		return nil, nil, err
+	}
+	return p, db, nil
+}
+
+func lockID(schema string) int64 {
+	var h int64 = 0x6b6579686f757365 // "keyhouse"
+	for _, c := range schema {
+		h = h*31 + int64(c)
+	}
+	return h
+}
+
+// Up creates the schema if needed and applies every pending migration.
+func (m Migrations) Up(ctx context.Context, pool *pgxpool.Pool) (applied int, err error) {
+	if _, err := pool.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+pgx.Identifier{m.Schema}.Sanitize()); err != nil {
+		return 0, fmt.Errorf("create schema %s: %w", m.Schema, redact(err))
+	}
+	p, db, err := m.provider(pool)
+	if err != nil {
+		return 0, err
+	}
+	defer db.Close()
+	res, err := p.Up(ctx)
+	if err != nil {
+		return len(res), fmt.Errorf("migrate %s: %w", m.Schema, err)
+	}
+	return len(res), nil
+}
+
+// ErrSchemaBehind is returned by Check when migrations are pending.
+var ErrSchemaBehind = errors.New("database schema is behind")
+
+// Check refuses a schema that is behind the binary, with a message that says what to run.
+func (m Migrations) Check(ctx context.Context, pool *pgxpool.Pool, binary string) error {
+	p, db, err := m.provider(pool)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	// HasPending takes the session lock; a plain status read does not.
+	cur, err := p.GetDBVersion(ctx)
+	if err != nil {
+		cur = 0
+	}
+	srcs := p.ListSources()
+	if len(srcs) == 0 {
+		return nil
+	}
+	if latest := srcs[len(srcs)-1].Version; cur < latest {
+		return fmt.Errorf("%w: schema %s is at version %d, this binary needs %d; run `%s migrate` first", ErrSchemaBehind, m.Schema, cur, latest, binary)
+	}
+	return nil
+}
+
+// InTx runs fn in a transaction, committing when it returns nil.
+func InTx(ctx context.Context, pool *pgxpool.Pool, fn func(pgx.Tx) error) error {
+	return pgx.BeginFunc(ctx, pool, fn)
+}
+
+// IsUniqueViolation reports a unique-constraint failure (optionally a named constraint).
+func IsUniqueViolation(err error, constraint string) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "23505" && (constraint == "" || pgErr.ConstraintName == constraint)
+}
+
+// IsSerializationFailure reports a lost serialization or deadlock race that is safe to retry.
+func IsSerializationFailure(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (pgErr.Code == "40001" || pgErr.Code == "40P01")
+}

@@ -1,0 +1,92 @@
+// Package telemetry sets up structured logs and OpenTelemetry tracing the same way in
+// every binary. Tracing follows the standard OTEL_* variables and is off unless an OTLP
+// endpoint is configured; trace context is propagated either way.
+package telemetry
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+)
+
+type requestIDKey struct{}
+
+// WithRequestID tags ctx so every log line of the request carries the id.
+func WithRequestID(ctx context.Context, id string) context.Context {
+	return context.WithValue(ctx, requestIDKey{}, id)
+}
+
+// RequestID returns the request id in ctx, if any.
+func RequestID(ctx context.Context) string {
+	id, _ := ctx.Value(requestIDKey{}).(string)
+	return id
+}
+
+// NewLogger returns the process logger: JSON (or text) on w, with the service name and,
+// per record, the request id and trace id found in the context.
+func NewLogger(w io.Writer, service, level, format string) *slog.Logger {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		lv = slog.LevelInfo
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	var h slog.Handler = slog.NewJSONHandler(w, opts)
+	if strings.EqualFold(format, "text") {
+		h = slog.NewTextHandler(w, opts)
+	}
+	return slog.New(contextHandler{h}).With("service", service)
+}
+
+type contextHandler struct{ slog.Handler }
+
+func (h contextHandler) Handle(ctx context.Context, r slog.Record) error {
+	if id := RequestID(ctx); id != "" {
+		r.AddAttrs(slog.String("request_id", id))
+	}
+	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
+		r.AddAttrs(slog.String("trace_id", sc.TraceID().String()), slog.String("span_id", sc.SpanID().String()))
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h contextHandler) WithAttrs(a []slog.Attr) slog.Handler {
+	return contextHandler{h.Handler.WithAttrs(a)}
+}
+
+func (h contextHandler) WithGroup(name string) slog.Handler {
+	return contextHandler{h.Handler.WithGroup(name)}
+}
+
+// SetupTracing installs the W3C propagator and, when OTEL_EXPORTER_OTLP_ENDPOINT (or the
+// traces-specific variable) is set and OTEL_SDK_DISABLED is not true, an OTLP/gRPC exporter.
+// The returned function flushes and stops it.
+func SetupTracing(ctx context.Context, service string) (func(context.Context) error, error) {
+	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
+	noop := func(context.Context) error { return nil }
+	if strings.EqualFold(os.Getenv("OTEL_SDK_DISABLED"), "true") ||
+		(os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") == "" && os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") == "") {
+		return noop, nil
+	}
+	exp, err := otlptracegrpc.New(ctx)
+	if err != nil {
+		return noop, err
+	}
+	// OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES, read by WithFromEnv, override the default name.
+	res, err := resource.New(ctx, resource.WithAttributes(attribute.String("service.name", service)), resource.WithFromEnv(), resource.WithTelemetrySDK())
+	if err != nil {
+		res = resource.Default()
+	}
+	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
+	otel.SetTracerProvider(tp)
+	return tp.Shutdown, nil
+}

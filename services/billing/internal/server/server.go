@@ -1,0 +1,115 @@
+// Package server holds the billing service's gRPC handlers.
+package server
+
+import (
+	"context"
+	"net/mail"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/keyhouse/keyhouse/pkg/apierr"
+	"github.com/keyhouse/keyhouse/pkg/auth"
+	"github.com/keyhouse/keyhouse/pkg/buildinfo"
+	"github.com/keyhouse/keyhouse/services/billing/internal/store"
+	accountsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/accounts/v1"
+	"google.golang.org/grpc"
+)
+
+// FreeLicenseLimit and ProLicenseLimit are the active-license quotas of api.md's Limits.
+const (
+	FreeLicenseLimit = 5
+	ProLicenseLimit  = 1000
+)
+
+// Server implements AccountsService.
+type Server struct {
+	accountsv1.UnimplementedAccountsServiceServer
+	store       *store.Store
+	multiTenant bool
+}
+
+// New returns a Server.
+func New(s *store.Store, multiTenant bool) *Server {
+	return &Server{store: s, multiTenant: multiTenant}
+}
+
+// Register adds the services to g.
+func Register(g *grpc.Server, s *Server) {
+	accountsv1.RegisterAccountsServiceServer(g, s)
+}
+
+// CreateTenant is the hosted operator route.
+func (s *Server) CreateTenant(ctx context.Context, req *accountsv1.CreateTenantRequest) (*accountsv1.CreateTenantResponse, error) {
+	if !s.multiTenant {
+		return nil, apierr.Invalid("Tenant management is only available for hosted deployments")
+	}
+	name := strings.TrimSpace(req.GetName())
+	email := strings.TrimSpace(req.GetEmail())
+	if name == "" {
+		return nil, apierr.Invalid("name is required")
+	}
+	if utf8.RuneCountInString(name) > 200 {
+		return nil, apierr.Invalid("name must be at most 200 characters")
+	}
+	if email == "" {
+		return nil, apierr.Invalid("email is required")
+	}
+	if addr, err := mail.ParseAddress(email); err != nil || addr.Address != email || len(email) > 320 {
+		return nil, apierr.Invalid("email must be a valid email address")
+	}
+	t, key, err := s.store.CreateTenant(ctx, name, email)
+	if err != nil {
+		return nil, err
+	}
+	return &accountsv1.CreateTenantResponse{TenantId: t.ID, Name: t.Name, Email: t.Email, ApiKey: key}, nil
+}
+
+// RotateApiKey retires the caller's key at once and returns the new one, once.
+func (s *Server) RotateApiKey(ctx context.Context, _ *accountsv1.RotateApiKeyRequest) (*accountsv1.RotateApiKeyResponse, error) {
+	if !s.multiTenant {
+		return nil, apierr.Invalid("API key rotation is only available for hosted accounts")
+	}
+	tenant, err := auth.TenantID(ctx)
+	if err != nil {
+		return nil, err
+	}
+	old, _ := auth.Bearer(ctx)
+	key, err := s.store.RotateAPIKey(ctx, tenant, old)
+	if err != nil {
+		return nil, err
+	}
+	return &accountsv1.RotateApiKeyResponse{ApiKey: key}, nil
+}
+
+// Authenticate resolves a tenant API key for the other services' auth interceptors.
+func (s *Server) Authenticate(ctx context.Context, req *accountsv1.AuthenticateRequest) (*accountsv1.AuthenticateResponse, error) {
+	if !s.multiTenant || req.GetApiKey() == "" {
+		return nil, apierr.Unauthorized
+	}
+	tenant, err := s.store.ResolveAPIKey(ctx, req.GetApiKey())
+	if err != nil {
+		return nil, err
+	}
+	return &accountsv1.AuthenticateResponse{TenantId: tenant}, nil
+}
+
+// GetEntitlements tells licensing the caller's plan limits. Until Stripe billing lands
+// every hosted tenant is on Free with an active subscription.
+func (s *Server) GetEntitlements(ctx context.Context, _ *accountsv1.GetEntitlementsRequest) (*accountsv1.GetEntitlementsResponse, error) {
+	if _, err := auth.TenantID(ctx); err != nil {
+		return nil, err
+	}
+	if !s.multiTenant {
+		return &accountsv1.GetEntitlementsResponse{SubscriptionActive: true}, nil
+	}
+	return &accountsv1.GetEntitlementsResponse{SubscriptionActive: true, LicenseLimit: FreeLicenseLimit, Plan: "free"}, nil
+}
+
+// GetBuildInfo reports this build and the installation's watermark.
+func (s *Server) GetBuildInfo(ctx context.Context, _ *accountsv1.GetBuildInfoRequest) (*accountsv1.GetBuildInfoResponse, error) {
+	id, err := s.store.WatermarkID(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &accountsv1.GetBuildInfoResponse{WatermarkId: id, Fingerprint: buildinfo.Fingerprint(), Version: buildinfo.Version()}, nil
+}

@@ -1,0 +1,96 @@
+// Package store is the billing schema's SQL.
+package store
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base32"
+	"errors"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/keyhouse/keyhouse/pkg/apierr"
+	"github.com/keyhouse/keyhouse/pkg/auth"
+)
+
+// Store reads and writes tenants and their keys.
+type Store struct{ db *pgxpool.Pool }
+
+// New returns a Store on db (search_path = billing).
+func New(db *pgxpool.Pool) *Store { return &Store{db: db} }
+
+// Tenant is a hosted account.
+type Tenant struct {
+	ID, Name, Email string
+	CreatedAt       time.Time
+}
+
+var b32 = base32.StdEncoding.WithPadding(base32.NoPadding)
+
+func random(n int) string {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		panic(err)
+	}
+	return b32.EncodeToString(b)
+}
+
+// NewAPIKey returns a fresh key: "kh_" and 256 random bits.
+func NewAPIKey() string { return "kh_" + random(32) }
+
+// CreateTenant stores a tenant and returns it with its first API key.
+func (s *Store) CreateTenant(ctx context.Context, name, email string) (Tenant, string, error) {
+	t := Tenant{ID: "t_" + lower(random(16)), Name: name, Email: email}
+	key := NewAPIKey()
+	err := s.db.QueryRow(ctx,
+		`INSERT INTO tenants (tenant_id, name, email, api_key_hash) VALUES ($1, $2, $3, $4) RETURNING created_at`,
+		t.ID, name, email, auth.HashAPIKey(key)).Scan(&t.CreatedAt)
+	return t, key, err
+}
+
+func lower(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if c >= 'A' && c <= 'Z' {
+			b[i] = c + 'a' - 'A'
+		}
+	}
+	return string(b)
+}
+
+// ResolveAPIKey implements auth.TenantResolver.
+func (s *Store) ResolveAPIKey(ctx context.Context, apiKey string) (string, error) {
+	var tenant string
+	err := s.db.QueryRow(ctx, `SELECT tenant_id FROM tenants WHERE api_key_hash = $1`, auth.HashAPIKey(apiKey)).Scan(&tenant)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", apierr.Unauthorized
+	}
+	if err != nil {
+		return "", err
+	}
+	return tenant, nil
+}
+
+// RotateAPIKey replaces the tenant's key, but only if oldKey is still the current one, so
+// two concurrent rotations cannot both succeed and leave a caller with a dead key.
+func (s *Store) RotateAPIKey(ctx context.Context, tenant, oldKey string) (string, error) {
+	key := NewAPIKey()
+	tag, err := s.db.Exec(ctx,
+		`UPDATE tenants SET api_key_hash = $3, key_rotated_at = now() WHERE tenant_id = $1 AND api_key_hash = $2`,
+		tenant, auth.HashAPIKey(oldKey), auth.HashAPIKey(key))
+	if err != nil {
+		return "", err
+	}
+	if tag.RowsAffected() != 1 {
+		return "", apierr.Unauthorized
+	}
+	return key, nil
+}
+
+// WatermarkID is the installation's stable identifier.
+func (s *Store) WatermarkID(ctx context.Context) (string, error) {
+	var id string
+	err := s.db.QueryRow(ctx, `SELECT watermark_id FROM installation`).Scan(&id)
+	return id, err
+}
