@@ -10,8 +10,8 @@ import (
 	"github.com/keyhouse/keyhouse/pkg/apierr"
 	"github.com/keyhouse/keyhouse/pkg/auth"
 	"github.com/keyhouse/keyhouse/pkg/buildinfo"
-	"github.com/keyhouse/keyhouse/services/billing/internal/store"
 	accountsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/accounts/v1"
+	"github.com/keyhouse/keyhouse/services/billing/internal/store"
 	"google.golang.org/grpc"
 )
 
