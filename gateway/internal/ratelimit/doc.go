@@ -1,4 +1,47 @@
-// Package ratelimit is the gateway's Redis-backed fixed-window rate limiter.
+// Package ratelimit is the gateway's rate limiter: fixed windows per client IP, plus a
+// per-license-key window on activate-license and deactivate-license, shared by every gateway
+// replica through Redis. The design is envoyproxy/ratelimit's.
+//
+// # Counting
+//
+// Windows are aligned to the Unix epoch: with a 15-minute window, a request at 10:07 counts
+// in the window 10:00-10:15 and X-RateLimit-Reset names 10:15. Each tier, client and window
+// has its own Redis key, "ratelimit:<tier>:<client>:<window start, Unix seconds>". A single
+// round trip increments it and sets it to expire a minute after its window ends, so old
+// counters clean themselves up. A client part longer than 64 bytes is replaced by its
+// SHA-256, so a caller-chosen license key cannot make Redis keys large. A request is allowed
+// while its window's count is at most the tier's limit. Once a key is over its limit, the
+// gateway remembers that in memory until the window ends and refuses the key's further
+// requests without asking Redis, so a client hammering a closed window costs no Redis traffic.
+//
+// # Which tiers count a request
+//
+// The IP tier counts first. When it refuses, the request is answered 429 at once: its body
+// is not read and the per-license-key tier does not count it, so a client over its IP limit
+// cannot drain anyone's activation budget. When the IP tier allows and the per-key tier
+// refuses, the request has still used one request of the IP budget, since it did reach the
+// gateway. The X-RateLimit headers describe the per-key limiter when that one refused, and
+// the IP tier otherwise. The license key is the "key" string of the JSON body (exact field
+// name, first 1 MiB only). A body without such a key, or a larger body, is only counted
+// against the IP tier and reaches the next handler unchanged.
+//
+// # Client IP
+//
+// The client is the TCP peer. Only when the peer is inside a TRUSTED_PROXIES range is
+// X-Forwarded-For consulted: its addresses (all such headers, in order) are walked from the
+// right, skipping trusted proxies, and the first untrusted address is the client. If every
+// address is a trusted proxy, the left-most one is the client. An entry that is not a bare IP
+// address stops the walk, and the TCP peer is used, so that a misbehaving proxy makes its clients
+// share the proxy's budget instead of letting a client choose its own identity.
+//
+// # When Redis is unreachable
+//
+// The gateway keeps answering. Each Redis call is given 100 ms. A failure or timeout
+// switches the gateway to in-process counters with the same limits and windows, and is logged
+// once at WARN. From then on every replica enforces each limit on its own, so with N
+// replicas a client can get up to N times its budget, and counts already in Redis are not
+// carried over. For one second after a failure, Redis is not asked at all, so a dead Redis adds
+// no latency; after that, one request probes it while the others keep counting in process.
+// When a probe succeeds, the recovery is logged once at INFO and counting is shared through
+// Redis again; counts made in process during the outage are not copied to Redis.
 package ratelimit
-
-import _ "github.com/redis/go-redis/v9"

@@ -34,7 +34,8 @@ const (
 	Access_ACCESS_TENANT Access = 2
 	// The admin key in every mode (build-info, operator routes).
 	Access_ACCESS_ADMIN Access = 3
-	// Service-to-service calls: the admin key plus the tenant named in metadata.
+	// Service-to-service calls: the admin key, plus the tenant named in the
+	// x-keyhouse-tenant metadata when the call acts for one.
 	Access_ACCESS_INTERNAL Access = 4
 )
 
@@ -191,6 +192,68 @@ func (x *ErrorFields) GetAfter() []*ErrorField {
 	return nil
 }
 
+// HealthResponse is the body of GET / (served by the gateway itself).
+type HealthResponse struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Message string                 `protobuf:"bytes,1,opt,name=message,proto3" json:"message,omitempty"`
+	Version string                 `protobuf:"bytes,2,opt,name=version,proto3" json:"version,omitempty"`
+	// buf:lint:ignore FIELD_LOWER_SNAKE_CASE
+	BuildFingerprint string `protobuf:"bytes,3,opt,name=buildFingerprint,proto3" json:"buildFingerprint,omitempty"` // api.md names this field in camelCase.
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *HealthResponse) Reset() {
+	*x = HealthResponse{}
+	mi := &file_keyhouse_api_v1_api_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HealthResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HealthResponse) ProtoMessage() {}
+
+func (x *HealthResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_keyhouse_api_v1_api_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HealthResponse.ProtoReflect.Descriptor instead.
+func (*HealthResponse) Descriptor() ([]byte, []int) {
+	return file_keyhouse_api_v1_api_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *HealthResponse) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *HealthResponse) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+func (x *HealthResponse) GetBuildFingerprint() string {
+	if x != nil {
+		return x.BuildFingerprint
+	}
+	return ""
+}
+
 var file_keyhouse_api_v1_api_proto_extTypes = []protoimpl.ExtensionInfo{
 	{
 		ExtendedType:  (*descriptorpb.MethodOptions)(nil),
@@ -220,7 +283,11 @@ const file_keyhouse_api_v1_api_proto_rawDesc = "" +
 	"json_value\x18\x02 \x01(\tR\tjsonValue\"u\n" +
 	"\vErrorFields\x123\n" +
 	"\x06before\x18\x01 \x03(\v2\x1b.keyhouse.api.v1.ErrorFieldR\x06before\x121\n" +
-	"\x05after\x18\x02 \x03(\v2\x1b.keyhouse.api.v1.ErrorFieldR\x05after*m\n" +
+	"\x05after\x18\x02 \x03(\v2\x1b.keyhouse.api.v1.ErrorFieldR\x05after\"p\n" +
+	"\x0eHealthResponse\x12\x18\n" +
+	"\amessage\x18\x01 \x01(\tR\amessage\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\tR\aversion\x12*\n" +
+	"\x10buildFingerprint\x18\x03 \x01(\tR\x10buildFingerprint*m\n" +
 	"\x06Access\x12\x16\n" +
 	"\x12ACCESS_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rACCESS_PUBLIC\x10\x01\x12\x11\n" +
@@ -242,17 +309,18 @@ func file_keyhouse_api_v1_api_proto_rawDescGZIP() []byte {
 }
 
 var file_keyhouse_api_v1_api_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_keyhouse_api_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 2)
+var file_keyhouse_api_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 3)
 var file_keyhouse_api_v1_api_proto_goTypes = []any{
 	(Access)(0),                        // 0: keyhouse.api.v1.Access
 	(*ErrorField)(nil),                 // 1: keyhouse.api.v1.ErrorField
 	(*ErrorFields)(nil),                // 2: keyhouse.api.v1.ErrorFields
-	(*descriptorpb.MethodOptions)(nil), // 3: google.protobuf.MethodOptions
+	(*HealthResponse)(nil),             // 3: keyhouse.api.v1.HealthResponse
+	(*descriptorpb.MethodOptions)(nil), // 4: google.protobuf.MethodOptions
 }
 var file_keyhouse_api_v1_api_proto_depIdxs = []int32{
 	1, // 0: keyhouse.api.v1.ErrorFields.before:type_name -> keyhouse.api.v1.ErrorField
 	1, // 1: keyhouse.api.v1.ErrorFields.after:type_name -> keyhouse.api.v1.ErrorField
-	3, // 2: keyhouse.api.v1.access:extendee -> google.protobuf.MethodOptions
+	4, // 2: keyhouse.api.v1.access:extendee -> google.protobuf.MethodOptions
 	0, // 3: keyhouse.api.v1.access:type_name -> keyhouse.api.v1.Access
 	4, // [4:4] is the sub-list for method output_type
 	4, // [4:4] is the sub-list for method input_type
@@ -272,7 +340,7 @@ func file_keyhouse_api_v1_api_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_keyhouse_api_v1_api_proto_rawDesc), len(file_keyhouse_api_v1_api_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   2,
+			NumMessages:   3,
 			NumExtensions: 1,
 			NumServices:   0,
 		},

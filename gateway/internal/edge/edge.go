@@ -1,0 +1,102 @@
+// Package edge is the REST surface: the grpc-gateway mux with the one JSON marshaler and
+// the one error handler, the plain handlers (health, raw-body and binary routes), and the
+// middleware every request passes (request id, access log, body cap, rate limits).
+package edge
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"strings"
+
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"github.com/keyhouse/keyhouse/pkg/buildinfo"
+	"github.com/keyhouse/keyhouse/pkg/grpcx"
+	"github.com/keyhouse/keyhouse/pkg/telemetry"
+	accountsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/accounts/v1"
+	apiv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/api/v1"
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+)
+
+// Conns are the gateway's connections to the services.
+type Conns struct {
+	Licensing, Activations, Releases, Billing, Storefront *grpc.ClientConn
+}
+
+// Options configure New.
+type Options struct {
+	Log   *slog.Logger
+	Conns Conns
+	// RateLimit wraps the routes that have a tier; nil disables rate limiting.
+	RateLimit func(http.Handler) http.Handler
+}
+
+// New returns the gateway's whole HTTP handler.
+func New(ctx context.Context, opts Options) (http.Handler, error) {
+	marshaler := newJSONMarshaler()
+	mux := runtime.NewServeMux(
+		runtime.WithMarshalerOption(runtime.MIMEWildcard, marshaler),
+		runtime.WithErrorHandler(handleError),
+		runtime.WithRoutingErrorHandler(handleRoutingError),
+		runtime.WithIncomingHeaderMatcher(incomingHeader),
+		runtime.WithOutgoingHeaderMatcher(func(string) (string, bool) { return "", false }),
+		runtime.WithOutgoingTrailerMatcher(func(string) (string, bool) { return "", false }),
+		runtime.WithMetadata(func(ctx context.Context, _ *http.Request) metadata.MD {
+			return metadata.Pairs(grpcx.RequestIDHeader, telemetry.RequestID(ctx))
+		}),
+	)
+	c := opts.Conns
+	if err := accountsv1.RegisterAccountsServiceHandlerClient(ctx, mux, accountsv1.NewAccountsServiceClient(c.Billing)); err != nil {
+		return nil, err
+	}
+	if err := mux.HandlePath(http.MethodGet, "/", health(marshaler)); err != nil {
+		return nil, err
+	}
+
+	var h http.Handler = mux
+	if opts.RateLimit != nil {
+		h = opts.RateLimit(h)
+	}
+	h = withBodyLimit(h)
+	h = withAccessLog(opts.Log, h)
+	h = withRequestID(h)
+	return otelhttp.NewHandler(h, "gateway", otelhttp.WithSpanNameFormatter(spanName)), nil
+}
+
+// spanName keeps span cardinality bounded: path segments after the route (license keys,
+// ids) are cut.
+func spanName(_ string, r *http.Request) string {
+	parts := strings.SplitN(strings.TrimPrefix(r.URL.Path, "/"), "/", 4)
+	if len(parts) > 2 {
+		parts = parts[:2]
+	}
+	return r.Method + " /" + strings.Join(parts, "/")
+}
+
+// incomingHeader is the allowlist of HTTP headers that reach the services as metadata.
+// Anything else, including x-keyhouse-tenant, is dropped.
+func incomingHeader(key string) (string, bool) {
+	switch k := strings.ToLower(key); k {
+	case "authorization", "idempotency-key":
+		return k, true
+	}
+	return "", false
+}
+
+func health(m runtime.Marshaler) runtime.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request, _ map[string]string) {
+		body, err := m.Marshal(&apiv1.HealthResponse{
+			Message:          "Keyhouse license server is running",
+			Version:          buildinfo.Version(),
+			BuildFingerprint: buildinfo.Fingerprint(),
+		})
+		if err != nil {
+			writeError(w, http.StatusInternalServerError, "Internal server error", nil)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(body)
+	}
+}

@@ -1,0 +1,123 @@
+package edge
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"regexp"
+	"strings"
+
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"github.com/keyhouse/keyhouse/pkg/apierr"
+	apiv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/api/v1"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// httpStatus is the one mapping from gRPC codes to the HTTP statuses api.md uses.
+func httpStatus(code codes.Code) int {
+	switch code {
+	case codes.InvalidArgument, codes.FailedPrecondition, codes.OutOfRange:
+		return http.StatusBadRequest
+	case codes.Unauthenticated, codes.PermissionDenied:
+		return http.StatusForbidden
+	case codes.NotFound, codes.Unimplemented:
+		return http.StatusNotFound
+	case codes.AlreadyExists:
+		return http.StatusConflict
+	case codes.ResourceExhausted:
+		return http.StatusTooManyRequests
+	case codes.Aborted, codes.Unavailable, codes.DeadlineExceeded, codes.Canceled:
+		return http.StatusServiceUnavailable
+	default:
+		return http.StatusInternalServerError
+	}
+}
+
+// handleError writes any error of a REST call as {"error": "..."} with its siblings.
+func handleError(ctx context.Context, _ *runtime.ServeMux, _ runtime.Marshaler, w http.ResponseWriter, r *http.Request, err error) {
+	if bodyTooLarge(r) {
+		writeError(w, http.StatusRequestEntityTooLarge, "Request body too large", nil)
+		return
+	}
+	st := status.Convert(err)
+	code := httpStatus(st.Code())
+	msg := st.Message()
+	switch {
+	case st.Code() == codes.Unimplemented:
+		msg = "Not found"
+	case st.Code() == codes.Unavailable && !strings.HasSuffix(msg, ", retry"):
+		// A transport failure reaching a service: its text names addresses, so it stays in
+		// the logs. Services' own 503s already end in ", retry".
+		msg = "Service unavailable, retry"
+	case st.Code() == codes.DeadlineExceeded || st.Code() == codes.Canceled:
+		msg = "Request timed out, retry"
+	case code == http.StatusInternalServerError:
+		msg = apierr.InternalMessage
+	case st.Code() == codes.InvalidArgument:
+		msg = cleanDecodeError(msg)
+	}
+	var fields *apiv1.ErrorFields
+	for _, d := range st.Details() {
+		if f, ok := d.(*apiv1.ErrorFields); ok {
+			fields = f
+		}
+	}
+	writeError(w, code, msg, fields)
+}
+
+var protoPosition = regexp.MustCompile(`^proto:\s*(\(line \d+:\d+\):\s*)?`)
+
+// cleanDecodeError turns protojson's decode errors ("proto: (line 1:9): invalid value
+// for string field key: 5") into a message that names the field without parser noise.
+func cleanDecodeError(msg string) string {
+	if !strings.HasPrefix(msg, "proto:") {
+		return msg
+	}
+	rest := protoPosition.ReplaceAllString(msg, "")
+	rest = strings.TrimPrefix(rest, "syntax error ")
+	return "Invalid JSON body: " + rest
+}
+
+func handleRoutingError(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshaler, w http.ResponseWriter, r *http.Request, code int) {
+	switch code {
+	case http.StatusMethodNotAllowed:
+		writeError(w, http.StatusMethodNotAllowed, "Method not allowed", nil)
+	case http.StatusBadRequest:
+		writeError(w, http.StatusBadRequest, "Bad request", nil)
+	default:
+		writeError(w, http.StatusNotFound, "Not found", nil)
+	}
+}
+
+// writeError writes {before..., "error": msg, after...}.
+func writeError(w http.ResponseWriter, code int, msg string, fields *apiv1.ErrorFields) {
+	var buf bytes.Buffer
+	buf.WriteByte('{')
+	for _, f := range fields.GetBefore() {
+		writeField(&buf, f.GetName(), json.RawMessage(f.GetJsonValue()))
+		buf.WriteByte(',')
+	}
+	writeField(&buf, "error", msg)
+	for _, f := range fields.GetAfter() {
+		buf.WriteByte(',')
+		writeField(&buf, f.GetName(), json.RawMessage(f.GetJsonValue()))
+	}
+	buf.WriteByte('}')
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Del("Content-Length")
+	w.WriteHeader(code)
+	_, _ = w.Write(buf.Bytes())
+}
+
+func writeField(buf *bytes.Buffer, name string, value any) {
+	k, _ := json.Marshal(name)
+	v, err := json.Marshal(value)
+	if err != nil {
+		v = []byte("null")
+	}
+	buf.Write(k)
+	buf.WriteByte(':')
+	buf.Write(v)
+}

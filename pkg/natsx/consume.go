@@ -1,0 +1,254 @@
+package natsx
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Handler processes one message. JetStream delivers at least once (a lost ack, a handler
+// that outlived AckWait, a crash after the work and before the ack, a relay re-publish
+// outside the duplicate window), so a handler MUST be idempotent: doing the work twice
+// must leave the same state as doing it once, e.g. by keying its writes on the message's
+// id and using INSERT … ON CONFLICT DO NOTHING.
+//
+// Return nil when done (the message is acked), an error to have it redelivered later with
+// a growing delay, or Permanent(err) when retrying cannot help (the message is
+// terminated). ctx is not canceled by shutdown, so the work in hand can finish; it ends
+// at the consumer's AckWait, after which JetStream would redeliver anyway.
+type Handler func(ctx context.Context, msg jetstream.Msg) error
+
+type permanentError struct{ err error }
+
+func (e permanentError) Error() string { return e.err.Error() }
+func (e permanentError) Unwrap() error { return e.err }
+
+// Permanent marks err as not worth retrying (a malformed payload, a reference that will
+// never exist): Consume terminates the message with a log line instead of redelivering
+// it. Permanent(nil) is nil.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return permanentError{err: err}
+}
+
+// IsPermanent reports whether err (or an error it wraps) was made by Permanent.
+func IsPermanent(err error) bool {
+	var p permanentError
+	return errors.As(err, &p)
+}
+
+type consumeOptions struct {
+	retryMin, retryMax time.Duration
+	pullBatch          int
+}
+
+// ConsumeOption tunes Consume.
+type ConsumeOption func(*consumeOptions)
+
+// WithRetryDelay sets the redelivery delay after a handler error: first, doubled per
+// delivery, capped at last (default 1s … 1m).
+func WithRetryDelay(first, last time.Duration) ConsumeOption {
+	return func(o *consumeOptions) { o.retryMin, o.retryMax = first, max(first, last) }
+}
+
+// WithPullBatch sets how many messages are fetched ahead (default 8). Messages wait in
+// this buffer while AckWait runs, so it stays small: the handler runs one at a time.
+func WithPullBatch(n int) ConsumeOption { return func(o *consumeOptions) { o.pullBatch = max(n, 1) } }
+
+// Consume runs handle over a durable pull consumer on stream until ctx is done, then
+// drains: the handler call in progress finishes and is acked, and messages fetched but
+// not started are nak'ed for another replica. It returns nil after a clean stop.
+//
+// cfg.Durable is required; replicas sharing it share the work. The consumer is created or
+// updated idempotently, with AckPolicy forced to explicit; AckWait defaults to 30s and
+// MaxDeliver, when zero, to unlimited (a message that keeps failing is retried with the
+// backoff cap until a handler returns Permanent or an operator steps in, rather than
+// silently dropped). When MaxDeliver is set and the last delivery fails, Consume logs it
+// as an error and terminates the message.
+//
+// While NATS is unreachable, Consume waits and resumes; if the consumer is deleted under
+// it, it is created again.
+func Consume(ctx context.Context, js jetstream.JetStream, stream string, cfg jetstream.ConsumerConfig,
+	handle Handler, log *slog.Logger, opts ...ConsumeOption) error {
+	if cfg.Durable == "" {
+		return errors.New("natsx: consume: ConsumerConfig.Durable is required")
+	}
+	if handle == nil {
+		return errors.New("natsx: consume: nil handler")
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	o := consumeOptions{retryMin: time.Second, retryMax: time.Minute, pullBatch: 8}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	cfg.AckPolicy = jetstream.AckExplicitPolicy
+	if cfg.AckWait <= 0 {
+		cfg.AckWait = 30 * time.Second
+	}
+	if cfg.MaxDeliver == 0 {
+		cfg.MaxDeliver = -1
+	}
+	c := &consumer{
+		base:   context.WithoutCancel(ctx),
+		cfg:    cfg,
+		opts:   o,
+		handle: handle,
+		log:    log.With("component", "consumer", "stream", stream, "consumer", cfg.Durable),
+	}
+
+	for attempt := 1; ; attempt++ {
+		cons, err := js.CreateOrUpdateConsumer(ctx, stream, cfg)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			if js.Conn().IsClosed() {
+				return fmt.Errorf("natsx: consume %s/%s: connection closed", stream, cfg.Durable)
+			}
+			if attempt == 1 {
+				c.log.Warn("cannot create consumer, retrying", "error", err.Error())
+			}
+			if !sleepCtx(ctx, jitter(backoff(100*time.Millisecond, 5*time.Second, attempt))) {
+				return nil
+			}
+			continue
+		}
+		if attempt > 1 {
+			c.log.Info("consumer ready")
+		}
+		cc, err := cons.Consume(c.onMessage,
+			jetstream.PullMaxMessages(o.pullBatch),
+			jetstream.ConsumeErrHandler(c.onError))
+		if err != nil {
+			return fmt.Errorf("natsx: consume %s/%s: %w", stream, cfg.Durable, err)
+		}
+		select {
+		case <-ctx.Done():
+			c.stop(cc)
+			return nil
+		case <-cc.Closed():
+			// The subscription ended on its own: the consumer was deleted, or the
+			// connection closed. Start over, which tells the two apart.
+			c.log.Warn("consumer subscription ended, recreating")
+			attempt = 0
+			if !sleepCtx(ctx, 100*time.Millisecond) {
+				return nil
+			}
+		}
+	}
+}
+
+type consumer struct {
+	base   context.Context // ctx's values without its cancel: handlers finish at shutdown
+	cfg    jetstream.ConsumerConfig
+	opts   consumeOptions
+	handle Handler
+	log    *slog.Logger
+
+	// mu is held for the whole of each handler call. The callbacks of one subscription
+	// run one after another, so it costs nothing, and stop takes it to wait for the call
+	// in progress and to make later callbacks nak instead of starting work.
+	mu       sync.Mutex
+	stopping bool
+
+	erroring atomic.Bool // a consume error was logged and no message has succeeded since
+}
+
+// stop drains the subscription: in-flight work finishes, buffered messages are nak'ed.
+func (c *consumer) stop(cc jetstream.ConsumeContext) {
+	c.mu.Lock()
+	c.stopping = true
+	c.mu.Unlock()
+	cc.Drain()
+	select {
+	case <-cc.Closed():
+	case <-time.After(10 * time.Second):
+		// Draining needs the server; with NATS down the buffered messages are simply
+		// redelivered after AckWait.
+		cc.Stop()
+	}
+}
+
+func (c *consumer) onError(_ jetstream.ConsumeContext, err error) {
+	if c.erroring.CompareAndSwap(false, true) {
+		c.log.Warn("consume error, retrying", "error", err.Error())
+		return
+	}
+	c.log.Debug("consume error", "error", err.Error())
+}
+
+func (c *consumer) onMessage(msg jetstream.Msg) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.stopping {
+		_ = msg.Nak()
+		return
+	}
+	meta, err := msg.Metadata()
+	if err != nil {
+		c.log.Error("not a JetStream message, terminating", "subject", msg.Subject(), "error", err.Error())
+		_ = msg.Term()
+		return
+	}
+	log := c.log.With("subject", msg.Subject(), "stream_seq", meta.Sequence.Stream, "delivery", meta.NumDelivered)
+
+	err = c.call(msg)
+	switch {
+	case err == nil:
+		c.erroring.Store(false)
+		actx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		// A double ack makes a lost ack visible here; the message would be redelivered
+		// after AckWait and the idempotent handler would absorb it.
+		if err := msg.DoubleAck(actx); err != nil {
+			log.Warn("ack failed, message will be redelivered", "error", err.Error())
+		}
+	case IsPermanent(err):
+		log.Error("permanent failure, message terminated", "error", err.Error())
+		_ = msg.TermWithReason("permanent failure")
+	case c.cfg.MaxDeliver > 0 && meta.NumDelivered >= uint64(c.cfg.MaxDeliver):
+		log.Error("giving up after the last allowed delivery, message terminated", "error", err.Error())
+		_ = msg.TermWithReason("max deliveries")
+	default:
+		delay := backoff(c.opts.retryMin, c.opts.retryMax, int(min(meta.NumDelivered, 64)))
+		log.Warn("handler failed, will redeliver", "error", err.Error(), "retry_in", delay.String())
+		_ = msg.NakWithDelay(delay)
+	}
+}
+
+// call runs the handler with a context that survives shutdown but not AckWait, and turns
+// a panic into an ordinary (retryable) error rather than a crashed service.
+func (c *consumer) call(msg jetstream.Msg) (err error) {
+	ctx, cancel := context.WithTimeout(c.base, c.cfg.AckWait)
+	defer cancel()
+	defer func() {
+		if r := recover(); r != nil {
+			c.log.Error("handler panic", "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+			err = fmt.Errorf("handler panic: %v", r)
+		}
+	}()
+	return c.handle(ctx, msg)
+}
+
+// sleepCtx waits d or until ctx is done, reporting whether the full wait happened.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

@@ -1,0 +1,6 @@
+-- +goose Up
+-- The activations schema starts empty; its tables come with its handlers.
+SELECT 1;
+
+-- +goose Down
+SELECT 1;

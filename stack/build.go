@@ -1,0 +1,53 @@
+package stack
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+)
+
+// RepoRoot finds the folder holding go.work, walking up from the working directory.
+func RepoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.work")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("go.work not found above the working directory")
+		}
+		dir = parent
+	}
+}
+
+// Packages are the main packages of the stack, relative to the repository root.
+func Packages() []string {
+	pkgs := []string{"./gateway/cmd/gateway"}
+	for _, s := range Services {
+		pkgs = append(pkgs, "./services/"+s+"/cmd/"+s)
+	}
+	return pkgs
+}
+
+// Build compiles every binary of the stack into binDir (what `make build` does).
+func Build(ctx context.Context, binDir string) error {
+	root, err := RepoRoot()
+	if err != nil {
+		return err
+	}
+	args := append([]string{"build", "-o", binDir + string(filepath.Separator)}, Packages()...)
+	cmd := exec.CommandContext(ctx, "go", args...)
+	cmd.Dir = root
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("go build: %v\n%s", err, out)
+	}
+	return nil
+}

@@ -1,0 +1,94 @@
+// Command keyhouse-dev is `make run`: the whole stack in the foreground, data kept under
+// .keyhouse/ so a second run finds the first run's licenses. Ctrl-C stops everything.
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/keyhouse/keyhouse/stack"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx); err != nil {
+		fmt.Fprintf(os.Stderr, "keyhouse-dev: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context) error {
+	root, err := stack.RepoRoot()
+	if err != nil {
+		return err
+	}
+	dir := filepath.Join(root, ".keyhouse")
+	adminKey, err := adminKey(dir)
+	if err != nil {
+		return err
+	}
+	port := 8080
+	if v := os.Getenv("PORT"); v != "" {
+		if port, err = strconv.Atoi(v); err != nil {
+			return errors.New("PORT must be a number")
+		}
+	}
+	env := map[string]string{"ADMIN_API_KEY": adminKey, "LOG_FORMAT": "text"}
+	for _, name := range []string{"DATABASE_URL", "REDIS_URL", "NATS_URL", "LOG_FORMAT"} {
+		if v := os.Getenv(name); v != "" {
+			env[name] = v
+		}
+	}
+	if os.Getenv("PUBLIC_BASE_URL") == "" {
+		env["PUBLIC_BASE_URL"] = "http://localhost:" + strconv.Itoa(port)
+	}
+	fmt.Println("Starting Keyhouse (data in .keyhouse/) ...")
+	s, err := stack.Start(ctx, stack.Options{
+		Dir:              dir,
+		BinDir:           filepath.Join(dir, "bin"),
+		Env:              env,
+		PostgresPort:     55432,
+		RedisPort:        56379,
+		NATSPort:         54222,
+		FirstServicePort: 9101,
+		GatewayPort:      port,
+		Output:           os.Stdout,
+	})
+	if err != nil {
+		return err
+	}
+	defer s.Stop()
+	mode := "self-hosted"
+	if strings.EqualFold(os.Getenv("MULTI_TENANT"), "true") {
+		mode = "hosted (MULTI_TENANT=true)"
+	}
+	fmt.Printf("\nKeyhouse is running (%s).\n  URL:       http://localhost:%d\n  Admin key: %s\n  Try:       curl http://localhost:%d/\nPress Ctrl-C to stop.\n\n", mode, port, adminKey, port)
+	<-ctx.Done()
+	fmt.Println("\nStopping Keyhouse ...")
+	return nil
+}
+
+// adminKey returns ADMIN_API_KEY when set, else the key generated on the first run.
+func adminKey(dir string) (string, error) {
+	if v := os.Getenv("ADMIN_API_KEY"); v != "" {
+		return v, nil
+	}
+	file := filepath.Join(dir, "admin-key")
+	if b, err := os.ReadFile(file); err == nil && len(strings.TrimSpace(string(b))) >= 32 {
+		return strings.TrimSpace(string(b)), nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	key := "kh_admin_" + rand.Text() + rand.Text()
+	return key, os.WriteFile(file, []byte(key+"\n"), 0o600)
+}

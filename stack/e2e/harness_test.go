@@ -1,0 +1,289 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/keyhouse/keyhouse/pkg/localinfra"
+	"github.com/keyhouse/keyhouse/stack"
+)
+
+// The integration tests run against real processes: every service binary and the
+// gateway, on a real Postgres, Redis and NATS. One self-hosted and one hosted stack are
+// started on first use and shared; tests isolate themselves by client IP (the stacks
+// trust X-Forwarded-For from loopback) and, hosted, by tenant.
+
+var (
+	binDir   string
+	infra    *sharedInfra
+	keepLogs = flag.Bool("keep-logs", false, "keep the stacks' folders (logs) after the run")
+)
+
+type sharedInfra struct {
+	root     string
+	postgres *localinfra.Postgres
+
+	mu     sync.Mutex
+	stacks map[string]*stack.Stack
+}
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	os.Exit(runTests(m))
+}
+
+func runTests(m *testing.M) int {
+	ctx := context.Background()
+	root, err := os.MkdirTemp("", "keyhouse-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	// The postgres system user must reach the cluster folder inside it.
+	_ = os.Chmod(root, 0o755)
+	binDir = filepath.Join(root, "bin")
+	if err := stack.Build(ctx, binDir); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	pg, err := localinfra.StartPostgres(ctx, filepath.Join(root, "postgres"), 0)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	infra = &sharedInfra{root: root, postgres: pg, stacks: map[string]*stack.Stack{}}
+	code := m.Run()
+	infra.mu.Lock()
+	for _, s := range infra.stacks {
+		s.Stop()
+	}
+	infra.mu.Unlock()
+	_ = pg.Stop()
+	if code != 0 || *keepLogs {
+		fmt.Fprintf(os.Stderr, "stack logs kept in %s\n", root)
+	} else {
+		_ = os.RemoveAll(root)
+	}
+	return code
+}
+
+var dbCounter atomic.Int64
+
+// startStack starts a stack of its own on the shared Postgres (a fresh database) with
+// the given extra environment. Tests that stop parts of a stack use their own.
+func startStack(t testing.TB, env map[string]string) *stack.Stack {
+	t.Helper()
+	ctx := context.Background()
+	name := fmt.Sprintf("stack%d", dbCounter.Add(1))
+	dbURL, err := infra.postgres.CreateDatabase(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	full := map[string]string{
+		"ADMIN_API_KEY":   "test-admin-key-" + name + "-0123456789abcdef",
+		"DATABASE_URL":    dbURL,
+		"TRUSTED_PROXIES": "127.0.0.1/32",
+		"LOG_LEVEL":       "debug",
+	}
+	for k, v := range env {
+		full[k] = v
+	}
+	s, err := stack.Start(ctx, stack.Options{Dir: filepath.Join(infra.root, name), BinDir: binDir, Env: full})
+	if err != nil {
+		t.Fatalf("start stack: %v (logs in %s)", err, filepath.Join(infra.root, name, "logs"))
+	}
+	return s
+}
+
+// sharedStack returns the stack for a mode ("self" or "hosted"), starting it once.
+func sharedStack(t testing.TB, mode string) *stack.Stack {
+	t.Helper()
+	infra.mu.Lock()
+	defer infra.mu.Unlock()
+	if s, ok := infra.stacks[mode]; ok {
+		return s
+	}
+	s := startStack(t, map[string]string{"MULTI_TENANT": fmt.Sprint(mode == "hosted")})
+	infra.stacks[mode] = s
+	return s
+}
+
+// selfHosted is the shared self-hosted stack.
+func selfHosted(t testing.TB) *stack.Stack { return sharedStack(t, "self") }
+
+// hosted is the shared hosted (MULTI_TENANT=true) stack.
+func hosted(t testing.TB) *stack.Stack { return sharedStack(t, "hosted") }
+
+var ipCounter atomic.Uint32
+
+// Client talks to a gateway as one client IP with one credential.
+type Client struct {
+	t     testing.TB
+	Base  string
+	IP    string
+	Token string
+}
+
+// newClient returns a client with a client IP no other test uses, so rate-limit budgets
+// do not leak between tests.
+func newClient(t testing.TB, base, token string) *Client {
+	n := ipCounter.Add(1)
+	return &Client{t: t, Base: base, Token: token, IP: fmt.Sprintf("10.%d.%d.%d", (n>>16)&0xff, (n>>8)&0xff, n&0xff)}
+}
+
+// admin returns a client carrying the stack's admin key.
+func admin(t testing.TB, s *stack.Stack) *Client { return newClient(t, s.URL, s.AdminKey) }
+
+// anon returns a client with no credential.
+func anon(t testing.TB, s *stack.Stack) *Client { return newClient(t, s.URL, "") }
+
+// Response is what came back.
+type Response struct {
+	Status int
+	Header http.Header
+	Body   []byte
+}
+
+// Do sends a request; body may be nil, a string (sent as is) or a value to encode.
+// headers are name, value pairs.
+func (c *Client) Do(method, path string, body any, headers ...string) *Response {
+	c.t.Helper()
+	var r io.Reader
+	switch b := body.(type) {
+	case nil:
+	case string:
+		r = strings.NewReader(b)
+	case []byte:
+		r = bytes.NewReader(b)
+	case io.Reader:
+		r = b
+	default:
+		enc, err := json.Marshal(b)
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		r = bytes.NewReader(enc)
+	}
+	req, err := http.NewRequest(method, c.Base+path, r)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if c.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.Token)
+	}
+	req.Header.Set("X-Forwarded-For", c.IP)
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	resp, err := httpClient.Do(req)
+	if err != nil {
+		c.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return &Response{Status: resp.StatusCode, Header: resp.Header, Body: data}
+}
+
+var httpClient = &http.Client{Timeout: 30 * time.Second}
+
+// Get, Post and Delete are shorthands.
+func (c *Client) Get(path string) *Response { c.t.Helper(); return c.Do(http.MethodGet, path, nil) }
+func (c *Client) Post(path string, body any) *Response {
+	c.t.Helper()
+	return c.Do(http.MethodPost, path, body)
+}
+func (c *Client) Delete(path string, body any) *Response {
+	c.t.Helper()
+	return c.Do(http.MethodDelete, path, body)
+}
+
+// JSON decodes the body as an object.
+func (r *Response) JSON(t testing.TB) map[string]any {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal(r.Body, &m); err != nil {
+		t.Fatalf("body is not a JSON object: %v: %s", err, r.Body)
+	}
+	return m
+}
+
+// Expect fails the test unless the status matches.
+func (r *Response) Expect(t testing.TB, status int) *Response {
+	t.Helper()
+	if r.Status != status {
+		t.Fatalf("status %d, want %d; body: %s", r.Status, status, r.Body)
+	}
+	return r
+}
+
+// ExpectError checks the status and that the body is exactly {"error": msg}.
+func (r *Response) ExpectError(t testing.TB, status int, msg string) {
+	t.Helper()
+	r.Expect(t, status)
+	want, _ := json.Marshal(map[string]string{"error": msg})
+	if string(r.Body) != string(want) {
+		t.Fatalf("body %s, want %s", r.Body, want)
+	}
+}
+
+// ExpectBody checks the exact bytes of the body (field order included).
+func (r *Response) ExpectBody(t testing.TB, want string) {
+	t.Helper()
+	if string(r.Body) != want {
+		t.Fatalf("body\n got  %s\n want %s", r.Body, want)
+	}
+}
+
+// Keys returns the top-level keys of a JSON object body in order.
+func (r *Response) Keys(t testing.TB) []string {
+	t.Helper()
+	dec := json.NewDecoder(bytes.NewReader(r.Body))
+	tok, err := dec.Token()
+	if err != nil || tok != json.Delim('{') {
+		t.Fatalf("body is not a JSON object: %s", r.Body)
+	}
+	var keys []string
+	for dec.More() {
+		k, err := dec.Token()
+		if err != nil {
+			t.Fatal(err)
+		}
+		keys = append(keys, k.(string))
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return keys
+}
+
+// newTenant provisions a hosted tenant through the operator route and returns a client
+// holding its API key.
+func newTenant(t testing.TB, s *stack.Stack) *Client {
+	t.Helper()
+	n := dbCounter.Add(1)
+	resp := admin(t, s).Post("/v1/operator/tenants", map[string]string{"name": fmt.Sprintf("Tenant %d", n), "email": fmt.Sprintf("owner%d@example.com", n)}).Expect(t, 200)
+	key, _ := resp.JSON(t)["api_key"].(string)
+	if key == "" {
+		t.Fatalf("no api_key in %s", resp.Body)
+	}
+	return newClient(t, s.URL, key)
+}

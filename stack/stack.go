@@ -1,0 +1,400 @@
+// Package stack runs the whole Keyhouse stack on one machine: Postgres, Redis and NATS
+// from pkg/localinfra, every service binary (migrated first), and one or more gateways.
+// `make run` uses it with data kept under .keyhouse/; the integration tests use it with a
+// temporary folder. It is the one harness for the stack.
+package stack
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/keyhouse/keyhouse/pkg/localinfra"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+)
+
+// Services lists the service binaries in start order; the gateway comes last.
+var Services = []string{"billing", "licensing", "activations", "releases", "storefront"}
+
+// Options configure Start.
+type Options struct {
+	// Dir holds data, logs and pid files.
+	Dir string
+	// BinDir holds the built binaries (see Build).
+	BinDir string
+	// Env is passed to every process on top of what the stack sets (PORT, MULTI_TENANT,
+	// TRUSTED_PROXIES, ADMIN_RATE_LIMIT_MAX, ...). DATABASE_URL, REDIS_URL or NATS_URL
+	// present here are used instead of starting that dependency.
+	Env map[string]string
+	// Fixed ports (make run); zero picks free ports (tests).
+	PostgresPort, RedisPort, NATSPort, GatewayPort, FirstServicePort int
+	// Output receives the processes' logs; nil writes them to Dir/logs/<name>.log.
+	Output io.Writer
+}
+
+// Stack is a running stack.
+type Stack struct {
+	opts     Options
+	Postgres *localinfra.Postgres
+	Redis    *localinfra.Redis
+	NATS     *localinfra.NATS
+	// URL is the first gateway's base URL.
+	URL string
+	// AdminKey is the admin credential of this stack.
+	AdminKey string
+
+	env      map[string]string
+	mu       sync.Mutex
+	procs    []*Proc
+	gateways []*Proc
+}
+
+// Proc is one running binary.
+type Proc struct {
+	Name string
+	Addr string
+	cmd  *exec.Cmd
+	done chan struct{}
+	err  error
+}
+
+// Start brings the stack up and returns when every gateway answers.
+func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
+	if opts.Dir == "" || opts.BinDir == "" {
+		return nil, errors.New("stack: Dir and BinDir are required")
+	}
+	s := &Stack{opts: opts, env: map[string]string{}}
+	defer func() {
+		if err != nil {
+			s.Stop()
+		}
+	}()
+	for k, v := range opts.Env {
+		s.env[k] = v
+	}
+	s.AdminKey = s.env["ADMIN_API_KEY"]
+	if s.AdminKey == "" {
+		return nil, errors.New("stack: Env must set ADMIN_API_KEY")
+	}
+	if s.env["DATABASE_URL"] == "" {
+		if s.Postgres, err = localinfra.StartPostgres(ctx, filepath.Join(opts.Dir, "postgres"), opts.PostgresPort); err != nil {
+			return nil, err
+		}
+		s.env["DATABASE_URL"] = s.Postgres.URL("keyhouse")
+	}
+	if s.env["REDIS_URL"] == "" {
+		if s.Redis, err = localinfra.StartRedis(ctx, filepath.Join(opts.Dir, "redis"), opts.RedisPort); err != nil {
+			return nil, err
+		}
+		s.env["REDIS_URL"] = s.Redis.URL()
+	}
+	if s.env["NATS_URL"] == "" {
+		if s.NATS, err = localinfra.StartNATS(filepath.Join(opts.Dir, "nats"), opts.NATSPort); err != nil {
+			return nil, err
+		}
+		s.env["NATS_URL"] = s.NATS.URL()
+	}
+	for i, name := range Services {
+		port := 0
+		if opts.FirstServicePort != 0 {
+			port = opts.FirstServicePort + i
+		} else if port, err = localinfra.FreePort(); err != nil {
+			return nil, err
+		}
+		s.env[strings.ToUpper(name)+"_ADDR"] = "127.0.0.1:" + strconv.Itoa(port)
+	}
+	// Migrations are independent per schema, so they run side by side.
+	var wg sync.WaitGroup
+	errs := make([]error, len(Services))
+	for i, name := range Services {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = s.runOnce(ctx, name, "migrate")
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	for _, name := range Services {
+		p, err := s.spawn(name, map[string]string{"GRPC_ADDR": s.env[strings.ToUpper(name)+"_ADDR"]})
+		if err != nil {
+			return nil, err
+		}
+		p.Addr = s.env[strings.ToUpper(name)+"_ADDR"]
+	}
+	for _, p := range s.procs {
+		if err := waitGRPC(ctx, p); err != nil {
+			return nil, err
+		}
+	}
+	url, err := s.StartGateway(ctx, opts.GatewayPort, nil)
+	if err != nil {
+		return nil, err
+	}
+	s.URL = url
+	return s, nil
+}
+
+// Env returns the value of a variable as the processes see it.
+func (s *Stack) Env(name string) string { return s.env[name] }
+
+// StartGateway starts another gateway process (port 0 = a free port) with extra env on
+// top of the stack's, and returns its base URL once it answers.
+func (s *Stack) StartGateway(ctx context.Context, port int, extra map[string]string) (string, error) {
+	var err error
+	if port == 0 {
+		if port, err = localinfra.FreePort(); err != nil {
+			return "", err
+		}
+	}
+	env := map[string]string{"PORT": strconv.Itoa(port)}
+	for k, v := range extra {
+		env[k] = v
+	}
+	p, err := s.spawn("gateway", env)
+	if err != nil {
+		return "", err
+	}
+	p.Addr = "127.0.0.1:" + strconv.Itoa(port)
+	url := "http://" + p.Addr
+	if err := waitHTTP(ctx, p, url+"/"); err != nil {
+		return "", err
+	}
+	s.mu.Lock()
+	s.gateways = append(s.gateways, p)
+	s.mu.Unlock()
+	return url, nil
+}
+
+func (s *Stack) environ(extra map[string]string) []string {
+	env := os.Environ()
+	for k, v := range s.env {
+		env = append(env, k+"="+v)
+	}
+	for k, v := range extra {
+		env = append(env, k+"="+v)
+	}
+	return env
+}
+
+func (s *Stack) output(name string) (io.Writer, func(), error) {
+	if s.opts.Output != nil {
+		return &prefixWriter{prefix: name, w: s.opts.Output}, func() {}, nil
+	}
+	dir := filepath.Join(s.opts.Dir, "logs")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, nil, err
+	}
+	f, err := os.OpenFile(filepath.Join(dir, name+".log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return nil, nil, err
+	}
+	return f, func() { _ = f.Close() }, nil
+}
+
+func (s *Stack) runOnce(ctx context.Context, name string, args ...string) error {
+	out, closeOut, err := s.output(name)
+	if err != nil {
+		return err
+	}
+	defer closeOut()
+	cmd := exec.CommandContext(ctx, filepath.Join(s.opts.BinDir, name), args...)
+	cmd.Env = s.environ(nil)
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("%s %s: %w (see %s)", name, strings.Join(args, " "), err, s.logHint(name))
+	}
+	return nil
+}
+
+func (s *Stack) logHint(name string) string {
+	if s.opts.Output != nil {
+		return "the output above"
+	}
+	return filepath.Join(s.opts.Dir, "logs", name+".log")
+}
+
+func (s *Stack) spawn(name string, extra map[string]string) (*Proc, error) {
+	out, closeOut, err := s.output(name)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(filepath.Join(s.opts.BinDir, name), "serve")
+	cmd.Env = s.environ(extra)
+	cmd.Stdout, cmd.Stderr = out, out
+	// Own process group: a Ctrl-C on the terminal reaches the launcher only, which then
+	// stops the processes in order.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		closeOut()
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	p := &Proc{Name: name, cmd: cmd, done: make(chan struct{})}
+	go func() {
+		p.err = cmd.Wait()
+		closeOut()
+		close(p.done)
+	}()
+	s.mu.Lock()
+	s.procs = append(s.procs, p)
+	s.mu.Unlock()
+	return p, nil
+}
+
+// Exited is closed when the process ends.
+func (p *Proc) Exited() <-chan struct{} { return p.done }
+
+// Stop sends SIGTERM and waits (then SIGKILL after 15 s).
+func (p *Proc) Stop() {
+	select {
+	case <-p.done:
+		return
+	default:
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(15 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+// Stop ends the gateways, then the services, then the dependencies it started.
+func (s *Stack) Stop() {
+	s.mu.Lock()
+	procs := append([]*Proc(nil), s.procs...)
+	s.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, p := range procs {
+		if p.Name == "gateway" {
+			wg.Add(1)
+			go func() { defer wg.Done(); p.Stop() }()
+		}
+	}
+	wg.Wait()
+	for _, p := range procs {
+		if p.Name != "gateway" {
+			wg.Add(1)
+			go func() { defer wg.Done(); p.Stop() }()
+		}
+	}
+	wg.Wait()
+	if s.NATS != nil {
+		s.NATS.Stop()
+	}
+	if s.Redis != nil {
+		_ = s.Redis.Stop()
+	}
+	if s.Postgres != nil {
+		_ = s.Postgres.Stop()
+	}
+}
+
+// Service returns the running process of a service (for tests that stop one).
+func (s *Stack) Service(name string) *Proc {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, p := range s.procs {
+		if p.Name == name {
+			return p
+		}
+	}
+	return nil
+}
+
+// RestartService starts a stopped service again on the same address.
+func (s *Stack) RestartService(ctx context.Context, name string) error {
+	addr := s.env[strings.ToUpper(name)+"_ADDR"]
+	p, err := s.spawn(name, map[string]string{"GRPC_ADDR": addr})
+	if err != nil {
+		return err
+	}
+	p.Addr = addr
+	return waitGRPC(ctx, p)
+}
+
+func waitGRPC(ctx context.Context, p *Proc) error {
+	conn, err := grpc.NewClient(p.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	client := healthpb.NewHealthClient(conn)
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case <-p.done:
+			return fmt.Errorf("%s exited during start: %v", p.Name, p.err)
+		case <-ctx.Done():
+			return ctx.Err()
+		default:
+		}
+		c, cancel := context.WithTimeout(ctx, time.Second)
+		resp, err := client.Check(c, &healthpb.HealthCheckRequest{})
+		cancel()
+		if err == nil && resp.GetStatus() == healthpb.HealthCheckResponse_SERVING {
+			return nil
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return fmt.Errorf("%s did not become healthy on %s", p.Name, p.Addr)
+}
+
+func waitHTTP(ctx context.Context, p *Proc, url string) error {
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case <-p.done:
+			return fmt.Errorf("%s exited during start: %v", p.Name, p.err)
+		case <-ctx.Done():
+			return ctx.Err()
+		default:
+		}
+		resp, err := http.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return fmt.Errorf("%s did not answer on %s", p.Name, url)
+}
+
+type prefixWriter struct {
+	mu     sync.Mutex
+	prefix string
+	w      io.Writer
+	buf    []byte
+}
+
+func (p *prefixWriter) Write(b []byte) (int, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.buf = append(p.buf, b...)
+	for {
+		i := strings.IndexByte(string(p.buf), '\n')
+		if i < 0 {
+			break
+		}
+		fmt.Fprintf(p.w, "%-12s| %s\n", p.prefix, p.buf[:i])
+		p.buf = p.buf[i+1:]
+	}
+	return len(b), nil
+}
