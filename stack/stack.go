@@ -28,6 +28,10 @@ import (
 // Services lists the service binaries in start order; the gateway comes last.
 var Services = []string{"billing", "licensing", "activations", "releases", "storefront"}
 
+// portOffset keeps fixed ports in the order of pkg/config's defaults (9101 licensing …
+// 9105 storefront), so `make run` matches what the binaries assume when run by hand.
+var portOffset = map[string]int{"licensing": 0, "activations": 1, "releases": 2, "billing": 3, "storefront": 4}
+
 // Options configure Start.
 type Options struct {
 	// Dir holds data, logs and pid files.
@@ -106,10 +110,10 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 		}
 		s.env["NATS_URL"] = s.NATS.URL()
 	}
-	for i, name := range Services {
+	for _, name := range Services {
 		port := 0
 		if opts.FirstServicePort != 0 {
-			port = opts.FirstServicePort + i
+			port = opts.FirstServicePort + portOffset[name]
 		} else if port, err = localinfra.FreePort(); err != nil {
 			return nil, err
 		}

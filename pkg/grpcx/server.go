@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"runtime/debug"
+	"strings"
 	"time"
 
 	"github.com/keyhouse/keyhouse/pkg/apierr"
@@ -104,8 +105,12 @@ func logUnary(log *slog.Logger) grpc.UnaryServerInterceptor {
 			code = status.Code(err)
 		}
 		level := slog.LevelInfo
-		if code == codes.Internal || code == codes.Unknown {
+		switch {
+		case code == codes.Internal || code == codes.Unknown:
 			level = slog.LevelError
+		case strings.HasPrefix(info.FullMethod, "/grpc.health.v1."):
+			// Probes call this every few seconds; keep them out of the info stream.
+			level = slog.LevelDebug
 		}
 		log.Log(ctx, level, "rpc", "method", info.FullMethod, "code", code.String(), "duration_ms", time.Since(start).Milliseconds())
 		return resp, err

@@ -72,7 +72,10 @@ var protoPosition = regexp.MustCompile(`^proto:\s*(\(line \d+:\d+\):\s*)?`)
 // cleanDecodeError turns protojson's decode errors ("proto: (line 1:9): invalid value
 // for string field key: 5") into a message that names the field without parser noise.
 func cleanDecodeError(msg string) string {
-	if !strings.HasPrefix(msg, "proto:") {
+	switch {
+	case msg == "unexpected EOF":
+		return "Invalid JSON body: unexpected end of input"
+	case !strings.HasPrefix(msg, "proto:"):
 		return msg
 	}
 	rest := protoPosition.ReplaceAllString(msg, "")

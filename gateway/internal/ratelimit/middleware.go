@@ -1,0 +1,85 @@
+package ratelimit
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"time"
+)
+
+// maxKeyBodyBytes is the most of a body read to find the license key, the API's body limit.
+const maxKeyBodyBytes = 1 << 20
+
+// Middleware limits the requests Classify knows, sets the X-RateLimit headers on all their
+// responses, and answers 429 when a tier refuses; other requests go straight to next.
+// adminMax is ADMIN_RATE_LIMIT_MAX, trusted is TRUSTED_PROXIES.
+func Middleware(l *Limiter, adminMax int, trusted []netip.Prefix, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		route, ok := Classify(r.Method, r.URL.Path, adminMax)
+		if !ok {
+			next.ServeHTTP(w, r)
+			return
+		}
+		res := l.Take(r.Context(), route.Tier, "ip:"+ClientIP(r, trusted).String())
+		if res.Allowed && route.PerLicenseKey {
+			if key := licenseKey(r); key != "" {
+				if perKey := l.Take(r.Context(), ActivationPerKey, "lic:"+key); !perKey.Allowed {
+					res = perKey
+				}
+			}
+		}
+		h := w.Header()
+		h.Set("X-RateLimit-Limit", strconv.Itoa(res.Limit))
+		h.Set("X-RateLimit-Remaining", strconv.Itoa(res.Remaining))
+		h.Set("X-RateLimit-Reset", strconv.FormatInt(res.Reset.Unix(), 10))
+		if !res.Allowed {
+			writeTooManyRequests(w, res.RetryAfter)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// licenseKey returns the "key" string of the JSON body, or "" when there is none, and
+// leaves the body for the next handler exactly as the client sent it.
+func licenseKey(r *http.Request) string {
+	if r.Body == nil || r.Body == http.NoBody {
+		return ""
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxKeyBodyBytes+1))
+	if err != nil || len(body) > maxKeyBodyBytes {
+		// The next handler gets what was read followed by the unread rest, and answers the
+		// read error or the oversized body itself.
+		r.Body = struct {
+			io.Reader
+			io.Closer
+		}{io.MultiReader(bytes.NewReader(body), r.Body), r.Body}
+		return ""
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	// A map, not a struct: encoding/json matches struct fields case-insensitively, and a
+	// "Key" the API ignores must not choose the counter.
+	var fields map[string]json.RawMessage
+	if json.Unmarshal(body, &fields) != nil {
+		return ""
+	}
+	var key string
+	if json.Unmarshal(fields["key"], &key) != nil {
+		return ""
+	}
+	return key
+}
+
+func writeTooManyRequests(w http.ResponseWriter, retryAfter time.Duration) {
+	// Whole seconds rounded up, so a client waiting that long finds the window over.
+	secs := max(1, int64((retryAfter+time.Second-1)/time.Second))
+	w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusTooManyRequests)
+	// api.md fixes the fields and their order.
+	_, _ = fmt.Fprintf(w, `{"error":"Too Many Requests","statusCode":429,"message":"Rate limit exceeded, retry in %d seconds","retryAfter":%d}`, secs, secs)
+}
