@@ -1,0 +1,53 @@
+package edge
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/keyhouse/keyhouse/pkg/apierr"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+func TestErrorHandlerWritesTheStatusAndBodyTheAPIUses(t *testing.T) {
+	cases := []struct {
+		name string
+		err  error
+		code int
+		body string
+	}{
+		{"business refusal", apierr.Forbidden("License is not active"), 403, `{"error":"License is not active"}`},
+		{"bad credential", apierr.Unauthorized, 403, `{"error":"Unauthorized"}`},
+		{"siblings keep their order", apierr.NotFound("License key not found").WithBefore("valid", false), 404, `{"valid":false,"error":"License key not found"}`},
+		{"siblings after error", apierr.Forbidden("Expired").WithBefore("valid", false).WithBefore("reason", "Expired").WithAfter("extra", 1), 403, `{"valid":false,"reason":"Expired","error":"Expired","extra":1}`},
+		{"conflict", apierr.Conflict("A release already exists for this product_id/version/channel/platform"), 409, `{"error":"A release already exists for this product_id/version/channel/platform"}`},
+		{"lost race", apierr.Retry("Concurrent update, retry"), 503, `{"error":"Concurrent update, retry"}`},
+		{"internal never leaks", status.Error(codes.Internal, "pq: relation licenses does not exist"), 500, `{"error":"Internal server error"}`},
+		{"unknown never leaks", errors.New("dial tcp 10.0.0.1:5432"), 500, `{"error":"Internal server error"}`},
+		{"transport failure hides addresses", status.Error(codes.Unavailable, "connection error: desc = dial tcp 127.0.0.1:9101: refused"), 503, `{"error":"Service unavailable, retry"}`},
+		{"service 503 passes", apierr.Unavailable("Licensing service unavailable, retry"), 503, `{"error":"Licensing service unavailable, retry"}`},
+		{"unimplemented is not found", status.Error(codes.Unimplemented, "method X not implemented"), 404, `{"error":"Not found"}`},
+		{"decode error names the field", status.Error(codes.InvalidArgument, "proto: (line 1:9): invalid value for string field key: 5"), 400, `{"error":"Invalid JSON body: invalid value for string field key: 5"}`},
+		{"truncated body", status.Error(codes.InvalidArgument, "unexpected EOF"), 400, `{"error":"Invalid JSON body: unexpected end of input"}`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			w := httptest.NewRecorder()
+			r := httptest.NewRequest(http.MethodPost, "/v1/x", nil)
+			var err error = tc.err
+			if ae, ok := err.(*apierr.Error); ok {
+				err = ae.GRPCStatus().Err()
+			}
+			handleError(context.Background(), nil, nil, w, r, err)
+			if w.Code != tc.code || w.Body.String() != tc.body {
+				t.Fatalf("got %d %s, want %d %s", w.Code, w.Body, tc.code, tc.body)
+			}
+			if ct := w.Header().Get("Content-Type"); ct != "application/json" {
+				t.Fatalf("content type %q", ct)
+			}
+		})
+	}
+}

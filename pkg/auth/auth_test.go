@@ -1,0 +1,94 @@
+package auth_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/keyhouse/keyhouse/pkg/apierr"
+	"github.com/keyhouse/keyhouse/pkg/auth"
+	_ "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/accounts/v1"
+	"google.golang.org/grpc/metadata"
+)
+
+const (
+	tenantMethod   = "/keyhouse.accounts.v1.AccountsService/RotateApiKey"
+	adminMethod    = "/keyhouse.accounts.v1.AccountsService/GetBuildInfo"
+	publicMethod   = "/keyhouse.accounts.v1.AccountsService/Authenticate"
+	internalMethod = "/keyhouse.accounts.v1.AccountsService/GetEntitlements"
+	unknownMethod  = "/keyhouse.accounts.v1.AccountsService/NoSuchMethod"
+	healthMethod   = "/grpc.health.v1.Health/Check"
+)
+
+type tenants map[string]string
+
+func (t tenants) ResolveAPIKey(_ context.Context, key string) (string, error) {
+	if id, ok := t[key]; ok {
+		return id, nil
+	}
+	return "", apierr.Unauthorized
+}
+
+func call(a *auth.Authenticator, method string, md ...string) (auth.Principal, error) {
+	ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs(md...))
+	ctx, err := a.Authenticate(ctx, method)
+	if err != nil {
+		return auth.Principal{}, err
+	}
+	p, _ := auth.FromContext(ctx)
+	return p, nil
+}
+
+func TestAccessLevels(t *testing.T) {
+	self := auth.New(auth.Config{AdminKey: "admin-key"})
+	hosted := auth.New(auth.Config{MultiTenant: true, AdminKey: "admin-key", Tenants: tenants{"tenant-key": "t_1"}})
+	cases := []struct {
+		name   string
+		a      *auth.Authenticator
+		method string
+		md     []string
+		tenant string // "" with ok: no principal needed
+		ok     bool
+	}{
+		{"public needs nothing", hosted, publicMethod, nil, "", true},
+		{"health is public", hosted, healthMethod, nil, "", true},
+		{"a method without an access option is refused", self, unknownMethod, []string{"authorization", "Bearer admin-key"}, "", false},
+		{"self-hosted tenant route takes the admin key", self, tenantMethod, []string{"authorization", "Bearer admin-key"}, auth.SelfHostedTenant, true},
+		{"self-hosted tenant route refuses another key", self, tenantMethod, []string{"authorization", "Bearer tenant-key"}, "", false},
+		{"hosted tenant route takes a tenant key", hosted, tenantMethod, []string{"authorization", "Bearer tenant-key"}, "t_1", true},
+		{"hosted tenant route refuses the admin key", hosted, tenantMethod, []string{"authorization", "Bearer admin-key"}, "", false},
+		{"hosted tenant route refuses an unknown key", hosted, tenantMethod, []string{"authorization", "Bearer nope"}, "", false},
+		{"admin route takes the admin key hosted", hosted, adminMethod, []string{"authorization", "Bearer admin-key"}, "", true},
+		{"admin route refuses a tenant key", hosted, adminMethod, []string{"authorization", "Bearer tenant-key"}, "", false},
+		{"missing header", self, adminMethod, nil, "", false},
+		{"wrong scheme", self, adminMethod, []string{"authorization", "Basic admin-key"}, "", false},
+		{"scheme is case-insensitive", self, adminMethod, []string{"authorization", "bearer admin-key"}, "", true},
+		{"internal takes the admin key and the tenant header", hosted, internalMethod, []string{"authorization", "Bearer admin-key", auth.TenantHeader, "t_9"}, "t_9", true},
+		{"internal refuses a tenant key", hosted, internalMethod, []string{"authorization", "Bearer tenant-key", auth.TenantHeader, "t_9"}, "", false},
+		{"internal self-hosted is the default tenant", self, internalMethod, []string{"authorization", "Bearer admin-key", auth.TenantHeader, "t_9"}, auth.SelfHostedTenant, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := call(tc.a, tc.method, tc.md...)
+			if tc.ok != (err == nil) {
+				t.Fatalf("err = %v, want ok=%v", err, tc.ok)
+			}
+			if err != nil && !errors.Is(err, apierr.Unauthorized) {
+				t.Fatalf("refusal must be Unauthorized, got %v", err)
+			}
+			if p.TenantID != tc.tenant {
+				t.Fatalf("tenant %q, want %q", p.TenantID, tc.tenant)
+			}
+		})
+	}
+}
+
+func TestTenantIDRefusesCallsWithoutATenant(t *testing.T) {
+	if _, err := auth.TenantID(context.Background()); !errors.Is(err, apierr.Unauthorized) {
+		t.Fatalf("got %v", err)
+	}
+	ctx := auth.WithPrincipal(context.Background(), auth.Principal{Admin: true})
+	if _, err := auth.TenantID(ctx); err == nil {
+		t.Fatal("an admin-only principal has no tenant")
+	}
+}

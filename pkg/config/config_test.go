@@ -1,0 +1,70 @@
+package config
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+	"testing"
+)
+
+func env(vars map[string]string) func(string) (string, bool) {
+	return func(k string) (string, bool) { v, ok := vars[k]; return v, ok }
+}
+
+func TestDefaultsFollowTheAddendum(t *testing.T) {
+	c, err := LoadFrom(env(map[string]string{"ADMIN_API_KEY": "k"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Port != 8080 || c.MultiTenant || c.AdminRateLimitMax != 300 || len(c.TrustedProxies) != 0 ||
+		c.PublicBaseURL != "http://localhost:8080" || c.EmailProvider != "log" {
+		t.Fatalf("defaults %+v", c)
+	}
+}
+
+func TestInvalidValuesAreAllReportedAtOnce(t *testing.T) {
+	_, err := LoadFrom(env(map[string]string{
+		"PORT": "http", "MULTI_TENANT": "maybe", "ADMIN_RATE_LIMIT_MAX": "0",
+		"TRUSTED_PROXIES": "10.0.0.0/8, nonsense", "EMAIL_PROVIDER": "smtp",
+	}))
+	if err == nil {
+		t.Fatal("want an error")
+	}
+	for _, name := range []string{"PORT", "MULTI_TENANT", "ADMIN_RATE_LIMIT_MAX", "TRUSTED_PROXIES", "ADMIN_API_KEY", "SMTP_URL"} {
+		if !strings.Contains(err.Error(), name) {
+			t.Errorf("error does not name %s: %v", name, err)
+		}
+	}
+}
+
+func TestTrustedProxiesAcceptCIDRsAndBareAddresses(t *testing.T) {
+	c, err := LoadFrom(env(map[string]string{"ADMIN_API_KEY": "k", "TRUSTED_PROXIES": "10.1.2.3/8, 192.168.0.1 ,::1"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("192.168.0.1/32"), netip.MustParsePrefix("::1/128")}
+	if fmt.Sprint(c.TrustedProxies) != fmt.Sprint(want) {
+		t.Fatalf("got %v, want %v", c.TrustedProxies, want)
+	}
+}
+
+func TestSecretsNeverPrint(t *testing.T) {
+	c, err := LoadFrom(env(map[string]string{
+		"ADMIN_API_KEY": "super-secret-admin", "DATABASE_URL": "postgres://u:dbpass@h/db",
+		"STRIPE_SECRET_KEY": "sk_test_secret", "SMTP_URL": "smtp://u:mailpass@h:25",
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, format := range []string{"%v", "%+v", "%#v", "%s"} {
+		out := fmt.Sprintf(format, c)
+		for _, secret := range []string{"super-secret-admin", "dbpass", "sk_test_secret", "mailpass"} {
+			if strings.Contains(out, secret) {
+				t.Errorf("%s prints %q", format, secret)
+			}
+		}
+	}
+	if c.AdminAPIKey.Reveal() != "super-secret-admin" {
+		t.Fatal("Reveal must return the value")
+	}
+}

@@ -1,0 +1,98 @@
+package pgxx_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"testing/fstest"
+
+	"github.com/keyhouse/keyhouse/pkg/localinfra"
+	"github.com/keyhouse/keyhouse/pkg/pgxx"
+)
+
+func migrationFS(n int) fstest.MapFS {
+	files := fstest.MapFS{}
+	all := []struct{ name, sql string }{
+		{"00001_a.sql", "CREATE TABLE a (id int PRIMARY KEY);"},
+		{"00002_b.sql", "CREATE TABLE b (id int PRIMARY KEY);"},
+		{"00003_c.sql", "ALTER TABLE b ADD COLUMN note text;"},
+	}
+	for _, m := range all[:n] {
+		files[m.name] = &fstest.MapFile{Data: []byte("-- +goose Up\n" + m.sql + "\n")}
+	}
+	return files
+}
+
+func TestServeRefusesASchemaThatIsBehind(t *testing.T) {
+	ctx := context.Background()
+	dir, err := os.MkdirTemp("", "pgxx-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = os.Chmod(dir, 0o755)
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	pg, err := localinfra.StartPostgres(ctx, filepath.Join(dir, "pg"), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = pg.Stop() })
+	url, err := pg.CreateDatabase(ctx, "migrations_test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool, err := pgxx.Open(ctx, url, "svc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+
+	old := pgxx.Migrations{Schema: "svc", FS: migrationFS(2)}
+	// Replicas or a Helm Job may migrate at once: the advisory lock serializes them.
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for i := 0; i < 4; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := old.Up(ctx, pool)
+			errs <- err
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatalf("concurrent migrate: %v", err)
+		}
+	}
+	if err := old.Check(ctx, pool, "svc"); err != nil {
+		t.Fatalf("current schema refused: %v", err)
+	}
+
+	newer := pgxx.Migrations{Schema: "svc", FS: migrationFS(3)}
+	err = newer.Check(ctx, pool, "svc")
+	if !errors.Is(err, pgxx.ErrSchemaBehind) {
+		t.Fatalf("Check on a schema behind the binary = %v, want ErrSchemaBehind", err)
+	}
+	if want := "run `svc migrate` first"; !strings.Contains(err.Error(), want) {
+		t.Fatalf("message %q does not say %q", err, want)
+	}
+	if n, err := newer.Up(ctx, pool); err != nil || n != 1 {
+		t.Fatalf("Up applied %d, %v; want 1", n, err)
+	}
+	if err := newer.Check(ctx, pool, "svc"); err != nil {
+		t.Fatalf("after migrate: %v", err)
+	}
+	// The tables live in the service schema, found through search_path.
+	if _, err := pool.Exec(ctx, "INSERT INTO b (id, note) VALUES (1, 'x')"); err != nil {
+		t.Fatal(err)
+	}
+	var schema string
+	if err := pool.QueryRow(ctx, "SELECT table_schema FROM information_schema.tables WHERE table_name = 'b'").Scan(&schema); err != nil || schema != "svc" {
+		t.Fatalf("table b in schema %q (%v), want svc", schema, err)
+	}
+}

@@ -1,0 +1,92 @@
+package e2e
+
+import (
+	"context"
+	"encoding/hex"
+	"net"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	"google.golang.org/grpc"
+)
+
+// otlpSink is a minimal OTLP/gRPC trace receiver: it records which services sent spans
+// for which trace ids.
+type otlpSink struct {
+	coltracepb.UnimplementedTraceServiceServer
+	mu     sync.Mutex
+	traces map[string]map[string]bool // trace id -> service names
+}
+
+func (s *otlpSink) Export(_ context.Context, req *coltracepb.ExportTraceServiceRequest) (*coltracepb.ExportTraceServiceResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, rs := range req.GetResourceSpans() {
+		service := ""
+		for _, attr := range rs.GetResource().GetAttributes() {
+			if attr.GetKey() == "service.name" {
+				service = attr.GetValue().GetStringValue()
+			}
+		}
+		for _, ss := range rs.GetScopeSpans() {
+			for _, span := range ss.GetSpans() {
+				id := hex.EncodeToString(span.GetTraceId())
+				if s.traces[id] == nil {
+					s.traces[id] = map[string]bool{}
+				}
+				s.traces[id][service] = true
+			}
+		}
+	}
+	return &coltracepb.ExportTraceServiceResponse{}, nil
+}
+
+func (s *otlpSink) services(traceID string) map[string]bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := map[string]bool{}
+	for k := range s.traces[traceID] {
+		out[k] = true
+	}
+	return out
+}
+
+func TestTraceContextPropagatesFromGatewayToServices(t *testing.T) {
+	t.Parallel()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink := &otlpSink{traces: map[string]map[string]bool{}}
+	srv := grpc.NewServer()
+	coltracepb.RegisterTraceServiceServer(srv, sink)
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+
+	s := startStack(t, map[string]string{
+		"MULTI_TENANT":                "true",
+		"OTEL_EXPORTER_OTLP_ENDPOINT": "http://" + lis.Addr().String(),
+		"OTEL_EXPORTER_OTLP_INSECURE": "true",
+		"OTEL_BSP_SCHEDULE_DELAY":     "50",
+	})
+	t.Cleanup(s.Stop)
+
+	const traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
+	admin(t, s).Do(http.MethodPost, "/v1/operator/tenants", map[string]string{"name": "Traced", "email": "t@example.com"},
+		"traceparent", "00-"+traceID+"-00f067aa0ba902b7-01").Expect(t, 200)
+
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		got := sink.services(traceID)
+		if got["keyhouse-gateway"] && got["keyhouse-billing"] {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("spans for trace %s came from %v; want keyhouse-gateway and keyhouse-billing", traceID, got)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
