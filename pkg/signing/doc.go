@@ -25,8 +25,9 @@
 //     the caller holds would produce signatures nobody can reproduce. (JSON decoding and
 //     PostgreSQL text both guarantee valid UTF-8, so this does not happen in practice.)
 //   - Numbers are written as ECMAScript Number::prototype.toString does: shortest
-//     round-trip digits, integers without ".0", plain notation for 1e-7 < |x| < 1e21,
-//     otherwise exponent form such as "1e+21" or "1.5e-7"; -0 is "0". NaN and ±Inf are
+//     round-trip digits, integers without ".0", plain notation for 1e-6 <= |x| < 1e21
+//     ("0.000001", "100000000000000000000"), otherwise exponent form ("1e+21",
+//     "9.5e-7", "1.5e-7"); -0 is "0". NaN and ±Inf are
 //     refused (JSON.stringify would write null). Go integer types are accepted only within
 //     ±(2^53-1) (Number.MAX_SAFE_INTEGER), because beyond that a JavaScript verifier cannot
 //     hold the value and would re-serialize different digits.

@@ -34,11 +34,21 @@ var (
 //
 // A Keyring does not reveal its secrets when printed, logged or JSON-encoded: fmt (every
 // verb, including %+v and %#v), slog and encoding/json all get a summary with the key id;
-// the material lives behind a pointer, so even reflection-based printing of a struct that
-// holds a Keyring in an unexported field shows only an address. MarshalKeyring is the only
-// way to get the secrets out. Copying a Keyring value shares the (immutable) material.
+// the material is reachable only through a closure, which fmt and other reflection-based
+// printers show as a bare address, so even printing a struct that holds a Keyring in an
+// unexported field (where fmt cannot call the methods above and, for verbs such as %s or
+// %q, dereferences plain pointers) reveals nothing. MarshalKeyring is the only way to get
+// the secrets out. Copying a Keyring value shares the (immutable) material.
 type Keyring struct {
-	m *material
+	secrets func() *material
+}
+
+// mat returns the material, nil for a zero Keyring.
+func (k Keyring) mat() *material {
+	if k.secrets == nil {
+		return nil
+	}
+	return k.secrets()
 }
 
 type material struct {
@@ -117,13 +127,14 @@ func NewKeyringFrom(priv *rsa.PrivateKey, hmacSecret, aesKey []byte) (*Keyring, 
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidKeyring, err)
 	}
-	return &Keyring{m: &material{
+	m := &material{
 		priv:   priv,
 		hmac:   bytes.Clone(hmacSecret),
 		aes:    bytes.Clone(aesKey),
 		kid:    kid,
 		pubPEM: pubPEM,
-	}}, nil
+	}
+	return &Keyring{secrets: func() *material { return m }}, nil
 }
 
 // ParseKeyring reads the JSON document described at keyringDoc (unknown fields are
@@ -164,8 +175,8 @@ func ParseKeyring(data []byte) (*Keyring, error) {
 	if err != nil {
 		return nil, err
 	}
-	if doc.KeyID != "" && doc.KeyID != k.m.kid {
-		return nil, fmt.Errorf("%w: key_id %q does not match the RSA key (%s)", ErrInvalidKeyring, doc.KeyID, k.m.kid)
+	if doc.KeyID != "" && doc.KeyID != k.KeyID() {
+		return nil, fmt.Errorf("%w: key_id %q does not match the RSA key (%s)", ErrInvalidKeyring, doc.KeyID, k.KeyID())
 	}
 	return k, nil
 }
@@ -173,68 +184,75 @@ func ParseKeyring(data []byte) (*Keyring, error) {
 // MarshalKeyring writes k as the document ParseKeyring reads, secrets included. It is the
 // only function that exposes key material.
 func MarshalKeyring(k *Keyring) ([]byte, error) {
-	if k == nil || k.m == nil {
+	if k == nil || k.mat() == nil {
 		return nil, ErrEmptyKeyring
 	}
-	privPEM, err := PrivateKeyPEM(k.m.priv)
+	m := k.mat()
+	privPEM, err := PrivateKeyPEM(m.priv)
 	if err != nil {
 		return nil, err
 	}
 	return json.MarshalIndent(keyringDoc{
 		Version:       KeyringVersion,
-		KeyID:         k.m.kid,
+		KeyID:         m.kid,
 		RSAPrivateKey: privPEM,
-		HMACSecret:    base64.StdEncoding.EncodeToString(k.m.hmac),
-		AESKey:        base64.StdEncoding.EncodeToString(k.m.aes),
+		HMACSecret:    base64.StdEncoding.EncodeToString(m.hmac),
+		AESKey:        base64.StdEncoding.EncodeToString(m.aes),
 	}, "", "  ")
 }
 
 // KeyID is the RSA public key's id (see the KeyID function); "" for a zero Keyring.
 func (k Keyring) KeyID() string {
-	if k.m == nil {
+	m := k.mat()
+	if m == nil {
 		return ""
 	}
-	return k.m.kid
+	return m.kid
 }
 
 // RSABits is the RSA modulus size; 0 for a zero Keyring.
 func (k Keyring) RSABits() int {
-	if k.m == nil {
+	m := k.mat()
+	if m == nil {
 		return 0
 	}
-	return k.m.priv.N.BitLen()
+	return m.priv.N.BitLen()
 }
 
 // PublicKey returns the RSA public key (nil for a zero Keyring).
 func (k Keyring) PublicKey() *rsa.PublicKey {
-	if k.m == nil {
+	m := k.mat()
+	if m == nil {
 		return nil
 	}
-	return &k.m.priv.PublicKey
+	return &m.priv.PublicKey
 }
 
 // PublicKeyPEM returns the SPKI PEM served by GET /v1/public-key ("" for a zero Keyring).
 func (k Keyring) PublicKeyPEM() string {
-	if k.m == nil {
+	m := k.mat()
+	if m == nil {
 		return ""
 	}
-	return k.m.pubPEM
+	return m.pubPEM
 }
 
 // SignRSA signs payload (see SignRSA).
 func (k Keyring) SignRSA(payload []byte) (string, error) {
-	if k.m == nil {
+	m := k.mat()
+	if m == nil {
 		return "", ErrEmptyKeyring
 	}
-	return SignRSA(k.m.priv, payload)
+	return SignRSA(m.priv, payload)
 }
 
 // VerifyRSA verifies a signature made by SignRSA with this keyring's key.
 func (k Keyring) VerifyRSA(payload []byte, sigB64 string) error {
-	if k.m == nil {
+	m := k.mat()
+	if m == nil {
 		return ErrEmptyKeyring
 	}
-	return VerifyRSA(&k.m.priv.PublicKey, payload, sigB64)
+	return VerifyRSA(&m.priv.PublicKey, payload, sigB64)
 }
 
 // SignJSON marshals v canonically and RSA-signs the result, returning both.
@@ -250,54 +268,60 @@ func (k Keyring) SignJSON(v any) (payload []byte, sigB64 string, err error) {
 
 // SignHMAC returns the hex HMAC-SHA256 of payload (see SignHMAC); "" for a zero Keyring.
 func (k Keyring) SignHMAC(payload []byte) string {
-	if k.m == nil {
+	m := k.mat()
+	if m == nil {
 		return ""
 	}
-	return SignHMAC(k.m.hmac, payload)
+	return SignHMAC(m.hmac, payload)
 }
 
 // VerifyHMAC checks a hex HMAC (see VerifyHMAC); false for a zero Keyring.
 func (k Keyring) VerifyHMAC(payload []byte, sigHex string) bool {
-	if k.m == nil {
+	m := k.mat()
+	if m == nil {
 		return false
 	}
-	return VerifyHMAC(k.m.hmac, payload, sigHex)
+	return VerifyHMAC(m.hmac, payload, sigHex)
 }
 
 // HMACJSON marshals v canonically and returns the bytes with their hex HMAC.
 func (k Keyring) HMACJSON(v any) (payload []byte, sigHex string, err error) {
-	if k.m == nil {
+	m := k.mat()
+	if m == nil {
 		return nil, "", ErrEmptyKeyring
 	}
 	if payload, err = Marshal(v); err != nil {
 		return nil, "", err
 	}
-	return payload, SignHMAC(k.m.hmac, payload), nil
+	return payload, SignHMAC(m.hmac, payload), nil
 }
 
 // Seal encrypts plaintext with the AES key (see Seal).
 func (k Keyring) Seal(plaintext []byte) ([]byte, error) {
-	if k.m == nil {
+	m := k.mat()
+	if m == nil {
 		return nil, ErrEmptyKeyring
 	}
-	return Seal(k.m.aes, plaintext)
+	return Seal(m.aes, plaintext)
 }
 
 // Open decrypts a Seal blob (see Open for the errors).
 func (k Keyring) Open(blob []byte) ([]byte, error) {
-	if k.m == nil {
+	m := k.mat()
+	if m == nil {
 		return nil, ErrEmptyKeyring
 	}
-	return Open(k.m.aes, blob)
+	return Open(m.aes, blob)
 }
 
 // String is a summary without secrets, e.g.
 // "signing.Keyring{key_id: 3f1c0e5b9a7d2c44, rsa_bits: 2048, secrets: redacted}".
 func (k Keyring) String() string {
-	if k.m == nil {
+	m := k.mat()
+	if m == nil {
 		return "signing.Keyring{empty}"
 	}
-	return fmt.Sprintf("signing.Keyring{key_id: %s, rsa_bits: %d, secrets: redacted}", k.m.kid, k.RSABits())
+	return fmt.Sprintf("signing.Keyring{key_id: %s, rsa_bits: %d, secrets: redacted}", m.kid, k.RSABits())
 }
 
 // GoString is String, so %#v does not dump fields.
@@ -314,11 +338,12 @@ func (k Keyring) Format(f fmt.State, verb rune) {
 
 // LogValue gives slog the key id and size only.
 func (k Keyring) LogValue() slog.Value {
-	if k.m == nil {
+	m := k.mat()
+	if m == nil {
 		return slog.StringValue("empty")
 	}
 	return slog.GroupValue(
-		slog.String("key_id", k.m.kid),
+		slog.String("key_id", m.kid),
 		slog.Int("rsa_bits", k.RSABits()),
 		slog.String("secrets", "redacted"),
 	)

@@ -75,8 +75,10 @@ func SignRSA(priv *rsa.PrivateKey, payload []byte) (string, error) {
 	return base64.StdEncoding.EncodeToString(sig), nil
 }
 
-// VerifyRSA checks a SignRSA signature (standard padded base64) over payload. Any failure,
-// including malformed base64, is ErrBadSignature; a key below MinRSABits is ErrKeyTooSmall.
+// VerifyRSA checks a SignRSA signature (standard padded base64; line breaks \r and \n are
+// ignored, as in wrapped `openssl base64` output, any other deviation is refused) over
+// payload. Any failure, including malformed base64, is ErrBadSignature; a key below
+// MinRSABits is ErrKeyTooSmall.
 func VerifyRSA(pub *rsa.PublicKey, payload []byte, sigB64 string) error {
 	if err := checkPub(pub); err != nil {
 		return err
