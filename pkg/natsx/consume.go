@@ -156,19 +156,21 @@ type consumer struct {
 	handle Handler
 	log    *slog.Logger
 
-	// mu is held for the whole of each handler call. The callbacks of one subscription
-	// run one after another, so it costs nothing, and stop takes it to wait for the call
-	// in progress and to make later callbacks nak instead of starting work.
+	// stopping makes every callback that starts after shutdown began nak its message
+	// instead of starting work. mu is held for the whole of each handler call (callbacks
+	// of one subscription run one after another, so it costs nothing): stop takes it to
+	// wait for the call in progress, even when draining gives up.
+	stopping atomic.Bool
 	mu       sync.Mutex
-	stopping bool
 
 	erroring atomic.Bool // a consume error was logged and no message has succeeded since
 }
 
 // stop drains the subscription: in-flight work finishes, buffered messages are nak'ed.
 func (c *consumer) stop(cc jetstream.ConsumeContext) {
-	c.mu.Lock()
-	c.stopping = true
+	c.stopping.Store(true)
+	c.log.Debug("consumer draining")
+	c.mu.Lock() // waits for the handler call in progress
 	c.mu.Unlock()
 	cc.Drain()
 	select {
@@ -191,7 +193,7 @@ func (c *consumer) onError(_ jetstream.ConsumeContext, err error) {
 func (c *consumer) onMessage(msg jetstream.Msg) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.stopping {
+	if c.stopping.Load() {
 		_ = msg.Nak()
 		return
 	}

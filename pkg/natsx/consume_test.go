@@ -26,6 +26,9 @@ func publish(t *testing.T, js jetstream.JetStream, subject, msgID string) {
 func consumerInfo(t *testing.T, js jetstream.JetStream, stream, durable string) *jetstream.ConsumerInfo {
 	t.Helper()
 	c, err := js.Consumer(context.Background(), stream, durable)
+	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return nil // Consume has not created it yet
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,7 +42,7 @@ func consumerInfo(t *testing.T, js jetstream.JetStream, stream, durable string) 
 // settled reports a consumer with nothing pending and nothing awaiting an ack or a
 // redelivery: every message reached a final outcome (ack or term).
 func settled(info *jetstream.ConsumerInfo, streamSeq uint64) bool {
-	return info.NumPending == 0 && info.NumAckPending == 0 && info.AckFloor.Stream == streamSeq
+	return info != nil && info.NumPending == 0 && info.NumAckPending == 0 && info.AckFloor.Stream == streamSeq
 }
 
 // deliveries records, per message, the NumDelivered of each handler call.
@@ -167,20 +170,27 @@ func TestConsumerStopsRetryingAtMaxDeliver(t *testing.T) {
 	}
 }
 
-func TestConsumerShutdownFinishesTheMessageInHand(t *testing.T) {
+func TestConsumerShutdownFinishesTheMessageInHandAndStartsNoOther(t *testing.T) {
 	t.Parallel()
 	_, js := connect(t, testNATS.URL(), nil)
 	stream, prefix := newStream(t, js)
-	log, _ := newLog(t)
+	log, rec := newLog(t)
 
 	started := make(chan struct{})
 	release := make(chan struct{})
-	var finished, ctxAlive atomic.Bool
+	var (
+		d                  deliveries
+		calls              atomic.Int32
+		finished, ctxAlive atomic.Bool
+	)
 	handle := func(ctx context.Context, msg jetstream.Msg) error {
-		close(started)
-		<-release
-		ctxAlive.Store(ctx.Err() == nil)
-		finished.Store(true)
+		d.add(msg)
+		if calls.Add(1) == 1 {
+			close(started)
+			<-release
+			ctxAlive.Store(ctx.Err() == nil)
+			finished.Store(true)
+		}
 		return nil
 	}
 	cfg := jetstream.ConsumerConfig{Durable: "slow", FilterSubject: prefix + ".>"}
@@ -191,23 +201,40 @@ func TestConsumerShutdownFinishesTheMessageInHand(t *testing.T) {
 		}
 		return err
 	})
-	publish(t, js, prefix+".ev", "slow-1")
+	for i := 1; i <= 3; i++ {
+		publish(t, js, prefix+".ev", fmt.Sprintf("slow-%d", i))
+	}
 	select {
 	case <-started:
 	case <-time.After(10 * time.Second):
 		t.Fatal("handler never started")
 	}
-	// Release the handler only a little after the cancel, so an early return shows.
-	go func() {
-		time.Sleep(100 * time.Millisecond)
-		close(release)
-	}()
-	stop()
+	stopped := make(chan struct{})
+	go func() { stop(); close(stopped) }()
+	// Release the first handler only once shutdown has begun, so that an early return,
+	// a canceled handler context or a second message started during the drain all show.
+	eventually(t, 10*time.Second, "consumer draining", func() bool { return rec.count("consumer draining") == 1 })
+	close(release)
+	<-stopped
+
 	if !ctxAlive.Load() {
 		t.Error("handler context was canceled by shutdown")
 	}
-	if info := consumerInfo(t, js, stream, "slow"); !settled(info, 1) {
-		t.Errorf("message not acked at shutdown: pending %d, ack pending %d", info.NumPending, info.NumAckPending)
+	if n := calls.Load(); n != 1 {
+		t.Errorf("%d handler calls during shutdown, want only the one in hand", n)
+	}
+	if info := consumerInfo(t, js, stream, "slow"); info.AckFloor.Stream < 1 {
+		t.Errorf("message in hand not acked at shutdown (ack floor %d)", info.AckFloor.Stream)
+	}
+	// What was not started is not lost: the next replica gets it.
+	background(t, func(ctx context.Context) error { return Consume(ctx, js, stream, cfg, handle, log) })
+	eventually(t, 10*time.Second, "the rest consumed by a new consumer", func() bool {
+		return settled(consumerInfo(t, js, stream, "slow"), 3)
+	})
+	for i := 1; i <= 3; i++ {
+		if got := d.of(fmt.Sprintf("slow-%d", i)); len(got) != 1 {
+			t.Errorf("slow-%d handled %d times, want once", i, len(got))
+		}
 	}
 }
 
@@ -265,15 +292,16 @@ func TestConnectWaitsForNATSToComeUp(t *testing.T) {
 	}
 	url := fmt.Sprintf("nats://127.0.0.1:%d", port)
 
+	log, rec := newLog(t)
+
 	// Nobody there and a short ctx: Connect gives up with the ctx error.
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
-	if _, _, err := Connect(ctx, url, "test", nil); !errors.Is(err, context.DeadlineExceeded) {
+	if _, _, err := Connect(ctx, url, "test", log); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Connect to nothing = %v, want deadline exceeded", err)
 	}
 
 	// A server that starts while Connect waits: Connect returns a working JetStream.
-	log, rec := newLog(t)
 	type result struct {
 		nc  *nats.Conn
 		js  jetstream.JetStream
@@ -286,7 +314,7 @@ func TestConnectWaitsForNATSToComeUp(t *testing.T) {
 		nc, js, err := Connect(ctx2, url, "test", log)
 		got <- result{nc, js, err}
 	}()
-	eventually(t, 10*time.Second, "Connect reports it is waiting", func() bool { return rec.count("nats not reachable yet, waiting") == 1 })
+	eventually(t, 10*time.Second, "Connect reports it is waiting", func() bool { return rec.count("nats not reachable yet, waiting") == 2 })
 	srv, err := localinfra.StartNATS(filepath.Join(testBase, uniqueName(t)), port)
 	if err != nil {
 		t.Fatal(err)

@@ -309,15 +309,18 @@ func TestTwoRelaysDeliverEachMessageExactlyOnce(t *testing.T) {
 	}
 	enqueue(t, pool, msgs...)
 
-	// Force the overlap: relay A holds its first batch's row locks, unmarked, until relay
-	// B has published a batch of its own. Without SKIP LOCKED, B would block behind A (and
-	// this test time out); without row locks, B would re-send A's rows.
+	// Force the overlap: relay A claims and publishes its first batch, then holds the row
+	// locks, unmarked, until relay B (started only now) has published a batch of its own.
+	// Without SKIP LOCKED, B would block behind A (and A give up here); without row
+	// locks, B would re-send A's rows.
+	aHolding := make(chan struct{})
 	bPublished := make(chan struct{})
 	var bOnce, aOnce sync.Once
 	a := NewRelay(openPool(t, url), js, log, WithBatchSize(5))
 	a.beforeMark = func() error {
 		var err error
 		aOnce.Do(func() {
+			close(aHolding)
 			select {
 			case <-bPublished:
 			case <-time.After(10 * time.Second):
@@ -330,9 +333,12 @@ func TestTwoRelaysDeliverEachMessageExactlyOnce(t *testing.T) {
 	b := NewRelay(openPool(t, url), js, log, WithBatchSize(5))
 	b.beforeMark = func() error { bOnce.Do(func() { close(bPublished) }); return nil }
 	background(t, a.Run)
+	select {
+	case <-aHolding:
+	case <-time.After(10 * time.Second):
+		t.Fatal("relay A never published a batch")
+	}
 	background(t, b.Run)
-	a.Notify()
-	b.Notify()
 
 	eventually(t, 30*time.Second, "all rows sent", func() bool { return countRows(t, pool, "sent_at IS NULL") == 0 })
 	seen := pc.snapshot(t)
