@@ -49,7 +49,7 @@ lint: ## gofmt and go vet
 	go vet $(PKGS)
 
 $(PROTO_TOOLS): tools/go.mod tools/go.sum
-	cd tools && go build -o ../$(TOOLS_DIR)/ github.com/bufbuild/buf/cmd/buf \
+	cd tools && GOWORK=off go build -o ../$(TOOLS_DIR)/ github.com/bufbuild/buf/cmd/buf \
 	  google.golang.org/protobuf/cmd/protoc-gen-go google.golang.org/grpc/cmd/protoc-gen-go-grpc \
 	  github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-grpc-gateway
 

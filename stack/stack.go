@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -63,6 +64,7 @@ type Stack struct {
 	mu       sync.Mutex
 	procs    []*Proc
 	gateways []*Proc
+	exited   chan *Proc
 }
 
 // Proc is one running binary.
@@ -72,14 +74,22 @@ type Proc struct {
 	cmd  *exec.Cmd
 	done chan struct{}
 	err  error
+	// stopping marks an exit we asked for, as opposed to a crash.
+	stopping atomic.Bool
 }
+
+// Err is the process's exit error, once it has exited.
+func (p *Proc) Err() error { return p.err }
+
+// Crashed delivers each process that exits without having been told to stop.
+func (s *Stack) Crashed() <-chan *Proc { return s.exited }
 
 // Start brings the stack up and returns when every gateway answers.
 func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 	if opts.Dir == "" || opts.BinDir == "" {
 		return nil, errors.New("stack: Dir and BinDir are required")
 	}
-	s := &Stack{opts: opts, env: map[string]string{}}
+	s := &Stack{opts: opts, env: map[string]string{}, exited: make(chan *Proc, 64)}
 	defer func() {
 		if err != nil {
 			s.Stop()
@@ -225,6 +235,11 @@ func (s *Stack) runOnce(ctx context.Context, name string, args ...string) error 
 	return nil
 }
 
+// LogPath is where the process name writes its log when Options.Output is nil.
+func (s *Stack) LogPath(name string) string {
+	return filepath.Join(s.opts.Dir, "logs", name+".log")
+}
+
 func (s *Stack) logHint(name string) string {
 	if s.opts.Output != nil {
 		return "the output above"
@@ -252,6 +267,12 @@ func (s *Stack) spawn(name string, extra map[string]string) (*Proc, error) {
 		p.err = cmd.Wait()
 		closeOut()
 		close(p.done)
+		if !p.stopping.Load() {
+			select {
+			case s.exited <- p:
+			default:
+			}
+		}
 	}()
 	s.mu.Lock()
 	s.procs = append(s.procs, p)
@@ -269,6 +290,7 @@ func (p *Proc) Stop() {
 		return
 	default:
 	}
+	p.stopping.Store(true)
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-p.done:

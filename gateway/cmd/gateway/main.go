@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/keyhouse/keyhouse/gateway/internal/edge"
+	"github.com/keyhouse/keyhouse/gateway/internal/ratelimit"
 	"github.com/keyhouse/keyhouse/pkg/buildinfo"
 	"github.com/keyhouse/keyhouse/pkg/config"
 	"github.com/keyhouse/keyhouse/pkg/grpcx"
@@ -52,6 +53,9 @@ func run(ctx context.Context) error {
 	if err != nil {
 		return errors.New("config: REDIS_URL is not a valid redis:// URL")
 	}
+	// Per-call deadlines must hold for a Redis that accepts connections but stops answering
+	// (see ratelimit.New).
+	redisOpts.ContextTimeoutEnabled = true
 	rdb := redis.NewClient(redisOpts)
 	defer rdb.Close()
 
@@ -74,9 +78,13 @@ func run(ctx context.Context) error {
 		*c.dst = conn
 	}
 
+	limiter := ratelimit.New(rdb, log)
 	handler, err := edge.New(ctx, edge.Options{
 		Log:   log,
 		Conns: conns,
+		RateLimit: func(next http.Handler) http.Handler {
+			return ratelimit.Middleware(limiter, cfg.AdminRateLimitMax, cfg.TrustedProxies, next)
+		},
 	})
 	if err != nil {
 		return err

@@ -14,8 +14,9 @@ import (
 )
 
 const (
-	// redisTimeout bounds each Redis round trip, so a sick Redis costs a request at most this.
-	redisTimeout = 100 * time.Millisecond
+	// defaultRedisTimeout bounds each Redis round trip, so a sick Redis costs a request at
+	// most this.
+	defaultRedisTimeout = 100 * time.Millisecond
 	// redisCooldown is how long Redis is skipped after a failure before one request probes it.
 	redisCooldown = time.Second
 	// keyExpirySlack keeps a counter alive a little past its window, so replicas whose
@@ -44,9 +45,10 @@ type Result struct {
 // Limiter counts requests in fixed windows, in Redis when it answers and in process
 // otherwise (see the package doc). It is safe for concurrent use.
 type Limiter struct {
-	redis *redis.Client
-	log   *slog.Logger
-	now   func() time.Time
+	redis        *redis.Client
+	redisTimeout time.Duration
+	log          *slog.Logger
+	now          func() time.Time
 
 	breaker   breaker
 	overLimit windowTable
@@ -63,11 +65,12 @@ func New(client *redis.Client, log *slog.Logger) *Limiter {
 			"read_timeout", client.Options().ReadTimeout)
 	}
 	return &Limiter{
-		redis:     client,
-		log:       log,
-		now:       time.Now,
-		breaker:   breaker{cooldown: redisCooldown},
-		overLimit: windowTable{maxKeys: overLimitCacheSize},
+		redis:        client,
+		redisTimeout: defaultRedisTimeout,
+		log:          log,
+		now:          time.Now,
+		breaker:      breaker{cooldown: redisCooldown},
+		overLimit:    windowTable{maxKeys: overLimitCacheSize},
 	}
 }
 
@@ -108,7 +111,7 @@ func (l *Limiter) count(ctx context.Context, key string, reset, now time.Time) i
 
 func (l *Limiter) incrRedis(ctx context.Context, key string, ttl time.Duration) (int64, error) {
 	// A client hanging up must not look like a Redis failure, so only the deadline is ours.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), redisTimeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.redisTimeout)
 	defer cancel()
 	pipe := l.redis.Pipeline()
 	incr := pipe.IncrBy(ctx, key, 1)

@@ -72,9 +72,13 @@ func run(ctx context.Context) error {
 		mode = "hosted (MULTI_TENANT=true)"
 	}
 	fmt.Printf("\nKeyhouse is running (%s).\n  URL:       http://localhost:%d\n  Admin key: %s\n  Try:       curl http://localhost:%d/\nPress Ctrl-C to stop.\n\n", mode, port, adminKey, port)
-	<-ctx.Done()
-	fmt.Println("\nStopping Keyhouse ...")
-	return nil
+	select {
+	case <-ctx.Done():
+		fmt.Println("\nStopping Keyhouse ...")
+		return nil
+	case p := <-s.Crashed():
+		return fmt.Errorf("%s exited unexpectedly (%v); stopping the stack", p.Name, p.Err())
+	}
 }
 
 // adminKey returns ADMIN_API_KEY when set, else the key generated on the first run.
