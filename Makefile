@@ -68,6 +68,22 @@ proto-check: proto ## Fail when the committed generated code differs from a fres
 migrate: build ## Apply every service's migrations to DATABASE_URL
 	@for s in billing licensing activations releases storefront; do $(BIN_DIR)/$$s migrate || exit 1; done
 
+# Helm, pinned in deploy/tools/go.mod (its own module, outside go.work). The ldflags are
+# those of Helm's release builds: without the Kubernetes version, helm template assumes 1.20.
+HELM := $(TOOLS_DIR)/helm
+$(HELM): deploy/tools/go.mod deploy/tools/go.sum
+	cd deploy/tools && helm=$$(awk '$$1=="helm.sh/helm/v3"{print $$2}' go.mod) && \
+	  k8s=$$(awk '$$1=="k8s.io/client-go"{split($$2, v, "."); print v[2]}' go.mod) && \
+	  GOWORK=off go build -trimpath -o ../../$(HELM) -ldflags "-s -w \
+	    -X helm.sh/helm/v3/internal/version.version=$$helm \
+	    -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=$$k8s \
+	    -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=$$k8s" \
+	    helm.sh/helm/v3/cmd/helm
+
+.PHONY: deploy-check
+deploy-check: $(HELM) ## Lint and render the Helm chart, validate docker-compose.yml (offline)
+	HELM=$(HELM) deploy/check.sh
+
 .PHONY: clean
 clean: ## Stop nothing, delete .keyhouse/ (local data, binaries, tools)
 	rm -rf $(KH_DIR)

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Offline checks of the deployment artifacts (make deploy-check): helm lint and helm
+# template of deploy/helm/keyhouse with the default (self-hosted) values and the hosted
+# example, a count of what each renders, and docker-compose config -q on
+# docker-compose.yml. Needs HELM (the pinned binary the Makefile builds); installs Debian's
+# docker-compose when it is missing and we are root, and skips that step otherwise.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+HELM=${HELM:?set HELM to the helm binary}
+CHART=deploy/helm/keyhouse
+HOSTED=deploy/helm/examples/values-hosted.yaml
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+
+fail() { echo "deploy-check: $*" >&2; exit 1; }
+
+# count KIND FILE: how many documents of that kind a rendering holds.
+count() { grep -c "^kind: $1\$" "$2" || true; }
+
+# expect FILE KIND N: fail unless the rendering has exactly N of KIND.
+expect() {
+	local n
+	n=$(count "$2" "$1")
+	[ "$n" = "$3" ] || fail "$(basename "$1"): want $3 $2, rendered $n"
+}
+
+echo "== helm $("$HELM" version --template '{{.Version}}')"
+"$HELM" lint --strict "$CHART"
+"$HELM" lint --strict "$CHART" -f "$HOSTED"
+
+"$HELM" template keyhouse "$CHART" --namespace keyhouse >"$out/default.yaml"
+"$HELM" template keyhouse "$CHART" --namespace keyhouse -f "$HOSTED" >"$out/hosted.yaml"
+# The oldest Kubernetes the chart supports (native gRPC probes).
+"$HELM" template keyhouse "$CHART" --kube-version 1.27.0 >/dev/null
+
+# Six components (five services and the gateway), each a Deployment, Service and PDB;
+# one migration Job; HPAs, the Ingress and the signing-key mount only where enabled.
+for f in "$out/default.yaml" "$out/hosted.yaml"; do
+	expect "$f" Deployment 6
+	expect "$f" Service 6
+	expect "$f" PodDisruptionBudget 6
+	expect "$f" Job 1
+	expect "$f" ConfigMap 1
+	[ "$(grep -c '^ *grpc:$' "$f")" = 15 ] || fail "$(basename "$f"): want 3 gRPC probes on each of 5 services"
+	grep -q 'readOnlyRootFilesystem: true' "$f" || fail "$(basename "$f"): root file system not read-only"
+	grep -q 'runAsNonRoot: true' "$f" || fail "$(basename "$f"): pods may run as root"
+done
+expect "$out/default.yaml" HorizontalPodAutoscaler 0
+expect "$out/default.yaml" Ingress 0
+expect "$out/hosted.yaml" HorizontalPodAutoscaler 6
+expect "$out/hosted.yaml" Ingress 1
+grep -q 'SIGNING_KEYS_FILE' "$out/default.yaml" && fail "default.yaml: SIGNING_KEYS_FILE set without a keyring"
+grep -q 'SIGNING_KEYS_FILE' "$out/hosted.yaml" || fail "hosted.yaml: SIGNING_KEYS_FILE missing"
+for f in "$out/default.yaml" "$out/hosted.yaml"; do
+	printf '%-12s' "$(basename "$f" .yaml):"
+	for k in Deployment Service HorizontalPodAutoscaler PodDisruptionBudget Job Ingress ConfigMap Secret ServiceAccount; do
+		printf ' %s=%s' "$k" "$(count "$k" "$f")"
+	done
+	echo
+done
+
+if ! command -v docker-compose >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+	echo "installing docker-compose (Debian) to validate docker-compose.yml"
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker-compose >/dev/null 2>&1 ||
+		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker-compose >/dev/null; }
+fi
+if command -v docker-compose >/dev/null 2>&1; then
+	# ADMIN_API_KEY is mandatory in the compose file; any value validates.
+	ADMIN_API_KEY=deploy-check docker-compose -f docker-compose.yml config -q
+	echo "docker-compose.yml: valid ($(docker-compose version --short))"
+	if env -u ADMIN_API_KEY docker-compose -f docker-compose.yml config -q >/dev/null 2>&1; then
+		fail "docker-compose.yml accepts a missing ADMIN_API_KEY"
+	fi
+else
+	echo "docker-compose not installed (and not root): docker-compose.yml not validated"
+fi
+echo "deploy-check: ok"

@@ -1,0 +1,126 @@
+{{/* Names and labels. */}}
+{{- define "keyhouse.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "keyhouse.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* "<fullname>-<component>", e.g. keyhouse-licensing. Takes (list $ "licensing"). */}}
+{{- define "keyhouse.componentName" -}}
+{{- printf "%s-%s" (include "keyhouse.fullname" (index . 0)) (index . 1) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "keyhouse.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "keyhouse.labels" -}}
+helm.sh/chart: {{ include "keyhouse.chart" . }}
+{{ include "keyhouse.selectorLabels" . }}
+app.kubernetes.io/version: {{ include "keyhouse.imageTag" . | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: keyhouse
+{{- end -}}
+
+{{- define "keyhouse.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "keyhouse.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{/* Labels of one component. Takes (list $ "licensing"). */}}
+{{- define "keyhouse.componentLabels" -}}
+{{ include "keyhouse.labels" (index . 0) }}
+app.kubernetes.io/component: {{ index . 1 }}
+{{- end -}}
+
+{{- define "keyhouse.componentSelectorLabels" -}}
+{{ include "keyhouse.selectorLabels" (index . 0) }}
+app.kubernetes.io/component: {{ index . 1 }}
+{{- end -}}
+
+{{- define "keyhouse.imageTag" -}}
+{{- default .Chart.AppVersion .Values.image.tag -}}
+{{- end -}}
+
+{{- define "keyhouse.image" -}}
+{{- printf "%s:%s" .Values.image.repository (include "keyhouse.imageTag" .) -}}
+{{- end -}}
+
+{{- define "keyhouse.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "keyhouse.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The Secret every pod reads its secret variables from. */}}
+{{- define "keyhouse.secretName" -}}
+{{- default (include "keyhouse.fullname" .) .Values.secrets.existingSecret -}}
+{{- end -}}
+
+{{/* The Secret holding the signing keyring, "" when none is configured. */}}
+{{- define "keyhouse.signingSecretName" -}}
+{{- if .Values.signingKeys.existingSecret -}}
+{{- .Values.signingKeys.existingSecret -}}
+{{- else if .Values.signingKeys.keyring -}}
+{{- printf "%s-signing" (include "keyhouse.fullname" .) -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+A component's settings: .Values.defaults overridden by the component's own block. Keys
+present in the component block win (false, 0 and null included, unlike mergeOverwrite);
+where both sides hold a map, their keys are merged one level deep. Takes
+(list $.Values.defaults $own) and returns YAML (use fromYaml).
+*/}}
+{{- define "keyhouse.merge" -}}
+{{- $defaults := index . 0 -}}
+{{- $own := index . 1 | default dict -}}
+{{- $out := dict -}}
+{{- range $k, $v := $defaults -}}
+{{- $_ := set $out $k $v -}}
+{{- end -}}
+{{- range $k, $v := $own -}}
+{{- $base := get $out $k -}}
+{{- if and (kindIs "map" $v) (kindIs "map" $base) -}}
+{{- $m := dict -}}
+{{- range $k2, $v2 := $base -}}
+{{- $_ := set $m $k2 $v2 -}}
+{{- end -}}
+{{- range $k2, $v2 := $v -}}
+{{- $_ := set $m $k2 $v2 -}}
+{{- end -}}
+{{- $_ := set $out $k $m -}}
+{{- else -}}
+{{- $_ := set $out $k $v -}}
+{{- end -}}
+{{- end -}}
+{{- toYaml $out -}}
+{{- end -}}
+
+{{/*
+Every component as a list of {name, kind (grpc|http), port, c (merged settings)}: the
+services in name order, then the gateway. Returns YAML: (fromYaml ...).items.
+*/}}
+{{- define "keyhouse.components" -}}
+{{- $items := list -}}
+{{- range $name, $own := .Values.services -}}
+{{- $c := fromYaml (include "keyhouse.merge" (list $.Values.defaults $own)) -}}
+{{- $items = append $items (dict "name" $name "kind" "grpc" "port" (int $own.port) "c" $c) -}}
+{{- end -}}
+{{- $gw := fromYaml (include "keyhouse.merge" (list .Values.defaults .Values.gateway)) -}}
+{{- $items = append $items (dict "name" "gateway" "kind" "http" "port" (int .Values.gateway.port) "c" $gw) -}}
+{{- toYaml (dict "items" $items) -}}
+{{- end -}}
