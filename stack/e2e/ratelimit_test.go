@@ -182,3 +182,33 @@ func redisHasKeys(t *testing.T, url string) bool {
 	n, err := rdb.DBSize(context.Background()).Result()
 	return err == nil && n > 0
 }
+
+// The per-license-key Activation tier (20 / 15 min) counts activate-license and
+// deactivate-license together by the body's key, whatever client IP sends them; other keys
+// keep their own budget.
+func TestActivationPerLicenseKeyTier(t *testing.T) {
+	t.Parallel()
+	s := selfHosted(t)
+	issue := func() string {
+		r := admin(t, s).Post("/v1/issue-license", map[string]any{
+			"tier": "pro", "product_id": "ratelimit-per-key", "issued_to": "rl@example.com", "max_activations": 100,
+		}).Expect(t, http.StatusOK)
+		return r.JSON(t)["key"].(string)
+	}
+	key, other := issue(), issue()
+	for i := 0; i < 15; i++ {
+		r := anon(t, s).Post("/v1/activate-license", map[string]any{"key": key, "instance_id": "host-" + strconv.Itoa(i)})
+		r.Expect(t, http.StatusOK)
+		expectRateHeaders(t, r, 300, 299)
+	}
+	for i := 0; i < 5; i++ {
+		anon(t, s).Post("/v1/deactivate-license", map[string]any{"key": key, "token": "not-a-token"}).Expect(t, http.StatusOK)
+	}
+	// A fresh client IP with its whole Activation budget is still refused for this key, and
+	// the headers describe the per-key limiter.
+	r := anon(t, s).Post("/v1/activate-license", map[string]any{"key": key, "instance_id": "one-too-many"})
+	expect429(t, r)
+	expectRateHeaders(t, r, 20, 0)
+	anon(t, s).Post("/v1/deactivate-license", map[string]any{"key": key, "token": "not-a-token"}).Expect(t, http.StatusTooManyRequests)
+	anon(t, s).Post("/v1/activate-license", map[string]any{"key": other, "instance_id": "host-0"}).Expect(t, http.StatusOK)
+}

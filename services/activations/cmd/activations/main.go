@@ -1,11 +1,17 @@
-// Command activations serves the activations service over gRPC.
+// Command activations serves seats, activation tokens and usage metering over gRPC.
 package main
 
 import (
 	"context"
+	"sync"
 
 	"github.com/keyhouse/keyhouse/pkg/app"
 	"github.com/keyhouse/keyhouse/pkg/config"
+	"github.com/keyhouse/keyhouse/pkg/natsx"
+	licensingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1"
+	"github.com/keyhouse/keyhouse/services/activations/internal/purge"
+	"github.com/keyhouse/keyhouse/services/activations/internal/server"
+	"github.com/keyhouse/keyhouse/services/activations/internal/store"
 	"github.com/keyhouse/keyhouse/services/activations/migrations"
 )
 
@@ -15,6 +21,32 @@ func main() {
 		Addr:       func(c *config.Config) string { return c.ActivationsAddr },
 		Migrations: migrations.FS,
 		Register: func(ctx context.Context, d *app.Deps) error {
+			conn, err := d.Dial(d.Config.LicensingAddr)
+			if err != nil {
+				return err
+			}
+			st := store.New(d.DB)
+			licenses := server.RemoteLicenses{
+				Client:   licensingv1.NewLicensingInternalServiceClient(conn),
+				AdminKey: d.Config.AdminAPIKey.Reveal(),
+			}
+			server.Register(d.Server.GRPC, server.New(st, licenses))
+
+			nc, js, err := natsx.Connect(ctx, d.Config.NATSURL, "activations", d.Log)
+			if err != nil {
+				return err
+			}
+			var wg sync.WaitGroup
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := purge.Run(ctx, js, st, d.Log); err != nil {
+					d.Log.Error("license.deleted consumer stopped", "error", err.Error())
+				}
+			}()
+			// Closers run in reverse: the consumer finishes its message before NATS closes.
+			d.OnClose(nc.Close)
+			d.OnClose(wg.Wait)
 			return nil
 		},
 	})

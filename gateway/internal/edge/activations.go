@@ -1,0 +1,69 @@
+package edge
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	activationsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/activations/v1"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
+)
+
+// registerActivations wires the activations service: the http.yaml routes, plus
+// validate-license as a plain handler, because addendum §6 wants 200 {"valid": false}
+// even for a body grpc-gateway's decoder would turn into a 400 (malformed JSON, a key
+// that is not a string, a body that is not an object).
+func registerActivations(ctx context.Context, mux *runtime.ServeMux, conn *grpc.ClientConn) error {
+	client := activationsv1.NewActivationsServiceClient(conn)
+	if err := activationsv1.RegisterActivationsServiceHandlerClient(ctx, mux, client); err != nil {
+		return err
+	}
+	return mux.HandlePath(http.MethodPost, "/v1/validate-license", validateLicense(mux, client))
+}
+
+func validateLicense(mux *runtime.ServeMux, client activationsv1.ActivationsServiceClient) runtime.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request, _ map[string]string) {
+		_, out := runtime.MarshalerForRequest(mux, r)
+		ctx, err := runtime.AnnotateContext(r.Context(), mux, r,
+			activationsv1.ActivationsService_ValidateLicense_FullMethodName,
+			runtime.WithHTTPPathPattern("/v1/validate-license"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, out, w, r, err)
+			return
+		}
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			// Only the 1 MiB cap (413) or a broken connection end up here.
+			runtime.HTTPError(ctx, mux, out, w, r, err)
+			return
+		}
+		var resp proto.Message = &activationsv1.ValidateLicenseResponse{Valid: false}
+		if req := lenientValidateRequest(body); req != nil {
+			if resp, err = client.ValidateLicense(ctx, req); err != nil {
+				runtime.HTTPError(ctx, mux, out, w, r, err)
+				return
+			}
+		}
+		runtime.ForwardResponseMessage(ctx, mux, out, w, r, resp)
+	}
+}
+
+// lenientValidateRequest reads key and instance_id from a JSON object, or returns nil
+// when the body cannot name a license and an instance (then the answer is valid false).
+func lenientValidateRequest(body []byte) *activationsv1.ValidateLicenseRequest {
+	var fields map[string]json.RawMessage
+	if json.Unmarshal(body, &fields) != nil {
+		return nil
+	}
+	var key, instance string
+	if json.Unmarshal(fields["key"], &key) != nil || json.Unmarshal(fields["instance_id"], &instance) != nil {
+		return nil
+	}
+	if key == "" || instance == "" {
+		return nil
+	}
+	return &activationsv1.ValidateLicenseRequest{Key: key, InstanceId: instance}
+}

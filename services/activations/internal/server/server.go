@@ -1,0 +1,521 @@
+// Package server holds the activations service's gRPC handlers and the rules of seats,
+// tokens and usage metering (api.md: Activation, activate-license … recent-activations).
+package server
+
+import (
+	"context"
+	cryptorand "crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"errors"
+	"math"
+	mathrand "math/rand/v2"
+	"sort"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/keyhouse/keyhouse/pkg/apierr"
+	"github.com/keyhouse/keyhouse/pkg/auth"
+	activationsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/activations/v1"
+	licensingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1"
+	"github.com/keyhouse/keyhouse/services/activations/internal/store"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+)
+
+// Store is the SQL the handlers need (store.Store; fakes in unit tests).
+type Store interface {
+	Activate(ctx context.Context, tenant, key, instance string, tokenHash []byte, maxSeats *int32) (bool, error)
+	DeactivateByToken(ctx context.Context, tenant, key string, tokenHash []byte) (bool, error)
+	DeactivateInstance(ctx context.Context, tenant, key, instance string) (bool, error)
+	HasSeat(ctx context.Context, tenant, key, instance string) (bool, error)
+	Reissue(ctx context.Context, tenant, key, instance string, tokenHash []byte) (bool, error)
+	ReadUsage(ctx context.Context, tenant, key string, tokenHash []byte, metric string) (store.UsageState, error)
+	SwapUsage(ctx context.Context, tenant, key, metric string, prev store.UsageState, used int64) (bool, error)
+	Usage(ctx context.Context, tenant, key string) (map[string]int64, error)
+	ResetUsage(ctx context.Context, tenant, key string, metric *string) (map[string]int64, error)
+	Seats(ctx context.Context, tenant, key string) ([]store.Seat, error)
+	Recent(ctx context.Context, tenant string, limit int) ([]store.Seat, error)
+	CountSeats(ctx context.Context, tenant string) (int, error)
+	Summaries(ctx context.Context, tenant string, keys []string) (map[string]*store.Summary, error)
+}
+
+// Messages of api.md's Errors table and addendum §6, verbatim.
+var (
+	errLicenseNotFound = apierr.NotFound("License key not found")
+	errNotActive       = apierr.Forbidden("License is not active")
+	errHasExpired      = apierr.Forbidden("License has expired")
+	// track-usage words it differently from activate-license; both are api.md's.
+	errIsExpired    = apierr.Forbidden("License is expired")
+	errCapReached   = apierr.Forbidden("Activation limit exceeded for this license key")
+	errBadToken     = apierr.Forbidden("Invalid activation token")
+	errNoSeat       = apierr.NotFound("No activation found for that key and instance_id")
+	errUsageRace    = apierr.Retry("Usage was changed by a concurrent update; please retry")
+	errMissingToken = apierr.Invalid("token is required")
+)
+
+// AllowedMetrics is api.md's allowlist of limit keys, the only metric names.
+var AllowedMetrics = map[string]bool{
+	"users": true, "seats": true, "admins": true, "projects": true, "environments": true,
+	"tenants": true, "api_calls_per_day": true, "rate_limit_rps": true,
+	"concurrent_sessions": true, "features": true,
+}
+
+const (
+	maxFieldLen = 256
+	// maxIncrement keeps every total exact in a JSON number (2^53 - 1).
+	maxIncrement = 1<<53 - 1
+	// casAttempts: track-usage retries a lost compare-and-swap this often before it
+	// answers 503, so light contention never reaches the client.
+	casAttempts         = 3
+	defaultRecentLimit  = 50
+	maxRecentLimit      = 1000
+	maxSummaryKeys      = 1000
+	defaultStatsRecent  = 10
+	tokenPrefix         = "act_"
+	tokenRandomBytesLen = 32
+)
+
+// Server implements ActivationsService and ActivationsInternalService.
+type Server struct {
+	activationsv1.UnimplementedActivationsServiceServer
+	activationsv1.UnimplementedActivationsInternalServiceServer
+	store    Store
+	licenses Licenses
+	now      func() time.Time
+}
+
+// New returns a Server.
+func New(s Store, l Licenses) *Server {
+	return &Server{store: s, licenses: l, now: time.Now}
+}
+
+// Register adds both services to g.
+func Register(g *grpc.Server, s *Server) {
+	activationsv1.RegisterActivationsServiceServer(g, s)
+	activationsv1.RegisterActivationsInternalServiceServer(g, s)
+}
+
+// newToken returns a fresh activation token and the hash that is stored instead of it.
+func newToken() (string, []byte) {
+	b := make([]byte, tokenRandomBytesLen)
+	if _, err := cryptorand.Read(b); err != nil {
+		panic(err)
+	}
+	tok := tokenPrefix + base64.RawURLEncoding.EncodeToString(b)
+	return tok, hashToken(tok)
+}
+
+// hashToken is how tokens are stored and looked up: SHA-256. A token carries 256 random
+// bits, so a fast unsalted hash is enough, and the lookup is an index probe on the hash
+// (the comparison happens on hashes, so its timing says nothing about the token).
+func hashToken(tok string) []byte {
+	sum := sha256.Sum256([]byte(tok))
+	return sum[:]
+}
+
+func checkField(name, v string) error {
+	if v == "" {
+		return apierr.Invalid("%s is required", name)
+	}
+	if utf8.RuneCountInString(v) > maxFieldLen || !utf8.ValidString(v) {
+		return apierr.Invalid("%s must be at most %d characters", name, maxFieldLen)
+	}
+	return nil
+}
+
+// usable refuses a revoked or expired license with the given expiry wording.
+func (s *Server) usable(l *licensingv1.License, expired *apierr.Error) error {
+	if l.GetStatus() != "active" {
+		return errNotActive
+	}
+	if s.expired(l) {
+		return expired
+	}
+	return nil
+}
+
+func (s *Server) expired(l *licensingv1.License) bool {
+	return l.GetExpiresAt() != nil && !s.now().Before(l.GetExpiresAt().AsTime())
+}
+
+// ActivateLicense creates the seat key + instance_id, or reports it exists.
+func (s *Server) ActivateLicense(ctx context.Context, req *activationsv1.ActivateLicenseRequest) (*activationsv1.ActivateLicenseResponse, error) {
+	if err := checkField("key", req.GetKey()); err != nil {
+		return nil, err
+	}
+	if err := checkField("instance_id", req.GetInstanceId()); err != nil {
+		return nil, err
+	}
+	l, err := s.licenses.Get(ctx, "", req.GetKey())
+	if err != nil {
+		return nil, err
+	}
+	if err := s.usable(l, errHasExpired); err != nil {
+		return nil, err
+	}
+	var maxSeats *int32
+	if m := l.GetMaxActivations(); m != nil {
+		maxSeats = proto.Int32(m.GetValue())
+	}
+	tok, hash := newToken()
+	already, err := s.store.Activate(ctx, l.GetTenantId(), l.GetKey(), req.GetInstanceId(), hash, maxSeats)
+	switch {
+	case errors.Is(err, store.ErrCapReached):
+		return nil, errCapReached
+	case errors.Is(err, store.ErrLicenseDeleted):
+		return nil, errLicenseNotFound
+	case err != nil:
+		return nil, err
+	case already:
+		return &activationsv1.ActivateLicenseResponse{Activated: true, AlreadyActivated: proto.Bool(true)}, nil
+	}
+	return &activationsv1.ActivateLicenseResponse{Activated: true, Token: proto.String(tok)}, nil
+}
+
+// DeactivateLicense frees the seat the token belongs to. Only the token is a credential:
+// a token that matches no seat of this key is deactivated false, not an error.
+func (s *Server) DeactivateLicense(ctx context.Context, req *activationsv1.DeactivateLicenseRequest) (*activationsv1.DeactivateLicenseResponse, error) {
+	if err := checkField("key", req.GetKey()); err != nil {
+		return nil, err
+	}
+	if req.GetToken() == "" {
+		return nil, errMissingToken
+	}
+	l, err := s.licenses.Get(ctx, "", req.GetKey())
+	if errors.Is(err, errLicenseNotFound) {
+		return &activationsv1.DeactivateLicenseResponse{Deactivated: false}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	ok, err := s.store.DeactivateByToken(ctx, l.GetTenantId(), l.GetKey(), hashToken(req.GetToken()))
+	if err != nil {
+		return nil, err
+	}
+	return &activationsv1.DeactivateLicenseResponse{Deactivated: ok}, nil
+}
+
+// ValidateLicense answers valid only for an active, unexpired license with a seat for the
+// instance. Whatever it cannot validate is valid false; only an outage is an error.
+func (s *Server) ValidateLicense(ctx context.Context, req *activationsv1.ValidateLicenseRequest) (*activationsv1.ValidateLicenseResponse, error) {
+	invalid := &activationsv1.ValidateLicenseResponse{Valid: false}
+	if checkField("key", req.GetKey()) != nil || checkField("instance_id", req.GetInstanceId()) != nil {
+		return invalid, nil
+	}
+	l, err := s.licenses.Get(ctx, "", req.GetKey())
+	if errors.Is(err, errLicenseNotFound) {
+		return invalid, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if s.usable(l, errHasExpired) != nil {
+		return invalid, nil
+	}
+	ok, err := s.store.HasSeat(ctx, l.GetTenantId(), l.GetKey(), req.GetInstanceId())
+	if err != nil {
+		return nil, err
+	}
+	return &activationsv1.ValidateLicenseResponse{Valid: ok}, nil
+}
+
+// limitOf returns the license's limit for metric, if it has a numeric one.
+func limitOf(l *licensingv1.License, metric string) (float64, bool) {
+	v, ok := l.GetLimits().GetFields()[metric]
+	if !ok {
+		return 0, false
+	}
+	n, ok := v.GetKind().(*structpb.Value_NumberValue)
+	if !ok {
+		return 0, false
+	}
+	return n.NumberValue, true
+}
+
+// TrackUsage adds increment to the metric's running total. The total is read and then
+// written with a compare-and-swap on its version, so two concurrent calls cannot both
+// pass the limit check on the same total: the loser retries a few times and then answers
+// 503. An increment is applied once or not at all, and the limit is never passed.
+func (s *Server) TrackUsage(ctx context.Context, req *activationsv1.TrackUsageRequest) (*activationsv1.TrackUsageResponse, error) {
+	if err := checkField("key", req.GetKey()); err != nil {
+		return nil, err
+	}
+	if req.GetToken() == "" {
+		return nil, errMissingToken
+	}
+	metric := req.GetMetric()
+	if metric == "" {
+		return nil, apierr.Invalid("metric is required")
+	}
+	inc := 1.0
+	if req.Increment != nil {
+		inc = req.GetIncrement()
+		if inc < 1 || inc > maxIncrement || inc != math.Trunc(inc) {
+			return nil, apierr.Invalid("increment must be a positive integer")
+		}
+	}
+	l, err := s.licenses.Get(ctx, "", req.GetKey())
+	if err != nil {
+		return nil, err
+	}
+	if err := s.usable(l, errIsExpired); err != nil {
+		return nil, err
+	}
+	tenant, key, hash := l.GetTenantId(), l.GetKey(), hashToken(req.GetToken())
+	limit, limited := limitOf(l, metric)
+	for attempt := 1; ; attempt++ {
+		st, err := s.store.ReadUsage(ctx, tenant, key, hash, metric)
+		if err != nil {
+			return nil, err
+		}
+		if !st.SeatOK {
+			return nil, errBadToken
+		}
+		if !AllowedMetrics[metric] || !limited {
+			return nil, apierr.Forbidden("Metric not allowed: %s", metric)
+		}
+		used := float64(st.Used) + inc
+		if used > limit || used > maxIncrement {
+			return nil, apierr.Forbidden("Usage limit exceeded for metric: %s", metric)
+		}
+		ok, err := s.store.SwapUsage(ctx, tenant, key, metric, st, int64(used))
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			return &activationsv1.TrackUsageResponse{Ok: true, Metric: metric, Usage: used}, nil
+		}
+		if attempt >= casAttempts {
+			return nil, errUsageRace
+		}
+		// Jitter so the losers of one race do not meet again in the next.
+		time.Sleep(time.Duration(mathrand.IntN(2000*attempt)) * time.Microsecond)
+	}
+}
+
+// UsageReport is a live snapshot of every limit key of the license.
+func (s *Server) UsageReport(ctx context.Context, req *activationsv1.UsageReportRequest) (*activationsv1.UsageReportResponse, error) {
+	if err := checkField("key", req.GetKey()); err != nil {
+		return nil, err
+	}
+	l, err := s.licenses.Get(ctx, "", req.GetKey())
+	if err != nil {
+		return nil, err
+	}
+	usage, err := s.store.Usage(ctx, l.GetTenantId(), l.GetKey())
+	if err != nil {
+		return nil, err
+	}
+	return &activationsv1.UsageReportResponse{
+		Valid:     s.usable(l, errHasExpired) == nil,
+		Status:    l.GetStatus(),
+		ExpiresAt: l.GetExpiresAt(),
+		Metrics:   reportMetrics(l, usage),
+	}, nil
+}
+
+// reportMetrics lists every limit key, sorted, with remaining = max(0, limit - used) and
+// exceeded = used > limit (addendum §7).
+func reportMetrics(l *licensingv1.License, usage map[string]int64) []*activationsv1.UsageMetric {
+	names := make([]string, 0, len(l.GetLimits().GetFields()))
+	for name := range l.GetLimits().GetFields() {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	out := make([]*activationsv1.UsageMetric, 0, len(names))
+	for _, name := range names {
+		limit, _ := limitOf(l, name)
+		used := float64(usage[name])
+		out = append(out, &activationsv1.UsageMetric{
+			Metric: name, Used: used, Limit: limit, Remaining: math.Max(0, limit-used), Exceeded: used > limit,
+		})
+	}
+	return out
+}
+
+// tenantLicense resolves the caller's tenant and its license key (another tenant's key is
+// not found).
+func (s *Server) tenantLicense(ctx context.Context, key string) (*licensingv1.License, error) {
+	tenant, err := auth.TenantID(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkField("key", key); err != nil {
+		return nil, err
+	}
+	l, err := s.licenses.Get(ctx, tenant, key)
+	if err != nil {
+		return nil, err
+	}
+	if l.GetTenantId() != tenant {
+		return nil, errLicenseNotFound
+	}
+	return l, nil
+}
+
+// ReissueToken gives an existing seat a new token; the old one stops working at once.
+func (s *Server) ReissueToken(ctx context.Context, req *activationsv1.ReissueTokenRequest) (*activationsv1.ReissueTokenResponse, error) {
+	l, err := s.tenantLicense(ctx, req.GetKey())
+	if err != nil {
+		return nil, err
+	}
+	if err := checkField("instance_id", req.GetInstanceId()); err != nil {
+		return nil, err
+	}
+	tok, hash := newToken()
+	ok, err := s.store.Reissue(ctx, l.GetTenantId(), l.GetKey(), req.GetInstanceId(), hash)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, errNoSeat
+	}
+	return &activationsv1.ReissueTokenResponse{Reissued: true, Token: tok}, nil
+}
+
+// DeactivateByInstanceId is the administrator's way to free a seat without its token.
+func (s *Server) DeactivateByInstanceId(ctx context.Context, req *activationsv1.DeactivateByInstanceIdRequest) (*activationsv1.DeactivateByInstanceIdResponse, error) {
+	l, err := s.tenantLicense(ctx, req.GetKey())
+	if err != nil {
+		return nil, err
+	}
+	if err := checkField("instance_id", req.GetInstanceId()); err != nil {
+		return nil, err
+	}
+	ok, err := s.store.DeactivateInstance(ctx, l.GetTenantId(), l.GetKey(), req.GetInstanceId())
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, errNoSeat
+	}
+	return &activationsv1.DeactivateByInstanceIdResponse{Deactivated: true}, nil
+}
+
+// ResetUsage zeroes one metric or clears them all.
+func (s *Server) ResetUsage(ctx context.Context, req *activationsv1.ResetUsageRequest) (*activationsv1.ResetUsageResponse, error) {
+	l, err := s.tenantLicense(ctx, req.GetKey())
+	if err != nil {
+		return nil, err
+	}
+	if req.Metric != nil && !AllowedMetrics[req.GetMetric()] {
+		return nil, apierr.Invalid("metric must be one of the allowed limit keys: %s", strings.Join(sortedAllowed(), ", "))
+	}
+	usage, err := s.store.ResetUsage(ctx, l.GetTenantId(), l.GetKey(), req.Metric)
+	if err != nil {
+		return nil, err
+	}
+	return &activationsv1.ResetUsageResponse{Key: l.GetKey(), Usage: toDoubles(usage)}, nil
+}
+
+func sortedAllowed() []string {
+	out := make([]string, 0, len(AllowedMetrics))
+	for m := range AllowedMetrics {
+		out = append(out, m)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func toDoubles(m map[string]int64) map[string]float64 {
+	out := make(map[string]float64, len(m))
+	for k, v := range m {
+		out[k] = float64(v)
+	}
+	return out
+}
+
+// ListActivations lists a license's seats, oldest first.
+func (s *Server) ListActivations(ctx context.Context, req *activationsv1.ListActivationsRequest) (*activationsv1.ListActivationsResponse, error) {
+	l, err := s.tenantLicense(ctx, req.GetKey())
+	if err != nil {
+		return nil, err
+	}
+	seats, err := s.store.Seats(ctx, l.GetTenantId(), l.GetKey())
+	if err != nil {
+		return nil, err
+	}
+	out := &activationsv1.ListActivationsResponse{Key: l.GetKey(), Activations: []*activationsv1.Activation{}}
+	for _, st := range seats {
+		out.Activations = append(out.Activations, &activationsv1.Activation{InstanceId: st.InstanceID, ActivatedAt: timestamppb.New(st.ActivatedAt)})
+	}
+	return out, nil
+}
+
+// RecentActivations lists the tenant's newest seats.
+func (s *Server) RecentActivations(ctx context.Context, req *activationsv1.RecentActivationsRequest) (*activationsv1.RecentActivationsResponse, error) {
+	tenant, err := auth.TenantID(ctx)
+	if err != nil {
+		return nil, err
+	}
+	limit := defaultRecentLimit
+	if req.Limit != nil {
+		if req.GetLimit() < 1 || req.GetLimit() > maxRecentLimit {
+			return nil, apierr.Invalid("limit must be an integer between 1 and %d", maxRecentLimit)
+		}
+		limit = int(req.GetLimit())
+	}
+	seats, err := s.store.Recent(ctx, tenant, limit)
+	if err != nil {
+		return nil, err
+	}
+	return &activationsv1.RecentActivationsResponse{Activations: recentOf(seats)}, nil
+}
+
+func recentOf(seats []store.Seat) []*activationsv1.RecentActivation {
+	out := make([]*activationsv1.RecentActivation, 0, len(seats))
+	for _, st := range seats {
+		out = append(out, &activationsv1.RecentActivation{Key: st.Key, InstanceId: st.InstanceID, ActivatedAt: timestamppb.New(st.ActivatedAt)})
+	}
+	return out
+}
+
+// GetSeatSummaries gives licensing the seat count and usage of up to 1000 of the
+// caller's license keys.
+func (s *Server) GetSeatSummaries(ctx context.Context, req *activationsv1.GetSeatSummariesRequest) (*activationsv1.GetSeatSummariesResponse, error) {
+	tenant, err := auth.TenantID(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if len(req.GetKeys()) > maxSummaryKeys {
+		return nil, apierr.Invalid("keys: at most %d per call", maxSummaryKeys)
+	}
+	out := &activationsv1.GetSeatSummariesResponse{Summaries: map[string]*activationsv1.SeatSummary{}}
+	if len(req.GetKeys()) == 0 {
+		return out, nil
+	}
+	sums, err := s.store.Summaries(ctx, tenant, req.GetKeys())
+	if err != nil {
+		return nil, err
+	}
+	for k, sum := range sums {
+		out.Summaries[k] = &activationsv1.SeatSummary{ActivationsCount: int32(sum.Seats), Usage: toDoubles(sum.Usage)}
+	}
+	return out, nil
+}
+
+// GetActivationStats gives licensing's admin/stats the tenant's seat total and newest seats.
+func (s *Server) GetActivationStats(ctx context.Context, req *activationsv1.GetActivationStatsRequest) (*activationsv1.GetActivationStatsResponse, error) {
+	tenant, err := auth.TenantID(ctx)
+	if err != nil {
+		return nil, err
+	}
+	limit := int(req.GetRecentLimit())
+	if limit <= 0 {
+		limit = defaultStatsRecent
+	}
+	limit = min(limit, maxRecentLimit)
+	n, err := s.store.CountSeats(ctx, tenant)
+	if err != nil {
+		return nil, err
+	}
+	seats, err := s.store.Recent(ctx, tenant, limit)
+	if err != nil {
+		return nil, err
+	}
+	return &activationsv1.GetActivationStatsResponse{TotalActivations: int32(n), Recent: recentOf(seats)}, nil
+}

@@ -1,0 +1,266 @@
+// Package store is the activations schema's SQL: seats, usage totals, and the record of
+// purged licenses. Every method takes the tenant explicitly and every query is scoped by it.
+package store
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/keyhouse/keyhouse/pkg/pgxx"
+)
+
+// Store reads and writes the activations schema.
+type Store struct{ db *pgxpool.Pool }
+
+// New returns a Store on db (search_path = activations).
+func New(db *pgxpool.Pool) *Store { return &Store{db: db} }
+
+var (
+	// ErrCapReached: the license already has max_activations seats.
+	ErrCapReached = errors.New("activation limit reached")
+	// ErrLicenseDeleted: the license's deletion was already processed here.
+	ErrLicenseDeleted = errors.New("license deleted")
+)
+
+// lockLicense serializes, across every replica, the transactions that change the set of
+// seats of one license: activations (count then insert) and the purge on deletion. The
+// two-int form of the advisory lock lives in a different key space from the one-bigint
+// form goose uses for migrations; the class id keeps it apart from any other two-int user.
+// A hash collision between two licenses only makes them wait for each other.
+func lockLicense(ctx context.Context, tx pgx.Tx, tenant, key string) error {
+	_, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(1263488, hashtext($1 || E'\x1f' || $2))`, tenant, key)
+	return err
+}
+
+// Activate creates the seat (tenant, key, instance) holding tokenHash, unless it exists
+// (already true, nothing changes) or the license has maxSeats seats (ErrCapReached);
+// maxSeats nil means unlimited. The count and the insert run under the license's lock, so
+// concurrent activations on any number of replicas never exceed the cap.
+func (s *Store) Activate(ctx context.Context, tenant, key, instance string, tokenHash []byte, maxSeats *int32) (already bool, err error) {
+	err = pgxx.InTx(ctx, s.db, func(tx pgx.Tx) error {
+		if err := lockLicense(ctx, tx, tenant, key); err != nil {
+			return err
+		}
+		var deleted, exists bool
+		var n int
+		err := tx.QueryRow(ctx, `SELECT
+			EXISTS (SELECT 1 FROM deleted_licenses WHERE tenant_id = $1 AND license_key = $2),
+			EXISTS (SELECT 1 FROM seats WHERE tenant_id = $1 AND license_key = $2 AND instance_id = $3),
+			(SELECT count(*) FROM seats WHERE tenant_id = $1 AND license_key = $2)`,
+			tenant, key, instance).Scan(&deleted, &exists, &n)
+		switch {
+		case err != nil:
+			return err
+		case deleted:
+			return ErrLicenseDeleted
+		case exists:
+			already = true
+			return nil
+		case maxSeats != nil && n >= int(*maxSeats):
+			return ErrCapReached
+		}
+		_, err = tx.Exec(ctx, `INSERT INTO seats (tenant_id, license_key, instance_id, token_hash) VALUES ($1, $2, $3, $4)`,
+			tenant, key, instance, tokenHash)
+		return err
+	})
+	return already, err
+}
+
+// DeactivateByToken removes the seat of key holding tokenHash, reporting whether one did.
+func (s *Store) DeactivateByToken(ctx context.Context, tenant, key string, tokenHash []byte) (bool, error) {
+	tag, err := s.db.Exec(ctx, `DELETE FROM seats WHERE tenant_id = $1 AND license_key = $2 AND token_hash = $3`, tenant, key, tokenHash)
+	return tag.RowsAffected() > 0, err
+}
+
+// DeactivateInstance removes the seat (key, instance), reporting whether one did.
+func (s *Store) DeactivateInstance(ctx context.Context, tenant, key, instance string) (bool, error) {
+	tag, err := s.db.Exec(ctx, `DELETE FROM seats WHERE tenant_id = $1 AND license_key = $2 AND instance_id = $3`, tenant, key, instance)
+	return tag.RowsAffected() > 0, err
+}
+
+// HasSeat reports whether the seat (key, instance) exists.
+func (s *Store) HasSeat(ctx context.Context, tenant, key, instance string) (bool, error) {
+	var ok bool
+	err := s.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM seats WHERE tenant_id = $1 AND license_key = $2 AND instance_id = $3)`,
+		tenant, key, instance).Scan(&ok)
+	return ok, err
+}
+
+// Reissue replaces the token of seat (key, instance); false when there is no such seat.
+func (s *Store) Reissue(ctx context.Context, tenant, key, instance string, tokenHash []byte) (bool, error) {
+	tag, err := s.db.Exec(ctx, `UPDATE seats SET token_hash = $4 WHERE tenant_id = $1 AND license_key = $2 AND instance_id = $3`,
+		tenant, key, instance, tokenHash)
+	return tag.RowsAffected() > 0, err
+}
+
+// UsageState is what track-usage reads in one round trip: whether the token holds a seat
+// of the license, and the metric's total with the version to compare-and-swap against.
+type UsageState struct {
+	SeatOK  bool
+	Exists  bool // a usage row exists for the metric
+	Used    int64
+	Version int64
+}
+
+// ReadUsage returns the UsageState of (key, tokenHash, metric).
+func (s *Store) ReadUsage(ctx context.Context, tenant, key string, tokenHash []byte, metric string) (UsageState, error) {
+	var st UsageState
+	var used, version *int64
+	err := s.db.QueryRow(ctx, `SELECT
+		EXISTS (SELECT 1 FROM seats WHERE tenant_id = $1 AND license_key = $2 AND token_hash = $3),
+		u.used, u.version
+		FROM (SELECT 1) AS one
+		LEFT JOIN usage u ON u.tenant_id = $1 AND u.license_key = $2 AND u.metric = $4`,
+		tenant, key, tokenHash, metric).Scan(&st.SeatOK, &used, &version)
+	if used != nil && version != nil {
+		st.Exists, st.Used, st.Version = true, *used, *version
+	}
+	return st, err
+}
+
+// SwapUsage sets the metric's total to used if the row is still as read in prev
+// (optimistic locking); false means a concurrent write won and nothing was applied.
+func (s *Store) SwapUsage(ctx context.Context, tenant, key, metric string, prev UsageState, used int64) (bool, error) {
+	var tag pgconn.CommandTag
+	var err error
+	if prev.Exists {
+		tag, err = s.db.Exec(ctx, `UPDATE usage SET used = $4, version = nextval('usage_version')
+			WHERE tenant_id = $1 AND license_key = $2 AND metric = $3 AND version = $5`,
+			tenant, key, metric, used, prev.Version)
+	} else {
+		tag, err = s.db.Exec(ctx, `INSERT INTO usage (tenant_id, license_key, metric, used, version)
+			VALUES ($1, $2, $3, $4, nextval('usage_version')) ON CONFLICT DO NOTHING`,
+			tenant, key, metric, used)
+	}
+	if err != nil {
+		return false, err
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+// Usage returns the running totals of a license.
+func (s *Store) Usage(ctx context.Context, tenant, key string) (map[string]int64, error) {
+	rows, err := s.db.Query(ctx, `SELECT metric, used FROM usage WHERE tenant_id = $1 AND license_key = $2`, tenant, key)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]int64{}
+	var m string
+	var n int64
+	_, err = pgx.ForEachRow(rows, []any{&m, &n}, func() error { out[m] = n; return nil })
+	return out, err
+}
+
+// ResetUsage sets one metric's total to 0 (metric non-nil; only if it has a total) or
+// clears every total, and returns the totals afterwards. Each is one statement, so it
+// cannot lose a race; it moves the versions on, so a track-usage that read the old total
+// loses its compare-and-swap instead of writing a stale sum.
+func (s *Store) ResetUsage(ctx context.Context, tenant, key string, metric *string) (map[string]int64, error) {
+	var err error
+	if metric != nil {
+		_, err = s.db.Exec(ctx, `UPDATE usage SET used = 0, version = nextval('usage_version')
+			WHERE tenant_id = $1 AND license_key = $2 AND metric = $3`, tenant, key, *metric)
+	} else {
+		_, err = s.db.Exec(ctx, `DELETE FROM usage WHERE tenant_id = $1 AND license_key = $2`, tenant, key)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return s.Usage(ctx, tenant, key)
+}
+
+// Seat is one activation of a license.
+type Seat struct {
+	Key, InstanceID string
+	ActivatedAt     time.Time
+}
+
+// Seats lists a license's seats, oldest first.
+func (s *Store) Seats(ctx context.Context, tenant, key string) ([]Seat, error) {
+	rows, err := s.db.Query(ctx, `SELECT license_key, instance_id, activated_at FROM seats
+		WHERE tenant_id = $1 AND license_key = $2 ORDER BY activated_at, instance_id`, tenant, key)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, scanSeat)
+}
+
+// Recent lists the tenant's newest seats across licenses.
+func (s *Store) Recent(ctx context.Context, tenant string, limit int) ([]Seat, error) {
+	rows, err := s.db.Query(ctx, `SELECT license_key, instance_id, activated_at FROM seats
+		WHERE tenant_id = $1 ORDER BY activated_at DESC, license_key, instance_id LIMIT $2`, tenant, limit)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, scanSeat)
+}
+
+func scanSeat(row pgx.CollectableRow) (Seat, error) {
+	var s Seat
+	err := row.Scan(&s.Key, &s.InstanceID, &s.ActivatedAt)
+	return s, err
+}
+
+// CountSeats counts the tenant's seats.
+func (s *Store) CountSeats(ctx context.Context, tenant string) (int, error) {
+	var n int
+	err := s.db.QueryRow(ctx, `SELECT count(*) FROM seats WHERE tenant_id = $1`, tenant).Scan(&n)
+	return n, err
+}
+
+// Summary is one license's seat count and totals.
+type Summary struct {
+	Seats int
+	Usage map[string]int64
+}
+
+// Summaries returns the seat count and usage of each of keys that has either.
+func (s *Store) Summaries(ctx context.Context, tenant string, keys []string) (map[string]*Summary, error) {
+	out := map[string]*Summary{}
+	get := func(k string) *Summary {
+		if out[k] == nil {
+			out[k] = &Summary{Usage: map[string]int64{}}
+		}
+		return out[k]
+	}
+	rows, err := s.db.Query(ctx, `SELECT license_key, count(*) FROM seats
+		WHERE tenant_id = $1 AND license_key = ANY($2) GROUP BY license_key`, tenant, keys)
+	if err != nil {
+		return nil, err
+	}
+	var k, m string
+	var n int64
+	if _, err := pgx.ForEachRow(rows, []any{&k, &n}, func() error { get(k).Seats = int(n); return nil }); err != nil {
+		return nil, err
+	}
+	rows, err = s.db.Query(ctx, `SELECT license_key, metric, used FROM usage
+		WHERE tenant_id = $1 AND license_key = ANY($2)`, tenant, keys)
+	if err != nil {
+		return nil, err
+	}
+	_, err = pgx.ForEachRow(rows, []any{&k, &m, &n}, func() error { get(k).Usage[m] = n; return nil })
+	return out, err
+}
+
+// Purge forgets a deleted license: its seats and usage go, and a record of the deletion
+// stays so that an activation racing the deletion cannot recreate a seat. Idempotent.
+func (s *Store) Purge(ctx context.Context, tenant, key string, deletedAt time.Time) error {
+	return pgxx.InTx(ctx, s.db, func(tx pgx.Tx) error {
+		if err := lockLicense(ctx, tx, tenant, key); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO deleted_licenses (tenant_id, license_key, deleted_at)
+			VALUES ($1, $2, $3) ON CONFLICT DO NOTHING`, tenant, key, deletedAt); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `DELETE FROM seats WHERE tenant_id = $1 AND license_key = $2`, tenant, key); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `DELETE FROM usage WHERE tenant_id = $1 AND license_key = $2`, tenant, key)
+		return err
+	})
+}
