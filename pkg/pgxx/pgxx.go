@@ -136,6 +136,14 @@ func (m Migrations) Check(ctx context.Context, pool *pgxpool.Pool, binary string
 	return nil
 }
 
+// Querier is what a pool, a connection and a transaction share, so one query function
+// serves inside and outside transactions.
+type Querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
 // InTx runs fn in a transaction, committing when it returns nil.
 func InTx(ctx context.Context, pool *pgxpool.Pool, fn func(pgx.Tx) error) error {
 	return pgx.BeginFunc(ctx, pool, fn)

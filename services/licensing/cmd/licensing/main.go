@@ -1,12 +1,23 @@
-// Command licensing serves the licensing service over gRPC.
+// Command licensing serves the license lifecycle, exports and signing keys over gRPC.
 package main
 
 import (
 	"context"
+	"fmt"
+	"os"
+	"sync"
+	"time"
 
 	"github.com/keyhouse/keyhouse/pkg/app"
 	"github.com/keyhouse/keyhouse/pkg/config"
+	"github.com/keyhouse/keyhouse/pkg/natsx"
+	"github.com/keyhouse/keyhouse/pkg/signing"
+	accountsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/accounts/v1"
+	activationsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/activations/v1"
+	"github.com/keyhouse/keyhouse/services/licensing/internal/server"
+	"github.com/keyhouse/keyhouse/services/licensing/internal/store"
 	"github.com/keyhouse/keyhouse/services/licensing/migrations"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 func main() {
@@ -14,8 +25,108 @@ func main() {
 		Name:       "licensing",
 		Addr:       func(c *config.Config) string { return c.LicensingAddr },
 		Migrations: migrations.FS,
-		Register: func(ctx context.Context, d *app.Deps) error {
-			return nil
-		},
+		Register:   register,
 	})
+}
+
+func register(ctx context.Context, d *app.Deps) error {
+	st := store.New(d.DB)
+	keyring, err := loadKeyring(ctx, d.Config, st)
+	if err != nil {
+		return err
+	}
+	d.Log.Info("signing keyring loaded", "keyring", keyring)
+
+	billing, err := d.Dial(d.Config.BillingAddr)
+	if err != nil {
+		return err
+	}
+	activations, err := d.Dial(d.Config.ActivationsAddr)
+	if err != nil {
+		return err
+	}
+	nc, js, err := natsx.Connect(ctx, d.Config.NATSURL, "licensing", d.Log)
+	if err != nil {
+		return err
+	}
+	if err := natsx.EnsureStream(ctx, js, jetstream.StreamConfig{
+		Name:     server.EventStream,
+		Subjects: []string{server.EventSubjects},
+		Storage:  jetstream.FileStorage,
+		// Consumers that were down catch up from here; a week covers any sane outage.
+		MaxAge:     7 * 24 * time.Hour,
+		Duplicates: 10 * time.Minute,
+	}); err != nil {
+		nc.Close()
+		return err
+	}
+	relay := natsx.NewRelay(d.DB, js, d.Log)
+
+	adminKey := d.Config.AdminAPIKey.Reveal()
+	srv := server.New(server.Config{MultiTenant: d.Config.MultiTenant, Keyring: keyring}, st,
+		server.RemoteEntitlements{Client: accountsv1.NewAccountsServiceClient(billing), AdminKey: adminKey},
+		server.RemoteSeats{Client: activationsv1.NewActivationsInternalServiceClient(activations), AdminKey: adminKey},
+		relay)
+	server.Register(d.Server.GRPC, srv)
+
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		if err := relay.Run(ctx); err != nil {
+			d.Log.Error("outbox relay stopped", "error", err.Error())
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		purgeIdempotencyKeys(ctx, d, st)
+	}()
+	// Closers run in reverse: the relay finishes its batch before NATS closes.
+	d.OnClose(nc.Close)
+	d.OnClose(wg.Wait)
+	return nil
+}
+
+// loadKeyring reads the operator's keyring (SIGNING_KEYS_FILE) or the one kept in
+// Postgres, generating and storing it on the very first start.
+func loadKeyring(ctx context.Context, cfg *config.Config, st *store.Store) (*signing.Keyring, error) {
+	if cfg.SigningKeysFile != "" {
+		data, err := os.ReadFile(cfg.SigningKeysFile)
+		if err != nil {
+			return nil, fmt.Errorf("SIGNING_KEYS_FILE: %w", err)
+		}
+		k, err := signing.ParseKeyring(data)
+		if err != nil {
+			return nil, fmt.Errorf("SIGNING_KEYS_FILE: %w", err)
+		}
+		return k, nil
+	}
+	doc, err := st.Keyring(ctx, func() ([]byte, error) {
+		k, err := signing.NewKeyring()
+		if err != nil {
+			return nil, err
+		}
+		return signing.MarshalKeyring(k)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("signing keyring: %w", err)
+	}
+	return signing.ParseKeyring(doc)
+}
+
+func purgeIdempotencyKeys(ctx context.Context, d *app.Deps, st *store.Store) {
+	t := time.NewTicker(time.Hour)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if n, err := st.PurgeIdempotencyKeys(ctx); err != nil {
+				d.Log.Warn("idempotency cleanup failed", "error", err.Error())
+			} else if n > 0 {
+				d.Log.Info("idempotency records expired", "deleted", n)
+			}
+		}
+	}
 }

@@ -403,6 +403,88 @@ func (x *GetSigningKeysResponse) GetKeyring() []byte {
 	return nil
 }
 
+type CountActiveLicensesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CountActiveLicensesRequest) Reset() {
+	*x = CountActiveLicensesRequest{}
+	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CountActiveLicensesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CountActiveLicensesRequest) ProtoMessage() {}
+
+func (x *CountActiveLicensesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CountActiveLicensesRequest.ProtoReflect.Descriptor instead.
+func (*CountActiveLicensesRequest) Descriptor() ([]byte, []int) {
+	return file_keyhouse_licensing_v1_internal_proto_rawDescGZIP(), []int{7}
+}
+
+type CountActiveLicensesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Licenses of the calling tenant that count against the issuance quota: status active
+	// and not expired.
+	Active        int32 `protobuf:"varint,1,opt,name=active,proto3" json:"active,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CountActiveLicensesResponse) Reset() {
+	*x = CountActiveLicensesResponse{}
+	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CountActiveLicensesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CountActiveLicensesResponse) ProtoMessage() {}
+
+func (x *CountActiveLicensesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CountActiveLicensesResponse.ProtoReflect.Descriptor instead.
+func (*CountActiveLicensesResponse) Descriptor() ([]byte, []int) {
+	return file_keyhouse_licensing_v1_internal_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *CountActiveLicensesResponse) GetActive() int32 {
+	if x != nil {
+		return x.Active
+	}
+	return 0
+}
+
 var File_keyhouse_licensing_v1_internal_proto protoreflect.FileDescriptor
 
 const file_keyhouse_licensing_v1_internal_proto_rawDesc = "" +
@@ -434,12 +516,16 @@ const file_keyhouse_licensing_v1_internal_proto_rawDesc = "" +
 	"\x14ClaimProductResponse\"\x17\n" +
 	"\x15GetSigningKeysRequest\"2\n" +
 	"\x16GetSigningKeysResponse\x12\x18\n" +
-	"\akeyring\x18\x01 \x01(\fR\akeyring2\xe7\x02\n" +
+	"\akeyring\x18\x01 \x01(\fR\akeyring\"\x1c\n" +
+	"\x1aCountActiveLicensesRequest\"5\n" +
+	"\x1bCountActiveLicensesResponse\x12\x16\n" +
+	"\x06active\x18\x01 \x01(\x05R\x06active2\xec\x03\n" +
 	"\x18LicensingInternalService\x12g\n" +
 	"\n" +
 	"GetLicense\x12(.keyhouse.licensing.v1.GetLicenseRequest\x1a).keyhouse.licensing.v1.GetLicenseResponse\"\x04\x90\x82\x19\x04\x12m\n" +
 	"\fClaimProduct\x12*.keyhouse.licensing.v1.ClaimProductRequest\x1a+.keyhouse.licensing.v1.ClaimProductResponse\"\x04\x90\x82\x19\x04\x12s\n" +
-	"\x0eGetSigningKeys\x12,.keyhouse.licensing.v1.GetSigningKeysRequest\x1a-.keyhouse.licensing.v1.GetSigningKeysResponse\"\x04\x90\x82\x19\x04BMZKgithub.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1;licensingv1b\x06proto3"
+	"\x0eGetSigningKeys\x12,.keyhouse.licensing.v1.GetSigningKeysRequest\x1a-.keyhouse.licensing.v1.GetSigningKeysResponse\"\x04\x90\x82\x19\x04\x12\x82\x01\n" +
+	"\x13CountActiveLicenses\x121.keyhouse.licensing.v1.CountActiveLicensesRequest\x1a2.keyhouse.licensing.v1.CountActiveLicensesResponse\"\x04\x90\x82\x19\x04BMZKgithub.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1;licensingv1b\x06proto3"
 
 var (
 	file_keyhouse_licensing_v1_internal_proto_rawDescOnce sync.Once
@@ -453,37 +539,41 @@ func file_keyhouse_licensing_v1_internal_proto_rawDescGZIP() []byte {
 	return file_keyhouse_licensing_v1_internal_proto_rawDescData
 }
 
-var file_keyhouse_licensing_v1_internal_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
+var file_keyhouse_licensing_v1_internal_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
 var file_keyhouse_licensing_v1_internal_proto_goTypes = []any{
-	(*GetLicenseRequest)(nil),      // 0: keyhouse.licensing.v1.GetLicenseRequest
-	(*License)(nil),                // 1: keyhouse.licensing.v1.License
-	(*GetLicenseResponse)(nil),     // 2: keyhouse.licensing.v1.GetLicenseResponse
-	(*ClaimProductRequest)(nil),    // 3: keyhouse.licensing.v1.ClaimProductRequest
-	(*ClaimProductResponse)(nil),   // 4: keyhouse.licensing.v1.ClaimProductResponse
-	(*GetSigningKeysRequest)(nil),  // 5: keyhouse.licensing.v1.GetSigningKeysRequest
-	(*GetSigningKeysResponse)(nil), // 6: keyhouse.licensing.v1.GetSigningKeysResponse
-	(*timestamppb.Timestamp)(nil),  // 7: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),        // 8: google.protobuf.Struct
-	(*wrapperspb.Int32Value)(nil),  // 9: google.protobuf.Int32Value
+	(*GetLicenseRequest)(nil),           // 0: keyhouse.licensing.v1.GetLicenseRequest
+	(*License)(nil),                     // 1: keyhouse.licensing.v1.License
+	(*GetLicenseResponse)(nil),          // 2: keyhouse.licensing.v1.GetLicenseResponse
+	(*ClaimProductRequest)(nil),         // 3: keyhouse.licensing.v1.ClaimProductRequest
+	(*ClaimProductResponse)(nil),        // 4: keyhouse.licensing.v1.ClaimProductResponse
+	(*GetSigningKeysRequest)(nil),       // 5: keyhouse.licensing.v1.GetSigningKeysRequest
+	(*GetSigningKeysResponse)(nil),      // 6: keyhouse.licensing.v1.GetSigningKeysResponse
+	(*CountActiveLicensesRequest)(nil),  // 7: keyhouse.licensing.v1.CountActiveLicensesRequest
+	(*CountActiveLicensesResponse)(nil), // 8: keyhouse.licensing.v1.CountActiveLicensesResponse
+	(*timestamppb.Timestamp)(nil),       // 9: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),             // 10: google.protobuf.Struct
+	(*wrapperspb.Int32Value)(nil),       // 11: google.protobuf.Int32Value
 }
 var file_keyhouse_licensing_v1_internal_proto_depIdxs = []int32{
-	7, // 0: keyhouse.licensing.v1.License.issued_at:type_name -> google.protobuf.Timestamp
-	7, // 1: keyhouse.licensing.v1.License.expires_at:type_name -> google.protobuf.Timestamp
-	8, // 2: keyhouse.licensing.v1.License.limits:type_name -> google.protobuf.Struct
-	9, // 3: keyhouse.licensing.v1.License.max_activations:type_name -> google.protobuf.Int32Value
-	7, // 4: keyhouse.licensing.v1.License.revoked_at:type_name -> google.protobuf.Timestamp
-	1, // 5: keyhouse.licensing.v1.GetLicenseResponse.license:type_name -> keyhouse.licensing.v1.License
-	0, // 6: keyhouse.licensing.v1.LicensingInternalService.GetLicense:input_type -> keyhouse.licensing.v1.GetLicenseRequest
-	3, // 7: keyhouse.licensing.v1.LicensingInternalService.ClaimProduct:input_type -> keyhouse.licensing.v1.ClaimProductRequest
-	5, // 8: keyhouse.licensing.v1.LicensingInternalService.GetSigningKeys:input_type -> keyhouse.licensing.v1.GetSigningKeysRequest
-	2, // 9: keyhouse.licensing.v1.LicensingInternalService.GetLicense:output_type -> keyhouse.licensing.v1.GetLicenseResponse
-	4, // 10: keyhouse.licensing.v1.LicensingInternalService.ClaimProduct:output_type -> keyhouse.licensing.v1.ClaimProductResponse
-	6, // 11: keyhouse.licensing.v1.LicensingInternalService.GetSigningKeys:output_type -> keyhouse.licensing.v1.GetSigningKeysResponse
-	9, // [9:12] is the sub-list for method output_type
-	6, // [6:9] is the sub-list for method input_type
-	6, // [6:6] is the sub-list for extension type_name
-	6, // [6:6] is the sub-list for extension extendee
-	0, // [0:6] is the sub-list for field type_name
+	9,  // 0: keyhouse.licensing.v1.License.issued_at:type_name -> google.protobuf.Timestamp
+	9,  // 1: keyhouse.licensing.v1.License.expires_at:type_name -> google.protobuf.Timestamp
+	10, // 2: keyhouse.licensing.v1.License.limits:type_name -> google.protobuf.Struct
+	11, // 3: keyhouse.licensing.v1.License.max_activations:type_name -> google.protobuf.Int32Value
+	9,  // 4: keyhouse.licensing.v1.License.revoked_at:type_name -> google.protobuf.Timestamp
+	1,  // 5: keyhouse.licensing.v1.GetLicenseResponse.license:type_name -> keyhouse.licensing.v1.License
+	0,  // 6: keyhouse.licensing.v1.LicensingInternalService.GetLicense:input_type -> keyhouse.licensing.v1.GetLicenseRequest
+	3,  // 7: keyhouse.licensing.v1.LicensingInternalService.ClaimProduct:input_type -> keyhouse.licensing.v1.ClaimProductRequest
+	5,  // 8: keyhouse.licensing.v1.LicensingInternalService.GetSigningKeys:input_type -> keyhouse.licensing.v1.GetSigningKeysRequest
+	7,  // 9: keyhouse.licensing.v1.LicensingInternalService.CountActiveLicenses:input_type -> keyhouse.licensing.v1.CountActiveLicensesRequest
+	2,  // 10: keyhouse.licensing.v1.LicensingInternalService.GetLicense:output_type -> keyhouse.licensing.v1.GetLicenseResponse
+	4,  // 11: keyhouse.licensing.v1.LicensingInternalService.ClaimProduct:output_type -> keyhouse.licensing.v1.ClaimProductResponse
+	6,  // 12: keyhouse.licensing.v1.LicensingInternalService.GetSigningKeys:output_type -> keyhouse.licensing.v1.GetSigningKeysResponse
+	8,  // 13: keyhouse.licensing.v1.LicensingInternalService.CountActiveLicenses:output_type -> keyhouse.licensing.v1.CountActiveLicensesResponse
+	10, // [10:14] is the sub-list for method output_type
+	6,  // [6:10] is the sub-list for method input_type
+	6,  // [6:6] is the sub-list for extension type_name
+	6,  // [6:6] is the sub-list for extension extendee
+	0,  // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_keyhouse_licensing_v1_internal_proto_init() }
@@ -497,7 +587,7 @@ func file_keyhouse_licensing_v1_internal_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_keyhouse_licensing_v1_internal_proto_rawDesc), len(file_keyhouse_licensing_v1_internal_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   7,
+			NumMessages:   9,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

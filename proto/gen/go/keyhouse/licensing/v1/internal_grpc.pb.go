@@ -19,9 +19,10 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	LicensingInternalService_GetLicense_FullMethodName     = "/keyhouse.licensing.v1.LicensingInternalService/GetLicense"
-	LicensingInternalService_ClaimProduct_FullMethodName   = "/keyhouse.licensing.v1.LicensingInternalService/ClaimProduct"
-	LicensingInternalService_GetSigningKeys_FullMethodName = "/keyhouse.licensing.v1.LicensingInternalService/GetSigningKeys"
+	LicensingInternalService_GetLicense_FullMethodName          = "/keyhouse.licensing.v1.LicensingInternalService/GetLicense"
+	LicensingInternalService_ClaimProduct_FullMethodName        = "/keyhouse.licensing.v1.LicensingInternalService/ClaimProduct"
+	LicensingInternalService_GetSigningKeys_FullMethodName      = "/keyhouse.licensing.v1.LicensingInternalService/GetSigningKeys"
+	LicensingInternalService_CountActiveLicenses_FullMethodName = "/keyhouse.licensing.v1.LicensingInternalService/CountActiveLicenses"
 )
 
 // LicensingInternalServiceClient is the client API for LicensingInternalService service.
@@ -43,6 +44,8 @@ type LicensingInternalServiceClient interface {
 	// The installation's signing material (RSA key, HMAC and AES secrets), so every
 	// service that signs (releases' manifests) signs with the same key as licensing.
 	GetSigningKeys(ctx context.Context, in *GetSigningKeysRequest, opts ...grpc.CallOption) (*GetSigningKeysResponse, error)
+	// The calling tenant's quota usage (billing status licensesUsed).
+	CountActiveLicenses(ctx context.Context, in *CountActiveLicensesRequest, opts ...grpc.CallOption) (*CountActiveLicensesResponse, error)
 }
 
 type licensingInternalServiceClient struct {
@@ -83,6 +86,16 @@ func (c *licensingInternalServiceClient) GetSigningKeys(ctx context.Context, in 
 	return out, nil
 }
 
+func (c *licensingInternalServiceClient) CountActiveLicenses(ctx context.Context, in *CountActiveLicensesRequest, opts ...grpc.CallOption) (*CountActiveLicensesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CountActiveLicensesResponse)
+	err := c.cc.Invoke(ctx, LicensingInternalService_CountActiveLicenses_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // LicensingInternalServiceServer is the server API for LicensingInternalService service.
 // All implementations must embed UnimplementedLicensingInternalServiceServer
 // for forward compatibility.
@@ -102,6 +115,8 @@ type LicensingInternalServiceServer interface {
 	// The installation's signing material (RSA key, HMAC and AES secrets), so every
 	// service that signs (releases' manifests) signs with the same key as licensing.
 	GetSigningKeys(context.Context, *GetSigningKeysRequest) (*GetSigningKeysResponse, error)
+	// The calling tenant's quota usage (billing status licensesUsed).
+	CountActiveLicenses(context.Context, *CountActiveLicensesRequest) (*CountActiveLicensesResponse, error)
 	mustEmbedUnimplementedLicensingInternalServiceServer()
 }
 
@@ -120,6 +135,9 @@ func (UnimplementedLicensingInternalServiceServer) ClaimProduct(context.Context,
 }
 func (UnimplementedLicensingInternalServiceServer) GetSigningKeys(context.Context, *GetSigningKeysRequest) (*GetSigningKeysResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetSigningKeys not implemented")
+}
+func (UnimplementedLicensingInternalServiceServer) CountActiveLicenses(context.Context, *CountActiveLicensesRequest) (*CountActiveLicensesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CountActiveLicenses not implemented")
 }
 func (UnimplementedLicensingInternalServiceServer) mustEmbedUnimplementedLicensingInternalServiceServer() {
 }
@@ -197,6 +215,24 @@ func _LicensingInternalService_GetSigningKeys_Handler(srv interface{}, ctx conte
 	return interceptor(ctx, in, info, handler)
 }
 
+func _LicensingInternalService_CountActiveLicenses_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CountActiveLicensesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LicensingInternalServiceServer).CountActiveLicenses(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: LicensingInternalService_CountActiveLicenses_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LicensingInternalServiceServer).CountActiveLicenses(ctx, req.(*CountActiveLicensesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // LicensingInternalService_ServiceDesc is the grpc.ServiceDesc for LicensingInternalService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -215,6 +251,10 @@ var LicensingInternalService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetSigningKeys",
 			Handler:    _LicensingInternalService_GetSigningKeys_Handler,
+		},
+		{
+			MethodName: "CountActiveLicenses",
+			Handler:    _LicensingInternalService_CountActiveLicenses_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -1,0 +1,144 @@
+package server
+
+import (
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/keyhouse/keyhouse/pkg/apierr"
+	"github.com/keyhouse/keyhouse/pkg/signing"
+	"google.golang.org/protobuf/types/known/structpb"
+)
+
+// AllowedLimitKeys is api.md's allowlist: the only limit keys and metric names.
+var AllowedLimitKeys = map[string]bool{
+	"users": true, "seats": true, "admins": true, "projects": true, "environments": true,
+	"tenants": true, "api_calls_per_day": true, "rate_limit_rps": true,
+	"concurrent_sessions": true, "features": true,
+}
+
+// ReservedProductPrefix marks the internal self-licensing credential's product.
+const ReservedProductPrefix = "_service_"
+
+// Field caps. api.md leaves license field sizes open; these keep rows and exports sane.
+const (
+	maxIDLen    = 200
+	maxTextLen  = 1000
+	maxNotesLen = 10000
+	// maxActivationsCap bounds max_activations to what the column holds.
+	maxActivationsCap = math.MaxInt32
+	// maxIdempotencyKeyLen bounds the Idempotency-Key header.
+	maxIdempotencyKeyLen = 255
+)
+
+func requireText(name, v string, maxLen int) (string, error) {
+	if strings.TrimSpace(v) == "" {
+		return "", apierr.Invalid("%s is required", name)
+	}
+	if !utf8.ValidString(v) || utf8.RuneCountInString(v) > maxLen {
+		return "", apierr.Invalid("%s must be at most %d characters", name, maxLen)
+	}
+	return v, nil
+}
+
+// parseTime reads an RFC 3339 timestamp. Sub-second precision is dropped: expiries are
+// compared in seconds, and a whole-second value prints the same in every export and in
+// the signed bytes.
+func parseTime(name, s string) (time.Time, error) {
+	t, err := time.Parse(time.RFC3339Nano, strings.TrimSpace(s))
+	if err != nil {
+		return time.Time{}, apierr.Invalid("%s must be an ISO 8601 timestamp (e.g. 2027-01-31T00:00:00Z) or null", name)
+	}
+	t = t.UTC().Truncate(time.Second)
+	if _, err := signing.FormatTime(t); err != nil {
+		return time.Time{}, apierr.Invalid("%s must be between years 0001 and 9999", name)
+	}
+	return t, nil
+}
+
+// optionalTime reads a JSON value that is a timestamp string or null (nil result).
+func optionalTime(name string, v *structpb.Value) (*time.Time, error) {
+	switch k := v.GetKind().(type) {
+	case nil, *structpb.Value_NullValue:
+		return nil, nil
+	case *structpb.Value_StringValue:
+		t, err := parseTime(name, k.StringValue)
+		if err != nil {
+			return nil, err
+		}
+		return &t, nil
+	}
+	return nil, apierr.Invalid("%s must be an ISO 8601 timestamp (e.g. 2027-01-31T00:00:00Z) or null", name)
+}
+
+// optionalCap reads max_activations: a positive integer, or null for unlimited.
+func optionalCap(v *structpb.Value) (*int32, error) {
+	switch k := v.GetKind().(type) {
+	case *structpb.Value_NullValue:
+		return nil, nil
+	case *structpb.Value_NumberValue:
+		n := k.NumberValue
+		if n >= 1 && n <= maxActivationsCap && n == math.Trunc(n) {
+			c := int32(n)
+			return &c, nil
+		}
+	}
+	return nil, apierr.Invalid("max_activations must be a positive integer or null (unlimited)")
+}
+
+// parseLimits checks limits: allowlisted keys (api.md's exact 400 for others), positive
+// numbers that stay exact in JSON.
+func parseLimits(s *structpb.Struct) (map[string]float64, error) {
+	out := map[string]float64{}
+	names := make([]string, 0, len(s.GetFields()))
+	for name := range s.GetFields() {
+		names = append(names, name)
+	}
+	// Sorted, so a request with several bad keys always names the same one.
+	sort.Strings(names)
+	for _, name := range names {
+		if !AllowedLimitKeys[name] {
+			return nil, apierr.Invalid("Unknown limit key: %s", name)
+		}
+	}
+	for _, name := range names {
+		n, ok := s.GetFields()[name].GetKind().(*structpb.Value_NumberValue)
+		if !ok || !(n.NumberValue > 0) || n.NumberValue > signing.MaxSafeInteger {
+			return nil, apierr.Invalid("limits.%s must be a positive number", name)
+		}
+		out[name] = n.NumberValue
+	}
+	return out, nil
+}
+
+// limitsStruct is the JSON form of stored limits.
+func limitsStruct(m map[string]float64) *structpb.Struct {
+	s := &structpb.Struct{Fields: make(map[string]*structpb.Value, len(m))}
+	for k, v := range m {
+		s.Fields[k] = structpb.NewNumberValue(v)
+	}
+	return s
+}
+
+// pageParams parses list-licenses' limit (1-1000, default 50) and offset (>= 0, default 0).
+func pageParams(limit, offset string) (int, int, error) {
+	l, o := 50, 0
+	if limit != "" {
+		n, err := strconv.Atoi(limit)
+		if err != nil || n < 1 || n > 1000 {
+			return 0, 0, apierr.Invalid("limit must be an integer between 1 and 1000")
+		}
+		l = n
+	}
+	if offset != "" {
+		n, err := strconv.Atoi(offset)
+		if err != nil || n < 0 {
+			return 0, 0, apierr.Invalid("offset must be a non-negative integer")
+		}
+		o = n
+	}
+	return l, o, nil
+}

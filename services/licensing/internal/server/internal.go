@@ -1,0 +1,70 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"strings"
+
+	"github.com/keyhouse/keyhouse/pkg/apierr"
+	"github.com/keyhouse/keyhouse/pkg/auth"
+	"github.com/keyhouse/keyhouse/pkg/signing"
+	licensingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1"
+	"github.com/keyhouse/keyhouse/services/licensing/internal/store"
+	"google.golang.org/protobuf/types/known/timestamppb"
+)
+
+// GetLicense serves the other services' lookups: scoped to the tenant in the call's
+// metadata, or (no tenant: public routes such as activate-license) in any tenant.
+func (s *Server) GetLicense(ctx context.Context, req *licensingv1.GetLicenseRequest) (*licensingv1.GetLicenseResponse, error) {
+	p, _ := auth.FromContext(ctx)
+	l, err := s.lookup(ctx, p.TenantID, req.GetKey())
+	if err != nil {
+		return nil, err
+	}
+	return &licensingv1.GetLicenseResponse{License: &licensingv1.License{
+		TenantId: l.TenantID, Key: l.Key, Tier: l.Tier, ProductId: l.ProductID, IssuedTo: l.IssuedTo,
+		IssuedAt: timestamppb.New(l.IssuedAt), ExpiresAt: timestampOrNil(l.ExpiresAt), Status: l.Status,
+		Limits: limitsStruct(l.Limits), MaxActivations: capOrNil(l.MaxActivations), RevokedAt: timestampOrNil(l.RevokedAt),
+	}}, nil
+}
+
+// ClaimProduct is the one product-ownership claim, shared with register-release.
+func (s *Server) ClaimProduct(ctx context.Context, req *licensingv1.ClaimProductRequest) (*licensingv1.ClaimProductResponse, error) {
+	tenant, err := auth.TenantID(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if strings.TrimSpace(req.GetProductId()) == "" {
+		return nil, apierr.Invalid("product_id is required")
+	}
+	err = s.store.ClaimProduct(ctx, tenant, req.GetProductId())
+	if errors.Is(err, store.ErrProductOwned) {
+		return nil, errProductOwned
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &licensingv1.ClaimProductResponse{}, nil
+}
+
+// GetSigningKeys hands the keyring to the other signing services (releases).
+func (s *Server) GetSigningKeys(context.Context, *licensingv1.GetSigningKeysRequest) (*licensingv1.GetSigningKeysResponse, error) {
+	doc, err := signing.MarshalKeyring(s.cfg.Keyring)
+	if err != nil {
+		return nil, err
+	}
+	return &licensingv1.GetSigningKeysResponse{Keyring: doc}, nil
+}
+
+// CountActiveLicenses is the tenant's quota usage.
+func (s *Server) CountActiveLicenses(ctx context.Context, _ *licensingv1.CountActiveLicensesRequest) (*licensingv1.CountActiveLicensesResponse, error) {
+	tenant, err := auth.TenantID(ctx)
+	if err != nil {
+		return nil, err
+	}
+	n, err := s.store.CountActive(ctx, tenant)
+	if err != nil {
+		return nil, err
+	}
+	return &licensingv1.CountActiveLicensesResponse{Active: int32(n)}, nil
+}

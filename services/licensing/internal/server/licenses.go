@@ -1,0 +1,437 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/keyhouse/keyhouse/pkg/apierr"
+	"github.com/keyhouse/keyhouse/pkg/auth"
+	"github.com/keyhouse/keyhouse/pkg/natsx"
+	activationsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/activations/v1"
+	licensingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1"
+	"github.com/keyhouse/keyhouse/services/licensing/internal/store"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+)
+
+// The license.deleted event, consumed by activations (services/activations/internal/purge).
+const (
+	EventStream          = "LICENSING"
+	EventSubjects        = "keyhouse.licensing.>"
+	LicenseDeletedSubject = "keyhouse.licensing.license.deleted"
+)
+
+// LicenseDeleted is the payload of LicenseDeletedSubject.
+type LicenseDeleted struct {
+	TenantID  string    `json:"tenant_id"`
+	Key       string    `json:"key"`
+	DeletedAt time.Time `json:"deleted_at"`
+}
+
+// IssueLicense issues a license, once per Idempotency-Key.
+func (s *Server) IssueLicense(ctx context.Context, req *licensingv1.IssueLicenseRequest) (*licensingv1.IssueLicenseResponse, error) {
+	tenant, err := auth.TenantID(ctx)
+	if err != nil {
+		return nil, err
+	}
+	idemKey, err := idempotencyKey(ctx)
+	if err != nil {
+		return nil, err
+	}
+	l, err := s.newLicense(tenant, req)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.claimProduct(ctx, tenant, l.ProductID); err != nil {
+		return nil, err
+	}
+	quota, err := s.checkEntitlements(ctx, tenant)
+	if err != nil {
+		return nil, err
+	}
+	raw, _, err := s.store.Idempotent(ctx, tenant, idemKey, requestHash("IssueLicense", req), func(tx *store.Tx) ([]byte, error) {
+		if err := holdQuota(ctx, tx, tenant, quota); err != nil {
+			return nil, err
+		}
+		if err := tx.Insert(ctx, l); err != nil {
+			return nil, err
+		}
+		return proto.Marshal(&licensingv1.IssueLicenseResponse{Key: l.Key, Status: "issued"})
+	})
+	if errors.Is(err, store.ErrIdempotencyMismatch) {
+		return nil, errIdempotencyReuse
+	}
+	if err != nil {
+		return nil, err
+	}
+	resp := &licensingv1.IssueLicenseResponse{}
+	if err := proto.Unmarshal(raw, resp); err != nil {
+		return nil, err
+	}
+	return resp, nil
+}
+
+// newLicense validates an issue-license request into the row to insert.
+func (s *Server) newLicense(tenant string, req *licensingv1.IssueLicenseRequest) (*store.License, error) {
+	tier, err := requireText("tier", req.GetTier(), maxIDLen)
+	if err != nil {
+		return nil, err
+	}
+	product, err := requireText("product_id", req.GetProductId(), maxIDLen)
+	if err != nil {
+		return nil, err
+	}
+	issuedTo, err := requireText("issued_to", req.GetIssuedTo(), maxTextLen)
+	if err != nil {
+		return nil, err
+	}
+	expires, err := optionalTime("expires_at", req.GetExpiresAt())
+	if err != nil {
+		return nil, err
+	}
+	selfLicense := strings.HasPrefix(product, ReservedProductPrefix)
+	switch {
+	case selfLicense && s.cfg.MultiTenant:
+		return nil, errReservedProduct
+	case selfLicense && expires == nil:
+		return nil, errSelfLicenseExpiry
+	}
+	limits, err := parseLimits(req.GetLimits())
+	if err != nil {
+		return nil, err
+	}
+	maxActivations := int32(1)
+	capPtr := &maxActivations
+	if req.GetMaxActivations() != nil {
+		if capPtr, err = optionalCap(req.GetMaxActivations()); err != nil {
+			return nil, err
+		}
+	}
+	var notes *string
+	switch k := req.GetNotes().GetKind().(type) {
+	case nil, *structpb.Value_NullValue:
+	case *structpb.Value_StringValue:
+		if utf8Len(k.StringValue) > maxNotesLen {
+			return nil, apierr.Invalid("notes must be at most %d characters", maxNotesLen)
+		}
+		if k.StringValue != "" {
+			notes = &k.StringValue
+		}
+	default:
+		return nil, apierr.Invalid("notes must be a string or null")
+	}
+	return &store.License{
+		TenantID: tenant, Key: newLicenseKey(), Tier: tier, ProductID: product, IssuedTo: issuedTo,
+		ExpiresAt: expires, Limits: limits, MaxActivations: capPtr, Notes: notes,
+	}, nil
+}
+
+// VerifyLicense is the public check; every failure carries "valid": false.
+func (s *Server) VerifyLicense(ctx context.Context, req *licensingv1.VerifyLicenseRequest) (*licensingv1.VerifyLicenseResponse, error) {
+	l, err := s.lookup(ctx, "", req.GetKey())
+	if err == nil {
+		err = s.usable(l)
+	}
+	var ae *apierr.Error
+	if errors.As(err, &ae) {
+		return nil, ae.WithBefore("valid", false)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &licensingv1.VerifyLicenseResponse{
+		Valid: true, Tier: l.Tier, ProductId: l.ProductID, Limits: limitsStruct(l.Limits),
+		ExpiresAt: timestampOrNil(l.ExpiresAt), IssuedAt: timestamppb.New(l.IssuedAt), Status: l.Status,
+	}, nil
+}
+
+// usable refuses a revoked or expired license with verify-license's messages.
+func (s *Server) usable(l *store.License) error {
+	if l.Status != "active" {
+		return errNotActive
+	}
+	if l.Expired(s.now()) {
+		return errExpired
+	}
+	return nil
+}
+
+// RevokeLicense moves a license between active and revoked.
+func (s *Server) RevokeLicense(ctx context.Context, req *licensingv1.RevokeLicenseRequest) (*licensingv1.RevokeLicenseResponse, error) {
+	tenant, err := auth.TenantID(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if req.Revoked == nil {
+		return nil, apierr.Invalid("revoked is required (true revokes, false reactivates)")
+	}
+	key := canonicalKey(req.GetKey())
+	want := "active"
+	quota := 0
+	if req.GetRevoked() {
+		want = "revoked"
+	} else if quota, err = s.checkEntitlements(ctx, tenant); err != nil {
+		return nil, err
+	}
+	err = s.store.InTx(ctx, func(tx *store.Tx) error {
+		// The quota lock comes before the row lock, in the same order as issuance.
+		if want == "active" {
+			if err := holdQuota(ctx, tx, tenant, quota); err != nil {
+				return err
+			}
+		}
+		l, err := tx.GetForUpdate(ctx, tenant, key)
+		if err != nil {
+			return err
+		}
+		if l.Status == want {
+			return apierr.Conflict("License is already %s", want)
+		}
+		if want == "active" && l.Expired(s.now()) {
+			return errExpired
+		}
+		return tx.SetStatus(ctx, tenant, key, want)
+	})
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, errNotFound
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &licensingv1.RevokeLicenseResponse{Key: key, Status: want}, nil
+}
+
+// DeleteLicense deletes the license and, in the same transaction, records the event that
+// makes activations forget its seats, so the cascade happens even if activations is down.
+func (s *Server) DeleteLicense(ctx context.Context, req *licensingv1.DeleteLicenseRequest) (*licensingv1.DeleteLicenseResponse, error) {
+	tenant, err := auth.TenantID(ctx)
+	if err != nil {
+		return nil, err
+	}
+	key := canonicalKey(req.GetKey())
+	if key == "" {
+		return nil, apierr.Invalid("key is required")
+	}
+	err = s.store.InTx(ctx, func(tx *store.Tx) error {
+		if err := tx.Delete(ctx, tenant, key); err != nil {
+			return err
+		}
+		payload, err := json.Marshal(LicenseDeleted{TenantID: tenant, Key: key, DeletedAt: s.now().UTC()})
+		if err != nil {
+			return err
+		}
+		return natsx.Enqueue(ctx, tx.PgxTx(), natsx.Message{
+			TenantID: tenant, Subject: LicenseDeletedSubject, MsgID: "license.deleted:" + tenant + ":" + key, Payload: payload,
+		})
+	})
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, errNotFound
+	}
+	if err != nil {
+		return nil, err
+	}
+	s.events.Notify()
+	return &licensingv1.DeleteLicenseResponse{Key: key, Deleted: true}, nil
+}
+
+// UpdateLicenseTerms changes expiry, activation cap and limits; omitted fields stay.
+func (s *Server) UpdateLicenseTerms(ctx context.Context, req *licensingv1.UpdateLicenseTermsRequest) (*licensingv1.UpdateLicenseTermsResponse, error) {
+	tenant, err := auth.TenantID(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if req.ExpiresAt == nil && req.MaxActivations == nil && req.Limits == nil {
+		return nil, errNoTerms
+	}
+	var t store.Terms
+	if req.ExpiresAt != nil {
+		if t.ExpiresAt, err = optionalTime("expires_at", req.GetExpiresAt()); err != nil {
+			return nil, err
+		}
+		t.SetExpiry = true
+	}
+	if req.MaxActivations != nil {
+		if t.MaxActivations, err = optionalCap(req.GetMaxActivations()); err != nil {
+			return nil, err
+		}
+		t.SetMaxActivations = true
+	}
+	if req.Limits != nil {
+		if t.Limits, err = parseLimits(req.GetLimits()); err != nil {
+			return nil, err
+		}
+	}
+	current, err := s.lookup(ctx, tenant, req.GetKey())
+	if err != nil {
+		return nil, err
+	}
+	if t.SetExpiry && t.ExpiresAt == nil && strings.HasPrefix(current.ProductID, ReservedProductPrefix) {
+		return nil, errSelfLicenseExpiry
+	}
+	l, err := s.store.UpdateTerms(ctx, tenant, current.Key, t)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, errNotFound
+	}
+	if err != nil {
+		return nil, err
+	}
+	sums, err := s.seatSummaries(ctx, tenant, []string{l.Key})
+	if err != nil {
+		return nil, err
+	}
+	sum := sums[l.Key]
+	return &licensingv1.UpdateLicenseTermsResponse{
+		Key: l.Key, ExpiresAt: timestampOrNil(l.ExpiresAt), Limits: limitsStruct(l.Limits),
+		MaxActivations: capOrNil(l.MaxActivations), Usage: usageOf(sum), Status: l.Status,
+		ActivationsCount: sum.GetActivationsCount(),
+	}, nil
+}
+
+// ListLicenses pages through the tenant's licenses, newest first.
+func (s *Server) ListLicenses(ctx context.Context, req *licensingv1.ListLicensesRequest) (*licensingv1.ListLicensesResponse, error) {
+	tenant, err := auth.TenantID(ctx)
+	if err != nil {
+		return nil, err
+	}
+	limit, offset, err := pageParams(req.GetLimit(), req.GetOffset())
+	if err != nil {
+		return nil, err
+	}
+	switch req.GetStatus() {
+	case "", "active", "revoked":
+	default:
+		return nil, apierr.Invalid("status must be active or revoked")
+	}
+	rows, total, err := s.store.List(ctx, tenant, store.Filter{
+		ProductID: req.GetProductId(), Status: req.GetStatus(), IssuedTo: req.GetIssuedTo(), Limit: limit, Offset: offset,
+	})
+	if err != nil {
+		return nil, err
+	}
+	keys := make([]string, len(rows))
+	for i, l := range rows {
+		keys[i] = l.Key
+	}
+	sums, err := s.seatSummaries(ctx, tenant, keys)
+	if err != nil {
+		return nil, err
+	}
+	out := &licensingv1.ListLicensesResponse{Licenses: make([]*licensingv1.LicenseRow, len(rows)), Total: int32(total)}
+	for i, l := range rows {
+		sum := sums[l.Key]
+		out.Licenses[i] = &licensingv1.LicenseRow{
+			Key: l.Key, Tier: l.Tier, ProductId: l.ProductID, IssuedTo: l.IssuedTo,
+			IssuedAt: timestamppb.New(l.IssuedAt), ExpiresAt: timestampOrNil(l.ExpiresAt), Status: l.Status,
+			Limits: limitsStruct(l.Limits), Usage: usageOf(sum), MaxActivations: capOrNil(l.MaxActivations),
+			RevokedAt: timestampOrNil(l.RevokedAt), ActivationsCount: sum.GetActivationsCount(),
+		}
+	}
+	return out, nil
+}
+
+// GetLicenseDetails is the admin lookup, the one view with notes.
+func (s *Server) GetLicenseDetails(ctx context.Context, req *licensingv1.GetLicenseDetailsRequest) (*licensingv1.GetLicenseDetailsResponse, error) {
+	tenant, err := auth.TenantID(ctx)
+	if err != nil {
+		return nil, err
+	}
+	l, err := s.lookup(ctx, tenant, req.GetKey())
+	if err != nil {
+		return nil, err
+	}
+	sums, err := s.seatSummaries(ctx, tenant, []string{l.Key})
+	if err != nil {
+		return nil, err
+	}
+	return &licensingv1.GetLicenseDetailsResponse{
+		Key: l.Key, Tier: l.Tier, ProductId: l.ProductID, IssuedTo: l.IssuedTo,
+		IssuedAt: timestamppb.New(l.IssuedAt), ExpiresAt: timestampOrNil(l.ExpiresAt), Status: l.Status,
+		Limits: limitsStruct(l.Limits), Usage: usageOf(sums[l.Key]), MaxActivations: capOrNil(l.MaxActivations),
+		RevokedAt: timestampOrNil(l.RevokedAt), Notes: stringOrNil(l.Notes),
+	}, nil
+}
+
+// UpdateNotes replaces the internal notes; "" clears them.
+func (s *Server) UpdateNotes(ctx context.Context, req *licensingv1.UpdateNotesRequest) (*licensingv1.UpdateNotesResponse, error) {
+	tenant, err := auth.TenantID(ctx)
+	if err != nil {
+		return nil, err
+	}
+	notes, ok := req.GetNotes().GetKind().(*structpb.Value_StringValue)
+	if !ok {
+		return nil, apierr.Invalid("notes is required and must be a string")
+	}
+	if utf8Len(notes.StringValue) > maxNotesLen {
+		return nil, apierr.Invalid("notes must be at most %d characters", maxNotesLen)
+	}
+	l, err := s.store.UpdateNotes(ctx, tenant, canonicalKey(req.GetKey()), notes.StringValue)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, errNotFound
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &licensingv1.UpdateNotesResponse{Key: l.Key, Notes: stringOrNil(l.Notes)}, nil
+}
+
+// recentInStats is how many recent activations admin/stats lists.
+const recentInStats = 10
+
+// GetStats counts the tenant's licenses and seats.
+func (s *Server) GetStats(ctx context.Context, _ *licensingv1.GetStatsRequest) (*licensingv1.GetStatsResponse, error) {
+	tenant, err := auth.TenantID(ctx)
+	if err != nil {
+		return nil, err
+	}
+	c, err := s.store.Counts(ctx, tenant)
+	if err != nil {
+		return nil, err
+	}
+	st, err := s.seats.Stats(ctx, tenant, recentInStats)
+	if err != nil {
+		return nil, err
+	}
+	recent := st.GetRecent()
+	if recent == nil {
+		recent = []*activationsv1.RecentActivation{}
+	}
+	return &licensingv1.GetStatsResponse{
+		TotalLicenses: int32(c.Total), ActiveLicenses: int32(c.Active), RevokedLicenses: int32(c.Revoked),
+		TotalActivations: st.GetTotalActivations(), RecentActivations: recent,
+	}, nil
+}
+
+func timestampOrNil(t *time.Time) *timestamppb.Timestamp {
+	if t == nil {
+		return nil
+	}
+	return timestamppb.New(*t)
+}
+
+func capOrNil(c *int32) *wrapperspb.Int32Value {
+	if c == nil {
+		return nil
+	}
+	return wrapperspb.Int32(*c)
+}
+
+func stringOrNil(s *string) *wrapperspb.StringValue {
+	if s == nil {
+		return nil
+	}
+	return wrapperspb.String(*s)
+}
+
+func usageOf(sum *activationsv1.SeatSummary) map[string]float64 {
+	if u := sum.GetUsage(); u != nil {
+		return u
+	}
+	return map[string]float64{}
+}
+
+func utf8Len(s string) int { return len([]rune(s)) }

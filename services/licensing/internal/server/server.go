@@ -1,0 +1,173 @@
+// Package server holds the licensing service's gRPC handlers and the rules of the license
+// lifecycle (api.md: License, License status, issue-license … verify-license-file-base64).
+package server
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/keyhouse/keyhouse/pkg/apierr"
+	"github.com/keyhouse/keyhouse/pkg/signing"
+	accountsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/accounts/v1"
+	activationsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/activations/v1"
+	licensingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1"
+	"github.com/keyhouse/keyhouse/services/licensing/internal/store"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/proto"
+)
+
+// Entitlements tells a hosted tenant's plan limits (the billing service).
+type Entitlements interface {
+	Get(ctx context.Context, tenant string) (*accountsv1.GetEntitlementsResponse, error)
+}
+
+// Seats supplies seat counts and usage for the admin views (the activations service).
+type Seats interface {
+	Summaries(ctx context.Context, tenant string, keys []string) (map[string]*activationsv1.SeatSummary, error)
+	Stats(ctx context.Context, tenant string, recent int) (*activationsv1.GetActivationStatsResponse, error)
+}
+
+// Events is told when an outbox row was committed, to publish it at once.
+type Events interface{ Notify() }
+
+// Config is what the handlers need besides their collaborators.
+type Config struct {
+	MultiTenant bool
+	Keyring     *signing.Keyring
+}
+
+// Server implements LicensingService and LicensingInternalService.
+type Server struct {
+	licensingv1.UnimplementedLicensingServiceServer
+	licensingv1.UnimplementedLicensingInternalServiceServer
+	cfg          Config
+	store        *store.Store
+	entitlements Entitlements
+	seats        Seats
+	events       Events
+	now          func() time.Time
+}
+
+// New returns a Server.
+func New(cfg Config, s *store.Store, e Entitlements, seats Seats, events Events) *Server {
+	return &Server{cfg: cfg, store: s, entitlements: e, seats: seats, events: events, now: time.Now}
+}
+
+// Register adds both services to g.
+func Register(g *grpc.Server, s *Server) {
+	licensingv1.RegisterLicensingServiceServer(g, s)
+	licensingv1.RegisterLicensingInternalServiceServer(g, s)
+}
+
+// Messages of api.md and the addendum, verbatim.
+var (
+	errNotFound          = apierr.NotFound("License key not found")
+	errExpired           = apierr.Forbidden("License has expired")
+	errNotActive         = apierr.Forbidden("License is not active")
+	errProductOwned      = apierr.Forbidden("product_id is owned by a different tenant")
+	errSubscription      = apierr.Forbidden("Subscription is not active")
+	errQuota             = apierr.Forbidden("License issuance quota exceeded")
+	errReservedProduct   = apierr.Invalid("product_id uses a reserved prefix")
+	errSelfLicenseExpiry = apierr.Invalid("expires_at is required for self-license credentials")
+	errNoTerms           = apierr.Invalid("No updatable fields provided (expires_at, max_activations, limits)")
+	errIdempotencyReuse  = apierr.Conflict("Idempotency-Key reused with a different request")
+)
+
+// IdempotencyHeader is the metadata the gateway forwards from the Idempotency-Key header;
+// gRPC callers (the storefront) set it themselves.
+const IdempotencyHeader = "idempotency-key"
+
+func idempotencyKey(ctx context.Context) (string, error) {
+	v := metadata.ValueFromIncomingContext(ctx, IdempotencyHeader)
+	if len(v) == 0 || strings.TrimSpace(v[0]) == "" {
+		return "", nil
+	}
+	k := strings.TrimSpace(v[0])
+	if len(k) > maxIdempotencyKeyLen {
+		return "", apierr.Invalid("Idempotency-Key must be at most %d characters", maxIdempotencyKeyLen)
+	}
+	return k, nil
+}
+
+// requestHash identifies a request for Idempotency-Key: the method and the request's
+// deterministic wire form (maps sorted), so the same JSON body in any key order matches.
+func requestHash(method string, req proto.Message) []byte {
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(req)
+	if err != nil {
+		panic(err)
+	}
+	h := sha256.New()
+	h.Write([]byte(method))
+	h.Write([]byte{0})
+	h.Write(b)
+	return h.Sum(nil)
+}
+
+// lookup finds a license: tenant "" in any tenant (public routes). The key is put in its
+// issued form first, so a key typed by hand still matches.
+func (s *Server) lookup(ctx context.Context, tenant, key string) (*store.License, error) {
+	l, err := s.store.Get(ctx, tenant, canonicalKey(key))
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, errNotFound
+	}
+	return l, err
+}
+
+// checkEntitlements refuses issuance or reactivation for a hosted tenant whose
+// subscription is not active, and returns its license quota (0 = unlimited).
+func (s *Server) checkEntitlements(ctx context.Context, tenant string) (int, error) {
+	if !s.cfg.MultiTenant {
+		return 0, nil
+	}
+	e, err := s.entitlements.Get(ctx, tenant)
+	if err != nil {
+		return 0, err
+	}
+	if !e.GetSubscriptionActive() {
+		return 0, errSubscription
+	}
+	return int(e.GetLicenseLimit()), nil
+}
+
+// holdQuota takes the tenant's quota lock and refuses when another active license would
+// pass quota. Called inside the transaction that makes the license active.
+func holdQuota(ctx context.Context, tx *store.Tx, tenant string, quota int) error {
+	if quota <= 0 {
+		return nil
+	}
+	if err := tx.LockQuota(ctx, tenant); err != nil {
+		return err
+	}
+	n, err := tx.CountActive(ctx, tenant)
+	if err != nil {
+		return err
+	}
+	if n >= quota {
+		return errQuota
+	}
+	return nil
+}
+
+func (s *Server) claimProduct(ctx context.Context, tenant, productID string) error {
+	if !s.cfg.MultiTenant {
+		return nil
+	}
+	err := s.store.ClaimProduct(ctx, tenant, productID)
+	if errors.Is(err, store.ErrProductOwned) {
+		return errProductOwned
+	}
+	return err
+}
+
+// seatSummaries fetches activations_count and usage for keys; the map may lack keys
+// without seats or usage.
+func (s *Server) seatSummaries(ctx context.Context, tenant string, keys []string) (map[string]*activationsv1.SeatSummary, error) {
+	if len(keys) == 0 {
+		return map[string]*activationsv1.SeatSummary{}, nil
+	}
+	return s.seats.Summaries(ctx, tenant, keys)
+}

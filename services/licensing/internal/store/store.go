@@ -1,0 +1,342 @@
+// Package store is the licensing schema's SQL: licenses, product ownership, idempotency
+// records, the signing keyring and the outbox. Every method that touches tenant data takes
+// the tenant explicitly and every such query is scoped by it.
+package store
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/keyhouse/keyhouse/pkg/pgxx"
+)
+
+// Store reads and writes the licensing schema.
+type Store struct{ db *pgxpool.Pool }
+
+// New returns a Store on db (search_path = licensing).
+func New(db *pgxpool.Pool) *Store { return &Store{db: db} }
+
+var (
+	// ErrNotFound: no such license for the tenant.
+	ErrNotFound = errors.New("license not found")
+	// ErrIdempotencyMismatch: the Idempotency-Key was used with another request.
+	ErrIdempotencyMismatch = errors.New("idempotency key reused with a different request")
+	// ErrProductOwned: another tenant owns the product_id.
+	ErrProductOwned = errors.New("product owned by another tenant")
+)
+
+// License is one row of the licenses table.
+type License struct {
+	TenantID  string
+	Key       string
+	Tier      string
+	ProductID string
+	IssuedTo  string
+	IssuedAt  time.Time
+	// nil: perpetual.
+	ExpiresAt *time.Time
+	Status    string
+	Limits    map[string]float64
+	// nil: unlimited.
+	MaxActivations *int32
+	RevokedAt      *time.Time
+	Notes          *string
+}
+
+// Expired reports whether the license is past its expiry at now.
+func (l *License) Expired(now time.Time) bool {
+	return l.ExpiresAt != nil && !now.Before(*l.ExpiresAt)
+}
+
+// KeyHash is how a key is looked up (see the migration).
+func KeyHash(key string) []byte {
+	sum := sha256.Sum256([]byte(key))
+	return sum[:]
+}
+
+const licenseColumns = `tenant_id, key, tier, product_id, issued_to, issued_at, expires_at, status, limits, max_activations, revoked_at, notes`
+
+func scanLicense(row pgx.Row) (*License, error) {
+	var l License
+	err := row.Scan(&l.TenantID, &l.Key, &l.Tier, &l.ProductID, &l.IssuedTo, &l.IssuedAt, &l.ExpiresAt,
+		&l.Status, &l.Limits, &l.MaxActivations, &l.RevokedAt, &l.Notes)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, err
+	}
+	if l.Limits == nil {
+		l.Limits = map[string]float64{}
+	}
+	return &l, nil
+}
+
+// Get returns the license with key; tenant "" finds it in any tenant (public routes),
+// otherwise another tenant's key is ErrNotFound.
+func (s *Store) Get(ctx context.Context, tenant, key string) (*License, error) {
+	return get(ctx, s.db, tenant, key, false)
+}
+
+func get(ctx context.Context, q pgxx.Querier, tenant, key string, forUpdate bool) (*License, error) {
+	sql := `SELECT ` + licenseColumns + ` FROM licenses WHERE key_hash = $1 AND ($2 = '' OR tenant_id = $2)`
+	if forUpdate {
+		sql += ` FOR UPDATE`
+	}
+	return scanLicense(q.QueryRow(ctx, sql, KeyHash(key), tenant))
+}
+
+// Tx is one transaction of the licensing schema.
+type Tx struct{ tx pgx.Tx }
+
+// InTx runs fn in a transaction.
+func (s *Store) InTx(ctx context.Context, fn func(*Tx) error) error {
+	return pgxx.InTx(ctx, s.db, func(tx pgx.Tx) error { return fn(&Tx{tx: tx}) })
+}
+
+// PgxTx exposes the transaction for the outbox (natsx.Enqueue).
+func (t *Tx) PgxTx() pgx.Tx { return t.tx }
+
+// GetForUpdate reads and row-locks a license of the tenant.
+func (t *Tx) GetForUpdate(ctx context.Context, tenant, key string) (*License, error) {
+	return get(ctx, t.tx, tenant, key, true)
+}
+
+// LockQuota serializes, across every replica, the transactions that can raise a tenant's
+// count of active licenses (issuance and reactivation), so a count checked against the
+// quota is still true at commit. The class id keeps the key space apart from other
+// advisory-lock users.
+func (t *Tx) LockQuota(ctx context.Context, tenant string) error {
+	_, err := t.tx.Exec(ctx, `SELECT pg_advisory_xact_lock(7317001, hashtext($1))`, tenant)
+	return err
+}
+
+// CountActive counts the tenant's licenses that hold quota: active and not expired.
+func (t *Tx) CountActive(ctx context.Context, tenant string) (int, error) {
+	return countActive(ctx, t.tx, tenant)
+}
+
+// CountActive is CountActive outside a transaction.
+func (s *Store) CountActive(ctx context.Context, tenant string) (int, error) {
+	return countActive(ctx, s.db, tenant)
+}
+
+func countActive(ctx context.Context, q pgxx.Querier, tenant string) (int, error) {
+	var n int
+	err := q.QueryRow(ctx, `SELECT count(*) FROM licenses WHERE tenant_id = $1 AND status = 'active'
+		AND (expires_at IS NULL OR expires_at > now())`, tenant).Scan(&n)
+	return n, err
+}
+
+// Insert stores a new license; IssuedAt is set by the database and written back.
+func (t *Tx) Insert(ctx context.Context, l *License) error {
+	return t.tx.QueryRow(ctx, `INSERT INTO licenses (key_hash, key, tenant_id, tier, product_id, issued_to,
+		expires_at, limits, max_activations, notes) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+		RETURNING issued_at, status`,
+		KeyHash(l.Key), l.Key, l.TenantID, l.Tier, l.ProductID, l.IssuedTo, l.ExpiresAt, l.Limits,
+		l.MaxActivations, l.Notes).Scan(&l.IssuedAt, &l.Status)
+}
+
+// SetStatus revokes (status "revoked", revoked_at now) or reactivates a license.
+func (t *Tx) SetStatus(ctx context.Context, tenant, key, status string) error {
+	_, err := t.tx.Exec(ctx, `UPDATE licenses SET status = $3,
+		revoked_at = CASE WHEN $3 = 'revoked' THEN now() ELSE NULL END
+		WHERE key_hash = $1 AND tenant_id = $2`, KeyHash(key), tenant, status)
+	return err
+}
+
+// Delete removes a license, reporting ErrNotFound when there was none.
+func (t *Tx) Delete(ctx context.Context, tenant, key string) error {
+	tag, err := t.tx.Exec(ctx, `DELETE FROM licenses WHERE key_hash = $1 AND tenant_id = $2`, KeyHash(key), tenant)
+	if err == nil && tag.RowsAffected() == 0 {
+		return ErrNotFound
+	}
+	return err
+}
+
+// Terms is a change of license terms; nil fields stay unchanged.
+type Terms struct {
+	// SetExpiry: ExpiresAt is the new expiry (nil = perpetual).
+	SetExpiry bool
+	ExpiresAt *time.Time
+	// SetMaxActivations: MaxActivations is the new cap (nil = unlimited).
+	SetMaxActivations bool
+	MaxActivations    *int32
+	Limits            map[string]float64
+}
+
+// UpdateTerms applies t to the license and returns it as updated.
+func (s *Store) UpdateTerms(ctx context.Context, tenant, key string, t Terms) (*License, error) {
+	return scanLicense(s.db.QueryRow(ctx, `UPDATE licenses SET
+		expires_at = CASE WHEN $3 THEN $4 ELSE expires_at END,
+		max_activations = CASE WHEN $5 THEN $6 ELSE max_activations END,
+		limits = COALESCE($7, limits)
+		WHERE key_hash = $1 AND tenant_id = $2 RETURNING `+licenseColumns,
+		KeyHash(key), tenant, t.SetExpiry, t.ExpiresAt, t.SetMaxActivations, t.MaxActivations, limitsOrNil(t.Limits)))
+}
+
+func limitsOrNil(m map[string]float64) any {
+	if m == nil {
+		return nil
+	}
+	return m
+}
+
+// UpdateNotes sets the notes ("" clears them to null) and returns the license.
+func (s *Store) UpdateNotes(ctx context.Context, tenant, key, notes string) (*License, error) {
+	return scanLicense(s.db.QueryRow(ctx, `UPDATE licenses SET notes = NULLIF($3, '')
+		WHERE key_hash = $1 AND tenant_id = $2 RETURNING `+licenseColumns, KeyHash(key), tenant, notes))
+}
+
+// Filter selects licenses for list-licenses.
+type Filter struct {
+	ProductID, Status, IssuedTo string
+	Limit, Offset               int
+}
+
+// likeEscape makes % and _ (and the escape character itself) match literally.
+func likeEscape(s string) string {
+	return strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`).Replace(s)
+}
+
+// List returns one page of the tenant's licenses, newest first, and the total matching.
+func (s *Store) List(ctx context.Context, tenant string, f Filter) ([]*License, int, error) {
+	where := `tenant_id = $1 AND ($2 = '' OR product_id = $2) AND ($3 = '' OR status = $3)
+		AND ($4 = '' OR issued_to ILIKE '%' || $4 || '%')`
+	args := []any{tenant, f.ProductID, f.Status, likeEscape(f.IssuedTo)}
+	var total int
+	if err := s.db.QueryRow(ctx, `SELECT count(*) FROM licenses WHERE `+where, args...).Scan(&total); err != nil {
+		return nil, 0, err
+	}
+	rows, err := s.db.Query(ctx, `SELECT `+licenseColumns+` FROM licenses WHERE `+where+`
+		ORDER BY issued_at DESC, key LIMIT $5 OFFSET $6`, append(args, f.Limit, f.Offset)...)
+	if err != nil {
+		return nil, 0, err
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*License, error) { return scanLicense(row) })
+	return out, total, err
+}
+
+// Counts are the license figures of admin/stats.
+type Counts struct{ Total, Active, Revoked int }
+
+// Counts counts the tenant's licenses by status.
+func (s *Store) Counts(ctx context.Context, tenant string) (Counts, error) {
+	var c Counts
+	err := s.db.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE status = 'active'),
+		count(*) FILTER (WHERE status = 'revoked') FROM licenses WHERE tenant_id = $1`, tenant).
+		Scan(&c.Total, &c.Active, &c.Revoked)
+	return c, err
+}
+
+// ProductKey is how product ids are compared for ownership: trimmed, lower-cased.
+func ProductKey(productID string) string { return strings.ToLower(strings.TrimSpace(productID)) }
+
+// ClaimProduct binds productID to tenant unless another tenant owns it (ErrProductOwned).
+// The primary key makes two simultaneous first claims resolve to one owner.
+func (s *Store) ClaimProduct(ctx context.Context, tenant, productID string) error {
+	var owner string
+	err := s.db.QueryRow(ctx, `WITH claim AS (
+			INSERT INTO products (product_key, product_id, tenant_id) VALUES ($1, $2, $3)
+			ON CONFLICT (product_key) DO NOTHING RETURNING tenant_id)
+		SELECT tenant_id FROM claim UNION ALL SELECT tenant_id FROM products WHERE product_key = $1`,
+		ProductKey(productID), productID, tenant).Scan(&owner)
+	if errors.Is(err, pgx.ErrNoRows) {
+		// The competing claim committed between our insert's conflict check and the
+		// read, which cannot see it in this snapshot: read it again.
+		err = s.db.QueryRow(ctx, `SELECT tenant_id FROM products WHERE product_key = $1`, ProductKey(productID)).Scan(&owner)
+	}
+	if err != nil {
+		return err
+	}
+	if owner != tenant {
+		return ErrProductOwned
+	}
+	return nil
+}
+
+// IdempotencyTTL is how long a first answer is replayed (addendum §8).
+const IdempotencyTTL = 24 * time.Hour
+
+// Idempotent runs create in a transaction guarded by an Idempotency-Key: the first call
+// with (tenant, idemKey) stores create's answer in the same transaction; a later call
+// with the same requestHash within the TTL gets that answer back without running create;
+// with another hash, ErrIdempotencyMismatch. A concurrent call with the same key waits
+// on the first one's row and then replays its answer. When create fails nothing is kept,
+// so a retry runs create again. idemKey "" runs create without a record.
+func (s *Store) Idempotent(ctx context.Context, tenant, idemKey string, requestHash []byte,
+	create func(*Tx) ([]byte, error)) (resp []byte, replayed bool, err error) {
+	err = s.InTx(ctx, func(t *Tx) error {
+		if idemKey == "" {
+			resp, err = create(t)
+			return err
+		}
+		// A live record wins the conflict (no row returned); an expired one is taken over.
+		var mine bool
+		err := t.tx.QueryRow(ctx, `INSERT INTO idempotency_keys (tenant_id, idem_key, request_hash)
+			VALUES ($1, $2, $3)
+			ON CONFLICT (tenant_id, idem_key) DO UPDATE
+				SET request_hash = EXCLUDED.request_hash, response = NULL, created_at = now()
+				WHERE idempotency_keys.created_at < now() - $4::interval
+			RETURNING true`, tenant, idemKey, requestHash, fmt.Sprintf("%d seconds", int(IdempotencyTTL.Seconds()))).Scan(&mine)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return err
+		}
+		if mine {
+			if resp, err = create(t); err != nil {
+				return err
+			}
+			_, err = t.tx.Exec(ctx, `UPDATE idempotency_keys SET response = $3 WHERE tenant_id = $1 AND idem_key = $2`,
+				tenant, idemKey, resp)
+			return err
+		}
+		var hash []byte
+		if err := t.tx.QueryRow(ctx, `SELECT request_hash, response FROM idempotency_keys
+			WHERE tenant_id = $1 AND idem_key = $2`, tenant, idemKey).Scan(&hash, &resp); err != nil {
+			return err
+		}
+		if !bytes.Equal(hash, requestHash) {
+			return ErrIdempotencyMismatch
+		}
+		replayed = true
+		return nil
+	})
+	return resp, replayed, err
+}
+
+// PurgeIdempotencyKeys deletes records past the TTL.
+func (s *Store) PurgeIdempotencyKeys(ctx context.Context) (int64, error) {
+	tag, err := s.db.Exec(ctx, `DELETE FROM idempotency_keys WHERE created_at < now() - $1::interval`,
+		fmt.Sprintf("%d seconds", int(IdempotencyTTL.Seconds())))
+	return tag.RowsAffected(), err
+}
+
+// Keyring returns the stored keyring document, or create's document stored now if there
+// is none. Two replicas starting together both call create; one insert wins and both
+// return the winner's document.
+func (s *Store) Keyring(ctx context.Context, create func() ([]byte, error)) ([]byte, error) {
+	var doc []byte
+	err := s.db.QueryRow(ctx, `SELECT document FROM signing_keyring`).Scan(&doc)
+	if err == nil {
+		return doc, nil
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return nil, err
+	}
+	fresh, err := create()
+	if err != nil {
+		return nil, err
+	}
+	if _, err := s.db.Exec(ctx, `INSERT INTO signing_keyring (document) VALUES ($1) ON CONFLICT DO NOTHING`, fresh); err != nil {
+		return nil, err
+	}
+	err = s.db.QueryRow(ctx, `SELECT document FROM signing_keyring`).Scan(&doc)
+	return doc, err
+}
