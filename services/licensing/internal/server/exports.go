@@ -268,8 +268,14 @@ func nonEmptyString(v *structpb.Value) (string, bool) {
 	return s.StringValue, true
 }
 
-func isStringValue(v *structpb.Value) bool { _, ok := v.GetKind().(*structpb.Value_StringValue); return ok }
-func isStructValue(v *structpb.Value) bool { _, ok := v.GetKind().(*structpb.Value_StructValue); return ok }
+func isStringValue(v *structpb.Value) bool {
+	_, ok := v.GetKind().(*structpb.Value_StringValue)
+	return ok
+}
+func isStructValue(v *structpb.Value) bool {
+	_, ok := v.GetKind().(*structpb.Value_StructValue)
+	return ok
+}
 
 // optionalJSON returns v as a Go value when it is absent (nil), null (nil) or of the
 // wanted kind; valid is false otherwise.

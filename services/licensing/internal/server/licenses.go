@@ -21,8 +21,8 @@ import (
 
 // The license.deleted event, consumed by activations (services/activations/internal/purge).
 const (
-	EventStream          = "LICENSING"
-	EventSubjects        = "keyhouse.licensing.>"
+	EventStream           = "LICENSING"
+	EventSubjects         = "keyhouse.licensing.>"
 	LicenseDeletedSubject = "keyhouse.licensing.license.deleted"
 )
 
