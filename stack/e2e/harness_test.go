@@ -287,3 +287,14 @@ func newTenant(t testing.TB, s *stack.Stack) *Client {
 	}
 	return newClient(t, s.URL, key)
 }
+
+// issueLicense issues a license through the REST edge and returns its key. body needs at
+// least tier, product_id and issued_to.
+func issueLicense(t testing.TB, c *Client, body map[string]any) string {
+	t.Helper()
+	key, _ := c.Post("/v1/issue-license", body).Expect(t, 200).JSON(t)["key"].(string)
+	if key == "" {
+		t.Fatal("issue-license returned no key")
+	}
+	return key
+}
