@@ -2,7 +2,7 @@ package signing
 
 import (
 	"bytes"
-	"os"
+	"github.com/keyhouse/keyhouse/pkg/testkit"
 	"os/exec"
 	"sync"
 	"testing"
@@ -24,20 +24,7 @@ func sharedKeyring(t testing.TB) *Keyring {
 	return testKeyringVal
 }
 
-// requireTool finds an external program for an interoperability test. Without it the test
-// is skipped, unless KEYHOUSE_REQUIRE_TOOLS=1 (set it in CI so these tests cannot
-// silently stop running).
-func requireTool(t *testing.T, name string) string {
-	t.Helper()
-	p, err := exec.LookPath(name)
-	if err != nil {
-		if os.Getenv("KEYHOUSE_REQUIRE_TOOLS") == "1" {
-			t.Fatalf("%s not found on PATH and KEYHOUSE_REQUIRE_TOOLS=1", name)
-		}
-		t.Skipf("%s not found on PATH; set KEYHOUSE_REQUIRE_TOOLS=1 to make this fatal", name)
-	}
-	return p
-}
+func requireTool(t *testing.T, name string) string { return testkit.RequireTool(t, name) }
 
 func run(t *testing.T, stdin []byte, name string, args ...string) ([]byte, error) {
 	t.Helper()
