@@ -1,0 +1,52 @@
+package server
+
+import (
+	"testing"
+
+	"google.golang.org/protobuf/types/known/structpb"
+)
+
+func TestParseLimitsAllowlistAndValues(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		in    map[string]any
+		error string
+	}{
+		{"every allowlisted key", map[string]any{"users": 1, "seats": 2, "admins": 3, "projects": 4, "environments": 5,
+			"tenants": 6, "api_calls_per_day": 7, "rate_limit_rps": 8, "concurrent_sessions": 9, "features": 10}, ""},
+		{"unknown key named first", map[string]any{"zeta": 1, "alpha": 1}, "Unknown limit key: alpha"},
+		{"unknown key before bad value", map[string]any{"seats": -1, "storage": 1}, "Unknown limit key: storage"},
+		{"negative", map[string]any{"seats": -1}, "limits.seats must be a positive number"},
+		{"bool", map[string]any{"seats": true}, "limits.seats must be a positive number"},
+		{"beyond 2^53", map[string]any{"seats": 1e16}, "limits.seats must be a positive number"},
+		{"fractional is a positive number", map[string]any{"rate_limit_rps": 0.5}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := structpb.NewStruct(tc.in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = parseLimits(s)
+			got := ""
+			if err != nil {
+				got = err.Error()
+			}
+			if got != tc.error {
+				t.Fatalf("error %q, want %q", got, tc.error)
+			}
+		})
+	}
+}
+
+func TestOptionalTimeTruncatesToSecondsInUTC(t *testing.T) {
+	got, err := optionalTime("expires_at", structpb.NewStringValue("2030-06-01T12:00:00.999+02:00"))
+	if err != nil || got.Format("2006-01-02T15:04:05.999Z07:00") != "2030-06-01T10:00:00Z" {
+		t.Fatalf("%v %v", got, err)
+	}
+	if got, err := optionalTime("expires_at", structpb.NewNullValue()); got != nil || err != nil {
+		t.Fatalf("null: %v %v", got, err)
+	}
+	if _, err := optionalTime("expires_at", structpb.NewBoolValue(true)); err == nil {
+		t.Fatal("bool accepted")
+	}
+}
