@@ -64,6 +64,10 @@ proto-check: proto ## Fail when the committed generated code differs from a fres
 	@git diff --exit-code --stat -- proto/gen || { echo "generated code is stale: run make proto and commit"; exit 1; }
 	@untracked=$$(git ls-files --others --exclude-standard proto/gen); [ -z "$$untracked" ] || { echo "untracked generated files: $$untracked"; exit 1; }
 
+.PHONY: bench
+bench: deps ## Load benchmarks against a throwaway stack on loopback (BENCH_ARGS="-d 10s -c 32 -run verify")
+	go run ./stack/cmd/keyhouse-bench $(BENCH_ARGS)
+
 .PHONY: migrate
 migrate: build ## Apply every service's migrations to DATABASE_URL
 	@for s in billing licensing activations releases storefront; do $(BIN_DIR)/$$s migrate || exit 1; done

@@ -1,0 +1,124 @@
+package bench
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/keyhouse/keyhouse/pkg/pgxx"
+)
+
+// licensePool is how many licenses the verify scenarios spread their lookups over.
+const licensePool = 200
+
+func init() {
+	Register(Scenario{
+		Name:  "verify-license (gateway → licensing → Postgres)",
+		Note:  "the full path: HTTP edge, Redis rate limit, gRPC, one indexed row",
+		Setup: setupVerifyGateway,
+	})
+	Register(Scenario{
+		Name:  "verify-license floor (bare net/http + pgx)",
+		Note:  "the same single-row lookup and JSON answer with nothing in between",
+		Setup: setupVerifyFloor,
+	})
+}
+
+func issuePool(ctx context.Context, env *Env, product string) ([]string, error) {
+	keys := make([]string, licensePool)
+	for i := range keys {
+		k, err := env.IssueLicense(ctx, map[string]any{
+			"tier": "pro", "product_id": product, "issued_to": fmt.Sprintf("bench-%d@example.com", i),
+			"limits": map[string]any{"seats": 10, "api_calls_per_day": 100000},
+		})
+		if err != nil {
+			return nil, err
+		}
+		keys[i] = k
+	}
+	return keys, nil
+}
+
+func setupVerifyGateway(ctx context.Context, env *Env) (Op, error) {
+	keys, err := issuePool(ctx, env, "bench-verify")
+	if err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context, worker, i int) error {
+		st, body, err := env.Do(ctx, http.MethodPost, "/v1/verify-license", ClientIP(worker, i, 900), false,
+			map[string]string{"key": keys[(worker*7919+i)%len(keys)]})
+		return Expect(st, body, err, http.StatusOK)
+	}, nil
+}
+
+// setupVerifyFloor serves verify-license from a bare handler in this process: decode the
+// body, look the key up by its hash (as the licensing service does), check status and
+// expiry, encode the answer. It is the floor the full stack is compared with.
+func setupVerifyFloor(ctx context.Context, env *Env) (Op, error) {
+	keys, err := issuePool(ctx, env, "bench-floor")
+	if err != nil {
+		return nil, err
+	}
+	pool, err := pgxx.Open(ctx, env.Stack.Env("DATABASE_URL"), "licensing")
+	if err != nil {
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/verify-license", func(w http.ResponseWriter, r *http.Request) {
+		var req struct {
+			Key string `json:"key"`
+		}
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+			http.Error(w, `{"error":"bad body"}`, http.StatusBadRequest)
+			return
+		}
+		sum := sha256.Sum256([]byte(req.Key))
+		var out struct {
+			Valid     bool               `json:"valid"`
+			Tier      string             `json:"tier"`
+			ProductID string             `json:"product_id"`
+			Limits    map[string]float64 `json:"limits"`
+			ExpiresAt *time.Time         `json:"expires_at"`
+			IssuedAt  time.Time          `json:"issued_at"`
+			Status    string             `json:"status"`
+		}
+		err := pool.QueryRow(r.Context(), `SELECT tier, product_id, limits, expires_at, issued_at, status
+			FROM licenses WHERE key_hash = $1`, sum[:]).Scan(&out.Tier, &out.ProductID, &out.Limits, &out.ExpiresAt, &out.IssuedAt, &out.Status)
+		if errors.Is(err, pgx.ErrNoRows) {
+			http.Error(w, `{"valid":false,"error":"License key not found"}`, http.StatusNotFound)
+			return
+		}
+		if err != nil {
+			http.Error(w, `{"error":"Internal server error"}`, http.StatusInternalServerError)
+			return
+		}
+		out.Valid = out.Status == "active" && (out.ExpiresAt == nil || time.Now().Before(*out.ExpiresAt))
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(out)
+	})
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	srv := &http.Server{Handler: mux}
+	go func() { _ = srv.Serve(lis) }()
+	go func() {
+		<-ctx.Done()
+		_ = srv.Close()
+		pool.Close()
+	}()
+	floor := &Env{Stack: env.Stack, URL: "http://" + lis.Addr().String(), HTTP: env.HTTP}
+	return func(ctx context.Context, worker, i int) error {
+		st, body, err := floor.Do(ctx, http.MethodPost, "/v1/verify-license", ClientIP(worker, i, 900), false,
+			map[string]string{"key": keys[(worker*7919+i)%len(keys)]})
+		return Expect(st, body, err, http.StatusOK)
+	}, nil
+}
+

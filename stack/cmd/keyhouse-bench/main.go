@@ -1,0 +1,97 @@
+// Command keyhouse-bench is `make bench`: it builds and starts a throwaway stack on
+// loopback (its own Postgres, Redis and NATS under a temporary folder), runs every
+// scenario of stack/bench with C concurrent clients for D each, and prints a Markdown
+// table for docs/PERFORMANCE.md.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"syscall"
+	"time"
+
+	"github.com/keyhouse/keyhouse/stack"
+	"github.com/keyhouse/keyhouse/stack/bench"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx); err != nil {
+		fmt.Fprintf(os.Stderr, "keyhouse-bench: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context) error {
+	workers := flag.Int("c", 32, "concurrent clients")
+	duration := flag.Duration("d", 10*time.Second, "measured duration per scenario (plus 20% warm-up)")
+	only := flag.String("run", "", "only scenarios whose name matches this regexp")
+	keep := flag.Bool("keep", false, "keep the stack's folder (logs) afterwards")
+	flag.Parse()
+	filter, err := regexp.Compile(*only)
+	if err != nil {
+		return err
+	}
+	dir, err := os.MkdirTemp("", "keyhouse-bench-")
+	if err != nil {
+		return err
+	}
+	// The postgres system user must reach the cluster folder inside it.
+	_ = os.Chmod(dir, 0o755)
+	if !*keep {
+		defer os.RemoveAll(dir)
+	}
+	binDir := filepath.Join(dir, "bin")
+	fmt.Fprintln(os.Stderr, "building ...")
+	if err := stack.Build(ctx, binDir); err != nil {
+		return err
+	}
+	fmt.Fprintln(os.Stderr, "starting the stack ...")
+	s, err := stack.Start(ctx, stack.Options{Dir: dir, BinDir: binDir, Env: map[string]string{
+		"ADMIN_API_KEY":   "bench-admin-key-0123456789abcdef0123456789",
+		"TRUSTED_PROXIES": "127.0.0.1/32",
+		"LOG_LEVEL":       "warn",
+	}})
+	if err != nil {
+		return err
+	}
+	defer s.Stop()
+	env := &bench.Env{Stack: s, URL: s.URL, AdminKey: s.AdminKey, HTTP: bench.NewHTTPClient(*workers)}
+
+	var results []bench.Result
+	for _, sc := range bench.Scenarios() {
+		if !filter.MatchString(sc.Name) {
+			continue
+		}
+		fmt.Fprintf(os.Stderr, "%s ...\n", sc.Name)
+		scCtx, cancel := context.WithCancel(ctx)
+		op, err := sc.Setup(scCtx, env)
+		if err != nil {
+			cancel()
+			return fmt.Errorf("%s: setup: %w", sc.Name, err)
+		}
+		r := bench.Run(scCtx, sc.Name, sc.Note, op, *workers, *duration)
+		cancel()
+		if r.Errors > 0 {
+			fmt.Fprintf(os.Stderr, "  %d errors, first: %s\n", r.Errors, r.FirstError)
+		}
+		results = append(results, r)
+	}
+	fmt.Printf("\n%s, %d CPUs, %s per scenario\n\n%s", runtime.GOOS+"/"+runtime.GOARCH, runtime.NumCPU(), *duration, bench.Table(results, *workers))
+	for _, r := range results {
+		if r.Note != "" {
+			fmt.Printf("- %s: %s\n", r.Name, r.Note)
+		}
+	}
+	if *keep {
+		fmt.Fprintf(os.Stderr, "stack folder kept: %s\n", dir)
+	}
+	return nil
+}
