@@ -121,4 +121,3 @@ func setupVerifyFloor(ctx context.Context, env *Env) (Op, error) {
 		return Expect(st, body, err, http.StatusOK)
 	}, nil
 }
-
