@@ -11,7 +11,6 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"runtime/debug"
 	"syscall"
 	"time"
 
@@ -64,22 +63,9 @@ func (d *Deps) Dial(addr string) (*grpc.ClientConn, error) {
 	return conn, nil
 }
 
-// DefaultGCPercent is the garbage collector's target when GOGC is not set. These
-// processes keep a live heap of a few MiB and allocate per request, so Go's default of 100
-// spends a tenth of their CPU collecting; at 400 the heap stays well under the chart's
-// memory limits and verify-license gains about 15% throughput (docs/PERFORMANCE.md).
-const DefaultGCPercent = 400
-
-// TuneRuntime applies DefaultGCPercent unless the operator set GOGC.
-func TuneRuntime() {
-	if _, set := os.LookupEnv("GOGC"); !set {
-		debug.SetGCPercent(DefaultGCPercent)
-	}
-}
-
 // Main runs the binary and exits.
 func Main(svc Service) {
-	TuneRuntime()
+	config.TuneRuntime()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, svc, os.Args[1:])
 	stop()

@@ -15,7 +15,6 @@ import (
 
 	"github.com/keyhouse/keyhouse/gateway/internal/edge"
 	"github.com/keyhouse/keyhouse/gateway/internal/ratelimit"
-	"github.com/keyhouse/keyhouse/pkg/app"
 	"github.com/keyhouse/keyhouse/pkg/buildinfo"
 	"github.com/keyhouse/keyhouse/pkg/config"
 	"github.com/keyhouse/keyhouse/pkg/grpcx"
@@ -25,7 +24,7 @@ import (
 )
 
 func main() {
-	app.TuneRuntime()
+	config.TuneRuntime()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx)
 	stop()
