@@ -61,6 +61,7 @@ type Server struct {
 	store        Store
 	licensing    Licensing
 	entitlements Entitlements
+	manifestSigs sigCache
 	now          func() time.Time
 }
 
@@ -390,16 +391,21 @@ func (s *Server) CheckUpdate(ctx context.Context, req *releasesv1.CheckUpdateReq
 	if latest == nil || !semver.Newer(latest.Version, req.GetCurrentVersion()) {
 		return none, nil
 	}
-	keyring, err := s.licensing.Keyring(ctx)
-	if err != nil {
-		return nil, err
-	}
-	// Milliseconds: what a JavaScript Date holds, and printed identically by the signer
-	// (signing.FormatTime) and the REST marshaler (protojson).
-	issuedAt := s.now().UTC().Truncate(time.Millisecond)
-	_, sig, err := keyring.SignJSON(releaseFields(latest).Add("issued_at", issuedAt))
-	if err != nil {
-		return nil, err
+	// Whole seconds: printed identically by the signer (signing.FormatTime) and the REST
+	// marshaler (protojson), and every answer about a release within one second is the
+	// same manifest, so it is signed once (RSA PKCS #1 v1.5 is deterministic: caching
+	// changes no byte of any answer, only the CPU spent).
+	issuedAt := s.now().UTC().Truncate(time.Second)
+	sig, ok := s.manifestSigs.get(latest.ID, issuedAt.Unix())
+	if !ok {
+		keyring, err := s.licensing.Keyring(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if _, sig, err = keyring.SignJSON(releaseFields(latest).Add("issued_at", issuedAt)); err != nil {
+			return nil, err
+		}
+		s.manifestSigs.put(latest.ID, issuedAt.Unix(), sig)
 	}
 	return &releasesv1.CheckUpdateResponse{UpdateAvailable: true, Release: &releasesv1.Manifest{
 		ProductId: latest.ProductID, Version: latest.Version, Channel: latest.Channel, Platform: latest.Platform,
