@@ -350,36 +350,45 @@ func TestIdempotencyKeyOnRegisterRelease(t *testing.T) {
 	}
 }
 
+// registerAtOnce sends the bodies to register-release at the same moment, each from a
+// client of its own, and returns the ids of those published. Every other answer must be
+// status with the error message refusal.
+func registerAtOnce(t *testing.T, s *stack.Stack, bodies []map[string]any, status int, refusal string) []int {
+	t.Helper()
+	resps := make([]*Response, len(bodies))
+	var wg sync.WaitGroup
+	for i, body := range bodies {
+		c := admin(t, s)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resps[i] = c.Post("/v1/register-release", body)
+		}()
+	}
+	wg.Wait()
+	var ids []int
+	for _, r := range resps {
+		if r.Status == 200 {
+			ids = append(ids, int(r.JSON(t)["id"].(float64)))
+			continue
+		}
+		r.ExpectError(t, status, refusal)
+	}
+	return ids
+}
+
 // Parallel registrations of one release: exactly one is published, the rest are 409.
 func TestConcurrentDuplicateRegistrationsPublishOnce(t *testing.T) {
 	t.Parallel()
 	s := selfHosted(t)
 	for round := 0; round < 3; round++ {
 		p := product("race")
-		statuses := make([]int, 12)
-		bodies := make([]string, len(statuses))
-		var wg sync.WaitGroup
-		for i := range statuses {
-			c := admin(t, s)
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				r := c.Post("/v1/register-release", rel(p, "3.1.4", "platform", "any"))
-				statuses[i], bodies[i] = r.Status, string(r.Body)
-			}()
+		bodies := make([]map[string]any, 12)
+		for i := range bodies {
+			bodies[i] = rel(p, "3.1.4", "platform", "any")
 		}
-		wg.Wait()
-		won := 0
-		for i, st := range statuses {
-			switch {
-			case st == 200:
-				won++
-			case st != 409 || bodies[i] != `{"error":"A release already exists for this product_id/version/channel/platform"}`:
-				t.Fatalf("status %d %s", st, bodies[i])
-			}
-		}
-		if won != 1 {
-			t.Fatalf("round %d: %d registrations published (%v)", round, won, statuses)
+		if ids := registerAtOnce(t, s, bodies, 409, "A release already exists for this product_id/version/channel/platform"); len(ids) != 1 {
+			t.Fatalf("round %d: %d registrations published", round, len(ids))
 		}
 		if total := admin(t, s).Get("/v1/list-releases?product_id=" + p).JSON(t)["total"]; total != 1.0 {
 			t.Fatalf("%v rows", total)
@@ -417,29 +426,13 @@ func TestPublishedReleaseLimitIs500(t *testing.T) {
 	}
 	wg.Wait()
 	// 20 at once for the last 10 places: exactly 10 win.
-	statuses := make([]int, 20)
-	bodies := make([]string, 20)
-	for i := range statuses {
-		c := admin(t, s)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			r := c.Post("/v1/register-release", rel(p, fmt.Sprintf("2.0.%d", i)))
-			statuses[i], bodies[i] = r.Status, string(r.Body)
-		}()
+	last := make([]map[string]any, 20)
+	for i := range last {
+		last[i] = rel(p, fmt.Sprintf("2.0.%d", i))
 	}
-	wg.Wait()
-	won := 0
-	for i, st := range statuses {
-		switch {
-		case st == 200:
-			won++
-		case st != 403 || bodies[i] != `{"error":"`+limitMsg+`"}`:
-			t.Fatalf("status %d %s", st, bodies[i])
-		}
-	}
-	if won != 10 {
-		t.Fatalf("%d of the last 20 registrations published, want 10", won)
+	won := registerAtOnce(t, s, last, 403, limitMsg)
+	if len(won) != 10 {
+		t.Fatalf("%d of the last 20 registrations published, want 10", len(won))
 	}
 	a := admin(t, s)
 	if total := a.Get("/v1/list-releases?status=published&product_id=" + p).JSON(t)["total"]; total != 500.0 {
@@ -456,13 +449,7 @@ func TestPublishedReleaseLimitIs500(t *testing.T) {
 		t.Fatalf("latest of 500 is %q, want 9.9.9", v)
 	}
 	// Unpublishing frees a place; the new highest wins at once.
-	var winner map[string]any
-	for i, st := range statuses {
-		if st == 200 {
-			_ = json.Unmarshal([]byte(bodies[i]), &winner)
-		}
-	}
-	a.Post("/v1/unpublish-release", map[string]any{"id": winner["id"]}).Expect(t, 200)
+	a.Post("/v1/unpublish-release", map[string]any{"id": won[0]}).Expect(t, 200)
 	registerRelease(t, a, rel(p, "10.0.0"))
 	if v := update(t, c, check(key, p, "9.9.9")); v != "10.0.0" {
 		t.Fatalf("after a swap the latest is %q", v)

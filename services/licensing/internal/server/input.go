@@ -3,7 +3,6 @@ package server
 import (
 	"math"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -119,24 +118,4 @@ func limitsStruct(m map[string]float64) *structpb.Struct {
 		s.Fields[k] = structpb.NewNumberValue(v)
 	}
 	return s
-}
-
-// pageParams parses list-licenses' limit (1-1000, default 50) and offset (>= 0, default 0).
-func pageParams(limit, offset string) (int, int, error) {
-	l, o := 50, 0
-	if limit != "" {
-		n, err := strconv.Atoi(limit)
-		if err != nil || n < 1 || n > 1000 {
-			return 0, 0, apierr.Invalid("limit must be an integer between 1 and 1000")
-		}
-		l = n
-	}
-	if offset != "" {
-		n, err := strconv.Atoi(offset)
-		if err != nil || n < 0 {
-			return 0, 0, apierr.Invalid("offset must be a non-negative integer")
-		}
-		o = n
-	}
-	return l, o, nil
 }

@@ -4,7 +4,6 @@ package main
 import (
 	"context"
 	"sync"
-	"time"
 
 	"github.com/keyhouse/keyhouse/pkg/app"
 	"github.com/keyhouse/keyhouse/pkg/config"
@@ -48,13 +47,7 @@ func register(ctx context.Context, d *app.Deps) error {
 	}()
 	go func() {
 		defer wg.Done()
-		idempotency.PurgeEvery(ctx, d.DB, time.Hour, func(n int64, err error) {
-			if err != nil {
-				d.Log.Warn("idempotency cleanup failed", "error", err.Error())
-			} else if n > 0 {
-				d.Log.Info("idempotency records expired", "deleted", n)
-			}
-		})
+		idempotency.PurgeHourly(ctx, d.DB, d.Log)
 	}()
 	d.OnClose(wg.Wait)
 	return nil

@@ -5,6 +5,7 @@ package semver
 
 import (
 	"bytes"
+	"cmp"
 	"strings"
 )
 
@@ -132,24 +133,14 @@ func Compare(a, b Version) int {
 			return c
 		}
 	}
-	return cmpInt(len(a.Pre), len(b.Pre)) // more identifiers rank higher when all others are equal
+	return cmp.Compare(len(a.Pre), len(b.Pre)) // more identifiers rank higher when all others are equal
 }
 
 func compareNumeric(a, b string) int {
-	if c := cmpInt(len(a), len(b)); c != 0 {
+	if c := cmp.Compare(len(a), len(b)); c != 0 {
 		return c
 	}
 	return strings.Compare(a, b)
-}
-
-func cmpInt(a, b int) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // Byte markers of Key. Each part is self-delimiting and order-preserving, so the

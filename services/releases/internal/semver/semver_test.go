@@ -2,9 +2,11 @@ package semver
 
 import (
 	"bytes"
+	"cmp"
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -47,7 +49,7 @@ func TestPrecedenceFollowsSemVer200(t *testing.T) {
 		for j, b := range ascending {
 			va, _ := Parse(a)
 			vb, _ := Parse(b)
-			want := cmp(i, j)
+			want := cmp.Compare(i, j)
 			if got := Compare(va, vb); got != want {
 				t.Errorf("Compare(%s, %s) = %d, want %d", a, b, got, want)
 			}
@@ -151,7 +153,7 @@ func TestKeyOrderEqualsCompareOnRandomVersions(t *testing.T) {
 			for i := range pre {
 				pre[i] = ident()
 			}
-			s += "-" + joinDots(pre)
+			s += "-" + strings.Join(pre, ".")
 		}
 		if r.IntN(4) == 0 {
 			s += "+build." + num()
@@ -194,22 +196,4 @@ func FuzzKeyOrderEqualsCompare(f *testing.F) {
 			t.Fatalf("%q vs %q: key order %d, Compare %d", a, b, got, want)
 		}
 	})
-}
-
-func cmp(a, b int) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
-}
-
-func joinDots(s []string) string {
-	out := s[0]
-	for _, x := range s[1:] {
-		out += "." + x
-	}
-	return out
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/keyhouse/keyhouse/pkg/apierr"
 	"github.com/keyhouse/keyhouse/pkg/auth"
 	"github.com/keyhouse/keyhouse/pkg/idempotency"
+	"github.com/keyhouse/keyhouse/pkg/paging"
 	"github.com/keyhouse/keyhouse/pkg/signing"
 	licensingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1"
 	releasesv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/releases/v1"
@@ -240,33 +241,13 @@ func (s *Server) RegisterRelease(ctx context.Context, req *releasesv1.RegisterRe
 	return &releasesv1.RegisterReleaseResponse{Id: id, Status: "published"}, nil
 }
 
-// pageParams parses limit (1-1000, default 50) and offset (>= 0, default 0).
-func pageParams(limit, offset string) (int, int, error) {
-	l, o := 50, 0
-	if limit != "" {
-		n, err := strconv.Atoi(limit)
-		if err != nil || n < 1 || n > 1000 {
-			return 0, 0, apierr.Invalid("limit must be an integer between 1 and 1000")
-		}
-		l = n
-	}
-	if offset != "" {
-		n, err := strconv.Atoi(offset)
-		if err != nil || n < 0 {
-			return 0, 0, apierr.Invalid("offset must be a non-negative integer")
-		}
-		o = n
-	}
-	return l, o, nil
-}
-
 // ListReleases pages the tenant's releases, newest first, without signatures.
 func (s *Server) ListReleases(ctx context.Context, req *releasesv1.ListReleasesRequest) (*releasesv1.ListReleasesResponse, error) {
 	tenant, err := auth.TenantID(ctx)
 	if err != nil {
 		return nil, err
 	}
-	limit, offset, err := pageParams(req.GetLimit(), req.GetOffset())
+	limit, offset, err := paging.Parse(req.GetLimit(), req.GetOffset())
 	if err != nil {
 		return nil, err
 	}

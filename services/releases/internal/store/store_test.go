@@ -4,12 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
 	"testing"
 
-	"github.com/keyhouse/keyhouse/pkg/localinfra"
 	"github.com/keyhouse/keyhouse/pkg/pgxx"
+	"github.com/keyhouse/keyhouse/pkg/testkit"
 	"github.com/keyhouse/keyhouse/services/releases/internal/semver"
 	"github.com/keyhouse/keyhouse/services/releases/migrations"
 )
@@ -17,22 +15,7 @@ import (
 func newStore(t *testing.T) *Store {
 	t.Helper()
 	ctx := context.Background()
-	dir, err := os.MkdirTemp("", "releases-store-test-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The postgres system user must reach the cluster folder inside it.
-	_ = os.Chmod(dir, 0o755)
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	pg, err := localinfra.StartPostgres(ctx, filepath.Join(dir, "pg"), 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = pg.Stop() })
-	url, err := pg.CreateDatabase(ctx, "releases")
-	if err != nil {
-		t.Fatal(err)
-	}
+	url := testkit.PostgresURL(t, "releases")
 	db, err := pgxx.Open(ctx, url, "releases")
 	if err != nil {
 		t.Fatal(err)
