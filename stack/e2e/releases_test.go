@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -818,5 +819,49 @@ func TestDocumentedUpdateCheckClientWorks(t *testing.T) {
 	if out, err := runTool(node, example, "--url", s.URL, "--key", key, "--product", p, "--platform", "linux",
 		"--current", "1.1.0", "--public-key", pem); err != nil || !strings.Contains(out, "up to date") {
 		t.Fatalf("up to date: %v %s", err, out)
+	}
+}
+
+// Releases depends on licensing for license checks and, once, for the signing keys: with
+// licensing down, check-update answers 503 at once (no hang), registration keeps working
+// on the keyring already in memory, and a releases process started while licensing is
+// down picks the keyring up once licensing is back.
+func TestReleasesWhileLicensingIsDown(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := startStack(t, nil)
+	t.Cleanup(s.Stop)
+	a, c := admin(t, s), anon(t, s)
+	p := product("outage")
+	key := issueLicense(t, a, lic(p))
+	registerRelease(t, a, rel(p, "1.0.0"))
+
+	s.Service("licensing").Stop()
+	c.Post("/v1/check-update", check(key, p, "0.1.0")).ExpectError(t, 503, "Licensing service unavailable, retry")
+	registerRelease(t, a, rel(p, "1.1.0"))
+
+	s.Service("releases").Stop()
+	if err := s.RestartService(ctx, "releases"); err != nil {
+		t.Fatal(err)
+	}
+	a.Post("/v1/register-release", rel(p, "1.2.0")).ExpectError(t, 503, "Licensing service unavailable, retry")
+
+	if err := s.RestartService(ctx, "licensing"); err != nil {
+		t.Fatal(err)
+	}
+	// gRPC reconnects on its own backoff schedule: the first calls may still find the
+	// connection down.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		r := admin(t, s).Post("/v1/register-release", rel(p, "1.2.0"))
+		if r.Status == 200 {
+			break
+		}
+		r.ExpectError(t, 503, "Licensing service unavailable, retry")
+		if time.Now().After(deadline) {
+			t.Fatal("register-release still failing 30 s after licensing came back")
+		}
+	}
+	if v := update(t, c, check(key, p, "0.1.0")); v != "1.2.0" {
+		t.Fatalf("offered %q", v)
 	}
 }
