@@ -165,6 +165,8 @@ func TestRegisterReleaseRejectsBadInput(t *testing.T) {
 		{"scheme only", rel(p, "1.0.0", "artifact_url", "http://"), "artifact_url must be a valid http(s) URL"},
 		{"space", rel(p, "1.0.0", "artifact_url", "https://downloads.example.com/my app.zip"), "artifact_url must be a valid http(s) URL"},
 		{"javascript", rel(p, "1.0.0", "artifact_url", "javascript:alert(1)"), "artifact_url must be a valid http(s) URL"},
+		{"NUL in a field", rel(p, "1.0.0", "release_notes", "a\u0000b"), "release_notes must not contain NUL characters"},
+		{"NUL in the version", rel(p, "1.0.0\u0000"), "version must not contain NUL characters"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			a.Post("/v1/register-release", tc.body).ExpectError(t, 400, tc.want)
@@ -315,6 +317,7 @@ func TestListReleases(t *testing.T) {
 		{"?offset=10", "", 4},
 		{"?limit=1000", list(r4, r3, r2, r1), 4},
 		{"?product_id=nothing", "", 0},
+		{"?channel=beta%00", "", 0},
 	} {
 		if got, total := ids(tc.query); got != tc.want || total != tc.total {
 			t.Errorf("%s: ids %s total %v, want %s total %v", tc.query, got, total, tc.want, tc.total)
@@ -484,6 +487,7 @@ func TestCheckUpdateRules(t *testing.T) {
 		{"2: the platform picks its own releases", "1.5.0", check(key, p, "1.0.0", "platform", "windows")},
 		{"2: no platform matches releases registered without one", "0.9.0", check(key, p, "0.1.0")},
 		{"2, 3: an unknown channel is no update", "", check(key, p, "1.0.0", "platform", "linux", "channel", "nightly")},
+		{"2, 3: a channel no release can have is no update", "", check(key, p, "1.0.0", "platform", "linux\u0000", "channel", "stable\u0000")},
 		{"5: current version is the latest", "", check(key, p, "1.10.0", "platform", "linux")},
 		{"5: a newer current version counts as current", "", check(key, p, "1.11.0", "platform", "linux")},
 		{"5: build metadata does not make a version newer", "", check(key, p, "1.10.0+local.7", "platform", "linux")},
@@ -823,9 +827,9 @@ func TestDocumentedUpdateCheckClientWorks(t *testing.T) {
 }
 
 // Releases depends on licensing for license checks and, once, for the signing keys: with
-// licensing down, check-update answers 503 at once (no hang), registration keeps working
-// on the keyring already in memory, and a releases process started while licensing is
-// down picks the keyring up once licensing is back.
+// licensing down, check-update answers 503 within its call budget (never a hang),
+// registration keeps working on the keyring already in memory, and a releases process
+// started while licensing is down picks the keyring up once licensing is back.
 func TestReleasesWhileLicensingIsDown(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()

@@ -12,6 +12,7 @@ import (
 	"github.com/keyhouse/keyhouse/pkg/signing"
 	accountsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/accounts/v1"
 	licensingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -35,11 +36,15 @@ func (r *RemoteLicensing) call(ctx context.Context, tenant string) (context.Cont
 	return context.WithTimeout(auth.Outgoing(ctx, r.AdminKey, tenant), remoteTimeout)
 }
 
+// waitForReady lets a call ride out a reconnect (licensing starting later, or restarting)
+// within remoteTimeout, instead of failing the moment the connection is not up.
+var waitForReady = grpc.WaitForReady(true)
+
 // License implements Licensing: the key in any tenant.
 func (r *RemoteLicensing) License(ctx context.Context, key string) (*licensingv1.License, error) {
 	ctx, cancel := r.call(ctx, "")
 	defer cancel()
-	resp, err := r.Client.GetLicense(ctx, &licensingv1.GetLicenseRequest{Key: key})
+	resp, err := r.Client.GetLicense(ctx, &licensingv1.GetLicenseRequest{Key: key}, waitForReady)
 	switch {
 	case status.Code(err) == codes.NotFound, err == nil && resp.GetLicense() == nil:
 		return nil, errLicenseNotFound
@@ -53,7 +58,7 @@ func (r *RemoteLicensing) License(ctx context.Context, key string) (*licensingv1
 func (r *RemoteLicensing) ClaimProduct(ctx context.Context, tenant, productID string) error {
 	ctx, cancel := r.call(ctx, tenant)
 	defer cancel()
-	_, err := r.Client.ClaimProduct(ctx, &licensingv1.ClaimProductRequest{ProductId: productID})
+	_, err := r.Client.ClaimProduct(ctx, &licensingv1.ClaimProductRequest{ProductId: productID}, waitForReady)
 	switch status.Code(err) {
 	case codes.OK:
 		return nil
@@ -76,7 +81,7 @@ func (r *RemoteLicensing) Keyring(ctx context.Context) (*signing.Keyring, error)
 	}
 	ctx, cancel := r.call(ctx, "")
 	defer cancel()
-	resp, err := r.Client.GetSigningKeys(ctx, &licensingv1.GetSigningKeysRequest{})
+	resp, err := r.Client.GetSigningKeys(ctx, &licensingv1.GetSigningKeysRequest{}, waitForReady)
 	if err != nil {
 		return nil, errLicensingDown
 	}
@@ -116,7 +121,7 @@ type RemoteEntitlements struct {
 func (r RemoteEntitlements) SubscriptionActive(ctx context.Context, tenant string) (bool, error) {
 	ctx, cancel := context.WithTimeout(auth.Outgoing(ctx, r.AdminKey, tenant), remoteTimeout)
 	defer cancel()
-	resp, err := r.Client.GetEntitlements(ctx, &accountsv1.GetEntitlementsRequest{})
+	resp, err := r.Client.GetEntitlements(ctx, &accountsv1.GetEntitlementsRequest{}, waitForReady)
 	if err != nil {
 		return false, apierr.Unavailable("Billing service unavailable, retry")
 	}

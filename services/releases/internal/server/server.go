@@ -127,7 +127,21 @@ func checkText(name, v string, maxLen int, required bool) error {
 	if utf8.RuneCountInString(v) > maxLen {
 		return apierr.Invalid("%s must be at most %d characters", name, maxLen)
 	}
+	if hasNUL(v) {
+		return apierr.Invalid("%s must not contain NUL characters", name)
+	}
 	return nil
+}
+
+// hasNUL: JSON may carry U+0000, Postgres text cannot hold it. Such a value is refused
+// on registration and matches nothing in a filter or an update check.
+func hasNUL(s ...string) bool {
+	for _, v := range s {
+		if strings.IndexByte(v, 0) >= 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // validArtifactURL: an absolute http or https URL with a host, and nothing a client
@@ -256,6 +270,9 @@ func (s *Server) ListReleases(ctx context.Context, req *releasesv1.ListReleasesR
 	default:
 		return nil, apierr.Invalid("status must be published or unpublished")
 	}
+	if hasNUL(req.GetProductId(), req.GetChannel(), req.GetPlatform()) {
+		return &releasesv1.ListReleasesResponse{Releases: []*releasesv1.ReleaseRow{}}, nil
+	}
 	rows, total, err := s.store.List(ctx, tenant, store.Filter{
 		ProductKey: productKey(req.GetProductId()), Channel: req.GetChannel(), Platform: req.GetPlatform(),
 		Status: req.GetStatus(), Limit: limit, Offset: offset,
@@ -361,7 +378,7 @@ func (s *Server) CheckUpdate(ctx context.Context, req *releasesv1.CheckUpdateReq
 	}
 	none := &releasesv1.CheckUpdateResponse{UpdateAvailable: false}
 	key := productKey(l.GetProductId())
-	if productKey(req.GetProductId()) != key {
+	if productKey(req.GetProductId()) != key || hasNUL(req.GetChannel(), req.GetPlatform()) {
 		return none, nil
 	}
 	// The license's tenant scopes the releases: a key never reaches another tenant's.
