@@ -38,7 +38,15 @@ func requireText(name, v string, maxLen int) (string, error) {
 	if !utf8.ValidString(v) || utf8.RuneCountInString(v) > maxLen {
 		return "", apierr.Invalid("%s must be at most %d characters", name, maxLen)
 	}
-	return v, nil
+	return v, checkNUL(name, v)
+}
+
+// checkNUL refuses U+0000: JSON may carry it, Postgres text cannot hold it.
+func checkNUL(name, v string) error {
+	if strings.ContainsRune(v, 0) {
+		return apierr.Invalid("%s must not contain NUL characters", name)
+	}
+	return nil
 }
 
 // parseTime reads an RFC 3339 timestamp. Sub-second precision is dropped: expiries are

@@ -118,6 +118,9 @@ func (s *Server) newLicense(tenant string, req *licensingv1.IssueLicenseRequest)
 		if utf8Len(k.StringValue) > maxNotesLen {
 			return nil, apierr.Invalid("notes must be at most %d characters", maxNotesLen)
 		}
+		if err := checkNUL("notes", k.StringValue); err != nil {
+			return nil, err
+		}
 		if k.StringValue != "" {
 			notes = &k.StringValue
 		}
@@ -306,6 +309,10 @@ func (s *Server) ListLicenses(ctx context.Context, req *licensingv1.ListLicenses
 	default:
 		return nil, apierr.Invalid("status must be active or revoked")
 	}
+	if strings.ContainsRune(req.GetProductId()+req.GetIssuedTo(), 0) {
+		// No stored value holds U+0000 (Postgres text cannot), so nothing matches.
+		return &licensingv1.ListLicensesResponse{Licenses: []*licensingv1.LicenseRow{}}, nil
+	}
 	rows, total, err := s.store.List(ctx, tenant, store.Filter{
 		ProductID: req.GetProductId(), Status: req.GetStatus(), IssuedTo: req.GetIssuedTo(), Limit: limit, Offset: offset,
 	})
@@ -367,6 +374,9 @@ func (s *Server) UpdateNotes(ctx context.Context, req *licensingv1.UpdateNotesRe
 	}
 	if utf8Len(notes.StringValue) > maxNotesLen {
 		return nil, apierr.Invalid("notes must be at most %d characters", maxNotesLen)
+	}
+	if err := checkNUL("notes", notes.StringValue); err != nil {
+		return nil, err
 	}
 	l, err := s.store.UpdateNotes(ctx, tenant, canonicalKey(req.GetKey()), notes.StringValue)
 	if errors.Is(err, store.ErrNotFound) {
