@@ -155,15 +155,18 @@ func (s *Store) Usage(ctx context.Context, tenant, key string) (map[string]int64
 	return out, err
 }
 
-// ResetUsage sets one metric's total to 0 (metric non-nil; only if it has a total) or
-// clears every total, and returns the totals afterwards. Each is one statement, so it
-// cannot lose a race; it moves the versions on, so a track-usage that read the old total
-// loses its compare-and-swap instead of writing a stale sum.
+// ResetUsage sets one metric's total to 0 (metric non-nil) or clears every total, and
+// returns the totals afterwards. Each is one statement, so it cannot lose a race; it
+// moves the version on (a deleted row's version is never reused, see usage_version), so
+// a track-usage that read the old total loses its compare-and-swap instead of writing a
+// stale sum.
 func (s *Store) ResetUsage(ctx context.Context, tenant, key string, metric *string) (map[string]int64, error) {
 	var err error
 	if metric != nil {
-		_, err = s.db.Exec(ctx, `UPDATE usage SET used = 0, version = nextval('usage_version')
-			WHERE tenant_id = $1 AND license_key = $2 AND metric = $3`, tenant, key, *metric)
+		_, err = s.db.Exec(ctx, `INSERT INTO usage (tenant_id, license_key, metric, used, version)
+			VALUES ($1, $2, $3, 0, nextval('usage_version'))
+			ON CONFLICT (tenant_id, license_key, metric) DO UPDATE SET used = 0, version = EXCLUDED.version`,
+			tenant, key, *metric)
 	} else {
 		_, err = s.db.Exec(ctx, `DELETE FROM usage WHERE tenant_id = $1 AND license_key = $2`, tenant, key)
 	}
