@@ -65,6 +65,7 @@ func (d *Deps) Dial(addr string) (*grpc.ClientConn, error) {
 
 // Main runs the binary and exits.
 func Main(svc Service) {
+	config.TuneRuntime()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, svc, os.Args[1:])
 	stop()

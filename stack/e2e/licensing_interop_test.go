@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/keyhouse/keyhouse/pkg/testkit"
+	"github.com/keyhouse/keyhouse/stack"
 )
 
 // The offline export verifies with verifiers nobody here wrote, from the public-key PEM
@@ -80,5 +81,45 @@ console.log(ok && !tampered ? 'ok' : 'fail');`
 				t.Fatalf("node: %v %s", err, out)
 			}
 		})
+	}
+}
+
+// The copy-paste verifiers of docs/licensing.md run as documented, and refuse a tampered
+// export.
+func TestDocumentedOfflineVerifiersWork(t *testing.T) {
+	t.Parallel()
+	s := selfHosted(t)
+	a, c := admin(t, s), anon(t, s)
+	root, err := stack.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	examples := filepath.Join(root, "docs", "examples", "offline-verify")
+	dir := t.TempDir()
+	key := issueLicense(t, a, lic("documented", "expires_at", "2039-01-01T00:00:00Z", "limits", map[string]any{"users": 25, "seats": 3}))
+	pem := c.Get("/v1/public-key").JSON(t)["publicKey"].(string)
+	export := c.Get("/v1/export-license/"+key+"/offline").Expect(t, 200).Body
+	pemPath, good, bad := filepath.Join(dir, "public-key.pem"), filepath.Join(dir, "license.json"), filepath.Join(dir, "bad.json")
+	_ = os.WriteFile(pemPath, []byte(pem), 0o600)
+	_ = os.WriteFile(good, export, 0o600)
+	_ = os.WriteFile(bad, []byte(strings.Replace(string(export), `"tier":"pro"`, `"tier":"enterprise"`, 1)), 0o600)
+
+	verifiers := map[string][]string{
+		"go":   {"go", "run", filepath.Join(examples, "verify.go")},
+		"node": {testkit.RequireTool(t, "node"), filepath.Join(examples, "verify.js")},
+	}
+	// Python needs the third-party cryptography package, which CI machines may lack.
+	if py, err := exec.LookPath("python3"); err == nil && exec.Command(py, "-c", "import cryptography").Run() == nil {
+		verifiers["python"] = []string{py, filepath.Join(examples, "verify.py")}
+	}
+	for name, argv := range verifiers {
+		out, err := exec.Command(argv[0], append(argv[1:], pemPath, good)...).CombinedOutput()
+		if err != nil || !strings.HasPrefix(string(out), "valid: "+key) {
+			t.Errorf("%s verifier: %v %s", name, err, out)
+		}
+		out, err = exec.Command(argv[0], append(argv[1:], pemPath, bad)...).CombinedOutput()
+		if err == nil || !strings.Contains(string(out), "INVALID signature") {
+			t.Errorf("%s verifier accepted a tampered export: %s", name, out)
+		}
 	}
 }

@@ -24,6 +24,7 @@ import (
 )
 
 func main() {
+	config.TuneRuntime()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx)
 	stop()

@@ -68,6 +68,9 @@ func New(ctx context.Context, opts Options) (http.Handler, error) {
 	h = withBodyLimit(h)
 	h = withAccessLog(opts.Log, h)
 	h = withRequestID(h)
+	if !telemetry.TracingEnabled() {
+		return h, nil
+	}
 	return otelhttp.NewHandler(h, "gateway", otelhttp.WithSpanNameFormatter(spanName)), nil
 }
 

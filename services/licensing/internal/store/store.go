@@ -207,16 +207,31 @@ func likeEscape(s string) string {
 }
 
 // List returns one page of the tenant's licenses, newest first, and the total matching.
+// Only the filters given become conditions, so each combination gets a plan that uses its
+// index (by product, by status, the issued_to trigram index).
 func (s *Store) List(ctx context.Context, tenant string, f Filter) ([]*License, int, error) {
-	where := `tenant_id = $1 AND ($2 = '' OR product_id = $2) AND ($3 = '' OR status = $3)
-		AND ($4 = '' OR issued_to ILIKE '%' || $4 || '%')`
-	args := []any{tenant, f.ProductID, f.Status, likeEscape(f.IssuedTo)}
+	where := "tenant_id = $1"
+	args := []any{tenant}
+	add := func(cond string, v any) {
+		args = append(args, v)
+		where += fmt.Sprintf(" AND "+cond, len(args))
+	}
+	if f.ProductID != "" {
+		add("product_id = $%d", f.ProductID)
+	}
+	if f.Status != "" {
+		add("status = $%d", f.Status)
+	}
+	if f.IssuedTo != "" {
+		add("issued_to ILIKE $%d", "%"+likeEscape(f.IssuedTo)+"%")
+	}
 	var total int
 	if err := s.db.QueryRow(ctx, `SELECT count(*) FROM licenses WHERE `+where, args...).Scan(&total); err != nil {
 		return nil, 0, err
 	}
-	rows, err := s.db.Query(ctx, `SELECT `+licenseColumns+` FROM licenses WHERE `+where+`
-		ORDER BY issued_at DESC, key LIMIT $5 OFFSET $6`, append(args, f.Limit, f.Offset)...)
+	n := len(args)
+	rows, err := s.db.Query(ctx, fmt.Sprintf(`SELECT `+licenseColumns+` FROM licenses WHERE `+where+`
+		ORDER BY issued_at DESC, key LIMIT $%d OFFSET $%d`, n+1, n+2), append(args, f.Limit, f.Offset)...)
 	if err != nil {
 		return nil, 0, err
 	}
