@@ -80,7 +80,26 @@ func cleanDecodeError(msg string) string {
 	}
 	rest := protoPosition.ReplaceAllString(msg, "")
 	rest = strings.TrimPrefix(rest, "syntax error ")
+	rest = jsonFieldName.ReplaceAllStringFunc(rest, func(m string) string {
+		return "field " + snakeCase(strings.TrimPrefix(m, "field "))
+	})
 	return "Invalid JSON body: " + rest
+}
+
+// protojson names a field by its lowerCamelCase JSON name ("instanceId"); every request
+// field of api.md is snake_case, which is the name the client sent.
+var jsonFieldName = regexp.MustCompile(`field [a-z][A-Za-z0-9]*`)
+
+func snakeCase(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		if r >= 'A' && r <= 'Z' {
+			b.WriteByte('_')
+			r += 'a' - 'A'
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
 }
 
 func handleRoutingError(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshaler, w http.ResponseWriter, r *http.Request, code int) {
