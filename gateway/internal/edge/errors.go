@@ -67,6 +67,8 @@ func handleError(ctx context.Context, _ *runtime.ServeMux, _ runtime.Marshaler, 
 	writeError(w, code, msg, fields)
 }
 
+var queryParamError = regexp.MustCompile(`^parsing field "([A-Za-z0-9_.]+)": `)
+
 var protoPosition = regexp.MustCompile(`^proto:\s*(\(line \d+:\d+\):\s*)?`)
 
 // cleanDecodeError turns protojson's decode errors ("proto: (line 1:9): invalid value
@@ -75,6 +77,9 @@ func cleanDecodeError(msg string) string {
 	switch {
 	case msg == "unexpected EOF":
 		return "Invalid JSON body: unexpected end of input"
+	case queryParamError.MatchString(msg):
+		// grpc-gateway's query decoding: `parsing field "limit": strconv.ParseInt: …`.
+		return "Invalid value for query parameter " + queryParamError.FindStringSubmatch(msg)[1]
 	case !strings.HasPrefix(msg, "proto:"):
 		return msg
 	}
