@@ -35,9 +35,7 @@ CREATE TABLE products (
     claimed_at  timestamptz NOT NULL DEFAULT now()
 );
 
--- Idempotency-Key (addendum §8): the first answer to a create, kept 24 h per tenant and
--- key. request_hash covers the method and the request, so the same key with another
--- request is told apart.
+-- Idempotency-Key (addendum §8): pkg/idempotency's TableSQL.
 CREATE TABLE idempotency_keys (
     tenant_id    text        NOT NULL,
     idem_key     text        NOT NULL,

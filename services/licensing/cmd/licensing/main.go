@@ -10,6 +10,7 @@ import (
 
 	"github.com/keyhouse/keyhouse/pkg/app"
 	"github.com/keyhouse/keyhouse/pkg/config"
+	"github.com/keyhouse/keyhouse/pkg/idempotency"
 	"github.com/keyhouse/keyhouse/pkg/natsx"
 	"github.com/keyhouse/keyhouse/pkg/signing"
 	accountsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/accounts/v1"
@@ -79,7 +80,13 @@ func register(ctx context.Context, d *app.Deps) error {
 	}()
 	go func() {
 		defer wg.Done()
-		purgeIdempotencyKeys(ctx, d, st)
+		idempotency.PurgeEvery(ctx, d.DB, time.Hour, func(n int64, err error) {
+			if err != nil {
+				d.Log.Warn("idempotency cleanup failed", "error", err.Error())
+			} else if n > 0 {
+				d.Log.Info("idempotency records expired", "deleted", n)
+			}
+		})
 	}()
 	// Closers run in reverse: the relay finishes its batch before NATS closes.
 	d.OnClose(nc.Close)
@@ -112,21 +119,4 @@ func loadKeyring(ctx context.Context, cfg *config.Config, st *store.Store) (*sig
 		return nil, fmt.Errorf("signing keyring: %w", err)
 	}
 	return signing.ParseKeyring(doc)
-}
-
-func purgeIdempotencyKeys(ctx context.Context, d *app.Deps, st *store.Store) {
-	t := time.NewTicker(time.Hour)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if n, err := st.PurgeIdempotencyKeys(ctx); err != nil {
-				d.Log.Warn("idempotency cleanup failed", "error", err.Error())
-			} else if n > 0 {
-				d.Log.Info("idempotency records expired", "deleted", n)
-			}
-		}
-	}
 }

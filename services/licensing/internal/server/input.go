@@ -24,8 +24,6 @@ const (
 	maxNotesLen = 10000
 	// maxActivationsCap bounds max_activations to what the column holds.
 	maxActivationsCap = math.MaxInt32
-	// maxIdempotencyKeyLen bounds the Idempotency-Key header.
-	maxIdempotencyKeyLen = 255
 )
 
 func requireText(name, v string, maxLen int) (string, error) {

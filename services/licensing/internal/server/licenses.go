@@ -9,6 +9,7 @@ import (
 
 	"github.com/keyhouse/keyhouse/pkg/apierr"
 	"github.com/keyhouse/keyhouse/pkg/auth"
+	"github.com/keyhouse/keyhouse/pkg/idempotency"
 	"github.com/keyhouse/keyhouse/pkg/natsx"
 	activationsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/activations/v1"
 	licensingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1"
@@ -39,7 +40,7 @@ func (s *Server) IssueLicense(ctx context.Context, req *licensingv1.IssueLicense
 	if err != nil {
 		return nil, err
 	}
-	idemKey, err := idempotencyKey(ctx)
+	idemKey, err := idempotency.Key(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -54,7 +55,7 @@ func (s *Server) IssueLicense(ctx context.Context, req *licensingv1.IssueLicense
 	if err != nil {
 		return nil, err
 	}
-	raw, _, err := s.store.Idempotent(ctx, tenant, idemKey, requestHash("IssueLicense", req), func(tx *store.Tx) ([]byte, error) {
+	raw, _, err := s.store.Idempotent(ctx, tenant, idemKey, idempotency.RequestHash("IssueLicense", req), func(tx *store.Tx) ([]byte, error) {
 		if err := holdQuota(ctx, tx, tenant, quota); err != nil {
 			return nil, err
 		}
@@ -63,9 +64,6 @@ func (s *Server) IssueLicense(ctx context.Context, req *licensingv1.IssueLicense
 		}
 		return proto.Marshal(&licensingv1.IssueLicenseResponse{Key: l.Key, Status: "issued"})
 	})
-	if errors.Is(err, store.ErrIdempotencyMismatch) {
-		return nil, errIdempotencyReuse
-	}
 	if err != nil {
 		return nil, err
 	}

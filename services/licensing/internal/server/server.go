@@ -4,9 +4,7 @@ package server
 
 import (
 	"context"
-	"crypto/sha256"
 	"errors"
-	"strings"
 	"time"
 
 	"github.com/keyhouse/keyhouse/pkg/apierr"
@@ -16,8 +14,6 @@ import (
 	licensingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1"
 	"github.com/keyhouse/keyhouse/services/licensing/internal/store"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/metadata"
-	"google.golang.org/protobuf/proto"
 )
 
 // Entitlements tells a hosted tenant's plan limits (the billing service).
@@ -74,38 +70,7 @@ var (
 	errReservedProduct   = apierr.Invalid("product_id uses a reserved prefix")
 	errSelfLicenseExpiry = apierr.Invalid("expires_at is required for self-license credentials")
 	errNoTerms           = apierr.Invalid("No updatable fields provided (expires_at, max_activations, limits)")
-	errIdempotencyReuse  = apierr.Conflict("Idempotency-Key reused with a different request")
 )
-
-// IdempotencyHeader is the metadata the gateway forwards from the Idempotency-Key header;
-// gRPC callers (the storefront) set it themselves.
-const IdempotencyHeader = "idempotency-key"
-
-func idempotencyKey(ctx context.Context) (string, error) {
-	v := metadata.ValueFromIncomingContext(ctx, IdempotencyHeader)
-	if len(v) == 0 || strings.TrimSpace(v[0]) == "" {
-		return "", nil
-	}
-	k := strings.TrimSpace(v[0])
-	if len(k) > maxIdempotencyKeyLen {
-		return "", apierr.Invalid("Idempotency-Key must be at most %d characters", maxIdempotencyKeyLen)
-	}
-	return k, nil
-}
-
-// requestHash identifies a request for Idempotency-Key: the method and the request's
-// deterministic wire form (maps sorted), so the same JSON body in any key order matches.
-func requestHash(method string, req proto.Message) []byte {
-	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(req)
-	if err != nil {
-		panic(err)
-	}
-	h := sha256.New()
-	h.Write([]byte(method))
-	h.Write([]byte{0})
-	h.Write(b)
-	return h.Sum(nil)
-}
 
 // lookup finds a license: tenant "" in any tenant (public routes). The key is put in its
 // issued form first, so a key typed by hand still matches.

@@ -1,10 +1,9 @@
-// Package store is the licensing schema's SQL: licenses, product ownership, idempotency
-// records, the signing keyring and the outbox. Every method that touches tenant data takes
+// Package store is the licensing schema's SQL: licenses, product ownership, the signing
+// keyring (and, through pkg/idempotency and pkg/natsx, idempotency records and the outbox). Every method that touches tenant data takes
 // the tenant explicitly and every such query is scoped by it.
 package store
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"errors"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/keyhouse/keyhouse/pkg/idempotency"
 	"github.com/keyhouse/keyhouse/pkg/pgxx"
 )
 
@@ -26,8 +26,6 @@ func New(db *pgxpool.Pool) *Store { return &Store{db: db} }
 var (
 	// ErrNotFound: no such license for the tenant.
 	ErrNotFound = errors.New("license not found")
-	// ErrIdempotencyMismatch: the Idempotency-Key was used with another request.
-	ErrIdempotencyMismatch = errors.New("idempotency key reused with a different request")
 	// ErrProductOwned: another tenant owns the product_id.
 	ErrProductOwned = errors.New("product owned by another tenant")
 )
@@ -277,60 +275,13 @@ func (s *Store) ClaimProduct(ctx context.Context, tenant, productID string) erro
 	return nil
 }
 
-// IdempotencyTTL is how long a first answer is replayed (addendum §8).
-const IdempotencyTTL = 24 * time.Hour
-
-// Idempotent runs create in a transaction guarded by an Idempotency-Key: the first call
-// with (tenant, idemKey) stores create's answer in the same transaction; a later call
-// with the same requestHash within the TTL gets that answer back without running create;
-// with another hash, ErrIdempotencyMismatch. A concurrent call with the same key waits
-// on the first one's row and then replays its answer. When create fails nothing is kept,
-// so a retry runs create again. idemKey "" runs create without a record.
+// Idempotent runs create under the Idempotency-Key mechanism (pkg/idempotency), in one
+// transaction with the record of its answer.
 func (s *Store) Idempotent(ctx context.Context, tenant, idemKey string, requestHash []byte,
 	create func(*Tx) ([]byte, error)) (resp []byte, replayed bool, err error) {
-	err = s.InTx(ctx, func(t *Tx) error {
-		if idemKey == "" {
-			resp, err = create(t)
-			return err
-		}
-		// A live record wins the conflict (no row returned); an expired one is taken over.
-		var mine bool
-		err := t.tx.QueryRow(ctx, `INSERT INTO idempotency_keys (tenant_id, idem_key, request_hash)
-			VALUES ($1, $2, $3)
-			ON CONFLICT (tenant_id, idem_key) DO UPDATE
-				SET request_hash = EXCLUDED.request_hash, response = NULL, created_at = now()
-				WHERE idempotency_keys.created_at < now() - $4::interval
-			RETURNING true`, tenant, idemKey, requestHash, fmt.Sprintf("%d seconds", int(IdempotencyTTL.Seconds()))).Scan(&mine)
-		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-			return err
-		}
-		if mine {
-			if resp, err = create(t); err != nil {
-				return err
-			}
-			_, err = t.tx.Exec(ctx, `UPDATE idempotency_keys SET response = $3 WHERE tenant_id = $1 AND idem_key = $2`,
-				tenant, idemKey, resp)
-			return err
-		}
-		var hash []byte
-		if err := t.tx.QueryRow(ctx, `SELECT request_hash, response FROM idempotency_keys
-			WHERE tenant_id = $1 AND idem_key = $2`, tenant, idemKey).Scan(&hash, &resp); err != nil {
-			return err
-		}
-		if !bytes.Equal(hash, requestHash) {
-			return ErrIdempotencyMismatch
-		}
-		replayed = true
-		return nil
+	return idempotency.Do(ctx, s.db, tenant, idemKey, requestHash, func(tx pgx.Tx) ([]byte, error) {
+		return create(&Tx{tx: tx})
 	})
-	return resp, replayed, err
-}
-
-// PurgeIdempotencyKeys deletes records past the TTL.
-func (s *Store) PurgeIdempotencyKeys(ctx context.Context) (int64, error) {
-	tag, err := s.db.Exec(ctx, `DELETE FROM idempotency_keys WHERE created_at < now() - $1::interval`,
-		fmt.Sprintf("%d seconds", int(IdempotencyTTL.Seconds())))
-	return tag.RowsAffected(), err
 }
 
 // Keyring returns the stored keyring document, or create's document stored now if there

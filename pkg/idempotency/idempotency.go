@@ -1,0 +1,145 @@
+// Package idempotency is the Idempotency-Key mechanism of every create (addendum §8): the
+// first answer to a request is stored, in the same transaction as what it created, for 24
+// hours per tenant and key; a retry with the same request gets that answer back and creates
+// nothing, the same key with another request is a 409.
+//
+// A service that offers it copies TableSQL into one of its migrations (like natsx's
+// outbox table), wraps its create in Do, and deletes expired records with Purge.
+package idempotency
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/keyhouse/keyhouse/pkg/apierr"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/proto"
+)
+
+// TableSQL is the table Do uses, in the service's own schema. request_hash covers the
+// method and the request, so the same key with another request is told apart.
+const TableSQL = `CREATE TABLE idempotency_keys (
+    tenant_id    text        NOT NULL,
+    idem_key     text        NOT NULL,
+    request_hash bytea       NOT NULL,
+    response     bytea,
+    created_at   timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (tenant_id, idem_key)
+);
+CREATE INDEX idempotency_keys_created ON idempotency_keys (created_at);
+`
+
+// TTL is how long a first answer is replayed.
+const TTL = 24 * time.Hour
+
+// Header is the gRPC metadata the gateway fills from the HTTP Idempotency-Key header;
+// internal gRPC callers (the storefront) set it themselves.
+const Header = "idempotency-key"
+
+// MaxKeyLen bounds the key a client may send.
+const MaxKeyLen = 255
+
+// ErrReused is the answer to a key reused with a different request.
+var ErrReused = apierr.Conflict("Idempotency-Key reused with a different request")
+
+// Key returns the call's Idempotency-Key, "" when none was sent.
+func Key(ctx context.Context) (string, error) {
+	v := metadata.ValueFromIncomingContext(ctx, Header)
+	if len(v) == 0 {
+		return "", nil
+	}
+	k := strings.TrimSpace(v[0])
+	if len(k) > MaxKeyLen {
+		return "", apierr.Invalid("Idempotency-Key must be at most %d characters", MaxKeyLen)
+	}
+	return k, nil
+}
+
+// RequestHash identifies a request: the method and the request's deterministic wire form
+// (maps sorted), so the same JSON body with its keys in another order matches.
+func RequestHash(method string, req proto.Message) []byte {
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(req)
+	if err != nil {
+		panic(err)
+	}
+	h := sha256.New()
+	h.Write([]byte(method))
+	h.Write([]byte{0})
+	h.Write(b)
+	return h.Sum(nil)
+}
+
+func ttlInterval() string { return fmt.Sprintf("%d seconds", int(TTL.Seconds())) }
+
+// Do runs create in a transaction guarded by (tenant, key): the first call stores create's
+// answer in that same transaction; a later call with the same requestHash within TTL gets
+// the stored answer (replayed true) without running create; another hash is ErrReused. A
+// concurrent call with the same key waits on the first one's row and then replays its
+// answer. When create fails nothing is kept, so a retry runs create again. key "" runs
+// create in a plain transaction.
+func Do(ctx context.Context, db *pgxpool.Pool, tenant, key string, requestHash []byte,
+	create func(pgx.Tx) ([]byte, error)) (resp []byte, replayed bool, err error) {
+	err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		if key == "" {
+			resp, err = create(tx)
+			return err
+		}
+		// A live record wins the conflict (no row returned); an expired one is taken over.
+		var mine bool
+		err := tx.QueryRow(ctx, `INSERT INTO idempotency_keys (tenant_id, idem_key, request_hash)
+			VALUES ($1, $2, $3)
+			ON CONFLICT (tenant_id, idem_key) DO UPDATE
+				SET request_hash = EXCLUDED.request_hash, response = NULL, created_at = now()
+				WHERE idempotency_keys.created_at < now() - $4::interval
+			RETURNING true`, tenant, key, requestHash, ttlInterval()).Scan(&mine)
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+			return err
+		}
+		if mine {
+			if resp, err = create(tx); err != nil {
+				return err
+			}
+			_, err = tx.Exec(ctx, `UPDATE idempotency_keys SET response = $3 WHERE tenant_id = $1 AND idem_key = $2`,
+				tenant, key, resp)
+			return err
+		}
+		var hash []byte
+		if err := tx.QueryRow(ctx, `SELECT request_hash, response FROM idempotency_keys
+			WHERE tenant_id = $1 AND idem_key = $2`, tenant, key).Scan(&hash, &resp); err != nil {
+			return err
+		}
+		if !bytes.Equal(hash, requestHash) {
+			return ErrReused
+		}
+		replayed = true
+		return nil
+	})
+	return resp, replayed, err
+}
+
+// Purge deletes records past TTL.
+func Purge(ctx context.Context, db *pgxpool.Pool) (int64, error) {
+	tag, err := db.Exec(ctx, `DELETE FROM idempotency_keys WHERE created_at < now() - $1::interval`, ttlInterval())
+	return tag.RowsAffected(), err
+}
+
+// PurgeEvery runs Purge every interval until ctx is done, logging through report.
+func PurgeEvery(ctx context.Context, db *pgxpool.Pool, interval time.Duration, report func(deleted int64, err error)) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			report(Purge(ctx, db))
+		}
+	}
+}

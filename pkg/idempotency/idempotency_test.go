@@ -1,0 +1,111 @@
+package idempotency_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/fstest"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/keyhouse/keyhouse/pkg/apierr"
+	"github.com/keyhouse/keyhouse/pkg/idempotency"
+	"github.com/keyhouse/keyhouse/pkg/localinfra"
+	"github.com/keyhouse/keyhouse/pkg/pgxx"
+)
+
+func pool(t *testing.T) *pgxpool.Pool {
+	t.Helper()
+	ctx := context.Background()
+	dir, err := os.MkdirTemp("", "idempotency-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = os.Chmod(dir, 0o755)
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	pg, err := localinfra.StartPostgres(ctx, filepath.Join(dir, "pg"), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = pg.Stop() })
+	url, err := pg.CreateDatabase(ctx, "idem")
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err := pgxx.Open(ctx, url, "svc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(db.Close)
+	m := pgxx.Migrations{Schema: "svc", FS: fstest.MapFS{"00001_init.sql": &fstest.MapFile{Data: []byte(
+		"-- +goose Up\nCREATE TABLE things (id serial PRIMARY KEY);\n" + idempotency.TableSQL)}}}
+	if _, err := m.Up(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	return db
+}
+
+func TestDoReplaysOnceAndRefusesAnotherRequest(t *testing.T) {
+	ctx := context.Background()
+	db := pool(t)
+	var created atomic.Int32
+	create := func(tx pgx.Tx) ([]byte, error) {
+		created.Add(1)
+		var id int
+		err := tx.QueryRow(ctx, `INSERT INTO things DEFAULT VALUES RETURNING id`).Scan(&id)
+		return []byte{byte(id)}, err
+	}
+	hashA, hashB := []byte("request A"), []byte("request B")
+
+	// Concurrent first calls with one key: one creates, the rest replay its answer.
+	answers := make([][]byte, 8)
+	var wg sync.WaitGroup
+	for i := range answers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resp, _, err := idempotency.Do(ctx, db, "t1", "k1", hashA, create)
+			if err != nil {
+				t.Error(err)
+			}
+			answers[i] = resp
+		}()
+	}
+	wg.Wait()
+	for _, a := range answers {
+		if string(a) != string(answers[0]) {
+			t.Fatalf("answers differ: %v", answers)
+		}
+	}
+	if created.Load() != 1 {
+		t.Fatalf("created %d times", created.Load())
+	}
+	if _, _, err := idempotency.Do(ctx, db, "t1", "k1", hashB, create); !errors.Is(err, idempotency.ErrReused) || !apierr.Is(err, idempotency.ErrReused.Code) {
+		t.Fatalf("another request: %v", err)
+	}
+	// Keys are per tenant; a failed create keeps nothing.
+	if _, replayed, err := idempotency.Do(ctx, db, "t2", "k1", hashB, create); err != nil || replayed {
+		t.Fatalf("other tenant: %v %v", replayed, err)
+	}
+	boom := errors.New("quota")
+	if _, _, err := idempotency.Do(ctx, db, "t1", "k2", hashA, func(pgx.Tx) ([]byte, error) { return nil, boom }); !errors.Is(err, boom) {
+		t.Fatal(err)
+	}
+	if _, replayed, err := idempotency.Do(ctx, db, "t1", "k2", hashB, create); err != nil || replayed {
+		t.Fatalf("after a failed create the key is free: %v %v", replayed, err)
+	}
+	// An expired record is taken over by the next request.
+	if _, err := db.Exec(ctx, `UPDATE idempotency_keys SET created_at = now() - interval '25 hours' WHERE idem_key = 'k1' AND tenant_id = 't1'`); err != nil {
+		t.Fatal(err)
+	}
+	if _, replayed, err := idempotency.Do(ctx, db, "t1", "k1", hashB, create); err != nil || replayed {
+		t.Fatalf("expired record: %v %v", replayed, err)
+	}
+	if n, err := idempotency.Purge(ctx, db); err != nil || n != 0 {
+		t.Fatalf("purge: %d %v", n, err)
+	}
+}
