@@ -565,6 +565,7 @@ func TestListActivationsAndRecentActivations(t *testing.T) {
 	}
 	a.Get("/v1/list-activations/NOPE").ExpectError(t, 404, errNotFound)
 	c.Get("/v1/list-activations/"+k1).ExpectError(t, 403, "Unauthorized")
+	c.Get("/v1/recent-activations").ExpectError(t, 403, "Unauthorized")
 
 	if got := strings.Join(recentKeys(t, a, ""), " "); got != k1+"/srv-3 "+k2+"/srv-2 "+k1+"/srv-1" {
 		t.Fatalf("recent-activations %s", got)
