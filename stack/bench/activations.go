@@ -35,22 +35,22 @@ func clientIP(block, worker, i, perIP int) string {
 func init() {
 	Register(Scenario{
 		Name:  "activate + deactivate, pairs/s (gateway → activations → licensing, Postgres)",
-		Note:  "one op = two requests; each takes a license lookup over gRPC, then a transaction under the license's advisory lock (count, insert) or one indexed delete; writes, so bound by Postgres commits on 2 cores",
+		Note:  "one op = two requests: activate (licensing lookup over gRPC, then lock, checks and insert in one round trip) and deactivate (lookup, one indexed delete); CPU-bound like every full-path row",
 		Setup: setupActivatePairs,
 	})
 	Register(Scenario{
 		Name:  "validate-license (gateway → activations → licensing, Postgres)",
-		Note:  "read only: licensing's lookup by key hash over gRPC, then one seat probe; an extra gRPC hop over verify-license",
+		Note:  "read only: verify-license's path plus one more process and gRPC hop (activations) and a seat probe",
 		Setup: setupValidate,
 	})
 	Register(Scenario{
 		Name:  "track-usage, 200 licenses (no contention)",
-		Note:  "licensing lookup, one read of seat and total, one compare-and-swap update; the baseline for the hot case",
+		Note:  "licensing lookup, one read of seat and total, one compare-and-swap update: the baseline for the hot case",
 		Setup: func(ctx context.Context, env *Env) (Op, error) { return setupTrackUsage(ctx, env, licensePool, 13) },
 	})
 	Register(Scenario{
 		Name:  "track-usage, one hot license (contention)",
-		Note:  "every client increments the same metric of one license: the compare-and-swap serializes them on one row; errors are the 503s of races lost three times (nothing applied, retrying is correct)",
+		Note:  "every client increments the same metric of one license; requests/s counts applied increments, errors the 503s of calls that lost the compare-and-swap three times (nothing applied; retrying is correct)",
 		Setup: func(ctx context.Context, env *Env) (Op, error) { return setupTrackUsage(ctx, env, 1, 14) },
 	})
 }
