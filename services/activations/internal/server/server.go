@@ -58,6 +58,7 @@ var (
 	errNoSeat       = apierr.NotFound("No activation found for that key and instance_id")
 	errUsageRace    = apierr.Retry("Usage was changed by a concurrent update; please retry")
 	errMissingToken = apierr.Invalid("token is required")
+	errMissingKey   = apierr.Invalid("key is required")
 )
 
 const (
@@ -129,7 +130,7 @@ func checkField(name, v string) error {
 // tenant. An over-long key is answered like any other unknown string.
 func (s *Server) lookup(ctx context.Context, tenant, key string) (*licensingv1.License, error) {
 	if key == "" {
-		return nil, apierr.Invalid("key is required")
+		return nil, errMissingKey
 	}
 	if utf8.RuneCountInString(key) > maxFieldLen {
 		return nil, errLicenseNotFound
@@ -157,7 +158,7 @@ func (s *Server) expired(l *licensingv1.License) bool {
 // ActivateLicense creates the seat key + instance_id, or reports it exists.
 func (s *Server) ActivateLicense(ctx context.Context, req *activationsv1.ActivateLicenseRequest) (*activationsv1.ActivateLicenseResponse, error) {
 	if req.GetKey() == "" {
-		return nil, apierr.Invalid("key is required")
+		return nil, errMissingKey
 	}
 	if err := checkField("instance_id", req.GetInstanceId()); err != nil {
 		return nil, err
@@ -192,7 +193,7 @@ func (s *Server) ActivateLicense(ctx context.Context, req *activationsv1.Activat
 // a token that matches no seat of this key is deactivated false, not an error.
 func (s *Server) DeactivateLicense(ctx context.Context, req *activationsv1.DeactivateLicenseRequest) (*activationsv1.DeactivateLicenseResponse, error) {
 	if req.GetKey() == "" {
-		return nil, apierr.Invalid("key is required")
+		return nil, errMissingKey
 	}
 	if req.GetToken() == "" {
 		return nil, errMissingToken
@@ -255,7 +256,7 @@ func limitOf(l *licensingv1.License, metric string) (float64, bool) {
 // 503. An increment is applied once or not at all, and the limit is never passed.
 func (s *Server) TrackUsage(ctx context.Context, req *activationsv1.TrackUsageRequest) (*activationsv1.TrackUsageResponse, error) {
 	if req.GetKey() == "" {
-		return nil, apierr.Invalid("key is required")
+		return nil, errMissingKey
 	}
 	if req.GetToken() == "" {
 		return nil, errMissingToken
