@@ -354,6 +354,23 @@ func (s *Stack) RestartService(ctx context.Context, name string) error {
 	return waitGRPC(ctx, p)
 }
 
+// StartServiceReplica starts one more process of a service on the same database, NATS
+// and Redis, on a free port, and returns its address once it is healthy. Point a gateway
+// at it with StartGateway(ctx, 0, map[string]string{"<NAME>_ADDR": addr}).
+func (s *Stack) StartServiceReplica(ctx context.Context, name string) (string, error) {
+	port, err := localinfra.FreePort()
+	if err != nil {
+		return "", err
+	}
+	addr := "127.0.0.1:" + strconv.Itoa(port)
+	p, err := s.spawn(name, map[string]string{"GRPC_ADDR": addr})
+	if err != nil {
+		return "", err
+	}
+	p.Addr = addr
+	return addr, waitGRPC(ctx, p)
+}
+
 func waitGRPC(ctx context.Context, p *Proc) error {
 	conn, err := grpc.NewClient(p.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -204,9 +205,9 @@ func TestActivationPerLicenseKeyTier(t *testing.T) {
 	for i := 0; i < 5; i++ {
 		anon(t, s).Post("/v1/deactivate-license", map[string]any{"key": key, "token": "not-a-token"}).Expect(t, http.StatusOK)
 	}
-	// A fresh client IP with its whole Activation budget is still refused for this key, and
-	// the headers describe the per-key limiter.
-	r := anon(t, s).Post("/v1/activate-license", map[string]any{"key": key, "instance_id": "one-too-many"})
+	// A fresh client IP with its whole Activation budget is still refused for this key, in
+	// any spelling licensing accepts, and the headers describe the per-key limiter.
+	r := anon(t, s).Post("/v1/activate-license", map[string]any{"key": strings.ToLower(strings.ReplaceAll(key, "-", "")), "instance_id": "one-too-many"})
 	expect429(t, r)
 	expectRateHeaders(t, r, 20, 0)
 	anon(t, s).Post("/v1/deactivate-license", map[string]any{"key": key, "token": "not-a-token"}).Expect(t, http.StatusTooManyRequests)

@@ -54,7 +54,7 @@ func New(ctx context.Context, opts Options) (http.Handler, error) {
 	if err := registerLicensing(ctx, mux, c.Licensing); err != nil {
 		return nil, err
 	}
-	if err := registerActivations(ctx, mux, c.Activations); err != nil {
+	if err := registerActivations(ctx, mux, c.Activations, opts.Log); err != nil {
 		return nil, err
 	}
 	if err := registerReleases(ctx, mux, c.Releases); err != nil {

@@ -67,6 +67,8 @@ func handleError(ctx context.Context, _ *runtime.ServeMux, _ runtime.Marshaler, 
 	writeError(w, code, msg, fields)
 }
 
+var queryParamError = regexp.MustCompile(`^parsing field "([A-Za-z0-9_.]+)": `)
+
 var protoPosition = regexp.MustCompile(`^proto:\s*(\(line \d+:\d+\):\s*)?`)
 
 // cleanDecodeError turns protojson's decode errors ("proto: (line 1:9): invalid value
@@ -75,12 +77,34 @@ func cleanDecodeError(msg string) string {
 	switch {
 	case msg == "unexpected EOF":
 		return "Invalid JSON body: unexpected end of input"
+	case queryParamError.MatchString(msg):
+		// grpc-gateway's query decoding: `parsing field "limit": strconv.ParseInt: …`.
+		return "Invalid value for query parameter " + queryParamError.FindStringSubmatch(msg)[1]
 	case !strings.HasPrefix(msg, "proto:"):
 		return msg
 	}
 	rest := protoPosition.ReplaceAllString(msg, "")
 	rest = strings.TrimPrefix(rest, "syntax error ")
+	rest = jsonFieldName.ReplaceAllStringFunc(rest, func(m string) string {
+		return "field " + snakeCase(strings.TrimPrefix(m, "field "))
+	})
 	return "Invalid JSON body: " + rest
+}
+
+// protojson names a field by its lowerCamelCase JSON name ("instanceId"); every request
+// field of api.md is snake_case, which is the name the client sent.
+var jsonFieldName = regexp.MustCompile(`field [a-z][A-Za-z0-9]*`)
+
+func snakeCase(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		if r >= 'A' && r <= 'Z' {
+			b.WriteByte('_')
+			r += 'a' - 'A'
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
 }
 
 func handleRoutingError(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshaler, w http.ResponseWriter, r *http.Request, code int) {

@@ -31,6 +31,8 @@ func TestErrorHandlerWritesTheStatusAndBodyTheAPIUses(t *testing.T) {
 		{"service 503 passes", apierr.Unavailable("Licensing service unavailable, retry"), 503, `{"error":"Licensing service unavailable, retry"}`},
 		{"unimplemented is not found", status.Error(codes.Unimplemented, "method X not implemented"), 404, `{"error":"Not found"}`},
 		{"decode error names the field", status.Error(codes.InvalidArgument, "proto: (line 1:9): invalid value for string field key: 5"), 400, `{"error":"Invalid JSON body: invalid value for string field key: 5"}`},
+		{"decode error names the field as the client sent it", status.Error(codes.InvalidArgument, "proto: (line 1:30): invalid value for string field instanceId: 7"), 400, `{"error":"Invalid JSON body: invalid value for string field instance_id: 7"}`},
+		{"query parameter of the wrong type", status.Error(codes.InvalidArgument, `parsing field "limit": strconv.ParseInt: parsing "abc": invalid syntax`), 400, `{"error":"Invalid value for query parameter limit"}`},
 		{"truncated body", status.Error(codes.InvalidArgument, "unexpected EOF"), 400, `{"error":"Invalid JSON body: unexpected end of input"}`},
 	}
 	for _, tc := range cases {

@@ -22,8 +22,10 @@
 // refuses, the request has still used one request of the IP budget, since it did reach the
 // gateway. The X-RateLimit headers describe the per-key limiter when that one refused, and
 // the IP tier otherwise. The license key is the "key" string of the JSON body (exact field
-// name, first 1 MiB only). A body without such a key, or a larger body, is only counted
-// against the IP tier and reaches the next handler unchanged.
+// name, first 1 MiB only), read the way licensing reads it (pkg/license.CanonicalKey: case,
+// dashes, spaces and look-alike letters do not make another key). A body without such a
+// key, or a larger body, is only counted against the IP tier and reaches the next handler
+// unchanged.
 //
 // # Client IP
 //

@@ -9,6 +9,8 @@ import (
 	"net/netip"
 	"strconv"
 	"time"
+
+	"github.com/keyhouse/keyhouse/pkg/license"
 )
 
 // maxKeyBodyBytes is the most of a body read to find the license key, the API's body limit.
@@ -27,7 +29,9 @@ func Middleware(l *Limiter, adminMax int, trusted []netip.Prefix, next http.Hand
 		res := l.Take(r.Context(), route.Tier, "ip:"+ClientIP(r, trusted).String())
 		if res.Allowed && route.PerLicenseKey {
 			if key := licenseKey(r); key != "" {
-				if perKey := l.Take(r.Context(), ActivationPerKey, "lic:"+key); !perKey.Allowed {
+				// Counted by the key as licensing reads it: "abcd…" and "ABCD-…" are one
+				// license, and must not be two budgets.
+				if perKey := l.Take(r.Context(), ActivationPerKey, "lic:"+license.CanonicalKey(key)); !perKey.Allowed {
 					res = perKey
 				}
 			}

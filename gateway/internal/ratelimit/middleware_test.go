@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/keyhouse/keyhouse/pkg/license"
 )
 
 // lastIP hands every client of every test an address of its own, since the tests share one
@@ -183,6 +185,25 @@ func TestMiddleware_PerKeyTierRefusesWhileTheIPTierHasBudget_HeadersDescribePerK
 	} else {
 		// The IP tier's headers again; the refused request used one of its 300.
 		checkHeaders(t, w, 300, 298, windowEnd)
+	}
+}
+
+// Licensing accepts a key in any case, with or without dashes, so every spelling of one
+// key must draw on the one budget.
+func TestMiddleware_PerKeyTierCountsEverySpellingOfAKeyAsOne(t *testing.T) {
+	t.Parallel()
+	a := newApp(t, sharedRedisURL(t), newClock(t0), http.StatusOK)
+	key := license.NewKey()
+	spellings := []string{key, strings.ToLower(key), strings.ReplaceAll(key, "-", ""), strings.ReplaceAll(key, "-", " ")}
+	for i := range 20 {
+		if w := a.activate(newClientAddr(), spellings[i%len(spellings)]); w.Code != http.StatusOK {
+			t.Fatalf("activation %d of the key: %d", i+1, w.Code)
+		}
+	}
+	for _, k := range spellings {
+		if w := a.activate(newClientAddr(), k); w.Code != http.StatusTooManyRequests {
+			t.Fatalf("spelling %q after 20 requests: %d, want 429", k, w.Code)
+		}
 	}
 }
 

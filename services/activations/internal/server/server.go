@@ -17,10 +17,13 @@ import (
 
 	"github.com/keyhouse/keyhouse/pkg/apierr"
 	"github.com/keyhouse/keyhouse/pkg/auth"
+	"github.com/keyhouse/keyhouse/pkg/license"
+	"github.com/keyhouse/keyhouse/pkg/pgxx"
 	activationsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/activations/v1"
 	licensingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1"
 	"github.com/keyhouse/keyhouse/services/activations/internal/store"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -55,16 +58,12 @@ var (
 	errNoSeat       = apierr.NotFound("No activation found for that key and instance_id")
 	errUsageRace    = apierr.Retry("Usage was changed by a concurrent update; please retry")
 	errMissingToken = apierr.Invalid("token is required")
+	errMissingKey   = apierr.Invalid("key is required")
 )
 
-// AllowedMetrics is api.md's allowlist of limit keys, the only metric names.
-var AllowedMetrics = map[string]bool{
-	"users": true, "seats": true, "admins": true, "projects": true, "environments": true,
-	"tenants": true, "api_calls_per_day": true, "rate_limit_rps": true,
-	"concurrent_sessions": true, "features": true,
-}
-
 const (
+	// maxFieldLen caps instance_id, and any key longer than this is unknown without
+	// asking licensing (issued keys are 34 characters).
 	maxFieldLen = 256
 	// maxIncrement keeps every total exact in a JSON number (2^53 - 1).
 	maxIncrement = 1<<53 - 1
@@ -121,11 +120,25 @@ func checkField(name, v string) error {
 	if v == "" {
 		return apierr.Invalid("%s is required", name)
 	}
-	if utf8.RuneCountInString(v) > maxFieldLen || !utf8.ValidString(v) {
+	if utf8.RuneCountInString(v) > maxFieldLen {
 		return apierr.Invalid("%s must be at most %d characters", name, maxFieldLen)
 	}
 	return nil
 }
+
+// lookup finds the license of key, in tenant or (tenant "", the public routes) in any
+// tenant. An over-long key is answered like any other unknown string.
+func (s *Server) lookup(ctx context.Context, tenant, key string) (*licensingv1.License, error) {
+	if key == "" {
+		return nil, errMissingKey
+	}
+	if utf8.RuneCountInString(key) > maxFieldLen {
+		return nil, errLicenseNotFound
+	}
+	return s.licenses.Get(ctx, tenant, key)
+}
+
+func isNotFound(err error) bool { return apierr.Is(err, codes.NotFound) }
 
 // usable refuses a revoked or expired license with the given expiry wording.
 func (s *Server) usable(l *licensingv1.License, expired *apierr.Error) error {
@@ -144,13 +157,13 @@ func (s *Server) expired(l *licensingv1.License) bool {
 
 // ActivateLicense creates the seat key + instance_id, or reports it exists.
 func (s *Server) ActivateLicense(ctx context.Context, req *activationsv1.ActivateLicenseRequest) (*activationsv1.ActivateLicenseResponse, error) {
-	if err := checkField("key", req.GetKey()); err != nil {
-		return nil, err
+	if req.GetKey() == "" {
+		return nil, errMissingKey
 	}
 	if err := checkField("instance_id", req.GetInstanceId()); err != nil {
 		return nil, err
 	}
-	l, err := s.licenses.Get(ctx, "", req.GetKey())
+	l, err := s.lookup(ctx, "", req.GetKey())
 	if err != nil {
 		return nil, err
 	}
@@ -179,14 +192,14 @@ func (s *Server) ActivateLicense(ctx context.Context, req *activationsv1.Activat
 // DeactivateLicense frees the seat the token belongs to. Only the token is a credential:
 // a token that matches no seat of this key is deactivated false, not an error.
 func (s *Server) DeactivateLicense(ctx context.Context, req *activationsv1.DeactivateLicenseRequest) (*activationsv1.DeactivateLicenseResponse, error) {
-	if err := checkField("key", req.GetKey()); err != nil {
-		return nil, err
+	if req.GetKey() == "" {
+		return nil, errMissingKey
 	}
 	if req.GetToken() == "" {
 		return nil, errMissingToken
 	}
-	l, err := s.licenses.Get(ctx, "", req.GetKey())
-	if errors.Is(err, errLicenseNotFound) {
+	l, err := s.lookup(ctx, "", req.GetKey())
+	if isNotFound(err) {
 		return &activationsv1.DeactivateLicenseResponse{Deactivated: false}, nil
 	}
 	if err != nil {
@@ -200,14 +213,15 @@ func (s *Server) DeactivateLicense(ctx context.Context, req *activationsv1.Deact
 }
 
 // ValidateLicense answers valid only for an active, unexpired license with a seat for the
-// instance. Whatever it cannot validate is valid false; only an outage is an error.
+// instance. Whatever it cannot validate is valid false; only an outage is an error here
+// (gRPC callers can tell it apart), which the REST edge still answers as valid false.
 func (s *Server) ValidateLicense(ctx context.Context, req *activationsv1.ValidateLicenseRequest) (*activationsv1.ValidateLicenseResponse, error) {
 	invalid := &activationsv1.ValidateLicenseResponse{Valid: false}
-	if checkField("key", req.GetKey()) != nil || checkField("instance_id", req.GetInstanceId()) != nil {
+	if req.GetKey() == "" || checkField("instance_id", req.GetInstanceId()) != nil {
 		return invalid, nil
 	}
-	l, err := s.licenses.Get(ctx, "", req.GetKey())
-	if errors.Is(err, errLicenseNotFound) {
+	l, err := s.lookup(ctx, "", req.GetKey())
+	if isNotFound(err) {
 		return invalid, nil
 	}
 	if err != nil {
@@ -241,8 +255,8 @@ func limitOf(l *licensingv1.License, metric string) (float64, bool) {
 // pass the limit check on the same total: the loser retries a few times and then answers
 // 503. An increment is applied once or not at all, and the limit is never passed.
 func (s *Server) TrackUsage(ctx context.Context, req *activationsv1.TrackUsageRequest) (*activationsv1.TrackUsageResponse, error) {
-	if err := checkField("key", req.GetKey()); err != nil {
-		return nil, err
+	if req.GetKey() == "" {
+		return nil, errMissingKey
 	}
 	if req.GetToken() == "" {
 		return nil, errMissingToken
@@ -258,7 +272,7 @@ func (s *Server) TrackUsage(ctx context.Context, req *activationsv1.TrackUsageRe
 			return nil, apierr.Invalid("increment must be a positive integer")
 		}
 	}
-	l, err := s.licenses.Get(ctx, "", req.GetKey())
+	l, err := s.lookup(ctx, "", req.GetKey())
 	if err != nil {
 		return nil, err
 	}
@@ -275,7 +289,7 @@ func (s *Server) TrackUsage(ctx context.Context, req *activationsv1.TrackUsageRe
 		if !st.SeatOK {
 			return nil, errBadToken
 		}
-		if !AllowedMetrics[metric] || !limited {
+		if !license.LimitKeys[metric] || !limited {
 			return nil, apierr.Forbidden("Metric not allowed: %s", metric)
 		}
 		used := float64(st.Used) + inc
@@ -293,16 +307,17 @@ func (s *Server) TrackUsage(ctx context.Context, req *activationsv1.TrackUsageRe
 			return nil, errUsageRace
 		}
 		// Jitter so the losers of one race do not meet again in the next.
-		time.Sleep(time.Duration(mathrand.IntN(2000*attempt)) * time.Microsecond)
+		select {
+		case <-ctx.Done():
+			return nil, errUsageRace
+		case <-time.After(time.Duration(mathrand.IntN(2000*attempt)) * time.Microsecond):
+		}
 	}
 }
 
 // UsageReport is a live snapshot of every limit key of the license.
 func (s *Server) UsageReport(ctx context.Context, req *activationsv1.UsageReportRequest) (*activationsv1.UsageReportResponse, error) {
-	if err := checkField("key", req.GetKey()); err != nil {
-		return nil, err
-	}
-	l, err := s.licenses.Get(ctx, "", req.GetKey())
+	l, err := s.lookup(ctx, "", req.GetKey())
 	if err != nil {
 		return nil, err
 	}
@@ -344,10 +359,7 @@ func (s *Server) tenantLicense(ctx context.Context, key string) (*licensingv1.Li
 	if err != nil {
 		return nil, err
 	}
-	if err := checkField("key", key); err != nil {
-		return nil, err
-	}
-	l, err := s.licenses.Get(ctx, tenant, key)
+	l, err := s.lookup(ctx, tenant, key)
 	if err != nil {
 		return nil, err
 	}
@@ -359,11 +371,11 @@ func (s *Server) tenantLicense(ctx context.Context, key string) (*licensingv1.Li
 
 // ReissueToken gives an existing seat a new token; the old one stops working at once.
 func (s *Server) ReissueToken(ctx context.Context, req *activationsv1.ReissueTokenRequest) (*activationsv1.ReissueTokenResponse, error) {
-	l, err := s.tenantLicense(ctx, req.GetKey())
-	if err != nil {
+	if err := checkField("instance_id", req.GetInstanceId()); err != nil {
 		return nil, err
 	}
-	if err := checkField("instance_id", req.GetInstanceId()); err != nil {
+	l, err := s.tenantLicense(ctx, req.GetKey())
+	if err != nil {
 		return nil, err
 	}
 	tok, hash := newToken()
@@ -379,11 +391,11 @@ func (s *Server) ReissueToken(ctx context.Context, req *activationsv1.ReissueTok
 
 // DeactivateByInstanceId is the administrator's way to free a seat without its token.
 func (s *Server) DeactivateByInstanceId(ctx context.Context, req *activationsv1.DeactivateByInstanceIdRequest) (*activationsv1.DeactivateByInstanceIdResponse, error) {
-	l, err := s.tenantLicense(ctx, req.GetKey())
-	if err != nil {
+	if err := checkField("instance_id", req.GetInstanceId()); err != nil {
 		return nil, err
 	}
-	if err := checkField("instance_id", req.GetInstanceId()); err != nil {
+	l, err := s.tenantLicense(ctx, req.GetKey())
+	if err != nil {
 		return nil, err
 	}
 	ok, err := s.store.DeactivateInstance(ctx, l.GetTenantId(), l.GetKey(), req.GetInstanceId())
@@ -396,25 +408,30 @@ func (s *Server) DeactivateByInstanceId(ctx context.Context, req *activationsv1.
 	return &activationsv1.DeactivateByInstanceIdResponse{Deactivated: true}, nil
 }
 
-// ResetUsage zeroes one metric or clears them all.
+// ResetUsage zeroes one metric or clears them all. The store does it in one statement
+// that moves the metric's version on, so a track-usage that read the total before the
+// reset loses its compare-and-swap rather than writing the old total back.
 func (s *Server) ResetUsage(ctx context.Context, req *activationsv1.ResetUsageRequest) (*activationsv1.ResetUsageResponse, error) {
+	if req.Metric != nil && !license.LimitKeys[req.GetMetric()] {
+		return nil, apierr.Invalid("metric must be one of the allowed limit keys: %s", strings.Join(sortedLimitKeys(), ", "))
+	}
 	l, err := s.tenantLicense(ctx, req.GetKey())
 	if err != nil {
 		return nil, err
 	}
-	if req.Metric != nil && !AllowedMetrics[req.GetMetric()] {
-		return nil, apierr.Invalid("metric must be one of the allowed limit keys: %s", strings.Join(sortedAllowed(), ", "))
-	}
 	usage, err := s.store.ResetUsage(ctx, l.GetTenantId(), l.GetKey(), req.Metric)
+	if pgxx.IsSerializationFailure(err) {
+		return nil, errUsageRace
+	}
 	if err != nil {
 		return nil, err
 	}
 	return &activationsv1.ResetUsageResponse{Key: l.GetKey(), Usage: toDoubles(usage)}, nil
 }
 
-func sortedAllowed() []string {
-	out := make([]string, 0, len(AllowedMetrics))
-	for m := range AllowedMetrics {
+func sortedLimitKeys() []string {
+	out := make([]string, 0, len(license.LimitKeys))
+	for m := range license.LimitKeys {
 		out = append(out, m)
 	}
 	sort.Strings(out)

@@ -26,48 +26,55 @@ var (
 	ErrLicenseDeleted = errors.New("license deleted")
 )
 
-// lockLicense serializes, across every replica, the transactions that change the set of
+// lockLicenseSQL serializes, across every replica, the transactions that change the set of
 // seats of one license: activations (count then insert) and the purge on deletion. The
 // two-int form of the advisory lock lives in a different key space from the one-bigint
 // form goose uses for migrations; the class id keeps it apart from any other two-int user.
 // A hash collision between two licenses only makes them wait for each other.
-func lockLicense(ctx context.Context, tx pgx.Tx, tenant, key string) error {
-	_, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(1263488, hashtext($1 || E'\x1f' || $2))`, tenant, key)
-	return err
-}
+const lockLicenseSQL = `SELECT pg_advisory_xact_lock(1263488, hashtext($1 || E'\x1f' || $2))`
+
+// activateSQL inserts the seat unless the license's deletion was processed, the pair
+// already has a seat, or the license has $5 seats ($5 NULL = unlimited), and says which.
+// It must run after lockLicenseSQL, as a statement of its own: a statement's snapshot is
+// taken when it starts, so a count in the statement that waited for the lock could miss
+// a seat committed by the holder it waited for.
+const activateSQL = `WITH state AS (
+	SELECT EXISTS (SELECT 1 FROM deleted_licenses WHERE tenant_id = $1 AND license_key = $2) AS deleted,
+		EXISTS (SELECT 1 FROM seats WHERE tenant_id = $1 AND license_key = $2 AND instance_id = $3) AS present,
+		(SELECT count(*) FROM seats WHERE tenant_id = $1 AND license_key = $2) AS n
+), inserted AS (
+	INSERT INTO seats (tenant_id, license_key, instance_id, token_hash)
+	SELECT $1, $2, $3, $4 FROM state WHERE NOT deleted AND NOT present AND ($5::int IS NULL OR n < $5)
+	RETURNING 1
+)
+SELECT deleted, present, EXISTS (SELECT 1 FROM inserted) FROM state`
 
 // Activate creates the seat (tenant, key, instance) holding tokenHash, unless it exists
 // (already true, nothing changes) or the license has maxSeats seats (ErrCapReached);
 // maxSeats nil means unlimited. The count and the insert run under the license's lock, so
 // concurrent activations on any number of replicas never exceed the cap.
+//
+// The lock and the insert go as one batch: one round trip, and one implicit transaction
+// (a batch outside a transaction is one, ending at its Sync), which is what releases the
+// transaction-scoped lock.
 func (s *Store) Activate(ctx context.Context, tenant, key, instance string, tokenHash []byte, maxSeats *int32) (already bool, err error) {
-	err = pgxx.InTx(ctx, s.db, func(tx pgx.Tx) error {
-		if err := lockLicense(ctx, tx, tenant, key); err != nil {
-			return err
-		}
-		var deleted, exists bool
-		var n int
-		err := tx.QueryRow(ctx, `SELECT
-			EXISTS (SELECT 1 FROM deleted_licenses WHERE tenant_id = $1 AND license_key = $2),
-			EXISTS (SELECT 1 FROM seats WHERE tenant_id = $1 AND license_key = $2 AND instance_id = $3),
-			(SELECT count(*) FROM seats WHERE tenant_id = $1 AND license_key = $2)`,
-			tenant, key, instance).Scan(&deleted, &exists, &n)
-		switch {
-		case err != nil:
-			return err
-		case deleted:
-			return ErrLicenseDeleted
-		case exists:
-			already = true
-			return nil
-		case maxSeats != nil && n >= int(*maxSeats):
-			return ErrCapReached
-		}
-		_, err = tx.Exec(ctx, `INSERT INTO seats (tenant_id, license_key, instance_id, token_hash) VALUES ($1, $2, $3, $4)`,
-			tenant, key, instance, tokenHash)
-		return err
+	b := &pgx.Batch{}
+	b.Queue(lockLicenseSQL, tenant, key)
+	var deleted, created bool
+	b.Queue(activateSQL, tenant, key, instance, tokenHash, maxSeats).QueryRow(func(row pgx.Row) error {
+		return row.Scan(&deleted, &already, &created)
 	})
-	return already, err
+	if err := s.db.SendBatch(ctx, b).Close(); err != nil {
+		return false, err
+	}
+	switch {
+	case deleted:
+		return false, ErrLicenseDeleted
+	case already || created:
+		return already, nil
+	default:
+		return false, ErrCapReached
+	}
 }
 
 // DeactivateByToken removes the seat of key holding tokenHash, reporting whether one did.
@@ -155,15 +162,18 @@ func (s *Store) Usage(ctx context.Context, tenant, key string) (map[string]int64
 	return out, err
 }
 
-// ResetUsage sets one metric's total to 0 (metric non-nil; only if it has a total) or
-// clears every total, and returns the totals afterwards. Each is one statement, so it
-// cannot lose a race; it moves the versions on, so a track-usage that read the old total
-// loses its compare-and-swap instead of writing a stale sum.
+// ResetUsage sets one metric's total to 0 (metric non-nil) or clears every total, and
+// returns the totals afterwards. Each is one statement, so it cannot lose a race; it
+// moves the version on (a deleted row's version is never reused, see usage_version), so
+// a track-usage that read the old total loses its compare-and-swap instead of writing a
+// stale sum.
 func (s *Store) ResetUsage(ctx context.Context, tenant, key string, metric *string) (map[string]int64, error) {
 	var err error
 	if metric != nil {
-		_, err = s.db.Exec(ctx, `UPDATE usage SET used = 0, version = nextval('usage_version')
-			WHERE tenant_id = $1 AND license_key = $2 AND metric = $3`, tenant, key, *metric)
+		_, err = s.db.Exec(ctx, `INSERT INTO usage (tenant_id, license_key, metric, used, version)
+			VALUES ($1, $2, $3, 0, nextval('usage_version'))
+			ON CONFLICT (tenant_id, license_key, metric) DO UPDATE SET used = 0, version = EXCLUDED.version`,
+			tenant, key, *metric)
 	} else {
 		_, err = s.db.Exec(ctx, `DELETE FROM usage WHERE tenant_id = $1 AND license_key = $2`, tenant, key)
 	}
@@ -250,7 +260,7 @@ func (s *Store) Summaries(ctx context.Context, tenant string, keys []string) (ma
 // stays so that an activation racing the deletion cannot recreate a seat. Idempotent.
 func (s *Store) Purge(ctx context.Context, tenant, key string, deletedAt time.Time) error {
 	return pgxx.InTx(ctx, s.db, func(tx pgx.Tx) error {
-		if err := lockLicense(ctx, tx, tenant, key); err != nil {
+		if _, err := tx.Exec(ctx, lockLicenseSQL, tenant, key); err != nil {
 			return err
 		}
 		if _, err := tx.Exec(ctx, `INSERT INTO deleted_licenses (tenant_id, license_key, deleted_at)

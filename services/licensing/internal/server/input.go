@@ -8,16 +8,10 @@ import (
 	"unicode/utf8"
 
 	"github.com/keyhouse/keyhouse/pkg/apierr"
+	"github.com/keyhouse/keyhouse/pkg/license"
 	"github.com/keyhouse/keyhouse/pkg/signing"
 	"google.golang.org/protobuf/types/known/structpb"
 )
-
-// AllowedLimitKeys is api.md's allowlist: the only limit keys and metric names.
-var AllowedLimitKeys = map[string]bool{
-	"users": true, "seats": true, "admins": true, "projects": true, "environments": true,
-	"tenants": true, "api_calls_per_day": true, "rate_limit_rps": true,
-	"concurrent_sessions": true, "features": true,
-}
 
 // ReservedProductPrefix marks the internal self-licensing credential's product.
 const ReservedProductPrefix = "_service_"
@@ -105,7 +99,7 @@ func parseLimits(s *structpb.Struct) (map[string]float64, error) {
 	// Sorted, so a request with several bad keys always names the same one.
 	sort.Strings(names)
 	for _, name := range names {
-		if !AllowedLimitKeys[name] {
+		if !license.LimitKeys[name] {
 			return nil, apierr.Invalid("Unknown limit key: %s", name)
 		}
 	}

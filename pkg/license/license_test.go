@@ -1,15 +1,15 @@
-package server
+package license
 
 import (
 	"strings"
 	"testing"
 )
 
-func TestNewLicenseKeyFormatAndEntropy(t *testing.T) {
+func TestNewKeyFormatAndEntropy(t *testing.T) {
 	seen := map[string]bool{}
 	for i := 0; i < 2000; i++ {
-		k := newLicenseKey()
-		if len(k) != 34 || strings.Count(k, "-") != 6 || canonicalKey(k) != k {
+		k := NewKey()
+		if len(k) != 34 || strings.Count(k, "-") != 6 || CanonicalKey(k) != k {
 			t.Fatalf("key %q", k)
 		}
 		if seen[k] {
@@ -29,13 +29,13 @@ func TestCanonicalKeyForgivesHowPeopleTypeKeys(t *testing.T) {
 		"7KQ2-M9XD-4HRT-OBWN-ZC3E-P6YA-IGVF", // O for 0, I for 1
 		"7kq2m9xd4hrtobwnzc3ep6yalgvf",       // l for 1
 	} {
-		if got := canonicalKey(typed); got != k {
-			t.Errorf("canonicalKey(%q) = %q", typed, got)
+		if got := CanonicalKey(typed); got != k {
+			t.Errorf("CanonicalKey(%q) = %q", typed, got)
 		}
 	}
 	for _, other := range []string{"", "short", "7KQ2-M9XD-4HRT-0BWN-ZC3E-P6YA-1GV", "7KQ2-M9XD-4HRT-0BWN-ZC3E-P6YA-1GVU", "ÿKQ2-M9XD-4HRT-0BWN-ZC3E-P6YA-1GVF"} {
-		if got := canonicalKey(other); got != other {
-			t.Errorf("canonicalKey(%q) = %q, want it unchanged", other, got)
+		if got := CanonicalKey(other); got != other {
+			t.Errorf("CanonicalKey(%q) = %q, want it unchanged", other, got)
 		}
 	}
 }

@@ -1,0 +1,81 @@
+// Package license is the license vocabulary several modules share: the key format
+// (licensing issues and reads keys, the gateway counts the per-license-key rate tier by
+// them) and api.md's allowlist of limit keys (licensing validates limits, activations
+// meters usage against them).
+package license
+
+import (
+	"crypto/rand"
+	"strings"
+)
+
+// Keys are 28 Crockford base32 characters in seven groups of four, e.g.
+// "7KQ2-M9XD-4HRT-0BWN-ZC3E-P6YA-1GVF": 140 bits from the CSPRNG, read aloud without
+// spelling (no I, L, O or U to confuse with 1, 0 or V). Typed back, a key is forgiving: case,
+// spaces, missing dashes, and the look-alikes o/O → 0 and i/I/l/L → 1 are accepted.
+const (
+	keyAlphabet = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+	keyChars    = 28
+	keyGroup    = 4
+)
+
+// NewKey returns a fresh key.
+func NewKey() string {
+	// 32 divides 256, so a byte mod 32 is uniform.
+	var b [keyChars]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err)
+	}
+	var sb strings.Builder
+	for i, c := range b {
+		if i > 0 && i%keyGroup == 0 {
+			sb.WriteByte('-')
+		}
+		sb.WriteByte(keyAlphabet[c%32])
+	}
+	return sb.String()
+}
+
+// CanonicalKey returns the key as issued for input that a person may have typed, or the
+// input unchanged when it cannot be a key (it then matches nothing, which is the answer
+// for any unknown string). Everything that counts or looks up by key goes through it, so
+// that two spellings of one key are one key.
+func CanonicalKey(input string) string {
+	var chars []byte
+	for _, r := range input {
+		switch {
+		case r == '-' || r == ' ':
+			continue
+		case r >= 'a' && r <= 'z':
+			r -= 'a' - 'A'
+		}
+		switch r {
+		case 'O':
+			r = '0'
+		case 'I', 'L':
+			r = '1'
+		}
+		if r > 0x7f || !strings.ContainsRune(keyAlphabet, r) {
+			return input
+		}
+		chars = append(chars, byte(r))
+	}
+	if len(chars) != keyChars {
+		return input
+	}
+	var sb strings.Builder
+	for i, c := range chars {
+		if i > 0 && i%keyGroup == 0 {
+			sb.WriteByte('-')
+		}
+		sb.WriteByte(c)
+	}
+	return sb.String()
+}
+
+// LimitKeys is api.md's allowlist: the only limit keys, and so the only metric names.
+var LimitKeys = map[string]bool{
+	"users": true, "seats": true, "admins": true, "projects": true, "environments": true,
+	"tenants": true, "api_calls_per_day": true, "rate_limit_rps": true,
+	"concurrent_sessions": true, "features": true,
+}

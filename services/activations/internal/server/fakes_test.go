@@ -1,0 +1,265 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/keyhouse/keyhouse/pkg/auth"
+	licensingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1"
+	"github.com/keyhouse/keyhouse/services/activations/internal/store"
+	"google.golang.org/protobuf/types/known/structpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+)
+
+// fakeLicenses is licensing's GetLicense: tenant "" finds a key in any tenant.
+type fakeLicenses struct {
+	byKey map[string]*licensingv1.License
+	err   error // an outage
+}
+
+func (f *fakeLicenses) Get(_ context.Context, tenant, key string) (*licensingv1.License, error) {
+	if f.err != nil {
+		return nil, f.err
+	}
+	l, ok := f.byKey[key]
+	if !ok || (tenant != "" && l.GetTenantId() != tenant) {
+		return nil, errLicenseNotFound
+	}
+	return l, nil
+}
+
+type seatRow struct {
+	tenant, key, instance string
+	hash                  []byte
+	at                    time.Time
+}
+
+type usageRow struct {
+	used, version int64
+}
+
+// fakeStore keeps the rules the SQL keeps (one seat per pair, the cap, compare-and-swap on
+// a version) in memory; loseSwaps makes the next swaps lose as if another writer had won.
+type fakeStore struct {
+	mu        sync.Mutex
+	seats     []seatRow
+	usage     map[string]*usageRow // tenant/key/metric
+	version   int64
+	deleted   map[string]bool // tenant/key
+	loseSwaps int
+	swaps     int
+	clock     time.Time
+}
+
+func newFakeStore() *fakeStore {
+	return &fakeStore{usage: map[string]*usageRow{}, deleted: map[string]bool{}, clock: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+}
+
+func usageKey(tenant, key, metric string) string { return tenant + "/" + key + "/" + metric }
+
+func (f *fakeStore) find(tenant, key string, match func(seatRow) bool) int {
+	for i, s := range f.seats {
+		if s.tenant == tenant && s.key == key && match(s) {
+			return i
+		}
+	}
+	return -1
+}
+
+func (f *fakeStore) Activate(_ context.Context, tenant, key, instance string, hash []byte, maxSeats *int32) (bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.deleted[tenant+"/"+key] {
+		return false, store.ErrLicenseDeleted
+	}
+	if f.find(tenant, key, func(s seatRow) bool { return s.instance == instance }) >= 0 {
+		return true, nil
+	}
+	n := 0
+	for _, s := range f.seats {
+		if s.tenant == tenant && s.key == key {
+			n++
+		}
+	}
+	if maxSeats != nil && n >= int(*maxSeats) {
+		return false, store.ErrCapReached
+	}
+	f.clock = f.clock.Add(time.Second)
+	f.seats = append(f.seats, seatRow{tenant, key, instance, hash, f.clock})
+	return false, nil
+}
+
+func (f *fakeStore) remove(i int) bool {
+	if i < 0 {
+		return false
+	}
+	f.seats = append(f.seats[:i], f.seats[i+1:]...)
+	return true
+}
+
+func (f *fakeStore) DeactivateByToken(_ context.Context, tenant, key string, hash []byte) (bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.remove(f.find(tenant, key, func(s seatRow) bool { return bytes.Equal(s.hash, hash) })), nil
+}
+
+func (f *fakeStore) DeactivateInstance(_ context.Context, tenant, key, instance string) (bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.remove(f.find(tenant, key, func(s seatRow) bool { return s.instance == instance })), nil
+}
+
+func (f *fakeStore) HasSeat(_ context.Context, tenant, key, instance string) (bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.find(tenant, key, func(s seatRow) bool { return s.instance == instance }) >= 0, nil
+}
+
+func (f *fakeStore) Reissue(_ context.Context, tenant, key, instance string, hash []byte) (bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	i := f.find(tenant, key, func(s seatRow) bool { return s.instance == instance })
+	if i < 0 {
+		return false, nil
+	}
+	f.seats[i].hash = hash
+	return true, nil
+}
+
+func (f *fakeStore) ReadUsage(_ context.Context, tenant, key string, hash []byte, metric string) (store.UsageState, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	st := store.UsageState{SeatOK: f.find(tenant, key, func(s seatRow) bool { return bytes.Equal(s.hash, hash) }) >= 0}
+	if u := f.usage[usageKey(tenant, key, metric)]; u != nil {
+		st.Exists, st.Used, st.Version = true, u.used, u.version
+	}
+	return st, nil
+}
+
+func (f *fakeStore) SwapUsage(_ context.Context, tenant, key, metric string, prev store.UsageState, used int64) (bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.swaps++
+	if f.loseSwaps > 0 {
+		f.loseSwaps--
+		return false, nil
+	}
+	k := usageKey(tenant, key, metric)
+	cur := f.usage[k]
+	if (cur == nil) == prev.Exists || (cur != nil && cur.version != prev.Version) {
+		return false, nil
+	}
+	f.version++
+	f.usage[k] = &usageRow{used: used, version: f.version}
+	return true, nil
+}
+
+func (f *fakeStore) Usage(_ context.Context, tenant, key string) (map[string]int64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.usageOf(tenant, key), nil
+}
+
+func (f *fakeStore) usageOf(tenant, key string) map[string]int64 {
+	out := map[string]int64{}
+	prefix := tenant + "/" + key + "/"
+	for k, u := range f.usage {
+		if len(k) > len(prefix) && k[:len(prefix)] == prefix {
+			out[k[len(prefix):]] = u.used
+		}
+	}
+	return out
+}
+
+func (f *fakeStore) ResetUsage(_ context.Context, tenant, key string, metric *string) (map[string]int64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if metric != nil {
+		f.version++
+		f.usage[usageKey(tenant, key, *metric)] = &usageRow{used: 0, version: f.version}
+	} else {
+		for m := range f.usageOf(tenant, key) {
+			delete(f.usage, usageKey(tenant, key, m))
+		}
+	}
+	return f.usageOf(tenant, key), nil
+}
+
+func (f *fakeStore) Seats(_ context.Context, tenant, key string) ([]store.Seat, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []store.Seat
+	for _, s := range f.seats {
+		if s.tenant == tenant && s.key == key {
+			out = append(out, store.Seat{Key: s.key, InstanceID: s.instance, ActivatedAt: s.at})
+		}
+	}
+	return out, nil
+}
+
+func (f *fakeStore) Recent(_ context.Context, tenant string, limit int) ([]store.Seat, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []store.Seat
+	for _, s := range f.seats {
+		if s.tenant == tenant {
+			out = append(out, store.Seat{Key: s.key, InstanceID: s.instance, ActivatedAt: s.at})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ActivatedAt.After(out[j].ActivatedAt) })
+	return out[:min(limit, len(out))], nil
+}
+
+func (f *fakeStore) CountSeats(ctx context.Context, tenant string) (int, error) {
+	all, err := f.Recent(ctx, tenant, 1<<30)
+	return len(all), err
+}
+
+func (f *fakeStore) Summaries(_ context.Context, tenant string, keys []string) (map[string]*store.Summary, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := map[string]*store.Summary{}
+	for _, k := range keys {
+		sum := &store.Summary{Usage: f.usageOf(tenant, k)}
+		for _, s := range f.seats {
+			if s.tenant == tenant && s.key == k {
+				sum.Seats++
+			}
+		}
+		if sum.Seats > 0 || len(sum.Usage) > 0 {
+			out[k] = sum
+		}
+	}
+	return out, nil
+}
+
+// lic is a license of tenant with the given terms; opts tweak it.
+func lic(tenant, key string, maxSeats int32, limits map[string]any, opts ...func(*licensingv1.License)) *licensingv1.License {
+	s, err := structpb.NewStruct(limits)
+	if err != nil {
+		panic(err)
+	}
+	l := &licensingv1.License{TenantId: tenant, Key: key, Status: "active", Limits: s, IssuedAt: timestamppb.Now()}
+	if maxSeats > 0 {
+		l.MaxActivations = wrapperspb.Int32(maxSeats)
+	}
+	for _, o := range opts {
+		o(l)
+	}
+	return l
+}
+
+func revoked(l *licensingv1.License) { l.Status = "revoked" }
+
+func expiresAt(t time.Time) func(*licensingv1.License) {
+	return func(l *licensingv1.License) { l.ExpiresAt = timestamppb.New(t) }
+}
+
+// as is the context of a call the auth interceptor let through for tenant.
+func as(tenant string) context.Context {
+	return auth.WithPrincipal(context.Background(), auth.Principal{TenantID: tenant})
+}
