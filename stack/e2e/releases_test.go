@@ -20,9 +20,6 @@ import (
 	"github.com/keyhouse/keyhouse/stack"
 )
 
-// product returns a product id no other test uses (the self-hosted stack is one tenant).
-func product(name string) string { return fmt.Sprintf("%s-%d", name, time.Now().UnixNano()) }
-
 // rel is a minimal register-release body; extra fields are merged in.
 func rel(productID, version string, extra ...any) map[string]any {
 	body := map[string]any{
