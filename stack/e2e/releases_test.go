@@ -169,10 +169,9 @@ func TestRegisterReleaseRejectsBadInput(t *testing.T) {
 			a.Post("/v1/register-release", tc.body).ExpectError(t, 400, tc.want)
 		})
 	}
-	// Wrong JSON types are a 400 naming the field (the decoder spells it in its JSON
-	// camelCase form), never a 500.
+	// Wrong JSON types are a 400 naming the field as the client spelled it, never a 500.
 	for field, body := range map[string]string{
-		"productId": `{"product_id": 5, "version": "1.0.0", "artifact_url": "https://x.example/a"}`,
+		"product_id": `{"product_id": 5, "version": "1.0.0", "artifact_url": "https://x.example/a"}`,
 		"version":   `{"product_id": "p", "version": ["1"], "artifact_url": "https://x.example/a"}`,
 	} {
 		r := a.Post("/v1/register-release", body).Expect(t, 400)

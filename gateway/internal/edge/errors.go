@@ -69,7 +69,9 @@ func handleError(ctx context.Context, _ *runtime.ServeMux, _ runtime.Marshaler, 
 
 var queryParamError = regexp.MustCompile(`^parsing field "([A-Za-z0-9_.]+)": `)
 
-var protoPosition = regexp.MustCompile(`^proto:\s*(\(line \d+:\d+\):\s*)?`)
+// protojson separates its prefix with a space or, in some builds, a no-break space
+// (deliberately unstable output), so both count as space here.
+var protoPosition = regexp.MustCompile(`^proto:[\s\x{00a0}]*(\(line \d+:\d+\):[\s\x{00a0}]*)?`)
 
 // cleanDecodeError turns protojson's decode errors ("proto: (line 1:9): invalid value
 // for string field key: 5") into a message that names the field without parser noise.

@@ -32,6 +32,7 @@ func TestErrorHandlerWritesTheStatusAndBodyTheAPIUses(t *testing.T) {
 		{"unimplemented is not found", status.Error(codes.Unimplemented, "method X not implemented"), 404, `{"error":"Not found"}`},
 		{"decode error names the field", status.Error(codes.InvalidArgument, "proto: (line 1:9): invalid value for string field key: 5"), 400, `{"error":"Invalid JSON body: invalid value for string field key: 5"}`},
 		{"decode error names the field as the client sent it", status.Error(codes.InvalidArgument, "proto: (line 1:30): invalid value for string field instanceId: 7"), 400, `{"error":"Invalid JSON body: invalid value for string field instance_id: 7"}`},
+		{"decode error with protojson's no-break space", status.Error(codes.InvalidArgument, "proto:\u00a0(line 1:16):\u00a0invalid value for string field instanceId: 7"), 400, `{"error":"Invalid JSON body: invalid value for string field instance_id: 7"}`},
 		{"query parameter of the wrong type", status.Error(codes.InvalidArgument, `parsing field "limit": strconv.ParseInt: parsing "abc": invalid syntax`), 400, `{"error":"Invalid value for query parameter limit"}`},
 		{"truncated body", status.Error(codes.InvalidArgument, "unexpected EOF"), 400, `{"error":"Invalid JSON body: unexpected end of input"}`},
 	}
