@@ -18,6 +18,7 @@ import (
 	"github.com/keyhouse/keyhouse/pkg/telemetry"
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
@@ -144,6 +145,13 @@ func Dial(addr string) (*grpc.ClientConn, error) {
 	opts := []grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithUnaryInterceptor(propagateRequestID),
+		// gRPC's default reconnect backoff grows to 2 minutes: a dependency that restarts
+		// (a rollout, a crash) would stay unreachable that long after it is back. Peers are
+		// in the same cluster, so retry often.
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
+			MinConnectTimeout: 5 * time.Second,
+		}),
 	}
 	if telemetry.TracingEnabled() {
 		opts = append(opts, grpc.WithStatsHandler(otelgrpc.NewClientHandler()))

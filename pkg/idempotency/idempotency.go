@@ -13,6 +13,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -142,4 +143,16 @@ func PurgeEvery(ctx context.Context, db *pgxpool.Pool, interval time.Duration, r
 			report(Purge(ctx, db))
 		}
 	}
+}
+
+// PurgeHourly is the cleanup every service that offers the mechanism runs: PurgeEvery
+// each hour, logging what it deleted and why it could not.
+func PurgeHourly(ctx context.Context, db *pgxpool.Pool, log *slog.Logger) {
+	PurgeEvery(ctx, db, time.Hour, func(n int64, err error) {
+		if err != nil {
+			log.Warn("idempotency cleanup failed", "error", err.Error())
+		} else if n > 0 {
+			log.Info("idempotency records expired", "deleted", n)
+		}
+	})
 }

@@ -3,8 +3,6 @@ package idempotency_test
 import (
 	"context"
 	"errors"
-	"os"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -14,28 +12,14 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/keyhouse/keyhouse/pkg/apierr"
 	"github.com/keyhouse/keyhouse/pkg/idempotency"
-	"github.com/keyhouse/keyhouse/pkg/localinfra"
 	"github.com/keyhouse/keyhouse/pkg/pgxx"
+	"github.com/keyhouse/keyhouse/pkg/testkit"
 )
 
 func pool(t *testing.T) *pgxpool.Pool {
 	t.Helper()
 	ctx := context.Background()
-	dir, err := os.MkdirTemp("", "idempotency-test-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_ = os.Chmod(dir, 0o755)
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	pg, err := localinfra.StartPostgres(ctx, filepath.Join(dir, "pg"), 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = pg.Stop() })
-	url, err := pg.CreateDatabase(ctx, "idem")
-	if err != nil {
-		t.Fatal(err)
-	}
+	url := testkit.PostgresURL(t, "idem")
 	db, err := pgxx.Open(ctx, url, "svc")
 	if err != nil {
 		t.Fatal(err)

@@ -3,15 +3,13 @@ package pgxx_test
 import (
 	"context"
 	"errors"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"testing/fstest"
 
-	"github.com/keyhouse/keyhouse/pkg/localinfra"
 	"github.com/keyhouse/keyhouse/pkg/pgxx"
+	"github.com/keyhouse/keyhouse/pkg/testkit"
 )
 
 func migrationFS(n int) fstest.MapFS {
@@ -29,21 +27,7 @@ func migrationFS(n int) fstest.MapFS {
 
 func TestServeRefusesASchemaThatIsBehind(t *testing.T) {
 	ctx := context.Background()
-	dir, err := os.MkdirTemp("", "pgxx-test-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_ = os.Chmod(dir, 0o755)
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	pg, err := localinfra.StartPostgres(ctx, filepath.Join(dir, "pg"), 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = pg.Stop() })
-	url, err := pg.CreateDatabase(ctx, "migrations_test")
-	if err != nil {
-		t.Fatal(err)
-	}
+	url := testkit.PostgresURL(t, "migrations_test")
 	pool, err := pgxx.Open(ctx, url, "svc")
 	if err != nil {
 		t.Fatal(err)

@@ -7,7 +7,13 @@ replace (
 	github.com/keyhouse/keyhouse/proto/gen/go => ../../proto/gen/go
 )
 
-require github.com/keyhouse/keyhouse/pkg v0.0.0-00010101000000-000000000000
+require (
+	github.com/jackc/pgx/v5 v5.12.0
+	github.com/keyhouse/keyhouse/pkg v0.0.0-00010101000000-000000000000
+	github.com/keyhouse/keyhouse/proto/gen/go v0.0.0-00010101000000-000000000000
+	google.golang.org/grpc v1.85.0
+	google.golang.org/protobuf v1.36.12
+)
 
 require (
 	github.com/cenkalti/backoff/v5 v5.0.3 // indirect
@@ -18,9 +24,7 @@ require (
 	github.com/grpc-ecosystem/grpc-gateway/v2 v2.32.0 // indirect
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
-	github.com/jackc/pgx/v5 v5.12.0 // indirect
 	github.com/jackc/puddle/v2 v2.2.3 // indirect
-	github.com/keyhouse/keyhouse/proto/gen/go v0.0.0-00010101000000-000000000000 // indirect
 	github.com/mfridman/interpolate v0.0.2 // indirect
 	github.com/pressly/goose/v3 v3.29.0 // indirect
 	github.com/sethvargo/go-retry v0.5.0 // indirect
@@ -41,6 +45,4 @@ require (
 	golang.org/x/text v0.43.0 // indirect
 	google.golang.org/genproto/googleapis/api v0.0.0-20261012220534-4341edf3f941 // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20261005182115-fad411399dd8 // indirect
-	google.golang.org/grpc v1.85.0 // indirect
-	google.golang.org/protobuf v1.36.12 // indirect
 )

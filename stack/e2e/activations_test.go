@@ -27,10 +27,6 @@ const (
 
 var tokenFormat = regexp.MustCompile(`^act_[A-Za-z0-9_-]{43}$`)
 
-// product is a product_id of its own: on the hosted stack the first tenant to use a
-// product owns it for the whole run.
-func product(name string) string { return fmt.Sprintf("%s-%d", name, time.Now().UnixNano()) }
-
 // seat activates key for instance and returns the seat's token.
 func seat(t testing.TB, c *Client, key, instance string) string {
 	t.Helper()

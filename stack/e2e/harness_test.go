@@ -298,3 +298,7 @@ func issueLicense(t testing.TB, c *Client, body map[string]any) string {
 	}
 	return key
 }
+
+// product returns a product_id no other test uses: on the hosted stack the first tenant
+// to use a product owns it for the whole run.
+func product(name string) string { return fmt.Sprintf("%s-%d", name, time.Now().UnixNano()) }

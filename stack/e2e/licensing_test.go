@@ -85,6 +85,8 @@ func TestIssueLicenseRejectsBadInput(t *testing.T) {
 		{"zero cap", lic("bad", "max_activations", 0), "max_activations must be a positive integer or null (unlimited)"},
 		{"fractional cap", lic("bad", "max_activations", 1.5), "max_activations must be a positive integer or null (unlimited)"},
 		{"notes not a string", lic("bad", "notes", 5), "notes must be a string or null"},
+		{"NUL in issued_to", lic("bad", "issued_to", "a\x00b"), "issued_to must not contain NUL characters"},
+		{"NUL in notes", lic("bad", "notes", "a\x00b"), "notes must not contain NUL characters"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			a.Post("/v1/issue-license", tc.body).ExpectError(t, 400, tc.want)
@@ -275,6 +277,9 @@ func TestListLicenses(t *testing.T) {
 	}
 	if got := strings.Join(resp.Keys(t), ","); got != "licenses,total" {
 		t.Fatalf("fields %s", got)
+	}
+	if r := a.Get("/v1/list-licenses?issued_to=a%00b").Expect(t, 200).JSON(t); r["total"] != 0.0 {
+		t.Fatalf("NUL filter: %v", r)
 	}
 	for _, q := range []string{"limit=0", "limit=1001", "limit=x", "offset=-1", "offset=abc", "status=expired"} {
 		a.Get("/v1/list-licenses?"+q).Expect(t, 400)

@@ -57,6 +57,9 @@ func New(ctx context.Context, opts Options) (http.Handler, error) {
 	if err := registerActivations(ctx, mux, c.Activations, opts.Log); err != nil {
 		return nil, err
 	}
+	if err := registerReleases(ctx, mux, c.Releases); err != nil {
+		return nil, err
+	}
 	if err := mux.HandlePath(http.MethodGet, "/", health(marshaler)); err != nil {
 		return nil, err
 	}

@@ -80,13 +80,7 @@ func register(ctx context.Context, d *app.Deps) error {
 	}()
 	go func() {
 		defer wg.Done()
-		idempotency.PurgeEvery(ctx, d.DB, time.Hour, func(n int64, err error) {
-			if err != nil {
-				d.Log.Warn("idempotency cleanup failed", "error", err.Error())
-			} else if n > 0 {
-				d.Log.Info("idempotency records expired", "deleted", n)
-			}
-		})
+		idempotency.PurgeHourly(ctx, d.DB, d.Log)
 	}()
 	// Closers run in reverse: the relay finishes its batch before NATS closes.
 	d.OnClose(nc.Close)

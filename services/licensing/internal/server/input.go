@@ -3,7 +3,6 @@ package server
 import (
 	"math"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -33,7 +32,15 @@ func requireText(name, v string, maxLen int) (string, error) {
 	if !utf8.ValidString(v) || utf8.RuneCountInString(v) > maxLen {
 		return "", apierr.Invalid("%s must be at most %d characters", name, maxLen)
 	}
-	return v, nil
+	return v, checkNUL(name, v)
+}
+
+// checkNUL refuses U+0000: JSON may carry it, Postgres text cannot hold it.
+func checkNUL(name, v string) error {
+	if strings.ContainsRune(v, 0) {
+		return apierr.Invalid("%s must not contain NUL characters", name)
+	}
+	return nil
 }
 
 // parseTime reads an RFC 3339 timestamp. Sub-second precision is dropped: expiries are
@@ -113,24 +120,4 @@ func limitsStruct(m map[string]float64) *structpb.Struct {
 		s.Fields[k] = structpb.NewNumberValue(v)
 	}
 	return s
-}
-
-// pageParams parses list-licenses' limit (1-1000, default 50) and offset (>= 0, default 0).
-func pageParams(limit, offset string) (int, int, error) {
-	l, o := 50, 0
-	if limit != "" {
-		n, err := strconv.Atoi(limit)
-		if err != nil || n < 1 || n > 1000 {
-			return 0, 0, apierr.Invalid("limit must be an integer between 1 and 1000")
-		}
-		l = n
-	}
-	if offset != "" {
-		n, err := strconv.Atoi(offset)
-		if err != nil || n < 0 {
-			return 0, 0, apierr.Invalid("offset must be a non-negative integer")
-		}
-		o = n
-	}
-	return l, o, nil
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/keyhouse/keyhouse/pkg/auth"
 	"github.com/keyhouse/keyhouse/pkg/idempotency"
 	"github.com/keyhouse/keyhouse/pkg/natsx"
+	"github.com/keyhouse/keyhouse/pkg/paging"
 	activationsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/activations/v1"
 	licensingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1"
 	"github.com/keyhouse/keyhouse/services/licensing/internal/store"
@@ -116,6 +117,9 @@ func (s *Server) newLicense(tenant string, req *licensingv1.IssueLicenseRequest)
 	case *structpb.Value_StringValue:
 		if utf8Len(k.StringValue) > maxNotesLen {
 			return nil, apierr.Invalid("notes must be at most %d characters", maxNotesLen)
+		}
+		if err := checkNUL("notes", k.StringValue); err != nil {
+			return nil, err
 		}
 		if k.StringValue != "" {
 			notes = &k.StringValue
@@ -296,7 +300,7 @@ func (s *Server) ListLicenses(ctx context.Context, req *licensingv1.ListLicenses
 	if err != nil {
 		return nil, err
 	}
-	limit, offset, err := pageParams(req.GetLimit(), req.GetOffset())
+	limit, offset, err := paging.Parse(req.GetLimit(), req.GetOffset())
 	if err != nil {
 		return nil, err
 	}
@@ -304,6 +308,10 @@ func (s *Server) ListLicenses(ctx context.Context, req *licensingv1.ListLicenses
 	case "", "active", "revoked":
 	default:
 		return nil, apierr.Invalid("status must be active or revoked")
+	}
+	if strings.ContainsRune(req.GetProductId()+req.GetIssuedTo(), 0) {
+		// No stored value holds U+0000 (Postgres text cannot), so nothing matches.
+		return &licensingv1.ListLicensesResponse{Licenses: []*licensingv1.LicenseRow{}}, nil
 	}
 	rows, total, err := s.store.List(ctx, tenant, store.Filter{
 		ProductID: req.GetProductId(), Status: req.GetStatus(), IssuedTo: req.GetIssuedTo(), Limit: limit, Offset: offset,
@@ -366,6 +374,9 @@ func (s *Server) UpdateNotes(ctx context.Context, req *licensingv1.UpdateNotesRe
 	}
 	if utf8Len(notes.StringValue) > maxNotesLen {
 		return nil, apierr.Invalid("notes must be at most %d characters", maxNotesLen)
+	}
+	if err := checkNUL("notes", notes.StringValue); err != nil {
+		return nil, err
 	}
 	l, err := s.store.UpdateNotes(ctx, tenant, canonicalKey(req.GetKey()), notes.StringValue)
 	if errors.Is(err, store.ErrNotFound) {

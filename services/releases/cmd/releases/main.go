@@ -1,11 +1,17 @@
-// Command releases serves the releases service over gRPC.
+// Command releases serves the release registry and the signed update check over gRPC.
 package main
 
 import (
 	"context"
+	"sync"
 
 	"github.com/keyhouse/keyhouse/pkg/app"
 	"github.com/keyhouse/keyhouse/pkg/config"
+	"github.com/keyhouse/keyhouse/pkg/idempotency"
+	accountsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/accounts/v1"
+	licensingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1"
+	"github.com/keyhouse/keyhouse/services/releases/internal/server"
+	"github.com/keyhouse/keyhouse/services/releases/internal/store"
 	"github.com/keyhouse/keyhouse/services/releases/migrations"
 )
 
@@ -14,8 +20,35 @@ func main() {
 		Name:       "releases",
 		Addr:       func(c *config.Config) string { return c.ReleasesAddr },
 		Migrations: migrations.FS,
-		Register: func(ctx context.Context, d *app.Deps) error {
-			return nil
-		},
+		Register:   register,
 	})
+}
+
+func register(ctx context.Context, d *app.Deps) error {
+	licensing, err := d.Dial(d.Config.LicensingAddr)
+	if err != nil {
+		return err
+	}
+	billing, err := d.Dial(d.Config.BillingAddr)
+	if err != nil {
+		return err
+	}
+	adminKey := d.Config.AdminAPIKey.Reveal()
+	remote := &server.RemoteLicensing{Client: licensingv1.NewLicensingInternalServiceClient(licensing), AdminKey: adminKey}
+	srv := server.New(server.Config{MultiTenant: d.Config.MultiTenant}, store.New(d.DB), remote,
+		server.RemoteEntitlements{Client: accountsv1.NewAccountsServiceClient(billing), AdminKey: adminKey})
+	server.Register(d.Server.GRPC, srv)
+
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		remote.Prefetch(ctx, d.Log)
+	}()
+	go func() {
+		defer wg.Done()
+		idempotency.PurgeHourly(ctx, d.DB, d.Log)
+	}()
+	d.OnClose(wg.Wait)
+	return nil
 }

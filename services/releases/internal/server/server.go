@@ -1,0 +1,413 @@
+// Package server holds the releases service's gRPC handlers: the release registry and the
+// license-gated update check with its signed manifest (api.md: Release, Release status,
+// register-release, list-releases, release/:id, unpublish-release, check-update).
+package server
+
+import (
+	"context"
+	"errors"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/keyhouse/keyhouse/pkg/apierr"
+	"github.com/keyhouse/keyhouse/pkg/auth"
+	"github.com/keyhouse/keyhouse/pkg/idempotency"
+	"github.com/keyhouse/keyhouse/pkg/paging"
+	"github.com/keyhouse/keyhouse/pkg/signing"
+	licensingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1"
+	releasesv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/releases/v1"
+	"github.com/keyhouse/keyhouse/services/releases/internal/semver"
+	"github.com/keyhouse/keyhouse/services/releases/internal/store"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/types/known/timestamppb"
+)
+
+// Store is the SQL the handlers need (store.Store; fakes in unit tests).
+type Store interface {
+	Register(ctx context.Context, tenant, idemKey string, requestHash []byte, r *store.NewRelease, limit int) (int32, error)
+	Get(ctx context.Context, tenant string, id int32) (*store.Release, error)
+	Unpublish(ctx context.Context, tenant string, id int32) error
+	Latest(ctx context.Context, tenant, productKey, channel, platform string) (*store.Release, error)
+	List(ctx context.Context, tenant string, f store.Filter) ([]*store.Release, int, error)
+}
+
+// Licensing is what releases asks the licensing service.
+type Licensing interface {
+	// License finds a license by key in any tenant (check-update is public).
+	License(ctx context.Context, key string) (*licensingv1.License, error)
+	// ClaimProduct binds productID to tenant, or errProductOwned.
+	ClaimProduct(ctx context.Context, tenant, productID string) error
+	// Keyring is the installation's signing material, the key GET /v1/public-key serves.
+	Keyring(ctx context.Context) (*signing.Keyring, error)
+}
+
+// Entitlements tells whether a hosted tenant's subscription is active (the billing service).
+type Entitlements interface {
+	SubscriptionActive(ctx context.Context, tenant string) (bool, error)
+}
+
+// Config is what the handlers need besides their collaborators.
+type Config struct {
+	MultiTenant bool
+}
+
+// Server implements ReleasesService.
+type Server struct {
+	releasesv1.UnimplementedReleasesServiceServer
+	cfg          Config
+	store        Store
+	licensing    Licensing
+	entitlements Entitlements
+	manifestSigs sigCache
+	now          func() time.Time
+}
+
+// New returns a Server.
+func New(cfg Config, s Store, l Licensing, e Entitlements) *Server {
+	return &Server{cfg: cfg, store: s, licensing: l, entitlements: e, now: time.Now}
+}
+
+// Register adds the service to g.
+func Register(g *grpc.Server, s *Server) { releasesv1.RegisterReleasesServiceServer(g, s) }
+
+// MaxPublished is api.md's limit of published releases per product_id/channel/platform.
+const MaxPublished = 500
+
+// Messages of api.md and the addendum, verbatim.
+var (
+	errReleaseNotFound  = apierr.NotFound("Release not found")
+	errReservedProduct  = apierr.Invalid("product_id uses a reserved prefix")
+	errArtifactURL      = apierr.Invalid("artifact_url must be a valid http(s) URL")
+	errProductOwned     = apierr.Forbidden("product_id is owned by a different tenant")
+	errSubscription     = apierr.Forbidden("Subscription is not active")
+	errDuplicate        = apierr.Conflict("A release already exists for this product_id/version/channel/platform")
+	errLicenseNotFound  = apierr.NotFound("License key not found")
+	errLicenseExpired   = apierr.Forbidden("License has expired")
+	errLicenseNotActive = apierr.Forbidden("License is not active")
+	errPublishedLimit   = apierr.Forbidden("Release limit reached: at most %d published releases per product_id/channel/platform; unpublish one to register another", MaxPublished)
+)
+
+// reservedPrefix marks the internal self-licensing credential's product. It is checked
+// on the product id as check-update compares it, so " _Service_x" is refused too.
+const reservedPrefix = "_service_"
+
+const defaultChannel = "stable"
+
+// Field caps of api.md's Release table, in Unicode code points (addendum §7).
+const (
+	maxProductID    = 200
+	maxVersion      = 100
+	maxChannel      = 100
+	maxPlatform     = 100
+	maxArtifactURL  = 2048
+	maxChecksum     = 256
+	maxReleaseNotes = 10000
+)
+
+// productKey is how check-update compares product ids: trimmed, case-insensitive. The
+// licensing service's product claim normalizes the same way.
+func productKey(productID string) string { return strings.ToLower(strings.TrimSpace(productID)) }
+
+func channelOrDefault(c string) string {
+	if c == "" {
+		return defaultChannel
+	}
+	return c
+}
+
+// checkText enforces a field's cap, and presence when required.
+func checkText(name, v string, maxLen int, required bool) error {
+	if required && strings.TrimSpace(v) == "" {
+		return apierr.Invalid("%s is required", name)
+	}
+	if utf8.RuneCountInString(v) > maxLen {
+		return apierr.Invalid("%s must be at most %d characters", name, maxLen)
+	}
+	if hasNUL(v) {
+		return apierr.Invalid("%s must not contain NUL characters", name)
+	}
+	return nil
+}
+
+// hasNUL: JSON may carry U+0000, Postgres text cannot hold it. Such a value is refused
+// on registration and matches nothing in a filter or an update check.
+func hasNUL(s ...string) bool {
+	for _, v := range s {
+		if strings.IndexByte(v, 0) >= 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// validArtifactURL: an absolute http or https URL with a host, and nothing a client
+// would have to guess about (white space, control characters).
+func validArtifactURL(s string) bool {
+	lower := strings.ToLower(s)
+	if !strings.HasPrefix(lower, "http://") && !strings.HasPrefix(lower, "https://") {
+		return false
+	}
+	if strings.IndexFunc(s, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) >= 0 {
+		return false
+	}
+	u, err := url.Parse(s)
+	return err == nil && u.Hostname() != ""
+}
+
+// newRelease validates a register-release request into the row to insert (unsigned).
+func newRelease(req *releasesv1.RegisterReleaseRequest) (*store.NewRelease, error) {
+	channel := channelOrDefault(req.GetChannel())
+	for _, f := range []struct {
+		name, v  string
+		max      int
+		required bool
+	}{
+		{"product_id", req.GetProductId(), maxProductID, true},
+		{"version", req.GetVersion(), maxVersion, true},
+		{"channel", channel, maxChannel, false},
+		{"platform", req.GetPlatform(), maxPlatform, false},
+		{"artifact_url", req.GetArtifactUrl(), maxArtifactURL, true},
+		{"checksum", req.GetChecksum(), maxChecksum, false},
+		{"release_notes", req.GetReleaseNotes(), maxReleaseNotes, false},
+	} {
+		if err := checkText(f.name, f.v, f.max, f.required); err != nil {
+			return nil, err
+		}
+	}
+	key := productKey(req.GetProductId())
+	if strings.HasPrefix(key, reservedPrefix) {
+		return nil, errReservedProduct
+	}
+	if !validArtifactURL(req.GetArtifactUrl()) {
+		return nil, errArtifactURL
+	}
+	return &store.NewRelease{
+		Release: store.Release{
+			ProductID: req.GetProductId(), Version: req.GetVersion(), Channel: channel, Platform: req.GetPlatform(),
+			ArtifactURL: req.GetArtifactUrl(), Checksum: req.GetChecksum(), ReleaseNotes: req.GetReleaseNotes(),
+		},
+		ProductKey: key,
+		Precedence: semver.KeyOf(req.GetVersion()),
+	}, nil
+}
+
+// releaseFields is what a release's own signature covers (addendum §5), in that order.
+// check-update's manifest is the same object plus issued_at.
+func releaseFields(r *store.Release) *signing.Object {
+	return signing.NewObject(
+		signing.Field{Name: "product_id", Value: r.ProductID},
+		signing.Field{Name: "version", Value: r.Version},
+		signing.Field{Name: "channel", Value: r.Channel},
+		signing.Field{Name: "platform", Value: r.Platform},
+		signing.Field{Name: "artifact_url", Value: r.ArtifactURL},
+		signing.Field{Name: "checksum", Value: r.Checksum},
+		signing.Field{Name: "release_notes", Value: r.ReleaseNotes},
+	)
+}
+
+// RegisterRelease stores a published release, signed once, now.
+func (s *Server) RegisterRelease(ctx context.Context, req *releasesv1.RegisterReleaseRequest) (*releasesv1.RegisterReleaseResponse, error) {
+	tenant, err := auth.TenantID(ctx)
+	if err != nil {
+		return nil, err
+	}
+	idemKey, err := idempotency.Key(ctx)
+	if err != nil {
+		return nil, err
+	}
+	r, err := newRelease(req)
+	if err != nil {
+		return nil, err
+	}
+	if s.cfg.MultiTenant {
+		// The subscription first, so a tenant that may not register cannot claim products.
+		active, err := s.entitlements.SubscriptionActive(ctx, tenant)
+		if err != nil {
+			return nil, err
+		}
+		if !active {
+			return nil, errSubscription
+		}
+		if err := s.licensing.ClaimProduct(ctx, tenant, r.ProductID); err != nil {
+			return nil, err
+		}
+	}
+	keyring, err := s.licensing.Keyring(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if _, r.Signature, err = keyring.SignJSON(releaseFields(&r.Release)); err != nil {
+		return nil, err
+	}
+	id, err := s.store.Register(ctx, tenant, idemKey, idempotency.RequestHash("RegisterRelease", req), r, MaxPublished)
+	switch {
+	case errors.Is(err, store.ErrDuplicate):
+		return nil, errDuplicate
+	case errors.Is(err, store.ErrLimit):
+		return nil, errPublishedLimit
+	case err != nil:
+		return nil, err
+	}
+	return &releasesv1.RegisterReleaseResponse{Id: id, Status: "published"}, nil
+}
+
+// ListReleases pages the tenant's releases, newest first, without signatures.
+func (s *Server) ListReleases(ctx context.Context, req *releasesv1.ListReleasesRequest) (*releasesv1.ListReleasesResponse, error) {
+	tenant, err := auth.TenantID(ctx)
+	if err != nil {
+		return nil, err
+	}
+	limit, offset, err := paging.Parse(req.GetLimit(), req.GetOffset())
+	if err != nil {
+		return nil, err
+	}
+	switch req.GetStatus() {
+	case "", "published", "unpublished":
+	default:
+		return nil, apierr.Invalid("status must be published or unpublished")
+	}
+	if hasNUL(req.GetProductId(), req.GetChannel(), req.GetPlatform()) {
+		return &releasesv1.ListReleasesResponse{Releases: []*releasesv1.ReleaseRow{}}, nil
+	}
+	rows, total, err := s.store.List(ctx, tenant, store.Filter{
+		ProductKey: productKey(req.GetProductId()), Channel: req.GetChannel(), Platform: req.GetPlatform(),
+		Status: req.GetStatus(), Limit: limit, Offset: offset,
+	})
+	if err != nil {
+		return nil, err
+	}
+	resp := &releasesv1.ListReleasesResponse{Releases: make([]*releasesv1.ReleaseRow, len(rows)), Total: int32(total)}
+	for i, r := range rows {
+		resp.Releases[i] = &releasesv1.ReleaseRow{
+			Id: r.ID, ProductId: r.ProductID, Version: r.Version, Channel: r.Channel, Platform: r.Platform,
+			ArtifactUrl: r.ArtifactURL, Checksum: r.Checksum, ReleaseNotes: r.ReleaseNotes, Status: r.Status,
+			CreatedAt: timestamppb.New(r.CreatedAt),
+		}
+	}
+	return resp, nil
+}
+
+// releaseID reads an id; anything that is not a positive 32-bit integer names no release.
+func releaseID(s string) (int32, bool) {
+	n, err := strconv.ParseInt(s, 10, 32)
+	return int32(n), err == nil && n > 0
+}
+
+// GetRelease is the one view of a release with its signature.
+func (s *Server) GetRelease(ctx context.Context, req *releasesv1.GetReleaseRequest) (*releasesv1.GetReleaseResponse, error) {
+	tenant, err := auth.TenantID(ctx)
+	if err != nil {
+		return nil, err
+	}
+	id, ok := releaseID(req.GetId())
+	if !ok {
+		return nil, errReleaseNotFound
+	}
+	r, err := s.store.Get(ctx, tenant, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, errReleaseNotFound
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &releasesv1.GetReleaseResponse{
+		Id: r.ID, ProductId: r.ProductID, Version: r.Version, Channel: r.Channel, Platform: r.Platform,
+		ArtifactUrl: r.ArtifactURL, Checksum: r.Checksum, ReleaseNotes: r.ReleaseNotes, Status: r.Status,
+		Signature: r.Signature, CreatedAt: timestamppb.New(r.CreatedAt),
+	}, nil
+}
+
+// UnpublishRelease takes a release out of update checks at once. There is no republish:
+// registering the same version again makes a new release. Unpublishing an unpublished
+// release changes nothing and answers the same.
+func (s *Server) UnpublishRelease(ctx context.Context, req *releasesv1.UnpublishReleaseRequest) (*releasesv1.UnpublishReleaseResponse, error) {
+	tenant, err := auth.TenantID(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if req.Id == nil {
+		return nil, apierr.Invalid("id is required")
+	}
+	if req.GetId() <= 0 {
+		return nil, errReleaseNotFound
+	}
+	err = s.store.Unpublish(ctx, tenant, req.GetId())
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, errReleaseNotFound
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &releasesv1.UnpublishReleaseResponse{Id: req.GetId(), Status: "unpublished"}, nil
+}
+
+// usableLicense refuses a revoked or expired license with verify-license's messages.
+func (s *Server) usableLicense(l *licensingv1.License) error {
+	if l.GetStatus() != "active" {
+		return errLicenseNotActive
+	}
+	if l.GetExpiresAt() != nil && !s.now().Before(l.GetExpiresAt().AsTime()) {
+		return errLicenseExpired
+	}
+	return nil
+}
+
+// CheckUpdate answers an app: the latest published release of its product, channel and
+// platform as a freshly signed manifest when it is newer than current_version (api.md's
+// rules 1-7). A mismatch of product, channel or platform is "no update", not an error.
+func (s *Server) CheckUpdate(ctx context.Context, req *releasesv1.CheckUpdateRequest) (*releasesv1.CheckUpdateResponse, error) {
+	if strings.TrimSpace(req.GetProductId()) == "" {
+		return nil, apierr.Invalid("product_id is required")
+	}
+	if req.GetCurrentVersion() == "" {
+		return nil, apierr.Invalid("current_version is required")
+	}
+	if req.GetKey() == "" {
+		return nil, errLicenseNotFound
+	}
+	l, err := s.licensing.License(ctx, req.GetKey())
+	if err != nil {
+		return nil, err
+	}
+	if err := s.usableLicense(l); err != nil {
+		return nil, err
+	}
+	none := &releasesv1.CheckUpdateResponse{UpdateAvailable: false}
+	key := productKey(l.GetProductId())
+	if productKey(req.GetProductId()) != key || hasNUL(req.GetChannel(), req.GetPlatform()) {
+		return none, nil
+	}
+	// The license's tenant scopes the releases: a key never reaches another tenant's.
+	latest, err := s.store.Latest(ctx, l.GetTenantId(), key, channelOrDefault(req.GetChannel()), req.GetPlatform())
+	if err != nil {
+		return nil, err
+	}
+	if latest == nil || !semver.Newer(latest.Version, req.GetCurrentVersion()) {
+		return none, nil
+	}
+	// Whole seconds: printed identically by the signer (signing.FormatTime) and the REST
+	// marshaler (protojson), and every answer about a release within one second is the
+	// same manifest, so it is signed once (RSA PKCS #1 v1.5 is deterministic: caching
+	// changes no byte of any answer, only the CPU spent).
+	issuedAt := s.now().UTC().Truncate(time.Second)
+	sig, ok := s.manifestSigs.get(latest.ID, issuedAt.Unix())
+	if !ok {
+		keyring, err := s.licensing.Keyring(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if _, sig, err = keyring.SignJSON(releaseFields(latest).Add("issued_at", issuedAt)); err != nil {
+			return nil, err
+		}
+		s.manifestSigs.put(latest.ID, issuedAt.Unix(), sig)
+	}
+	return &releasesv1.CheckUpdateResponse{UpdateAvailable: true, Release: &releasesv1.Manifest{
+		ProductId: latest.ProductID, Version: latest.Version, Channel: latest.Channel, Platform: latest.Platform,
+		ArtifactUrl: latest.ArtifactURL, Checksum: latest.Checksum, ReleaseNotes: latest.ReleaseNotes,
+		Signature: sig, IssuedAt: timestamppb.New(issuedAt),
+	}}, nil
+}

@@ -1,0 +1,123 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+
+	"github.com/keyhouse/keyhouse/pkg/pgxx"
+	"github.com/keyhouse/keyhouse/pkg/testkit"
+	"github.com/keyhouse/keyhouse/services/releases/internal/semver"
+	"github.com/keyhouse/keyhouse/services/releases/migrations"
+)
+
+func newStore(t *testing.T) *Store {
+	t.Helper()
+	ctx := context.Background()
+	url := testkit.PostgresURL(t, "releases")
+	db, err := pgxx.Open(ctx, url, "releases")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(db.Close)
+	if _, err := (pgxx.Migrations{Schema: "releases", FS: migrations.FS}).Up(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	return New(db)
+}
+
+func release(version, channel string) *NewRelease {
+	return &NewRelease{
+		Release: Release{
+			ProductID: "App", Version: version, Channel: channel, Platform: "linux",
+			ArtifactURL: "https://example.com/" + version, Signature: "sig",
+		},
+		ProductKey: "app",
+		Precedence: semver.KeyOf(version),
+	}
+}
+
+// check-update's selection is one index probe however many releases the channel holds:
+// the plan reads the first entry of releases_latest and stops, with no sort and no scan
+// over the channel's rows.
+func TestLatestReadsOneIndexEntry(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t)
+	for _, channel := range []string{"stable", "beta", "nightly"} {
+		for i := range 500 {
+			if _, err := s.Register(ctx, "t1", "", nil, release(fmt.Sprintf("1.%d.%d", i%13, i), channel), 500); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if _, err := s.db.Exec(ctx, `ANALYZE releases`); err != nil {
+		t.Fatal(err)
+	}
+	r, err := s.Latest(ctx, "t1", "app", "stable", "linux")
+	if err != nil || r == nil || r.Version != "1.12.493" {
+		t.Fatalf("latest %+v %v", r, err)
+	}
+
+	var plan []struct {
+		Plan planNode `json:"Plan"`
+	}
+	var raw []byte
+	err = s.db.QueryRow(ctx, `EXPLAIN (ANALYZE, FORMAT JSON) SELECT `+columns+` FROM releases
+		WHERE tenant_id = $1 AND product_key = $2 AND channel = $3 AND platform = $4 AND status = 'published'
+		ORDER BY precedence DESC, id DESC LIMIT 1`, "t1", "app", "stable", "linux").Scan(&raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(raw, &plan); err != nil {
+		t.Fatal(err)
+	}
+	limit := plan[0].Plan
+	if limit.NodeType != "Limit" || len(limit.Plans) != 1 {
+		t.Fatalf("plan %s", raw)
+	}
+	scan := limit.Plans[0]
+	if scan.NodeType != "Index Scan" || scan.IndexName != "releases_latest" || scan.ActualRows != 1 {
+		t.Fatalf("selection is not a single read of releases_latest: %s", raw)
+	}
+}
+
+type planNode struct {
+	NodeType   string     `json:"Node Type"`
+	IndexName  string     `json:"Index Name"`
+	ActualRows float64    `json:"Actual Rows"`
+	Plans      []planNode `json:"Plans"`
+}
+
+func TestRegisterRefusesDuplicatesAndThe501st(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t)
+	for i := range 3 {
+		if _, err := s.Register(ctx, "t1", "", nil, release(fmt.Sprintf("1.0.%d", i), "stable"), 3); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.Register(ctx, "t1", "", nil, release("1.0.0", "stable"), 3); err != ErrDuplicate {
+		t.Fatalf("duplicate: %v", err)
+	}
+	if _, err := s.Register(ctx, "t1", "", nil, release("2.0.0", "stable"), 3); err != ErrLimit {
+		t.Fatalf("over the limit: %v", err)
+	}
+	// Another tenant's channel of the same name is its own.
+	if _, err := s.Register(ctx, "t2", "", nil, release("1.0.0", "stable"), 3); err != nil {
+		t.Fatal(err)
+	}
+	rows, total, err := s.List(ctx, "t1", Filter{Limit: 10})
+	if err != nil || total != 3 || len(rows) != 3 {
+		t.Fatalf("list %d %d %v", len(rows), total, err)
+	}
+	if err := s.Unpublish(ctx, "t2", rows[0].ID); err != ErrNotFound {
+		t.Fatalf("another tenant unpublished: %v", err)
+	}
+	if err := s.Unpublish(ctx, "t1", rows[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Register(ctx, "t1", "", nil, release("2.0.0", "stable"), 3); err != nil {
+		t.Fatalf("after an unpublish: %v", err)
+	}
+}
