@@ -172,7 +172,7 @@ func TestRegisterReleaseRejectsBadInput(t *testing.T) {
 	// Wrong JSON types are a 400 naming the field as the client spelled it, never a 500.
 	for field, body := range map[string]string{
 		"product_id": `{"product_id": 5, "version": "1.0.0", "artifact_url": "https://x.example/a"}`,
-		"version":   `{"product_id": "p", "version": ["1"], "artifact_url": "https://x.example/a"}`,
+		"version":    `{"product_id": "p", "version": ["1"], "artifact_url": "https://x.example/a"}`,
 	} {
 		r := a.Post("/v1/register-release", body).Expect(t, 400)
 		if e := r.JSON(t)["error"].(string); !strings.Contains(e, field) {
