@@ -49,11 +49,12 @@ func (s *Server) IssueLicense(ctx context.Context, req *licensingv1.IssueLicense
 	if err != nil {
 		return nil, err
 	}
-	if err := s.claimProduct(ctx, tenant, l.ProductID); err != nil {
-		return nil, err
-	}
+	// The subscription first: a tenant that may not issue must not claim products either.
 	quota, err := s.checkEntitlements(ctx, tenant)
 	if err != nil {
+		return nil, err
+	}
+	if err := s.claimProduct(ctx, tenant, l.ProductID); err != nil {
 		return nil, err
 	}
 	raw, _, err := s.store.Idempotent(ctx, tenant, idemKey, idempotency.RequestHash("IssueLicense", req), func(tx *store.Tx) ([]byte, error) {
