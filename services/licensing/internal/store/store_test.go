@@ -1,0 +1,104 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/keyhouse/keyhouse/pkg/pgxx"
+	"github.com/keyhouse/keyhouse/pkg/signing"
+	"github.com/keyhouse/keyhouse/pkg/testkit"
+	"github.com/keyhouse/keyhouse/services/licensing/internal/store"
+	"github.com/keyhouse/keyhouse/services/licensing/migrations"
+)
+
+func newStore(t *testing.T) *store.Store {
+	t.Helper()
+	ctx := context.Background()
+	db, err := pgxx.Open(ctx, testkit.PostgresURL(t, "licensing"), "licensing")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(db.Close)
+	if _, err := (pgxx.Migrations{Schema: "licensing", FS: migrations.FS}).Up(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	return store.New(db)
+}
+
+// Replicas starting together on an empty database each generate a keyring; exactly one is
+// kept and every replica signs with it (invariant 7).
+func TestKeyringReplicasStartingTogetherAgree(t *testing.T) {
+	s := newStore(t)
+	const replicas = 6
+	docs := make([][]byte, replicas)
+	var wg sync.WaitGroup
+	for i := range docs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			doc, err := s.Keyring(context.Background(), func() ([]byte, error) {
+				k, err := signing.NewKeyring()
+				if err != nil {
+					return nil, err
+				}
+				return signing.MarshalKeyring(k)
+			})
+			if err != nil {
+				t.Error(err)
+			}
+			docs[i] = doc
+		}()
+	}
+	wg.Wait()
+	first, err := signing.ParseKeyring(docs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, d := range docs {
+		k, err := signing.ParseKeyring(d)
+		if err != nil || k.KeyID() != first.KeyID() {
+			t.Fatalf("replica %d has keyring %v (%v), replica 0 %v", i, k, err, first)
+		}
+	}
+	// A later start reads the stored one and generates nothing.
+	again, err := s.Keyring(context.Background(), func() ([]byte, error) { return nil, errors.New("must not generate") })
+	if err != nil || string(again) != string(docs[0]) {
+		t.Fatalf("restart: %v", err)
+	}
+}
+
+// Two tenants claiming one product at once: one owner, whatever the spelling.
+func TestClaimProductOneOwner(t *testing.T) {
+	s := newStore(t)
+	ctx := context.Background()
+	for round := 0; round < 20; round++ {
+		var wg sync.WaitGroup
+		errs := make([]error, 4)
+		for i := range errs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				base := fmt.Sprintf("app-%d", round)
+				spelling := []string{base, " " + base + " ", strings.ToUpper(base), "\t" + base}[i]
+				errs[i] = s.ClaimProduct(ctx, fmt.Sprintf("t%d", i), spelling)
+			}()
+		}
+		wg.Wait()
+		owners := 0
+		for _, err := range errs {
+			switch {
+			case err == nil:
+				owners++
+			case !errors.Is(err, store.ErrProductOwned):
+				t.Fatal(err)
+			}
+		}
+		if owners != 1 {
+			t.Fatalf("round %d: %d owners (%v)", round, owners, errs)
+		}
+	}
+}
