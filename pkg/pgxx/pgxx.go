@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io/fs"
 	"regexp"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -147,6 +148,18 @@ type Querier interface {
 // InTx runs fn in a transaction, committing when it returns nil.
 func InTx(ctx context.Context, pool *pgxpool.Pool, fn func(pgx.Tx) error) error {
 	return pgx.BeginFunc(ctx, pool, fn)
+}
+
+// HasNUL reports whether any value holds U+0000. JSON and gRPC may carry it; Postgres
+// text cannot store or even compare it (the query fails), so services refuse such input
+// as a 400, or treat it as matching nothing, before it reaches SQL.
+func HasNUL(values ...string) bool {
+	for _, v := range values {
+		if strings.IndexByte(v, 0) >= 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // IsUniqueViolation reports a unique-constraint failure (optionally a named constraint).

@@ -144,6 +144,7 @@ func TestActivateLicenseRefusals(t *testing.T) {
 		{"empty instance_id", map[string]string{"key": key, "instance_id": ""}, 400, "instance_id is required"},
 		{"over-long instance_id", map[string]string{"key": key, "instance_id": strings.Repeat("i", 257)}, 400, "instance_id must be at most 256 characters"},
 		{"instance_id not a string", map[string]any{"key": key, "instance_id": 7}, 400, "Invalid JSON body: invalid value for string field instance_id: 7"},
+		{"NUL in instance_id", map[string]string{"key": key, "instance_id": "a\x00b"}, 400, "instance_id must not contain NUL characters"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c.Post("/v1/activate-license", tc.body).ExpectError(t, tc.status, tc.msg)
@@ -286,6 +287,7 @@ func TestTrackUsageRefusals(t *testing.T) {
 		{"negative increment", map[string]any{"key": key, "token": tok, "metric": "users", "increment": -2}, 400, "increment must be a positive integer"},
 		{"fractional increment", map[string]any{"key": key, "token": tok, "metric": "users", "increment": 1.5}, 400, "increment must be a positive integer"},
 		{"increment not a number", map[string]any{"key": key, "token": tok, "metric": "users", "increment": true}, 400, "Invalid JSON body: invalid value for double field increment: true"},
+		{"NUL in metric", map[string]any{"key": key, "token": tok, "metric": "us\x00ers"}, 400, "metric must not contain NUL characters"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c.Post("/v1/track-usage", tc.body).ExpectError(t, tc.status, tc.msg)

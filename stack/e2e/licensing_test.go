@@ -341,6 +341,7 @@ func TestHMACExportAndVerifyLicenseFile(t *testing.T) {
 	a.Post("/v1/revoke-license", map[string]any{"key": key, "revoked": true}).Expect(t, 200)
 	c.Post("/v1/verify-license-file", export).Expect(t, 403).ExpectBody(t, `{"valid":false,"reason":"Revoked or not found","error":"Revoked or not found"}`)
 	c.Get("/v1/export-license/"+key).ExpectError(t, 403, "License is not active")
+	c.Get("/v1/export-license/"+key+"/offline").ExpectError(t, 403, "License is not active")
 	c.Get("/v1/export-license/nope").ExpectError(t, 404, "License key not found")
 
 	// Perpetual, no limits: null and {} are what is signed.

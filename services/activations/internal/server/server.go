@@ -123,6 +123,9 @@ func checkField(name, v string) error {
 	if utf8.RuneCountInString(v) > maxFieldLen {
 		return apierr.Invalid("%s must be at most %d characters", name, maxFieldLen)
 	}
+	if pgxx.HasNUL(v) {
+		return apierr.Invalid("%s must not contain NUL characters", name)
+	}
 	return nil
 }
 
@@ -264,6 +267,9 @@ func (s *Server) TrackUsage(ctx context.Context, req *activationsv1.TrackUsageRe
 	metric := req.GetMetric()
 	if metric == "" {
 		return nil, apierr.Invalid("metric is required")
+	}
+	if pgxx.HasNUL(metric) {
+		return nil, apierr.Invalid("metric must not contain NUL characters")
 	}
 	inc := 1.0
 	if req.Increment != nil {

@@ -28,11 +28,15 @@ func signedFields(key, tier, product string, expiresAt, limits any) *signing.Obj
 }
 
 func licenseFields(l *store.License) *signing.Object {
-	var expires any
-	if l.ExpiresAt != nil {
-		expires = *l.ExpiresAt
+	return signedFields(l.Key, l.Tier, l.ProductID, expiresValue(l), l.Limits)
+}
+
+// expiresValue is expires_at as the canonical encoder writes it: a time or null.
+func expiresValue(l *store.License) any {
+	if l.ExpiresAt == nil {
+		return nil
 	}
-	return signedFields(l.Key, l.Tier, l.ProductID, expires, l.Limits)
+	return *l.ExpiresAt
 }
 
 // exportable finds a license for a public export: revoked and expired licenses are not
@@ -91,16 +95,12 @@ func (s *Server) ExportLicenseFile(ctx context.Context, req *licensingv1.ExportL
 	if err != nil {
 		return nil, err
 	}
-	var expires any
-	if l.ExpiresAt != nil {
-		expires = *l.ExpiresAt
-	}
 	plain, err := signing.Marshal(signing.NewObject(
 		signing.Field{Name: "key", Value: l.Key},
 		signing.Field{Name: "tier", Value: l.Tier},
 		signing.Field{Name: "product_id", Value: l.ProductID},
 		signing.Field{Name: "issued_to", Value: l.IssuedTo},
-		signing.Field{Name: "expires_at", Value: expires},
+		signing.Field{Name: "expires_at", Value: expiresValue(l)},
 		signing.Field{Name: "limits", Value: l.Limits},
 		signing.Field{Name: "sig", Value: sig},
 	))

@@ -9,6 +9,7 @@ import (
 
 	"github.com/keyhouse/keyhouse/pkg/apierr"
 	"github.com/keyhouse/keyhouse/pkg/license"
+	"github.com/keyhouse/keyhouse/pkg/pgxx"
 	"github.com/keyhouse/keyhouse/pkg/signing"
 	"google.golang.org/protobuf/types/known/structpb"
 )
@@ -35,9 +36,9 @@ func requireText(name, v string, maxLen int) (string, error) {
 	return v, checkNUL(name, v)
 }
 
-// checkNUL refuses U+0000: JSON may carry it, Postgres text cannot hold it.
+// checkNUL refuses U+0000, which Postgres text cannot hold (pgxx.HasNUL).
 func checkNUL(name, v string) error {
-	if strings.ContainsRune(v, 0) {
+	if pgxx.HasNUL(v) {
 		return apierr.Invalid("%s must not contain NUL characters", name)
 	}
 	return nil

@@ -6,12 +6,14 @@ import (
 	"errors"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/keyhouse/keyhouse/pkg/apierr"
 	"github.com/keyhouse/keyhouse/pkg/auth"
 	"github.com/keyhouse/keyhouse/pkg/idempotency"
 	"github.com/keyhouse/keyhouse/pkg/natsx"
 	"github.com/keyhouse/keyhouse/pkg/paging"
+	"github.com/keyhouse/keyhouse/pkg/pgxx"
 	activationsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/activations/v1"
 	licensingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1"
 	"github.com/keyhouse/keyhouse/services/licensing/internal/store"
@@ -310,7 +312,7 @@ func (s *Server) ListLicenses(ctx context.Context, req *licensingv1.ListLicenses
 	default:
 		return nil, apierr.Invalid("status must be active or revoked")
 	}
-	if strings.ContainsRune(req.GetProductId()+req.GetIssuedTo(), 0) {
+	if pgxx.HasNUL(req.GetProductId(), req.GetIssuedTo()) {
 		// No stored value holds U+0000 (Postgres text cannot), so nothing matches.
 		return &licensingv1.ListLicensesResponse{Licenses: []*licensingv1.LicenseRow{}}, nil
 	}
@@ -444,4 +446,4 @@ func usageOf(sum *activationsv1.SeatSummary) map[string]float64 {
 	return map[string]float64{}
 }
 
-func utf8Len(s string) int { return len([]rune(s)) }
+func utf8Len(s string) int { return utf8.RuneCountInString(s) }

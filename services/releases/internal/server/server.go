@@ -17,6 +17,7 @@ import (
 	"github.com/keyhouse/keyhouse/pkg/auth"
 	"github.com/keyhouse/keyhouse/pkg/idempotency"
 	"github.com/keyhouse/keyhouse/pkg/paging"
+	"github.com/keyhouse/keyhouse/pkg/pgxx"
 	"github.com/keyhouse/keyhouse/pkg/signing"
 	licensingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1"
 	releasesv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/releases/v1"
@@ -127,21 +128,10 @@ func checkText(name, v string, maxLen int, required bool) error {
 	if utf8.RuneCountInString(v) > maxLen {
 		return apierr.Invalid("%s must be at most %d characters", name, maxLen)
 	}
-	if hasNUL(v) {
+	if pgxx.HasNUL(v) {
 		return apierr.Invalid("%s must not contain NUL characters", name)
 	}
 	return nil
-}
-
-// hasNUL: JSON may carry U+0000, Postgres text cannot hold it. Such a value is refused
-// on registration and matches nothing in a filter or an update check.
-func hasNUL(s ...string) bool {
-	for _, v := range s {
-		if strings.IndexByte(v, 0) >= 0 {
-			return true
-		}
-	}
-	return false
 }
 
 // validArtifactURL: an absolute http or https URL with a host, and nothing a client
@@ -270,7 +260,7 @@ func (s *Server) ListReleases(ctx context.Context, req *releasesv1.ListReleasesR
 	default:
 		return nil, apierr.Invalid("status must be published or unpublished")
 	}
-	if hasNUL(req.GetProductId(), req.GetChannel(), req.GetPlatform()) {
+	if pgxx.HasNUL(req.GetProductId(), req.GetChannel(), req.GetPlatform()) {
 		return &releasesv1.ListReleasesResponse{Releases: []*releasesv1.ReleaseRow{}}, nil
 	}
 	rows, total, err := s.store.List(ctx, tenant, store.Filter{
@@ -378,7 +368,7 @@ func (s *Server) CheckUpdate(ctx context.Context, req *releasesv1.CheckUpdateReq
 	}
 	none := &releasesv1.CheckUpdateResponse{UpdateAvailable: false}
 	key := productKey(l.GetProductId())
-	if productKey(req.GetProductId()) != key || hasNUL(req.GetChannel(), req.GetPlatform()) {
+	if productKey(req.GetProductId()) != key || pgxx.HasNUL(req.GetChannel(), req.GetPlatform()) {
 		return none, nil
 	}
 	// The license's tenant scopes the releases: a key never reaches another tenant's.
