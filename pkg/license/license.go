@@ -7,7 +7,24 @@ package license
 import (
 	"crypto/rand"
 	"strings"
+	"time"
 )
+
+// The license.deleted event: licensing publishes it (from its outbox, in the deleting
+// transaction) on the JetStream stream EventStream; activations consumes it and forgets
+// the license's seats and usage.
+const (
+	EventStream    = "LICENSING"
+	EventSubjects  = "keyhouse.licensing.>"
+	DeletedSubject = "keyhouse.licensing.license.deleted"
+)
+
+// Deleted is the payload of DeletedSubject.
+type Deleted struct {
+	TenantID  string    `json:"tenant_id"`
+	Key       string    `json:"key"`
+	DeletedAt time.Time `json:"deleted_at"`
+}
 
 // Keys are 28 Crockford base32 characters in seven groups of four, e.g.
 // "7KQ2-M9XD-4HRT-0BWN-ZC3E-P6YA-1GVF": 140 bits from the CSPRNG, read aloud without

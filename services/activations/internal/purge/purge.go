@@ -11,23 +11,16 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/keyhouse/keyhouse/pkg/license"
 	"github.com/keyhouse/keyhouse/pkg/natsx"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// The event contract with licensing.
-const (
-	Stream  = "LICENSING"
-	Subject = "keyhouse.licensing.license.deleted"
-	Durable = "activations-license-deleted"
-)
+// Durable is this consumer's name on license.EventStream.
+const Durable = "activations-license-deleted"
 
-// Event is the payload of Subject.
-type Event struct {
-	TenantID  string    `json:"tenant_id"`
-	Key       string    `json:"key"`
-	DeletedAt time.Time `json:"deleted_at"`
-}
+// Event is the license.deleted payload (the contract lives in pkg/license).
+type Event = license.Deleted
 
 // Purger forgets one license; it must be idempotent (store.Store.Purge is).
 type Purger interface {
@@ -71,9 +64,9 @@ func Parse(data []byte, headerTenant string) (Event, error) {
 
 // Run consumes until ctx is done.
 func Run(ctx context.Context, js jetstream.JetStream, p Purger, log *slog.Logger) error {
-	return natsx.Consume(ctx, js, Stream, jetstream.ConsumerConfig{
+	return natsx.Consume(ctx, js, license.EventStream, jetstream.ConsumerConfig{
 		Durable:       Durable,
-		FilterSubject: Subject,
+		FilterSubject: license.DeletedSubject,
 		Description:   "activations: purge seats and usage of deleted licenses",
 	}, Handler(p, log), log)
 }

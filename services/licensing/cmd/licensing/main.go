@@ -11,6 +11,7 @@ import (
 	"github.com/keyhouse/keyhouse/pkg/app"
 	"github.com/keyhouse/keyhouse/pkg/config"
 	"github.com/keyhouse/keyhouse/pkg/idempotency"
+	"github.com/keyhouse/keyhouse/pkg/license"
 	"github.com/keyhouse/keyhouse/pkg/natsx"
 	"github.com/keyhouse/keyhouse/pkg/signing"
 	accountsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/accounts/v1"
@@ -51,8 +52,8 @@ func register(ctx context.Context, d *app.Deps) error {
 		return err
 	}
 	if err := natsx.EnsureStream(ctx, js, jetstream.StreamConfig{
-		Name:     server.EventStream,
-		Subjects: []string{server.EventSubjects},
+		Name:     license.EventStream,
+		Subjects: []string{license.EventSubjects},
 		Storage:  jetstream.FileStorage,
 		// Consumers that were down catch up from here; a week covers any sane outage.
 		MaxAge:     7 * 24 * time.Hour,

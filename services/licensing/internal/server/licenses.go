@@ -11,6 +11,7 @@ import (
 	"github.com/keyhouse/keyhouse/pkg/apierr"
 	"github.com/keyhouse/keyhouse/pkg/auth"
 	"github.com/keyhouse/keyhouse/pkg/idempotency"
+	"github.com/keyhouse/keyhouse/pkg/license"
 	"github.com/keyhouse/keyhouse/pkg/natsx"
 	"github.com/keyhouse/keyhouse/pkg/paging"
 	"github.com/keyhouse/keyhouse/pkg/pgxx"
@@ -22,20 +23,6 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
-
-// The license.deleted event, consumed by activations (services/activations/internal/purge).
-const (
-	EventStream           = "LICENSING"
-	EventSubjects         = "keyhouse.licensing.>"
-	LicenseDeletedSubject = "keyhouse.licensing.license.deleted"
-)
-
-// LicenseDeleted is the payload of LicenseDeletedSubject.
-type LicenseDeleted struct {
-	TenantID  string    `json:"tenant_id"`
-	Key       string    `json:"key"`
-	DeletedAt time.Time `json:"deleted_at"`
-}
 
 // IssueLicense issues a license, once per Idempotency-Key.
 func (s *Server) IssueLicense(ctx context.Context, req *licensingv1.IssueLicenseRequest) (*licensingv1.IssueLicenseResponse, error) {
@@ -226,12 +213,12 @@ func (s *Server) DeleteLicense(ctx context.Context, req *licensingv1.DeleteLicen
 		if err := tx.Delete(ctx, tenant, key); err != nil {
 			return err
 		}
-		payload, err := json.Marshal(LicenseDeleted{TenantID: tenant, Key: key, DeletedAt: s.now().UTC()})
+		payload, err := json.Marshal(license.Deleted{TenantID: tenant, Key: key, DeletedAt: s.now().UTC()})
 		if err != nil {
 			return err
 		}
 		return natsx.Enqueue(ctx, tx.PgxTx(), natsx.Message{
-			TenantID: tenant, Subject: LicenseDeletedSubject, MsgID: "license.deleted:" + tenant + ":" + key, Payload: payload,
+			TenantID: tenant, Subject: license.DeletedSubject, MsgID: "license.deleted:" + tenant + ":" + key, Payload: payload,
 		})
 	})
 	if errors.Is(err, store.ErrNotFound) {
