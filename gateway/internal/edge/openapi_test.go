@@ -48,7 +48,8 @@ func httpRules(t *testing.T) []string {
 }
 
 // plainRoutes are the routes package edge registers itself, read from its source: every
-// HandlePath call outside the tests, with its method and pattern.
+// HandlePath call outside the tests, with its method and pattern (a string literal or a
+// string constant of the package).
 func plainRoutes(t *testing.T) []string {
 	t.Helper()
 	fset := token.NewFileSet()
@@ -56,7 +57,7 @@ func plainRoutes(t *testing.T) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var routes []string
+	var parsed []*ast.File
 	for _, f := range files {
 		if !strings.HasSuffix(f.Name(), ".go") || strings.HasSuffix(f.Name(), "_test.go") {
 			continue
@@ -65,6 +66,26 @@ func plainRoutes(t *testing.T) []string {
 		if err != nil {
 			t.Fatal(err)
 		}
+		parsed = append(parsed, file)
+	}
+	// The package's string constants, for patterns named by one (HealthzPath).
+	consts := map[string]string{}
+	for _, file := range parsed {
+		ast.Inspect(file, func(n ast.Node) bool {
+			if spec, ok := n.(*ast.ValueSpec); ok {
+				for i, name := range spec.Names {
+					if i < len(spec.Values) {
+						if lit, ok := spec.Values[i].(*ast.BasicLit); ok && lit.Kind == token.STRING {
+							consts[name.Name], _ = strconv.Unquote(lit.Value)
+						}
+					}
+				}
+			}
+			return true
+		})
+	}
+	var routes []string
+	for _, file := range parsed {
 		ast.Inspect(file, func(n ast.Node) bool {
 			call, ok := n.(*ast.CallExpr)
 			if !ok {
@@ -75,12 +96,19 @@ func plainRoutes(t *testing.T) []string {
 				return true
 			}
 			method, okM := httpMethodConst(call.Args[0])
-			lit, okP := call.Args[1].(*ast.BasicLit)
-			if !okM || !okP || lit.Kind != token.STRING {
-				t.Errorf("%s: HandlePath with a method or pattern that is not written out: the route table test cannot read it", fset.Position(call.Pos()))
+			var pattern string
+			okP := false
+			switch arg := call.Args[1].(type) {
+			case *ast.BasicLit:
+				pattern, _ = strconv.Unquote(arg.Value)
+				okP = arg.Kind == token.STRING
+			case *ast.Ident:
+				pattern, okP = consts[arg.Name]
+			}
+			if !okM || !okP {
+				t.Errorf("%s: HandlePath with a method or pattern that is neither written out nor a string constant of the package: the route table test cannot read it", fset.Position(call.Pos()))
 				return true
 			}
-			pattern, _ := strconv.Unquote(lit.Value)
 			routes = append(routes, method+" "+pattern)
 			return true
 		})
