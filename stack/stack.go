@@ -5,6 +5,7 @@
 package stack
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -82,8 +83,25 @@ type Proc struct {
 // Err is the process's exit error, once it has exited.
 func (p *Proc) Err() error { return p.err }
 
+// Pid is the process id (make bench samples each process's CPU time by it).
+func (p *Proc) Pid() int { return p.cmd.Process.Pid }
+
 // Crashed delivers each process that exits without having been told to stop.
 func (s *Stack) Crashed() <-chan *Proc { return s.exited }
+
+// DevEnv is the environment `make run` gives the stack (text logs at the default level,
+// unless the user's LOG_FORMAT says otherwise), with extra on top. make bench uses it too,
+// so its figures include the logging users get.
+func DevEnv(extra map[string]string) map[string]string {
+	env := map[string]string{"LOG_FORMAT": "text"}
+	if v := os.Getenv("LOG_FORMAT"); v != "" {
+		env["LOG_FORMAT"] = v
+	}
+	for k, v := range extra {
+		env[k] = v
+	}
+	return env
+}
 
 // Start brings the stack up and returns when every gateway answers.
 func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
@@ -162,6 +180,16 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 	}
 	s.URL = url
 	return s, nil
+}
+
+// Dir is the folder holding the stack's data and logs.
+func (s *Stack) Dir() string { return s.opts.Dir }
+
+// Procs returns the running service and gateway processes, in start order.
+func (s *Stack) Procs() []*Proc {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]*Proc(nil), s.procs...)
 }
 
 // Env returns the value of a variable as the processes see it.
@@ -432,13 +460,23 @@ func (p *prefixWriter) Write(b []byte) (int, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.buf = append(p.buf, b...)
+	// Every complete line gets the prefix; the lines of one write go out in one write.
+	var out []byte
+	rest := p.buf
 	for {
-		i := strings.IndexByte(string(p.buf), '\n')
+		i := bytes.IndexByte(rest, '\n')
 		if i < 0 {
 			break
 		}
-		fmt.Fprintf(p.w, "%-12s| %s\n", p.prefix, p.buf[:i])
-		p.buf = p.buf[i+1:]
+		out = fmt.Appendf(out, "%-12s| %s\n", p.prefix, rest[:i])
+		rest = rest[i+1:]
+	}
+	// Keep the unfinished tail only, at the start of the buffer.
+	p.buf = p.buf[:copy(p.buf, rest)]
+	if len(out) > 0 {
+		if _, err := p.w.Write(out); err != nil {
+			return 0, err
+		}
 	}
 	return len(b), nil
 }
