@@ -48,7 +48,7 @@ func init() {
 	Register(Scenario{
 		ID:    "usage",
 		Name:  "track-usage, 200 licenses (no contention)",
-		Note:  "licensing lookup, one read of seat and total, one compare-and-swap update: the baseline for the hot case",
+		Note:  "licensing lookup, then one statement: seat check and conditional increment (the baseline for the hot case)",
 		Setup: func(ctx context.Context, env *Env) (Op, error) { return setupTrackUsage(ctx, env, licensePool, 13) },
 	})
 	Register(Scenario{
