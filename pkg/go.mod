@@ -5,8 +5,6 @@ go 1.26.0
 replace github.com/keyhouse/keyhouse/proto/gen/go => ../proto/gen/go
 
 require (
-	github.com/emersion/go-sasl v0.0.0-20241020182733-b788ff22d5a6
-	github.com/emersion/go-smtp v0.25.1
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/keyhouse/keyhouse/proto/gen/go v0.0.0-00010101000000-000000000000
 	github.com/nats-io/nats.go v1.55.0
@@ -21,7 +19,11 @@ require (
 	google.golang.org/protobuf v1.36.12
 )
 
-require github.com/nats-io/nats-server/v2 v2.15.2 // indirect
+require (
+	github.com/emersion/go-sasl v0.0.0-20241020182733-b788ff22d5a6 // indirect
+	github.com/emersion/go-smtp v0.25.1 // indirect
+	github.com/nats-io/nats-server/v2 v2.15.2 // indirect
+)
 
 require (
 	github.com/antithesishq/antithesis-sdk-go v0.8.0-default-no-op // indirect

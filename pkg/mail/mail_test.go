@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/keyhouse/keyhouse/devinfra/mailtest"
 	"github.com/keyhouse/keyhouse/pkg/mail"
-	"github.com/keyhouse/keyhouse/pkg/mail/mailtest"
 )
 
 func TestSMTPDeliversToARealServer(t *testing.T) {

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keyhouse/keyhouse/pkg/mail/mailtest"
+	"github.com/keyhouse/keyhouse/devinfra/mailtest"
 )
 
 // Failures on the way, on a self-hosted stack of its own (it stops its SMTP server and

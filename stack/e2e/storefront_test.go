@@ -11,7 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keyhouse/keyhouse/pkg/mail/mailtest"
+	"github.com/keyhouse/keyhouse/devinfra/mailtest"
+	"github.com/keyhouse/keyhouse/devinfra/testkit"
 	"github.com/keyhouse/keyhouse/stack"
 	"github.com/stripe/stripe-go/v76"
 	"github.com/stripe/stripe-go/v76/webhook"
@@ -41,9 +42,8 @@ func storefrontStack(t *testing.T) (*stack.Stack, *mailtest.Server) {
 			"EMAIL_FROM": "Keyhouse Shop <shop@example.com>", "EMAIL_REPLY_TO": "support@example.com",
 			"PUBLIC_BASE_URL": "https://licenses.example.com",
 		})
-		infra.mu.Lock()
-		infra.stacks["storefront"] = sfStack
-		infra.mu.Unlock()
+		testkit.AtExit(sfStack.Stop)
+		testkit.AtExit(sink.Stop)
 	})
 	if sfStack == nil {
 		t.Fatal("storefront stack did not start")
@@ -140,7 +140,7 @@ func (s *shop) deliveries(query string) ([]map[string]any, int) {
 		Deliveries []map[string]any `json:"deliveries"`
 		Total      int              `json:"total"`
 	}
-	resp := s.c.Get("/v1/storefront/deliveries?" + query).Expect(s.t, 200)
+	resp := s.c.Get("/v1/storefront/deliveries?"+query).Expect(s.t, 200)
 	if err := json.Unmarshal(resp.Body, &out); err != nil {
 		s.t.Fatal(err)
 	}
@@ -190,7 +190,7 @@ func licensesOf(t *testing.T, c *Client, product string) []map[string]any {
 	var out struct {
 		Licenses []map[string]any `json:"licenses"`
 	}
-	resp := c.Get("/v1/list-licenses?limit=1000&product_id=" + url.QueryEscape(product)).Expect(t, 200)
+	resp := c.Get("/v1/list-licenses?limit=1000&product_id="+url.QueryEscape(product)).Expect(t, 200)
 	if err := json.Unmarshal(resp.Body, &out); err != nil {
 		t.Fatal(err)
 	}
@@ -239,7 +239,7 @@ func TestStorefrontFullFlow(t *testing.T) {
 		t.Fatalf("delivery fields %s, want %s", got, wantKeys)
 	}
 
-	lic := sh.c.Get("/v1/admin/license/" + key).Expect(t, 200).JSON(t)
+	lic := sh.c.Get("/v1/admin/license/"+key).Expect(t, 200).JSON(t)
 	if lic["product_id"] != product || lic["tier"] != "pro" || lic["max_activations"] != float64(3) ||
 		lic["status"] != "active" || lic["issued_to"] != sess.Customer {
 		t.Fatalf("license %v", lic)
