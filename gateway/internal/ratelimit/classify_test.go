@@ -49,8 +49,17 @@ func TestClassify_EveryRouteOfTheSpecGetsItsTier(t *testing.T) {
 		{"POST", "/v1/rotate-api-key", admin, false},
 		{"GET", "/v1/list-releases", admin, false},
 		{"GET", "/v1/release/17", admin, false},
-		// addendum: the operator route is Admin-Info; the document itself is Public.
+		// addendum: operator and storefront management routes are Admin-Info; the document
+		// itself is Public.
 		{"POST", "/v1/operator/tenants", admin, false},
+		{"POST", "/v1/storefront/webhooks", admin, false},
+		{"GET", "/v1/storefront/webhooks", admin, false},
+		{"POST", "/v1/storefront/webhooks/wh_1/secret", admin, false},
+		{"POST", "/v1/storefront/webhooks/wh_1/disable", admin, false},
+		{"POST", "/v1/storefront/mappings", admin, false},
+		{"GET", "/v1/storefront/mappings", admin, false},
+		{"DELETE", "/v1/storefront/mappings/3", admin, false},
+		{"GET", "/v1/storefront/deliveries", admin, false},
 		{"GET", "/v1/openapi.json", Public, false},
 	}
 	for _, tt := range tests {
