@@ -4,15 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/keyhouse/keyhouse/pkg/localinfra"
+	"github.com/keyhouse/keyhouse/devinfra/testkit"
 	"github.com/keyhouse/keyhouse/pkg/pgxx"
 	"github.com/keyhouse/keyhouse/services/activations/migrations"
 )
@@ -20,53 +18,35 @@ import (
 // The SQL runs on a real Postgres (Debian's binaries), migrated by the production
 // migrations: the cap and the usage limit are properties of the SQL, not of Go.
 
-var testDB *pgxpool.Pool
+func TestMain(m *testing.M) { testkit.Main(m) }
 
-func TestMain(m *testing.M) {
-	os.Exit(run(m))
-}
+// schema is the activations schema as the production migrations make it.
+var schema = testkit.Template{Name: "activations", Migrate: pgxx.Migrations{Schema: "activations", FS: migrations.FS}.Apply}
 
-func run(m *testing.M) int {
-	ctx := context.Background()
-	dir, err := os.MkdirTemp("", "activations-store-")
+// openDB is a pool on a database of the test's own.
+func openDB(t *testing.T) *pgxpool.Pool {
+	t.Helper()
+	pool, err := pgxx.Open(context.Background(), testkit.DatabaseURL(t, schema), "activations")
 	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
+		t.Fatal(err)
 	}
-	defer os.RemoveAll(dir)
-	_ = os.Chmod(dir, 0o755) // the postgres system user must reach the cluster folder
-	pg, err := localinfra.StartPostgres(ctx, filepath.Join(dir, "pg"), 0)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer func() { _ = pg.Stop() }()
-	url, err := pg.CreateDatabase(ctx, "activations_store_test")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	pool, err := pgxx.Open(ctx, url, "activations")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer pool.Close()
-	if _, err := (pgxx.Migrations{Schema: "activations", FS: migrations.FS}).Up(ctx, pool); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	testDB = pool
-	return m.Run()
+	t.Cleanup(pool.Close)
+	return pool
 }
 
 var keyCounter atomic.Int64
 
-// fresh returns a store and a tenant/key pair no other test uses.
+// ids returns a tenant/key pair no other call returns.
+func ids() (tenant, key string) {
+	n := keyCounter.Add(1)
+	return fmt.Sprintf("tenant-%d", n), fmt.Sprintf("KEY-%d", n)
+}
+
+// fresh returns a store on a database of the test's own and a tenant/key pair.
 func fresh(t *testing.T) (*Store, string, string) {
 	t.Helper()
-	n := keyCounter.Add(1)
-	return New(testDB), fmt.Sprintf("tenant-%d", n), fmt.Sprintf("KEY-%d", n)
+	tenant, key := ids()
+	return New(openDB(t)), tenant, key
 }
 
 // hash stands for a token's hash; tokens are unique across licenses, so it is made of the
@@ -81,7 +61,7 @@ func cap32(n int32) *int32 { return &n }
 func TestActivateHoldsTheCapUnderConcurrency(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	cfg := testDB.Config().Copy()
+	cfg := openDB(t).Config().Copy()
 	cfg.MaxConns, cfg.MinConns = 32, 32
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
@@ -91,7 +71,7 @@ func TestActivateHoldsTheCapUnderConcurrency(t *testing.T) {
 	s := New(pool)
 	const rounds, tries, limit = 10, 32, 5
 	for round := range rounds {
-		_, tenant, key := fresh(t)
+		tenant, key := ids()
 		var created, refused atomic.Int64
 		var wg sync.WaitGroup
 		start := make(chan struct{})
@@ -243,7 +223,7 @@ func TestAddUsageAppliesOnlyForASeatAnAllowedMetricAndWithinTheLimit(t *testing.
 func TestAddUsageInParallelLandsExactlyOnTheLimit(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	cfg := testDB.Config().Copy()
+	cfg := openDB(t).Config().Copy()
 	cfg.MaxConns, cfg.MinConns = 32, 32
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
@@ -251,7 +231,7 @@ func TestAddUsageInParallelLandsExactlyOnTheLimit(t *testing.T) {
 	}
 	defer pool.Close()
 	s := New(pool)
-	_, tenant, key := fresh(t)
+	tenant, key := ids()
 	mustActivate(t, s, tenant, key, "a")
 	const tries, limit = 64, 40
 	var wg sync.WaitGroup
