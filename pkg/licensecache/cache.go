@@ -171,8 +171,13 @@ func (c *Cache[V]) setLive(live bool) {
 	c.mu.Unlock()
 }
 
-// Publish tells every process caching licenses that key changed. Call it after the
-// change committed, and after invalidating the local cache.
+// Publish tells every process caching licenses that key changed, and waits (at most a
+// second) until the NATS server has passed it on, so that the write's answer normally
+// reaches its client after the other processes dropped the key. Call it after the change
+// committed, and after invalidating the local cache.
 func Publish(nc *nats.Conn, key string) error {
-	return nc.Publish(license.ChangedSubject, []byte(key))
+	if err := nc.Publish(license.ChangedSubject, []byte(key)); err != nil {
+		return err
+	}
+	return nc.FlushTimeout(time.Second)
 }

@@ -44,15 +44,48 @@ func TestLicenseCache_AWriteThroughOneReplicaCountsOnTheOtherWithinASecond(t *te
 
 	a.Post("/v1/revoke-license", map[string]any{"key": key, "revoked": true}).Expect(t, 200)
 	one.Post("/v1/verify-license", verify).Expect(t, 403).ExpectBody(t, verifyNotActive)
-	waitForBody(t, other, verify, 403, verifyNotActive)
+	waitFor(t, other, "/v1/verify-license", verify, 403).ExpectBody(t, verifyNotActive)
 
 	a.Post("/v1/revoke-license", map[string]any{"key": key, "revoked": false}).Expect(t, 200)
 	one.Post("/v1/verify-license", verify).Expect(t, 200)
-	waitForStatus(t, other, verify, 200)
+	waitFor(t, other, "/v1/verify-license", verify, 200)
 
 	a.Delete("/v1/delete-license", map[string]string{"key": key}).Expect(t, 200)
 	one.Post("/v1/verify-license", verify).Expect(t, 404).ExpectBody(t, verifyNotFound)
-	waitForBody(t, other, verify, 404, verifyNotFound)
+	waitFor(t, other, "/v1/verify-license", verify, 404).ExpectBody(t, verifyNotFound)
+}
+
+// The services that ask licensing for licenses (activations, releases) cache its answers;
+// a write in licensing reaches their caches within the same bound.
+func TestLicenseCache_CallersSeeAWriteWithinASecond(t *testing.T) {
+	t.Parallel()
+	s := startStack(t, map[string]string{"LICENSE_CACHE_TTL": "1h"})
+	t.Cleanup(s.Stop)
+	a, c := admin(t, s), anon(t, s)
+	p := product("cache-callers")
+	registerRelease(t, a, rel(p, "2.0.0"))
+	key := issueLicense(t, a, lic(p))
+	c.Post("/v1/activate-license", map[string]string{"key": key, "instance_id": "host-1"}).Expect(t, 200)
+	validate := map[string]string{"key": key, "instance_id": "host-1"}
+	update := check(key, p, "1.0.0")
+	for range 3 {
+		c.Post("/v1/validate-license", validate).Expect(t, 200).ExpectBody(t, `{"valid":true}`)
+		c.Post("/v1/check-update", update).Expect(t, 200)
+	}
+
+	a.Post("/v1/revoke-license", map[string]any{"key": key, "revoked": true}).Expect(t, 200)
+	waitForBody(t, c, "/v1/validate-license", validate, 200, `{"valid":false}`)
+	waitFor(t, c, "/v1/check-update", update, 403).ExpectBody(t, `{"error":"License is not active"}`)
+
+	a.Post("/v1/revoke-license", map[string]any{"key": key, "revoked": false}).Expect(t, 200)
+	waitForBody(t, c, "/v1/validate-license", validate, 200, `{"valid":true}`)
+	waitFor(t, c, "/v1/check-update", update, 200)
+
+	// New terms count too: an expiry in the past.
+	past := time.Now().Add(-time.Hour).UTC().Format(time.RFC3339)
+	a.Post("/v1/admin/update-license-terms", map[string]any{"key": key, "expires_at": past}).Expect(t, 200)
+	waitForBody(t, c, "/v1/validate-license", validate, 200, `{"valid":false}`)
+	waitFor(t, c, "/v1/check-update", update, 403).ExpectBody(t, `{"error":"License has expired"}`)
 }
 
 // Expiry is decided at every read: a cached license turns expired on time, with no write
@@ -70,25 +103,36 @@ func TestLicenseCache_ExpiryIsNeverCached(t *testing.T) {
 	c.Post("/v1/verify-license", verify).Expect(t, 403).ExpectBody(t, verifyExpired)
 }
 
-// waitForStatus polls verify-license through c until it answers status, and fails when
-// that takes longer than staleBound.
-func waitForStatus(t *testing.T, c *Client, body any, status int) *Response {
+// waitFor posts body to path through c until the answer has status, and fails when that
+// takes longer than staleBound.
+func waitFor(t *testing.T, c *Client, path string, body any, status int) *Response {
 	t.Helper()
 	start := time.Now()
 	for {
-		resp := c.Post("/v1/verify-license", body)
+		resp := c.Post(path, body)
 		if resp.Status == status {
-			t.Logf("the other replica answered %d after %v", status, time.Since(start))
+			t.Logf("%s answered %d after %v", path, status, time.Since(start))
 			return resp
 		}
 		if time.Since(start) > staleBound {
-			t.Fatalf("the other replica still answers %d %s after %v", resp.Status, resp.Body, staleBound)
+			t.Fatalf("%s still answers %d %s after %v", path, resp.Status, resp.Body, staleBound)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
 }
 
-func waitForBody(t *testing.T, c *Client, body any, status int, want string) {
+// waitForBody is waitFor until the body is want too.
+func waitForBody(t *testing.T, c *Client, path string, body any, status int, want string) {
 	t.Helper()
-	waitForStatus(t, c, body, status).ExpectBody(t, want)
+	start := time.Now()
+	for {
+		resp := waitFor(t, c, path, body, status)
+		if string(resp.Body) == want {
+			return
+		}
+		if time.Since(start) > staleBound {
+			t.Fatalf("%s still answers %s after %v, want %s", path, resp.Body, staleBound, want)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
