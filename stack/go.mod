@@ -12,6 +12,7 @@ require (
 	github.com/keyhouse/keyhouse/pkg v0.0.0-00010101000000-000000000000
 	github.com/keyhouse/keyhouse/proto/gen/go v0.0.0-00010101000000-000000000000
 	github.com/redis/go-redis/v9 v9.23.0
+	github.com/stripe/stripe-go/v76 v76.25.0
 	go.opentelemetry.io/proto/otlp v1.11.0
 	google.golang.org/grpc v1.85.0
 )

@@ -32,8 +32,9 @@ var (
 )
 
 type sharedInfra struct {
-	root     string
-	postgres *localinfra.Postgres
+	root       string
+	postgres   *localinfra.Postgres
+	stripeMock *localinfra.StripeMock
 
 	mu     sync.Mutex
 	stacks map[string]*stack.Stack
@@ -63,13 +64,20 @@ func runTests(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	infra = &sharedInfra{root: root, postgres: pg, stacks: map[string]*stack.Stack{}}
+	mock, err := localinfra.StartStripeMock(ctx, filepath.Join(root, "stripe-mock"))
+	if err != nil {
+		_ = pg.Stop()
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	infra = &sharedInfra{root: root, postgres: pg, stripeMock: mock, stacks: map[string]*stack.Stack{}}
 	code := m.Run()
 	infra.mu.Lock()
 	for _, s := range infra.stacks {
 		s.Stop()
 	}
 	infra.mu.Unlock()
+	mock.Stop()
 	_ = pg.Stop()
 	if code != 0 || *keepLogs {
 		fmt.Fprintf(os.Stderr, "stack logs kept in %s\n", root)
@@ -115,9 +123,33 @@ func sharedStack(t testing.TB, mode string) *stack.Stack {
 	if s, ok := infra.stacks[mode]; ok {
 		return s
 	}
-	s := startStack(t, map[string]string{"MULTI_TENANT": fmt.Sprint(mode == "hosted")})
+	env := map[string]string{"MULTI_TENANT": fmt.Sprint(mode == "hosted")}
+	if mode == "hosted" {
+		for k, v := range stripeEnv() {
+			env[k] = v
+		}
+	}
+	s := startStack(t, env)
 	infra.stacks[mode] = s
 	return s
+}
+
+// Stripe configuration of the hosted stacks: the API is stripe-mock, the webhook secret is
+// the one the tests sign with (stripe-go's webhook.GenerateTestSignedPayload).
+const (
+	testWebhookSecret = "whsec_keyhouse_e2e_0123456789abcdef"
+	testPriceMonthly  = "price_keyhouse_pro_monthly"
+	testPriceAnnual   = "price_keyhouse_pro_annual"
+)
+
+func stripeEnv() map[string]string {
+	return map[string]string{
+		"STRIPE_SECRET_KEY":        "sk_test_keyhouse",
+		"STRIPE_WEBHOOK_SECRET":    testWebhookSecret,
+		"STRIPE_PRICE_PRO_MONTHLY": testPriceMonthly,
+		"STRIPE_PRICE_PRO_ANNUAL":  testPriceAnnual,
+		"STRIPE_API_BASE":          infra.stripeMock.URL(),
+	}
 }
 
 // selfHosted is the shared self-hosted stack.
