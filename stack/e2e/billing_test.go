@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/keyhouse/keyhouse/devinfra/testkit"
 	"github.com/keyhouse/keyhouse/stack"
 	"github.com/stripe/stripe-go/v76"
 	"github.com/stripe/stripe-go/v76/webhook"
@@ -46,9 +47,10 @@ var (
 )
 
 // stripeAPI is the STRIPE_API_BASE of the hosted stacks.
-func stripeAPI() string {
+func stripeAPI(t testing.TB) string {
+	mock := testkit.StripeMockURL(t)
 	recorderOnce.Do(func() {
-		target, _ := url.Parse(infra.stripeMock.URL())
+		target, _ := url.Parse(mock)
 		proxy := httputil.NewSingleHostReverseProxy(target)
 		recorder = &stripeRecorderT{}
 		recorder.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -60,6 +62,7 @@ func stripeAPI() string {
 			r.Body = io.NopCloser(strings.NewReader(string(body)))
 			proxy.ServeHTTP(w, r)
 		}))
+		testkit.AtExit(recorder.srv.Close)
 	})
 	return recorder.srv.URL
 }

@@ -7,8 +7,8 @@ import (
 	"github.com/keyhouse/keyhouse/pkg/app"
 	"github.com/keyhouse/keyhouse/pkg/auth"
 	"github.com/keyhouse/keyhouse/pkg/config"
+	"github.com/keyhouse/keyhouse/pkg/licensingclient"
 	billingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/billing/v1"
-	licensingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1"
 	"github.com/keyhouse/keyhouse/services/billing/internal/payments"
 	"github.com/keyhouse/keyhouse/services/billing/internal/server"
 	"github.com/keyhouse/keyhouse/services/billing/internal/store"
@@ -41,10 +41,7 @@ func register(_ context.Context, d *app.Deps) error {
 		MultiTenant:   d.Config.MultiTenant,
 		Stripe:        stripe,
 		WebhookSecret: d.Config.StripeWebhookSecret.Reveal(),
-		Usage: server.RemoteUsage{
-			Client:   licensingv1.NewLicensingInternalServiceClient(licensing),
-			AdminKey: d.Config.AdminAPIKey.Reveal(),
-		},
+		Usage:         licensingclient.New(licensing, d.Config.AdminAPIKey.Reveal()),
 		Log: d.Log,
 	}, st))
 	return nil

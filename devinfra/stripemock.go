@@ -1,4 +1,4 @@
-package localinfra
+package devinfra
 
 import (
 	"context"
@@ -91,7 +91,7 @@ func StartStripeMock(ctx context.Context, dir string) (*StripeMock, error) {
 	m := &StripeMock{Port: port, done: make(chan struct{})}
 	m.cmd = exec.Command(bin, "-http-addr", "127.0.0.1:"+strconv.Itoa(port))
 	m.cmd.Stdout, m.cmd.Stderr = logf, logf
-	m.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	m.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
 	if err := m.cmd.Start(); err != nil {
 		logf.Close()
 		return nil, fmt.Errorf("start stripe-mock: %w", err)
