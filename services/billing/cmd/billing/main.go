@@ -42,7 +42,7 @@ func register(_ context.Context, d *app.Deps) error {
 		Stripe:        stripe,
 		WebhookSecret: d.Config.StripeWebhookSecret.Reveal(),
 		Usage:         licensingclient.New(licensing, d.Config.AdminAPIKey.Reveal()),
-		Log: d.Log,
+		Log:           d.Log,
 	}, st))
 	return nil
 }
