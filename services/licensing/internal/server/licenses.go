@@ -294,10 +294,13 @@ func (s *Server) ListLicenses(ctx context.Context, req *licensingv1.ListLicenses
 	if err != nil {
 		return nil, err
 	}
-	switch req.GetStatus() {
-	case "", "active", "revoked":
-	default:
-		return nil, apierr.Invalid("status must be active or revoked")
+	// Absent filters nothing; present it must name a status (`?status=` is refused).
+	if req.Status != nil {
+		switch req.GetStatus() {
+		case "active", "revoked":
+		default:
+			return nil, apierr.Invalid("status must be active or revoked")
+		}
 	}
 	if pgxx.HasNUL(req.GetProductId(), req.GetIssuedTo()) {
 		// No stored value holds U+0000 (Postgres text cannot), so nothing matches.
