@@ -132,7 +132,7 @@ func normalize(ctx context.Context, log *slog.Logger, method string, err error) 
 		return status.Error(codes.Canceled, "request canceled")
 	}
 	if errors.Is(err, context.DeadlineExceeded) {
-		return status.Error(codes.Unavailable, "Request timed out, retry")
+		return apierr.Unavailable("Request timed out, retry").GRPCStatus().Err()
 	}
 	if st, ok := status.FromError(err); ok && st.Code() != codes.Unknown && st.Code() != codes.Internal {
 		return err
