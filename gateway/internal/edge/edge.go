@@ -70,10 +70,11 @@ func New(ctx context.Context, opts Options) (http.Handler, error) {
 		return nil, err
 	}
 
-	var h http.Handler = mux
+	var h http.Handler = withUTF8URL(mux)
 	if opts.RateLimit != nil {
 		h = opts.RateLimit(h)
 	}
+	h = withHeadAsGet(h)
 	h = withBodyLimit(h)
 	h = withAccessLog(opts.Log, h)
 	h = withRequestID(h)
