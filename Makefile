@@ -20,7 +20,7 @@ help: ## List the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 
 .PHONY: deps
-deps: ## Install what the stack needs from Debian (postgresql, redis-server) if missing
+deps: $(TOOLS_DIR)/stripe-mock ## Install what the stack and tests need: Debian's postgresql, redis-server; stripe-mock
 	@missing=""; \
 	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
 	command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
@@ -69,6 +69,14 @@ $(PROTO_TOOLS): tools/go.mod tools/go.sum
 # then merged with the hand-written routes and stamped with each method's rate tier and
 # access level into the embedded gateway/internal/openapi/openapi.json.
 OPENAPI := gateway/internal/openapi/openapi.json
+
+# stripe-mock (Stripe's API mock, pinned in tools/go.mod): the tests' STRIPE_API_BASE,
+# started by devinfra/testkit (StripeMockURL).
+$(TOOLS_DIR)/stripe-mock: tools/go.mod tools/go.sum
+	cd tools && GOWORK=off go build -o ../$(TOOLS_DIR)/stripe-mock github.com/stripe/stripe-mock
+
+.PHONY: stripe-mock
+stripe-mock: $(TOOLS_DIR)/stripe-mock ## Build the pinned stripe-mock into .keyhouse/tools
 
 .PHONY: proto
 proto: $(PROTO_TOOLS) ## Lint the protos, regenerate proto/gen/go and the OpenAPI document with the pinned local plugins
