@@ -46,6 +46,8 @@ func TestClassify_EveryRouteOfTheSpecGetsItsTier(t *testing.T) {
 		{"POST", "/v1/admin/deactivate-by-instance-id", admin, false},
 		{"POST", "/v1/admin/reset-usage", admin, false},
 		{"GET", "/v1/admin/build-info", admin, false},
+		{"GET", "/v1/billing/status", admin, false},
+		{"POST", "/v1/billing/checkout", admin, false},
 		{"POST", "/v1/rotate-api-key", admin, false},
 		{"GET", "/v1/list-releases", admin, false},
 		{"GET", "/v1/release/17", admin, false},
