@@ -117,6 +117,24 @@ $(HELM): deploy/tools/go.mod deploy/tools/go.sum
 deploy-check: $(HELM) ## Lint and render the Helm chart, validate docker-compose.yml (offline)
 	HELM=$(HELM) deploy/check.sh
 
+# A real Kubernetes API server for deploy-verify, pinned in deploy/apiserver/go.mod (its own
+# module, outside go.work; the build takes several minutes and ~3 GB of module cache).
+KUBE_APISERVER := $(TOOLS_DIR)/kube-apiserver
+KUBECTL        := $(TOOLS_DIR)/kubectl
+$(KUBE_APISERVER) $(KUBECTL) &: deploy/apiserver/go.mod deploy/apiserver/go.sum
+	cd deploy/apiserver && k8s=$$(awk '$$1=="k8s.io/kubernetes"{print $$2}' go.mod) && \
+	  minor=$$(echo $$k8s | cut -d. -f2) && \
+	  GOWORK=off go build -trimpath -o ../../$(TOOLS_DIR)/ -ldflags "-s -w \
+	    -X k8s.io/component-base/version.gitVersion=$$k8s -X k8s.io/component-base/version.gitMajor=1 \
+	    -X k8s.io/component-base/version.gitMinor=$$minor -X k8s.io/component-base/version.gitTreeState=clean \
+	    -X k8s.io/client-go/pkg/version.gitVersion=$$k8s -X k8s.io/client-go/pkg/version.gitMajor=1 \
+	    -X k8s.io/client-go/pkg/version.gitMinor=$$minor" \
+	    k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubectl
+
+.PHONY: deploy-verify
+deploy-verify: $(HELM) $(KUBE_APISERVER) $(KUBECTL) ## Render the chart (default and hosted values) and have a real kube-apiserver + etcd accept it (kubectl apply --dry-run=server)
+	HELM=$(HELM) KUBE_APISERVER=$(KUBE_APISERVER) KUBECTL=$(KUBECTL) deploy/verify.sh
+
 .PHONY: clean
 clean: ## Stop nothing, delete .keyhouse/ (local data, binaries, tools)
 	rm -rf $(KH_DIR)

@@ -124,3 +124,30 @@ services in name order, then the gateway. Returns YAML: (fromYaml ...).items.
 {{- $items = append $items (dict "name" "gateway" "kind" "http" "port" (int .Values.gateway.port) "c" $gw) -}}
 {{- toYaml (dict "items" $items) -}}
 {{- end -}}
+
+{{/* A component's METRICS_PORT: its metricsPort, or its port + 1000 (the processes' default). Takes a components item. */}}
+{{- define "keyhouse.metricsPort" -}}
+{{- if .c.metricsPort -}}
+{{- .c.metricsPort | int -}}
+{{- else -}}
+{{- add (int .port) 1000 -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+terminationGracePeriodSeconds of a component: set, it must cover SHUTDOWN_DELAY +
+SHUTDOWN_TIMEOUT (Kubernetes sends SIGKILL when it ends); empty, that sum + 5 s. Takes
+(list $ $c).
+*/}}
+{{- define "keyhouse.terminationGracePeriod" -}}
+{{- $sd := (index . 0).Values.shutdown -}}
+{{- $need := add (int $sd.delaySeconds) (int $sd.timeoutSeconds) -}}
+{{- $set := (index . 1).terminationGracePeriodSeconds -}}
+{{- if or (kindIs "invalid" $set) (eq (toString $set) "") -}}
+{{- add $need 5 -}}
+{{- else if lt (int $set) (int $need) -}}
+{{- fail (printf "terminationGracePeriodSeconds %v is shorter than shutdown.delaySeconds + shutdown.timeoutSeconds (%d): Kubernetes would kill pods mid-drain" $set $need) -}}
+{{- else -}}
+{{- int $set -}}
+{{- end -}}
+{{- end -}}
