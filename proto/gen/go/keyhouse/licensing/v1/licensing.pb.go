@@ -677,8 +677,8 @@ func (x *UpdateLicenseTermsResponse) GetActivationsCount() int32 {
 type ListLicensesRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	ProductId string                 `protobuf:"bytes,1,opt,name=product_id,json=productId,proto3" json:"product_id,omitempty"`
-	// "active" or "revoked".
-	Status string `protobuf:"bytes,2,opt,name=status,proto3" json:"status,omitempty"`
+	// "active" or "revoked"; present but empty is refused.
+	Status *string `protobuf:"bytes,2,opt,name=status,proto3,oneof" json:"status,omitempty"`
 	// Case-insensitive substring; % and _ match themselves.
 	IssuedTo string `protobuf:"bytes,3,opt,name=issued_to,json=issuedTo,proto3" json:"issued_to,omitempty"`
 	// Strings so that a malformed value gets a message naming the parameter: 1-1000
@@ -727,8 +727,8 @@ func (x *ListLicensesRequest) GetProductId() string {
 }
 
 func (x *ListLicensesRequest) GetStatus() string {
-	if x != nil {
-		return x.Status
+	if x != nil && x.Status != nil {
+		return *x.Status
 	}
 	return ""
 }
@@ -2207,14 +2207,15 @@ const file_keyhouse_licensing_v1_licensing_proto_rawDesc = "" +
 	"\n" +
 	"UsageEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x01R\x05value:\x028\x01\"\x97\x01\n" +
+	"\x05value\x18\x02 \x01(\x01R\x05value:\x028\x01\"\xa7\x01\n" +
 	"\x13ListLicensesRequest\x12\x1d\n" +
 	"\n" +
-	"product_id\x18\x01 \x01(\tR\tproductId\x12\x16\n" +
-	"\x06status\x18\x02 \x01(\tR\x06status\x12\x1b\n" +
+	"product_id\x18\x01 \x01(\tR\tproductId\x12\x1b\n" +
+	"\x06status\x18\x02 \x01(\tH\x00R\x06status\x88\x01\x01\x12\x1b\n" +
 	"\tissued_to\x18\x03 \x01(\tR\bissuedTo\x12\x14\n" +
 	"\x05limit\x18\x04 \x01(\tR\x05limit\x12\x16\n" +
-	"\x06offset\x18\x05 \x01(\tR\x06offset\"\xd7\x04\n" +
+	"\x06offset\x18\x05 \x01(\tR\x06offsetB\t\n" +
+	"\a_status\"\xd7\x04\n" +
 	"\n" +
 	"LicenseRow\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x12\n" +
@@ -2334,23 +2335,38 @@ const file_keyhouse_licensing_v1_licensing_proto_rawDesc = "" +
 	"\x06limits\x18\x06 \x01(\v2\x17.google.protobuf.StructR\x06limits\"u\n" +
 	"\x1fVerifyLicenseFileBase64Response\x12\x14\n" +
 	"\x05valid\x18\x01 \x01(\bR\x05valid\x12<\n" +
-	"\alicense\x18\x02 \x01(\v2\".keyhouse.licensing.v1.FileLicenseR\alicense2\x8a\x0e\n" +
-	"\x10LicensingService\x12m\n" +
-	"\fIssueLicense\x12*.keyhouse.licensing.v1.IssueLicenseRequest\x1a+.keyhouse.licensing.v1.IssueLicenseResponse\"\x04\x90\x82\x19\x02\x12p\n" +
-	"\rVerifyLicense\x12+.keyhouse.licensing.v1.VerifyLicenseRequest\x1a,.keyhouse.licensing.v1.VerifyLicenseResponse\"\x04\x90\x82\x19\x01\x12p\n" +
-	"\rRevokeLicense\x12+.keyhouse.licensing.v1.RevokeLicenseRequest\x1a,.keyhouse.licensing.v1.RevokeLicenseResponse\"\x04\x90\x82\x19\x02\x12p\n" +
-	"\rDeleteLicense\x12+.keyhouse.licensing.v1.DeleteLicenseRequest\x1a,.keyhouse.licensing.v1.DeleteLicenseResponse\"\x04\x90\x82\x19\x02\x12\x7f\n" +
-	"\x12UpdateLicenseTerms\x120.keyhouse.licensing.v1.UpdateLicenseTermsRequest\x1a1.keyhouse.licensing.v1.UpdateLicenseTermsResponse\"\x04\x90\x82\x19\x02\x12m\n" +
-	"\fListLicenses\x12*.keyhouse.licensing.v1.ListLicensesRequest\x1a+.keyhouse.licensing.v1.ListLicensesResponse\"\x04\x90\x82\x19\x02\x12|\n" +
-	"\x11GetLicenseDetails\x12/.keyhouse.licensing.v1.GetLicenseDetailsRequest\x1a0.keyhouse.licensing.v1.GetLicenseDetailsResponse\"\x04\x90\x82\x19\x02\x12j\n" +
-	"\vUpdateNotes\x12).keyhouse.licensing.v1.UpdateNotesRequest\x1a*.keyhouse.licensing.v1.UpdateNotesResponse\"\x04\x90\x82\x19\x02\x12a\n" +
-	"\bGetStats\x12&.keyhouse.licensing.v1.GetStatsRequest\x1a'.keyhouse.licensing.v1.GetStatsResponse\"\x04\x90\x82\x19\x02\x12p\n" +
-	"\rExportLicense\x12+.keyhouse.licensing.v1.ExportLicenseRequest\x1a,.keyhouse.licensing.v1.ExportLicenseResponse\"\x04\x90\x82\x19\x01\x12|\n" +
-	"\x11ExportLicenseFile\x12/.keyhouse.licensing.v1.ExportLicenseFileRequest\x1a0.keyhouse.licensing.v1.ExportLicenseFileResponse\"\x04\x90\x82\x19\x01\x12\x85\x01\n" +
-	"\x14ExportLicenseOffline\x122.keyhouse.licensing.v1.ExportLicenseOfflineRequest\x1a3.keyhouse.licensing.v1.ExportLicenseOfflineResponse\"\x04\x90\x82\x19\x01\x12m\n" +
-	"\fGetPublicKey\x12*.keyhouse.licensing.v1.GetPublicKeyRequest\x1a+.keyhouse.licensing.v1.GetPublicKeyResponse\"\x04\x90\x82\x19\x01\x12|\n" +
-	"\x11VerifyLicenseFile\x12/.keyhouse.licensing.v1.VerifyLicenseFileRequest\x1a0.keyhouse.licensing.v1.VerifyLicenseFileResponse\"\x04\x90\x82\x19\x01\x12\x8e\x01\n" +
-	"\x17VerifyLicenseFileBase64\x125.keyhouse.licensing.v1.VerifyLicenseFileBase64Request\x1a6.keyhouse.licensing.v1.VerifyLicenseFileBase64Response\"\x04\x90\x82\x19\x01BMZKgithub.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1;licensingv1b\x06proto3"
+	"\alicense\x18\x02 \x01(\v2\".keyhouse.licensing.v1.FileLicenseR\alicense2\xe8\x0e\n" +
+	"\x10LicensingService\x12s\n" +
+	"\fIssueLicense\x12*.keyhouse.licensing.v1.IssueLicenseRequest\x1a+.keyhouse.licensing.v1.IssueLicenseResponse\"\n" +
+	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x12v\n" +
+	"\rVerifyLicense\x12+.keyhouse.licensing.v1.VerifyLicenseRequest\x1a,.keyhouse.licensing.v1.VerifyLicenseResponse\"\n" +
+	"\x90\x82\x19\x01\x9a\x82\x19\x02\b\x02\x12v\n" +
+	"\rRevokeLicense\x12+.keyhouse.licensing.v1.RevokeLicenseRequest\x1a,.keyhouse.licensing.v1.RevokeLicenseResponse\"\n" +
+	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x12v\n" +
+	"\rDeleteLicense\x12+.keyhouse.licensing.v1.DeleteLicenseRequest\x1a,.keyhouse.licensing.v1.DeleteLicenseResponse\"\n" +
+	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x12\x85\x01\n" +
+	"\x12UpdateLicenseTerms\x120.keyhouse.licensing.v1.UpdateLicenseTermsRequest\x1a1.keyhouse.licensing.v1.UpdateLicenseTermsResponse\"\n" +
+	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x12s\n" +
+	"\fListLicenses\x12*.keyhouse.licensing.v1.ListLicensesRequest\x1a+.keyhouse.licensing.v1.ListLicensesResponse\"\n" +
+	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x12\x82\x01\n" +
+	"\x11GetLicenseDetails\x12/.keyhouse.licensing.v1.GetLicenseDetailsRequest\x1a0.keyhouse.licensing.v1.GetLicenseDetailsResponse\"\n" +
+	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x12p\n" +
+	"\vUpdateNotes\x12).keyhouse.licensing.v1.UpdateNotesRequest\x1a*.keyhouse.licensing.v1.UpdateNotesResponse\"\n" +
+	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x12g\n" +
+	"\bGetStats\x12&.keyhouse.licensing.v1.GetStatsRequest\x1a'.keyhouse.licensing.v1.GetStatsResponse\"\n" +
+	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x12v\n" +
+	"\rExportLicense\x12+.keyhouse.licensing.v1.ExportLicenseRequest\x1a,.keyhouse.licensing.v1.ExportLicenseResponse\"\n" +
+	"\x90\x82\x19\x01\x9a\x82\x19\x02\b\x04\x12\x82\x01\n" +
+	"\x11ExportLicenseFile\x12/.keyhouse.licensing.v1.ExportLicenseFileRequest\x1a0.keyhouse.licensing.v1.ExportLicenseFileResponse\"\n" +
+	"\x90\x82\x19\x01\x9a\x82\x19\x02\b\x04\x12\x8b\x01\n" +
+	"\x14ExportLicenseOffline\x122.keyhouse.licensing.v1.ExportLicenseOfflineRequest\x1a3.keyhouse.licensing.v1.ExportLicenseOfflineResponse\"\n" +
+	"\x90\x82\x19\x01\x9a\x82\x19\x02\b\x04\x12s\n" +
+	"\fGetPublicKey\x12*.keyhouse.licensing.v1.GetPublicKeyRequest\x1a+.keyhouse.licensing.v1.GetPublicKeyResponse\"\n" +
+	"\x90\x82\x19\x01\x9a\x82\x19\x02\b\x04\x12\x82\x01\n" +
+	"\x11VerifyLicenseFile\x12/.keyhouse.licensing.v1.VerifyLicenseFileRequest\x1a0.keyhouse.licensing.v1.VerifyLicenseFileResponse\"\n" +
+	"\x90\x82\x19\x01\x9a\x82\x19\x02\b\x03\x12\x94\x01\n" +
+	"\x17VerifyLicenseFileBase64\x125.keyhouse.licensing.v1.VerifyLicenseFileBase64Request\x1a6.keyhouse.licensing.v1.VerifyLicenseFileBase64Response\"\n" +
+	"\x90\x82\x19\x01\x9a\x82\x19\x02\b\x03BMZKgithub.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1;licensingv1b\x06proto3"
 
 var (
 	file_keyhouse_licensing_v1_licensing_proto_rawDescOnce sync.Once
@@ -2501,6 +2517,7 @@ func file_keyhouse_licensing_v1_licensing_proto_init() {
 		return
 	}
 	file_keyhouse_licensing_v1_licensing_proto_msgTypes[4].OneofWrappers = []any{}
+	file_keyhouse_licensing_v1_licensing_proto_msgTypes[10].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
