@@ -88,14 +88,10 @@ func StartStripeMock(ctx context.Context, dir string) (*StripeMock, error) {
 	if err != nil {
 		return nil, err
 	}
-	// stripe-mock also serves HTTPS, on 12112 unless told otherwise: a free port too, so
-	// test binaries (and sessions) running side by side never collide.
-	tlsPort, err := FreePort()
-	if err != nil {
-		return nil, err
-	}
 	m := &StripeMock{Port: port, done: make(chan struct{})}
-	m.cmd = exec.Command(bin, "-http-addr", "127.0.0.1:"+strconv.Itoa(port), "-https-addr", "127.0.0.1:"+strconv.Itoa(tlsPort))
+	// stripe-mock also serves HTTPS, on :12112 unless told otherwise, so two of them (two
+	// test binaries at once) collided there: the kernel picks its HTTPS port instead.
+	m.cmd = exec.Command(bin, "-http-addr", "127.0.0.1:"+strconv.Itoa(port), "-https-addr", "127.0.0.1:")
 	m.cmd.Stdout, m.cmd.Stderr = logf, logf
 	m.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
 	if err := m.cmd.Start(); err != nil {
