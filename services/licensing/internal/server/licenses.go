@@ -125,9 +125,12 @@ func (s *Server) newLicense(tenant string, req *licensingv1.IssueLicenseRequest)
 
 // VerifyLicense is the public check; every failure carries "valid": false.
 func (s *Server) VerifyLicense(ctx context.Context, req *licensingv1.VerifyLicenseRequest) (*licensingv1.VerifyLicenseResponse, error) {
-	l, err := s.lookup(ctx, "", req.GetKey())
-	if err == nil {
-		err = s.usable(l)
+	var l *store.License
+	var err error = errMissingKey
+	if req.Key != nil {
+		if l, err = s.lookup(ctx, "", req.GetKey()); err == nil {
+			err = s.usable(l)
+		}
 	}
 	var ae *apierr.Error
 	if errors.As(err, &ae) {
@@ -201,7 +204,7 @@ func (s *Server) DeleteLicense(ctx context.Context, req *licensingv1.DeleteLicen
 	}
 	key := canonicalKey(req.GetKey())
 	if key == "" {
-		return nil, apierr.Invalid("key is required")
+		return nil, errMissingKey
 	}
 	err = s.store.InTx(ctx, func(tx *store.Tx) error {
 		if err := tx.Delete(ctx, tenant, key); err != nil {

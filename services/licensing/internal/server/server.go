@@ -67,6 +67,7 @@ var (
 	errQuota             = apierr.Forbidden("License issuance quota exceeded")
 	errReservedProduct   = apierr.Invalid("product_id uses a reserved prefix")
 	errSelfLicenseExpiry = apierr.Invalid("expires_at is required for self-license credentials")
+	errMissingKey        = apierr.Invalid("key is required")
 	errNoTerms           = apierr.Invalid("No updatable fields provided (expires_at, max_activations, limits)")
 )
 
