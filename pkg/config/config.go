@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"net/url"
 	"os"
 	"runtime/debug"
 	"strconv"
@@ -42,6 +43,14 @@ type Config struct {
 	TrustedProxies    []netip.Prefix
 	RedisURL          Secret
 	NATSURL           string
+	// PublicBaseURL is where clients reach the gateway (storefront callback URLs, mail links).
+	PublicBaseURL string
+
+	// Mail (the storefront's buyer email, pkg/mail).
+	EmailProvider string
+	SMTPURL       Secret
+	EmailFrom     string
+	EmailReplyTo  string
 
 	// GRPCAddr is where this process serves gRPC; empty means the service's default.
 	GRPCAddr        string
@@ -107,6 +116,12 @@ func LoadFrom(lookup func(string) (string, bool)) (*Config, error) {
 		TrustedProxies:    r.prefixes("TRUSTED_PROXIES"),
 		RedisURL:          Secret(r.str("REDIS_URL", "redis://127.0.0.1:56379/0")),
 		NATSURL:           r.str("NATS_URL", "nats://127.0.0.1:54222"),
+		PublicBaseURL:     strings.TrimRight(r.str("PUBLIC_BASE_URL", "http://localhost:8080"), "/"),
+
+		EmailProvider: r.str("EMAIL_PROVIDER", "log"),
+		SMTPURL:       Secret(r.str("SMTP_URL", "")),
+		EmailFrom:     r.str("EMAIL_FROM", ""),
+		EmailReplyTo:  r.str("EMAIL_REPLY_TO", ""),
 
 		GRPCAddr:        r.str("GRPC_ADDR", ""),
 		LicensingAddr:   r.str("LICENSING_ADDR", DefaultLicensingAddr),
@@ -125,6 +140,21 @@ func LoadFrom(lookup func(string) (string, bool)) (*Config, error) {
 	}
 	if c.AdminAPIKey == "" {
 		r.fail("ADMIN_API_KEY", "is required")
+	}
+	if u, err := url.Parse(c.PublicBaseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		r.fail("PUBLIC_BASE_URL", "must be an absolute http(s) URL")
+	}
+	switch c.EmailProvider {
+	case "log":
+	case "smtp":
+		if c.SMTPURL == "" {
+			r.fail("SMTP_URL", "is required when EMAIL_PROVIDER=smtp")
+		}
+		if c.EmailFrom == "" {
+			r.fail("EMAIL_FROM", "is required when EMAIL_PROVIDER=smtp")
+		}
+	default:
+		r.fail("EMAIL_PROVIDER", "must be log or smtp")
 	}
 	if len(r.errs) > 0 {
 		return nil, errors.Join(r.errs...)

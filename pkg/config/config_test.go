@@ -17,7 +17,7 @@ func TestDefaultsFollowTheAddendum(t *testing.T) {
 		t.Fatal(err)
 	}
 	if c.Port != 8080 || c.MultiTenant || c.AdminRateLimitMax != 300 || len(c.TrustedProxies) != 0 ||
-		c.LogLevel != "info" || c.LogFormat != "json" {
+		c.LogLevel != "info" || c.LogFormat != "json" || c.PublicBaseURL != "http://localhost:8080" || c.EmailProvider != "log" {
 		t.Fatalf("defaults %+v", c)
 	}
 }
@@ -25,12 +25,12 @@ func TestDefaultsFollowTheAddendum(t *testing.T) {
 func TestInvalidValuesAreAllReportedAtOnce(t *testing.T) {
 	_, err := LoadFrom(env(map[string]string{
 		"PORT": "http", "MULTI_TENANT": "maybe", "ADMIN_RATE_LIMIT_MAX": "0",
-		"TRUSTED_PROXIES": "10.0.0.0/8, nonsense",
+		"TRUSTED_PROXIES": "10.0.0.0/8, nonsense", "EMAIL_PROVIDER": "smtp",
 	}))
 	if err == nil {
 		t.Fatal("want an error")
 	}
-	for _, name := range []string{"PORT", "MULTI_TENANT", "ADMIN_RATE_LIMIT_MAX", "TRUSTED_PROXIES", "ADMIN_API_KEY"} {
+	for _, name := range []string{"PORT", "MULTI_TENANT", "ADMIN_RATE_LIMIT_MAX", "TRUSTED_PROXIES", "ADMIN_API_KEY", "SMTP_URL", "EMAIL_FROM"} {
 		if !strings.Contains(err.Error(), name) {
 			t.Errorf("error does not name %s: %v", name, err)
 		}
@@ -51,14 +51,14 @@ func TestTrustedProxiesAcceptCIDRsAndBareAddresses(t *testing.T) {
 func TestSecretsNeverPrint(t *testing.T) {
 	c, err := LoadFrom(env(map[string]string{
 		"ADMIN_API_KEY": "super-secret-admin", "DATABASE_URL": "postgres://u:dbpass@h/db",
-		"REDIS_URL": "redis://:redispass@h:6379/0",
+		"REDIS_URL": "redis://:redispass@h:6379/0", "SMTP_URL": "smtp://u:mailpass@h:25",
 	}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, format := range []string{"%v", "%+v", "%#v", "%s"} {
 		out := fmt.Sprintf(format, c)
-		for _, secret := range []string{"super-secret-admin", "dbpass", "redispass"} {
+		for _, secret := range []string{"super-secret-admin", "dbpass", "redispass", "mailpass"} {
 			if strings.Contains(out, secret) {
 				t.Errorf("%s prints %q", format, secret)
 			}
