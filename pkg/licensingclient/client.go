@@ -15,11 +15,13 @@ import (
 
 	"github.com/keyhouse/keyhouse/pkg/apierr"
 	"github.com/keyhouse/keyhouse/pkg/grpcx"
+	"github.com/keyhouse/keyhouse/pkg/idempotency"
 	"github.com/keyhouse/keyhouse/pkg/license"
 	"github.com/keyhouse/keyhouse/pkg/signing"
 	licensingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 )
 
 // Client calls LicensingInternalService. It is safe for concurrent use.
@@ -62,6 +64,23 @@ func (c *Client) ClaimProduct(ctx context.Context, tenant, productID string) err
 		return c.rpc.ClaimProduct(ctx, &licensingv1.ClaimProductRequest{ProductId: productID}, o...)
 	}, codes.PermissionDenied)
 	return err
+}
+
+// IssueLicense issues a license for tenant under idemKey (IssueLicenseForTenant: the
+// same validation, subscription and quota checks, product claim and Idempotency-Key as
+// issue-license) and returns its key. Licensing's refusals (400 input, 403 quota,
+// subscription or ownership, 409 Idempotency-Key reuse) pass through as its own errors.
+func (c *Client) IssueLicense(ctx context.Context, tenant, idemKey string, req *licensingv1.IssueLicenseRequest) (string, error) {
+	if idemKey != "" {
+		ctx = metadata.AppendToOutgoingContext(ctx, idempotency.Header, idemKey)
+	}
+	resp, err := grpcx.Call(ctx, c.peer, tenant, func(ctx context.Context, o ...grpc.CallOption) (*licensingv1.IssueLicenseForTenantResponse, error) {
+		return c.rpc.IssueLicenseForTenant(ctx, &licensingv1.IssueLicenseForTenantRequest{License: req}, o...)
+	}, codes.InvalidArgument, codes.PermissionDenied, codes.NotFound, codes.AlreadyExists, codes.FailedPrecondition)
+	if err != nil {
+		return "", err
+	}
+	return resp.GetKey(), nil
 }
 
 // CountActive is the tenant's number of active licenses (its quota usage).

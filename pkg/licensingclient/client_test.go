@@ -44,6 +44,16 @@ func (f *fakeLicensing) ClaimProduct(context.Context, *licensingv1.ClaimProductR
 	return &licensingv1.ClaimProductResponse{}, nil
 }
 
+func (f *fakeLicensing) IssueLicenseForTenant(ctx context.Context, _ *licensingv1.IssueLicenseForTenantRequest) (*licensingv1.IssueLicenseForTenantResponse, error) {
+	if md, ok := metadata.FromIncomingContext(ctx); ok && f.md != nil {
+		f.md <- md
+	}
+	if f.err != nil {
+		return nil, f.err
+	}
+	return &licensingv1.IssueLicenseForTenantResponse{Key: "NEW-KEY"}, nil
+}
+
 // serve starts f on lis and stops it with the test.
 func serve(t *testing.T, lis net.Listener, f *fakeLicensing) {
 	t.Helper()
@@ -189,4 +199,28 @@ func TestUsableIsTheOneLicenseRule(t *testing.T) {
 			t.Errorf("%s: got %v, want %v", tc.name, got, tc.want)
 		}
 	}
+}
+
+func TestIssueLicenseSendsTheIdempotencyKeyAndPassesRefusals(t *testing.T) {
+	t.Parallel()
+	lis := listen(t)
+	f := &fakeLicensing{md: make(chan metadata.MD, 1)}
+	serve(t, lis, f)
+	c := client(t, lis.Addr().String())
+	key, err := c.IssueLicense(context.Background(), "t1", "storefront:cs_1", &licensingv1.IssueLicenseRequest{})
+	if err != nil || key != "NEW-KEY" {
+		t.Fatalf("key %q, %v", key, err)
+	}
+	md := <-f.md
+	if got := md.Get("idempotency-key"); len(got) != 1 || got[0] != "storefront:cs_1" {
+		t.Fatalf("idempotency-key %q", got)
+	}
+	if got := md.Get("x-keyhouse-tenant"); len(got) != 1 || got[0] != "t1" {
+		t.Fatalf("tenant %q", got)
+	}
+
+	lis = listen(t)
+	serve(t, lis, &fakeLicensing{err: apierr.Forbidden("License issuance quota exceeded")})
+	_, err = client(t, lis.Addr().String()).IssueLicense(context.Background(), "t1", "k", &licensingv1.IssueLicenseRequest{})
+	wantStatus(t, err, codes.PermissionDenied, "License issuance quota exceeded", false)
 }

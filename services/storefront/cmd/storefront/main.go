@@ -10,11 +10,10 @@ import (
 
 	"github.com/keyhouse/keyhouse/pkg/app"
 	"github.com/keyhouse/keyhouse/pkg/config"
+	"github.com/keyhouse/keyhouse/pkg/licensingclient"
 	"github.com/keyhouse/keyhouse/pkg/mail"
 	"github.com/keyhouse/keyhouse/pkg/natsx"
-	licensingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1"
 	"github.com/keyhouse/keyhouse/services/storefront/internal/fulfill"
-	"github.com/keyhouse/keyhouse/services/storefront/internal/remote"
 	"github.com/keyhouse/keyhouse/services/storefront/internal/server"
 	"github.com/keyhouse/keyhouse/services/storefront/internal/store"
 	"github.com/keyhouse/keyhouse/services/storefront/migrations"
@@ -45,10 +44,7 @@ func register(ctx context.Context, d *app.Deps) error {
 	if err != nil {
 		return err
 	}
-	licensing := &remote.Licensing{
-		Client:   licensingv1.NewLicensingInternalServiceClient(conn),
-		AdminKey: d.Config.AdminAPIKey.Reveal(),
-	}
+	licensing := licensingclient.New(conn, d.Config.AdminAPIKey.Reveal())
 	nc, js, err := natsx.Connect(ctx, d.Config.NATSURL, "storefront", d.Log)
 	if err != nil {
 		return err

@@ -1,3 +1,5 @@
+// Package remote seals what the storefront keeps under the installation keyring (fetched
+// from licensing through pkg/licensingclient): webhook signing secrets and buyer addresses.
 package remote
 
 import (
