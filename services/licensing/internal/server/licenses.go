@@ -46,7 +46,7 @@ func (s *Server) IssueLicense(ctx context.Context, req *licensingv1.IssueLicense
 	if err := s.claimProduct(ctx, tenant, l.ProductID); err != nil {
 		return nil, err
 	}
-	raw, _, err := s.store.Idempotent(ctx, tenant, idemKey, idempotency.RequestHash("IssueLicense", req), func(tx *store.Tx) ([]byte, error) {
+	raw, _, err := s.store.Idempotent(ctx, tenant, idemKey, idempotency.RequestHash("IssueLicense", req), func(tx store.Tx) ([]byte, error) {
 		if err := holdQuota(ctx, tx, tenant, quota); err != nil {
 			return nil, err
 		}
@@ -167,7 +167,7 @@ func (s *Server) RevokeLicense(ctx context.Context, req *licensingv1.RevokeLicen
 	} else if quota, err = s.checkEntitlements(ctx, tenant); err != nil {
 		return nil, err
 	}
-	err = s.store.InTx(ctx, func(tx *store.Tx) error {
+	err = s.store.InTx(ctx, func(tx store.Tx) error {
 		// The quota lock comes before the row lock, in the same order as issuance.
 		if want == license.StatusActive {
 			if err := holdQuota(ctx, tx, tenant, quota); err != nil {
@@ -206,7 +206,7 @@ func (s *Server) DeleteLicense(ctx context.Context, req *licensingv1.DeleteLicen
 	if key == "" {
 		return nil, errMissingKey
 	}
-	err = s.store.InTx(ctx, func(tx *store.Tx) error {
+	err = s.store.InTx(ctx, func(tx store.Tx) error {
 		if err := tx.Delete(ctx, tenant, key); err != nil {
 			return err
 		}
@@ -214,7 +214,7 @@ func (s *Server) DeleteLicense(ctx context.Context, req *licensingv1.DeleteLicen
 		if err != nil {
 			return err
 		}
-		return natsx.Enqueue(ctx, tx.PgxTx(), natsx.Message{
+		return tx.Enqueue(ctx, natsx.Message{
 			TenantID: tenant, Subject: license.DeletedSubject, MsgID: "license.deleted:" + tenant + ":" + key, Payload: payload,
 		})
 	})

@@ -16,6 +16,22 @@ import (
 	"google.golang.org/grpc"
 )
 
+// Store is the SQL the handlers need (store.Store; a plain Go fake in unit tests).
+type Store interface {
+	// Get finds a license of tenant, or of any tenant when tenant is "" (store.ErrNotFound).
+	Get(ctx context.Context, tenant, key string) (*store.License, error)
+	InTx(ctx context.Context, fn func(store.Tx) error) error
+	// Idempotent runs create once per tenant and Idempotency-Key (pkg/idempotency).
+	Idempotent(ctx context.Context, tenant, idemKey string, requestHash []byte, create func(store.Tx) ([]byte, error)) ([]byte, bool, error)
+	UpdateTerms(ctx context.Context, tenant, key string, t store.Terms) (*store.License, error)
+	UpdateNotes(ctx context.Context, tenant, key, notes string) (*store.License, error)
+	List(ctx context.Context, tenant string, f store.Filter) ([]*store.License, int, error)
+	Counts(ctx context.Context, tenant string) (store.Counts, error)
+	CountActive(ctx context.Context, tenant string) (int, error)
+	// ClaimProduct binds a product to tenant (store.ErrProductOwned).
+	ClaimProduct(ctx context.Context, tenant, productID string) error
+}
+
 // Entitlements is the billing service (billingclient.Client).
 type Entitlements interface {
 	// ActivePlan is the hosted tenant's active-license quota (0: unlimited), or
@@ -43,7 +59,7 @@ type Server struct {
 	licensingv1.UnimplementedLicensingServiceServer
 	licensingv1.UnimplementedLicensingInternalServiceServer
 	cfg          Config
-	store        *store.Store
+	store        Store
 	entitlements Entitlements
 	seats        Seats
 	events       Events
@@ -51,7 +67,7 @@ type Server struct {
 }
 
 // New returns a Server.
-func New(cfg Config, s *store.Store, e Entitlements, seats Seats, events Events) *Server {
+func New(cfg Config, s Store, e Entitlements, seats Seats, events Events) *Server {
 	return &Server{cfg: cfg, store: s, entitlements: e, seats: seats, events: events, now: time.Now}
 }
 
@@ -92,7 +108,7 @@ func (s *Server) checkEntitlements(ctx context.Context, tenant string) (int, err
 
 // holdQuota takes the tenant's quota lock and refuses when another active license would
 // pass quota. Called inside the transaction that makes the license active.
-func holdQuota(ctx context.Context, tx *store.Tx, tenant string, quota int) error {
+func holdQuota(ctx context.Context, tx store.Tx, tenant string, quota int) error {
 	if quota <= 0 {
 		return nil
 	}

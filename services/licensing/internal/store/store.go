@@ -14,6 +14,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/keyhouse/keyhouse/pkg/idempotency"
+	"github.com/keyhouse/keyhouse/pkg/license"
+	"github.com/keyhouse/keyhouse/pkg/natsx"
 	"github.com/keyhouse/keyhouse/pkg/pgxx"
 )
 
@@ -86,19 +88,40 @@ func get(ctx context.Context, q pgxx.Querier, tenant, key string, forUpdate bool
 	return scanLicense(q.QueryRow(ctx, sql, KeyHash(key), tenant))
 }
 
-// Tx is one transaction of the licensing schema.
-type Tx struct{ tx pgx.Tx }
-
-// InTx runs fn in a transaction.
-func (s *Store) InTx(ctx context.Context, fn func(*Tx) error) error {
-	return pgxx.InTx(ctx, s.db, func(tx pgx.Tx) error { return fn(&Tx{tx: tx}) })
+// Tx is one transaction of the licensing schema: what the handlers may do inside it.
+// It is an interface so the handlers' unit tests can run them on a fake.
+type Tx interface {
+	// GetForUpdate reads and row-locks a license of the tenant (ErrNotFound).
+	GetForUpdate(ctx context.Context, tenant, key string) (*License, error)
+	// LockQuota serializes the transactions that can raise the tenant's active count.
+	LockQuota(ctx context.Context, tenant string) error
+	// CountActive counts the tenant's licenses that hold quota: active and not expired.
+	CountActive(ctx context.Context, tenant string) (int, error)
+	// Insert stores a new license and writes IssuedAt and Status back.
+	Insert(ctx context.Context, l *License) error
+	// SetStatus revokes or reactivates a license.
+	SetStatus(ctx context.Context, tenant, key, status string) error
+	// Delete removes a license (ErrNotFound).
+	Delete(ctx context.Context, tenant, key string) error
+	// Enqueue records an event in the outbox, published once the transaction commits.
+	Enqueue(ctx context.Context, m natsx.Message) error
 }
 
-// PgxTx exposes the transaction for the outbox (natsx.Enqueue).
-func (t *Tx) PgxTx() pgx.Tx { return t.tx }
+// pgTx is Tx on Postgres.
+type pgTx struct{ tx pgx.Tx }
+
+// InTx runs fn in a transaction.
+func (s *Store) InTx(ctx context.Context, fn func(Tx) error) error {
+	return pgxx.InTx(ctx, s.db, func(tx pgx.Tx) error { return fn(&pgTx{tx: tx}) })
+}
+
+// Enqueue implements Tx (natsx's outbox, in this transaction).
+func (t *pgTx) Enqueue(ctx context.Context, m natsx.Message) error {
+	return natsx.Enqueue(ctx, t.tx, m)
+}
 
 // GetForUpdate reads and row-locks a license of the tenant.
-func (t *Tx) GetForUpdate(ctx context.Context, tenant, key string) (*License, error) {
+func (t *pgTx) GetForUpdate(ctx context.Context, tenant, key string) (*License, error) {
 	return get(ctx, t.tx, tenant, key, true)
 }
 
@@ -106,13 +129,13 @@ func (t *Tx) GetForUpdate(ctx context.Context, tenant, key string) (*License, er
 // count of active licenses (issuance and reactivation), so a count checked against the
 // quota is still true at commit. The class id keeps the key space apart from other
 // advisory-lock users.
-func (t *Tx) LockQuota(ctx context.Context, tenant string) error {
+func (t *pgTx) LockQuota(ctx context.Context, tenant string) error {
 	_, err := t.tx.Exec(ctx, `SELECT pg_advisory_xact_lock(7317001, hashtext($1))`, tenant)
 	return err
 }
 
 // CountActive counts the tenant's licenses that hold quota: active and not expired.
-func (t *Tx) CountActive(ctx context.Context, tenant string) (int, error) {
+func (t *pgTx) CountActive(ctx context.Context, tenant string) (int, error) {
 	return countActive(ctx, t.tx, tenant)
 }
 
@@ -123,13 +146,13 @@ func (s *Store) CountActive(ctx context.Context, tenant string) (int, error) {
 
 func countActive(ctx context.Context, q pgxx.Querier, tenant string) (int, error) {
 	var n int
-	err := q.QueryRow(ctx, `SELECT count(*) FROM licenses WHERE tenant_id = $1 AND status = 'active'
-		AND (expires_at IS NULL OR expires_at > now())`, tenant).Scan(&n)
+	err := q.QueryRow(ctx, `SELECT count(*) FROM licenses WHERE tenant_id = $1 AND status = $2
+		AND (expires_at IS NULL OR expires_at > now())`, tenant, license.StatusActive).Scan(&n)
 	return n, err
 }
 
 // Insert stores a new license; IssuedAt is set by the database and written back.
-func (t *Tx) Insert(ctx context.Context, l *License) error {
+func (t *pgTx) Insert(ctx context.Context, l *License) error {
 	return t.tx.QueryRow(ctx, `INSERT INTO licenses (key_hash, key, tenant_id, tier, product_id, issued_to,
 		expires_at, limits, max_activations, notes) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
 		RETURNING issued_at, status`,
@@ -138,15 +161,15 @@ func (t *Tx) Insert(ctx context.Context, l *License) error {
 }
 
 // SetStatus revokes (status "revoked", revoked_at now) or reactivates a license.
-func (t *Tx) SetStatus(ctx context.Context, tenant, key, status string) error {
+func (t *pgTx) SetStatus(ctx context.Context, tenant, key, status string) error {
 	_, err := t.tx.Exec(ctx, `UPDATE licenses SET status = $3,
-		revoked_at = CASE WHEN $3 = 'revoked' THEN now() ELSE NULL END
-		WHERE key_hash = $1 AND tenant_id = $2`, KeyHash(key), tenant, status)
+		revoked_at = CASE WHEN $3 = $4 THEN now() ELSE NULL END
+		WHERE key_hash = $1 AND tenant_id = $2`, KeyHash(key), tenant, status, license.StatusRevoked)
 	return err
 }
 
 // Delete removes a license, reporting ErrNotFound when there was none.
-func (t *Tx) Delete(ctx context.Context, tenant, key string) error {
+func (t *pgTx) Delete(ctx context.Context, tenant, key string) error {
 	tag, err := t.tx.Exec(ctx, `DELETE FROM licenses WHERE key_hash = $1 AND tenant_id = $2`, KeyHash(key), tenant)
 	if err == nil && tag.RowsAffected() == 0 {
 		return ErrNotFound
@@ -238,8 +261,8 @@ type Counts struct{ Total, Active, Revoked int }
 // Counts counts the tenant's licenses by status.
 func (s *Store) Counts(ctx context.Context, tenant string) (Counts, error) {
 	var c Counts
-	err := s.db.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE status = 'active'),
-		count(*) FILTER (WHERE status = 'revoked') FROM licenses WHERE tenant_id = $1`, tenant).
+	err := s.db.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE status = $2),
+		count(*) FILTER (WHERE status = $3) FROM licenses WHERE tenant_id = $1`, tenant, license.StatusActive, license.StatusRevoked).
 		Scan(&c.Total, &c.Active, &c.Revoked)
 	return c, err
 }
@@ -273,9 +296,9 @@ func (s *Store) ClaimProduct(ctx context.Context, tenant, productID string) erro
 // Idempotent runs create under the Idempotency-Key mechanism (pkg/idempotency), in one
 // transaction with the record of its answer.
 func (s *Store) Idempotent(ctx context.Context, tenant, idemKey string, requestHash []byte,
-	create func(*Tx) ([]byte, error)) (resp []byte, replayed bool, err error) {
+	create func(Tx) ([]byte, error)) (resp []byte, replayed bool, err error) {
 	return idempotency.Do(ctx, s.db, tenant, idemKey, requestHash, func(tx pgx.Tx) ([]byte, error) {
-		return create(&Tx{tx: tx})
+		return create(&pgTx{tx: tx})
 	})
 }
 
