@@ -13,6 +13,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Service gRPC addresses. Each service listens on its own and dials the others.
@@ -52,6 +53,14 @@ type Config struct {
 	EmailFrom     string
 	EmailReplyTo  string
 
+	// Hosted billing (services/billing/internal/payments): Stripe's API and webhooks.
+	StripeSecretKey       Secret
+	StripeWebhookSecret   Secret
+	StripePriceProMonthly string
+	StripePriceProAnnual  string
+	// StripeAPIBase points the Stripe client elsewhere (stripe-mock in tests).
+	StripeAPIBase string
+
 	// GRPCAddr is where this process serves gRPC; empty means the service's default.
 	GRPCAddr        string
 	LicensingAddr   string
@@ -59,6 +68,10 @@ type Config struct {
 	ReleasesAddr    string
 	BillingAddr     string
 	StorefrontAddr  string
+
+	// LicenseCacheTTL is how long a cached license row is served without a fresh read
+	// (pkg/licensecache); 0 turns the cache off.
+	LicenseCacheTTL time.Duration
 
 	// SigningKeysFile optionally points at operator-supplied signing material.
 	SigningKeysFile string
@@ -123,6 +136,12 @@ func LoadFrom(lookup func(string) (string, bool)) (*Config, error) {
 		EmailFrom:     r.str("EMAIL_FROM", ""),
 		EmailReplyTo:  r.str("EMAIL_REPLY_TO", ""),
 
+		StripeSecretKey:       Secret(r.str("STRIPE_SECRET_KEY", "")),
+		StripeWebhookSecret:   Secret(r.str("STRIPE_WEBHOOK_SECRET", "")),
+		StripePriceProMonthly: r.str("STRIPE_PRICE_PRO_MONTHLY", ""),
+		StripePriceProAnnual:  r.str("STRIPE_PRICE_PRO_ANNUAL", ""),
+		StripeAPIBase:         r.str("STRIPE_API_BASE", ""),
+
 		GRPCAddr:        r.str("GRPC_ADDR", ""),
 		LicensingAddr:   r.str("LICENSING_ADDR", DefaultLicensingAddr),
 		ActivationsAddr: r.str("ACTIVATIONS_ADDR", DefaultActivationsAddr),
@@ -130,6 +149,7 @@ func LoadFrom(lookup func(string) (string, bool)) (*Config, error) {
 		BillingAddr:     r.str("BILLING_ADDR", DefaultBillingAddr),
 		StorefrontAddr:  r.str("STOREFRONT_ADDR", DefaultStorefrontAddr),
 
+		LicenseCacheTTL: r.duration("LICENSE_CACHE_TTL", time.Second),
 		SigningKeysFile: r.str("SIGNING_KEYS_FILE", ""),
 	}
 	if c.Port < 1 || c.Port > 65535 {
@@ -189,6 +209,19 @@ func (r *reader) int(name string, def int) int {
 		return def
 	}
 	return n
+}
+
+func (r *reader) duration(name string, def time.Duration) time.Duration {
+	v := r.str(name, "")
+	if v == "" {
+		return def
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 {
+		r.fail(name, "must be a duration such as 1s or 500ms (0 turns it off)")
+		return def
+	}
+	return d
 }
 
 func (r *reader) bool(name string, def bool) bool {

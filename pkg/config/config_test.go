@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+	"time"
 )
 
 func env(vars map[string]string) func(string) (string, bool) {
@@ -85,5 +86,19 @@ func TestOnlyServeNeedsTheAdminKey(t *testing.T) {
 	full, err := LoadFrom(env(map[string]string{"ADMIN_API_KEY": "k", "DATABASE_URL": "postgres://u@h/db"}))
 	if err != nil || full.DatabaseURL != c.DatabaseURL {
 		t.Fatalf("serve config carries the common part: %+v, %v", full, err)
+	}
+}
+
+func TestLicenseCacheTTLIsADurationAndZeroTurnsTheCacheOff(t *testing.T) {
+	for v, want := range map[string]time.Duration{"": time.Second, "250ms": 250 * time.Millisecond, "0": 0} {
+		c, err := LoadFrom(env(map[string]string{"ADMIN_API_KEY": "k", "LICENSE_CACHE_TTL": v}))
+		if err != nil || c.LicenseCacheTTL != want {
+			t.Errorf("LICENSE_CACHE_TTL=%q: %v %v, want %v", v, c, err, want)
+		}
+	}
+	for _, v := range []string{"soon", "-1s"} {
+		if _, err := LoadFrom(env(map[string]string{"ADMIN_API_KEY": "k", "LICENSE_CACHE_TTL": v})); err == nil || !strings.Contains(err.Error(), "LICENSE_CACHE_TTL") {
+			t.Errorf("LICENSE_CACHE_TTL=%q: %v", v, err)
+		}
 	}
 }
