@@ -11,6 +11,7 @@ import (
 	"github.com/keyhouse/keyhouse/pkg/auth"
 	"github.com/keyhouse/keyhouse/pkg/pgxx"
 	accountsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/accounts/v1"
+	"github.com/keyhouse/keyhouse/services/billing/internal/plan"
 	"github.com/keyhouse/keyhouse/services/billing/internal/store"
 	"github.com/keyhouse/keyhouse/services/billing/migrations"
 	"google.golang.org/grpc/codes"
@@ -155,7 +156,7 @@ func TestNewHostedTenantIsOnFree(t *testing.T) {
 	s := newServer(t, true)
 	acct := createTenant(t, s)
 	e, err := s.GetEntitlements(tenantCall(acct.GetTenantId(), acct.GetApiKey()), &accountsv1.GetEntitlementsRequest{})
-	if err != nil || !e.GetSubscriptionActive() || e.GetLicenseLimit() != FreeLicenseLimit || e.GetPlan() != "free" {
+	if err != nil || !e.GetSubscriptionActive() || e.GetLicenseLimit() != plan.FreeLicenseLimit || e.GetPlan() != plan.Free {
 		t.Fatalf("entitlements %+v, %v", e, err)
 	}
 	_, err = s.GetEntitlements(context.Background(), &accountsv1.GetEntitlementsRequest{})
