@@ -32,6 +32,10 @@ var (
 // A hash collision between two licenses only makes them wait for each other.
 const lockLicenseSQL = `SELECT pg_advisory_xact_lock(1263488, hashtext($1 || E'\x1f' || $2))`
 
+// shareLicenseSQL is lockLicenseSQL's shared form: increments of one license run side by
+// side (they queue on the usage row instead), but never while its purge runs.
+const shareLicenseSQL = `SELECT pg_advisory_xact_lock_shared(1263488, hashtext($1 || E'\x1f' || $2))`
+
 // activateSQL inserts the seat unless the license's deletion was processed, the pair
 // already has a seat, or the license has $5 seats ($5 NULL = unlimited), and says which.
 // It must run after lockLicenseSQL, as a statement of its own: a statement's snapshot is
@@ -132,10 +136,21 @@ SELECT ok, (SELECT used FROM added) FROM seat`
 // AddUsage adds inc to the metric's running total of the license, when tokenHash holds a
 // seat of it, allowed is true and the new total is at most limit. It says which of these
 // held; an increment is applied once or not at all.
+//
+// It holds the license's lock in shared mode, so it never overlaps the purge of the
+// license: without it, an increment whose statement saw the seat before the purge
+// committed would insert its row after the purge deleted the usage, leaving a total of a
+// deleted license behind. The lock and the statement go as one batch (one round trip, one
+// implicit transaction), the statement after the lock so its snapshot follows the purge.
 func (s *Store) AddUsage(ctx context.Context, tenant, key string, tokenHash []byte, metric string, inc int64, limit float64, allowed bool) (Added, error) {
 	var a Added
 	var used *int64
-	if err := s.db.QueryRow(ctx, addUsageSQL, tenant, key, tokenHash, metric, inc, limit, allowed).Scan(&a.SeatOK, &used); err != nil {
+	b := &pgx.Batch{}
+	b.Queue(shareLicenseSQL, tenant, key)
+	b.Queue(addUsageSQL, tenant, key, tokenHash, metric, inc, limit, allowed).QueryRow(func(row pgx.Row) error {
+		return row.Scan(&a.SeatOK, &used)
+	})
+	if err := s.db.SendBatch(ctx, b).Close(); err != nil {
 		return Added{}, err
 	}
 	if used != nil {
@@ -163,10 +178,16 @@ func (s *Store) Usage(ctx context.Context, tenant, key string) (map[string]int64
 func (s *Store) ResetUsage(ctx context.Context, tenant, key string, metric *string) (map[string]int64, error) {
 	var err error
 	if metric != nil {
-		_, err = s.db.Exec(ctx, `INSERT INTO usage (tenant_id, license_key, metric, used, version)
-			VALUES ($1, $2, $3, 0, nextval('usage_version'))
+		// Under the shared lock, as AddUsage, and never for a purged license: a row
+		// written while or after the purge runs would outlive it.
+		b := &pgx.Batch{}
+		b.Queue(shareLicenseSQL, tenant, key)
+		b.Queue(`INSERT INTO usage (tenant_id, license_key, metric, used, version)
+			SELECT $1, $2, $3, 0, nextval('usage_version')
+			WHERE NOT EXISTS (SELECT 1 FROM deleted_licenses WHERE tenant_id = $1 AND license_key = $2)
 			ON CONFLICT (tenant_id, license_key, metric) DO UPDATE SET used = 0, version = EXCLUDED.version`,
 			tenant, key, *metric)
+		err = s.db.SendBatch(ctx, b).Close()
 	} else {
 		_, err = s.db.Exec(ctx, `DELETE FROM usage WHERE tenant_id = $1 AND license_key = $2`, tenant, key)
 	}
