@@ -213,10 +213,11 @@ func (s *Store) Seats(ctx context.Context, tenant, key string) ([]Seat, error) {
 	return pgx.CollectRows(rows, scanSeat)
 }
 
-// Recent lists the tenant's newest seats across licenses.
-func (s *Store) Recent(ctx context.Context, tenant string, limit int) ([]Seat, error) {
+// Recent lists the tenant's newest seats across licenses, but none of the exclude keys.
+func (s *Store) Recent(ctx context.Context, tenant string, limit int, exclude []string) ([]Seat, error) {
 	rows, err := s.db.Query(ctx, `SELECT license_key, instance_id, activated_at FROM seats
-		WHERE tenant_id = $1 ORDER BY activated_at DESC, license_key, instance_id LIMIT $2`, tenant, limit)
+		WHERE tenant_id = $1 AND NOT license_key = ANY($3)
+		ORDER BY activated_at DESC, license_key, instance_id LIMIT $2`, tenant, limit, nonNil(exclude))
 	if err != nil {
 		return nil, err
 	}
@@ -229,11 +230,20 @@ func scanSeat(row pgx.CollectableRow) (Seat, error) {
 	return s, err
 }
 
-// CountSeats counts the tenant's seats.
-func (s *Store) CountSeats(ctx context.Context, tenant string) (int, error) {
+// CountSeats counts the tenant's seats, but none of the exclude keys.
+func (s *Store) CountSeats(ctx context.Context, tenant string, exclude []string) (int, error) {
 	var n int
-	err := s.db.QueryRow(ctx, `SELECT count(*) FROM seats WHERE tenant_id = $1`, tenant).Scan(&n)
+	err := s.db.QueryRow(ctx, `SELECT count(*) FROM seats WHERE tenant_id = $1 AND NOT license_key = ANY($2)`,
+		tenant, nonNil(exclude)).Scan(&n)
 	return n, err
+}
+
+// nonNil makes "no keys" an empty array: NULL would make ANY() unknown and match nothing.
+func nonNil(keys []string) []string {
+	if keys == nil {
+		return []string{}
+	}
+	return keys
 }
 
 // Summary is one license's seat count and totals.

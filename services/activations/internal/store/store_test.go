@@ -331,12 +331,23 @@ func TestRecentCountsAndSummariesAreScopedByTenant(t *testing.T) {
 	mustActivate(t, s, tenant+"-other", key, "z")
 	mustAdd(t, s, tenant, key, "users", 5)
 
-	recent, err := s.Recent(ctx, tenant, 2)
+	recent, err := s.Recent(ctx, tenant, 2, nil)
 	if err != nil || len(recent) != 2 || recent[0].InstanceID != "c" || recent[1].InstanceID != "b" {
 		t.Fatalf("recent %v %v", recent, err)
 	}
-	if n, _ := s.CountSeats(ctx, tenant); n != 3 {
+	if n, _ := s.CountSeats(ctx, tenant, nil); n != 3 {
 		t.Fatalf("count %d", n)
+	}
+	// The seats of licenses licensing deleted (not purged here yet) are left out.
+	mustActivate(t, s, tenant, key+"-deleted", "d")
+	if recent, err := s.Recent(ctx, tenant, 10, []string{key + "-deleted", "OTHER"}); err != nil || len(recent) != 3 || recent[0].InstanceID != "c" {
+		t.Fatalf("recent without the deleted license %v %v", recent, err)
+	}
+	if n, _ := s.CountSeats(ctx, tenant, []string{key + "-deleted"}); n != 3 {
+		t.Fatalf("count without the deleted license %d", n)
+	}
+	if n, _ := s.CountSeats(ctx, tenant, []string{key}); n != 1 {
+		t.Fatalf("count without the first license %d", n)
 	}
 	sums, err := s.Summaries(ctx, tenant, []string{key, "UNKNOWN"})
 	if err != nil || len(sums) != 1 || sums[key].Seats != 3 || sums[key].Usage["users"] != 5 {

@@ -29,6 +29,7 @@ type fakeStore struct {
 	owners   map[string]string         // store.ProductKey → tenant
 	outbox   []natsx.Message
 	idem     map[string]idemRecord // tenant + "/" + Idempotency-Key
+	deleted  map[string][]string   // tenant → keys deleted
 }
 
 type idemRecord struct {
@@ -36,7 +37,7 @@ type idemRecord struct {
 }
 
 func newFakeStore(now func() time.Time) *fakeStore {
-	return &fakeStore{now: now, licenses: map[string]*store.License{}, owners: map[string]string{}, idem: map[string]idemRecord{}}
+	return &fakeStore{now: now, licenses: map[string]*store.License{}, owners: map[string]string{}, idem: map[string]idemRecord{}, deleted: map[string][]string{}}
 }
 
 func id(tenant, key string) string { return tenant + "/" + key }
@@ -99,7 +100,16 @@ func (f *fakeStore) run(fn func(store.Tx) error) error {
 	}
 	f.licenses = tx.licenses
 	f.outbox = append(f.outbox, tx.outbox...)
+	for _, d := range tx.deleted {
+		f.deleted[d.TenantID] = append(f.deleted[d.TenantID], d.Key)
+	}
 	return nil
+}
+
+func (f *fakeStore) DeletedKeys(_ context.Context, tenant string) ([]string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.deleted[tenant]...), nil
 }
 
 func (f *fakeStore) InTx(_ context.Context, fn func(store.Tx) error) error {
@@ -236,6 +246,7 @@ type fakeTx struct {
 	f        *fakeStore
 	licenses map[string]*store.License
 	outbox   []natsx.Message
+	deleted  []store.License
 }
 
 func (t *fakeTx) GetForUpdate(_ context.Context, tenant, key string) (*store.License, error) {
@@ -273,6 +284,7 @@ func (t *fakeTx) Delete(_ context.Context, tenant, key string) error {
 		return store.ErrNotFound
 	}
 	delete(t.licenses, id(tenant, key))
+	t.deleted = append(t.deleted, store.License{TenantID: tenant, Key: key})
 	return nil
 }
 
@@ -303,14 +315,20 @@ func (b *fakeBilling) ActivePlan(context.Context, string) (int, error) {
 	return b.quota, nil
 }
 
-// noSeats is an activations service without seats.
-type noSeats struct{}
+// fakeSeats is an activations service without seats that records what Stats was asked.
+type fakeSeats struct {
+	mu      sync.Mutex
+	exclude []string
+}
 
-func (noSeats) Summaries(context.Context, string, []string) (map[string]*activationsv1.SeatSummary, error) {
+func (*fakeSeats) Summaries(context.Context, string, []string) (map[string]*activationsv1.SeatSummary, error) {
 	return map[string]*activationsv1.SeatSummary{}, nil
 }
 
-func (noSeats) Stats(context.Context, string, int) (*activationsv1.GetActivationStatsResponse, error) {
+func (f *fakeSeats) Stats(_ context.Context, _ string, _ int, exclude []string) (*activationsv1.GetActivationStatsResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.exclude = exclude
 	return &activationsv1.GetActivationStatsResponse{}, nil
 }
 
@@ -333,6 +351,7 @@ type fixture struct {
 	srv     *Server
 	store   *fakeStore
 	billing *fakeBilling
+	seats   *fakeSeats
 	events  *countEvents
 }
 
@@ -340,8 +359,8 @@ type fixture struct {
 func newFixture(t *testing.T, hosted bool) *fixture {
 	t.Helper()
 	now := func() time.Time { return clock }
-	fx := &fixture{store: newFakeStore(now), billing: &fakeBilling{active: true}, events: &countEvents{}}
-	fx.srv = New(Config{MultiTenant: hosted, Keyring: testKeyring}, fx.store, fx.billing, noSeats{}, fx.events)
+	fx := &fixture{store: newFakeStore(now), billing: &fakeBilling{active: true}, seats: &fakeSeats{}, events: &countEvents{}}
+	fx.srv = New(Config{MultiTenant: hosted, Keyring: testKeyring}, fx.store, fx.billing, fx.seats, fx.events)
 	fx.srv.now = now
 	return fx
 }

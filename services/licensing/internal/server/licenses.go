@@ -377,7 +377,9 @@ func (s *Server) UpdateNotes(ctx context.Context, req *licensingv1.UpdateNotesRe
 // recentInStats is how many recent activations admin/stats lists.
 const recentInStats = 10
 
-// GetStats counts the tenant's licenses and seats.
+// GetStats counts the tenant's licenses and seats. Seats of licenses deleted lately are
+// left out: activations forgets them when the license.deleted event reaches it, which may
+// be later (activations or NATS down at delete time).
 func (s *Server) GetStats(ctx context.Context, _ *licensingv1.GetStatsRequest) (*licensingv1.GetStatsResponse, error) {
 	tenant, err := auth.TenantID(ctx)
 	if err != nil {
@@ -387,7 +389,11 @@ func (s *Server) GetStats(ctx context.Context, _ *licensingv1.GetStatsRequest) (
 	if err != nil {
 		return nil, err
 	}
-	st, err := s.seats.Stats(ctx, tenant, recentInStats)
+	deleted, err := s.store.DeletedKeys(ctx, tenant)
+	if err != nil {
+		return nil, err
+	}
+	st, err := s.seats.Stats(ctx, tenant, recentInStats, deleted)
 	if err != nil {
 		return nil, err
 	}

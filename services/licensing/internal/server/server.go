@@ -28,6 +28,8 @@ type Store interface {
 	List(ctx context.Context, tenant string, f store.Filter) ([]*store.License, int, error)
 	Counts(ctx context.Context, tenant string) (store.Counts, error)
 	CountActive(ctx context.Context, tenant string) (int, error)
+	// DeletedKeys lists the tenant's licenses deleted lately (store.DeletedKeys).
+	DeletedKeys(ctx context.Context, tenant string) ([]string, error)
 	// ClaimProduct binds a product to tenant (store.ErrProductOwned).
 	ClaimProduct(ctx context.Context, tenant, productID string) error
 }
@@ -42,7 +44,8 @@ type Entitlements interface {
 // Seats supplies seat counts and usage for the admin views (the activations service).
 type Seats interface {
 	Summaries(ctx context.Context, tenant string, keys []string) (map[string]*activationsv1.SeatSummary, error)
-	Stats(ctx context.Context, tenant string, recent int) (*activationsv1.GetActivationStatsResponse, error)
+	// Stats leaves out the seats of the exclude keys (deleted licenses not yet purged).
+	Stats(ctx context.Context, tenant string, recent int, exclude []string) (*activationsv1.GetActivationStatsResponse, error)
 }
 
 // Events is told when an outbox row was committed, to publish it at once.

@@ -141,7 +141,7 @@ type Tx interface {
 	Insert(ctx context.Context, l *License) error
 	// SetStatus revokes or reactivates a license.
 	SetStatus(ctx context.Context, tenant, key, status string) error
-	// Delete removes a license (ErrNotFound).
+	// Delete removes a license (ErrNotFound) and remembers the deletion (DeletedKeys).
 	Delete(ctx context.Context, tenant, key string) error
 	// Enqueue records an event in the outbox, published once the transaction commits.
 	Enqueue(ctx context.Context, m natsx.Message) error
@@ -228,7 +228,27 @@ func (t *pgTx) Delete(ctx context.Context, tenant, key string) error {
 	if err == nil && tag.RowsAffected() == 0 {
 		return ErrNotFound
 	}
+	if err != nil {
+		return err
+	}
+	// The tenant's deletions older than the retention go at the same time, so the table
+	// holds at most a week of them without a sweeper.
+	_, err = t.tx.Exec(ctx, `WITH pruned AS (
+			DELETE FROM deleted_licenses WHERE tenant_id = $1 AND deleted_at < now() - $3::interval)
+		INSERT INTO deleted_licenses (tenant_id, key) VALUES ($1, $2)
+		ON CONFLICT (tenant_id, key) DO UPDATE SET deleted_at = now()`, tenant, key, license.EventRetention)
 	return err
+}
+
+// DeletedKeys lists the tenant's licenses deleted within license.EventRetention, whose
+// seats activations may not have purged yet.
+func (s *Store) DeletedKeys(ctx context.Context, tenant string) ([]string, error) {
+	rows, err := s.db.Query(ctx, `SELECT key FROM deleted_licenses WHERE tenant_id = $1 AND deleted_at > now() - $2::interval
+		ORDER BY deleted_at DESC`, tenant, license.EventRetention)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
 }
 
 // Terms is a change of license terms; nil fields stay unchanged.
