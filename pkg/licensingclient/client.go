@@ -102,17 +102,17 @@ func (c *Client) ClaimProduct(ctx context.Context, tenant, productID string) err
 	return err
 }
 
-// IssueLicense issues a license for tenant under idemKey (IssueLicenseForTenant: the
-// same validation, subscription and quota checks, product claim and Idempotency-Key as
-// issue-license) and returns its key. Licensing's refusals (400 input, 403 quota,
-// subscription or ownership, 409 Idempotency-Key reuse) pass through as its own errors.
+// IssueLicense issues a license for tenant (storefront fulfillment, which holds no
+// tenant API key) through LicensingInternalService.IssueLicenseForTenant: issue-license's
+// validation, subscription and quota checks, product claim and Idempotency-Key (idemKey,
+// sent as the idempotency-key metadata). Licensing's refusals come back with its message:
+// 400 invalid input, 403 quota / subscription / ownership, 409 key reused with another
+// request; anything else is the 503.
 func (c *Client) IssueLicense(ctx context.Context, tenant, idemKey string, req *licensingv1.IssueLicenseRequest) (string, error) {
-	if idemKey != "" {
-		ctx = metadata.AppendToOutgoingContext(ctx, idempotency.Header, idemKey)
-	}
+	ctx = metadata.AppendToOutgoingContext(ctx, idempotency.Header, idemKey)
 	resp, err := grpcx.Call(ctx, c.peer, tenant, func(ctx context.Context, o ...grpc.CallOption) (*licensingv1.IssueLicenseForTenantResponse, error) {
 		return c.rpc.IssueLicenseForTenant(ctx, &licensingv1.IssueLicenseForTenantRequest{License: req}, o...)
-	}, codes.InvalidArgument, codes.PermissionDenied, codes.NotFound, codes.AlreadyExists, codes.FailedPrecondition)
+	}, codes.InvalidArgument, codes.PermissionDenied, codes.AlreadyExists)
 	if err != nil {
 		return "", err
 	}

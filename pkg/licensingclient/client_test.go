@@ -44,14 +44,14 @@ func (f *fakeLicensing) ClaimProduct(context.Context, *licensingv1.ClaimProductR
 	return &licensingv1.ClaimProductResponse{}, nil
 }
 
-func (f *fakeLicensing) IssueLicenseForTenant(ctx context.Context, _ *licensingv1.IssueLicenseForTenantRequest) (*licensingv1.IssueLicenseForTenantResponse, error) {
+func (f *fakeLicensing) IssueLicenseForTenant(ctx context.Context, req *licensingv1.IssueLicenseForTenantRequest) (*licensingv1.IssueLicenseForTenantResponse, error) {
 	if md, ok := metadata.FromIncomingContext(ctx); ok && f.md != nil {
 		f.md <- md
 	}
 	if f.err != nil {
 		return nil, f.err
 	}
-	return &licensingv1.IssueLicenseForTenantResponse{Key: "NEW-KEY"}, nil
+	return &licensingv1.IssueLicenseForTenantResponse{Key: "KEY-" + req.GetLicense().GetProductId()}, nil
 }
 
 // serve starts f on lis and stops it with the test.
@@ -145,6 +145,43 @@ func TestClaimProductPassesTheOwnershipRefusal(t *testing.T) {
 	wantStatus(t, err, codes.PermissionDenied, "product_id is owned by a different tenant", false)
 }
 
+// Storefront issues for a tenant with an Idempotency-Key; licensing's refusals keep their
+// message (the quota refusal is how fulfillment tells over_quota apart), an internal
+// failure is the 503.
+func TestIssueLicenseSendsTheKeyAndPassesRefusals(t *testing.T) {
+	t.Parallel()
+	lis := listen(t)
+	f := &fakeLicensing{md: make(chan metadata.MD, 1)}
+	serve(t, lis, f)
+	c := client(t, lis.Addr().String())
+	key, err := c.IssueLicense(context.Background(), "t1", "storefront:cs_1", &licensingv1.IssueLicenseRequest{ProductId: "App"})
+	if err != nil || key != "KEY-App" {
+		t.Fatalf("key %q err %v", key, err)
+	}
+	md := <-f.md
+	if got := md.Get("idempotency-key"); len(got) != 1 || got[0] != "storefront:cs_1" {
+		t.Fatalf("idempotency-key %v", got)
+	}
+	if got := md.Get("x-keyhouse-tenant"); len(got) != 1 || got[0] != "t1" {
+		t.Fatalf("tenant %v", got)
+	}
+	for _, tc := range []struct {
+		err  error
+		code codes.Code
+		msg  string
+	}{
+		{apierr.Forbidden("License issuance quota exceeded"), codes.PermissionDenied, "License issuance quota exceeded"},
+		{apierr.Invalid("Unknown limit key: storage"), codes.InvalidArgument, "Unknown limit key: storage"},
+		{apierr.Conflict("Idempotency-Key reused with a different request"), codes.AlreadyExists, "Idempotency-Key reused with a different request"},
+		{status.Error(codes.Internal, "pq: connection refused 10.0.0.5"), codes.Unavailable, "Licensing service unavailable, retry"},
+	} {
+		lis := listen(t)
+		serve(t, lis, &fakeLicensing{err: tc.err})
+		_, err := client(t, lis.Addr().String()).IssueLicense(context.Background(), "t1", "k", &licensingv1.IssueLicenseRequest{})
+		wantStatus(t, err, tc.code, tc.msg, tc.code == codes.Unavailable)
+	}
+}
+
 // A call made while licensing is not up yet waits for it within the call budget
 // (WaitForReady) instead of failing at once.
 func TestACallRidesOutAPeerThatComesUpWithinTheBudget(t *testing.T) {
@@ -199,28 +236,4 @@ func TestUsableIsTheOneLicenseRule(t *testing.T) {
 			t.Errorf("%s: got %v, want %v", tc.name, got, tc.want)
 		}
 	}
-}
-
-func TestIssueLicenseSendsTheIdempotencyKeyAndPassesRefusals(t *testing.T) {
-	t.Parallel()
-	lis := listen(t)
-	f := &fakeLicensing{md: make(chan metadata.MD, 1)}
-	serve(t, lis, f)
-	c := client(t, lis.Addr().String())
-	key, err := c.IssueLicense(context.Background(), "t1", "storefront:cs_1", &licensingv1.IssueLicenseRequest{})
-	if err != nil || key != "NEW-KEY" {
-		t.Fatalf("key %q, %v", key, err)
-	}
-	md := <-f.md
-	if got := md.Get("idempotency-key"); len(got) != 1 || got[0] != "storefront:cs_1" {
-		t.Fatalf("idempotency-key %q", got)
-	}
-	if got := md.Get("x-keyhouse-tenant"); len(got) != 1 || got[0] != "t1" {
-		t.Fatalf("tenant %q", got)
-	}
-
-	lis = listen(t)
-	serve(t, lis, &fakeLicensing{err: apierr.Forbidden("License issuance quota exceeded")})
-	_, err = client(t, lis.Addr().String()).IssueLicense(context.Background(), "t1", "k", &licensingv1.IssueLicenseRequest{})
-	wantStatus(t, err, codes.PermissionDenied, "License issuance quota exceeded", false)
 }
