@@ -176,8 +176,7 @@ func (x *IssueLicenseResponse) GetStatus() string {
 
 type VerifyLicenseRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Presence tells a body without key (400, addendum §6) from an empty key (404, as any
-	// unknown string).
+	// Required: a body without it is a 400; an empty key is an unknown key (404).
 	Key           *string `protobuf:"bytes,1,opt,name=key,proto3,oneof" json:"key,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
