@@ -68,6 +68,11 @@ expect "$out/hosted.yaml" Ingress 1
 if "$HELM" template keyhouse "$CHART" --set defaults.terminationGracePeriodSeconds=20 >/dev/null 2>&1; then
 	fail "terminationGracePeriodSeconds 20 (< 5 + 25) was accepted"
 fi
+# migrate reads only DATABASE_URL and the log settings: the Job is handed no admin key.
+for f in "$out/default.yaml" "$out/hosted.yaml"; do
+	awk '/^---/{job=0} /^kind: Job$/{job=1} job && /ADMIN_API_KEY/{bad=1} END{exit bad}' "$f" ||
+		fail "$(basename "$f"): the migrate Job is given ADMIN_API_KEY"
+done
 grep -q 'SIGNING_KEYS_FILE' "$out/default.yaml" && fail "default.yaml: SIGNING_KEYS_FILE set without a keyring"
 grep -q 'SIGNING_KEYS_FILE' "$out/hosted.yaml" || fail "hosted.yaml: SIGNING_KEYS_FILE missing"
 for f in "$out/default.yaml" "$out/hosted.yaml"; do
