@@ -3,12 +3,14 @@ module github.com/keyhouse/keyhouse/gateway
 go 1.26.0
 
 replace (
+	github.com/keyhouse/keyhouse/console => ../console
 	github.com/keyhouse/keyhouse/pkg => ../pkg
 	github.com/keyhouse/keyhouse/proto/gen/go => ../proto/gen/go
 )
 
 require (
 	github.com/grpc-ecosystem/grpc-gateway/v2 v2.32.0
+	github.com/keyhouse/keyhouse/console v0.0.0-00010101000000-000000000000
 	github.com/keyhouse/keyhouse/pkg v0.0.0-00010101000000-000000000000
 	github.com/keyhouse/keyhouse/proto/gen/go v0.0.0-00010101000000-000000000000
 	github.com/redis/go-redis/v9 v9.23.0
@@ -29,6 +31,7 @@ require (
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
 	github.com/jackc/pgx/v5 v5.12.0 // indirect
+	github.com/jackc/puddle/v2 v2.2.3 // indirect
 	github.com/klauspost/compress v1.20.3 // indirect
 	github.com/minio/highwayhash v1.0.4 // indirect
 	github.com/nats-io/jwt/v2 v2.8.2 // indirect
@@ -49,6 +52,7 @@ require (
 	go.uber.org/atomic v1.12.0 // indirect
 	golang.org/x/crypto v0.58.0 // indirect
 	golang.org/x/net v0.61.0 // indirect
+	golang.org/x/sync v0.24.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect
 	golang.org/x/text v0.43.0 // indirect
 	golang.org/x/time v0.16.0 // indirect

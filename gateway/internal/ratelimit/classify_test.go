@@ -56,6 +56,9 @@ func TestClassify_EveryRouteOfTheSpecGetsItsTier(t *testing.T) {
 		{"GET", "/v1/storefront/mappings", admin, false},
 		{"DELETE", "/v1/storefront/mappings/3", admin, false},
 		{"GET", "/v1/storefront/deliveries", admin, false},
+		// addendum §9: console sign-in and data export.
+		{"POST", "/console/login", admin, false},
+		{"GET", "/console/export", admin, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.method+" "+tt.path, func(t *testing.T) {

@@ -71,6 +71,9 @@ var exactRoutes = map[string]Route{
 	"POST /v1/rotate-api-key":                  {Tier: adminInfo},
 	"GET /v1/list-releases":                    {Tier: adminInfo},
 	"POST /v1/operator/tenants":                {Tier: adminInfo},
+	// addendum §9: console sign-in attempts and data exports count against Admin-Info.
+	"POST /console/login": {Tier: adminInfo},
+	"GET /console/export": {Tier: adminInfo},
 }
 
 // paramRoutes are the routes with one path parameter: prefix, a non-empty segment, then

@@ -31,6 +31,10 @@ func main() {
 				AdminKey: d.Config.AdminAPIKey.Reveal(),
 			}
 			server.Register(d.Server.GRPC, server.New(st, licenses))
+			server.RegisterConsole(d.Server.GRPC, server.NewConsole(st, server.RemotePortalTokens{
+				Client:   licensingv1.NewLicensingPortalServiceClient(conn),
+				AdminKey: d.Config.AdminAPIKey.Reveal(),
+			}))
 
 			nc, js, err := natsx.Connect(ctx, d.Config.NATSURL, "activations", d.Log)
 			if err != nil {

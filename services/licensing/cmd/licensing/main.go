@@ -70,6 +70,7 @@ func register(ctx context.Context, d *app.Deps) error {
 		server.RemoteSeats{Client: activationsv1.NewActivationsInternalServiceClient(activations), AdminKey: adminKey},
 		relay)
 	server.Register(d.Server.GRPC, srv)
+	server.RegisterPortal(d.Server.GRPC, server.NewPortal(st, keyring, d.Config.PublicBaseURL))
 
 	var wg sync.WaitGroup
 	wg.Add(2)
