@@ -12,6 +12,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Service gRPC addresses. Each service listens on its own and dials the others.
@@ -54,6 +55,10 @@ type Config struct {
 	ReleasesAddr    string
 	BillingAddr     string
 	StorefrontAddr  string
+
+	// LicenseCacheTTL is how long a cached license row is served without a fresh read
+	// (pkg/licensecache); 0 turns the cache off.
+	LicenseCacheTTL time.Duration
 
 	// SigningKeysFile optionally points at operator-supplied signing material.
 	SigningKeysFile string
@@ -113,6 +118,7 @@ func LoadFrom(lookup func(string) (string, bool)) (*Config, error) {
 		BillingAddr:     r.str("BILLING_ADDR", DefaultBillingAddr),
 		StorefrontAddr:  r.str("STOREFRONT_ADDR", DefaultStorefrontAddr),
 
+		LicenseCacheTTL: r.duration("LICENSE_CACHE_TTL", time.Second),
 		SigningKeysFile: r.str("SIGNING_KEYS_FILE", ""),
 		LogLevel:        r.str("LOG_LEVEL", "info"),
 		LogFormat:       r.str("LOG_FORMAT", "json"),
@@ -134,6 +140,9 @@ func LoadFrom(lookup func(string) (string, bool)) (*Config, error) {
 	case "smtp":
 		if c.SMTPURL == "" {
 			r.fail("SMTP_URL", "is required when EMAIL_PROVIDER=smtp")
+		}
+		if c.EmailFrom == "" {
+			r.fail("EMAIL_FROM", "is required when EMAIL_PROVIDER=smtp")
 		}
 	default:
 		r.fail("EMAIL_PROVIDER", "must be log or smtp")
@@ -171,6 +180,19 @@ func (r *reader) int(name string, def int) int {
 		return def
 	}
 	return n
+}
+
+func (r *reader) duration(name string, def time.Duration) time.Duration {
+	v := r.str(name, "")
+	if v == "" {
+		return def
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 {
+		r.fail(name, "must be a duration such as 1s or 500ms (0 turns it off)")
+		return def
+	}
+	return d
 }
 
 func (r *reader) bool(name string, def bool) bool {

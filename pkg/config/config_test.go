@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+	"time"
 )
 
 func env(vars map[string]string) func(string) (string, bool) {
@@ -30,7 +31,7 @@ func TestInvalidValuesAreAllReportedAtOnce(t *testing.T) {
 	if err == nil {
 		t.Fatal("want an error")
 	}
-	for _, name := range []string{"PORT", "MULTI_TENANT", "ADMIN_RATE_LIMIT_MAX", "TRUSTED_PROXIES", "ADMIN_API_KEY", "SMTP_URL"} {
+	for _, name := range []string{"PORT", "MULTI_TENANT", "ADMIN_RATE_LIMIT_MAX", "TRUSTED_PROXIES", "ADMIN_API_KEY", "SMTP_URL", "EMAIL_FROM"} {
 		if !strings.Contains(err.Error(), name) {
 			t.Errorf("error does not name %s: %v", name, err)
 		}
@@ -66,5 +67,19 @@ func TestSecretsNeverPrint(t *testing.T) {
 	}
 	if c.AdminAPIKey.Reveal() != "super-secret-admin" {
 		t.Fatal("Reveal must return the value")
+	}
+}
+
+func TestLicenseCacheTTLIsADurationAndZeroTurnsTheCacheOff(t *testing.T) {
+	for v, want := range map[string]time.Duration{"": time.Second, "250ms": 250 * time.Millisecond, "0": 0} {
+		c, err := LoadFrom(env(map[string]string{"ADMIN_API_KEY": "k", "LICENSE_CACHE_TTL": v}))
+		if err != nil || c.LicenseCacheTTL != want {
+			t.Errorf("LICENSE_CACHE_TTL=%q: %v %v, want %v", v, c, err, want)
+		}
+	}
+	for _, v := range []string{"soon", "-1s"} {
+		if _, err := LoadFrom(env(map[string]string{"ADMIN_API_KEY": "k", "LICENSE_CACHE_TTL": v})); err == nil || !strings.Contains(err.Error(), "LICENSE_CACHE_TTL") {
+			t.Errorf("LICENSE_CACHE_TTL=%q: %v", v, err)
+		}
 	}
 }

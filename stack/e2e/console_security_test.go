@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/keyhouse/keyhouse/stack"
 )
@@ -221,6 +222,7 @@ func TestConsoleFormsRefuseAPostWithoutTheCSRFToken(t *testing.T) {
 
 func TestConsoleSignInCountsAgainstTheAdminInfoTier(t *testing.T) {
 	s := hosted(t)
+	clearOfWindowEdge(t, time.Minute)
 	c := newWebClient(t, s)
 	csrf := c.get("/console/login").csrf(t)
 	form := url.Values{"csrf": {csrf}, "api_key": {"kh_not-a-key"}}

@@ -47,9 +47,10 @@ func handleError(ctx context.Context, _ *runtime.ServeMux, _ runtime.Marshaler, 
 	switch {
 	case st.Code() == codes.Unimplemented:
 		msg = "Not found"
-	case st.Code() == codes.Unavailable && !strings.HasSuffix(msg, ", retry"):
+	case st.Code() == codes.Unavailable && !apierr.Retryable(st):
 		// A transport failure reaching a service: its text names addresses, so it stays in
-		// the logs. Services' own 503s already end in ", retry".
+		// the logs. A service's own 503 (apierr.Unavailable) says so with a RetryInfo
+		// detail and keeps its message.
 		msg = "Service unavailable, retry"
 	case st.Code() == codes.DeadlineExceeded || st.Code() == codes.Canceled:
 		msg = "Request timed out, retry"

@@ -7,8 +7,8 @@ import (
 
 	"github.com/keyhouse/keyhouse/pkg/app"
 	"github.com/keyhouse/keyhouse/pkg/config"
+	"github.com/keyhouse/keyhouse/pkg/licensingclient"
 	"github.com/keyhouse/keyhouse/pkg/natsx"
-	licensingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1"
 	"github.com/keyhouse/keyhouse/services/activations/internal/purge"
 	"github.com/keyhouse/keyhouse/services/activations/internal/server"
 	"github.com/keyhouse/keyhouse/services/activations/internal/store"
@@ -26,20 +26,20 @@ func main() {
 				return err
 			}
 			st := store.New(d.DB)
-			licenses := server.RemoteLicenses{
-				Client:   licensingv1.NewLicensingInternalServiceClient(conn),
-				AdminKey: d.Config.AdminAPIKey.Reveal(),
-			}
-			server.Register(d.Server.GRPC, server.New(st, licenses))
-			server.RegisterConsole(d.Server.GRPC, server.NewConsole(st, server.RemotePortalTokens{
-				Client:   licensingv1.NewLicensingPortalServiceClient(conn),
-				AdminKey: d.Config.AdminAPIKey.Reveal(),
-			}))
+			licenses := licensingclient.New(conn, d.Config.AdminAPIKey.Reveal())
+			server.RegisterConsole(d.Server.GRPC, server.NewConsole(st, licenses))
 
 			nc, js, err := natsx.Connect(ctx, d.Config.NATSURL, "activations", d.Log)
 			if err != nil {
 				return err
 			}
+			// License lookups are cached; the cache follows licensing's change events.
+			stopCache, err := licenses.CacheLicenses(nc, d.Config.LicenseCacheTTL)
+			if err != nil {
+				nc.Close()
+				return err
+			}
+			server.Register(d.Server.GRPC, server.New(st, licenses))
 			var wg sync.WaitGroup
 			wg.Add(1)
 			go func() {
@@ -50,6 +50,7 @@ func main() {
 			}()
 			// Closers run in reverse: the consumer finishes its message before NATS closes.
 			d.OnClose(nc.Close)
+			d.OnClose(stopCache)
 			d.OnClose(wg.Wait)
 			return nil
 		},

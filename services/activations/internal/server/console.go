@@ -2,47 +2,21 @@ package server
 
 import (
 	"context"
-	"time"
 
 	"github.com/keyhouse/keyhouse/pkg/apierr"
 	"github.com/keyhouse/keyhouse/pkg/auth"
 	activationsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/activations/v1"
-	licensingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1"
 	"github.com/keyhouse/keyhouse/services/activations/internal/store"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
-// PortalTokens resolves an end-user portal token to its license (the licensing service).
+// PortalTokens resolves an end-user portal token to its license, asking licensing on every
+// call (licensingclient.Client): a revoked license or a switched-off portal must refuse
+// the next request.
 type PortalTokens interface {
-	Resolve(ctx context.Context, token string) (tenant, key string, err error)
+	ResolvePortalToken(ctx context.Context, token string) (tenant, key string, err error)
 }
-
-// RemotePortalTokens asks licensing, which owns portal tokens, on every call: a revoked
-// license or a switched-off portal must refuse the next request.
-type RemotePortalTokens struct {
-	Client   licensingv1.LicensingPortalServiceClient
-	AdminKey string
-}
-
-// Resolve implements PortalTokens.
-func (r RemotePortalTokens) Resolve(ctx context.Context, token string) (string, string, error) {
-	ctx, cancel := context.WithTimeout(auth.Outgoing(ctx, r.AdminKey, ""), 3*time.Second)
-	defer cancel()
-	resp, err := r.Client.ResolvePortalToken(ctx, &licensingv1.ResolvePortalTokenRequest{Token: token})
-	switch status.Code(err) {
-	case codes.OK:
-		return resp.GetTenantId(), resp.GetKey(), nil
-	case codes.NotFound:
-		return "", "", errPortalNotFound
-	default:
-		return "", "", apierr.Unavailable("Licensing service unavailable, retry")
-	}
-}
-
-var errPortalNotFound = apierr.NotFound("Not found")
 
 // maxExportKeys bounds ListActivationsForKeys (the data export's 1,000 licenses).
 const maxExportKeys = 1000
@@ -90,7 +64,7 @@ func (c *Console) ListActivationsForKeys(ctx context.Context, req *activationsv1
 
 // ListPortalSeats lists the seats of the portal token's license.
 func (c *Console) ListPortalSeats(ctx context.Context, req *activationsv1.ListPortalSeatsRequest) (*activationsv1.ListPortalSeatsResponse, error) {
-	tenant, key, err := c.portal.Resolve(ctx, req.GetToken())
+	tenant, key, err := c.portal.ResolvePortalToken(ctx, req.GetToken())
 	if err != nil {
 		return nil, err
 	}
@@ -110,7 +84,7 @@ func (c *Console) DeactivatePortalSeat(ctx context.Context, req *activationsv1.D
 	if err := checkField("instance_id", req.GetInstanceId()); err != nil {
 		return nil, err
 	}
-	tenant, key, err := c.portal.Resolve(ctx, req.GetToken())
+	tenant, key, err := c.portal.ResolvePortalToken(ctx, req.GetToken())
 	if err != nil {
 		return nil, err
 	}

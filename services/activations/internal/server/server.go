@@ -9,7 +9,6 @@ import (
 	"encoding/base64"
 	"errors"
 	"math"
-	mathrand "math/rand/v2"
 	"sort"
 	"strings"
 	"time"
@@ -18,6 +17,7 @@ import (
 	"github.com/keyhouse/keyhouse/pkg/apierr"
 	"github.com/keyhouse/keyhouse/pkg/auth"
 	"github.com/keyhouse/keyhouse/pkg/license"
+	"github.com/keyhouse/keyhouse/pkg/licensingclient"
 	"github.com/keyhouse/keyhouse/pkg/pgxx"
 	activationsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/activations/v1"
 	licensingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1"
@@ -36,8 +36,7 @@ type Store interface {
 	DeactivateInstance(ctx context.Context, tenant, key, instance string) (bool, error)
 	HasSeat(ctx context.Context, tenant, key, instance string) (bool, error)
 	Reissue(ctx context.Context, tenant, key, instance string, tokenHash []byte) (bool, error)
-	ReadUsage(ctx context.Context, tenant, key string, tokenHash []byte, metric string) (store.UsageState, error)
-	SwapUsage(ctx context.Context, tenant, key, metric string, prev store.UsageState, used int64) (bool, error)
+	AddUsage(ctx context.Context, tenant, key string, tokenHash []byte, metric string, inc int64, limit float64, allowed bool) (store.Added, error)
 	Usage(ctx context.Context, tenant, key string) (map[string]int64, error)
 	ResetUsage(ctx context.Context, tenant, key string, metric *string) (map[string]int64, error)
 	Seats(ctx context.Context, tenant, key string) ([]store.Seat, error)
@@ -46,13 +45,16 @@ type Store interface {
 	Summaries(ctx context.Context, tenant string, keys []string) (map[string]*store.Summary, error)
 }
 
-// Messages of api.md's Errors table and addendum §6, verbatim.
+// Licenses looks licenses up (licensingclient.Client; fakes in unit tests). tenant ""
+// (public routes) finds the key in any tenant; the license carries its tenant_id either
+// way; an unknown key is license.ErrNotFound.
+type Licenses interface {
+	License(ctx context.Context, tenant, key string) (*licensingv1.License, error)
+}
+
+// Messages of api.md's Errors table and addendum §6, verbatim (the license's own refusals
+// are pkg/license's).
 var (
-	errLicenseNotFound = apierr.NotFound("License key not found")
-	errNotActive       = apierr.Forbidden("License is not active")
-	errHasExpired      = apierr.Forbidden("License has expired")
-	// track-usage words it differently from activate-license; both are api.md's.
-	errIsExpired    = apierr.Forbidden("License is expired")
 	errCapReached   = apierr.Forbidden("Activation limit exceeded for this license key")
 	errBadToken     = apierr.Forbidden("Invalid activation token")
 	errNoSeat       = apierr.NotFound("No activation found for that key and instance_id")
@@ -66,10 +68,7 @@ const (
 	// asking licensing (issued keys are 34 characters).
 	maxFieldLen = 256
 	// maxIncrement keeps every total exact in a JSON number (2^53 - 1).
-	maxIncrement = 1<<53 - 1
-	// casAttempts: track-usage retries a lost compare-and-swap this often before it
-	// answers 503, so light contention never reaches the client.
-	casAttempts         = 3
+	maxIncrement        = 1<<53 - 1
 	defaultRecentLimit  = 50
 	maxRecentLimit      = 1000
 	maxSummaryKeys      = 1000
@@ -136,26 +135,21 @@ func (s *Server) lookup(ctx context.Context, tenant, key string) (*licensingv1.L
 		return nil, errMissingKey
 	}
 	if utf8.RuneCountInString(key) > maxFieldLen {
-		return nil, errLicenseNotFound
+		return nil, license.ErrNotFound
 	}
-	return s.licenses.Get(ctx, tenant, key)
+	return s.licenses.License(ctx, tenant, key)
 }
 
 func isNotFound(err error) bool { return apierr.Is(err, codes.NotFound) }
 
-// usable refuses a revoked or expired license with the given expiry wording.
+// usable is pkg/license's rule; track-usage passes its own wording of the expiry
+// (license.ErrIsExpired), every other route license.ErrExpired.
 func (s *Server) usable(l *licensingv1.License, expired *apierr.Error) error {
-	if l.GetStatus() != "active" {
-		return errNotActive
-	}
-	if s.expired(l) {
+	err := licensingclient.Usable(l, s.now())
+	if err == license.ErrExpired {
 		return expired
 	}
-	return nil
-}
-
-func (s *Server) expired(l *licensingv1.License) bool {
-	return l.GetExpiresAt() != nil && !s.now().Before(l.GetExpiresAt().AsTime())
+	return err
 }
 
 // ActivateLicense creates the seat key + instance_id, or reports it exists.
@@ -170,7 +164,7 @@ func (s *Server) ActivateLicense(ctx context.Context, req *activationsv1.Activat
 	if err != nil {
 		return nil, err
 	}
-	if err := s.usable(l, errHasExpired); err != nil {
+	if err := s.usable(l, license.ErrExpired); err != nil {
 		return nil, err
 	}
 	var maxSeats *int32
@@ -183,7 +177,7 @@ func (s *Server) ActivateLicense(ctx context.Context, req *activationsv1.Activat
 	case errors.Is(err, store.ErrCapReached):
 		return nil, errCapReached
 	case errors.Is(err, store.ErrLicenseDeleted):
-		return nil, errLicenseNotFound
+		return nil, license.ErrNotFound
 	case err != nil:
 		return nil, err
 	case already:
@@ -230,7 +224,7 @@ func (s *Server) ValidateLicense(ctx context.Context, req *activationsv1.Validat
 	if err != nil {
 		return nil, err
 	}
-	if s.usable(l, errHasExpired) != nil {
+	if s.usable(l, license.ErrExpired) != nil {
 		return invalid, nil
 	}
 	ok, err := s.store.HasSeat(ctx, l.GetTenantId(), l.GetKey(), req.GetInstanceId())
@@ -253,10 +247,10 @@ func limitOf(l *licensingv1.License, metric string) (float64, bool) {
 	return n.NumberValue, true
 }
 
-// TrackUsage adds increment to the metric's running total. The total is read and then
-// written with a compare-and-swap on its version, so two concurrent calls cannot both
-// pass the limit check on the same total: the loser retries a few times and then answers
-// 503. An increment is applied once or not at all, and the limit is never passed.
+// TrackUsage adds increment to the metric's running total. The store adds it in one
+// conditional statement that holds the row's lock, so concurrent calls queue instead of
+// racing: an increment is applied once or not at all, the limit is never passed, and no
+// call loses a race (api.md's 503 for a lost race is never needed here).
 func (s *Server) TrackUsage(ctx context.Context, req *activationsv1.TrackUsageRequest) (*activationsv1.TrackUsageResponse, error) {
 	if req.GetKey() == "" {
 		return nil, errMissingKey
@@ -282,43 +276,25 @@ func (s *Server) TrackUsage(ctx context.Context, req *activationsv1.TrackUsageRe
 	if err != nil {
 		return nil, err
 	}
-	if err := s.usable(l, errIsExpired); err != nil {
+	if err := s.usable(l, license.ErrIsExpired); err != nil {
 		return nil, err
 	}
-	tenant, key, hash := l.GetTenantId(), l.GetKey(), hashToken(req.GetToken())
 	limit, limited := limitOf(l, metric)
-	for attempt := 1; ; attempt++ {
-		st, err := s.store.ReadUsage(ctx, tenant, key, hash, metric)
-		if err != nil {
-			return nil, err
-		}
-		if !st.SeatOK {
-			return nil, errBadToken
-		}
-		if !license.LimitKeys[metric] || !limited {
-			return nil, apierr.Forbidden("Metric not allowed: %s", metric)
-		}
-		used := float64(st.Used) + inc
-		if used > limit || used > maxIncrement {
-			return nil, apierr.Forbidden("Usage limit exceeded for metric: %s", metric)
-		}
-		ok, err := s.store.SwapUsage(ctx, tenant, key, metric, st, int64(used))
-		if err != nil {
-			return nil, err
-		}
-		if ok {
-			return &activationsv1.TrackUsageResponse{Ok: true, Metric: metric, Usage: used}, nil
-		}
-		if attempt >= casAttempts {
-			return nil, errUsageRace
-		}
-		// Jitter so the losers of one race do not meet again in the next.
-		select {
-		case <-ctx.Done():
-			return nil, errUsageRace
-		case <-time.After(time.Duration(mathrand.IntN(2000*attempt)) * time.Microsecond):
-		}
+	allowed := license.LimitKeys[metric] && limited
+	// A total must stay exact in a JSON number.
+	limit = math.Min(limit, maxIncrement)
+	added, err := s.store.AddUsage(ctx, l.GetTenantId(), l.GetKey(), hashToken(req.GetToken()), metric, int64(inc), limit, allowed)
+	switch {
+	case err != nil:
+		return nil, err
+	case !added.SeatOK:
+		return nil, errBadToken
+	case !allowed:
+		return nil, apierr.Forbidden("Metric not allowed: %s", metric)
+	case !added.Applied:
+		return nil, apierr.Forbidden("Usage limit exceeded for metric: %s", metric)
 	}
+	return &activationsv1.TrackUsageResponse{Ok: true, Metric: metric, Usage: float64(added.Used)}, nil
 }
 
 // UsageReport is a live snapshot of every limit key of the license.
@@ -332,7 +308,7 @@ func (s *Server) UsageReport(ctx context.Context, req *activationsv1.UsageReport
 		return nil, err
 	}
 	return &activationsv1.UsageReportResponse{
-		Valid:     s.usable(l, errHasExpired) == nil,
+		Valid:     s.usable(l, license.ErrExpired) == nil,
 		Status:    l.GetStatus(),
 		ExpiresAt: l.GetExpiresAt(),
 		Metrics:   reportMetrics(l, usage),
@@ -370,7 +346,7 @@ func (s *Server) tenantLicense(ctx context.Context, key string) (*licensingv1.Li
 		return nil, err
 	}
 	if l.GetTenantId() != tenant {
-		return nil, errLicenseNotFound
+		return nil, license.ErrNotFound
 	}
 	return l, nil
 }
@@ -414,9 +390,8 @@ func (s *Server) DeactivateByInstanceId(ctx context.Context, req *activationsv1.
 	return &activationsv1.DeactivateByInstanceIdResponse{Deactivated: true}, nil
 }
 
-// ResetUsage zeroes one metric or clears them all. The store does it in one statement
-// that moves the metric's version on, so a track-usage that read the total before the
-// reset loses its compare-and-swap rather than writing the old total back.
+// ResetUsage zeroes one metric or clears them all, in one statement: a concurrent
+// track-usage adds to the total either before the reset or after it.
 func (s *Server) ResetUsage(ctx context.Context, req *activationsv1.ResetUsageRequest) (*activationsv1.ResetUsageResponse, error) {
 	if req.Metric != nil && !license.LimitKeys[req.GetMetric()] {
 		return nil, apierr.Invalid("metric must be one of the allowed limit keys: %s", strings.Join(sortedLimitKeys(), ", "))

@@ -9,13 +9,13 @@ import (
 	"time"
 
 	"github.com/keyhouse/keyhouse/pkg/app"
+	"github.com/keyhouse/keyhouse/pkg/billingclient"
 	"github.com/keyhouse/keyhouse/pkg/config"
 	"github.com/keyhouse/keyhouse/pkg/idempotency"
 	"github.com/keyhouse/keyhouse/pkg/license"
+	"github.com/keyhouse/keyhouse/pkg/licensecache"
 	"github.com/keyhouse/keyhouse/pkg/natsx"
 	"github.com/keyhouse/keyhouse/pkg/signing"
-	accountsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/accounts/v1"
-	activationsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/activations/v1"
 	"github.com/keyhouse/keyhouse/services/licensing/internal/server"
 	"github.com/keyhouse/keyhouse/services/licensing/internal/store"
 	"github.com/keyhouse/keyhouse/services/licensing/migrations"
@@ -63,11 +63,24 @@ func register(ctx context.Context, d *app.Deps) error {
 		return err
 	}
 	relay := natsx.NewRelay(d.DB, js, d.Log)
+	// License rows are cached for the hot paths; every write drops its key here and, over
+	// NATS, on every other replica and caller (pkg/licensecache).
+	cache := licensecache.New[*store.License](d.Config.LicenseCacheTTL)
+	stopCache, err := cache.Subscribe(nc)
+	if err != nil {
+		nc.Close()
+		return err
+	}
+	st.WithCache(cache, func(key string) {
+		if err := licensecache.Publish(nc, key); err != nil {
+			d.Log.Warn("license change not announced; other replicas serve their cached row until it expires",
+				"error", err.Error(), "ttl", d.Config.LicenseCacheTTL.String())
+		}
+	})
 
 	adminKey := d.Config.AdminAPIKey.Reveal()
 	srv := server.New(server.Config{MultiTenant: d.Config.MultiTenant, Keyring: keyring}, st,
-		server.RemoteEntitlements{Client: accountsv1.NewAccountsServiceClient(billing), AdminKey: adminKey},
-		server.RemoteSeats{Client: activationsv1.NewActivationsInternalServiceClient(activations), AdminKey: adminKey},
+		billingclient.New(billing, adminKey), server.NewRemoteSeats(activations, adminKey),
 		relay)
 	server.Register(d.Server.GRPC, srv)
 	server.RegisterPortal(d.Server.GRPC, server.NewPortal(st, keyring, d.Config.PublicBaseURL))
@@ -86,6 +99,7 @@ func register(ctx context.Context, d *app.Deps) error {
 	}()
 	// Closers run in reverse: the relay finishes its batch before NATS closes.
 	d.OnClose(nc.Close)
+	d.OnClose(stopCache)
 	d.OnClose(wg.Wait)
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/keyhouse/keyhouse/pkg/apierr"
 	"github.com/keyhouse/keyhouse/pkg/auth"
+	"github.com/keyhouse/keyhouse/pkg/license"
 	"github.com/keyhouse/keyhouse/pkg/signing"
 	licensingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1"
 	"github.com/keyhouse/keyhouse/services/licensing/internal/store"
@@ -39,7 +40,7 @@ func (s *Server) ClaimProduct(ctx context.Context, req *licensingv1.ClaimProduct
 	}
 	err = s.store.ClaimProduct(ctx, tenant, req.GetProductId())
 	if errors.Is(err, store.ErrProductOwned) {
-		return nil, errProductOwned
+		return nil, license.ErrProductOwned
 	}
 	if err != nil {
 		return nil, err
@@ -67,4 +68,15 @@ func (s *Server) CountActiveLicenses(ctx context.Context, _ *licensingv1.CountAc
 		return nil, err
 	}
 	return &licensingv1.CountActiveLicensesResponse{Active: int32(n)}, nil
+}
+
+// IssueLicenseForTenant is issue-license on behalf of the tenant in metadata (storefront
+// fulfillment holds no tenant API key): the same validation, subscription and quota
+// checks, product claim and Idempotency-Key.
+func (s *Server) IssueLicenseForTenant(ctx context.Context, req *licensingv1.IssueLicenseForTenantRequest) (*licensingv1.IssueLicenseForTenantResponse, error) {
+	resp, err := s.IssueLicense(ctx, req.GetLicense())
+	if err != nil {
+		return nil, err
+	}
+	return &licensingv1.IssueLicenseForTenantResponse{Key: resp.GetKey()}, nil
 }
