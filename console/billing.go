@@ -3,19 +3,28 @@ package console
 import (
 	"context"
 
-	licensingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1"
+	billingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/billing/v1"
 )
 
-// freeLicenseLimit is the Free plan's quota (api.md Limits).
-const freeLicenseLimit = 5
-
-// billingStatus is the billing status record of the export. Until the billing service
-// answers GET /v1/billing/status itself, a hosted tenant is on Free: no billing history.
+// billingStatus is the billing status record of the export: exactly what
+// GET /v1/billing/status answers the tenant.
 func (h *Handler) billingStatus(ctx context.Context) (*exportBilling, error) {
-	stats, err := h.licensing.GetStats(ctx, &licensingv1.GetStatsRequest{})
+	st, err := h.billing.GetBillingStatus(ctx, &billingv1.GetBillingStatusRequest{})
 	if err != nil {
 		return nil, err
 	}
-	used, limit := stats.GetActiveLicenses(), int32(freeLicenseLimit)
-	return &exportBilling{Status: "active", LicensesUsed: &used, LicenseLimit: &limit}, nil
+	b := &exportBilling{Status: st.GetStatus(), CancelAtPeriodEnd: st.GetCancelAtPeriodEnd(), CurrentPeriodEnd: isoOrNil(st.GetCurrentPeriodEnd())}
+	if st.GetPlan() != nil {
+		p := st.GetPlan().GetValue()
+		b.Plan = &p
+	}
+	if st.GetLicensesUsed() != nil {
+		n := st.GetLicensesUsed().GetValue()
+		b.LicensesUsed = &n
+	}
+	if st.GetLicenseLimit() != nil {
+		n := st.GetLicenseLimit().GetValue()
+		b.LicenseLimit = &n
+	}
+	return b, nil
 }

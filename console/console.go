@@ -24,6 +24,7 @@ import (
 
 	accountsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/accounts/v1"
 	activationsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/activations/v1"
+	billingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/billing/v1"
 	licensingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1"
 	releasesv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/releases/v1"
 	"google.golang.org/grpc"
@@ -79,6 +80,7 @@ type Handler struct {
 	activations activationsv1.ActivationsServiceClient
 	seats       activationsv1.ActivationsConsoleServiceClient
 	releases    releasesv1.ReleasesServiceClient
+	billing     billingv1.BillingServiceClient
 }
 
 // callTimeout bounds each service call a page makes.
@@ -109,6 +111,7 @@ func New(opts Options) (*Handler, error) {
 		activations: activationsv1.NewActivationsServiceClient(c.Activations),
 		seats:       activationsv1.NewActivationsConsoleServiceClient(c.Activations),
 		releases:    releasesv1.NewReleasesServiceClient(c.Releases),
+		billing:     billingv1.NewBillingServiceClient(c.Billing),
 	}
 	h.routes()
 	return h, nil

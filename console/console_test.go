@@ -12,6 +12,7 @@ import (
 
 	accountsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/accounts/v1"
 	activationsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/activations/v1"
+	billingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/billing/v1"
 	licensingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -21,6 +22,7 @@ import (
 	"google.golang.org/grpc/test/bufconn"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
 // The stack tests (stack/e2e/console_*_test.go) drive the console against the real
@@ -77,6 +79,14 @@ func (f *fakeLicensing) GetStats(context.Context, *licensingv1.GetStatsRequest) 
 	return &licensingv1.GetStatsResponse{ActiveLicenses: int32(f.n)}, nil
 }
 
+type fakeBilling struct {
+	billingv1.UnimplementedBillingServiceServer
+}
+
+func (fakeBilling) GetBillingStatus(context.Context, *billingv1.GetBillingStatusRequest) (*billingv1.BillingStatus, error) {
+	return &billingv1.BillingStatus{Status: "active", LicensesUsed: wrapperspb.Int32(3), LicenseLimit: wrapperspb.Int32(5)}, nil
+}
+
 type fakeSeats struct {
 	activationsv1.UnimplementedActivationsConsoleServiceServer
 }
@@ -95,6 +105,7 @@ func newTestHandler(t *testing.T, base string, lic *fakeLicensing) *Handler {
 	accountsv1.RegisterConsoleAccountsServiceServer(g, fakeAccounts{})
 	licensingv1.RegisterLicensingServiceServer(g, lic)
 	activationsv1.RegisterActivationsConsoleServiceServer(g, fakeSeats{})
+	billingv1.RegisterBillingServiceServer(g, fakeBilling{})
 	go func() { _ = g.Serve(lis) }()
 	t.Cleanup(g.Stop)
 	conn, err := grpc.NewClient("passthrough:///bufnet",
@@ -191,6 +202,16 @@ func TestExportAsksForTheNewest1000AndLeavesOutNotes(t *testing.T) {
 	}
 	if err := json.Unmarshal(rec.Body.Bytes(), &f); err != nil {
 		t.Fatal(err)
+	}
+	if !strings.Contains(rec.Body.String(), `"billing": {
+    "status": "active",
+    "plan": null,
+    "cancelAtPeriodEnd": false,
+    "currentPeriodEnd": null,
+    "licensesUsed": 3,
+    "licenseLimit": 5
+  }`) {
+		t.Fatalf("export billing is not the billing status record: %.400s", rec.Body.String())
 	}
 	if len(f.Licenses) != 1000 || f.Account["tenant_name"] != "Acme <&> Co" {
 		t.Fatalf("%d licenses, account %v", len(f.Licenses), f.Account)

@@ -98,7 +98,7 @@ func (h *Handler) licensesPage(w http.ResponseWriter, r *http.Request, s *sessio
 	ctx, cancel := withCredential(r.Context(), s.token)
 	defer cancel()
 	resp, err := h.licensing.ListLicenses(ctx, &licensingv1.ListLicensesRequest{
-		IssuedTo: filters.Get("issued_to"), Status: filters.Get("status"), ProductId: filters.Get("product_id"),
+		IssuedTo: filters.Get("issued_to"), Status: optional(filters.Get("status")), ProductId: filters.Get("product_id"),
 		Limit: strconv.Itoa(pageSize), Offset: strconv.Itoa((page - 1) * pageSize),
 	})
 	if err != nil {

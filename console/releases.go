@@ -42,7 +42,7 @@ func (h *Handler) showReleases(w http.ResponseWriter, r *http.Request, s *sessio
 	defer cancel()
 	resp, err := h.releases.ListReleases(ctx, &releasesv1.ListReleasesRequest{
 		ProductId: filters.Get("product_id"), Channel: filters.Get("channel"), Platform: filters.Get("platform"),
-		Status: filters.Get("status"), Limit: strconv.Itoa(pageSize), Offset: strconv.Itoa((page - 1) * pageSize),
+		Status: optional(filters.Get("status")), Limit: strconv.Itoa(pageSize), Offset: strconv.Itoa((page - 1) * pageSize),
 	})
 	if err != nil {
 		if isUnauthenticated(err) {

@@ -253,3 +253,11 @@ func rfc3339(ts *timestamppb.Timestamp) string {
 	}
 	return ts.AsTime().UTC().Format(time.RFC3339)
 }
+
+// optional is a filter value for an optional proto field: unset when empty.
+func optional(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}

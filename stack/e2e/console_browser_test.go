@@ -196,7 +196,7 @@ func checkExportFile(t *testing.T, path, name, email, key, customer string) {
 	if f.Account["email"] != email || f.Account["tenant_name"] != "Acme Software" || !strings.HasPrefix(str(f.Account, "tenant_id"), "t_") {
 		t.Fatalf("export account %v", f.Account)
 	}
-	if f.Billing["status"] != "active" {
+	if f.Billing["status"] != "active" || f.Billing["plan"] != nil || f.Billing["licensesUsed"] != 1.0 || f.Billing["licenseLimit"] != 5.0 {
 		t.Fatalf("export billing %v", f.Billing)
 	}
 	if len(f.Licenses) != 1 || f.Licenses[0]["key"] != key || f.Licenses[0]["issued_to"] != customer {

@@ -54,6 +54,9 @@ func New(ctx context.Context, opts Options) (http.Handler, error) {
 	if err := accountsv1.RegisterAccountsServiceHandlerClient(ctx, mux, accountsv1.NewAccountsServiceClient(c.Billing)); err != nil {
 		return nil, err
 	}
+	if err := registerBilling(ctx, mux, c.Billing); err != nil {
+		return nil, err
+	}
 	if err := registerLicensing(ctx, mux, c.Licensing); err != nil {
 		return nil, err
 	}
@@ -70,18 +73,19 @@ func New(ctx context.Context, opts Options) (http.Handler, error) {
 		return nil, err
 	}
 
-	var h http.Handler = mux
+	var h http.Handler = withUTF8URL(mux)
 	if opts.Pages != nil {
 		root := http.NewServeMux()
 		root.Handle("/console", opts.Pages)
 		root.Handle("/console/", opts.Pages)
 		root.Handle("/portal/", opts.Pages)
-		root.Handle("/", mux)
+		root.Handle("/", h)
 		h = root
 	}
 	if opts.RateLimit != nil {
 		h = opts.RateLimit(h)
 	}
+	h = withHeadAsGet(h)
 	h = withBodyLimit(h)
 	h = withAccessLog(opts.Log, h)
 	h = withRequestID(h)
