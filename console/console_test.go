@@ -83,8 +83,8 @@ type fakeBilling struct {
 	billingv1.UnimplementedBillingServiceServer
 }
 
-func (fakeBilling) GetBillingStatus(context.Context, *billingv1.GetBillingStatusRequest) (*billingv1.BillingStatus, error) {
-	return &billingv1.BillingStatus{Status: "active", LicensesUsed: wrapperspb.Int32(3), LicenseLimit: wrapperspb.Int32(5)}, nil
+func (fakeBilling) GetBillingStatus(context.Context, *billingv1.GetBillingStatusRequest) (*billingv1.GetBillingStatusResponse, error) {
+	return &billingv1.GetBillingStatusResponse{Status: "active", LicensesUsed: wrapperspb.Int32(3), LicenseLimit: wrapperspb.Int32(5)}, nil
 }
 
 type fakeSeats struct {
