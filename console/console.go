@@ -27,6 +27,7 @@ import (
 	billingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/billing/v1"
 	licensingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1"
 	releasesv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/releases/v1"
+	storefrontv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/storefront/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -81,6 +82,7 @@ type Handler struct {
 	seats       activationsv1.ActivationsConsoleServiceClient
 	releases    releasesv1.ReleasesServiceClient
 	billing     billingv1.BillingServiceClient
+	storefront  storefrontv1.StorefrontServiceClient
 }
 
 // callTimeout bounds each service call a page makes.
@@ -112,6 +114,7 @@ func New(opts Options) (*Handler, error) {
 		seats:       activationsv1.NewActivationsConsoleServiceClient(c.Activations),
 		releases:    releasesv1.NewReleasesServiceClient(c.Releases),
 		billing:     billingv1.NewBillingServiceClient(c.Billing),
+		storefront:  storefrontv1.NewStorefrontServiceClient(c.Storefront),
 	}
 	h.routes()
 	return h, nil
@@ -124,7 +127,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	hdr.Set("X-Content-Type-Options", "nosniff")
 	hdr.Set("X-Frame-Options", "DENY")
 	hdr.Set("Referrer-Policy", "same-origin")
-	hdr.Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+	// form-action allows https: because upgrading and managing billing redirect to Stripe.
+	hdr.Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; form-action 'self' https:; frame-ancestors 'none'; base-uri 'none'")
 	if !strings.HasPrefix(r.URL.Path, "/console/static/") {
 		hdr.Set("Cache-Control", "no-store")
 	}
@@ -160,6 +164,16 @@ func (h *Handler) routes() {
 	m.HandleFunc("GET /console/releases", h.signedIn(h.releasesPage))
 	m.HandleFunc("POST /console/releases", h.signedIn(h.registerRelease))
 	m.HandleFunc("POST /console/releases/{id}/unpublish", h.signedIn(h.unpublishRelease))
+
+	m.HandleFunc("GET /console/billing", h.signedIn(h.billingPage))
+	m.HandleFunc("POST /console/billing/checkout", h.signedIn(h.checkout))
+
+	m.HandleFunc("GET /console/storefront", h.signedIn(h.storefrontPage))
+	m.HandleFunc("POST /console/storefront/webhooks", h.signedIn(h.connectWebhook))
+	m.HandleFunc("POST /console/storefront/webhooks/{id}/secret", h.signedIn(h.saveWebhookSecret))
+	m.HandleFunc("POST /console/storefront/webhooks/{id}/disable", h.signedIn(h.disableWebhook))
+	m.HandleFunc("POST /console/storefront/mappings", h.signedIn(h.createMapping))
+	m.HandleFunc("POST /console/storefront/mappings/{id}/delete", h.signedIn(h.deleteMapping))
 
 	m.HandleFunc("GET /console/settings", h.signedIn(h.settingsPage))
 	m.HandleFunc("POST /console/settings/rotate-key", h.signedIn(h.rotateKey))

@@ -216,3 +216,68 @@ func checkExportFile(t *testing.T, path, name, email, key, customer string) {
 func b64(b []byte) string { return base64.StdEncoding.EncodeToString(b) }
 
 func todayUTC() string { return time.Now().UTC().Format("2006-01-02") }
+
+func TestConsoleBillingInTheBrowser(t *testing.T) {
+	s := hosted(t)
+	c, tenant := hostedTenant(t, s)
+	issueLicense(t, c, map[string]any{"tier": "pro", "product_id": product("console-billing"), "issued_to": "b@example.com"})
+	out := browse(t, "billing1", map[string]any{"base": s.URL, "key": c.Token, "ip": browserIP(t, s)})
+	if !strings.HasPrefix(str(out, "url"), "https://checkout.stripe.com/") {
+		t.Fatalf("upgrade went to %q", str(out, "url"))
+	}
+	calls := stripeCalls("/v1/checkout/sessions", "client_reference_id", tenant)
+	if len(calls) != 1 || calls[0].Form.Get("line_items[0][price]") != testPriceAnnual {
+		t.Fatalf("the console's upgrade made checkout sessions %v, want one annual", calls)
+	}
+	su := upgrade(t, s, tenant)
+	out = browse(t, "billing2", map[string]any{"base": s.URL, "key": c.Token, "ip": browserIP(t, s)})
+	if u := str(out, "url"); u == "" || strings.HasPrefix(u, "https://checkout.stripe.com/") {
+		t.Fatalf("manage went to %q, want the billing portal", u)
+	}
+	if n := len(stripeCalls("/v1/billing_portal/sessions", "customer", su.customer)); n != 1 {
+		t.Fatalf("%d billing portal sessions, want 1", n)
+	}
+}
+
+// A sale end to end as people see it: the vendor sets the storefront up in the console, a
+// buyer pays, the email reaches a real SMTP server, and its portal link frees a seat.
+func TestStorefrontConsoleAndThePortalLinkOfTheBuyerEmail(t *testing.T) {
+	s, sink := storefrontStack(t)
+	tenant := newTenant(t, s)
+	prod, link, secret := product("sf-console"), uniq("plink_"), "whsec_"+uniq("console")
+	out := browse(t, "storefront1", map[string]any{"base": s.URL, "key": tenant.Token, "ip": browserIP(t, s),
+		"secret": secret, "link": link, "product": prod})
+	sh := &shop{t: t, c: tenant, webhook: map[string]any{"webhook_id": str(out, "webhookId")}, secret: secret}
+
+	buyer := uniq("portal-buyer") + "@example.com"
+	evID := uniq("evt_")
+	sh.deliver(event(evID, "checkout.session.completed", newSession(link, buyer))).ExpectBody(t, `{"received":true}`)
+	d := sh.await(evID, outcome("issued", "sent"))
+	key := str(d, "license_key")
+	if out := browse(t, "storefront2", map[string]any{"base": s.URL, "key": tenant.Token, "ip": browserIP(t, s)}); str(out, "key") != key {
+		t.Fatalf("the delivery links license %q, want %q", str(out, "key"), key)
+	}
+
+	m := awaitMail(t, sink, buyer, 1)[0]
+	const lead = "Manage your license and devices: "
+	i := strings.Index(m.Body, lead)
+	if i < 0 {
+		t.Fatalf("the buyer email carries no portal link:\n%s", m.Body)
+	}
+	link = strings.Fields(m.Body[i+len(lead):])[0]
+	if !strings.HasPrefix(link, "https://licenses.example.com/portal/") {
+		t.Fatalf("portal link %q is not under PUBLIC_BASE_URL", link)
+	}
+	// The stack's PUBLIC_BASE_URL names its public host; the browser reaches the same path
+	// on the gateway itself.
+	path := strings.TrimPrefix(link, "https://licenses.example.com")
+	pub := anon(t, s)
+	for _, inst := range []string{"laptop", "desktop"} {
+		pub.Post("/v1/activate-license", map[string]string{"key": key, "instance_id": inst}).Expect(t, 200)
+	}
+	browse(t, "portal", map[string]any{"base": s.URL, "ip": browserIP(t, s), "portal": s.URL + path, "product": prod, "instance": "desktop"})
+	acts := tenant.Get("/v1/list-activations/" + key).Expect(t, 200).JSON(t)["activations"].([]any)
+	if len(acts) != 1 || acts[0].(map[string]any)["instance_id"] != "laptop" {
+		t.Fatalf("after the buyer freed desktop in the portal: %v", acts)
+	}
+}

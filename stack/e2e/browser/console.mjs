@@ -29,6 +29,8 @@ async function text(page, selector) {
 async function signInWithKey(page, key) {
   await page.goto(base + '/console/');
   check(page.url().endsWith('/console/login'), `/console/ without a session should go to the sign-in page, got ${page.url()}`);
+  // The key field has focus as soon as the page is there (autofocus).
+  await page.waitForFunction(() => document.activeElement && document.activeElement.id === 'api_key');
   await page.keyboard.type(key);
   await page.keyboard.press('Enter');
   await page.waitForURL(base + '/console/');
@@ -58,6 +60,13 @@ async function issueLicense(page, { product, tier, customer, seats, limits }) {
   await page.waitForURL(/\/console\/licenses\/[^/?]+\?notice=issued/);
   check((await text(page, '.notice')) === 'License issued.', 'issuing shows a confirmation');
   return text(page, 'h1.key-title');
+}
+
+// stubOtherHosts answers every request to another host (Stripe) from here: the tests
+// reach nothing outside this machine.
+async function stubOtherHosts(page) {
+  await page.route((u) => !u.toString().startsWith(base), (route) =>
+    route.fulfill({ status: 200, contentType: 'text/html', body: '<title>Stripe</title><h1>Stripe</h1>' }));
 }
 
 const scenarios = {
@@ -193,6 +202,89 @@ const scenarios = {
     return { exportPath, exportName: download.suggestedFilename(), newKey };
   },
 
+  // Billing on Free: the quota, and the upgrade goes to Stripe Checkout.
+  async billing1(page) {
+    await stubOtherHosts(page);
+    await signInWithKey(page, cfg.key);
+    await page.getByRole('link', { name: 'Billing' }).click();
+    await page.waitForURL(base + '/console/billing');
+    check((await text(page, '.plan-name')).startsWith('Free'), 'a new account is on Free');
+    check((await page.content()).includes('1 of 5'), 'the quota shows 1 of 5 active licenses');
+    await shot(page, 'billing');
+    await page.getByLabel('Annual').check();
+    await page.getByRole('button', { name: 'Upgrade to Pro' }).click();
+    await page.waitForURL(/^https:\/\/checkout\.stripe\.com\//);
+    return { url: page.url() };
+  },
+
+  // Billing on Pro: manage or cancel goes to Stripe's billing portal.
+  async billing2(page) {
+    await stubOtherHosts(page);
+    await signInWithKey(page, cfg.key);
+    await page.goto(base + '/console/billing');
+    check((await text(page, '.plan-name')).startsWith('Pro'), 'after the upgrade the plan is Pro');
+    check((await page.content()).includes('1 of 1000'), 'the quota shows 1 of 1000');
+    await page.getByRole('button', { name: 'Manage or cancel' }).click();
+    await page.waitForURL((u) => !u.toString().startsWith(base));
+    return { url: page.url() };
+  },
+
+  // Storefront set-up in the console: connect, save the secret, add a mapping.
+  async storefront1(page) {
+    await signInWithKey(page, cfg.key);
+    await page.getByRole('link', { name: 'Storefront' }).click();
+    await page.waitForURL(base + '/console/storefront');
+    await page.getByRole('button', { name: 'Connect Stripe' }).click();
+    await page.waitForURL(/notice=connected/);
+    const callback = await page.locator('input[aria-label^="Callback URL"]').inputValue();
+    check(/\/v1\/webhooks\/storefront\/[^/]+$/.test(callback), `the callback URL is shown, got "${callback}"`);
+    check((await text(page, 'td .badge')) === 'pending', 'a new webhook is pending');
+    await page.getByLabel('Signing secret').fill('not-a-secret');
+    await page.getByRole('button', { name: 'Save and activate' }).click();
+    const secretError = await page.locator('#signing_secret-error').innerText().catch(() => '');
+    check(secretError.length > 0, 'a malformed signing secret: the API\'s message beside the field');
+    await page.getByLabel('Signing secret').fill(cfg.secret);
+    await page.getByRole('button', { name: 'Save and activate' }).click();
+    await page.waitForURL(/notice=secret-saved/);
+    check((await text(page, 'td .badge')) === 'active', 'saving the secret activates the webhook');
+
+    await page.locator('#add-mapping summary').click();
+    const form = page.locator('#add-mapping');
+    await form.getByLabel('Payment link id or service_ref').fill(cfg.link);
+    await form.getByLabel('Product').fill(cfg.product);
+    await form.getByLabel('Seats', { exact: true }).fill('2');
+    await page.getByRole('button', { name: 'Add mapping' }).click();
+    const tierError = await page.locator('#tier-error').innerText().catch(() => '');
+    check(tierError.includes('tier'), `a mapping without a tier: the API's message beside Tier, got "${tierError}"`);
+    await page.locator('#add-mapping').getByLabel('Tier').fill('pro');
+    await page.getByRole('button', { name: 'Add mapping' }).click();
+    await page.waitForURL(/notice=mapping-added/);
+    check((await page.content()).includes(cfg.link), 'the mapping is listed');
+    return { webhookId: callback.split('/').pop() };
+  },
+
+  // After a sale: the delivery by outcome, and its license.
+  async storefront2(page) {
+    await signInWithKey(page, cfg.key);
+    await page.goto(base + '/console/storefront');
+    await page.getByLabel('Outcome').selectOption('issued');
+    await page.getByRole('button', { name: 'Filter' }).click();
+    await page.waitForURL(/outcome=issued/);
+    const rows = page.locator('section[aria-labelledby="deliveries-title"] tbody tr');
+    check(await rows.count() === 1, `one issued delivery expected, got ${await rows.count()}`);
+    await shot(page, 'storefront');
+    await page.getByLabel('Outcome').selectOption('unmapped');
+    await page.getByRole('button', { name: 'Filter' }).click();
+    await page.waitForURL(/outcome=unmapped/);
+    check(await rows.count() === 0, 'no unmapped delivery');
+    await page.getByLabel('Outcome').selectOption('issued');
+    await page.getByRole('button', { name: 'Filter' }).click();
+    await page.waitForURL(/outcome=issued/);
+    await page.locator('section[aria-labelledby="deliveries-title"] tbody tr a').click();
+    await page.waitForURL(/\/console\/licenses\//);
+    return { key: await text(page, 'h1.key-title') };
+  },
+
   // Another tenant opens the first tenant's license by URL.
   async isolation(page) {
     await signInWithKey(page, cfg.key);
@@ -236,20 +328,27 @@ const browser = await chromium.launch({
     '--disable-extensions', '--no-first-run', '--disable-sync', '--metrics-recording-only', '--mute-audio'],
 });
 let code = 0;
+let page;
 try {
   const context = await browser.newContext({
     acceptDownloads: true,
     viewport: { width: 1280, height: 860 },
+    // Every request carries the scenario's client address, except those Chromium makes for
+    // an <a download> link: such links in the pages must stay off rate-limited routes.
     extraHTTPHeaders: cfg.ip ? { 'X-Forwarded-For': cfg.ip } : {},
   });
   context.setDefaultTimeout(20000);
-  const page = await context.newPage();
+  page = await context.newPage();
   const run = scenarios[scenario];
   if (!run) throw new Error(`no scenario ${scenario}`);
   const out = await run(page);
   process.stdout.write(JSON.stringify(out) + '\n');
 } catch (err) {
   process.stderr.write(`scenario ${scenario}: ${err.stack || err}\n`);
+  if (page) {
+    const body = await page.locator('body').innerText().catch(() => '');
+    process.stderr.write(`page ${page.url()}:\n${body.slice(0, 1500)}\n`);
+  }
   code = 1;
 } finally {
   await browser.close();
