@@ -188,6 +188,14 @@ func (h *Handler) routes() {
 	m.HandleFunc("/portal/", h.notFound)
 }
 
+// AdminInfoRoutes are the console requests that count against the client IP's Admin-Info
+// rate tier (addendum §9): sign-in attempts and data exports. The gateway's rate limiter
+// reads this set; the pages are not part of the REST route table.
+var AdminInfoRoutes = map[string]bool{
+	"POST /console/login": true,
+	"GET /console/export": true,
+}
+
 // withCredential returns ctx carrying the session token for a service call.
 func withCredential(ctx context.Context, token string) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithTimeout(ctx, callTimeout)
