@@ -276,7 +276,7 @@ func TestStorefrontConsoleAndThePortalLinkOfTheBuyerEmail(t *testing.T) {
 		pub.Post("/v1/activate-license", map[string]string{"key": key, "instance_id": inst}).Expect(t, 200)
 	}
 	browse(t, "portal", map[string]any{"base": s.URL, "ip": browserIP(t, s), "portal": s.URL + path, "product": prod, "instance": "desktop"})
-	acts := tenant.Get("/v1/list-activations/" + key).Expect(t, 200).JSON(t)["activations"].([]any)
+	acts := tenant.Get("/v1/list-activations/"+key).Expect(t, 200).JSON(t)["activations"].([]any)
 	if len(acts) != 1 || acts[0].(map[string]any)["instance_id"] != "laptop" {
 		t.Fatalf("after the buyer freed desktop in the portal: %v", acts)
 	}
