@@ -7,6 +7,7 @@ import (
 	"errors"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/keyhouse/keyhouse/pkg/pgxx"
 )
 
 // PortalLink is a license's portal nonce; the token is derived from it (server.Portal).
@@ -26,15 +27,17 @@ func TokenHash(token string) []byte {
 // no such license.
 func (s *Store) PortalLink(ctx context.Context, tenant, key string, reset bool, derive func(nonce []byte) string) ([]byte, error) {
 	var nonce []byte
-	err := s.InTx(ctx, func(tx *Tx) error {
-		if _, err := get(ctx, tx.tx, tenant, key, true); err != nil {
+	// The license row is locked (and must exist) while its link changes; the row itself
+	// does not change, so nothing leaves the license cache.
+	err := pgxx.InTx(ctx, s.db, func(tx pgx.Tx) error {
+		if _, err := get(ctx, tx, tenant, key, true); err != nil {
 			return err
 		}
 		if !reset {
-			err := tx.tx.QueryRow(ctx, `SELECT nonce FROM portal_links WHERE key_hash = $1`, KeyHash(key)).Scan(&nonce)
+			err := tx.QueryRow(ctx, `SELECT nonce FROM portal_links WHERE key_hash = $1`, KeyHash(key)).Scan(&nonce)
 			if err == nil {
 				// Re-derived each time: a changed HMAC secret moves the stored hash along.
-				_, err = tx.tx.Exec(ctx, `UPDATE portal_links SET token_hash = $2 WHERE key_hash = $1 AND token_hash <> $2`,
+				_, err = tx.Exec(ctx, `UPDATE portal_links SET token_hash = $2 WHERE key_hash = $1 AND token_hash <> $2`,
 					KeyHash(key), TokenHash(derive(nonce)))
 				return err
 			}
@@ -46,7 +49,7 @@ func (s *Store) PortalLink(ctx context.Context, tenant, key string, reset bool, 
 		if _, err := rand.Read(nonce); err != nil {
 			return err
 		}
-		_, err := tx.tx.Exec(ctx, `INSERT INTO portal_links (key_hash, tenant_id, nonce, token_hash) VALUES ($1, $2, $3, $4)
+		_, err := tx.Exec(ctx, `INSERT INTO portal_links (key_hash, tenant_id, nonce, token_hash) VALUES ($1, $2, $3, $4)
 			ON CONFLICT (key_hash) DO UPDATE SET nonce = EXCLUDED.nonce, token_hash = EXCLUDED.token_hash, created_at = now()`,
 			KeyHash(key), tenant, nonce, TokenHash(derive(nonce)))
 		return err
