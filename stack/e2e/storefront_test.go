@@ -265,7 +265,7 @@ func TestStorefrontFullFlow(t *testing.T) {
 	// Another tenant sees none of it (invariant 1).
 	other := newTenant(t, s)
 	other.Get("/v1/storefront/deliveries").ExpectBody(t, `{"deliveries":[],"total":0}`)
-	other.Get("/v1/admin/license/" + key).ExpectError(t, 404, "License key not found")
+	other.Get("/v1/admin/license/"+key).ExpectError(t, 404, "License key not found")
 	// The buyer's address is used for the send and stored nowhere a vendor can read.
 	for _, path := range []string{"/v1/storefront/deliveries", "/v1/admin/license/" + key, "/v1/list-licenses?limit=1000"} {
 		if body := sh.c.Get(path).Expect(t, 200).Body; strings.Contains(string(body), buyer) {
