@@ -169,7 +169,7 @@ func (s *shop) await(eventID string, ok func(map[string]any) bool) map[string]an
 		if last = s.delivery(eventID); last != nil && ok(last) {
 			return last
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(200 * time.Millisecond)
 	}
 	s.t.Fatalf("delivery of %s never reached the expected state; last: %v", eventID, last)
 	return nil
