@@ -103,6 +103,20 @@ func TestLicenseCache_ExpiryIsNeverCached(t *testing.T) {
 	c.Post("/v1/verify-license", verify).Expect(t, 403).ExpectBody(t, verifyExpired)
 }
 
+// settles polls cond until it holds, for at most staleBound: a write through licensing
+// reaches the license caches of activations and releases within that bound, so a test
+// that reads through them right after a write waits for it like a client would.
+func settles(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	start := time.Now()
+	for !cond() {
+		if time.Since(start) > staleBound {
+			t.Fatalf("not within %v: %s", staleBound, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // waitFor posts body to path through c until the answer has status, and fails when that
 // takes longer than staleBound.
 func waitFor(t *testing.T, c *Client, path string, body any, status int) *Response {
