@@ -71,9 +71,11 @@ type Stack struct {
 type Proc struct {
 	Name string
 	Addr string
-	cmd  *exec.Cmd
-	done chan struct{}
-	err  error
+	// MetricsAddr is where the process serves Prometheus /metrics (METRICS_PORT).
+	MetricsAddr string
+	cmd         *exec.Cmd
+	done        chan struct{}
+	err         error
 	// stopping marks an exit we asked for, as opposed to a crash.
 	stopping atomic.Bool
 }
@@ -97,6 +99,11 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 	}()
 	for k, v := range opts.Env {
 		s.env[k] = v
+	}
+	// Nothing balances load in front of a local stack, so stopping need not wait for one
+	// to notice (SHUTDOWN_DELAY); tests of the drain set it themselves.
+	if _, set := s.env["SHUTDOWN_DELAY"]; !set {
+		s.env["SHUTDOWN_DELAY"] = "0s"
 	}
 	s.AdminKey = s.env["ADMIN_API_KEY"]
 	if s.AdminKey == "" {
@@ -185,7 +192,7 @@ func (s *Stack) StartGateway(ctx context.Context, port int, extra map[string]str
 	}
 	p.Addr = "127.0.0.1:" + strconv.Itoa(port)
 	url := "http://" + p.Addr
-	if err := waitHTTP(ctx, p, url+"/"); err != nil {
+	if err := waitHTTP(ctx, p, url+"/readyz"); err != nil {
 		return "", err
 	}
 	s.mu.Lock()
@@ -248,6 +255,10 @@ func (s *Stack) logHint(name string) string {
 }
 
 func (s *Stack) spawn(name string, extra map[string]string) (*Proc, error) {
+	metricsAddr, err := s.metricsAddr(extra)
+	if err != nil {
+		return nil, err
+	}
 	out, closeOut, err := s.output(name)
 	if err != nil {
 		return nil, err
@@ -262,7 +273,7 @@ func (s *Stack) spawn(name string, extra map[string]string) (*Proc, error) {
 		closeOut()
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
-	p := &Proc{Name: name, cmd: cmd, done: make(chan struct{})}
+	p := &Proc{Name: name, MetricsAddr: metricsAddr, cmd: cmd, done: make(chan struct{})}
 	go func() {
 		p.err = cmd.Wait()
 		closeOut()
@@ -279,6 +290,33 @@ func (s *Stack) spawn(name string, extra map[string]string) (*Proc, error) {
 	s.mu.Unlock()
 	return p, nil
 }
+
+// metricsAddr picks a process's METRICS_PORT: with fixed ports (make run) the default,
+// its own port + 1000; otherwise a free port, set in extra.
+func (s *Stack) metricsAddr(extra map[string]string) (string, error) {
+	port := extra["METRICS_PORT"]
+	switch {
+	case port != "":
+	case s.opts.FirstServicePort != 0:
+		own := extra["PORT"]
+		if addr := extra["GRPC_ADDR"]; addr != "" {
+			own = addr[strings.LastIndexByte(addr, ':')+1:]
+		}
+		n, _ := strconv.Atoi(own)
+		port = strconv.Itoa(n + 1000)
+	default:
+		n, err := localinfra.FreePort()
+		if err != nil {
+			return "", err
+		}
+		port = strconv.Itoa(n)
+		extra["METRICS_PORT"] = port
+	}
+	return "127.0.0.1:" + port, nil
+}
+
+// Signal sends sig to the process (tests pause and resume, or stop, one replica).
+func (p *Proc) Signal(sig os.Signal) error { return p.cmd.Process.Signal(sig) }
 
 // Exited is closed when the process ends.
 func (p *Proc) Exited() <-chan struct{} { return p.done }
@@ -440,4 +478,23 @@ func (p *prefixWriter) Write(b []byte) (int, error) {
 		p.buf = p.buf[i+1:]
 	}
 	return len(b), nil
+}
+
+// Procs returns the running processes named name ("gateway" or a service), first
+// started first.
+func (s *Stack) Procs(name string) []*Proc {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []*Proc
+	for _, p := range s.procs {
+		select {
+		case <-p.done:
+			continue
+		default:
+		}
+		if p.Name == name {
+			out = append(out, p)
+		}
+	}
+	return out
 }

@@ -6,12 +6,14 @@ package config
 import (
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"net/url"
 	"os"
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Service gRPC addresses. Each service listens on its own and dials the others.
@@ -59,6 +61,18 @@ type Config struct {
 	SigningKeysFile string
 	LogLevel        string
 	LogFormat       string
+
+	// RequestTimeout is every request's budget (REQUEST_TIMEOUT): the gateway cuts each
+	// HTTP request to it, and services apply it to gRPC calls that arrive without a deadline.
+	RequestTimeout time.Duration
+	// ShutdownDelay is how long a process keeps serving after SIGTERM while reporting
+	// not-ready, so load balancers stop sending (SHUTDOWN_DELAY).
+	ShutdownDelay time.Duration
+	// ShutdownTimeout bounds the drain of in-flight requests after the delay (SHUTDOWN_TIMEOUT).
+	ShutdownTimeout time.Duration
+	// MetricsPort is the Prometheus port (METRICS_PORT); 0 means the process's own port
+	// + 1000 (see MetricsAddr).
+	MetricsPort int
 }
 
 // Secret is a string that never prints itself.
@@ -116,6 +130,20 @@ func LoadFrom(lookup func(string) (string, bool)) (*Config, error) {
 		SigningKeysFile: r.str("SIGNING_KEYS_FILE", ""),
 		LogLevel:        r.str("LOG_LEVEL", "info"),
 		LogFormat:       r.str("LOG_FORMAT", "json"),
+
+		RequestTimeout:  r.duration("REQUEST_TIMEOUT", 5*time.Second),
+		ShutdownDelay:   r.duration("SHUTDOWN_DELAY", 5*time.Second),
+		ShutdownTimeout: r.duration("SHUTDOWN_TIMEOUT", 25*time.Second),
+		MetricsPort:     r.int("METRICS_PORT", 0),
+	}
+	if c.RequestTimeout <= 0 {
+		r.fail("REQUEST_TIMEOUT", "must be positive")
+	}
+	if c.ShutdownTimeout <= 0 {
+		r.fail("SHUTDOWN_TIMEOUT", "must be positive")
+	}
+	if c.MetricsPort < 0 || c.MetricsPort > 65535 {
+		r.fail("METRICS_PORT", "must be a TCP port")
 	}
 	if c.Port < 1 || c.Port > 65535 {
 		r.fail("PORT", "must be a TCP port")
@@ -171,6 +199,40 @@ func (r *reader) int(name string, def int) int {
 		return def
 	}
 	return n
+}
+
+// duration reads a Go duration ("5s", "250ms") or a whole number of seconds.
+func (r *reader) duration(name string, def time.Duration) time.Duration {
+	v := r.str(name, "")
+	if v == "" {
+		return def
+	}
+	if n, err := strconv.Atoi(v); err == nil {
+		return time.Duration(n) * time.Second
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 {
+		r.fail(name, "must be a duration such as 5s or 250ms")
+		return def
+	}
+	return d
+}
+
+// MetricsAddr is where this process serves /metrics: METRICS_PORT, or by default the port
+// of listenAddr (the process's own HTTP or gRPC address) + 1000, on the same host.
+func (c *Config) MetricsAddr(listenAddr string) (string, error) {
+	host, port, err := net.SplitHostPort(listenAddr)
+	if err != nil {
+		return "", fmt.Errorf("config: cannot derive the metrics port from %q: %w", listenAddr, err)
+	}
+	if c.MetricsPort != 0 {
+		return net.JoinHostPort(host, strconv.Itoa(c.MetricsPort)), nil
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil || p == 0 || p+1000 > 65535 {
+		return "", fmt.Errorf("config: set METRICS_PORT: the default (port %s + 1000) is not a usable port", port)
+	}
+	return net.JoinHostPort(host, strconv.Itoa(p+1000)), nil
 }
 
 func (r *reader) bool(name string, def bool) bool {

@@ -36,6 +36,11 @@ func Open(ctx context.Context, databaseURL, schema string) (*pgxpool.Pool, error
 	}
 	cfg.ConnConfig.RuntimeParams["search_path"] = schema
 	cfg.ConnConfig.RuntimeParams["application_name"] = "keyhouse-" + schema
+	if cfg.ConnConfig.ConnectTimeout == 0 {
+		// A server that accepts TCP but never answers (paused, overloaded) must not hold a
+		// new connection forever; requests are bounded by their deadline anyway.
+		cfg.ConnConfig.ConnectTimeout = 5 * time.Second
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("pgxx: connect: %w", err)

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/keyhouse/keyhouse/pkg/buildinfo"
@@ -31,6 +32,11 @@ type Options struct {
 	Conns Conns
 	// RateLimit wraps the routes that have a tier; nil disables rate limiting.
 	RateLimit func(http.Handler) http.Handler
+	// NotReady lists what keeps the gateway from being ready (GET /readyz); nil means
+	// always ready.
+	NotReady func() []string
+	// RequestTimeout is every request's budget (REQUEST_TIMEOUT); zero means none.
+	RequestTimeout time.Duration
 }
 
 // New returns the gateway's whole HTTP handler.
@@ -46,6 +52,7 @@ func New(ctx context.Context, opts Options) (http.Handler, error) {
 		runtime.WithMetadata(func(ctx context.Context, _ *http.Request) metadata.MD {
 			return metadata.Pairs(grpcx.RequestIDHeader, telemetry.RequestID(ctx))
 		}),
+		runtime.WithMiddlewares(recordRoute),
 	)
 	c := opts.Conns
 	if err := accountsv1.RegisterAccountsServiceHandlerClient(ctx, mux, accountsv1.NewAccountsServiceClient(c.Billing)); err != nil {
@@ -63,13 +70,21 @@ func New(ctx context.Context, opts Options) (http.Handler, error) {
 	if err := mux.HandlePath(http.MethodGet, "/", health(marshaler)); err != nil {
 		return nil, err
 	}
+	if err := mux.HandlePath(http.MethodGet, HealthzPath, healthz); err != nil {
+		return nil, err
+	}
+	if err := mux.HandlePath(http.MethodGet, ReadyzPath, readyz(opts.NotReady)); err != nil {
+		return nil, err
+	}
 
 	var h http.Handler = mux
+	h = withBudget(opts.RequestTimeout, h)
 	if opts.RateLimit != nil {
 		h = opts.RateLimit(h)
 	}
 	h = withBodyLimit(h)
 	h = withAccessLog(opts.Log, h)
+	h = withMetrics(h)
 	h = withRequestID(h)
 	if !telemetry.TracingEnabled() {
 		return h, nil

@@ -36,6 +36,7 @@ func main() {
 			if err != nil {
 				return err
 			}
+			d.Readiness.Add(natsx.ReadinessCheck(nc))
 			var wg sync.WaitGroup
 			wg.Add(1)
 			go func() {
