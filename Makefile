@@ -9,7 +9,9 @@ VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo de
 LDFLAGS   := -X github.com/keyhouse/keyhouse/pkg/buildinfo.version=$(VERSION)
 # Every module's packages (go.work lists the modules).
 PKGS      := ./pkg/... ./gateway/... ./services/billing/... ./services/licensing/... \
-             ./services/activations/... ./services/releases/... ./services/storefront/... ./stack/...
+             ./services/activations/... ./services/releases/... ./services/storefront/... ./stack/... \
+             ./devinfra/...
+GOTEST    := go test -count=1 -race -shuffle=on
 PROTO_TOOLS := $(TOOLS_DIR)/buf $(TOOLS_DIR)/protoc-gen-go $(TOOLS_DIR)/protoc-gen-go-grpc $(TOOLS_DIR)/protoc-gen-grpc-gateway
 
 .PHONY: help
@@ -40,8 +42,16 @@ run: deps build ## Run the whole stack on :8080 (Ctrl-C stops it; data stays in 
 	@$(BIN_DIR)/keyhouse-dev
 
 .PHONY: test
-test: deps lint ## Unit and integration tests (real Postgres, Redis, NATS)
-	go test -count=1 -race -timeout 20m $(PKGS)
+test: deps lint ## Every test: unit, integration (real Postgres, Redis, NATS) and e2e
+	$(GOTEST) -timeout 20m $(PKGS)
+
+.PHONY: test-unit
+test-unit: ## Unit tests only (-short: no server or binary is started)
+	$(GOTEST) -short -timeout 5m $(PKGS)
+
+.PHONY: test-e2e
+test-e2e: deps ## The end-to-end suite (stack/e2e): every binary on real Postgres, Redis, NATS
+	$(GOTEST) -timeout 20m ./stack/e2e/...
 
 .PHONY: lint
 lint: ## gofmt and go vet

@@ -1,10 +1,11 @@
 // Package stack runs the whole Keyhouse stack on one machine: Postgres, Redis and NATS
-// from pkg/localinfra, every service binary (migrated first), and one or more gateways.
-// `make run` uses it with data kept under .keyhouse/; the integration tests use it with a
-// temporary folder. It is the one harness for the stack.
+// from devinfra (unless given their URLs), every service binary (migrated first), and one
+// or more gateways. `make run` uses it with data kept under .keyhouse/; the integration
+// tests (stack/e2e) and the benchmarks use it on testkit's shared servers.
 package stack
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -20,7 +21,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/keyhouse/keyhouse/pkg/localinfra"
+	"github.com/keyhouse/keyhouse/devinfra"
+	"github.com/keyhouse/keyhouse/devinfra/devnats"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -52,9 +54,9 @@ type Options struct {
 // Stack is a running stack.
 type Stack struct {
 	opts     Options
-	Postgres *localinfra.Postgres
-	Redis    *localinfra.Redis
-	NATS     *localinfra.NATS
+	Postgres *devinfra.Postgres
+	Redis    *devinfra.Redis
+	NATS     *devnats.Server
 	// URL is the first gateway's base URL.
 	URL string
 	// AdminKey is the admin credential of this stack.
@@ -83,8 +85,25 @@ type Proc struct {
 // Err is the process's exit error, once it has exited.
 func (p *Proc) Err() error { return p.err }
 
+// Pid is the process id (make bench samples each process's CPU time by it).
+func (p *Proc) Pid() int { return p.cmd.Process.Pid }
+
 // Crashed delivers each process that exits without having been told to stop.
 func (s *Stack) Crashed() <-chan *Proc { return s.exited }
+
+// DevEnv is the environment `make run` gives the stack (text logs at the default level,
+// unless the user's LOG_FORMAT says otherwise), with extra on top. make bench uses it too,
+// so its figures include the logging users get.
+func DevEnv(extra map[string]string) map[string]string {
+	env := map[string]string{"LOG_FORMAT": "text"}
+	if v := os.Getenv("LOG_FORMAT"); v != "" {
+		env["LOG_FORMAT"] = v
+	}
+	for k, v := range extra {
+		env[k] = v
+	}
+	return env
+}
 
 // Start brings the stack up and returns when every gateway answers.
 func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
@@ -110,19 +129,19 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 		return nil, errors.New("stack: Env must set ADMIN_API_KEY")
 	}
 	if s.env["DATABASE_URL"] == "" {
-		if s.Postgres, err = localinfra.StartPostgres(ctx, filepath.Join(opts.Dir, "postgres"), opts.PostgresPort); err != nil {
+		if s.Postgres, err = devinfra.StartPostgres(ctx, filepath.Join(opts.Dir, "postgres"), opts.PostgresPort); err != nil {
 			return nil, err
 		}
 		s.env["DATABASE_URL"] = s.Postgres.URL("keyhouse")
 	}
 	if s.env["REDIS_URL"] == "" {
-		if s.Redis, err = localinfra.StartRedis(ctx, filepath.Join(opts.Dir, "redis"), opts.RedisPort); err != nil {
+		if s.Redis, err = devinfra.StartRedis(ctx, filepath.Join(opts.Dir, "redis"), opts.RedisPort); err != nil {
 			return nil, err
 		}
 		s.env["REDIS_URL"] = s.Redis.URL()
 	}
 	if s.env["NATS_URL"] == "" {
-		if s.NATS, err = localinfra.StartNATS(filepath.Join(opts.Dir, "nats"), opts.NATSPort); err != nil {
+		if s.NATS, err = devnats.Start(filepath.Join(opts.Dir, "nats"), opts.NATSPort); err != nil {
 			return nil, err
 		}
 		s.env["NATS_URL"] = s.NATS.URL()
@@ -131,7 +150,7 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 		port := 0
 		if opts.FirstServicePort != 0 {
 			port = opts.FirstServicePort + portOffset[name]
-		} else if port, err = localinfra.FreePort(); err != nil {
+		} else if port, err = devinfra.FreePort(); err != nil {
 			return nil, err
 		}
 		s.env[strings.ToUpper(name)+"_ADDR"] = "127.0.0.1:" + strconv.Itoa(port)
@@ -170,6 +189,16 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 	return s, nil
 }
 
+// Dir is the folder holding the stack's data and logs.
+func (s *Stack) Dir() string { return s.opts.Dir }
+
+// Procs returns the running service and gateway processes, in start order.
+func (s *Stack) Procs() []*Proc {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]*Proc(nil), s.procs...)
+}
+
 // Env returns the value of a variable as the processes see it.
 func (s *Stack) Env(name string) string { return s.env[name] }
 
@@ -178,7 +207,7 @@ func (s *Stack) Env(name string) string { return s.env[name] }
 func (s *Stack) StartGateway(ctx context.Context, port int, extra map[string]string) (string, error) {
 	var err error
 	if port == 0 {
-		if port, err = localinfra.FreePort(); err != nil {
+		if port, err = devinfra.FreePort(); err != nil {
 			return "", err
 		}
 	}
@@ -305,7 +334,7 @@ func (s *Stack) metricsAddr(extra map[string]string) (string, error) {
 		n, _ := strconv.Atoi(own)
 		port = strconv.Itoa(n + 1000)
 	default:
-		n, err := localinfra.FreePort()
+		n, err := devinfra.FreePort()
 		if err != nil {
 			return "", err
 		}
@@ -396,7 +425,7 @@ func (s *Stack) RestartService(ctx context.Context, name string) error {
 // and Redis, on a free port, and returns its address once it is healthy. Point a gateway
 // at it with StartGateway(ctx, 0, map[string]string{"<NAME>_ADDR": addr}).
 func (s *Stack) StartServiceReplica(ctx context.Context, name string) (string, error) {
-	port, err := localinfra.FreePort()
+	port, err := devinfra.FreePort()
 	if err != nil {
 		return "", err
 	}
@@ -469,32 +498,23 @@ func (p *prefixWriter) Write(b []byte) (int, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.buf = append(p.buf, b...)
+	// Every complete line gets the prefix; the lines of one write go out in one write.
+	var out []byte
+	rest := p.buf
 	for {
-		i := strings.IndexByte(string(p.buf), '\n')
+		i := bytes.IndexByte(rest, '\n')
 		if i < 0 {
 			break
 		}
-		fmt.Fprintf(p.w, "%-12s| %s\n", p.prefix, p.buf[:i])
-		p.buf = p.buf[i+1:]
+		out = fmt.Appendf(out, "%-12s| %s\n", p.prefix, rest[:i])
+		rest = rest[i+1:]
+	}
+	// Keep the unfinished tail only, at the start of the buffer.
+	p.buf = p.buf[:copy(p.buf, rest)]
+	if len(out) > 0 {
+		if _, err := p.w.Write(out); err != nil {
+			return 0, err
+		}
 	}
 	return len(b), nil
-}
-
-// Procs returns the running processes named name ("gateway" or a service), first
-// started first.
-func (s *Stack) Procs(name string) []*Proc {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []*Proc
-	for _, p := range s.procs {
-		select {
-		case <-p.done:
-			continue
-		default:
-		}
-		if p.Name == name {
-			out = append(out, p)
-		}
-	}
-	return out
 }

@@ -10,26 +10,25 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/keyhouse/keyhouse/devinfra/testkit"
 	"github.com/keyhouse/keyhouse/pkg/apierr"
 	"github.com/keyhouse/keyhouse/pkg/idempotency"
 	"github.com/keyhouse/keyhouse/pkg/pgxx"
-	"github.com/keyhouse/keyhouse/pkg/testkit"
 )
+
+func TestMain(m *testing.M) { testkit.Main(m) }
+
+// schema is a service schema holding the idempotency table, as a service's migration makes it.
+var schema = testkit.Template{Name: "idempotency", Migrate: pgxx.Migrations{Schema: "svc", FS: fstest.MapFS{"00001_init.sql": &fstest.MapFile{Data: []byte(
+	"-- +goose Up\nCREATE TABLE things (id serial PRIMARY KEY);\n" + idempotency.TableSQL)}}}.Apply}
 
 func pool(t *testing.T) *pgxpool.Pool {
 	t.Helper()
-	ctx := context.Background()
-	url := testkit.PostgresURL(t, "idem")
-	db, err := pgxx.Open(ctx, url, "svc")
+	db, err := pgxx.Open(context.Background(), testkit.DatabaseURL(t, schema), "svc")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(db.Close)
-	m := pgxx.Migrations{Schema: "svc", FS: fstest.MapFS{"00001_init.sql": &fstest.MapFile{Data: []byte(
-		"-- +goose Up\nCREATE TABLE things (id serial PRIMARY KEY);\n" + idempotency.TableSQL)}}}
-	if _, err := m.Up(ctx, db); err != nil {
-		t.Fatal(err)
-	}
 	return db
 }
 

@@ -11,7 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keyhouse/keyhouse/pkg/localinfra"
+	"github.com/keyhouse/keyhouse/devinfra"
+	"github.com/keyhouse/keyhouse/devinfra/devnats"
+	"github.com/keyhouse/keyhouse/devinfra/testkit"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -74,7 +76,7 @@ func (d *deliveries) of(id string) []uint64 {
 
 func TestConsumerRedeliversAfterHandlerErrorAndAcksOnSuccess(t *testing.T) {
 	t.Parallel()
-	_, js := connect(t, testNATS.URL(), nil)
+	_, js := connect(t, devnats.SharedURL(t), nil)
 	stream, prefix := newStream(t, js)
 	log, _ := newLog(t)
 
@@ -105,7 +107,7 @@ func TestConsumerRedeliversAfterHandlerErrorAndAcksOnSuccess(t *testing.T) {
 
 func TestConsumerTerminatesPermanentFailureWithoutRedelivery(t *testing.T) {
 	t.Parallel()
-	_, js := connect(t, testNATS.URL(), nil)
+	_, js := connect(t, devnats.SharedURL(t), nil)
 	stream, prefix := newStream(t, js)
 	log, rec := newLog(t)
 
@@ -144,7 +146,7 @@ func TestConsumerTerminatesPermanentFailureWithoutRedelivery(t *testing.T) {
 
 func TestConsumerStopsRetryingAtMaxDeliver(t *testing.T) {
 	t.Parallel()
-	_, js := connect(t, testNATS.URL(), nil)
+	_, js := connect(t, devnats.SharedURL(t), nil)
 	stream, prefix := newStream(t, js)
 	log, rec := newLog(t)
 
@@ -172,7 +174,7 @@ func TestConsumerStopsRetryingAtMaxDeliver(t *testing.T) {
 
 func TestConsumerShutdownFinishesTheMessageInHandAndStartsNoOther(t *testing.T) {
 	t.Parallel()
-	_, js := connect(t, testNATS.URL(), nil)
+	_, js := connect(t, devnats.SharedURL(t), nil)
 	stream, prefix := newStream(t, js)
 	log, rec := newLog(t)
 
@@ -240,7 +242,7 @@ func TestConsumerShutdownFinishesTheMessageInHandAndStartsNoOther(t *testing.T) 
 
 func TestConsumeRequiresDurable(t *testing.T) {
 	t.Parallel()
-	_, js := connect(t, testNATS.URL(), nil)
+	_, js := connect(t, devnats.SharedURL(t), nil)
 	err := Consume(context.Background(), js, "ANY", jetstream.ConsumerConfig{}, func(context.Context, jetstream.Msg) error { return nil }, nil)
 	if err == nil || !strings.Contains(err.Error(), "Durable") {
 		t.Fatalf("err = %v, want a Durable error", err)
@@ -249,7 +251,7 @@ func TestConsumeRequiresDurable(t *testing.T) {
 
 func TestEnsureStreamIsSafeForConcurrentReplicas(t *testing.T) {
 	t.Parallel()
-	_, js := connect(t, testNATS.URL(), nil)
+	_, js := connect(t, devnats.SharedURL(t), nil)
 	name := strings.ToUpper(uniqueName(t))
 	// Two versions of a service rolling out at once, several replicas each.
 	v1 := jetstream.StreamConfig{Name: name, Subjects: []string{name + ".>"}, MaxAge: time.Hour}
@@ -286,7 +288,8 @@ func TestEnsureStreamIsSafeForConcurrentReplicas(t *testing.T) {
 
 func TestConnectWaitsForNATSToComeUp(t *testing.T) {
 	t.Parallel()
-	port, err := localinfra.FreePort()
+	testkit.Integration(t)
+	port, err := devinfra.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -315,7 +318,7 @@ func TestConnectWaitsForNATSToComeUp(t *testing.T) {
 		got <- result{nc, js, err}
 	}()
 	eventually(t, 10*time.Second, "Connect reports it is waiting", func() bool { return rec.count("nats not reachable yet, waiting") == 2 })
-	srv, err := localinfra.StartNATS(filepath.Join(testBase, uniqueName(t)), port)
+	srv, err := devnats.Start(filepath.Join(testkit.Dir(t), uniqueName(t)), port)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -14,55 +12,18 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/keyhouse/keyhouse/pkg/localinfra"
+	"github.com/keyhouse/keyhouse/devinfra/testkit"
 	"github.com/keyhouse/keyhouse/pkg/pgxx"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// One Postgres cluster and one NATS server for the package; each test gets its own
-// database and its own stream, so tests run in parallel without seeing each other.
-var (
-	testBase string
-	testPG   *localinfra.Postgres
-	testNATS *localinfra.NATS
-	seq      atomic.Int64
-)
+// One Postgres cluster and one NATS server for the test binary (testkit); each test gets
+// its own database and its own stream, so tests run in parallel without seeing each other.
 
-func TestMain(m *testing.M) {
-	os.Exit(testMain(m))
-}
+var seq atomic.Int64
 
-func testMain(m *testing.M) int {
-	ctx := context.Background()
-	var err error
-	// Not t.TempDir: as root, Postgres runs as the postgres user, which must be able to
-	// traverse every parent of its data folder. MkdirTemp makes a 0700 folder; open it.
-	if testBase, err = os.MkdirTemp("", "natsx-test-"); err != nil {
-		fmt.Fprintln(os.Stderr, "natsx test:", err)
-		return 1
-	}
-	defer os.RemoveAll(testBase)
-	if err := os.Chmod(testBase, 0o755); err != nil {
-		fmt.Fprintln(os.Stderr, "natsx test:", err)
-		return 1
-	}
-	if testPG, err = localinfra.StartPostgres(ctx, filepath.Join(testBase, "pg"), 0); err != nil {
-		fmt.Fprintln(os.Stderr, "natsx test: start postgres:", err)
-		return 1
-	}
-	defer func() {
-		if err := testPG.Stop(); err != nil {
-			fmt.Fprintln(os.Stderr, "natsx test:", err)
-		}
-	}()
-	if testNATS, err = localinfra.StartNATS(filepath.Join(testBase, "nats"), 0); err != nil {
-		fmt.Fprintln(os.Stderr, "natsx test: start nats:", err)
-		return 1
-	}
-	defer testNATS.Stop()
-	return m.Run()
-}
+func TestMain(m *testing.M) { testkit.Main(m) }
 
 var nonIdent = regexp.MustCompile(`[^a-z0-9]+`)
 
@@ -81,10 +42,7 @@ func uniqueName(t *testing.T) string {
 func newOutboxDB(t *testing.T) (string, *pgxpool.Pool) {
 	t.Helper()
 	ctx := context.Background()
-	url, err := testPG.CreateDatabase(ctx, uniqueName(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	url := testkit.DatabaseURL(t, testkit.Empty)
 	pool := openPool(t, url)
 	if _, err := pool.Exec(ctx, "CREATE SCHEMA svc"); err != nil {
 		t.Fatal(err)

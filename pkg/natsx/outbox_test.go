@@ -11,7 +11,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/keyhouse/keyhouse/pkg/localinfra"
+	"github.com/keyhouse/keyhouse/devinfra"
+	"github.com/keyhouse/keyhouse/devinfra/devnats"
+	"github.com/keyhouse/keyhouse/devinfra/testkit"
 	"github.com/keyhouse/keyhouse/pkg/pgxx"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -74,7 +76,7 @@ type publishCounter struct {
 
 func countPublishes(t *testing.T, subjects string) *publishCounter {
 	t.Helper()
-	nc, err := nats.Connect(testNATS.URL())
+	nc, err := nats.Connect(devnats.SharedURL(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,7 +139,7 @@ func TestRolledBackEnqueuePublishesNothing(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	_, pool := newOutboxDB(t)
-	_, js := connect(t, testNATS.URL(), nil)
+	_, js := connect(t, devnats.SharedURL(t), nil)
 	stream, prefix := newStream(t, js)
 	log, _ := newLog(t)
 
@@ -172,7 +174,7 @@ func TestRolledBackEnqueuePublishesNothing(t *testing.T) {
 func TestCommittedMessageIsPublishedOnceDespiteCrashBeforeMarkSent(t *testing.T) {
 	t.Parallel()
 	_, pool := newOutboxDB(t)
-	_, js := connect(t, testNATS.URL(), nil)
+	_, js := connect(t, devnats.SharedURL(t), nil)
 	stream, prefix := newStream(t, js)
 	log, _ := newLog(t)
 	pc := countPublishes(t, prefix+".>")
@@ -232,12 +234,12 @@ func TestCommittedMessageIsPublishedOnceDespiteCrashBeforeMarkSent(t *testing.T)
 func TestRelayKeepsRowsWhileNATSIsDownAndDeliversWhenItIsBack(t *testing.T) {
 	t.Parallel()
 	// A NATS server of this test's own, stopped and restarted on the same port and store.
-	dir := filepath.Join(testBase, uniqueName(t))
-	port, err := localinfra.FreePort()
+	dir := filepath.Join(testkit.Dir(t), uniqueName(t))
+	port, err := devinfra.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := localinfra.StartNATS(dir, port)
+	srv, err := devnats.Start(dir, port)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -271,7 +273,7 @@ func TestRelayKeepsRowsWhileNATSIsDownAndDeliversWhenItIsBack(t *testing.T) {
 		t.Fatalf("%d rows attempted, want only the head row (a failed row stops its batch)", n)
 	}
 
-	if srv, err = localinfra.StartNATS(dir, port); err != nil {
+	if srv, err = devnats.Start(dir, port); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, 30*time.Second, "outbox drained after NATS came back", func() bool {
@@ -297,7 +299,7 @@ func TestRelayKeepsRowsWhileNATSIsDownAndDeliversWhenItIsBack(t *testing.T) {
 func TestTwoRelaysDeliverEachMessageExactlyOnce(t *testing.T) {
 	t.Parallel()
 	url, pool := newOutboxDB(t)
-	_, js := connect(t, testNATS.URL(), nil)
+	_, js := connect(t, devnats.SharedURL(t), nil)
 	stream, prefix := newStream(t, js)
 	log, _ := newLog(t)
 	pc := countPublishes(t, prefix+".>")
@@ -359,7 +361,7 @@ func TestRelayCleansUpOldSentRowsOnly(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	_, pool := newOutboxDB(t)
-	_, js := connect(t, testNATS.URL(), nil)
+	_, js := connect(t, devnats.SharedURL(t), nil)
 	_, prefix := newStream(t, js)
 	log, _ := newLog(t)
 

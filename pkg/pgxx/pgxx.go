@@ -117,6 +117,18 @@ func (m Migrations) Up(ctx context.Context, pool *pgxpool.Pool) (applied int, er
 	return len(res), nil
 }
 
+// Apply opens a pool on databaseURL, applies the migrations and closes the pool: a
+// one-off run, such as the template database of a test binary (testkit.Template.Migrate).
+func (m Migrations) Apply(ctx context.Context, databaseURL string) error {
+	pool, err := Open(ctx, databaseURL, m.Schema)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	_, err = m.Up(ctx, pool)
+	return err
+}
+
 // ErrSchemaBehind is returned by Check when migrations are pending.
 var ErrSchemaBehind = errors.New("database schema is behind")
 

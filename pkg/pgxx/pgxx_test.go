@@ -8,9 +8,11 @@ import (
 	"testing"
 	"testing/fstest"
 
+	"github.com/keyhouse/keyhouse/devinfra/testkit"
 	"github.com/keyhouse/keyhouse/pkg/pgxx"
-	"github.com/keyhouse/keyhouse/pkg/testkit"
 )
+
+func TestMain(m *testing.M) { testkit.Main(m) }
 
 func migrationFS(n int) fstest.MapFS {
 	files := fstest.MapFS{}
@@ -27,7 +29,7 @@ func migrationFS(n int) fstest.MapFS {
 
 func TestServeRefusesASchemaThatIsBehind(t *testing.T) {
 	ctx := context.Background()
-	url := testkit.PostgresURL(t, "migrations_test")
+	url := testkit.DatabaseURL(t, testkit.Empty)
 	pool, err := pgxx.Open(ctx, url, "svc")
 	if err != nil {
 		t.Fatal(err)

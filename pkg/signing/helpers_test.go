@@ -2,7 +2,7 @@ package signing
 
 import (
 	"bytes"
-	"github.com/keyhouse/keyhouse/pkg/testkit"
+	"github.com/keyhouse/keyhouse/devinfra/testkit"
 	"os/exec"
 	"sync"
 	"testing"

@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -26,8 +27,13 @@ type Op func(ctx context.Context, worker, i int) error
 
 // Scenario prepares its data once and returns the Op the workers call.
 type Scenario struct {
+	// ID is the scenario's short name in the goals summary (verify, floor, validate, ...).
+	ID string
 	// Name is what the report shows, e.g. "verify-license (gateway)".
 	Name string
+	// Workers, when set, is the scenario's own number of concurrent clients (the hot
+	// license takes 100 parallel increments whatever -c says).
+	Workers int
 	// Note says what the figure measures or what limits it; it goes in the report.
 	Note  string
 	Setup func(ctx context.Context, env *Env) (Op, error)
@@ -106,6 +112,10 @@ func (e *Env) Do(ctx context.Context, method, path, ip string, admin bool, body 
 	return resp.StatusCode, data, err
 }
 
+// ErrRefused marks an answer the API defines as "retry" (track-usage's 503 for a lost
+// race): the report counts it apart from errors and from the latency figures.
+var ErrRefused = errors.New("503, retry")
+
 // Expect returns an error unless status is want.
 func Expect(status int, body []byte, err error, want int) error {
 	if err != nil {
@@ -137,27 +147,60 @@ func (e *Env) IssueLicense(ctx context.Context, body map[string]any) (string, er
 
 // Result is one scenario's figures.
 type Result struct {
-	Name, Note    string
-	Requests      int
-	Errors        int
+	ID, Name, Note string
+	Workers        int
+	Requests       int
+	Errors         int
+	// Refused counts the ops that answered ErrRefused.
+	Refused       int
 	FirstError    string
 	Duration      time.Duration
 	P50, P99, Max time.Duration
+	// CPU is what each process used during the measured period.
+	CPU CPUTimes
+}
+
+// RefusedShare is the share of answered ops that were refused.
+func (r Result) RefusedShare() float64 {
+	if r.Requests+r.Refused == 0 {
+		return 0
+	}
+	return float64(r.Refused) / float64(r.Requests+r.Refused)
+}
+
+// CPUPerOp is the CPU of every process (the load generator included) per completed op.
+func (r Result) CPUPerOp() time.Duration {
+	if r.Requests == 0 {
+		return 0
+	}
+	return r.CPU.Total() / time.Duration(r.Requests)
 }
 
 // RPS is completed requests per second.
 func (r Result) RPS() float64 { return float64(r.Requests) / r.Duration.Seconds() }
 
-// Run drives op with workers concurrent callers for d, after a short warm-up.
-func Run(ctx context.Context, name, note string, op Op, workers int, d time.Duration) Result {
+// Run drives op with workers concurrent callers for d, after a short warm-up. cpu, when
+// not nil, samples the processes' CPU times at the start and the end of the measurement.
+func Run(ctx context.Context, sc Scenario, op Op, workers int, d time.Duration, cpu func() CPUTimes) Result {
+	if sc.Workers > 0 {
+		workers = sc.Workers
+	}
 	warm, cancel := context.WithTimeout(ctx, d/5)
 	drive(warm, op, workers, 0)
 	cancel()
 	runCtx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
+	var before CPUTimes
+	if cpu != nil {
+		before = cpu()
+	}
 	start := time.Now()
-	lat, errs, first := drive(runCtx, op, workers, 1_000_000)
-	res := Result{Name: name, Note: note, Requests: len(lat), Errors: errs, FirstError: first, Duration: time.Since(start)}
+	lat, errs, refused, first := drive(runCtx, op, workers, 1_000_000)
+	res := Result{ID: sc.ID, Name: sc.Name, Note: sc.Note, Workers: workers, Requests: len(lat), Errors: errs,
+		Refused: refused, FirstError: first, Duration: time.Since(start)}
+	if cpu != nil {
+		res.CPU = cpu().Sub(before)
+	}
 	if len(lat) > 0 {
 		sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
 		res.P50, res.P99, res.Max = lat[len(lat)*50/100], lat[len(lat)*99/100], lat[len(lat)-1]
@@ -167,26 +210,31 @@ func Run(ctx context.Context, name, note string, op Op, workers int, d time.Dura
 
 // drive runs workers until ctx ends; i starts at base so warm-up and measurement use
 // different client IPs and keys.
-func drive(ctx context.Context, op Op, workers, base int) ([]time.Duration, int, string) {
+func drive(ctx context.Context, op Op, workers, base int) ([]time.Duration, int, int, string) {
 	var (
-		mu    sync.Mutex
-		all   []time.Duration
-		errs  int
-		first string
-		wg    sync.WaitGroup
+		mu      sync.Mutex
+		all     []time.Duration
+		errs    int
+		refused int
+		first   string
+		wg      sync.WaitGroup
 	)
 	for w := 0; w < workers; w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			var mine []time.Duration
-			bad := 0
+			bad, retry := 0, 0
 			msg := ""
 			for i := base; ctx.Err() == nil; i++ {
 				t0 := time.Now()
 				err := op(ctx, w, i)
 				if ctx.Err() != nil {
 					break // a call cut by the deadline is not a result
+				}
+				if errors.Is(err, ErrRefused) {
+					retry++
+					continue
 				}
 				if err != nil {
 					bad++
@@ -200,6 +248,7 @@ func drive(ctx context.Context, op Op, workers, base int) ([]time.Duration, int,
 			mu.Lock()
 			all = append(all, mine...)
 			errs += bad
+			refused += retry
 			if first == "" {
 				first = msg
 			}
@@ -207,20 +256,78 @@ func drive(ctx context.Context, op Op, workers, base int) ([]time.Duration, int,
 		}()
 	}
 	wg.Wait()
-	return all, errs, first
+	return all, errs, refused, first
 }
 
-// Table formats results as a Markdown table.
-func Table(results []Result, workers int) string {
+// Table formats results as a Markdown table: throughput and latency, then the CPU each
+// process used per scenario (as a share of one core), then the CPU of every process per op.
+func Table(results []Result) string {
 	var b bytes.Buffer
-	fmt.Fprintf(&b, "| scenario (%d concurrent clients) | requests/s | p50 | p99 | max | errors |\n|---|---:|---:|---:|---:|---:|\n", workers)
+	b.WriteString("| scenario | clients | ops/s | p50 | p99 | max | errors | 503 share |\n|---|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, r := range results {
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %d |\n", r.Name, strconv.FormatFloat(r.RPS(), 'f', 0, 64),
-			ms(r.P50), ms(r.P99), ms(r.Max), r.Errors)
+		fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %s | %d | %s |\n", r.Name, r.Workers, strconv.FormatFloat(r.RPS(), 'f', 0, 64),
+			ms(r.P50), ms(r.P99), ms(r.Max), r.Errors, pct(r.RefusedShare()))
+	}
+	b.WriteString("\nCPU during each scenario, % of one core (bench = load generator, NATS, floor handler):\n\n| scenario |")
+	for _, c := range CPUColumns {
+		b.WriteString(" " + c + " |")
+	}
+	b.WriteString(" other | total | CPU per op |\n|---|")
+	for range CPUColumns {
+		b.WriteString("---:|")
+	}
+	b.WriteString("---:|---:|---:|\n")
+	for _, r := range results {
+		secs := r.Duration.Seconds()
+		share := func(t time.Duration) string { return strconv.FormatFloat(100*t.Seconds()/secs, 'f', 0, 64) }
+		fmt.Fprintf(&b, "| %s |", r.Name)
+		var listed time.Duration
+		for _, c := range CPUColumns {
+			fmt.Fprintf(&b, " %s |", share(r.CPU[c]))
+			listed += r.CPU[c]
+		}
+		fmt.Fprintf(&b, " %s | %s | %s |\n", share(r.CPU.Total()-listed), share(r.CPU.Total()),
+			strconv.FormatFloat(float64(r.CPUPerOp().Microseconds()), 'f', 0, 64)+" µs")
 	}
 	return b.String()
 }
 
 func ms(d time.Duration) string {
 	return strconv.FormatFloat(float64(d.Microseconds())/1000, 'f', 2, 64) + " ms"
+}
+
+func pct(f float64) string { return strconv.FormatFloat(100*f, 'f', 1, 64) + "%" }
+
+// Goals checks the results against issue 13's goals: verify-license at half the floor
+// (aim three quarters) with p99 under 10 ms; validate-license and check-update within
+// 1.5 times verify-license's cost, pairs within 3 times, uncontended track-usage within 2
+// times. Cost is measured two ways: time (the inverse of ops/s at the same concurrency)
+// and CPU of every process per op.
+func Goals(results []Result) string {
+	by := map[string]Result{}
+	for _, r := range results {
+		by[r.ID] = r
+	}
+	var b bytes.Buffer
+	verify, okV := by["verify"]
+	if floor, ok := by["floor"]; ok && okV && floor.RPS() > 0 {
+		fmt.Fprintf(&b, "- verify-license: %s of the floor's ops/s (goal 50%%, aim 75%%), p99 %s (goal < 10 ms)\n",
+			pct(verify.RPS()/floor.RPS()), ms(verify.P99))
+	}
+	for _, g := range []struct {
+		id    string
+		limit float64
+	}{{"validate", 1.5}, {"check-update", 1.5}, {"pairs", 3}, {"usage", 2}} {
+		r, ok := by[g.id]
+		if !ok || !okV || r.RPS() == 0 || verify.CPUPerOp() == 0 {
+			continue
+		}
+		fmt.Fprintf(&b, "- %s: %.2f× verify-license's time per op, %.2f× its CPU per op (goal within %.1f×)\n",
+			g.id, verify.RPS()/r.RPS(), float64(r.CPUPerOp())/float64(verify.CPUPerOp()), g.limit)
+	}
+	if r, ok := by["usage-hot"]; ok {
+		fmt.Fprintf(&b, "- track-usage on one hot license, %d parallel clients: %.0f applied increments/s, %s of the answers 503\n",
+			r.Workers, r.RPS(), pct(r.RefusedShare()))
+	}
+	return b.String()
 }

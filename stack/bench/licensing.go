@@ -19,11 +19,13 @@ const licensePool = 200
 
 func init() {
 	Register(Scenario{
+		ID:    "verify",
 		Name:  "verify-license (gateway → licensing → Postgres)",
 		Note:  "the full path: HTTP edge, Redis rate limit, gRPC, one indexed row",
 		Setup: setupVerifyGateway,
 	})
 	Register(Scenario{
+		ID:    "floor",
 		Name:  "verify-license floor (bare net/http + pgx)",
 		Note:  "the same single-row lookup and JSON answer with nothing in between",
 		Setup: setupVerifyFloor,

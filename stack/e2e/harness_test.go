@@ -4,11 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -16,107 +14,84 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keyhouse/keyhouse/pkg/localinfra"
+	"github.com/keyhouse/keyhouse/devinfra/testkit"
 	"github.com/keyhouse/keyhouse/stack"
 )
 
 // The integration tests run against real processes: every service binary and the
-// gateway, on a real Postgres, Redis and NATS. One self-hosted and one hosted stack are
-// started on first use and shared; tests isolate themselves by client IP (the stacks
-// trust X-Forwarded-For from loopback) and, hosted, by tenant.
+// gateway, on the test binary's Postgres (a database per stack) and Redis (testkit), and
+// an embedded NATS per stack (JetStream stream and consumer names are fixed, so stacks
+// cannot share one). One self-hosted and one hosted stack are started on first use and
+// shared; tests isolate themselves by client IP (the stacks trust X-Forwarded-For from
+// loopback) and, hosted, by tenant. Under -short nothing is built or started.
+
+func TestMain(m *testing.M) { testkit.Main(m) }
+
+var build struct {
+	once   sync.Once
+	binDir string
+	err    error
+}
+
+// binaries builds every binary of the stack once per test binary.
+func binaries(t testing.TB) string {
+	t.Helper()
+	root := testkit.Dir(t)
+	build.once.Do(func() {
+		build.binDir = filepath.Join(root, "bin")
+		build.err = stack.Build(context.Background(), build.binDir)
+	})
+	if build.err != nil {
+		t.Fatal(build.err)
+	}
+	return build.binDir
+}
 
 var (
-	binDir   string
-	infra    *sharedInfra
-	keepLogs = flag.Bool("keep-logs", false, "keep the stacks' folders (logs) after the run")
+	stacksMu  sync.Mutex
+	stacks    = map[string]*stack.Stack{}
+	dbCounter atomic.Int64
 )
 
-type sharedInfra struct {
-	root     string
-	postgres *localinfra.Postgres
-
-	mu     sync.Mutex
-	stacks map[string]*stack.Stack
-}
-
-func TestMain(m *testing.M) {
-	flag.Parse()
-	os.Exit(runTests(m))
-}
-
-func runTests(m *testing.M) int {
-	ctx := context.Background()
-	root, err := os.MkdirTemp("", "keyhouse-e2e-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	// The postgres system user must reach the cluster folder inside it.
-	_ = os.Chmod(root, 0o755)
-	binDir = filepath.Join(root, "bin")
-	if err := stack.Build(ctx, binDir); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	pg, err := localinfra.StartPostgres(ctx, filepath.Join(root, "postgres"), 0)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	infra = &sharedInfra{root: root, postgres: pg, stacks: map[string]*stack.Stack{}}
-	code := m.Run()
-	infra.mu.Lock()
-	for _, s := range infra.stacks {
-		s.Stop()
-	}
-	infra.mu.Unlock()
-	_ = pg.Stop()
-	if code != 0 || *keepLogs {
-		fmt.Fprintf(os.Stderr, "stack logs kept in %s\n", root)
-	} else {
-		_ = os.RemoveAll(root)
-	}
-	return code
-}
-
-var dbCounter atomic.Int64
-
-// startStack starts a stack of its own on the shared Postgres (a fresh database) with
-// the given extra environment. Tests that stop parts of a stack use their own.
+// startStack starts a stack of its own on a fresh database with the given extra
+// environment; the caller stops it (t.Cleanup(s.Stop)). Tests that stop parts of a stack
+// use their own. REDIS_URL "" in env gives the stack a redis-server of its own (for a
+// test that stops it); otherwise it uses the binary's shared one.
 func startStack(t testing.TB, env map[string]string) *stack.Stack {
 	t.Helper()
 	ctx := context.Background()
+	bin := binaries(t)
 	name := fmt.Sprintf("stack%d", dbCounter.Add(1))
-	dbURL, err := infra.postgres.CreateDatabase(ctx, name)
-	if err != nil {
-		t.Fatal(err)
-	}
 	full := map[string]string{
 		"ADMIN_API_KEY":   "test-admin-key-" + name + "-0123456789abcdef",
-		"DATABASE_URL":    dbURL,
+		"DATABASE_URL":    testkit.DatabaseURL(t, testkit.Empty),
+		"REDIS_URL":       testkit.RedisURL(t),
 		"TRUSTED_PROXIES": "127.0.0.1/32",
 		"LOG_LEVEL":       "debug",
 	}
 	for k, v := range env {
 		full[k] = v
 	}
-	s, err := stack.Start(ctx, stack.Options{Dir: filepath.Join(infra.root, name), BinDir: binDir, Env: full})
+	dir := filepath.Join(testkit.Dir(t), name)
+	s, err := stack.Start(ctx, stack.Options{Dir: dir, BinDir: bin, Env: full})
 	if err != nil {
-		t.Fatalf("start stack: %v (logs in %s)", err, filepath.Join(infra.root, name, "logs"))
+		t.Fatalf("start stack: %v (logs in %s)", err, filepath.Join(dir, "logs"))
 	}
 	return s
 }
 
-// sharedStack returns the stack for a mode ("self" or "hosted"), starting it once.
+// sharedStack returns the stack for a mode ("self" or "hosted"), starting it once; it
+// stops when the test binary ends.
 func sharedStack(t testing.TB, mode string) *stack.Stack {
 	t.Helper()
-	infra.mu.Lock()
-	defer infra.mu.Unlock()
-	if s, ok := infra.stacks[mode]; ok {
+	stacksMu.Lock()
+	defer stacksMu.Unlock()
+	if s, ok := stacks[mode]; ok {
 		return s
 	}
 	s := startStack(t, map[string]string{"MULTI_TENANT": fmt.Sprint(mode == "hosted")})
-	infra.stacks[mode] = s
+	stacks[mode] = s
+	testkit.AtExit(s.Stop)
 	return s
 }
 

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/keyhouse/keyhouse/pkg/testkit"
+	"github.com/keyhouse/keyhouse/devinfra/testkit"
 	"github.com/keyhouse/keyhouse/stack"
 )
 

@@ -132,7 +132,8 @@ func TestTwoGatewaysShareOneBudget(t *testing.T) {
 
 func TestRedisDownKeepsServingWithPerGatewayLimits(t *testing.T) {
 	t.Parallel()
-	s := startStack(t, map[string]string{"ADMIN_RATE_LIMIT_MAX": "4"})
+	// A redis-server of this stack's own, since the test stops it.
+	s := startStack(t, map[string]string{"ADMIN_RATE_LIMIT_MAX": "4", "REDIS_URL": ""})
 	t.Cleanup(s.Stop)
 	c := admin(t, s)
 	c.Get(buildInfo).Expect(t, 200)

@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keyhouse/keyhouse/devinfra/testkit"
 	"github.com/keyhouse/keyhouse/pkg/signing"
-	"github.com/keyhouse/keyhouse/pkg/testkit"
 	"github.com/keyhouse/keyhouse/stack"
 )
 

@@ -8,7 +8,10 @@
 // in the window 10:00-10:15 and X-RateLimit-Reset names 10:15. Each tier, client and window
 // has its own Redis key, "ratelimit:<tier>:<client>:<window start, Unix seconds>". A single
 // round trip increments it and sets it to expire a minute after its window ends, so old
-// counters clean themselves up. A client part longer than 64 bytes is replaced by its
+// counters clean themselves up. Concurrent requests share round trips: while one pipeline
+// is out, the increments that arrive queue, and the next pipeline carries all of them (one
+// INCRBY of the number of hits and one EXPIRE per key), each request getting the count it
+// would have got alone. A lone request goes at once. A client part longer than 64 bytes is replaced by its
 // SHA-256, so a caller-chosen license key cannot make Redis keys large. A request is allowed
 // while its window's count is at most the tier's limit. Once a key is over its limit, the
 // gateway remembers that in memory until the window ends and refuses the key's further
@@ -38,7 +41,7 @@
 //
 // # When Redis is unreachable
 //
-// The gateway keeps answering. Each Redis call is given 100 ms. A failure or timeout
+// The gateway keeps answering. Each Redis pipeline is given 100 ms. A failure or timeout
 // switches the gateway to in-process counters with the same limits and windows, and is logged
 // once at WARN. From then on every replica enforces each limit on its own, so with N
 // replicas a client can get up to N times its budget, and counts already in Redis are not

@@ -12,7 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keyhouse/keyhouse/pkg/localinfra"
+	"github.com/keyhouse/keyhouse/devinfra"
+	"github.com/keyhouse/keyhouse/devinfra/testkit"
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/logging"
 )
@@ -23,44 +24,16 @@ var t0 = time.Date(2030, 1, 2, 10, 5, 0, 0, time.UTC)
 // windowEnd is the end of t0's 15-minute window.
 var windowEnd = time.Date(2030, 1, 2, 10, 15, 0, 0, time.UTC)
 
-// shared is the redis-server of the tests that do not stop it; they keep out of each
-// other's way with tiers and keys of their own. Starting one per test would cost each test
-// about two seconds, the time this machine takes to reap a stopped daemon.
-var shared struct {
-	once sync.Once
-	srv  *localinfra.Redis
-	err  error
-}
-
 func TestMain(m *testing.M) {
 	// go-redis logs every failed dial; the outage tests cause many on purpose and assert on
 	// the limiter's own log instead.
 	logging.Disable()
-	code := m.Run()
-	if shared.srv != nil {
-		if err := shared.srv.Stop(); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-		}
-		_ = os.RemoveAll(shared.srv.Dir)
-	}
-	os.Exit(code)
+	testkit.Main(m)
 }
 
-func sharedRedisURL(tb testing.TB) string {
-	tb.Helper()
-	shared.once.Do(func() {
-		dir, err := os.MkdirTemp("", "ratelimit-redis-")
-		if err != nil {
-			shared.err = err
-			return
-		}
-		shared.srv, shared.err = localinfra.StartRedis(context.Background(), dir, 0)
-	})
-	if shared.err != nil {
-		tb.Fatal(shared.err)
-	}
-	return shared.srv.URL()
-}
+// sharedRedisURL is the redis-server of the tests that do not stop it; they keep out of
+// each other's way with tiers and keys of their own.
+func sharedRedisURL(tb testing.TB) string { return testkit.RedisURL(tb) }
 
 var lastUnique atomic.Int64
 
@@ -75,9 +48,13 @@ func tierFor(tb testing.TB, limit int) Tier {
 }
 
 // startRedis starts a redis-server of the test's own, stopped when the test ends.
-func startRedis(tb testing.TB) *localinfra.Redis {
+func startRedis(tb testing.TB) *devinfra.Redis {
 	tb.Helper()
-	srv, err := localinfra.StartRedis(context.Background(), tb.TempDir(), 0)
+	dir, err := os.MkdirTemp(testkit.Dir(tb), "redis-")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	srv, err := devinfra.StartRedis(context.Background(), dir, 0)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -105,7 +82,7 @@ func newClient(tb testing.TB, url string) *redis.Client {
 // unreachableRedisURL points at a port nothing listens on.
 func unreachableRedisURL(tb testing.TB) string {
 	tb.Helper()
-	port, err := localinfra.FreePort()
+	port, err := devinfra.FreePort()
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -53,6 +53,7 @@ type Limiter struct {
 	breaker   breaker
 	overLimit windowTable
 	local     windowTable
+	coalesce  coalescer
 }
 
 // New returns a Limiter counting in client. The client should be created with
@@ -64,7 +65,7 @@ func New(client *redis.Client, log *slog.Logger) *Limiter {
 		log.Warn("rate limiter: Redis client has ContextTimeoutEnabled off; a hung Redis delays requests by its ReadTimeout",
 			"read_timeout", client.Options().ReadTimeout)
 	}
-	return &Limiter{
+	l := &Limiter{
 		redis:        client,
 		redisTimeout: defaultRedisTimeout,
 		log:          log,
@@ -72,6 +73,8 @@ func New(client *redis.Client, log *slog.Logger) *Limiter {
 		breaker:      breaker{cooldown: redisCooldown},
 		overLimit:    windowTable{maxKeys: overLimitCacheSize},
 	}
+	l.coalesce = coalescer{client: client, timeout: func() time.Duration { return l.redisTimeout }}
+	return l
 }
 
 // Take counts one request of key (for example "ip:203.0.113.7" or "lic:<license key>")
@@ -109,17 +112,113 @@ func (l *Limiter) count(ctx context.Context, key string, reset, now time.Time) i
 	return l.local.add(key, reset, now)
 }
 
-func (l *Limiter) incrRedis(ctx context.Context, key string, ttl time.Duration) (int64, error) {
-	// A client hanging up must not look like a Redis failure, so only the deadline is ours.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.redisTimeout)
-	defer cancel()
-	pipe := l.redis.Pipeline()
-	incr := pipe.IncrBy(ctx, key, 1)
-	pipe.Expire(ctx, key, ttl)
-	if _, err := pipe.Exec(ctx); err != nil {
-		return 0, err
+// incrRedis counts one hit of key in Redis and returns the key's new count. Hits are
+// coalesced (see coalescer): the requests that arrive while a round trip is out go
+// together in the next pipeline.
+func (l *Limiter) incrRedis(_ context.Context, key string, ttl time.Duration) (int64, error) {
+	// The client hanging up does not cancel the count: a cancelled request is still a
+	// request, and must not look like a Redis failure. Only the deadline is ours.
+	return l.coalesce.incr(key, ttl)
+}
+
+// coalescer sends the increments of concurrent requests to Redis in shared round trips.
+// While one pipeline is out, arriving hits queue; when it returns, every queued hit goes
+// in the next one. Hits of one key in one pipeline become one INCRBY of their number and
+// one EXPIRE, and each hit gets its own count back (the INCRBY's result minus the hits
+// queued after it), so counts are exactly those of one INCRBY per request. An idle
+// gateway sends a lone hit at once, so coalescing adds no latency; under load it takes a
+// pipeline per round trip instead of one per request.
+type coalescer struct {
+	client  *redis.Client
+	timeout func() time.Duration
+
+	mu      sync.Mutex
+	queue   []*hit
+	running bool
+}
+
+// hit is one request's increment, waiting for its pipeline.
+type hit struct {
+	key   string
+	ttl   time.Duration
+	count int64
+	err   error
+	done  chan struct{}
+}
+
+var hitPool = sync.Pool{New: func() any { return &hit{done: make(chan struct{}, 1)} }}
+
+func (c *coalescer) incr(key string, ttl time.Duration) (int64, error) {
+	h := hitPool.Get().(*hit)
+	h.key, h.ttl = key, ttl
+	c.mu.Lock()
+	c.queue = append(c.queue, h)
+	if !c.running {
+		c.running = true
+		go c.run()
 	}
-	return incr.Val(), nil
+	c.mu.Unlock()
+	<-h.done
+	n, err := h.count, h.err
+	*h = hit{done: h.done}
+	hitPool.Put(h)
+	return n, err
+}
+
+// run sends pipelines until the queue is empty.
+func (c *coalescer) run() {
+	var batch []*hit
+	for {
+		c.mu.Lock()
+		batch, c.queue = c.queue, batch[:0]
+		if len(batch) == 0 {
+			c.running = false
+			c.mu.Unlock()
+			return
+		}
+		c.mu.Unlock()
+		c.send(batch)
+		for _, h := range batch {
+			h.done <- struct{}{}
+		}
+		clear(batch)
+	}
+}
+
+// send counts batch in one pipeline and sets each hit's count or error.
+func (c *coalescer) send(batch []*hit) {
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout())
+	defer cancel()
+	type keyHits struct {
+		incr *redis.IntCmd
+		n    int64
+	}
+	keys := make(map[string]*keyHits, len(batch))
+	pipe := c.client.Pipeline()
+	// Queue order: the first hit of a key takes its first count.
+	for _, h := range batch {
+		if k := keys[h.key]; k != nil {
+			k.n++
+			continue
+		}
+		keys[h.key] = &keyHits{n: 1}
+	}
+	for _, h := range batch {
+		if k := keys[h.key]; k.incr == nil {
+			k.incr = pipe.IncrBy(ctx, h.key, k.n)
+			pipe.Expire(ctx, h.key, h.ttl)
+		}
+	}
+	_, err := pipe.Exec(ctx)
+	for _, h := range batch {
+		if err != nil {
+			h.err = err
+			continue
+		}
+		k := keys[h.key]
+		h.count = k.incr.Val() - k.n + 1
+		k.n--
+	}
 }
 
 func newResult(tier Tier, count int64, reset, now time.Time) Result {

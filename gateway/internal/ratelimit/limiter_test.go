@@ -4,8 +4,11 @@ import (
 	"context"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 func TestTake_CountsDownAndRefusesOnceTheLimitIsSpent(t *testing.T) {
@@ -253,5 +256,87 @@ func TestWindowTable_ForgetsEndedWindowsAndStopsGrowingWhenFull(t *testing.T) {
 	table.add("c", windowEnd.Add(time.Hour), windowEnd.Add(sweepEvery))
 	if len(table.entries) != 1 {
 		t.Errorf("%d entries after a sweep, want only the live one", len(table.entries))
+	}
+}
+
+func TestTake_HitsQueuedDuringARoundTripShareTheNextAndEachGetsItsOwnCount(t *testing.T) {
+	t.Parallel()
+	tier := tierFor(t, 1000)
+	g := newGateway(t, sharedRedisURL(t), newClock(t0))
+	// The first pipeline is held until every other request is queued behind it, so the
+	// test does not depend on how fast this machine schedules goroutines.
+	const n = 300
+	// A first request opens the connection (go-redis sets it up with a pipeline of its own).
+	g.Take(context.Background(), tier, "ip:warm-up")
+	before := g.roundTrip.Load()
+	first := make(chan struct{})
+	var once sync.Once
+	g.Limiter.redis.AddHook(holdFirstPipeline{wait: func() {
+		once.Do(func() {
+			<-first
+		})
+	}})
+	results := make(chan Result, n)
+	go func() { results <- g.Take(context.Background(), tier, "ip:1") }()
+	for !g.queued(0) {
+		time.Sleep(time.Millisecond)
+	}
+	var wg sync.WaitGroup
+	for i := range n - 1 {
+		key := "ip:1"
+		if i%3 == 0 {
+			key = "ip:2"
+		}
+		wg.Go(func() { results <- g.Take(context.Background(), tier, key) })
+	}
+	for !g.queued(n - 1) {
+		time.Sleep(time.Millisecond)
+	}
+	close(first)
+	wg.Wait()
+	for len(results) < n {
+		time.Sleep(time.Millisecond)
+	}
+	close(results)
+	if trips := g.roundTrip.Load() - before; trips != 2 {
+		t.Errorf("%d round trips for one request and %d queued behind it, want 2", trips, n-1)
+	}
+	seen := map[int]int{}
+	for r := range results {
+		if !r.Allowed {
+			t.Fatalf("refused under the limit: %+v", r)
+		}
+		seen[r.Remaining]++
+	}
+	// ip:1 took 200 hits (999 … 800 remaining), ip:2 100 (999 … 900): every count once.
+	for rem := 800; rem <= 999; rem++ {
+		want := 1
+		if rem >= 900 {
+			want = 2
+		}
+		if seen[rem] != want {
+			t.Errorf("remaining %d answered %d times, want %d", rem, seen[rem], want)
+		}
+	}
+}
+
+// queued reports whether exactly n hits wait for the next pipeline (0: the first one is
+// out and nothing waits).
+func (g *gateway) queued(n int) bool {
+	c := &g.Limiter.coalesce
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.running && len(c.queue) == n
+}
+
+// holdFirstPipeline calls wait before a pipeline is sent.
+type holdFirstPipeline struct{ wait func() }
+
+func (h holdFirstPipeline) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (h holdFirstPipeline) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h holdFirstPipeline) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.wait()
+		return next(ctx, cmds)
 	}
 }

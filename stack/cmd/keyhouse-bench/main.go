@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"strings"
 	"syscall"
 	"time"
 
@@ -34,6 +35,7 @@ func run(ctx context.Context) error {
 	duration := flag.Duration("d", 10*time.Second, "measured duration per scenario (plus 20% warm-up)")
 	only := flag.String("run", "", "only scenarios whose name matches this regexp")
 	keep := flag.Bool("keep", false, "keep the stack's folder (logs) afterwards")
+	prebuilt := flag.String("bin", "", "use the binaries in this folder instead of building the working tree (A/B runs)")
 	flag.Parse()
 	filter, err := regexp.Compile(*only)
 	if err != nil {
@@ -48,22 +50,36 @@ func run(ctx context.Context) error {
 	if !*keep {
 		defer os.RemoveAll(dir)
 	}
-	binDir := filepath.Join(dir, "bin")
-	fmt.Fprintln(os.Stderr, "building ...")
-	if err := stack.Build(ctx, binDir); err != nil {
+	binDir := *prebuilt
+	if binDir == "" {
+		binDir = filepath.Join(dir, "bin")
+		fmt.Fprintln(os.Stderr, "building ...")
+		if err := stack.Build(ctx, binDir); err != nil {
+			return err
+		}
+	}
+	// The logs take the path they take under `make run`: every process's output through
+	// the launcher, line by line, with make run's settings (LOG_LEVEL and LOG_FORMAT as
+	// the user leaves them), into a file here instead of the terminal.
+	if err := os.MkdirAll(filepath.Join(dir, "logs"), 0o755); err != nil {
 		return err
 	}
+	logFile, err := os.Create(filepath.Join(dir, "logs", "stack.log"))
+	if err != nil {
+		return err
+	}
+	defer logFile.Close()
 	fmt.Fprintln(os.Stderr, "starting the stack ...")
-	s, err := stack.Start(ctx, stack.Options{Dir: dir, BinDir: binDir, Env: map[string]string{
+	s, err := stack.Start(ctx, stack.Options{Dir: dir, BinDir: binDir, Output: logFile, Env: stack.DevEnv(map[string]string{
 		"ADMIN_API_KEY":   "bench-admin-key-0123456789abcdef0123456789",
 		"TRUSTED_PROXIES": "127.0.0.1/32",
-		"LOG_LEVEL":       "warn",
-	}})
+	})})
 	if err != nil {
 		return err
 	}
 	defer s.Stop()
-	env := &bench.Env{Stack: s, URL: s.URL, AdminKey: s.AdminKey, HTTP: bench.NewHTTPClient(*workers)}
+	env := &bench.Env{Stack: s, URL: s.URL, AdminKey: s.AdminKey, HTTP: bench.NewHTTPClient(max(*workers, 100))}
+	cpu := func() bench.CPUTimes { return bench.SampleCPU(s) }
 
 	var results []bench.Result
 	for _, sc := range bench.Scenarios() {
@@ -77,14 +93,15 @@ func run(ctx context.Context) error {
 			cancel()
 			return fmt.Errorf("%s: setup: %w", sc.Name, err)
 		}
-		r := bench.Run(scCtx, sc.Name, sc.Note, op, *workers, *duration)
+		r := bench.Run(scCtx, sc, op, *workers, *duration, cpu)
 		cancel()
 		if r.Errors > 0 {
 			fmt.Fprintf(os.Stderr, "  %d errors, first: %s\n", r.Errors, r.FirstError)
 		}
 		results = append(results, r)
 	}
-	fmt.Printf("\n%s, %d CPUs, %s per scenario\n\n%s", runtime.GOOS+"/"+runtime.GOARCH, runtime.NumCPU(), *duration, bench.Table(results, *workers))
+	fmt.Printf("\n%s, %d CPUs, %s per scenario, load average %s\n\n%s", runtime.GOOS+"/"+runtime.GOARCH, runtime.NumCPU(), *duration, loadAverage(), bench.Table(results))
+	fmt.Printf("\n%s\n", bench.Goals(results))
 	for _, r := range results {
 		if r.Note != "" {
 			fmt.Printf("- %s: %s\n", r.Name, r.Note)
@@ -94,4 +111,18 @@ func run(ctx context.Context) error {
 		fmt.Fprintf(os.Stderr, "stack folder kept: %s\n", dir)
 	}
 	return nil
+}
+
+// loadAverage is the machine's 1-minute load average, so a report says how busy the
+// machine was besides the bench.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return "unknown"
+	}
+	return f[0]
 }

@@ -42,8 +42,8 @@ func run(ctx context.Context) error {
 			return errors.New("PORT must be a number")
 		}
 	}
-	env := map[string]string{"ADMIN_API_KEY": adminKey, "LOG_FORMAT": "text"}
-	for _, name := range []string{"DATABASE_URL", "REDIS_URL", "NATS_URL", "LOG_FORMAT"} {
+	env := stack.DevEnv(map[string]string{"ADMIN_API_KEY": adminKey})
+	for _, name := range []string{"DATABASE_URL", "REDIS_URL", "NATS_URL"} {
 		if v := os.Getenv(name); v != "" {
 			env[name] = v
 		}

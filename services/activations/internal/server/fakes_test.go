@@ -42,17 +42,15 @@ type usageRow struct {
 	used, version int64
 }
 
-// fakeStore keeps the rules the SQL keeps (one seat per pair, the cap, compare-and-swap on
-// a version) in memory; loseSwaps makes the next swaps lose as if another writer had won.
+// fakeStore keeps the rules the SQL keeps (one seat per pair, the cap, increments within
+// the limit) in memory.
 type fakeStore struct {
-	mu        sync.Mutex
-	seats     []seatRow
-	usage     map[string]*usageRow // tenant/key/metric
-	version   int64
-	deleted   map[string]bool // tenant/key
-	loseSwaps int
-	swaps     int
-	clock     time.Time
+	mu      sync.Mutex
+	seats   []seatRow
+	usage   map[string]*usageRow // tenant/key/metric
+	version int64
+	deleted map[string]bool // tenant/key
+	clock   time.Time
 }
 
 func newFakeStore() *fakeStore {
@@ -130,32 +128,22 @@ func (f *fakeStore) Reissue(_ context.Context, tenant, key, instance string, has
 	return true, nil
 }
 
-func (f *fakeStore) ReadUsage(_ context.Context, tenant, key string, hash []byte, metric string) (store.UsageState, error) {
+func (f *fakeStore) AddUsage(_ context.Context, tenant, key string, hash []byte, metric string, inc int64, limit float64, allowed bool) (store.Added, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	st := store.UsageState{SeatOK: f.find(tenant, key, func(s seatRow) bool { return bytes.Equal(s.hash, hash) }) >= 0}
-	if u := f.usage[usageKey(tenant, key, metric)]; u != nil {
-		st.Exists, st.Used, st.Version = true, u.used, u.version
-	}
-	return st, nil
-}
-
-func (f *fakeStore) SwapUsage(_ context.Context, tenant, key, metric string, prev store.UsageState, used int64) (bool, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.swaps++
-	if f.loseSwaps > 0 {
-		f.loseSwaps--
-		return false, nil
-	}
+	a := store.Added{SeatOK: f.find(tenant, key, func(s seatRow) bool { return bytes.Equal(s.hash, hash) }) >= 0}
 	k := usageKey(tenant, key, metric)
-	cur := f.usage[k]
-	if (cur == nil) == prev.Exists || (cur != nil && cur.version != prev.Version) {
-		return false, nil
+	var used int64
+	if u := f.usage[k]; u != nil {
+		used = u.used
+	}
+	if !a.SeatOK || !allowed || float64(used+inc) > limit {
+		return a, nil
 	}
 	f.version++
-	f.usage[k] = &usageRow{used: used, version: f.version}
-	return true, nil
+	f.usage[k] = &usageRow{used: used + inc, version: f.version}
+	a.Applied, a.Used = true, used+inc
+	return a, nil
 }
 
 func (f *fakeStore) Usage(_ context.Context, tenant, key string) (map[string]int64, error) {

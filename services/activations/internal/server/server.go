@@ -9,7 +9,6 @@ import (
 	"encoding/base64"
 	"errors"
 	"math"
-	mathrand "math/rand/v2"
 	"sort"
 	"strings"
 	"time"
@@ -36,8 +35,7 @@ type Store interface {
 	DeactivateInstance(ctx context.Context, tenant, key, instance string) (bool, error)
 	HasSeat(ctx context.Context, tenant, key, instance string) (bool, error)
 	Reissue(ctx context.Context, tenant, key, instance string, tokenHash []byte) (bool, error)
-	ReadUsage(ctx context.Context, tenant, key string, tokenHash []byte, metric string) (store.UsageState, error)
-	SwapUsage(ctx context.Context, tenant, key, metric string, prev store.UsageState, used int64) (bool, error)
+	AddUsage(ctx context.Context, tenant, key string, tokenHash []byte, metric string, inc int64, limit float64, allowed bool) (store.Added, error)
 	Usage(ctx context.Context, tenant, key string) (map[string]int64, error)
 	ResetUsage(ctx context.Context, tenant, key string, metric *string) (map[string]int64, error)
 	Seats(ctx context.Context, tenant, key string) ([]store.Seat, error)
@@ -66,10 +64,7 @@ const (
 	// asking licensing (issued keys are 34 characters).
 	maxFieldLen = 256
 	// maxIncrement keeps every total exact in a JSON number (2^53 - 1).
-	maxIncrement = 1<<53 - 1
-	// casAttempts: track-usage retries a lost compare-and-swap this often before it
-	// answers 503, so light contention never reaches the client.
-	casAttempts         = 3
+	maxIncrement        = 1<<53 - 1
 	defaultRecentLimit  = 50
 	maxRecentLimit      = 1000
 	maxSummaryKeys      = 1000
@@ -253,10 +248,10 @@ func limitOf(l *licensingv1.License, metric string) (float64, bool) {
 	return n.NumberValue, true
 }
 
-// TrackUsage adds increment to the metric's running total. The total is read and then
-// written with a compare-and-swap on its version, so two concurrent calls cannot both
-// pass the limit check on the same total: the loser retries a few times and then answers
-// 503. An increment is applied once or not at all, and the limit is never passed.
+// TrackUsage adds increment to the metric's running total. The store adds it in one
+// conditional statement that holds the row's lock, so concurrent calls queue instead of
+// racing: an increment is applied once or not at all, the limit is never passed, and no
+// call loses a race (api.md's 503 for a lost race is never needed here).
 func (s *Server) TrackUsage(ctx context.Context, req *activationsv1.TrackUsageRequest) (*activationsv1.TrackUsageResponse, error) {
 	if req.GetKey() == "" {
 		return nil, errMissingKey
@@ -285,40 +280,22 @@ func (s *Server) TrackUsage(ctx context.Context, req *activationsv1.TrackUsageRe
 	if err := s.usable(l, errIsExpired); err != nil {
 		return nil, err
 	}
-	tenant, key, hash := l.GetTenantId(), l.GetKey(), hashToken(req.GetToken())
 	limit, limited := limitOf(l, metric)
-	for attempt := 1; ; attempt++ {
-		st, err := s.store.ReadUsage(ctx, tenant, key, hash, metric)
-		if err != nil {
-			return nil, err
-		}
-		if !st.SeatOK {
-			return nil, errBadToken
-		}
-		if !license.LimitKeys[metric] || !limited {
-			return nil, apierr.Forbidden("Metric not allowed: %s", metric)
-		}
-		used := float64(st.Used) + inc
-		if used > limit || used > maxIncrement {
-			return nil, apierr.Forbidden("Usage limit exceeded for metric: %s", metric)
-		}
-		ok, err := s.store.SwapUsage(ctx, tenant, key, metric, st, int64(used))
-		if err != nil {
-			return nil, err
-		}
-		if ok {
-			return &activationsv1.TrackUsageResponse{Ok: true, Metric: metric, Usage: used}, nil
-		}
-		if attempt >= casAttempts {
-			return nil, errUsageRace
-		}
-		// Jitter so the losers of one race do not meet again in the next.
-		select {
-		case <-ctx.Done():
-			return nil, errUsageRace
-		case <-time.After(time.Duration(mathrand.IntN(2000*attempt)) * time.Microsecond):
-		}
+	allowed := license.LimitKeys[metric] && limited
+	// A total must stay exact in a JSON number.
+	limit = math.Min(limit, maxIncrement)
+	added, err := s.store.AddUsage(ctx, l.GetTenantId(), l.GetKey(), hashToken(req.GetToken()), metric, int64(inc), limit, allowed)
+	switch {
+	case err != nil:
+		return nil, err
+	case !added.SeatOK:
+		return nil, errBadToken
+	case !allowed:
+		return nil, apierr.Forbidden("Metric not allowed: %s", metric)
+	case !added.Applied:
+		return nil, apierr.Forbidden("Usage limit exceeded for metric: %s", metric)
 	}
+	return &activationsv1.TrackUsageResponse{Ok: true, Metric: metric, Usage: float64(added.Used)}, nil
 }
 
 // UsageReport is a live snapshot of every limit key of the license.
@@ -414,9 +391,8 @@ func (s *Server) DeactivateByInstanceId(ctx context.Context, req *activationsv1.
 	return &activationsv1.DeactivateByInstanceIdResponse{Deactivated: true}, nil
 }
 
-// ResetUsage zeroes one metric or clears them all. The store does it in one statement
-// that moves the metric's version on, so a track-usage that read the total before the
-// reset loses its compare-and-swap rather than writing the old total back.
+// ResetUsage zeroes one metric or clears them all, in one statement: a concurrent
+// track-usage adds to the total either before the reset or after it.
 func (s *Server) ResetUsage(ctx context.Context, req *activationsv1.ResetUsageRequest) (*activationsv1.ResetUsageResponse, error) {
 	if req.Metric != nil && !license.LimitKeys[req.GetMetric()] {
 		return nil, apierr.Invalid("metric must be one of the allowed limit keys: %s", strings.Join(sortedLimitKeys(), ", "))

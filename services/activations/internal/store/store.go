@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/keyhouse/keyhouse/pkg/pgxx"
 )
@@ -104,49 +103,45 @@ func (s *Store) Reissue(ctx context.Context, tenant, key, instance string, token
 	return tag.RowsAffected() > 0, err
 }
 
-// UsageState is what track-usage reads in one round trip: whether the token holds a seat
-// of the license, and the metric's total with the version to compare-and-swap against.
-type UsageState struct {
-	SeatOK  bool
-	Exists  bool // a usage row exists for the metric
+// Added is the outcome of AddUsage.
+type Added struct {
+	// SeatOK: the token holds a seat of the license.
+	SeatOK bool
+	// Applied: the increment was added; Used is the new total.
+	Applied bool
 	Used    int64
-	Version int64
 }
 
-// ReadUsage returns the UsageState of (key, tokenHash, metric).
-func (s *Store) ReadUsage(ctx context.Context, tenant, key string, tokenHash []byte, metric string) (UsageState, error) {
-	var st UsageState
-	var used, version *int64
-	err := s.db.QueryRow(ctx, `SELECT
-		EXISTS (SELECT 1 FROM seats WHERE tenant_id = $1 AND license_key = $2 AND token_hash = $3),
-		u.used, u.version
-		FROM (SELECT 1) AS one
-		LEFT JOIN usage u ON u.tenant_id = $1 AND u.license_key = $2 AND u.metric = $4`,
-		tenant, key, tokenHash, metric).Scan(&st.SeatOK, &used, &version)
-	if used != nil && version != nil {
-		st.Exists, st.Used, st.Version = true, *used, *version
-	}
-	return st, err
-}
+// addUsageSQL adds $5 to the metric's total in one statement, if the token holds a seat
+// of the license ($3), the metric may be metered ($7) and the new total stays within $6.
+// The upsert takes the row's lock, so concurrent increments of one metric queue on it
+// and each sees the total the previous one wrote: none is lost, none passes the limit,
+// and none has to be retried. The version moves on as ResetUsage's does.
+const addUsageSQL = `WITH seat AS (
+	SELECT EXISTS (SELECT 1 FROM seats WHERE tenant_id = $1 AND license_key = $2 AND token_hash = $3) AS ok
+), added AS (
+	INSERT INTO usage (tenant_id, license_key, metric, used, version)
+	SELECT $1, $2, $4, $5, nextval('usage_version') FROM seat WHERE ok AND $7 AND $5::bigint <= $6::float8
+	ON CONFLICT (tenant_id, license_key, metric) DO UPDATE
+		SET used = usage.used + EXCLUDED.used, version = EXCLUDED.version
+		WHERE usage.used + EXCLUDED.used <= $6::float8
+	RETURNING used
+)
+SELECT ok, (SELECT used FROM added) FROM seat`
 
-// SwapUsage sets the metric's total to used if the row is still as read in prev
-// (optimistic locking); false means a concurrent write won and nothing was applied.
-func (s *Store) SwapUsage(ctx context.Context, tenant, key, metric string, prev UsageState, used int64) (bool, error) {
-	var tag pgconn.CommandTag
-	var err error
-	if prev.Exists {
-		tag, err = s.db.Exec(ctx, `UPDATE usage SET used = $4, version = nextval('usage_version')
-			WHERE tenant_id = $1 AND license_key = $2 AND metric = $3 AND version = $5`,
-			tenant, key, metric, used, prev.Version)
-	} else {
-		tag, err = s.db.Exec(ctx, `INSERT INTO usage (tenant_id, license_key, metric, used, version)
-			VALUES ($1, $2, $3, $4, nextval('usage_version')) ON CONFLICT DO NOTHING`,
-			tenant, key, metric, used)
+// AddUsage adds inc to the metric's running total of the license, when tokenHash holds a
+// seat of it, allowed is true and the new total is at most limit. It says which of these
+// held; an increment is applied once or not at all.
+func (s *Store) AddUsage(ctx context.Context, tenant, key string, tokenHash []byte, metric string, inc int64, limit float64, allowed bool) (Added, error) {
+	var a Added
+	var used *int64
+	if err := s.db.QueryRow(ctx, addUsageSQL, tenant, key, tokenHash, metric, inc, limit, allowed).Scan(&a.SeatOK, &used); err != nil {
+		return Added{}, err
 	}
-	if err != nil {
-		return false, err
+	if used != nil {
+		a.Applied, a.Used = true, *used
 	}
-	return tag.RowsAffected() == 1, nil
+	return a, nil
 }
 
 // Usage returns the running totals of a license.
@@ -163,10 +158,8 @@ func (s *Store) Usage(ctx context.Context, tenant, key string) (map[string]int64
 }
 
 // ResetUsage sets one metric's total to 0 (metric non-nil) or clears every total, and
-// returns the totals afterwards. Each is one statement, so it cannot lose a race; it
-// moves the version on (a deleted row's version is never reused, see usage_version), so
-// a track-usage that read the old total loses its compare-and-swap instead of writing a
-// stale sum.
+// returns the totals afterwards. Each is one statement, so a concurrent AddUsage lands
+// wholly before or wholly after it.
 func (s *Store) ResetUsage(ctx context.Context, tenant, key string, metric *string) (map[string]int64, error) {
 	var err error
 	if metric != nil {

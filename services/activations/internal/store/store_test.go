@@ -4,69 +4,49 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/keyhouse/keyhouse/pkg/localinfra"
+	"github.com/keyhouse/keyhouse/devinfra/testkit"
 	"github.com/keyhouse/keyhouse/pkg/pgxx"
 	"github.com/keyhouse/keyhouse/services/activations/migrations"
 )
 
 // The SQL runs on a real Postgres (Debian's binaries), migrated by the production
-// migrations: the cap and the compare-and-swap are properties of the SQL, not of Go.
+// migrations: the cap and the usage limit are properties of the SQL, not of Go.
 
-var testDB *pgxpool.Pool
+func TestMain(m *testing.M) { testkit.Main(m) }
 
-func TestMain(m *testing.M) {
-	os.Exit(run(m))
-}
+// schema is the activations schema as the production migrations make it.
+var schema = testkit.Template{Name: "activations", Migrate: pgxx.Migrations{Schema: "activations", FS: migrations.FS}.Apply}
 
-func run(m *testing.M) int {
-	ctx := context.Background()
-	dir, err := os.MkdirTemp("", "activations-store-")
+// openDB is a pool on a database of the test's own.
+func openDB(t *testing.T) *pgxpool.Pool {
+	t.Helper()
+	pool, err := pgxx.Open(context.Background(), testkit.DatabaseURL(t, schema), "activations")
 	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
+		t.Fatal(err)
 	}
-	defer os.RemoveAll(dir)
-	_ = os.Chmod(dir, 0o755) // the postgres system user must reach the cluster folder
-	pg, err := localinfra.StartPostgres(ctx, filepath.Join(dir, "pg"), 0)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer func() { _ = pg.Stop() }()
-	url, err := pg.CreateDatabase(ctx, "activations_store_test")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	pool, err := pgxx.Open(ctx, url, "activations")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer pool.Close()
-	if _, err := (pgxx.Migrations{Schema: "activations", FS: migrations.FS}).Up(ctx, pool); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	testDB = pool
-	return m.Run()
+	t.Cleanup(pool.Close)
+	return pool
 }
 
 var keyCounter atomic.Int64
 
-// fresh returns a store and a tenant/key pair no other test uses.
+// ids returns a tenant/key pair no other call returns.
+func ids() (tenant, key string) {
+	n := keyCounter.Add(1)
+	return fmt.Sprintf("tenant-%d", n), fmt.Sprintf("KEY-%d", n)
+}
+
+// fresh returns a store on a database of the test's own and a tenant/key pair.
 func fresh(t *testing.T) (*Store, string, string) {
 	t.Helper()
-	n := keyCounter.Add(1)
-	return New(testDB), fmt.Sprintf("tenant-%d", n), fmt.Sprintf("KEY-%d", n)
+	tenant, key := ids()
+	return New(openDB(t)), tenant, key
 }
 
 // hash stands for a token's hash; tokens are unique across licenses, so it is made of the
@@ -81,7 +61,7 @@ func cap32(n int32) *int32 { return &n }
 func TestActivateHoldsTheCapUnderConcurrency(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	cfg := testDB.Config().Copy()
+	cfg := openDB(t).Config().Copy()
 	cfg.MaxConns, cfg.MinConns = 32, 32
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
@@ -91,7 +71,7 @@ func TestActivateHoldsTheCapUnderConcurrency(t *testing.T) {
 	s := New(pool)
 	const rounds, tries, limit = 10, 32, 5
 	for round := range rounds {
-		_, tenant, key := fresh(t)
+		tenant, key := ids()
 		var created, refused atomic.Int64
 		var wg sync.WaitGroup
 		start := make(chan struct{})
@@ -188,84 +168,125 @@ func mustActivate(t *testing.T, s *Store, tenant, key, instance string) {
 	}
 }
 
-func mustRead(t *testing.T, s *Store, tenant, key, token, metric string) UsageState {
+// mustAdd adds inc to the metric as the seat "a" of key (limit 1000) and says whether it
+// was applied.
+func mustAdd(t *testing.T, s *Store, tenant, key, metric string, inc int64) bool {
 	t.Helper()
-	st, err := s.ReadUsage(context.Background(), tenant, key, hash(key, token), metric)
-	if err != nil {
-		t.Fatal(err)
+	a, err := s.AddUsage(context.Background(), tenant, key, hash(key, "a"), metric, inc, 1000, true)
+	if err != nil || !a.SeatOK {
+		t.Fatalf("add: %+v %v", a, err)
 	}
-	return st
+	return a.Applied
 }
 
-func mustSwap(t *testing.T, s *Store, tenant, key, metric string, prev UsageState, used int64) bool {
-	t.Helper()
-	ok, err := s.SwapUsage(context.Background(), tenant, key, metric, prev, used)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ok
-}
-
-// Invariant 3: two writers that read the same total cannot both write.
-func TestSwapUsageLetsOneOfTwoWritersWin(t *testing.T) {
-	t.Parallel()
-	s, tenant, key := fresh(t)
-	mustActivate(t, s, tenant, key, "a")
-	if st := mustRead(t, s, tenant, key, "nope", "users"); st.SeatOK {
-		t.Fatal("an unknown token holds a seat")
-	}
-	// First write of a metric: both read "no row".
-	a, b := mustRead(t, s, tenant, key, "a", "users"), mustRead(t, s, tenant, key, "a", "users")
-	if !a.SeatOK || a.Exists {
-		t.Fatalf("state %+v", a)
-	}
-	if !mustSwap(t, s, tenant, key, "users", a, 1) || mustSwap(t, s, tenant, key, "users", b, 1) {
-		t.Fatal("both first writers won")
-	}
-	// Later writes: both read total 1 at the same version.
-	a, b = mustRead(t, s, tenant, key, "a", "users"), mustRead(t, s, tenant, key, "a", "users")
-	if !mustSwap(t, s, tenant, key, "users", a, 2) || mustSwap(t, s, tenant, key, "users", b, 2) {
-		t.Fatal("both writers won")
-	}
-	if u, _ := s.Usage(context.Background(), tenant, key); u["users"] != 2 {
-		t.Fatalf("usage %v", u)
-	}
-}
-
-// A reset between a track-usage's read and its write makes the write lose, so the total
-// from before the reset is never written back.
-func TestResetUsageMakesAnEarlierReadLose(t *testing.T) {
+func TestAddUsageAppliesOnlyForASeatAnAllowedMetricAndWithinTheLimit(t *testing.T) {
 	t.Parallel()
 	s, tenant, key := fresh(t)
 	ctx := context.Background()
 	mustActivate(t, s, tenant, key, "a")
-	st := mustRead(t, s, tenant, key, "a", "users")
-	mustSwap(t, s, tenant, key, "users", st, 40)
+	add := func(token string, inc int64, limit float64, allowed bool) Added {
+		t.Helper()
+		a, err := s.AddUsage(ctx, tenant, key, hash(key, token), "users", inc, limit, allowed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+	if a := add("nope", 1, 10, true); a.SeatOK || a.Applied {
+		t.Fatalf("an unknown token: %+v", a)
+	}
+	if a := add("a", 1, 10, false); !a.SeatOK || a.Applied {
+		t.Fatalf("a metric not allowed: %+v", a)
+	}
+	if a := add("a", 11, 10, true); a.Applied {
+		t.Fatalf("a first increment over the limit: %+v", a)
+	}
+	if a := add("a", 4, 10, true); !a.Applied || a.Used != 4 {
+		t.Fatalf("first increment: %+v", a)
+	}
+	if a := add("a", 6, 10, true); !a.Applied || a.Used != 10 {
+		t.Fatalf("up to the limit: %+v", a)
+	}
+	if a := add("a", 1, 11.5, true); !a.Applied || a.Used != 11 {
+		t.Fatalf("a fractional limit: %+v", a)
+	}
+	if a := add("a", 1, 11.5, true); a.Applied {
+		t.Fatalf("past the limit: %+v", a)
+	}
+	if u, _ := s.Usage(ctx, tenant, key); u["users"] != 11 {
+		t.Fatalf("usage %v", u)
+	}
+}
 
-	before := mustRead(t, s, tenant, key, "a", "users")
+// Invariant 3: increments of one metric from many connections (replicas) at once are each
+// applied once or not at all, report distinct totals, and stop exactly at the limit.
+func TestAddUsageInParallelLandsExactlyOnTheLimit(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cfg := testDB.Config().Copy()
+	cfg.MaxConns, cfg.MinConns = 32, 32
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	s := New(pool)
+	_, tenant, key := fresh(t)
+	mustActivate(t, s, tenant, key, "a")
+	const tries, limit = 64, 40
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	seen := map[int64]bool{}
+	refused := 0
+	start := make(chan struct{})
+	for range tries {
+		wg.Go(func() {
+			<-start
+			a, err := s.AddUsage(ctx, tenant, key, hash(key, "a"), "users", 1, limit, true)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err != nil:
+				t.Error(err)
+			case !a.Applied:
+				refused++
+			case seen[a.Used] || a.Used < 1 || a.Used > limit:
+				t.Errorf("total %d reported twice or out of range", a.Used)
+			default:
+				seen[a.Used] = true
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	if len(seen) != limit || refused != tries-limit {
+		t.Errorf("%d applied, %d refused; want %d and %d", len(seen), refused, limit, tries-limit)
+	}
+	if u, _ := s.Usage(ctx, tenant, key); u["users"] != limit {
+		t.Errorf("usage %v, want %d", u, limit)
+	}
+}
+
+// A reset lands wholly between increments: they count again from zero.
+func TestResetUsageThenIncrementsCountFromZero(t *testing.T) {
+	t.Parallel()
+	s, tenant, key := fresh(t)
+	ctx := context.Background()
+	mustActivate(t, s, tenant, key, "a")
+	mustAdd(t, s, tenant, key, "users", 40)
 	metric := "users"
 	u, err := s.ResetUsage(ctx, tenant, key, &metric)
 	if err != nil || u["users"] != 0 {
 		t.Fatalf("reset one: %v %v", u, err)
 	}
-	if mustSwap(t, s, tenant, key, "users", before, 41) {
-		t.Fatal("a read from before the reset wrote 41")
-	}
-
-	// Clearing every metric deletes the rows; a read from before it still loses, even
-	// after another writer created the row again (versions are never reused).
-	before = mustRead(t, s, tenant, key, "a", "users")
+	mustAdd(t, s, tenant, key, "users", 1)
 	if u, err := s.ResetUsage(ctx, tenant, key, nil); err != nil || len(u) != 0 {
 		t.Fatalf("reset all: %v %v", u, err)
 	}
-	again := mustRead(t, s, tenant, key, "a", "users")
-	if !mustSwap(t, s, tenant, key, "users", again, 1) {
-		t.Fatal("write after the reset")
+	mustAdd(t, s, tenant, key, "users", 2)
+	if u, _ := s.Usage(ctx, tenant, key); u["users"] != 2 {
+		t.Fatalf("usage after the resets %v", u)
 	}
-	if mustSwap(t, s, tenant, key, "users", before, 1) {
-		t.Fatal("a read from before the reset-all won")
-	}
-
 	// Resetting a metric that was never used records it as 0.
 	metric = "projects"
 	if u, err := s.ResetUsage(ctx, tenant, key, &metric); err != nil || u["projects"] != 0 || len(u) != 2 {
@@ -279,7 +300,7 @@ func TestPurgeForgetsTheLicenseForGood(t *testing.T) {
 	ctx := context.Background()
 	mustActivate(t, s, tenant, key, "a")
 	mustActivate(t, s, tenant, key+"-kept", "a")
-	mustSwap(t, s, tenant, key, "users", mustRead(t, s, tenant, key, "a", "users"), 3)
+	mustAdd(t, s, tenant, key, "users", 3)
 	for range 2 { // idempotent: a redelivered event changes nothing
 		if err := s.Purge(ctx, tenant, key, time.Now()); err != nil {
 			t.Fatal(err)
@@ -308,7 +329,7 @@ func TestRecentCountsAndSummariesAreScopedByTenant(t *testing.T) {
 		mustActivate(t, s, tenant, key, id)
 	}
 	mustActivate(t, s, tenant+"-other", key, "z")
-	mustSwap(t, s, tenant, key, "users", mustRead(t, s, tenant, key, "a", "users"), 5)
+	mustAdd(t, s, tenant, key, "users", 5)
 
 	recent, err := s.Recent(ctx, tenant, 2)
 	if err != nil || len(recent) != 2 || recent[0].InstanceID != "c" || recent[1].InstanceID != "b" {

@@ -8,24 +8,26 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/keyhouse/keyhouse/devinfra/testkit"
 	"github.com/keyhouse/keyhouse/pkg/pgxx"
 	"github.com/keyhouse/keyhouse/pkg/signing"
-	"github.com/keyhouse/keyhouse/pkg/testkit"
 	"github.com/keyhouse/keyhouse/services/licensing/internal/store"
 	"github.com/keyhouse/keyhouse/services/licensing/migrations"
 )
 
+func TestMain(m *testing.M) { testkit.Main(m) }
+
+// schema is the licensing schema as the production migrations make it.
+var schema = testkit.Template{Name: "licensing", Migrate: pgxx.Migrations{Schema: "licensing", FS: migrations.FS}.Apply}
+
+// newStore is a store on a database of the test's own.
 func newStore(t *testing.T) *store.Store {
 	t.Helper()
-	ctx := context.Background()
-	db, err := pgxx.Open(ctx, testkit.PostgresURL(t, "licensing"), "licensing")
+	db, err := pgxx.Open(context.Background(), testkit.DatabaseURL(t, schema), "licensing")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(db.Close)
-	if _, err := (pgxx.Migrations{Schema: "licensing", FS: migrations.FS}).Up(ctx, db); err != nil {
-		t.Fatal(err)
-	}
 	return store.New(db)
 }
 

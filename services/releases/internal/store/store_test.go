@@ -6,24 +6,25 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/keyhouse/keyhouse/devinfra/testkit"
 	"github.com/keyhouse/keyhouse/pkg/pgxx"
-	"github.com/keyhouse/keyhouse/pkg/testkit"
 	"github.com/keyhouse/keyhouse/services/releases/internal/semver"
 	"github.com/keyhouse/keyhouse/services/releases/migrations"
 )
 
+func TestMain(m *testing.M) { testkit.Main(m) }
+
+// schema is the releases schema as the production migrations make it.
+var schema = testkit.Template{Name: "releases", Migrate: pgxx.Migrations{Schema: "releases", FS: migrations.FS}.Apply}
+
+// newStore is a store on a database of the test's own.
 func newStore(t *testing.T) *Store {
 	t.Helper()
-	ctx := context.Background()
-	url := testkit.PostgresURL(t, "releases")
-	db, err := pgxx.Open(ctx, url, "releases")
+	db, err := pgxx.Open(context.Background(), testkit.DatabaseURL(t, schema), "releases")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(db.Close)
-	if _, err := (pgxx.Migrations{Schema: "releases", FS: migrations.FS}).Up(ctx, db); err != nil {
-		t.Fatal(err)
-	}
 	return New(db)
 }
 

@@ -1,4 +1,4 @@
-package localinfra
+package devinfra
 
 import (
 	"context"
@@ -19,13 +19,15 @@ import (
 type Redis struct {
 	Dir  string
 	Port int
+	cmd  *exec.Cmd
+	done chan struct{}
 }
 
 // URL is the redis:// URL of the server.
 func (r *Redis) URL() string { return fmt.Sprintf("redis://127.0.0.1:%d/0", r.Port) }
 
-// StartRedis starts redis-server on port (0 = a free port), daemonized with its pid file
-// in dir. A server already running from dir is reused.
+// StartRedis starts redis-server on port (0 = a free port), logging into dir. A server
+// already running from dir (an older `make run`'s daemon) is reused.
 func StartRedis(ctx context.Context, dir string, port int) (*Redis, error) {
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
@@ -54,18 +56,23 @@ func StartRedis(ctx context.Context, dir string, port int) (*Redis, error) {
 	return r, r.Start(ctx, bin)
 }
 
-// Start (re)starts the server on its port, e.g. after Stop in a test.
+// Start (re)starts the server on its port, e.g. after Stop in a test. It runs as a child
+// of this process and dies with it.
 func (r *Redis) Start(ctx context.Context, bin string) error {
 	if bin == "" {
 		bin = "redis-server"
 	}
-	out, err := exec.CommandContext(ctx, bin,
+	cmd := exec.Command(bin,
 		"--port", strconv.Itoa(r.Port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-		"--daemonize", "yes", "--pidfile", filepath.Join(r.Dir, "redis.pid"),
-		"--logfile", filepath.Join(r.Dir, "redis.log"), "--dir", r.Dir).CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("redis-server: %v: %s", err, out)
+		"--daemonize", "no", "--pidfile", filepath.Join(r.Dir, "redis.pid"),
+		"--logfile", filepath.Join(r.Dir, "redis.log"), "--dir", r.Dir)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("redis-server: %w", err)
 	}
+	r.cmd, r.done = cmd, make(chan struct{})
+	done := r.done
+	go func() { _ = cmd.Wait(); close(done) }()
 	if err := os.WriteFile(filepath.Join(r.Dir, "port"), []byte(strconv.Itoa(r.Port)), 0o644); err != nil {
 		return err
 	}
@@ -95,15 +102,38 @@ func (r *Redis) ping(ctx context.Context, within time.Duration) error {
 				return nil
 			}
 		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Errorf("redis on port %d not ready", r.Port)
+		if r.exited() || time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("redis on port %d not ready (log: %s)", r.Port, filepath.Join(r.Dir, "redis.log"))
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 }
 
+func (r *Redis) exited() bool {
+	if r.done == nil {
+		return false
+	}
+	select {
+	case <-r.done:
+		return true
+	default:
+		return false
+	}
+}
+
 // Stop terminates the server and waits for it to exit.
 func (r *Redis) Stop() error {
+	if r.cmd != nil {
+		_ = r.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-r.done:
+		case <-time.After(10 * time.Second):
+			_ = r.cmd.Process.Kill()
+			<-r.done
+		}
+		r.cmd = nil
+		return nil
+	}
 	pid := r.pid()
 	if pid <= 0 {
 		return nil

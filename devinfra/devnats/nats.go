@@ -1,0 +1,78 @@
+// Package devnats embeds a NATS server with JetStream for `make run`, the integration
+// tests and the package tests that need NATS. It is a package of its own so that only
+// the binaries that use it link nats-server.
+package devnats
+
+import (
+	"fmt"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/keyhouse/keyhouse/devinfra/testkit"
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+// Server is an embedded NATS server with JetStream, storing streams under its dir.
+type Server struct {
+	srv *server.Server
+}
+
+// Start starts the server on port (0 = a free port, chosen by the server).
+func Start(dir string, port int) (*Server, error) {
+	if port == 0 {
+		port = server.RANDOM_PORT
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, err
+	}
+	srv, err := server.NewServer(&server.Options{
+		Host:      "127.0.0.1",
+		Port:      port,
+		JetStream: true,
+		StoreDir:  abs,
+		NoSigs:    true,
+		NoLog:     true,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("nats: %w", err)
+	}
+	srv.Start()
+	if !srv.ReadyForConnections(10 * time.Second) {
+		srv.Shutdown()
+		return nil, fmt.Errorf("nats: not ready")
+	}
+	return &Server{srv: srv}, nil
+}
+
+// URL is the client URL.
+func (n *Server) URL() string { return n.srv.ClientURL() }
+
+// Stop shuts the server down.
+func (n *Server) Stop() {
+	n.srv.Shutdown()
+	n.srv.WaitForShutdown()
+}
+
+var shared struct {
+	once sync.Once
+	srv  *Server
+	err  error
+}
+
+// SharedURL is the URL of the test binary's one NATS server, started on first use (in
+// process: it ends with the binary). Tests share it by using streams and subjects of their
+// own. Like every testkit resource it skips the test under -short.
+func SharedURL(t testing.TB) string {
+	t.Helper()
+	dir := testkit.Dir(t)
+	shared.once.Do(func() {
+		shared.srv, shared.err = Start(filepath.Join(dir, "nats"), 0)
+	})
+	if shared.err != nil {
+		t.Fatal(shared.err)
+	}
+	return shared.srv.URL()
+}

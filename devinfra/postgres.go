@@ -1,0 +1,260 @@
+// Package devinfra starts the real dependencies on this machine for `make run`, the
+// integration tests and the benchmarks: a throwaway Postgres cluster and Redis from
+// Debian's binaries (package devnats embeds NATS). It is its own module, outside every
+// service's dependency graph. Tests use it through package testkit, which shares one
+// server of each kind per test binary.
+//
+// The servers run as children of the calling process and die with it (Pdeathsig), so a
+// test binary that panics or times out leaves no daemon behind.
+package devinfra
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Postgres is a cluster started by this process (or found already running in Dir).
+type Postgres struct {
+	Dir  string
+	Port int
+	bin  string
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+// URL is the connection URL of database db as the postgres superuser (trust auth on loopback).
+func (p *Postgres) URL(db string) string {
+	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s?sslmode=disable", p.Port, db)
+}
+
+func postgresBinDir() (string, error) {
+	if out, err := exec.Command("pg_config", "--bindir").Output(); err == nil {
+		dir := strings.TrimSpace(string(out))
+		if _, err := os.Stat(filepath.Join(dir, "initdb")); err == nil {
+			return dir, nil
+		}
+	}
+	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
+	sort.Slice(dirs, func(i, j int) bool { return versionOf(dirs[i]) > versionOf(dirs[j]) })
+	for _, d := range dirs {
+		if _, err := os.Stat(filepath.Join(d, "initdb")); err == nil {
+			return d, nil
+		}
+	}
+	return "", errors.New("postgres server binaries not found: apt-get install -y postgresql")
+}
+
+func versionOf(binDir string) int {
+	v, _ := strconv.Atoi(filepath.Base(filepath.Dir(binDir)))
+	return v
+}
+
+// asPostgresUser prepares a server binary; Postgres refuses to run as root, so as root
+// it runs as the postgres system user.
+func asPostgresUser(name string, args ...string) (*exec.Cmd, error) {
+	cmd := exec.Command(name, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if os.Geteuid() != 0 {
+		return cmd, nil
+	}
+	uid, gid, err := postgresUser()
+	if err != nil {
+		return nil, err
+	}
+	cmd.SysProcAttr.Credential = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
+	cmd.Env = append(os.Environ(), "HOME=/var/lib/postgresql")
+	return cmd, nil
+}
+
+func postgresUser() (uid, gid int, err error) {
+	u, err := user.Lookup("postgres")
+	if err != nil {
+		return 0, 0, errors.New("the postgres system user is missing: apt-get install -y postgresql")
+	}
+	uid, _ = strconv.Atoi(u.Uid)
+	gid, _ = strconv.Atoi(u.Gid)
+	return uid, gid, nil
+}
+
+// StartPostgres initializes dir on first use and starts the server on port (0 = a free
+// port), with durability off (fsync=off: the data is throwaway or a dev copy). A cluster
+// already running in dir (an older `make run`) is reused.
+func StartPostgres(ctx context.Context, dir string, port int) (*Postgres, error) {
+	bin, err := postgresBinDir()
+	if err != nil {
+		return nil, err
+	}
+	if dir, err = filepath.Abs(dir); err != nil {
+		return nil, err
+	}
+	if port == 0 {
+		if port, err = FreePort(); err != nil {
+			return nil, err
+		}
+	}
+	p := &Postgres{Dir: dir, Port: port, bin: bin}
+	data := filepath.Join(dir, "data")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	if err := chownToPostgres(dir); err != nil {
+		return nil, err
+	}
+	if _, err := os.Stat(filepath.Join(data, "PG_VERSION")); err != nil {
+		if err := p.run("initdb", "-D", data, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--locale=C.UTF-8", "--no-sync"); err != nil {
+			return nil, err
+		}
+	}
+	if p.run("pg_ctl", "-D", data, "status") == nil {
+		if pid, err := os.ReadFile(filepath.Join(data, "postmaster.pid")); err == nil {
+			lines := strings.Split(string(pid), "\n")
+			if len(lines) > 3 {
+				if running, err := strconv.Atoi(strings.TrimSpace(lines[3])); err == nil {
+					p.Port = running
+				}
+			}
+		}
+		return p, p.ensureDatabase(ctx, "keyhouse")
+	}
+	cmd, err := asPostgresUser(filepath.Join(bin, "postgres"), "-D", data, "-p", strconv.Itoa(port), "-k", dir,
+		"-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "synchronous_commit=off",
+		"-c", "full_page_writes=off", "-c", "max_connections=300")
+	if err != nil {
+		return nil, err
+	}
+	// Fast shutdown (SIGINT) when this process dies, however it dies.
+	cmd.SysProcAttr.Pdeathsig = syscall.SIGINT
+	logFile, err := os.OpenFile(filepath.Join(dir, "postgres.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if err := cmd.Start(); err != nil {
+		logFile.Close()
+		return nil, fmt.Errorf("postgres: %w", err)
+	}
+	p.cmd, p.done = cmd, make(chan struct{})
+	go func() { _ = cmd.Wait(); logFile.Close(); close(p.done) }()
+	if err := p.ensureDatabase(ctx, "keyhouse"); err != nil {
+		_ = p.Stop()
+		return nil, fmt.Errorf("%w (log: %s)", err, filepath.Join(dir, "postgres.log"))
+	}
+	return p, nil
+}
+
+func (p *Postgres) run(name string, args ...string) error {
+	cmd, err := asPostgresUser(filepath.Join(p.bin, name), args...)
+	if err != nil {
+		return err
+	}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("%s: %v: %s", name, err, out)
+	}
+	return nil
+}
+
+func chownToPostgres(dir string) error {
+	if os.Geteuid() != 0 {
+		return nil
+	}
+	uid, gid, err := postgresUser()
+	if err != nil {
+		return err
+	}
+	return os.Chown(dir, uid, gid)
+}
+
+func (p *Postgres) ensureDatabase(ctx context.Context, name string) error {
+	conn, err := p.Connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	var exists bool
+	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", name).Scan(&exists); err != nil {
+		return err
+	}
+	if exists {
+		return nil
+	}
+	_, err = conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize())
+	return err
+}
+
+// CreateDatabase makes a fresh, empty database.
+func (p *Postgres) CreateDatabase(ctx context.Context, name string) (string, error) {
+	conn, err := p.Connect(ctx)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+		return "", err
+	}
+	return p.URL(name), nil
+}
+
+// Connect opens a connection to the postgres maintenance database, waiting up to 30 s
+// for the server to accept it.
+func (p *Postgres) Connect(ctx context.Context) (*pgx.Conn, error) {
+	var lastErr error
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		if p.done != nil {
+			select {
+			case <-p.done:
+				return nil, fmt.Errorf("postgres on port %d exited", p.Port)
+			default:
+			}
+		}
+		conn, err := pgx.Connect(ctx, p.URL("postgres"))
+		if err == nil {
+			return conn, nil
+		}
+		lastErr = err
+		if ctx.Err() != nil {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return nil, fmt.Errorf("postgres on port %d not reachable: %w", p.Port, lastErr)
+}
+
+// Stop shuts the cluster down (fast mode), keeping its data.
+func (p *Postgres) Stop() error {
+	if p.cmd == nil {
+		return p.run("pg_ctl", "-D", filepath.Join(p.Dir, "data"), "-m", "fast", "-w", "stop")
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGINT)
+	select {
+	case <-p.done:
+		return nil
+	case <-time.After(30 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+		return errors.New("postgres did not stop within 30 s; killed")
+	}
+}
+
+// FreePort asks the kernel for an unused loopback TCP port.
+func FreePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}

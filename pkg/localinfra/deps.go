@@ -1,3 +1,0 @@
-package localinfra
-
-import _ "github.com/nats-io/nats.go/jetstream"

@@ -1,0 +1,142 @@
+package bench
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/keyhouse/keyhouse/stack"
+)
+
+// clockTick is the unit of /proc/<pid>/stat's CPU times (USER_HZ, 100 on Linux).
+const clockTick = 10 * time.Millisecond
+
+// CPUTimes is the CPU time (user + system) each process of the stack has used so far,
+// by name: the gateway and service processes, "postgres" (the postmaster and its
+// backends), "redis", and "bench" (this process: the load generator, the embedded NATS
+// server and the floor's handler).
+type CPUTimes map[string]time.Duration
+
+// CPUColumns is the order of the CPU table's columns; processes not listed are summed
+// into "other".
+var CPUColumns = []string{"gateway", "licensing", "activations", "releases", "postgres", "redis", "bench"}
+
+// SampleCPU reads the CPU times of every process of s from /proc. A process that cannot
+// be read (not Linux, already gone) is left out.
+func SampleCPU(s *stack.Stack) CPUTimes {
+	out := CPUTimes{}
+	for _, p := range s.Procs() {
+		if t, ok := procCPU(p.Pid(), false); ok {
+			out[p.Name] += t
+		}
+	}
+	if pid := pidFile(filepath.Join(s.Dir(), "postgres", "data", "postmaster.pid")); pid > 0 {
+		// Backends are the postmaster's children; the ones that ended are in its
+		// children's times.
+		if t, ok := procCPU(pid, true); ok {
+			out["postgres"] += t
+		}
+		for _, child := range childrenOf(pid) {
+			if t, ok := procCPU(child, false); ok {
+				out["postgres"] += t
+			}
+		}
+	}
+	if pid := pidFile(filepath.Join(s.Dir(), "redis", "redis.pid")); pid > 0 {
+		if t, ok := procCPU(pid, false); ok {
+			out["redis"] += t
+		}
+	}
+	if t, ok := procCPU(os.Getpid(), false); ok {
+		out["bench"] += t
+	}
+	return out
+}
+
+// Sub returns the CPU used between before and c.
+func (c CPUTimes) Sub(before CPUTimes) CPUTimes {
+	out := CPUTimes{}
+	for k, v := range c {
+		out[k] = v - before[k]
+	}
+	return out
+}
+
+// Total is the CPU of every process.
+func (c CPUTimes) Total() time.Duration {
+	var t time.Duration
+	for _, v := range c {
+		t += v
+	}
+	return t
+}
+
+// statFields returns the fields of /proc/<pid>/stat after the command name (which may
+// hold spaces), so field 3 of proc(5) is index 0.
+func statFields(pid int) []string {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return nil
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return nil
+	}
+	return strings.Fields(s[i+1:])
+}
+
+// procCPU is utime + stime of pid, plus cutime + cstime when children is true.
+func procCPU(pid int, children bool) (time.Duration, bool) {
+	f := statFields(pid)
+	if len(f) < 15 {
+		return 0, false
+	}
+	// proc(5): utime 14, stime 15, cutime 16, cstime 17 (index = field - 3).
+	idx := []int{11, 12}
+	if children {
+		idx = append(idx, 13, 14)
+	}
+	var ticks int64
+	for _, i := range idx {
+		n, err := strconv.ParseInt(f[i], 10, 64)
+		if err != nil {
+			return 0, false
+		}
+		ticks += n
+	}
+	return time.Duration(ticks) * clockTick, true
+}
+
+// childrenOf lists the processes whose parent is pid.
+func childrenOf(pid int) []int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	var out []int
+	want := strconv.Itoa(pid)
+	for _, e := range entries {
+		child, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		// proc(5): ppid is field 4.
+		if f := statFields(child); len(f) > 1 && f[1] == want {
+			out = append(out, child)
+		}
+	}
+	return out
+}
+
+func pidFile(path string) int {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	pid, _ := strconv.Atoi(strings.TrimSpace(line))
+	return pid
+}
