@@ -10,8 +10,10 @@ import (
 	"fmt"
 
 	apiv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/api/v1"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/protoadapt"
 )
 
 // Error is a client-visible failure: a gRPC code (which fixes the HTTP status) and the
@@ -19,8 +21,11 @@ import (
 type Error struct {
 	Code    codes.Code
 	Message string
-	before  []*apiv1.ErrorField
-	after   []*apiv1.ErrorField
+	// retryable: the same request may succeed if sent again (a lost race, a dependency
+	// that did not answer). It crosses processes as an errdetails.RetryInfo detail.
+	retryable bool
+	before    []*apiv1.ErrorField
+	after     []*apiv1.ErrorField
 }
 
 func (e *Error) Error() string { return e.Message }
@@ -28,14 +33,33 @@ func (e *Error) Error() string { return e.Message }
 // GRPCStatus lets grpc and status.FromError see the intended status.
 func (e *Error) GRPCStatus() *status.Status {
 	st := status.New(e.Code, e.Message)
-	if len(e.before) == 0 && len(e.after) == 0 {
+	var details []protoadapt.MessageV1
+	if e.retryable {
+		details = append(details, &errdetails.RetryInfo{})
+	}
+	if len(e.before) > 0 || len(e.after) > 0 {
+		details = append(details, &apiv1.ErrorFields{Before: e.before, After: e.after})
+	}
+	if len(details) == 0 {
 		return st
 	}
-	withDetails, err := st.WithDetails(&apiv1.ErrorFields{Before: e.before, After: e.after})
+	withDetails, err := st.WithDetails(details...)
 	if err != nil {
 		return st
 	}
 	return withDetails
+}
+
+// Retryable reports whether a status (one received from another process included) says
+// the request may be retried: it carries a RetryInfo detail, which only Retry and
+// Unavailable errors (and statuses passed on from them) do.
+func Retryable(st *status.Status) bool {
+	for _, d := range st.Details() {
+		if _, ok := d.(*errdetails.RetryInfo); ok {
+			return true
+		}
+	}
+	return false
 }
 
 // WithBefore returns a copy that writes name: value ahead of "error" in the REST body.
@@ -83,11 +107,18 @@ func NotFound(format string, args ...any) *Error { return newf(codes.NotFound, f
 func Conflict(format string, args ...any) *Error { return newf(codes.AlreadyExists, format, args...) }
 
 // Retry is a 503 for a lost optimistic-concurrency race: retrying is correct.
-func Retry(format string, args ...any) *Error { return newf(codes.Aborted, format, args...) }
+func Retry(format string, args ...any) *Error {
+	e := newf(codes.Aborted, format, args...)
+	e.retryable = true
+	return e
+}
 
-// Unavailable is a 503 for a dependency that did not answer.
+// Unavailable is a 503 for a dependency that did not answer (or a call that ran out of
+// time): retrying is correct. The message api.md's style gives it ends in ", retry".
 func Unavailable(format string, args ...any) *Error {
-	return newf(codes.Unavailable, format, args...)
+	e := newf(codes.Unavailable, format, args...)
+	e.retryable = true
+	return e
 }
 
 // Unauthorized is the one 403 every admin and tenant route answers for a bad credential.
@@ -106,4 +137,16 @@ func Is(err error, code codes.Code) bool {
 		return st.Code() == code
 	}
 	return false
+}
+
+// FromStatus rebuilds the error a peer answered with (code, message, siblings,
+// retryability), so it passes on through this service unchanged.
+func FromStatus(st *status.Status) *Error {
+	e := &Error{Code: st.Code(), Message: st.Message(), retryable: Retryable(st)}
+	for _, d := range st.Details() {
+		if f, ok := d.(*apiv1.ErrorFields); ok {
+			e.before, e.after = f.GetBefore(), f.GetAfter()
+		}
+	}
+	return e
 }

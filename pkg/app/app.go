@@ -16,6 +16,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/keyhouse/keyhouse/pkg/auth"
+	"github.com/keyhouse/keyhouse/pkg/billingclient"
 	"github.com/keyhouse/keyhouse/pkg/buildinfo"
 	"github.com/keyhouse/keyhouse/pkg/config"
 	"github.com/keyhouse/keyhouse/pkg/grpcx"
@@ -23,7 +24,6 @@ import (
 	"github.com/keyhouse/keyhouse/pkg/pgxx"
 	"github.com/keyhouse/keyhouse/pkg/readiness"
 	"github.com/keyhouse/keyhouse/pkg/telemetry"
-	accountsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/accounts/v1"
 	"google.golang.org/grpc"
 )
 
@@ -175,7 +175,7 @@ func serve(ctx context.Context, svc Service) error {
 		if err != nil {
 			return err
 		}
-		tenants = auth.RemoteTenants{Client: accountsv1.NewAccountsServiceClient(conn)}
+		tenants = billingclient.New(conn, "")
 	}
 	d.Auth = auth.New(auth.Config{MultiTenant: cfg.MultiTenant, AdminKey: cfg.AdminAPIKey.Reveal(), Tenants: tenants})
 	d.Server = grpcx.NewServer(log, d.Auth, grpcx.ServerOptions{RequestTimeout: cfg.RequestTimeout, Monitor: d.Readiness})

@@ -230,10 +230,10 @@ func normalize(ctx context.Context, log *slog.Logger, method string, err error) 
 	}
 	if isDatabaseUnavailable(err) {
 		// The outage itself is logged once by the readiness monitor, not per request.
-		return status.Error(codes.Unavailable, DatabaseUnavailable)
+		return apierr.Unavailable(DatabaseUnavailable).GRPCStatus().Err()
 	}
 	if errors.Is(err, context.DeadlineExceeded) {
-		return status.Error(codes.Unavailable, ServiceUnavailable)
+		return apierr.Unavailable(ServiceUnavailable).GRPCStatus().Err()
 	}
 	if st, ok := status.FromError(err); ok && st.Code() != codes.Unknown && st.Code() != codes.Internal {
 		return err

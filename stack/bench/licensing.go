@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/keyhouse/keyhouse/pkg/license"
 	"github.com/keyhouse/keyhouse/pkg/pgxx"
 )
 
@@ -100,7 +101,7 @@ func setupVerifyFloor(ctx context.Context, env *Env) (Op, error) {
 			http.Error(w, `{"error":"Internal server error"}`, http.StatusInternalServerError)
 			return
 		}
-		out.Valid = out.Status == "active" && (out.ExpiresAt == nil || time.Now().Before(*out.ExpiresAt))
+		out.Valid = license.Usable(out.Status, out.ExpiresAt, time.Now()) == nil
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(out)
 	})

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keyhouse/keyhouse/devinfra/testkit"
 	"github.com/keyhouse/keyhouse/stack"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -45,7 +46,7 @@ func TestHealthzAndReadyzAnswerWithoutRateLimits(t *testing.T) {
 	}
 }
 
-// startOwnStack starts a stack with its own Postgres cluster and Redis, for tests that
+// startOwnStack starts a stack with its own Postgres cluster (and Redis), for tests that
 // pause them.
 func startOwnStack(t *testing.T, env map[string]string) *stack.Stack {
 	t.Helper()
@@ -58,8 +59,8 @@ func startOwnStack(t *testing.T, env map[string]string) *stack.Stack {
 	for k, v := range env {
 		full[k] = v
 	}
-	dir := filepath.Join(infra.root, name)
-	s, err := stack.Start(context.Background(), stack.Options{Dir: dir, BinDir: binDir, Env: full})
+	dir := filepath.Join(testkit.Dir(t), name)
+	s, err := stack.Start(context.Background(), stack.Options{Dir: dir, BinDir: binaries(t), Env: full})
 	if err != nil {
 		t.Fatalf("start stack: %v (logs in %s)", err, filepath.Join(dir, "logs"))
 	}
@@ -249,7 +250,7 @@ func TestPostgresPausedAnswers503WithinTheBudgetThenRecovers(t *testing.T) {
 func TestRedisPausedKeepsServingAndTurnsNotReadyThenRecovers(t *testing.T) {
 	t.Parallel()
 	const budget = 2 * time.Second
-	s := startStack(t, map[string]string{"REQUEST_TIMEOUT": budget.String()})
+	s := startStack(t, map[string]string{"REQUEST_TIMEOUT": budget.String(), "REDIS_URL": ""})
 	t.Cleanup(s.Stop)
 	c := admin(t, s)
 	key := issueLicense(t, c, map[string]any{"tier": "pro", "product_id": product("redis"), "issued_to": "r@example.com"})
@@ -304,7 +305,12 @@ func TestSIGTERMDrainsAGatewayAndAServiceReplicaWithoutAFailedRequest(t *testing
 		}
 		urls = append(urls, u)
 	}
-	gateways := s.Procs("gateway")
+	var gateways []*stack.Proc
+	for _, p := range s.Procs() {
+		if p.Name == "gateway" {
+			gateways = append(gateways, p)
+		}
+	}
 	victim := gateways[len(gateways)-2] // the first of the two new gateways
 	if "http://"+victim.Addr != urls[0] {
 		t.Fatalf("gateway %s is not %s", victim.Addr, urls[0])

@@ -48,11 +48,11 @@ func handleError(ctx context.Context, _ *runtime.ServeMux, _ runtime.Marshaler, 
 	switch {
 	case st.Code() == codes.Unimplemented:
 		msg = "Not found"
-	case st.Code() == codes.Unavailable && !strings.HasSuffix(msg, ", retry"),
+	case st.Code() == codes.Unavailable && !apierr.Retryable(st),
 		st.Code() == codes.DeadlineExceeded, st.Code() == codes.Canceled:
 		// A transport failure reaching a service (its text names addresses, so it stays in
-		// the logs), or no answer within the request's budget. Services' own 503s already
-		// end in ", retry".
+		// the logs), or no answer within the request's budget. A service's own 503
+		// (apierr.Unavailable) says so with a RetryInfo detail and keeps its message.
 		msg = grpcx.ServiceUnavailable
 	case code == http.StatusInternalServerError:
 		msg = apierr.InternalMessage

@@ -30,6 +30,8 @@ func TestErrorHandlerWritesTheStatusAndBodyTheAPIUses(t *testing.T) {
 		{"transport failure hides addresses", status.Error(codes.Unavailable, "connection error: desc = dial tcp 127.0.0.1:9101: refused"), 503, `{"error":"Service unavailable, retry"}`},
 		{"no answer within the budget", status.Error(codes.DeadlineExceeded, "context deadline exceeded"), 503, `{"error":"Service unavailable, retry"}`},
 		{"service 503 passes", apierr.Unavailable("Licensing service unavailable, retry"), 503, `{"error":"Licensing service unavailable, retry"}`},
+		{"a 503 passed on by another service keeps its text", apierr.FromStatus(apierr.Unavailable("Billing service unavailable, retry").GRPCStatus()), 503, `{"error":"Billing service unavailable, retry"}`},
+		{"retryability is the detail, not the text", status.Error(codes.Unavailable, "dial tcp 10.0.0.7:9101: refused, retry"), 503, `{"error":"Service unavailable, retry"}`},
 		{"unimplemented is not found", status.Error(codes.Unimplemented, "method X not implemented"), 404, `{"error":"Not found"}`},
 		{"decode error names the field", status.Error(codes.InvalidArgument, "proto: (line 1:9): invalid value for string field key: 5"), 400, `{"error":"Invalid JSON body: invalid value for string field key: 5"}`},
 		{"decode error names the field as the client sent it", status.Error(codes.InvalidArgument, "proto: (line 1:30): invalid value for string field instanceId: 7"), 400, `{"error":"Invalid JSON body: invalid value for string field instance_id: 7"}`},

@@ -7,8 +7,8 @@ import (
 
 	"github.com/keyhouse/keyhouse/pkg/app"
 	"github.com/keyhouse/keyhouse/pkg/config"
+	"github.com/keyhouse/keyhouse/pkg/licensingclient"
 	"github.com/keyhouse/keyhouse/pkg/natsx"
-	licensingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1"
 	"github.com/keyhouse/keyhouse/services/activations/internal/purge"
 	"github.com/keyhouse/keyhouse/services/activations/internal/server"
 	"github.com/keyhouse/keyhouse/services/activations/internal/store"
@@ -26,10 +26,7 @@ func main() {
 				return err
 			}
 			st := store.New(d.DB)
-			licenses := server.RemoteLicenses{
-				Client:   licensingv1.NewLicensingInternalServiceClient(conn),
-				AdminKey: d.Config.AdminAPIKey.Reveal(),
-			}
+			licenses := licensingclient.New(conn, d.Config.AdminAPIKey.Reveal())
 			server.Register(d.Server.GRPC, server.New(st, licenses))
 
 			nc, js, err := natsx.Connect(ctx, d.Config.NATSURL, "activations", d.Log)

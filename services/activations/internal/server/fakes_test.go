@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/keyhouse/keyhouse/pkg/auth"
+	"github.com/keyhouse/keyhouse/pkg/license"
 	licensingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1"
 	"github.com/keyhouse/keyhouse/services/activations/internal/store"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -21,13 +22,13 @@ type fakeLicenses struct {
 	err   error // an outage
 }
 
-func (f *fakeLicenses) Get(_ context.Context, tenant, key string) (*licensingv1.License, error) {
+func (f *fakeLicenses) License(_ context.Context, tenant, key string) (*licensingv1.License, error) {
 	if f.err != nil {
 		return nil, f.err
 	}
 	l, ok := f.byKey[key]
 	if !ok || (tenant != "" && l.GetTenantId() != tenant) {
-		return nil, errLicenseNotFound
+		return nil, license.ErrNotFound
 	}
 	return l, nil
 }

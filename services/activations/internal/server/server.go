@@ -17,6 +17,7 @@ import (
 	"github.com/keyhouse/keyhouse/pkg/apierr"
 	"github.com/keyhouse/keyhouse/pkg/auth"
 	"github.com/keyhouse/keyhouse/pkg/license"
+	"github.com/keyhouse/keyhouse/pkg/licensingclient"
 	"github.com/keyhouse/keyhouse/pkg/pgxx"
 	activationsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/activations/v1"
 	licensingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1"
@@ -44,13 +45,16 @@ type Store interface {
 	Summaries(ctx context.Context, tenant string, keys []string) (map[string]*store.Summary, error)
 }
 
-// Messages of api.md's Errors table and addendum §6, verbatim.
+// Licenses looks licenses up (licensingclient.Client; fakes in unit tests). tenant ""
+// (public routes) finds the key in any tenant; the license carries its tenant_id either
+// way; an unknown key is license.ErrNotFound.
+type Licenses interface {
+	License(ctx context.Context, tenant, key string) (*licensingv1.License, error)
+}
+
+// Messages of api.md's Errors table and addendum §6, verbatim (the license's own refusals
+// are pkg/license's).
 var (
-	errLicenseNotFound = apierr.NotFound("License key not found")
-	errNotActive       = apierr.Forbidden("License is not active")
-	errHasExpired      = apierr.Forbidden("License has expired")
-	// track-usage words it differently from activate-license; both are api.md's.
-	errIsExpired    = apierr.Forbidden("License is expired")
 	errCapReached   = apierr.Forbidden("Activation limit exceeded for this license key")
 	errBadToken     = apierr.Forbidden("Invalid activation token")
 	errNoSeat       = apierr.NotFound("No activation found for that key and instance_id")
@@ -131,26 +135,21 @@ func (s *Server) lookup(ctx context.Context, tenant, key string) (*licensingv1.L
 		return nil, errMissingKey
 	}
 	if utf8.RuneCountInString(key) > maxFieldLen {
-		return nil, errLicenseNotFound
+		return nil, license.ErrNotFound
 	}
-	return s.licenses.Get(ctx, tenant, key)
+	return s.licenses.License(ctx, tenant, key)
 }
 
 func isNotFound(err error) bool { return apierr.Is(err, codes.NotFound) }
 
-// usable refuses a revoked or expired license with the given expiry wording.
+// usable is pkg/license's rule; track-usage passes its own wording of the expiry
+// (license.ErrIsExpired), every other route license.ErrExpired.
 func (s *Server) usable(l *licensingv1.License, expired *apierr.Error) error {
-	if l.GetStatus() != "active" {
-		return errNotActive
-	}
-	if s.expired(l) {
+	err := licensingclient.Usable(l, s.now())
+	if err == license.ErrExpired {
 		return expired
 	}
-	return nil
-}
-
-func (s *Server) expired(l *licensingv1.License) bool {
-	return l.GetExpiresAt() != nil && !s.now().Before(l.GetExpiresAt().AsTime())
+	return err
 }
 
 // ActivateLicense creates the seat key + instance_id, or reports it exists.
@@ -165,7 +164,7 @@ func (s *Server) ActivateLicense(ctx context.Context, req *activationsv1.Activat
 	if err != nil {
 		return nil, err
 	}
-	if err := s.usable(l, errHasExpired); err != nil {
+	if err := s.usable(l, license.ErrExpired); err != nil {
 		return nil, err
 	}
 	var maxSeats *int32
@@ -178,7 +177,7 @@ func (s *Server) ActivateLicense(ctx context.Context, req *activationsv1.Activat
 	case errors.Is(err, store.ErrCapReached):
 		return nil, errCapReached
 	case errors.Is(err, store.ErrLicenseDeleted):
-		return nil, errLicenseNotFound
+		return nil, license.ErrNotFound
 	case err != nil:
 		return nil, err
 	case already:
@@ -225,7 +224,7 @@ func (s *Server) ValidateLicense(ctx context.Context, req *activationsv1.Validat
 	if err != nil {
 		return nil, err
 	}
-	if s.usable(l, errHasExpired) != nil {
+	if s.usable(l, license.ErrExpired) != nil {
 		return invalid, nil
 	}
 	ok, err := s.store.HasSeat(ctx, l.GetTenantId(), l.GetKey(), req.GetInstanceId())
@@ -277,7 +276,7 @@ func (s *Server) TrackUsage(ctx context.Context, req *activationsv1.TrackUsageRe
 	if err != nil {
 		return nil, err
 	}
-	if err := s.usable(l, errIsExpired); err != nil {
+	if err := s.usable(l, license.ErrIsExpired); err != nil {
 		return nil, err
 	}
 	limit, limited := limitOf(l, metric)
@@ -309,7 +308,7 @@ func (s *Server) UsageReport(ctx context.Context, req *activationsv1.UsageReport
 		return nil, err
 	}
 	return &activationsv1.UsageReportResponse{
-		Valid:     s.usable(l, errHasExpired) == nil,
+		Valid:     s.usable(l, license.ErrExpired) == nil,
 		Status:    l.GetStatus(),
 		ExpiresAt: l.GetExpiresAt(),
 		Metrics:   reportMetrics(l, usage),
@@ -347,7 +346,7 @@ func (s *Server) tenantLicense(ctx context.Context, key string) (*licensingv1.Li
 		return nil, err
 	}
 	if l.GetTenantId() != tenant {
-		return nil, errLicenseNotFound
+		return nil, license.ErrNotFound
 	}
 	return l, nil
 }

@@ -223,7 +223,7 @@ func TestAddUsageAppliesOnlyForASeatAnAllowedMetricAndWithinTheLimit(t *testing.
 func TestAddUsageInParallelLandsExactlyOnTheLimit(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	cfg := testDB.Config().Copy()
+	cfg := openDB(t).Config().Copy()
 	cfg.MaxConns, cfg.MinConns = 32, 32
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
@@ -231,7 +231,7 @@ func TestAddUsageInParallelLandsExactlyOnTheLimit(t *testing.T) {
 	}
 	defer pool.Close()
 	s := New(pool)
-	_, tenant, key := fresh(t)
+	tenant, key := ids()
 	mustActivate(t, s, tenant, key, "a")
 	const tries, limit = 64, 40
 	var wg sync.WaitGroup

@@ -9,13 +9,12 @@ import (
 	"time"
 
 	"github.com/keyhouse/keyhouse/pkg/app"
+	"github.com/keyhouse/keyhouse/pkg/billingclient"
 	"github.com/keyhouse/keyhouse/pkg/config"
 	"github.com/keyhouse/keyhouse/pkg/idempotency"
 	"github.com/keyhouse/keyhouse/pkg/license"
 	"github.com/keyhouse/keyhouse/pkg/natsx"
 	"github.com/keyhouse/keyhouse/pkg/signing"
-	accountsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/accounts/v1"
-	activationsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/activations/v1"
 	"github.com/keyhouse/keyhouse/services/licensing/internal/server"
 	"github.com/keyhouse/keyhouse/services/licensing/internal/store"
 	"github.com/keyhouse/keyhouse/services/licensing/migrations"
@@ -66,8 +65,7 @@ func register(ctx context.Context, d *app.Deps) error {
 
 	adminKey := d.Config.AdminAPIKey.Reveal()
 	srv := server.New(server.Config{MultiTenant: d.Config.MultiTenant, Keyring: keyring}, st,
-		server.RemoteEntitlements{Client: accountsv1.NewAccountsServiceClient(billing), AdminKey: adminKey},
-		server.RemoteSeats{Client: activationsv1.NewActivationsInternalServiceClient(activations), AdminKey: adminKey},
+		billingclient.New(billing, adminKey), server.NewRemoteSeats(activations, adminKey),
 		relay)
 	server.Register(d.Server.GRPC, srv)
 

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/keyhouse/keyhouse/pkg/apierr"
+	"github.com/keyhouse/keyhouse/pkg/license"
 	"github.com/keyhouse/keyhouse/pkg/signing"
 	licensingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1"
 	"github.com/keyhouse/keyhouse/services/licensing/internal/store"
@@ -156,10 +157,10 @@ func (s *Server) checkClaim(ctx context.Context, c claimedLicense) (*store.Licen
 	if err != nil {
 		return nil, err
 	}
-	if l.Status != "active" {
+	if l.Status != license.StatusActive {
 		return nil, errRevokedNotFound
 	}
-	if l.Expired(s.now()) {
+	if license.Expired(l.ExpiresAt, s.now()) {
 		return nil, errFileExpired
 	}
 	return l, nil

@@ -7,6 +7,7 @@ import (
 
 	"github.com/keyhouse/keyhouse/pkg/apierr"
 	"github.com/keyhouse/keyhouse/pkg/auth"
+	"github.com/keyhouse/keyhouse/pkg/license"
 	"github.com/keyhouse/keyhouse/pkg/signing"
 	licensingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1"
 	"github.com/keyhouse/keyhouse/services/licensing/internal/store"
@@ -39,7 +40,7 @@ func (s *Server) ClaimProduct(ctx context.Context, req *licensingv1.ClaimProduct
 	}
 	err = s.store.ClaimProduct(ctx, tenant, req.GetProductId())
 	if errors.Is(err, store.ErrProductOwned) {
-		return nil, errProductOwned
+		return nil, license.ErrProductOwned
 	}
 	if err != nil {
 		return nil, err

@@ -142,15 +142,9 @@ func (s *Server) VerifyLicense(ctx context.Context, req *licensingv1.VerifyLicen
 	}, nil
 }
 
-// usable refuses a revoked or expired license with verify-license's messages.
+// usable is pkg/license's rule, at the server's clock.
 func (s *Server) usable(l *store.License) error {
-	if l.Status != "active" {
-		return errNotActive
-	}
-	if l.Expired(s.now()) {
-		return errExpired
-	}
-	return nil
+	return license.Usable(l.Status, l.ExpiresAt, s.now())
 }
 
 // RevokeLicense moves a license between active and revoked.
@@ -163,16 +157,16 @@ func (s *Server) RevokeLicense(ctx context.Context, req *licensingv1.RevokeLicen
 		return nil, apierr.Invalid("revoked is required (true revokes, false reactivates)")
 	}
 	key := canonicalKey(req.GetKey())
-	want := "active"
+	want := license.StatusActive
 	quota := 0
 	if req.GetRevoked() {
-		want = "revoked"
+		want = license.StatusRevoked
 	} else if quota, err = s.checkEntitlements(ctx, tenant); err != nil {
 		return nil, err
 	}
 	err = s.store.InTx(ctx, func(tx *store.Tx) error {
 		// The quota lock comes before the row lock, in the same order as issuance.
-		if want == "active" {
+		if want == license.StatusActive {
 			if err := holdQuota(ctx, tx, tenant, quota); err != nil {
 				return err
 			}
@@ -184,8 +178,8 @@ func (s *Server) RevokeLicense(ctx context.Context, req *licensingv1.RevokeLicen
 		if l.Status == want {
 			return apierr.Conflict("License is already %s", want)
 		}
-		if want == "active" && l.Expired(s.now()) {
-			return errExpired
+		if want == license.StatusActive && license.Expired(l.ExpiresAt, s.now()) {
+			return license.ErrExpired
 		}
 		return tx.SetStatus(ctx, tenant, key, want)
 	})
@@ -294,9 +288,7 @@ func (s *Server) ListLicenses(ctx context.Context, req *licensingv1.ListLicenses
 	if err != nil {
 		return nil, err
 	}
-	switch req.GetStatus() {
-	case "", "active", "revoked":
-	default:
+	if req.GetStatus() != "" && !license.ValidStatus(req.GetStatus()) {
 		return nil, apierr.Invalid("status must be active or revoked")
 	}
 	if pgxx.HasNUL(req.GetProductId(), req.GetIssuedTo()) {

@@ -8,17 +8,19 @@ import (
 	"time"
 
 	"github.com/keyhouse/keyhouse/pkg/apierr"
+	"github.com/keyhouse/keyhouse/pkg/license"
 	"github.com/keyhouse/keyhouse/pkg/signing"
-	accountsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/accounts/v1"
 	activationsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/activations/v1"
 	licensingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1"
 	"github.com/keyhouse/keyhouse/services/licensing/internal/store"
 	"google.golang.org/grpc"
 )
 
-// Entitlements tells a hosted tenant's plan limits (the billing service).
+// Entitlements is the billing service (billingclient.Client).
 type Entitlements interface {
-	Get(ctx context.Context, tenant string) (*accountsv1.GetEntitlementsResponse, error)
+	// ActivePlan is the hosted tenant's active-license quota (0: unlimited), or
+	// billingclient.ErrSubscriptionInactive.
+	ActivePlan(ctx context.Context, tenant string) (int, error)
 }
 
 // Seats supplies seat counts and usage for the admin views (the activations service).
@@ -61,11 +63,7 @@ func Register(g *grpc.Server, s *Server) {
 
 // Messages of api.md and the addendum, verbatim.
 var (
-	errNotFound          = apierr.NotFound("License key not found")
-	errExpired           = apierr.Forbidden("License has expired")
-	errNotActive         = apierr.Forbidden("License is not active")
-	errProductOwned      = apierr.Forbidden("product_id is owned by a different tenant")
-	errSubscription      = apierr.Forbidden("Subscription is not active")
+	errNotFound          = license.ErrNotFound
 	errQuota             = apierr.Forbidden("License issuance quota exceeded")
 	errReservedProduct   = apierr.Invalid("product_id uses a reserved prefix")
 	errSelfLicenseExpiry = apierr.Invalid("expires_at is required for self-license credentials")
@@ -88,14 +86,7 @@ func (s *Server) checkEntitlements(ctx context.Context, tenant string) (int, err
 	if !s.cfg.MultiTenant {
 		return 0, nil
 	}
-	e, err := s.entitlements.Get(ctx, tenant)
-	if err != nil {
-		return 0, err
-	}
-	if !e.GetSubscriptionActive() {
-		return 0, errSubscription
-	}
-	return int(e.GetLicenseLimit()), nil
+	return s.entitlements.ActivePlan(ctx, tenant)
 }
 
 // holdQuota takes the tenant's quota lock and refuses when another active license would
@@ -123,7 +114,7 @@ func (s *Server) claimProduct(ctx context.Context, tenant, productID string) err
 	}
 	err := s.store.ClaimProduct(ctx, tenant, productID)
 	if errors.Is(err, store.ErrProductOwned) {
-		return errProductOwned
+		return license.ErrProductOwned
 	}
 	return err
 }

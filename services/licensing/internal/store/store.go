@@ -48,11 +48,6 @@ type License struct {
 	Notes          *string
 }
 
-// Expired reports whether the license is past its expiry at now.
-func (l *License) Expired(now time.Time) bool {
-	return l.ExpiresAt != nil && !now.Before(*l.ExpiresAt)
-}
-
 // KeyHash is how a key is looked up (see the migration).
 func KeyHash(key string) []byte {
 	sum := sha256.Sum256([]byte(key))

@@ -6,10 +6,10 @@ import (
 	"sync"
 
 	"github.com/keyhouse/keyhouse/pkg/app"
+	"github.com/keyhouse/keyhouse/pkg/billingclient"
 	"github.com/keyhouse/keyhouse/pkg/config"
 	"github.com/keyhouse/keyhouse/pkg/idempotency"
-	accountsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/accounts/v1"
-	licensingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1"
+	"github.com/keyhouse/keyhouse/pkg/licensingclient"
 	"github.com/keyhouse/keyhouse/services/releases/internal/server"
 	"github.com/keyhouse/keyhouse/services/releases/internal/store"
 	"github.com/keyhouse/keyhouse/services/releases/migrations"
@@ -34,9 +34,9 @@ func register(ctx context.Context, d *app.Deps) error {
 		return err
 	}
 	adminKey := d.Config.AdminAPIKey.Reveal()
-	remote := &server.RemoteLicensing{Client: licensingv1.NewLicensingInternalServiceClient(licensing), AdminKey: adminKey}
+	remote := licensingclient.New(licensing, adminKey)
 	srv := server.New(server.Config{MultiTenant: d.Config.MultiTenant}, store.New(d.DB), remote,
-		server.RemoteEntitlements{Client: accountsv1.NewAccountsServiceClient(billing), AdminKey: adminKey})
+		billingclient.New(billing, adminKey))
 	server.Register(d.Server.GRPC, srv)
 
 	var wg sync.WaitGroup

@@ -16,6 +16,8 @@ import (
 	"github.com/keyhouse/keyhouse/pkg/apierr"
 	"github.com/keyhouse/keyhouse/pkg/auth"
 	"github.com/keyhouse/keyhouse/pkg/idempotency"
+	"github.com/keyhouse/keyhouse/pkg/license"
+	"github.com/keyhouse/keyhouse/pkg/licensingclient"
 	"github.com/keyhouse/keyhouse/pkg/paging"
 	"github.com/keyhouse/keyhouse/pkg/pgxx"
 	"github.com/keyhouse/keyhouse/pkg/signing"
@@ -38,17 +40,20 @@ type Store interface {
 
 // Licensing is what releases asks the licensing service.
 type Licensing interface {
-	// License finds a license by key in any tenant (check-update is public).
-	License(ctx context.Context, key string) (*licensingv1.License, error)
-	// ClaimProduct binds productID to tenant, or errProductOwned.
+	// License finds a license by key, in any tenant when tenant is "" (check-update is
+	// public); license.ErrNotFound when there is none.
+	License(ctx context.Context, tenant, key string) (*licensingv1.License, error)
+	// ClaimProduct binds productID to tenant, or 403 "product_id is owned by a different tenant".
 	ClaimProduct(ctx context.Context, tenant, productID string) error
 	// Keyring is the installation's signing material, the key GET /v1/public-key serves.
 	Keyring(ctx context.Context) (*signing.Keyring, error)
 }
 
-// Entitlements tells whether a hosted tenant's subscription is active (the billing service).
+// Entitlements is the billing service (billingclient.Client).
 type Entitlements interface {
-	SubscriptionActive(ctx context.Context, tenant string) (bool, error)
+	// ActivePlan fails with billingclient.ErrSubscriptionInactive when the hosted
+	// tenant's subscription is not active.
+	ActivePlan(ctx context.Context, tenant string) (int, error)
 }
 
 // Config is what the handlers need besides their collaborators.
@@ -80,16 +85,11 @@ const MaxPublished = 500
 
 // Messages of api.md and the addendum, verbatim.
 var (
-	errReleaseNotFound  = apierr.NotFound("Release not found")
-	errReservedProduct  = apierr.Invalid("product_id uses a reserved prefix")
-	errArtifactURL      = apierr.Invalid("artifact_url must be a valid http(s) URL")
-	errProductOwned     = apierr.Forbidden("product_id is owned by a different tenant")
-	errSubscription     = apierr.Forbidden("Subscription is not active")
-	errDuplicate        = apierr.Conflict("A release already exists for this product_id/version/channel/platform")
-	errLicenseNotFound  = apierr.NotFound("License key not found")
-	errLicenseExpired   = apierr.Forbidden("License has expired")
-	errLicenseNotActive = apierr.Forbidden("License is not active")
-	errPublishedLimit   = apierr.Forbidden("Release limit reached: at most %d published releases per product_id/channel/platform; unpublish one to register another", MaxPublished)
+	errReleaseNotFound = apierr.NotFound("Release not found")
+	errReservedProduct = apierr.Invalid("product_id uses a reserved prefix")
+	errArtifactURL     = apierr.Invalid("artifact_url must be a valid http(s) URL")
+	errDuplicate       = apierr.Conflict("A release already exists for this product_id/version/channel/platform")
+	errPublishedLimit  = apierr.Forbidden("Release limit reached: at most %d published releases per product_id/channel/platform; unpublish one to register another", MaxPublished)
 )
 
 // reservedPrefix marks the internal self-licensing credential's product. It is checked
@@ -215,12 +215,8 @@ func (s *Server) RegisterRelease(ctx context.Context, req *releasesv1.RegisterRe
 	}
 	if s.cfg.MultiTenant {
 		// The subscription first, so a tenant that may not register cannot claim products.
-		active, err := s.entitlements.SubscriptionActive(ctx, tenant)
-		if err != nil {
+		if _, err := s.entitlements.ActivePlan(ctx, tenant); err != nil {
 			return nil, err
-		}
-		if !active {
-			return nil, errSubscription
 		}
 		if err := s.licensing.ClaimProduct(ctx, tenant, r.ProductID); err != nil {
 			return nil, err
@@ -335,17 +331,6 @@ func (s *Server) UnpublishRelease(ctx context.Context, req *releasesv1.Unpublish
 	return &releasesv1.UnpublishReleaseResponse{Id: req.GetId(), Status: "unpublished"}, nil
 }
 
-// usableLicense refuses a revoked or expired license with verify-license's messages.
-func (s *Server) usableLicense(l *licensingv1.License) error {
-	if l.GetStatus() != "active" {
-		return errLicenseNotActive
-	}
-	if l.GetExpiresAt() != nil && !s.now().Before(l.GetExpiresAt().AsTime()) {
-		return errLicenseExpired
-	}
-	return nil
-}
-
 // CheckUpdate answers an app: the latest published release of its product, channel and
 // platform as a freshly signed manifest when it is newer than current_version (api.md's
 // rules 1-7). A mismatch of product, channel or platform is "no update", not an error.
@@ -357,13 +342,13 @@ func (s *Server) CheckUpdate(ctx context.Context, req *releasesv1.CheckUpdateReq
 		return nil, apierr.Invalid("current_version is required")
 	}
 	if req.GetKey() == "" {
-		return nil, errLicenseNotFound
+		return nil, license.ErrNotFound
 	}
-	l, err := s.licensing.License(ctx, req.GetKey())
+	l, err := s.licensing.License(ctx, "", req.GetKey())
 	if err != nil {
 		return nil, err
 	}
-	if err := s.usableLicense(l); err != nil {
+	if err := licensingclient.Usable(l, s.now()); err != nil {
 		return nil, err
 	}
 	none := &releasesv1.CheckUpdateResponse{UpdateAvailable: false}

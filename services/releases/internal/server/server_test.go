@@ -7,6 +7,8 @@ import (
 
 	"github.com/keyhouse/keyhouse/pkg/apierr"
 	"github.com/keyhouse/keyhouse/pkg/auth"
+	"github.com/keyhouse/keyhouse/pkg/billingclient"
+	"github.com/keyhouse/keyhouse/pkg/license"
 	"github.com/keyhouse/keyhouse/pkg/signing"
 	licensingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1"
 	releasesv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/releases/v1"
@@ -39,14 +41,14 @@ type fakeLicensing struct {
 	keyCalls int
 }
 
-func (f *fakeLicensing) License(context.Context, string) (*licensingv1.License, error) {
+func (f *fakeLicensing) License(context.Context, string, string) (*licensingv1.License, error) {
 	return &licensingv1.License{TenantId: "t1", ProductId: "App", Status: "active"}, nil
 }
 
 func (f *fakeLicensing) ClaimProduct(_ context.Context, tenant, productID string) error {
 	f.claims = append(f.claims, tenant+"/"+productID)
 	if f.owned {
-		return errProductOwned
+		return license.ErrProductOwned
 	}
 	return nil
 }
@@ -61,9 +63,12 @@ type fakeEntitlements struct {
 	calls  int
 }
 
-func (f *fakeEntitlements) SubscriptionActive(context.Context, string) (bool, error) {
+func (f *fakeEntitlements) ActivePlan(context.Context, string) (int, error) {
 	f.calls++
-	return f.active, nil
+	if !f.active {
+		return 0, billingclient.ErrSubscriptionInactive
+	}
+	return 0, nil
 }
 
 var testKeyring = func() *signing.Keyring {
@@ -87,7 +92,7 @@ func register(t *testing.T, multiTenant, active, owned bool) (*fakeStore, *fakeL
 
 func TestHostedRegistrationNeedsAnActiveSubscription(t *testing.T) {
 	st, lic, _, err := register(t, true, false, false)
-	if err != errSubscription || err.(*apierr.Error).Message != "Subscription is not active" {
+	if err != billingclient.ErrSubscriptionInactive || err.(*apierr.Error).Message != "Subscription is not active" {
 		t.Fatalf("inactive subscription: %v", err)
 	}
 	if len(lic.claims) != 0 || len(st.registered) != 0 {
@@ -101,7 +106,7 @@ func TestHostedRegistrationClaimsTheProduct(t *testing.T) {
 		t.Fatalf("err %v claims %v registered %d", err, lic.claims, len(st.registered))
 	}
 	st, _, _, err = register(t, true, true, true)
-	if err != errProductOwned || len(st.registered) != 0 {
+	if err != license.ErrProductOwned || len(st.registered) != 0 {
 		t.Fatalf("owned product: %v, registered %d", err, len(st.registered))
 	}
 }

@@ -1,0 +1,70 @@
+// Package billingclient is the one way a service asks the billing service, which owns
+// tenants, API keys and plans. Every call runs under grpcx.Call's policy (admin key +
+// tenant metadata, grpcx.CallTimeout, WaitForReady within it).
+package billingclient
+
+import (
+	"context"
+
+	"github.com/keyhouse/keyhouse/pkg/apierr"
+	"github.com/keyhouse/keyhouse/pkg/grpcx"
+	accountsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/accounts/v1"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+)
+
+// Client calls AccountsService. It is safe for concurrent use.
+type Client struct {
+	rpc  accountsv1.AccountsServiceClient
+	peer grpcx.Peer
+	// auth is the same peer as seen by the auth interceptors, whose 503 names the step.
+	auth grpcx.Peer
+}
+
+// New returns a client on conn (from grpcx.Dial or app.Deps.Dial) presenting adminKey.
+func New(conn grpc.ClientConnInterface, adminKey string) *Client {
+	return &Client{
+		rpc:  accountsv1.NewAccountsServiceClient(conn),
+		peer: grpcx.Peer{Name: "Billing", AdminKey: adminKey},
+		auth: grpcx.Peer{Name: "Authentication"},
+	}
+}
+
+// ErrSubscriptionInactive is the refusal of issuance, reactivation and release
+// registration for a hosted tenant whose subscription is not active (addendum §6, §7).
+var ErrSubscriptionInactive = apierr.Forbidden("Subscription is not active")
+
+// ActivePlan is the one subscription check: the tenant's active-license quota (0:
+// unlimited), or ErrSubscriptionInactive when its subscription is not active.
+func (c *Client) ActivePlan(ctx context.Context, tenant string) (int, error) {
+	e, err := c.Entitlements(ctx, tenant)
+	if err != nil {
+		return 0, err
+	}
+	if !e.GetSubscriptionActive() {
+		return 0, ErrSubscriptionInactive
+	}
+	return int(e.GetLicenseLimit()), nil
+}
+
+// Entitlements is the tenant's plan: whether its subscription is active and its active
+// license quota (0: unlimited). Failure to answer is 503 "Billing service unavailable, retry".
+func (c *Client) Entitlements(ctx context.Context, tenant string) (*accountsv1.GetEntitlementsResponse, error) {
+	return grpcx.Call(ctx, c.peer, tenant, func(ctx context.Context, o ...grpc.CallOption) (*accountsv1.GetEntitlementsResponse, error) {
+		return c.rpc.GetEntitlements(ctx, &accountsv1.GetEntitlementsRequest{}, o...)
+	})
+}
+
+// ResolveAPIKey implements auth.TenantResolver: the tenant a hosted API key belongs to,
+// apierr.Unauthorized for a key billing does not know. There is no cache on purpose: a
+// rotated key must stop working on every service at once. Failure to answer is 503
+// "Authentication service unavailable, retry".
+func (c *Client) ResolveAPIKey(ctx context.Context, apiKey string) (string, error) {
+	resp, err := grpcx.Call(ctx, c.auth, "", func(ctx context.Context, o ...grpc.CallOption) (*accountsv1.AuthenticateResponse, error) {
+		return c.rpc.Authenticate(ctx, &accountsv1.AuthenticateRequest{ApiKey: apiKey}, o...)
+	}, codes.Unauthenticated)
+	if apierr.Is(err, codes.Unauthenticated) {
+		return "", apierr.Unauthorized
+	}
+	return resp.GetTenantId(), err
+}

@@ -1,0 +1,91 @@
+package billingclient_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"testing"
+
+	"github.com/keyhouse/keyhouse/pkg/apierr"
+	"github.com/keyhouse/keyhouse/pkg/billingclient"
+	"github.com/keyhouse/keyhouse/pkg/grpcx"
+	accountsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/accounts/v1"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+type fakeBilling struct {
+	accountsv1.UnimplementedAccountsServiceServer
+	err          error
+	entitlements *accountsv1.GetEntitlementsResponse
+}
+
+func (f *fakeBilling) GetEntitlements(context.Context, *accountsv1.GetEntitlementsRequest) (*accountsv1.GetEntitlementsResponse, error) {
+	return f.entitlements, f.err
+}
+
+func (f *fakeBilling) Authenticate(context.Context, *accountsv1.AuthenticateRequest) (*accountsv1.AuthenticateResponse, error) {
+	if f.err != nil {
+		return nil, f.err
+	}
+	return &accountsv1.AuthenticateResponse{TenantId: "t1"}, nil
+}
+
+func start(t *testing.T, f *fakeBilling) *billingclient.Client {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer()
+	accountsv1.RegisterAccountsServiceServer(g, f)
+	go func() { _ = g.Serve(lis) }()
+	t.Cleanup(g.Stop)
+	conn, err := grpcx.Dial(lis.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	return billingclient.New(conn, "admin-key")
+}
+
+func wantStatus(t *testing.T, err error, code codes.Code, msg string) {
+	t.Helper()
+	var ae *apierr.Error
+	if !errors.As(err, &ae) || ae.Code != code || ae.Message != msg {
+		t.Fatalf("got %v, want %v %q", err, code, msg)
+	}
+}
+
+func TestActivePlanIsTheOneSubscriptionCheck(t *testing.T) {
+	t.Parallel()
+	c := start(t, &fakeBilling{entitlements: &accountsv1.GetEntitlementsResponse{SubscriptionActive: true, LicenseLimit: 5}})
+	if quota, err := c.ActivePlan(context.Background(), "t1"); err != nil || quota != 5 {
+		t.Fatalf("quota %d, %v", quota, err)
+	}
+	c = start(t, &fakeBilling{entitlements: &accountsv1.GetEntitlementsResponse{SubscriptionActive: false, LicenseLimit: 5}})
+	_, err := c.ActivePlan(context.Background(), "t1")
+	wantStatus(t, err, codes.PermissionDenied, "Subscription is not active")
+}
+
+func TestBillingOutagesAre503sNamingTheStep(t *testing.T) {
+	t.Parallel()
+	c := start(t, &fakeBilling{err: status.Error(codes.Internal, "pq: 10.0.0.5 refused")})
+	_, err := c.ActivePlan(context.Background(), "t1")
+	wantStatus(t, err, codes.Unavailable, "Billing service unavailable, retry")
+	_, err = c.ResolveAPIKey(context.Background(), "kh_x")
+	wantStatus(t, err, codes.Unavailable, "Authentication service unavailable, retry")
+}
+
+func TestResolveAPIKey(t *testing.T) {
+	t.Parallel()
+	tenant, err := start(t, &fakeBilling{}).ResolveAPIKey(context.Background(), "kh_x")
+	if err != nil || tenant != "t1" {
+		t.Fatalf("tenant %q, %v", tenant, err)
+	}
+	_, err = start(t, &fakeBilling{err: apierr.Unauthorized}).ResolveAPIKey(context.Background(), "kh_x")
+	if err != apierr.Unauthorized {
+		t.Fatalf("unknown key: %v", err)
+	}
+}

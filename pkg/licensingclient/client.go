@@ -1,0 +1,130 @@
+// Package licensingclient is the one way a service asks the licensing service, which owns
+// licenses, product ownership and the signing keys. Every call runs under grpcx.Call's
+// policy (admin key + tenant metadata, grpcx.CallTimeout, WaitForReady within it) and a
+// failure to answer is 503 "Licensing service unavailable, retry".
+//
+// Licenses are never cached here: a revocation or deletion counts on the next call.
+package licensingclient
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/keyhouse/keyhouse/pkg/apierr"
+	"github.com/keyhouse/keyhouse/pkg/grpcx"
+	"github.com/keyhouse/keyhouse/pkg/license"
+	"github.com/keyhouse/keyhouse/pkg/signing"
+	licensingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+)
+
+// Client calls LicensingInternalService. It is safe for concurrent use.
+type Client struct {
+	rpc  licensingv1.LicensingInternalServiceClient
+	peer grpcx.Peer
+
+	keyring atomic.Pointer[signing.Keyring]
+	fetch   sync.Mutex
+}
+
+// New returns a client on conn (from grpcx.Dial or app.Deps.Dial) presenting adminKey.
+func New(conn grpc.ClientConnInterface, adminKey string) *Client {
+	return &Client{
+		rpc:  licensingv1.NewLicensingInternalServiceClient(conn),
+		peer: grpcx.Peer{Name: "Licensing", AdminKey: adminKey},
+	}
+}
+
+// License finds the license of key in tenant, or in any tenant when tenant is "" (public
+// routes); the license carries its tenant_id either way. The key may be typed the way a
+// person would (licensing canonicalizes it). An unknown key is license.ErrNotFound.
+func (c *Client) License(ctx context.Context, tenant, key string) (*licensingv1.License, error) {
+	resp, err := grpcx.Call(ctx, c.peer, tenant, func(ctx context.Context, o ...grpc.CallOption) (*licensingv1.GetLicenseResponse, error) {
+		return c.rpc.GetLicense(ctx, &licensingv1.GetLicenseRequest{Key: key}, o...)
+	}, codes.NotFound)
+	switch {
+	case apierr.Is(err, codes.NotFound), err == nil && resp.GetLicense() == nil:
+		return nil, license.ErrNotFound
+	case err != nil:
+		return nil, err
+	}
+	return resp.GetLicense(), nil
+}
+
+// ClaimProduct binds productID to tenant (the claim issue-license makes too); a product
+// owned by another tenant is 403 "product_id is owned by a different tenant".
+func (c *Client) ClaimProduct(ctx context.Context, tenant, productID string) error {
+	_, err := grpcx.Call(ctx, c.peer, tenant, func(ctx context.Context, o ...grpc.CallOption) (*licensingv1.ClaimProductResponse, error) {
+		return c.rpc.ClaimProduct(ctx, &licensingv1.ClaimProductRequest{ProductId: productID}, o...)
+	}, codes.PermissionDenied)
+	return err
+}
+
+// CountActive is the tenant's number of active licenses (its quota usage).
+func (c *Client) CountActive(ctx context.Context, tenant string) (int, error) {
+	resp, err := grpcx.Call(ctx, c.peer, tenant, func(ctx context.Context, o ...grpc.CallOption) (*licensingv1.CountActiveLicensesResponse, error) {
+		return c.rpc.CountActiveLicenses(ctx, &licensingv1.CountActiveLicensesRequest{}, o...)
+	})
+	if err != nil {
+		return 0, err
+	}
+	return int(resp.GetActive()), nil
+}
+
+// Keyring is the installation's signing material. It is fetched once and kept: it does
+// not change while the processes run (rotation restarts them, see docs/licensing.md).
+func (c *Client) Keyring(ctx context.Context) (*signing.Keyring, error) {
+	if k := c.keyring.Load(); k != nil {
+		return k, nil
+	}
+	c.fetch.Lock()
+	defer c.fetch.Unlock()
+	if k := c.keyring.Load(); k != nil {
+		return k, nil
+	}
+	resp, err := grpcx.Call(ctx, c.peer, "", func(ctx context.Context, o ...grpc.CallOption) (*licensingv1.GetSigningKeysResponse, error) {
+		return c.rpc.GetSigningKeys(ctx, &licensingv1.GetSigningKeysRequest{}, o...)
+	})
+	if err != nil {
+		return nil, err
+	}
+	k, err := signing.ParseKeyring(resp.GetKeyring())
+	if err != nil {
+		return nil, err
+	}
+	c.keyring.Store(k)
+	return k, nil
+}
+
+// Prefetch fetches the keyring in the background until it has it or ctx ends, so the
+// first requests after a start do not wait for it; licensing may start later than the
+// caller.
+func (c *Client) Prefetch(ctx context.Context, log *slog.Logger) {
+	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 5*time.Second) {
+		k, err := c.Keyring(ctx)
+		if err == nil {
+			log.Info("signing keyring loaded", "keyring", k)
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+	}
+}
+
+// Usable applies license.Usable to a license licensing returned: nil, or
+// license.ErrNotActive / license.ErrExpired with api.md's messages.
+func Usable(l *licensingv1.License, now time.Time) error {
+	var expires *time.Time
+	if l.GetExpiresAt() != nil {
+		t := l.GetExpiresAt().AsTime()
+		expires = &t
+	}
+	return license.Usable(l.GetStatus(), expires, now)
+}
