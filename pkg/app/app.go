@@ -21,6 +21,7 @@ import (
 	"github.com/keyhouse/keyhouse/pkg/config"
 	"github.com/keyhouse/keyhouse/pkg/grpcx"
 	"github.com/keyhouse/keyhouse/pkg/metrics"
+	"github.com/keyhouse/keyhouse/pkg/natsx"
 	"github.com/keyhouse/keyhouse/pkg/pgxx"
 	"github.com/keyhouse/keyhouse/pkg/readiness"
 	"github.com/keyhouse/keyhouse/pkg/telemetry"
@@ -160,6 +161,9 @@ func serve(ctx context.Context, svc Service) error {
 	defer ms.Close()
 	metrics.RegisterPgxPool(pool, svc.Name)
 	metrics.InitMail()
+	if err := natsx.RegisterOutboxMetrics(ctx, pool); err != nil {
+		return err
+	}
 
 	d := &Deps{Config: cfg, Log: log, DB: pool, Readiness: readiness.New(log, readiness.Check{Name: "postgres", Probe: pool.Ping})}
 	defer func() {

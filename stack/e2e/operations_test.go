@@ -366,6 +366,15 @@ func TestSIGTERMDrainsAGatewayAndAServiceReplicaWithoutAFailedRequest(t *testing
 	}
 	time.Sleep(time.Second)
 	before := ok.Load()
+	// Both replicas take calls: the gateways balance over them.
+	for _, p := range s.Procs() {
+		if p.Name == "licensing" && (p == first || p.Addr == second) {
+			const verify = `keyhouse_grpc_server_requests_total{code="OK",method="/keyhouse.licensing.v1.LicensingService/VerifyLicense"} `
+			if n := sample(scrape(t, p), verify); n < 1 {
+				t.Fatalf("licensing replica %s served %v verify calls before the SIGTERM, want some", p.Addr, n)
+			}
+		}
+	}
 	var stopping sync.WaitGroup
 	for _, p := range []*stack.Proc{victim, first} {
 		stopping.Go(p.Stop) // SIGTERM, then wait for the exit
@@ -432,4 +441,109 @@ func (b *readyBalancer) pick() string {
 		return ""
 	}
 	return b.ready[b.next.Add(1)%uint64(len(b.ready))]
+}
+
+// scrape reads a process's Prometheus metrics.
+func scrape(t *testing.T, p *stack.Proc) string {
+	t.Helper()
+	resp, err := http.Get("http://" + p.MetricsAddr + "/metrics")
+	if err != nil {
+		t.Fatalf("scrape %s: %v", p.Name, err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 {
+		t.Fatalf("scrape %s: %d %s", p.Name, resp.StatusCode, body)
+	}
+	return string(body)
+}
+
+// sample returns the value of the first series starting with prefix (name and labels
+// as written in the exposition), or -1.
+func sample(metrics, prefix string) float64 {
+	for _, line := range strings.Split(metrics, "\n") {
+		if strings.HasPrefix(line, prefix) {
+			v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+			if err == nil {
+				return v
+			}
+		}
+	}
+	return -1
+}
+
+func TestEveryProcessServesItsMetricsOnItsOwnPort(t *testing.T) {
+	t.Parallel()
+	s := startStack(t, nil)
+	t.Cleanup(s.Stop)
+	c := admin(t, s)
+	key := issueLicense(t, c, map[string]any{"tier": "pro", "product_id": product("metrics"), "issued_to": "m@example.com"})
+	anon(t, s).Post("/v1/verify-license", map[string]string{"key": key}).Expect(t, 200)
+	anon(t, s).Post("/v1/activate-license", map[string]string{"key": key, "instance_id": "m1"}).Expect(t, 200)
+	anon(t, s).Get("/v1/no-such-route").Expect(t, 404)
+	// Deleting a license goes through the outbox to activations' consumer.
+	c.Delete("/v1/delete-license", map[string]string{"key": key}).Expect(t, 200)
+
+	// The public port does not serve them.
+	anon(t, s).Get("/metrics").Expect(t, 404)
+
+	common := []string{"go_goroutines ", "process_cpu_seconds_total ", "keyhouse_dependency_up{"}
+	want := map[string][]string{
+		"gateway": {
+			`keyhouse_http_requests_total{code="200",method="POST",route="/v1/verify-license"} 1`,
+			`keyhouse_http_requests_total{code="404",method="GET",route="none"} 2`, // the unknown route and /metrics
+			`keyhouse_http_request_duration_seconds_bucket{code="200",method="POST",route="/v1/verify-license",le="+Inf"} 1`,
+			`keyhouse_ratelimit_decisions_total{decision="allowed",tier="validation"} 1`,
+			`keyhouse_ratelimit_decisions_total{decision="allowed",tier="activation"} 1`,
+			`keyhouse_dependency_up{dependency="redis"} 1`,
+			`keyhouse_dependency_up{dependency="licensing"} 1`,
+		},
+		"licensing": {
+			`keyhouse_grpc_server_requests_total{code="OK",method="/keyhouse.licensing.v1.LicensingService/VerifyLicense"} 1`,
+			`keyhouse_grpc_server_request_duration_seconds_bucket{code="OK",method="/keyhouse.licensing.v1.LicensingService/VerifyLicense",le="+Inf"} 1`,
+			`keyhouse_pgxpool_total_conns{pool="licensing"}`,
+			`keyhouse_pgxpool_acquires_total{pool="licensing"}`,
+			`keyhouse_outbox_backlog `,
+			`keyhouse_outbox_oldest_age_seconds `,
+			`keyhouse_dependency_up{dependency="postgres"} 1`,
+		},
+		"activations": {
+			`keyhouse_grpc_server_requests_total{code="OK",method="/keyhouse.activations.v1.ActivationsService/ActivateLicense"} 1`,
+			`keyhouse_jetstream_consumer_pending{consumer=`,
+			`keyhouse_jetstream_consumer_ack_pending{consumer=`,
+			`keyhouse_dependency_up{dependency="nats"} 1`,
+		},
+		"billing":    {`keyhouse_pgxpool_total_conns{pool="billing"}`, `keyhouse_grpc_server_requests_total{code="OK",method="/grpc.health.v1.Health/Check"}`},
+		"releases":   {`keyhouse_pgxpool_total_conns{pool="releases"}`},
+		"storefront": {`keyhouse_pgxpool_total_conns{pool="storefront"}`, `keyhouse_mail_sends_total{result="failed"} 0`, `keyhouse_mail_sends_total{result="sent"} 0`},
+	}
+	for _, p := range s.Procs() {
+		if p.MetricsAddr == "" || p.MetricsAddr == p.Addr {
+			t.Fatalf("%s has no metrics port of its own (%q)", p.Name, p.MetricsAddr)
+		}
+		// Outbox and consumer series come from a query made at scrape time; the delete
+		// above may still be on its way.
+		var got string
+		var missing []string
+		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+			got, missing = scrape(t, p), nil
+			for _, w := range append(common, want[p.Name]...) {
+				if !strings.Contains(got, "\n"+w) {
+					missing = append(missing, w)
+				}
+			}
+			if len(missing) == 0 || time.Now().After(deadline) {
+				break
+			}
+		}
+		if len(missing) > 0 {
+			t.Errorf("%s metrics lack %q", p.Name, missing)
+			continue
+		}
+		if p.Name == "licensing" {
+			if v := sample(got, "keyhouse_outbox_backlog "); v != 0 {
+				t.Errorf("outbox backlog %v after the delete was relayed, want 0", v)
+			}
+		}
+	}
 }
