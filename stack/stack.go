@@ -367,6 +367,19 @@ func (p *Proc) Stop() {
 	}
 }
 
+// Kill ends the process at once with SIGKILL, as a crash or an OOM kill would: nothing
+// of its shutdown sequence runs.
+func (p *Proc) Kill() {
+	select {
+	case <-p.done:
+		return
+	default:
+	}
+	p.stopping.Store(true)
+	_ = p.cmd.Process.Kill()
+	<-p.done
+}
+
 // Stop ends the gateways, then the services, then the dependencies it started.
 func (s *Stack) Stop() {
 	s.mu.Lock()

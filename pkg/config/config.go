@@ -163,6 +163,9 @@ func LoadFrom(lookup func(string) (string, bool)) (*Config, error) {
 		if c.SMTPURL == "" {
 			r.fail("SMTP_URL", "is required when EMAIL_PROVIDER=smtp")
 		}
+		if c.EmailFrom == "" {
+			r.fail("EMAIL_FROM", "is required when EMAIL_PROVIDER=smtp")
+		}
 	default:
 		r.fail("EMAIL_PROVIDER", "must be log or smtp")
 	}

@@ -31,7 +31,7 @@ func TestInvalidValuesAreAllReportedAtOnce(t *testing.T) {
 	if err == nil {
 		t.Fatal("want an error")
 	}
-	for _, name := range []string{"PORT", "MULTI_TENANT", "ADMIN_RATE_LIMIT_MAX", "TRUSTED_PROXIES", "ADMIN_API_KEY", "SMTP_URL"} {
+	for _, name := range []string{"PORT", "MULTI_TENANT", "ADMIN_RATE_LIMIT_MAX", "TRUSTED_PROXIES", "ADMIN_API_KEY", "SMTP_URL", "EMAIL_FROM"} {
 		if !strings.Contains(err.Error(), name) {
 			t.Errorf("error does not name %s: %v", name, err)
 		}

@@ -33,6 +33,20 @@ func expectRateHeaders(t *testing.T, r *Response, limit, remaining int) {
 	}
 }
 
+// clearOfWindowEdge waits, when the next 15-minute rate-limit window starts within need,
+// until it has started: windows are aligned to the Unix epoch, so a test that counts a
+// tier down across a boundary would see its budget refilled half-way.
+func clearOfWindowEdge(t *testing.T, need time.Duration) {
+	t.Helper()
+	const window = 15 * time.Minute
+	now := time.Now()
+	next := now.Truncate(time.Second).Add(window - time.Duration(now.Unix()%int64(window/time.Second))*time.Second)
+	if left := next.Sub(now); left < need {
+		t.Logf("waiting %s for the next rate-limit window", left.Round(time.Second))
+		time.Sleep(left + time.Second)
+	}
+}
+
 func expect429(t *testing.T, r *Response) {
 	t.Helper()
 	r.Expect(t, http.StatusTooManyRequests)
@@ -61,6 +75,7 @@ func expect429(t *testing.T, r *Response) {
 
 func TestRateLimitHeadersOnEveryResponseOfALimitedRoute(t *testing.T) {
 	t.Parallel()
+	clearOfWindowEdge(t, time.Minute)
 	s := selfHosted(t)
 	c := admin(t, s)
 	expectRateHeaders(t, c.Get(buildInfo).Expect(t, 200), 300, 299)
@@ -75,6 +90,7 @@ func TestRateLimitHeadersOnEveryResponseOfALimitedRoute(t *testing.T) {
 
 func TestAdminRateLimitMaxSetsTheAdminInfoTier(t *testing.T) {
 	t.Parallel()
+	clearOfWindowEdge(t, time.Minute)
 	s := startStack(t, map[string]string{"ADMIN_RATE_LIMIT_MAX": "5"})
 	t.Cleanup(s.Stop)
 	c := admin(t, s)
@@ -88,6 +104,7 @@ func TestAdminRateLimitMaxSetsTheAdminInfoTier(t *testing.T) {
 
 func TestForwardedForIsIgnoredUnlessThePeerIsATrustedProxy(t *testing.T) {
 	t.Parallel()
+	clearOfWindowEdge(t, time.Minute)
 	s := startStack(t, map[string]string{"ADMIN_RATE_LIMIT_MAX": "5", "TRUSTED_PROXIES": ""})
 	t.Cleanup(s.Stop)
 	// Every request claims a new client IP; none is believed, so they share one budget.
@@ -99,6 +116,7 @@ func TestForwardedForIsIgnoredUnlessThePeerIsATrustedProxy(t *testing.T) {
 
 func TestTrustedProxyForwardedForSelectsTheRightmostUntrustedAddress(t *testing.T) {
 	t.Parallel()
+	clearOfWindowEdge(t, time.Minute)
 	s := startStack(t, map[string]string{"ADMIN_RATE_LIMIT_MAX": "5", "TRUSTED_PROXIES": "127.0.0.1/32,192.0.2.0/24"})
 	t.Cleanup(s.Stop)
 	c := admin(t, s)
@@ -114,6 +132,7 @@ func TestTrustedProxyForwardedForSelectsTheRightmostUntrustedAddress(t *testing.
 
 func TestTwoGatewaysShareOneBudget(t *testing.T) {
 	t.Parallel()
+	clearOfWindowEdge(t, time.Minute)
 	s := startStack(t, map[string]string{"ADMIN_RATE_LIMIT_MAX": "6"})
 	t.Cleanup(s.Stop)
 	second, err := s.StartGateway(context.Background(), 0, nil)
@@ -132,6 +151,7 @@ func TestTwoGatewaysShareOneBudget(t *testing.T) {
 
 func TestRedisDownKeepsServingWithPerGatewayLimits(t *testing.T) {
 	t.Parallel()
+	clearOfWindowEdge(t, time.Minute)
 	// A redis-server of this stack's own, since the test stops it.
 	s := startStack(t, map[string]string{"ADMIN_RATE_LIMIT_MAX": "4", "REDIS_URL": ""})
 	t.Cleanup(s.Stop)
@@ -190,6 +210,7 @@ func redisHasKeys(t *testing.T, url string) bool {
 // keep their own budget.
 func TestActivationPerLicenseKeyTier(t *testing.T) {
 	t.Parallel()
+	clearOfWindowEdge(t, time.Minute)
 	s := selfHosted(t)
 	issue := func() string {
 		r := admin(t, s).Post("/v1/issue-license", map[string]any{

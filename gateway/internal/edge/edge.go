@@ -67,6 +67,9 @@ func New(ctx context.Context, opts Options) (http.Handler, error) {
 	if err := registerReleases(ctx, mux, c.Releases); err != nil {
 		return nil, err
 	}
+	if err := registerStorefront(ctx, mux, c.Storefront); err != nil {
+		return nil, err
+	}
 	if err := mux.HandlePath(http.MethodGet, "/", health(marshaler)); err != nil {
 		return nil, err
 	}

@@ -69,3 +69,14 @@ func (s *Server) CountActiveLicenses(ctx context.Context, _ *licensingv1.CountAc
 	}
 	return &licensingv1.CountActiveLicensesResponse{Active: int32(n)}, nil
 }
+
+// IssueLicenseForTenant is issue-license on behalf of the tenant in metadata (storefront
+// fulfillment holds no tenant API key): the same validation, subscription and quota
+// checks, product claim and Idempotency-Key.
+func (s *Server) IssueLicenseForTenant(ctx context.Context, req *licensingv1.IssueLicenseForTenantRequest) (*licensingv1.IssueLicenseForTenantResponse, error) {
+	resp, err := s.IssueLicense(ctx, req.GetLicense())
+	if err != nil {
+		return nil, err
+	}
+	return &licensingv1.IssueLicenseForTenantResponse{Key: resp.GetKey()}, nil
+}

@@ -403,6 +403,95 @@ func (x *GetSigningKeysResponse) GetKeyring() []byte {
 	return nil
 }
 
+type IssueLicenseForTenantRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The same request as issue-license's.
+	License       *IssueLicenseRequest `protobuf:"bytes,1,opt,name=license,proto3" json:"license,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *IssueLicenseForTenantRequest) Reset() {
+	*x = IssueLicenseForTenantRequest{}
+	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *IssueLicenseForTenantRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*IssueLicenseForTenantRequest) ProtoMessage() {}
+
+func (x *IssueLicenseForTenantRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use IssueLicenseForTenantRequest.ProtoReflect.Descriptor instead.
+func (*IssueLicenseForTenantRequest) Descriptor() ([]byte, []int) {
+	return file_keyhouse_licensing_v1_internal_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *IssueLicenseForTenantRequest) GetLicense() *IssueLicenseRequest {
+	if x != nil {
+		return x.License
+	}
+	return nil
+}
+
+type IssueLicenseForTenantResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *IssueLicenseForTenantResponse) Reset() {
+	*x = IssueLicenseForTenantResponse{}
+	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *IssueLicenseForTenantResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*IssueLicenseForTenantResponse) ProtoMessage() {}
+
+func (x *IssueLicenseForTenantResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use IssueLicenseForTenantResponse.ProtoReflect.Descriptor instead.
+func (*IssueLicenseForTenantResponse) Descriptor() ([]byte, []int) {
+	return file_keyhouse_licensing_v1_internal_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *IssueLicenseForTenantResponse) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
 type CountActiveLicensesRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -411,7 +500,7 @@ type CountActiveLicensesRequest struct {
 
 func (x *CountActiveLicensesRequest) Reset() {
 	*x = CountActiveLicensesRequest{}
-	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[7]
+	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -423,7 +512,7 @@ func (x *CountActiveLicensesRequest) String() string {
 func (*CountActiveLicensesRequest) ProtoMessage() {}
 
 func (x *CountActiveLicensesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[7]
+	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -436,7 +525,7 @@ func (x *CountActiveLicensesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CountActiveLicensesRequest.ProtoReflect.Descriptor instead.
 func (*CountActiveLicensesRequest) Descriptor() ([]byte, []int) {
-	return file_keyhouse_licensing_v1_internal_proto_rawDescGZIP(), []int{7}
+	return file_keyhouse_licensing_v1_internal_proto_rawDescGZIP(), []int{9}
 }
 
 type CountActiveLicensesResponse struct {
@@ -450,7 +539,7 @@ type CountActiveLicensesResponse struct {
 
 func (x *CountActiveLicensesResponse) Reset() {
 	*x = CountActiveLicensesResponse{}
-	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[8]
+	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -462,7 +551,7 @@ func (x *CountActiveLicensesResponse) String() string {
 func (*CountActiveLicensesResponse) ProtoMessage() {}
 
 func (x *CountActiveLicensesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[8]
+	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -475,7 +564,7 @@ func (x *CountActiveLicensesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CountActiveLicensesResponse.ProtoReflect.Descriptor instead.
 func (*CountActiveLicensesResponse) Descriptor() ([]byte, []int) {
-	return file_keyhouse_licensing_v1_internal_proto_rawDescGZIP(), []int{8}
+	return file_keyhouse_licensing_v1_internal_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *CountActiveLicensesResponse) GetActive() int32 {
@@ -489,7 +578,7 @@ var File_keyhouse_licensing_v1_internal_proto protoreflect.FileDescriptor
 
 const file_keyhouse_licensing_v1_internal_proto_rawDesc = "" +
 	"\n" +
-	"$keyhouse/licensing/v1/internal.proto\x12\x15keyhouse.licensing.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1egoogle/protobuf/wrappers.proto\x1a\x19keyhouse/api/v1/api.proto\"%\n" +
+	"$keyhouse/licensing/v1/internal.proto\x12\x15keyhouse.licensing.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1egoogle/protobuf/wrappers.proto\x1a\x19keyhouse/api/v1/api.proto\x1a%keyhouse/licensing/v1/licensing.proto\"%\n" +
 	"\x11GetLicenseRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\"\xc6\x03\n" +
 	"\aLicense\x12\x1b\n" +
@@ -516,15 +605,20 @@ const file_keyhouse_licensing_v1_internal_proto_rawDesc = "" +
 	"\x14ClaimProductResponse\"\x17\n" +
 	"\x15GetSigningKeysRequest\"2\n" +
 	"\x16GetSigningKeysResponse\x12\x18\n" +
-	"\akeyring\x18\x01 \x01(\fR\akeyring\"\x1c\n" +
+	"\akeyring\x18\x01 \x01(\fR\akeyring\"d\n" +
+	"\x1cIssueLicenseForTenantRequest\x12D\n" +
+	"\alicense\x18\x01 \x01(\v2*.keyhouse.licensing.v1.IssueLicenseRequestR\alicense\"1\n" +
+	"\x1dIssueLicenseForTenantResponse\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\"\x1c\n" +
 	"\x1aCountActiveLicensesRequest\"5\n" +
 	"\x1bCountActiveLicensesResponse\x12\x16\n" +
-	"\x06active\x18\x01 \x01(\x05R\x06active2\xec\x03\n" +
+	"\x06active\x18\x01 \x01(\x05R\x06active2\xf7\x04\n" +
 	"\x18LicensingInternalService\x12g\n" +
 	"\n" +
 	"GetLicense\x12(.keyhouse.licensing.v1.GetLicenseRequest\x1a).keyhouse.licensing.v1.GetLicenseResponse\"\x04\x90\x82\x19\x04\x12m\n" +
 	"\fClaimProduct\x12*.keyhouse.licensing.v1.ClaimProductRequest\x1a+.keyhouse.licensing.v1.ClaimProductResponse\"\x04\x90\x82\x19\x04\x12s\n" +
-	"\x0eGetSigningKeys\x12,.keyhouse.licensing.v1.GetSigningKeysRequest\x1a-.keyhouse.licensing.v1.GetSigningKeysResponse\"\x04\x90\x82\x19\x04\x12\x82\x01\n" +
+	"\x0eGetSigningKeys\x12,.keyhouse.licensing.v1.GetSigningKeysRequest\x1a-.keyhouse.licensing.v1.GetSigningKeysResponse\"\x04\x90\x82\x19\x04\x12\x88\x01\n" +
+	"\x15IssueLicenseForTenant\x123.keyhouse.licensing.v1.IssueLicenseForTenantRequest\x1a4.keyhouse.licensing.v1.IssueLicenseForTenantResponse\"\x04\x90\x82\x19\x04\x12\x82\x01\n" +
 	"\x13CountActiveLicenses\x121.keyhouse.licensing.v1.CountActiveLicensesRequest\x1a2.keyhouse.licensing.v1.CountActiveLicensesResponse\"\x04\x90\x82\x19\x04BMZKgithub.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1;licensingv1b\x06proto3"
 
 var (
@@ -539,41 +633,47 @@ func file_keyhouse_licensing_v1_internal_proto_rawDescGZIP() []byte {
 	return file_keyhouse_licensing_v1_internal_proto_rawDescData
 }
 
-var file_keyhouse_licensing_v1_internal_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_keyhouse_licensing_v1_internal_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_keyhouse_licensing_v1_internal_proto_goTypes = []any{
-	(*GetLicenseRequest)(nil),           // 0: keyhouse.licensing.v1.GetLicenseRequest
-	(*License)(nil),                     // 1: keyhouse.licensing.v1.License
-	(*GetLicenseResponse)(nil),          // 2: keyhouse.licensing.v1.GetLicenseResponse
-	(*ClaimProductRequest)(nil),         // 3: keyhouse.licensing.v1.ClaimProductRequest
-	(*ClaimProductResponse)(nil),        // 4: keyhouse.licensing.v1.ClaimProductResponse
-	(*GetSigningKeysRequest)(nil),       // 5: keyhouse.licensing.v1.GetSigningKeysRequest
-	(*GetSigningKeysResponse)(nil),      // 6: keyhouse.licensing.v1.GetSigningKeysResponse
-	(*CountActiveLicensesRequest)(nil),  // 7: keyhouse.licensing.v1.CountActiveLicensesRequest
-	(*CountActiveLicensesResponse)(nil), // 8: keyhouse.licensing.v1.CountActiveLicensesResponse
-	(*timestamppb.Timestamp)(nil),       // 9: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),             // 10: google.protobuf.Struct
-	(*wrapperspb.Int32Value)(nil),       // 11: google.protobuf.Int32Value
+	(*GetLicenseRequest)(nil),             // 0: keyhouse.licensing.v1.GetLicenseRequest
+	(*License)(nil),                       // 1: keyhouse.licensing.v1.License
+	(*GetLicenseResponse)(nil),            // 2: keyhouse.licensing.v1.GetLicenseResponse
+	(*ClaimProductRequest)(nil),           // 3: keyhouse.licensing.v1.ClaimProductRequest
+	(*ClaimProductResponse)(nil),          // 4: keyhouse.licensing.v1.ClaimProductResponse
+	(*GetSigningKeysRequest)(nil),         // 5: keyhouse.licensing.v1.GetSigningKeysRequest
+	(*GetSigningKeysResponse)(nil),        // 6: keyhouse.licensing.v1.GetSigningKeysResponse
+	(*IssueLicenseForTenantRequest)(nil),  // 7: keyhouse.licensing.v1.IssueLicenseForTenantRequest
+	(*IssueLicenseForTenantResponse)(nil), // 8: keyhouse.licensing.v1.IssueLicenseForTenantResponse
+	(*CountActiveLicensesRequest)(nil),    // 9: keyhouse.licensing.v1.CountActiveLicensesRequest
+	(*CountActiveLicensesResponse)(nil),   // 10: keyhouse.licensing.v1.CountActiveLicensesResponse
+	(*timestamppb.Timestamp)(nil),         // 11: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),               // 12: google.protobuf.Struct
+	(*wrapperspb.Int32Value)(nil),         // 13: google.protobuf.Int32Value
+	(*IssueLicenseRequest)(nil),           // 14: keyhouse.licensing.v1.IssueLicenseRequest
 }
 var file_keyhouse_licensing_v1_internal_proto_depIdxs = []int32{
-	9,  // 0: keyhouse.licensing.v1.License.issued_at:type_name -> google.protobuf.Timestamp
-	9,  // 1: keyhouse.licensing.v1.License.expires_at:type_name -> google.protobuf.Timestamp
-	10, // 2: keyhouse.licensing.v1.License.limits:type_name -> google.protobuf.Struct
-	11, // 3: keyhouse.licensing.v1.License.max_activations:type_name -> google.protobuf.Int32Value
-	9,  // 4: keyhouse.licensing.v1.License.revoked_at:type_name -> google.protobuf.Timestamp
+	11, // 0: keyhouse.licensing.v1.License.issued_at:type_name -> google.protobuf.Timestamp
+	11, // 1: keyhouse.licensing.v1.License.expires_at:type_name -> google.protobuf.Timestamp
+	12, // 2: keyhouse.licensing.v1.License.limits:type_name -> google.protobuf.Struct
+	13, // 3: keyhouse.licensing.v1.License.max_activations:type_name -> google.protobuf.Int32Value
+	11, // 4: keyhouse.licensing.v1.License.revoked_at:type_name -> google.protobuf.Timestamp
 	1,  // 5: keyhouse.licensing.v1.GetLicenseResponse.license:type_name -> keyhouse.licensing.v1.License
-	0,  // 6: keyhouse.licensing.v1.LicensingInternalService.GetLicense:input_type -> keyhouse.licensing.v1.GetLicenseRequest
-	3,  // 7: keyhouse.licensing.v1.LicensingInternalService.ClaimProduct:input_type -> keyhouse.licensing.v1.ClaimProductRequest
-	5,  // 8: keyhouse.licensing.v1.LicensingInternalService.GetSigningKeys:input_type -> keyhouse.licensing.v1.GetSigningKeysRequest
-	7,  // 9: keyhouse.licensing.v1.LicensingInternalService.CountActiveLicenses:input_type -> keyhouse.licensing.v1.CountActiveLicensesRequest
-	2,  // 10: keyhouse.licensing.v1.LicensingInternalService.GetLicense:output_type -> keyhouse.licensing.v1.GetLicenseResponse
-	4,  // 11: keyhouse.licensing.v1.LicensingInternalService.ClaimProduct:output_type -> keyhouse.licensing.v1.ClaimProductResponse
-	6,  // 12: keyhouse.licensing.v1.LicensingInternalService.GetSigningKeys:output_type -> keyhouse.licensing.v1.GetSigningKeysResponse
-	8,  // 13: keyhouse.licensing.v1.LicensingInternalService.CountActiveLicenses:output_type -> keyhouse.licensing.v1.CountActiveLicensesResponse
-	10, // [10:14] is the sub-list for method output_type
-	6,  // [6:10] is the sub-list for method input_type
-	6,  // [6:6] is the sub-list for extension type_name
-	6,  // [6:6] is the sub-list for extension extendee
-	0,  // [0:6] is the sub-list for field type_name
+	14, // 6: keyhouse.licensing.v1.IssueLicenseForTenantRequest.license:type_name -> keyhouse.licensing.v1.IssueLicenseRequest
+	0,  // 7: keyhouse.licensing.v1.LicensingInternalService.GetLicense:input_type -> keyhouse.licensing.v1.GetLicenseRequest
+	3,  // 8: keyhouse.licensing.v1.LicensingInternalService.ClaimProduct:input_type -> keyhouse.licensing.v1.ClaimProductRequest
+	5,  // 9: keyhouse.licensing.v1.LicensingInternalService.GetSigningKeys:input_type -> keyhouse.licensing.v1.GetSigningKeysRequest
+	7,  // 10: keyhouse.licensing.v1.LicensingInternalService.IssueLicenseForTenant:input_type -> keyhouse.licensing.v1.IssueLicenseForTenantRequest
+	9,  // 11: keyhouse.licensing.v1.LicensingInternalService.CountActiveLicenses:input_type -> keyhouse.licensing.v1.CountActiveLicensesRequest
+	2,  // 12: keyhouse.licensing.v1.LicensingInternalService.GetLicense:output_type -> keyhouse.licensing.v1.GetLicenseResponse
+	4,  // 13: keyhouse.licensing.v1.LicensingInternalService.ClaimProduct:output_type -> keyhouse.licensing.v1.ClaimProductResponse
+	6,  // 14: keyhouse.licensing.v1.LicensingInternalService.GetSigningKeys:output_type -> keyhouse.licensing.v1.GetSigningKeysResponse
+	8,  // 15: keyhouse.licensing.v1.LicensingInternalService.IssueLicenseForTenant:output_type -> keyhouse.licensing.v1.IssueLicenseForTenantResponse
+	10, // 16: keyhouse.licensing.v1.LicensingInternalService.CountActiveLicenses:output_type -> keyhouse.licensing.v1.CountActiveLicensesResponse
+	12, // [12:17] is the sub-list for method output_type
+	7,  // [7:12] is the sub-list for method input_type
+	7,  // [7:7] is the sub-list for extension type_name
+	7,  // [7:7] is the sub-list for extension extendee
+	0,  // [0:7] is the sub-list for field type_name
 }
 
 func init() { file_keyhouse_licensing_v1_internal_proto_init() }
@@ -581,13 +681,14 @@ func file_keyhouse_licensing_v1_internal_proto_init() {
 	if File_keyhouse_licensing_v1_internal_proto != nil {
 		return
 	}
+	file_keyhouse_licensing_v1_licensing_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_keyhouse_licensing_v1_internal_proto_rawDesc), len(file_keyhouse_licensing_v1_internal_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   9,
+			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

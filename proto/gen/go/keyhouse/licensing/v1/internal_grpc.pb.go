@@ -19,10 +19,11 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	LicensingInternalService_GetLicense_FullMethodName          = "/keyhouse.licensing.v1.LicensingInternalService/GetLicense"
-	LicensingInternalService_ClaimProduct_FullMethodName        = "/keyhouse.licensing.v1.LicensingInternalService/ClaimProduct"
-	LicensingInternalService_GetSigningKeys_FullMethodName      = "/keyhouse.licensing.v1.LicensingInternalService/GetSigningKeys"
-	LicensingInternalService_CountActiveLicenses_FullMethodName = "/keyhouse.licensing.v1.LicensingInternalService/CountActiveLicenses"
+	LicensingInternalService_GetLicense_FullMethodName            = "/keyhouse.licensing.v1.LicensingInternalService/GetLicense"
+	LicensingInternalService_ClaimProduct_FullMethodName          = "/keyhouse.licensing.v1.LicensingInternalService/ClaimProduct"
+	LicensingInternalService_GetSigningKeys_FullMethodName        = "/keyhouse.licensing.v1.LicensingInternalService/GetSigningKeys"
+	LicensingInternalService_IssueLicenseForTenant_FullMethodName = "/keyhouse.licensing.v1.LicensingInternalService/IssueLicenseForTenant"
+	LicensingInternalService_CountActiveLicenses_FullMethodName   = "/keyhouse.licensing.v1.LicensingInternalService/CountActiveLicenses"
 )
 
 // LicensingInternalServiceClient is the client API for LicensingInternalService service.
@@ -44,6 +45,11 @@ type LicensingInternalServiceClient interface {
 	// The installation's signing material (RSA key, HMAC and AES secrets), so every
 	// service that signs (releases' manifests) signs with the same key as licensing.
 	GetSigningKeys(ctx context.Context, in *GetSigningKeysRequest, opts ...grpc.CallOption) (*GetSigningKeysResponse, error)
+	// Issues a license for the tenant in metadata (storefront fulfillment): the public
+	// IssueLicense's validation, subscription and quota checks, product ownership and
+	// Idempotency-Key (metadata "idempotency-key"), reached with the admin key because the
+	// caller holds no tenant API key.
+	IssueLicenseForTenant(ctx context.Context, in *IssueLicenseForTenantRequest, opts ...grpc.CallOption) (*IssueLicenseForTenantResponse, error)
 	// The calling tenant's quota usage (billing status licensesUsed).
 	CountActiveLicenses(ctx context.Context, in *CountActiveLicensesRequest, opts ...grpc.CallOption) (*CountActiveLicensesResponse, error)
 }
@@ -86,6 +92,16 @@ func (c *licensingInternalServiceClient) GetSigningKeys(ctx context.Context, in 
 	return out, nil
 }
 
+func (c *licensingInternalServiceClient) IssueLicenseForTenant(ctx context.Context, in *IssueLicenseForTenantRequest, opts ...grpc.CallOption) (*IssueLicenseForTenantResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(IssueLicenseForTenantResponse)
+	err := c.cc.Invoke(ctx, LicensingInternalService_IssueLicenseForTenant_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *licensingInternalServiceClient) CountActiveLicenses(ctx context.Context, in *CountActiveLicensesRequest, opts ...grpc.CallOption) (*CountActiveLicensesResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(CountActiveLicensesResponse)
@@ -115,6 +131,11 @@ type LicensingInternalServiceServer interface {
 	// The installation's signing material (RSA key, HMAC and AES secrets), so every
 	// service that signs (releases' manifests) signs with the same key as licensing.
 	GetSigningKeys(context.Context, *GetSigningKeysRequest) (*GetSigningKeysResponse, error)
+	// Issues a license for the tenant in metadata (storefront fulfillment): the public
+	// IssueLicense's validation, subscription and quota checks, product ownership and
+	// Idempotency-Key (metadata "idempotency-key"), reached with the admin key because the
+	// caller holds no tenant API key.
+	IssueLicenseForTenant(context.Context, *IssueLicenseForTenantRequest) (*IssueLicenseForTenantResponse, error)
 	// The calling tenant's quota usage (billing status licensesUsed).
 	CountActiveLicenses(context.Context, *CountActiveLicensesRequest) (*CountActiveLicensesResponse, error)
 	mustEmbedUnimplementedLicensingInternalServiceServer()
@@ -135,6 +156,9 @@ func (UnimplementedLicensingInternalServiceServer) ClaimProduct(context.Context,
 }
 func (UnimplementedLicensingInternalServiceServer) GetSigningKeys(context.Context, *GetSigningKeysRequest) (*GetSigningKeysResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetSigningKeys not implemented")
+}
+func (UnimplementedLicensingInternalServiceServer) IssueLicenseForTenant(context.Context, *IssueLicenseForTenantRequest) (*IssueLicenseForTenantResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method IssueLicenseForTenant not implemented")
 }
 func (UnimplementedLicensingInternalServiceServer) CountActiveLicenses(context.Context, *CountActiveLicensesRequest) (*CountActiveLicensesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method CountActiveLicenses not implemented")
@@ -215,6 +239,24 @@ func _LicensingInternalService_GetSigningKeys_Handler(srv interface{}, ctx conte
 	return interceptor(ctx, in, info, handler)
 }
 
+func _LicensingInternalService_IssueLicenseForTenant_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(IssueLicenseForTenantRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LicensingInternalServiceServer).IssueLicenseForTenant(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: LicensingInternalService_IssueLicenseForTenant_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LicensingInternalServiceServer).IssueLicenseForTenant(ctx, req.(*IssueLicenseForTenantRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _LicensingInternalService_CountActiveLicenses_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(CountActiveLicensesRequest)
 	if err := dec(in); err != nil {
@@ -251,6 +293,10 @@ var LicensingInternalService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetSigningKeys",
 			Handler:    _LicensingInternalService_GetSigningKeys_Handler,
+		},
+		{
+			MethodName: "IssueLicenseForTenant",
+			Handler:    _LicensingInternalService_IssueLicenseForTenant_Handler,
 		},
 		{
 			MethodName: "CountActiveLicenses",

@@ -1,0 +1,107 @@
+// Package mail sends the service's email (the storefront's buyer emails) through the
+// provider EMAIL_PROVIDER names: "smtp" delivers through SMTP_URL with
+// github.com/wneessen/go-mail, "log" only writes the message to the log (self-hosted
+// deployments without mail configuration, api.md Events rule 3).
+//
+// A Sender never stores the recipient: the address is used for the one send and, in the
+// log provider, written masked.
+package mail
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/mail"
+	"strings"
+)
+
+// Providers, as EMAIL_PROVIDER spells them.
+const (
+	ProviderLog  = "log"
+	ProviderSMTP = "smtp"
+)
+
+// Message is one plain-text email to one recipient.
+type Message struct {
+	To      string
+	Subject string
+	Text    string
+}
+
+// Sender delivers messages.
+type Sender interface {
+	// Send delivers m or returns why not. Errors name no credential.
+	Send(ctx context.Context, m Message) error
+	// Provider is "log" or "smtp": the log provider logs instead of delivering.
+	Provider() string
+}
+
+// Config is the mail part of the service configuration.
+type Config struct {
+	Provider string
+	// SMTPURL is smtp://user:pass@host:port (STARTTLS when offered) or smtps://… (TLS
+	// from the first byte); user and password are optional.
+	SMTPURL string
+	From    string
+	ReplyTo string
+}
+
+// DefaultFrom is the sender of logged mail when EMAIL_FROM is not set.
+const DefaultFrom = "Keyhouse <no-reply@localhost>"
+
+// New returns the Sender cfg.Provider names.
+func New(cfg Config, log *slog.Logger) (Sender, error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	switch cfg.Provider {
+	case "", ProviderLog:
+		from := cfg.From
+		if from == "" {
+			from = DefaultFrom
+		}
+		return &logSender{log: log.With("component", "mail"), from: from}, nil
+	case ProviderSMTP:
+		return newSMTP(cfg)
+	default:
+		return nil, fmt.Errorf("mail: unknown provider %q (want log or smtp)", cfg.Provider)
+	}
+}
+
+// ValidAddress reports whether s is one plain email address (no display name, no list):
+// what a checkout's customer email must be before it becomes a recipient.
+func ValidAddress(s string) bool {
+	a, err := mail.ParseAddress(s)
+	return err == nil && a.Name == "" && a.Address == s && !strings.ContainsAny(s, "\r\n")
+}
+
+// ErrInvalidRecipient is returned for a recipient ValidAddress refuses.
+var ErrInvalidRecipient = errors.New("mail: invalid recipient address")
+
+type logSender struct {
+	log  *slog.Logger
+	from string
+}
+
+func (l *logSender) Provider() string { return ProviderLog }
+
+func (l *logSender) Send(_ context.Context, m Message) error {
+	if !ValidAddress(m.To) {
+		return ErrInvalidRecipient
+	}
+	l.log.Info("email (EMAIL_PROVIDER=log, not sent)",
+		"from", l.from, "to", Mask(m.To), "subject", m.Subject, "body", m.Text)
+	return nil
+}
+
+// Mask keeps an address recognizable to its owner without writing it down:
+// "jane.doe@example.com" → "j***@example.com".
+func Mask(addr string) string {
+	local, domain, ok := strings.Cut(addr, "@")
+	if !ok || local == "" {
+		return "***"
+	}
+	r := []rune(local)
+	return string(r[0]) + "***@" + domain
+}

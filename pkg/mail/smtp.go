@@ -1,0 +1,102 @@
+package mail
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"strconv"
+	"time"
+
+	gomail "github.com/wneessen/go-mail"
+)
+
+// sendTimeout bounds one SMTP conversation (dial to QUIT).
+const sendTimeout = 15 * time.Second
+
+type smtpSender struct {
+	host    string
+	port    int
+	opts    []gomail.Option
+	from    string
+	replyTo string
+}
+
+func newSMTP(cfg Config) (*smtpSender, error) {
+	// The URL carries a password: errors describe it without echoing it.
+	u, err := url.Parse(cfg.SMTPURL)
+	if err != nil || u.Host == "" || (u.Scheme != "smtp" && u.Scheme != "smtps") {
+		return nil, errors.New("mail: SMTP_URL must look like smtp://user:pass@host:port or smtps://…")
+	}
+	if cfg.From == "" {
+		return nil, errors.New("mail: EMAIL_FROM is required with EMAIL_PROVIDER=smtp")
+	}
+	probe := gomail.NewMsg()
+	if err := probe.From(cfg.From); err != nil {
+		return nil, fmt.Errorf("mail: EMAIL_FROM is not an address: %w", err)
+	}
+	if cfg.ReplyTo != "" {
+		if err := probe.ReplyTo(cfg.ReplyTo); err != nil {
+			return nil, fmt.Errorf("mail: EMAIL_REPLY_TO is not an address: %w", err)
+		}
+	}
+	host := u.Hostname()
+	port := 587
+	if u.Scheme == "smtps" {
+		port = 465
+	}
+	if p := u.Port(); p != "" {
+		if port, err = strconv.Atoi(p); err != nil || port < 1 || port > 65535 {
+			return nil, errors.New("mail: SMTP_URL has an invalid port")
+		}
+	}
+	opts := []gomail.Option{gomail.WithPort(port), gomail.WithTimeout(sendTimeout)}
+	if u.Scheme == "smtps" {
+		opts = append(opts, gomail.WithSSL())
+	} else {
+		// STARTTLS when the server offers it; plain SMTP otherwise (a local relay).
+		opts = append(opts, gomail.WithTLSPolicy(gomail.TLSOpportunistic))
+	}
+	if user := u.User.Username(); user != "" {
+		pass, _ := u.User.Password()
+		opts = append(opts, gomail.WithSMTPAuth(gomail.SMTPAuthAutoDiscover),
+			gomail.WithUsername(user), gomail.WithPassword(pass))
+	}
+	return &smtpSender{host: host, port: port, opts: opts, from: cfg.From, replyTo: cfg.ReplyTo}, nil
+}
+
+func (s *smtpSender) Provider() string { return ProviderSMTP }
+
+func (s *smtpSender) Send(ctx context.Context, m Message) error {
+	if !ValidAddress(m.To) {
+		return ErrInvalidRecipient
+	}
+	msg := gomail.NewMsg()
+	if err := msg.From(s.from); err != nil {
+		return err
+	}
+	if s.replyTo != "" {
+		if err := msg.ReplyTo(s.replyTo); err != nil {
+			return err
+		}
+	}
+	if err := msg.To(m.To); err != nil {
+		return ErrInvalidRecipient
+	}
+	msg.Subject(m.Subject)
+	msg.SetDate()
+	msg.SetMessageID()
+	msg.SetBodyString(gomail.TypeTextPlain, m.Text)
+
+	client, err := gomail.NewClient(s.host, s.opts...)
+	if err != nil {
+		return fmt.Errorf("mail: smtp client: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, sendTimeout)
+	defer cancel()
+	if err := client.DialAndSendWithContext(ctx, msg); err != nil {
+		return fmt.Errorf("mail: smtp send to %s: %w", net.JoinHostPort(s.host, strconv.Itoa(s.port)), err)
+	}
+	return nil
+}

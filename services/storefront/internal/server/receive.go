@@ -1,0 +1,102 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"strings"
+
+	"github.com/keyhouse/keyhouse/pkg/apierr"
+	"github.com/keyhouse/keyhouse/pkg/mail"
+	"github.com/keyhouse/keyhouse/pkg/natsx"
+	"github.com/keyhouse/keyhouse/pkg/signing"
+	storefrontv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/storefront/v1"
+	"github.com/keyhouse/keyhouse/services/storefront/internal/fulfill"
+	"github.com/keyhouse/keyhouse/services/storefront/internal/remote"
+	"github.com/keyhouse/keyhouse/services/storefront/internal/store"
+	"github.com/keyhouse/keyhouse/services/storefront/internal/stripeevent"
+)
+
+// ReceiveEvent is the provider callback: verify, record durably with its fulfillment
+// message (one transaction), answer. Fulfillment happens in the worker.
+func (s *Server) ReceiveEvent(ctx context.Context, req *storefrontv1.ReceiveEventRequest) (*storefrontv1.ReceiveEventResponse, error) {
+	if !validWebhookID(req.GetWebhookId()) {
+		return nil, errWebhookNotFound
+	}
+	w, err := s.store.WebhookByID(ctx, req.GetWebhookId())
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return nil, errWebhookNotFound
+	case err != nil:
+		return nil, err
+	case w.State == store.StateDisabled:
+		return nil, errWebhookNotFound
+	case w.State != store.StateActive:
+		return nil, errWebhookNotActive
+	}
+	k, err := s.licensing.Keyring(ctx)
+	if err != nil {
+		return nil, err
+	}
+	secret, err := openSecret(k, w.SecretSealed)
+	if err != nil {
+		return nil, err
+	}
+	ev, err := stripeevent.Parse(req.GetPayload(), req.GetSignature(), secret)
+	switch {
+	case errors.Is(err, stripeevent.ErrSignature):
+		return nil, errInvalidSignature
+	case err != nil:
+		return nil, errInvalidPayload
+	}
+	if ev.Session == nil {
+		// An event type fulfillment does not act on: acknowledged so the provider stops
+		// sending it, and not recorded.
+		s.log.Debug("storefront event ignored", "event_type", ev.Type, "webhook_id", w.ID)
+		return &storefrontv1.ReceiveEventResponse{Received: true}, nil
+	}
+	d := &store.Delivery{
+		TenantID: w.TenantID, WebhookID: w.ID, EventID: ev.ID, EventType: ev.Type,
+		CheckoutSessionID: ev.Session.ID, PaymentLink: nonEmpty(ev.Session.PaymentLink),
+		ServiceRef: nonEmpty(ev.Session.ServiceRef), PaymentStatus: ev.Session.PaymentStatus,
+		Customer: nonEmpty(ev.Session.Customer), SessionCreated: ev.Session.Created,
+		Outcome: store.OutcomeProcessing,
+	}
+	var sealedEmail []byte
+	if email := ev.Session.Email; email != "" && mail.ValidAddress(email) {
+		if sealedEmail, err = remote.Seal(k, remote.PurposeBuyerEmail, []byte(email)); err != nil {
+			return nil, err
+		}
+	}
+	rec, err := s.store.RecordEvent(ctx, d, func(d *store.Delivery) natsx.Message {
+		return fulfill.Message(d, sealedEmail)
+	})
+	if err != nil {
+		return nil, err
+	}
+	if rec.Enqueued {
+		s.notify()
+	}
+	return &storefrontv1.ReceiveEventResponse{Received: true}, nil
+}
+
+var errInvalidPayload = apierr.Invalid("Invalid payload: not a Stripe event")
+
+func nonEmpty(s string) *string {
+	if strings.TrimSpace(s) == "" {
+		return nil
+	}
+	return &s
+}
+
+func sealSecret(k *signing.Keyring, secret string) ([]byte, error) {
+	return remote.Seal(k, remote.PurposeWebhookSecret, []byte(secret))
+}
+
+func openSecret(k *signing.Keyring, sealed []byte) (string, error) {
+	pt, err := remote.Open(k, remote.PurposeWebhookSecret, sealed)
+	if err != nil {
+		// The keyring changed since the secret was saved: the vendor saves it again.
+		return "", errors.New("storefront: webhook secret does not open under the current keyring")
+	}
+	return string(pt), nil
+}
