@@ -160,7 +160,6 @@ func serve(ctx context.Context, svc Service) error {
 	}
 	defer ms.Close()
 	metrics.RegisterPgxPool(pool, svc.Name)
-	metrics.InitMail()
 	if err := natsx.RegisterOutboxMetrics(ctx, pool); err != nil {
 		return err
 	}

@@ -515,7 +515,14 @@ func TestEveryProcessServesItsMetricsOnItsOwnPort(t *testing.T) {
 		},
 		"billing":    {`keyhouse_pgxpool_total_conns{pool="billing"}`, `keyhouse_grpc_server_requests_total{code="OK",method="/grpc.health.v1.Health/Check"}`},
 		"releases":   {`keyhouse_pgxpool_total_conns{pool="releases"}`},
-		"storefront": {`keyhouse_pgxpool_total_conns{pool="storefront"}`, `keyhouse_mail_sends_total{result="failed"} 0`, `keyhouse_mail_sends_total{result="sent"} 0`},
+		"storefront": {
+			`keyhouse_pgxpool_total_conns{pool="storefront"}`,
+			`keyhouse_mail_sends_total{result="failed"} 0`,
+			`keyhouse_mail_sends_total{result="logged"} 0`,
+			`keyhouse_outbox_backlog `,
+			`keyhouse_jetstream_consumer_pending{consumer=`,
+			`keyhouse_dependency_up{dependency="nats"} 1`,
+		},
 	}
 	for _, p := range s.Procs() {
 		if p.MetricsAddr == "" || p.MetricsAddr == p.Addr {

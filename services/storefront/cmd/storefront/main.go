@@ -57,6 +57,7 @@ func register(ctx context.Context, d *app.Deps) error {
 		nc.Close()
 		return err
 	}
+	d.Readiness.Add(natsx.ReadinessCheck(nc)) // the fulfillment worker consumes
 	st := store.New(d.DB)
 	// Sent rows hold a sealed buyer address: keep them no longer than needed to diagnose.
 	relay := natsx.NewRelay(d.DB, js, d.Log, natsx.WithRetention(time.Hour), natsx.WithPollInterval(200*time.Millisecond))
