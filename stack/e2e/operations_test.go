@@ -513,8 +513,8 @@ func TestEveryProcessServesItsMetricsOnItsOwnPort(t *testing.T) {
 			`keyhouse_jetstream_consumer_ack_pending{consumer=`,
 			`keyhouse_dependency_up{dependency="nats"} 1`,
 		},
-		"billing":    {`keyhouse_pgxpool_total_conns{pool="billing"}`, `keyhouse_grpc_server_requests_total{code="OK",method="/grpc.health.v1.Health/Check"}`},
-		"releases":   {`keyhouse_pgxpool_total_conns{pool="releases"}`},
+		"billing":  {`keyhouse_pgxpool_total_conns{pool="billing"}`, `keyhouse_grpc_server_requests_total{code="OK",method="/grpc.health.v1.Health/Check"}`},
+		"releases": {`keyhouse_pgxpool_total_conns{pool="releases"}`},
 		"storefront": {
 			`keyhouse_pgxpool_total_conns{pool="storefront"}`,
 			`keyhouse_mail_sends_total{result="failed"} 0`,
