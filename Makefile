@@ -19,7 +19,7 @@ help: ## List the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 
 .PHONY: deps
-deps: ## Install what the stack needs from Debian (postgresql, redis-server) if missing
+deps: $(TOOLS_DIR)/stripe-mock ## Install what the stack and tests need: Debian's postgresql, redis-server; stripe-mock
 	@missing=""; \
 	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
 	command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
@@ -62,6 +62,14 @@ $(PROTO_TOOLS): tools/go.mod tools/go.sum
 	cd tools && GOWORK=off go build -o ../$(TOOLS_DIR)/ github.com/bufbuild/buf/cmd/buf \
 	  google.golang.org/protobuf/cmd/protoc-gen-go google.golang.org/grpc/cmd/protoc-gen-go-grpc \
 	  github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-grpc-gateway
+
+# stripe-mock (Stripe's API mock, pinned in tools/go.mod): the tests' STRIPE_API_BASE,
+# started by devinfra/testkit (StripeMockURL).
+$(TOOLS_DIR)/stripe-mock: tools/go.mod tools/go.sum
+	cd tools && GOWORK=off go build -o ../$(TOOLS_DIR)/stripe-mock github.com/stripe/stripe-mock
+
+.PHONY: stripe-mock
+stripe-mock: $(TOOLS_DIR)/stripe-mock ## Build the pinned stripe-mock into .keyhouse/tools
 
 .PHONY: proto
 proto: $(PROTO_TOOLS) ## Lint the protos and regenerate proto/gen/go with the pinned local plugins

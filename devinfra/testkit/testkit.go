@@ -7,6 +7,7 @@
 //	url := testkit.DatabaseURL(t, testkit.Empty)
 //	url := testkit.RedisURL(t)              // the binary's redis-server
 //	url := devnats.SharedURL(t)             // the binary's embedded NATS (package devnats)
+//	url := testkit.StripeMockURL(t)         // the binary's stripe-mock (STRIPE_API_BASE)
 //	dir := testkit.Dir(t)                   // the binary's scratch folder (for servers of a test's own)
 //	bin := testkit.RequireTool(t, "node")   // an external verifier, or skip (fatal in CI)
 //
@@ -264,4 +265,28 @@ func RequireTool(t testing.TB, name string) string {
 		t.Skipf("%s not found on PATH; set KEYHOUSE_REQUIRE_TOOLS=1 to make this fatal", name)
 	}
 	return p
+}
+
+var stripeMock struct {
+	once sync.Once
+	srv  *devinfra.StripeMock
+	err  error
+}
+
+// StripeMockURL is the binary's stripe-mock (Stripe's own API mock, pinned in
+// tools/go.mod), the STRIPE_API_BASE of tests that call Stripe. It is stateless: every
+// call answers a fixture shaped like the real API, after validating the parameters.
+func StripeMockURL(t testing.TB) string {
+	t.Helper()
+	root := Dir(t)
+	stripeMock.once.Do(func() {
+		stripeMock.srv, stripeMock.err = devinfra.StartStripeMock(context.Background(), filepath.Join(root, "stripe-mock"))
+		if stripeMock.err == nil {
+			AtExit(stripeMock.srv.Stop)
+		}
+	})
+	if stripeMock.err != nil {
+		t.Fatal(stripeMock.err)
+	}
+	return stripeMock.srv.URL()
 }

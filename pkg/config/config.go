@@ -57,6 +57,10 @@ type Config struct {
 	BillingAddr     string
 	StorefrontAddr  string
 
+	// LicenseCacheTTL is how long a cached license row is served without a fresh read
+	// (pkg/licensecache); 0 turns the cache off.
+	LicenseCacheTTL time.Duration
+
 	// SigningKeysFile optionally points at operator-supplied signing material.
 	SigningKeysFile string
 	LogLevel        string
@@ -127,6 +131,7 @@ func LoadFrom(lookup func(string) (string, bool)) (*Config, error) {
 		BillingAddr:     r.str("BILLING_ADDR", DefaultBillingAddr),
 		StorefrontAddr:  r.str("STOREFRONT_ADDR", DefaultStorefrontAddr),
 
+		LicenseCacheTTL: r.duration("LICENSE_CACHE_TTL", time.Second),
 		SigningKeysFile: r.str("SIGNING_KEYS_FILE", ""),
 		LogLevel:        r.str("LOG_LEVEL", "info"),
 		LogFormat:       r.str("LOG_FORMAT", "json"),
@@ -210,7 +215,7 @@ func (r *reader) duration(name string, def time.Duration) time.Duration {
 	if v == "" {
 		return def
 	}
-	if n, err := strconv.Atoi(v); err == nil {
+	if n, err := strconv.Atoi(v); err == nil && n >= 0 {
 		return time.Duration(n) * time.Second
 	}
 	d, err := time.ParseDuration(v)

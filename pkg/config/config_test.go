@@ -98,3 +98,17 @@ func TestRuntimeDurationsAndMetricsPort(t *testing.T) {
 		}
 	}
 }
+
+func TestLicenseCacheTTLIsADurationAndZeroTurnsTheCacheOff(t *testing.T) {
+	for v, want := range map[string]time.Duration{"": time.Second, "250ms": 250 * time.Millisecond, "0": 0} {
+		c, err := LoadFrom(env(map[string]string{"ADMIN_API_KEY": "k", "LICENSE_CACHE_TTL": v}))
+		if err != nil || c.LicenseCacheTTL != want {
+			t.Errorf("LICENSE_CACHE_TTL=%q: %v %v, want %v", v, c, err, want)
+		}
+	}
+	for _, v := range []string{"soon", "-1s"} {
+		if _, err := LoadFrom(env(map[string]string{"ADMIN_API_KEY": "k", "LICENSE_CACHE_TTL": v})); err == nil || !strings.Contains(err.Error(), "LICENSE_CACHE_TTL") {
+			t.Errorf("LICENSE_CACHE_TTL=%q: %v", v, err)
+		}
+	}
+}

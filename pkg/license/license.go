@@ -19,6 +19,12 @@ const (
 	DeletedSubject = "keyhouse.licensing.license.deleted"
 )
 
+// ChangedSubject is the core NATS subject (no stream: it is outside EventSubjects) on
+// which licensing announces that a license row changed (revoked, reactivated, deleted, new
+// terms or notes); the payload is the license key. Every process that caches licenses
+// (pkg/licensecache) drops the key when it hears it.
+const ChangedSubject = "keyhouse.licenses.changed"
+
 // Deleted is the payload of DeletedSubject.
 type Deleted struct {
 	TenantID  string    `json:"tenant_id"`

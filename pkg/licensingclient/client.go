@@ -3,7 +3,9 @@
 // policy (admin key + tenant metadata, grpcx.CallTimeout, WaitForReady within it) and a
 // failure to answer is 503 "Licensing service unavailable, retry".
 //
-// Licenses are never cached here: a revocation or deletion counts on the next call.
+// Licenses are cached when the caller asks for it (CacheLicenses): the cache follows the
+// change events licensing publishes, so a revocation or deletion counts within the bound
+// pkg/licensecache documents (at once normally, LICENSE_CACHE_TTL at worst).
 package licensingclient
 
 import (
@@ -16,8 +18,10 @@ import (
 	"github.com/keyhouse/keyhouse/pkg/apierr"
 	"github.com/keyhouse/keyhouse/pkg/grpcx"
 	"github.com/keyhouse/keyhouse/pkg/license"
+	"github.com/keyhouse/keyhouse/pkg/licensecache"
 	"github.com/keyhouse/keyhouse/pkg/signing"
 	licensingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1"
+	"github.com/nats-io/nats.go"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 )
@@ -26,6 +30,8 @@ import (
 type Client struct {
 	rpc  licensingv1.LicensingInternalServiceClient
 	peer grpcx.Peer
+	// licenses caches License's answers by canonical key (nil: no cache).
+	licenses *licensecache.Cache[*licensingv1.License]
 
 	keyring atomic.Pointer[signing.Keyring]
 	fetch   sync.Mutex
@@ -39,10 +45,40 @@ func New(conn grpc.ClientConnInterface, adminKey string) *Client {
 	}
 }
 
+// CacheLicenses makes License answer from a cache whose entries live ttl (0: no cache),
+// emptied of every license licensing announces as changed on nc. Call it before serving;
+// stop ends the subscription.
+func (c *Client) CacheLicenses(nc *nats.Conn, ttl time.Duration) (stop func(), err error) {
+	cache := licensecache.New[*licensingv1.License](ttl)
+	if stop, err = cache.Subscribe(nc); err != nil {
+		return nil, err
+	}
+	c.licenses = cache
+	return stop, nil
+}
+
 // License finds the license of key in tenant, or in any tenant when tenant is "" (public
 // routes); the license carries its tenant_id either way. The key may be typed the way a
-// person would (licensing canonicalizes it). An unknown key is license.ErrNotFound.
+// person would (licensing canonicalizes it). An unknown key is license.ErrNotFound. The
+// answer may come from the cache (see CacheLicenses): callers must not modify it.
 func (c *Client) License(ctx context.Context, tenant, key string) (*licensingv1.License, error) {
+	if c.licenses == nil {
+		return c.license(ctx, tenant, key)
+	}
+	// Keys are unique across tenants: one entry, looked up in any tenant, serves all.
+	l, err := c.licenses.Get(license.CanonicalKey(key), func() (*licensingv1.License, error) {
+		return c.license(ctx, "", key)
+	})
+	if err != nil {
+		return nil, err
+	}
+	if tenant != "" && l.GetTenantId() != tenant {
+		return nil, license.ErrNotFound
+	}
+	return l, nil
+}
+
+func (c *Client) license(ctx context.Context, tenant, key string) (*licensingv1.License, error) {
 	resp, err := grpcx.Call(ctx, c.peer, tenant, func(ctx context.Context, o ...grpc.CallOption) (*licensingv1.GetLicenseResponse, error) {
 		return c.rpc.GetLicense(ctx, &licensingv1.GetLicenseRequest{Key: key}, o...)
 	}, codes.NotFound)

@@ -89,10 +89,34 @@ func sharedStack(t testing.TB, mode string) *stack.Stack {
 	if s, ok := stacks[mode]; ok {
 		return s
 	}
-	s := startStack(t, map[string]string{"MULTI_TENANT": fmt.Sprint(mode == "hosted")})
+	env := map[string]string{"MULTI_TENANT": fmt.Sprint(mode == "hosted")}
+	if mode == "hosted" {
+		for k, v := range stripeEnv(t) {
+			env[k] = v
+		}
+	}
+	s := startStack(t, env)
 	stacks[mode] = s
 	testkit.AtExit(s.Stop)
 	return s
+}
+
+// Stripe configuration of the hosted stacks: the API is stripe-mock, the webhook secret is
+// the one the tests sign with (stripe-go's webhook.GenerateTestSignedPayload).
+const (
+	testWebhookSecret = "whsec_keyhouse_e2e_0123456789abcdef"
+	testPriceMonthly  = "price_keyhouse_pro_monthly"
+	testPriceAnnual   = "price_keyhouse_pro_annual"
+)
+
+func stripeEnv(t testing.TB) map[string]string {
+	return map[string]string{
+		"STRIPE_SECRET_KEY":        "sk_test_keyhouse",
+		"STRIPE_WEBHOOK_SECRET":    testWebhookSecret,
+		"STRIPE_PRICE_PRO_MONTHLY": testPriceMonthly,
+		"STRIPE_PRICE_PRO_ANNUAL":  testPriceAnnual,
+		"STRIPE_API_BASE":          stripeAPI(t),
+	}
 }
 
 // selfHosted is the shared self-hosted stack.

@@ -58,6 +58,9 @@ func New(ctx context.Context, opts Options) (http.Handler, error) {
 	if err := accountsv1.RegisterAccountsServiceHandlerClient(ctx, mux, accountsv1.NewAccountsServiceClient(c.Billing)); err != nil {
 		return nil, err
 	}
+	if err := registerBilling(ctx, mux, c.Billing); err != nil {
+		return nil, err
+	}
 	if err := registerLicensing(ctx, mux, c.Licensing); err != nil {
 		return nil, err
 	}
@@ -80,11 +83,12 @@ func New(ctx context.Context, opts Options) (http.Handler, error) {
 		return nil, err
 	}
 
-	var h http.Handler = mux
+	var h http.Handler = withUTF8URL(mux)
 	h = withBudget(opts.RequestTimeout, h)
 	if opts.RateLimit != nil {
 		h = opts.RateLimit(h)
 	}
+	h = withHeadAsGet(h)
 	h = withBodyLimit(h)
 	h = withAccessLog(opts.Log, h)
 	h = withMetrics(h)

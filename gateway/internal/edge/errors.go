@@ -38,8 +38,13 @@ func httpStatus(code codes.Code) int {
 
 // handleError writes any error of a REST call as {"error": "..."} with its siblings.
 func handleError(ctx context.Context, _ *runtime.ServeMux, _ runtime.Marshaler, w http.ResponseWriter, r *http.Request, err error) {
-	if bodyTooLarge(r) {
+	switch tooLarge, timedOut := bodyFailure(r); {
+	case tooLarge:
 		writeError(w, http.StatusRequestEntityTooLarge, "Request body too large", nil)
+		return
+	case timedOut:
+		// The client stopped sending its body: its fault, not a server timeout (503).
+		writeError(w, http.StatusRequestTimeout, "Request body not received in time", nil)
 		return
 	}
 	st := status.Convert(err)
@@ -72,7 +77,7 @@ var queryParamError = regexp.MustCompile(`^parsing field "([A-Za-z0-9_.]+)": `)
 
 // protojson separates its prefix with a space or, in some builds, a no-break space
 // (deliberately unstable output), so both count as space here.
-var protoPosition = regexp.MustCompile(`^proto:[\s\x{00a0}]*(\(line \d+:\d+\):[\s\x{00a0}]*)?`)
+var protoPosition = regexp.MustCompile(`^proto:[\s\x{00a0}]*(syntax error[\s\x{00a0}]*)?(\(line \d+:\d+\):[\s\x{00a0}]*)?`)
 
 // cleanDecodeError turns protojson's decode errors ("proto: (line 1:9): invalid value
 // for string field key: 5") into a message that names the field without parser noise.
@@ -87,7 +92,6 @@ func cleanDecodeError(msg string) string {
 		return msg
 	}
 	rest := protoPosition.ReplaceAllString(msg, "")
-	rest = strings.TrimPrefix(rest, "syntax error ")
 	rest = jsonFieldName.ReplaceAllStringFunc(rest, func(m string) string {
 		return "field " + snakeCase(strings.TrimPrefix(m, "field "))
 	})
@@ -129,7 +133,7 @@ func writeError(w http.ResponseWriter, code int, msg string, fields *apiv1.Error
 		writeField(&buf, f.GetName(), json.RawMessage(f.GetJsonValue()))
 		buf.WriteByte(',')
 	}
-	writeField(&buf, "error", msg)
+	writeField(&buf, "error", capMessage(msg))
 	for _, f := range fields.GetAfter() {
 		buf.WriteByte(',')
 		writeField(&buf, f.GetName(), json.RawMessage(f.GetJsonValue()))

@@ -7,8 +7,11 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
+	"os"
 	"regexp"
+	"strings"
 	"time"
 
 	"github.com/keyhouse/keyhouse/pkg/telemetry"
@@ -36,22 +39,31 @@ func withRequestID(next http.Handler) http.Handler {
 
 type bodyLimitKey struct{}
 
+// limitedBody notes why reading the body failed, for the error handler: over the cap
+// (413) or the client stopped sending before the server's read timeout (408). Under a
+// gzip body, under is the compressed one.
 type limitedBody struct {
 	io.ReadCloser
-	exceeded bool
+	under              *limitedBody
+	exceeded, timedOut bool
 }
 
 func (b *limitedBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
 	var tooLarge *http.MaxBytesError
-	if errors.As(err, &tooLarge) {
+	var netErr net.Error
+	switch {
+	case errors.As(err, &tooLarge):
 		b.exceeded = true
+	case errors.Is(err, os.ErrDeadlineExceeded), errors.As(err, &netErr) && netErr.Timeout():
+		b.timedOut = true
 	}
 	return n, err
 }
 
-// withBodyLimit caps bodies at 1 MiB. A declared length over the cap is refused at once;
-// a chunked body is cut at the cap and the error handler answers 413 for it.
+// withBodyLimit caps bodies at 1 MiB, before and after a gzip Content-Encoding is
+// decoded (any other encoding is a 415). A declared length over the cap is refused at
+// once; a chunked body is cut at the cap and the error handler answers 413 for it.
 func withBodyLimit(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.ContentLength > MaxBodyBytes {
@@ -59,14 +71,26 @@ func withBodyLimit(next http.Handler) http.Handler {
 			return
 		}
 		body := &limitedBody{ReadCloser: http.MaxBytesReader(w, r.Body, MaxBodyBytes)}
+		switch enc := strings.ToLower(strings.TrimSpace(r.Header.Get("Content-Encoding"))); enc {
+		case "", "identity":
+		case "gzip", "x-gzip":
+			body = &limitedBody{ReadCloser: http.MaxBytesReader(w, &gunzip{src: body}, MaxBodyBytes), under: body}
+			r.Header.Del("Content-Encoding")
+		default:
+			writeError(w, http.StatusUnsupportedMediaType, "Unsupported Content-Encoding: use gzip or none", nil)
+			return
+		}
 		r.Body = body
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), bodyLimitKey{}, body)))
 	})
 }
 
-func bodyTooLarge(r *http.Request) bool {
-	b, ok := r.Context().Value(bodyLimitKey{}).(*limitedBody)
-	return ok && b.exceeded
+// bodyFailure reports whether reading r's body hit the cap or the read timeout.
+func bodyFailure(r *http.Request) (tooLarge, timedOut bool) {
+	for b, _ := r.Context().Value(bodyLimitKey{}).(*limitedBody); b != nil; b = b.under {
+		tooLarge, timedOut = tooLarge || b.exceeded, timedOut || b.timedOut
+	}
+	return tooLarge, timedOut
 }
 
 type statusRecorder struct {

@@ -27,13 +27,18 @@ func main() {
 			}
 			st := store.New(d.DB)
 			licenses := licensingclient.New(conn, d.Config.AdminAPIKey.Reveal())
-			server.Register(d.Server.GRPC, server.New(st, licenses))
-
 			nc, js, err := natsx.Connect(ctx, d.Config.NATSURL, "activations", d.Log)
 			if err != nil {
 				return err
 			}
 			d.Readiness.Add(natsx.ReadinessCheck(nc))
+			// License lookups are cached; the cache follows licensing's change events.
+			stopCache, err := licenses.CacheLicenses(nc, d.Config.LicenseCacheTTL)
+			if err != nil {
+				nc.Close()
+				return err
+			}
+			server.Register(d.Server.GRPC, server.New(st, licenses))
 			var wg sync.WaitGroup
 			wg.Add(1)
 			go func() {
@@ -44,6 +49,7 @@ func main() {
 			}()
 			// Closers run in reverse: the consumer finishes its message before NATS closes.
 			d.OnClose(nc.Close)
+			d.OnClose(stopCache)
 			d.OnClose(wg.Wait)
 			return nil
 		},

@@ -7,6 +7,9 @@ import (
 	"github.com/keyhouse/keyhouse/pkg/app"
 	"github.com/keyhouse/keyhouse/pkg/auth"
 	"github.com/keyhouse/keyhouse/pkg/config"
+	"github.com/keyhouse/keyhouse/pkg/licensingclient"
+	billingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/billing/v1"
+	"github.com/keyhouse/keyhouse/services/billing/internal/payments"
 	"github.com/keyhouse/keyhouse/services/billing/internal/server"
 	"github.com/keyhouse/keyhouse/services/billing/internal/store"
 	"github.com/keyhouse/keyhouse/services/billing/migrations"
@@ -18,9 +21,28 @@ func main() {
 		Addr:       func(c *config.Config) string { return c.BillingAddr },
 		Migrations: migrations.FS,
 		Tenants:    func(d *app.Deps) auth.TenantResolver { return store.New(d.DB) },
-		Register: func(ctx context.Context, d *app.Deps) error {
-			server.Register(d.Server.GRPC, server.New(store.New(d.DB), d.Config.MultiTenant))
-			return nil
-		},
+		Register:   register,
 	})
+}
+
+func register(_ context.Context, d *app.Deps) error {
+	st := store.New(d.DB)
+	server.Register(d.Server.GRPC, server.New(st, d.Config.MultiTenant))
+
+	licensing, err := d.Dial(d.Config.LicensingAddr)
+	if err != nil {
+		return err
+	}
+	stripe := payments.New(d.Config, d.Log)
+	if d.Config.MultiTenant && stripe == nil {
+		d.Log.Warn("STRIPE_SECRET_KEY is not set: billing checkout answers 503 (docs/billing.md)")
+	}
+	billingv1.RegisterBillingServiceServer(d.Server.GRPC, server.NewBilling(server.BillingConfig{
+		MultiTenant:   d.Config.MultiTenant,
+		Stripe:        stripe,
+		WebhookSecret: d.Config.StripeWebhookSecret.Reveal(),
+		Usage:         licensingclient.New(licensing, d.Config.AdminAPIKey.Reveal()),
+		Log:           d.Log,
+	}, st))
+	return nil
 }

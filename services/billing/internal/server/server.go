@@ -5,20 +5,16 @@ import (
 	"context"
 	"net/mail"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/keyhouse/keyhouse/pkg/apierr"
 	"github.com/keyhouse/keyhouse/pkg/auth"
 	"github.com/keyhouse/keyhouse/pkg/buildinfo"
 	accountsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/accounts/v1"
+	"github.com/keyhouse/keyhouse/services/billing/internal/plan"
 	"github.com/keyhouse/keyhouse/services/billing/internal/store"
 	"google.golang.org/grpc"
-)
-
-// FreeLicenseLimit and ProLicenseLimit are the active-license quotas of api.md's Limits.
-const (
-	FreeLicenseLimit = 5
-	ProLicenseLimit  = 1000
 )
 
 // Server implements AccountsService.
@@ -93,16 +89,27 @@ func (s *Server) Authenticate(ctx context.Context, req *accountsv1.AuthenticateR
 	return &accountsv1.AuthenticateResponse{TenantId: tenant}, nil
 }
 
-// GetEntitlements tells licensing the caller's plan limits. Until Stripe billing lands
-// every hosted tenant is on Free with an active subscription.
+// GetEntitlements tells licensing (and releases) the caller's plan, read from the
+// database on every call: a plan change is in force on every replica at once
+// (docs/billing.md, "Quota").
 func (s *Server) GetEntitlements(ctx context.Context, _ *accountsv1.GetEntitlementsRequest) (*accountsv1.GetEntitlementsResponse, error) {
-	if _, err := auth.TenantID(ctx); err != nil {
+	tenant, err := auth.TenantID(ctx)
+	if err != nil {
 		return nil, err
 	}
 	if !s.multiTenant {
 		return &accountsv1.GetEntitlementsResponse{SubscriptionActive: true}, nil
 	}
-	return &accountsv1.GetEntitlementsResponse{SubscriptionActive: true, LicenseLimit: FreeLicenseLimit, Plan: "free"}, nil
+	st, err := s.store.Plan(ctx, tenant)
+	if err != nil {
+		return nil, err
+	}
+	st = st.At(time.Now())
+	name := st.Plan
+	if name == "" {
+		name = plan.Free
+	}
+	return &accountsv1.GetEntitlementsResponse{SubscriptionActive: st.MayIssue(), LicenseLimit: int32(st.LicenseLimit()), Plan: name}, nil
 }
 
 // GetBuildInfo reports this build and the installation's watermark.

@@ -13,6 +13,7 @@ import (
 	"github.com/keyhouse/keyhouse/pkg/config"
 	"github.com/keyhouse/keyhouse/pkg/idempotency"
 	"github.com/keyhouse/keyhouse/pkg/license"
+	"github.com/keyhouse/keyhouse/pkg/licensecache"
 	"github.com/keyhouse/keyhouse/pkg/natsx"
 	"github.com/keyhouse/keyhouse/pkg/signing"
 	"github.com/keyhouse/keyhouse/services/licensing/internal/server"
@@ -62,6 +63,20 @@ func register(ctx context.Context, d *app.Deps) error {
 		return err
 	}
 	relay := natsx.NewRelay(d.DB, js, d.Log)
+	// License rows are cached for the hot paths; every write drops its key here and, over
+	// NATS, on every other replica and caller (pkg/licensecache).
+	cache := licensecache.New[*store.License](d.Config.LicenseCacheTTL)
+	stopCache, err := cache.Subscribe(nc)
+	if err != nil {
+		nc.Close()
+		return err
+	}
+	st.WithCache(cache, func(key string) {
+		if err := licensecache.Publish(nc, key); err != nil {
+			d.Log.Warn("license change not announced; other replicas serve their cached row until it expires",
+				"error", err.Error(), "ttl", d.Config.LicenseCacheTTL.String())
+		}
+	})
 
 	adminKey := d.Config.AdminAPIKey.Reveal()
 	srv := server.New(server.Config{MultiTenant: d.Config.MultiTenant, Keyring: keyring}, st,
@@ -83,6 +98,7 @@ func register(ctx context.Context, d *app.Deps) error {
 	}()
 	// Closers run in reverse: the relay finishes its batch before NATS closes.
 	d.OnClose(nc.Close)
+	d.OnClose(stopCache)
 	d.OnClose(wg.Wait)
 	return nil
 }

@@ -288,7 +288,8 @@ func (s *Server) ListLicenses(ctx context.Context, req *licensingv1.ListLicenses
 	if err != nil {
 		return nil, err
 	}
-	if req.GetStatus() != "" && !license.ValidStatus(req.GetStatus()) {
+	// Absent filters nothing; present it must name a status (`?status=` is refused).
+	if req.Status != nil && !license.ValidStatus(req.GetStatus()) {
 		return nil, apierr.Invalid("status must be active or revoked")
 	}
 	if pgxx.HasNUL(req.GetProductId(), req.GetIssuedTo()) {

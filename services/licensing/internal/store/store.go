@@ -14,14 +14,42 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/keyhouse/keyhouse/pkg/idempotency"
+	"github.com/keyhouse/keyhouse/pkg/licensecache"
 	"github.com/keyhouse/keyhouse/pkg/pgxx"
 )
 
 // Store reads and writes the licensing schema.
-type Store struct{ db *pgxpool.Pool }
+type Store struct {
+	db *pgxpool.Pool
+	// cache serves Get (nil: every Get reads the row); publish tells the other replicas
+	// that a key changed (see WithCache).
+	cache   *licensecache.Cache[*License]
+	publish func(key string)
+}
 
 // New returns a Store on db (search_path = licensing).
 func New(db *pgxpool.Pool) *Store { return &Store{db: db} }
+
+// WithCache serves Get from cache and, after every committed change of a license, drops
+// the key from cache before the change is answered and calls publish with it, which tells
+// the other replicas (pkg/licensecache). A nil cache changes nothing.
+func (s *Store) WithCache(cache *licensecache.Cache[*License], publish func(key string)) *Store {
+	s.cache, s.publish = cache, publish
+	return s
+}
+
+// changed is called after a change of key committed (or may have).
+func (s *Store) changed(keys ...string) {
+	if s.cache == nil {
+		return
+	}
+	for _, k := range keys {
+		s.cache.Invalidate(k)
+		if s.publish != nil {
+			s.publish(k)
+		}
+	}
+}
 
 var (
 	// ErrNotFound: no such license for the tenant.
@@ -73,9 +101,21 @@ func scanLicense(row pgx.Row) (*License, error) {
 }
 
 // Get returns the license with key; tenant "" finds it in any tenant (public routes),
-// otherwise another tenant's key is ErrNotFound.
+// otherwise another tenant's key is ErrNotFound. The row may come from the cache (see
+// WithCache): callers must not modify it.
 func (s *Store) Get(ctx context.Context, tenant, key string) (*License, error) {
-	return get(ctx, s.db, tenant, key, false)
+	if s.cache == nil {
+		return get(ctx, s.db, tenant, key, false)
+	}
+	// Keys are unique across tenants, so one entry serves every tenant's lookup.
+	l, err := s.cache.Get(key, func() (*License, error) { return get(ctx, s.db, "", key, false) })
+	if err != nil {
+		return nil, err
+	}
+	if tenant != "" && l.TenantID != tenant {
+		return nil, ErrNotFound
+	}
+	return l, nil
 }
 
 func get(ctx context.Context, q pgxx.Querier, tenant, key string, forUpdate bool) (*License, error) {
@@ -87,11 +127,23 @@ func get(ctx context.Context, q pgxx.Querier, tenant, key string, forUpdate bool
 }
 
 // Tx is one transaction of the licensing schema.
-type Tx struct{ tx pgx.Tx }
+type Tx struct {
+	tx pgx.Tx
+	// changed lists the keys whose rows this transaction changed.
+	changed []string
+}
 
-// InTx runs fn in a transaction.
+// InTx runs fn in a transaction; the licenses it changed leave the cache once it ended.
 func (s *Store) InTx(ctx context.Context, fn func(*Tx) error) error {
-	return pgxx.InTx(ctx, s.db, func(tx pgx.Tx) error { return fn(&Tx{tx: tx}) })
+	var changed []string
+	err := pgxx.InTx(ctx, s.db, func(tx pgx.Tx) error {
+		t := &Tx{tx: tx}
+		err := fn(t)
+		changed = t.changed
+		return err
+	})
+	s.changed(changed...)
+	return err
 }
 
 // PgxTx exposes the transaction for the outbox (natsx.Enqueue).
@@ -139,6 +191,7 @@ func (t *Tx) Insert(ctx context.Context, l *License) error {
 
 // SetStatus revokes (status "revoked", revoked_at now) or reactivates a license.
 func (t *Tx) SetStatus(ctx context.Context, tenant, key, status string) error {
+	t.changed = append(t.changed, key)
 	_, err := t.tx.Exec(ctx, `UPDATE licenses SET status = $3,
 		revoked_at = CASE WHEN $3 = 'revoked' THEN now() ELSE NULL END
 		WHERE key_hash = $1 AND tenant_id = $2`, KeyHash(key), tenant, status)
@@ -147,6 +200,7 @@ func (t *Tx) SetStatus(ctx context.Context, tenant, key, status string) error {
 
 // Delete removes a license, reporting ErrNotFound when there was none.
 func (t *Tx) Delete(ctx context.Context, tenant, key string) error {
+	t.changed = append(t.changed, key)
 	tag, err := t.tx.Exec(ctx, `DELETE FROM licenses WHERE key_hash = $1 AND tenant_id = $2`, KeyHash(key), tenant)
 	if err == nil && tag.RowsAffected() == 0 {
 		return ErrNotFound
@@ -167,6 +221,7 @@ type Terms struct {
 
 // UpdateTerms applies t to the license and returns it as updated.
 func (s *Store) UpdateTerms(ctx context.Context, tenant, key string, t Terms) (*License, error) {
+	defer s.changed(key)
 	return scanLicense(s.db.QueryRow(ctx, `UPDATE licenses SET
 		expires_at = CASE WHEN $3 THEN $4 ELSE expires_at END,
 		max_activations = CASE WHEN $5 THEN $6 ELSE max_activations END,
@@ -184,6 +239,7 @@ func limitsOrNil(m map[string]float64) any {
 
 // UpdateNotes sets the notes ("" clears them to null) and returns the license.
 func (s *Store) UpdateNotes(ctx context.Context, tenant, key, notes string) (*License, error) {
+	defer s.changed(key)
 	return scanLicense(s.db.QueryRow(ctx, `UPDATE licenses SET notes = NULLIF($3, '')
 		WHERE key_hash = $1 AND tenant_id = $2 RETURNING `+licenseColumns, KeyHash(key), tenant, notes))
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/keyhouse/keyhouse/pkg/config"
 	"github.com/keyhouse/keyhouse/pkg/idempotency"
 	"github.com/keyhouse/keyhouse/pkg/licensingclient"
+	"github.com/keyhouse/keyhouse/pkg/natsx"
 	"github.com/keyhouse/keyhouse/services/releases/internal/server"
 	"github.com/keyhouse/keyhouse/services/releases/internal/store"
 	"github.com/keyhouse/keyhouse/services/releases/migrations"
@@ -35,6 +36,18 @@ func register(ctx context.Context, d *app.Deps) error {
 	}
 	adminKey := d.Config.AdminAPIKey.Reveal()
 	remote := licensingclient.New(licensing, adminKey)
+	// Update checks read licenses from a cache that follows licensing's change events.
+	nc, _, err := natsx.Connect(ctx, d.Config.NATSURL, "releases", d.Log)
+	if err != nil {
+		return err
+	}
+	stopCache, err := remote.CacheLicenses(nc, d.Config.LicenseCacheTTL)
+	if err != nil {
+		nc.Close()
+		return err
+	}
+	d.OnClose(nc.Close)
+	d.OnClose(stopCache)
 	srv := server.New(server.Config{MultiTenant: d.Config.MultiTenant}, store.New(d.DB), remote,
 		billingclient.New(billing, adminKey))
 	server.Register(d.Server.GRPC, srv)

@@ -251,10 +251,13 @@ func (s *Server) ListReleases(ctx context.Context, req *releasesv1.ListReleasesR
 	if err != nil {
 		return nil, err
 	}
-	switch req.GetStatus() {
-	case "", "published", "unpublished":
-	default:
-		return nil, apierr.Invalid("status must be published or unpublished")
+	// Absent filters nothing; present it must name a status (`?status=` is refused).
+	if req.Status != nil {
+		switch req.GetStatus() {
+		case "published", "unpublished":
+		default:
+			return nil, apierr.Invalid("status must be published or unpublished")
+		}
 	}
 	if pgxx.HasNUL(req.GetProductId(), req.GetChannel(), req.GetPlatform()) {
 		return &releasesv1.ListReleasesResponse{Releases: []*releasesv1.ReleaseRow{}}, nil

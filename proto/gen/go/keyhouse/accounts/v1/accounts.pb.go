@@ -446,7 +446,9 @@ func (*GetEntitlementsRequest) Descriptor() ([]byte, []int) {
 
 type GetEntitlementsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// False for past_due and canceled subscriptions: issuance and reactivation are refused.
+	// False while a paid subscription is past_due: issuance, reactivation and
+	// register-release are refused (403 Subscription is not active). A canceled
+	// subscription is back on Free: true, with Free's limit.
 	SubscriptionActive bool `protobuf:"varint,1,opt,name=subscription_active,json=subscriptionActive,proto3" json:"subscription_active,omitempty"`
 	// Active licenses allowed; 0 means unlimited (self-hosted).
 	LicenseLimit int32 `protobuf:"varint,2,opt,name=license_limit,json=licenseLimit,proto3" json:"license_limit,omitempty"`

@@ -677,8 +677,8 @@ func (x *UpdateLicenseTermsResponse) GetActivationsCount() int32 {
 type ListLicensesRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	ProductId string                 `protobuf:"bytes,1,opt,name=product_id,json=productId,proto3" json:"product_id,omitempty"`
-	// "active" or "revoked".
-	Status string `protobuf:"bytes,2,opt,name=status,proto3" json:"status,omitempty"`
+	// "active" or "revoked"; present but empty is refused.
+	Status *string `protobuf:"bytes,2,opt,name=status,proto3,oneof" json:"status,omitempty"`
 	// Case-insensitive substring; % and _ match themselves.
 	IssuedTo string `protobuf:"bytes,3,opt,name=issued_to,json=issuedTo,proto3" json:"issued_to,omitempty"`
 	// Strings so that a malformed value gets a message naming the parameter: 1-1000
@@ -727,8 +727,8 @@ func (x *ListLicensesRequest) GetProductId() string {
 }
 
 func (x *ListLicensesRequest) GetStatus() string {
-	if x != nil {
-		return x.Status
+	if x != nil && x.Status != nil {
+		return *x.Status
 	}
 	return ""
 }
@@ -2207,14 +2207,15 @@ const file_keyhouse_licensing_v1_licensing_proto_rawDesc = "" +
 	"\n" +
 	"UsageEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x01R\x05value:\x028\x01\"\x97\x01\n" +
+	"\x05value\x18\x02 \x01(\x01R\x05value:\x028\x01\"\xa7\x01\n" +
 	"\x13ListLicensesRequest\x12\x1d\n" +
 	"\n" +
-	"product_id\x18\x01 \x01(\tR\tproductId\x12\x16\n" +
-	"\x06status\x18\x02 \x01(\tR\x06status\x12\x1b\n" +
+	"product_id\x18\x01 \x01(\tR\tproductId\x12\x1b\n" +
+	"\x06status\x18\x02 \x01(\tH\x00R\x06status\x88\x01\x01\x12\x1b\n" +
 	"\tissued_to\x18\x03 \x01(\tR\bissuedTo\x12\x14\n" +
 	"\x05limit\x18\x04 \x01(\tR\x05limit\x12\x16\n" +
-	"\x06offset\x18\x05 \x01(\tR\x06offset\"\xd7\x04\n" +
+	"\x06offset\x18\x05 \x01(\tR\x06offsetB\t\n" +
+	"\a_status\"\xd7\x04\n" +
 	"\n" +
 	"LicenseRow\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x12\n" +
@@ -2501,6 +2502,7 @@ func file_keyhouse_licensing_v1_licensing_proto_init() {
 		return
 	}
 	file_keyhouse_licensing_v1_licensing_proto_msgTypes[4].OneofWrappers = []any{}
+	file_keyhouse_licensing_v1_licensing_proto_msgTypes[10].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

@@ -175,8 +175,8 @@ type ListReleasesRequest struct {
 	ProductId string `protobuf:"bytes,1,opt,name=product_id,json=productId,proto3" json:"product_id,omitempty"`
 	Channel   string `protobuf:"bytes,2,opt,name=channel,proto3" json:"channel,omitempty"`
 	Platform  string `protobuf:"bytes,3,opt,name=platform,proto3" json:"platform,omitempty"`
-	// "published" or "unpublished".
-	Status string `protobuf:"bytes,4,opt,name=status,proto3" json:"status,omitempty"`
+	// "published" or "unpublished"; present but empty is refused.
+	Status *string `protobuf:"bytes,4,opt,name=status,proto3,oneof" json:"status,omitempty"`
 	// Strings so that a malformed value gets a message naming the parameter: 1-1000
 	// (default 50) and >= 0 (default 0).
 	Limit         string `protobuf:"bytes,5,opt,name=limit,proto3" json:"limit,omitempty"`
@@ -237,8 +237,8 @@ func (x *ListReleasesRequest) GetPlatform() string {
 }
 
 func (x *ListReleasesRequest) GetStatus() string {
-	if x != nil {
-		return x.Status
+	if x != nil && x.Status != nil {
+		return *x.Status
 	}
 	return ""
 }
@@ -954,15 +954,16 @@ const file_keyhouse_releases_v1_releases_proto_rawDesc = "" +
 	"\rrelease_notes\x18\a \x01(\tR\freleaseNotes\"A\n" +
 	"\x17RegisterReleaseResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x05R\x02id\x12\x16\n" +
-	"\x06status\x18\x02 \x01(\tR\x06status\"\xb0\x01\n" +
+	"\x06status\x18\x02 \x01(\tR\x06status\"\xc0\x01\n" +
 	"\x13ListReleasesRequest\x12\x1d\n" +
 	"\n" +
 	"product_id\x18\x01 \x01(\tR\tproductId\x12\x18\n" +
 	"\achannel\x18\x02 \x01(\tR\achannel\x12\x1a\n" +
-	"\bplatform\x18\x03 \x01(\tR\bplatform\x12\x16\n" +
-	"\x06status\x18\x04 \x01(\tR\x06status\x12\x14\n" +
+	"\bplatform\x18\x03 \x01(\tR\bplatform\x12\x1b\n" +
+	"\x06status\x18\x04 \x01(\tH\x00R\x06status\x88\x01\x01\x12\x14\n" +
 	"\x05limit\x18\x05 \x01(\tR\x05limit\x12\x16\n" +
-	"\x06offset\x18\x06 \x01(\tR\x06offset\"\xc2\x02\n" +
+	"\x06offset\x18\x06 \x01(\tR\x06offsetB\t\n" +
+	"\a_status\"\xc2\x02\n" +
 	"\n" +
 	"ReleaseRow\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x05R\x02id\x12\x1d\n" +
@@ -1089,6 +1090,7 @@ func file_keyhouse_releases_v1_releases_proto_init() {
 	if File_keyhouse_releases_v1_releases_proto != nil {
 		return
 	}
+	file_keyhouse_releases_v1_releases_proto_msgTypes[2].OneofWrappers = []any{}
 	file_keyhouse_releases_v1_releases_proto_msgTypes[7].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{

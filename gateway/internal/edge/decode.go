@@ -1,0 +1,126 @@
+package edge
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+)
+
+// invalidJSON is the one wording of a request body the decoder refuses.
+const invalidJSON = "Invalid JSON body"
+
+// NewDecoder is the one request-body decoder of the REST surface. It reads the whole body
+// (the 1 MiB cap bounds it) and refuses, each as a 400 "Invalid JSON body…":
+//   - a syntax error, worded by encoding/json whatever the position;
+//   - anything after the one JSON value (`{"key":"A"}{"key":"B"}`): "Invalid JSON body";
+//   - a string where the message declares a number (protojson takes "5" for 5; api.md
+//     says number);
+//   - what protojson refuses (wrong types, invalid UTF-8, a lone surrogate), its message
+//     cleaned of parser positions.
+//
+// An empty body is io.EOF, which the generated handlers treat as an empty request.
+func (m *jsonMarshaler) NewDecoder(r io.Reader) runtime.Decoder {
+	return runtime.DecoderFunc(func(v any) error {
+		body, err := io.ReadAll(r)
+		if err != nil {
+			// The body cap (413) and a stalled client (408) are flagged on the request
+			// and answered by the error handler; a broken gzip stream is the client's.
+			if errors.Is(err, errBadGzip) {
+				return errors.New("Invalid gzip body")
+			}
+			return err
+		}
+		return m.decode(body, v)
+	})
+}
+
+func (m *jsonMarshaler) decode(body []byte, v any) error {
+	body = bytes.TrimSpace(body)
+	if len(body) == 0 {
+		return io.EOF
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	var raw json.RawMessage
+	if err := dec.Decode(&raw); err != nil {
+		return syntaxError(err)
+	}
+	if dec.InputOffset() != int64(len(body)) {
+		return errors.New(invalidJSON)
+	}
+	msg, ok := v.(proto.Message)
+	if !ok {
+		return m.JSONPb.Unmarshal(body, v)
+	}
+	if err := noStringNumbers(raw, msg.ProtoReflect().Descriptor()); err != nil {
+		return err
+	}
+	if err := m.UnmarshalOptions.Unmarshal(body, msg); err != nil {
+		if strings.HasSuffix(err.Error(), "unexpected EOF") {
+			// encoding/json read the whole value, so protojson stopped inside a string
+			// escape it does not accept: a lone UTF-16 surrogate.
+			return errors.New(invalidJSON + ": invalid escape in string")
+		}
+		return errors.New(cleanDecodeError(err.Error()))
+	}
+	return nil
+}
+
+func syntaxError(err error) error {
+	if errors.Is(err, io.ErrUnexpectedEOF) {
+		return errors.New(invalidJSON + ": unexpected end of input")
+	}
+	return errors.New(invalidJSON + ": " + err.Error())
+}
+
+// noStringNumbers refuses a JSON string in a numeric field of md (or of a message inside
+// it), naming the field as protojson names a wrong type.
+func noStringNumbers(raw json.RawMessage, md protoreflect.MessageDescriptor) error {
+	var obj map[string]json.RawMessage
+	if json.Unmarshal(raw, &obj) != nil {
+		return nil // not an object: protojson words that refusal
+	}
+	fields := md.Fields()
+	for name, value := range obj {
+		fd := fields.ByJSONName(name)
+		if fd == nil {
+			fd = fields.ByTextName(name)
+		}
+		if fd == nil || fd.IsMap() {
+			continue
+		}
+		values := []json.RawMessage{value}
+		if fd.IsList() {
+			values = nil
+			_ = json.Unmarshal(value, &values)
+		}
+		for _, v := range values {
+			if err := checkValue(v, fd); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func checkValue(v json.RawMessage, fd protoreflect.FieldDescriptor) error {
+	switch fd.Kind() {
+	case protoreflect.MessageKind:
+		if fd.Message().FullName().Parent() == "google.protobuf" {
+			return nil // Value, Struct, wrappers: their own JSON rules
+		}
+		return noStringNumbers(v, fd.Message())
+	case protoreflect.StringKind, protoreflect.BytesKind, protoreflect.BoolKind, protoreflect.EnumKind:
+		return nil
+	}
+	if len(v) > 0 && v[0] == '"' {
+		return fmt.Errorf("%s: invalid value for %s field %s: %s", invalidJSON, fd.Kind(), fd.TextName(), v)
+	}
+	return nil
+}

@@ -1,0 +1,70 @@
+package edge
+
+import (
+	"errors"
+	"io"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	activationsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/activations/v1"
+	releasesv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/releases/v1"
+	"google.golang.org/protobuf/proto"
+)
+
+func TestDecoderRefusesWhatTheBlackBoxProbeFoundWithOneWording(t *testing.T) {
+	cases := []struct {
+		name, body string
+		into       proto.Message
+		want       string
+	}{
+		{"trailing garbage", `{"key":"A"} garbage`, &activationsv1.TrackUsageRequest{}, "Invalid JSON body"},
+		{"two objects", `{"key":"A"}{"key":"B"}`, &activationsv1.TrackUsageRequest{}, "Invalid JSON body"},
+		{"string for a double", `{"increment":"5"}`, &activationsv1.TrackUsageRequest{}, `Invalid JSON body: invalid value for double field increment: "5"`},
+		{"string for an int32", `{"id":"54"}`, &releasesv1.UnpublishReleaseRequest{}, `Invalid JSON body: invalid value for int32 field id: "54"`},
+		{"lone surrogate", `{"key":"\ud800"}`, &activationsv1.TrackUsageRequest{}, "Invalid JSON body: invalid escape in string"},
+		{"raw control byte", "{\"key\":\"a\x01\"}", &activationsv1.TrackUsageRequest{}, `Invalid JSON body: invalid character '\x01' in string literal`},
+		{"truncated", `{"key":"a",`, &activationsv1.TrackUsageRequest{}, "Invalid JSON body: unexpected end of input"},
+		{"wrong type, field named as sent", `{"instance_id":7}`, &activationsv1.ActivateLicenseRequest{}, "Invalid JSON body: invalid value for string field instance_id: 7"},
+		{"invalid UTF-8", "{\"key\":\"\xff\"}", &activationsv1.TrackUsageRequest{}, "Invalid JSON body: invalid UTF-8 in string"},
+		{"not an object", `[1]`, &activationsv1.TrackUsageRequest{}, "Invalid JSON body: unexpected token ["},
+	}
+	m := newJSONMarshaler()
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			err := m.NewDecoder(strings.NewReader(tc.body)).Decode(tc.into)
+			if err == nil || err.Error() != tc.want {
+				t.Fatalf("decode %q: %v, want %q", tc.body, err, tc.want)
+			}
+			// The error handler leaves the decoder's wording as it is.
+			if got := cleanDecodeError(err.Error()); got != tc.want {
+				t.Fatalf("error handler rewrote %q to %q", tc.want, got)
+			}
+		})
+	}
+}
+
+func TestDecoderAcceptsOneValueWithSurroundingSpaceAndAnEmptyBody(t *testing.T) {
+	m := newJSONMarshaler()
+	var req activationsv1.TrackUsageRequest
+	if err := m.NewDecoder(strings.NewReader("\n {\"key\":\"A\",\"increment\":5} \r\n")).Decode(&req); err != nil {
+		t.Fatal(err)
+	}
+	if req.GetKey() != "A" || req.GetIncrement() != 5 {
+		t.Fatalf("decoded %v", &req)
+	}
+	if err := m.NewDecoder(strings.NewReader(" ")).Decode(&req); !errors.Is(err, io.EOF) {
+		t.Fatalf("empty body: %v, want io.EOF (an empty request)", err)
+	}
+}
+
+func TestErrorMessagesAreCappedOnARuneBoundary(t *testing.T) {
+	short := "Metric not allowed: users"
+	if capMessage(short) != short {
+		t.Fatal("a short message changed")
+	}
+	got := capMessage("Metric not allowed: " + strings.Repeat("é", 1<<19))
+	if utf8.RuneCountInString(got) != maxErrorRunes+1 || !utf8.ValidString(got) || !strings.HasSuffix(got, "é…") {
+		t.Fatalf("capped to %d runes: %.40q", utf8.RuneCountInString(got), got)
+	}
+}

@@ -1,0 +1,183 @@
+// Package licensecache is the read-through cache of licenses on the hot paths
+// (verify-license, validate-license, check-update, track-usage): the licensing service
+// caches its rows, and the services that ask licensing for licenses (pkg/licensingclient)
+// cache the answers. It is correct only with the invalidation that comes with it:
+//
+//   - Every write of a license, on any licensing replica, drops the key from that replica's
+//     cache before the write is answered (so one replica is never stale), then publishes the
+//     key on license.ChangedSubject, a core NATS subject every process of every replica
+//     subscribes to (Subscribe), which drops it there: a revocation counts everywhere as soon
+//     as NATS delivers the message, typically within milliseconds.
+//   - Core NATS delivers at most once. A process that loses its NATS connection stops using
+//     its cache (every read goes to the source) and empties it, until it is connected again;
+//     and every entry expires after the TTL (LICENSE_CACHE_TTL, 1 s by default) whatever
+//     happens, which is the bound on staleness when a message is lost.
+//   - A read that raced a write never stores what it read: Get stores only when no
+//     invalidation arrived since it started loading.
+//
+// Only rows are cached: whether a license has expired is decided at every read with the
+// current time, never cached. Unknown keys are not cached either (a new key is random, so a
+// miss costs the same as before).
+package licensecache
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/keyhouse/keyhouse/pkg/license"
+	"github.com/nats-io/nats.go"
+)
+
+// DefaultTTL bounds how long an entry is served without a fresh read.
+const DefaultTTL = time.Second
+
+// maxEntries bounds the memory of one cache; when it is full, reads still work, and a new
+// key is stored once expired entries were swept.
+const maxEntries = 100_000
+
+// Cache maps canonical license keys to values of type V (a row or an RPC answer). The zero
+// value is not usable; a nil *Cache is a cache that always loads. Safe for concurrent use.
+type Cache[V any] struct {
+	ttl time.Duration
+	now func() time.Time
+
+	// live: the cache may be used (NATS connected, or no NATS at all).
+	live atomic.Bool
+
+	mu      sync.RWMutex
+	entries map[string]entry[V]
+	// gen moves on with every invalidation, so a load that overlapped one is not stored.
+	gen uint64
+}
+
+type entry[V any] struct {
+	v       V
+	expires time.Time
+}
+
+// New returns a cache whose entries live ttl; ttl <= 0 returns nil (no caching).
+func New[V any](ttl time.Duration) *Cache[V] {
+	if ttl <= 0 {
+		return nil
+	}
+	c := &Cache[V]{ttl: ttl, now: time.Now, entries: map[string]entry[V]{}}
+	c.live.Store(true)
+	return c
+}
+
+// Get returns the value cached for key, or load's answer, stored unless an invalidation
+// arrived while load ran. Errors are returned and never stored.
+func (c *Cache[V]) Get(key string, load func() (V, error)) (V, error) {
+	if c == nil || !c.live.Load() {
+		return load()
+	}
+	now := c.now()
+	c.mu.RLock()
+	e, ok := c.entries[key]
+	gen := c.gen
+	c.mu.RUnlock()
+	if ok && now.Before(e.expires) {
+		return e.v, nil
+	}
+	v, err := load()
+	if err != nil {
+		return v, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.gen != gen || !c.live.Load() {
+		return v, nil
+	}
+	if len(c.entries) >= maxEntries {
+		c.sweep(now)
+		if len(c.entries) >= maxEntries {
+			return v, nil
+		}
+	}
+	c.entries[key] = entry[V]{v: v, expires: now.Add(c.ttl)}
+	return v, nil
+}
+
+// sweep drops expired entries; c.mu is held.
+func (c *Cache[V]) sweep(now time.Time) {
+	for k, e := range c.entries {
+		if !now.Before(e.expires) {
+			delete(c.entries, k)
+		}
+	}
+}
+
+// Invalidate drops key, and keeps any load already under way from storing what it read.
+func (c *Cache[V]) Invalidate(key string) {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	c.gen++
+	delete(c.entries, key)
+	c.mu.Unlock()
+}
+
+// Clear drops every entry.
+func (c *Cache[V]) Clear() {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	c.gen++
+	clear(c.entries)
+	c.mu.Unlock()
+}
+
+// Subscribe makes the cache follow license.ChangedSubject on nc, and keeps it out of use
+// (emptied) whenever nc is not connected. The returned function stops following.
+func (c *Cache[V]) Subscribe(nc *nats.Conn) (stop func(), err error) {
+	if c == nil {
+		return func() {}, nil
+	}
+	status := nc.StatusChanged(nats.CONNECTED, nats.RECONNECTING, nats.DISCONNECTED, nats.CLOSED)
+	sub, err := nc.Subscribe(license.ChangedSubject, func(m *nats.Msg) { c.Invalidate(string(m.Data)) })
+	if err != nil {
+		nc.RemoveStatusListener(status)
+		return nil, err
+	}
+	// The server knows the subscription once it answered a ping; messages missed before
+	// that are covered by starting empty.
+	_ = nc.FlushTimeout(5 * time.Second)
+	c.setLive(nc.IsConnected())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for s := range status {
+			c.setLive(s == nats.CONNECTED)
+		}
+	}()
+	return func() {
+		_ = sub.Unsubscribe()
+		nc.RemoveStatusListener(status)
+		<-done
+		c.setLive(false)
+	}, nil
+}
+
+// setLive switches the cache on or off; either way it starts again from empty, since
+// invalidations may have been missed while the connection was down.
+func (c *Cache[V]) setLive(live bool) {
+	c.mu.Lock()
+	c.gen++
+	clear(c.entries)
+	c.live.Store(live)
+	c.mu.Unlock()
+}
+
+// Publish tells every process caching licenses that key changed, and waits (at most a
+// second) until the NATS server has passed it on, so that the write's answer normally
+// reaches its client after the other processes dropped the key. Call it after the change
+// committed, and after invalidating the local cache.
+func Publish(nc *nats.Conn, key string) error {
+	if err := nc.Publish(license.ChangedSubject, []byte(key)); err != nil {
+		return err
+	}
+	return nc.FlushTimeout(time.Second)
+}

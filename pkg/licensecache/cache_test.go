@@ -1,0 +1,164 @@
+package licensecache
+
+import (
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+)
+
+// source is what the cache reads through: a value per key and a count of reads.
+type source struct {
+	val   atomic.Int64
+	reads atomic.Int64
+}
+
+func (s *source) load() (int64, error) {
+	s.reads.Add(1)
+	return s.val.Load(), nil
+}
+
+type clock struct{ now atomic.Int64 }
+
+func (c *clock) Now() time.Time          { return time.Unix(0, c.now.Load()) }
+func (c *clock) Advance(d time.Duration) { c.now.Add(int64(d)) }
+
+func newTestCache(ttl time.Duration) (*Cache[int64], *clock) {
+	c := New[int64](ttl)
+	clk := &clock{}
+	clk.now.Store(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
+	c.now = clk.Now
+	return c, clk
+}
+
+func TestGetReadsThroughOnceUntilTheTTLEnds(t *testing.T) {
+	c, clk := newTestCache(time.Second)
+	var src source
+	src.val.Store(1)
+	for range 5 {
+		if v, _ := c.Get("K", src.load); v != 1 {
+			t.Fatalf("got %d", v)
+		}
+	}
+	if n := src.reads.Load(); n != 1 {
+		t.Fatalf("%d reads for five gets, want 1", n)
+	}
+	src.val.Store(2)
+	clk.Advance(time.Second)
+	if v, _ := c.Get("K", src.load); v != 2 {
+		t.Fatalf("after the TTL: got %d, want the fresh 2", v)
+	}
+}
+
+func TestErrorsAreNotCached(t *testing.T) {
+	c, _ := newTestCache(time.Minute)
+	boom := errors.New("boom")
+	if _, err := c.Get("K", func() (int64, error) { return 0, boom }); err != boom {
+		t.Fatal(err)
+	}
+	if v, err := c.Get("K", func() (int64, error) { return 7, nil }); err != nil || v != 7 {
+		t.Fatalf("got %d %v after an error, want a fresh read", v, err)
+	}
+}
+
+func TestInvalidateDropsTheKeyAndALoadThatOverlappedItIsNotStored(t *testing.T) {
+	c, _ := newTestCache(time.Minute)
+	var src source
+	src.val.Store(1)
+	c.Get("K", src.load)
+	src.val.Store(2)
+	c.Invalidate("K")
+	if v, _ := c.Get("K", src.load); v != 2 {
+		t.Fatalf("after Invalidate: %d, want 2", v)
+	}
+	// A read that started before a write and finished after its invalidation answers
+	// what it read, but must not keep it.
+	src.val.Store(3)
+	c.Invalidate("K")
+	stale, _ := c.Get("K", func() (int64, error) {
+		c.Invalidate("K") // the write lands while this read is under way
+		return 2, nil
+	})
+	if stale != 2 {
+		t.Fatalf("the racing read answered %d", stale)
+	}
+	if v, _ := c.Get("K", src.load); v != 3 {
+		t.Fatalf("after the racing read: %d, want the fresh 3 (the stale 2 was stored)", v)
+	}
+}
+
+func TestANilCacheAlwaysLoads(t *testing.T) {
+	c := New[int64](0)
+	var src source
+	c.Get("K", src.load)
+	c.Get("K", src.load)
+	c.Invalidate("K")
+	if n := src.reads.Load(); n != 2 {
+		t.Fatalf("%d reads, want 2", n)
+	}
+}
+
+// The message of another process drops the key here; while NATS is away the cache is not
+// used at all, and it starts empty once NATS is back.
+func TestSubscribeFollowsChangesAndIsBypassedWhileDisconnected(t *testing.T) {
+	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, NoSigs: true, NoLog: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Start()
+	if !srv.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats not ready")
+	}
+	url := srv.ClientURL()
+	nc, err := nats.Connect(url, nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	writer, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer writer.Close()
+
+	c, _ := newTestCache(time.Hour)
+	stop, err := c.Subscribe(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	var src source
+	src.val.Store(1)
+	c.Get("K", src.load)
+	src.val.Store(2)
+	if err := Publish(writer, "K"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the change to arrive", func() bool { v, _ := c.Get("K", src.load); return v == 2 })
+
+	srv.Shutdown()
+	waitFor(t, "the cache to go out of use", func() bool { return !c.live.Load() })
+	src.val.Store(3)
+	if v, _ := c.Get("K", src.load); v != 3 {
+		t.Fatalf("disconnected: %d, want a fresh read", v)
+	}
+	before := src.reads.Load()
+	c.Get("K", src.load)
+	if src.reads.Load() == before {
+		t.Fatal("disconnected: a value was served from the cache")
+	}
+}
+
+func waitFor(t *testing.T, what string, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

@@ -1,0 +1,274 @@
+package plan
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/stripe/stripe-go/v76"
+)
+
+// Order places a billing event in time. Stripe delivers events late, twice and out of
+// order; a state is only replaced by one from a later Order, so a late event never undoes
+// a newer state. Stripe's event time has one-second resolution, so events of the same
+// second are ordered by Rank, the order in which a subscription's life goes.
+type Order struct {
+	At   time.Time
+	Rank int
+}
+
+// After reports whether o comes strictly after p.
+func (o Order) After(p Order) bool {
+	if !o.At.Equal(p.At) {
+		return o.At.After(p.At)
+	}
+	return o.Rank > p.Rank
+}
+
+// Kind is what an event says about the subscription.
+type Kind int
+
+// The kinds of change.
+const (
+	// Ignore: nothing about the plan (an unhandled type, a payment-mode checkout, an
+	// unpaid checkout, an incomplete subscription).
+	Ignore Kind = iota
+	// Replace: the event carries the whole state (a paid checkout, a subscription).
+	Replace
+	// PaymentFailed: the subscription's latest invoice failed; past_due until paid.
+	PaymentFailed
+)
+
+// Event types handled (addendum §3), with the rank of each within one second.
+var ranks = map[stripe.EventType]int{
+	"checkout.session.completed":    0,
+	"customer.subscription.created": 1,
+	"customer.subscription.updated": 2,
+	"invoice.payment_failed":        3,
+	"customer.subscription.deleted": 4,
+}
+
+// Handled reports whether billing acts on events of type t.
+func Handled(t stripe.EventType) bool {
+	_, ok := ranks[t]
+	return ok
+}
+
+// Change is one verified event read for what billing needs.
+type Change struct {
+	EventID string
+	Type    stripe.EventType
+	Order   Order
+	Kind    Kind
+	// State replaces the tenant's state (Kind Replace).
+	State State
+	// Tenant is named by the event itself: client_reference_id of a checkout session, or
+	// metadata.tenant_id of a subscription (set at checkout) or of an invoice's
+	// subscription details. Empty when the event does not say.
+	Tenant string
+	// Customer is the Stripe customer; Link says the event ties it to Tenant
+	// (checkout.session.completed), so later events about the customer find the tenant.
+	Customer string
+	Link     bool
+	// Subscription is the Stripe subscription the event is about.
+	Subscription string
+	// Ended: the subscription is over (deleted, canceled, expired).
+	Ended bool
+}
+
+// Read turns a verified Stripe event into a Change. An error means a handled event whose
+// object could not be read: the caller answers 400, and Stripe shows the failure.
+func Read(e stripe.Event) (Change, error) {
+	c := Change{EventID: e.ID, Type: e.Type, Order: Order{At: time.Unix(e.Created, 0).UTC(), Rank: ranks[e.Type]}}
+	if !Handled(e.Type) {
+		return c, nil
+	}
+	if e.Data == nil || len(e.Data.Raw) == 0 {
+		return c, fmt.Errorf("event %s has no data.object", e.ID)
+	}
+	switch e.Type {
+	case "checkout.session.completed":
+		var s stripe.CheckoutSession
+		if err := json.Unmarshal(e.Data.Raw, &s); err != nil {
+			return c, err
+		}
+		return readCheckout(c, &s), nil
+	case "invoice.payment_failed":
+		var in stripe.Invoice
+		if err := json.Unmarshal(e.Data.Raw, &in); err != nil {
+			return c, err
+		}
+		return readInvoice(c, &in), nil
+	default:
+		var s stripe.Subscription
+		if err := json.Unmarshal(e.Data.Raw, &s); err != nil {
+			return c, err
+		}
+		if e.Type == "customer.subscription.deleted" {
+			s.Status = stripe.SubscriptionStatusCanceled
+		}
+		return readSubscription(c, &s), nil
+	}
+}
+
+func readCheckout(c Change, s *stripe.CheckoutSession) Change {
+	if s.Mode != stripe.CheckoutSessionModeSubscription || s.ClientReferenceID == "" {
+		// Payment-mode sessions are storefront purchases, not this account's plan.
+		return c
+	}
+	c.Tenant, c.Link = s.ClientReferenceID, true
+	if s.Customer != nil {
+		c.Customer = s.Customer.ID
+	}
+	if s.Subscription != nil {
+		c.Subscription = s.Subscription.ID
+	}
+	if s.Status == stripe.CheckoutSessionStatusComplete && s.PaymentStatus != stripe.CheckoutSessionPaymentStatusUnpaid {
+		// Paid (or a trial, "no_payment_required"): Pro from now. The subscription's own
+		// events, which usually follow within the second, fill in the period.
+		c.Kind, c.State = Replace, State{Plan: Pro, Status: Active}
+	}
+	return c
+}
+
+func readInvoice(c Change, in *stripe.Invoice) Change {
+	if in.Subscription == nil || in.Subscription.ID == "" {
+		return c // a one-off invoice: no plan involved
+	}
+	c.Kind, c.Subscription = PaymentFailed, in.Subscription.ID
+	if in.Customer != nil {
+		c.Customer = in.Customer.ID
+	}
+	if in.SubscriptionDetails != nil {
+		c.Tenant = in.SubscriptionDetails.Metadata["tenant_id"]
+	}
+	return c
+}
+
+func readSubscription(c Change, s *stripe.Subscription) Change {
+	c.Subscription, c.Tenant = s.ID, s.Metadata["tenant_id"]
+	if s.Customer != nil {
+		c.Customer = s.Customer.ID
+	}
+	st := State{Plan: Pro, CancelAtPeriodEnd: s.CancelAtPeriodEnd}
+	if s.CurrentPeriodEnd > 0 {
+		end := time.Unix(s.CurrentPeriodEnd, 0).UTC()
+		st.CurrentPeriodEnd = &end
+	}
+	switch s.Status {
+	case stripe.SubscriptionStatusActive, stripe.SubscriptionStatusTrialing:
+		st.Status = Active
+	case stripe.SubscriptionStatusPastDue, stripe.SubscriptionStatusUnpaid, stripe.SubscriptionStatusPaused:
+		// Unpaid (retries exhausted) and paused (trial ended without a card) collect no
+		// money either: not active, like past_due.
+		st.Status = PastDue
+	case stripe.SubscriptionStatusCanceled, stripe.SubscriptionStatusIncompleteExpired:
+		st, c.Ended = State{Plan: Free, Status: Canceled}, true
+	default:
+		// incomplete: the first payment is still pending; checkout.session.completed or
+		// the next update says how it ends.
+		return c
+	}
+	c.Kind, c.State = Replace, st
+	return c
+}
+
+// Sub is one Stripe subscription as its events left it. Each part only moves forward
+// (a later Order replaces an earlier one; ended stays ended), so the same events in any
+// delivery order, any number of times, leave the same Sub.
+type Sub struct {
+	ID string
+	// Snapshot is the state the latest subscription event (or the paid checkout) carried.
+	Snapshot      State
+	SnapshotOrder Order
+	HasSnapshot   bool
+	// FailedOrder is the latest invoice.payment_failed; past_due unless a later snapshot
+	// (Stripe's update once the invoice is paid) says otherwise.
+	FailedOrder Order
+	HasFailed   bool
+	// Ended: deleted, canceled or expired. Stripe never revives an ended subscription.
+	Ended bool
+}
+
+// Merge returns s after c (an event about s.ID), and whether anything changed.
+func (s Sub) Merge(c Change) (Sub, bool) {
+	if s.Ended || c.Kind == Ignore {
+		return s, false
+	}
+	switch {
+	case c.Ended:
+		s.Ended = true
+	case c.Kind == PaymentFailed:
+		if s.HasFailed && !c.Order.After(s.FailedOrder) {
+			return s, false
+		}
+		s.FailedOrder, s.HasFailed = c.Order, true
+	default:
+		if s.HasSnapshot && !c.Order.After(s.SnapshotOrder) {
+			return s, false
+		}
+		s.Snapshot, s.SnapshotOrder, s.HasSnapshot = c.State, c.Order, true
+	}
+	return s, true
+}
+
+// live reports whether s is a subscription the tenant still holds.
+func (s Sub) live() bool { return !s.Ended && (s.HasSnapshot || s.HasFailed) }
+
+// latest is the Order of the newest thing known about s.
+func (s Sub) latest() Order {
+	if s.HasFailed && (!s.HasSnapshot || s.FailedOrder.After(s.SnapshotOrder)) {
+		return s.FailedOrder
+	}
+	return s.SnapshotOrder
+}
+
+// State is the plan s gives its tenant.
+func (s Sub) State() State {
+	if s.Ended {
+		return State{Plan: Free, Status: Canceled}
+	}
+	st := s.Snapshot
+	if s.HasFailed && (!s.HasSnapshot || s.FailedOrder.After(s.SnapshotOrder)) {
+		st.Plan, st.Status = Pro, PastDue
+	}
+	return st
+}
+
+// Tenant is a tenant's plan from all its subscriptions: the one it still holds (an
+// active one before a past_due one, then the newest), else Free and canceled once a paid
+// subscription has ended, else no billing history.
+func Tenant(subs []Sub) State {
+	var best *Sub
+	ended := false
+	for i := range subs {
+		s := &subs[i]
+		if s.Ended {
+			ended = true
+		}
+		if !s.live() {
+			continue
+		}
+		if best == nil || better(s, best) {
+			best = s
+		}
+	}
+	switch {
+	case best != nil:
+		return best.State()
+	case ended:
+		return State{Plan: Free, Status: Canceled}
+	}
+	return State{}
+}
+
+func better(a, b *Sub) bool {
+	aa, ba := a.State().Active(), b.State().Active()
+	if aa != ba {
+		return aa
+	}
+	if la, lb := a.latest(), b.latest(); la.After(lb) || lb.After(la) {
+		return la.After(lb)
+	}
+	return a.ID > b.ID
+}

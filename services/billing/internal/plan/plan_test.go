@@ -1,0 +1,193 @@
+package plan
+
+import (
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stripe/stripe-go/v76"
+)
+
+var t0 = time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)
+
+func event(t *testing.T, typ string, at time.Time, object map[string]any) Change {
+	t.Helper()
+	raw, err := json.Marshal(object)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := Read(stripe.Event{ID: fmt.Sprintf("evt_%s_%d", typ, at.Unix()), Type: stripe.EventType(typ),
+		Created: at.Unix(), Data: &stripe.EventData{Raw: raw}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func subscription(t *testing.T, typ string, at time.Time, status string, cancel bool) Change {
+	return event(t, "customer.subscription."+typ, at, map[string]any{
+		"id": "sub_1", "customer": "cus_1", "status": status, "cancel_at_period_end": cancel,
+		"current_period_end": t0.Add(30 * 24 * time.Hour).Unix(), "metadata": map[string]string{"tenant_id": "t_1"},
+	})
+}
+
+func failed(t *testing.T, at time.Time) Change {
+	return event(t, "invoice.payment_failed", at, map[string]any{"id": "in_1", "customer": "cus_1", "subscription": "sub_1"})
+}
+
+func checkout(t *testing.T, at time.Time, payment string) Change {
+	return event(t, "checkout.session.completed", at, map[string]any{
+		"id": "cs_1", "mode": "subscription", "status": "complete", "payment_status": payment,
+		"client_reference_id": "t_1", "customer": "cus_1", "subscription": "sub_1",
+	})
+}
+
+func TestReadTakesWhatBillingNeeds(t *testing.T) {
+	c := checkout(t, t0, "paid")
+	if c.Tenant != "t_1" || !c.Link || c.Customer != "cus_1" || c.Subscription != "sub_1" || c.Kind != Replace || c.State.Plan != Pro {
+		t.Fatalf("checkout: %+v", c)
+	}
+	if c := checkout(t, t0, "unpaid"); c.Kind != Ignore || !c.Link {
+		t.Fatalf("an unpaid checkout still ties the customer, nothing more: %+v", c)
+	}
+	payment := event(t, "checkout.session.completed", t0, map[string]any{"id": "cs_2", "mode": "payment", "client_reference_id": "t_1"})
+	if payment.Kind != Ignore || payment.Link {
+		t.Fatalf("a payment-mode checkout is a storefront purchase: %+v", payment)
+	}
+	s := subscription(t, "updated", t0, "active", true)
+	if s.Tenant != "t_1" || s.Kind != Replace || !s.State.CancelAtPeriodEnd || s.State.CurrentPeriodEnd == nil || s.Order.Rank != 2 {
+		t.Fatalf("subscription: %+v", s)
+	}
+	if d := subscription(t, "deleted", t0, "active", false); !d.Ended {
+		t.Fatalf("deleted is the end whatever its status says: %+v", d)
+	}
+	if i := subscription(t, "created", t0, "incomplete", false); i.Kind != Ignore {
+		t.Fatalf("incomplete: %+v", i)
+	}
+	for status, want := range map[string]string{"trialing": Active, "past_due": PastDue, "unpaid": PastDue, "paused": PastDue} {
+		if got := subscription(t, "updated", t0, status, false).State.Status; got != want {
+			t.Errorf("%s → %s, want %s", status, got, want)
+		}
+	}
+	oneOff := event(t, "invoice.payment_failed", t0, map[string]any{"id": "in_2", "customer": "cus_1"})
+	if oneOff.Kind != Ignore {
+		t.Fatalf("a failed invoice without a subscription: %+v", oneOff)
+	}
+	if Handled("customer.created") {
+		t.Fatal("customer.created is not a billing event")
+	}
+	if _, err := Read(stripe.Event{ID: "evt", Type: "invoice.payment_failed", Data: &stripe.EventData{Raw: []byte(`[1]`)}}); err == nil {
+		t.Fatal("an unreadable object must be an error")
+	}
+}
+
+// permutations calls f with every order of n items.
+func permutations(n int, f func([]int)) {
+	p := make([]int, n)
+	for i := range p {
+		p[i] = i
+	}
+	var rec func(int)
+	rec = func(k int) {
+		if k == n {
+			f(append([]int(nil), p...))
+			return
+		}
+		for i := k; i < n; i++ {
+			p[k], p[i] = p[i], p[k]
+			rec(k + 1)
+			p[k], p[i] = p[i], p[k]
+		}
+	}
+	rec(0)
+}
+
+func replay(events []Change, order []int) State {
+	s := Sub{ID: "sub_1"}
+	for _, i := range order {
+		s, _ = s.Merge(events[i])
+		s, _ = s.Merge(events[i]) // a replay never changes anything
+	}
+	return Tenant([]Sub{s})
+}
+
+// same compares what the status record shows.
+func same(a, b State) bool {
+	ae, be := a.ShownPeriodEnd(), b.ShownPeriodEnd()
+	return a.Plan == b.Plan && a.Status == b.Status && a.CancelAtPeriodEnd == b.CancelAtPeriodEnd &&
+		((ae == nil) == (be == nil)) && (ae == nil || ae.Equal(*be))
+}
+
+// Every delivery order of a subscription's history ends in the state of the history.
+func TestAnyDeliveryOrderEndsInTheSameState(t *testing.T) {
+	histories := map[string]struct {
+		events []Change
+		want   State
+	}{
+		"paid then failed": {
+			[]Change{checkout(t, t0, "paid"), subscription(t, "created", t0, "active", false), failed(t, t0.Add(time.Second)),
+				subscription(t, "updated", t0.Add(time.Second), "past_due", false)},
+			State{Plan: Pro, Status: PastDue},
+		},
+		"failed then paid, canceled at period end": {
+			[]Change{checkout(t, t0, "paid"), failed(t, t0.Add(time.Second)), subscription(t, "updated", t0.Add(2*time.Second), "active", false),
+				subscription(t, "updated", t0.Add(3*time.Second), "active", true)},
+			State{Plan: Pro, Status: Active, CancelAtPeriodEnd: true, CurrentPeriodEnd: ptr(t0.Add(30 * 24 * time.Hour))},
+		},
+		"deleted": {
+			[]Change{checkout(t, t0, "paid"), subscription(t, "created", t0, "active", false), failed(t, t0.Add(time.Second)),
+				subscription(t, "deleted", t0.Add(2*time.Second), "canceled", false), subscription(t, "updated", t0.Add(5*time.Second), "active", false)},
+			State{Plan: Free, Status: Canceled},
+		},
+		"same second: the checkout never hides the subscription's own event": {
+			[]Change{checkout(t, t0, "paid"), subscription(t, "created", t0, "active", true)},
+			State{Plan: Pro, Status: Active, CancelAtPeriodEnd: true, CurrentPeriodEnd: ptr(t0.Add(30 * 24 * time.Hour))},
+		},
+	}
+	for name, h := range histories {
+		t.Run(name, func(t *testing.T) {
+			permutations(len(h.events), func(order []int) {
+				if got := replay(h.events, order); !same(got, h.want) {
+					t.Fatalf("order %v: %+v, want %+v", order, got, h.want)
+				}
+			})
+		})
+	}
+}
+
+func ptr(t time.Time) *time.Time { return &t }
+
+func TestTenantPrefersTheSubscriptionItStillHolds(t *testing.T) {
+	if got := Tenant(nil); got.Plan != "" || got.At(t0).Status != Active || got.LicenseLimit() != FreeLicenseLimit {
+		t.Fatalf("no history: %+v", got)
+	}
+	old := Sub{ID: "sub_old", Ended: true}
+	current := Sub{ID: "sub_new", HasSnapshot: true, Snapshot: State{Plan: Pro, Status: Active}, SnapshotOrder: Order{At: t0}}
+	for _, subs := range [][]Sub{{old, current}, {current, old}} {
+		if got := Tenant(subs); got.Plan != Pro || got.Status != Active {
+			t.Fatalf("an old subscription's end must not end the new one: %+v", got)
+		}
+	}
+	if got := Tenant([]Sub{old}); got.Plan != Free || got.Status != Canceled || !got.MayIssue() || got.LicenseLimit() != FreeLicenseLimit {
+		t.Fatalf("ended: %+v", got)
+	}
+}
+
+func TestCanceledAtPeriodEndIsProUntilThenFree(t *testing.T) {
+	end := t0.Add(time.Hour)
+	s := State{Plan: Pro, Status: Active, CancelAtPeriodEnd: true, CurrentPeriodEnd: &end}
+	if got := s.At(end.Add(-time.Second)); got.Plan != Pro || got.ShownPeriodEnd() == nil || got.LicenseLimit() != ProLicenseLimit {
+		t.Fatalf("before the end: %+v", got)
+	}
+	if got := s.At(end); got.Plan != Free || got.Status != Canceled || got.ShownPeriodEnd() != nil || got.LicenseLimit() != FreeLicenseLimit {
+		t.Fatalf("at the end: %+v", got)
+	}
+	renewing := State{Plan: Pro, Status: Active, CurrentPeriodEnd: &end}
+	if got := renewing.At(end.Add(time.Hour)); got.Plan != Pro || got.ShownPeriodEnd() != nil {
+		t.Fatalf("a renewing subscription past its period end stays Pro until Stripe says otherwise: %+v", got)
+	}
+	if (State{Plan: Pro, Status: PastDue}).MayIssue() {
+		t.Fatal("past_due must block issuance")
+	}
+}

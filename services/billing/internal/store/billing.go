@@ -1,0 +1,257 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/keyhouse/keyhouse/pkg/pgxx"
+	"github.com/keyhouse/keyhouse/services/billing/internal/plan"
+	"github.com/stripe/stripe-go/v76"
+)
+
+// Plan is the tenant's plan as its subscriptions leave it (plan.Tenant), before the
+// period-end rule (State.At) the caller applies with its clock.
+func (s *Store) Plan(ctx context.Context, tenant string) (plan.State, error) {
+	subs, err := subscriptions(ctx, s.db, tenant)
+	if err != nil {
+		return plan.State{}, err
+	}
+	return plan.Tenant(subs), nil
+}
+
+func subscriptions(ctx context.Context, q pgxx.Querier, tenant string) ([]plan.Sub, error) {
+	rows, err := q.Query(ctx, `SELECT subscription_id, snapshot_plan, snapshot_status, cancel_at_period_end,
+		current_period_end, snapshot_at, snapshot_rank, failed_at, failed_rank, ended
+		FROM subscriptions WHERE tenant_id = $1`, tenant)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, scanSub)
+}
+
+func scanSub(row pgx.CollectableRow) (plan.Sub, error) {
+	var (
+		s                  plan.Sub
+		p, st              *string
+		snapAt, failAt     *time.Time
+		snapRank, failRank *int
+		cancel             bool
+		periodEnd          *time.Time
+	)
+	if err := row.Scan(&s.ID, &p, &st, &cancel, &periodEnd, &snapAt, &snapRank, &failAt, &failRank, &s.Ended); err != nil {
+		return s, err
+	}
+	if snapAt != nil && p != nil && st != nil && snapRank != nil {
+		s.HasSnapshot = true
+		s.Snapshot = plan.State{Plan: *p, Status: *st, CancelAtPeriodEnd: cancel, CurrentPeriodEnd: periodEnd}
+		s.SnapshotOrder = plan.Order{At: snapAt.UTC(), Rank: *snapRank}
+	}
+	if failAt != nil && failRank != nil {
+		s.HasFailed, s.FailedOrder = true, plan.Order{At: failAt.UTC(), Rank: *failRank}
+	}
+	return s, nil
+}
+
+// Customer is the Stripe customer the tenant last checked out as ("" if none).
+func (s *Store) Customer(ctx context.Context, tenant string) (string, error) {
+	var id string
+	err := s.db.QueryRow(ctx, `SELECT customer_id FROM stripe_customers WHERE tenant_id = $1
+		ORDER BY created_at DESC LIMIT 1`, tenant).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", nil
+	}
+	return id, err
+}
+
+// TenantEmail is the email the tenant was created with (checkout pre-fills it).
+func (s *Store) TenantEmail(ctx context.Context, tenant string) (string, error) {
+	var email string
+	err := s.db.QueryRow(ctx, `SELECT email FROM tenants WHERE tenant_id = $1`, tenant).Scan(&email)
+	return email, err
+}
+
+// Outcome says what Record did with an event.
+type Outcome string
+
+// Outcomes of Record.
+const (
+	Applied   Outcome = "applied"   // recorded, and the tenant's subscription moved
+	Unchanged Outcome = "unchanged" // recorded; older than what is known, or nothing to change
+	Duplicate Outcome = "duplicate" // seen before (by event id): nothing done
+	Parked    Outcome = "parked"    // no tenant yet: kept until its customer's checkout arrives
+	NoTenant  Outcome = "no_tenant" // names no tenant this installation has: recorded, ignored
+)
+
+// Record applies one verified billing event, once per event id, in one transaction: a
+// crash leaves either all of it or nothing (and Stripe delivers again). raw is the
+// event's JSON, kept only while the event is parked.
+func (s *Store) Record(ctx context.Context, raw []byte, c plan.Change) (Outcome, error) {
+	var out Outcome
+	err := pgxx.InTx(ctx, s.db, func(tx pgx.Tx) error {
+		var err error
+		out, err = record(ctx, tx, raw, c)
+		return err
+	})
+	return out, err
+}
+
+func record(ctx context.Context, tx pgx.Tx, raw []byte, c plan.Change) (Outcome, error) {
+	if c.Customer != "" {
+		// One customer's events one at a time, so an event parked for a customer is
+		// never missed by the checkout that ties the customer to a tenant.
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(7317002, hashtext($1))`, c.Customer); err != nil {
+			return "", err
+		}
+	}
+	tag, err := tx.Exec(ctx, `INSERT INTO stripe_events (event_id, type, created, customer_id)
+		VALUES ($1, $2, $3, NULLIF($4, '')) ON CONFLICT (event_id) DO NOTHING`,
+		c.EventID, string(c.Type), c.Order.At, c.Customer)
+	if err != nil {
+		return "", err
+	}
+	if tag.RowsAffected() == 0 {
+		return Duplicate, nil
+	}
+	tenant, err := resolveTenant(ctx, tx, c)
+	if err != nil {
+		return "", err
+	}
+	if tenant == "" {
+		if c.Customer == "" || c.Link {
+			return NoTenant, nil
+		}
+		_, err := tx.Exec(ctx, `UPDATE stripe_events SET payload = $2 WHERE event_id = $1`, c.EventID, raw)
+		return Parked, err
+	}
+	if _, err := tx.Exec(ctx, `UPDATE stripe_events SET tenant_id = $2 WHERE event_id = $1`, c.EventID, tenant); err != nil {
+		return "", err
+	}
+	out, err := applyToSubscription(ctx, tx, tenant, c)
+	if err != nil || !c.Link || c.Customer == "" {
+		return out, err
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO stripe_customers (customer_id, tenant_id) VALUES ($1, $2)
+		ON CONFLICT (customer_id) DO NOTHING`, c.Customer, tenant); err != nil {
+		return "", err
+	}
+	parked, err := unpark(ctx, tx, tenant, c.Customer)
+	if parked && out == Unchanged {
+		out = Applied
+	}
+	return out, err
+}
+
+// resolveTenant finds the tenant an event is about: the subscription's tenant once known,
+// the customer's tenant recorded at checkout, else the tenant the event names
+// (client_reference_id or metadata.tenant_id) if it exists.
+func resolveTenant(ctx context.Context, tx pgx.Tx, c plan.Change) (string, error) {
+	var tenant string
+	if !c.Link {
+		err := tx.QueryRow(ctx, `SELECT tenant_id FROM subscriptions WHERE subscription_id = $1
+			UNION ALL SELECT tenant_id FROM stripe_customers WHERE customer_id = $2 LIMIT 1`,
+			c.Subscription, c.Customer).Scan(&tenant)
+		if err == nil {
+			return tenant, nil
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return "", err
+		}
+	}
+	if c.Tenant == "" {
+		return "", nil
+	}
+	err := tx.QueryRow(ctx, `SELECT tenant_id FROM tenants WHERE tenant_id = $1`, c.Tenant).Scan(&tenant)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", nil
+	}
+	return tenant, err
+}
+
+// applyToSubscription merges the event into its subscription's row.
+func applyToSubscription(ctx context.Context, tx pgx.Tx, tenant string, c plan.Change) (Outcome, error) {
+	if c.Subscription == "" || c.Kind == plan.Ignore {
+		return Unchanged, nil
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO subscriptions (subscription_id, tenant_id) VALUES ($1, $2)
+		ON CONFLICT (subscription_id) DO NOTHING`, c.Subscription, tenant); err != nil {
+		return "", err
+	}
+	rows, err := tx.Query(ctx, `SELECT subscription_id, snapshot_plan, snapshot_status, cancel_at_period_end,
+		current_period_end, snapshot_at, snapshot_rank, failed_at, failed_rank, ended
+		FROM subscriptions WHERE subscription_id = $1 AND tenant_id = $2 FOR UPDATE`, c.Subscription, tenant)
+	if err != nil {
+		return "", err
+	}
+	subs, err := pgx.CollectRows(rows, scanSub)
+	if err != nil {
+		return "", err
+	}
+	if len(subs) != 1 {
+		// The subscription belongs to another tenant: never move it.
+		return NoTenant, nil
+	}
+	next, changed := subs[0].Merge(c)
+	if !changed {
+		return Unchanged, nil
+	}
+	var p, st *string
+	var snapAt, failAt, periodEnd *time.Time
+	var snapRank, failRank *int
+	if next.HasSnapshot {
+		p, st, periodEnd = &next.Snapshot.Plan, &next.Snapshot.Status, next.Snapshot.CurrentPeriodEnd
+		snapAt, snapRank = &next.SnapshotOrder.At, &next.SnapshotOrder.Rank
+	}
+	if next.HasFailed {
+		failAt, failRank = &next.FailedOrder.At, &next.FailedOrder.Rank
+	}
+	_, err = tx.Exec(ctx, `UPDATE subscriptions SET snapshot_plan = $2, snapshot_status = $3,
+		cancel_at_period_end = $4, current_period_end = $5, snapshot_at = $6, snapshot_rank = $7,
+		failed_at = $8, failed_rank = $9, ended = $10, updated_at = now() WHERE subscription_id = $1`,
+		next.ID, p, st, next.HasSnapshot && next.Snapshot.CancelAtPeriodEnd, periodEnd, snapAt, snapRank,
+		failAt, failRank, next.Ended)
+	if err != nil {
+		return "", err
+	}
+	return Applied, nil
+}
+
+// unpark applies the events that waited for this customer's tenant, oldest first.
+func unpark(ctx context.Context, tx pgx.Tx, tenant, customer string) (bool, error) {
+	rows, err := tx.Query(ctx, `SELECT event_id, payload FROM stripe_events
+		WHERE customer_id = $1 AND payload IS NOT NULL ORDER BY created, event_id`, customer)
+	if err != nil {
+		return false, err
+	}
+	type parkedEvent struct {
+		ID      string
+		Payload []byte
+	}
+	events, err := pgx.CollectRows(rows, pgx.RowToStructByPos[parkedEvent])
+	if err != nil {
+		return false, err
+	}
+	applied := false
+	for _, p := range events {
+		var e stripe.Event
+		if err := json.Unmarshal(p.Payload, &e); err != nil {
+			return false, fmt.Errorf("parked event %s: %w", p.ID, err)
+		}
+		c, err := plan.Read(e)
+		if err != nil {
+			return false, fmt.Errorf("parked event %s: %w", p.ID, err)
+		}
+		out, err := applyToSubscription(ctx, tx, tenant, c)
+		if err != nil {
+			return false, err
+		}
+		applied = applied || out == Applied
+		if _, err := tx.Exec(ctx, `UPDATE stripe_events SET payload = NULL, tenant_id = $2 WHERE event_id = $1`, p.ID, tenant); err != nil {
+			return false, err
+		}
+	}
+	return applied, nil
+}

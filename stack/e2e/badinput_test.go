@@ -1,0 +1,215 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"compress/gzip"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+	"unicode/utf8"
+)
+
+// Bad input at the edge (issue 9's black-box probe): every case is a clear 4xx with an
+// {"error": …} body, never a 500, and nothing is applied.
+
+func TestInvalidUTF8InThePathOrQueryIsA400(t *testing.T) {
+	t.Parallel()
+	s := selfHosted(t)
+	a, c := admin(t, s), anon(t, s)
+	const badPath = `{"error":"Invalid URL: the path is not UTF-8"}`
+	for _, path := range []string{
+		"/v1/export-license/%ff%fe",
+		"/v1/export-license/%ff%fe/file",
+		"/v1/export-license/%ff%fe/offline",
+	} {
+		c.Get(path).Expect(t, 400).ExpectBody(t, badPath)
+	}
+	for _, path := range []string{"/v1/list-activations/%ff", "/v1/admin/license/%C3%28", "/v1/release/%ff"} {
+		a.Get(path).Expect(t, 400).ExpectBody(t, badPath)
+	}
+	a.Get("/v1/list-licenses?issued_to=%ff").ExpectError(t, 400, "Invalid value for query parameter issued_to")
+	a.Get("/v1/list-licenses?product_id=ok&issued_to=a%fe").ExpectError(t, 400, "Invalid value for query parameter issued_to")
+	a.Get("/v1/list-licenses?%ff=1").ExpectError(t, 400, "Invalid URL: the query is not UTF-8")
+	// The same routes still answer valid UTF-8 as before, rate-limit headers included.
+	r := c.Get("/v1/export-license/" + url.PathEscape("ключ"))
+	r.ExpectError(t, 404, errNotFound)
+	if r.Header.Get("X-RateLimit-Limit") != "500" {
+		t.Fatalf("rate-limit headers: %v", r.Header)
+	}
+	a.Get("/v1/list-licenses?issued_to="+url.QueryEscape("Zoë")).Expect(t, 200)
+}
+
+func TestTrailingDataAfterTheJSONValueIsRefusedAndNotApplied(t *testing.T) {
+	t.Parallel()
+	s := selfHosted(t)
+	a, c := admin(t, s), anon(t, s)
+	key := issueLicense(t, a, lic(product("trailing"), "limits", map[string]any{"users": 100}))
+	tok := seat(t, c, key, "host-a")
+	for _, body := range []string{
+		`{"key":"` + key + `"} garbage`,
+		`{"key":"` + key + `"}{"key":"B"}`,
+		`{"key":"` + key + `"} {}`,
+		`{"key":"` + key + `"}]`,
+	} {
+		c.Post("/v1/verify-license", body).ExpectError(t, 400, "Invalid JSON body")
+	}
+	track := `{"key":"` + key + `","token":"` + tok + `","metric":"users","increment":5}`
+	c.Post("/v1/track-usage", track+` {"key":"B"}`).ExpectError(t, 400, "Invalid JSON body")
+	c.Post("/v1/track-usage", track+track).ExpectError(t, 400, "Invalid JSON body")
+	// White space around the one value is fine, and nothing above was applied.
+	c.Post("/v1/track-usage", "\n "+track+" \r\n").ExpectBody(t, `{"ok":true,"metric":"users","usage":5}`)
+}
+
+func TestAStringWhereAPIMDSaysNumberIsA400(t *testing.T) {
+	t.Parallel()
+	s := selfHosted(t)
+	a, c := admin(t, s), anon(t, s)
+	key := issueLicense(t, a, lic(product("string-number"), "limits", map[string]any{"users": 100}))
+	tok := seat(t, c, key, "host-a")
+	body := `{"key":"` + key + `","token":"` + tok + `","metric":"users","increment":"5"}`
+	c.Post("/v1/track-usage", body).ExpectError(t, 400, `Invalid JSON body: invalid value for double field increment: "5"`)
+	trackUsage(c, key, tok, "users").ExpectBody(t, `{"ok":true,"metric":"users","usage":1}`)
+
+	p := product("string-id")
+	id := registerRelease(t, a, rel(p, "1.0.0"))
+	a.Post("/v1/unpublish-release", `{"id":"`+strconv.Itoa(id)+`"}`).ExpectError(t, 400, `Invalid JSON body: invalid value for int32 field id: "`+strconv.Itoa(id)+`"`)
+	a.Get("/v1/release/"+strconv.Itoa(id)).Expect(t, 200)
+	if st := a.Get("/v1/release/" + strconv.Itoa(id)).JSON(t)["status"]; st != "published" {
+		t.Fatalf("release %d is %v after a refused unpublish", id, st)
+	}
+	a.Post("/v1/unpublish-release", `{"id":`+strconv.Itoa(id)+`}`).ExpectBody(t, `{"id":`+strconv.Itoa(id)+`,"status":"unpublished"}`)
+}
+
+func gz(t *testing.T, s string) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	w := gzip.NewWriter(&b)
+	if _, err := w.Write([]byte(s)); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
+}
+
+func TestGzipBodiesAreDecodedOtherEncodingsAre415(t *testing.T) {
+	t.Parallel()
+	s := selfHosted(t)
+	a, c := admin(t, s), anon(t, s)
+	key := issueLicense(t, a, lic(product("gzip")))
+	plain := c.Post("/v1/verify-license", `{"key":"`+key+`"}`).Expect(t, 200)
+	zipped := c.Do(http.MethodPost, "/v1/verify-license", gz(t, `{"key":"`+key+`"}`), "Content-Encoding", "gzip").Expect(t, 200)
+	if !bytes.Equal(plain.Body, zipped.Body) {
+		t.Fatalf("gzip answer %s, plain %s", zipped.Body, plain.Body)
+	}
+	c.Do(http.MethodPost, "/v1/verify-license", gz(t, `{"key":"nope"}`), "Content-Encoding", "gzip").
+		ExpectBody(t, `{"valid":false,"error":"License key not found"}`)
+	c.Do(http.MethodPost, "/v1/verify-license", `{"key":"`+key+`"}`, "Content-Encoding", "gzip").ExpectError(t, 400, "Invalid gzip body")
+	c.Do(http.MethodPost, "/v1/verify-license", `{"key":"`+key+`"}`, "Content-Encoding", "br").
+		ExpectError(t, 415, "Unsupported Content-Encoding: use gzip or none")
+	// The 1 MiB cap holds for what the gzip body expands to.
+	bomb := `{"key":"` + strings.Repeat("A", 2<<20) + `"}`
+	c.Do(http.MethodPost, "/v1/verify-license", gz(t, bomb), "Content-Encoding", "gzip").ExpectError(t, 413, "Request body too large")
+}
+
+func TestHeadAnswersAsGetWithoutABody(t *testing.T) {
+	t.Parallel()
+	s := selfHosted(t)
+	c := anon(t, s)
+	for _, path := range []string{"/", "/v1/public-key", "/v1/export-license/nope", "/v1/no-such-route"} {
+		get := c.Get(path)
+		head := c.Do(http.MethodHead, path, nil)
+		if head.Status != get.Status || len(head.Body) != 0 {
+			t.Fatalf("HEAD %s: %d with %d body bytes; GET: %d", path, head.Status, len(head.Body), get.Status)
+		}
+		for _, h := range []string{"Content-Type", "X-RateLimit-Limit"} {
+			if head.Header.Get(h) != get.Header.Get(h) {
+				t.Fatalf("HEAD %s: %s %q, GET %q", path, h, head.Header.Get(h), get.Header.Get(h))
+			}
+		}
+	}
+}
+
+// A client that sends its headers and then stops sending the body it announced gets a
+// 408 once the gateway's read timeout passes, not a 503 (a server fault).
+func TestAStalledRequestBodyIsA408(t *testing.T) {
+	t.Parallel()
+	s := selfHosted(t)
+	conn, err := net.Dial("tcp", strings.TrimPrefix(s.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ip := newClient(t, s.URL, "").IP
+	_, err = io.WriteString(conn, "POST /v1/verify-license HTTP/1.1\r\nHost: keyhouse\r\nContent-Type: application/json\r\n"+
+		"X-Forwarded-For: "+ip+"\r\nContent-Length: 100\r\n\r\n{\"key\":")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = conn.SetReadDeadline(time.Now().Add(2 * time.Minute))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 408 || string(body) != `{"error":"Request body not received in time"}` {
+		t.Fatalf("stalled body: %d %s", resp.StatusCode, body)
+	}
+}
+
+func TestErrorMessagesCapTheInputTheyEcho(t *testing.T) {
+	t.Parallel()
+	s := selfHosted(t)
+	a, c := admin(t, s), anon(t, s)
+	key := issueLicense(t, a, lic(product("echo"), "limits", map[string]any{"users": 5}))
+	tok := seat(t, c, key, "host-a")
+	huge := strings.Repeat("é", 400_000)
+	for _, r := range []*Response{
+		trackUsage(c, key, tok, huge).Expect(t, 403),
+		a.Post("/v1/issue-license", lic(product("echo"), "limits", map[string]any{huge: 1})).Expect(t, 400),
+		trackUsage(c, key, tok, "users", "increment", huge).Expect(t, 400),
+	} {
+		msg, _ := r.JSON(t)["error"].(string)
+		if n := utf8.RuneCountInString(msg); n > 201 || !strings.HasSuffix(msg, "é…") {
+			t.Fatalf("error of %d characters: %.80s…", n, msg)
+		}
+	}
+	trackUsage(c, key, tok, "seats").ExpectError(t, 403, "Metric not allowed: seats")
+}
+
+func TestAnEmptyStatusFilterIsA400(t *testing.T) {
+	t.Parallel()
+	a := admin(t, selfHosted(t))
+	a.Get("/v1/list-licenses?status=").ExpectError(t, 400, "status must be active or revoked")
+	a.Get("/v1/list-licenses?status=active").Expect(t, 200)
+	a.Get("/v1/list-licenses").Expect(t, 200)
+	a.Get("/v1/list-releases?status=").ExpectError(t, 400, "status must be published or unpublished")
+	a.Get("/v1/list-releases?status=published").Expect(t, 200)
+}
+
+// One decoder, one wording: every body it cannot read is "Invalid JSON body…", whatever
+// went wrong and whichever route.
+func TestMalformedBodiesShareOneWording(t *testing.T) {
+	t.Parallel()
+	s := selfHosted(t)
+	a, c := admin(t, s), anon(t, s)
+	for body, want := range map[string]string{
+		`{"key":"\ud800"}`:    "Invalid JSON body: invalid escape in string",
+		"{\"key\":\"a\x01\"}": `Invalid JSON body: invalid character '\x01' in string literal`,
+		`{"key":"a",`:         "Invalid JSON body: unexpected end of input",
+		`{"key" "a"}`:         "Invalid JSON body: invalid character '\"' after object key",
+		`{"key":5}`:           "Invalid JSON body: invalid value for string field key: 5",
+	} {
+		c.Post("/v1/verify-license", body).ExpectError(t, 400, want)
+		c.Post("/v1/activate-license", body).ExpectError(t, 400, want)
+		a.Post("/v1/revoke-license", body).ExpectError(t, 400, want)
+	}
+}

@@ -1,0 +1,530 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/keyhouse/keyhouse/devinfra/testkit"
+	"github.com/keyhouse/keyhouse/stack"
+	"github.com/stripe/stripe-go/v76"
+	"github.com/stripe/stripe-go/v76/webhook"
+)
+
+// Hosted billing end to end: Stripe's API is stripe-mock (behind a recorder, so a test
+// can see what billing sent), Stripe's events are JSON signed with stripe-go's own test
+// helper and the stack's real STRIPE_WEBHOOK_SECRET, sent to POST /v1/webhooks/billing.
+
+const selfHostedBilling = `{"status":"active","plan":null,"cancelAtPeriodEnd":false,"currentPeriodEnd":null,"licensesUsed":null,"licenseLimit":null}`
+
+// stripeCall is one request billing made to the Stripe API.
+type stripeCall struct {
+	Method, Path string
+	Form         url.Values
+}
+
+// stripeRecorder proxies to stripe-mock and keeps every request.
+type stripeRecorderT struct {
+	srv   *httptest.Server
+	mu    sync.Mutex
+	calls []stripeCall
+}
+
+var (
+	recorderOnce sync.Once
+	recorder     *stripeRecorderT
+)
+
+// stripeAPI is the STRIPE_API_BASE of the hosted stacks.
+func stripeAPI(t testing.TB) string {
+	mock := testkit.StripeMockURL(t)
+	recorderOnce.Do(func() {
+		target, _ := url.Parse(mock)
+		proxy := httputil.NewSingleHostReverseProxy(target)
+		recorder = &stripeRecorderT{}
+		recorder.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			body, _ := io.ReadAll(r.Body)
+			form, _ := url.ParseQuery(string(body))
+			recorder.mu.Lock()
+			recorder.calls = append(recorder.calls, stripeCall{Method: r.Method, Path: r.URL.Path, Form: form})
+			recorder.mu.Unlock()
+			r.Body = io.NopCloser(strings.NewReader(string(body)))
+			proxy.ServeHTTP(w, r)
+		}))
+		testkit.AtExit(recorder.srv.Close)
+	})
+	return recorder.srv.URL
+}
+
+// stripeCalls returns the calls to path whose form field has value.
+func stripeCalls(path, field, value string) []stripeCall {
+	recorder.mu.Lock()
+	defer recorder.mu.Unlock()
+	var out []stripeCall
+	for _, c := range recorder.calls {
+		if c.Path == path && c.Form.Get(field) == value {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// hostedTenant provisions a tenant and returns its client and tenant id.
+func hostedTenant(t testing.TB, s *stack.Stack) (*Client, string) {
+	t.Helper()
+	n := dbCounter.Add(1)
+	resp := admin(t, s).Post("/v1/operator/tenants", map[string]string{"name": fmt.Sprintf("Billing %d", n), "email": fmt.Sprintf("billing%d@example.com", n)}).Expect(t, 200)
+	m := resp.JSON(t)
+	return newClient(t, s.URL, m["api_key"].(string)), m["tenant_id"].(string)
+}
+
+var eventSeq atomic.Int64
+
+// stripeEvent is a Stripe event of the stack's API version around object.
+func stripeEvent(typ string, created time.Time, object map[string]any) []byte {
+	b, err := json.Marshal(map[string]any{
+		"id": fmt.Sprintf("evt_e2e_%d_%d", time.Now().UnixNano(), eventSeq.Add(1)), "object": "event",
+		"api_version": stripe.APIVersion, "created": created.Unix(), "livemode": false,
+		"pending_webhooks": 1, "type": typ, "data": map[string]any{"object": object},
+	})
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+// sendEvent signs payload with the webhook secret and posts it.
+func sendEvent(t testing.TB, s *stack.Stack, payload []byte) *Response {
+	t.Helper()
+	signed := webhook.GenerateTestSignedPayload(&webhook.UnsignedPayload{Payload: payload, Secret: testWebhookSecret, Timestamp: time.Now()})
+	return anon(t, s).Do(http.MethodPost, "/v1/webhooks/billing", payload, "Stripe-Signature", signed.Header)
+}
+
+// deliver sends an event and expects Stripe's success answer.
+func deliver(t testing.TB, s *stack.Stack, payload []byte) {
+	t.Helper()
+	sendEvent(t, s, payload).ExpectBody(t, `{"received":true}`)
+}
+
+// A customer's subscription, as the tests name its parts.
+type sub struct {
+	tenant, customer, id string
+}
+
+func newSub(tenant string) sub {
+	n := eventSeq.Add(1)
+	return sub{tenant: tenant, customer: fmt.Sprintf("cus_e2e_%d", n), id: fmt.Sprintf("sub_e2e_%d", n)}
+}
+
+func (s sub) checkoutCompleted(at time.Time) []byte {
+	return stripeEvent("checkout.session.completed", at, map[string]any{
+		"id": "cs_" + s.id, "object": "checkout.session", "mode": "subscription", "status": "complete",
+		"payment_status": "paid", "client_reference_id": s.tenant, "customer": s.customer, "subscription": s.id,
+	})
+}
+
+// object is the subscription object; fields override the defaults (active, renewing).
+func (s sub) object(periodEnd time.Time, fields ...any) map[string]any {
+	o := map[string]any{
+		"id": s.id, "object": "subscription", "customer": s.customer, "status": "active",
+		"cancel_at_period_end": false, "current_period_end": periodEnd.Unix(),
+		"metadata": map[string]string{"tenant_id": s.tenant},
+	}
+	for i := 0; i+1 < len(fields); i += 2 {
+		o[fields[i].(string)] = fields[i+1]
+	}
+	return o
+}
+
+func (s sub) event(typ string, at, periodEnd time.Time, fields ...any) []byte {
+	return stripeEvent("customer.subscription."+typ, at, s.object(periodEnd, fields...))
+}
+
+func (s sub) paymentFailed(at time.Time) []byte {
+	return stripeEvent("invoice.payment_failed", at, map[string]any{
+		"id": "in_" + s.id + fmt.Sprint(at.Unix()), "object": "invoice", "customer": s.customer, "subscription": s.id,
+	})
+}
+
+// billingStatus returns the status body.
+func billingStatus(t testing.TB, c *Client) string {
+	t.Helper()
+	return string(c.Get("/v1/billing/status").Expect(t, 200).Body)
+}
+
+func statusBody(status, plan string, cancel bool, periodEnd *time.Time, used, limit int) string {
+	p, end := "null", "null"
+	if plan != "" {
+		p = `"` + plan + `"`
+	}
+	if periodEnd != nil {
+		end = `"` + periodEnd.UTC().Format(time.RFC3339) + `"`
+	}
+	return fmt.Sprintf(`{"status":"%s","plan":%s,"cancelAtPeriodEnd":%t,"currentPeriodEnd":%s,"licensesUsed":%d,"licenseLimit":%d}`,
+		status, p, cancel, end, used, limit)
+}
+
+// upgrade makes the tenant Pro the way Stripe does after a paid checkout.
+func upgrade(t testing.TB, s *stack.Stack, tenant string) sub {
+	t.Helper()
+	su := newSub(tenant)
+	now := time.Now()
+	deliver(t, s, su.checkoutCompleted(now))
+	deliver(t, s, su.event("created", now, now.Add(30*24*time.Hour)))
+	return su
+}
+
+func TestBillingStatusSelfHostedIsTheFixedDefault(t *testing.T) {
+	t.Parallel()
+	s := selfHosted(t)
+	a := admin(t, s)
+	a.Get("/v1/billing/status").ExpectBody(t, selfHostedBilling)
+	a.Post("/v1/billing/checkout", map[string]string{"plan": "pro"}).
+		ExpectError(t, 400, "Billing is only available for hosted deployments")
+	anon(t, s).Get("/v1/billing/status").ExpectError(t, 403, "Unauthorized")
+}
+
+func TestBillingStatusOfANewTenantIsFreeAndCountsActiveLicenses(t *testing.T) {
+	t.Parallel()
+	s := hosted(t)
+	c, _ := hostedTenant(t, s)
+	c.Get("/v1/billing/status").ExpectBody(t, statusBody("active", "", false, nil, 0, 5))
+	p := product("billing-used")
+	k1 := issueLicense(t, c, lic(p))
+	issueLicense(t, c, lic(p))
+	issueLicense(t, c, lic(p, "expires_at", "2020-01-01T00:00:00Z")) // expired: holds no quota
+	if got, want := billingStatus(t, c), statusBody("active", "", false, nil, 2, 5); got != want {
+		t.Fatalf("status %s, want %s", got, want)
+	}
+	c.Post("/v1/revoke-license", map[string]any{"key": k1, "revoked": true}).Expect(t, 200)
+	c.Get("/v1/billing/status").ExpectBody(t, statusBody("active", "", false, nil, 1, 5))
+	admin(t, s).Get("/v1/billing/status").ExpectError(t, 403, "Unauthorized")
+}
+
+func TestBillingCheckoutCreatesAStripeSessionAndChangesNothing(t *testing.T) {
+	t.Parallel()
+	s := hosted(t)
+	c, tenant := hostedTenant(t, s)
+	before := billingStatus(t, c)
+
+	url := c.Post("/v1/billing/checkout", map[string]string{"plan": "pro"}).Expect(t, 200).JSON(t)["url"].(string)
+	if !strings.HasPrefix(url, "https://checkout.stripe.com/") {
+		t.Fatalf("checkout url %q", url)
+	}
+	c.Post("/v1/billing/checkout", map[string]string{"plan": "pro", "interval": "annual"}).Expect(t, 200)
+	calls := stripeCalls("/v1/checkout/sessions", "client_reference_id", tenant)
+	if len(calls) != 2 {
+		t.Fatalf("%d checkout sessions for the tenant, want 2", len(calls))
+	}
+	for i, want := range []string{testPriceMonthly, testPriceAnnual} {
+		f := calls[i].Form
+		if f.Get("mode") != "subscription" || f.Get("line_items[0][price]") != want || f.Get("subscription_data[metadata][tenant_id]") != tenant {
+			t.Fatalf("checkout session %d sent %v", i, f)
+		}
+	}
+	if got := billingStatus(t, c); got != before {
+		t.Fatalf("checkout changed the status: %s, was %s", got, before)
+	}
+
+	// Validation names the field; free without a paid subscription has nothing to manage.
+	c.Post("/v1/billing/checkout", map[string]string{}).ExpectError(t, 400, "plan must be free or pro")
+	c.Post("/v1/billing/checkout", map[string]string{"plan": "enterprise"}).ExpectError(t, 400, "plan must be free or pro")
+	c.Post("/v1/billing/checkout", map[string]string{"plan": "pro", "interval": "weekly"}).ExpectError(t, 400, "interval must be monthly or annual")
+	c.Post("/v1/billing/checkout", map[string]string{"plan": "free"}).
+		ExpectError(t, 400, "plan free: the account holds no paid subscription to cancel")
+
+	// Subscribed: free (and pro again) answer the subscription-management page of the
+	// customer recorded at checkout, never a second subscription.
+	su := upgrade(t, s, tenant)
+	portal := c.Post("/v1/billing/checkout", map[string]string{"plan": "free"}).Expect(t, 200).JSON(t)["url"].(string)
+	if portal == "" || strings.HasPrefix(portal, "https://checkout.stripe.com/") {
+		t.Fatalf("portal url %q", portal)
+	}
+	c.Post("/v1/billing/checkout", map[string]string{"plan": "pro"}).Expect(t, 200)
+	if n := len(stripeCalls("/v1/billing_portal/sessions", "customer", su.customer)); n != 2 {
+		t.Fatalf("%d portal sessions for the customer, want 2", n)
+	}
+	if n := len(stripeCalls("/v1/checkout/sessions", "client_reference_id", tenant)); n != 2 {
+		t.Fatalf("%d checkout sessions after subscribing, want still 2", n)
+	}
+}
+
+func TestBillingWebhookRefusesBadMissingAndStaleSignatures(t *testing.T) {
+	t.Parallel()
+	s := hosted(t)
+	c, tenant := hostedTenant(t, s)
+	payload := newSub(tenant).checkoutCompleted(time.Now())
+	post := func(body []byte, headers ...string) *Response {
+		return anon(t, s).Do(http.MethodPost, "/v1/webhooks/billing", body, headers...)
+	}
+	sign := func(body []byte, secret string, at time.Time) string {
+		return webhook.GenerateTestSignedPayload(&webhook.UnsignedPayload{Payload: body, Secret: secret, Timestamp: at}).Header
+	}
+	post(payload).ExpectError(t, 400, "Invalid signature")
+	post(payload, "Stripe-Signature", sign(payload, "whsec_someone_else", time.Now())).ExpectError(t, 400, "Invalid signature")
+	post(payload, "Stripe-Signature", sign(payload, testWebhookSecret, time.Now().Add(-301*time.Second))).ExpectError(t, 400, "Invalid signature")
+	post(payload, "Stripe-Signature", "t=1,v1=00").ExpectError(t, 400, "Invalid signature")
+	tampered := []byte(strings.Replace(string(payload), `"paid"`, `"unpaid"`, 1))
+	post(tampered, "Stripe-Signature", sign(payload, testWebhookSecret, time.Now())).ExpectError(t, 400, "Invalid signature")
+	c.Get("/v1/billing/status").ExpectBody(t, statusBody("active", "", false, nil, 0, 5))
+
+	// Within the tolerance it is accepted; an event type billing does not handle too.
+	post(payload, "Stripe-Signature", sign(payload, testWebhookSecret, time.Now().Add(-200*time.Second))).ExpectBody(t, `{"received":true}`)
+	deliver(t, s, stripeEvent("customer.created", time.Now(), map[string]any{"id": "cus_x", "object": "customer"}))
+	c.Get("/v1/billing/status").ExpectBody(t, statusBody("active", "pro", false, nil, 0, 1000))
+}
+
+// Every event of addendum §3 moves the state; past_due blocks writes and not reads.
+func TestBillingWebhookEventsMoveThePlan(t *testing.T) {
+	t.Parallel()
+	s := hosted(t)
+	c, tenant := hostedTenant(t, s)
+	su := newSub(tenant)
+	t0 := time.Now().Add(-time.Hour).Truncate(time.Second)
+	period := t0.Add(30 * 24 * time.Hour)
+	p := product("billing-life")
+	key := issueLicense(t, c, lic(p, "limits", map[string]any{"users": 100}))
+	revoked := issueLicense(t, c, lic(p))
+	c.Post("/v1/revoke-license", map[string]any{"key": revoked, "revoked": true}).Expect(t, 200)
+	registerRelease(t, c, rel(p, "1.0.0"))
+	tok := seat(t, anon(t, s), key, "laptop")
+
+	deliver(t, s, su.checkoutCompleted(t0))
+	c.Get("/v1/billing/status").ExpectBody(t, statusBody("active", "pro", false, nil, 1, 1000))
+	deliver(t, s, su.event("created", t0.Add(time.Second), period))
+	c.Get("/v1/billing/status").ExpectBody(t, statusBody("active", "pro", false, nil, 1, 1000))
+
+	// Canceled at period end: still Pro, the period end shown.
+	deliver(t, s, su.event("updated", t0.Add(2*time.Second), period, "cancel_at_period_end", true))
+	c.Get("/v1/billing/status").ExpectBody(t, statusBody("active", "pro", true, &period, 1, 1000))
+	deliver(t, s, su.event("updated", t0.Add(3*time.Second), period))
+	c.Get("/v1/billing/status").ExpectBody(t, statusBody("active", "pro", false, nil, 1, 1000))
+
+	// A failed payment: past_due. Writes refused, reads keep working.
+	failed := su.paymentFailed(t0.Add(4 * time.Second))
+	deliver(t, s, failed)
+	c.Get("/v1/billing/status").ExpectBody(t, statusBody("past_due", "pro", false, nil, 1, 1000))
+	c.Post("/v1/issue-license", lic(p)).ExpectError(t, 403, "Subscription is not active")
+	c.Post("/v1/register-release", rel(p, "1.1.0")).ExpectError(t, 403, "Subscription is not active")
+	c.Post("/v1/revoke-license", map[string]any{"key": revoked, "revoked": false}).ExpectError(t, 403, "Subscription is not active")
+	pub := anon(t, s)
+	if pub.Post("/v1/verify-license", map[string]string{"key": key}).Expect(t, 200).JSON(t)["valid"] != true {
+		t.Fatal("verify-license failed while past_due")
+	}
+	pub.Post("/v1/validate-license", map[string]string{"key": key, "instance_id": "laptop"}).ExpectBody(t, `{"valid":true}`)
+	trackUsage(pub, key, tok, "users").Expect(t, 200)
+	if v := update(t, pub, check(key, p, "0.9.0")); v != "1.0.0" {
+		t.Fatalf("check-update offered %q while past_due", v)
+	}
+	// Replaying the failure changes nothing; paying (Stripe's update to active) restores.
+	deliver(t, s, failed)
+	deliver(t, s, su.event("updated", t0.Add(5*time.Second), period))
+	c.Get("/v1/billing/status").ExpectBody(t, statusBody("active", "pro", false, nil, 1, 1000))
+	issueLicense(t, c, lic(p))
+
+	// Deleted: canceled, back on Free's limits.
+	deliver(t, s, su.event("deleted", t0.Add(6*time.Second), period, "status", "canceled"))
+	c.Get("/v1/billing/status").ExpectBody(t, statusBody("canceled", "free", false, nil, 2, 5))
+	// No event about the ended subscription revives it, however late its time.
+	deliver(t, s, su.event("updated", t0.Add(7*time.Second), period))
+	deliver(t, s, su.paymentFailed(t0.Add(8*time.Second)))
+	c.Get("/v1/billing/status").ExpectBody(t, statusBody("canceled", "free", false, nil, 2, 5))
+}
+
+// The same events, delivered in any order and any number of times, leave one state.
+func TestBillingEventsInAnyOrderLeaveTheSameState(t *testing.T) {
+	t.Parallel()
+	s := hosted(t)
+	t0 := time.Now().Add(-time.Hour).Truncate(time.Second)
+	period := t0.Add(30 * 24 * time.Hour)
+	history := func(su sub) [][]byte {
+		return [][]byte{
+			su.checkoutCompleted(t0),
+			su.event("created", t0, period),
+			su.paymentFailed(t0.Add(time.Second)),
+			su.event("updated", t0.Add(time.Second), period, "status", "past_due"),
+			su.event("updated", t0.Add(2*time.Second), period),
+			su.event("updated", t0.Add(3*time.Second), period, "cancel_at_period_end", true),
+		}
+	}
+	want := statusBody("active", "pro", true, &period, 0, 1000)
+	orders := [][]int{{0, 1, 2, 3, 4, 5}, {5, 4, 3, 2, 1, 0}, {2, 5, 0, 3, 1, 4}, {1, 3, 5, 0, 2, 4}}
+	for i, order := range orders {
+		c, tenant := hostedTenant(t, s)
+		events := history(newSub(tenant))
+		for _, j := range order {
+			deliver(t, s, events[j])
+		}
+		if got := billingStatus(t, c); got != want {
+			t.Fatalf("order %d %v: %s, want %s", i, order, got, want)
+		}
+		for _, e := range events { // replays
+			deliver(t, s, e)
+		}
+		if got := billingStatus(t, c); got != want {
+			t.Fatalf("order %d replayed: %s, want %s", i, got, want)
+		}
+	}
+
+	// An event naming only the customer, before the checkout that ties the customer to
+	// the tenant, waits for it.
+	c, tenant := hostedTenant(t, s)
+	su := newSub(tenant)
+	deliver(t, s, stripeEvent("invoice.payment_failed", t0.Add(time.Minute), map[string]any{
+		"id": "in_orphan", "object": "invoice", "customer": su.customer, "subscription": su.id}))
+	c.Get("/v1/billing/status").ExpectBody(t, statusBody("active", "", false, nil, 0, 5))
+	deliver(t, s, su.checkoutCompleted(t0))
+	c.Get("/v1/billing/status").ExpectBody(t, statusBody("past_due", "pro", false, nil, 0, 1000))
+}
+
+// api.md: a subscription canceled mid-period keeps its plan until currentPeriodEnd,
+// then reverts to Free, whether or not Stripe's deletion has arrived yet.
+func TestCancelAtPeriodEndRevertsToFreeWhenThePeriodEnds(t *testing.T) {
+	t.Parallel()
+	s := hosted(t)
+	c, tenant := hostedTenant(t, s)
+	su := newSub(tenant)
+	start := time.Now().Add(-31 * 24 * time.Hour).Truncate(time.Second)
+	ended := time.Now().Add(-time.Minute).Truncate(time.Second)
+	deliver(t, s, su.checkoutCompleted(start))
+	deliver(t, s, su.event("updated", start.Add(time.Hour), ended, "cancel_at_period_end", true))
+	c.Get("/v1/billing/status").ExpectBody(t, statusBody("canceled", "free", false, nil, 0, 5))
+}
+
+// Pro allows a sixth license and up to 1,000 active ones, concurrently issued: the quota
+// lock of the Free test holds on Pro. Downgrading revokes nothing.
+func TestProQuotaIs1000AndHoldsUnderConcurrency(t *testing.T) {
+	t.Parallel()
+	s := hosted(t)
+	c, tenant := hostedTenant(t, s)
+	p := product("billing-pro")
+	for range 5 {
+		issueLicense(t, c, lic(p))
+	}
+	c.Post("/v1/issue-license", lic(p)).ExpectError(t, 403, "License issuance quota exceeded")
+	su := upgrade(t, s, tenant)
+	issueLicense(t, c, lic(p)) // the sixth
+
+	// 6 issued + 989 seeded = 995 active: 12 concurrent issuances, exactly 5 succeed.
+	seedLicenses(t, s, tenant, p, 989)
+	c.Get("/v1/billing/status").ExpectBody(t, statusBody("active", "pro", false, nil, 995, 1000))
+	statuses := make([]*Response, 12)
+	var wg sync.WaitGroup
+	for i := range statuses {
+		wg.Add(1)
+		go func() { defer wg.Done(); statuses[i] = c.Post("/v1/issue-license", lic(p)) }()
+	}
+	wg.Wait()
+	ok := 0
+	for _, r := range statuses {
+		if r.Status == 200 {
+			ok++
+			continue
+		}
+		r.ExpectError(t, 403, "License issuance quota exceeded")
+	}
+	if ok != 5 {
+		t.Fatalf("%d of 12 concurrent issuances succeeded at 995/1000, want 5", ok)
+	}
+	c.Get("/v1/billing/status").ExpectBody(t, statusBody("active", "pro", false, nil, 1000, 1000))
+	c.Post("/v1/issue-license", lic(p)).ExpectError(t, 403, "License issuance quota exceeded") // the 1,001st
+
+	// Downgrade: nothing is revoked, issuance refused until under Free's 5.
+	deliver(t, s, su.event("deleted", time.Now().Add(time.Minute), time.Now(), "status", "canceled"))
+	c.Get("/v1/billing/status").ExpectBody(t, statusBody("canceled", "free", false, nil, 1000, 5))
+	c.Post("/v1/issue-license", lic(p)).ExpectError(t, 403, "License issuance quota exceeded")
+	if list := c.Get("/v1/list-licenses?status=active&limit=1").Expect(t, 200).JSON(t); list["total"] != 1000.0 {
+		t.Fatalf("active licenses after the downgrade: %v", list["total"])
+	}
+	revokeSome(t, s, tenant, 996)
+	issueLicense(t, c, lic(p))
+	c.Post("/v1/issue-license", lic(p)).ExpectError(t, 403, "License issuance quota exceeded")
+}
+
+// seedLicenses inserts n active licenses straight into licensing's table (issuing a
+// thousand through the REST edge would only test the rate limiter).
+func seedLicenses(t testing.TB, s *stack.Stack, tenant, productID string, n int) {
+	t.Helper()
+	db := dbConn(t, s)
+	_, err := db.Exec(t.Context(), `INSERT INTO licensing.licenses (key_hash, key, tenant_id, tier, product_id, issued_to)
+		SELECT sha256(convert_to('seed-' || $1 || '-' || g, 'UTF8')), 'SEED-' || $1 || '-' || g, $1, 'pro', $2, 'seed'
+		FROM generate_series(1, $3::int) g`, tenant, productID, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// revokeSome revokes n of the tenant's active licenses.
+func revokeSome(t testing.TB, s *stack.Stack, tenant string, n int) {
+	t.Helper()
+	_, err := dbConn(t, s).Exec(t.Context(), `UPDATE licensing.licenses SET status = 'revoked', revoked_at = now()
+		WHERE key_hash IN (SELECT key_hash FROM licensing.licenses WHERE tenant_id = $1 AND status = 'active' LIMIT $2)`, tenant, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func dbConn(t testing.TB, s *stack.Stack) *pgx.Conn {
+	t.Helper()
+	conn, err := pgx.Connect(context.Background(), s.Env("DATABASE_URL"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	return conn
+}
+
+// Licensing asks billing on every issuance, so an upgrade is in force on every licensing
+// replica the moment the webhook answered: no cache to wait out.
+func TestTwoLicensingReplicasSeeAnUpgradeAtOnce(t *testing.T) {
+	t.Parallel()
+	s := hosted(t)
+	ctx := t.Context()
+	replica, err := s.StartServiceReplica(ctx, "licensing")
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := s.StartGateway(ctx, 0, map[string]string{"LICENSING_ADDR": replica})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c1, tenant := hostedTenant(t, s)
+	c2 := newClient(t, second, c1.Token)
+	p := product("billing-replicas")
+	for i := range 5 {
+		issueLicense(t, []*Client{c1, c2}[i%2], lic(p))
+	}
+	c1.Post("/v1/issue-license", lic(p)).ExpectError(t, 403, "License issuance quota exceeded")
+	c2.Post("/v1/issue-license", lic(p)).ExpectError(t, 403, "License issuance quota exceeded")
+	su := upgrade(t, s, tenant)
+	issueLicense(t, c1, lic(p))
+	issueLicense(t, c2, lic(p))
+	deliver(t, s, su.paymentFailed(time.Now().Add(time.Minute)))
+	c1.Post("/v1/issue-license", lic(p)).ExpectError(t, 403, "Subscription is not active")
+	c2.Post("/v1/issue-license", lic(p)).ExpectError(t, 403, "Subscription is not active")
+}
+
+// Without STRIPE_SECRET_KEY, checkout is a clear 503 and the rest keeps working.
+func TestBillingWithoutStripeConfigurationIs503(t *testing.T) {
+	t.Parallel()
+	s := startStack(t, map[string]string{"MULTI_TENANT": "true"})
+	t.Cleanup(s.Stop)
+	c, _ := hostedTenant(t, s)
+	c.Post("/v1/billing/checkout", map[string]string{"plan": "pro"}).
+		ExpectError(t, 503, "Billing is not configured on this server (STRIPE_SECRET_KEY)")
+	c.Post("/v1/billing/checkout", map[string]string{"plan": "gold"}).ExpectError(t, 400, "plan must be free or pro")
+	sendEvent(t, s, stripeEvent("customer.created", time.Now(), map[string]any{"id": "cus_x"})).
+		ExpectError(t, 503, "Billing webhooks are not configured on this server (STRIPE_WEBHOOK_SECRET)")
+	c.Get("/v1/billing/status").ExpectBody(t, statusBody("active", "", false, nil, 0, 5))
+}

@@ -1,0 +1,138 @@
+package e2e
+
+import (
+	"testing"
+	"time"
+)
+
+// The license cache (pkg/licensecache) and its staleness bound. The stack runs with a
+// cache TTL of an hour, so only the change event can make a replica see a write in time;
+// expiry must hold without any event at all.
+
+const (
+	verifyNotActive = `{"valid":false,"error":"License is not active"}`
+	verifyNotFound  = `{"valid":false,"error":"License key not found"}`
+	verifyExpired   = `{"valid":false,"error":"License has expired"}`
+)
+
+// staleBound is the staleness the cache promises across replicas.
+const staleBound = time.Second
+
+// Two licensing replicas, each behind its own gateway: a write through one is answered by
+// the other within a second (the event), and by the one that wrote at once.
+func TestLicenseCache_AWriteThroughOneReplicaCountsOnTheOtherWithinASecond(t *testing.T) {
+	t.Parallel()
+	s := startStack(t, map[string]string{"LICENSE_CACHE_TTL": "1h"})
+	t.Cleanup(s.Stop)
+	ctx := t.Context()
+	replica, err := s.StartServiceReplica(ctx, "licensing")
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := s.StartGateway(ctx, 0, map[string]string{"LICENSING_ADDR": replica})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, one, other := admin(t, s), anon(t, s), newClient(t, second, "")
+	key := issueLicense(t, a, lic("cache-replicas"))
+	verify := map[string]string{"key": key}
+	// Both replicas have the license cached.
+	for range 3 {
+		one.Post("/v1/verify-license", verify).Expect(t, 200)
+		other.Post("/v1/verify-license", verify).Expect(t, 200)
+	}
+
+	a.Post("/v1/revoke-license", map[string]any{"key": key, "revoked": true}).Expect(t, 200)
+	one.Post("/v1/verify-license", verify).Expect(t, 403).ExpectBody(t, verifyNotActive)
+	waitFor(t, other, "/v1/verify-license", verify, 403).ExpectBody(t, verifyNotActive)
+
+	a.Post("/v1/revoke-license", map[string]any{"key": key, "revoked": false}).Expect(t, 200)
+	one.Post("/v1/verify-license", verify).Expect(t, 200)
+	waitFor(t, other, "/v1/verify-license", verify, 200)
+
+	a.Delete("/v1/delete-license", map[string]string{"key": key}).Expect(t, 200)
+	one.Post("/v1/verify-license", verify).Expect(t, 404).ExpectBody(t, verifyNotFound)
+	waitFor(t, other, "/v1/verify-license", verify, 404).ExpectBody(t, verifyNotFound)
+}
+
+// The services that ask licensing for licenses (activations, releases) cache its answers;
+// a write in licensing reaches their caches within the same bound.
+func TestLicenseCache_CallersSeeAWriteWithinASecond(t *testing.T) {
+	t.Parallel()
+	s := startStack(t, map[string]string{"LICENSE_CACHE_TTL": "1h"})
+	t.Cleanup(s.Stop)
+	a, c := admin(t, s), anon(t, s)
+	p := product("cache-callers")
+	registerRelease(t, a, rel(p, "2.0.0"))
+	key := issueLicense(t, a, lic(p))
+	c.Post("/v1/activate-license", map[string]string{"key": key, "instance_id": "host-1"}).Expect(t, 200)
+	validate := map[string]string{"key": key, "instance_id": "host-1"}
+	update := check(key, p, "1.0.0")
+	for range 3 {
+		c.Post("/v1/validate-license", validate).Expect(t, 200).ExpectBody(t, `{"valid":true}`)
+		c.Post("/v1/check-update", update).Expect(t, 200)
+	}
+
+	a.Post("/v1/revoke-license", map[string]any{"key": key, "revoked": true}).Expect(t, 200)
+	waitForBody(t, c, "/v1/validate-license", validate, 200, `{"valid":false}`)
+	waitFor(t, c, "/v1/check-update", update, 403).ExpectBody(t, `{"error":"License is not active"}`)
+
+	a.Post("/v1/revoke-license", map[string]any{"key": key, "revoked": false}).Expect(t, 200)
+	waitForBody(t, c, "/v1/validate-license", validate, 200, `{"valid":true}`)
+	waitFor(t, c, "/v1/check-update", update, 200)
+
+	// New terms count too: an expiry in the past.
+	past := time.Now().Add(-time.Hour).UTC().Format(time.RFC3339)
+	a.Post("/v1/admin/update-license-terms", map[string]any{"key": key, "expires_at": past}).Expect(t, 200)
+	waitForBody(t, c, "/v1/validate-license", validate, 200, `{"valid":false}`)
+	waitFor(t, c, "/v1/check-update", update, 403).ExpectBody(t, `{"error":"License has expired"}`)
+}
+
+// Expiry is decided at every read: a cached license turns expired on time, with no write
+// and no event.
+func TestLicenseCache_ExpiryIsNeverCached(t *testing.T) {
+	t.Parallel()
+	s := startStack(t, map[string]string{"LICENSE_CACHE_TTL": "1h"})
+	t.Cleanup(s.Stop)
+	a, c := admin(t, s), anon(t, s)
+	expires := time.Now().Add(3 * time.Second).UTC().Truncate(time.Millisecond)
+	key := issueLicense(t, a, lic("cache-expiry", "expires_at", expires.Format(time.RFC3339Nano)))
+	verify := map[string]string{"key": key}
+	c.Post("/v1/verify-license", verify).Expect(t, 200)
+	time.Sleep(time.Until(expires))
+	c.Post("/v1/verify-license", verify).Expect(t, 403).ExpectBody(t, verifyExpired)
+}
+
+// waitFor posts body to path through c until the answer has status, and fails when that
+// takes longer than staleBound.
+func waitFor(t *testing.T, c *Client, path string, body any, status int) *Response {
+	t.Helper()
+	start := time.Now()
+	for {
+		resp := c.Post(path, body)
+		if resp.Status == status {
+			t.Logf("%s answered %d after %v", path, status, time.Since(start))
+			return resp
+		}
+		if time.Since(start) > staleBound {
+			t.Fatalf("%s still answers %d %s after %v", path, resp.Status, resp.Body, staleBound)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// waitForBody is waitFor until the body is want too.
+func waitForBody(t *testing.T, c *Client, path string, body any, status int, want string) {
+	t.Helper()
+	start := time.Now()
+	for {
+		resp := waitFor(t, c, path, body, status)
+		if string(resp.Body) == want {
+			return
+		}
+		if time.Since(start) > staleBound {
+			t.Fatalf("%s still answers %s after %v, want %s", path, resp.Body, staleBound, want)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
