@@ -190,7 +190,8 @@ func timedPost(t *testing.T, c *Client, path string, body any) (*Response, time.
 func TestPostgresPausedAnswers503WithinTheBudgetThenRecovers(t *testing.T) {
 	t.Parallel()
 	const budget = 2 * time.Second
-	s := startOwnStack(t, map[string]string{"REQUEST_TIMEOUT": budget.String()})
+	// No license cache: every verify reads Postgres (a cached row would answer for its TTL).
+	s := startOwnStack(t, map[string]string{"REQUEST_TIMEOUT": budget.String(), "LICENSE_CACHE_TTL": "0"})
 	c := admin(t, s)
 	key := issueLicense(t, c, map[string]any{"tier": "pro", "product_id": product("pause"), "issued_to": "pg@example.com"})
 	c.Post("/v1/verify-license", map[string]string{"key": key}).Expect(t, 200)
@@ -212,6 +213,7 @@ func TestPostgresPausedAnswers503WithinTheBudgetThenRecovers(t *testing.T) {
 		if took > budget+3*time.Second {
 			t.Fatalf("%s with Postgres paused took %v, budget %v", req.path, took, budget)
 		}
+		t.Logf("%s with Postgres paused: %d %s in %v (budget %v)", req.path, r.Status, r.Body, took.Round(time.Millisecond), budget)
 	}
 	// Readiness follows: every service reports NOT_SERVING, the gateway lists them.
 	eventually(t, "licensing NOT_SERVING", func() bool {
@@ -503,8 +505,8 @@ func TestEveryProcessServesItsMetricsOnItsOwnPort(t *testing.T) {
 			`keyhouse_grpc_server_request_duration_seconds_bucket{code="OK",method="/keyhouse.licensing.v1.LicensingService/VerifyLicense",le="+Inf"} 1`,
 			`keyhouse_pgxpool_total_conns{pool="licensing"}`,
 			`keyhouse_pgxpool_acquires_total{pool="licensing"}`,
-			`keyhouse_outbox_backlog `,
-			`keyhouse_outbox_oldest_age_seconds `,
+			`keyhouse_outbox_backlog 0`, // the deletion event was relayed
+			`keyhouse_outbox_oldest_age_seconds 0`,
 			`keyhouse_dependency_up{dependency="postgres"} 1`,
 		},
 		"activations": {
@@ -546,11 +548,6 @@ func TestEveryProcessServesItsMetricsOnItsOwnPort(t *testing.T) {
 		if len(missing) > 0 {
 			t.Errorf("%s metrics lack %q", p.Name, missing)
 			continue
-		}
-		if p.Name == "licensing" {
-			if v := sample(got, "keyhouse_outbox_backlog "); v != 0 {
-				t.Errorf("outbox backlog %v after the delete was relayed, want 0", v)
-			}
 		}
 	}
 }
