@@ -17,6 +17,7 @@ import (
 
 	"github.com/keyhouse/keyhouse/pkg/apierr"
 	"github.com/keyhouse/keyhouse/pkg/grpcx"
+	"github.com/keyhouse/keyhouse/pkg/idempotency"
 	"github.com/keyhouse/keyhouse/pkg/license"
 	"github.com/keyhouse/keyhouse/pkg/licensecache"
 	"github.com/keyhouse/keyhouse/pkg/signing"
@@ -24,6 +25,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 )
 
 // Client calls LicensingInternalService. It is safe for concurrent use.
@@ -98,6 +100,23 @@ func (c *Client) ClaimProduct(ctx context.Context, tenant, productID string) err
 		return c.rpc.ClaimProduct(ctx, &licensingv1.ClaimProductRequest{ProductId: productID}, o...)
 	}, codes.PermissionDenied)
 	return err
+}
+
+// IssueLicense issues a license for tenant (storefront fulfillment, which holds no
+// tenant API key) through LicensingInternalService.IssueLicenseForTenant: issue-license's
+// validation, subscription and quota checks, product claim and Idempotency-Key (idemKey,
+// sent as the idempotency-key metadata). Licensing's refusals come back with its message:
+// 400 invalid input, 403 quota / subscription / ownership, 409 key reused with another
+// request; anything else is the 503.
+func (c *Client) IssueLicense(ctx context.Context, tenant, idemKey string, req *licensingv1.IssueLicenseRequest) (string, error) {
+	ctx = metadata.AppendToOutgoingContext(ctx, idempotency.Header, idemKey)
+	resp, err := grpcx.Call(ctx, c.peer, tenant, func(ctx context.Context, o ...grpc.CallOption) (*licensingv1.IssueLicenseForTenantResponse, error) {
+		return c.rpc.IssueLicenseForTenant(ctx, &licensingv1.IssueLicenseForTenantRequest{License: req}, o...)
+	}, codes.InvalidArgument, codes.PermissionDenied, codes.AlreadyExists)
+	if err != nil {
+		return "", err
+	}
+	return resp.GetKey(), nil
 }
 
 // CountActive is the tenant's number of active licenses (its quota usage).

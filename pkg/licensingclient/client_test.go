@@ -44,6 +44,16 @@ func (f *fakeLicensing) ClaimProduct(context.Context, *licensingv1.ClaimProductR
 	return &licensingv1.ClaimProductResponse{}, nil
 }
 
+func (f *fakeLicensing) IssueLicenseForTenant(ctx context.Context, req *licensingv1.IssueLicenseForTenantRequest) (*licensingv1.IssueLicenseForTenantResponse, error) {
+	if md, ok := metadata.FromIncomingContext(ctx); ok && f.md != nil {
+		f.md <- md
+	}
+	if f.err != nil {
+		return nil, f.err
+	}
+	return &licensingv1.IssueLicenseForTenantResponse{Key: "KEY-" + req.GetLicense().GetProductId()}, nil
+}
+
 // serve starts f on lis and stops it with the test.
 func serve(t *testing.T, lis net.Listener, f *fakeLicensing) {
 	t.Helper()
@@ -133,6 +143,43 @@ func TestClaimProductPassesTheOwnershipRefusal(t *testing.T) {
 	serve(t, lis, &fakeLicensing{err: license.ErrProductOwned})
 	err := client(t, lis.Addr().String()).ClaimProduct(context.Background(), "t1", "App")
 	wantStatus(t, err, codes.PermissionDenied, "product_id is owned by a different tenant", false)
+}
+
+// Storefront issues for a tenant with an Idempotency-Key; licensing's refusals keep their
+// message (the quota refusal is how fulfillment tells over_quota apart), an internal
+// failure is the 503.
+func TestIssueLicenseSendsTheKeyAndPassesRefusals(t *testing.T) {
+	t.Parallel()
+	lis := listen(t)
+	f := &fakeLicensing{md: make(chan metadata.MD, 1)}
+	serve(t, lis, f)
+	c := client(t, lis.Addr().String())
+	key, err := c.IssueLicense(context.Background(), "t1", "storefront:cs_1", &licensingv1.IssueLicenseRequest{ProductId: "App"})
+	if err != nil || key != "KEY-App" {
+		t.Fatalf("key %q err %v", key, err)
+	}
+	md := <-f.md
+	if got := md.Get("idempotency-key"); len(got) != 1 || got[0] != "storefront:cs_1" {
+		t.Fatalf("idempotency-key %v", got)
+	}
+	if got := md.Get("x-keyhouse-tenant"); len(got) != 1 || got[0] != "t1" {
+		t.Fatalf("tenant %v", got)
+	}
+	for _, tc := range []struct {
+		err  error
+		code codes.Code
+		msg  string
+	}{
+		{apierr.Forbidden("License issuance quota exceeded"), codes.PermissionDenied, "License issuance quota exceeded"},
+		{apierr.Invalid("Unknown limit key: storage"), codes.InvalidArgument, "Unknown limit key: storage"},
+		{apierr.Conflict("Idempotency-Key reused with a different request"), codes.AlreadyExists, "Idempotency-Key reused with a different request"},
+		{status.Error(codes.Internal, "pq: connection refused 10.0.0.5"), codes.Unavailable, "Licensing service unavailable, retry"},
+	} {
+		lis := listen(t)
+		serve(t, lis, &fakeLicensing{err: tc.err})
+		_, err := client(t, lis.Addr().String()).IssueLicense(context.Background(), "t1", "k", &licensingv1.IssueLicenseRequest{})
+		wantStatus(t, err, tc.code, tc.msg, tc.code == codes.Unavailable)
+	}
 }
 
 // A call made while licensing is not up yet waits for it within the call budget

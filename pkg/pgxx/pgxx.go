@@ -24,8 +24,15 @@ import (
 
 var schemaName = regexp.MustCompile(`^[a-z][a-z0-9_]{0,62}$`)
 
+// Option tunes the pool Open makes.
+type Option func(*pgxpool.Config)
+
+// WithMaxConns sizes the pool (pgx's default is max(4, CPUs)): for a pool whose users
+// hold a connection for long, such as a worker's session locks.
+func WithMaxConns(n int32) Option { return func(c *pgxpool.Config) { c.MaxConns = max(n, 1) } }
+
 // Open connects to databaseURL with search_path set to schema.
-func Open(ctx context.Context, databaseURL, schema string) (*pgxpool.Pool, error) {
+func Open(ctx context.Context, databaseURL, schema string, opts ...Option) (*pgxpool.Pool, error) {
 	if !schemaName.MatchString(schema) {
 		return nil, fmt.Errorf("pgxx: invalid schema name %q", schema)
 	}
@@ -40,6 +47,9 @@ func Open(ctx context.Context, databaseURL, schema string) (*pgxpool.Pool, error
 		// A server that accepts TCP but never answers (paused, overloaded) must not hold a
 		// new connection forever; requests are bounded by their deadline anyway.
 		cfg.ConnConfig.ConnectTimeout = 5 * time.Second
+	}
+	for _, o := range opts {
+		o(cfg)
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {

@@ -34,6 +34,10 @@ type Scenario struct {
 	// Workers, when set, is the scenario's own number of concurrent clients (the hot
 	// license takes 100 parallel increments whatever -c says).
 	Workers int
+	// Rate, when set, drives the scenario open-loop: one op starts every 1/Rate seconds
+	// whatever the latency of those in flight (a steady arrival rate, like webhooks), and
+	// the report's clients column shows the rate. Otherwise Workers clients loop.
+	Rate float64
 	// Note says what the figure measures or what limits it; it goes in the report.
 	Note  string
 	Setup func(ctx context.Context, env *Env) (Op, error)
@@ -185,8 +189,17 @@ func Run(ctx context.Context, sc Scenario, op Op, workers int, d time.Duration, 
 	if sc.Workers > 0 {
 		workers = sc.Workers
 	}
+	run := func(ctx context.Context, base int) ([]time.Duration, int, int, string) {
+		return drive(ctx, op, workers, base)
+	}
+	if sc.Rate > 0 {
+		workers = int(sc.Rate)
+		run = func(ctx context.Context, base int) ([]time.Duration, int, int, string) {
+			return driveRate(ctx, op, sc.Rate, base)
+		}
+	}
 	warm, cancel := context.WithTimeout(ctx, d/5)
-	drive(warm, op, workers, 0)
+	run(warm, 0)
 	cancel()
 	runCtx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
@@ -195,7 +208,7 @@ func Run(ctx context.Context, sc Scenario, op Op, workers int, d time.Duration, 
 		before = cpu()
 	}
 	start := time.Now()
-	lat, errs, refused, first := drive(runCtx, op, workers, 1_000_000)
+	lat, errs, refused, first := run(runCtx, 1_000_000)
 	res := Result{ID: sc.ID, Name: sc.Name, Note: sc.Note, Workers: workers, Requests: len(lat), Errors: errs,
 		Refused: refused, FirstError: first, Duration: time.Since(start)}
 	if cpu != nil {
@@ -257,6 +270,52 @@ func drive(ctx context.Context, op Op, workers, base int) ([]time.Duration, int,
 	}
 	wg.Wait()
 	return all, errs, refused, first
+}
+
+// driveRate starts op every 1/rate seconds until ctx ends and waits for the ops in
+// flight; an op still running at the end is not a result.
+func driveRate(ctx context.Context, op Op, rate float64, base int) ([]time.Duration, int, int, string) {
+	var (
+		mu      sync.Mutex
+		all     []time.Duration
+		errs    int
+		refused int
+		first   string
+		wg      sync.WaitGroup
+	)
+	tick := time.NewTicker(time.Duration(float64(time.Second) / rate))
+	defer tick.Stop()
+	for i := base; ; i++ {
+		select {
+		case <-ctx.Done():
+			wg.Wait()
+			return all, errs, refused, first
+		case <-tick.C:
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			t0 := time.Now()
+			err := op(ctx, 0, i)
+			d := time.Since(t0)
+			if ctx.Err() != nil {
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case errors.Is(err, ErrRefused):
+				refused++
+			case err != nil:
+				errs++
+				if first == "" {
+					first = err.Error()
+				}
+			default:
+				all = append(all, d)
+			}
+		}()
+	}
 }
 
 // Table formats results as a Markdown table: throughput and latency, then the CPU each

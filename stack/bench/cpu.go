@@ -21,7 +21,7 @@ type CPUTimes map[string]time.Duration
 
 // CPUColumns is the order of the CPU table's columns; processes not listed are summed
 // into "other".
-var CPUColumns = []string{"gateway", "licensing", "activations", "releases", "postgres", "redis", "bench"}
+var CPUColumns = []string{"gateway", "licensing", "activations", "releases", "storefront", "postgres", "redis", "bench"}
 
 // SampleCPU reads the CPU times of every process of s from /proc. A process that cannot
 // be read (not Linux, already gone) is left out.

@@ -409,8 +409,9 @@ func TestProQuotaIs1000AndHoldsUnderConcurrency(t *testing.T) {
 	s := hosted(t)
 	c, tenant := hostedTenant(t, s)
 	p := product("billing-pro")
+	var keys []string
 	for range 5 {
-		issueLicense(t, c, lic(p))
+		keys = append(keys, issueLicense(t, c, lic(p)))
 	}
 	c.Post("/v1/issue-license", lic(p)).ExpectError(t, 403, "License issuance quota exceeded")
 	su := upgrade(t, s, tenant)
@@ -439,6 +440,24 @@ func TestProQuotaIs1000AndHoldsUnderConcurrency(t *testing.T) {
 	}
 	c.Get("/v1/billing/status").ExpectBody(t, statusBody("active", "pro", false, nil, 1000, 1000))
 	c.Post("/v1/issue-license", lic(p)).ExpectError(t, 403, "License issuance quota exceeded") // the 1,001st
+
+	// Reactivation takes the same lock: at 999, two concurrent reactivations, one wins.
+	for _, k := range keys[:2] {
+		c.Post("/v1/revoke-license", map[string]any{"key": k, "revoked": true}).Expect(t, 200)
+	}
+	issueLicense(t, c, lic(p))
+	var react [2]int
+	for i := range react {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			react[i] = c.Post("/v1/revoke-license", map[string]any{"key": keys[i], "revoked": false}).Status
+		}()
+	}
+	wg.Wait()
+	if react != [2]int{200, 403} && react != [2]int{403, 200} {
+		t.Fatalf("concurrent reactivations at 999/1000: %v", react)
+	}
 
 	// Downgrade: nothing is revoked, issuance refused until under Free's 5.
 	deliver(t, s, su.event("deleted", time.Now().Add(time.Minute), time.Now(), "status", "canceled"))

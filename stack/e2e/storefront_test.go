@@ -276,7 +276,7 @@ func (s *shop) firstDeliveryKeys() string {
 	var out struct {
 		Deliveries []json.RawMessage `json:"deliveries"`
 	}
-	if err := json.Unmarshal(s.c.Get("/v1/storefront/deliveries?limit=1").Expect(s.t, 200).Body, &out); err != nil || len(out.Deliveries) == 0 {
+	if err := json.Unmarshal(newClient(s.t, s.c.Base, s.c.Token).Get("/v1/storefront/deliveries?limit=1").Expect(s.t, 200).Body, &out); err != nil || len(out.Deliveries) == 0 {
 		s.t.Fatalf("no delivery: %v", err)
 	}
 	return strings.Join((&Response{Body: out.Deliveries[0]}).Keys(s.t), ",")

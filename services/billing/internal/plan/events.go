@@ -98,6 +98,7 @@ func Read(e stripe.Event) (Change, error) {
 		if err := json.Unmarshal(e.Data.Raw, &in); err != nil {
 			return c, err
 		}
+		newer(e.Data.Raw, &in, nil)
 		return readInvoice(c, &in), nil
 	default:
 		var s stripe.Subscription
@@ -107,7 +108,44 @@ func Read(e stripe.Event) (Change, error) {
 		if e.Type == "customer.subscription.deleted" {
 			s.Status = stripe.SubscriptionStatusCanceled
 		}
+		newer(e.Data.Raw, nil, &s)
 		return readSubscription(c, &s), nil
+	}
+}
+
+// newerShapes are the fields Stripe moved in API versions after stripe-go v76's
+// (2025-03-31): the subscription's period end lives on its items, and an invoice names
+// its subscription under parent.subscription_details. Read both, so a webhook endpoint
+// created with a newer API version still works.
+type newerShapes struct {
+	Items struct {
+		Data []struct {
+			CurrentPeriodEnd int64 `json:"current_period_end"`
+		} `json:"data"`
+	} `json:"items"`
+	Parent struct {
+		SubscriptionDetails struct {
+			Subscription string            `json:"subscription"`
+			Metadata     map[string]string `json:"metadata"`
+		} `json:"subscription_details"`
+	} `json:"parent"`
+}
+
+func newer(raw []byte, in *stripe.Invoice, s *stripe.Subscription) {
+	var n newerShapes
+	if json.Unmarshal(raw, &n) != nil {
+		return
+	}
+	if s != nil && s.CurrentPeriodEnd == 0 {
+		for _, item := range n.Items.Data {
+			s.CurrentPeriodEnd = max(s.CurrentPeriodEnd, item.CurrentPeriodEnd)
+		}
+	}
+	if in != nil && (in.Subscription == nil || in.Subscription.ID == "") && n.Parent.SubscriptionDetails.Subscription != "" {
+		in.Subscription = &stripe.Subscription{ID: n.Parent.SubscriptionDetails.Subscription}
+		if in.SubscriptionDetails == nil {
+			in.SubscriptionDetails = &stripe.InvoiceSubscriptionDetails{Metadata: n.Parent.SubscriptionDetails.Metadata}
+		}
 	}
 }
 

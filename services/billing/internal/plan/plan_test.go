@@ -74,6 +74,18 @@ func TestReadTakesWhatBillingNeeds(t *testing.T) {
 	if oneOff.Kind != Ignore {
 		t.Fatalf("a failed invoice without a subscription: %+v", oneOff)
 	}
+	// API versions after 2025-03-31: the period end on the items, the invoice's
+	// subscription under parent.subscription_details.
+	moved := event(t, "customer.subscription.updated", t0, map[string]any{"id": "sub_1", "status": "active",
+		"cancel_at_period_end": true, "items": map[string]any{"data": []any{map[string]any{"current_period_end": t0.Add(time.Hour).Unix()}}}})
+	if moved.State.CurrentPeriodEnd == nil || !moved.State.CurrentPeriodEnd.Equal(t0.Add(time.Hour)) {
+		t.Fatalf("period end on the items: %+v", moved.State)
+	}
+	basil := event(t, "invoice.payment_failed", t0, map[string]any{"id": "in_3", "customer": "cus_1",
+		"parent": map[string]any{"subscription_details": map[string]any{"subscription": "sub_1", "metadata": map[string]string{"tenant_id": "t_1"}}}})
+	if basil.Kind != PaymentFailed || basil.Subscription != "sub_1" || basil.Tenant != "t_1" {
+		t.Fatalf("invoice of a newer API version: %+v", basil)
+	}
 	if Handled("customer.created") {
 		t.Fatal("customer.created is not a billing event")
 	}

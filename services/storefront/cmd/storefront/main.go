@@ -10,19 +10,21 @@ import (
 
 	"github.com/keyhouse/keyhouse/pkg/app"
 	"github.com/keyhouse/keyhouse/pkg/config"
+	"github.com/keyhouse/keyhouse/pkg/licensingclient"
 	"github.com/keyhouse/keyhouse/pkg/mail"
 	"github.com/keyhouse/keyhouse/pkg/natsx"
-	licensingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1"
+	"github.com/keyhouse/keyhouse/pkg/pgxx"
 	"github.com/keyhouse/keyhouse/services/storefront/internal/fulfill"
-	"github.com/keyhouse/keyhouse/services/storefront/internal/remote"
 	"github.com/keyhouse/keyhouse/services/storefront/internal/server"
 	"github.com/keyhouse/keyhouse/services/storefront/internal/store"
 	"github.com/keyhouse/keyhouse/services/storefront/migrations"
 )
 
 // workerConcurrency is how many deliveries one replica fulfills at once; deliveries of
-// one checkout session still go one at a time (the session lock).
-const workerConcurrency = 4
+// one checkout session still go one at a time (the session lock). Each holds one
+// connection of the worker's own pool while it works, so the callback and the outbox
+// relay, on the service's pool, never wait behind the worker.
+const workerConcurrency = 8
 
 func main() {
 	app.Main(app.Service{
@@ -45,10 +47,7 @@ func register(ctx context.Context, d *app.Deps) error {
 	if err != nil {
 		return err
 	}
-	licensing := &remote.Licensing{
-		Client:   licensingv1.NewLicensingInternalServiceClient(conn),
-		AdminKey: d.Config.AdminAPIKey.Reveal(),
-	}
+	licensing := licensingclient.New(conn, d.Config.AdminAPIKey.Reveal())
 	nc, js, err := natsx.Connect(ctx, d.Config.NATSURL, "storefront", d.Log)
 	if err != nil {
 		return err
@@ -59,6 +58,12 @@ func register(ctx context.Context, d *app.Deps) error {
 	}
 	d.Readiness.Add(natsx.ReadinessCheck(nc)) // the fulfillment worker consumes
 	st := store.New(d.DB)
+	workerDB, err := pgxx.Open(ctx, d.Config.DatabaseURL.Reveal(), "storefront", pgxx.WithMaxConns(workerConcurrency+1))
+	if err != nil {
+		nc.Close()
+		return err
+	}
+	d.OnClose(workerDB.Close)
 	// Sent rows hold a sealed buyer address: keep them no longer than needed to diagnose.
 	relay := natsx.NewRelay(d.DB, js, d.Log, natsx.WithRetention(time.Hour), natsx.WithPollInterval(200*time.Millisecond))
 	server.Register(d.Server.GRPC, server.New(server.Config{
@@ -66,12 +71,16 @@ func register(ctx context.Context, d *app.Deps) error {
 	}, st, licensing, relay.Notify, d.Log))
 
 	worker := &fulfill.Worker{
-		Store: st, Licensing: licensing, Keys: licensing, Mail: sender,
+		Store: store.New(workerDB), Licensing: licensing, Keys: licensing, Mail: sender,
 		Portal: fulfill.NoPortal{}, Log: d.Log.With("component", "fulfillment"),
 		MaxAttempts: fulfill.DefaultMaxAttempts,
 	}
 	var wg sync.WaitGroup
-	wg.Add(2)
+	wg.Add(3)
+	go func() {
+		defer wg.Done()
+		licensing.Prefetch(ctx, d.Log)
+	}()
 	go func() {
 		defer wg.Done()
 		if err := relay.Run(ctx); err != nil {

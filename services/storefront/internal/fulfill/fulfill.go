@@ -30,7 +30,7 @@ import (
 	"github.com/keyhouse/keyhouse/pkg/natsx"
 	"github.com/keyhouse/keyhouse/pkg/signing"
 	licensingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1"
-	"github.com/keyhouse/keyhouse/services/storefront/internal/remote"
+	"github.com/keyhouse/keyhouse/services/storefront/internal/seal"
 	"github.com/keyhouse/keyhouse/services/storefront/internal/store"
 	"github.com/keyhouse/keyhouse/services/storefront/internal/stripeevent"
 	"github.com/nats-io/nats.go/jetstream"
@@ -351,7 +351,7 @@ func (w *Worker) openEmail(ctx context.Context, sealed []byte) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	pt, err := remote.Open(k, remote.PurposeBuyerEmail, sealed)
+	pt, err := seal.Open(k, seal.PurposeBuyerEmail, sealed)
 	if err != nil {
 		// Sealed under another keyring (rotated meanwhile): nothing to send to.
 		return "", nil

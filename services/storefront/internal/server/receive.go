@@ -11,7 +11,7 @@ import (
 	"github.com/keyhouse/keyhouse/pkg/signing"
 	storefrontv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/storefront/v1"
 	"github.com/keyhouse/keyhouse/services/storefront/internal/fulfill"
-	"github.com/keyhouse/keyhouse/services/storefront/internal/remote"
+	"github.com/keyhouse/keyhouse/services/storefront/internal/seal"
 	"github.com/keyhouse/keyhouse/services/storefront/internal/store"
 	"github.com/keyhouse/keyhouse/services/storefront/internal/stripeevent"
 )
@@ -63,7 +63,7 @@ func (s *Server) ReceiveEvent(ctx context.Context, req *storefrontv1.ReceiveEven
 	}
 	var sealedEmail []byte
 	if email := ev.Session.Email; email != "" && mail.ValidAddress(email) {
-		if sealedEmail, err = remote.Seal(k, remote.PurposeBuyerEmail, []byte(email)); err != nil {
+		if sealedEmail, err = seal.Seal(k, seal.PurposeBuyerEmail, []byte(email)); err != nil {
 			return nil, err
 		}
 	}
@@ -89,11 +89,11 @@ func nonEmpty(s string) *string {
 }
 
 func sealSecret(k *signing.Keyring, secret string) ([]byte, error) {
-	return remote.Seal(k, remote.PurposeWebhookSecret, []byte(secret))
+	return seal.Seal(k, seal.PurposeWebhookSecret, []byte(secret))
 }
 
 func openSecret(k *signing.Keyring, sealed []byte) (string, error) {
-	pt, err := remote.Open(k, remote.PurposeWebhookSecret, sealed)
+	pt, err := seal.Open(k, seal.PurposeWebhookSecret, sealed)
 	if err != nil {
 		// The keyring changed since the secret was saved: the vendor saves it again.
 		return "", errors.New("storefront: webhook secret does not open under the current keyring")

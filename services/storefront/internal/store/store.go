@@ -376,13 +376,11 @@ func (x *Session) Unlock() {
 
 // Fulfillment reads (creating when absent) the session's record.
 func (x *Session) Fulfillment(ctx context.Context) (*Fulfillment, error) {
-	if _, err := x.conn.Exec(ctx, `INSERT INTO fulfillments (tenant_id, checkout_session_id) VALUES ($1, $2)
-		ON CONFLICT DO NOTHING`, x.tenant, x.session); err != nil {
-		return nil, err
-	}
 	f := Fulfillment{TenantID: x.tenant, CheckoutSessionID: x.session}
-	err := x.conn.QueryRow(ctx, `SELECT request, license_key, email_status FROM fulfillments
-		WHERE tenant_id = $1 AND checkout_session_id = $2`, x.tenant, x.session).Scan(&f.Request, &f.LicenseKey, &f.EmailStatus)
+	// One round trip: the no-op update makes RETURNING yield an existing row too.
+	err := x.conn.QueryRow(ctx, `INSERT INTO fulfillments (tenant_id, checkout_session_id) VALUES ($1, $2)
+		ON CONFLICT (tenant_id, checkout_session_id) DO UPDATE SET tenant_id = EXCLUDED.tenant_id
+		RETURNING request, license_key, email_status`, x.tenant, x.session).Scan(&f.Request, &f.LicenseKey, &f.EmailStatus)
 	return &f, err
 }
 

@@ -1,4 +1,7 @@
-package remote
+// Package seal keeps the storefront's secrets at rest: webhook signing secrets and the
+// buyer's address in transit are sealed with AES-256-GCM under the installation keyring,
+// each under its own purpose.
+package seal
 
 import (
 	"bytes"
