@@ -12,7 +12,8 @@ PKGS      := ./pkg/... ./gateway/... ./services/billing/... ./services/licensing
              ./services/activations/... ./services/releases/... ./services/storefront/... ./stack/... \
              ./devinfra/...
 GOTEST    := go test -count=1 -race -shuffle=on
-PROTO_TOOLS := $(TOOLS_DIR)/buf $(TOOLS_DIR)/protoc-gen-go $(TOOLS_DIR)/protoc-gen-go-grpc $(TOOLS_DIR)/protoc-gen-grpc-gateway
+PROTO_TOOLS := $(TOOLS_DIR)/buf $(TOOLS_DIR)/protoc-gen-go $(TOOLS_DIR)/protoc-gen-go-grpc $(TOOLS_DIR)/protoc-gen-grpc-gateway \
+               $(TOOLS_DIR)/protoc-gen-openapiv2
 
 .PHONY: help
 help: ## List the targets
@@ -61,7 +62,13 @@ lint: ## gofmt and go vet
 $(PROTO_TOOLS): tools/go.mod tools/go.sum
 	cd tools && GOWORK=off go build -o ../$(TOOLS_DIR)/ github.com/bufbuild/buf/cmd/buf \
 	  google.golang.org/protobuf/cmd/protoc-gen-go google.golang.org/grpc/cmd/protoc-gen-go-grpc \
-	  github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-grpc-gateway
+	  github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-grpc-gateway \
+	  github.com/grpc-ecosystem/grpc-gateway/v2/protoc-gen-openapiv2
+
+# OpenAPI: the routes of http.yaml rendered by protoc-gen-openapiv2 into .keyhouse/openapi,
+# then merged with the hand-written routes and stamped with each method's rate tier and
+# access level into the embedded gateway/internal/openapi/openapi.json.
+OPENAPI := gateway/internal/openapi/openapi.json
 
 # stripe-mock (Stripe's API mock, pinned in tools/go.mod): the tests' STRIPE_API_BASE,
 # started by devinfra/testkit (StripeMockURL).
@@ -72,15 +79,19 @@ $(TOOLS_DIR)/stripe-mock: tools/go.mod tools/go.sum
 stripe-mock: $(TOOLS_DIR)/stripe-mock ## Build the pinned stripe-mock into .keyhouse/tools
 
 .PHONY: proto
-proto: $(PROTO_TOOLS) ## Lint the protos and regenerate proto/gen/go with the pinned local plugins
+proto: $(PROTO_TOOLS) ## Lint the protos, regenerate proto/gen/go and the OpenAPI document with the pinned local plugins
 	PATH="$(CURDIR)/$(TOOLS_DIR):$$PATH" buf lint
 	find proto/gen/go -name '*.pb.go' -o -name '*.pb.gw.go' | xargs -r rm
+	rm -rf $(KH_DIR)/openapi
 	PATH="$(CURDIR)/$(TOOLS_DIR):$$PATH" buf generate
+	PATH="$(CURDIR)/$(TOOLS_DIR):$$PATH" buf build -o $(KH_DIR)/openapi/image.binpb
+	go run ./gateway/internal/openapi/gen -swagger $(KH_DIR)/openapi/keyhouse.swagger.json \
+	  -image $(KH_DIR)/openapi/image.binpb -out $(OPENAPI)
 
 .PHONY: proto-check
 proto-check: proto ## Fail when the committed generated code differs from a fresh generation
-	@git diff --exit-code --stat -- proto/gen || { echo "generated code is stale: run make proto and commit"; exit 1; }
-	@untracked=$$(git ls-files --others --exclude-standard proto/gen); [ -z "$$untracked" ] || { echo "untracked generated files: $$untracked"; exit 1; }
+	@git diff --exit-code --stat -- proto/gen $(OPENAPI) || { echo "generated code is stale: run make proto and commit"; exit 1; }
+	@untracked=$$(git ls-files --others --exclude-standard proto/gen $(OPENAPI)); [ -z "$$untracked" ] || { echo "untracked generated files: $$untracked"; exit 1; }
 
 .PHONY: bench
 bench: deps ## Load benchmarks against a throwaway stack on loopback (BENCH_ARGS="-d 10s -c 32 -run verify")

@@ -89,7 +89,9 @@ func StartStripeMock(ctx context.Context, dir string) (*StripeMock, error) {
 		return nil, err
 	}
 	m := &StripeMock{Port: port, done: make(chan struct{})}
-	m.cmd = exec.Command(bin, "-http-addr", "127.0.0.1:"+strconv.Itoa(port))
+	// stripe-mock also serves HTTPS, on :12112 unless told otherwise, so two of them (two
+	// test binaries at once) collided there: the kernel picks its HTTPS port instead.
+	m.cmd = exec.Command(bin, "-http-addr", "127.0.0.1:"+strconv.Itoa(port), "-https-addr", "127.0.0.1:")
 	m.cmd.Stdout, m.cmd.Stderr = logf, logf
 	m.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
 	if err := m.cmd.Start(); err != nil {

@@ -7,10 +7,12 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"github.com/keyhouse/keyhouse/gateway/internal/openapi"
 	"github.com/keyhouse/keyhouse/pkg/buildinfo"
 	"github.com/keyhouse/keyhouse/pkg/grpcx"
 	"github.com/keyhouse/keyhouse/pkg/telemetry"
@@ -82,6 +84,9 @@ func New(ctx context.Context, opts Options) (http.Handler, error) {
 	if err := mux.HandlePath(http.MethodGet, ReadyzPath, readyz(opts.NotReady)); err != nil {
 		return nil, err
 	}
+	if err := mux.HandlePath(http.MethodGet, "/v1/openapi.json", openAPIDocument); err != nil {
+		return nil, err
+	}
 
 	var h http.Handler = withUTF8URL(mux)
 	h = withBudget(opts.RequestTimeout, h)
@@ -133,4 +138,12 @@ func health(m runtime.Marshaler) runtime.HandlerFunc {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(body)
 	}
+}
+
+// openAPIDocument serves the OpenAPI document of the whole REST surface (addendum §10).
+func openAPIDocument(w http.ResponseWriter, _ *http.Request, _ map[string]string) {
+	doc := openapi.Document()
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(doc)))
+	_, _ = w.Write(doc)
 }

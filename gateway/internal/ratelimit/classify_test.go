@@ -1,6 +1,11 @@
 package ratelimit
 
-import "testing"
+import (
+	"regexp"
+	"testing"
+
+	"github.com/keyhouse/keyhouse/gateway/internal/openapi"
+)
 
 func TestClassify_EveryRouteOfTheSpecGetsItsTier(t *testing.T) {
 	t.Parallel()
@@ -46,7 +51,8 @@ func TestClassify_EveryRouteOfTheSpecGetsItsTier(t *testing.T) {
 		{"POST", "/v1/rotate-api-key", admin, false},
 		{"GET", "/v1/list-releases", admin, false},
 		{"GET", "/v1/release/17", admin, false},
-		// addendum: operator and storefront management routes are Admin-Info.
+		// addendum: operator and storefront management routes are Admin-Info; the document
+		// itself is Public.
 		{"POST", "/v1/operator/tenants", admin, false},
 		{"POST", "/v1/storefront/webhooks", admin, false},
 		{"GET", "/v1/storefront/webhooks", admin, false},
@@ -56,6 +62,7 @@ func TestClassify_EveryRouteOfTheSpecGetsItsTier(t *testing.T) {
 		{"GET", "/v1/storefront/mappings", admin, false},
 		{"DELETE", "/v1/storefront/mappings/3", admin, false},
 		{"GET", "/v1/storefront/deliveries", admin, false},
+		{"GET", "/v1/openapi.json", Public, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.method+" "+tt.path, func(t *testing.T) {
@@ -68,6 +75,29 @@ func TestClassify_EveryRouteOfTheSpecGetsItsTier(t *testing.T) {
 				t.Errorf("got %+v, want tier %+v per-key %v", got, tt.tier, tt.perKey)
 			}
 		})
+	}
+}
+
+func TestClassify_EveryRouteOfTheTableIsClassifiedByItsTier(t *testing.T) {
+	t.Parallel()
+	const adminMax = 7
+	want := map[string]Tier{
+		openapi.TierValidation: Validation, openapi.TierActivation: Activation, openapi.TierPublic: Public,
+		openapi.TierManagement: Management, openapi.TierAdminInfo: AdminInfo(adminMax),
+	}
+	param := regexp.MustCompile(`\{[^}]+\}`)
+	for _, route := range openapi.Routes() {
+		path := param.ReplaceAllString(route.Path, "KEY-1")
+		got, ok := Classify(route.Method, path, adminMax)
+		if route.Tier == openapi.TierNone {
+			if ok {
+				t.Errorf("%s %s: limited by %+v, want no tier", route.Method, path, got)
+			}
+			continue
+		}
+		if !ok || got.Tier != want[route.Tier] || got.PerLicenseKey != route.PerLicenseKey {
+			t.Errorf("%s %s: got %+v (%v), want tier %s per-key %v", route.Method, path, got, ok, route.Tier, route.PerLicenseKey)
+		}
 	}
 }
 

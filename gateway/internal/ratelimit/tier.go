@@ -1,8 +1,9 @@
 package ratelimit
 
 import (
-	"strings"
 	"time"
+
+	"github.com/keyhouse/keyhouse/gateway/internal/openapi"
 )
 
 // Tier is one rate limit: at most Limit requests per client in each Window. Name is part
@@ -39,95 +40,38 @@ type Route struct {
 	PerLicenseKey bool
 }
 
-// adminInfo stands for AdminInfo in the route tables; Classify fills in the configured limit.
-var adminInfo = AdminInfo(0)
-
-// exactRoutes maps "METHOD path" to its route, for routes without path parameters.
-var exactRoutes = map[string]Route{
-	"POST /v1/verify-license":                  {Tier: Validation},
-	"POST /v1/validate-license":                {Tier: Validation},
-	"POST /v1/track-usage":                     {Tier: Validation},
-	"POST /v1/usage-report":                    {Tier: Validation},
-	"POST /v1/check-update":                    {Tier: Validation},
-	"POST /v1/activate-license":                {Tier: Activation, PerLicenseKey: true},
-	"POST /v1/deactivate-license":              {Tier: Activation, PerLicenseKey: true},
-	"POST /v1/verify-license-file":             {Tier: Activation},
-	"POST /v1/verify-license-file-base64":      {Tier: Activation},
-	"GET /v1/public-key":                       {Tier: Public},
-	"POST /v1/issue-license":                   {Tier: Management},
-	"POST /v1/revoke-license":                  {Tier: Management},
-	"DELETE /v1/delete-license":                {Tier: Management},
-	"POST /v1/admin/update-license-terms":      {Tier: Management},
-	"POST /v1/register-release":                {Tier: Management},
-	"POST /v1/unpublish-release":               {Tier: Management},
-	"GET /v1/list-licenses":                    {Tier: adminInfo},
-	"GET /v1/admin/stats":                      {Tier: adminInfo},
-	"GET /v1/recent-activations":               {Tier: adminInfo},
-	"POST /v1/admin/update-notes":              {Tier: adminInfo},
-	"POST /v1/admin/reissue-token":             {Tier: adminInfo},
-	"POST /v1/admin/deactivate-by-instance-id": {Tier: adminInfo},
-	"POST /v1/admin/reset-usage":               {Tier: adminInfo},
-	"GET /v1/admin/build-info":                 {Tier: adminInfo},
-	"POST /v1/rotate-api-key":                  {Tier: adminInfo},
-	"GET /v1/list-releases":                    {Tier: adminInfo},
-	"POST /v1/operator/tenants":                {Tier: adminInfo},
+// tiers maps the tier names of the route table (api.md's) to the tiers. Admin-Info is
+// absent: its limit is configured, and Classify builds it.
+var tiers = map[string]Tier{
+	openapi.TierValidation: Validation,
+	openapi.TierActivation: Activation,
+	openapi.TierPublic:     Public,
+	openapi.TierManagement: Management,
 }
 
-// paramRoutes are the routes with one path parameter: prefix, a non-empty segment, then
-// one of the tails ("" is the parameter alone).
-var paramRoutes = []struct {
-	method, prefix string
-	tails          []string
-	route          Route
-}{
-	{"GET", "/v1/export-license/", []string{"", "/file", "/offline"}, Route{Tier: Public}},
-	{"GET", "/v1/list-activations/", []string{""}, Route{Tier: adminInfo}},
-	{"GET", "/v1/admin/license/", []string{""}, Route{Tier: adminInfo}},
-	{"GET", "/v1/release/", []string{""}, Route{Tier: adminInfo}},
-}
-
-// subtreePrefixes hold management routes that all belong to Admin-Info whatever their
-// method, so billing and storefront routes added later are limited without touching this
-// table. The callbacks live under /v1/webhooks/, outside these subtrees.
-var subtreePrefixes = []string{"/v1/billing/", "/v1/storefront/"}
-
-// Classify returns the route of a request, or ok false when no tier limits it: GET /, the
-// storefront and billing callbacks, and paths or methods the API does not have. adminMax
-// is the Admin-Info limit.
+// Classify returns the route of a request, or ok false when no tier limits it: GET /,
+// the payment providers' callbacks, and paths or methods the API does not have. The
+// tiers come from the gateway's one route table, the OpenAPI document (package openapi),
+// where `make proto` writes the (keyhouse.api.v1.rate_limit) option of each route's
+// method. adminMax is the Admin-Info limit.
 func Classify(method, path string, adminMax int) (r Route, ok bool) {
-	r, ok = classify(method, path)
-	if r.Tier.Name == adminInfo.Name {
+	route, found := openapi.Match(method, path)
+	if !found {
+		return Route{}, false
+	}
+	switch route.Tier {
+	case openapi.TierNone:
+		return Route{}, false
+	case openapi.TierAdminInfo:
 		r.Tier = AdminInfo(adminMax)
+	default:
+		t, known := tiers[route.Tier]
+		if !known {
+			// openapi.Parse accepts only api.md's tiers; a new one needs its Tier here.
+			panic("ratelimit: no tier " + route.Tier)
+		}
+		r.Tier = t
 	}
-	return r, ok
-}
-
-func classify(method, path string) (Route, bool) {
-	if r, ok := exactRoutes[method+" "+path]; ok {
-		return r, true
-	}
-	for _, p := range paramRoutes {
-		rest, found := strings.CutPrefix(path, p.prefix)
-		if method != p.method || !found {
-			continue
-		}
-		param, tail, _ := strings.Cut(rest, "/")
-		if param == "" {
-			continue
-		}
-		if tail != "" {
-			tail = "/" + tail
-		}
-		for _, t := range p.tails {
-			if tail == t {
-				return p.route, true
-			}
-		}
-	}
-	for _, prefix := range subtreePrefixes {
-		if rest, found := strings.CutPrefix(path, prefix); found && rest != "" {
-			return Route{Tier: adminInfo}, true
-		}
-	}
-	return Route{}, false
+	r.PerLicenseKey = route.PerLicenseKey
+	return r, true
 }

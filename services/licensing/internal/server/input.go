@@ -2,7 +2,6 @@ package server
 
 import (
 	"math"
-	"sort"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -89,30 +88,8 @@ func optionalCap(v *structpb.Value) (*int32, error) {
 	return nil, apierr.Invalid("max_activations must be a positive integer or null (unlimited)")
 }
 
-// parseLimits checks limits: allowlisted keys (api.md's exact 400 for others), positive
-// numbers that stay exact in JSON.
-func parseLimits(s *structpb.Struct) (map[string]float64, error) {
-	out := map[string]float64{}
-	names := make([]string, 0, len(s.GetFields()))
-	for name := range s.GetFields() {
-		names = append(names, name)
-	}
-	// Sorted, so a request with several bad keys always names the same one.
-	sort.Strings(names)
-	for _, name := range names {
-		if !license.LimitKeys[name] {
-			return nil, apierr.Invalid("Unknown limit key: %s", name)
-		}
-	}
-	for _, name := range names {
-		n, ok := s.GetFields()[name].GetKind().(*structpb.Value_NumberValue)
-		if !ok || !(n.NumberValue > 0) || n.NumberValue > signing.MaxSafeInteger {
-			return nil, apierr.Invalid("limits.%s must be a positive number", name)
-		}
-		out[name] = n.NumberValue
-	}
-	return out, nil
-}
+// parseLimits is license.ParseLimits, the one limits rule (issue-license, terms, storefront mappings).
+func parseLimits(s *structpb.Struct) (map[string]float64, error) { return license.ParseLimits(s) }
 
 // limitsStruct is the JSON form of stored limits.
 func limitsStruct(m map[string]float64) *structpb.Struct {

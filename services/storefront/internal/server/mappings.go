@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"math"
-	"sort"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -14,7 +13,6 @@ import (
 	"github.com/keyhouse/keyhouse/pkg/license"
 	"github.com/keyhouse/keyhouse/pkg/paging"
 	"github.com/keyhouse/keyhouse/pkg/pgxx"
-	"github.com/keyhouse/keyhouse/pkg/signing"
 	storefrontv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/storefront/v1"
 	"github.com/keyhouse/keyhouse/services/storefront/internal/store"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -105,7 +103,7 @@ func parseMapping(tenant string, req *storefrontv1.CreateMappingRequest) (*store
 			m.DurationDays = &n
 		}
 	}
-	limits, err := parseLimits(req.GetLimits())
+	limits, err := license.ParseLimits(req.GetLimits())
 	if err != nil {
 		return nil, err
 	}
@@ -141,30 +139,6 @@ func positiveInt(v *structpb.Value, maxN int32) (int32, bool) {
 		return 0, false
 	}
 	return int32(n.NumberValue), true
-}
-
-// parseLimits applies issue-license's rules: allowlisted keys (api.md's exact message),
-// positive numbers.
-func parseLimits(s *structpb.Struct) (map[string]float64, error) {
-	out := map[string]float64{}
-	names := make([]string, 0, len(s.GetFields()))
-	for name := range s.GetFields() {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	for _, name := range names {
-		if !license.LimitKeys[name] {
-			return nil, apierr.Invalid("Unknown limit key: %s", name)
-		}
-	}
-	for _, name := range names {
-		n, ok := s.GetFields()[name].GetKind().(*structpb.Value_NumberValue)
-		if !ok || !(n.NumberValue > 0) || n.NumberValue > signing.MaxSafeInteger {
-			return nil, apierr.Invalid("limits.%s must be a positive number", name)
-		}
-		out[name] = n.NumberValue
-	}
-	return out, nil
 }
 
 func mappingPB(m *store.Mapping) *storefrontv1.Mapping {

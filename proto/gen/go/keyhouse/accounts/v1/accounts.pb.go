@@ -538,13 +538,16 @@ const file_keyhouse_accounts_v1_accounts_proto_rawDesc = "" +
 	"\x17GetEntitlementsResponse\x12/\n" +
 	"\x13subscription_active\x18\x01 \x01(\bR\x12subscriptionActive\x12#\n" +
 	"\rlicense_limit\x18\x02 \x01(\x05R\flicenseLimit\x12\x12\n" +
-	"\x04plan\x18\x03 \x01(\tR\x04plan2\xbb\x04\n" +
-	"\x0fAccountsService\x12k\n" +
-	"\fCreateTenant\x12).keyhouse.accounts.v1.CreateTenantRequest\x1a*.keyhouse.accounts.v1.CreateTenantResponse\"\x04\x90\x82\x19\x03\x12k\n" +
-	"\fRotateApiKey\x12).keyhouse.accounts.v1.RotateApiKeyRequest\x1a*.keyhouse.accounts.v1.RotateApiKeyResponse\"\x04\x90\x82\x19\x02\x12k\n" +
+	"\x04plan\x18\x03 \x01(\tR\x04plan2\xcd\x04\n" +
+	"\x0fAccountsService\x12q\n" +
+	"\fCreateTenant\x12).keyhouse.accounts.v1.CreateTenantRequest\x1a*.keyhouse.accounts.v1.CreateTenantResponse\"\n" +
+	"\x90\x82\x19\x03\x9a\x82\x19\x02\b\x06\x12q\n" +
+	"\fRotateApiKey\x12).keyhouse.accounts.v1.RotateApiKeyRequest\x1a*.keyhouse.accounts.v1.RotateApiKeyResponse\"\n" +
+	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x12k\n" +
 	"\fAuthenticate\x12).keyhouse.accounts.v1.AuthenticateRequest\x1a*.keyhouse.accounts.v1.AuthenticateResponse\"\x04\x90\x82\x19\x01\x12t\n" +
-	"\x0fGetEntitlements\x12,.keyhouse.accounts.v1.GetEntitlementsRequest\x1a-.keyhouse.accounts.v1.GetEntitlementsResponse\"\x04\x90\x82\x19\x04\x12k\n" +
-	"\fGetBuildInfo\x12).keyhouse.accounts.v1.GetBuildInfoRequest\x1a*.keyhouse.accounts.v1.GetBuildInfoResponse\"\x04\x90\x82\x19\x03BKZIgithub.com/keyhouse/keyhouse/proto/gen/go/keyhouse/accounts/v1;accountsv1b\x06proto3"
+	"\x0fGetEntitlements\x12,.keyhouse.accounts.v1.GetEntitlementsRequest\x1a-.keyhouse.accounts.v1.GetEntitlementsResponse\"\x04\x90\x82\x19\x04\x12q\n" +
+	"\fGetBuildInfo\x12).keyhouse.accounts.v1.GetBuildInfoRequest\x1a*.keyhouse.accounts.v1.GetBuildInfoResponse\"\n" +
+	"\x90\x82\x19\x03\x9a\x82\x19\x02\b\x06BKZIgithub.com/keyhouse/keyhouse/proto/gen/go/keyhouse/accounts/v1;accountsv1b\x06proto3"
 
 var (
 	file_keyhouse_accounts_v1_accounts_proto_rawDescOnce sync.Once

@@ -1288,20 +1288,29 @@ const file_keyhouse_activations_v1_activations_proto_rawDesc = "" +
 	"\x05limit\x18\x01 \x01(\x05H\x00R\x05limit\x88\x01\x01B\b\n" +
 	"\x06_limit\"h\n" +
 	"\x19RecentActivationsResponse\x12K\n" +
-	"\vactivations\x18\x01 \x03(\v2).keyhouse.activations.v1.RecentActivationR\vactivations2\xdd\t\n" +
-	"\x12ActivationsService\x12z\n" +
-	"\x0fActivateLicense\x12/.keyhouse.activations.v1.ActivateLicenseRequest\x1a0.keyhouse.activations.v1.ActivateLicenseResponse\"\x04\x90\x82\x19\x01\x12\x80\x01\n" +
-	"\x11DeactivateLicense\x121.keyhouse.activations.v1.DeactivateLicenseRequest\x1a2.keyhouse.activations.v1.DeactivateLicenseResponse\"\x04\x90\x82\x19\x01\x12z\n" +
-	"\x0fValidateLicense\x12/.keyhouse.activations.v1.ValidateLicenseRequest\x1a0.keyhouse.activations.v1.ValidateLicenseResponse\"\x04\x90\x82\x19\x01\x12k\n" +
+	"\vactivations\x18\x01 \x03(\v2).keyhouse.activations.v1.RecentActivationR\vactivations2\xa0\n" +
 	"\n" +
-	"TrackUsage\x12*.keyhouse.activations.v1.TrackUsageRequest\x1a+.keyhouse.activations.v1.TrackUsageResponse\"\x04\x90\x82\x19\x01\x12n\n" +
-	"\vUsageReport\x12+.keyhouse.activations.v1.UsageReportRequest\x1a,.keyhouse.activations.v1.UsageReportResponse\"\x04\x90\x82\x19\x01\x12q\n" +
-	"\fReissueToken\x12,.keyhouse.activations.v1.ReissueTokenRequest\x1a-.keyhouse.activations.v1.ReissueTokenResponse\"\x04\x90\x82\x19\x02\x12\x8f\x01\n" +
-	"\x16DeactivateByInstanceId\x126.keyhouse.activations.v1.DeactivateByInstanceIdRequest\x1a7.keyhouse.activations.v1.DeactivateByInstanceIdResponse\"\x04\x90\x82\x19\x02\x12k\n" +
+	"\x12ActivationsService\x12\x82\x01\n" +
+	"\x0fActivateLicense\x12/.keyhouse.activations.v1.ActivateLicenseRequest\x1a0.keyhouse.activations.v1.ActivateLicenseResponse\"\f\x90\x82\x19\x01\x9a\x82\x19\x04\b\x03\x10\x01\x12\x88\x01\n" +
+	"\x11DeactivateLicense\x121.keyhouse.activations.v1.DeactivateLicenseRequest\x1a2.keyhouse.activations.v1.DeactivateLicenseResponse\"\f\x90\x82\x19\x01\x9a\x82\x19\x04\b\x03\x10\x01\x12\x80\x01\n" +
+	"\x0fValidateLicense\x12/.keyhouse.activations.v1.ValidateLicenseRequest\x1a0.keyhouse.activations.v1.ValidateLicenseResponse\"\n" +
+	"\x90\x82\x19\x01\x9a\x82\x19\x02\b\x02\x12q\n" +
 	"\n" +
-	"ResetUsage\x12*.keyhouse.activations.v1.ResetUsageRequest\x1a+.keyhouse.activations.v1.ResetUsageResponse\"\x04\x90\x82\x19\x02\x12z\n" +
-	"\x0fListActivations\x12/.keyhouse.activations.v1.ListActivationsRequest\x1a0.keyhouse.activations.v1.ListActivationsResponse\"\x04\x90\x82\x19\x02\x12\x80\x01\n" +
-	"\x11RecentActivations\x121.keyhouse.activations.v1.RecentActivationsRequest\x1a2.keyhouse.activations.v1.RecentActivationsResponse\"\x04\x90\x82\x19\x02BQZOgithub.com/keyhouse/keyhouse/proto/gen/go/keyhouse/activations/v1;activationsv1b\x06proto3"
+	"TrackUsage\x12*.keyhouse.activations.v1.TrackUsageRequest\x1a+.keyhouse.activations.v1.TrackUsageResponse\"\n" +
+	"\x90\x82\x19\x01\x9a\x82\x19\x02\b\x02\x12t\n" +
+	"\vUsageReport\x12+.keyhouse.activations.v1.UsageReportRequest\x1a,.keyhouse.activations.v1.UsageReportResponse\"\n" +
+	"\x90\x82\x19\x01\x9a\x82\x19\x02\b\x02\x12w\n" +
+	"\fReissueToken\x12,.keyhouse.activations.v1.ReissueTokenRequest\x1a-.keyhouse.activations.v1.ReissueTokenResponse\"\n" +
+	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x12\x95\x01\n" +
+	"\x16DeactivateByInstanceId\x126.keyhouse.activations.v1.DeactivateByInstanceIdRequest\x1a7.keyhouse.activations.v1.DeactivateByInstanceIdResponse\"\n" +
+	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x12q\n" +
+	"\n" +
+	"ResetUsage\x12*.keyhouse.activations.v1.ResetUsageRequest\x1a+.keyhouse.activations.v1.ResetUsageResponse\"\n" +
+	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x12\x80\x01\n" +
+	"\x0fListActivations\x12/.keyhouse.activations.v1.ListActivationsRequest\x1a0.keyhouse.activations.v1.ListActivationsResponse\"\n" +
+	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x12\x86\x01\n" +
+	"\x11RecentActivations\x121.keyhouse.activations.v1.RecentActivationsRequest\x1a2.keyhouse.activations.v1.RecentActivationsResponse\"\n" +
+	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06BQZOgithub.com/keyhouse/keyhouse/proto/gen/go/keyhouse/activations/v1;activationsv1b\x06proto3"
 
 var (
 	file_keyhouse_activations_v1_activations_proto_rawDescOnce sync.Once

@@ -84,6 +84,129 @@ func (Access) EnumDescriptor() ([]byte, []int) {
 	return file_keyhouse_api_v1_api_proto_rawDescGZIP(), []int{0}
 }
 
+// RateTier is the rate-limit tier of api.md's Limits table that a REST route counts
+// against, per client IP.
+type RateTier int32
+
+const (
+	// A method with an HTTP route must name its tier: `make proto` refuses it otherwise.
+	RateTier_RATE_TIER_UNSPECIFIED RateTier = 0
+	// Deliberately not limited (GET /, the payment providers' webhook callbacks).
+	RateTier_RATE_TIER_NONE       RateTier = 1
+	RateTier_RATE_TIER_VALIDATION RateTier = 2
+	RateTier_RATE_TIER_ACTIVATION RateTier = 3
+	RateTier_RATE_TIER_PUBLIC     RateTier = 4
+	RateTier_RATE_TIER_MANAGEMENT RateTier = 5
+	// The only tier whose limit is configured (ADMIN_RATE_LIMIT_MAX).
+	RateTier_RATE_TIER_ADMIN_INFO RateTier = 6
+)
+
+// Enum value maps for RateTier.
+var (
+	RateTier_name = map[int32]string{
+		0: "RATE_TIER_UNSPECIFIED",
+		1: "RATE_TIER_NONE",
+		2: "RATE_TIER_VALIDATION",
+		3: "RATE_TIER_ACTIVATION",
+		4: "RATE_TIER_PUBLIC",
+		5: "RATE_TIER_MANAGEMENT",
+		6: "RATE_TIER_ADMIN_INFO",
+	}
+	RateTier_value = map[string]int32{
+		"RATE_TIER_UNSPECIFIED": 0,
+		"RATE_TIER_NONE":        1,
+		"RATE_TIER_VALIDATION":  2,
+		"RATE_TIER_ACTIVATION":  3,
+		"RATE_TIER_PUBLIC":      4,
+		"RATE_TIER_MANAGEMENT":  5,
+		"RATE_TIER_ADMIN_INFO":  6,
+	}
+)
+
+func (x RateTier) Enum() *RateTier {
+	p := new(RateTier)
+	*p = x
+	return p
+}
+
+func (x RateTier) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (RateTier) Descriptor() protoreflect.EnumDescriptor {
+	return file_keyhouse_api_v1_api_proto_enumTypes[1].Descriptor()
+}
+
+func (RateTier) Type() protoreflect.EnumType {
+	return &file_keyhouse_api_v1_api_proto_enumTypes[1]
+}
+
+func (x RateTier) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use RateTier.Descriptor instead.
+func (RateTier) EnumDescriptor() ([]byte, []int) {
+	return file_keyhouse_api_v1_api_proto_rawDescGZIP(), []int{1}
+}
+
+// RateLimit says how the gateway limits the REST route of a method. The gateway's route
+// table is built from it (through the OpenAPI document `make proto` writes), so a route
+// cannot exist without a decision on its tier.
+type RateLimit struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Tier  RateTier               `protobuf:"varint,1,opt,name=tier,proto3,enum=keyhouse.api.v1.RateTier" json:"tier,omitempty"`
+	// The Activation per-license-key tier also counts the request, keyed by the body's
+	// "key" (activate-license, deactivate-license).
+	PerLicenseKey bool `protobuf:"varint,2,opt,name=per_license_key,json=perLicenseKey,proto3" json:"per_license_key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RateLimit) Reset() {
+	*x = RateLimit{}
+	mi := &file_keyhouse_api_v1_api_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RateLimit) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RateLimit) ProtoMessage() {}
+
+func (x *RateLimit) ProtoReflect() protoreflect.Message {
+	mi := &file_keyhouse_api_v1_api_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RateLimit.ProtoReflect.Descriptor instead.
+func (*RateLimit) Descriptor() ([]byte, []int) {
+	return file_keyhouse_api_v1_api_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *RateLimit) GetTier() RateTier {
+	if x != nil {
+		return x.Tier
+	}
+	return RateTier_RATE_TIER_UNSPECIFIED
+}
+
+func (x *RateLimit) GetPerLicenseKey() bool {
+	if x != nil {
+		return x.PerLicenseKey
+	}
+	return false
+}
+
 // ErrorField is one sibling of "error" in a REST error body, e.g. "valid": false.
 type ErrorField struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -96,7 +219,7 @@ type ErrorField struct {
 
 func (x *ErrorField) Reset() {
 	*x = ErrorField{}
-	mi := &file_keyhouse_api_v1_api_proto_msgTypes[0]
+	mi := &file_keyhouse_api_v1_api_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -108,7 +231,7 @@ func (x *ErrorField) String() string {
 func (*ErrorField) ProtoMessage() {}
 
 func (x *ErrorField) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_api_v1_api_proto_msgTypes[0]
+	mi := &file_keyhouse_api_v1_api_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -121,7 +244,7 @@ func (x *ErrorField) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ErrorField.ProtoReflect.Descriptor instead.
 func (*ErrorField) Descriptor() ([]byte, []int) {
-	return file_keyhouse_api_v1_api_proto_rawDescGZIP(), []int{0}
+	return file_keyhouse_api_v1_api_proto_rawDescGZIP(), []int{1}
 }
 
 func (x *ErrorField) GetName() string {
@@ -150,7 +273,7 @@ type ErrorFields struct {
 
 func (x *ErrorFields) Reset() {
 	*x = ErrorFields{}
-	mi := &file_keyhouse_api_v1_api_proto_msgTypes[1]
+	mi := &file_keyhouse_api_v1_api_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -162,7 +285,7 @@ func (x *ErrorFields) String() string {
 func (*ErrorFields) ProtoMessage() {}
 
 func (x *ErrorFields) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_api_v1_api_proto_msgTypes[1]
+	mi := &file_keyhouse_api_v1_api_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -175,7 +298,7 @@ func (x *ErrorFields) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ErrorFields.ProtoReflect.Descriptor instead.
 func (*ErrorFields) Descriptor() ([]byte, []int) {
-	return file_keyhouse_api_v1_api_proto_rawDescGZIP(), []int{1}
+	return file_keyhouse_api_v1_api_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *ErrorFields) GetBefore() []*ErrorField {
@@ -205,7 +328,7 @@ type HealthResponse struct {
 
 func (x *HealthResponse) Reset() {
 	*x = HealthResponse{}
-	mi := &file_keyhouse_api_v1_api_proto_msgTypes[2]
+	mi := &file_keyhouse_api_v1_api_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -217,7 +340,7 @@ func (x *HealthResponse) String() string {
 func (*HealthResponse) ProtoMessage() {}
 
 func (x *HealthResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_api_v1_api_proto_msgTypes[2]
+	mi := &file_keyhouse_api_v1_api_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -230,7 +353,7 @@ func (x *HealthResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthResponse.ProtoReflect.Descriptor instead.
 func (*HealthResponse) Descriptor() ([]byte, []int) {
-	return file_keyhouse_api_v1_api_proto_rawDescGZIP(), []int{2}
+	return file_keyhouse_api_v1_api_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *HealthResponse) GetMessage() string {
@@ -263,19 +386,32 @@ var file_keyhouse_api_v1_api_proto_extTypes = []protoimpl.ExtensionInfo{
 		Tag:           "varint,51234,opt,name=access,enum=keyhouse.api.v1.Access",
 		Filename:      "keyhouse/api/v1/api.proto",
 	},
+	{
+		ExtendedType:  (*descriptorpb.MethodOptions)(nil),
+		ExtensionType: (*RateLimit)(nil),
+		Field:         51235,
+		Name:          "keyhouse.api.v1.rate_limit",
+		Tag:           "bytes,51235,opt,name=rate_limit",
+		Filename:      "keyhouse/api/v1/api.proto",
+	},
 }
 
 // Extension fields to descriptorpb.MethodOptions.
 var (
 	// optional keyhouse.api.v1.Access access = 51234;
 	E_Access = &file_keyhouse_api_v1_api_proto_extTypes[0]
+	// optional keyhouse.api.v1.RateLimit rate_limit = 51235;
+	E_RateLimit = &file_keyhouse_api_v1_api_proto_extTypes[1]
 )
 
 var File_keyhouse_api_v1_api_proto protoreflect.FileDescriptor
 
 const file_keyhouse_api_v1_api_proto_rawDesc = "" +
 	"\n" +
-	"\x19keyhouse/api/v1/api.proto\x12\x0fkeyhouse.api.v1\x1a google/protobuf/descriptor.proto\"?\n" +
+	"\x19keyhouse/api/v1/api.proto\x12\x0fkeyhouse.api.v1\x1a google/protobuf/descriptor.proto\"b\n" +
+	"\tRateLimit\x12-\n" +
+	"\x04tier\x18\x01 \x01(\x0e2\x19.keyhouse.api.v1.RateTierR\x04tier\x12&\n" +
+	"\x0fper_license_key\x18\x02 \x01(\bR\rperLicenseKey\"?\n" +
 	"\n" +
 	"ErrorField\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +
@@ -293,8 +429,18 @@ const file_keyhouse_api_v1_api_proto_rawDesc = "" +
 	"\rACCESS_PUBLIC\x10\x01\x12\x11\n" +
 	"\rACCESS_TENANT\x10\x02\x12\x10\n" +
 	"\fACCESS_ADMIN\x10\x03\x12\x13\n" +
-	"\x0fACCESS_INTERNAL\x10\x04:Q\n" +
-	"\x06access\x12\x1e.google.protobuf.MethodOptions\x18\xa2\x90\x03 \x01(\x0e2\x17.keyhouse.api.v1.AccessR\x06accessBAZ?github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/api/v1;apiv1b\x06proto3"
+	"\x0fACCESS_INTERNAL\x10\x04*\xb7\x01\n" +
+	"\bRateTier\x12\x19\n" +
+	"\x15RATE_TIER_UNSPECIFIED\x10\x00\x12\x12\n" +
+	"\x0eRATE_TIER_NONE\x10\x01\x12\x18\n" +
+	"\x14RATE_TIER_VALIDATION\x10\x02\x12\x18\n" +
+	"\x14RATE_TIER_ACTIVATION\x10\x03\x12\x14\n" +
+	"\x10RATE_TIER_PUBLIC\x10\x04\x12\x18\n" +
+	"\x14RATE_TIER_MANAGEMENT\x10\x05\x12\x18\n" +
+	"\x14RATE_TIER_ADMIN_INFO\x10\x06:Q\n" +
+	"\x06access\x12\x1e.google.protobuf.MethodOptions\x18\xa2\x90\x03 \x01(\x0e2\x17.keyhouse.api.v1.AccessR\x06access:[\n" +
+	"\n" +
+	"rate_limit\x12\x1e.google.protobuf.MethodOptions\x18\xa3\x90\x03 \x01(\v2\x1a.keyhouse.api.v1.RateLimitR\trateLimitBAZ?github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/api/v1;apiv1b\x06proto3"
 
 var (
 	file_keyhouse_api_v1_api_proto_rawDescOnce sync.Once
@@ -308,25 +454,30 @@ func file_keyhouse_api_v1_api_proto_rawDescGZIP() []byte {
 	return file_keyhouse_api_v1_api_proto_rawDescData
 }
 
-var file_keyhouse_api_v1_api_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_keyhouse_api_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 3)
+var file_keyhouse_api_v1_api_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_keyhouse_api_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
 var file_keyhouse_api_v1_api_proto_goTypes = []any{
 	(Access)(0),                        // 0: keyhouse.api.v1.Access
-	(*ErrorField)(nil),                 // 1: keyhouse.api.v1.ErrorField
-	(*ErrorFields)(nil),                // 2: keyhouse.api.v1.ErrorFields
-	(*HealthResponse)(nil),             // 3: keyhouse.api.v1.HealthResponse
-	(*descriptorpb.MethodOptions)(nil), // 4: google.protobuf.MethodOptions
+	(RateTier)(0),                      // 1: keyhouse.api.v1.RateTier
+	(*RateLimit)(nil),                  // 2: keyhouse.api.v1.RateLimit
+	(*ErrorField)(nil),                 // 3: keyhouse.api.v1.ErrorField
+	(*ErrorFields)(nil),                // 4: keyhouse.api.v1.ErrorFields
+	(*HealthResponse)(nil),             // 5: keyhouse.api.v1.HealthResponse
+	(*descriptorpb.MethodOptions)(nil), // 6: google.protobuf.MethodOptions
 }
 var file_keyhouse_api_v1_api_proto_depIdxs = []int32{
-	1, // 0: keyhouse.api.v1.ErrorFields.before:type_name -> keyhouse.api.v1.ErrorField
-	1, // 1: keyhouse.api.v1.ErrorFields.after:type_name -> keyhouse.api.v1.ErrorField
-	4, // 2: keyhouse.api.v1.access:extendee -> google.protobuf.MethodOptions
-	0, // 3: keyhouse.api.v1.access:type_name -> keyhouse.api.v1.Access
-	4, // [4:4] is the sub-list for method output_type
-	4, // [4:4] is the sub-list for method input_type
-	3, // [3:4] is the sub-list for extension type_name
-	2, // [2:3] is the sub-list for extension extendee
-	0, // [0:2] is the sub-list for field type_name
+	1, // 0: keyhouse.api.v1.RateLimit.tier:type_name -> keyhouse.api.v1.RateTier
+	3, // 1: keyhouse.api.v1.ErrorFields.before:type_name -> keyhouse.api.v1.ErrorField
+	3, // 2: keyhouse.api.v1.ErrorFields.after:type_name -> keyhouse.api.v1.ErrorField
+	6, // 3: keyhouse.api.v1.access:extendee -> google.protobuf.MethodOptions
+	6, // 4: keyhouse.api.v1.rate_limit:extendee -> google.protobuf.MethodOptions
+	0, // 5: keyhouse.api.v1.access:type_name -> keyhouse.api.v1.Access
+	2, // 6: keyhouse.api.v1.rate_limit:type_name -> keyhouse.api.v1.RateLimit
+	7, // [7:7] is the sub-list for method output_type
+	7, // [7:7] is the sub-list for method input_type
+	5, // [5:7] is the sub-list for extension type_name
+	3, // [3:5] is the sub-list for extension extendee
+	0, // [0:3] is the sub-list for field type_name
 }
 
 func init() { file_keyhouse_api_v1_api_proto_init() }
@@ -339,9 +490,9 @@ func file_keyhouse_api_v1_api_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_keyhouse_api_v1_api_proto_rawDesc), len(file_keyhouse_api_v1_api_proto_rawDesc)),
-			NumEnums:      1,
-			NumMessages:   3,
-			NumExtensions: 1,
+			NumEnums:      2,
+			NumMessages:   4,
+			NumExtensions: 2,
 			NumServices:   0,
 		},
 		GoTypes:           file_keyhouse_api_v1_api_proto_goTypes,

@@ -370,11 +370,14 @@ const file_keyhouse_billing_v1_billing_proto_rawDesc = "" +
 	"\apayload\x18\x01 \x01(\fR\apayload\x12\x1c\n" +
 	"\tsignature\x18\x02 \x01(\tR\tsignature\"7\n" +
 	"\x19HandleStripeEventResponse\x12\x1a\n" +
-	"\breceived\x18\x01 \x01(\bR\breceived2\xf2\x02\n" +
-	"\x0eBillingService\x12u\n" +
-	"\x10GetBillingStatus\x12,.keyhouse.billing.v1.GetBillingStatusRequest\x1a-.keyhouse.billing.v1.GetBillingStatusResponse\"\x04\x90\x82\x19\x02\x12o\n" +
-	"\x0eCreateCheckout\x12*.keyhouse.billing.v1.CreateCheckoutRequest\x1a+.keyhouse.billing.v1.CreateCheckoutResponse\"\x04\x90\x82\x19\x02\x12x\n" +
-	"\x11HandleStripeEvent\x12-.keyhouse.billing.v1.HandleStripeEventRequest\x1a..keyhouse.billing.v1.HandleStripeEventResponse\"\x04\x90\x82\x19\x01BIZGgithub.com/keyhouse/keyhouse/proto/gen/go/keyhouse/billing/v1;billingv1b\x06proto3"
+	"\breceived\x18\x01 \x01(\bR\breceived2\x84\x03\n" +
+	"\x0eBillingService\x12{\n" +
+	"\x10GetBillingStatus\x12,.keyhouse.billing.v1.GetBillingStatusRequest\x1a-.keyhouse.billing.v1.GetBillingStatusResponse\"\n" +
+	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x12u\n" +
+	"\x0eCreateCheckout\x12*.keyhouse.billing.v1.CreateCheckoutRequest\x1a+.keyhouse.billing.v1.CreateCheckoutResponse\"\n" +
+	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x12~\n" +
+	"\x11HandleStripeEvent\x12-.keyhouse.billing.v1.HandleStripeEventRequest\x1a..keyhouse.billing.v1.HandleStripeEventResponse\"\n" +
+	"\x90\x82\x19\x01\x9a\x82\x19\x02\b\x01BIZGgithub.com/keyhouse/keyhouse/proto/gen/go/keyhouse/billing/v1;billingv1b\x06proto3"
 
 var (
 	file_keyhouse_billing_v1_billing_proto_rawDescOnce sync.Once

@@ -2335,23 +2335,38 @@ const file_keyhouse_licensing_v1_licensing_proto_rawDesc = "" +
 	"\x06limits\x18\x06 \x01(\v2\x17.google.protobuf.StructR\x06limits\"u\n" +
 	"\x1fVerifyLicenseFileBase64Response\x12\x14\n" +
 	"\x05valid\x18\x01 \x01(\bR\x05valid\x12<\n" +
-	"\alicense\x18\x02 \x01(\v2\".keyhouse.licensing.v1.FileLicenseR\alicense2\x8a\x0e\n" +
-	"\x10LicensingService\x12m\n" +
-	"\fIssueLicense\x12*.keyhouse.licensing.v1.IssueLicenseRequest\x1a+.keyhouse.licensing.v1.IssueLicenseResponse\"\x04\x90\x82\x19\x02\x12p\n" +
-	"\rVerifyLicense\x12+.keyhouse.licensing.v1.VerifyLicenseRequest\x1a,.keyhouse.licensing.v1.VerifyLicenseResponse\"\x04\x90\x82\x19\x01\x12p\n" +
-	"\rRevokeLicense\x12+.keyhouse.licensing.v1.RevokeLicenseRequest\x1a,.keyhouse.licensing.v1.RevokeLicenseResponse\"\x04\x90\x82\x19\x02\x12p\n" +
-	"\rDeleteLicense\x12+.keyhouse.licensing.v1.DeleteLicenseRequest\x1a,.keyhouse.licensing.v1.DeleteLicenseResponse\"\x04\x90\x82\x19\x02\x12\x7f\n" +
-	"\x12UpdateLicenseTerms\x120.keyhouse.licensing.v1.UpdateLicenseTermsRequest\x1a1.keyhouse.licensing.v1.UpdateLicenseTermsResponse\"\x04\x90\x82\x19\x02\x12m\n" +
-	"\fListLicenses\x12*.keyhouse.licensing.v1.ListLicensesRequest\x1a+.keyhouse.licensing.v1.ListLicensesResponse\"\x04\x90\x82\x19\x02\x12|\n" +
-	"\x11GetLicenseDetails\x12/.keyhouse.licensing.v1.GetLicenseDetailsRequest\x1a0.keyhouse.licensing.v1.GetLicenseDetailsResponse\"\x04\x90\x82\x19\x02\x12j\n" +
-	"\vUpdateNotes\x12).keyhouse.licensing.v1.UpdateNotesRequest\x1a*.keyhouse.licensing.v1.UpdateNotesResponse\"\x04\x90\x82\x19\x02\x12a\n" +
-	"\bGetStats\x12&.keyhouse.licensing.v1.GetStatsRequest\x1a'.keyhouse.licensing.v1.GetStatsResponse\"\x04\x90\x82\x19\x02\x12p\n" +
-	"\rExportLicense\x12+.keyhouse.licensing.v1.ExportLicenseRequest\x1a,.keyhouse.licensing.v1.ExportLicenseResponse\"\x04\x90\x82\x19\x01\x12|\n" +
-	"\x11ExportLicenseFile\x12/.keyhouse.licensing.v1.ExportLicenseFileRequest\x1a0.keyhouse.licensing.v1.ExportLicenseFileResponse\"\x04\x90\x82\x19\x01\x12\x85\x01\n" +
-	"\x14ExportLicenseOffline\x122.keyhouse.licensing.v1.ExportLicenseOfflineRequest\x1a3.keyhouse.licensing.v1.ExportLicenseOfflineResponse\"\x04\x90\x82\x19\x01\x12m\n" +
-	"\fGetPublicKey\x12*.keyhouse.licensing.v1.GetPublicKeyRequest\x1a+.keyhouse.licensing.v1.GetPublicKeyResponse\"\x04\x90\x82\x19\x01\x12|\n" +
-	"\x11VerifyLicenseFile\x12/.keyhouse.licensing.v1.VerifyLicenseFileRequest\x1a0.keyhouse.licensing.v1.VerifyLicenseFileResponse\"\x04\x90\x82\x19\x01\x12\x8e\x01\n" +
-	"\x17VerifyLicenseFileBase64\x125.keyhouse.licensing.v1.VerifyLicenseFileBase64Request\x1a6.keyhouse.licensing.v1.VerifyLicenseFileBase64Response\"\x04\x90\x82\x19\x01BMZKgithub.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1;licensingv1b\x06proto3"
+	"\alicense\x18\x02 \x01(\v2\".keyhouse.licensing.v1.FileLicenseR\alicense2\xe8\x0e\n" +
+	"\x10LicensingService\x12s\n" +
+	"\fIssueLicense\x12*.keyhouse.licensing.v1.IssueLicenseRequest\x1a+.keyhouse.licensing.v1.IssueLicenseResponse\"\n" +
+	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x12v\n" +
+	"\rVerifyLicense\x12+.keyhouse.licensing.v1.VerifyLicenseRequest\x1a,.keyhouse.licensing.v1.VerifyLicenseResponse\"\n" +
+	"\x90\x82\x19\x01\x9a\x82\x19\x02\b\x02\x12v\n" +
+	"\rRevokeLicense\x12+.keyhouse.licensing.v1.RevokeLicenseRequest\x1a,.keyhouse.licensing.v1.RevokeLicenseResponse\"\n" +
+	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x12v\n" +
+	"\rDeleteLicense\x12+.keyhouse.licensing.v1.DeleteLicenseRequest\x1a,.keyhouse.licensing.v1.DeleteLicenseResponse\"\n" +
+	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x12\x85\x01\n" +
+	"\x12UpdateLicenseTerms\x120.keyhouse.licensing.v1.UpdateLicenseTermsRequest\x1a1.keyhouse.licensing.v1.UpdateLicenseTermsResponse\"\n" +
+	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x12s\n" +
+	"\fListLicenses\x12*.keyhouse.licensing.v1.ListLicensesRequest\x1a+.keyhouse.licensing.v1.ListLicensesResponse\"\n" +
+	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x12\x82\x01\n" +
+	"\x11GetLicenseDetails\x12/.keyhouse.licensing.v1.GetLicenseDetailsRequest\x1a0.keyhouse.licensing.v1.GetLicenseDetailsResponse\"\n" +
+	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x12p\n" +
+	"\vUpdateNotes\x12).keyhouse.licensing.v1.UpdateNotesRequest\x1a*.keyhouse.licensing.v1.UpdateNotesResponse\"\n" +
+	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x12g\n" +
+	"\bGetStats\x12&.keyhouse.licensing.v1.GetStatsRequest\x1a'.keyhouse.licensing.v1.GetStatsResponse\"\n" +
+	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x12v\n" +
+	"\rExportLicense\x12+.keyhouse.licensing.v1.ExportLicenseRequest\x1a,.keyhouse.licensing.v1.ExportLicenseResponse\"\n" +
+	"\x90\x82\x19\x01\x9a\x82\x19\x02\b\x04\x12\x82\x01\n" +
+	"\x11ExportLicenseFile\x12/.keyhouse.licensing.v1.ExportLicenseFileRequest\x1a0.keyhouse.licensing.v1.ExportLicenseFileResponse\"\n" +
+	"\x90\x82\x19\x01\x9a\x82\x19\x02\b\x04\x12\x8b\x01\n" +
+	"\x14ExportLicenseOffline\x122.keyhouse.licensing.v1.ExportLicenseOfflineRequest\x1a3.keyhouse.licensing.v1.ExportLicenseOfflineResponse\"\n" +
+	"\x90\x82\x19\x01\x9a\x82\x19\x02\b\x04\x12s\n" +
+	"\fGetPublicKey\x12*.keyhouse.licensing.v1.GetPublicKeyRequest\x1a+.keyhouse.licensing.v1.GetPublicKeyResponse\"\n" +
+	"\x90\x82\x19\x01\x9a\x82\x19\x02\b\x04\x12\x82\x01\n" +
+	"\x11VerifyLicenseFile\x12/.keyhouse.licensing.v1.VerifyLicenseFileRequest\x1a0.keyhouse.licensing.v1.VerifyLicenseFileResponse\"\n" +
+	"\x90\x82\x19\x01\x9a\x82\x19\x02\b\x03\x12\x94\x01\n" +
+	"\x17VerifyLicenseFileBase64\x125.keyhouse.licensing.v1.VerifyLicenseFileBase64Request\x1a6.keyhouse.licensing.v1.VerifyLicenseFileBase64Response\"\n" +
+	"\x90\x82\x19\x01\x9a\x82\x19\x02\b\x03BMZKgithub.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1;licensingv1b\x06proto3"
 
 var (
 	file_keyhouse_licensing_v1_licensing_proto_rawDescOnce sync.Once

@@ -1025,14 +1025,19 @@ const file_keyhouse_releases_v1_releases_proto_rawDesc = "" +
 	"\bchecksum\x18\x06 \x01(\tR\bchecksum\x12#\n" +
 	"\rrelease_notes\x18\a \x01(\tR\freleaseNotes\x12\x1c\n" +
 	"\tsignature\x18\b \x01(\tR\tsignature\x127\n" +
-	"\tissued_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\bissuedAt2\xbe\x04\n" +
-	"\x0fReleasesService\x12t\n" +
-	"\x0fRegisterRelease\x12,.keyhouse.releases.v1.RegisterReleaseRequest\x1a-.keyhouse.releases.v1.RegisterReleaseResponse\"\x04\x90\x82\x19\x02\x12k\n" +
-	"\fListReleases\x12).keyhouse.releases.v1.ListReleasesRequest\x1a*.keyhouse.releases.v1.ListReleasesResponse\"\x04\x90\x82\x19\x02\x12e\n" +
+	"\tissued_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\bissuedAt2\xdc\x04\n" +
+	"\x0fReleasesService\x12z\n" +
+	"\x0fRegisterRelease\x12,.keyhouse.releases.v1.RegisterReleaseRequest\x1a-.keyhouse.releases.v1.RegisterReleaseResponse\"\n" +
+	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x12q\n" +
+	"\fListReleases\x12).keyhouse.releases.v1.ListReleasesRequest\x1a*.keyhouse.releases.v1.ListReleasesResponse\"\n" +
+	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x12k\n" +
 	"\n" +
-	"GetRelease\x12'.keyhouse.releases.v1.GetReleaseRequest\x1a(.keyhouse.releases.v1.GetReleaseResponse\"\x04\x90\x82\x19\x02\x12w\n" +
-	"\x10UnpublishRelease\x12-.keyhouse.releases.v1.UnpublishReleaseRequest\x1a..keyhouse.releases.v1.UnpublishReleaseResponse\"\x04\x90\x82\x19\x02\x12h\n" +
-	"\vCheckUpdate\x12(.keyhouse.releases.v1.CheckUpdateRequest\x1a).keyhouse.releases.v1.CheckUpdateResponse\"\x04\x90\x82\x19\x01BKZIgithub.com/keyhouse/keyhouse/proto/gen/go/keyhouse/releases/v1;releasesv1b\x06proto3"
+	"GetRelease\x12'.keyhouse.releases.v1.GetReleaseRequest\x1a(.keyhouse.releases.v1.GetReleaseResponse\"\n" +
+	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x12}\n" +
+	"\x10UnpublishRelease\x12-.keyhouse.releases.v1.UnpublishReleaseRequest\x1a..keyhouse.releases.v1.UnpublishReleaseResponse\"\n" +
+	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x12n\n" +
+	"\vCheckUpdate\x12(.keyhouse.releases.v1.CheckUpdateRequest\x1a).keyhouse.releases.v1.CheckUpdateResponse\"\n" +
+	"\x90\x82\x19\x01\x9a\x82\x19\x02\b\x02BKZIgithub.com/keyhouse/keyhouse/proto/gen/go/keyhouse/releases/v1;releasesv1b\x06proto3"
 
 var (
 	file_keyhouse_releases_v1_releases_proto_rawDescOnce sync.Once

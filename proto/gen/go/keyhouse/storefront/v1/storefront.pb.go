@@ -1323,17 +1323,26 @@ const file_keyhouse_storefront_v1_storefront_proto_rawDesc = "" +
 	"\apayload\x18\x02 \x01(\fR\apayload\x12\x1c\n" +
 	"\tsignature\x18\x03 \x01(\tR\tsignature\"2\n" +
 	"\x14ReceiveEventResponse\x12\x1a\n" +
-	"\breceived\x18\x01 \x01(\bR\breceived2\xb3\b\n" +
-	"\x11StorefrontService\x12u\n" +
-	"\x0eConnectWebhook\x12-.keyhouse.storefront.v1.ConnectWebhookRequest\x1a..keyhouse.storefront.v1.ConnectWebhookResponse\"\x04\x90\x82\x19\x02\x12o\n" +
-	"\fListWebhooks\x12+.keyhouse.storefront.v1.ListWebhooksRequest\x1a,.keyhouse.storefront.v1.ListWebhooksResponse\"\x04\x90\x82\x19\x02\x12~\n" +
-	"\x11SaveWebhookSecret\x120.keyhouse.storefront.v1.SaveWebhookSecretRequest\x1a1.keyhouse.storefront.v1.SaveWebhookSecretResponse\"\x04\x90\x82\x19\x02\x12u\n" +
-	"\x0eDisableWebhook\x12-.keyhouse.storefront.v1.DisableWebhookRequest\x1a..keyhouse.storefront.v1.DisableWebhookResponse\"\x04\x90\x82\x19\x02\x12r\n" +
-	"\rCreateMapping\x12,.keyhouse.storefront.v1.CreateMappingRequest\x1a-.keyhouse.storefront.v1.CreateMappingResponse\"\x04\x90\x82\x19\x02\x12o\n" +
-	"\fListMappings\x12+.keyhouse.storefront.v1.ListMappingsRequest\x1a,.keyhouse.storefront.v1.ListMappingsResponse\"\x04\x90\x82\x19\x02\x12r\n" +
-	"\rDeleteMapping\x12,.keyhouse.storefront.v1.DeleteMappingRequest\x1a-.keyhouse.storefront.v1.DeleteMappingResponse\"\x04\x90\x82\x19\x02\x12u\n" +
-	"\x0eListDeliveries\x12-.keyhouse.storefront.v1.ListDeliveriesRequest\x1a..keyhouse.storefront.v1.ListDeliveriesResponse\"\x04\x90\x82\x19\x02\x12o\n" +
-	"\fReceiveEvent\x12+.keyhouse.storefront.v1.ReceiveEventRequest\x1a,.keyhouse.storefront.v1.ReceiveEventResponse\"\x04\x90\x82\x19\x01BOZMgithub.com/keyhouse/keyhouse/proto/gen/go/keyhouse/storefront/v1;storefrontv1b\x06proto3"
+	"\breceived\x18\x01 \x01(\bR\breceived2\xea\b\n" +
+	"\x11StorefrontService\x12{\n" +
+	"\x0eConnectWebhook\x12-.keyhouse.storefront.v1.ConnectWebhookRequest\x1a..keyhouse.storefront.v1.ConnectWebhookResponse\"\n" +
+	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x12u\n" +
+	"\fListWebhooks\x12+.keyhouse.storefront.v1.ListWebhooksRequest\x1a,.keyhouse.storefront.v1.ListWebhooksResponse\"\n" +
+	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x12\x84\x01\n" +
+	"\x11SaveWebhookSecret\x120.keyhouse.storefront.v1.SaveWebhookSecretRequest\x1a1.keyhouse.storefront.v1.SaveWebhookSecretResponse\"\n" +
+	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x12{\n" +
+	"\x0eDisableWebhook\x12-.keyhouse.storefront.v1.DisableWebhookRequest\x1a..keyhouse.storefront.v1.DisableWebhookResponse\"\n" +
+	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x12x\n" +
+	"\rCreateMapping\x12,.keyhouse.storefront.v1.CreateMappingRequest\x1a-.keyhouse.storefront.v1.CreateMappingResponse\"\n" +
+	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x12u\n" +
+	"\fListMappings\x12+.keyhouse.storefront.v1.ListMappingsRequest\x1a,.keyhouse.storefront.v1.ListMappingsResponse\"\n" +
+	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x12x\n" +
+	"\rDeleteMapping\x12,.keyhouse.storefront.v1.DeleteMappingRequest\x1a-.keyhouse.storefront.v1.DeleteMappingResponse\"\n" +
+	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x12{\n" +
+	"\x0eListDeliveries\x12-.keyhouse.storefront.v1.ListDeliveriesRequest\x1a..keyhouse.storefront.v1.ListDeliveriesResponse\"\n" +
+	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x12u\n" +
+	"\fReceiveEvent\x12+.keyhouse.storefront.v1.ReceiveEventRequest\x1a,.keyhouse.storefront.v1.ReceiveEventResponse\"\n" +
+	"\x90\x82\x19\x01\x9a\x82\x19\x02\b\x01BOZMgithub.com/keyhouse/keyhouse/proto/gen/go/keyhouse/storefront/v1;storefrontv1b\x06proto3"
 
 var (
 	file_keyhouse_storefront_v1_storefront_proto_rawDescOnce sync.Once
