@@ -50,6 +50,11 @@ expect "$out/default.yaml" HorizontalPodAutoscaler 0
 expect "$out/default.yaml" Ingress 0
 expect "$out/hosted.yaml" HorizontalPodAutoscaler 6
 expect "$out/hosted.yaml" Ingress 1
+# migrate reads only DATABASE_URL and the log settings: the Job is handed no admin key.
+for f in "$out/default.yaml" "$out/hosted.yaml"; do
+	awk '/^---/{job=0} /^kind: Job$/{job=1} job && /ADMIN_API_KEY/{bad=1} END{exit bad}' "$f" ||
+		fail "$(basename "$f"): the migrate Job is given ADMIN_API_KEY"
+done
 grep -q 'SIGNING_KEYS_FILE' "$out/default.yaml" && fail "default.yaml: SIGNING_KEYS_FILE set without a keyring"
 grep -q 'SIGNING_KEYS_FILE' "$out/hosted.yaml" || fail "hosted.yaml: SIGNING_KEYS_FILE missing"
 for f in "$out/default.yaml" "$out/hosted.yaml"; do

@@ -32,7 +32,7 @@ func StripeMockBinary(ctx context.Context) (string, error) {
 	if p := os.Getenv("STRIPE_MOCK_BIN"); p != "" {
 		return p, nil
 	}
-	root, err := repoRoot()
+	root, err := RepoRoot()
 	if err != nil {
 		if p, lerr := exec.LookPath("stripe-mock"); lerr == nil {
 			return p, nil
@@ -52,8 +52,8 @@ func StripeMockBinary(ctx context.Context) (string, error) {
 	return bin, nil
 }
 
-// repoRoot is the nearest parent of the working directory holding go.work.
-func repoRoot() (string, error) {
+// RepoRoot finds the folder holding go.work, walking up from the working directory.
+func RepoRoot() (string, error) {
 	dir, err := os.Getwd()
 	if err != nil {
 		return "", err
@@ -64,7 +64,7 @@ func repoRoot() (string, error) {
 		}
 		parent := filepath.Dir(dir)
 		if parent == dir {
-			return "", errors.New("stripe-mock: no go.work above the working directory; set STRIPE_MOCK_BIN")
+			return "", errors.New("go.work not found above the working directory")
 		}
 		dir = parent
 	}

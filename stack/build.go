@@ -2,30 +2,15 @@ package stack
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
+
+	"github.com/keyhouse/keyhouse/devinfra"
 )
 
 // RepoRoot finds the folder holding go.work, walking up from the working directory.
-func RepoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.work")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", errors.New("go.work not found above the working directory")
-		}
-		dir = parent
-	}
-}
+func RepoRoot() (string, error) { return devinfra.RepoRoot() }
 
 // Packages are the main packages of the stack, relative to the repository root.
 func Packages() []string {

@@ -263,7 +263,9 @@ func (s *Stack) runOnce(ctx context.Context, name string, args ...string) error 
 	}
 	defer closeOut()
 	cmd := exec.CommandContext(ctx, filepath.Join(s.opts.BinDir, name), args...)
-	cmd.Env = s.environ(nil)
+	// Only serve reads the admin key: migrate runs without it, as the Helm migrate Job does,
+	// so every stack proves it can.
+	cmd.Env = s.environ(map[string]string{"ADMIN_API_KEY": ""})
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Run(); err != nil {
 		return fmt.Errorf("%s %s: %w (see %s)", name, strings.Join(args, " "), err, s.logHint(name))

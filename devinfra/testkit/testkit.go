@@ -21,7 +21,8 @@
 // Adding a component (stripe-mock, an SMTP sink, a browser): write one function
 // `Xxx(t testing.TB) string` that calls Integration(t), starts the process once per
 // binary (sync.Once) with its files under Dir(t), registers its stop with AtExit, and
-// returns the address. Put it here unless it would pull a heavy library into every test
+// returns the address. Call Integration(t) (or Dir(t)) before the Once, never inside it:
+// a test skipped inside a Once leaves it done with nothing started. Put it here unless it would pull a heavy library into every test
 // binary (then a package of its own, like devnats).
 package testkit
 

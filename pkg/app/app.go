@@ -99,22 +99,24 @@ func run(ctx context.Context, svc Service, args []string) error {
 	}
 }
 
-func setup(ctx context.Context, svc Service) (*config.Config, *slog.Logger, *pgxpool.Pool, error) {
-	cfg, err := config.Load()
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	log := telemetry.NewLogger(os.Stderr, svc.Name, cfg.LogLevel, cfg.LogFormat)
+// setup is what every command does first: the logger and the pool on the service's schema.
+func setup(ctx context.Context, svc Service, c config.Common) (*slog.Logger, *pgxpool.Pool, error) {
+	log := telemetry.NewLogger(os.Stderr, svc.Name, c.LogLevel, c.LogFormat)
 	telemetry.RouteLibraryLogs(log)
-	pool, err := pgxx.Open(ctx, cfg.DatabaseURL.Reveal(), svc.Name)
+	pool, err := pgxx.Open(ctx, c.DatabaseURL.Reveal(), svc.Name)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, err
 	}
-	return cfg, log, pool, nil
+	return log, pool, nil
 }
 
+// migrate needs only the common config: no admin key, no peers.
 func migrate(ctx context.Context, svc Service) error {
-	_, log, pool, err := setup(ctx, svc)
+	c, err := config.LoadCommon()
+	if err != nil {
+		return err
+	}
+	log, pool, err := setup(ctx, svc, *c)
 	if err != nil {
 		return err
 	}
@@ -128,7 +130,11 @@ func migrate(ctx context.Context, svc Service) error {
 }
 
 func serve(ctx context.Context, svc Service) error {
-	cfg, log, pool, err := setup(ctx, svc)
+	cfg, err := config.Load()
+	if err != nil {
+		return err
+	}
+	log, pool, err := setup(ctx, svc, cfg.Common)
 	if err != nil {
 		return err
 	}

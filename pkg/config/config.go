@@ -1,6 +1,7 @@
 // Package config is the one configuration loader: flat environment variables with
-// defaults in code, validated at start. Every binary loads the same Config and uses the
-// parts it needs.
+// defaults in code, validated at start. Every command of every binary loads Common (the
+// database and logging); `serve` loads Config, which adds what serving needs, so `migrate`
+// runs without an admin key. A variable is read here only once some code reads its field.
 package config
 
 import (
@@ -25,29 +26,41 @@ const (
 	DefaultStorefrontAddr  = "127.0.0.1:9105"
 )
 
-// Config holds every variable of addendum §1 plus the wiring between services.
+// Common is what every command needs (serve, migrate): the database and the logs.
+type Common struct {
+	DatabaseURL Secret
+	LogLevel    string
+	LogFormat   string
+}
+
+// Config is what `serve` needs: Common, the variables of addendum §1 that running code
+// reads, and the wiring between services.
 type Config struct {
+	Common
+
 	Port              int
 	MultiTenant       bool
 	AdminAPIKey       Secret
 	AdminRateLimitMax int
 	TrustedProxies    []netip.Prefix
-	PublicBaseURL     string
-	DatabaseURL       Secret
 	RedisURL          Secret
 	NATSURL           string
+	// PublicBaseURL is where clients reach the gateway (storefront callback URLs, mail links).
+	PublicBaseURL string
 
+	// Mail (the storefront's buyer email, pkg/mail).
 	EmailProvider string
-	EmailAPIKey   Secret
 	SMTPURL       Secret
 	EmailFrom     string
 	EmailReplyTo  string
 
+	// Hosted billing (services/billing/internal/payments): Stripe's API and webhooks.
 	StripeSecretKey       Secret
 	StripeWebhookSecret   Secret
 	StripePriceProMonthly string
 	StripePriceProAnnual  string
-	StripeAPIBase         string
+	// StripeAPIBase points the Stripe client elsewhere (stripe-mock in tests).
+	StripeAPIBase string
 
 	// GRPCAddr is where this process serves gRPC; empty means the service's default.
 	GRPCAddr        string
@@ -63,8 +76,6 @@ type Config struct {
 
 	// SigningKeysFile optionally points at operator-supplied signing material.
 	SigningKeysFile string
-	LogLevel        string
-	LogFormat       string
 
 	// RequestTimeout is every request's budget (REQUEST_TIMEOUT): the gateway cuts each
 	// HTTP request to it, and services apply it to gRPC calls that arrive without a deadline.
@@ -95,25 +106,45 @@ func (s Secret) GoString() string { return s.String() }
 // Reveal returns the actual value, for the one place that needs it.
 func (s Secret) Reveal() string { return string(s) }
 
-// Load reads the environment.
+// LoadCommon reads what every command needs from the environment.
+func LoadCommon() (*Common, error) { return LoadCommonFrom(os.LookupEnv) }
+
+// LoadCommonFrom reads Common through lookup, so tests need not touch the process env.
+func LoadCommonFrom(lookup func(string) (string, bool)) (*Common, error) {
+	r := reader{lookup: lookup}
+	c := r.common()
+	if len(r.errs) > 0 {
+		return nil, errors.Join(r.errs...)
+	}
+	return &c, nil
+}
+
+func (r *reader) common() Common {
+	return Common{
+		DatabaseURL: Secret(r.str("DATABASE_URL", "postgres://postgres@127.0.0.1:55432/keyhouse?sslmode=disable")),
+		LogLevel:    r.str("LOG_LEVEL", "info"),
+		LogFormat:   r.str("LOG_FORMAT", "json"),
+	}
+}
+
+// Load reads what `serve` needs from the environment.
 func Load() (*Config, error) { return LoadFrom(os.LookupEnv) }
 
-// LoadFrom reads variables through lookup, so tests need not touch the process env.
+// LoadFrom reads Config through lookup, so tests need not touch the process env.
 func LoadFrom(lookup func(string) (string, bool)) (*Config, error) {
 	r := reader{lookup: lookup}
 	c := &Config{
+		Common:            r.common(),
 		Port:              r.int("PORT", 8080),
 		MultiTenant:       r.bool("MULTI_TENANT", false),
 		AdminAPIKey:       Secret(r.str("ADMIN_API_KEY", "")),
 		AdminRateLimitMax: r.int("ADMIN_RATE_LIMIT_MAX", 300),
 		TrustedProxies:    r.prefixes("TRUSTED_PROXIES"),
-		PublicBaseURL:     strings.TrimRight(r.str("PUBLIC_BASE_URL", "http://localhost:8080"), "/"),
-		DatabaseURL:       Secret(r.str("DATABASE_URL", "postgres://postgres@127.0.0.1:55432/keyhouse?sslmode=disable")),
 		RedisURL:          Secret(r.str("REDIS_URL", "redis://127.0.0.1:56379/0")),
 		NATSURL:           r.str("NATS_URL", "nats://127.0.0.1:54222"),
+		PublicBaseURL:     strings.TrimRight(r.str("PUBLIC_BASE_URL", "http://localhost:8080"), "/"),
 
 		EmailProvider: r.str("EMAIL_PROVIDER", "log"),
-		EmailAPIKey:   Secret(r.str("EMAIL_API_KEY", "")),
 		SMTPURL:       Secret(r.str("SMTP_URL", "")),
 		EmailFrom:     r.str("EMAIL_FROM", ""),
 		EmailReplyTo:  r.str("EMAIL_REPLY_TO", ""),
@@ -133,8 +164,6 @@ func LoadFrom(lookup func(string) (string, bool)) (*Config, error) {
 
 		LicenseCacheTTL: r.duration("LICENSE_CACHE_TTL", time.Second),
 		SigningKeysFile: r.str("SIGNING_KEYS_FILE", ""),
-		LogLevel:        r.str("LOG_LEVEL", "info"),
-		LogFormat:       r.str("LOG_FORMAT", "json"),
 
 		RequestTimeout:  r.duration("REQUEST_TIMEOUT", 5*time.Second),
 		ShutdownDelay:   r.duration("SHUTDOWN_DELAY", 5*time.Second),

@@ -18,7 +18,7 @@ func TestDefaultsFollowTheAddendum(t *testing.T) {
 		t.Fatal(err)
 	}
 	if c.Port != 8080 || c.MultiTenant || c.AdminRateLimitMax != 300 || len(c.TrustedProxies) != 0 ||
-		c.PublicBaseURL != "http://localhost:8080" || c.EmailProvider != "log" {
+		c.LogLevel != "info" || c.LogFormat != "json" || c.PublicBaseURL != "http://localhost:8080" || c.EmailProvider != "log" {
 		t.Fatalf("defaults %+v", c)
 	}
 }
@@ -52,14 +52,14 @@ func TestTrustedProxiesAcceptCIDRsAndBareAddresses(t *testing.T) {
 func TestSecretsNeverPrint(t *testing.T) {
 	c, err := LoadFrom(env(map[string]string{
 		"ADMIN_API_KEY": "super-secret-admin", "DATABASE_URL": "postgres://u:dbpass@h/db",
-		"STRIPE_SECRET_KEY": "sk_test_secret", "SMTP_URL": "smtp://u:mailpass@h:25",
+		"REDIS_URL": "redis://:redispass@h:6379/0", "SMTP_URL": "smtp://u:mailpass@h:25",
 	}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, format := range []string{"%v", "%+v", "%#v", "%s"} {
 		out := fmt.Sprintf(format, c)
-		for _, secret := range []string{"super-secret-admin", "dbpass", "sk_test_secret", "mailpass"} {
+		for _, secret := range []string{"super-secret-admin", "dbpass", "redispass", "mailpass"} {
 			if strings.Contains(out, secret) {
 				t.Errorf("%s prints %q", format, secret)
 			}
@@ -96,6 +96,25 @@ func TestRuntimeDurationsAndMetricsPort(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), name) {
 			t.Errorf("error does not name %s: %v", name, err)
 		}
+	}
+}
+
+// migrate (and any command but serve) loads Common only: no admin key needed, so the Helm
+// migrate Job gets none; serve still refuses to start without one.
+func TestOnlyServeNeedsTheAdminKey(t *testing.T) {
+	c, err := LoadCommonFrom(env(map[string]string{"DATABASE_URL": "postgres://u@h/db", "LOG_LEVEL": "debug"}))
+	if err != nil {
+		t.Fatalf("common config without an admin key: %v", err)
+	}
+	if c.DatabaseURL.Reveal() != "postgres://u@h/db" || c.LogLevel != "debug" || c.LogFormat != "json" {
+		t.Fatalf("common %+v", c)
+	}
+	if _, err := LoadFrom(env(map[string]string{"DATABASE_URL": "postgres://u@h/db"})); err == nil || !strings.Contains(err.Error(), "ADMIN_API_KEY") {
+		t.Fatalf("serve config without an admin key: %v", err)
+	}
+	full, err := LoadFrom(env(map[string]string{"ADMIN_API_KEY": "k", "DATABASE_URL": "postgres://u@h/db"}))
+	if err != nil || full.DatabaseURL != c.DatabaseURL {
+		t.Fatalf("serve config carries the common part: %+v, %v", full, err)
 	}
 }
 

@@ -4,7 +4,8 @@
 // nothing, the same key with another request is a 409.
 //
 // A service that offers it copies TableSQL into one of its migrations (like natsx's
-// outbox table), wraps its create in Do, and deletes expired records with Purge.
+// outbox table; a test per service holds the copy to it with pgxx.CheckSharedDDL), wraps
+// its create in Do, and deletes expired records with Purge.
 package idempotency
 
 import (

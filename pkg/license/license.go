@@ -17,6 +17,10 @@ const (
 	EventStream    = "LICENSING"
 	EventSubjects  = "keyhouse.licensing.>"
 	DeletedSubject = "keyhouse.licensing.license.deleted"
+	// EventRetention is how long the stream keeps an event (a consumer that was down
+	// catches up from there), and so how long licensing remembers a deletion whose purge
+	// may still be pending.
+	EventRetention = 7 * 24 * time.Hour
 )
 
 // ChangedSubject is the core NATS subject (no stream: it is outside EventSubjects) on

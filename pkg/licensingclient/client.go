@@ -119,6 +119,18 @@ func (c *Client) IssueLicense(ctx context.Context, tenant, idemKey string, req *
 	return resp.GetKey(), nil
 }
 
+// DeletedKeys lists the tenant's licenses deleted lately (license.EventRetention), whose
+// seats activations may not have purged yet.
+func (c *Client) DeletedKeys(ctx context.Context, tenant string) ([]string, error) {
+	resp, err := grpcx.Call(ctx, c.peer, tenant, func(ctx context.Context, o ...grpc.CallOption) (*licensingv1.ListDeletedLicensesResponse, error) {
+		return c.rpc.ListDeletedLicenses(ctx, &licensingv1.ListDeletedLicensesRequest{}, o...)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return resp.GetKeys(), nil
+}
+
 // CountActive is the tenant's number of active licenses (its quota usage).
 func (c *Client) CountActive(ctx context.Context, tenant string) (int, error) {
 	resp, err := grpcx.Call(ctx, c.peer, tenant, func(ctx context.Context, o ...grpc.CallOption) (*licensingv1.CountActiveLicensesResponse, error) {

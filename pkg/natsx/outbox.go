@@ -26,7 +26,8 @@ import (
 //
 // It is copied rather than created at run time because the schema belongs to the
 // service's migrations: `serve` refuses a schema that is behind, and only `migrate` may
-// change it. msg_id is unique because it names the event, not the attempt; the partial
+// change it; a test per service holds the copy to this constant (pgxx.CheckSharedDDL).
+// msg_id is unique because it names the event, not the attempt; the partial
 // index keeps the relay's "oldest unsent first" query cheap however many sent rows wait
 // for cleanup, and the second one keeps that cleanup cheap.
 const OutboxTableSQL = `CREATE TABLE outbox (

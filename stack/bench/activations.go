@@ -42,7 +42,7 @@ func init() {
 	Register(Scenario{
 		ID:    "validate",
 		Name:  "validate-license (gateway → activations → licensing, Postgres)",
-		Note:  "read only: verify-license's path plus one more process and gRPC hop (activations) and a seat probe",
+		Note:  "read only: the gateway calls activations, which has the license from its cache of licensing's answers, then probes the seat in Postgres",
 		Setup: setupValidate,
 	})
 	Register(Scenario{

@@ -162,6 +162,8 @@ type Result struct {
 	P50, P99, Max time.Duration
 	// CPU is what each process used during the measured period.
 	CPU CPUTimes
+	// lat holds every latency, for Merge.
+	lat []time.Duration
 }
 
 // RefusedShare is the share of answered ops that were refused.
@@ -183,24 +185,39 @@ func (r Result) CPUPerOp() time.Duration {
 // RPS is completed requests per second.
 func (r Result) RPS() float64 { return float64(r.Requests) / r.Duration.Seconds() }
 
-// Run drives op with workers concurrent callers for d, after a short warm-up. cpu, when
-// not nil, samples the processes' CPU times at the start and the end of the measurement.
-func Run(ctx context.Context, sc Scenario, op Op, workers int, d time.Duration, cpu func() CPUTimes) Result {
+// runner returns how sc is driven: workers closed-loop clients (sc.Workers when set), or
+// open-loop at sc.Rate ops/s; and the number of clients the report shows.
+func runner(sc Scenario, op Op, workers int) (func(ctx context.Context, base int) ([]time.Duration, int, int, string), int) {
+	if sc.Rate > 0 {
+		return func(ctx context.Context, base int) ([]time.Duration, int, int, string) {
+			return driveRate(ctx, op, sc.Rate, base)
+		}, int(sc.Rate)
+	}
 	if sc.Workers > 0 {
 		workers = sc.Workers
 	}
-	run := func(ctx context.Context, base int) ([]time.Duration, int, int, string) {
+	return func(ctx context.Context, base int) ([]time.Duration, int, int, string) {
 		return drive(ctx, op, workers, base)
-	}
-	if sc.Rate > 0 {
-		workers = int(sc.Rate)
-		run = func(ctx context.Context, base int) ([]time.Duration, int, int, string) {
-			return driveRate(ctx, op, sc.Rate, base)
-		}
-	}
-	warm, cancel := context.WithTimeout(ctx, d/5)
+	}, workers
+}
+
+// WarmUp drives op for d without measuring.
+func WarmUp(ctx context.Context, sc Scenario, op Op, workers int, d time.Duration) {
+	run, _ := runner(sc, op, workers)
+	warm, cancel := context.WithTimeout(ctx, d)
 	run(warm, 0)
 	cancel()
+}
+
+// sliceBase spaces the op numbers of successive slices of one scenario, so each slice
+// uses client IPs (and keys) of its own.
+const sliceBase = 2_000_000
+
+// RunSlice measures op for d, without warm-up; slice numbers the measurements of one
+// scenario (0, 1, ...) so each uses fresh client IPs. Merge the slices of a scenario into
+// its Result.
+func RunSlice(ctx context.Context, sc Scenario, op Op, workers int, d time.Duration, slice int, cpu func() CPUTimes) Result {
+	run, workers := runner(sc, op, workers)
 	runCtx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	var before CPUTimes
@@ -208,12 +225,34 @@ func Run(ctx context.Context, sc Scenario, op Op, workers int, d time.Duration, 
 		before = cpu()
 	}
 	start := time.Now()
-	lat, errs, refused, first := run(runCtx, 1_000_000)
+	lat, errs, refused, first := run(runCtx, 1_000_000+slice*sliceBase)
 	res := Result{ID: sc.ID, Name: sc.Name, Note: sc.Note, Workers: workers, Requests: len(lat), Errors: errs,
-		Refused: refused, FirstError: first, Duration: time.Since(start)}
+		Refused: refused, FirstError: first, Duration: time.Since(start), lat: lat}
 	if cpu != nil {
 		res.CPU = cpu().Sub(before)
 	}
+	return res
+}
+
+// Merge sums the slices of one scenario and computes its latency percentiles.
+func Merge(slices []Result) Result {
+	res := slices[0]
+	res.CPU = CPUTimes{}
+	res.Requests, res.Errors, res.Refused, res.Duration, res.lat = 0, 0, 0, 0, nil
+	for _, r := range slices {
+		res.Requests += r.Requests
+		res.Errors += r.Errors
+		res.Refused += r.Refused
+		res.Duration += r.Duration
+		res.lat = append(res.lat, r.lat...)
+		for k, v := range r.CPU {
+			res.CPU[k] += v
+		}
+		if res.FirstError == "" {
+			res.FirstError = r.FirstError
+		}
+	}
+	lat := res.lat
 	if len(lat) > 0 {
 		sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
 		res.P50, res.P99, res.Max = lat[len(lat)*50/100], lat[len(lat)*99/100], lat[len(lat)-1]

@@ -22,7 +22,7 @@ func init() {
 	Register(Scenario{
 		ID:    "verify",
 		Name:  "verify-license (gateway → licensing → Postgres)",
-		Note:  "the full path: HTTP edge, Redis rate limit, gRPC, one indexed row",
+		Note:  "the full path: HTTP edge, Redis rate limit (coalesced), gRPC, the row from licensing's cache (read from Postgres at most once per key and LICENSE_CACHE_TTL)",
 		Setup: setupVerifyGateway,
 	})
 	Register(Scenario{

@@ -698,6 +698,39 @@ func TestDeletedLicenseLosesItsSeatsEvenIfActivationsWasDown(t *testing.T) {
 	}
 }
 
+// While the license.deleted event cannot reach activations (NATS is down, so the purge
+// cannot run), the seats of a deleted license are still in activations' tables: admin/stats
+// and recent-activations leave them out all the same, because a deleted license has no
+// seats.
+func TestDeletedLicenseSeatsLeaveTheTenantViewsBeforeThePurge(t *testing.T) {
+	t.Parallel()
+	s := startStack(t, nil)
+	t.Cleanup(s.Stop)
+	a, c := admin(t, s), anon(t, s)
+	gone := issueLicense(t, a, lic("purge-pending", "max_activations", 3))
+	kept := issueLicense(t, a, lic("purge-pending"))
+	seat(t, c, gone, "host-a")
+	seat(t, c, gone, "host-b")
+	seat(t, c, kept, "host-a")
+	if n := a.Get("/v1/admin/stats").JSON(t)["totalActivations"]; n != float64(3) {
+		t.Fatalf("totalActivations before the delete: %v", n)
+	}
+
+	s.NATS.Stop()
+	a.Delete("/v1/delete-license", map[string]string{"key": gone}).Expect(t, 200)
+	stats := a.Get("/v1/admin/stats").JSON(t)
+	if stats["totalLicenses"] != float64(1) || stats["totalActivations"] != float64(1) {
+		t.Fatalf("stats right after the delete: %v", stats)
+	}
+	recent, _ := stats["recentActivations"].([]any)
+	if len(recent) != 1 || recent[0].(map[string]any)["key"] != kept {
+		t.Fatalf("stats' recent activations: %v", stats["recentActivations"])
+	}
+	if got := strings.Join(recentKeys(t, a, ""), " "); got != kept+"/host-a" {
+		t.Fatalf("recent-activations right after the delete: %s", got)
+	}
+}
+
 // Invariant 2 across replicas: parallel activations of distinct instance_ids through two
 // gateways, each talking to its own activations process on the one database, create
 // exactly max_activations seats. The same stack runs invariant 3 across the replicas.

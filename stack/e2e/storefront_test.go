@@ -31,6 +31,8 @@ var (
 // storefrontStack is a hosted stack of its own whose buyer email goes to an SMTP sink.
 func storefrontStack(t *testing.T) (*stack.Stack, *mailtest.Server) {
 	t.Helper()
+	// Before the Once: a test skipped under -short inside it would leave it done and empty.
+	testkit.Integration(t)
 	sfOnce.Do(func() {
 		sink, err := mailtest.Start()
 		if err != nil {

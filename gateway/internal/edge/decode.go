@@ -31,11 +31,12 @@ func (m *jsonMarshaler) NewDecoder(r io.Reader) runtime.Decoder {
 		body, err := io.ReadAll(r)
 		if err != nil {
 			// The body cap (413) and a stalled client (408) are flagged on the request
-			// and answered by the error handler; a broken gzip stream is the client's.
+			// and answered by the error handler. The error's own text names addresses
+			// ("read tcp 10.0.0.1:8080->…"), so it never reaches the client.
 			if errors.Is(err, errBadGzip) {
 				return errors.New("Invalid gzip body")
 			}
-			return err
+			return errors.New("Request body could not be read")
 		}
 		return m.decode(body, v)
 	})

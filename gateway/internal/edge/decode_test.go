@@ -68,3 +68,17 @@ func TestErrorMessagesAreCappedOnARuneBoundary(t *testing.T) {
 		t.Fatalf("capped to %d runes: %.40q", utf8.RuneCountInString(got), got)
 	}
 }
+
+type failingReader struct{}
+
+func (failingReader) Read([]byte) (int, error) {
+	return 0, errors.New("read tcp 10.0.0.1:8080->10.0.0.2:5000: connection reset by peer")
+}
+
+func TestDecoderNeverEchoesTheConnectionsReadError(t *testing.T) {
+	var req activationsv1.TrackUsageRequest
+	err := newJSONMarshaler().NewDecoder(failingReader{}).Decode(&req)
+	if err == nil || err.Error() != "Request body could not be read" {
+		t.Fatalf("read failure: %v", err)
+	}
+}

@@ -35,8 +35,12 @@ func run(ctx context.Context) error {
 	duration := flag.Duration("d", 10*time.Second, "measured duration per scenario (plus 20% warm-up)")
 	only := flag.String("run", "", "only scenarios whose name matches this regexp")
 	keep := flag.Bool("keep", false, "keep the stack's folder (logs) afterwards")
+	rounds := flag.Int("rounds", 5, "measure each scenario in this many slices, interleaved with the other scenarios")
 	prebuilt := flag.String("bin", "", "use the binaries in this folder instead of building the working tree (A/B runs)")
 	flag.Parse()
+	if *rounds < 1 {
+		return fmt.Errorf("-rounds must be at least 1")
+	}
 	filter, err := regexp.Compile(*only)
 	if err != nil {
 		return err
@@ -81,26 +85,45 @@ func run(ctx context.Context) error {
 	env := &bench.Env{Stack: s, URL: s.URL, AdminKey: s.AdminKey, HTTP: bench.NewHTTPClient(max(*workers, 100))}
 	cpu := func() bench.CPUTimes { return bench.SampleCPU(s) }
 
-	var results []bench.Result
+	// Every scenario is set up first; then the measurements go in rounds, each scenario
+	// measured for duration/rounds per round, so that every row of the table (the floor
+	// included) sees the same share of whatever else the machine is doing.
+	type prepared struct {
+		sc     bench.Scenario
+		op     bench.Op
+		slices []bench.Result
+	}
+	var runs []*prepared
 	for _, sc := range bench.Scenarios() {
 		if !filter.MatchString(sc.Name) {
 			continue
 		}
-		fmt.Fprintf(os.Stderr, "%s ...\n", sc.Name)
-		scCtx, cancel := context.WithCancel(ctx)
-		op, err := sc.Setup(scCtx, env)
+		fmt.Fprintf(os.Stderr, "setting up %s ...\n", sc.Name)
+		op, err := sc.Setup(ctx, env)
 		if err != nil {
-			cancel()
-			return fmt.Errorf("%s: setup: %w", sc.Name, err)
+			return fmt.Errorf("%s: setup: %w%s", sc.Name, err, crashed(s))
 		}
-		r := bench.Run(scCtx, sc, op, *workers, *duration, cpu)
-		cancel()
+		runs = append(runs, &prepared{sc: sc, op: op})
+	}
+	slice := *duration / time.Duration(*rounds)
+	for round := range *rounds {
+		fmt.Fprintf(os.Stderr, "round %d of %d ...\n", round+1, *rounds)
+		for _, p := range runs {
+			if round == 0 {
+				bench.WarmUp(ctx, p.sc, p.op, *workers, *duration/5)
+			}
+			p.slices = append(p.slices, bench.RunSlice(ctx, p.sc, p.op, *workers, slice, round, cpu))
+		}
+	}
+	var results []bench.Result
+	for _, p := range runs {
+		r := bench.Merge(p.slices)
 		if r.Errors > 0 {
-			fmt.Fprintf(os.Stderr, "  %d errors, first: %s\n", r.Errors, r.FirstError)
+			fmt.Fprintf(os.Stderr, "%s: %d errors, first: %s%s\n", r.Name, r.Errors, r.FirstError, crashed(s))
 		}
 		results = append(results, r)
 	}
-	fmt.Printf("\n%s, %d CPUs, %s per scenario, load average %s\n\n%s", runtime.GOOS+"/"+runtime.GOARCH, runtime.NumCPU(), *duration, loadAverage(), bench.Table(results))
+	fmt.Printf("\n%s, %d CPUs, %s per scenario in %d rounds, load average %s\n\n%s", runtime.GOOS+"/"+runtime.GOARCH, runtime.NumCPU(), *duration, *rounds, loadAverage(), bench.Table(results))
 	fmt.Printf("\n%s\n", bench.Goals(results))
 	for _, r := range results {
 		if r.Note != "" {
@@ -111,6 +134,19 @@ func run(ctx context.Context) error {
 		fmt.Fprintf(os.Stderr, "stack folder kept: %s\n", dir)
 	}
 	return nil
+}
+
+// crashed names the processes of the stack that exited on their own, if any.
+func crashed(s *stack.Stack) string {
+	var out string
+	for {
+		select {
+		case p := <-s.Crashed():
+			out += fmt.Sprintf("; %s exited: %v (see %s)", p.Name, p.Err(), filepath.Join(s.Dir(), "logs"))
+		default:
+			return out
+		}
+	}
 }
 
 // loadAverage is the machine's 1-minute load average, so a report says how busy the

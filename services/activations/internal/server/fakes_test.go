@@ -3,6 +3,7 @@ package server
 import (
 	"bytes"
 	"context"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -18,8 +19,16 @@ import (
 
 // fakeLicenses is licensing's GetLicense: tenant "" finds a key in any tenant.
 type fakeLicenses struct {
-	byKey map[string]*licensingv1.License
-	err   error // an outage
+	byKey   map[string]*licensingv1.License
+	deleted map[string][]string // tenant → keys licensing deleted lately
+	err     error               // an outage
+}
+
+func (f *fakeLicenses) DeletedKeys(_ context.Context, tenant string) ([]string, error) {
+	if f.err != nil {
+		return nil, f.err
+	}
+	return f.deleted[tenant], nil
 }
 
 func (f *fakeLicenses) License(_ context.Context, tenant, key string) (*licensingv1.License, error) {
@@ -190,12 +199,12 @@ func (f *fakeStore) Seats(_ context.Context, tenant, key string) ([]store.Seat, 
 	return out, nil
 }
 
-func (f *fakeStore) Recent(_ context.Context, tenant string, limit int) ([]store.Seat, error) {
+func (f *fakeStore) Recent(_ context.Context, tenant string, limit int, exclude []string) ([]store.Seat, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var out []store.Seat
 	for _, s := range f.seats {
-		if s.tenant == tenant {
+		if s.tenant == tenant && !slices.Contains(exclude, s.key) {
 			out = append(out, store.Seat{Key: s.key, InstanceID: s.instance, ActivatedAt: s.at})
 		}
 	}
@@ -203,8 +212,8 @@ func (f *fakeStore) Recent(_ context.Context, tenant string, limit int) ([]store
 	return out[:min(limit, len(out))], nil
 }
 
-func (f *fakeStore) CountSeats(ctx context.Context, tenant string) (int, error) {
-	all, err := f.Recent(ctx, tenant, 1<<30)
+func (f *fakeStore) CountSeats(ctx context.Context, tenant string, exclude []string) (int, error) {
+	all, err := f.Recent(ctx, tenant, 1<<30, exclude)
 	return len(all), err
 }
 

@@ -40,8 +40,9 @@ type Store interface {
 	Usage(ctx context.Context, tenant, key string) (map[string]int64, error)
 	ResetUsage(ctx context.Context, tenant, key string, metric *string) (map[string]int64, error)
 	Seats(ctx context.Context, tenant, key string) ([]store.Seat, error)
-	Recent(ctx context.Context, tenant string, limit int) ([]store.Seat, error)
-	CountSeats(ctx context.Context, tenant string) (int, error)
+	// Recent and CountSeats leave out the seats of the exclude keys.
+	Recent(ctx context.Context, tenant string, limit int, exclude []string) ([]store.Seat, error)
+	CountSeats(ctx context.Context, tenant string, exclude []string) (int, error)
 	Summaries(ctx context.Context, tenant string, keys []string) (map[string]*store.Summary, error)
 }
 
@@ -50,6 +51,9 @@ type Store interface {
 // way; an unknown key is license.ErrNotFound.
 type Licenses interface {
 	License(ctx context.Context, tenant, key string) (*licensingv1.License, error)
+	// DeletedKeys lists the tenant's licenses deleted lately, whose seats the purge may
+	// not have removed yet.
+	DeletedKeys(ctx context.Context, tenant string) ([]string, error)
 }
 
 // Messages of api.md's Errors table and addendum §6, verbatim (the license's own refusals
@@ -444,7 +448,9 @@ func (s *Server) ListActivations(ctx context.Context, req *activationsv1.ListAct
 	return out, nil
 }
 
-// RecentActivations lists the tenant's newest seats.
+// RecentActivations lists the tenant's newest seats, without those of licenses deleted
+// lately: the license.deleted purge may not have reached this service yet (it, or NATS,
+// was down at delete time), and a deleted license has no seats.
 func (s *Server) RecentActivations(ctx context.Context, req *activationsv1.RecentActivationsRequest) (*activationsv1.RecentActivationsResponse, error) {
 	tenant, err := auth.TenantID(ctx)
 	if err != nil {
@@ -457,7 +463,11 @@ func (s *Server) RecentActivations(ctx context.Context, req *activationsv1.Recen
 		}
 		limit = int(req.GetLimit())
 	}
-	seats, err := s.store.Recent(ctx, tenant, limit)
+	deleted, err := s.licenses.DeletedKeys(ctx, tenant)
+	if err != nil {
+		return nil, err
+	}
+	seats, err := s.store.Recent(ctx, tenant, limit, deleted)
 	if err != nil {
 		return nil, err
 	}
@@ -496,7 +506,8 @@ func (s *Server) GetSeatSummaries(ctx context.Context, req *activationsv1.GetSea
 	return out, nil
 }
 
-// GetActivationStats gives licensing's admin/stats the tenant's seat total and newest seats.
+// GetActivationStats gives licensing's admin/stats the tenant's seat total and newest
+// seats, without those of the licenses licensing says it deleted (exclude_keys).
 func (s *Server) GetActivationStats(ctx context.Context, req *activationsv1.GetActivationStatsRequest) (*activationsv1.GetActivationStatsResponse, error) {
 	tenant, err := auth.TenantID(ctx)
 	if err != nil {
@@ -507,11 +518,11 @@ func (s *Server) GetActivationStats(ctx context.Context, req *activationsv1.GetA
 		limit = defaultStatsRecent
 	}
 	limit = min(limit, maxRecentLimit)
-	n, err := s.store.CountSeats(ctx, tenant)
+	n, err := s.store.CountSeats(ctx, tenant, req.GetExcludeKeys())
 	if err != nil {
 		return nil, err
 	}
-	seats, err := s.store.Recent(ctx, tenant, limit)
+	seats, err := s.store.Recent(ctx, tenant, limit, req.GetExcludeKeys())
 	if err != nil {
 		return nil, err
 	}

@@ -369,6 +369,29 @@ func TestAdminRoutesAreScopedToTheCallersTenant(t *testing.T) {
 	wantErr(t, err, codes.Unauthenticated, "Unauthorized")
 }
 
+// Seats of a license licensing deleted stay here until the license.deleted purge runs
+// (activations or NATS may have been down): the tenant-wide readers leave them out.
+func TestTenantWideReadersLeaveOutDeletedLicenses(t *testing.T) {
+	s, _ := newTest(lic("t1", "GONE", 2, nil), lic("t1", "KEPT", 2, nil))
+	activate(t, s, "GONE", "host-a")
+	activate(t, s, "GONE", "host-b")
+	activate(t, s, "KEPT", "host-a")
+	s.licenses.(*fakeLicenses).deleted = map[string][]string{"t1": {"GONE"}}
+	ctx := as("t1")
+	recent, err := s.RecentActivations(ctx, &activationsv1.RecentActivationsRequest{})
+	if err != nil || len(recent.GetActivations()) != 1 || recent.GetActivations()[0].GetKey() != "KEPT" {
+		t.Fatalf("recent: %v %v", recent, err)
+	}
+	stats, err := s.GetActivationStats(ctx, &activationsv1.GetActivationStatsRequest{ExcludeKeys: []string{"GONE"}})
+	if err != nil || stats.GetTotalActivations() != 1 || len(stats.GetRecent()) != 1 {
+		t.Fatalf("stats: %v %v", stats, err)
+	}
+	// recent-activations cannot tell without licensing: it says retry.
+	s.licenses.(*fakeLicenses).err = apierr.Unavailable("Licensing service unavailable, retry")
+	_, err = s.RecentActivations(ctx, &activationsv1.RecentActivationsRequest{})
+	wantErr(t, err, codes.Unavailable, "Licensing service unavailable, retry")
+}
+
 func TestReissueTokenReplacesTheSeatsToken(t *testing.T) {
 	s, _ := newTest(lic("t1", "K1", 2, map[string]any{"users": 5}))
 	old := activate(t, s, "K1", "host-a").GetToken()

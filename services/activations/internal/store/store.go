@@ -32,6 +32,10 @@ var (
 // A hash collision between two licenses only makes them wait for each other.
 const lockLicenseSQL = `SELECT pg_advisory_xact_lock(1263488, hashtext($1 || E'\x1f' || $2))`
 
+// shareLicenseSQL is lockLicenseSQL's shared form: increments of one license run side by
+// side (they queue on the usage row instead), but never while its purge runs.
+const shareLicenseSQL = `SELECT pg_advisory_xact_lock_shared(1263488, hashtext($1 || E'\x1f' || $2))`
+
 // activateSQL inserts the seat unless the license's deletion was processed, the pair
 // already has a seat, or the license has $5 seats ($5 NULL = unlimited), and says which.
 // It must run after lockLicenseSQL, as a statement of its own: a statement's snapshot is
@@ -132,10 +136,21 @@ SELECT ok, (SELECT used FROM added) FROM seat`
 // AddUsage adds inc to the metric's running total of the license, when tokenHash holds a
 // seat of it, allowed is true and the new total is at most limit. It says which of these
 // held; an increment is applied once or not at all.
+//
+// It holds the license's lock in shared mode, so it never overlaps the purge of the
+// license: without it, an increment whose statement saw the seat before the purge
+// committed would insert its row after the purge deleted the usage, leaving a total of a
+// deleted license behind. The lock and the statement go as one batch (one round trip, one
+// implicit transaction), the statement after the lock so its snapshot follows the purge.
 func (s *Store) AddUsage(ctx context.Context, tenant, key string, tokenHash []byte, metric string, inc int64, limit float64, allowed bool) (Added, error) {
 	var a Added
 	var used *int64
-	if err := s.db.QueryRow(ctx, addUsageSQL, tenant, key, tokenHash, metric, inc, limit, allowed).Scan(&a.SeatOK, &used); err != nil {
+	b := &pgx.Batch{}
+	b.Queue(shareLicenseSQL, tenant, key)
+	b.Queue(addUsageSQL, tenant, key, tokenHash, metric, inc, limit, allowed).QueryRow(func(row pgx.Row) error {
+		return row.Scan(&a.SeatOK, &used)
+	})
+	if err := s.db.SendBatch(ctx, b).Close(); err != nil {
 		return Added{}, err
 	}
 	if used != nil {
@@ -163,10 +178,16 @@ func (s *Store) Usage(ctx context.Context, tenant, key string) (map[string]int64
 func (s *Store) ResetUsage(ctx context.Context, tenant, key string, metric *string) (map[string]int64, error) {
 	var err error
 	if metric != nil {
-		_, err = s.db.Exec(ctx, `INSERT INTO usage (tenant_id, license_key, metric, used, version)
-			VALUES ($1, $2, $3, 0, nextval('usage_version'))
+		// Under the shared lock, as AddUsage, and never for a purged license: a row
+		// written while or after the purge runs would outlive it.
+		b := &pgx.Batch{}
+		b.Queue(shareLicenseSQL, tenant, key)
+		b.Queue(`INSERT INTO usage (tenant_id, license_key, metric, used, version)
+			SELECT $1, $2, $3, 0, nextval('usage_version')
+			WHERE NOT EXISTS (SELECT 1 FROM deleted_licenses WHERE tenant_id = $1 AND license_key = $2)
 			ON CONFLICT (tenant_id, license_key, metric) DO UPDATE SET used = 0, version = EXCLUDED.version`,
 			tenant, key, *metric)
+		err = s.db.SendBatch(ctx, b).Close()
 	} else {
 		_, err = s.db.Exec(ctx, `DELETE FROM usage WHERE tenant_id = $1 AND license_key = $2`, tenant, key)
 	}
@@ -192,10 +213,11 @@ func (s *Store) Seats(ctx context.Context, tenant, key string) ([]Seat, error) {
 	return pgx.CollectRows(rows, scanSeat)
 }
 
-// Recent lists the tenant's newest seats across licenses.
-func (s *Store) Recent(ctx context.Context, tenant string, limit int) ([]Seat, error) {
+// Recent lists the tenant's newest seats across licenses, but none of the exclude keys.
+func (s *Store) Recent(ctx context.Context, tenant string, limit int, exclude []string) ([]Seat, error) {
 	rows, err := s.db.Query(ctx, `SELECT license_key, instance_id, activated_at FROM seats
-		WHERE tenant_id = $1 ORDER BY activated_at DESC, license_key, instance_id LIMIT $2`, tenant, limit)
+		WHERE tenant_id = $1 AND NOT license_key = ANY($3)
+		ORDER BY activated_at DESC, license_key, instance_id LIMIT $2`, tenant, limit, nonNil(exclude))
 	if err != nil {
 		return nil, err
 	}
@@ -208,11 +230,20 @@ func scanSeat(row pgx.CollectableRow) (Seat, error) {
 	return s, err
 }
 
-// CountSeats counts the tenant's seats.
-func (s *Store) CountSeats(ctx context.Context, tenant string) (int, error) {
+// CountSeats counts the tenant's seats, but none of the exclude keys.
+func (s *Store) CountSeats(ctx context.Context, tenant string, exclude []string) (int, error) {
 	var n int
-	err := s.db.QueryRow(ctx, `SELECT count(*) FROM seats WHERE tenant_id = $1`, tenant).Scan(&n)
+	err := s.db.QueryRow(ctx, `SELECT count(*) FROM seats WHERE tenant_id = $1 AND NOT license_key = ANY($2)`,
+		tenant, nonNil(exclude)).Scan(&n)
 	return n, err
+}
+
+// nonNil makes "no keys" an empty array: NULL would make ANY() unknown and match nothing.
+func nonNil(keys []string) []string {
+	if keys == nil {
+		return []string{}
+	}
+	return keys
 }
 
 // Summary is one license's seat count and totals.

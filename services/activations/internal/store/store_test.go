@@ -331,15 +331,71 @@ func TestRecentCountsAndSummariesAreScopedByTenant(t *testing.T) {
 	mustActivate(t, s, tenant+"-other", key, "z")
 	mustAdd(t, s, tenant, key, "users", 5)
 
-	recent, err := s.Recent(ctx, tenant, 2)
+	recent, err := s.Recent(ctx, tenant, 2, nil)
 	if err != nil || len(recent) != 2 || recent[0].InstanceID != "c" || recent[1].InstanceID != "b" {
 		t.Fatalf("recent %v %v", recent, err)
 	}
-	if n, _ := s.CountSeats(ctx, tenant); n != 3 {
+	if n, _ := s.CountSeats(ctx, tenant, nil); n != 3 {
 		t.Fatalf("count %d", n)
+	}
+	// The seats of licenses licensing deleted (not purged here yet) are left out.
+	mustActivate(t, s, tenant, key+"-deleted", "d")
+	if recent, err := s.Recent(ctx, tenant, 10, []string{key + "-deleted", "OTHER"}); err != nil || len(recent) != 3 || recent[0].InstanceID != "c" {
+		t.Fatalf("recent without the deleted license %v %v", recent, err)
+	}
+	if n, _ := s.CountSeats(ctx, tenant, []string{key + "-deleted"}); n != 3 {
+		t.Fatalf("count without the deleted license %d", n)
+	}
+	if n, _ := s.CountSeats(ctx, tenant, []string{key}); n != 1 {
+		t.Fatalf("count without the first license %d", n)
 	}
 	sums, err := s.Summaries(ctx, tenant, []string{key, "UNKNOWN"})
 	if err != nil || len(sums) != 1 || sums[key].Seats != 3 || sums[key].Usage["users"] != 5 {
 		t.Fatalf("summaries %v %v", sums, err)
+	}
+}
+
+// An increment racing the purge of its license either lands before the purge (and is
+// purged with the rest) or finds the seat gone: it never leaves a usage row behind, which
+// nothing could read or remove any more. A trigger of this test's database holds every
+// new usage row for a moment, so the increment's snapshot (seat present) is taken well
+// before the purge commits and its insert happens well after, every time.
+func TestIncrementRacingThePurgeLeavesNoUsageRow(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := openDB(t)
+	if _, err := db.Exec(ctx, `CREATE FUNCTION slow_usage() RETURNS trigger LANGUAGE plpgsql AS
+		$$ BEGIN PERFORM pg_sleep(0.3); RETURN NEW; END $$;
+		CREATE TRIGGER slow_usage BEFORE INSERT ON usage FOR EACH ROW EXECUTE FUNCTION slow_usage()`); err != nil {
+		t.Fatal(err)
+	}
+	s := New(db)
+	for round := range 4 {
+		tenant, key := ids()
+		mustActivate(t, s, tenant, key, "a")
+		var wg sync.WaitGroup
+		errs := make([]error, 3)
+		for i, metric := range []string{"users", "seats"} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, errs[i] = s.AddUsage(ctx, tenant, key, hash(key, "a"), metric, 1, 100, true)
+			}()
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// The purge starts while the increments are held in the trigger (or, in odd
+			// rounds, just before they start).
+			time.Sleep(time.Duration(100+round%2*-99) * time.Millisecond)
+			errs[2] = s.Purge(ctx, tenant, key, time.Now())
+		}()
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			t.Fatal(err)
+		}
+		if u, err := s.Usage(ctx, tenant, key); err != nil || len(u) != 0 {
+			t.Fatalf("round %d: the deleted license kept usage %v (%v)", round, u, err)
+		}
 	}
 }

@@ -56,7 +56,7 @@ func register(ctx context.Context, d *app.Deps) error {
 		Subjects: []string{license.EventSubjects},
 		Storage:  jetstream.FileStorage,
 		// Consumers that were down catch up from here; a week covers any sane outage.
-		MaxAge:     7 * 24 * time.Hour,
+		MaxAge:     license.EventRetention,
 		Duplicates: 10 * time.Minute,
 	}); err != nil {
 		nc.Close()

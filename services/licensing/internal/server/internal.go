@@ -70,6 +70,20 @@ func (s *Server) CountActiveLicenses(ctx context.Context, _ *licensingv1.CountAc
 	return &licensingv1.CountActiveLicensesResponse{Active: int32(n)}, nil
 }
 
+// ListDeletedLicenses tells activations which of the caller's licenses were deleted
+// lately, so its tenant-wide readers leave their seats out until the purge ran.
+func (s *Server) ListDeletedLicenses(ctx context.Context, _ *licensingv1.ListDeletedLicensesRequest) (*licensingv1.ListDeletedLicensesResponse, error) {
+	tenant, err := auth.TenantID(ctx)
+	if err != nil {
+		return nil, err
+	}
+	keys, err := s.store.DeletedKeys(ctx, tenant)
+	if err != nil {
+		return nil, err
+	}
+	return &licensingv1.ListDeletedLicensesResponse{Keys: keys}, nil
+}
+
 // IssueLicenseForTenant is issue-license on behalf of the tenant in metadata (storefront
 // fulfillment holds no tenant API key): the same validation, subscription and quota
 // checks, product claim and Idempotency-Key.

@@ -46,7 +46,7 @@ func (s *Server) IssueLicense(ctx context.Context, req *licensingv1.IssueLicense
 	if err := s.claimProduct(ctx, tenant, l.ProductID); err != nil {
 		return nil, err
 	}
-	raw, _, err := s.store.Idempotent(ctx, tenant, idemKey, idempotency.RequestHash("IssueLicense", req), func(tx *store.Tx) ([]byte, error) {
+	raw, _, err := s.store.Idempotent(ctx, tenant, idemKey, idempotency.RequestHash("IssueLicense", req), func(tx store.Tx) ([]byte, error) {
 		if err := holdQuota(ctx, tx, tenant, quota); err != nil {
 			return nil, err
 		}
@@ -125,9 +125,12 @@ func (s *Server) newLicense(tenant string, req *licensingv1.IssueLicenseRequest)
 
 // VerifyLicense is the public check; every failure carries "valid": false.
 func (s *Server) VerifyLicense(ctx context.Context, req *licensingv1.VerifyLicenseRequest) (*licensingv1.VerifyLicenseResponse, error) {
-	l, err := s.lookup(ctx, "", req.GetKey())
-	if err == nil {
-		err = s.usable(l)
+	var l *store.License
+	var err error = errMissingKey
+	if req.Key != nil {
+		if l, err = s.lookup(ctx, "", req.GetKey()); err == nil {
+			err = s.usable(l)
+		}
 	}
 	var ae *apierr.Error
 	if errors.As(err, &ae) {
@@ -164,7 +167,7 @@ func (s *Server) RevokeLicense(ctx context.Context, req *licensingv1.RevokeLicen
 	} else if quota, err = s.checkEntitlements(ctx, tenant); err != nil {
 		return nil, err
 	}
-	err = s.store.InTx(ctx, func(tx *store.Tx) error {
+	err = s.store.InTx(ctx, func(tx store.Tx) error {
 		// The quota lock comes before the row lock, in the same order as issuance.
 		if want == license.StatusActive {
 			if err := holdQuota(ctx, tx, tenant, quota); err != nil {
@@ -201,9 +204,9 @@ func (s *Server) DeleteLicense(ctx context.Context, req *licensingv1.DeleteLicen
 	}
 	key := canonicalKey(req.GetKey())
 	if key == "" {
-		return nil, apierr.Invalid("key is required")
+		return nil, errMissingKey
 	}
-	err = s.store.InTx(ctx, func(tx *store.Tx) error {
+	err = s.store.InTx(ctx, func(tx store.Tx) error {
 		if err := tx.Delete(ctx, tenant, key); err != nil {
 			return err
 		}
@@ -211,7 +214,7 @@ func (s *Server) DeleteLicense(ctx context.Context, req *licensingv1.DeleteLicen
 		if err != nil {
 			return err
 		}
-		return natsx.Enqueue(ctx, tx.PgxTx(), natsx.Message{
+		return tx.Enqueue(ctx, natsx.Message{
 			TenantID: tenant, Subject: license.DeletedSubject, MsgID: "license.deleted:" + tenant + ":" + key, Payload: payload,
 		})
 	})
@@ -374,7 +377,9 @@ func (s *Server) UpdateNotes(ctx context.Context, req *licensingv1.UpdateNotesRe
 // recentInStats is how many recent activations admin/stats lists.
 const recentInStats = 10
 
-// GetStats counts the tenant's licenses and seats.
+// GetStats counts the tenant's licenses and seats. Seats of licenses deleted lately are
+// left out: activations forgets them when the license.deleted event reaches it, which may
+// be later (activations or NATS down at delete time).
 func (s *Server) GetStats(ctx context.Context, _ *licensingv1.GetStatsRequest) (*licensingv1.GetStatsResponse, error) {
 	tenant, err := auth.TenantID(ctx)
 	if err != nil {
@@ -384,7 +389,11 @@ func (s *Server) GetStats(ctx context.Context, _ *licensingv1.GetStatsRequest) (
 	if err != nil {
 		return nil, err
 	}
-	st, err := s.seats.Stats(ctx, tenant, recentInStats)
+	deleted, err := s.store.DeletedKeys(ctx, tenant)
+	if err != nil {
+		return nil, err
+	}
+	st, err := s.seats.Stats(ctx, tenant, recentInStats, deleted)
 	if err != nil {
 		return nil, err
 	}

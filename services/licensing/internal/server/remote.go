@@ -35,8 +35,8 @@ func (r RemoteSeats) Summaries(ctx context.Context, tenant string, keys []string
 }
 
 // Stats implements Seats.
-func (r RemoteSeats) Stats(ctx context.Context, tenant string, recent int) (*activationsv1.GetActivationStatsResponse, error) {
+func (r RemoteSeats) Stats(ctx context.Context, tenant string, recent int, exclude []string) (*activationsv1.GetActivationStatsResponse, error) {
 	return grpcx.Call(ctx, r.peer, tenant, func(ctx context.Context, o ...grpc.CallOption) (*activationsv1.GetActivationStatsResponse, error) {
-		return r.rpc.GetActivationStats(ctx, &activationsv1.GetActivationStatsRequest{RecentLimit: int32(recent)}, o...)
+		return r.rpc.GetActivationStats(ctx, &activationsv1.GetActivationStatsRequest{RecentLimit: int32(recent), ExcludeKeys: exclude}, o...)
 	})
 }

@@ -16,6 +16,24 @@ import (
 	"google.golang.org/grpc"
 )
 
+// Store is the SQL the handlers need (store.Store; a plain Go fake in unit tests).
+type Store interface {
+	// Get finds a license of tenant, or of any tenant when tenant is "" (store.ErrNotFound).
+	Get(ctx context.Context, tenant, key string) (*store.License, error)
+	InTx(ctx context.Context, fn func(store.Tx) error) error
+	// Idempotent runs create once per tenant and Idempotency-Key (pkg/idempotency).
+	Idempotent(ctx context.Context, tenant, idemKey string, requestHash []byte, create func(store.Tx) ([]byte, error)) ([]byte, bool, error)
+	UpdateTerms(ctx context.Context, tenant, key string, t store.Terms) (*store.License, error)
+	UpdateNotes(ctx context.Context, tenant, key, notes string) (*store.License, error)
+	List(ctx context.Context, tenant string, f store.Filter) ([]*store.License, int, error)
+	Counts(ctx context.Context, tenant string) (store.Counts, error)
+	CountActive(ctx context.Context, tenant string) (int, error)
+	// DeletedKeys lists the tenant's licenses deleted lately (store.DeletedKeys).
+	DeletedKeys(ctx context.Context, tenant string) ([]string, error)
+	// ClaimProduct binds a product to tenant (store.ErrProductOwned).
+	ClaimProduct(ctx context.Context, tenant, productID string) error
+}
+
 // Entitlements is the billing service (billingclient.Client).
 type Entitlements interface {
 	// ActivePlan is the hosted tenant's active-license quota (0: unlimited), or
@@ -26,7 +44,8 @@ type Entitlements interface {
 // Seats supplies seat counts and usage for the admin views (the activations service).
 type Seats interface {
 	Summaries(ctx context.Context, tenant string, keys []string) (map[string]*activationsv1.SeatSummary, error)
-	Stats(ctx context.Context, tenant string, recent int) (*activationsv1.GetActivationStatsResponse, error)
+	// Stats leaves out the seats of the exclude keys (deleted licenses not yet purged).
+	Stats(ctx context.Context, tenant string, recent int, exclude []string) (*activationsv1.GetActivationStatsResponse, error)
 }
 
 // Events is told when an outbox row was committed, to publish it at once.
@@ -43,7 +62,7 @@ type Server struct {
 	licensingv1.UnimplementedLicensingServiceServer
 	licensingv1.UnimplementedLicensingInternalServiceServer
 	cfg          Config
-	store        *store.Store
+	store        Store
 	entitlements Entitlements
 	seats        Seats
 	events       Events
@@ -51,7 +70,7 @@ type Server struct {
 }
 
 // New returns a Server.
-func New(cfg Config, s *store.Store, e Entitlements, seats Seats, events Events) *Server {
+func New(cfg Config, s Store, e Entitlements, seats Seats, events Events) *Server {
 	return &Server{cfg: cfg, store: s, entitlements: e, seats: seats, events: events, now: time.Now}
 }
 
@@ -67,6 +86,7 @@ var (
 	errQuota             = apierr.Forbidden("License issuance quota exceeded")
 	errReservedProduct   = apierr.Invalid("product_id uses a reserved prefix")
 	errSelfLicenseExpiry = apierr.Invalid("expires_at is required for self-license credentials")
+	errMissingKey        = apierr.Invalid("key is required")
 	errNoTerms           = apierr.Invalid("No updatable fields provided (expires_at, max_activations, limits)")
 )
 
@@ -91,7 +111,7 @@ func (s *Server) checkEntitlements(ctx context.Context, tenant string) (int, err
 
 // holdQuota takes the tenant's quota lock and refuses when another active license would
 // pass quota. Called inside the transaction that makes the license active.
-func holdQuota(ctx context.Context, tx *store.Tx, tenant string, quota int) error {
+func holdQuota(ctx context.Context, tx store.Tx, tenant string, quota int) error {
 	if quota <= 0 {
 		return nil
 	}

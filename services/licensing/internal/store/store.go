@@ -14,7 +14,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/keyhouse/keyhouse/pkg/idempotency"
+	"github.com/keyhouse/keyhouse/pkg/license"
 	"github.com/keyhouse/keyhouse/pkg/licensecache"
+	"github.com/keyhouse/keyhouse/pkg/natsx"
 	"github.com/keyhouse/keyhouse/pkg/pgxx"
 )
 
@@ -126,18 +128,37 @@ func get(ctx context.Context, q pgxx.Querier, tenant, key string, forUpdate bool
 	return scanLicense(q.QueryRow(ctx, sql, KeyHash(key), tenant))
 }
 
-// Tx is one transaction of the licensing schema.
-type Tx struct {
+// Tx is one transaction of the licensing schema: what the handlers may do inside it.
+// It is an interface so the handlers' unit tests can run them on a fake.
+type Tx interface {
+	// GetForUpdate reads and row-locks a license of the tenant (ErrNotFound).
+	GetForUpdate(ctx context.Context, tenant, key string) (*License, error)
+	// LockQuota serializes the transactions that can raise the tenant's active count.
+	LockQuota(ctx context.Context, tenant string) error
+	// CountActive counts the tenant's licenses that hold quota: active and not expired.
+	CountActive(ctx context.Context, tenant string) (int, error)
+	// Insert stores a new license and writes IssuedAt and Status back.
+	Insert(ctx context.Context, l *License) error
+	// SetStatus revokes or reactivates a license.
+	SetStatus(ctx context.Context, tenant, key, status string) error
+	// Delete removes a license (ErrNotFound) and remembers the deletion (DeletedKeys).
+	Delete(ctx context.Context, tenant, key string) error
+	// Enqueue records an event in the outbox, published once the transaction commits.
+	Enqueue(ctx context.Context, m natsx.Message) error
+}
+
+// pgTx is Tx on Postgres.
+type pgTx struct {
 	tx pgx.Tx
 	// changed lists the keys whose rows this transaction changed.
 	changed []string
 }
 
 // InTx runs fn in a transaction; the licenses it changed leave the cache once it ended.
-func (s *Store) InTx(ctx context.Context, fn func(*Tx) error) error {
+func (s *Store) InTx(ctx context.Context, fn func(Tx) error) error {
 	var changed []string
 	err := pgxx.InTx(ctx, s.db, func(tx pgx.Tx) error {
-		t := &Tx{tx: tx}
+		t := &pgTx{tx: tx}
 		err := fn(t)
 		changed = t.changed
 		return err
@@ -146,11 +167,13 @@ func (s *Store) InTx(ctx context.Context, fn func(*Tx) error) error {
 	return err
 }
 
-// PgxTx exposes the transaction for the outbox (natsx.Enqueue).
-func (t *Tx) PgxTx() pgx.Tx { return t.tx }
+// Enqueue implements Tx (natsx's outbox, in this transaction).
+func (t *pgTx) Enqueue(ctx context.Context, m natsx.Message) error {
+	return natsx.Enqueue(ctx, t.tx, m)
+}
 
 // GetForUpdate reads and row-locks a license of the tenant.
-func (t *Tx) GetForUpdate(ctx context.Context, tenant, key string) (*License, error) {
+func (t *pgTx) GetForUpdate(ctx context.Context, tenant, key string) (*License, error) {
 	return get(ctx, t.tx, tenant, key, true)
 }
 
@@ -158,13 +181,13 @@ func (t *Tx) GetForUpdate(ctx context.Context, tenant, key string) (*License, er
 // count of active licenses (issuance and reactivation), so a count checked against the
 // quota is still true at commit. The class id keeps the key space apart from other
 // advisory-lock users.
-func (t *Tx) LockQuota(ctx context.Context, tenant string) error {
+func (t *pgTx) LockQuota(ctx context.Context, tenant string) error {
 	_, err := t.tx.Exec(ctx, `SELECT pg_advisory_xact_lock(7317001, hashtext($1))`, tenant)
 	return err
 }
 
 // CountActive counts the tenant's licenses that hold quota: active and not expired.
-func (t *Tx) CountActive(ctx context.Context, tenant string) (int, error) {
+func (t *pgTx) CountActive(ctx context.Context, tenant string) (int, error) {
 	return countActive(ctx, t.tx, tenant)
 }
 
@@ -175,13 +198,13 @@ func (s *Store) CountActive(ctx context.Context, tenant string) (int, error) {
 
 func countActive(ctx context.Context, q pgxx.Querier, tenant string) (int, error) {
 	var n int
-	err := q.QueryRow(ctx, `SELECT count(*) FROM licenses WHERE tenant_id = $1 AND status = 'active'
-		AND (expires_at IS NULL OR expires_at > now())`, tenant).Scan(&n)
+	err := q.QueryRow(ctx, `SELECT count(*) FROM licenses WHERE tenant_id = $1 AND status = $2
+		AND (expires_at IS NULL OR expires_at > now())`, tenant, license.StatusActive).Scan(&n)
 	return n, err
 }
 
 // Insert stores a new license; IssuedAt is set by the database and written back.
-func (t *Tx) Insert(ctx context.Context, l *License) error {
+func (t *pgTx) Insert(ctx context.Context, l *License) error {
 	return t.tx.QueryRow(ctx, `INSERT INTO licenses (key_hash, key, tenant_id, tier, product_id, issued_to,
 		expires_at, limits, max_activations, notes) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
 		RETURNING issued_at, status`,
@@ -190,22 +213,42 @@ func (t *Tx) Insert(ctx context.Context, l *License) error {
 }
 
 // SetStatus revokes (status "revoked", revoked_at now) or reactivates a license.
-func (t *Tx) SetStatus(ctx context.Context, tenant, key, status string) error {
+func (t *pgTx) SetStatus(ctx context.Context, tenant, key, status string) error {
 	t.changed = append(t.changed, key)
 	_, err := t.tx.Exec(ctx, `UPDATE licenses SET status = $3,
-		revoked_at = CASE WHEN $3 = 'revoked' THEN now() ELSE NULL END
-		WHERE key_hash = $1 AND tenant_id = $2`, KeyHash(key), tenant, status)
+		revoked_at = CASE WHEN $3 = $4 THEN now() ELSE NULL END
+		WHERE key_hash = $1 AND tenant_id = $2`, KeyHash(key), tenant, status, license.StatusRevoked)
 	return err
 }
 
 // Delete removes a license, reporting ErrNotFound when there was none.
-func (t *Tx) Delete(ctx context.Context, tenant, key string) error {
+func (t *pgTx) Delete(ctx context.Context, tenant, key string) error {
 	t.changed = append(t.changed, key)
 	tag, err := t.tx.Exec(ctx, `DELETE FROM licenses WHERE key_hash = $1 AND tenant_id = $2`, KeyHash(key), tenant)
 	if err == nil && tag.RowsAffected() == 0 {
 		return ErrNotFound
 	}
+	if err != nil {
+		return err
+	}
+	// The tenant's deletions older than the retention go at the same time, so the table
+	// holds at most a week of them without a sweeper.
+	_, err = t.tx.Exec(ctx, `WITH pruned AS (
+			DELETE FROM deleted_licenses WHERE tenant_id = $1 AND deleted_at < now() - $3::interval)
+		INSERT INTO deleted_licenses (tenant_id, key) VALUES ($1, $2)
+		ON CONFLICT (tenant_id, key) DO UPDATE SET deleted_at = now()`, tenant, key, license.EventRetention)
 	return err
+}
+
+// DeletedKeys lists the tenant's licenses deleted within license.EventRetention, whose
+// seats activations may not have purged yet.
+func (s *Store) DeletedKeys(ctx context.Context, tenant string) ([]string, error) {
+	rows, err := s.db.Query(ctx, `SELECT key FROM deleted_licenses WHERE tenant_id = $1 AND deleted_at > now() - $2::interval
+		ORDER BY deleted_at DESC`, tenant, license.EventRetention)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
 }
 
 // Terms is a change of license terms; nil fields stay unchanged.
@@ -294,8 +337,8 @@ type Counts struct{ Total, Active, Revoked int }
 // Counts counts the tenant's licenses by status.
 func (s *Store) Counts(ctx context.Context, tenant string) (Counts, error) {
 	var c Counts
-	err := s.db.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE status = 'active'),
-		count(*) FILTER (WHERE status = 'revoked') FROM licenses WHERE tenant_id = $1`, tenant).
+	err := s.db.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE status = $2),
+		count(*) FILTER (WHERE status = $3) FROM licenses WHERE tenant_id = $1`, tenant, license.StatusActive, license.StatusRevoked).
 		Scan(&c.Total, &c.Active, &c.Revoked)
 	return c, err
 }
@@ -329,9 +372,9 @@ func (s *Store) ClaimProduct(ctx context.Context, tenant, productID string) erro
 // Idempotent runs create under the Idempotency-Key mechanism (pkg/idempotency), in one
 // transaction with the record of its answer.
 func (s *Store) Idempotent(ctx context.Context, tenant, idemKey string, requestHash []byte,
-	create func(*Tx) ([]byte, error)) (resp []byte, replayed bool, err error) {
+	create func(Tx) ([]byte, error)) (resp []byte, replayed bool, err error) {
 	return idempotency.Do(ctx, s.db, tenant, idemKey, requestHash, func(tx pgx.Tx) ([]byte, error) {
-		return create(&Tx{tx: tx})
+		return create(&pgTx{tx: tx})
 	})
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -102,5 +103,42 @@ func TestClaimProductOneOwner(t *testing.T) {
 		if owners != 1 {
 			t.Fatalf("round %d: %d owners (%v)", round, owners, errs)
 		}
+	}
+}
+
+// A deletion is remembered for license.EventRetention, per tenant, and a failed delete
+// (no such license) remembers nothing.
+func TestDeletedKeysRememberTheTenantsDeletions(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t)
+	insert := func(tenant, key string) {
+		t.Helper()
+		if err := s.InTx(ctx, func(tx store.Tx) error {
+			return tx.Insert(ctx, &store.License{TenantID: tenant, Key: key, Tier: "pro", ProductID: "p", IssuedTo: "x", Limits: map[string]float64{}})
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	del := func(tenant, key string) error {
+		return s.InTx(ctx, func(tx store.Tx) error { return tx.Delete(ctx, tenant, key) })
+	}
+	insert("t1", "K1")
+	insert("t1", "K2")
+	insert("t2", "K3")
+	for _, k := range []string{"K1", "K2"} {
+		if err := del("t1", k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := del("t1", "K3"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("deleting another tenant's license: %v", err)
+	}
+	keys, err := s.DeletedKeys(ctx, "t1")
+	slices.Sort(keys)
+	if err != nil || strings.Join(keys, ",") != "K1,K2" {
+		t.Fatalf("t1 deleted %v, %v", keys, err)
+	}
+	if keys, err := s.DeletedKeys(ctx, "t2"); err != nil || len(keys) != 0 {
+		t.Fatalf("t2 deleted %v, %v", keys, err)
 	}
 }

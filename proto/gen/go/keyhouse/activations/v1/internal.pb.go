@@ -169,7 +169,10 @@ func (x *GetSeatSummariesResponse) GetSummaries() map[string]*SeatSummary {
 type GetActivationStatsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// How many recent activations to return (default 10).
-	RecentLimit   int32 `protobuf:"varint,1,opt,name=recent_limit,json=recentLimit,proto3" json:"recent_limit,omitempty"`
+	RecentLimit int32 `protobuf:"varint,1,opt,name=recent_limit,json=recentLimit,proto3" json:"recent_limit,omitempty"`
+	// License keys deleted in licensing whose seats may not be purged here yet: neither
+	// counted nor listed.
+	ExcludeKeys   []string `protobuf:"bytes,2,rep,name=exclude_keys,json=excludeKeys,proto3" json:"exclude_keys,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -209,6 +212,13 @@ func (x *GetActivationStatsRequest) GetRecentLimit() int32 {
 		return x.RecentLimit
 	}
 	return 0
+}
+
+func (x *GetActivationStatsRequest) GetExcludeKeys() []string {
+	if x != nil {
+		return x.ExcludeKeys
+	}
+	return nil
 }
 
 type RecentActivation struct {
@@ -341,9 +351,10 @@ const file_keyhouse_activations_v1_internal_proto_rawDesc = "" +
 	"\tsummaries\x18\x01 \x03(\v2@.keyhouse.activations.v1.GetSeatSummariesResponse.SummariesEntryR\tsummaries\x1ab\n" +
 	"\x0eSummariesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12:\n" +
-	"\x05value\x18\x02 \x01(\v2$.keyhouse.activations.v1.SeatSummaryR\x05value:\x028\x01\">\n" +
+	"\x05value\x18\x02 \x01(\v2$.keyhouse.activations.v1.SeatSummaryR\x05value:\x028\x01\"a\n" +
 	"\x19GetActivationStatsRequest\x12!\n" +
-	"\frecent_limit\x18\x01 \x01(\x05R\vrecentLimit\"\x84\x01\n" +
+	"\frecent_limit\x18\x01 \x01(\x05R\vrecentLimit\x12!\n" +
+	"\fexclude_keys\x18\x02 \x03(\tR\vexcludeKeys\"\x84\x01\n" +
 	"\x10RecentActivation\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x1f\n" +
 	"\vinstance_id\x18\x02 \x01(\tR\n" +

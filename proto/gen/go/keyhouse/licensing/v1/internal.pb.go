@@ -528,6 +528,86 @@ func (*CountActiveLicensesRequest) Descriptor() ([]byte, []int) {
 	return file_keyhouse_licensing_v1_internal_proto_rawDescGZIP(), []int{9}
 }
 
+type ListDeletedLicensesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListDeletedLicensesRequest) Reset() {
+	*x = ListDeletedLicensesRequest{}
+	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListDeletedLicensesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListDeletedLicensesRequest) ProtoMessage() {}
+
+func (x *ListDeletedLicensesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListDeletedLicensesRequest.ProtoReflect.Descriptor instead.
+func (*ListDeletedLicensesRequest) Descriptor() ([]byte, []int) {
+	return file_keyhouse_licensing_v1_internal_proto_rawDescGZIP(), []int{10}
+}
+
+type ListDeletedLicensesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Keys          []string               `protobuf:"bytes,1,rep,name=keys,proto3" json:"keys,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListDeletedLicensesResponse) Reset() {
+	*x = ListDeletedLicensesResponse{}
+	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListDeletedLicensesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListDeletedLicensesResponse) ProtoMessage() {}
+
+func (x *ListDeletedLicensesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListDeletedLicensesResponse.ProtoReflect.Descriptor instead.
+func (*ListDeletedLicensesResponse) Descriptor() ([]byte, []int) {
+	return file_keyhouse_licensing_v1_internal_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *ListDeletedLicensesResponse) GetKeys() []string {
+	if x != nil {
+		return x.Keys
+	}
+	return nil
+}
+
 type CountActiveLicensesResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Licenses of the calling tenant that count against the issuance quota: status active
@@ -539,7 +619,7 @@ type CountActiveLicensesResponse struct {
 
 func (x *CountActiveLicensesResponse) Reset() {
 	*x = CountActiveLicensesResponse{}
-	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[10]
+	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -551,7 +631,7 @@ func (x *CountActiveLicensesResponse) String() string {
 func (*CountActiveLicensesResponse) ProtoMessage() {}
 
 func (x *CountActiveLicensesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[10]
+	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -564,7 +644,7 @@ func (x *CountActiveLicensesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CountActiveLicensesResponse.ProtoReflect.Descriptor instead.
 func (*CountActiveLicensesResponse) Descriptor() ([]byte, []int) {
-	return file_keyhouse_licensing_v1_internal_proto_rawDescGZIP(), []int{10}
+	return file_keyhouse_licensing_v1_internal_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *CountActiveLicensesResponse) GetActive() int32 {
@@ -610,16 +690,20 @@ const file_keyhouse_licensing_v1_internal_proto_rawDesc = "" +
 	"\alicense\x18\x01 \x01(\v2*.keyhouse.licensing.v1.IssueLicenseRequestR\alicense\"1\n" +
 	"\x1dIssueLicenseForTenantResponse\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\"\x1c\n" +
-	"\x1aCountActiveLicensesRequest\"5\n" +
+	"\x1aCountActiveLicensesRequest\"\x1c\n" +
+	"\x1aListDeletedLicensesRequest\"1\n" +
+	"\x1bListDeletedLicensesResponse\x12\x12\n" +
+	"\x04keys\x18\x01 \x03(\tR\x04keys\"5\n" +
 	"\x1bCountActiveLicensesResponse\x12\x16\n" +
-	"\x06active\x18\x01 \x01(\x05R\x06active2\xf7\x04\n" +
+	"\x06active\x18\x01 \x01(\x05R\x06active2\xfc\x05\n" +
 	"\x18LicensingInternalService\x12g\n" +
 	"\n" +
 	"GetLicense\x12(.keyhouse.licensing.v1.GetLicenseRequest\x1a).keyhouse.licensing.v1.GetLicenseResponse\"\x04\x90\x82\x19\x04\x12m\n" +
 	"\fClaimProduct\x12*.keyhouse.licensing.v1.ClaimProductRequest\x1a+.keyhouse.licensing.v1.ClaimProductResponse\"\x04\x90\x82\x19\x04\x12s\n" +
 	"\x0eGetSigningKeys\x12,.keyhouse.licensing.v1.GetSigningKeysRequest\x1a-.keyhouse.licensing.v1.GetSigningKeysResponse\"\x04\x90\x82\x19\x04\x12\x88\x01\n" +
 	"\x15IssueLicenseForTenant\x123.keyhouse.licensing.v1.IssueLicenseForTenantRequest\x1a4.keyhouse.licensing.v1.IssueLicenseForTenantResponse\"\x04\x90\x82\x19\x04\x12\x82\x01\n" +
-	"\x13CountActiveLicenses\x121.keyhouse.licensing.v1.CountActiveLicensesRequest\x1a2.keyhouse.licensing.v1.CountActiveLicensesResponse\"\x04\x90\x82\x19\x04BMZKgithub.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1;licensingv1b\x06proto3"
+	"\x13CountActiveLicenses\x121.keyhouse.licensing.v1.CountActiveLicensesRequest\x1a2.keyhouse.licensing.v1.CountActiveLicensesResponse\"\x04\x90\x82\x19\x04\x12\x82\x01\n" +
+	"\x13ListDeletedLicenses\x121.keyhouse.licensing.v1.ListDeletedLicensesRequest\x1a2.keyhouse.licensing.v1.ListDeletedLicensesResponse\"\x04\x90\x82\x19\x04BMZKgithub.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1;licensingv1b\x06proto3"
 
 var (
 	file_keyhouse_licensing_v1_internal_proto_rawDescOnce sync.Once
@@ -633,7 +717,7 @@ func file_keyhouse_licensing_v1_internal_proto_rawDescGZIP() []byte {
 	return file_keyhouse_licensing_v1_internal_proto_rawDescData
 }
 
-var file_keyhouse_licensing_v1_internal_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_keyhouse_licensing_v1_internal_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_keyhouse_licensing_v1_internal_proto_goTypes = []any{
 	(*GetLicenseRequest)(nil),             // 0: keyhouse.licensing.v1.GetLicenseRequest
 	(*License)(nil),                       // 1: keyhouse.licensing.v1.License
@@ -645,32 +729,36 @@ var file_keyhouse_licensing_v1_internal_proto_goTypes = []any{
 	(*IssueLicenseForTenantRequest)(nil),  // 7: keyhouse.licensing.v1.IssueLicenseForTenantRequest
 	(*IssueLicenseForTenantResponse)(nil), // 8: keyhouse.licensing.v1.IssueLicenseForTenantResponse
 	(*CountActiveLicensesRequest)(nil),    // 9: keyhouse.licensing.v1.CountActiveLicensesRequest
-	(*CountActiveLicensesResponse)(nil),   // 10: keyhouse.licensing.v1.CountActiveLicensesResponse
-	(*timestamppb.Timestamp)(nil),         // 11: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),               // 12: google.protobuf.Struct
-	(*wrapperspb.Int32Value)(nil),         // 13: google.protobuf.Int32Value
-	(*IssueLicenseRequest)(nil),           // 14: keyhouse.licensing.v1.IssueLicenseRequest
+	(*ListDeletedLicensesRequest)(nil),    // 10: keyhouse.licensing.v1.ListDeletedLicensesRequest
+	(*ListDeletedLicensesResponse)(nil),   // 11: keyhouse.licensing.v1.ListDeletedLicensesResponse
+	(*CountActiveLicensesResponse)(nil),   // 12: keyhouse.licensing.v1.CountActiveLicensesResponse
+	(*timestamppb.Timestamp)(nil),         // 13: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),               // 14: google.protobuf.Struct
+	(*wrapperspb.Int32Value)(nil),         // 15: google.protobuf.Int32Value
+	(*IssueLicenseRequest)(nil),           // 16: keyhouse.licensing.v1.IssueLicenseRequest
 }
 var file_keyhouse_licensing_v1_internal_proto_depIdxs = []int32{
-	11, // 0: keyhouse.licensing.v1.License.issued_at:type_name -> google.protobuf.Timestamp
-	11, // 1: keyhouse.licensing.v1.License.expires_at:type_name -> google.protobuf.Timestamp
-	12, // 2: keyhouse.licensing.v1.License.limits:type_name -> google.protobuf.Struct
-	13, // 3: keyhouse.licensing.v1.License.max_activations:type_name -> google.protobuf.Int32Value
-	11, // 4: keyhouse.licensing.v1.License.revoked_at:type_name -> google.protobuf.Timestamp
+	13, // 0: keyhouse.licensing.v1.License.issued_at:type_name -> google.protobuf.Timestamp
+	13, // 1: keyhouse.licensing.v1.License.expires_at:type_name -> google.protobuf.Timestamp
+	14, // 2: keyhouse.licensing.v1.License.limits:type_name -> google.protobuf.Struct
+	15, // 3: keyhouse.licensing.v1.License.max_activations:type_name -> google.protobuf.Int32Value
+	13, // 4: keyhouse.licensing.v1.License.revoked_at:type_name -> google.protobuf.Timestamp
 	1,  // 5: keyhouse.licensing.v1.GetLicenseResponse.license:type_name -> keyhouse.licensing.v1.License
-	14, // 6: keyhouse.licensing.v1.IssueLicenseForTenantRequest.license:type_name -> keyhouse.licensing.v1.IssueLicenseRequest
+	16, // 6: keyhouse.licensing.v1.IssueLicenseForTenantRequest.license:type_name -> keyhouse.licensing.v1.IssueLicenseRequest
 	0,  // 7: keyhouse.licensing.v1.LicensingInternalService.GetLicense:input_type -> keyhouse.licensing.v1.GetLicenseRequest
 	3,  // 8: keyhouse.licensing.v1.LicensingInternalService.ClaimProduct:input_type -> keyhouse.licensing.v1.ClaimProductRequest
 	5,  // 9: keyhouse.licensing.v1.LicensingInternalService.GetSigningKeys:input_type -> keyhouse.licensing.v1.GetSigningKeysRequest
 	7,  // 10: keyhouse.licensing.v1.LicensingInternalService.IssueLicenseForTenant:input_type -> keyhouse.licensing.v1.IssueLicenseForTenantRequest
 	9,  // 11: keyhouse.licensing.v1.LicensingInternalService.CountActiveLicenses:input_type -> keyhouse.licensing.v1.CountActiveLicensesRequest
-	2,  // 12: keyhouse.licensing.v1.LicensingInternalService.GetLicense:output_type -> keyhouse.licensing.v1.GetLicenseResponse
-	4,  // 13: keyhouse.licensing.v1.LicensingInternalService.ClaimProduct:output_type -> keyhouse.licensing.v1.ClaimProductResponse
-	6,  // 14: keyhouse.licensing.v1.LicensingInternalService.GetSigningKeys:output_type -> keyhouse.licensing.v1.GetSigningKeysResponse
-	8,  // 15: keyhouse.licensing.v1.LicensingInternalService.IssueLicenseForTenant:output_type -> keyhouse.licensing.v1.IssueLicenseForTenantResponse
-	10, // 16: keyhouse.licensing.v1.LicensingInternalService.CountActiveLicenses:output_type -> keyhouse.licensing.v1.CountActiveLicensesResponse
-	12, // [12:17] is the sub-list for method output_type
-	7,  // [7:12] is the sub-list for method input_type
+	10, // 12: keyhouse.licensing.v1.LicensingInternalService.ListDeletedLicenses:input_type -> keyhouse.licensing.v1.ListDeletedLicensesRequest
+	2,  // 13: keyhouse.licensing.v1.LicensingInternalService.GetLicense:output_type -> keyhouse.licensing.v1.GetLicenseResponse
+	4,  // 14: keyhouse.licensing.v1.LicensingInternalService.ClaimProduct:output_type -> keyhouse.licensing.v1.ClaimProductResponse
+	6,  // 15: keyhouse.licensing.v1.LicensingInternalService.GetSigningKeys:output_type -> keyhouse.licensing.v1.GetSigningKeysResponse
+	8,  // 16: keyhouse.licensing.v1.LicensingInternalService.IssueLicenseForTenant:output_type -> keyhouse.licensing.v1.IssueLicenseForTenantResponse
+	12, // 17: keyhouse.licensing.v1.LicensingInternalService.CountActiveLicenses:output_type -> keyhouse.licensing.v1.CountActiveLicensesResponse
+	11, // 18: keyhouse.licensing.v1.LicensingInternalService.ListDeletedLicenses:output_type -> keyhouse.licensing.v1.ListDeletedLicensesResponse
+	13, // [13:19] is the sub-list for method output_type
+	7,  // [7:13] is the sub-list for method input_type
 	7,  // [7:7] is the sub-list for extension type_name
 	7,  // [7:7] is the sub-list for extension extendee
 	0,  // [0:7] is the sub-list for field type_name
@@ -688,7 +776,7 @@ func file_keyhouse_licensing_v1_internal_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_keyhouse_licensing_v1_internal_proto_rawDesc), len(file_keyhouse_licensing_v1_internal_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   11,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -24,6 +24,7 @@ const (
 	LicensingInternalService_GetSigningKeys_FullMethodName        = "/keyhouse.licensing.v1.LicensingInternalService/GetSigningKeys"
 	LicensingInternalService_IssueLicenseForTenant_FullMethodName = "/keyhouse.licensing.v1.LicensingInternalService/IssueLicenseForTenant"
 	LicensingInternalService_CountActiveLicenses_FullMethodName   = "/keyhouse.licensing.v1.LicensingInternalService/CountActiveLicenses"
+	LicensingInternalService_ListDeletedLicenses_FullMethodName   = "/keyhouse.licensing.v1.LicensingInternalService/ListDeletedLicenses"
 )
 
 // LicensingInternalServiceClient is the client API for LicensingInternalService service.
@@ -52,6 +53,10 @@ type LicensingInternalServiceClient interface {
 	IssueLicenseForTenant(ctx context.Context, in *IssueLicenseForTenantRequest, opts ...grpc.CallOption) (*IssueLicenseForTenantResponse, error)
 	// The calling tenant's quota usage (billing status licensesUsed).
 	CountActiveLicenses(ctx context.Context, in *CountActiveLicensesRequest, opts ...grpc.CallOption) (*CountActiveLicensesResponse, error)
+	// The calling tenant's licenses deleted lately (within the deletion event's retention):
+	// tenant-wide readers of activations (recent-activations) leave their seats out until
+	// the license.deleted purge has removed them.
+	ListDeletedLicenses(ctx context.Context, in *ListDeletedLicensesRequest, opts ...grpc.CallOption) (*ListDeletedLicensesResponse, error)
 }
 
 type licensingInternalServiceClient struct {
@@ -112,6 +117,16 @@ func (c *licensingInternalServiceClient) CountActiveLicenses(ctx context.Context
 	return out, nil
 }
 
+func (c *licensingInternalServiceClient) ListDeletedLicenses(ctx context.Context, in *ListDeletedLicensesRequest, opts ...grpc.CallOption) (*ListDeletedLicensesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListDeletedLicensesResponse)
+	err := c.cc.Invoke(ctx, LicensingInternalService_ListDeletedLicenses_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // LicensingInternalServiceServer is the server API for LicensingInternalService service.
 // All implementations must embed UnimplementedLicensingInternalServiceServer
 // for forward compatibility.
@@ -138,6 +153,10 @@ type LicensingInternalServiceServer interface {
 	IssueLicenseForTenant(context.Context, *IssueLicenseForTenantRequest) (*IssueLicenseForTenantResponse, error)
 	// The calling tenant's quota usage (billing status licensesUsed).
 	CountActiveLicenses(context.Context, *CountActiveLicensesRequest) (*CountActiveLicensesResponse, error)
+	// The calling tenant's licenses deleted lately (within the deletion event's retention):
+	// tenant-wide readers of activations (recent-activations) leave their seats out until
+	// the license.deleted purge has removed them.
+	ListDeletedLicenses(context.Context, *ListDeletedLicensesRequest) (*ListDeletedLicensesResponse, error)
 	mustEmbedUnimplementedLicensingInternalServiceServer()
 }
 
@@ -162,6 +181,9 @@ func (UnimplementedLicensingInternalServiceServer) IssueLicenseForTenant(context
 }
 func (UnimplementedLicensingInternalServiceServer) CountActiveLicenses(context.Context, *CountActiveLicensesRequest) (*CountActiveLicensesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method CountActiveLicenses not implemented")
+}
+func (UnimplementedLicensingInternalServiceServer) ListDeletedLicenses(context.Context, *ListDeletedLicensesRequest) (*ListDeletedLicensesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListDeletedLicenses not implemented")
 }
 func (UnimplementedLicensingInternalServiceServer) mustEmbedUnimplementedLicensingInternalServiceServer() {
 }
@@ -275,6 +297,24 @@ func _LicensingInternalService_CountActiveLicenses_Handler(srv interface{}, ctx 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _LicensingInternalService_ListDeletedLicenses_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListDeletedLicensesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LicensingInternalServiceServer).ListDeletedLicenses(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: LicensingInternalService_ListDeletedLicenses_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LicensingInternalServiceServer).ListDeletedLicenses(ctx, req.(*ListDeletedLicensesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // LicensingInternalService_ServiceDesc is the grpc.ServiceDesc for LicensingInternalService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -301,6 +341,10 @@ var LicensingInternalService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "CountActiveLicenses",
 			Handler:    _LicensingInternalService_CountActiveLicenses_Handler,
+		},
+		{
+			MethodName: "ListDeletedLicenses",
+			Handler:    _LicensingInternalService_ListDeletedLicenses_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -175,8 +175,9 @@ func (x *IssueLicenseResponse) GetStatus() string {
 }
 
 type VerifyLicenseRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Required: a body without it is a 400; an empty key is an unknown key (404).
+	Key           *string `protobuf:"bytes,1,opt,name=key,proto3,oneof" json:"key,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -212,8 +213,8 @@ func (*VerifyLicenseRequest) Descriptor() ([]byte, []int) {
 }
 
 func (x *VerifyLicenseRequest) GetKey() string {
-	if x != nil {
-		return x.Key
+	if x != nil && x.Key != nil {
+		return *x.Key
 	}
 	return ""
 }
@@ -2163,9 +2164,10 @@ const file_keyhouse_licensing_v1_licensing_proto_rawDesc = "" +
 	"\x05notes\x18\a \x01(\v2\x16.google.protobuf.ValueR\x05notes\"@\n" +
 	"\x14IssueLicenseResponse\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x16\n" +
-	"\x06status\x18\x02 \x01(\tR\x06status\"(\n" +
-	"\x14VerifyLicenseRequest\x12\x10\n" +
-	"\x03key\x18\x01 \x01(\tR\x03key\"\x9d\x02\n" +
+	"\x06status\x18\x02 \x01(\tR\x06status\"5\n" +
+	"\x14VerifyLicenseRequest\x12\x15\n" +
+	"\x03key\x18\x01 \x01(\tH\x00R\x03key\x88\x01\x01B\x06\n" +
+	"\x04_key\"\x9d\x02\n" +
 	"\x15VerifyLicenseResponse\x12\x14\n" +
 	"\x05valid\x18\x01 \x01(\bR\x05valid\x12\x12\n" +
 	"\x04tier\x18\x02 \x01(\tR\x04tier\x12\x1d\n" +
@@ -2516,6 +2518,7 @@ func file_keyhouse_licensing_v1_licensing_proto_init() {
 	if File_keyhouse_licensing_v1_licensing_proto != nil {
 		return
 	}
+	file_keyhouse_licensing_v1_licensing_proto_msgTypes[2].OneofWrappers = []any{}
 	file_keyhouse_licensing_v1_licensing_proto_msgTypes[4].OneofWrappers = []any{}
 	file_keyhouse_licensing_v1_licensing_proto_msgTypes[10].OneofWrappers = []any{}
 	type x struct{}
