@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -155,23 +154,21 @@ func grpcHealth(t *testing.T, addr string) healthpb.HealthCheckResponse_ServingS
 	return resp.GetStatus()
 }
 
-// logLines returns the lines of a process's log whose msg is msg (and, when dependency
-// is set, whose dependency matches), failing on any line that is not JSON.
-func logLines(t *testing.T, s *stack.Stack, name, msg, dependency string) int {
+// countLog counts the lines of a process's log whose msg is msg (and, when dependency is
+// set, whose dependency matches), failing on any line that is not JSON.
+func countLog(t *testing.T, s *stack.Stack, name, msg, dependency string) int {
 	t.Helper()
-	f, err := os.Open(s.LogPath(name))
+	raw, err := os.ReadFile(s.LogPath(name))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	n := 0
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		var line map[string]any
-		if err := json.Unmarshal(sc.Bytes(), &line); err != nil {
-			t.Fatalf("%s logged a line that is not JSON: %q", name, sc.Text())
+	for _, line := range bytes.Split(bytes.TrimSpace(raw), []byte("\n")) {
+		if !json.Valid(line) {
+			t.Fatalf("%s logged a line that is not JSON: %q", name, line)
 		}
+	}
+	n := 0
+	for _, line := range logLines(t, s.LogPath(name)) {
 		if line["msg"] == msg && (dependency == "" || line["dependency"] == dependency) {
 			n++
 		}
@@ -240,10 +237,10 @@ func TestPostgresPausedAnswers503WithinTheBudgetThenRecovers(t *testing.T) {
 	}
 	// One line when the outage began and one when it ended, per service.
 	for _, name := range stack.Services {
-		if n := logLines(t, s, name, "dependency unavailable", "postgres"); n != 1 {
+		if n := countLog(t, s, name, "dependency unavailable", "postgres"); n != 1 {
 			t.Errorf("%s logged the Postgres outage %d times, want once", name, n)
 		}
-		if n := logLines(t, s, name, "dependency available again", "postgres"); n != 1 {
+		if n := countLog(t, s, name, "dependency available again", "postgres"); n != 1 {
 			t.Errorf("%s logged the Postgres recovery %d times, want once", name, n)
 		}
 	}
@@ -277,10 +274,10 @@ func TestRedisPausedKeepsServingAndTurnsNotReadyThenRecovers(t *testing.T) {
 		return anon(t, s).Get("/readyz").Status == 200
 	})
 	c.Post("/v1/verify-license", map[string]string{"key": key}).Expect(t, 200)
-	if n := logLines(t, s, "gateway", "dependency unavailable", "redis"); n != 1 {
+	if n := countLog(t, s, "gateway", "dependency unavailable", "redis"); n != 1 {
 		t.Errorf("gateway logged the Redis outage %d times, want once", n)
 	}
-	if n := logLines(t, s, "gateway", "dependency available again", "redis"); n != 1 {
+	if n := countLog(t, s, "gateway", "dependency available again", "redis"); n != 1 {
 		t.Errorf("gateway logged the Redis recovery %d times, want once", n)
 	}
 }
