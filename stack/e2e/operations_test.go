@@ -213,9 +213,11 @@ func TestPostgresPausedAnswers503WithinTheBudgetThenRecovers(t *testing.T) {
 		t.Logf("%s with Postgres paused: %d %s in %v (budget %v)", req.path, r.Status, r.Body, took.Round(time.Millisecond), budget)
 	}
 	// Readiness follows: every service reports NOT_SERVING, the gateway lists them.
-	eventually(t, "licensing NOT_SERVING", func() bool {
-		return grpcHealth(t, s.Service("licensing").Addr) == healthpb.HealthCheckResponse_NOT_SERVING
-	})
+	for _, name := range stack.Services {
+		eventually(t, name+" NOT_SERVING", func() bool {
+			return grpcHealth(t, s.Service(name).Addr) == healthpb.HealthCheckResponse_NOT_SERVING
+		})
+	}
 	eventually(t, "/readyz 503", func() bool {
 		r := anon(t, s).Get("/readyz")
 		return r.Status == 503 && strings.Contains(string(r.Body), `"licensing"`)
