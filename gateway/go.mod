@@ -3,12 +3,14 @@ module github.com/keyhouse/keyhouse/gateway
 go 1.26.0
 
 replace (
+	github.com/keyhouse/keyhouse/console => ../console
 	github.com/keyhouse/keyhouse/pkg => ../pkg
 	github.com/keyhouse/keyhouse/proto/gen/go => ../proto/gen/go
 )
 
 require (
 	github.com/grpc-ecosystem/grpc-gateway/v2 v2.32.0
+	github.com/keyhouse/keyhouse/console v0.0.0-00010101000000-000000000000
 	github.com/keyhouse/keyhouse/pkg v0.0.0-00010101000000-000000000000
 	github.com/keyhouse/keyhouse/proto/gen/go v0.0.0-00010101000000-000000000000
 	github.com/prometheus/client_golang v1.25.0
@@ -17,6 +19,8 @@ require (
 	google.golang.org/grpc v1.85.0
 	google.golang.org/protobuf v1.36.12
 )
+
+require github.com/jackc/puddle/v2 v2.2.3 // indirect
 
 require (
 	github.com/beorn7/perks v1.0.1 // indirect
@@ -52,6 +56,7 @@ require (
 	go.opentelemetry.io/proto/otlp v1.11.0 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
 	golang.org/x/net v0.61.0 // indirect
+	golang.org/x/sync v0.24.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect
 	golang.org/x/text v0.43.0 // indirect
 	google.golang.org/genproto/googleapis/api v0.0.0-20261012220534-4341edf3f941 // indirect

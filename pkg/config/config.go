@@ -191,6 +191,11 @@ func LoadFrom(lookup func(string) (string, bool)) (*Config, error) {
 	if u, err := url.Parse(c.PublicBaseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		r.fail("PUBLIC_BASE_URL", "must be an absolute http(s) URL")
 	}
+	if c.StripeAPIBase != "" {
+		if u, err := url.Parse(c.StripeAPIBase); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			r.fail("STRIPE_API_BASE", "must be an absolute http(s) URL")
+		}
+	}
 	switch c.EmailProvider {
 	case "log":
 	case "smtp":

@@ -213,17 +213,11 @@ func TestValidateLicenseAlwaysAnswers200WithValid(t *testing.T) {
 
 	// Expired (terms changed after activation) and revoked licenses are not valid.
 	a.Post("/v1/admin/update-license-terms", map[string]any{"key": key, "expires_at": "2021-01-01T00:00:00Z"}).Expect(t, 200)
-	if validate(t, c, key, "host-a") {
-		t.Fatal("expired license is valid")
-	}
+	settles(t, "an expired license is not valid", func() bool { return !validate(t, c, key, "host-a") })
 	a.Post("/v1/admin/update-license-terms", map[string]any{"key": key, "expires_at": nil}).Expect(t, 200)
-	if !validate(t, c, key, "host-a") {
-		t.Fatal("perpetual again, still not valid")
-	}
+	settles(t, "a license perpetual again is valid", func() bool { return validate(t, c, key, "host-a") })
 	a.Post("/v1/revoke-license", map[string]any{"key": key, "revoked": true}).Expect(t, 200)
-	if validate(t, c, key, "host-b") {
-		t.Fatal("revoked license is valid")
-	}
+	settles(t, "a revoked license is not valid", func() bool { return !validate(t, c, key, "host-b") })
 }
 
 func TestTrackUsageAddsToTheRunningTotalUpToTheLimit(t *testing.T) {
@@ -265,6 +259,13 @@ func TestTrackUsageRefusals(t *testing.T) {
 	expiredKey := issueLicense(t, a, lic("track-refuse", "limits", limits))
 	expiredTok := seat(t, c, expiredKey, "host-a")
 	a.Post("/v1/admin/update-license-terms", map[string]any{"key": expiredKey, "expires_at": "2021-01-01T00:00:00Z"}).Expect(t, 200)
+	// Both licenses were looked up (and cached) by their activation; the changes reach
+	// activations within the cache's bound.
+	settles(t, "the revocation and the expiry reach activations", func() bool {
+		r := c.Post("/v1/usage-report", map[string]string{"key": revokedKey}).JSON(t)
+		e := c.Post("/v1/usage-report", map[string]string{"key": expiredKey}).JSON(t)
+		return r["status"] == "revoked" && e["valid"] == false
+	})
 
 	for _, tc := range []struct {
 		name   string
@@ -452,15 +453,18 @@ func TestUsageReportIsALiveSnapshotOfEveryLimitKey(t *testing.T) {
 		`{"metric":"users","used":2,"limit":5,"remaining":3,"exceeded":false}]}`)
 	// A limit lowered below the total shows as exceeded with nothing remaining.
 	a.Post("/v1/admin/update-license-terms", map[string]any{"key": key, "limits": map[string]any{"users": 1}}).Expect(t, 200)
-	c.Post("/v1/usage-report", map[string]string{"key": key}).ExpectBody(t, `{"valid":true,"status":"active","expires_at":"2031-01-01T00:00:00Z","metrics":[`+
-		`{"metric":"users","used":2,"limit":1,"remaining":0,"exceeded":true}]}`)
+	lowered := `{"valid":true,"status":"active","expires_at":"2031-01-01T00:00:00Z","metrics":[` +
+		`{"metric":"users","used":2,"limit":1,"remaining":0,"exceeded":true}]}`
+	settles(t, "the report shows the lowered limit", func() bool {
+		return string(c.Post("/v1/usage-report", map[string]string{"key": key}).Body) == lowered
+	})
 	trackUsage(c, key, tok, "users").ExpectError(t, 403, "Usage limit exceeded for metric: users")
 
 	a.Post("/v1/revoke-license", map[string]any{"key": key, "revoked": true}).Expect(t, 200)
-	resp := c.Post("/v1/usage-report", map[string]string{"key": key}).Expect(t, 200).JSON(t)
-	if resp["valid"] != false || resp["status"] != "revoked" {
-		t.Fatalf("revoked report %v", resp)
-	}
+	settles(t, "the report shows the revocation", func() bool {
+		resp := c.Post("/v1/usage-report", map[string]string{"key": key}).Expect(t, 200).JSON(t)
+		return resp["valid"] == false && resp["status"] == "revoked"
+	})
 	none := issueLicense(t, a, lic("report"))
 	c.Post("/v1/usage-report", map[string]string{"key": none}).ExpectBody(t, `{"valid":true,"status":"active","expires_at":null,"metrics":[]}`)
 	c.Post("/v1/usage-report", map[string]string{"key": "NOPE"}).ExpectError(t, 404, errNotFound)
@@ -656,9 +660,7 @@ func TestDeletedLicenseLosesItsSeats(t *testing.T) {
 // checkForgotten: every route answers for a deleted license as for one never issued.
 func checkForgotten(t *testing.T, a, c *Client, key, tok string) {
 	t.Helper()
-	if validate(t, c, key, "host-a") {
-		t.Fatal("a deleted license validates")
-	}
+	settles(t, "the deletion reaches activations", func() bool { return !validate(t, c, key, "host-a") })
 	c.Post("/v1/deactivate-license", map[string]string{"key": key, "token": tok}).ExpectBody(t, `{"deactivated":false}`)
 	trackUsage(c, key, tok, "users").ExpectError(t, 404, errNotFound)
 	c.Post("/v1/activate-license", map[string]string{"key": key, "instance_id": "host-c"}).ExpectError(t, 404, errNotFound)

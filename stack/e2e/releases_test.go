@@ -543,6 +543,9 @@ func TestCheckUpdateValidatesTheLicenseAsVerifyLicenseDoes(t *testing.T) {
 	a.Post("/v1/revoke-license", map[string]any{"key": revoked, "revoked": true}).Expect(t, 200)
 	c.Post("/v1/check-update", check(revoked, p, "1.0.0")).ExpectError(t, 403, "License is not active")
 	a.Post("/v1/revoke-license", map[string]any{"key": revoked, "revoked": false}).Expect(t, 200)
+	settles(t, "the reactivation reaches releases", func() bool {
+		return c.Post("/v1/check-update", check(revoked, p, "1.0.0")).Status == 200
+	})
 	if v := update(t, c, check(revoked, p, "1.0.0")); v != "2.0.0" {
 		t.Fatalf("reactivated license offered %q", v)
 	}

@@ -171,7 +171,7 @@ func (s *shop) await(eventID string, ok func(map[string]any) bool) map[string]an
 		if last = s.delivery(eventID); last != nil && ok(last) {
 			return last
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(200 * time.Millisecond)
 	}
 	s.t.Fatalf("delivery of %s never reached the expected state; last: %v", eventID, last)
 	return nil
@@ -264,6 +264,10 @@ func TestStorefrontFullFlow(t *testing.T) {
 	if !strings.Contains(string(m.Raw), "Reply-To: <support@example.com>") {
 		t.Fatalf("no Reply-To in\n%s", m.Raw)
 	}
+	// Another tenant sees none of it (invariant 1).
+	other := newTenant(t, s)
+	other.Get("/v1/storefront/deliveries").ExpectBody(t, `{"deliveries":[],"total":0}`)
+	other.Get("/v1/admin/license/"+key).ExpectError(t, 404, "License key not found")
 	// The buyer's address is used for the send and stored nowhere a vendor can read.
 	for _, path := range []string{"/v1/storefront/deliveries", "/v1/admin/license/" + key, "/v1/list-licenses?limit=1000"} {
 		if body := sh.c.Get(path).Expect(t, 200).Body; strings.Contains(string(body), buyer) {

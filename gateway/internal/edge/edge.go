@@ -39,6 +39,9 @@ type Options struct {
 	NotReady func() []string
 	// RequestTimeout is every request's budget (REQUEST_TIMEOUT); zero means none.
 	RequestTimeout time.Duration
+	// Pages serves the console (/console/) and the end-user portal (/portal/); nil
+	// leaves them out.
+	Pages http.Handler
 }
 
 // New returns the gateway's whole HTTP handler.
@@ -89,6 +92,14 @@ func New(ctx context.Context, opts Options) (http.Handler, error) {
 	}
 
 	var h http.Handler = withUTF8URL(mux)
+	if opts.Pages != nil {
+		root := http.NewServeMux()
+		root.Handle("/console", opts.Pages)
+		root.Handle("/console/", opts.Pages)
+		root.Handle("/portal/", opts.Pages)
+		root.Handle("/", h)
+		h = root
+	}
 	h = withBudget(opts.RequestTimeout, h)
 	if opts.RateLimit != nil {
 		h = opts.RateLimit(h)

@@ -262,7 +262,7 @@ func (s *Store) RecordEvent(ctx context.Context, d *Delivery, msg func(*Delivery
 		row := tx.QueryRow(ctx, `INSERT INTO deliveries (tenant_id, webhook_id, event_id, event_type, checkout_session_id,
 			payment_link, service_ref, payment_status, customer, session_created, outcome, error)
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
-			ON CONFLICT (tenant_id, event_id) DO UPDATE SET receipts = deliveries.receipts + 1, updated_at = now()
+			ON CONFLICT (tenant_id, event_id) DO UPDATE SET receipts = deliveries.receipts + 1
 			RETURNING `+deliveryCols+`, (xmax = 0)`,
 			d.TenantID, d.WebhookID, d.EventID, d.EventType, d.CheckoutSessionID, d.PaymentLink, d.ServiceRef,
 			d.PaymentStatus, d.Customer, d.SessionCreated, d.Outcome, d.Error)
@@ -285,13 +285,20 @@ func (s *Store) RecordEvent(ctx context.Context, d *Delivery, msg func(*Delivery
 	return &out, nil
 }
 
+// staleProcessing is how long a delivery may sit in "processing" without the worker
+// touching it (a retrying worker records each attempt) before a redelivery of its event
+// queues it again: its message was lost (a NATS store wiped, a stream purged by hand).
+const staleProcessing = 10 * time.Minute
+
 // needsWork decides whether a received event goes to the worker.
 func needsWork(d *Delivery, inserted bool) bool {
 	switch {
 	case inserted:
 		return d.Outcome == OutcomeProcessing
-	case d.Outcome == OutcomeProcessing, d.Outcome == OutcomeInvalidInput:
-		// Already queued (the first receipt's message will do it), or nothing to do.
+	case d.Outcome == OutcomeProcessing:
+		// Queued already: the first receipt's message will do it, unless it was lost.
+		return time.Since(d.UpdatedAt) > staleProcessing
+	case d.Outcome == OutcomeInvalidInput:
 		return false
 	case d.Outcome == OutcomeIssued:
 		return d.EmailStatus == nil || (*d.EmailStatus != EmailSent && *d.EmailStatus != EmailLogged)

@@ -1,0 +1,164 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/keyhouse/keyhouse/devinfra/testkit"
+	"github.com/keyhouse/keyhouse/pkg/apierr"
+	"github.com/keyhouse/keyhouse/pkg/pgxx"
+	accountsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/accounts/v1"
+	billingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/billing/v1"
+	"github.com/keyhouse/keyhouse/services/billing/internal/store"
+	"github.com/stripe/stripe-go/v76/webhook"
+	"google.golang.org/grpc/codes"
+)
+
+const testSecret = "whsec_server_test"
+
+type fixedUsage int
+
+func (u fixedUsage) CountActive(context.Context, string) (int, error) { return int(u), nil }
+
+// newBilling returns both services on one database: Billing without Stripe's API (nil
+// payments: checkout answers 503) and with the webhook secret.
+func newBilling(t *testing.T) (*Billing, *Server) {
+	t.Helper()
+	pool, err := pgxx.Open(context.Background(), testkit.DatabaseURL(t, schema), "billing")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	st := store.New(pool)
+	b := NewBilling(BillingConfig{MultiTenant: true, WebhookSecret: testSecret, Usage: fixedUsage(3),
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}, st)
+	return b, New(st, true)
+}
+
+var evtSeq atomic.Int64
+
+func signed(t *testing.T, typ string, at time.Time, object map[string]any) *billingv1.HandleStripeEventRequest {
+	t.Helper()
+	payload, err := json.Marshal(map[string]any{"id": fmt.Sprintf("evt_srv_%d", evtSeq.Add(1)), "object": "event",
+		"type": typ, "created": at.Unix(), "data": map[string]any{"object": object}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sp := webhook.GenerateTestSignedPayload(&webhook.UnsignedPayload{Payload: payload, Secret: testSecret})
+	return &billingv1.HandleStripeEventRequest{Payload: payload, Signature: sp.Header}
+}
+
+// The entitlements licensing reads follow the webhook's events at once: Pro 1,000, then
+// past_due (issuance refused), then paid again, then ended (Free, may issue within 5).
+func TestEntitlementsFollowTheBillingEvents(t *testing.T) {
+	t.Parallel()
+	b, s := newBilling(t)
+	acct := createTenant(t, s)
+	ctx := tenantCall(acct.GetTenantId(), acct.GetApiKey())
+	ten := acct.GetTenantId()
+	entitlements := func() string {
+		t.Helper()
+		e, err := s.GetEntitlements(ctx, &accountsv1.GetEntitlementsRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fmt.Sprintf("%s %d %t", e.GetPlan(), e.GetLicenseLimit(), e.GetSubscriptionActive())
+	}
+	deliver := func(req *billingv1.HandleStripeEventRequest) {
+		t.Helper()
+		if resp, err := b.HandleStripeEvent(context.Background(), req); err != nil || !resp.GetReceived() {
+			t.Fatalf("%v %v", resp, err)
+		}
+	}
+	t0 := time.Now().Add(-time.Hour)
+	sub := func(status string) map[string]any {
+		return map[string]any{"id": "sub_s", "customer": "cus_s", "status": status, "metadata": map[string]string{"tenant_id": ten}}
+	}
+	for _, step := range []struct {
+		typ    string
+		object map[string]any
+		want   string
+	}{
+		{"checkout.session.completed", map[string]any{"mode": "subscription", "status": "complete", "payment_status": "paid",
+			"client_reference_id": ten, "customer": "cus_s", "subscription": "sub_s"}, "pro 1000 true"},
+		{"invoice.payment_failed", map[string]any{"customer": "cus_s", "subscription": "sub_s"}, "pro 1000 false"},
+		{"customer.subscription.updated", sub("active"), "pro 1000 true"},
+		{"customer.subscription.deleted", sub("canceled"), "free 5 true"},
+	} {
+		t0 = t0.Add(time.Second)
+		deliver(signed(t, step.typ, t0, step.object))
+		if got := entitlements(); got != step.want {
+			t.Fatalf("after %s: %s, want %s", step.typ, got, step.want)
+		}
+	}
+	status, err := b.GetBillingStatus(ctx, &billingv1.GetBillingStatusRequest{})
+	if err != nil || status.GetStatus() != "canceled" || status.GetPlan().GetValue() != "free" ||
+		status.GetLicensesUsed().GetValue() != 3 || status.GetLicenseLimit().GetValue() != 5 {
+		t.Fatalf("status %v, %v", status, err)
+	}
+}
+
+func TestWebhookRefusesWhatStripeDidNotSign(t *testing.T) {
+	t.Parallel()
+	b, _ := newBilling(t)
+	good := signed(t, "customer.subscription.updated", time.Now(), map[string]any{"id": "sub_x"})
+	for name, req := range map[string]*billingv1.HandleStripeEventRequest{
+		"missing":  {Payload: good.Payload},
+		"garbage":  {Payload: good.Payload, Signature: "nonsense"},
+		"tampered": {Payload: append([]byte(" "), good.Payload...), Signature: good.Signature},
+		"stale": {Payload: good.Payload, Signature: webhook.GenerateTestSignedPayload(&webhook.UnsignedPayload{
+			Payload: good.Payload, Secret: testSecret, Timestamp: time.Now().Add(-WebhookTolerance - time.Second)}).Header},
+		"other secret": {Payload: good.Payload, Signature: webhook.GenerateTestSignedPayload(&webhook.UnsignedPayload{
+			Payload: good.Payload, Secret: "whsec_other"}).Header},
+	} {
+		_, err := b.HandleStripeEvent(context.Background(), req)
+		if !isErr(err, codes.InvalidArgument, "Invalid signature") {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	unconfigured := NewBilling(BillingConfig{MultiTenant: true, Log: b.cfg.Log}, b.store)
+	if _, err := unconfigured.HandleStripeEvent(context.Background(), good); !isErr(err, codes.Unavailable, errWebhookDisabled.Message) {
+		t.Fatalf("no secret: %v", err)
+	}
+}
+
+func isErr(err error, code codes.Code, msg string) bool {
+	return err != nil && err.Error() == msg && apierr.Is(err, code)
+}
+
+func TestCheckoutValidatesBeforeNeedingStripe(t *testing.T) {
+	t.Parallel()
+	b, s := newBilling(t)
+	acct := createTenant(t, s)
+	ctx := tenantCall(acct.GetTenantId(), acct.GetApiKey())
+	for _, tc := range []struct {
+		plan, interval string
+		code           codes.Code
+		msg            string
+	}{
+		{"", "", codes.InvalidArgument, "plan must be free or pro"},
+		{"Pro", "", codes.InvalidArgument, "plan must be free or pro"},
+		{"pro", "yearly", codes.InvalidArgument, "interval must be monthly or annual"},
+		{"pro", "", codes.Unavailable, errNotConfigured.Message},
+		{"free", "annual", codes.Unavailable, errNotConfigured.Message},
+	} {
+		_, err := b.CreateCheckout(ctx, &billingv1.CreateCheckoutRequest{Plan: tc.plan, Interval: tc.interval})
+		if !isErr(err, tc.code, tc.msg) {
+			t.Errorf("%q/%q: %v, want %v %q", tc.plan, tc.interval, err, tc.code, tc.msg)
+		}
+	}
+	self := NewBilling(BillingConfig{Log: b.cfg.Log}, b.store)
+	if _, err := self.CreateCheckout(ctx, &billingv1.CreateCheckoutRequest{Plan: "pro"}); !isErr(err, codes.InvalidArgument, errHostedOnly.Message) {
+		t.Fatalf("self-hosted: %v", err)
+	}
+	st, err := self.GetBillingStatus(ctx, &billingv1.GetBillingStatusRequest{})
+	if err != nil || st != selfHostedStatus {
+		t.Fatalf("self-hosted status %v %v", st, err)
+	}
+}
