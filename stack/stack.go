@@ -10,6 +10,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -347,7 +349,7 @@ func (s *Stack) metricsAddr(extra map[string]string) (string, error) {
 		n, _ := strconv.Atoi(own)
 		port = strconv.Itoa(n + 1000)
 	default:
-		n, err := devinfra.FreePort()
+		n, err := metricsPort()
 		if err != nil {
 			return "", err
 		}
@@ -355,6 +357,22 @@ func (s *Stack) metricsAddr(extra map[string]string) (string, error) {
 		extra["METRICS_PORT"] = port
 	}
 	return "127.0.0.1:" + port, nil
+}
+
+// metricsPort picks a free port below Linux's ephemeral range (32768 and up): a port the
+// kernel handed out for listening is free only until an outgoing connection of one of the
+// many processes of parallel stacks takes it, before the process started here binds it.
+func metricsPort() (int, error) {
+	for range 100 {
+		port := 20000 + rand.IntN(12000)
+		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
+		if err != nil {
+			continue
+		}
+		_ = l.Close()
+		return port, nil
+	}
+	return devinfra.FreePort()
 }
 
 // Signal sends sig to the process (tests pause and resume, or stop, one replica).
