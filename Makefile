@@ -8,7 +8,7 @@ TOOLS_DIR := $(KH_DIR)/tools
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS   := -X github.com/keyhouse/keyhouse/pkg/buildinfo.version=$(VERSION)
 # Every module's packages (go.work lists the modules).
-PKGS      := ./pkg/... ./gateway/... ./services/billing/... ./services/licensing/... \
+PKGS      := ./pkg/... ./gateway/... ./console/... ./services/billing/... ./services/licensing/... \
              ./services/activations/... ./services/releases/... ./services/storefront/... ./stack/... \
              ./devinfra/...
 GOTEST    := go test -count=1 -race -shuffle=on

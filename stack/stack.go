@@ -139,6 +139,17 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 		}
 		s.env["NATS_URL"] = s.NATS.URL()
 	}
+	// The first gateway's port is chosen now, so that PUBLIC_BASE_URL (portal links,
+	// storefront callback URLs) names this stack's own gateway unless the caller set it.
+	gatewayPort := opts.GatewayPort
+	if gatewayPort == 0 {
+		if gatewayPort, err = devinfra.FreePort(); err != nil {
+			return nil, err
+		}
+	}
+	if s.env["PUBLIC_BASE_URL"] == "" {
+		s.env["PUBLIC_BASE_URL"] = "http://127.0.0.1:" + strconv.Itoa(gatewayPort)
+	}
 	for _, name := range Services {
 		port := 0
 		if opts.FirstServicePort != 0 {
@@ -174,7 +185,7 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 			return nil, err
 		}
 	}
-	url, err := s.StartGateway(ctx, opts.GatewayPort, nil)
+	url, err := s.StartGateway(ctx, gatewayPort, nil)
 	if err != nil {
 		return nil, err
 	}

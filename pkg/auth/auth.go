@@ -33,7 +33,15 @@ type Principal struct {
 	TenantID string
 	// Admin is true when the call carried the admin key.
 	Admin bool
+	// Session is true when the call carried a console session token.
+	Session bool
 }
+
+// SessionPrefix starts every console session token (billing's ConsoleAccountsService).
+const SessionPrefix = "khs_"
+
+// IsSessionToken tells a console session token from an API key.
+func IsSessionToken(token string) bool { return strings.HasPrefix(token, SessionPrefix) }
 
 type principalKey struct{}
 
@@ -157,6 +165,18 @@ func (a *Authenticator) Authenticate(ctx context.Context, fullMethod string) (co
 		}
 		return WithPrincipal(ctx, Principal{TenantID: tenant, Admin: true}), nil
 	case apiv1.Access_ACCESS_TENANT:
+		if IsSessionToken(token) {
+			// A console session (addendum §9) is a tenant credential in both modes; billing
+			// resolves it like an API key, with no cache, so logout and rotation end it at once.
+			if a.cfg.Tenants == nil {
+				return nil, apierr.Unauthorized
+			}
+			tenant, err := a.cfg.Tenants.ResolveAPIKey(ctx, token)
+			if err != nil {
+				return nil, err
+			}
+			return WithPrincipal(ctx, Principal{TenantID: tenant, Session: true}), nil
+		}
 		if !a.cfg.MultiTenant {
 			if !a.IsAdminKey(token) {
 				return nil, apierr.Unauthorized

@@ -92,3 +92,26 @@ func TestTenantIDRefusesCallsWithoutATenant(t *testing.T) {
 		t.Fatal("an admin-only principal has no tenant")
 	}
 }
+
+func TestConsoleSessionTokensAreTenantCredentialsInBothModes(t *testing.T) {
+	sessions := tenants{"khs_live": "t_7", "kh_key": "t_1"}
+	for _, multi := range []bool{false, true} {
+		a := auth.New(auth.Config{MultiTenant: multi, AdminKey: "admin-key", Tenants: sessions})
+		p, err := call(a, tenantMethod, "authorization", "Bearer khs_live")
+		if err != nil || p.TenantID != "t_7" || !p.Session {
+			t.Fatalf("multi=%v: a live session resolves to its tenant: %+v %v", multi, p, err)
+		}
+		if _, err := call(a, tenantMethod, "authorization", "Bearer khs_dead"); !errors.Is(err, apierr.Unauthorized) {
+			t.Fatalf("multi=%v: an unknown session must be Unauthorized, got %v", multi, err)
+		}
+		for _, m := range []string{adminMethod, internalMethod} {
+			if _, err := call(a, m, "authorization", "Bearer khs_live"); err == nil {
+				t.Fatalf("multi=%v: a session must not open %s", multi, m)
+			}
+		}
+	}
+	// Without a resolver a session is refused, never mistaken for the admin key.
+	if _, err := call(auth.New(auth.Config{AdminKey: "khs_admin"}), tenantMethod, "authorization", "Bearer khs_admin"); err == nil {
+		t.Fatal("a session-shaped token without a resolver must be refused")
+	}
+}

@@ -30,8 +30,9 @@ import (
 
 // Client calls LicensingInternalService. It is safe for concurrent use.
 type Client struct {
-	rpc  licensingv1.LicensingInternalServiceClient
-	peer grpcx.Peer
+	rpc    licensingv1.LicensingInternalServiceClient
+	portal licensingv1.LicensingPortalServiceClient
+	peer   grpcx.Peer
 	// licenses caches License's answers by canonical key (nil: no cache).
 	licenses *licensecache.Cache[*licensingv1.License]
 
@@ -42,8 +43,9 @@ type Client struct {
 // New returns a client on conn (from grpcx.Dial or app.Deps.Dial) presenting adminKey.
 func New(conn grpc.ClientConnInterface, adminKey string) *Client {
 	return &Client{
-		rpc:  licensingv1.NewLicensingInternalServiceClient(conn),
-		peer: grpcx.Peer{Name: "Licensing", AdminKey: adminKey},
+		rpc:    licensingv1.NewLicensingInternalServiceClient(conn),
+		portal: licensingv1.NewLicensingPortalServiceClient(conn),
+		peer:   grpcx.Peer{Name: "Licensing", AdminKey: adminKey},
 	}
 }
 
@@ -100,6 +102,31 @@ func (c *Client) ClaimProduct(ctx context.Context, tenant, productID string) err
 		return c.rpc.ClaimProduct(ctx, &licensingv1.ClaimProductRequest{ProductId: productID}, o...)
 	}, codes.PermissionDenied)
 	return err
+}
+
+// ResolvePortalToken returns the tenant and key of an end-user portal token (addendum
+// §9), checked live: an unknown token, a revoked or deleted license or a switched-off
+// portal is NotFound "Not found".
+func (c *Client) ResolvePortalToken(ctx context.Context, token string) (tenant, key string, err error) {
+	resp, err := grpcx.Call(ctx, c.peer, "", func(ctx context.Context, o ...grpc.CallOption) (*licensingv1.ResolvePortalTokenResponse, error) {
+		return c.portal.ResolvePortalToken(ctx, &licensingv1.ResolvePortalTokenRequest{Token: token}, o...)
+	}, codes.NotFound)
+	if err != nil {
+		return "", "", err
+	}
+	return resp.GetTenantId(), resp.GetKey(), nil
+}
+
+// PortalLink is the license's end-user portal link (PUBLIC_BASE_URL/portal/{token}) for
+// the buyer email, or "" when the tenant switched the portal off.
+func (c *Client) PortalLink(ctx context.Context, tenant, key string) (string, error) {
+	resp, err := grpcx.Call(ctx, c.peer, tenant, func(ctx context.Context, o ...grpc.CallOption) (*licensingv1.GetPortalLinkInternalResponse, error) {
+		return c.portal.GetPortalLinkInternal(ctx, &licensingv1.GetPortalLinkInternalRequest{Key: key}, o...)
+	}, codes.NotFound)
+	if err != nil {
+		return "", err
+	}
+	return resp.GetLink().GetUrl(), nil
 }
 
 // IssueLicense issues a license for tenant (storefront fulfillment, which holds no

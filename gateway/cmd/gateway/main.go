@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/keyhouse/keyhouse/console"
 	"github.com/keyhouse/keyhouse/gateway/internal/edge"
 	"github.com/keyhouse/keyhouse/gateway/internal/ratelimit"
 	"github.com/keyhouse/keyhouse/pkg/buildinfo"
@@ -80,8 +81,20 @@ func run(ctx context.Context) error {
 	}
 
 	limiter := ratelimit.New(rdb, log)
+	pages, err := console.New(console.Options{
+		Log:             log,
+		Conns:           console.Conns(conns),
+		MultiTenant:     cfg.MultiTenant,
+		PublicBaseURL:   cfg.PublicBaseURL,
+		ExportGate:      &console.RedisExportGate{Client: rdb},
+		TooManyRequests: ratelimit.WriteTooManyRequests,
+	})
+	if err != nil {
+		return err
+	}
 	handler, err := edge.New(ctx, edge.Options{
 		Log:   log,
+		Pages: pages,
 		Conns: conns,
 		RateLimit: func(next http.Handler) http.Handler {
 			return ratelimit.Middleware(limiter, cfg.AdminRateLimitMax, cfg.TrustedProxies, next)

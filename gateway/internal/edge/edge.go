@@ -33,6 +33,9 @@ type Options struct {
 	Conns Conns
 	// RateLimit wraps the routes that have a tier; nil disables rate limiting.
 	RateLimit func(http.Handler) http.Handler
+	// Pages serves the console (/console/) and the end-user portal (/portal/); nil
+	// leaves them out.
+	Pages http.Handler
 }
 
 // New returns the gateway's whole HTTP handler.
@@ -76,6 +79,14 @@ func New(ctx context.Context, opts Options) (http.Handler, error) {
 	}
 
 	var h http.Handler = withUTF8URL(mux)
+	if opts.Pages != nil {
+		root := http.NewServeMux()
+		root.Handle("/console", opts.Pages)
+		root.Handle("/console/", opts.Pages)
+		root.Handle("/portal/", opts.Pages)
+		root.Handle("/", h)
+		h = root
+	}
 	if opts.RateLimit != nil {
 		h = opts.RateLimit(h)
 	}

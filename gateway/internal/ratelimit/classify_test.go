@@ -63,6 +63,9 @@ func TestClassify_EveryRouteOfTheSpecGetsItsTier(t *testing.T) {
 		{"DELETE", "/v1/storefront/mappings/3", admin, false},
 		{"GET", "/v1/storefront/deliveries", admin, false},
 		{"GET", "/v1/openapi.json", Public, false},
+		// addendum §9: console sign-in attempts and data exports.
+		{"POST", "/console/login", admin, false},
+		{"GET", "/console/export", admin, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.method+" "+tt.path, func(t *testing.T) {

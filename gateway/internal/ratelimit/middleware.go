@@ -41,7 +41,7 @@ func Middleware(l *Limiter, adminMax int, trusted []netip.Prefix, next http.Hand
 		h.Set("X-RateLimit-Remaining", strconv.Itoa(res.Remaining))
 		h.Set("X-RateLimit-Reset", strconv.FormatInt(res.Reset.Unix(), 10))
 		if !res.Allowed {
-			writeTooManyRequests(w, res.RetryAfter)
+			WriteTooManyRequests(w, res.RetryAfter)
 			return
 		}
 		next.ServeHTTP(w, r)
@@ -78,7 +78,9 @@ func licenseKey(r *http.Request) string {
 	return key
 }
 
-func writeTooManyRequests(w http.ResponseWriter, retryAfter time.Duration) {
+// WriteTooManyRequests writes the API's 429: Retry-After and the body api.md fixes. The
+// console's data export answers its one-per-minute limit with it too.
+func WriteTooManyRequests(w http.ResponseWriter, retryAfter time.Duration) {
 	// Whole seconds rounded up, so a client waiting that long finds the window over.
 	secs := max(1, int64((retryAfter+time.Second-1)/time.Second))
 	w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))

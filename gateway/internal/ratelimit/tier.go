@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"time"
 
+	"github.com/keyhouse/keyhouse/console"
 	"github.com/keyhouse/keyhouse/gateway/internal/openapi"
 )
 
@@ -54,7 +55,13 @@ var tiers = map[string]Tier{
 // tiers come from the gateway's one route table, the OpenAPI document (package openapi),
 // where `make proto` writes the (keyhouse.api.v1.rate_limit) option of each route's
 // method. adminMax is the Admin-Info limit.
+//
+// The console's pages are not REST routes and not in that document; the two of them that
+// addendum §9 puts on Admin-Info are declared by the console itself (console.AdminInfoRoutes).
 func Classify(method, path string, adminMax int) (r Route, ok bool) {
+	if console.AdminInfoRoutes[method+" "+path] {
+		return Route{Tier: AdminInfo(adminMax)}, true
+	}
 	route, found := openapi.Match(method, path)
 	if !found {
 		return Route{}, false

@@ -27,6 +27,8 @@ func main() {
 			}
 			st := store.New(d.DB)
 			licenses := licensingclient.New(conn, d.Config.AdminAPIKey.Reveal())
+			server.RegisterConsole(d.Server.GRPC, server.NewConsole(st, licenses))
+
 			nc, js, err := natsx.Connect(ctx, d.Config.NATSURL, "activations", d.Log)
 			if err != nil {
 				return err

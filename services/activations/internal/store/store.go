@@ -298,3 +298,13 @@ func (s *Store) Purge(ctx context.Context, tenant, key string, deletedAt time.Ti
 		return err
 	})
 }
+
+// SeatsForKeys lists the seats of many licenses of the tenant, oldest first per license.
+func (s *Store) SeatsForKeys(ctx context.Context, tenant string, keys []string) ([]Seat, error) {
+	rows, err := s.db.Query(ctx, `SELECT license_key, instance_id, activated_at FROM seats
+		WHERE tenant_id = $1 AND license_key = ANY($2) ORDER BY license_key, activated_at, instance_id`, tenant, keys)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, scanSeat)
+}

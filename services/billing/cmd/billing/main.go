@@ -8,6 +8,7 @@ import (
 	"github.com/keyhouse/keyhouse/pkg/auth"
 	"github.com/keyhouse/keyhouse/pkg/config"
 	"github.com/keyhouse/keyhouse/pkg/licensingclient"
+	accountsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/accounts/v1"
 	billingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/billing/v1"
 	"github.com/keyhouse/keyhouse/services/billing/internal/payments"
 	"github.com/keyhouse/keyhouse/services/billing/internal/server"
@@ -28,6 +29,7 @@ func main() {
 func register(_ context.Context, d *app.Deps) error {
 	st := store.New(d.DB)
 	server.Register(d.Server.GRPC, server.New(st, d.Config.MultiTenant))
+	accountsv1.RegisterConsoleAccountsServiceServer(d.Server.GRPC, server.NewConsole(st, d.Auth, d.Config.MultiTenant))
 
 	licensing, err := d.Dial(d.Config.LicensingAddr)
 	if err != nil {

@@ -79,7 +79,9 @@ func (s *Server) RotateApiKey(ctx context.Context, _ *accountsv1.RotateApiKeyReq
 
 // Authenticate resolves a tenant API key for the other services' auth interceptors.
 func (s *Server) Authenticate(ctx context.Context, req *accountsv1.AuthenticateRequest) (*accountsv1.AuthenticateResponse, error) {
-	if !s.multiTenant || req.GetApiKey() == "" {
+	// Self-hosted, only console sessions are resolved here (the admin key is checked by
+	// each interceptor itself).
+	if req.GetApiKey() == "" || (!s.multiTenant && !auth.IsSessionToken(req.GetApiKey())) {
 		return nil, apierr.Unauthorized
 	}
 	tenant, err := s.store.ResolveAPIKey(ctx, req.GetApiKey())

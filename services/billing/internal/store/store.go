@@ -59,8 +59,11 @@ func lower(s string) string {
 	return string(b)
 }
 
-// ResolveAPIKey implements auth.TenantResolver.
+// ResolveAPIKey implements auth.TenantResolver: a tenant API key, or a console session.
 func (s *Store) ResolveAPIKey(ctx context.Context, apiKey string) (string, error) {
+	if auth.IsSessionToken(apiKey) {
+		return s.ResolveSession(ctx, apiKey)
+	}
 	var tenant string
 	err := s.db.QueryRow(ctx, `SELECT tenant_id FROM tenants WHERE api_key_hash = $1`, auth.HashAPIKey(apiKey)).Scan(&tenant)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -73,11 +76,22 @@ func (s *Store) ResolveAPIKey(ctx context.Context, apiKey string) (string, error
 }
 
 // RotateAPIKey replaces the tenant's key, but only if oldKey is still the current one, so
-// two concurrent rotations cannot both succeed and leave a caller with a dead key.
+// two concurrent rotations cannot both succeed and leave a caller with a dead key. When
+// the caller is a console session (oldKey is its token), the session must still be live.
+// Every console session of the tenant ends in the same transaction (addendum §9).
 func (s *Store) RotateAPIKey(ctx context.Context, tenant, oldKey string) (string, error) {
 	key := NewAPIKey()
-	tag, err := s.db.Exec(ctx,
-		`UPDATE tenants SET api_key_hash = $3, key_rotated_at = now() WHERE tenant_id = $1 AND api_key_hash = $2`,
+	tx, err := s.db.Begin(ctx)
+	if err != nil {
+		return "", err
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	guard := `api_key_hash = $2`
+	if auth.IsSessionToken(oldKey) {
+		guard = `EXISTS (SELECT 1 FROM console_sessions WHERE token_hash = $2 AND tenant_id = $1)`
+	}
+	tag, err := tx.Exec(ctx,
+		`UPDATE tenants SET api_key_hash = $3, key_rotated_at = now() WHERE tenant_id = $1 AND `+guard,
 		tenant, auth.HashAPIKey(oldKey), auth.HashAPIKey(key))
 	if err != nil {
 		return "", err
@@ -85,7 +99,10 @@ func (s *Store) RotateAPIKey(ctx context.Context, tenant, oldKey string) (string
 	if tag.RowsAffected() != 1 {
 		return "", apierr.Unauthorized
 	}
-	return key, nil
+	if _, err := tx.Exec(ctx, `DELETE FROM console_sessions WHERE tenant_id = $1`, tenant); err != nil {
+		return "", err
+	}
+	return key, tx.Commit(ctx)
 }
 
 // WatermarkID is the installation's stable identifier.

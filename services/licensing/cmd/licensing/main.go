@@ -83,6 +83,7 @@ func register(ctx context.Context, d *app.Deps) error {
 		billingclient.New(billing, adminKey), server.NewRemoteSeats(activations, adminKey),
 		relay)
 	server.Register(d.Server.GRPC, srv)
+	server.RegisterPortal(d.Server.GRPC, server.NewPortal(st, keyring, d.Config.PublicBaseURL))
 
 	var wg sync.WaitGroup
 	wg.Add(2)

@@ -71,7 +71,8 @@ func register(ctx context.Context, d *app.Deps) error {
 
 	worker := &fulfill.Worker{
 		Store: store.New(workerDB), Licensing: licensing, Keys: licensing, Mail: sender,
-		Portal: fulfill.NoPortal{}, Log: d.Log.With("component", "fulfillment"),
+		// The buyer email carries the license's portal link while the tenant's portal is on.
+		Portal: licensing, Log: d.Log.With("component", "fulfillment"),
 		MaxAttempts: fulfill.DefaultMaxAttempts,
 	}
 	var wg sync.WaitGroup

@@ -89,13 +89,13 @@ type Keys interface {
 }
 
 // PortalLinks yields the end-user portal link of a license for the buyer email
-// (addendum §9). The portal does not exist yet: NoPortal is the default, and the email
-// leaves the link out while PortalLink returns "".
+// (addendum §9): licensingclient.Client in production. The email leaves the link out
+// while PortalLink returns "" (the tenant switched the portal off).
 type PortalLinks interface {
 	PortalLink(ctx context.Context, tenant, licenseKey string) (string, error)
 }
 
-// NoPortal is PortalLinks while the portal is off: no link.
+// NoPortal is PortalLinks without a portal: no link (tests).
 type NoPortal struct{}
 
 // PortalLink implements PortalLinks.

@@ -1,0 +1,234 @@
+package console
+
+import (
+	"context"
+	"encoding/json"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"testing"
+
+	accountsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/accounts/v1"
+	activationsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/activations/v1"
+	billingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/billing/v1"
+	licensingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/test/bufconn"
+	"google.golang.org/protobuf/types/known/structpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+)
+
+// The stack tests (stack/e2e/console_*_test.go) drive the console against the real
+// services; these pin what needs a configuration or a volume those tests do not have.
+
+type fakeAccounts struct {
+	accountsv1.UnimplementedConsoleAccountsServiceServer
+}
+
+func bearer(ctx context.Context) string {
+	md, _ := metadata.FromIncomingContext(ctx)
+	v := md.Get("authorization")
+	if len(v) == 0 {
+		return ""
+	}
+	return strings.TrimPrefix(v[0], "Bearer ")
+}
+
+func (fakeAccounts) SignIn(_ context.Context, r *accountsv1.SignInRequest) (*accountsv1.SignInResponse, error) {
+	if r.GetApiKey() != "good" {
+		return nil, status.Error(codes.Unauthenticated, "Invalid credentials")
+	}
+	return &accountsv1.SignInResponse{SessionToken: "khs_session", TenantId: "t_1"}, nil
+}
+
+func (fakeAccounts) GetAccount(ctx context.Context, _ *accountsv1.GetAccountRequest) (*accountsv1.GetAccountResponse, error) {
+	if bearer(ctx) != "khs_session" {
+		return nil, status.Error(codes.Unauthenticated, "Unauthorized")
+	}
+	return &accountsv1.GetAccountResponse{TenantId: "t_1", TenantName: "Acme <&> Co", Email: "a@example.com", MultiTenant: true}, nil
+}
+
+// fakeLicensing answers ListLicenses with n rows, newest first, and records the request.
+type fakeLicensing struct {
+	licensingv1.UnimplementedLicensingServiceServer
+	n    int
+	last *licensingv1.ListLicensesRequest
+}
+
+func (f *fakeLicensing) ListLicenses(_ context.Context, r *licensingv1.ListLicensesRequest) (*licensingv1.ListLicensesResponse, error) {
+	f.last = r
+	out := &licensingv1.ListLicensesResponse{Total: int32(f.n)}
+	limits, _ := structpb.NewStruct(map[string]any{"users": 5.0})
+	for i := range min(f.n, 1000) {
+		out.Licenses = append(out.Licenses, &licensingv1.LicenseRow{
+			Key: "KEY-" + string(rune('A'+i%26)), Tier: "pro", ProductId: "app", IssuedTo: "<buyer>&co",
+			IssuedAt: timestamppb.Now(), Status: "active", Limits: limits, Usage: map[string]float64{"users": 2},
+		})
+	}
+	return out, nil
+}
+
+func (f *fakeLicensing) GetStats(context.Context, *licensingv1.GetStatsRequest) (*licensingv1.GetStatsResponse, error) {
+	return &licensingv1.GetStatsResponse{ActiveLicenses: int32(f.n)}, nil
+}
+
+type fakeBilling struct {
+	billingv1.UnimplementedBillingServiceServer
+}
+
+func (fakeBilling) GetBillingStatus(context.Context, *billingv1.GetBillingStatusRequest) (*billingv1.GetBillingStatusResponse, error) {
+	return &billingv1.GetBillingStatusResponse{Status: "active", LicensesUsed: wrapperspb.Int32(3), LicenseLimit: wrapperspb.Int32(5)}, nil
+}
+
+type fakeSeats struct {
+	activationsv1.UnimplementedActivationsConsoleServiceServer
+}
+
+func (fakeSeats) ListActivationsForKeys(_ context.Context, r *activationsv1.ListActivationsForKeysRequest) (*activationsv1.ListActivationsForKeysResponse, error) {
+	if len(r.GetKeys()) > 1000 {
+		return nil, status.Error(codes.InvalidArgument, "too many keys")
+	}
+	return &activationsv1.ListActivationsForKeysResponse{}, nil
+}
+
+func newTestHandler(t *testing.T, base string, lic *fakeLicensing) *Handler {
+	t.Helper()
+	lis := bufconn.Listen(1 << 20)
+	g := grpc.NewServer()
+	accountsv1.RegisterConsoleAccountsServiceServer(g, fakeAccounts{})
+	licensingv1.RegisterLicensingServiceServer(g, lic)
+	activationsv1.RegisterActivationsConsoleServiceServer(g, fakeSeats{})
+	billingv1.RegisterBillingServiceServer(g, fakeBilling{})
+	go func() { _ = g.Serve(lis) }()
+	t.Cleanup(g.Stop)
+	conn, err := grpc.NewClient("passthrough:///bufnet",
+		grpc.WithContextDialer(func(context.Context, string) (net.Conn, error) { return lis.Dial() }),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	h, err := New(Options{Conns: Conns{Licensing: conn, Activations: conn, Releases: conn, Billing: conn, Storefront: conn},
+		MultiTenant: true, PublicBaseURL: base})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+// signIn posts the sign-in form and returns the response.
+func signIn(t *testing.T, h http.Handler, key string) *http.Response {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest("GET", "/console/login", nil))
+	var csrf *http.Cookie
+	for _, c := range rec.Result().Cookies() {
+		if c.Name == loginCSRFCookie {
+			csrf = c
+		}
+	}
+	if csrf == nil {
+		t.Fatal("the sign-in page sets no CSRF cookie")
+	}
+	form := url.Values{"csrf": {csrf.Value}, "api_key": {key}}
+	req := httptest.NewRequest("POST", "/console/login", strings.NewReader(form.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.AddCookie(csrf)
+	rec = httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	return rec.Result()
+}
+
+func TestCookiesAreSecureWhenThePublicURLIsHTTPS(t *testing.T) {
+	for _, tc := range []struct {
+		base   string
+		secure bool
+	}{{"https://keys.example.com", true}, {"http://localhost:8080", false}} {
+		resp := signIn(t, newTestHandler(t, tc.base, &fakeLicensing{}), "good")
+		if resp.StatusCode != http.StatusSeeOther {
+			t.Fatalf("%s: sign-in answered %d", tc.base, resp.StatusCode)
+		}
+		var found bool
+		for _, c := range resp.Cookies() {
+			if c.Name != sessionCookie {
+				continue
+			}
+			found = true
+			if c.Secure != tc.secure || !c.HttpOnly || c.SameSite != http.SameSiteLaxMode {
+				t.Fatalf("%s: kh_session %+v, want Secure=%v HttpOnly SameSite=Lax", tc.base, c, tc.secure)
+			}
+		}
+		if !found {
+			t.Fatalf("%s: no kh_session cookie", tc.base)
+		}
+	}
+}
+
+func TestSignInFailureSaysInvalidCredentialsAndSetsNoSession(t *testing.T) {
+	resp := signIn(t, newTestHandler(t, "http://localhost:8080", &fakeLicensing{}), "bad")
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	for _, c := range resp.Cookies() {
+		if c.Name == sessionCookie {
+			t.Fatal("a failed sign-in set a session")
+		}
+	}
+}
+
+func TestExportAsksForTheNewest1000AndLeavesOutNotes(t *testing.T) {
+	lic := &fakeLicensing{n: 1500}
+	h := newTestHandler(t, "http://localhost:8080", lic)
+	req := httptest.NewRequest("GET", "/console/export", nil)
+	req.AddCookie(&http.Cookie{Name: sessionCookie, Value: "khs_session"})
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	if rec.Code != 200 {
+		t.Fatalf("export %d: %s", rec.Code, rec.Body)
+	}
+	if lic.last.GetLimit() != "1000" || lic.last.GetOffset() != "0" || lic.last.GetStatus() != "" {
+		t.Fatalf("export asked licensing for %v, want the first 1000 of every status", lic.last)
+	}
+	var f struct {
+		Account  map[string]string `json:"account"`
+		Licenses []json.RawMessage `json:"licenses"`
+	}
+	if err := json.Unmarshal(rec.Body.Bytes(), &f); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(rec.Body.String(), `"billing": {
+    "status": "active",
+    "plan": null,
+    "cancelAtPeriodEnd": false,
+    "currentPeriodEnd": null,
+    "licensesUsed": 3,
+    "licenseLimit": 5
+  }`) {
+		t.Fatalf("export billing is not the billing status record: %.400s", rec.Body.String())
+	}
+	if len(f.Licenses) != 1000 || f.Account["tenant_name"] != "Acme <&> Co" {
+		t.Fatalf("%d licenses, account %v", len(f.Licenses), f.Account)
+	}
+	// JSON as JSON.stringify writes it: no \u003c for "<".
+	if !strings.Contains(rec.Body.String(), `"issued_to": "<buyer>&co"`) {
+		t.Fatalf("export escapes HTML characters: %.300s", rec.Body.String())
+	}
+	var first map[string]json.RawMessage
+	_ = json.Unmarshal(f.Licenses[0], &first)
+	want := []string{"key", "product_id", "tier", "status", "issued_to", "issued_at", "expires_at", "limits", "usage", "max_activations", "revoked_at", "activations"}
+	if len(first) != len(want) {
+		t.Fatalf("license fields %v, want exactly %v", first, want)
+	}
+	for _, k := range want {
+		if _, ok := first[k]; !ok {
+			t.Fatalf("license lacks %s", k)
+		}
+	}
+}

@@ -1,0 +1,32 @@
+module github.com/keyhouse/keyhouse/console
+
+go 1.26.0
+
+replace (
+	github.com/keyhouse/keyhouse/pkg => ../pkg
+	github.com/keyhouse/keyhouse/proto/gen/go => ../proto/gen/go
+)
+
+require (
+	github.com/keyhouse/keyhouse/pkg v0.0.0-00010101000000-000000000000
+	github.com/keyhouse/keyhouse/proto/gen/go v0.0.0-00010101000000-000000000000
+	github.com/redis/go-redis/v9 v9.23.0
+	google.golang.org/grpc v1.85.0
+	google.golang.org/protobuf v1.36.12
+)
+
+require (
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/grpc-ecosystem/grpc-gateway/v2 v2.32.0 // indirect
+	github.com/jackc/pgpassfile v1.0.0 // indirect
+	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
+	github.com/jackc/pgx/v5 v5.12.0 // indirect
+	github.com/jackc/puddle/v2 v2.2.3 // indirect
+	go.uber.org/atomic v1.12.0 // indirect
+	golang.org/x/net v0.61.0 // indirect
+	golang.org/x/sync v0.24.0 // indirect
+	golang.org/x/sys v0.49.0 // indirect
+	golang.org/x/text v0.43.0 // indirect
+	google.golang.org/genproto/googleapis/api v0.0.0-20261012220534-4341edf3f941 // indirect
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20261005182115-fad411399dd8 // indirect
+)

@@ -1,0 +1,263 @@
+package console
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"net/http"
+	"net/url"
+	"path"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	accountsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/accounts/v1"
+	"google.golang.org/protobuf/types/known/structpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+)
+
+// view is what every page template gets.
+type view struct {
+	Title string
+	// Nav names the active section of the console's navigation.
+	Nav     string
+	Account *accountsv1.GetAccountResponse
+	CSRF    string
+	Notice  string
+	// Error is a message for the whole form or page; Fields holds messages beside fields.
+	Error  string
+	Fields map[string]string
+	// Form holds the submitted values, so a refused form keeps what was typed.
+	Form url.Values
+	Data any
+	// Portal marks the end-user portal's pages: no way into the console from there.
+	Portal bool
+}
+
+// fieldArgs are the arguments of the "field" partial.
+type fieldArgs struct {
+	View                    *view
+	Name, Label, Type, Hint string
+	Required                bool
+}
+
+// FieldError is the message shown beside a field.
+func (v *view) FieldError(name string) string { return v.Fields[name] }
+
+// Value is the submitted value of a field.
+func (v *view) Value(name string) string { return v.Form.Get(name) }
+
+// Hosted reports hosted mode for the navigation.
+func (v *view) Hosted() bool { return v.Account != nil && v.Account.GetMultiTenant() }
+
+func parseTemplates() (map[string]*template.Template, error) {
+	funcs := template.FuncMap{
+		"when":      formatTime,
+		"date":      formatDate,
+		"limits":    formatLimits,
+		"cap":       formatCap,
+		"num":       formatNumber,
+		"sortedMap": sortedNumbers,
+		"query":     withQuery,
+		"add1":      func(n int) int { return n + 1 },
+		"sub1":      func(n int) int { return n - 1 },
+		"fieldArgs": func(v *view, name, label, typ, hint string, required bool) fieldArgs {
+			return fieldArgs{View: v, Name: name, Label: label, Type: typ, Hint: hint, Required: required}
+		},
+	}
+	layout, err := template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/partials.html")
+	if err != nil {
+		return nil, err
+	}
+	files, err := fs.Glob(templateFS, "templates/*.html")
+	if err != nil {
+		return nil, err
+	}
+	pages := map[string]*template.Template{}
+	for _, f := range files {
+		name := strings.TrimSuffix(path.Base(f), ".html")
+		if name == "layout" || name == "partials" {
+			continue
+		}
+		t, err := template.Must(layout.Clone()).ParseFS(templateFS, f)
+		if err != nil {
+			return nil, fmt.Errorf("template %s: %w", name, err)
+		}
+		pages[name] = t
+	}
+	return pages, nil
+}
+
+// render writes a page; a template error is a bug and answers a plain 500.
+func (h *Handler) render(w http.ResponseWriter, code int, name string, v *view) {
+	t, ok := h.pages[name]
+	if !ok {
+		h.opts.Log.Error("console: no such template", "template", name)
+		http.Error(w, "Internal server error", http.StatusInternalServerError)
+		return
+	}
+	var buf bytes.Buffer
+	if err := t.ExecuteTemplate(&buf, "layout.html", v); err != nil {
+		h.opts.Log.Error("console: template failed", "template", name, "error", err.Error())
+		http.Error(w, "Internal server error", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(code)
+	_, _ = w.Write(buf.Bytes())
+}
+
+// errorPage shows an API error as a page with its HTTP status.
+func (h *Handler) errorPage(w http.ResponseWriter, _ *http.Request, s *session, e *apiError) {
+	v := &view{Title: http.StatusText(e.Status), Error: e.Message, Data: e}
+	if s != nil {
+		v.Account, v.CSRF = s.account, s.csrf
+	}
+	h.render(w, e.Status, "error", v)
+}
+
+func (h *Handler) notFound(w http.ResponseWriter, r *http.Request) {
+	h.errorPage(w, r, nil, &apiError{Status: http.StatusNotFound, Message: "Not found"})
+}
+
+// pageView starts a view for a signed-in page.
+func pageView(s *session, title, nav string) *view {
+	return &view{Title: title, Nav: nav, Account: s.account, CSRF: s.csrf, Fields: map[string]string{}, Form: url.Values{}}
+}
+
+// fieldFor picks the form field an API message is about: the first field name it
+// mentions, or "" for a message about the whole form.
+func fieldFor(msg string, fields ...string) string {
+	lower := strings.ToLower(msg)
+	best, at := "", len(lower)+1
+	for _, f := range fields {
+		if i := strings.Index(lower, strings.ToLower(f)); i >= 0 && i < at {
+			best, at = f, i
+		}
+	}
+	return best
+}
+
+// showError puts an API error beside its field, or at the top of the form.
+func (v *view) showError(err error, fields ...string) int {
+	e := asAPIError(err)
+	if f := fieldFor(e.Message, fields...); f != "" {
+		v.Fields[f] = e.Message
+	} else {
+		v.Error = e.Message
+	}
+	return e.Status
+}
+
+func formatTime(ts *timestamppb.Timestamp) string {
+	if ts == nil {
+		return ""
+	}
+	return ts.AsTime().UTC().Format("2006-01-02 15:04 UTC")
+}
+
+func formatDate(ts *timestamppb.Timestamp) string {
+	if ts == nil {
+		return ""
+	}
+	return ts.AsTime().UTC().Format("2006-01-02")
+}
+
+// formatLimits prints a limits object as "seats 5, users 10", keys sorted.
+func formatLimits(s *structpb.Struct) string {
+	if s == nil || len(s.GetFields()) == 0 {
+		return ""
+	}
+	m := s.AsMap()
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, 0, len(keys))
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%s %v", k, formatNumber(m[k])))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// limitsJSON is the limits object as the terms form edits it.
+func limitsJSON(s *structpb.Struct) string {
+	if s == nil || len(s.GetFields()) == 0 {
+		return ""
+	}
+	b, _ := json.Marshal(s.AsMap())
+	return string(b)
+}
+
+func formatCap(c *wrapperspb.Int32Value) string {
+	if c == nil {
+		return "unlimited"
+	}
+	return strconv.Itoa(int(c.GetValue()))
+}
+
+func formatNumber(v any) string {
+	switch n := v.(type) {
+	case float64:
+		return strconv.FormatFloat(n, 'f', -1, 64)
+	case int32:
+		return strconv.Itoa(int(n))
+	case int:
+		return strconv.Itoa(n)
+	}
+	return fmt.Sprint(v)
+}
+
+type namedNumber struct {
+	Name  string
+	Value float64
+}
+
+func sortedNumbers(m map[string]float64) []namedNumber {
+	out := make([]namedNumber, 0, len(m))
+	for k, v := range m {
+		out = append(out, namedNumber{k, v})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// withQuery returns base with the key=value pairs set (for pagination links).
+func withQuery(base string, q url.Values, kv ...string) string {
+	out := url.Values{}
+	for k, v := range q {
+		out[k] = v
+	}
+	for i := 0; i+1 < len(kv); i += 2 {
+		if kv[i+1] == "" {
+			out.Del(kv[i])
+		} else {
+			out.Set(kv[i], kv[i+1])
+		}
+	}
+	if len(out) == 0 {
+		return base
+	}
+	return base + "?" + out.Encode()
+}
+
+// rfc3339 is how the pages print times inside forms.
+func rfc3339(ts *timestamppb.Timestamp) string {
+	if ts == nil {
+		return ""
+	}
+	return ts.AsTime().UTC().Format(time.RFC3339)
+}
+
+// optional is a filter value for an optional proto field: unset when empty.
+func optional(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}

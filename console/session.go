@@ -1,0 +1,181 @@
+package console
+
+import (
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"net/http"
+	"net/url"
+
+	accountsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/accounts/v1"
+)
+
+// Cookie names (addendum §9).
+const (
+	sessionCookie = "kh_session"
+	// loginCSRFCookie holds the sign-in form's CSRF secret (double submit): before sign-in
+	// there is no session to derive the token from.
+	loginCSRFCookie = "kh_csrf"
+	cookiePath      = "/console"
+)
+
+// session is the signed-in tenant of one request.
+type session struct {
+	token   string
+	account *accountsv1.GetAccountResponse
+	csrf    string
+}
+
+// derive returns base64url(HMAC-SHA256(secret, label)): the CSRF token bound to a session
+// token or a portal token. Only the holder of the secret can compute it.
+func derive(secret, label string) string {
+	m := hmac.New(sha256.New, []byte(secret))
+	m.Write([]byte(label))
+	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+}
+
+func sessionCSRF(token string) string { return derive(token, "keyhouse-console-csrf-v1") }
+
+func portalCSRF(token string) string { return derive(token, "keyhouse-portal-csrf-v1") }
+
+func sameSecret(a, b string) bool {
+	return a != "" && subtle.ConstantTimeCompare([]byte(a), []byte(b)) == 1
+}
+
+func randomToken() string {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		panic(err)
+	}
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+func (h *Handler) setCookie(w http.ResponseWriter, name, value string, maxAge int) {
+	http.SetCookie(w, &http.Cookie{
+		Name: name, Value: value, Path: cookiePath, MaxAge: maxAge,
+		HttpOnly: true, Secure: h.secure, SameSite: http.SameSiteLaxMode,
+	})
+}
+
+func (h *Handler) clearSession(w http.ResponseWriter) { h.setCookie(w, sessionCookie, "", -1) }
+
+// signedIn wraps a page that needs a session: no or a dead session goes to the sign-in
+// page, and every POST must carry the session's CSRF token.
+func (h *Handler) signedIn(page func(http.ResponseWriter, *http.Request, *session)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		c, err := r.Cookie(sessionCookie)
+		if err != nil || c.Value == "" {
+			h.toLogin(w, r, "")
+			return
+		}
+		s := &session{token: c.Value, csrf: sessionCSRF(c.Value)}
+		if r.Method == http.MethodPost {
+			if err := r.ParseForm(); err != nil {
+				h.errorPage(w, r, s, &apiError{Status: http.StatusBadRequest, Message: "The form could not be read"})
+				return
+			}
+			if !sameSecret(r.PostForm.Get("csrf"), s.csrf) {
+				h.errorPage(w, r, nil, &apiError{Status: http.StatusForbidden, Message: "Invalid or missing CSRF token: reload the page and try again"})
+				return
+			}
+		}
+		ctx, cancel := withCredential(r.Context(), s.token)
+		acct, err := h.consoleAuth.GetAccount(ctx, &accountsv1.GetAccountRequest{})
+		cancel()
+		if isUnauthenticated(err) {
+			h.clearSession(w)
+			h.toLogin(w, r, "expired")
+			return
+		}
+		if err != nil {
+			h.errorPage(w, r, nil, asAPIError(err))
+			return
+		}
+		s.account = acct
+		page(w, r, s)
+	}
+}
+
+func (h *Handler) toLogin(w http.ResponseWriter, r *http.Request, reason string) {
+	target := "/console/login"
+	if reason != "" {
+		target += "?" + url.Values{"reason": {reason}}.Encode()
+	}
+	http.Redirect(w, r, target, http.StatusSeeOther)
+}
+
+type loginData struct {
+	Hosted   bool
+	Mode     string
+	Email    string
+	Reason   string
+	NewKey   string
+	Password bool
+}
+
+func (h *Handler) loginPage(w http.ResponseWriter, r *http.Request) {
+	mode := r.URL.Query().Get("mode")
+	if mode != "password" || !h.opts.MultiTenant {
+		mode = "key"
+	}
+	h.renderLogin(w, r, http.StatusOK, &loginData{Hosted: h.opts.MultiTenant, Mode: mode, Reason: r.URL.Query().Get("reason")}, "")
+}
+
+func (h *Handler) renderLogin(w http.ResponseWriter, r *http.Request, code int, d *loginData, errMsg string) {
+	secret := ""
+	if c, err := r.Cookie(loginCSRFCookie); err == nil && len(c.Value) >= 32 {
+		secret = c.Value
+	} else {
+		secret = randomToken()
+		h.setCookie(w, loginCSRFCookie, secret, 12*3600)
+	}
+	h.render(w, code, "login", &view{Title: "Sign in", CSRF: secret, Error: errMsg, Data: d})
+}
+
+// login exchanges the submitted credential for a session. Every failure reads the same:
+// "Invalid credentials". The gateway counts each attempt against the Admin-Info tier.
+func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
+	if err := r.ParseForm(); err != nil {
+		h.errorPage(w, r, nil, &apiError{Status: http.StatusBadRequest, Message: "The form could not be read"})
+		return
+	}
+	c, err := r.Cookie(loginCSRFCookie)
+	if err != nil || !sameSecret(r.PostForm.Get("csrf"), c.Value) {
+		h.errorPage(w, r, nil, &apiError{Status: http.StatusForbidden, Message: "Invalid or missing CSRF token: reload the page and try again"})
+		return
+	}
+	d := &loginData{Hosted: h.opts.MultiTenant, Mode: "key"}
+	req := &accountsv1.SignInRequest{}
+	if r.PostForm.Get("mode") == "password" && h.opts.MultiTenant {
+		d.Mode, d.Email = "password", r.PostForm.Get("email")
+		req.Email, req.Password = d.Email, r.PostForm.Get("password")
+	} else {
+		req.ApiKey = r.PostForm.Get("api_key")
+	}
+	ctx, cancel := withCredential(r.Context(), "")
+	defer cancel()
+	resp, err := h.consoleAuth.SignIn(ctx, req)
+	if isUnauthenticated(err) {
+		h.renderLogin(w, r, http.StatusUnauthorized, d, "Invalid credentials")
+		return
+	}
+	if err != nil {
+		h.renderLogin(w, r, asAPIError(err).Status, d, asAPIError(err).Message)
+		return
+	}
+	h.setCookie(w, sessionCookie, resp.GetSessionToken(), 0)
+	http.Redirect(w, r, "/console/", http.StatusSeeOther)
+}
+
+func (h *Handler) logout(w http.ResponseWriter, r *http.Request, s *session) {
+	ctx, cancel := withCredential(r.Context(), s.token)
+	defer cancel()
+	if _, err := h.consoleAuth.SignOut(ctx, &accountsv1.SignOutRequest{}); err != nil && !isUnauthenticated(err) {
+		h.errorPage(w, r, s, asAPIError(err))
+		return
+	}
+	h.clearSession(w)
+	h.toLogin(w, r, "signed-out")
+}

@@ -1,0 +1,356 @@
+// Browser scenarios for stack/e2e/console_test.go: Debian's chromium driven by
+// playwright-core. Usage: node console.mjs <scenario> <config.json>. The config carries
+// the base URL, credentials and a client IP (sent as X-Forwarded-For, so each scenario has
+// its own rate-limit budget). A scenario prints one JSON line with what the Go test checks
+// next, and exits non-zero with a message when something a person would see is wrong.
+import { chromium } from 'playwright-core';
+import { readFileSync, mkdirSync } from 'node:fs';
+import { join } from 'node:path';
+
+const [scenario, configPath] = process.argv.slice(2);
+const cfg = JSON.parse(readFileSync(configPath, 'utf8'));
+const base = cfg.base;
+
+function check(cond, msg) {
+  if (!cond) throw new Error(msg);
+}
+
+async function shot(page, name) {
+  if (!cfg.screenshots) return;
+  mkdirSync(cfg.screenshots, { recursive: true });
+  await page.screenshot({ path: join(cfg.screenshots, `console-${name}.png`), fullPage: true });
+}
+
+async function text(page, selector) {
+  return (await page.locator(selector).first().innerText()).trim();
+}
+
+// signInWithKey uses the keyboard only: the key field has focus on load, Enter submits.
+async function signInWithKey(page, key) {
+  await page.goto(base + '/console/');
+  check(page.url().endsWith('/console/login'), `/console/ without a session should go to the sign-in page, got ${page.url()}`);
+  // The key field has focus as soon as the page is there (autofocus).
+  await page.waitForFunction(() => document.activeElement && document.activeElement.id === 'api_key');
+  await page.keyboard.type(key);
+  await page.keyboard.press('Enter');
+  await page.waitForURL(base + '/console/');
+  check((await text(page, 'h1')) === 'Overview', 'signed in: the overview shows');
+}
+
+async function signInWithPassword(page, email, password) {
+  await page.goto(base + '/console/login?mode=password');
+  await page.getByLabel('Email').fill(email);
+  await page.getByLabel('Password').fill(password);
+  await page.getByRole('button', { name: 'Sign in' }).click();
+}
+
+async function signOut(page) {
+  await page.getByRole('button', { name: 'Sign out' }).click();
+  await page.waitForURL(/\/console\/login/);
+}
+
+async function issueLicense(page, { product, tier, customer, seats, limits }) {
+  await page.goto(base + '/console/licenses/new');
+  await page.getByLabel('Product').fill(product);
+  await page.getByLabel('Tier').fill(tier);
+  await page.getByLabel('Customer (issued to)').fill(customer);
+  if (seats) await page.getByLabel('Seats (max activations)').fill(String(seats));
+  for (const [k, v] of Object.entries(limits || {})) await page.locator(`#limit_${k}`).fill(String(v));
+  await page.getByRole('button', { name: 'Issue license' }).click();
+  await page.waitForURL(/\/console\/licenses\/[^/?]+\?notice=issued/);
+  check((await text(page, '.notice')) === 'License issued.', 'issuing shows a confirmation');
+  return text(page, 'h1.key-title');
+}
+
+// stubOtherHosts answers every request to another host (Stripe) from here: the tests
+// reach nothing outside this machine.
+async function stubOtherHosts(page) {
+  await page.route((u) => !u.toString().startsWith(base), (route) =>
+    route.fulfill({ status: 200, contentType: 'text/html', body: '<title>Stripe</title><h1>Stripe</h1>' }));
+}
+
+const scenarios = {
+  // Self-hosted: admin key sign-in, issue, field errors, search, revoke.
+  async selfhosted(page) {
+    await page.goto(base + '/console/login');
+    await shot(page, 'login');
+    await signInWithKey(page, cfg.key);
+    await shot(page, 'overview');
+
+    // A refused form shows the API's message beside the field, and keeps what was typed.
+    await page.goto(base + '/console/licenses/new');
+    await page.getByLabel('Product').fill(cfg.product);
+    await page.getByLabel('Customer (issued to)').fill(cfg.customer);
+    await page.locator('#limit_seats').fill('-2');
+    await page.getByRole('button', { name: 'Issue license' }).click();
+    const tierError = await page.locator('#tier-error').innerText().catch(() => '');
+    check(tierError.includes('tier'), `missing tier: expected the API's message beside Tier, got "${tierError}"`);
+    check(await page.getByLabel('Product').inputValue() === cfg.product, 'the refused form keeps the product');
+    check(await page.locator('#tier').getAttribute('aria-invalid') === 'true', 'the refused field is marked invalid');
+    await page.getByLabel('Tier').fill('pro');
+    await page.getByRole('button', { name: 'Issue license' }).click();
+    const limitError = await page.locator('#limit_seats-error').innerText().catch(() => '');
+    check(limitError.length > 0, 'a negative limit: the API\'s message shows beside that limit');
+    await shot(page, 'issue-error');
+    await page.locator('#limit_seats').fill('5');
+    await page.getByLabel('Seats (max activations)').fill('3');
+    await page.getByRole('button', { name: 'Issue license' }).click();
+    await page.waitForURL(/\?notice=issued/);
+    const key = await text(page, 'h1.key-title');
+
+    // Find it by customer.
+    await page.goto(base + '/console/licenses');
+    await page.getByLabel('Customer (issued to)').fill(cfg.customer.slice(2, -3));
+    await page.getByLabel('Customer (issued to)').press('Enter');
+    await page.waitForURL(/issued_to=/);
+    const rows = await page.locator('table.list tbody tr').count();
+    check(rows === 1, `search by customer: 1 row expected, got ${rows}`);
+    check((await text(page, 'table.list tbody tr td:first-child')) === key, 'search finds the issued key');
+    await page.goto(base + '/console/licenses');
+    await shot(page, 'licenses');
+
+    await page.getByRole('link', { name: key }).click();
+    await page.waitForURL(new RegExp('/console/licenses/' + key));
+    await shot(page, 'license');
+    await page.getByRole('button', { name: 'Revoke' }).click();
+    await page.waitForURL(/\?notice=revoked/);
+    check((await text(page, '.subtitle .badge')) === 'revoked', 'after revoking, the badge says revoked');
+    return { key };
+  },
+
+  // Hosted, part 1: API key sign-in, set a password, sign in with it, issue a license.
+  async hosted1(page) {
+    await signInWithKey(page, cfg.key);
+    await page.goto(base + '/console/settings');
+    await page.getByLabel('New password').fill(cfg.password);
+    await page.getByLabel('Repeat it').fill(cfg.password + 'x');
+    await page.getByRole('button', { name: 'Save password' }).click();
+    check((await page.locator('#confirm-error').innerText()).includes('differ'), 'mismatched passwords: error beside the second field');
+    await page.getByLabel('New password').fill('short');
+    await page.getByLabel('Repeat it').fill('short');
+    await page.getByRole('button', { name: 'Save password' }).click();
+    check((await page.locator('#password-error').innerText()).includes('at least 12'), 'a short password: the API\'s message beside the field');
+    await page.getByLabel('New password').fill(cfg.password);
+    await page.getByLabel('Repeat it').fill(cfg.password);
+    await page.getByRole('button', { name: 'Save password' }).click();
+    await page.waitForURL(/notice=password-set/);
+    await shot(page, 'settings');
+    await signOut(page);
+
+    await signInWithPassword(page, cfg.email, cfg.password + 'wrong');
+    check((await text(page, '.form-error')) === 'Invalid credentials', 'a wrong password reads "Invalid credentials"');
+    await signInWithPassword(page, 'nobody-' + cfg.email, cfg.password);
+    check((await text(page, '.form-error')) === 'Invalid credentials', 'an unknown email reads the same "Invalid credentials"');
+    await signInWithPassword(page, cfg.email, cfg.password);
+    await page.waitForURL(base + '/console/');
+
+    const key = await issueLicense(page, { product: cfg.product, tier: 'pro', customer: cfg.customer, seats: 2, limits: { api_calls_per_day: 1000 } });
+    const portal = await page.locator('#portal-link').inputValue();
+    check(portal.startsWith(base + '/portal/'), `the license page shows a portal link, got "${portal}"`);
+    return { key, portal };
+  },
+
+  // Hosted, part 2 (the Go test activated two seats): seats, release, export, rotation.
+  async hosted2(page) {
+    await signInWithPassword(page, cfg.email, cfg.password);
+    await page.waitForURL(base + '/console/');
+    await page.goto(base + '/console/licenses/' + cfg.licenseKey);
+    const seats = await page.locator('section[aria-labelledby="seats-title"] tbody tr').count();
+    check(seats === 2, `two seats expected on the license page, got ${seats}`);
+    await shot(page, 'license-seats');
+    await page.getByRole('button', { name: 'Deactivate device-a' }).click();
+    await page.waitForURL(/notice=seat-deactivated/);
+    check(await page.locator('section[aria-labelledby="seats-title"] tbody tr').count() === 1, 'one seat left after deactivating');
+
+    await page.getByRole('button', { name: 'Reissue token for device-b' }).click();
+    const token = await page.locator('#new-token').inputValue();
+    check(token.length > 20, 'reissuing shows the new token once');
+
+    // Register a release; a bad URL first shows the API's message beside the field.
+    await page.goto(base + '/console/releases');
+    await page.locator('#register summary').click();
+    const reg = page.locator('#register');
+    await reg.getByLabel('Product').fill(cfg.product);
+    await reg.getByLabel('Version').fill('2.1.0');
+    await reg.getByLabel('Platform').fill('linux-x64');
+    await reg.getByLabel('Download URL').fill('ftp://example.com/app.tgz');
+    await page.getByRole('button', { name: 'Register release' }).click();
+    const urlError = await page.locator('#artifact_url-error').innerText().catch(() => '');
+    check(urlError === 'artifact_url must be a valid http(s) URL', `bad artifact_url: the API's message beside the field, got "${urlError}"`);
+    await page.locator('#register').getByLabel('Download URL').fill('https://downloads.example.com/app-2.1.0.tgz');
+    await page.getByRole('button', { name: 'Register release' }).click();
+    await page.waitForURL(/notice=release-registered/);
+    check((await text(page, 'table.list tbody tr td:nth-child(2)')) === '2.1.0', 'the release is listed');
+    await shot(page, 'releases');
+
+    // The data export downloads as a file with the dated name.
+    await page.goto(base + '/console/settings');
+    const [download] = await Promise.all([
+      page.waitForEvent('download'),
+      page.getByRole('link', { name: 'Download data export' }).click(),
+    ]);
+    const exportPath = join(cfg.tmp, 'export.json');
+    await download.saveAs(exportPath);
+
+    // Rotation: the new key is shown once and this session ends.
+    await page.getByRole('button', { name: 'Rotate the API key' }).click();
+    const newKey = await page.locator('#new-api-key').inputValue();
+    check(newKey.startsWith('kh_'), 'the rotated key is shown');
+    await shot(page, 'key-rotated');
+    await page.goto(base + '/console/licenses');
+    check(page.url().includes('/console/login'), `after rotation the old session must be gone, got ${page.url()}`);
+    return { exportPath, exportName: download.suggestedFilename(), newKey };
+  },
+
+  // Billing on Free: the quota, and the upgrade goes to Stripe Checkout.
+  async billing1(page) {
+    await stubOtherHosts(page);
+    await signInWithKey(page, cfg.key);
+    await page.getByRole('link', { name: 'Billing' }).click();
+    await page.waitForURL(base + '/console/billing');
+    check((await text(page, '.plan-name')).startsWith('Free'), 'a new account is on Free');
+    check((await page.content()).includes('1 of 5'), 'the quota shows 1 of 5 active licenses');
+    await shot(page, 'billing');
+    await page.getByLabel('Annual').check();
+    await page.getByRole('button', { name: 'Upgrade to Pro' }).click();
+    await page.waitForURL(/^https:\/\/checkout\.stripe\.com\//);
+    return { url: page.url() };
+  },
+
+  // Billing on Pro: manage or cancel goes to Stripe's billing portal.
+  async billing2(page) {
+    await stubOtherHosts(page);
+    await signInWithKey(page, cfg.key);
+    await page.goto(base + '/console/billing');
+    check((await text(page, '.plan-name')).startsWith('Pro'), 'after the upgrade the plan is Pro');
+    check((await page.content()).includes('1 of 1000'), 'the quota shows 1 of 1000');
+    await page.getByRole('button', { name: 'Manage or cancel' }).click();
+    await page.waitForURL((u) => !u.toString().startsWith(base));
+    return { url: page.url() };
+  },
+
+  // Storefront set-up in the console: connect, save the secret, add a mapping.
+  async storefront1(page) {
+    await signInWithKey(page, cfg.key);
+    await page.getByRole('link', { name: 'Storefront' }).click();
+    await page.waitForURL(base + '/console/storefront');
+    await page.getByRole('button', { name: 'Connect Stripe' }).click();
+    await page.waitForURL(/notice=connected/);
+    const callback = await page.locator('input[aria-label^="Callback URL"]').inputValue();
+    check(/\/v1\/webhooks\/storefront\/[^/]+$/.test(callback), `the callback URL is shown, got "${callback}"`);
+    check((await text(page, 'td .badge')) === 'pending', 'a new webhook is pending');
+    await page.getByLabel('Signing secret').fill('not-a-secret');
+    await page.getByRole('button', { name: 'Save and activate' }).click();
+    const secretError = await page.locator('#signing_secret-error').innerText().catch(() => '');
+    check(secretError.length > 0, 'a malformed signing secret: the API\'s message beside the field');
+    await page.getByLabel('Signing secret').fill(cfg.secret);
+    await page.getByRole('button', { name: 'Save and activate' }).click();
+    await page.waitForURL(/notice=secret-saved/);
+    check((await text(page, 'td .badge')) === 'active', 'saving the secret activates the webhook');
+
+    await page.locator('#add-mapping summary').click();
+    const form = page.locator('#add-mapping');
+    await form.getByLabel('Payment link id or service_ref').fill(cfg.link);
+    await form.getByLabel('Product').fill(cfg.product);
+    await form.getByLabel('Seats', { exact: true }).fill('2');
+    await page.getByRole('button', { name: 'Add mapping' }).click();
+    const tierError = await page.locator('#tier-error').innerText().catch(() => '');
+    check(tierError.includes('tier'), `a mapping without a tier: the API's message beside Tier, got "${tierError}"`);
+    await page.locator('#add-mapping').getByLabel('Tier').fill('pro');
+    await page.getByRole('button', { name: 'Add mapping' }).click();
+    await page.waitForURL(/notice=mapping-added/);
+    check((await page.content()).includes(cfg.link), 'the mapping is listed');
+    return { webhookId: callback.split('/').pop() };
+  },
+
+  // After a sale: the delivery by outcome, and its license.
+  async storefront2(page) {
+    await signInWithKey(page, cfg.key);
+    await page.goto(base + '/console/storefront');
+    await page.getByLabel('Outcome').selectOption('issued');
+    await page.getByRole('button', { name: 'Filter' }).click();
+    await page.waitForURL(/outcome=issued/);
+    const rows = page.locator('section[aria-labelledby="deliveries-title"] tbody tr');
+    check(await rows.count() === 1, `one issued delivery expected, got ${await rows.count()}`);
+    await shot(page, 'storefront');
+    await page.getByLabel('Outcome').selectOption('unmapped');
+    await page.getByRole('button', { name: 'Filter' }).click();
+    await page.waitForURL(/outcome=unmapped/);
+    check(await rows.count() === 0, 'no unmapped delivery');
+    await page.getByLabel('Outcome').selectOption('issued');
+    await page.getByRole('button', { name: 'Filter' }).click();
+    await page.waitForURL(/outcome=issued/);
+    await page.locator('section[aria-labelledby="deliveries-title"] tbody tr a').click();
+    await page.waitForURL(/\/console\/licenses\//);
+    return { key: await text(page, 'h1.key-title') };
+  },
+
+  // Another tenant opens the first tenant's license by URL.
+  async isolation(page) {
+    await signInWithKey(page, cfg.key);
+    const resp = await page.goto(base + '/console/licenses/' + cfg.licenseKey);
+    check(resp.status() === 404, `another tenant's license must be 404, got ${resp.status()}`);
+    check((await page.content()).includes('License key not found'), 'the page says the license was not found');
+    check(!(await page.content()).includes(cfg.customer), 'nothing of the other license shows');
+    return {};
+  },
+
+  // The end-user portal: no console session, only the link.
+  async portal(page) {
+    const resp = await page.goto(cfg.portal);
+    check(resp.status() === 200, `portal link: 200 expected, got ${resp.status()}`);
+    check((await text(page, 'h1')) === cfg.product, 'the portal shows the product');
+    const before = await page.locator('section[aria-labelledby="seats-title"] tbody tr').count();
+    await shot(page, 'portal');
+    const [lic] = await Promise.all([
+      page.waitForEvent('download'),
+      page.getByRole('link', { name: 'Download license file (.lic)' }).click(),
+    ]);
+    const licPath = join(cfg.tmp, 'license.lic');
+    await lic.saveAs(licPath);
+    const [off] = await Promise.all([
+      page.waitForEvent('download'),
+      page.getByRole('link', { name: 'Download offline license (JSON)' }).click(),
+    ]);
+    const offlinePath = join(cfg.tmp, 'offline.json');
+    await off.saveAs(offlinePath);
+    await page.getByRole('button', { name: 'Deactivate ' + cfg.instance }).click();
+    await page.waitForURL(/notice=seat-deactivated/);
+    const after = await page.locator('section[aria-labelledby="seats-title"] tbody tr').count();
+    check(after === before - 1, `deactivating in the portal frees one seat (${before} -> ${after})`);
+    return { licPath, licName: lic.suggestedFilename(), offlinePath };
+  },
+};
+
+const browser = await chromium.launch({
+  executablePath: cfg.chromium || '/usr/bin/chromium',
+  args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-dev-shm-usage',
+    '--disable-extensions', '--no-first-run', '--disable-sync', '--metrics-recording-only', '--mute-audio'],
+});
+let code = 0;
+let page;
+try {
+  const context = await browser.newContext({
+    acceptDownloads: true,
+    viewport: { width: 1280, height: 860 },
+    // Every request carries the scenario's client address, except those Chromium makes for
+    // an <a download> link: such links in the pages must stay off rate-limited routes.
+    extraHTTPHeaders: cfg.ip ? { 'X-Forwarded-For': cfg.ip } : {},
+  });
+  context.setDefaultTimeout(20000);
+  page = await context.newPage();
+  const run = scenarios[scenario];
+  if (!run) throw new Error(`no scenario ${scenario}`);
+  const out = await run(page);
+  process.stdout.write(JSON.stringify(out) + '\n');
+} catch (err) {
+  process.stderr.write(`scenario ${scenario}: ${err.stack || err}\n`);
+  if (page) {
+    const body = await page.locator('body').innerText().catch(() => '');
+    process.stderr.write(`page ${page.url()}:\n${body.slice(0, 1500)}\n`);
+  }
+  code = 1;
+} finally {
+  await browser.close();
+}
+process.exit(code);
