@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"testing"
 	"time"
 )
@@ -149,4 +150,30 @@ func waitForBody(t *testing.T, c *Client, path string, body any, status int, wan
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// verify-license-file promises a live database check (api.md), so it reads past the cache:
+// a revoke that reached the database without any change event (another writer, a lost
+// event) is refused at once, while verify-license may answer from the cache until the TTL.
+func TestLicenseCache_VerifyLicenseFileChecksTheDatabaseLive(t *testing.T) {
+	t.Parallel()
+	s := startStack(t, map[string]string{"LICENSE_CACHE_TTL": "1h"})
+	t.Cleanup(s.Stop)
+	a, c := admin(t, s), anon(t, s)
+	key := issueLicense(t, a, lic("cache-live-file"))
+	var export map[string]any
+	if err := json.Unmarshal(c.Get("/v1/export-license/"+key).Expect(t, 200).Body, &export); err != nil {
+		t.Fatal(err)
+	}
+	c.Post("/v1/verify-license", map[string]string{"key": key}).Expect(t, 200)
+	c.Post("/v1/verify-license-file", export).ExpectBody(t, `{"valid":true,"reason":null}`)
+
+	if _, err := dbConn(t, s).Exec(t.Context(),
+		`UPDATE licensing.licenses SET status = 'revoked', revoked_at = now() WHERE key = $1`, key); err != nil {
+		t.Fatal(err)
+	}
+	c.Post("/v1/verify-license-file", export).Expect(t, 403).
+		ExpectBody(t, `{"valid":false,"reason":"Revoked or not found","error":"Revoked or not found"}`)
+	// The cached path still has the old row: that is what the test above bounds.
+	c.Post("/v1/verify-license", map[string]string{"key": key}).Expect(t, 200)
 }

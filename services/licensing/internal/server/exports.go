@@ -150,7 +150,7 @@ func (s *Server) checkClaim(ctx context.Context, c claimedLicense) (*store.Licen
 	if err != nil || !s.cfg.Keyring.VerifyHMAC(payload, c.sig) {
 		return nil, errInvalidSig
 	}
-	l, err := s.store.Get(ctx, "", c.key)
+	l, err := s.store.GetLive(ctx, "", c.key)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, errRevokedNotFound
 	}

@@ -88,6 +88,10 @@ func (f *fakeStore) Get(_ context.Context, tenant, key string) (*store.License, 
 	return f.find(f.licenses, tenant, key)
 }
 
+func (f *fakeStore) GetLive(ctx context.Context, tenant, key string) (*store.License, error) {
+	return f.Get(ctx, tenant, key)
+}
+
 // run is one transaction: fn sees a copy, committed when it returns nil.
 func (f *fakeStore) run(fn func(store.Tx) error) error {
 	tx := &fakeTx{f: f, licenses: map[string]*store.License{}}

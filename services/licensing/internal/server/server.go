@@ -20,6 +20,8 @@ import (
 type Store interface {
 	// Get finds a license of tenant, or of any tenant when tenant is "" (store.ErrNotFound).
 	Get(ctx context.Context, tenant, key string) (*store.License, error)
+	// GetLive is Get never served from a cache (verify-license-file's live check).
+	GetLive(ctx context.Context, tenant, key string) (*store.License, error)
 	InTx(ctx context.Context, fn func(store.Tx) error) error
 	// Idempotent runs create once per tenant and Idempotency-Key (pkg/idempotency).
 	Idempotent(ctx context.Context, tenant, idemKey string, requestHash []byte, create func(store.Tx) ([]byte, error)) ([]byte, bool, error)

@@ -120,6 +120,13 @@ func (s *Store) Get(ctx context.Context, tenant, key string) (*License, error) {
 	return l, nil
 }
 
+// GetLive is Get past the cache: the row as the database has it now. verify-license-file
+// promises a live check (api.md), so a replica must not answer it from a row another
+// replica has just revoked.
+func (s *Store) GetLive(ctx context.Context, tenant, key string) (*License, error) {
+	return get(ctx, s.db, tenant, key, false)
+}
+
 func get(ctx context.Context, q pgxx.Querier, tenant, key string, forUpdate bool) (*License, error) {
 	sql := `SELECT ` + licenseColumns + ` FROM licenses WHERE key_hash = $1 AND ($2 = '' OR tenant_id = $2)`
 	if forUpdate {
