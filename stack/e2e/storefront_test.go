@@ -272,7 +272,7 @@ func TestStorefrontFullFlow(t *testing.T) {
 		t.Fatalf("no portal link in the email:\n%s", m.Body)
 	}
 	token := strings.Fields(m.Body[i+len(portalBase):])[0]
-	page := anon(t, s).Get("/portal/" + token).Expect(t, 200)
+	page := anon(t, s).Get("/portal/"+token).Expect(t, 200)
 	if !strings.Contains(string(page.Body), product) {
 		t.Fatalf("portal page does not show the product: %.300s", page.Body)
 	}
