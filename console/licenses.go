@@ -265,7 +265,6 @@ func (h *Handler) loadLicense(ctx context.Context, key string) (*licenseData, er
 		d.Expired = !time.Now().Before(l.GetExpiresAt().AsTime())
 	}
 	limits := l.GetLimits().AsMap()
-	seen := map[string]bool{}
 	for _, k := range limitKeys {
 		n, ok := limits[k].(float64)
 		if ok {
@@ -274,7 +273,6 @@ func (h *Handler) loadLicense(ctx context.Context, key string) (*licenseData, er
 		used, counted := l.GetUsage()[k]
 		if ok || counted {
 			d.Usage = append(d.Usage, usageRow{Metric: k, Used: used, Limit: n, HasLimit: ok, Exceeded: ok && used > n})
-			seen[k] = true
 		}
 	}
 	acts, err := h.activations.ListActivations(ctx, &activationsv1.ListActivationsRequest{Key: l.GetKey()})
