@@ -241,15 +241,14 @@ type usageRow struct {
 }
 
 type licenseData struct {
-	L          *licensingv1.GetLicenseDetailsResponse
-	Seats      []*activationsv1.Activation
-	Usage      []usageRow
-	Portal     *licensingv1.PortalLink
-	Expired    bool
-	LimitKeys  []string
-	Limits     map[string]string
-	LimitsJSON string
-	Expires    string
+	L         *licensingv1.GetLicenseDetailsResponse
+	Seats     []*activationsv1.Activation
+	Usage     []usageRow
+	Portal    *licensingv1.PortalLink
+	Expired   bool
+	LimitKeys []string
+	Limits    map[string]string
+	Expires   string
 	// NewToken is a reissued activation token, shown once.
 	NewToken, NewTokenInstance string
 	Delete                     bool
@@ -260,13 +259,12 @@ func (h *Handler) loadLicense(ctx context.Context, key string) (*licenseData, er
 	if err != nil {
 		return nil, err
 	}
-	d := &licenseData{L: l, LimitKeys: limitKeys, Limits: map[string]string{}, LimitsJSON: limitsJSON(l.GetLimits())}
+	d := &licenseData{L: l, LimitKeys: limitKeys, Limits: map[string]string{}}
 	if l.GetExpiresAt() != nil {
 		d.Expires = l.GetExpiresAt().AsTime().UTC().Format("2006-01-02")
 		d.Expired = !time.Now().Before(l.GetExpiresAt().AsTime())
 	}
 	limits := l.GetLimits().AsMap()
-	seen := map[string]bool{}
 	for _, k := range limitKeys {
 		n, ok := limits[k].(float64)
 		if ok {
@@ -275,7 +273,6 @@ func (h *Handler) loadLicense(ctx context.Context, key string) (*licenseData, er
 		used, counted := l.GetUsage()[k]
 		if ok || counted {
 			d.Usage = append(d.Usage, usageRow{Metric: k, Used: used, Limit: n, HasLimit: ok, Exceeded: ok && used > n})
-			seen[k] = true
 		}
 	}
 	acts, err := h.activations.ListActivations(ctx, &activationsv1.ListActivationsRequest{Key: l.GetKey()})

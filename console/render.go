@@ -2,7 +2,6 @@ package console
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"html/template"
 	"io/fs"
@@ -12,7 +11,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"time"
 
 	accountsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/accounts/v1"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -56,15 +54,14 @@ func (v *view) Hosted() bool { return v.Account != nil && v.Account.GetMultiTena
 
 func parseTemplates() (map[string]*template.Template, error) {
 	funcs := template.FuncMap{
-		"when":      formatTime,
-		"date":      formatDate,
-		"limits":    formatLimits,
-		"cap":       formatCap,
-		"num":       formatNumber,
-		"sortedMap": sortedNumbers,
-		"query":     withQuery,
-		"add1":      func(n int) int { return n + 1 },
-		"sub1":      func(n int) int { return n - 1 },
+		"when":   formatTime,
+		"date":   formatDate,
+		"limits": formatLimits,
+		"cap":    formatCap,
+		"num":    formatNumber,
+		"query":  withQuery,
+		"add1":   func(n int) int { return n + 1 },
+		"sub1":   func(n int) int { return n - 1 },
 		"fieldArgs": func(v *view, name, label, typ, hint string, required bool) fieldArgs {
 			return fieldArgs{View: v, Name: name, Label: label, Type: typ, Hint: hint, Required: required}
 		},
@@ -185,15 +182,6 @@ func formatLimits(s *structpb.Struct) string {
 	return strings.Join(parts, ", ")
 }
 
-// limitsJSON is the limits object as the terms form edits it.
-func limitsJSON(s *structpb.Struct) string {
-	if s == nil || len(s.GetFields()) == 0 {
-		return ""
-	}
-	b, _ := json.Marshal(s.AsMap())
-	return string(b)
-}
-
 func formatCap(c *wrapperspb.Int32Value) string {
 	if c == nil {
 		return "unlimited"
@@ -213,20 +201,6 @@ func formatNumber(v any) string {
 	return fmt.Sprint(v)
 }
 
-type namedNumber struct {
-	Name  string
-	Value float64
-}
-
-func sortedNumbers(m map[string]float64) []namedNumber {
-	out := make([]namedNumber, 0, len(m))
-	for k, v := range m {
-		out = append(out, namedNumber{k, v})
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
-	return out
-}
-
 // withQuery returns base with the key=value pairs set (for pagination links).
 func withQuery(base string, q url.Values, kv ...string) string {
 	out := url.Values{}
@@ -244,14 +218,6 @@ func withQuery(base string, q url.Values, kv ...string) string {
 		return base
 	}
 	return base + "?" + out.Encode()
-}
-
-// rfc3339 is how the pages print times inside forms.
-func rfc3339(ts *timestamppb.Timestamp) string {
-	if ts == nil {
-		return ""
-	}
-	return ts.AsTime().UTC().Format(time.RFC3339)
 }
 
 // optional is a filter value for an optional proto field: unset when empty.

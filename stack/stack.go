@@ -10,6 +10,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -73,9 +75,11 @@ type Stack struct {
 type Proc struct {
 	Name string
 	Addr string
-	cmd  *exec.Cmd
-	done chan struct{}
-	err  error
+	// MetricsAddr is where the process serves Prometheus /metrics (METRICS_PORT).
+	MetricsAddr string
+	cmd         *exec.Cmd
+	done        chan struct{}
+	err         error
 	// stopping marks an exit we asked for, as opposed to a crash.
 	stopping atomic.Bool
 }
@@ -116,6 +120,11 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 	}()
 	for k, v := range opts.Env {
 		s.env[k] = v
+	}
+	// Nothing balances load in front of a local stack, so stopping need not wait for one
+	// to notice (SHUTDOWN_DELAY); tests of the drain set it themselves.
+	if _, set := s.env["SHUTDOWN_DELAY"]; !set {
+		s.env["SHUTDOWN_DELAY"] = "0s"
 	}
 	s.AdminKey = s.env["ADMIN_API_KEY"]
 	if s.AdminKey == "" {
@@ -225,7 +234,7 @@ func (s *Stack) StartGateway(ctx context.Context, port int, extra map[string]str
 	}
 	p.Addr = "127.0.0.1:" + strconv.Itoa(port)
 	url := "http://" + p.Addr
-	if err := waitHTTP(ctx, p, url+"/"); err != nil {
+	if err := waitHTTP(ctx, p, url+"/readyz"); err != nil {
 		return "", err
 	}
 	s.mu.Lock()
@@ -290,6 +299,10 @@ func (s *Stack) logHint(name string) string {
 }
 
 func (s *Stack) spawn(name string, extra map[string]string) (*Proc, error) {
+	metricsAddr, err := s.metricsAddr(extra)
+	if err != nil {
+		return nil, err
+	}
 	out, closeOut, err := s.output(name)
 	if err != nil {
 		return nil, err
@@ -304,7 +317,7 @@ func (s *Stack) spawn(name string, extra map[string]string) (*Proc, error) {
 		closeOut()
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
-	p := &Proc{Name: name, cmd: cmd, done: make(chan struct{})}
+	p := &Proc{Name: name, MetricsAddr: metricsAddr, cmd: cmd, done: make(chan struct{})}
 	go func() {
 		p.err = cmd.Wait()
 		closeOut()
@@ -321,6 +334,49 @@ func (s *Stack) spawn(name string, extra map[string]string) (*Proc, error) {
 	s.mu.Unlock()
 	return p, nil
 }
+
+// metricsAddr picks a process's METRICS_PORT: with fixed ports (make run) the default,
+// its own port + 1000; otherwise a free port, set in extra.
+func (s *Stack) metricsAddr(extra map[string]string) (string, error) {
+	port := extra["METRICS_PORT"]
+	switch {
+	case port != "":
+	case s.opts.FirstServicePort != 0:
+		own := extra["PORT"]
+		if addr := extra["GRPC_ADDR"]; addr != "" {
+			own = addr[strings.LastIndexByte(addr, ':')+1:]
+		}
+		n, _ := strconv.Atoi(own)
+		port = strconv.Itoa(n + 1000)
+	default:
+		n, err := metricsPort()
+		if err != nil {
+			return "", err
+		}
+		port = strconv.Itoa(n)
+		extra["METRICS_PORT"] = port
+	}
+	return "127.0.0.1:" + port, nil
+}
+
+// metricsPort picks a free port below Linux's ephemeral range (32768 and up): a port the
+// kernel handed out for listening is free only until an outgoing connection of one of the
+// many processes of parallel stacks takes it, before the process started here binds it.
+func metricsPort() (int, error) {
+	for range 100 {
+		port := 20000 + rand.IntN(12000)
+		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
+		if err != nil {
+			continue
+		}
+		_ = l.Close()
+		return port, nil
+	}
+	return devinfra.FreePort()
+}
+
+// Signal sends sig to the process (tests pause and resume, or stop, one replica).
+func (p *Proc) Signal(sig os.Signal) error { return p.cmd.Process.Signal(sig) }
 
 // Exited is closed when the process ends.
 func (p *Proc) Exited() <-chan struct{} { return p.done }

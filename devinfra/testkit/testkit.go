@@ -30,6 +30,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -58,7 +59,8 @@ var (
 )
 
 // Main runs the tests, then stops every server they started and removes the scratch
-// folder (kept, and its path printed, when a test failed or KEYHOUSE_KEEP_TEST_DIR=1).
+// folder: all of it on success, all but the logs when a test failed (its path printed),
+// nothing with KEYHOUSE_KEEP_TEST_DIR=1.
 func Main(m *testing.M) {
 	mainCalled.Store(true)
 	code := m.Run()
@@ -69,14 +71,37 @@ func Main(m *testing.M) {
 	for i := len(fns) - 1; i >= 0; i-- {
 		fns[i]()
 	}
-	if dir.path != "" {
-		if code != 0 || os.Getenv("KEYHOUSE_KEEP_TEST_DIR") == "1" {
-			fmt.Fprintf(os.Stderr, "testkit: test files and server logs kept in %s\n", dir.path)
-		} else {
-			_ = os.RemoveAll(dir.path)
-		}
+	switch {
+	case dir.path == "":
+	case os.Getenv("KEYHOUSE_KEEP_TEST_DIR") == "1":
+		fmt.Fprintf(os.Stderr, "testkit: test files kept in %s\n", dir.path)
+	case code != 0:
+		keepOnlyLogs(dir.path)
+		fmt.Fprintf(os.Stderr, "testkit: server and process logs kept in %s\n", dir.path)
+	default:
+		_ = os.RemoveAll(dir.path)
 	}
 	os.Exit(code)
+}
+
+// keepOnlyLogs deletes everything under root but the *.log files: a failed run's
+// binaries and database files take a gigabyte, its logs are what explains the failure.
+func keepOnlyLogs(root string) {
+	var dirs []string
+	_ = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		switch {
+		case err != nil:
+			return nil
+		case d.IsDir():
+			dirs = append(dirs, path)
+		case !strings.HasSuffix(d.Name(), ".log"):
+			_ = os.Remove(path)
+		}
+		return nil
+	})
+	for i := len(dirs) - 1; i > 0; i-- {
+		_ = os.Remove(dirs[i]) // only the empty ones go
+	}
 }
 
 // AtExit registers f to run after the binary's tests, in reverse order of registration.

@@ -20,7 +20,10 @@ import (
 	"github.com/keyhouse/keyhouse/pkg/buildinfo"
 	"github.com/keyhouse/keyhouse/pkg/config"
 	"github.com/keyhouse/keyhouse/pkg/grpcx"
+	"github.com/keyhouse/keyhouse/pkg/metrics"
+	"github.com/keyhouse/keyhouse/pkg/natsx"
 	"github.com/keyhouse/keyhouse/pkg/pgxx"
+	"github.com/keyhouse/keyhouse/pkg/readiness"
 	"github.com/keyhouse/keyhouse/pkg/telemetry"
 	"google.golang.org/grpc"
 )
@@ -42,12 +45,15 @@ type Service struct {
 
 // Deps is what every service gets.
 type Deps struct {
-	Config  *config.Config
-	Log     *slog.Logger
-	DB      *pgxpool.Pool
-	Server  *grpcx.Server
-	Auth    *auth.Authenticator
-	closers []func()
+	Config *config.Config
+	Log    *slog.Logger
+	DB     *pgxpool.Pool
+	Server *grpcx.Server
+	Auth   *auth.Authenticator
+	// Readiness watches the dependencies (Postgres from the start); a service adds the
+	// ones it needs, e.g. natsx.ReadinessCheck for a consumer, and the gRPC health follows.
+	Readiness *readiness.Monitor
+	closers   []func()
 }
 
 // OnClose registers a cleanup, run in reverse order after the server stopped.
@@ -96,6 +102,7 @@ func run(ctx context.Context, svc Service, args []string) error {
 // setup is what every command does first: the logger and the pool on the service's schema.
 func setup(ctx context.Context, svc Service, c config.Common) (*slog.Logger, *pgxpool.Pool, error) {
 	log := telemetry.NewLogger(os.Stderr, svc.Name, c.LogLevel, c.LogFormat)
+	telemetry.RouteLibraryLogs(log)
 	pool, err := pgxx.Open(ctx, c.DatabaseURL.Reveal(), svc.Name)
 	if err != nil {
 		return nil, nil, err
@@ -145,7 +152,25 @@ func serve(ctx context.Context, svc Service) error {
 		_ = shutdownTracing(c)
 	}()
 
-	d := &Deps{Config: cfg, Log: log, DB: pool}
+	addr := cfg.GRPCAddr
+	if addr == "" {
+		addr = svc.Addr(cfg)
+	}
+	metricsAddr, err := cfg.MetricsAddr(addr)
+	if err != nil {
+		return err
+	}
+	ms, err := metrics.Serve(metricsAddr, log)
+	if err != nil {
+		return err
+	}
+	defer ms.Close()
+	metrics.RegisterPgxPool(pool, svc.Name)
+	if err := natsx.RegisterOutboxMetrics(ctx, pool); err != nil {
+		return err
+	}
+
+	d := &Deps{Config: cfg, Log: log, DB: pool, Readiness: readiness.New(log, readiness.Check{Name: "postgres", Probe: pool.Ping})}
 	defer func() {
 		for i := len(d.closers) - 1; i >= 0; i-- {
 			d.closers[i]()
@@ -162,16 +187,13 @@ func serve(ctx context.Context, svc Service) error {
 		tenants = billingclient.New(conn, "")
 	}
 	d.Auth = auth.New(auth.Config{MultiTenant: cfg.MultiTenant, AdminKey: cfg.AdminAPIKey.Reveal(), Tenants: tenants})
-	d.Server = grpcx.NewServer(log, d.Auth)
+	d.Server = grpcx.NewServer(log, d.Auth, grpcx.ServerOptions{RequestTimeout: cfg.RequestTimeout, Monitor: d.Readiness})
 	if err := svc.Register(ctx, d); err != nil {
 		return err
 	}
-	addr := cfg.GRPCAddr
-	if addr == "" {
-		addr = svc.Addr(cfg)
-	}
+	go d.Readiness.Run(ctx)
 	log.Info("starting", "version", buildinfo.Version(), "multi_tenant", cfg.MultiTenant)
-	err = d.Server.Serve(ctx, addr, 500*time.Millisecond)
+	err = d.Server.Serve(ctx, addr, grpcx.Shutdown{Delay: cfg.ShutdownDelay, Timeout: cfg.ShutdownTimeout})
 	if errors.Is(err, context.Canceled) {
 		err = nil
 	}

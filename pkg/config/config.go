@@ -7,6 +7,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"net/url"
 	"os"
@@ -75,6 +76,18 @@ type Config struct {
 
 	// SigningKeysFile optionally points at operator-supplied signing material.
 	SigningKeysFile string
+
+	// RequestTimeout is every request's budget (REQUEST_TIMEOUT): the gateway cuts each
+	// HTTP request to it, and services apply it to gRPC calls that arrive without a deadline.
+	RequestTimeout time.Duration
+	// ShutdownDelay is how long a process keeps serving after SIGTERM while reporting
+	// not-ready, so load balancers stop sending (SHUTDOWN_DELAY).
+	ShutdownDelay time.Duration
+	// ShutdownTimeout bounds the drain of in-flight requests after the delay (SHUTDOWN_TIMEOUT).
+	ShutdownTimeout time.Duration
+	// MetricsPort is the Prometheus port (METRICS_PORT); 0 means the process's own port
+	// + 1000 (see MetricsAddr).
+	MetricsPort int
 }
 
 // Secret is a string that never prints itself.
@@ -151,6 +164,20 @@ func LoadFrom(lookup func(string) (string, bool)) (*Config, error) {
 
 		LicenseCacheTTL: r.duration("LICENSE_CACHE_TTL", time.Second),
 		SigningKeysFile: r.str("SIGNING_KEYS_FILE", ""),
+
+		RequestTimeout:  r.duration("REQUEST_TIMEOUT", 5*time.Second),
+		ShutdownDelay:   r.duration("SHUTDOWN_DELAY", 5*time.Second),
+		ShutdownTimeout: r.duration("SHUTDOWN_TIMEOUT", 25*time.Second),
+		MetricsPort:     r.int("METRICS_PORT", 0),
+	}
+	if c.RequestTimeout <= 0 {
+		r.fail("REQUEST_TIMEOUT", "must be positive")
+	}
+	if c.ShutdownTimeout <= 0 {
+		r.fail("SHUTDOWN_TIMEOUT", "must be positive")
+	}
+	if c.MetricsPort < 0 || c.MetricsPort > 65535 {
+		r.fail("METRICS_PORT", "must be a TCP port")
 	}
 	if c.Port < 1 || c.Port > 65535 {
 		r.fail("PORT", "must be a TCP port")
@@ -216,17 +243,38 @@ func (r *reader) int(name string, def int) int {
 	return n
 }
 
+// duration reads a Go duration ("5s", "250ms") or a whole number of seconds.
 func (r *reader) duration(name string, def time.Duration) time.Duration {
 	v := r.str(name, "")
 	if v == "" {
 		return def
 	}
+	if n, err := strconv.Atoi(v); err == nil && n >= 0 {
+		return time.Duration(n) * time.Second
+	}
 	d, err := time.ParseDuration(v)
 	if err != nil || d < 0 {
-		r.fail(name, "must be a duration such as 1s or 500ms (0 turns it off)")
+		r.fail(name, "must be a duration such as 5s or 250ms")
 		return def
 	}
 	return d
+}
+
+// MetricsAddr is where this process serves /metrics: METRICS_PORT, or by default the port
+// of listenAddr (the process's own HTTP or gRPC address) + 1000, on the same host.
+func (c *Config) MetricsAddr(listenAddr string) (string, error) {
+	host, port, err := net.SplitHostPort(listenAddr)
+	if err != nil {
+		return "", fmt.Errorf("config: cannot derive the metrics port from %q: %w", listenAddr, err)
+	}
+	if c.MetricsPort != 0 {
+		return net.JoinHostPort(host, strconv.Itoa(c.MetricsPort)), nil
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil || p == 0 || p+1000 > 65535 {
+		return "", fmt.Errorf("config: set METRICS_PORT: the default (port %s + 1000) is not a usable port", port)
+	}
+	return net.JoinHostPort(host, strconv.Itoa(p+1000)), nil
 }
 
 func (r *reader) bool(name string, def bool) bool {

@@ -70,6 +70,35 @@ func TestSecretsNeverPrint(t *testing.T) {
 	}
 }
 
+func TestRuntimeDurationsAndMetricsPort(t *testing.T) {
+	c, err := LoadFrom(env(map[string]string{"ADMIN_API_KEY": "k"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.RequestTimeout != 5*time.Second || c.ShutdownDelay != 5*time.Second || c.ShutdownTimeout != 25*time.Second {
+		t.Fatalf("defaults: timeout %v delay %v drain %v", c.RequestTimeout, c.ShutdownDelay, c.ShutdownTimeout)
+	}
+	if addr, err := c.MetricsAddr(":9101"); err != nil || addr != ":10101" {
+		t.Fatalf("default metrics addr %q %v, want :10101", addr, err)
+	}
+	c, err = LoadFrom(env(map[string]string{"ADMIN_API_KEY": "k", "REQUEST_TIMEOUT": "1500ms", "SHUTDOWN_DELAY": "0", "SHUTDOWN_TIMEOUT": "3", "METRICS_PORT": "9999"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.RequestTimeout != 1500*time.Millisecond || c.ShutdownDelay != 0 || c.ShutdownTimeout != 3*time.Second {
+		t.Fatalf("parsed: timeout %v delay %v drain %v", c.RequestTimeout, c.ShutdownDelay, c.ShutdownTimeout)
+	}
+	if addr, _ := c.MetricsAddr("127.0.0.1:8080"); addr != "127.0.0.1:9999" {
+		t.Fatalf("METRICS_PORT addr %q", addr)
+	}
+	_, err = LoadFrom(env(map[string]string{"ADMIN_API_KEY": "k", "REQUEST_TIMEOUT": "soon", "SHUTDOWN_TIMEOUT": "0s", "METRICS_PORT": "70000"}))
+	for _, name := range []string{"REQUEST_TIMEOUT", "SHUTDOWN_TIMEOUT", "METRICS_PORT"} {
+		if err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("error does not name %s: %v", name, err)
+		}
+	}
+}
+
 // migrate (and any command but serve) loads Common only: no admin key needed, so the Helm
 // migrate Job gets none; serve still refuses to start without one.
 func TestOnlyServeNeedsTheAdminKey(t *testing.T) {

@@ -11,10 +11,14 @@ import (
 	"net"
 	"runtime/debug"
 	"strings"
+	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/keyhouse/keyhouse/pkg/apierr"
 	"github.com/keyhouse/keyhouse/pkg/auth"
+	"github.com/keyhouse/keyhouse/pkg/metrics"
+	"github.com/keyhouse/keyhouse/pkg/readiness"
 	"github.com/keyhouse/keyhouse/pkg/telemetry"
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"google.golang.org/grpc"
@@ -23,13 +27,23 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/resolver"
+	"google.golang.org/grpc/resolver/manual"
 	"google.golang.org/grpc/status"
 )
 
 // RequestIDHeader is propagated from the gateway to every service and into every log line.
 const RequestIDHeader = "x-request-id"
+
+// ServingHealthName is the grpc.health.v1 service name internal clients watch to pick
+// replicas (Dial's healthCheckConfig). It reports SERVING while the replica can answer
+// requests: not draining, and every dependency that requests need answering. The
+// overall status (service name "", for Kubernetes probes and the gateway's /readyz) also
+// counts dependencies only background work needs, such as a NATS consumer.
+const ServingHealthName = "keyhouse.serving"
 
 // streamWorkers is how many goroutines serve calls (see NewServer).
 const streamWorkers = 64
@@ -39,13 +53,33 @@ type Server struct {
 	GRPC   *grpc.Server
 	Health *health.Server
 	log    *slog.Logger
+
+	monitor  *readiness.Monitor
+	mu       sync.Mutex
+	draining bool
+}
+
+// ServerOptions configure NewServer.
+type ServerOptions struct {
+	// RequestTimeout is the budget of a call that arrives without a deadline (REQUEST_TIMEOUT).
+	RequestTimeout time.Duration
+	// Monitor, when set, drives the health statuses: a failing dependency turns them
+	// NOT_SERVING until it answers again.
+	Monitor *readiness.Monitor
 }
 
 // NewServer returns a server whose every call passes through the shared chain.
-func NewServer(log *slog.Logger, authn *auth.Authenticator) *Server {
+func NewServer(log *slog.Logger, authn *auth.Authenticator, o ServerOptions) *Server {
+	if o.RequestTimeout <= 0 {
+		o.RequestTimeout = 5 * time.Second
+	}
 	opts := []grpc.ServerOption{
-		grpc.ChainUnaryInterceptor(recoverUnary(log), logUnary(log), authn.UnaryInterceptor()),
+		grpc.ChainUnaryInterceptor(recoverUnary(log), logUnary(log), budgetUnary(o.RequestTimeout), authn.UnaryInterceptor()),
 		grpc.ChainStreamInterceptor(authn.StreamInterceptor()),
+		// Connections are recycled every few minutes so clients resolving a headless
+		// Service by DNS re-resolve and find replicas added since they connected. Calls in
+		// flight get the grace period to finish.
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionAge: 2 * time.Minute, MaxConnectionAgeGrace: 30 * time.Second}),
 		// Calls run on long-lived workers instead of a fresh goroutine each: a fresh one
 		// grows its stack on every call (runtime.morestack was an eighth of licensing's
 		// CPU on verify-license). When every worker is busy, a call still gets its own
@@ -59,17 +93,51 @@ func NewServer(log *slog.Logger, authn *auth.Authenticator) *Server {
 	h := health.NewServer()
 	healthpb.RegisterHealthServer(s, h)
 	reflection.Register(s)
-	return &Server{GRPC: s, Health: h, log: log}
+	srv := &Server{GRPC: s, Health: h, log: log, monitor: o.Monitor}
+	if o.Monitor != nil {
+		o.Monitor.OnChange(srv.updateHealth)
+	}
+	return srv
+}
+
+// updateHealth sets both health statuses from the monitor, unless the server is draining.
+func (s *Server) updateHealth() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.draining {
+		return
+	}
+	overall, serving := healthpb.HealthCheckResponse_SERVING, healthpb.HealthCheckResponse_SERVING
+	if s.monitor != nil {
+		if len(s.monitor.NotReady()) > 0 {
+			overall = healthpb.HealthCheckResponse_NOT_SERVING
+		}
+		if len(s.monitor.RequestsBlocked()) > 0 {
+			serving = healthpb.HealthCheckResponse_NOT_SERVING
+		}
+	}
+	s.Health.SetServingStatus("", overall)
+	s.Health.SetServingStatus(ServingHealthName, serving)
+}
+
+// Shutdown is the stop sequence's timing (SHUTDOWN_DELAY, SHUTDOWN_TIMEOUT).
+type Shutdown struct {
+	// Delay is how long the server keeps answering after it reported NOT_SERVING, so
+	// clients and Kubernetes stop sending before it stops accepting.
+	Delay time.Duration
+	// Timeout bounds the drain of calls in flight; what is left then is cut.
+	Timeout time.Duration
 }
 
 // Serve listens on addr until ctx is canceled, then shuts down in order: report
-// NOT_SERVING so balancers stop sending, wait drain, stop gracefully within a deadline.
-func (s *Server) Serve(ctx context.Context, addr string, drain time.Duration) error {
+// NOT_SERVING so balancers stop sending, keep serving for Delay, then stop gracefully
+// (in-flight calls finish) within Timeout. A clean stop returns nil.
+func (s *Server) Serve(ctx context.Context, addr string, sd Shutdown) error {
 	lis, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", addr, err)
 	}
-	s.Health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	s.updateHealth()
 	s.log.Info("grpc serving", "addr", lis.Addr().String())
 	errc := make(chan error, 1)
 	go func() { errc <- s.GRPC.Serve(lis) }()
@@ -78,16 +146,42 @@ func (s *Server) Serve(ctx context.Context, addr string, drain time.Duration) er
 		return err
 	case <-ctx.Done():
 	}
-	s.Health.Shutdown()
-	time.Sleep(drain)
+	s.mu.Lock()
+	s.draining = true
+	s.Health.Shutdown() // every status NOT_SERVING, and it stays so
+	s.mu.Unlock()
+	s.log.Info("shutting down: not serving, draining", "delay", sd.Delay.String(), "timeout", sd.Timeout.String())
+	time.Sleep(sd.Delay)
 	stopped := make(chan struct{})
 	go func() { s.GRPC.GracefulStop(); close(stopped) }()
 	select {
 	case <-stopped:
-	case <-time.After(10 * time.Second):
+	case <-time.After(sd.Timeout):
+		s.log.Warn("drain timed out, cutting the remaining calls", "timeout", sd.Timeout.String())
 		s.GRPC.Stop()
 	}
 	return nil
+}
+
+// budgetUnary gives every call a deadline. A call without one (a direct gRPC client)
+// gets def. A call with one is cut a little earlier than its caller's deadline, so a
+// dependency that hangs makes this service answer its own 503 while the caller still
+// listens, instead of the caller timing out with nothing to say.
+func budgetUnary(def time.Duration) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if strings.HasPrefix(info.FullMethod, "/grpc.") {
+			return handler(ctx, req) // health and reflection
+		}
+		var cancel context.CancelFunc
+		if dl, ok := ctx.Deadline(); ok {
+			margin := min(max(time.Until(dl)/10, 20*time.Millisecond), 250*time.Millisecond)
+			ctx, cancel = context.WithDeadline(ctx, dl.Add(-margin))
+		} else {
+			ctx, cancel = context.WithTimeout(ctx, def)
+		}
+		defer cancel()
+		return handler(ctx, req)
+	}
 }
 
 func recoverUnary(log *slog.Logger) grpc.UnaryServerInterceptor {
@@ -126,7 +220,10 @@ func logUnary(log *slog.Logger) grpc.UnaryServerInterceptor {
 		case code != codes.OK && !strings.HasPrefix(info.FullMethod, "/grpc.health.v1."):
 			level = slog.LevelInfo
 		}
-		log.Log(ctx, level, "rpc", "method", info.FullMethod, "code", code.String(), "duration_ms", time.Since(start).Milliseconds())
+		elapsed := time.Since(start)
+		metrics.GRPCRequests.WithLabelValues(info.FullMethod, code.String()).Inc()
+		metrics.GRPCDuration.WithLabelValues(info.FullMethod, code.String()).Observe(elapsed.Seconds())
+		log.Log(ctx, level, "rpc", "method", info.FullMethod, "code", code.String(), "duration_ms", elapsed.Milliseconds())
 		return resp, err
 	}
 }
@@ -139,8 +236,12 @@ func normalize(ctx context.Context, log *slog.Logger, method string, err error) 
 	if errors.Is(err, context.Canceled) {
 		return status.Error(codes.Canceled, "request canceled")
 	}
+	if isDatabaseUnavailable(err) {
+		// The outage itself is logged once by the readiness monitor, not per request.
+		return apierr.Unavailable(DatabaseUnavailable).GRPCStatus().Err()
+	}
 	if errors.Is(err, context.DeadlineExceeded) {
-		return apierr.Unavailable("Request timed out, retry").GRPCStatus().Err()
+		return apierr.Unavailable(ServiceUnavailable).GRPCStatus().Err()
 	}
 	if st, ok := status.FromError(err); ok && st.Code() != codes.Unknown && st.Code() != codes.Internal {
 		return err
@@ -149,10 +250,48 @@ func normalize(ctx context.Context, log *slog.Logger, method string, err error) 
 	return status.Error(codes.Internal, apierr.InternalMessage)
 }
 
-// Dial connects to another service (or the gateway to a service). Connections are lazy,
-// so start order does not matter.
+// The 503 texts of a dependency that did not answer within the request's budget.
+const (
+	DatabaseUnavailable = "Database unavailable, retry"
+	ServiceUnavailable  = "Service unavailable, retry"
+)
+
+// isDatabaseUnavailable reports a Postgres that could not be reached or did not answer
+// in time (pgx turns the request's deadline into a timeout error).
+func isDatabaseUnavailable(err error) bool {
+	var connErr *pgconn.ConnectError
+	return errors.As(err, &connErr) || (pgconn.Timeout(err) && !errors.Is(err, context.Canceled))
+}
+
+// clientServiceConfig balances calls over every address of a target and skips replicas
+// whose ServingHealthName is not SERVING (draining, or their database is gone).
+const clientServiceConfig = `{"loadBalancingConfig":[{"round_robin":{}}],"healthCheckConfig":{"serviceName":"` + ServingHealthName + `"}}`
+
+// staticScheme names the resolver of comma-separated address lists.
+const staticScheme = "keyhouse-static"
+
+// Dial connects to another service (or the gateway to a service). addr is host:port (a
+// DNS name resolving to every replica, such as a Kubernetes headless Service, or any
+// gRPC target URI) or a comma-separated list of host:port. Calls are spread round-robin
+// over the replicas that report SERVING, so a draining replica gets no new calls.
+// Connections are lazy, so start order does not matter.
 func Dial(addr string) (*grpc.ClientConn, error) {
+	target := addr
+	var extra []grpc.DialOption
+	if strings.Contains(addr, ",") {
+		var addrs []resolver.Address
+		for _, a := range strings.Split(addr, ",") {
+			if a = strings.TrimSpace(a); a != "" {
+				addrs = append(addrs, resolver.Address{Addr: a})
+			}
+		}
+		r := manual.NewBuilderWithScheme(staticScheme)
+		r.InitialState(resolver.State{Addresses: addrs})
+		extra = append(extra, grpc.WithResolvers(r))
+		target = staticScheme + ":///" + addrs[0].Addr
+	}
 	opts := []grpc.DialOption{
+		grpc.WithDefaultServiceConfig(clientServiceConfig),
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithUnaryInterceptor(propagateRequestID),
 		// gRPC's default reconnect backoff grows to 2 minutes: a dependency that restarts
@@ -166,7 +305,7 @@ func Dial(addr string) (*grpc.ClientConn, error) {
 	if telemetry.TracingEnabled() {
 		opts = append(opts, grpc.WithStatsHandler(otelgrpc.NewClientHandler()))
 	}
-	return grpc.NewClient(addr, opts...)
+	return grpc.NewClient(target, append(opts, extra...)...)
 }
 
 func propagateRequestID(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {

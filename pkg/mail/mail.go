@@ -14,6 +14,8 @@ import (
 	"log/slog"
 	"net/mail"
 	"strings"
+
+	"github.com/keyhouse/keyhouse/pkg/metrics"
 )
 
 // Providers, as EMAIL_PROVIDER spells them.
@@ -50,8 +52,34 @@ type Config struct {
 // DefaultFrom is the sender of logged mail when EMAIL_FROM is not set.
 const DefaultFrom = "Keyhouse <no-reply@localhost>"
 
-// New returns the Sender cfg.Provider names.
+// New returns the Sender cfg.Provider names. Every send it makes is counted in
+// keyhouse_mail_sends_total by result (sent, logged, failed).
 func New(cfg Config, log *slog.Logger) (Sender, error) {
+	s, err := newSender(cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	metrics.InitMail()
+	return counted{s}, nil
+}
+
+// counted records each send's result in the metrics.
+type counted struct{ Sender }
+
+func (c counted) Send(ctx context.Context, m Message) error {
+	err := c.Sender.Send(ctx, m)
+	switch {
+	case err != nil:
+		metrics.RecordMailSend(metrics.MailFailed)
+	case c.Provider() == ProviderLog:
+		metrics.RecordMailSend(metrics.MailLogged)
+	default:
+		metrics.RecordMailSend(metrics.MailSent)
+	}
+	return err
+}
+
+func newSender(cfg Config, log *slog.Logger) (Sender, error) {
 	if log == nil {
 		log = slog.Default()
 	}

@@ -127,6 +127,7 @@ func Consume(ctx context.Context, js jetstream.JetStream, stream string, cfg jet
 		if attempt > 1 {
 			c.log.Info("consumer ready")
 		}
+		consumers.set(stream, cfg.Durable, cons)
 		cc, err := cons.Consume(c.onMessage,
 			jetstream.PullMaxMessages(o.pullBatch),
 			jetstream.ConsumeErrHandler(c.onError))
@@ -136,6 +137,7 @@ func Consume(ctx context.Context, js jetstream.JetStream, stream string, cfg jet
 		select {
 		case <-ctx.Done():
 			c.stop(cc)
+			consumers.set(stream, cfg.Durable, nil)
 			return nil
 		case <-cc.Closed():
 			// The subscription ended on its own: the consumer was deleted, or the

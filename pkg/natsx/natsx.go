@@ -18,6 +18,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/keyhouse/keyhouse/pkg/readiness"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -145,4 +146,16 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.Str
 		}
 	}
 	return fmt.Errorf("natsx: ensure stream %s: %w", cfg.Name, err)
+}
+
+// ReadinessCheck is the readiness probe of a service that consumes from NATS: the
+// connection is up. It is Background: requests do not need NATS, but a replica whose
+// consumer cannot receive is not fully ready.
+func ReadinessCheck(nc *nats.Conn) readiness.Check {
+	return readiness.Check{Name: "nats", Background: true, Probe: func(ctx context.Context) error {
+		if !nc.IsConnected() {
+			return fmt.Errorf("nats connection %s", nc.Status())
+		}
+		return nc.FlushWithContext(ctx)
+	}}
 }

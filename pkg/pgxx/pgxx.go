@@ -43,6 +43,11 @@ func Open(ctx context.Context, databaseURL, schema string, opts ...Option) (*pgx
 	}
 	cfg.ConnConfig.RuntimeParams["search_path"] = schema
 	cfg.ConnConfig.RuntimeParams["application_name"] = "keyhouse-" + schema
+	if cfg.ConnConfig.ConnectTimeout == 0 {
+		// A server that accepts TCP but never answers (paused, overloaded) must not hold a
+		// new connection forever; requests are bounded by their deadline anyway.
+		cfg.ConnConfig.ConnectTimeout = 5 * time.Second
+	}
 	for _, o := range opts {
 		o(cfg)
 	}
@@ -107,7 +112,16 @@ func lockID(schema string) int64 {
 
 // Up creates the schema if needed and applies every pending migration.
 func (m Migrations) Up(ctx context.Context, pool *pgxpool.Pool) (applied int, err error) {
-	if _, err := pool.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+pgx.Identifier{m.Schema}.Sanitize()); err != nil {
+	// CREATE SCHEMA IF NOT EXISTS is not safe against itself (two at once: a unique
+	// violation on pg_namespace), so replicas migrating together take the migration lock.
+	err = InTx(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", lockID(m.Schema)); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+pgx.Identifier{m.Schema}.Sanitize())
+		return err
+	})
+	if err != nil {
 		return 0, fmt.Errorf("create schema %s: %w", m.Schema, redact(err))
 	}
 	p, db, err := m.provider(pool)

@@ -264,6 +264,18 @@ func TestStorefrontFullFlow(t *testing.T) {
 	if !strings.Contains(string(m.Raw), "Reply-To: <support@example.com>") {
 		t.Fatalf("no Reply-To in\n%s", m.Raw)
 	}
+	// The portal is on by default: the email links the license's portal page, built from
+	// PUBLIC_BASE_URL, and the link opens it.
+	const portalBase = "https://licenses.example.com/portal/"
+	i := strings.Index(m.Body, portalBase)
+	if i < 0 {
+		t.Fatalf("no portal link in the email:\n%s", m.Body)
+	}
+	token := strings.Fields(m.Body[i+len(portalBase):])[0]
+	page := anon(t, s).Get("/portal/"+token).Expect(t, 200)
+	if !strings.Contains(string(page.Body), product) {
+		t.Fatalf("portal page does not show the product: %.300s", page.Body)
+	}
 	// Another tenant sees none of it (invariant 1).
 	other := newTenant(t, s)
 	other.Get("/v1/storefront/deliveries").ExpectBody(t, `{"deliveries":[],"total":0}`)

@@ -5,11 +5,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"os/signal"
 	"strconv"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -19,9 +21,12 @@ import (
 	"github.com/keyhouse/keyhouse/pkg/buildinfo"
 	"github.com/keyhouse/keyhouse/pkg/config"
 	"github.com/keyhouse/keyhouse/pkg/grpcx"
+	"github.com/keyhouse/keyhouse/pkg/metrics"
+	"github.com/keyhouse/keyhouse/pkg/readiness"
 	"github.com/keyhouse/keyhouse/pkg/telemetry"
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
 
 func main() {
@@ -41,6 +46,10 @@ func run(ctx context.Context) error {
 		return err
 	}
 	log := telemetry.NewLogger(os.Stderr, "gateway", cfg.LogLevel, cfg.LogFormat)
+	telemetry.RouteLibraryLogs(log)
+	// go-redis prints a plain-text line per failed dial (every second while Redis is
+	// down); the limiter and the readiness monitor report the outage once instead.
+	redis.SetLogger(redisLogger{log.With("component", "redis")})
 	shutdownTracing, err := telemetry.SetupTracing(ctx, "keyhouse-gateway")
 	if err != nil {
 		log.Warn("tracing disabled", "error", err.Error())
@@ -58,6 +67,12 @@ func run(ctx context.Context) error {
 	// Per-call deadlines must hold for a Redis that accepts connections but stops answering
 	// (see ratelimit.New).
 	redisOpts.ContextTimeoutEnabled = true
+	// Bounds for the calls that bring no deadline of their own, and for dialing: a Redis
+	// that accepts connections but never answers costs a bounded wait, never a hang.
+	redisOpts.DialTimeout = time.Second
+	redisOpts.ReadTimeout = 500 * time.Millisecond
+	redisOpts.WriteTimeout = 500 * time.Millisecond
+	redisOpts.PoolTimeout = time.Second
 	rdb := redis.NewClient(redisOpts)
 	defer rdb.Close()
 
@@ -80,6 +95,29 @@ func run(ctx context.Context) error {
 		*c.dst = conn
 	}
 
+	monitor := readiness.New(log, readiness.Check{Name: "redis", Probe: func(ctx context.Context) error {
+		return rdb.Ping(ctx).Err()
+	}})
+	for _, b := range []struct {
+		name string
+		conn *grpc.ClientConn
+	}{
+		{"licensing", conns.Licensing},
+		{"activations", conns.Activations},
+		{"releases", conns.Releases},
+		{"billing", conns.Billing},
+		{"storefront", conns.Storefront},
+	} {
+		monitor.Add(readiness.Check{Name: b.name, Probe: grpcHealthProbe(b.conn)})
+	}
+	var draining atomic.Bool
+	notReady := func() []string {
+		if draining.Load() {
+			return []string{"shutting down"}
+		}
+		return monitor.NotReady()
+	}
+
 	limiter := ratelimit.New(rdb, log)
 	pages, err := console.New(console.Options{
 		Log:             log,
@@ -99,13 +137,28 @@ func run(ctx context.Context) error {
 		RateLimit: func(next http.Handler) http.Handler {
 			return ratelimit.Middleware(limiter, cfg.AdminRateLimitMax, cfg.TrustedProxies, next)
 		},
+		NotReady:       notReady,
+		RequestTimeout: cfg.RequestTimeout,
 	})
 	if err != nil {
 		return err
 	}
+	addr := net.JoinHostPort("", strconv.Itoa(cfg.Port))
+	metricsAddr, err := cfg.MetricsAddr(addr)
+	if err != nil {
+		return err
+	}
+	ms, err := metrics.Serve(metricsAddr, log)
+	if err != nil {
+		return err
+	}
+	defer ms.Close()
+	monitor.ProbeOnce(ctx)
+	go monitor.Run(ctx)
+
 	srv := &http.Server{
-		Addr:              net.JoinHostPort("", strconv.Itoa(cfg.Port)),
-		Handler:           handler,
+		Addr:              addr,
+		Handler:           closeWhileDraining(&draining, handler),
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      60 * time.Second,
@@ -123,9 +176,56 @@ func run(ctx context.Context) error {
 		return err
 	case <-ctx.Done():
 	}
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	// The stop sequence of addendum §10: not ready at once (and connections are closed
+	// after their next response, so keep-alive clients reconnect elsewhere), serving for
+	// SHUTDOWN_DELAY while load balancers notice, then in-flight requests drain within
+	// SHUTDOWN_TIMEOUT.
+	draining.Store(true)
+	log.Info("shutting down: not ready, draining", "delay", cfg.ShutdownDelay.String(), "timeout", cfg.ShutdownTimeout.String())
+	time.Sleep(cfg.ShutdownDelay)
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 	defer cancel()
-	err = srv.Shutdown(shutdownCtx)
+	if err := srv.Shutdown(shutdownCtx); err != nil {
+		log.Warn("drain timed out, closing the remaining connections", "timeout", cfg.ShutdownTimeout.String())
+		_ = srv.Close()
+	}
 	log.Info("gateway stopped")
-	return err
+	return nil
+}
+
+// closeWhileDraining answers with Connection: close once the gateway drains. Idle
+// keep-alive connections are not closed under the clients (a request racing the close
+// would fail); each closes after its next response, and Shutdown closes the idle rest
+// once load balancers have stopped sending.
+func closeWhileDraining(draining *atomic.Bool, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if draining.Load() {
+			w.Header().Set("Connection", "close")
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// grpcHealthProbe asks a service's overall grpc.health.v1 status. Calls go to replicas
+// that report SERVING for requests, so a service whose every replica is draining or has
+// lost its database fails the probe.
+func grpcHealthProbe(conn *grpc.ClientConn) func(context.Context) error {
+	client := healthpb.NewHealthClient(conn)
+	return func(ctx context.Context) error {
+		resp, err := client.Check(ctx, &healthpb.HealthCheckRequest{})
+		if err != nil {
+			return err
+		}
+		if s := resp.GetStatus(); s != healthpb.HealthCheckResponse_SERVING {
+			return fmt.Errorf("health %s", s)
+		}
+		return nil
+	}
+}
+
+// redisLogger sends go-redis's own lines to slog at DEBUG.
+type redisLogger struct{ log *slog.Logger }
+
+func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
+	l.log.DebugContext(ctx, fmt.Sprintf(format, v...))
 }

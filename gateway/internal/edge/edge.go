@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/keyhouse/keyhouse/gateway/internal/openapi"
@@ -33,6 +34,11 @@ type Options struct {
 	Conns Conns
 	// RateLimit wraps the routes that have a tier; nil disables rate limiting.
 	RateLimit func(http.Handler) http.Handler
+	// NotReady lists what keeps the gateway from being ready (GET /readyz); nil means
+	// always ready.
+	NotReady func() []string
+	// RequestTimeout is every request's budget (REQUEST_TIMEOUT); zero means none.
+	RequestTimeout time.Duration
 	// Pages serves the console (/console/) and the end-user portal (/portal/); nil
 	// leaves them out.
 	Pages http.Handler
@@ -51,6 +57,7 @@ func New(ctx context.Context, opts Options) (http.Handler, error) {
 		runtime.WithMetadata(func(ctx context.Context, _ *http.Request) metadata.MD {
 			return metadata.Pairs(grpcx.RequestIDHeader, telemetry.RequestID(ctx))
 		}),
+		runtime.WithMiddlewares(recordRoute),
 	)
 	c := opts.Conns
 	if err := accountsv1.RegisterAccountsServiceHandlerClient(ctx, mux, accountsv1.NewAccountsServiceClient(c.Billing)); err != nil {
@@ -74,6 +81,12 @@ func New(ctx context.Context, opts Options) (http.Handler, error) {
 	if err := mux.HandlePath(http.MethodGet, "/", health(marshaler)); err != nil {
 		return nil, err
 	}
+	if err := mux.HandlePath(http.MethodGet, HealthzPath, healthz); err != nil {
+		return nil, err
+	}
+	if err := mux.HandlePath(http.MethodGet, ReadyzPath, readyz(opts.NotReady)); err != nil {
+		return nil, err
+	}
 	if err := mux.HandlePath(http.MethodGet, "/v1/openapi.json", openAPIDocument); err != nil {
 		return nil, err
 	}
@@ -87,12 +100,14 @@ func New(ctx context.Context, opts Options) (http.Handler, error) {
 		root.Handle("/", h)
 		h = root
 	}
+	h = withBudget(opts.RequestTimeout, h)
 	if opts.RateLimit != nil {
 		h = opts.RateLimit(h)
 	}
 	h = withHeadAsGet(h)
 	h = withBodyLimit(h)
 	h = withAccessLog(opts.Log, h)
+	h = withMetrics(h)
 	h = withRequestID(h)
 	if !telemetry.TracingEnabled() {
 		return h, nil

@@ -10,6 +10,7 @@ import (
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/keyhouse/keyhouse/pkg/apierr"
+	"github.com/keyhouse/keyhouse/pkg/grpcx"
 	apiv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/api/v1"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -52,13 +53,12 @@ func handleError(ctx context.Context, _ *runtime.ServeMux, _ runtime.Marshaler, 
 	switch {
 	case st.Code() == codes.Unimplemented:
 		msg = "Not found"
-	case st.Code() == codes.Unavailable && !apierr.Retryable(st):
-		// A transport failure reaching a service: its text names addresses, so it stays in
-		// the logs. A service's own 503 (apierr.Unavailable) says so with a RetryInfo
-		// detail and keeps its message.
-		msg = "Service unavailable, retry"
-	case st.Code() == codes.DeadlineExceeded || st.Code() == codes.Canceled:
-		msg = "Request timed out, retry"
+	case st.Code() == codes.Unavailable && !apierr.Retryable(st),
+		st.Code() == codes.DeadlineExceeded, st.Code() == codes.Canceled:
+		// A transport failure reaching a service (its text names addresses, so it stays in
+		// the logs), or no answer within the request's budget. A service's own 503
+		// (apierr.Unavailable) says so with a RetryInfo detail and keeps its message.
+		msg = grpcx.ServiceUnavailable
 	case code == http.StatusInternalServerError:
 		msg = apierr.InternalMessage
 	case st.Code() == codes.InvalidArgument:

@@ -28,6 +28,7 @@ func TestErrorHandlerWritesTheStatusAndBodyTheAPIUses(t *testing.T) {
 		{"internal never leaks", status.Error(codes.Internal, "pq: relation licenses does not exist"), 500, `{"error":"Internal server error"}`},
 		{"unknown never leaks", errors.New("dial tcp 10.0.0.1:5432"), 500, `{"error":"Internal server error"}`},
 		{"transport failure hides addresses", status.Error(codes.Unavailable, "connection error: desc = dial tcp 127.0.0.1:9101: refused"), 503, `{"error":"Service unavailable, retry"}`},
+		{"no answer within the budget", status.Error(codes.DeadlineExceeded, "context deadline exceeded"), 503, `{"error":"Service unavailable, retry"}`},
 		{"service 503 passes", apierr.Unavailable("Licensing service unavailable, retry"), 503, `{"error":"Licensing service unavailable, retry"}`},
 		{"a 503 passed on by another service keeps its text", apierr.FromStatus(apierr.Unavailable("Billing service unavailable, retry").GRPCStatus()), 503, `{"error":"Billing service unavailable, retry"}`},
 		{"retryability is the detail, not the text", status.Error(codes.Unavailable, "dial tcp 10.0.0.7:9101: refused, retry"), 503, `{"error":"Service unavailable, retry"}`},

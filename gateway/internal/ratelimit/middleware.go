@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/keyhouse/keyhouse/pkg/license"
+	"github.com/keyhouse/keyhouse/pkg/metrics"
 )
 
 // maxKeyBodyBytes is the most of a body read to find the license key, the API's body limit.
@@ -27,15 +28,17 @@ func Middleware(l *Limiter, adminMax int, trusted []netip.Prefix, next http.Hand
 			return
 		}
 		res := l.Take(r.Context(), route.Tier, "ip:"+ClientIP(r, trusted).String())
+		decidedBy := route.Tier.Name
 		if res.Allowed && route.PerLicenseKey {
 			if key := licenseKey(r); key != "" {
 				// Counted by the key as licensing reads it: "abcd…" and "ABCD-…" are one
 				// license, and must not be two budgets.
 				if perKey := l.Take(r.Context(), ActivationPerKey, "lic:"+license.CanonicalKey(key)); !perKey.Allowed {
-					res = perKey
+					res, decidedBy = perKey, ActivationPerKey.Name
 				}
 			}
 		}
+		recordDecision(decidedBy, res.Allowed)
 		h := w.Header()
 		h.Set("X-RateLimit-Limit", strconv.Itoa(res.Limit))
 		h.Set("X-RateLimit-Remaining", strconv.Itoa(res.Remaining))
@@ -88,4 +91,12 @@ func WriteTooManyRequests(w http.ResponseWriter, retryAfter time.Duration) {
 	w.WriteHeader(http.StatusTooManyRequests)
 	// api.md fixes the fields and their order.
 	_, _ = fmt.Fprintf(w, `{"error":"Too Many Requests","statusCode":429,"message":"Rate limit exceeded, retry in %d seconds","retryAfter":%d}`, secs, secs)
+}
+
+func recordDecision(tier string, allowed bool) {
+	decision := "allowed"
+	if !allowed {
+		decision = "denied"
+	}
+	metrics.RateLimitDecisions.WithLabelValues(tier, decision).Inc()
 }

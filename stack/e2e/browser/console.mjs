@@ -112,7 +112,12 @@ const scenarios = {
     await page.getByRole('link', { name: key }).click();
     await page.waitForURL(new RegExp('/console/licenses/' + key));
     await shot(page, 'license');
-    await page.getByRole('button', { name: 'Revoke' }).click();
+    // Keyboard: the first Tab reaches the skip link, which jumps to the page's content;
+    // buttons answer Enter.
+    await page.keyboard.press('Tab');
+    check(await page.evaluate(() => document.activeElement.textContent.trim()) === 'Skip to content', 'the first Tab reaches "Skip to content"');
+    await page.getByRole('button', { name: 'Revoke' }).focus();
+    await page.keyboard.press('Enter');
     await page.waitForURL(/\?notice=revoked/);
     check((await text(page, '.subtitle .badge')) === 'revoked', 'after revoking, the badge says revoked');
     return { key };

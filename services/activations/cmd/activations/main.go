@@ -33,6 +33,7 @@ func main() {
 			if err != nil {
 				return err
 			}
+			d.Readiness.Add(natsx.ReadinessCheck(nc))
 			// License lookups are cached; the cache follows licensing's change events.
 			stopCache, err := licenses.CacheLicenses(nc, d.Config.LicenseCacheTTL)
 			if err != nil {

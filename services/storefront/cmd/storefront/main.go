@@ -56,6 +56,7 @@ func register(ctx context.Context, d *app.Deps) error {
 		nc.Close()
 		return err
 	}
+	d.Readiness.Add(natsx.ReadinessCheck(nc)) // the fulfillment worker consumes
 	st := store.New(d.DB)
 	workerDB, err := pgxx.Open(ctx, d.Config.DatabaseURL.Reveal(), "storefront", pgxx.WithMaxConns(workerConcurrency+1))
 	if err != nil {
@@ -66,7 +67,7 @@ func register(ctx context.Context, d *app.Deps) error {
 	// Sent rows hold a sealed buyer address: keep them no longer than needed to diagnose.
 	relay := natsx.NewRelay(d.DB, js, d.Log, natsx.WithRetention(time.Hour), natsx.WithPollInterval(200*time.Millisecond))
 	server.Register(d.Server.GRPC, server.New(server.Config{
-		PublicBaseURL: d.Config.PublicBaseURL, MultiTenant: d.Config.MultiTenant,
+		PublicBaseURL: d.Config.PublicBaseURL,
 	}, st, licensing, relay.Notify, d.Log))
 
 	worker := &fulfill.Worker{

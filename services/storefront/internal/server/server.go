@@ -34,7 +34,6 @@ type Licensing interface {
 type Config struct {
 	// PublicBaseURL prefixes callback URLs (no trailing slash).
 	PublicBaseURL string
-	MultiTenant   bool
 }
 
 // Server implements StorefrontService.

@@ -1,0 +1,142 @@
+// Package readiness watches a process's dependencies (Postgres, NATS, Redis, other
+// services) and says whether the process is ready to take traffic. A Monitor probes every
+// dependency on a fixed interval with a short timeout, so readiness answers from memory
+// and a probe never waits on a hung dependency. Each outage is logged twice: once when it
+// starts and once when it ends, never once per failed probe.
+package readiness
+
+import (
+	"context"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/keyhouse/keyhouse/pkg/metrics"
+)
+
+// Check probes one dependency.
+type Check struct {
+	// Name is what /readyz lists and logs say ("postgres", "redis", "licensing").
+	Name string
+	// Probe returns nil when the dependency answers; it must honour ctx.
+	Probe func(context.Context) error
+	// Background marks a dependency that only background work needs (a NATS consumer):
+	// losing it makes the process not ready, but requests still succeed without it.
+	Background bool
+}
+
+// Monitor probes checks every Interval, each bounded by Timeout.
+type Monitor struct {
+	Interval time.Duration
+	Timeout  time.Duration
+
+	log    *slog.Logger
+	checks []Check
+
+	mu        sync.Mutex
+	down      map[string]time.Time // failing dependency → when its outage began
+	listeners []func()
+}
+
+// New returns a monitor of checks with a 1 s interval and timeout.
+func New(log *slog.Logger, checks ...Check) *Monitor {
+	m := &Monitor{Interval: time.Second, Timeout: time.Second, log: log, down: map[string]time.Time{}}
+	for _, c := range checks {
+		m.Add(c)
+	}
+	return m
+}
+
+// Add registers one more check; call it before Run.
+func (m *Monitor) Add(c Check) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.checks = append(m.checks, c)
+	metrics.DependencyUp.WithLabelValues(c.Name).Set(1)
+}
+
+// OnChange registers f, called after every probe round that changed what is failing.
+func (m *Monitor) OnChange(f func()) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.listeners = append(m.listeners, f)
+}
+
+// Run probes until ctx is done.
+func (m *Monitor) Run(ctx context.Context) {
+	t := time.NewTicker(m.Interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			m.ProbeOnce(ctx)
+		}
+	}
+}
+
+// ProbeOnce runs every check now, in parallel, and records the outcome.
+func (m *Monitor) ProbeOnce(ctx context.Context) {
+	m.mu.Lock()
+	checks := slices.Clone(m.checks)
+	m.mu.Unlock()
+	errs := make([]error, len(checks))
+	var wg sync.WaitGroup
+	for i, c := range checks {
+		wg.Go(func() {
+			pctx, cancel := context.WithTimeout(ctx, m.Timeout)
+			defer cancel()
+			errs[i] = c.Probe(pctx)
+		})
+	}
+	wg.Wait()
+	if ctx.Err() != nil {
+		return // shutting down: a canceled probe says nothing about the dependency
+	}
+	changed := false
+	now := time.Now()
+	m.mu.Lock()
+	for i, c := range checks {
+		since, wasDown := m.down[c.Name]
+		switch {
+		case errs[i] != nil && !wasDown:
+			m.down[c.Name] = now
+			changed = true
+			metrics.DependencyUp.WithLabelValues(c.Name).Set(0)
+			m.log.Warn("dependency unavailable", "dependency", c.Name, "error", errs[i].Error())
+		case errs[i] == nil && wasDown:
+			delete(m.down, c.Name)
+			changed = true
+			metrics.DependencyUp.WithLabelValues(c.Name).Set(1)
+			m.log.Info("dependency available again", "dependency", c.Name, "down_for", now.Sub(since).Round(time.Millisecond).String())
+		}
+	}
+	listeners := slices.Clone(m.listeners)
+	m.mu.Unlock()
+	if changed {
+		for _, f := range listeners {
+			f()
+		}
+	}
+}
+
+// NotReady lists the failing dependencies, sorted; empty means ready.
+func (m *Monitor) NotReady() []string { return m.failing(true) }
+
+// RequestsBlocked lists the failing dependencies that requests need (not Background ones).
+func (m *Monitor) RequestsBlocked() []string { return m.failing(false) }
+
+func (m *Monitor) failing(background bool) []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []string
+	for _, c := range m.checks {
+		if _, down := m.down[c.Name]; down && (background || !c.Background) {
+			out = append(out, c.Name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}

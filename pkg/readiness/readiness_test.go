@@ -1,0 +1,73 @@
+package readiness
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+	"testing"
+)
+
+func TestAnOutageIsLoggedOnceWhenItStartsAndOnceWhenItEnds(t *testing.T) {
+	var buf bytes.Buffer
+	log := slog.New(slog.NewJSONHandler(&buf, nil))
+	var dbDown, natsDown atomic.Bool
+	probe := func(down *atomic.Bool) func(context.Context) error {
+		return func(context.Context) error {
+			if down.Load() {
+				return errors.New("connection refused")
+			}
+			return nil
+		}
+	}
+	m := New(log, Check{Name: "postgres", Probe: probe(&dbDown)}, Check{Name: "nats", Probe: probe(&natsDown), Background: true})
+	changes := 0
+	m.OnChange(func() { changes++ })
+	ctx := context.Background()
+
+	m.ProbeOnce(ctx)
+	if got := m.NotReady(); len(got) != 0 {
+		t.Fatalf("healthy dependencies reported not ready: %v", got)
+	}
+	dbDown.Store(true)
+	natsDown.Store(true)
+	for i := 0; i < 5; i++ {
+		m.ProbeOnce(ctx)
+	}
+	if got := strings.Join(m.NotReady(), ","); got != "nats,postgres" {
+		t.Fatalf("NotReady %q, want nats,postgres", got)
+	}
+	if got := strings.Join(m.RequestsBlocked(), ","); got != "postgres" {
+		t.Fatalf("RequestsBlocked %q, want postgres only (NATS is background)", got)
+	}
+	dbDown.Store(false)
+	natsDown.Store(false)
+	for i := 0; i < 5; i++ {
+		m.ProbeOnce(ctx)
+	}
+	if got := m.NotReady(); len(got) != 0 {
+		t.Fatalf("recovered dependencies still not ready: %v", got)
+	}
+	out := buf.String()
+	if n := strings.Count(out, `"msg":"dependency unavailable","dependency":"postgres"`); n != 1 {
+		t.Errorf("outage start logged %d times, want once:\n%s", n, out)
+	}
+	if n := strings.Count(out, `"msg":"dependency available again","dependency":"postgres"`); n != 1 {
+		t.Errorf("outage end logged %d times, want once:\n%s", n, out)
+	}
+	if changes != 2 {
+		t.Errorf("OnChange called %d times, want 2 (down, up)", changes)
+	}
+}
+
+func TestACanceledRoundSaysNothingAboutTheDependency(t *testing.T) {
+	m := New(slog.New(slog.DiscardHandler), Check{Name: "postgres", Probe: func(ctx context.Context) error { return ctx.Err() }})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	m.ProbeOnce(ctx)
+	if got := m.NotReady(); len(got) != 0 {
+		t.Fatalf("shutdown marked postgres down: %v", got)
+	}
+}
