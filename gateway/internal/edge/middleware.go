@@ -112,6 +112,11 @@ func withAccessLog(log *slog.Logger, next http.Handler) http.Handler {
 		start := time.Now()
 		rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
 		next.ServeHTTP(rec, r)
-		log.InfoContext(r.Context(), "http", "method", r.Method, "path", r.URL.Path, "status", rec.status, "duration_ms", time.Since(start).Milliseconds())
+		level := slog.LevelInfo
+		if (r.URL.Path == HealthzPath || r.URL.Path == ReadyzPath) && rec.status == http.StatusOK {
+			// Probes call these every few seconds; a failing one stays visible.
+			level = slog.LevelDebug
+		}
+		log.Log(r.Context(), level, "http", "method", r.Method, "path", r.URL.Path, "status", rec.status, "duration_ms", time.Since(start).Milliseconds())
 	})
 }

@@ -268,6 +268,9 @@ func TestTake_HitsQueuedDuringARoundTripShareTheNextAndEachGetsItsOwnCount(t *te
 	const n = 300
 	// A first request opens the connection (go-redis sets it up with a pipeline of its own).
 	g.Take(context.Background(), tier, "ip:warm-up")
+	// The warm-up's sender stays running for a moment after answering; a request queued
+	// then would ride its pipeline instead of the held first one.
+	waitUntil(t, "the warm-up sender to stop", g.idle)
 	before := g.roundTrip.Load()
 	first := make(chan struct{})
 	var once sync.Once
@@ -278,9 +281,7 @@ func TestTake_HitsQueuedDuringARoundTripShareTheNextAndEachGetsItsOwnCount(t *te
 	}})
 	results := make(chan Result, n)
 	go func() { results <- g.Take(context.Background(), tier, "ip:1") }()
-	for !g.queued(0) {
-		time.Sleep(time.Millisecond)
-	}
+	waitUntil(t, "the first request's pipeline to be out", func() bool { return g.queued(0) })
 	var wg sync.WaitGroup
 	for i := range n - 1 {
 		key := "ip:1"
@@ -289,9 +290,7 @@ func TestTake_HitsQueuedDuringARoundTripShareTheNextAndEachGetsItsOwnCount(t *te
 		}
 		wg.Go(func() { results <- g.Take(context.Background(), tier, key) })
 	}
-	for !g.queued(n - 1) {
-		time.Sleep(time.Millisecond)
-	}
+	waitUntil(t, "every other request to queue behind it", func() bool { return g.queued(n - 1) })
 	close(first)
 	wg.Wait()
 	for len(results) < n {
@@ -327,6 +326,26 @@ func (g *gateway) queued(n int) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.running && len(c.queue) == n
+}
+
+// idle reports whether the coalescer has no sender running.
+func (g *gateway) idle() bool {
+	c := &g.Limiter.coalesce
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return !c.running
+}
+
+// waitUntil polls cond, failing the test rather than hanging when it never holds.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
 
 // holdFirstPipeline calls wait before a pipeline is sent.
