@@ -3,7 +3,6 @@ package edge
 import (
 	"context"
 	"encoding/json"
-	"io"
 	"log/slog"
 	"net/http"
 
@@ -27,18 +26,8 @@ func registerActivations(ctx context.Context, mux *runtime.ServeMux, conn *grpc.
 
 func validateLicense(mux *runtime.ServeMux, client activationsv1.ActivationsServiceClient, log *slog.Logger) runtime.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request, _ map[string]string) {
-		_, out := runtime.MarshalerForRequest(mux, r)
-		ctx, err := runtime.AnnotateContext(r.Context(), mux, r,
-			activationsv1.ActivationsService_ValidateLicense_FullMethodName,
-			runtime.WithHTTPPathPattern("/v1/validate-license"))
-		if err != nil {
-			runtime.HTTPError(ctx, mux, out, w, r, err)
-			return
-		}
-		body, err := io.ReadAll(r.Body)
-		if err != nil {
-			// Only the 1 MiB cap (413) or a broken connection end up here.
-			runtime.HTTPError(ctx, mux, out, w, r, err)
+		ctx, out, body, ok := readRawBody(mux, w, r, activationsv1.ActivationsService_ValidateLicense_FullMethodName, "/v1/validate-license")
+		if !ok {
 			return
 		}
 		resp := &activationsv1.ValidateLicenseResponse{Valid: false}

@@ -2,7 +2,6 @@ package edge
 
 import (
 	"context"
-	"io"
 	"net/http"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
@@ -23,18 +22,8 @@ func registerBilling(ctx context.Context, mux *runtime.ServeMux, conn *grpc.Clie
 
 func billingWebhook(mux *runtime.ServeMux, client billingv1.BillingServiceClient) runtime.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request, _ map[string]string) {
-		_, out := runtime.MarshalerForRequest(mux, r)
-		ctx, err := runtime.AnnotateContext(r.Context(), mux, r,
-			billingv1.BillingService_HandleStripeEvent_FullMethodName,
-			runtime.WithHTTPPathPattern("/v1/webhooks/billing"))
-		if err != nil {
-			runtime.HTTPError(ctx, mux, out, w, r, err)
-			return
-		}
-		body, err := io.ReadAll(r.Body)
-		if err != nil {
-			// Only the 1 MiB cap (413) or a broken connection end up here.
-			runtime.HTTPError(ctx, mux, out, w, r, err)
+		ctx, out, body, ok := readRawBody(mux, w, r, billingv1.BillingService_HandleStripeEvent_FullMethodName, "/v1/webhooks/billing")
+		if !ok {
 			return
 		}
 		resp, err := client.HandleStripeEvent(ctx, &billingv1.HandleStripeEventRequest{

@@ -5,6 +5,7 @@ package edge
 
 import (
 	"context"
+	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -157,4 +158,20 @@ func openAPIDocument(w http.ResponseWriter, _ *http.Request, _ map[string]string
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Content-Length", strconv.Itoa(len(doc)))
 	_, _ = w.Write(doc)
+}
+
+// readRawBody starts a raw-body route the way a generated handler starts: the request is
+// annotated for method (metadata, deadline, route pattern) and its whole body read, capped
+// by withBodyLimit. When ok is false the error (413, 408, …) has been written.
+func readRawBody(mux *runtime.ServeMux, w http.ResponseWriter, r *http.Request, method, pattern string) (ctx context.Context, out runtime.Marshaler, body []byte, ok bool) {
+	_, out = runtime.MarshalerForRequest(mux, r)
+	ctx, err := runtime.AnnotateContext(r.Context(), mux, r, method, runtime.WithHTTPPathPattern(pattern))
+	if err == nil {
+		body, err = io.ReadAll(r.Body)
+	}
+	if err != nil {
+		runtime.HTTPError(ctx, mux, out, w, r, err)
+		return ctx, out, nil, false
+	}
+	return ctx, out, body, true
 }

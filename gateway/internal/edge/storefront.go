@@ -2,7 +2,6 @@ package edge
 
 import (
 	"context"
-	"io"
 	"net/http"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
@@ -28,18 +27,8 @@ func registerStorefront(ctx context.Context, mux *runtime.ServeMux, conn *grpc.C
 // which verifies, records the event durably and only then answers {"received": true}.
 func storefrontCallback(mux *runtime.ServeMux, client storefrontv1.StorefrontServiceClient) runtime.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request, params map[string]string) {
-		_, out := runtime.MarshalerForRequest(mux, r)
-		ctx, err := runtime.AnnotateContext(r.Context(), mux, r,
-			storefrontv1.StorefrontService_ReceiveEvent_FullMethodName,
-			runtime.WithHTTPPathPattern(callbackPattern))
-		if err != nil {
-			runtime.HTTPError(ctx, mux, out, w, r, err)
-			return
-		}
-		// The body is capped at MaxBodyBytes by withBodyLimit; a longer one is a 413.
-		payload, err := io.ReadAll(r.Body)
-		if err != nil {
-			runtime.HTTPError(ctx, mux, out, w, r, err)
+		ctx, out, payload, ok := readRawBody(mux, w, r, storefrontv1.StorefrontService_ReceiveEvent_FullMethodName, callbackPattern)
+		if !ok {
 			return
 		}
 		resp, err := client.ReceiveEvent(ctx, &storefrontv1.ReceiveEventRequest{
