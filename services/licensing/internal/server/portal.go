@@ -72,13 +72,18 @@ func (p *Portal) link(ctx context.Context, tenant, rawKey string, reset bool) (*
 	return resp, nil
 }
 
-// GetPortalLink returns the license's link (creating it on first use).
-func (p *Portal) GetPortalLink(ctx context.Context, req *licensingv1.GetPortalLinkRequest) (*licensingv1.GetPortalLinkResponse, error) {
+// callersLink is link for the tenant the call is authenticated as.
+func (p *Portal) callersLink(ctx context.Context, key string, reset bool) (*licensingv1.PortalLink, error) {
 	tenant, err := auth.TenantID(ctx)
 	if err != nil {
 		return nil, err
 	}
-	link, err := p.link(ctx, tenant, req.GetKey(), false)
+	return p.link(ctx, tenant, key, reset)
+}
+
+// GetPortalLink returns the license's link (creating it on first use).
+func (p *Portal) GetPortalLink(ctx context.Context, req *licensingv1.GetPortalLinkRequest) (*licensingv1.GetPortalLinkResponse, error) {
+	link, err := p.callersLink(ctx, req.GetKey(), false)
 	if err != nil {
 		return nil, err
 	}
@@ -88,11 +93,7 @@ func (p *Portal) GetPortalLink(ctx context.Context, req *licensingv1.GetPortalLi
 // GetPortalLinkInternal is GetPortalLink for service-to-service callers (storefront's
 // buyer email), the tenant in x-keyhouse-tenant metadata.
 func (p *Portal) GetPortalLinkInternal(ctx context.Context, req *licensingv1.GetPortalLinkInternalRequest) (*licensingv1.GetPortalLinkInternalResponse, error) {
-	tenant, err := auth.TenantID(ctx)
-	if err != nil {
-		return nil, err
-	}
-	link, err := p.link(ctx, tenant, req.GetKey(), false)
+	link, err := p.callersLink(ctx, req.GetKey(), false)
 	if err != nil {
 		return nil, err
 	}
@@ -101,11 +102,7 @@ func (p *Portal) GetPortalLinkInternal(ctx context.Context, req *licensingv1.Get
 
 // ResetPortalLink retires the current link and makes a new one.
 func (p *Portal) ResetPortalLink(ctx context.Context, req *licensingv1.ResetPortalLinkRequest) (*licensingv1.ResetPortalLinkResponse, error) {
-	tenant, err := auth.TenantID(ctx)
-	if err != nil {
-		return nil, err
-	}
-	link, err := p.link(ctx, tenant, req.GetKey(), true)
+	link, err := p.callersLink(ctx, req.GetKey(), true)
 	if err != nil {
 		return nil, err
 	}
