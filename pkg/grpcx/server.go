@@ -274,10 +274,10 @@ const staticScheme = "keyhouse-static"
 // DNS name resolving to every replica, such as a Kubernetes headless Service, or any
 // gRPC target URI) or a comma-separated list of host:port. Calls are spread round-robin
 // over the replicas that report SERVING, so a draining replica gets no new calls.
-// Connections are lazy, so start order does not matter.
-func Dial(addr string) (*grpc.ClientConn, error) {
+// Connections are lazy, so start order does not matter. extra adds options (an
+// interceptor added with grpc.WithChainUnaryInterceptor runs inside the request id's).
+func Dial(addr string, extra ...grpc.DialOption) (*grpc.ClientConn, error) {
 	target := addr
-	var extra []grpc.DialOption
 	if strings.Contains(addr, ",") {
 		var addrs []resolver.Address
 		for _, a := range strings.Split(addr, ",") {

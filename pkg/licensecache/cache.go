@@ -21,12 +21,15 @@
 package licensecache
 
 import (
+	"context"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/keyhouse/keyhouse/pkg/license"
 	"github.com/nats-io/nats.go"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 )
 
 // DefaultTTL bounds how long an entry is served without a fresh read.
@@ -180,4 +183,29 @@ func Publish(nc *nats.Conn, key string) error {
 		return err
 	}
 	return nc.FlushTimeout(time.Second)
+}
+
+// ChangedHeader is the gRPC response metadata in which licensing names the keys a call
+// changed. A caller that caches licensing's answers drops them as the answer arrives
+// (DropAnnounced), before its own client sees it: a write made through a process is never
+// followed by a stale answer from that process, whatever NATS's delivery is doing.
+const ChangedHeader = "keyhouse-license-changed"
+
+// AnnounceInCall names key in the response metadata of the gRPC call ctx belongs to, if
+// any (outside a call it does nothing).
+func AnnounceInCall(ctx context.Context, key string) {
+	_ = grpc.SetHeader(ctx, metadata.Pairs(ChangedHeader, key))
+}
+
+// DropAnnounced is the client interceptor that drops from c every key a call's answer
+// names in ChangedHeader, failed calls included (a write whose commit was in doubt).
+func (c *Cache[V]) DropAnnounced() grpc.UnaryClientInterceptor {
+	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		var header metadata.MD
+		err := invoker(ctx, method, req, reply, cc, append(opts, grpc.Header(&header))...)
+		for _, key := range header.Get(ChangedHeader) {
+			c.Invalidate(key)
+		}
+		return err
+	}
 }

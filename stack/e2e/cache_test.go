@@ -19,8 +19,9 @@ const (
 // staleBound is the staleness the cache promises across replicas.
 const staleBound = time.Second
 
-// Two licensing replicas, each behind its own gateway: a write through one is answered by
-// the other within a second (the event), and by the one that wrote at once.
+// Two licensing replicas, each behind its own gateway (each gateway caches verify-license's
+// valid answers too): a write through one is answered by the other within a second (the
+// event), and by the one that wrote at once (licensing's answer names the key).
 func TestLicenseCache_AWriteThroughOneReplicaCountsOnTheOtherWithinASecond(t *testing.T) {
 	t.Parallel()
 	s := startStack(t, map[string]string{"LICENSE_CACHE_TTL": "1h"})
@@ -48,6 +49,14 @@ func TestLicenseCache_AWriteThroughOneReplicaCountsOnTheOtherWithinASecond(t *te
 	waitFor(t, other, "/v1/verify-license", verify, 403).ExpectBody(t, verifyNotActive)
 
 	a.Post("/v1/revoke-license", map[string]any{"key": key, "revoked": false}).Expect(t, 200)
+	one.Post("/v1/verify-license", verify).Expect(t, 200)
+	waitFor(t, other, "/v1/verify-license", verify, 200)
+
+	past := time.Now().Add(-time.Hour).UTC().Format(time.RFC3339)
+	a.Post("/v1/admin/update-license-terms", map[string]any{"key": key, "expires_at": past}).Expect(t, 200)
+	one.Post("/v1/verify-license", verify).Expect(t, 403).ExpectBody(t, verifyExpired)
+	waitFor(t, other, "/v1/verify-license", verify, 403).ExpectBody(t, verifyExpired)
+	a.Post("/v1/admin/update-license-terms", map[string]any{"key": key, "expires_at": nil}).Expect(t, 200)
 	one.Post("/v1/verify-license", verify).Expect(t, 200)
 	waitFor(t, other, "/v1/verify-license", verify, 200)
 

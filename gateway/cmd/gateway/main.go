@@ -21,9 +21,12 @@ import (
 	"github.com/keyhouse/keyhouse/pkg/buildinfo"
 	"github.com/keyhouse/keyhouse/pkg/config"
 	"github.com/keyhouse/keyhouse/pkg/grpcx"
+	"github.com/keyhouse/keyhouse/pkg/licensecache"
 	"github.com/keyhouse/keyhouse/pkg/metrics"
+	"github.com/keyhouse/keyhouse/pkg/natsx"
 	"github.com/keyhouse/keyhouse/pkg/readiness"
 	"github.com/keyhouse/keyhouse/pkg/telemetry"
+	licensingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1"
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -76,18 +79,34 @@ func run(ctx context.Context) error {
 	rdb := redis.NewClient(redisOpts)
 	defer rdb.Close()
 
+	// verify-license's valid answers are cached here, following licensing's change events
+	// like the services' license caches (LICENSE_CACHE_TTL bounds them), and dropped as
+	// soon as a write through this gateway announces its key.
+	nc, _, err := natsx.Connect(ctx, cfg.NATSURL, "gateway", log)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	verified := licensecache.New[*licensingv1.VerifyLicenseResponse](cfg.LicenseCacheTTL)
+	stopCache, err := verified.Subscribe(nc)
+	if err != nil {
+		return err
+	}
+	defer stopCache()
+
 	var conns edge.Conns
 	for _, c := range []struct {
 		addr string
 		dst  **grpc.ClientConn
+		opts []grpc.DialOption
 	}{
-		{cfg.LicensingAddr, &conns.Licensing},
-		{cfg.ActivationsAddr, &conns.Activations},
-		{cfg.ReleasesAddr, &conns.Releases},
-		{cfg.BillingAddr, &conns.Billing},
-		{cfg.StorefrontAddr, &conns.Storefront},
+		{cfg.LicensingAddr, &conns.Licensing, []grpc.DialOption{grpc.WithChainUnaryInterceptor(verified.DropAnnounced())}},
+		{cfg.ActivationsAddr, &conns.Activations, nil},
+		{cfg.ReleasesAddr, &conns.Releases, nil},
+		{cfg.BillingAddr, &conns.Billing, nil},
+		{cfg.StorefrontAddr, &conns.Storefront, nil},
 	} {
-		conn, err := grpcx.Dial(c.addr)
+		conn, err := grpcx.Dial(c.addr, c.opts...)
 		if err != nil {
 			return err
 		}
@@ -137,8 +156,9 @@ func run(ctx context.Context) error {
 		RateLimit: func(next http.Handler) http.Handler {
 			return ratelimit.Middleware(limiter, cfg.AdminRateLimitMax, cfg.TrustedProxies, next)
 		},
-		NotReady:       notReady,
-		RequestTimeout: cfg.RequestTimeout,
+		NotReady:         notReady,
+		RequestTimeout:   cfg.RequestTimeout,
+		VerifiedLicenses: verified,
 	})
 	if err != nil {
 		return err

@@ -16,9 +16,11 @@ import (
 	"github.com/keyhouse/keyhouse/gateway/internal/openapi"
 	"github.com/keyhouse/keyhouse/pkg/buildinfo"
 	"github.com/keyhouse/keyhouse/pkg/grpcx"
+	"github.com/keyhouse/keyhouse/pkg/licensecache"
 	"github.com/keyhouse/keyhouse/pkg/telemetry"
 	accountsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/accounts/v1"
 	apiv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/api/v1"
+	licensingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1"
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
@@ -40,6 +42,10 @@ type Options struct {
 	NotReady func() []string
 	// RequestTimeout is every request's budget (REQUEST_TIMEOUT); zero means none.
 	RequestTimeout time.Duration
+	// VerifiedLicenses caches verify-license's valid answers (see cachedVerify); nil
+	// asks licensing every time. The Licensing connection must drop what its answers
+	// announce (licensecache.DropAnnounced).
+	VerifiedLicenses *licensecache.Cache[*licensingv1.VerifyLicenseResponse]
 	// Pages serves the console (/console/) and the end-user portal (/portal/); nil
 	// leaves them out.
 	Pages http.Handler
@@ -67,7 +73,7 @@ func New(ctx context.Context, opts Options) (http.Handler, error) {
 	if err := registerBilling(ctx, mux, c.Billing); err != nil {
 		return nil, err
 	}
-	if err := registerLicensing(ctx, mux, c.Licensing); err != nil {
+	if err := registerLicensing(ctx, mux, c.Licensing, opts.VerifiedLicenses); err != nil {
 		return nil, err
 	}
 	if err := registerActivations(ctx, mux, c.Activations, opts.Log); err != nil {

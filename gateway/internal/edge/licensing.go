@@ -4,20 +4,66 @@ import (
 	"context"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"github.com/keyhouse/keyhouse/pkg/license"
+	"github.com/keyhouse/keyhouse/pkg/licensecache"
 	licensingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1"
 	"google.golang.org/grpc"
 )
 
 // registerLicensing wires the licensing service: the http.yaml routes, plus the .lic
 // download as a plain handler, because it answers raw bytes with a file name.
-func registerLicensing(ctx context.Context, mux *runtime.ServeMux, conn *grpc.ClientConn) error {
+// verify-license's successful answers are served from verified (nil: no cache).
+func registerLicensing(ctx context.Context, mux *runtime.ServeMux, conn *grpc.ClientConn, verified *licensecache.Cache[*licensingv1.VerifyLicenseResponse]) error {
 	client := licensingv1.NewLicensingServiceClient(conn)
-	if err := licensingv1.RegisterLicensingServiceHandlerClient(ctx, mux, client); err != nil {
+	var routes licensingv1.LicensingServiceClient = client
+	if verified != nil {
+		routes = &cachedVerify{LicensingServiceClient: client, verified: verified, now: time.Now}
+	}
+	if err := licensingv1.RegisterLicensingServiceHandlerClient(ctx, mux, routes); err != nil {
 		return err
 	}
 	return mux.HandlePath(http.MethodGet, "/v1/export-license/{key}/file", exportLicenseFile(mux, client))
+}
+
+// cachedVerify answers verify-license from licensing's earlier answer for the same key
+// while the license cache holds it: the same bytes, without the hop to licensing. Only
+// valid answers are kept (an unknown, revoked or expired key always asks licensing), and
+// one whose expires_at has come is never served: licensing decides again. The cache
+// follows licensing's change events (pkg/licensecache), and a write that passes through
+// this gateway drops its key before its answer leaves (licensecache.DropAnnounced on the
+// connection).
+type cachedVerify struct {
+	licensingv1.LicensingServiceClient
+	verified *licensecache.Cache[*licensingv1.VerifyLicenseResponse]
+	now      func() time.Time
+}
+
+func (c *cachedVerify) VerifyLicense(ctx context.Context, req *licensingv1.VerifyLicenseRequest, opts ...grpc.CallOption) (*licensingv1.VerifyLicenseResponse, error) {
+	ask := func() (*licensingv1.VerifyLicenseResponse, error) {
+		return c.LicensingServiceClient.VerifyLicense(ctx, req, opts...)
+	}
+	if req.Key == nil {
+		return ask()
+	}
+	key := license.CanonicalKey(req.GetKey())
+	asked := false
+	resp, err := c.verified.Get(key, func() (*licensingv1.VerifyLicenseResponse, error) {
+		asked = true
+		return ask()
+	})
+	if err != nil {
+		return nil, err
+	}
+	if exp := resp.GetExpiresAt(); exp != nil && !c.now().Before(exp.AsTime()) {
+		c.verified.Invalidate(key)
+		if !asked {
+			return ask()
+		}
+	}
+	return resp, nil
 }
 
 func exportLicenseFile(mux *runtime.ServeMux, client licensingv1.LicensingServiceClient) runtime.HandlerFunc {

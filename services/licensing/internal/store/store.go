@@ -40,12 +40,14 @@ func (s *Store) WithCache(cache *licensecache.Cache[*License], publish func(key 
 	return s
 }
 
-// changed is called after a change of key committed (or may have).
-func (s *Store) changed(keys ...string) {
-	if s.cache == nil {
-		return
-	}
+// changed is called after a change of key committed (or may have), with the context of
+// the call that made it, whose answer names the keys (licensecache.AnnounceInCall).
+func (s *Store) changed(ctx context.Context, keys ...string) {
 	for _, k := range keys {
+		licensecache.AnnounceInCall(ctx, k)
+		if s.cache == nil {
+			continue
+		}
 		s.cache.Invalidate(k)
 		if s.publish != nil {
 			s.publish(k)
@@ -170,7 +172,7 @@ func (s *Store) InTx(ctx context.Context, fn func(Tx) error) error {
 		changed = t.changed
 		return err
 	})
-	s.changed(changed...)
+	s.changed(ctx, changed...)
 	return err
 }
 
@@ -271,7 +273,7 @@ type Terms struct {
 
 // UpdateTerms applies t to the license and returns it as updated.
 func (s *Store) UpdateTerms(ctx context.Context, tenant, key string, t Terms) (*License, error) {
-	defer s.changed(key)
+	defer s.changed(ctx, key)
 	return scanLicense(s.db.QueryRow(ctx, `UPDATE licenses SET
 		expires_at = CASE WHEN $3 THEN $4 ELSE expires_at END,
 		max_activations = CASE WHEN $5 THEN $6 ELSE max_activations END,
@@ -289,7 +291,7 @@ func limitsOrNil(m map[string]float64) any {
 
 // UpdateNotes sets the notes ("" clears them to null) and returns the license.
 func (s *Store) UpdateNotes(ctx context.Context, tenant, key, notes string) (*License, error) {
-	defer s.changed(key)
+	defer s.changed(ctx, key)
 	return scanLicense(s.db.QueryRow(ctx, `UPDATE licenses SET notes = NULLIF($3, '')
 		WHERE key_hash = $1 AND tenant_id = $2 RETURNING `+licenseColumns, KeyHash(key), tenant, notes))
 }
