@@ -22,7 +22,7 @@ func init() {
 	Register(Scenario{
 		ID:    "verify",
 		Name:  "verify-license (gateway → licensing → Postgres)",
-		Note:  "the full path: HTTP edge, Redis rate limit (coalesced), gRPC, the row from licensing's cache (read from Postgres at most once per key and LICENSE_CACHE_TTL)",
+		Note:  "the full path as shipped: HTTP edge, Redis rate limit (coalesced), then licensing's valid answer from the gateway's cache (asked over gRPC at most once per key and LICENSE_CACHE_TTL, and licensing reads Postgres only on its own miss)",
 		Setup: setupVerifyGateway,
 	})
 	Register(Scenario{

@@ -37,7 +37,7 @@ func TestCachedVerifyServesValidAnswersUntilTheirExpiry(t *testing.T) {
 	expiring := &licensingv1.VerifyLicenseResponse{Valid: true, Status: "active", ExpiresAt: timestamppb.New(now.Add(time.Minute))}
 	src := &verifier{answers: map[string]*licensingv1.VerifyLicenseResponse{
 		perpetualKey: perpetual,
-		expiringKey: expiring,
+		expiringKey:  expiring,
 	}}
 	c := &cachedVerify{LicensingServiceClient: src, verified: licensecache.New[*licensingv1.VerifyLicenseResponse](time.Hour), now: func() time.Time { return now }}
 	verify := func(key *string) (*licensingv1.VerifyLicenseResponse, error) {
