@@ -35,6 +35,14 @@ import (
 // DefaultTTL bounds how long an entry is served without a fresh read.
 const DefaultTTL = time.Second
 
+// settle is how long after an invalidation of a key answers about it are not stored (at
+// most the TTL): long enough for every process to have received the same event, which
+// takes milliseconds.
+const settle = 100 * time.Millisecond
+
+// maxSettling is the size at which the record of recent invalidations is pruned.
+const maxSettling = 1024
+
 // maxEntries bounds the memory of one cache; when it is full, reads still work, and a new
 // key is stored once expired entries were swept.
 const maxEntries = 100_000
@@ -48,8 +56,16 @@ type Cache[V any] struct {
 	// live: the cache may be used (NATS connected, or no NATS at all).
 	live atomic.Bool
 
-	mu      sync.RWMutex
-	entries map[string]entry[V]
+	mu sync.RWMutex
+	// entries: license key → qualifier (GetFor; "" for Get) → entry. Invalidating a key
+	// drops every answer about it.
+	entries map[string]map[string]entry[V]
+	size    int
+	// settling: keys invalidated within the last settle, whose answers are not stored
+	// (until when). The processes this one asks follow the same events, and one that has
+	// not yet received it may answer from its own cache: storing that answer would keep
+	// it past the event for a whole TTL.
+	settling map[string]time.Time
 	// gen moves on with every invalidation, so a load that overlapped one is not stored.
 	gen uint64
 }
@@ -64,7 +80,7 @@ func New[V any](ttl time.Duration) *Cache[V] {
 	if ttl <= 0 {
 		return nil
 	}
-	c := &Cache[V]{ttl: ttl, now: time.Now, entries: map[string]entry[V]{}}
+	c := &Cache[V]{ttl: ttl, now: time.Now, entries: map[string]map[string]entry[V]{}, settling: map[string]time.Time{}}
 	c.live.Store(true)
 	return c
 }
@@ -72,12 +88,18 @@ func New[V any](ttl time.Duration) *Cache[V] {
 // Get returns the value cached for key, or load's answer, stored unless an invalidation
 // arrived while load ran. Errors are returned and never stored.
 func (c *Cache[V]) Get(key string, load func() (V, error)) (V, error) {
+	return c.GetFor(key, "", load)
+}
+
+// GetFor is Get for one of several answers about the license key, told apart by
+// qualifier (validate-license's instance id): an invalidation of key drops them all.
+func (c *Cache[V]) GetFor(key, qualifier string, load func() (V, error)) (V, error) {
 	if c == nil || !c.live.Load() {
 		return load()
 	}
 	now := c.now()
 	c.mu.RLock()
-	e, ok := c.entries[key]
+	e, ok := c.entries[key][qualifier]
 	gen := c.gen
 	c.mu.RUnlock()
 	if ok && now.Before(e.expires) {
@@ -89,23 +111,37 @@ func (c *Cache[V]) Get(key string, load func() (V, error)) (V, error) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.gen != gen || !c.live.Load() {
+	if c.gen != gen || !c.live.Load() || now.Before(c.settling[key]) {
 		return v, nil
 	}
-	if len(c.entries) >= maxEntries {
+	if c.size >= maxEntries {
 		c.sweep(now)
-		if len(c.entries) >= maxEntries {
+		if c.size >= maxEntries {
 			return v, nil
 		}
 	}
-	c.entries[key] = entry[V]{v: v, expires: now.Add(c.ttl)}
+	answers := c.entries[key]
+	if answers == nil {
+		answers = map[string]entry[V]{}
+		c.entries[key] = answers
+	}
+	if _, replaced := answers[qualifier]; !replaced {
+		c.size++
+	}
+	answers[qualifier] = entry[V]{v: v, expires: now.Add(c.ttl)}
 	return v, nil
 }
 
 // sweep drops expired entries; c.mu is held.
 func (c *Cache[V]) sweep(now time.Time) {
-	for k, e := range c.entries {
-		if !now.Before(e.expires) {
+	for k, answers := range c.entries {
+		for q, e := range answers {
+			if !now.Before(e.expires) {
+				delete(answers, q)
+				c.size--
+			}
+		}
+		if len(answers) == 0 {
 			delete(c.entries, k)
 		}
 	}
@@ -116,9 +152,19 @@ func (c *Cache[V]) Invalidate(key string) {
 	if c == nil {
 		return
 	}
+	now := c.now()
 	c.mu.Lock()
 	c.gen++
+	c.size -= len(c.entries[key])
 	delete(c.entries, key)
+	if len(c.settling) >= maxSettling {
+		for k, until := range c.settling {
+			if !now.Before(until) {
+				delete(c.settling, k)
+			}
+		}
+	}
+	c.settling[key] = now.Add(min(c.ttl, settle))
 	c.mu.Unlock()
 }
 
@@ -130,6 +176,7 @@ func (c *Cache[V]) Clear() {
 	c.mu.Lock()
 	c.gen++
 	clear(c.entries)
+	c.size = 0
 	c.mu.Unlock()
 }
 
@@ -170,6 +217,7 @@ func (c *Cache[V]) setLive(live bool) {
 	c.mu.Lock()
 	c.gen++
 	clear(c.entries)
+	c.size = 0
 	c.live.Store(live)
 	c.mu.Unlock()
 }
@@ -190,6 +238,27 @@ func Publish(nc *nats.Conn, key string) error {
 // (DropAnnounced), before its own client sees it: a write made through a process is never
 // followed by a stale answer from that process, whatever NATS's delivery is doing.
 const ChangedHeader = "keyhouse-license-changed"
+
+// ValidUntilHeader is the gRPC response metadata in which an answer that holds only until
+// the license expires says when that is (RFC 3339): validate-license's valid answer, which
+// does not carry the expiry itself. A cache of the answer serves it no longer.
+const ValidUntilHeader = "keyhouse-valid-until"
+
+// AnnounceValidUntil puts t in the call's ValidUntilHeader (outside a call it does nothing).
+func AnnounceValidUntil(ctx context.Context, t time.Time) {
+	_ = grpc.SetHeader(ctx, metadata.Pairs(ValidUntilHeader, t.UTC().Format(time.RFC3339Nano)))
+}
+
+// ValidUntil reads ValidUntilHeader from an answer's metadata; ok is false when there is
+// none (the answer holds until the license changes).
+func ValidUntil(md metadata.MD) (t time.Time, ok bool, err error) {
+	v := md.Get(ValidUntilHeader)
+	if len(v) == 0 {
+		return time.Time{}, false, nil
+	}
+	t, err = time.Parse(time.RFC3339Nano, v[0])
+	return t, err == nil, err
+}
 
 // AnnounceInCall names key in the response metadata of the gRPC call ctx belongs to, if
 // any (outside a call it does nothing).

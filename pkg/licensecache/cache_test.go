@@ -162,3 +162,62 @@ func waitFor(t *testing.T, what string, ok func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// Several answers about one license (validate-license's, one per instance) are cached
+// apart and dropped together when the license changes.
+func TestInvalidatingAKeyDropsEveryAnswerAboutIt(t *testing.T) {
+	c, _ := newTestCache(time.Hour)
+	reads := map[string]int{}
+	get := func(key, instance string) {
+		t.Helper()
+		if _, err := c.GetFor(key, instance, func() (int64, error) { reads[key+"/"+instance]++; return 1, nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 2 {
+		get("A", "host-1")
+		get("A", "host-2")
+		get("B", "host-1")
+	}
+	if reads["A/host-1"] != 1 || reads["A/host-2"] != 1 || reads["B/host-1"] != 1 {
+		t.Fatalf("reads %v, want one per answer", reads)
+	}
+	c.Invalidate("A")
+	get("A", "host-1")
+	get("A", "host-2")
+	get("B", "host-1")
+	if reads["A/host-1"] != 2 || reads["A/host-2"] != 2 || reads["B/host-1"] != 1 {
+		t.Fatalf("after invalidating A: reads %v, want A's answers read again and B's kept", reads)
+	}
+}
+
+// Right after an invalidation, what a load reads is answered but not kept: the process it
+// asked may not have received the same event yet, and its stale answer would otherwise
+// stay here for a whole TTL.
+func TestAnswersReadJustAfterAnInvalidationAreNotKept(t *testing.T) {
+	c, clk := newTestCache(time.Hour)
+	var src source
+	get := func() {
+		t.Helper()
+		if _, err := c.Get("K", src.load); err != nil {
+			t.Fatal(err)
+		}
+	}
+	get()
+	get()
+	if n := src.reads.Load(); n != 1 {
+		t.Fatalf("reads %d, want 1", n)
+	}
+	c.Invalidate("K")
+	get()
+	get()
+	if n := src.reads.Load(); n != 3 {
+		t.Fatalf("reads %d within the settling time, want every one (3)", n)
+	}
+	clk.Advance(settle)
+	get()
+	get()
+	if n := src.reads.Load(); n != 4 {
+		t.Fatalf("reads %d after the settling time, want the answer kept again (4)", n)
+	}
+}

@@ -42,7 +42,7 @@ func init() {
 	Register(Scenario{
 		ID:    "validate",
 		Name:  "validate-license (gateway → activations → licensing, Postgres)",
-		Note:  "read only: the gateway calls activations, which has the license from its cache of licensing's answers, then probes the seat in Postgres",
+		Note:  "read only, as shipped: activations' valid answer from the gateway's cache (on a miss the gateway calls activations, which has the license from its cache of licensing's answers and probes the seat in Postgres)",
 		Setup: setupValidate,
 	})
 	Register(Scenario{

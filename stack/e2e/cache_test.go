@@ -65,6 +65,73 @@ func TestLicenseCache_AWriteThroughOneReplicaCountsOnTheOtherWithinASecond(t *te
 	waitFor(t, other, "/v1/verify-license", verify, 404).ExpectBody(t, verifyNotFound)
 }
 
+// Two activations replicas, each behind its own gateway (each gateway caches
+// validate-license's valid answers): a seat removed through one stops validating there at
+// once and on the other within a second; a seat taken counts at once everywhere (only
+// valid answers are kept), and a revocation reaches both within a second.
+func TestLicenseCache_ASeatRemovedThroughOneGatewayCountsOnTheOtherWithinASecond(t *testing.T) {
+	t.Parallel()
+	s := startStack(t, map[string]string{"LICENSE_CACHE_TTL": "1h"})
+	t.Cleanup(s.Stop)
+	ctx := t.Context()
+	replica, err := s.StartServiceReplica(ctx, "activations")
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := s.StartGateway(ctx, 0, map[string]string{"ACTIVATIONS_ADDR": replica})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, one, other := admin(t, s), anon(t, s), newClient(t, second, "")
+	key := issueLicense(t, a, lic("cache-seats", "max_activations", 5))
+	tok := seat(t, one, key, "host-1")
+	seat(t, one, key, "host-2")
+	valid, invalid := `{"valid":true}`, `{"valid":false}`
+	validate := func(instance string) map[string]string { return map[string]string{"key": key, "instance_id": instance} }
+	for range 3 {
+		for _, c := range []*Client{one, other} {
+			c.Post("/v1/validate-license", validate("host-1")).ExpectBody(t, valid)
+			c.Post("/v1/validate-license", validate("host-2")).ExpectBody(t, valid)
+			c.Post("/v1/validate-license", validate("host-3")).ExpectBody(t, invalid)
+		}
+	}
+
+	one.Post("/v1/deactivate-license", map[string]string{"key": key, "token": tok}).ExpectBody(t, `{"deactivated":true}`)
+	one.Post("/v1/validate-license", validate("host-1")).ExpectBody(t, invalid)
+	waitForBody(t, other, "/v1/validate-license", validate("host-1"), 200, invalid)
+	one.Post("/v1/validate-license", validate("host-2")).ExpectBody(t, valid)
+
+	a.Post("/v1/admin/deactivate-by-instance-id", validate("host-2")).ExpectBody(t, `{"deactivated":true}`)
+	one.Post("/v1/validate-license", validate("host-2")).ExpectBody(t, invalid)
+	waitForBody(t, other, "/v1/validate-license", validate("host-2"), 200, invalid)
+
+	seat(t, one, key, "host-3")
+	one.Post("/v1/validate-license", validate("host-3")).ExpectBody(t, valid)
+	other.Post("/v1/validate-license", validate("host-3")).ExpectBody(t, valid)
+
+	a.Post("/v1/revoke-license", map[string]any{"key": key, "revoked": true}).Expect(t, 200)
+	waitForBody(t, one, "/v1/validate-license", validate("host-3"), 200, invalid)
+	waitForBody(t, other, "/v1/validate-license", validate("host-3"), 200, invalid)
+}
+
+// A license with an expiry validates until then, and not after, with no event: the
+// gateway keeps a valid answer no longer than the license's expiry.
+func TestLicenseCache_AValidAnswerEndsWithTheLicense(t *testing.T) {
+	t.Parallel()
+	s := startStack(t, map[string]string{"LICENSE_CACHE_TTL": "1h"})
+	t.Cleanup(s.Stop)
+	a, c := admin(t, s), anon(t, s)
+	expires := time.Now().Add(3 * time.Second).UTC().Truncate(time.Millisecond)
+	key := issueLicense(t, a, lic("cache-seat-expiry", "expires_at", expires.Format(time.RFC3339Nano)))
+	seat(t, c, key, "host-1")
+	validate := map[string]string{"key": key, "instance_id": "host-1"}
+	for range 3 {
+		c.Post("/v1/validate-license", validate).ExpectBody(t, `{"valid":true}`)
+	}
+	time.Sleep(time.Until(expires))
+	c.Post("/v1/validate-license", validate).ExpectBody(t, `{"valid":false}`)
+}
+
 // The services that ask licensing for licenses (activations, releases) cache its answers;
 // a write in licensing reaches their caches within the same bound.
 func TestLicenseCache_CallersSeeAWriteWithinASecond(t *testing.T) {

@@ -27,6 +27,7 @@ import (
 	"github.com/keyhouse/keyhouse/pkg/readiness"
 	"github.com/keyhouse/keyhouse/pkg/telemetry"
 	licensingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1"
+	"github.com/nats-io/nats.go"
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -79,20 +80,24 @@ func run(ctx context.Context) error {
 	rdb := redis.NewClient(redisOpts)
 	defer rdb.Close()
 
-	// verify-license's valid answers are cached here, following licensing's change events
-	// like the services' license caches (LICENSE_CACHE_TTL bounds them), and dropped as
-	// soon as a write through this gateway announces its key.
+	// verify-license's and validate-license's valid answers are cached here, following
+	// the change events like the services' license caches (LICENSE_CACHE_TTL bounds them),
+	// and dropped as soon as a write through this gateway announces its key.
 	nc, _, err := natsx.Connect(ctx, cfg.NATSURL, "gateway", log)
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
 	verified := licensecache.New[*licensingv1.VerifyLicenseResponse](cfg.LicenseCacheTTL)
-	stopCache, err := verified.Subscribe(nc)
-	if err != nil {
-		return err
+	validSeats := licensecache.New[time.Time](cfg.LicenseCacheTTL)
+	for _, follow := range []func(*nats.Conn) (func(), error){verified.Subscribe, validSeats.Subscribe} {
+		stop, err := follow(nc)
+		if err != nil {
+			return err
+		}
+		defer stop()
 	}
-	defer stopCache()
+	dropAnnounced := grpc.WithChainUnaryInterceptor(verified.DropAnnounced(), validSeats.DropAnnounced())
 
 	var conns edge.Conns
 	for _, c := range []struct {
@@ -100,8 +105,8 @@ func run(ctx context.Context) error {
 		dst  **grpc.ClientConn
 		opts []grpc.DialOption
 	}{
-		{cfg.LicensingAddr, &conns.Licensing, []grpc.DialOption{grpc.WithChainUnaryInterceptor(verified.DropAnnounced())}},
-		{cfg.ActivationsAddr, &conns.Activations, nil},
+		{cfg.LicensingAddr, &conns.Licensing, []grpc.DialOption{dropAnnounced}},
+		{cfg.ActivationsAddr, &conns.Activations, []grpc.DialOption{dropAnnounced}},
 		{cfg.ReleasesAddr, &conns.Releases, nil},
 		{cfg.BillingAddr, &conns.Billing, nil},
 		{cfg.StorefrontAddr, &conns.Storefront, nil},
@@ -159,6 +164,7 @@ func run(ctx context.Context) error {
 		NotReady:         notReady,
 		RequestTimeout:   cfg.RequestTimeout,
 		VerifiedLicenses: verified,
+		ValidSeats:       validSeats,
 	})
 	if err != nil {
 		return err

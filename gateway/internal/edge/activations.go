@@ -3,12 +3,17 @@ package edge
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"net/http"
+	"time"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"github.com/keyhouse/keyhouse/pkg/license"
+	"github.com/keyhouse/keyhouse/pkg/licensecache"
 	activationsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/activations/v1"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 )
 
@@ -16,15 +21,63 @@ import (
 // validate-license as a plain handler, because api.md has it answer 200 with valid for
 // everything: a body grpc-gateway's decoder would turn into a 400 (malformed JSON, a key
 // that is not a string, a body that is not an object) and a service that cannot answer.
-func registerActivations(ctx context.Context, mux *runtime.ServeMux, conn *grpc.ClientConn, log *slog.Logger) error {
+// Valid answers are served from valid while it holds them (nil: no cache).
+func registerActivations(ctx context.Context, mux *runtime.ServeMux, conn *grpc.ClientConn, log *slog.Logger, valid *licensecache.Cache[time.Time]) error {
 	client := activationsv1.NewActivationsServiceClient(conn)
 	if err := activationsv1.RegisterActivationsServiceHandlerClient(ctx, mux, client); err != nil {
 		return err
 	}
-	return mux.HandlePath(http.MethodPost, "/v1/validate-license", validateLicense(mux, client, log))
+	validator := &cachedValidate{client: client, valid: valid, now: time.Now}
+	return mux.HandlePath(http.MethodPost, "/v1/validate-license", validateLicense(mux, validator, log))
 }
 
-func validateLicense(mux *runtime.ServeMux, client activationsv1.ActivationsServiceClient, log *slog.Logger) runtime.HandlerFunc {
+// cachedValidate answers validate-license from activations' earlier valid answer for the
+// same license and instance while the license cache holds it. Only valid answers are kept
+// (a seat taken later needs no event); every answer about a license is dropped when the
+// license changes or loses a seat (both announced on license.ChangedSubject and in the
+// answer of a write through this gateway), and an answer is not served once the license's
+// expiry, which activations names with it (licensecache.ValidUntilHeader), has come.
+type cachedValidate struct {
+	client activationsv1.ActivationsServiceClient
+	// valid: license key → instance id → until when the answer holds (zero: no expiry).
+	valid *licensecache.Cache[time.Time]
+	now   func() time.Time
+}
+
+// errNotKept carries an answer that is not cached (valid false) out of the cache's load.
+var errNotKept = errors.New("answer not kept")
+
+var validAnswer = &activationsv1.ValidateLicenseResponse{Valid: true}
+
+func (c *cachedValidate) ValidateLicense(ctx context.Context, req *activationsv1.ValidateLicenseRequest) (*activationsv1.ValidateLicenseResponse, error) {
+	key := license.CanonicalKey(req.GetKey())
+	var asked *activationsv1.ValidateLicenseResponse
+	until, err := c.valid.GetFor(key, req.GetInstanceId(), func() (time.Time, error) {
+		var header metadata.MD
+		resp, err := c.client.ValidateLicense(ctx, req, grpc.Header(&header))
+		if err != nil {
+			return time.Time{}, err
+		}
+		asked = resp
+		until, _, err := licensecache.ValidUntil(header)
+		if !resp.GetValid() || err != nil {
+			return time.Time{}, errNotKept
+		}
+		return until, nil
+	})
+	switch {
+	case asked != nil:
+		return asked, nil
+	case err != nil:
+		return nil, err
+	case !until.IsZero() && !c.now().Before(until):
+		c.valid.Invalidate(key)
+		return c.client.ValidateLicense(ctx, req)
+	}
+	return validAnswer, nil
+}
+
+func validateLicense(mux *runtime.ServeMux, client *cachedValidate, log *slog.Logger) runtime.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request, _ map[string]string) {
 		ctx, out, body, ok := readRawBody(mux, w, r, activationsv1.ActivationsService_ValidateLicense_FullMethodName, "/v1/validate-license")
 		if !ok {

@@ -6,11 +6,15 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"github.com/keyhouse/keyhouse/pkg/license"
+	"github.com/keyhouse/keyhouse/pkg/licensecache"
 	activationsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/activations/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 )
 
@@ -18,12 +22,23 @@ type fakeValidator struct {
 	activationsv1.ActivationsServiceClient
 	calls []*activationsv1.ValidateLicenseRequest
 	err   error
+	// invalid lists the instance ids without a seat; until is the valid answers' expiry.
+	invalid map[string]bool
+	until   time.Time
 }
 
-func (f *fakeValidator) ValidateLicense(_ context.Context, req *activationsv1.ValidateLicenseRequest, _ ...grpc.CallOption) (*activationsv1.ValidateLicenseResponse, error) {
+func (f *fakeValidator) ValidateLicense(_ context.Context, req *activationsv1.ValidateLicenseRequest, opts ...grpc.CallOption) (*activationsv1.ValidateLicenseResponse, error) {
 	f.calls = append(f.calls, req)
 	if f.err != nil {
 		return nil, f.err
+	}
+	if f.invalid[req.GetInstanceId()] {
+		return &activationsv1.ValidateLicenseResponse{Valid: false}, nil
+	}
+	for _, o := range opts {
+		if h, ok := o.(grpc.HeaderCallOption); ok && !f.until.IsZero() {
+			*h.HeaderAddr = metadata.Pairs(licensecache.ValidUntilHeader, f.until.Format(time.RFC3339Nano))
+		}
 	}
 	return &activationsv1.ValidateLicenseResponse{Valid: true}, nil
 }
@@ -31,7 +46,7 @@ func (f *fakeValidator) ValidateLicense(_ context.Context, req *activationsv1.Va
 func serveValidate(t *testing.T, f *fakeValidator, body string) string {
 	t.Helper()
 	mux := runtime.NewServeMux(runtime.WithMarshalerOption(runtime.MIMEWildcard, newJSONMarshaler()), runtime.WithErrorHandler(handleError))
-	if err := mux.HandlePath(http.MethodPost, "/v1/validate-license", validateLicense(mux, f, nil)); err != nil {
+	if err := mux.HandlePath(http.MethodPost, "/v1/validate-license", validateLicense(mux, &cachedValidate{client: f, now: time.Now}, nil)); err != nil {
 		t.Fatal(err)
 	}
 	w := httptest.NewRecorder()
@@ -77,4 +92,47 @@ func TestValidateLicenseAnswersValidFalseWhenTheServiceFails(t *testing.T) {
 			t.Errorf("%v: %s", err, got)
 		}
 	}
+}
+
+func TestCachedValidateKeepsValidAnswersPerInstanceUntilTheLicenseExpires(t *testing.T) {
+	now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+	f := &fakeValidator{invalid: map[string]bool{"host-2": true}, until: now.Add(time.Minute)}
+	c := &cachedValidate{client: f, valid: licensecache.New[time.Time](time.Hour), now: func() time.Time { return now }}
+	key := license.NewKey()
+	validate := func(instance string) bool {
+		t.Helper()
+		resp, err := c.ValidateLicense(t.Context(), &activationsv1.ValidateLicenseRequest{Key: key, InstanceId: instance})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.GetValid()
+	}
+	calls := func(want int, what string) {
+		t.Helper()
+		if len(f.calls) != want {
+			t.Fatalf("%s: activations asked %d times in all, want %d", what, len(f.calls), want)
+		}
+	}
+	for range 3 {
+		if !validate("host-1") {
+			t.Fatal("host-1 not valid")
+		}
+	}
+	calls(1, "a valid answer is asked once")
+	for range 2 {
+		if validate("host-2") {
+			t.Fatal("host-2 valid")
+		}
+	}
+	calls(3, "an invalid answer is asked every time")
+
+	c.valid.Invalidate(license.CanonicalKey(key))
+	time.Sleep(150 * time.Millisecond) // the cache keeps nothing about K while it settles
+	validate("host-1")
+	validate("host-1")
+	calls(4, "after the license changed, asked once again")
+
+	now = now.Add(time.Minute)
+	validate("host-1")
+	calls(5, "once the license's expiry has come, activations decides")
 }

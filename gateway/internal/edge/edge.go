@@ -46,6 +46,10 @@ type Options struct {
 	// asks licensing every time. The Licensing connection must drop what its answers
 	// announce (licensecache.DropAnnounced).
 	VerifiedLicenses *licensecache.Cache[*licensingv1.VerifyLicenseResponse]
+	// ValidSeats caches validate-license's valid answers (see cachedValidate); nil asks
+	// activations every time. The Licensing and Activations connections must drop what
+	// their answers announce.
+	ValidSeats *licensecache.Cache[time.Time]
 	// Pages serves the console (/console/) and the end-user portal (/portal/); nil
 	// leaves them out.
 	Pages http.Handler
@@ -76,7 +80,7 @@ func New(ctx context.Context, opts Options) (http.Handler, error) {
 	if err := registerLicensing(ctx, mux, c.Licensing, opts.VerifiedLicenses); err != nil {
 		return nil, err
 	}
-	if err := registerActivations(ctx, mux, c.Activations, opts.Log); err != nil {
+	if err := registerActivations(ctx, mux, c.Activations, opts.Log, opts.ValidSeats); err != nil {
 		return nil, err
 	}
 	if err := registerReleases(ctx, mux, c.Releases); err != nil {

@@ -280,9 +280,11 @@ func TestTake_HitsQueuedDuringARoundTripShareTheNextAndEachGetsItsOwnCount(t *te
 		})
 	}})
 	results := make(chan Result, n)
-	go func() { results <- g.Take(context.Background(), tier, "ip:1") }()
-	waitUntil(t, "the first request's pipeline to be out", func() bool { return g.queued(0) })
+	// Every sender is in wg, so that closing results after wg.Wait is ordered after
+	// every send (the race detector sees no order in len(results)).
 	var wg sync.WaitGroup
+	wg.Go(func() { results <- g.Take(context.Background(), tier, "ip:1") })
+	waitUntil(t, "the first request's pipeline to be out", func() bool { return g.queued(0) })
 	for i := range n - 1 {
 		key := "ip:1"
 		if i%3 == 0 {
@@ -293,9 +295,6 @@ func TestTake_HitsQueuedDuringARoundTripShareTheNextAndEachGetsItsOwnCount(t *te
 	waitUntil(t, "every other request to queue behind it", func() bool { return g.queued(n - 1) })
 	close(first)
 	wg.Wait()
-	for len(results) < n {
-		time.Sleep(time.Millisecond)
-	}
 	close(results)
 	if trips := g.roundTrip.Load() - before; trips != 2 {
 		t.Errorf("%d round trips for one request and %d queued behind it, want 2", trips, n-1)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/keyhouse/keyhouse/pkg/app"
 	"github.com/keyhouse/keyhouse/pkg/config"
+	"github.com/keyhouse/keyhouse/pkg/licensecache"
 	"github.com/keyhouse/keyhouse/pkg/licensingclient"
 	"github.com/keyhouse/keyhouse/pkg/natsx"
 	"github.com/keyhouse/keyhouse/services/activations/internal/purge"
@@ -34,6 +35,14 @@ func main() {
 				return err
 			}
 			d.Readiness.Add(natsx.ReadinessCheck(nc))
+			// A removed seat is announced like a changed license, so caches of
+			// validate-license's answers (the gateway's) drop the license's answers.
+			st.WithChangeEvents(func(key string) {
+				if err := licensecache.Publish(nc, key); err != nil {
+					d.Log.Warn("seat removal not announced; gateways serve their cached validate-license answer until it expires",
+						"error", err.Error(), "ttl", d.Config.LicenseCacheTTL.String())
+				}
+			})
 			// License lookups are cached; the cache follows licensing's change events.
 			stopCache, err := licenses.CacheLicenses(nc, d.Config.LicenseCacheTTL)
 			if err != nil {

@@ -17,6 +17,7 @@ import (
 	"github.com/keyhouse/keyhouse/pkg/apierr"
 	"github.com/keyhouse/keyhouse/pkg/auth"
 	"github.com/keyhouse/keyhouse/pkg/license"
+	"github.com/keyhouse/keyhouse/pkg/licensecache"
 	"github.com/keyhouse/keyhouse/pkg/licensingclient"
 	"github.com/keyhouse/keyhouse/pkg/pgxx"
 	activationsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/activations/v1"
@@ -234,6 +235,9 @@ func (s *Server) ValidateLicense(ctx context.Context, req *activationsv1.Validat
 	ok, err := s.store.HasSeat(ctx, l.GetTenantId(), l.GetKey(), req.GetInstanceId())
 	if err != nil {
 		return nil, err
+	}
+	if ok && l.GetExpiresAt() != nil {
+		licensecache.AnnounceValidUntil(ctx, l.GetExpiresAt().AsTime())
 	}
 	return &activationsv1.ValidateLicenseResponse{Valid: ok}, nil
 }

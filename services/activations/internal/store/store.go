@@ -9,14 +9,37 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/keyhouse/keyhouse/pkg/licensecache"
 	"github.com/keyhouse/keyhouse/pkg/pgxx"
 )
 
 // Store reads and writes the activations schema.
-type Store struct{ db *pgxpool.Pool }
+type Store struct {
+	db *pgxpool.Pool
+	// publish tells every process caching answers about a license that one of its seats
+	// went away (see WithChangeEvents); nil publishes nothing.
+	publish func(key string)
+}
 
 // New returns a Store on db (search_path = activations).
 func New(db *pgxpool.Pool) *Store { return &Store{db: db} }
+
+// WithChangeEvents has every removal of a seat announced: in the answer of the call that
+// removed it (licensecache.AnnounceInCall) and through publish, after the delete. Caches
+// of validate-license's answers (the gateway's) drop the license's answers then; a new
+// seat needs no event, since only valid answers are cached.
+func (s *Store) WithChangeEvents(publish func(key string)) *Store {
+	s.publish = publish
+	return s
+}
+
+// seatRemoved is called after a delete of key's seats that removed some, or may have.
+func (s *Store) seatRemoved(ctx context.Context, key string) {
+	licensecache.AnnounceInCall(ctx, key)
+	if s.publish != nil {
+		s.publish(key)
+	}
+}
 
 var (
 	// ErrCapReached: the license already has max_activations seats.
@@ -83,12 +106,18 @@ func (s *Store) Activate(ctx context.Context, tenant, key, instance string, toke
 // DeactivateByToken removes the seat of key holding tokenHash, reporting whether one did.
 func (s *Store) DeactivateByToken(ctx context.Context, tenant, key string, tokenHash []byte) (bool, error) {
 	tag, err := s.db.Exec(ctx, `DELETE FROM seats WHERE tenant_id = $1 AND license_key = $2 AND token_hash = $3`, tenant, key, tokenHash)
+	if err != nil || tag.RowsAffected() > 0 {
+		s.seatRemoved(ctx, key)
+	}
 	return tag.RowsAffected() > 0, err
 }
 
 // DeactivateInstance removes the seat (key, instance), reporting whether one did.
 func (s *Store) DeactivateInstance(ctx context.Context, tenant, key, instance string) (bool, error) {
 	tag, err := s.db.Exec(ctx, `DELETE FROM seats WHERE tenant_id = $1 AND license_key = $2 AND instance_id = $3`, tenant, key, instance)
+	if err != nil || tag.RowsAffected() > 0 {
+		s.seatRemoved(ctx, key)
+	}
 	return tag.RowsAffected() > 0, err
 }
 
