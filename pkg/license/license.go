@@ -29,6 +29,11 @@ const (
 // (pkg/licensecache) drops the key when it hears it.
 const ChangedSubject = "keyhouse.licenses.changed"
 
+// SeatRemovedSubject is the core NATS subject on which activations announces that a seat of
+// a license went away (the payload is the license key). Only caches of answers that depend
+// on seats (the gateway's validate-license answers) follow it; license rows do not change.
+const SeatRemovedSubject = "keyhouse.seats.removed"
+
 // Deleted is the payload of DeletedSubject.
 type Deleted struct {
 	TenantID  string    `json:"tenant_id"`

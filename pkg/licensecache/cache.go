@@ -180,17 +180,28 @@ func (c *Cache[V]) Clear() {
 	c.mu.Unlock()
 }
 
-// Subscribe makes the cache follow license.ChangedSubject on nc, and keeps it out of use
-// (emptied) whenever nc is not connected. The returned function stops following.
-func (c *Cache[V]) Subscribe(nc *nats.Conn) (stop func(), err error) {
+// Subscribe makes the cache follow license.ChangedSubject on nc (and, when given, other
+// subjects whose payload is a license key), and keeps it out of use (emptied) whenever nc
+// is not connected. The returned function stops following.
+func (c *Cache[V]) Subscribe(nc *nats.Conn, more ...string) (stop func(), err error) {
 	if c == nil {
 		return func() {}, nil
 	}
 	status := nc.StatusChanged(nats.CONNECTED, nats.RECONNECTING, nats.DISCONNECTED, nats.CLOSED)
-	sub, err := nc.Subscribe(license.ChangedSubject, func(m *nats.Msg) { c.Invalidate(string(m.Data)) })
-	if err != nil {
-		nc.RemoveStatusListener(status)
-		return nil, err
+	var subs []*nats.Subscription
+	unsubscribe := func() {
+		for _, sub := range subs {
+			_ = sub.Unsubscribe()
+		}
+	}
+	for _, subject := range append([]string{license.ChangedSubject}, more...) {
+		sub, err := nc.Subscribe(subject, func(m *nats.Msg) { c.Invalidate(string(m.Data)) })
+		if err != nil {
+			unsubscribe()
+			nc.RemoveStatusListener(status)
+			return nil, err
+		}
+		subs = append(subs, sub)
 	}
 	// The server knows the subscription once it answered a ping; messages missed before
 	// that are covered by starting empty.
@@ -204,7 +215,7 @@ func (c *Cache[V]) Subscribe(nc *nats.Conn) (stop func(), err error) {
 		}
 	}()
 	return func() {
-		_ = sub.Unsubscribe()
+		unsubscribe()
 		nc.RemoveStatusListener(status)
 		<-done
 		c.setLive(false)
@@ -227,7 +238,12 @@ func (c *Cache[V]) setLive(live bool) {
 // reaches its client after the other processes dropped the key. Call it after the change
 // committed, and after invalidating the local cache.
 func Publish(nc *nats.Conn, key string) error {
-	if err := nc.Publish(license.ChangedSubject, []byte(key)); err != nil {
+	return PublishOn(nc, license.ChangedSubject, key)
+}
+
+// PublishOn is Publish on another subject whose payload is a license key.
+func PublishOn(nc *nats.Conn, subject, key string) error {
+	if err := nc.Publish(subject, []byte(key)); err != nil {
 		return err
 	}
 	return nc.FlushTimeout(time.Second)

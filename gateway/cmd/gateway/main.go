@@ -21,13 +21,13 @@ import (
 	"github.com/keyhouse/keyhouse/pkg/buildinfo"
 	"github.com/keyhouse/keyhouse/pkg/config"
 	"github.com/keyhouse/keyhouse/pkg/grpcx"
+	"github.com/keyhouse/keyhouse/pkg/license"
 	"github.com/keyhouse/keyhouse/pkg/licensecache"
 	"github.com/keyhouse/keyhouse/pkg/metrics"
 	"github.com/keyhouse/keyhouse/pkg/natsx"
 	"github.com/keyhouse/keyhouse/pkg/readiness"
 	"github.com/keyhouse/keyhouse/pkg/telemetry"
 	licensingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1"
-	"github.com/nats-io/nats.go"
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -90,13 +90,16 @@ func run(ctx context.Context) error {
 	defer nc.Close()
 	verified := licensecache.New[*licensingv1.VerifyLicenseResponse](cfg.LicenseCacheTTL)
 	validSeats := licensecache.New[time.Time](cfg.LicenseCacheTTL)
-	for _, follow := range []func(*nats.Conn) (func(), error){verified.Subscribe, validSeats.Subscribe} {
-		stop, err := follow(nc)
-		if err != nil {
-			return err
-		}
-		defer stop()
+	stopVerified, err := verified.Subscribe(nc)
+	if err != nil {
+		return err
 	}
+	defer stopVerified()
+	stopValid, err := validSeats.Subscribe(nc, license.SeatRemovedSubject)
+	if err != nil {
+		return err
+	}
+	defer stopValid()
 	dropAnnounced := grpc.WithChainUnaryInterceptor(verified.DropAnnounced(), validSeats.DropAnnounced())
 
 	var conns edge.Conns

@@ -34,8 +34,8 @@ func registerActivations(ctx context.Context, mux *runtime.ServeMux, conn *grpc.
 // cachedValidate answers validate-license from activations' earlier valid answer for the
 // same license and instance while the license cache holds it. Only valid answers are kept
 // (a seat taken later needs no event); every answer about a license is dropped when the
-// license changes or loses a seat (both announced on license.ChangedSubject and in the
-// answer of a write through this gateway), and an answer is not served once the license's
+// license changes or loses a seat (announced on license.ChangedSubject and
+// license.SeatRemovedSubject, and in the answer of a write through this gateway), and an answer is not served once the license's
 // expiry, which activations names with it (licensecache.ValidUntilHeader), has come.
 type cachedValidate struct {
 	client activationsv1.ActivationsServiceClient

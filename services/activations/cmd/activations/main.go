@@ -7,6 +7,7 @@ import (
 
 	"github.com/keyhouse/keyhouse/pkg/app"
 	"github.com/keyhouse/keyhouse/pkg/config"
+	"github.com/keyhouse/keyhouse/pkg/license"
 	"github.com/keyhouse/keyhouse/pkg/licensecache"
 	"github.com/keyhouse/keyhouse/pkg/licensingclient"
 	"github.com/keyhouse/keyhouse/pkg/natsx"
@@ -35,10 +36,10 @@ func main() {
 				return err
 			}
 			d.Readiness.Add(natsx.ReadinessCheck(nc))
-			// A removed seat is announced like a changed license, so caches of
-			// validate-license's answers (the gateway's) drop the license's answers.
+			// A removed seat is announced, so caches of validate-license's answers (the
+			// gateway's) drop the license's answers.
 			st.WithChangeEvents(func(key string) {
-				if err := licensecache.Publish(nc, key); err != nil {
+				if err := licensecache.PublishOn(nc, license.SeatRemovedSubject, key); err != nil {
 					d.Log.Warn("seat removal not announced; gateways serve their cached validate-license answer until it expires",
 						"error", err.Error(), "ttl", d.Config.LicenseCacheTTL.String())
 				}
