@@ -51,6 +51,23 @@ func run(ctx context.Context) error {
 	}
 	log := telemetry.NewLogger(os.Stderr, "gateway", cfg.LogLevel, cfg.LogFormat)
 	telemetry.RouteLibraryLogs(log)
+	// Both ports are bound first: what follows (NATS, the services) may take a while,
+	// and a port chosen for this process must not be taken by another meanwhile.
+	addr := net.JoinHostPort("", strconv.Itoa(cfg.Port))
+	metricsAddr, err := cfg.MetricsAddr(addr)
+	if err != nil {
+		return err
+	}
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	defer lis.Close()
+	ms, err := metrics.Serve(metricsAddr, log)
+	if err != nil {
+		return err
+	}
+	defer ms.Close()
 	// go-redis prints a plain-text line per failed dial (every second while Redis is
 	// down); the limiter and the readiness monitor report the outage once instead.
 	redis.SetLogger(redisLogger{log.With("component", "redis")})
@@ -172,16 +189,6 @@ func run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	addr := net.JoinHostPort("", strconv.Itoa(cfg.Port))
-	metricsAddr, err := cfg.MetricsAddr(addr)
-	if err != nil {
-		return err
-	}
-	ms, err := metrics.Serve(metricsAddr, log)
-	if err != nil {
-		return err
-	}
-	defer ms.Close()
 	monitor.ProbeOnce(ctx)
 	go monitor.Run(ctx)
 
@@ -192,10 +199,6 @@ func run(ctx context.Context) error {
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      60 * time.Second,
 		IdleTimeout:       120 * time.Second,
-	}
-	lis, err := net.Listen("tcp", srv.Addr)
-	if err != nil {
-		return err
 	}
 	log.Info("gateway listening", "addr", lis.Addr().String(), "version", buildinfo.Version(), "multi_tenant", cfg.MultiTenant)
 	errc := make(chan error, 1)
