@@ -34,6 +34,11 @@ const ChangedSubject = "keyhouse.licenses.changed"
 // on seats (the gateway's validate-license answers) follow it; license rows do not change.
 const SeatRemovedSubject = "keyhouse.seats.removed"
 
+// ReleasesChangedSubject is the core NATS subject on which releases announces that a
+// release was registered or unpublished (the payload is empty). Caches of check-update's
+// answers (the gateway's) empty themselves.
+const ReleasesChangedSubject = "keyhouse.releases.changed"
+
 // Deleted is the payload of DeletedSubject.
 type Deleted struct {
 	TenantID  string    `json:"tenant_id"`

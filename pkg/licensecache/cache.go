@@ -66,6 +66,8 @@ type Cache[V any] struct {
 	// not yet received it may answer from its own cache: storing that answer would keep
 	// it past the event for a whole TTL.
 	settling map[string]time.Time
+	// settlingAll: the same for every key, after Clear.
+	settlingAll time.Time
 	// gen moves on with every invalidation, so a load that overlapped one is not stored.
 	gen uint64
 }
@@ -94,8 +96,18 @@ func (c *Cache[V]) Get(key string, load func() (V, error)) (V, error) {
 // GetFor is Get for one of several answers about the license key, told apart by
 // qualifier (validate-license's instance id): an invalidation of key drops them all.
 func (c *Cache[V]) GetFor(key, qualifier string, load func() (V, error)) (V, error) {
+	return c.GetUntil(key, qualifier, func() (V, time.Time, error) {
+		v, err := load()
+		return v, time.Time{}, err
+	})
+}
+
+// GetUntil is GetFor for answers that hold only until a time load names with them (zero:
+// until the TTL): the entry ends then, if before the TTL.
+func (c *Cache[V]) GetUntil(key, qualifier string, load func() (V, time.Time, error)) (V, error) {
 	if c == nil || !c.live.Load() {
-		return load()
+		v, _, err := load()
+		return v, err
 	}
 	now := c.now()
 	c.mu.RLock()
@@ -105,13 +117,17 @@ func (c *Cache[V]) GetFor(key, qualifier string, load func() (V, error)) (V, err
 	if ok && now.Before(e.expires) {
 		return e.v, nil
 	}
-	v, err := load()
+	v, until, err := load()
 	if err != nil {
 		return v, err
 	}
+	expires := now.Add(c.ttl)
+	if !until.IsZero() && until.Before(expires) {
+		expires = until
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.gen != gen || !c.live.Load() || now.Before(c.settling[key]) {
+	if c.gen != gen || !c.live.Load() || now.Before(c.settling[key]) || now.Before(c.settlingAll) || !now.Before(expires) {
 		return v, nil
 	}
 	if c.size >= maxEntries {
@@ -128,7 +144,7 @@ func (c *Cache[V]) GetFor(key, qualifier string, load func() (V, error)) (V, err
 	if _, replaced := answers[qualifier]; !replaced {
 		c.size++
 	}
-	answers[qualifier] = entry[V]{v: v, expires: now.Add(c.ttl)}
+	answers[qualifier] = entry[V]{v: v, expires: expires}
 	return v, nil
 }
 
@@ -168,16 +184,32 @@ func (c *Cache[V]) Invalidate(key string) {
 	c.mu.Unlock()
 }
 
-// Clear drops every entry.
+// Clear drops every entry (an invalidation of every key).
 func (c *Cache[V]) Clear() {
 	if c == nil {
 		return
 	}
+	now := c.now()
 	c.mu.Lock()
 	c.gen++
 	clear(c.entries)
 	c.size = 0
+	c.settlingAll = now.Add(min(c.ttl, settle))
 	c.mu.Unlock()
+}
+
+// ClearOn empties the cache whenever a message arrives on subject (an event that may
+// change any answer, such as a new release). The returned function stops it.
+func (c *Cache[V]) ClearOn(nc *nats.Conn, subject string) (stop func(), err error) {
+	if c == nil {
+		return func() {}, nil
+	}
+	sub, err := nc.Subscribe(subject, func(*nats.Msg) { c.Clear() })
+	if err != nil {
+		return nil, err
+	}
+	_ = nc.FlushTimeout(5 * time.Second)
+	return func() { _ = sub.Unsubscribe() }, nil
 }
 
 // Subscribe makes the cache follow license.ChangedSubject on nc (and, when given, other
@@ -276,6 +308,15 @@ func ValidUntil(md metadata.MD) (t time.Time, ok bool, err error) {
 	return t, err == nil, err
 }
 
+// ClearHeader in a gRPC answer says that the call changed what any answer may depend on
+// (a release was registered or unpublished): DropAnnounced empties the cache.
+const ClearHeader = "keyhouse-answers-changed"
+
+// AnnounceClearInCall sets ClearHeader on the answer of the call ctx belongs to, if any.
+func AnnounceClearInCall(ctx context.Context) {
+	_ = grpc.SetHeader(ctx, metadata.Pairs(ClearHeader, "1"))
+}
+
 // AnnounceInCall names key in the response metadata of the gRPC call ctx belongs to, if
 // any (outside a call it does nothing).
 func AnnounceInCall(ctx context.Context, key string) {
@@ -283,13 +324,17 @@ func AnnounceInCall(ctx context.Context, key string) {
 }
 
 // DropAnnounced is the client interceptor that drops from c every key a call's answer
-// names in ChangedHeader, failed calls included (a write whose commit was in doubt).
+// names in ChangedHeader, and everything when it carries ClearHeader, failed calls
+// included (a write whose commit was in doubt).
 func (c *Cache[V]) DropAnnounced() grpc.UnaryClientInterceptor {
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 		var header metadata.MD
 		err := invoker(ctx, method, req, reply, cc, append(opts, grpc.Header(&header))...)
 		for _, key := range header.Get(ChangedHeader) {
 			c.Invalidate(key)
+		}
+		if len(header.Get(ClearHeader)) > 0 {
+			c.Clear()
 		}
 		return err
 	}

@@ -221,3 +221,40 @@ func TestAnswersReadJustAfterAnInvalidationAreNotKept(t *testing.T) {
 		t.Fatalf("reads %d after the settling time, want the answer kept again (4)", n)
 	}
 }
+
+// Clear is an invalidation of every key, settling included; an entry ends at the time its
+// load names if that comes before the TTL.
+func TestClearSettlesEveryKeyAndAnAnswerEndsWhenItSays(t *testing.T) {
+	c, clk := newTestCache(time.Hour)
+	var src source
+	get := func(key string) {
+		t.Helper()
+		if _, err := c.Get(key, src.load); err != nil {
+			t.Fatal(err)
+		}
+	}
+	get("A")
+	c.Clear()
+	get("A")
+	get("B")
+	get("A")
+	get("B")
+	if n := src.reads.Load(); n != 5 {
+		t.Fatalf("reads %d, want every read within the settling time after Clear (5)", n)
+	}
+	clk.Advance(settle)
+	until := clk.Now().Add(time.Minute)
+	load := func() (int64, time.Time, error) { v, err := src.load(); return v, until, err }
+	for range 2 {
+		if _, err := c.GetUntil("C", "", load); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clk.Advance(time.Minute)
+	if _, err := c.GetUntil("C", "", load); err != nil {
+		t.Fatal(err)
+	}
+	if n := src.reads.Load(); n != 7 {
+		t.Fatalf("reads %d, want C read once, then again once its time came (7)", n)
+	}
+}

@@ -132,6 +132,63 @@ func TestLicenseCache_AValidAnswerEndsWithTheLicense(t *testing.T) {
 	c.Post("/v1/validate-license", validate).ExpectBody(t, `{"valid":false}`)
 }
 
+// Two releases replicas, each behind its own gateway (each gateway caches check-update's
+// answers): a release registered or unpublished through one counts there at once and on
+// the other within a second, and so does a revocation.
+func TestLicenseCache_AReleaseChangeThroughOneGatewayCountsOnTheOtherWithinASecond(t *testing.T) {
+	t.Parallel()
+	s := startStack(t, map[string]string{"LICENSE_CACHE_TTL": "1h"})
+	t.Cleanup(s.Stop)
+	ctx := t.Context()
+	replica, err := s.StartServiceReplica(ctx, "releases")
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := s.StartGateway(ctx, 0, map[string]string{"RELEASES_ADDR": replica})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, one, other := admin(t, s), anon(t, s), newClient(t, second, "")
+	p := product("cache-releases")
+	registerRelease(t, a, rel(p, "2.0.0"))
+	key := issueLicense(t, a, lic(p))
+	// A client already on 2.0.0: "no update" is an answer the gateways keep until an event
+	// (one that offers a release ends with the second its manifest was signed in).
+	update := check(key, p, "2.0.0")
+	version := func(r *Response) string {
+		release, _ := r.JSON(t)["release"].(map[string]any)
+		v, _ := release["version"].(string)
+		return v
+	}
+	offers := func(c *Client, want string) func() bool {
+		return func() bool { return version(c.Post("/v1/check-update", update).Expect(t, 200)) == want }
+	}
+	for range 3 {
+		for _, c := range []*Client{one, other} {
+			if got := version(c.Post("/v1/check-update", update).Expect(t, 200)); got != "" {
+				t.Fatalf("offered %q, want no update", got)
+			}
+		}
+	}
+
+	id := registerRelease(t, a, rel(p, "3.0.0"))
+	if !offers(one, "3.0.0")() {
+		t.Fatal("the gateway that registered 3.0.0 does not offer it at once")
+	}
+	settles(t, "the other gateway offers 3.0.0", offers(other, "3.0.0"))
+
+	a.Post("/v1/unpublish-release", map[string]any{"id": id}).Expect(t, 200)
+	if !offers(one, "")() {
+		t.Fatal("the gateway that unpublished 3.0.0 still offers it")
+	}
+	settles(t, "the other gateway stops offering 3.0.0", offers(other, ""))
+
+	a.Post("/v1/revoke-license", map[string]any{"key": key, "revoked": true}).Expect(t, 200)
+	// releases reads the license from its own cache, which the event reaches in milliseconds.
+	waitFor(t, one, "/v1/check-update", update, 403).ExpectBody(t, `{"error":"License is not active"}`)
+	waitFor(t, other, "/v1/check-update", update, 403).ExpectBody(t, `{"error":"License is not active"}`)
+}
+
 // The services that ask licensing for licenses (activations, releases) cache its answers;
 // a write in licensing reaches their caches within the same bound.
 func TestLicenseCache_CallersSeeAWriteWithinASecond(t *testing.T) {

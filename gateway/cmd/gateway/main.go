@@ -28,6 +28,7 @@ import (
 	"github.com/keyhouse/keyhouse/pkg/readiness"
 	"github.com/keyhouse/keyhouse/pkg/telemetry"
 	licensingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1"
+	releasesv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/releases/v1"
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -117,7 +118,18 @@ func run(ctx context.Context) error {
 		return err
 	}
 	defer stopValid()
-	dropAnnounced := grpc.WithChainUnaryInterceptor(verified.DropAnnounced(), validSeats.DropAnnounced())
+	updateAnswers := licensecache.New[*releasesv1.CheckUpdateResponse](cfg.LicenseCacheTTL)
+	stopUpdates, err := updateAnswers.Subscribe(nc)
+	if err != nil {
+		return err
+	}
+	defer stopUpdates()
+	stopReleases, err := updateAnswers.ClearOn(nc, license.ReleasesChangedSubject)
+	if err != nil {
+		return err
+	}
+	defer stopReleases()
+	dropAnnounced := grpc.WithChainUnaryInterceptor(verified.DropAnnounced(), validSeats.DropAnnounced(), updateAnswers.DropAnnounced())
 
 	var conns edge.Conns
 	for _, c := range []struct {
@@ -127,7 +139,7 @@ func run(ctx context.Context) error {
 	}{
 		{cfg.LicensingAddr, &conns.Licensing, []grpc.DialOption{dropAnnounced}},
 		{cfg.ActivationsAddr, &conns.Activations, []grpc.DialOption{dropAnnounced}},
-		{cfg.ReleasesAddr, &conns.Releases, nil},
+		{cfg.ReleasesAddr, &conns.Releases, []grpc.DialOption{dropAnnounced}},
 		{cfg.BillingAddr, &conns.Billing, nil},
 		{cfg.StorefrontAddr, &conns.Storefront, nil},
 	} {
@@ -185,6 +197,7 @@ func run(ctx context.Context) error {
 		RequestTimeout:   cfg.RequestTimeout,
 		VerifiedLicenses: verified,
 		ValidSeats:       validSeats,
+		UpdateAnswers:    updateAnswers,
 	})
 	if err != nil {
 		return err

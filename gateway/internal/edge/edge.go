@@ -21,6 +21,7 @@ import (
 	accountsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/accounts/v1"
 	apiv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/api/v1"
 	licensingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1"
+	releasesv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/releases/v1"
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
@@ -50,6 +51,10 @@ type Options struct {
 	// activations every time. The Licensing and Activations connections must drop what
 	// their answers announce.
 	ValidSeats *licensecache.Cache[time.Time]
+	// UpdateAnswers caches check-update's answers (see cachedCheckUpdate); nil asks
+	// releases every time. The Licensing and Releases connections must drop what their
+	// answers announce.
+	UpdateAnswers *licensecache.Cache[*releasesv1.CheckUpdateResponse]
 	// Pages serves the console (/console/) and the end-user portal (/portal/); nil
 	// leaves them out.
 	Pages http.Handler
@@ -83,7 +88,7 @@ func New(ctx context.Context, opts Options) (http.Handler, error) {
 	if err := registerActivations(ctx, mux, c.Activations, opts.Log, opts.ValidSeats); err != nil {
 		return nil, err
 	}
-	if err := registerReleases(ctx, mux, c.Releases); err != nil {
+	if err := registerReleases(ctx, mux, c.Releases, opts.UpdateAnswers); err != nil {
 		return nil, err
 	}
 	if err := registerStorefront(ctx, mux, c.Storefront); err != nil {

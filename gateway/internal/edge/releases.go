@@ -2,13 +2,60 @@ package edge
 
 import (
 	"context"
+	"strings"
+	"time"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"github.com/keyhouse/keyhouse/pkg/license"
+	"github.com/keyhouse/keyhouse/pkg/licensecache"
 	releasesv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/releases/v1"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 )
 
 // registerReleases wires the releases service: every route is an http.yaml rule.
-func registerReleases(ctx context.Context, mux *runtime.ServeMux, conn *grpc.ClientConn) error {
-	return releasesv1.RegisterReleasesServiceHandlerClient(ctx, mux, releasesv1.NewReleasesServiceClient(conn))
+// check-update's answers are served from updates while it holds them (nil: no cache).
+func registerReleases(ctx context.Context, mux *runtime.ServeMux, conn *grpc.ClientConn, updates *licensecache.Cache[*releasesv1.CheckUpdateResponse]) error {
+	var client releasesv1.ReleasesServiceClient = releasesv1.NewReleasesServiceClient(conn)
+	if updates != nil {
+		client = &cachedCheckUpdate{ReleasesServiceClient: client, updates: updates}
+	}
+	return releasesv1.RegisterReleasesServiceHandlerClient(ctx, mux, client)
+}
+
+// cachedCheckUpdate answers check-update from releases' earlier answer to the same
+// question (license key, product, channel, platform, current version) while the cache
+// holds it. An answer is kept no longer than the second its manifest was issued in (a
+// manifest is signed with its second: every answer within it is the same bytes) and the
+// license's expiry (which releases names with it, licensecache.ValidUntilHeader). The
+// cache drops a license's answers when the license changes, and everything when a release
+// is registered or unpublished (license.ReleasesChangedSubject, and the answer of such a
+// write through this gateway). Errors are never kept.
+type cachedCheckUpdate struct {
+	releasesv1.ReleasesServiceClient
+	updates *licensecache.Cache[*releasesv1.CheckUpdateResponse]
+}
+
+func (c *cachedCheckUpdate) CheckUpdate(ctx context.Context, req *releasesv1.CheckUpdateRequest, opts ...grpc.CallOption) (*releasesv1.CheckUpdateResponse, error) {
+	if req.GetKey() == "" {
+		return c.ReleasesServiceClient.CheckUpdate(ctx, req, opts...)
+	}
+	question := strings.Join([]string{req.GetProductId(), req.GetChannel(), req.GetPlatform(), req.GetCurrentVersion()}, "\x00")
+	return c.updates.GetUntil(license.CanonicalKey(req.GetKey()), question, func() (*releasesv1.CheckUpdateResponse, time.Time, error) {
+		var header metadata.MD
+		resp, err := c.ReleasesServiceClient.CheckUpdate(ctx, req, append(opts, grpc.Header(&header))...)
+		if err != nil {
+			return nil, time.Time{}, err
+		}
+		until, _, err := licensecache.ValidUntil(header)
+		if err != nil {
+			return resp, time.Unix(0, 0), nil // an expiry that cannot be read: ended, not kept
+		}
+		if issued := resp.GetRelease().GetIssuedAt(); issued != nil {
+			if end := issued.AsTime().Add(time.Second); until.IsZero() || end.Before(until) {
+				until = end
+			}
+		}
+		return resp, until, nil
+	})
 }

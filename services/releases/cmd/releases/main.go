@@ -9,6 +9,8 @@ import (
 	"github.com/keyhouse/keyhouse/pkg/billingclient"
 	"github.com/keyhouse/keyhouse/pkg/config"
 	"github.com/keyhouse/keyhouse/pkg/idempotency"
+	"github.com/keyhouse/keyhouse/pkg/license"
+	"github.com/keyhouse/keyhouse/pkg/licensecache"
 	"github.com/keyhouse/keyhouse/pkg/licensingclient"
 	"github.com/keyhouse/keyhouse/pkg/natsx"
 	"github.com/keyhouse/keyhouse/services/releases/internal/server"
@@ -48,7 +50,13 @@ func register(ctx context.Context, d *app.Deps) error {
 	}
 	d.OnClose(nc.Close)
 	d.OnClose(stopCache)
-	srv := server.New(server.Config{MultiTenant: d.Config.MultiTenant}, store.New(d.DB), remote,
+	st := store.New(d.DB).WithChangeEvents(func() {
+		if err := licensecache.PublishOn(nc, license.ReleasesChangedSubject, ""); err != nil {
+			d.Log.Warn("release change not announced; gateways serve their cached check-update answers until they expire",
+				"error", err.Error(), "ttl", d.Config.LicenseCacheTTL.String())
+		}
+	})
+	srv := server.New(server.Config{MultiTenant: d.Config.MultiTenant}, st, remote,
 		billingclient.New(billing, adminKey))
 	server.Register(d.Server.GRPC, srv)
 

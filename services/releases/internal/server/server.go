@@ -17,6 +17,7 @@ import (
 	"github.com/keyhouse/keyhouse/pkg/auth"
 	"github.com/keyhouse/keyhouse/pkg/idempotency"
 	"github.com/keyhouse/keyhouse/pkg/license"
+	"github.com/keyhouse/keyhouse/pkg/licensecache"
 	"github.com/keyhouse/keyhouse/pkg/licensingclient"
 	"github.com/keyhouse/keyhouse/pkg/paging"
 	"github.com/keyhouse/keyhouse/pkg/pgxx"
@@ -353,6 +354,10 @@ func (s *Server) CheckUpdate(ctx context.Context, req *releasesv1.CheckUpdateReq
 	}
 	if err := licensingclient.Usable(l, s.now()); err != nil {
 		return nil, err
+	}
+	if l.GetExpiresAt() != nil {
+		// Any answer from here on holds only until the license expires.
+		licensecache.AnnounceValidUntil(ctx, l.GetExpiresAt().AsTime())
 	}
 	none := &releasesv1.CheckUpdateResponse{UpdateAvailable: false}
 	key := productKey(l.GetProductId())

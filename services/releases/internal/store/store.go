@@ -12,14 +12,35 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/keyhouse/keyhouse/pkg/idempotency"
+	"github.com/keyhouse/keyhouse/pkg/licensecache"
 	"github.com/keyhouse/keyhouse/pkg/pgxx"
 )
 
 // Store reads and writes the releases schema.
-type Store struct{ db *pgxpool.Pool }
+type Store struct {
+	db *pgxpool.Pool
+	// publish announces that the releases changed (see WithChangeEvents); nil: nothing.
+	publish func()
+}
 
 // New returns a Store on db (search_path = releases).
 func New(db *pgxpool.Pool) *Store { return &Store{db: db} }
+
+// WithChangeEvents has every registration and unpublication announced, in the answer of the
+// call that made it (licensecache.AnnounceClearInCall) and through publish, after the
+// commit: caches of check-update's answers (the gateway's) empty themselves then.
+func (s *Store) WithChangeEvents(publish func()) *Store {
+	s.publish = publish
+	return s
+}
+
+// changed is called after a change of the releases committed, or may have.
+func (s *Store) changed(ctx context.Context) {
+	licensecache.AnnounceClearInCall(ctx)
+	if s.publish != nil {
+		s.publish()
+	}
+}
 
 var (
 	// ErrNotFound: no such release in the tenant.
@@ -84,6 +105,7 @@ func lockChannel(ctx context.Context, tx pgx.Tx, tenant, productKey, channel, pl
 // (ErrLimit). Under an Idempotency-Key (idemKey non-empty) a repeated request returns the
 // first id and inserts nothing (pkg/idempotency).
 func (s *Store) Register(ctx context.Context, tenant, idemKey string, requestHash []byte, r *NewRelease, limit int) (int32, error) {
+	defer s.changed(ctx)
 	resp, _, err := idempotency.Do(ctx, s.db, tenant, idemKey, requestHash, func(tx pgx.Tx) ([]byte, error) {
 		if err := lockChannel(ctx, tx, tenant, r.ProductKey, r.Channel, r.Platform); err != nil {
 			return nil, err
@@ -130,6 +152,7 @@ func (s *Store) Get(ctx context.Context, tenant string, id int32) (*Release, err
 
 // Unpublish marks the tenant's release id unpublished; it stays so if it already was.
 func (s *Store) Unpublish(ctx context.Context, tenant string, id int32) error {
+	defer s.changed(ctx)
 	tag, err := s.db.Exec(ctx, `UPDATE releases SET status = 'unpublished', unpublished_at = COALESCE(unpublished_at, now())
 		WHERE tenant_id = $1 AND id = $2`, tenant, id)
 	if err == nil && tag.RowsAffected() == 0 {
