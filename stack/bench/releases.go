@@ -16,7 +16,7 @@ func init() {
 	Register(Scenario{
 		ID:    "check-update",
 		Name:  "check-update, 500 releases in the channel (gateway → licensing + releases → Postgres)",
-		Note:  "the license from releases' cache of licensing's answers, one indexed selection among 500 published releases, an RSA-2048 signature at most once per release and second",
+		Note:  "as shipped: releases' answer from the gateway's cache, kept for the second its manifest was signed in (on a miss: the license from releases' cache of licensing's answers, one indexed selection among 500 published releases, an RSA-2048 signature at most once per release and second)",
 		Setup: setupCheckUpdate,
 	})
 }
