@@ -327,14 +327,28 @@ func AnnounceInCall(ctx context.Context, key string) {
 // names in ChangedHeader, and everything when it carries ClearHeader, failed calls
 // included (a write whose commit was in doubt).
 func (c *Cache[V]) DropAnnounced() grpc.UnaryClientInterceptor {
+	return DropAnnouncedFrom(c)
+}
+
+// Announced is what DropAnnouncedFrom does to a cache (any *Cache).
+type Announced interface {
+	Invalidate(key string)
+	Clear()
+}
+
+// DropAnnouncedFrom is DropAnnounced for several caches, reading each answer once.
+func DropAnnouncedFrom(caches ...Announced) grpc.UnaryClientInterceptor {
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 		var header metadata.MD
 		err := invoker(ctx, method, req, reply, cc, append(opts, grpc.Header(&header))...)
-		for _, key := range header.Get(ChangedHeader) {
-			c.Invalidate(key)
-		}
-		if len(header.Get(ClearHeader)) > 0 {
-			c.Clear()
+		keys, clearAll := header.Get(ChangedHeader), len(header.Get(ClearHeader)) > 0
+		for _, c := range caches {
+			for _, key := range keys {
+				c.Invalidate(key)
+			}
+			if clearAll {
+				c.Clear()
+			}
 		}
 		return err
 	}

@@ -740,15 +740,7 @@ func TestActivationCapHoldsAcrossTwoReplicas(t *testing.T) {
 	t.Parallel()
 	s := startStack(t, nil)
 	t.Cleanup(s.Stop)
-	ctx := t.Context()
-	replica, err := s.StartServiceReplica(ctx, "activations")
-	if err != nil {
-		t.Fatal(err)
-	}
-	second, err := s.StartGateway(ctx, 0, map[string]string{"ACTIVATIONS_ADDR": replica})
-	if err != nil {
-		t.Fatal(err)
-	}
+	second := secondGateway(t, s, "activations", "ACTIVATIONS_ADDR")
 	a := admin(t, s)
 	// The per-license-key tier allows 20 activations per key per window, so each round
 	// uses a key of its own.

@@ -509,15 +509,7 @@ func dbConn(t testing.TB, s *stack.Stack) *pgx.Conn {
 func TestTwoLicensingReplicasSeeAnUpgradeAtOnce(t *testing.T) {
 	t.Parallel()
 	s := hosted(t)
-	ctx := t.Context()
-	replica, err := s.StartServiceReplica(ctx, "licensing")
-	if err != nil {
-		t.Fatal(err)
-	}
-	second, err := s.StartGateway(ctx, 0, map[string]string{"LICENSING_ADDR": replica})
-	if err != nil {
-		t.Fatal(err)
-	}
+	second := secondGateway(t, s, "licensing", "LICENSING_ADDR")
 	c1, tenant := hostedTenant(t, s)
 	c2 := newClient(t, second, c1.Token)
 	p := product("billing-replicas")

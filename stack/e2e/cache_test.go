@@ -26,15 +26,7 @@ func TestLicenseCache_AWriteThroughOneReplicaCountsOnTheOtherWithinASecond(t *te
 	t.Parallel()
 	s := startStack(t, map[string]string{"LICENSE_CACHE_TTL": "1h"})
 	t.Cleanup(s.Stop)
-	ctx := t.Context()
-	replica, err := s.StartServiceReplica(ctx, "licensing")
-	if err != nil {
-		t.Fatal(err)
-	}
-	second, err := s.StartGateway(ctx, 0, map[string]string{"LICENSING_ADDR": replica})
-	if err != nil {
-		t.Fatal(err)
-	}
+	second := secondGateway(t, s, "licensing", "LICENSING_ADDR")
 	a, one, other := admin(t, s), anon(t, s), newClient(t, second, "")
 	key := issueLicense(t, a, lic("cache-replicas"))
 	verify := map[string]string{"key": key}
@@ -73,15 +65,7 @@ func TestLicenseCache_ASeatRemovedThroughOneGatewayCountsOnTheOtherWithinASecond
 	t.Parallel()
 	s := startStack(t, map[string]string{"LICENSE_CACHE_TTL": "1h"})
 	t.Cleanup(s.Stop)
-	ctx := t.Context()
-	replica, err := s.StartServiceReplica(ctx, "activations")
-	if err != nil {
-		t.Fatal(err)
-	}
-	second, err := s.StartGateway(ctx, 0, map[string]string{"ACTIVATIONS_ADDR": replica})
-	if err != nil {
-		t.Fatal(err)
-	}
+	second := secondGateway(t, s, "activations", "ACTIVATIONS_ADDR")
 	a, one, other := admin(t, s), anon(t, s), newClient(t, second, "")
 	key := issueLicense(t, a, lic("cache-seats", "max_activations", 5))
 	tok := seat(t, one, key, "host-1")
@@ -114,24 +98,6 @@ func TestLicenseCache_ASeatRemovedThroughOneGatewayCountsOnTheOtherWithinASecond
 	waitForBody(t, other, "/v1/validate-license", validate("host-3"), 200, invalid)
 }
 
-// A license with an expiry validates until then, and not after, with no event: the
-// gateway keeps a valid answer no longer than the license's expiry.
-func TestLicenseCache_AValidAnswerEndsWithTheLicense(t *testing.T) {
-	t.Parallel()
-	s := startStack(t, map[string]string{"LICENSE_CACHE_TTL": "1h"})
-	t.Cleanup(s.Stop)
-	a, c := admin(t, s), anon(t, s)
-	expires := time.Now().Add(3 * time.Second).UTC().Truncate(time.Millisecond)
-	key := issueLicense(t, a, lic("cache-seat-expiry", "expires_at", expires.Format(time.RFC3339Nano)))
-	seat(t, c, key, "host-1")
-	validate := map[string]string{"key": key, "instance_id": "host-1"}
-	for range 3 {
-		c.Post("/v1/validate-license", validate).ExpectBody(t, `{"valid":true}`)
-	}
-	time.Sleep(time.Until(expires))
-	c.Post("/v1/validate-license", validate).ExpectBody(t, `{"valid":false}`)
-}
-
 // Two releases replicas, each behind its own gateway (each gateway caches check-update's
 // answers): a release registered or unpublished through one counts there at once and on
 // the other within a second, and so does a revocation.
@@ -139,15 +105,7 @@ func TestLicenseCache_AReleaseChangeThroughOneGatewayCountsOnTheOtherWithinASeco
 	t.Parallel()
 	s := startStack(t, map[string]string{"LICENSE_CACHE_TTL": "1h"})
 	t.Cleanup(s.Stop)
-	ctx := t.Context()
-	replica, err := s.StartServiceReplica(ctx, "releases")
-	if err != nil {
-		t.Fatal(err)
-	}
-	second, err := s.StartGateway(ctx, 0, map[string]string{"RELEASES_ADDR": replica})
-	if err != nil {
-		t.Fatal(err)
-	}
+	second := secondGateway(t, s, "releases", "RELEASES_ADDR")
 	a, one, other := admin(t, s), anon(t, s), newClient(t, second, "")
 	p := product("cache-releases")
 	registerRelease(t, a, rel(p, "2.0.0"))
@@ -222,19 +180,31 @@ func TestLicenseCache_CallersSeeAWriteWithinASecond(t *testing.T) {
 	waitFor(t, c, "/v1/check-update", update, 403).ExpectBody(t, `{"error":"License has expired"}`)
 }
 
-// Expiry is decided at every read: a cached license turns expired on time, with no write
-// and no event.
+// Expiry is decided at every read: a license whose answers are cached (licensing's row,
+// and the gateway's verify, validate and check-update answers) turns expired on time,
+// with no write and no event.
 func TestLicenseCache_ExpiryIsNeverCached(t *testing.T) {
 	t.Parallel()
 	s := startStack(t, map[string]string{"LICENSE_CACHE_TTL": "1h"})
 	t.Cleanup(s.Stop)
 	a, c := admin(t, s), anon(t, s)
+	p := product("cache-expiry")
+	registerRelease(t, a, rel(p, "2.0.0"))
 	expires := time.Now().Add(3 * time.Second).UTC().Truncate(time.Millisecond)
-	key := issueLicense(t, a, lic("cache-expiry", "expires_at", expires.Format(time.RFC3339Nano)))
+	key := issueLicense(t, a, lic(p, "expires_at", expires.Format(time.RFC3339Nano)))
+	seat(t, c, key, "host-1")
 	verify := map[string]string{"key": key}
-	c.Post("/v1/verify-license", verify).Expect(t, 200)
+	validate := map[string]string{"key": key, "instance_id": "host-1"}
+	current := check(key, p, "2.0.0")
+	for range 3 {
+		c.Post("/v1/verify-license", verify).Expect(t, 200)
+		c.Post("/v1/validate-license", validate).ExpectBody(t, `{"valid":true}`)
+		c.Post("/v1/check-update", current).ExpectBody(t, `{"update_available":false,"release":null}`)
+	}
 	time.Sleep(time.Until(expires))
 	c.Post("/v1/verify-license", verify).Expect(t, 403).ExpectBody(t, verifyExpired)
+	c.Post("/v1/validate-license", validate).ExpectBody(t, `{"valid":false}`)
+	c.Post("/v1/check-update", current).Expect(t, 403).ExpectBody(t, `{"error":"License has expired"}`)
 }
 
 // settles polls cond until it holds, for at most staleBound: a write through licensing

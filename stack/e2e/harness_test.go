@@ -301,3 +301,18 @@ func issueLicense(t testing.TB, c *Client, body map[string]any) string {
 // product returns a product_id no other test uses: on the hosted stack the first tenant
 // to use a product owns it for the whole run.
 func product(name string) string { return fmt.Sprintf("%s-%d", name, time.Now().UnixNano()) }
+
+// secondGateway starts a second replica of service and a second gateway that reaches it
+// through addrVar (LICENSING_ADDR, …), and returns that gateway's URL.
+func secondGateway(t *testing.T, s *stack.Stack, service, addrVar string) string {
+	t.Helper()
+	replica, err := s.StartServiceReplica(t.Context(), service)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := s.StartGateway(t.Context(), 0, map[string]string{addrVar: replica})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return second
+}

@@ -21,14 +21,10 @@ import (
 	"github.com/keyhouse/keyhouse/pkg/buildinfo"
 	"github.com/keyhouse/keyhouse/pkg/config"
 	"github.com/keyhouse/keyhouse/pkg/grpcx"
-	"github.com/keyhouse/keyhouse/pkg/license"
-	"github.com/keyhouse/keyhouse/pkg/licensecache"
 	"github.com/keyhouse/keyhouse/pkg/metrics"
 	"github.com/keyhouse/keyhouse/pkg/natsx"
 	"github.com/keyhouse/keyhouse/pkg/readiness"
 	"github.com/keyhouse/keyhouse/pkg/telemetry"
-	licensingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1"
-	releasesv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/releases/v1"
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -98,38 +94,22 @@ func run(ctx context.Context) error {
 	rdb := redis.NewClient(redisOpts)
 	defer rdb.Close()
 
-	// verify-license's and validate-license's valid answers are cached here, following
-	// the change events like the services' license caches (LICENSE_CACHE_TTL bounds them),
-	// and dropped as soon as a write through this gateway announces its key.
+	// The answers of verify-license, validate-license and check-update are cached here
+	// (edge.Caches), following the change events over NATS like the services' license
+	// caches (LICENSE_CACHE_TTL bounds them), and dropped as soon as a write through this
+	// gateway announces what it changed.
 	nc, _, err := natsx.Connect(ctx, cfg.NATSURL, "gateway", log)
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	verified := licensecache.New[*licensingv1.VerifyLicenseResponse](cfg.LicenseCacheTTL)
-	validSeats := licensecache.New[time.Time](cfg.LicenseCacheTTL)
-	stopVerified, err := verified.Subscribe(nc)
+	caches := edge.NewCaches(cfg.LicenseCacheTTL)
+	stopCaches, err := caches.Follow(nc)
 	if err != nil {
 		return err
 	}
-	defer stopVerified()
-	stopValid, err := validSeats.Subscribe(nc, license.SeatRemovedSubject)
-	if err != nil {
-		return err
-	}
-	defer stopValid()
-	updateAnswers := licensecache.New[*releasesv1.CheckUpdateResponse](cfg.LicenseCacheTTL)
-	stopUpdates, err := updateAnswers.Subscribe(nc)
-	if err != nil {
-		return err
-	}
-	defer stopUpdates()
-	stopReleases, err := updateAnswers.ClearOn(nc, license.ReleasesChangedSubject)
-	if err != nil {
-		return err
-	}
-	defer stopReleases()
-	dropAnnounced := grpc.WithChainUnaryInterceptor(verified.DropAnnounced(), validSeats.DropAnnounced(), updateAnswers.DropAnnounced())
+	defer stopCaches()
+	dropAnnounced := grpc.WithChainUnaryInterceptor(caches.DropAnnounced())
 
 	var conns edge.Conns
 	for _, c := range []struct {
@@ -193,11 +173,9 @@ func run(ctx context.Context) error {
 		RateLimit: func(next http.Handler) http.Handler {
 			return ratelimit.Middleware(limiter, cfg.AdminRateLimitMax, cfg.TrustedProxies, next)
 		},
-		NotReady:         notReady,
-		RequestTimeout:   cfg.RequestTimeout,
-		VerifiedLicenses: verified,
-		ValidSeats:       validSeats,
-		UpdateAnswers:    updateAnswers,
+		NotReady:       notReady,
+		RequestTimeout: cfg.RequestTimeout,
+		Caches:         caches,
 	})
 	if err != nil {
 		return err

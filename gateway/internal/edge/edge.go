@@ -16,12 +16,9 @@ import (
 	"github.com/keyhouse/keyhouse/gateway/internal/openapi"
 	"github.com/keyhouse/keyhouse/pkg/buildinfo"
 	"github.com/keyhouse/keyhouse/pkg/grpcx"
-	"github.com/keyhouse/keyhouse/pkg/licensecache"
 	"github.com/keyhouse/keyhouse/pkg/telemetry"
 	accountsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/accounts/v1"
 	apiv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/api/v1"
-	licensingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1"
-	releasesv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/releases/v1"
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
@@ -43,18 +40,10 @@ type Options struct {
 	NotReady func() []string
 	// RequestTimeout is every request's budget (REQUEST_TIMEOUT); zero means none.
 	RequestTimeout time.Duration
-	// VerifiedLicenses caches verify-license's valid answers (see cachedVerify); nil
-	// asks licensing every time. The Licensing connection must drop what its answers
-	// announce (licensecache.DropAnnounced).
-	VerifiedLicenses *licensecache.Cache[*licensingv1.VerifyLicenseResponse]
-	// ValidSeats caches validate-license's valid answers (see cachedValidate); nil asks
-	// activations every time. The Licensing and Activations connections must drop what
-	// their answers announce.
-	ValidSeats *licensecache.Cache[time.Time]
-	// UpdateAnswers caches check-update's answers (see cachedCheckUpdate); nil asks
-	// releases every time. The Licensing and Releases connections must drop what their
-	// answers announce.
-	UpdateAnswers *licensecache.Cache[*releasesv1.CheckUpdateResponse]
+	// Caches keep the answers of verify-license, validate-license and check-update; nil
+	// asks the services every time. The connections to licensing, activations and
+	// releases must use Caches.DropAnnounced.
+	Caches *Caches
 	// Pages serves the console (/console/) and the end-user portal (/portal/); nil
 	// leaves them out.
 	Pages http.Handler
@@ -82,13 +71,13 @@ func New(ctx context.Context, opts Options) (http.Handler, error) {
 	if err := registerBilling(ctx, mux, c.Billing); err != nil {
 		return nil, err
 	}
-	if err := registerLicensing(ctx, mux, c.Licensing, opts.VerifiedLicenses); err != nil {
+	if err := registerLicensing(ctx, mux, c.Licensing, opts.Caches.verified()); err != nil {
 		return nil, err
 	}
-	if err := registerActivations(ctx, mux, c.Activations, opts.Log, opts.ValidSeats); err != nil {
+	if err := registerActivations(ctx, mux, c.Activations, opts.Log, opts.Caches.validSeats()); err != nil {
 		return nil, err
 	}
-	if err := registerReleases(ctx, mux, c.Releases, opts.UpdateAnswers); err != nil {
+	if err := registerReleases(ctx, mux, c.Releases, opts.Caches.updates()); err != nil {
 		return nil, err
 	}
 	if err := registerStorefront(ctx, mux, c.Storefront); err != nil {

@@ -1,0 +1,88 @@
+package edge
+
+import (
+	"time"
+
+	"github.com/keyhouse/keyhouse/pkg/license"
+	"github.com/keyhouse/keyhouse/pkg/licensecache"
+	licensingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1"
+	releasesv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/releases/v1"
+	"github.com/nats-io/nats.go"
+	"google.golang.org/grpc"
+)
+
+// Caches keep the services' answers on the three read routes every installed app calls
+// (cachedVerify, cachedValidate, cachedCheckUpdate). They follow the change events over
+// NATS (Follow), and the connections to the services must drop what a write's answer
+// announces (DropAnnounced), so that a write through this gateway counts here at once.
+type Caches struct {
+	Verified   *licensecache.Cache[*licensingv1.VerifyLicenseResponse]
+	ValidSeats *licensecache.Cache[time.Time]
+	Updates    *licensecache.Cache[*releasesv1.CheckUpdateResponse]
+}
+
+// NewCaches returns caches whose entries live at most ttl (LICENSE_CACHE_TTL); ttl <= 0
+// returns nil caches, which ask the services every time.
+func NewCaches(ttl time.Duration) *Caches {
+	return &Caches{
+		Verified:   licensecache.New[*licensingv1.VerifyLicenseResponse](ttl),
+		ValidSeats: licensecache.New[time.Time](ttl),
+		Updates:    licensecache.New[*releasesv1.CheckUpdateResponse](ttl),
+	}
+}
+
+// Follow subscribes every cache to the events that change its answers: license changes
+// for all three, seat removals for validate-license's, release changes (which empty it)
+// for check-update's. stop undoes it.
+func (c *Caches) Follow(nc *nats.Conn) (stop func(), err error) {
+	var stops []func()
+	stop = func() {
+		for _, s := range stops {
+			s()
+		}
+	}
+	for _, follow := range []func() (func(), error){
+		func() (func(), error) { return c.Verified.Subscribe(nc) },
+		func() (func(), error) { return c.ValidSeats.Subscribe(nc, license.SeatRemovedSubject) },
+		func() (func(), error) { return c.Updates.Subscribe(nc) },
+		func() (func(), error) { return c.Updates.ClearOn(nc, license.ReleasesChangedSubject) },
+	} {
+		s, err := follow()
+		if err != nil {
+			stop()
+			return nil, err
+		}
+		stops = append(stops, s)
+	}
+	return stop, nil
+}
+
+// DropAnnounced is the client interceptor of the connections to licensing, activations
+// and releases: what a call's answer announces leaves every cache before the answer
+// reaches the client.
+func (c *Caches) DropAnnounced() grpc.UnaryClientInterceptor {
+	return licensecache.DropAnnouncedFrom(c.Verified, c.ValidSeats, c.Updates)
+}
+
+// The caches one by one, nil when c is (no caching).
+
+func (c *Caches) verified() *licensecache.Cache[*licensingv1.VerifyLicenseResponse] {
+	if c == nil {
+		return nil
+	}
+	return c.Verified
+}
+
+func (c *Caches) validSeats() *licensecache.Cache[time.Time] {
+	if c == nil {
+		return nil
+	}
+	return c.ValidSeats
+}
+
+func (c *Caches) updates() *licensecache.Cache[*releasesv1.CheckUpdateResponse] {
+	if c == nil {
+		return nil
+	}
+	return c.Updates
+}
