@@ -56,6 +56,13 @@ var (
 		Help: "Rate-limit decisions at the gateway, by tier and decision (allowed or denied).",
 	}, []string{"tier", "decision"})
 
+	// AnswerCache counts the gateway's cacheable questions by route and result: hit
+	// (answered from the gateway's cache) or miss (the service was asked).
+	AnswerCache = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "keyhouse_gateway_answer_cache_total",
+		Help: "Questions the gateway could answer from its cache (verify-license, validate-license, check-update), by route and result: hit or miss (the service was asked).",
+	}, []string{"route", "result"})
+
 	// DependencyUp is 1 while a dependency answers the readiness probes, 0 during an outage.
 	DependencyUp = promauto.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "keyhouse_dependency_up",
@@ -75,6 +82,16 @@ const (
 	MailLogged = "logged"
 	MailFailed = "failed"
 )
+
+// RecordAnswer counts one cacheable question of route, answered from the cache (hit) or
+// by the service.
+func RecordAnswer(route string, hit bool) {
+	result := "miss"
+	if hit {
+		result = "hit"
+	}
+	AnswerCache.WithLabelValues(route, result).Inc()
+}
 
 // RecordMailSend counts one mail by result (MailSent, MailLogged or MailFailed).
 func RecordMailSend(result string) {

@@ -479,6 +479,8 @@ func TestEveryProcessServesItsMetricsOnItsOwnPort(t *testing.T) {
 	t.Cleanup(s.Stop)
 	c := admin(t, s)
 	key := issueLicense(t, c, map[string]any{"tier": "pro", "product_id": product("metrics"), "issued_to": "m@example.com"})
+	// The second verify is answered from the gateway's cache: licensing counts one.
+	anon(t, s).Post("/v1/verify-license", map[string]string{"key": key}).Expect(t, 200)
 	anon(t, s).Post("/v1/verify-license", map[string]string{"key": key}).Expect(t, 200)
 	anon(t, s).Post("/v1/activate-license", map[string]string{"key": key, "instance_id": "m1"}).Expect(t, 200)
 	anon(t, s).Get("/v1/no-such-route").Expect(t, 404)
@@ -491,10 +493,12 @@ func TestEveryProcessServesItsMetricsOnItsOwnPort(t *testing.T) {
 	common := []string{"go_goroutines ", "process_cpu_seconds_total ", "keyhouse_dependency_up{"}
 	want := map[string][]string{
 		"gateway": {
-			`keyhouse_http_requests_total{code="200",method="POST",route="/v1/verify-license"} 1`,
+			`keyhouse_http_requests_total{code="200",method="POST",route="/v1/verify-license"} 2`,
 			`keyhouse_http_requests_total{code="404",method="GET",route="none"} 2`, // the unknown route and /metrics
-			`keyhouse_http_request_duration_seconds_bucket{code="200",method="POST",route="/v1/verify-license",le="+Inf"} 1`,
-			`keyhouse_ratelimit_decisions_total{decision="allowed",tier="validation"} 1`,
+			`keyhouse_http_request_duration_seconds_bucket{code="200",method="POST",route="/v1/verify-license",le="+Inf"} 2`,
+			`keyhouse_gateway_answer_cache_total{result="miss",route="/v1/verify-license"} 1`,
+			`keyhouse_gateway_answer_cache_total{result="hit",route="/v1/verify-license"} 1`,
+			`keyhouse_ratelimit_decisions_total{decision="allowed",tier="validation"} 2`,
 			`keyhouse_ratelimit_decisions_total{decision="allowed",tier="activation"} 1`,
 			`keyhouse_dependency_up{dependency="redis"} 1`,
 			`keyhouse_dependency_up{dependency="licensing"} 1`,

@@ -11,6 +11,7 @@ import (
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/keyhouse/keyhouse/pkg/license"
 	"github.com/keyhouse/keyhouse/pkg/licensecache"
+	"github.com/keyhouse/keyhouse/pkg/metrics"
 	activationsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/activations/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
@@ -52,7 +53,9 @@ var validAnswer = &activationsv1.ValidateLicenseResponse{Valid: true}
 func (c *cachedValidate) ValidateLicense(ctx context.Context, req *activationsv1.ValidateLicenseRequest) (*activationsv1.ValidateLicenseResponse, error) {
 	key := license.CanonicalKey(req.GetKey())
 	var asked *activationsv1.ValidateLicenseResponse
+	loaded := false
 	until, err := c.valid.GetFor(key, req.GetInstanceId(), func() (time.Time, error) {
+		loaded = true
 		var header metadata.MD
 		resp, err := c.client.ValidateLicense(ctx, req, grpc.Header(&header))
 		if err != nil {
@@ -65,6 +68,7 @@ func (c *cachedValidate) ValidateLicense(ctx context.Context, req *activationsv1
 		}
 		return until, nil
 	})
+	metrics.RecordAnswer("/v1/validate-license", !loaded)
 	switch {
 	case asked != nil:
 		return asked, nil

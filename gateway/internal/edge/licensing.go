@@ -9,6 +9,7 @@ import (
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/keyhouse/keyhouse/pkg/license"
 	"github.com/keyhouse/keyhouse/pkg/licensecache"
+	"github.com/keyhouse/keyhouse/pkg/metrics"
 	licensingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1"
 	"google.golang.org/grpc"
 )
@@ -54,6 +55,7 @@ func (c *cachedVerify) VerifyLicense(ctx context.Context, req *licensingv1.Verif
 		asked = true
 		return ask()
 	})
+	metrics.RecordAnswer("/v1/verify-license", !asked)
 	if err != nil {
 		return nil, err
 	}

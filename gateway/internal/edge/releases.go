@@ -8,6 +8,7 @@ import (
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/keyhouse/keyhouse/pkg/license"
 	"github.com/keyhouse/keyhouse/pkg/licensecache"
+	"github.com/keyhouse/keyhouse/pkg/metrics"
 	releasesv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/releases/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
@@ -41,7 +42,9 @@ func (c *cachedCheckUpdate) CheckUpdate(ctx context.Context, req *releasesv1.Che
 		return c.ReleasesServiceClient.CheckUpdate(ctx, req, opts...)
 	}
 	question := strings.Join([]string{req.GetProductId(), req.GetChannel(), req.GetPlatform(), req.GetCurrentVersion()}, "\x00")
-	return c.updates.GetUntil(license.CanonicalKey(req.GetKey()), question, func() (*releasesv1.CheckUpdateResponse, time.Time, error) {
+	loaded := false
+	resp, err := c.updates.GetUntil(license.CanonicalKey(req.GetKey()), question, func() (*releasesv1.CheckUpdateResponse, time.Time, error) {
+		loaded = true
 		var header metadata.MD
 		resp, err := c.ReleasesServiceClient.CheckUpdate(ctx, req, append(opts, grpc.Header(&header))...)
 		if err != nil {
@@ -58,4 +61,6 @@ func (c *cachedCheckUpdate) CheckUpdate(ctx context.Context, req *releasesv1.Che
 		}
 		return resp, until, nil
 	})
+	metrics.RecordAnswer("/v1/check-update", !loaded)
+	return resp, err
 }
