@@ -90,20 +90,19 @@ func New[V any](ttl time.Duration) *Cache[V] {
 // Get returns the value cached for key, or load's answer, stored unless an invalidation
 // arrived while load ran. Errors are returned and never stored.
 func (c *Cache[V]) Get(key string, load func() (V, error)) (V, error) {
-	return c.GetFor(key, "", load)
-}
-
-// GetFor is Get for one of several answers about the license key, told apart by
-// qualifier (validate-license's instance id): an invalidation of key drops them all.
-func (c *Cache[V]) GetFor(key, qualifier string, load func() (V, error)) (V, error) {
-	return c.GetUntil(key, qualifier, func() (V, time.Time, error) {
+	return c.GetUntil(key, "", func() (V, time.Time, error) {
 		v, err := load()
 		return v, time.Time{}, err
 	})
 }
 
-// GetUntil is GetFor for answers that hold only until a time load names with them (zero:
-// until the TTL): the entry ends then, if before the TTL.
+// NotKept, returned by a load as its until, has GetUntil answer without keeping.
+var NotKept = time.Unix(0, 0)
+
+// GetUntil is Get for one of several answers about the license key, told apart by
+// qualifier (an instance id, a question): an invalidation of key drops them all. load
+// names until when its answer holds (zero: the TTL); the entry ends then if that comes
+// first, and an answer whose until has passed (NotKept) is not kept at all.
 func (c *Cache[V]) GetUntil(key, qualifier string, load func() (V, time.Time, error)) (V, error) {
 	if c == nil || !c.live.Load() {
 		v, _, err := load()
@@ -297,15 +296,18 @@ func AnnounceValidUntil(ctx context.Context, t time.Time) {
 	_ = grpc.SetHeader(ctx, metadata.Pairs(ValidUntilHeader, t.UTC().Format(time.RFC3339Nano)))
 }
 
-// ValidUntil reads ValidUntilHeader from an answer's metadata; ok is false when there is
-// none (the answer holds until the license changes).
-func ValidUntil(md metadata.MD) (t time.Time, ok bool, err error) {
+// ValidUntil reads ValidUntilHeader from an answer's metadata: zero when there is none
+// (the answer holds until the license changes), NotKept when it cannot be read.
+func ValidUntil(md metadata.MD) time.Time {
 	v := md.Get(ValidUntilHeader)
 	if len(v) == 0 {
-		return time.Time{}, false, nil
+		return time.Time{}
 	}
-	t, err = time.Parse(time.RFC3339Nano, v[0])
-	return t, err == nil, err
+	t, err := time.Parse(time.RFC3339Nano, v[0])
+	if err != nil {
+		return NotKept
+	}
+	return t
 }
 
 // ClearHeader in a gRPC answer says that the call changed what any answer may depend on

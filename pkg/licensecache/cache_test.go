@@ -170,7 +170,7 @@ func TestInvalidatingAKeyDropsEveryAnswerAboutIt(t *testing.T) {
 	reads := map[string]int{}
 	get := func(key, instance string) {
 		t.Helper()
-		if _, err := c.GetFor(key, instance, func() (int64, error) { reads[key+"/"+instance]++; return 1, nil }); err != nil {
+		if _, err := c.GetUntil(key, instance, func() (int64, time.Time, error) { reads[key+"/"+instance]++; return 1, time.Time{}, nil }); err != nil {
 			t.Fatal(err)
 		}
 	}

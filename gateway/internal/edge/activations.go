@@ -3,7 +3,6 @@ package edge
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"log/slog"
 	"net/http"
 	"time"
@@ -23,12 +22,12 @@ import (
 // everything: a body grpc-gateway's decoder would turn into a 400 (malformed JSON, a key
 // that is not a string, a body that is not an object) and a service that cannot answer.
 // Valid answers are served from valid while it holds them (nil: no cache).
-func registerActivations(ctx context.Context, mux *runtime.ServeMux, conn *grpc.ClientConn, log *slog.Logger, valid *licensecache.Cache[time.Time]) error {
+func registerActivations(ctx context.Context, mux *runtime.ServeMux, conn *grpc.ClientConn, log *slog.Logger, valid *licensecache.Cache[*activationsv1.ValidateLicenseResponse]) error {
 	client := activationsv1.NewActivationsServiceClient(conn)
 	if err := activationsv1.RegisterActivationsServiceHandlerClient(ctx, mux, client); err != nil {
 		return err
 	}
-	validator := &cachedValidate{client: client, valid: valid, now: time.Now}
+	validator := &cachedValidate{client: client, valid: valid}
 	return mux.HandlePath(http.MethodPost, "/v1/validate-license", validateLicense(mux, validator, log))
 }
 
@@ -36,49 +35,30 @@ func registerActivations(ctx context.Context, mux *runtime.ServeMux, conn *grpc.
 // same license and instance while the license cache holds it. Only valid answers are kept
 // (a seat taken later needs no event); every answer about a license is dropped when the
 // license changes or loses a seat (announced on license.ChangedSubject and
-// license.SeatRemovedSubject, and in the answer of a write through this gateway), and an answer is not served once the license's
-// expiry, which activations names with it (licensecache.ValidUntilHeader), has come.
+// license.SeatRemovedSubject, and in the answer of a write through this gateway), and none
+// is kept past the license's expiry, which activations names with it
+// (licensecache.ValidUntilHeader).
 type cachedValidate struct {
 	client activationsv1.ActivationsServiceClient
-	// valid: license key → instance id → until when the answer holds (zero: no expiry).
-	valid *licensecache.Cache[time.Time]
-	now   func() time.Time
+	valid  *licensecache.Cache[*activationsv1.ValidateLicenseResponse]
 }
 
-// errNotKept carries an answer that is not cached (valid false) out of the cache's load.
-var errNotKept = errors.New("answer not kept")
-
-var validAnswer = &activationsv1.ValidateLicenseResponse{Valid: true}
-
 func (c *cachedValidate) ValidateLicense(ctx context.Context, req *activationsv1.ValidateLicenseRequest) (*activationsv1.ValidateLicenseResponse, error) {
-	key := license.CanonicalKey(req.GetKey())
-	var asked *activationsv1.ValidateLicenseResponse
-	loaded := false
-	until, err := c.valid.GetFor(key, req.GetInstanceId(), func() (time.Time, error) {
-		loaded = true
+	asked := false
+	resp, err := c.valid.GetUntil(license.CanonicalKey(req.GetKey()), req.GetInstanceId(), func() (*activationsv1.ValidateLicenseResponse, time.Time, error) {
+		asked = true
 		var header metadata.MD
 		resp, err := c.client.ValidateLicense(ctx, req, grpc.Header(&header))
 		if err != nil {
-			return time.Time{}, err
+			return nil, time.Time{}, err
 		}
-		asked = resp
-		until, _, err := licensecache.ValidUntil(header)
-		if !resp.GetValid() || err != nil {
-			return time.Time{}, errNotKept
+		if !resp.GetValid() {
+			return resp, licensecache.NotKept, nil
 		}
-		return until, nil
+		return resp, licensecache.ValidUntil(header), nil
 	})
-	metrics.RecordAnswer("/v1/validate-license", !loaded)
-	switch {
-	case asked != nil:
-		return asked, nil
-	case err != nil:
-		return nil, err
-	case !until.IsZero() && !c.now().Before(until):
-		c.valid.Invalidate(key)
-		return c.client.ValidateLicense(ctx, req)
-	}
-	return validAnswer, nil
+	metrics.RecordAnswer("/v1/validate-license", !asked)
+	return resp, err
 }
 
 func validateLicense(mux *runtime.ServeMux, client *cachedValidate, log *slog.Logger) runtime.HandlerFunc {

@@ -46,7 +46,7 @@ func (f *fakeValidator) ValidateLicense(_ context.Context, req *activationsv1.Va
 func serveValidate(t *testing.T, f *fakeValidator, body string) string {
 	t.Helper()
 	mux := runtime.NewServeMux(runtime.WithMarshalerOption(runtime.MIMEWildcard, newJSONMarshaler()), runtime.WithErrorHandler(handleError))
-	if err := mux.HandlePath(http.MethodPost, "/v1/validate-license", validateLicense(mux, &cachedValidate{client: f, now: time.Now}, nil)); err != nil {
+	if err := mux.HandlePath(http.MethodPost, "/v1/validate-license", validateLicense(mux, &cachedValidate{client: f}, nil)); err != nil {
 		t.Fatal(err)
 	}
 	w := httptest.NewRecorder()
@@ -95,9 +95,9 @@ func TestValidateLicenseAnswersValidFalseWhenTheServiceFails(t *testing.T) {
 }
 
 func TestCachedValidateKeepsValidAnswersPerInstanceUntilTheLicenseExpires(t *testing.T) {
-	now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
-	f := &fakeValidator{invalid: map[string]bool{"host-2": true}, until: now.Add(time.Minute)}
-	c := &cachedValidate{client: f, valid: licensecache.New[time.Time](time.Hour), now: func() time.Time { return now }}
+	expires := time.Now().Add(500 * time.Millisecond)
+	f := &fakeValidator{invalid: map[string]bool{"host-2": true}, until: expires}
+	c := &cachedValidate{client: f, valid: licensecache.New[*activationsv1.ValidateLicenseResponse](time.Hour)}
 	key := license.NewKey()
 	validate := func(instance string) bool {
 		t.Helper()
@@ -132,7 +132,7 @@ func TestCachedValidateKeepsValidAnswersPerInstanceUntilTheLicenseExpires(t *tes
 	validate("host-1")
 	calls(4, "after the license changed, asked once again")
 
-	now = now.Add(time.Minute)
+	time.Sleep(time.Until(expires))
 	validate("host-1")
 	calls(5, "once the license's expiry has come, activations decides")
 }

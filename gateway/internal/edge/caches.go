@@ -5,6 +5,7 @@ import (
 
 	"github.com/keyhouse/keyhouse/pkg/license"
 	"github.com/keyhouse/keyhouse/pkg/licensecache"
+	activationsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/activations/v1"
 	licensingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1"
 	releasesv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/releases/v1"
 	"github.com/nats-io/nats.go"
@@ -17,7 +18,7 @@ import (
 // announces (DropAnnounced), so that a write through this gateway counts here at once.
 type Caches struct {
 	Verified   *licensecache.Cache[*licensingv1.VerifyLicenseResponse]
-	ValidSeats *licensecache.Cache[time.Time]
+	ValidSeats *licensecache.Cache[*activationsv1.ValidateLicenseResponse]
 	Updates    *licensecache.Cache[*releasesv1.CheckUpdateResponse]
 }
 
@@ -26,7 +27,7 @@ type Caches struct {
 func NewCaches(ttl time.Duration) *Caches {
 	return &Caches{
 		Verified:   licensecache.New[*licensingv1.VerifyLicenseResponse](ttl),
-		ValidSeats: licensecache.New[time.Time](ttl),
+		ValidSeats: licensecache.New[*activationsv1.ValidateLicenseResponse](ttl),
 		Updates:    licensecache.New[*releasesv1.CheckUpdateResponse](ttl),
 	}
 }
@@ -62,27 +63,4 @@ func (c *Caches) Follow(nc *nats.Conn) (stop func(), err error) {
 // reaches the client.
 func (c *Caches) DropAnnounced() grpc.UnaryClientInterceptor {
 	return licensecache.DropAnnouncedFrom(c.Verified, c.ValidSeats, c.Updates)
-}
-
-// The caches one by one, nil when c is (no caching).
-
-func (c *Caches) verified() *licensecache.Cache[*licensingv1.VerifyLicenseResponse] {
-	if c == nil {
-		return nil
-	}
-	return c.Verified
-}
-
-func (c *Caches) validSeats() *licensecache.Cache[time.Time] {
-	if c == nil {
-		return nil
-	}
-	return c.ValidSeats
-}
-
-func (c *Caches) updates() *licensecache.Cache[*releasesv1.CheckUpdateResponse] {
-	if c == nil {
-		return nil
-	}
-	return c.Updates
 }

@@ -65,19 +65,23 @@ func New(ctx context.Context, opts Options) (http.Handler, error) {
 		runtime.WithMiddlewares(recordRoute),
 	)
 	c := opts.Conns
+	caches := opts.Caches
+	if caches == nil {
+		caches = &Caches{} // nil caches: every question goes to its service
+	}
 	if err := accountsv1.RegisterAccountsServiceHandlerClient(ctx, mux, accountsv1.NewAccountsServiceClient(c.Billing)); err != nil {
 		return nil, err
 	}
 	if err := registerBilling(ctx, mux, c.Billing); err != nil {
 		return nil, err
 	}
-	if err := registerLicensing(ctx, mux, c.Licensing, opts.Caches.verified()); err != nil {
+	if err := registerLicensing(ctx, mux, c.Licensing, caches.Verified); err != nil {
 		return nil, err
 	}
-	if err := registerActivations(ctx, mux, c.Activations, opts.Log, opts.Caches.validSeats()); err != nil {
+	if err := registerActivations(ctx, mux, c.Activations, opts.Log, caches.ValidSeats); err != nil {
 		return nil, err
 	}
-	if err := registerReleases(ctx, mux, c.Releases, opts.Caches.updates()); err != nil {
+	if err := registerReleases(ctx, mux, c.Releases, caches.Updates); err != nil {
 		return nil, err
 	}
 	if err := registerStorefront(ctx, mux, c.Storefront); err != nil {

@@ -19,10 +19,7 @@ import (
 // verify-license's successful answers are served from verified (nil: no cache).
 func registerLicensing(ctx context.Context, mux *runtime.ServeMux, conn *grpc.ClientConn, verified *licensecache.Cache[*licensingv1.VerifyLicenseResponse]) error {
 	client := licensingv1.NewLicensingServiceClient(conn)
-	var routes licensingv1.LicensingServiceClient = client
-	if verified != nil {
-		routes = &cachedVerify{LicensingServiceClient: client, verified: verified, now: time.Now}
-	}
+	routes := &cachedVerify{LicensingServiceClient: client, verified: verified}
 	if err := licensingv1.RegisterLicensingServiceHandlerClient(ctx, mux, routes); err != nil {
 		return err
 	}
@@ -32,40 +29,33 @@ func registerLicensing(ctx context.Context, mux *runtime.ServeMux, conn *grpc.Cl
 // cachedVerify answers verify-license from licensing's earlier answer for the same key
 // while the license cache holds it: the same bytes, without the hop to licensing. Only
 // valid answers are kept (an unknown, revoked or expired key always asks licensing), and
-// one whose expires_at has come is never served: licensing decides again. The cache
-// follows licensing's change events (pkg/licensecache), and a write that passes through
-// this gateway drops its key before its answer leaves (licensecache.DropAnnounced on the
-// connection).
+// none past its own expires_at: licensing decides again then. The cache follows
+// licensing's change events (pkg/licensecache), and a write that passes through this
+// gateway drops its key before its answer leaves (Caches.DropAnnounced).
 type cachedVerify struct {
 	licensingv1.LicensingServiceClient
 	verified *licensecache.Cache[*licensingv1.VerifyLicenseResponse]
-	now      func() time.Time
 }
 
 func (c *cachedVerify) VerifyLicense(ctx context.Context, req *licensingv1.VerifyLicenseRequest, opts ...grpc.CallOption) (*licensingv1.VerifyLicenseResponse, error) {
-	ask := func() (*licensingv1.VerifyLicenseResponse, error) {
+	if req.Key == nil {
 		return c.LicensingServiceClient.VerifyLicense(ctx, req, opts...)
 	}
-	if req.Key == nil {
-		return ask()
-	}
-	key := license.CanonicalKey(req.GetKey())
 	asked := false
-	resp, err := c.verified.Get(key, func() (*licensingv1.VerifyLicenseResponse, error) {
+	resp, err := c.verified.GetUntil(license.CanonicalKey(req.GetKey()), "", func() (*licensingv1.VerifyLicenseResponse, time.Time, error) {
 		asked = true
-		return ask()
+		resp, err := c.LicensingServiceClient.VerifyLicense(ctx, req, opts...)
+		if err != nil {
+			return nil, time.Time{}, err
+		}
+		var until time.Time
+		if exp := resp.GetExpiresAt(); exp != nil {
+			until = exp.AsTime()
+		}
+		return resp, until, nil
 	})
 	metrics.RecordAnswer("/v1/verify-license", !asked)
-	if err != nil {
-		return nil, err
-	}
-	if exp := resp.GetExpiresAt(); exp != nil && !c.now().Before(exp.AsTime()) {
-		c.verified.Invalidate(key)
-		if !asked {
-			return ask()
-		}
-	}
-	return resp, nil
+	return resp, err
 }
 
 func exportLicenseFile(mux *runtime.ServeMux, client licensingv1.LicensingServiceClient) runtime.HandlerFunc {

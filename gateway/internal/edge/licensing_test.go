@@ -32,14 +32,14 @@ func (v *verifier) VerifyLicense(_ context.Context, req *licensingv1.VerifyLicen
 
 func TestCachedVerifyServesValidAnswersUntilTheirExpiry(t *testing.T) {
 	perpetualKey, expiringKey, unknownKey := license.NewKey(), license.NewKey(), license.NewKey()
-	now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+	expires := time.Now().Add(300 * time.Millisecond)
 	perpetual := &licensingv1.VerifyLicenseResponse{Valid: true, Status: "active"}
-	expiring := &licensingv1.VerifyLicenseResponse{Valid: true, Status: "active", ExpiresAt: timestamppb.New(now.Add(time.Minute))}
+	expiring := &licensingv1.VerifyLicenseResponse{Valid: true, Status: "active", ExpiresAt: timestamppb.New(expires)}
 	src := &verifier{answers: map[string]*licensingv1.VerifyLicenseResponse{
 		perpetualKey: perpetual,
 		expiringKey:  expiring,
 	}}
-	c := &cachedVerify{LicensingServiceClient: src, verified: licensecache.New[*licensingv1.VerifyLicenseResponse](time.Hour), now: func() time.Time { return now }}
+	c := &cachedVerify{LicensingServiceClient: src, verified: licensecache.New[*licensingv1.VerifyLicenseResponse](time.Hour)}
 	verify := func(key *string) (*licensingv1.VerifyLicenseResponse, error) {
 		return c.VerifyLicense(t.Context(), &licensingv1.VerifyLicenseRequest{Key: key})
 	}
@@ -75,7 +75,7 @@ func TestCachedVerifyServesValidAnswersUntilTheirExpiry(t *testing.T) {
 	_, _ = verify(proto.String(expiringKey))
 	_, _ = verify(proto.String(expiringKey))
 	calls(6, "an answer that has not expired is served")
-	now = now.Add(time.Minute)
+	time.Sleep(time.Until(expires))
 	_, _ = verify(proto.String(expiringKey))
 	_, _ = verify(proto.String(expiringKey))
 	calls(8, "once its expires_at has come, licensing decides every time")

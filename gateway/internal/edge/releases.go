@@ -17,10 +17,7 @@ import (
 // registerReleases wires the releases service: every route is an http.yaml rule.
 // check-update's answers are served from updates while it holds them (nil: no cache).
 func registerReleases(ctx context.Context, mux *runtime.ServeMux, conn *grpc.ClientConn, updates *licensecache.Cache[*releasesv1.CheckUpdateResponse]) error {
-	var client releasesv1.ReleasesServiceClient = releasesv1.NewReleasesServiceClient(conn)
-	if updates != nil {
-		client = &cachedCheckUpdate{ReleasesServiceClient: client, updates: updates}
-	}
+	client := &cachedCheckUpdate{ReleasesServiceClient: releasesv1.NewReleasesServiceClient(conn), updates: updates}
 	return releasesv1.RegisterReleasesServiceHandlerClient(ctx, mux, client)
 }
 
@@ -42,18 +39,15 @@ func (c *cachedCheckUpdate) CheckUpdate(ctx context.Context, req *releasesv1.Che
 		return c.ReleasesServiceClient.CheckUpdate(ctx, req, opts...)
 	}
 	question := strings.Join([]string{req.GetProductId(), req.GetChannel(), req.GetPlatform(), req.GetCurrentVersion()}, "\x00")
-	loaded := false
+	asked := false
 	resp, err := c.updates.GetUntil(license.CanonicalKey(req.GetKey()), question, func() (*releasesv1.CheckUpdateResponse, time.Time, error) {
-		loaded = true
+		asked = true
 		var header metadata.MD
 		resp, err := c.ReleasesServiceClient.CheckUpdate(ctx, req, append(opts, grpc.Header(&header))...)
 		if err != nil {
 			return nil, time.Time{}, err
 		}
-		until, _, err := licensecache.ValidUntil(header)
-		if err != nil {
-			return resp, time.Unix(0, 0), nil // an expiry that cannot be read: ended, not kept
-		}
+		until := licensecache.ValidUntil(header)
 		if issued := resp.GetRelease().GetIssuedAt(); issued != nil {
 			if end := issued.AsTime().Add(time.Second); until.IsZero() || end.Before(until) {
 				until = end
@@ -61,6 +55,6 @@ func (c *cachedCheckUpdate) CheckUpdate(ctx context.Context, req *releasesv1.Che
 		}
 		return resp, until, nil
 	})
-	metrics.RecordAnswer("/v1/check-update", !loaded)
+	metrics.RecordAnswer("/v1/check-update", !asked)
 	return resp, err
 }
