@@ -79,12 +79,19 @@ func (f *fakeLicensing) GetStats(context.Context, *licensingv1.GetStatsRequest) 
 	return &licensingv1.GetStatsResponse{ActiveLicenses: int32(f.n)}, nil
 }
 
+// fakeBilling answers the status record of a tenant with no billing history, or status
+// (on plan free) when set.
 type fakeBilling struct {
 	billingv1.UnimplementedBillingServiceServer
+	status string
 }
 
-func (fakeBilling) GetBillingStatus(context.Context, *billingv1.GetBillingStatusRequest) (*billingv1.GetBillingStatusResponse, error) {
-	return &billingv1.GetBillingStatusResponse{Status: "active", LicensesUsed: wrapperspb.Int32(3), LicenseLimit: wrapperspb.Int32(5)}, nil
+func (f *fakeBilling) GetBillingStatus(context.Context, *billingv1.GetBillingStatusRequest) (*billingv1.GetBillingStatusResponse, error) {
+	out := &billingv1.GetBillingStatusResponse{Status: "active", LicensesUsed: wrapperspb.Int32(3), LicenseLimit: wrapperspb.Int32(5)}
+	if f.status != "" {
+		out.Status, out.Plan = f.status, wrapperspb.String("free")
+	}
+	return out, nil
 }
 
 type fakeSeats struct {
@@ -99,13 +106,17 @@ func (fakeSeats) ListActivationsForKeys(_ context.Context, r *activationsv1.List
 }
 
 func newTestHandler(t *testing.T, base string, lic *fakeLicensing) *Handler {
+	return newTestHandlerBilling(t, base, lic, &fakeBilling{})
+}
+
+func newTestHandlerBilling(t *testing.T, base string, lic *fakeLicensing, billing *fakeBilling) *Handler {
 	t.Helper()
 	lis := bufconn.Listen(1 << 20)
 	g := grpc.NewServer()
 	accountsv1.RegisterConsoleAccountsServiceServer(g, fakeAccounts{})
 	licensingv1.RegisterLicensingServiceServer(g, lic)
 	activationsv1.RegisterActivationsConsoleServiceServer(g, fakeSeats{})
-	billingv1.RegisterBillingServiceServer(g, fakeBilling{})
+	billingv1.RegisterBillingServiceServer(g, billing)
 	go func() { _ = g.Serve(lis) }()
 	t.Cleanup(g.Stop)
 	conn, err := grpc.NewClient("passthrough:///bufnet",
@@ -229,6 +240,23 @@ func TestExportAsksForTheNewest1000AndLeavesOutNotes(t *testing.T) {
 	for _, k := range want {
 		if _, ok := first[k]; !ok {
 			t.Fatalf("license lacks %s", k)
+		}
+	}
+}
+
+// A tenant whose Pro subscription ended is told why issuing is refused (addendum §7).
+func TestBillingPageSaysACanceledSubscriptionBlocksWrites(t *testing.T) {
+	for status, want := range map[string]bool{"canceled": true, "": false} {
+		h := newTestHandlerBilling(t, "http://localhost:8080", &fakeLicensing{}, &fakeBilling{status: status})
+		req := httptest.NewRequest("GET", "/console/billing", nil)
+		req.AddCookie(&http.Cookie{Name: sessionCookie, Value: "khs_session"})
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != 200 {
+			t.Fatalf("billing page %d: %s", rec.Code, rec.Body)
+		}
+		if got := strings.Contains(rec.Body.String(), "The Pro subscription has ended. Subscribe again"); got != want {
+			t.Fatalf("status %q: ended notice shown %t, want %t", status, got, want)
 		}
 	}
 }

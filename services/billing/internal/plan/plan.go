@@ -51,15 +51,11 @@ func (s State) At(now time.Time) State {
 // where checkout answers the Billing Portal instead of a second subscription.
 func (s State) Paid() bool { return s.Plan == Pro && s.Status != Canceled }
 
-// Active says whether the subscription is in good standing (status active).
+// Active says whether the subscription is in good standing (status active): what
+// issuance, reactivation and register-release require (within the quota). past_due and
+// canceled are "not active" (addendum §7): a tenant whose paid subscription ended is on
+// Free's limits, and writes again once it subscribes again; reads never depend on it.
 func (s State) Active() bool { return s.Status == Active || s.Status == "" }
-
-// MayIssue says whether issuance, reactivation and register-release are allowed (within
-// the quota). A past_due subscription is "not active" (addendum §7) and blocks them until
-// paid. A canceled one has ended: the tenant is back on Free (api.md "reverts to Free"),
-// which needs no subscription, so it may issue within Free's quota; an account over that
-// quota keeps every license and issues again once under it (docs/billing.md).
-func (s State) MayIssue() bool { return s.Status != PastDue }
 
 // LicenseLimit is the plan's active-license quota.
 func (s State) LicenseLimit() int {

@@ -181,7 +181,7 @@ func TestTenantPrefersTheSubscriptionItStillHolds(t *testing.T) {
 			t.Fatalf("an old subscription's end must not end the new one: %+v", got)
 		}
 	}
-	if got := Tenant([]Sub{old}); got.Plan != Free || got.Status != Canceled || !got.MayIssue() || got.LicenseLimit() != FreeLicenseLimit {
+	if got := Tenant([]Sub{old}); got.Plan != Free || got.Status != Canceled || got.Active() || got.LicenseLimit() != FreeLicenseLimit {
 		t.Fatalf("ended: %+v", got)
 	}
 }
@@ -199,7 +199,7 @@ func TestCanceledAtPeriodEndIsProUntilThenFree(t *testing.T) {
 	if got := renewing.At(end.Add(time.Hour)); got.Plan != Pro || got.ShownPeriodEnd() != nil {
 		t.Fatalf("a renewing subscription past its period end stays Pro until Stripe says otherwise: %+v", got)
 	}
-	if (State{Plan: Pro, Status: PastDue}).MayIssue() {
-		t.Fatal("past_due must block issuance")
+	if (State{Plan: Pro, Status: PastDue}).Active() || s.At(end).Active() {
+		t.Fatal("past_due and canceled must block issuance (addendum §7)")
 	}
 }

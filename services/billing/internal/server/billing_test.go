@@ -89,7 +89,7 @@ func TestEntitlementsFollowTheBillingEvents(t *testing.T) {
 			"client_reference_id": ten, "customer": "cus_s", "subscription": "sub_s"}, "pro 1000 true"},
 		{"invoice.payment_failed", map[string]any{"customer": "cus_s", "subscription": "sub_s"}, "pro 1000 false"},
 		{"customer.subscription.updated", sub("active"), "pro 1000 true"},
-		{"customer.subscription.deleted", sub("canceled"), "free 5 true"},
+		{"customer.subscription.deleted", sub("canceled"), "free 5 false"},
 	} {
 		t0 = t0.Add(time.Second)
 		deliver(signed(t, step.typ, t0, step.object))

@@ -111,7 +111,7 @@ func (s *Server) GetEntitlements(ctx context.Context, _ *accountsv1.GetEntitleme
 	if name == "" {
 		name = plan.Free
 	}
-	return &accountsv1.GetEntitlementsResponse{SubscriptionActive: st.MayIssue(), LicenseLimit: int32(st.LicenseLimit()), Plan: name}, nil
+	return &accountsv1.GetEntitlementsResponse{SubscriptionActive: st.Active(), LicenseLimit: int32(st.LicenseLimit()), Plan: name}, nil
 }
 
 // GetBuildInfo reports this build and the installation's watermark.
