@@ -51,6 +51,9 @@ type Options struct {
 	PostgresPort, RedisPort, NATSPort, GatewayPort, FirstServicePort int
 	// Output receives the processes' logs; nil writes them to Dir/logs/<name>.log.
 	Output io.Writer
+	// GatewayEnv is passed to the first gateway only, on top of Env (make run: the
+	// user's METRICS_PORT, which names the gateway's port, not every process's).
+	GatewayEnv map[string]string
 }
 
 // Stack is a running stack.
@@ -194,7 +197,7 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 			return nil, err
 		}
 	}
-	url, err := s.StartGateway(ctx, gatewayPort, nil)
+	url, err := s.StartGateway(ctx, gatewayPort, opts.GatewayEnv)
 	if err != nil {
 		return nil, err
 	}
@@ -348,6 +351,9 @@ func (s *Stack) metricsAddr(extra map[string]string) (string, error) {
 		}
 		n, _ := strconv.Atoi(own)
 		port = strconv.Itoa(n + 1000)
+		// Set, so that a METRICS_PORT inherited from the launcher's environment does not
+		// give every process the same port.
+		extra["METRICS_PORT"] = port
 	default:
 		n, err := metricsPort()
 		if err != nil {

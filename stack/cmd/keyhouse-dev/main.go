@@ -42,6 +42,15 @@ func run(ctx context.Context) error {
 			return errors.New("PORT must be a number")
 		}
 	}
+	// METRICS_PORT names the gateway's metrics port; each service keeps its own port +
+	// 1000 (docs/operations.md).
+	var gatewayEnv map[string]string
+	if v := os.Getenv("METRICS_PORT"); v != "" {
+		if _, err := strconv.Atoi(v); err != nil {
+			return errors.New("METRICS_PORT must be a number")
+		}
+		gatewayEnv = map[string]string{"METRICS_PORT": v}
+	}
 	env := stack.DevEnv(map[string]string{"ADMIN_API_KEY": adminKey})
 	for _, name := range []string{"DATABASE_URL", "REDIS_URL", "NATS_URL"} {
 		if v := os.Getenv(name); v != "" {
@@ -62,6 +71,7 @@ func run(ctx context.Context) error {
 		FirstServicePort: 9101,
 		GatewayPort:      port,
 		Output:           os.Stdout,
+		GatewayEnv:       gatewayEnv,
 	})
 	if err != nil {
 		return err
