@@ -29,6 +29,20 @@ type Message struct {
 	To      string
 	Subject string
 	Text    string
+	// Secrets are the credentials Text carries (a license key, a portal link): sent as
+	// they are, but never written to a log.
+	Secrets []string
+}
+
+// redacted is Text with every secret replaced.
+func (m Message) redacted() string {
+	text := m.Text
+	for _, s := range m.Secrets {
+		if s != "" {
+			text = strings.ReplaceAll(text, s, "[redacted]")
+		}
+	}
+	return text
 }
 
 // Sender delivers messages.
@@ -119,7 +133,7 @@ func (l *logSender) Send(_ context.Context, m Message) error {
 		return ErrInvalidRecipient
 	}
 	l.log.Info("email (EMAIL_PROVIDER=log, not sent)",
-		"from", l.from, "to", Mask(m.To), "subject", m.Subject, "body", m.Text)
+		"from", l.from, "to", Mask(m.To), "subject", m.Subject, "body", m.redacted())
 	return nil
 }
 

@@ -76,18 +76,23 @@ func TestSMTPServerDownIsAnError(t *testing.T) {
 	}
 }
 
-func TestLogProviderLogsTheMailWithTheRecipientMasked(t *testing.T) {
+func TestLogProviderLogsTheMailWithTheRecipientMaskedAndNoSecret(t *testing.T) {
 	var buf bytes.Buffer
 	s, err := mail.New(mail.Config{Provider: "log"}, slog.New(slog.NewTextHandler(&buf, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Send(context.Background(), mail.Message{To: "jane.doe@example.com", Subject: "Your key", Text: "License key: K-1"}); err != nil {
+	m := mail.Message{To: "jane.doe@example.com", Subject: "Your key", Text: "License key: K-1\nLink: https://x/portal/p-1\nSeats: 2",
+		Secrets: []string{"K-1", "https://x/portal/p-1"}}
+	if err := s.Send(context.Background(), m); err != nil {
 		t.Fatal(err)
 	}
 	out := buf.String()
-	if !strings.Contains(out, "License key: K-1") || !strings.Contains(out, "j***@example.com") {
+	if !strings.Contains(out, `License key: [redacted]\nLink: [redacted]\nSeats: 2`) || !strings.Contains(out, "j***@example.com") {
 		t.Fatalf("log %q", out)
+	}
+	if strings.Contains(out, "K-1") || strings.Contains(out, "p-1") {
+		t.Fatalf("log holds a secret of the mail: %q", out)
 	}
 	if strings.Contains(out, "jane.doe") {
 		t.Fatalf("log holds the recipient address: %q", out)

@@ -133,7 +133,8 @@ func TestStorefrontFailuresStillFulfillOnce(t *testing.T) {
 }
 
 // Self-hosted without mail configuration the email is only logged (email_status
-// "logged"), with the key in the log and the buyer's address masked.
+// "logged"), with the buyer's address masked and the credentials it carries (the license
+// key, the portal link) redacted.
 func TestStorefrontLogProvider(t *testing.T) {
 	t.Parallel()
 	s := startStack(t, nil)
@@ -148,8 +149,11 @@ func TestStorefrontLogProvider(t *testing.T) {
 	sh.deliver(event(evID, "checkout.session.completed", sess)).Expect(t, 200)
 	d := sh.await(evID, outcome("issued", "logged"))
 	logs := string(readFile(t, s.LogPath("storefront")))
-	if !strings.Contains(logs, d["license_key"].(string)) {
-		t.Fatal("the logged email does not carry the key")
+	if !strings.Contains(logs, "License key: [redacted]") || !strings.Contains(logs, "devices: [redacted]") {
+		t.Fatalf("the logged email is not there, or not redacted:\n%s", logs)
+	}
+	if strings.Contains(logs, d["license_key"].(string)) || strings.Contains(logs, "/portal/") {
+		t.Fatalf("the storefront log holds the license key or the portal link:\n%s", logs)
 	}
 	if strings.Contains(logs, buyer) {
 		t.Fatal("the storefront log holds the buyer's address")

@@ -423,7 +423,7 @@ func BuyerEmail(to, key string, req *licensingv1.IssueLicenseRequest, portalLink
 		fmt.Fprintf(&b, "\nManage your license and devices: %s\n", portalLink)
 	}
 	fmt.Fprintf(&b, "\nKeep this email: the key activates the software. Reply to it if you need help.\n")
-	return mail.Message{To: to, Subject: "Your license key for " + req.GetProductId(), Text: b.String()}
+	return mail.Message{To: to, Subject: "Your license key for " + req.GetProductId(), Text: b.String(), Secrets: []string{key, portalLink}}
 }
 
 func ptr[T any](v T) *T { return &v }
