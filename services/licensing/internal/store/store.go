@@ -249,11 +249,17 @@ func (t *pgTx) Delete(ctx context.Context, tenant, key string) error {
 	return err
 }
 
+// MaxDeletedKeys bounds DeletedKeys. The list travels in a gRPC message (4 MiB at most,
+// about 110,000 keys) on every admin/stats and recent-activations call; activations purges
+// a deletion milliseconds after it while it runs, so only the newest deletions can still
+// have seats there, unless activations is more than this many deletions behind.
+const MaxDeletedKeys = 10000
+
 // DeletedKeys lists the tenant's licenses deleted within license.EventRetention, whose
-// seats activations may not have purged yet.
+// seats activations may not have purged yet: the newest MaxDeletedKeys, newest first.
 func (s *Store) DeletedKeys(ctx context.Context, tenant string) ([]string, error) {
 	rows, err := s.db.Query(ctx, `SELECT key FROM deleted_licenses WHERE tenant_id = $1 AND deleted_at > now() - $2::interval
-		ORDER BY deleted_at DESC`, tenant, license.EventRetention)
+		ORDER BY deleted_at DESC, key LIMIT $3`, tenant, license.EventRetention, MaxDeletedKeys)
 	if err != nil {
 		return nil, err
 	}

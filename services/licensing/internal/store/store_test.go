@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/keyhouse/keyhouse/devinfra/testkit"
 	"github.com/keyhouse/keyhouse/pkg/pgxx"
@@ -140,5 +141,32 @@ func TestDeletedKeysRememberTheTenantsDeletions(t *testing.T) {
 	}
 	if keys, err := s.DeletedKeys(ctx, "t2"); err != nil || len(keys) != 0 {
 		t.Fatalf("t2 deleted %v, %v", keys, err)
+	}
+}
+
+// A tenant that deleted more licenses than MaxDeletedKeys within the retention gets the
+// newest ones: the list stays small enough for one gRPC message.
+func TestDeletedKeysAreTheNewestAndBounded(t *testing.T) {
+	ctx := context.Background()
+	db, err := pgxx.Open(ctx, testkit.DatabaseURL(t, schema), "licensing")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(db.Close)
+	s := store.New(db)
+	tenant := fmt.Sprintf("t-bulk-%d", time.Now().UnixNano())
+	// Older deletions first: key B-00001 is the oldest, B-<n> the newest.
+	n := store.MaxDeletedKeys + 5
+	if _, err := db.Exec(ctx, `INSERT INTO deleted_licenses (tenant_id, key, deleted_at)
+		SELECT $1, 'B-' || lpad(i::text, 5, '0'), now() - interval '1 hour' + i * interval '1 millisecond'
+		FROM generate_series(1, $2) AS i`, tenant, n); err != nil {
+		t.Fatal(err)
+	}
+	keys, err := s.DeletedKeys(ctx, tenant)
+	if err != nil || len(keys) != store.MaxDeletedKeys {
+		t.Fatalf("%d keys, %v; want %d", len(keys), err, store.MaxDeletedKeys)
+	}
+	if keys[0] != fmt.Sprintf("B-%05d", n) || keys[len(keys)-1] != "B-00006" {
+		t.Fatalf("keys run from %s to %s, want the newest (B-%05d) to B-00006", keys[0], keys[len(keys)-1], n)
 	}
 }
