@@ -196,14 +196,7 @@ func TestSignInFailureSaysInvalidCredentialsAndSetsNoSession(t *testing.T) {
 
 func TestExportAsksForTheNewest1000AndLeavesOutNotes(t *testing.T) {
 	lic := &fakeLicensing{n: 1500}
-	h := newTestHandler(t, "http://localhost:8080", lic)
-	req := httptest.NewRequest("GET", "/console/export", nil)
-	req.AddCookie(&http.Cookie{Name: sessionCookie, Value: "khs_session"})
-	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, req)
-	if rec.Code != 200 {
-		t.Fatalf("export %d: %s", rec.Code, rec.Body)
-	}
+	rec := getSignedIn(t, newTestHandler(t, "http://localhost:8080", lic), "/console/export")
 	if lic.last.GetLimit() != "1000" || lic.last.GetOffset() != "0" || lic.last.GetStatus() != "" {
 		t.Fatalf("export asked licensing for %v, want the first 1000 of every status", lic.last)
 	}
@@ -248,15 +241,22 @@ func TestExportAsksForTheNewest1000AndLeavesOutNotes(t *testing.T) {
 func TestBillingPageSaysACanceledSubscriptionBlocksWrites(t *testing.T) {
 	for status, want := range map[string]bool{"canceled": true, "": false} {
 		h := newTestHandlerBilling(t, "http://localhost:8080", &fakeLicensing{}, &fakeBilling{status: status})
-		req := httptest.NewRequest("GET", "/console/billing", nil)
-		req.AddCookie(&http.Cookie{Name: sessionCookie, Value: "khs_session"})
-		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, req)
-		if rec.Code != 200 {
-			t.Fatalf("billing page %d: %s", rec.Code, rec.Body)
-		}
+		rec := getSignedIn(t, h, "/console/billing")
 		if got := strings.Contains(rec.Body.String(), "The Pro subscription has ended. Subscribe again"); got != want {
 			t.Fatalf("status %q: ended notice shown %t, want %t", status, got, want)
 		}
 	}
+}
+
+// getSignedIn GETs path with the fakes' session and requires a 200.
+func getSignedIn(t *testing.T, h http.Handler, path string) *httptest.ResponseRecorder {
+	t.Helper()
+	req := httptest.NewRequest("GET", path, nil)
+	req.AddCookie(&http.Cookie{Name: sessionCookie, Value: "khs_session"})
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	if rec.Code != 200 {
+		t.Fatalf("GET %s: %d: %s", path, rec.Code, rec.Body)
+	}
+	return rec
 }
