@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -25,6 +24,7 @@ import (
 
 	"github.com/keyhouse/keyhouse/devinfra"
 	"github.com/keyhouse/keyhouse/devinfra/devnats"
+	"github.com/keyhouse/keyhouse/pkg/listenfd"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -151,25 +151,40 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 		}
 		s.env["NATS_URL"] = s.NATS.URL()
 	}
-	// The first gateway's port is chosen now, so that PUBLIC_BASE_URL (portal links,
-	// storefront callback URLs) names this stack's own gateway unless the caller set it.
-	gatewayPort := opts.GatewayPort
-	if gatewayPort == 0 {
-		if gatewayPort, err = devinfra.FreePort(); err != nil {
-			return nil, err
+	// Every process's port is bound here, now, and inherited by the process (see listen):
+	// the first gateway's first, so that PUBLIC_BASE_URL (portal links, storefront
+	// callback URLs) names this stack's own gateway unless the caller set it.
+	var sockets []net.Listener
+	defer func() {
+		for _, l := range sockets {
+			_ = l.Close() // the processes hold their own copies
 		}
+	}()
+	gatewayAddr := "127.0.0.1:0"
+	if opts.GatewayPort != 0 {
+		gatewayAddr = ":" + strconv.Itoa(opts.GatewayPort)
 	}
+	gatewaySocket, err := listen(gatewayAddr)
+	if err != nil {
+		return nil, err
+	}
+	sockets = append(sockets, gatewaySocket)
 	if s.env["PUBLIC_BASE_URL"] == "" {
-		s.env["PUBLIC_BASE_URL"] = "http://127.0.0.1:" + strconv.Itoa(gatewayPort)
+		s.env["PUBLIC_BASE_URL"] = "http://127.0.0.1:" + strconv.Itoa(portOf(gatewaySocket))
 	}
+	serviceSockets := map[string]net.Listener{}
 	for _, name := range Services {
 		port := 0
 		if opts.FirstServicePort != 0 {
 			port = opts.FirstServicePort + portOffset[name]
-		} else if port, err = devinfra.FreePort(); err != nil {
+		}
+		l, err := listen("127.0.0.1:" + strconv.Itoa(port))
+		if err != nil {
 			return nil, err
 		}
-		s.env[strings.ToUpper(name)+"_ADDR"] = "127.0.0.1:" + strconv.Itoa(port)
+		sockets = append(sockets, l)
+		serviceSockets[name] = l
+		s.env[strings.ToUpper(name)+"_ADDR"] = l.Addr().String()
 	}
 	// Migrations are independent per schema, so they run side by side.
 	var wg sync.WaitGroup
@@ -186,18 +201,16 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 		return nil, err
 	}
 	for _, name := range Services {
-		p, err := s.spawn(name, map[string]string{"GRPC_ADDR": s.env[strings.ToUpper(name)+"_ADDR"]})
-		if err != nil {
+		if _, err := s.spawn(name, map[string]string{"GRPC_ADDR": s.env[strings.ToUpper(name)+"_ADDR"]}, serviceSockets[name]); err != nil {
 			return nil, err
 		}
-		p.Addr = s.env[strings.ToUpper(name)+"_ADDR"]
 	}
 	for _, p := range s.procs {
 		if err := waitGRPC(ctx, p); err != nil {
 			return nil, err
 		}
 	}
-	url, err := s.StartGateway(ctx, gatewayPort, opts.GatewayEnv)
+	url, err := s.startGateway(ctx, gatewaySocket, opts.GatewayEnv)
 	if err != nil {
 		return nil, err
 	}
@@ -221,21 +234,23 @@ func (s *Stack) Env(name string) string { return s.env[name] }
 // StartGateway starts another gateway process (port 0 = a free port) with extra env on
 // top of the stack's, and returns its base URL once it answers.
 func (s *Stack) StartGateway(ctx context.Context, port int, extra map[string]string) (string, error) {
-	var err error
-	if port == 0 {
-		if port, err = devinfra.FreePort(); err != nil {
-			return "", err
-		}
-	}
-	env := map[string]string{"PORT": strconv.Itoa(port)}
-	for k, v := range extra {
-		env[k] = v
-	}
-	p, err := s.spawn("gateway", env)
+	l, err := listen("127.0.0.1:" + strconv.Itoa(port))
 	if err != nil {
 		return "", err
 	}
-	p.Addr = "127.0.0.1:" + strconv.Itoa(port)
+	defer l.Close()
+	return s.startGateway(ctx, l, extra)
+}
+
+func (s *Stack) startGateway(ctx context.Context, socket net.Listener, extra map[string]string) (string, error) {
+	env := map[string]string{"PORT": strconv.Itoa(portOf(socket))}
+	for k, v := range extra {
+		env[k] = v
+	}
+	p, err := s.spawn("gateway", env, socket)
+	if err != nil {
+		return "", err
+	}
 	url := "http://" + p.Addr
 	if err := waitHTTP(ctx, p, url+"/readyz"); err != nil {
 		return "", err
@@ -301,17 +316,38 @@ func (s *Stack) logHint(name string) string {
 	return filepath.Join(s.opts.Dir, "logs", name+".log")
 }
 
-func (s *Stack) spawn(name string, extra map[string]string) (*Proc, error) {
-	metricsAddr, err := s.metricsAddr(extra)
+// spawn starts a binary serving on socket (its gRPC port, or the gateway's HTTP port),
+// which the process inherits with a metrics socket of its own (pkg/listenfd).
+func (s *Stack) spawn(name string, extra map[string]string, socket net.Listener) (*Proc, error) {
+	metricsSocket, err := s.metricsSocket(extra, socket)
 	if err != nil {
 		return nil, err
+	}
+	defer metricsSocket.Close()
+	socketName := "grpc"
+	if name == "gateway" {
+		socketName = "http"
+	}
+	var files []*os.File
+	defer func() {
+		for _, f := range files {
+			_ = f.Close()
+		}
+	}()
+	for _, l := range []net.Listener{socket, metricsSocket} {
+		f, err := l.(*net.TCPListener).File()
+		if err != nil {
+			return nil, err
+		}
+		files = append(files, f)
 	}
 	out, closeOut, err := s.output(name)
 	if err != nil {
 		return nil, err
 	}
 	cmd := exec.Command(filepath.Join(s.opts.BinDir, name), "serve")
-	cmd.Env = s.environ(extra)
+	cmd.Env = append(s.environ(extra), listenfd.Env([]string{socketName, "metrics"})...)
+	cmd.ExtraFiles = files
 	cmd.Stdout, cmd.Stderr = out, out
 	// Own process group: a Ctrl-C on the terminal reaches the launcher only, which then
 	// stops the processes in order.
@@ -320,7 +356,7 @@ func (s *Stack) spawn(name string, extra map[string]string) (*Proc, error) {
 		closeOut()
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
-	p := &Proc{Name: name, MetricsAddr: metricsAddr, cmd: cmd, done: make(chan struct{})}
+	p := &Proc{Name: name, Addr: dialable(socket), MetricsAddr: dialable(metricsSocket), cmd: cmd, done: make(chan struct{})}
 	go func() {
 		p.err = cmd.Wait()
 		closeOut()
@@ -338,48 +374,46 @@ func (s *Stack) spawn(name string, extra map[string]string) (*Proc, error) {
 	return p, nil
 }
 
-// metricsAddr picks a process's METRICS_PORT: with fixed ports (make run) the default,
-// its own port + 1000; otherwise a free port, set in extra.
-func (s *Stack) metricsAddr(extra map[string]string) (string, error) {
+// metricsSocket binds a process's METRICS_PORT, on the host of its own socket: a port
+// set in extra, with fixed ports (make run) the process's own default (its port + 1000),
+// otherwise a free one. The port is set in extra, so that a METRICS_PORT inherited from
+// the launcher's environment does not give every process the same port.
+func (s *Stack) metricsSocket(extra map[string]string, socket net.Listener) (net.Listener, error) {
 	port := extra["METRICS_PORT"]
-	switch {
-	case port != "":
-	case s.opts.FirstServicePort != 0:
-		own := extra["PORT"]
-		if addr := extra["GRPC_ADDR"]; addr != "" {
-			own = addr[strings.LastIndexByte(addr, ':')+1:]
+	if port == "" {
+		port = "0"
+		if s.opts.FirstServicePort != 0 {
+			port = strconv.Itoa(portOf(socket) + 1000)
 		}
-		n, _ := strconv.Atoi(own)
-		port = strconv.Itoa(n + 1000)
-		// Set, so that a METRICS_PORT inherited from the launcher's environment does not
-		// give every process the same port.
-		extra["METRICS_PORT"] = port
-	default:
-		n, err := metricsPort()
-		if err != nil {
-			return "", err
-		}
-		port = strconv.Itoa(n)
-		extra["METRICS_PORT"] = port
 	}
-	return "127.0.0.1:" + port, nil
+	host, _, err := net.SplitHostPort(socket.Addr().String())
+	if err != nil {
+		return nil, err
+	}
+	l, err := listen(net.JoinHostPort(host, port))
+	if err != nil {
+		return nil, err
+	}
+	extra["METRICS_PORT"] = strconv.Itoa(portOf(l))
+	return l, nil
 }
 
-// metricsPort picks a free port below Linux's ephemeral range (32768 and up): a port the
-// kernel handed out for listening is free only until an outgoing connection of one of the
-// many processes of parallel stacks takes it, before the process started here binds it.
-func metricsPort() (int, error) {
-	for range 100 {
-		port := 20000 + rand.IntN(12000)
-		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
-		if err != nil {
-			continue
-		}
-		_ = l.Close()
-		return port, nil
+// listen binds a port for a process the stack is about to start; the process inherits
+// the socket (pkg/listenfd). A port merely chosen free and bound later by the process
+// could be taken meanwhile by any of the processes of parallel stacks (a gateway then
+// talked to another stack's service).
+func listen(addr string) (net.Listener, error) {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("stack: listen %s: %w", addr, err)
 	}
-	return devinfra.FreePort()
+	return l, nil
 }
+
+func portOf(l net.Listener) int { return l.Addr().(*net.TCPAddr).Port }
+
+// dialable is the loopback address of a socket bound on every interface or on loopback.
+func dialable(l net.Listener) string { return "127.0.0.1:" + strconv.Itoa(portOf(l)) }
 
 // Signal sends sig to the process (tests pause and resume, or stop, one replica).
 func (p *Proc) Signal(sig os.Signal) error { return p.cmd.Process.Signal(sig) }
@@ -463,11 +497,15 @@ func (s *Stack) Service(name string) *Proc {
 // RestartService starts a stopped service again on the same address.
 func (s *Stack) RestartService(ctx context.Context, name string) error {
 	addr := s.env[strings.ToUpper(name)+"_ADDR"]
-	p, err := s.spawn(name, map[string]string{"GRPC_ADDR": addr})
+	l, err := listen(addr)
 	if err != nil {
 		return err
 	}
-	p.Addr = addr
+	defer l.Close()
+	p, err := s.spawn(name, map[string]string{"GRPC_ADDR": addr}, l)
+	if err != nil {
+		return err
+	}
 	return waitGRPC(ctx, p)
 }
 
@@ -475,16 +513,16 @@ func (s *Stack) RestartService(ctx context.Context, name string) error {
 // and Redis, on a free port, and returns its address once it is healthy. Point a gateway
 // at it with StartGateway(ctx, 0, map[string]string{"<NAME>_ADDR": addr}).
 func (s *Stack) StartServiceReplica(ctx context.Context, name string) (string, error) {
-	port, err := devinfra.FreePort()
+	l, err := listen("127.0.0.1:0")
 	if err != nil {
 		return "", err
 	}
-	addr := "127.0.0.1:" + strconv.Itoa(port)
-	p, err := s.spawn(name, map[string]string{"GRPC_ADDR": addr})
+	defer l.Close()
+	addr := l.Addr().String()
+	p, err := s.spawn(name, map[string]string{"GRPC_ADDR": addr}, l)
 	if err != nil {
 		return "", err
 	}
-	p.Addr = addr
 	return addr, waitGRPC(ctx, p)
 }
 

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"runtime/debug"
 	"strings"
 	"sync"
@@ -17,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/keyhouse/keyhouse/pkg/apierr"
 	"github.com/keyhouse/keyhouse/pkg/auth"
+	"github.com/keyhouse/keyhouse/pkg/listenfd"
 	"github.com/keyhouse/keyhouse/pkg/metrics"
 	"github.com/keyhouse/keyhouse/pkg/readiness"
 	"github.com/keyhouse/keyhouse/pkg/telemetry"
@@ -133,7 +133,7 @@ type Shutdown struct {
 // NOT_SERVING so balancers stop sending, keep serving for Delay, then stop gracefully
 // (in-flight calls finish) within Timeout. A clean stop returns nil.
 func (s *Server) Serve(ctx context.Context, addr string, sd Shutdown) error {
-	lis, err := net.Listen("tcp", addr)
+	lis, err := listenfd.Listen("grpc", addr)
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", addr, err)
 	}

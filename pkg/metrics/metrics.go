@@ -13,10 +13,10 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"net"
 	"net/http"
 	"time"
 
+	"github.com/keyhouse/keyhouse/pkg/listenfd"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -120,7 +120,7 @@ type Server struct {
 
 // Serve starts the metrics server on addr and returns once it listens.
 func Serve(addr string, log *slog.Logger) (*Server, error) {
-	lis, err := net.Listen("tcp", addr)
+	lis, err := listenfd.Listen("metrics", addr)
 	if err != nil {
 		return nil, errors.New("metrics: listen " + addr + ": " + err.Error() + " (set METRICS_PORT)")
 	}

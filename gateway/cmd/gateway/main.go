@@ -21,6 +21,7 @@ import (
 	"github.com/keyhouse/keyhouse/pkg/buildinfo"
 	"github.com/keyhouse/keyhouse/pkg/config"
 	"github.com/keyhouse/keyhouse/pkg/grpcx"
+	"github.com/keyhouse/keyhouse/pkg/listenfd"
 	"github.com/keyhouse/keyhouse/pkg/metrics"
 	"github.com/keyhouse/keyhouse/pkg/natsx"
 	"github.com/keyhouse/keyhouse/pkg/readiness"
@@ -55,7 +56,7 @@ func run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	lis, err := net.Listen("tcp", addr)
+	lis, err := listenfd.Listen("http", addr)
 	if err != nil {
 		return err
 	}
