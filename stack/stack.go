@@ -24,6 +24,7 @@ import (
 
 	"github.com/keyhouse/keyhouse/devinfra"
 	"github.com/keyhouse/keyhouse/devinfra/devnats"
+	"github.com/keyhouse/keyhouse/pkg/grpcx"
 	"github.com/keyhouse/keyhouse/pkg/listenfd"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -506,7 +507,13 @@ func (s *Stack) RestartService(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	return waitGRPC(ctx, p)
+	if err := waitGRPC(ctx, p); err != nil {
+		return err
+	}
+	// The gateways and the other services lost their connections with the old process and
+	// retry on their backoff schedule; once it has run its course they all reach this one.
+	time.Sleep(grpcx.ReconnectedWithin)
+	return nil
 }
 
 // StartServiceReplica starts one more process of a service on the same database, NATS

@@ -270,6 +270,15 @@ const clientServiceConfig = `{"loadBalancingConfig":[{"round_robin":{}}],"health
 // staticScheme names the resolver of comma-separated address lists.
 const staticScheme = "keyhouse-static"
 
+const (
+	maxReconnectDelay = time.Second
+	reconnectJitter   = 0.2
+	// ReconnectedWithin bounds how long after a peer is back every client of it has
+	// connected again: the longest reconnect delay with its jitter, then the connection
+	// and its first health check (clientServiceConfig) on loopback.
+	ReconnectedWithin = time.Duration((1+reconnectJitter)*float64(maxReconnectDelay)) + 300*time.Millisecond
+)
+
 // Dial connects to another service (or the gateway to a service). addr is host:port (a
 // DNS name resolving to every replica, such as a Kubernetes headless Service, or any
 // gRPC target URI) or a comma-separated list of host:port. Calls are spread round-robin
@@ -298,7 +307,7 @@ func Dial(addr string, extra ...grpc.DialOption) (*grpc.ClientConn, error) {
 		// (a rollout, a crash) would stay unreachable that long after it is back. Peers are
 		// in the same cluster, so retry often.
 		grpc.WithConnectParams(grpc.ConnectParams{
-			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
+			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: reconnectJitter, MaxDelay: maxReconnectDelay},
 			MinConnectTimeout: 5 * time.Second,
 		}),
 	}
