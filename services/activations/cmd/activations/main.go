@@ -50,7 +50,7 @@ func main() {
 				nc.Close()
 				return err
 			}
-			server.Register(d.Server.GRPC, server.New(st, licenses))
+			server.Register(d.Server.GRPC, server.New(st, licenses, d.Log))
 			var wg sync.WaitGroup
 			wg.Add(1)
 			go func() {

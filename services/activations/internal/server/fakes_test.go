@@ -138,9 +138,17 @@ func (f *fakeStore) Reissue(_ context.Context, tenant, key, instance string, has
 	return true, nil
 }
 
-func (f *fakeStore) AddUsage(_ context.Context, tenant, key string, hash []byte, metric string, inc int64, limit float64, allowed bool) (store.Added, error) {
+func (f *fakeStore) AddUsages(_ context.Context, incs []store.Increment) ([]store.Added, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	var out []store.Added
+	for _, i := range incs {
+		out = append(out, f.addUsage(i.Tenant, i.Key, i.TokenHash, i.Metric, i.Inc, i.Limit, i.Allowed))
+	}
+	return out, nil
+}
+
+func (f *fakeStore) addUsage(tenant, key string, hash []byte, metric string, inc int64, limit float64, allowed bool) store.Added {
 	a := store.Added{SeatOK: f.find(tenant, key, func(s seatRow) bool { return bytes.Equal(s.hash, hash) }) >= 0}
 	k := usageKey(tenant, key, metric)
 	var used int64
@@ -148,12 +156,12 @@ func (f *fakeStore) AddUsage(_ context.Context, tenant, key string, hash []byte,
 		used = u.used
 	}
 	if !a.SeatOK || !allowed || float64(used+inc) > limit {
-		return a, nil
+		return a
 	}
 	f.version++
 	f.usage[k] = &usageRow{used: used + inc, version: f.version}
 	a.Applied, a.Used = true, used+inc
-	return a, nil
+	return a
 }
 
 func (f *fakeStore) Usage(_ context.Context, tenant, key string) (map[string]int64, error) {

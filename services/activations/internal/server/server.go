@@ -8,23 +8,28 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"errors"
+	"log/slog"
 	"math"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
 	"github.com/keyhouse/keyhouse/pkg/apierr"
 	"github.com/keyhouse/keyhouse/pkg/auth"
+	"github.com/keyhouse/keyhouse/pkg/grpcx"
 	"github.com/keyhouse/keyhouse/pkg/license"
 	"github.com/keyhouse/keyhouse/pkg/licensecache"
 	"github.com/keyhouse/keyhouse/pkg/licensingclient"
 	"github.com/keyhouse/keyhouse/pkg/pgxx"
+	"github.com/keyhouse/keyhouse/pkg/telemetry"
 	activationsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/activations/v1"
 	licensingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1"
 	"github.com/keyhouse/keyhouse/services/activations/internal/store"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -37,7 +42,7 @@ type Store interface {
 	DeactivateInstance(ctx context.Context, tenant, key, instance string) (bool, error)
 	HasSeat(ctx context.Context, tenant, key, instance string) (bool, error)
 	Reissue(ctx context.Context, tenant, key, instance string, tokenHash []byte) (bool, error)
-	AddUsage(ctx context.Context, tenant, key string, tokenHash []byte, metric string, inc int64, limit float64, allowed bool) (store.Added, error)
+	AddUsages(ctx context.Context, incs []store.Increment) ([]store.Added, error)
 	Usage(ctx context.Context, tenant, key string) (map[string]int64, error)
 	ResetUsage(ctx context.Context, tenant, key string, metric *string) (map[string]int64, error)
 	Seats(ctx context.Context, tenant, key string) ([]store.Seat, error)
@@ -89,11 +94,13 @@ type Server struct {
 	store    Store
 	licenses Licenses
 	now      func() time.Time
+	// log receives the lines of the items of a batch call (grpcx.ObserveCall).
+	log *slog.Logger
 }
 
 // New returns a Server.
-func New(s Store, l Licenses) *Server {
-	return &Server{store: s, licenses: l, now: time.Now}
+func New(s Store, l Licenses, log *slog.Logger) *Server {
+	return &Server{store: s, licenses: l, now: time.Now, log: log}
 }
 
 // Register adds both services to g.
@@ -260,49 +267,128 @@ func limitOf(l *licensingv1.License, metric string) (float64, bool) {
 // racing: an increment is applied once or not at all, the limit is never passed, and no
 // call loses a race (api.md's 503 for a lost race is never needed here).
 func (s *Server) TrackUsage(ctx context.Context, req *activationsv1.TrackUsageRequest) (*activationsv1.TrackUsageResponse, error) {
+	inc, err := s.usageIncrement(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	added, err := s.store.AddUsages(ctx, []store.Increment{inc})
+	if err != nil {
+		return nil, err
+	}
+	return usageAnswer(inc, added[0])
+}
+
+// maxUsageBatch bounds the items of one TrackUsageBatch call.
+const maxUsageBatch = 256
+
+// TrackUsageBatch answers each item as TrackUsage would: the same checks, the same
+// answer or error, logged and counted as a TrackUsage call of the item's request id. The
+// items that pass the checks are added in one store call (one round trip, one
+// transaction), in the order given.
+func (s *Server) TrackUsageBatch(ctx context.Context, req *activationsv1.TrackUsageBatchRequest) (*activationsv1.TrackUsageBatchResponse, error) {
+	items := req.GetItems()
+	if len(items) > maxUsageBatch {
+		return nil, apierr.Invalid("at most %d items in a batch", maxUsageBatch)
+	}
+	start := time.Now()
+	type outcome struct {
+		ctx  context.Context
+		inc  store.Increment
+		resp *activationsv1.TrackUsageResponse
+		err  error
+	}
+	outcomes := make([]outcome, len(items))
+	// Side by side: a license missing from the cache is a call to licensing.
+	var wg sync.WaitGroup
+	for i, item := range items {
+		o := &outcomes[i]
+		o.ctx = telemetry.WithRequestID(ctx, item.GetRequestId())
+		wg.Go(func() { o.inc, o.err = s.usageIncrement(o.ctx, item.GetRequest()) })
+	}
+	wg.Wait()
+	var incs []store.Increment
+	for _, o := range outcomes {
+		if o.err == nil {
+			incs = append(incs, o.inc)
+		}
+	}
+	var added []store.Added
+	var addErr error
+	if len(incs) > 0 {
+		added, addErr = s.store.AddUsages(ctx, incs)
+	}
+	resp := &activationsv1.TrackUsageBatchResponse{Results: make([]*activationsv1.TrackUsageBatchResult, len(items))}
+	for i := range outcomes {
+		o := &outcomes[i]
+		if o.err == nil {
+			if addErr != nil {
+				o.err = addErr
+			} else {
+				o.resp, o.err = usageAnswer(o.inc, added[0])
+				added = added[1:]
+			}
+		}
+		result := &activationsv1.TrackUsageBatchResult{}
+		if err := grpcx.ObserveCall(o.ctx, s.log, activationsv1.ActivationsService_TrackUsage_FullMethodName, time.Since(start), o.err); err != nil {
+			st := status.Convert(err).Proto()
+			result.Outcome = &activationsv1.TrackUsageBatchResult_Error{Error: &activationsv1.CallStatus{Code: st.GetCode(), Message: st.GetMessage(), Details: st.GetDetails()}}
+		} else {
+			result.Outcome = &activationsv1.TrackUsageBatchResult_Response{Response: o.resp}
+		}
+		resp.Results[i] = result
+	}
+	return resp, nil
+}
+
+// usageIncrement checks a track-usage request against the license and says what to add.
+func (s *Server) usageIncrement(ctx context.Context, req *activationsv1.TrackUsageRequest) (store.Increment, error) {
 	if req.GetKey() == "" {
-		return nil, errMissingKey
+		return store.Increment{}, errMissingKey
 	}
 	if req.GetToken() == "" {
-		return nil, errMissingToken
+		return store.Increment{}, errMissingToken
 	}
 	metric := req.GetMetric()
 	if metric == "" {
-		return nil, apierr.Invalid("metric is required")
+		return store.Increment{}, apierr.Invalid("metric is required")
 	}
 	if pgxx.HasNUL(metric) {
-		return nil, apierr.Invalid("metric must not contain NUL characters")
+		return store.Increment{}, apierr.Invalid("metric must not contain NUL characters")
 	}
 	inc := 1.0
 	if req.Increment != nil {
 		inc = req.GetIncrement()
 		if inc < 1 || inc > maxIncrement || inc != math.Trunc(inc) {
-			return nil, apierr.Invalid("increment must be a positive integer")
+			return store.Increment{}, apierr.Invalid("increment must be a positive integer")
 		}
 	}
 	l, err := s.lookup(ctx, "", req.GetKey())
 	if err != nil {
-		return nil, err
+		return store.Increment{}, err
 	}
 	if err := s.usable(l, license.ErrIsExpired); err != nil {
-		return nil, err
+		return store.Increment{}, err
 	}
 	limit, limited := limitOf(l, metric)
-	allowed := license.LimitKeys[metric] && limited
-	// A total must stay exact in a JSON number.
-	limit = math.Min(limit, maxIncrement)
-	added, err := s.store.AddUsage(ctx, l.GetTenantId(), l.GetKey(), hashToken(req.GetToken()), metric, int64(inc), limit, allowed)
+	return store.Increment{
+		Tenant: l.GetTenantId(), Key: l.GetKey(), TokenHash: hashToken(req.GetToken()), Metric: metric, Inc: int64(inc),
+		// A total must stay exact in a JSON number.
+		Limit:   math.Min(limit, maxIncrement),
+		Allowed: license.LimitKeys[metric] && limited,
+	}, nil
+}
+
+// usageAnswer is track-usage's answer once the store decided the increment.
+func usageAnswer(inc store.Increment, added store.Added) (*activationsv1.TrackUsageResponse, error) {
 	switch {
-	case err != nil:
-		return nil, err
 	case !added.SeatOK:
 		return nil, errBadToken
-	case !allowed:
-		return nil, apierr.Forbidden("Metric not allowed: %s", metric)
+	case !inc.Allowed:
+		return nil, apierr.Forbidden("Metric not allowed: %s", inc.Metric)
 	case !added.Applied:
-		return nil, apierr.Forbidden("Usage limit exceeded for metric: %s", metric)
+		return nil, apierr.Forbidden("Usage limit exceeded for metric: %s", inc.Metric)
 	}
-	return &activationsv1.TrackUsageResponse{Ok: true, Metric: metric, Usage: float64(added.Used)}, nil
+	return &activationsv1.TrackUsageResponse{Ok: true, Metric: inc.Metric, Usage: float64(added.Used)}, nil
 }
 
 // UsageReport is a live snapshot of every limit key of the license.

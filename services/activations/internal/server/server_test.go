@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"errors"
+	"log/slog"
 	"strconv"
 	"strings"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	activationsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/activations/v1"
 	licensingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -24,7 +26,7 @@ func newTest(ls ...*licensingv1.License) (*Server, *fakeStore) {
 		f.byKey[l.GetKey()] = l
 	}
 	st := newFakeStore()
-	s := New(st, f)
+	s := New(st, f, slog.New(slog.DiscardHandler))
 	s.now = func() time.Time { return now }
 	return s, st
 }
@@ -235,6 +237,7 @@ func TestTrackUsageRefusals(t *testing.T) {
 	expTok := activate(t, s, "EXP", "a").GetToken()
 	revoked(s.licenses.(*fakeLicenses).byKey["REV"])
 	expiresAt(now.Add(-time.Hour))(s.licenses.(*fakeLicenses).byKey["EXP"])
+	batch := &activationsv1.TrackUsageBatchRequest{}
 	for _, tc := range []struct {
 		name, key, token, metric string
 		inc                      *float64
@@ -261,9 +264,35 @@ func TestTrackUsageRefusals(t *testing.T) {
 			_, err := track(s, tc.key, tc.token, tc.metric, tc.inc)
 			wantErr(t, err, tc.code, tc.msg)
 		})
+		batch.Items = append(batch.Items, &activationsv1.TrackUsageBatchItem{
+			Request: &activationsv1.TrackUsageRequest{Key: tc.key, Token: tc.token, Metric: tc.metric, Increment: tc.inc},
+		})
 	}
 	if usage, _ := s.store.Usage(context.Background(), "t1", "K1"); len(usage) != 0 {
 		t.Fatalf("a refused call wrote usage %v", usage)
+	}
+
+	// The same calls as the items of one batch, with two good ones among them: each
+	// refused with the very status TrackUsage gave, the good ones applied.
+	good := &activationsv1.TrackUsageBatchItem{Request: &activationsv1.TrackUsageRequest{Key: "K1", Token: tok, Metric: "users", Increment: proto.Float64(2)}}
+	batch.Items = append([]*activationsv1.TrackUsageBatchItem{good}, append(batch.Items, good)...)
+	resp, err := s.TrackUsageBatch(context.Background(), batch)
+	if err != nil || len(resp.GetResults()) != len(batch.Items) {
+		t.Fatalf("%d answers for %d items, %v", len(resp.GetResults()), len(batch.Items), err)
+	}
+	for i, item := range batch.Items {
+		got := resp.GetResults()[i]
+		want, err := s.TrackUsage(context.Background(), item.GetRequest())
+		if item == good {
+			if got.GetResponse().GetUsage() != float64(2+2*min(i, 1)) {
+				t.Errorf("item %d: %v, want usage %d", i, got, 2+2*min(i, 1))
+			}
+			continue
+		}
+		st := status.Convert(err).Proto()
+		if e := got.GetError(); e == nil || e.GetCode() != st.GetCode() || e.GetMessage() != st.GetMessage() || len(e.GetDetails()) != len(st.GetDetails()) || want != nil {
+			t.Errorf("item %d: %v, want %v", i, got, st)
+		}
 	}
 }
 

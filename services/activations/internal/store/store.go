@@ -3,8 +3,10 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -58,6 +60,11 @@ const lockLicenseSQL = `SELECT pg_advisory_xact_lock(1263488, hashtext($1 || E'\
 // shareLicenseSQL is lockLicenseSQL's shared form: increments of one license run side by
 // side (they queue on the usage row instead), but never while its purge runs.
 const shareLicenseSQL = `SELECT pg_advisory_xact_lock_shared(1263488, hashtext($1 || E'\x1f' || $2))`
+
+// shareLicensesSQL takes the shared lock of every license ($1 tenants, $2 keys) in one
+// statement. Shared locks never wait for each other, and the holders of the exclusive one
+// take a single license, so the order they are taken in cannot deadlock.
+const shareLicensesSQL = `SELECT pg_advisory_xact_lock_shared(1263488, hashtext(t || E'\x1f' || k)) FROM unnest($1::text[], $2::text[]) AS l(t, k)`
 
 // activateSQL inserts the seat unless the license's deletion was processed, the pair
 // already has a seat, or the license has $5 seats ($5 NULL = unlimited), and says which.
@@ -162,30 +169,72 @@ const addUsageSQL = `WITH seat AS (
 )
 SELECT ok, (SELECT used FROM added) FROM seat`
 
-// AddUsage adds inc to the metric's running total of the license, when tokenHash holds a
-// seat of it, allowed is true and the new total is at most limit. It says which of these
-// held; an increment is applied once or not at all.
-//
-// It holds the license's lock in shared mode, so it never overlaps the purge of the
-// license: without it, an increment whose statement saw the seat before the purge
-// committed would insert its row after the purge deleted the usage, leaving a total of a
-// deleted license behind. The lock and the statement go as one batch (one round trip, one
-// implicit transaction), the statement after the lock so its snapshot follows the purge.
+// Increment is one call's addition to a metric's running total: inc is added when
+// TokenHash holds a seat of the license, Allowed is true and the new total is at most
+// Limit.
+type Increment struct {
+	Tenant, Key string
+	TokenHash   []byte
+	Metric      string
+	Inc         int64
+	Limit       float64
+	Allowed     bool
+}
+
+// AddUsage applies one increment (AddUsages) and says which of its conditions held; it
+// is applied once or not at all.
 func (s *Store) AddUsage(ctx context.Context, tenant, key string, tokenHash []byte, metric string, inc int64, limit float64, allowed bool) (Added, error) {
-	var a Added
-	var used *int64
-	b := &pgx.Batch{}
-	b.Queue(shareLicenseSQL, tenant, key)
-	b.Queue(addUsageSQL, tenant, key, tokenHash, metric, inc, limit, allowed).QueryRow(func(row pgx.Row) error {
-		return row.Scan(&a.SeatOK, &used)
-	})
-	if err := s.db.SendBatch(ctx, b).Close(); err != nil {
+	added, err := s.AddUsages(ctx, []Increment{{Tenant: tenant, Key: key, TokenHash: tokenHash, Metric: metric, Inc: inc, Limit: limit, Allowed: allowed}})
+	if err != nil {
 		return Added{}, err
 	}
-	if used != nil {
-		a.Applied, a.Used = true, *used
+	return added[0], nil
+}
+
+// AddUsages applies increments in one round trip and one transaction: all of them are
+// decided, or none is (on an error). Each is decided as if alone: increments of one
+// metric apply in the order given, each against the total the one before wrote.
+//
+// Each license's lock is held in shared mode, so no increment overlaps the purge of its
+// license: without it, an increment whose statement saw the seat before the purge
+// committed would insert its row after the purge deleted the usage, leaving a total of a
+// deleted license behind. The increments run after the locks, as statements of their
+// own, so their snapshots follow the purge. Rows are locked in (tenant, key, metric)
+// order, so two calls over the same rows wait for each other instead of deadlocking.
+func (s *Store) AddUsages(ctx context.Context, incs []Increment) ([]Added, error) {
+	order := make([]int, len(incs))
+	for i := range order {
+		order[i] = i
 	}
-	return a, nil
+	slices.SortStableFunc(order, func(a, b int) int {
+		x, y := &incs[a], &incs[b]
+		return cmp.Or(cmp.Compare(x.Tenant, y.Tenant), cmp.Compare(x.Key, y.Key), cmp.Compare(x.Metric, y.Metric))
+	})
+	added := make([]Added, len(incs))
+	used := make([]*int64, len(incs))
+	var tenants, keys []string
+	for n, i := range order {
+		if n == 0 || incs[order[n-1]].Tenant != incs[i].Tenant || incs[order[n-1]].Key != incs[i].Key {
+			tenants, keys = append(tenants, incs[i].Tenant), append(keys, incs[i].Key)
+		}
+	}
+	b := &pgx.Batch{}
+	b.Queue(shareLicensesSQL, tenants, keys)
+	for _, i := range order {
+		inc := &incs[i]
+		b.Queue(addUsageSQL, inc.Tenant, inc.Key, inc.TokenHash, inc.Metric, inc.Inc, inc.Limit, inc.Allowed).QueryRow(func(row pgx.Row) error {
+			return row.Scan(&added[i].SeatOK, &used[i])
+		})
+	}
+	if err := s.db.SendBatch(ctx, b).Close(); err != nil {
+		return nil, err
+	}
+	for i, u := range used {
+		if u != nil {
+			added[i].Applied, added[i].Used = true, *u
+		}
+	}
+	return added, nil
 }
 
 // Usage returns the running totals of a license.

@@ -268,6 +268,102 @@ func TestAddUsageInParallelLandsExactlyOnTheLimit(t *testing.T) {
 }
 
 // A reset lands wholly between increments: they count again from zero.
+// One batch decides each increment as if alone: increments of one metric in the order
+// given, a refused one leaving the others untouched.
+func TestAddUsagesDecidesEachIncrementInOrder(t *testing.T) {
+	t.Parallel()
+	s, tenant, key := fresh(t)
+	ctx := context.Background()
+	mustActivate(t, s, tenant, key, "a")
+	inc := func(token, metric string, n int64) Increment {
+		return Increment{Tenant: tenant, Key: key, TokenHash: hash(key, token), Metric: metric, Inc: n, Limit: 10, Allowed: true}
+	}
+	got, err := s.AddUsages(ctx, []Increment{
+		inc("a", "users", 3), inc("nope", "users", 1), inc("a", "seats", 2), inc("a", "users", 4),
+		inc("a", "users", 5), inc("a", "users", 3),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Added{
+		{SeatOK: true, Applied: true, Used: 3}, {}, {SeatOK: true, Applied: true, Used: 2}, {SeatOK: true, Applied: true, Used: 7},
+		{SeatOK: true}, {SeatOK: true, Applied: true, Used: 10},
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("decided %+v, want %+v", got, want)
+	}
+	if u, _ := s.Usage(ctx, tenant, key); u["users"] != 10 || u["seats"] != 2 {
+		t.Fatalf("usage %v", u)
+	}
+}
+
+// Invariant 3 for batches: many batches at once (gateways, replicas), each over the same
+// licenses and metrics in its own order, neither deadlock nor pass a limit, and each
+// increment is applied once or not at all.
+func TestAddUsagesInParallelBatchesLandExactlyOnTheLimits(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cfg := openDB(t).Config().Copy()
+	cfg.MaxConns, cfg.MinConns = 16, 16
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	s := New(pool)
+	tenant, k1 := ids()
+	_, k2 := ids()
+	mustActivate(t, s, tenant, k1, "a")
+	mustActivate(t, s, tenant, k2, "a")
+	type counter struct{ key, metric string }
+	counters := []counter{{k1, "users"}, {k1, "seats"}, {k2, "users"}, {k2, "seats"}}
+	const batches, perBatch, limit = 32, 8, 40 // 64 tries per counter
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	seen := map[counter]map[int64]bool{}
+	start := make(chan struct{})
+	for b := range batches {
+		wg.Go(func() {
+			var incs []Increment
+			for i := range perBatch {
+				c := counters[(b+i*3)%len(counters)] // every batch in its own order
+				incs = append(incs, Increment{Tenant: tenant, Key: c.key, TokenHash: hash(c.key, "a"), Metric: c.metric, Inc: 1, Limit: limit, Allowed: true})
+			}
+			<-start
+			added, err := s.AddUsages(ctx, incs)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			for i, a := range added {
+				c := counter{incs[i].Key, incs[i].Metric}
+				if seen[c] == nil {
+					seen[c] = map[int64]bool{}
+				}
+				switch {
+				case !a.Applied:
+				case seen[c][a.Used] || a.Used < 1 || a.Used > limit:
+					t.Errorf("%v: total %d reported twice or out of range", c, a.Used)
+				default:
+					seen[c][a.Used] = true
+				}
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	for _, c := range counters {
+		if len(seen[c]) != limit {
+			t.Errorf("%v: %d increments applied, want exactly %d", c, len(seen[c]), limit)
+		}
+		if u, _ := s.Usage(ctx, tenant, c.key); u[c.metric] != limit {
+			t.Errorf("%v: total %d, want %d", c, u[c.metric], limit)
+		}
+	}
+}
+
 func TestResetUsageThenIncrementsCountFromZero(t *testing.T) {
 	t.Parallel()
 	s, tenant, key := fresh(t)

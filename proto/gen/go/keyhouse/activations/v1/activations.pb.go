@@ -10,6 +10,7 @@ import (
 	_ "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/api/v1"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	anypb "google.golang.org/protobuf/types/known/anypb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
@@ -461,6 +462,293 @@ func (x *TrackUsageResponse) GetUsage() float64 {
 	return 0
 }
 
+type TrackUsageBatchRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// At most 256.
+	Items         []*TrackUsageBatchItem `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TrackUsageBatchRequest) Reset() {
+	*x = TrackUsageBatchRequest{}
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TrackUsageBatchRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TrackUsageBatchRequest) ProtoMessage() {}
+
+func (x *TrackUsageBatchRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TrackUsageBatchRequest.ProtoReflect.Descriptor instead.
+func (*TrackUsageBatchRequest) Descriptor() ([]byte, []int) {
+	return file_keyhouse_activations_v1_activations_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *TrackUsageBatchRequest) GetItems() []*TrackUsageBatchItem {
+	if x != nil {
+		return x.Items
+	}
+	return nil
+}
+
+type TrackUsageBatchItem struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Request *TrackUsageRequest     `protobuf:"bytes,1,opt,name=request,proto3" json:"request,omitempty"`
+	// The x-request-id of the REST request the item came from, for the service's log.
+	RequestId     string `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TrackUsageBatchItem) Reset() {
+	*x = TrackUsageBatchItem{}
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TrackUsageBatchItem) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TrackUsageBatchItem) ProtoMessage() {}
+
+func (x *TrackUsageBatchItem) ProtoReflect() protoreflect.Message {
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TrackUsageBatchItem.ProtoReflect.Descriptor instead.
+func (*TrackUsageBatchItem) Descriptor() ([]byte, []int) {
+	return file_keyhouse_activations_v1_activations_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *TrackUsageBatchItem) GetRequest() *TrackUsageRequest {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+func (x *TrackUsageBatchItem) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+type TrackUsageBatchResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One per item, in the order of the request.
+	Results       []*TrackUsageBatchResult `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TrackUsageBatchResponse) Reset() {
+	*x = TrackUsageBatchResponse{}
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TrackUsageBatchResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TrackUsageBatchResponse) ProtoMessage() {}
+
+func (x *TrackUsageBatchResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TrackUsageBatchResponse.ProtoReflect.Descriptor instead.
+func (*TrackUsageBatchResponse) Descriptor() ([]byte, []int) {
+	return file_keyhouse_activations_v1_activations_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *TrackUsageBatchResponse) GetResults() []*TrackUsageBatchResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+type TrackUsageBatchResult struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Outcome:
+	//
+	//	*TrackUsageBatchResult_Response
+	//	*TrackUsageBatchResult_Error
+	Outcome       isTrackUsageBatchResult_Outcome `protobuf_oneof:"outcome"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TrackUsageBatchResult) Reset() {
+	*x = TrackUsageBatchResult{}
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TrackUsageBatchResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TrackUsageBatchResult) ProtoMessage() {}
+
+func (x *TrackUsageBatchResult) ProtoReflect() protoreflect.Message {
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TrackUsageBatchResult.ProtoReflect.Descriptor instead.
+func (*TrackUsageBatchResult) Descriptor() ([]byte, []int) {
+	return file_keyhouse_activations_v1_activations_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *TrackUsageBatchResult) GetOutcome() isTrackUsageBatchResult_Outcome {
+	if x != nil {
+		return x.Outcome
+	}
+	return nil
+}
+
+func (x *TrackUsageBatchResult) GetResponse() *TrackUsageResponse {
+	if x != nil {
+		if x, ok := x.Outcome.(*TrackUsageBatchResult_Response); ok {
+			return x.Response
+		}
+	}
+	return nil
+}
+
+func (x *TrackUsageBatchResult) GetError() *CallStatus {
+	if x != nil {
+		if x, ok := x.Outcome.(*TrackUsageBatchResult_Error); ok {
+			return x.Error
+		}
+	}
+	return nil
+}
+
+type isTrackUsageBatchResult_Outcome interface {
+	isTrackUsageBatchResult_Outcome()
+}
+
+type TrackUsageBatchResult_Response struct {
+	Response *TrackUsageResponse `protobuf:"bytes,1,opt,name=response,proto3,oneof"`
+}
+
+type TrackUsageBatchResult_Error struct {
+	// The status TrackUsage would have failed with.
+	Error *CallStatus `protobuf:"bytes,2,opt,name=error,proto3,oneof"`
+}
+
+func (*TrackUsageBatchResult_Response) isTrackUsageBatchResult_Outcome() {}
+
+func (*TrackUsageBatchResult_Error) isTrackUsageBatchResult_Outcome() {}
+
+// The fields of google.rpc.Status, which this module does not import.
+type CallStatus struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Code          int32                  `protobuf:"varint,1,opt,name=code,proto3" json:"code,omitempty"`
+	Message       string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	Details       []*anypb.Any           `protobuf:"bytes,3,rep,name=details,proto3" json:"details,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CallStatus) Reset() {
+	*x = CallStatus{}
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CallStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CallStatus) ProtoMessage() {}
+
+func (x *CallStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CallStatus.ProtoReflect.Descriptor instead.
+func (*CallStatus) Descriptor() ([]byte, []int) {
+	return file_keyhouse_activations_v1_activations_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *CallStatus) GetCode() int32 {
+	if x != nil {
+		return x.Code
+	}
+	return 0
+}
+
+func (x *CallStatus) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *CallStatus) GetDetails() []*anypb.Any {
+	if x != nil {
+		return x.Details
+	}
+	return nil
+}
+
 type UsageReportRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
@@ -470,7 +758,7 @@ type UsageReportRequest struct {
 
 func (x *UsageReportRequest) Reset() {
 	*x = UsageReportRequest{}
-	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[8]
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -482,7 +770,7 @@ func (x *UsageReportRequest) String() string {
 func (*UsageReportRequest) ProtoMessage() {}
 
 func (x *UsageReportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[8]
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -495,7 +783,7 @@ func (x *UsageReportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UsageReportRequest.ProtoReflect.Descriptor instead.
 func (*UsageReportRequest) Descriptor() ([]byte, []int) {
-	return file_keyhouse_activations_v1_activations_proto_rawDescGZIP(), []int{8}
+	return file_keyhouse_activations_v1_activations_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *UsageReportRequest) GetKey() string {
@@ -520,7 +808,7 @@ type UsageMetric struct {
 
 func (x *UsageMetric) Reset() {
 	*x = UsageMetric{}
-	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[9]
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -532,7 +820,7 @@ func (x *UsageMetric) String() string {
 func (*UsageMetric) ProtoMessage() {}
 
 func (x *UsageMetric) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[9]
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -545,7 +833,7 @@ func (x *UsageMetric) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UsageMetric.ProtoReflect.Descriptor instead.
 func (*UsageMetric) Descriptor() ([]byte, []int) {
-	return file_keyhouse_activations_v1_activations_proto_rawDescGZIP(), []int{9}
+	return file_keyhouse_activations_v1_activations_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *UsageMetric) GetMetric() string {
@@ -598,7 +886,7 @@ type UsageReportResponse struct {
 
 func (x *UsageReportResponse) Reset() {
 	*x = UsageReportResponse{}
-	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[10]
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -610,7 +898,7 @@ func (x *UsageReportResponse) String() string {
 func (*UsageReportResponse) ProtoMessage() {}
 
 func (x *UsageReportResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[10]
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -623,7 +911,7 @@ func (x *UsageReportResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UsageReportResponse.ProtoReflect.Descriptor instead.
 func (*UsageReportResponse) Descriptor() ([]byte, []int) {
-	return file_keyhouse_activations_v1_activations_proto_rawDescGZIP(), []int{10}
+	return file_keyhouse_activations_v1_activations_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *UsageReportResponse) GetValid() bool {
@@ -664,7 +952,7 @@ type ReissueTokenRequest struct {
 
 func (x *ReissueTokenRequest) Reset() {
 	*x = ReissueTokenRequest{}
-	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[11]
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -676,7 +964,7 @@ func (x *ReissueTokenRequest) String() string {
 func (*ReissueTokenRequest) ProtoMessage() {}
 
 func (x *ReissueTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[11]
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -689,7 +977,7 @@ func (x *ReissueTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReissueTokenRequest.ProtoReflect.Descriptor instead.
 func (*ReissueTokenRequest) Descriptor() ([]byte, []int) {
-	return file_keyhouse_activations_v1_activations_proto_rawDescGZIP(), []int{11}
+	return file_keyhouse_activations_v1_activations_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ReissueTokenRequest) GetKey() string {
@@ -716,7 +1004,7 @@ type ReissueTokenResponse struct {
 
 func (x *ReissueTokenResponse) Reset() {
 	*x = ReissueTokenResponse{}
-	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[12]
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -728,7 +1016,7 @@ func (x *ReissueTokenResponse) String() string {
 func (*ReissueTokenResponse) ProtoMessage() {}
 
 func (x *ReissueTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[12]
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -741,7 +1029,7 @@ func (x *ReissueTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReissueTokenResponse.ProtoReflect.Descriptor instead.
 func (*ReissueTokenResponse) Descriptor() ([]byte, []int) {
-	return file_keyhouse_activations_v1_activations_proto_rawDescGZIP(), []int{12}
+	return file_keyhouse_activations_v1_activations_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ReissueTokenResponse) GetReissued() bool {
@@ -768,7 +1056,7 @@ type DeactivateByInstanceIdRequest struct {
 
 func (x *DeactivateByInstanceIdRequest) Reset() {
 	*x = DeactivateByInstanceIdRequest{}
-	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[13]
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -780,7 +1068,7 @@ func (x *DeactivateByInstanceIdRequest) String() string {
 func (*DeactivateByInstanceIdRequest) ProtoMessage() {}
 
 func (x *DeactivateByInstanceIdRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[13]
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -793,7 +1081,7 @@ func (x *DeactivateByInstanceIdRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeactivateByInstanceIdRequest.ProtoReflect.Descriptor instead.
 func (*DeactivateByInstanceIdRequest) Descriptor() ([]byte, []int) {
-	return file_keyhouse_activations_v1_activations_proto_rawDescGZIP(), []int{13}
+	return file_keyhouse_activations_v1_activations_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *DeactivateByInstanceIdRequest) GetKey() string {
@@ -819,7 +1107,7 @@ type DeactivateByInstanceIdResponse struct {
 
 func (x *DeactivateByInstanceIdResponse) Reset() {
 	*x = DeactivateByInstanceIdResponse{}
-	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[14]
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -831,7 +1119,7 @@ func (x *DeactivateByInstanceIdResponse) String() string {
 func (*DeactivateByInstanceIdResponse) ProtoMessage() {}
 
 func (x *DeactivateByInstanceIdResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[14]
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -844,7 +1132,7 @@ func (x *DeactivateByInstanceIdResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeactivateByInstanceIdResponse.ProtoReflect.Descriptor instead.
 func (*DeactivateByInstanceIdResponse) Descriptor() ([]byte, []int) {
-	return file_keyhouse_activations_v1_activations_proto_rawDescGZIP(), []int{14}
+	return file_keyhouse_activations_v1_activations_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *DeactivateByInstanceIdResponse) GetDeactivated() bool {
@@ -865,7 +1153,7 @@ type ResetUsageRequest struct {
 
 func (x *ResetUsageRequest) Reset() {
 	*x = ResetUsageRequest{}
-	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[15]
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -877,7 +1165,7 @@ func (x *ResetUsageRequest) String() string {
 func (*ResetUsageRequest) ProtoMessage() {}
 
 func (x *ResetUsageRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[15]
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -890,7 +1178,7 @@ func (x *ResetUsageRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResetUsageRequest.ProtoReflect.Descriptor instead.
 func (*ResetUsageRequest) Descriptor() ([]byte, []int) {
-	return file_keyhouse_activations_v1_activations_proto_rawDescGZIP(), []int{15}
+	return file_keyhouse_activations_v1_activations_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ResetUsageRequest) GetKey() string {
@@ -918,7 +1206,7 @@ type ResetUsageResponse struct {
 
 func (x *ResetUsageResponse) Reset() {
 	*x = ResetUsageResponse{}
-	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[16]
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -930,7 +1218,7 @@ func (x *ResetUsageResponse) String() string {
 func (*ResetUsageResponse) ProtoMessage() {}
 
 func (x *ResetUsageResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[16]
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -943,7 +1231,7 @@ func (x *ResetUsageResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResetUsageResponse.ProtoReflect.Descriptor instead.
 func (*ResetUsageResponse) Descriptor() ([]byte, []int) {
-	return file_keyhouse_activations_v1_activations_proto_rawDescGZIP(), []int{16}
+	return file_keyhouse_activations_v1_activations_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ResetUsageResponse) GetKey() string {
@@ -969,7 +1257,7 @@ type ListActivationsRequest struct {
 
 func (x *ListActivationsRequest) Reset() {
 	*x = ListActivationsRequest{}
-	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[17]
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -981,7 +1269,7 @@ func (x *ListActivationsRequest) String() string {
 func (*ListActivationsRequest) ProtoMessage() {}
 
 func (x *ListActivationsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[17]
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -994,7 +1282,7 @@ func (x *ListActivationsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListActivationsRequest.ProtoReflect.Descriptor instead.
 func (*ListActivationsRequest) Descriptor() ([]byte, []int) {
-	return file_keyhouse_activations_v1_activations_proto_rawDescGZIP(), []int{17}
+	return file_keyhouse_activations_v1_activations_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListActivationsRequest) GetKey() string {
@@ -1014,7 +1302,7 @@ type Activation struct {
 
 func (x *Activation) Reset() {
 	*x = Activation{}
-	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[18]
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1026,7 +1314,7 @@ func (x *Activation) String() string {
 func (*Activation) ProtoMessage() {}
 
 func (x *Activation) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[18]
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1039,7 +1327,7 @@ func (x *Activation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Activation.ProtoReflect.Descriptor instead.
 func (*Activation) Descriptor() ([]byte, []int) {
-	return file_keyhouse_activations_v1_activations_proto_rawDescGZIP(), []int{18}
+	return file_keyhouse_activations_v1_activations_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Activation) GetInstanceId() string {
@@ -1067,7 +1355,7 @@ type ListActivationsResponse struct {
 
 func (x *ListActivationsResponse) Reset() {
 	*x = ListActivationsResponse{}
-	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[19]
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1079,7 +1367,7 @@ func (x *ListActivationsResponse) String() string {
 func (*ListActivationsResponse) ProtoMessage() {}
 
 func (x *ListActivationsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[19]
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1092,7 +1380,7 @@ func (x *ListActivationsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListActivationsResponse.ProtoReflect.Descriptor instead.
 func (*ListActivationsResponse) Descriptor() ([]byte, []int) {
-	return file_keyhouse_activations_v1_activations_proto_rawDescGZIP(), []int{19}
+	return file_keyhouse_activations_v1_activations_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ListActivationsResponse) GetKey() string {
@@ -1119,7 +1407,7 @@ type RecentActivationsRequest struct {
 
 func (x *RecentActivationsRequest) Reset() {
 	*x = RecentActivationsRequest{}
-	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[20]
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1131,7 +1419,7 @@ func (x *RecentActivationsRequest) String() string {
 func (*RecentActivationsRequest) ProtoMessage() {}
 
 func (x *RecentActivationsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[20]
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1144,7 +1432,7 @@ func (x *RecentActivationsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecentActivationsRequest.ProtoReflect.Descriptor instead.
 func (*RecentActivationsRequest) Descriptor() ([]byte, []int) {
-	return file_keyhouse_activations_v1_activations_proto_rawDescGZIP(), []int{20}
+	return file_keyhouse_activations_v1_activations_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *RecentActivationsRequest) GetLimit() int32 {
@@ -1164,7 +1452,7 @@ type RecentActivationsResponse struct {
 
 func (x *RecentActivationsResponse) Reset() {
 	*x = RecentActivationsResponse{}
-	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[21]
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1176,7 +1464,7 @@ func (x *RecentActivationsResponse) String() string {
 func (*RecentActivationsResponse) ProtoMessage() {}
 
 func (x *RecentActivationsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[21]
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1189,7 +1477,7 @@ func (x *RecentActivationsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecentActivationsResponse.ProtoReflect.Descriptor instead.
 func (*RecentActivationsResponse) Descriptor() ([]byte, []int) {
-	return file_keyhouse_activations_v1_activations_proto_rawDescGZIP(), []int{21}
+	return file_keyhouse_activations_v1_activations_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *RecentActivationsResponse) GetActivations() []*RecentActivation {
@@ -1203,7 +1491,7 @@ var File_keyhouse_activations_v1_activations_proto protoreflect.FileDescriptor
 
 const file_keyhouse_activations_v1_activations_proto_rawDesc = "" +
 	"\n" +
-	")keyhouse/activations/v1/activations.proto\x12\x17keyhouse.activations.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a&keyhouse/activations/v1/internal.proto\x1a\x19keyhouse/api/v1/api.proto\"K\n" +
+	")keyhouse/activations/v1/activations.proto\x12\x17keyhouse.activations.v1\x1a\x19google/protobuf/any.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a&keyhouse/activations/v1/internal.proto\x1a\x19keyhouse/api/v1/api.proto\"K\n" +
 	"\x16ActivateLicenseRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x1f\n" +
 	"\vinstance_id\x18\x02 \x01(\tR\n" +
@@ -1235,7 +1523,24 @@ const file_keyhouse_activations_v1_activations_proto_rawDesc = "" +
 	"\x12TrackUsageResponse\x12\x0e\n" +
 	"\x02ok\x18\x01 \x01(\bR\x02ok\x12\x16\n" +
 	"\x06metric\x18\x02 \x01(\tR\x06metric\x12\x14\n" +
-	"\x05usage\x18\x03 \x01(\x01R\x05usage\"&\n" +
+	"\x05usage\x18\x03 \x01(\x01R\x05usage\"\\\n" +
+	"\x16TrackUsageBatchRequest\x12B\n" +
+	"\x05items\x18\x01 \x03(\v2,.keyhouse.activations.v1.TrackUsageBatchItemR\x05items\"z\n" +
+	"\x13TrackUsageBatchItem\x12D\n" +
+	"\arequest\x18\x01 \x01(\v2*.keyhouse.activations.v1.TrackUsageRequestR\arequest\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x02 \x01(\tR\trequestId\"c\n" +
+	"\x17TrackUsageBatchResponse\x12H\n" +
+	"\aresults\x18\x01 \x03(\v2..keyhouse.activations.v1.TrackUsageBatchResultR\aresults\"\xaa\x01\n" +
+	"\x15TrackUsageBatchResult\x12I\n" +
+	"\bresponse\x18\x01 \x01(\v2+.keyhouse.activations.v1.TrackUsageResponseH\x00R\bresponse\x12;\n" +
+	"\x05error\x18\x02 \x01(\v2#.keyhouse.activations.v1.CallStatusH\x00R\x05errorB\t\n" +
+	"\aoutcome\"j\n" +
+	"\n" +
+	"CallStatus\x12\x12\n" +
+	"\x04code\x18\x01 \x01(\x05R\x04code\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\x12.\n" +
+	"\adetails\x18\x03 \x03(\v2\x14.google.protobuf.AnyR\adetails\"&\n" +
 	"\x12UsageReportRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\"\x89\x01\n" +
 	"\vUsageMetric\x12\x16\n" +
@@ -1288,8 +1593,7 @@ const file_keyhouse_activations_v1_activations_proto_rawDesc = "" +
 	"\x05limit\x18\x01 \x01(\x05H\x00R\x05limit\x88\x01\x01B\b\n" +
 	"\x06_limit\"h\n" +
 	"\x19RecentActivationsResponse\x12K\n" +
-	"\vactivations\x18\x01 \x03(\v2).keyhouse.activations.v1.RecentActivationR\vactivations2\xa0\n" +
-	"\n" +
+	"\vactivations\x18\x01 \x03(\v2).keyhouse.activations.v1.RecentActivationR\vactivations2\x9c\v\n" +
 	"\x12ActivationsService\x12\x82\x01\n" +
 	"\x0fActivateLicense\x12/.keyhouse.activations.v1.ActivateLicenseRequest\x1a0.keyhouse.activations.v1.ActivateLicenseResponse\"\f\x90\x82\x19\x01\x9a\x82\x19\x04\b\x03\x10\x01\x12\x88\x01\n" +
 	"\x11DeactivateLicense\x121.keyhouse.activations.v1.DeactivateLicenseRequest\x1a2.keyhouse.activations.v1.DeactivateLicenseResponse\"\f\x90\x82\x19\x01\x9a\x82\x19\x04\b\x03\x10\x01\x12\x80\x01\n" +
@@ -1297,7 +1601,8 @@ const file_keyhouse_activations_v1_activations_proto_rawDesc = "" +
 	"\x90\x82\x19\x01\x9a\x82\x19\x02\b\x02\x12q\n" +
 	"\n" +
 	"TrackUsage\x12*.keyhouse.activations.v1.TrackUsageRequest\x1a+.keyhouse.activations.v1.TrackUsageResponse\"\n" +
-	"\x90\x82\x19\x01\x9a\x82\x19\x02\b\x02\x12t\n" +
+	"\x90\x82\x19\x01\x9a\x82\x19\x02\b\x02\x12z\n" +
+	"\x0fTrackUsageBatch\x12/.keyhouse.activations.v1.TrackUsageBatchRequest\x1a0.keyhouse.activations.v1.TrackUsageBatchResponse\"\x04\x90\x82\x19\x01\x12t\n" +
 	"\vUsageReport\x12+.keyhouse.activations.v1.UsageReportRequest\x1a,.keyhouse.activations.v1.UsageReportResponse\"\n" +
 	"\x90\x82\x19\x01\x9a\x82\x19\x02\b\x02\x12w\n" +
 	"\fReissueToken\x12,.keyhouse.activations.v1.ReissueTokenRequest\x1a-.keyhouse.activations.v1.ReissueTokenResponse\"\n" +
@@ -1324,7 +1629,7 @@ func file_keyhouse_activations_v1_activations_proto_rawDescGZIP() []byte {
 	return file_keyhouse_activations_v1_activations_proto_rawDescData
 }
 
-var file_keyhouse_activations_v1_activations_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_keyhouse_activations_v1_activations_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_keyhouse_activations_v1_activations_proto_goTypes = []any{
 	(*ActivateLicenseRequest)(nil),         // 0: keyhouse.activations.v1.ActivateLicenseRequest
 	(*ActivateLicenseResponse)(nil),        // 1: keyhouse.activations.v1.ActivateLicenseResponse
@@ -1334,56 +1639,70 @@ var file_keyhouse_activations_v1_activations_proto_goTypes = []any{
 	(*ValidateLicenseResponse)(nil),        // 5: keyhouse.activations.v1.ValidateLicenseResponse
 	(*TrackUsageRequest)(nil),              // 6: keyhouse.activations.v1.TrackUsageRequest
 	(*TrackUsageResponse)(nil),             // 7: keyhouse.activations.v1.TrackUsageResponse
-	(*UsageReportRequest)(nil),             // 8: keyhouse.activations.v1.UsageReportRequest
-	(*UsageMetric)(nil),                    // 9: keyhouse.activations.v1.UsageMetric
-	(*UsageReportResponse)(nil),            // 10: keyhouse.activations.v1.UsageReportResponse
-	(*ReissueTokenRequest)(nil),            // 11: keyhouse.activations.v1.ReissueTokenRequest
-	(*ReissueTokenResponse)(nil),           // 12: keyhouse.activations.v1.ReissueTokenResponse
-	(*DeactivateByInstanceIdRequest)(nil),  // 13: keyhouse.activations.v1.DeactivateByInstanceIdRequest
-	(*DeactivateByInstanceIdResponse)(nil), // 14: keyhouse.activations.v1.DeactivateByInstanceIdResponse
-	(*ResetUsageRequest)(nil),              // 15: keyhouse.activations.v1.ResetUsageRequest
-	(*ResetUsageResponse)(nil),             // 16: keyhouse.activations.v1.ResetUsageResponse
-	(*ListActivationsRequest)(nil),         // 17: keyhouse.activations.v1.ListActivationsRequest
-	(*Activation)(nil),                     // 18: keyhouse.activations.v1.Activation
-	(*ListActivationsResponse)(nil),        // 19: keyhouse.activations.v1.ListActivationsResponse
-	(*RecentActivationsRequest)(nil),       // 20: keyhouse.activations.v1.RecentActivationsRequest
-	(*RecentActivationsResponse)(nil),      // 21: keyhouse.activations.v1.RecentActivationsResponse
-	nil,                                    // 22: keyhouse.activations.v1.ResetUsageResponse.UsageEntry
-	(*timestamppb.Timestamp)(nil),          // 23: google.protobuf.Timestamp
-	(*RecentActivation)(nil),               // 24: keyhouse.activations.v1.RecentActivation
+	(*TrackUsageBatchRequest)(nil),         // 8: keyhouse.activations.v1.TrackUsageBatchRequest
+	(*TrackUsageBatchItem)(nil),            // 9: keyhouse.activations.v1.TrackUsageBatchItem
+	(*TrackUsageBatchResponse)(nil),        // 10: keyhouse.activations.v1.TrackUsageBatchResponse
+	(*TrackUsageBatchResult)(nil),          // 11: keyhouse.activations.v1.TrackUsageBatchResult
+	(*CallStatus)(nil),                     // 12: keyhouse.activations.v1.CallStatus
+	(*UsageReportRequest)(nil),             // 13: keyhouse.activations.v1.UsageReportRequest
+	(*UsageMetric)(nil),                    // 14: keyhouse.activations.v1.UsageMetric
+	(*UsageReportResponse)(nil),            // 15: keyhouse.activations.v1.UsageReportResponse
+	(*ReissueTokenRequest)(nil),            // 16: keyhouse.activations.v1.ReissueTokenRequest
+	(*ReissueTokenResponse)(nil),           // 17: keyhouse.activations.v1.ReissueTokenResponse
+	(*DeactivateByInstanceIdRequest)(nil),  // 18: keyhouse.activations.v1.DeactivateByInstanceIdRequest
+	(*DeactivateByInstanceIdResponse)(nil), // 19: keyhouse.activations.v1.DeactivateByInstanceIdResponse
+	(*ResetUsageRequest)(nil),              // 20: keyhouse.activations.v1.ResetUsageRequest
+	(*ResetUsageResponse)(nil),             // 21: keyhouse.activations.v1.ResetUsageResponse
+	(*ListActivationsRequest)(nil),         // 22: keyhouse.activations.v1.ListActivationsRequest
+	(*Activation)(nil),                     // 23: keyhouse.activations.v1.Activation
+	(*ListActivationsResponse)(nil),        // 24: keyhouse.activations.v1.ListActivationsResponse
+	(*RecentActivationsRequest)(nil),       // 25: keyhouse.activations.v1.RecentActivationsRequest
+	(*RecentActivationsResponse)(nil),      // 26: keyhouse.activations.v1.RecentActivationsResponse
+	nil,                                    // 27: keyhouse.activations.v1.ResetUsageResponse.UsageEntry
+	(*anypb.Any)(nil),                      // 28: google.protobuf.Any
+	(*timestamppb.Timestamp)(nil),          // 29: google.protobuf.Timestamp
+	(*RecentActivation)(nil),               // 30: keyhouse.activations.v1.RecentActivation
 }
 var file_keyhouse_activations_v1_activations_proto_depIdxs = []int32{
-	23, // 0: keyhouse.activations.v1.UsageReportResponse.expires_at:type_name -> google.protobuf.Timestamp
-	9,  // 1: keyhouse.activations.v1.UsageReportResponse.metrics:type_name -> keyhouse.activations.v1.UsageMetric
-	22, // 2: keyhouse.activations.v1.ResetUsageResponse.usage:type_name -> keyhouse.activations.v1.ResetUsageResponse.UsageEntry
-	23, // 3: keyhouse.activations.v1.Activation.activated_at:type_name -> google.protobuf.Timestamp
-	18, // 4: keyhouse.activations.v1.ListActivationsResponse.activations:type_name -> keyhouse.activations.v1.Activation
-	24, // 5: keyhouse.activations.v1.RecentActivationsResponse.activations:type_name -> keyhouse.activations.v1.RecentActivation
-	0,  // 6: keyhouse.activations.v1.ActivationsService.ActivateLicense:input_type -> keyhouse.activations.v1.ActivateLicenseRequest
-	2,  // 7: keyhouse.activations.v1.ActivationsService.DeactivateLicense:input_type -> keyhouse.activations.v1.DeactivateLicenseRequest
-	4,  // 8: keyhouse.activations.v1.ActivationsService.ValidateLicense:input_type -> keyhouse.activations.v1.ValidateLicenseRequest
-	6,  // 9: keyhouse.activations.v1.ActivationsService.TrackUsage:input_type -> keyhouse.activations.v1.TrackUsageRequest
-	8,  // 10: keyhouse.activations.v1.ActivationsService.UsageReport:input_type -> keyhouse.activations.v1.UsageReportRequest
-	11, // 11: keyhouse.activations.v1.ActivationsService.ReissueToken:input_type -> keyhouse.activations.v1.ReissueTokenRequest
-	13, // 12: keyhouse.activations.v1.ActivationsService.DeactivateByInstanceId:input_type -> keyhouse.activations.v1.DeactivateByInstanceIdRequest
-	15, // 13: keyhouse.activations.v1.ActivationsService.ResetUsage:input_type -> keyhouse.activations.v1.ResetUsageRequest
-	17, // 14: keyhouse.activations.v1.ActivationsService.ListActivations:input_type -> keyhouse.activations.v1.ListActivationsRequest
-	20, // 15: keyhouse.activations.v1.ActivationsService.RecentActivations:input_type -> keyhouse.activations.v1.RecentActivationsRequest
-	1,  // 16: keyhouse.activations.v1.ActivationsService.ActivateLicense:output_type -> keyhouse.activations.v1.ActivateLicenseResponse
-	3,  // 17: keyhouse.activations.v1.ActivationsService.DeactivateLicense:output_type -> keyhouse.activations.v1.DeactivateLicenseResponse
-	5,  // 18: keyhouse.activations.v1.ActivationsService.ValidateLicense:output_type -> keyhouse.activations.v1.ValidateLicenseResponse
-	7,  // 19: keyhouse.activations.v1.ActivationsService.TrackUsage:output_type -> keyhouse.activations.v1.TrackUsageResponse
-	10, // 20: keyhouse.activations.v1.ActivationsService.UsageReport:output_type -> keyhouse.activations.v1.UsageReportResponse
-	12, // 21: keyhouse.activations.v1.ActivationsService.ReissueToken:output_type -> keyhouse.activations.v1.ReissueTokenResponse
-	14, // 22: keyhouse.activations.v1.ActivationsService.DeactivateByInstanceId:output_type -> keyhouse.activations.v1.DeactivateByInstanceIdResponse
-	16, // 23: keyhouse.activations.v1.ActivationsService.ResetUsage:output_type -> keyhouse.activations.v1.ResetUsageResponse
-	19, // 24: keyhouse.activations.v1.ActivationsService.ListActivations:output_type -> keyhouse.activations.v1.ListActivationsResponse
-	21, // 25: keyhouse.activations.v1.ActivationsService.RecentActivations:output_type -> keyhouse.activations.v1.RecentActivationsResponse
-	16, // [16:26] is the sub-list for method output_type
-	6,  // [6:16] is the sub-list for method input_type
-	6,  // [6:6] is the sub-list for extension type_name
-	6,  // [6:6] is the sub-list for extension extendee
-	0,  // [0:6] is the sub-list for field type_name
+	9,  // 0: keyhouse.activations.v1.TrackUsageBatchRequest.items:type_name -> keyhouse.activations.v1.TrackUsageBatchItem
+	6,  // 1: keyhouse.activations.v1.TrackUsageBatchItem.request:type_name -> keyhouse.activations.v1.TrackUsageRequest
+	11, // 2: keyhouse.activations.v1.TrackUsageBatchResponse.results:type_name -> keyhouse.activations.v1.TrackUsageBatchResult
+	7,  // 3: keyhouse.activations.v1.TrackUsageBatchResult.response:type_name -> keyhouse.activations.v1.TrackUsageResponse
+	12, // 4: keyhouse.activations.v1.TrackUsageBatchResult.error:type_name -> keyhouse.activations.v1.CallStatus
+	28, // 5: keyhouse.activations.v1.CallStatus.details:type_name -> google.protobuf.Any
+	29, // 6: keyhouse.activations.v1.UsageReportResponse.expires_at:type_name -> google.protobuf.Timestamp
+	14, // 7: keyhouse.activations.v1.UsageReportResponse.metrics:type_name -> keyhouse.activations.v1.UsageMetric
+	27, // 8: keyhouse.activations.v1.ResetUsageResponse.usage:type_name -> keyhouse.activations.v1.ResetUsageResponse.UsageEntry
+	29, // 9: keyhouse.activations.v1.Activation.activated_at:type_name -> google.protobuf.Timestamp
+	23, // 10: keyhouse.activations.v1.ListActivationsResponse.activations:type_name -> keyhouse.activations.v1.Activation
+	30, // 11: keyhouse.activations.v1.RecentActivationsResponse.activations:type_name -> keyhouse.activations.v1.RecentActivation
+	0,  // 12: keyhouse.activations.v1.ActivationsService.ActivateLicense:input_type -> keyhouse.activations.v1.ActivateLicenseRequest
+	2,  // 13: keyhouse.activations.v1.ActivationsService.DeactivateLicense:input_type -> keyhouse.activations.v1.DeactivateLicenseRequest
+	4,  // 14: keyhouse.activations.v1.ActivationsService.ValidateLicense:input_type -> keyhouse.activations.v1.ValidateLicenseRequest
+	6,  // 15: keyhouse.activations.v1.ActivationsService.TrackUsage:input_type -> keyhouse.activations.v1.TrackUsageRequest
+	8,  // 16: keyhouse.activations.v1.ActivationsService.TrackUsageBatch:input_type -> keyhouse.activations.v1.TrackUsageBatchRequest
+	13, // 17: keyhouse.activations.v1.ActivationsService.UsageReport:input_type -> keyhouse.activations.v1.UsageReportRequest
+	16, // 18: keyhouse.activations.v1.ActivationsService.ReissueToken:input_type -> keyhouse.activations.v1.ReissueTokenRequest
+	18, // 19: keyhouse.activations.v1.ActivationsService.DeactivateByInstanceId:input_type -> keyhouse.activations.v1.DeactivateByInstanceIdRequest
+	20, // 20: keyhouse.activations.v1.ActivationsService.ResetUsage:input_type -> keyhouse.activations.v1.ResetUsageRequest
+	22, // 21: keyhouse.activations.v1.ActivationsService.ListActivations:input_type -> keyhouse.activations.v1.ListActivationsRequest
+	25, // 22: keyhouse.activations.v1.ActivationsService.RecentActivations:input_type -> keyhouse.activations.v1.RecentActivationsRequest
+	1,  // 23: keyhouse.activations.v1.ActivationsService.ActivateLicense:output_type -> keyhouse.activations.v1.ActivateLicenseResponse
+	3,  // 24: keyhouse.activations.v1.ActivationsService.DeactivateLicense:output_type -> keyhouse.activations.v1.DeactivateLicenseResponse
+	5,  // 25: keyhouse.activations.v1.ActivationsService.ValidateLicense:output_type -> keyhouse.activations.v1.ValidateLicenseResponse
+	7,  // 26: keyhouse.activations.v1.ActivationsService.TrackUsage:output_type -> keyhouse.activations.v1.TrackUsageResponse
+	10, // 27: keyhouse.activations.v1.ActivationsService.TrackUsageBatch:output_type -> keyhouse.activations.v1.TrackUsageBatchResponse
+	15, // 28: keyhouse.activations.v1.ActivationsService.UsageReport:output_type -> keyhouse.activations.v1.UsageReportResponse
+	17, // 29: keyhouse.activations.v1.ActivationsService.ReissueToken:output_type -> keyhouse.activations.v1.ReissueTokenResponse
+	19, // 30: keyhouse.activations.v1.ActivationsService.DeactivateByInstanceId:output_type -> keyhouse.activations.v1.DeactivateByInstanceIdResponse
+	21, // 31: keyhouse.activations.v1.ActivationsService.ResetUsage:output_type -> keyhouse.activations.v1.ResetUsageResponse
+	24, // 32: keyhouse.activations.v1.ActivationsService.ListActivations:output_type -> keyhouse.activations.v1.ListActivationsResponse
+	26, // 33: keyhouse.activations.v1.ActivationsService.RecentActivations:output_type -> keyhouse.activations.v1.RecentActivationsResponse
+	23, // [23:34] is the sub-list for method output_type
+	12, // [12:23] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_keyhouse_activations_v1_activations_proto_init() }
@@ -1394,15 +1713,19 @@ func file_keyhouse_activations_v1_activations_proto_init() {
 	file_keyhouse_activations_v1_internal_proto_init()
 	file_keyhouse_activations_v1_activations_proto_msgTypes[1].OneofWrappers = []any{}
 	file_keyhouse_activations_v1_activations_proto_msgTypes[6].OneofWrappers = []any{}
-	file_keyhouse_activations_v1_activations_proto_msgTypes[15].OneofWrappers = []any{}
+	file_keyhouse_activations_v1_activations_proto_msgTypes[11].OneofWrappers = []any{
+		(*TrackUsageBatchResult_Response)(nil),
+		(*TrackUsageBatchResult_Error)(nil),
+	}
 	file_keyhouse_activations_v1_activations_proto_msgTypes[20].OneofWrappers = []any{}
+	file_keyhouse_activations_v1_activations_proto_msgTypes[25].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_keyhouse_activations_v1_activations_proto_rawDesc), len(file_keyhouse_activations_v1_activations_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   23,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

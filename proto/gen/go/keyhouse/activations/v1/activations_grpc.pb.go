@@ -23,6 +23,7 @@ const (
 	ActivationsService_DeactivateLicense_FullMethodName      = "/keyhouse.activations.v1.ActivationsService/DeactivateLicense"
 	ActivationsService_ValidateLicense_FullMethodName        = "/keyhouse.activations.v1.ActivationsService/ValidateLicense"
 	ActivationsService_TrackUsage_FullMethodName             = "/keyhouse.activations.v1.ActivationsService/TrackUsage"
+	ActivationsService_TrackUsageBatch_FullMethodName        = "/keyhouse.activations.v1.ActivationsService/TrackUsageBatch"
 	ActivationsService_UsageReport_FullMethodName            = "/keyhouse.activations.v1.ActivationsService/UsageReport"
 	ActivationsService_ReissueToken_FullMethodName           = "/keyhouse.activations.v1.ActivationsService/ReissueToken"
 	ActivationsService_DeactivateByInstanceId_FullMethodName = "/keyhouse.activations.v1.ActivationsService/DeactivateByInstanceId"
@@ -48,6 +49,11 @@ type ActivationsServiceClient interface {
 	ValidateLicense(ctx context.Context, in *ValidateLicenseRequest, opts ...grpc.CallOption) (*ValidateLicenseResponse, error)
 	// Adds increment to one metric's running total, never past the license's limit.
 	TrackUsage(ctx context.Context, in *TrackUsageRequest, opts ...grpc.CallOption) (*TrackUsageResponse, error)
+	// Many TrackUsage calls in one: the gateway sends the track-usage requests that arrive
+	// while earlier ones are out together. Each item is checked and applied, refused or
+	// failed exactly as TrackUsage would, and answered on its own; the increments of one
+	// call are committed together, in one round trip to Postgres. No REST route.
+	TrackUsageBatch(ctx context.Context, in *TrackUsageBatchRequest, opts ...grpc.CallOption) (*TrackUsageBatchResponse, error)
 	// A live snapshot of every limit key's usage.
 	UsageReport(ctx context.Context, in *UsageReportRequest, opts ...grpc.CallOption) (*UsageReportResponse, error)
 	ReissueToken(ctx context.Context, in *ReissueTokenRequest, opts ...grpc.CallOption) (*ReissueTokenResponse, error)
@@ -100,6 +106,16 @@ func (c *activationsServiceClient) TrackUsage(ctx context.Context, in *TrackUsag
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(TrackUsageResponse)
 	err := c.cc.Invoke(ctx, ActivationsService_TrackUsage_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *activationsServiceClient) TrackUsageBatch(ctx context.Context, in *TrackUsageBatchRequest, opts ...grpc.CallOption) (*TrackUsageBatchResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(TrackUsageBatchResponse)
+	err := c.cc.Invoke(ctx, ActivationsService_TrackUsageBatch_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -183,6 +199,11 @@ type ActivationsServiceServer interface {
 	ValidateLicense(context.Context, *ValidateLicenseRequest) (*ValidateLicenseResponse, error)
 	// Adds increment to one metric's running total, never past the license's limit.
 	TrackUsage(context.Context, *TrackUsageRequest) (*TrackUsageResponse, error)
+	// Many TrackUsage calls in one: the gateway sends the track-usage requests that arrive
+	// while earlier ones are out together. Each item is checked and applied, refused or
+	// failed exactly as TrackUsage would, and answered on its own; the increments of one
+	// call are committed together, in one round trip to Postgres. No REST route.
+	TrackUsageBatch(context.Context, *TrackUsageBatchRequest) (*TrackUsageBatchResponse, error)
 	// A live snapshot of every limit key's usage.
 	UsageReport(context.Context, *UsageReportRequest) (*UsageReportResponse, error)
 	ReissueToken(context.Context, *ReissueTokenRequest) (*ReissueTokenResponse, error)
@@ -212,6 +233,9 @@ func (UnimplementedActivationsServiceServer) ValidateLicense(context.Context, *V
 }
 func (UnimplementedActivationsServiceServer) TrackUsage(context.Context, *TrackUsageRequest) (*TrackUsageResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method TrackUsage not implemented")
+}
+func (UnimplementedActivationsServiceServer) TrackUsageBatch(context.Context, *TrackUsageBatchRequest) (*TrackUsageBatchResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method TrackUsageBatch not implemented")
 }
 func (UnimplementedActivationsServiceServer) UsageReport(context.Context, *UsageReportRequest) (*UsageReportResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method UsageReport not implemented")
@@ -320,6 +344,24 @@ func _ActivationsService_TrackUsage_Handler(srv interface{}, ctx context.Context
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(ActivationsServiceServer).TrackUsage(ctx, req.(*TrackUsageRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ActivationsService_TrackUsageBatch_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(TrackUsageBatchRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ActivationsServiceServer).TrackUsageBatch(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ActivationsService_TrackUsageBatch_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ActivationsServiceServer).TrackUsageBatch(ctx, req.(*TrackUsageBatchRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -454,6 +496,10 @@ var ActivationsService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "TrackUsage",
 			Handler:    _ActivationsService_TrackUsage_Handler,
+		},
+		{
+			MethodName: "TrackUsageBatch",
+			Handler:    _ActivationsService_TrackUsageBatch_Handler,
 		},
 		{
 			MethodName: "UsageReport",

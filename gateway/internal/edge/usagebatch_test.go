@@ -1,0 +1,208 @@
+package edge
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/keyhouse/keyhouse/pkg/apierr"
+	activationsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/activations/v1"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// usageService stands for activations: it answers every item with the key as its metric
+// and the item's position as its total, refuses the key "REFUSED" as activations would,
+// and holds each batch until release has a value (when hold is set).
+type usageService struct {
+	activationsv1.ActivationsServiceClient
+	hold    bool
+	release chan struct{}
+	fail    error
+
+	mu      sync.Mutex
+	batches [][]string
+	arrived chan struct{}
+}
+
+func newUsageService(hold bool) *usageService {
+	return &usageService{hold: hold, release: make(chan struct{}), arrived: make(chan struct{}, 1000)}
+}
+
+func (u *usageService) TrackUsageBatch(ctx context.Context, req *activationsv1.TrackUsageBatchRequest, _ ...grpc.CallOption) (*activationsv1.TrackUsageBatchResponse, error) {
+	var keys []string
+	for _, it := range req.GetItems() {
+		keys = append(keys, it.GetRequest().GetKey())
+	}
+	u.mu.Lock()
+	u.batches = append(u.batches, keys)
+	u.mu.Unlock()
+	u.arrived <- struct{}{}
+	if u.hold {
+		select {
+		case <-u.release:
+		case <-ctx.Done():
+			return nil, status.FromContextError(ctx.Err()).Err()
+		}
+	}
+	if u.fail != nil {
+		return nil, u.fail
+	}
+	resp := &activationsv1.TrackUsageBatchResponse{}
+	for i, key := range keys {
+		r := &activationsv1.TrackUsageBatchResult{}
+		if key == "REFUSED" {
+			st := apierr.Forbidden("Usage limit exceeded for metric: users").GRPCStatus().Proto()
+			r.Outcome = &activationsv1.TrackUsageBatchResult_Error{Error: &activationsv1.CallStatus{Code: st.GetCode(), Message: st.GetMessage(), Details: st.GetDetails()}}
+		} else {
+			r.Outcome = &activationsv1.TrackUsageBatchResult_Response{Response: &activationsv1.TrackUsageResponse{Ok: true, Metric: key, Usage: float64(i)}}
+		}
+		resp.Results = append(resp.Results, r)
+	}
+	return resp, nil
+}
+
+func (u *usageService) sizes() []int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	var n []int
+	for _, b := range u.batches {
+		n = append(n, len(b))
+	}
+	return n
+}
+
+func trackVia(b *batchedUsage, ctx context.Context, key string) (*activationsv1.TrackUsageResponse, error) {
+	return b.TrackUsage(ctx, &activationsv1.TrackUsageRequest{Key: key, Token: "t", Metric: "users"})
+}
+
+func TestBatchedUsageSendsALoneRequestAtOnce(t *testing.T) {
+	svc := newUsageService(false)
+	b := &batchedUsage{ActivationsServiceClient: svc}
+	resp, err := trackVia(b, context.Background(), "K1")
+	if err != nil || resp.GetMetric() != "K1" {
+		t.Fatalf("%v %v", resp, err)
+	}
+	if got := svc.sizes(); len(got) != 1 || got[0] != 1 {
+		t.Fatalf("batches %v, want one of 1", got)
+	}
+}
+
+// Requests that arrive while the batches in flight are out go together, each answered
+// with its own item's answer or status.
+func TestBatchedUsageCoalescesWhatArrivesWhileBatchesAreOut(t *testing.T) {
+	svc := newUsageService(true)
+	b := &batchedUsage{ActivationsServiceClient: svc}
+	type answer struct {
+		key  string
+		resp *activationsv1.TrackUsageResponse
+		err  error
+	}
+	answers := make(chan answer, 200)
+	ask := func(key string) {
+		go func() {
+			resp, err := trackVia(b, context.Background(), key)
+			answers <- answer{key, resp, err}
+		}()
+	}
+	// The first usageBatchesInFlight requests each take a batch of their own.
+	for i := range usageBatchesInFlight {
+		ask("FIRST-" + strconv.Itoa(i))
+		<-svc.arrived
+	}
+	const queued = 100
+	for i := range queued {
+		key := "K" + strconv.Itoa(i)
+		if i%10 == 0 {
+			key = "REFUSED"
+		}
+		ask(key)
+	}
+	waitUntil(t, func() bool { b.mu.Lock(); defer b.mu.Unlock(); return len(b.queue) == queued })
+	close(svc.release)
+	for range usageBatchesInFlight + queued {
+		a := <-answers
+		if a.key == "REFUSED" {
+			if st := status.Convert(a.err); st.Code() != codes.PermissionDenied || st.Message() != "Usage limit exceeded for metric: users" || a.resp != nil {
+				t.Errorf("refused: %v %v", a.resp, a.err)
+			}
+			continue
+		}
+		if a.err != nil || a.resp.GetMetric() != a.key {
+			t.Errorf("%s answered %v %v", a.key, a.resp, a.err)
+		}
+	}
+	sizes := svc.sizes()
+	if len(sizes) > usageBatchesInFlight+4 {
+		t.Errorf("%d batches for %d requests (%v): not coalesced", len(sizes), usageBatchesInFlight+queued, sizes)
+	}
+	for _, n := range sizes {
+		if n > usageBatchSize {
+			t.Errorf("a batch of %d, over %d", n, usageBatchSize)
+		}
+	}
+}
+
+// A batch that fails as a whole (activations down, too slow) fails each of its calls with
+// that status, which the gateway renders as for a single call.
+func TestBatchedUsageFailsEveryCallOfAFailedBatch(t *testing.T) {
+	svc := newUsageService(false)
+	svc.fail = status.Error(codes.Unavailable, "connection refused")
+	b := &batchedUsage{ActivationsServiceClient: svc}
+	var wg sync.WaitGroup
+	for i := range 20 {
+		wg.Go(func() {
+			if _, err := trackVia(b, context.Background(), "K"+strconv.Itoa(i)); status.Code(err) != codes.Unavailable {
+				t.Errorf("K%d: %v, want Unavailable", i, err)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// A caller that gave up before its batch left is not sent: its increment is not applied
+// behind its back.
+func TestBatchedUsageDoesNotSendACallWhoseClientLeft(t *testing.T) {
+	svc := newUsageService(true)
+	b := &batchedUsage{ActivationsServiceClient: svc}
+	for i := range usageBatchesInFlight {
+		go func() { _, _ = trackVia(b, context.Background(), "FIRST-"+strconv.Itoa(i)) }()
+		<-svc.arrived
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	left := make(chan error, 1)
+	go func() { _, err := trackVia(b, ctx, "LEFT"); left <- err }()
+	waitUntil(t, func() bool { b.mu.Lock(); defer b.mu.Unlock(); return len(b.queue) == 1 })
+	cancel()
+	if err := <-left; status.Code(err) != codes.Canceled {
+		t.Fatalf("the caller that left got %v, want Canceled", err)
+	}
+	stayed := make(chan error, 1)
+	go func() { _, err := trackVia(b, context.Background(), "STAYED"); stayed <- err }()
+	waitUntil(t, func() bool { b.mu.Lock(); defer b.mu.Unlock(); return len(b.queue) == 2 })
+	close(svc.release)
+	if err := <-stayed; err != nil {
+		t.Fatal(err)
+	}
+	svc.mu.Lock()
+	defer svc.mu.Unlock()
+	for _, batch := range svc.batches {
+		for _, key := range batch {
+			if key == "LEFT" {
+				t.Fatalf("the call whose client left was sent: %v", svc.batches)
+			}
+		}
+	}
+}
+
+func waitUntil(t *testing.T, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not reached within 10 s")
+		}
+	}
+}
