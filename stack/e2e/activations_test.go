@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -379,6 +380,101 @@ func TestTrackUsageInParallelLandsExactlyOnTheLimit(t *testing.T) {
 		clients[i] = anon(t, s)
 	}
 	raceUsage(t, clients, key, tok, 60, 50)
+}
+
+// Invariant 3 for batched increments: two gateways, each batching its requests, over two
+// activations replicas, with the increments spread over two licenses and two metrics so
+// that batches hold rows of several licenses in their own orders. Every counter lands
+// exactly on its limit, each success with a total of its own, and no batch deadlocks.
+func TestTrackUsageBatchesFromTwoGatewaysLandExactlyOnTheLimits(t *testing.T) {
+	t.Parallel()
+	s := startStack(t, nil)
+	t.Cleanup(s.Stop)
+	a := admin(t, s)
+	second := secondGateway(t, s, "activations", "ACTIVATIONS_ADDR")
+	clients := make([]*Client, 8)
+	for i := range clients {
+		clients[i] = anon(t, s)
+		if i%2 == 1 {
+			clients[i] = newClient(t, second, "")
+		}
+	}
+	const perCounter, limit = 60, 40
+	type counter struct{ key, token, metric string }
+	var counters []counter
+	for _, p := range []string{"batch-one", "batch-two"} {
+		key := issueLicense(t, a, lic(p, "limits", map[string]any{"users": limit, "projects": limit}))
+		tok := seat(t, clients[0], key, "host-a")
+		counters = append(counters, counter{key, tok, "users"}, counter{key, tok, "projects"})
+	}
+	type result struct {
+		c    counter
+		resp *Response
+	}
+	results := make(chan result, perCounter*len(counters))
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range perCounter * len(counters) {
+		c := counters[(i*3+i/len(counters))%len(counters)]
+		wg.Go(func() {
+			<-start
+			resp, _ := trackUntilDecided(clients[i%len(clients)], c.key, c.token, c.metric, 1)
+			results <- result{c, resp}
+		})
+	}
+	close(start)
+	wg.Wait()
+	close(results)
+	totals := map[counter]map[float64]bool{}
+	for r := range results {
+		if totals[r.c] == nil {
+			totals[r.c] = map[float64]bool{}
+		}
+		switch r.resp.Status {
+		case 200:
+			total := r.resp.JSON(t)["usage"].(float64)
+			if totals[r.c][total] || total < 1 || total > limit {
+				t.Fatalf("%v: total %v reported twice or out of range", r.c, total)
+			}
+			totals[r.c][total] = true
+		case 403:
+			r.resp.ExpectError(t, 403, "Usage limit exceeded for metric: "+r.c.metric)
+		default:
+			t.Fatalf("status %d: %s", r.resp.Status, r.resp.Body)
+		}
+	}
+	for _, c := range counters {
+		if len(totals[c]) != limit {
+			t.Errorf("%v: %d increments applied, want exactly %d", c, len(totals[c]), limit)
+		}
+	}
+	// Each increment is logged and counted as the TrackUsage call it stands for, and the
+	// requests did go in batches: fewer batches than increments.
+	items, batches := 0.0, 0.0
+	for _, p := range s.Procs() {
+		if p.Name != "activations" {
+			continue
+		}
+		for _, line := range strings.Split(scrape(t, p), "\n") {
+			v, _ := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+			switch {
+			case !strings.HasPrefix(line, "keyhouse_grpc_server_requests_total{"):
+			case strings.Contains(line, `method="/keyhouse.activations.v1.ActivationsService/TrackUsage"`):
+				items += v
+			case strings.Contains(line, `method="/keyhouse.activations.v1.ActivationsService/TrackUsageBatch"`):
+				batches += v
+			}
+		}
+	}
+	if want := float64(perCounter * len(counters)); items < want || batches >= items {
+		t.Errorf("activations counted %v track-usage calls in %v batches, want %v in fewer batches", items, batches, want)
+	}
+	t.Logf("%v increments in %v batches", items, batches)
+	for _, c := range counters[:1] {
+		a.Post("/v1/usage-report", map[string]string{"key": c.key}).Expect(t, 200).ExpectBody(t, fmt.Sprintf(
+			`{"valid":true,"status":"active","expires_at":null,"metrics":[{"metric":"projects","used":%d,"limit":%d,"remaining":0,"exceeded":false},{"metric":"users","used":%d,"limit":%d,"remaining":0,"exceeded":false}]}`,
+			limit, limit, limit, limit))
+	}
 }
 
 // reset-usage racing track-usage: an increment that read the total before the reset must
