@@ -158,7 +158,7 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 	var sockets []net.Listener
 	defer func() {
 		for _, l := range sockets {
-			_ = l.Close() // the processes hold their own copies
+			_ = l.Close() // those not handed to a process (spawn closed the others)
 		}
 	}()
 	gatewayAddr := "127.0.0.1:0"
@@ -239,7 +239,6 @@ func (s *Stack) StartGateway(ctx context.Context, port int, extra map[string]str
 	if err != nil {
 		return "", err
 	}
-	defer l.Close()
 	return s.startGateway(ctx, l, extra)
 }
 
@@ -318,8 +317,11 @@ func (s *Stack) logHint(name string) string {
 }
 
 // spawn starts a binary serving on socket (its gRPC port, or the gateway's HTTP port),
-// which the process inherits with a metrics socket of its own (pkg/listenfd).
+// which the process inherits with a metrics socket of its own (pkg/listenfd). spawn
+// closes its copy of socket either way: once the process has started, a connection to a
+// process that has died is refused rather than left waiting in the backlog.
 func (s *Stack) spawn(name string, extra map[string]string, socket net.Listener) (*Proc, error) {
+	defer socket.Close()
 	metricsSocket, err := s.metricsSocket(extra, socket)
 	if err != nil {
 		return nil, err
@@ -502,7 +504,6 @@ func (s *Stack) RestartService(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	defer l.Close()
 	p, err := s.spawn(name, map[string]string{"GRPC_ADDR": addr}, l)
 	if err != nil {
 		return err
@@ -524,7 +525,6 @@ func (s *Stack) StartServiceReplica(ctx context.Context, name string) (string, e
 	if err != nil {
 		return "", err
 	}
-	defer l.Close()
 	addr := l.Addr().String()
 	p, err := s.spawn(name, map[string]string{"GRPC_ADDR": addr}, l)
 	if err != nil {

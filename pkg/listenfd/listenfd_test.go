@@ -2,10 +2,12 @@ package listenfd
 
 import (
 	"bufio"
+	"errors"
 	"net"
 	"os"
 	"os/exec"
 	"strconv"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -88,13 +90,17 @@ func TestSocketsPassedToAnotherProcessAreNotTaken(t *testing.T) {
 	}
 }
 
-func TestWithoutInheritedSocketsListenBinds(t *testing.T) {
-	lis, err := Listen("http", "127.0.0.1:0")
+// A name the launcher did not pass is bound on its address, here one that is taken.
+func TestWithoutAnInheritedSocketListenBindsTheAddress(t *testing.T) {
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer lis.Close()
-	if lis.Addr().(*net.TCPAddr).Port == 0 {
-		t.Fatal("no port bound")
+	defer taken.Close()
+	if lis, err := Listen("http", taken.Addr().String()); !errors.Is(err, syscall.EADDRINUSE) {
+		if lis != nil {
+			lis.Close()
+		}
+		t.Fatalf("listen on a taken address: %v, want address in use", err)
 	}
 }

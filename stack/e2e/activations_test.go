@@ -783,6 +783,8 @@ func TestDeletedLicenseLosesItsSeatsEvenIfActivationsWasDown(t *testing.T) {
 	// Meanwhile validate-license still answers 200 {"valid": false}; the rest say retry.
 	c.Post("/v1/validate-license", map[string]string{"key": kept, "instance_id": "host-a"}).ExpectBody(t, `{"valid":false}`)
 	c.Post("/v1/activate-license", map[string]string{"key": kept, "instance_id": "host-z"}).ExpectError(t, 503, "Service unavailable, retry")
+	// A batch of track-usage that cannot reach activations fails each of its requests so.
+	trackUsage(c, kept, "any-token", "users").ExpectError(t, 503, "Service unavailable, retry")
 
 	if err := s.RestartService(t.Context(), "activations"); err != nil {
 		t.Fatal(err)

@@ -94,27 +94,28 @@ func (b *batchedUsage) call(batch []*usageCall) {
 	req := &activationsv1.TrackUsageBatchRequest{Items: make([]*activationsv1.TrackUsageBatchItem, 0, len(batch))}
 	live := batch[:0]
 	var deadline time.Time
-	unbounded := false
+	unbounded := false // a request without a deadline (REQUEST_TIMEOUT unset in tests)
 	for _, c := range batch {
 		if c.ctx.Err() != nil {
 			continue
 		}
 		live = append(live, c)
 		req.Items = append(req.Items, &activationsv1.TrackUsageBatchItem{Request: c.req, RequestId: telemetry.RequestID(c.ctx)})
-		if d, ok := c.ctx.Deadline(); !ok {
-			unbounded = true
-		} else if d.After(deadline) {
+		d, ok := c.ctx.Deadline()
+		unbounded = unbounded || !ok
+		if d.After(deadline) {
 			deadline = d
 		}
 	}
 	if len(live) == 0 {
 		return
 	}
-	ctx, cancel := context.WithDeadline(context.Background(), deadline)
-	if unbounded {
-		ctx, cancel = context.WithCancel(context.Background())
+	ctx := context.Background()
+	if !unbounded {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, deadline)
+		defer cancel()
 	}
-	defer cancel()
 	resp, err := b.TrackUsageBatch(ctx, req)
 	if err == nil && len(resp.GetResults()) != len(live) {
 		err = status.Errorf(codes.Internal, "track-usage batch: %d answers for %d calls", len(resp.GetResults()), len(live))

@@ -23,9 +23,10 @@ type usageService struct {
 	release chan struct{}
 	fail    error
 
-	mu      sync.Mutex
-	batches [][]string
-	arrived chan struct{}
+	mu        sync.Mutex
+	batches   [][]string
+	deadlines []time.Time
+	arrived   chan struct{}
 }
 
 func newUsageService(hold bool) *usageService {
@@ -37,8 +38,10 @@ func (u *usageService) TrackUsageBatch(ctx context.Context, req *activationsv1.T
 	for _, it := range req.GetItems() {
 		keys = append(keys, it.GetRequest().GetKey())
 	}
+	deadline, _ := ctx.Deadline()
 	u.mu.Lock()
 	u.batches = append(u.batches, keys)
+	u.deadlines = append(u.deadlines, deadline)
 	u.mu.Unlock()
 	u.arrived <- struct{}{}
 	if u.hold {
@@ -195,6 +198,29 @@ func TestBatchedUsageDoesNotSendACallWhoseClientLeft(t *testing.T) {
 				t.Fatalf("the call whose client left was sent: %v", svc.batches)
 			}
 		}
+	}
+}
+
+// A batch may take as long as the most patient of its requests: one that waits shorter is
+// answered at its own deadline, not cut by another's.
+func TestBatchedUsageLastsAsLongAsItsLongestDeadline(t *testing.T) {
+	svc := newUsageService(true)
+	b := &batchedUsage{ActivationsServiceClient: svc}
+	go func() { _, _ = trackVia(b, context.Background(), "FIRST") }()
+	<-svc.arrived
+	late := time.Now().Add(time.Hour)
+	for _, d := range []time.Time{time.Now().Add(time.Minute), late} {
+		ctx, cancel := context.WithDeadline(context.Background(), d)
+		defer cancel()
+		go func() { _, _ = trackVia(b, ctx, "K") }()
+	}
+	waitUntil(t, func() bool { b.mu.Lock(); defer b.mu.Unlock(); return len(b.queue) == 2 })
+	close(svc.release)
+	<-svc.arrived
+	svc.mu.Lock()
+	defer svc.mu.Unlock()
+	if len(svc.deadlines) != 2 || !svc.deadlines[0].IsZero() || !svc.deadlines[1].Equal(late) {
+		t.Fatalf("batch deadlines %v, want none, then %v", svc.deadlines, late)
 	}
 }
 

@@ -290,7 +290,7 @@ func TestTrackUsageRefusals(t *testing.T) {
 			continue
 		}
 		st := status.Convert(err).Proto()
-		if e := got.GetError(); e == nil || e.GetCode() != st.GetCode() || e.GetMessage() != st.GetMessage() || len(e.GetDetails()) != len(st.GetDetails()) || want != nil {
+		if e := got.GetError(); want != nil || !proto.Equal(e, &activationsv1.CallStatus{Code: st.GetCode(), Message: st.GetMessage(), Details: st.GetDetails()}) {
 			t.Errorf("item %d: %v, want %v", i, got, st)
 		}
 	}
