@@ -24,7 +24,7 @@ import (
 // Valid answers are served from valid while it holds them (nil: no cache).
 func registerActivations(ctx context.Context, mux *runtime.ServeMux, conn *grpc.ClientConn, log *slog.Logger, valid *licensecache.Cache[*activationsv1.ValidateLicenseResponse]) error {
 	client := activationsv1.NewActivationsServiceClient(conn)
-	if err := activationsv1.RegisterActivationsServiceHandlerClient(ctx, mux, &batchedUsage{ActivationsServiceClient: client}); err != nil {
+	if err := activationsv1.RegisterActivationsServiceHandlerClient(ctx, mux, newBatchedActivations(client)); err != nil {
 		return err
 	}
 	validator := &cachedValidate{client: client, valid: valid}

@@ -78,9 +78,26 @@ func (f *fakeStore) find(tenant, key string, match func(seatRow) bool) int {
 	return -1
 }
 
-func (f *fakeStore) Activate(_ context.Context, tenant, key, instance string, hash []byte, maxSeats *int32) (bool, error) {
+// ChangeSeats makes the removals first, then the activations, as the store does.
+func (f *fakeStore) ChangeSeats(_ context.Context, changes []store.SeatChange) ([]store.SeatChanged, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	out := make([]store.SeatChanged, len(changes))
+	for _, activations := range []bool{false, true} {
+		for i, c := range changes {
+			switch {
+			case c.Activate != activations:
+			case c.Activate:
+				out[i].Already, out[i].Err = f.activate(c.Tenant, c.Key, c.Instance, c.TokenHash, c.MaxSeats)
+			default:
+				out[i].Removed = f.remove(f.find(c.Tenant, c.Key, func(s seatRow) bool { return bytes.Equal(s.hash, c.TokenHash) }))
+			}
+		}
+	}
+	return out, nil
+}
+
+func (f *fakeStore) activate(tenant, key, instance string, hash []byte, maxSeats *int32) (bool, error) {
 	if f.deleted[tenant+"/"+key] {
 		return false, store.ErrLicenseDeleted
 	}
@@ -109,11 +126,6 @@ func (f *fakeStore) remove(i int) bool {
 	return true
 }
 
-func (f *fakeStore) DeactivateByToken(_ context.Context, tenant, key string, hash []byte) (bool, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.remove(f.find(tenant, key, func(s seatRow) bool { return bytes.Equal(s.hash, hash) })), nil
-}
 
 func (f *fakeStore) DeactivateInstance(_ context.Context, tenant, key, instance string) (bool, error) {
 	f.mu.Lock()

@@ -37,8 +37,7 @@ import (
 
 // Store is the SQL the handlers need (store.Store; fakes in unit tests).
 type Store interface {
-	Activate(ctx context.Context, tenant, key, instance string, tokenHash []byte, maxSeats *int32) (bool, error)
-	DeactivateByToken(ctx context.Context, tenant, key string, tokenHash []byte) (bool, error)
+	ChangeSeats(ctx context.Context, changes []store.SeatChange) ([]store.SeatChanged, error)
 	DeactivateInstance(ctx context.Context, tenant, key, instance string) (bool, error)
 	HasSeat(ctx context.Context, tenant, key, instance string) (bool, error)
 	Reissue(ctx context.Context, tenant, key, instance string, tokenHash []byte) (bool, error)
@@ -166,59 +165,97 @@ func (s *Server) usable(l *licensingv1.License, expired *apierr.Error) error {
 
 // ActivateLicense creates the seat key + instance_id, or reports it exists.
 func (s *Server) ActivateLicense(ctx context.Context, req *activationsv1.ActivateLicenseRequest) (*activationsv1.ActivateLicenseResponse, error) {
-	if req.GetKey() == "" {
-		return nil, errMissingKey
-	}
-	if err := checkField("instance_id", req.GetInstanceId()); err != nil {
-		return nil, err
-	}
-	l, err := s.lookup(ctx, "", req.GetKey())
+	c, err := s.activation(ctx, req)
 	if err != nil {
 		return nil, err
 	}
-	if err := s.usable(l, license.ErrExpired); err != nil {
+	changed, err := s.store.ChangeSeats(ctx, []store.SeatChange{c.change})
+	if err != nil {
 		return nil, err
+	}
+	return c.answer(changed[0])
+}
+
+// seatCall is a checked activate or deactivate call: the change to make, and what its
+// answer needs. A deactivation of an unknown key has no change (answer says so).
+type seatCall struct {
+	change store.SeatChange
+	token  string
+	none   bool
+}
+
+// activation checks an activate call and turns it into the change it asks for.
+func (s *Server) activation(ctx context.Context, req *activationsv1.ActivateLicenseRequest) (seatCall, error) {
+	if req.GetKey() == "" {
+		return seatCall{}, errMissingKey
+	}
+	if err := checkField("instance_id", req.GetInstanceId()); err != nil {
+		return seatCall{}, err
+	}
+	l, err := s.lookup(ctx, "", req.GetKey())
+	if err != nil {
+		return seatCall{}, err
+	}
+	if err := s.usable(l, license.ErrExpired); err != nil {
+		return seatCall{}, err
 	}
 	var maxSeats *int32
 	if m := l.GetMaxActivations(); m != nil {
 		maxSeats = proto.Int32(m.GetValue())
 	}
 	tok, hash := newToken()
-	already, err := s.store.Activate(ctx, l.GetTenantId(), l.GetKey(), req.GetInstanceId(), hash, maxSeats)
+	return seatCall{token: tok, change: store.SeatChange{Tenant: l.GetTenantId(), Key: l.GetKey(), Activate: true,
+		Instance: req.GetInstanceId(), TokenHash: hash, MaxSeats: maxSeats}}, nil
+}
+
+// answer is ActivateLicense's answer to the change's outcome.
+func (c seatCall) answer(changed store.SeatChanged) (*activationsv1.ActivateLicenseResponse, error) {
 	switch {
-	case errors.Is(err, store.ErrCapReached):
+	case errors.Is(changed.Err, store.ErrCapReached):
 		return nil, errCapReached
-	case errors.Is(err, store.ErrLicenseDeleted):
+	case errors.Is(changed.Err, store.ErrLicenseDeleted):
 		return nil, license.ErrNotFound
-	case err != nil:
-		return nil, err
-	case already:
+	case changed.Err != nil:
+		return nil, changed.Err
+	case changed.Already:
 		return &activationsv1.ActivateLicenseResponse{Activated: true, AlreadyActivated: proto.Bool(true)}, nil
 	}
-	return &activationsv1.ActivateLicenseResponse{Activated: true, Token: proto.String(tok)}, nil
+	return &activationsv1.ActivateLicenseResponse{Activated: true, Token: proto.String(c.token)}, nil
 }
 
 // DeactivateLicense frees the seat the token belongs to. Only the token is a credential:
 // a token that matches no seat of this key is deactivated false, not an error.
 func (s *Server) DeactivateLicense(ctx context.Context, req *activationsv1.DeactivateLicenseRequest) (*activationsv1.DeactivateLicenseResponse, error) {
+	c, err := s.deactivation(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	if c.none {
+		return &activationsv1.DeactivateLicenseResponse{Deactivated: false}, nil
+	}
+	changed, err := s.store.ChangeSeats(ctx, []store.SeatChange{c.change})
+	if err != nil {
+		return nil, err
+	}
+	return &activationsv1.DeactivateLicenseResponse{Deactivated: changed[0].Removed}, nil
+}
+
+// deactivation checks a deactivate call and turns it into the change it asks for.
+func (s *Server) deactivation(ctx context.Context, req *activationsv1.DeactivateLicenseRequest) (seatCall, error) {
 	if req.GetKey() == "" {
-		return nil, errMissingKey
+		return seatCall{}, errMissingKey
 	}
 	if req.GetToken() == "" {
-		return nil, errMissingToken
+		return seatCall{}, errMissingToken
 	}
 	l, err := s.lookup(ctx, "", req.GetKey())
 	if isNotFound(err) {
-		return &activationsv1.DeactivateLicenseResponse{Deactivated: false}, nil
+		return seatCall{none: true}, nil
 	}
 	if err != nil {
-		return nil, err
+		return seatCall{}, err
 	}
-	ok, err := s.store.DeactivateByToken(ctx, l.GetTenantId(), l.GetKey(), hashToken(req.GetToken()))
-	if err != nil {
-		return nil, err
-	}
-	return &activationsv1.DeactivateLicenseResponse{Deactivated: ok}, nil
+	return seatCall{change: store.SeatChange{Tenant: l.GetTenantId(), Key: l.GetKey(), TokenHash: hashToken(req.GetToken())}}, nil
 }
 
 // ValidateLicense answers valid only for an active, unexpired license with a seat for the
@@ -278,8 +315,8 @@ func (s *Server) TrackUsage(ctx context.Context, req *activationsv1.TrackUsageRe
 	return usageAnswer(inc, added[0])
 }
 
-// maxUsageBatch bounds the items of one TrackUsageBatch call.
-const maxUsageBatch = 256
+// maxBatchItems bounds the items of one batch call (TrackUsageBatch, ChangeSeatsBatch).
+const maxBatchItems = 256
 
 // TrackUsageBatch answers each item as TrackUsage would: the same checks, the same
 // answer or error, logged and counted as a TrackUsage call of the item's request id. The
@@ -287,8 +324,8 @@ const maxUsageBatch = 256
 // transaction), in the order given.
 func (s *Server) TrackUsageBatch(ctx context.Context, req *activationsv1.TrackUsageBatchRequest) (*activationsv1.TrackUsageBatchResponse, error) {
 	items := req.GetItems()
-	if len(items) > maxUsageBatch {
-		return nil, apierr.Invalid("at most %d items in a batch", maxUsageBatch)
+	if len(items) > maxBatchItems {
+		return nil, apierr.Invalid("at most %d items in a batch", maxBatchItems)
 	}
 	start := time.Now()
 	type outcome struct {
@@ -330,14 +367,94 @@ func (s *Server) TrackUsageBatch(ctx context.Context, req *activationsv1.TrackUs
 		}
 		result := &activationsv1.TrackUsageBatchResult{}
 		if err := grpcx.ObserveCall(o.ctx, s.log, activationsv1.ActivationsService_TrackUsage_FullMethodName, time.Since(start), o.err); err != nil {
-			st := status.Convert(err).Proto()
-			result.Outcome = &activationsv1.TrackUsageBatchResult_Error{Error: &activationsv1.CallStatus{Code: st.GetCode(), Message: st.GetMessage(), Details: st.GetDetails()}}
+			result.Outcome = &activationsv1.TrackUsageBatchResult_Error{Error: callStatus(err)}
 		} else {
 			result.Outcome = &activationsv1.TrackUsageBatchResult_Response{Response: o.resp}
 		}
 		resp.Results[i] = result
 	}
 	return resp, nil
+}
+
+// ChangeSeatsBatch answers each item as ActivateLicense or DeactivateLicense would: the
+// same checks, the same answer or error, logged and counted as a call of that method with
+// the item's request id. The changes of the items that pass the checks are made in one
+// store call (one round trip, one transaction).
+func (s *Server) ChangeSeatsBatch(ctx context.Context, req *activationsv1.ChangeSeatsBatchRequest) (*activationsv1.ChangeSeatsBatchResponse, error) {
+	items := req.GetItems()
+	if len(items) > maxBatchItems {
+		return nil, apierr.Invalid("at most %d items in a batch", maxBatchItems)
+	}
+	start := time.Now()
+	type outcome struct {
+		ctx    context.Context
+		method string
+		call   seatCall
+		err    error
+	}
+	outcomes := make([]outcome, len(items))
+	// Side by side: a license missing from the cache is a call to licensing.
+	var wg sync.WaitGroup
+	for i, item := range items {
+		o := &outcomes[i]
+		o.ctx = telemetry.WithRequestID(ctx, item.GetRequestId())
+		switch change := item.GetChange().(type) {
+		case *activationsv1.ChangeSeatsBatchItem_Activate:
+			o.method = activationsv1.ActivationsService_ActivateLicense_FullMethodName
+			wg.Go(func() { o.call, o.err = s.activation(o.ctx, change.Activate) })
+		case *activationsv1.ChangeSeatsBatchItem_Deactivate:
+			o.method = activationsv1.ActivationsService_DeactivateLicense_FullMethodName
+			wg.Go(func() { o.call, o.err = s.deactivation(o.ctx, change.Deactivate) })
+		default:
+			o.method = activationsv1.ActivationsService_ChangeSeatsBatch_FullMethodName
+			o.err = apierr.Invalid("a batch item is an activation or a deactivation")
+		}
+	}
+	wg.Wait()
+	var changes []store.SeatChange
+	for _, o := range outcomes {
+		if o.err == nil && !o.call.none {
+			changes = append(changes, o.call.change)
+		}
+	}
+	var changed []store.SeatChanged
+	var changeErr error
+	if len(changes) > 0 {
+		changed, changeErr = s.store.ChangeSeats(ctx, changes)
+	}
+	resp := &activationsv1.ChangeSeatsBatchResponse{Results: make([]*activationsv1.ChangeSeatsBatchResult, len(items))}
+	for i := range outcomes {
+		o := &outcomes[i]
+		result := &activationsv1.ChangeSeatsBatchResult{}
+		if o.err == nil && changeErr != nil && !o.call.none {
+			o.err = changeErr
+		}
+		if o.err == nil {
+			var outcome store.SeatChanged
+			if !o.call.none {
+				outcome, changed = changed[0], changed[1:]
+			}
+			if o.call.change.Activate {
+				var activated *activationsv1.ActivateLicenseResponse
+				if activated, o.err = o.call.answer(outcome); o.err == nil {
+					result.Outcome = &activationsv1.ChangeSeatsBatchResult_Activated{Activated: activated}
+				}
+			} else {
+				result.Outcome = &activationsv1.ChangeSeatsBatchResult_Deactivated{Deactivated: &activationsv1.DeactivateLicenseResponse{Deactivated: outcome.Removed}}
+			}
+		}
+		if err := grpcx.ObserveCall(o.ctx, s.log, o.method, time.Since(start), o.err); err != nil {
+			result.Outcome = &activationsv1.ChangeSeatsBatchResult_Error{Error: callStatus(err)}
+		}
+		resp.Results[i] = result
+	}
+	return resp, nil
+}
+
+// callStatus is err as a batch item's status: the one its own call would have failed with.
+func callStatus(err error) *activationsv1.CallStatus {
+	st := status.Convert(err).Proto()
+	return &activationsv1.CallStatus{Code: st.GetCode(), Message: st.GetMessage(), Details: st.GetDetails()}
 }
 
 // usageIncrement checks a track-usage request against the license and says what to add.

@@ -511,3 +511,84 @@ func TestSeatSummariesRefuseTooManyKeys(t *testing.T) {
 		t.Fatalf("%v %v", resp, err)
 	}
 }
+
+// Activations and deactivations as the items of one batch: each refused with the very
+// status its own call gives, the good ones made and answered as their own calls would be.
+func TestChangeSeatsBatchAnswersEachItemAsItsOwnCall(t *testing.T) {
+	s, st := newTest(
+		lic("t1", "CAP1", 1, nil),
+		lic("t1", "K1", 3, nil),
+		lic("t1", "REVOKED", 0, nil, revoked),
+		lic("t1", "EXPIRED", 0, nil, expiresAt(now.Add(-time.Second))),
+	)
+	activate(t, s, "CAP1", "one")
+	tok := activate(t, s, "K1", "host-a").GetToken()
+	ctx := context.Background()
+	act := func(key, instance string) *activationsv1.ChangeSeatsBatchItem {
+		return &activationsv1.ChangeSeatsBatchItem{Change: &activationsv1.ChangeSeatsBatchItem_Activate{
+			Activate: &activationsv1.ActivateLicenseRequest{Key: key, InstanceId: instance}}}
+	}
+	deact := func(key, token string) *activationsv1.ChangeSeatsBatchItem {
+		return &activationsv1.ChangeSeatsBatchItem{Change: &activationsv1.ChangeSeatsBatchItem_Deactivate{
+			Deactivate: &activationsv1.DeactivateLicenseRequest{Key: key, Token: token}}}
+	}
+	refused := []*activationsv1.ChangeSeatsBatchItem{
+		act("CAP1", "two"), act("NOPE", "x"), act(strings.Repeat("K", 300), "x"), act("REVOKED", "x"),
+		act("EXPIRED", "x"), act("", "x"), act("CAP1", ""), act("CAP1", strings.Repeat("é", 257)),
+		deact("K1", ""), deact("", tok),
+	}
+	unchanged := []*activationsv1.ChangeSeatsBatchItem{act("CAP1", "one"), deact("NOPE", tok), deact("K1", "host-a")}
+	batch := &activationsv1.ChangeSeatsBatchRequest{Items: append(append([]*activationsv1.ChangeSeatsBatchItem{
+		act("K1", "host-b"), deact("K1", tok), {}}, refused...), unchanged...)}
+	resp, err := s.ChangeSeatsBatch(ctx, batch)
+	if err != nil || len(resp.GetResults()) != len(batch.GetItems()) {
+		t.Fatalf("%d answers for %d items, %v", len(resp.GetResults()), len(batch.GetItems()), err)
+	}
+	results := resp.GetResults()
+	if a := results[0].GetActivated(); !a.GetActivated() || !strings.HasPrefix(a.GetToken(), tokenPrefix) || a.AlreadyActivated != nil {
+		t.Errorf("new seat: %v", results[0])
+	}
+	if d := results[1].GetDeactivated(); !d.GetDeactivated() {
+		t.Errorf("deactivation with the token: %v", results[1])
+	}
+	if e := results[2].GetError(); codes.Code(e.GetCode()) != codes.InvalidArgument {
+		t.Errorf("an item that is neither: %v", results[2])
+	}
+	for i, item := range batch.GetItems()[3:] {
+		got := results[3+i]
+		var want proto.Message
+		if a := item.GetActivate(); a != nil {
+			resp, err := s.ActivateLicense(ctx, a)
+			want = resultOf(resp, err, func(r *activationsv1.ChangeSeatsBatchResult) {
+				r.Outcome = &activationsv1.ChangeSeatsBatchResult_Activated{Activated: resp}
+			})
+		} else {
+			resp, err := s.DeactivateLicense(ctx, item.GetDeactivate())
+			want = resultOf(resp, err, func(r *activationsv1.ChangeSeatsBatchResult) {
+				r.Outcome = &activationsv1.ChangeSeatsBatchResult_Deactivated{Deactivated: resp}
+			})
+		}
+		if !proto.Equal(got, want) {
+			t.Errorf("item %d: %v, want %v", 3+i, got, want)
+		}
+	}
+	var instances []string
+	for _, seat := range st.seats {
+		instances = append(instances, seat.key+"/"+seat.instance)
+	}
+	if got := strings.Join(instances, " "); got != "CAP1/one K1/host-b" {
+		t.Fatalf("seats %s, want CAP1/one K1/host-b", got)
+	}
+}
+
+// resultOf is a batch result as its own call's answer or error would make it.
+func resultOf[R any](resp R, err error, set func(*activationsv1.ChangeSeatsBatchResult)) *activationsv1.ChangeSeatsBatchResult {
+	r := &activationsv1.ChangeSeatsBatchResult{}
+	if err != nil {
+		st := status.Convert(err).Proto()
+		r.Outcome = &activationsv1.ChangeSeatsBatchResult_Error{Error: &activationsv1.CallStatus{Code: st.GetCode(), Message: st.GetMessage(), Details: st.GetDetails()}}
+		return r
+	}
+	set(r)
+	return r
+}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/keyhouse/keyhouse/pkg/licensecache"
 	"github.com/keyhouse/keyhouse/pkg/pgxx"
@@ -57,20 +58,28 @@ var (
 // A hash collision between two licenses only makes them wait for each other.
 const lockLicenseSQL = `SELECT pg_advisory_xact_lock(1263488, hashtext($1 || E'\x1f' || $2))`
 
-// shareLicenseSQL is lockLicenseSQL's shared form: increments of one license run side by
-// side (they queue on the usage row instead), but never while its purge runs.
+// shareLicenseSQL is lockLicenseSQL's shared form: changes to a license's usage run side
+// by side (they queue on the usage row instead), but never while its purge runs.
 const shareLicenseSQL = `SELECT pg_advisory_xact_lock_shared(1263488, hashtext($1 || E'\x1f' || $2))`
 
-// shareLicensesSQL takes the shared lock of every license ($1 tenants, $2 keys) in one
-// statement. Shared locks never wait for each other, and the holders of the exclusive one
-// take a single license, so the order they are taken in cannot deadlock.
-const shareLicensesSQL = `SELECT pg_advisory_xact_lock_shared(1263488, hashtext(t || E'\x1f' || k)) FROM unnest($1::text[], $2::text[]) AS l(t, k)`
+// lockLicensesSQL and shareLicensesSQL take lockLicenseSQL's lock of every license ($1
+// tenants, $2 keys) in one statement, exclusive or shared: a batch of activations holds
+// the exclusive lock of each license it adds seats to, a batch of increments the shared
+// one of each license it meters (increments run side by side, but never while the
+// license's purge runs). Both take the locks in the order of the lock ids, so two batches
+// that want the same locks wait for each other instead of deadlocking; ids that collide
+// are taken once.
+const (
+	lockLicensesSQL  = `SELECT pg_advisory_xact_lock(1263488, id) FROM (` + licenseLockIDs + `) AS locks`
+	shareLicensesSQL = `SELECT pg_advisory_xact_lock_shared(1263488, id) FROM (` + licenseLockIDs + `) AS locks`
+	licenseLockIDs   = `SELECT DISTINCT hashtext(t || E'\x1f' || k) AS id FROM unnest($1::text[], $2::text[]) AS l(t, k) ORDER BY id`
+)
 
 // activateSQL inserts the seat unless the license's deletion was processed, the pair
 // already has a seat, or the license has $5 seats ($5 NULL = unlimited), and says which.
-// It must run after lockLicenseSQL, as a statement of its own: a statement's snapshot is
-// taken when it starts, so a count in the statement that waited for the lock could miss
-// a seat committed by the holder it waited for.
+// It must run after the license's lock is taken, as a statement of its own: a statement's
+// snapshot is taken when it starts, so a count in the statement that waited for the lock
+// could miss a seat committed by the holder it waited for.
 const activateSQL = `WITH state AS (
 	SELECT EXISTS (SELECT 1 FROM deleted_licenses WHERE tenant_id = $1 AND license_key = $2) AS deleted,
 		EXISTS (SELECT 1 FROM seats WHERE tenant_id = $1 AND license_key = $2 AND instance_id = $3) AS present,
@@ -82,41 +91,130 @@ const activateSQL = `WITH state AS (
 )
 SELECT deleted, present, EXISTS (SELECT 1 FROM inserted) FROM state`
 
+// deactivateSQL removes the seat of a license holding a token.
+const deactivateSQL = `DELETE FROM seats WHERE tenant_id = $1 AND license_key = $2 AND token_hash = $3`
+
+// SeatChange is one call's change to the seats of a license: with Activate, the seat
+// (Instance) holding TokenHash is created unless it exists or the license has MaxSeats
+// seats (nil: unlimited); without, the seat holding TokenHash is removed.
+type SeatChange struct {
+	Tenant, Key string
+	Activate    bool
+	Instance    string
+	TokenHash   []byte
+	MaxSeats    *int32
+}
+
+// SeatChanged is the outcome of a SeatChange.
+type SeatChanged struct {
+	// Err is ErrCapReached or ErrLicenseDeleted for an activation refused, else nil.
+	Err error
+	// Already: the activation found its seat there (nothing changed).
+	Already bool
+	// Removed: the deactivation removed a seat.
+	Removed bool
+}
+
+// ChangeSeats applies changes in one round trip and one transaction: all of them are
+// decided, or none is (on an error). Each is decided as if alone: the removals first,
+// then the activations in the order given (the calls of one batch were concurrent, so
+// any order is one they could have run in).
+//
+// Activations count and insert under the exclusive lock of their license, taken for
+// every license of the batch in one statement before the first count, so concurrent
+// activations on any number of replicas never exceed the cap. A batch outside a
+// transaction is one implicit transaction, ending at its Sync, which is what releases the
+// transaction-scoped locks. Removals need no license lock (a removal cannot pass the
+// cap); they delete in (tenant, key, token) order, so two batches removing the same seats
+// wait for each other instead of deadlocking.
+func (s *Store) ChangeSeats(ctx context.Context, changes []SeatChange) ([]SeatChanged, error) {
+	order := make([]int, len(changes))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int {
+		x, y := &changes[a], &changes[b]
+		switch {
+		case x.Activate != y.Activate:
+			return cmp.Compare(btoi(x.Activate), btoi(y.Activate))
+		case x.Activate:
+			return 0 // in the order given
+		}
+		return cmp.Or(cmp.Compare(x.Tenant, y.Tenant), cmp.Compare(x.Key, y.Key), slices.Compare(x.TokenHash, y.TokenHash))
+	})
+	var tenants, keys []string
+	for _, c := range changes {
+		if c.Activate {
+			tenants, keys = append(tenants, c.Tenant), append(keys, c.Key)
+		}
+	}
+	changed := make([]SeatChanged, len(changes))
+	b := &pgx.Batch{}
+	if len(keys) > 0 {
+		b.Queue(lockLicensesSQL, tenants, keys)
+	}
+	for _, i := range order {
+		c, out := &changes[i], &changed[i]
+		if !c.Activate {
+			b.Queue(deactivateSQL, c.Tenant, c.Key, c.TokenHash).Exec(func(tag pgconn.CommandTag) error {
+				out.Removed = tag.RowsAffected() > 0
+				return nil
+			})
+			continue
+		}
+		b.Queue(activateSQL, c.Tenant, c.Key, c.Instance, c.TokenHash, c.MaxSeats).QueryRow(func(row pgx.Row) error {
+			var deleted, created bool
+			if err := row.Scan(&deleted, &out.Already, &created); err != nil {
+				return err
+			}
+			switch {
+			case deleted:
+				out.Err = ErrLicenseDeleted
+			case !out.Already && !created:
+				out.Err = ErrCapReached
+			}
+			return nil
+		})
+	}
+	err := s.db.SendBatch(ctx, b).Close()
+	for i, c := range changes {
+		// After an error the removals may have committed all the same.
+		if !c.Activate && (err != nil || changed[i].Removed) {
+			s.seatRemoved(ctx, c.Key)
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	return changed, nil
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
 // Activate creates the seat (tenant, key, instance) holding tokenHash, unless it exists
 // (already true, nothing changes) or the license has maxSeats seats (ErrCapReached);
-// maxSeats nil means unlimited. The count and the insert run under the license's lock, so
-// concurrent activations on any number of replicas never exceed the cap.
-//
-// The lock and the insert go as one batch: one round trip, and one implicit transaction
-// (a batch outside a transaction is one, ending at its Sync), which is what releases the
-// transaction-scoped lock.
+// maxSeats nil means unlimited. ChangeSeats with one change.
 func (s *Store) Activate(ctx context.Context, tenant, key, instance string, tokenHash []byte, maxSeats *int32) (already bool, err error) {
-	b := &pgx.Batch{}
-	b.Queue(lockLicenseSQL, tenant, key)
-	var deleted, created bool
-	b.Queue(activateSQL, tenant, key, instance, tokenHash, maxSeats).QueryRow(func(row pgx.Row) error {
-		return row.Scan(&deleted, &already, &created)
-	})
-	if err := s.db.SendBatch(ctx, b).Close(); err != nil {
+	changed, err := s.ChangeSeats(ctx, []SeatChange{{Tenant: tenant, Key: key, Activate: true, Instance: instance, TokenHash: tokenHash, MaxSeats: maxSeats}})
+	if err != nil {
 		return false, err
 	}
-	switch {
-	case deleted:
-		return false, ErrLicenseDeleted
-	case already || created:
-		return already, nil
-	default:
-		return false, ErrCapReached
-	}
+	return changed[0].Already, changed[0].Err
 }
 
 // DeactivateByToken removes the seat of key holding tokenHash, reporting whether one did.
+// ChangeSeats with one change.
 func (s *Store) DeactivateByToken(ctx context.Context, tenant, key string, tokenHash []byte) (bool, error) {
-	tag, err := s.db.Exec(ctx, `DELETE FROM seats WHERE tenant_id = $1 AND license_key = $2 AND token_hash = $3`, tenant, key, tokenHash)
-	if err != nil || tag.RowsAffected() > 0 {
-		s.seatRemoved(ctx, key)
+	changed, err := s.ChangeSeats(ctx, []SeatChange{{Tenant: tenant, Key: key, TokenHash: tokenHash}})
+	if err != nil {
+		return false, err
 	}
-	return tag.RowsAffected() > 0, err
+	return changed[0].Removed, nil
 }
 
 // DeactivateInstance removes the seat (key, instance), reporting whether one did.

@@ -495,3 +495,125 @@ func TestIncrementRacingThePurgeLeavesNoUsageRow(t *testing.T) {
 		}
 	}
 }
+
+// A batch decides each change as if alone: removals first, then activations in the order
+// given, each counting the seats the ones before it left.
+func TestChangeSeatsDecidesEachChangeAsIfAlone(t *testing.T) {
+	t.Parallel()
+	s, tenant, key := fresh(t)
+	ctx := context.Background()
+	mustActivate(t, s, tenant, key, "a")
+	_, gone := ids()
+	if err := s.Purge(ctx, tenant, gone, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	activate := func(k, instance string) SeatChange {
+		return SeatChange{Tenant: tenant, Key: k, Activate: true, Instance: instance, TokenHash: hash(k, instance+"-new"), MaxSeats: cap32(2)}
+	}
+	got, err := s.ChangeSeats(ctx, []SeatChange{
+		activate(key, "b"),
+		activate(key, "c"),
+		{Tenant: tenant, Key: key, TokenHash: hash(key, "a")},
+		activate(key, "a"),
+		{Tenant: tenant, Key: key, TokenHash: hash(key, "nobody")},
+		activate(gone, "x"),
+		activate(key, "c"),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []SeatChanged{{}, {}, {Removed: true}, {Err: ErrCapReached}, {}, {Err: ErrLicenseDeleted}, {Already: true}}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("decided %+v, want %+v", got, want)
+	}
+	seats, err := s.Seats(ctx, tenant, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var instances []string
+	for _, seat := range seats {
+		instances = append(instances, seat.InstanceID)
+	}
+	if fmt.Sprint(instances) != "[b c]" {
+		t.Fatalf("seats %v, want [b c]", instances)
+	}
+}
+
+// Invariant 2 for batches: many batches at once (gateways, replicas), each activating on
+// the same licenses in its own order while others remove seats and meter the same
+// licenses (shared locks, taken in the same order), neither deadlock nor pass a cap.
+func TestChangeSeatsInParallelBatchesHoldEveryCap(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cfg := openDB(t).Config().Copy()
+	cfg.MaxConns, cfg.MinConns = 24, 24
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	s := New(pool)
+	tenant, _ := ids()
+	var keys []string
+	for range 4 {
+		_, k := ids()
+		keys = append(keys, k)
+		mustActivate(t, s, tenant, k, "meter")
+	}
+	const batches, perBatch, limit = 24, 8, 6 // 48 activations per license, cap 6 (one is the meter)
+	var created [4]atomic.Int64
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for b := range batches {
+		wg.Go(func() {
+			var changes []SeatChange
+			for i := range perBatch {
+				k := (b + i*3) % len(keys) // every batch in its own order
+				instance := fmt.Sprintf("host-%d-%d", b, i)
+				changes = append(changes, SeatChange{Tenant: tenant, Key: keys[k], Activate: true, Instance: instance, TokenHash: hash(keys[k], instance), MaxSeats: cap32(limit)})
+			}
+			// Removals of seats no one holds still lock rows (none) and run in the batch.
+			changes = append(changes, SeatChange{Tenant: tenant, Key: keys[b%len(keys)], TokenHash: hash(keys[b%len(keys)], "nobody")})
+			<-start
+			changed, err := s.ChangeSeats(ctx, changes)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			for i, c := range changed[:perBatch] {
+				switch {
+				case errors.Is(c.Err, ErrCapReached):
+				case c.Err != nil || c.Already:
+					t.Errorf("%+v", c)
+				default:
+					created[(b+i*3)%len(keys)].Add(1)
+				}
+			}
+		})
+		wg.Go(func() {
+			var incs []Increment
+			for i := range len(keys) {
+				k := keys[(b+i)%len(keys)]
+				incs = append(incs, Increment{Tenant: tenant, Key: k, TokenHash: hash(k, "meter"), Metric: "calls", Inc: 1, Limit: 1 << 40, Allowed: true})
+			}
+			<-start
+			if _, err := s.AddUsages(ctx, incs); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	for i, k := range keys {
+		seats, err := s.Seats(ctx, tenant, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(seats) != limit || created[i].Load() != limit-1 {
+			t.Errorf("license %d: %d seats, %d created, want %d seats", i, len(seats), created[i].Load(), limit)
+		}
+		if u, _ := s.Usage(ctx, tenant, k); u["calls"] != batches {
+			t.Errorf("license %d: %d increments, want %d", i, u["calls"], batches)
+		}
+	}
+}

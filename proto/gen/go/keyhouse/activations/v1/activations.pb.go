@@ -688,6 +688,286 @@ func (*TrackUsageBatchResult_Response) isTrackUsageBatchResult_Outcome() {}
 
 func (*TrackUsageBatchResult_Error) isTrackUsageBatchResult_Outcome() {}
 
+type ChangeSeatsBatchRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// At most 256.
+	Items         []*ChangeSeatsBatchItem `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChangeSeatsBatchRequest) Reset() {
+	*x = ChangeSeatsBatchRequest{}
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChangeSeatsBatchRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChangeSeatsBatchRequest) ProtoMessage() {}
+
+func (x *ChangeSeatsBatchRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChangeSeatsBatchRequest.ProtoReflect.Descriptor instead.
+func (*ChangeSeatsBatchRequest) Descriptor() ([]byte, []int) {
+	return file_keyhouse_activations_v1_activations_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *ChangeSeatsBatchRequest) GetItems() []*ChangeSeatsBatchItem {
+	if x != nil {
+		return x.Items
+	}
+	return nil
+}
+
+type ChangeSeatsBatchItem struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Change:
+	//
+	//	*ChangeSeatsBatchItem_Activate
+	//	*ChangeSeatsBatchItem_Deactivate
+	Change isChangeSeatsBatchItem_Change `protobuf_oneof:"change"`
+	// The x-request-id of the REST request the item came from, for the service's log.
+	RequestId     string `protobuf:"bytes,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChangeSeatsBatchItem) Reset() {
+	*x = ChangeSeatsBatchItem{}
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChangeSeatsBatchItem) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChangeSeatsBatchItem) ProtoMessage() {}
+
+func (x *ChangeSeatsBatchItem) ProtoReflect() protoreflect.Message {
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChangeSeatsBatchItem.ProtoReflect.Descriptor instead.
+func (*ChangeSeatsBatchItem) Descriptor() ([]byte, []int) {
+	return file_keyhouse_activations_v1_activations_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *ChangeSeatsBatchItem) GetChange() isChangeSeatsBatchItem_Change {
+	if x != nil {
+		return x.Change
+	}
+	return nil
+}
+
+func (x *ChangeSeatsBatchItem) GetActivate() *ActivateLicenseRequest {
+	if x != nil {
+		if x, ok := x.Change.(*ChangeSeatsBatchItem_Activate); ok {
+			return x.Activate
+		}
+	}
+	return nil
+}
+
+func (x *ChangeSeatsBatchItem) GetDeactivate() *DeactivateLicenseRequest {
+	if x != nil {
+		if x, ok := x.Change.(*ChangeSeatsBatchItem_Deactivate); ok {
+			return x.Deactivate
+		}
+	}
+	return nil
+}
+
+func (x *ChangeSeatsBatchItem) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+type isChangeSeatsBatchItem_Change interface {
+	isChangeSeatsBatchItem_Change()
+}
+
+type ChangeSeatsBatchItem_Activate struct {
+	Activate *ActivateLicenseRequest `protobuf:"bytes,1,opt,name=activate,proto3,oneof"`
+}
+
+type ChangeSeatsBatchItem_Deactivate struct {
+	Deactivate *DeactivateLicenseRequest `protobuf:"bytes,2,opt,name=deactivate,proto3,oneof"`
+}
+
+func (*ChangeSeatsBatchItem_Activate) isChangeSeatsBatchItem_Change() {}
+
+func (*ChangeSeatsBatchItem_Deactivate) isChangeSeatsBatchItem_Change() {}
+
+type ChangeSeatsBatchResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One per item, in the order of the request.
+	Results       []*ChangeSeatsBatchResult `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChangeSeatsBatchResponse) Reset() {
+	*x = ChangeSeatsBatchResponse{}
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChangeSeatsBatchResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChangeSeatsBatchResponse) ProtoMessage() {}
+
+func (x *ChangeSeatsBatchResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChangeSeatsBatchResponse.ProtoReflect.Descriptor instead.
+func (*ChangeSeatsBatchResponse) Descriptor() ([]byte, []int) {
+	return file_keyhouse_activations_v1_activations_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *ChangeSeatsBatchResponse) GetResults() []*ChangeSeatsBatchResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+type ChangeSeatsBatchResult struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Outcome:
+	//
+	//	*ChangeSeatsBatchResult_Activated
+	//	*ChangeSeatsBatchResult_Deactivated
+	//	*ChangeSeatsBatchResult_Error
+	Outcome       isChangeSeatsBatchResult_Outcome `protobuf_oneof:"outcome"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChangeSeatsBatchResult) Reset() {
+	*x = ChangeSeatsBatchResult{}
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChangeSeatsBatchResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChangeSeatsBatchResult) ProtoMessage() {}
+
+func (x *ChangeSeatsBatchResult) ProtoReflect() protoreflect.Message {
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChangeSeatsBatchResult.ProtoReflect.Descriptor instead.
+func (*ChangeSeatsBatchResult) Descriptor() ([]byte, []int) {
+	return file_keyhouse_activations_v1_activations_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *ChangeSeatsBatchResult) GetOutcome() isChangeSeatsBatchResult_Outcome {
+	if x != nil {
+		return x.Outcome
+	}
+	return nil
+}
+
+func (x *ChangeSeatsBatchResult) GetActivated() *ActivateLicenseResponse {
+	if x != nil {
+		if x, ok := x.Outcome.(*ChangeSeatsBatchResult_Activated); ok {
+			return x.Activated
+		}
+	}
+	return nil
+}
+
+func (x *ChangeSeatsBatchResult) GetDeactivated() *DeactivateLicenseResponse {
+	if x != nil {
+		if x, ok := x.Outcome.(*ChangeSeatsBatchResult_Deactivated); ok {
+			return x.Deactivated
+		}
+	}
+	return nil
+}
+
+func (x *ChangeSeatsBatchResult) GetError() *CallStatus {
+	if x != nil {
+		if x, ok := x.Outcome.(*ChangeSeatsBatchResult_Error); ok {
+			return x.Error
+		}
+	}
+	return nil
+}
+
+type isChangeSeatsBatchResult_Outcome interface {
+	isChangeSeatsBatchResult_Outcome()
+}
+
+type ChangeSeatsBatchResult_Activated struct {
+	Activated *ActivateLicenseResponse `protobuf:"bytes,1,opt,name=activated,proto3,oneof"`
+}
+
+type ChangeSeatsBatchResult_Deactivated struct {
+	Deactivated *DeactivateLicenseResponse `protobuf:"bytes,2,opt,name=deactivated,proto3,oneof"`
+}
+
+type ChangeSeatsBatchResult_Error struct {
+	// The status the item's own call would have failed with.
+	Error *CallStatus `protobuf:"bytes,3,opt,name=error,proto3,oneof"`
+}
+
+func (*ChangeSeatsBatchResult_Activated) isChangeSeatsBatchResult_Outcome() {}
+
+func (*ChangeSeatsBatchResult_Deactivated) isChangeSeatsBatchResult_Outcome() {}
+
+func (*ChangeSeatsBatchResult_Error) isChangeSeatsBatchResult_Outcome() {}
+
 // The fields of google.rpc.Status, which this module does not import.
 type CallStatus struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -700,7 +980,7 @@ type CallStatus struct {
 
 func (x *CallStatus) Reset() {
 	*x = CallStatus{}
-	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[12]
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -712,7 +992,7 @@ func (x *CallStatus) String() string {
 func (*CallStatus) ProtoMessage() {}
 
 func (x *CallStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[12]
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -725,7 +1005,7 @@ func (x *CallStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CallStatus.ProtoReflect.Descriptor instead.
 func (*CallStatus) Descriptor() ([]byte, []int) {
-	return file_keyhouse_activations_v1_activations_proto_rawDescGZIP(), []int{12}
+	return file_keyhouse_activations_v1_activations_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *CallStatus) GetCode() int32 {
@@ -758,7 +1038,7 @@ type UsageReportRequest struct {
 
 func (x *UsageReportRequest) Reset() {
 	*x = UsageReportRequest{}
-	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[13]
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -770,7 +1050,7 @@ func (x *UsageReportRequest) String() string {
 func (*UsageReportRequest) ProtoMessage() {}
 
 func (x *UsageReportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[13]
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -783,7 +1063,7 @@ func (x *UsageReportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UsageReportRequest.ProtoReflect.Descriptor instead.
 func (*UsageReportRequest) Descriptor() ([]byte, []int) {
-	return file_keyhouse_activations_v1_activations_proto_rawDescGZIP(), []int{13}
+	return file_keyhouse_activations_v1_activations_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *UsageReportRequest) GetKey() string {
@@ -808,7 +1088,7 @@ type UsageMetric struct {
 
 func (x *UsageMetric) Reset() {
 	*x = UsageMetric{}
-	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[14]
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -820,7 +1100,7 @@ func (x *UsageMetric) String() string {
 func (*UsageMetric) ProtoMessage() {}
 
 func (x *UsageMetric) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[14]
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -833,7 +1113,7 @@ func (x *UsageMetric) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UsageMetric.ProtoReflect.Descriptor instead.
 func (*UsageMetric) Descriptor() ([]byte, []int) {
-	return file_keyhouse_activations_v1_activations_proto_rawDescGZIP(), []int{14}
+	return file_keyhouse_activations_v1_activations_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *UsageMetric) GetMetric() string {
@@ -886,7 +1166,7 @@ type UsageReportResponse struct {
 
 func (x *UsageReportResponse) Reset() {
 	*x = UsageReportResponse{}
-	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[15]
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -898,7 +1178,7 @@ func (x *UsageReportResponse) String() string {
 func (*UsageReportResponse) ProtoMessage() {}
 
 func (x *UsageReportResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[15]
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -911,7 +1191,7 @@ func (x *UsageReportResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UsageReportResponse.ProtoReflect.Descriptor instead.
 func (*UsageReportResponse) Descriptor() ([]byte, []int) {
-	return file_keyhouse_activations_v1_activations_proto_rawDescGZIP(), []int{15}
+	return file_keyhouse_activations_v1_activations_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *UsageReportResponse) GetValid() bool {
@@ -952,7 +1232,7 @@ type ReissueTokenRequest struct {
 
 func (x *ReissueTokenRequest) Reset() {
 	*x = ReissueTokenRequest{}
-	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[16]
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -964,7 +1244,7 @@ func (x *ReissueTokenRequest) String() string {
 func (*ReissueTokenRequest) ProtoMessage() {}
 
 func (x *ReissueTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[16]
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -977,7 +1257,7 @@ func (x *ReissueTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReissueTokenRequest.ProtoReflect.Descriptor instead.
 func (*ReissueTokenRequest) Descriptor() ([]byte, []int) {
-	return file_keyhouse_activations_v1_activations_proto_rawDescGZIP(), []int{16}
+	return file_keyhouse_activations_v1_activations_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ReissueTokenRequest) GetKey() string {
@@ -1004,7 +1284,7 @@ type ReissueTokenResponse struct {
 
 func (x *ReissueTokenResponse) Reset() {
 	*x = ReissueTokenResponse{}
-	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[17]
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1016,7 +1296,7 @@ func (x *ReissueTokenResponse) String() string {
 func (*ReissueTokenResponse) ProtoMessage() {}
 
 func (x *ReissueTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[17]
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1029,7 +1309,7 @@ func (x *ReissueTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReissueTokenResponse.ProtoReflect.Descriptor instead.
 func (*ReissueTokenResponse) Descriptor() ([]byte, []int) {
-	return file_keyhouse_activations_v1_activations_proto_rawDescGZIP(), []int{17}
+	return file_keyhouse_activations_v1_activations_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ReissueTokenResponse) GetReissued() bool {
@@ -1056,7 +1336,7 @@ type DeactivateByInstanceIdRequest struct {
 
 func (x *DeactivateByInstanceIdRequest) Reset() {
 	*x = DeactivateByInstanceIdRequest{}
-	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[18]
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1068,7 +1348,7 @@ func (x *DeactivateByInstanceIdRequest) String() string {
 func (*DeactivateByInstanceIdRequest) ProtoMessage() {}
 
 func (x *DeactivateByInstanceIdRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[18]
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1081,7 +1361,7 @@ func (x *DeactivateByInstanceIdRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeactivateByInstanceIdRequest.ProtoReflect.Descriptor instead.
 func (*DeactivateByInstanceIdRequest) Descriptor() ([]byte, []int) {
-	return file_keyhouse_activations_v1_activations_proto_rawDescGZIP(), []int{18}
+	return file_keyhouse_activations_v1_activations_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *DeactivateByInstanceIdRequest) GetKey() string {
@@ -1107,7 +1387,7 @@ type DeactivateByInstanceIdResponse struct {
 
 func (x *DeactivateByInstanceIdResponse) Reset() {
 	*x = DeactivateByInstanceIdResponse{}
-	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[19]
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1119,7 +1399,7 @@ func (x *DeactivateByInstanceIdResponse) String() string {
 func (*DeactivateByInstanceIdResponse) ProtoMessage() {}
 
 func (x *DeactivateByInstanceIdResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[19]
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1132,7 +1412,7 @@ func (x *DeactivateByInstanceIdResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeactivateByInstanceIdResponse.ProtoReflect.Descriptor instead.
 func (*DeactivateByInstanceIdResponse) Descriptor() ([]byte, []int) {
-	return file_keyhouse_activations_v1_activations_proto_rawDescGZIP(), []int{19}
+	return file_keyhouse_activations_v1_activations_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *DeactivateByInstanceIdResponse) GetDeactivated() bool {
@@ -1153,7 +1433,7 @@ type ResetUsageRequest struct {
 
 func (x *ResetUsageRequest) Reset() {
 	*x = ResetUsageRequest{}
-	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[20]
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1165,7 +1445,7 @@ func (x *ResetUsageRequest) String() string {
 func (*ResetUsageRequest) ProtoMessage() {}
 
 func (x *ResetUsageRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[20]
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1178,7 +1458,7 @@ func (x *ResetUsageRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResetUsageRequest.ProtoReflect.Descriptor instead.
 func (*ResetUsageRequest) Descriptor() ([]byte, []int) {
-	return file_keyhouse_activations_v1_activations_proto_rawDescGZIP(), []int{20}
+	return file_keyhouse_activations_v1_activations_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ResetUsageRequest) GetKey() string {
@@ -1206,7 +1486,7 @@ type ResetUsageResponse struct {
 
 func (x *ResetUsageResponse) Reset() {
 	*x = ResetUsageResponse{}
-	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[21]
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1218,7 +1498,7 @@ func (x *ResetUsageResponse) String() string {
 func (*ResetUsageResponse) ProtoMessage() {}
 
 func (x *ResetUsageResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[21]
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1231,7 +1511,7 @@ func (x *ResetUsageResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResetUsageResponse.ProtoReflect.Descriptor instead.
 func (*ResetUsageResponse) Descriptor() ([]byte, []int) {
-	return file_keyhouse_activations_v1_activations_proto_rawDescGZIP(), []int{21}
+	return file_keyhouse_activations_v1_activations_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ResetUsageResponse) GetKey() string {
@@ -1257,7 +1537,7 @@ type ListActivationsRequest struct {
 
 func (x *ListActivationsRequest) Reset() {
 	*x = ListActivationsRequest{}
-	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[22]
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1269,7 +1549,7 @@ func (x *ListActivationsRequest) String() string {
 func (*ListActivationsRequest) ProtoMessage() {}
 
 func (x *ListActivationsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[22]
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1282,7 +1562,7 @@ func (x *ListActivationsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListActivationsRequest.ProtoReflect.Descriptor instead.
 func (*ListActivationsRequest) Descriptor() ([]byte, []int) {
-	return file_keyhouse_activations_v1_activations_proto_rawDescGZIP(), []int{22}
+	return file_keyhouse_activations_v1_activations_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ListActivationsRequest) GetKey() string {
@@ -1302,7 +1582,7 @@ type Activation struct {
 
 func (x *Activation) Reset() {
 	*x = Activation{}
-	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[23]
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1314,7 +1594,7 @@ func (x *Activation) String() string {
 func (*Activation) ProtoMessage() {}
 
 func (x *Activation) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[23]
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1327,7 +1607,7 @@ func (x *Activation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Activation.ProtoReflect.Descriptor instead.
 func (*Activation) Descriptor() ([]byte, []int) {
-	return file_keyhouse_activations_v1_activations_proto_rawDescGZIP(), []int{23}
+	return file_keyhouse_activations_v1_activations_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Activation) GetInstanceId() string {
@@ -1355,7 +1635,7 @@ type ListActivationsResponse struct {
 
 func (x *ListActivationsResponse) Reset() {
 	*x = ListActivationsResponse{}
-	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[24]
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1367,7 +1647,7 @@ func (x *ListActivationsResponse) String() string {
 func (*ListActivationsResponse) ProtoMessage() {}
 
 func (x *ListActivationsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[24]
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1380,7 +1660,7 @@ func (x *ListActivationsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListActivationsResponse.ProtoReflect.Descriptor instead.
 func (*ListActivationsResponse) Descriptor() ([]byte, []int) {
-	return file_keyhouse_activations_v1_activations_proto_rawDescGZIP(), []int{24}
+	return file_keyhouse_activations_v1_activations_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ListActivationsResponse) GetKey() string {
@@ -1407,7 +1687,7 @@ type RecentActivationsRequest struct {
 
 func (x *RecentActivationsRequest) Reset() {
 	*x = RecentActivationsRequest{}
-	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[25]
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1419,7 +1699,7 @@ func (x *RecentActivationsRequest) String() string {
 func (*RecentActivationsRequest) ProtoMessage() {}
 
 func (x *RecentActivationsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[25]
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1432,7 +1712,7 @@ func (x *RecentActivationsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecentActivationsRequest.ProtoReflect.Descriptor instead.
 func (*RecentActivationsRequest) Descriptor() ([]byte, []int) {
-	return file_keyhouse_activations_v1_activations_proto_rawDescGZIP(), []int{25}
+	return file_keyhouse_activations_v1_activations_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *RecentActivationsRequest) GetLimit() int32 {
@@ -1452,7 +1732,7 @@ type RecentActivationsResponse struct {
 
 func (x *RecentActivationsResponse) Reset() {
 	*x = RecentActivationsResponse{}
-	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[26]
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1464,7 +1744,7 @@ func (x *RecentActivationsResponse) String() string {
 func (*RecentActivationsResponse) ProtoMessage() {}
 
 func (x *RecentActivationsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[26]
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1477,7 +1757,7 @@ func (x *RecentActivationsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecentActivationsResponse.ProtoReflect.Descriptor instead.
 func (*RecentActivationsResponse) Descriptor() ([]byte, []int) {
-	return file_keyhouse_activations_v1_activations_proto_rawDescGZIP(), []int{26}
+	return file_keyhouse_activations_v1_activations_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *RecentActivationsResponse) GetActivations() []*RecentActivation {
@@ -1535,6 +1815,23 @@ const file_keyhouse_activations_v1_activations_proto_rawDesc = "" +
 	"\x15TrackUsageBatchResult\x12I\n" +
 	"\bresponse\x18\x01 \x01(\v2+.keyhouse.activations.v1.TrackUsageResponseH\x00R\bresponse\x12;\n" +
 	"\x05error\x18\x02 \x01(\v2#.keyhouse.activations.v1.CallStatusH\x00R\x05errorB\t\n" +
+	"\aoutcome\"^\n" +
+	"\x17ChangeSeatsBatchRequest\x12C\n" +
+	"\x05items\x18\x01 \x03(\v2-.keyhouse.activations.v1.ChangeSeatsBatchItemR\x05items\"\xe3\x01\n" +
+	"\x14ChangeSeatsBatchItem\x12M\n" +
+	"\bactivate\x18\x01 \x01(\v2/.keyhouse.activations.v1.ActivateLicenseRequestH\x00R\bactivate\x12S\n" +
+	"\n" +
+	"deactivate\x18\x02 \x01(\v21.keyhouse.activations.v1.DeactivateLicenseRequestH\x00R\n" +
+	"deactivate\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x03 \x01(\tR\trequestIdB\b\n" +
+	"\x06change\"e\n" +
+	"\x18ChangeSeatsBatchResponse\x12I\n" +
+	"\aresults\x18\x01 \x03(\v2/.keyhouse.activations.v1.ChangeSeatsBatchResultR\aresults\"\x8a\x02\n" +
+	"\x16ChangeSeatsBatchResult\x12P\n" +
+	"\tactivated\x18\x01 \x01(\v20.keyhouse.activations.v1.ActivateLicenseResponseH\x00R\tactivated\x12V\n" +
+	"\vdeactivated\x18\x02 \x01(\v22.keyhouse.activations.v1.DeactivateLicenseResponseH\x00R\vdeactivated\x12;\n" +
+	"\x05error\x18\x03 \x01(\v2#.keyhouse.activations.v1.CallStatusH\x00R\x05errorB\t\n" +
 	"\aoutcome\"j\n" +
 	"\n" +
 	"CallStatus\x12\x12\n" +
@@ -1593,7 +1890,7 @@ const file_keyhouse_activations_v1_activations_proto_rawDesc = "" +
 	"\x05limit\x18\x01 \x01(\x05H\x00R\x05limit\x88\x01\x01B\b\n" +
 	"\x06_limit\"h\n" +
 	"\x19RecentActivationsResponse\x12K\n" +
-	"\vactivations\x18\x01 \x03(\v2).keyhouse.activations.v1.RecentActivationR\vactivations2\x9c\v\n" +
+	"\vactivations\x18\x01 \x03(\v2).keyhouse.activations.v1.RecentActivationR\vactivations2\x9b\f\n" +
 	"\x12ActivationsService\x12\x82\x01\n" +
 	"\x0fActivateLicense\x12/.keyhouse.activations.v1.ActivateLicenseRequest\x1a0.keyhouse.activations.v1.ActivateLicenseResponse\"\f\x90\x82\x19\x01\x9a\x82\x19\x04\b\x03\x10\x01\x12\x88\x01\n" +
 	"\x11DeactivateLicense\x121.keyhouse.activations.v1.DeactivateLicenseRequest\x1a2.keyhouse.activations.v1.DeactivateLicenseResponse\"\f\x90\x82\x19\x01\x9a\x82\x19\x04\b\x03\x10\x01\x12\x80\x01\n" +
@@ -1602,7 +1899,8 @@ const file_keyhouse_activations_v1_activations_proto_rawDesc = "" +
 	"\n" +
 	"TrackUsage\x12*.keyhouse.activations.v1.TrackUsageRequest\x1a+.keyhouse.activations.v1.TrackUsageResponse\"\n" +
 	"\x90\x82\x19\x01\x9a\x82\x19\x02\b\x02\x12z\n" +
-	"\x0fTrackUsageBatch\x12/.keyhouse.activations.v1.TrackUsageBatchRequest\x1a0.keyhouse.activations.v1.TrackUsageBatchResponse\"\x04\x90\x82\x19\x01\x12t\n" +
+	"\x0fTrackUsageBatch\x12/.keyhouse.activations.v1.TrackUsageBatchRequest\x1a0.keyhouse.activations.v1.TrackUsageBatchResponse\"\x04\x90\x82\x19\x01\x12}\n" +
+	"\x10ChangeSeatsBatch\x120.keyhouse.activations.v1.ChangeSeatsBatchRequest\x1a1.keyhouse.activations.v1.ChangeSeatsBatchResponse\"\x04\x90\x82\x19\x01\x12t\n" +
 	"\vUsageReport\x12+.keyhouse.activations.v1.UsageReportRequest\x1a,.keyhouse.activations.v1.UsageReportResponse\"\n" +
 	"\x90\x82\x19\x01\x9a\x82\x19\x02\b\x02\x12w\n" +
 	"\fReissueToken\x12,.keyhouse.activations.v1.ReissueTokenRequest\x1a-.keyhouse.activations.v1.ReissueTokenResponse\"\n" +
@@ -1629,7 +1927,7 @@ func file_keyhouse_activations_v1_activations_proto_rawDescGZIP() []byte {
 	return file_keyhouse_activations_v1_activations_proto_rawDescData
 }
 
-var file_keyhouse_activations_v1_activations_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_keyhouse_activations_v1_activations_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_keyhouse_activations_v1_activations_proto_goTypes = []any{
 	(*ActivateLicenseRequest)(nil),         // 0: keyhouse.activations.v1.ActivateLicenseRequest
 	(*ActivateLicenseResponse)(nil),        // 1: keyhouse.activations.v1.ActivateLicenseResponse
@@ -1643,66 +1941,79 @@ var file_keyhouse_activations_v1_activations_proto_goTypes = []any{
 	(*TrackUsageBatchItem)(nil),            // 9: keyhouse.activations.v1.TrackUsageBatchItem
 	(*TrackUsageBatchResponse)(nil),        // 10: keyhouse.activations.v1.TrackUsageBatchResponse
 	(*TrackUsageBatchResult)(nil),          // 11: keyhouse.activations.v1.TrackUsageBatchResult
-	(*CallStatus)(nil),                     // 12: keyhouse.activations.v1.CallStatus
-	(*UsageReportRequest)(nil),             // 13: keyhouse.activations.v1.UsageReportRequest
-	(*UsageMetric)(nil),                    // 14: keyhouse.activations.v1.UsageMetric
-	(*UsageReportResponse)(nil),            // 15: keyhouse.activations.v1.UsageReportResponse
-	(*ReissueTokenRequest)(nil),            // 16: keyhouse.activations.v1.ReissueTokenRequest
-	(*ReissueTokenResponse)(nil),           // 17: keyhouse.activations.v1.ReissueTokenResponse
-	(*DeactivateByInstanceIdRequest)(nil),  // 18: keyhouse.activations.v1.DeactivateByInstanceIdRequest
-	(*DeactivateByInstanceIdResponse)(nil), // 19: keyhouse.activations.v1.DeactivateByInstanceIdResponse
-	(*ResetUsageRequest)(nil),              // 20: keyhouse.activations.v1.ResetUsageRequest
-	(*ResetUsageResponse)(nil),             // 21: keyhouse.activations.v1.ResetUsageResponse
-	(*ListActivationsRequest)(nil),         // 22: keyhouse.activations.v1.ListActivationsRequest
-	(*Activation)(nil),                     // 23: keyhouse.activations.v1.Activation
-	(*ListActivationsResponse)(nil),        // 24: keyhouse.activations.v1.ListActivationsResponse
-	(*RecentActivationsRequest)(nil),       // 25: keyhouse.activations.v1.RecentActivationsRequest
-	(*RecentActivationsResponse)(nil),      // 26: keyhouse.activations.v1.RecentActivationsResponse
-	nil,                                    // 27: keyhouse.activations.v1.ResetUsageResponse.UsageEntry
-	(*anypb.Any)(nil),                      // 28: google.protobuf.Any
-	(*timestamppb.Timestamp)(nil),          // 29: google.protobuf.Timestamp
-	(*RecentActivation)(nil),               // 30: keyhouse.activations.v1.RecentActivation
+	(*ChangeSeatsBatchRequest)(nil),        // 12: keyhouse.activations.v1.ChangeSeatsBatchRequest
+	(*ChangeSeatsBatchItem)(nil),           // 13: keyhouse.activations.v1.ChangeSeatsBatchItem
+	(*ChangeSeatsBatchResponse)(nil),       // 14: keyhouse.activations.v1.ChangeSeatsBatchResponse
+	(*ChangeSeatsBatchResult)(nil),         // 15: keyhouse.activations.v1.ChangeSeatsBatchResult
+	(*CallStatus)(nil),                     // 16: keyhouse.activations.v1.CallStatus
+	(*UsageReportRequest)(nil),             // 17: keyhouse.activations.v1.UsageReportRequest
+	(*UsageMetric)(nil),                    // 18: keyhouse.activations.v1.UsageMetric
+	(*UsageReportResponse)(nil),            // 19: keyhouse.activations.v1.UsageReportResponse
+	(*ReissueTokenRequest)(nil),            // 20: keyhouse.activations.v1.ReissueTokenRequest
+	(*ReissueTokenResponse)(nil),           // 21: keyhouse.activations.v1.ReissueTokenResponse
+	(*DeactivateByInstanceIdRequest)(nil),  // 22: keyhouse.activations.v1.DeactivateByInstanceIdRequest
+	(*DeactivateByInstanceIdResponse)(nil), // 23: keyhouse.activations.v1.DeactivateByInstanceIdResponse
+	(*ResetUsageRequest)(nil),              // 24: keyhouse.activations.v1.ResetUsageRequest
+	(*ResetUsageResponse)(nil),             // 25: keyhouse.activations.v1.ResetUsageResponse
+	(*ListActivationsRequest)(nil),         // 26: keyhouse.activations.v1.ListActivationsRequest
+	(*Activation)(nil),                     // 27: keyhouse.activations.v1.Activation
+	(*ListActivationsResponse)(nil),        // 28: keyhouse.activations.v1.ListActivationsResponse
+	(*RecentActivationsRequest)(nil),       // 29: keyhouse.activations.v1.RecentActivationsRequest
+	(*RecentActivationsResponse)(nil),      // 30: keyhouse.activations.v1.RecentActivationsResponse
+	nil,                                    // 31: keyhouse.activations.v1.ResetUsageResponse.UsageEntry
+	(*anypb.Any)(nil),                      // 32: google.protobuf.Any
+	(*timestamppb.Timestamp)(nil),          // 33: google.protobuf.Timestamp
+	(*RecentActivation)(nil),               // 34: keyhouse.activations.v1.RecentActivation
 }
 var file_keyhouse_activations_v1_activations_proto_depIdxs = []int32{
 	9,  // 0: keyhouse.activations.v1.TrackUsageBatchRequest.items:type_name -> keyhouse.activations.v1.TrackUsageBatchItem
 	6,  // 1: keyhouse.activations.v1.TrackUsageBatchItem.request:type_name -> keyhouse.activations.v1.TrackUsageRequest
 	11, // 2: keyhouse.activations.v1.TrackUsageBatchResponse.results:type_name -> keyhouse.activations.v1.TrackUsageBatchResult
 	7,  // 3: keyhouse.activations.v1.TrackUsageBatchResult.response:type_name -> keyhouse.activations.v1.TrackUsageResponse
-	12, // 4: keyhouse.activations.v1.TrackUsageBatchResult.error:type_name -> keyhouse.activations.v1.CallStatus
-	28, // 5: keyhouse.activations.v1.CallStatus.details:type_name -> google.protobuf.Any
-	29, // 6: keyhouse.activations.v1.UsageReportResponse.expires_at:type_name -> google.protobuf.Timestamp
-	14, // 7: keyhouse.activations.v1.UsageReportResponse.metrics:type_name -> keyhouse.activations.v1.UsageMetric
-	27, // 8: keyhouse.activations.v1.ResetUsageResponse.usage:type_name -> keyhouse.activations.v1.ResetUsageResponse.UsageEntry
-	29, // 9: keyhouse.activations.v1.Activation.activated_at:type_name -> google.protobuf.Timestamp
-	23, // 10: keyhouse.activations.v1.ListActivationsResponse.activations:type_name -> keyhouse.activations.v1.Activation
-	30, // 11: keyhouse.activations.v1.RecentActivationsResponse.activations:type_name -> keyhouse.activations.v1.RecentActivation
-	0,  // 12: keyhouse.activations.v1.ActivationsService.ActivateLicense:input_type -> keyhouse.activations.v1.ActivateLicenseRequest
-	2,  // 13: keyhouse.activations.v1.ActivationsService.DeactivateLicense:input_type -> keyhouse.activations.v1.DeactivateLicenseRequest
-	4,  // 14: keyhouse.activations.v1.ActivationsService.ValidateLicense:input_type -> keyhouse.activations.v1.ValidateLicenseRequest
-	6,  // 15: keyhouse.activations.v1.ActivationsService.TrackUsage:input_type -> keyhouse.activations.v1.TrackUsageRequest
-	8,  // 16: keyhouse.activations.v1.ActivationsService.TrackUsageBatch:input_type -> keyhouse.activations.v1.TrackUsageBatchRequest
-	13, // 17: keyhouse.activations.v1.ActivationsService.UsageReport:input_type -> keyhouse.activations.v1.UsageReportRequest
-	16, // 18: keyhouse.activations.v1.ActivationsService.ReissueToken:input_type -> keyhouse.activations.v1.ReissueTokenRequest
-	18, // 19: keyhouse.activations.v1.ActivationsService.DeactivateByInstanceId:input_type -> keyhouse.activations.v1.DeactivateByInstanceIdRequest
-	20, // 20: keyhouse.activations.v1.ActivationsService.ResetUsage:input_type -> keyhouse.activations.v1.ResetUsageRequest
-	22, // 21: keyhouse.activations.v1.ActivationsService.ListActivations:input_type -> keyhouse.activations.v1.ListActivationsRequest
-	25, // 22: keyhouse.activations.v1.ActivationsService.RecentActivations:input_type -> keyhouse.activations.v1.RecentActivationsRequest
-	1,  // 23: keyhouse.activations.v1.ActivationsService.ActivateLicense:output_type -> keyhouse.activations.v1.ActivateLicenseResponse
-	3,  // 24: keyhouse.activations.v1.ActivationsService.DeactivateLicense:output_type -> keyhouse.activations.v1.DeactivateLicenseResponse
-	5,  // 25: keyhouse.activations.v1.ActivationsService.ValidateLicense:output_type -> keyhouse.activations.v1.ValidateLicenseResponse
-	7,  // 26: keyhouse.activations.v1.ActivationsService.TrackUsage:output_type -> keyhouse.activations.v1.TrackUsageResponse
-	10, // 27: keyhouse.activations.v1.ActivationsService.TrackUsageBatch:output_type -> keyhouse.activations.v1.TrackUsageBatchResponse
-	15, // 28: keyhouse.activations.v1.ActivationsService.UsageReport:output_type -> keyhouse.activations.v1.UsageReportResponse
-	17, // 29: keyhouse.activations.v1.ActivationsService.ReissueToken:output_type -> keyhouse.activations.v1.ReissueTokenResponse
-	19, // 30: keyhouse.activations.v1.ActivationsService.DeactivateByInstanceId:output_type -> keyhouse.activations.v1.DeactivateByInstanceIdResponse
-	21, // 31: keyhouse.activations.v1.ActivationsService.ResetUsage:output_type -> keyhouse.activations.v1.ResetUsageResponse
-	24, // 32: keyhouse.activations.v1.ActivationsService.ListActivations:output_type -> keyhouse.activations.v1.ListActivationsResponse
-	26, // 33: keyhouse.activations.v1.ActivationsService.RecentActivations:output_type -> keyhouse.activations.v1.RecentActivationsResponse
-	23, // [23:34] is the sub-list for method output_type
-	12, // [12:23] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	16, // 4: keyhouse.activations.v1.TrackUsageBatchResult.error:type_name -> keyhouse.activations.v1.CallStatus
+	13, // 5: keyhouse.activations.v1.ChangeSeatsBatchRequest.items:type_name -> keyhouse.activations.v1.ChangeSeatsBatchItem
+	0,  // 6: keyhouse.activations.v1.ChangeSeatsBatchItem.activate:type_name -> keyhouse.activations.v1.ActivateLicenseRequest
+	2,  // 7: keyhouse.activations.v1.ChangeSeatsBatchItem.deactivate:type_name -> keyhouse.activations.v1.DeactivateLicenseRequest
+	15, // 8: keyhouse.activations.v1.ChangeSeatsBatchResponse.results:type_name -> keyhouse.activations.v1.ChangeSeatsBatchResult
+	1,  // 9: keyhouse.activations.v1.ChangeSeatsBatchResult.activated:type_name -> keyhouse.activations.v1.ActivateLicenseResponse
+	3,  // 10: keyhouse.activations.v1.ChangeSeatsBatchResult.deactivated:type_name -> keyhouse.activations.v1.DeactivateLicenseResponse
+	16, // 11: keyhouse.activations.v1.ChangeSeatsBatchResult.error:type_name -> keyhouse.activations.v1.CallStatus
+	32, // 12: keyhouse.activations.v1.CallStatus.details:type_name -> google.protobuf.Any
+	33, // 13: keyhouse.activations.v1.UsageReportResponse.expires_at:type_name -> google.protobuf.Timestamp
+	18, // 14: keyhouse.activations.v1.UsageReportResponse.metrics:type_name -> keyhouse.activations.v1.UsageMetric
+	31, // 15: keyhouse.activations.v1.ResetUsageResponse.usage:type_name -> keyhouse.activations.v1.ResetUsageResponse.UsageEntry
+	33, // 16: keyhouse.activations.v1.Activation.activated_at:type_name -> google.protobuf.Timestamp
+	27, // 17: keyhouse.activations.v1.ListActivationsResponse.activations:type_name -> keyhouse.activations.v1.Activation
+	34, // 18: keyhouse.activations.v1.RecentActivationsResponse.activations:type_name -> keyhouse.activations.v1.RecentActivation
+	0,  // 19: keyhouse.activations.v1.ActivationsService.ActivateLicense:input_type -> keyhouse.activations.v1.ActivateLicenseRequest
+	2,  // 20: keyhouse.activations.v1.ActivationsService.DeactivateLicense:input_type -> keyhouse.activations.v1.DeactivateLicenseRequest
+	4,  // 21: keyhouse.activations.v1.ActivationsService.ValidateLicense:input_type -> keyhouse.activations.v1.ValidateLicenseRequest
+	6,  // 22: keyhouse.activations.v1.ActivationsService.TrackUsage:input_type -> keyhouse.activations.v1.TrackUsageRequest
+	8,  // 23: keyhouse.activations.v1.ActivationsService.TrackUsageBatch:input_type -> keyhouse.activations.v1.TrackUsageBatchRequest
+	12, // 24: keyhouse.activations.v1.ActivationsService.ChangeSeatsBatch:input_type -> keyhouse.activations.v1.ChangeSeatsBatchRequest
+	17, // 25: keyhouse.activations.v1.ActivationsService.UsageReport:input_type -> keyhouse.activations.v1.UsageReportRequest
+	20, // 26: keyhouse.activations.v1.ActivationsService.ReissueToken:input_type -> keyhouse.activations.v1.ReissueTokenRequest
+	22, // 27: keyhouse.activations.v1.ActivationsService.DeactivateByInstanceId:input_type -> keyhouse.activations.v1.DeactivateByInstanceIdRequest
+	24, // 28: keyhouse.activations.v1.ActivationsService.ResetUsage:input_type -> keyhouse.activations.v1.ResetUsageRequest
+	26, // 29: keyhouse.activations.v1.ActivationsService.ListActivations:input_type -> keyhouse.activations.v1.ListActivationsRequest
+	29, // 30: keyhouse.activations.v1.ActivationsService.RecentActivations:input_type -> keyhouse.activations.v1.RecentActivationsRequest
+	1,  // 31: keyhouse.activations.v1.ActivationsService.ActivateLicense:output_type -> keyhouse.activations.v1.ActivateLicenseResponse
+	3,  // 32: keyhouse.activations.v1.ActivationsService.DeactivateLicense:output_type -> keyhouse.activations.v1.DeactivateLicenseResponse
+	5,  // 33: keyhouse.activations.v1.ActivationsService.ValidateLicense:output_type -> keyhouse.activations.v1.ValidateLicenseResponse
+	7,  // 34: keyhouse.activations.v1.ActivationsService.TrackUsage:output_type -> keyhouse.activations.v1.TrackUsageResponse
+	10, // 35: keyhouse.activations.v1.ActivationsService.TrackUsageBatch:output_type -> keyhouse.activations.v1.TrackUsageBatchResponse
+	14, // 36: keyhouse.activations.v1.ActivationsService.ChangeSeatsBatch:output_type -> keyhouse.activations.v1.ChangeSeatsBatchResponse
+	19, // 37: keyhouse.activations.v1.ActivationsService.UsageReport:output_type -> keyhouse.activations.v1.UsageReportResponse
+	21, // 38: keyhouse.activations.v1.ActivationsService.ReissueToken:output_type -> keyhouse.activations.v1.ReissueTokenResponse
+	23, // 39: keyhouse.activations.v1.ActivationsService.DeactivateByInstanceId:output_type -> keyhouse.activations.v1.DeactivateByInstanceIdResponse
+	25, // 40: keyhouse.activations.v1.ActivationsService.ResetUsage:output_type -> keyhouse.activations.v1.ResetUsageResponse
+	28, // 41: keyhouse.activations.v1.ActivationsService.ListActivations:output_type -> keyhouse.activations.v1.ListActivationsResponse
+	30, // 42: keyhouse.activations.v1.ActivationsService.RecentActivations:output_type -> keyhouse.activations.v1.RecentActivationsResponse
+	31, // [31:43] is the sub-list for method output_type
+	19, // [19:31] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_keyhouse_activations_v1_activations_proto_init() }
@@ -1717,15 +2028,24 @@ func file_keyhouse_activations_v1_activations_proto_init() {
 		(*TrackUsageBatchResult_Response)(nil),
 		(*TrackUsageBatchResult_Error)(nil),
 	}
-	file_keyhouse_activations_v1_activations_proto_msgTypes[20].OneofWrappers = []any{}
-	file_keyhouse_activations_v1_activations_proto_msgTypes[25].OneofWrappers = []any{}
+	file_keyhouse_activations_v1_activations_proto_msgTypes[13].OneofWrappers = []any{
+		(*ChangeSeatsBatchItem_Activate)(nil),
+		(*ChangeSeatsBatchItem_Deactivate)(nil),
+	}
+	file_keyhouse_activations_v1_activations_proto_msgTypes[15].OneofWrappers = []any{
+		(*ChangeSeatsBatchResult_Activated)(nil),
+		(*ChangeSeatsBatchResult_Deactivated)(nil),
+		(*ChangeSeatsBatchResult_Error)(nil),
+	}
+	file_keyhouse_activations_v1_activations_proto_msgTypes[24].OneofWrappers = []any{}
+	file_keyhouse_activations_v1_activations_proto_msgTypes[29].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_keyhouse_activations_v1_activations_proto_rawDesc), len(file_keyhouse_activations_v1_activations_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   28,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

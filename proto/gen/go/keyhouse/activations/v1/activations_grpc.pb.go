@@ -24,6 +24,7 @@ const (
 	ActivationsService_ValidateLicense_FullMethodName        = "/keyhouse.activations.v1.ActivationsService/ValidateLicense"
 	ActivationsService_TrackUsage_FullMethodName             = "/keyhouse.activations.v1.ActivationsService/TrackUsage"
 	ActivationsService_TrackUsageBatch_FullMethodName        = "/keyhouse.activations.v1.ActivationsService/TrackUsageBatch"
+	ActivationsService_ChangeSeatsBatch_FullMethodName       = "/keyhouse.activations.v1.ActivationsService/ChangeSeatsBatch"
 	ActivationsService_UsageReport_FullMethodName            = "/keyhouse.activations.v1.ActivationsService/UsageReport"
 	ActivationsService_ReissueToken_FullMethodName           = "/keyhouse.activations.v1.ActivationsService/ReissueToken"
 	ActivationsService_DeactivateByInstanceId_FullMethodName = "/keyhouse.activations.v1.ActivationsService/DeactivateByInstanceId"
@@ -54,6 +55,11 @@ type ActivationsServiceClient interface {
 	// failed exactly as TrackUsage would, and answered on its own; the increments of one
 	// call are committed together, in one round trip to Postgres. No REST route.
 	TrackUsageBatch(ctx context.Context, in *TrackUsageBatchRequest, opts ...grpc.CallOption) (*TrackUsageBatchResponse, error)
+	// Many ActivateLicense and DeactivateLicense calls in one, as TrackUsageBatch is for
+	// TrackUsage: each item is checked, applied, refused or failed exactly as its own call
+	// would be, and answered on its own; the seats of one call change in one transaction,
+	// one round trip to Postgres. No REST route.
+	ChangeSeatsBatch(ctx context.Context, in *ChangeSeatsBatchRequest, opts ...grpc.CallOption) (*ChangeSeatsBatchResponse, error)
 	// A live snapshot of every limit key's usage.
 	UsageReport(ctx context.Context, in *UsageReportRequest, opts ...grpc.CallOption) (*UsageReportResponse, error)
 	ReissueToken(ctx context.Context, in *ReissueTokenRequest, opts ...grpc.CallOption) (*ReissueTokenResponse, error)
@@ -116,6 +122,16 @@ func (c *activationsServiceClient) TrackUsageBatch(ctx context.Context, in *Trac
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(TrackUsageBatchResponse)
 	err := c.cc.Invoke(ctx, ActivationsService_TrackUsageBatch_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *activationsServiceClient) ChangeSeatsBatch(ctx context.Context, in *ChangeSeatsBatchRequest, opts ...grpc.CallOption) (*ChangeSeatsBatchResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ChangeSeatsBatchResponse)
+	err := c.cc.Invoke(ctx, ActivationsService_ChangeSeatsBatch_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -204,6 +220,11 @@ type ActivationsServiceServer interface {
 	// failed exactly as TrackUsage would, and answered on its own; the increments of one
 	// call are committed together, in one round trip to Postgres. No REST route.
 	TrackUsageBatch(context.Context, *TrackUsageBatchRequest) (*TrackUsageBatchResponse, error)
+	// Many ActivateLicense and DeactivateLicense calls in one, as TrackUsageBatch is for
+	// TrackUsage: each item is checked, applied, refused or failed exactly as its own call
+	// would be, and answered on its own; the seats of one call change in one transaction,
+	// one round trip to Postgres. No REST route.
+	ChangeSeatsBatch(context.Context, *ChangeSeatsBatchRequest) (*ChangeSeatsBatchResponse, error)
 	// A live snapshot of every limit key's usage.
 	UsageReport(context.Context, *UsageReportRequest) (*UsageReportResponse, error)
 	ReissueToken(context.Context, *ReissueTokenRequest) (*ReissueTokenResponse, error)
@@ -236,6 +257,9 @@ func (UnimplementedActivationsServiceServer) TrackUsage(context.Context, *TrackU
 }
 func (UnimplementedActivationsServiceServer) TrackUsageBatch(context.Context, *TrackUsageBatchRequest) (*TrackUsageBatchResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method TrackUsageBatch not implemented")
+}
+func (UnimplementedActivationsServiceServer) ChangeSeatsBatch(context.Context, *ChangeSeatsBatchRequest) (*ChangeSeatsBatchResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ChangeSeatsBatch not implemented")
 }
 func (UnimplementedActivationsServiceServer) UsageReport(context.Context, *UsageReportRequest) (*UsageReportResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method UsageReport not implemented")
@@ -362,6 +386,24 @@ func _ActivationsService_TrackUsageBatch_Handler(srv interface{}, ctx context.Co
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(ActivationsServiceServer).TrackUsageBatch(ctx, req.(*TrackUsageBatchRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ActivationsService_ChangeSeatsBatch_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ChangeSeatsBatchRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ActivationsServiceServer).ChangeSeatsBatch(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ActivationsService_ChangeSeatsBatch_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ActivationsServiceServer).ChangeSeatsBatch(ctx, req.(*ChangeSeatsBatchRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -500,6 +542,10 @@ var ActivationsService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "TrackUsageBatch",
 			Handler:    _ActivationsService_TrackUsageBatch_Handler,
+		},
+		{
+			MethodName: "ChangeSeatsBatch",
+			Handler:    _ActivationsService_ChangeSeatsBatch_Handler,
 		},
 		{
 			MethodName: "UsageReport",

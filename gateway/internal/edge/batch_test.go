@@ -2,6 +2,7 @@ package edge
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"sync"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 )
 
 // usageService stands for activations: it answers every item with the key as its metric
@@ -78,13 +80,13 @@ func (u *usageService) sizes() []int {
 	return n
 }
 
-func trackVia(b *batchedUsage, ctx context.Context, key string) (*activationsv1.TrackUsageResponse, error) {
+func trackVia(b *batchedActivations, ctx context.Context, key string) (*activationsv1.TrackUsageResponse, error) {
 	return b.TrackUsage(ctx, &activationsv1.TrackUsageRequest{Key: key, Token: "t", Metric: "users"})
 }
 
-func TestBatchedUsageSendsALoneRequestAtOnce(t *testing.T) {
+func TestBatchedSendsALoneRequestAtOnce(t *testing.T) {
 	svc := newUsageService(false)
-	b := &batchedUsage{ActivationsServiceClient: svc}
+	b := newBatchedActivations(svc)
 	resp, err := trackVia(b, context.Background(), "K1")
 	if err != nil || resp.GetMetric() != "K1" {
 		t.Fatalf("%v %v", resp, err)
@@ -96,9 +98,9 @@ func TestBatchedUsageSendsALoneRequestAtOnce(t *testing.T) {
 
 // Requests that arrive while the batches in flight are out go together, each answered
 // with its own item's answer or status.
-func TestBatchedUsageCoalescesWhatArrivesWhileBatchesAreOut(t *testing.T) {
+func TestBatchedCoalescesWhatArrivesWhileBatchesAreOut(t *testing.T) {
 	svc := newUsageService(true)
-	b := &batchedUsage{ActivationsServiceClient: svc}
+	b := newBatchedActivations(svc)
 	type answer struct {
 		key  string
 		resp *activationsv1.TrackUsageResponse
@@ -111,8 +113,8 @@ func TestBatchedUsageCoalescesWhatArrivesWhileBatchesAreOut(t *testing.T) {
 			answers <- answer{key, resp, err}
 		}()
 	}
-	// The first usageBatchesInFlight requests each take a batch of their own.
-	for i := range usageBatchesInFlight {
+	// The first batchesInFlight requests each take a batch of their own.
+	for i := range batchesInFlight {
 		ask("FIRST-" + strconv.Itoa(i))
 		<-svc.arrived
 	}
@@ -124,9 +126,9 @@ func TestBatchedUsageCoalescesWhatArrivesWhileBatchesAreOut(t *testing.T) {
 		}
 		ask(key)
 	}
-	waitUntil(t, func() bool { b.mu.Lock(); defer b.mu.Unlock(); return len(b.queue) == queued })
+	waitUntil(t, func() bool { b.usage.mu.Lock(); defer b.usage.mu.Unlock(); return len(b.usage.queue) == queued })
 	close(svc.release)
-	for range usageBatchesInFlight + queued {
+	for range batchesInFlight + queued {
 		a := <-answers
 		if a.key == "REFUSED" {
 			if st := status.Convert(a.err); st.Code() != codes.PermissionDenied || st.Message() != "Usage limit exceeded for metric: users" || a.resp != nil {
@@ -139,22 +141,22 @@ func TestBatchedUsageCoalescesWhatArrivesWhileBatchesAreOut(t *testing.T) {
 		}
 	}
 	sizes := svc.sizes()
-	if len(sizes) > usageBatchesInFlight+4 {
-		t.Errorf("%d batches for %d requests (%v): not coalesced", len(sizes), usageBatchesInFlight+queued, sizes)
+	if len(sizes) > batchesInFlight+4 {
+		t.Errorf("%d batches for %d requests (%v): not coalesced", len(sizes), batchesInFlight+queued, sizes)
 	}
 	for _, n := range sizes {
-		if n > usageBatchSize {
-			t.Errorf("a batch of %d, over %d", n, usageBatchSize)
+		if n > batchSize {
+			t.Errorf("a batch of %d, over %d", n, batchSize)
 		}
 	}
 }
 
 // A batch that fails as a whole (activations down, too slow) fails each of its calls with
 // that status, which the gateway renders as for a single call.
-func TestBatchedUsageFailsEveryCallOfAFailedBatch(t *testing.T) {
+func TestBatchedFailsEveryCallOfAFailedBatch(t *testing.T) {
 	svc := newUsageService(false)
 	svc.fail = status.Error(codes.Unavailable, "connection refused")
-	b := &batchedUsage{ActivationsServiceClient: svc}
+	b := newBatchedActivations(svc)
 	var wg sync.WaitGroup
 	for i := range 20 {
 		wg.Go(func() {
@@ -168,24 +170,24 @@ func TestBatchedUsageFailsEveryCallOfAFailedBatch(t *testing.T) {
 
 // A caller that gave up before its batch left is not sent: its increment is not applied
 // behind its back.
-func TestBatchedUsageDoesNotSendACallWhoseClientLeft(t *testing.T) {
+func TestBatchedDoesNotSendACallWhoseClientLeft(t *testing.T) {
 	svc := newUsageService(true)
-	b := &batchedUsage{ActivationsServiceClient: svc}
-	for i := range usageBatchesInFlight {
+	b := newBatchedActivations(svc)
+	for i := range batchesInFlight {
 		go func() { _, _ = trackVia(b, context.Background(), "FIRST-"+strconv.Itoa(i)) }()
 		<-svc.arrived
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	left := make(chan error, 1)
 	go func() { _, err := trackVia(b, ctx, "LEFT"); left <- err }()
-	waitUntil(t, func() bool { b.mu.Lock(); defer b.mu.Unlock(); return len(b.queue) == 1 })
+	waitUntil(t, func() bool { b.usage.mu.Lock(); defer b.usage.mu.Unlock(); return len(b.usage.queue) == 1 })
 	cancel()
 	if err := <-left; status.Code(err) != codes.Canceled {
 		t.Fatalf("the caller that left got %v, want Canceled", err)
 	}
 	stayed := make(chan error, 1)
 	go func() { _, err := trackVia(b, context.Background(), "STAYED"); stayed <- err }()
-	waitUntil(t, func() bool { b.mu.Lock(); defer b.mu.Unlock(); return len(b.queue) == 2 })
+	waitUntil(t, func() bool { b.usage.mu.Lock(); defer b.usage.mu.Unlock(); return len(b.usage.queue) == 2 })
 	close(svc.release)
 	if err := <-stayed; err != nil {
 		t.Fatal(err)
@@ -203,9 +205,9 @@ func TestBatchedUsageDoesNotSendACallWhoseClientLeft(t *testing.T) {
 
 // A batch may take as long as the most patient of its requests: one that waits shorter is
 // answered at its own deadline, not cut by another's.
-func TestBatchedUsageLastsAsLongAsItsLongestDeadline(t *testing.T) {
+func TestBatchedLastsAsLongAsItsLongestDeadline(t *testing.T) {
 	svc := newUsageService(true)
-	b := &batchedUsage{ActivationsServiceClient: svc}
+	b := newBatchedActivations(svc)
 	go func() { _, _ = trackVia(b, context.Background(), "FIRST") }()
 	<-svc.arrived
 	late := time.Now().Add(time.Hour)
@@ -214,7 +216,7 @@ func TestBatchedUsageLastsAsLongAsItsLongestDeadline(t *testing.T) {
 		defer cancel()
 		go func() { _, _ = trackVia(b, ctx, "K") }()
 	}
-	waitUntil(t, func() bool { b.mu.Lock(); defer b.mu.Unlock(); return len(b.queue) == 2 })
+	waitUntil(t, func() bool { b.usage.mu.Lock(); defer b.usage.mu.Unlock(); return len(b.usage.queue) == 2 })
 	close(svc.release)
 	<-svc.arrived
 	svc.mu.Lock()
@@ -230,5 +232,117 @@ func waitUntil(t *testing.T, cond func() bool) {
 		if time.Now().After(deadline) {
 			t.Fatal("condition not reached within 10 s")
 		}
+	}
+}
+
+// seatService stands for activations' seat calls: a batch answers each activation with
+// its instance as token and each deactivation true; with older set it serves no batch
+// call (a version before ChangeSeatsBatch) and answers the single calls.
+type seatService struct {
+	activationsv1.ActivationsServiceClient
+	older   bool
+	release chan struct{}
+
+	mu      sync.Mutex
+	batches [][]string
+	singles []string
+	arrived chan struct{}
+}
+
+func (s *seatService) ChangeSeatsBatch(ctx context.Context, req *activationsv1.ChangeSeatsBatchRequest, _ ...grpc.CallOption) (*activationsv1.ChangeSeatsBatchResponse, error) {
+	if s.older {
+		return nil, status.Error(codes.Unimplemented, "unknown method ChangeSeatsBatch")
+	}
+	resp := &activationsv1.ChangeSeatsBatchResponse{}
+	var names []string
+	for _, it := range req.GetItems() {
+		if a := it.GetActivate(); a != nil {
+			names = append(names, "activate "+a.GetInstanceId())
+			resp.Results = append(resp.Results, &activationsv1.ChangeSeatsBatchResult{Outcome: &activationsv1.ChangeSeatsBatchResult_Activated{
+				Activated: &activationsv1.ActivateLicenseResponse{Activated: true, Token: proto.String(a.GetInstanceId())}}})
+			continue
+		}
+		names = append(names, "deactivate "+it.GetDeactivate().GetToken())
+		resp.Results = append(resp.Results, &activationsv1.ChangeSeatsBatchResult{Outcome: &activationsv1.ChangeSeatsBatchResult_Deactivated{
+			Deactivated: &activationsv1.DeactivateLicenseResponse{Deactivated: true}}})
+	}
+	s.mu.Lock()
+	s.batches = append(s.batches, names)
+	s.mu.Unlock()
+	s.arrived <- struct{}{}
+	<-s.release
+	return resp, nil
+}
+
+func (s *seatService) ActivateLicense(_ context.Context, req *activationsv1.ActivateLicenseRequest, _ ...grpc.CallOption) (*activationsv1.ActivateLicenseResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.singles = append(s.singles, "activate "+req.GetInstanceId())
+	return &activationsv1.ActivateLicenseResponse{Activated: true, Token: proto.String(req.GetInstanceId())}, nil
+}
+
+func (s *seatService) DeactivateLicense(_ context.Context, req *activationsv1.DeactivateLicenseRequest, _ ...grpc.CallOption) (*activationsv1.DeactivateLicenseResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.singles = append(s.singles, "deactivate "+req.GetToken())
+	return &activationsv1.DeactivateLicenseResponse{Deactivated: true}, nil
+}
+
+// Activations and deactivations that arrive while a batch is out go together in the
+// next, each answered with its own item's answer.
+func TestBatchedSeatChangesGoTogether(t *testing.T) {
+	svc := &seatService{release: make(chan struct{}), arrived: make(chan struct{}, 100)}
+	b := newBatchedActivations(svc)
+	ctx := context.Background()
+	first := make(chan error, 1)
+	go func() {
+		_, err := b.ActivateLicense(ctx, &activationsv1.ActivateLicenseRequest{Key: "K", InstanceId: "first"})
+		first <- err
+	}()
+	<-svc.arrived
+	var wg sync.WaitGroup
+	for i := range 10 {
+		name := "i" + strconv.Itoa(i)
+		wg.Go(func() {
+			if i%2 == 0 {
+				resp, err := b.ActivateLicense(ctx, &activationsv1.ActivateLicenseRequest{Key: "K", InstanceId: name})
+				if err != nil || resp.GetToken() != name {
+					t.Errorf("activate %s: %v %v", name, resp, err)
+				}
+				return
+			}
+			resp, err := b.DeactivateLicense(ctx, &activationsv1.DeactivateLicenseRequest{Key: "K", Token: name})
+			if err != nil || !resp.GetDeactivated() {
+				t.Errorf("deactivate %s: %v %v", name, resp, err)
+			}
+		})
+	}
+	waitUntil(t, func() bool { b.seats.mu.Lock(); defer b.seats.mu.Unlock(); return len(b.seats.queue) == 10 })
+	close(svc.release)
+	wg.Wait()
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	svc.mu.Lock()
+	defer svc.mu.Unlock()
+	if len(svc.batches) != 2 || len(svc.batches[1]) != 10 || len(svc.singles) != 0 {
+		t.Fatalf("batches %v, singles %v: want the first alone, then the ten together", svc.batches, svc.singles)
+	}
+}
+
+// An activations replica that does not serve ChangeSeatsBatch yet (a rolling upgrade that
+// replaced the gateways first) still answers: each call goes on its own.
+func TestBatchedSeatChangesFallBackToSingleCallsOnAnOlderService(t *testing.T) {
+	svc := &seatService{older: true}
+	b := newBatchedActivations(svc)
+	resp, err := b.ActivateLicense(context.Background(), &activationsv1.ActivateLicenseRequest{Key: "K", InstanceId: "host"})
+	if err != nil || resp.GetToken() != "host" {
+		t.Fatalf("activate: %v %v", resp, err)
+	}
+	if resp, err := b.DeactivateLicense(context.Background(), &activationsv1.DeactivateLicenseRequest{Key: "K", Token: "host"}); err != nil || !resp.GetDeactivated() {
+		t.Fatalf("deactivate: %v %v", resp, err)
+	}
+	if fmt.Sprint(svc.singles) != "[activate host deactivate host]" {
+		t.Fatalf("single calls %v", svc.singles)
 	}
 }
