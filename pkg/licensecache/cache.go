@@ -14,6 +14,9 @@
 //     happens, which is the bound on staleness when a message is lost.
 //   - A read that raced a write never stores what it read: Get stores only when no
 //     invalidation arrived since it started loading.
+//   - Concurrent misses of one answer share one load, but only one that started after the
+//     key's last invalidation; a failed load's error is its caller's own (it may be that
+//     caller's cancellation), and the others waiting for it load themselves.
 //
 // Only rows are cached: whether a license has expired is decided at every read with the
 // current time, never cached. Unknown keys are not cached either (a new key is random, so a
@@ -70,6 +73,19 @@ type Cache[V any] struct {
 	settlingAll time.Time
 	// gen moves on with every invalidation, so a load that overlapped one is not stored.
 	gen uint64
+	// flights: key → qualifier → the load under way for that answer, which other misses
+	// wait for. An invalidation detaches the key's flights (the loads go on), so that a
+	// caller arriving after it never gets an answer read before it.
+	flights map[string]map[string]*flight[V]
+}
+
+// flight is one load that several misses share.
+type flight[V any] struct {
+	done chan struct{} // closed when the load ended
+	v    V
+	ok   bool // the load returned v without error
+	// joined counts the callers that wait for it (tests watch it).
+	joined int
 }
 
 type entry[V any] struct {
@@ -82,7 +98,7 @@ func New[V any](ttl time.Duration) *Cache[V] {
 	if ttl <= 0 {
 		return nil
 	}
-	c := &Cache[V]{ttl: ttl, now: time.Now, entries: map[string]map[string]entry[V]{}, settling: map[string]time.Time{}}
+	c := &Cache[V]{ttl: ttl, now: time.Now, entries: map[string]map[string]entry[V]{}, settling: map[string]time.Time{}, flights: map[string]map[string]*flight[V]{}}
 	c.live.Store(true)
 	return c
 }
@@ -111,15 +127,48 @@ func (c *Cache[V]) GetUntil(key, qualifier string, load func() (V, time.Time, er
 	now := c.now()
 	c.mu.RLock()
 	e, ok := c.entries[key][qualifier]
-	gen := c.gen
 	c.mu.RUnlock()
 	if ok && now.Before(e.expires) {
 		return e.v, nil
 	}
+	var f *flight[V]
+	var gen uint64
+	for f == nil {
+		c.mu.Lock()
+		// The leader stores before it lands: checking again here saves a load that just
+		// ended.
+		if e, ok := c.entries[key][qualifier]; ok && now.Before(e.expires) {
+			c.mu.Unlock()
+			return e.v, nil
+		}
+		if other := c.flights[key][qualifier]; other != nil {
+			other.joined++
+			c.mu.Unlock()
+			<-other.done
+			if other.ok {
+				return other.v, nil
+			}
+			// The leader's error stays its own (it may be its client's cancellation or
+			// deadline, which must not fail this request): load as any miss would.
+			now = c.now()
+			continue
+		}
+		f = &flight[V]{done: make(chan struct{})}
+		if c.flights[key] == nil {
+			c.flights[key] = map[string]*flight[V]{}
+		}
+		c.flights[key][qualifier] = f
+		gen = c.gen
+		c.mu.Unlock()
+	}
+	// Deferred, so that a panicking load still releases those waiting (they load then);
+	// it runs after the store below unlocked, so a caller finds the entry or the flight.
+	defer c.land(key, qualifier, f)
 	v, until, err := load()
 	if err != nil {
 		return v, err
 	}
+	f.v, f.ok = v, true
 	expires := now.Add(c.ttl)
 	if !until.IsZero() && until.Before(expires) {
 		expires = until
@@ -147,6 +196,19 @@ func (c *Cache[V]) GetUntil(key, qualifier string, load func() (V, time.Time, er
 	return v, nil
 }
 
+// land ends f and takes it out of the table, unless an invalidation already did.
+func (c *Cache[V]) land(key, qualifier string, f *flight[V]) {
+	c.mu.Lock()
+	if c.flights[key][qualifier] == f {
+		delete(c.flights[key], qualifier)
+		if len(c.flights[key]) == 0 {
+			delete(c.flights, key)
+		}
+	}
+	c.mu.Unlock()
+	close(f.done)
+}
+
 // sweep drops expired entries; c.mu is held.
 func (c *Cache[V]) sweep(now time.Time) {
 	for k, answers := range c.entries {
@@ -172,6 +234,7 @@ func (c *Cache[V]) Invalidate(key string) {
 	c.gen++
 	c.size -= len(c.entries[key])
 	delete(c.entries, key)
+	delete(c.flights, key)
 	if len(c.settling) >= maxSettling {
 		for k, until := range c.settling {
 			if !now.Before(until) {
@@ -193,6 +256,7 @@ func (c *Cache[V]) Clear() {
 	c.gen++
 	clear(c.entries)
 	c.size = 0
+	clear(c.flights)
 	c.settlingAll = now.Add(min(c.ttl, settle))
 	c.mu.Unlock()
 }
@@ -260,6 +324,7 @@ func (c *Cache[V]) setLive(live bool) {
 	c.gen++
 	clear(c.entries)
 	c.size = 0
+	clear(c.flights)
 	c.live.Store(live)
 	c.mu.Unlock()
 }
