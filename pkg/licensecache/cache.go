@@ -337,10 +337,13 @@ func Publish(nc *nats.Conn, key string) error {
 	return PublishOn(nc, license.ChangedSubject, key)
 }
 
-// PublishOn is Publish on another subject whose payload is a license key.
-func PublishOn(nc *nats.Conn, subject, key string) error {
-	if err := nc.Publish(subject, []byte(key)); err != nil {
-		return err
+// PublishOn is Publish on another subject whose payload is a license key, for one key or
+// several: one message each, and one wait for them all.
+func PublishOn(nc *nats.Conn, subject string, keys ...string) error {
+	for _, key := range keys {
+		if err := nc.Publish(subject, []byte(key)); err != nil {
+			return err
+		}
 	}
 	return nc.FlushTimeout(time.Second)
 }

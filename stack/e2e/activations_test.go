@@ -382,6 +382,130 @@ func TestTrackUsageInParallelLandsExactlyOnTheLimit(t *testing.T) {
 	raceUsage(t, clients, key, tok, 60, 50)
 }
 
+// Invariant 2 for batched seat changes: two gateways, each batching the activations and
+// deactivations that arrive together, over two activations replicas, on three licenses at
+// once. No cap is passed, a seat's token deactivates it exactly once, every answer is
+// one a lone call could have had, and the calls did go in batches.
+func TestSeatChangesBatchedFromTwoGatewaysHoldEveryCap(t *testing.T) {
+	t.Parallel()
+	s := startStack(t, nil)
+	t.Cleanup(s.Stop)
+	a := admin(t, s)
+	second := secondGateway(t, s, "activations", "ACTIVATIONS_ADDR")
+	clients := []*Client{anon(t, s), newClient(t, second, ""), anon(t, s), newClient(t, second, "")}
+	// 20 activate/deactivate calls per key per window: 2 seeded seats, 12 activations and
+	// each seeded token deactivated twice make 18.
+	const limit, activations = 5, 12
+	type license struct {
+		key    string
+		tokens []string
+	}
+	var licenses []license
+	for _, p := range []string{"seats-one", "seats-two", "seats-three"} {
+		key := issueLicense(t, a, lic(p, "max_activations", limit))
+		licenses = append(licenses, license{key, []string{seat(t, clients[0], key, "seed-1"), seat(t, clients[1], key, "seed-2")}})
+	}
+	type call struct {
+		license, n int
+		deactivate string
+		resp       *Response
+	}
+	var calls []*call
+	for l, lic := range licenses {
+		for n := range activations {
+			calls = append(calls, &call{license: l, n: n})
+		}
+		for _, tok := range append(lic.tokens, lic.tokens...) {
+			calls = append(calls, &call{license: l, deactivate: tok})
+		}
+	}
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i, c := range calls {
+		client := clients[(i*7)%len(clients)]
+		key := licenses[c.license].key
+		wg.Go(func() {
+			<-start
+			if c.deactivate != "" {
+				c.resp = client.Post("/v1/deactivate-license", map[string]string{"key": key, "token": c.deactivate})
+				return
+			}
+			c.resp = client.Post("/v1/activate-license", map[string]string{"key": key, "instance_id": fmt.Sprintf("node-%d", c.n)})
+		})
+	}
+	close(start)
+	wg.Wait()
+	for l, lic := range licenses {
+		created, removed := map[string]string{}, map[string]int{}
+		for _, c := range calls {
+			switch {
+			case c.license != l:
+			case c.deactivate != "":
+				switch string(c.resp.Body) {
+				case `{"deactivated":true}`:
+					removed[c.deactivate]++
+				case `{"deactivated":false}`:
+				default:
+					t.Fatalf("deactivate-license answered %d %s", c.resp.Status, c.resp.Body)
+				}
+			case c.resp.Status == 200:
+				tok := fmt.Sprint(c.resp.JSON(t)["token"])
+				if !tokenFormat.MatchString(tok) {
+					t.Fatalf("activation without a token: %s", c.resp.Body)
+				}
+				created[fmt.Sprintf("node-%d", c.n)] = tok
+			default:
+				c.resp.ExpectError(t, 403, errCap)
+			}
+		}
+		for _, tok := range lic.tokens {
+			if removed[tok] != 1 {
+				t.Errorf("license %d: a seeded token deactivated its seat %d times, want once", l, removed[tok])
+			}
+		}
+		var list struct {
+			Activations []struct {
+				InstanceID string `json:"instance_id"`
+			} `json:"activations"`
+		}
+		if err := json.Unmarshal(a.Get("/v1/list-activations/"+lic.key).Expect(t, 200).Body, &list); err != nil {
+			t.Fatal(err)
+		}
+		// At least the three seats free from the start were taken; at most the cap.
+		if len(created) < limit-2 || len(created) > limit || len(list.Activations) != len(created) {
+			t.Errorf("license %d: %d activations answered 200, %d seats exist; the cap is %d", l, len(created), len(list.Activations), limit)
+		}
+		for _, seat := range list.Activations {
+			if created[seat.InstanceID] == "" {
+				t.Errorf("license %d: seat %s exists but its activation was refused", l, seat.InstanceID)
+			}
+		}
+		for _, c := range clients[:2] {
+			c.Post("/v1/validate-license", map[string]string{"key": lic.key, "instance_id": "seed-1"}).ExpectBody(t, `{"valid":false}`)
+		}
+	}
+	items, batches := 0.0, 0.0
+	for _, p := range s.Procs() {
+		if p.Name != "activations" {
+			continue
+		}
+		for _, line := range strings.Split(scrape(t, p), "\n") {
+			v, _ := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+			switch {
+			case !strings.HasPrefix(line, "keyhouse_grpc_server_requests_total{"):
+			case strings.Contains(line, `ActivationsService/ActivateLicense"`), strings.Contains(line, `ActivationsService/DeactivateLicense"`):
+				items += v
+			case strings.Contains(line, `ActivationsService/ChangeSeatsBatch"`):
+				batches += v
+			}
+		}
+	}
+	if want := float64(len(calls) + 2*len(licenses)); items < want || batches >= items {
+		t.Errorf("activations counted %v activate and deactivate calls in %v batches, want %v in fewer batches", items, batches, want)
+	}
+	t.Logf("%v seat changes in %v batches", items, batches)
+}
+
 // Invariant 3 for batched increments: two gateways, each batching its requests, over two
 // activations replicas, with the increments spread over two licenses and two metrics so
 // that batches hold rows of several licenses in their own orders. Every counter lands

@@ -38,8 +38,8 @@ func main() {
 			d.Readiness.Add(natsx.ReadinessCheck(nc))
 			// A removed seat is announced, so caches of validate-license's answers (the
 			// gateway's) drop the license's answers.
-			st.WithChangeEvents(func(key string) {
-				if err := licensecache.PublishOn(nc, license.SeatRemovedSubject, key); err != nil {
+			st.WithChangeEvents(func(keys ...string) {
+				if err := licensecache.PublishOn(nc, license.SeatRemovedSubject, keys...); err != nil {
 					d.Log.Warn("seat removal not announced; gateways serve their cached validate-license answer until it expires",
 						"error", err.Error(), "ttl", d.Config.LicenseCacheTTL.String())
 				}

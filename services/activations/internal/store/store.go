@@ -19,9 +19,9 @@ import (
 // Store reads and writes the activations schema.
 type Store struct {
 	db *pgxpool.Pool
-	// publish tells every process caching answers about a license that one of its seats
+	// publish tells every process caching answers about licenses that seats of theirs
 	// went away (see WithChangeEvents); nil publishes nothing.
-	publish func(key string)
+	publish func(keys ...string)
 }
 
 // New returns a Store on db (search_path = activations).
@@ -31,16 +31,19 @@ func New(db *pgxpool.Pool) *Store { return &Store{db: db} }
 // removed it (licensecache.AnnounceInCall) and through publish, after the delete. Caches
 // of validate-license's answers (the gateway's) drop the license's answers then; a new
 // seat needs no event, since only valid answers are cached.
-func (s *Store) WithChangeEvents(publish func(key string)) *Store {
+func (s *Store) WithChangeEvents(publish func(keys ...string)) *Store {
 	s.publish = publish
 	return s
 }
 
-// seatRemoved is called after a delete of key's seats that removed some, or may have.
-func (s *Store) seatRemoved(ctx context.Context, key string) {
-	licensecache.AnnounceInCall(ctx, key)
+// seatRemoved is called after a delete of seats of the keys that removed some, or may
+// have: one publication for them all, so a batch waits for NATS once.
+func (s *Store) seatRemoved(ctx context.Context, keys ...string) {
+	for _, key := range keys {
+		licensecache.AnnounceInCall(ctx, key)
+	}
 	if s.publish != nil {
-		s.publish(key)
+		s.publish(keys...)
 	}
 }
 
@@ -177,11 +180,15 @@ func (s *Store) ChangeSeats(ctx context.Context, changes []SeatChange) ([]SeatCh
 		})
 	}
 	err := s.db.SendBatch(ctx, b).Close()
+	var removed []string
 	for i, c := range changes {
 		// After an error the removals may have committed all the same.
-		if !c.Activate && (err != nil || changed[i].Removed) {
-			s.seatRemoved(ctx, c.Key)
+		if !c.Activate && (err != nil || changed[i].Removed) && !slices.Contains(removed, c.Key) {
+			removed = append(removed, c.Key)
 		}
+	}
+	if len(removed) > 0 {
+		s.seatRemoved(ctx, removed...)
 	}
 	if err != nil {
 		return nil, err
