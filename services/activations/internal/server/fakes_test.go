@@ -126,7 +126,6 @@ func (f *fakeStore) remove(i int) bool {
 	return true
 }
 
-
 func (f *fakeStore) DeactivateInstance(_ context.Context, tenant, key, instance string) (bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
