@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 )
 
 // Batches of calls of one kind: at most batchSize items each, at most batchesInFlight out
@@ -60,50 +61,53 @@ func newBatchedActivations(client activationsv1.ActivationsServiceClient) *batch
 func olderService(err error) bool { return status.Code(err) == codes.Unimplemented }
 
 func (b *batchedActivations) TrackUsage(ctx context.Context, req *activationsv1.TrackUsageRequest, _ ...grpc.CallOption) (*activationsv1.TrackUsageResponse, error) {
-	r, err := b.usage.do(ctx, &activationsv1.TrackUsageBatchItem{Request: req, RequestId: telemetry.RequestID(ctx)})
-	switch {
-	case olderService(err):
-		return b.ActivationsServiceClient.TrackUsage(ctx, req)
-	case err != nil:
-		return nil, err
-	case r.GetError() != nil:
-		return nil, itemError(r.GetError())
-	case r.GetResponse() == nil:
-		return nil, errNoAnswer
-	}
-	return r.GetResponse(), nil
+	return answer(ctx, &b.usage, &activationsv1.TrackUsageBatchItem{Request: req, RequestId: telemetry.RequestID(ctx)},
+		(*activationsv1.TrackUsageBatchResult).GetResponse,
+		func() (*activationsv1.TrackUsageResponse, error) {
+			return b.ActivationsServiceClient.TrackUsage(ctx, req)
+		})
 }
 
 func (b *batchedActivations) ActivateLicense(ctx context.Context, req *activationsv1.ActivateLicenseRequest, _ ...grpc.CallOption) (*activationsv1.ActivateLicenseResponse, error) {
-	r, err := b.seats.do(ctx, &activationsv1.ChangeSeatsBatchItem{
-		Change: &activationsv1.ChangeSeatsBatchItem_Activate{Activate: req}, RequestId: telemetry.RequestID(ctx)})
-	switch {
-	case olderService(err):
-		return b.ActivationsServiceClient.ActivateLicense(ctx, req)
-	case err != nil:
-		return nil, err
-	case r.GetError() != nil:
-		return nil, itemError(r.GetError())
-	case r.GetActivated() == nil:
-		return nil, errNoAnswer
-	}
-	return r.GetActivated(), nil
+	item := &activationsv1.ChangeSeatsBatchItem{Change: &activationsv1.ChangeSeatsBatchItem_Activate{Activate: req}, RequestId: telemetry.RequestID(ctx)}
+	return answer(ctx, &b.seats, item, (*activationsv1.ChangeSeatsBatchResult).GetActivated,
+		func() (*activationsv1.ActivateLicenseResponse, error) {
+			return b.ActivationsServiceClient.ActivateLicense(ctx, req)
+		})
 }
 
 func (b *batchedActivations) DeactivateLicense(ctx context.Context, req *activationsv1.DeactivateLicenseRequest, _ ...grpc.CallOption) (*activationsv1.DeactivateLicenseResponse, error) {
-	r, err := b.seats.do(ctx, &activationsv1.ChangeSeatsBatchItem{
-		Change: &activationsv1.ChangeSeatsBatchItem_Deactivate{Deactivate: req}, RequestId: telemetry.RequestID(ctx)})
+	item := &activationsv1.ChangeSeatsBatchItem{Change: &activationsv1.ChangeSeatsBatchItem_Deactivate{Deactivate: req}, RequestId: telemetry.RequestID(ctx)}
+	return answer(ctx, &b.seats, item, (*activationsv1.ChangeSeatsBatchResult).GetDeactivated,
+		func() (*activationsv1.DeactivateLicenseResponse, error) {
+			return b.ActivationsServiceClient.DeactivateLicense(ctx, req)
+		})
+}
+
+// batchResult is a batch call's answer to one item: the item's own response, or the
+// status its own call would have failed with.
+type batchResult interface {
+	GetError() *activationsv1.CallStatus
+}
+
+// answer sends item through b and returns its answer (response picks it out of the
+// item's result), or, from an activations without the batch call, the call made alone.
+func answer[Item any, Result batchResult, Response proto.Message](ctx context.Context, b *batcher[Item, Result], item Item,
+	response func(Result) Response, alone func() (Response, error)) (Response, error) {
+	var none Response
+	r, err := b.do(ctx, item)
 	switch {
 	case olderService(err):
-		return b.ActivationsServiceClient.DeactivateLicense(ctx, req)
+		return alone()
 	case err != nil:
-		return nil, err
+		return none, err
 	case r.GetError() != nil:
-		return nil, itemError(r.GetError())
-	case r.GetDeactivated() == nil:
-		return nil, errNoAnswer
+		return none, itemError(r.GetError())
 	}
-	return r.GetDeactivated(), nil
+	if resp := response(r); resp.ProtoReflect().IsValid() {
+		return resp, nil
+	}
+	return none, errNoAnswer
 }
 
 // itemError is the status a batch item failed with, as its own call would have.

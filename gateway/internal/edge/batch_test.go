@@ -346,3 +346,28 @@ func TestBatchedSeatChangesFallBackToSingleCallsOnAnOlderService(t *testing.T) {
 		t.Fatalf("single calls %v", svc.singles)
 	}
 }
+
+// mixedUpService answers every seat item as an activation, whatever it was.
+type mixedUpService struct{ activationsv1.ActivationsServiceClient }
+
+func (mixedUpService) ChangeSeatsBatch(_ context.Context, req *activationsv1.ChangeSeatsBatchRequest, _ ...grpc.CallOption) (*activationsv1.ChangeSeatsBatchResponse, error) {
+	resp := &activationsv1.ChangeSeatsBatchResponse{}
+	for range req.GetItems() {
+		resp.Results = append(resp.Results, &activationsv1.ChangeSeatsBatchResult{Outcome: &activationsv1.ChangeSeatsBatchResult_Activated{
+			Activated: &activationsv1.ActivateLicenseResponse{Activated: true}}})
+	}
+	return resp, nil
+}
+
+// An item answered with another kind of answer fails as an internal error (a 500), never
+// as a made-up answer of its own kind.
+func TestBatchedCallAnsweredWithAnotherCallsAnswerFails(t *testing.T) {
+	b := newBatchedActivations(mixedUpService{})
+	resp, err := b.DeactivateLicense(context.Background(), &activationsv1.DeactivateLicenseRequest{Key: "K", Token: "t"})
+	if status.Code(err) != codes.Internal || resp != nil {
+		t.Fatalf("%v %v, want Internal", resp, err)
+	}
+	if resp, err := b.ActivateLicense(context.Background(), &activationsv1.ActivateLicenseRequest{Key: "K", InstanceId: "i"}); err != nil || !resp.GetActivated() {
+		t.Fatalf("%v %v", resp, err)
+	}
+}
