@@ -348,7 +348,9 @@ func TestBatchedSeatChangesFallBackToSingleCallsOnAnOlderService(t *testing.T) {
 }
 
 // mixedUpService answers every seat item as an activation, whatever it was.
-type mixedUpService struct{ activationsv1.ActivationsServiceClient }
+type mixedUpService struct {
+	activationsv1.ActivationsServiceClient
+}
 
 func (mixedUpService) ChangeSeatsBatch(_ context.Context, req *activationsv1.ChangeSeatsBatchRequest, _ ...grpc.CallOption) (*activationsv1.ChangeSeatsBatchResponse, error) {
 	resp := &activationsv1.ChangeSeatsBatchResponse{}
