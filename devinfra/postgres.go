@@ -6,6 +6,12 @@
 //
 // The servers run as children of the calling process and die with it (Pdeathsig), so a
 // test binary that panics or times out leaves no daemon behind.
+//
+// A server started on port 0 gets a free port just before it starts. Another process (a
+// parallel test binary) may take that port before the server binds it; the server then
+// exits, and is started again on another port (up to three). A server counts as started
+// only once it answers as itself (Postgres with its data directory, Redis with its
+// pidfile, stripe-mock with a Stripe answer), never when whatever holds the port answers.
 package devinfra
 
 import (
@@ -100,11 +106,6 @@ func StartPostgres(ctx context.Context, dir string, port int) (*Postgres, error)
 	if dir, err = filepath.Abs(dir); err != nil {
 		return nil, err
 	}
-	if port == 0 {
-		if port, err = FreePort(); err != nil {
-			return nil, err
-		}
-	}
 	p := &Postgres{Dir: dir, Port: port, bin: bin}
 	data := filepath.Join(dir, "data")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -129,30 +130,88 @@ func StartPostgres(ctx context.Context, dir string, port int) (*Postgres, error)
 		}
 		return p, p.ensureDatabase(ctx, "keyhouse")
 	}
-	cmd, err := asPostgresUser(filepath.Join(bin, "postgres"), "-D", data, "-p", strconv.Itoa(port), "-k", dir,
+	// The port is chosen last, after initdb: another process may take it between the
+	// choice and the server's bind, and a server that lost it is started again elsewhere.
+	for attempt := 1; ; attempt++ {
+		if port == 0 {
+			if p.Port, err = freePort(); err != nil {
+				return nil, err
+			}
+		}
+		err := p.start(ctx, data)
+		if err == nil {
+			return p, nil
+		}
+		if port != 0 || attempt == portAttempts || !errors.Is(err, errPortTaken) {
+			return nil, fmt.Errorf("%w (log: %s)", err, filepath.Join(dir, "postgres.log"))
+		}
+	}
+}
+
+// freePort chooses the port of a server started on port 0 (tests hand out taken ones).
+var freePort = FreePort
+
+// portAttempts bounds the ports tried for a server started on port 0.
+const portAttempts = 3
+
+// errPortTaken: the server could not have the port it was given (another process bound
+// it first) and did not start.
+var errPortTaken = errors.New("port taken by another process")
+
+// start runs the server on p.Port and returns once it answers there as the cluster in
+// data: an answer from another cluster on the same port (whose bind won) does not count.
+func (p *Postgres) start(ctx context.Context, data string) error {
+	cmd, err := asPostgresUser(filepath.Join(p.bin, "postgres"), "-D", data, "-p", strconv.Itoa(p.Port), "-k", p.Dir,
 		"-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "synchronous_commit=off",
 		"-c", "full_page_writes=off", "-c", "max_connections=300")
 	if err != nil {
-		return nil, err
+		return err
 	}
 	// Fast shutdown (SIGINT) when this process dies, however it dies.
 	cmd.SysProcAttr.Pdeathsig = syscall.SIGINT
-	logFile, err := os.OpenFile(filepath.Join(dir, "postgres.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	logFile, err := os.OpenFile(filepath.Join(p.Dir, "postgres.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	if err := cmd.Start(); err != nil {
 		logFile.Close()
-		return nil, fmt.Errorf("postgres: %w", err)
+		return fmt.Errorf("postgres: %w", err)
 	}
-	p.cmd, p.done = cmd, make(chan struct{})
-	go func() { _ = cmd.Wait(); logFile.Close(); close(p.done) }()
-	if err := p.ensureDatabase(ctx, "keyhouse"); err != nil {
+	done := make(chan struct{})
+	p.cmd, p.done = cmd, done
+	go func() { _ = cmd.Wait(); logFile.Close(); close(done) }()
+	err = p.answersAs(ctx, data)
+	if err == nil {
+		err = p.ensureDatabase(ctx, "keyhouse")
+	}
+	if err != nil {
 		_ = p.Stop()
-		return nil, fmt.Errorf("%w (log: %s)", err, filepath.Join(dir, "postgres.log"))
 	}
-	return p, nil
+	return err
+}
+
+// answersAs waits until the server on p.Port answers, and checks that it is the cluster
+// in data.
+func (p *Postgres) answersAs(ctx context.Context, data string) error {
+	conn, err := p.Connect(ctx)
+	if err != nil {
+		select {
+		case <-p.done:
+			return fmt.Errorf("%w: postgres exited on port %d: %v", errPortTaken, p.Port, err)
+		default:
+			return err
+		}
+	}
+	defer conn.Close(ctx)
+	var answering string
+	if err := conn.QueryRow(ctx, "SHOW data_directory").Scan(&answering); err != nil {
+		return err
+	}
+	if answering != data {
+		return fmt.Errorf("%w: port %d answered by the cluster in %s", errPortTaken, p.Port, answering)
+	}
+	return nil
 }
 
 func (p *Postgres) run(name string, args ...string) error {
@@ -220,7 +279,10 @@ func (p *Postgres) Connect(ctx context.Context) (*pgx.Conn, error) {
 			default:
 			}
 		}
-		conn, err := pgx.Connect(ctx, p.URL("postgres"))
+		// Bounded: whatever holds the port may accept and never answer.
+		attemptCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		conn, err := pgx.Connect(attemptCtx, p.URL("postgres"))
+		cancel()
 		if err == nil {
 			return conn, nil
 		}

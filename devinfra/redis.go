@@ -1,6 +1,7 @@
 package devinfra
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -48,12 +49,20 @@ func StartRedis(ctx context.Context, dir string, port int) (*Redis, error) {
 			}
 		}
 	}
-	if r.Port == 0 {
-		if r.Port, err = FreePort(); err != nil {
-			return nil, err
+	// Another process may take a chosen port before the server binds it: the server is
+	// then started again elsewhere.
+	chosen := r.Port == 0
+	for attempt := 1; ; attempt++ {
+		if chosen {
+			if r.Port, err = freePort(); err != nil {
+				return nil, err
+			}
+		}
+		err = r.Start(ctx, bin)
+		if err == nil || !chosen || attempt == portAttempts || !errors.Is(err, errPortTaken) {
+			return r, err
 		}
 	}
-	return r, r.Start(ctx, bin)
 }
 
 // Start (re)starts the server on its port, e.g. after Stop in a test. It runs as a child
@@ -73,10 +82,14 @@ func (r *Redis) Start(ctx context.Context, bin string) error {
 	r.cmd, r.done = cmd, make(chan struct{})
 	done := r.done
 	go func() { _ = cmd.Wait(); close(done) }()
-	if err := os.WriteFile(filepath.Join(r.Dir, "port"), []byte(strconv.Itoa(r.Port)), 0o644); err != nil {
-		return err
+	err := os.WriteFile(filepath.Join(r.Dir, "port"), []byte(strconv.Itoa(r.Port)), 0o644)
+	if err == nil {
+		err = r.ping(ctx, 10*time.Second)
 	}
-	return r.ping(ctx, 10*time.Second)
+	if err != nil {
+		_ = r.Stop()
+	}
+	return err
 }
 
 func (r *Redis) pid() int {
@@ -88,25 +101,58 @@ func (r *Redis) pid() int {
 	return pid
 }
 
+// ping waits until the server on r.Port answers as the one of r.Dir (its pidfile is
+// there): another server holding the port, whose bind won, does not count.
 func (r *Redis) ping(ctx context.Context, within time.Duration) error {
 	deadline := time.Now().Add(within)
+	ours := filepath.Join(r.Dir, "redis.pid")
 	for {
-		conn, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", r.Port), time.Second)
-		if err == nil {
-			_, _ = conn.Write([]byte("PING\r\n"))
-			buf := make([]byte, 16)
-			_ = conn.SetReadDeadline(time.Now().Add(time.Second))
-			n, _ := conn.Read(buf)
-			conn.Close()
-			if strings.HasPrefix(string(buf[:n]), "+PONG") {
-				return nil
-			}
+		pidfile, err := r.pidfileAnswered()
+		switch {
+		case err != nil:
+		case pidfile == ours:
+			return nil
+		default:
+			return fmt.Errorf("%w: port %d answered by the redis of %s", errPortTaken, r.Port, pidfile)
 		}
-		if r.exited() || time.Now().After(deadline) || ctx.Err() != nil {
+		switch {
+		case r.exited():
+			return fmt.Errorf("%w: redis exited on port %d (log: %s)", errPortTaken, r.Port, filepath.Join(r.Dir, "redis.log"))
+		case time.Now().After(deadline) || ctx.Err() != nil:
 			return fmt.Errorf("redis on port %d not ready (log: %s)", r.Port, filepath.Join(r.Dir, "redis.log"))
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// pidfileAnswered asks the server on r.Port for its pidfile (CONFIG GET pidfile).
+func (r *Redis) pidfileAnswered() (string, error) {
+	conn, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", r.Port), time.Second)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(time.Second))
+	if _, err := conn.Write([]byte("CONFIG GET pidfile\r\n")); err != nil {
+		return "", err
+	}
+	// *2, $7, pidfile, $<n>, the path.
+	in := bufio.NewReader(conn)
+	var lines []string
+	for len(lines) < 5 {
+		line, err := in.ReadString('\n')
+		if err != nil {
+			return "", err
+		}
+		lines = append(lines, strings.TrimRight(line, "\r\n"))
+		if lines[0] != "*2" { // -LOADING, or not a redis at all
+			return "", fmt.Errorf("unexpected answer %q", lines[0])
+		}
+	}
+	if lines[2] != "pidfile" {
+		return "", fmt.Errorf("unexpected answer %q", lines)
+	}
+	return lines[4], nil
 }
 
 func (r *Redis) exited() bool {

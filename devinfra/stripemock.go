@@ -2,9 +2,10 @@ package devinfra
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -70,8 +71,9 @@ func RepoRoot() (string, error) {
 	}
 }
 
-// StartStripeMock starts stripe-mock on a free loopback port and returns once it accepts
-// connections. Its output goes to dir/stripe-mock.log.
+// StartStripeMock starts stripe-mock on a free loopback port and returns once it answers
+// there. Its output goes to dir/stripe-mock.log. Another process may take the port before
+// stripe-mock binds it: it is then started again on another.
 func StartStripeMock(ctx context.Context, dir string) (*StripeMock, error) {
 	bin, err := StripeMockBinary(ctx)
 	if err != nil {
@@ -80,11 +82,20 @@ func StartStripeMock(ctx context.Context, dir string) (*StripeMock, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	port, err := FreePort()
-	if err != nil {
-		return nil, err
+	for attempt := 1; ; attempt++ {
+		port, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		m, err := startStripeMock(ctx, bin, filepath.Join(dir, "stripe-mock.log"), port)
+		if err == nil || attempt == portAttempts || !errors.Is(err, errPortTaken) {
+			return m, err
+		}
 	}
-	logf, err := os.Create(filepath.Join(dir, "stripe-mock.log"))
+}
+
+func startStripeMock(ctx context.Context, bin, log string, port int) (*StripeMock, error) {
+	logf, err := os.OpenFile(log, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
 		return nil, err
 	}
@@ -103,20 +114,41 @@ func StartStripeMock(ctx context.Context, dir string) (*StripeMock, error) {
 	for time.Now().Before(deadline) {
 		select {
 		case <-m.done:
-			return nil, fmt.Errorf("stripe-mock exited during start (see %s)", logf.Name())
+			return nil, fmt.Errorf("%w: stripe-mock exited during start on port %d (see %s)", errPortTaken, port, log)
 		case <-ctx.Done():
 			m.Stop()
 			return nil, ctx.Err()
 		default:
 		}
-		if c, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(port), time.Second); err == nil {
-			c.Close()
+		// Asked as a client would ask it: whatever else may hold the port does not
+		// answer a Stripe list.
+		if answersAsStripe(port) {
 			return m, nil
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
 	m.Stop()
-	return nil, errors.New("stripe-mock did not start listening")
+	return nil, errors.New("stripe-mock did not start answering")
+}
+
+// answersAsStripe reports whether the server on port answers GET /v1/customers as the
+// Stripe API does.
+func answersAsStripe(port int) bool {
+	client := &http.Client{Timeout: time.Second}
+	req, err := http.NewRequest(http.MethodGet, "http://127.0.0.1:"+strconv.Itoa(port)+"/v1/customers", nil)
+	if err != nil {
+		return false
+	}
+	req.Header.Set("Authorization", "Bearer sk_test_123")
+	resp, err := client.Do(req)
+	if err != nil {
+		return false
+	}
+	defer resp.Body.Close()
+	var list struct {
+		Object string `json:"object"`
+	}
+	return resp.StatusCode == http.StatusOK && json.NewDecoder(resp.Body).Decode(&list) == nil && list.Object == "list"
 }
 
 // Stop ends the process.
