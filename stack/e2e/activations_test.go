@@ -5,11 +5,12 @@ import (
 	"fmt"
 	"net/http"
 	"regexp"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	activationsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/activations/v1"
 )
 
 // Activations and usage through the REST edge: api.md's Activation resource, the routes
@@ -484,26 +485,63 @@ func TestSeatChangesBatchedFromTwoGatewaysHoldEveryCap(t *testing.T) {
 			c.Post("/v1/validate-license", map[string]string{"key": lic.key, "instance_id": "seed-1"}).ExpectBody(t, `{"valid":false}`)
 		}
 	}
-	items, batches := 0.0, 0.0
-	for _, p := range s.Procs() {
-		if p.Name != "activations" {
-			continue
-		}
-		for _, line := range strings.Split(scrape(t, p), "\n") {
-			v, _ := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
-			switch {
-			case !strings.HasPrefix(line, "keyhouse_grpc_server_requests_total{"):
-			case strings.Contains(line, `ActivationsService/ActivateLicense"`), strings.Contains(line, `ActivationsService/DeactivateLicense"`):
-				items += v
-			case strings.Contains(line, `ActivationsService/ChangeSeatsBatch"`):
-				batches += v
-			}
-		}
-	}
+	items := grpcCalls(t, s, "activations", activationsv1.ActivationsService_ActivateLicense_FullMethodName, activationsv1.ActivationsService_DeactivateLicense_FullMethodName)
+	batches := grpcCalls(t, s, "activations", activationsv1.ActivationsService_ChangeSeatsBatch_FullMethodName)
 	if want := float64(len(calls) + 2*len(licenses)); items < want || batches >= items {
 		t.Errorf("activations counted %v activate and deactivate calls in %v batches, want %v in fewer batches", items, batches, want)
 	}
 	t.Logf("%v seat changes in %v batches", items, batches)
+}
+
+// Seat changes whose license licensing cannot give (licensing down, the license never
+// looked up by activations) fail with licensing's outage, every one of a batch as a lone
+// call would, and nothing is changed; once licensing is back they go through.
+func TestSeatChangesWhileLicensingIsDownAnswerItsOutage(t *testing.T) {
+	t.Parallel()
+	s := startStack(t, nil)
+	t.Cleanup(s.Stop)
+	a, c := admin(t, s), anon(t, s)
+	key := issueLicense(t, a, lic("seats-licensing-down", "max_activations", 5))
+
+	s.Service("licensing").Stop()
+	var wg sync.WaitGroup
+	for i := range 6 {
+		wg.Go(func() {
+			if i%2 == 0 {
+				c.Post("/v1/activate-license", map[string]string{"key": key, "instance_id": fmt.Sprintf("host-%d", i)}).
+					ExpectError(t, 503, "Licensing service unavailable, retry")
+				return
+			}
+			c.Post("/v1/deactivate-license", map[string]string{"key": key, "token": "act_unknown"}).
+				ExpectError(t, 503, "Licensing service unavailable, retry")
+		})
+	}
+	wg.Wait()
+
+	if err := s.RestartService(t.Context(), "licensing"); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		r := c.Post("/v1/activate-license", map[string]string{"key": key, "instance_id": "host-back"})
+		if r.Status == 200 {
+			break
+		}
+		r.ExpectError(t, 503, "Licensing service unavailable, retry")
+		if time.Now().After(deadline) {
+			t.Fatal("activate-license still failing 30 s after licensing came back")
+		}
+	}
+	var list struct {
+		Activations []struct {
+			InstanceID string `json:"instance_id"`
+		} `json:"activations"`
+	}
+	if err := json.Unmarshal(a.Get("/v1/list-activations/"+key).Expect(t, 200).Body, &list); err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Activations) != 1 || list.Activations[0].InstanceID != "host-back" {
+		t.Fatalf("seats %+v, want only host-back: nothing changed during the outage", list.Activations)
+	}
 }
 
 // Invariant 3 for batched increments: two gateways, each batching its requests, over two
@@ -574,22 +612,8 @@ func TestTrackUsageBatchesFromTwoGatewaysLandExactlyOnTheLimits(t *testing.T) {
 	}
 	// Each increment is logged and counted as the TrackUsage call it stands for, and the
 	// requests did go in batches: fewer batches than increments.
-	items, batches := 0.0, 0.0
-	for _, p := range s.Procs() {
-		if p.Name != "activations" {
-			continue
-		}
-		for _, line := range strings.Split(scrape(t, p), "\n") {
-			v, _ := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
-			switch {
-			case !strings.HasPrefix(line, "keyhouse_grpc_server_requests_total{"):
-			case strings.Contains(line, `method="/keyhouse.activations.v1.ActivationsService/TrackUsage"`):
-				items += v
-			case strings.Contains(line, `method="/keyhouse.activations.v1.ActivationsService/TrackUsageBatch"`):
-				batches += v
-			}
-		}
-	}
+	items := grpcCalls(t, s, "activations", activationsv1.ActivationsService_TrackUsage_FullMethodName)
+	batches := grpcCalls(t, s, "activations", activationsv1.ActivationsService_TrackUsageBatch_FullMethodName)
 	if want := float64(perCounter * len(counters)); items < want || batches >= items {
 		t.Errorf("activations counted %v track-usage calls in %v batches, want %v in fewer batches", items, batches, want)
 	}
@@ -907,6 +931,7 @@ func TestDeletedLicenseLosesItsSeatsEvenIfActivationsWasDown(t *testing.T) {
 	// Meanwhile validate-license still answers 200 {"valid": false}; the rest say retry.
 	c.Post("/v1/validate-license", map[string]string{"key": kept, "instance_id": "host-a"}).ExpectBody(t, `{"valid":false}`)
 	c.Post("/v1/activate-license", map[string]string{"key": kept, "instance_id": "host-z"}).ExpectError(t, 503, "Service unavailable, retry")
+	c.Post("/v1/deactivate-license", map[string]string{"key": kept, "token": tok}).ExpectError(t, 503, "Service unavailable, retry")
 	// A batch of track-usage that cannot reach activations fails each of its requests so.
 	trackUsage(c, kept, "any-token", "users").ExpectError(t, 503, "Service unavailable, retry")
 

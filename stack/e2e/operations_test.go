@@ -473,6 +473,30 @@ func sample(metrics, prefix string) float64 {
 	return -1
 }
 
+// grpcCalls sums the calls of the given methods (full gRPC names) that every process of
+// service counted in keyhouse_grpc_server_requests_total, whatever their code.
+func grpcCalls(t *testing.T, s *stack.Stack, service string, methods ...string) float64 {
+	t.Helper()
+	total := 0.0
+	for _, p := range s.Procs() {
+		if p.Name != service {
+			continue
+		}
+		for _, line := range strings.Split(scrape(t, p), "\n") {
+			if !strings.HasPrefix(line, "keyhouse_grpc_server_requests_total{") {
+				continue
+			}
+			for _, m := range methods {
+				if strings.Contains(line, `method="`+m+`"`) {
+					v, _ := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+					total += v
+				}
+			}
+		}
+	}
+	return total
+}
+
 func TestEveryProcessServesItsMetricsOnItsOwnPort(t *testing.T) {
 	t.Parallel()
 	s := startStack(t, nil)

@@ -318,35 +318,57 @@ func (s *Server) TrackUsage(ctx context.Context, req *activationsv1.TrackUsageRe
 // maxBatchItems bounds the items of one batch call (TrackUsageBatch, ChangeSeatsBatch).
 const maxBatchItems = 256
 
+// batchItem is an item of a batch call once checked: its context (carrying the item's
+// request id), what it asks of the store, or the error its own call fails with.
+type batchItem[C any] struct {
+	ctx    context.Context
+	change C
+	err    error
+}
+
+// checkBatch checks the items of a batch call side by side (a license missing from the
+// cache is a call to licensing), each as its own call would check it.
+func checkBatch[I interface{ GetRequestId() string }, C any](ctx context.Context, items []I, check func(context.Context, I) (C, error)) ([]batchItem[C], error) {
+	if len(items) > maxBatchItems {
+		return nil, apierr.Invalid("at most %d items in a batch", maxBatchItems)
+	}
+	checked := make([]batchItem[C], len(items))
+	var wg sync.WaitGroup
+	for i, item := range items {
+		b := &checked[i]
+		b.ctx = telemetry.WithRequestID(ctx, item.GetRequestId())
+		wg.Go(func() { b.change, b.err = check(b.ctx, item) })
+	}
+	wg.Wait()
+	return checked, nil
+}
+
+// observeItem logs and counts a batch item as a call of method (grpcx.ObserveCall), and
+// returns the status its own call would have failed with, or nil.
+func (s *Server) observeItem(ctx context.Context, method string, start time.Time, err error) *activationsv1.CallStatus {
+	if err = grpcx.ObserveCall(ctx, s.log, method, time.Since(start), err); err == nil {
+		return nil
+	}
+	st := status.Convert(err).Proto()
+	return &activationsv1.CallStatus{Code: st.GetCode(), Message: st.GetMessage(), Details: st.GetDetails()}
+}
+
 // TrackUsageBatch answers each item as TrackUsage would: the same checks, the same
 // answer or error, logged and counted as a TrackUsage call of the item's request id. The
 // items that pass the checks are added in one store call (one round trip, one
 // transaction), in the order given.
 func (s *Server) TrackUsageBatch(ctx context.Context, req *activationsv1.TrackUsageBatchRequest) (*activationsv1.TrackUsageBatchResponse, error) {
-	items := req.GetItems()
-	if len(items) > maxBatchItems {
-		return nil, apierr.Invalid("at most %d items in a batch", maxBatchItems)
-	}
 	start := time.Now()
-	type outcome struct {
-		ctx  context.Context
-		inc  store.Increment
-		resp *activationsv1.TrackUsageResponse
-		err  error
+	checked, err := checkBatch(ctx, req.GetItems(), func(ctx context.Context, item *activationsv1.TrackUsageBatchItem) (store.Increment, error) {
+		return s.usageIncrement(ctx, item.GetRequest())
+	})
+	if err != nil {
+		return nil, err
 	}
-	outcomes := make([]outcome, len(items))
-	// Side by side: a license missing from the cache is a call to licensing.
-	var wg sync.WaitGroup
-	for i, item := range items {
-		o := &outcomes[i]
-		o.ctx = telemetry.WithRequestID(ctx, item.GetRequestId())
-		wg.Go(func() { o.inc, o.err = s.usageIncrement(o.ctx, item.GetRequest()) })
-	}
-	wg.Wait()
 	var incs []store.Increment
-	for _, o := range outcomes {
-		if o.err == nil {
-			incs = append(incs, o.inc)
+	for _, b := range checked {
+		if b.err == nil {
+			incs = append(incs, b.change)
 		}
 	}
 	var added []store.Added
@@ -354,22 +376,20 @@ func (s *Server) TrackUsageBatch(ctx context.Context, req *activationsv1.TrackUs
 	if len(incs) > 0 {
 		added, addErr = s.store.AddUsages(ctx, incs)
 	}
-	resp := &activationsv1.TrackUsageBatchResponse{Results: make([]*activationsv1.TrackUsageBatchResult, len(items))}
-	for i := range outcomes {
-		o := &outcomes[i]
-		if o.err == nil {
-			if addErr != nil {
-				o.err = addErr
-			} else {
-				o.resp, o.err = usageAnswer(o.inc, added[0])
-				added = added[1:]
-			}
+	resp := &activationsv1.TrackUsageBatchResponse{Results: make([]*activationsv1.TrackUsageBatchResult, len(checked))}
+	for i, b := range checked {
+		var answer *activationsv1.TrackUsageResponse
+		switch {
+		case b.err != nil:
+		case addErr != nil:
+			b.err = addErr
+		default:
+			answer, b.err = usageAnswer(b.change, added[0])
+			added = added[1:]
 		}
-		result := &activationsv1.TrackUsageBatchResult{}
-		if err := grpcx.ObserveCall(o.ctx, s.log, activationsv1.ActivationsService_TrackUsage_FullMethodName, time.Since(start), o.err); err != nil {
-			result.Outcome = &activationsv1.TrackUsageBatchResult_Error{Error: callStatus(err)}
-		} else {
-			result.Outcome = &activationsv1.TrackUsageBatchResult_Response{Response: o.resp}
+		result := &activationsv1.TrackUsageBatchResult{Outcome: &activationsv1.TrackUsageBatchResult_Response{Response: answer}}
+		if st := s.observeItem(b.ctx, activationsv1.ActivationsService_TrackUsage_FullMethodName, start, b.err); st != nil {
+			result.Outcome = &activationsv1.TrackUsageBatchResult_Error{Error: st}
 		}
 		resp.Results[i] = result
 	}
@@ -381,40 +401,24 @@ func (s *Server) TrackUsageBatch(ctx context.Context, req *activationsv1.TrackUs
 // the item's request id. The changes of the items that pass the checks are made in one
 // store call (one round trip, one transaction).
 func (s *Server) ChangeSeatsBatch(ctx context.Context, req *activationsv1.ChangeSeatsBatchRequest) (*activationsv1.ChangeSeatsBatchResponse, error) {
-	items := req.GetItems()
-	if len(items) > maxBatchItems {
-		return nil, apierr.Invalid("at most %d items in a batch", maxBatchItems)
-	}
 	start := time.Now()
-	type outcome struct {
-		ctx    context.Context
-		method string
-		call   seatCall
-		err    error
-	}
-	outcomes := make([]outcome, len(items))
-	// Side by side: a license missing from the cache is a call to licensing.
-	var wg sync.WaitGroup
-	for i, item := range items {
-		o := &outcomes[i]
-		o.ctx = telemetry.WithRequestID(ctx, item.GetRequestId())
+	items := req.GetItems()
+	checked, err := checkBatch(ctx, items, func(ctx context.Context, item *activationsv1.ChangeSeatsBatchItem) (seatCall, error) {
 		switch change := item.GetChange().(type) {
 		case *activationsv1.ChangeSeatsBatchItem_Activate:
-			o.method = activationsv1.ActivationsService_ActivateLicense_FullMethodName
-			wg.Go(func() { o.call, o.err = s.activation(o.ctx, change.Activate) })
+			return s.activation(ctx, change.Activate)
 		case *activationsv1.ChangeSeatsBatchItem_Deactivate:
-			o.method = activationsv1.ActivationsService_DeactivateLicense_FullMethodName
-			wg.Go(func() { o.call, o.err = s.deactivation(o.ctx, change.Deactivate) })
-		default:
-			o.method = activationsv1.ActivationsService_ChangeSeatsBatch_FullMethodName
-			o.err = apierr.Invalid("a batch item is an activation or a deactivation")
+			return s.deactivation(ctx, change.Deactivate)
 		}
+		return seatCall{}, apierr.Invalid("a batch item is an activation or a deactivation")
+	})
+	if err != nil {
+		return nil, err
 	}
-	wg.Wait()
 	var changes []store.SeatChange
-	for _, o := range outcomes {
-		if o.err == nil && !o.call.none {
-			changes = append(changes, o.call.change)
+	for _, b := range checked {
+		if b.err == nil && !b.change.none {
+			changes = append(changes, b.change.change)
 		}
 	}
 	var changed []store.SeatChanged
@@ -422,39 +426,37 @@ func (s *Server) ChangeSeatsBatch(ctx context.Context, req *activationsv1.Change
 	if len(changes) > 0 {
 		changed, changeErr = s.store.ChangeSeats(ctx, changes)
 	}
-	resp := &activationsv1.ChangeSeatsBatchResponse{Results: make([]*activationsv1.ChangeSeatsBatchResult, len(items))}
-	for i := range outcomes {
-		o := &outcomes[i]
+	resp := &activationsv1.ChangeSeatsBatchResponse{Results: make([]*activationsv1.ChangeSeatsBatchResult, len(checked))}
+	for i, b := range checked {
 		result := &activationsv1.ChangeSeatsBatchResult{}
-		if o.err == nil && changeErr != nil && !o.call.none {
-			o.err = changeErr
+		var outcome store.SeatChanged
+		switch {
+		case b.err != nil || b.change.none:
+		case changeErr != nil:
+			b.err = changeErr
+		default:
+			outcome, changed = changed[0], changed[1:]
 		}
-		if o.err == nil {
-			var outcome store.SeatChanged
-			if !o.call.none {
-				outcome, changed = changed[0], changed[1:]
-			}
-			if o.call.change.Activate {
+		method := activationsv1.ActivationsService_DeactivateLicense_FullMethodName
+		switch {
+		case items[i].GetActivate() != nil:
+			method = activationsv1.ActivationsService_ActivateLicense_FullMethodName
+			if b.err == nil {
 				var activated *activationsv1.ActivateLicenseResponse
-				if activated, o.err = o.call.answer(outcome); o.err == nil {
-					result.Outcome = &activationsv1.ChangeSeatsBatchResult_Activated{Activated: activated}
-				}
-			} else {
-				result.Outcome = &activationsv1.ChangeSeatsBatchResult_Deactivated{Deactivated: &activationsv1.DeactivateLicenseResponse{Deactivated: outcome.Removed}}
+				activated, b.err = b.change.answer(outcome)
+				result.Outcome = &activationsv1.ChangeSeatsBatchResult_Activated{Activated: activated}
 			}
+		case items[i].GetDeactivate() != nil:
+			result.Outcome = &activationsv1.ChangeSeatsBatchResult_Deactivated{Deactivated: &activationsv1.DeactivateLicenseResponse{Deactivated: outcome.Removed}}
+		default:
+			method = activationsv1.ActivationsService_ChangeSeatsBatch_FullMethodName
 		}
-		if err := grpcx.ObserveCall(o.ctx, s.log, o.method, time.Since(start), o.err); err != nil {
-			result.Outcome = &activationsv1.ChangeSeatsBatchResult_Error{Error: callStatus(err)}
+		if st := s.observeItem(b.ctx, method, start, b.err); st != nil {
+			result.Outcome = &activationsv1.ChangeSeatsBatchResult_Error{Error: st}
 		}
 		resp.Results[i] = result
 	}
 	return resp, nil
-}
-
-// callStatus is err as a batch item's status: the one its own call would have failed with.
-func callStatus(err error) *activationsv1.CallStatus {
-	st := status.Convert(err).Proto()
-	return &activationsv1.CallStatus{Code: st.GetCode(), Message: st.GetMessage(), Details: st.GetDetails()}
 }
 
 // usageIncrement checks a track-usage request against the license and says what to add.

@@ -131,15 +131,13 @@ type SeatChanged struct {
 // cap); they delete in (tenant, key, token) order, so two batches removing the same seats
 // wait for each other instead of deadlocking.
 func (s *Store) ChangeSeats(ctx context.Context, changes []SeatChange) ([]SeatChanged, error) {
-	order := make([]int, len(changes))
-	for i := range order {
-		order[i] = i
-	}
-	slices.SortStableFunc(order, func(a, b int) int {
+	order := stableOrder(len(changes), func(a, b int) int {
 		x, y := &changes[a], &changes[b]
 		switch {
+		case x.Activate != y.Activate && x.Activate:
+			return 1
 		case x.Activate != y.Activate:
-			return cmp.Compare(btoi(x.Activate), btoi(y.Activate))
+			return -1
 		case x.Activate:
 			return 0 // in the order given
 		}
@@ -196,11 +194,14 @@ func (s *Store) ChangeSeats(ctx context.Context, changes []SeatChange) ([]SeatCh
 	return changed, nil
 }
 
-func btoi(b bool) int {
-	if b {
-		return 1
+// stableOrder returns the indexes 0..n-1 sorted by compare, equal ones in their order.
+func stableOrder(n int, compare func(a, b int) int) []int {
+	order := make([]int, n)
+	for i := range order {
+		order[i] = i
 	}
-	return 0
+	slices.SortStableFunc(order, compare)
+	return order
 }
 
 // Activate creates the seat (tenant, key, instance) holding tokenHash, unless it exists
@@ -307,21 +308,15 @@ func (s *Store) AddUsage(ctx context.Context, tenant, key string, tokenHash []by
 // own, so their snapshots follow the purge. Rows are locked in (tenant, key, metric)
 // order, so two calls over the same rows wait for each other instead of deadlocking.
 func (s *Store) AddUsages(ctx context.Context, incs []Increment) ([]Added, error) {
-	order := make([]int, len(incs))
-	for i := range order {
-		order[i] = i
-	}
-	slices.SortStableFunc(order, func(a, b int) int {
+	order := stableOrder(len(incs), func(a, b int) int {
 		x, y := &incs[a], &incs[b]
 		return cmp.Or(cmp.Compare(x.Tenant, y.Tenant), cmp.Compare(x.Key, y.Key), cmp.Compare(x.Metric, y.Metric))
 	})
 	added := make([]Added, len(incs))
 	used := make([]*int64, len(incs))
 	var tenants, keys []string
-	for n, i := range order {
-		if n == 0 || incs[order[n-1]].Tenant != incs[i].Tenant || incs[order[n-1]].Key != incs[i].Key {
-			tenants, keys = append(tenants, incs[i].Tenant), append(keys, incs[i].Key)
-		}
+	for _, inc := range incs {
+		tenants, keys = append(tenants, inc.Tenant), append(keys, inc.Key)
 	}
 	b := &pgx.Batch{}
 	b.Queue(shareLicensesSQL, tenants, keys)

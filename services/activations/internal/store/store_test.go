@@ -572,7 +572,8 @@ func TestChangeSeatsInParallelBatchesHoldEveryCap(t *testing.T) {
 				instance := fmt.Sprintf("host-%d-%d", b, i)
 				changes = append(changes, SeatChange{Tenant: tenant, Key: keys[k], Activate: true, Instance: instance, TokenHash: hash(keys[k], instance), MaxSeats: cap32(limit)})
 			}
-			// Removals of seats no one holds still lock rows (none) and run in the batch.
+			// And a removal in every batch (of a token that holds no seat): removals share the
+			// transaction of the activations.
 			changes = append(changes, SeatChange{Tenant: tenant, Key: keys[b%len(keys)], TokenHash: hash(keys[b%len(keys)], "nobody")})
 			<-start
 			changed, err := s.ChangeSeats(ctx, changes)
