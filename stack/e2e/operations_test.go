@@ -286,7 +286,10 @@ func TestRedisPausedKeepsServingAndTurnsNotReadyThenRecovers(t *testing.T) {
 
 func TestSIGTERMDrainsAGatewayAndAServiceReplicaWithoutAFailedRequest(t *testing.T) {
 	t.Parallel()
-	s := startStack(t, map[string]string{"SHUTDOWN_DELAY": "2s", "SHUTDOWN_TIMEOUT": "10s"})
+	// The caches off: every verify-license reaches a licensing replica, so the replica's
+	// drain happens under load (cached, one key is asked about once per second and
+	// gateway, and a replica could see no call at all).
+	s := startStack(t, map[string]string{"SHUTDOWN_DELAY": "2s", "SHUTDOWN_TIMEOUT": "10s", "LICENSE_CACHE_TTL": "0"})
 	t.Cleanup(s.Stop)
 	ctx := context.Background()
 	key := issueLicense(t, admin(t, s), map[string]any{"tier": "pro", "product_id": product("drain"), "issued_to": "d@example.com"})
