@@ -352,7 +352,11 @@ func PublishOn(nc *nats.Conn, subject string, keys ...string) error {
 // changed. A caller that caches licensing's answers drops them as the answer arrives
 // (DropAnnounced), before its own client sees it: a write made through a process is never
 // followed by a stale answer from that process, whatever NATS's delivery is doing.
-const ChangedHeader = "keyhouse-license-changed"
+//
+// It is a binary ("-bin") header: gRPC carries its value base64-encoded, so a key holding
+// any byte (a control character, invalid UTF-8, from a lookup that found nothing) rides
+// it intact. A plain header refuses such a value, and the whole answer failed with it.
+const ChangedHeader = "keyhouse-license-changed-bin"
 
 // ValidUntilHeader is the gRPC response metadata in which an answer that holds only until
 // the license expires says when that is (RFC 3339): validate-license's valid answer, which

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"github.com/keyhouse/keyhouse/pkg/input"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 )
@@ -69,6 +70,54 @@ func (m *jsonMarshaler) decode(body []byte, v any) error {
 			return errors.New(invalidJSON + ": invalid escape in string")
 		}
 		return errors.New(cleanDecodeError(err.Error()))
+	}
+	return checkStrings(msg.ProtoReflect())
+}
+
+// freeTextFields are the request fields that may hold line breaks and tabs; every other
+// string field names something (a key, an id, a version, an email) and is an identifier
+// under the input policy (pkg/input).
+var freeTextFields = map[protoreflect.Name]bool{"notes": true, "release_notes": true, "password": true}
+
+// checkStrings applies the input policy to every string field of a decoded request,
+// nested messages included (not the free-form google.protobuf values, whose strings
+// protojson has already checked for UTF-8): a control character in a key reached the
+// services as a lookup of something that cannot exist, and broke the answer on its way
+// back. The error names the field as the client sent it.
+func checkStrings(m protoreflect.Message) error {
+	if m.Descriptor().FullName().Parent() == "google.protobuf" {
+		return nil
+	}
+	var err error
+	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		check := input.Identifier
+		if freeTextFields[fd.Name()] {
+			check = input.Text
+		}
+		switch {
+		case fd.IsMap():
+			return true
+		case fd.IsList():
+			list := v.List()
+			for i := 0; i < list.Len() && err == nil; i++ {
+				err = checkValueOf(fd, list.Get(i), check)
+			}
+		default:
+			err = checkValueOf(fd, v, check)
+		}
+		return err == nil
+	})
+	return err
+}
+
+func checkValueOf(fd protoreflect.FieldDescriptor, v protoreflect.Value, check func(string) input.Problem) error {
+	switch fd.Kind() {
+	case protoreflect.StringKind:
+		if p := check(v.String()); p != input.OK {
+			return errors.New(input.Describe(string(fd.Name()), p))
+		}
+	case protoreflect.MessageKind, protoreflect.GroupKind:
+		return checkStrings(v.Message())
 	}
 	return nil
 }

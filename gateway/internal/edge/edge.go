@@ -100,7 +100,7 @@ func New(ctx context.Context, opts Options) (http.Handler, error) {
 		return nil, err
 	}
 
-	var h http.Handler = withUTF8URL(mux)
+	var h http.Handler = withInputPolicy(mux)
 	if opts.Pages != nil {
 		root := http.NewServeMux()
 		root.Handle("/console", opts.Pages)

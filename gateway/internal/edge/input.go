@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"net/url"
 	"unicode/utf8"
+
+	"github.com/keyhouse/keyhouse/pkg/input"
 )
 
 // withHeadAsGet answers HEAD as the GET of the same URL; net/http sends the headers and
@@ -22,48 +24,47 @@ func withHeadAsGet(next http.Handler) http.Handler {
 	})
 }
 
-// withUTF8URL refuses a path or query that is not UTF-8 once decoded: no route, key or
-// filter can match it, and gRPC cannot carry it (it was a 500).
-func withUTF8URL(next http.Handler) http.Handler {
+// withInputPolicy applies the input policy (pkg/input) to the URL before any route sees
+// it: a path or query value that is not UTF-8 or holds a control character once decoded
+// matches no route, key or filter, and gRPC cannot carry the first kind (it was a 500).
+func withInputPolicy(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !utf8.ValidString(r.URL.Path) {
-			writeError(w, http.StatusBadRequest, "Invalid URL: the path is not UTF-8", nil)
-			return
-		}
-		if name, ok := invalidQueryParam(r.URL.RawQuery); !ok {
-			if name == "" || !utf8.ValidString(name) {
-				writeError(w, http.StatusBadRequest, "Invalid URL: the query is not UTF-8", nil)
-				return
-			}
-			writeError(w, http.StatusBadRequest, "Invalid value for query parameter "+name, nil)
+		if msg := urlProblem(r.URL.Path, r.URL.RawQuery); msg != "" {
+			writeError(w, http.StatusBadRequest, msg, nil)
 			return
 		}
 		next.ServeHTTP(w, r)
 	})
 }
 
-// invalidQueryParam finds the first query parameter whose name or value is not UTF-8
-// once decoded (ok false), and returns its name.
-func invalidQueryParam(raw string) (name string, ok bool) {
-	if raw == "" {
-		return "", true
+// urlProblem is the answer to a decoded path and raw query the input policy refuses, or "".
+func urlProblem(path, rawQuery string) string {
+	switch input.Identifier(path) {
+	case input.OK:
+	case input.Control:
+		return "Invalid URL: the path contains a control character"
+	default:
+		return "Invalid URL: the path is not UTF-8"
 	}
-	query, err := url.ParseQuery(raw)
+	if rawQuery == "" {
+		return ""
+	}
+	query, err := url.ParseQuery(rawQuery)
 	if err != nil {
-		// grpc-gateway answers a malformed query itself; only UTF-8 is checked here.
-		return "", true
+		// grpc-gateway answers a malformed query itself; only the policy is checked here.
+		return ""
 	}
-	for k, values := range query {
-		if !utf8.ValidString(k) {
-			return k, false
-		}
-		for _, v := range values {
-			if !utf8.ValidString(v) {
-				return k, false
+	var bad *input.Error
+	if errors.As(input.CheckValues(query), &bad) {
+		if bad.Field == input.NameField {
+			if bad.Problem == input.NotUTF8 {
+				return "Invalid URL: the query is not UTF-8"
 			}
+			return "Invalid URL: a query parameter name contains a control character"
 		}
+		return "Invalid value for query parameter " + bad.Field
 	}
-	return "", true
+	return ""
 }
 
 // maxErrorRunes caps error messages: several echo the client's input (a metric name, a
