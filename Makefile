@@ -54,6 +54,19 @@ test-unit: ## Unit tests only (-short: no server or binary is started)
 test-e2e: deps ## The end-to-end suite (stack/e2e): every binary on real Postgres, Redis, NATS
 	$(GOTEST) -timeout 20m ./stack/e2e/...
 
+# Every Fuzz* target of the repository, each run for FUZZTIME (their seed corpora, in
+# testdata/fuzz, also run as ordinary tests in make test).
+FUZZTIME ?= 5s
+.PHONY: fuzz-smoke
+fuzz-smoke: ## Run each go test -fuzz target briefly (FUZZTIME=5s each)
+	@set -e; for f in $$(git grep -l '^func Fuzz' -- '*_test.go'); do \
+	  dir=./$$(dirname $$f); \
+	  for name in $$(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' $$f); do \
+	    echo "fuzz $$name in $$dir for $(FUZZTIME)"; \
+	    go test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) $$dir; \
+	  done; \
+	done
+
 .PHONY: lint
 lint: ## gofmt and go vet
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

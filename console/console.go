@@ -132,6 +132,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !strings.HasPrefix(r.URL.Path, "/console/static/") {
 		hdr.Set("Cache-Control", "no-store")
 	}
+	if !h.allowedInput(w, r) {
+		return
+	}
 	h.mux.ServeHTTP(w, r)
 }
 

@@ -194,7 +194,7 @@ func run(ctx context.Context) error {
 	}
 	log.Info("gateway listening", "addr", lis.Addr().String(), "version", buildinfo.Version(), "multi_tenant", cfg.MultiTenant)
 	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(lis) }()
+	go func() { errc <- srv.Serve(edge.JSONProtocolErrors(lis)) }()
 	select {
 	case err := <-errc:
 		return err
