@@ -75,6 +75,9 @@ func Main(svc Service) {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, svc, os.Args[1:])
 	stop()
+	// The last lines (shutdown, the drain) wait in the log buffer; a stalled reader gets
+	// two seconds, not a process that never exits.
+	telemetry.FlushLogs(2 * time.Second)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "%s: %v\n", svc.Name, err)
 		os.Exit(1)

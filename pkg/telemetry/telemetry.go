@@ -4,6 +4,7 @@
 package telemetry
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"log/slog"
@@ -33,18 +34,33 @@ func RequestID(ctx context.Context) string {
 }
 
 // NewLogger returns the process logger: JSON (or text) on w, with the service name and,
-// per record, the request id and trace id found in the context.
+// per record, the request id and trace id found in the context. Lines reach w through a
+// bounded buffer (LogBufferLines): logging never waits for w, so a reader that stops
+// reading costs dropped lines (counted in keyhouse_log_lines_dropped_total, and reported
+// in one WARN line once w takes lines again), never a request's latency. FlushLogs writes
+// what is left at exit.
 func NewLogger(w io.Writer, service, level, format string) *slog.Logger {
 	var lv slog.Level
 	if err := lv.UnmarshalText([]byte(level)); err != nil {
 		lv = slog.LevelInfo
 	}
 	opts := &slog.HandlerOptions{Level: lv}
-	var h slog.Handler = slog.NewJSONHandler(w, opts)
-	if strings.EqualFold(format, "text") {
-		h = slog.NewTextHandler(w, opts)
+	handler := func(w io.Writer) slog.Handler {
+		if strings.EqualFold(format, "text") {
+			return slog.NewTextHandler(w, opts)
+		}
+		return slog.NewJSONHandler(w, opts)
 	}
-	return slog.New(contextHandler{h}).With("service", service)
+	report := func(n uint64) []byte {
+		var b bytes.Buffer
+		slog.New(handler(&b)).With("service", service).Warn("log lines dropped: the log reader stalled", "dropped", n)
+		return b.Bytes()
+	}
+	bw := newBoundedWriter(w, LogBufferLines, report)
+	writersMu.Lock()
+	writers = append(writers, bw)
+	writersMu.Unlock()
+	return slog.New(contextHandler{handler(bw)}).With("service", service)
 }
 
 type contextHandler struct{ slog.Handler }

@@ -36,6 +36,9 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx)
 	stop()
+	// The last lines (shutdown, the drain) wait in the log buffer; a stalled reader gets
+	// two seconds, not a process that never exits.
+	telemetry.FlushLogs(2 * time.Second)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "gateway: %v\n", err)
 		os.Exit(1)
