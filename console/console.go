@@ -199,6 +199,12 @@ var AdminInfoRoutes = map[string]bool{
 	"GET /console/export": true,
 }
 
+// OnPublicTier reports whether a request is an end-user portal page or action, which
+// counts against the client IP's Public rate tier (500 per 15 minutes), the tier of the
+// API's other routes that answer without an API key (public-key, export-license): a
+// portal link is a bearer token, and guessing or hammering one costs the same budget.
+func OnPublicTier(path string) bool { return strings.HasPrefix(path, "/portal/") }
+
 // withCredential returns ctx carrying the session token for a service call.
 func withCredential(ctx context.Context, token string) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithTimeout(ctx, callTimeout)

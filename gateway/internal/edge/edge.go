@@ -63,6 +63,7 @@ func New(ctx context.Context, opts Options) (http.Handler, error) {
 			return metadata.Pairs(grpcx.RequestIDHeader, telemetry.RequestID(ctx))
 		}),
 		runtime.WithMiddlewares(recordRoute),
+		runtime.WithForwardResponseOption(noStoreSecrets),
 	)
 	c := opts.Conns
 	caches := opts.Caches

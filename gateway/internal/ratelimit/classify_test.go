@@ -66,6 +66,9 @@ func TestClassify_EveryRouteOfTheSpecGetsItsTier(t *testing.T) {
 		// addendum §9: console sign-in attempts and data exports.
 		{"POST", "/console/login", admin, false},
 		{"GET", "/console/export", admin, false},
+		// The end-user portal: the Public tier, pages and actions alike.
+		{"GET", "/portal/TOKEN", Public, false},
+		{"POST", "/portal/TOKEN/deactivate", Public, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.method+" "+tt.path, func(t *testing.T) {

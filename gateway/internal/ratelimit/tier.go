@@ -57,10 +57,14 @@ var tiers = map[string]Tier{
 // method. adminMax is the Admin-Info limit.
 //
 // The console's pages are not REST routes and not in that document; the two of them that
-// addendum §9 puts on Admin-Info are declared by the console itself (console.AdminInfoRoutes).
+// addendum §9 puts on Admin-Info are declared by the console itself (console.AdminInfoRoutes),
+// and so are the end-user portal's pages, on the Public tier (console.OnPublicTier).
 func Classify(method, path string, adminMax int) (r Route, ok bool) {
 	if console.AdminInfoRoutes[method+" "+path] {
 		return Route{Tier: AdminInfo(adminMax)}, true
+	}
+	if console.OnPublicTier(path) {
+		return Route{Tier: Public}, true
 	}
 	route, found := openapi.Match(method, path)
 	if !found {
