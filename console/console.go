@@ -59,6 +59,10 @@ type Options struct {
 	TooManyRequests func(w http.ResponseWriter, retryAfter time.Duration)
 	// Now is the clock (tests); nil is time.Now.
 	Now func() time.Time
+	// CSRFKey is the secret the sign-in form's CSRF token is derived with, the same on
+	// every replica (the gateway passes ADMIN_API_KEY); empty picks a random one, good
+	// for one process only.
+	CSRFKey string
 }
 
 // ExportGate is the data export's one-per-minute limit, shared by every gateway replica.
@@ -73,6 +77,8 @@ type Handler struct {
 	mux    *http.ServeMux
 	pages  map[string]*template.Template
 	secure bool
+	// csrfKey derives the sign-in form's CSRF token (Options.CSRFKey).
+	csrfKey string
 
 	accounts    accountsv1.AccountsServiceClient
 	consoleAuth accountsv1.ConsoleAccountsServiceClient
@@ -106,6 +112,7 @@ func New(opts Options) (*Handler, error) {
 		mux:         http.NewServeMux(),
 		pages:       pages,
 		secure:      strings.HasPrefix(opts.PublicBaseURL, "https://"),
+		csrfKey:     opts.CSRFKey,
 		accounts:    accountsv1.NewAccountsServiceClient(c.Billing),
 		consoleAuth: accountsv1.NewConsoleAccountsServiceClient(c.Billing),
 		licensing:   licensingv1.NewLicensingServiceClient(c.Licensing),
@@ -115,6 +122,9 @@ func New(opts Options) (*Handler, error) {
 		releases:    releasesv1.NewReleasesServiceClient(c.Releases),
 		billing:     billingv1.NewBillingServiceClient(c.Billing),
 		storefront:  storefrontv1.NewStorefrontServiceClient(c.Storefront),
+	}
+	if h.csrfKey == "" {
+		h.csrfKey = randomToken()
 	}
 	h.routes()
 	return h, nil

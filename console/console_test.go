@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -148,13 +149,78 @@ func signIn(t *testing.T, h http.Handler, key string) *http.Response {
 	if csrf == nil {
 		t.Fatal("the sign-in page sets no CSRF cookie")
 	}
-	form := url.Values{"csrf": {csrf.Value}, "api_key": {key}}
+	form := url.Values{"csrf": {loginFormToken(t, rec.Body.String())}, "api_key": {key}}
 	req := httptest.NewRequest("POST", "/console/login", strings.NewReader(form.Encode()))
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	req.AddCookie(csrf)
 	rec = httptest.NewRecorder()
 	h.ServeHTTP(rec, req)
 	return rec.Result()
+}
+
+var loginTokenField = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
+
+func loginFormToken(t *testing.T, page string) string {
+	t.Helper()
+	m := loginTokenField.FindStringSubmatch(page)
+	if m == nil {
+		t.Fatal("the sign-in page has no csrf field")
+	}
+	return m[1]
+}
+
+// The sign-in form's token is bound to the pre-login session (the kh_csrf cookie) by
+// the server's key: the cookie's own value, a token of another pre-login session, a
+// pair the client made up and the token under another server key are all refused.
+func TestSignInCSRFTokenIsBoundToThePreLoginSession(t *testing.T) {
+	h := newTestHandler(t, "http://localhost:8080", &fakeLicensing{})
+	loginPage := func() (*http.Cookie, string) {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest("GET", "/console/login", nil))
+		for _, c := range rec.Result().Cookies() {
+			if c.Name == loginCSRFCookie {
+				return c, loginFormToken(t, rec.Body.String())
+			}
+		}
+		t.Fatal("no pre-login cookie")
+		return nil, ""
+	}
+	post := func(cookie *http.Cookie, token string) int {
+		form := url.Values{"csrf": {token}, "api_key": {"good"}}
+		req := httptest.NewRequest("POST", "/console/login", strings.NewReader(form.Encode()))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.AddCookie(cookie)
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec.Code
+	}
+	a, tokenA := loginPage()
+	b, tokenB := loginPage()
+	madeUp := &http.Cookie{Name: loginCSRFCookie, Value: strings.Repeat("x", 43)}
+	other, err := New(Options{Conns: Conns{}, CSRFKey: "another server"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, tc := range map[string]struct {
+		cookie *http.Cookie
+		token  string
+	}{
+		"the cookie's own value":     {a, a.Value},
+		"another pre-login's token":  {a, tokenB},
+		"a made-up pair":             {madeUp, madeUp.Value},
+		"another server key's token": {a, other.loginCSRF(a.Value)},
+		"no token":                   {a, ""},
+	} {
+		if code := post(tc.cookie, tc.token); code != http.StatusForbidden {
+			t.Errorf("%s: %d, want 403", name, code)
+		}
+	}
+	if code := post(a, tokenA); code != http.StatusSeeOther {
+		t.Fatalf("the page's own token: %d, want 303", code)
+	}
+	if code := post(b, tokenB); code != http.StatusSeeOther {
+		t.Fatalf("the other page's own token: %d, want 303", code)
+	}
 }
 
 func TestCookiesAreSecureWhenThePublicURLIsHTTPS(t *testing.T) {

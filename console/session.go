@@ -15,8 +15,9 @@ import (
 // Cookie names (addendum §9).
 const (
 	sessionCookie = "kh_session"
-	// loginCSRFCookie holds the sign-in form's CSRF secret (double submit): before sign-in
-	// there is no session to derive the token from.
+	// loginCSRFCookie holds the pre-login session: a random id the sign-in form's CSRF
+	// token is derived from with the server's key (loginCSRF), so neither a value the
+	// client chose nor the token of another pre-login session passes.
 	loginCSRFCookie = "kh_csrf"
 	cookiePath      = "/console"
 )
@@ -39,6 +40,13 @@ func derive(secret, label string) string {
 func sessionCSRF(token string) string { return derive(token, "keyhouse-console-csrf-v1") }
 
 func portalCSRF(token string) string { return derive(token, "keyhouse-portal-csrf-v1") }
+
+// loginCSRF is the sign-in form's token for a pre-login session id: only the server,
+// holding csrfKey, can compute it, so a cookie and field the client made up together
+// (double submit) are refused.
+func (h *Handler) loginCSRF(preLogin string) string {
+	return derive(h.csrfKey, "keyhouse-login-csrf-v1:"+preLogin)
+}
 
 func sameSecret(a, b string) bool {
 	return a != "" && subtle.ConstantTimeCompare([]byte(a), []byte(b)) == 1
@@ -124,14 +132,14 @@ func (h *Handler) loginPage(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) renderLogin(w http.ResponseWriter, r *http.Request, code int, d *loginData, errMsg string) {
-	secret := ""
+	preLogin := ""
 	if c, err := r.Cookie(loginCSRFCookie); err == nil && len(c.Value) >= 32 {
-		secret = c.Value
+		preLogin = c.Value
 	} else {
-		secret = randomToken()
-		h.setCookie(w, loginCSRFCookie, secret, 12*3600)
+		preLogin = randomToken()
+		h.setCookie(w, loginCSRFCookie, preLogin, 12*3600)
 	}
-	h.render(w, code, "login", &view{Title: "Sign in", CSRF: secret, Error: errMsg, Data: d})
+	h.render(w, code, "login", &view{Title: "Sign in", CSRF: h.loginCSRF(preLogin), Error: errMsg, Data: d})
 }
 
 // login exchanges the submitted credential for a session. Every failure reads the same:
@@ -142,7 +150,7 @@ func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c, err := r.Cookie(loginCSRFCookie)
-	if err != nil || !sameSecret(r.PostForm.Get("csrf"), c.Value) {
+	if err != nil || len(c.Value) < 32 || !sameSecret(r.PostForm.Get("csrf"), h.loginCSRF(c.Value)) {
 		h.errorPage(w, r, nil, &apiError{Status: http.StatusForbidden, Message: "Invalid or missing CSRF token: reload the page and try again"})
 		return
 	}

@@ -166,6 +166,8 @@ func run(ctx context.Context) error {
 		PublicBaseURL:   cfg.PublicBaseURL,
 		ExportGate:      &console.RedisExportGate{Client: rdb},
 		TooManyRequests: ratelimit.WriteTooManyRequests,
+		// Every replica derives the sign-in form's CSRF token with the same secret.
+		CSRFKey: "keyhouse-console-login:" + cfg.AdminAPIKey.Reveal(),
 	})
 	if err != nil {
 		return err
