@@ -3,15 +3,16 @@ package migrations_test
 import (
 	"testing"
 
+	"github.com/keyhouse/keyhouse/pkg/idempotency"
 	"github.com/keyhouse/keyhouse/pkg/natsx"
 	"github.com/keyhouse/keyhouse/pkg/pgxx"
 	"github.com/keyhouse/keyhouse/services/storefront/migrations"
 )
 
-// The callback's outbox runs pkg/natsx's relay on a table this schema holds: it must be
-// the package's table, verbatim.
+// The callback's outbox runs pkg/natsx's relay, and mappings pkg/idempotency, on tables
+// this schema holds: they must be the packages' tables, verbatim.
 func TestMigrationsHoldTheSharedOutboxTable(t *testing.T) {
-	if err := pgxx.CheckSharedDDL(migrations.FS, natsx.OutboxTableSQL); err != nil {
+	if err := pgxx.CheckSharedDDL(migrations.FS, natsx.OutboxTableSQL, idempotency.TableSQL); err != nil {
 		t.Fatal(err)
 	}
 }

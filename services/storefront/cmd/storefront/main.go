@@ -10,6 +10,7 @@ import (
 
 	"github.com/keyhouse/keyhouse/pkg/app"
 	"github.com/keyhouse/keyhouse/pkg/config"
+	"github.com/keyhouse/keyhouse/pkg/idempotency"
 	"github.com/keyhouse/keyhouse/pkg/licensingclient"
 	"github.com/keyhouse/keyhouse/pkg/mail"
 	"github.com/keyhouse/keyhouse/pkg/natsx"
@@ -77,10 +78,15 @@ func register(ctx context.Context, d *app.Deps) error {
 		MaxAttempts: fulfill.DefaultMaxAttempts,
 	}
 	var wg sync.WaitGroup
-	wg.Add(3)
+	wg.Add(4)
 	go func() {
 		defer wg.Done()
 		licensing.Prefetch(ctx, d.Log)
+	}()
+	go func() {
+		defer wg.Done()
+		// Idempotency-Key records of mapping creates, past their 24 h.
+		idempotency.PurgeHourly(ctx, d.DB, d.Log)
 	}()
 	go func() {
 		defer wg.Done()

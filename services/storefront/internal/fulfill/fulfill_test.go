@@ -109,7 +109,8 @@ func newFixture(t *testing.T) *fixture {
 	f := &fixture{t: t, st: store.New(db), lic: &fakeLicensing{keys: map[string]string{}}, mail: &fakeMail{}, keys: k, tenant: "t1"}
 	f.w = &Worker{Store: f.st, Licensing: f.lic, Keys: keys{k}, Mail: f.mail, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), MaxAttempts: 5}
 	link := "plink_test"
-	if _, err := f.st.CreateMapping(context.Background(), &store.Mapping{TenantID: f.tenant, PaymentLink: &link, ProductID: "app", Tier: "pro", Seats: 2}); err != nil {
+	noAnswer := func(*store.Mapping) ([]byte, error) { return nil, nil }
+	if _, _, err := f.st.CreateMapping(context.Background(), "", nil, &store.Mapping{TenantID: f.tenant, PaymentLink: &link, ProductID: "app", Tier: "pro", Seats: 2}, noAnswer); err != nil {
 		t.Fatal(err)
 	}
 	return f

@@ -10,11 +10,13 @@ import (
 
 	"github.com/keyhouse/keyhouse/pkg/apierr"
 	"github.com/keyhouse/keyhouse/pkg/auth"
+	"github.com/keyhouse/keyhouse/pkg/idempotency"
 	"github.com/keyhouse/keyhouse/pkg/license"
 	"github.com/keyhouse/keyhouse/pkg/paging"
 	"github.com/keyhouse/keyhouse/pkg/pgxx"
 	storefrontv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/storefront/v1"
 	"github.com/keyhouse/keyhouse/services/storefront/internal/store"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -32,9 +34,14 @@ const (
 var errMappingNotFound = apierr.NotFound("Mapping not found")
 
 // CreateMapping validates and stores a mapping. Hosted, the product_id is claimed for the
-// tenant exactly as issue-license claims it.
+// tenant exactly as issue-license claims it. Under an Idempotency-Key (addendum §8) a
+// retry of the same request answers the first mapping and creates nothing.
 func (s *Server) CreateMapping(ctx context.Context, req *storefrontv1.CreateMappingRequest) (*storefrontv1.CreateMappingResponse, error) {
 	tenant, err := auth.TenantID(ctx)
+	if err != nil {
+		return nil, err
+	}
+	idemKey, err := idempotency.Key(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -45,7 +52,9 @@ func (s *Server) CreateMapping(ctx context.Context, req *storefrontv1.CreateMapp
 	if err := s.licensing.ClaimProduct(ctx, tenant, m.ProductID); err != nil {
 		return nil, err
 	}
-	out, err := s.store.CreateMapping(ctx, m)
+	raw, _, err := s.store.CreateMapping(ctx, idemKey, idempotency.RequestHash("CreateMapping", req), m, func(out *store.Mapping) ([]byte, error) {
+		return proto.Marshal(&storefrontv1.CreateMappingResponse{Mapping: mappingPB(out)})
+	})
 	if errors.Is(err, store.ErrConflict) {
 		if m.PaymentLink != nil {
 			return nil, apierr.Conflict("A mapping for this payment_link already exists")
@@ -55,7 +64,11 @@ func (s *Server) CreateMapping(ctx context.Context, req *storefrontv1.CreateMapp
 	if err != nil {
 		return nil, err
 	}
-	return &storefrontv1.CreateMappingResponse{Mapping: mappingPB(out)}, nil
+	resp := &storefrontv1.CreateMappingResponse{}
+	if err := proto.Unmarshal(raw, resp); err != nil {
+		return nil, err
+	}
+	return resp, nil
 }
 
 func parseMapping(tenant string, req *storefrontv1.CreateMappingRequest) (*store.Mapping, error) {

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/keyhouse/keyhouse/pkg/idempotency"
 	"github.com/keyhouse/keyhouse/pkg/natsx"
 )
 
@@ -169,13 +170,27 @@ func scanMapping(row pgx.Row) (*Mapping, error) {
 	return &m, err
 }
 
-// CreateMapping inserts m; ErrConflict when its payment link or service_ref is mapped already.
-func (s *Store) CreateMapping(ctx context.Context, m *Mapping) (*Mapping, error) {
+// CreateMapping inserts m; ErrConflict when its payment link or service_ref is mapped
+// already. Under an Idempotency-Key (idemKey non-empty; pkg/idempotency) answer turns the
+// new mapping into the answer stored with it, and a repeated request gets that stored
+// answer back (replayed) and inserts nothing.
+func (s *Store) CreateMapping(ctx context.Context, idemKey string, requestHash []byte, m *Mapping,
+	answer func(*Mapping) ([]byte, error)) (resp []byte, replayed bool, err error) {
+	return idempotency.Do(ctx, s.pool, m.TenantID, idemKey, requestHash, func(tx pgx.Tx) ([]byte, error) {
+		out, err := insertMapping(ctx, tx, m)
+		if err != nil {
+			return nil, err
+		}
+		return answer(out)
+	})
+}
+
+func insertMapping(ctx context.Context, tx pgx.Tx, m *Mapping) (*Mapping, error) {
 	limits := m.Limits
 	if limits == nil {
 		limits = map[string]float64{}
 	}
-	out, err := scanMapping(s.pool.QueryRow(ctx, `INSERT INTO mappings (tenant_id, payment_link, service_ref, product_id, tier, seats, limits, duration_days)
+	out, err := scanMapping(tx.QueryRow(ctx, `INSERT INTO mappings (tenant_id, payment_link, service_ref, product_id, tier, seats, limits, duration_days)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING `+mappingCols,
 		m.TenantID, m.PaymentLink, m.ServiceRef, m.ProductID, m.Tier, m.Seats, limits, m.DurationDays))
 	if isUniqueViolation(err) {
