@@ -3,6 +3,7 @@ package console
 import (
 	"context"
 	"encoding/json"
+	"html/template"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -325,4 +326,19 @@ func getSignedIn(t *testing.T, h http.Handler, path string) *httptest.ResponseRe
 		t.Fatalf("GET %s: %d: %s", path, rec.Code, rec.Body)
 	}
 	return rec
+}
+
+func TestClipShortensLongCellValuesAndKeepsThemInTheTitle(t *testing.T) {
+	if got := clip("cs_test_123"); got != "cs_test_123" {
+		t.Fatalf("short value: %q", got)
+	}
+	long := "cs_" + strings.Repeat("é", 900) + `<"&>`
+	got := string(clip(long))
+	want := `<span class="clipped" title="` + template.HTMLEscapeString(long) + `">cs_` + strings.Repeat("é", maxCellRunes-4) + `…</span>`
+	if got != want {
+		t.Fatalf("long value:\n got  %.200s\n want %.200s", got, want)
+	}
+	if got := clip(strings.Repeat("a", maxCellRunes)); got != template.HTML(strings.Repeat("a", maxCellRunes)) {
+		t.Fatalf("a value of exactly the cap is cut: %q", got)
+	}
 }

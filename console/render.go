@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	accountsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/accounts/v1"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -60,6 +61,7 @@ func parseTemplates() (map[string]*template.Template, error) {
 		"cap":    formatCap,
 		"num":    formatNumber,
 		"query":  withQuery,
+		"clip":   clip,
 		"add1":   func(n int) int { return n + 1 },
 		"sub1":   func(n int) int { return n - 1 },
 		"fieldArgs": func(v *view, name, label, typ, hint string, required bool) fieldArgs {
@@ -87,6 +89,36 @@ func parseTemplates() (map[string]*template.Template, error) {
 		pages[name] = t
 	}
 	return pages, nil
+}
+
+// maxCellRunes is the longest value a table cell shows whole: an id, a customer or a
+// checkout session of any length (one was 900 KB) keeps the table readable.
+const maxCellRunes = 48
+
+// clip shows a table cell's value, escaped: whole when short, else its first
+// maxCellRunes characters and "…", with the whole value in the title attribute (shown on
+// hover and read by screen readers; the detail page, where there is one, shows it too).
+func clip(s string) template.HTML {
+	short := ellipsize(s, maxCellRunes)
+	if short == s {
+		return template.HTML(template.HTMLEscapeString(s))
+	}
+	return template.HTML(`<span class="clipped" title="` + template.HTMLEscapeString(s) + `">` + template.HTMLEscapeString(short) + `</span>`)
+}
+
+// ellipsize cuts s to max characters, the last of them "…".
+func ellipsize(s string, max int) string {
+	n := 0
+	for i := range s {
+		if n == max-1 {
+			if utf8.RuneCountInString(s[i:]) > 1 {
+				return s[:i] + "…"
+			}
+			return s
+		}
+		n++
+	}
+	return s
 }
 
 // render writes a page; a template error is a bug and answers a plain 500.
