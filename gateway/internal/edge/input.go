@@ -41,7 +41,7 @@ func withInputPolicy(next http.Handler) http.Handler {
 func urlProblem(path, rawQuery string) string {
 	switch input.Identifier(path) {
 	case input.OK:
-	case input.Control:
+	case input.Control, input.NUL:
 		return "Invalid URL: the path contains a control character"
 	default:
 		return "Invalid URL: the path is not UTF-8"
@@ -60,6 +60,7 @@ func urlProblem(path, rawQuery string) string {
 			if bad.Problem == input.NotUTF8 {
 				return "Invalid URL: the query is not UTF-8"
 			}
+			// NUL or another control character.
 			return "Invalid URL: a query parameter name contains a control character"
 		}
 		return "Invalid value for query parameter " + bad.Field
