@@ -60,6 +60,16 @@ func Identifier(s string) Problem {
 	return OK
 }
 
+// TrimmedIdentifier checks an identifier the API compares after trimming its surrounding
+// white space (api.md: check-update's product_id is compared whitespace-insensitively, so
+// "  app\t" is "app"): white space at either end is allowed, the rest is an identifier.
+func TrimmedIdentifier(s string) Problem {
+	if p := Text(s); p != OK {
+		return p
+	}
+	return Identifier(strings.TrimSpace(s))
+}
+
 // IsControl reports whether r is a control character (Unicode category Cc).
 func IsControl(r rune) bool { return r < 0x20 || (r >= 0x7f && r <= 0x9f) }
 

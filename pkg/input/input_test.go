@@ -35,6 +35,14 @@ func TestThePolicy(t *testing.T) {
 	}
 }
 
+func TestTrimmedIdentifierAllowsWhiteSpaceAtItsEndsOnly(t *testing.T) {
+	for s, want := range map[string]Problem{"  app\t": OK, "\napp\r\n": OK, "a\tpp": Control, "app\x00": NUL, "\x01app": Control, "\xffapp ": NotUTF8} {
+		if got := TrimmedIdentifier(s); got != want {
+			t.Errorf("TrimmedIdentifier(%q) = %s, want %s", s, got, want)
+		}
+	}
+}
+
 func TestCheckValuesNamesTheFirstRefusedFieldInNameOrder(t *testing.T) {
 	v := url.Values{"tier": {"\xff"}, "notes": {"a\nb"}, "plan": {"x\x01"}}
 	if err := CheckValues(v, "notes"); err == nil || err.Error() != "plan must not contain control characters" {

@@ -2,7 +2,7 @@ package telemetry
 
 import (
 	"bytes"
-		"encoding/json"
+	"encoding/json"
 	"strings"
 	"sync"
 	"testing"

@@ -79,6 +79,11 @@ func (m *jsonMarshaler) decode(body []byte, v any) error {
 // under the input policy (pkg/input).
 var freeTextFields = map[protoreflect.Name]bool{"notes": true, "release_notes": true, "password": true}
 
+// trimmedFields are the request fields the services compare after trimming surrounding
+// white space (api.md: check-update's product_id, whitespace-insensitively): white space
+// at their ends is not refused.
+var trimmedFields = map[protoreflect.Name]bool{"product_id": true}
+
 // checkStrings applies the input policy to every string field of a decoded request,
 // nested messages included (not the free-form google.protobuf values, whose strings
 // protojson has already checked for UTF-8): a control character in a key reached the
@@ -91,8 +96,11 @@ func checkStrings(m protoreflect.Message) error {
 	var err error
 	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
 		check := input.Identifier
-		if freeTextFields[fd.Name()] {
+		switch {
+		case freeTextFields[fd.Name()]:
 			check = input.Text
+		case trimmedFields[fd.Name()]:
+			check = input.TrimmedIdentifier
 		}
 		switch {
 		case fd.IsMap():

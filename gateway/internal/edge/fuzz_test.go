@@ -65,8 +65,11 @@ func FuzzDecodeRequestBody(f *testing.F) {
 					return true
 				}
 				check := input.Identifier
-				if freeTextFields[fd.Name()] {
+				switch {
+				case freeTextFields[fd.Name()]:
 					check = input.Text
+				case trimmedFields[fd.Name()]:
+					check = input.TrimmedIdentifier
 				}
 				if p := check(v.String()); p != input.OK {
 					t.Fatalf("accepted %s with %s %q (%s)", body, fd.Name(), v.String(), p)
