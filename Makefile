@@ -5,7 +5,10 @@ SHELL := /bin/bash
 KH_DIR    := .keyhouse
 BIN_DIR   := $(KH_DIR)/bin
 TOOLS_DIR := $(KH_DIR)/tools
-VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+# SemVer from the release tag (v1.2.3 -> 1.2.3; commits after it: 1.2.3-4-gabcdef0);
+# untagged: 0.0.0-dev+<commit>. CHANGELOG.md says how a release is tagged.
+VERSION   ?= $(shell v=$$(git describe --tags --match 'v[0-9]*' --dirty 2>/dev/null) && echo $$v | sed "s/^v//" || \
+             echo 0.0.0-dev+$$(git rev-parse --short HEAD 2>/dev/null || echo unknown))
 LDFLAGS   := -X github.com/keyhouse/keyhouse/pkg/buildinfo.version=$(VERSION)
 # Every module's packages (go.work lists the modules).
 PKGS      := ./pkg/... ./gateway/... ./console/... ./services/billing/... ./services/licensing/... \
@@ -114,7 +117,7 @@ $(HELM): deploy/tools/go.mod deploy/tools/go.sum
 	    helm.sh/helm/v3/cmd/helm
 
 .PHONY: deploy-check
-deploy-check: $(HELM) ## Lint and render the Helm chart, validate docker-compose.yml (offline)
+deploy-check: $(HELM) ## Lint and render the Helm chart, validate docker-compose.yml (offline; installs Debian's docker-compose first if missing, and says so)
 	HELM=$(HELM) deploy/check.sh
 
 # A real Kubernetes API server for deploy-verify, pinned in deploy/apiserver/go.mod (its own
