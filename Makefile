@@ -35,6 +35,10 @@ deps: $(TOOLS_DIR)/stripe-mock ## Install what the stack and tests need: Debian'
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
 	fi
 
+.PHONY: print-version
+print-version: ## Print the version a build of this checkout reports (from the v-tag)
+	@echo $(VERSION)
+
 .PHONY: build
 build: ## Build every binary into .keyhouse/bin
 	go build -ldflags '$(LDFLAGS)' -o $(BIN_DIR)/ ./gateway/cmd/gateway ./services/billing/cmd/billing \

@@ -25,7 +25,7 @@ import (
 // shared; tests isolate themselves by client IP (the stacks trust X-Forwarded-For from
 // loopback) and, hosted, by tenant. Under -short nothing is built or started.
 
-func TestMain(m *testing.M) { testkit.Main(m) }
+func TestMain(m *testing.M) { testkit.Main(m, noSecretInAnyLog) }
 
 var build struct {
 	once   sync.Once
@@ -202,6 +202,8 @@ func (c *Client) Do(method, path string, body any, headers ...string) *Response 
 	if err != nil {
 		c.t.Fatal(err)
 	}
+	census.noteCredential(c.Token)
+	census.noteResponse(data)
 	return &Response{Status: resp.StatusCode, Header: resp.Header, Body: data}
 }
 
