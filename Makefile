@@ -28,6 +28,7 @@ deps: $(TOOLS_DIR)/stripe-mock ## Install what the stack and tests need: Debian'
 	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
 	command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
 	command -v openssl >/dev/null 2>&1 || missing="$$missing openssl"; \
+	[ -f /etc/ssl/certs/ca-certificates.crt ] || missing="$$missing ca-certificates"; \
 	command -v node >/dev/null 2>&1 || missing="$$missing nodejs"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing:$$missing"; \
@@ -44,6 +45,14 @@ build: ## Build every binary into .keyhouse/bin
 	go build -ldflags '$(LDFLAGS)' -o $(BIN_DIR)/ ./gateway/cmd/gateway ./services/billing/cmd/billing \
 	  ./services/licensing/cmd/licensing ./services/activations/cmd/activations \
 	  ./services/releases/cmd/releases ./services/storefront/cmd/storefront ./stack/cmd/keyhouse-dev
+
+# The release: static binaries and the OCI image (every process in one image, as the chart
+# and compose run it) for linux/amd64 and linux/arm64, as tarballs, built with
+# go-containerregistry (pinned in stack/go.mod): no Docker engine needed.
+RELEASE_DIR := $(KH_DIR)/release
+.PHONY: release
+release: ## Build release binaries and image tarballs (linux/amd64, arm64) into .keyhouse/release
+	go run ./stack/cmd/keyhouse-release -version $(VERSION) -out $(RELEASE_DIR)
 
 .PHONY: run
 run: deps build ## Run the whole stack on :8080 (Ctrl-C stops it; data stays in .keyhouse/)

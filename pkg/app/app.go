@@ -91,7 +91,7 @@ func run(ctx context.Context, svc Service, args []string) error {
 		return serve(ctx, svc)
 	case "migrate":
 		return migrate(ctx, svc)
-	case "version":
+	case "version", "--version":
 		fmt.Println(buildinfo.Version(), buildinfo.Fingerprint())
 		return nil
 	default:
