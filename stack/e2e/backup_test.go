@@ -34,8 +34,8 @@ func TestBackupRestoresIntoAFreshClusterWithTheSameKeys(t *testing.T) {
 	key := issueLicense(t, a, lic(p, "limits", map[string]any{"users": 5}, "max_activations", 2))
 	token, _ := c.Post("/v1/activate-license", map[string]string{"key": key, "instance_id": "laptop"}).Expect(t, 200).JSON(t)["token"].(string)
 	publicKey := c.Get("/v1/public-key").Expect(t, 200).Body
-	hmacExport := c.Get("/v1/export-license/" + key).Expect(t, 200).Body
-	licFile := base64.StdEncoding.EncodeToString(c.Get("/v1/export-license/" + key + "/file").Expect(t, 200).Body)
+	hmacExport := c.Get("/v1/export-license/"+key).Expect(t, 200).Body
+	licFile := base64.StdEncoding.EncodeToString(c.Get("/v1/export-license/"+key+"/file").Expect(t, 200).Body)
 	registerRelease(t, a, rel(p, "2.0.0", "channel", "stable"))
 	manifest := c.Post("/v1/check-update", check(key, p, "1.0.0", "channel", "stable")).Expect(t, 200).Body
 
@@ -77,7 +77,7 @@ func TestBackupRestoresIntoAFreshClusterWithTheSameKeys(t *testing.T) {
 	verifyManifest(t, c2.Get("/v1/public-key").Expect(t, 200).JSON(t)["publicKey"].(string), manifest)
 
 	c2.Post("/v1/verify-license", map[string]string{"key": key}).Expect(t, 200)
-	acts := a2.Get("/v1/list-activations/" + key).Expect(t, 200).JSON(t)["activations"].([]any)
+	acts := a2.Get("/v1/list-activations/"+key).Expect(t, 200).JSON(t)["activations"].([]any)
 	if len(acts) != 1 || acts[0].(map[string]any)["instance_id"] != "laptop" {
 		t.Fatalf("seats after the restore: %v", acts)
 	}
