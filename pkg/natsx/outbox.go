@@ -196,7 +196,8 @@ func (m Message) validate() error {
 //
 // Order is kept per tenant only: within one relay a tenant's rows go out in id order, a
 // row waiting to retry holds back its tenant's later rows and nobody else's, and a parked
-// row holds back nothing. Several relays together do not promise an order.
+// row holds back nothing. Tenants take turns, so one tenant's backlog delays another's
+// rows by at most a batch. Several relays together do not promise an order.
 type Relay struct {
 	pool            *pgxpool.Pool
 	js              jetstream.JetStream
@@ -358,16 +359,39 @@ type outboxRow struct {
 	failures int
 }
 
-// claimSQL takes the oldest pending rows that may go now: not waiting to retry, and not
-// behind a row of their tenant that is (per-tenant order, nobody else held back).
-const claimSQL = `SELECT id, tenant_id, subject, msg_id, payload, headers, failures FROM outbox o
-	WHERE sent_at IS NULL AND parked_at IS NULL AND (retry_at IS NULL OR retry_at <= now())
-	  AND NOT EXISTS (SELECT 1 FROM outbox w
-		WHERE w.tenant_id = o.tenant_id AND w.id < o.id
-		  AND w.sent_at IS NULL AND w.parked_at IS NULL AND w.retry_at > now())
-	ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED`
+// claimSQL takes up to $1 pending rows that may go now, taking turns between tenants: the
+// oldest row of every tenant, then the second oldest of every tenant, and so on, so a
+// tenant with a large backlog never delays another's rows by more than a batch. Within a
+// tenant rows go in id order, stopping before a row that waits to retry (per-tenant
+// order; nobody else is held back). The tenants are found with a loose index scan of
+// outbox_pending_tenant, one probe per tenant with pending rows. Each tenant offers four
+// batches' worth of rows, so relays in other replicas find rows this one has not locked
+// (SKIP LOCKED) instead of nothing. The outer WHERE repeats the pending test on the row
+// it locks: a row another relay sent after this statement's snapshot is re-checked there
+// (READ COMMITTED re-evaluates only the locked row's own conditions) and left out.
+const claimSQL = `WITH RECURSIVE tenants (tenant_id) AS (
+		(SELECT tenant_id FROM outbox WHERE sent_at IS NULL AND parked_at IS NULL ORDER BY tenant_id LIMIT 1)
+		UNION ALL
+		SELECT (SELECT o.tenant_id FROM outbox o
+			WHERE o.sent_at IS NULL AND o.parked_at IS NULL AND o.tenant_id > t.tenant_id
+			ORDER BY o.tenant_id LIMIT 1)
+		FROM tenants t WHERE t.tenant_id IS NOT NULL
+	), ready AS (
+		SELECT r.id, r.turn FROM tenants t CROSS JOIN LATERAL (
+			SELECT o.id, row_number() OVER (ORDER BY o.id) AS turn FROM outbox o
+			WHERE o.tenant_id = t.tenant_id AND o.sent_at IS NULL AND o.parked_at IS NULL
+			  AND o.id < COALESCE((SELECT min(w.id) FROM outbox w
+				WHERE w.tenant_id = t.tenant_id AND w.sent_at IS NULL AND w.parked_at IS NULL
+				  AND w.retry_at > now()), 9223372036854775807)
+			ORDER BY o.id LIMIT $1 * 4) r
+		WHERE t.tenant_id IS NOT NULL
+	)
+	SELECT o.id, o.tenant_id, o.subject, o.msg_id, o.payload, o.headers, o.failures
+	FROM outbox o JOIN ready ON ready.id = o.id
+	WHERE o.sent_at IS NULL AND o.parked_at IS NULL AND (o.retry_at IS NULL OR o.retry_at <= now())
+	ORDER BY ready.turn, o.id LIMIT $1 FOR UPDATE OF o SKIP LOCKED`
 
-// relayBatch claims up to r.batch pending rows, publishes them in id order, marks the
+// relayBatch claims up to r.batch pending rows, publishes them in claim order, marks the
 // published ones sent and the failed ones for retry or parked, all in one transaction.
 // full reports a complete batch; err is a failure of NATS or Postgres, not of a row.
 func (r *Relay) relayBatch(ctx context.Context) (sent int, full bool, err error) {

@@ -569,3 +569,42 @@ func TestCleanupDeletesParkedRowsAfterTheirRetention(t *testing.T) {
 		t.Fatal("a parked row inside its retention was deleted or requeued")
 	}
 }
+
+// One tenant's backlog does not delay another's row: tenants take turns within a batch.
+func TestTenantsTakeTurnsSoABacklogDelaysNobodyElse(t *testing.T) {
+	t.Parallel()
+	_, pool := newOutboxDB(t)
+	_, js := connect(t, devnats.SharedURL(t), nil)
+	stream, prefix := newStream(t, js)
+	log, _ := newLog(t)
+
+	const backlog, batch = 300, 10
+	var msgs []Message
+	for i := range backlog {
+		msgs = append(msgs, Message{TenantID: "busy", Subject: prefix + ".ev", MsgID: fmt.Sprintf("busy:%03d", i)})
+	}
+	enqueue(t, pool, msgs...)
+	enqueue(t, pool, Message{TenantID: "quiet", Subject: prefix + ".ev", MsgID: "quiet:1"})
+
+	background(t, NewRelay(pool, js, log, WithBatchSize(batch)).Run)
+	eventually(t, 60*time.Second, "all rows sent", func() bool { return countRows(t, pool, "sent_at IS NULL") == 0 })
+	got := streamMsgs(t, js, stream)
+	if len(got) != backlog+1 {
+		t.Fatalf("stream holds %d messages, want %d", len(got), backlog+1)
+	}
+	var busy []string
+	for i, m := range got {
+		id := m.Header.Get(jetstream.MsgIDHeader)
+		if id == "quiet:1" && i >= batch {
+			t.Errorf("the quiet tenant's row went out %dth, behind the busy tenant's backlog (want within the first batch of %d)", i+1, batch)
+		}
+		if strings.HasPrefix(id, "busy:") {
+			busy = append(busy, id)
+		}
+	}
+	for i, id := range busy {
+		if want := fmt.Sprintf("busy:%03d", i); id != want {
+			t.Fatalf("busy tenant's message %d is %s, want %s (its own order kept)", i, id, want)
+		}
+	}
+}
