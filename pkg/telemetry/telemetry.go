@@ -34,17 +34,22 @@ func RequestID(ctx context.Context) string {
 }
 
 // NewLogger returns the process logger: JSON (or text) on w, with the service name and,
-// per record, the request id and trace id found in the context. Lines reach w through a
+// per record, the request id and trace id found in the context. Credentials never reach
+// its lines and license keys are masked (redact.go), whoever logs them. Lines reach w through a
 // bounded buffer (LogBufferLines): logging never waits for w, so a reader that stops
 // reading costs dropped lines (counted in keyhouse_log_lines_dropped_total, and reported
 // in one WARN line once w takes lines again), never a request's latency. FlushLogs writes
 // what is left at exit.
-func NewLogger(w io.Writer, service, level, format string) *slog.Logger {
+func NewLogger(w io.Writer, service, level, format string, options ...LogOption) *slog.Logger {
 	var lv slog.Level
 	if err := lv.UnmarshalText([]byte(level)); err != nil {
 		lv = slog.LevelInfo
 	}
-	opts := &slog.HandlerOptions{Level: lv}
+	var settings logSettings
+	for _, o := range options {
+		o(&settings)
+	}
+	opts := &slog.HandlerOptions{Level: lv, ReplaceAttr: settings.redactAttr}
 	handler := func(w io.Writer) slog.Handler {
 		if strings.EqualFold(format, "text") {
 			return slog.NewTextHandler(w, opts)

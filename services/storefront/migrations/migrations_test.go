@@ -12,7 +12,7 @@ import (
 // The callback's outbox runs pkg/natsx's relay, and mappings pkg/idempotency, on tables
 // this schema holds: they must be the packages' tables, verbatim.
 func TestMigrationsHoldTheSharedOutboxTable(t *testing.T) {
-	if err := pgxx.CheckSharedDDL(migrations.FS, natsx.OutboxTableSQL, idempotency.TableSQL); err != nil {
+	if err := pgxx.CheckSharedTables(migrations.FS, pgxx.SharedTable{Create: idempotency.TableSQL}, natsx.OutboxTable); err != nil {
 		t.Fatal(err)
 	}
 }
