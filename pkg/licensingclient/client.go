@@ -26,6 +26,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/types/known/structpb"
 )
 
 // Client calls LicensingInternalService. It is safe for concurrent use.
@@ -144,6 +145,26 @@ func (c *Client) IssueLicense(ctx context.Context, tenant, idemKey string, req *
 		return "", err
 	}
 	return resp.GetKey(), nil
+}
+
+// SetRevoked revokes (true) or reactivates (false) a license of tenant (storefront
+// refunds and disputes). Licensing's refusals come back with its message: 409 already in
+// that state, 403 quota on reactivation, 400 an expired license; anything else is the 503.
+func (c *Client) SetRevoked(ctx context.Context, tenant, key string, revoked bool) error {
+	_, err := grpcx.Call(ctx, c.peer, tenant, func(ctx context.Context, o ...grpc.CallOption) (*licensingv1.RevokeLicenseForTenantResponse, error) {
+		return c.rpc.RevokeLicenseForTenant(ctx, &licensingv1.RevokeLicenseForTenantRequest{
+			Revoke: &licensingv1.RevokeLicenseRequest{Key: key, Revoked: &revoked}}, o...)
+	}, codes.NotFound, codes.AlreadyExists, codes.PermissionDenied, codes.InvalidArgument, codes.FailedPrecondition)
+	return err
+}
+
+// SetExpiry sets a license's expires_at (storefront: a subscription's paid period).
+func (c *Client) SetExpiry(ctx context.Context, tenant, key string, expiresAt time.Time) error {
+	_, err := grpcx.Call(ctx, c.peer, tenant, func(ctx context.Context, o ...grpc.CallOption) (*licensingv1.UpdateLicenseTermsForTenantResponse, error) {
+		return c.rpc.UpdateLicenseTermsForTenant(ctx, &licensingv1.UpdateLicenseTermsForTenantRequest{
+			Terms: &licensingv1.UpdateLicenseTermsRequest{Key: key, ExpiresAt: structpb.NewStringValue(expiresAt.UTC().Format(time.RFC3339))}}, o...)
+	}, codes.NotFound, codes.InvalidArgument)
+	return err
 }
 
 // DeletedKeys lists the tenant's licenses deleted lately (license.EventRetention), whose

@@ -94,3 +94,23 @@ func (s *Server) IssueLicenseForTenant(ctx context.Context, req *licensingv1.Iss
 	}
 	return &licensingv1.IssueLicenseForTenantResponse{Key: resp.GetKey()}, nil
 }
+
+// RevokeLicenseForTenant is RevokeLicense on behalf of the tenant in metadata (storefront:
+// refunds and disputes revoke, a dispute won reactivates under the same quota check).
+func (s *Server) RevokeLicenseForTenant(ctx context.Context, req *licensingv1.RevokeLicenseForTenantRequest) (*licensingv1.RevokeLicenseForTenantResponse, error) {
+	resp, err := s.RevokeLicense(ctx, req.GetRevoke())
+	if err != nil {
+		return nil, err
+	}
+	return &licensingv1.RevokeLicenseForTenantResponse{Status: resp.GetStatus()}, nil
+}
+
+// UpdateLicenseTermsForTenant is UpdateLicenseTerms on behalf of the tenant in metadata
+// (storefront: a subscription's paid period moves the expiry).
+func (s *Server) UpdateLicenseTermsForTenant(ctx context.Context, req *licensingv1.UpdateLicenseTermsForTenantRequest) (*licensingv1.UpdateLicenseTermsForTenantResponse, error) {
+	resp, err := s.UpdateLicenseTerms(ctx, req.GetTerms())
+	if err != nil {
+		return nil, err
+	}
+	return &licensingv1.UpdateLicenseTermsForTenantResponse{ExpiresAt: resp.GetExpiresAt()}, nil
+}

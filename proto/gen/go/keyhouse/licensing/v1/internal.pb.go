@@ -654,6 +654,182 @@ func (x *CountActiveLicensesResponse) GetActive() int32 {
 	return 0
 }
 
+type RevokeLicenseForTenantRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Revoke        *RevokeLicenseRequest  `protobuf:"bytes,1,opt,name=revoke,proto3" json:"revoke,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeLicenseForTenantRequest) Reset() {
+	*x = RevokeLicenseForTenantRequest{}
+	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeLicenseForTenantRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeLicenseForTenantRequest) ProtoMessage() {}
+
+func (x *RevokeLicenseForTenantRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeLicenseForTenantRequest.ProtoReflect.Descriptor instead.
+func (*RevokeLicenseForTenantRequest) Descriptor() ([]byte, []int) {
+	return file_keyhouse_licensing_v1_internal_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *RevokeLicenseForTenantRequest) GetRevoke() *RevokeLicenseRequest {
+	if x != nil {
+		return x.Revoke
+	}
+	return nil
+}
+
+type RevokeLicenseForTenantResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Status        string                 `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeLicenseForTenantResponse) Reset() {
+	*x = RevokeLicenseForTenantResponse{}
+	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeLicenseForTenantResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeLicenseForTenantResponse) ProtoMessage() {}
+
+func (x *RevokeLicenseForTenantResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeLicenseForTenantResponse.ProtoReflect.Descriptor instead.
+func (*RevokeLicenseForTenantResponse) Descriptor() ([]byte, []int) {
+	return file_keyhouse_licensing_v1_internal_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *RevokeLicenseForTenantResponse) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
+type UpdateLicenseTermsForTenantRequest struct {
+	state         protoimpl.MessageState     `protogen:"open.v1"`
+	Terms         *UpdateLicenseTermsRequest `protobuf:"bytes,1,opt,name=terms,proto3" json:"terms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateLicenseTermsForTenantRequest) Reset() {
+	*x = UpdateLicenseTermsForTenantRequest{}
+	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateLicenseTermsForTenantRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateLicenseTermsForTenantRequest) ProtoMessage() {}
+
+func (x *UpdateLicenseTermsForTenantRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateLicenseTermsForTenantRequest.ProtoReflect.Descriptor instead.
+func (*UpdateLicenseTermsForTenantRequest) Descriptor() ([]byte, []int) {
+	return file_keyhouse_licensing_v1_internal_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *UpdateLicenseTermsForTenantRequest) GetTerms() *UpdateLicenseTermsRequest {
+	if x != nil {
+		return x.Terms
+	}
+	return nil
+}
+
+type UpdateLicenseTermsForTenantResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ExpiresAt     *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateLicenseTermsForTenantResponse) Reset() {
+	*x = UpdateLicenseTermsForTenantResponse{}
+	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateLicenseTermsForTenantResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateLicenseTermsForTenantResponse) ProtoMessage() {}
+
+func (x *UpdateLicenseTermsForTenantResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateLicenseTermsForTenantResponse.ProtoReflect.Descriptor instead.
+func (*UpdateLicenseTermsForTenantResponse) Descriptor() ([]byte, []int) {
+	return file_keyhouse_licensing_v1_internal_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *UpdateLicenseTermsForTenantResponse) GetExpiresAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ExpiresAt
+	}
+	return nil
+}
+
 var File_keyhouse_licensing_v1_internal_proto protoreflect.FileDescriptor
 
 const file_keyhouse_licensing_v1_internal_proto_rawDesc = "" +
@@ -695,13 +871,24 @@ const file_keyhouse_licensing_v1_internal_proto_rawDesc = "" +
 	"\x1bListDeletedLicensesResponse\x12\x12\n" +
 	"\x04keys\x18\x01 \x03(\tR\x04keys\"5\n" +
 	"\x1bCountActiveLicensesResponse\x12\x16\n" +
-	"\x06active\x18\x01 \x01(\x05R\x06active2\xfc\x05\n" +
+	"\x06active\x18\x01 \x01(\x05R\x06active\"d\n" +
+	"\x1dRevokeLicenseForTenantRequest\x12C\n" +
+	"\x06revoke\x18\x01 \x01(\v2+.keyhouse.licensing.v1.RevokeLicenseRequestR\x06revoke\"8\n" +
+	"\x1eRevokeLicenseForTenantResponse\x12\x16\n" +
+	"\x06status\x18\x01 \x01(\tR\x06status\"l\n" +
+	"\"UpdateLicenseTermsForTenantRequest\x12F\n" +
+	"\x05terms\x18\x01 \x01(\v20.keyhouse.licensing.v1.UpdateLicenseTermsRequestR\x05terms\"`\n" +
+	"#UpdateLicenseTermsForTenantResponse\x129\n" +
+	"\n" +
+	"expires_at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt2\xa7\b\n" +
 	"\x18LicensingInternalService\x12g\n" +
 	"\n" +
 	"GetLicense\x12(.keyhouse.licensing.v1.GetLicenseRequest\x1a).keyhouse.licensing.v1.GetLicenseResponse\"\x04\x90\x82\x19\x04\x12m\n" +
 	"\fClaimProduct\x12*.keyhouse.licensing.v1.ClaimProductRequest\x1a+.keyhouse.licensing.v1.ClaimProductResponse\"\x04\x90\x82\x19\x04\x12s\n" +
 	"\x0eGetSigningKeys\x12,.keyhouse.licensing.v1.GetSigningKeysRequest\x1a-.keyhouse.licensing.v1.GetSigningKeysResponse\"\x04\x90\x82\x19\x04\x12\x88\x01\n" +
-	"\x15IssueLicenseForTenant\x123.keyhouse.licensing.v1.IssueLicenseForTenantRequest\x1a4.keyhouse.licensing.v1.IssueLicenseForTenantResponse\"\x04\x90\x82\x19\x04\x12\x82\x01\n" +
+	"\x15IssueLicenseForTenant\x123.keyhouse.licensing.v1.IssueLicenseForTenantRequest\x1a4.keyhouse.licensing.v1.IssueLicenseForTenantResponse\"\x04\x90\x82\x19\x04\x12\x8b\x01\n" +
+	"\x16RevokeLicenseForTenant\x124.keyhouse.licensing.v1.RevokeLicenseForTenantRequest\x1a5.keyhouse.licensing.v1.RevokeLicenseForTenantResponse\"\x04\x90\x82\x19\x04\x12\x9a\x01\n" +
+	"\x1bUpdateLicenseTermsForTenant\x129.keyhouse.licensing.v1.UpdateLicenseTermsForTenantRequest\x1a:.keyhouse.licensing.v1.UpdateLicenseTermsForTenantResponse\"\x04\x90\x82\x19\x04\x12\x82\x01\n" +
 	"\x13CountActiveLicenses\x121.keyhouse.licensing.v1.CountActiveLicensesRequest\x1a2.keyhouse.licensing.v1.CountActiveLicensesResponse\"\x04\x90\x82\x19\x04\x12\x82\x01\n" +
 	"\x13ListDeletedLicenses\x121.keyhouse.licensing.v1.ListDeletedLicensesRequest\x1a2.keyhouse.licensing.v1.ListDeletedLicensesResponse\"\x04\x90\x82\x19\x04BMZKgithub.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1;licensingv1b\x06proto3"
 
@@ -717,51 +904,64 @@ func file_keyhouse_licensing_v1_internal_proto_rawDescGZIP() []byte {
 	return file_keyhouse_licensing_v1_internal_proto_rawDescData
 }
 
-var file_keyhouse_licensing_v1_internal_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_keyhouse_licensing_v1_internal_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_keyhouse_licensing_v1_internal_proto_goTypes = []any{
-	(*GetLicenseRequest)(nil),             // 0: keyhouse.licensing.v1.GetLicenseRequest
-	(*License)(nil),                       // 1: keyhouse.licensing.v1.License
-	(*GetLicenseResponse)(nil),            // 2: keyhouse.licensing.v1.GetLicenseResponse
-	(*ClaimProductRequest)(nil),           // 3: keyhouse.licensing.v1.ClaimProductRequest
-	(*ClaimProductResponse)(nil),          // 4: keyhouse.licensing.v1.ClaimProductResponse
-	(*GetSigningKeysRequest)(nil),         // 5: keyhouse.licensing.v1.GetSigningKeysRequest
-	(*GetSigningKeysResponse)(nil),        // 6: keyhouse.licensing.v1.GetSigningKeysResponse
-	(*IssueLicenseForTenantRequest)(nil),  // 7: keyhouse.licensing.v1.IssueLicenseForTenantRequest
-	(*IssueLicenseForTenantResponse)(nil), // 8: keyhouse.licensing.v1.IssueLicenseForTenantResponse
-	(*CountActiveLicensesRequest)(nil),    // 9: keyhouse.licensing.v1.CountActiveLicensesRequest
-	(*ListDeletedLicensesRequest)(nil),    // 10: keyhouse.licensing.v1.ListDeletedLicensesRequest
-	(*ListDeletedLicensesResponse)(nil),   // 11: keyhouse.licensing.v1.ListDeletedLicensesResponse
-	(*CountActiveLicensesResponse)(nil),   // 12: keyhouse.licensing.v1.CountActiveLicensesResponse
-	(*timestamppb.Timestamp)(nil),         // 13: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),               // 14: google.protobuf.Struct
-	(*wrapperspb.Int32Value)(nil),         // 15: google.protobuf.Int32Value
-	(*IssueLicenseRequest)(nil),           // 16: keyhouse.licensing.v1.IssueLicenseRequest
+	(*GetLicenseRequest)(nil),                   // 0: keyhouse.licensing.v1.GetLicenseRequest
+	(*License)(nil),                             // 1: keyhouse.licensing.v1.License
+	(*GetLicenseResponse)(nil),                  // 2: keyhouse.licensing.v1.GetLicenseResponse
+	(*ClaimProductRequest)(nil),                 // 3: keyhouse.licensing.v1.ClaimProductRequest
+	(*ClaimProductResponse)(nil),                // 4: keyhouse.licensing.v1.ClaimProductResponse
+	(*GetSigningKeysRequest)(nil),               // 5: keyhouse.licensing.v1.GetSigningKeysRequest
+	(*GetSigningKeysResponse)(nil),              // 6: keyhouse.licensing.v1.GetSigningKeysResponse
+	(*IssueLicenseForTenantRequest)(nil),        // 7: keyhouse.licensing.v1.IssueLicenseForTenantRequest
+	(*IssueLicenseForTenantResponse)(nil),       // 8: keyhouse.licensing.v1.IssueLicenseForTenantResponse
+	(*CountActiveLicensesRequest)(nil),          // 9: keyhouse.licensing.v1.CountActiveLicensesRequest
+	(*ListDeletedLicensesRequest)(nil),          // 10: keyhouse.licensing.v1.ListDeletedLicensesRequest
+	(*ListDeletedLicensesResponse)(nil),         // 11: keyhouse.licensing.v1.ListDeletedLicensesResponse
+	(*CountActiveLicensesResponse)(nil),         // 12: keyhouse.licensing.v1.CountActiveLicensesResponse
+	(*RevokeLicenseForTenantRequest)(nil),       // 13: keyhouse.licensing.v1.RevokeLicenseForTenantRequest
+	(*RevokeLicenseForTenantResponse)(nil),      // 14: keyhouse.licensing.v1.RevokeLicenseForTenantResponse
+	(*UpdateLicenseTermsForTenantRequest)(nil),  // 15: keyhouse.licensing.v1.UpdateLicenseTermsForTenantRequest
+	(*UpdateLicenseTermsForTenantResponse)(nil), // 16: keyhouse.licensing.v1.UpdateLicenseTermsForTenantResponse
+	(*timestamppb.Timestamp)(nil),               // 17: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),                     // 18: google.protobuf.Struct
+	(*wrapperspb.Int32Value)(nil),               // 19: google.protobuf.Int32Value
+	(*IssueLicenseRequest)(nil),                 // 20: keyhouse.licensing.v1.IssueLicenseRequest
+	(*RevokeLicenseRequest)(nil),                // 21: keyhouse.licensing.v1.RevokeLicenseRequest
+	(*UpdateLicenseTermsRequest)(nil),           // 22: keyhouse.licensing.v1.UpdateLicenseTermsRequest
 }
 var file_keyhouse_licensing_v1_internal_proto_depIdxs = []int32{
-	13, // 0: keyhouse.licensing.v1.License.issued_at:type_name -> google.protobuf.Timestamp
-	13, // 1: keyhouse.licensing.v1.License.expires_at:type_name -> google.protobuf.Timestamp
-	14, // 2: keyhouse.licensing.v1.License.limits:type_name -> google.protobuf.Struct
-	15, // 3: keyhouse.licensing.v1.License.max_activations:type_name -> google.protobuf.Int32Value
-	13, // 4: keyhouse.licensing.v1.License.revoked_at:type_name -> google.protobuf.Timestamp
+	17, // 0: keyhouse.licensing.v1.License.issued_at:type_name -> google.protobuf.Timestamp
+	17, // 1: keyhouse.licensing.v1.License.expires_at:type_name -> google.protobuf.Timestamp
+	18, // 2: keyhouse.licensing.v1.License.limits:type_name -> google.protobuf.Struct
+	19, // 3: keyhouse.licensing.v1.License.max_activations:type_name -> google.protobuf.Int32Value
+	17, // 4: keyhouse.licensing.v1.License.revoked_at:type_name -> google.protobuf.Timestamp
 	1,  // 5: keyhouse.licensing.v1.GetLicenseResponse.license:type_name -> keyhouse.licensing.v1.License
-	16, // 6: keyhouse.licensing.v1.IssueLicenseForTenantRequest.license:type_name -> keyhouse.licensing.v1.IssueLicenseRequest
-	0,  // 7: keyhouse.licensing.v1.LicensingInternalService.GetLicense:input_type -> keyhouse.licensing.v1.GetLicenseRequest
-	3,  // 8: keyhouse.licensing.v1.LicensingInternalService.ClaimProduct:input_type -> keyhouse.licensing.v1.ClaimProductRequest
-	5,  // 9: keyhouse.licensing.v1.LicensingInternalService.GetSigningKeys:input_type -> keyhouse.licensing.v1.GetSigningKeysRequest
-	7,  // 10: keyhouse.licensing.v1.LicensingInternalService.IssueLicenseForTenant:input_type -> keyhouse.licensing.v1.IssueLicenseForTenantRequest
-	9,  // 11: keyhouse.licensing.v1.LicensingInternalService.CountActiveLicenses:input_type -> keyhouse.licensing.v1.CountActiveLicensesRequest
-	10, // 12: keyhouse.licensing.v1.LicensingInternalService.ListDeletedLicenses:input_type -> keyhouse.licensing.v1.ListDeletedLicensesRequest
-	2,  // 13: keyhouse.licensing.v1.LicensingInternalService.GetLicense:output_type -> keyhouse.licensing.v1.GetLicenseResponse
-	4,  // 14: keyhouse.licensing.v1.LicensingInternalService.ClaimProduct:output_type -> keyhouse.licensing.v1.ClaimProductResponse
-	6,  // 15: keyhouse.licensing.v1.LicensingInternalService.GetSigningKeys:output_type -> keyhouse.licensing.v1.GetSigningKeysResponse
-	8,  // 16: keyhouse.licensing.v1.LicensingInternalService.IssueLicenseForTenant:output_type -> keyhouse.licensing.v1.IssueLicenseForTenantResponse
-	12, // 17: keyhouse.licensing.v1.LicensingInternalService.CountActiveLicenses:output_type -> keyhouse.licensing.v1.CountActiveLicensesResponse
-	11, // 18: keyhouse.licensing.v1.LicensingInternalService.ListDeletedLicenses:output_type -> keyhouse.licensing.v1.ListDeletedLicensesResponse
-	13, // [13:19] is the sub-list for method output_type
-	7,  // [7:13] is the sub-list for method input_type
-	7,  // [7:7] is the sub-list for extension type_name
-	7,  // [7:7] is the sub-list for extension extendee
-	0,  // [0:7] is the sub-list for field type_name
+	20, // 6: keyhouse.licensing.v1.IssueLicenseForTenantRequest.license:type_name -> keyhouse.licensing.v1.IssueLicenseRequest
+	21, // 7: keyhouse.licensing.v1.RevokeLicenseForTenantRequest.revoke:type_name -> keyhouse.licensing.v1.RevokeLicenseRequest
+	22, // 8: keyhouse.licensing.v1.UpdateLicenseTermsForTenantRequest.terms:type_name -> keyhouse.licensing.v1.UpdateLicenseTermsRequest
+	17, // 9: keyhouse.licensing.v1.UpdateLicenseTermsForTenantResponse.expires_at:type_name -> google.protobuf.Timestamp
+	0,  // 10: keyhouse.licensing.v1.LicensingInternalService.GetLicense:input_type -> keyhouse.licensing.v1.GetLicenseRequest
+	3,  // 11: keyhouse.licensing.v1.LicensingInternalService.ClaimProduct:input_type -> keyhouse.licensing.v1.ClaimProductRequest
+	5,  // 12: keyhouse.licensing.v1.LicensingInternalService.GetSigningKeys:input_type -> keyhouse.licensing.v1.GetSigningKeysRequest
+	7,  // 13: keyhouse.licensing.v1.LicensingInternalService.IssueLicenseForTenant:input_type -> keyhouse.licensing.v1.IssueLicenseForTenantRequest
+	13, // 14: keyhouse.licensing.v1.LicensingInternalService.RevokeLicenseForTenant:input_type -> keyhouse.licensing.v1.RevokeLicenseForTenantRequest
+	15, // 15: keyhouse.licensing.v1.LicensingInternalService.UpdateLicenseTermsForTenant:input_type -> keyhouse.licensing.v1.UpdateLicenseTermsForTenantRequest
+	9,  // 16: keyhouse.licensing.v1.LicensingInternalService.CountActiveLicenses:input_type -> keyhouse.licensing.v1.CountActiveLicensesRequest
+	10, // 17: keyhouse.licensing.v1.LicensingInternalService.ListDeletedLicenses:input_type -> keyhouse.licensing.v1.ListDeletedLicensesRequest
+	2,  // 18: keyhouse.licensing.v1.LicensingInternalService.GetLicense:output_type -> keyhouse.licensing.v1.GetLicenseResponse
+	4,  // 19: keyhouse.licensing.v1.LicensingInternalService.ClaimProduct:output_type -> keyhouse.licensing.v1.ClaimProductResponse
+	6,  // 20: keyhouse.licensing.v1.LicensingInternalService.GetSigningKeys:output_type -> keyhouse.licensing.v1.GetSigningKeysResponse
+	8,  // 21: keyhouse.licensing.v1.LicensingInternalService.IssueLicenseForTenant:output_type -> keyhouse.licensing.v1.IssueLicenseForTenantResponse
+	14, // 22: keyhouse.licensing.v1.LicensingInternalService.RevokeLicenseForTenant:output_type -> keyhouse.licensing.v1.RevokeLicenseForTenantResponse
+	16, // 23: keyhouse.licensing.v1.LicensingInternalService.UpdateLicenseTermsForTenant:output_type -> keyhouse.licensing.v1.UpdateLicenseTermsForTenantResponse
+	12, // 24: keyhouse.licensing.v1.LicensingInternalService.CountActiveLicenses:output_type -> keyhouse.licensing.v1.CountActiveLicensesResponse
+	11, // 25: keyhouse.licensing.v1.LicensingInternalService.ListDeletedLicenses:output_type -> keyhouse.licensing.v1.ListDeletedLicensesResponse
+	18, // [18:26] is the sub-list for method output_type
+	10, // [10:18] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_keyhouse_licensing_v1_internal_proto_init() }
@@ -776,7 +976,7 @@ func file_keyhouse_licensing_v1_internal_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_keyhouse_licensing_v1_internal_proto_rawDesc), len(file_keyhouse_licensing_v1_internal_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   13,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

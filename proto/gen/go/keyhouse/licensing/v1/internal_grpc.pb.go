@@ -19,12 +19,14 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	LicensingInternalService_GetLicense_FullMethodName            = "/keyhouse.licensing.v1.LicensingInternalService/GetLicense"
-	LicensingInternalService_ClaimProduct_FullMethodName          = "/keyhouse.licensing.v1.LicensingInternalService/ClaimProduct"
-	LicensingInternalService_GetSigningKeys_FullMethodName        = "/keyhouse.licensing.v1.LicensingInternalService/GetSigningKeys"
-	LicensingInternalService_IssueLicenseForTenant_FullMethodName = "/keyhouse.licensing.v1.LicensingInternalService/IssueLicenseForTenant"
-	LicensingInternalService_CountActiveLicenses_FullMethodName   = "/keyhouse.licensing.v1.LicensingInternalService/CountActiveLicenses"
-	LicensingInternalService_ListDeletedLicenses_FullMethodName   = "/keyhouse.licensing.v1.LicensingInternalService/ListDeletedLicenses"
+	LicensingInternalService_GetLicense_FullMethodName                  = "/keyhouse.licensing.v1.LicensingInternalService/GetLicense"
+	LicensingInternalService_ClaimProduct_FullMethodName                = "/keyhouse.licensing.v1.LicensingInternalService/ClaimProduct"
+	LicensingInternalService_GetSigningKeys_FullMethodName              = "/keyhouse.licensing.v1.LicensingInternalService/GetSigningKeys"
+	LicensingInternalService_IssueLicenseForTenant_FullMethodName       = "/keyhouse.licensing.v1.LicensingInternalService/IssueLicenseForTenant"
+	LicensingInternalService_RevokeLicenseForTenant_FullMethodName      = "/keyhouse.licensing.v1.LicensingInternalService/RevokeLicenseForTenant"
+	LicensingInternalService_UpdateLicenseTermsForTenant_FullMethodName = "/keyhouse.licensing.v1.LicensingInternalService/UpdateLicenseTermsForTenant"
+	LicensingInternalService_CountActiveLicenses_FullMethodName         = "/keyhouse.licensing.v1.LicensingInternalService/CountActiveLicenses"
+	LicensingInternalService_ListDeletedLicenses_FullMethodName         = "/keyhouse.licensing.v1.LicensingInternalService/ListDeletedLicenses"
 )
 
 // LicensingInternalServiceClient is the client API for LicensingInternalService service.
@@ -52,6 +54,12 @@ type LicensingInternalServiceClient interface {
 	// caller holds no tenant API key.
 	IssueLicenseForTenant(ctx context.Context, in *IssueLicenseForTenantRequest, opts ...grpc.CallOption) (*IssueLicenseForTenantResponse, error)
 	// The calling tenant's quota usage (billing status licensesUsed).
+	// RevokeLicense for the tenant in metadata (storefront: refunds, disputes, a dispute
+	// won): the same quota check on reactivation and the same answers.
+	RevokeLicenseForTenant(ctx context.Context, in *RevokeLicenseForTenantRequest, opts ...grpc.CallOption) (*RevokeLicenseForTenantResponse, error)
+	// UpdateLicenseTerms for the tenant in metadata (storefront: a subscription's paid
+	// period moves the expiry).
+	UpdateLicenseTermsForTenant(ctx context.Context, in *UpdateLicenseTermsForTenantRequest, opts ...grpc.CallOption) (*UpdateLicenseTermsForTenantResponse, error)
 	CountActiveLicenses(ctx context.Context, in *CountActiveLicensesRequest, opts ...grpc.CallOption) (*CountActiveLicensesResponse, error)
 	// The calling tenant's licenses deleted lately (within the deletion event's retention):
 	// tenant-wide readers of activations (recent-activations) leave their seats out until
@@ -107,6 +115,26 @@ func (c *licensingInternalServiceClient) IssueLicenseForTenant(ctx context.Conte
 	return out, nil
 }
 
+func (c *licensingInternalServiceClient) RevokeLicenseForTenant(ctx context.Context, in *RevokeLicenseForTenantRequest, opts ...grpc.CallOption) (*RevokeLicenseForTenantResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RevokeLicenseForTenantResponse)
+	err := c.cc.Invoke(ctx, LicensingInternalService_RevokeLicenseForTenant_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *licensingInternalServiceClient) UpdateLicenseTermsForTenant(ctx context.Context, in *UpdateLicenseTermsForTenantRequest, opts ...grpc.CallOption) (*UpdateLicenseTermsForTenantResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(UpdateLicenseTermsForTenantResponse)
+	err := c.cc.Invoke(ctx, LicensingInternalService_UpdateLicenseTermsForTenant_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *licensingInternalServiceClient) CountActiveLicenses(ctx context.Context, in *CountActiveLicensesRequest, opts ...grpc.CallOption) (*CountActiveLicensesResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(CountActiveLicensesResponse)
@@ -152,6 +180,12 @@ type LicensingInternalServiceServer interface {
 	// caller holds no tenant API key.
 	IssueLicenseForTenant(context.Context, *IssueLicenseForTenantRequest) (*IssueLicenseForTenantResponse, error)
 	// The calling tenant's quota usage (billing status licensesUsed).
+	// RevokeLicense for the tenant in metadata (storefront: refunds, disputes, a dispute
+	// won): the same quota check on reactivation and the same answers.
+	RevokeLicenseForTenant(context.Context, *RevokeLicenseForTenantRequest) (*RevokeLicenseForTenantResponse, error)
+	// UpdateLicenseTerms for the tenant in metadata (storefront: a subscription's paid
+	// period moves the expiry).
+	UpdateLicenseTermsForTenant(context.Context, *UpdateLicenseTermsForTenantRequest) (*UpdateLicenseTermsForTenantResponse, error)
 	CountActiveLicenses(context.Context, *CountActiveLicensesRequest) (*CountActiveLicensesResponse, error)
 	// The calling tenant's licenses deleted lately (within the deletion event's retention):
 	// tenant-wide readers of activations (recent-activations) leave their seats out until
@@ -178,6 +212,12 @@ func (UnimplementedLicensingInternalServiceServer) GetSigningKeys(context.Contex
 }
 func (UnimplementedLicensingInternalServiceServer) IssueLicenseForTenant(context.Context, *IssueLicenseForTenantRequest) (*IssueLicenseForTenantResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method IssueLicenseForTenant not implemented")
+}
+func (UnimplementedLicensingInternalServiceServer) RevokeLicenseForTenant(context.Context, *RevokeLicenseForTenantRequest) (*RevokeLicenseForTenantResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RevokeLicenseForTenant not implemented")
+}
+func (UnimplementedLicensingInternalServiceServer) UpdateLicenseTermsForTenant(context.Context, *UpdateLicenseTermsForTenantRequest) (*UpdateLicenseTermsForTenantResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method UpdateLicenseTermsForTenant not implemented")
 }
 func (UnimplementedLicensingInternalServiceServer) CountActiveLicenses(context.Context, *CountActiveLicensesRequest) (*CountActiveLicensesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method CountActiveLicenses not implemented")
@@ -279,6 +319,42 @@ func _LicensingInternalService_IssueLicenseForTenant_Handler(srv interface{}, ct
 	return interceptor(ctx, in, info, handler)
 }
 
+func _LicensingInternalService_RevokeLicenseForTenant_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RevokeLicenseForTenantRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LicensingInternalServiceServer).RevokeLicenseForTenant(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: LicensingInternalService_RevokeLicenseForTenant_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LicensingInternalServiceServer).RevokeLicenseForTenant(ctx, req.(*RevokeLicenseForTenantRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _LicensingInternalService_UpdateLicenseTermsForTenant_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(UpdateLicenseTermsForTenantRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LicensingInternalServiceServer).UpdateLicenseTermsForTenant(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: LicensingInternalService_UpdateLicenseTermsForTenant_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LicensingInternalServiceServer).UpdateLicenseTermsForTenant(ctx, req.(*UpdateLicenseTermsForTenantRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _LicensingInternalService_CountActiveLicenses_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(CountActiveLicensesRequest)
 	if err := dec(in); err != nil {
@@ -337,6 +413,14 @@ var LicensingInternalService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "IssueLicenseForTenant",
 			Handler:    _LicensingInternalService_IssueLicenseForTenant_Handler,
+		},
+		{
+			MethodName: "RevokeLicenseForTenant",
+			Handler:    _LicensingInternalService_RevokeLicenseForTenant_Handler,
+		},
+		{
+			MethodName: "UpdateLicenseTermsForTenant",
+			Handler:    _LicensingInternalService_UpdateLicenseTermsForTenant_Handler,
 		},
 		{
 			MethodName: "CountActiveLicenses",

@@ -518,8 +518,13 @@ type CreateMappingRequest struct {
 	Seats *structpb.Value `protobuf:"bytes,5,opt,name=seats,proto3" json:"seats,omitempty"`
 	// Allowlisted keys to positive numbers.
 	Limits *structpb.Struct `protobuf:"bytes,6,opt,name=limits,proto3" json:"limits,omitempty"`
-	// A positive integer, or absent/null for a perpetual license.
-	DurationDays  *structpb.Value `protobuf:"bytes,7,opt,name=duration_days,json=durationDays,proto3" json:"duration_days,omitempty"`
+	// A positive integer, or absent/null for a perpetual license. In subscription mode, the
+	// first expiry until the subscription's first invoice is seen.
+	DurationDays *structpb.Value `protobuf:"bytes,7,opt,name=duration_days,json=durationDays,proto3" json:"duration_days,omitempty"`
+	// Subscriptions: days a license stays valid past the paid period's end (0-90, default 3).
+	RenewalGraceDays *structpb.Value `protobuf:"bytes,8,opt,name=renewal_grace_days,json=renewalGraceDays,proto3" json:"renewal_grace_days,omitempty"`
+	// "revoke" (default) or "keep": what a full refund or a dispute does to the license.
+	OnRefund      string `protobuf:"bytes,9,opt,name=on_refund,json=onRefund,proto3" json:"on_refund,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -603,19 +608,35 @@ func (x *CreateMappingRequest) GetDurationDays() *structpb.Value {
 	return nil
 }
 
+func (x *CreateMappingRequest) GetRenewalGraceDays() *structpb.Value {
+	if x != nil {
+		return x.RenewalGraceDays
+	}
+	return nil
+}
+
+func (x *CreateMappingRequest) GetOnRefund() string {
+	if x != nil {
+		return x.OnRefund
+	}
+	return ""
+}
+
 type Mapping struct {
-	state         protoimpl.MessageState  `protogen:"open.v1"`
-	Id            int32                   `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
-	PaymentLink   *wrapperspb.StringValue `protobuf:"bytes,2,opt,name=payment_link,json=paymentLink,proto3" json:"payment_link,omitempty"`
-	ServiceRef    *wrapperspb.StringValue `protobuf:"bytes,3,opt,name=service_ref,json=serviceRef,proto3" json:"service_ref,omitempty"`
-	ProductId     string                  `protobuf:"bytes,4,opt,name=product_id,json=productId,proto3" json:"product_id,omitempty"`
-	Tier          string                  `protobuf:"bytes,5,opt,name=tier,proto3" json:"tier,omitempty"`
-	Seats         int32                   `protobuf:"varint,6,opt,name=seats,proto3" json:"seats,omitempty"`
-	Limits        *structpb.Struct        `protobuf:"bytes,7,opt,name=limits,proto3" json:"limits,omitempty"`
-	DurationDays  *wrapperspb.Int32Value  `protobuf:"bytes,8,opt,name=duration_days,json=durationDays,proto3" json:"duration_days,omitempty"`
-	CreatedAt     *timestamppb.Timestamp  `protobuf:"bytes,9,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state            protoimpl.MessageState  `protogen:"open.v1"`
+	Id               int32                   `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	PaymentLink      *wrapperspb.StringValue `protobuf:"bytes,2,opt,name=payment_link,json=paymentLink,proto3" json:"payment_link,omitempty"`
+	ServiceRef       *wrapperspb.StringValue `protobuf:"bytes,3,opt,name=service_ref,json=serviceRef,proto3" json:"service_ref,omitempty"`
+	ProductId        string                  `protobuf:"bytes,4,opt,name=product_id,json=productId,proto3" json:"product_id,omitempty"`
+	Tier             string                  `protobuf:"bytes,5,opt,name=tier,proto3" json:"tier,omitempty"`
+	Seats            int32                   `protobuf:"varint,6,opt,name=seats,proto3" json:"seats,omitempty"`
+	Limits           *structpb.Struct        `protobuf:"bytes,7,opt,name=limits,proto3" json:"limits,omitempty"`
+	DurationDays     *wrapperspb.Int32Value  `protobuf:"bytes,8,opt,name=duration_days,json=durationDays,proto3" json:"duration_days,omitempty"`
+	CreatedAt        *timestamppb.Timestamp  `protobuf:"bytes,9,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	RenewalGraceDays int32                   `protobuf:"varint,10,opt,name=renewal_grace_days,json=renewalGraceDays,proto3" json:"renewal_grace_days,omitempty"`
+	OnRefund         string                  `protobuf:"bytes,11,opt,name=on_refund,json=onRefund,proto3" json:"on_refund,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *Mapping) Reset() {
@@ -709,6 +730,20 @@ func (x *Mapping) GetCreatedAt() *timestamppb.Timestamp {
 		return x.CreatedAt
 	}
 	return nil
+}
+
+func (x *Mapping) GetRenewalGraceDays() int32 {
+	if x != nil {
+		return x.RenewalGraceDays
+	}
+	return 0
+}
+
+func (x *Mapping) GetOnRefund() string {
+	if x != nil {
+		return x.OnRefund
+	}
+	return ""
 }
 
 type ListMappingsRequest struct {
@@ -1260,7 +1295,7 @@ const file_keyhouse_storefront_v1_storefront_proto_rawDesc = "" +
 	"\n" +
 	"webhook_id\x18\x01 \x01(\tR\twebhookId\"R\n" +
 	"\x15CreateMappingResponse\x129\n" +
-	"\amapping\x18\x01 \x01(\v2\x1f.keyhouse.storefront.v1.MappingR\amapping\"\xa9\x02\n" +
+	"\amapping\x18\x01 \x01(\v2\x1f.keyhouse.storefront.v1.MappingR\amapping\"\x8c\x03\n" +
 	"\x14CreateMappingRequest\x12!\n" +
 	"\fpayment_link\x18\x01 \x01(\tR\vpaymentLink\x12\x1f\n" +
 	"\vservice_ref\x18\x02 \x01(\tR\n" +
@@ -1270,7 +1305,9 @@ const file_keyhouse_storefront_v1_storefront_proto_rawDesc = "" +
 	"\x04tier\x18\x04 \x01(\tR\x04tier\x12,\n" +
 	"\x05seats\x18\x05 \x01(\v2\x16.google.protobuf.ValueR\x05seats\x12/\n" +
 	"\x06limits\x18\x06 \x01(\v2\x17.google.protobuf.StructR\x06limits\x12;\n" +
-	"\rduration_days\x18\a \x01(\v2\x16.google.protobuf.ValueR\fdurationDays\"\x90\x03\n" +
+	"\rduration_days\x18\a \x01(\v2\x16.google.protobuf.ValueR\fdurationDays\x12D\n" +
+	"\x12renewal_grace_days\x18\b \x01(\v2\x16.google.protobuf.ValueR\x10renewalGraceDays\x12\x1b\n" +
+	"\ton_refund\x18\t \x01(\tR\bonRefund\"\xdb\x03\n" +
 	"\aMapping\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x05R\x02id\x12?\n" +
 	"\fpayment_link\x18\x02 \x01(\v2\x1c.google.protobuf.StringValueR\vpaymentLink\x12=\n" +
@@ -1283,7 +1320,10 @@ const file_keyhouse_storefront_v1_storefront_proto_rawDesc = "" +
 	"\x06limits\x18\a \x01(\v2\x17.google.protobuf.StructR\x06limits\x12@\n" +
 	"\rduration_days\x18\b \x01(\v2\x1b.google.protobuf.Int32ValueR\fdurationDays\x129\n" +
 	"\n" +
-	"created_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\"\x15\n" +
+	"created_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12,\n" +
+	"\x12renewal_grace_days\x18\n" +
+	" \x01(\x05R\x10renewalGraceDays\x12\x1b\n" +
+	"\ton_refund\x18\v \x01(\tR\bonRefund\"\x15\n" +
 	"\x13ListMappingsRequest\"S\n" +
 	"\x14ListMappingsResponse\x12;\n" +
 	"\bmappings\x18\x01 \x03(\v2\x1f.keyhouse.storefront.v1.MappingR\bmappings\"&\n" +
@@ -1395,41 +1435,42 @@ var file_keyhouse_storefront_v1_storefront_proto_depIdxs = []int32{
 	22, // 6: keyhouse.storefront.v1.CreateMappingRequest.seats:type_name -> google.protobuf.Value
 	23, // 7: keyhouse.storefront.v1.CreateMappingRequest.limits:type_name -> google.protobuf.Struct
 	22, // 8: keyhouse.storefront.v1.CreateMappingRequest.duration_days:type_name -> google.protobuf.Value
-	24, // 9: keyhouse.storefront.v1.Mapping.payment_link:type_name -> google.protobuf.StringValue
-	24, // 10: keyhouse.storefront.v1.Mapping.service_ref:type_name -> google.protobuf.StringValue
-	23, // 11: keyhouse.storefront.v1.Mapping.limits:type_name -> google.protobuf.Struct
-	25, // 12: keyhouse.storefront.v1.Mapping.duration_days:type_name -> google.protobuf.Int32Value
-	21, // 13: keyhouse.storefront.v1.Mapping.created_at:type_name -> google.protobuf.Timestamp
-	11, // 14: keyhouse.storefront.v1.ListMappingsResponse.mappings:type_name -> keyhouse.storefront.v1.Mapping
-	24, // 15: keyhouse.storefront.v1.Delivery.email_status:type_name -> google.protobuf.StringValue
-	24, // 16: keyhouse.storefront.v1.Delivery.license_key:type_name -> google.protobuf.StringValue
-	24, // 17: keyhouse.storefront.v1.Delivery.error:type_name -> google.protobuf.StringValue
-	21, // 18: keyhouse.storefront.v1.Delivery.created_at:type_name -> google.protobuf.Timestamp
-	21, // 19: keyhouse.storefront.v1.Delivery.updated_at:type_name -> google.protobuf.Timestamp
-	17, // 20: keyhouse.storefront.v1.ListDeliveriesResponse.deliveries:type_name -> keyhouse.storefront.v1.Delivery
-	1,  // 21: keyhouse.storefront.v1.StorefrontService.ConnectWebhook:input_type -> keyhouse.storefront.v1.ConnectWebhookRequest
-	3,  // 22: keyhouse.storefront.v1.StorefrontService.ListWebhooks:input_type -> keyhouse.storefront.v1.ListWebhooksRequest
-	6,  // 23: keyhouse.storefront.v1.StorefrontService.SaveWebhookSecret:input_type -> keyhouse.storefront.v1.SaveWebhookSecretRequest
-	8,  // 24: keyhouse.storefront.v1.StorefrontService.DisableWebhook:input_type -> keyhouse.storefront.v1.DisableWebhookRequest
-	10, // 25: keyhouse.storefront.v1.StorefrontService.CreateMapping:input_type -> keyhouse.storefront.v1.CreateMappingRequest
-	12, // 26: keyhouse.storefront.v1.StorefrontService.ListMappings:input_type -> keyhouse.storefront.v1.ListMappingsRequest
-	14, // 27: keyhouse.storefront.v1.StorefrontService.DeleteMapping:input_type -> keyhouse.storefront.v1.DeleteMappingRequest
-	16, // 28: keyhouse.storefront.v1.StorefrontService.ListDeliveries:input_type -> keyhouse.storefront.v1.ListDeliveriesRequest
-	19, // 29: keyhouse.storefront.v1.StorefrontService.ReceiveEvent:input_type -> keyhouse.storefront.v1.ReceiveEventRequest
-	0,  // 30: keyhouse.storefront.v1.StorefrontService.ConnectWebhook:output_type -> keyhouse.storefront.v1.ConnectWebhookResponse
-	4,  // 31: keyhouse.storefront.v1.StorefrontService.ListWebhooks:output_type -> keyhouse.storefront.v1.ListWebhooksResponse
-	5,  // 32: keyhouse.storefront.v1.StorefrontService.SaveWebhookSecret:output_type -> keyhouse.storefront.v1.SaveWebhookSecretResponse
-	7,  // 33: keyhouse.storefront.v1.StorefrontService.DisableWebhook:output_type -> keyhouse.storefront.v1.DisableWebhookResponse
-	9,  // 34: keyhouse.storefront.v1.StorefrontService.CreateMapping:output_type -> keyhouse.storefront.v1.CreateMappingResponse
-	13, // 35: keyhouse.storefront.v1.StorefrontService.ListMappings:output_type -> keyhouse.storefront.v1.ListMappingsResponse
-	15, // 36: keyhouse.storefront.v1.StorefrontService.DeleteMapping:output_type -> keyhouse.storefront.v1.DeleteMappingResponse
-	18, // 37: keyhouse.storefront.v1.StorefrontService.ListDeliveries:output_type -> keyhouse.storefront.v1.ListDeliveriesResponse
-	20, // 38: keyhouse.storefront.v1.StorefrontService.ReceiveEvent:output_type -> keyhouse.storefront.v1.ReceiveEventResponse
-	30, // [30:39] is the sub-list for method output_type
-	21, // [21:30] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	22, // 9: keyhouse.storefront.v1.CreateMappingRequest.renewal_grace_days:type_name -> google.protobuf.Value
+	24, // 10: keyhouse.storefront.v1.Mapping.payment_link:type_name -> google.protobuf.StringValue
+	24, // 11: keyhouse.storefront.v1.Mapping.service_ref:type_name -> google.protobuf.StringValue
+	23, // 12: keyhouse.storefront.v1.Mapping.limits:type_name -> google.protobuf.Struct
+	25, // 13: keyhouse.storefront.v1.Mapping.duration_days:type_name -> google.protobuf.Int32Value
+	21, // 14: keyhouse.storefront.v1.Mapping.created_at:type_name -> google.protobuf.Timestamp
+	11, // 15: keyhouse.storefront.v1.ListMappingsResponse.mappings:type_name -> keyhouse.storefront.v1.Mapping
+	24, // 16: keyhouse.storefront.v1.Delivery.email_status:type_name -> google.protobuf.StringValue
+	24, // 17: keyhouse.storefront.v1.Delivery.license_key:type_name -> google.protobuf.StringValue
+	24, // 18: keyhouse.storefront.v1.Delivery.error:type_name -> google.protobuf.StringValue
+	21, // 19: keyhouse.storefront.v1.Delivery.created_at:type_name -> google.protobuf.Timestamp
+	21, // 20: keyhouse.storefront.v1.Delivery.updated_at:type_name -> google.protobuf.Timestamp
+	17, // 21: keyhouse.storefront.v1.ListDeliveriesResponse.deliveries:type_name -> keyhouse.storefront.v1.Delivery
+	1,  // 22: keyhouse.storefront.v1.StorefrontService.ConnectWebhook:input_type -> keyhouse.storefront.v1.ConnectWebhookRequest
+	3,  // 23: keyhouse.storefront.v1.StorefrontService.ListWebhooks:input_type -> keyhouse.storefront.v1.ListWebhooksRequest
+	6,  // 24: keyhouse.storefront.v1.StorefrontService.SaveWebhookSecret:input_type -> keyhouse.storefront.v1.SaveWebhookSecretRequest
+	8,  // 25: keyhouse.storefront.v1.StorefrontService.DisableWebhook:input_type -> keyhouse.storefront.v1.DisableWebhookRequest
+	10, // 26: keyhouse.storefront.v1.StorefrontService.CreateMapping:input_type -> keyhouse.storefront.v1.CreateMappingRequest
+	12, // 27: keyhouse.storefront.v1.StorefrontService.ListMappings:input_type -> keyhouse.storefront.v1.ListMappingsRequest
+	14, // 28: keyhouse.storefront.v1.StorefrontService.DeleteMapping:input_type -> keyhouse.storefront.v1.DeleteMappingRequest
+	16, // 29: keyhouse.storefront.v1.StorefrontService.ListDeliveries:input_type -> keyhouse.storefront.v1.ListDeliveriesRequest
+	19, // 30: keyhouse.storefront.v1.StorefrontService.ReceiveEvent:input_type -> keyhouse.storefront.v1.ReceiveEventRequest
+	0,  // 31: keyhouse.storefront.v1.StorefrontService.ConnectWebhook:output_type -> keyhouse.storefront.v1.ConnectWebhookResponse
+	4,  // 32: keyhouse.storefront.v1.StorefrontService.ListWebhooks:output_type -> keyhouse.storefront.v1.ListWebhooksResponse
+	5,  // 33: keyhouse.storefront.v1.StorefrontService.SaveWebhookSecret:output_type -> keyhouse.storefront.v1.SaveWebhookSecretResponse
+	7,  // 34: keyhouse.storefront.v1.StorefrontService.DisableWebhook:output_type -> keyhouse.storefront.v1.DisableWebhookResponse
+	9,  // 35: keyhouse.storefront.v1.StorefrontService.CreateMapping:output_type -> keyhouse.storefront.v1.CreateMappingResponse
+	13, // 36: keyhouse.storefront.v1.StorefrontService.ListMappings:output_type -> keyhouse.storefront.v1.ListMappingsResponse
+	15, // 37: keyhouse.storefront.v1.StorefrontService.DeleteMapping:output_type -> keyhouse.storefront.v1.DeleteMappingResponse
+	18, // 38: keyhouse.storefront.v1.StorefrontService.ListDeliveries:output_type -> keyhouse.storefront.v1.ListDeliveriesResponse
+	20, // 39: keyhouse.storefront.v1.StorefrontService.ReceiveEvent:output_type -> keyhouse.storefront.v1.ReceiveEventResponse
+	31, // [31:40] is the sub-list for method output_type
+	22, // [22:31] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_keyhouse_storefront_v1_storefront_proto_init() }
