@@ -10,8 +10,10 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 )
 
-// deliveryOutcomes are api.md's delivery outcomes, for the filter.
-var deliveryOutcomes = []string{"issued", "processing", "awaiting_payment", "unmapped", "over_quota", "invalid_input", "error"}
+// deliveryOutcomes are the delivery outcomes (api.md's, then those of the events that
+// follow a sale: docs/storefront.md), for the filter.
+var deliveryOutcomes = []string{"issued", "processing", "awaiting_payment", "unmapped", "over_quota", "invalid_input", "error",
+	"held", "expiry_set", "renewed", "canceled", "revoked_refund", "revoked_dispute", "reactivated", "kept", "ignored"}
 
 type storefrontData struct {
 	Webhooks   []*storefrontv1.Webhook

@@ -81,6 +81,9 @@ func IdempotencyKey(sessionID string) string { return "storefront:" + sessionID 
 // Licensing issues licenses.
 type Licensing interface {
 	IssueLicense(ctx context.Context, tenant, idemKey string, req *licensingv1.IssueLicenseRequest) (string, error)
+	// SetExpiry and SetRevoked follow a purchase after the sale (lifecycle.go).
+	SetExpiry(ctx context.Context, tenant, key string, expiresAt time.Time) error
+	SetRevoked(ctx context.Context, tenant, key string, revoked bool) error
 }
 
 // Keys yields the installation keyring (buyer addresses are sealed under it).
@@ -198,6 +201,9 @@ func (w *Worker) process(ctx context.Context, tenant string, job Job, last bool)
 		return err
 	}
 	log := w.Log.With("tenant_id", tenant, "delivery_id", d.ID, "event_type", d.EventType)
+	if stripeevent.IsLifecycle(d.EventType) {
+		return w.lifecycle(ctx, x, f, d, log)
+	}
 
 	switch {
 	case d.EventType == stripeevent.AsyncPaymentFailed:
@@ -225,6 +231,13 @@ func (w *Worker) process(ctx context.Context, tenant string, job Job, last bool)
 			return err
 		}
 	}
+	// Events about this purchase that came before its license (a renewal, a refund).
+	if _, _, err := w.sync(ctx, x, f); err != nil {
+		return err
+	}
+	if err := w.catchUp(ctx, x, f, log); err != nil {
+		return err
+	}
 	if f.EmailStatus != nil && (*f.EmailStatus == store.EmailSent || *f.EmailStatus == store.EmailLogged) {
 		return nil
 	}
@@ -250,7 +263,10 @@ func (w *Worker) issue(ctx context.Context, x *store.Session, f *store.Fulfillme
 		if err != nil {
 			return true, err
 		}
-		req = w.request(m, d)
+		req = w.request(m, d, &f.Terms)
+		if err := x.SaveTerms(ctx, &f.Terms); err != nil {
+			return true, err
+		}
 		raw, err := proto.MarshalOptions{Deterministic: true}.Marshal(req)
 		if err != nil {
 			return true, err
@@ -307,15 +323,31 @@ func (w *Worker) issueFailed(ctx context.Context, x *store.Session, d *store.Del
 
 // request builds the IssueLicense request of a mapping. It is built once per session and
 // stored, so the expiry counts from the first attempt and retries send the same bytes.
-func (w *Worker) request(m *store.Mapping, d *store.Delivery) *licensingv1.IssueLicenseRequest {
+//
+// It also copies the mapping's follow-up terms into t. A subscription's license expires
+// at its paid period's end plus the grace once an invoice was seen, before that after
+// duration_days (subscriptionFirstDays when the mapping has none): never perpetual.
+func (w *Worker) request(m *store.Mapping, d *store.Delivery, t *store.Terms) *licensingv1.IssueLicenseRequest {
 	limits := &structpb.Struct{Fields: map[string]*structpb.Value{}}
 	for k, v := range m.Limits {
 		limits.Fields[k] = structpb.NewNumberValue(v)
 	}
+	var det stripeevent.Detail
+	_ = json.Unmarshal(d.Detail, &det) // recorded by the callback; absent on older rows
+	t.Mode, t.GraceDays, t.OnRefund = ptr(det.Mode), ptr(m.RenewalGraceDays), ptr(m.OnRefund)
+	days := m.DurationDays
+	if det.Mode == stripeevent.ModeSubscription && days == nil {
+		days = ptr(int32(subscriptionFirstDays))
+	}
 	expires := structpb.NewNullValue()
-	if m.DurationDays != nil {
-		t := w.now().UTC().Truncate(time.Second).Add(time.Duration(*m.DurationDays) * 24 * time.Hour)
-		expires = structpb.NewStringValue(t.Format(time.RFC3339))
+	switch {
+	case det.Mode == stripeevent.ModeSubscription && t.PaidUntil != nil:
+		at := t.PaidUntil.Add(time.Duration(m.RenewalGraceDays) * 24 * time.Hour)
+		t.ExpiryApplied = &at
+		expires = structpb.NewStringValue(at.UTC().Format(time.RFC3339))
+	case days != nil:
+		at := w.now().UTC().Truncate(time.Second).Add(time.Duration(*days) * 24 * time.Hour)
+		expires = structpb.NewStringValue(at.Format(time.RFC3339))
 	}
 	issuedTo := d.CheckoutSessionID
 	if d.Customer != nil && *d.Customer != "" {

@@ -41,6 +41,29 @@ type fakeLicensing struct {
 	// lost answer) between the issue and recording its key would look.
 	crashAfterIssue bool
 	refuse          error
+	// What the lifecycle set, by key.
+	expiry  map[string]time.Time
+	revoked map[string]bool
+}
+
+func (f *fakeLicensing) SetExpiry(_ context.Context, _, key string, at time.Time) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.expiry == nil {
+		f.expiry = map[string]time.Time{}
+	}
+	f.expiry[key] = at
+	return nil
+}
+
+func (f *fakeLicensing) SetRevoked(_ context.Context, _, key string, revoked bool) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.revoked == nil {
+		f.revoked = map[string]bool{}
+	}
+	f.revoked[key] = revoked
+	return nil
 }
 
 func (f *fakeLicensing) IssueLicense(_ context.Context, tenant, idemKey string, req *licensingv1.IssueLicenseRequest) (string, error) {

@@ -121,8 +121,38 @@ func parseMapping(tenant string, req *storefrontv1.CreateMappingRequest) (*store
 		return nil, err
 	}
 	m.Limits = limits
-	return m, nil
+	return m, parseFollowUp(m, req)
 }
+
+// maxGraceDays bounds renewal_grace_days: a subscription that stopped paying should not
+// keep a license for months.
+const maxGraceDays = 90
+
+// parseFollowUp reads what happens after the sale: the renewal grace and on_refund.
+func parseFollowUp(m *store.Mapping, req *storefrontv1.CreateMappingRequest) error {
+	m.RenewalGraceDays = defaultGraceDays
+	if v := req.GetRenewalGraceDays(); v != nil {
+		if _, null := v.GetKind().(*structpb.Value_NullValue); !null {
+			n, ok := v.GetKind().(*structpb.Value_NumberValue)
+			if !ok || n.NumberValue < 0 || n.NumberValue > maxGraceDays || n.NumberValue != math.Trunc(n.NumberValue) {
+				return apierr.Invalid("renewal_grace_days must be an integer from 0 to %d", maxGraceDays)
+			}
+			m.RenewalGraceDays = int32(n.NumberValue)
+		}
+	}
+	switch req.GetOnRefund() {
+	case "", store.OnRefundRevoke:
+		m.OnRefund = store.OnRefundRevoke
+	case store.OnRefundKeep:
+		m.OnRefund = store.OnRefundKeep
+	default:
+		return apierr.Invalid("on_refund must be revoke or keep")
+	}
+	return nil
+}
+
+// defaultGraceDays is renewal_grace_days when a mapping does not say.
+const defaultGraceDays = 3
 
 func text(name, v string) error {
 	switch {
@@ -158,6 +188,7 @@ func mappingPB(m *store.Mapping) *storefrontv1.Mapping {
 	out := &storefrontv1.Mapping{
 		Id: m.ID, ProductId: m.ProductID, Tier: m.Tier, Seats: m.Seats,
 		Limits: &structpb.Struct{Fields: map[string]*structpb.Value{}}, CreatedAt: timestamppb.New(m.CreatedAt),
+		RenewalGraceDays: m.RenewalGraceDays, OnRefund: m.OnRefund,
 	}
 	if m.PaymentLink != nil {
 		out.PaymentLink = wrapperspb.String(*m.PaymentLink)

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"strings"
 
@@ -49,17 +50,20 @@ func (s *Server) ReceiveEvent(ctx context.Context, req *storefrontv1.ReceiveEven
 		return nil, errInvalidPayload
 	}
 	if ev.Session == nil {
-		// An event type fulfillment does not act on: acknowledged so the provider stops
-		// sending it, and not recorded.
-		s.log.Debug("storefront event ignored", "event_type", ev.Type, "webhook_id", w.ID)
-		return &storefrontv1.ReceiveEventResponse{Received: true}, nil
+		// Not a checkout: a lifecycle event (held until its purchase is known), or a type
+		// the storefront does not act on, recorded as ignored so the provider stops sending it.
+		return s.recordFollowUp(ctx, w, ev)
+	}
+	detail, err := json.Marshal(stripeevent.Detail{Mode: ev.Session.Mode})
+	if err != nil {
+		return nil, err
 	}
 	d := &store.Delivery{
 		TenantID: w.TenantID, WebhookID: w.ID, EventID: ev.ID, EventType: ev.Type,
 		CheckoutSessionID: ev.Session.ID, PaymentLink: nonEmpty(ev.Session.PaymentLink),
 		ServiceRef: nonEmpty(ev.Session.ServiceRef), PaymentStatus: ev.Session.PaymentStatus,
 		Customer: nonEmpty(ev.Session.Customer), SessionCreated: ev.Session.Created,
-		Outcome: store.OutcomeProcessing,
+		Outcome: store.OutcomeProcessing, Refs: ev.Session.Refs, Detail: detail,
 	}
 	var sealedEmail []byte
 	if email := ev.Session.Email; email != "" && mail.ValidAddress(email) {
@@ -78,6 +82,34 @@ func (s *Server) ReceiveEvent(ctx context.Context, req *storefrontv1.ReceiveEven
 	}
 	return &storefrontv1.ReceiveEventResponse{Received: true}, nil
 }
+
+// recordFollowUp records an event that is not a checkout. A lifecycle event goes to the
+// worker once its purchase is known (store.RecordEvent links or holds it).
+func (s *Server) recordFollowUp(ctx context.Context, w *store.Webhook, ev *stripeevent.Event) (*storefrontv1.ReceiveEventResponse, error) {
+	d := &store.Delivery{
+		TenantID: w.TenantID, WebhookID: w.ID, EventID: ev.ID, EventType: ev.Type,
+		SessionCreated: ev.Created, Outcome: store.OutcomeIgnored, Error: ptr("The storefront does not act on " + ev.Type + " events"),
+	}
+	if ev.Lifecycle != nil {
+		detail, err := json.Marshal(ev.Lifecycle.Detail)
+		if err != nil {
+			return nil, err
+		}
+		d.Outcome, d.Error, d.Refs, d.Detail = store.OutcomeProcessing, nil, ev.Lifecycle.Refs, detail
+	}
+	rec, err := s.store.RecordEvent(ctx, d, func(d *store.Delivery) natsx.Message {
+		return fulfill.Message(d, nil)
+	})
+	if err != nil {
+		return nil, err
+	}
+	if rec.Enqueued {
+		s.notify()
+	}
+	return &storefrontv1.ReceiveEventResponse{Received: true}, nil
+}
+
+func ptr[T any](v T) *T { return &v }
 
 var errInvalidPayload = apierr.Invalid("Invalid payload: not a Stripe event")
 

@@ -43,7 +43,8 @@ const (
 
 // Outcomes lists every outcome, for the deliveries filter.
 var Outcomes = []string{OutcomeIssued, OutcomeProcessing, OutcomeAwaitingPayment, OutcomeUnmapped,
-	OutcomeOverQuota, OutcomeInvalidInput, OutcomeError}
+	OutcomeOverQuota, OutcomeInvalidInput, OutcomeError, OutcomeHeld, OutcomeExpirySet, OutcomeRenewed, OutcomeCanceled,
+	OutcomeRevokedRefund, OutcomeRevokedDispute, OutcomeReactivated, OutcomeKept, OutcomeIgnored}
 
 // Email statuses (addendum §4).
 const (
@@ -157,13 +158,17 @@ type Mapping struct {
 	Limits                  map[string]float64
 	DurationDays            *int32
 	CreatedAt               time.Time
+	RenewalGraceDays        int32
+	OnRefund                string
 }
 
-const mappingCols = `id, tenant_id, payment_link, service_ref, product_id, tier, seats, limits, duration_days, created_at`
+const mappingCols = `id, tenant_id, payment_link, service_ref, product_id, tier, seats, limits, duration_days, created_at,
+	renewal_grace_days, on_refund`
 
 func scanMapping(row pgx.Row) (*Mapping, error) {
 	var m Mapping
-	err := row.Scan(&m.ID, &m.TenantID, &m.PaymentLink, &m.ServiceRef, &m.ProductID, &m.Tier, &m.Seats, &m.Limits, &m.DurationDays, &m.CreatedAt)
+	err := row.Scan(&m.ID, &m.TenantID, &m.PaymentLink, &m.ServiceRef, &m.ProductID, &m.Tier, &m.Seats, &m.Limits, &m.DurationDays, &m.CreatedAt,
+		&m.RenewalGraceDays, &m.OnRefund)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrNotFound
 	}
@@ -190,9 +195,13 @@ func insertMapping(ctx context.Context, tx pgx.Tx, m *Mapping) (*Mapping, error)
 	if limits == nil {
 		limits = map[string]float64{}
 	}
-	out, err := scanMapping(tx.QueryRow(ctx, `INSERT INTO mappings (tenant_id, payment_link, service_ref, product_id, tier, seats, limits, duration_days)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING `+mappingCols,
-		m.TenantID, m.PaymentLink, m.ServiceRef, m.ProductID, m.Tier, m.Seats, limits, m.DurationDays))
+	if m.OnRefund == "" {
+		m.OnRefund = OnRefundRevoke
+	}
+	out, err := scanMapping(tx.QueryRow(ctx, `INSERT INTO mappings (tenant_id, payment_link, service_ref, product_id, tier, seats, limits, duration_days,
+		renewal_grace_days, on_refund)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING `+mappingCols,
+		m.TenantID, m.PaymentLink, m.ServiceRef, m.ProductID, m.Tier, m.Seats, limits, m.DurationDays, m.RenewalGraceDays, m.OnRefund))
 	if isUniqueViolation(err) {
 		return nil, ErrConflict
 	}
@@ -242,16 +251,21 @@ type Delivery struct {
 	EmailStatus, LicenseKey, Error          *string
 	Receipts                                int32
 	CreatedAt, UpdatedAt                    time.Time
+	// Refs are the Stripe ids that name the purchase (lifecycle.go); Detail the fields of
+	// the event the worker acts on (stripeevent.Detail as JSON).
+	Refs   []string
+	Detail []byte
 }
 
 const deliveryCols = `id, tenant_id, webhook_id, event_id, event_type, checkout_session_id, payment_link, service_ref,
-	payment_status, customer, session_created, outcome, email_status, license_key, error, receipts, created_at, updated_at`
+	payment_status, customer, session_created, outcome, email_status, license_key, error, receipts, created_at, updated_at,
+	refs, detail`
 
 func scanDelivery(row pgx.Row) (*Delivery, error) {
 	var d Delivery
 	err := row.Scan(&d.ID, &d.TenantID, &d.WebhookID, &d.EventID, &d.EventType, &d.CheckoutSessionID, &d.PaymentLink,
 		&d.ServiceRef, &d.PaymentStatus, &d.Customer, &d.SessionCreated, &d.Outcome, &d.EmailStatus, &d.LicenseKey,
-		&d.Error, &d.Receipts, &d.CreatedAt, &d.UpdatedAt)
+		&d.Error, &d.Receipts, &d.CreatedAt, &d.UpdatedAt, &d.Refs, &d.Detail)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrNotFound
 	}
@@ -273,21 +287,37 @@ type Recorded struct {
 func (s *Store) RecordEvent(ctx context.Context, d *Delivery, msg func(*Delivery) natsx.Message) (*Recorded, error) {
 	var out Recorded
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		adopted, err := linkPurchase(ctx, tx, d)
+		if err != nil {
+			return err
+		}
 		var inserted bool
+		refs := d.Refs
+		if refs == nil {
+			refs = []string{}
+		}
 		row := tx.QueryRow(ctx, `INSERT INTO deliveries (tenant_id, webhook_id, event_id, event_type, checkout_session_id,
-			payment_link, service_ref, payment_status, customer, session_created, outcome, error)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
+			payment_link, service_ref, payment_status, customer, session_created, outcome, error, refs, detail)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
 			ON CONFLICT (tenant_id, event_id) DO UPDATE SET receipts = deliveries.receipts + 1
 			RETURNING `+deliveryCols+`, (xmax = 0)`,
 			d.TenantID, d.WebhookID, d.EventID, d.EventType, d.CheckoutSessionID, d.PaymentLink, d.ServiceRef,
-			d.PaymentStatus, d.Customer, d.SessionCreated, d.Outcome, d.Error)
+			d.PaymentStatus, d.Customer, d.SessionCreated, d.Outcome, d.Error, refs, d.Detail)
 		var rd Delivery
 		if err := row.Scan(&rd.ID, &rd.TenantID, &rd.WebhookID, &rd.EventID, &rd.EventType, &rd.CheckoutSessionID,
 			&rd.PaymentLink, &rd.ServiceRef, &rd.PaymentStatus, &rd.Customer, &rd.SessionCreated, &rd.Outcome,
-			&rd.EmailStatus, &rd.LicenseKey, &rd.Error, &rd.Receipts, &rd.CreatedAt, &rd.UpdatedAt, &inserted); err != nil {
+			&rd.EmailStatus, &rd.LicenseKey, &rd.Error, &rd.Receipts, &rd.CreatedAt, &rd.UpdatedAt, &rd.Refs, &rd.Detail,
+			&inserted); err != nil {
 			return err
 		}
 		out.Delivery = &rd
+		for _, a := range adopted {
+			// A held event whose purchase is known now: the worker applies it.
+			if err := natsx.Enqueue(ctx, tx, msg(a)); err != nil {
+				return err
+			}
+			out.Enqueued = true
+		}
 		if !needsWork(&rd, inserted) {
 			return nil
 		}
@@ -313,7 +343,7 @@ func needsWork(d *Delivery, inserted bool) bool {
 	case d.Outcome == OutcomeProcessing:
 		// Queued already: the first receipt's message will do it, unless it was lost.
 		return time.Since(d.UpdatedAt) > staleProcessing
-	case d.Outcome == OutcomeInvalidInput:
+	case d.Outcome == OutcomeInvalidInput, d.Outcome == OutcomeHeld, finalLifecycle[d.Outcome]:
 		return false
 	case d.Outcome == OutcomeIssued:
 		return d.EmailStatus == nil || (*d.EmailStatus != EmailSent && *d.EmailStatus != EmailLogged)
@@ -356,6 +386,7 @@ type Fulfillment struct {
 	TenantID, CheckoutSessionID string
 	Request                     []byte
 	LicenseKey, EmailStatus     *string
+	Terms                       Terms
 }
 
 // Session is one checkout session held under its lock: a worker that has it is the only
@@ -402,7 +433,9 @@ func (x *Session) Fulfillment(ctx context.Context) (*Fulfillment, error) {
 	// One round trip: the no-op update makes RETURNING yield an existing row too.
 	err := x.conn.QueryRow(ctx, `INSERT INTO fulfillments (tenant_id, checkout_session_id) VALUES ($1, $2)
 		ON CONFLICT (tenant_id, checkout_session_id) DO UPDATE SET tenant_id = EXCLUDED.tenant_id
-		RETURNING request, license_key, email_status`, x.tenant, x.session).Scan(&f.Request, &f.LicenseKey, &f.EmailStatus)
+		RETURNING request, license_key, email_status, `+termsCols, x.tenant, x.session).Scan(&f.Request, &f.LicenseKey, &f.EmailStatus,
+		&f.Terms.Mode, &f.Terms.GraceDays, &f.Terms.OnRefund, &f.Terms.PaidUntil, &f.Terms.ExpiryApplied, &f.Terms.RevokedFor,
+		&f.Terms.RevokedApplied, &f.Terms.WonDisputes)
 	return &f, err
 }
 

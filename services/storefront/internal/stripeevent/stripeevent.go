@@ -44,8 +44,12 @@ func Handled(t string) bool {
 type Event struct {
 	ID   string
 	Type string
-	// Session is nil for event types fulfillment ignores.
-	Session *Session
+	// Created is when Stripe created the event.
+	Created time.Time
+	// Session is set for the checkout events, Lifecycle for the events that follow a
+	// purchase (IsLifecycle); both are nil for event types the storefront ignores.
+	Session   *Session
+	Lifecycle *Lifecycle
 }
 
 // Session is what fulfillment reads from a Checkout Session.
@@ -58,6 +62,10 @@ type Session struct {
 	// Email is customer_details.email: the buyer's address, used for the send and never stored.
 	Email   string
 	Created time.Time
+	// Mode is payment or subscription; Refs the session's subscription, payment intent
+	// and invoice ids, which later events name the purchase by.
+	Mode string
+	Refs []string
 }
 
 // Parse verifies payload against secret and reads it. The signature is checked before
@@ -70,12 +78,20 @@ func Parse(payload []byte, sigHeader, secret string) (*Event, error) {
 	if err := json.Unmarshal(payload, &ev); err != nil || ev.ID == "" || ev.Type == "" {
 		return nil, ErrPayload
 	}
-	out := &Event{ID: clip(ev.ID), Type: clip(string(ev.Type))}
-	if !Handled(out.Type) {
+	out := &Event{ID: clip(ev.ID), Type: clip(string(ev.Type)), Created: time.Unix(ev.Created, 0).UTC()}
+	if !Handled(out.Type) && !IsLifecycle(out.Type) {
 		return out, nil
 	}
 	if ev.Data == nil || len(ev.Data.Raw) == 0 {
 		return nil, ErrPayload
+	}
+	if IsLifecycle(out.Type) {
+		// An object without what the type needs (an invoice of no subscription, say) is
+		// not about a storefront purchase: acknowledged and ignored like other types.
+		if l, ok := parseLifecycle(out.Type, ev.Data.Raw); ok {
+			out.Lifecycle = l
+		}
+		return out, nil
 	}
 	var cs stripe.CheckoutSession
 	if err := json.Unmarshal(ev.Data.Raw, &cs); err != nil || cs.ID == "" {
@@ -91,6 +107,18 @@ func Parse(payload []byte, sigHeader, secret string) (*Event, error) {
 	if cs.CustomerDetails != nil {
 		s.Email = strings.TrimSpace(cs.CustomerDetails.Email)
 	}
+	s.Mode = clip(string(cs.Mode))
+	var ids []string
+	if cs.Subscription != nil {
+		ids = append(ids, cs.Subscription.ID)
+	}
+	if cs.PaymentIntent != nil {
+		ids = append(ids, cs.PaymentIntent.ID)
+	}
+	if cs.Invoice != nil {
+		ids = append(ids, cs.Invoice.ID)
+	}
+	s.Refs = refs(ids...)
 	if cs.Created > 0 {
 		s.Created = time.Unix(cs.Created, 0).UTC()
 	} else {

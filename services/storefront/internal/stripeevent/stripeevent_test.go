@@ -88,12 +88,54 @@ func TestSignedButUnreadable(t *testing.T) {
 	}
 }
 
-// Other event types are verified and returned without a session: acknowledged, ignored.
+// Other event types, and lifecycle events that are not about a subscription or a charge,
+// are verified and returned with nothing to act on: acknowledged, ignored.
 func TestOtherEventTypes(t *testing.T) {
-	p := payload(t, "invoice.paid", map[string]any{"id": "in_1"})
-	ev, err := stripeevent.Parse(p, sign(p, secret, time.Now()), secret)
-	if err != nil || ev.Session != nil || ev.Type != "invoice.paid" {
-		t.Fatalf("%+v %v", ev, err)
+	for _, p := range [][]byte{
+		payload(t, "invoice.paid", map[string]any{"id": "in_1"}),
+		payload(t, "customer.created", map[string]any{"id": "cus_1"}),
+	} {
+		ev, err := stripeevent.Parse(p, sign(p, secret, time.Now()), secret)
+		if err != nil || ev.Session != nil || ev.Lifecycle != nil {
+			t.Fatalf("%+v %v", ev, err)
+		}
+	}
+}
+
+// Lifecycle events yield the ids that lead to the purchase, the most telling first, and
+// the fields the worker acts on.
+func TestLifecycleEvents(t *testing.T) {
+	end := time.Date(2027, 1, 2, 3, 4, 5, 0, time.UTC)
+	for _, tc := range []struct {
+		typ  string
+		obj  map[string]any
+		refs []string
+		want stripeevent.Detail
+	}{
+		{stripeevent.InvoicePaid, map[string]any{"id": "in_1", "subscription": "sub_1", "payment_intent": "pi_1",
+			"charge": map[string]any{"id": "ch_1"}, "billing_reason": "subscription_create", "period_end": end.Add(-time.Hour).Unix(),
+			"lines": map[string]any{"data": []any{map[string]any{"period": map[string]any{"end": end.Unix()}}}}},
+			[]string{"sub_1", "in_1", "pi_1", "ch_1"}, stripeevent.Detail{PeriodEnd: &end, First: true}},
+		{stripeevent.SubscriptionDeleted, map[string]any{"id": "sub_1"}, []string{"sub_1"}, stripeevent.Detail{}},
+		{stripeevent.ChargeRefunded, map[string]any{"id": "ch_1", "payment_intent": "pi_1", "amount": 100, "amount_refunded": 40},
+			[]string{"pi_1", "ch_1"}, stripeevent.Detail{Amount: 100, AmountRefunded: 40}},
+		{stripeevent.DisputeClosed, map[string]any{"id": "dp_1", "charge": "ch_1", "status": "won"},
+			[]string{"ch_1"}, stripeevent.Detail{DisputeID: "dp_1", DisputeStatus: "won"}},
+	} {
+		p := payload(t, tc.typ, tc.obj)
+		ev, err := stripeevent.Parse(p, sign(p, secret, time.Now()), secret)
+		if err != nil || ev.Lifecycle == nil {
+			t.Fatalf("%s: %+v %v", tc.typ, ev, err)
+		}
+		got, _ := json.Marshal(ev.Lifecycle)
+		want, _ := json.Marshal(stripeevent.Lifecycle{Refs: tc.refs, Detail: tc.want})
+		if string(got) != string(want) {
+			t.Errorf("%s: %s, want %s", tc.typ, got, want)
+		}
+	}
+	full := stripeevent.Detail{Amount: 100, AmountRefunded: 100}
+	if !full.FullRefund() || (stripeevent.Detail{Amount: 100, AmountRefunded: 99}).FullRefund() {
+		t.Error("FullRefund")
 	}
 }
 

@@ -1,0 +1,347 @@
+package e2e
+
+import (
+	"encoding/json"
+	"net/url"
+	"sync"
+	"testing"
+	"time"
+)
+
+// After the first sale the license follows the money: Stripe-signed invoice, subscription,
+// charge and dispute events, delivered in any order, any number of times, move its expiry
+// and status (docs/storefront.md, lifecycle).
+
+// checkout is a checkout.session.completed payload for s with the Stripe ids later
+// events name the purchase by (mode subscription when sub is set).
+func checkout(eventID string, s session, sub, paymentIntent string) []byte {
+	var ev map[string]any
+	_ = json.Unmarshal(event(eventID, "checkout.session.completed", s), &ev)
+	obj := ev["data"].(map[string]any)["object"].(map[string]any)
+	if sub != "" {
+		obj["mode"], obj["subscription"] = "subscription", sub
+	}
+	if paymentIntent != "" {
+		obj["payment_intent"] = paymentIntent
+	}
+	b, _ := json.Marshal(ev)
+	return b
+}
+
+// lifecycleEvent is a Stripe event of type typ carrying obj.
+func lifecycleEvent(eventID, typ string, obj map[string]any) []byte {
+	var ev map[string]any
+	_ = json.Unmarshal(event(eventID, typ, session{}), &ev)
+	ev["data"] = map[string]any{"object": obj}
+	b, _ := json.Marshal(ev)
+	return b
+}
+
+// invoicePaid is invoice.paid for a subscription's period ending at end.
+func invoicePaid(eventID, sub string, end time.Time, first bool) []byte {
+	reason := "subscription_cycle"
+	if first {
+		reason = "subscription_create"
+	}
+	start := end.AddDate(0, -1, 0)
+	return lifecycleEvent(eventID, "invoice.paid", map[string]any{
+		"id": uniq("in_"), "object": "invoice", "subscription": sub, "billing_reason": reason, "status": "paid",
+		"payment_intent": uniq("pi_"), "charge": uniq("ch_"), "period_end": start.Unix(),
+		"lines": map[string]any{"object": "list", "data": []any{map[string]any{
+			"id": uniq("il_"), "object": "line_item", "period": map[string]any{"start": start.Unix(), "end": end.Unix()}}}},
+	})
+}
+
+func chargeRefunded(eventID, paymentIntent string, amount, refunded int64) []byte {
+	return lifecycleEvent(eventID, "charge.refunded", map[string]any{
+		"id": uniq("ch_"), "object": "charge", "payment_intent": paymentIntent, "amount": amount,
+		"amount_refunded": refunded, "refunded": amount == refunded,
+	})
+}
+
+func dispute(eventID, typ, disputeID, paymentIntent, status string) []byte {
+	return lifecycleEvent(eventID, typ, map[string]any{
+		"id": disputeID, "object": "dispute", "charge": uniq("ch_"), "payment_intent": paymentIntent,
+		"status": status, "amount": 1900,
+	})
+}
+
+// licenseOf reads a license as the vendor sees it.
+func licenseOf(t *testing.T, c *Client, key string) map[string]any {
+	t.Helper()
+	return c.Get("/v1/admin/license/"+url.PathEscape(key)).Expect(t, 200).JSON(t)
+}
+
+// awaitLicense polls the license until ok accepts it.
+func awaitLicense(t *testing.T, c *Client, key string, ok func(map[string]any) bool) map[string]any {
+	t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	var last map[string]any
+	for time.Now().Before(deadline) {
+		if last = licenseOf(t, c, key); ok(last) {
+			return last
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	t.Fatalf("license %s never reached the expected state; last: %v", key, last)
+	return nil
+}
+
+func expiresAt(at time.Time) func(map[string]any) bool {
+	want := at.UTC().Format(time.RFC3339)
+	return func(l map[string]any) bool { return l["expires_at"] == want }
+}
+
+func licenseStatus(s string) func(map[string]any) bool {
+	return func(l map[string]any) bool { return l["status"] == s }
+}
+
+// deliverN delivers payload n times at once; every copy must answer 200.
+func (s *shop) deliverN(payload []byte, n int) {
+	s.t.Helper()
+	var wg sync.WaitGroup
+	codes := make([]int, n)
+	for i := range codes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			codes[i] = s.deliver(payload).Status
+		}()
+	}
+	wg.Wait()
+	for i, c := range codes {
+		if c != 200 {
+			s.t.Fatalf("copy %d answered %d", i, c)
+		}
+	}
+}
+
+// A subscription bought, renewed twice and canceled: the expiry is the paid period's end
+// plus the mapping's grace at each step; a late older invoice changes nothing.
+func TestStorefrontSubscriptionFollowsInvoices(t *testing.T) {
+	t.Parallel()
+	s, _ := storefrontStack(t)
+	sh := connectShop(t, newTenant(t, s))
+	prod, ref := product("sf-sub"), uniq("ref-")
+	m := sh.mapping(map[string]any{"service_ref": ref, "product_id": prod, "tier": "pro", "renewal_grace_days": 2})
+	if m["renewal_grace_days"] != float64(2) || m["on_refund"] != "revoke" {
+		t.Fatalf("mapping %v", m)
+	}
+	grace := 2 * 24 * time.Hour
+
+	sess := newSession("", uniq("sub")+"@example.com")
+	sess.ServiceRef = ref
+	sub := uniq("sub_")
+	ev := uniq("evt_")
+	sh.deliver(checkout(ev, sess, sub, "")).Expect(t, 200)
+	key := sh.await(ev, outcome("issued", "sent"))["license_key"].(string)
+	// Until the first invoice is seen: 31 days (the mapping has no duration_days), never perpetual.
+	if l := licenseOf(t, sh.c, key); l["expires_at"] == nil {
+		t.Fatalf("a subscription's license is perpetual: %v", l)
+	}
+
+	period := time.Now().UTC().Truncate(time.Second).Add(30 * 24 * time.Hour)
+	steps := []struct {
+		end     time.Time
+		first   bool
+		outcome string
+	}{
+		{period, true, "expiry_set"},
+		{period.AddDate(0, 1, 0), false, "renewed"},
+		{period.AddDate(0, 2, 0), false, "renewed"},
+	}
+	for _, st := range steps {
+		ev := uniq("evt_")
+		sh.deliver(invoicePaid(ev, sub, st.end, st.first)).Expect(t, 200)
+		d := sh.await(ev, outcome(st.outcome))
+		if d["license_key"] != key {
+			t.Fatalf("invoice delivery %v", d)
+		}
+		awaitLicense(t, sh.c, key, expiresAt(st.end.Add(grace)))
+	}
+	last := steps[len(steps)-1].end.Add(grace)
+
+	late := uniq("evt_")
+	sh.deliver(invoicePaid(late, sub, steps[1].end, false)).Expect(t, 200)
+	sh.await(late, outcome("ignored"))
+	if l := licenseOf(t, sh.c, key); !expiresAt(last)(l) {
+		t.Fatalf("a late older invoice moved the expiry: %v", l)
+	}
+
+	end := uniq("evt_")
+	sh.deliver(lifecycleEvent(end, "customer.subscription.deleted", map[string]any{
+		"id": sub, "object": "subscription", "status": "canceled"})).Expect(t, 200)
+	sh.await(end, outcome("canceled"))
+	if l := licenseOf(t, sh.c, key); !expiresAt(last)(l) || l["status"] != "active" {
+		t.Fatalf("after cancel the license should expire at the end of what was paid: %v", l)
+	}
+	if n := len(licensesOf(t, sh.c, prod)); n != 1 {
+		t.Fatalf("%d licenses for one subscription", n)
+	}
+}
+
+// Invoices delivered before their checkout, each 20 times at once, and the checkout
+// itself 20 times at once: one license, expiring at the latest paid period plus grace.
+func TestStorefrontSubscriptionEventsBeforeCheckout(t *testing.T) {
+	t.Parallel()
+	s, _ := storefrontStack(t)
+	sh := connectShop(t, newTenant(t, s))
+	prod, ref := product("sf-sub-early"), uniq("ref-")
+	sh.mapping(map[string]any{"service_ref": ref, "product_id": prod, "tier": "pro", "duration_days": 30})
+	sess := newSession("", uniq("early")+"@example.com")
+	sess.ServiceRef = ref
+	sub := uniq("sub_")
+
+	p1 := time.Now().UTC().Truncate(time.Second).Add(30 * 24 * time.Hour)
+	p2 := p1.AddDate(0, 1, 0)
+	inv1, inv2 := uniq("evt_"), uniq("evt_")
+	renewal := invoicePaid(inv2, sub, p2, false)
+	sh.deliverN(renewal, 20)
+	sh.deliverN(invoicePaid(inv1, sub, p1, true), 20)
+	for _, ev := range []string{inv1, inv2} {
+		if d := sh.await(ev, outcome("held")); d["checkout_session_id"] != "" {
+			t.Fatalf("held delivery %v", d)
+		}
+	}
+
+	ev := uniq("evt_")
+	sh.deliverN(checkout(ev, sess, sub, ""), 20)
+	key := sh.await(ev, outcome("issued", "sent"))["license_key"].(string)
+	want := p2.Add(3 * 24 * time.Hour) // the default grace
+	awaitLicense(t, sh.c, key, expiresAt(want))
+	sh.await(inv2, outcome("renewed"))
+	sh.await(inv1, outcome("ignored")) // older than what was already paid
+
+	// Stripe's retries of everything change nothing.
+	sh.deliverN(renewal, 5)
+	sh.deliverN(checkout(ev, sess, sub, ""), 5)
+	time.Sleep(2 * time.Second)
+	if l := licenseOf(t, sh.c, key); !expiresAt(want)(l) {
+		t.Fatalf("redeliveries moved the license: %v", l)
+	}
+	if n := len(licensesOf(t, sh.c, prod)); n != 1 {
+		t.Fatalf("%d licenses for one subscription", n)
+	}
+}
+
+// A full refund and a dispute revoke, a dispute won reactivates, a partial refund and a
+// mapping that keeps licenses change nothing, and a refund seen before its checkout
+// revokes the license as soon as it is issued.
+func TestStorefrontRefundsAndDisputes(t *testing.T) {
+	t.Parallel()
+	s, _ := storefrontStack(t)
+	sh := connectShop(t, newTenant(t, s))
+	prod := product("sf-refund")
+	revokeRef, keepRef := uniq("ref-"), uniq("ref-")
+	sh.mapping(map[string]any{"service_ref": revokeRef, "product_id": prod, "tier": "pro"})
+	sh.mapping(map[string]any{"service_ref": keepRef, "product_id": prod, "tier": "pro", "on_refund": "keep"})
+
+	buy := func(ref string) (pi, key string) {
+		sess := newSession("", uniq("refund")+"@example.com")
+		sess.ServiceRef = ref
+		pi = uniq("pi_")
+		ev := uniq("evt_")
+		sh.deliver(checkout(ev, sess, "", pi)).Expect(t, 200)
+		return pi, sh.await(ev, outcome("issued", "sent"))["license_key"].(string)
+	}
+
+	t.Run("refund", func(t *testing.T) {
+		pi, key := buy(revokeRef)
+		partial := uniq("evt_")
+		sh.deliver(chargeRefunded(partial, pi, 1900, 500)).Expect(t, 200)
+		sh.await(partial, outcome("ignored"))
+		if l := licenseOf(t, sh.c, key); l["status"] != "active" {
+			t.Fatalf("a partial refund changed the license: %v", l)
+		}
+		full := uniq("evt_")
+		sh.deliverN(chargeRefunded(full, pi, 1900, 1900), 20)
+		sh.await(full, outcome("revoked_refund"))
+		awaitLicense(t, sh.c, key, licenseStatus("revoked"))
+	})
+
+	t.Run("dispute", func(t *testing.T) {
+		pi, key := buy(revokeRef)
+		dp := uniq("dp_")
+		opened := uniq("evt_")
+		sh.deliver(dispute(opened, "charge.dispute.created", dp, pi, "needs_response")).Expect(t, 200)
+		sh.await(opened, outcome("revoked_dispute"))
+		awaitLicense(t, sh.c, key, licenseStatus("revoked"))
+		won := uniq("evt_")
+		sh.deliverN(dispute(won, "charge.dispute.closed", dp, pi, "won"), 20)
+		sh.await(won, outcome("reactivated"))
+		awaitLicense(t, sh.c, key, licenseStatus("active"))
+	})
+
+	t.Run("keep", func(t *testing.T) {
+		pi, key := buy(keepRef)
+		full := uniq("evt_")
+		sh.deliver(chargeRefunded(full, pi, 1900, 1900)).Expect(t, 200)
+		sh.await(full, outcome("kept"))
+		if l := licenseOf(t, sh.c, key); l["status"] != "active" {
+			t.Fatalf("on_refund keep revoked the license: %v", l)
+		}
+	})
+
+	t.Run("refund before checkout", func(t *testing.T) {
+		sess := newSession("", uniq("early")+"@example.com")
+		sess.ServiceRef = revokeRef
+		pi := uniq("pi_")
+		refund := uniq("evt_")
+		sh.deliver(chargeRefunded(refund, pi, 1900, 1900)).Expect(t, 200)
+		sh.await(refund, outcome("held"))
+		ev := uniq("evt_")
+		sh.deliver(checkout(ev, sess, "", pi)).Expect(t, 200)
+		key := sh.await(ev, outcome("issued"))["license_key"].(string)
+		sh.await(refund, outcome("revoked_refund"))
+		awaitLicense(t, sh.c, key, licenseStatus("revoked"))
+	})
+}
+
+// Event types the storefront does not act on answer 200 and are recorded ignored, once.
+func TestStorefrontUnknownEventsIgnored(t *testing.T) {
+	t.Parallel()
+	s, _ := storefrontStack(t)
+	sh := connectShop(t, newTenant(t, s))
+	ev := uniq("evt_")
+	payload := lifecycleEvent(ev, "customer.created", map[string]any{"id": uniq("cus_"), "object": "customer"})
+	sh.deliverN(payload, 3)
+	d := sh.await(ev, outcome("ignored"))
+	if d["event_type"] != "customer.created" || d["license_key"] != nil {
+		t.Fatalf("ignored delivery %v", d)
+	}
+	if ds, total := sh.deliveries("outcome=ignored"); total != 1 || len(ds) != 1 {
+		t.Fatalf("ignored deliveries %v total %d", ds, total)
+	}
+}
+
+// The follow-up fields of a mapping are validated like the rest: a 400 naming the field.
+func TestStorefrontMappingFollowUpFields(t *testing.T) {
+	t.Parallel()
+	s, _ := storefrontStack(t)
+	c := newTenant(t, s)
+	connectShop(t, c)
+	prod := product("sf-fields")
+	for _, tc := range []struct {
+		body map[string]any
+		want string
+	}{
+		{map[string]any{"renewal_grace_days": "three"}, "renewal_grace_days must be an integer from 0 to 90"},
+		{map[string]any{"renewal_grace_days": 91}, "renewal_grace_days must be an integer from 0 to 90"},
+		{map[string]any{"renewal_grace_days": 1.5}, "renewal_grace_days must be an integer from 0 to 90"},
+		{map[string]any{"on_refund": "maybe"}, "on_refund must be revoke or keep"},
+	} {
+		body := map[string]any{"service_ref": uniq("ref-"), "product_id": prod, "tier": "pro"}
+		for k, v := range tc.body {
+			body[k] = v
+		}
+		got := c.Post("/v1/storefront/mappings", body).Expect(t, 400).JSON(t)
+		if got["error"] != tc.want {
+			t.Errorf("%v: %v, want %q", tc.body, got, tc.want)
+		}
+	}
+	m := c.Post("/v1/storefront/mappings", map[string]any{"service_ref": uniq("ref-"), "product_id": prod, "tier": "pro",
+		"renewal_grace_days": 0, "on_refund": "keep"}).Expect(t, 200).JSON(t)
+	if m["renewal_grace_days"] != float64(0) || m["on_refund"] != "keep" {
+		t.Fatalf("mapping %v", m)
+	}
+}
