@@ -39,6 +39,20 @@ type Postgres struct {
 	bin  string
 	cmd  *exec.Cmd
 	done chan struct{}
+	// exitErr is cmd's exit status, once done is closed.
+	exitErr error
+}
+
+// Exited is closed when the server this process started last exits (nil for a cluster
+// found running); ExitErr then says how it ended.
+func (p *Postgres) Exited() <-chan struct{} { return p.done }
+
+// ExitErr is how the server ended, once Exited is closed.
+func (p *Postgres) ExitErr() error { return p.exitErr }
+
+// Restart starts the cluster again on its port after it exited.
+func (p *Postgres) Restart(ctx context.Context) error {
+	return p.start(ctx, filepath.Join(p.Dir, "data"))
 }
 
 // URL is the connection URL of database db as the postgres superuser (trust auth on loopback).
@@ -180,7 +194,7 @@ func (p *Postgres) start(ctx context.Context, data string) error {
 	}
 	done := make(chan struct{})
 	p.cmd, p.done = cmd, done
-	go func() { _ = cmd.Wait(); logFile.Close(); close(done) }()
+	go func() { p.exitErr = cmd.Wait(); logFile.Close(); close(done) }()
 	err = p.answersAs(ctx, data)
 	if err == nil {
 		err = p.ensureDatabase(ctx, "keyhouse")

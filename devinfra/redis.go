@@ -22,7 +22,19 @@ type Redis struct {
 	Port int
 	cmd  *exec.Cmd
 	done chan struct{}
+	// exitErr is cmd's exit status, once done is closed.
+	exitErr error
 }
+
+// Exited is closed when the server this process started last exits (nil for a server
+// found running); ExitErr then says how it ended.
+func (r *Redis) Exited() <-chan struct{} { return r.done }
+
+// ExitErr is how the server ended, once Exited is closed.
+func (r *Redis) ExitErr() error { return r.exitErr }
+
+// Pid is the server's process id, 0 when unknown.
+func (r *Redis) Pid() int { return r.pid() }
 
 // URL is the redis:// URL of the server.
 func (r *Redis) URL() string { return fmt.Sprintf("redis://127.0.0.1:%d/0", r.Port) }
@@ -81,7 +93,7 @@ func (r *Redis) Start(ctx context.Context, bin string) error {
 	}
 	r.cmd, r.done = cmd, make(chan struct{})
 	done := r.done
-	go func() { _ = cmd.Wait(); close(done) }()
+	go func() { r.exitErr = cmd.Wait(); close(done) }()
 	err := os.WriteFile(filepath.Join(r.Dir, "port"), []byte(strconv.Itoa(r.Port)), 0o644)
 	if err == nil {
 		err = r.ping(ctx, 10*time.Second)

@@ -86,6 +86,11 @@ type Proc struct {
 	err         error
 	// stopping marks an exit we asked for, as opposed to a crash.
 	stopping atomic.Bool
+	// extra is the environment spawn gave it on top of the stack's (Supervise starts a
+	// crashed process again with it).
+	extra   map[string]string
+	bind    string // the address its socket was bound to
+	started time.Time
 }
 
 // Err is the process's exit error, once it has exited.
@@ -359,7 +364,8 @@ func (s *Stack) spawn(name string, extra map[string]string, socket net.Listener)
 		closeOut()
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
-	p := &Proc{Name: name, Addr: dialable(socket), MetricsAddr: dialable(metricsSocket), cmd: cmd, done: make(chan struct{})}
+	p := &Proc{Name: name, Addr: dialable(socket), MetricsAddr: dialable(metricsSocket), cmd: cmd, done: make(chan struct{}),
+		extra: extra, bind: socket.Addr().String(), started: time.Now()}
 	go func() {
 		p.err = cmd.Wait()
 		closeOut()

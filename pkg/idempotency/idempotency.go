@@ -86,7 +86,7 @@ func ttlInterval() string { return fmt.Sprintf("%d seconds", int(TTL.Seconds()))
 // concurrent call with the same key waits on the first one's row and then replays its
 // answer. When create fails nothing is kept, so a retry runs create again. key "" runs
 // create in a plain transaction.
-func Do(ctx context.Context, db *pgxpool.Pool, tenant, key string, requestHash []byte,
+func Do(ctx context.Context, db Beginner, tenant, key string, requestHash []byte,
 	create func(pgx.Tx) ([]byte, error)) (resp []byte, replayed bool, err error) {
 	err = pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
 		if key == "" {
@@ -124,6 +124,12 @@ func Do(ctx context.Context, db *pgxpool.Pool, tenant, key string, requestHash [
 		return nil
 	})
 	return resp, replayed, err
+}
+
+// Beginner starts Do's transaction: a pool, or one connection of it (a caller that needs
+// to know which backend ran the transaction).
+type Beginner interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
 }
 
 // Purge deletes records past TTL.

@@ -5,11 +5,13 @@ import (
 	"sync"
 	"time"
 
+	"github.com/keyhouse/keyhouse/pkg/idempotency"
 	"github.com/keyhouse/keyhouse/pkg/telemetry"
 	activationsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/activations/v1"
 	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 )
@@ -61,6 +63,10 @@ func newBatchedActivations(client activationsv1.ActivationsServiceClient) *batch
 func olderService(err error) bool { return status.Code(err) == codes.Unimplemented }
 
 func (b *batchedActivations) TrackUsage(ctx context.Context, req *activationsv1.TrackUsageRequest, _ ...grpc.CallOption) (*activationsv1.TrackUsageResponse, error) {
+	if md, _ := metadata.FromOutgoingContext(ctx); len(md.Get(idempotency.Header)) > 0 {
+		// The key travels as the call's metadata, which a batch item does not carry.
+		return b.ActivationsServiceClient.TrackUsage(ctx, req)
+	}
 	return answer(ctx, &b.usage, &activationsv1.TrackUsageBatchItem{Request: req, RequestId: telemetry.RequestID(ctx)},
 		(*activationsv1.TrackUsageBatchResult).GetResponse,
 		func() (*activationsv1.TrackUsageResponse, error) {
@@ -137,6 +143,9 @@ type batchedCall[Item, Result any] struct {
 	result Result
 	err    error
 	done   chan struct{}
+	// sent: the call went out in a batch; abandoned: its caller left before. Both are
+	// guarded by the batcher's mu, so a call is either sent or answered unsent.
+	sent, abandoned bool
 }
 
 // do queues item and waits for its result, or for ctx to end.
@@ -153,11 +162,21 @@ func (b *batcher[Item, Result]) do(ctx context.Context, item Item) (Result, erro
 	case <-c.done:
 		return c.result, c.err
 	case <-ctx.Done():
-		// As a gRPC call would end; the change may still be made, as when a client
-		// hangs up on a call that reached the service.
-		var none Result
-		return none, status.FromContextError(ctx.Err()).Err()
 	}
+	b.mu.Lock()
+	sent := c.sent
+	c.abandoned = !sent
+	b.mu.Unlock()
+	if sent {
+		// Its batch is out: the change may be made, so the answer waits for the batch's
+		// (bounded by the batch's deadline, the latest of its calls'). A 503 now would
+		// tell the client to retry a change that may have been applied.
+		<-c.done
+		return c.result, c.err
+	}
+	// Never sent, never made.
+	var none Result
+	return none, status.FromContextError(ctx.Err()).Err()
 }
 
 // run sends batches until nothing is queued.
@@ -179,16 +198,20 @@ func (b *batcher[Item, Result]) run() {
 }
 
 // call sends one batch and hands each call its result. Calls whose client left are not
-// sent. The batch lasts as long as its longest-waiting call may.
+// sent (and are answered 503 by do); the others wait for the batch. The batch lasts as
+// long as its longest-waiting call may.
 func (b *batcher[Item, Result]) call(batch []*batchedCall[Item, Result]) {
 	live := batch[:0]
 	items := make([]Item, 0, len(batch))
 	var deadline time.Time
 	unbounded := false // a request without a deadline (REQUEST_TIMEOUT unset in tests)
+	b.mu.Lock()
 	for _, c := range batch {
-		if c.ctx.Err() != nil {
+		if c.abandoned || c.ctx.Err() != nil {
+			c.abandoned = true
 			continue
 		}
+		c.sent = true
 		live = append(live, c)
 		items = append(items, c.item)
 		d, ok := c.ctx.Deadline()
@@ -197,6 +220,7 @@ func (b *batcher[Item, Result]) call(batch []*batchedCall[Item, Result]) {
 			deadline = d
 		}
 	}
+	b.mu.Unlock()
 	if len(live) == 0 {
 		return
 	}

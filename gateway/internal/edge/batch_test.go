@@ -9,9 +9,11 @@ import (
 	"time"
 
 	"github.com/keyhouse/keyhouse/pkg/apierr"
+	"github.com/keyhouse/keyhouse/pkg/idempotency"
 	activationsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/activations/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 )
@@ -371,5 +373,52 @@ func TestBatchedCallAnsweredWithAnotherCallsAnswerFails(t *testing.T) {
 	}
 	if resp, err := b.ActivateLicense(context.Background(), &activationsv1.ActivateLicenseRequest{Key: "K", InstanceId: "i"}); err != nil || !resp.GetActivated() {
 		t.Fatalf("%v %v", resp, err)
+	}
+}
+
+// A call whose batch is out is answered with the batch's answer even when its own
+// deadline passes first: the change may be made, so a 503 ("retry") would be a lie.
+func TestBatchedCallAlreadySentWaitsForItsBatchPastItsDeadline(t *testing.T) {
+	svc := newUsageService(true)
+	b := newBatchedActivations(svc)
+	ctx, cancel := context.WithCancel(context.Background())
+	answered := make(chan error, 1)
+	go func() { _, err := trackVia(b, ctx, "SENT"); answered <- err }()
+	<-svc.arrived
+	cancel()
+	select {
+	case err := <-answered:
+		t.Fatalf("answered %v while its batch was out", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(svc.release)
+	if err := <-answered; err != nil {
+		t.Fatalf("got %v, want the batch's answer", err)
+	}
+}
+
+// trackOnlyService answers the single call (the batch call would fail the test).
+type trackOnlyService struct {
+	activationsv1.ActivationsServiceClient
+	keys chan []string
+}
+
+func (s *trackOnlyService) TrackUsage(ctx context.Context, req *activationsv1.TrackUsageRequest, _ ...grpc.CallOption) (*activationsv1.TrackUsageResponse, error) {
+	md, _ := metadata.FromOutgoingContext(ctx)
+	s.keys <- md.Get(idempotency.Header)
+	return &activationsv1.TrackUsageResponse{Ok: true, Metric: req.GetMetric(), Usage: 1}, nil
+}
+
+// The Idempotency-Key is the call's metadata, which a batch item does not carry: such a
+// call goes alone, with its key.
+func TestBatchedCallWithAnIdempotencyKeyGoesAloneWithIt(t *testing.T) {
+	svc := &trackOnlyService{keys: make(chan []string, 1)}
+	b := newBatchedActivations(svc)
+	ctx := metadata.AppendToOutgoingContext(context.Background(), idempotency.Header, "k-1")
+	if _, err := trackVia(b, ctx, "K"); err != nil {
+		t.Fatal(err)
+	}
+	if got := <-svc.keys; len(got) != 1 || got[0] != "k-1" {
+		t.Fatalf("the call carried %v, want [k-1]", got)
 	}
 }

@@ -1,5 +1,6 @@
 // Command keyhouse-dev is `make run`: the whole stack in the foreground, data kept under
-// .keyhouse/ so a second run finds the first run's licenses. Ctrl-C stops everything.
+// .keyhouse/ so a second run finds the first run's licenses. A process that crashes is
+// started again; Ctrl-C stops everything.
 package main
 
 import (
@@ -82,13 +83,11 @@ func run(ctx context.Context) error {
 		mode = "hosted (MULTI_TENANT=true)"
 	}
 	fmt.Printf("\nKeyhouse is running (%s).\n  URL:       http://localhost:%d\n  Admin key: %s\n  Try:       curl http://localhost:%d/\nPress Ctrl-C to stop.\n\n", mode, port, adminKey, port)
-	select {
-	case <-ctx.Done():
-		fmt.Println("\nStopping Keyhouse ...")
-		return nil
-	case p := <-s.Crashed():
-		return fmt.Errorf("%s exited unexpectedly (%v); stopping the stack", p.Name, p.Err())
-	}
+	// A crashed service, gateway, Postgres or Redis is started again (with backoff), and
+	// the stack says so, until Ctrl-C.
+	s.Supervise(ctx, func(line string) { fmt.Printf("%-12s| %s\n", "keyhouse-dev", line) })
+	fmt.Println("\nStopping Keyhouse ...")
+	return nil
 }
 
 // adminKey returns ADMIN_API_KEY when set, else the key generated on the first run.

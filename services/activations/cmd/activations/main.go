@@ -3,10 +3,13 @@ package main
 
 import (
 	"context"
+	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/keyhouse/keyhouse/pkg/app"
 	"github.com/keyhouse/keyhouse/pkg/config"
+	"github.com/keyhouse/keyhouse/pkg/idempotency"
 	"github.com/keyhouse/keyhouse/pkg/license"
 	"github.com/keyhouse/keyhouse/pkg/licensecache"
 	"github.com/keyhouse/keyhouse/pkg/licensingclient"
@@ -59,6 +62,8 @@ func main() {
 					d.Log.Error("license.deleted consumer stopped", "error", err.Error())
 				}
 			}()
+			wg.Go(func() { idempotency.PurgeHourly(ctx, d.DB, d.Log) })
+			wg.Go(func() { forgetCommits(ctx, st, d.Log) })
 			// Closers run in reverse: the consumer finishes its message before NATS closes.
 			d.OnClose(nc.Close)
 			d.OnClose(stopCache)
@@ -66,4 +71,21 @@ func main() {
 			return nil
 		},
 	})
+}
+
+// forgetCommits deletes, every minute, the records of usage changes older than
+// store.CommitRecordsKept: they are needed only while a call waits for its outcome.
+func forgetCommits(ctx context.Context, st *store.Store, log *slog.Logger) {
+	t := time.NewTicker(time.Minute)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := st.PurgeCommits(ctx); err != nil && ctx.Err() == nil {
+				log.Warn("usage commit records not purged", "error", err.Error())
+			}
+		}
+	}
 }

@@ -159,6 +159,14 @@ func (f *fakeStore) AddUsages(_ context.Context, incs []store.Increment) ([]stor
 	return out, nil
 }
 
+func (f *fakeStore) AddUsageOnce(ctx context.Context, _ string, _ []byte, inc store.Increment, answer func(store.Added) ([]byte, error)) ([]byte, error) {
+	added, err := f.AddUsages(ctx, []store.Increment{inc})
+	if err != nil {
+		return nil, err
+	}
+	return answer(added[0])
+}
+
 func (f *fakeStore) addUsage(tenant, key string, hash []byte, metric string, inc int64, limit float64, allowed bool) store.Added {
 	a := store.Added{SeatOK: f.find(tenant, key, func(s seatRow) bool { return bytes.Equal(s.hash, hash) }) >= 0}
 	k := usageKey(tenant, key, metric)

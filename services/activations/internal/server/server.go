@@ -19,6 +19,7 @@ import (
 	"github.com/keyhouse/keyhouse/pkg/apierr"
 	"github.com/keyhouse/keyhouse/pkg/auth"
 	"github.com/keyhouse/keyhouse/pkg/grpcx"
+	"github.com/keyhouse/keyhouse/pkg/idempotency"
 	"github.com/keyhouse/keyhouse/pkg/license"
 	"github.com/keyhouse/keyhouse/pkg/licensecache"
 	"github.com/keyhouse/keyhouse/pkg/licensingclient"
@@ -42,6 +43,8 @@ type Store interface {
 	HasSeat(ctx context.Context, tenant, key, instance string) (bool, error)
 	Reissue(ctx context.Context, tenant, key, instance string, tokenHash []byte) (bool, error)
 	AddUsages(ctx context.Context, incs []store.Increment) ([]store.Added, error)
+	// AddUsageOnce adds inc under an Idempotency-Key; answer makes the stored answer.
+	AddUsageOnce(ctx context.Context, idemKey string, requestHash []byte, inc store.Increment, answer func(store.Added) ([]byte, error)) ([]byte, error)
 	Usage(ctx context.Context, tenant, key string) (map[string]int64, error)
 	ResetUsage(ctx context.Context, tenant, key string, metric *string) (map[string]int64, error)
 	Seats(ctx context.Context, tenant, key string) ([]store.Seat, error)
@@ -302,17 +305,57 @@ func limitOf(l *licensingv1.License, metric string) (float64, bool) {
 // TrackUsage adds increment to the metric's running total. The store adds it in one
 // conditional statement that holds the row's lock, so concurrent calls queue instead of
 // racing: an increment is applied once or not at all, the limit is never passed, and no
-// call loses a race (api.md's 503 for a lost race is never needed here).
+// call loses a race (api.md's 503 for a lost race is never needed here). A 503 means the
+// increment was not applied (usageStoreError). With an Idempotency-Key, the first answer
+// is stored with the increment and a retry gets it back without adding again.
 func (s *Server) TrackUsage(ctx context.Context, req *activationsv1.TrackUsageRequest) (*activationsv1.TrackUsageResponse, error) {
+	idemKey, err := idempotency.Key(ctx)
+	if err != nil {
+		return nil, err
+	}
 	inc, err := s.usageIncrement(ctx, req)
 	if err != nil {
 		return nil, err
 	}
+	if idemKey != "" {
+		return s.trackUsageOnce(ctx, idemKey, req, inc)
+	}
 	added, err := s.store.AddUsages(ctx, []store.Increment{inc})
 	if err != nil {
-		return nil, err
+		return nil, usageStoreError(err)
 	}
 	return usageAnswer(inc, added[0])
+}
+
+// trackUsageOnce is TrackUsage under an Idempotency-Key. The key is the license's
+// tenant's, as on every create.
+func (s *Server) trackUsageOnce(ctx context.Context, idemKey string, req *activationsv1.TrackUsageRequest, inc store.Increment) (*activationsv1.TrackUsageResponse, error) {
+	raw, err := s.store.AddUsageOnce(ctx, idemKey, idempotency.RequestHash("TrackUsage", req), inc, func(added store.Added) ([]byte, error) {
+		resp, err := usageAnswer(inc, added)
+		if err != nil {
+			return nil, err
+		}
+		return proto.Marshal(resp)
+	})
+	if err != nil {
+		return nil, usageStoreError(err)
+	}
+	resp := &activationsv1.TrackUsageResponse{}
+	if err := proto.Unmarshal(raw, resp); err != nil {
+		return nil, err
+	}
+	return resp, nil
+}
+
+// usageStoreError is the status of a usage change's failure: a 503 (retry) only when
+// the change is known not to be applied. When that could not be learned in time
+// (store.ErrNoAnswer) the answer is a 500, which api.md does not tell clients to retry:
+// only a retry with the same Idempotency-Key is then safe.
+func usageStoreError(err error) error {
+	if errors.Is(err, store.ErrNotApplied) {
+		return apierr.Unavailable(grpcx.DatabaseUnavailable)
+	}
+	return err
 }
 
 // maxBatchItems bounds the items of one batch call (TrackUsageBatch, ChangeSeatsBatch).
@@ -375,6 +418,7 @@ func (s *Server) TrackUsageBatch(ctx context.Context, req *activationsv1.TrackUs
 	var addErr error
 	if len(incs) > 0 {
 		added, addErr = s.store.AddUsages(ctx, incs)
+		addErr = usageStoreError(addErr)
 	}
 	resp := &activationsv1.TrackUsageBatchResponse{Results: make([]*activationsv1.TrackUsageBatchResult, len(checked))}
 	for i, b := range checked {
@@ -618,7 +662,7 @@ func (s *Server) ResetUsage(ctx context.Context, req *activationsv1.ResetUsageRe
 		return nil, errUsageRace
 	}
 	if err != nil {
-		return nil, err
+		return nil, usageStoreError(err)
 	}
 	return &activationsv1.ResetUsageResponse{Key: l.GetKey(), Usage: toDoubles(usage)}, nil
 }

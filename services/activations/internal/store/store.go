@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/keyhouse/keyhouse/pkg/idempotency"
 	"github.com/keyhouse/keyhouse/pkg/licensecache"
 	"github.com/keyhouse/keyhouse/pkg/pgxx"
 )
@@ -22,6 +23,8 @@ type Store struct {
 	// publish tells every process caching answers about licenses that seats of theirs
 	// went away (see WithChangeEvents); nil publishes nothing.
 	publish func(keys ...string)
+	// resolved, when set (tests), hears each outcome learned by a fence (commit.go).
+	resolved func(applied bool)
 }
 
 // New returns a Store on db (search_path = activations).
@@ -262,7 +265,8 @@ type Added struct {
 // of the license ($3), the metric may be metered ($7) and the new total stays within $6.
 // The upsert takes the row's lock, so concurrent increments of one metric queue on it
 // and each sees the total the previous one wrote: none is lost, none passes the limit,
-// and none has to be retried. The version moves on as ResetUsage's does.
+// and none has to be retried. The version moves on as ResetUsage's does. What it did is
+// recorded as item $9 of change $8, for a caller that loses the reply (commit.go).
 const addUsageSQL = `WITH seat AS (
 	SELECT EXISTS (SELECT 1 FROM seats WHERE tenant_id = $1 AND license_key = $2 AND token_hash = $3) AS ok
 ), added AS (
@@ -272,6 +276,9 @@ const addUsageSQL = `WITH seat AS (
 		SET used = usage.used + EXCLUDED.used, version = EXCLUDED.version
 		WHERE usage.used + EXCLUDED.used <= $6::float8
 	RETURNING used
+), recorded AS (
+	INSERT INTO usage_commit_items (op_id, item, seat_ok, used)
+	SELECT $8, $9, ok, (SELECT used FROM added) FROM seat
 )
 SELECT ok, (SELECT used FROM added) FROM seat`
 
@@ -299,7 +306,61 @@ func (s *Store) AddUsage(ctx context.Context, tenant, key string, tokenHash []by
 
 // AddUsages applies increments in one round trip and one transaction: all of them are
 // decided, or none is (on an error). Each is decided as if alone: increments of one
-// metric apply in the order given, each against the total the one before wrote.
+// metric apply in the order given, each against the total the one before wrote. An
+// error is ErrNotApplied (or another error) only when none was applied; ErrNoAnswer
+// when that could not be learned (commit.go).
+func (s *Store) AddUsages(ctx context.Context, incs []Increment) ([]Added, error) {
+	op := newOpID()
+	var added []Added
+	err := s.change(ctx, op, func(ctx context.Context, conn *pgxpool.Conn) error {
+		var err error
+		added, err = addUsages(ctx, conn, op, incs)
+		return err
+	})
+	if errors.Is(err, errCommittedUnseen) {
+		return s.committedItems(ctx, op, len(incs))
+	}
+	return added, err
+}
+
+// AddUsageOnce applies inc under an Idempotency-Key (pkg/idempotency): answer turns
+// the outcome into the call's answer, stored with the increment; a retry with the same
+// key and requestHash gets that answer back and adds nothing. An error of answer's
+// keeps nothing, so a retry decides again.
+func (s *Store) AddUsageOnce(ctx context.Context, idemKey string, requestHash []byte, inc Increment, answer func(Added) ([]byte, error)) ([]byte, error) {
+	op := newOpID()
+	var resp []byte
+	err := s.change(ctx, op, func(ctx context.Context, conn *pgxpool.Conn) error {
+		var err error
+		resp, _, err = idempotency.Do(ctx, conn, inc.Tenant, idemKey, requestHash, func(tx pgx.Tx) ([]byte, error) {
+			added, err := addUsages(ctx, tx, op, []Increment{inc})
+			if err != nil {
+				return nil, err
+			}
+			return answer(added[0])
+		})
+		return err
+	})
+	if errors.Is(err, errCommittedUnseen) {
+		// The answer was stored with the increment: replay it.
+		ctx, cancel := resolveBudget(ctx)
+		defer cancel()
+		resp, _, err = idempotency.Do(ctx, s.db, inc.Tenant, idemKey, requestHash, func(pgx.Tx) ([]byte, error) {
+			return nil, ErrNoAnswer
+		})
+		if err != nil {
+			return nil, ErrNoAnswer
+		}
+	}
+	return resp, err
+}
+
+// batchSender is a connection or a transaction.
+type batchSender interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// addUsages sends the increments of change op (recordCommitSQL first).
 //
 // Each license's lock is held in shared mode, so no increment overlaps the purge of its
 // license: without it, an increment whose statement saw the seat before the purge
@@ -307,7 +368,7 @@ func (s *Store) AddUsage(ctx context.Context, tenant, key string, tokenHash []by
 // deleted license behind. The increments run after the locks, as statements of their
 // own, so their snapshots follow the purge. Rows are locked in (tenant, key, metric)
 // order, so two calls over the same rows wait for each other instead of deadlocking.
-func (s *Store) AddUsages(ctx context.Context, incs []Increment) ([]Added, error) {
+func addUsages(ctx context.Context, db batchSender, op []byte, incs []Increment) ([]Added, error) {
 	order := stableOrder(len(incs), func(a, b int) int {
 		x, y := &incs[a], &incs[b]
 		return cmp.Or(cmp.Compare(x.Tenant, y.Tenant), cmp.Compare(x.Key, y.Key), cmp.Compare(x.Metric, y.Metric))
@@ -319,14 +380,15 @@ func (s *Store) AddUsages(ctx context.Context, incs []Increment) ([]Added, error
 		tenants, keys = append(tenants, inc.Tenant), append(keys, inc.Key)
 	}
 	b := &pgx.Batch{}
+	b.Queue(recordCommitSQL, op)
 	b.Queue(shareLicensesSQL, tenants, keys)
 	for _, i := range order {
 		inc := &incs[i]
-		b.Queue(addUsageSQL, inc.Tenant, inc.Key, inc.TokenHash, inc.Metric, inc.Inc, inc.Limit, inc.Allowed).QueryRow(func(row pgx.Row) error {
+		b.Queue(addUsageSQL, inc.Tenant, inc.Key, inc.TokenHash, inc.Metric, inc.Inc, inc.Limit, inc.Allowed, op, i).QueryRow(func(row pgx.Row) error {
 			return row.Scan(&added[i].SeatOK, &used[i])
 		})
 	}
-	if err := s.db.SendBatch(ctx, b).Close(); err != nil {
+	if err := db.SendBatch(ctx, b).Close(); err != nil {
 		return nil, err
 	}
 	for i, u := range used {
@@ -351,28 +413,45 @@ func (s *Store) Usage(ctx context.Context, tenant, key string) (map[string]int64
 }
 
 // ResetUsage sets one metric's total to 0 (metric non-nil) or clears every total, and
-// returns the totals afterwards. Each is one statement, so a concurrent AddUsage lands
-// wholly before or wholly after it.
+// returns the totals afterwards, read in the same transaction. Each is one statement, so
+// a concurrent AddUsage lands wholly before or wholly after it. Its errors are
+// AddUsages': ErrNoAnswer when whether it was applied could not be learned.
 func (s *Store) ResetUsage(ctx context.Context, tenant, key string, metric *string) (map[string]int64, error) {
-	var err error
-	if metric != nil {
-		// Under the shared lock, as AddUsage, and never for a purged license: a row
-		// written while or after the purge runs would outlive it.
+	op := newOpID()
+	var usage map[string]int64
+	err := s.change(ctx, op, func(ctx context.Context, conn *pgxpool.Conn) error {
 		b := &pgx.Batch{}
-		b.Queue(shareLicenseSQL, tenant, key)
-		b.Queue(`INSERT INTO usage (tenant_id, license_key, metric, used, version)
-			SELECT $1, $2, $3, 0, nextval('usage_version')
-			WHERE NOT EXISTS (SELECT 1 FROM deleted_licenses WHERE tenant_id = $1 AND license_key = $2)
-			ON CONFLICT (tenant_id, license_key, metric) DO UPDATE SET used = 0, version = EXCLUDED.version`,
-			tenant, key, *metric)
-		err = s.db.SendBatch(ctx, b).Close()
-	} else {
-		_, err = s.db.Exec(ctx, `DELETE FROM usage WHERE tenant_id = $1 AND license_key = $2`, tenant, key)
+		b.Queue(recordCommitSQL, op)
+		if metric != nil {
+			// Under the shared lock, as AddUsage, and never for a purged license: a row
+			// written while or after the purge runs would outlive it.
+			b.Queue(shareLicenseSQL, tenant, key)
+			b.Queue(`INSERT INTO usage (tenant_id, license_key, metric, used, version)
+				SELECT $1, $2, $3, 0, nextval('usage_version')
+				WHERE NOT EXISTS (SELECT 1 FROM deleted_licenses WHERE tenant_id = $1 AND license_key = $2)
+				ON CONFLICT (tenant_id, license_key, metric) DO UPDATE SET used = 0, version = EXCLUDED.version`,
+				tenant, key, *metric)
+		} else {
+			b.Queue(`DELETE FROM usage WHERE tenant_id = $1 AND license_key = $2`, tenant, key)
+		}
+		usage = map[string]int64{}
+		b.Queue(`SELECT metric, used FROM usage WHERE tenant_id = $1 AND license_key = $2`, tenant, key).Query(func(rows pgx.Rows) error {
+			var m string
+			var n int64
+			_, err := pgx.ForEachRow(rows, []any{&m, &n}, func() error { usage[m] = n; return nil })
+			return err
+		})
+		return conn.SendBatch(ctx, b).Close()
+	})
+	if errors.Is(err, errCommittedUnseen) {
+		// Applied; the totals now are the answer (the reset's own were lost with the reply).
+		ctx, cancel := resolveBudget(ctx)
+		defer cancel()
+		if usage, err = s.Usage(ctx, tenant, key); err != nil {
+			return nil, ErrNoAnswer
+		}
 	}
-	if err != nil {
-		return nil, err
-	}
-	return s.Usage(ctx, tenant, key)
+	return usage, err
 }
 
 // Seat is one activation of a license.

@@ -48,7 +48,10 @@ type ActivationsServiceClient interface {
 	// Never fails on the client's input: anything it cannot validate is valid false. The
 	// REST route is a plain gateway handler so that even a malformed body answers 200.
 	ValidateLicense(ctx context.Context, in *ValidateLicenseRequest, opts ...grpc.CallOption) (*ValidateLicenseResponse, error)
-	// Adds increment to one metric's running total, never past the license's limit.
+	// Adds increment to one metric's running total, never past the license's limit. Honors
+	// the Idempotency-Key metadata: a retry with the same key and request within 24 h
+	// returns the first answer and adds nothing. An Unavailable status means the increment
+	// was not applied.
 	TrackUsage(ctx context.Context, in *TrackUsageRequest, opts ...grpc.CallOption) (*TrackUsageResponse, error)
 	// Many TrackUsage calls in one: the gateway sends the track-usage requests that arrive
 	// while earlier ones are out together. Each item is checked and applied, refused or
@@ -213,7 +216,10 @@ type ActivationsServiceServer interface {
 	// Never fails on the client's input: anything it cannot validate is valid false. The
 	// REST route is a plain gateway handler so that even a malformed body answers 200.
 	ValidateLicense(context.Context, *ValidateLicenseRequest) (*ValidateLicenseResponse, error)
-	// Adds increment to one metric's running total, never past the license's limit.
+	// Adds increment to one metric's running total, never past the license's limit. Honors
+	// the Idempotency-Key metadata: a retry with the same key and request within 24 h
+	// returns the first answer and adds nothing. An Unavailable status means the increment
+	// was not applied.
 	TrackUsage(context.Context, *TrackUsageRequest) (*TrackUsageResponse, error)
 	// Many TrackUsage calls in one: the gateway sends the track-usage requests that arrive
 	// while earlier ones are out together. Each item is checked and applied, refused or

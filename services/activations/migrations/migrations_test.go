@@ -1,0 +1,17 @@
+package migrations_test
+
+import (
+	"testing"
+
+	"github.com/keyhouse/keyhouse/pkg/idempotency"
+	"github.com/keyhouse/keyhouse/pkg/pgxx"
+	"github.com/keyhouse/keyhouse/services/activations/migrations"
+)
+
+// Track-usage's Idempotency-Key runs pkg/idempotency on a table this schema holds: it
+// must be the package's table, verbatim.
+func TestMigrationsHoldTheSharedIdempotencyTable(t *testing.T) {
+	if err := pgxx.CheckSharedDDL(migrations.FS, idempotency.TableSQL); err != nil {
+		t.Fatal(err)
+	}
+}
