@@ -3,11 +3,13 @@ package server
 
 import (
 	"context"
+	"errors"
 	"net/mail"
 	"strings"
 	"time"
 	"unicode/utf8"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/keyhouse/keyhouse/pkg/apierr"
 	"github.com/keyhouse/keyhouse/pkg/auth"
 	"github.com/keyhouse/keyhouse/pkg/buildinfo"
@@ -112,6 +114,26 @@ func (s *Server) GetEntitlements(ctx context.Context, _ *accountsv1.GetEntitleme
 		name = plan.Free
 	}
 	return &accountsv1.GetEntitlementsResponse{SubscriptionActive: st.Active(), LicenseLimit: int32(st.LicenseLimit()), Plan: name}, nil
+}
+
+// GetTenantContact is the calling tenant's address (hosted; empty self-hosted, where
+// there is no tenant row).
+func (s *Server) GetTenantContact(ctx context.Context, _ *accountsv1.GetTenantContactRequest) (*accountsv1.GetTenantContactResponse, error) {
+	tenant, err := auth.TenantID(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if !s.multiTenant {
+		return &accountsv1.GetTenantContactResponse{}, nil
+	}
+	email, err := s.store.TenantEmail(ctx, tenant)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return &accountsv1.GetTenantContactResponse{}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &accountsv1.GetTenantContactResponse{Email: email}, nil
 }
 
 // GetBuildInfo reports this build and the installation's watermark.
