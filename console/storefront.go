@@ -1,6 +1,7 @@
 package console
 
 import (
+	"context"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -27,6 +28,8 @@ type storefrontData struct {
 	Outcomes   []string
 	LimitKeys  []string
 	Query      url.Values
+	// Paid purchases that got no license, shown first with what to do.
+	OverQuota, Unmapped int
 }
 
 var storefrontNotices = map[string]string{
@@ -81,6 +84,10 @@ func (h *Handler) showStorefront(w http.ResponseWriter, r *http.Request, s *sess
 		return
 	}
 	d.Deliveries, d.Total = dels.GetDeliveries(), int(dels.GetTotal())
+	if d.OverQuota, d.Unmapped, err = h.unfulfilled(ctx); err != nil {
+		h.errorPage(w, r, s, asAPIError(err))
+		return
+	}
 	d.Pages = max(1, (d.Total+pageSize-1)/pageSize)
 	h.render(w, code, "storefront", v)
 }
@@ -172,4 +179,18 @@ func (h *Handler) deleteMapping(w http.ResponseWriter, r *http.Request, s *sessi
 	defer cancel()
 	_, err := h.storefront.DeleteMapping(ctx, &storefrontv1.DeleteMappingRequest{Id: r.PathValue("id")})
 	h.afterStorefrontForm(w, r, s, err, "mapping-deleted")
+}
+
+// unfulfilled counts the deliveries of paid purchases that got no license and wait for
+// the vendor: over the plan's quota, or matching no mapping.
+func (h *Handler) unfulfilled(ctx context.Context) (overQuota, unmapped int, err error) {
+	count := func(outcome string) (int, error) {
+		resp, err := h.storefront.ListDeliveries(ctx, &storefrontv1.ListDeliveriesRequest{Limit: "1", Outcome: outcome})
+		return int(resp.GetTotal()), err
+	}
+	if overQuota, err = count("over_quota"); err != nil {
+		return 0, 0, err
+	}
+	unmapped, err = count("unmapped")
+	return overQuota, unmapped, err
 }

@@ -507,12 +507,13 @@ func TestStorefrontWebhooks(t *testing.T) {
 	anon(t, s).Do(http.MethodPost, cb, payload).ExpectError(t, 400, "Invalid signature")
 	old := webhook.GenerateTestSignedPayload(&webhook.UnsignedPayload{Payload: payload, Secret: secret, Timestamp: time.Now().Add(-10 * time.Minute)})
 	anon(t, s).Do(http.MethodPost, cb, payload, "Stripe-Signature", old.Header).ExpectError(t, 400, "Invalid signature")
-	// Signed, but another event type: acknowledged, not recorded.
+	// Signed, but another event type: acknowledged and recorded as ignored (so the vendor
+	// sees Stripe sends it), nothing else.
 	other, _ := json.Marshal(map[string]any{"id": uniq("evt_"), "object": "event", "type": "customer.created", "data": map[string]any{"object": map[string]any{"id": "cus_1"}}})
 	ok := webhook.GenerateTestSignedPayload(&webhook.UnsignedPayload{Payload: other, Secret: secret})
 	anon(t, s).Do(http.MethodPost, cb, other, "Stripe-Signature", ok.Header).ExpectBody(t, `{"received":true}`)
-	if _, total := (&shop{t: t, c: a}).deliveries(""); total != 0 {
-		t.Fatalf("ignored event recorded: %d deliveries", total)
+	if ds, total := (&shop{t: t, c: a}).deliveries(""); total != 1 || ds[0]["outcome"] != "ignored" {
+		t.Fatalf("another event type recorded as %v (%d deliveries), want one ignored", ds, total)
 	}
 
 	anon(t, s).Do(http.MethodPost, "/v1/webhooks/storefront/wh_unknown", payload, "Stripe-Signature", good.Header).ExpectError(t, 404, "Webhook not found")
@@ -558,7 +559,7 @@ func TestStorefrontMappings(t *testing.T) {
 		a.Post("/v1/storefront/mappings", tc.body).ExpectError(t, 400, tc.err)
 	}
 	created := a.Post("/v1/storefront/mappings", map[string]any{"payment_link": link, "product_id": product, "tier": "pro"}).Expect(t, 200)
-	if got := strings.Join(created.Keys(t), ","); got != "id,payment_link,service_ref,product_id,tier,seats,limits,duration_days,created_at" {
+	if got := strings.Join(created.Keys(t), ","); got != "id,payment_link,service_ref,product_id,tier,seats,limits,duration_days,created_at,renewal_grace_days,on_refund" {
 		t.Fatalf("mapping fields %s", got)
 	}
 	m := created.JSON(t)

@@ -14,7 +14,9 @@ ALTER TABLE mappings
 -- fields of the event the worker acts on (period end, amounts, dispute status).
 ALTER TABLE deliveries
     ADD COLUMN refs   text[] NOT NULL DEFAULT '{}',
-    ADD COLUMN detail jsonb  NULL;
+    ADD COLUMN detail jsonb  NULL,
+    -- The vendor was mailed about this delivery (over_quota, unmapped): once per delivery.
+    ADD COLUMN vendor_alerted boolean NOT NULL DEFAULT false;
 CREATE INDEX deliveries_held ON deliveries USING gin (refs) WHERE checkout_session_id = '';
 
 -- Stripe ids that lead to a checkout session: the session's subscription, payment intent
@@ -47,5 +49,5 @@ ALTER TABLE fulfillments
     DROP COLUMN grace_days, DROP COLUMN mode;
 DROP TABLE purchase_refs;
 DROP INDEX deliveries_held;
-ALTER TABLE deliveries DROP COLUMN detail, DROP COLUMN refs;
+ALTER TABLE deliveries DROP COLUMN vendor_alerted, DROP COLUMN detail, DROP COLUMN refs;
 ALTER TABLE mappings DROP COLUMN on_refund, DROP COLUMN renewal_grace_days;

@@ -289,6 +289,23 @@ const scenarios = {
     return { webhookId: callback.split('/').pop() };
   },
 
+  // Paid purchases that got no license lead the storefront page, with what to do and a
+  // link to those deliveries.
+  async storefrontAttention(page) {
+    await signInWithKey(page, cfg.key);
+    await page.goto(base + '/console/storefront');
+    const box = page.locator('#unfulfilled');
+    check(await box.count() === 1, 'the unfulfilled purchases are shown');
+    const first = await page.locator('main section').first().getAttribute('id');
+    check(first === 'unfulfilled', `they come first on the page, got section ${first}`);
+    const text = (await box.innerText()).replace(/\s+/g, ' ');
+    await shot(page, 'storefront-attention');
+    await box.getByRole('link', { name: /over your plan/ }).click();
+    await page.waitForURL(/outcome=over_quota/);
+    const rows = page.locator('section[aria-labelledby="deliveries-title"] tbody tr');
+    return { text, rows: await rows.count() };
+  },
+
   // After a sale: the delivery by outcome, and its license.
   async storefront2(page) {
     await signInWithKey(page, cfg.key);

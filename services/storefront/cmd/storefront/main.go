@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/keyhouse/keyhouse/pkg/app"
+	"github.com/keyhouse/keyhouse/pkg/billingclient"
 	"github.com/keyhouse/keyhouse/pkg/config"
 	"github.com/keyhouse/keyhouse/pkg/idempotency"
 	"github.com/keyhouse/keyhouse/pkg/licensingclient"
@@ -49,6 +50,10 @@ func register(ctx context.Context, d *app.Deps) error {
 		return err
 	}
 	licensing := licensingclient.New(conn, d.Config.AdminAPIKey.Reveal())
+	billingConn, err := d.Dial(d.Config.BillingAddr)
+	if err != nil {
+		return err
+	}
 	nc, js, err := natsx.Connect(ctx, d.Config.NATSURL, "storefront", d.Log)
 	if err != nil {
 		return err
@@ -75,6 +80,8 @@ func register(ctx context.Context, d *app.Deps) error {
 		Store: store.New(workerDB), Licensing: licensing, Keys: licensing, Mail: sender,
 		// The buyer email carries the license's portal link while the tenant's portal is on.
 		Portal: licensing, Log: d.Log.With("component", "fulfillment"),
+		// The tenant hears of a paid purchase that got no license (hosted: its address).
+		Vendors:     billingclient.New(billingConn, d.Config.AdminAPIKey.Reveal()),
 		MaxAttempts: fulfill.DefaultMaxAttempts,
 	}
 	var wg sync.WaitGroup

@@ -111,7 +111,9 @@ type Worker struct {
 	Keys      Keys
 	Mail      mail.Sender
 	Portal    PortalLinks
-	Log       *slog.Logger
+	// Vendors tells the tenant about a paid purchase that got no license (nil: nobody).
+	Vendors VendorContacts
+	Log     *slog.Logger
 	// MaxAttempts is how many deliveries of one message are tried before the outcome (or
 	// the email status) stays failed; the provider's redelivery starts over.
 	MaxAttempts int
@@ -258,7 +260,11 @@ func (w *Worker) issue(ctx context.Context, x *store.Session, f *store.Fulfillme
 		m, err := x.Match(ctx, d.PaymentLink, d.ServiceRef)
 		if errors.Is(err, store.ErrNotFound) {
 			log.Info("no mapping matches the checkout session")
-			return true, x.SetOutcome(ctx, d.ID, store.OutcomeUnmapped, nil, nil, ptr(unmappedText(d)))
+			if err := x.SetOutcome(ctx, d.ID, store.OutcomeUnmapped, nil, nil, ptr(unmappedText(d))); err != nil {
+				return true, err
+			}
+			w.alertVendor(ctx, x, d, store.OutcomeUnmapped, unmappedText(d), log)
+			return true, nil
 		}
 		if err != nil {
 			return true, err
@@ -309,7 +315,13 @@ func (w *Worker) issueFailed(ctx context.Context, x *store.Session, d *store.Del
 			return err
 		}
 		log.Info("licensing refused the license", "outcome", outcome, "error", ae.Message)
-		return x.SetOutcome(ctx, d.ID, outcome, nil, nil, ptr(ae.Message))
+		if err := x.SetOutcome(ctx, d.ID, outcome, nil, nil, ptr(ae.Message)); err != nil {
+			return err
+		}
+		if outcome == store.OutcomeOverQuota {
+			w.alertVendor(ctx, x, d, outcome, ae.Message, log)
+		}
+		return nil
 	}
 	if last {
 		log.Error("licensing unavailable, giving up", "error", err.Error())

@@ -146,3 +146,11 @@ func linkPurchase(ctx context.Context, tx pgx.Tx, d *Delivery) ([]*Delivery, err
 	}
 	return adopted, nil
 }
+
+// ClaimVendorAlert marks the delivery's vendor alert as sent; false when it already was
+// (another attempt sent it).
+func (x *Session) ClaimVendorAlert(ctx context.Context, deliveryID int32, claim bool) (bool, error) {
+	tag, err := x.conn.Exec(ctx, `UPDATE deliveries SET vendor_alerted = $3
+		WHERE tenant_id = $1 AND id = $2 AND vendor_alerted <> $3`, x.tenant, deliveryID, claim)
+	return tag.RowsAffected() == 1, err
+}
