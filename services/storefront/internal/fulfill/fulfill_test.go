@@ -77,6 +77,12 @@ func (f *fakeLicensing) IssueLicense(_ context.Context, tenant, idemKey string, 
 		f.created++
 		k = fmt.Sprintf("KEY-%d-%s", f.created, req.GetProductId())
 		f.keys[tenant+"/"+idemKey] = k
+		if at, err := time.Parse(time.RFC3339, req.GetExpiresAt().GetStringValue()); err == nil {
+			if f.expiry == nil {
+				f.expiry = map[string]time.Time{}
+			}
+			f.expiry[k] = at
+		}
 	}
 	if f.crashAfterIssue {
 		f.crashAfterIssue = false
