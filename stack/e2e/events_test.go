@@ -21,7 +21,7 @@ type logEvent struct {
 
 type eventPage struct {
 	Events  []logEvent `json:"events"`
-	HasMore bool    `json:"has_more"`
+	HasMore bool       `json:"has_more"`
 }
 
 func listEvents(t testing.TB, c *Client, query url.Values) eventPage {
