@@ -9,6 +9,7 @@ replace (
 
 require (
 	github.com/jackc/pgx/v5 v5.12.0
+	github.com/keyhouse/keyhouse/devinfra v0.0.0-00010101000000-000000000000
 	github.com/keyhouse/keyhouse/pkg v0.0.0-00010101000000-000000000000
 	github.com/keyhouse/keyhouse/proto/gen/go v0.0.0-00010101000000-000000000000
 	github.com/nats-io/nats.go v1.55.0
