@@ -39,7 +39,7 @@ func listEvents(t testing.TB, c *Client, query url.Values) eventPage {
 // first. More than want fails at once: every change is exactly one event.
 func eventsOf(t testing.TB, c *Client, key string, want int) []logEvent {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(60 * time.Second)
 	for {
 		p := listEvents(t, c, url.Values{"license_key": {key}, "limit": {"1000"}})
 		if len(p.Events) > want {
@@ -50,7 +50,7 @@ func eventsOf(t testing.TB, c *Client, key string, want int) []logEvent {
 			return p.Events
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%d events about %s after 30 s, want %d: %v", len(p.Events), key, want, types(p.Events))
+			t.Fatalf("%d events about %s after 60 s, want %d: %v", len(p.Events), key, want, types(p.Events))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
