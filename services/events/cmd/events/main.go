@@ -46,6 +46,8 @@ func register(ctx context.Context, d *app.Deps) error {
 	// The events this service emits itself (ping, webhook_endpoint.disabled) leave through
 	// its own outbox, like every other service's.
 	relay := natsx.NewRelay(d.DB, js, d.Log)
+	// What else reacts to a newly stored event (webhook deliveries) plugs in here, with
+	// ingest.WithFanout: it runs in the transaction that stores the event.
 	in := ingest.New(st, d.Log)
 
 	var wg sync.WaitGroup
