@@ -42,7 +42,7 @@ var staticFS embed.FS
 
 // Conns are the service connections the pages call.
 type Conns struct {
-	Licensing, Activations, Releases, Billing, Storefront *grpc.ClientConn
+	Licensing, Activations, Releases, Billing, Storefront, Events *grpc.ClientConn
 }
 
 // Options configure New.
