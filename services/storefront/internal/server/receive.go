@@ -42,9 +42,13 @@ func (s *Server) ReceiveEvent(ctx context.Context, req *storefrontv1.ReceiveEven
 		return nil, err
 	}
 	ev, err := stripeevent.Parse(req.GetPayload(), req.GetSignature(), secret)
+	var refused *stripeevent.PayloadError
 	switch {
 	case errors.Is(err, stripeevent.ErrSignature):
 		return nil, errInvalidSignature
+	case errors.As(err, &refused):
+		// Signed, so the sender is who it says: tell it what is wrong (nothing is recorded).
+		return nil, apierr.Invalid("Invalid payload: %s", refused.Reason)
 	case err != nil:
 		return nil, errInvalidPayload
 	}

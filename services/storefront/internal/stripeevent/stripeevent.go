@@ -1,15 +1,21 @@
 // Package stripeevent reads the Stripe events the storefront callback accepts: it checks
 // the Stripe-Signature header with stripe-go's webhook package (HMAC-SHA256 over
-// "t.payload", 300 s tolerance) and extracts from a Checkout Session what fulfillment
-// needs.
+// "t.payload", 300 s tolerance, and no timestamp from the future) and extracts from a
+// Checkout Session what fulfillment needs, refusing what breaks the caps below (so a
+// signed event can never make the service store or publish more than they allow).
 package stripeevent
 
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
+	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
+	"github.com/keyhouse/keyhouse/pkg/mail"
 	"github.com/stripe/stripe-go/v76"
 	"github.com/stripe/stripe-go/v76/webhook"
 )
@@ -21,19 +27,41 @@ const (
 	AsyncPaymentFailed        = "checkout.session.async_payment_failed"
 	PaymentStatusUnpaid       = "unpaid"
 	ServiceRefMetadataKey     = "service_ref"
-	maxFieldLen               = 500
 	signatureToleranceSeconds = 300
+)
+
+// The caps on what a signed event may carry (docs/storefront.md lists them). Stripe's own
+// values are far inside them: ids are short ASCII tokens, metadata values at most 500
+// characters.
+const (
+	MaxIDLen            = 255 // event, checkout session, payment link and customer ids
+	MaxTypeLen          = 255
+	MaxPaymentStatusLen = 64
+	MaxServiceRefLen    = 500 // Stripe's own limit on a metadata value
+	MaxEmailLen         = mail.MaxAddressLen
 )
 
 // Tolerance is how old a signature's timestamp may be.
 const Tolerance = signatureToleranceSeconds * time.Second
 
 var (
-	// ErrSignature: missing, malformed, wrong or expired signature.
+	// ErrSignature: missing, malformed, wrong, expired or future-dated signature.
 	ErrSignature = errors.New("invalid signature")
-	// ErrPayload: signed, but not an event this service can read.
+	// ErrPayload: signed, but not an event this service can read. Parse returns it as a
+	// *PayloadError that says why.
 	ErrPayload = errors.New("invalid payload")
 )
+
+// PayloadError is a signed event this service refuses, and why (naming the field). It
+// matches ErrPayload under errors.Is.
+type PayloadError struct{ Reason string }
+
+func (e *PayloadError) Error() string        { return "invalid payload: " + e.Reason }
+func (e *PayloadError) Is(target error) bool { return target == ErrPayload }
+
+func refuse(format string, args ...any) error {
+	return &PayloadError{Reason: fmt.Sprintf(format, args...)}
+}
 
 // Handled reports whether fulfillment acts on events of type t.
 func Handled(t string) bool {
@@ -66,46 +94,116 @@ func Parse(payload []byte, sigHeader, secret string) (*Event, error) {
 	if err := webhook.ValidatePayloadWithTolerance(payload, sigHeader, secret, Tolerance); err != nil {
 		return nil, ErrSignature
 	}
-	var ev stripe.Event
-	if err := json.Unmarshal(payload, &ev); err != nil || ev.ID == "" || ev.Type == "" {
-		return nil, ErrPayload
+	// stripe-go refuses a stale timestamp only; one from the future would make a captured
+	// request replayable for as long as it is ahead.
+	if t, ok := signedAt(sigHeader); !ok || time.Until(t) > Tolerance {
+		return nil, ErrSignature
 	}
-	out := &Event{ID: clip(ev.ID), Type: clip(string(ev.Type))}
+	if !utf8.Valid(payload) {
+		return nil, refuse("not valid UTF-8")
+	}
+	var ev stripe.Event
+	if err := json.Unmarshal(payload, &ev); err != nil || ev.Type == "" {
+		return nil, refuse("not a Stripe event")
+	}
+	if err := checkID("id", ev.ID, true); err != nil {
+		return nil, err
+	}
+	if len(ev.Type) > MaxTypeLen || !printableASCII(string(ev.Type)) {
+		return nil, refuse("type must be at most %d printable ASCII characters", MaxTypeLen)
+	}
+	if created := time.Unix(ev.Created, 0); time.Until(created) > Tolerance {
+		return nil, refuse("created is in the future")
+	}
+	out := &Event{ID: ev.ID, Type: string(ev.Type)}
 	if !Handled(out.Type) {
 		return out, nil
 	}
 	if ev.Data == nil || len(ev.Data.Raw) == 0 {
-		return nil, ErrPayload
+		return nil, refuse("data.object is missing")
 	}
 	var cs stripe.CheckoutSession
-	if err := json.Unmarshal(ev.Data.Raw, &cs); err != nil || cs.ID == "" {
-		return nil, ErrPayload
+	if err := json.Unmarshal(ev.Data.Raw, &cs); err != nil {
+		return nil, refuse("data.object is not a checkout session")
 	}
-	s := &Session{ID: clip(cs.ID), PaymentStatus: clip(string(cs.PaymentStatus)), ServiceRef: clip(cs.Metadata[ServiceRefMetadataKey])}
+	s := &Session{ID: cs.ID, PaymentStatus: string(cs.PaymentStatus), ServiceRef: cs.Metadata[ServiceRefMetadataKey]}
 	if cs.PaymentLink != nil {
-		s.PaymentLink = clip(cs.PaymentLink.ID)
+		s.PaymentLink = cs.PaymentLink.ID
 	}
 	if cs.Customer != nil {
-		s.Customer = clip(cs.Customer.ID)
+		s.Customer = cs.Customer.ID
 	}
 	if cs.CustomerDetails != nil {
 		s.Email = strings.TrimSpace(cs.CustomerDetails.Email)
+	}
+	if err := s.check(); err != nil {
+		return nil, err
 	}
 	if cs.Created > 0 {
 		s.Created = time.Unix(cs.Created, 0).UTC()
 	} else {
 		s.Created = time.Unix(ev.Created, 0).UTC()
 	}
+	if time.Until(s.Created) > Tolerance {
+		return nil, refuse("data.object.created is in the future")
+	}
 	out.Session = s
 	return out, nil
 }
 
-// clip bounds what a payload can make the service store, and drops NUL (Postgres text
-// cannot hold it) and invalid UTF-8.
-func clip(s string) string {
-	s = strings.ToValidUTF8(strings.ReplaceAll(s, "\x00", ""), "")
-	if len(s) > maxFieldLen {
-		s = strings.ToValidUTF8(s[:maxFieldLen], "")
+// check holds the session's fields to their caps.
+func (s *Session) check() error {
+	for _, f := range []struct {
+		name, value string
+		required    bool
+	}{
+		{"data.object.id", s.ID, true},
+		{"data.object.payment_link", s.PaymentLink, false},
+		{"data.object.customer", s.Customer, false},
+	} {
+		if err := checkID(f.name, f.value, f.required); err != nil {
+			return err
+		}
 	}
-	return s
+	if len(s.PaymentStatus) > MaxPaymentStatusLen || !printableASCII(s.PaymentStatus) {
+		return refuse("data.object.payment_status must be at most %d printable ASCII characters", MaxPaymentStatusLen)
+	}
+	if utf8.RuneCountInString(s.ServiceRef) > MaxServiceRefLen || strings.ContainsFunc(s.ServiceRef, unicode.IsControl) {
+		return refuse("data.object.metadata.service_ref must be at most %d characters, without control characters", MaxServiceRefLen)
+	}
+	if len(s.Email) > MaxEmailLen {
+		return refuse("data.object.customer_details.email must be at most %d characters", MaxEmailLen)
+	}
+	return nil
+}
+
+// checkID holds a Stripe id to its shape: printable ASCII, no spaces, at most MaxIDLen.
+func checkID(name, v string, required bool) error {
+	switch {
+	case v == "" && required:
+		return refuse("%s is required", name)
+	case len(v) > MaxIDLen || !printableASCII(v) || strings.Contains(v, " "):
+		return refuse("%s must be at most %d printable ASCII characters without spaces", name, MaxIDLen)
+	}
+	return nil
+}
+
+func printableASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+// signedAt is the t= timestamp of a Stripe-Signature header that already verified.
+func signedAt(sigHeader string) (time.Time, bool) {
+	for _, part := range strings.Split(sigHeader, ",") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(part), "t="); ok {
+			sec, err := strconv.ParseInt(v, 10, 64)
+			return time.Unix(sec, 0), err == nil
+		}
+	}
+	return time.Time{}, false
 }
