@@ -8,14 +8,13 @@ package stripeevent
 import (
 	"encoding/json"
 	"errors"
-	"fmt"
-	"strconv"
 	"strings"
 	"time"
 	"unicode"
 	"unicode/utf8"
 
 	"github.com/keyhouse/keyhouse/pkg/mail"
+	"github.com/keyhouse/keyhouse/pkg/stripeinput"
 	"github.com/stripe/stripe-go/v76"
 	"github.com/stripe/stripe-go/v76/webhook"
 )
@@ -30,38 +29,26 @@ const (
 	signatureToleranceSeconds = 300
 )
 
-// The caps on what a signed event may carry (docs/storefront.md lists them). Stripe's own
-// values are far inside them: ids are short ASCII tokens, metadata values at most 500
-// characters.
+// The caps on what a signed event may carry besides pkg/stripeinput's (ids at most 255
+// printable ASCII characters); docs/storefront.md lists them all. Stripe's own values are
+// far inside them.
 const (
-	MaxIDLen            = 255 // event, checkout session, payment link and customer ids
 	MaxTypeLen          = 255
 	MaxPaymentStatusLen = 64
 	MaxServiceRefLen    = 500 // Stripe's own limit on a metadata value
 	MaxEmailLen         = mail.MaxAddressLen
 )
 
-// Tolerance is how old a signature's timestamp may be.
+// Tolerance is how old a signature's timestamp may be (and how far ahead, see
+// stripeinput.FutureDated).
 const Tolerance = signatureToleranceSeconds * time.Second
 
-var (
-	// ErrSignature: missing, malformed, wrong, expired or future-dated signature.
-	ErrSignature = errors.New("invalid signature")
-	// ErrPayload: signed, but not an event this service can read. Parse returns it as a
-	// *PayloadError that says why.
-	ErrPayload = errors.New("invalid payload")
-)
+// ErrSignature: missing, malformed, wrong, expired or future-dated signature. A signed
+// event this service cannot read or accept is a *stripeinput.Error that says why.
+var ErrSignature = errors.New("invalid signature")
 
-// PayloadError is a signed event this service refuses, and why (naming the field). It
-// matches ErrPayload under errors.Is.
-type PayloadError struct{ Reason string }
-
-func (e *PayloadError) Error() string        { return "invalid payload: " + e.Reason }
-func (e *PayloadError) Is(target error) bool { return target == ErrPayload }
-
-func refuse(format string, args ...any) error {
-	return &PayloadError{Reason: fmt.Sprintf(format, args...)}
-}
+// refuse is stripeinput.Refuse: the storefront's refusals are the same kind of error.
+var refuse = stripeinput.Refuse
 
 // Handled reports whether fulfillment acts on events of type t.
 func Handled(t string) bool {
@@ -96,24 +83,19 @@ func Parse(payload []byte, sigHeader, secret string) (*Event, error) {
 	}
 	// stripe-go refuses a stale timestamp only; one from the future would make a captured
 	// request replayable for as long as it is ahead.
-	if t, ok := signedAt(sigHeader); !ok || time.Until(t) > Tolerance {
+	now := time.Now()
+	if stripeinput.FutureDated(sigHeader, now) {
 		return nil, ErrSignature
 	}
-	if !utf8.Valid(payload) {
-		return nil, refuse("not valid UTF-8")
-	}
 	var ev stripe.Event
-	if err := json.Unmarshal(payload, &ev); err != nil || ev.Type == "" {
+	if utf8.Valid(payload) && (json.Unmarshal(payload, &ev) != nil || ev.Type == "") {
 		return nil, refuse("not a Stripe event")
 	}
-	if err := checkID("id", ev.ID, true); err != nil {
+	if err := stripeinput.CheckEnvelope(payload, ev.ID, ev.Created, now); err != nil {
 		return nil, err
 	}
-	if len(ev.Type) > MaxTypeLen || !printableASCII(string(ev.Type)) {
+	if len(ev.Type) > MaxTypeLen || !stripeinput.PrintableASCII(string(ev.Type)) {
 		return nil, refuse("type must be at most %d printable ASCII characters", MaxTypeLen)
-	}
-	if created := time.Unix(ev.Created, 0); time.Until(created) > Tolerance {
-		return nil, refuse("created is in the future")
 	}
 	out := &Event{ID: ev.ID, Type: string(ev.Type)}
 	if !Handled(out.Type) {
@@ -139,13 +121,13 @@ func Parse(payload []byte, sigHeader, secret string) (*Event, error) {
 	if err := s.check(); err != nil {
 		return nil, err
 	}
+	if err := stripeinput.CheckCreated("data.object.created", cs.Created, now); err != nil {
+		return nil, err
+	}
 	if cs.Created > 0 {
 		s.Created = time.Unix(cs.Created, 0).UTC()
 	} else {
 		s.Created = time.Unix(ev.Created, 0).UTC()
-	}
-	if time.Until(s.Created) > Tolerance {
-		return nil, refuse("data.object.created is in the future")
 	}
 	out.Session = s
 	return out, nil
@@ -161,11 +143,11 @@ func (s *Session) check() error {
 		{"data.object.payment_link", s.PaymentLink, false},
 		{"data.object.customer", s.Customer, false},
 	} {
-		if err := checkID(f.name, f.value, f.required); err != nil {
+		if err := stripeinput.CheckID(f.name, f.value, f.required); err != nil {
 			return err
 		}
 	}
-	if len(s.PaymentStatus) > MaxPaymentStatusLen || !printableASCII(s.PaymentStatus) {
+	if len(s.PaymentStatus) > MaxPaymentStatusLen || !stripeinput.PrintableASCII(s.PaymentStatus) {
 		return refuse("data.object.payment_status must be at most %d printable ASCII characters", MaxPaymentStatusLen)
 	}
 	if utf8.RuneCountInString(s.ServiceRef) > MaxServiceRefLen || strings.ContainsFunc(s.ServiceRef, unicode.IsControl) {
@@ -175,35 +157,4 @@ func (s *Session) check() error {
 		return refuse("data.object.customer_details.email must be at most %d characters", MaxEmailLen)
 	}
 	return nil
-}
-
-// checkID holds a Stripe id to its shape: printable ASCII, no spaces, at most MaxIDLen.
-func checkID(name, v string, required bool) error {
-	switch {
-	case v == "" && required:
-		return refuse("%s is required", name)
-	case len(v) > MaxIDLen || !printableASCII(v) || strings.Contains(v, " "):
-		return refuse("%s must be at most %d printable ASCII characters without spaces", name, MaxIDLen)
-	}
-	return nil
-}
-
-func printableASCII(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] < 0x20 || s[i] > 0x7e {
-			return false
-		}
-	}
-	return true
-}
-
-// signedAt is the t= timestamp of a Stripe-Signature header that already verified.
-func signedAt(sigHeader string) (time.Time, bool) {
-	for _, part := range strings.Split(sigHeader, ",") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(part), "t="); ok {
-			sec, err := strconv.ParseInt(v, 10, 64)
-			return time.Unix(sec, 0), err == nil
-		}
-	}
-	return time.Time{}, false
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keyhouse/keyhouse/pkg/stripeinput"
 	"github.com/keyhouse/keyhouse/services/storefront/internal/stripeevent"
 	"github.com/stripe/stripe-go/v76/webhook"
 )
@@ -83,8 +84,9 @@ func TestSignedButUnreadable(t *testing.T) {
 		"no event id":        []byte(`{"type":"checkout.session.completed","data":{"object":{"id":"cs_1"}}}`),
 		"session without id": payload(t, stripeevent.CheckoutCompleted, map[string]any{"payment_status": "paid"}),
 	} {
-		if _, err := stripeevent.Parse(body, sign(body, secret, time.Now()), secret); !errors.Is(err, stripeevent.ErrPayload) {
-			t.Errorf("%s: %v, want ErrPayload", name, err)
+		var pe *stripeinput.Error
+		if _, err := stripeevent.Parse(body, sign(body, secret, time.Now()), secret); !errors.As(err, &pe) {
+			t.Errorf("%s: %v, want a payload refusal", name, err)
 		}
 	}
 }
@@ -143,8 +145,8 @@ func TestFieldsOverTheirCapsAreRefused(t *testing.T) {
 		"payload not UTF-8": {invalidUTF8, "not valid UTF-8"},
 	} {
 		_, err := stripeevent.Parse(tc.body, sign(tc.body, secret, time.Now()), secret)
-		var pe *stripeevent.PayloadError
-		if !errors.As(err, &pe) || !errors.Is(err, stripeevent.ErrPayload) || !strings.Contains(pe.Reason, tc.want) {
+		var pe *stripeinput.Error
+		if !errors.As(err, &pe) || !strings.Contains(pe.Reason, tc.want) {
 			t.Errorf("%s: %v, want a payload error with %q", name, err, tc.want)
 		}
 	}
