@@ -8,6 +8,7 @@ import (
 	"github.com/keyhouse/keyhouse/pkg/auth"
 	"github.com/keyhouse/keyhouse/pkg/config"
 	"github.com/keyhouse/keyhouse/pkg/licensingclient"
+	"github.com/keyhouse/keyhouse/pkg/pgxx"
 	accountsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/accounts/v1"
 	billingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/billing/v1"
 	"github.com/keyhouse/keyhouse/services/billing/internal/payments"
@@ -26,7 +27,7 @@ func main() {
 	})
 }
 
-func register(_ context.Context, d *app.Deps) error {
+func register(ctx context.Context, d *app.Deps) error {
 	st := store.New(d.DB)
 	server.Register(d.Server.GRPC, server.New(st, d.Config.MultiTenant))
 	accountsv1.RegisterConsoleAccountsServiceServer(d.Server.GRPC, server.NewConsole(st, d.Auth, d.Config.MultiTenant))
@@ -46,5 +47,13 @@ func register(_ context.Context, d *app.Deps) error {
 		Usage:         licensingclient.New(licensing, d.Config.AdminAPIKey.Reveal()),
 		Log:           d.Log,
 	}, st))
+	// Stripe events are remembered (for replays and ordering) for RECORD_RETENTION;
+	// Stripe itself retries for 3 days.
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		pgxx.Retention{Table: "stripe_events", Column: "received_at", Keep: d.Config.RecordRetention}.Run(ctx, d.DB, d.Log)
+	}()
+	d.OnClose(func() { <-done })
 	return nil
 }
