@@ -82,6 +82,11 @@ type Config struct {
 	// (pkg/licensecache); 0 turns the cache off.
 	LicenseCacheTTL time.Duration
 
+	// RecordRetention is how long records of received events are kept (RECORD_RETENTION,
+	// default 90 days): storefront deliveries and fulfillments, billing's Stripe events.
+	// 0 keeps them for ever.
+	RecordRetention time.Duration
+
 	// SigningKeysFile optionally points at operator-supplied signing material.
 	SigningKeysFile string
 
@@ -175,6 +180,7 @@ func LoadFrom(lookup func(string) (string, bool)) (*Config, error) {
 		EventRetention:  r.duration("EVENT_RETENTION", 2160*time.Hour),
 
 		LicenseCacheTTL: r.duration("LICENSE_CACHE_TTL", time.Second),
+		RecordRetention: r.duration("RECORD_RETENTION", 90*24*time.Hour),
 		SigningKeysFile: r.str("SIGNING_KEYS_FILE", ""),
 
 		RequestTimeout:  r.duration("REQUEST_TIMEOUT", 5*time.Second),

@@ -11,6 +11,7 @@ import (
 	"github.com/keyhouse/keyhouse/pkg/events"
 	"github.com/keyhouse/keyhouse/pkg/licensingclient"
 	"github.com/keyhouse/keyhouse/pkg/natsx"
+	"github.com/keyhouse/keyhouse/pkg/pgxx"
 	accountsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/accounts/v1"
 	billingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/billing/v1"
 	"github.com/keyhouse/keyhouse/services/billing/internal/payments"
@@ -68,5 +69,13 @@ func register(ctx context.Context, d *app.Deps) error {
 		Usage:         licensingclient.New(licensing, d.Config.AdminAPIKey.Reveal()),
 		Log:           d.Log,
 	}, st))
+	// Stripe events are remembered (for replays and ordering) for RECORD_RETENTION;
+	// Stripe itself retries for 3 days.
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		pgxx.Retention{Table: "stripe_events", Column: "received_at", Keep: d.Config.RecordRetention}.Run(ctx, d.DB, d.Log)
+	}()
+	d.OnClose(func() { <-done })
 	return nil
 }

@@ -85,6 +85,14 @@ func register(ctx context.Context, d *app.Deps) error {
 		MaxAttempts: fulfill.DefaultMaxAttempts,
 	}
 	var wg sync.WaitGroup
+	// Delivery and fulfillment records are kept for RECORD_RETENTION (by last update):
+	// a replay of a session older than that is a new purchase.
+	for _, r := range []pgxx.Retention{
+		{Table: "deliveries", Column: "updated_at", Keep: d.Config.RecordRetention},
+		{Table: "fulfillments", Column: "updated_at", Keep: d.Config.RecordRetention},
+	} {
+		wg.Go(func() { r.Run(ctx, d.DB, d.Log) })
+	}
 	wg.Add(4)
 	go func() {
 		defer wg.Done()
