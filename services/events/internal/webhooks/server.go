@@ -50,7 +50,9 @@ type Server struct {
 }
 
 // Register adds the service to a gRPC server.
-func Register(s grpc.ServiceRegistrar, srv *Server) { eventsv1.RegisterWebhookEndpointsServiceServer(s, srv) }
+func Register(s grpc.ServiceRegistrar, srv *Server) {
+	eventsv1.RegisterWebhookEndpointsServiceServer(s, srv)
+}
 
 func (s *Server) now() time.Time {
 	if s.Now != nil {

@@ -201,12 +201,30 @@ func TestPingRedeliverAndIsolation(t *testing.T) {
 	other := tenantCtx("t2")
 	mine, _ := s.CreateWebhookEndpoint(other, &eventsv1.CreateWebhookEndpointRequest{Url: r.URL, Events: []string{"*"}})
 	for name, call := range map[string]func() error{
-		"ping":         func() error { _, err := s.PingWebhookEndpoint(other, &eventsv1.PingWebhookEndpointRequest{Id: ep.GetId()}); return err },
-		"update":       func() error { _, err := s.UpdateWebhookEndpoint(other, &eventsv1.UpdateWebhookEndpointRequest{Id: ep.GetId()}); return err },
-		"roll":         func() error { _, err := s.RollWebhookEndpointSecret(other, &eventsv1.RollWebhookEndpointSecretRequest{Id: ep.GetId()}); return err },
-		"delete":       func() error { _, err := s.DeleteWebhookEndpoint(other, &eventsv1.DeleteWebhookEndpointRequest{Id: ep.GetId()}); return err },
-		"deliveries":   func() error { _, err := s.ListWebhookDeliveries(other, &eventsv1.ListWebhookDeliveriesRequest{Id: ep.GetId()}); return err },
-		"redeliver to": func() error { _, err := s.RedeliverEvent(other, &eventsv1.RedeliverEventRequest{EventId: "evt_logged", EndpointId: mine.GetEndpoint().GetId()}); return err },
+		"ping": func() error {
+			_, err := s.PingWebhookEndpoint(other, &eventsv1.PingWebhookEndpointRequest{Id: ep.GetId()})
+			return err
+		},
+		"update": func() error {
+			_, err := s.UpdateWebhookEndpoint(other, &eventsv1.UpdateWebhookEndpointRequest{Id: ep.GetId()})
+			return err
+		},
+		"roll": func() error {
+			_, err := s.RollWebhookEndpointSecret(other, &eventsv1.RollWebhookEndpointSecretRequest{Id: ep.GetId()})
+			return err
+		},
+		"delete": func() error {
+			_, err := s.DeleteWebhookEndpoint(other, &eventsv1.DeleteWebhookEndpointRequest{Id: ep.GetId()})
+			return err
+		},
+		"deliveries": func() error {
+			_, err := s.ListWebhookDeliveries(other, &eventsv1.ListWebhookDeliveriesRequest{Id: ep.GetId()})
+			return err
+		},
+		"redeliver to": func() error {
+			_, err := s.RedeliverEvent(other, &eventsv1.RedeliverEventRequest{EventId: "evt_logged", EndpointId: mine.GetEndpoint().GetId()})
+			return err
+		},
 	} {
 		err := call()
 		st, _ := status.FromError(err)
