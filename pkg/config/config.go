@@ -47,6 +47,9 @@ type Config struct {
 	NATSURL           string
 	// PublicBaseURL is where clients reach the gateway (storefront callback URLs, mail links).
 	PublicBaseURL string
+	// WebhookAllowPrivateNetworks lets hosted webhook endpoints reach private addresses
+	// (WEBHOOK_ALLOW_PRIVATE_NETWORKS); self-hosted always may.
+	WebhookAllowPrivateNetworks bool
 
 	// Mail (the storefront's buyer email, pkg/mail).
 	EmailProvider string
@@ -143,6 +146,8 @@ func LoadFrom(lookup func(string) (string, bool)) (*Config, error) {
 		RedisURL:          Secret(r.str("REDIS_URL", "redis://127.0.0.1:56379/0")),
 		NATSURL:           r.str("NATS_URL", "nats://127.0.0.1:54222"),
 		PublicBaseURL:     strings.TrimRight(r.str("PUBLIC_BASE_URL", "http://localhost:8080"), "/"),
+
+		WebhookAllowPrivateNetworks: r.bool("WEBHOOK_ALLOW_PRIVATE_NETWORKS", false),
 
 		EmailProvider: r.str("EMAIL_PROVIDER", "log"),
 		SMTPURL:       Secret(r.str("SMTP_URL", "")),
