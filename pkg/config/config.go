@@ -24,6 +24,7 @@ const (
 	DefaultReleasesAddr    = "127.0.0.1:9103"
 	DefaultBillingAddr     = "127.0.0.1:9104"
 	DefaultStorefrontAddr  = "127.0.0.1:9105"
+	DefaultEventsAddr      = "127.0.0.1:9106"
 )
 
 // Common is what every command needs (serve, migrate): the database and the logs.
@@ -72,6 +73,10 @@ type Config struct {
 	ReleasesAddr    string
 	BillingAddr     string
 	StorefrontAddr  string
+	EventsAddr      string
+
+	// EventRetention is how long the event log keeps an event (EVENT_RETENTION).
+	EventRetention time.Duration
 
 	// LicenseCacheTTL is how long a cached license row is served without a fresh read
 	// (pkg/licensecache); 0 turns the cache off.
@@ -166,6 +171,8 @@ func LoadFrom(lookup func(string) (string, bool)) (*Config, error) {
 		ReleasesAddr:    r.str("RELEASES_ADDR", DefaultReleasesAddr),
 		BillingAddr:     r.str("BILLING_ADDR", DefaultBillingAddr),
 		StorefrontAddr:  r.str("STOREFRONT_ADDR", DefaultStorefrontAddr),
+		EventsAddr:      r.str("EVENTS_ADDR", DefaultEventsAddr),
+		EventRetention:  r.duration("EVENT_RETENTION", 2160*time.Hour),
 
 		LicenseCacheTTL: r.duration("LICENSE_CACHE_TTL", time.Second),
 		SigningKeysFile: r.str("SIGNING_KEYS_FILE", ""),
@@ -180,6 +187,9 @@ func LoadFrom(lookup func(string) (string, bool)) (*Config, error) {
 	}
 	if c.ShutdownTimeout <= 0 {
 		r.fail("SHUTDOWN_TIMEOUT", "must be positive")
+	}
+	if c.EventRetention <= 0 {
+		r.fail("EVENT_RETENTION", "must be positive")
 	}
 	if c.MetricsPort < 0 || c.MetricsPort > 65535 {
 		r.fail("METRICS_PORT", "must be a TCP port")

@@ -123,6 +123,7 @@ func run(ctx context.Context) error {
 		{cfg.ReleasesAddr, &conns.Releases, []grpc.DialOption{dropAnnounced}},
 		{cfg.BillingAddr, &conns.Billing, nil},
 		{cfg.StorefrontAddr, &conns.Storefront, nil},
+		{cfg.EventsAddr, &conns.Events, nil},
 	} {
 		conn, err := grpcx.Dial(c.addr, c.opts...)
 		if err != nil {
@@ -144,6 +145,7 @@ func run(ctx context.Context) error {
 		{"releases", conns.Releases},
 		{"billing", conns.Billing},
 		{"storefront", conns.Storefront},
+		{"events", conns.Events},
 	} {
 		monitor.Add(readiness.Check{Name: b.name, Probe: grpcHealthProbe(b.conn)})
 	}

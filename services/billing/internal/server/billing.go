@@ -8,6 +8,7 @@ import (
 
 	"github.com/keyhouse/keyhouse/pkg/apierr"
 	"github.com/keyhouse/keyhouse/pkg/auth"
+	"github.com/keyhouse/keyhouse/pkg/events"
 	billingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/billing/v1"
 	"github.com/keyhouse/keyhouse/services/billing/internal/payments"
 	"github.com/keyhouse/keyhouse/services/billing/internal/plan"
@@ -182,7 +183,8 @@ func (b *Billing) HandleStripeEvent(ctx context.Context, req *billingv1.HandleSt
 	if !plan.Handled(c.Type) {
 		return &billingv1.HandleStripeEventResponse{Received: true}, nil
 	}
-	out, err := b.store.Record(ctx, req.GetPayload(), c)
+	// A plan moved by Stripe's event is the system's doing, not the caller's.
+	out, err := b.store.Record(events.WithActor(ctx, events.ActorSystem), req.GetPayload(), c)
 	if err != nil {
 		return nil, err
 	}

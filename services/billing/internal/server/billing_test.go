@@ -35,7 +35,7 @@ func newBilling(t *testing.T) (*Billing, *Server) {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	st := store.New(pool)
+	st := store.New(pool, nil)
 	b := NewBilling(BillingConfig{MultiTenant: true, WebhookSecret: testSecret, Usage: fixedUsage(3),
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}, st)
 	return b, New(st, true)

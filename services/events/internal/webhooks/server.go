@@ -223,7 +223,7 @@ func (s *Server) PingWebhookEndpoint(ctx context.Context, req *eventsv1.PingWebh
 		return nil, errEndpointDisabled
 	}
 	now := s.now()
-	id, body, err := pingEnvelope(ctx, now)
+	id, body, err := pingEnvelope(ctx, tenant, now)
 	if err != nil {
 		return nil, err
 	}

@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/keyhouse/keyhouse/pkg/apierr"
+	"github.com/keyhouse/keyhouse/pkg/events"
 	"github.com/keyhouse/keyhouse/pkg/mail"
 	"github.com/keyhouse/keyhouse/pkg/natsx"
 	"github.com/keyhouse/keyhouse/pkg/seal"
@@ -155,6 +156,9 @@ func (w *Worker) now() time.Time {
 
 // Handle is the natsx.Handler.
 func (w *Worker) Handle(ctx context.Context, msg jetstream.Msg) error {
+	// What fulfillment changes, here (deliveries) and in licensing (the license it
+	// issues), is the storefront's doing.
+	ctx = events.OutgoingActor(ctx, events.ActorStorefront)
 	var job Job
 	if err := json.Unmarshal(msg.Data(), &job); err != nil || job.DeliveryID == 0 {
 		return natsx.Permanent(errors.New("malformed fulfillment message"))

@@ -106,7 +106,7 @@ func newFixture(t *testing.T) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &fixture{t: t, st: store.New(db), lic: &fakeLicensing{keys: map[string]string{}}, mail: &fakeMail{}, keys: k, tenant: "t1"}
+	f := &fixture{t: t, st: store.New(db, nil), lic: &fakeLicensing{keys: map[string]string{}}, mail: &fakeMail{}, keys: k, tenant: "t1"}
 	f.w = &Worker{Store: f.st, Licensing: f.lic, Keys: keys{k}, Mail: f.mail, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), MaxAttempts: 5}
 	link := "plink_test"
 	if _, err := f.st.CreateMapping(context.Background(), &store.Mapping{TenantID: f.tenant, PaymentLink: &link, ProductID: "app", Tier: "pro", Seats: 2}); err != nil {
