@@ -61,17 +61,6 @@ func (rc *webhookReceiver) deliveries() []receivedDelivery {
 	return slices.Clone(rc.got)
 }
 
-// waitFor polls until cond holds; the bound is a failure bound, not a timing goal.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if cond() {
-			return
-		}
-	}
-	t.Fatalf("gave up waiting for %s", what)
-}
-
 // The endpoint routes over REST in hosted mode: private targets refused at creation, the
 // 16-endpoint limit, the secret shown only at creation, fields in order, and another
 // tenant's endpoint not found.
@@ -144,12 +133,12 @@ func TestWebhookDeliveredEndToEnd(t *testing.T) {
 	rc := newWebhookReceiver(t)
 	ep := adm.Post("/v1/webhook-endpoints", map[string]any{"url": rc.URL + "/hook", "events": []string{"license.issued", "license.revoked"}, "description": "e2e"}).Expect(t, 200).JSON(t)
 	id, secret := ep["id"].(string), ep["secret"].(string)
-	key := issueLicense(t, adm, map[string]any{"tier": "pro", "product_id": product("webhooks")})
+	key := issueLicense(t, adm, map[string]any{"tier": "pro", "product_id": product("webhooks"), "issued_to": "webhooks@example.com"})
 	ping := adm.Post("/v1/webhook-endpoints/"+id+"/ping", map[string]any{}).Expect(t, 200).JSON(t)
 	pingID := ping["event_id"].(string)
 
 	var issued, pinged *receivedDelivery
-	waitFor(t, "the license.issued and ping deliveries", func() bool {
+	eventually(t, "the license.issued and ping deliveries", func() bool {
 		issued, pinged = nil, nil
 		for _, d := range rc.deliveries() {
 			switch {
@@ -173,7 +162,7 @@ func TestWebhookDeliveredEndToEnd(t *testing.T) {
 		t.Fatalf("ping body %s", pinged.body)
 	}
 	var dels []any
-	waitFor(t, "two succeeded deliveries", func() bool {
+	eventually(t, "two succeeded deliveries", func() bool {
 		dels, _ = adm.Get("/v1/webhook-endpoints/"+id+"/deliveries?status=succeeded").Expect(t, 200).JSON(t)["deliveries"].([]any)
 		return len(dels) == 2
 	})
