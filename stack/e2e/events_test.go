@@ -39,7 +39,7 @@ func listEvents(t testing.TB, c *Client, query url.Values) eventPage {
 // first. More than want fails at once: every change is exactly one event.
 func eventsOf(t testing.TB, c *Client, key string, want int) []logEvent {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(60 * time.Second)
 	for {
 		p := listEvents(t, c, url.Values{"license_key": {key}, "limit": {"1000"}})
 		if len(p.Events) > want {
@@ -50,7 +50,7 @@ func eventsOf(t testing.TB, c *Client, key string, want int) []logEvent {
 			return p.Events
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%d events about %s after 30 s, want %d: %v", len(p.Events), key, want, types(p.Events))
+			t.Fatalf("%d events about %s after 60 s, want %d: %v", len(p.Events), key, want, types(p.Events))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -72,7 +72,7 @@ func TestEveryChangeIsOneEventInTheLog(t *testing.T) {
 	s := selfHosted(t)
 	a, c := admin(t, s), anon(t, s)
 	prod := product("events")
-	key := issueLicense(t, a, lic(prod, "max_activations", 3, "limits", map[string]any{"api_calls": 3}))
+	key := issueLicense(t, a, lic(prod, "max_activations", 3, "limits", map[string]any{"projects": 3}))
 	a.Post("/v1/revoke-license", map[string]any{"key": key, "revoked": true}).Expect(t, 200)
 	a.Post("/v1/revoke-license", map[string]any{"key": key, "revoked": false}).Expect(t, 200)
 	a.Post("/v1/admin/update-license-terms", map[string]any{"key": key, "expires_at": "2031-01-02T03:04:05Z"}).Expect(t, 200)
@@ -81,9 +81,9 @@ func TestEveryChangeIsOneEventInTheLog(t *testing.T) {
 	seat(t, c, key, "host-b")
 	c.Post("/v1/activate-license", map[string]string{"key": key, "instance_id": "host-b"}).Expect(t, 200) // already: no event
 	for range 4 {
-		trackUsage(c, key, tok, "api_calls") // the third lands on the limit, the fourth is refused
+		trackUsage(c, key, tok, "projects") // the third lands on the limit, the fourth is refused
 	}
-	a.Post("/v1/admin/reset-usage", map[string]any{"key": key, "metric": "api_calls"}).Expect(t, 200)
+	a.Post("/v1/admin/reset-usage", map[string]any{"key": key, "metric": "projects"}).Expect(t, 200)
 	a.Post("/v1/admin/reissue-token", map[string]any{"key": key, "instance_id": "host-b"}).Expect(t, 200)
 	a.Post("/v1/admin/deactivate-by-instance-id", map[string]any{"key": key, "instance_id": "host-b"}).Expect(t, 200)
 	c.Post("/v1/deactivate-license", map[string]any{"key": key, "token": tok}).Expect(t, 200)
@@ -116,13 +116,13 @@ func TestEveryChangeIsOneEventInTheLog(t *testing.T) {
 		t.Errorf("seat.activated %+v", evs[5])
 	}
 	if d := evs[0].Data; d["tier"] != "pro" || d["max_activations"] != float64(3) || d["expires_at"] != nil ||
-		fmt.Sprint(d["limits"]) != "map[api_calls:3]" || d["issued_to"] != "Ada Lovelace <ada@example.com>" {
+		fmt.Sprint(d["limits"]) != "map[projects:3]" || d["issued_to"] != "Ada Lovelace <ada@example.com>" {
 		t.Errorf("license.issued data %v", d)
 	}
 	if d := evs[3].Data; d["expires_at"] != "2031-01-02T03:04:05Z" || d["max_activations"] != float64(3) {
 		t.Errorf("license.terms_updated data %v", d)
 	}
-	if d := evs[7].Data; d["metric"] != "api_calls" || d["used"] != float64(3) || d["limit"] != float64(3) {
+	if d := evs[7].Data; d["metric"] != "projects" || d["used"] != float64(3) || d["limit"] != float64(3) {
 		t.Errorf("usage.limit_reached data %v", d)
 	}
 	reasons := []string{}
@@ -224,12 +224,12 @@ func TestEventLogPagesAndFilters(t *testing.T) {
 	for _, tc := range []struct{ query, msg string }{
 		{"limit=0", "limit must be an integer between 1 and 1000"},
 		{"limit=1001", "limit must be an integer between 1 and 1000"},
-		{"type=license", `type must be an logEvent type or a prefix of one ending in "."`},
-		{"type=nope.", `type must be an logEvent type or a prefix of one ending in "."`},
+		{"type=license", `type must be an event type or a prefix of one ending in "."`},
+		{"type=nope.", `type must be an event type or a prefix of one ending in "."`},
 		{"since=yesterday", "since must be an RFC 3339 time"},
 		{"until=2026-13-01T00:00:00Z", "until must be an RFC 3339 time"},
-		{"starting_after=evt_nope", "starting_after must be the id of an logEvent in the log"},
-		{"starting_after=evt_aaaaaaaaaaaaaaaaaaaaaaaaaa", "starting_after must be the id of an logEvent in the log"},
+		{"starting_after=evt_nope", "starting_after must be the id of an event in the log"},
+		{"starting_after=evt_aaaaaaaaaaaaaaaaaaaaaaaaaa", "starting_after must be the id of an event in the log"},
 	} {
 		a.Get("/v1/events?"+tc.query).ExpectError(t, 400, tc.msg)
 	}
@@ -238,7 +238,7 @@ func TestEventLogPagesAndFilters(t *testing.T) {
 	a.Get("/v1/events/nope").ExpectError(t, 404, "Event not found")
 }
 
-// Hosted: a tenant sees its own events only; another tenant's logEvent is 404, and the
+// Hosted: a tenant sees its own events only; another tenant's event is 404, and the
 // admin key is not a tenant credential.
 func TestEventLogIsTenantScoped(t *testing.T) {
 	t.Parallel()
@@ -253,7 +253,7 @@ func TestEventLogIsTenantScoped(t *testing.T) {
 	if p := listEvents(t, t2, url.Values{"license_key": {key}}); len(p.Events) != 0 {
 		t.Fatalf("another tenant lists %v", types(p.Events))
 	}
-	t2.Get("/v1/events?starting_after="+evs[0].ID).ExpectError(t, 400, "starting_after must be the id of an logEvent in the log")
+	t2.Get("/v1/events?starting_after="+evs[0].ID).ExpectError(t, 400, "starting_after must be the id of an event in the log")
 	admin(t, s).Get("/v1/events").Expect(t, 403)
 	t1.Get("/v1/events/"+evs[0].ID).Expect(t, 200)
 }

@@ -65,7 +65,7 @@ func (s *Server) ListEvents(ctx context.Context, req *eventsv1.ListEventsRequest
 }
 
 // GetEvent is GET /v1/events/{id}.
-func (s *Server) GetEvent(ctx context.Context, req *eventsv1.GetEventRequest) (*eventsv1.EventRecord, error) {
+func (s *Server) GetEvent(ctx context.Context, req *eventsv1.GetEventRequest) (*eventsv1.GetEventResponse, error) {
 	tenant, err := auth.TenantID(ctx)
 	if err != nil {
 		return nil, err
@@ -80,7 +80,11 @@ func (s *Server) GetEvent(ctx context.Context, req *eventsv1.GetEventRequest) (*
 	if err != nil {
 		return nil, err
 	}
-	return record(r)
+	rec, err := record(r)
+	if err != nil {
+		return nil, err
+	}
+	return &eventsv1.GetEventResponse{Event: rec}, nil
 }
 
 // record is a stored event as the routes answer it: the stored JSON, decoded, so the

@@ -209,6 +209,51 @@ func (x *GetEventRequest) GetId() string {
 	return ""
 }
 
+// The REST answer is the event itself (http.yaml: response_body "event").
+type GetEventResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Event         *EventRecord           `protobuf:"bytes,1,opt,name=event,proto3" json:"event,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetEventResponse) Reset() {
+	*x = GetEventResponse{}
+	mi := &file_keyhouse_events_v1_events_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetEventResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetEventResponse) ProtoMessage() {}
+
+func (x *GetEventResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_keyhouse_events_v1_events_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetEventResponse.ProtoReflect.Descriptor instead.
+func (*GetEventResponse) Descriptor() ([]byte, []int) {
+	return file_keyhouse_events_v1_events_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *GetEventResponse) GetEvent() *EventRecord {
+	if x != nil {
+		return x.Event
+	}
+	return nil
+}
+
 // EventRecord is an event in its JSON form, as the log stores and lists it and as a
 // webhook delivers it: {"id","type","created_at","actor":{"type","request_id"},"data":{…}}.
 // data holds the typed event's fields by their snake_case names.
@@ -225,7 +270,7 @@ type EventRecord struct {
 
 func (x *EventRecord) Reset() {
 	*x = EventRecord{}
-	mi := &file_keyhouse_events_v1_events_proto_msgTypes[3]
+	mi := &file_keyhouse_events_v1_events_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -237,7 +282,7 @@ func (x *EventRecord) String() string {
 func (*EventRecord) ProtoMessage() {}
 
 func (x *EventRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_events_v1_events_proto_msgTypes[3]
+	mi := &file_keyhouse_events_v1_events_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -250,7 +295,7 @@ func (x *EventRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventRecord.ProtoReflect.Descriptor instead.
 func (*EventRecord) Descriptor() ([]byte, []int) {
-	return file_keyhouse_events_v1_events_proto_rawDescGZIP(), []int{3}
+	return file_keyhouse_events_v1_events_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *EventRecord) GetId() string {
@@ -301,7 +346,7 @@ type Actor struct {
 
 func (x *Actor) Reset() {
 	*x = Actor{}
-	mi := &file_keyhouse_events_v1_events_proto_msgTypes[4]
+	mi := &file_keyhouse_events_v1_events_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -313,7 +358,7 @@ func (x *Actor) String() string {
 func (*Actor) ProtoMessage() {}
 
 func (x *Actor) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_events_v1_events_proto_msgTypes[4]
+	mi := &file_keyhouse_events_v1_events_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -326,7 +371,7 @@ func (x *Actor) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Actor.ProtoReflect.Descriptor instead.
 func (*Actor) Descriptor() ([]byte, []int) {
-	return file_keyhouse_events_v1_events_proto_rawDescGZIP(), []int{4}
+	return file_keyhouse_events_v1_events_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Actor) GetType() string {
@@ -383,7 +428,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_keyhouse_events_v1_events_proto_msgTypes[5]
+	mi := &file_keyhouse_events_v1_events_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -395,7 +440,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_events_v1_events_proto_msgTypes[5]
+	mi := &file_keyhouse_events_v1_events_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -408,7 +453,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_keyhouse_events_v1_events_proto_rawDescGZIP(), []int{5}
+	return file_keyhouse_events_v1_events_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Event) GetId() string {
@@ -760,7 +805,7 @@ type LicenseIssued struct {
 
 func (x *LicenseIssued) Reset() {
 	*x = LicenseIssued{}
-	mi := &file_keyhouse_events_v1_events_proto_msgTypes[6]
+	mi := &file_keyhouse_events_v1_events_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -772,7 +817,7 @@ func (x *LicenseIssued) String() string {
 func (*LicenseIssued) ProtoMessage() {}
 
 func (x *LicenseIssued) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_events_v1_events_proto_msgTypes[6]
+	mi := &file_keyhouse_events_v1_events_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -785,7 +830,7 @@ func (x *LicenseIssued) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LicenseIssued.ProtoReflect.Descriptor instead.
 func (*LicenseIssued) Descriptor() ([]byte, []int) {
-	return file_keyhouse_events_v1_events_proto_rawDescGZIP(), []int{6}
+	return file_keyhouse_events_v1_events_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *LicenseIssued) GetKey() string {
@@ -848,7 +893,7 @@ type LicenseRef struct {
 
 func (x *LicenseRef) Reset() {
 	*x = LicenseRef{}
-	mi := &file_keyhouse_events_v1_events_proto_msgTypes[7]
+	mi := &file_keyhouse_events_v1_events_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -860,7 +905,7 @@ func (x *LicenseRef) String() string {
 func (*LicenseRef) ProtoMessage() {}
 
 func (x *LicenseRef) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_events_v1_events_proto_msgTypes[7]
+	mi := &file_keyhouse_events_v1_events_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -873,7 +918,7 @@ func (x *LicenseRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LicenseRef.ProtoReflect.Descriptor instead.
 func (*LicenseRef) Descriptor() ([]byte, []int) {
-	return file_keyhouse_events_v1_events_proto_rawDescGZIP(), []int{7}
+	return file_keyhouse_events_v1_events_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *LicenseRef) GetKey() string {
@@ -904,7 +949,7 @@ type LicenseTermsUpdated struct {
 
 func (x *LicenseTermsUpdated) Reset() {
 	*x = LicenseTermsUpdated{}
-	mi := &file_keyhouse_events_v1_events_proto_msgTypes[8]
+	mi := &file_keyhouse_events_v1_events_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -916,7 +961,7 @@ func (x *LicenseTermsUpdated) String() string {
 func (*LicenseTermsUpdated) ProtoMessage() {}
 
 func (x *LicenseTermsUpdated) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_events_v1_events_proto_msgTypes[8]
+	mi := &file_keyhouse_events_v1_events_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -929,7 +974,7 @@ func (x *LicenseTermsUpdated) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LicenseTermsUpdated.ProtoReflect.Descriptor instead.
 func (*LicenseTermsUpdated) Descriptor() ([]byte, []int) {
-	return file_keyhouse_events_v1_events_proto_rawDescGZIP(), []int{8}
+	return file_keyhouse_events_v1_events_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *LicenseTermsUpdated) GetKey() string {
@@ -979,7 +1024,7 @@ type Seat struct {
 
 func (x *Seat) Reset() {
 	*x = Seat{}
-	mi := &file_keyhouse_events_v1_events_proto_msgTypes[9]
+	mi := &file_keyhouse_events_v1_events_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -991,7 +1036,7 @@ func (x *Seat) String() string {
 func (*Seat) ProtoMessage() {}
 
 func (x *Seat) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_events_v1_events_proto_msgTypes[9]
+	mi := &file_keyhouse_events_v1_events_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1004,7 +1049,7 @@ func (x *Seat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Seat.ProtoReflect.Descriptor instead.
 func (*Seat) Descriptor() ([]byte, []int) {
-	return file_keyhouse_events_v1_events_proto_rawDescGZIP(), []int{9}
+	return file_keyhouse_events_v1_events_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Seat) GetKey() string {
@@ -1042,7 +1087,7 @@ type SeatDeactivated struct {
 
 func (x *SeatDeactivated) Reset() {
 	*x = SeatDeactivated{}
-	mi := &file_keyhouse_events_v1_events_proto_msgTypes[10]
+	mi := &file_keyhouse_events_v1_events_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1054,7 +1099,7 @@ func (x *SeatDeactivated) String() string {
 func (*SeatDeactivated) ProtoMessage() {}
 
 func (x *SeatDeactivated) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_events_v1_events_proto_msgTypes[10]
+	mi := &file_keyhouse_events_v1_events_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1067,7 +1112,7 @@ func (x *SeatDeactivated) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SeatDeactivated.ProtoReflect.Descriptor instead.
 func (*SeatDeactivated) Descriptor() ([]byte, []int) {
-	return file_keyhouse_events_v1_events_proto_rawDescGZIP(), []int{10}
+	return file_keyhouse_events_v1_events_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *SeatDeactivated) GetKey() string {
@@ -1112,7 +1157,7 @@ type UsageLimitReached struct {
 
 func (x *UsageLimitReached) Reset() {
 	*x = UsageLimitReached{}
-	mi := &file_keyhouse_events_v1_events_proto_msgTypes[11]
+	mi := &file_keyhouse_events_v1_events_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1124,7 +1169,7 @@ func (x *UsageLimitReached) String() string {
 func (*UsageLimitReached) ProtoMessage() {}
 
 func (x *UsageLimitReached) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_events_v1_events_proto_msgTypes[11]
+	mi := &file_keyhouse_events_v1_events_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1137,7 +1182,7 @@ func (x *UsageLimitReached) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UsageLimitReached.ProtoReflect.Descriptor instead.
 func (*UsageLimitReached) Descriptor() ([]byte, []int) {
-	return file_keyhouse_events_v1_events_proto_rawDescGZIP(), []int{11}
+	return file_keyhouse_events_v1_events_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *UsageLimitReached) GetKey() string {
@@ -1188,7 +1233,7 @@ type UsageReset struct {
 
 func (x *UsageReset) Reset() {
 	*x = UsageReset{}
-	mi := &file_keyhouse_events_v1_events_proto_msgTypes[12]
+	mi := &file_keyhouse_events_v1_events_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1200,7 +1245,7 @@ func (x *UsageReset) String() string {
 func (*UsageReset) ProtoMessage() {}
 
 func (x *UsageReset) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_events_v1_events_proto_msgTypes[12]
+	mi := &file_keyhouse_events_v1_events_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1213,7 +1258,7 @@ func (x *UsageReset) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UsageReset.ProtoReflect.Descriptor instead.
 func (*UsageReset) Descriptor() ([]byte, []int) {
-	return file_keyhouse_events_v1_events_proto_rawDescGZIP(), []int{12}
+	return file_keyhouse_events_v1_events_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *UsageReset) GetKey() string {
@@ -1251,7 +1296,7 @@ type Release struct {
 
 func (x *Release) Reset() {
 	*x = Release{}
-	mi := &file_keyhouse_events_v1_events_proto_msgTypes[13]
+	mi := &file_keyhouse_events_v1_events_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1263,7 +1308,7 @@ func (x *Release) String() string {
 func (*Release) ProtoMessage() {}
 
 func (x *Release) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_events_v1_events_proto_msgTypes[13]
+	mi := &file_keyhouse_events_v1_events_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1276,7 +1321,7 @@ func (x *Release) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Release.ProtoReflect.Descriptor instead.
 func (*Release) Descriptor() ([]byte, []int) {
-	return file_keyhouse_events_v1_events_proto_rawDescGZIP(), []int{13}
+	return file_keyhouse_events_v1_events_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Release) GetId() int32 {
@@ -1328,7 +1373,7 @@ type StorefrontDelivery struct {
 
 func (x *StorefrontDelivery) Reset() {
 	*x = StorefrontDelivery{}
-	mi := &file_keyhouse_events_v1_events_proto_msgTypes[14]
+	mi := &file_keyhouse_events_v1_events_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1340,7 +1385,7 @@ func (x *StorefrontDelivery) String() string {
 func (*StorefrontDelivery) ProtoMessage() {}
 
 func (x *StorefrontDelivery) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_events_v1_events_proto_msgTypes[14]
+	mi := &file_keyhouse_events_v1_events_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1353,7 +1398,7 @@ func (x *StorefrontDelivery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StorefrontDelivery.ProtoReflect.Descriptor instead.
 func (*StorefrontDelivery) Descriptor() ([]byte, []int) {
-	return file_keyhouse_events_v1_events_proto_rawDescGZIP(), []int{14}
+	return file_keyhouse_events_v1_events_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *StorefrontDelivery) GetDeliveryId() string {
@@ -1396,7 +1441,7 @@ type BillingPlanChanged struct {
 
 func (x *BillingPlanChanged) Reset() {
 	*x = BillingPlanChanged{}
-	mi := &file_keyhouse_events_v1_events_proto_msgTypes[15]
+	mi := &file_keyhouse_events_v1_events_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1408,7 +1453,7 @@ func (x *BillingPlanChanged) String() string {
 func (*BillingPlanChanged) ProtoMessage() {}
 
 func (x *BillingPlanChanged) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_events_v1_events_proto_msgTypes[15]
+	mi := &file_keyhouse_events_v1_events_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1421,7 +1466,7 @@ func (x *BillingPlanChanged) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BillingPlanChanged.ProtoReflect.Descriptor instead.
 func (*BillingPlanChanged) Descriptor() ([]byte, []int) {
-	return file_keyhouse_events_v1_events_proto_rawDescGZIP(), []int{15}
+	return file_keyhouse_events_v1_events_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *BillingPlanChanged) GetPlan() *wrapperspb.StringValue {
@@ -1449,7 +1494,7 @@ type LeaseKeyRotated struct {
 
 func (x *LeaseKeyRotated) Reset() {
 	*x = LeaseKeyRotated{}
-	mi := &file_keyhouse_events_v1_events_proto_msgTypes[16]
+	mi := &file_keyhouse_events_v1_events_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1461,7 +1506,7 @@ func (x *LeaseKeyRotated) String() string {
 func (*LeaseKeyRotated) ProtoMessage() {}
 
 func (x *LeaseKeyRotated) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_events_v1_events_proto_msgTypes[16]
+	mi := &file_keyhouse_events_v1_events_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1474,7 +1519,7 @@ func (x *LeaseKeyRotated) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseKeyRotated.ProtoReflect.Descriptor instead.
 func (*LeaseKeyRotated) Descriptor() ([]byte, []int) {
-	return file_keyhouse_events_v1_events_proto_rawDescGZIP(), []int{16}
+	return file_keyhouse_events_v1_events_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *LeaseKeyRotated) GetKid() string {
@@ -1502,7 +1547,7 @@ type WebhookEndpointDisabled struct {
 
 func (x *WebhookEndpointDisabled) Reset() {
 	*x = WebhookEndpointDisabled{}
-	mi := &file_keyhouse_events_v1_events_proto_msgTypes[17]
+	mi := &file_keyhouse_events_v1_events_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1514,7 +1559,7 @@ func (x *WebhookEndpointDisabled) String() string {
 func (*WebhookEndpointDisabled) ProtoMessage() {}
 
 func (x *WebhookEndpointDisabled) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_events_v1_events_proto_msgTypes[17]
+	mi := &file_keyhouse_events_v1_events_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1527,7 +1572,7 @@ func (x *WebhookEndpointDisabled) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WebhookEndpointDisabled.ProtoReflect.Descriptor instead.
 func (*WebhookEndpointDisabled) Descriptor() ([]byte, []int) {
-	return file_keyhouse_events_v1_events_proto_rawDescGZIP(), []int{17}
+	return file_keyhouse_events_v1_events_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *WebhookEndpointDisabled) GetEndpointId() string {
@@ -1553,7 +1598,7 @@ type Empty struct {
 
 func (x *Empty) Reset() {
 	*x = Empty{}
-	mi := &file_keyhouse_events_v1_events_proto_msgTypes[18]
+	mi := &file_keyhouse_events_v1_events_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1565,7 +1610,7 @@ func (x *Empty) String() string {
 func (*Empty) ProtoMessage() {}
 
 func (x *Empty) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_events_v1_events_proto_msgTypes[18]
+	mi := &file_keyhouse_events_v1_events_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1578,7 +1623,7 @@ func (x *Empty) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Empty.ProtoReflect.Descriptor instead.
 func (*Empty) Descriptor() ([]byte, []int) {
-	return file_keyhouse_events_v1_events_proto_rawDescGZIP(), []int{18}
+	return file_keyhouse_events_v1_events_proto_rawDescGZIP(), []int{19}
 }
 
 var File_keyhouse_events_v1_events_proto protoreflect.FileDescriptor
@@ -1598,7 +1643,9 @@ const file_keyhouse_events_v1_events_proto_rawDesc = "" +
 	"\x06events\x18\x01 \x03(\v2\x1f.keyhouse.events.v1.EventRecordR\x06events\x12\x19\n" +
 	"\bhas_more\x18\x02 \x01(\bR\ahasMore\"!\n" +
 	"\x0fGetEventRequest\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\tR\x02id\"\xca\x01\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"I\n" +
+	"\x10GetEventResponse\x125\n" +
+	"\x05event\x18\x01 \x01(\v2\x1f.keyhouse.events.v1.EventRecordR\x05event\"\xca\x01\n" +
 	"\vEventRecord\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x129\n" +
@@ -1718,12 +1765,12 @@ const file_keyhouse_events_v1_events_proto_rawDesc = "" +
 	"\vendpoint_id\x18\x01 \x01(\tR\n" +
 	"endpointId\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\"\a\n" +
-	"\x05Empty2\xd6\x01\n" +
+	"\x05Empty2\xdb\x01\n" +
 	"\rEventsService\x12g\n" +
 	"\n" +
 	"ListEvents\x12%.keyhouse.events.v1.ListEventsRequest\x1a&.keyhouse.events.v1.ListEventsResponse\"\n" +
-	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x12\\\n" +
-	"\bGetEvent\x12#.keyhouse.events.v1.GetEventRequest\x1a\x1f.keyhouse.events.v1.EventRecord\"\n" +
+	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x12a\n" +
+	"\bGetEvent\x12#.keyhouse.events.v1.GetEventRequest\x1a$.keyhouse.events.v1.GetEventResponse\"\n" +
 	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06BGZEgithub.com/keyhouse/keyhouse/proto/gen/go/keyhouse/events/v1;eventsv1b\x06proto3"
 
 var (
@@ -1738,79 +1785,81 @@ func file_keyhouse_events_v1_events_proto_rawDescGZIP() []byte {
 	return file_keyhouse_events_v1_events_proto_rawDescData
 }
 
-var file_keyhouse_events_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_keyhouse_events_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_keyhouse_events_v1_events_proto_goTypes = []any{
 	(*ListEventsRequest)(nil),       // 0: keyhouse.events.v1.ListEventsRequest
 	(*ListEventsResponse)(nil),      // 1: keyhouse.events.v1.ListEventsResponse
 	(*GetEventRequest)(nil),         // 2: keyhouse.events.v1.GetEventRequest
-	(*EventRecord)(nil),             // 3: keyhouse.events.v1.EventRecord
-	(*Actor)(nil),                   // 4: keyhouse.events.v1.Actor
-	(*Event)(nil),                   // 5: keyhouse.events.v1.Event
-	(*LicenseIssued)(nil),           // 6: keyhouse.events.v1.LicenseIssued
-	(*LicenseRef)(nil),              // 7: keyhouse.events.v1.LicenseRef
-	(*LicenseTermsUpdated)(nil),     // 8: keyhouse.events.v1.LicenseTermsUpdated
-	(*Seat)(nil),                    // 9: keyhouse.events.v1.Seat
-	(*SeatDeactivated)(nil),         // 10: keyhouse.events.v1.SeatDeactivated
-	(*UsageLimitReached)(nil),       // 11: keyhouse.events.v1.UsageLimitReached
-	(*UsageReset)(nil),              // 12: keyhouse.events.v1.UsageReset
-	(*Release)(nil),                 // 13: keyhouse.events.v1.Release
-	(*StorefrontDelivery)(nil),      // 14: keyhouse.events.v1.StorefrontDelivery
-	(*BillingPlanChanged)(nil),      // 15: keyhouse.events.v1.BillingPlanChanged
-	(*LeaseKeyRotated)(nil),         // 16: keyhouse.events.v1.LeaseKeyRotated
-	(*WebhookEndpointDisabled)(nil), // 17: keyhouse.events.v1.WebhookEndpointDisabled
-	(*Empty)(nil),                   // 18: keyhouse.events.v1.Empty
-	nil,                             // 19: keyhouse.events.v1.LicenseIssued.LimitsEntry
-	nil,                             // 20: keyhouse.events.v1.LicenseTermsUpdated.LimitsEntry
-	(*timestamppb.Timestamp)(nil),   // 21: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),         // 22: google.protobuf.Struct
-	(*wrapperspb.StringValue)(nil),  // 23: google.protobuf.StringValue
-	(*wrapperspb.Int32Value)(nil),   // 24: google.protobuf.Int32Value
+	(*GetEventResponse)(nil),        // 3: keyhouse.events.v1.GetEventResponse
+	(*EventRecord)(nil),             // 4: keyhouse.events.v1.EventRecord
+	(*Actor)(nil),                   // 5: keyhouse.events.v1.Actor
+	(*Event)(nil),                   // 6: keyhouse.events.v1.Event
+	(*LicenseIssued)(nil),           // 7: keyhouse.events.v1.LicenseIssued
+	(*LicenseRef)(nil),              // 8: keyhouse.events.v1.LicenseRef
+	(*LicenseTermsUpdated)(nil),     // 9: keyhouse.events.v1.LicenseTermsUpdated
+	(*Seat)(nil),                    // 10: keyhouse.events.v1.Seat
+	(*SeatDeactivated)(nil),         // 11: keyhouse.events.v1.SeatDeactivated
+	(*UsageLimitReached)(nil),       // 12: keyhouse.events.v1.UsageLimitReached
+	(*UsageReset)(nil),              // 13: keyhouse.events.v1.UsageReset
+	(*Release)(nil),                 // 14: keyhouse.events.v1.Release
+	(*StorefrontDelivery)(nil),      // 15: keyhouse.events.v1.StorefrontDelivery
+	(*BillingPlanChanged)(nil),      // 16: keyhouse.events.v1.BillingPlanChanged
+	(*LeaseKeyRotated)(nil),         // 17: keyhouse.events.v1.LeaseKeyRotated
+	(*WebhookEndpointDisabled)(nil), // 18: keyhouse.events.v1.WebhookEndpointDisabled
+	(*Empty)(nil),                   // 19: keyhouse.events.v1.Empty
+	nil,                             // 20: keyhouse.events.v1.LicenseIssued.LimitsEntry
+	nil,                             // 21: keyhouse.events.v1.LicenseTermsUpdated.LimitsEntry
+	(*timestamppb.Timestamp)(nil),   // 22: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),         // 23: google.protobuf.Struct
+	(*wrapperspb.StringValue)(nil),  // 24: google.protobuf.StringValue
+	(*wrapperspb.Int32Value)(nil),   // 25: google.protobuf.Int32Value
 }
 var file_keyhouse_events_v1_events_proto_depIdxs = []int32{
-	3,  // 0: keyhouse.events.v1.ListEventsResponse.events:type_name -> keyhouse.events.v1.EventRecord
-	21, // 1: keyhouse.events.v1.EventRecord.created_at:type_name -> google.protobuf.Timestamp
-	4,  // 2: keyhouse.events.v1.EventRecord.actor:type_name -> keyhouse.events.v1.Actor
-	22, // 3: keyhouse.events.v1.EventRecord.data:type_name -> google.protobuf.Struct
-	23, // 4: keyhouse.events.v1.Actor.request_id:type_name -> google.protobuf.StringValue
-	21, // 5: keyhouse.events.v1.Event.created_at:type_name -> google.protobuf.Timestamp
-	4,  // 6: keyhouse.events.v1.Event.actor:type_name -> keyhouse.events.v1.Actor
-	6,  // 7: keyhouse.events.v1.Event.license_issued:type_name -> keyhouse.events.v1.LicenseIssued
-	7,  // 8: keyhouse.events.v1.Event.license_revoked:type_name -> keyhouse.events.v1.LicenseRef
-	7,  // 9: keyhouse.events.v1.Event.license_reactivated:type_name -> keyhouse.events.v1.LicenseRef
-	7,  // 10: keyhouse.events.v1.Event.license_deleted:type_name -> keyhouse.events.v1.LicenseRef
-	8,  // 11: keyhouse.events.v1.Event.license_terms_updated:type_name -> keyhouse.events.v1.LicenseTermsUpdated
-	7,  // 12: keyhouse.events.v1.Event.license_notes_updated:type_name -> keyhouse.events.v1.LicenseRef
-	9,  // 13: keyhouse.events.v1.Event.seat_activated:type_name -> keyhouse.events.v1.Seat
-	10, // 14: keyhouse.events.v1.Event.seat_deactivated:type_name -> keyhouse.events.v1.SeatDeactivated
-	9,  // 15: keyhouse.events.v1.Event.seat_token_reissued:type_name -> keyhouse.events.v1.Seat
-	11, // 16: keyhouse.events.v1.Event.usage_limit_reached:type_name -> keyhouse.events.v1.UsageLimitReached
-	12, // 17: keyhouse.events.v1.Event.usage_reset:type_name -> keyhouse.events.v1.UsageReset
-	13, // 18: keyhouse.events.v1.Event.release_published:type_name -> keyhouse.events.v1.Release
-	13, // 19: keyhouse.events.v1.Event.release_unpublished:type_name -> keyhouse.events.v1.Release
-	14, // 20: keyhouse.events.v1.Event.storefront_delivery:type_name -> keyhouse.events.v1.StorefrontDelivery
-	15, // 21: keyhouse.events.v1.Event.billing_plan_changed:type_name -> keyhouse.events.v1.BillingPlanChanged
-	18, // 22: keyhouse.events.v1.Event.api_key_rotated:type_name -> keyhouse.events.v1.Empty
-	16, // 23: keyhouse.events.v1.Event.lease_key_rotated:type_name -> keyhouse.events.v1.LeaseKeyRotated
-	17, // 24: keyhouse.events.v1.Event.webhook_endpoint_disabled:type_name -> keyhouse.events.v1.WebhookEndpointDisabled
-	18, // 25: keyhouse.events.v1.Event.ping:type_name -> keyhouse.events.v1.Empty
-	21, // 26: keyhouse.events.v1.LicenseIssued.expires_at:type_name -> google.protobuf.Timestamp
-	24, // 27: keyhouse.events.v1.LicenseIssued.max_activations:type_name -> google.protobuf.Int32Value
-	19, // 28: keyhouse.events.v1.LicenseIssued.limits:type_name -> keyhouse.events.v1.LicenseIssued.LimitsEntry
-	21, // 29: keyhouse.events.v1.LicenseTermsUpdated.expires_at:type_name -> google.protobuf.Timestamp
-	24, // 30: keyhouse.events.v1.LicenseTermsUpdated.max_activations:type_name -> google.protobuf.Int32Value
-	20, // 31: keyhouse.events.v1.LicenseTermsUpdated.limits:type_name -> keyhouse.events.v1.LicenseTermsUpdated.LimitsEntry
-	23, // 32: keyhouse.events.v1.UsageReset.metric:type_name -> google.protobuf.StringValue
-	23, // 33: keyhouse.events.v1.StorefrontDelivery.license_key:type_name -> google.protobuf.StringValue
-	23, // 34: keyhouse.events.v1.BillingPlanChanged.plan:type_name -> google.protobuf.StringValue
-	0,  // 35: keyhouse.events.v1.EventsService.ListEvents:input_type -> keyhouse.events.v1.ListEventsRequest
-	2,  // 36: keyhouse.events.v1.EventsService.GetEvent:input_type -> keyhouse.events.v1.GetEventRequest
-	1,  // 37: keyhouse.events.v1.EventsService.ListEvents:output_type -> keyhouse.events.v1.ListEventsResponse
-	3,  // 38: keyhouse.events.v1.EventsService.GetEvent:output_type -> keyhouse.events.v1.EventRecord
-	37, // [37:39] is the sub-list for method output_type
-	35, // [35:37] is the sub-list for method input_type
-	35, // [35:35] is the sub-list for extension type_name
-	35, // [35:35] is the sub-list for extension extendee
-	0,  // [0:35] is the sub-list for field type_name
+	4,  // 0: keyhouse.events.v1.ListEventsResponse.events:type_name -> keyhouse.events.v1.EventRecord
+	4,  // 1: keyhouse.events.v1.GetEventResponse.event:type_name -> keyhouse.events.v1.EventRecord
+	22, // 2: keyhouse.events.v1.EventRecord.created_at:type_name -> google.protobuf.Timestamp
+	5,  // 3: keyhouse.events.v1.EventRecord.actor:type_name -> keyhouse.events.v1.Actor
+	23, // 4: keyhouse.events.v1.EventRecord.data:type_name -> google.protobuf.Struct
+	24, // 5: keyhouse.events.v1.Actor.request_id:type_name -> google.protobuf.StringValue
+	22, // 6: keyhouse.events.v1.Event.created_at:type_name -> google.protobuf.Timestamp
+	5,  // 7: keyhouse.events.v1.Event.actor:type_name -> keyhouse.events.v1.Actor
+	7,  // 8: keyhouse.events.v1.Event.license_issued:type_name -> keyhouse.events.v1.LicenseIssued
+	8,  // 9: keyhouse.events.v1.Event.license_revoked:type_name -> keyhouse.events.v1.LicenseRef
+	8,  // 10: keyhouse.events.v1.Event.license_reactivated:type_name -> keyhouse.events.v1.LicenseRef
+	8,  // 11: keyhouse.events.v1.Event.license_deleted:type_name -> keyhouse.events.v1.LicenseRef
+	9,  // 12: keyhouse.events.v1.Event.license_terms_updated:type_name -> keyhouse.events.v1.LicenseTermsUpdated
+	8,  // 13: keyhouse.events.v1.Event.license_notes_updated:type_name -> keyhouse.events.v1.LicenseRef
+	10, // 14: keyhouse.events.v1.Event.seat_activated:type_name -> keyhouse.events.v1.Seat
+	11, // 15: keyhouse.events.v1.Event.seat_deactivated:type_name -> keyhouse.events.v1.SeatDeactivated
+	10, // 16: keyhouse.events.v1.Event.seat_token_reissued:type_name -> keyhouse.events.v1.Seat
+	12, // 17: keyhouse.events.v1.Event.usage_limit_reached:type_name -> keyhouse.events.v1.UsageLimitReached
+	13, // 18: keyhouse.events.v1.Event.usage_reset:type_name -> keyhouse.events.v1.UsageReset
+	14, // 19: keyhouse.events.v1.Event.release_published:type_name -> keyhouse.events.v1.Release
+	14, // 20: keyhouse.events.v1.Event.release_unpublished:type_name -> keyhouse.events.v1.Release
+	15, // 21: keyhouse.events.v1.Event.storefront_delivery:type_name -> keyhouse.events.v1.StorefrontDelivery
+	16, // 22: keyhouse.events.v1.Event.billing_plan_changed:type_name -> keyhouse.events.v1.BillingPlanChanged
+	19, // 23: keyhouse.events.v1.Event.api_key_rotated:type_name -> keyhouse.events.v1.Empty
+	17, // 24: keyhouse.events.v1.Event.lease_key_rotated:type_name -> keyhouse.events.v1.LeaseKeyRotated
+	18, // 25: keyhouse.events.v1.Event.webhook_endpoint_disabled:type_name -> keyhouse.events.v1.WebhookEndpointDisabled
+	19, // 26: keyhouse.events.v1.Event.ping:type_name -> keyhouse.events.v1.Empty
+	22, // 27: keyhouse.events.v1.LicenseIssued.expires_at:type_name -> google.protobuf.Timestamp
+	25, // 28: keyhouse.events.v1.LicenseIssued.max_activations:type_name -> google.protobuf.Int32Value
+	20, // 29: keyhouse.events.v1.LicenseIssued.limits:type_name -> keyhouse.events.v1.LicenseIssued.LimitsEntry
+	22, // 30: keyhouse.events.v1.LicenseTermsUpdated.expires_at:type_name -> google.protobuf.Timestamp
+	25, // 31: keyhouse.events.v1.LicenseTermsUpdated.max_activations:type_name -> google.protobuf.Int32Value
+	21, // 32: keyhouse.events.v1.LicenseTermsUpdated.limits:type_name -> keyhouse.events.v1.LicenseTermsUpdated.LimitsEntry
+	24, // 33: keyhouse.events.v1.UsageReset.metric:type_name -> google.protobuf.StringValue
+	24, // 34: keyhouse.events.v1.StorefrontDelivery.license_key:type_name -> google.protobuf.StringValue
+	24, // 35: keyhouse.events.v1.BillingPlanChanged.plan:type_name -> google.protobuf.StringValue
+	0,  // 36: keyhouse.events.v1.EventsService.ListEvents:input_type -> keyhouse.events.v1.ListEventsRequest
+	2,  // 37: keyhouse.events.v1.EventsService.GetEvent:input_type -> keyhouse.events.v1.GetEventRequest
+	1,  // 38: keyhouse.events.v1.EventsService.ListEvents:output_type -> keyhouse.events.v1.ListEventsResponse
+	3,  // 39: keyhouse.events.v1.EventsService.GetEvent:output_type -> keyhouse.events.v1.GetEventResponse
+	38, // [38:40] is the sub-list for method output_type
+	36, // [36:38] is the sub-list for method input_type
+	36, // [36:36] is the sub-list for extension type_name
+	36, // [36:36] is the sub-list for extension extendee
+	0,  // [0:36] is the sub-list for field type_name
 }
 
 func init() { file_keyhouse_events_v1_events_proto_init() }
@@ -1818,7 +1867,7 @@ func file_keyhouse_events_v1_events_proto_init() {
 	if File_keyhouse_events_v1_events_proto != nil {
 		return
 	}
-	file_keyhouse_events_v1_events_proto_msgTypes[5].OneofWrappers = []any{
+	file_keyhouse_events_v1_events_proto_msgTypes[6].OneofWrappers = []any{
 		(*Event_LicenseIssued)(nil),
 		(*Event_LicenseRevoked)(nil),
 		(*Event_LicenseReactivated)(nil),
@@ -1845,7 +1894,7 @@ func file_keyhouse_events_v1_events_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_keyhouse_events_v1_events_proto_rawDesc), len(file_keyhouse_events_v1_events_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   21,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

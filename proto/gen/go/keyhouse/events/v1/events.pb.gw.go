@@ -153,7 +153,7 @@ func RegisterEventsServiceHandlerServer(ctx context.Context, mux *runtime.ServeM
 			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
 			return
 		}
-		forward_EventsService_GetEvent_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
+		forward_EventsService_GetEvent_0(annotatedContext, mux, outboundMarshaler, w, req, response_EventsService_GetEvent_0{resp.(*GetEventResponse)}, mux.GetForwardResponseOptions()...)
 	})
 
 	return nil
@@ -227,9 +227,18 @@ func RegisterEventsServiceHandlerClient(ctx context.Context, mux *runtime.ServeM
 			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
 			return
 		}
-		forward_EventsService_GetEvent_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
+		forward_EventsService_GetEvent_0(annotatedContext, mux, outboundMarshaler, w, req, response_EventsService_GetEvent_0{resp.(*GetEventResponse)}, mux.GetForwardResponseOptions()...)
 	})
 	return nil
+}
+
+type response_EventsService_GetEvent_0 struct {
+	*GetEventResponse
+}
+
+func (m response_EventsService_GetEvent_0) XXX_ResponseBody() interface{} {
+	response := m.GetEventResponse
+	return response.Event
 }
 
 var (

@@ -34,7 +34,7 @@ type EventsServiceClient interface {
 	// GET /v1/events.
 	ListEvents(ctx context.Context, in *ListEventsRequest, opts ...grpc.CallOption) (*ListEventsResponse, error)
 	// GET /v1/events/{id}: another tenant's or an unknown id is 404 "Event not found".
-	GetEvent(ctx context.Context, in *GetEventRequest, opts ...grpc.CallOption) (*EventRecord, error)
+	GetEvent(ctx context.Context, in *GetEventRequest, opts ...grpc.CallOption) (*GetEventResponse, error)
 }
 
 type eventsServiceClient struct {
@@ -55,9 +55,9 @@ func (c *eventsServiceClient) ListEvents(ctx context.Context, in *ListEventsRequ
 	return out, nil
 }
 
-func (c *eventsServiceClient) GetEvent(ctx context.Context, in *GetEventRequest, opts ...grpc.CallOption) (*EventRecord, error) {
+func (c *eventsServiceClient) GetEvent(ctx context.Context, in *GetEventRequest, opts ...grpc.CallOption) (*GetEventResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(EventRecord)
+	out := new(GetEventResponse)
 	err := c.cc.Invoke(ctx, EventsService_GetEvent_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
@@ -76,7 +76,7 @@ type EventsServiceServer interface {
 	// GET /v1/events.
 	ListEvents(context.Context, *ListEventsRequest) (*ListEventsResponse, error)
 	// GET /v1/events/{id}: another tenant's or an unknown id is 404 "Event not found".
-	GetEvent(context.Context, *GetEventRequest) (*EventRecord, error)
+	GetEvent(context.Context, *GetEventRequest) (*GetEventResponse, error)
 	mustEmbedUnimplementedEventsServiceServer()
 }
 
@@ -90,7 +90,7 @@ type UnimplementedEventsServiceServer struct{}
 func (UnimplementedEventsServiceServer) ListEvents(context.Context, *ListEventsRequest) (*ListEventsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListEvents not implemented")
 }
-func (UnimplementedEventsServiceServer) GetEvent(context.Context, *GetEventRequest) (*EventRecord, error) {
+func (UnimplementedEventsServiceServer) GetEvent(context.Context, *GetEventRequest) (*GetEventResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetEvent not implemented")
 }
 func (UnimplementedEventsServiceServer) mustEmbedUnimplementedEventsServiceServer() {}
