@@ -85,6 +85,7 @@ type Handler struct {
 	billing     billingv1.BillingServiceClient
 	storefront  storefrontv1.StorefrontServiceClient
 	webhooks    eventsv1.WebhookEndpointsServiceClient
+	events      eventsv1.EventsServiceClient
 }
 
 // callTimeout bounds each service call a page makes.
@@ -118,6 +119,7 @@ func New(opts Options) (*Handler, error) {
 		billing:     billingv1.NewBillingServiceClient(c.Billing),
 		storefront:  storefrontv1.NewStorefrontServiceClient(c.Storefront),
 		webhooks:    eventsv1.NewWebhookEndpointsServiceClient(c.Events),
+		events:      eventsv1.NewEventsServiceClient(c.Events),
 	}
 	h.routes()
 	return h, nil
@@ -178,6 +180,9 @@ func (h *Handler) routes() {
 	m.HandleFunc("POST /console/storefront/mappings", h.signedIn(h.createMapping))
 	m.HandleFunc("POST /console/storefront/mappings/{id}/delete", h.signedIn(h.deleteMapping))
 
+	m.HandleFunc("GET /console/events", h.signedIn(h.eventsPage))
+	m.HandleFunc("GET /console/events/{id}", h.signedIn(h.eventPage))
+	m.HandleFunc("POST /console/events/{id}/redeliver", h.signedIn(h.redeliverFromEvent))
 	m.HandleFunc("GET /console/webhooks", h.signedIn(h.webhooksPage))
 	m.HandleFunc("POST /console/webhooks", h.signedIn(h.createWebhookEndpoint))
 	m.HandleFunc("GET /console/webhooks/{id}", h.signedIn(h.webhookPage))

@@ -181,10 +181,14 @@ func TestWebhookDeliveredEndToEnd(t *testing.T) {
 func TestConsoleWebhooksInTheBrowser(t *testing.T) {
 	s := selfHosted(t)
 	rc := newWebhookReceiver(t)
-	out := browse(t, "webhooks", map[string]any{"base": s.URL, "key": s.AdminKey, "ip": browserIP(t, s), "receiver": rc.URL + "/hook", "control": rc.URL + "/control"})
+	key := issueLicense(t, admin(t, s), map[string]any{"tier": "pro", "product_id": product("webhooks-console"), "issued_to": "console@example.com"})
+	out := browse(t, "webhooks", map[string]any{"base": s.URL, "key": s.AdminKey, "ip": browserIP(t, s), "receiver": rc.URL + "/hook", "control": rc.URL + "/control", "license": key})
 	secret, failed := str(out, "secret"), str(out, "failedEvent")
-	var ok200, failed500, redelivered int
+	var ok200, failed500, redelivered, issued int
 	for _, d := range rc.deliveries() {
+		if strings.Contains(string(d.body), `"type":"license.issued"`) && strings.Contains(string(d.body), key) {
+			issued++
+		}
 		if err := webhook.Verify(d.header.Get("Keyhouse-Signature"), d.body, []byte(secret), webhook.DefaultTolerance, time.Now()); err != nil {
 			t.Fatalf("a delivery the browser caused does not verify with the secret it showed: %v", err)
 		}
@@ -197,8 +201,8 @@ func TestConsoleWebhooksInTheBrowser(t *testing.T) {
 			ok200++
 		}
 	}
-	if ok200 < 1 || failed500 < 1 || redelivered < 1 {
-		t.Fatalf("the receiver saw %d good pings, %d failed and %d redelivered", ok200, failed500, redelivered)
+	if ok200 < 1 || failed500 < 1 || redelivered < 1 || issued != 1 {
+		t.Fatalf("the receiver saw %d good deliveries, %d failed, %d redelivered, %d of the license's event", ok200, failed500, redelivered, issued)
 	}
 	admin(t, s).Delete("/v1/webhook-endpoints/"+str(out, "endpoint"), nil).Expect(t, 200)
 }

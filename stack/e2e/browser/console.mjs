@@ -414,6 +414,30 @@ const scenarios = {
     await page.getByRole('button', { name: 'Enable' }).click();
     await page.waitForURL(/notice=enabled/);
     check((await text(page, '#endpoint-state')) === 'enabled', 'the endpoint shows enabled again');
+
+    // The event log: find the license the test issued, read its JSON, send it to the
+    // endpoint (it was created after the change, so it has no delivery of it yet).
+    await page.getByRole('link', { name: 'Events' }).click();
+    await page.waitForURL(base + '/console/events');
+    await page.getByLabel('License key').fill(cfg.license);
+    await page.getByRole('button', { name: 'Filter' }).click();
+    await page.waitForURL(/license_key=/);
+    const rows = page.locator('tr.event');
+    check((await rows.count()) === 1, `filtering by the license shows its one event, got ${await rows.count()}`);
+    check((await rows.first().locator('td').nth(1).innerText()).trim() === 'license.issued', 'the event is license.issued');
+    await rows.first().locator('a').click();
+    await page.waitForURL(/\/console\/events\/evt_/);
+    const json = await text(page, '#event-json');
+    check(json.includes(cfg.license) && json.includes('"type": "license.issued"'), `the event's JSON shows, got ${json.slice(0, 200)}`);
+    await shot(page, 'event');
+    await page.getByLabel('Send it again to').selectOption(endpoint);
+    await page.getByRole('button', { name: 'Redeliver' }).click();
+    await page.waitForURL(/notice=redelivered/);
+    for (let i = 0; i < 100 && (await page.locator('tr.delivery[data-status="succeeded"]').count()) === 0; i++) {
+      await page.waitForTimeout(200);
+      await page.reload();
+    }
+    check((await page.locator('tr.delivery[data-status="succeeded"]').count()) === 1, 'the event page shows its delivery, succeeded');
     return { secret, endpoint, failedEvent };
   },
 };

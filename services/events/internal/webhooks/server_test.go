@@ -183,7 +183,7 @@ func TestPingRedeliverAndIsolation(t *testing.T) {
 	if r.count() != 2 || string(r.bodies[1]) != `{"id":"evt_logged"}` {
 		t.Fatalf("redelivered %d", r.count())
 	}
-	page, err := s.ListWebhookDeliveries(ctx, &eventsv1.ListWebhookDeliveriesRequest{Id: ep.GetId(), Limit: "1"})
+	page, err := s.ListWebhookDeliveries(ctx, &eventsv1.ListWebhookDeliveriesRequest{Id: ep.GetId(), Limit: "1", StartingAfter: ""})
 	if err != nil || len(page.GetDeliveries()) != 1 || !page.GetHasMore() || page.GetDeliveries()[0].GetEventId() != "evt_logged" {
 		t.Fatalf("page 1 %v %v", page, err)
 	}
@@ -195,6 +195,14 @@ func TestPingRedeliverAndIsolation(t *testing.T) {
 	wantStatus(t, err, codes.InvalidArgument, "status must be pending, succeeded or failed")
 	_, err = s.ListWebhookDeliveries(ctx, &eventsv1.ListWebhookDeliveriesRequest{Id: ep.GetId(), Limit: "0"})
 	wantStatus(t, err, codes.InvalidArgument, "limit must be an integer between 1 and 1000")
+	// A ping is in no log: its redelivery takes the body of its delivery.
+	if _, err := s.RedeliverEvent(ctx, &eventsv1.RedeliverEventRequest{EventId: ping.GetEventId(), EndpointId: ep.GetId()}); err != nil {
+		t.Fatal(err)
+	}
+	f.worker.RunOnce(context.Background())
+	if r.count() != 3 || string(r.bodies[2]) != string(r.bodies[0]) {
+		t.Fatalf("the redelivered ping: %d deliveries", r.count())
+	}
 	_, err = s.RedeliverEvent(ctx, &eventsv1.RedeliverEventRequest{EventId: "evt_logged"})
 	wantStatus(t, err, codes.InvalidArgument, "endpoint_id is required")
 
