@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/keyhouse/keyhouse/devinfra/testkit"
+	"github.com/keyhouse/keyhouse/pkg/events"
 	"github.com/keyhouse/keyhouse/pkg/pgxx"
 	"github.com/keyhouse/keyhouse/pkg/seal"
 	"github.com/keyhouse/keyhouse/pkg/signing"
@@ -74,7 +76,7 @@ func newFixture(t *testing.T) *fixture {
 		Log:    slog.New(slog.NewTextHandler(io.Discard, nil)),
 		OnDisable: func(ctx context.Context, tx pgx.Tx, ep *Endpoint) error {
 			f.disabled <- ep.ID
-			return nil
+			return EmitDisabled(ctx, tx, ep)
 		},
 	}
 	return f
@@ -258,6 +260,18 @@ func TestEndpointDisabledAfter72HoursOfFailures(t *testing.T) {
 	}
 	if id := <-f.disabled; id != ep.ID || len(mailed) != 1 || mailed[0] != ep.ID {
 		t.Fatalf("disabled event for %s, mailed %v", id, mailed)
+	}
+	// The service's own hook: webhook_endpoint.disabled is in its outbox, committed with
+	// the change, naming the endpoint and the reason.
+	var subject string
+	var payload []byte
+	if err := f.store.db.QueryRow(context.Background(), `SELECT subject, payload FROM outbox WHERE tenant_id = 't1'`).Scan(&subject, &payload); err != nil {
+		t.Fatal(err)
+	}
+	ev, uerr := events.Unmarshal(payload)
+	if uerr != nil || subject != "keyhouse.events.webhook_endpoint.disabled" || ev.GetWebhookEndpointDisabled().GetEndpointId() != ep.ID ||
+		ev.GetWebhookEndpointDisabled().GetReason() != DisabledReason || ev.GetActor().GetType() != "system" {
+		t.Fatalf("outbox %s %v %v", subject, ev, uerr)
 	}
 	f.event("t1", "evt_2", "license.revoked")
 	if ds := f.deliveries("t1", ep.ID); len(ds) != 1 {
@@ -452,3 +466,23 @@ func TestTenantIsolation(t *testing.T) {
 // anyAge accepts a signature of any age: the worker signs at the injected clock's time,
 // and the tolerance check itself is pkg/webhook's test.
 const anyAge = 1000 * time.Hour
+
+// Hosted, a delivery to an endpoint that now resolves to a private address (DNS
+// rebinding, or an endpoint stored before the operator turned private networks off) fails
+// at the dial, and the receiver hears nothing.
+func TestHostedDeliveryRefusesPrivateAddressAtDial(t *testing.T) {
+	f := newFixture(t)
+	r := newRecorder(t)
+	f.worker.Sender = webhook.NewSender(webhook.SenderOptions{}) // hosted: the dial guard on
+	_, port, _ := strings.Cut(strings.TrimPrefix(r.URL, "http://"), ":")
+	ep, _ := f.endpoint("t1", "http://localhost:"+port+"/hook")
+	f.event("t1", "evt_1", "license.issued")
+	f.worker.RunOnce(context.Background())
+	d := f.deliveries("t1", ep.ID)[0]
+	if d.Status != StatusPending || d.Attempts[0].StatusCode != nil || *d.Attempts[0].Error != "Webhook URL must resolve to a public address" {
+		t.Fatalf("%+v", d.Attempts)
+	}
+	if r.count() != 0 {
+		t.Fatal("the receiver on loopback was reached")
+	}
+}
