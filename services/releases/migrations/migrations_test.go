@@ -20,7 +20,7 @@ func TestMigrationsHoldTheSharedIdempotencyTable(t *testing.T) {
 // The events this service emits (pkg/events) go through pkg/natsx's outbox and relay on a
 // table this schema holds: it must be the package's table, verbatim.
 func TestMigrationsHoldTheSharedOutboxTable(t *testing.T) {
-	if err := pgxx.CheckSharedDDL(migrations.FS, natsx.OutboxTableSQL); err != nil {
+	if err := pgxx.CheckSharedTables(migrations.FS, natsx.OutboxTable); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -179,7 +179,10 @@ func TestRetentionDeletesOnlyOldEvents(t *testing.T) {
 	}
 	rctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
-	go func() { Retain(rctx, st, 90*24*time.Hour, time.Hour, func() time.Time { return now }, quiet); close(done) }()
+	go func() {
+		Retain(rctx, st, 90*24*time.Hour, time.Hour, func() time.Time { return now }, quiet)
+		close(done)
+	}()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		if _, err := st.Get(ctx, "t1", old.Id); errors.Is(err, store.ErrNotFound) {
