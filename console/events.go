@@ -1,6 +1,8 @@
 package console
 
 import (
+	"bytes"
+	"encoding/json"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -62,8 +64,21 @@ func (h *Handler) eventsPage(w http.ResponseWriter, r *http.Request, s *session)
 	h.render(w, http.StatusOK, "events", v)
 }
 
-// eventJSON prints an event as the API and a webhook delivery show it, indented.
-var eventJSON = protojson.MarshalOptions{Multiline: true, Indent: "  ", UseProtoNames: true, EmitUnpopulated: true}
+// eventJSON prints an event as the API and a webhook delivery show it. protojson varies
+// its spacing from build to build, so the page indents the compact form itself.
+var eventJSON = protojson.MarshalOptions{UseProtoNames: true, EmitUnpopulated: true}
+
+func indentedEventJSON(ev *eventsv1.EventRecord) string {
+	b, err := eventJSON.Marshal(ev)
+	if err != nil {
+		return ""
+	}
+	var compact, out bytes.Buffer
+	if json.Compact(&compact, b) != nil || json.Indent(&out, compact.Bytes(), "", "  ") != nil {
+		return string(b)
+	}
+	return out.String()
+}
 
 func (h *Handler) eventPage(w http.ResponseWriter, r *http.Request, s *session) {
 	v := pageView(s, "Event", "events")
@@ -80,9 +95,7 @@ func (h *Handler) eventPage(w http.ResponseWriter, r *http.Request, s *session) 
 		return
 	}
 	d := &eventData{Event: resp.GetEvent()}
-	if b, err := eventJSON.Marshal(d.Event); err == nil {
-		d.JSON = string(b)
-	}
+	d.JSON = indentedEventJSON(d.Event)
 	dels, err := h.webhooks.ListEventDeliveries(ctx, &eventsv1.ListEventDeliveriesRequest{EventId: id})
 	if err != nil {
 		h.errorPage(w, r, s, asAPIError(err))
