@@ -66,6 +66,10 @@ func register(ctx context.Context, d *app.Deps) error {
 		Store: hooks, Keys: licensing, Log: d.Log.With("component", "webhooks"),
 		Sender:    webhook.NewSender(webhook.SenderOptions{AllowPrivate: allowPrivate}),
 		OnDisable: webhooks.EmitDisabled,
+		Schedule: webhook.Schedule{
+			First: d.Config.WebhookRetryFirst, Max: d.Config.WebhookRetryMax,
+			Window: webhook.DefaultSchedule.Window, Jitter: webhook.DefaultSchedule.Jitter,
+		},
 		// The disabled event is in the outbox: publish it now.
 		Disabled: func(context.Context, *webhooks.Endpoint) { relay.Notify() },
 	}
