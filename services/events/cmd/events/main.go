@@ -66,6 +66,7 @@ func register(ctx context.Context, d *app.Deps) error {
 		Store: hooks, Keys: licensing, Log: d.Log.With("component", "webhooks"),
 		Sender:    webhook.NewSender(webhook.SenderOptions{AllowPrivate: allowPrivate}),
 		OnDisable: webhooks.EmitDisabled,
+		Retention: d.Config.EventRetention,
 		Schedule: webhook.Schedule{
 			First: d.Config.WebhookRetryFirst, Max: d.Config.WebhookRetryMax,
 			Window: webhook.DefaultSchedule.Window, Jitter: webhook.DefaultSchedule.Jitter,

@@ -322,6 +322,13 @@ func (s *Store) ListDeliveries(ctx context.Context, tenant, endpointID string, f
 	return out, more, nil
 }
 
+// DeleteDeliveriesBefore deletes the deliveries created before t (EVENT_RETENTION, as the
+// log's events) and reports how many.
+func (s *Store) DeleteDeliveriesBefore(ctx context.Context, t time.Time) (int64, error) {
+	tag, err := s.db.Exec(ctx, `DELETE FROM webhook_deliveries WHERE created_at < $1`, t)
+	return tag.RowsAffected(), err
+}
+
 // DeliveriesOfEvent returns every delivery of one event (the console's event page).
 func (s *Store) DeliveriesOfEvent(ctx context.Context, tenant, eventID string) ([]Delivery, error) {
 	rows, err := s.db.Query(ctx, `SELECT `+deliveryColumns+` FROM webhook_deliveries WHERE tenant_id = $1 AND event_id = $2 ORDER BY seq`, tenant, eventID)

@@ -51,6 +51,10 @@ type Worker struct {
 	PerEndpoint int
 	Poll        time.Duration
 	Lease       time.Duration
+	// Retention is how long deliveries are kept (EVENT_RETENTION); 0 keeps them.
+	Retention time.Duration
+
+	lastSweep time.Time
 
 	once     sync.Once
 	wake     chan struct{}
@@ -108,12 +112,31 @@ func (w *Worker) Run(ctx context.Context) {
 	defer w.wg.Wait()
 	for {
 		w.claimAndStart(ctx)
+		w.sweep(ctx)
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		case <-w.wake:
 		}
+	}
+}
+
+// sweepEvery is how often the worker deletes deliveries older than Retention.
+const sweepEvery = time.Hour
+
+func (w *Worker) sweep(ctx context.Context) {
+	now := w.Now()
+	if w.Retention <= 0 || now.Sub(w.lastSweep) < sweepEvery {
+		return
+	}
+	w.lastSweep = now
+	n, err := w.Store.DeleteDeliveriesBefore(ctx, now.Add(-w.Retention))
+	switch {
+	case err != nil && ctx.Err() == nil:
+		w.Log.Warn("webhooks: retention sweep failed, retrying at the next", "err", err)
+	case n > 0:
+		w.Log.Info("webhooks: retention sweep", "deleted", n)
 	}
 }
 

@@ -306,6 +306,23 @@ func TestSuccessResetsTheFailureStreak(t *testing.T) {
 	}
 }
 
+// Deliveries older than the retention are deleted, the others kept.
+func TestDeliveriesKeptForTheRetention(t *testing.T) {
+	f := newFixture(t)
+	r := newRecorder(t)
+	ep, _ := f.endpoint("t1", r.URL)
+	f.event("t1", "evt_old", "license.issued")
+	f.clock.Add(48 * time.Hour)
+	f.event("t1", "evt_new", "license.issued")
+	f.worker.Retention = 72 * time.Hour
+	f.clock.Add(25 * time.Hour)
+	f.worker.sweep(context.Background())
+	ds := f.deliveries("t1", ep.ID)
+	if len(ds) != 1 || ds[0].EventID != "evt_new" {
+		t.Fatalf("after the sweep: %+v", ds)
+	}
+}
+
 // A delivery claimed by a process that died before recording its attempt is due again
 // when the lease runs out, and is then delivered.
 func TestDeliveryOfAKilledProcessIsRetried(t *testing.T) {
