@@ -11,9 +11,11 @@ import (
 	"time"
 
 	"github.com/keyhouse/keyhouse/pkg/app"
+	"github.com/keyhouse/keyhouse/pkg/billingclient"
 	"github.com/keyhouse/keyhouse/pkg/config"
 	"github.com/keyhouse/keyhouse/pkg/events"
 	"github.com/keyhouse/keyhouse/pkg/licensingclient"
+	"github.com/keyhouse/keyhouse/pkg/mail"
 	"github.com/keyhouse/keyhouse/pkg/natsx"
 	"github.com/keyhouse/keyhouse/pkg/webhook"
 	"github.com/keyhouse/keyhouse/services/events/internal/ingest"
@@ -60,6 +62,23 @@ func register(ctx context.Context, d *app.Deps) error {
 		return err
 	}
 	licensing := licensingclient.New(licensingConn, d.Config.AdminAPIKey.Reveal())
+	billingConn, err := d.Dial(d.Config.BillingAddr)
+	if err != nil {
+		nc.Close()
+		return err
+	}
+	sender, err := mail.New(mail.Config{
+		Provider: d.Config.EmailProvider, SMTPURL: d.Config.SMTPURL.Reveal(),
+		From: d.Config.EmailFrom, ReplyTo: d.Config.EmailReplyTo,
+	}, d.Log)
+	if err != nil {
+		nc.Close()
+		return err
+	}
+	mailer := &webhooks.DisabledMailer{
+		Mail: sender, Contacts: billingclient.New(billingConn, d.Config.AdminAPIKey.Reveal()),
+		ConsoleURL: d.Config.PublicBaseURL + "/console", Log: d.Log.With("component", "webhooks"),
+	}
 	allowPrivate := !d.Config.MultiTenant || d.Config.WebhookAllowPrivateNetworks
 	hooks := webhooks.NewStore(d.DB)
 	worker := &webhooks.Worker{
@@ -71,8 +90,11 @@ func register(ctx context.Context, d *app.Deps) error {
 			First: d.Config.WebhookRetryFirst, Max: d.Config.WebhookRetryMax,
 			Window: webhook.DefaultSchedule.Window, Jitter: webhook.DefaultSchedule.Jitter,
 		},
-		// The disabled event is in the outbox: publish it now.
-		Disabled: func(context.Context, *webhooks.Endpoint) { relay.Notify() },
+		// The disabled event is in the outbox: publish it now, and tell the tenant.
+		Disabled: func(ctx context.Context, ep *webhooks.Endpoint) {
+			relay.Notify()
+			mailer.Send(ctx, ep)
+		},
 	}
 	webhooks.Register(d.Server.GRPC, &webhooks.Server{
 		Store: hooks, Keys: licensing, AllowPrivate: allowPrivate, Resolver: net.DefaultResolver, Wake: worker.Wake,
