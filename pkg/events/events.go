@@ -179,7 +179,9 @@ func Emit(ctx context.Context, tx pgx.Tx, ev *eventsv1.Event) error {
 		ev.Id = NewID()
 	}
 	if ev.CreatedAt == nil {
-		ev.CreatedAt = timestamppb.New(time.Now())
+		// Microseconds: what Postgres keeps, so the time a client reads in the JSON is the
+		// one the log's since/until filters compare.
+		ev.CreatedAt = timestamppb.New(time.Now().Truncate(time.Microsecond))
 	}
 	if ev.Actor == nil {
 		ev.Actor = Actor(ActorFrom(ctx), telemetry.RequestID(ctx))

@@ -2,6 +2,8 @@ package events
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
@@ -38,9 +40,21 @@ var StreamConfig = jetstream.StreamConfig{
 	Duplicates: 10 * time.Minute,
 }
 
-// EnsureStream creates or updates the event stream (idempotent; every replica calls it).
+// EnsureStream creates the event stream, or updates it when its configuration differs
+// from StreamConfig (a rollout that changed it). Every emitting process calls it at start,
+// so it creates rather than updates: JetStream answers a create identical to the stream
+// with success and leaves the stream alone, where an update, even to the same
+// configuration, rewrites the stream's store while other processes are creating their
+// consumers on it.
 func EnsureStream(ctx context.Context, js jetstream.JetStream) error {
-	return natsx.EnsureStream(ctx, js, StreamConfig)
+	_, err := js.CreateStream(ctx, StreamConfig)
+	if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+		return natsx.EnsureStream(ctx, js, StreamConfig)
+	}
+	if err != nil {
+		return fmt.Errorf("events: create stream %s: %w", Stream, err)
+	}
+	return nil
 }
 
 // Notifier is what the post-commit path wakes: the service's outbox relay.

@@ -52,7 +52,7 @@ func TestBackupRestoresIntoAFreshClusterWithTheSameKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = fresh.Stop() })
-	url, err := fresh.CreateDatabase(ctx, "keyhouse")
+	url, err := fresh.CreateDatabase(ctx, "restored")
 	if err != nil {
 		t.Fatal(err)
 	}

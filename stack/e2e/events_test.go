@@ -259,3 +259,66 @@ func TestEventLogIsTenantScoped(t *testing.T) {
 	admin(t, s).Get("/v1/events").Expect(t, 403)
 	t1.Get("/v1/events/"+evs[0].ID).Expect(t, 200)
 }
+
+// A storefront sale is a storefront.delivery event (actor storefront) and the license it
+// issued a license.issued event made by the storefront, each once.
+func TestStorefrontSaleIsOneDeliveryEventAndOneIssue(t *testing.T) {
+	t.Parallel()
+	s, _ := storefrontStack(t)
+	c := newTenant(t, s)
+	sh := connectShop(t, c)
+	prod, link := product("events-sf"), uniq("plink_")
+	sh.mapping(map[string]any{"payment_link": link, "product_id": prod, "tier": "pro"})
+	sess := newSession(link, uniq("buyer")+"@example.com")
+	evID := uniq("evt_")
+	sh.deliver(event(evID, "checkout.session.completed", sess)).ExpectBody(t, `{"received":true}`)
+	d := sh.await(evID, outcome("issued", "sent"))
+	key := d["license_key"].(string)
+	sh.deliver(event(evID, "checkout.session.completed", sess)).ExpectBody(t, `{"received":true}`) // a duplicate: nothing moves
+
+	evs := eventsOf(t, c, key, 2)
+	if evs[0].Type != "license.issued" || evs[0].Actor["type"] != "storefront" || evs[0].Data["product_id"] != prod {
+		t.Fatalf("issue event %+v", evs[0])
+	}
+	if e := evs[1]; e.Type != "storefront.delivery" || e.Actor["type"] != "storefront" || e.Data["outcome"] != "issued" ||
+		e.Data["checkout_session_id"] != sess.ID || e.Data["license_key"] != key || e.Data["delivery_id"] != fmt.Sprint(d["id"]) {
+		t.Fatalf("delivery event %+v", e)
+	}
+}
+
+// Hosted billing: a plan moved by Stripe's event is billing.plan_changed (actor system),
+// a key rotation api_key.rotated (the tenant's key), each once; the key is in neither.
+func TestBillingAndKeyChangesAreEvents(t *testing.T) {
+	t.Parallel()
+	s := hosted(t)
+	c, tenant := hostedTenant(t, s)
+	upgrade(t, s, tenant)
+	old := c.Token
+	fresh, _ := c.Post("/v1/rotate-api-key", nil).Expect(t, 200).JSON(t)["apiKey"].(string)
+	c.Token = fresh
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		p := listEvents(t, newClient(t, c.Base, c.Token), url.Values{"type": {"billing.plan_changed"}})
+		k := listEvents(t, newClient(t, c.Base, c.Token), url.Values{"type": {"api_key.rotated"}})
+		if len(p.Events) > 1 || len(k.Events) > 1 {
+			t.Fatalf("plan events %v, key events %v", types(p.Events), types(k.Events))
+		}
+		if len(p.Events) == 1 && len(k.Events) == 1 {
+			if e := p.Events[0]; e.Actor["type"] != "system" || e.Data["plan"] != "pro" || e.Data["status"] != "active" {
+				t.Fatalf("plan event %+v", e)
+			}
+			if e := k.Events[0]; e.Actor["type"] != "api_key" || len(e.Data) != 0 {
+				t.Fatalf("key event %+v", e)
+			}
+			body := string(c.Get("/v1/events?limit=1000").Expect(t, 200).Body)
+			if strings.Contains(body, old) || strings.Contains(body, fresh) {
+				t.Fatal("an event holds an API key")
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after 60 s: plan events %v, key events %v", types(p.Events), types(k.Events))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}

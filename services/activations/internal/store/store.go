@@ -100,9 +100,13 @@ type SeatChanged struct {
 	Already bool
 	// Removed: the deactivation removed a seat.
 	Removed bool
-	// removedInstance is the instance of the seat removed; created: the seat is new.
-	removedInstance string
+}
+
+// seatEvent is what a decided SeatChange changed, for its event: the seat it created, or
+// the instance of the seat it removed.
+type seatEvent struct {
 	created         bool
+	removedInstance string
 }
 
 // ChangeSeats applies changes in one round trip and one transaction: all of them are
@@ -138,16 +142,17 @@ func (s *Store) ChangeSeats(ctx context.Context, changes []SeatChange) ([]SeatCh
 		}
 	}
 	changed := make([]SeatChanged, len(changes))
+	happened := make([]seatEvent, len(changes))
 	b := &pgx.Batch{}
 	if len(keys) > 0 {
 		b.Queue(lockLicensesSQL, tenants, keys)
 	}
 	for _, i := range order {
-		c, out := &changes[i], &changed[i]
+		c, out, ev := &changes[i], &changed[i], &happened[i]
 		if !c.Activate {
 			b.Queue(deactivateSQL, c.Tenant, c.Key, c.TokenHash).Query(func(rows pgx.Rows) error {
 				for rows.Next() {
-					if err := rows.Scan(&out.removedInstance); err != nil {
+					if err := rows.Scan(&ev.removedInstance); err != nil {
 						return err
 					}
 					out.Removed = true
@@ -158,13 +163,13 @@ func (s *Store) ChangeSeats(ctx context.Context, changes []SeatChange) ([]SeatCh
 		}
 		b.Queue(activateSQL, c.Tenant, c.Key, c.Instance, c.TokenHash, c.MaxSeats).QueryRow(func(row pgx.Row) error {
 			var deleted bool
-			if err := row.Scan(&deleted, &out.Already, &out.created); err != nil {
+			if err := row.Scan(&deleted, &out.Already, &ev.created); err != nil {
 				return err
 			}
 			switch {
 			case deleted:
 				out.Err = ErrLicenseDeleted
-			case !out.Already && !out.created:
+			case !out.Already && !ev.created:
 				out.Err = ErrCapReached
 			}
 			return nil
@@ -175,13 +180,12 @@ func (s *Store) ChangeSeats(ctx context.Context, changes []SeatChange) ([]SeatCh
 			return err
 		}
 		for i, c := range changes {
-			out := &changed[i]
 			var ev *eventsv1.Event
-			switch {
-			case c.Activate && out.created:
+			switch h := happened[i]; {
+			case c.Activate && h.created:
 				ev = events.SeatActivated(c.Tenant, c.Key, c.ProductID, c.Instance)
-			case !c.Activate && out.Removed:
-				ev = events.SeatDeactivated(c.Tenant, c.Key, c.ProductID, out.removedInstance, events.ReasonClient)
+			case !c.Activate && changed[i].Removed:
+				ev = events.SeatDeactivated(c.Tenant, c.Key, c.ProductID, h.removedInstance, events.ReasonClient)
 			default:
 				continue
 			}
