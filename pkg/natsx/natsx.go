@@ -131,22 +131,12 @@ func jitter(d time.Duration) time.Duration {
 func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) error {
 	var err error
 	for attempt := 1; attempt <= 5; attempt++ {
-		// Create first: an identical create succeeds without touching the stream, so the
-		// usual start (the stream exists as configured) sends no update. An update racing
-		// a consumer's creation on the same stream is a data race inside nats-server
-		// (fileStore.UpdateConfig against ConsumerStore), and every process starting or
-		// reconnecting would otherwise send one.
-		if _, err = js.CreateStream(ctx, cfg); err == nil {
+		if _, err = js.CreateOrUpdateStream(ctx, cfg); err == nil {
 			return nil
 		}
-		if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-			// It exists with another config (another version during a rollout): update.
-			if _, err = js.UpdateStream(ctx, cfg); err == nil {
-				return nil
-			}
-		}
-		// Between the two another replica may have deleted or recreated it: try again.
-		if !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) && !errors.Is(err, jetstream.ErrStreamNotFound) {
+		// CreateOrUpdateStream is update-then-create: between the two another replica
+		// may have created the stream with a config that differs from ours.
+		if !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 			break
 		}
 		select {
