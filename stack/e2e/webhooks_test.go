@@ -161,12 +161,18 @@ func TestWebhookDeliveredEndToEnd(t *testing.T) {
 	if !strings.HasPrefix(string(pinged.body), `{"id":"`+pingID+`","type":"ping","created_at":"`) || !strings.HasSuffix(string(pinged.body), `"data":{}}`) {
 		t.Fatalf("ping body %s", pinged.body)
 	}
-	var dels []any
-	eventually(t, "two succeeded deliveries", func() bool {
-		dels, _ = adm.Get("/v1/webhook-endpoints/"+id+"/deliveries?status=succeeded").Expect(t, 200).JSON(t)["deliveries"].([]any)
-		return len(dels) == 2
+	// Other tests issue licenses on this shared stack too: look for the ping's delivery.
+	var d map[string]any
+	eventually(t, "the ping's delivery succeeded", func() bool {
+		// Each look from an address of its own: waiting must not spend one Admin-Info budget.
+		dels, _ := newClient(t, adm.Base, adm.Token).Get("/v1/webhook-endpoints/"+id+"/deliveries?status=succeeded&limit=1000").Expect(t, 200).JSON(t)["deliveries"].([]any)
+		for _, x := range dels {
+			if m := x.(map[string]any); m["event_id"] == pingID {
+				d = m
+			}
+		}
+		return d != nil
 	})
-	d := dels[0].(map[string]any)
 	attempts := d["attempts"].([]any)
 	a0 := attempts[0].(map[string]any)
 	if d["status"] != "succeeded" || d["next_attempt_at"] != nil || a0["status_code"] != 204.0 || a0["error"] != nil {
