@@ -51,6 +51,13 @@ type Config struct {
 	NATSURL           string
 	// PublicBaseURL is where clients reach the gateway (storefront callback URLs, mail links).
 	PublicBaseURL string
+	// WebhookAllowPrivateNetworks lets hosted webhook endpoints reach private addresses
+	// (WEBHOOK_ALLOW_PRIVATE_NETWORKS); self-hosted always may.
+	WebhookAllowPrivateNetworks bool
+	// WebhookRetryFirst and WebhookRetryMax shape the webhook retry schedule: the first
+	// retry's delay, doubling up to the max, for 72 h (WEBHOOK_RETRY_FIRST, WEBHOOK_RETRY_MAX).
+	WebhookRetryFirst time.Duration
+	WebhookRetryMax   time.Duration
 
 	// Mail (the storefront's buyer email, pkg/mail).
 	EmailProvider string
@@ -159,6 +166,10 @@ func LoadFrom(lookup func(string) (string, bool)) (*Config, error) {
 		NATSURL:           r.str("NATS_URL", "nats://127.0.0.1:54222"),
 		PublicBaseURL:     strings.TrimRight(r.str("PUBLIC_BASE_URL", "http://localhost:8080"), "/"),
 
+		WebhookAllowPrivateNetworks: r.bool("WEBHOOK_ALLOW_PRIVATE_NETWORKS", false),
+		WebhookRetryFirst:           r.duration("WEBHOOK_RETRY_FIRST", 30*time.Second),
+		WebhookRetryMax:             r.duration("WEBHOOK_RETRY_MAX", 8*time.Hour),
+
 		EmailProvider: r.str("EMAIL_PROVIDER", "log"),
 		SMTPURL:       Secret(r.str("SMTP_URL", "")),
 		EmailFrom:     r.str("EMAIL_FROM", ""),
@@ -196,6 +207,9 @@ func LoadFrom(lookup func(string) (string, bool)) (*Config, error) {
 	}
 	if c.EventRetention <= 0 {
 		r.fail("EVENT_RETENTION", "must be positive")
+	}
+	if c.WebhookRetryFirst <= 0 || c.WebhookRetryMax < c.WebhookRetryFirst {
+		r.fail("WEBHOOK_RETRY_FIRST", "must be positive and at most WEBHOOK_RETRY_MAX")
 	}
 	if c.MetricsPort < 0 || c.MetricsPort > 65535 {
 		r.fail("METRICS_PORT", "must be a TCP port")

@@ -8,8 +8,11 @@ import (
 	"google.golang.org/grpc"
 )
 
-// registerEvents wires the events service (the event log of addendum §11): every route
-// is an http.yaml rule.
+// registerEvents wires the events service (the event log and the webhook endpoints of
+// addendum §11): every route is an http.yaml rule.
 func registerEvents(ctx context.Context, mux *runtime.ServeMux, conn *grpc.ClientConn) error {
-	return eventsv1.RegisterEventsServiceHandlerClient(ctx, mux, eventsv1.NewEventsServiceClient(conn))
+	if err := eventsv1.RegisterEventsServiceHandlerClient(ctx, mux, eventsv1.NewEventsServiceClient(conn)); err != nil {
+		return err
+	}
+	return eventsv1.RegisterWebhookEndpointsServiceHandlerClient(ctx, mux, eventsv1.NewWebhookEndpointsServiceClient(conn))
 }

@@ -8,11 +8,11 @@ import (
 	"github.com/keyhouse/keyhouse/pkg/apierr"
 	"github.com/keyhouse/keyhouse/pkg/mail"
 	"github.com/keyhouse/keyhouse/pkg/natsx"
+	"github.com/keyhouse/keyhouse/pkg/seal"
 	"github.com/keyhouse/keyhouse/pkg/signing"
 	"github.com/keyhouse/keyhouse/pkg/stripeinput"
 	storefrontv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/storefront/v1"
 	"github.com/keyhouse/keyhouse/services/storefront/internal/fulfill"
-	"github.com/keyhouse/keyhouse/services/storefront/internal/seal"
 	"github.com/keyhouse/keyhouse/services/storefront/internal/store"
 	"github.com/keyhouse/keyhouse/services/storefront/internal/stripeevent"
 )
