@@ -73,6 +73,11 @@ type Config struct {
 	// LicenseCacheTTL is how long a cached license row is served without a fresh read
 	// (pkg/licensecache); 0 turns the cache off.
 	LicenseCacheTTL time.Duration
+	// LicenseCacheLiveTTL is how long the gateway serves a cached answer while it can prove
+	// it has seen every change event (pkg/licensecache's liveness: sequence numbers and the
+	// publishers' heartbeats); past LicenseCacheTTL, only while that proof holds. At or
+	// below LicenseCacheTTL it changes nothing.
+	LicenseCacheLiveTTL time.Duration
 
 	// SigningKeysFile optionally points at operator-supplied signing material.
 	SigningKeysFile string
@@ -162,8 +167,9 @@ func LoadFrom(lookup func(string) (string, bool)) (*Config, error) {
 		BillingAddr:     r.str("BILLING_ADDR", DefaultBillingAddr),
 		StorefrontAddr:  r.str("STOREFRONT_ADDR", DefaultStorefrontAddr),
 
-		LicenseCacheTTL: r.duration("LICENSE_CACHE_TTL", time.Second),
-		SigningKeysFile: r.str("SIGNING_KEYS_FILE", ""),
+		LicenseCacheTTL:     r.duration("LICENSE_CACHE_TTL", time.Second),
+		LicenseCacheLiveTTL: r.duration("LICENSE_CACHE_LIVE_TTL", 5*time.Minute),
+		SigningKeysFile:     r.str("SIGNING_KEYS_FILE", ""),
 
 		RequestTimeout:  r.duration("REQUEST_TIMEOUT", 5*time.Second),
 		ShutdownDelay:   r.duration("SHUTDOWN_DELAY", 5*time.Second),

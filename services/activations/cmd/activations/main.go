@@ -61,6 +61,8 @@ func main() {
 			}()
 			// Closers run in reverse: the consumer finishes its message before NATS closes.
 			d.OnClose(nc.Close)
+			// Removed seats are announced with a heartbeat, the caches' liveness proof.
+			d.OnClose(licensecache.StartHeartbeat(nc))
 			d.OnClose(stopCache)
 			d.OnClose(wg.Wait)
 			return nil

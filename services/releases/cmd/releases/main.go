@@ -49,6 +49,8 @@ func register(ctx context.Context, d *app.Deps) error {
 		return err
 	}
 	d.OnClose(nc.Close)
+	// Release changes are announced with a heartbeat, the caches' liveness proof.
+	d.OnClose(licensecache.StartHeartbeat(nc))
 	d.OnClose(stopCache)
 	st := store.New(d.DB).WithChangeEvents(func() {
 		if err := licensecache.PublishOn(nc, license.ReleasesChangedSubject, ""); err != nil {
