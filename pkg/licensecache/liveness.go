@@ -20,8 +20,14 @@ import (
 //     last publications sees it too, and one cut off from NATS without noticing (a silent
 //     partition: the connection stays up, nothing arrives) sees the heartbeats stop;
 //   - a cache is proven live until LiveBound after the last heartbeat of the publisher it
-//     heard from least recently. A gap, a new publisher, or the proof coming back after it
-//     lapsed empties the cache (what was missed is unknown).
+//     heard from least recently. A gap, or a publisher not heard from before, empties the
+//     cache (what was missed is unknown).
+//
+// A proof that lapsed and came back empties nothing by itself: a publisher's messages
+// arrive in order, so its next heartbeat names every publication sent before it, and the
+// sequence shows whether one is missing. A publisher that is never heard again (stopped
+// without its goodbye, or cut off) keeps the proof lapsed until it is forgotten, LiveTTL +
+// LiveBound after it was last heard, when every entry stored while it counted has expired.
 //
 // So a process that cannot prove it stops answering from entries older than the TTL within
 // LiveBound (well under the 1 s bound), whatever its connection's state says.
@@ -157,7 +163,6 @@ type publisherSeen struct {
 // returns whether the cache must be emptied (a publication was missed, or might have been)
 // and until when the proof now holds (for setProof).
 func (p *proof) heard(m *nats.Msg, now time.Time) (clear bool, proofUntil time.Time) {
-	wasLive := now.Before(p.until)
 	id := m.Header.Get(publisherHeader)
 	if id != "" {
 		ps := p.publishers[id]
@@ -203,9 +208,6 @@ func (p *proof) heard(m *nats.Msg, now time.Time) (clear bool, proofUntil time.T
 		if first || until.Before(proofUntil) {
 			proofUntil, first = until, false
 		}
-	}
-	if !wasLive && now.Before(proofUntil) {
-		clear = true
 	}
 	return clear, proofUntil
 }
