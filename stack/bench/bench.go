@@ -433,6 +433,10 @@ func Goals(results []Result) string {
 		fmt.Fprintf(&b, "- %s: %.2f× verify-license's (uniform) time per op, %.2f× its CPU per op\n",
 			g.id, verify.RPS()/r.RPS(), float64(r.CPUPerOp())/float64(verify.CPUPerOp()))
 	}
+	if pairs, floor := by["pairs"], by["pairs-floor"]; pairs.RPS() > 0 && floor.RPS() > 0 && floor.CPUPerOp() > 0 {
+		fmt.Fprintf(&b, "- activate + deactivate pairs: %.2f× the write floor's time per pair, %.2f× its CPU per pair (goal within 1.5×)\n",
+			floor.RPS()/pairs.RPS(), float64(pairs.CPUPerOp())/float64(floor.CPUPerOp()))
+	}
 	if r, ok := by["usage-hot"]; ok {
 		fmt.Fprintf(&b, "- track-usage on one hot license, %d parallel clients: %.0f applied increments/s, %s of the answers 503\n",
 			r.Workers, r.RPS(), pct(r.RefusedShare()))
