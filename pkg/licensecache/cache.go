@@ -59,7 +59,10 @@ type Cache[V any] struct {
 	liveTTL time.Duration
 	// liveUntil is when the proof lapses (Unix nanoseconds; 0: not proven).
 	liveUntil atomic.Int64
-	now       func() time.Time
+	// keptLong: an entry was ever stored for longer than ttl (only those can outlive a
+	// missed change by more than the ttl).
+	keptLong atomic.Bool
+	now      func() time.Time
 
 	// live: the cache may be used (NATS connected, or no NATS at all).
 	live atomic.Bool
@@ -195,6 +198,7 @@ func (c *Cache[V]) GetUntil(key, qualifier string, load func() (V, time.Time, er
 	expires := fresh
 	if c.proven(now) {
 		expires = now.Add(c.liveTTL)
+		c.keptLong.Store(true)
 	}
 	if !until.IsZero() && until.Before(expires) {
 		expires = until

@@ -277,12 +277,25 @@ func (c *Cache[V]) receive(p *proof, handlers map[string]func(*nats.Msg), m *nat
 		h(m)
 	}
 	clear, until := p.heard(m, c.now())
-	// A cache that never serves past its TTL needs no emptying: what it missed expires
-	// within the TTL anyway.
-	if clear && c.liveTTL > c.ttl {
-		c.Clear()
+	// A cache that never kept an entry past its TTL needs no emptying: what it missed
+	// expires within the TTL anyway (so a cache that just started, or one without a live
+	// TTL, is not emptied as it first hears its publishers).
+	if clear && c.keptLong.Load() {
+		c.resync()
 	}
 	c.setProof(p, until)
+}
+
+// resync empties the cache after a missed publication: Clear without the settling, since
+// there is no event the other processes may still be receiving; the loads under way do
+// not store what they read (it may predate the missed change).
+func (c *Cache[V]) resync() {
+	c.mu.Lock()
+	c.gen++
+	clear(c.entries)
+	c.size = 0
+	clear(c.flights)
+	c.mu.Unlock()
 }
 
 // setProof records that p is proven until until, and the cache as proven until the
