@@ -88,6 +88,11 @@ type Config struct {
 	// LicenseCacheTTL is how long a cached license row is served without a fresh read
 	// (pkg/licensecache); 0 turns the cache off.
 	LicenseCacheTTL time.Duration
+	// LicenseCacheLiveTTL is how long the gateway serves a cached answer while it can prove
+	// it has seen every change event (pkg/licensecache's liveness: sequence numbers and the
+	// publishers' heartbeats); past LicenseCacheTTL, only while that proof holds. At or
+	// below LicenseCacheTTL it changes nothing.
+	LicenseCacheLiveTTL time.Duration
 
 	// RecordRetention is how long records of received events are kept (RECORD_RETENTION,
 	// default 90 days): storefront deliveries and fulfillments, billing's Stripe events.
@@ -190,9 +195,10 @@ func LoadFrom(lookup func(string) (string, bool)) (*Config, error) {
 		EventsAddr:      r.str("EVENTS_ADDR", DefaultEventsAddr),
 		EventRetention:  r.duration("EVENT_RETENTION", 2160*time.Hour),
 
-		LicenseCacheTTL: r.duration("LICENSE_CACHE_TTL", time.Second),
-		RecordRetention: r.duration("RECORD_RETENTION", 90*24*time.Hour),
-		SigningKeysFile: r.str("SIGNING_KEYS_FILE", ""),
+		LicenseCacheTTL:     r.duration("LICENSE_CACHE_TTL", time.Second),
+		LicenseCacheLiveTTL: r.duration("LICENSE_CACHE_LIVE_TTL", 5*time.Minute),
+		RecordRetention:     r.duration("RECORD_RETENTION", 90*24*time.Hour),
+		SigningKeysFile:     r.str("SIGNING_KEYS_FILE", ""),
 
 		RequestTimeout:  r.duration("REQUEST_TIMEOUT", 5*time.Second),
 		ShutdownDelay:   r.duration("SHUTDOWN_DELAY", 5*time.Second),

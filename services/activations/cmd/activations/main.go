@@ -11,6 +11,7 @@ import (
 	"github.com/keyhouse/keyhouse/pkg/config"
 	"github.com/keyhouse/keyhouse/pkg/events"
 	"github.com/keyhouse/keyhouse/pkg/idempotency"
+	"github.com/keyhouse/keyhouse/pkg/licensecache"
 	"github.com/keyhouse/keyhouse/pkg/licensingclient"
 	"github.com/keyhouse/keyhouse/pkg/natsx"
 	"github.com/keyhouse/keyhouse/services/activations/internal/purge"
@@ -66,6 +67,8 @@ func main() {
 			wg.Go(func() { forgetCommits(ctx, st, d.Log) })
 			// Closers run in reverse: the consumer finishes its message before NATS closes.
 			d.OnClose(nc.Close)
+			// Removed seats are announced with a heartbeat, the caches' liveness proof.
+			d.OnClose(licensecache.StartHeartbeat(nc))
 			d.OnClose(stopCache)
 			d.OnClose(wg.Wait)
 			return nil

@@ -91,6 +91,8 @@ func register(ctx context.Context, d *app.Deps) error {
 	}()
 	// Closers run in reverse: the relay finishes its batch before NATS closes.
 	d.OnClose(nc.Close)
+	// License changes are announced with a heartbeat, the caches' liveness proof.
+	d.OnClose(licensecache.StartHeartbeat(nc))
 	d.OnClose(stopCache)
 	d.OnClose(wg.Wait)
 	return nil

@@ -10,6 +10,7 @@ import (
 	"github.com/keyhouse/keyhouse/pkg/config"
 	"github.com/keyhouse/keyhouse/pkg/events"
 	"github.com/keyhouse/keyhouse/pkg/idempotency"
+	"github.com/keyhouse/keyhouse/pkg/licensecache"
 	"github.com/keyhouse/keyhouse/pkg/licensingclient"
 	"github.com/keyhouse/keyhouse/pkg/natsx"
 	"github.com/keyhouse/keyhouse/services/releases/internal/server"
@@ -52,6 +53,8 @@ func register(ctx context.Context, d *app.Deps) error {
 		return err
 	}
 	d.OnClose(nc.Close)
+	// Release changes are announced with a heartbeat, the caches' liveness proof.
+	d.OnClose(licensecache.StartHeartbeat(nc))
 	d.OnClose(stopCache)
 	// Release events leave through the outbox; the spine's fast path tells the gateways'
 	// caches of check-update answers to empty themselves.
