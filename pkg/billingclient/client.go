@@ -55,8 +55,8 @@ func (c *Client) Entitlements(ctx context.Context, tenant string) (*accountsv1.G
 	})
 }
 
-// TenantContact is the address the tenant was created with ("" self-hosted).
-func (c *Client) TenantContact(ctx context.Context, tenant string) (string, error) {
+// TenantEmail is where to write to the tenant: its email, hosted; "" self-hosted.
+func (c *Client) TenantEmail(ctx context.Context, tenant string) (string, error) {
 	resp, err := grpcx.Call(ctx, c.peer, tenant, func(ctx context.Context, o ...grpc.CallOption) (*accountsv1.GetTenantContactResponse, error) {
 		return c.rpc.GetTenantContact(ctx, &accountsv1.GetTenantContactRequest{}, o...)
 	})

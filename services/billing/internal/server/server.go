@@ -3,13 +3,11 @@ package server
 
 import (
 	"context"
-	"errors"
 	"net/mail"
 	"strings"
 	"time"
 	"unicode/utf8"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/keyhouse/keyhouse/pkg/apierr"
 	"github.com/keyhouse/keyhouse/pkg/auth"
 	"github.com/keyhouse/keyhouse/pkg/buildinfo"
@@ -116,8 +114,8 @@ func (s *Server) GetEntitlements(ctx context.Context, _ *accountsv1.GetEntitleme
 	return &accountsv1.GetEntitlementsResponse{SubscriptionActive: st.Active(), LicenseLimit: int32(st.LicenseLimit()), Plan: name}, nil
 }
 
-// GetTenantContact is the calling tenant's address (hosted; empty self-hosted, where
-// there is no tenant row).
+// GetTenantContact tells an internal caller where to write to the tenant: its email,
+// hosted; nothing self-hosted (the single implicit tenant has none).
 func (s *Server) GetTenantContact(ctx context.Context, _ *accountsv1.GetTenantContactRequest) (*accountsv1.GetTenantContactResponse, error) {
 	tenant, err := auth.TenantID(ctx)
 	if err != nil {
@@ -127,9 +125,6 @@ func (s *Server) GetTenantContact(ctx context.Context, _ *accountsv1.GetTenantCo
 		return &accountsv1.GetTenantContactResponse{}, nil
 	}
 	email, err := s.store.TenantEmail(ctx, tenant)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return &accountsv1.GetTenantContactResponse{}, nil
-	}
 	if err != nil {
 		return nil, err
 	}

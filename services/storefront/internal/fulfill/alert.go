@@ -14,7 +14,7 @@ import (
 // license: billingclient.Client in production ("" self-hosted, where no tenant address
 // exists and the console's storefront page is what shows it).
 type VendorContacts interface {
-	TenantContact(ctx context.Context, tenant string) (string, error)
+	TenantEmail(ctx context.Context, tenant string) (string, error)
 }
 
 // alertVendor mails the tenant, once per delivery, that a buyer paid and got no license
@@ -29,7 +29,7 @@ func (w *Worker) alertVendor(ctx context.Context, x *store.Session, d *store.Del
 	if err != nil || !claimed {
 		return
 	}
-	to, err := w.Vendors.TenantContact(ctx, d.TenantID)
+	to, err := w.Vendors.TenantEmail(ctx, d.TenantID)
 	if err == nil && to != "" {
 		err = w.Mail.Send(ctx, VendorAlert(to, d, outcome, reason))
 	}

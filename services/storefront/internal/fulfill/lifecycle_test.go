@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/keyhouse/keyhouse/pkg/events/eventstest"
 	"github.com/keyhouse/keyhouse/pkg/natsx"
 	"github.com/keyhouse/keyhouse/services/storefront/internal/store"
 	"github.com/keyhouse/keyhouse/services/storefront/internal/stripeevent"
@@ -87,5 +89,35 @@ func TestSubscriptionEndStateIsOrderFree(t *testing.T) {
 				t.Fatalf("expiry %v, want %v", got, want)
 			}
 		})
+	}
+}
+
+// Each outcome of the events after the sale is a storefront.delivery event too (the same
+// path as fulfillment's): held and ignored at receipt, renewed once applied.
+func TestLifecycleOutcomesAreEvents(t *testing.T) {
+	f := newFixture(t)
+	out := eventstest.Watch(t, f.st.Pool())
+	end := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	jobs := f.receiveLifecycle("evt_inv", stripeevent.InvoicePaid, []string{"sub_ev"}, stripeevent.Detail{PeriodEnd: &end}, "")
+	if _, err := f.st.RecordEvent(context.Background(), &store.Delivery{TenantID: f.tenant, WebhookID: "wh_x", EventID: "evt_other",
+		EventType: "customer.created", SessionCreated: time.Now(), Outcome: store.OutcomeIgnored}, nil); err != nil {
+		t.Fatal(err)
+	}
+	jobs = append(jobs, f.receiveLifecycle("evt_co", stripeevent.CheckoutCompleted, []string{"sub_ev"},
+		stripeevent.Detail{Mode: stripeevent.ModeSubscription}, "cs_ev")...)
+	for _, j := range jobs {
+		if err := f.w.process(context.Background(), f.tenant, j, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var outcomes []string
+	for _, ev := range out.Next(t) {
+		outcomes = append(outcomes, ev.GetStorefrontDelivery().GetOutcome())
+	}
+	slices.Sort(outcomes)
+	// The invoice is held at receipt, and again when its job runs before the checkout's;
+	// the checkout's issue applies it.
+	if got := fmt.Sprint(outcomes); got != "[held held ignored issued renewed]" {
+		t.Fatalf("events with outcomes %s", got)
 	}
 }

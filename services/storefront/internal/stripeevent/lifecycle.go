@@ -2,7 +2,10 @@ package stripeevent
 
 import (
 	"encoding/json"
+	"strings"
 	"time"
+
+	"github.com/keyhouse/keyhouse/pkg/stripeinput"
 )
 
 // The events that follow a purchase after its checkout (docs/storefront.md, lifecycle).
@@ -91,11 +94,15 @@ type lifecycleObject struct {
 	} `json:"lines"`
 }
 
-// parseLifecycle reads the event's object; ok false when it lacks what the type needs.
-func parseLifecycle(eventType string, raw []byte) (*Lifecycle, bool) {
+// parseLifecycle reads the event's object: nil when it lacks what the type needs (not a
+// storefront purchase), a refusal when it breaks the caps.
+func parseLifecycle(eventType string, raw []byte) (*Lifecycle, error) {
 	var o lifecycleObject
-	if err := json.Unmarshal(raw, &o); err != nil || o.ID == "" {
-		return nil, false
+	if err := json.Unmarshal(raw, &o); err != nil {
+		return nil, refuse("data.object is not a Stripe %s object", strings.SplitN(eventType, ".", 2)[0])
+	}
+	if o.ID == "" {
+		return nil, nil
 	}
 	l := &Lifecycle{}
 	switch eventType {
@@ -105,7 +112,7 @@ func parseLifecycle(eventType string, raw []byte) (*Lifecycle, bool) {
 			end = max(end, line.Period.End)
 		}
 		if o.Subscription == "" || end <= 0 {
-			return nil, false
+			return nil, nil
 		}
 		t := time.Unix(end, 0).UTC()
 		l.Detail.PeriodEnd = &t
@@ -118,20 +125,34 @@ func parseLifecycle(eventType string, raw []byte) (*Lifecycle, bool) {
 		l.Refs = refs(string(o.PaymentIntent), o.ID, string(o.Invoice))
 	case DisputeCreated, DisputeClosed:
 		if o.Charge == "" && o.PaymentIntent == "" {
-			return nil, false
+			return nil, nil
 		}
-		l.Detail.DisputeID, l.Detail.DisputeStatus = clip(o.ID), clip(o.Status)
+		if len(o.Status) > MaxPaymentStatusLen || !stripeinput.PrintableASCII(o.Status) {
+			return nil, refuse("data.object.status must be at most %d printable ASCII characters", MaxPaymentStatusLen)
+		}
+		l.Detail.DisputeID, l.Detail.DisputeStatus = o.ID, o.Status
 		l.Refs = refs(string(o.PaymentIntent), string(o.Charge))
-	default:
-		return nil, false
 	}
-	return l, true
+	if err := checkRefs("data.object", append([]string{o.ID}, l.Refs...)); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// checkRefs holds Stripe ids to pkg/stripeinput's caps.
+func checkRefs(name string, ids []string) error {
+	for _, id := range ids {
+		if err := stripeinput.CheckID(name+" id", id, false); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func refs(ids ...string) []string {
 	var out []string
 	for _, s := range ids {
-		if s = clip(s); s != "" {
+		if s != "" {
 			out = append(out, s)
 		}
 	}

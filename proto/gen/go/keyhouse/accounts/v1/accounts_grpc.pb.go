@@ -41,8 +41,8 @@ type AccountsServiceClient interface {
 	Authenticate(ctx context.Context, in *AuthenticateRequest, opts ...grpc.CallOption) (*AuthenticateResponse, error)
 	// The plan limits licensing enforces on issuance and reactivation (internal).
 	GetEntitlements(ctx context.Context, in *GetEntitlementsRequest, opts ...grpc.CallOption) (*GetEntitlementsResponse, error)
-	// The address the calling tenant was created with (hosted), for what the service must
-	// tell the vendor (storefront: a paid purchase that got no license). Empty self-hosted.
+	// Where to write to the tenant (internal): its email, hosted; empty self-hosted. The
+	// events service mails it when a webhook endpoint is disabled.
 	GetTenantContact(ctx context.Context, in *GetTenantContactRequest, opts ...grpc.CallOption) (*GetTenantContactResponse, error)
 	// GET /v1/admin/build-info.
 	GetBuildInfo(ctx context.Context, in *GetBuildInfoRequest, opts ...grpc.CallOption) (*GetBuildInfoResponse, error)
@@ -130,8 +130,8 @@ type AccountsServiceServer interface {
 	Authenticate(context.Context, *AuthenticateRequest) (*AuthenticateResponse, error)
 	// The plan limits licensing enforces on issuance and reactivation (internal).
 	GetEntitlements(context.Context, *GetEntitlementsRequest) (*GetEntitlementsResponse, error)
-	// The address the calling tenant was created with (hosted), for what the service must
-	// tell the vendor (storefront: a paid purchase that got no license). Empty self-hosted.
+	// Where to write to the tenant (internal): its email, hosted; empty self-hosted. The
+	// events service mails it when a webhook endpoint is disabled.
 	GetTenantContact(context.Context, *GetTenantContactRequest) (*GetTenantContactResponse, error)
 	// GET /v1/admin/build-info.
 	GetBuildInfo(context.Context, *GetBuildInfoRequest) (*GetBuildInfoResponse, error)
