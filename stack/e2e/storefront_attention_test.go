@@ -25,8 +25,8 @@ func TestStorefrontUnfulfilledPurchasesLeadTheConsole(t *testing.T) {
 	quotaSession := newSession(link, quotaBuyer)
 	sh.deliver(event(quota, "checkout.session.completed", quotaSession)).Expect(t, 200)
 	sh.deliver(event(unmapped, "checkout.session.completed", newSession(uniq("plink_"), uniq("u")+"@example.com"))).Expect(t, 200)
-	sh.await(quota, outcome("over_quota"))
-	sh.await(unmapped, outcome("unmapped"))
+	sh.awaitOutcome(quota, outcome("over_quota"))
+	sh.awaitOutcome(unmapped, outcome("unmapped"))
 
 	mails := awaitMail(t, sink, owner, 2)
 	var quotaMail string

@@ -532,8 +532,10 @@ func (x *Session) EmailDone(ctx context.Context, status string) error {
 			WHERE tenant_id = $1 AND checkout_session_id = $2`, x.tenant, x.session, status); err != nil {
 			return err
 		}
+		// The checkout's deliveries: those of later events (renewals, refunds) send no email.
 		_, err := tx.Exec(ctx, `UPDATE deliveries SET email_status = $3, error = NULL, updated_at = now()
-			WHERE tenant_id = $1 AND checkout_session_id = $2 AND license_key IS NOT NULL`, x.tenant, x.session, status)
+			WHERE tenant_id = $1 AND checkout_session_id = $2 AND license_key IS NOT NULL
+			AND event_type LIKE 'checkout.session.%'`, x.tenant, x.session, status)
 		return err
 	})
 }
