@@ -60,7 +60,8 @@ func parseTemplates() (map[string]*template.Template, error) {
 		"cap":    formatCap,
 		"num":    formatNumber,
 		"query":  withQuery,
-		"add1":   func(n int) int { return n + 1 },
+		"components": formatComponents,
+		"add1":       func(n int) int { return n + 1 },
 		"sub1":   func(n int) int { return n - 1 },
 		"fieldArgs": func(v *view, name, label, typ, hint string, required bool) fieldArgs {
 			return fieldArgs{View: v, Name: name, Label: label, Type: typ, Hint: hint, Required: required}
