@@ -11,9 +11,9 @@ import (
 )
 
 type portalData struct {
-	Token   string
-	L       *licensingv1.GetPortalLicenseResponse
-	Seats   []*activationsv1.Activation
+	Token string
+	L     *licensingv1.GetPortalLicenseResponse
+	Seats []*activationsv1.Activation
 	// Leases are the seats' lease states by instance_id (when a floating seat's lease ends).
 	Leases  map[string]*activationsv1.SeatLease
 	Usage   []*activationsv1.UsageMetric
