@@ -84,9 +84,15 @@ func TestFloatingSeatLivesOnlyWhileLeased(t *testing.T) {
 	lease(c, map[string]any{"key": key, "token": tok}).ExpectError(t, 403, errLeaseLapsed)
 	second := seat(t, c, key, "second")
 
-	// The sweeper (every 15 s here) removes the lapsed row; its token still answers the lapse.
+	// The sweeper (every 15 s here) removes the lapsed row; its token still answers the
+	// lapse. The second seat is renewed meanwhile, so it stays.
 	for {
-		if rows, _ := seatRows(t, db, key); rows == 1 {
+		lease(c, map[string]any{"key": key, "token": second}).Expect(t, 200)
+		var first int
+		if err := db.QueryRow(t.Context(), `SELECT count(*) FROM activations.seats WHERE license_key = $1 AND instance_id = 'first'`, key).Scan(&first); err != nil {
+			t.Fatal(err)
+		}
+		if first == 0 {
 			break
 		}
 		if time.Since(lapsedAt) > 20*time.Second {
