@@ -62,11 +62,36 @@ async function issueLicense(page, { product, tier, customer, seats, limits }) {
   return text(page, 'h1.key-title');
 }
 
-// stubOtherHosts answers every request to another host (Stripe) from here: the tests
-// reach nothing outside this machine.
-async function stubOtherHosts(page) {
-  await page.route((u) => !u.toString().startsWith(base), (route) =>
-    route.fulfill({ status: 200, contentType: 'text/html', body: '<title>Stripe</title><h1>Stripe</h1>' }));
+// Tests reach nothing outside this machine: every request to a host that is not loopback is
+// refused by the context's router (refuseOtherHosts) and recorded. A scenario that expects
+// the console to send the browser elsewhere (Stripe) catches that navigation with
+// leaveFor, which records the URL as expected and returns it; any other refused request
+// fails the scenario loudly, naming the URL.
+const refused = [];
+const expectedAway = new Set();
+
+function isLoopback(u) {
+  const url = new URL(u);
+  if (url.protocol !== 'http:' && url.protocol !== 'https:' && url.protocol !== 'ws:' && url.protocol !== 'wss:') return true;
+  const host = url.hostname.replace(/^\[|\]$/g, '');
+  return host === 'localhost' || host === '::1' || /^127\./.test(host);
+}
+
+async function refuseOtherHosts(context) {
+  await context.route((u) => !isLoopback(u.toString()), (route) => {
+    refused.push(route.request().url());
+    return route.abort('blockedbyclient');
+  });
+}
+
+// leaveFor runs act (a click that should send the browser to another host) and returns the
+// URL the browser was sent to, without letting it go there.
+async function leaveFor(page, act) {
+  const away = page.waitForRequest((r) => r.isNavigationRequest() && !isLoopback(r.url()));
+  await act();
+  const url = (await away).url();
+  expectedAway.add(url);
+  return url;
 }
 
 const scenarios = {
@@ -209,7 +234,6 @@ const scenarios = {
 
   // Billing on Free: the quota, and the upgrade goes to Stripe Checkout.
   async billing1(page) {
-    await stubOtherHosts(page);
     await signInWithKey(page, cfg.key);
     await page.getByRole('link', { name: 'Billing' }).click();
     await page.waitForURL(base + '/console/billing');
@@ -217,21 +241,18 @@ const scenarios = {
     check((await page.content()).includes('1 of 5'), 'the quota shows 1 of 5 active licenses');
     await shot(page, 'billing');
     await page.getByLabel('Annual').check();
-    await page.getByRole('button', { name: 'Upgrade to Pro' }).click();
-    await page.waitForURL(/^https:\/\/checkout\.stripe\.com\//);
-    return { url: page.url() };
+    const url = await leaveFor(page, () => page.getByRole('button', { name: 'Upgrade to Pro' }).click());
+    return { url };
   },
 
   // Billing on Pro: manage or cancel goes to Stripe's billing portal.
   async billing2(page) {
-    await stubOtherHosts(page);
     await signInWithKey(page, cfg.key);
     await page.goto(base + '/console/billing');
     check((await text(page, '.plan-name')).startsWith('Pro'), 'after the upgrade the plan is Pro');
     check((await page.content()).includes('1 of 1000'), 'the quota shows 1 of 1000');
-    await page.getByRole('button', { name: 'Manage or cancel' }).click();
-    await page.waitForURL((u) => !u.toString().startsWith(base));
-    return { url: page.url() };
+    const url = await leaveFor(page, () => page.getByRole('button', { name: 'Manage or cancel' }).click());
+    return { url };
   },
 
   // Storefront set-up in the console: connect, save the secret, add a mapping.
@@ -398,10 +419,13 @@ try {
     extraHTTPHeaders: cfg.ip ? { 'X-Forwarded-For': cfg.ip } : {},
   });
   context.setDefaultTimeout(20000);
+  await refuseOtherHosts(context);
   page = await context.newPage();
   const run = scenarios[scenario];
   if (!run) throw new Error(`no scenario ${scenario}`);
   const out = await run(page);
+  const unexpected = refused.filter((u) => !expectedAway.has(u));
+  if (unexpected.length > 0) throw new Error(`the page asked for hosts outside this machine: ${unexpected.join(', ')}`);
   process.stdout.write(JSON.stringify(out) + '\n');
 } catch (err) {
   process.stderr.write(`scenario ${scenario}: ${err.stack || err}\n`);
