@@ -325,12 +325,12 @@ const scenarios = {
   // bindings, lease-key rotation, and the portal's lease end and release.
   async leases(page) {
     await signInWithKey(page, cfg.key);
-    await page.getByRole('link', { name: 'Leases' }).click();
+    await page.getByRole('link', { name: 'Leases', exact: true }).click();
     await page.waitForURL(base + '/console/leases');
     const kidsBefore = await page.locator('table tbody tr').count();
     check(kidsBefore === 1, `one lease key listed before rotation, got ${kidsBefore}`);
-    await page.getByLabel('Product').fill(cfg.product);
-    await page.getByLabel('Product').press('Enter');
+    await page.locator('#product_id').fill(cfg.product);
+    await page.locator('#product_id').press('Enter');
     await page.waitForURL(base + '/console/products/' + cfg.product);
     check((await text(page, 'table tbody tr td:first-child')) === '*', 'the product page lists the default policy');
     // Out of bounds: the API's message beside the field, the form kept.
