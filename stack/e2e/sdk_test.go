@@ -129,7 +129,7 @@ func sdkFixture(t *testing.T, s *stack.Stack, sdk string) string {
 		"public_key_pem": c.Get("/v1/public-key").Expect(t, 200).JSON(t)["publicKey"],
 		"keys":           keys,
 		"release":        map[string]string{"version": "2.0.0", "channel": "stable", "platform": "linux-x64"},
-		"export_json":    string(c.Get("/v1/export-license/" + keys["main"] + "/offline").Expect(t, 200).Body),
+		"export_json":    string(c.Get("/v1/export-license/"+keys["main"]+"/offline").Expect(t, 200).Body),
 	}
 	b, _ := json.Marshal(fixture)
 	return string(b)
