@@ -14,6 +14,7 @@ import (
 	"github.com/keyhouse/keyhouse/services/activations/internal/purge"
 	"github.com/keyhouse/keyhouse/services/activations/internal/server"
 	"github.com/keyhouse/keyhouse/services/activations/internal/store"
+	"github.com/keyhouse/keyhouse/services/activations/internal/sweep"
 	"github.com/keyhouse/keyhouse/services/activations/migrations"
 )
 
@@ -50,14 +51,23 @@ func main() {
 				nc.Close()
 				return err
 			}
-			server.Register(d.Server.GRPC, server.New(st, licenses, d.Log))
+			leases := server.NewLeases(st, licenses, licenses, server.LeaseConfig{
+				Issuer: d.Config.PublicBaseURL, MultiTenant: d.Config.MultiTenant,
+				MinLeaseTTL: d.Config.LeaseMinTTL, Keyring: licenses.Keyring,
+			})
+			server.Register(d.Server.GRPC, server.New(st, licenses, d.Log).WithLeases(leases))
+			server.RegisterLeases(d.Server.GRPC, leases)
 			var wg sync.WaitGroup
-			wg.Add(1)
+			wg.Add(2)
 			go func() {
 				defer wg.Done()
 				if err := purge.Run(ctx, js, st, d.Log); err != nil {
 					d.Log.Error("license.deleted consumer stopped", "error", err.Error())
 				}
+			}()
+			go func() {
+				defer wg.Done()
+				sweep.Run(ctx, st, d.Config.LeaseSweepInterval, d.Log)
 			}()
 			// Closers run in reverse: the consumer finishes its message before NATS closes.
 			d.OnClose(nc.Close)

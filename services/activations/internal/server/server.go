@@ -95,6 +95,17 @@ type Server struct {
 	now      func() time.Time
 	// log receives the lines of the items of a batch call (grpcx.ObserveCall).
 	log *slog.Logger
+	// leases says how long a new seat of a license is leased (floating policies); nil:
+	// no seat is floating.
+	leases interface {
+		FloatingLease(ctx context.Context, l *licensingv1.License) (*time.Duration, error)
+	}
+}
+
+// WithLeases has activations of licenses under a floating policy make floating seats.
+func (s *Server) WithLeases(l *Leases) *Server {
+	s.leases = l
+	return s
 }
 
 // New returns a Server.
@@ -203,9 +214,15 @@ func (s *Server) activation(ctx context.Context, req *activationsv1.ActivateLice
 	if m := l.GetMaxActivations(); m != nil {
 		maxSeats = proto.Int32(m.GetValue())
 	}
+	var leaseTTL *time.Duration
+	if s.leases != nil {
+		if leaseTTL, err = s.leases.FloatingLease(ctx, l); err != nil {
+			return seatCall{}, err
+		}
+	}
 	tok, hash := newToken()
 	return seatCall{token: tok, change: store.SeatChange{Tenant: l.GetTenantId(), Key: l.GetKey(), Activate: true,
-		Instance: req.GetInstanceId(), TokenHash: hash, MaxSeats: maxSeats}}, nil
+		Instance: req.GetInstanceId(), TokenHash: hash, MaxSeats: maxSeats, LeaseTTL: leaseTTL}}, nil
 }
 
 // answer is ActivateLicense's answer to the change's outcome.

@@ -79,17 +79,22 @@ const (
 )
 
 // activateSQL inserts the seat unless the license's deletion was processed, the pair
-// already has a seat, or the license has $5 seats ($5 NULL = unlimited), and says which.
-// It must run after the license's lock is taken, as a statement of its own: a statement's
-// snapshot is taken when it starts, so a count in the statement that waited for the lock
-// could miss a seat committed by the holder it waited for.
+// already has a live seat, or the license has $5 live seats ($5 NULL = unlimited), and
+// says which. It must run after the license's lock is taken, as a statement of its own: a
+// statement's snapshot is taken when it starts, so a count in the statement that waited
+// for the lock could miss a seat committed by the holder it waited for. A floating seat
+// ($6: its lease in seconds, NULL: not floating) is leased until now + $6; one whose lease
+// lapsed counts for nothing and an activation of its instance replaces it.
 const activateSQL = `WITH state AS (
 	SELECT EXISTS (SELECT 1 FROM deleted_licenses WHERE tenant_id = $1 AND license_key = $2) AS deleted,
-		EXISTS (SELECT 1 FROM seats WHERE tenant_id = $1 AND license_key = $2 AND instance_id = $3) AS present,
-		(SELECT count(*) FROM seats WHERE tenant_id = $1 AND license_key = $2) AS n
+		EXISTS (SELECT 1 FROM seats WHERE tenant_id = $1 AND license_key = $2 AND instance_id = $3 AND ` + liveSeat + `) AS present,
+		(SELECT count(*) FROM seats WHERE tenant_id = $1 AND license_key = $2 AND ` + liveSeat + `) AS n
 ), inserted AS (
-	INSERT INTO seats (tenant_id, license_key, instance_id, token_hash)
-	SELECT $1, $2, $3, $4 FROM state WHERE NOT deleted AND NOT present AND ($5::int IS NULL OR n < $5)
+	INSERT INTO seats (tenant_id, license_key, instance_id, token_hash, lease_expires_at)
+	SELECT $1, $2, $3, $4, now() + make_interval(secs => $6) FROM state WHERE NOT deleted AND NOT present AND ($5::int IS NULL OR n < $5)
+	ON CONFLICT (tenant_id, license_key, instance_id) DO UPDATE
+		SET token_hash = EXCLUDED.token_hash, activated_at = now(), lease_expires_at = EXCLUDED.lease_expires_at, components = NULL
+		WHERE seats.lease_expires_at < now()
 	RETURNING 1
 )
 SELECT deleted, present, EXISTS (SELECT 1 FROM inserted) FROM state`
@@ -106,6 +111,8 @@ type SeatChange struct {
 	Instance    string
 	TokenHash   []byte
 	MaxSeats    *int32
+	// LeaseTTL makes the activated seat floating, leased for this long (nil: not floating).
+	LeaseTTL *time.Duration
 }
 
 // SeatChanged is the outcome of a SeatChange.
@@ -163,7 +170,7 @@ func (s *Store) ChangeSeats(ctx context.Context, changes []SeatChange) ([]SeatCh
 			})
 			continue
 		}
-		b.Queue(activateSQL, c.Tenant, c.Key, c.Instance, c.TokenHash, c.MaxSeats).QueryRow(func(row pgx.Row) error {
+		b.Queue(activateSQL, c.Tenant, c.Key, c.Instance, c.TokenHash, c.MaxSeats, leaseSeconds(c.LeaseTTL)).QueryRow(func(row pgx.Row) error {
 			var deleted, created bool
 			if err := row.Scan(&deleted, &out.Already, &created); err != nil {
 				return err
@@ -234,10 +241,10 @@ func (s *Store) DeactivateInstance(ctx context.Context, tenant, key, instance st
 	return tag.RowsAffected() > 0, err
 }
 
-// HasSeat reports whether the seat (key, instance) exists.
+// HasSeat reports whether the live seat (key, instance) exists.
 func (s *Store) HasSeat(ctx context.Context, tenant, key, instance string) (bool, error) {
 	var ok bool
-	err := s.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM seats WHERE tenant_id = $1 AND license_key = $2 AND instance_id = $3)`,
+	err := s.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM seats WHERE tenant_id = $1 AND license_key = $2 AND instance_id = $3 AND `+liveSeat+`)`,
 		tenant, key, instance).Scan(&ok)
 	return ok, err
 }
@@ -264,7 +271,7 @@ type Added struct {
 // and each sees the total the previous one wrote: none is lost, none passes the limit,
 // and none has to be retried. The version moves on as ResetUsage's does.
 const addUsageSQL = `WITH seat AS (
-	SELECT EXISTS (SELECT 1 FROM seats WHERE tenant_id = $1 AND license_key = $2 AND token_hash = $3) AS ok
+	SELECT EXISTS (SELECT 1 FROM seats WHERE tenant_id = $1 AND license_key = $2 AND token_hash = $3 AND ` + liveSeat + `) AS ok
 ), added AS (
 	INSERT INTO usage (tenant_id, license_key, metric, used, version)
 	SELECT $1, $2, $4, $5, nextval('usage_version') FROM seat WHERE ok AND $7 AND $5::bigint <= $6::float8
