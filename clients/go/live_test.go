@@ -1,12 +1,14 @@
 package keyhouse
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"log/slog"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -25,6 +27,8 @@ type liveFixture struct {
 	Keys         map[string]string `json:"keys"`
 	Release      map[string]string `json:"release"`
 	ExportJSON   string            `json:"export_json"`
+	LeaseKeys    json.RawMessage   `json:"lease_keys"`
+	FloatingTTL  int               `json:"floating_ttl"`
 }
 
 func live(t *testing.T) *liveFixture {
@@ -228,6 +232,214 @@ func TestLiveScenarios(t *testing.T) {
 			if strings.Contains(text, key) {
 				t.Fatalf("license key %s in the logs", name)
 			}
+		}
+	})
+}
+
+// TestMain runs the heartbeat child of the killed-process scenario when asked to.
+func TestMain(m *testing.M) {
+	if spec := os.Getenv("KEYHOUSE_CHILD"); spec != "" {
+		heartbeatChild(spec)
+		return
+	}
+	os.Exit(m.Run())
+}
+
+// heartbeatChild activates a floating seat, says "leased", and keeps it leased until killed.
+func heartbeatChild(spec string) {
+	var cfg struct{ URL, ProductID, Key, Store string }
+	_ = json.Unmarshal([]byte(spec), &cfg)
+	c, err := New(Config{URL: cfg.URL, ProductID: cfg.ProductID, Key: cfg.Key, StorePath: cfg.Store, Components: map[string]string{}})
+	if err != nil {
+		panic(err)
+	}
+	ctx := context.Background()
+	if _, err := c.Activate(ctx, "child"); err != nil {
+		panic(err)
+	}
+	if v := c.Check(ctx); !v.Licensed {
+		panic(v.Reason)
+	}
+	os.Stdout.WriteString("leased\n")
+	c.Heartbeat(ctx)
+}
+
+func TestLiveLeaseScenarios(t *testing.T) {
+	f := live(t)
+	ctx := context.Background()
+	dir := t.TempDir()
+	here := map[string]string{"machine_id": HashComponent(f.ProductID, "sdk-e2e-machine-1")}
+	elsewhere := map[string]string{"machine_id": HashComponent(f.ProductID, "sdk-e2e-machine-2")}
+	// Each client has a clock of its own, starting at the real time (the server's).
+	newClient := func(key, store string, components map[string]string) (*Client, *fakeClock) {
+		clock := &fakeClock{now: time.Now()}
+		c, err := New(Config{URL: f.URL, ProductID: f.ProductID, Key: key, LeaseKeys: f.LeaseKeys, StorePath: filepath.Join(dir, store),
+			Components: components, Now: clock.Now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c, clock
+	}
+	copyStore := func(from, to string) {
+		b, err := os.ReadFile(filepath.Join(dir, from))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, to), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, _ := newClient(f.Keys["lease"], "lease.json", here)
+
+	t.Run("scenario: activate and check online", func(t *testing.T) {
+		if _, err := c.Activate(ctx, "desk-1"); err != nil {
+			t.Fatal(err)
+		}
+		v := c.Check(ctx)
+		if !v.Licensed || v.Offline || v.Tier != "pro" || len(v.Entitlements) != 1 || v.Entitlements[0] != "sync" {
+			t.Fatalf("%+v", v)
+		}
+		// A second check answers from the stored lease, sending nothing.
+		before := f.control(t, "count")
+		if v := c.Check(ctx); !v.Licensed || !v.Offline || f.control(t, "count") != before {
+			t.Fatalf("%+v", v)
+		}
+	})
+	t.Run("scenario: gateway stopped, licensed from the lease", func(t *testing.T) {
+		f.control(t, "mode?m=down")
+		defer f.control(t, "mode?m=pass")
+		// A fresh process of the app, past renew_after: the background renewal fails.
+		copyStore("lease.json", "offline.json")
+		app, appClock := newClient(f.Keys["lease"], "offline.json", here)
+		appClock.Advance(601 * time.Second)
+		if v := app.Check(ctx); !v.Licensed || !v.Offline {
+			t.Fatalf("%+v", v)
+		}
+		app.WaitRenewal()
+		if v := app.Check(ctx); !v.Licensed {
+			t.Fatalf("after a failed renewal: %+v", v)
+		}
+		t.Run("scenario: clock past exp, not licensed", func(t *testing.T) {
+			appClock.Advance(3600 * time.Second)
+			if v := app.Check(ctx); v.Licensed || v.Reason != "expired" {
+				t.Fatalf("%+v", v)
+			}
+		})
+	})
+	t.Run("scenario: revoked while offline, refused at the first renewal", func(t *testing.T) {
+		r, rclock := newClient(f.Keys["revoke"], "revoke.json", here)
+		if _, err := r.Activate(ctx, "desk-2"); err != nil {
+			t.Fatal(err)
+		}
+		if v := r.Check(ctx); !v.Licensed {
+			t.Fatalf("%+v", v)
+		}
+		f.control(t, "mode?m=down")
+		f.control(t, "revoke?key="+f.Keys["revoke"])
+		if v := r.Check(ctx); !v.Licensed || !v.Offline {
+			t.Fatalf("offline, before a renewal: %+v", v)
+		}
+		f.control(t, "mode?m=pass")
+		rclock.Advance(601 * time.Second)
+		if v := r.Check(ctx); !v.Licensed {
+			t.Fatalf("the check that starts the renewal answers from the lease: %+v", v)
+		}
+		r.WaitRenewal()
+		if v := r.Check(ctx); v.Licensed || v.Reason != "license_not_active" {
+			t.Fatalf("after the renewal reached the server: %+v", v)
+		}
+	})
+	t.Run("scenario: lease copied to another machine", func(t *testing.T) {
+		copyStore("lease.json", "copied.json")
+		other, _ := newClient(f.Keys["lease"], "copied.json", elsewhere)
+		if v := other.Check(ctx); v.Licensed || v.Reason != "machine_mismatch" {
+			t.Fatalf("%+v", v)
+		}
+		if v := other.Renew(ctx); v.Licensed || v.Reason != "machine_mismatch" {
+			t.Fatalf("the server: %+v", v)
+		}
+	})
+	t.Run("scenario: floating seat freed by close()", func(t *testing.T) {
+		a, _ := newClient(f.Keys["floating"], "float-a.json", nil)
+		b, _ := newClient(f.Keys["floating"], "float-b.json", nil)
+		if _, err := a.Activate(ctx, "a"); err != nil {
+			t.Fatal(err)
+		}
+		if v := a.Check(ctx); !v.Licensed || !v.Floating {
+			t.Fatalf("%+v", v)
+		}
+		if _, err := b.Activate(ctx, "b"); !errors.Is(err, ErrActivationLimitExceeded) {
+			t.Fatalf("second seat: %v", err)
+		}
+		if err := a.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.Activate(ctx, "b"); err != nil {
+			t.Fatalf("after close: %v", err)
+		}
+		if v := b.Check(ctx); !v.Licensed {
+			t.Fatalf("%+v", v)
+		}
+	})
+	t.Run("scenario: floating seat freed after a killed process", func(t *testing.T) {
+		spec, _ := json.Marshal(map[string]string{"URL": f.URL, "ProductID": f.ProductID, "Key": f.Keys["killed"], "Store": filepath.Join(dir, "child.json")})
+		child := exec.Command(os.Args[0])
+		child.Env = append(os.Environ(), "KEYHOUSE_CHILD="+string(spec))
+		out, _ := child.StdoutPipe()
+		child.Stderr = os.Stderr
+		if err := child.Start(); err != nil {
+			t.Fatal(err)
+		}
+		if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || line != "leased\n" {
+			_ = child.Process.Kill()
+			t.Fatalf("child: %q %v", line, err)
+		}
+		other, _ := newClient(f.Keys["killed"], "after-kill.json", nil)
+		if _, err := other.Activate(ctx, "other"); !errors.Is(err, ErrActivationLimitExceeded) {
+			t.Fatalf("while the child holds the seat: %v", err)
+		}
+		_ = child.Process.Kill()
+		_ = child.Wait()
+		killed := time.Now()
+		deadline := killed.Add(time.Duration(f.FloatingTTL)*time.Second + 15*time.Second)
+		for {
+			_, err := other.Activate(ctx, "other")
+			if err == nil {
+				t.Logf("seat free %s after the kill", time.Since(killed).Round(100*time.Millisecond))
+				break
+			}
+			if !errors.Is(err, ErrActivationLimitExceeded) || time.Now().After(deadline) {
+				t.Fatalf("seat not free within lease_ttl + 15 s: %v", err)
+			}
+			time.Sleep(time.Second)
+		}
+	})
+	t.Run("scenario: lapsed floating seat reported", func(t *testing.T) {
+		var lapsed []Verdict
+		var mu sync.Mutex
+		clock := &fakeClock{now: time.Now()}
+		c, err := New(Config{URL: f.URL, ProductID: f.ProductID, Key: f.Keys["lapsed"], LeaseKeys: f.LeaseKeys,
+			StorePath: filepath.Join(dir, "lapsed.json"), Components: map[string]string{}, Now: clock.Now,
+			OnLapsed: func(v Verdict) { mu.Lock(); lapsed = append(lapsed, v); mu.Unlock() }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Activate(ctx, "sleeper"); err != nil {
+			t.Fatal(err)
+		}
+		if v := c.Check(ctx); !v.Licensed {
+			t.Fatalf("%+v", v)
+		}
+		// The app slept through its lease (no heartbeat): the server has let the seat go.
+		time.Sleep(time.Duration(f.FloatingTTL+1) * time.Second)
+		clock.Advance(time.Duration(f.FloatingTTL+1) * time.Second)
+		if v := c.Check(ctx); v.Licensed || v.Reason != "seat_lapsed" {
+			t.Fatalf("%+v", v)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if len(lapsed) != 1 || lapsed[0].Reason != "seat_lapsed" {
+			t.Fatalf("OnLapsed calls: %+v", lapsed)
 		}
 	})
 }

@@ -115,10 +115,22 @@ func sdkFixture(t *testing.T, s *stack.Stack, sdk string) string {
 	issue := func(extra ...any) string {
 		return issueLicense(t, a, lic(productID, append([]any{"expires_at", "2039-01-01T00:00:00Z"}, extra...)...))
 	}
+	// Tier pro leases for an hour, bound to the machine; tier floating for 4 s.
+	putPolicy(t, a, productID, "pro", map[string]any{"lease_ttl_seconds": 3600, "renew_after_seconds": 600,
+		"fingerprint_match": "any", "entitlements": []string{"sync"}})
+	putPolicy(t, a, productID, "floating", map[string]any{"floating": true, "lease_ttl_seconds": 4, "renew_after_seconds": 2})
+	floating := func() string {
+		return issueLicense(t, a, lic(productID, "tier", "floating", "max_activations", 1))
+	}
 	keys := map[string]string{
-		"main":   issue("max_activations", 2, "limits", map[string]any{"users": 10}),
-		"capped": issue("max_activations", 1),
-		"storm":  issue(),
+		"main":     issue("max_activations", 2, "limits", map[string]any{"users": 10}),
+		"capped":   issue("max_activations", 1),
+		"storm":    issue(),
+		"lease":    issue(),
+		"revoke":   issue(),
+		"floating": floating(),
+		"killed":   floating(),
+		"lapsed":   floating(),
 	}
 	a.Post("/v1/register-release", map[string]any{"product_id": productID, "version": "2.0.0", "channel": "stable", "platform": "linux-x64",
 		"artifact_url": "https://downloads.example.com/app-2.0.0.tar.gz", "checksum": "sha256:00ff", "release_notes": "Better & <faster> é"}).Expect(t, 200)
@@ -130,6 +142,8 @@ func sdkFixture(t *testing.T, s *stack.Stack, sdk string) string {
 		"keys":           keys,
 		"release":        map[string]string{"version": "2.0.0", "channel": "stable", "platform": "linux-x64"},
 		"export_json":    string(c.Get("/v1/export-license/"+keys["main"]+"/offline").Expect(t, 200).Body),
+		"lease_keys":     json.RawMessage(c.Get("/v1/lease-keys").Expect(t, 200).Body),
+		"floating_ttl":   4,
 	}
 	b, _ := json.Marshal(fixture)
 	return string(b)
@@ -175,7 +189,10 @@ var skipped = regexp.MustCompile(`--- SKIP|# SKIP|SKIPPED`)
 // Every SDK passes the scenario list against the real stack.
 func TestSDKScenarios(t *testing.T) {
 	t.Parallel()
-	s := selfHosted(t)
+	// Floating leases of 4 s (LEASE_MIN_TTL is a test-only override), lapsed seats swept
+	// every second.
+	s := startStack(t, map[string]string{"LEASE_MIN_TTL": "1s", "LEASE_SWEEP_INTERVAL": "1s"})
+	t.Cleanup(s.Stop)
 	root, err := stack.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
