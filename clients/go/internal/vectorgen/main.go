@@ -42,10 +42,15 @@ var now = time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC).Unix()
 func main() {
 	dir := flag.String("dir", "../testdata", "the shared testdata folder")
 	flag.Parse()
-	rsaKey := loadRSA(filepath.Join(*dir, "keys", "rsa.pem"))
-	pinned := loadEd25519(filepath.Join(*dir, "keys", "lease-a.seed"))
-	rotated := loadEd25519(filepath.Join(*dir, "keys", "lease-b.seed"))
-	stranger := loadEd25519(filepath.Join(*dir, "keys", "lease-stranger.seed"))
+	check(os.WriteFile(filepath.Join(*dir, "vectors.json"), generate(filepath.Join(*dir, "keys")), 0o644))
+}
+
+// generate returns vectors.json made from the keys in keyDir (made there when missing).
+func generate(keyDir string) []byte {
+	rsaKey := loadRSA(filepath.Join(keyDir, "rsa.pem"))
+	pinned := loadEd25519(filepath.Join(keyDir, "lease-a.seed"))
+	rotated := loadEd25519(filepath.Join(keyDir, "lease-b.seed"))
+	stranger := loadEd25519(filepath.Join(keyDir, "lease-stranger.seed"))
 
 	spki, err := x509.MarshalPKIXPublicKey(&rsaKey.PublicKey)
 	check(err)
@@ -70,7 +75,7 @@ func main() {
 	enc.SetEscapeHTML(false)
 	enc.SetIndent("", "  ")
 	check(enc.Encode(v))
-	check(os.WriteFile(filepath.Join(*dir, "vectors.json"), out.Bytes(), 0o644))
+	return out.Bytes()
 }
 
 func check(err error) {
