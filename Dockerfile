@@ -4,7 +4,7 @@
 #   docker run keyhouse:dev gateway
 #   docker run keyhouse:dev licensing serve      (or: licensing migrate)
 # Build:
-#   docker build --build-arg VERSION="$(git describe --tags --always --dirty)" -t keyhouse:dev .
+#   docker build --build-arg VERSION="$(make -s print-version)" -t keyhouse:dev .
 # docs/operations.md describes running it (docker-compose.yml, deploy/helm/keyhouse).
 
 ARG GO_VERSION=1.26

@@ -5,7 +5,10 @@ SHELL := /bin/bash
 KH_DIR    := .keyhouse
 BIN_DIR   := $(KH_DIR)/bin
 TOOLS_DIR := $(KH_DIR)/tools
-VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+# SemVer from the release tag (v1.2.3 -> 1.2.3; commits after it: 1.2.3-4-gabcdef0);
+# untagged: 0.0.0-dev+<commit>. CHANGELOG.md says how a release is tagged.
+VERSION   ?= $(shell v=$$(git describe --tags --match 'v[0-9]*' --dirty 2>/dev/null) && echo $$v | sed "s/^v//" || \
+             echo 0.0.0-dev+$$(git rev-parse --short HEAD 2>/dev/null || echo unknown))
 LDFLAGS   := -X github.com/keyhouse/keyhouse/pkg/buildinfo.version=$(VERSION)
 # Every module's packages (go.work lists the modules).
 PKGS      := ./pkg/... ./gateway/... ./console/... ./services/billing/... ./services/licensing/... \
@@ -25,6 +28,7 @@ deps: $(TOOLS_DIR)/stripe-mock ## Install what the stack and tests need: Debian'
 	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
 	command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
 	command -v openssl >/dev/null 2>&1 || missing="$$missing openssl"; \
+	[ -f /etc/ssl/certs/ca-certificates.crt ] || missing="$$missing ca-certificates"; \
 	command -v node >/dev/null 2>&1 || missing="$$missing nodejs"; \
 	command -v npm >/dev/null 2>&1 || missing="$$missing npm"; \
 	/usr/bin/python3 -c 'import pytest' >/dev/null 2>&1 || missing="$$missing python3-pytest"; \
@@ -36,11 +40,23 @@ deps: $(TOOLS_DIR)/stripe-mock ## Install what the stack and tests need: Debian'
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
 	fi
 
+.PHONY: print-version
+print-version: ## Print the version a build of this checkout reports (from the v-tag)
+	@echo $(VERSION)
+
 .PHONY: build
 build: ## Build every binary into .keyhouse/bin
 	go build -ldflags '$(LDFLAGS)' -o $(BIN_DIR)/ ./gateway/cmd/gateway ./services/billing/cmd/billing \
 	  ./services/licensing/cmd/licensing ./services/activations/cmd/activations \
 	  ./services/releases/cmd/releases ./services/storefront/cmd/storefront ./stack/cmd/keyhouse-dev
+
+# The release: static binaries and the OCI image (every process in one image, as the chart
+# and compose run it) for linux/amd64 and linux/arm64, as tarballs, built with
+# go-containerregistry (pinned in stack/go.mod): no Docker engine needed.
+RELEASE_DIR := $(KH_DIR)/release
+.PHONY: release
+release: ## Build release binaries and image tarballs (linux/amd64, arm64) into .keyhouse/release
+	go run ./stack/cmd/keyhouse-release -version $(VERSION) -out $(RELEASE_DIR)
 
 .PHONY: run
 run: deps build ## Run the whole stack on :8080 (Ctrl-C stops it; data stays in .keyhouse/)
@@ -129,7 +145,7 @@ $(HELM): deploy/tools/go.mod deploy/tools/go.sum
 	    helm.sh/helm/v3/cmd/helm
 
 .PHONY: deploy-check
-deploy-check: $(HELM) ## Lint and render the Helm chart, validate docker-compose.yml (offline)
+deploy-check: $(HELM) ## Lint and render the Helm chart, validate docker-compose.yml (offline; installs Debian's docker-compose first if missing, and says so)
 	HELM=$(HELM) deploy/check.sh
 
 # A real Kubernetes API server for deploy-verify, pinned in deploy/apiserver/go.mod (its own

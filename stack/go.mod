@@ -17,6 +17,8 @@ require (
 	google.golang.org/grpc v1.85.0
 )
 
+require github.com/google/go-containerregistry v0.22.1 // indirect
+
 require (
 	github.com/antithesishq/antithesis-sdk-go v0.8.0-default-no-op // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect

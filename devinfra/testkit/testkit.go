@@ -61,7 +61,11 @@ var (
 // Main runs the tests, then stops every server they started and removes the scratch
 // folder: all of it on success, all but the logs when a test failed (its path printed),
 // nothing with KEYHOUSE_KEEP_TEST_DIR=1.
-func Main(m *testing.M) {
+//
+// afterAll checks run once every test has ended and every server has stopped, with the
+// scratch folder (and so every process's complete log) still there: a check about the
+// whole run, such as "no secret reached a log line". A check that fails fails the run.
+func Main(m *testing.M, afterAll ...func(dir string) error) {
 	mainCalled.Store(true)
 	code := m.Run()
 	exitMu.Lock()
@@ -70,6 +74,15 @@ func Main(m *testing.M) {
 	exitMu.Unlock()
 	for i := len(fns) - 1; i >= 0; i-- {
 		fns[i]()
+	}
+	for _, check := range afterAll {
+		if dir.path == "" {
+			break
+		}
+		if err := check(dir.path); err != nil {
+			fmt.Fprintf(os.Stderr, "--- FAIL: after all tests: %v\n", err)
+			code = 1
+		}
 	}
 	switch {
 	case dir.path == "":

@@ -91,7 +91,7 @@ func run(ctx context.Context, svc Service, args []string) error {
 		return serve(ctx, svc)
 	case "migrate":
 		return migrate(ctx, svc)
-	case "version":
+	case "version", "--version":
 		fmt.Println(buildinfo.Version(), buildinfo.Fingerprint())
 		return nil
 	default:
@@ -101,7 +101,7 @@ func run(ctx context.Context, svc Service, args []string) error {
 
 // setup is what every command does first: the logger and the pool on the service's schema.
 func setup(ctx context.Context, svc Service, c config.Common) (*slog.Logger, *pgxpool.Pool, error) {
-	log := telemetry.NewLogger(os.Stderr, svc.Name, c.LogLevel, c.LogFormat)
+	log := telemetry.NewLogger(os.Stderr, svc.Name, c.LogLevel, c.LogFormat, telemetry.FullLicenseKeys(c.LogFullLicenseKeys))
 	telemetry.RouteLibraryLogs(log)
 	pool, err := pgxx.Open(ctx, c.DatabaseURL.Reveal(), svc.Name)
 	if err != nil {

@@ -31,6 +31,9 @@ type Common struct {
 	DatabaseURL Secret
 	LogLevel    string
 	LogFormat   string
+	// LogFullLicenseKeys (LOG_LICENSE_KEYS=full) writes license keys whole in log lines;
+	// the default, "masked", keeps their first and last four characters.
+	LogFullLicenseKeys bool
 }
 
 // Config is what `serve` needs: Common, the variables of addendum §1 that running code
@@ -131,6 +134,8 @@ func (r *reader) common() Common {
 		DatabaseURL: Secret(r.str("DATABASE_URL", "postgres://postgres@127.0.0.1:55432/keyhouse?sslmode=disable")),
 		LogLevel:    r.str("LOG_LEVEL", "info"),
 		LogFormat:   r.str("LOG_FORMAT", "json"),
+
+		LogFullLicenseKeys: r.oneOf("LOG_LICENSE_KEYS", "masked", "masked", "full") == "full",
 	}
 }
 
@@ -243,6 +248,18 @@ func (r *reader) str(name, def string) string {
 	if v, ok := r.lookup(name); ok && strings.TrimSpace(v) != "" {
 		return strings.TrimSpace(v)
 	}
+	return def
+}
+
+// oneOf reads a variable that must be one of allowed (def when unset).
+func (r *reader) oneOf(name, def string, allowed ...string) string {
+	v := r.str(name, def)
+	for _, a := range allowed {
+		if v == a {
+			return v
+		}
+	}
+	r.fail(name, "must be one of "+strings.Join(allowed, ", "))
 	return def
 }
 

@@ -131,3 +131,15 @@ func TestLicenseCacheTTLIsADurationAndZeroTurnsTheCacheOff(t *testing.T) {
 		}
 	}
 }
+
+func TestLogLicenseKeysIsMaskedUnlessFull(t *testing.T) {
+	for v, want := range map[string]bool{"": false, "masked": false, "full": true} {
+		c, err := LoadCommonFrom(env(map[string]string{"LOG_LICENSE_KEYS": v}))
+		if err != nil || c.LogFullLicenseKeys != want {
+			t.Errorf("LOG_LICENSE_KEYS=%q: %+v %v, want full=%v", v, c, err, want)
+		}
+	}
+	if _, err := LoadCommonFrom(env(map[string]string{"LOG_LICENSE_KEYS": "yes"})); err == nil || !strings.Contains(err.Error(), "LOG_LICENSE_KEYS") {
+		t.Fatalf("an unknown LOG_LICENSE_KEYS value is refused naming the variable: %v", err)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 )
 
 // scrapeTimeout bounds the queries a scrape makes; a dependency that does not answer in
@@ -16,9 +17,18 @@ const scrapeTimeout = 2 * time.Second
 
 var (
 	outboxBacklogDesc = prometheus.NewDesc("keyhouse_outbox_backlog",
-		"Outbox rows not yet published to JetStream.", nil, nil)
+		"Outbox rows waiting to be published to JetStream (parked rows not included).", nil, nil)
 	outboxAgeDesc = prometheus.NewDesc("keyhouse_outbox_oldest_age_seconds",
-		"Age of the oldest unpublished outbox row; 0 when the outbox is empty.", nil, nil)
+		"Age of the oldest outbox row waiting to be published (parked rows not included); 0 when none waits.", nil, nil)
+	outboxParkedDesc = prometheus.NewDesc("keyhouse_outbox_parked",
+		"Outbox rows parked because they can never be published; they wait for an operator.", nil, nil)
+
+	// outboxParked counts the rows this process parked, by kind: too_large (over the NATS
+	// max payload) or failed (the stream refused it WithMaxFailures times).
+	outboxParked = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "keyhouse_outbox_parked_total",
+		Help: "Outbox rows this process parked, by kind: too_large (over the NATS max payload) or failed (refused by the stream on every attempt).",
+	}, []string{"kind"})
 	consumerPendingDesc = prometheus.NewDesc("keyhouse_jetstream_consumer_pending",
 		"Messages in the stream not yet delivered to the durable consumer.", []string{"stream", "consumer"}, nil)
 	consumerAckPendingDesc = prometheus.NewDesc("keyhouse_jetstream_consumer_ack_pending",
@@ -26,9 +36,9 @@ var (
 )
 
 // RegisterOutboxMetrics exposes the backlog of the outbox table that pool's search_path
-// resolves to, when the schema has one: keyhouse_outbox_backlog and
-// keyhouse_outbox_oldest_age_seconds, read at scrape time. Every replica reports the same
-// table, so aggregate with max, not sum. pkg/app calls it for every service.
+// resolves to, when the schema has one: keyhouse_outbox_backlog,
+// keyhouse_outbox_oldest_age_seconds and keyhouse_outbox_parked, read at scrape time.
+// Every replica reports the same table, so aggregate with max, not sum. pkg/app calls it for every service.
 func RegisterOutboxMetrics(ctx context.Context, pool *pgxpool.Pool) error {
 	var exists bool
 	if err := pool.QueryRow(ctx, `SELECT to_regclass('outbox') IS NOT NULL`).Scan(&exists); err != nil || !exists {
@@ -46,20 +56,24 @@ type outboxCollector struct{ pool *pgxpool.Pool }
 func (outboxCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- outboxBacklogDesc
 	ch <- outboxAgeDesc
+	ch <- outboxParkedDesc
 }
 
 func (c outboxCollector) Collect(ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), scrapeTimeout)
 	defer cancel()
-	var backlog int64
+	var backlog, parked int64
 	var age float64
-	err := c.pool.QueryRow(ctx, `SELECT count(*), COALESCE(EXTRACT(EPOCH FROM now() - min(created_at)), 0)::float8
-		FROM outbox WHERE sent_at IS NULL`).Scan(&backlog, &age)
+	err := c.pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE parked_at IS NULL),
+			COALESCE(EXTRACT(EPOCH FROM now() - min(created_at) FILTER (WHERE parked_at IS NULL)), 0)::float8,
+			count(*) FILTER (WHERE parked_at IS NOT NULL)
+		FROM outbox WHERE sent_at IS NULL`).Scan(&backlog, &age, &parked)
 	if err != nil {
 		return
 	}
 	ch <- prometheus.MustNewConstMetric(outboxBacklogDesc, prometheus.GaugeValue, float64(backlog))
 	ch <- prometheus.MustNewConstMetric(outboxAgeDesc, prometheus.GaugeValue, age)
+	ch <- prometheus.MustNewConstMetric(outboxParkedDesc, prometheus.GaugeValue, float64(parked))
 }
 
 // consumers are the durable consumers Consume runs in this process, for

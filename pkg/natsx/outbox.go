@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/keyhouse/keyhouse/pkg/pgxx"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -26,11 +27,39 @@ import (
 //
 // It is copied rather than created at run time because the schema belongs to the
 // service's migrations: `serve` refuses a schema that is behind, and only `migrate` may
-// change it; a test per service holds the copy to this constant (pgxx.CheckSharedDDL).
-// msg_id is unique because it names the event, not the attempt; the partial
-// index keeps the relay's "oldest unsent first" query cheap however many sent rows wait
-// for cleanup, and the second one keeps that cleanup cheap.
+// change it; a test per service holds the copy to OutboxTable (pgxx.CheckSharedTables).
+// A service whose outbox was created from an earlier version adds the upgrades instead
+// (OutboxTable.Earlier; today OutboxParkingMigration).
+//
+// msg_id is unique because it names the event, not the attempt. A row is pending until it
+// is sent or parked (parked_at, park_reason: it can never be published, see Relay);
+// retry_at holds a row back after a failure that was its own, failures counts those. The
+// partial indexes keep the relay's "oldest pending first" query cheap however many sent
+// or parked rows wait, per tenant too, and keep cleanup cheap.
 const OutboxTableSQL = `CREATE TABLE outbox (
+    id          bigserial   PRIMARY KEY,
+    tenant_id   text        NOT NULL,
+    subject     text        NOT NULL,
+    msg_id      text        NOT NULL UNIQUE,
+    payload     bytea       NOT NULL,
+    headers     jsonb       NOT NULL DEFAULT '{}'::jsonb,
+    created_at  timestamptz NOT NULL DEFAULT now(),
+    sent_at     timestamptz NULL,
+    attempts    integer     NOT NULL DEFAULT 0,
+    last_error  text        NULL,
+    failures    integer     NOT NULL DEFAULT 0,
+    retry_at    timestamptz NULL,
+    parked_at   timestamptz NULL,
+    park_reason text        NULL
+);
+CREATE INDEX outbox_pending ON outbox (id) WHERE sent_at IS NULL AND parked_at IS NULL;
+CREATE INDEX outbox_pending_tenant ON outbox (tenant_id, id) WHERE sent_at IS NULL AND parked_at IS NULL;
+CREATE INDEX outbox_sent_at ON outbox (sent_at) WHERE sent_at IS NOT NULL;
+CREATE INDEX outbox_parked ON outbox (parked_at) WHERE parked_at IS NOT NULL;
+`
+
+// outboxTableV1SQL is OutboxTableSQL as first published (before parking).
+const outboxTableV1SQL = `CREATE TABLE outbox (
     id         bigserial   PRIMARY KEY,
     tenant_id  text        NOT NULL,
     subject    text        NOT NULL,
@@ -45,6 +74,41 @@ const OutboxTableSQL = `CREATE TABLE outbox (
 CREATE INDEX outbox_unsent ON outbox (id) WHERE sent_at IS NULL;
 CREATE INDEX outbox_sent_at ON outbox (sent_at) WHERE sent_at IS NOT NULL;
 `
+
+// OutboxParkingMigration takes an outbox created from the first OutboxTableSQL to the
+// current one. A service whose migrations hold that first version copies it verbatim as a
+// new migration file of its own.
+const OutboxParkingMigration = `-- +goose Up
+-- The outbox parks a row that can never be published instead of retrying it forever
+-- (pkg/natsx OutboxParkingMigration, copied verbatim).
+ALTER TABLE outbox
+    ADD COLUMN failures    integer     NOT NULL DEFAULT 0,
+    ADD COLUMN retry_at    timestamptz NULL,
+    ADD COLUMN parked_at   timestamptz NULL,
+    ADD COLUMN park_reason text        NULL;
+DROP INDEX outbox_unsent;
+CREATE INDEX outbox_pending ON outbox (id) WHERE sent_at IS NULL AND parked_at IS NULL;
+CREATE INDEX outbox_pending_tenant ON outbox (tenant_id, id) WHERE sent_at IS NULL AND parked_at IS NULL;
+CREATE INDEX outbox_parked ON outbox (parked_at) WHERE parked_at IS NOT NULL;
+
+-- +goose Down
+DROP INDEX outbox_parked;
+DROP INDEX outbox_pending_tenant;
+DROP INDEX outbox_pending;
+CREATE INDEX outbox_unsent ON outbox (id) WHERE sent_at IS NULL;
+ALTER TABLE outbox
+    DROP COLUMN park_reason,
+    DROP COLUMN parked_at,
+    DROP COLUMN retry_at,
+    DROP COLUMN failures;
+`
+
+// OutboxTable is the outbox's DDL with its history, for a service's migration test:
+// pgxx.CheckSharedTables(migrations.FS, natsx.OutboxTable).
+var OutboxTable = pgxx.SharedTable{
+	Create:  OutboxTableSQL,
+	Earlier: []pgxx.SharedTableVersion{{Create: outboxTableV1SQL, Upgrade: OutboxParkingMigration}},
+}
 
 // HeaderTenant carries Message.TenantID on the published message, so a consumer scopes
 // its work to the right tenant without trusting the payload for it.
@@ -121,19 +185,32 @@ func (m Message) validate() error {
 // stream's duplicate window (Duplicates, 2 minutes by default), and idempotent consumers
 // absorb the rare copy that arrives after it.
 //
-// Within one relay rows go out in id order, and a row that fails stops its batch so a
-// later row never overtakes it; several relays together do not promise an order.
+// No row can stall the others. A row that can never be published is parked (parked_at,
+// park_reason) and the rows behind it go out: at once when the message is larger than
+// the connection's MaxPayload (checked before trying), or after WithMaxFailures failed
+// attempts whose failure was the row's own (the stream refused it). Parking is logged,
+// counted in keyhouse_outbox_parked_total and kept in keyhouse_outbox_parked; an operator
+// requeues a row by clearing parked_at. A failure that is NATS's, not the row's (NATS
+// unreachable, a publish timeout, no stream answering while JetStream restarts), parks
+// nothing: it stops the batch and the relay backs off, as every row would fail the same.
+//
+// Order is kept per tenant only: within one relay a tenant's rows go out in id order, a
+// row waiting to retry holds back its tenant's later rows and nobody else's, and a parked
+// row holds back nothing. Tenants take turns, so one tenant's backlog delays another's
+// rows by at most a batch. Several relays together do not promise an order.
 type Relay struct {
-	pool           *pgxpool.Pool
-	js             jetstream.JetStream
-	log            *slog.Logger
-	batch          int
-	poll           time.Duration
-	maxBackoff     time.Duration
-	publishTimeout time.Duration
-	retention      time.Duration
-	cleanupEvery   time.Duration
-	wake           chan struct{}
+	pool            *pgxpool.Pool
+	js              jetstream.JetStream
+	log             *slog.Logger
+	batch           int
+	poll            time.Duration
+	maxBackoff      time.Duration
+	publishTimeout  time.Duration
+	retention       time.Duration
+	parkedRetention time.Duration
+	maxFailures     int
+	cleanupEvery    time.Duration
+	wake            chan struct{}
 
 	// beforeMark, when set (tests only), runs after a batch was published and before it
 	// is marked sent; an error aborts the transaction, like a crash at that point.
@@ -155,6 +232,16 @@ func WithPollInterval(d time.Duration) RelayOption { return func(r *Relay) { r.p
 // enough to answer "was it sent, and when" after an incident.
 func WithRetention(d time.Duration) RelayOption { return func(r *Relay) { r.retention = d } }
 
+// WithParkedRetention sets how long parked rows are kept for an operator to look at or
+// requeue before cleanup deletes them (default 30 days).
+func WithParkedRetention(d time.Duration) RelayOption {
+	return func(r *Relay) { r.parkedRetention = d }
+}
+
+// WithMaxFailures sets after how many failed attempts of its own a row is parked
+// (default 5; retried in between after 0.5 s, 1 s, 2 s, …).
+func WithMaxFailures(n int) RelayOption { return func(r *Relay) { r.maxFailures = max(n, 1) } }
+
 // WithPublishTimeout bounds one publish, i.e. waiting for the stream's ack (default 5s).
 func WithPublishTimeout(d time.Duration) RelayOption {
 	return func(r *Relay) { r.publishTimeout = d }
@@ -170,16 +257,18 @@ func NewRelay(pool *pgxpool.Pool, js jetstream.JetStream, log *slog.Logger, opts
 		log = slog.Default()
 	}
 	r := &Relay{
-		pool:           pool,
-		js:             js,
-		log:            log.With("component", "outbox-relay"),
-		batch:          32,
-		poll:           500 * time.Millisecond,
-		maxBackoff:     5 * time.Second,
-		publishTimeout: 5 * time.Second,
-		retention:      7 * 24 * time.Hour,
-		cleanupEvery:   time.Hour,
-		wake:           make(chan struct{}, 1),
+		pool:            pool,
+		js:              js,
+		log:             log.With("component", "outbox-relay"),
+		batch:           32,
+		poll:            500 * time.Millisecond,
+		maxBackoff:      5 * time.Second,
+		publishTimeout:  5 * time.Second,
+		retention:       7 * 24 * time.Hour,
+		parkedRetention: 30 * 24 * time.Hour,
+		maxFailures:     5,
+		cleanupEvery:    time.Hour,
+		wake:            make(chan struct{}, 1),
 	}
 	for _, o := range opts {
 		o(r)
@@ -223,7 +312,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	}
 	for ctx.Err() == nil {
 		if now := time.Now(); !now.Before(nextCleanup) {
-			if n, err := r.cleanup(ctx, now.Add(-r.retention)); err != nil {
+			if n, err := r.cleanup(ctx, now.Add(-r.retention), now.Add(-r.parkedRetention)); err != nil {
 				if ctx.Err() == nil {
 					r.log.Warn("outbox cleanup failed", "error", err.Error())
 				}
@@ -267,10 +356,44 @@ type outboxRow struct {
 	msgID    string
 	payload  []byte
 	headers  map[string]string
+	failures int
 }
 
-// relayBatch claims up to r.batch unsent rows, publishes them in id order and marks the
-// published ones sent, all in one transaction. full reports a complete batch.
+// claimSQL takes up to $1 pending rows that may go now, taking turns between tenants: the
+// oldest row of every tenant, then the second oldest of every tenant, and so on, so a
+// tenant with a large backlog never delays another's rows by more than a batch. Within a
+// tenant rows go in id order, stopping before a row that waits to retry (per-tenant
+// order; nobody else is held back). The tenants are found with a loose index scan of
+// outbox_pending_tenant, one probe per tenant with pending rows. Each tenant offers four
+// batches' worth of rows, so relays in other replicas find rows this one has not locked
+// (SKIP LOCKED) instead of nothing. The outer WHERE repeats the pending test on the row
+// it locks: a row another relay sent after this statement's snapshot is re-checked there
+// (READ COMMITTED re-evaluates only the locked row's own conditions) and left out.
+const claimSQL = `WITH RECURSIVE tenants (tenant_id) AS (
+		(SELECT tenant_id FROM outbox WHERE sent_at IS NULL AND parked_at IS NULL ORDER BY tenant_id LIMIT 1)
+		UNION ALL
+		SELECT (SELECT o.tenant_id FROM outbox o
+			WHERE o.sent_at IS NULL AND o.parked_at IS NULL AND o.tenant_id > t.tenant_id
+			ORDER BY o.tenant_id LIMIT 1)
+		FROM tenants t WHERE t.tenant_id IS NOT NULL
+	), ready AS (
+		SELECT r.id, r.turn FROM tenants t CROSS JOIN LATERAL (
+			SELECT o.id, row_number() OVER (ORDER BY o.id) AS turn FROM outbox o
+			WHERE o.tenant_id = t.tenant_id AND o.sent_at IS NULL AND o.parked_at IS NULL
+			  AND o.id < COALESCE((SELECT min(w.id) FROM outbox w
+				WHERE w.tenant_id = t.tenant_id AND w.sent_at IS NULL AND w.parked_at IS NULL
+				  AND w.retry_at > now()), 9223372036854775807)
+			ORDER BY o.id LIMIT $1 * 4) r
+		WHERE t.tenant_id IS NOT NULL
+	)
+	SELECT o.id, o.tenant_id, o.subject, o.msg_id, o.payload, o.headers, o.failures
+	FROM outbox o JOIN ready ON ready.id = o.id
+	WHERE o.sent_at IS NULL AND o.parked_at IS NULL AND (o.retry_at IS NULL OR o.retry_at <= now())
+	ORDER BY ready.turn, o.id LIMIT $1 FOR UPDATE OF o SKIP LOCKED`
+
+// relayBatch claims up to r.batch pending rows, publishes them in claim order, marks the
+// published ones sent and the failed ones for retry or parked, all in one transaction.
+// full reports a complete batch; err is a failure of NATS or Postgres, not of a row.
 func (r *Relay) relayBatch(ctx context.Context) (sent int, full bool, err error) {
 	tx, err := r.pool.Begin(ctx)
 	if err != nil {
@@ -278,14 +401,13 @@ func (r *Relay) relayBatch(ctx context.Context) (sent int, full bool, err error)
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 
-	rows, err := tx.Query(ctx, `SELECT id, tenant_id, subject, msg_id, payload, headers FROM outbox
-		WHERE sent_at IS NULL ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED`, r.batch)
+	rows, err := tx.Query(ctx, claimSQL, r.batch)
 	if err != nil {
 		return 0, false, fmt.Errorf("claim rows: %w", err)
 	}
 	claimed, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (outboxRow, error) {
 		var o outboxRow
-		err := row.Scan(&o.id, &o.tenantID, &o.subject, &o.msgID, &o.payload, &o.headers)
+		err := row.Scan(&o.id, &o.tenantID, &o.subject, &o.msgID, &o.payload, &o.headers, &o.failures)
 		return o, err
 	})
 	if err != nil {
@@ -301,28 +423,62 @@ func (r *Relay) relayBatch(ctx context.Context) (sent int, full bool, err error)
 	defer cancel()
 	var (
 		published []int64
+		parked    []parkedRow
 		pubErr    error
+		held      = map[string]bool{} // tenants with a row that failed in this batch
 	)
 	for _, o := range claimed {
 		if ctx.Err() != nil {
 			pubErr = ctx.Err()
 			break
 		}
-		if err := r.publish(ctx, o); err != nil {
-			if ctx.Err() != nil {
-				pubErr = ctx.Err()
-				break
-			}
-			pubErr = fmt.Errorf("publish %s (outbox id %d): %w", o.subject, o.id, err)
-			// Record the failure on the row for operators, and stop here so a later row
-			// never overtakes this one.
-			if _, err := tx.Exec(cctx, `UPDATE outbox SET attempts = attempts + 1, last_error = $2 WHERE id = $1`,
-				o.id, truncate(pubErr.Error(), 500)); err != nil {
-				return 0, false, errors.Join(pubErr, err)
-			}
+		if held[o.tenantID] {
+			continue // left pending, behind its tenant's failed row
+		}
+		msg := o.message()
+		if size, limit := msgSize(msg), r.js.Conn().MaxPayload(); limit > 0 && int64(size) > limit {
+			parked = append(parked, parkedRow{row: o, kind: parkTooLarge,
+				reason: fmt.Sprintf("message of %d bytes exceeds the NATS max payload of %d bytes", size, limit)})
+			continue
+		}
+		err := r.publish(ctx, msg, o.msgID)
+		if err == nil {
+			published = append(published, o.id)
+			continue
+		}
+		if ctx.Err() != nil {
+			pubErr = ctx.Err()
 			break
 		}
-		published = append(published, o.id)
+		rowErr := fmt.Errorf("publish %s (outbox id %d): %w", o.subject, o.id, err)
+		switch {
+		case errors.Is(err, nats.ErrMaxPayload):
+			parked = append(parked, parkedRow{row: o, kind: parkTooLarge, reason: truncate(rowErr.Error(), 500), attempted: true})
+		case !rowsOwnFailure(err):
+			// NATS's failure, not this row's: every row would fail the same, so stop and
+			// let Run back off. Recorded on the row for operators.
+			pubErr = rowErr
+			if _, err := tx.Exec(cctx, `UPDATE outbox SET attempts = attempts + 1, last_error = $2 WHERE id = $1`,
+				o.id, truncate(rowErr.Error(), 500)); err != nil {
+				return 0, false, errors.Join(pubErr, err)
+			}
+		case o.failures+1 >= r.maxFailures:
+			parked = append(parked, parkedRow{row: o, kind: parkFailed, attempted: true,
+				reason: truncate(fmt.Sprintf("publish failed %d times: %s", o.failures+1, rowErr), 500)})
+		default:
+			held[o.tenantID] = true
+			retryIn := backoff(500*time.Millisecond, time.Minute, o.failures+1)
+			if _, err := tx.Exec(cctx, `UPDATE outbox SET attempts = attempts + 1, failures = failures + 1,
+				last_error = $2, retry_at = now() + $3::interval WHERE id = $1`,
+				o.id, truncate(rowErr.Error(), 500), retryIn.String()); err != nil {
+				return 0, false, fmt.Errorf("record failure: %w", err)
+			}
+			r.log.Warn("outbox row failed, will retry", "outbox_id", o.id, "subject", o.subject,
+				"tenant_id", o.tenantID, "failures", o.failures+1, "retry_in", retryIn.String(), "error", err.Error())
+		}
+		if pubErr != nil {
+			break
+		}
 	}
 	if r.beforeMark != nil {
 		if err := r.beforeMark(); err != nil {
@@ -330,56 +486,119 @@ func (r *Relay) relayBatch(ctx context.Context) (sent int, full bool, err error)
 		}
 	}
 	if len(published) > 0 {
-		if _, err := tx.Exec(cctx, `UPDATE outbox SET sent_at = now(), attempts = attempts + 1, last_error = NULL
-			WHERE id = ANY($1)`, published); err != nil {
+		if _, err := tx.Exec(cctx, `UPDATE outbox SET sent_at = now(), attempts = attempts + 1, last_error = NULL,
+			retry_at = NULL WHERE id = ANY($1)`, published); err != nil {
 			return 0, false, fmt.Errorf("mark sent: %w", err)
+		}
+	}
+	for _, p := range parked {
+		tried := 0
+		if p.attempted {
+			tried = 1
+		}
+		if _, err := tx.Exec(cctx, `UPDATE outbox SET parked_at = now(), park_reason = $2, retry_at = NULL,
+			attempts = attempts + $3, failures = failures + $3 WHERE id = $1`, p.row.id, p.reason, tried); err != nil {
+			return 0, false, fmt.Errorf("park: %w", err)
 		}
 	}
 	if err := tx.Commit(cctx); err != nil {
 		return 0, false, fmt.Errorf("commit: %w", err)
 	}
+	for _, p := range parked {
+		outboxParked.WithLabelValues(p.kind).Inc()
+		r.log.Error("outbox row parked: it will not be published until an operator requeues it",
+			"outbox_id", p.row.id, "subject", p.row.subject, "tenant_id", p.row.tenantID, "reason", p.reason)
+	}
 	return len(published), pubErr == nil && len(claimed) == r.batch, pubErr
 }
 
-func (r *Relay) publish(ctx context.Context, o outboxRow) error {
+// Park kinds, the values of keyhouse_outbox_parked_total's label.
+const (
+	parkTooLarge = "too_large"
+	parkFailed   = "failed"
+)
+
+type parkedRow struct {
+	row       outboxRow
+	kind      string
+	reason    string
+	attempted bool // a publish was tried (and failed), not refused before trying
+}
+
+func (o outboxRow) message() *nats.Msg {
 	msg := nats.NewMsg(o.subject)
 	msg.Data = o.payload
 	for k, v := range o.headers {
 		msg.Header.Set(k, v)
 	}
 	msg.Header.Set(HeaderTenant, o.tenantID)
+	// Set here (WithMsgID sets the same) so msgSize counts it.
+	msg.Header.Set(jetstream.MsgIDHeader, o.msgID)
+	return msg
+}
+
+// msgSize is what NATS holds against MaxPayload: the data and the encoded headers.
+func msgSize(msg *nats.Msg) int { return msg.Size() - len(msg.Subject) - len(msg.Reply) }
+
+// rowsOwnFailure tells a publish failure that is the row's own (retrying it alone cannot
+// help for long: the stream refused this message) from one that is NATS's (unreachable,
+// slow, restarting), after which every row would fail alike. Unknown errors count as
+// NATS's: stopping and backing off is safe, while parking a row needs an operator.
+func rowsOwnFailure(err error) bool {
+	var apiErr *jetstream.APIError
+	switch {
+	case errors.Is(err, nats.ErrMaxPayload), errors.Is(err, nats.ErrBadHeaderMsg),
+		errors.Is(err, nats.ErrBadSubject), errors.Is(err, nats.ErrHeadersNotSupported):
+		return true
+	case errors.As(err, &apiErr):
+		// The stream answered and refused this message (too large for the stream, a
+		// subject it does not take …); 503 is JetStream itself unavailable.
+		return apiErr.Code != 503
+	}
+	return false
+}
+
+func (r *Relay) publish(ctx context.Context, msg *nats.Msg, msgID string) error {
 	pctx, cancel := context.WithTimeout(ctx, r.publishTimeout)
 	defer cancel()
-	ack, err := r.js.PublishMsg(pctx, msg, jetstream.WithMsgID(o.msgID))
+	ack, err := r.js.PublishMsg(pctx, msg, jetstream.WithMsgID(msgID))
 	if err != nil {
 		return err
 	}
 	if ack.Duplicate {
-		r.log.Debug("outbox row was already in the stream", "msg_id", o.msgID, "stream", ack.Stream)
+		r.log.Debug("outbox row was already in the stream", "stream", ack.Stream, "seq", ack.Sequence)
 	}
 	return nil
 }
 
-// cleanup deletes rows sent before cutoff, in chunks so no statement holds many locks.
-func (r *Relay) cleanup(ctx context.Context, cutoff time.Time) (int64, error) {
+// cleanup deletes rows sent before sentCutoff and rows parked before parkedCutoff, in
+// chunks so no statement holds many locks.
+func (r *Relay) cleanup(ctx context.Context, sentCutoff, parkedCutoff time.Time) (int64, error) {
 	var total int64
-	for {
-		tag, err := r.pool.Exec(ctx, `DELETE FROM outbox WHERE id IN (
-			SELECT id FROM outbox WHERE sent_at < $1 ORDER BY sent_at LIMIT 1000)`, cutoff)
-		if err != nil {
-			return total, err
-		}
-		total += tag.RowsAffected()
-		if tag.RowsAffected() < 1000 {
-			return total, nil
+	for _, q := range []struct {
+		sql    string
+		cutoff time.Time
+	}{
+		{`DELETE FROM outbox WHERE id IN (
+			SELECT id FROM outbox WHERE sent_at < $1 ORDER BY sent_at LIMIT 1000)`, sentCutoff},
+		{`DELETE FROM outbox WHERE id IN (
+			SELECT id FROM outbox WHERE parked_at < $1 ORDER BY parked_at LIMIT 1000)`, parkedCutoff},
+	} {
+		for {
+			tag, err := r.pool.Exec(ctx, q.sql, q.cutoff)
+			if err != nil {
+				return total, err
+			}
+			total += tag.RowsAffected()
+			if tag.RowsAffected() < 1000 {
+				break
+			}
 		}
 	}
+	return total, nil
 }
 
-// truncate cuts s to at most n bytes on a rune boundary (Postgres rejects invalid UTF-8).
+// truncate cuts s to at most n bytes of valid UTF-8 (Postgres rejects invalid UTF-8).
 func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return strings.ToValidUTF8(s[:n], "")
+	return strings.ToValidUTF8(s[:min(len(s), n)], "")
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -17,6 +18,8 @@ import (
 	"github.com/keyhouse/keyhouse/pkg/pgxx"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 func enqueue(t *testing.T, pool *pgxpool.Pool, msgs ...Message) {
@@ -382,5 +385,226 @@ func TestRelayCleansUpOldSentRowsOnly(t *testing.T) {
 	})
 	if n := countRows(t, pool, "msg_id IN ('recent-sent', 'unsent')"); n != 2 {
 		t.Fatalf("%d of the rows inside retention kept, want 2", n)
+	}
+}
+
+// parkedInfo is what an operator's listing shows of a parked row.
+type parkedInfo struct {
+	reason   string
+	parkedAt time.Time
+}
+
+func parkedRows(t *testing.T, pool *pgxpool.Pool) map[string]parkedInfo {
+	t.Helper()
+	rows, err := pool.Query(context.Background(), `SELECT msg_id, park_reason, parked_at FROM outbox WHERE parked_at IS NOT NULL`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]parkedInfo{}
+	for rows.Next() {
+		var id string
+		var p parkedInfo
+		if err := rows.Scan(&id, &p.reason, &p.parkedAt); err != nil {
+			t.Fatal(err)
+		}
+		out[id] = p
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func gaugeValue(t *testing.T, c prometheus.Collector, name string) float64 {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(c)
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() == name && len(f.GetMetric()) == 1 {
+			return f.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatalf("no %s in %v", name, families)
+	return 0
+}
+
+// The H1 incident: one row over NATS's max payload at the head of the outbox stopped
+// every later row of every tenant. It is parked at once, with its reason, and the rows
+// behind it go out, with two relays splitting the work.
+func TestOversizedRowIsParkedAndDoesNotBlockTheRowsBehindIt(t *testing.T) {
+	t.Parallel()
+	url, pool := newOutboxDB(t)
+	nc, js := connect(t, devnats.SharedURL(t), nil)
+	stream, prefix := newStream(t, js)
+	log, rec := newLog(t)
+	parkedBefore := testutil.ToFloat64(outboxParked.WithLabelValues(parkTooLarge))
+
+	huge := make([]byte, nc.MaxPayload()) // with its headers, over the limit
+	msgs := []Message{{TenantID: "free", Subject: prefix + ".ev", MsgID: "huge", Payload: huge}}
+	const others = 60
+	for i := range others {
+		msgs = append(msgs, Message{TenantID: fmt.Sprintf("t%d", i%6), Subject: prefix + ".ev", MsgID: fmt.Sprintf("ev:%d", i)})
+	}
+	msgs = append(msgs, Message{TenantID: "free", Subject: prefix + ".ev", MsgID: "free:after"})
+	enqueue(t, pool, msgs...)
+
+	background(t, NewRelay(openPool(t, url), js, log, WithBatchSize(5)).Run)
+	background(t, NewRelay(openPool(t, url), js, log, WithBatchSize(5)).Run)
+	eventually(t, 30*time.Second, "every row sent or parked", func() bool {
+		return countRows(t, pool, "sent_at IS NULL AND parked_at IS NULL") == 0
+	})
+
+	if n := countRows(t, pool, "sent_at IS NOT NULL"); n != others+1 {
+		t.Fatalf("%d rows sent, want %d (every row but the oversized one)", n, others+1)
+	}
+	if got := len(streamMsgs(t, js, stream)); got != others+1 {
+		t.Fatalf("stream holds %d messages, want %d", got, others+1)
+	}
+	parked := parkedRows(t, pool)
+	want := fmt.Sprintf("exceeds the NATS max payload of %d bytes", nc.MaxPayload())
+	if p, ok := parked["huge"]; len(parked) != 1 || !ok || !strings.Contains(p.reason, want) {
+		t.Fatalf("parked rows = %+v, want only huge, with a reason containing %q", parked, want)
+	}
+	if got := testutil.ToFloat64(outboxParked.WithLabelValues(parkTooLarge)) - parkedBefore; got != 1 {
+		t.Errorf("keyhouse_outbox_parked_total{kind=too_large} rose by %v, want 1", got)
+	}
+	if got := gaugeValue(t, outboxCollector{pool: pool}, "keyhouse_outbox_parked"); got != 1 {
+		t.Errorf("keyhouse_outbox_parked = %v, want 1", got)
+	}
+	if got := gaugeValue(t, outboxCollector{pool: pool}, "keyhouse_outbox_backlog"); got != 0 {
+		t.Errorf("keyhouse_outbox_backlog = %v, want 0 (a parked row is not backlog)", got)
+	}
+	if n := rec.count("outbox row parked: it will not be published until an operator requeues it"); n != 1 {
+		t.Errorf("logged %d parked lines, want 1", n)
+	}
+}
+
+// A row the stream refuses (here: larger than the stream's MaxMsgSize) is retried with a
+// delay and parked after WithMaxFailures attempts. Meanwhile it holds back its own
+// tenant's later rows, which keep their order, and no other tenant's. Requeued the
+// documented way once the stream takes it, it goes out.
+func TestRefusedRowHoldsBackOnlyItsTenantThenIsParkedAndCanBeRequeued(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, pool := newOutboxDB(t)
+	_, js := connect(t, devnats.SharedURL(t), nil)
+	prefix := uniqueName(t)
+	stream := strings.ToUpper(prefix)
+	cfg := jetstream.StreamConfig{Name: stream, Subjects: []string{prefix + ".>"}, Storage: jetstream.FileStorage, MaxMsgSize: 1024}
+	if err := EnsureStream(ctx, js, cfg); err != nil {
+		t.Fatal(err)
+	}
+	log, _ := newLog(t)
+	parkedBefore := testutil.ToFloat64(outboxParked.WithLabelValues(parkFailed))
+
+	enqueue(t, pool,
+		Message{TenantID: "a", Subject: prefix + ".ev", MsgID: "a:refused", Payload: make([]byte, 2048)},
+		Message{TenantID: "a", Subject: prefix + ".ev", MsgID: "a:after"},
+		Message{TenantID: "b", Subject: prefix + ".ev", MsgID: "b:1"},
+	)
+	background(t, NewRelay(pool, js, log, WithMaxFailures(3), WithPollInterval(50*time.Millisecond)).Run)
+	eventually(t, 30*time.Second, "refused row parked and the rest sent", func() bool {
+		return countRows(t, pool, "sent_at IS NULL AND parked_at IS NULL") == 0
+	})
+
+	parked := parkedRows(t, pool)
+	p, ok := parked["a:refused"]
+	if len(parked) != 1 || !ok || !strings.Contains(p.reason, "publish failed 3 times") {
+		t.Fatalf("parked rows = %+v, want only a:refused, failed 3 times", parked)
+	}
+	if n := countRows(t, pool, "msg_id = 'a:refused' AND failures = 3 AND attempts = 3"); n != 1 {
+		t.Errorf("a:refused does not show 3 attempts and 3 failures")
+	}
+	var bSent, aAfterSent time.Time
+	if err := pool.QueryRow(ctx, `SELECT (SELECT sent_at FROM outbox WHERE msg_id = 'b:1'),
+		(SELECT sent_at FROM outbox WHERE msg_id = 'a:after')`).Scan(&bSent, &aAfterSent); err != nil {
+		t.Fatal(err)
+	}
+	if !bSent.Before(p.parkedAt) {
+		t.Errorf("b:1 sent at %v, not before a:refused was parked at %v: another tenant was held back", bSent, p.parkedAt)
+	}
+	if aAfterSent.Before(p.parkedAt) {
+		t.Errorf("a:after sent at %v, before a:refused was parked at %v: it overtook its tenant's earlier row", aAfterSent, p.parkedAt)
+	}
+	if got := testutil.ToFloat64(outboxParked.WithLabelValues(parkFailed)) - parkedBefore; got != 1 {
+		t.Errorf("keyhouse_outbox_parked_total{kind=failed} rose by %v, want 1", got)
+	}
+
+	// The operator raises the stream's limit and requeues, as docs/operations.md says.
+	cfg.MaxMsgSize = 4096
+	if err := EnsureStream(ctx, js, cfg); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, requeueSQL, "a:refused"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "requeued row sent", func() bool { return countRows(t, pool, "sent_at IS NULL") == 0 })
+	if got := len(streamMsgs(t, js, stream)); got != 3 {
+		t.Fatalf("stream holds %d messages, want 3", got)
+	}
+}
+
+// requeueSQL is the requeue statement docs/operations.md gives operators.
+const requeueSQL = `UPDATE outbox SET parked_at = NULL, park_reason = NULL, failures = 0, retry_at = NULL WHERE msg_id = $1`
+
+func TestCleanupDeletesParkedRowsAfterTheirRetention(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, pool := newOutboxDB(t)
+	_, js := connect(t, devnats.SharedURL(t), nil)
+	log, _ := newLog(t)
+	_, err := pool.Exec(ctx, `INSERT INTO outbox (tenant_id, subject, msg_id, payload, parked_at, park_reason) VALUES
+		('t1', 'x.ev', 'old-parked',    '', now() - interval '2 hours', 'too large'),
+		('t1', 'x.ev', 'recent-parked', '', now() - interval '10 minutes', 'too large')`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	background(t, NewRelay(pool, js, log, WithParkedRetention(time.Hour)).Run)
+	eventually(t, 10*time.Second, "old parked row deleted", func() bool { return countRows(t, pool, "msg_id = 'old-parked'") == 0 })
+	if n := countRows(t, pool, "msg_id = 'recent-parked' AND parked_at IS NOT NULL"); n != 1 {
+		t.Fatal("a parked row inside its retention was deleted or requeued")
+	}
+}
+
+// One tenant's backlog does not delay another's row: tenants take turns within a batch.
+func TestTenantsTakeTurnsSoABacklogDelaysNobodyElse(t *testing.T) {
+	t.Parallel()
+	_, pool := newOutboxDB(t)
+	_, js := connect(t, devnats.SharedURL(t), nil)
+	stream, prefix := newStream(t, js)
+	log, _ := newLog(t)
+
+	const backlog, batch = 300, 10
+	var msgs []Message
+	for i := range backlog {
+		msgs = append(msgs, Message{TenantID: "busy", Subject: prefix + ".ev", MsgID: fmt.Sprintf("busy:%03d", i)})
+	}
+	enqueue(t, pool, msgs...)
+	enqueue(t, pool, Message{TenantID: "quiet", Subject: prefix + ".ev", MsgID: "quiet:1"})
+
+	background(t, NewRelay(pool, js, log, WithBatchSize(batch)).Run)
+	eventually(t, 60*time.Second, "all rows sent", func() bool { return countRows(t, pool, "sent_at IS NULL") == 0 })
+	got := streamMsgs(t, js, stream)
+	if len(got) != backlog+1 {
+		t.Fatalf("stream holds %d messages, want %d", len(got), backlog+1)
+	}
+	var busy []string
+	for i, m := range got {
+		id := m.Header.Get(jetstream.MsgIDHeader)
+		if id == "quiet:1" && i >= batch {
+			t.Errorf("the quiet tenant's row went out %dth, behind the busy tenant's backlog (want within the first batch of %d)", i+1, batch)
+		}
+		if strings.HasPrefix(id, "busy:") {
+			busy = append(busy, id)
+		}
+	}
+	for i, id := range busy {
+		if want := fmt.Sprintf("busy:%03d", i); id != want {
+			t.Fatalf("busy tenant's message %d is %s, want %s (its own order kept)", i, id, want)
+		}
 	}
 }

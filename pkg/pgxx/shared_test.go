@@ -38,3 +38,36 @@ func TestCheckSharedDDL(t *testing.T) {
 		}
 	}
 }
+
+func TestCheckSharedTablesWithHistory(t *testing.T) {
+	t.Parallel()
+	const (
+		v1      = "CREATE TABLE things (\n    id bigint PRIMARY KEY\n);\n"
+		upgrade = "-- +goose Up\nALTER TABLE things ADD COLUMN x int;\n-- +goose Down\nALTER TABLE things DROP COLUMN x;\n"
+		current = "CREATE TABLE things (\n    id bigint PRIMARY KEY,\n    x  int\n);\n"
+	)
+	table := pgxx.SharedTable{Create: current, Earlier: []pgxx.SharedTableVersion{{Create: v1, Upgrade: upgrade}}}
+	file := func(s string) *fstest.MapFile { return &fstest.MapFile{Data: []byte(s)} }
+	cases := []struct {
+		name  string
+		files fstest.MapFS
+		fails string
+	}{
+		{"current version", fstest.MapFS{"00001_a.sql": file(current)}, ""},
+		{"earlier version upgraded", fstest.MapFS{"00001_a.sql": file(v1), "00002_b.sql": file(upgrade)}, ""},
+		{"earlier version without its upgrade", fstest.MapFS{"00001_a.sql": file(v1)}, "upgrade 1 of 1 is missing"},
+		{"upgrade before the table", fstest.MapFS{"00001_a.sql": file(upgrade), "00002_b.sql": file(v1)}, "comes before"},
+		{"upgrade on top of the current version", fstest.MapFS{"00001_a.sql": file(current), "00002_b.sql": file(upgrade)}, "outside the shared DDL"},
+		{"an alteration of its own", fstest.MapFS{"00001_a.sql": file(v1), "00002_b.sql": file(upgrade), "00003_c.sql": file("ALTER TABLE things ADD COLUMN y int;")}, "outside the shared DDL"},
+		{"neither", fstest.MapFS{"00001_a.sql": file("SELECT 1;")}, "do not hold"},
+	}
+	for _, tc := range cases {
+		err := pgxx.CheckSharedTables(tc.files, table)
+		switch {
+		case tc.fails == "" && err != nil:
+			t.Errorf("%s: %v", tc.name, err)
+		case tc.fails != "" && (err == nil || !strings.Contains(err.Error(), tc.fails)):
+			t.Errorf("%s: got %v, want an error with %q", tc.name, err, tc.fails)
+		}
+	}
+}

@@ -33,13 +33,18 @@ func RequestID(ctx context.Context) string {
 }
 
 // NewLogger returns the process logger: JSON (or text) on w, with the service name and,
-// per record, the request id and trace id found in the context.
-func NewLogger(w io.Writer, service, level, format string) *slog.Logger {
+// per record, the request id and trace id found in the context. Credentials never reach
+// its lines and license keys are masked (redact.go), whoever logs them.
+func NewLogger(w io.Writer, service, level, format string, options ...LogOption) *slog.Logger {
 	var lv slog.Level
 	if err := lv.UnmarshalText([]byte(level)); err != nil {
 		lv = slog.LevelInfo
 	}
-	opts := &slog.HandlerOptions{Level: lv}
+	var settings logSettings
+	for _, o := range options {
+		o(&settings)
+	}
+	opts := &slog.HandlerOptions{Level: lv, ReplaceAttr: settings.redactAttr}
 	var h slog.Handler = slog.NewJSONHandler(w, opts)
 	if strings.EqualFold(format, "text") {
 		h = slog.NewTextHandler(w, opts)

@@ -84,6 +84,7 @@ func browse(t *testing.T, scenario string, cfg map[string]any) map[string]any {
 	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &out); err != nil {
 		t.Fatalf("scenario %s printed %q: %v", scenario, stdout.String(), err)
 	}
+	census.noteResponse([]byte(lines[len(lines)-1]))
 	return out
 }
 

@@ -60,6 +60,7 @@ func (c *webClient) do(method, path string, form url.Values) *page {
 	}
 	defer resp.Body.Close()
 	data, _ := io.ReadAll(resp.Body)
+	census.notePage(resp.Header, string(data))
 	return &page{Status: resp.StatusCode, Header: resp.Header, Body: string(data)}
 }
 

@@ -202,7 +202,7 @@ func TestLeaseRefusals(t *testing.T) {
 	a.Post("/v1/admin/update-license-terms", map[string]any{"key": key, "expires_at": "2021-01-01T00:00:00Z"}).Expect(t, 200)
 	lease(c, map[string]any{"key": key, "token": tok, "components": map[string]string{"disk": "d1", "cpu": "c1"}}).ExpectError(t, 403, errHasExpired)
 	a.Post("/v1/admin/update-license-terms", map[string]any{"key": key, "expires_at": nil}).Expect(t, 200)
-	a.Post("/v1/revoke-license", map[string]any{"key": key}).Expect(t, 200)
+	a.Post("/v1/revoke-license", map[string]any{"key": key, "revoked": true}).Expect(t, 200)
 	lease(c, map[string]any{"key": key, "token": tok, "components": map[string]string{"disk": "d1", "cpu": "c1"}}).ExpectError(t, 403, errNotActive)
 	a.Delete("/v1/delete-license", map[string]any{"key": key}).Expect(t, 200)
 	lease(c, map[string]any{"key": key, "token": tok, "components": map[string]string{"disk": "d1", "cpu": "c1"}}).ExpectError(t, 404, errNotFound)
@@ -490,4 +490,40 @@ func TestDocumentedLeaseVerifiersWork(t *testing.T) {
 			t.Errorf("%s verifier accepted a forged lease: %s", name, out)
 		}
 	}
+}
+
+// The lease pages as a person uses them: the product's policies (a refused bound shown
+// beside its field), the license page's floating seat with its lease end and binding, a
+// rotation, and the portal's lease end and release; then the API confirms each.
+func TestLeasesInTheBrowser(t *testing.T) {
+	s := selfHosted(t)
+	a, c := admin(t, s), anon(t, s)
+	p := product("console-leases")
+	putPolicy(t, a, p, "*", map[string]any{"floating": true, "lease_ttl_seconds": 3600, "fingerprint_match": "all"})
+	key := issueLicense(t, a, lic(p, "max_activations", 1))
+	tok := seat(t, c, key, "studio")
+	lease(c, map[string]any{"key": key, "token": tok, "components": map[string]string{"disk": "d1"}}).Expect(t, 200)
+	before := leaseKeys(t, c, "")
+
+	browse(t, "leases", map[string]any{"base": s.URL, "key": s.AdminKey, "ip": browserIP(t, s), "product": p, "licenseKey": key, "instance": "studio"})
+
+	var list struct {
+		Policies []struct {
+			Tier             string
+			FingerprintMatch string `json:"fingerprint_match"`
+			Entitlements     []string
+		}
+	}
+	_ = json.Unmarshal(a.Get("/v1/products/"+p+"/policies").Expect(t, 200).Body, &list)
+	if len(list.Policies) != 2 || list.Policies[1].Tier != "enterprise" || list.Policies[1].FingerprintMatch != "most" ||
+		strings.Join(list.Policies[1].Entitlements, ",") != "export.pdf,sync" {
+		t.Errorf("policies after the browser: %+v", list.Policies)
+	}
+	after := leaseKeys(t, c, "")
+	if len(after.Keys) != 2 || after.Keys[1].Kid != before.Keys[0].Kid || after.Keys[1].Status != "retiring" {
+		t.Errorf("keys after the browser's rotation: %+v", after)
+	}
+	// Released in the portal: the seat is gone at once and the cap of 1 takes another.
+	lease(c, map[string]any{"key": key, "token": tok, "components": map[string]string{"disk": "d1"}}).ExpectError(t, 403, errBadToken)
+	seat(t, c, key, "laptop")
 }

@@ -32,6 +32,10 @@ import (
 )
 
 func main() {
+	if len(os.Args) > 1 && (os.Args[1] == "version" || os.Args[1] == "--version") {
+		fmt.Println(buildinfo.Version(), buildinfo.Fingerprint())
+		return
+	}
 	config.TuneRuntime()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx)
@@ -47,7 +51,7 @@ func run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	log := telemetry.NewLogger(os.Stderr, "gateway", cfg.LogLevel, cfg.LogFormat)
+	log := telemetry.NewLogger(os.Stderr, "gateway", cfg.LogLevel, cfg.LogFormat, telemetry.FullLicenseKeys(cfg.LogFullLicenseKeys))
 	telemetry.RouteLibraryLogs(log)
 	// Both ports are bound first: what follows (NATS, the services) may take a while,
 	// and a port chosen for this process must not be taken by another meanwhile.
@@ -168,9 +172,10 @@ func run(ctx context.Context) error {
 		return err
 	}
 	handler, err := edge.New(ctx, edge.Options{
-		Log:   log,
-		Pages: pages,
-		Conns: conns,
+		Log:            log,
+		Pages:          pages,
+		TrustedProxies: cfg.TrustedProxies,
+		Conns:          conns,
 		RateLimit: func(next http.Handler) http.Handler {
 			return ratelimit.Middleware(limiter, cfg.AdminRateLimitMax, cfg.TrustedProxies, next)
 		},

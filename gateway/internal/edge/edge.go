@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"strings"
 	"time"
@@ -47,6 +48,9 @@ type Options struct {
 	// Pages serves the console (/console/) and the end-user portal (/portal/); nil
 	// leaves them out.
 	Pages http.Handler
+	// TrustedProxies are the peers whose X-Forwarded-For is believed (TRUSTED_PROXIES):
+	// the access log names the client as the rate limiter sees it.
+	TrustedProxies []netip.Prefix
 }
 
 // New returns the gateway's whole HTTP handler.
@@ -115,7 +119,7 @@ func New(ctx context.Context, opts Options) (http.Handler, error) {
 	}
 	h = withHeadAsGet(h)
 	h = withBodyLimit(h)
-	h = withAccessLog(opts.Log, h)
+	h = withAccessLog(opts.Log, opts.TrustedProxies, h)
 	h = withMetrics(h)
 	h = withRequestID(h)
 	if !telemetry.TracingEnabled() {

@@ -9,11 +9,13 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"regexp"
 	"strings"
 	"time"
 
+	"github.com/keyhouse/keyhouse/gateway/internal/ratelimit"
 	"github.com/keyhouse/keyhouse/pkg/telemetry"
 )
 
@@ -105,9 +107,10 @@ func (s *statusRecorder) WriteHeader(code int) {
 
 func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 
-// withAccessLog logs one line per request. It logs the path, never the query or body:
-// license keys in paths are identifiers, not secrets, but bodies may carry tokens.
-func withAccessLog(log *slog.Logger, next http.Handler) http.Handler {
+// withAccessLog logs one line per request: the path (with its portal token hidden and its
+// license key masked by the logger), never the query or body, which may carry tokens; and
+// the client address the rate limiter counts the request under.
+func withAccessLog(log *slog.Logger, trusted []netip.Prefix, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		rec := &statusRecorder{ResponseWriter: w, status: http.StatusOK}
@@ -117,6 +120,6 @@ func withAccessLog(log *slog.Logger, next http.Handler) http.Handler {
 			// Probes call these every few seconds; a failing one stays visible.
 			level = slog.LevelDebug
 		}
-		log.Log(r.Context(), level, "http", "method", r.Method, "path", r.URL.Path, "status", rec.status, "duration_ms", time.Since(start).Milliseconds())
+		log.Log(r.Context(), level, "http", "method", r.Method, "path", r.URL.Path, "client_ip", ratelimit.ClientIP(r, trusted).String(), "status", rec.status, "duration_ms", time.Since(start).Milliseconds())
 	})
 }

@@ -12,7 +12,7 @@ import (
 // Issue-license's Idempotency-Key and license.deleted's outbox run pkg code on tables
 // this schema holds: they must be the packages' tables, verbatim.
 func TestMigrationsHoldTheSharedIdempotencyAndOutboxTables(t *testing.T) {
-	if err := pgxx.CheckSharedDDL(migrations.FS, idempotency.TableSQL, natsx.OutboxTableSQL); err != nil {
+	if err := pgxx.CheckSharedTables(migrations.FS, pgxx.SharedTable{Create: idempotency.TableSQL}, natsx.OutboxTable); err != nil {
 		t.Fatal(err)
 	}
 }

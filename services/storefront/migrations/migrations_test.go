@@ -11,7 +11,7 @@ import (
 // The callback's outbox runs pkg/natsx's relay on a table this schema holds: it must be
 // the package's table, verbatim.
 func TestMigrationsHoldTheSharedOutboxTable(t *testing.T) {
-	if err := pgxx.CheckSharedDDL(migrations.FS, natsx.OutboxTableSQL); err != nil {
+	if err := pgxx.CheckSharedTables(migrations.FS, natsx.OutboxTable); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -62,11 +62,36 @@ async function issueLicense(page, { product, tier, customer, seats, limits }) {
   return text(page, 'h1.key-title');
 }
 
-// stubOtherHosts answers every request to another host (Stripe) from here: the tests
-// reach nothing outside this machine.
-async function stubOtherHosts(page) {
-  await page.route((u) => !u.toString().startsWith(base), (route) =>
-    route.fulfill({ status: 200, contentType: 'text/html', body: '<title>Stripe</title><h1>Stripe</h1>' }));
+// Tests reach nothing outside this machine: every request to a host that is not loopback is
+// refused by the context's router (refuseOtherHosts) and recorded. A scenario that expects
+// the console to send the browser elsewhere (Stripe) catches that navigation with
+// leaveFor, which records the URL as expected and returns it; any other refused request
+// fails the scenario loudly, naming the URL.
+const refused = [];
+const expectedAway = new Set();
+
+function isLoopback(u) {
+  const url = new URL(u);
+  if (url.protocol !== 'http:' && url.protocol !== 'https:' && url.protocol !== 'ws:' && url.protocol !== 'wss:') return true;
+  const host = url.hostname.replace(/^\[|\]$/g, '');
+  return host === 'localhost' || host === '::1' || /^127\./.test(host);
+}
+
+async function refuseOtherHosts(context) {
+  await context.route((u) => !isLoopback(u.toString()), (route) => {
+    refused.push(route.request().url());
+    return route.abort('blockedbyclient');
+  });
+}
+
+// leaveFor runs act (a click that should send the browser to another host) and returns the
+// URL the browser was sent to, without letting it go there.
+async function leaveFor(page, act) {
+  const away = page.waitForRequest((r) => r.isNavigationRequest() && !isLoopback(r.url()));
+  await act();
+  const url = (await away).url();
+  expectedAway.add(url);
+  return url;
 }
 
 const scenarios = {
@@ -209,7 +234,6 @@ const scenarios = {
 
   // Billing on Free: the quota, and the upgrade goes to Stripe Checkout.
   async billing1(page) {
-    await stubOtherHosts(page);
     await signInWithKey(page, cfg.key);
     await page.getByRole('link', { name: 'Billing' }).click();
     await page.waitForURL(base + '/console/billing');
@@ -217,21 +241,18 @@ const scenarios = {
     check((await page.content()).includes('1 of 5'), 'the quota shows 1 of 5 active licenses');
     await shot(page, 'billing');
     await page.getByLabel('Annual').check();
-    await page.getByRole('button', { name: 'Upgrade to Pro' }).click();
-    await page.waitForURL(/^https:\/\/checkout\.stripe\.com\//);
-    return { url: page.url() };
+    const url = await leaveFor(page, () => page.getByRole('button', { name: 'Upgrade to Pro' }).click());
+    return { url };
   },
 
   // Billing on Pro: manage or cancel goes to Stripe's billing portal.
   async billing2(page) {
-    await stubOtherHosts(page);
     await signInWithKey(page, cfg.key);
     await page.goto(base + '/console/billing');
     check((await text(page, '.plan-name')).startsWith('Pro'), 'after the upgrade the plan is Pro');
     check((await page.content()).includes('1 of 1000'), 'the quota shows 1 of 1000');
-    await page.getByRole('button', { name: 'Manage or cancel' }).click();
-    await page.waitForURL((u) => !u.toString().startsWith(base));
-    return { url: page.url() };
+    const url = await leaveFor(page, () => page.getByRole('button', { name: 'Manage or cancel' }).click());
+    return { url };
   },
 
   // Storefront set-up in the console: connect, save the secret, add a mapping.
@@ -300,6 +321,61 @@ const scenarios = {
     return {};
   },
 
+  // Leases (docs/leases.md): a product's policies, the license page's seat leases and
+  // bindings, lease-key rotation, and the portal's lease end and release.
+  async leases(page) {
+    await signInWithKey(page, cfg.key);
+    await page.getByRole('link', { name: 'Leases' }).click();
+    await page.waitForURL(base + '/console/leases');
+    const kidsBefore = await page.locator('table tbody tr').count();
+    check(kidsBefore === 1, `one lease key listed before rotation, got ${kidsBefore}`);
+    await page.getByLabel('Product').fill(cfg.product);
+    await page.getByLabel('Product').press('Enter');
+    await page.waitForURL(base + '/console/products/' + cfg.product);
+    check((await text(page, 'table tbody tr td:first-child')) === '*', 'the product page lists the default policy');
+    // Out of bounds: the API's message beside the field, the form kept.
+    await page.getByLabel('Tier (* for the product\'s default)').fill('enterprise');
+    await page.getByLabel('Lease (seconds, 60 … 7776000)').fill('30');
+    await page.getByRole('button', { name: 'Save policy' }).click();
+    const ttlError = await page.locator('#lease_ttl_seconds-error').innerText().catch(() => '');
+    check(ttlError.includes('lease_ttl_seconds'), `a 30 s lease: the API's message beside the field, got "${ttlError}"`);
+    check(await page.locator('#tier').inputValue() === 'enterprise', 'the refused form keeps the tier');
+    await page.getByLabel('Lease (seconds, 60 … 7776000)').fill('3600');
+    await page.getByLabel('Entitlements (comma-separated)').fill('export.pdf, sync');
+    await page.getByLabel('Machine binding').selectOption('most');
+    await page.getByRole('button', { name: 'Save policy' }).click();
+    await page.waitForURL(/\?notice=policy-saved/);
+    check((await page.locator('table tbody tr').count()) === 2, 'the saved policy is listed next to the default');
+    await shot(page, 'product');
+
+    // The license page: the floating seat's lease end and its binding.
+    await page.goto(base + '/console/licenses/' + cfg.licenseKey);
+    const row = page.locator('#seats-title ~ table tbody tr').first();
+    const cells = await row.locator('td').allInnerTexts();
+    check(cells[0] === cfg.instance, `the seat row names ${cfg.instance}, got ${cells[0]}`);
+    check(/\d{4}-\d{2}-\d{2} \d{2}:\d{2} UTC/.test(cells[2]), `the seat row shows its lease end, got "${cells[2]}"`);
+    check(cells[3].includes('disk=d1'), `the seat row shows the bound components, got "${cells[3]}"`);
+    const portal = await page.locator('#portal-link').inputValue();
+
+    // Rotation: the old key stays, retiring.
+    await page.goto(base + '/console/leases');
+    await page.getByLabel('Old key verifies for (seconds; empty: the longest lease plus a day)').fill('3600');
+    await page.getByRole('button', { name: 'Rotate lease key' }).click();
+    await page.waitForURL(/\?notice=lease-key-rotated/);
+    const statuses = await page.locator('table tbody tr td:nth-child(2)').allInnerTexts();
+    check(statuses.join(',') === 'active,retiring', `after rotation: active and retiring keys, got ${statuses}`);
+    await shot(page, 'leases');
+    await signOut(page);
+
+    // The portal: when the lease ends, and release frees the seat.
+    await page.goto(portal);
+    const pcells = await page.locator('#seats-title ~ table tbody tr').first().locator('td').allInnerTexts();
+    check(/UTC/.test(pcells[2]), `the portal shows the seat's lease end, got "${pcells[2]}"`);
+    await page.getByRole('button', { name: 'Deactivate ' + cfg.instance }).click();
+    await page.waitForURL(/\?notice=seat-deactivated/);
+    return { kids: statuses.length };
+  },
+
   // The end-user portal: no console session, only the link.
   async portal(page) {
     const resp = await page.goto(cfg.portal);
@@ -343,10 +419,13 @@ try {
     extraHTTPHeaders: cfg.ip ? { 'X-Forwarded-For': cfg.ip } : {},
   });
   context.setDefaultTimeout(20000);
+  await refuseOtherHosts(context);
   page = await context.newPage();
   const run = scenarios[scenario];
   if (!run) throw new Error(`no scenario ${scenario}`);
   const out = await run(page);
+  const unexpected = refused.filter((u) => !expectedAway.has(u));
+  if (unexpected.length > 0) throw new Error(`the page asked for hosts outside this machine: ${unexpected.join(', ')}`);
   process.stdout.write(JSON.stringify(out) + '\n');
 } catch (err) {
   process.stderr.write(`scenario ${scenario}: ${err.stack || err}\n`);

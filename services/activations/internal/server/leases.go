@@ -42,6 +42,7 @@ type LeaseStore interface {
 	AddFirstLeaseKey(ctx context.Context, tenant string, k store.LeaseKey) (*store.LeaseKey, error)
 	LeaseKeys(ctx context.Context, tenant string) ([]store.LeaseKey, error)
 	RotateLeaseKey(ctx context.Context, tenant string, next store.LeaseKey, retireAfter time.Duration) (*store.LeaseKey, error)
+	SeatLeases(ctx context.Context, tenant, key string) ([]store.LeaseSeat, error)
 }
 
 // Products checks product ownership (licensingclient.Client.ClaimProduct).
@@ -637,4 +638,40 @@ func (x *Leases) RotateLeaseKeys(ctx context.Context, req *activationsv1.RotateL
 		resp.RetireAt = timestamppb.New(*retired.RetireAt)
 	}
 	return resp, nil
+}
+
+// ListSeatLeases lists the caller's license's seats with their lease ends and bindings.
+func (x *Leases) ListSeatLeases(ctx context.Context, req *activationsv1.ListSeatLeasesRequest) (*activationsv1.ListSeatLeasesResponse, error) {
+	tenant, err := auth.TenantID(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if req.GetKey() == "" {
+		return nil, errMissingKey
+	}
+	if utf8.RuneCountInString(req.GetKey()) > maxFieldLen {
+		return nil, license.ErrNotFound
+	}
+	l, err := x.licenses.License(ctx, tenant, req.GetKey())
+	if err != nil {
+		return nil, err
+	}
+	seats, err := x.store.SeatLeases(ctx, tenant, l.GetKey())
+	if err != nil {
+		return nil, err
+	}
+	return &activationsv1.ListSeatLeasesResponse{Seats: SeatLeaseMessages(seats)}, nil
+}
+
+// SeatLeaseMessages are seats' lease states as messages.
+func SeatLeaseMessages(seats []store.LeaseSeat) []*activationsv1.SeatLease {
+	out := make([]*activationsv1.SeatLease, 0, len(seats))
+	for _, seat := range seats {
+		m := &activationsv1.SeatLease{InstanceId: seat.Instance, Components: seat.Components}
+		if seat.LeaseExpiresAt != nil {
+			m.LeaseExpiresAt = timestamppb.New(*seat.LeaseExpiresAt)
+		}
+		out = append(out, m)
+	}
+	return out
 }

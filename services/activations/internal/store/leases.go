@@ -295,3 +295,13 @@ func leaseSeconds(ttl *time.Duration) *float64 {
 	secs := ttl.Seconds()
 	return &secs
 }
+
+// SeatLeases lists a license's seats with their lease state, oldest first.
+func (s *Store) SeatLeases(ctx context.Context, tenant, key string) ([]LeaseSeat, error) {
+	rows, err := s.db.Query(ctx, `SELECT `+leaseSeatColumns+` FROM seats WHERE tenant_id = $1 AND license_key = $2
+		ORDER BY activated_at, instance_id`, tenant, key)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, scanLeaseSeat)
+}

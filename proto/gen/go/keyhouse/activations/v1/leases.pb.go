@@ -921,6 +921,158 @@ func (x *RotateLeaseKeysResponse) GetRetireAt() *timestamppb.Timestamp {
 	return nil
 }
 
+type ListSeatLeasesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSeatLeasesRequest) Reset() {
+	*x = ListSeatLeasesRequest{}
+	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSeatLeasesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSeatLeasesRequest) ProtoMessage() {}
+
+func (x *ListSeatLeasesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSeatLeasesRequest.ProtoReflect.Descriptor instead.
+func (*ListSeatLeasesRequest) Descriptor() ([]byte, []int) {
+	return file_keyhouse_activations_v1_leases_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *ListSeatLeasesRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+// A seat's lease state.
+type SeatLease struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	InstanceId string                 `protobuf:"bytes,1,opt,name=instance_id,json=instanceId,proto3" json:"instance_id,omitempty"`
+	// A floating seat's lease end; null for a seat that is not floating.
+	LeaseExpiresAt *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=lease_expires_at,json=leaseExpiresAt,proto3" json:"lease_expires_at,omitempty"`
+	// The machine components the seat is bound to (empty: unbound).
+	Components    map[string]string `protobuf:"bytes,3,rep,name=components,proto3" json:"components,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SeatLease) Reset() {
+	*x = SeatLease{}
+	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SeatLease) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SeatLease) ProtoMessage() {}
+
+func (x *SeatLease) ProtoReflect() protoreflect.Message {
+	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SeatLease.ProtoReflect.Descriptor instead.
+func (*SeatLease) Descriptor() ([]byte, []int) {
+	return file_keyhouse_activations_v1_leases_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *SeatLease) GetInstanceId() string {
+	if x != nil {
+		return x.InstanceId
+	}
+	return ""
+}
+
+func (x *SeatLease) GetLeaseExpiresAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LeaseExpiresAt
+	}
+	return nil
+}
+
+func (x *SeatLease) GetComponents() map[string]string {
+	if x != nil {
+		return x.Components
+	}
+	return nil
+}
+
+type ListSeatLeasesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Oldest seat first.
+	Seats         []*SeatLease `protobuf:"bytes,1,rep,name=seats,proto3" json:"seats,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSeatLeasesResponse) Reset() {
+	*x = ListSeatLeasesResponse{}
+	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSeatLeasesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSeatLeasesResponse) ProtoMessage() {}
+
+func (x *ListSeatLeasesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSeatLeasesResponse.ProtoReflect.Descriptor instead.
+func (*ListSeatLeasesResponse) Descriptor() ([]byte, []int) {
+	return file_keyhouse_activations_v1_leases_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *ListSeatLeasesResponse) GetSeats() []*SeatLease {
+	if x != nil {
+		return x.Seats
+	}
+	return nil
+}
+
 var File_keyhouse_activations_v1_leases_proto protoreflect.FileDescriptor
 
 const file_keyhouse_activations_v1_leases_proto_rawDesc = "" +
@@ -1007,7 +1159,21 @@ const file_keyhouse_activations_v1_leases_proto_rawDesc = "" +
 	"\x03kid\x18\x01 \x01(\tR\x03kid\x12&\n" +
 	"\fretiring_kid\x18\x02 \x01(\tH\x00R\vretiringKid\x88\x01\x01\x127\n" +
 	"\tretire_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\bretireAtB\x0f\n" +
-	"\r_retiring_kid2\x95\x06\n" +
+	"\r_retiring_kid\")\n" +
+	"\x15ListSeatLeasesRequest\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\"\x85\x02\n" +
+	"\tSeatLease\x12\x1f\n" +
+	"\vinstance_id\x18\x01 \x01(\tR\n" +
+	"instanceId\x12D\n" +
+	"\x10lease_expires_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x0eleaseExpiresAt\x12R\n" +
+	"\n" +
+	"components\x18\x03 \x03(\v22.keyhouse.activations.v1.SeatLease.ComponentsEntryR\n" +
+	"components\x1a=\n" +
+	"\x0fComponentsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"R\n" +
+	"\x16ListSeatLeasesResponse\x128\n" +
+	"\x05seats\x18\x01 \x03(\v2\".keyhouse.activations.v1.SeatLeaseR\x05seats2\x8e\a\n" +
 	"\rLeasesService\x12}\n" +
 	"\x0ePutLeasePolicy\x12..keyhouse.activations.v1.PutLeasePolicyRequest\x1a/.keyhouse.activations.v1.PutLeasePolicyResponse\"\n" +
 	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x12\x86\x01\n" +
@@ -1018,7 +1184,8 @@ const file_keyhouse_activations_v1_leases_proto_rawDesc = "" +
 	"\vCreateLease\x12+.keyhouse.activations.v1.CreateLeaseRequest\x1a,.keyhouse.activations.v1.CreateLeaseResponse\"\n" +
 	"\x90\x82\x19\x01\x9a\x82\x19\x02\b\x02\x12z\n" +
 	"\rListLeaseKeys\x12-.keyhouse.activations.v1.ListLeaseKeysRequest\x1a..keyhouse.activations.v1.ListLeaseKeysResponse\"\n" +
-	"\x90\x82\x19\x01\x9a\x82\x19\x02\b\x04\x12\x80\x01\n" +
+	"\x90\x82\x19\x01\x9a\x82\x19\x02\b\x04\x12w\n" +
+	"\x0eListSeatLeases\x12..keyhouse.activations.v1.ListSeatLeasesRequest\x1a/.keyhouse.activations.v1.ListSeatLeasesResponse\"\x04\x90\x82\x19\x02\x12\x80\x01\n" +
 	"\x0fRotateLeaseKeys\x12/.keyhouse.activations.v1.RotateLeaseKeysRequest\x1a0.keyhouse.activations.v1.RotateLeaseKeysResponse\"\n" +
 	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05BQZOgithub.com/keyhouse/keyhouse/proto/gen/go/keyhouse/activations/v1;activationsv1b\x06proto3"
 
@@ -1034,7 +1201,7 @@ func file_keyhouse_activations_v1_leases_proto_rawDescGZIP() []byte {
 	return file_keyhouse_activations_v1_leases_proto_rawDescData
 }
 
-var file_keyhouse_activations_v1_leases_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_keyhouse_activations_v1_leases_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_keyhouse_activations_v1_leases_proto_goTypes = []any{
 	(*LeasePolicy)(nil),               // 0: keyhouse.activations.v1.LeasePolicy
 	(*PutLeasePolicyRequest)(nil),     // 1: keyhouse.activations.v1.PutLeasePolicyRequest
@@ -1050,36 +1217,45 @@ var file_keyhouse_activations_v1_leases_proto_goTypes = []any{
 	(*ListLeaseKeysResponse)(nil),     // 11: keyhouse.activations.v1.ListLeaseKeysResponse
 	(*RotateLeaseKeysRequest)(nil),    // 12: keyhouse.activations.v1.RotateLeaseKeysRequest
 	(*RotateLeaseKeysResponse)(nil),   // 13: keyhouse.activations.v1.RotateLeaseKeysResponse
-	nil,                               // 14: keyhouse.activations.v1.CreateLeaseRequest.ComponentsEntry
-	(*timestamppb.Timestamp)(nil),     // 15: google.protobuf.Timestamp
+	(*ListSeatLeasesRequest)(nil),     // 14: keyhouse.activations.v1.ListSeatLeasesRequest
+	(*SeatLease)(nil),                 // 15: keyhouse.activations.v1.SeatLease
+	(*ListSeatLeasesResponse)(nil),    // 16: keyhouse.activations.v1.ListSeatLeasesResponse
+	nil,                               // 17: keyhouse.activations.v1.CreateLeaseRequest.ComponentsEntry
+	nil,                               // 18: keyhouse.activations.v1.SeatLease.ComponentsEntry
+	(*timestamppb.Timestamp)(nil),     // 19: google.protobuf.Timestamp
 }
 var file_keyhouse_activations_v1_leases_proto_depIdxs = []int32{
-	15, // 0: keyhouse.activations.v1.LeasePolicy.updated_at:type_name -> google.protobuf.Timestamp
+	19, // 0: keyhouse.activations.v1.LeasePolicy.updated_at:type_name -> google.protobuf.Timestamp
 	0,  // 1: keyhouse.activations.v1.PutLeasePolicyResponse.policy:type_name -> keyhouse.activations.v1.LeasePolicy
 	0,  // 2: keyhouse.activations.v1.ListLeasePoliciesResponse.policies:type_name -> keyhouse.activations.v1.LeasePolicy
-	14, // 3: keyhouse.activations.v1.CreateLeaseRequest.components:type_name -> keyhouse.activations.v1.CreateLeaseRequest.ComponentsEntry
-	15, // 4: keyhouse.activations.v1.CreateLeaseResponse.expires_at:type_name -> google.protobuf.Timestamp
-	15, // 5: keyhouse.activations.v1.CreateLeaseResponse.renew_after:type_name -> google.protobuf.Timestamp
-	15, // 6: keyhouse.activations.v1.LeaseKey.retire_at:type_name -> google.protobuf.Timestamp
+	17, // 3: keyhouse.activations.v1.CreateLeaseRequest.components:type_name -> keyhouse.activations.v1.CreateLeaseRequest.ComponentsEntry
+	19, // 4: keyhouse.activations.v1.CreateLeaseResponse.expires_at:type_name -> google.protobuf.Timestamp
+	19, // 5: keyhouse.activations.v1.CreateLeaseResponse.renew_after:type_name -> google.protobuf.Timestamp
+	19, // 6: keyhouse.activations.v1.LeaseKey.retire_at:type_name -> google.protobuf.Timestamp
 	10, // 7: keyhouse.activations.v1.ListLeaseKeysResponse.keys:type_name -> keyhouse.activations.v1.LeaseKey
-	15, // 8: keyhouse.activations.v1.RotateLeaseKeysResponse.retire_at:type_name -> google.protobuf.Timestamp
-	1,  // 9: keyhouse.activations.v1.LeasesService.PutLeasePolicy:input_type -> keyhouse.activations.v1.PutLeasePolicyRequest
-	3,  // 10: keyhouse.activations.v1.LeasesService.ListLeasePolicies:input_type -> keyhouse.activations.v1.ListLeasePoliciesRequest
-	5,  // 11: keyhouse.activations.v1.LeasesService.DeleteLeasePolicy:input_type -> keyhouse.activations.v1.DeleteLeasePolicyRequest
-	7,  // 12: keyhouse.activations.v1.LeasesService.CreateLease:input_type -> keyhouse.activations.v1.CreateLeaseRequest
-	9,  // 13: keyhouse.activations.v1.LeasesService.ListLeaseKeys:input_type -> keyhouse.activations.v1.ListLeaseKeysRequest
-	12, // 14: keyhouse.activations.v1.LeasesService.RotateLeaseKeys:input_type -> keyhouse.activations.v1.RotateLeaseKeysRequest
-	2,  // 15: keyhouse.activations.v1.LeasesService.PutLeasePolicy:output_type -> keyhouse.activations.v1.PutLeasePolicyResponse
-	4,  // 16: keyhouse.activations.v1.LeasesService.ListLeasePolicies:output_type -> keyhouse.activations.v1.ListLeasePoliciesResponse
-	6,  // 17: keyhouse.activations.v1.LeasesService.DeleteLeasePolicy:output_type -> keyhouse.activations.v1.DeleteLeasePolicyResponse
-	8,  // 18: keyhouse.activations.v1.LeasesService.CreateLease:output_type -> keyhouse.activations.v1.CreateLeaseResponse
-	11, // 19: keyhouse.activations.v1.LeasesService.ListLeaseKeys:output_type -> keyhouse.activations.v1.ListLeaseKeysResponse
-	13, // 20: keyhouse.activations.v1.LeasesService.RotateLeaseKeys:output_type -> keyhouse.activations.v1.RotateLeaseKeysResponse
-	15, // [15:21] is the sub-list for method output_type
-	9,  // [9:15] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	19, // 8: keyhouse.activations.v1.RotateLeaseKeysResponse.retire_at:type_name -> google.protobuf.Timestamp
+	19, // 9: keyhouse.activations.v1.SeatLease.lease_expires_at:type_name -> google.protobuf.Timestamp
+	18, // 10: keyhouse.activations.v1.SeatLease.components:type_name -> keyhouse.activations.v1.SeatLease.ComponentsEntry
+	15, // 11: keyhouse.activations.v1.ListSeatLeasesResponse.seats:type_name -> keyhouse.activations.v1.SeatLease
+	1,  // 12: keyhouse.activations.v1.LeasesService.PutLeasePolicy:input_type -> keyhouse.activations.v1.PutLeasePolicyRequest
+	3,  // 13: keyhouse.activations.v1.LeasesService.ListLeasePolicies:input_type -> keyhouse.activations.v1.ListLeasePoliciesRequest
+	5,  // 14: keyhouse.activations.v1.LeasesService.DeleteLeasePolicy:input_type -> keyhouse.activations.v1.DeleteLeasePolicyRequest
+	7,  // 15: keyhouse.activations.v1.LeasesService.CreateLease:input_type -> keyhouse.activations.v1.CreateLeaseRequest
+	9,  // 16: keyhouse.activations.v1.LeasesService.ListLeaseKeys:input_type -> keyhouse.activations.v1.ListLeaseKeysRequest
+	14, // 17: keyhouse.activations.v1.LeasesService.ListSeatLeases:input_type -> keyhouse.activations.v1.ListSeatLeasesRequest
+	12, // 18: keyhouse.activations.v1.LeasesService.RotateLeaseKeys:input_type -> keyhouse.activations.v1.RotateLeaseKeysRequest
+	2,  // 19: keyhouse.activations.v1.LeasesService.PutLeasePolicy:output_type -> keyhouse.activations.v1.PutLeasePolicyResponse
+	4,  // 20: keyhouse.activations.v1.LeasesService.ListLeasePolicies:output_type -> keyhouse.activations.v1.ListLeasePoliciesResponse
+	6,  // 21: keyhouse.activations.v1.LeasesService.DeleteLeasePolicy:output_type -> keyhouse.activations.v1.DeleteLeasePolicyResponse
+	8,  // 22: keyhouse.activations.v1.LeasesService.CreateLease:output_type -> keyhouse.activations.v1.CreateLeaseResponse
+	11, // 23: keyhouse.activations.v1.LeasesService.ListLeaseKeys:output_type -> keyhouse.activations.v1.ListLeaseKeysResponse
+	16, // 24: keyhouse.activations.v1.LeasesService.ListSeatLeases:output_type -> keyhouse.activations.v1.ListSeatLeasesResponse
+	13, // 25: keyhouse.activations.v1.LeasesService.RotateLeaseKeys:output_type -> keyhouse.activations.v1.RotateLeaseKeysResponse
+	19, // [19:26] is the sub-list for method output_type
+	12, // [12:19] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_keyhouse_activations_v1_leases_proto_init() }
@@ -1098,7 +1274,7 @@ func file_keyhouse_activations_v1_leases_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_keyhouse_activations_v1_leases_proto_rawDesc), len(file_keyhouse_activations_v1_leases_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   15,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -24,6 +24,7 @@ const (
 	LeasesService_DeleteLeasePolicy_FullMethodName = "/keyhouse.activations.v1.LeasesService/DeleteLeasePolicy"
 	LeasesService_CreateLease_FullMethodName       = "/keyhouse.activations.v1.LeasesService/CreateLease"
 	LeasesService_ListLeaseKeys_FullMethodName     = "/keyhouse.activations.v1.LeasesService/ListLeaseKeys"
+	LeasesService_ListSeatLeases_FullMethodName    = "/keyhouse.activations.v1.LeasesService/ListSeatLeases"
 	LeasesService_RotateLeaseKeys_FullMethodName   = "/keyhouse.activations.v1.LeasesService/RotateLeaseKeys"
 )
 
@@ -47,6 +48,9 @@ type LeasesServiceClient interface {
 	CreateLease(ctx context.Context, in *CreateLeaseRequest, opts ...grpc.CallOption) (*CreateLeaseResponse, error)
 	// The JWKS of the keys that sign a tenant's leases (self-hosted: the one set).
 	ListLeaseKeys(ctx context.Context, in *ListLeaseKeysRequest, opts ...grpc.CallOption) (*ListLeaseKeysResponse, error)
+	// The seats of a license with their lease ends and bound components (the console's
+	// license page). No REST route.
+	ListSeatLeases(ctx context.Context, in *ListSeatLeasesRequest, opts ...grpc.CallOption) (*ListSeatLeasesResponse, error)
 	// A new key signs from now on; the one before verifies until retire_at.
 	RotateLeaseKeys(ctx context.Context, in *RotateLeaseKeysRequest, opts ...grpc.CallOption) (*RotateLeaseKeysResponse, error)
 }
@@ -109,6 +113,16 @@ func (c *leasesServiceClient) ListLeaseKeys(ctx context.Context, in *ListLeaseKe
 	return out, nil
 }
 
+func (c *leasesServiceClient) ListSeatLeases(ctx context.Context, in *ListSeatLeasesRequest, opts ...grpc.CallOption) (*ListSeatLeasesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListSeatLeasesResponse)
+	err := c.cc.Invoke(ctx, LeasesService_ListSeatLeases_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *leasesServiceClient) RotateLeaseKeys(ctx context.Context, in *RotateLeaseKeysRequest, opts ...grpc.CallOption) (*RotateLeaseKeysResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(RotateLeaseKeysResponse)
@@ -139,6 +153,9 @@ type LeasesServiceServer interface {
 	CreateLease(context.Context, *CreateLeaseRequest) (*CreateLeaseResponse, error)
 	// The JWKS of the keys that sign a tenant's leases (self-hosted: the one set).
 	ListLeaseKeys(context.Context, *ListLeaseKeysRequest) (*ListLeaseKeysResponse, error)
+	// The seats of a license with their lease ends and bound components (the console's
+	// license page). No REST route.
+	ListSeatLeases(context.Context, *ListSeatLeasesRequest) (*ListSeatLeasesResponse, error)
 	// A new key signs from now on; the one before verifies until retire_at.
 	RotateLeaseKeys(context.Context, *RotateLeaseKeysRequest) (*RotateLeaseKeysResponse, error)
 	mustEmbedUnimplementedLeasesServiceServer()
@@ -165,6 +182,9 @@ func (UnimplementedLeasesServiceServer) CreateLease(context.Context, *CreateLeas
 }
 func (UnimplementedLeasesServiceServer) ListLeaseKeys(context.Context, *ListLeaseKeysRequest) (*ListLeaseKeysResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListLeaseKeys not implemented")
+}
+func (UnimplementedLeasesServiceServer) ListSeatLeases(context.Context, *ListSeatLeasesRequest) (*ListSeatLeasesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListSeatLeases not implemented")
 }
 func (UnimplementedLeasesServiceServer) RotateLeaseKeys(context.Context, *RotateLeaseKeysRequest) (*RotateLeaseKeysResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RotateLeaseKeys not implemented")
@@ -280,6 +300,24 @@ func _LeasesService_ListLeaseKeys_Handler(srv interface{}, ctx context.Context, 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _LeasesService_ListSeatLeases_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListSeatLeasesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LeasesServiceServer).ListSeatLeases(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: LeasesService_ListSeatLeases_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LeasesServiceServer).ListSeatLeases(ctx, req.(*ListSeatLeasesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _LeasesService_RotateLeaseKeys_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(RotateLeaseKeysRequest)
 	if err := dec(in); err != nil {
@@ -324,6 +362,10 @@ var LeasesService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListLeaseKeys",
 			Handler:    _LeasesService_ListLeaseKeys_Handler,
+		},
+		{
+			MethodName: "ListSeatLeases",
+			Handler:    _LeasesService_ListSeatLeases_Handler,
 		},
 		{
 			MethodName: "RotateLeaseKeys",

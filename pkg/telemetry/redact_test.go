@@ -1,0 +1,72 @@
+package telemetry
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+func TestRedactPath(t *testing.T) {
+	const key = "M8PF-ABCD-EFGH-IJKL-9XYZ"
+	cases := []struct{ path, masked, full string }{
+		{"/portal/29Oa1ZvSecretToken", "/portal/[redacted]", "/portal/[redacted]"},
+		{"/portal/29Oa1ZvSecretToken/seats/laptop/deactivate", "/portal/[redacted]/seats/laptop/deactivate", "/portal/[redacted]/seats/laptop/deactivate"},
+		{"/v1/export-license/" + key, "/v1/export-license/M8PF…9XYZ", "/v1/export-license/" + key},
+		{"/v1/export-license/" + key + "/file", "/v1/export-license/M8PF…9XYZ/file", "/v1/export-license/" + key + "/file"},
+		{"/v1/list-activations/" + key, "/v1/list-activations/M8PF…9XYZ", "/v1/list-activations/" + key},
+		{"/v1/admin/license/" + key, "/v1/admin/license/M8PF…9XYZ", "/v1/admin/license/" + key},
+		{"/console/licenses/" + key + "/revoke", "/console/licenses/M8PF…9XYZ/revoke", "/console/licenses/" + key + "/revoke"},
+		{"/console/licenses/new", "/console/licenses/new", "/console/licenses/new"},
+		{"/v1/verify-license", "/v1/verify-license", "/v1/verify-license"},
+		{"/portal/", "/portal/", "/portal/"},
+	}
+	for _, c := range cases {
+		if got := RedactPath(c.path, false); got != c.masked {
+			t.Errorf("RedactPath(%q) = %q, want %q", c.path, got, c.masked)
+		}
+		if got := RedactPath(c.path, true); got != c.full {
+			t.Errorf("RedactPath(%q, full) = %q, want %q", c.path, got, c.full)
+		}
+	}
+}
+
+func TestMaskLicenseKeyNeverGivesAShortKeyAway(t *testing.T) {
+	for _, k := range []string{"ab", "abcdefgh", "abcdefghijk", "abcdefghijkl", "KH-0123456789-ZZZZ"} {
+		m := MaskLicenseKey(k)
+		if strings.Contains(m, k) || len([]rune(m)) > 9 {
+			t.Errorf("MaskLicenseKey(%q) = %q", k, m)
+		}
+	}
+	if got := MaskLicenseKey("KH-0123456789-ZZZZ"); got != "KH-0…ZZZZ" {
+		t.Errorf("got %q", got)
+	}
+}
+
+// Whoever logs a credential by its usual name, the line holds no trace of it; a license
+// key is masked unless LOG_LICENSE_KEYS=full.
+func TestLoggerRedactsSecretsAndMasksKeys(t *testing.T) {
+	const key, token = "KH-0123456789-ZZZZ", "tok_s3cr3t-value"
+	for _, full := range []bool{false, true} {
+		var buf bytes.Buffer
+		log := NewLogger(&buf, "test", "debug", "json", FullLicenseKeys(full))
+		log.InfoContext(context.Background(), "x", "token", token, "api_key", token, "Signing_Secret", token,
+			"session_id", token, "password", token, "key", key, "path", "/portal/"+token)
+		line := buf.String()
+		if strings.Contains(line, token) {
+			t.Fatalf("full=%v: a secret reached the line: %s", full, line)
+		}
+		var m map[string]any
+		if err := json.Unmarshal(buf.Bytes(), &m); err != nil {
+			t.Fatal(err)
+		}
+		want := "KH-0…ZZZZ"
+		if full {
+			want = key
+		}
+		if m["key"] != want || m["token"] != "[redacted]" || m["path"] != "/portal/[redacted]" {
+			t.Errorf("full=%v: %s", full, line)
+		}
+	}
+}
