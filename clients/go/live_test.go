@@ -339,6 +339,9 @@ func TestLiveLeaseScenarios(t *testing.T) {
 		if v := r.Check(ctx); !v.Licensed || !v.Offline {
 			t.Fatalf("offline, before a renewal: %+v", v)
 		}
+		// The server's caches may answer for up to 1 s after a change (its bound); an app
+		// offline for longer than that reconnects.
+		time.Sleep(1500 * time.Millisecond)
 		f.control(t, "mode?m=pass")
 		rclock.Advance(601 * time.Second)
 		if v := r.Check(ctx); !v.Licensed {
