@@ -41,7 +41,7 @@ import (
 type Store interface {
 	ChangeSeats(ctx context.Context, changes []store.SeatChange) ([]store.SeatChanged, error)
 	DeactivateInstance(ctx context.Context, tenant, key, productID, instance, reason string) (bool, error)
-	HasSeat(ctx context.Context, tenant, key, instance string) (bool, error)
+	HasSeat(ctx context.Context, tenant, key, instance string) (bool, *time.Time, error)
 	Reissue(ctx context.Context, tenant, key, productID, instance string, tokenHash []byte) (bool, error)
 	AddUsages(ctx context.Context, incs []store.Increment) ([]store.Added, error)
 	// AddUsageOnce adds inc under an Idempotency-Key; answer makes the stored answer.
@@ -298,14 +298,28 @@ func (s *Server) ValidateLicense(ctx context.Context, req *activationsv1.Validat
 	if s.usable(l, license.ErrExpired) != nil {
 		return invalid, nil
 	}
-	ok, err := s.store.HasSeat(ctx, l.GetTenantId(), l.GetKey(), req.GetInstanceId())
+	ok, leaseEnds, err := s.store.HasSeat(ctx, l.GetTenantId(), l.GetKey(), req.GetInstanceId())
 	if err != nil {
 		return nil, err
 	}
-	if ok && l.GetExpiresAt() != nil {
-		licensecache.AnnounceValidUntil(ctx, l.GetExpiresAt().AsTime())
+	// A valid answer holds until the license expires or, for a floating seat, its lease
+	// ends, whichever is first: a cache (the gateway's) keeps it no longer.
+	if until := validUntil(l, leaseEnds); ok && until != nil {
+		licensecache.AnnounceValidUntil(ctx, *until)
 	}
 	return &activationsv1.ValidateLicenseResponse{Valid: ok}, nil
+}
+
+// validUntil is the earlier of the license's expiry and a floating seat's lease end (nil:
+// neither).
+func validUntil(l *licensingv1.License, leaseEnds *time.Time) *time.Time {
+	until := leaseEnds
+	if e := l.GetExpiresAt(); e != nil {
+		if t := e.AsTime(); until == nil || t.Before(*until) {
+			until = &t
+		}
+	}
+	return until
 }
 
 // limitOf returns the license's limit for metric, if it has a numeric one.

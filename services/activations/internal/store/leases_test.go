@@ -77,11 +77,11 @@ func TestSweepersShareTheLapsedSeats(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if ok, _ := st.HasSeat(ctx, tenant, key, "a"); !ok {
+	if ok, _, _ := st.HasSeat(ctx, tenant, key, "a"); !ok {
 		t.Fatal("a leased floating seat does not count")
 	}
 	time.Sleep(1100 * time.Millisecond)
-	if ok, _ := st.HasSeat(ctx, tenant, key, "a"); ok {
+	if ok, _, _ := st.HasSeat(ctx, tenant, key, "a"); ok {
 		t.Fatal("a lapsed floating seat still counts before the sweep")
 	}
 	// A lapsed seat frees the cap at once: a cap of 1 takes a new seat.

@@ -258,12 +258,17 @@ func (s *Store) DeactivateInstance(ctx context.Context, tenant, key, productID, 
 	return removed, err
 }
 
-// HasSeat reports whether the live seat (key, instance) exists.
-func (s *Store) HasSeat(ctx context.Context, tenant, key, instance string) (bool, error) {
-	var ok bool
-	err := s.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM seats WHERE tenant_id = $1 AND license_key = $2 AND instance_id = $3 AND `+liveSeat+`)`,
-		tenant, key, instance).Scan(&ok)
-	return ok, err
+// HasSeat reports whether the license has a live seat for instance and, for a floating
+// seat, when its lease ends (nil: not floating): an answer that the seat is valid holds
+// only until then, so no cache may keep it longer.
+func (s *Store) HasSeat(ctx context.Context, tenant, key, instance string) (bool, *time.Time, error) {
+	var leaseEnds *time.Time
+	err := s.db.QueryRow(ctx, `SELECT lease_expires_at FROM seats WHERE tenant_id = $1 AND license_key = $2 AND instance_id = $3 AND `+liveSeat,
+		tenant, key, instance).Scan(&leaseEnds)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil, nil
+	}
+	return err == nil, leaseEnds, err
 }
 
 // Reissue replaces the token of seat (key, instance) (seat.token_reissued); false when
