@@ -154,6 +154,10 @@ type Tx interface {
 	Delete(ctx context.Context, tenant, key string) error
 	// Enqueue records an event in the outbox, published once the transaction commits.
 	Enqueue(ctx context.Context, m natsx.Message) error
+	// Existing row-locks and returns the licenses of keys, of any tenant, by key.
+	Existing(ctx context.Context, keys []string) (map[string]*License, error)
+	// InsertImported stores imported licenses as given (ErrImportRaced).
+	InsertImported(ctx context.Context, ls []*License) error
 }
 
 // pgTx is Tx on Postgres.
