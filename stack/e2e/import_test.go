@@ -15,8 +15,12 @@ import (
 // and a lower-case key shaped like a Keyhouse key, which must still verify as given.
 var importedShapes = []func(i int) string{
 	func(i int) string { return fmt.Sprintf("%08X-5104-4067-A91D-%012X", i, time.Now().UnixNano()) },
-	func(i int) string { return fmt.Sprintf("C1B6DE-%06X-DE1529-%06X-4AF593-V3", i, time.Now().UnixNano()&0xffffff) },
-	func(i int) string { return fmt.Sprintf("85DB562A-%08X-A2335A6B-%08X", i, time.Now().UnixNano()&0xffffffff) },
+	func(i int) string {
+		return fmt.Sprintf("C1B6DE-%06X-DE1529-%06X-4AF593-V3", i, time.Now().UnixNano()&0xffffff)
+	},
+	func(i int) string {
+		return fmt.Sprintf("85DB562A-%08X-A2335A6B-%08X", i, time.Now().UnixNano()&0xffffffff)
+	},
 	func(i int) string {
 		return strings.ToLower(fmt.Sprintf("7kq2-m9xd-4hrt-0bwn-zc3e-%04d-%04X", i%10000, time.Now().UnixNano()&0xffff))
 	},
@@ -75,7 +79,7 @@ func TestImportTenThousandLicensesVerifyAsGiven(t *testing.T) {
 			t.Fatalf("batch at %d: %.300s", start, resp.Body)
 		}
 	}
-	list := a.Get("/v1/list-licenses?product_id=" + product + "&limit=1").Expect(t, 200).JSON(t)
+	list := a.Get("/v1/list-licenses?product_id="+product+"&limit=1").Expect(t, 200).JSON(t)
 	if list["total"] != float64(total) {
 		t.Fatalf("list-licenses total %v, want %d", list["total"], total)
 	}
@@ -113,7 +117,7 @@ func TestImportTenThousandLicensesVerifyAsGiven(t *testing.T) {
 	}
 
 	// The imported terms and usage, as the admin sees them.
-	d := a.Get("/v1/admin/license/" + items[5]["key"].(string)).Expect(t, 200).JSON(t)
+	d := a.Get("/v1/admin/license/"+items[5]["key"].(string)).Expect(t, 200).JSON(t)
 	if d["issued_at"] != "2024-03-01T10:00:00Z" || d["max_activations"] != 3.0 || d["notes"] != "imported" ||
 		fmt.Sprint(d["usage"]) != "map[seats:4]" || d["issued_to"] != "buyer5@example.com" {
 		t.Fatalf("admin/license %v", d)
@@ -126,10 +130,10 @@ func TestImportTenThousandLicensesVerifyAsGiven(t *testing.T) {
 			t.Fatalf("second import at %d: %v imported, %v unchanged", start, body["imported"], body["unchanged"])
 		}
 	}
-	if got := a.Get("/v1/list-licenses?product_id=" + product + "&limit=1").Expect(t, 200).JSON(t)["total"]; got != float64(total) {
+	if got := a.Get("/v1/list-licenses?product_id="+product+"&limit=1").Expect(t, 200).JSON(t)["total"]; got != float64(total) {
 		t.Fatalf("total after second import %v", got)
 	}
-	d = a.Get("/v1/admin/license/" + items[5]["key"].(string)).Expect(t, 200).JSON(t)
+	d = a.Get("/v1/admin/license/"+items[5]["key"].(string)).Expect(t, 200).JSON(t)
 	if fmt.Sprint(d["usage"]) != "map[seats:4]" {
 		t.Fatalf("usage after second import %v", d["usage"])
 	}
