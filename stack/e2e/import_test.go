@@ -272,3 +272,52 @@ func TestImportHostedQuotaAndTenantIsolation(t *testing.T) {
 		t.Fatalf("another tenant's key: %v", body)
 	}
 }
+
+// TestImportConcurrentCallsKeepTheQuotaAndNeverFail: concurrent imports of a hosted
+// tenant (each of a license of its own, and all of one shared license) never pass the
+// Free quota of 5 and never answer anything but 200 or the quota's 403; the shared key
+// ends up one license, imported once and unchanged for every other call.
+func TestImportConcurrentCallsKeepTheQuotaAndNeverFail(t *testing.T) {
+	t.Parallel()
+	s := hosted(t)
+	tenant := newTenant(t, s)
+	product := product("import-race")
+	shared := importItem(product, 1, "SHARED-"+product)
+	shared["expires_at"] = "2099-01-01T00:00:00Z"
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	statuses := map[int]int{}
+	results := map[string]int{}
+	for i := 0; i < 12; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			own := importItem(product, 1, fmt.Sprintf("OWN-%02d-%s", i, product))
+			own["expires_at"] = "2099-01-01T00:00:00Z"
+			items := []map[string]any{own}
+			if i%2 == 0 {
+				items = []map[string]any{shared}
+			}
+			r := tenant.Post("/v1/licenses/import", importBody(items, "fail"))
+			mu.Lock()
+			defer mu.Unlock()
+			statuses[r.Status]++
+			if r.Status == 200 {
+				for _, res := range r.JSON(t)["results"].([]any) {
+					results[res.(map[string]any)["result"].(string)]++
+				}
+			}
+		}(i)
+	}
+	wg.Wait()
+	if statuses[200]+statuses[403] != 12 {
+		t.Fatalf("statuses %v, want only 200 and 403", statuses)
+	}
+	list := tenant.Get("/v1/list-licenses?product_id="+product+"&status=active").Expect(t, 200).JSON(t)
+	if list["total"] != 5.0 {
+		t.Fatalf("%v active licenses after concurrent imports, want the Free quota of 5 (statuses %v, results %v)", list["total"], statuses, results)
+	}
+	if results["imported"] != 5 {
+		t.Fatalf("results %v, want 5 imported", results)
+	}
+}
