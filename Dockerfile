@@ -31,7 +31,8 @@ RUN --mount=type=cache,target=/go/pkg/mod \
       ./services/licensing/cmd/licensing \
       ./services/activations/cmd/activations \
       ./services/releases/cmd/releases \
-      ./services/storefront/cmd/storefront
+      ./services/storefront/cmd/storefront \
+      ./services/events/cmd/events
 
 # distroless/static: CA certificates (Stripe, SMTP over TLS) and tzdata, no shell, no
 # package manager; the nonroot variant runs as uid/gid 65532.
@@ -43,6 +44,6 @@ LABEL org.opencontainers.image.title="keyhouse" \
 COPY --from=build /out/ /usr/local/bin/
 ENV PATH=/usr/local/bin:/usr/bin:/bin
 USER 65532:65532
-# Gateway HTTP; services serve gRPC on 9101-9105 when GRPC_ADDR says so (0.0.0.0:<port>).
-EXPOSE 8080 9101 9102 9103 9104 9105
+# Gateway HTTP; services serve gRPC on 9101-9106 when GRPC_ADDR says so (0.0.0.0:<port>).
+EXPOSE 8080 9101 9102 9103 9104 9105 9106
 CMD ["gateway"]

@@ -12,7 +12,7 @@ VERSION   ?= $(shell v=$$(git describe --tags --match 'v[0-9]*' --dirty 2>/dev/n
 LDFLAGS   := -X github.com/keyhouse/keyhouse/pkg/buildinfo.version=$(VERSION)
 # Every module's packages (go.work lists the modules).
 PKGS      := ./pkg/... ./gateway/... ./console/... ./services/billing/... ./services/licensing/... \
-             ./services/activations/... ./services/releases/... ./services/storefront/... ./stack/... \
+             ./services/activations/... ./services/releases/... ./services/storefront/... ./services/events/... ./stack/... \
              ./devinfra/...
 GOTEST    := go test -count=1 -race -shuffle=on
 PROTO_TOOLS := $(TOOLS_DIR)/buf $(TOOLS_DIR)/protoc-gen-go $(TOOLS_DIR)/protoc-gen-go-grpc $(TOOLS_DIR)/protoc-gen-grpc-gateway \
@@ -23,13 +23,14 @@ help: ## List the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 
 .PHONY: deps
-deps: $(TOOLS_DIR)/stripe-mock ## Install what the stack and tests need: Debian's postgresql, redis-server; stripe-mock
+deps: $(TOOLS_DIR)/stripe-mock ## Install what the stack and tests need: Debian's postgresql, redis-server, nodejs, python3-cryptography; stripe-mock
 	@missing=""; \
 	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
 	command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
 	command -v openssl >/dev/null 2>&1 || missing="$$missing openssl"; \
 	[ -f /etc/ssl/certs/ca-certificates.crt ] || missing="$$missing ca-certificates"; \
 	command -v node >/dev/null 2>&1 || missing="$$missing nodejs"; \
+	/usr/bin/python3 -c 'import cryptography' >/dev/null 2>&1 || missing="$$missing python3-cryptography"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing:$$missing"; \
 	  SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
@@ -44,7 +45,8 @@ print-version: ## Print the version a build of this checkout reports (from the v
 build: ## Build every binary into .keyhouse/bin
 	go build -ldflags '$(LDFLAGS)' -o $(BIN_DIR)/ ./gateway/cmd/gateway ./services/billing/cmd/billing \
 	  ./services/licensing/cmd/licensing ./services/activations/cmd/activations \
-	  ./services/releases/cmd/releases ./services/storefront/cmd/storefront ./stack/cmd/keyhouse-dev
+	  ./services/releases/cmd/releases ./services/storefront/cmd/storefront ./services/events/cmd/events \
+	  ./stack/cmd/keyhouse-dev
 
 # The release: static binaries and the OCI image (every process in one image, as the chart
 # and compose run it) for linux/amd64 and linux/arm64, as tarballs, built with
@@ -128,7 +130,7 @@ bench: deps ## Load benchmarks against a throwaway stack on loopback (BENCH_ARGS
 
 .PHONY: migrate
 migrate: build ## Apply every service's migrations to DATABASE_URL
-	@for s in billing licensing activations releases storefront; do $(BIN_DIR)/$$s migrate || exit 1; done
+	@for s in billing licensing activations releases storefront events; do $(BIN_DIR)/$$s migrate || exit 1; done
 
 # Helm, pinned in deploy/tools/go.mod (its own module, outside go.work). The ldflags are
 # those of Helm's release builds: without the Kubernetes version, helm template assumes 1.20.

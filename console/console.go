@@ -25,6 +25,7 @@ import (
 	accountsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/accounts/v1"
 	activationsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/activations/v1"
 	billingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/billing/v1"
+	eventsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/events/v1"
 	licensingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1"
 	releasesv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/releases/v1"
 	storefrontv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/storefront/v1"
@@ -42,7 +43,7 @@ var staticFS embed.FS
 
 // Conns are the service connections the pages call.
 type Conns struct {
-	Licensing, Activations, Releases, Billing, Storefront *grpc.ClientConn
+	Licensing, Activations, Releases, Billing, Storefront, Events *grpc.ClientConn
 }
 
 // Options configure New.
@@ -86,9 +87,12 @@ type Handler struct {
 	portal      licensingv1.LicensingPortalServiceClient
 	activations activationsv1.ActivationsServiceClient
 	seats       activationsv1.ActivationsConsoleServiceClient
+	leases      activationsv1.LeasesServiceClient
 	releases    releasesv1.ReleasesServiceClient
 	billing     billingv1.BillingServiceClient
 	storefront  storefrontv1.StorefrontServiceClient
+	webhooks    eventsv1.WebhookEndpointsServiceClient
+	events      eventsv1.EventsServiceClient
 }
 
 // callTimeout bounds each service call a page makes.
@@ -119,9 +123,12 @@ func New(opts Options) (*Handler, error) {
 		portal:      licensingv1.NewLicensingPortalServiceClient(c.Licensing),
 		activations: activationsv1.NewActivationsServiceClient(c.Activations),
 		seats:       activationsv1.NewActivationsConsoleServiceClient(c.Activations),
+		leases:      activationsv1.NewLeasesServiceClient(c.Activations),
 		releases:    releasesv1.NewReleasesServiceClient(c.Releases),
 		billing:     billingv1.NewBillingServiceClient(c.Billing),
 		storefront:  storefrontv1.NewStorefrontServiceClient(c.Storefront),
+		webhooks:    eventsv1.NewWebhookEndpointsServiceClient(c.Events),
+		events:      eventsv1.NewEventsServiceClient(c.Events),
 	}
 	if h.csrfKey == "" {
 		h.csrfKey = randomToken()
@@ -178,6 +185,13 @@ func (h *Handler) routes() {
 	m.HandleFunc("POST /console/releases", h.signedIn(h.registerRelease))
 	m.HandleFunc("POST /console/releases/{id}/unpublish", h.signedIn(h.unpublishRelease))
 
+	m.HandleFunc("GET /console/leases", h.signedIn(h.leaseKeysPage))
+	m.HandleFunc("POST /console/leases/rotate", h.signedIn(h.rotateLeaseKeys))
+	m.HandleFunc("GET /console/products", h.signedIn(h.productsPage))
+	m.HandleFunc("GET /console/products/{product_id}", h.signedIn(h.productPage))
+	m.HandleFunc("POST /console/products/{product_id}/policies", h.signedIn(h.savePolicy))
+	m.HandleFunc("POST /console/products/{product_id}/policies/delete", h.signedIn(h.deletePolicy))
+
 	m.HandleFunc("GET /console/billing", h.signedIn(h.billingPage))
 	m.HandleFunc("POST /console/billing/checkout", h.signedIn(h.checkout))
 
@@ -187,6 +201,20 @@ func (h *Handler) routes() {
 	m.HandleFunc("POST /console/storefront/webhooks/{id}/disable", h.signedIn(h.disableWebhook))
 	m.HandleFunc("POST /console/storefront/mappings", h.signedIn(h.createMapping))
 	m.HandleFunc("POST /console/storefront/mappings/{id}/delete", h.signedIn(h.deleteMapping))
+
+	m.HandleFunc("GET /console/events", h.signedIn(h.eventsPage))
+	m.HandleFunc("GET /console/events/{id}", h.signedIn(h.eventPage))
+	m.HandleFunc("POST /console/events/{id}/redeliver", h.signedIn(h.redeliverFromEvent))
+	m.HandleFunc("GET /console/webhooks", h.signedIn(h.webhooksPage))
+	m.HandleFunc("POST /console/webhooks", h.signedIn(h.createWebhookEndpoint))
+	m.HandleFunc("GET /console/webhooks/{id}", h.signedIn(h.webhookPage))
+	m.HandleFunc("POST /console/webhooks/{id}/update", h.signedIn(h.updateWebhookEndpoint))
+	m.HandleFunc("POST /console/webhooks/{id}/ping", h.signedIn(h.pingWebhookEndpoint))
+	m.HandleFunc("POST /console/webhooks/{id}/enable", h.signedIn(h.setWebhookEndpointEnabled(true)))
+	m.HandleFunc("POST /console/webhooks/{id}/disable", h.signedIn(h.setWebhookEndpointEnabled(false)))
+	m.HandleFunc("POST /console/webhooks/{id}/roll-secret", h.signedIn(h.rollWebhookSecret))
+	m.HandleFunc("POST /console/webhooks/{id}/delete", h.signedIn(h.deleteWebhookEndpoint))
+	m.HandleFunc("POST /console/webhooks/{id}/redeliver", h.signedIn(h.redeliverEvent))
 
 	m.HandleFunc("GET /console/settings", h.signedIn(h.settingsPage))
 	m.HandleFunc("POST /console/settings/rotate-key", h.signedIn(h.rotateKey))

@@ -128,7 +128,7 @@ func newTestHandlerBilling(t *testing.T, base string, lic *fakeLicensing, billin
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = conn.Close() })
-	h, err := New(Options{Conns: Conns{Licensing: conn, Activations: conn, Releases: conn, Billing: conn, Storefront: conn},
+	h, err := New(Options{Conns: Conns{Licensing: conn, Activations: conn, Releases: conn, Billing: conn, Storefront: conn, Events: conn},
 		MultiTenant: true, PublicBaseURL: base})
 	if err != nil {
 		t.Fatal(err)

@@ -34,35 +34,35 @@ echo "== helm $("$HELM" version --template '{{.Version}}')"
 # The oldest Kubernetes the chart supports (native gRPC probes).
 "$HELM" template keyhouse "$CHART" --kube-version 1.27.0 >/dev/null
 
-# Six components (five services and the gateway), each a Deployment, Service and PDB;
+# Seven components (six services and the gateway), each a Deployment, Service and PDB;
 # one migration Job; HPAs, the Ingress, the ServiceMonitor (and its metrics Service) and
 # the signing-key mount only where enabled.
 for f in "$out/default.yaml" "$out/hosted.yaml"; do
-	expect "$f" Deployment 6
-	expect "$f" PodDisruptionBudget 6
+	expect "$f" Deployment 7
+	expect "$f" PodDisruptionBudget 7
 	expect "$f" Job 1
 	expect "$f" ConfigMap 1
-	[ "$(grep -c '^ *grpc:$' "$f")" = 5 ] || fail "$(basename "$f"): want a grpc.health.v1 readiness probe on each of 5 services"
-	[ "$(grep -c '^ *tcpSocket:$' "$f")" = 10 ] || fail "$(basename "$f"): want TCP startup and liveness probes on each of 5 services"
+	[ "$(grep -c '^ *grpc:$' "$f")" = 6 ] || fail "$(basename "$f"): want a grpc.health.v1 readiness probe on each of 6 services"
+	[ "$(grep -c '^ *tcpSocket:$' "$f")" = 12 ] || fail "$(basename "$f"): want TCP startup and liveness probes on each of 6 services"
 	[ "$(grep -c 'path: /healthz$' "$f")" = 2 ] || fail "$(basename "$f"): want the gateway's startup and liveness on /healthz"
 	[ "$(grep -c 'path: /readyz$' "$f")" = 1 ] || fail "$(basename "$f"): want the gateway's readiness on /readyz"
-	[ "$(grep -c 'name: METRICS_PORT$' "$f")" = 6 ] || fail "$(basename "$f"): want METRICS_PORT on every component"
-	[ "$(grep -c 'clusterIP: None$' "$f")" -ge 5 ] || fail "$(basename "$f"): the services' Services must be headless (gRPC balancing)"
+	[ "$(grep -c 'name: METRICS_PORT$' "$f")" = 7 ] || fail "$(basename "$f"): want METRICS_PORT on every component"
+	[ "$(grep -c 'clusterIP: None$' "$f")" -ge 6 ] || fail "$(basename "$f"): the services' Services must be headless (gRPC balancing)"
 	grep -q 'readOnlyRootFilesystem: true' "$f" || fail "$(basename "$f"): root file system not read-only"
 	grep -q 'runAsNonRoot: true' "$f" || fail "$(basename "$f"): pods may run as root"
 	# SHUTDOWN_DELAY + SHUTDOWN_TIMEOUT (5 s + 25 s by default) fit in the grace period.
 	grep -q 'SHUTDOWN_DELAY: "5s"' "$f" && grep -q 'SHUTDOWN_TIMEOUT: "25s"' "$f" || fail "$(basename "$f"): SHUTDOWN_* not in the ConfigMap"
-	[ "$(grep -c 'terminationGracePeriodSeconds: 35$' "$f")" = 6 ] || fail "$(basename "$f"): want terminationGracePeriodSeconds 35 (5 + 25 + 5) on every component"
+	[ "$(grep -c 'terminationGracePeriodSeconds: 35$' "$f")" = 7 ] || fail "$(basename "$f"): want terminationGracePeriodSeconds 35 (5 + 25 + 5) on every component"
 done
-expect "$out/default.yaml" Service 6
+expect "$out/default.yaml" Service 7
 expect "$out/default.yaml" ServiceMonitor 0
-[ "$(grep -c 'prometheus.io/scrape: "true"' "$out/default.yaml")" = 6 ] || fail "default.yaml: want scrape annotations on every component"
+[ "$(grep -c 'prometheus.io/scrape: "true"' "$out/default.yaml")" = 7 ] || fail "default.yaml: want scrape annotations on every component"
 expect "$out/default.yaml" HorizontalPodAutoscaler 0
 expect "$out/default.yaml" Ingress 0
-expect "$out/hosted.yaml" Service 7
+expect "$out/hosted.yaml" Service 8
 expect "$out/hosted.yaml" ServiceMonitor 1
 grep -q 'prometheus.io/scrape' "$out/hosted.yaml" && fail "hosted.yaml: scrape annotations although the ServiceMonitor is used"
-expect "$out/hosted.yaml" HorizontalPodAutoscaler 6
+expect "$out/hosted.yaml" HorizontalPodAutoscaler 7
 expect "$out/hosted.yaml" Ingress 1
 # A grace period shorter than the drain is refused.
 if "$HELM" template keyhouse "$CHART" --set defaults.terminationGracePeriodSeconds=20 >/dev/null 2>&1; then

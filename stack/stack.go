@@ -32,11 +32,11 @@ import (
 )
 
 // Services lists the service binaries in start order; the gateway comes last.
-var Services = []string{"billing", "licensing", "activations", "releases", "storefront"}
+var Services = []string{"billing", "licensing", "activations", "releases", "storefront", "events"}
 
 // portOffset keeps fixed ports in the order of pkg/config's defaults (9101 licensing …
-// 9105 storefront), so `make run` matches what the binaries assume when run by hand.
-var portOffset = map[string]int{"licensing": 0, "activations": 1, "releases": 2, "billing": 3, "storefront": 4}
+// 9106 events), so `make run` matches what the binaries assume when run by hand.
+var portOffset = map[string]int{"licensing": 0, "activations": 1, "releases": 2, "billing": 3, "storefront": 4, "events": 5}
 
 // Options configure Start.
 type Options struct {

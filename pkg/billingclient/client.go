@@ -55,6 +55,14 @@ func (c *Client) Entitlements(ctx context.Context, tenant string) (*accountsv1.G
 	})
 }
 
+// TenantEmail is where to write to the tenant: its email, hosted; "" self-hosted.
+func (c *Client) TenantEmail(ctx context.Context, tenant string) (string, error) {
+	resp, err := grpcx.Call(ctx, c.peer, tenant, func(ctx context.Context, o ...grpc.CallOption) (*accountsv1.GetTenantContactResponse, error) {
+		return c.rpc.GetTenantContact(ctx, &accountsv1.GetTenantContactRequest{}, o...)
+	})
+	return resp.GetEmail(), err
+}
+
 // ResolveAPIKey implements auth.TenantResolver: the tenant a hosted API key belongs to,
 // apierr.Unauthorized for a key billing does not know. There is no cache on purpose: a
 // rotated key must stop working on every service at once. Failure to answer is 503

@@ -24,6 +24,7 @@ const (
 	DefaultReleasesAddr    = "127.0.0.1:9103"
 	DefaultBillingAddr     = "127.0.0.1:9104"
 	DefaultStorefrontAddr  = "127.0.0.1:9105"
+	DefaultEventsAddr      = "127.0.0.1:9106"
 )
 
 // Common is what every command needs (serve, migrate): the database and the logs.
@@ -50,6 +51,13 @@ type Config struct {
 	NATSURL           string
 	// PublicBaseURL is where clients reach the gateway (storefront callback URLs, mail links).
 	PublicBaseURL string
+	// WebhookAllowPrivateNetworks lets hosted webhook endpoints reach private addresses
+	// (WEBHOOK_ALLOW_PRIVATE_NETWORKS); self-hosted always may.
+	WebhookAllowPrivateNetworks bool
+	// WebhookRetryFirst and WebhookRetryMax shape the webhook retry schedule: the first
+	// retry's delay, doubling up to the max, for 72 h (WEBHOOK_RETRY_FIRST, WEBHOOK_RETRY_MAX).
+	WebhookRetryFirst time.Duration
+	WebhookRetryMax   time.Duration
 
 	// Mail (the storefront's buyer email, pkg/mail).
 	EmailProvider string
@@ -72,13 +80,34 @@ type Config struct {
 	ReleasesAddr    string
 	BillingAddr     string
 	StorefrontAddr  string
+	EventsAddr      string
+
+	// EventRetention is how long the event log keeps an event (EVENT_RETENTION).
+	EventRetention time.Duration
 
 	// LicenseCacheTTL is how long a cached license row is served without a fresh read
 	// (pkg/licensecache); 0 turns the cache off.
 	LicenseCacheTTL time.Duration
+	// LicenseCacheLiveTTL is how long the gateway serves a cached answer while it can prove
+	// it has seen every change event (pkg/licensecache's liveness: sequence numbers and the
+	// publishers' heartbeats); past LicenseCacheTTL, only while that proof holds. At or
+	// below LicenseCacheTTL it changes nothing.
+	LicenseCacheLiveTTL time.Duration
+
+	// RecordRetention is how long records of received events are kept (RECORD_RETENTION,
+	// default 90 days): storefront deliveries and fulfillments, billing's Stripe events.
+	// 0 keeps them for ever.
+	RecordRetention time.Duration
 
 	// SigningKeysFile optionally points at operator-supplied signing material.
 	SigningKeysFile string
+
+	// LeaseSweepInterval is how often activations removes floating seats whose lease
+	// lapsed (LEASE_SWEEP_INTERVAL; addendum §12 wants them gone within 15 s).
+	LeaseSweepInterval time.Duration
+	// LeaseMinTTL is the shortest lease_ttl a policy may set (LEASE_MIN_TTL, 60 s by the
+	// contract; only tests lower it, to watch leases lapse).
+	LeaseMinTTL time.Duration
 
 	// RequestTimeout is every request's budget (REQUEST_TIMEOUT): the gateway cuts each
 	// HTTP request to it, and services apply it to gRPC calls that arrive without a deadline.
@@ -149,6 +178,10 @@ func LoadFrom(lookup func(string) (string, bool)) (*Config, error) {
 		NATSURL:           r.str("NATS_URL", "nats://127.0.0.1:54222"),
 		PublicBaseURL:     strings.TrimRight(r.str("PUBLIC_BASE_URL", "http://localhost:8080"), "/"),
 
+		WebhookAllowPrivateNetworks: r.bool("WEBHOOK_ALLOW_PRIVATE_NETWORKS", false),
+		WebhookRetryFirst:           r.duration("WEBHOOK_RETRY_FIRST", 30*time.Second),
+		WebhookRetryMax:             r.duration("WEBHOOK_RETRY_MAX", 8*time.Hour),
+
 		EmailProvider: r.str("EMAIL_PROVIDER", "log"),
 		SMTPURL:       Secret(r.str("SMTP_URL", "")),
 		EmailFrom:     r.str("EMAIL_FROM", ""),
@@ -166,9 +199,16 @@ func LoadFrom(lookup func(string) (string, bool)) (*Config, error) {
 		ReleasesAddr:    r.str("RELEASES_ADDR", DefaultReleasesAddr),
 		BillingAddr:     r.str("BILLING_ADDR", DefaultBillingAddr),
 		StorefrontAddr:  r.str("STOREFRONT_ADDR", DefaultStorefrontAddr),
+		EventsAddr:      r.str("EVENTS_ADDR", DefaultEventsAddr),
+		EventRetention:  r.duration("EVENT_RETENTION", 2160*time.Hour),
 
-		LicenseCacheTTL: r.duration("LICENSE_CACHE_TTL", time.Second),
-		SigningKeysFile: r.str("SIGNING_KEYS_FILE", ""),
+		LicenseCacheTTL:     r.duration("LICENSE_CACHE_TTL", time.Second),
+		LicenseCacheLiveTTL: r.duration("LICENSE_CACHE_LIVE_TTL", 5*time.Minute),
+		RecordRetention:     r.duration("RECORD_RETENTION", 90*24*time.Hour),
+		SigningKeysFile:     r.str("SIGNING_KEYS_FILE", ""),
+
+		LeaseSweepInterval: r.duration("LEASE_SWEEP_INTERVAL", 5*time.Second),
+		LeaseMinTTL:        r.duration("LEASE_MIN_TTL", time.Minute),
 
 		RequestTimeout:  r.duration("REQUEST_TIMEOUT", 5*time.Second),
 		ShutdownDelay:   r.duration("SHUTDOWN_DELAY", 5*time.Second),
@@ -178,8 +218,20 @@ func LoadFrom(lookup func(string) (string, bool)) (*Config, error) {
 	if c.RequestTimeout <= 0 {
 		r.fail("REQUEST_TIMEOUT", "must be positive")
 	}
+	if c.LeaseSweepInterval <= 0 || c.LeaseSweepInterval > 15*time.Second {
+		r.fail("LEASE_SWEEP_INTERVAL", "must be positive and at most 15s")
+	}
+	if c.LeaseMinTTL < time.Second || c.LeaseMinTTL > time.Minute {
+		r.fail("LEASE_MIN_TTL", "must be between 1s and 1m")
+	}
 	if c.ShutdownTimeout <= 0 {
 		r.fail("SHUTDOWN_TIMEOUT", "must be positive")
+	}
+	if c.EventRetention <= 0 {
+		r.fail("EVENT_RETENTION", "must be positive")
+	}
+	if c.WebhookRetryFirst <= 0 || c.WebhookRetryMax < c.WebhookRetryFirst {
+		r.fail("WEBHOOK_RETRY_FIRST", "must be positive and at most WEBHOOK_RETRY_MAX")
 	}
 	if c.MetricsPort < 0 || c.MetricsPort > 65535 {
 		r.fail("METRICS_PORT", "must be a TCP port")

@@ -143,3 +143,15 @@ func TestLogLicenseKeysIsMaskedUnlessFull(t *testing.T) {
 		t.Fatalf("an unknown LOG_LICENSE_KEYS value is refused naming the variable: %v", err)
 	}
 }
+
+func TestLicenseCacheLiveTTLDefaultsToFiveMinutes(t *testing.T) {
+	for v, want := range map[string]time.Duration{"": 5 * time.Minute, "30s": 30 * time.Second, "0": 0} {
+		c, err := LoadFrom(env(map[string]string{"ADMIN_API_KEY": "k", "LICENSE_CACHE_LIVE_TTL": v}))
+		if err != nil || c.LicenseCacheLiveTTL != want {
+			t.Errorf("LICENSE_CACHE_LIVE_TTL=%q: %v %v, want %v", v, c, err, want)
+		}
+	}
+	if _, err := LoadFrom(env(map[string]string{"ADMIN_API_KEY": "k", "LICENSE_CACHE_LIVE_TTL": "-1s"})); err == nil || !strings.Contains(err.Error(), "LICENSE_CACHE_LIVE_TTL") {
+		t.Errorf("LICENSE_CACHE_LIVE_TTL=-1s: %v", err)
+	}
+}

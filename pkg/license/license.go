@@ -10,20 +10,12 @@ import (
 	"time"
 )
 
-// The license.deleted event: licensing publishes it (from its outbox, in the deleting
-// transaction) on the JetStream stream EventStream; activations consumes it and forgets
-// the license's seats and usage.
-const (
-	EventStream    = "LICENSING"
-	EventSubjects  = "keyhouse.licensing.>"
-	DeletedSubject = "keyhouse.licensing.license.deleted"
-	// EventRetention is how long the stream keeps an event (a consumer that was down
-	// catches up from there), and so how long licensing remembers a deletion whose purge
-	// may still be pending.
-	EventRetention = 7 * 24 * time.Hour
-)
+// EventRetention is how long licensing remembers a deletion whose purge may still be
+// pending in activations: as long as the event stream keeps the license.deleted event
+// (pkg/events.StreamMaxAge), from which a consumer that was down catches up.
+const EventRetention = 7 * 24 * time.Hour
 
-// ChangedSubject is the core NATS subject (no stream: it is outside EventSubjects) on
+// ChangedSubject is the core NATS subject (no stream: it is outside the event stream) on
 // which licensing announces that a license row changed (revoked, reactivated, deleted, new
 // terms or notes); the payload is the license key. Every process that caches licenses
 // (pkg/licensecache) drops the key when it hears it.
@@ -38,13 +30,6 @@ const SeatRemovedSubject = "keyhouse.seats.removed"
 // release was registered or unpublished (the payload is empty). Caches of check-update's
 // answers (the gateway's) empty themselves.
 const ReleasesChangedSubject = "keyhouse.releases.changed"
-
-// Deleted is the payload of DeletedSubject.
-type Deleted struct {
-	TenantID  string    `json:"tenant_id"`
-	Key       string    `json:"key"`
-	DeletedAt time.Time `json:"deleted_at"`
-}
 
 // Keys are 28 Crockford base32 characters in seven groups of four, e.g.
 // "7KQ2-M9XD-4HRT-0BWN-ZC3E-P6YA-1GVF": 140 bits from the CSPRNG, read aloud without

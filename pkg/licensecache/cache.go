@@ -54,7 +54,15 @@ const maxEntries = 100_000
 // value is not usable; a nil *Cache is a cache that always loads. Safe for concurrent use.
 type Cache[V any] struct {
 	ttl time.Duration
-	now func() time.Time
+	// liveTTL, when longer than ttl, is how long an entry lives while the cache is proven
+	// live (liveness.go); past ttl, it is served only while the proof holds.
+	liveTTL time.Duration
+	// liveUntil is when the proof lapses (Unix nanoseconds; 0: not proven).
+	liveUntil atomic.Int64
+	// keptLong: an entry was ever stored for longer than ttl (only those can outlive a
+	// missed change by more than the ttl).
+	keptLong atomic.Bool
+	now      func() time.Time
 
 	// live: the cache may be used (NATS connected, or no NATS at all).
 	live atomic.Bool
@@ -77,6 +85,8 @@ type Cache[V any] struct {
 	// wait for. An invalidation detaches the key's flights (the loads go on), so that a
 	// caller arriving after it never gets an answer read before it.
 	flights map[string]map[string]*flight[V]
+	// proofs: what each subscription knows of its publishers (liveness.go).
+	proofs []*proof
 }
 
 // flight is one load that several misses share.
@@ -91,14 +101,29 @@ type flight[V any] struct {
 type entry[V any] struct {
 	v       V
 	expires time.Time
+	// fresh: until when the entry is served without the liveness proof (stored + ttl).
+	fresh time.Time
+}
+
+// servable says whether e may answer at now.
+func (c *Cache[V]) servable(e entry[V], now time.Time) bool {
+	return now.Before(e.expires) && (now.Before(e.fresh) || c.proven(now))
 }
 
 // New returns a cache whose entries live ttl; ttl <= 0 returns nil (no caching).
 func New[V any](ttl time.Duration) *Cache[V] {
+	return NewLive[V](ttl, 0)
+}
+
+// NewLive returns a cache whose entries live ttl, or liveTTL while the cache is proven
+// live (it follows its change subjects and hears every publisher's heartbeat: see
+// liveness.go); an entry older than ttl is served only while the proof holds. liveTTL <=
+// ttl is New. ttl <= 0 returns nil (no caching).
+func NewLive[V any](ttl, liveTTL time.Duration) *Cache[V] {
 	if ttl <= 0 {
 		return nil
 	}
-	c := &Cache[V]{ttl: ttl, now: time.Now, entries: map[string]map[string]entry[V]{}, settling: map[string]time.Time{}, flights: map[string]map[string]*flight[V]{}}
+	c := &Cache[V]{ttl: ttl, liveTTL: liveTTL, now: time.Now, entries: map[string]map[string]entry[V]{}, settling: map[string]time.Time{}, flights: map[string]map[string]*flight[V]{}}
 	c.live.Store(true)
 	return c
 }
@@ -128,7 +153,7 @@ func (c *Cache[V]) GetUntil(key, qualifier string, load func() (V, time.Time, er
 	c.mu.RLock()
 	e, ok := c.entries[key][qualifier]
 	c.mu.RUnlock()
-	if ok && now.Before(e.expires) {
+	if ok && c.servable(e, now) {
 		return e.v, nil
 	}
 	var f *flight[V]
@@ -137,7 +162,7 @@ func (c *Cache[V]) GetUntil(key, qualifier string, load func() (V, time.Time, er
 		c.mu.Lock()
 		// The leader stores before it lands: checking again here saves a load that just
 		// ended.
-		if e, ok := c.entries[key][qualifier]; ok && now.Before(e.expires) {
+		if e, ok := c.entries[key][qualifier]; ok && c.servable(e, now) {
 			c.mu.Unlock()
 			return e.v, nil
 		}
@@ -169,7 +194,12 @@ func (c *Cache[V]) GetUntil(key, qualifier string, load func() (V, time.Time, er
 		return v, err
 	}
 	f.v, f.ok = v, true
-	expires := now.Add(c.ttl)
+	fresh := now.Add(c.ttl)
+	expires := fresh
+	if c.proven(now) {
+		expires = now.Add(c.liveTTL)
+		c.keptLong.Store(true)
+	}
 	if !until.IsZero() && until.Before(expires) {
 		expires = until
 	}
@@ -192,7 +222,7 @@ func (c *Cache[V]) GetUntil(key, qualifier string, load func() (V, time.Time, er
 	if _, replaced := answers[qualifier]; !replaced {
 		c.size++
 	}
-	answers[qualifier] = entry[V]{v: v, expires: expires}
+	answers[qualifier] = entry[V]{v: v, expires: expires, fresh: fresh}
 	return v, nil
 }
 
@@ -267,12 +297,12 @@ func (c *Cache[V]) ClearOn(nc *nats.Conn, subject string) (stop func(), err erro
 	if c == nil {
 		return func() {}, nil
 	}
-	sub, err := nc.Subscribe(subject, func(*nats.Msg) { c.Clear() })
+	stop, err = c.follow(nc, map[string]func(*nats.Msg){subject: func(*nats.Msg) { c.Clear() }})
 	if err != nil {
 		return nil, err
 	}
 	_ = nc.FlushTimeout(5 * time.Second)
-	return func() { _ = sub.Unsubscribe() }, nil
+	return stop, nil
 }
 
 // Subscribe makes the cache follow license.ChangedSubject on nc (and, when given, other
@@ -283,20 +313,14 @@ func (c *Cache[V]) Subscribe(nc *nats.Conn, more ...string) (stop func(), err er
 		return func() {}, nil
 	}
 	status := nc.StatusChanged(nats.CONNECTED, nats.RECONNECTING, nats.DISCONNECTED, nats.CLOSED)
-	var subs []*nats.Subscription
-	unsubscribe := func() {
-		for _, sub := range subs {
-			_ = sub.Unsubscribe()
-		}
-	}
+	handlers := map[string]func(*nats.Msg){}
 	for _, subject := range append([]string{license.ChangedSubject}, more...) {
-		sub, err := nc.Subscribe(subject, func(m *nats.Msg) { c.Invalidate(string(m.Data)) })
-		if err != nil {
-			unsubscribe()
-			nc.RemoveStatusListener(status)
-			return nil, err
-		}
-		subs = append(subs, sub)
+		handlers[subject] = func(m *nats.Msg) { c.Invalidate(string(m.Data)) }
+	}
+	unsubscribe, err := c.follow(nc, handlers)
+	if err != nil {
+		nc.RemoveStatusListener(status)
+		return nil, err
 	}
 	// The server knows the subscription once it answered a ping; messages missed before
 	// that are covered by starting empty.
@@ -338,12 +362,11 @@ func Publish(nc *nats.Conn, key string) error {
 }
 
 // PublishOn is Publish on another subject whose payload is a license key, for one key or
-// several: one message each, and one wait for them all.
+// several: one message each, numbered in sequence for the caches' liveness proof
+// (liveness.go), and one wait for them all.
 func PublishOn(nc *nats.Conn, subject string, keys ...string) error {
-	for _, key := range keys {
-		if err := nc.Publish(subject, []byte(key)); err != nil {
-			return err
-		}
+	if err := announcerOf(nc).publish(subject, keys); err != nil {
+		return err
 	}
 	return nc.FlushTimeout(time.Second)
 }

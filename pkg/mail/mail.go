@@ -111,9 +111,17 @@ func newSender(cfg Config, log *slog.Logger) (Sender, error) {
 	}
 }
 
-// ValidAddress reports whether s is one plain email address (no display name, no list):
-// what a checkout's customer email must be before it becomes a recipient.
+// MaxAddressLen is the longest address SMTP carries (RFC 5321: a 256-octet path, brackets
+// included).
+const MaxAddressLen = 254
+
+// ValidAddress reports whether s is one plain email address (no display name, no list) of
+// at most MaxAddressLen bytes: what a checkout's customer email must be before it becomes
+// a recipient.
 func ValidAddress(s string) bool {
+	if len(s) > MaxAddressLen {
+		return false
+	}
 	a, err := mail.ParseAddress(s)
 	return err == nil && a.Name == "" && a.Address == s && !strings.ContainsAny(s, "\r\n")
 }

@@ -73,7 +73,9 @@ func WithPullBatch(n int) ConsumeOption { return func(o *consumeOptions) { o.pul
 // MaxDeliver, when zero, to unlimited (a message that keeps failing is retried with the
 // backoff cap until a handler returns Permanent or an operator steps in, rather than
 // silently dropped). When MaxDeliver is set and the last delivery fails, Consume logs it
-// as an error and terminates the message.
+// as an error and terminates the message. A message whose handler panics on its fifth
+// delivery or later is terminated too (poison, not an outage). Every termination is one
+// ERROR line with its reason and a count in keyhouse_consumer_terminated_total.
 //
 // While NATS is unreachable, Consume waits and resumes; if the consumer is deleted under
 // it, it is created again.
@@ -101,6 +103,7 @@ func Consume(ctx context.Context, js jetstream.JetStream, stream string, cfg jet
 	}
 	c := &consumer{
 		base:   context.WithoutCancel(ctx),
+		stream: stream,
 		cfg:    cfg,
 		opts:   o,
 		handle: handle,
@@ -153,6 +156,7 @@ func Consume(ctx context.Context, js jetstream.JetStream, stream string, cfg jet
 
 type consumer struct {
 	base   context.Context // ctx's values without its cancel: handlers finish at shutdown
+	stream string
 	cfg    jetstream.ConsumerConfig
 	opts   consumeOptions
 	handle Handler
@@ -201,8 +205,7 @@ func (c *consumer) onMessage(msg jetstream.Msg) {
 	}
 	meta, err := msg.Metadata()
 	if err != nil {
-		c.log.Error("not a JetStream message, terminating", "subject", msg.Subject(), "error", err.Error())
-		_ = msg.Term()
+		c.terminate(msg, c.log.With("subject", msg.Subject()), termMalformed, "not a JetStream message, terminating", err)
 		return
 	}
 	log := c.log.With("subject", msg.Subject(), "stream_seq", meta.Sequence.Stream, "delivery", meta.NumDelivered)
@@ -219,11 +222,13 @@ func (c *consumer) onMessage(msg jetstream.Msg) {
 			log.Warn("ack failed, message will be redelivered", "error", err.Error())
 		}
 	case IsPermanent(err):
-		log.Error("permanent failure, message terminated", "error", err.Error())
-		_ = msg.TermWithReason("permanent failure")
+		c.terminate(msg, log, termPermanent, "permanent failure, message terminated", err)
+	case errors.As(err, new(panicError)) && meta.NumDelivered >= maxPanics:
+		// An outage makes handlers fail, not panic: a message that panics the handler
+		// delivery after delivery is poison, and retrying it for ever helps nobody.
+		c.terminate(msg, log, termPanic, "handler panicked on every delivery, message terminated", err)
 	case c.cfg.MaxDeliver > 0 && meta.NumDelivered >= uint64(c.cfg.MaxDeliver):
-		log.Error("giving up after the last allowed delivery, message terminated", "error", err.Error())
-		_ = msg.TermWithReason("max deliveries")
+		c.terminate(msg, log, termMaxDeliveries, "giving up after the last allowed delivery, message terminated", err)
 	default:
 		delay := backoff(c.opts.retryMin, c.opts.retryMax, int(min(meta.NumDelivered, 64)))
 		log.Warn("handler failed, will redeliver", "error", err.Error(), "retry_in", delay.String())
@@ -231,15 +236,41 @@ func (c *consumer) onMessage(msg jetstream.Msg) {
 	}
 }
 
+// maxPanics is the delivery after which a message whose handler panics is terminated.
+const maxPanics = 5
+
+// Termination reasons, the values of keyhouse_consumer_terminated_total's reason label
+// and the reason JetStream records with the termination.
+const (
+	termPermanent     = "permanent"
+	termPanic         = "panic"
+	termMaxDeliveries = "max_deliveries"
+	termMalformed     = "not_jetstream"
+)
+
+// terminate ends msg for good: one ERROR line with the handler's error, a count in
+// keyhouse_consumer_terminated_total, and the reason on the JetStream termination.
+func (c *consumer) terminate(msg jetstream.Msg, log *slog.Logger, reason, line string, err error) {
+	log.Error(line, "reason", reason, "error", err.Error())
+	consumerTerminated.WithLabelValues(c.stream, c.cfg.Durable, reason).Inc()
+	_ = msg.TermWithReason(reason)
+}
+
+// panicError is a recovered handler panic.
+type panicError struct{ value string }
+
+func (e panicError) Error() string { return "handler panic: " + e.value }
+
 // call runs the handler with a context that survives shutdown but not AckWait, and turns
-// a panic into an ordinary (retryable) error rather than a crashed service.
+// a panic into an error rather than a crashed service: retried like any failure, and
+// terminated once it has panicked on maxPanics deliveries.
 func (c *consumer) call(msg jetstream.Msg) (err error) {
 	ctx, cancel := context.WithTimeout(c.base, c.cfg.AckWait)
 	defer cancel()
 	defer func() {
 		if r := recover(); r != nil {
 			c.log.Error("handler panic", "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
-			err = fmt.Errorf("handler panic: %v", r)
+			err = panicError{value: fmt.Sprint(r)}
 		}
 	}()
 	return c.handle(ctx, msg)

@@ -16,6 +16,7 @@ import (
 	"github.com/keyhouse/keyhouse/devinfra/testkit"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 func publish(t *testing.T, js jetstream.JetStream, subject, msgID string) {
@@ -169,6 +170,49 @@ func TestConsumerStopsRetryingAtMaxDeliver(t *testing.T) {
 	}
 	if n := rec.count("giving up after the last allowed delivery, message terminated"); n != 1 {
 		t.Errorf("logged %d give-up lines, want 1", n)
+	}
+}
+
+// A message that panics the handler on every delivery is poison, not an outage: it is
+// terminated on its fifth delivery (with no MaxDeliver set), counted and logged, and the
+// message behind it is handled.
+func TestConsumerTerminatesAMessageThatPanicsOnEveryDelivery(t *testing.T) {
+	t.Parallel()
+	_, js := connect(t, devnats.SharedURL(t), nil)
+	stream, prefix := newStream(t, js)
+	log, rec := newLog(t)
+
+	var d deliveries
+	handle := func(ctx context.Context, msg jetstream.Msg) error {
+		d.add(msg)
+		if string(msg.Data()) == "poison" {
+			var m map[string]int
+			m["boom"]++ // nil map: a panic, as a bug on one message's data would cause
+		}
+		return nil
+	}
+	cfg := jetstream.ConsumerConfig{Durable: "panicky", FilterSubject: prefix + ".>"}
+	before := testutil.ToFloat64(consumerTerminated.WithLabelValues(stream, "panicky", termPanic))
+	background(t, func(ctx context.Context) error {
+		return Consume(ctx, js, stream, cfg, handle, log, WithRetryDelay(10*time.Millisecond, 10*time.Millisecond))
+	})
+	publish(t, js, prefix+".ev", "poison")
+	publish(t, js, prefix+".ev", "good")
+
+	eventually(t, 10*time.Second, "both messages settled", func() bool {
+		return settled(consumerInfo(t, js, stream, "panicky"), 2)
+	})
+	if got := d.of("poison"); fmt.Sprint(got) != "[1 2 3 4 5]" {
+		t.Errorf("poison deliveries = %v, want [1 2 3 4 5]", got)
+	}
+	if got := d.of("good"); len(got) != 1 {
+		t.Errorf("good delivered %v, want once", got)
+	}
+	if n := rec.count("handler panicked on every delivery, message terminated"); n != 1 {
+		t.Errorf("logged %d terminated lines, want 1", n)
+	}
+	if got := testutil.ToFloat64(consumerTerminated.WithLabelValues(stream, "panicky", termPanic)) - before; got != 1 {
+		t.Errorf("keyhouse_consumer_terminated_total{reason=panic} rose by %v, want 1", got)
 	}
 }
 

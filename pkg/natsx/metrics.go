@@ -33,6 +33,14 @@ var (
 		"Messages in the stream not yet delivered to the durable consumer.", []string{"stream", "consumer"}, nil)
 	consumerAckPendingDesc = prometheus.NewDesc("keyhouse_jetstream_consumer_ack_pending",
 		"Messages delivered to the durable consumer and not yet acknowledged.", []string{"stream", "consumer"}, nil)
+
+	// consumerTerminated counts the messages Consume gave up on, by reason: permanent (the
+	// handler said so), panic (it panicked on every delivery), max_deliveries,
+	// not_jetstream.
+	consumerTerminated = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "keyhouse_consumer_terminated_total",
+		Help: "Messages a durable consumer terminated instead of retrying, by stream, consumer and reason (permanent, panic, max_deliveries, not_jetstream).",
+	}, []string{"stream", "consumer", "reason"})
 )
 
 // RegisterOutboxMetrics exposes the backlog of the outbox table that pool's search_path

@@ -39,12 +39,14 @@ func init() {
 		Note:  "one op = two requests: activate (licensing lookup over gRPC, then lock, checks and insert in one round trip) and deactivate (lookup, one indexed delete); CPU-bound like every full-path row",
 		Setup: setupActivatePairs,
 	})
-	Register(Scenario{
-		ID:    "validate",
-		Name:  "validate-license (gateway → activations → licensing, Postgres)",
-		Note:  "read only, as shipped: activations' valid answer from the gateway's cache (on a miss the gateway calls activations, which has the license from its cache of licensing's answers and probes the seat in Postgres)",
-		Setup: setupValidate,
-	})
+	for _, sp := range Spreads {
+		Register(Scenario{
+			ID:    "validate" + sp.ID,
+			Name:  "validate-license, " + sp.Label + ", one seat each (gateway → activations → licensing, Postgres)",
+			Note:  "read only, as shipped: activations' valid answer from the gateway's cache when it holds the seat (on a miss the gateway calls activations, which has the license from its cache of licensing's answers or asks licensing, and probes the seat in Postgres)",
+			Setup: func(ctx context.Context, env *Env) (Op, error) { return setupValidate(ctx, env, sp) },
+		})
+	}
 	Register(Scenario{
 		ID:    "usage",
 		Name:  "track-usage, 200 licenses (no contention)",
@@ -127,22 +129,14 @@ func setupActivatePairs(ctx context.Context, env *Env) (Op, error) {
 	}, nil
 }
 
-func setupValidate(ctx context.Context, env *Env) (Op, error) {
-	keys, err := issueMany(ctx, env, licensePool, func(i int) map[string]any {
-		return map[string]any{"tier": "pro", "product_id": "bench-validate", "issued_to": fmt.Sprintf("validate-%d@example.com", i)}
-	})
+func setupValidate(ctx context.Context, env *Env, sp Spread) (Op, error) {
+	keys, err := readLicenseKeys(ctx, env)
 	if err != nil {
 		return nil, err
 	}
-	for i, k := range keys {
-		if _, err := env.activate(ctx, SetupIP(), k, "host-"+k); err != nil {
-			return nil, fmt.Errorf("license %d: %w", i, err)
-		}
-	}
 	return func(ctx context.Context, worker, i int) error {
-		key := keys[(worker*7919+i)%len(keys)]
-		st, data, err := env.Do(ctx, http.MethodPost, "/v1/validate-license", clientIP(12, worker, i, 900), false,
-			map[string]string{"key": key, "instance_id": "host-" + key})
+		st, data, err := env.Do(ctx, http.MethodPost, "/v1/validate-license", clientIP(23+spreadIndex(sp), worker, i, 900), false,
+			map[string]string{"key": keys[sp.pick(worker, i)], "instance_id": readInstance})
 		if err := Expect(st, data, err, http.StatusOK); err != nil {
 			return err
 		}

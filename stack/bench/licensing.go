@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net"
 	"net/http"
 	"time"
@@ -15,47 +14,34 @@ import (
 	"github.com/keyhouse/keyhouse/pkg/pgxx"
 )
 
-// licensePool is how many licenses the verify scenarios spread their lookups over.
+// licensePool is how many licenses the write scenarios (track-usage) spread over.
 const licensePool = 200
 
 func init() {
-	Register(Scenario{
-		ID:    "verify",
-		Name:  "verify-license (gateway → licensing → Postgres)",
-		Note:  "the full path as shipped: HTTP edge, Redis rate limit (coalesced), then licensing's valid answer from the gateway's cache (asked over gRPC at most once per key and LICENSE_CACHE_TTL, and licensing reads Postgres only on its own miss)",
-		Setup: setupVerifyGateway,
-	})
-	Register(Scenario{
-		ID:    "floor",
-		Name:  "verify-license floor (bare net/http + pgx)",
-		Note:  "the same single-row lookup and JSON answer with nothing in between",
-		Setup: setupVerifyFloor,
-	})
-}
-
-func issuePool(ctx context.Context, env *Env, product string) ([]string, error) {
-	keys := make([]string, licensePool)
-	for i := range keys {
-		k, err := env.IssueLicense(ctx, map[string]any{
-			"tier": "pro", "product_id": product, "issued_to": fmt.Sprintf("bench-%d@example.com", i),
-			"limits": map[string]any{"seats": 10, "api_calls_per_day": 100000},
+	for _, sp := range Spreads {
+		Register(Scenario{
+			ID:    "verify" + sp.ID,
+			Name:  "verify-license, " + sp.Label + " (gateway → licensing → Postgres)",
+			Note:  "the full path as shipped: HTTP edge, Redis rate limit (coalesced), then licensing's valid answer, from the gateway's cache when it holds the key (asked over gRPC at most once per key and LICENSE_CACHE_TTL, and licensing reads Postgres only on its own miss)",
+			Setup: func(ctx context.Context, env *Env) (Op, error) { return setupVerifyGateway(ctx, env, sp, 20) },
 		})
-		if err != nil {
-			return nil, err
-		}
-		keys[i] = k
+		Register(Scenario{
+			ID:    "floor" + sp.ID,
+			Name:  "verify-license floor, " + sp.Label + " (bare net/http + pgx)",
+			Note:  "the same single-row lookup and JSON answer with nothing in between, on the same licenses and spread",
+			Setup: func(ctx context.Context, env *Env) (Op, error) { return setupVerifyFloor(ctx, env, sp) },
+		})
 	}
-	return keys, nil
 }
 
-func setupVerifyGateway(ctx context.Context, env *Env) (Op, error) {
-	keys, err := issuePool(ctx, env, "bench-verify")
+func setupVerifyGateway(ctx context.Context, env *Env, sp Spread, ipBlock int) (Op, error) {
+	keys, err := readLicenseKeys(ctx, env)
 	if err != nil {
 		return nil, err
 	}
 	return func(ctx context.Context, worker, i int) error {
-		st, body, err := env.Do(ctx, http.MethodPost, "/v1/verify-license", ClientIP(worker, i, 900), false,
-			map[string]string{"key": keys[(worker*7919+i)%len(keys)]})
+		st, body, err := env.Do(ctx, http.MethodPost, "/v1/verify-license", clientIP(ipBlock+spreadIndex(sp), worker, i, 900), false,
+			map[string]string{"key": keys[sp.pick(worker, i)]})
 		return Expect(st, body, err, http.StatusOK)
 	}, nil
 }
@@ -63,8 +49,8 @@ func setupVerifyGateway(ctx context.Context, env *Env) (Op, error) {
 // setupVerifyFloor serves verify-license from a bare handler in this process: decode the
 // body, look the key up by its hash (as the licensing service does), check status and
 // expiry, encode the answer. It is the floor the full stack is compared with.
-func setupVerifyFloor(ctx context.Context, env *Env) (Op, error) {
-	keys, err := issuePool(ctx, env, "bench-floor")
+func setupVerifyFloor(ctx context.Context, env *Env, sp Spread) (Op, error) {
+	keys, err := readLicenseKeys(ctx, env)
 	if err != nil {
 		return nil, err
 	}
@@ -120,7 +106,7 @@ func setupVerifyFloor(ctx context.Context, env *Env) (Op, error) {
 	floor := &Env{Stack: env.Stack, URL: "http://" + lis.Addr().String(), HTTP: env.HTTP}
 	return func(ctx context.Context, worker, i int) error {
 		st, body, err := floor.Do(ctx, http.MethodPost, "/v1/verify-license", ClientIP(worker, i, 900), false,
-			map[string]string{"key": keys[(worker*7919+i)%len(keys)]})
+			map[string]string{"key": keys[sp.pick(worker, i)]})
 		return Expect(st, body, err, http.StatusOK)
 	}, nil
 }

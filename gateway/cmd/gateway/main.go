@@ -104,14 +104,14 @@ func run(ctx context.Context) error {
 
 	// The answers of verify-license, validate-license and check-update are cached here
 	// (edge.Caches), following the change events over NATS like the services' license
-	// caches (LICENSE_CACHE_TTL bounds them), and dropped as soon as a write through this
-	// gateway announces what it changed.
+	// caches (LICENSE_CACHE_TTL bounds them, LICENSE_CACHE_LIVE_TTL while their liveness is
+	// proven), and dropped as soon as a write through this gateway announces what it changed.
 	nc, _, err := natsx.Connect(ctx, cfg.NATSURL, "gateway", log)
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	caches := edge.NewCaches(cfg.LicenseCacheTTL)
+	caches := edge.NewCaches(cfg.LicenseCacheTTL, cfg.LicenseCacheLiveTTL)
 	stopCaches, err := caches.Follow(nc)
 	if err != nil {
 		return err
@@ -130,6 +130,7 @@ func run(ctx context.Context) error {
 		{cfg.ReleasesAddr, &conns.Releases, []grpc.DialOption{dropAnnounced}},
 		{cfg.BillingAddr, &conns.Billing, nil},
 		{cfg.StorefrontAddr, &conns.Storefront, nil},
+		{cfg.EventsAddr, &conns.Events, nil},
 	} {
 		conn, err := grpcx.Dial(c.addr, c.opts...)
 		if err != nil {
@@ -151,6 +152,7 @@ func run(ctx context.Context) error {
 		{"releases", conns.Releases},
 		{"billing", conns.Billing},
 		{"storefront", conns.Storefront},
+		{"events", conns.Events},
 	} {
 		monitor.Add(readiness.Check{Name: b.name, Probe: grpcHealthProbe(b.conn)})
 	}

@@ -22,13 +22,15 @@ type Caches struct {
 	Updates    *licensecache.Cache[*releasesv1.CheckUpdateResponse]
 }
 
-// NewCaches returns caches whose entries live at most ttl (LICENSE_CACHE_TTL); ttl <= 0
-// returns nil caches, which ask the services every time.
-func NewCaches(ttl time.Duration) *Caches {
+// NewCaches returns caches whose entries live at most ttl (LICENSE_CACHE_TTL), or liveTTL
+// (LICENSE_CACHE_LIVE_TTL) while they can prove they have seen every change event
+// (pkg/licensecache's liveness); ttl <= 0 returns nil caches, which ask the services every
+// time.
+func NewCaches(ttl, liveTTL time.Duration) *Caches {
 	return &Caches{
-		Verified:   licensecache.New[*licensingv1.VerifyLicenseResponse](ttl),
-		ValidSeats: licensecache.New[*activationsv1.ValidateLicenseResponse](ttl),
-		Updates:    licensecache.New[*releasesv1.CheckUpdateResponse](ttl),
+		Verified:   licensecache.NewLive[*licensingv1.VerifyLicenseResponse](ttl, liveTTL),
+		ValidSeats: licensecache.NewLive[*activationsv1.ValidateLicenseResponse](ttl, liveTTL),
+		Updates:    licensecache.NewLive[*releasesv1.CheckUpdateResponse](ttl, liveTTL),
 	}
 }
 

@@ -27,7 +27,7 @@ import (
 
 // Conns are the gateway's connections to the services.
 type Conns struct {
-	Licensing, Activations, Releases, Billing, Storefront *grpc.ClientConn
+	Licensing, Activations, Releases, Billing, Storefront, Events *grpc.ClientConn
 }
 
 // Options configure New.
@@ -90,6 +90,9 @@ func New(ctx context.Context, opts Options) (http.Handler, error) {
 		return nil, err
 	}
 	if err := registerStorefront(ctx, mux, c.Storefront); err != nil {
+		return nil, err
+	}
+	if err := registerEvents(ctx, mux, c.Events); err != nil {
 		return nil, err
 	}
 	if err := mux.HandlePath(http.MethodGet, "/", health(marshaler)); err != nil {

@@ -213,7 +213,7 @@ func TestOpenAPI_EveryDocumentedRouteReachesTheMethodItNames(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = conn.Close() })
-	h, err := New(context.Background(), Options{Log: slog.New(slog.DiscardHandler), Conns: Conns{Licensing: conn, Activations: conn, Releases: conn, Billing: conn, Storefront: conn}})
+	h, err := New(context.Background(), Options{Log: slog.New(slog.DiscardHandler), Conns: Conns{Licensing: conn, Activations: conn, Releases: conn, Billing: conn, Storefront: conn, Events: conn}})
 	if err != nil {
 		t.Fatal(err)
 	}

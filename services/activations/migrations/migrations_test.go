@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/keyhouse/keyhouse/pkg/idempotency"
+	"github.com/keyhouse/keyhouse/pkg/natsx"
 	"github.com/keyhouse/keyhouse/pkg/pgxx"
 	"github.com/keyhouse/keyhouse/services/activations/migrations"
 )
@@ -12,6 +13,14 @@ import (
 // must be the package's table, verbatim.
 func TestMigrationsHoldTheSharedIdempotencyTable(t *testing.T) {
 	if err := pgxx.CheckSharedDDL(migrations.FS, idempotency.TableSQL); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The events this service emits (pkg/events) go through pkg/natsx's outbox and relay on a
+// table this schema holds: it must be the package's table, verbatim.
+func TestMigrationsHoldTheSharedOutboxTable(t *testing.T) {
+	if err := pgxx.CheckSharedTables(migrations.FS, natsx.OutboxTable); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -37,6 +37,18 @@ func run(ctx context.Context) error {
 	keep := flag.Bool("keep", false, "keep the stack's folder (logs) afterwards")
 	rounds := flag.Int("rounds", 5, "measure each scenario in this many slices, interleaved with the other scenarios")
 	prebuilt := flag.String("bin", "", "use the binaries in this folder instead of building the working tree (A/B runs)")
+	settings := map[string]string{
+		"ADMIN_API_KEY":   "bench-admin-key-0123456789abcdef0123456789",
+		"TRUSTED_PROXIES": "127.0.0.1/32",
+	}
+	flag.Func("env", "NAME=VALUE: a setting of every process other than make run's (repeatable; e.g. -env LICENSE_CACHE_LIVE_TTL=0 for the caches without liveness)", func(v string) error {
+		name, value, ok := strings.Cut(v, "=")
+		if !ok || name == "" {
+			return fmt.Errorf("want NAME=VALUE, got %q", v)
+		}
+		settings[name] = value
+		return nil
+	})
 	flag.Parse()
 	if *rounds < 1 {
 		return fmt.Errorf("-rounds must be at least 1")
@@ -74,10 +86,7 @@ func run(ctx context.Context) error {
 	}
 	defer logFile.Close()
 	fmt.Fprintln(os.Stderr, "starting the stack ...")
-	s, err := stack.Start(ctx, stack.Options{Dir: dir, BinDir: binDir, Output: logFile, Env: stack.DevEnv(map[string]string{
-		"ADMIN_API_KEY":   "bench-admin-key-0123456789abcdef0123456789",
-		"TRUSTED_PROXIES": "127.0.0.1/32",
-	})})
+	s, err := stack.Start(ctx, stack.Options{Dir: dir, BinDir: binDir, Output: logFile, Env: stack.DevEnv(settings)})
 	if err != nil {
 		return err
 	}

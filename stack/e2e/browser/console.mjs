@@ -94,6 +94,29 @@ async function leaveFor(page, act) {
   return url;
 }
 
+// waitForDelivery reloads an endpoint's page until its index-th newest delivery has the
+// status (the worker delivers in the background).
+async function waitForDelivery(page, index, status) {
+  for (let i = 0; i < 100; i++) {
+    const row = page.locator('tr.delivery').nth(index);
+    if ((await row.count()) && (await row.getAttribute('data-status')) === status) return;
+    await page.waitForTimeout(200);
+    await page.reload();
+  }
+  throw new Error(`delivery ${index} never reached ${status}`);
+}
+
+// waitForAttempt reloads until the index-th newest delivery has an attempt.
+async function waitForAttempt(page, index) {
+  for (let i = 0; i < 100; i++) {
+    const row = page.locator('tr.delivery').nth(index);
+    if ((await row.count()) && (await row.locator('details.attempts').count())) return;
+    await page.waitForTimeout(200);
+    await page.reload();
+  }
+  throw new Error(`delivery ${index} never had an attempt`);
+}
+
 const scenarios = {
   // Self-hosted: admin key sign-in, issue, field errors, search, revoke.
   async selfhosted(page) {
@@ -321,6 +344,61 @@ const scenarios = {
     return {};
   },
 
+  // Leases (docs/leases.md): a product's policies, the license page's seat leases and
+  // bindings, lease-key rotation, and the portal's lease end and release.
+  async leases(page) {
+    await signInWithKey(page, cfg.key);
+    await page.getByRole('link', { name: 'Leases', exact: true }).click();
+    await page.waitForURL(base + '/console/leases');
+    const kidsBefore = await page.locator('table tbody tr').count();
+    check(kidsBefore === 1, `one lease key listed before rotation, got ${kidsBefore}`);
+    await page.locator('#product_id').fill(cfg.product);
+    await page.locator('#product_id').press('Enter');
+    await page.waitForURL(base + '/console/products/' + cfg.product);
+    check((await text(page, 'table tbody tr td:first-child')) === '*', 'the product page lists the default policy');
+    // Out of bounds: the API's message beside the field, the form kept.
+    await page.getByLabel('Tier (* for the product\'s default)').fill('enterprise');
+    await page.getByLabel('Lease (seconds, 60 … 7776000)').fill('30');
+    await page.getByRole('button', { name: 'Save policy' }).click();
+    const ttlError = await page.locator('#lease_ttl_seconds-error').innerText().catch(() => '');
+    check(ttlError.includes('lease_ttl_seconds'), `a 30 s lease: the API's message beside the field, got "${ttlError}"`);
+    check(await page.locator('#tier').inputValue() === 'enterprise', 'the refused form keeps the tier');
+    await page.getByLabel('Lease (seconds, 60 … 7776000)').fill('3600');
+    await page.getByLabel('Entitlements (comma-separated)').fill('export.pdf, sync');
+    await page.getByLabel('Machine binding').selectOption('most');
+    await page.getByRole('button', { name: 'Save policy' }).click();
+    await page.waitForURL(/\?notice=policy-saved/);
+    check((await page.locator('table tbody tr').count()) === 2, 'the saved policy is listed next to the default');
+    await shot(page, 'product');
+
+    // The license page: the floating seat's lease end and its binding.
+    await page.goto(base + '/console/licenses/' + cfg.licenseKey);
+    const row = page.locator('#seats-title ~ table tbody tr').first();
+    const cells = await row.locator('td').allInnerTexts();
+    check(cells[0] === cfg.instance, `the seat row names ${cfg.instance}, got ${cells[0]}`);
+    check(/\d{4}-\d{2}-\d{2} \d{2}:\d{2} UTC/.test(cells[2]), `the seat row shows its lease end, got "${cells[2]}"`);
+    check(cells[3].includes('disk=d1'), `the seat row shows the bound components, got "${cells[3]}"`);
+    const portal = await page.locator('#portal-link').inputValue();
+
+    // Rotation: the old key stays, retiring.
+    await page.goto(base + '/console/leases');
+    await page.getByLabel('Old key verifies for (seconds; empty: the longest lease plus a day)').fill('3600');
+    await page.getByRole('button', { name: 'Rotate lease key' }).click();
+    await page.waitForURL(/\?notice=lease-key-rotated/);
+    const statuses = await page.locator('table tbody tr td:nth-child(2)').allInnerTexts();
+    check(statuses.join(',') === 'active,retiring', `after rotation: active and retiring keys, got ${statuses}`);
+    await shot(page, 'leases');
+    await signOut(page);
+
+    // The portal: when the lease ends, and release frees the seat.
+    await page.goto(portal);
+    const pcells = await page.locator('#seats-title ~ table tbody tr').first().locator('td').allInnerTexts();
+    check(/UTC/.test(pcells[2]), `the portal shows the seat's lease end, got "${pcells[2]}"`);
+    await page.getByRole('button', { name: 'Deactivate ' + cfg.instance }).click();
+    await page.waitForURL(/\?notice=seat-deactivated/);
+    return { kids: statuses.length };
+  },
+
   // The end-user portal: no console session, only the link.
   async portal(page) {
     const resp = await page.goto(cfg.portal);
@@ -345,6 +423,100 @@ const scenarios = {
     const after = await page.locator('section[aria-labelledby="seats-title"] tbody tr').count();
     check(after === before - 1, `deactivating in the portal frees one seat (${before} -> ${after})`);
     return { licPath, licName: lic.suggestedFilename(), offlinePath };
+  },
+
+  // Webhooks: create an endpoint (the secret shows once), ping it and watch the delivery
+  // succeed, break the receiver and see the failed attempt, mend it and redeliver.
+  async webhooks(page) {
+    await signInWithKey(page, cfg.key);
+    await page.getByRole('link', { name: 'Webhooks' }).click();
+    await page.waitForURL(base + '/console/webhooks');
+    // A refused form: the API's message beside the field.
+    await page.getByLabel('URL').fill('ftp://example.com/hook');
+    await page.getByRole('button', { name: 'Add endpoint' }).click();
+    const urlError = await page.locator('#url-error').innerText().catch(() => '');
+    check(urlError.includes('http'), `a non-http URL: expected the API's message beside URL, got "${urlError}"`);
+    await page.getByLabel('URL').fill(cfg.receiver);
+    await page.getByLabel('Events').fill('license., ping');
+    await page.getByRole('button', { name: 'Add endpoint' }).click();
+    const eventsError = await page.locator('#events-error').innerText().catch(() => '');
+    check(eventsError.includes('unknown event type "ping"'), `an unknown type: expected the message beside Events, got "${eventsError}"`);
+    // A type no other test causes: on the shared stack, "*" would bring other tests'
+    // events between the pings, and "the newest delivery" would not be ours.
+    await page.getByLabel('Events').fill('webhook_endpoint.disabled');
+    await page.getByLabel('Description (optional)').fill('Browser test receiver');
+    await page.getByRole('button', { name: 'Add endpoint' }).click();
+    const secret = await page.locator('#webhook-secret').inputValue();
+    check(secret.startsWith('whsec_'), `the new secret shows once, got "${secret}"`);
+    await shot(page, 'webhook-secret');
+    await page.getByRole('link', { name: 'Continue to the endpoint' }).click();
+    await page.waitForURL(/\/console\/webhooks\/we_/);
+    const endpoint = page.url().split('/').pop().split('?')[0];
+    check(!(await page.content()).includes(secret), 'the secret is not on the endpoint page');
+    await page.goto(base + '/console/webhooks');
+    check(!(await page.content()).includes(secret), 'the secret is not on the list page');
+    check((await page.locator('table.list tbody tr').count()) === 1, 'the list shows the endpoint');
+    await page.getByRole('link', { name: cfg.receiver }).click();
+
+    // Ping: the delivery shows, and succeeds.
+    await page.getByRole('button', { name: 'Send a ping' }).click();
+    await page.waitForURL(/notice=pinged/);
+    await waitForDelivery(page, 0, 'succeeded');
+    await shot(page, 'webhook-delivered');
+
+    // Break the receiver: the next ping's attempt fails with the receiver's 500.
+    await fetch(cfg.control + '/break', { method: 'POST' });
+    await page.getByRole('button', { name: 'Send a ping' }).click();
+    await page.waitForURL(/notice=pinged/);
+    await waitForAttempt(page, 0);
+    const row = page.locator('tr.delivery').first();
+    check((await row.getAttribute('data-status')) === 'pending', 'a failed attempt leaves the delivery pending (retried)');
+    await row.locator('summary').click();
+    const attempt = await row.locator('tr.attempt').first().innerText();
+    check(attempt.includes('500') && attempt.includes('answered HTTP 500'), `the failed attempt shows the 500, got "${attempt}"`);
+    await shot(page, 'webhook-failed');
+    const failedEvent = (await row.locator('td').first().innerText()).trim();
+
+    // Mend it and redeliver the failed event: a new delivery that succeeds.
+    await fetch(cfg.control + '/mend', { method: 'POST' });
+    await row.getByRole('button', { name: 'Redeliver ' + failedEvent }).click();
+    await page.waitForURL(/notice=redelivered/);
+    await waitForDelivery(page, 0, 'succeeded');
+    const redelivered = (await page.locator('tr.delivery').first().locator('td').first().innerText()).trim();
+    check(redelivered === failedEvent, `the newest delivery is the redelivered event (${redelivered} vs ${failedEvent})`);
+
+    // Disable and enable.
+    await page.getByRole('button', { name: 'Disable' }).click();
+    await page.waitForURL(/notice=disabled/);
+    check((await text(page, '#endpoint-state')).startsWith('disabled'), 'the endpoint shows disabled');
+    await page.getByRole('button', { name: 'Enable' }).click();
+    await page.waitForURL(/notice=enabled/);
+    check((await text(page, '#endpoint-state')) === 'enabled', 'the endpoint shows enabled again');
+
+    // The event log: find the license the test issued, read its JSON, send it to the
+    // endpoint (it was created after the change, so it has no delivery of it yet).
+    await page.getByRole('link', { name: 'Events' }).click();
+    await page.waitForURL(base + '/console/events');
+    await page.getByLabel('License key').fill(cfg.license);
+    await page.getByRole('button', { name: 'Filter' }).click();
+    await page.waitForURL(/license_key=/);
+    const rows = page.locator('tr.event');
+    check((await rows.count()) === 1, `filtering by the license shows its one event, got ${await rows.count()}`);
+    check((await rows.first().locator('td').nth(1).innerText()).trim() === 'license.issued', 'the event is license.issued');
+    await rows.first().locator('a').click();
+    await page.waitForURL(/\/console\/events\/evt_/);
+    const json = await text(page, '#event-json');
+    check(json.includes(cfg.license) && json.includes('"type": "license.issued"'), `the event's JSON shows, got ${json.slice(0, 200)}`);
+    await shot(page, 'event');
+    await page.getByLabel('Send it again to').selectOption(endpoint);
+    await page.getByRole('button', { name: 'Redeliver' }).click();
+    await page.waitForURL(/notice=redelivered/);
+    for (let i = 0; i < 100 && (await page.locator('tr.delivery[data-status="succeeded"]').count()) === 0; i++) {
+      await page.waitForTimeout(200);
+      await page.reload();
+    }
+    check((await page.locator('tr.delivery[data-status="succeeded"]').count()) === 1, 'the event page shows its delivery, succeeded');
+    return { secret, endpoint, failedEvent };
   },
 };
 

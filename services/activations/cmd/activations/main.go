@@ -9,14 +9,15 @@ import (
 
 	"github.com/keyhouse/keyhouse/pkg/app"
 	"github.com/keyhouse/keyhouse/pkg/config"
+	"github.com/keyhouse/keyhouse/pkg/events"
 	"github.com/keyhouse/keyhouse/pkg/idempotency"
-	"github.com/keyhouse/keyhouse/pkg/license"
 	"github.com/keyhouse/keyhouse/pkg/licensecache"
 	"github.com/keyhouse/keyhouse/pkg/licensingclient"
 	"github.com/keyhouse/keyhouse/pkg/natsx"
 	"github.com/keyhouse/keyhouse/services/activations/internal/purge"
 	"github.com/keyhouse/keyhouse/services/activations/internal/server"
 	"github.com/keyhouse/keyhouse/services/activations/internal/store"
+	"github.com/keyhouse/keyhouse/services/activations/internal/sweep"
 	"github.com/keyhouse/keyhouse/services/activations/migrations"
 )
 
@@ -30,42 +31,51 @@ func main() {
 			if err != nil {
 				return err
 			}
-			st := store.New(d.DB)
 			licenses := licensingclient.New(conn, d.Config.AdminAPIKey.Reveal())
-			server.RegisterConsole(d.Server.GRPC, server.NewConsole(st, licenses))
-
 			nc, js, err := natsx.Connect(ctx, d.Config.NATSURL, "activations", d.Log)
 			if err != nil {
 				return err
 			}
 			d.Readiness.Add(natsx.ReadinessCheck(nc))
-			// A removed seat is announced, so caches of validate-license's answers (the
-			// gateway's) drop the license's answers.
-			st.WithChangeEvents(func(keys ...string) {
-				if err := licensecache.PublishOn(nc, license.SeatRemovedSubject, keys...); err != nil {
-					d.Log.Warn("seat removal not announced; gateways serve their cached validate-license answer until it expires",
-						"error", err.Error(), "ttl", d.Config.LicenseCacheTTL.String())
-				}
-			})
+			if err := events.EnsureStream(ctx, js); err != nil {
+				nc.Close()
+				return err
+			}
+			// Seat events leave through the outbox; the spine's fast path announces a removed
+			// seat, so caches of validate-license's answers (the gateway's) drop the license's.
+			relay := natsx.NewRelay(d.DB, js, d.Log)
+			st := store.New(d.DB, events.NewSpine(events.WithRelay(relay), events.WithFastPath(nc), events.WithLog(d.Log)))
+			server.RegisterConsole(d.Server.GRPC, server.NewConsole(st, licenses))
 			// License lookups are cached; the cache follows licensing's change events.
 			stopCache, err := licenses.CacheLicenses(nc, d.Config.LicenseCacheTTL)
 			if err != nil {
 				nc.Close()
 				return err
 			}
-			server.Register(d.Server.GRPC, server.New(st, licenses, d.Log))
+			leases := server.NewLeases(st, licenses, licenses, server.LeaseConfig{
+				Issuer: d.Config.PublicBaseURL, MultiTenant: d.Config.MultiTenant,
+				MinLeaseTTL: d.Config.LeaseMinTTL, Keyring: licenses.Keyring,
+			})
+			server.Register(d.Server.GRPC, server.New(st, licenses, d.Log).WithLeases(leases))
+			server.RegisterLeases(d.Server.GRPC, leases)
 			var wg sync.WaitGroup
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
+			wg.Go(func() {
+				if err := relay.Run(ctx); err != nil {
+					d.Log.Error("outbox relay stopped", "error", err.Error())
+				}
+			})
+			wg.Go(func() {
 				if err := purge.Run(ctx, js, st, d.Log); err != nil {
 					d.Log.Error("license.deleted consumer stopped", "error", err.Error())
 				}
-			}()
+			})
 			wg.Go(func() { idempotency.PurgeHourly(ctx, d.DB, d.Log) })
 			wg.Go(func() { forgetCommits(ctx, st, d.Log) })
+			wg.Go(func() { sweep.Run(ctx, st, d.Config.LeaseSweepInterval, d.Log) })
 			// Closers run in reverse: the consumer finishes its message before NATS closes.
 			d.OnClose(nc.Close)
+			// Removed seats are announced with a heartbeat, the caches' liveness proof.
+			d.OnClose(licensecache.StartHeartbeat(nc))
 			d.OnClose(stopCache)
 			d.OnClose(wg.Wait)
 			return nil

@@ -1,72 +1,67 @@
-// Package purge consumes licensing's license.deleted events and forgets the deleted
-// license's seats and usage, so that no token of a deleted license works afterwards even
-// if this service was down when the license was deleted (the durable consumer resumes
-// where it stopped).
+// Package purge consumes the license.deleted events of the event spine and forgets the
+// deleted license's seats and usage, so that no token of a deleted license works
+// afterwards even if this service was down when the license was deleted (the durable
+// consumer resumes where it stopped). Each seat it removes is a seat.deactivated event
+// (reason license_deleted), emitted in the purge's transaction.
 package purge
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"time"
 
-	"github.com/keyhouse/keyhouse/pkg/license"
+	"github.com/keyhouse/keyhouse/pkg/events"
 	"github.com/keyhouse/keyhouse/pkg/natsx"
+	"github.com/keyhouse/keyhouse/pkg/telemetry"
+	eventsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/events/v1"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// Durable is this consumer's name on license.EventStream.
+// Durable is this consumer's name on events.Stream.
 const Durable = "activations-license-deleted"
-
-// Event is the license.deleted payload (the contract lives in pkg/license).
-type Event = license.Deleted
 
 // Purger forgets one license; it must be idempotent (store.Store.Purge is).
 type Purger interface {
-	Purge(ctx context.Context, tenant, key string, deletedAt time.Time) error
+	Purge(ctx context.Context, tenant, key, productID string, deletedAt time.Time) error
 }
 
 // Handler returns the message handler: a malformed event is terminated (redelivering it
 // cannot help), a database failure is retried.
 func Handler(p Purger, log *slog.Logger) natsx.Handler {
 	return func(ctx context.Context, msg jetstream.Msg) error {
-		ev, err := Parse(msg.Data(), msg.Headers().Get(natsx.HeaderTenant))
+		ev, err := Parse(msg.Data())
 		if err != nil {
 			return natsx.Permanent(err)
 		}
-		if err := p.Purge(ctx, ev.TenantID, ev.Key, ev.DeletedAt); err != nil {
+		d := ev.GetLicenseDeleted()
+		// The seats go on the system's behalf, as part of the request that deleted the license.
+		ctx = events.WithActor(telemetry.WithRequestID(ctx, ev.GetActor().GetRequestId().GetValue()), events.ActorSystem)
+		if err := p.Purge(ctx, ev.GetTenantId(), d.GetKey(), d.GetProductId(), ev.GetCreatedAt().AsTime()); err != nil {
 			return fmt.Errorf("purge license: %w", err)
 		}
-		log.Info("license purged", "tenant_id", ev.TenantID)
+		log.Info("license purged", "tenant_id", ev.GetTenantId())
 		return nil
 	}
 }
 
-// Parse decodes and checks an event. The tenant header, when present, must agree with
-// the payload: the header is what the outbox stamped from the deleting transaction.
-func Parse(data []byte, headerTenant string) (Event, error) {
-	var ev Event
-	if err := json.Unmarshal(data, &ev); err != nil {
-		return ev, fmt.Errorf("license.deleted: malformed payload: %w", err)
+// Parse decodes and checks a license.deleted event.
+func Parse(data []byte) (*eventsv1.Event, error) {
+	ev, err := events.Unmarshal(data)
+	if err != nil {
+		return nil, err
 	}
-	switch {
-	case ev.TenantID == "" || ev.Key == "":
-		return ev, fmt.Errorf("license.deleted: tenant_id and key are required")
-	case headerTenant != "" && headerTenant != ev.TenantID:
-		return ev, fmt.Errorf("license.deleted: tenant header and payload disagree")
-	}
-	if ev.DeletedAt.IsZero() {
-		ev.DeletedAt = time.Now()
+	if ev.GetType() != events.TypeLicenseDeleted || ev.GetLicenseDeleted().GetKey() == "" {
+		return nil, fmt.Errorf("purge: not a license.deleted event with a key: %s", ev.GetType())
 	}
 	return ev, nil
 }
 
 // Run consumes until ctx is done.
 func Run(ctx context.Context, js jetstream.JetStream, p Purger, log *slog.Logger) error {
-	return natsx.Consume(ctx, js, license.EventStream, jetstream.ConsumerConfig{
+	return natsx.Consume(ctx, js, events.Stream, jetstream.ConsumerConfig{
 		Durable:       Durable,
-		FilterSubject: license.DeletedSubject,
+		FilterSubject: events.Subject(events.TypeLicenseDeleted),
 		Description:   "activations: purge seats and usage of deleted licenses",
 	}, Handler(p, log), log)
 }

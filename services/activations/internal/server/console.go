@@ -5,7 +5,9 @@ import (
 
 	"github.com/keyhouse/keyhouse/pkg/apierr"
 	"github.com/keyhouse/keyhouse/pkg/auth"
+	"github.com/keyhouse/keyhouse/pkg/events"
 	activationsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/activations/v1"
+	licensingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1"
 	"github.com/keyhouse/keyhouse/services/activations/internal/store"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -16,6 +18,8 @@ import (
 // the next request.
 type PortalTokens interface {
 	ResolvePortalToken(ctx context.Context, token string) (tenant, key string, err error)
+	// License is the token's license (its product names the seat's event).
+	License(ctx context.Context, tenant, key string) (*licensingv1.License, error)
 }
 
 // maxExportKeys bounds ListActivationsForKeys (the data export's 1,000 licenses).
@@ -76,6 +80,11 @@ func (c *Console) ListPortalSeats(ctx context.Context, req *activationsv1.ListPo
 	for _, st := range seats {
 		out.Activations = append(out.Activations, &activationsv1.Activation{InstanceId: st.InstanceID, ActivatedAt: timestamppb.New(st.ActivatedAt)})
 	}
+	leases, err := c.store.SeatLeases(ctx, tenant, key)
+	if err != nil {
+		return nil, err
+	}
+	out.Leases = SeatLeaseMessages(leases)
 	return out, nil
 }
 
@@ -88,7 +97,13 @@ func (c *Console) DeactivatePortalSeat(ctx context.Context, req *activationsv1.D
 	if err != nil {
 		return nil, err
 	}
-	ok, err := c.store.DeactivateInstance(ctx, tenant, key, req.GetInstanceId())
+	l, err := c.portal.License(ctx, tenant, key)
+	if err != nil {
+		return nil, err
+	}
+	// The holder frees the seat from the portal: the client's reason, the portal's act.
+	ctx = events.WithActor(ctx, events.ActorPortal)
+	ok, err := c.store.DeactivateInstance(ctx, tenant, key, l.GetProductId(), req.GetInstanceId(), events.ReasonClient)
 	if err != nil {
 		return nil, err
 	}

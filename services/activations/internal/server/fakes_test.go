@@ -126,7 +126,7 @@ func (f *fakeStore) remove(i int) bool {
 	return true
 }
 
-func (f *fakeStore) DeactivateInstance(_ context.Context, tenant, key, instance string) (bool, error) {
+func (f *fakeStore) DeactivateInstance(_ context.Context, tenant, key, _, instance, _ string) (bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.remove(f.find(tenant, key, func(s seatRow) bool { return s.instance == instance })), nil
@@ -138,7 +138,7 @@ func (f *fakeStore) HasSeat(_ context.Context, tenant, key, instance string) (bo
 	return f.find(tenant, key, func(s seatRow) bool { return s.instance == instance }) >= 0, nil
 }
 
-func (f *fakeStore) Reissue(_ context.Context, tenant, key, instance string, hash []byte) (bool, error) {
+func (f *fakeStore) Reissue(_ context.Context, tenant, key, _, instance string, hash []byte) (bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	i := f.find(tenant, key, func(s seatRow) bool { return s.instance == instance })
@@ -200,7 +200,7 @@ func (f *fakeStore) usageOf(tenant, key string) map[string]int64 {
 	return out
 }
 
-func (f *fakeStore) ResetUsage(_ context.Context, tenant, key string, metric *string) (map[string]int64, error) {
+func (f *fakeStore) ResetUsage(_ context.Context, tenant, key, _ string, metric *string) (map[string]int64, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if metric != nil {

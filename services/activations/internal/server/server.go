@@ -18,6 +18,7 @@ import (
 
 	"github.com/keyhouse/keyhouse/pkg/apierr"
 	"github.com/keyhouse/keyhouse/pkg/auth"
+	"github.com/keyhouse/keyhouse/pkg/events"
 	"github.com/keyhouse/keyhouse/pkg/grpcx"
 	"github.com/keyhouse/keyhouse/pkg/idempotency"
 	"github.com/keyhouse/keyhouse/pkg/license"
@@ -39,14 +40,14 @@ import (
 // Store is the SQL the handlers need (store.Store; fakes in unit tests).
 type Store interface {
 	ChangeSeats(ctx context.Context, changes []store.SeatChange) ([]store.SeatChanged, error)
-	DeactivateInstance(ctx context.Context, tenant, key, instance string) (bool, error)
+	DeactivateInstance(ctx context.Context, tenant, key, productID, instance, reason string) (bool, error)
 	HasSeat(ctx context.Context, tenant, key, instance string) (bool, error)
-	Reissue(ctx context.Context, tenant, key, instance string, tokenHash []byte) (bool, error)
+	Reissue(ctx context.Context, tenant, key, productID, instance string, tokenHash []byte) (bool, error)
 	AddUsages(ctx context.Context, incs []store.Increment) ([]store.Added, error)
 	// AddUsageOnce adds inc under an Idempotency-Key; answer makes the stored answer.
 	AddUsageOnce(ctx context.Context, idemKey string, requestHash []byte, inc store.Increment, answer func(store.Added) ([]byte, error)) ([]byte, error)
 	Usage(ctx context.Context, tenant, key string) (map[string]int64, error)
-	ResetUsage(ctx context.Context, tenant, key string, metric *string) (map[string]int64, error)
+	ResetUsage(ctx context.Context, tenant, key, productID string, metric *string) (map[string]int64, error)
 	Seats(ctx context.Context, tenant, key string) ([]store.Seat, error)
 	// Recent and CountSeats leave out the seats of the exclude keys.
 	Recent(ctx context.Context, tenant string, limit int, exclude []string) ([]store.Seat, error)
@@ -100,6 +101,17 @@ type Server struct {
 	now      func() time.Time
 	// log receives the lines of the items of a batch call (grpcx.ObserveCall).
 	log *slog.Logger
+	// leases says how long a new seat of a license is leased (floating policies); nil:
+	// no seat is floating.
+	leases interface {
+		FloatingLease(ctx context.Context, l *licensingv1.License) (*time.Duration, error)
+	}
+}
+
+// WithLeases has activations of licenses under a floating policy make floating seats.
+func (s *Server) WithLeases(l *Leases) *Server {
+	s.leases = l
+	return s
 }
 
 // New returns a Server.
@@ -208,9 +220,15 @@ func (s *Server) activation(ctx context.Context, req *activationsv1.ActivateLice
 	if m := l.GetMaxActivations(); m != nil {
 		maxSeats = proto.Int32(m.GetValue())
 	}
+	var leaseTTL *time.Duration
+	if s.leases != nil {
+		if leaseTTL, err = s.leases.FloatingLease(ctx, l); err != nil {
+			return seatCall{}, err
+		}
+	}
 	tok, hash := newToken()
-	return seatCall{token: tok, change: store.SeatChange{Tenant: l.GetTenantId(), Key: l.GetKey(), Activate: true,
-		Instance: req.GetInstanceId(), TokenHash: hash, MaxSeats: maxSeats}}, nil
+	return seatCall{token: tok, change: store.SeatChange{Tenant: l.GetTenantId(), Key: l.GetKey(), ProductID: l.GetProductId(), Activate: true,
+		Instance: req.GetInstanceId(), TokenHash: hash, MaxSeats: maxSeats, LeaseTTL: leaseTTL, RequestID: telemetry.RequestID(ctx)}}, nil
 }
 
 // answer is ActivateLicense's answer to the change's outcome.
@@ -260,7 +278,8 @@ func (s *Server) deactivation(ctx context.Context, req *activationsv1.Deactivate
 	if err != nil {
 		return seatCall{}, err
 	}
-	return seatCall{change: store.SeatChange{Tenant: l.GetTenantId(), Key: l.GetKey(), TokenHash: hashToken(req.GetToken())}}, nil
+	return seatCall{change: store.SeatChange{Tenant: l.GetTenantId(), Key: l.GetKey(), ProductID: l.GetProductId(),
+		TokenHash: hashToken(req.GetToken()), RequestID: telemetry.RequestID(ctx)}}, nil
 }
 
 // ValidateLicense answers valid only for an active, unexpired license with a seat for the
@@ -536,7 +555,8 @@ func (s *Server) usageIncrement(ctx context.Context, req *activationsv1.TrackUsa
 	}
 	limit, limited := limitOf(l, metric)
 	return store.Increment{
-		Tenant: l.GetTenantId(), Key: l.GetKey(), TokenHash: hashToken(req.GetToken()), Metric: metric, Inc: int64(inc),
+		Tenant: l.GetTenantId(), Key: l.GetKey(), ProductID: l.GetProductId(), TokenHash: hashToken(req.GetToken()),
+		Metric: metric, Inc: int64(inc), RequestID: telemetry.RequestID(ctx),
 		// A total must stay exact in a JSON number.
 		Limit:   math.Min(limit, maxIncrement),
 		Allowed: license.LimitKeys[metric] && limited,
@@ -620,7 +640,7 @@ func (s *Server) ReissueToken(ctx context.Context, req *activationsv1.ReissueTok
 		return nil, err
 	}
 	tok, hash := newToken()
-	ok, err := s.store.Reissue(ctx, l.GetTenantId(), l.GetKey(), req.GetInstanceId(), hash)
+	ok, err := s.store.Reissue(ctx, l.GetTenantId(), l.GetKey(), l.GetProductId(), req.GetInstanceId(), hash)
 	if err != nil {
 		return nil, err
 	}
@@ -639,7 +659,7 @@ func (s *Server) DeactivateByInstanceId(ctx context.Context, req *activationsv1.
 	if err != nil {
 		return nil, err
 	}
-	ok, err := s.store.DeactivateInstance(ctx, l.GetTenantId(), l.GetKey(), req.GetInstanceId())
+	ok, err := s.store.DeactivateInstance(ctx, l.GetTenantId(), l.GetKey(), l.GetProductId(), req.GetInstanceId(), events.ReasonAdmin)
 	if err != nil {
 		return nil, err
 	}
@@ -659,7 +679,7 @@ func (s *Server) ResetUsage(ctx context.Context, req *activationsv1.ResetUsageRe
 	if err != nil {
 		return nil, err
 	}
-	usage, err := s.store.ResetUsage(ctx, l.GetTenantId(), l.GetKey(), req.Metric)
+	usage, err := s.store.ResetUsage(ctx, l.GetTenantId(), l.GetKey(), l.GetProductId(), req.Metric)
 	if pgxx.IsSerializationFailure(err) {
 		return nil, errUsageRace
 	}

@@ -35,7 +35,7 @@ func TestAUsageChangeAnswersFailureOnlyWhenNotApplied(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer direct.Close()
-	setup := New(direct)
+	setup := New(direct, nil)
 
 	// Only the changes' commits fail; the questions that learn their outcome find a
 	// healthy database.
@@ -70,7 +70,7 @@ func TestAUsageChangeAnswersFailureOnlyWhenNotApplied(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	proxied := New(pool)
+	proxied := New(pool, nil)
 	var resolvedApplied, resolvedNot atomic.Int64
 	proxied.resolved = func(applied bool) {
 		if applied {
@@ -122,7 +122,7 @@ func TestAUsageChangeAnswersFailureOnlyWhenNotApplied(t *testing.T) {
 				ctx, cancel := context.WithTimeout(context.Background(), deadline)
 				if tr.reset {
 					metric := "users"
-					_, tr.err = proxied.ResetUsage(ctx, tr.tenant, tr.keys[0], &metric)
+					_, tr.err = proxied.ResetUsage(ctx, tr.tenant, tr.keys[0], "app", &metric)
 				} else {
 					var incs []Increment
 					for _, key := range tr.keys {

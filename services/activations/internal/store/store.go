@@ -10,45 +10,25 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/keyhouse/keyhouse/pkg/events"
 	"github.com/keyhouse/keyhouse/pkg/idempotency"
-	"github.com/keyhouse/keyhouse/pkg/licensecache"
-	"github.com/keyhouse/keyhouse/pkg/pgxx"
+	eventsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/events/v1"
 )
 
-// Store reads and writes the activations schema.
+// Store reads and writes the activations schema. Every committed change of a seat or a
+// usage total that addendum §11 names emits its event (pkg/events) in its own
+// transaction; the spine's post-commit path announces removed seats to the caches.
 type Store struct {
-	db *pgxpool.Pool
-	// publish tells every process caching answers about licenses that seats of theirs
-	// went away (see WithChangeEvents); nil publishes nothing.
-	publish func(keys ...string)
+	db    *pgxpool.Pool
+	spine *events.Spine
 	// resolved, when set (tests), hears each outcome learned by a fence (commit.go).
 	resolved func(applied bool)
 }
 
-// New returns a Store on db (search_path = activations).
-func New(db *pgxpool.Pool) *Store { return &Store{db: db} }
-
-// WithChangeEvents has every removal of a seat announced: in the answer of the call that
-// removed it (licensecache.AnnounceInCall) and through publish, after the delete. Caches
-// of validate-license's answers (the gateway's) drop the license's answers then; a new
-// seat needs no event, since only valid answers are cached.
-func (s *Store) WithChangeEvents(publish func(keys ...string)) *Store {
-	s.publish = publish
-	return s
-}
-
-// seatRemoved is called after a delete of seats of the keys that removed some, or may
-// have: one publication for them all, so a batch waits for NATS once.
-func (s *Store) seatRemoved(ctx context.Context, keys ...string) {
-	for _, key := range keys {
-		licensecache.AnnounceInCall(ctx, key)
-	}
-	if s.publish != nil {
-		s.publish(keys...)
-	}
-}
+// New returns a Store on db (search_path = activations); spine may be nil (no post-commit
+// path: the events are written all the same).
+func New(db *pgxpool.Pool, spine *events.Spine) *Store { return &Store{db: db, spine: spine} }
 
 var (
 	// ErrCapReached: the license already has max_activations seats.
@@ -82,33 +62,44 @@ const (
 )
 
 // activateSQL inserts the seat unless the license's deletion was processed, the pair
-// already has a seat, or the license has $5 seats ($5 NULL = unlimited), and says which.
-// It must run after the license's lock is taken, as a statement of its own: a statement's
-// snapshot is taken when it starts, so a count in the statement that waited for the lock
-// could miss a seat committed by the holder it waited for.
+// already has a live seat, or the license has $5 live seats ($5 NULL = unlimited), and
+// says which. It must run after the license's lock is taken, as a statement of its own: a
+// statement's snapshot is taken when it starts, so a count in the statement that waited
+// for the lock could miss a seat committed by the holder it waited for. A floating seat
+// ($6: its lease in seconds, NULL: not floating) is leased until now + $6; one whose lease
+// lapsed counts for nothing and an activation of its instance replaces it.
 const activateSQL = `WITH state AS (
 	SELECT EXISTS (SELECT 1 FROM deleted_licenses WHERE tenant_id = $1 AND license_key = $2) AS deleted,
-		EXISTS (SELECT 1 FROM seats WHERE tenant_id = $1 AND license_key = $2 AND instance_id = $3) AS present,
-		(SELECT count(*) FROM seats WHERE tenant_id = $1 AND license_key = $2) AS n
+		EXISTS (SELECT 1 FROM seats WHERE tenant_id = $1 AND license_key = $2 AND instance_id = $3 AND ` + liveSeat + `) AS present,
+		(SELECT count(*) FROM seats WHERE tenant_id = $1 AND license_key = $2 AND ` + liveSeat + `) AS n
 ), inserted AS (
-	INSERT INTO seats (tenant_id, license_key, instance_id, token_hash)
-	SELECT $1, $2, $3, $4 FROM state WHERE NOT deleted AND NOT present AND ($5::int IS NULL OR n < $5)
+	INSERT INTO seats (tenant_id, license_key, instance_id, token_hash, lease_expires_at, product_id)
+	SELECT $1, $2, $3, $4, now() + make_interval(secs => $6), $7 FROM state WHERE NOT deleted AND NOT present AND ($5::int IS NULL OR n < $5)
+	ON CONFLICT (tenant_id, license_key, instance_id) DO UPDATE
+		SET token_hash = EXCLUDED.token_hash, activated_at = now(), lease_expires_at = EXCLUDED.lease_expires_at, components = NULL, product_id = EXCLUDED.product_id
+		WHERE seats.lease_expires_at < now()
 	RETURNING 1
 )
 SELECT deleted, present, EXISTS (SELECT 1 FROM inserted) FROM state`
 
 // deactivateSQL removes the seat of a license holding a token.
-const deactivateSQL = `DELETE FROM seats WHERE tenant_id = $1 AND license_key = $2 AND token_hash = $3`
+const deactivateSQL = `DELETE FROM seats WHERE tenant_id = $1 AND license_key = $2 AND token_hash = $3 RETURNING instance_id`
 
 // SeatChange is one call's change to the seats of a license: with Activate, the seat
 // (Instance) holding TokenHash is created unless it exists or the license has MaxSeats
 // seats (nil: unlimited); without, the seat holding TokenHash is removed.
 type SeatChange struct {
 	Tenant, Key string
-	Activate    bool
-	Instance    string
-	TokenHash   []byte
-	MaxSeats    *int32
+	// ProductID is the license's, for the event.
+	ProductID string
+	Activate  bool
+	Instance  string
+	TokenHash []byte
+	MaxSeats  *int32
+	// RequestID is the id of the call that asks for the change (a batch carries several).
+	RequestID string
+	// LeaseTTL makes the activated seat floating, leased for this long (nil: not floating).
+	LeaseTTL *time.Duration
 }
 
 // SeatChanged is the outcome of a SeatChange.
@@ -121,6 +112,13 @@ type SeatChanged struct {
 	Removed bool
 }
 
+// seatEvent is what a decided SeatChange changed, for its event: the seat it created, or
+// the instance of the seat it removed.
+type seatEvent struct {
+	created         bool
+	removedInstance string
+}
+
 // ChangeSeats applies changes in one round trip and one transaction: all of them are
 // decided, or none is (on an error). Each is decided as if alone: the removals first,
 // then the activations in the order given (the calls of one batch were concurrent, so
@@ -128,8 +126,9 @@ type SeatChanged struct {
 //
 // Activations count and insert under the exclusive lock of their license, taken for
 // every license of the batch in one statement before the first count, so concurrent
-// activations on any number of replicas never exceed the cap. A batch outside a
-// transaction is one implicit transaction, ending at its Sync, which is what releases the
+// activations on any number of replicas never exceed the cap. The batch runs in the
+// transaction that also writes its events (seat.activated for each seat created,
+// seat.deactivated with reason client for each removed), whose end releases the
 // transaction-scoped locks. Removals need no license lock (a removal cannot pass the
 // cap); they delete in (tenant, key, token) order, so two batches removing the same seats
 // wait for each other instead of deadlocking.
@@ -153,44 +152,60 @@ func (s *Store) ChangeSeats(ctx context.Context, changes []SeatChange) ([]SeatCh
 		}
 	}
 	changed := make([]SeatChanged, len(changes))
+	happened := make([]seatEvent, len(changes))
 	b := &pgx.Batch{}
 	if len(keys) > 0 {
 		b.Queue(lockLicensesSQL, tenants, keys)
 	}
 	for _, i := range order {
-		c, out := &changes[i], &changed[i]
+		c, out, ev := &changes[i], &changed[i], &happened[i]
 		if !c.Activate {
-			b.Queue(deactivateSQL, c.Tenant, c.Key, c.TokenHash).Exec(func(tag pgconn.CommandTag) error {
-				out.Removed = tag.RowsAffected() > 0
-				return nil
+			b.Queue(deactivateSQL, c.Tenant, c.Key, c.TokenHash).Query(func(rows pgx.Rows) error {
+				for rows.Next() {
+					if err := rows.Scan(&ev.removedInstance); err != nil {
+						return err
+					}
+					out.Removed = true
+				}
+				return rows.Err()
 			})
 			continue
 		}
-		b.Queue(activateSQL, c.Tenant, c.Key, c.Instance, c.TokenHash, c.MaxSeats).QueryRow(func(row pgx.Row) error {
-			var deleted, created bool
-			if err := row.Scan(&deleted, &out.Already, &created); err != nil {
+		b.Queue(activateSQL, c.Tenant, c.Key, c.Instance, c.TokenHash, c.MaxSeats, leaseSeconds(c.LeaseTTL), c.ProductID).QueryRow(func(row pgx.Row) error {
+			var deleted bool
+			if err := row.Scan(&deleted, &out.Already, &ev.created); err != nil {
 				return err
 			}
 			switch {
 			case deleted:
 				out.Err = ErrLicenseDeleted
-			case !out.Already && !created:
+			case !out.Already && !ev.created:
 				out.Err = ErrCapReached
 			}
 			return nil
 		})
 	}
-	err := s.db.SendBatch(ctx, b).Close()
-	var removed []string
-	for i, c := range changes {
-		// After an error the removals may have committed all the same.
-		if !c.Activate && (err != nil || changed[i].Removed) && !slices.Contains(removed, c.Key) {
-			removed = append(removed, c.Key)
+	err := s.spine.InTx(ctx, s.db, func(ctx context.Context, tx pgx.Tx) error {
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
+			return err
 		}
-	}
-	if len(removed) > 0 {
-		s.seatRemoved(ctx, removed...)
-	}
+		for i, c := range changes {
+			var ev *eventsv1.Event
+			switch h := happened[i]; {
+			case c.Activate && h.created:
+				ev = events.SeatActivated(c.Tenant, c.Key, c.ProductID, c.Instance)
+			case !c.Activate && changed[i].Removed:
+				ev = events.SeatDeactivated(c.Tenant, c.Key, c.ProductID, h.removedInstance, events.ReasonClient)
+			default:
+				continue
+			}
+			ev.Actor = events.Actor(events.ActorClient, c.RequestID)
+			if err := events.Emit(ctx, tx, ev); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -228,28 +243,43 @@ func (s *Store) DeactivateByToken(ctx context.Context, tenant, key string, token
 	return changed[0].Removed, nil
 }
 
-// DeactivateInstance removes the seat (key, instance), reporting whether one did.
-func (s *Store) DeactivateInstance(ctx context.Context, tenant, key, instance string) (bool, error) {
-	tag, err := s.db.Exec(ctx, `DELETE FROM seats WHERE tenant_id = $1 AND license_key = $2 AND instance_id = $3`, tenant, key, instance)
-	if err != nil || tag.RowsAffected() > 0 {
-		s.seatRemoved(ctx, key)
-	}
-	return tag.RowsAffected() > 0, err
+// DeactivateInstance removes the seat (key, instance), reporting whether one did
+// (seat.deactivated with reason, the caller's: admin, or client for the holder's portal).
+func (s *Store) DeactivateInstance(ctx context.Context, tenant, key, productID, instance, reason string) (bool, error) {
+	var removed bool
+	err := s.spine.InTx(ctx, s.db, func(ctx context.Context, tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `DELETE FROM seats WHERE tenant_id = $1 AND license_key = $2 AND instance_id = $3`, tenant, key, instance)
+		if err != nil || tag.RowsAffected() == 0 {
+			return err
+		}
+		removed = true
+		return events.Emit(ctx, tx, events.SeatDeactivated(tenant, key, productID, instance, reason))
+	})
+	return removed, err
 }
 
-// HasSeat reports whether the seat (key, instance) exists.
+// HasSeat reports whether the live seat (key, instance) exists.
 func (s *Store) HasSeat(ctx context.Context, tenant, key, instance string) (bool, error) {
 	var ok bool
-	err := s.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM seats WHERE tenant_id = $1 AND license_key = $2 AND instance_id = $3)`,
+	err := s.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM seats WHERE tenant_id = $1 AND license_key = $2 AND instance_id = $3 AND `+liveSeat+`)`,
 		tenant, key, instance).Scan(&ok)
 	return ok, err
 }
 
-// Reissue replaces the token of seat (key, instance); false when there is no such seat.
-func (s *Store) Reissue(ctx context.Context, tenant, key, instance string, tokenHash []byte) (bool, error) {
-	tag, err := s.db.Exec(ctx, `UPDATE seats SET token_hash = $4 WHERE tenant_id = $1 AND license_key = $2 AND instance_id = $3`,
-		tenant, key, instance, tokenHash)
-	return tag.RowsAffected() > 0, err
+// Reissue replaces the token of seat (key, instance) (seat.token_reissued); false when
+// there is no such seat.
+func (s *Store) Reissue(ctx context.Context, tenant, key, productID, instance string, tokenHash []byte) (bool, error) {
+	var ok bool
+	err := s.spine.InTx(ctx, s.db, func(ctx context.Context, tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `UPDATE seats SET token_hash = $4 WHERE tenant_id = $1 AND license_key = $2 AND instance_id = $3`,
+			tenant, key, instance, tokenHash)
+		if err != nil || tag.RowsAffected() == 0 {
+			return err
+		}
+		ok = true
+		return events.Emit(ctx, tx, events.SeatTokenReissued(tenant, key, productID, instance))
+	})
+	return ok, err
 }
 
 // Added is the outcome of AddUsage.
@@ -268,7 +298,7 @@ type Added struct {
 // and none has to be retried. The version moves on as ResetUsage's does. What it did is
 // recorded as item $9 of change $8, for a caller that loses the reply (commit.go).
 const addUsageSQL = `WITH seat AS (
-	SELECT EXISTS (SELECT 1 FROM seats WHERE tenant_id = $1 AND license_key = $2 AND token_hash = $3) AS ok
+	SELECT EXISTS (SELECT 1 FROM seats WHERE tenant_id = $1 AND license_key = $2 AND token_hash = $3 AND ` + liveSeat + `) AS ok
 ), added AS (
 	INSERT INTO usage (tenant_id, license_key, metric, used, version)
 	SELECT $1, $2, $4, $5, nextval('usage_version') FROM seat WHERE ok AND $7 AND $5::bigint <= $6::float8
@@ -287,11 +317,15 @@ SELECT ok, (SELECT used FROM added) FROM seat`
 // Limit.
 type Increment struct {
 	Tenant, Key string
-	TokenHash   []byte
-	Metric      string
-	Inc         int64
-	Limit       float64
-	Allowed     bool
+	// ProductID is the license's, for the event.
+	ProductID string
+	TokenHash []byte
+	Metric    string
+	Inc       int64
+	Limit     float64
+	Allowed   bool
+	// RequestID is the id of the call that asks for the increment (a batch carries several).
+	RequestID string
 }
 
 // AddUsage applies one increment (AddUsages) and says which of its conditions held; it
@@ -313,8 +347,13 @@ func (s *Store) AddUsages(ctx context.Context, incs []Increment) ([]Added, error
 	op := newOpID()
 	var added []Added
 	err := s.change(ctx, op, func(ctx context.Context, conn *pgxpool.Conn) error {
-		var err error
-		added, err = addUsages(ctx, conn, op, incs)
+		ctx, done := s.spine.Track(ctx)
+		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+			var err error
+			added, err = addUsages(ctx, tx, op, incs)
+			return err
+		})
+		done(err)
 		return err
 	})
 	if errors.Is(err, errCommittedUnseen) {
@@ -331,6 +370,7 @@ func (s *Store) AddUsageOnce(ctx context.Context, idemKey string, requestHash []
 	op := newOpID()
 	var resp []byte
 	err := s.change(ctx, op, func(ctx context.Context, conn *pgxpool.Conn) error {
+		ctx, done := s.spine.Track(ctx)
 		var err error
 		resp, _, err = idempotency.Do(ctx, conn, inc.Tenant, idemKey, requestHash, func(tx pgx.Tx) ([]byte, error) {
 			added, err := addUsages(ctx, tx, op, []Increment{inc})
@@ -339,6 +379,7 @@ func (s *Store) AddUsageOnce(ctx context.Context, idemKey string, requestHash []
 			}
 			return answer(added[0])
 		})
+		done(err)
 		return err
 	})
 	if errors.Is(err, errCommittedUnseen) {
@@ -355,12 +396,9 @@ func (s *Store) AddUsageOnce(ctx context.Context, idemKey string, requestHash []
 	return resp, err
 }
 
-// batchSender is a connection or a transaction.
-type batchSender interface {
-	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
-}
-
-// addUsages sends the increments of change op (recordCommitSQL first).
+// addUsages sends the increments of change op (recordCommitSQL first) in tx; the
+// increment that lands exactly on its limit is usage.limit_reached, written in the same
+// transaction (increments themselves are not events, addendum §11).
 //
 // Each license's lock is held in shared mode, so no increment overlaps the purge of its
 // license: without it, an increment whose statement saw the seat before the purge
@@ -368,7 +406,7 @@ type batchSender interface {
 // deleted license behind. The increments run after the locks, as statements of their
 // own, so their snapshots follow the purge. Rows are locked in (tenant, key, metric)
 // order, so two calls over the same rows wait for each other instead of deadlocking.
-func addUsages(ctx context.Context, db batchSender, op []byte, incs []Increment) ([]Added, error) {
+func addUsages(ctx context.Context, tx pgx.Tx, op []byte, incs []Increment) ([]Added, error) {
 	order := stableOrder(len(incs), func(a, b int) int {
 		x, y := &incs[a], &incs[b]
 		return cmp.Or(cmp.Compare(x.Tenant, y.Tenant), cmp.Compare(x.Key, y.Key), cmp.Compare(x.Metric, y.Metric))
@@ -388,12 +426,20 @@ func addUsages(ctx context.Context, db batchSender, op []byte, incs []Increment)
 			return row.Scan(&added[i].SeatOK, &used[i])
 		})
 	}
-	if err := db.SendBatch(ctx, b).Close(); err != nil {
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return nil, err
 	}
 	for i, u := range used {
-		if u != nil {
-			added[i].Applied, added[i].Used = true, *u
+		if u == nil {
+			continue
+		}
+		added[i].Applied, added[i].Used = true, *u
+		if inc := &incs[i]; float64(*u) == inc.Limit {
+			ev := events.UsageLimitReached(inc.Tenant, inc.Key, inc.ProductID, inc.Metric, float64(*u), inc.Limit)
+			ev.Actor = events.Actor(events.ActorClient, inc.RequestID)
+			if err := events.Emit(ctx, tx, ev); err != nil {
+				return nil, err
+			}
 		}
 	}
 	return added, nil
@@ -412,36 +458,45 @@ func (s *Store) Usage(ctx context.Context, tenant, key string) (map[string]int64
 	return out, err
 }
 
-// ResetUsage sets one metric's total to 0 (metric non-nil) or clears every total, and
-// returns the totals afterwards, read in the same transaction. Each is one statement, so
-// a concurrent AddUsage lands wholly before or wholly after it. Its errors are
-// AddUsages': ErrNoAnswer when whether it was applied could not be learned.
-func (s *Store) ResetUsage(ctx context.Context, tenant, key string, metric *string) (map[string]int64, error) {
+// ResetUsage sets one metric's total to 0 (metric non-nil) or clears every total
+// (usage.reset, in the same transaction), and returns the totals afterwards, read in the
+// same transaction. Each is one statement, so a concurrent AddUsage lands wholly before or
+// wholly after it. Its errors are AddUsages': ErrNoAnswer when whether it was applied
+// could not be learned.
+func (s *Store) ResetUsage(ctx context.Context, tenant, key, productID string, metric *string) (map[string]int64, error) {
 	op := newOpID()
 	var usage map[string]int64
 	err := s.change(ctx, op, func(ctx context.Context, conn *pgxpool.Conn) error {
-		b := &pgx.Batch{}
-		b.Queue(recordCommitSQL, op)
-		if metric != nil {
-			// Under the shared lock, as AddUsage, and never for a purged license: a row
-			// written while or after the purge runs would outlive it.
-			b.Queue(shareLicenseSQL, tenant, key)
-			b.Queue(`INSERT INTO usage (tenant_id, license_key, metric, used, version)
-				SELECT $1, $2, $3, 0, nextval('usage_version')
-				WHERE NOT EXISTS (SELECT 1 FROM deleted_licenses WHERE tenant_id = $1 AND license_key = $2)
-				ON CONFLICT (tenant_id, license_key, metric) DO UPDATE SET used = 0, version = EXCLUDED.version`,
-				tenant, key, *metric)
-		} else {
-			b.Queue(`DELETE FROM usage WHERE tenant_id = $1 AND license_key = $2`, tenant, key)
-		}
-		usage = map[string]int64{}
-		b.Queue(`SELECT metric, used FROM usage WHERE tenant_id = $1 AND license_key = $2`, tenant, key).Query(func(rows pgx.Rows) error {
-			var m string
-			var n int64
-			_, err := pgx.ForEachRow(rows, []any{&m, &n}, func() error { usage[m] = n; return nil })
-			return err
+		ctx, done := s.spine.Track(ctx)
+		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+			b := &pgx.Batch{}
+			b.Queue(recordCommitSQL, op)
+			if metric != nil {
+				// Under the shared lock, as AddUsage, and never for a purged license: a row
+				// written while or after the purge runs would outlive it.
+				b.Queue(shareLicenseSQL, tenant, key)
+				b.Queue(`INSERT INTO usage (tenant_id, license_key, metric, used, version)
+					SELECT $1, $2, $3, 0, nextval('usage_version')
+					WHERE NOT EXISTS (SELECT 1 FROM deleted_licenses WHERE tenant_id = $1 AND license_key = $2)
+					ON CONFLICT (tenant_id, license_key, metric) DO UPDATE SET used = 0, version = EXCLUDED.version`,
+					tenant, key, *metric)
+			} else {
+				b.Queue(`DELETE FROM usage WHERE tenant_id = $1 AND license_key = $2`, tenant, key)
+			}
+			usage = map[string]int64{}
+			b.Queue(`SELECT metric, used FROM usage WHERE tenant_id = $1 AND license_key = $2`, tenant, key).Query(func(rows pgx.Rows) error {
+				var m string
+				var n int64
+				_, err := pgx.ForEachRow(rows, []any{&m, &n}, func() error { usage[m] = n; return nil })
+				return err
+			})
+			if err := tx.SendBatch(ctx, b).Close(); err != nil {
+				return err
+			}
+			return events.Emit(ctx, tx, events.UsageReset(tenant, key, productID, metric))
 		})
-		return conn.SendBatch(ctx, b).Close()
+		done(err)
+		return err
 	})
 	if errors.Is(err, errCommittedUnseen) {
 		// Applied; the totals now are the answer (the reset's own were lost with the reply).
@@ -537,10 +592,12 @@ func (s *Store) Summaries(ctx context.Context, tenant string, keys []string) (ma
 	return out, err
 }
 
-// Purge forgets a deleted license: its seats and usage go, and a record of the deletion
-// stays so that an activation racing the deletion cannot recreate a seat. Idempotent.
-func (s *Store) Purge(ctx context.Context, tenant, key string, deletedAt time.Time) error {
-	return pgxx.InTx(ctx, s.db, func(tx pgx.Tx) error {
+// Purge forgets a deleted license: its seats and usage go (a seat.deactivated event with
+// reason license_deleted for each seat), and a record of the deletion stays so that an
+// activation racing the deletion cannot recreate a seat. Idempotent: a second purge
+// removes nothing and emits nothing.
+func (s *Store) Purge(ctx context.Context, tenant, key, productID string, deletedAt time.Time) error {
+	return s.spine.InTx(ctx, s.db, func(ctx context.Context, tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, lockLicenseSQL, tenant, key); err != nil {
 			return err
 		}
@@ -548,10 +605,21 @@ func (s *Store) Purge(ctx context.Context, tenant, key string, deletedAt time.Ti
 			VALUES ($1, $2, $3) ON CONFLICT DO NOTHING`, tenant, key, deletedAt); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, `DELETE FROM seats WHERE tenant_id = $1 AND license_key = $2`, tenant, key); err != nil {
+		rows, err := tx.Query(ctx, `DELETE FROM seats WHERE tenant_id = $1 AND license_key = $2 RETURNING instance_id`, tenant, key)
+		if err != nil {
 			return err
 		}
-		_, err := tx.Exec(ctx, `DELETE FROM usage WHERE tenant_id = $1 AND license_key = $2`, tenant, key)
+		instances, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return err
+		}
+		slices.Sort(instances)
+		for _, instance := range instances {
+			if err := events.Emit(ctx, tx, events.SeatDeactivated(tenant, key, productID, instance, events.ReasonLicenseDeleted)); err != nil {
+				return err
+			}
+		}
+		_, err = tx.Exec(ctx, `DELETE FROM usage WHERE tenant_id = $1 AND license_key = $2`, tenant, key)
 		return err
 	})
 }

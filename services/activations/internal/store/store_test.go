@@ -46,7 +46,7 @@ func ids() (tenant, key string) {
 func fresh(t *testing.T) (*Store, string, string) {
 	t.Helper()
 	tenant, key := ids()
-	return New(openDB(t)), tenant, key
+	return New(openDB(t), nil), tenant, key
 }
 
 // hash stands for a token's hash; tokens are unique across licenses, so it is made of the
@@ -68,7 +68,7 @@ func TestActivateHoldsTheCapUnderConcurrency(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	s := New(pool)
+	s := New(pool, nil)
 	const rounds, tries, limit = 10, 32, 5
 	for round := range rounds {
 		tenant, key := ids()
@@ -144,7 +144,7 @@ func TestTokensFindOnlyTheirOwnSeat(t *testing.T) {
 	if ok, err := s.DeactivateByToken(ctx, tenant, key, hash(key+"-2", "b")); err != nil || ok {
 		t.Fatalf("another license's token deactivated: %v %v", ok, err)
 	}
-	if ok, _ := s.Reissue(ctx, tenant, key, "a", hash(key, "a2")); !ok {
+	if ok, _ := s.Reissue(ctx, tenant, key, "app", "a", hash(key, "a2")); !ok {
 		t.Fatal("reissue")
 	}
 	if ok, _ := s.DeactivateByToken(ctx, tenant, key, hash(key, "a")); ok {
@@ -156,7 +156,7 @@ func TestTokensFindOnlyTheirOwnSeat(t *testing.T) {
 	if ok, _ := s.HasSeat(ctx, tenant, key, "a"); ok {
 		t.Fatal("seat still there")
 	}
-	if ok, _ := s.Reissue(ctx, tenant, key, "a", hash(key, "a3")); ok {
+	if ok, _ := s.Reissue(ctx, tenant, key, "app", "a", hash(key, "a3")); ok {
 		t.Fatal("reissue without a seat")
 	}
 }
@@ -230,7 +230,7 @@ func TestAddUsageInParallelLandsExactlyOnTheLimit(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	s := New(pool)
+	s := New(pool, nil)
 	tenant, key := ids()
 	mustActivate(t, s, tenant, key, "a")
 	const tries, limit = 64, 40
@@ -310,7 +310,7 @@ func TestAddUsagesInParallelBatchesLandExactlyOnTheLimits(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	s := New(pool)
+	s := New(pool, nil)
 	tenant, k1 := ids()
 	_, k2 := ids()
 	mustActivate(t, s, tenant, k1, "a")
@@ -371,12 +371,12 @@ func TestResetUsageThenIncrementsCountFromZero(t *testing.T) {
 	mustActivate(t, s, tenant, key, "a")
 	mustAdd(t, s, tenant, key, "users", 40)
 	metric := "users"
-	u, err := s.ResetUsage(ctx, tenant, key, &metric)
+	u, err := s.ResetUsage(ctx, tenant, key, "app", &metric)
 	if err != nil || u["users"] != 0 {
 		t.Fatalf("reset one: %v %v", u, err)
 	}
 	mustAdd(t, s, tenant, key, "users", 1)
-	if u, err := s.ResetUsage(ctx, tenant, key, nil); err != nil || len(u) != 0 {
+	if u, err := s.ResetUsage(ctx, tenant, key, "app", nil); err != nil || len(u) != 0 {
 		t.Fatalf("reset all: %v %v", u, err)
 	}
 	mustAdd(t, s, tenant, key, "users", 2)
@@ -385,7 +385,7 @@ func TestResetUsageThenIncrementsCountFromZero(t *testing.T) {
 	}
 	// Resetting a metric that was never used records it as 0.
 	metric = "projects"
-	if u, err := s.ResetUsage(ctx, tenant, key, &metric); err != nil || u["projects"] != 0 || len(u) != 2 {
+	if u, err := s.ResetUsage(ctx, tenant, key, "app", &metric); err != nil || u["projects"] != 0 || len(u) != 2 {
 		t.Fatalf("reset unused: %v %v", u, err)
 	}
 }
@@ -398,7 +398,7 @@ func TestPurgeForgetsTheLicenseForGood(t *testing.T) {
 	mustActivate(t, s, tenant, key+"-kept", "a")
 	mustAdd(t, s, tenant, key, "users", 3)
 	for range 2 { // idempotent: a redelivered event changes nothing
-		if err := s.Purge(ctx, tenant, key, time.Now()); err != nil {
+		if err := s.Purge(ctx, tenant, key, "app", time.Now()); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -465,7 +465,7 @@ func TestIncrementRacingThePurgeLeavesNoUsageRow(t *testing.T) {
 		CREATE TRIGGER slow_usage BEFORE INSERT ON usage FOR EACH ROW EXECUTE FUNCTION slow_usage()`); err != nil {
 		t.Fatal(err)
 	}
-	s := New(db)
+	s := New(db, nil)
 	for round := range 4 {
 		tenant, key := ids()
 		mustActivate(t, s, tenant, key, "a")
@@ -484,7 +484,7 @@ func TestIncrementRacingThePurgeLeavesNoUsageRow(t *testing.T) {
 			// The purge starts while the increments are held in the trigger (or, in odd
 			// rounds, just before they start).
 			time.Sleep(time.Duration(100+round%2*-99) * time.Millisecond)
-			errs[2] = s.Purge(ctx, tenant, key, time.Now())
+			errs[2] = s.Purge(ctx, tenant, key, "app", time.Now())
 		}()
 		wg.Wait()
 		if err := errors.Join(errs...); err != nil {
@@ -504,7 +504,7 @@ func TestChangeSeatsDecidesEachChangeAsIfAlone(t *testing.T) {
 	ctx := context.Background()
 	mustActivate(t, s, tenant, key, "a")
 	_, gone := ids()
-	if err := s.Purge(ctx, tenant, gone, time.Now()); err != nil {
+	if err := s.Purge(ctx, tenant, gone, "app", time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	activate := func(k, instance string) SeatChange {
@@ -552,7 +552,7 @@ func TestChangeSeatsInParallelBatchesHoldEveryCap(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	s := New(pool)
+	s := New(pool, nil)
 	tenant, _ := ids()
 	var keys []string
 	for range 4 {

@@ -3,11 +3,15 @@ package main
 
 import (
 	"context"
+	"sync"
 
 	"github.com/keyhouse/keyhouse/pkg/app"
 	"github.com/keyhouse/keyhouse/pkg/auth"
 	"github.com/keyhouse/keyhouse/pkg/config"
+	"github.com/keyhouse/keyhouse/pkg/events"
 	"github.com/keyhouse/keyhouse/pkg/licensingclient"
+	"github.com/keyhouse/keyhouse/pkg/natsx"
+	"github.com/keyhouse/keyhouse/pkg/pgxx"
 	accountsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/accounts/v1"
 	billingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/billing/v1"
 	"github.com/keyhouse/keyhouse/services/billing/internal/payments"
@@ -21,13 +25,32 @@ func main() {
 		Name:       "billing",
 		Addr:       func(c *config.Config) string { return c.BillingAddr },
 		Migrations: migrations.FS,
-		Tenants:    func(d *app.Deps) auth.TenantResolver { return store.New(d.DB) },
+		Tenants:    func(d *app.Deps) auth.TenantResolver { return store.New(d.DB, nil) },
 		Register:   register,
 	})
 }
 
-func register(_ context.Context, d *app.Deps) error {
-	st := store.New(d.DB)
+func register(ctx context.Context, d *app.Deps) error {
+	nc, js, err := natsx.Connect(ctx, d.Config.NATSURL, "billing", d.Log)
+	if err != nil {
+		return err
+	}
+	if err := events.EnsureStream(ctx, js); err != nil {
+		nc.Close()
+		return err
+	}
+	// Key rotations and plan changes leave through the outbox (pkg/events).
+	relay := natsx.NewRelay(d.DB, js, d.Log)
+	st := store.New(d.DB, events.NewSpine(events.WithRelay(relay), events.WithLog(d.Log)))
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if err := relay.Run(ctx); err != nil {
+			d.Log.Error("outbox relay stopped", "error", err.Error())
+		}
+	})
+	// Closers run in reverse: the relay finishes its batch before NATS closes.
+	d.OnClose(nc.Close)
+	d.OnClose(wg.Wait)
 	server.Register(d.Server.GRPC, server.New(st, d.Config.MultiTenant))
 	accountsv1.RegisterConsoleAccountsServiceServer(d.Server.GRPC, server.NewConsole(st, d.Auth, d.Config.MultiTenant))
 
@@ -46,5 +69,13 @@ func register(_ context.Context, d *app.Deps) error {
 		Usage:         licensingclient.New(licensing, d.Config.AdminAPIKey.Reveal()),
 		Log:           d.Log,
 	}, st))
+	// Stripe events are remembered (for replays and ordering) for RECORD_RETENTION;
+	// Stripe itself retries for 3 days.
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		pgxx.Retention{Table: "stripe_events", Column: "received_at", Keep: d.Config.RecordRetention}.Run(ctx, d.DB, d.Log)
+	}()
+	d.OnClose(func() { <-done })
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/keyhouse/keyhouse/pkg/stripeinput"
 	"github.com/stripe/stripe-go/v76"
 )
 
@@ -74,6 +75,22 @@ type Change struct {
 	Subscription string
 	// Ended: the subscription is over (deleted, canceled, expired).
 	Ended bool
+}
+
+// Check holds the ids the event names, which billing stores, to pkg/stripeinput's rules
+// (Stripe's ids and this installation's tenant ids are short ASCII tokens): a NUL or a
+// megabyte there is refused with the field's name instead of reaching Postgres.
+func (c Change) Check() error {
+	for _, f := range []struct{ name, value string }{
+		{"data.object.customer", c.Customer},
+		{"data.object.subscription", c.Subscription},
+		{"the tenant id (client_reference_id or metadata.tenant_id)", c.Tenant},
+	} {
+		if err := stripeinput.CheckID(f.name, f.value, false); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Read turns a verified Stripe event into a Change. An error means a handled event whose

@@ -2,16 +2,21 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"time"
+	"unicode/utf8"
 
 	"github.com/keyhouse/keyhouse/pkg/apierr"
 	"github.com/keyhouse/keyhouse/pkg/auth"
+	"github.com/keyhouse/keyhouse/pkg/events"
+	"github.com/keyhouse/keyhouse/pkg/stripeinput"
 	billingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/billing/v1"
 	"github.com/keyhouse/keyhouse/services/billing/internal/payments"
 	"github.com/keyhouse/keyhouse/services/billing/internal/plan"
 	"github.com/keyhouse/keyhouse/services/billing/internal/store"
+	"github.com/stripe/stripe-go/v76"
 	"github.com/stripe/stripe-go/v76/webhook"
 	"google.golang.org/protobuf/types/known/timestamppb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -59,6 +64,15 @@ var (
 	errBadSignature    = apierr.Invalid("Invalid signature")
 	errAlreadyFree     = apierr.Invalid("plan free: the account holds no paid subscription to cancel")
 )
+
+// invalidPayload is the answer to a signed event refused by pkg/stripeinput's rules.
+func invalidPayload(err error) error {
+	var refused *stripeinput.Error
+	if errors.As(err, &refused) {
+		return apierr.Invalid("Invalid payload: %s", refused.Reason)
+	}
+	return err
+}
 
 // selfHostedStatus is addendum §3's fixed answer on a self-hosted server.
 var selfHostedStatus = &billingv1.GetBillingStatusResponse{Status: plan.Active}
@@ -168,11 +182,20 @@ func (b *Billing) HandleStripeEvent(ctx context.Context, req *billingv1.HandleSt
 	if b.cfg.WebhookSecret == "" {
 		return nil, errWebhookDisabled
 	}
-	e, err := webhook.ConstructEventWithOptions(req.GetPayload(), req.GetSignature(), b.cfg.WebhookSecret,
-		webhook.ConstructEventOptions{Tolerance: WebhookTolerance, IgnoreAPIVersionMismatch: true})
-	if err != nil {
-		// Bad, missing or stale signature, or a body that is not an event.
+	// The signature first, and only the signature answers "Invalid signature" (the
+	// runbook reads it as a wrong STRIPE_WEBHOOK_SECRET); a signed body that is not an
+	// acceptable event says what is wrong with it.
+	payload, now := req.GetPayload(), b.now()
+	if webhook.ValidatePayloadWithTolerance(payload, req.GetSignature(), b.cfg.WebhookSecret, WebhookTolerance) != nil ||
+		stripeinput.FutureDated(req.GetSignature(), now) {
 		return nil, errBadSignature
+	}
+	var e stripe.Event
+	if utf8.Valid(payload) && (json.Unmarshal(payload, &e) != nil || e.Type == "") {
+		return nil, apierr.Invalid("Invalid payload: not a Stripe event")
+	}
+	if err := stripeinput.CheckEnvelope(payload, e.ID, e.Created, now); err != nil {
+		return nil, invalidPayload(err)
 	}
 	c, err := plan.Read(e)
 	if err != nil {
@@ -182,7 +205,11 @@ func (b *Billing) HandleStripeEvent(ctx context.Context, req *billingv1.HandleSt
 	if !plan.Handled(c.Type) {
 		return &billingv1.HandleStripeEventResponse{Received: true}, nil
 	}
-	out, err := b.store.Record(ctx, req.GetPayload(), c)
+	if err := c.Check(); err != nil {
+		return nil, invalidPayload(err)
+	}
+	// A plan moved by Stripe's event is the system's doing, not the caller's.
+	out, err := b.store.Record(events.WithActor(ctx, events.ActorSystem), req.GetPayload(), c)
 	if err != nil {
 		return nil, err
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -35,7 +36,7 @@ func newBilling(t *testing.T) (*Billing, *Server) {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	st := store.New(pool)
+	st := store.New(pool, nil)
 	b := NewBilling(BillingConfig{MultiTenant: true, WebhookSecret: testSecret, Usage: fixedUsage(3),
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}, st)
 	return b, New(st, true)
@@ -125,6 +126,47 @@ func TestWebhookRefusesWhatStripeDidNotSign(t *testing.T) {
 	unconfigured := NewBilling(BillingConfig{MultiTenant: true, Log: b.cfg.Log}, b.store)
 	if _, err := unconfigured.HandleStripeEvent(context.Background(), good); !isErr(err, codes.Unavailable, errWebhookDisabled.Message) {
 		t.Fatalf("no secret: %v", err)
+	}
+}
+
+// A body Stripe's signature covers but billing cannot accept says what is wrong with it,
+// never "Invalid signature" (which means a wrong secret) and never a 500 (a NUL in the
+// customer used to reach Postgres: SQLSTATE 22021). A signature from the future is a bad
+// signature.
+func TestWebhookRefusesSignedEventsItCannotAccept(t *testing.T) {
+	t.Parallel()
+	b, _ := newBilling(t)
+	sign := func(payload string, at time.Time) *billingv1.HandleStripeEventRequest {
+		sp := webhook.GenerateTestSignedPayload(&webhook.UnsignedPayload{Payload: []byte(payload), Secret: testSecret, Timestamp: at})
+		return &billingv1.HandleStripeEventRequest{Payload: []byte(payload), Signature: sp.Header}
+	}
+	event := func(id, customer string, created int64, tenant ...string) string {
+		obj := map[string]any{"id": "sub_bad", "customer": customer, "status": "active"}
+		if len(tenant) > 0 {
+			obj["metadata"] = map[string]string{"tenant_id": tenant[0]}
+		}
+		b, _ := json.Marshal(map[string]any{"id": id, "object": "event", "type": "customer.subscription.updated", "created": created,
+			"data": map[string]any{"object": obj}})
+		return string(b)
+	}
+	now := time.Now()
+	for name, tc := range map[string]struct {
+		req  *billingv1.HandleStripeEventRequest
+		want string
+	}{
+		"not JSON":                  {sign("{not json", now), "Invalid payload: not a Stripe event"},
+		"JSON, not an event":        {sign(`{"hello":"world"}`, now), "Invalid payload: not a Stripe event"},
+		"invalid UTF-8":             {sign(strings.Replace(event("evt_utf8", "cus_1", now.Unix()), "cus_1", "cus_\xff\xfe", 1), now), "Invalid payload: not valid UTF-8"},
+		"NUL in the tenant id":      {sign(event("evt_nul", "cus_1", now.Unix(), "ten_\x00"), now), "Invalid payload: the tenant id (client_reference_id or metadata.tenant_id) must be at most 255 printable ASCII characters without spaces"},
+		"customer over 255":         {sign(event("evt_long", "cus_"+strings.Repeat("a", 300), now.Unix()), now), "Invalid payload: data.object.customer must be at most 255 printable ASCII characters without spaces"},
+		"empty event id":            {sign(event("", "cus_1", now.Unix()), now), "Invalid payload: id is required"},
+		"created in the future":     {sign(event("evt_future", "cus_1", now.Add(time.Hour).Unix()), now), "Invalid payload: created is in the future"},
+		"signature from the future": {sign(event("evt_sigfuture", "cus_1", now.Unix()), now.Add(time.Hour)), "Invalid signature"},
+	} {
+		_, err := b.HandleStripeEvent(context.Background(), tc.req)
+		if !isErr(err, codes.InvalidArgument, tc.want) {
+			t.Errorf("%s: %v, want 400 %q", name, err, tc.want)
+		}
 	}
 }
 

@@ -114,6 +114,23 @@ func (s *Server) GetEntitlements(ctx context.Context, _ *accountsv1.GetEntitleme
 	return &accountsv1.GetEntitlementsResponse{SubscriptionActive: st.Active(), LicenseLimit: int32(st.LicenseLimit()), Plan: name}, nil
 }
 
+// GetTenantContact tells an internal caller where to write to the tenant: its email,
+// hosted; nothing self-hosted (the single implicit tenant has none).
+func (s *Server) GetTenantContact(ctx context.Context, _ *accountsv1.GetTenantContactRequest) (*accountsv1.GetTenantContactResponse, error) {
+	tenant, err := auth.TenantID(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if !s.multiTenant {
+		return &accountsv1.GetTenantContactResponse{}, nil
+	}
+	email, err := s.store.TenantEmail(ctx, tenant)
+	if err != nil {
+		return nil, err
+	}
+	return &accountsv1.GetTenantContactResponse{Email: email}, nil
+}
+
 // GetBuildInfo reports this build and the installation's watermark.
 func (s *Server) GetBuildInfo(ctx context.Context, _ *accountsv1.GetBuildInfoRequest) (*accountsv1.GetBuildInfoResponse, error) {
 	id, err := s.store.WatermarkID(ctx)

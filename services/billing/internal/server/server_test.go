@@ -32,7 +32,7 @@ func newServer(t *testing.T, hosted bool) *Server {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	return New(store.New(pool), hosted)
+	return New(store.New(pool, nil), hosted)
 }
 
 // tenantCall is a call by tenant presenting apiKey, as the auth interceptor leaves it.
@@ -161,6 +161,22 @@ func TestNewHostedTenantIsOnFree(t *testing.T) {
 	}
 	_, err = s.GetEntitlements(context.Background(), &accountsv1.GetEntitlementsRequest{})
 	wantErr(t, err, codes.Unauthenticated, "Unauthorized")
+}
+
+// The tenant's contact is the email it was created with, hosted; nothing self-hosted.
+func TestTenantContact(t *testing.T) {
+	t.Parallel()
+	s := newServer(t, true)
+	acct := createTenant(t, s)
+	c, err := s.GetTenantContact(tenantCall(acct.GetTenantId(), acct.GetApiKey()), &accountsv1.GetTenantContactRequest{})
+	if err != nil || c.GetEmail() != acct.GetEmail() || c.GetEmail() == "" {
+		t.Fatalf("contact %+v, %v (tenant %s)", c, err, acct.GetEmail())
+	}
+	self := newServer(t, false)
+	c, err = self.GetTenantContact(tenantCall(auth.SelfHostedTenant, "admin"), &accountsv1.GetTenantContactRequest{})
+	if err != nil || c.GetEmail() != "" {
+		t.Fatalf("self-hosted contact %+v, %v", c, err)
+	}
 }
 
 // The watermark identifies the installation: the same on every call (that it differs

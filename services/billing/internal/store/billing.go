@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/keyhouse/keyhouse/pkg/events"
 	"github.com/keyhouse/keyhouse/pkg/pgxx"
 	"github.com/keyhouse/keyhouse/services/billing/internal/plan"
 	"github.com/stripe/stripe-go/v76"
@@ -89,14 +90,37 @@ const (
 // Record applies one verified billing event, once per event id, in one transaction: a
 // crash leaves either all of it or nothing (and Stripe delivers again). raw is the
 // event's JSON, kept only while the event is parked.
+//
+// A move of the tenant's plan or status is billing.plan_changed, with the state after it.
 func (s *Store) Record(ctx context.Context, raw []byte, c plan.Change) (Outcome, error) {
 	var out Outcome
-	err := pgxx.InTx(ctx, s.db, func(tx pgx.Tx) error {
+	err := s.spine.InTx(ctx, s.db, func(ctx context.Context, tx pgx.Tx) error {
 		var err error
 		out, err = record(ctx, tx, raw, c)
 		return err
 	})
 	return out, err
+}
+
+// planMoved emits billing.plan_changed when the tenant's plan or status differs from before.
+func planMoved(ctx context.Context, tx pgx.Tx, tenant string, before plan.State) error {
+	subs, err := subscriptions(ctx, tx, tenant)
+	if err != nil {
+		return err
+	}
+	after := plan.Tenant(subs)
+	if after.Plan == before.Plan && after.Status == before.Status {
+		return nil
+	}
+	var p *string
+	if after.Plan != "" {
+		p = &after.Plan
+	}
+	status := after.Status
+	if status == "" {
+		status = plan.Active
+	}
+	return events.Emit(ctx, tx, events.BillingPlanChanged(tenant, p, status))
 }
 
 func record(ctx context.Context, tx pgx.Tx, raw []byte, c plan.Change) (Outcome, error) {
@@ -130,19 +154,30 @@ func record(ctx context.Context, tx pgx.Tx, raw []byte, c plan.Change) (Outcome,
 	if _, err := tx.Exec(ctx, `UPDATE stripe_events SET tenant_id = $2 WHERE event_id = $1`, c.EventID, tenant); err != nil {
 		return "", err
 	}
+	subs, err := subscriptions(ctx, tx, tenant)
+	if err != nil {
+		return "", err
+	}
+	before := plan.Tenant(subs)
 	out, err := applyToSubscription(ctx, tx, tenant, c)
-	if err != nil || !c.Link || c.Customer == "" {
+	if err != nil {
 		return out, err
+	}
+	if !c.Link || c.Customer == "" {
+		return out, planMoved(ctx, tx, tenant, before)
 	}
 	if _, err := tx.Exec(ctx, `INSERT INTO stripe_customers (customer_id, tenant_id) VALUES ($1, $2)
 		ON CONFLICT (customer_id) DO NOTHING`, c.Customer, tenant); err != nil {
 		return "", err
 	}
 	parked, err := unpark(ctx, tx, tenant, c.Customer)
+	if err != nil {
+		return "", err
+	}
 	if parked && out == Unchanged {
 		out = Applied
 	}
-	return out, err
+	return out, planMoved(ctx, tx, tenant, before)
 }
 
 // resolveTenant finds the tenant an event is about: the subscription's tenant once known,
@@ -230,12 +265,12 @@ func unpark(ctx context.Context, tx pgx.Tx, tenant, customer string) (bool, erro
 		ID      string
 		Payload []byte
 	}
-	events, err := pgx.CollectRows(rows, pgx.RowToStructByPos[parkedEvent])
+	waiting, err := pgx.CollectRows(rows, pgx.RowToStructByPos[parkedEvent])
 	if err != nil {
 		return false, err
 	}
 	applied := false
-	for _, p := range events {
+	for _, p := range waiting {
 		var e stripe.Event
 		if err := json.Unmarshal(p.Payload, &e); err != nil {
 			return false, fmt.Errorf("parked event %s: %w", p.ID, err)

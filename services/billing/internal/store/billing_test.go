@@ -28,7 +28,7 @@ func newStore(t *testing.T) *store.Store {
 		t.Fatal(err)
 	}
 	t.Cleanup(db.Close)
-	return store.New(db)
+	return store.New(db, nil)
 }
 
 var seq atomic.Int64

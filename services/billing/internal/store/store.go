@@ -12,13 +12,19 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/keyhouse/keyhouse/pkg/apierr"
 	"github.com/keyhouse/keyhouse/pkg/auth"
+	"github.com/keyhouse/keyhouse/pkg/events"
 )
 
-// Store reads and writes tenants and their keys.
-type Store struct{ db *pgxpool.Pool }
+// Store reads and writes tenants and their keys. A key rotation is api_key.rotated and a
+// move of a tenant's plan billing.plan_changed, emitted in its transaction (pkg/events).
+type Store struct {
+	db    *pgxpool.Pool
+	spine *events.Spine
+}
 
-// New returns a Store on db (search_path = billing).
-func New(db *pgxpool.Pool) *Store { return &Store{db: db} }
+// New returns a Store on db (search_path = billing); spine may be nil (no post-commit
+// path: the events are written all the same).
+func New(db *pgxpool.Pool, spine *events.Spine) *Store { return &Store{db: db, spine: spine} }
 
 // Tenant is a hosted account.
 type Tenant struct {
@@ -81,28 +87,29 @@ func (s *Store) ResolveAPIKey(ctx context.Context, apiKey string) (string, error
 // Every console session of the tenant ends in the same transaction (addendum §9).
 func (s *Store) RotateAPIKey(ctx context.Context, tenant, oldKey string) (string, error) {
 	key := NewAPIKey()
-	tx, err := s.db.Begin(ctx)
+	err := s.spine.InTx(ctx, s.db, func(ctx context.Context, tx pgx.Tx) error {
+		guard := `api_key_hash = $2`
+		if auth.IsSessionToken(oldKey) {
+			guard = `EXISTS (SELECT 1 FROM console_sessions WHERE token_hash = $2 AND tenant_id = $1)`
+		}
+		tag, err := tx.Exec(ctx,
+			`UPDATE tenants SET api_key_hash = $3, key_rotated_at = now() WHERE tenant_id = $1 AND `+guard,
+			tenant, auth.HashAPIKey(oldKey), auth.HashAPIKey(key))
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() != 1 {
+			return apierr.Unauthorized
+		}
+		if _, err := tx.Exec(ctx, `DELETE FROM console_sessions WHERE tenant_id = $1`, tenant); err != nil {
+			return err
+		}
+		return events.Emit(ctx, tx, events.APIKeyRotated(tenant))
+	})
 	if err != nil {
 		return "", err
 	}
-	defer func() { _ = tx.Rollback(ctx) }()
-	guard := `api_key_hash = $2`
-	if auth.IsSessionToken(oldKey) {
-		guard = `EXISTS (SELECT 1 FROM console_sessions WHERE token_hash = $2 AND tenant_id = $1)`
-	}
-	tag, err := tx.Exec(ctx,
-		`UPDATE tenants SET api_key_hash = $3, key_rotated_at = now() WHERE tenant_id = $1 AND `+guard,
-		tenant, auth.HashAPIKey(oldKey), auth.HashAPIKey(key))
-	if err != nil {
-		return "", err
-	}
-	if tag.RowsAffected() != 1 {
-		return "", apierr.Unauthorized
-	}
-	if _, err := tx.Exec(ctx, `DELETE FROM console_sessions WHERE tenant_id = $1`, tenant); err != nil {
-		return "", err
-	}
-	return key, tx.Commit(ctx)
+	return key, nil
 }
 
 // WatermarkID is the installation's stable identifier.

@@ -6,20 +6,19 @@ import (
 	"fmt"
 	"os"
 	"sync"
-	"time"
 
 	"github.com/keyhouse/keyhouse/pkg/app"
 	"github.com/keyhouse/keyhouse/pkg/billingclient"
 	"github.com/keyhouse/keyhouse/pkg/config"
+	"github.com/keyhouse/keyhouse/pkg/events"
 	"github.com/keyhouse/keyhouse/pkg/idempotency"
-	"github.com/keyhouse/keyhouse/pkg/license"
 	"github.com/keyhouse/keyhouse/pkg/licensecache"
 	"github.com/keyhouse/keyhouse/pkg/natsx"
 	"github.com/keyhouse/keyhouse/pkg/signing"
+	eventsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/events/v1"
 	"github.com/keyhouse/keyhouse/services/licensing/internal/server"
 	"github.com/keyhouse/keyhouse/services/licensing/internal/store"
 	"github.com/keyhouse/keyhouse/services/licensing/migrations"
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 func main() {
@@ -32,8 +31,7 @@ func main() {
 }
 
 func register(ctx context.Context, d *app.Deps) error {
-	st := store.New(d.DB)
-	keyring, err := loadKeyring(ctx, d.Config, st)
+	keyring, err := loadKeyring(ctx, d.Config, store.New(d.DB, nil))
 	if err != nil {
 		return err
 	}
@@ -51,37 +49,31 @@ func register(ctx context.Context, d *app.Deps) error {
 	if err != nil {
 		return err
 	}
-	if err := natsx.EnsureStream(ctx, js, jetstream.StreamConfig{
-		Name:     license.EventStream,
-		Subjects: []string{license.EventSubjects},
-		Storage:  jetstream.FileStorage,
-		// Consumers that were down catch up from here; a week covers any sane outage.
-		MaxAge:     license.EventRetention,
-		Duplicates: 10 * time.Minute,
-	}); err != nil {
+	if err := events.EnsureStream(ctx, js); err != nil {
 		nc.Close()
 		return err
 	}
 	relay := natsx.NewRelay(d.DB, js, d.Log)
-	// License rows are cached for the hot paths; every write drops its key here and, over
-	// NATS, on every other replica and caller (pkg/licensecache).
+	// License rows are cached for the hot paths; every committed change drops its key here
+	// (the spine's local step) and, over NATS, on every other replica and caller (its fast
+	// path; pkg/licensecache).
 	cache := licensecache.New[*store.License](d.Config.LicenseCacheTTL)
 	stopCache, err := cache.Subscribe(nc)
 	if err != nil {
 		nc.Close()
 		return err
 	}
-	st.WithCache(cache, func(key string) {
-		if err := licensecache.Publish(nc, key); err != nil {
-			d.Log.Warn("license change not announced; other replicas serve their cached row until it expires",
-				"error", err.Error(), "ttl", d.Config.LicenseCacheTTL.String())
-		}
-	})
+	spine := events.NewSpine(events.WithRelay(relay), events.WithFastPath(nc), events.WithLog(d.Log),
+		events.WithLocal(func(ev *eventsv1.Event) {
+			if key := events.ChangedLicense(ev); key != "" {
+				cache.Invalidate(key)
+			}
+		}))
+	st := store.New(d.DB, spine).WithCache(cache)
 
 	adminKey := d.Config.AdminAPIKey.Reveal()
 	srv := server.New(server.Config{MultiTenant: d.Config.MultiTenant, Keyring: keyring}, st,
-		billingclient.New(billing, adminKey), server.NewRemoteSeats(activations, adminKey),
-		relay)
+		billingclient.New(billing, adminKey), server.NewRemoteSeats(activations, adminKey))
 	server.Register(d.Server.GRPC, srv)
 	server.RegisterPortal(d.Server.GRPC, server.NewPortal(st, keyring, d.Config.PublicBaseURL))
 
@@ -99,6 +91,8 @@ func register(ctx context.Context, d *app.Deps) error {
 	}()
 	// Closers run in reverse: the relay finishes its batch before NATS closes.
 	d.OnClose(nc.Close)
+	// License changes are announced with a heartbeat, the caches' liveness proof.
+	d.OnClose(licensecache.StartHeartbeat(nc))
 	d.OnClose(stopCache)
 	d.OnClose(wg.Wait)
 	return nil

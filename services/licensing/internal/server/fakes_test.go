@@ -12,14 +12,13 @@ import (
 	"github.com/keyhouse/keyhouse/pkg/auth"
 	"github.com/keyhouse/keyhouse/pkg/billingclient"
 	"github.com/keyhouse/keyhouse/pkg/license"
-	"github.com/keyhouse/keyhouse/pkg/natsx"
 	"github.com/keyhouse/keyhouse/pkg/signing"
 	activationsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/activations/v1"
 	"github.com/keyhouse/keyhouse/services/licensing/internal/store"
 )
 
 // fakeStore keeps what the SQL keeps in memory: licenses per tenant and key, product
-// owners, the outbox and idempotency records. A transaction works on a copy that replaces
+// owners, deletions and idempotency records. A transaction works on a copy that replaces
 // the state only when fn succeeds, and transactions run one at a time (which is what the
 // quota lock guarantees in Postgres).
 type fakeStore struct {
@@ -27,9 +26,8 @@ type fakeStore struct {
 	now      func() time.Time
 	licenses map[string]*store.License // tenant + "/" + key
 	owners   map[string]string         // store.ProductKey → tenant
-	outbox   []natsx.Message
-	idem     map[string]idemRecord // tenant + "/" + Idempotency-Key
-	deleted  map[string][]string   // tenant → keys deleted
+	idem     map[string]idemRecord     // tenant + "/" + Idempotency-Key
+	deleted  map[string][]string       // tenant → keys deleted
 }
 
 type idemRecord struct {
@@ -66,10 +64,11 @@ func (f *fakeStore) count() int {
 	return len(f.licenses)
 }
 
-func (f *fakeStore) events() []natsx.Message {
+// deletions lists the tenant's committed deletions (each emits license.deleted).
+func (f *fakeStore) deletions(tenant string) []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return append([]natsx.Message(nil), f.outbox...)
+	return append([]string(nil), f.deleted[tenant]...)
 }
 
 func (f *fakeStore) find(licenses map[string]*store.License, tenant, key string) (*store.License, error) {
@@ -103,7 +102,6 @@ func (f *fakeStore) run(fn func(store.Tx) error) error {
 		return err
 	}
 	f.licenses = tx.licenses
-	f.outbox = append(f.outbox, tx.outbox...)
 	for _, d := range tx.deleted {
 		f.deleted[d.TenantID] = append(f.deleted[d.TenantID], d.Key)
 	}
@@ -249,7 +247,6 @@ func (f *fakeStore) ClaimProduct(_ context.Context, tenant, productID string) er
 type fakeTx struct {
 	f        *fakeStore
 	licenses map[string]*store.License
-	outbox   []natsx.Message
 	deleted  []store.License
 }
 
@@ -313,11 +310,6 @@ func (t *fakeTx) InsertImported(_ context.Context, ls []*store.License) error {
 	return nil
 }
 
-func (t *fakeTx) Enqueue(_ context.Context, m natsx.Message) error {
-	t.outbox = append(t.outbox, m)
-	return nil
-}
-
 // fakeBilling is billingclient's ActivePlan with the rule it keeps.
 type fakeBilling struct {
 	mu     sync.Mutex
@@ -361,10 +353,6 @@ func (f *fakeSeats) Stats(_ context.Context, _ string, _ int, exclude []string) 
 	return &activationsv1.GetActivationStatsResponse{}, nil
 }
 
-type countEvents struct{ n int }
-
-func (e *countEvents) Notify() { e.n++ }
-
 var testKeyring = func() *signing.Keyring {
 	k, err := signing.NewKeyring()
 	if err != nil {
@@ -381,15 +369,14 @@ type fixture struct {
 	store   *fakeStore
 	billing *fakeBilling
 	seats   *fakeSeats
-	events  *countEvents
 }
 
 // newFixture is a licensing server on fakes: hosted (billing asked) unless selfHosted.
 func newFixture(t *testing.T, hosted bool) *fixture {
 	t.Helper()
 	now := func() time.Time { return clock }
-	fx := &fixture{store: newFakeStore(now), billing: &fakeBilling{active: true}, seats: &fakeSeats{}, events: &countEvents{}}
-	fx.srv = New(Config{MultiTenant: hosted, Keyring: testKeyring}, fx.store, fx.billing, fx.seats, fx.events)
+	fx := &fixture{store: newFakeStore(now), billing: &fakeBilling{active: true}, seats: &fakeSeats{}}
+	fx.srv = New(Config{MultiTenant: hosted, Keyring: testKeyring}, fx.store, fx.billing, fx.seats)
 	fx.srv.now = now
 	return fx
 }

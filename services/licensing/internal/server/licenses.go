@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"strings"
 	"time"
@@ -12,7 +11,6 @@ import (
 	"github.com/keyhouse/keyhouse/pkg/auth"
 	"github.com/keyhouse/keyhouse/pkg/idempotency"
 	"github.com/keyhouse/keyhouse/pkg/license"
-	"github.com/keyhouse/keyhouse/pkg/natsx"
 	"github.com/keyhouse/keyhouse/pkg/paging"
 	"github.com/keyhouse/keyhouse/pkg/pgxx"
 	activationsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/activations/v1"
@@ -195,8 +193,8 @@ func (s *Server) RevokeLicense(ctx context.Context, req *licensingv1.RevokeLicen
 	return &licensingv1.RevokeLicenseResponse{Key: key, Status: want}, nil
 }
 
-// DeleteLicense deletes the license and, in the same transaction, records the event that
-// makes activations forget its seats, so the cascade happens even if activations is down.
+// DeleteLicense deletes the license; the deletion's license.deleted event, in the same
+// transaction, makes activations forget its seats, even if activations is down now.
 func (s *Server) DeleteLicense(ctx context.Context, req *licensingv1.DeleteLicenseRequest) (*licensingv1.DeleteLicenseResponse, error) {
 	tenant, err := auth.TenantID(ctx)
 	if err != nil {
@@ -207,16 +205,7 @@ func (s *Server) DeleteLicense(ctx context.Context, req *licensingv1.DeleteLicen
 		return nil, errMissingKey
 	}
 	err = s.store.InTx(ctx, func(tx store.Tx) error {
-		if err := tx.Delete(ctx, tenant, key); err != nil {
-			return err
-		}
-		payload, err := json.Marshal(license.Deleted{TenantID: tenant, Key: key, DeletedAt: s.now().UTC()})
-		if err != nil {
-			return err
-		}
-		return tx.Enqueue(ctx, natsx.Message{
-			TenantID: tenant, Subject: license.DeletedSubject, MsgID: "license.deleted:" + tenant + ":" + key, Payload: payload,
-		})
+		return tx.Delete(ctx, tenant, key)
 	})
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, errNotFound
@@ -224,7 +213,6 @@ func (s *Server) DeleteLicense(ctx context.Context, req *licensingv1.DeleteLicen
 	if err != nil {
 		return nil, err
 	}
-	s.events.Notify()
 	return &licensingv1.DeleteLicenseResponse{Key: key, Deleted: true}, nil
 }
 

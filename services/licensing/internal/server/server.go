@@ -52,9 +52,6 @@ type Seats interface {
 	ImportUsage(ctx context.Context, tenant string, usage []*activationsv1.ImportedUsage) error
 }
 
-// Events is told when an outbox row was committed, to publish it at once.
-type Events interface{ Notify() }
-
 // Config is what the handlers need besides their collaborators.
 type Config struct {
 	MultiTenant bool
@@ -69,13 +66,12 @@ type Server struct {
 	store        Store
 	entitlements Entitlements
 	seats        Seats
-	events       Events
 	now          func() time.Time
 }
 
 // New returns a Server.
-func New(cfg Config, s Store, e Entitlements, seats Seats, events Events) *Server {
-	return &Server{cfg: cfg, store: s, entitlements: e, seats: seats, events: events, now: time.Now}
+func New(cfg Config, s Store, e Entitlements, seats Seats) *Server {
+	return &Server{cfg: cfg, store: s, entitlements: e, seats: seats, now: time.Now}
 }
 
 // Register adds both services to g.

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"time"
 
+	"github.com/keyhouse/keyhouse/pkg/events"
 	"github.com/keyhouse/keyhouse/pkg/license"
 )
 
@@ -100,8 +101,13 @@ func (t *pgTx) InsertImported(ctx context.Context, ls []*License) error {
 	if int(tag.RowsAffected()) != n {
 		return ErrImportRaced
 	}
-	// A key may have been looked up (and found missing) before it was imported.
-	t.changed = append(t.changed, keys...)
+	// One license.issued per license, in this transaction (the spine's post-commit path
+	// also drops a key that was looked up, and found missing, before it was imported).
+	for _, l := range ls {
+		if err := t.emit(events.LicenseIssued(l.TenantID, l.Key, l.ProductID, l.Tier, l.IssuedTo, l.ExpiresAt, l.MaxActivations, l.Limits)); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 

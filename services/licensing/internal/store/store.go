@@ -13,46 +13,34 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/keyhouse/keyhouse/pkg/events"
 	"github.com/keyhouse/keyhouse/pkg/idempotency"
 	"github.com/keyhouse/keyhouse/pkg/license"
 	"github.com/keyhouse/keyhouse/pkg/licensecache"
-	"github.com/keyhouse/keyhouse/pkg/natsx"
 	"github.com/keyhouse/keyhouse/pkg/pgxx"
+	eventsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/events/v1"
 )
 
-// Store reads and writes the licensing schema.
+// Store reads and writes the licensing schema. Every committed change of a license emits
+// its event (pkg/events) in its own transaction, and leaves through the spine's one
+// post-commit path, which also drops the license from the caches.
 type Store struct {
 	db *pgxpool.Pool
-	// cache serves Get (nil: every Get reads the row); publish tells the other replicas
-	// that a key changed (see WithCache).
-	cache   *licensecache.Cache[*License]
-	publish func(key string)
+	// cache serves Get (nil: every Get reads the row); the spine drops what changed.
+	cache *licensecache.Cache[*License]
+	spine *events.Spine
 }
 
-// New returns a Store on db (search_path = licensing).
-func New(db *pgxpool.Pool) *Store { return &Store{db: db} }
+// New returns a Store on db (search_path = licensing); spine may be nil (no post-commit
+// path: the events are written all the same).
+func New(db *pgxpool.Pool, spine *events.Spine) *Store { return &Store{db: db, spine: spine} }
 
-// WithCache serves Get from cache and, after every committed change of a license, drops
-// the key from cache before the change is answered and calls publish with it, which tells
-// the other replicas (pkg/licensecache). A nil cache changes nothing.
-func (s *Store) WithCache(cache *licensecache.Cache[*License], publish func(key string)) *Store {
-	s.cache, s.publish = cache, publish
+// WithCache serves Get from cache. The cache must follow the spine: the process's spine
+// drops every changed key from it (events.WithLocal with events.ChangedLicense) before the
+// change is answered, and the fast path drops it everywhere else.
+func (s *Store) WithCache(cache *licensecache.Cache[*License]) *Store {
+	s.cache = cache
 	return s
-}
-
-// changed is called after a change of key committed (or may have), with the context of
-// the call that made it, whose answer names the keys (licensecache.AnnounceInCall).
-func (s *Store) changed(ctx context.Context, keys ...string) {
-	for _, k := range keys {
-		licensecache.AnnounceInCall(ctx, k)
-		if s.cache == nil {
-			continue
-		}
-		s.cache.Invalidate(k)
-		if s.publish != nil {
-			s.publish(k)
-		}
-	}
 }
 
 var (
@@ -138,7 +126,8 @@ func get(ctx context.Context, q pgxx.Querier, tenant, key string, forUpdate bool
 }
 
 // Tx is one transaction of the licensing schema: what the handlers may do inside it.
-// It is an interface so the handlers' unit tests can run them on a fake.
+// It is an interface so the handlers' unit tests can run them on a fake. Each change
+// emits its event itself (license.issued, .revoked, .reactivated, .deleted).
 type Tx interface {
 	// GetForUpdate reads and row-locks a license of the tenant (ErrNotFound).
 	GetForUpdate(ctx context.Context, tenant, key string) (*License, error)
@@ -152,8 +141,6 @@ type Tx interface {
 	SetStatus(ctx context.Context, tenant, key, status string) error
 	// Delete removes a license (ErrNotFound) and remembers the deletion (DeletedKeys).
 	Delete(ctx context.Context, tenant, key string) error
-	// Enqueue records an event in the outbox, published once the transaction commits.
-	Enqueue(ctx context.Context, m natsx.Message) error
 	// Existing row-locks and returns the licenses of keys, of any tenant, by key.
 	Existing(ctx context.Context, keys []string) (map[string]*License, error)
 	// InsertImported stores imported licenses as given (ErrImportRaced).
@@ -163,27 +150,19 @@ type Tx interface {
 // pgTx is Tx on Postgres.
 type pgTx struct {
 	tx pgx.Tx
-	// changed lists the keys whose rows this transaction changed.
-	changed []string
+	// spineCtx is the context of the spine's transaction: events emitted with it take the
+	// post-commit path.
+	spineCtx context.Context
 }
 
-// InTx runs fn in a transaction; the licenses it changed leave the cache once it ended.
+// InTx runs fn in a transaction, and the spine's post-commit path after it.
 func (s *Store) InTx(ctx context.Context, fn func(Tx) error) error {
-	var changed []string
-	err := pgxx.InTx(ctx, s.db, func(tx pgx.Tx) error {
-		t := &pgTx{tx: tx}
-		err := fn(t)
-		changed = t.changed
-		return err
+	return s.spine.InTx(ctx, s.db, func(ctx context.Context, tx pgx.Tx) error {
+		return fn(&pgTx{tx: tx, spineCtx: ctx})
 	})
-	s.changed(ctx, changed...)
-	return err
 }
 
-// Enqueue implements Tx (natsx's outbox, in this transaction).
-func (t *pgTx) Enqueue(ctx context.Context, m natsx.Message) error {
-	return natsx.Enqueue(ctx, t.tx, m)
-}
+func (t *pgTx) emit(ev *eventsv1.Event) error { return events.Emit(t.spineCtx, t.tx, ev) }
 
 // GetForUpdate reads and row-locks a license of the tenant.
 func (t *pgTx) GetForUpdate(ctx context.Context, tenant, key string) (*License, error) {
@@ -218,30 +197,48 @@ func countActive(ctx context.Context, q pgxx.Querier, tenant string) (int, error
 
 // Insert stores a new license; IssuedAt is set by the database and written back.
 func (t *pgTx) Insert(ctx context.Context, l *License) error {
-	return t.tx.QueryRow(ctx, `INSERT INTO licenses (key_hash, key, tenant_id, tier, product_id, issued_to,
+	if err := t.tx.QueryRow(ctx, `INSERT INTO licenses (key_hash, key, tenant_id, tier, product_id, issued_to,
 		expires_at, limits, max_activations, notes) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
 		RETURNING issued_at, status`,
 		KeyHash(l.Key), l.Key, l.TenantID, l.Tier, l.ProductID, l.IssuedTo, l.ExpiresAt, l.Limits,
-		l.MaxActivations, l.Notes).Scan(&l.IssuedAt, &l.Status)
+		l.MaxActivations, l.Notes).Scan(&l.IssuedAt, &l.Status); err != nil {
+		return err
+	}
+	return t.emit(events.LicenseIssued(l.TenantID, l.Key, l.ProductID, l.Tier, l.IssuedTo, l.ExpiresAt, l.MaxActivations, l.Limits))
 }
 
 // SetStatus revokes (status "revoked", revoked_at now) or reactivates a license.
 func (t *pgTx) SetStatus(ctx context.Context, tenant, key, status string) error {
-	t.changed = append(t.changed, key)
-	_, err := t.tx.Exec(ctx, `UPDATE licenses SET status = $3,
+	var productID string
+	err := t.tx.QueryRow(ctx, `UPDATE licenses SET status = $3,
 		revoked_at = CASE WHEN $3 = $4 THEN now() ELSE NULL END
-		WHERE key_hash = $1 AND tenant_id = $2`, KeyHash(key), tenant, status, license.StatusRevoked)
-	return err
+		WHERE key_hash = $1 AND tenant_id = $2 RETURNING product_id`, KeyHash(key), tenant, status, license.StatusRevoked).Scan(&productID)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return ErrNotFound
+	}
+	if err != nil {
+		return err
+	}
+	if status == license.StatusRevoked {
+		return t.emit(events.LicenseRevoked(tenant, key, productID))
+	}
+	return t.emit(events.LicenseReactivated(tenant, key, productID))
 }
 
 // Delete removes a license, reporting ErrNotFound when there was none.
 func (t *pgTx) Delete(ctx context.Context, tenant, key string) error {
-	t.changed = append(t.changed, key)
-	tag, err := t.tx.Exec(ctx, `DELETE FROM licenses WHERE key_hash = $1 AND tenant_id = $2`, KeyHash(key), tenant)
-	if err == nil && tag.RowsAffected() == 0 {
+	var productID string
+	err := t.tx.QueryRow(ctx, `DELETE FROM licenses WHERE key_hash = $1 AND tenant_id = $2 RETURNING product_id`,
+		KeyHash(key), tenant).Scan(&productID)
+	if errors.Is(err, pgx.ErrNoRows) {
 		return ErrNotFound
 	}
 	if err != nil {
+		return err
+	}
+	// license.deleted: activations purges the seats (even if it is down now), the log
+	// keeps it.
+	if err := t.emit(events.LicenseDeleted(tenant, key, productID)); err != nil {
 		return err
 	}
 	// The tenant's deletions older than the retention go at the same time, so the table
@@ -281,15 +278,26 @@ type Terms struct {
 	Limits            map[string]float64
 }
 
-// UpdateTerms applies t to the license and returns it as updated.
+// UpdateTerms applies t to the license and returns it as updated (license.terms_updated).
 func (s *Store) UpdateTerms(ctx context.Context, tenant, key string, t Terms) (*License, error) {
-	defer s.changed(ctx, key)
-	return scanLicense(s.db.QueryRow(ctx, `UPDATE licenses SET
-		expires_at = CASE WHEN $3 THEN $4 ELSE expires_at END,
-		max_activations = CASE WHEN $5 THEN $6 ELSE max_activations END,
-		limits = COALESCE($7, limits)
-		WHERE key_hash = $1 AND tenant_id = $2 RETURNING `+licenseColumns,
-		KeyHash(key), tenant, t.SetExpiry, t.ExpiresAt, t.SetMaxActivations, t.MaxActivations, limitsOrNil(t.Limits)))
+	var l *License
+	err := s.spine.InTx(ctx, s.db, func(ctx context.Context, tx pgx.Tx) error {
+		var err error
+		l, err = scanLicense(tx.QueryRow(ctx, `UPDATE licenses SET
+			expires_at = CASE WHEN $3 THEN $4 ELSE expires_at END,
+			max_activations = CASE WHEN $5 THEN $6 ELSE max_activations END,
+			limits = COALESCE($7, limits)
+			WHERE key_hash = $1 AND tenant_id = $2 RETURNING `+licenseColumns,
+			KeyHash(key), tenant, t.SetExpiry, t.ExpiresAt, t.SetMaxActivations, t.MaxActivations, limitsOrNil(t.Limits)))
+		if err != nil {
+			return err
+		}
+		return events.Emit(ctx, tx, events.LicenseTermsUpdated(tenant, l.Key, l.ProductID, l.ExpiresAt, l.MaxActivations, l.Limits))
+	})
+	if err != nil {
+		return nil, err
+	}
+	return l, nil
 }
 
 func limitsOrNil(m map[string]float64) any {
@@ -299,11 +307,23 @@ func limitsOrNil(m map[string]float64) any {
 	return m
 }
 
-// UpdateNotes sets the notes ("" clears them to null) and returns the license.
+// UpdateNotes sets the notes ("" clears them to null) and returns the license
+// (license.notes_updated).
 func (s *Store) UpdateNotes(ctx context.Context, tenant, key, notes string) (*License, error) {
-	defer s.changed(ctx, key)
-	return scanLicense(s.db.QueryRow(ctx, `UPDATE licenses SET notes = NULLIF($3, '')
-		WHERE key_hash = $1 AND tenant_id = $2 RETURNING `+licenseColumns, KeyHash(key), tenant, notes))
+	var l *License
+	err := s.spine.InTx(ctx, s.db, func(ctx context.Context, tx pgx.Tx) error {
+		var err error
+		l, err = scanLicense(tx.QueryRow(ctx, `UPDATE licenses SET notes = NULLIF($3, '')
+			WHERE key_hash = $1 AND tenant_id = $2 RETURNING `+licenseColumns, KeyHash(key), tenant, notes))
+		if err != nil {
+			return err
+		}
+		return events.Emit(ctx, tx, events.LicenseNotesUpdated(tenant, l.Key, l.ProductID))
+	})
+	if err != nil {
+		return nil, err
+	}
+	return l, nil
 }
 
 // Filter selects licenses for list-licenses.
@@ -392,9 +412,12 @@ func (s *Store) ClaimProduct(ctx context.Context, tenant, productID string) erro
 // transaction with the record of its answer.
 func (s *Store) Idempotent(ctx context.Context, tenant, idemKey string, requestHash []byte,
 	create func(Tx) ([]byte, error)) (resp []byte, replayed bool, err error) {
-	return idempotency.Do(ctx, s.db, tenant, idemKey, requestHash, func(tx pgx.Tx) ([]byte, error) {
-		return create(&pgTx{tx: tx})
+	ctx, done := s.spine.Track(ctx)
+	resp, replayed, err = idempotency.Do(ctx, s.db, tenant, idemKey, requestHash, func(tx pgx.Tx) ([]byte, error) {
+		return create(&pgTx{tx: tx, spineCtx: ctx})
 	})
+	done(err)
+	return resp, replayed, err
 }
 
 // Keyring returns the stored keyring document, or create's document stored now if there

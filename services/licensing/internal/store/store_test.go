@@ -30,7 +30,7 @@ func newStore(t *testing.T) *store.Store {
 		t.Fatal(err)
 	}
 	t.Cleanup(db.Close)
-	return store.New(db)
+	return store.New(db, nil)
 }
 
 // Replicas starting together on an empty database each generate a keyring; exactly one is
@@ -153,7 +153,7 @@ func TestDeletedKeysAreTheNewestAndBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(db.Close)
-	s := store.New(db)
+	s := store.New(db, nil)
 	tenant := fmt.Sprintf("t-bulk-%d", time.Now().UnixNano())
 	// Older deletions first: key B-00001 is the oldest, B-<n> the newest.
 	n := store.MaxDeletedKeys + 5

@@ -8,8 +8,8 @@ import (
 	"github.com/keyhouse/keyhouse/pkg/app"
 	"github.com/keyhouse/keyhouse/pkg/billingclient"
 	"github.com/keyhouse/keyhouse/pkg/config"
+	"github.com/keyhouse/keyhouse/pkg/events"
 	"github.com/keyhouse/keyhouse/pkg/idempotency"
-	"github.com/keyhouse/keyhouse/pkg/license"
 	"github.com/keyhouse/keyhouse/pkg/licensecache"
 	"github.com/keyhouse/keyhouse/pkg/licensingclient"
 	"github.com/keyhouse/keyhouse/pkg/natsx"
@@ -39,8 +39,12 @@ func register(ctx context.Context, d *app.Deps) error {
 	adminKey := d.Config.AdminAPIKey.Reveal()
 	remote := licensingclient.New(licensing, adminKey)
 	// Update checks read licenses from a cache that follows licensing's change events.
-	nc, _, err := natsx.Connect(ctx, d.Config.NATSURL, "releases", d.Log)
+	nc, js, err := natsx.Connect(ctx, d.Config.NATSURL, "releases", d.Log)
 	if err != nil {
+		return err
+	}
+	if err := events.EnsureStream(ctx, js); err != nil {
+		nc.Close()
 		return err
 	}
 	stopCache, err := remote.CacheLicenses(nc, d.Config.LicenseCacheTTL)
@@ -49,18 +53,23 @@ func register(ctx context.Context, d *app.Deps) error {
 		return err
 	}
 	d.OnClose(nc.Close)
+	// Release changes are announced with a heartbeat, the caches' liveness proof.
+	d.OnClose(licensecache.StartHeartbeat(nc))
 	d.OnClose(stopCache)
-	st := store.New(d.DB).WithChangeEvents(func() {
-		if err := licensecache.PublishOn(nc, license.ReleasesChangedSubject, ""); err != nil {
-			d.Log.Warn("release change not announced; gateways serve their cached check-update answers until they expire",
-				"error", err.Error(), "ttl", d.Config.LicenseCacheTTL.String())
-		}
-	})
+	// Release events leave through the outbox; the spine's fast path tells the gateways'
+	// caches of check-update answers to empty themselves.
+	relay := natsx.NewRelay(d.DB, js, d.Log)
+	st := store.New(d.DB, events.NewSpine(events.WithRelay(relay), events.WithFastPath(nc), events.WithLog(d.Log)))
 	srv := server.New(server.Config{MultiTenant: d.Config.MultiTenant}, st, remote,
 		billingclient.New(billing, adminKey))
 	server.Register(d.Server.GRPC, srv)
 
 	var wg sync.WaitGroup
+	wg.Go(func() {
+		if err := relay.Run(ctx); err != nil {
+			d.Log.Error("outbox relay stopped", "error", err.Error())
+		}
+	})
 	wg.Add(2)
 	go func() {
 		defer wg.Done()

@@ -11,36 +11,22 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/keyhouse/keyhouse/pkg/events"
 	"github.com/keyhouse/keyhouse/pkg/idempotency"
-	"github.com/keyhouse/keyhouse/pkg/licensecache"
 	"github.com/keyhouse/keyhouse/pkg/pgxx"
 )
 
-// Store reads and writes the releases schema.
+// Store reads and writes the releases schema. A registration is release.published and
+// an unpublication release.unpublished, emitted in its transaction (pkg/events); the
+// spine's post-commit path announces both to the caches of check-update's answers.
 type Store struct {
-	db *pgxpool.Pool
-	// publish announces that the releases changed (see WithChangeEvents); nil: nothing.
-	publish func()
+	db    *pgxpool.Pool
+	spine *events.Spine
 }
 
-// New returns a Store on db (search_path = releases).
-func New(db *pgxpool.Pool) *Store { return &Store{db: db} }
-
-// WithChangeEvents has every registration and unpublication announced, in the answer of the
-// call that made it (licensecache.AnnounceClearInCall) and through publish, after the
-// commit: caches of check-update's answers (the gateway's) empty themselves then.
-func (s *Store) WithChangeEvents(publish func()) *Store {
-	s.publish = publish
-	return s
-}
-
-// changed is called after a change of the releases committed, or may have.
-func (s *Store) changed(ctx context.Context) {
-	licensecache.AnnounceClearInCall(ctx)
-	if s.publish != nil {
-		s.publish()
-	}
-}
+// New returns a Store on db (search_path = releases); spine may be nil (no post-commit
+// path: the events are written all the same).
+func New(db *pgxpool.Pool, spine *events.Spine) *Store { return &Store{db: db, spine: spine} }
 
 var (
 	// ErrNotFound: no such release in the tenant.
@@ -105,7 +91,7 @@ func lockChannel(ctx context.Context, tx pgx.Tx, tenant, productKey, channel, pl
 // (ErrLimit). Under an Idempotency-Key (idemKey non-empty) a repeated request returns the
 // first id and inserts nothing (pkg/idempotency).
 func (s *Store) Register(ctx context.Context, tenant, idemKey string, requestHash []byte, r *NewRelease, limit int) (int32, error) {
-	defer s.changed(ctx)
+	ctx, done := s.spine.Track(ctx)
 	resp, _, err := idempotency.Do(ctx, s.db, tenant, idemKey, requestHash, func(tx pgx.Tx) ([]byte, error) {
 		if err := lockChannel(ctx, tx, tenant, r.ProductKey, r.Channel, r.Platform); err != nil {
 			return nil, err
@@ -132,8 +118,15 @@ func (s *Store) Register(ctx context.Context, tenant, idemKey string, requestHas
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) RETURNING id`,
 			tenant, r.ProductID, r.ProductKey, r.Version, r.Channel, r.Platform, r.ArtifactURL, r.Checksum,
 			r.ReleaseNotes, r.Signature, r.Precedence).Scan(&id)
-		return []byte(strconv.Itoa(int(id))), err
+		if err != nil {
+			return nil, err
+		}
+		if err := events.Emit(ctx, tx, events.ReleasePublished(tenant, id, r.ProductID, r.Version, r.Channel, r.Platform)); err != nil {
+			return nil, err
+		}
+		return []byte(strconv.Itoa(int(id))), nil
 	})
+	done(err)
 	if pgxx.IsUniqueViolation(err, "releases_published_once") {
 		// Unreachable while every writer takes the lock; the index is the last word.
 		return 0, ErrDuplicate
@@ -150,15 +143,27 @@ func (s *Store) Get(ctx context.Context, tenant string, id int32) (*Release, err
 	return scan(s.db.QueryRow(ctx, `SELECT `+columns+` FROM releases WHERE tenant_id = $1 AND id = $2`, tenant, id))
 }
 
-// Unpublish marks the tenant's release id unpublished; it stays so if it already was.
+// Unpublish marks the tenant's release id unpublished (release.unpublished); it stays so,
+// and nothing is emitted, if it already was.
 func (s *Store) Unpublish(ctx context.Context, tenant string, id int32) error {
-	defer s.changed(ctx)
-	tag, err := s.db.Exec(ctx, `UPDATE releases SET status = 'unpublished', unpublished_at = COALESCE(unpublished_at, now())
-		WHERE tenant_id = $1 AND id = $2`, tenant, id)
-	if err == nil && tag.RowsAffected() == 0 {
-		return ErrNotFound
-	}
-	return err
+	return s.spine.InTx(ctx, s.db, func(ctx context.Context, tx pgx.Tx) error {
+		r, err := scan(tx.QueryRow(ctx, `UPDATE releases SET status = 'unpublished', unpublished_at = now()
+			WHERE tenant_id = $1 AND id = $2 AND status = 'published' RETURNING `+columns, tenant, id))
+		if errors.Is(err, ErrNotFound) {
+			var exists bool
+			if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM releases WHERE tenant_id = $1 AND id = $2)`, tenant, id).Scan(&exists); err != nil {
+				return err
+			}
+			if exists {
+				return nil
+			}
+			return ErrNotFound
+		}
+		if err != nil {
+			return err
+		}
+		return events.Emit(ctx, tx, events.ReleaseUnpublished(tenant, r.ID, r.ProductID, r.Version, r.Channel, r.Platform))
+	})
 }
 
 // Latest returns the published release of the product/channel/platform with the highest

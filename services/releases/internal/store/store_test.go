@@ -25,7 +25,7 @@ func newStore(t *testing.T) *Store {
 		t.Fatal(err)
 	}
 	t.Cleanup(db.Close)
-	return New(db)
+	return New(db, nil)
 }
 
 func release(version, channel string) *NewRelease {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/keyhouse/keyhouse/pkg/app"
 	"github.com/keyhouse/keyhouse/pkg/config"
+	"github.com/keyhouse/keyhouse/pkg/events"
 	"github.com/keyhouse/keyhouse/pkg/idempotency"
 	"github.com/keyhouse/keyhouse/pkg/licensingclient"
 	"github.com/keyhouse/keyhouse/pkg/mail"
@@ -57,8 +58,11 @@ func register(ctx context.Context, d *app.Deps) error {
 		nc.Close()
 		return err
 	}
+	if err := events.EnsureStream(ctx, js); err != nil {
+		nc.Close()
+		return err
+	}
 	d.Readiness.Add(natsx.ReadinessCheck(nc)) // the fulfillment worker consumes
-	st := store.New(d.DB)
 	workerDB, err := pgxx.Open(ctx, d.Config.DatabaseURL.Reveal(), "storefront", pgxx.WithMaxConns(workerConcurrency+1))
 	if err != nil {
 		nc.Close()
@@ -67,17 +71,28 @@ func register(ctx context.Context, d *app.Deps) error {
 	d.OnClose(workerDB.Close)
 	// Sent rows hold a sealed buyer address: keep them no longer than needed to diagnose.
 	relay := natsx.NewRelay(d.DB, js, d.Log, natsx.WithRetention(time.Hour), natsx.WithPollInterval(200*time.Millisecond))
+	// storefront.delivery events leave through the same outbox (pkg/events).
+	spine := events.NewSpine(events.WithRelay(relay), events.WithLog(d.Log))
+	st := store.New(d.DB, spine)
 	server.Register(d.Server.GRPC, server.New(server.Config{
 		PublicBaseURL: d.Config.PublicBaseURL,
 	}, st, licensing, relay.Notify, d.Log))
 
 	worker := &fulfill.Worker{
-		Store: store.New(workerDB), Licensing: licensing, Keys: licensing, Mail: sender,
+		Store: store.New(workerDB, spine), Licensing: licensing, Keys: licensing, Mail: sender,
 		// The buyer email carries the license's portal link while the tenant's portal is on.
 		Portal: licensing, Log: d.Log.With("component", "fulfillment"),
 		MaxAttempts: fulfill.DefaultMaxAttempts,
 	}
 	var wg sync.WaitGroup
+	// Delivery and fulfillment records are kept for RECORD_RETENTION (by last update):
+	// a replay of a session older than that is a new purchase.
+	for _, r := range []pgxx.Retention{
+		{Table: "deliveries", Column: "updated_at", Keep: d.Config.RecordRetention},
+		{Table: "fulfillments", Column: "updated_at", Keep: d.Config.RecordRetention},
+	} {
+		wg.Go(func() { r.Run(ctx, d.DB, d.Log) })
+	}
 	wg.Add(4)
 	go func() {
 		defer wg.Done()

@@ -26,11 +26,12 @@ import (
 	"time"
 
 	"github.com/keyhouse/keyhouse/pkg/apierr"
+	"github.com/keyhouse/keyhouse/pkg/events"
 	"github.com/keyhouse/keyhouse/pkg/mail"
 	"github.com/keyhouse/keyhouse/pkg/natsx"
+	"github.com/keyhouse/keyhouse/pkg/seal"
 	"github.com/keyhouse/keyhouse/pkg/signing"
 	licensingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1"
-	"github.com/keyhouse/keyhouse/services/storefront/internal/seal"
 	"github.com/keyhouse/keyhouse/services/storefront/internal/store"
 	"github.com/keyhouse/keyhouse/services/storefront/internal/stripeevent"
 	"github.com/nats-io/nats.go/jetstream"
@@ -155,6 +156,9 @@ func (w *Worker) now() time.Time {
 
 // Handle is the natsx.Handler.
 func (w *Worker) Handle(ctx context.Context, msg jetstream.Msg) error {
+	// What fulfillment changes, here (deliveries) and in licensing (the license it
+	// issues), is the storefront's doing.
+	ctx = events.OutgoingActor(ctx, events.ActorStorefront)
 	var job Job
 	if err := json.Unmarshal(msg.Data(), &job); err != nil || job.DeliveryID == 0 {
 		return natsx.Permanent(errors.New("malformed fulfillment message"))

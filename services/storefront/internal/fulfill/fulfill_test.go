@@ -16,9 +16,9 @@ import (
 	"github.com/keyhouse/keyhouse/pkg/mail"
 	"github.com/keyhouse/keyhouse/pkg/natsx"
 	"github.com/keyhouse/keyhouse/pkg/pgxx"
+	"github.com/keyhouse/keyhouse/pkg/seal"
 	"github.com/keyhouse/keyhouse/pkg/signing"
 	licensingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1"
-	"github.com/keyhouse/keyhouse/services/storefront/internal/seal"
 	"github.com/keyhouse/keyhouse/services/storefront/internal/store"
 	"github.com/keyhouse/keyhouse/services/storefront/internal/stripeevent"
 	"github.com/keyhouse/keyhouse/services/storefront/migrations"
@@ -106,7 +106,7 @@ func newFixture(t *testing.T) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &fixture{t: t, st: store.New(db), lic: &fakeLicensing{keys: map[string]string{}}, mail: &fakeMail{}, keys: k, tenant: "t1"}
+	f := &fixture{t: t, st: store.New(db, nil), lic: &fakeLicensing{keys: map[string]string{}}, mail: &fakeMail{}, keys: k, tenant: "t1"}
 	f.w = &Worker{Store: f.st, Licensing: f.lic, Keys: keys{k}, Mail: f.mail, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), MaxAttempts: 5}
 	link := "plink_test"
 	noAnswer := func(*store.Mapping) ([]byte, error) { return nil, nil }

@@ -8,10 +8,11 @@ import (
 	"github.com/keyhouse/keyhouse/pkg/apierr"
 	"github.com/keyhouse/keyhouse/pkg/mail"
 	"github.com/keyhouse/keyhouse/pkg/natsx"
+	"github.com/keyhouse/keyhouse/pkg/seal"
 	"github.com/keyhouse/keyhouse/pkg/signing"
+	"github.com/keyhouse/keyhouse/pkg/stripeinput"
 	storefrontv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/storefront/v1"
 	"github.com/keyhouse/keyhouse/services/storefront/internal/fulfill"
-	"github.com/keyhouse/keyhouse/services/storefront/internal/seal"
 	"github.com/keyhouse/keyhouse/services/storefront/internal/store"
 	"github.com/keyhouse/keyhouse/services/storefront/internal/stripeevent"
 )
@@ -42,9 +43,13 @@ func (s *Server) ReceiveEvent(ctx context.Context, req *storefrontv1.ReceiveEven
 		return nil, err
 	}
 	ev, err := stripeevent.Parse(req.GetPayload(), req.GetSignature(), secret)
+	var refused *stripeinput.Error
 	switch {
 	case errors.Is(err, stripeevent.ErrSignature):
 		return nil, errInvalidSignature
+	case errors.As(err, &refused):
+		// Signed, so the sender is who it says: tell it what is wrong (nothing is recorded).
+		return nil, apierr.Invalid("Invalid payload: %s", refused.Reason)
 	case err != nil:
 		return nil, errInvalidPayload
 	}

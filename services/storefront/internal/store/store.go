@@ -4,14 +4,18 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/keyhouse/keyhouse/pkg/events"
 	"github.com/keyhouse/keyhouse/pkg/idempotency"
 	"github.com/keyhouse/keyhouse/pkg/natsx"
 )
@@ -53,11 +57,17 @@ const (
 	EmailFailed  = "failed"
 )
 
-// Store wraps the service's pool (search_path = storefront).
-type Store struct{ pool *pgxpool.Pool }
+// Store wraps the service's pool (search_path = storefront). A delivery whose outcome
+// moves (to anything but processing) is storefront.delivery, emitted in the transaction
+// of the move (pkg/events).
+type Store struct {
+	pool  *pgxpool.Pool
+	spine *events.Spine
+}
 
-// New returns a Store on pool.
-func New(pool *pgxpool.Pool) *Store { return &Store{pool: pool} }
+// New returns a Store on pool; spine may be nil (no post-commit path: the events are
+// written all the same).
+func New(pool *pgxpool.Pool, spine *events.Spine) *Store { return &Store{pool: pool, spine: spine} }
 
 // Pool is the underlying pool (the outbox relay shares it).
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }
@@ -272,7 +282,7 @@ type Recorded struct {
 // copies queue one message.
 func (s *Store) RecordEvent(ctx context.Context, d *Delivery, msg func(*Delivery) natsx.Message) (*Recorded, error) {
 	var out Recorded
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err := s.spine.InTx(ctx, s.pool, func(ctx context.Context, tx pgx.Tx) error {
 		var inserted bool
 		row := tx.QueryRow(ctx, `INSERT INTO deliveries (tenant_id, webhook_id, event_id, event_type, checkout_session_id,
 			payment_link, service_ref, payment_status, customer, session_created, outcome, error)
@@ -288,6 +298,12 @@ func (s *Store) RecordEvent(ctx context.Context, d *Delivery, msg func(*Delivery
 			return err
 		}
 		out.Delivery = &rd
+		// A delivery recorded already settled (no mapping, bad input) is one.
+		if inserted && rd.Outcome != OutcomeProcessing {
+			if err := emitDelivery(ctx, tx, &rd); err != nil {
+				return err
+			}
+		}
 		if !needsWork(&rd, inserted) {
 			return nil
 		}
@@ -364,6 +380,7 @@ type Fulfillment struct {
 // steps resumes from the last recorded one).
 type Session struct {
 	conn    *pgxpool.Conn
+	spine   *events.Spine
 	tenant  string
 	session string
 }
@@ -382,7 +399,7 @@ func (s *Store) LockSession(ctx context.Context, tenant, session string) (*Sessi
 		conn.Release()
 		return nil, fmt.Errorf("lock checkout session: %w", err)
 	}
-	return &Session{conn: conn, tenant: tenant, session: session}, nil
+	return &Session{conn: conn, spine: s.spine, tenant: tenant, session: session}, nil
 }
 
 // Unlock releases the lock and the connection.
@@ -416,17 +433,62 @@ func (x *Session) SetRequest(ctx context.Context, req []byte) error {
 // Issued records the license and marks the delivery and the session's deliveries that
 // were waiting for payment issued, email pending.
 func (x *Session) Issued(ctx context.Context, deliveryID int32, key string) error {
-	return pgx.BeginFunc(ctx, x.conn, func(tx pgx.Tx) error {
+	return x.inTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `UPDATE fulfillments SET license_key = $3, updated_at = now()
 			WHERE tenant_id = $1 AND checkout_session_id = $2`, x.tenant, x.session, key); err != nil {
 			return err
 		}
-		_, err := tx.Exec(ctx, `UPDATE deliveries SET outcome = 'issued', license_key = $4, email_status = 'pending',
-			error = NULL, updated_at = now()
-			WHERE tenant_id = $1 AND checkout_session_id = $2 AND (id = $3 OR outcome = 'awaiting_payment')`,
-			x.tenant, x.session, deliveryID, key)
-		return err
+		return setOutcomes(ctx, tx, `outcome = 'issued', license_key = $4, email_status = 'pending', error = NULL`,
+			`checkout_session_id = $2 AND (id = $3 OR outcome = 'awaiting_payment')`, x.tenant, x.session, deliveryID, key)
 	})
+}
+
+// inTx runs fn in a transaction on the session's connection, with the spine's post-commit
+// path after it.
+func (x *Session) inTx(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx) error) error {
+	ctx, done := x.spine.Track(ctx)
+	err := pgx.BeginFunc(ctx, x.conn, func(tx pgx.Tx) error { return fn(ctx, tx) })
+	done(err)
+	return err
+}
+
+// setOutcomes updates the tenant's ($1) deliveries matching where with set, and emits
+// storefront.delivery for each whose outcome moved to anything but processing.
+func setOutcomes(ctx context.Context, tx pgx.Tx, set, where string, args ...any) error {
+	rows, err := tx.Query(ctx, `WITH target AS (
+			SELECT id, outcome AS before FROM deliveries WHERE tenant_id = $1 AND `+where+` FOR UPDATE)
+		UPDATE deliveries d SET `+set+`, updated_at = now() FROM target
+		WHERE d.tenant_id = $1 AND d.id = target.id
+		RETURNING d.id, d.tenant_id, d.checkout_session_id, d.outcome, d.license_key, target.before`, args...)
+	if err != nil {
+		return err
+	}
+	type moved struct {
+		d      Delivery
+		before string
+	}
+	changed, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (moved, error) {
+		var m moved
+		err := row.Scan(&m.d.ID, &m.d.TenantID, &m.d.CheckoutSessionID, &m.d.Outcome, &m.d.LicenseKey, &m.before)
+		return m, err
+	})
+	if err != nil {
+		return err
+	}
+	slices.SortFunc(changed, func(a, b moved) int { return cmp.Compare(a.d.ID, b.d.ID) })
+	for _, m := range changed {
+		if m.d.Outcome != m.before && m.d.Outcome != OutcomeProcessing {
+			if err := emitDelivery(ctx, tx, &m.d); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// emitDelivery is storefront.delivery for d as it now stands.
+func emitDelivery(ctx context.Context, tx pgx.Tx, d *Delivery) error {
+	return events.Emit(ctx, tx, events.StorefrontDelivery(d.TenantID, strconv.Itoa(int(d.ID)), d.CheckoutSessionID, d.Outcome, d.LicenseKey))
 }
 
 // EmailDone records that the session's email went out (status sent or logged), on the
@@ -445,17 +507,19 @@ func (x *Session) EmailDone(ctx context.Context, status string) error {
 
 // SetOutcome records a delivery's outcome (and, for issued, its key and email status).
 func (x *Session) SetOutcome(ctx context.Context, deliveryID int32, outcome string, key, emailStatus, errText *string) error {
-	_, err := x.conn.Exec(ctx, `UPDATE deliveries SET outcome = $3, license_key = $4, email_status = $5, error = $6, updated_at = now()
-		WHERE tenant_id = $1 AND id = $2`, x.tenant, deliveryID, outcome, key, emailStatus, errText)
-	return err
+	return x.inTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		return setOutcomes(ctx, tx, `outcome = $3, license_key = $4, email_status = $5, error = $6`, `id = $2`,
+			x.tenant, deliveryID, outcome, key, emailStatus, errText)
+	})
 }
 
 // CloseAwaiting settles the session's deliveries still waiting for payment with outcome
 // and error (a failed delayed payment).
 func (x *Session) CloseAwaiting(ctx context.Context, outcome, errText string) error {
-	_, err := x.conn.Exec(ctx, `UPDATE deliveries SET outcome = $3, error = $4, updated_at = now()
-		WHERE tenant_id = $1 AND checkout_session_id = $2 AND outcome = 'awaiting_payment'`, x.tenant, x.session, outcome, errText)
-	return err
+	return x.inTx(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		return setOutcomes(ctx, tx, `outcome = $3, error = $4`, `checkout_session_id = $2 AND outcome = 'awaiting_payment'`,
+			x.tenant, x.session, outcome, errText)
+	})
 }
 
 // Match is MatchMapping on the session's connection.

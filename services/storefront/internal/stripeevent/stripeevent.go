@@ -1,7 +1,8 @@
 // Package stripeevent reads the Stripe events the storefront callback accepts: it checks
 // the Stripe-Signature header with stripe-go's webhook package (HMAC-SHA256 over
-// "t.payload", 300 s tolerance) and extracts from a Checkout Session what fulfillment
-// needs.
+// "t.payload", 300 s tolerance, and no timestamp from the future) and extracts from a
+// Checkout Session what fulfillment needs, refusing what breaks the caps below (so a
+// signed event can never make the service store or publish more than they allow).
 package stripeevent
 
 import (
@@ -9,7 +10,11 @@ import (
 	"errors"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
+	"github.com/keyhouse/keyhouse/pkg/mail"
+	"github.com/keyhouse/keyhouse/pkg/stripeinput"
 	"github.com/stripe/stripe-go/v76"
 	"github.com/stripe/stripe-go/v76/webhook"
 )
@@ -21,19 +26,29 @@ const (
 	AsyncPaymentFailed        = "checkout.session.async_payment_failed"
 	PaymentStatusUnpaid       = "unpaid"
 	ServiceRefMetadataKey     = "service_ref"
-	maxFieldLen               = 500
 	signatureToleranceSeconds = 300
 )
 
-// Tolerance is how old a signature's timestamp may be.
+// The caps on what a signed event may carry besides pkg/stripeinput's (ids at most 255
+// printable ASCII characters); docs/storefront.md lists them all. Stripe's own values are
+// far inside them.
+const (
+	MaxTypeLen          = 255
+	MaxPaymentStatusLen = 64
+	MaxServiceRefLen    = 500 // Stripe's own limit on a metadata value
+	MaxEmailLen         = mail.MaxAddressLen
+)
+
+// Tolerance is how old a signature's timestamp may be (and how far ahead, see
+// stripeinput.FutureDated).
 const Tolerance = signatureToleranceSeconds * time.Second
 
-var (
-	// ErrSignature: missing, malformed, wrong or expired signature.
-	ErrSignature = errors.New("invalid signature")
-	// ErrPayload: signed, but not an event this service can read.
-	ErrPayload = errors.New("invalid payload")
-)
+// ErrSignature: missing, malformed, wrong, expired or future-dated signature. A signed
+// event this service cannot read or accept is a *stripeinput.Error that says why.
+var ErrSignature = errors.New("invalid signature")
+
+// refuse is stripeinput.Refuse: the storefront's refusals are the same kind of error.
+var refuse = stripeinput.Refuse
 
 // Handled reports whether fulfillment acts on events of type t.
 func Handled(t string) bool {
@@ -66,30 +81,48 @@ func Parse(payload []byte, sigHeader, secret string) (*Event, error) {
 	if err := webhook.ValidatePayloadWithTolerance(payload, sigHeader, secret, Tolerance); err != nil {
 		return nil, ErrSignature
 	}
-	var ev stripe.Event
-	if err := json.Unmarshal(payload, &ev); err != nil || ev.ID == "" || ev.Type == "" {
-		return nil, ErrPayload
+	// stripe-go refuses a stale timestamp only; one from the future would make a captured
+	// request replayable for as long as it is ahead.
+	now := time.Now()
+	if stripeinput.FutureDated(sigHeader, now) {
+		return nil, ErrSignature
 	}
-	out := &Event{ID: clip(ev.ID), Type: clip(string(ev.Type))}
+	var ev stripe.Event
+	if utf8.Valid(payload) && (json.Unmarshal(payload, &ev) != nil || ev.Type == "") {
+		return nil, refuse("not a Stripe event")
+	}
+	if err := stripeinput.CheckEnvelope(payload, ev.ID, ev.Created, now); err != nil {
+		return nil, err
+	}
+	if len(ev.Type) > MaxTypeLen || !stripeinput.PrintableASCII(string(ev.Type)) {
+		return nil, refuse("type must be at most %d printable ASCII characters", MaxTypeLen)
+	}
+	out := &Event{ID: ev.ID, Type: string(ev.Type)}
 	if !Handled(out.Type) {
 		return out, nil
 	}
 	if ev.Data == nil || len(ev.Data.Raw) == 0 {
-		return nil, ErrPayload
+		return nil, refuse("data.object is missing")
 	}
 	var cs stripe.CheckoutSession
-	if err := json.Unmarshal(ev.Data.Raw, &cs); err != nil || cs.ID == "" {
-		return nil, ErrPayload
+	if err := json.Unmarshal(ev.Data.Raw, &cs); err != nil {
+		return nil, refuse("data.object is not a checkout session")
 	}
-	s := &Session{ID: clip(cs.ID), PaymentStatus: clip(string(cs.PaymentStatus)), ServiceRef: clip(cs.Metadata[ServiceRefMetadataKey])}
+	s := &Session{ID: cs.ID, PaymentStatus: string(cs.PaymentStatus), ServiceRef: cs.Metadata[ServiceRefMetadataKey]}
 	if cs.PaymentLink != nil {
-		s.PaymentLink = clip(cs.PaymentLink.ID)
+		s.PaymentLink = cs.PaymentLink.ID
 	}
 	if cs.Customer != nil {
-		s.Customer = clip(cs.Customer.ID)
+		s.Customer = cs.Customer.ID
 	}
 	if cs.CustomerDetails != nil {
 		s.Email = strings.TrimSpace(cs.CustomerDetails.Email)
+	}
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	if err := stripeinput.CheckCreated("data.object.created", cs.Created, now); err != nil {
+		return nil, err
 	}
 	if cs.Created > 0 {
 		s.Created = time.Unix(cs.Created, 0).UTC()
@@ -100,12 +133,28 @@ func Parse(payload []byte, sigHeader, secret string) (*Event, error) {
 	return out, nil
 }
 
-// clip bounds what a payload can make the service store, and drops NUL (Postgres text
-// cannot hold it) and invalid UTF-8.
-func clip(s string) string {
-	s = strings.ToValidUTF8(strings.ReplaceAll(s, "\x00", ""), "")
-	if len(s) > maxFieldLen {
-		s = strings.ToValidUTF8(s[:maxFieldLen], "")
+// check holds the session's fields to their caps.
+func (s *Session) check() error {
+	for _, f := range []struct {
+		name, value string
+		required    bool
+	}{
+		{"data.object.id", s.ID, true},
+		{"data.object.payment_link", s.PaymentLink, false},
+		{"data.object.customer", s.Customer, false},
+	} {
+		if err := stripeinput.CheckID(f.name, f.value, f.required); err != nil {
+			return err
+		}
 	}
-	return s
+	if len(s.PaymentStatus) > MaxPaymentStatusLen || !stripeinput.PrintableASCII(s.PaymentStatus) {
+		return refuse("data.object.payment_status must be at most %d printable ASCII characters", MaxPaymentStatusLen)
+	}
+	if utf8.RuneCountInString(s.ServiceRef) > MaxServiceRefLen || strings.ContainsFunc(s.ServiceRef, unicode.IsControl) {
+		return refuse("data.object.metadata.service_ref must be at most %d characters, without control characters", MaxServiceRefLen)
+	}
+	if len(s.Email) > MaxEmailLen {
+		return refuse("data.object.customer_details.email must be at most %d characters", MaxEmailLen)
+	}
+	return nil
 }

@@ -3,9 +3,11 @@ package stripeevent_test
 import (
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/keyhouse/keyhouse/pkg/stripeinput"
 	"github.com/keyhouse/keyhouse/services/storefront/internal/stripeevent"
 	"github.com/stripe/stripe-go/v76/webhook"
 )
@@ -82,8 +84,9 @@ func TestSignedButUnreadable(t *testing.T) {
 		"no event id":        []byte(`{"type":"checkout.session.completed","data":{"object":{"id":"cs_1"}}}`),
 		"session without id": payload(t, stripeevent.CheckoutCompleted, map[string]any{"payment_status": "paid"}),
 	} {
-		if _, err := stripeevent.Parse(body, sign(body, secret, time.Now()), secret); !errors.Is(err, stripeevent.ErrPayload) {
-			t.Errorf("%s: %v, want ErrPayload", name, err)
+		var pe *stripeinput.Error
+		if _, err := stripeevent.Parse(body, sign(body, secret, time.Now()), secret); !errors.As(err, &pe) {
+			t.Errorf("%s: %v, want a payload refusal", name, err)
 		}
 	}
 }
@@ -97,19 +100,74 @@ func TestOtherEventTypes(t *testing.T) {
 	}
 }
 
-// What a payload can make the service store is bounded and valid text.
-func TestFieldsAreClipped(t *testing.T) {
-	long := make([]byte, 5000)
-	for i := range long {
-		long[i] = 'a'
+// What a signed payload can make the service store or publish is bounded and valid text:
+// anything else is refused, naming the field, instead of being clipped or stored.
+func TestFieldsOverTheirCapsAreRefused(t *testing.T) {
+	long := strings.Repeat("a", 5000)
+	session := func(mutate func(m map[string]any)) map[string]any {
+		m := map[string]any{"id": "cs_1", "payment_status": "paid", "customer_details": map[string]any{"email": "b@example.com"}}
+		mutate(m)
+		return m
 	}
-	p := payload(t, stripeevent.CheckoutCompleted, map[string]any{"id": "cs_\u0000" + string(long), "payment_status": "paid"})
-	ev, err := stripeevent.Parse(p, sign(p, secret, time.Now()), secret)
-	if err != nil {
-		t.Fatal(err)
+	event := func(mutate func(m map[string]any)) []byte {
+		m := map[string]any{"id": "evt_1", "object": "event", "type": stripeevent.CheckoutCompleted, "created": 1700000000,
+			"data": map[string]any{"object": session(func(map[string]any) {})}}
+		mutate(m)
+		b, err := json.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
 	}
-	if len(ev.Session.ID) > 500 || ev.Session.ID[:4] != "cs_a" {
-		t.Fatalf("session id %d bytes: %.10q", len(ev.Session.ID), ev.Session.ID)
+	inSession := func(mutate func(m map[string]any)) []byte {
+		return event(func(m map[string]any) { m["data"] = map[string]any{"object": session(mutate)} })
+	}
+	invalidUTF8 := []byte(`{"id":"evt_1","object":"event","type":"checkout.session.completed","created":1700000000,"data":{"object":{"id":"cs_` + "\xff\xfe" + `","payment_status":"paid"}}}`)
+	for name, tc := range map[string]struct {
+		body []byte
+		want string
+	}{
+		"empty event id":          {event(func(m map[string]any) { m["id"] = "" }), "id is required"},
+		"event id over 255":       {event(func(m map[string]any) { m["id"] = "evt_" + long }), "id must be at most 255"},
+		"event id with a newline": {event(func(m map[string]any) { m["id"] = "evt_1\n" }), "id must be at most 255"},
+		"event from the future":   {event(func(m map[string]any) { m["created"] = time.Now().Add(time.Hour).Unix() }), "created is in the future"},
+		"session from the future": {inSession(func(m map[string]any) { m["created"] = time.Now().Add(time.Hour).Unix() }), "data.object.created is in the future"},
+		"session without id":      {inSession(func(m map[string]any) { delete(m, "id") }), "data.object.id is required"},
+		"session id over 255":     {inSession(func(m map[string]any) { m["id"] = "cs_" + long }), "data.object.id must be at most 255"},
+		"session id with NUL":     {inSession(func(m map[string]any) { m["id"] = "cs_\u0000" }), "data.object.id must be"},
+		"session id not ASCII":    {inSession(func(m map[string]any) { m["id"] = "cs_\ufffd" }), "data.object.id must be"},
+		"customer over 255":       {inSession(func(m map[string]any) { m["customer"] = "cus_" + long }), "data.object.customer must be"},
+		"payment link over 255":   {inSession(func(m map[string]any) { m["payment_link"] = "plink_" + long }), "data.object.payment_link must be"},
+		"service_ref over 500":    {inSession(func(m map[string]any) { m["metadata"] = map[string]any{"service_ref": long} }), "data.object.metadata.service_ref must be at most 500"},
+		"email over 254": {inSession(func(m map[string]any) {
+			m["customer_details"] = map[string]any{"email": strings.Repeat("x", 800_000) + "@example.com"}
+		}), "data.object.customer_details.email must be at most 254"},
+		"payload not UTF-8": {invalidUTF8, "not valid UTF-8"},
+	} {
+		_, err := stripeevent.Parse(tc.body, sign(tc.body, secret, time.Now()), secret)
+		var pe *stripeinput.Error
+		if !errors.As(err, &pe) || !strings.Contains(pe.Reason, tc.want) {
+			t.Errorf("%s: %v, want a payload error with %q", name, err, tc.want)
+		}
+	}
+	// At the caps, accepted.
+	ok := inSession(func(m map[string]any) {
+		m["id"] = "cs_" + long[:252]
+		m["metadata"] = map[string]any{"service_ref": strings.Repeat("é", 500)}
+		m["customer_details"] = map[string]any{"email": strings.Repeat("x", 254-len("@example.com")) + "@example.com"}
+	})
+	if _, err := stripeevent.Parse(ok, sign(ok, secret, time.Now()), secret); err != nil {
+		t.Fatalf("fields at their caps refused: %v", err)
+	}
+}
+
+func TestFutureDatedSignatureIsRefused(t *testing.T) {
+	p := payload(t, stripeevent.CheckoutCompleted, map[string]any{"id": "cs_1", "payment_status": "paid"})
+	if _, err := stripeevent.Parse(p, sign(p, secret, time.Now().Add(6*time.Minute)), secret); !errors.Is(err, stripeevent.ErrSignature) {
+		t.Fatalf("signature 6 minutes ahead: %v, want ErrSignature", err)
+	}
+	if _, err := stripeevent.Parse(p, sign(p, secret, time.Now().Add(time.Minute)), secret); err != nil {
+		t.Fatalf("signature 1 minute ahead (clock skew): %v", err)
 	}
 }
 

@@ -509,6 +509,86 @@ func (x *GetEntitlementsResponse) GetPlan() string {
 	return ""
 }
 
+type GetTenantContactRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetTenantContactRequest) Reset() {
+	*x = GetTenantContactRequest{}
+	mi := &file_keyhouse_accounts_v1_accounts_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetTenantContactRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetTenantContactRequest) ProtoMessage() {}
+
+func (x *GetTenantContactRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_keyhouse_accounts_v1_accounts_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetTenantContactRequest.ProtoReflect.Descriptor instead.
+func (*GetTenantContactRequest) Descriptor() ([]byte, []int) {
+	return file_keyhouse_accounts_v1_accounts_proto_rawDescGZIP(), []int{10}
+}
+
+type GetTenantContactResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Email         string                 `protobuf:"bytes,1,opt,name=email,proto3" json:"email,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetTenantContactResponse) Reset() {
+	*x = GetTenantContactResponse{}
+	mi := &file_keyhouse_accounts_v1_accounts_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetTenantContactResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetTenantContactResponse) ProtoMessage() {}
+
+func (x *GetTenantContactResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_keyhouse_accounts_v1_accounts_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetTenantContactResponse.ProtoReflect.Descriptor instead.
+func (*GetTenantContactResponse) Descriptor() ([]byte, []int) {
+	return file_keyhouse_accounts_v1_accounts_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *GetTenantContactResponse) GetEmail() string {
+	if x != nil {
+		return x.Email
+	}
+	return ""
+}
+
 var File_keyhouse_accounts_v1_accounts_proto protoreflect.FileDescriptor
 
 const file_keyhouse_accounts_v1_accounts_proto_rawDesc = "" +
@@ -538,14 +618,18 @@ const file_keyhouse_accounts_v1_accounts_proto_rawDesc = "" +
 	"\x17GetEntitlementsResponse\x12/\n" +
 	"\x13subscription_active\x18\x01 \x01(\bR\x12subscriptionActive\x12#\n" +
 	"\rlicense_limit\x18\x02 \x01(\x05R\flicenseLimit\x12\x12\n" +
-	"\x04plan\x18\x03 \x01(\tR\x04plan2\xcd\x04\n" +
+	"\x04plan\x18\x03 \x01(\tR\x04plan\"\x19\n" +
+	"\x17GetTenantContactRequest\"0\n" +
+	"\x18GetTenantContactResponse\x12\x14\n" +
+	"\x05email\x18\x01 \x01(\tR\x05email2\xc6\x05\n" +
 	"\x0fAccountsService\x12q\n" +
 	"\fCreateTenant\x12).keyhouse.accounts.v1.CreateTenantRequest\x1a*.keyhouse.accounts.v1.CreateTenantResponse\"\n" +
 	"\x90\x82\x19\x03\x9a\x82\x19\x02\b\x06\x12q\n" +
 	"\fRotateApiKey\x12).keyhouse.accounts.v1.RotateApiKeyRequest\x1a*.keyhouse.accounts.v1.RotateApiKeyResponse\"\n" +
 	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x12k\n" +
 	"\fAuthenticate\x12).keyhouse.accounts.v1.AuthenticateRequest\x1a*.keyhouse.accounts.v1.AuthenticateResponse\"\x04\x90\x82\x19\x01\x12t\n" +
-	"\x0fGetEntitlements\x12,.keyhouse.accounts.v1.GetEntitlementsRequest\x1a-.keyhouse.accounts.v1.GetEntitlementsResponse\"\x04\x90\x82\x19\x04\x12q\n" +
+	"\x0fGetEntitlements\x12,.keyhouse.accounts.v1.GetEntitlementsRequest\x1a-.keyhouse.accounts.v1.GetEntitlementsResponse\"\x04\x90\x82\x19\x04\x12w\n" +
+	"\x10GetTenantContact\x12-.keyhouse.accounts.v1.GetTenantContactRequest\x1a..keyhouse.accounts.v1.GetTenantContactResponse\"\x04\x90\x82\x19\x04\x12q\n" +
 	"\fGetBuildInfo\x12).keyhouse.accounts.v1.GetBuildInfoRequest\x1a*.keyhouse.accounts.v1.GetBuildInfoResponse\"\n" +
 	"\x90\x82\x19\x03\x9a\x82\x19\x02\b\x06BKZIgithub.com/keyhouse/keyhouse/proto/gen/go/keyhouse/accounts/v1;accountsv1b\x06proto3"
 
@@ -561,35 +645,39 @@ func file_keyhouse_accounts_v1_accounts_proto_rawDescGZIP() []byte {
 	return file_keyhouse_accounts_v1_accounts_proto_rawDescData
 }
 
-var file_keyhouse_accounts_v1_accounts_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_keyhouse_accounts_v1_accounts_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_keyhouse_accounts_v1_accounts_proto_goTypes = []any{
-	(*CreateTenantRequest)(nil),     // 0: keyhouse.accounts.v1.CreateTenantRequest
-	(*CreateTenantResponse)(nil),    // 1: keyhouse.accounts.v1.CreateTenantResponse
-	(*RotateApiKeyRequest)(nil),     // 2: keyhouse.accounts.v1.RotateApiKeyRequest
-	(*RotateApiKeyResponse)(nil),    // 3: keyhouse.accounts.v1.RotateApiKeyResponse
-	(*AuthenticateRequest)(nil),     // 4: keyhouse.accounts.v1.AuthenticateRequest
-	(*AuthenticateResponse)(nil),    // 5: keyhouse.accounts.v1.AuthenticateResponse
-	(*GetBuildInfoRequest)(nil),     // 6: keyhouse.accounts.v1.GetBuildInfoRequest
-	(*GetBuildInfoResponse)(nil),    // 7: keyhouse.accounts.v1.GetBuildInfoResponse
-	(*GetEntitlementsRequest)(nil),  // 8: keyhouse.accounts.v1.GetEntitlementsRequest
-	(*GetEntitlementsResponse)(nil), // 9: keyhouse.accounts.v1.GetEntitlementsResponse
+	(*CreateTenantRequest)(nil),      // 0: keyhouse.accounts.v1.CreateTenantRequest
+	(*CreateTenantResponse)(nil),     // 1: keyhouse.accounts.v1.CreateTenantResponse
+	(*RotateApiKeyRequest)(nil),      // 2: keyhouse.accounts.v1.RotateApiKeyRequest
+	(*RotateApiKeyResponse)(nil),     // 3: keyhouse.accounts.v1.RotateApiKeyResponse
+	(*AuthenticateRequest)(nil),      // 4: keyhouse.accounts.v1.AuthenticateRequest
+	(*AuthenticateResponse)(nil),     // 5: keyhouse.accounts.v1.AuthenticateResponse
+	(*GetBuildInfoRequest)(nil),      // 6: keyhouse.accounts.v1.GetBuildInfoRequest
+	(*GetBuildInfoResponse)(nil),     // 7: keyhouse.accounts.v1.GetBuildInfoResponse
+	(*GetEntitlementsRequest)(nil),   // 8: keyhouse.accounts.v1.GetEntitlementsRequest
+	(*GetEntitlementsResponse)(nil),  // 9: keyhouse.accounts.v1.GetEntitlementsResponse
+	(*GetTenantContactRequest)(nil),  // 10: keyhouse.accounts.v1.GetTenantContactRequest
+	(*GetTenantContactResponse)(nil), // 11: keyhouse.accounts.v1.GetTenantContactResponse
 }
 var file_keyhouse_accounts_v1_accounts_proto_depIdxs = []int32{
-	0, // 0: keyhouse.accounts.v1.AccountsService.CreateTenant:input_type -> keyhouse.accounts.v1.CreateTenantRequest
-	2, // 1: keyhouse.accounts.v1.AccountsService.RotateApiKey:input_type -> keyhouse.accounts.v1.RotateApiKeyRequest
-	4, // 2: keyhouse.accounts.v1.AccountsService.Authenticate:input_type -> keyhouse.accounts.v1.AuthenticateRequest
-	8, // 3: keyhouse.accounts.v1.AccountsService.GetEntitlements:input_type -> keyhouse.accounts.v1.GetEntitlementsRequest
-	6, // 4: keyhouse.accounts.v1.AccountsService.GetBuildInfo:input_type -> keyhouse.accounts.v1.GetBuildInfoRequest
-	1, // 5: keyhouse.accounts.v1.AccountsService.CreateTenant:output_type -> keyhouse.accounts.v1.CreateTenantResponse
-	3, // 6: keyhouse.accounts.v1.AccountsService.RotateApiKey:output_type -> keyhouse.accounts.v1.RotateApiKeyResponse
-	5, // 7: keyhouse.accounts.v1.AccountsService.Authenticate:output_type -> keyhouse.accounts.v1.AuthenticateResponse
-	9, // 8: keyhouse.accounts.v1.AccountsService.GetEntitlements:output_type -> keyhouse.accounts.v1.GetEntitlementsResponse
-	7, // 9: keyhouse.accounts.v1.AccountsService.GetBuildInfo:output_type -> keyhouse.accounts.v1.GetBuildInfoResponse
-	5, // [5:10] is the sub-list for method output_type
-	0, // [0:5] is the sub-list for method input_type
-	0, // [0:0] is the sub-list for extension type_name
-	0, // [0:0] is the sub-list for extension extendee
-	0, // [0:0] is the sub-list for field type_name
+	0,  // 0: keyhouse.accounts.v1.AccountsService.CreateTenant:input_type -> keyhouse.accounts.v1.CreateTenantRequest
+	2,  // 1: keyhouse.accounts.v1.AccountsService.RotateApiKey:input_type -> keyhouse.accounts.v1.RotateApiKeyRequest
+	4,  // 2: keyhouse.accounts.v1.AccountsService.Authenticate:input_type -> keyhouse.accounts.v1.AuthenticateRequest
+	8,  // 3: keyhouse.accounts.v1.AccountsService.GetEntitlements:input_type -> keyhouse.accounts.v1.GetEntitlementsRequest
+	10, // 4: keyhouse.accounts.v1.AccountsService.GetTenantContact:input_type -> keyhouse.accounts.v1.GetTenantContactRequest
+	6,  // 5: keyhouse.accounts.v1.AccountsService.GetBuildInfo:input_type -> keyhouse.accounts.v1.GetBuildInfoRequest
+	1,  // 6: keyhouse.accounts.v1.AccountsService.CreateTenant:output_type -> keyhouse.accounts.v1.CreateTenantResponse
+	3,  // 7: keyhouse.accounts.v1.AccountsService.RotateApiKey:output_type -> keyhouse.accounts.v1.RotateApiKeyResponse
+	5,  // 8: keyhouse.accounts.v1.AccountsService.Authenticate:output_type -> keyhouse.accounts.v1.AuthenticateResponse
+	9,  // 9: keyhouse.accounts.v1.AccountsService.GetEntitlements:output_type -> keyhouse.accounts.v1.GetEntitlementsResponse
+	11, // 10: keyhouse.accounts.v1.AccountsService.GetTenantContact:output_type -> keyhouse.accounts.v1.GetTenantContactResponse
+	7,  // 11: keyhouse.accounts.v1.AccountsService.GetBuildInfo:output_type -> keyhouse.accounts.v1.GetBuildInfoResponse
+	6,  // [6:12] is the sub-list for method output_type
+	0,  // [0:6] is the sub-list for method input_type
+	0,  // [0:0] is the sub-list for extension type_name
+	0,  // [0:0] is the sub-list for extension extendee
+	0,  // [0:0] is the sub-list for field type_name
 }
 
 func init() { file_keyhouse_accounts_v1_accounts_proto_init() }
@@ -603,7 +691,7 @@ func file_keyhouse_accounts_v1_accounts_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_keyhouse_accounts_v1_accounts_proto_rawDesc), len(file_keyhouse_accounts_v1_accounts_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   10,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

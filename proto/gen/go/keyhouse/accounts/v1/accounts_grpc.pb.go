@@ -19,11 +19,12 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	AccountsService_CreateTenant_FullMethodName    = "/keyhouse.accounts.v1.AccountsService/CreateTenant"
-	AccountsService_RotateApiKey_FullMethodName    = "/keyhouse.accounts.v1.AccountsService/RotateApiKey"
-	AccountsService_Authenticate_FullMethodName    = "/keyhouse.accounts.v1.AccountsService/Authenticate"
-	AccountsService_GetEntitlements_FullMethodName = "/keyhouse.accounts.v1.AccountsService/GetEntitlements"
-	AccountsService_GetBuildInfo_FullMethodName    = "/keyhouse.accounts.v1.AccountsService/GetBuildInfo"
+	AccountsService_CreateTenant_FullMethodName     = "/keyhouse.accounts.v1.AccountsService/CreateTenant"
+	AccountsService_RotateApiKey_FullMethodName     = "/keyhouse.accounts.v1.AccountsService/RotateApiKey"
+	AccountsService_Authenticate_FullMethodName     = "/keyhouse.accounts.v1.AccountsService/Authenticate"
+	AccountsService_GetEntitlements_FullMethodName  = "/keyhouse.accounts.v1.AccountsService/GetEntitlements"
+	AccountsService_GetTenantContact_FullMethodName = "/keyhouse.accounts.v1.AccountsService/GetTenantContact"
+	AccountsService_GetBuildInfo_FullMethodName     = "/keyhouse.accounts.v1.AccountsService/GetBuildInfo"
 )
 
 // AccountsServiceClient is the client API for AccountsService service.
@@ -40,6 +41,9 @@ type AccountsServiceClient interface {
 	Authenticate(ctx context.Context, in *AuthenticateRequest, opts ...grpc.CallOption) (*AuthenticateResponse, error)
 	// The plan limits licensing enforces on issuance and reactivation (internal).
 	GetEntitlements(ctx context.Context, in *GetEntitlementsRequest, opts ...grpc.CallOption) (*GetEntitlementsResponse, error)
+	// Where to write to the tenant (internal): its email, hosted; empty self-hosted. The
+	// events service mails it when a webhook endpoint is disabled.
+	GetTenantContact(ctx context.Context, in *GetTenantContactRequest, opts ...grpc.CallOption) (*GetTenantContactResponse, error)
 	// GET /v1/admin/build-info.
 	GetBuildInfo(ctx context.Context, in *GetBuildInfoRequest, opts ...grpc.CallOption) (*GetBuildInfoResponse, error)
 }
@@ -92,6 +96,16 @@ func (c *accountsServiceClient) GetEntitlements(ctx context.Context, in *GetEnti
 	return out, nil
 }
 
+func (c *accountsServiceClient) GetTenantContact(ctx context.Context, in *GetTenantContactRequest, opts ...grpc.CallOption) (*GetTenantContactResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetTenantContactResponse)
+	err := c.cc.Invoke(ctx, AccountsService_GetTenantContact_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *accountsServiceClient) GetBuildInfo(ctx context.Context, in *GetBuildInfoRequest, opts ...grpc.CallOption) (*GetBuildInfoResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(GetBuildInfoResponse)
@@ -116,6 +130,9 @@ type AccountsServiceServer interface {
 	Authenticate(context.Context, *AuthenticateRequest) (*AuthenticateResponse, error)
 	// The plan limits licensing enforces on issuance and reactivation (internal).
 	GetEntitlements(context.Context, *GetEntitlementsRequest) (*GetEntitlementsResponse, error)
+	// Where to write to the tenant (internal): its email, hosted; empty self-hosted. The
+	// events service mails it when a webhook endpoint is disabled.
+	GetTenantContact(context.Context, *GetTenantContactRequest) (*GetTenantContactResponse, error)
 	// GET /v1/admin/build-info.
 	GetBuildInfo(context.Context, *GetBuildInfoRequest) (*GetBuildInfoResponse, error)
 	mustEmbedUnimplementedAccountsServiceServer()
@@ -139,6 +156,9 @@ func (UnimplementedAccountsServiceServer) Authenticate(context.Context, *Authent
 }
 func (UnimplementedAccountsServiceServer) GetEntitlements(context.Context, *GetEntitlementsRequest) (*GetEntitlementsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetEntitlements not implemented")
+}
+func (UnimplementedAccountsServiceServer) GetTenantContact(context.Context, *GetTenantContactRequest) (*GetTenantContactResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetTenantContact not implemented")
 }
 func (UnimplementedAccountsServiceServer) GetBuildInfo(context.Context, *GetBuildInfoRequest) (*GetBuildInfoResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetBuildInfo not implemented")
@@ -236,6 +256,24 @@ func _AccountsService_GetEntitlements_Handler(srv interface{}, ctx context.Conte
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AccountsService_GetTenantContact_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetTenantContactRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AccountsServiceServer).GetTenantContact(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AccountsService_GetTenantContact_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AccountsServiceServer).GetTenantContact(ctx, req.(*GetTenantContactRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _AccountsService_GetBuildInfo_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(GetBuildInfoRequest)
 	if err := dec(in); err != nil {
@@ -276,6 +314,10 @@ var AccountsService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetEntitlements",
 			Handler:    _AccountsService_GetEntitlements_Handler,
+		},
+		{
+			MethodName: "GetTenantContact",
+			Handler:    _AccountsService_GetTenantContact_Handler,
 		},
 		{
 			MethodName: "GetBuildInfo",

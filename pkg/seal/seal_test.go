@@ -4,8 +4,8 @@ import (
 	"bytes"
 	"testing"
 
+	"github.com/keyhouse/keyhouse/pkg/seal"
 	"github.com/keyhouse/keyhouse/pkg/signing"
-	"github.com/keyhouse/keyhouse/services/storefront/internal/seal"
 )
 
 // A value opens only for the purpose it was sealed for, and only under its keyring.

@@ -1,6 +1,6 @@
-// Package seal keeps the storefront's secrets at rest: webhook signing secrets and the
-// buyer's address in transit are sealed with AES-256-GCM under the installation keyring,
-// each under its own purpose.
+// Package seal keeps secrets at rest: the storefront's webhook signing secrets and the
+// buyer's address in transit, the outbound webhook endpoints' signing secrets, each sealed
+// with AES-256-GCM under the installation keyring under its own purpose.
 package seal
 
 import (
@@ -16,6 +16,8 @@ import (
 const (
 	PurposeWebhookSecret = "keyhouse-storefront-webhook-secret"
 	PurposeBuyerEmail    = "keyhouse-storefront-buyer-email"
+	// PurposeEndpointSecret seals an outbound webhook endpoint's whsec_ secret.
+	PurposeEndpointSecret = "keyhouse-events-endpoint-secret"
 )
 
 // ErrSealed is a sealed value that does not open for the purpose.

@@ -1,0 +1,308 @@
+// Package events is the event spine (addendum §11): every committed change of every
+// service is one typed event (keyhouse.events.v1.Event), written by Emit into the
+// service's outbox in the transaction of the change, published by the service's outbox
+// relay (pkg/natsx) on the JetStream stream Stream, and consumed by whatever reacts to
+// changes: the event log and webhooks (services/events), the seat purge (activations),
+// cache invalidation.
+//
+// A change and its event commit together or not at all: Emit is a row of the same
+// transaction. What must happen the moment a change committed (drop this process's
+// caches, the core-NATS fast path to other processes' caches, waking the relay) is one
+// post-commit path, Spine.InTx, so no write path adds its own hook.
+package events
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base32"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/keyhouse/keyhouse/pkg/auth"
+	"github.com/keyhouse/keyhouse/pkg/natsx"
+	"github.com/keyhouse/keyhouse/pkg/telemetry"
+	eventsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/events/v1"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+)
+
+// The event types of addendum §11.
+const (
+	TypeLicenseIssued           = "license.issued"
+	TypeLicenseRevoked          = "license.revoked"
+	TypeLicenseReactivated      = "license.reactivated"
+	TypeLicenseDeleted          = "license.deleted"
+	TypeLicenseTermsUpdated     = "license.terms_updated"
+	TypeLicenseNotesUpdated     = "license.notes_updated"
+	TypeSeatActivated           = "seat.activated"
+	TypeSeatDeactivated         = "seat.deactivated"
+	TypeSeatTokenReissued       = "seat.token_reissued"
+	TypeUsageLimitReached       = "usage.limit_reached"
+	TypeUsageReset              = "usage.reset"
+	TypeReleasePublished        = "release.published"
+	TypeReleaseUnpublished      = "release.unpublished"
+	TypeStorefrontDelivery      = "storefront.delivery"
+	TypeBillingPlanChanged      = "billing.plan_changed"
+	TypeAPIKeyRotated           = "api_key.rotated"
+	TypeLeaseKeyRotated         = "lease_key.rotated"
+	TypeWebhookEndpointDisabled = "webhook_endpoint.disabled"
+	TypePing                    = "ping"
+)
+
+// Types lists every event type, in the order of addendum §11.
+var Types = []string{
+	TypeLicenseIssued, TypeLicenseRevoked, TypeLicenseReactivated, TypeLicenseDeleted,
+	TypeLicenseTermsUpdated, TypeLicenseNotesUpdated, TypeSeatActivated, TypeSeatDeactivated,
+	TypeSeatTokenReissued, TypeUsageLimitReached, TypeUsageReset, TypeReleasePublished,
+	TypeReleaseUnpublished, TypeStorefrontDelivery, TypeBillingPlanChanged, TypeAPIKeyRotated,
+	TypeLeaseKeyRotated, TypeWebhookEndpointDisabled, TypePing,
+}
+
+// Reasons of seat.deactivated.
+const (
+	ReasonClient         = "client"
+	ReasonAdmin          = "admin"
+	ReasonLeaseExpired   = "lease_expired"
+	ReasonLicenseDeleted = "license_deleted"
+)
+
+// Actor types: who made a change.
+const (
+	ActorAdmin      = "admin"
+	ActorAPIKey     = "api_key"
+	ActorConsole    = "console"
+	ActorPortal     = "portal"
+	ActorStorefront = "storefront"
+	ActorClient     = "client"
+	ActorSystem     = "system"
+)
+
+// ActorHeader is the gRPC metadata in which a service calling another with the admin key
+// says for whom it acts (the storefront's fulfillment issuing a license: "storefront").
+// It is believed only on admin-key calls; the gateway never forwards it from clients.
+const ActorHeader = "x-keyhouse-actor"
+
+type actorKey struct{}
+
+// WithActor makes the changes made under ctx carry actor type t, whatever the
+// credential says: the portal's routes are public, yet their changes are the portal's; a
+// consumer's are the system's.
+func WithActor(ctx context.Context, t string) context.Context {
+	return context.WithValue(ctx, actorKey{}, t)
+}
+
+// OutgoingActor is WithActor for the service a call goes to (ActorHeader).
+func OutgoingActor(ctx context.Context, t string) context.Context {
+	return metadata.AppendToOutgoingContext(WithActor(ctx, t), ActorHeader, t)
+}
+
+// ActorFrom is who acts in ctx: an explicit WithActor first, then the authenticated
+// principal (a console session, the admin key, a tenant API key; an admin-key call from
+// another service may name its actor in ActorHeader), and a public call is the client's.
+func ActorFrom(ctx context.Context) string {
+	if t, ok := ctx.Value(actorKey{}).(string); ok && t != "" {
+		return t
+	}
+	p, ok := auth.FromContext(ctx)
+	switch {
+	case !ok:
+		return ActorClient
+	case p.Session:
+		return ActorConsole
+	case p.Admin:
+		if v := metadata.ValueFromIncomingContext(ctx, ActorHeader); len(v) > 0 && knownActor(v[0]) {
+			return v[0]
+		}
+		return ActorAdmin
+	case p.TenantID != "":
+		return ActorAPIKey
+	}
+	return ActorClient
+}
+
+// Actor is an explicit actor, for a change made on behalf of a call other than the one
+// in the context (an item of a batch); requestID "" is null.
+func Actor(t, requestID string) *eventsv1.Actor {
+	a := &eventsv1.Actor{Type: t}
+	if requestID != "" {
+		a.RequestId = wrapperspb.String(requestID)
+	}
+	return a
+}
+
+func knownActor(t string) bool {
+	switch t {
+	case ActorAdmin, ActorAPIKey, ActorConsole, ActorPortal, ActorStorefront, ActorClient, ActorSystem:
+		return true
+	}
+	return false
+}
+
+// idEncoding is lowercase base32 without padding: 16 random bytes are 26 characters.
+var idEncoding = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
+
+// NewID returns a fresh event id, "evt_" and 26 characters (128 random bits).
+func NewID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return "evt_" + idEncoding.EncodeToString(b[:])
+}
+
+// IsID reports whether s has the shape of an event id.
+func IsID(s string) bool {
+	rest, ok := strings.CutPrefix(s, "evt_")
+	if !ok || len(rest) != 26 {
+		return false
+	}
+	_, err := idEncoding.DecodeString(rest)
+	return err == nil
+}
+
+// Subject is the NATS subject of an event type.
+func Subject(eventType string) string { return SubjectPrefix + eventType }
+
+// Emit writes ev into the outbox of the service whose transaction tx is, so the event
+// commits with the change or not at all. It fills what the caller does not set: the id,
+// the time, and the actor with the request id from ctx. Call it in a Spine.InTx (or
+// Spine.Track) transaction, whose post-commit path also drops caches and wakes the relay;
+// elsewhere the event is still durable and goes out at the relay's next poll.
+func Emit(ctx context.Context, tx pgx.Tx, ev *eventsv1.Event) error {
+	if err := Check(ev); err != nil {
+		return err
+	}
+	if ev.Id == "" {
+		ev.Id = NewID()
+	}
+	if ev.CreatedAt == nil {
+		// Microseconds: what Postgres keeps, so the time a client reads in the JSON is the
+		// one the log's since/until filters compare.
+		ev.CreatedAt = timestamppb.New(time.Now().Truncate(time.Microsecond))
+	}
+	if ev.Actor == nil {
+		ev.Actor = Actor(ActorFrom(ctx), telemetry.RequestID(ctx))
+	}
+	payload, err := proto.Marshal(ev)
+	if err != nil {
+		return fmt.Errorf("events: encode %s: %w", ev.Type, err)
+	}
+	if err := natsx.Enqueue(ctx, tx, natsx.Message{
+		TenantID: ev.TenantId, Subject: Subject(ev.Type), MsgID: ev.Id, Payload: payload,
+	}); err != nil {
+		return err
+	}
+	if p, ok := ctx.Value(pendingKey{}).(*pending); ok {
+		p.add(ev)
+	}
+	return nil
+}
+
+// Check refuses an event that could not be stored or delivered as it is: no tenant, or a
+// type that does not name its data.
+func Check(ev *eventsv1.Event) error {
+	if ev == nil {
+		return errors.New("events: nil event")
+	}
+	if ev.TenantId == "" {
+		return fmt.Errorf("events: %s without tenant", ev.Type)
+	}
+	if want := typeOf(ev); want == "" || want != ev.Type {
+		return fmt.Errorf("events: type %q does not match its data (%q)", ev.Type, want)
+	}
+	return nil
+}
+
+// Unmarshal decodes an event as the relay publishes it.
+func Unmarshal(data []byte) (*eventsv1.Event, error) {
+	ev := &eventsv1.Event{}
+	if err := proto.Unmarshal(data, ev); err != nil {
+		return nil, fmt.Errorf("events: decode: %w", err)
+	}
+	if err := Check(ev); err != nil {
+		return nil, err
+	}
+	if !IsID(ev.Id) {
+		return nil, fmt.Errorf("events: bad event id %q", ev.Id)
+	}
+	return ev, nil
+}
+
+// LicenseKey is the license an event is about, or "" (the event log filters on it).
+func LicenseKey(ev *eventsv1.Event) string {
+	switch d := ev.Data.(type) {
+	case *eventsv1.Event_LicenseIssued:
+		return d.LicenseIssued.GetKey()
+	case *eventsv1.Event_LicenseRevoked:
+		return d.LicenseRevoked.GetKey()
+	case *eventsv1.Event_LicenseReactivated:
+		return d.LicenseReactivated.GetKey()
+	case *eventsv1.Event_LicenseDeleted:
+		return d.LicenseDeleted.GetKey()
+	case *eventsv1.Event_LicenseTermsUpdated:
+		return d.LicenseTermsUpdated.GetKey()
+	case *eventsv1.Event_LicenseNotesUpdated:
+		return d.LicenseNotesUpdated.GetKey()
+	case *eventsv1.Event_SeatActivated:
+		return d.SeatActivated.GetKey()
+	case *eventsv1.Event_SeatDeactivated:
+		return d.SeatDeactivated.GetKey()
+	case *eventsv1.Event_SeatTokenReissued:
+		return d.SeatTokenReissued.GetKey()
+	case *eventsv1.Event_UsageLimitReached:
+		return d.UsageLimitReached.GetKey()
+	case *eventsv1.Event_UsageReset:
+		return d.UsageReset.GetKey()
+	case *eventsv1.Event_StorefrontDelivery:
+		return d.StorefrontDelivery.GetLicenseKey().GetValue()
+	}
+	return ""
+}
+
+// typeOf is the type the event's data stands for.
+func typeOf(ev *eventsv1.Event) string {
+	switch ev.Data.(type) {
+	case *eventsv1.Event_LicenseIssued:
+		return TypeLicenseIssued
+	case *eventsv1.Event_LicenseRevoked:
+		return TypeLicenseRevoked
+	case *eventsv1.Event_LicenseReactivated:
+		return TypeLicenseReactivated
+	case *eventsv1.Event_LicenseDeleted:
+		return TypeLicenseDeleted
+	case *eventsv1.Event_LicenseTermsUpdated:
+		return TypeLicenseTermsUpdated
+	case *eventsv1.Event_LicenseNotesUpdated:
+		return TypeLicenseNotesUpdated
+	case *eventsv1.Event_SeatActivated:
+		return TypeSeatActivated
+	case *eventsv1.Event_SeatDeactivated:
+		return TypeSeatDeactivated
+	case *eventsv1.Event_SeatTokenReissued:
+		return TypeSeatTokenReissued
+	case *eventsv1.Event_UsageLimitReached:
+		return TypeUsageLimitReached
+	case *eventsv1.Event_UsageReset:
+		return TypeUsageReset
+	case *eventsv1.Event_ReleasePublished:
+		return TypeReleasePublished
+	case *eventsv1.Event_ReleaseUnpublished:
+		return TypeReleaseUnpublished
+	case *eventsv1.Event_StorefrontDelivery:
+		return TypeStorefrontDelivery
+	case *eventsv1.Event_BillingPlanChanged:
+		return TypeBillingPlanChanged
+	case *eventsv1.Event_ApiKeyRotated:
+		return TypeAPIKeyRotated
+	case *eventsv1.Event_LeaseKeyRotated:
+		return TypeLeaseKeyRotated
+	case *eventsv1.Event_WebhookEndpointDisabled:
+		return TypeWebhookEndpointDisabled
+	case *eventsv1.Event_Ping:
+		return TypePing
+	}
+	return ""
+}

@@ -1,0 +1,215 @@
+package events
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/keyhouse/keyhouse/devinfra/devnats"
+	"github.com/keyhouse/keyhouse/devinfra/testkit"
+	"github.com/keyhouse/keyhouse/pkg/auth"
+	"github.com/keyhouse/keyhouse/pkg/license"
+	"github.com/keyhouse/keyhouse/pkg/natsx"
+	"github.com/keyhouse/keyhouse/pkg/telemetry"
+	eventsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/events/v1"
+	"github.com/nats-io/nats.go"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/types/known/timestamppb"
+)
+
+func TestMain(m *testing.M) { testkit.Main(m) }
+
+// The JSON form is addendum §11's envelope, byte for byte: the envelope's fields in its
+// order, the data's by their snake_case names, null for what is unset.
+func TestJSONIsTheEnvelope(t *testing.T) {
+	t.Parallel()
+	ev := LicenseIssued("t1", "K-1", "app", "pro", "Ada", nil, nil, map[string]float64{"api_calls": 10, "seats": 2.5})
+	ev.Id, ev.CreatedAt = "evt_aaaaaaaaaaaaaaaaaaaaaaaaaa", timestamppb.New(time.Date(2026, 11, 25, 4, 30, 0, 500_000_000, time.UTC))
+	ev.Actor = Actor(ActorAPIKey, "req-1")
+	got, err := JSON(ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"id":"evt_aaaaaaaaaaaaaaaaaaaaaaaaaa","type":"license.issued","created_at":"2026-11-25T04:30:00.500Z",` +
+		`"actor":{"type":"api_key","request_id":"req-1"},"data":{"expires_at":null,"issued_to":"Ada","key":"K-1",` +
+		`"limits":{"api_calls":10,"seats":2.5},"max_activations":null,"product_id":"app","tier":"pro"}}`
+	if string(got) != want {
+		t.Fatalf("got  %s\nwant %s", got, want)
+	}
+	// No request: request_id is null; an empty data message is {}.
+	ping := Ping("t1")
+	ping.Id, ping.CreatedAt, ping.Actor = "evt_bbbbbbbbbbbbbbbbbbbbbbbbbb", timestamppb.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)), Actor(ActorSystem, "")
+	if got, _ := JSON(ping); string(got) != `{"id":"evt_bbbbbbbbbbbbbbbbbbbbbbbbbb","type":"ping","created_at":"2026-01-01T00:00:00Z","actor":{"type":"system","request_id":null},"data":{}}` {
+		t.Fatalf("ping %s", got)
+	}
+}
+
+// Every type of the catalogue has its constructor, and each builds an event Check accepts.
+func TestEveryTypeHasAConstructor(t *testing.T) {
+	t.Parallel()
+	metric, plan, key := "api_calls", "pro", "K-1"
+	exp, n := time.Now(), int32(3)
+	all := []*eventsv1.Event{
+		LicenseIssued("t", "k", "p", "pro", "x", &exp, &n, nil), LicenseRevoked("t", "k", "p"), LicenseReactivated("t", "k", "p"),
+		LicenseDeleted("t", "k", "p"), LicenseTermsUpdated("t", "k", "p", nil, nil, nil), LicenseNotesUpdated("t", "k", "p"),
+		SeatActivated("t", "k", "p", "i"), SeatDeactivated("t", "k", "p", "i", ReasonLeaseExpired), SeatTokenReissued("t", "k", "p", "i"),
+		UsageLimitReached("t", "k", "p", metric, 5, 5), UsageReset("t", "k", "p", &metric), ReleasePublished("t", 1, "p", "1.0.0", "stable", "linux"),
+		ReleaseUnpublished("t", 1, "p", "1.0.0", "stable", "linux"), StorefrontDelivery("t", "1", "cs", "issued", &key),
+		BillingPlanChanged("t", &plan, "active"), APIKeyRotated("t"), LeaseKeyRotated("t", "kid2", "kid1"),
+		WebhookEndpointDisabled("t", "we_1", "failing for 72 hours"), Ping("t"),
+	}
+	var got []string
+	for _, ev := range all {
+		if err := Check(ev); err != nil {
+			t.Errorf("%s: %v", ev.GetType(), err)
+		}
+		if _, err := JSON(ev); err != nil {
+			t.Errorf("%s: %v", ev.GetType(), err)
+		}
+		got = append(got, ev.GetType())
+	}
+	if !slices.Equal(got, Types) {
+		t.Fatalf("constructors make %v\nthe catalogue is %v", got, Types)
+	}
+	if err := Check(&eventsv1.Event{TenantId: "t", Type: TypeLicenseRevoked, Data: LicenseDeleted("t", "k", "p").Data}); err == nil {
+		t.Fatal("a type that does not name its data passed")
+	}
+	if err := Check(LicenseRevoked("", "k", "p")); err == nil {
+		t.Fatal("an event without tenant passed")
+	}
+}
+
+// Who acts: an explicit actor first, then the principal; an admin-key caller may name the
+// actor it acts for, nobody else can.
+func TestActorFromThePrincipal(t *testing.T) {
+	t.Parallel()
+	bg := context.Background()
+	fromStorefront := metadata.NewIncomingContext(bg, metadata.Pairs(ActorHeader, ActorStorefront))
+	for _, tc := range []struct {
+		name string
+		ctx  context.Context
+		want string
+	}{
+		{"public call", bg, ActorClient},
+		{"console session", auth.WithPrincipal(bg, auth.Principal{TenantID: "t", Session: true}), ActorConsole},
+		{"admin key", auth.WithPrincipal(bg, auth.Principal{TenantID: "t", Admin: true}), ActorAdmin},
+		{"tenant API key", auth.WithPrincipal(bg, auth.Principal{TenantID: "t"}), ActorAPIKey},
+		{"admin key naming the storefront", auth.WithPrincipal(fromStorefront, auth.Principal{TenantID: "t", Admin: true}), ActorStorefront},
+		{"API key naming the storefront", auth.WithPrincipal(fromStorefront, auth.Principal{TenantID: "t"}), ActorAPIKey},
+		{"admin key naming nonsense", auth.WithPrincipal(metadata.NewIncomingContext(bg, metadata.Pairs(ActorHeader, "root")), auth.Principal{Admin: true}), ActorAdmin},
+		{"explicit", WithActor(auth.WithPrincipal(bg, auth.Principal{TenantID: "t"}), ActorPortal), ActorPortal},
+	} {
+		if got := ActorFrom(tc.ctx); got != tc.want {
+			t.Errorf("%s: %s, want %s", tc.name, got, tc.want)
+		}
+	}
+}
+
+type counter struct{ n atomic.Int32 }
+
+func (c *counter) Notify() { c.n.Add(1) }
+
+func newOutbox(t *testing.T) *pgxpool.Pool {
+	t.Helper()
+	ctx := context.Background()
+	url := testkit.DatabaseURL(t, testkit.Empty)
+	setup, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := setup.Exec(ctx, `CREATE SCHEMA svc; SET search_path = svc; `+natsx.OutboxTableSQL+`
+		CREATE TABLE svc.things (id text PRIMARY KEY)`); err != nil {
+		t.Fatal(err)
+	}
+	setup.Close()
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.RuntimeParams["search_path"] = "svc"
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+// The post-commit path: after a commit that emitted, the process's own hook runs, the
+// fast path names the license on the core subject other processes follow, and the relay
+// is woken; a transaction that rolls back leaves neither its change nor its event.
+func TestSpineRunsThePostCommitPathOnce(t *testing.T) {
+	ctx := telemetry.WithRequestID(context.Background(), "req-9")
+	db := newOutbox(t)
+	nc, err := nats.Connect(devnats.SharedURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	heard, err := nc.SubscribeSync(license.ChangedSubject)
+	if err != nil {
+		t.Fatal(err)
+	}
+	relay := &counter{}
+	var local []string
+	spine := NewSpine(WithRelay(relay), WithFastPath(nc), WithLocal(func(ev *eventsv1.Event) { local = append(local, ChangedLicense(ev)) }))
+
+	if err := spine.InTx(ctx, db, func(ctx context.Context, tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `INSERT INTO things VALUES ('a')`); err != nil {
+			return err
+		}
+		return Emit(ctx, tx, LicenseRevoked("t1", "K-1", "app"))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	msg, err := heard.NextMsg(10 * time.Second)
+	if err != nil || string(msg.Data) != "K-1" {
+		t.Fatalf("fast path: %v %v", msg, err)
+	}
+	if !slices.Equal(local, []string{"K-1"}) || relay.n.Load() != 1 {
+		t.Fatalf("local %v, relay woken %d times", local, relay.n.Load())
+	}
+	var payload []byte
+	var subject, tenant string
+	if err := db.QueryRow(ctx, `SELECT subject, tenant_id, payload FROM outbox`).Scan(&subject, &tenant, &payload); err != nil {
+		t.Fatal(err)
+	}
+	ev, err := Unmarshal(payload)
+	if err != nil || subject != "keyhouse.events.license.revoked" || tenant != "t1" || ev.GetActor().GetRequestId().GetValue() != "req-9" || ev.GetActor().GetType() != ActorClient {
+		t.Fatalf("outbox row %s %s %v %v", subject, tenant, ev, err)
+	}
+
+	boom := errors.New("forced failure after the write")
+	if err := spine.InTx(ctx, db, func(ctx context.Context, tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `INSERT INTO things VALUES ('b')`); err != nil {
+			return err
+		}
+		if err := Emit(ctx, tx, LicenseRevoked("t1", "K-2", "app")); err != nil {
+			return err
+		}
+		return boom
+	}); !errors.Is(err, boom) {
+		t.Fatal(err)
+	}
+	var things, rows int
+	if err := db.QueryRow(ctx, `SELECT (SELECT count(*) FROM things), (SELECT count(*) FROM outbox)`).Scan(&things, &rows); err != nil || things != 1 || rows != 1 {
+		t.Fatalf("%d changes and %d events after a rollback, want 1 and 1 (%v)", things, rows, err)
+	}
+	if relay.n.Load() != 1 {
+		t.Fatal("the relay was woken for a rolled back transaction")
+	}
+	// An event that cannot be written (no tenant) fails its transaction.
+	if err := spine.InTx(ctx, db, func(ctx context.Context, tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `INSERT INTO things VALUES ('c')`); err != nil {
+			return err
+		}
+		return Emit(ctx, tx, LicenseRevoked("", "K-3", "app"))
+	}); err == nil {
+		t.Fatal("an invalid event committed")
+	}
+}

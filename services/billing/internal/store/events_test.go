@@ -1,0 +1,82 @@
+package store_test
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/keyhouse/keyhouse/devinfra/testkit"
+	"github.com/keyhouse/keyhouse/pkg/events"
+	"github.com/keyhouse/keyhouse/pkg/events/eventstest"
+	"github.com/keyhouse/keyhouse/pkg/pgxx"
+	"github.com/keyhouse/keyhouse/services/billing/internal/store"
+)
+
+func newStoreDB(t *testing.T) (*store.Store, *pgxpool.Pool) {
+	t.Helper()
+	db, err := pgxx.Open(context.Background(), testkit.DatabaseURL(t, schema), "billing")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(db.Close)
+	return store.New(db, nil), db
+}
+
+// Every writing method of the store that makes a change of addendum §11 emits its event
+// in its transaction, and only when the plan moved; every other method is listed as
+// emitting nothing, so a new method cannot go undecided.
+func TestEveryWriteEmitsItsEvent(t *testing.T) {
+	ctx := context.Background()
+	s, db := newStoreDB(t)
+	ten, key, err := s.CreateTenant(ctx, "Acme", "billing@example.com")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := eventstest.Watch(t, db)
+	checkout := newEvent(t, "checkout.session.completed", time.Now(), map[string]any{"mode": "subscription", "status": "complete",
+		"payment_status": "paid", "client_reference_id": ten.ID, "customer": "cus_ev", "subscription": "sub_ev"})
+	failed := newEvent(t, "invoice.payment_failed", time.Now().Add(time.Second), map[string]any{"customer": "cus_ev", "subscription": "sub_ev"})
+	writes := []struct {
+		method string
+		run    func() error
+		want   []string
+	}{
+		{"Record checkout", func() error { _, err := s.Record(ctx, checkout.raw, checkout.change); return err }, []string{events.TypeBillingPlanChanged}},
+		{"Record the same event again", func() error { _, err := s.Record(ctx, checkout.raw, checkout.change); return err }, nil},
+		{"Record payment failed", func() error { _, err := s.Record(ctx, failed.raw, failed.change); return err }, []string{events.TypeBillingPlanChanged}},
+		{"RotateAPIKey", func() error { _, err := s.RotateAPIKey(ctx, ten.ID, key); return err }, []string{events.TypeAPIKeyRotated}},
+		{"RotateAPIKey with a dead key", func() error {
+			if _, err := s.RotateAPIKey(ctx, ten.ID, key); err == nil {
+				t.Error("a rotated key rotated again")
+			}
+			return nil
+		}, nil},
+	}
+	var statuses []string
+	for _, w := range writes {
+		if err := w.run(); err != nil {
+			t.Fatalf("%s: %v", w.method, err)
+		}
+		got := out.Next(t)
+		if !slices.Equal(eventstest.Types(got), w.want) {
+			t.Errorf("%s emitted %v, want %v", w.method, eventstest.Types(got), w.want)
+		}
+		for _, ev := range got {
+			if ev.GetTenantId() != ten.ID {
+				t.Errorf("%s: event of tenant %q", w.method, ev.GetTenantId())
+			}
+			if d := ev.GetBillingPlanChanged(); d != nil {
+				statuses = append(statuses, d.GetPlan().GetValue()+"/"+d.GetStatus())
+			}
+		}
+	}
+	if want := []string{"pro/active", "pro/past_due"}; !slices.Equal(statuses, want) {
+		t.Errorf("plan changes %v, want %v", statuses, want)
+	}
+	eventstest.RequireListed(t, s, []string{"Record", "RotateAPIKey"},
+		// Not changes of addendum §11: a new tenant, console sign-in and passwords.
+		[]string{"CreateTenant", "CreateSession", "DeleteSession", "SetPasswordHash"},
+		[]string{"Plan", "Customer", "TenantEmail", "ResolveAPIKey", "ResolveSession", "GetTenant", "PasswordCandidates", "WatermarkID"})
+}

@@ -1,0 +1,121 @@
+// Command events keeps the event log (addendum §11): it consumes every service's events
+// from the event stream, stores them once per event id, serves GET /v1/events and
+// /v1/events/{id} over gRPC, and deletes events older than EVENT_RETENTION. It also
+// delivers webhooks: the endpoint routes, and a delivery worker on every replica.
+package main
+
+import (
+	"context"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/keyhouse/keyhouse/pkg/app"
+	"github.com/keyhouse/keyhouse/pkg/billingclient"
+	"github.com/keyhouse/keyhouse/pkg/config"
+	"github.com/keyhouse/keyhouse/pkg/events"
+	"github.com/keyhouse/keyhouse/pkg/licensingclient"
+	"github.com/keyhouse/keyhouse/pkg/mail"
+	"github.com/keyhouse/keyhouse/pkg/natsx"
+	"github.com/keyhouse/keyhouse/pkg/webhook"
+	"github.com/keyhouse/keyhouse/services/events/internal/ingest"
+	"github.com/keyhouse/keyhouse/services/events/internal/server"
+	"github.com/keyhouse/keyhouse/services/events/internal/store"
+	"github.com/keyhouse/keyhouse/services/events/internal/webhooks"
+	"github.com/keyhouse/keyhouse/services/events/migrations"
+)
+
+func main() {
+	app.Main(app.Service{
+		Name:       "events",
+		Addr:       func(c *config.Config) string { return c.EventsAddr },
+		Migrations: migrations.FS,
+		Register:   register,
+	})
+}
+
+// retentionSweep is how often events older than EVENT_RETENTION are deleted.
+const retentionSweep = time.Hour
+
+func register(ctx context.Context, d *app.Deps) error {
+	st := store.New(d.DB)
+	server.Register(d.Server.GRPC, server.New(st))
+
+	nc, js, err := natsx.Connect(ctx, d.Config.NATSURL, "events", d.Log)
+	if err != nil {
+		return err
+	}
+	d.Readiness.Add(natsx.ReadinessCheck(nc))
+	if err := events.EnsureStream(ctx, js); err != nil {
+		nc.Close()
+		return err
+	}
+	// The events this service emits itself (ping, webhook_endpoint.disabled) leave through
+	// its own outbox, like every other service's.
+	relay := natsx.NewRelay(d.DB, js, d.Log)
+
+	// Webhooks: endpoint secrets are sealed under the installation keyring, which
+	// licensing holds.
+	licensingConn, err := d.Dial(d.Config.LicensingAddr)
+	if err != nil {
+		nc.Close()
+		return err
+	}
+	licensing := licensingclient.New(licensingConn, d.Config.AdminAPIKey.Reveal())
+	billingConn, err := d.Dial(d.Config.BillingAddr)
+	if err != nil {
+		nc.Close()
+		return err
+	}
+	sender, err := mail.New(mail.Config{
+		Provider: d.Config.EmailProvider, SMTPURL: d.Config.SMTPURL.Reveal(),
+		From: d.Config.EmailFrom, ReplyTo: d.Config.EmailReplyTo,
+	}, d.Log)
+	if err != nil {
+		nc.Close()
+		return err
+	}
+	mailer := &webhooks.DisabledMailer{
+		Mail: sender, Contacts: billingclient.New(billingConn, d.Config.AdminAPIKey.Reveal()),
+		ConsoleURL: d.Config.PublicBaseURL + "/console", Log: d.Log.With("component", "webhooks"),
+	}
+	allowPrivate := !d.Config.MultiTenant || d.Config.WebhookAllowPrivateNetworks
+	hooks := webhooks.NewStore(d.DB)
+	worker := &webhooks.Worker{
+		Store: hooks, Keys: licensing, Log: d.Log.With("component", "webhooks"),
+		Sender:    webhook.NewSender(webhook.SenderOptions{AllowPrivate: allowPrivate}),
+		OnDisable: webhooks.EmitDisabled,
+		Retention: d.Config.EventRetention,
+		Schedule: webhook.Schedule{
+			First: d.Config.WebhookRetryFirst, Max: d.Config.WebhookRetryMax,
+			Window: webhook.DefaultSchedule.Window, Jitter: webhook.DefaultSchedule.Jitter,
+		},
+		// The disabled event is in the outbox: publish it now, and tell the tenant.
+		Disabled: func(ctx context.Context, ep *webhooks.Endpoint) {
+			relay.Notify()
+			mailer.Send(ctx, ep)
+		},
+	}
+	webhooks.Register(d.Server.GRPC, &webhooks.Server{
+		Store: hooks, Keys: licensing, AllowPrivate: allowPrivate, Resolver: net.DefaultResolver, Wake: worker.Wake,
+	})
+	in := ingest.New(st, d.Log, ingest.WithFanout(&webhooks.Fanout{Store: hooks, Worker: worker}))
+
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if err := relay.Run(ctx); err != nil {
+			d.Log.Error("outbox relay stopped", "error", err.Error())
+		}
+	})
+	wg.Go(func() {
+		if err := in.Run(ctx, js); err != nil {
+			d.Log.Error("event stream consumer stopped", "error", err.Error())
+		}
+	})
+	wg.Go(func() { worker.Run(ctx) })
+	wg.Go(func() { ingest.Retain(ctx, st, d.Config.EventRetention, retentionSweep, time.Now, d.Log) })
+	// Closers run in reverse: the consumer finishes its message before NATS closes.
+	d.OnClose(nc.Close)
+	d.OnClose(wg.Wait)
+	return nil
+}

@@ -1,0 +1,201 @@
+package ingest
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/keyhouse/keyhouse/devinfra/testkit"
+	"github.com/keyhouse/keyhouse/pkg/events"
+	"github.com/keyhouse/keyhouse/pkg/pgxx"
+	eventsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/events/v1"
+	"github.com/keyhouse/keyhouse/services/events/internal/store"
+	"github.com/keyhouse/keyhouse/services/events/migrations"
+	"google.golang.org/protobuf/types/known/timestamppb"
+)
+
+func TestMain(m *testing.M) { testkit.Main(m) }
+
+var schema = testkit.Template{Name: "events", Migrate: pgxx.Migrations{Schema: "events", FS: migrations.FS}.Apply}
+
+func newStore(t *testing.T) *store.Store {
+	t.Helper()
+	db, err := pgxx.Open(context.Background(), testkit.DatabaseURL(t, schema), "events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(db.Close)
+	return store.New(db)
+}
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+func stamped(ev *eventsv1.Event, at time.Time) *eventsv1.Event {
+	ev.Id, ev.CreatedAt, ev.Actor = events.NewID(), timestamppb.New(at), events.Actor(events.ActorAdmin, "")
+	return ev
+}
+
+type fanout struct {
+	stored, committed atomic.Int32
+	fail              error
+}
+
+func (f *fanout) Stored(context.Context, pgx.Tx, *eventsv1.Event, []byte) error {
+	f.stored.Add(1)
+	return f.fail
+}
+func (f *fanout) Committed(*eventsv1.Event) { f.committed.Add(1) }
+
+// An event delivered many times at once (redeliveries, a relay's re-publish, two
+// replicas) is stored once, and the fan-out runs once; a fan-out failure stores nothing,
+// so the redelivery does it all.
+func TestAnEventIsStoredOnceHoweverOftenItArrives(t *testing.T) {
+	st := newStore(t)
+	f := &fanout{}
+	in := New(st, quiet, WithFanout(f))
+	ev := stamped(events.LicenseRevoked("t1", "K-1", "app"), time.Now())
+	var fresh atomic.Int32
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			ok, err := in.Store(context.Background(), ev)
+			if err != nil {
+				t.Error(err)
+			}
+			if ok {
+				fresh.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if fresh.Load() != 1 || f.stored.Load() != 1 || f.committed.Load() != 1 {
+		t.Fatalf("stored fresh %d times, fan-out %d/%d", fresh.Load(), f.stored.Load(), f.committed.Load())
+	}
+	got, err := st.Get(context.Background(), "t1", ev.Id)
+	want, _ := events.JSON(ev)
+	if err != nil || string(got.Body) != string(want) || got.LicenseKey != "K-1" {
+		t.Fatalf("%+v %v", got, err)
+	}
+	if _, err := st.Get(context.Background(), "t2", ev.Id); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("another tenant's event: %v", err)
+	}
+
+	f.fail = errors.New("deliveries table down")
+	other := stamped(events.LicenseRevoked("t1", "K-2", "app"), time.Now())
+	if _, err := in.Store(context.Background(), other); err == nil {
+		t.Fatal("a failed fan-out was stored")
+	}
+	if _, err := st.Get(context.Background(), "t1", other.Id); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("event stored without its fan-out: %v", err)
+	}
+}
+
+// The log lists newest first, pages by starting_after without gaps or repeats, filters
+// by type (exact, prefix), license and time, and only in the tenant.
+func TestListPagesAndFilters(t *testing.T) {
+	ctx := context.Background()
+	st := newStore(t)
+	in := New(st, quiet)
+	base := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
+	var ids []string
+	for i := range 10 {
+		ev := events.LicenseNotesUpdated("t1", "K-1", "app")
+		if i%3 == 0 {
+			ev = events.SeatActivated("t1", "K-2", "app", "host")
+		}
+		ev = stamped(ev, base.Add(time.Duration(i)*time.Minute))
+		if _, err := in.Store(ctx, ev); err != nil {
+			t.Fatal(err)
+		}
+		ids = append([]string{ev.Id}, ids...) // newest first
+	}
+	if _, err := in.Store(ctx, stamped(events.LicenseNotesUpdated("t2", "K-9", "app"), base)); err != nil {
+		t.Fatal(err)
+	}
+	var paged []string
+	f := store.Filter{Limit: 4}
+	for {
+		page, more, err := st.List(ctx, "t1", f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range page {
+			paged = append(paged, e.ID)
+		}
+		if !more {
+			break
+		}
+		f.StartingAfter = page[len(page)-1].ID
+	}
+	if len(paged) != 10 || paged[0] != ids[0] || paged[9] != ids[9] {
+		t.Fatalf("pages %v\nwant  %v", paged, ids)
+	}
+	count := func(f store.Filter) int {
+		f.Limit = 100
+		page, _, err := st.List(ctx, "t1", f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(page)
+	}
+	for name, tc := range map[string]struct {
+		f    store.Filter
+		want int
+	}{
+		"exact type":      {store.Filter{Type: events.TypeSeatActivated}, 4},
+		"prefix":          {store.Filter{Type: "license."}, 6},
+		"license":         {store.Filter{LicenseKey: "K-2"}, 4},
+		"since":           {store.Filter{Since: base.Add(8 * time.Minute)}, 2},
+		"until":           {store.Filter{Until: base.Add(time.Minute)}, 2},
+		"window and type": {store.Filter{Since: base.Add(2 * time.Minute), Until: base.Add(6 * time.Minute), Type: "seat."}, 2},
+	} {
+		if got := count(tc.f); got != tc.want {
+			t.Errorf("%s: %d events, want %d", name, got, tc.want)
+		}
+	}
+	if _, _, err := st.List(ctx, "t2", store.Filter{Limit: 5, StartingAfter: ids[0]}); !errors.Is(err, store.ErrUnknownCursor) {
+		t.Fatalf("another tenant's cursor: %v", err)
+	}
+}
+
+// Retention deletes what is older than the cutoff, and only that.
+func TestRetentionDeletesOnlyOldEvents(t *testing.T) {
+	ctx := context.Background()
+	st := newStore(t)
+	in := New(st, quiet)
+	now := time.Now()
+	old := stamped(events.Ping("t1"), now.Add(-91*24*time.Hour))
+	fresh := stamped(events.Ping("t1"), now.Add(-89*24*time.Hour))
+	for _, ev := range []*eventsv1.Event{old, fresh} {
+		if _, err := in.Store(ctx, ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		Retain(rctx, st, 90*24*time.Hour, time.Hour, func() time.Time { return now }, quiet)
+		close(done)
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if _, err := st.Get(ctx, "t1", old.Id); errors.Is(err, store.ErrNotFound) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the old event is still there")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	<-done
+	if _, err := st.Get(ctx, "t1", fresh.Id); err != nil {
+		t.Fatalf("a recent event went: %v", err)
+	}
+}

@@ -1,0 +1,152 @@
+// Package server is the events service's gRPC API: the event log (addendum §11).
+package server
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/keyhouse/keyhouse/pkg/apierr"
+	"github.com/keyhouse/keyhouse/pkg/auth"
+	"github.com/keyhouse/keyhouse/pkg/events"
+	"github.com/keyhouse/keyhouse/pkg/paging"
+	"github.com/keyhouse/keyhouse/pkg/pgxx"
+	eventsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/events/v1"
+	"github.com/keyhouse/keyhouse/services/events/internal/store"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/encoding/protojson"
+)
+
+// Server implements EventsService.
+type Server struct {
+	eventsv1.UnimplementedEventsServiceServer
+	st *store.Store
+}
+
+// New returns the server.
+func New(st *store.Store) *Server { return &Server{st: st} }
+
+// Register adds the service to g.
+func Register(g *grpc.Server, s *Server) { eventsv1.RegisterEventsServiceServer(g, s) }
+
+var errNotFound = apierr.NotFound("Event not found")
+
+// maxKeyLen bounds the license_key filter: no key is longer, and the value reaches SQL.
+const maxKeyLen = 256
+
+// ListEvents is GET /v1/events: the tenant's events, newest first, one page.
+func (s *Server) ListEvents(ctx context.Context, req *eventsv1.ListEventsRequest) (*eventsv1.ListEventsResponse, error) {
+	tenant, err := auth.TenantID(ctx)
+	if err != nil {
+		return nil, err
+	}
+	f, err := filter(req)
+	if err != nil {
+		return nil, err
+	}
+	rows, more, err := s.st.List(ctx, tenant, f)
+	if errors.Is(err, store.ErrUnknownCursor) {
+		return nil, apierr.Invalid("starting_after must be the id of an event in the log")
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := &eventsv1.ListEventsResponse{Events: make([]*eventsv1.EventRecord, 0, len(rows)), HasMore: more}
+	for _, r := range rows {
+		rec, err := record(r)
+		if err != nil {
+			return nil, err
+		}
+		out.Events = append(out.Events, rec)
+	}
+	return out, nil
+}
+
+// GetEvent is GET /v1/events/{id}.
+func (s *Server) GetEvent(ctx context.Context, req *eventsv1.GetEventRequest) (*eventsv1.GetEventResponse, error) {
+	tenant, err := auth.TenantID(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if !events.IsID(req.GetId()) {
+		return nil, errNotFound
+	}
+	r, err := s.st.Get(ctx, tenant, req.GetId())
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, errNotFound
+	}
+	if err != nil {
+		return nil, err
+	}
+	rec, err := record(r)
+	if err != nil {
+		return nil, err
+	}
+	return &eventsv1.GetEventResponse{Event: rec}, nil
+}
+
+// record is a stored event as the routes answer it: the stored JSON, decoded, so the
+// REST edge prints those same bytes again.
+func record(r store.Event) (*eventsv1.EventRecord, error) {
+	rec := &eventsv1.EventRecord{}
+	if err := protojson.Unmarshal(r.Body, rec); err != nil {
+		return nil, err
+	}
+	return rec, nil
+}
+
+// filter checks the query parameters, each refused with a message naming it.
+func filter(req *eventsv1.ListEventsRequest) (store.Filter, error) {
+	var f store.Filter
+	limit, _, err := paging.Parse(req.GetLimit(), "")
+	if err != nil {
+		return f, err
+	}
+	f.Limit = limit
+	if t := req.GetType(); t != "" {
+		if !knownType(t) {
+			return f, apierr.Invalid(`type must be an event type or a prefix of one ending in "."`)
+		}
+		f.Type = t
+	}
+	if k := req.GetLicenseKey(); k != "" {
+		if len(k) > maxKeyLen || pgxx.HasNUL(k) {
+			return f, apierr.Invalid("license_key must be a license key")
+		}
+		f.LicenseKey = k
+	}
+	if f.Since, err = parseTime("since", req.GetSince()); err != nil {
+		return f, err
+	}
+	if f.Until, err = parseTime("until", req.GetUntil()); err != nil {
+		return f, err
+	}
+	if a := req.GetStartingAfter(); a != "" {
+		if !events.IsID(a) {
+			return f, apierr.Invalid("starting_after must be the id of an event in the log")
+		}
+		f.StartingAfter = a
+	}
+	return f, nil
+}
+
+// knownType: an event type, or a prefix of one that ends in ".".
+func knownType(t string) bool {
+	if strings.HasSuffix(t, ".") {
+		return slices.ContainsFunc(events.Types, func(k string) bool { return strings.HasPrefix(k, t) })
+	}
+	return slices.Contains(events.Types, t)
+}
+
+func parseTime(name, v string) (time.Time, error) {
+	if v == "" {
+		return time.Time{}, nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, v)
+	if err != nil {
+		return time.Time{}, apierr.Invalid("%s must be an RFC 3339 time", name)
+	}
+	return t, nil
+}

@@ -1,0 +1,159 @@
+package webhooks
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/keyhouse/keyhouse/pkg/pgxx"
+	"github.com/keyhouse/keyhouse/pkg/webhook"
+)
+
+// Due is a claimed delivery with what its attempt needs.
+type Due struct {
+	TenantID   string
+	ID         string
+	EndpointID string
+	EventID    string
+	Body       []byte
+	CreatedAt  time.Time
+	URL        string
+	Secret     []byte // sealed
+	OldSecret  []byte // sealed; nil when no roll overlaps
+}
+
+// Claim takes due deliveries of enabled endpoints for this process: at most limit in
+// all, and per endpoint at most perEndpoint less what this process already has in flight
+// there (inFlight), so one slow endpoint never holds every worker. A claimed delivery's
+// next attempt moves lease ahead: if the process dies before recording the attempt, the
+// delivery is due again then (at least once).
+func (s *Store) Claim(ctx context.Context, now time.Time, lease time.Duration, limit, perEndpoint int, inFlight map[string]int) ([]Due, error) {
+	busyIDs := make([]string, 0, len(inFlight))
+	busyN := make([]int32, 0, len(inFlight))
+	for id, n := range inFlight {
+		busyIDs = append(busyIDs, id)
+		busyN = append(busyN, int32(n))
+	}
+	var out []Due
+	err := pgxx.InTx(ctx, s.db, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `
+			WITH busy AS (SELECT * FROM unnest($4::text[], $5::int[]) AS b(endpoint_id, n)),
+			picked AS (
+				SELECT d.tenant_id, d.id
+				FROM webhook_endpoints e
+				LEFT JOIN busy b ON b.endpoint_id = e.id
+				CROSS JOIN LATERAL (
+					SELECT d.tenant_id, d.id FROM webhook_deliveries d
+					WHERE d.tenant_id = e.tenant_id AND d.endpoint_id = e.id
+					  AND d.status = 'pending' AND d.next_attempt_at <= $1
+					ORDER BY d.next_attempt_at
+					LIMIT greatest($3 - coalesce(b.n, 0), 0)
+					FOR UPDATE OF d SKIP LOCKED
+				) d
+				WHERE e.enabled
+				LIMIT $2
+			)
+			UPDATE webhook_deliveries d SET next_attempt_at = $1::timestamptz + $6::interval
+			FROM picked p, webhook_endpoints e
+			WHERE d.tenant_id = p.tenant_id AND d.id = p.id AND e.tenant_id = d.tenant_id AND e.id = d.endpoint_id
+			RETURNING d.tenant_id, d.id, d.endpoint_id, d.event_id, d.body, d.created_at, e.url, e.secret,
+				CASE WHEN e.old_secret_expires_at > $1 THEN e.old_secret END`,
+			now, limit, perEndpoint, busyIDs, busyN, lease)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var d Due
+			if err := rows.Scan(&d.TenantID, &d.ID, &d.EndpointID, &d.EventID, &d.Body, &d.CreatedAt, &d.URL, &d.Secret, &d.OldSecret); err != nil {
+				return err
+			}
+			out = append(out, d)
+		}
+		return rows.Err()
+	})
+	return out, err
+}
+
+// DisabledReason is the disabled_reason of an endpoint the worker disabled.
+const DisabledReason = "Every delivery failed for 72 hours"
+
+// OnDisable runs in the transaction that disables an endpoint (to record its
+// webhook_endpoint.disabled event with the change).
+type OnDisable func(ctx context.Context, tx pgx.Tx, ep *Endpoint) error
+
+// Record writes an attempt's result: success ends the delivery and the endpoint's failure
+// streak; a failure schedules the next attempt, or fails the delivery when the schedule's
+// window is over, and disables the endpoint once every delivery has failed for the
+// window (disableAfter). It returns the endpoint when this attempt disabled it.
+func (s *Store) Record(ctx context.Context, d Due, res webhook.Result, sched webhook.Schedule, disableAfter time.Duration, onDisable OnDisable) (*Endpoint, error) {
+	a := Attempt{At: res.At.UTC(), DurationMS: res.Duration.Milliseconds()}
+	if res.StatusCode != 0 {
+		a.StatusCode = &res.StatusCode
+	}
+	if res.Error != "" {
+		a.Error = &res.Error
+	}
+	attempt, err := json.Marshal([]Attempt{a})
+	if err != nil {
+		return nil, err
+	}
+	var disabled *Endpoint
+	err = pgxx.InTx(ctx, s.db, func(tx pgx.Tx) error {
+		var tries int
+		var status string
+		err := tx.QueryRow(ctx, `SELECT status, jsonb_array_length(attempts) FROM webhook_deliveries WHERE tenant_id = $1 AND id = $2 FOR UPDATE`,
+			d.TenantID, d.ID).Scan(&status, &tries)
+		if err == pgx.ErrNoRows || (err == nil && status != StatusPending) {
+			return nil // the endpoint was deleted meanwhile, or another attempt recorded first
+		}
+		if err != nil {
+			return err
+		}
+		if res.Succeeded() {
+			if _, err := tx.Exec(ctx, `UPDATE webhook_deliveries SET status = 'succeeded', next_attempt_at = NULL, attempts = attempts || $3 WHERE tenant_id = $1 AND id = $2`,
+				d.TenantID, d.ID, attempt); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, `UPDATE webhook_endpoints SET failing_since = NULL WHERE tenant_id = $1 AND id = $2 AND failing_since IS NOT NULL`, d.TenantID, d.EndpointID)
+			return err
+		}
+		status, next := StatusFailed, (*time.Time)(nil)
+		if t, ok := sched.Next(tries+1, d.CreatedAt, res.At); ok {
+			status, next = StatusPending, &t
+		}
+		if _, err := tx.Exec(ctx, `UPDATE webhook_deliveries SET status = $3, next_attempt_at = $4, attempts = attempts || $5 WHERE tenant_id = $1 AND id = $2`,
+			d.TenantID, d.ID, status, next, attempt); err != nil {
+			return err
+		}
+		var since time.Time
+		var enabled bool
+		err = tx.QueryRow(ctx, `
+			UPDATE webhook_endpoints SET failing_since = coalesce(failing_since, $3)
+			WHERE tenant_id = $1 AND id = $2 RETURNING failing_since, enabled`,
+			d.TenantID, d.EndpointID, res.At).Scan(&since, &enabled)
+		if err == pgx.ErrNoRows {
+			return nil
+		}
+		if err != nil || !enabled || res.At.Sub(since) < disableAfter {
+			return err
+		}
+		disabled, err = scanEndpoint(tx.QueryRow(ctx, `
+			UPDATE webhook_endpoints SET enabled = false, disabled_reason = $3
+			WHERE tenant_id = $1 AND id = $2 RETURNING `+endpointColumns,
+			d.TenantID, d.EndpointID, DisabledReason))
+		if err != nil {
+			return err
+		}
+		if onDisable != nil {
+			return onDisable(ctx, tx, disabled)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return disabled, nil
+}

@@ -1,0 +1,397 @@
+package webhooks
+
+import (
+	"context"
+	"errors"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/types/known/structpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/keyhouse/keyhouse/pkg/apierr"
+	"github.com/keyhouse/keyhouse/pkg/auth"
+	"github.com/keyhouse/keyhouse/pkg/paging"
+	"github.com/keyhouse/keyhouse/pkg/pgxx"
+	"github.com/keyhouse/keyhouse/pkg/seal"
+	"github.com/keyhouse/keyhouse/pkg/webhook"
+	eventsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/events/v1"
+)
+
+// Roll overlap bounds (seconds).
+const (
+	DefaultRollOverlap = 86400
+	MaxRollOverlap     = 604800
+)
+
+const maxDescriptionLen = 512
+
+var (
+	errEndpointNotFound = apierr.NotFound("Webhook endpoint not found")
+	errEventNotFound    = apierr.NotFound("Event not found")
+	errEndpointLimit    = apierr.Invalid("Webhook endpoint limit reached (%d)", MaxEndpoints)
+	errEndpointDisabled = apierr.Invalid("Webhook endpoint is disabled")
+)
+
+// Server is WebhookEndpointsService.
+type Server struct {
+	eventsv1.UnimplementedWebhookEndpointsServiceServer
+	Store *Store
+	Keys  Keys
+	// AllowPrivate: self-hosted, or WEBHOOK_ALLOW_PRIVATE_NETWORKS=true.
+	AllowPrivate bool
+	Resolver     webhook.Resolver
+	Now          func() time.Time
+	// Wake tells the worker a delivery is due now (ping, redeliver).
+	Wake func()
+}
+
+// Register adds the service to a gRPC server.
+func Register(s grpc.ServiceRegistrar, srv *Server) {
+	eventsv1.RegisterWebhookEndpointsServiceServer(s, srv)
+}
+
+func (s *Server) now() time.Time {
+	if s.Now != nil {
+		return s.Now()
+	}
+	return time.Now()
+}
+
+func (s *Server) checkURL(ctx context.Context, url string) error {
+	if url == "" {
+		return apierr.Invalid("url is required")
+	}
+	if err := webhook.CheckURL(ctx, s.Resolver, url, s.AllowPrivate); err != nil {
+		return apierr.Invalid("%s", err.Error())
+	}
+	return nil
+}
+
+func checkDescription(d *wrapperspb.StringValue) (*string, error) {
+	if d == nil {
+		return nil, nil
+	}
+	v := d.GetValue()
+	if utf8.RuneCountInString(v) > maxDescriptionLen || pgxx.HasNUL(v) {
+		return nil, apierr.Invalid("description must be at most %d characters", maxDescriptionLen)
+	}
+	return &v, nil
+}
+
+// newSealedSecret returns a fresh secret and its sealed form.
+func (s *Server) newSealedSecret(ctx context.Context) (string, []byte, error) {
+	k, err := s.Keys.Keyring(ctx)
+	if err != nil {
+		return "", nil, err
+	}
+	secret := NewSecret()
+	sealed, err := seal.Seal(k, seal.PurposeEndpointSecret, []byte(secret))
+	return secret, sealed, err
+}
+
+func (s *Server) CreateWebhookEndpoint(ctx context.Context, req *eventsv1.CreateWebhookEndpointRequest) (*eventsv1.CreateWebhookEndpointResponse, error) {
+	tenant, err := auth.TenantID(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.checkURL(ctx, req.GetUrl()); err != nil {
+		return nil, err
+	}
+	if err := checkSubscriptions(req.GetEvents()); err != nil {
+		return nil, err
+	}
+	desc, err := checkDescription(req.GetDescription())
+	if err != nil {
+		return nil, err
+	}
+	secret, sealed, err := s.newSealedSecret(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ep, err := s.Store.CreateEndpoint(ctx, tenant, NewEndpoint{URL: req.GetUrl(), Events: req.GetEvents(), Description: desc, SealedSecret: sealed}, s.now())
+	if errors.Is(err, ErrEndpointLimit) {
+		return nil, errEndpointLimit
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &eventsv1.CreateWebhookEndpointResponse{Endpoint: withSecret(ep, secret)}, nil
+}
+
+func (s *Server) ListWebhookEndpoints(ctx context.Context, _ *eventsv1.ListWebhookEndpointsRequest) (*eventsv1.ListWebhookEndpointsResponse, error) {
+	tenant, err := auth.TenantID(ctx)
+	if err != nil {
+		return nil, err
+	}
+	eps, err := s.Store.ListEndpoints(ctx, tenant)
+	if err != nil {
+		return nil, err
+	}
+	out := &eventsv1.ListWebhookEndpointsResponse{Endpoints: make([]*eventsv1.WebhookEndpoint, 0, len(eps))}
+	for i := range eps {
+		out.Endpoints = append(out.Endpoints, endpointPB(&eps[i]))
+	}
+	return out, nil
+}
+
+func (s *Server) UpdateWebhookEndpoint(ctx context.Context, req *eventsv1.UpdateWebhookEndpointRequest) (*eventsv1.UpdateWebhookEndpointResponse, error) {
+	tenant, err := auth.TenantID(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var u EndpointUpdate
+	if req.Url != nil {
+		if err := s.checkURL(ctx, req.GetUrl().GetValue()); err != nil {
+			return nil, err
+		}
+		v := req.GetUrl().GetValue()
+		u.URL = &v
+	}
+	if req.Events != nil {
+		u.Events = make([]string, 0, len(req.GetEvents().GetValues()))
+		for _, v := range req.GetEvents().GetValues() {
+			if _, ok := v.GetKind().(*structpb.Value_StringValue); !ok {
+				return nil, apierr.Invalid("events must be a list of strings")
+			}
+			u.Events = append(u.Events, v.GetStringValue())
+		}
+		if err := checkSubscriptions(u.Events); err != nil {
+			return nil, err
+		}
+	}
+	if u.Description, err = checkDescription(req.GetDescription()); err != nil {
+		return nil, err
+	}
+	if req.Enabled != nil {
+		v := req.GetEnabled().GetValue()
+		u.Enabled = &v
+	}
+	ep, err := s.Store.UpdateEndpoint(ctx, tenant, req.GetId(), u)
+	if errors.Is(err, ErrNotFound) {
+		return nil, errEndpointNotFound
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &eventsv1.UpdateWebhookEndpointResponse{Endpoint: endpointPB(ep)}, nil
+}
+
+func (s *Server) RollWebhookEndpointSecret(ctx context.Context, req *eventsv1.RollWebhookEndpointSecretRequest) (*eventsv1.RollWebhookEndpointSecretResponse, error) {
+	tenant, err := auth.TenantID(ctx)
+	if err != nil {
+		return nil, err
+	}
+	overlap := int64(DefaultRollOverlap)
+	if req.ExpireOldAfterSeconds != nil {
+		overlap = req.GetExpireOldAfterSeconds().GetValue()
+		if overlap < 0 || overlap > MaxRollOverlap {
+			return nil, apierr.Invalid("expire_old_after_seconds must be between 0 and %d", MaxRollOverlap)
+		}
+	}
+	secret, sealed, err := s.newSealedSecret(ctx)
+	if err != nil {
+		return nil, err
+	}
+	now := s.now()
+	ep, err := s.Store.RollSecret(ctx, tenant, req.GetId(), sealed, now, now.Add(time.Duration(overlap)*time.Second))
+	if errors.Is(err, ErrNotFound) {
+		return nil, errEndpointNotFound
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &eventsv1.RollWebhookEndpointSecretResponse{Endpoint: withSecret(ep, secret)}, nil
+}
+
+func (s *Server) PingWebhookEndpoint(ctx context.Context, req *eventsv1.PingWebhookEndpointRequest) (*eventsv1.PingWebhookEndpointResponse, error) {
+	tenant, err := auth.TenantID(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ep, err := s.Store.GetEndpoint(ctx, tenant, req.GetId())
+	if errors.Is(err, ErrNotFound) {
+		return nil, errEndpointNotFound
+	}
+	if err != nil {
+		return nil, err
+	}
+	if !ep.Enabled {
+		return nil, errEndpointDisabled
+	}
+	now := s.now()
+	id, body, err := pingEnvelope(ctx, tenant, now)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := s.Store.Enqueue(ctx, tenant, ep.ID, id, PingType, body, false, now); errors.Is(err, ErrNotFound) {
+		return nil, errEndpointNotFound // deleted meanwhile
+	} else if err != nil {
+		return nil, err
+	}
+	s.wake()
+	return &eventsv1.PingWebhookEndpointResponse{EventId: id}, nil
+}
+
+func (s *Server) wake() {
+	if s.Wake != nil {
+		s.Wake()
+	}
+}
+
+func (s *Server) DeleteWebhookEndpoint(ctx context.Context, req *eventsv1.DeleteWebhookEndpointRequest) (*eventsv1.DeleteWebhookEndpointResponse, error) {
+	tenant, err := auth.TenantID(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.Store.DeleteEndpoint(ctx, tenant, req.GetId()); errors.Is(err, ErrNotFound) {
+		return nil, errEndpointNotFound
+	} else if err != nil {
+		return nil, err
+	}
+	return &eventsv1.DeleteWebhookEndpointResponse{Id: req.GetId(), Deleted: true}, nil
+}
+
+func (s *Server) ListWebhookDeliveries(ctx context.Context, req *eventsv1.ListWebhookDeliveriesRequest) (*eventsv1.ListWebhookDeliveriesResponse, error) {
+	tenant, err := auth.TenantID(ctx)
+	if err != nil {
+		return nil, err
+	}
+	limit, _, err := paging.Parse(req.GetLimit(), "")
+	if err != nil {
+		return nil, err
+	}
+	switch req.GetStatus() {
+	case "", StatusPending, StatusSucceeded, StatusFailed:
+	default:
+		return nil, apierr.Invalid("status must be pending, succeeded or failed")
+	}
+	if _, err := s.Store.GetEndpoint(ctx, tenant, req.GetId()); errors.Is(err, ErrNotFound) {
+		return nil, errEndpointNotFound
+	} else if err != nil {
+		return nil, err
+	}
+	ds, more, err := s.Store.ListDeliveries(ctx, tenant, req.GetId(), DeliveryFilter{Status: req.GetStatus(), StartingAfter: req.GetStartingAfter(), Limit: limit})
+	if errors.Is(err, ErrNotFound) {
+		return nil, apierr.Invalid("starting_after must be a delivery of this endpoint")
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := &eventsv1.ListWebhookDeliveriesResponse{Deliveries: make([]*eventsv1.WebhookDelivery, 0, len(ds)), HasMore: more}
+	for i := range ds {
+		out.Deliveries = append(out.Deliveries, deliveryPB(&ds[i]))
+	}
+	return out, nil
+}
+
+func (s *Server) RedeliverEvent(ctx context.Context, req *eventsv1.RedeliverEventRequest) (*eventsv1.RedeliverEventResponse, error) {
+	tenant, err := auth.TenantID(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if req.GetEndpointId() == "" {
+		return nil, apierr.Invalid("endpoint_id is required")
+	}
+	typ, body, err := s.Store.LoggedEvent(ctx, tenant, req.GetEventId())
+	if errors.Is(err, ErrNotFound) {
+		return nil, errEventNotFound
+	}
+	if err != nil {
+		return nil, err
+	}
+	ep, err := s.Store.GetEndpoint(ctx, tenant, req.GetEndpointId())
+	if errors.Is(err, ErrNotFound) {
+		return nil, errEndpointNotFound
+	}
+	if err != nil {
+		return nil, err
+	}
+	if !ep.Enabled {
+		return nil, errEndpointDisabled
+	}
+	d, err := s.Store.Enqueue(ctx, tenant, ep.ID, req.GetEventId(), typ, body, true, s.now())
+	if errors.Is(err, ErrNotFound) {
+		return nil, errEndpointNotFound
+	}
+	if err != nil {
+		return nil, err
+	}
+	s.wake()
+	return &eventsv1.RedeliverEventResponse{Delivery: deliveryPB(d)}, nil
+}
+
+func (s *Server) ListEventDeliveries(ctx context.Context, req *eventsv1.ListEventDeliveriesRequest) (*eventsv1.ListEventDeliveriesResponse, error) {
+	tenant, err := auth.TenantID(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ds, err := s.Store.DeliveriesOfEvent(ctx, tenant, req.GetEventId())
+	if err != nil {
+		return nil, err
+	}
+	out := &eventsv1.ListEventDeliveriesResponse{Deliveries: make([]*eventsv1.WebhookDelivery, 0, len(ds))}
+	for i := range ds {
+		out.Deliveries = append(out.Deliveries, deliveryPB(&ds[i]))
+	}
+	return out, nil
+}
+
+// LoggedEvent returns the type and exact body of an event of the tenant: from the log, or
+// from one of its deliveries (a ping is in no log).
+func (s *Store) LoggedEvent(ctx context.Context, tenant, id string) (string, []byte, error) {
+	var typ string
+	var body []byte
+	err := s.db.QueryRow(ctx, `
+		SELECT type, body FROM events WHERE tenant_id = $1 AND id = $2
+		UNION ALL
+		(SELECT event_type, body FROM webhook_deliveries WHERE tenant_id = $1 AND event_id = $2 LIMIT 1)
+		LIMIT 1`, tenant, id).Scan(&typ, &body)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", nil, ErrNotFound
+	}
+	return typ, body, err
+}
+
+func optString(s *string) *wrapperspb.StringValue {
+	if s == nil {
+		return nil
+	}
+	return wrapperspb.String(*s)
+}
+
+func endpointPB(e *Endpoint) *eventsv1.WebhookEndpoint {
+	return &eventsv1.WebhookEndpoint{
+		Id: e.ID, Url: e.URL, Events: e.Events, Description: optString(e.Description),
+		Enabled: e.Enabled, DisabledReason: optString(e.DisabledReason), CreatedAt: timestamppb.New(e.CreatedAt),
+	}
+}
+
+func withSecret(e *Endpoint, secret string) *eventsv1.WebhookEndpointWithSecret {
+	return &eventsv1.WebhookEndpointWithSecret{
+		Id: e.ID, Url: e.URL, Events: e.Events, Description: optString(e.Description),
+		Enabled: e.Enabled, DisabledReason: optString(e.DisabledReason), CreatedAt: timestamppb.New(e.CreatedAt),
+		Secret: secret,
+	}
+}
+
+func deliveryPB(d *Delivery) *eventsv1.WebhookDelivery {
+	out := &eventsv1.WebhookDelivery{
+		Id: d.ID, EventId: d.EventID, EndpointId: d.EndpointID, Status: d.Status,
+		Attempts: make([]*eventsv1.WebhookAttempt, 0, len(d.Attempts)),
+	}
+	if d.NextAttemptAt != nil {
+		out.NextAttemptAt = timestamppb.New(*d.NextAttemptAt)
+	}
+	for _, a := range d.Attempts {
+		pa := &eventsv1.WebhookAttempt{At: timestamppb.New(a.At), Error: optString(a.Error), DurationMs: int32(min(a.DurationMS, 1<<31-1))}
+		if a.StatusCode != nil {
+			pa.StatusCode = wrapperspb.Int32(int32(*a.StatusCode))
+		}
+		out.Attempts = append(out.Attempts, pa)
+	}
+	return out
+}

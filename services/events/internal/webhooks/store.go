@@ -1,0 +1,352 @@
+package webhooks
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/keyhouse/keyhouse/pkg/pgxx"
+)
+
+// MaxEndpoints is how many endpoints one tenant may have.
+const MaxEndpoints = 16
+
+// Store errors the handlers turn into answers.
+var (
+	ErrNotFound      = errors.New("not found")
+	ErrEndpointLimit = errors.New("endpoint limit reached")
+)
+
+// Endpoint is a tenant's webhook endpoint as the API shows it (the secrets are never in
+// it: they are read only by the worker and shown only when created or rolled).
+type Endpoint struct {
+	TenantID       string
+	ID             string
+	URL            string
+	Events         []string
+	Description    *string
+	Enabled        bool
+	DisabledReason *string
+	CreatedAt      time.Time
+}
+
+// Attempt is one try of a delivery, as the delivery log shows it.
+type Attempt struct {
+	At         time.Time `json:"at"`
+	StatusCode *int      `json:"status_code"`
+	Error      *string   `json:"error"`
+	DurationMS int64     `json:"duration_ms"`
+}
+
+// Delivery statuses.
+const (
+	StatusPending   = "pending"
+	StatusSucceeded = "succeeded"
+	StatusFailed    = "failed"
+)
+
+// Delivery is one event on its way to one endpoint.
+type Delivery struct {
+	TenantID      string
+	ID            string
+	EventID       string
+	EventType     string
+	EndpointID    string
+	Status        string
+	Attempts      []Attempt
+	NextAttemptAt *time.Time
+	CreatedAt     time.Time
+}
+
+// Store keeps endpoints and deliveries in the events schema. Every time it writes comes
+// from the caller (the service's clock), so schedules can be tested with an injected one.
+type Store struct {
+	db *pgxpool.Pool
+}
+
+// NewStore returns a Store on the events schema's pool.
+func NewStore(db *pgxpool.Pool) *Store { return &Store{db: db} }
+
+// newID returns prefix + 24 hex digits (96 random bits).
+func newID(prefix string) string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return prefix + hex.EncodeToString(b[:])
+}
+
+// NewSecret returns a fresh endpoint secret: whsec_ and 256 random bits. The whole
+// string is the HMAC key, as with Stripe's.
+func NewSecret() string {
+	var b [32]byte
+	_, _ = rand.Read(b[:])
+	return "whsec_" + base64.RawURLEncoding.EncodeToString(b[:])
+}
+
+const endpointColumns = `tenant_id, id, url, events, description, enabled, disabled_reason, created_at`
+
+func scanEndpoint(row pgx.Row) (*Endpoint, error) {
+	var e Endpoint
+	err := row.Scan(&e.TenantID, &e.ID, &e.URL, &e.Events, &e.Description, &e.Enabled, &e.DisabledReason, &e.CreatedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, err
+	}
+	e.CreatedAt = e.CreatedAt.UTC()
+	return &e, nil
+}
+
+// NewEndpoint is what a create stores.
+type NewEndpoint struct {
+	URL          string
+	Events       []string
+	Description  *string
+	SealedSecret []byte
+}
+
+// CreateEndpoint stores an endpoint unless the tenant has MaxEndpoints already. The count
+// and the insert run under a per-tenant lock, so concurrent creates cannot pass the limit.
+func (s *Store) CreateEndpoint(ctx context.Context, tenant string, n NewEndpoint, now time.Time) (*Endpoint, error) {
+	var ep *Endpoint
+	err := pgxx.InTx(ctx, s.db, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('webhook_endpoints:' || $1, 0))`, tenant); err != nil {
+			return err
+		}
+		var count int
+		if err := tx.QueryRow(ctx, `SELECT count(*) FROM webhook_endpoints WHERE tenant_id = $1`, tenant).Scan(&count); err != nil {
+			return err
+		}
+		if count >= MaxEndpoints {
+			return ErrEndpointLimit
+		}
+		var err error
+		ep, err = scanEndpoint(tx.QueryRow(ctx, `
+			INSERT INTO webhook_endpoints (tenant_id, id, url, events, description, secret, created_at)
+			VALUES ($1, $2, $3, $4, $5, $6, $7)
+			RETURNING `+endpointColumns,
+			tenant, newID("we_"), n.URL, n.Events, n.Description, n.SealedSecret, now))
+		return err
+	})
+	return ep, err
+}
+
+// ListEndpoints returns the tenant's endpoints, oldest first.
+func (s *Store) ListEndpoints(ctx context.Context, tenant string) ([]Endpoint, error) {
+	rows, err := s.db.Query(ctx, `SELECT `+endpointColumns+` FROM webhook_endpoints WHERE tenant_id = $1 ORDER BY created_at, id`, tenant)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []Endpoint
+	for rows.Next() {
+		e, err := scanEndpoint(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, *e)
+	}
+	return out, rows.Err()
+}
+
+// GetEndpoint returns one of the tenant's endpoints, or ErrNotFound.
+func (s *Store) GetEndpoint(ctx context.Context, tenant, id string) (*Endpoint, error) {
+	return scanEndpoint(s.db.QueryRow(ctx, `SELECT `+endpointColumns+` FROM webhook_endpoints WHERE tenant_id = $1 AND id = $2`, tenant, id))
+}
+
+// EndpointUpdate holds the fields an update changes; nil leaves a field as it is.
+type EndpointUpdate struct {
+	URL         *string
+	Events      []string
+	Description *string
+	Enabled     *bool
+}
+
+// UpdateEndpoint changes the given fields. Enabling clears the reason it was disabled and
+// its failure streak; disabling by request leaves no reason.
+func (s *Store) UpdateEndpoint(ctx context.Context, tenant, id string, u EndpointUpdate) (*Endpoint, error) {
+	return scanEndpoint(s.db.QueryRow(ctx, `
+		UPDATE webhook_endpoints SET
+			url = coalesce($3, url),
+			events = coalesce($4, events),
+			description = CASE WHEN $5::boolean THEN $6 ELSE description END,
+			enabled = coalesce($7, enabled),
+			disabled_reason = CASE WHEN $7 IS NULL THEN disabled_reason ELSE NULL END,
+			failing_since = CASE WHEN $7 THEN NULL ELSE failing_since END
+		WHERE tenant_id = $1 AND id = $2
+		RETURNING `+endpointColumns,
+		tenant, id, u.URL, u.Events, u.Description != nil, u.Description, u.Enabled))
+}
+
+// RollSecret makes sealed the endpoint's secret. The current one keeps signing until
+// oldExpires (none when oldExpires is not after now).
+func (s *Store) RollSecret(ctx context.Context, tenant, id string, sealed []byte, now, oldExpires time.Time) (*Endpoint, error) {
+	keepOld := oldExpires.After(now)
+	return scanEndpoint(s.db.QueryRow(ctx, `
+		UPDATE webhook_endpoints SET
+			old_secret = CASE WHEN $4 THEN secret END,
+			old_secret_expires_at = CASE WHEN $4 THEN $5::timestamptz END,
+			secret = $3
+		WHERE tenant_id = $1 AND id = $2
+		RETURNING `+endpointColumns,
+		tenant, id, sealed, keepOld, oldExpires))
+}
+
+// DeleteEndpoint removes an endpoint and its deliveries.
+func (s *Store) DeleteEndpoint(ctx context.Context, tenant, id string) error {
+	tag, err := s.db.Exec(ctx, `DELETE FROM webhook_endpoints WHERE tenant_id = $1 AND id = $2`, tenant, id)
+	if err == nil && tag.RowsAffected() == 0 {
+		return ErrNotFound
+	}
+	return err
+}
+
+// Fanout creates, in the transaction that stores a new event, one pending delivery per
+// enabled endpoint of the tenant subscribed to its type, due at once. It returns how many.
+func (s *Store) Fanout(ctx context.Context, tx pgx.Tx, tenant, eventID, eventType string, body []byte, now time.Time) (int, error) {
+	rows, err := tx.Query(ctx, `SELECT id, events FROM webhook_endpoints WHERE tenant_id = $1 AND enabled`, tenant)
+	if err != nil {
+		return 0, err
+	}
+	var targets []string
+	for rows.Next() {
+		var id string
+		var subs []string
+		if err := rows.Scan(&id, &subs); err != nil {
+			rows.Close()
+			return 0, err
+		}
+		if Matches(subs, eventType) {
+			targets = append(targets, id)
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, err
+	}
+	for _, ep := range targets {
+		if _, err := tx.Exec(ctx, `
+			INSERT INTO webhook_deliveries (tenant_id, id, endpoint_id, event_id, event_type, body, next_attempt_at, created_at)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $7)
+			ON CONFLICT (tenant_id, endpoint_id, event_id) WHERE NOT redelivery DO NOTHING`,
+			tenant, newID("whd_"), ep, eventID, eventType, body, now); err != nil {
+			return 0, err
+		}
+	}
+	return len(targets), nil
+}
+
+// Enqueue creates one delivery of an event to one endpoint of the tenant: a ping, or a
+// redelivery. ErrNotFound when the endpoint is not the tenant's.
+func (s *Store) Enqueue(ctx context.Context, tenant, endpointID, eventID, eventType string, body []byte, redelivery bool, now time.Time) (*Delivery, error) {
+	return scanDelivery(s.db.QueryRow(ctx, `
+		INSERT INTO webhook_deliveries (tenant_id, id, endpoint_id, event_id, event_type, body, redelivery, next_attempt_at, created_at)
+		SELECT tenant_id, $3, id, $4, $5, $6, $7, $8, $8 FROM webhook_endpoints WHERE tenant_id = $1 AND id = $2
+		RETURNING `+deliveryColumns,
+		tenant, endpointID, newID("whd_"), eventID, eventType, body, redelivery, now))
+}
+
+const deliveryColumns = `tenant_id, id, event_id, event_type, endpoint_id, status, attempts, next_attempt_at, created_at`
+
+func scanDelivery(row pgx.Row) (*Delivery, error) {
+	var d Delivery
+	var attempts []byte
+	err := row.Scan(&d.TenantID, &d.ID, &d.EventID, &d.EventType, &d.EndpointID, &d.Status, &attempts, &d.NextAttemptAt, &d.CreatedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal(attempts, &d.Attempts); err != nil {
+		return nil, err
+	}
+	d.CreatedAt = d.CreatedAt.UTC()
+	if d.NextAttemptAt != nil {
+		t := d.NextAttemptAt.UTC()
+		d.NextAttemptAt = &t
+	}
+	for i := range d.Attempts {
+		d.Attempts[i].At = d.Attempts[i].At.UTC()
+	}
+	return &d, nil
+}
+
+// DeliveryFilter selects a page of an endpoint's deliveries, newest first.
+type DeliveryFilter struct {
+	Status        string // "" for all
+	StartingAfter string // a delivery id: the page after it
+	Limit         int
+}
+
+// ListDeliveries returns a page of the endpoint's deliveries and whether more follow.
+// ErrNotFound when the endpoint, or the starting_after delivery, is not the tenant's.
+func (s *Store) ListDeliveries(ctx context.Context, tenant, endpointID string, f DeliveryFilter) ([]Delivery, bool, error) {
+	if _, err := s.GetEndpoint(ctx, tenant, endpointID); err != nil {
+		return nil, false, err
+	}
+	after := int64(-1)
+	if f.StartingAfter != "" {
+		err := s.db.QueryRow(ctx, `SELECT seq FROM webhook_deliveries WHERE tenant_id = $1 AND endpoint_id = $2 AND id = $3`,
+			tenant, endpointID, f.StartingAfter).Scan(&after)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil, false, ErrNotFound
+		}
+		if err != nil {
+			return nil, false, err
+		}
+	}
+	rows, err := s.db.Query(ctx, `
+		SELECT `+deliveryColumns+` FROM webhook_deliveries
+		WHERE tenant_id = $1 AND endpoint_id = $2 AND ($3 = '' OR status = $3) AND ($4 < 0 OR seq < $4)
+		ORDER BY seq DESC LIMIT $5`,
+		tenant, endpointID, f.Status, after, f.Limit+1)
+	if err != nil {
+		return nil, false, err
+	}
+	out, err := collectDeliveries(rows)
+	if err != nil {
+		return nil, false, err
+	}
+	more := len(out) > f.Limit
+	if more {
+		out = out[:f.Limit]
+	}
+	return out, more, nil
+}
+
+// DeleteDeliveriesBefore deletes the deliveries created before t (EVENT_RETENTION, as the
+// log's events) and reports how many.
+func (s *Store) DeleteDeliveriesBefore(ctx context.Context, t time.Time) (int64, error) {
+	tag, err := s.db.Exec(ctx, `DELETE FROM webhook_deliveries WHERE created_at < $1`, t)
+	return tag.RowsAffected(), err
+}
+
+// DeliveriesOfEvent returns every delivery of one event (the console's event page).
+func (s *Store) DeliveriesOfEvent(ctx context.Context, tenant, eventID string) ([]Delivery, error) {
+	rows, err := s.db.Query(ctx, `SELECT `+deliveryColumns+` FROM webhook_deliveries WHERE tenant_id = $1 AND event_id = $2 ORDER BY seq`, tenant, eventID)
+	if err != nil {
+		return nil, err
+	}
+	return collectDeliveries(rows)
+}
+
+func collectDeliveries(rows pgx.Rows) ([]Delivery, error) {
+	defer rows.Close()
+	var out []Delivery
+	for rows.Next() {
+		d, err := scanDelivery(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, *d)
+	}
+	return out, rows.Err()
+}

@@ -1,0 +1,236 @@
+package webhooks
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/keyhouse/keyhouse/pkg/seal"
+	"github.com/keyhouse/keyhouse/pkg/signing"
+	"github.com/keyhouse/keyhouse/pkg/webhook"
+)
+
+// Keys gives the installation keyring that seals endpoint secrets (the licensing client
+// in the service, a fixed keyring in tests).
+type Keys interface {
+	Keyring(ctx context.Context) (*signing.Keyring, error)
+}
+
+// Worker defaults.
+const (
+	DefaultConcurrency = 32
+	DefaultPerEndpoint = 4
+	DefaultPoll        = time.Second
+	// DefaultLease outlasts an attempt (10 s) and its recording by far: a delivery
+	// claimed by a process that died is tried again this long after the claim.
+	DefaultLease = time.Minute
+)
+
+// Worker delivers due deliveries. Every replica of the events service runs one; they
+// share the work through Claim (SKIP LOCKED), so a delivery is attempted by one replica
+// at a time. Concurrency is bounded in all (Concurrency) and per endpoint (PerEndpoint),
+// and each attempt has its own deadline, so a slow or dead receiver holds at most
+// PerEndpoint workers and never delays other endpoints or tenants.
+type Worker struct {
+	Store    *Store
+	Sender   *webhook.Sender
+	Keys     Keys
+	Log      *slog.Logger
+	Schedule webhook.Schedule
+	// DisableAfter is how long every delivery of an endpoint must have failed before it is
+	// disabled (72 h).
+	DisableAfter time.Duration
+	// OnDisable records the webhook_endpoint.disabled event in the disabling transaction;
+	// Disabled runs after it committed (the mail to the tenant).
+	OnDisable OnDisable
+	Disabled  func(ctx context.Context, ep *Endpoint)
+	// Now is the clock (tests inject one).
+	Now         func() time.Time
+	Concurrency int
+	PerEndpoint int
+	Poll        time.Duration
+	Lease       time.Duration
+	// Retention is how long deliveries are kept (EVENT_RETENTION); 0 keeps them.
+	Retention time.Duration
+
+	lastSweep time.Time
+
+	once     sync.Once
+	wake     chan struct{}
+	mu       sync.Mutex
+	inFlight map[string]int // endpoint id → attempts running in this process
+	slots    chan struct{}
+	wg       sync.WaitGroup
+}
+
+func (w *Worker) init() {
+	w.once.Do(func() {
+		w.wake = make(chan struct{}, 1)
+		w.inFlight = make(map[string]int)
+		if w.Now == nil {
+			w.Now = time.Now
+		}
+		if w.Concurrency <= 0 {
+			w.Concurrency = DefaultConcurrency
+		}
+		if w.PerEndpoint <= 0 {
+			w.PerEndpoint = DefaultPerEndpoint
+		}
+		if w.Poll <= 0 {
+			w.Poll = DefaultPoll
+		}
+		if w.Lease <= 0 {
+			w.Lease = DefaultLease
+		}
+		if w.Schedule.Window == 0 {
+			w.Schedule = webhook.DefaultSchedule
+		}
+		if w.DisableAfter <= 0 {
+			w.DisableAfter = w.Schedule.Window
+		}
+		w.slots = make(chan struct{}, w.Concurrency)
+	})
+}
+
+// Wake makes the worker look for due deliveries now (a new event was stored, a ping or a
+// redelivery was queued) instead of at its next poll.
+func (w *Worker) Wake() {
+	w.init()
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Run delivers until ctx ends, then waits for the attempts in flight (each bounded by its
+// deadline). An attempt cut short by the end is not recorded: its lease brings it back.
+func (w *Worker) Run(ctx context.Context) {
+	w.init()
+	t := time.NewTicker(w.Poll)
+	defer t.Stop()
+	defer w.wg.Wait()
+	for {
+		w.claimAndStart(ctx)
+		w.sweep(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-w.wake:
+		}
+	}
+}
+
+// sweepEvery is how often the worker deletes deliveries older than Retention.
+const sweepEvery = time.Hour
+
+func (w *Worker) sweep(ctx context.Context) {
+	now := w.Now()
+	if w.Retention <= 0 || now.Sub(w.lastSweep) < sweepEvery {
+		return
+	}
+	w.lastSweep = now
+	n, err := w.Store.DeleteDeliveriesBefore(ctx, now.Add(-w.Retention))
+	switch {
+	case err != nil && ctx.Err() == nil:
+		w.Log.Warn("webhooks: retention sweep failed, retrying at the next", "err", err)
+	case n > 0:
+		w.Log.Info("webhooks: retention sweep", "deleted", n)
+	}
+}
+
+// RunOnce claims what is due and waits until those attempts are recorded (tests).
+func (w *Worker) RunOnce(ctx context.Context) int {
+	w.init()
+	n := w.claimAndStart(ctx)
+	w.wg.Wait()
+	return n
+}
+
+func (w *Worker) claimAndStart(ctx context.Context) int {
+	free := w.Concurrency - len(w.slots)
+	if free <= 0 || ctx.Err() != nil {
+		return 0
+	}
+	w.mu.Lock()
+	busy := make(map[string]int, len(w.inFlight))
+	for id, n := range w.inFlight {
+		busy[id] = n
+	}
+	w.mu.Unlock()
+	due, err := w.Store.Claim(ctx, w.Now(), w.Lease, free, w.PerEndpoint, busy)
+	if err != nil {
+		if ctx.Err() == nil {
+			w.Log.Warn("webhooks: claiming due deliveries failed", "err", err)
+		}
+		return 0
+	}
+	for _, d := range due {
+		w.slots <- struct{}{}
+		w.mu.Lock()
+		w.inFlight[d.EndpointID]++
+		w.mu.Unlock()
+		w.wg.Add(1)
+		go func() {
+			defer w.wg.Done()
+			defer func() {
+				w.mu.Lock()
+				if w.inFlight[d.EndpointID]--; w.inFlight[d.EndpointID] <= 0 {
+					delete(w.inFlight, d.EndpointID)
+				}
+				w.mu.Unlock()
+				<-w.slots
+				w.Wake()
+			}()
+			w.attempt(ctx, d)
+		}()
+	}
+	return len(due)
+}
+
+func (w *Worker) attempt(ctx context.Context, d Due) {
+	secrets, err := w.openSecrets(ctx, d)
+	if err != nil {
+		// Without the keyring (licensing unreachable) nothing can be signed: the lease
+		// brings the delivery back.
+		w.Log.Warn("webhooks: endpoint secret unavailable", "endpoint_id", d.EndpointID, "err", err)
+		return
+	}
+	res := w.Sender.Send(ctx, webhook.Delivery{URL: d.URL, EventID: d.EventID, Body: d.Body, Secrets: secrets}, w.Now())
+	if ctx.Err() != nil {
+		return
+	}
+	// The attempt's time is the clock's at its start; the injected clock may not move.
+	disabled, err := w.Store.Record(context.WithoutCancel(ctx), d, res, w.Schedule, w.DisableAfter, w.OnDisable)
+	if err != nil {
+		w.Log.Warn("webhooks: recording an attempt failed", "delivery_id", d.ID, "err", err)
+		return
+	}
+	if disabled != nil {
+		w.Log.Info("webhooks: endpoint disabled", "tenant_id", disabled.TenantID, "endpoint_id", disabled.ID, "reason", DisabledReason)
+		if w.Disabled != nil {
+			w.Disabled(context.WithoutCancel(ctx), disabled)
+		}
+	}
+}
+
+// openSecrets returns the secrets to sign with: the current one, and the old one while a
+// roll overlaps.
+func (w *Worker) openSecrets(ctx context.Context, d Due) ([][]byte, error) {
+	k, err := w.Keys.Keyring(ctx)
+	if err != nil {
+		return nil, err
+	}
+	cur, err := seal.Open(k, seal.PurposeEndpointSecret, d.Secret)
+	if err != nil {
+		return nil, err
+	}
+	out := [][]byte{cur}
+	if d.OldSecret != nil {
+		if old, err := seal.Open(k, seal.PurposeEndpointSecret, d.OldSecret); err == nil {
+			out = append(out, old)
+		}
+	}
+	return out, nil
+}

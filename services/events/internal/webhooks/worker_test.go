@@ -1,0 +1,505 @@
+package webhooks
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/keyhouse/keyhouse/devinfra/testkit"
+	"github.com/keyhouse/keyhouse/pkg/events"
+	"github.com/keyhouse/keyhouse/pkg/pgxx"
+	"github.com/keyhouse/keyhouse/pkg/seal"
+	"github.com/keyhouse/keyhouse/pkg/signing"
+	"github.com/keyhouse/keyhouse/pkg/webhook"
+	"github.com/keyhouse/keyhouse/services/events/migrations"
+)
+
+func TestMain(m *testing.M) { testkit.Main(m) }
+
+var schema = testkit.Template{Name: "events", Migrate: pgxx.Migrations{Schema: "events", FS: migrations.FS}.Apply}
+
+// clock is the injected clock: it moves only when a test moves it.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+func (c *clock) Set(t time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if t.After(c.now) {
+		c.now = t
+	}
+}
+func (c *clock) Add(d time.Duration) { c.Set(c.Now().Add(d)) }
+
+type fixedKeys struct{ k *signing.Keyring }
+
+func (f fixedKeys) Keyring(context.Context) (*signing.Keyring, error) { return f.k, nil }
+
+type fixture struct {
+	t      *testing.T
+	store  *Store
+	keys   fixedKeys
+	clock  *clock
+	worker *Worker
+	// disabled receives the endpoints the worker disabled, from inside the transaction.
+	disabled chan string
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	db, err := pgxx.Open(context.Background(), testkit.DatabaseURL(t, schema), "events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(db.Close)
+	k, err := signing.NewKeyring()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{t: t, store: NewStore(db), keys: fixedKeys{k}, clock: &clock{now: time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)}, disabled: make(chan string, 16)}
+	f.worker = &Worker{
+		Store: f.store, Keys: f.keys, Now: f.clock.Now,
+		Sender: webhook.NewSender(webhook.SenderOptions{AllowPrivate: true}),
+		Log:    slog.New(slog.NewTextHandler(io.Discard, nil)),
+		OnDisable: func(ctx context.Context, tx pgx.Tx, ep *Endpoint) error {
+			f.disabled <- ep.ID
+			return EmitDisabled(ctx, tx, ep)
+		},
+	}
+	return f
+}
+
+// endpoint creates an endpoint of tenant to url and returns it with its secret.
+func (f *fixture) endpoint(tenant, url string, events ...string) (*Endpoint, string) {
+	f.t.Helper()
+	secret := NewSecret()
+	sealed, err := seal.Seal(f.keys.k, seal.PurposeEndpointSecret, []byte(secret))
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	if len(events) == 0 {
+		events = []string{"*"}
+	}
+	ep, err := f.store.CreateEndpoint(context.Background(), tenant, NewEndpoint{URL: url, Events: events, SealedSecret: sealed}, f.clock.Now())
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return ep, secret
+}
+
+// event stores deliveries of a new event of tenant, as the log's ingest does.
+func (f *fixture) event(tenant, id, typ string) []byte {
+	f.t.Helper()
+	body := []byte(`{"id":"` + id + `","type":"` + typ + `","created_at":"2026-11-25T12:00:00Z","actor":{"type":"system","request_id":null},"data":{}}`)
+	err := pgxx.InTx(context.Background(), f.store.db, func(tx pgx.Tx) error {
+		_, err := f.store.Fanout(context.Background(), tx, tenant, id, typ, body, f.clock.Now())
+		return err
+	})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return body
+}
+
+func (f *fixture) deliveries(tenant, endpointID string) []Delivery {
+	f.t.Helper()
+	ds, _, err := f.store.ListDeliveries(context.Background(), tenant, endpointID, DeliveryFilter{Limit: 100})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return ds
+}
+
+// recorder is a real HTTP receiver whose answer the test switches.
+type recorder struct {
+	*httptest.Server
+	status atomic.Int32
+	mu     sync.Mutex
+	got    []*http.Request
+	bodies [][]byte
+}
+
+func newRecorder(t *testing.T) *recorder {
+	r := &recorder{}
+	r.status.Store(200)
+	r.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		b, _ := io.ReadAll(req.Body)
+		r.mu.Lock()
+		r.got = append(r.got, req)
+		r.bodies = append(r.bodies, b)
+		r.mu.Unlock()
+		w.WriteHeader(int(r.status.Load()))
+	}))
+	t.Cleanup(r.Close)
+	return r
+}
+
+func (r *recorder) count() int { r.mu.Lock(); defer r.mu.Unlock(); return len(r.got) }
+
+// A stored event reaches every matching enabled endpoint, signed with its own secret; an
+// endpoint not subscribed to the type gets nothing.
+func TestEventReachesMatchingEndpointsSigned(t *testing.T) {
+	f := newFixture(t)
+	all := newRecorder(t)
+	licenses, other := newRecorder(t), newRecorder(t)
+	epAll, secretAll := f.endpoint("t1", all.URL)
+	_, secretLic := f.endpoint("t1", licenses.URL, "license.")
+	f.endpoint("t1", other.URL, "release.published")
+	body := f.event("t1", "evt_1", "license.issued")
+	if n := f.worker.RunOnce(context.Background()); n != 2 {
+		t.Fatalf("%d attempts, want 2", n)
+	}
+	for _, c := range []struct {
+		r      *recorder
+		secret string
+	}{{all, secretAll}, {licenses, secretLic}} {
+		if c.r.count() != 1 {
+			t.Fatalf("received %d", c.r.count())
+		}
+		req, got := c.r.got[0], c.r.bodies[0]
+		if string(got) != string(body) || req.Header.Get("Keyhouse-Event-Id") != "evt_1" {
+			t.Fatalf("got %s %v", got, req.Header)
+		}
+		if err := webhook.Verify(req.Header.Get("Keyhouse-Signature"), got, []byte(c.secret), anyAge, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if other.count() != 0 {
+		t.Fatal("an endpoint not subscribed to the type received it")
+	}
+	ds := f.deliveries("t1", epAll.ID)
+	if len(ds) != 1 || ds[0].Status != StatusSucceeded || ds[0].NextAttemptAt != nil || len(ds[0].Attempts) != 1 ||
+		*ds[0].Attempts[0].StatusCode != 200 || ds[0].Attempts[0].Error != nil {
+		t.Fatalf("delivery %+v", ds)
+	}
+	// Stored twice (a redelivered message): still one delivery per endpoint.
+	f.event("t1", "evt_1", "license.issued")
+	if ds := f.deliveries("t1", epAll.ID); len(ds) != 1 {
+		t.Fatalf("%d deliveries after a duplicate", len(ds))
+	}
+}
+
+// A failed attempt is retried on the schedule, not before; the retry that succeeds ends
+// the delivery.
+func TestFailedAttemptRetriedOnSchedule(t *testing.T) {
+	f := newFixture(t)
+	r := newRecorder(t)
+	r.status.Store(500)
+	ep, _ := f.endpoint("t1", r.URL)
+	f.event("t1", "evt_1", "license.revoked")
+	f.worker.RunOnce(context.Background())
+	d := f.deliveries("t1", ep.ID)[0]
+	if d.Status != StatusPending || len(d.Attempts) != 1 || *d.Attempts[0].StatusCode != 500 || d.NextAttemptAt == nil {
+		t.Fatalf("after a 500: %+v", d)
+	}
+	wait := d.NextAttemptAt.Sub(f.clock.Now())
+	if wait < 24*time.Second || wait > 36*time.Second {
+		t.Fatalf("first retry in %v", wait)
+	}
+	f.clock.Add(wait - time.Second)
+	if n := f.worker.RunOnce(context.Background()); n != 0 {
+		t.Fatal("retried before it was due")
+	}
+	r.status.Store(200)
+	f.clock.Add(time.Second)
+	if n := f.worker.RunOnce(context.Background()); n != 1 {
+		t.Fatal("not retried when due")
+	}
+	d = f.deliveries("t1", ep.ID)[0]
+	if d.Status != StatusSucceeded || len(d.Attempts) != 2 || r.count() != 2 {
+		t.Fatalf("after the retry: %+v", d)
+	}
+}
+
+// A receiver down for 72 hours: every delivery is retried through the window, then fails,
+// and the endpoint is disabled (its event recorded in the disabling transaction); later
+// events are not sent to it. Run on the injected clock: no test waits 72 hours.
+func TestEndpointDisabledAfter72HoursOfFailures(t *testing.T) {
+	f := newFixture(t)
+	down := httptest.NewServer(http.NotFoundHandler())
+	url := down.URL
+	down.Close()
+	ep, _ := f.endpoint("t1", url)
+	healthy := newRecorder(t)
+	f.endpoint("t1", healthy.URL)
+	var mailed []string
+	f.worker.Disabled = func(_ context.Context, ep *Endpoint) { mailed = append(mailed, ep.ID) }
+	f.event("t1", "evt_1", "license.issued")
+	start := f.clock.Now()
+	for i := 0; i < 40; i++ {
+		f.worker.RunOnce(context.Background())
+		d := f.deliveries("t1", ep.ID)[0]
+		if d.Status != StatusPending {
+			break
+		}
+		f.clock.Set(*d.NextAttemptAt)
+	}
+	d := f.deliveries("t1", ep.ID)[0]
+	if d.Status != StatusFailed || d.NextAttemptAt != nil {
+		t.Fatalf("after 72 h: %+v", d)
+	}
+	if last := d.Attempts[len(d.Attempts)-1]; last.At.Sub(start) < 72*time.Hour || *last.Error != "connection refused" || last.StatusCode != nil {
+		t.Fatalf("last attempt %+v, %v after the first", last, last.At.Sub(start))
+	}
+	got, err := f.store.GetEndpoint(context.Background(), "t1", ep.ID)
+	if err != nil || got.Enabled || got.DisabledReason == nil || *got.DisabledReason != DisabledReason {
+		t.Fatalf("endpoint %+v %v", got, err)
+	}
+	if id := <-f.disabled; id != ep.ID || len(mailed) != 1 || mailed[0] != ep.ID {
+		t.Fatalf("disabled event for %s, mailed %v", id, mailed)
+	}
+	// The service's own hook: webhook_endpoint.disabled is in its outbox, committed with
+	// the change, naming the endpoint and the reason.
+	var subject string
+	var payload []byte
+	if err := f.store.db.QueryRow(context.Background(), `SELECT subject, payload FROM outbox WHERE tenant_id = 't1'`).Scan(&subject, &payload); err != nil {
+		t.Fatal(err)
+	}
+	ev, uerr := events.Unmarshal(payload)
+	if uerr != nil || subject != "keyhouse.events.webhook_endpoint.disabled" || ev.GetWebhookEndpointDisabled().GetEndpointId() != ep.ID ||
+		ev.GetWebhookEndpointDisabled().GetReason() != DisabledReason || ev.GetActor().GetType() != "system" {
+		t.Fatalf("outbox %s %v %v", subject, ev, uerr)
+	}
+	f.event("t1", "evt_2", "license.revoked")
+	if ds := f.deliveries("t1", ep.ID); len(ds) != 1 {
+		t.Fatal("a disabled endpoint got a new delivery")
+	}
+	// Enabling it again clears the reason; it receives new events.
+	on := true
+	if got, err = f.store.UpdateEndpoint(context.Background(), "t1", ep.ID, EndpointUpdate{Enabled: &on}); err != nil || got.DisabledReason != nil || !got.Enabled {
+		t.Fatalf("re-enabled: %+v %v", got, err)
+	}
+}
+
+// An endpoint that answers now and then is not disabled: a success ends the streak.
+func TestSuccessResetsTheFailureStreak(t *testing.T) {
+	f := newFixture(t)
+	r := newRecorder(t)
+	r.status.Store(503)
+	ep, _ := f.endpoint("t1", r.URL)
+	for i := 0; i < 4; i++ {
+		f.event("t1", "evt_"+string(rune('a'+i)), "license.issued")
+		f.worker.RunOnce(context.Background())
+		if i == 1 {
+			r.status.Store(200)
+			f.clock.Add(time.Hour)
+			f.worker.RunOnce(context.Background()) // the retries succeed
+			r.status.Store(503)
+		}
+		f.clock.Add(40 * time.Hour)
+	}
+	if got, _ := f.store.GetEndpoint(context.Background(), "t1", ep.ID); !got.Enabled {
+		t.Fatal("disabled although a delivery succeeded within 72 h")
+	}
+}
+
+// Deliveries older than the retention are deleted, the others kept.
+func TestDeliveriesKeptForTheRetention(t *testing.T) {
+	f := newFixture(t)
+	r := newRecorder(t)
+	ep, _ := f.endpoint("t1", r.URL)
+	f.event("t1", "evt_old", "license.issued")
+	f.clock.Add(48 * time.Hour)
+	f.event("t1", "evt_new", "license.issued")
+	f.worker.Retention = 72 * time.Hour
+	f.clock.Add(25 * time.Hour)
+	f.worker.sweep(context.Background())
+	ds := f.deliveries("t1", ep.ID)
+	if len(ds) != 1 || ds[0].EventID != "evt_new" {
+		t.Fatalf("after the sweep: %+v", ds)
+	}
+}
+
+// A delivery claimed by a process that died before recording its attempt is due again
+// when the lease runs out, and is then delivered.
+func TestDeliveryOfAKilledProcessIsRetried(t *testing.T) {
+	f := newFixture(t)
+	r := newRecorder(t)
+	ep, _ := f.endpoint("t1", r.URL)
+	f.event("t1", "evt_1", "seat.activated")
+	// The "killed" process: it claimed the delivery and never recorded anything.
+	due, err := f.store.Claim(context.Background(), f.clock.Now(), DefaultLease, 10, 4, nil)
+	if err != nil || len(due) != 1 {
+		t.Fatalf("claim: %v %v", due, err)
+	}
+	if n := f.worker.RunOnce(context.Background()); n != 0 {
+		t.Fatal("claimed twice while the first claim's lease runs")
+	}
+	f.clock.Add(DefaultLease)
+	if n := f.worker.RunOnce(context.Background()); n != 1 {
+		t.Fatal("not retried after the lease")
+	}
+	if d := f.deliveries("t1", ep.ID)[0]; d.Status != StatusSucceeded || r.count() != 1 {
+		t.Fatalf("%+v", d)
+	}
+}
+
+// A receiver that hangs holds at most PerEndpoint workers; every delivery to another
+// tenant's endpoint goes through meanwhile.
+func TestHangingReceiverDelaysNoOtherEndpoint(t *testing.T) {
+	f := newFixture(t)
+	release := make(chan struct{})
+	var hanging, maxHanging atomic.Int32
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := hanging.Add(1)
+		for {
+			m := maxHanging.Load()
+			if n <= m || maxHanging.CompareAndSwap(m, n) {
+				break
+			}
+		}
+		<-release
+		hanging.Add(-1)
+	}))
+	fast := newRecorder(t)
+	f.endpoint("slow-tenant", slow.URL)
+	f.endpoint("t2", fast.URL)
+	for i := 0; i < 20; i++ {
+		id := "evt_" + string(rune('a'+i))
+		f.event("slow-tenant", id, "license.issued")
+		f.event("t2", id, "license.issued")
+	}
+	f.worker.Concurrency, f.worker.PerEndpoint, f.worker.Poll = 8, 2, 20*time.Millisecond
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { f.worker.Run(ctx); close(done) }()
+	deadline := time.Now().Add(time.Minute) // a failure bound, not a timing goal
+	for fast.count() < 20 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if fast.count() != 20 {
+		t.Fatalf("the other tenant's endpoint received %d of 20 while one receiver hung", fast.count())
+	}
+	if m := maxHanging.Load(); m > 2 {
+		t.Fatalf("%d attempts at once to the hanging endpoint, bound 2", m)
+	}
+	cancel()
+	close(release)
+	<-done
+	slow.Close()
+}
+
+// While a roll overlaps, deliveries carry a signature for each secret; once the old
+// secret expired, only the new one.
+func TestRollSecretOverlap(t *testing.T) {
+	f := newFixture(t)
+	r := newRecorder(t)
+	ep, oldSecret := f.endpoint("t1", r.URL)
+	newSecret := NewSecret()
+	sealed, _ := seal.Seal(f.keys.k, seal.PurposeEndpointSecret, []byte(newSecret))
+	if _, err := f.store.RollSecret(context.Background(), "t1", ep.ID, sealed, f.clock.Now(), f.clock.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	f.event("t1", "evt_1", "license.issued")
+	f.worker.RunOnce(context.Background())
+	f.clock.Add(time.Hour)
+	f.event("t1", "evt_2", "license.issued")
+	f.worker.RunOnce(context.Background())
+	if r.count() != 2 {
+		t.Fatalf("received %d", r.count())
+	}
+	verify := func(i int, secret string) error {
+		return webhook.Verify(r.got[i].Header.Get("Keyhouse-Signature"), r.bodies[i], []byte(secret), anyAge, time.Now())
+	}
+	if verify(0, oldSecret) != nil || verify(0, newSecret) != nil {
+		t.Fatal("during the overlap both secrets must verify")
+	}
+	if verify(1, newSecret) != nil || !errors.Is(verify(1, oldSecret), webhook.ErrNoSignature) {
+		t.Fatal("after the overlap only the new secret verifies")
+	}
+}
+
+// At most 16 endpoints per tenant, also when creates race; other tenants are unaffected.
+func TestEndpointLimitUnderConcurrentCreates(t *testing.T) {
+	f := newFixture(t)
+	var ok, limited atomic.Int32
+	var wg sync.WaitGroup
+	for i := 0; i < 24; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := f.store.CreateEndpoint(context.Background(), "t1", NewEndpoint{URL: "https://example.com/h", Events: []string{"*"}, SealedSecret: []byte("x")}, f.clock.Now())
+			switch {
+			case err == nil:
+				ok.Add(1)
+			case errors.Is(err, ErrEndpointLimit):
+				limited.Add(1)
+			default:
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if ok.Load() != MaxEndpoints || limited.Load() != 24-MaxEndpoints {
+		t.Fatalf("%d created, %d refused", ok.Load(), limited.Load())
+	}
+	f.endpoint("t2", "https://example.com/h")
+}
+
+// Another tenant's endpoint and deliveries do not exist for a tenant.
+func TestTenantIsolation(t *testing.T) {
+	f := newFixture(t)
+	r := newRecorder(t)
+	ep, _ := f.endpoint("t1", r.URL)
+	f.event("t1", "evt_1", "license.issued")
+	ctx := context.Background()
+	if _, err := f.store.GetEndpoint(ctx, "t2", ep.ID); !errors.Is(err, ErrNotFound) {
+		t.Fatal(err)
+	}
+	if _, _, err := f.store.ListDeliveries(ctx, "t2", ep.ID, DeliveryFilter{Limit: 10}); !errors.Is(err, ErrNotFound) {
+		t.Fatal(err)
+	}
+	if _, err := f.store.Enqueue(ctx, "t2", ep.ID, "evt_x", PingType, []byte("{}"), false, f.clock.Now()); !errors.Is(err, ErrNotFound) {
+		t.Fatal(err)
+	}
+	on := false
+	if _, err := f.store.UpdateEndpoint(ctx, "t2", ep.ID, EndpointUpdate{Enabled: &on}); !errors.Is(err, ErrNotFound) {
+		t.Fatal(err)
+	}
+	if err := f.store.DeleteEndpoint(ctx, "t2", ep.ID); !errors.Is(err, ErrNotFound) {
+		t.Fatal(err)
+	}
+	if ds, _ := f.store.DeliveriesOfEvent(ctx, "t2", "evt_1"); len(ds) != 0 {
+		t.Fatal("another tenant's deliveries listed")
+	}
+	if got := f.deliveries("t1", ep.ID); len(got) != 1 {
+		t.Fatal("the owner lost its delivery")
+	}
+}
+
+// anyAge accepts a signature of any age: the worker signs at the injected clock's time,
+// and the tolerance check itself is pkg/webhook's test.
+const anyAge = 1000 * time.Hour
+
+// Hosted, a delivery to an endpoint that now resolves to a private address (DNS
+// rebinding, or an endpoint stored before the operator turned private networks off) fails
+// at the dial, and the receiver hears nothing.
+func TestHostedDeliveryRefusesPrivateAddressAtDial(t *testing.T) {
+	f := newFixture(t)
+	r := newRecorder(t)
+	f.worker.Sender = webhook.NewSender(webhook.SenderOptions{}) // hosted: the dial guard on
+	_, port, _ := strings.Cut(strings.TrimPrefix(r.URL, "http://"), ":")
+	ep, _ := f.endpoint("t1", "http://localhost:"+port+"/hook")
+	f.event("t1", "evt_1", "license.issued")
+	f.worker.RunOnce(context.Background())
+	d := f.deliveries("t1", ep.ID)[0]
+	if d.Status != StatusPending || d.Attempts[0].StatusCode != nil || *d.Attempts[0].Error != "Webhook URL must resolve to a public address" {
+		t.Fatalf("%+v", d.Attempts)
+	}
+	if r.count() != 0 {
+		t.Fatal("the receiver on loopback was reached")
+	}
+}

@@ -1,0 +1,135 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/keyhouse/keyhouse/pkg/webhook"
+)
+
+// webhookRate is the steady arrival rate of the webhook scenario (issue 21's goal).
+const webhookRate = 500
+
+func init() {
+	Register(Scenario{
+		ID:   "webhooks",
+		Name: "webhooks: issue-license → signed license.issued delivered to a local receiver (500 events/s)",
+		Rate: webhookRate,
+		Note: "open loop at 500 changes/s; each op is issue-license's 200 (license and event committed) plus the time until a " +
+			"receiver on loopback has the signed license.issued delivery (outbox relay → JetStream → events log + fan-out → worker → POST), " +
+			"the signature verified by the receiver (goal ≥ 500 events/s, p99 < 1 s)",
+		Setup: setupWebhooks,
+	})
+}
+
+// arrivals lets an op wait for its license's delivery, whichever comes first.
+type arrivals struct {
+	mu   sync.Mutex
+	wait map[string]chan struct{}
+	done map[string]bool
+}
+
+func (a *arrivals) ch(key string) chan struct{} {
+	c, ok := a.wait[key]
+	if !ok {
+		c = make(chan struct{})
+		a.wait[key] = c
+	}
+	return c
+}
+
+func (a *arrivals) arrived(key string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if !a.done[key] {
+		a.done[key] = true
+		close(a.ch(key))
+	}
+}
+
+func (a *arrivals) await(ctx context.Context, key string) error {
+	a.mu.Lock()
+	c := a.ch(key)
+	a.mu.Unlock()
+	select {
+	case <-c:
+		a.mu.Lock()
+		delete(a.wait, key)
+		a.mu.Unlock()
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("license.issued of %s not delivered: %w", key, ctx.Err())
+	}
+}
+
+func setupWebhooks(ctx context.Context, env *Env) (Op, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	arr := &arrivals{wait: map[string]chan struct{}{}, done: map[string]bool{}}
+	var secret atomic.Value
+	secret.Store("")
+	var bad atomic.Int64
+	go func() {
+		_ = http.Serve(ln, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			body, _ := io.ReadAll(r.Body)
+			if webhook.Verify(r.Header.Get(webhook.SignatureHeader), body, []byte(secret.Load().(string)), webhook.DefaultTolerance, time.Now()) != nil {
+				bad.Add(1)
+				w.WriteHeader(http.StatusBadRequest)
+				return
+			}
+			var ev struct {
+				Type string `json:"type"`
+				Data struct {
+					Key string `json:"key"`
+				} `json:"data"`
+			}
+			if json.Unmarshal(body, &ev) == nil && ev.Type == "license.issued" {
+				arr.arrived(ev.Data.Key)
+			}
+			w.WriteHeader(http.StatusNoContent)
+		}))
+	}()
+	st, data, err := env.Do(ctx, http.MethodPost, "/v1/webhook-endpoints", SetupIP(), true, map[string]any{
+		"url": "http://" + ln.Addr().String() + "/hook", "events": []string{"license.issued"}, "description": "bench",
+	})
+	if err := Expect(st, data, err, http.StatusOK); err != nil {
+		return nil, fmt.Errorf("create endpoint: %w", err)
+	}
+	var ep struct {
+		Secret string `json:"secret"`
+	}
+	if err := json.Unmarshal(data, &ep); err != nil {
+		return nil, err
+	}
+	secret.Store(ep.Secret)
+	stamp := time.Now().UnixNano()
+	return func(ctx context.Context, _, i int) error {
+		st, data, err := env.Do(ctx, http.MethodPost, "/v1/issue-license", ClientIP(160, i, 50), true, map[string]any{
+			"tier": "pro", "product_id": fmt.Sprintf("bench-hooks-%d", stamp), "issued_to": fmt.Sprintf("hook-%d@example.com", i),
+		})
+		if err := Expect(st, data, err, http.StatusOK); err != nil {
+			return err
+		}
+		var out struct {
+			Key string `json:"key"`
+		}
+		if err := json.Unmarshal(data, &out); err != nil {
+			return err
+		}
+		if n := bad.Load(); n > 0 {
+			return fmt.Errorf("%d deliveries failed the receiver's signature check", n)
+		}
+		wait, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		return arr.await(wait, out.Key)
+	}, nil
+}
