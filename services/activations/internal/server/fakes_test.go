@@ -244,6 +244,10 @@ func (f *fakeStore) CountSeats(ctx context.Context, tenant string, exclude []str
 	return len(all), err
 }
 
+func (f *fakeStore) ImportUsage(context.Context, string, map[string]map[string]int64) (int, error) {
+	return 0, nil
+}
+
 func (f *fakeStore) Summaries(_ context.Context, tenant string, keys []string) (map[string]*store.Summary, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -53,6 +53,8 @@ type Store interface {
 	Recent(ctx context.Context, tenant string, limit int, exclude []string) ([]store.Seat, error)
 	CountSeats(ctx context.Context, tenant string, exclude []string) (int, error)
 	Summaries(ctx context.Context, tenant string, keys []string) (map[string]*store.Summary, error)
+	// ImportUsage writes starting totals where a metric has none (store.ImportUsage).
+	ImportUsage(ctx context.Context, tenant string, usage map[string]map[string]int64) (int, error)
 }
 
 // Licenses looks licenses up (licensingclient.Client; fakes in unit tests). tenant ""
