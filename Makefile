@@ -13,7 +13,7 @@ LDFLAGS   := -X github.com/keyhouse/keyhouse/pkg/buildinfo.version=$(VERSION)
 # Every module's packages (go.work lists the modules).
 PKGS      := ./pkg/... ./gateway/... ./console/... ./services/billing/... ./services/licensing/... \
              ./services/activations/... ./services/releases/... ./services/storefront/... ./services/events/... ./stack/... \
-             ./devinfra/...
+             ./devinfra/... ./clients/go/...
 GOTEST    := go test -count=1 -race -shuffle=on
 PROTO_TOOLS := $(TOOLS_DIR)/buf $(TOOLS_DIR)/protoc-gen-go $(TOOLS_DIR)/protoc-gen-go-grpc $(TOOLS_DIR)/protoc-gen-grpc-gateway \
                $(TOOLS_DIR)/protoc-gen-openapiv2
@@ -23,13 +23,17 @@ help: ## List the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 
 .PHONY: deps
-deps: $(TOOLS_DIR)/stripe-mock ## Install what the stack and tests need: Debian's postgresql, redis-server; stripe-mock
+deps: $(TOOLS_DIR)/stripe-mock ## Install what the stack and tests need: Debian's postgresql, redis-server, nodejs, python3-cryptography; stripe-mock
 	@missing=""; \
 	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
 	command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
 	command -v openssl >/dev/null 2>&1 || missing="$$missing openssl"; \
 	[ -f /etc/ssl/certs/ca-certificates.crt ] || missing="$$missing ca-certificates"; \
 	command -v node >/dev/null 2>&1 || missing="$$missing nodejs"; \
+	command -v npm >/dev/null 2>&1 || missing="$$missing npm"; \
+	/usr/bin/python3 -c 'import pytest' >/dev/null 2>&1 || missing="$$missing python3-pytest"; \
+	/usr/bin/python3 -c 'import cryptography' >/dev/null 2>&1 || missing="$$missing python3-cryptography"; \
+	/usr/bin/python3 -c 'import cryptography' >/dev/null 2>&1 || missing="$$missing python3-cryptography"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing:$$missing"; \
 	  SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
@@ -60,8 +64,19 @@ run: deps build ## Run the whole stack on :8080 (Ctrl-C stops it; data stays in 
 	@$(BIN_DIR)/keyhouse-dev
 
 .PHONY: test
-test: deps lint ## Every test: unit, integration (real Postgres, Redis, NATS) and e2e
+test: deps lint test-clients ## Every test: unit, integration (real Postgres, Redis, NATS) and e2e
 	$(GOTEST) -timeout 20m $(PKGS)
+
+# The TypeScript SDK ships compiled JavaScript (dist/, committed, so an app installs it with
+# no build step); it must be what the pinned compiler makes of src/.
+JS_DIST_CHECK := $(KH_DIR)/clients-js-dist
+.PHONY: test-clients
+test-clients: ## The client SDKs' unit tests (shared vectors) and the TypeScript build reproduced (their live suites run in stack/e2e)
+	cd clients/js && npm ci --no-audit --no-fund --prefer-offline >/dev/null
+	rm -rf $(JS_DIST_CHECK) && clients/js/node_modules/.bin/tsc -p clients/js/tsconfig.json --outDir $(JS_DIST_CHECK)
+	@diff -r clients/js/dist $(JS_DIST_CHECK) || { echo "clients/js/dist is stale: cd clients/js && npm run build, and commit"; exit 1; }
+	cd clients/js && node --test test/
+	cd clients/python && /usr/bin/python3 -m pytest -q -p no:cacheprovider
 
 .PHONY: test-unit
 test-unit: ## Unit tests only (-short: no server or binary is started)

@@ -87,6 +87,7 @@ type Handler struct {
 	portal      licensingv1.LicensingPortalServiceClient
 	activations activationsv1.ActivationsServiceClient
 	seats       activationsv1.ActivationsConsoleServiceClient
+	leases      activationsv1.LeasesServiceClient
 	releases    releasesv1.ReleasesServiceClient
 	billing     billingv1.BillingServiceClient
 	storefront  storefrontv1.StorefrontServiceClient
@@ -122,6 +123,7 @@ func New(opts Options) (*Handler, error) {
 		portal:      licensingv1.NewLicensingPortalServiceClient(c.Licensing),
 		activations: activationsv1.NewActivationsServiceClient(c.Activations),
 		seats:       activationsv1.NewActivationsConsoleServiceClient(c.Activations),
+		leases:      activationsv1.NewLeasesServiceClient(c.Activations),
 		releases:    releasesv1.NewReleasesServiceClient(c.Releases),
 		billing:     billingv1.NewBillingServiceClient(c.Billing),
 		storefront:  storefrontv1.NewStorefrontServiceClient(c.Storefront),
@@ -182,6 +184,13 @@ func (h *Handler) routes() {
 	m.HandleFunc("GET /console/releases", h.signedIn(h.releasesPage))
 	m.HandleFunc("POST /console/releases", h.signedIn(h.registerRelease))
 	m.HandleFunc("POST /console/releases/{id}/unpublish", h.signedIn(h.unpublishRelease))
+
+	m.HandleFunc("GET /console/leases", h.signedIn(h.leaseKeysPage))
+	m.HandleFunc("POST /console/leases/rotate", h.signedIn(h.rotateLeaseKeys))
+	m.HandleFunc("GET /console/products", h.signedIn(h.productsPage))
+	m.HandleFunc("GET /console/products/{product_id}", h.signedIn(h.productPage))
+	m.HandleFunc("POST /console/products/{product_id}/policies", h.signedIn(h.savePolicy))
+	m.HandleFunc("POST /console/products/{product_id}/policies/delete", h.signedIn(h.deletePolicy))
 
 	m.HandleFunc("GET /console/billing", h.signedIn(h.billingPage))
 	m.HandleFunc("POST /console/billing/checkout", h.signedIn(h.checkout))

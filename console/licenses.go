@@ -33,6 +33,9 @@ var notices = map[string]string{
 	"deleted":             "License deleted.",
 	"release-registered":  "Release registered.",
 	"release-unpublished": "Release unpublished.",
+	"policy-saved":        "Lease policy saved; it applies from each seat's next lease.",
+	"policy-deleted":      "Lease policy deleted.",
+	"lease-key-rotated":   "A new lease key signs from now on; the old one verifies until its date.",
 	"password-set":        "Password saved.",
 	"portal-on":           "The end-user portal is on.",
 	"portal-off":          "The end-user portal is off: every portal link answers 404.",
@@ -249,6 +252,8 @@ type licenseData struct {
 	LimitKeys []string
 	Limits    map[string]string
 	Expires   string
+	// Leases are the seats' lease states by instance_id (floating lease end, binding).
+	Leases map[string]*activationsv1.SeatLease
 	// NewToken is a reissued activation token, shown once.
 	NewToken, NewTokenInstance string
 	Delete                     bool
@@ -280,6 +285,11 @@ func (h *Handler) loadLicense(ctx context.Context, key string) (*licenseData, er
 		return nil, err
 	}
 	d.Seats = acts.GetActivations()
+	leases, err := h.leases.ListSeatLeases(ctx, &activationsv1.ListSeatLeasesRequest{Key: l.GetKey()})
+	if err != nil {
+		return nil, err
+	}
+	d.Leases = leasesByInstance(leases.GetSeats())
 	link, err := h.portal.GetPortalLink(ctx, &licensingv1.GetPortalLinkRequest{Key: l.GetKey()})
 	if err != nil {
 		return nil, err

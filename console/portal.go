@@ -11,9 +11,11 @@ import (
 )
 
 type portalData struct {
-	Token   string
-	L       *licensingv1.GetPortalLicenseResponse
-	Seats   []*activationsv1.Activation
+	Token string
+	L     *licensingv1.GetPortalLicenseResponse
+	Seats []*activationsv1.Activation
+	// Leases are the seats' lease states by instance_id (when a floating seat's lease ends).
+	Leases  map[string]*activationsv1.SeatLease
 	Usage   []*activationsv1.UsageMetric
 	Expired bool
 	KeyPath string
@@ -48,7 +50,7 @@ func (h *Handler) showPortal(w http.ResponseWriter, r *http.Request, v *view, co
 		return
 	}
 	d := &portalData{
-		Token: token, L: l, Seats: seats.GetActivations(), Usage: report.GetMetrics(),
+		Token: token, L: l, Seats: seats.GetActivations(), Leases: leasesByInstance(seats.GetLeases()), Usage: report.GetMetrics(),
 		Expired: l.GetExpiresAt() != nil && !h.opts.Now().Before(l.GetExpiresAt().AsTime()),
 		KeyPath: url.PathEscape(l.GetKey()),
 	}

@@ -55,15 +55,16 @@ func (v *view) Hosted() bool { return v.Account != nil && v.Account.GetMultiTena
 
 func parseTemplates() (map[string]*template.Template, error) {
 	funcs := template.FuncMap{
-		"when":   formatTime,
-		"date":   formatDate,
-		"limits": formatLimits,
-		"cap":    formatCap,
-		"num":    formatNumber,
-		"query":  withQuery,
-		"clip":   clip,
-		"add1":   func(n int) int { return n + 1 },
-		"sub1":   func(n int) int { return n - 1 },
+		"when":       formatTime,
+		"date":       formatDate,
+		"limits":     formatLimits,
+		"cap":        formatCap,
+		"num":        formatNumber,
+		"query":      withQuery,
+		"clip":       clip,
+		"components": formatComponents,
+		"add1":       func(n int) int { return n + 1 },
+		"sub1":       func(n int) int { return n - 1 },
 		"fieldArgs": func(v *view, name, label, typ, hint string, required bool) fieldArgs {
 			return fieldArgs{View: v, Name: name, Label: label, Type: typ, Hint: hint, Required: required}
 		},

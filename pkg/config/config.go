@@ -102,6 +102,13 @@ type Config struct {
 	// SigningKeysFile optionally points at operator-supplied signing material.
 	SigningKeysFile string
 
+	// LeaseSweepInterval is how often activations removes floating seats whose lease
+	// lapsed (LEASE_SWEEP_INTERVAL; addendum §12 wants them gone within 15 s).
+	LeaseSweepInterval time.Duration
+	// LeaseMinTTL is the shortest lease_ttl a policy may set (LEASE_MIN_TTL, 60 s by the
+	// contract; only tests lower it, to watch leases lapse).
+	LeaseMinTTL time.Duration
+
 	// RequestTimeout is every request's budget (REQUEST_TIMEOUT): the gateway cuts each
 	// HTTP request to it, and services apply it to gRPC calls that arrive without a deadline.
 	RequestTimeout time.Duration
@@ -200,6 +207,9 @@ func LoadFrom(lookup func(string) (string, bool)) (*Config, error) {
 		RecordRetention:     r.duration("RECORD_RETENTION", 90*24*time.Hour),
 		SigningKeysFile:     r.str("SIGNING_KEYS_FILE", ""),
 
+		LeaseSweepInterval: r.duration("LEASE_SWEEP_INTERVAL", 5*time.Second),
+		LeaseMinTTL:        r.duration("LEASE_MIN_TTL", time.Minute),
+
 		RequestTimeout:  r.duration("REQUEST_TIMEOUT", 5*time.Second),
 		ShutdownDelay:   r.duration("SHUTDOWN_DELAY", 5*time.Second),
 		ShutdownTimeout: r.duration("SHUTDOWN_TIMEOUT", 25*time.Second),
@@ -207,6 +217,12 @@ func LoadFrom(lookup func(string) (string, bool)) (*Config, error) {
 	}
 	if c.RequestTimeout <= 0 {
 		r.fail("REQUEST_TIMEOUT", "must be positive")
+	}
+	if c.LeaseSweepInterval <= 0 || c.LeaseSweepInterval > 15*time.Second {
+		r.fail("LEASE_SWEEP_INTERVAL", "must be positive and at most 15s")
+	}
+	if c.LeaseMinTTL < time.Second || c.LeaseMinTTL > time.Minute {
+		r.fail("LEASE_MIN_TTL", "must be between 1s and 1m")
 	}
 	if c.ShutdownTimeout <= 0 {
 		r.fail("SHUTDOWN_TIMEOUT", "must be positive")

@@ -17,7 +17,8 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// registerActivations wires the activations service: the http.yaml routes, plus
+// registerActivations wires the activations service: the http.yaml routes (seats, usage,
+// and LeasesService's leases, policies and lease keys), plus
 // validate-license as a plain handler, because api.md has it answer 200 with valid for
 // everything: a body grpc-gateway's decoder would turn into a 400 (malformed JSON, a key
 // that is not a string, a body that is not an object) and a service that cannot answer.
@@ -25,6 +26,9 @@ import (
 func registerActivations(ctx context.Context, mux *runtime.ServeMux, conn *grpc.ClientConn, log *slog.Logger, valid *licensecache.Cache[*activationsv1.ValidateLicenseResponse]) error {
 	client := activationsv1.NewActivationsServiceClient(conn)
 	if err := activationsv1.RegisterActivationsServiceHandlerClient(ctx, mux, newBatchedActivations(client)); err != nil {
+		return err
+	}
+	if err := activationsv1.RegisterLeasesServiceHandlerClient(ctx, mux, activationsv1.NewLeasesServiceClient(conn)); err != nil {
 		return err
 	}
 	validator := &cachedValidate{client: client, valid: valid}

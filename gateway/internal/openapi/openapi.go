@@ -48,6 +48,8 @@ const (
 	TierPublic     = "Public"
 	TierManagement = "Management"
 	TierAdminInfo  = "Admin-Info"
+	// TierImport is Keyhouse's own, beyond api.md's table: POST /v1/licenses/import.
+	TierImport = "Import"
 )
 
 // Route is one operation of the document.
@@ -199,7 +201,7 @@ func Parse(doc []byte) ([]Route, error) {
 
 func (r Route) validate() error {
 	switch r.Tier {
-	case TierValidation, TierActivation, TierPublic, TierManagement, TierAdminInfo:
+	case TierValidation, TierActivation, TierPublic, TierManagement, TierAdminInfo, TierImport:
 	case TierNone:
 		if r.PerLicenseKey {
 			return fmt.Errorf("%s true on a route that is not limited", ExtPerLicenseKey)

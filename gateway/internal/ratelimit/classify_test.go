@@ -34,6 +34,7 @@ func TestClassify_EveryRouteOfTheSpecGetsItsTier(t *testing.T) {
 		{"POST", "/v1/revoke-license", Management, false},
 		{"DELETE", "/v1/delete-license", Management, false},
 		{"POST", "/v1/admin/update-license-terms", Management, false},
+		{"POST", "/v1/licenses/import", Import, false},
 		{"POST", "/v1/register-release", Management, false},
 		{"POST", "/v1/unpublish-release", Management, false},
 		{"GET", "/v1/list-licenses", admin, false},
@@ -89,7 +90,7 @@ func TestClassify_EveryRouteOfTheTableIsClassifiedByItsTier(t *testing.T) {
 	const adminMax = 7
 	want := map[string]Tier{
 		openapi.TierValidation: Validation, openapi.TierActivation: Activation, openapi.TierPublic: Public,
-		openapi.TierManagement: Management, openapi.TierAdminInfo: AdminInfo(adminMax),
+		openapi.TierManagement: Management, openapi.TierAdminInfo: AdminInfo(adminMax), openapi.TierImport: Import,
 	}
 	param := regexp.MustCompile(`\{[^}]+\}`)
 	for _, route := range openapi.Routes() {
@@ -114,7 +115,7 @@ func TestClassify_TierLimitsAreTheSpecsAndAdminInfoIsConfigurable(t *testing.T) 
 		limit int
 	}{
 		{Validation, 1000}, {Activation, 300}, {ActivationPerKey, 20}, {Public, 500},
-		{Management, 100}, {AdminInfo(300), 300},
+		{Management, 100}, {AdminInfo(300), 300}, {Import, 200},
 	} {
 		if tt.tier.Limit != tt.limit || tt.tier.Window.Minutes() != 15 {
 			t.Errorf("%s: %d per %v, want %d per 15m", tt.tier.Name, tt.tier.Limit, tt.tier.Window, tt.limit)

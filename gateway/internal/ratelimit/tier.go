@@ -25,6 +25,9 @@ var (
 	ActivationPerKey = Tier{Name: "activation-per-key", Limit: 20, Window: window}
 	Public           = Tier{Name: "public", Limit: 500, Window: window}
 	Management       = Tier{Name: "management", Limit: 100, Window: window}
+	// Import carries up to 1,000 licenses a call: 200 calls are 200,000 licenses in a
+	// window, so a 100,000-key migration never waits on it (docs/import.md).
+	Import = Tier{Name: "import", Limit: 200, Window: window}
 )
 
 // AdminInfo is the Admin-Info tier, the only one whose limit is configured
@@ -48,6 +51,7 @@ var tiers = map[string]Tier{
 	openapi.TierActivation: Activation,
 	openapi.TierPublic:     Public,
 	openapi.TierManagement: Management,
+	openapi.TierImport:     Import,
 }
 
 // Classify returns the route of a request, or ok false when no tier limits it: GET /,

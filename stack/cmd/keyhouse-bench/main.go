@@ -139,6 +139,14 @@ func run(ctx context.Context) error {
 			fmt.Printf("- %s: %s\n", r.Name, r.Note)
 		}
 	}
+	// One-shot tasks (a whole job timed once) run after the scenarios, so they load
+	// no measurement.
+	for _, t := range bench.Tasks() {
+		if filter.MatchString(t.Name) {
+			fmt.Fprintf(os.Stderr, "running %s ...\n", t.Name)
+			fmt.Println(bench.RunTask(ctx, t, env))
+		}
+	}
 	if *keep {
 		fmt.Fprintf(os.Stderr, "stack folder kept: %s\n", dir)
 	}

@@ -361,6 +361,61 @@ const scenarios = {
     return {};
   },
 
+  // Leases (docs/leases.md): a product's policies, the license page's seat leases and
+  // bindings, lease-key rotation, and the portal's lease end and release.
+  async leases(page) {
+    await signInWithKey(page, cfg.key);
+    await page.getByRole('link', { name: 'Leases', exact: true }).click();
+    await page.waitForURL(base + '/console/leases');
+    const kidsBefore = await page.locator('table tbody tr').count();
+    check(kidsBefore === 1, `one lease key listed before rotation, got ${kidsBefore}`);
+    await page.locator('#product_id').fill(cfg.product);
+    await page.locator('#product_id').press('Enter');
+    await page.waitForURL(base + '/console/products/' + cfg.product);
+    check((await text(page, 'table tbody tr td:first-child')) === '*', 'the product page lists the default policy');
+    // Out of bounds: the API's message beside the field, the form kept.
+    await page.getByLabel('Tier (* for the product\'s default)').fill('enterprise');
+    await page.getByLabel('Lease (seconds, 60 … 7776000)').fill('30');
+    await page.getByRole('button', { name: 'Save policy' }).click();
+    const ttlError = await page.locator('#lease_ttl_seconds-error').innerText().catch(() => '');
+    check(ttlError.includes('lease_ttl_seconds'), `a 30 s lease: the API's message beside the field, got "${ttlError}"`);
+    check(await page.locator('#tier').inputValue() === 'enterprise', 'the refused form keeps the tier');
+    await page.getByLabel('Lease (seconds, 60 … 7776000)').fill('3600');
+    await page.getByLabel('Entitlements (comma-separated)').fill('export.pdf, sync');
+    await page.getByLabel('Machine binding').selectOption('most');
+    await page.getByRole('button', { name: 'Save policy' }).click();
+    await page.waitForURL(/\?notice=policy-saved/);
+    check((await page.locator('table tbody tr').count()) === 2, 'the saved policy is listed next to the default');
+    await shot(page, 'product');
+
+    // The license page: the floating seat's lease end and its binding.
+    await page.goto(base + '/console/licenses/' + cfg.licenseKey);
+    const row = page.locator('#seats-title ~ table tbody tr').first();
+    const cells = await row.locator('td').allInnerTexts();
+    check(cells[0] === cfg.instance, `the seat row names ${cfg.instance}, got ${cells[0]}`);
+    check(/\d{4}-\d{2}-\d{2} \d{2}:\d{2} UTC/.test(cells[2]), `the seat row shows its lease end, got "${cells[2]}"`);
+    check(cells[3].includes('disk=d1'), `the seat row shows the bound components, got "${cells[3]}"`);
+    const portal = await page.locator('#portal-link').inputValue();
+
+    // Rotation: the old key stays, retiring.
+    await page.goto(base + '/console/leases');
+    await page.getByLabel('Old key verifies for (seconds; empty: the longest lease plus a day)').fill('3600');
+    await page.getByRole('button', { name: 'Rotate lease key' }).click();
+    await page.waitForURL(/\?notice=lease-key-rotated/);
+    const statuses = await page.locator('table tbody tr td:nth-child(2)').allInnerTexts();
+    check(statuses.join(',') === 'active,retiring', `after rotation: active and retiring keys, got ${statuses}`);
+    await shot(page, 'leases');
+    await signOut(page);
+
+    // The portal: when the lease ends, and release frees the seat.
+    await page.goto(portal);
+    const pcells = await page.locator('#seats-title ~ table tbody tr').first().locator('td').allInnerTexts();
+    check(/UTC/.test(pcells[2]), `the portal shows the seat's lease end, got "${pcells[2]}"`);
+    await page.getByRole('button', { name: 'Deactivate ' + cfg.instance }).click();
+    await page.waitForURL(/\?notice=seat-deactivated/);
+    return { kids: statuses.length };
+  },
+
   // The end-user portal: no console session, only the link.
   async portal(page) {
     const resp = await page.goto(cfg.portal);

@@ -194,6 +194,7 @@ var tierNames = map[apiv1.RateTier]string{
 	apiv1.RateTier_RATE_TIER_PUBLIC:     openapi.TierPublic,
 	apiv1.RateTier_RATE_TIER_MANAGEMENT: openapi.TierManagement,
 	apiv1.RateTier_RATE_TIER_ADMIN_INFO: openapi.TierAdminInfo,
+	apiv1.RateTier_RATE_TIER_IMPORT:     openapi.TierImport,
 }
 
 var accessNames = map[apiv1.Access]string{

@@ -17,6 +17,7 @@ import (
 	"github.com/keyhouse/keyhouse/services/activations/internal/purge"
 	"github.com/keyhouse/keyhouse/services/activations/internal/server"
 	"github.com/keyhouse/keyhouse/services/activations/internal/store"
+	"github.com/keyhouse/keyhouse/services/activations/internal/sweep"
 	"github.com/keyhouse/keyhouse/services/activations/migrations"
 )
 
@@ -51,7 +52,12 @@ func main() {
 				nc.Close()
 				return err
 			}
-			server.Register(d.Server.GRPC, server.New(st, licenses, d.Log))
+			leases := server.NewLeases(st, licenses, licenses, server.LeaseConfig{
+				Issuer: d.Config.PublicBaseURL, MultiTenant: d.Config.MultiTenant,
+				MinLeaseTTL: d.Config.LeaseMinTTL, Keyring: licenses.Keyring,
+			})
+			server.Register(d.Server.GRPC, server.New(st, licenses, d.Log).WithLeases(leases))
+			server.RegisterLeases(d.Server.GRPC, leases)
 			var wg sync.WaitGroup
 			wg.Go(func() {
 				if err := relay.Run(ctx); err != nil {
@@ -65,6 +71,7 @@ func main() {
 			})
 			wg.Go(func() { idempotency.PurgeHourly(ctx, d.DB, d.Log) })
 			wg.Go(func() { forgetCommits(ctx, st, d.Log) })
+			wg.Go(func() { sweep.Run(ctx, st, d.Config.LeaseSweepInterval, d.Log) })
 			// Closers run in reverse: the consumer finishes its message before NATS closes.
 			d.OnClose(nc.Close)
 			// Removed seats are announced with a heartbeat, the caches' liveness proof.

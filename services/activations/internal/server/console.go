@@ -80,6 +80,11 @@ func (c *Console) ListPortalSeats(ctx context.Context, req *activationsv1.ListPo
 	for _, st := range seats {
 		out.Activations = append(out.Activations, &activationsv1.Activation{InstanceId: st.InstanceID, ActivatedAt: timestamppb.New(st.ActivatedAt)})
 	}
+	leases, err := c.store.SeatLeases(ctx, tenant, key)
+	if err != nil {
+		return nil, err
+	}
+	out.Leases = SeatLeaseMessages(leases)
 	return out, nil
 }
 

@@ -132,10 +132,10 @@ func (f *fakeStore) DeactivateInstance(_ context.Context, tenant, key, _, instan
 	return f.remove(f.find(tenant, key, func(s seatRow) bool { return s.instance == instance })), nil
 }
 
-func (f *fakeStore) HasSeat(_ context.Context, tenant, key, instance string) (bool, error) {
+func (f *fakeStore) HasSeat(_ context.Context, tenant, key, instance string) (bool, *time.Time, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.find(tenant, key, func(s seatRow) bool { return s.instance == instance }) >= 0, nil
+	return f.find(tenant, key, func(s seatRow) bool { return s.instance == instance }) >= 0, nil, nil
 }
 
 func (f *fakeStore) Reissue(_ context.Context, tenant, key, _, instance string, hash []byte) (bool, error) {
@@ -242,6 +242,10 @@ func (f *fakeStore) Recent(_ context.Context, tenant string, limit int, exclude 
 func (f *fakeStore) CountSeats(ctx context.Context, tenant string, exclude []string) (int, error) {
 	all, err := f.Recent(ctx, tenant, 1<<30, exclude)
 	return len(all), err
+}
+
+func (f *fakeStore) ImportUsage(context.Context, string, map[string]map[string]int64) (int, error) {
+	return 0, nil
 }
 
 func (f *fakeStore) Summaries(_ context.Context, tenant string, keys []string) (map[string]*store.Summary, error) {

@@ -41,7 +41,7 @@ import (
 type Store interface {
 	ChangeSeats(ctx context.Context, changes []store.SeatChange) ([]store.SeatChanged, error)
 	DeactivateInstance(ctx context.Context, tenant, key, productID, instance, reason string) (bool, error)
-	HasSeat(ctx context.Context, tenant, key, instance string) (bool, error)
+	HasSeat(ctx context.Context, tenant, key, instance string) (bool, *time.Time, error)
 	Reissue(ctx context.Context, tenant, key, productID, instance string, tokenHash []byte) (bool, error)
 	AddUsages(ctx context.Context, incs []store.Increment) ([]store.Added, error)
 	// AddUsageOnce adds inc under an Idempotency-Key; answer makes the stored answer.
@@ -53,6 +53,8 @@ type Store interface {
 	Recent(ctx context.Context, tenant string, limit int, exclude []string) ([]store.Seat, error)
 	CountSeats(ctx context.Context, tenant string, exclude []string) (int, error)
 	Summaries(ctx context.Context, tenant string, keys []string) (map[string]*store.Summary, error)
+	// ImportUsage writes starting totals where a metric has none (store.ImportUsage).
+	ImportUsage(ctx context.Context, tenant string, usage map[string]map[string]int64) (int, error)
 }
 
 // Licenses looks licenses up (licensingclient.Client; fakes in unit tests). tenant ""
@@ -99,6 +101,17 @@ type Server struct {
 	now      func() time.Time
 	// log receives the lines of the items of a batch call (grpcx.ObserveCall).
 	log *slog.Logger
+	// leases says how long a new seat of a license is leased (floating policies); nil:
+	// no seat is floating.
+	leases interface {
+		FloatingLease(ctx context.Context, l *licensingv1.License) (*time.Duration, error)
+	}
+}
+
+// WithLeases has activations of licenses under a floating policy make floating seats.
+func (s *Server) WithLeases(l *Leases) *Server {
+	s.leases = l
+	return s
 }
 
 // New returns a Server.
@@ -207,9 +220,15 @@ func (s *Server) activation(ctx context.Context, req *activationsv1.ActivateLice
 	if m := l.GetMaxActivations(); m != nil {
 		maxSeats = proto.Int32(m.GetValue())
 	}
+	var leaseTTL *time.Duration
+	if s.leases != nil {
+		if leaseTTL, err = s.leases.FloatingLease(ctx, l); err != nil {
+			return seatCall{}, err
+		}
+	}
 	tok, hash := newToken()
 	return seatCall{token: tok, change: store.SeatChange{Tenant: l.GetTenantId(), Key: l.GetKey(), ProductID: l.GetProductId(), Activate: true,
-		Instance: req.GetInstanceId(), TokenHash: hash, MaxSeats: maxSeats, RequestID: telemetry.RequestID(ctx)}}, nil
+		Instance: req.GetInstanceId(), TokenHash: hash, MaxSeats: maxSeats, LeaseTTL: leaseTTL, RequestID: telemetry.RequestID(ctx)}}, nil
 }
 
 // answer is ActivateLicense's answer to the change's outcome.
@@ -281,14 +300,28 @@ func (s *Server) ValidateLicense(ctx context.Context, req *activationsv1.Validat
 	if s.usable(l, license.ErrExpired) != nil {
 		return invalid, nil
 	}
-	ok, err := s.store.HasSeat(ctx, l.GetTenantId(), l.GetKey(), req.GetInstanceId())
+	ok, leaseEnds, err := s.store.HasSeat(ctx, l.GetTenantId(), l.GetKey(), req.GetInstanceId())
 	if err != nil {
 		return nil, err
 	}
-	if ok && l.GetExpiresAt() != nil {
-		licensecache.AnnounceValidUntil(ctx, l.GetExpiresAt().AsTime())
+	// A valid answer holds until the license expires or, for a floating seat, its lease
+	// ends, whichever is first: a cache (the gateway's) keeps it no longer.
+	if until := validUntil(l, leaseEnds); ok && until != nil {
+		licensecache.AnnounceValidUntil(ctx, *until)
 	}
 	return &activationsv1.ValidateLicenseResponse{Valid: ok}, nil
+}
+
+// validUntil is the earlier of the license's expiry and a floating seat's lease end (nil:
+// neither).
+func validUntil(l *licensingv1.License, leaseEnds *time.Time) *time.Time {
+	until := leaseEnds
+	if e := l.GetExpiresAt(); e != nil {
+		if t := e.AsTime(); until == nil || t.Before(*until) {
+			until = &t
+		}
+	}
+	return until
 }
 
 // limitOf returns the license's limit for metric, if it has a numeric one.

@@ -76,6 +76,31 @@ func TestEveryWriteEmitsItsEvent(t *testing.T) {
 			_, err := s.DeactivateInstance(ctx, tenant, key, "app", "b", events.ReasonAdmin)
 			return err
 		}, nil},
+		{"SweepLapsed of a floating seat whose lease ran out", func(*testing.T) error {
+			lapsed := -time.Second
+			f := activate("f")
+			f.LeaseTTL = &lapsed
+			if _, err := s.ChangeSeats(ctx, []SeatChange{f}); err != nil {
+				return err
+			}
+			_, err := s.SweepLapsed(ctx, 10, time.Hour)
+			return err
+		}, []string{events.TypeSeatActivated, events.TypeSeatDeactivated}},
+		{"RenewLease (a renewal is no event)", func(*testing.T) error {
+			_, err := s.RenewLease(ctx, LeaseRenewal{Tenant: tenant, Key: key, ProductID: "app", Instance: "c", TokenHash: hash(key, "c")})
+			return err
+		}, nil},
+		{"RenewLease of a reinstall (a new token)", func(*testing.T) error {
+			_, err := s.RenewLease(ctx, LeaseRenewal{Tenant: tenant, Key: key, ProductID: "app", Instance: "c", TokenHash: hash(key, "c"), NewTokenHash: hash(key, "c2")})
+			return err
+		}, []string{events.TypeSeatTokenReissued}},
+		{"RotateLeaseKey", func(*testing.T) error {
+			if _, err := s.AddFirstLeaseKey(ctx, tenant, LeaseKey{Kid: "k1-" + key, PublicKey: []byte("pub1"), SealedPrivate: []byte("sealed1")}); err != nil {
+				return err
+			}
+			_, err := s.RotateLeaseKey(ctx, tenant, LeaseKey{Kid: "k2-" + key, PublicKey: []byte("pub2"), SealedPrivate: []byte("sealed2")}, time.Hour)
+			return err
+		}, []string{events.TypeLeaseKeyRotated}},
 		{"Purge", func(*testing.T) error { return s.Purge(ctx, tenant, key, "app", time.Now()) }, []string{events.TypeSeatDeactivated}},
 		{"Purge again", func(*testing.T) error { return s.Purge(ctx, tenant, key, "app", time.Now()) }, nil},
 	}
@@ -97,11 +122,11 @@ func TestEveryWriteEmitsItsEvent(t *testing.T) {
 		if d := ev.GetSeatDeactivated(); d != nil {
 			reasons = append(reasons, d.GetInstanceId()+":"+d.GetReason())
 		}
-		if ev.GetTenantId() != tenant || events.LicenseKey(ev) != key {
+		if ev.GetTenantId() != tenant || (ev.GetLeaseKeyRotated() == nil && events.LicenseKey(ev) != key) {
 			t.Errorf("event %v is not the license's", ev)
 		}
 	}
-	if want := []string{"a:client", "b:admin", "c:license_deleted"}; !slices.Equal(reasons, want) {
+	if want := []string{"a:client", "b:admin", "f:lease_expired", "c:license_deleted"}; !slices.Equal(reasons, want) {
 		t.Errorf("seat.deactivated reasons %v, want %v", reasons, want)
 	}
 	if a := all[0].GetActor(); a.GetType() != events.ActorClient || a.GetRequestId().GetValue() != "req-a" {
@@ -111,9 +136,17 @@ func TestEveryWriteEmitsItsEvent(t *testing.T) {
 		t.Errorf("limit reached %v", d)
 	}
 	eventstest.RequireListed(t, s,
-		[]string{"ChangeSeats", "Activate", "DeactivateByToken", "DeactivateInstance", "Reissue", "AddUsage", "AddUsages", "AddUsageOnce", "ResetUsage", "Purge"},
+		[]string{"ChangeSeats", "Activate", "DeactivateByToken", "DeactivateInstance", "Reissue", "AddUsage", "AddUsages", "AddUsageOnce", "ResetUsage", "Purge",
+			"SweepLapsed", "RenewLease", "RotateLeaseKey"},
 		// PurgeCommits forgets the bookkeeping of usage changes (commit.go), no change of §11.
-		[]string{"HasSeat", "Usage", "Seats", "Recent", "CountSeats", "Summaries", "SeatsForKeys", "PurgeCommits"})
+		[]string{"HasSeat", "Usage", "Seats", "Recent", "CountSeats", "Summaries", "SeatsForKeys", "PurgeCommits",
+			// Reads of leases, and the writes of them that addendum §11 does not list: policies,
+			// a tenant's first lease key, retired keys' removal.
+			"ActiveLeaseKey", "LapsedWithin", "LeaseKeys", "LongestLeaseTTL", "Policies", "PolicyFor", "SeatByInstance",
+			"SeatByToken", "SeatLeases", "PutPolicy", "DeletePolicy", "AddFirstLeaseKey", "RemoveRetiredLeaseKeys",
+			// The starting usage of imported licenses: part of the import, whose event is
+			// licensing's license.issued; addendum §11 has no usage event for it.
+			"ImportUsage"})
 }
 
 // A change whose transaction fails after the write leaves no event; an event that cannot

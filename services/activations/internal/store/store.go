@@ -62,17 +62,22 @@ const (
 )
 
 // activateSQL inserts the seat unless the license's deletion was processed, the pair
-// already has a seat, or the license has $5 seats ($5 NULL = unlimited), and says which.
-// It must run after the license's lock is taken, as a statement of its own: a statement's
-// snapshot is taken when it starts, so a count in the statement that waited for the lock
-// could miss a seat committed by the holder it waited for.
+// already has a live seat, or the license has $5 live seats ($5 NULL = unlimited), and
+// says which. It must run after the license's lock is taken, as a statement of its own: a
+// statement's snapshot is taken when it starts, so a count in the statement that waited
+// for the lock could miss a seat committed by the holder it waited for. A floating seat
+// ($6: its lease in seconds, NULL: not floating) is leased until now + $6; one whose lease
+// lapsed counts for nothing and an activation of its instance replaces it.
 const activateSQL = `WITH state AS (
 	SELECT EXISTS (SELECT 1 FROM deleted_licenses WHERE tenant_id = $1 AND license_key = $2) AS deleted,
-		EXISTS (SELECT 1 FROM seats WHERE tenant_id = $1 AND license_key = $2 AND instance_id = $3) AS present,
-		(SELECT count(*) FROM seats WHERE tenant_id = $1 AND license_key = $2) AS n
+		EXISTS (SELECT 1 FROM seats WHERE tenant_id = $1 AND license_key = $2 AND instance_id = $3 AND ` + liveSeat + `) AS present,
+		(SELECT count(*) FROM seats WHERE tenant_id = $1 AND license_key = $2 AND ` + liveSeat + `) AS n
 ), inserted AS (
-	INSERT INTO seats (tenant_id, license_key, instance_id, token_hash)
-	SELECT $1, $2, $3, $4 FROM state WHERE NOT deleted AND NOT present AND ($5::int IS NULL OR n < $5)
+	INSERT INTO seats (tenant_id, license_key, instance_id, token_hash, lease_expires_at, product_id)
+	SELECT $1, $2, $3, $4, now() + make_interval(secs => $6), $7 FROM state WHERE NOT deleted AND NOT present AND ($5::int IS NULL OR n < $5)
+	ON CONFLICT (tenant_id, license_key, instance_id) DO UPDATE
+		SET token_hash = EXCLUDED.token_hash, activated_at = now(), lease_expires_at = EXCLUDED.lease_expires_at, components = NULL, product_id = EXCLUDED.product_id
+		WHERE seats.lease_expires_at < now()
 	RETURNING 1
 )
 SELECT deleted, present, EXISTS (SELECT 1 FROM inserted) FROM state`
@@ -93,6 +98,8 @@ type SeatChange struct {
 	MaxSeats  *int32
 	// RequestID is the id of the call that asks for the change (a batch carries several).
 	RequestID string
+	// LeaseTTL makes the activated seat floating, leased for this long (nil: not floating).
+	LeaseTTL *time.Duration
 }
 
 // SeatChanged is the outcome of a SeatChange.
@@ -164,7 +171,7 @@ func (s *Store) ChangeSeats(ctx context.Context, changes []SeatChange) ([]SeatCh
 			})
 			continue
 		}
-		b.Queue(activateSQL, c.Tenant, c.Key, c.Instance, c.TokenHash, c.MaxSeats).QueryRow(func(row pgx.Row) error {
+		b.Queue(activateSQL, c.Tenant, c.Key, c.Instance, c.TokenHash, c.MaxSeats, leaseSeconds(c.LeaseTTL), c.ProductID).QueryRow(func(row pgx.Row) error {
 			var deleted bool
 			if err := row.Scan(&deleted, &out.Already, &ev.created); err != nil {
 				return err
@@ -251,12 +258,17 @@ func (s *Store) DeactivateInstance(ctx context.Context, tenant, key, productID, 
 	return removed, err
 }
 
-// HasSeat reports whether the seat (key, instance) exists.
-func (s *Store) HasSeat(ctx context.Context, tenant, key, instance string) (bool, error) {
-	var ok bool
-	err := s.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM seats WHERE tenant_id = $1 AND license_key = $2 AND instance_id = $3)`,
-		tenant, key, instance).Scan(&ok)
-	return ok, err
+// HasSeat reports whether the license has a live seat for instance and, for a floating
+// seat, when its lease ends (nil: not floating): an answer that the seat is valid holds
+// only until then, so no cache may keep it longer.
+func (s *Store) HasSeat(ctx context.Context, tenant, key, instance string) (bool, *time.Time, error) {
+	var leaseEnds *time.Time
+	err := s.db.QueryRow(ctx, `SELECT lease_expires_at FROM seats WHERE tenant_id = $1 AND license_key = $2 AND instance_id = $3 AND `+liveSeat,
+		tenant, key, instance).Scan(&leaseEnds)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil, nil
+	}
+	return err == nil, leaseEnds, err
 }
 
 // Reissue replaces the token of seat (key, instance) (seat.token_reissued); false when
@@ -291,7 +303,7 @@ type Added struct {
 // and none has to be retried. The version moves on as ResetUsage's does. What it did is
 // recorded as item $9 of change $8, for a caller that loses the reply (commit.go).
 const addUsageSQL = `WITH seat AS (
-	SELECT EXISTS (SELECT 1 FROM seats WHERE tenant_id = $1 AND license_key = $2 AND token_hash = $3) AS ok
+	SELECT EXISTS (SELECT 1 FROM seats WHERE tenant_id = $1 AND license_key = $2 AND token_hash = $3 AND ` + liveSeat + `) AS ok
 ), added AS (
 	INSERT INTO usage (tenant_id, license_key, metric, used, version)
 	SELECT $1, $2, $4, $5, nextval('usage_version') FROM seat WHERE ok AND $7 AND $5::bigint <= $6::float8

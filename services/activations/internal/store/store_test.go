@@ -153,7 +153,7 @@ func TestTokensFindOnlyTheirOwnSeat(t *testing.T) {
 	if ok, _ := s.DeactivateByToken(ctx, tenant, key, hash(key, "a2")); !ok {
 		t.Fatal("the new token does not work")
 	}
-	if ok, _ := s.HasSeat(ctx, tenant, key, "a"); ok {
+	if ok, _, _ := s.HasSeat(ctx, tenant, key, "a"); ok {
 		t.Fatal("seat still there")
 	}
 	if ok, _ := s.Reissue(ctx, tenant, key, "app", "a", hash(key, "a3")); ok {

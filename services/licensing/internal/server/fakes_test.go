@@ -289,6 +289,27 @@ func (t *fakeTx) Delete(_ context.Context, tenant, key string) error {
 	return nil
 }
 
+func (t *fakeTx) Existing(_ context.Context, keys []string) (map[string]*store.License, error) {
+	out := map[string]*store.License{}
+	for _, k := range keys {
+		for _, l := range t.licenses {
+			if l.Key == k {
+				c := *l
+				out[k] = &c
+			}
+		}
+	}
+	return out, nil
+}
+
+func (t *fakeTx) InsertImported(_ context.Context, ls []*store.License) error {
+	for _, l := range ls {
+		c := *l
+		t.licenses[id(l.TenantID, l.Key)] = &c
+	}
+	return nil
+}
+
 // fakeBilling is billingclient's ActivePlan with the rule it keeps.
 type fakeBilling struct {
 	mu     sync.Mutex
@@ -319,6 +340,10 @@ type fakeSeats struct {
 
 func (*fakeSeats) Summaries(context.Context, string, []string) (map[string]*activationsv1.SeatSummary, error) {
 	return map[string]*activationsv1.SeatSummary{}, nil
+}
+
+func (*fakeSeats) ImportUsage(context.Context, string, []*activationsv1.ImportedUsage) error {
+	return nil
 }
 
 func (f *fakeSeats) Stats(_ context.Context, _ string, _ int, exclude []string) (*activationsv1.GetActivationStatsResponse, error) {

@@ -40,3 +40,11 @@ func (r RemoteSeats) Stats(ctx context.Context, tenant string, recent int, exclu
 		return r.rpc.GetActivationStats(ctx, &activationsv1.GetActivationStatsRequest{RecentLimit: int32(recent), ExcludeKeys: exclude}, o...)
 	})
 }
+
+// ImportUsage implements Seats.
+func (r RemoteSeats) ImportUsage(ctx context.Context, tenant string, usage []*activationsv1.ImportedUsage) error {
+	_, err := grpcx.Call(ctx, r.peer, tenant, func(ctx context.Context, o ...grpc.CallOption) (*activationsv1.ImportUsageResponse, error) {
+		return r.rpc.ImportUsage(ctx, &activationsv1.ImportUsageRequest{Licenses: usage}, o...)
+	})
+	return err
+}

@@ -48,6 +48,8 @@ type Seats interface {
 	Summaries(ctx context.Context, tenant string, keys []string) (map[string]*activationsv1.SeatSummary, error)
 	// Stats leaves out the seats of the exclude keys (deleted licenses not yet purged).
 	Stats(ctx context.Context, tenant string, recent int, exclude []string) (*activationsv1.GetActivationStatsResponse, error)
+	// ImportUsage sets the starting usage of imported licenses; totals already there stay.
+	ImportUsage(ctx context.Context, tenant string, usage []*activationsv1.ImportedUsage) error
 }
 
 // Config is what the handlers need besides their collaborators.

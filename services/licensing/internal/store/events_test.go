@@ -55,6 +55,17 @@ func TestEveryWriteEmitsItsEvent(t *testing.T) {
 				t.Fatal(err)
 			}
 		}, []string{events.TypeLicenseIssued}},
+		{"Tx.InsertImported", func(t *testing.T, s *store.Store) {
+			issued := time.Date(2024, 1, 2, 3, 4, 5, 0, time.UTC)
+			if err := s.InTx(ctx, func(tx store.Tx) error {
+				return tx.InsertImported(ctx, []*store.License{
+					{TenantID: "t1", Key: "IMPORTED-1", Tier: "pro", ProductID: "app", IssuedTo: "x", IssuedAt: issued, Status: license.StatusActive, Limits: map[string]float64{}},
+					{TenantID: "t1", Key: "IMPORTED-2", Tier: "pro", ProductID: "app", IssuedTo: "y", IssuedAt: issued, Status: license.StatusActive, Limits: map[string]float64{}},
+				})
+			}); err != nil {
+				t.Fatal(err)
+			}
+		}, []string{events.TypeLicenseIssued, events.TypeLicenseIssued}},
 		{"Tx.SetStatus revoked", func(t *testing.T, s *store.Store) {
 			if err := s.InTx(ctx, func(tx store.Tx) error { return tx.SetStatus(ctx, "t1", "K-1", license.StatusRevoked) }); err != nil {
 				t.Fatal(err)
@@ -106,9 +117,9 @@ func TestEveryWriteEmitsItsEvent(t *testing.T) {
 			}
 		}
 	}
-	eventstest.RequireListed(t, (*store.Tx)(nil), []string{"Insert", "SetStatus", "Delete"},
+	eventstest.RequireListed(t, (*store.Tx)(nil), []string{"Insert", "InsertImported", "SetStatus", "Delete"},
 		// Reads and locks.
-		[]string{"GetForUpdate", "LockQuota", "CountActive"})
+		[]string{"GetForUpdate", "LockQuota", "CountActive", "Existing"})
 	eventstest.RequireListed(t, s,
 		[]string{"InTx", "Idempotent", "UpdateTerms", "UpdateNotes"},
 		// Writes outside §11: a product claim, the keyring, portal links (credentials) and

@@ -141,6 +141,10 @@ type Tx interface {
 	SetStatus(ctx context.Context, tenant, key, status string) error
 	// Delete removes a license (ErrNotFound) and remembers the deletion (DeletedKeys).
 	Delete(ctx context.Context, tenant, key string) error
+	// Existing row-locks and returns the licenses of keys, of any tenant, by key.
+	Existing(ctx context.Context, keys []string) (map[string]*License, error)
+	// InsertImported stores imported licenses as given (ErrImportRaced).
+	InsertImported(ctx context.Context, ls []*License) error
 }
 
 // pgTx is Tx on Postgres.

@@ -200,9 +200,11 @@ func (x *ListPortalSeatsRequest) GetToken() string {
 }
 
 type ListPortalSeatsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Key           string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
-	Activations   []*Activation          `protobuf:"bytes,2,rep,name=activations,proto3" json:"activations,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Key         string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Activations []*Activation          `protobuf:"bytes,2,rep,name=activations,proto3" json:"activations,omitempty"`
+	// The same seats' lease ends (floating seats) and bound components, in the same order.
+	Leases        []*SeatLease `protobuf:"bytes,3,rep,name=leases,proto3" json:"leases,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -247,6 +249,13 @@ func (x *ListPortalSeatsResponse) GetKey() string {
 func (x *ListPortalSeatsResponse) GetActivations() []*Activation {
 	if x != nil {
 		return x.Activations
+	}
+	return nil
+}
+
+func (x *ListPortalSeatsResponse) GetLeases() []*SeatLease {
+	if x != nil {
+		return x.Leases
 	}
 	return nil
 }
@@ -351,7 +360,7 @@ var File_keyhouse_activations_v1_console_proto protoreflect.FileDescriptor
 
 const file_keyhouse_activations_v1_console_proto_rawDesc = "" +
 	"\n" +
-	"%keyhouse/activations/v1/console.proto\x12\x17keyhouse.activations.v1\x1a)keyhouse/activations/v1/activations.proto\x1a\x19keyhouse/api/v1/api.proto\"3\n" +
+	"%keyhouse/activations/v1/console.proto\x12\x17keyhouse.activations.v1\x1a)keyhouse/activations/v1/activations.proto\x1a$keyhouse/activations/v1/leases.proto\x1a\x19keyhouse/api/v1/api.proto\"3\n" +
 	"\x1dListActivationsForKeysRequest\x12\x12\n" +
 	"\x04keys\x18\x01 \x03(\tR\x04keys\"\xf3\x01\n" +
 	"\x1eListActivationsForKeysResponse\x12j\n" +
@@ -362,10 +371,11 @@ const file_keyhouse_activations_v1_console_proto_rawDesc = "" +
 	"\fLicenseSeats\x12E\n" +
 	"\vactivations\x18\x01 \x03(\v2#.keyhouse.activations.v1.ActivationR\vactivations\".\n" +
 	"\x16ListPortalSeatsRequest\x12\x14\n" +
-	"\x05token\x18\x01 \x01(\tR\x05token\"r\n" +
+	"\x05token\x18\x01 \x01(\tR\x05token\"\xae\x01\n" +
 	"\x17ListPortalSeatsResponse\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12E\n" +
-	"\vactivations\x18\x02 \x03(\v2#.keyhouse.activations.v1.ActivationR\vactivations\"T\n" +
+	"\vactivations\x18\x02 \x03(\v2#.keyhouse.activations.v1.ActivationR\vactivations\x12:\n" +
+	"\x06leases\x18\x03 \x03(\v2\".keyhouse.activations.v1.SeatLeaseR\x06leases\"T\n" +
 	"\x1bDeactivatePortalSeatRequest\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\tR\x05token\x12\x1f\n" +
 	"\vinstance_id\x18\x02 \x01(\tR\n" +
@@ -400,23 +410,25 @@ var file_keyhouse_activations_v1_console_proto_goTypes = []any{
 	(*DeactivatePortalSeatResponse)(nil),   // 6: keyhouse.activations.v1.DeactivatePortalSeatResponse
 	nil,                                    // 7: keyhouse.activations.v1.ListActivationsForKeysResponse.ActivationsEntry
 	(*Activation)(nil),                     // 8: keyhouse.activations.v1.Activation
+	(*SeatLease)(nil),                      // 9: keyhouse.activations.v1.SeatLease
 }
 var file_keyhouse_activations_v1_console_proto_depIdxs = []int32{
 	7, // 0: keyhouse.activations.v1.ListActivationsForKeysResponse.activations:type_name -> keyhouse.activations.v1.ListActivationsForKeysResponse.ActivationsEntry
 	8, // 1: keyhouse.activations.v1.LicenseSeats.activations:type_name -> keyhouse.activations.v1.Activation
 	8, // 2: keyhouse.activations.v1.ListPortalSeatsResponse.activations:type_name -> keyhouse.activations.v1.Activation
-	2, // 3: keyhouse.activations.v1.ListActivationsForKeysResponse.ActivationsEntry.value:type_name -> keyhouse.activations.v1.LicenseSeats
-	0, // 4: keyhouse.activations.v1.ActivationsConsoleService.ListActivationsForKeys:input_type -> keyhouse.activations.v1.ListActivationsForKeysRequest
-	3, // 5: keyhouse.activations.v1.ActivationsConsoleService.ListPortalSeats:input_type -> keyhouse.activations.v1.ListPortalSeatsRequest
-	5, // 6: keyhouse.activations.v1.ActivationsConsoleService.DeactivatePortalSeat:input_type -> keyhouse.activations.v1.DeactivatePortalSeatRequest
-	1, // 7: keyhouse.activations.v1.ActivationsConsoleService.ListActivationsForKeys:output_type -> keyhouse.activations.v1.ListActivationsForKeysResponse
-	4, // 8: keyhouse.activations.v1.ActivationsConsoleService.ListPortalSeats:output_type -> keyhouse.activations.v1.ListPortalSeatsResponse
-	6, // 9: keyhouse.activations.v1.ActivationsConsoleService.DeactivatePortalSeat:output_type -> keyhouse.activations.v1.DeactivatePortalSeatResponse
-	7, // [7:10] is the sub-list for method output_type
-	4, // [4:7] is the sub-list for method input_type
-	4, // [4:4] is the sub-list for extension type_name
-	4, // [4:4] is the sub-list for extension extendee
-	0, // [0:4] is the sub-list for field type_name
+	9, // 3: keyhouse.activations.v1.ListPortalSeatsResponse.leases:type_name -> keyhouse.activations.v1.SeatLease
+	2, // 4: keyhouse.activations.v1.ListActivationsForKeysResponse.ActivationsEntry.value:type_name -> keyhouse.activations.v1.LicenseSeats
+	0, // 5: keyhouse.activations.v1.ActivationsConsoleService.ListActivationsForKeys:input_type -> keyhouse.activations.v1.ListActivationsForKeysRequest
+	3, // 6: keyhouse.activations.v1.ActivationsConsoleService.ListPortalSeats:input_type -> keyhouse.activations.v1.ListPortalSeatsRequest
+	5, // 7: keyhouse.activations.v1.ActivationsConsoleService.DeactivatePortalSeat:input_type -> keyhouse.activations.v1.DeactivatePortalSeatRequest
+	1, // 8: keyhouse.activations.v1.ActivationsConsoleService.ListActivationsForKeys:output_type -> keyhouse.activations.v1.ListActivationsForKeysResponse
+	4, // 9: keyhouse.activations.v1.ActivationsConsoleService.ListPortalSeats:output_type -> keyhouse.activations.v1.ListPortalSeatsResponse
+	6, // 10: keyhouse.activations.v1.ActivationsConsoleService.DeactivatePortalSeat:output_type -> keyhouse.activations.v1.DeactivatePortalSeatResponse
+	8, // [8:11] is the sub-list for method output_type
+	5, // [5:8] is the sub-list for method input_type
+	5, // [5:5] is the sub-list for extension type_name
+	5, // [5:5] is the sub-list for extension extendee
+	0, // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_keyhouse_activations_v1_console_proto_init() }
@@ -425,6 +437,7 @@ func file_keyhouse_activations_v1_console_proto_init() {
 		return
 	}
 	file_keyhouse_activations_v1_activations_proto_init()
+	file_keyhouse_activations_v1_leases_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

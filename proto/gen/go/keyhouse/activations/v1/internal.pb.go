@@ -23,6 +23,149 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type ImportUsageRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// At most 1000 licenses of the calling tenant.
+	Licenses      []*ImportedUsage `protobuf:"bytes,1,rep,name=licenses,proto3" json:"licenses,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ImportUsageRequest) Reset() {
+	*x = ImportUsageRequest{}
+	mi := &file_keyhouse_activations_v1_internal_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ImportUsageRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ImportUsageRequest) ProtoMessage() {}
+
+func (x *ImportUsageRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_keyhouse_activations_v1_internal_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ImportUsageRequest.ProtoReflect.Descriptor instead.
+func (*ImportUsageRequest) Descriptor() ([]byte, []int) {
+	return file_keyhouse_activations_v1_internal_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *ImportUsageRequest) GetLicenses() []*ImportedUsage {
+	if x != nil {
+		return x.Licenses
+	}
+	return nil
+}
+
+type ImportedUsage struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Key   string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	// Metric name to running total (non-negative).
+	Usage         map[string]int64 `protobuf:"bytes,2,rep,name=usage,proto3" json:"usage,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ImportedUsage) Reset() {
+	*x = ImportedUsage{}
+	mi := &file_keyhouse_activations_v1_internal_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ImportedUsage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ImportedUsage) ProtoMessage() {}
+
+func (x *ImportedUsage) ProtoReflect() protoreflect.Message {
+	mi := &file_keyhouse_activations_v1_internal_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ImportedUsage.ProtoReflect.Descriptor instead.
+func (*ImportedUsage) Descriptor() ([]byte, []int) {
+	return file_keyhouse_activations_v1_internal_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *ImportedUsage) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *ImportedUsage) GetUsage() map[string]int64 {
+	if x != nil {
+		return x.Usage
+	}
+	return nil
+}
+
+type ImportUsageResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Metric totals written (those already present are left alone and not counted).
+	Written       int32 `protobuf:"varint,1,opt,name=written,proto3" json:"written,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ImportUsageResponse) Reset() {
+	*x = ImportUsageResponse{}
+	mi := &file_keyhouse_activations_v1_internal_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ImportUsageResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ImportUsageResponse) ProtoMessage() {}
+
+func (x *ImportUsageResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_keyhouse_activations_v1_internal_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ImportUsageResponse.ProtoReflect.Descriptor instead.
+func (*ImportUsageResponse) Descriptor() ([]byte, []int) {
+	return file_keyhouse_activations_v1_internal_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ImportUsageResponse) GetWritten() int32 {
+	if x != nil {
+		return x.Written
+	}
+	return 0
+}
+
 type GetSeatSummariesRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// License keys of the calling tenant (at most 1000).
@@ -33,7 +176,7 @@ type GetSeatSummariesRequest struct {
 
 func (x *GetSeatSummariesRequest) Reset() {
 	*x = GetSeatSummariesRequest{}
-	mi := &file_keyhouse_activations_v1_internal_proto_msgTypes[0]
+	mi := &file_keyhouse_activations_v1_internal_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -45,7 +188,7 @@ func (x *GetSeatSummariesRequest) String() string {
 func (*GetSeatSummariesRequest) ProtoMessage() {}
 
 func (x *GetSeatSummariesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_activations_v1_internal_proto_msgTypes[0]
+	mi := &file_keyhouse_activations_v1_internal_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -58,7 +201,7 @@ func (x *GetSeatSummariesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSeatSummariesRequest.ProtoReflect.Descriptor instead.
 func (*GetSeatSummariesRequest) Descriptor() ([]byte, []int) {
-	return file_keyhouse_activations_v1_internal_proto_rawDescGZIP(), []int{0}
+	return file_keyhouse_activations_v1_internal_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *GetSeatSummariesRequest) GetKeys() []string {
@@ -79,7 +222,7 @@ type SeatSummary struct {
 
 func (x *SeatSummary) Reset() {
 	*x = SeatSummary{}
-	mi := &file_keyhouse_activations_v1_internal_proto_msgTypes[1]
+	mi := &file_keyhouse_activations_v1_internal_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -91,7 +234,7 @@ func (x *SeatSummary) String() string {
 func (*SeatSummary) ProtoMessage() {}
 
 func (x *SeatSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_activations_v1_internal_proto_msgTypes[1]
+	mi := &file_keyhouse_activations_v1_internal_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -104,7 +247,7 @@ func (x *SeatSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SeatSummary.ProtoReflect.Descriptor instead.
 func (*SeatSummary) Descriptor() ([]byte, []int) {
-	return file_keyhouse_activations_v1_internal_proto_rawDescGZIP(), []int{1}
+	return file_keyhouse_activations_v1_internal_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *SeatSummary) GetActivationsCount() int32 {
@@ -131,7 +274,7 @@ type GetSeatSummariesResponse struct {
 
 func (x *GetSeatSummariesResponse) Reset() {
 	*x = GetSeatSummariesResponse{}
-	mi := &file_keyhouse_activations_v1_internal_proto_msgTypes[2]
+	mi := &file_keyhouse_activations_v1_internal_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -143,7 +286,7 @@ func (x *GetSeatSummariesResponse) String() string {
 func (*GetSeatSummariesResponse) ProtoMessage() {}
 
 func (x *GetSeatSummariesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_activations_v1_internal_proto_msgTypes[2]
+	mi := &file_keyhouse_activations_v1_internal_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -156,7 +299,7 @@ func (x *GetSeatSummariesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSeatSummariesResponse.ProtoReflect.Descriptor instead.
 func (*GetSeatSummariesResponse) Descriptor() ([]byte, []int) {
-	return file_keyhouse_activations_v1_internal_proto_rawDescGZIP(), []int{2}
+	return file_keyhouse_activations_v1_internal_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *GetSeatSummariesResponse) GetSummaries() map[string]*SeatSummary {
@@ -179,7 +322,7 @@ type GetActivationStatsRequest struct {
 
 func (x *GetActivationStatsRequest) Reset() {
 	*x = GetActivationStatsRequest{}
-	mi := &file_keyhouse_activations_v1_internal_proto_msgTypes[3]
+	mi := &file_keyhouse_activations_v1_internal_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -191,7 +334,7 @@ func (x *GetActivationStatsRequest) String() string {
 func (*GetActivationStatsRequest) ProtoMessage() {}
 
 func (x *GetActivationStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_activations_v1_internal_proto_msgTypes[3]
+	mi := &file_keyhouse_activations_v1_internal_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -204,7 +347,7 @@ func (x *GetActivationStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetActivationStatsRequest.ProtoReflect.Descriptor instead.
 func (*GetActivationStatsRequest) Descriptor() ([]byte, []int) {
-	return file_keyhouse_activations_v1_internal_proto_rawDescGZIP(), []int{3}
+	return file_keyhouse_activations_v1_internal_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *GetActivationStatsRequest) GetRecentLimit() int32 {
@@ -232,7 +375,7 @@ type RecentActivation struct {
 
 func (x *RecentActivation) Reset() {
 	*x = RecentActivation{}
-	mi := &file_keyhouse_activations_v1_internal_proto_msgTypes[4]
+	mi := &file_keyhouse_activations_v1_internal_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -244,7 +387,7 @@ func (x *RecentActivation) String() string {
 func (*RecentActivation) ProtoMessage() {}
 
 func (x *RecentActivation) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_activations_v1_internal_proto_msgTypes[4]
+	mi := &file_keyhouse_activations_v1_internal_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -257,7 +400,7 @@ func (x *RecentActivation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecentActivation.ProtoReflect.Descriptor instead.
 func (*RecentActivation) Descriptor() ([]byte, []int) {
-	return file_keyhouse_activations_v1_internal_proto_rawDescGZIP(), []int{4}
+	return file_keyhouse_activations_v1_internal_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *RecentActivation) GetKey() string {
@@ -291,7 +434,7 @@ type GetActivationStatsResponse struct {
 
 func (x *GetActivationStatsResponse) Reset() {
 	*x = GetActivationStatsResponse{}
-	mi := &file_keyhouse_activations_v1_internal_proto_msgTypes[5]
+	mi := &file_keyhouse_activations_v1_internal_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -303,7 +446,7 @@ func (x *GetActivationStatsResponse) String() string {
 func (*GetActivationStatsResponse) ProtoMessage() {}
 
 func (x *GetActivationStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_activations_v1_internal_proto_msgTypes[5]
+	mi := &file_keyhouse_activations_v1_internal_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -316,7 +459,7 @@ func (x *GetActivationStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetActivationStatsResponse.ProtoReflect.Descriptor instead.
 func (*GetActivationStatsResponse) Descriptor() ([]byte, []int) {
-	return file_keyhouse_activations_v1_internal_proto_rawDescGZIP(), []int{5}
+	return file_keyhouse_activations_v1_internal_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *GetActivationStatsResponse) GetTotalActivations() int32 {
@@ -337,7 +480,18 @@ var File_keyhouse_activations_v1_internal_proto protoreflect.FileDescriptor
 
 const file_keyhouse_activations_v1_internal_proto_rawDesc = "" +
 	"\n" +
-	"&keyhouse/activations/v1/internal.proto\x12\x17keyhouse.activations.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x19keyhouse/api/v1/api.proto\"-\n" +
+	"&keyhouse/activations/v1/internal.proto\x12\x17keyhouse.activations.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x19keyhouse/api/v1/api.proto\"X\n" +
+	"\x12ImportUsageRequest\x12B\n" +
+	"\blicenses\x18\x01 \x03(\v2&.keyhouse.activations.v1.ImportedUsageR\blicenses\"\xa4\x01\n" +
+	"\rImportedUsage\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12G\n" +
+	"\x05usage\x18\x02 \x03(\v21.keyhouse.activations.v1.ImportedUsage.UsageEntryR\x05usage\x1a8\n" +
+	"\n" +
+	"UsageEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"/\n" +
+	"\x13ImportUsageResponse\x12\x18\n" +
+	"\awritten\x18\x01 \x01(\x05R\awritten\"-\n" +
 	"\x17GetSeatSummariesRequest\x12\x12\n" +
 	"\x04keys\x18\x01 \x03(\tR\x04keys\"\xbb\x01\n" +
 	"\vSeatSummary\x12+\n" +
@@ -362,10 +516,11 @@ const file_keyhouse_activations_v1_internal_proto_rawDesc = "" +
 	"\factivated_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\vactivatedAt\"\x8c\x01\n" +
 	"\x1aGetActivationStatsResponse\x12+\n" +
 	"\x11total_activations\x18\x01 \x01(\x05R\x10totalActivations\x12A\n" +
-	"\x06recent\x18\x02 \x03(\v2).keyhouse.activations.v1.RecentActivationR\x06recent2\xa1\x02\n" +
+	"\x06recent\x18\x02 \x03(\v2).keyhouse.activations.v1.RecentActivationR\x06recent2\x91\x03\n" +
 	"\x1aActivationsInternalService\x12}\n" +
 	"\x10GetSeatSummaries\x120.keyhouse.activations.v1.GetSeatSummariesRequest\x1a1.keyhouse.activations.v1.GetSeatSummariesResponse\"\x04\x90\x82\x19\x04\x12\x83\x01\n" +
-	"\x12GetActivationStats\x122.keyhouse.activations.v1.GetActivationStatsRequest\x1a3.keyhouse.activations.v1.GetActivationStatsResponse\"\x04\x90\x82\x19\x04BQZOgithub.com/keyhouse/keyhouse/proto/gen/go/keyhouse/activations/v1;activationsv1b\x06proto3"
+	"\x12GetActivationStats\x122.keyhouse.activations.v1.GetActivationStatsRequest\x1a3.keyhouse.activations.v1.GetActivationStatsResponse\"\x04\x90\x82\x19\x04\x12n\n" +
+	"\vImportUsage\x12+.keyhouse.activations.v1.ImportUsageRequest\x1a,.keyhouse.activations.v1.ImportUsageResponse\"\x04\x90\x82\x19\x04BQZOgithub.com/keyhouse/keyhouse/proto/gen/go/keyhouse/activations/v1;activationsv1b\x06proto3"
 
 var (
 	file_keyhouse_activations_v1_internal_proto_rawDescOnce sync.Once
@@ -379,33 +534,41 @@ func file_keyhouse_activations_v1_internal_proto_rawDescGZIP() []byte {
 	return file_keyhouse_activations_v1_internal_proto_rawDescData
 }
 
-var file_keyhouse_activations_v1_internal_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_keyhouse_activations_v1_internal_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_keyhouse_activations_v1_internal_proto_goTypes = []any{
-	(*GetSeatSummariesRequest)(nil),    // 0: keyhouse.activations.v1.GetSeatSummariesRequest
-	(*SeatSummary)(nil),                // 1: keyhouse.activations.v1.SeatSummary
-	(*GetSeatSummariesResponse)(nil),   // 2: keyhouse.activations.v1.GetSeatSummariesResponse
-	(*GetActivationStatsRequest)(nil),  // 3: keyhouse.activations.v1.GetActivationStatsRequest
-	(*RecentActivation)(nil),           // 4: keyhouse.activations.v1.RecentActivation
-	(*GetActivationStatsResponse)(nil), // 5: keyhouse.activations.v1.GetActivationStatsResponse
-	nil,                                // 6: keyhouse.activations.v1.SeatSummary.UsageEntry
-	nil,                                // 7: keyhouse.activations.v1.GetSeatSummariesResponse.SummariesEntry
-	(*timestamppb.Timestamp)(nil),      // 8: google.protobuf.Timestamp
+	(*ImportUsageRequest)(nil),         // 0: keyhouse.activations.v1.ImportUsageRequest
+	(*ImportedUsage)(nil),              // 1: keyhouse.activations.v1.ImportedUsage
+	(*ImportUsageResponse)(nil),        // 2: keyhouse.activations.v1.ImportUsageResponse
+	(*GetSeatSummariesRequest)(nil),    // 3: keyhouse.activations.v1.GetSeatSummariesRequest
+	(*SeatSummary)(nil),                // 4: keyhouse.activations.v1.SeatSummary
+	(*GetSeatSummariesResponse)(nil),   // 5: keyhouse.activations.v1.GetSeatSummariesResponse
+	(*GetActivationStatsRequest)(nil),  // 6: keyhouse.activations.v1.GetActivationStatsRequest
+	(*RecentActivation)(nil),           // 7: keyhouse.activations.v1.RecentActivation
+	(*GetActivationStatsResponse)(nil), // 8: keyhouse.activations.v1.GetActivationStatsResponse
+	nil,                                // 9: keyhouse.activations.v1.ImportedUsage.UsageEntry
+	nil,                                // 10: keyhouse.activations.v1.SeatSummary.UsageEntry
+	nil,                                // 11: keyhouse.activations.v1.GetSeatSummariesResponse.SummariesEntry
+	(*timestamppb.Timestamp)(nil),      // 12: google.protobuf.Timestamp
 }
 var file_keyhouse_activations_v1_internal_proto_depIdxs = []int32{
-	6, // 0: keyhouse.activations.v1.SeatSummary.usage:type_name -> keyhouse.activations.v1.SeatSummary.UsageEntry
-	7, // 1: keyhouse.activations.v1.GetSeatSummariesResponse.summaries:type_name -> keyhouse.activations.v1.GetSeatSummariesResponse.SummariesEntry
-	8, // 2: keyhouse.activations.v1.RecentActivation.activated_at:type_name -> google.protobuf.Timestamp
-	4, // 3: keyhouse.activations.v1.GetActivationStatsResponse.recent:type_name -> keyhouse.activations.v1.RecentActivation
-	1, // 4: keyhouse.activations.v1.GetSeatSummariesResponse.SummariesEntry.value:type_name -> keyhouse.activations.v1.SeatSummary
-	0, // 5: keyhouse.activations.v1.ActivationsInternalService.GetSeatSummaries:input_type -> keyhouse.activations.v1.GetSeatSummariesRequest
-	3, // 6: keyhouse.activations.v1.ActivationsInternalService.GetActivationStats:input_type -> keyhouse.activations.v1.GetActivationStatsRequest
-	2, // 7: keyhouse.activations.v1.ActivationsInternalService.GetSeatSummaries:output_type -> keyhouse.activations.v1.GetSeatSummariesResponse
-	5, // 8: keyhouse.activations.v1.ActivationsInternalService.GetActivationStats:output_type -> keyhouse.activations.v1.GetActivationStatsResponse
-	7, // [7:9] is the sub-list for method output_type
-	5, // [5:7] is the sub-list for method input_type
-	5, // [5:5] is the sub-list for extension type_name
-	5, // [5:5] is the sub-list for extension extendee
-	0, // [0:5] is the sub-list for field type_name
+	1,  // 0: keyhouse.activations.v1.ImportUsageRequest.licenses:type_name -> keyhouse.activations.v1.ImportedUsage
+	9,  // 1: keyhouse.activations.v1.ImportedUsage.usage:type_name -> keyhouse.activations.v1.ImportedUsage.UsageEntry
+	10, // 2: keyhouse.activations.v1.SeatSummary.usage:type_name -> keyhouse.activations.v1.SeatSummary.UsageEntry
+	11, // 3: keyhouse.activations.v1.GetSeatSummariesResponse.summaries:type_name -> keyhouse.activations.v1.GetSeatSummariesResponse.SummariesEntry
+	12, // 4: keyhouse.activations.v1.RecentActivation.activated_at:type_name -> google.protobuf.Timestamp
+	7,  // 5: keyhouse.activations.v1.GetActivationStatsResponse.recent:type_name -> keyhouse.activations.v1.RecentActivation
+	4,  // 6: keyhouse.activations.v1.GetSeatSummariesResponse.SummariesEntry.value:type_name -> keyhouse.activations.v1.SeatSummary
+	3,  // 7: keyhouse.activations.v1.ActivationsInternalService.GetSeatSummaries:input_type -> keyhouse.activations.v1.GetSeatSummariesRequest
+	6,  // 8: keyhouse.activations.v1.ActivationsInternalService.GetActivationStats:input_type -> keyhouse.activations.v1.GetActivationStatsRequest
+	0,  // 9: keyhouse.activations.v1.ActivationsInternalService.ImportUsage:input_type -> keyhouse.activations.v1.ImportUsageRequest
+	5,  // 10: keyhouse.activations.v1.ActivationsInternalService.GetSeatSummaries:output_type -> keyhouse.activations.v1.GetSeatSummariesResponse
+	8,  // 11: keyhouse.activations.v1.ActivationsInternalService.GetActivationStats:output_type -> keyhouse.activations.v1.GetActivationStatsResponse
+	2,  // 12: keyhouse.activations.v1.ActivationsInternalService.ImportUsage:output_type -> keyhouse.activations.v1.ImportUsageResponse
+	10, // [10:13] is the sub-list for method output_type
+	7,  // [7:10] is the sub-list for method input_type
+	7,  // [7:7] is the sub-list for extension type_name
+	7,  // [7:7] is the sub-list for extension extendee
+	0,  // [0:7] is the sub-list for field type_name
 }
 
 func init() { file_keyhouse_activations_v1_internal_proto_init() }
@@ -419,7 +582,7 @@ func file_keyhouse_activations_v1_internal_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_keyhouse_activations_v1_internal_proto_rawDesc), len(file_keyhouse_activations_v1_internal_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   8,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

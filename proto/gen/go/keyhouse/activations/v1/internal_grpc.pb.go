@@ -21,6 +21,7 @@ const _ = grpc.SupportPackageIsVersion9
 const (
 	ActivationsInternalService_GetSeatSummaries_FullMethodName   = "/keyhouse.activations.v1.ActivationsInternalService/GetSeatSummaries"
 	ActivationsInternalService_GetActivationStats_FullMethodName = "/keyhouse.activations.v1.ActivationsInternalService/GetActivationStats"
+	ActivationsInternalService_ImportUsage_FullMethodName        = "/keyhouse.activations.v1.ActivationsInternalService/ImportUsage"
 )
 
 // ActivationsInternalServiceClient is the client API for ActivationsInternalService service.
@@ -33,6 +34,10 @@ const (
 type ActivationsInternalServiceClient interface {
 	GetSeatSummaries(ctx context.Context, in *GetSeatSummariesRequest, opts ...grpc.CallOption) (*GetSeatSummariesResponse, error)
 	GetActivationStats(ctx context.Context, in *GetActivationStatsRequest, opts ...grpc.CallOption) (*GetActivationStatsResponse, error)
+	// Sets the starting usage of imported licenses, once per licensing import batch. A
+	// metric that already has a total keeps it, so a repeated import changes nothing and
+	// never rewinds what track-usage counted since.
+	ImportUsage(ctx context.Context, in *ImportUsageRequest, opts ...grpc.CallOption) (*ImportUsageResponse, error)
 }
 
 type activationsInternalServiceClient struct {
@@ -63,6 +68,16 @@ func (c *activationsInternalServiceClient) GetActivationStats(ctx context.Contex
 	return out, nil
 }
 
+func (c *activationsInternalServiceClient) ImportUsage(ctx context.Context, in *ImportUsageRequest, opts ...grpc.CallOption) (*ImportUsageResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ImportUsageResponse)
+	err := c.cc.Invoke(ctx, ActivationsInternalService_ImportUsage_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ActivationsInternalServiceServer is the server API for ActivationsInternalService service.
 // All implementations must embed UnimplementedActivationsInternalServiceServer
 // for forward compatibility.
@@ -73,6 +88,10 @@ func (c *activationsInternalServiceClient) GetActivationStats(ctx context.Contex
 type ActivationsInternalServiceServer interface {
 	GetSeatSummaries(context.Context, *GetSeatSummariesRequest) (*GetSeatSummariesResponse, error)
 	GetActivationStats(context.Context, *GetActivationStatsRequest) (*GetActivationStatsResponse, error)
+	// Sets the starting usage of imported licenses, once per licensing import batch. A
+	// metric that already has a total keeps it, so a repeated import changes nothing and
+	// never rewinds what track-usage counted since.
+	ImportUsage(context.Context, *ImportUsageRequest) (*ImportUsageResponse, error)
 	mustEmbedUnimplementedActivationsInternalServiceServer()
 }
 
@@ -88,6 +107,9 @@ func (UnimplementedActivationsInternalServiceServer) GetSeatSummaries(context.Co
 }
 func (UnimplementedActivationsInternalServiceServer) GetActivationStats(context.Context, *GetActivationStatsRequest) (*GetActivationStatsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetActivationStats not implemented")
+}
+func (UnimplementedActivationsInternalServiceServer) ImportUsage(context.Context, *ImportUsageRequest) (*ImportUsageResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ImportUsage not implemented")
 }
 func (UnimplementedActivationsInternalServiceServer) mustEmbedUnimplementedActivationsInternalServiceServer() {
 }
@@ -147,6 +169,24 @@ func _ActivationsInternalService_GetActivationStats_Handler(srv interface{}, ctx
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ActivationsInternalService_ImportUsage_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ImportUsageRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ActivationsInternalServiceServer).ImportUsage(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ActivationsInternalService_ImportUsage_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ActivationsInternalServiceServer).ImportUsage(ctx, req.(*ImportUsageRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ActivationsInternalService_ServiceDesc is the grpc.ServiceDesc for ActivationsInternalService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -161,6 +201,10 @@ var ActivationsInternalService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetActivationStats",
 			Handler:    _ActivationsInternalService_GetActivationStats_Handler,
+		},
+		{
+			MethodName: "ImportUsage",
+			Handler:    _ActivationsInternalService_ImportUsage_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

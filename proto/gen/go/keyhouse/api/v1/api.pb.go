@@ -99,6 +99,8 @@ const (
 	RateTier_RATE_TIER_MANAGEMENT RateTier = 5
 	// The only tier whose limit is configured (ADMIN_RATE_LIMIT_MAX).
 	RateTier_RATE_TIER_ADMIN_INFO RateTier = 6
+	// Bulk license import: few calls, each carrying up to 1,000 licenses (docs/import.md).
+	RateTier_RATE_TIER_IMPORT RateTier = 7
 )
 
 // Enum value maps for RateTier.
@@ -111,6 +113,7 @@ var (
 		4: "RATE_TIER_PUBLIC",
 		5: "RATE_TIER_MANAGEMENT",
 		6: "RATE_TIER_ADMIN_INFO",
+		7: "RATE_TIER_IMPORT",
 	}
 	RateTier_value = map[string]int32{
 		"RATE_TIER_UNSPECIFIED": 0,
@@ -120,6 +123,7 @@ var (
 		"RATE_TIER_PUBLIC":      4,
 		"RATE_TIER_MANAGEMENT":  5,
 		"RATE_TIER_ADMIN_INFO":  6,
+		"RATE_TIER_IMPORT":      7,
 	}
 )
 
@@ -429,7 +433,7 @@ const file_keyhouse_api_v1_api_proto_rawDesc = "" +
 	"\rACCESS_PUBLIC\x10\x01\x12\x11\n" +
 	"\rACCESS_TENANT\x10\x02\x12\x10\n" +
 	"\fACCESS_ADMIN\x10\x03\x12\x13\n" +
-	"\x0fACCESS_INTERNAL\x10\x04*\xb7\x01\n" +
+	"\x0fACCESS_INTERNAL\x10\x04*\xcd\x01\n" +
 	"\bRateTier\x12\x19\n" +
 	"\x15RATE_TIER_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eRATE_TIER_NONE\x10\x01\x12\x18\n" +
@@ -437,7 +441,8 @@ const file_keyhouse_api_v1_api_proto_rawDesc = "" +
 	"\x14RATE_TIER_ACTIVATION\x10\x03\x12\x14\n" +
 	"\x10RATE_TIER_PUBLIC\x10\x04\x12\x18\n" +
 	"\x14RATE_TIER_MANAGEMENT\x10\x05\x12\x18\n" +
-	"\x14RATE_TIER_ADMIN_INFO\x10\x06:Q\n" +
+	"\x14RATE_TIER_ADMIN_INFO\x10\x06\x12\x14\n" +
+	"\x10RATE_TIER_IMPORT\x10\a:Q\n" +
 	"\x06access\x12\x1e.google.protobuf.MethodOptions\x18\xa2\x90\x03 \x01(\x0e2\x17.keyhouse.api.v1.AccessR\x06access:[\n" +
 	"\n" +
 	"rate_limit\x12\x1e.google.protobuf.MethodOptions\x18\xa3\x90\x03 \x01(\v2\x1a.keyhouse.api.v1.RateLimitR\trateLimitBAZ?github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/api/v1;apiv1b\x06proto3"

@@ -2151,7 +2151,7 @@ var File_keyhouse_licensing_v1_licensing_proto protoreflect.FileDescriptor
 
 const file_keyhouse_licensing_v1_licensing_proto_rawDesc = "" +
 	"\n" +
-	"%keyhouse/licensing/v1/licensing.proto\x12\x15keyhouse.licensing.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1egoogle/protobuf/wrappers.proto\x1a&keyhouse/activations/v1/internal.proto\x1a\x19keyhouse/api/v1/api.proto\"\xbc\x02\n" +
+	"%keyhouse/licensing/v1/licensing.proto\x12\x15keyhouse.licensing.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1egoogle/protobuf/wrappers.proto\x1a&keyhouse/activations/v1/internal.proto\x1a\x19keyhouse/api/v1/api.proto\x1a\"keyhouse/licensing/v1/import.proto\"\xbc\x02\n" +
 	"\x13IssueLicenseRequest\x12\x12\n" +
 	"\x04tier\x18\x01 \x01(\tR\x04tier\x12\x1d\n" +
 	"\n" +
@@ -2337,10 +2337,12 @@ const file_keyhouse_licensing_v1_licensing_proto_rawDesc = "" +
 	"\x06limits\x18\x06 \x01(\v2\x17.google.protobuf.StructR\x06limits\"u\n" +
 	"\x1fVerifyLicenseFileBase64Response\x12\x14\n" +
 	"\x05valid\x18\x01 \x01(\bR\x05valid\x12<\n" +
-	"\alicense\x18\x02 \x01(\v2\".keyhouse.licensing.v1.FileLicenseR\alicense2\xe8\x0e\n" +
+	"\alicense\x18\x02 \x01(\v2\".keyhouse.licensing.v1.FileLicenseR\alicense2\xe3\x0f\n" +
 	"\x10LicensingService\x12s\n" +
 	"\fIssueLicense\x12*.keyhouse.licensing.v1.IssueLicenseRequest\x1a+.keyhouse.licensing.v1.IssueLicenseResponse\"\n" +
-	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x12v\n" +
+	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x12y\n" +
+	"\x0eImportLicenses\x12,.keyhouse.licensing.v1.ImportLicensesRequest\x1a-.keyhouse.licensing.v1.ImportLicensesResponse\"\n" +
+	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\a\x12v\n" +
 	"\rVerifyLicense\x12+.keyhouse.licensing.v1.VerifyLicenseRequest\x1a,.keyhouse.licensing.v1.VerifyLicenseResponse\"\n" +
 	"\x90\x82\x19\x01\x9a\x82\x19\x02\b\x02\x12v\n" +
 	"\rRevokeLicense\x12+.keyhouse.licensing.v1.RevokeLicenseRequest\x1a,.keyhouse.licensing.v1.RevokeLicenseResponse\"\n" +
@@ -2426,6 +2428,8 @@ var file_keyhouse_licensing_v1_licensing_proto_goTypes = []any{
 	(*wrapperspb.Int32Value)(nil),           // 39: google.protobuf.Int32Value
 	(*wrapperspb.StringValue)(nil),          // 40: google.protobuf.StringValue
 	(*v1.RecentActivation)(nil),             // 41: keyhouse.activations.v1.RecentActivation
+	(*ImportLicensesRequest)(nil),           // 42: keyhouse.licensing.v1.ImportLicensesRequest
+	(*ImportLicensesResponse)(nil),          // 43: keyhouse.licensing.v1.ImportLicensesResponse
 }
 var file_keyhouse_licensing_v1_licensing_proto_depIdxs = []int32{
 	36, // 0: keyhouse.licensing.v1.IssueLicenseRequest.expires_at:type_name -> google.protobuf.Value
@@ -2477,37 +2481,39 @@ var file_keyhouse_licensing_v1_licensing_proto_depIdxs = []int32{
 	37, // 46: keyhouse.licensing.v1.FileLicense.limits:type_name -> google.protobuf.Struct
 	31, // 47: keyhouse.licensing.v1.VerifyLicenseFileBase64Response.license:type_name -> keyhouse.licensing.v1.FileLicense
 	0,  // 48: keyhouse.licensing.v1.LicensingService.IssueLicense:input_type -> keyhouse.licensing.v1.IssueLicenseRequest
-	2,  // 49: keyhouse.licensing.v1.LicensingService.VerifyLicense:input_type -> keyhouse.licensing.v1.VerifyLicenseRequest
-	4,  // 50: keyhouse.licensing.v1.LicensingService.RevokeLicense:input_type -> keyhouse.licensing.v1.RevokeLicenseRequest
-	6,  // 51: keyhouse.licensing.v1.LicensingService.DeleteLicense:input_type -> keyhouse.licensing.v1.DeleteLicenseRequest
-	8,  // 52: keyhouse.licensing.v1.LicensingService.UpdateLicenseTerms:input_type -> keyhouse.licensing.v1.UpdateLicenseTermsRequest
-	10, // 53: keyhouse.licensing.v1.LicensingService.ListLicenses:input_type -> keyhouse.licensing.v1.ListLicensesRequest
-	13, // 54: keyhouse.licensing.v1.LicensingService.GetLicenseDetails:input_type -> keyhouse.licensing.v1.GetLicenseDetailsRequest
-	15, // 55: keyhouse.licensing.v1.LicensingService.UpdateNotes:input_type -> keyhouse.licensing.v1.UpdateNotesRequest
-	17, // 56: keyhouse.licensing.v1.LicensingService.GetStats:input_type -> keyhouse.licensing.v1.GetStatsRequest
-	19, // 57: keyhouse.licensing.v1.LicensingService.ExportLicense:input_type -> keyhouse.licensing.v1.ExportLicenseRequest
-	21, // 58: keyhouse.licensing.v1.LicensingService.ExportLicenseFile:input_type -> keyhouse.licensing.v1.ExportLicenseFileRequest
-	23, // 59: keyhouse.licensing.v1.LicensingService.ExportLicenseOffline:input_type -> keyhouse.licensing.v1.ExportLicenseOfflineRequest
-	26, // 60: keyhouse.licensing.v1.LicensingService.GetPublicKey:input_type -> keyhouse.licensing.v1.GetPublicKeyRequest
-	28, // 61: keyhouse.licensing.v1.LicensingService.VerifyLicenseFile:input_type -> keyhouse.licensing.v1.VerifyLicenseFileRequest
-	30, // 62: keyhouse.licensing.v1.LicensingService.VerifyLicenseFileBase64:input_type -> keyhouse.licensing.v1.VerifyLicenseFileBase64Request
-	1,  // 63: keyhouse.licensing.v1.LicensingService.IssueLicense:output_type -> keyhouse.licensing.v1.IssueLicenseResponse
-	3,  // 64: keyhouse.licensing.v1.LicensingService.VerifyLicense:output_type -> keyhouse.licensing.v1.VerifyLicenseResponse
-	5,  // 65: keyhouse.licensing.v1.LicensingService.RevokeLicense:output_type -> keyhouse.licensing.v1.RevokeLicenseResponse
-	7,  // 66: keyhouse.licensing.v1.LicensingService.DeleteLicense:output_type -> keyhouse.licensing.v1.DeleteLicenseResponse
-	9,  // 67: keyhouse.licensing.v1.LicensingService.UpdateLicenseTerms:output_type -> keyhouse.licensing.v1.UpdateLicenseTermsResponse
-	12, // 68: keyhouse.licensing.v1.LicensingService.ListLicenses:output_type -> keyhouse.licensing.v1.ListLicensesResponse
-	14, // 69: keyhouse.licensing.v1.LicensingService.GetLicenseDetails:output_type -> keyhouse.licensing.v1.GetLicenseDetailsResponse
-	16, // 70: keyhouse.licensing.v1.LicensingService.UpdateNotes:output_type -> keyhouse.licensing.v1.UpdateNotesResponse
-	18, // 71: keyhouse.licensing.v1.LicensingService.GetStats:output_type -> keyhouse.licensing.v1.GetStatsResponse
-	20, // 72: keyhouse.licensing.v1.LicensingService.ExportLicense:output_type -> keyhouse.licensing.v1.ExportLicenseResponse
-	22, // 73: keyhouse.licensing.v1.LicensingService.ExportLicenseFile:output_type -> keyhouse.licensing.v1.ExportLicenseFileResponse
-	25, // 74: keyhouse.licensing.v1.LicensingService.ExportLicenseOffline:output_type -> keyhouse.licensing.v1.ExportLicenseOfflineResponse
-	27, // 75: keyhouse.licensing.v1.LicensingService.GetPublicKey:output_type -> keyhouse.licensing.v1.GetPublicKeyResponse
-	29, // 76: keyhouse.licensing.v1.LicensingService.VerifyLicenseFile:output_type -> keyhouse.licensing.v1.VerifyLicenseFileResponse
-	32, // 77: keyhouse.licensing.v1.LicensingService.VerifyLicenseFileBase64:output_type -> keyhouse.licensing.v1.VerifyLicenseFileBase64Response
-	63, // [63:78] is the sub-list for method output_type
-	48, // [48:63] is the sub-list for method input_type
+	42, // 49: keyhouse.licensing.v1.LicensingService.ImportLicenses:input_type -> keyhouse.licensing.v1.ImportLicensesRequest
+	2,  // 50: keyhouse.licensing.v1.LicensingService.VerifyLicense:input_type -> keyhouse.licensing.v1.VerifyLicenseRequest
+	4,  // 51: keyhouse.licensing.v1.LicensingService.RevokeLicense:input_type -> keyhouse.licensing.v1.RevokeLicenseRequest
+	6,  // 52: keyhouse.licensing.v1.LicensingService.DeleteLicense:input_type -> keyhouse.licensing.v1.DeleteLicenseRequest
+	8,  // 53: keyhouse.licensing.v1.LicensingService.UpdateLicenseTerms:input_type -> keyhouse.licensing.v1.UpdateLicenseTermsRequest
+	10, // 54: keyhouse.licensing.v1.LicensingService.ListLicenses:input_type -> keyhouse.licensing.v1.ListLicensesRequest
+	13, // 55: keyhouse.licensing.v1.LicensingService.GetLicenseDetails:input_type -> keyhouse.licensing.v1.GetLicenseDetailsRequest
+	15, // 56: keyhouse.licensing.v1.LicensingService.UpdateNotes:input_type -> keyhouse.licensing.v1.UpdateNotesRequest
+	17, // 57: keyhouse.licensing.v1.LicensingService.GetStats:input_type -> keyhouse.licensing.v1.GetStatsRequest
+	19, // 58: keyhouse.licensing.v1.LicensingService.ExportLicense:input_type -> keyhouse.licensing.v1.ExportLicenseRequest
+	21, // 59: keyhouse.licensing.v1.LicensingService.ExportLicenseFile:input_type -> keyhouse.licensing.v1.ExportLicenseFileRequest
+	23, // 60: keyhouse.licensing.v1.LicensingService.ExportLicenseOffline:input_type -> keyhouse.licensing.v1.ExportLicenseOfflineRequest
+	26, // 61: keyhouse.licensing.v1.LicensingService.GetPublicKey:input_type -> keyhouse.licensing.v1.GetPublicKeyRequest
+	28, // 62: keyhouse.licensing.v1.LicensingService.VerifyLicenseFile:input_type -> keyhouse.licensing.v1.VerifyLicenseFileRequest
+	30, // 63: keyhouse.licensing.v1.LicensingService.VerifyLicenseFileBase64:input_type -> keyhouse.licensing.v1.VerifyLicenseFileBase64Request
+	1,  // 64: keyhouse.licensing.v1.LicensingService.IssueLicense:output_type -> keyhouse.licensing.v1.IssueLicenseResponse
+	43, // 65: keyhouse.licensing.v1.LicensingService.ImportLicenses:output_type -> keyhouse.licensing.v1.ImportLicensesResponse
+	3,  // 66: keyhouse.licensing.v1.LicensingService.VerifyLicense:output_type -> keyhouse.licensing.v1.VerifyLicenseResponse
+	5,  // 67: keyhouse.licensing.v1.LicensingService.RevokeLicense:output_type -> keyhouse.licensing.v1.RevokeLicenseResponse
+	7,  // 68: keyhouse.licensing.v1.LicensingService.DeleteLicense:output_type -> keyhouse.licensing.v1.DeleteLicenseResponse
+	9,  // 69: keyhouse.licensing.v1.LicensingService.UpdateLicenseTerms:output_type -> keyhouse.licensing.v1.UpdateLicenseTermsResponse
+	12, // 70: keyhouse.licensing.v1.LicensingService.ListLicenses:output_type -> keyhouse.licensing.v1.ListLicensesResponse
+	14, // 71: keyhouse.licensing.v1.LicensingService.GetLicenseDetails:output_type -> keyhouse.licensing.v1.GetLicenseDetailsResponse
+	16, // 72: keyhouse.licensing.v1.LicensingService.UpdateNotes:output_type -> keyhouse.licensing.v1.UpdateNotesResponse
+	18, // 73: keyhouse.licensing.v1.LicensingService.GetStats:output_type -> keyhouse.licensing.v1.GetStatsResponse
+	20, // 74: keyhouse.licensing.v1.LicensingService.ExportLicense:output_type -> keyhouse.licensing.v1.ExportLicenseResponse
+	22, // 75: keyhouse.licensing.v1.LicensingService.ExportLicenseFile:output_type -> keyhouse.licensing.v1.ExportLicenseFileResponse
+	25, // 76: keyhouse.licensing.v1.LicensingService.ExportLicenseOffline:output_type -> keyhouse.licensing.v1.ExportLicenseOfflineResponse
+	27, // 77: keyhouse.licensing.v1.LicensingService.GetPublicKey:output_type -> keyhouse.licensing.v1.GetPublicKeyResponse
+	29, // 78: keyhouse.licensing.v1.LicensingService.VerifyLicenseFile:output_type -> keyhouse.licensing.v1.VerifyLicenseFileResponse
+	32, // 79: keyhouse.licensing.v1.LicensingService.VerifyLicenseFileBase64:output_type -> keyhouse.licensing.v1.VerifyLicenseFileBase64Response
+	64, // [64:80] is the sub-list for method output_type
+	48, // [48:64] is the sub-list for method input_type
 	48, // [48:48] is the sub-list for extension type_name
 	48, // [48:48] is the sub-list for extension extendee
 	0,  // [0:48] is the sub-list for field type_name
@@ -2518,6 +2524,7 @@ func file_keyhouse_licensing_v1_licensing_proto_init() {
 	if File_keyhouse_licensing_v1_licensing_proto != nil {
 		return
 	}
+	file_keyhouse_licensing_v1_import_proto_init()
 	file_keyhouse_licensing_v1_licensing_proto_msgTypes[2].OneofWrappers = []any{}
 	file_keyhouse_licensing_v1_licensing_proto_msgTypes[4].OneofWrappers = []any{}
 	file_keyhouse_licensing_v1_licensing_proto_msgTypes[10].OneofWrappers = []any{}

@@ -62,6 +62,33 @@ func local_request_LicensingService_IssueLicense_0(ctx context.Context, marshale
 	return msg, metadata, err
 }
 
+func request_LicensingService_ImportLicenses_0(ctx context.Context, marshaler runtime.Marshaler, client LicensingServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq ImportLicensesRequest
+		metadata runtime.ServerMetadata
+	)
+	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if req.Body != nil {
+		_, _ = io.Copy(io.Discard, req.Body)
+	}
+	msg, err := client.ImportLicenses(ctx, &protoReq, grpc.Header(&metadata.HeaderMD), grpc.Trailer(&metadata.TrailerMD))
+	return msg, metadata, err
+}
+
+func local_request_LicensingService_ImportLicenses_0(ctx context.Context, marshaler runtime.Marshaler, server LicensingServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq ImportLicensesRequest
+		metadata runtime.ServerMetadata
+	)
+	if err := marshaler.NewDecoder(req.Body).Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	msg, err := server.ImportLicenses(ctx, &protoReq)
+	return msg, metadata, err
+}
+
 func request_LicensingService_VerifyLicense_0(ctx context.Context, marshaler runtime.Marshaler, client LicensingServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
 		protoReq VerifyLicenseRequest
@@ -471,6 +498,26 @@ func RegisterLicensingServiceHandlerServer(ctx context.Context, mux *runtime.Ser
 		}
 		forward_LicensingService_IssueLicense_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
 	})
+	mux.Handle(http.MethodPost, pattern_LicensingService_ImportLicenses_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		var stream runtime.ServerTransportStream
+		ctx = grpc.NewContextWithServerTransportStream(ctx, &stream)
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateIncomingContext(ctx, mux, req, "/keyhouse.licensing.v1.LicensingService/ImportLicenses", runtime.WithHTTPPathPattern("/v1/licenses/import"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := local_request_LicensingService_ImportLicenses_0(annotatedContext, inboundMarshaler, server, req, pathParams)
+		md.HeaderMD, md.TrailerMD = metadata.Join(md.HeaderMD, stream.Header()), metadata.Join(md.TrailerMD, stream.Trailer())
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_LicensingService_ImportLicenses_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
+	})
 	mux.Handle(http.MethodPost, pattern_LicensingService_VerifyLicense_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()
@@ -788,6 +835,23 @@ func RegisterLicensingServiceHandlerClient(ctx context.Context, mux *runtime.Ser
 		}
 		forward_LicensingService_IssueLicense_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
 	})
+	mux.Handle(http.MethodPost, pattern_LicensingService_ImportLicenses_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateContext(ctx, mux, req, "/keyhouse.licensing.v1.LicensingService/ImportLicenses", runtime.WithHTTPPathPattern("/v1/licenses/import"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := request_LicensingService_ImportLicenses_0(annotatedContext, inboundMarshaler, client, req, pathParams)
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_LicensingService_ImportLicenses_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
+	})
 	mux.Handle(http.MethodPost, pattern_LicensingService_VerifyLicense_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()
@@ -1014,6 +1078,7 @@ func RegisterLicensingServiceHandlerClient(ctx context.Context, mux *runtime.Ser
 
 var (
 	pattern_LicensingService_IssueLicense_0            = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "issue-license"}, ""))
+	pattern_LicensingService_ImportLicenses_0          = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 2, 2}, []string{"v1", "licenses", "import"}, ""))
 	pattern_LicensingService_VerifyLicense_0           = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "verify-license"}, ""))
 	pattern_LicensingService_RevokeLicense_0           = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "revoke-license"}, ""))
 	pattern_LicensingService_DeleteLicense_0           = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "delete-license"}, ""))
@@ -1031,6 +1096,7 @@ var (
 
 var (
 	forward_LicensingService_IssueLicense_0            = runtime.ForwardResponseMessage
+	forward_LicensingService_ImportLicenses_0          = runtime.ForwardResponseMessage
 	forward_LicensingService_VerifyLicense_0           = runtime.ForwardResponseMessage
 	forward_LicensingService_RevokeLicense_0           = runtime.ForwardResponseMessage
 	forward_LicensingService_DeleteLicense_0           = runtime.ForwardResponseMessage

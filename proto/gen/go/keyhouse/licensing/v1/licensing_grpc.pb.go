@@ -20,6 +20,7 @@ const _ = grpc.SupportPackageIsVersion9
 
 const (
 	LicensingService_IssueLicense_FullMethodName            = "/keyhouse.licensing.v1.LicensingService/IssueLicense"
+	LicensingService_ImportLicenses_FullMethodName          = "/keyhouse.licensing.v1.LicensingService/ImportLicenses"
 	LicensingService_VerifyLicense_FullMethodName           = "/keyhouse.licensing.v1.LicensingService/VerifyLicense"
 	LicensingService_RevokeLicense_FullMethodName           = "/keyhouse.licensing.v1.LicensingService/RevokeLicense"
 	LicensingService_DeleteLicense_FullMethodName           = "/keyhouse.licensing.v1.LicensingService/DeleteLicense"
@@ -48,6 +49,9 @@ type LicensingServiceClient interface {
 	// Issues a license. Honors the Idempotency-Key metadata (addendum §8): a retry with the
 	// same key and request within 24 h returns the first answer and creates nothing.
 	IssueLicense(ctx context.Context, in *IssueLicenseRequest, opts ...grpc.CallOption) (*IssueLicenseResponse, error)
+	// Imports up to 1,000 existing licenses with their keys kept as given (docs/import.md):
+	// one result per item; importing the same licenses again changes nothing.
+	ImportLicenses(ctx context.Context, in *ImportLicensesRequest, opts ...grpc.CallOption) (*ImportLicensesResponse, error)
 	// Public check of a license; failures carry "valid": false beside "error".
 	VerifyLicense(ctx context.Context, in *VerifyLicenseRequest, opts ...grpc.CallOption) (*VerifyLicenseResponse, error)
 	// Revokes (revoked true) or reactivates (revoked false) a license.
@@ -85,6 +89,16 @@ func (c *licensingServiceClient) IssueLicense(ctx context.Context, in *IssueLice
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(IssueLicenseResponse)
 	err := c.cc.Invoke(ctx, LicensingService_IssueLicense_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *licensingServiceClient) ImportLicenses(ctx context.Context, in *ImportLicensesRequest, opts ...grpc.CallOption) (*ImportLicensesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ImportLicensesResponse)
+	err := c.cc.Invoke(ctx, LicensingService_ImportLicenses_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -243,6 +257,9 @@ type LicensingServiceServer interface {
 	// Issues a license. Honors the Idempotency-Key metadata (addendum §8): a retry with the
 	// same key and request within 24 h returns the first answer and creates nothing.
 	IssueLicense(context.Context, *IssueLicenseRequest) (*IssueLicenseResponse, error)
+	// Imports up to 1,000 existing licenses with their keys kept as given (docs/import.md):
+	// one result per item; importing the same licenses again changes nothing.
+	ImportLicenses(context.Context, *ImportLicensesRequest) (*ImportLicensesResponse, error)
 	// Public check of a license; failures carry "valid": false beside "error".
 	VerifyLicense(context.Context, *VerifyLicenseRequest) (*VerifyLicenseResponse, error)
 	// Revokes (revoked true) or reactivates (revoked false) a license.
@@ -278,6 +295,9 @@ type UnimplementedLicensingServiceServer struct{}
 
 func (UnimplementedLicensingServiceServer) IssueLicense(context.Context, *IssueLicenseRequest) (*IssueLicenseResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method IssueLicense not implemented")
+}
+func (UnimplementedLicensingServiceServer) ImportLicenses(context.Context, *ImportLicensesRequest) (*ImportLicensesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ImportLicenses not implemented")
 }
 func (UnimplementedLicensingServiceServer) VerifyLicense(context.Context, *VerifyLicenseRequest) (*VerifyLicenseResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method VerifyLicense not implemented")
@@ -356,6 +376,24 @@ func _LicensingService_IssueLicense_Handler(srv interface{}, ctx context.Context
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(LicensingServiceServer).IssueLicense(ctx, req.(*IssueLicenseRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _LicensingService_ImportLicenses_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ImportLicensesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LicensingServiceServer).ImportLicenses(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: LicensingService_ImportLicenses_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LicensingServiceServer).ImportLicenses(ctx, req.(*ImportLicensesRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -622,6 +660,10 @@ var LicensingService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "IssueLicense",
 			Handler:    _LicensingService_IssueLicense_Handler,
+		},
+		{
+			MethodName: "ImportLicenses",
+			Handler:    _LicensingService_ImportLicenses_Handler,
 		},
 		{
 			MethodName: "VerifyLicense",

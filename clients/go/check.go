@@ -1,0 +1,329 @@
+package keyhouse
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// Store keeps the client's state between runs: the activation token and the newest lease.
+type Store interface {
+	Load() ([]byte, error) // nil, nil when nothing is stored
+	Save([]byte) error
+}
+
+// FileStore stores the state in one file, replaced atomically (a temporary file in the
+// same folder, synced, then renamed over it), mode 0600.
+type FileStore string
+
+func (f FileStore) Load() ([]byte, error) {
+	b, err := os.ReadFile(string(f))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	return b, err
+}
+
+func (f FileStore) Save(b []byte) error { return writeFileAtomic(string(f), b) }
+
+func writeFileAtomic(path string, data []byte) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if err := tmp.Chmod(0o600); err != nil {
+		tmp.Close()
+		return err
+	}
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}
+
+// state is what the store holds.
+type state struct {
+	Key        string `json:"key"`
+	InstanceID string `json:"instance_id,omitempty"`
+	Token      string `json:"token,omitempty"`
+	Lease      string `json:"lease,omitempty"`
+	// NewestIAT is the newest lease iat seen (clock tamper detection).
+	NewestIAT int64 `json:"newest_iat,omitempty"`
+	// Verdict is the last refusal of the server (a revoked license stays refused offline).
+	Refusal string `json:"refusal,omitempty"`
+	// Keys are lease keys fetched after a rotation.
+	Keys *JWKS `json:"lease_keys,omitempty"`
+}
+
+func (c *Client) load() error {
+	b, err := c.store.Load()
+	if err != nil || b == nil {
+		c.state = state{Key: c.cfg.Key}
+		return err
+	}
+	var s state
+	if json.Unmarshal(b, &s) != nil || s.Key != c.cfg.Key {
+		s = state{Key: c.cfg.Key, NewestIAT: s.NewestIAT}
+	}
+	c.state = s
+	if s.Keys != nil {
+		c.keys = c.keys.merge(*s.Keys)
+	}
+	return nil
+}
+
+func (c *Client) saveLocked() error {
+	b, _ := json.Marshal(c.state)
+	return c.store.Save(b)
+}
+
+// Verdict is the answer of Check.
+type Verdict struct {
+	Licensed bool
+	// Reason: "licensed", or why not: not_activated, license_not_found,
+	// license_not_active (revoked), license_expired, seat_lapsed, machine_mismatch
+	// (fingerprint refused by the server or a lease of another machine), expired (the
+	// lease ran out and the server could not be reached), unreachable (no lease yet and no
+	// server), invalid_lease, wrong_product, wrong_license, clock_tampered,
+	// components_required.
+	Reason string
+	// Offline: answered from the stored lease without reaching the server.
+	Offline          bool
+	Tier             string
+	Entitlements     []string
+	Limits           map[string]float64
+	Floating         bool
+	LeaseExpiresAt   time.Time
+	RenewAfter       time.Time
+	LicenseExpiresAt *time.Time
+}
+
+func verdictOf(claims *LeaseClaims, offline bool) Verdict {
+	v := Verdict{Licensed: true, Reason: "licensed", Offline: offline, Tier: claims.Tier, Entitlements: claims.Entitlements,
+		Limits: claims.Limits, Floating: claims.Floating, LeaseExpiresAt: time.Unix(claims.ExpiresAt, 0),
+		RenewAfter: time.Unix(claims.RenewAfter, 0)}
+	if claims.LicenseExpiresAt != nil {
+		t := time.Unix(*claims.LicenseExpiresAt, 0)
+		v.LicenseExpiresAt = &t
+	}
+	return v
+}
+
+// Check answers whether the app is licensed, offline first: a valid stored lease answers
+// at once (and, once past its renew_after, is renewed in the background); without one,
+// or with one that ran out, it asks the server for a lease. While the server cannot be
+// reached a stored lease is good until its exp; a refusal of the server (revoked,
+// expired, seat lapsed) stands from the first renewal that reaches it.
+func (c *Client) Check(ctx context.Context) Verdict {
+	c.mu.Lock()
+	st := c.state
+	c.mu.Unlock()
+	if st.Refusal != "" {
+		return Verdict{Reason: st.Refusal}
+	}
+	if st.Token == "" {
+		return Verdict{Reason: "not_activated"}
+	}
+	if st.Lease != "" {
+		claims, err := c.verifyLease(ctx, st.Lease, st.NewestIAT)
+		if err == nil {
+			if !c.cfg.Now().Before(time.Unix(claims.RenewAfter, 0)) {
+				c.renewInBackground()
+			}
+			return verdictOf(claims, true)
+		}
+		var e *Error
+		if errors.As(err, &e) && e.Code != "expired" {
+			return Verdict{Reason: e.Code}
+		}
+	}
+	return c.Renew(ctx)
+}
+
+// Renew asks the server for a new lease now (POST /v1/leases) and returns the verdict.
+func (c *Client) Renew(ctx context.Context) Verdict {
+	c.mu.Lock()
+	st := c.state
+	c.mu.Unlock()
+	if st.Token == "" {
+		return Verdict{Reason: "not_activated"}
+	}
+	var out struct {
+		Lease string `json:"lease"`
+	}
+	err := c.do(ctx, "POST", "/v1/leases", map[string]any{"key": c.cfg.Key, "token": st.Token, "components": c.cfg.Components}, &out)
+	if err != nil {
+		var e *Error
+		errors.As(err, &e)
+		if e == nil || e.Status == 0 || e.Status == 429 || e.Status >= 500 {
+			return c.offlineVerdict(ctx, st)
+		}
+		reason := map[string]string{"seat_lease_expired": "seat_lapsed", "invalid_activation_token": "not_activated",
+			"fingerprint_mismatch": "machine_mismatch"}[e.Code]
+		if reason == "" {
+			reason = e.Code
+		}
+		v := Verdict{Reason: reason}
+		c.mu.Lock()
+		c.state.Lease = ""
+		switch e.Code {
+		case "license_not_found", "license_not_active", "license_expired":
+			c.state.Refusal = reason
+		case "seat_lease_expired", "invalid_activation_token":
+			c.state.Token = ""
+		}
+		_ = c.saveLocked()
+		c.mu.Unlock()
+		c.log.Info("keyhouse: not licensed", "reason", reason)
+		if reason == "seat_lapsed" && c.cfg.OnLapsed != nil {
+			c.cfg.OnLapsed(v)
+		}
+		return v
+	}
+	claims, verr := c.verifyLease(ctx, out.Lease, st.NewestIAT)
+	if verr != nil {
+		var e *Error
+		errors.As(verr, &e)
+		return Verdict{Reason: e.Code}
+	}
+	c.mu.Lock()
+	c.state.Lease = out.Lease
+	c.state.NewestIAT = max(c.state.NewestIAT, claims.IssuedAt)
+	_ = c.saveLocked()
+	c.mu.Unlock()
+	return verdictOf(claims, false)
+}
+
+// offlineVerdict answers from the stored lease while the server cannot be reached.
+func (c *Client) offlineVerdict(ctx context.Context, st state) Verdict {
+	if st.Lease == "" {
+		return Verdict{Reason: "unreachable"}
+	}
+	claims, err := c.verifyLease(ctx, st.Lease, st.NewestIAT)
+	if err != nil {
+		var e *Error
+		errors.As(err, &e)
+		if e.Code == "expired" && claims != nil && claims.Floating && c.cfg.OnLapsed != nil {
+			c.cfg.OnLapsed(Verdict{Reason: "seat_lapsed"})
+		}
+		return Verdict{Reason: e.Code}
+	}
+	return verdictOf(claims, true)
+}
+
+// verifyLease checks a lease against the pinned keys, fetching the key set once more
+// when the lease names a kid the client does not know (a rotation).
+func (c *Client) verifyLease(ctx context.Context, lease string, newestIAT int64) (*LeaseClaims, error) {
+	check := LeaseCheck{ProductID: c.cfg.ProductID, LicenseKey: c.cfg.Key, Now: c.cfg.Now(), NewestIssuedAt: newestIAT, Components: c.cfg.Components}
+	c.mu.Lock()
+	keys := c.keys
+	c.mu.Unlock()
+	claims, err := VerifyLease(lease, keys, check)
+	if !errors.Is(err, errUnknownKid) || c.cfg.NoKeyRefresh {
+		return claims, err
+	}
+	path := "/v1/lease-keys"
+	if c.cfg.TenantID != "" {
+		path += "?tenant_id=" + c.cfg.TenantID
+	}
+	var fetched JWKS
+	if c.do(ctx, "GET", path, nil, &fetched) != nil {
+		return claims, err
+	}
+	c.mu.Lock()
+	c.keys = c.keys.merge(fetched)
+	c.state.Keys = &fetched
+	keys = c.keys
+	_ = c.saveLocked()
+	c.mu.Unlock()
+	return VerifyLease(lease, keys, check)
+}
+
+func (c *Client) renewInBackground() {
+	c.mu.Lock()
+	if c.renewing {
+		c.mu.Unlock()
+		return
+	}
+	c.renewing = true
+	done := make(chan struct{})
+	c.renewDone = done
+	c.mu.Unlock()
+	go func() {
+		defer close(done)
+		ctx, cancel := context.WithTimeout(context.Background(), c.cfg.RequestTimeout)
+		defer cancel()
+		c.Renew(ctx)
+		c.mu.Lock()
+		c.renewing = false
+		c.mu.Unlock()
+	}()
+}
+
+// WaitRenewal waits for a background renewal started by Check, if one runs.
+func (c *Client) WaitRenewal() {
+	c.mu.Lock()
+	done := c.renewDone
+	c.mu.Unlock()
+	if done != nil {
+		<-done
+	}
+}
+
+// Heartbeat keeps a floating seat leased: it renews at each lease's renew_after until
+// ctx ends or Close is called, and reports a lapsed seat through Config.OnLapsed. Run it
+// in its own goroutine.
+func (c *Client) Heartbeat(ctx context.Context) {
+	for {
+		v := c.Check(ctx)
+		wait := time.Minute
+		if v.Licensed {
+			wait = max(v.RenewAfter.Sub(c.cfg.Now()), time.Second)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-c.stop:
+			return
+		case <-time.After(wait):
+			if v.Licensed && !c.cfg.Now().Before(v.RenewAfter) {
+				c.Renew(ctx)
+			}
+		}
+	}
+}
+
+// Close stops the heartbeat and, for a floating seat, releases it at once
+// (deactivate-license) so another machine can take it.
+func (c *Client) Close(ctx context.Context) error {
+	c.stopOnce.Do(func() { close(c.stop) })
+	c.WaitRenewal()
+	c.mu.Lock()
+	lease, token := c.state.Lease, c.state.Token
+	c.mu.Unlock()
+	if token == "" || lease == "" {
+		return nil
+	}
+	// The stored lease was verified when it was stored; an expired one still names the seat.
+	claims, _ := VerifyLease(lease, c.keys, LeaseCheck{ProductID: c.cfg.ProductID, LicenseKey: c.cfg.Key, Now: c.cfg.Now(), Components: c.cfg.Components})
+	if claims == nil || !claims.Floating {
+		return nil
+	}
+	_, derr := c.Deactivate(ctx)
+	return derr
+}

@@ -1,0 +1,432 @@
+// Package keyhouse is the Go client of a Keyhouse license server: activation, online
+// verification, usage metering, signed update checks, offline export verification, and
+// Check, the offline-first verdict an app asks for at start and on a timer.
+package keyhouse
+
+import (
+	"bytes"
+	"context"
+	"crypto/rsa"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Config configures a Client. URL, ProductID and Key are required.
+type Config struct {
+	// URL is the server's base URL (https://licenses.example.com).
+	URL string
+	// ProductID is this app's product id (the lease audience).
+	ProductID string
+	// Key is the license key.
+	Key string
+	// PublicKeyPEM is the server's RSA public key (GET /v1/public-key), pinned in the app;
+	// CheckUpdate and VerifyOfflineExport need it.
+	PublicKeyPEM string
+	// LeaseKeys are the lease signing keys pinned in the app (the JSON of GET
+	// /v1/lease-keys). A lease signed by a kid not in the set makes the client fetch the
+	// set again once (key rotation); NoKeyRefresh turns that off.
+	LeaseKeys    []byte
+	NoKeyRefresh bool
+	// TenantID selects the tenant's lease keys on a hosted server.
+	TenantID string
+	// StorePath is the file holding the activation token and the newest lease (written
+	// atomically, mode 0600). Default: <user config dir>/keyhouse/<product id>.json.
+	// Store replaces the file entirely.
+	StorePath string
+	Store     Store
+	// Components are this machine's components; nil collects them with
+	// MachineComponents (container mode keeps its install id beside the store file).
+	Components map[string]string
+	// RequestTimeout bounds each request (default 10 s).
+	RequestTimeout time.Duration
+	// HTTPClient sends the requests (default: a client of its own).
+	HTTPClient *http.Client
+	// Logger receives one line per failed request and per verdict change; never a key,
+	// token or lease. Default: nothing is logged.
+	Logger *slog.Logger
+	// Now is the clock (tests move it); default time.Now.
+	Now func() time.Time
+	// OnLapsed is called when a floating seat's lease could not be renewed before it
+	// lapsed, or the server says it lapsed.
+	OnLapsed func(Verdict)
+}
+
+// Client talks to one license server for one license on this machine. It is safe for
+// concurrent use.
+type Client struct {
+	cfg       Config
+	http      *http.Client
+	log       *slog.Logger
+	pub       *rsa.PublicKey
+	store     Store
+	gate      gate
+	mu        sync.Mutex
+	keys      JWKS
+	state     state
+	renewing  bool
+	renewDone chan struct{}
+	stop      chan struct{}
+	stopOnce  sync.Once
+}
+
+// New returns a client; it reads the store but sends nothing.
+func New(cfg Config) (*Client, error) {
+	if cfg.URL == "" || cfg.ProductID == "" || cfg.Key == "" {
+		return nil, fmt.Errorf("keyhouse: URL, ProductID and Key are required")
+	}
+	cfg.URL = strings.TrimRight(cfg.URL, "/")
+	if cfg.RequestTimeout <= 0 {
+		cfg.RequestTimeout = 10 * time.Second
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	c := &Client{cfg: cfg, http: cfg.HTTPClient, log: cfg.Logger, store: cfg.Store, stop: make(chan struct{})}
+	if c.http == nil {
+		c.http = &http.Client{}
+	}
+	if c.log == nil {
+		c.log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if cfg.PublicKeyPEM != "" {
+		pub, err := ParsePublicKey(cfg.PublicKeyPEM)
+		if err != nil {
+			return nil, err
+		}
+		c.pub = pub
+	}
+	if len(cfg.LeaseKeys) > 0 {
+		keys, err := ParseJWKS(cfg.LeaseKeys)
+		if err != nil {
+			return nil, fmt.Errorf("keyhouse: LeaseKeys: %w", err)
+		}
+		c.keys = keys
+	}
+	if c.store == nil {
+		path := cfg.StorePath
+		if path == "" {
+			dir, err := os.UserConfigDir()
+			if err != nil {
+				return nil, fmt.Errorf("keyhouse: no StorePath and no user config dir: %w", err)
+			}
+			path = filepath.Join(dir, "keyhouse", regexp.MustCompile(`[^A-Za-z0-9._-]`).ReplaceAllString(cfg.ProductID, "_")+".json")
+		}
+		c.store = FileStore(path)
+		if cfg.Components == nil {
+			cfg.Components = MachineComponents(cfg.ProductID, ComponentOptions{InstallIDPath: path + ".install-id"})
+		}
+	} else if cfg.Components == nil {
+		cfg.Components = MachineComponents(cfg.ProductID, ComponentOptions{})
+	}
+	c.cfg = cfg
+	if err := c.load(); err != nil {
+		return nil, err
+	}
+	c.gate.rand = rand.Float64
+	return c, nil
+}
+
+// Failure backoff: after the n-th failure in a row (no answer, 429 or 5xx) the client
+// sends nothing for max(Retry-After, MinFailingInterval, a draw in [0, min(MaxBackoff,
+// MinFailingInterval·2^(n-1))]) — exponential backoff with full jitter that never lets
+// one client send more than one request a minute to a failing server.
+const (
+	MinFailingInterval = time.Minute
+	MaxBackoff         = 30 * time.Minute
+)
+
+type gate struct {
+	mu       sync.Mutex
+	failures int
+	next     time.Time
+	rand     func() float64
+}
+
+func (g *gate) admit(now time.Time) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if now.Before(g.next) {
+		wait := g.next.Sub(now)
+		return &Error{Code: "backing_off", Message: "server failing; next request in " + wait.Round(time.Second).String(), RetryAfter: wait}
+	}
+	if g.failures > 0 {
+		// One probe at a time while failing: hold the others until this one answers.
+		g.next = now.Add(MinFailingInterval)
+	}
+	return nil
+}
+
+func (g *gate) record(now time.Time, failed bool, retryAfter time.Duration) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !failed {
+		g.failures, g.next = 0, time.Time{}
+		return
+	}
+	g.failures++
+	ceiling := MinFailingInterval << min(g.failures-1, 10)
+	if ceiling > MaxBackoff {
+		ceiling = MaxBackoff
+	}
+	wait := time.Duration(g.rand() * float64(ceiling))
+	wait = max(wait, MinFailingInterval, retryAfter)
+	g.next = now.Add(wait)
+}
+
+// do sends one JSON request and decodes a 200 answer into out.
+func (c *Client) do(ctx context.Context, method, path string, body, out any) error {
+	if err := c.gate.admit(c.cfg.Now()); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
+	defer cancel()
+	var reader io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return err
+		}
+		reader = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.cfg.URL+path, reader)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Accept", "application/json")
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		c.gate.record(c.cfg.Now(), true, 0)
+		c.log.Warn("keyhouse: no answer", "route", path, "error", redactURL(err.Error(), c.cfg.URL))
+		return &Error{Code: "unreachable", Message: "server unreachable", err: err}
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	if err != nil {
+		c.gate.record(c.cfg.Now(), true, 0)
+		return &Error{Code: "unreachable", Message: "answer cut short", err: err}
+	}
+	retryAfter := parseRetryAfter(resp.Header.Get("Retry-After"), c.cfg.Now())
+	failed := resp.StatusCode == 429 || resp.StatusCode >= 500
+	c.gate.record(c.cfg.Now(), failed, retryAfter)
+	if resp.StatusCode != 200 {
+		var e struct {
+			Error string `json:"error"`
+		}
+		_ = json.Unmarshal(data, &e)
+		if e.Error == "" {
+			e.Error = http.StatusText(resp.StatusCode)
+		}
+		c.log.Warn("keyhouse: request refused", "route", path, "status", resp.StatusCode, "code", codeFor(resp.StatusCode, e.Error))
+		return &Error{Status: resp.StatusCode, Code: codeFor(resp.StatusCode, e.Error), Message: e.Error, RetryAfter: retryAfter}
+	}
+	if out != nil {
+		if err := json.Unmarshal(data, out); err != nil {
+			return &Error{Status: 200, Code: "server_error", Message: "answer is not the expected JSON"}
+		}
+	}
+	return nil
+}
+
+// redactURL keeps the server's address out of nothing but itself: transport errors
+// carry the URL, which holds no secret, but a path could (export routes hold keys).
+func redactURL(msg, base string) string {
+	if i := strings.Index(msg, base); i >= 0 {
+		rest := msg[i+len(base):]
+		end := strings.IndexAny(rest, "\": ")
+		if end < 0 {
+			end = len(rest)
+		}
+		return msg[:i] + base + "/…" + rest[end:]
+	}
+	return msg
+}
+
+func parseRetryAfter(v string, now time.Time) time.Duration {
+	if v == "" {
+		return 0
+	}
+	if s, err := strconv.Atoi(strings.TrimSpace(v)); err == nil && s > 0 {
+		return time.Duration(s) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil && t.After(now) {
+		return t.Sub(now)
+	}
+	return 0
+}
+
+// License is what verify-license answers for a valid license.
+type License struct {
+	Valid     bool               `json:"valid"`
+	Tier      string             `json:"tier"`
+	ProductID string             `json:"product_id"`
+	Limits    map[string]float64 `json:"limits"`
+	ExpiresAt *time.Time         `json:"expires_at"`
+	IssuedAt  time.Time          `json:"issued_at"`
+	Status    string             `json:"status"`
+}
+
+// Verify asks the server whether the license is valid (POST /v1/verify-license). An
+// invalid license is an error: ErrLicenseNotFound, ErrLicenseExpired, ErrLicenseNotActive.
+func (c *Client) Verify(ctx context.Context) (*License, error) {
+	var out License
+	if err := c.do(ctx, "POST", "/v1/verify-license", map[string]string{"key": c.cfg.Key}, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// Validate asks whether this machine's seat is valid (POST /v1/validate-license with the
+// activated instance id).
+func (c *Client) Validate(ctx context.Context) (bool, error) {
+	c.mu.Lock()
+	instance := c.state.InstanceID
+	c.mu.Unlock()
+	if instance == "" {
+		return false, &Error{Code: "not_activated", Message: "not activated on this machine"}
+	}
+	var out struct {
+		Valid bool `json:"valid"`
+	}
+	err := c.do(ctx, "POST", "/v1/validate-license", map[string]string{"key": c.cfg.Key, "instance_id": instance}, &out)
+	return out.Valid, err
+}
+
+// Activation is the answer of Activate.
+type Activation struct {
+	// AlreadyActivated: the seat existed; the token stored by the first activation on
+	// this machine is kept (the server never shows a token twice).
+	AlreadyActivated bool
+	InstanceID       string
+}
+
+// Activate takes a seat for instanceID (POST /v1/activate-license) and stores its token.
+func (c *Client) Activate(ctx context.Context, instanceID string) (*Activation, error) {
+	var out struct {
+		Activated        bool   `json:"activated"`
+		AlreadyActivated bool   `json:"alreadyActivated"`
+		Token            string `json:"token"`
+	}
+	if err := c.do(ctx, "POST", "/v1/activate-license", map[string]string{"key": c.cfg.Key, "instance_id": instanceID}, &out); err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if out.Token != "" || c.state.InstanceID != instanceID {
+		c.state = state{Key: c.cfg.Key, InstanceID: instanceID, Token: out.Token, NewestIAT: c.state.NewestIAT}
+	}
+	if err := c.saveLocked(); err != nil {
+		return nil, err
+	}
+	return &Activation{AlreadyActivated: out.AlreadyActivated, InstanceID: instanceID}, nil
+}
+
+// Deactivate frees this machine's seat (POST /v1/deactivate-license) and forgets its
+// token and lease. It reports whether a seat was freed.
+func (c *Client) Deactivate(ctx context.Context) (bool, error) {
+	c.mu.Lock()
+	token := c.state.Token
+	c.mu.Unlock()
+	if token == "" {
+		return false, &Error{Code: "not_activated", Message: "not activated on this machine"}
+	}
+	var out struct {
+		Deactivated bool `json:"deactivated"`
+	}
+	if err := c.do(ctx, "POST", "/v1/deactivate-license", map[string]string{"key": c.cfg.Key, "token": token}, &out); err != nil {
+		return false, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.state = state{Key: c.cfg.Key, NewestIAT: c.state.NewestIAT}
+	return out.Deactivated, c.saveLocked()
+}
+
+// TrackUsage adds n to a metric of this seat (POST /v1/track-usage) and returns the new
+// running total. A 503 means the increment was not applied.
+func (c *Client) TrackUsage(ctx context.Context, metric string, n int64) (int64, error) {
+	c.mu.Lock()
+	token := c.state.Token
+	c.mu.Unlock()
+	if token == "" {
+		return 0, &Error{Code: "not_activated", Message: "not activated on this machine"}
+	}
+	var out struct {
+		Usage int64 `json:"usage"`
+	}
+	err := c.do(ctx, "POST", "/v1/track-usage", map[string]any{"key": c.cfg.Key, "token": token, "metric": metric, "increment": n}, &out)
+	return out.Usage, err
+}
+
+// UsageReport is the live usage snapshot of POST /v1/usage-report.
+type UsageReport struct {
+	Valid     bool       `json:"valid"`
+	Status    string     `json:"status"`
+	ExpiresAt *time.Time `json:"expires_at"`
+	Metrics   []struct {
+		Metric    string  `json:"metric"`
+		Used      int64   `json:"used"`
+		Limit     float64 `json:"limit"`
+		Remaining float64 `json:"remaining"`
+		Exceeded  bool    `json:"exceeded"`
+	} `json:"metrics"`
+}
+
+// UsageReport reads the license's usage.
+func (c *Client) UsageReport(ctx context.Context) (*UsageReport, error) {
+	var out UsageReport
+	if err := c.do(ctx, "POST", "/v1/usage-report", map[string]string{"key": c.cfg.Key}, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// CheckUpdate asks for a release newer than currentVersion (POST /v1/check-update). It
+// returns nil when there is none, and a release only after VerifyManifest accepted it
+// (signature, request, issued within ManifestSkew of now).
+func (c *Client) CheckUpdate(ctx context.Context, currentVersion, channel, platform string) (*Release, error) {
+	if c.pub == nil {
+		return nil, fmt.Errorf("keyhouse: CheckUpdate needs Config.PublicKeyPEM")
+	}
+	if channel == "" {
+		channel = "stable"
+	}
+	req := UpdateRequest{ProductID: c.cfg.ProductID, Channel: channel, Platform: platform}
+	var out struct {
+		UpdateAvailable bool     `json:"update_available"`
+		Release         *Release `json:"release"`
+	}
+	body := map[string]string{"key": c.cfg.Key, "product_id": req.ProductID, "channel": channel, "platform": platform, "current_version": currentVersion}
+	if err := c.do(ctx, "POST", "/v1/check-update", body, &out); err != nil {
+		return nil, err
+	}
+	if !out.UpdateAvailable || out.Release == nil {
+		return nil, nil
+	}
+	if err := VerifyManifest(out.Release, req, c.pub, c.cfg.Now(), ManifestSkew); err != nil {
+		return nil, err
+	}
+	return out.Release, nil
+}
+
+// VerifyOfflineExport checks an offline export with the pinned public key at the
+// client's clock.
+func (c *Client) VerifyOfflineExport(exportJSON []byte) (*OfflineLicense, error) {
+	if c.pub == nil {
+		return nil, fmt.Errorf("keyhouse: VerifyOfflineExport needs Config.PublicKeyPEM")
+	}
+	return VerifyOfflineExport(exportJSON, c.pub, c.cfg.Now())
+}

@@ -1,0 +1,3 @@
+module github.com/keyhouse/keyhouse/clients/go
+
+go 1.22

@@ -1,0 +1,162 @@
+package keyhouse
+
+import (
+	"crypto/ed25519"
+	"encoding/base64"
+	"encoding/json"
+	"strings"
+	"time"
+)
+
+// JWK is one lease signing key as GET /v1/lease-keys lists it.
+type JWK struct {
+	Kty    string `json:"kty"`
+	Crv    string `json:"crv"`
+	X      string `json:"x"`
+	Kid    string `json:"kid"`
+	Use    string `json:"use,omitempty"`
+	Alg    string `json:"alg,omitempty"`
+	Status string `json:"status,omitempty"`
+}
+
+// JWKS is a set of lease keys.
+type JWKS struct {
+	Keys []JWK `json:"keys"`
+}
+
+// ParseJWKS reads a key set (the JSON of GET /v1/lease-keys).
+func ParseJWKS(data []byte) (JWKS, error) {
+	var set JWKS
+	err := json.Unmarshal(data, &set)
+	return set, err
+}
+
+func (s JWKS) key(kid string) ed25519.PublicKey {
+	for _, k := range s.Keys {
+		if k.Kid == kid && k.Kty == "OKP" && k.Crv == "Ed25519" {
+			if x, err := base64.RawURLEncoding.DecodeString(k.X); err == nil && len(x) == ed25519.PublicKeySize {
+				return ed25519.PublicKey(x)
+			}
+		}
+	}
+	return nil
+}
+
+// merge returns s with the keys of other whose kid s lacks.
+func (s JWKS) merge(other JWKS) JWKS {
+	out := JWKS{Keys: append([]JWK(nil), s.Keys...)}
+	for _, k := range other.Keys {
+		if s.key(k.Kid) == nil {
+			out.Keys = append(out.Keys, k)
+		}
+	}
+	return out
+}
+
+// LeaseClaims are the claims of a lease (a JWS signed with Ed25519).
+type LeaseClaims struct {
+	Issuer           string             `json:"iss"`
+	Subject          string             `json:"sub"`
+	Audience         string             `json:"aud"`
+	ID               string             `json:"jti"`
+	IssuedAt         int64              `json:"iat"`
+	ExpiresAt        int64              `json:"exp"`
+	RenewAfter       int64              `json:"renew_after"`
+	Tier             string             `json:"tier"`
+	Status           string             `json:"status"`
+	LicenseExpiresAt *int64             `json:"license_expires_at"`
+	Limits           map[string]float64 `json:"limits"`
+	Entitlements     []string           `json:"entitlements"`
+	InstanceID       string             `json:"instance_id"`
+	Floating         bool               `json:"floating"`
+	Components       map[string]string  `json:"components"`
+	Nonce            string             `json:"nonce,omitempty"`
+}
+
+// ClockTolerance is how far a lease's iat may be ahead of the local clock, and how far
+// the clock may fall back below the newest iat seen, before the verdict is clock_tampered.
+const ClockTolerance = 5 * time.Minute
+
+// LeaseCheck is what a lease is checked against.
+type LeaseCheck struct {
+	ProductID  string
+	LicenseKey string
+	Now        time.Time
+	// NewestIssuedAt is the newest iat this installation has seen (0: none).
+	NewestIssuedAt int64
+	// Components are this machine's (hashed) components.
+	Components map[string]string
+}
+
+// VerifyLease checks a lease and returns its claims, or an *Error whose Code is the
+// verdict: invalid_lease (malformed, unknown key, bad signature, not EdDSA),
+// wrong_product (aud), wrong_license (sub), clock_tampered, expired, machine_mismatch
+// (the lease is bound to components of which this machine has none).
+func VerifyLease(token string, keys JWKS, c LeaseCheck) (*LeaseClaims, error) {
+	invalid := func(why string) (*LeaseClaims, error) {
+		return nil, &Error{Code: "invalid_lease", Message: "lease " + why}
+	}
+	parts := strings.Split(token, ".")
+	if len(parts) != 3 {
+		return invalid("is not a JWS")
+	}
+	var header struct {
+		Alg string `json:"alg"`
+		Kid string `json:"kid"`
+		Typ string `json:"typ"`
+	}
+	hb, err1 := base64.RawURLEncoding.DecodeString(parts[0])
+	pb, err2 := base64.RawURLEncoding.DecodeString(parts[1])
+	sig, err3 := base64.RawURLEncoding.DecodeString(parts[2])
+	if err1 != nil || err2 != nil || err3 != nil || json.Unmarshal(hb, &header) != nil {
+		return invalid("is not a JWS")
+	}
+	if header.Alg != "EdDSA" {
+		return invalid("is not signed with EdDSA")
+	}
+	pub := keys.key(header.Kid)
+	if pub == nil {
+		return nil, &Error{Code: "invalid_lease", Message: "lease signed by unknown key " + header.Kid, err: errUnknownKid}
+	}
+	if !ed25519.Verify(pub, []byte(parts[0]+"."+parts[1]), sig) {
+		return invalid("signature does not verify")
+	}
+	var claims LeaseClaims
+	if err := json.Unmarshal(pb, &claims); err != nil {
+		return invalid("claims are malformed")
+	}
+	switch now := c.Now.Unix(); {
+	case claims.Audience != c.ProductID:
+		return &claims, &Error{Code: "wrong_product", Message: "lease is for another product"}
+	case c.LicenseKey != "" && claims.Subject != c.LicenseKey:
+		return &claims, &Error{Code: "wrong_license", Message: "lease is for another license"}
+	case claims.IssuedAt > now+int64(ClockTolerance/time.Second),
+		c.NewestIssuedAt > now+int64(ClockTolerance/time.Second):
+		return &claims, &Error{Code: "clock_tampered", Message: "the local clock is behind the lease's issue time"}
+	case now >= claims.ExpiresAt:
+		return &claims, &Error{Code: "expired", Message: "lease expired"}
+	case !componentsMatch(claims.Components, c.Components):
+		return &claims, &Error{Code: "machine_mismatch", Message: "lease is bound to another machine"}
+	}
+	return &claims, nil
+}
+
+// componentsMatch: a lease bound to components needs at least one of them equal here
+// (the server applies the policy's stricter rule at every renewal).
+func componentsMatch(bound, local map[string]string) bool {
+	if len(bound) == 0 {
+		return true
+	}
+	for name, v := range bound {
+		if local[name] == v {
+			return true
+		}
+	}
+	return false
+}
+
+type sentinel string
+
+func (s sentinel) Error() string { return string(s) }
+
+const errUnknownKid = sentinel("unknown kid")

@@ -1,0 +1,448 @@
+package keyhouse
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// The live scenario list, run against the real stack by stack/e2e (TestSDKScenarios),
+// which sets KEYHOUSE_E2E; skipped without it.
+
+type liveFixture struct {
+	URL          string            `json:"url"`
+	Control      string            `json:"control"`
+	ProductID    string            `json:"product_id"`
+	PublicKeyPEM string            `json:"public_key_pem"`
+	Keys         map[string]string `json:"keys"`
+	Release      map[string]string `json:"release"`
+	ExportJSON   string            `json:"export_json"`
+	LeaseKeys    json.RawMessage   `json:"lease_keys"`
+	FloatingTTL  int               `json:"floating_ttl"`
+}
+
+func live(t *testing.T) *liveFixture {
+	raw := os.Getenv("KEYHOUSE_E2E")
+	if raw == "" {
+		t.Skip("KEYHOUSE_E2E not set: stack/e2e TestSDKScenarios runs this suite against the stack")
+	}
+	var f liveFixture
+	if err := json.Unmarshal([]byte(raw), &f); err != nil {
+		t.Fatal(err)
+	}
+	return &f
+}
+
+// control switches the proxy in front of the gateway and returns its request count.
+func (f *liveFixture) control(t *testing.T, what string) int {
+	t.Helper()
+	resp, err := http.Post(f.Control+"/"+what, "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out struct{ Count int }
+	if resp.StatusCode != 200 || json.NewDecoder(resp.Body).Decode(&out) != nil {
+		t.Fatalf("control %s: %d", what, resp.StatusCode)
+	}
+	return out.Count
+}
+
+// fakeClock is a clock the scenarios move.
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *fakeClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+// logSink collects every log line of the clients, to show no secret reaches one.
+type logSink struct {
+	mu    sync.Mutex
+	lines strings.Builder
+}
+
+func (s *logSink) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.lines.Write(p)
+}
+
+func TestLiveScenarios(t *testing.T) {
+	f := live(t)
+	ctx := context.Background()
+	logs := &logSink{}
+	dir := t.TempDir()
+	clock := &fakeClock{now: time.Now()}
+	newClient := func(key, store string) *Client {
+		c, err := New(Config{URL: f.URL, ProductID: f.ProductID, Key: key, PublicKeyPEM: f.PublicKeyPEM,
+			StorePath: filepath.Join(dir, store), Logger: slog.New(slog.NewTextHandler(logs, nil)), Now: clock.Now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	c := newClient(f.Keys["main"], "main.json")
+
+	t.Run("scenario: activate", func(t *testing.T) {
+		if a, err := c.Activate(ctx, "laptop-1"); err != nil || a.AlreadyActivated {
+			t.Fatalf("%+v %v", a, err)
+		}
+		if a, err := newClient(f.Keys["main"], "main.json").Activate(ctx, "laptop-1"); err != nil || !a.AlreadyActivated {
+			t.Fatalf("repeat: %+v %v", a, err)
+		}
+		capped := newClient(f.Keys["capped"], "capped-1.json")
+		if _, err := capped.Activate(ctx, "one"); err != nil {
+			t.Fatal(err)
+		}
+		_, err := newClient(f.Keys["capped"], "capped-2.json").Activate(ctx, "two")
+		var e *Error
+		if !errors.Is(err, ErrActivationLimitExceeded) || !errors.As(err, &e) || e.Message != "Activation limit exceeded for this license key" || e.Status != 403 {
+			t.Fatalf("over the cap: %v", err)
+		}
+	})
+	t.Run("scenario: verify and validate online", func(t *testing.T) {
+		lic, err := c.Verify(ctx)
+		if err != nil || !lic.Valid || lic.Tier != "pro" || lic.ProductID != f.ProductID || lic.ExpiresAt == nil {
+			t.Fatalf("%+v %v", lic, err)
+		}
+		if ok, err := c.Validate(ctx); !ok || err != nil {
+			t.Fatalf("validate %v %v", ok, err)
+		}
+		if _, err := newClient("KH-NO-SUCH-KEY", "none.json").Verify(ctx); !errors.Is(err, ErrLicenseNotFound) {
+			t.Fatalf("unknown key: %v", err)
+		}
+	})
+	t.Run("scenario: usage", func(t *testing.T) {
+		if n, err := c.TrackUsage(ctx, "users", 3); n != 3 || err != nil {
+			t.Fatalf("%d %v", n, err)
+		}
+		if _, err := c.TrackUsage(ctx, "users", 8); !errors.Is(err, ErrUsageLimitExceeded) {
+			t.Fatalf("over the limit: %v", err)
+		}
+		if _, err := c.TrackUsage(ctx, "seats", 1); !errors.Is(err, ErrMetricNotAllowed) {
+			t.Fatalf("metric not in limits: %v", err)
+		}
+		r, err := c.UsageReport(ctx)
+		if err != nil || len(r.Metrics) != 1 || r.Metrics[0].Metric != "users" || r.Metrics[0].Used != 3 || r.Metrics[0].Remaining != 7 {
+			t.Fatalf("%+v %v", r, err)
+		}
+	})
+	t.Run("scenario: signed update check", func(t *testing.T) {
+		rel, err := c.CheckUpdate(ctx, "1.0.0", f.Release["channel"], f.Release["platform"])
+		if err != nil || rel == nil || rel.Version != f.Release["version"] {
+			t.Fatalf("%+v %v", rel, err)
+		}
+		if rel, err := c.CheckUpdate(ctx, f.Release["version"], f.Release["channel"], f.Release["platform"]); rel != nil || err != nil {
+			t.Fatalf("current: %+v %v", rel, err)
+		}
+	})
+	t.Run("scenario: offline export", func(t *testing.T) {
+		lic, err := c.VerifyOfflineExport([]byte(f.ExportJSON))
+		if err != nil || lic.Key != f.Keys["main"] {
+			t.Fatalf("%+v %v", lic, err)
+		}
+		tampered := strings.Replace(f.ExportJSON, `"tier":"pro"`, `"tier":"enterprise"`, 1)
+		if _, err := c.VerifyOfflineExport([]byte(tampered)); !errors.Is(err, ErrInvalidSignature) {
+			t.Fatalf("tampered: %v", err)
+		}
+	})
+	t.Run("scenario: gateway out of reach", func(t *testing.T) {
+		f.control(t, "mode?m=down")
+		defer f.control(t, "mode?m=pass")
+		before := f.control(t, "count")
+		if _, err := c.Verify(ctx); !errors.Is(err, ErrUnreachable) {
+			t.Fatalf("%v", err)
+		}
+		if _, err := c.Verify(ctx); !errors.Is(err, ErrBackingOff) {
+			t.Fatalf("second call: %v", err)
+		}
+		if n := f.control(t, "count") - before; n != 1 {
+			t.Fatalf("%d requests, want 1", n)
+		}
+		f.control(t, "mode?m=pass")
+		clock.Advance(MaxBackoff)
+		if _, err := c.Verify(ctx); err != nil {
+			t.Fatalf("after the backoff: %v", err)
+		}
+	})
+	t.Run("scenario: retry storm", func(t *testing.T) {
+		storm := newClient(f.Keys["storm"], "storm.json")
+		f.control(t, "mode?m=503")
+		defer f.control(t, "mode?m=pass")
+		f.control(t, "reset")
+		if _, err := storm.Verify(ctx); !errors.Is(err, ErrUnavailable) {
+			t.Fatalf("first: %v", err)
+		}
+		const minutes = 10
+		for i := 0; i < minutes*60; i++ {
+			clock.Advance(time.Second)
+			_, _ = storm.Verify(ctx)
+		}
+		if n := f.control(t, "count"); n > 1+minutes || n < 2 {
+			t.Fatalf("%d requests in %d minutes after the first failure", n, minutes)
+		}
+		// Retry-After longer than the backoff is honoured.
+		clock.Advance(MaxBackoff)
+		f.control(t, "mode?m=503&retry_after=300")
+		f.control(t, "reset")
+		_, _ = storm.Verify(ctx)
+		for i := 0; i < 299; i++ {
+			clock.Advance(time.Second)
+			_, _ = storm.Verify(ctx)
+		}
+		if n := f.control(t, "count"); n != 1 {
+			t.Fatalf("%d requests within Retry-After", n)
+		}
+	})
+	token := c.state.Token
+	t.Run("scenario: deactivate", func(t *testing.T) {
+		clock.Advance(MaxBackoff)
+		if ok, err := c.Deactivate(ctx); !ok || err != nil {
+			t.Fatalf("%v %v", ok, err)
+		}
+		if _, err := c.Validate(ctx); !errors.Is(err, ErrNotActivated) {
+			t.Fatalf("after: %v", err)
+		}
+	})
+	t.Run("scenario: no secret in a log line", func(t *testing.T) {
+		text := logs.lines.String()
+		if !strings.Contains(text, "keyhouse:") {
+			t.Fatal("nothing was logged; the check would be vacuous")
+		}
+		if token == "" || strings.Contains(text, token) {
+			t.Fatal("the activation token is in the logs (or was never stored)")
+		}
+		for name, key := range f.Keys {
+			if strings.Contains(text, key) {
+				t.Fatalf("license key %s in the logs", name)
+			}
+		}
+	})
+}
+
+// TestMain runs the heartbeat child of the killed-process scenario when asked to.
+func TestMain(m *testing.M) {
+	if spec := os.Getenv("KEYHOUSE_CHILD"); spec != "" {
+		heartbeatChild(spec)
+		return
+	}
+	os.Exit(m.Run())
+}
+
+// heartbeatChild activates a floating seat, says "leased", and keeps it leased until killed.
+func heartbeatChild(spec string) {
+	var cfg struct{ URL, ProductID, Key, Store string }
+	_ = json.Unmarshal([]byte(spec), &cfg)
+	c, err := New(Config{URL: cfg.URL, ProductID: cfg.ProductID, Key: cfg.Key, StorePath: cfg.Store, Components: map[string]string{}})
+	if err != nil {
+		panic(err)
+	}
+	ctx := context.Background()
+	if _, err := c.Activate(ctx, "child"); err != nil {
+		panic(err)
+	}
+	if v := c.Check(ctx); !v.Licensed {
+		panic(v.Reason)
+	}
+	os.Stdout.WriteString("leased\n")
+	c.Heartbeat(ctx)
+}
+
+func TestLiveLeaseScenarios(t *testing.T) {
+	f := live(t)
+	ctx := context.Background()
+	dir := t.TempDir()
+	here := map[string]string{"machine_id": HashComponent(f.ProductID, "sdk-e2e-machine-1")}
+	elsewhere := map[string]string{"machine_id": HashComponent(f.ProductID, "sdk-e2e-machine-2")}
+	// Each client has a clock of its own, starting at the real time (the server's).
+	newClient := func(key, store string, components map[string]string) (*Client, *fakeClock) {
+		clock := &fakeClock{now: time.Now()}
+		c, err := New(Config{URL: f.URL, ProductID: f.ProductID, Key: key, LeaseKeys: f.LeaseKeys, StorePath: filepath.Join(dir, store),
+			Components: components, Now: clock.Now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c, clock
+	}
+	copyStore := func(from, to string) {
+		b, err := os.ReadFile(filepath.Join(dir, from))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, to), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, _ := newClient(f.Keys["lease"], "lease.json", here)
+
+	t.Run("scenario: activate and check online", func(t *testing.T) {
+		if _, err := c.Activate(ctx, "desk-1"); err != nil {
+			t.Fatal(err)
+		}
+		v := c.Check(ctx)
+		if !v.Licensed || v.Offline || v.Tier != "pro" || len(v.Entitlements) != 1 || v.Entitlements[0] != "sync" {
+			t.Fatalf("%+v", v)
+		}
+		// A second check answers from the stored lease, sending nothing.
+		before := f.control(t, "count")
+		if v := c.Check(ctx); !v.Licensed || !v.Offline || f.control(t, "count") != before {
+			t.Fatalf("%+v", v)
+		}
+	})
+	t.Run("scenario: gateway stopped, licensed from the lease", func(t *testing.T) {
+		f.control(t, "mode?m=down")
+		defer f.control(t, "mode?m=pass")
+		// A fresh process of the app, past renew_after: the background renewal fails.
+		copyStore("lease.json", "offline.json")
+		app, appClock := newClient(f.Keys["lease"], "offline.json", here)
+		appClock.Advance(601 * time.Second)
+		if v := app.Check(ctx); !v.Licensed || !v.Offline {
+			t.Fatalf("%+v", v)
+		}
+		app.WaitRenewal()
+		if v := app.Check(ctx); !v.Licensed {
+			t.Fatalf("after a failed renewal: %+v", v)
+		}
+		t.Run("scenario: clock past exp, not licensed", func(t *testing.T) {
+			appClock.Advance(3600 * time.Second)
+			if v := app.Check(ctx); v.Licensed || v.Reason != "expired" {
+				t.Fatalf("%+v", v)
+			}
+		})
+	})
+	t.Run("scenario: revoked while offline, refused at the first renewal", func(t *testing.T) {
+		r, rclock := newClient(f.Keys["revoke"], "revoke.json", here)
+		if _, err := r.Activate(ctx, "desk-2"); err != nil {
+			t.Fatal(err)
+		}
+		if v := r.Check(ctx); !v.Licensed {
+			t.Fatalf("%+v", v)
+		}
+		f.control(t, "mode?m=down")
+		f.control(t, "revoke?key="+f.Keys["revoke"])
+		if v := r.Check(ctx); !v.Licensed || !v.Offline {
+			t.Fatalf("offline, before a renewal: %+v", v)
+		}
+		// The server's caches may answer for up to 1 s after a change (its bound); an app
+		// offline for longer than that reconnects.
+		time.Sleep(1500 * time.Millisecond)
+		f.control(t, "mode?m=pass")
+		rclock.Advance(601 * time.Second)
+		if v := r.Check(ctx); !v.Licensed {
+			t.Fatalf("the check that starts the renewal answers from the lease: %+v", v)
+		}
+		r.WaitRenewal()
+		if v := r.Check(ctx); v.Licensed || v.Reason != "license_not_active" {
+			t.Fatalf("after the renewal reached the server: %+v", v)
+		}
+	})
+	t.Run("scenario: lease copied to another machine", func(t *testing.T) {
+		copyStore("lease.json", "copied.json")
+		other, _ := newClient(f.Keys["lease"], "copied.json", elsewhere)
+		if v := other.Check(ctx); v.Licensed || v.Reason != "machine_mismatch" {
+			t.Fatalf("%+v", v)
+		}
+		if v := other.Renew(ctx); v.Licensed || v.Reason != "machine_mismatch" {
+			t.Fatalf("the server: %+v", v)
+		}
+	})
+	t.Run("scenario: floating seat freed by close()", func(t *testing.T) {
+		a, _ := newClient(f.Keys["floating"], "float-a.json", nil)
+		b, _ := newClient(f.Keys["floating"], "float-b.json", nil)
+		if _, err := a.Activate(ctx, "a"); err != nil {
+			t.Fatal(err)
+		}
+		if v := a.Check(ctx); !v.Licensed || !v.Floating {
+			t.Fatalf("%+v", v)
+		}
+		if _, err := b.Activate(ctx, "b"); !errors.Is(err, ErrActivationLimitExceeded) {
+			t.Fatalf("second seat: %v", err)
+		}
+		if err := a.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.Activate(ctx, "b"); err != nil {
+			t.Fatalf("after close: %v", err)
+		}
+		if v := b.Check(ctx); !v.Licensed {
+			t.Fatalf("%+v", v)
+		}
+	})
+	t.Run("scenario: floating seat freed after a killed process", func(t *testing.T) {
+		spec, _ := json.Marshal(map[string]string{"URL": f.URL, "ProductID": f.ProductID, "Key": f.Keys["killed"], "Store": filepath.Join(dir, "child.json")})
+		child := exec.Command(os.Args[0])
+		child.Env = append(os.Environ(), "KEYHOUSE_CHILD="+string(spec))
+		out, _ := child.StdoutPipe()
+		child.Stderr = os.Stderr
+		if err := child.Start(); err != nil {
+			t.Fatal(err)
+		}
+		if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || line != "leased\n" {
+			_ = child.Process.Kill()
+			t.Fatalf("child: %q %v", line, err)
+		}
+		other, _ := newClient(f.Keys["killed"], "after-kill.json", nil)
+		if _, err := other.Activate(ctx, "other"); !errors.Is(err, ErrActivationLimitExceeded) {
+			t.Fatalf("while the child holds the seat: %v", err)
+		}
+		_ = child.Process.Kill()
+		_ = child.Wait()
+		killed := time.Now()
+		deadline := killed.Add(time.Duration(f.FloatingTTL)*time.Second + 15*time.Second)
+		for {
+			_, err := other.Activate(ctx, "other")
+			if err == nil {
+				t.Logf("seat free %s after the kill", time.Since(killed).Round(100*time.Millisecond))
+				break
+			}
+			if !errors.Is(err, ErrActivationLimitExceeded) || time.Now().After(deadline) {
+				t.Fatalf("seat not free within lease_ttl + 15 s: %v", err)
+			}
+			time.Sleep(time.Second)
+		}
+	})
+	t.Run("scenario: lapsed floating seat reported", func(t *testing.T) {
+		var lapsed []Verdict
+		var mu sync.Mutex
+		clock := &fakeClock{now: time.Now()}
+		c, err := New(Config{URL: f.URL, ProductID: f.ProductID, Key: f.Keys["lapsed"], LeaseKeys: f.LeaseKeys,
+			StorePath: filepath.Join(dir, "lapsed.json"), Components: map[string]string{}, Now: clock.Now,
+			OnLapsed: func(v Verdict) { mu.Lock(); lapsed = append(lapsed, v); mu.Unlock() }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Activate(ctx, "sleeper"); err != nil {
+			t.Fatal(err)
+		}
+		if v := c.Check(ctx); !v.Licensed {
+			t.Fatalf("%+v", v)
+		}
+		// The app slept through its lease (no heartbeat): the server has let the seat go.
+		time.Sleep(time.Duration(f.FloatingTTL+1) * time.Second)
+		clock.Advance(time.Duration(f.FloatingTTL+1) * time.Second)
+		if v := c.Check(ctx); v.Licensed || v.Reason != "seat_lapsed" {
+			t.Fatalf("%+v", v)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if len(lapsed) != 1 || lapsed[0].Reason != "seat_lapsed" {
+			t.Fatalf("OnLapsed calls: %+v", lapsed)
+		}
+	})
+}

@@ -1,0 +1,250 @@
+/** Every failure: an answer of the server (status, its "error" text) or a condition found
+ * on this side (status 0). `code` is the machine-readable name to switch on. */
+export declare class KeyhouseError extends Error {
+    readonly code: string;
+    readonly status: number;
+    /** Seconds the server asked to wait (429, 503), or the client holds back (backing_off). */
+    readonly retryAfter: number;
+    constructor(code: string, message: string, status?: number, 
+    /** Seconds the server asked to wait (429, 503), or the client holds back (backing_off). */
+    retryAfter?: number);
+}
+/** The code of an answer of the server. */
+export declare function errorCode(status: number, message: string): string;
+/** The value sent for one machine component: hex HMAC-SHA256 keyed with the product id
+ * over the trimmed raw value (no cross-vendor identifier leaves the machine). */
+export declare function hashComponent(productId: string, raw: string): string;
+/** Whether this process runs in a container (Docker, Podman, Kubernetes, containerd). */
+export declare function inContainer(): boolean;
+/** This machine's components, each hashed with productId: Linux machine_id, dmi_uuid,
+ * root_disk; macOS platform_uuid; Windows machine_guid. In a container (detected, or
+ * `container: true`) the image's machine id is not this machine's: the components are
+ * the install id kept at installIdPath (on a volume) plus the host identity it can read. */
+export declare function machineComponents(productId: string, opts?: {
+    container?: boolean;
+    installIdPath?: string;
+}): Record<string, string>;
+/** Writes a file atomically: a temporary file in the same folder, synced, renamed over it. */
+export declare function writeFileAtomic(file: string, data: string): void;
+export interface OfflineLicense {
+    key: string;
+    tier: string;
+    product_id: string;
+    expires_at: string | null;
+    limits: Record<string, number>;
+}
+/** Checks an offline export (GET /v1/export-license/{key}/offline) with the server's RSA
+ * public key and no network, then its expiry. Throws KeyhouseError invalid_signature or
+ * expired. */
+export declare function verifyOfflineExport(exportJson: string, publicKeyPem: string, nowMs?: number): OfflineLicense;
+export interface Release {
+    product_id: string;
+    version: string;
+    channel: string;
+    platform: string;
+    artifact_url: string;
+    checksum: string;
+    release_notes: string;
+    signature: string;
+    issued_at: string;
+}
+export interface UpdateRequest {
+    product_id: string;
+    channel: string;
+    platform: string;
+}
+/** How far a manifest's issued_at may be ahead of the local clock (seconds). */
+export declare const MANIFEST_SKEW_SECONDS = 300;
+/** Checks a release manifest before it is believed: the signature over its fields in the
+ * signed order, that it answers the request, and that it was issued at most maxAgeSeconds
+ * ago (a signed manifest stays valid after unpublish; the age stops replays). Throws
+ * KeyhouseError invalid_signature, manifest_mismatch or manifest_too_old. */
+export declare function verifyManifest(release: Release, request: UpdateRequest, publicKeyPem: string, nowMs?: number, maxAgeSeconds?: number): void;
+export interface JWK {
+    kty: string;
+    crv: string;
+    x: string;
+    kid: string;
+    use?: string;
+    alg?: string;
+    status?: string;
+}
+export interface JWKS {
+    keys: JWK[];
+}
+export interface LeaseClaims {
+    iss: string;
+    sub: string;
+    aud: string;
+    jti: string;
+    iat: number;
+    exp: number;
+    renew_after: number;
+    tier: string;
+    status: string;
+    license_expires_at: number | null;
+    limits: Record<string, number>;
+    entitlements: string[];
+    instance_id: string;
+    floating: boolean;
+    components?: Record<string, string>;
+    nonce?: string;
+}
+/** How far (seconds) a lease's iat may be ahead of the clock, and the clock may fall back
+ * below the newest iat seen, before the verdict is clock_tampered. */
+export declare const CLOCK_TOLERANCE_SECONDS = 300;
+export interface LeaseCheck {
+    productId: string;
+    licenseKey?: string;
+    nowSeconds: number;
+    newestIatSeen?: number;
+    components: Record<string, string>;
+}
+/** Thrown by verifyLease; `claims` are set when the signature verified. */
+export declare class LeaseError extends KeyhouseError {
+    readonly claims?: LeaseClaims | undefined;
+    readonly unknownKid: boolean;
+    constructor(code: string, message: string, claims?: LeaseClaims | undefined, unknownKid?: boolean);
+}
+/** Checks a lease (a JWS signed with Ed25519) and returns its claims, or throws LeaseError
+ * whose code is the verdict: invalid_lease, wrong_product, wrong_license, clock_tampered,
+ * expired, machine_mismatch. */
+export declare function verifyLease(token: string, keys: JWKS, c: LeaseCheck): LeaseClaims;
+/** Keeps the client's state (activation token, newest lease) between runs. */
+export interface Store {
+    load(): string | null;
+    save(data: string): void;
+}
+/** Stores the state in one file, replaced atomically, mode 0600. */
+export declare class FileStore implements Store {
+    readonly file: string;
+    constructor(file: string);
+    load(): string | null;
+    save(data: string): void;
+}
+/** The answer of check(). */
+export interface Verdict {
+    licensed: boolean;
+    /** "licensed", or why not: not_activated, license_not_found, license_not_active
+     * (revoked), license_expired, seat_lapsed, machine_mismatch, expired (the lease ran out
+     * and the server could not be reached), unreachable (no lease yet and no server),
+     * invalid_lease, wrong_product, wrong_license, clock_tampered, components_required. */
+    reason: string;
+    /** Answered from the stored lease without reaching the server. */
+    offline?: boolean;
+    tier?: string;
+    entitlements?: string[];
+    limits?: Record<string, number>;
+    floating?: boolean;
+    leaseExpiresAt?: Date;
+    renewAfter?: Date;
+    licenseExpiresAt?: Date | null;
+}
+export interface ClientOptions {
+    /** The server's base URL. */
+    url: string;
+    productId: string;
+    key: string;
+    /** The server's RSA public key PEM (GET /v1/public-key), pinned in the app. */
+    publicKeyPem?: string;
+    /** Lease keys pinned in the app (GET /v1/lease-keys); an unknown kid makes the client
+     * fetch the set once more unless noKeyRefresh. */
+    leaseKeys?: JWKS;
+    noKeyRefresh?: boolean;
+    tenantId?: string;
+    /** File of the state; default <home>/.config/keyhouse/<product id>.json. */
+    storePath?: string;
+    store?: Store;
+    components?: Record<string, string>;
+    /** Per-request deadline, ms (default 10000). */
+    requestTimeoutMs?: number;
+    /** Receives one line per failed request or verdict change; never a key, token or lease. */
+    logger?: (line: string) => void;
+    /** The clock, ms since the epoch (tests move it). */
+    now?: () => number;
+    onLapsed?: (v: Verdict) => void;
+    /** Random number in [0, 1) for the backoff draw. */
+    random?: () => number;
+}
+/** Failure backoff: after the n-th failure in a row (no answer, 429, 5xx) nothing is sent
+ * for max(Retry-After, 60 s, a draw in [0, min(30 min, 60 s·2^(n-1))]). */
+export declare const MIN_FAILING_INTERVAL_MS = 60000;
+export declare const MAX_BACKOFF_MS: number;
+/** One license on this machine, against one server. */
+export declare class Client {
+    private readonly opts;
+    private readonly store;
+    private readonly components;
+    private readonly now;
+    private keys;
+    private state;
+    private failures;
+    private nextAttemptMs;
+    private renewal;
+    private heartbeatTimer;
+    private closed;
+    constructor(options: ClientOptions);
+    private log;
+    private save;
+    private mergeKeys;
+    private recordFailure;
+    /** Sends one JSON request; resolves the 200 body. */
+    private request;
+    /** POST /v1/verify-license; an invalid license throws (license_not_found, license_expired, license_not_active). */
+    verify(): Promise<{
+        valid: boolean;
+        tier: string;
+        product_id: string;
+        limits: Record<string, number>;
+        expires_at: string | null;
+        issued_at: string;
+        status: string;
+    }>;
+    /** POST /v1/validate-license for this machine's seat. */
+    validate(): Promise<boolean>;
+    /** Takes a seat for instanceId and stores its token (POST /v1/activate-license). */
+    activate(instanceId: string): Promise<{
+        alreadyActivated: boolean;
+        instanceId: string;
+    }>;
+    /** Frees this machine's seat and forgets its token and lease; resolves whether one was freed. */
+    deactivate(): Promise<boolean>;
+    /** Adds n to a metric of this seat; resolves the new running total. A 503 means not applied. */
+    trackUsage(metric: string, n?: number): Promise<number>;
+    /** POST /v1/usage-report. */
+    usageReport(): Promise<{
+        valid: boolean;
+        status: string;
+        expires_at: string | null;
+        metrics: Array<{
+            metric: string;
+            used: number;
+            limit: number;
+            remaining: number;
+            exceeded: boolean;
+        }>;
+    }>;
+    /** Asks for a release newer than currentVersion; resolves null when there is none, and a
+     * release only after verifyManifest accepted it. */
+    checkUpdate(currentVersion: string, channel?: string, platform?: string): Promise<Release | null>;
+    /** Checks an offline export with the pinned public key at the client's clock. */
+    verifyOfflineExport(exportJson: string): OfflineLicense;
+    private checkLease;
+    private static verdictOf;
+    /** Whether the app is licensed, offline first: a valid stored lease answers at once
+     * (past its renew_after it is renewed in the background: see `renewal`); without one,
+     * or with one that ran out, the server is asked for a lease. While the server cannot be
+     * reached a stored lease is good until its exp; a refusal of the server (revoked,
+     * expired, seat lapsed) stands from the first renewal that reaches it. */
+    check(): Promise<Verdict>;
+    /** The background renewal check() started, if one runs. */
+    get pendingRenewal(): Promise<Verdict> | null;
+    /** Asks the server for a new lease now (POST /v1/leases); resolves the verdict. */
+    renew(): Promise<Verdict>;
+    private offlineVerdict;
+    /** Keeps a floating seat leased: renews at each lease's renew_after until close(),
+     * reporting a lapsed seat through onLapsed. The timer does not keep Node running. */
+    startHeartbeat(): void;
+    /** Stops the heartbeat and, for a floating seat, releases it at once. */
+    close(): Promise<void>;
+}

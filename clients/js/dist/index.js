@@ -1,0 +1,635 @@
+"use strict";
+Object.defineProperty(exports, "__esModule", { value: true });
+exports.Client = exports.MAX_BACKOFF_MS = exports.MIN_FAILING_INTERVAL_MS = exports.FileStore = exports.LeaseError = exports.CLOCK_TOLERANCE_SECONDS = exports.MANIFEST_SKEW_SECONDS = exports.KeyhouseError = void 0;
+exports.errorCode = errorCode;
+exports.hashComponent = hashComponent;
+exports.inContainer = inContainer;
+exports.machineComponents = machineComponents;
+exports.writeFileAtomic = writeFileAtomic;
+exports.verifyOfflineExport = verifyOfflineExport;
+exports.verifyManifest = verifyManifest;
+exports.verifyLease = verifyLease;
+// Client of a Keyhouse license server for Node 18+ and Electron's main process, with no
+// dependency beyond Node's built-ins.
+const crypto = require("crypto");
+const fs = require("fs");
+const os = require("os");
+const path = require("path");
+const child_process_1 = require("child_process");
+/** Every failure: an answer of the server (status, its "error" text) or a condition found
+ * on this side (status 0). `code` is the machine-readable name to switch on. */
+class KeyhouseError extends Error {
+    constructor(code, message, status = 0, 
+    /** Seconds the server asked to wait (429, 503), or the client holds back (backing_off). */
+    retryAfter = 0) {
+        super(message);
+        this.code = code;
+        this.status = status;
+        this.retryAfter = retryAfter;
+        this.name = 'KeyhouseError';
+    }
+}
+exports.KeyhouseError = KeyhouseError;
+// The server's error texts with a code of their own; a text ending in ": " is a prefix.
+const ERROR_TABLE = [
+    [404, 'License key not found', 'license_not_found'],
+    [403, 'License has expired', 'license_expired'],
+    [403, 'License is expired', 'license_expired'],
+    [403, 'License is not active', 'license_not_active'],
+    [403, 'Activation limit exceeded for this license key', 'activation_limit_exceeded'],
+    [403, 'Invalid activation token', 'invalid_activation_token'],
+    [403, 'Metric not allowed: ', 'metric_not_allowed'],
+    [403, 'Usage limit exceeded for metric: ', 'usage_limit_exceeded'],
+    [403, 'Seat lease has expired', 'seat_lease_expired'],
+    [403, 'Machine fingerprint does not match', 'fingerprint_mismatch'],
+    [400, "components are required by this product's policy", 'components_required'],
+    [404, 'Release not found', 'release_not_found'],
+];
+/** The code of an answer of the server. */
+function errorCode(status, message) {
+    for (const [s, m, c] of ERROR_TABLE) {
+        if (s === status && (message === m || (m.endsWith(': ') && message.startsWith(m))))
+            return c;
+    }
+    if (status === 400 || status === 413)
+        return 'invalid_request';
+    if (status === 404)
+        return 'not_found';
+    if (status === 429)
+        return 'rate_limited';
+    if (status === 503)
+        return 'unavailable';
+    if (status >= 500)
+        return 'server_error';
+    return `http_${status}`;
+}
+/** The value sent for one machine component: hex HMAC-SHA256 keyed with the product id
+ * over the trimmed raw value (no cross-vendor identifier leaves the machine). */
+function hashComponent(productId, raw) {
+    return crypto.createHmac('sha256', productId).update(raw.trim()).digest('hex');
+}
+function readTrim(file) {
+    try {
+        return fs.readFileSync(file, 'utf8').trim();
+    }
+    catch {
+        return '';
+    }
+}
+/** Whether this process runs in a container (Docker, Podman, Kubernetes, containerd). */
+function inContainer() {
+    if (fs.existsSync('/.dockerenv') || fs.existsSync('/run/.containerenv'))
+        return true;
+    if (process.env.KUBERNETES_SERVICE_HOST)
+        return true;
+    return /docker|kubepods|containerd|libpod/.test(readTrim('/proc/1/cgroup'));
+}
+function rootDiskId() {
+    let source = '';
+    for (const line of readTrim('/proc/self/mountinfo').split('\n')) {
+        const f = line.split(' ');
+        const dash = f.indexOf('-');
+        if (f[4] === '/' && dash > 0 && f[dash + 2])
+            source = f[dash + 2];
+    }
+    if (!source)
+        return '';
+    try {
+        for (const name of fs.readdirSync('/dev/disk/by-uuid')) {
+            if (fs.realpathSync(path.join('/dev/disk/by-uuid', name)) === source)
+                return name;
+        }
+    }
+    catch {
+        /* no by-uuid folder */
+    }
+    return '';
+}
+function installId(file) {
+    const id = readTrim(file);
+    if (id)
+        return id;
+    const fresh = crypto.randomBytes(16).toString('hex');
+    try {
+        writeFileAtomic(file, fresh + '\n');
+        return fresh;
+    }
+    catch {
+        return '';
+    }
+}
+/** This machine's components, each hashed with productId: Linux machine_id, dmi_uuid,
+ * root_disk; macOS platform_uuid; Windows machine_guid. In a container (detected, or
+ * `container: true`) the image's machine id is not this machine's: the components are
+ * the install id kept at installIdPath (on a volume) plus the host identity it can read. */
+function machineComponents(productId, opts = {}) {
+    const raw = {};
+    const run = (cmd, args) => {
+        try {
+            return (0, child_process_1.execFileSync)(cmd, args, { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] });
+        }
+        catch {
+            return '';
+        }
+    };
+    if (process.platform === 'linux') {
+        const container = opts.container || inContainer();
+        if (!container)
+            raw.machine_id = readTrim('/etc/machine-id');
+        raw.dmi_uuid = readTrim('/sys/class/dmi/id/product_uuid');
+        if (!container)
+            raw.root_disk = rootDiskId();
+        if (container && opts.installIdPath)
+            raw.install_id = installId(opts.installIdPath);
+    }
+    else if (process.platform === 'darwin') {
+        const m = /"IOPlatformUUID" = "([^"]+)"/.exec(run('ioreg', ['-rd1', '-c', 'IOPlatformExpertDevice']));
+        if (m)
+            raw.platform_uuid = m[1];
+    }
+    else if (process.platform === 'win32') {
+        const m = /MachineGuid\s+REG_SZ\s+(\S+)/.exec(run('reg', ['query', 'HKLM\\SOFTWARE\\Microsoft\\Cryptography', '/v', 'MachineGuid']));
+        if (m)
+            raw.machine_guid = m[1];
+    }
+    const out = {};
+    for (const [name, value] of Object.entries(raw))
+        if (value)
+            out[name] = hashComponent(productId, value);
+    return out;
+}
+/** Writes a file atomically: a temporary file in the same folder, synced, renamed over it. */
+function writeFileAtomic(file, data) {
+    fs.mkdirSync(path.dirname(file), { recursive: true, mode: 0o700 });
+    const tmp = path.join(path.dirname(file), `.${path.basename(file)}.${process.pid}.${crypto.randomBytes(4).toString('hex')}`);
+    const fd = fs.openSync(tmp, 'w', 0o600);
+    try {
+        fs.writeSync(fd, data);
+        fs.fsyncSync(fd);
+    }
+    finally {
+        fs.closeSync(fd);
+    }
+    try {
+        fs.renameSync(tmp, file);
+    }
+    catch (err) {
+        fs.rmSync(tmp, { force: true });
+        throw err;
+    }
+}
+function verifyRSA(publicKeyPem, signed, signature) {
+    if (typeof signature !== 'string')
+        return false;
+    try {
+        return crypto.verify('sha256', Buffer.from(signed, 'utf8'), publicKeyPem, Buffer.from(signature, 'base64'));
+    }
+    catch {
+        return false;
+    }
+}
+/** Checks an offline export (GET /v1/export-license/{key}/offline) with the server's RSA
+ * public key and no network, then its expiry. Throws KeyhouseError invalid_signature or
+ * expired. */
+function verifyOfflineExport(exportJson, publicKeyPem, nowMs = Date.now()) {
+    let doc;
+    try {
+        doc = JSON.parse(exportJson);
+    }
+    catch {
+        throw new KeyhouseError('invalid_signature', 'not an offline export');
+    }
+    // JSON.stringify of the parsed object reproduces the signed bytes (the server writes them so).
+    if (!doc || typeof doc.license !== 'object' || !verifyRSA(publicKeyPem, JSON.stringify(doc.license), doc.signature)) {
+        throw new KeyhouseError('invalid_signature', 'offline export signature does not verify');
+    }
+    const lic = doc.license;
+    if (lic.expires_at && Date.parse(lic.expires_at) <= nowMs) {
+        throw new KeyhouseError('expired', `license expired at ${lic.expires_at}`);
+    }
+    return lic;
+}
+/** How far a manifest's issued_at may be ahead of the local clock (seconds). */
+exports.MANIFEST_SKEW_SECONDS = 300;
+const SIGNED_MANIFEST_FIELDS = ['product_id', 'version', 'channel', 'platform', 'artifact_url', 'checksum', 'release_notes', 'issued_at'];
+/** Checks a release manifest before it is believed: the signature over its fields in the
+ * signed order, that it answers the request, and that it was issued at most maxAgeSeconds
+ * ago (a signed manifest stays valid after unpublish; the age stops replays). Throws
+ * KeyhouseError invalid_signature, manifest_mismatch or manifest_too_old. */
+function verifyManifest(release, request, publicKeyPem, nowMs = Date.now(), maxAgeSeconds = exports.MANIFEST_SKEW_SECONDS) {
+    const signed = {};
+    for (const f of SIGNED_MANIFEST_FIELDS)
+        signed[f] = release[f];
+    if (!verifyRSA(publicKeyPem, JSON.stringify(signed), release.signature)) {
+        throw new KeyhouseError('invalid_signature', 'release manifest signature does not verify');
+    }
+    if (release.product_id.trim().toLowerCase() !== request.product_id.trim().toLowerCase() ||
+        release.channel !== request.channel || release.platform !== request.platform) {
+        throw new KeyhouseError('manifest_mismatch', 'release manifest answers another product, channel or platform');
+    }
+    const age = (nowMs - Date.parse(release.issued_at)) / 1000;
+    if (!(age <= maxAgeSeconds && age >= -exports.MANIFEST_SKEW_SECONDS)) {
+        throw new KeyhouseError('manifest_too_old', `release manifest issued at ${release.issued_at} is outside its maximum age`);
+    }
+}
+/** How far (seconds) a lease's iat may be ahead of the clock, and the clock may fall back
+ * below the newest iat seen, before the verdict is clock_tampered. */
+exports.CLOCK_TOLERANCE_SECONDS = 300;
+/** Thrown by verifyLease; `claims` are set when the signature verified. */
+class LeaseError extends KeyhouseError {
+    constructor(code, message, claims, unknownKid = false) {
+        super(code, message);
+        this.claims = claims;
+        this.unknownKid = unknownKid;
+        this.name = 'LeaseError';
+    }
+}
+exports.LeaseError = LeaseError;
+function b64url(s) {
+    if (!/^[A-Za-z0-9_-]*$/.test(s))
+        throw new Error('not base64url');
+    return Buffer.from(s, 'base64url');
+}
+/** Checks a lease (a JWS signed with Ed25519) and returns its claims, or throws LeaseError
+ * whose code is the verdict: invalid_lease, wrong_product, wrong_license, clock_tampered,
+ * expired, machine_mismatch. */
+function verifyLease(token, keys, c) {
+    const parts = typeof token === 'string' ? token.split('.') : [];
+    if (parts.length !== 3)
+        throw new LeaseError('invalid_lease', 'lease is not a JWS');
+    let header;
+    let claims;
+    let sig;
+    try {
+        header = JSON.parse(b64url(parts[0]).toString('utf8'));
+        sig = b64url(parts[2]);
+    }
+    catch {
+        throw new LeaseError('invalid_lease', 'lease is not a JWS');
+    }
+    if (header.alg !== 'EdDSA')
+        throw new LeaseError('invalid_lease', 'lease is not signed with EdDSA');
+    const jwk = (keys.keys || []).find((k) => k.kid === header.kid && k.kty === 'OKP' && k.crv === 'Ed25519');
+    if (!jwk)
+        throw new LeaseError('invalid_lease', `lease signed by unknown key ${header.kid}`, undefined, true);
+    let ok = false;
+    try {
+        const key = crypto.createPublicKey({ key: { kty: 'OKP', crv: 'Ed25519', x: jwk.x }, format: 'jwk' });
+        ok = crypto.verify(null, Buffer.from(`${parts[0]}.${parts[1]}`), key, sig);
+    }
+    catch {
+        ok = false;
+    }
+    if (!ok)
+        throw new LeaseError('invalid_lease', 'lease signature does not verify');
+    try {
+        claims = JSON.parse(b64url(parts[1]).toString('utf8'));
+    }
+    catch {
+        throw new LeaseError('invalid_lease', 'lease claims are malformed');
+    }
+    const now = c.nowSeconds;
+    if (claims.aud !== c.productId)
+        throw new LeaseError('wrong_product', 'lease is for another product', claims);
+    if (c.licenseKey && claims.sub !== c.licenseKey)
+        throw new LeaseError('wrong_license', 'lease is for another license', claims);
+    if (claims.iat > now + exports.CLOCK_TOLERANCE_SECONDS || (c.newestIatSeen || 0) > now + exports.CLOCK_TOLERANCE_SECONDS) {
+        throw new LeaseError('clock_tampered', "the local clock is behind the lease's issue time", claims);
+    }
+    if (now >= claims.exp)
+        throw new LeaseError('expired', 'lease expired', claims);
+    // A bound lease needs one of its components equal here (the server applies the
+    // policy's stricter rule at every renewal).
+    const bound = Object.entries(claims.components || {});
+    if (bound.length > 0 && !bound.some(([name, v]) => c.components[name] === v)) {
+        throw new LeaseError('machine_mismatch', 'lease is bound to another machine', claims);
+    }
+    return claims;
+}
+/** Stores the state in one file, replaced atomically, mode 0600. */
+class FileStore {
+    constructor(file) {
+        this.file = file;
+    }
+    load() {
+        try {
+            return fs.readFileSync(this.file, 'utf8');
+        }
+        catch {
+            return null;
+        }
+    }
+    save(data) {
+        writeFileAtomic(this.file, data);
+    }
+}
+exports.FileStore = FileStore;
+/** Failure backoff: after the n-th failure in a row (no answer, 429, 5xx) nothing is sent
+ * for max(Retry-After, 60 s, a draw in [0, min(30 min, 60 s·2^(n-1))]). */
+exports.MIN_FAILING_INTERVAL_MS = 60000;
+exports.MAX_BACKOFF_MS = 30 * 60000;
+/** One license on this machine, against one server. */
+class Client {
+    constructor(options) {
+        this.failures = 0;
+        this.nextAttemptMs = 0;
+        this.renewal = null;
+        this.heartbeatTimer = null;
+        this.closed = false;
+        if (!options.url || !options.productId || !options.key)
+            throw new Error('keyhouse: url, productId and key are required');
+        this.opts = { requestTimeoutMs: 10000, ...options, url: options.url.replace(/\/+$/, '') };
+        this.now = options.now || Date.now;
+        const file = options.storePath || path.join(os.homedir(), '.config', 'keyhouse', options.productId.replace(/[^A-Za-z0-9._-]/g, '_') + '.json');
+        this.store = options.store || new FileStore(file);
+        this.components = options.components || machineComponents(options.productId, { installIdPath: options.store ? undefined : file + '.install-id' });
+        this.keys = { keys: [...(options.leaseKeys?.keys || [])] };
+        this.state = { key: options.key };
+        const stored = this.store.load();
+        if (stored) {
+            try {
+                const s = JSON.parse(stored);
+                this.state = s.key === options.key ? s : { key: options.key, newest_iat: s.newest_iat };
+            }
+            catch {
+                /* unreadable: start afresh */
+            }
+        }
+        if (this.state.lease_keys)
+            this.mergeKeys(this.state.lease_keys);
+    }
+    log(line) {
+        if (this.opts.logger)
+            this.opts.logger(`keyhouse: ${line}`);
+    }
+    save() {
+        this.store.save(JSON.stringify(this.state));
+    }
+    mergeKeys(set) {
+        for (const k of set.keys || [])
+            if (!this.keys.keys.some((have) => have.kid === k.kid))
+                this.keys.keys.push(k);
+    }
+    recordFailure(retryAfterS) {
+        this.failures++;
+        const ceiling = Math.min(exports.MAX_BACKOFF_MS, exports.MIN_FAILING_INTERVAL_MS * 2 ** Math.min(this.failures - 1, 10));
+        const draw = (this.opts.random || Math.random)() * ceiling;
+        this.nextAttemptMs = this.now() + Math.max(draw, exports.MIN_FAILING_INTERVAL_MS, retryAfterS * 1000);
+    }
+    /** Sends one JSON request; resolves the 200 body. */
+    async request(method, route, body) {
+        const now = this.now();
+        if (now < this.nextAttemptMs) {
+            const wait = Math.ceil((this.nextAttemptMs - now) / 1000);
+            throw new KeyhouseError('backing_off', `server failing; next request in ${wait}s`, 0, wait);
+        }
+        // One probe at a time while failing: the others wait for its answer.
+        if (this.failures > 0)
+            this.nextAttemptMs = now + exports.MIN_FAILING_INTERVAL_MS;
+        let resp;
+        let text;
+        try {
+            resp = await fetch(this.opts.url + route, {
+                method,
+                headers: body === undefined ? { Accept: 'application/json' } : { Accept: 'application/json', 'Content-Type': 'application/json' },
+                body: body === undefined ? undefined : JSON.stringify(body),
+                signal: AbortSignal.timeout(this.opts.requestTimeoutMs),
+            });
+            text = await resp.text();
+        }
+        catch (err) {
+            this.recordFailure(0);
+            this.log(`no answer on ${route}: ${err.name}`);
+            throw new KeyhouseError('unreachable', 'server unreachable');
+        }
+        const ra = resp.headers.get('retry-after');
+        let retryAfter = ra && /^\d+$/.test(ra.trim()) ? Number(ra) : 0;
+        if (ra && !retryAfter && !Number.isNaN(Date.parse(ra)))
+            retryAfter = Math.max(0, Math.ceil((Date.parse(ra) - this.now()) / 1000));
+        if (resp.status === 429 || resp.status >= 500)
+            this.recordFailure(retryAfter);
+        else {
+            this.failures = 0;
+            this.nextAttemptMs = 0;
+        }
+        let parsed = null;
+        try {
+            parsed = JSON.parse(text);
+        }
+        catch {
+            /* not JSON */
+        }
+        if (resp.status !== 200) {
+            const message = (parsed && typeof parsed.error === 'string' && parsed.error) || `HTTP ${resp.status}`;
+            const code = errorCode(resp.status, message);
+            this.log(`${route} refused: ${resp.status} ${code}`);
+            throw new KeyhouseError(code, message, resp.status, retryAfter);
+        }
+        if (parsed === null)
+            throw new KeyhouseError('server_error', 'answer is not JSON', 200);
+        return parsed;
+    }
+    /** POST /v1/verify-license; an invalid license throws (license_not_found, license_expired, license_not_active). */
+    async verify() {
+        return this.request('POST', '/v1/verify-license', { key: this.opts.key });
+    }
+    /** POST /v1/validate-license for this machine's seat. */
+    async validate() {
+        if (!this.state.instance_id)
+            throw new KeyhouseError('not_activated', 'not activated on this machine');
+        const r = await this.request('POST', '/v1/validate-license', { key: this.opts.key, instance_id: this.state.instance_id });
+        return r.valid;
+    }
+    /** Takes a seat for instanceId and stores its token (POST /v1/activate-license). */
+    async activate(instanceId) {
+        const r = await this.request('POST', '/v1/activate-license', { key: this.opts.key, instance_id: instanceId });
+        if (r.token || this.state.instance_id !== instanceId) {
+            this.state = { key: this.opts.key, instance_id: instanceId, token: r.token, newest_iat: this.state.newest_iat, lease_keys: this.state.lease_keys };
+        }
+        this.save();
+        return { alreadyActivated: !!r.alreadyActivated, instanceId };
+    }
+    /** Frees this machine's seat and forgets its token and lease; resolves whether one was freed. */
+    async deactivate() {
+        if (!this.state.token)
+            throw new KeyhouseError('not_activated', 'not activated on this machine');
+        const r = await this.request('POST', '/v1/deactivate-license', { key: this.opts.key, token: this.state.token });
+        this.state = { key: this.opts.key, newest_iat: this.state.newest_iat, lease_keys: this.state.lease_keys };
+        this.save();
+        return r.deactivated;
+    }
+    /** Adds n to a metric of this seat; resolves the new running total. A 503 means not applied. */
+    async trackUsage(metric, n = 1) {
+        if (!this.state.token)
+            throw new KeyhouseError('not_activated', 'not activated on this machine');
+        const r = await this.request('POST', '/v1/track-usage', { key: this.opts.key, token: this.state.token, metric, increment: n });
+        return r.usage;
+    }
+    /** POST /v1/usage-report. */
+    async usageReport() {
+        return this.request('POST', '/v1/usage-report', { key: this.opts.key });
+    }
+    /** Asks for a release newer than currentVersion; resolves null when there is none, and a
+     * release only after verifyManifest accepted it. */
+    async checkUpdate(currentVersion, channel = 'stable', platform = '') {
+        if (!this.opts.publicKeyPem)
+            throw new Error('keyhouse: checkUpdate needs publicKeyPem');
+        const request = { product_id: this.opts.productId, channel, platform };
+        const r = await this.request('POST', '/v1/check-update', { key: this.opts.key, ...request, current_version: currentVersion });
+        if (!r.update_available || !r.release)
+            return null;
+        verifyManifest(r.release, request, this.opts.publicKeyPem, this.now());
+        return r.release;
+    }
+    /** Checks an offline export with the pinned public key at the client's clock. */
+    verifyOfflineExport(exportJson) {
+        if (!this.opts.publicKeyPem)
+            throw new Error('keyhouse: verifyOfflineExport needs publicKeyPem');
+        return verifyOfflineExport(exportJson, this.opts.publicKeyPem, this.now());
+    }
+    async checkLease(lease) {
+        const c = { productId: this.opts.productId, licenseKey: this.opts.key, nowSeconds: Math.floor(this.now() / 1000), newestIatSeen: this.state.newest_iat, components: this.components };
+        try {
+            return verifyLease(lease, this.keys, c);
+        }
+        catch (err) {
+            if (!(err instanceof LeaseError) || !err.unknownKid || this.opts.noKeyRefresh)
+                throw err;
+            let fetched;
+            try {
+                fetched = await this.request('GET', '/v1/lease-keys' + (this.opts.tenantId ? `?tenant_id=${encodeURIComponent(this.opts.tenantId)}` : ''));
+            }
+            catch {
+                throw err;
+            }
+            this.mergeKeys(fetched);
+            this.state.lease_keys = fetched;
+            this.save();
+            return verifyLease(lease, this.keys, c);
+        }
+    }
+    static verdictOf(claims, offline) {
+        return {
+            licensed: true, reason: 'licensed', offline, tier: claims.tier, entitlements: claims.entitlements, limits: claims.limits,
+            floating: claims.floating, leaseExpiresAt: new Date(claims.exp * 1000), renewAfter: new Date(claims.renew_after * 1000),
+            licenseExpiresAt: claims.license_expires_at == null ? null : new Date(claims.license_expires_at * 1000),
+        };
+    }
+    /** Whether the app is licensed, offline first: a valid stored lease answers at once
+     * (past its renew_after it is renewed in the background: see `renewal`); without one,
+     * or with one that ran out, the server is asked for a lease. While the server cannot be
+     * reached a stored lease is good until its exp; a refusal of the server (revoked,
+     * expired, seat lapsed) stands from the first renewal that reaches it. */
+    async check() {
+        if (this.state.refusal)
+            return { licensed: false, reason: this.state.refusal };
+        if (!this.state.token)
+            return { licensed: false, reason: 'not_activated' };
+        if (this.state.lease) {
+            try {
+                const claims = await this.checkLease(this.state.lease);
+                if (this.now() >= claims.renew_after * 1000 && !this.renewal) {
+                    this.renewal = this.renew().finally(() => {
+                        this.renewal = null;
+                    });
+                }
+                return Client.verdictOf(claims, true);
+            }
+            catch (err) {
+                if (err instanceof KeyhouseError && err.code !== 'expired')
+                    return { licensed: false, reason: err.code };
+            }
+        }
+        return this.renew();
+    }
+    /** The background renewal check() started, if one runs. */
+    get pendingRenewal() {
+        return this.renewal;
+    }
+    /** Asks the server for a new lease now (POST /v1/leases); resolves the verdict. */
+    async renew() {
+        if (!this.state.token)
+            return { licensed: false, reason: 'not_activated' };
+        let lease;
+        try {
+            lease = (await this.request('POST', '/v1/leases', { key: this.opts.key, token: this.state.token, components: this.components })).lease;
+        }
+        catch (err) {
+            const e = err;
+            if (!(e instanceof KeyhouseError) || e.status === 0 || e.status === 429 || e.status >= 500)
+                return this.offlineVerdict();
+            const reason = { seat_lease_expired: 'seat_lapsed', invalid_activation_token: 'not_activated', fingerprint_mismatch: 'machine_mismatch' }[e.code] || e.code;
+            delete this.state.lease;
+            if (['license_not_found', 'license_not_active', 'license_expired'].includes(e.code))
+                this.state.refusal = reason;
+            if (['seat_lease_expired', 'invalid_activation_token'].includes(e.code))
+                delete this.state.token;
+            this.save();
+            this.log(`not licensed: ${reason}`);
+            const v = { licensed: false, reason };
+            if (reason === 'seat_lapsed' && this.opts.onLapsed)
+                this.opts.onLapsed(v);
+            return v;
+        }
+        try {
+            const claims = await this.checkLease(lease);
+            this.state.lease = lease;
+            this.state.newest_iat = Math.max(this.state.newest_iat || 0, claims.iat);
+            this.save();
+            return Client.verdictOf(claims, false);
+        }
+        catch (err) {
+            return { licensed: false, reason: err instanceof KeyhouseError ? err.code : 'invalid_lease' };
+        }
+    }
+    async offlineVerdict() {
+        if (!this.state.lease)
+            return { licensed: false, reason: 'unreachable' };
+        try {
+            return Client.verdictOf(await this.checkLease(this.state.lease), true);
+        }
+        catch (err) {
+            const e = err;
+            if (e.code === 'expired' && e.claims?.floating && this.opts.onLapsed)
+                this.opts.onLapsed({ licensed: false, reason: 'seat_lapsed' });
+            return { licensed: false, reason: e instanceof KeyhouseError ? e.code : 'invalid_lease' };
+        }
+    }
+    /** Keeps a floating seat leased: renews at each lease's renew_after until close(),
+     * reporting a lapsed seat through onLapsed. The timer does not keep Node running. */
+    startHeartbeat() {
+        const beat = async () => {
+            if (this.closed)
+                return;
+            let v = await this.check();
+            if (v.licensed && v.renewAfter && this.now() >= v.renewAfter.getTime())
+                v = (await this.renewal) || (await this.renew());
+            const wait = v.licensed && v.renewAfter ? Math.max(v.renewAfter.getTime() - this.now(), 1000) : exports.MIN_FAILING_INTERVAL_MS;
+            if (!this.closed) {
+                this.heartbeatTimer = setTimeout(beat, wait);
+                this.heartbeatTimer.unref();
+            }
+        };
+        void beat();
+    }
+    /** Stops the heartbeat and, for a floating seat, releases it at once. */
+    async close() {
+        this.closed = true;
+        if (this.heartbeatTimer)
+            clearTimeout(this.heartbeatTimer);
+        if (this.renewal)
+            await this.renewal;
+        if (!this.state.token || !this.state.lease)
+            return;
+        let floating = false;
+        try {
+            floating = JSON.parse(b64url(this.state.lease.split('.')[1]).toString('utf8')).floating === true;
+        }
+        catch {
+            floating = false;
+        }
+        if (floating)
+            await this.deactivate();
+    }
+}
+exports.Client = Client;

@@ -1,0 +1,262 @@
+// The live scenario list, run against the real stack by stack/e2e (TestSDKScenarios),
+// which sets KEYHOUSE_E2E; skipped without it.
+'use strict';
+const test = require('node:test');
+const assert = require('node:assert');
+const fs = require('fs');
+const os = require('os');
+const path = require('path');
+const { Client, KeyhouseError, MAX_BACKOFF_MS } = require('../dist/index.js');
+
+const raw = process.env.KEYHOUSE_E2E;
+const f = raw ? JSON.parse(raw) : null;
+const skip = f ? false : 'KEYHOUSE_E2E not set: stack/e2e TestSDKScenarios runs this suite against the stack';
+
+async function control(what) {
+  const resp = await fetch(`${f.control}/${what}`, { method: 'POST' });
+  assert.strictEqual(resp.status, 200, `control ${what}`);
+  return (await resp.json()).count;
+}
+
+const hasCode = (code) => (err) => err instanceof KeyhouseError && err.code === code;
+
+test('live scenarios', { skip }, async (t) => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'keyhouse-js-'));
+  const logs = [];
+  let now = Date.now();
+  const client = (key, store) => new Client({
+    url: f.url, productId: f.product_id, key, publicKeyPem: f.public_key_pem,
+    storePath: path.join(dir, store), logger: (line) => logs.push(line), now: () => now,
+  });
+  const c = client(f.keys.main, 'main.json');
+
+  await t.test('scenario: activate', async () => {
+    assert.deepStrictEqual(await c.activate('laptop-1'), { alreadyActivated: false, instanceId: 'laptop-1' });
+    assert.strictEqual((await client(f.keys.main, 'main.json').activate('laptop-1')).alreadyActivated, true);
+    await client(f.keys.capped, 'capped-1.json').activate('one');
+    await assert.rejects(client(f.keys.capped, 'capped-2.json').activate('two'), (err) =>
+      err.code === 'activation_limit_exceeded' && err.status === 403 && err.message === 'Activation limit exceeded for this license key');
+  });
+
+  await t.test('scenario: verify and validate online', async () => {
+    const lic = await c.verify();
+    assert.strictEqual(lic.valid, true);
+    assert.strictEqual(lic.tier, 'pro');
+    assert.strictEqual(lic.product_id, f.product_id);
+    assert.strictEqual(await c.validate(), true);
+    await assert.rejects(client('KH-NO-SUCH-KEY', 'none.json').verify(), hasCode('license_not_found'));
+  });
+
+  await t.test('scenario: usage', async () => {
+    assert.strictEqual(await c.trackUsage('users', 3), 3);
+    await assert.rejects(c.trackUsage('users', 8), hasCode('usage_limit_exceeded'));
+    await assert.rejects(c.trackUsage('seats', 1), hasCode('metric_not_allowed'));
+    const r = await c.usageReport();
+    assert.deepStrictEqual(r.metrics, [{ metric: 'users', used: 3, limit: 10, remaining: 7, exceeded: false }]);
+  });
+
+  await t.test('scenario: signed update check', async () => {
+    const rel = await c.checkUpdate('1.0.0', f.release.channel, f.release.platform);
+    assert.strictEqual(rel.version, f.release.version);
+    assert.strictEqual(await c.checkUpdate(f.release.version, f.release.channel, f.release.platform), null);
+  });
+
+  await t.test('scenario: offline export', () => {
+    assert.strictEqual(c.verifyOfflineExport(f.export_json).key, f.keys.main);
+    const tampered = f.export_json.replace('"tier":"pro"', '"tier":"enterprise"');
+    assert.throws(() => c.verifyOfflineExport(tampered), hasCode('invalid_signature'));
+  });
+
+  await t.test('scenario: gateway out of reach', async () => {
+    await control('mode?m=down');
+    try {
+      const before = await control('count');
+      await assert.rejects(c.verify(), hasCode('unreachable'));
+      await assert.rejects(c.verify(), hasCode('backing_off'));
+      assert.strictEqual((await control('count')) - before, 1);
+    } finally {
+      await control('mode?m=pass');
+    }
+    now += MAX_BACKOFF_MS;
+    assert.strictEqual((await c.verify()).valid, true);
+  });
+
+  await t.test('scenario: retry storm', async () => {
+    const storm = client(f.keys.storm, 'storm.json');
+    await control('mode?m=503');
+    try {
+      await control('reset');
+      await assert.rejects(storm.verify(), hasCode('unavailable'));
+      const minutes = 10;
+      for (let i = 0; i < minutes * 60; i++) {
+        now += 1000;
+        await storm.verify().catch(() => {});
+      }
+      const n = await control('count');
+      assert.ok(n >= 2 && n <= 1 + minutes, `${n} requests in ${minutes} minutes after the first failure`);
+      // Retry-After longer than the backoff is honoured.
+      now += MAX_BACKOFF_MS;
+      await control('mode?m=503&retry_after=300');
+      await control('reset');
+      await storm.verify().catch(() => {});
+      for (let i = 0; i < 299; i++) {
+        now += 1000;
+        await storm.verify().catch(() => {});
+      }
+      assert.strictEqual(await control('count'), 1);
+    } finally {
+      await control('mode?m=pass');
+    }
+  });
+
+  const token = JSON.parse(fs.readFileSync(path.join(dir, 'main.json'), 'utf8')).token;
+  await t.test('scenario: deactivate', async () => {
+    now += MAX_BACKOFF_MS;
+    assert.strictEqual(await c.deactivate(), true);
+    await assert.rejects(c.validate(), hasCode('not_activated'));
+  });
+
+  await t.test('scenario: no secret in a log line', () => {
+    const text = logs.join('\n');
+    assert.ok(text.includes('keyhouse:'), 'nothing was logged; the check would be vacuous');
+    assert.ok(token && !text.includes(token), 'the activation token is in the logs (or was never stored)');
+    for (const key of Object.values(f.keys)) assert.ok(!text.includes(key), 'a license key is in the logs');
+  });
+});
+
+test('live lease scenarios', { skip }, async (t) => {
+  const { hashComponent } = require('../dist/index.js');
+  const { spawn } = require('child_process');
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'keyhouse-js-lease-'));
+  const here = { machine_id: hashComponent(f.product_id, 'sdk-e2e-machine-1') };
+  const elsewhere = { machine_id: hashComponent(f.product_id, 'sdk-e2e-machine-2') };
+  // Each client has a clock of its own, starting at the real time (the server's).
+  const client = (key, store, components, extra = {}) => {
+    const clock = { now: Date.now() };
+    const c = new Client({ url: f.url, productId: f.product_id, key, leaseKeys: f.lease_keys, storePath: path.join(dir, store), components, now: () => clock.now, ...extra });
+    return [c, clock];
+  };
+  const copyStore = (from, to) => fs.copyFileSync(path.join(dir, from), path.join(dir, to));
+  const [c] = client(f.keys.lease, 'lease.json', here);
+
+  await t.test('scenario: activate and check online', async () => {
+    await c.activate('desk-1');
+    const v = await c.check();
+    assert.strictEqual(v.licensed, true);
+    assert.strictEqual(v.offline, false);
+    assert.strictEqual(v.tier, 'pro');
+    assert.deepStrictEqual(v.entitlements, ['sync']);
+    const before = await control('count');
+    const again = await c.check();
+    assert.ok(again.licensed && again.offline, 'a second check answers from the stored lease');
+    assert.strictEqual(await control('count'), before);
+  });
+
+  await t.test('scenario: gateway stopped, licensed from the lease', async () => {
+    await control('mode?m=down');
+    try {
+      copyStore('lease.json', 'offline.json');
+      const [app, clock] = client(f.keys.lease, 'offline.json', here);
+      clock.now += 601_000; // past renew_after: the background renewal fails
+      let v = await app.check();
+      assert.ok(v.licensed && v.offline, JSON.stringify(v));
+      await app.pendingRenewal;
+      v = await app.check();
+      assert.ok(v.licensed, JSON.stringify(v));
+      // scenario: clock past exp, not licensed
+      clock.now += 3600_000;
+      v = await app.check();
+      assert.deepStrictEqual([v.licensed, v.reason], [false, 'expired']);
+    } finally {
+      await control('mode?m=pass');
+    }
+  });
+
+  await t.test('scenario: revoked while offline, refused at the first renewal', async () => {
+    const [r, clock] = client(f.keys.revoke, 'revoke.json', here);
+    await r.activate('desk-2');
+    assert.ok((await r.check()).licensed);
+    await control('mode?m=down');
+    await control(`revoke?key=${f.keys.revoke}`);
+    let v = await r.check();
+    assert.ok(v.licensed && v.offline, 'offline, before a renewal');
+    // The server's caches may answer for up to 1 s after a change (its bound); an app
+    // offline for longer than that reconnects.
+    await new Promise((r) => setTimeout(r, 1500));
+    await control('mode?m=pass');
+    clock.now += 601_000;
+    v = await r.check();
+    assert.ok(v.licensed, 'the check that starts the renewal answers from the lease');
+    await r.pendingRenewal;
+    v = await r.check();
+    assert.deepStrictEqual([v.licensed, v.reason], [false, 'license_not_active']);
+  });
+
+  await t.test('scenario: lease copied to another machine', async () => {
+    copyStore('lease.json', 'copied.json');
+    const [other] = client(f.keys.lease, 'copied.json', elsewhere);
+    assert.strictEqual((await other.check()).reason, 'machine_mismatch');
+    const v = await other.renew();
+    assert.deepStrictEqual([v.licensed, v.reason], [false, 'machine_mismatch']);
+  });
+
+  await t.test('scenario: floating seat freed by close()', async () => {
+    const [a] = client(f.keys.floating, 'float-a.json', {});
+    const [b] = client(f.keys.floating, 'float-b.json', {});
+    await a.activate('a');
+    const v = await a.check();
+    assert.ok(v.licensed && v.floating);
+    await assert.rejects(b.activate('b'), hasCode('activation_limit_exceeded'));
+    await a.close();
+    await b.activate('b');
+    assert.ok((await b.check()).licensed);
+  });
+
+  await t.test('scenario: floating seat freed after a killed process', async () => {
+    const script = `
+      const { Client } = require(${JSON.stringify(path.join(__dirname, '..', 'dist', 'index.js'))});
+      const c = new Client({ url: ${JSON.stringify(f.url)}, productId: ${JSON.stringify(f.product_id)}, key: ${JSON.stringify(f.keys.killed)},
+        storePath: ${JSON.stringify(path.join(dir, 'child.json'))}, components: {} });
+      (async () => {
+        await c.activate('child');
+        const v = await c.check();
+        if (!v.licensed) throw new Error(v.reason);
+        console.log('leased');
+        c.startHeartbeat();
+        setInterval(() => {}, 1000);
+      })();`;
+    const child = spawn(process.execPath, ['-e', script], { stdio: ['ignore', 'pipe', 'inherit'] });
+    const line = await new Promise((resolve) => child.stdout.once('data', (d) => resolve(String(d))));
+    assert.strictEqual(line, 'leased\n');
+    const [other] = client(f.keys.killed, 'after-kill.json', {});
+    await assert.rejects(other.activate('other'), hasCode('activation_limit_exceeded'));
+    const exited = new Promise((resolve) => child.once('exit', resolve));
+    child.kill('SIGKILL');
+    await exited;
+    const killed = Date.now();
+    const deadline = killed + (f.floating_ttl + 15) * 1000;
+    for (;;) {
+      try {
+        await other.activate('other');
+        t.diagnostic(`seat free ${((Date.now() - killed) / 1000).toFixed(1)}s after the kill`);
+        break;
+      } catch (err) {
+        if (err.code !== 'activation_limit_exceeded' || Date.now() > deadline) throw err;
+      }
+      await new Promise((r) => setTimeout(r, 1000));
+    }
+  });
+
+  await t.test('scenario: lapsed floating seat reported', async () => {
+    const lapsed = [];
+    const [s, clock] = client(f.keys.lapsed, 'lapsed.json', {}, { onLapsed: (v) => lapsed.push(v) });
+    await s.activate('sleeper');
+    assert.ok((await s.check()).licensed);
+    // The app slept through its lease (no heartbeat): the server has let the seat go.
+    await new Promise((r) => setTimeout(r, (f.floating_ttl + 1) * 1000));
+    clock.now += (f.floating_ttl + 1) * 1000;
+    const v = await s.check();
+    assert.deepStrictEqual([v.licensed, v.reason], [false, 'seat_lapsed']);
+    assert.deepStrictEqual(lapsed.map((x) => x.reason), ['seat_lapsed']);
+  });
+});

@@ -1,0 +1,652 @@
+"""Keyhouse client: online calls with failure backoff, offline verification, check()."""
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import os
+import random
+import re
+import secrets
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from email.utils import parsedate_to_datetime
+from typing import Any, Callable, Dict, List, Optional
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import padding
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+
+class KeyhouseError(Exception):
+    """Every failure: an answer of the server (status, its "error" text as message) or a
+    condition found on this side (status 0). `code` is the machine-readable name."""
+
+    def __init__(self, code: str, message: str, status: int = 0, retry_after: float = 0):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.status = status
+        # Seconds the server asked to wait (429, 503), or the client holds back (backing_off).
+        self.retry_after = retry_after
+
+    def __str__(self) -> str:
+        return f"keyhouse: {self.message} (HTTP {self.status})" if self.status else f"keyhouse: {self.message}"
+
+
+# The server's error texts with a code of their own; a text ending in ": " is a prefix.
+_ERROR_TABLE = [
+    (404, "License key not found", "license_not_found"),
+    (403, "License has expired", "license_expired"),
+    (403, "License is expired", "license_expired"),
+    (403, "License is not active", "license_not_active"),
+    (403, "Activation limit exceeded for this license key", "activation_limit_exceeded"),
+    (403, "Invalid activation token", "invalid_activation_token"),
+    (403, "Metric not allowed: ", "metric_not_allowed"),
+    (403, "Usage limit exceeded for metric: ", "usage_limit_exceeded"),
+    (403, "Seat lease has expired", "seat_lease_expired"),
+    (403, "Machine fingerprint does not match", "fingerprint_mismatch"),
+    (400, "components are required by this product's policy", "components_required"),
+    (404, "Release not found", "release_not_found"),
+]
+
+
+def error_code(status: int, message: str) -> str:
+    """The code of an answer of the server."""
+    for s, m, c in _ERROR_TABLE:
+        if s == status and (message == m or (m.endswith(": ") and message.startswith(m))):
+            return c
+    if status in (400, 413):
+        return "invalid_request"
+    if status == 404:
+        return "not_found"
+    if status == 429:
+        return "rate_limited"
+    if status == 503:
+        return "unavailable"
+    if status >= 500:
+        return "server_error"
+    return f"http_{status}"
+
+
+def hash_component(product_id: str, raw: str) -> str:
+    """The value sent for one machine component: hex HMAC-SHA256 keyed with the product id
+    over the trimmed raw value (no cross-vendor identifier leaves the machine)."""
+    return hmac.new(product_id.encode(), raw.strip().encode(), hashlib.sha256).hexdigest()
+
+
+def _read_trim(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def in_container() -> bool:
+    """Whether this process runs in a container (Docker, Podman, Kubernetes, containerd)."""
+    if os.path.exists("/.dockerenv") or os.path.exists("/run/.containerenv"):
+        return True
+    if os.environ.get("KUBERNETES_SERVICE_HOST"):
+        return True
+    return bool(re.search(r"docker|kubepods|containerd|libpod", _read_trim("/proc/1/cgroup")))
+
+
+def _root_disk_id() -> str:
+    source = ""
+    for line in _read_trim("/proc/self/mountinfo").splitlines():
+        f = line.split(" ")
+        if len(f) > 4 and f[4] == "/" and "-" in f:
+            i = f.index("-")
+            if i + 2 < len(f):
+                source = f[i + 2]
+    if not source:
+        return ""
+    try:
+        for name in os.listdir("/dev/disk/by-uuid"):
+            if os.path.realpath(os.path.join("/dev/disk/by-uuid", name)) == source:
+                return name
+    except OSError:
+        pass
+    return ""
+
+
+def _install_id(path: str) -> str:
+    existing = _read_trim(path)
+    if existing:
+        return existing
+    fresh = secrets.token_hex(16)
+    try:
+        write_file_atomic(path, fresh + "\n")
+        return fresh
+    except OSError:
+        return ""
+
+
+def _run(argv: List[str]) -> str:
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def machine_components(product_id: str, container: bool = False, install_id_path: Optional[str] = None) -> Dict[str, str]:
+    """This machine's components, each hashed with product_id: Linux machine_id, dmi_uuid,
+    root_disk; macOS platform_uuid; Windows machine_guid. In a container (detected, or
+    container=True) the image's machine id is not this machine's: the components are the
+    install id kept at install_id_path (on a volume) plus the host identity it can read."""
+    raw: Dict[str, str] = {}
+    if sys.platform.startswith("linux"):
+        in_ctr = container or in_container()
+        if not in_ctr:
+            raw["machine_id"] = _read_trim("/etc/machine-id")
+        raw["dmi_uuid"] = _read_trim("/sys/class/dmi/id/product_uuid")
+        if not in_ctr:
+            raw["root_disk"] = _root_disk_id()
+        if in_ctr and install_id_path:
+            raw["install_id"] = _install_id(install_id_path)
+    elif sys.platform == "darwin":
+        m = re.search(r'"IOPlatformUUID" = "([^"]+)"', _run(["ioreg", "-rd1", "-c", "IOPlatformExpertDevice"]))
+        if m:
+            raw["platform_uuid"] = m.group(1)
+    elif sys.platform == "win32":
+        m = re.search(r"MachineGuid\s+REG_SZ\s+(\S+)", _run(["reg", "query", r"HKLM\SOFTWARE\Microsoft\Cryptography", "/v", "MachineGuid"]))
+        if m:
+            raw["machine_guid"] = m.group(1)
+    return {name: hash_component(product_id, v) for name, v in raw.items() if v}
+
+
+def write_file_atomic(path: str, data: str) -> None:
+    """Writes a file atomically: a temporary file in the same folder, synced, renamed over it, mode 0600."""
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", dir=folder)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def _stringify(value: Any) -> bytes:
+    """JSON as JavaScript's JSON.stringify writes it (the signed bytes)."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def _verify_rsa(public_key_pem: str, signed: bytes, signature: Any) -> bool:
+    if not isinstance(signature, str):
+        return False
+    try:
+        key = serialization.load_pem_public_key(public_key_pem.encode())
+        key.verify(base64.b64decode(signature, validate=True), signed, padding.PKCS1v15(), hashes.SHA256())
+        return True
+    except (InvalidSignature, ValueError, TypeError):
+        return False
+
+
+def _parse_time(s: str) -> datetime:
+    return datetime.fromisoformat(s.replace("Z", "+00:00"))
+
+
+def verify_offline_export(export_json: str, public_key_pem: str, now: Optional[float] = None) -> Dict[str, Any]:
+    """Checks an offline export (GET /v1/export-license/{key}/offline) with the server's RSA
+    public key and no network, then its expiry; returns the license object. Raises
+    KeyhouseError invalid_signature or expired."""
+    try:
+        doc = json.loads(export_json)
+    except ValueError:
+        raise KeyhouseError("invalid_signature", "not an offline export") from None
+    lic = doc.get("license") if isinstance(doc, dict) else None
+    # Parsed dicts keep the server's field order: re-serialized they are the signed bytes.
+    if not isinstance(lic, dict) or not _verify_rsa(public_key_pem, _stringify(lic), doc.get("signature")):
+        raise KeyhouseError("invalid_signature", "offline export signature does not verify")
+    now = time.time() if now is None else now
+    if lic.get("expires_at") and _parse_time(lic["expires_at"]).timestamp() <= now:
+        raise KeyhouseError("expired", f"license expired at {lic['expires_at']}")
+    return lic
+
+
+MANIFEST_SKEW_SECONDS = 300
+_SIGNED_MANIFEST_FIELDS = ("product_id", "version", "channel", "platform", "artifact_url", "checksum", "release_notes", "issued_at")
+
+
+def verify_manifest(release: Dict[str, Any], request: Dict[str, str], public_key_pem: str,
+                    now: Optional[float] = None, max_age: float = MANIFEST_SKEW_SECONDS) -> None:
+    """Checks a release manifest before it is believed: the signature over its fields in the
+    signed order, that it answers the request, and that it was issued at most max_age
+    seconds ago (a signed manifest stays valid after unpublish; the age stops replays).
+    Raises KeyhouseError invalid_signature, manifest_mismatch or manifest_too_old."""
+    signed = {f: release.get(f) for f in _SIGNED_MANIFEST_FIELDS}
+    if not _verify_rsa(public_key_pem, _stringify(signed), release.get("signature")):
+        raise KeyhouseError("invalid_signature", "release manifest signature does not verify")
+    if (release["product_id"].strip().lower() != request["product_id"].strip().lower()
+            or release["channel"] != request["channel"] or release["platform"] != request["platform"]):
+        raise KeyhouseError("manifest_mismatch", "release manifest answers another product, channel or platform")
+    now = time.time() if now is None else now
+    try:
+        age = now - _parse_time(release["issued_at"]).timestamp()
+    except ValueError:
+        raise KeyhouseError("manifest_too_old", "release manifest has no valid issued_at") from None
+    if not (-MANIFEST_SKEW_SECONDS <= age <= max_age):
+        raise KeyhouseError("manifest_too_old", f"release manifest issued at {release['issued_at']} is outside its maximum age")
+
+
+CLOCK_TOLERANCE_SECONDS = 300
+
+
+class LeaseError(KeyhouseError):
+    """Raised by verify_lease; `claims` are set when the signature verified."""
+
+    def __init__(self, code: str, message: str, claims: Optional[Dict[str, Any]] = None, unknown_kid: bool = False):
+        super().__init__(code, message)
+        self.claims = claims
+        self.unknown_kid = unknown_kid
+
+
+def _b64url(s: str) -> bytes:
+    if not re.fullmatch(r"[A-Za-z0-9_-]*", s):
+        raise ValueError("not base64url")
+    return base64.urlsafe_b64decode(s + "=" * (-len(s) % 4))
+
+
+def verify_lease(token: str, keys: Dict[str, Any], product_id: str, now: float, components: Dict[str, str],
+                 license_key: Optional[str] = None, newest_iat_seen: Optional[int] = None) -> Dict[str, Any]:
+    """Checks a lease (a JWS signed with Ed25519) and returns its claims, or raises LeaseError
+    whose code is the verdict: invalid_lease, wrong_product, wrong_license, clock_tampered,
+    expired, machine_mismatch."""
+    parts = token.split(".") if isinstance(token, str) else []
+    if len(parts) != 3:
+        raise LeaseError("invalid_lease", "lease is not a JWS")
+    try:
+        header = json.loads(_b64url(parts[0]))
+        sig = _b64url(parts[2])
+    except ValueError:
+        raise LeaseError("invalid_lease", "lease is not a JWS") from None
+    if not isinstance(header, dict) or header.get("alg") != "EdDSA":
+        raise LeaseError("invalid_lease", "lease is not signed with EdDSA")
+    jwk = next((k for k in keys.get("keys", []) if k.get("kid") == header.get("kid") and k.get("kty") == "OKP" and k.get("crv") == "Ed25519"), None)
+    if jwk is None:
+        raise LeaseError("invalid_lease", f"lease signed by unknown key {header.get('kid')}", unknown_kid=True)
+    try:
+        Ed25519PublicKey.from_public_bytes(_b64url(jwk["x"])).verify(sig, f"{parts[0]}.{parts[1]}".encode())
+        claims = json.loads(_b64url(parts[1]))
+    except (InvalidSignature, ValueError):
+        raise LeaseError("invalid_lease", "lease signature does not verify") from None
+    if claims.get("aud") != product_id:
+        raise LeaseError("wrong_product", "lease is for another product", claims)
+    if license_key and claims.get("sub") != license_key:
+        raise LeaseError("wrong_license", "lease is for another license", claims)
+    if claims["iat"] > now + CLOCK_TOLERANCE_SECONDS or (newest_iat_seen or 0) > now + CLOCK_TOLERANCE_SECONDS:
+        raise LeaseError("clock_tampered", "the local clock is behind the lease's issue time", claims)
+    if now >= claims["exp"]:
+        raise LeaseError("expired", "lease expired", claims)
+    # A bound lease needs one of its components equal here (the server applies the
+    # policy's stricter rule at every renewal).
+    bound = claims.get("components") or {}
+    if bound and not any(components.get(name) == v for name, v in bound.items()):
+        raise LeaseError("machine_mismatch", "lease is bound to another machine", claims)
+    return claims
+
+
+class FileStore:
+    """Stores the client's state in one file, replaced atomically, mode 0600."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def load(self) -> Optional[str]:
+        try:
+            with open(self.path, encoding="utf-8") as f:
+                return f.read()
+        except OSError:
+            return None
+
+    def save(self, data: str) -> None:
+        write_file_atomic(self.path, data)
+
+
+@dataclass
+class Verdict:
+    """The answer of check(). reason is "licensed", or why not: not_activated,
+    license_not_found, license_not_active (revoked), license_expired, seat_lapsed,
+    machine_mismatch, expired (the lease ran out and the server could not be reached),
+    unreachable (no lease yet and no server), invalid_lease, wrong_product, wrong_license,
+    clock_tampered, components_required."""
+    licensed: bool
+    reason: str
+    offline: bool = False
+    tier: Optional[str] = None
+    entitlements: List[str] = field(default_factory=list)
+    limits: Dict[str, float] = field(default_factory=dict)
+    floating: bool = False
+    lease_expires_at: Optional[float] = None
+    renew_after: Optional[float] = None
+    license_expires_at: Optional[float] = None
+
+    @classmethod
+    def of(cls, claims: Dict[str, Any], offline: bool) -> "Verdict":
+        return cls(True, "licensed", offline, claims.get("tier"), claims.get("entitlements") or [], claims.get("limits") or {},
+                   bool(claims.get("floating")), claims["exp"], claims["renew_after"], claims.get("license_expires_at"))
+
+
+# Failure backoff: after the n-th failure in a row (no answer, 429, 5xx) nothing is sent for
+# max(Retry-After, 60 s, a draw in [0, min(30 min, 60 s * 2^(n-1))]).
+MIN_FAILING_INTERVAL_SECONDS = 60
+MAX_BACKOFF_SECONDS = 1800
+
+
+class Client:
+    """One license on this machine, against one server. Thread-safe."""
+
+    def __init__(self, url: str, product_id: str, key: str, public_key_pem: Optional[str] = None,
+                 lease_keys: Optional[Dict[str, Any]] = None, no_key_refresh: bool = False, tenant_id: Optional[str] = None,
+                 store_path: Optional[str] = None, store: Any = None, components: Optional[Dict[str, str]] = None,
+                 request_timeout: float = 10.0, logger: Optional[Callable[[str], None]] = None,
+                 now: Optional[Callable[[], float]] = None, on_lapsed: Optional[Callable[[Verdict], None]] = None,
+                 rand: Optional[Callable[[], float]] = None):
+        if not url or not product_id or not key:
+            raise ValueError("keyhouse: url, product_id and key are required")
+        self.url = url.rstrip("/")
+        self.product_id = product_id
+        self._key = key
+        self.public_key_pem = public_key_pem
+        self.no_key_refresh = no_key_refresh
+        self.tenant_id = tenant_id
+        self.request_timeout = request_timeout
+        self._logger = logger
+        self._now = now or time.time
+        self._rand = rand or random.random
+        self.on_lapsed = on_lapsed
+        path = store_path or os.path.join(os.path.expanduser("~"), ".config", "keyhouse", re.sub(r"[^A-Za-z0-9._-]", "_", product_id) + ".json")
+        self._store = store or FileStore(path)
+        self.components = components if components is not None else machine_components(product_id, install_id_path=None if store else path + ".install-id")
+        self._keys: Dict[str, Any] = {"keys": list((lease_keys or {}).get("keys", []))}
+        self._lock = threading.RLock()
+        self._failures = 0
+        self._next_attempt = 0.0
+        self._renewal: Optional[threading.Thread] = None
+        self._stop = threading.Event()
+        self._heartbeat: Optional[threading.Thread] = None
+        self._state: Dict[str, Any] = {"key": key}
+        stored = self._store.load()
+        if stored:
+            try:
+                s = json.loads(stored)
+                self._state = s if s.get("key") == key else {"key": key, "newest_iat": s.get("newest_iat")}
+            except ValueError:
+                pass
+        if self._state.get("lease_keys"):
+            self._merge_keys(self._state["lease_keys"])
+
+    def _log(self, line: str) -> None:
+        if self._logger:
+            self._logger("keyhouse: " + line)
+
+    def _save(self) -> None:
+        self._store.save(json.dumps(self._state))
+
+    def _merge_keys(self, keyset: Dict[str, Any]) -> None:
+        have = {k.get("kid") for k in self._keys["keys"]}
+        self._keys["keys"].extend(k for k in keyset.get("keys", []) if k.get("kid") not in have)
+
+    def _record_failure(self, retry_after: float) -> None:
+        self._failures += 1
+        ceiling = min(MAX_BACKOFF_SECONDS, MIN_FAILING_INTERVAL_SECONDS * 2 ** min(self._failures - 1, 10))
+        self._next_attempt = self._now() + max(self._rand() * ceiling, MIN_FAILING_INTERVAL_SECONDS, retry_after)
+
+    def _retry_after(self, value: Optional[str]) -> float:
+        if not value:
+            return 0
+        if value.strip().isdigit():
+            return float(value.strip())
+        try:
+            return max(0.0, parsedate_to_datetime(value).timestamp() - self._now())
+        except (TypeError, ValueError):
+            return 0
+
+    def _request(self, method: str, route: str, body: Any = None) -> Any:
+        with self._lock:
+            now = self._now()
+            if now < self._next_attempt:
+                wait = self._next_attempt - now
+                raise KeyhouseError("backing_off", f"server failing; next request in {wait:.0f}s", 0, wait)
+            # One probe at a time while failing: the others wait for its answer.
+            if self._failures:
+                self._next_attempt = now + MIN_FAILING_INTERVAL_SECONDS
+        data = None if body is None else json.dumps(body).encode()
+        headers = {"Accept": "application/json"}
+        if data is not None:
+            headers["Content-Type"] = "application/json"
+        req = urllib.request.Request(self.url + route, data=data, method=method, headers=headers)
+        try:
+            with urllib.request.urlopen(req, timeout=self.request_timeout) as resp:
+                status, text, retry = resp.status, resp.read(4 << 20), resp.headers.get("Retry-After")
+        except urllib.error.HTTPError as e:
+            status, text, retry = e.code, e.read(4 << 20), e.headers.get("Retry-After")
+        except (urllib.error.URLError, OSError, ValueError) as e:
+            with self._lock:
+                self._record_failure(0)
+            self._log(f"no answer on {route}: {type(e).__name__}")
+            raise KeyhouseError("unreachable", "server unreachable") from None
+        retry_after = self._retry_after(retry)
+        with self._lock:
+            if status == 429 or status >= 500:
+                self._record_failure(retry_after)
+            else:
+                self._failures, self._next_attempt = 0, 0.0
+        try:
+            parsed = json.loads(text)
+        except ValueError:
+            parsed = None
+        if status != 200:
+            message = parsed.get("error") if isinstance(parsed, dict) and isinstance(parsed.get("error"), str) else f"HTTP {status}"
+            code = error_code(status, message)
+            self._log(f"{route} refused: {status} {code}")
+            raise KeyhouseError(code, message, status, retry_after)
+        if parsed is None:
+            raise KeyhouseError("server_error", "answer is not JSON", 200)
+        return parsed
+
+    def verify(self) -> Dict[str, Any]:
+        """POST /v1/verify-license; an invalid license raises (license_not_found, license_expired, license_not_active)."""
+        return self._request("POST", "/v1/verify-license", {"key": self._key})
+
+    def validate(self) -> bool:
+        """POST /v1/validate-license for this machine's seat."""
+        if not self._state.get("instance_id"):
+            raise KeyhouseError("not_activated", "not activated on this machine")
+        return bool(self._request("POST", "/v1/validate-license", {"key": self._key, "instance_id": self._state["instance_id"]})["valid"])
+
+    def activate(self, instance_id: str) -> Dict[str, Any]:
+        """Takes a seat for instance_id and stores its token (POST /v1/activate-license)."""
+        r = self._request("POST", "/v1/activate-license", {"key": self._key, "instance_id": instance_id})
+        with self._lock:
+            if r.get("token") or self._state.get("instance_id") != instance_id:
+                self._state = {"key": self._key, "instance_id": instance_id, "token": r.get("token"),
+                               "newest_iat": self._state.get("newest_iat"), "lease_keys": self._state.get("lease_keys")}
+            self._save()
+        return {"already_activated": bool(r.get("alreadyActivated")), "instance_id": instance_id}
+
+    def _token(self) -> str:
+        token = self._state.get("token")
+        if not token:
+            raise KeyhouseError("not_activated", "not activated on this machine")
+        return token
+
+    def deactivate(self) -> bool:
+        """Frees this machine's seat and forgets its token and lease; returns whether one was freed."""
+        r = self._request("POST", "/v1/deactivate-license", {"key": self._key, "token": self._token()})
+        with self._lock:
+            self._state = {"key": self._key, "newest_iat": self._state.get("newest_iat"), "lease_keys": self._state.get("lease_keys")}
+            self._save()
+        return bool(r["deactivated"])
+
+    def track_usage(self, metric: str, n: int = 1) -> int:
+        """Adds n to a metric of this seat; returns the new running total. A 503 means not applied."""
+        return self._request("POST", "/v1/track-usage", {"key": self._key, "token": self._token(), "metric": metric, "increment": n})["usage"]
+
+    def usage_report(self) -> Dict[str, Any]:
+        """POST /v1/usage-report."""
+        return self._request("POST", "/v1/usage-report", {"key": self._key})
+
+    def check_update(self, current_version: str, channel: str = "stable", platform: str = "") -> Optional[Dict[str, Any]]:
+        """Asks for a release newer than current_version; None when there is none, and a
+        release only after verify_manifest accepted it."""
+        if not self.public_key_pem:
+            raise ValueError("keyhouse: check_update needs public_key_pem")
+        request = {"product_id": self.product_id, "channel": channel, "platform": platform}
+        r = self._request("POST", "/v1/check-update", {"key": self._key, **request, "current_version": current_version})
+        if not r.get("update_available") or not r.get("release"):
+            return None
+        verify_manifest(r["release"], request, self.public_key_pem, self._now())
+        return r["release"]
+
+    def verify_offline_export(self, export_json: str) -> Dict[str, Any]:
+        """Checks an offline export with the pinned public key at the client's clock."""
+        if not self.public_key_pem:
+            raise ValueError("keyhouse: verify_offline_export needs public_key_pem")
+        return verify_offline_export(export_json, self.public_key_pem, self._now())
+
+    def _check_lease(self, lease: str) -> Dict[str, Any]:
+        kwargs = dict(product_id=self.product_id, now=self._now(), components=self.components, license_key=self._key,
+                      newest_iat_seen=self._state.get("newest_iat"))
+        try:
+            return verify_lease(lease, self._keys, **kwargs)
+        except LeaseError as e:
+            if not e.unknown_kid or self.no_key_refresh:
+                raise
+            route = "/v1/lease-keys" + (f"?tenant_id={urllib.parse.quote(self.tenant_id)}" if self.tenant_id else "")
+            try:
+                fetched = self._request("GET", route)
+            except KeyhouseError:
+                raise e from None
+            with self._lock:
+                self._merge_keys(fetched)
+                self._state["lease_keys"] = fetched
+                self._save()
+            return verify_lease(lease, self._keys, **kwargs)
+
+    def check(self) -> Verdict:
+        """Whether the app is licensed, offline first: a valid stored lease answers at once
+        (past its renew_after it is renewed in a background thread: wait_renewal()); without
+        one, or with one that ran out, the server is asked for a lease. While the server
+        cannot be reached a stored lease is good until its exp; a refusal of the server
+        (revoked, expired, seat lapsed) stands from the first renewal that reaches it."""
+        if self._state.get("refusal"):
+            return Verdict(False, self._state["refusal"])
+        if not self._state.get("token"):
+            return Verdict(False, "not_activated")
+        lease = self._state.get("lease")
+        if lease:
+            try:
+                claims = self._check_lease(lease)
+                if self._now() >= claims["renew_after"]:
+                    self._renew_in_background()
+                return Verdict.of(claims, True)
+            except KeyhouseError as e:
+                if e.code != "expired":
+                    return Verdict(False, e.code)
+        return self.renew()
+
+    def _renew_in_background(self) -> None:
+        with self._lock:
+            if self._renewal and self._renewal.is_alive():
+                return
+            self._renewal = threading.Thread(target=self.renew, daemon=True)
+            self._renewal.start()
+
+    def wait_renewal(self) -> None:
+        """Waits for a background renewal started by check(), if one runs."""
+        t = self._renewal
+        if t:
+            t.join()
+
+    def renew(self) -> Verdict:
+        """Asks the server for a new lease now (POST /v1/leases); returns the verdict."""
+        token = self._state.get("token")
+        if not token:
+            return Verdict(False, "not_activated")
+        try:
+            lease = self._request("POST", "/v1/leases", {"key": self._key, "token": token, "components": self.components})["lease"]
+        except KeyhouseError as e:
+            if e.status == 0 or e.status == 429 or e.status >= 500:
+                return self._offline_verdict()
+            reason = {"seat_lease_expired": "seat_lapsed", "invalid_activation_token": "not_activated",
+                      "fingerprint_mismatch": "machine_mismatch"}.get(e.code, e.code)
+            with self._lock:
+                self._state.pop("lease", None)
+                if e.code in ("license_not_found", "license_not_active", "license_expired"):
+                    self._state["refusal"] = reason
+                if e.code in ("seat_lease_expired", "invalid_activation_token"):
+                    self._state.pop("token", None)
+                self._save()
+            self._log(f"not licensed: {reason}")
+            v = Verdict(False, reason)
+            if reason == "seat_lapsed" and self.on_lapsed:
+                self.on_lapsed(v)
+            return v
+        try:
+            claims = self._check_lease(lease)
+        except KeyhouseError as e:
+            return Verdict(False, e.code)
+        with self._lock:
+            self._state["lease"] = lease
+            self._state["newest_iat"] = max(self._state.get("newest_iat") or 0, claims["iat"])
+            self._save()
+        return Verdict.of(claims, False)
+
+    def _offline_verdict(self) -> Verdict:
+        lease = self._state.get("lease")
+        if not lease:
+            return Verdict(False, "unreachable")
+        try:
+            return Verdict.of(self._check_lease(lease), True)
+        except LeaseError as e:
+            if e.code == "expired" and e.claims and e.claims.get("floating") and self.on_lapsed:
+                self.on_lapsed(Verdict(False, "seat_lapsed"))
+            return Verdict(False, e.code)
+
+    def start_heartbeat(self) -> None:
+        """Keeps a floating seat leased in a daemon thread: renews at each lease's
+        renew_after until close(), reporting a lapsed seat through on_lapsed."""
+        def beat() -> None:
+            while not self._stop.is_set():
+                v = self.check()
+                if v.licensed and v.renew_after is not None and self._now() >= v.renew_after:
+                    self.wait_renewal()
+                    v = self.check()
+                wait = max(v.renew_after - self._now(), 1.0) if v.licensed and v.renew_after else MIN_FAILING_INTERVAL_SECONDS
+                self._stop.wait(wait)
+        self._heartbeat = threading.Thread(target=beat, daemon=True)
+        self._heartbeat.start()
+
+    def close(self) -> None:
+        """Stops the heartbeat and, for a floating seat, releases it at once."""
+        self._stop.set()
+        self.wait_renewal()
+        lease, token = self._state.get("lease"), self._state.get("token")
+        if not lease or not token:
+            return
+        try:
+            floating = json.loads(_b64url(lease.split(".")[1])).get("floating") is True
+        except (ValueError, IndexError):
+            floating = False
+        if floating:
+            self.deactivate()

@@ -1,0 +1,290 @@
+"""The live scenario list, run against the real stack by stack/e2e (TestSDKScenarios),
+which sets KEYHOUSE_E2E; skipped without it."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+
+import keyhouse
+from keyhouse import KeyhouseError, MAX_BACKOFF_SECONDS
+
+F = json.loads(os.environ["KEYHOUSE_E2E"]) if os.environ.get("KEYHOUSE_E2E") else None
+pytestmark = pytest.mark.skipif(F is None, reason="KEYHOUSE_E2E not set: stack/e2e TestSDKScenarios runs this suite against the stack")
+
+
+def control(what):
+    with urllib.request.urlopen(urllib.request.Request(f"{F['control']}/{what}", method="POST", data=b"")) as resp:
+        return json.load(resp)["count"]
+
+
+class World:
+    """The clock, the logs and the main client the scenarios share, in order."""
+
+    def __init__(self, tmp):
+        self.dir = tmp
+        self.now = time.time()
+        self.logs = []
+        self.c = self.client(F["keys"]["main"], "main.json")
+
+    def client(self, key, store):
+        return keyhouse.Client(F["url"], F["product_id"], key, public_key_pem=F["public_key_pem"],
+                               store_path=os.path.join(self.dir, store), logger=self.logs.append, now=lambda: self.now)
+
+
+@pytest.fixture(scope="module")
+def w(tmp_path_factory):
+    return World(str(tmp_path_factory.mktemp("keyhouse")))
+
+
+def raises(code, fn, *args):
+    with pytest.raises(KeyhouseError) as err:
+        fn(*args)
+    assert err.value.code == code, err.value
+    return err.value
+
+
+def test_scenario_activate(w):
+    assert w.c.activate("laptop-1") == {"already_activated": False, "instance_id": "laptop-1"}
+    assert w.client(F["keys"]["main"], "main.json").activate("laptop-1")["already_activated"] is True
+    w.client(F["keys"]["capped"], "capped-1.json").activate("one")
+    err = raises("activation_limit_exceeded", w.client(F["keys"]["capped"], "capped-2.json").activate, "two")
+    assert (err.status, err.message) == (403, "Activation limit exceeded for this license key")
+
+
+def test_scenario_verify_and_validate_online(w):
+    lic = w.c.verify()
+    assert (lic["valid"], lic["tier"], lic["product_id"]) == (True, "pro", F["product_id"])
+    assert w.c.validate() is True
+    raises("license_not_found", w.client("KH-NO-SUCH-KEY", "none.json").verify)
+
+
+def test_scenario_usage(w):
+    assert w.c.track_usage("users", 3) == 3
+    raises("usage_limit_exceeded", w.c.track_usage, "users", 8)
+    raises("metric_not_allowed", w.c.track_usage, "seats", 1)
+    assert w.c.usage_report()["metrics"] == [{"metric": "users", "used": 3, "limit": 10, "remaining": 7, "exceeded": False}]
+
+
+def test_scenario_signed_update_check(w):
+    rel = w.c.check_update("1.0.0", F["release"]["channel"], F["release"]["platform"])
+    assert rel["version"] == F["release"]["version"]
+    assert w.c.check_update(F["release"]["version"], F["release"]["channel"], F["release"]["platform"]) is None
+
+
+def test_scenario_offline_export(w):
+    assert w.c.verify_offline_export(F["export_json"])["key"] == F["keys"]["main"]
+    raises("invalid_signature", w.c.verify_offline_export, F["export_json"].replace('"tier":"pro"', '"tier":"enterprise"', 1))
+
+
+def test_scenario_gateway_out_of_reach(w):
+    control("mode?m=down")
+    try:
+        before = control("count")
+        raises("unreachable", w.c.verify)
+        raises("backing_off", w.c.verify)
+        assert control("count") - before == 1
+    finally:
+        control("mode?m=pass")
+    w.now += MAX_BACKOFF_SECONDS
+    assert w.c.verify()["valid"] is True
+
+
+def test_scenario_retry_storm(w):
+    storm = w.client(F["keys"]["storm"], "storm.json")
+    control("mode?m=503")
+    try:
+        control("reset")
+        raises("unavailable", storm.verify)
+        minutes = 10
+        for _ in range(minutes * 60):
+            w.now += 1
+            try:
+                storm.verify()
+            except KeyhouseError:
+                pass
+        n = control("count")
+        assert 2 <= n <= 1 + minutes, f"{n} requests in {minutes} minutes after the first failure"
+        # Retry-After longer than the backoff is honoured.
+        w.now += MAX_BACKOFF_SECONDS
+        control("mode?m=503&retry_after=300")
+        control("reset")
+        for _ in range(300):
+            try:
+                storm.verify()
+            except KeyhouseError:
+                pass
+            w.now += 1
+        assert control("count") == 1
+    finally:
+        control("mode?m=pass")
+
+
+def test_scenario_deactivate(w):
+    w.token = json.load(open(os.path.join(w.dir, "main.json")))["token"]
+    w.now += MAX_BACKOFF_SECONDS
+    assert w.c.deactivate() is True
+    raises("not_activated", w.c.validate)
+
+
+def test_scenario_no_secret_in_a_log_line(w):
+    text = "\n".join(w.logs)
+    assert "keyhouse:" in text, "nothing was logged; the check would be vacuous"
+    assert w.token and w.token not in text
+    for key in F["keys"].values():
+        assert key not in text
+
+
+# The lease scenarios. Each client has a clock of its own, starting at the real time (the server's).
+class Clock:
+    def __init__(self):
+        self.now = time.time()
+
+    def __call__(self):
+        return self.now
+
+
+@pytest.fixture(scope="module")
+def lw(tmp_path_factory):
+    d = str(tmp_path_factory.mktemp("keyhouse-lease"))
+
+    class LW:
+        dir = d
+        here = {"machine_id": keyhouse.hash_component(F["product_id"], "sdk-e2e-machine-1")}
+        elsewhere = {"machine_id": keyhouse.hash_component(F["product_id"], "sdk-e2e-machine-2")}
+
+        @staticmethod
+        def client(key, store, components, **extra):
+            clock = Clock()
+            c = keyhouse.Client(F["url"], F["product_id"], key, lease_keys=F["lease_keys"], store_path=os.path.join(d, store),
+                                components=components, now=clock, **extra)
+            return c, clock
+
+        @staticmethod
+        def copy(src, dst):
+            shutil.copyfile(os.path.join(d, src), os.path.join(d, dst))
+
+    LW.c, _ = LW.client(F["keys"]["lease"], "lease.json", LW.here)
+    return LW
+
+
+def test_scenario_activate_and_check_online(lw):
+    lw.c.activate("desk-1")
+    v = lw.c.check()
+    assert (v.licensed, v.offline, v.tier, v.entitlements) == (True, False, "pro", ["sync"])
+    before = control("count")
+    again = lw.c.check()
+    assert again.licensed and again.offline, "a second check answers from the stored lease"
+    assert control("count") == before
+
+
+def test_scenario_gateway_stopped_licensed_from_the_lease_then_clock_past_exp(lw):
+    control("mode?m=down")
+    try:
+        lw.copy("lease.json", "offline.json")
+        app, clock = lw.client(F["keys"]["lease"], "offline.json", lw.here)
+        clock.now += 601  # past renew_after: the background renewal fails
+        v = app.check()
+        assert v.licensed and v.offline, v
+        app.wait_renewal()
+        assert app.check().licensed
+        clock.now += 3600
+        v = app.check()
+        assert (v.licensed, v.reason) == (False, "expired")
+    finally:
+        control("mode?m=pass")
+
+
+def test_scenario_revoked_while_offline_refused_at_the_first_renewal(lw):
+    r, clock = lw.client(F["keys"]["revoke"], "revoke.json", lw.here)
+    r.activate("desk-2")
+    assert r.check().licensed
+    control("mode?m=down")
+    control(f"revoke?key={F['keys']['revoke']}")
+    v = r.check()
+    assert v.licensed and v.offline, "offline, before a renewal"
+    # The server's caches may answer for up to 1 s after a change (its bound); an app
+    # offline for longer than that reconnects.
+    time.sleep(1.5)
+    control("mode?m=pass")
+    clock.now += 601
+    assert r.check().licensed, "the check that starts the renewal answers from the lease"
+    r.wait_renewal()
+    v = r.check()
+    assert (v.licensed, v.reason) == (False, "license_not_active")
+
+
+def test_scenario_lease_copied_to_another_machine(lw):
+    lw.copy("lease.json", "copied.json")
+    other, _ = lw.client(F["keys"]["lease"], "copied.json", lw.elsewhere)
+    assert other.check().reason == "machine_mismatch"
+    v = other.renew()
+    assert (v.licensed, v.reason) == (False, "machine_mismatch")
+
+
+def test_scenario_floating_seat_freed_by_close(lw):
+    a, _ = lw.client(F["keys"]["floating"], "float-a.json", {})
+    b, _ = lw.client(F["keys"]["floating"], "float-b.json", {})
+    a.activate("a")
+    v = a.check()
+    assert v.licensed and v.floating
+    raises("activation_limit_exceeded", b.activate, "b")
+    a.close()
+    b.activate("b")
+    assert b.check().licensed
+
+
+CHILD = """
+import sys, time
+sys.path.insert(0, {root!r})
+import keyhouse
+c = keyhouse.Client({url!r}, {product!r}, {key!r}, store_path={store!r}, components={{}})
+c.activate("child")
+v = c.check()
+assert v.licensed, v.reason
+print("leased", flush=True)
+c.start_heartbeat()
+while True:
+    time.sleep(1)
+"""
+
+
+def test_scenario_floating_seat_freed_after_a_killed_process(lw):
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    script = CHILD.format(root=root, url=F["url"], product=F["product_id"], key=F["keys"]["killed"], store=os.path.join(lw.dir, "child.json"))
+    child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline() == "leased\n"
+        other, _ = lw.client(F["keys"]["killed"], "after-kill.json", {})
+        raises("activation_limit_exceeded", other.activate, "other")
+    finally:
+        child.kill()
+        child.wait()
+    killed = time.time()
+    deadline = killed + F["floating_ttl"] + 15
+    while True:
+        try:
+            other.activate("other")
+            print(f"seat free {time.time() - killed:.1f}s after the kill")
+            break
+        except KeyhouseError as e:
+            if e.code != "activation_limit_exceeded" or time.time() > deadline:
+                raise
+        time.sleep(1)
+
+
+def test_scenario_lapsed_floating_seat_reported(lw):
+    lapsed = []
+    s, clock = lw.client(F["keys"]["lapsed"], "lapsed.json", {}, on_lapsed=lapsed.append)
+    s.activate("sleeper")
+    assert s.check().licensed
+    # The app slept through its lease (no heartbeat): the server has let the seat go.
+    time.sleep(F["floating_ttl"] + 1)
+    clock.now += F["floating_ttl"] + 1
+    v = s.check()
+    assert (v.licensed, v.reason) == (False, "seat_lapsed")
+    assert [x.reason for x in lapsed] == ["seat_lapsed"]

@@ -1,0 +1,51 @@
+"""The shared vectors (clients/testdata/vectors.json): the suite every SDK passes."""
+import json
+import os
+
+import pytest
+
+import keyhouse
+
+V = json.load(open(os.path.join(os.path.dirname(__file__), "..", "..", "testdata", "vectors.json"), encoding="utf-8"))
+
+
+def test_components_hash_with_the_product_id():
+    for name, raw in V["components"]["raw"].items():
+        assert keyhouse.hash_component(V["components"]["product_id"], raw) == V["components"]["hashed"][name]
+
+
+@pytest.mark.parametrize("e", V["exports"], ids=lambda e: e["name"])
+def test_offline_export(e):
+    if e["ok"]:
+        lic = keyhouse.verify_offline_export(e["json"], V["rsa_public_key_pem"], V["now"])
+        assert (lic["key"], lic["tier"]) == (e["key"], e["tier"])
+    else:
+        with pytest.raises(keyhouse.KeyhouseError) as err:
+            keyhouse.verify_offline_export(e["json"], V["rsa_public_key_pem"], V["now"])
+        assert err.value.code == e["error"]
+
+
+@pytest.mark.parametrize("m", V["manifests"], ids=lambda m: m["name"])
+def test_manifest(m):
+    if m["ok"]:
+        keyhouse.verify_manifest(m["release"], m["request"], V["rsa_public_key_pem"], V["now"], m["max_age"])
+    else:
+        with pytest.raises(keyhouse.KeyhouseError) as err:
+            keyhouse.verify_manifest(m["release"], m["request"], V["rsa_public_key_pem"], V["now"], m["max_age"])
+        assert err.value.code == m["error"]
+
+
+@pytest.mark.parametrize("lease", V["leases"], ids=lambda lease: lease["name"])
+def test_lease(lease):
+    try:
+        keyhouse.verify_lease(lease["lease"], V["lease_keys"][lease["keys"]], V["product_id"], V["now"], lease["components"],
+                              license_key=V["license_key"], newest_iat_seen=lease["newest_iat_seen"])
+        got = "licensed"
+    except keyhouse.LeaseError as e:
+        got = e.code
+    assert got == lease["verdict"]
+
+
+def test_error_codes():
+    for e in V["errors"]:
+        assert keyhouse.error_code(e["status"], e["error"]) == e["code"], e["error"]

@@ -1,0 +1,678 @@
+package server
+
+import (
+	"context"
+	"crypto/ed25519"
+	cryptorand "crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"regexp"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/keyhouse/keyhouse/pkg/apierr"
+	"github.com/keyhouse/keyhouse/pkg/auth"
+	"github.com/keyhouse/keyhouse/pkg/license"
+	"github.com/keyhouse/keyhouse/pkg/pgxx"
+	"github.com/keyhouse/keyhouse/pkg/signing"
+	activationsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/activations/v1"
+	licensingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1"
+	"github.com/keyhouse/keyhouse/services/activations/internal/store"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+)
+
+// LeaseStore is the SQL of leases, policies and lease keys (store.Store).
+type LeaseStore interface {
+	PutPolicy(ctx context.Context, tenant string, p store.Policy) (store.Policy, error)
+	Policies(ctx context.Context, tenant, productID string) ([]store.Policy, error)
+	DeletePolicy(ctx context.Context, tenant, productID, tier string) (bool, error)
+	PolicyFor(ctx context.Context, tenant, productID, tier string) (*store.Policy, error)
+	LongestLeaseTTL(ctx context.Context, tenant string) (time.Duration, error)
+	SeatByToken(ctx context.Context, tenant, key string, tokenHash []byte) (*store.LeaseSeat, error)
+	SeatByInstance(ctx context.Context, tenant, key, instance string) (*store.LeaseSeat, error)
+	LapsedWithin(ctx context.Context, tenant, key string, tokenHash []byte, within time.Duration) (bool, error)
+	RenewLease(ctx context.Context, r store.LeaseRenewal) (bool, error)
+	ActiveLeaseKey(ctx context.Context, tenant string) (*store.LeaseKey, error)
+	AddFirstLeaseKey(ctx context.Context, tenant string, k store.LeaseKey) (*store.LeaseKey, error)
+	LeaseKeys(ctx context.Context, tenant string) ([]store.LeaseKey, error)
+	RotateLeaseKey(ctx context.Context, tenant string, next store.LeaseKey, retireAfter time.Duration) (*store.LeaseKey, error)
+	SeatLeases(ctx context.Context, tenant, key string) ([]store.LeaseSeat, error)
+}
+
+// Products checks product ownership (licensingclient.Client.ClaimProduct).
+type Products interface {
+	ClaimProduct(ctx context.Context, tenant, productID string) error
+}
+
+// LeaseConfig is what the leases service needs besides its store.
+type LeaseConfig struct {
+	// Issuer is the iss claim (PUBLIC_BASE_URL).
+	Issuer      string
+	MultiTenant bool
+	// MinLeaseTTL is the shortest lease_ttl a policy may set (addendum §12: 60 s; tests
+	// lower it with LEASE_MIN_TTL to see leases lapse within a test's time).
+	MinLeaseTTL time.Duration
+	// Keyring seals and opens the lease keys' private halves (licensing's AES key).
+	Keyring func(ctx context.Context) (*signing.Keyring, error)
+}
+
+// Policy bounds and built-in defaults (addendum §12).
+const (
+	maxLeaseTTL         = 90 * 24 * time.Hour
+	defaultLeaseTTL     = 7 * 24 * time.Hour
+	maxEntitlements     = 64
+	maxComponents       = 16
+	maxComponentValue   = 128
+	maxNonce            = 128
+	maxRetireAfter      = 100 * 24 * time.Hour
+	lapseRemembered     = 24 * time.Hour
+	leaseTokenType      = "keyhouse-lease+jwt"
+	defaultPolicyTier   = "*"
+	matchNone           = "none"
+	maxLeaseAttempts    = 3
+	retireAfterExtraDay = 24 * time.Hour
+)
+
+var (
+	entitlementPattern   = regexp.MustCompile(`^[a-z0-9._:-]{1,64}$`)
+	componentNamePattern = regexp.MustCompile(`^[a-z0-9_]{1,32}$`)
+	fingerprintMatches   = []string{"none", "any", "most", "all"}
+
+	// Addendum §12's messages, verbatim.
+	errProductNotFound = apierr.NotFound("Product not found")
+	errPolicyNotFound  = apierr.NotFound("Policy not found")
+	errLeaseLapsed     = apierr.Forbidden("Seat lease has expired")
+	errNeedComponents  = apierr.Invalid("components are required by this product's policy")
+	errFingerprint     = apierr.Forbidden("Machine fingerprint does not match")
+)
+
+// Leases implements LeasesService.
+type Leases struct {
+	activationsv1.UnimplementedLeasesServiceServer
+	store    LeaseStore
+	licenses Licenses
+	products Products
+	cfg      LeaseConfig
+	now      func() time.Time
+	// private holds opened private keys by kid, so a lease costs no decryption.
+	private sync.Map
+}
+
+// NewLeases returns the leases service.
+func NewLeases(st LeaseStore, l Licenses, p Products, cfg LeaseConfig) *Leases {
+	return &Leases{store: st, licenses: l, products: p, cfg: cfg, now: time.Now}
+}
+
+// RegisterLeases adds LeasesService to g.
+func RegisterLeases(g *grpc.Server, l *Leases) { activationsv1.RegisterLeasesServiceServer(g, l) }
+
+// effectivePolicy is the policy a license follows: p, or the built-in defaults.
+func effectivePolicy(p *store.Policy) store.Policy {
+	if p != nil {
+		return *p
+	}
+	return store.Policy{Tier: defaultPolicyTier, LeaseTTL: defaultLeaseTTL, RenewAfter: defaultLeaseTTL / 2, FingerprintMatch: matchNone}
+}
+
+// FloatingLease is how long a new seat of l is leased: its policy's lease_ttl when the
+// policy is floating, nil otherwise. activate-license asks it (Server.WithLeases).
+func (x *Leases) FloatingLease(ctx context.Context, l *licensingv1.License) (*time.Duration, error) {
+	p, err := x.store.PolicyFor(ctx, l.GetTenantId(), l.GetProductId(), l.GetTier())
+	if err != nil || p == nil || !p.Floating {
+		return nil, err
+	}
+	return &p.LeaseTTL, nil
+}
+
+// ownProduct checks that the caller may read and write the product's policies: the product
+// is the caller's, or nobody's yet and now claimed (the claim issue-license and
+// register-release make). Another tenant's product is "not found".
+func (x *Leases) ownProduct(ctx context.Context, productID string) (string, error) {
+	tenant, err := auth.TenantID(ctx)
+	if err != nil {
+		return "", err
+	}
+	if err := checkField("product_id", productID); err != nil {
+		return "", err
+	}
+	if err := x.products.ClaimProduct(ctx, tenant, productID); err != nil {
+		if apierr.Is(err, codes.PermissionDenied) {
+			return "", errProductNotFound
+		}
+		return "", err
+	}
+	return tenant, nil
+}
+
+// PutLeasePolicy sets the policy of a product's tier after checking every bound.
+func (x *Leases) PutLeasePolicy(ctx context.Context, req *activationsv1.PutLeasePolicyRequest) (*activationsv1.PutLeasePolicyResponse, error) {
+	if err := checkField("tier", req.GetTier()); err != nil {
+		return nil, err
+	}
+	p, err := x.policyOf(req)
+	if err != nil {
+		return nil, err
+	}
+	tenant, err := x.ownProduct(ctx, req.GetProductId())
+	if err != nil {
+		return nil, err
+	}
+	saved, err := x.store.PutPolicy(ctx, tenant, p)
+	if err != nil {
+		return nil, err
+	}
+	return &activationsv1.PutLeasePolicyResponse{Policy: policyMessage(saved)}, nil
+}
+
+// policyOf checks a policy's bounds (400 naming the field) and fills in the defaults.
+func (x *Leases) policyOf(req *activationsv1.PutLeasePolicyRequest) (store.Policy, error) {
+	p := effectivePolicy(nil)
+	p.ProductID, p.Tier, p.Floating = req.GetProductId(), req.GetTier(), req.GetFloating()
+	if req.LeaseTtlSeconds != nil {
+		ttl := req.GetLeaseTtlSeconds()
+		if ttl < int64(x.cfg.MinLeaseTTL/time.Second) || ttl > int64(maxLeaseTTL/time.Second) {
+			return p, apierr.Invalid("lease_ttl_seconds must be between %d and %d", int64(x.cfg.MinLeaseTTL/time.Second), int64(maxLeaseTTL/time.Second))
+		}
+		p.LeaseTTL = time.Duration(ttl) * time.Second
+		p.RenewAfter = p.LeaseTTL / 2
+	}
+	if req.RenewAfterSeconds != nil {
+		renew := req.GetRenewAfterSeconds()
+		if renew < 0 || renew >= int64(p.LeaseTTL/time.Second) {
+			return p, apierr.Invalid("renew_after_seconds must be at least 0 and less than lease_ttl_seconds (%d)", int64(p.LeaseTTL/time.Second))
+		}
+		p.RenewAfter = time.Duration(renew) * time.Second
+	}
+	if req.FingerprintMatch != nil {
+		p.FingerprintMatch = req.GetFingerprintMatch()
+		if !containsString(fingerprintMatches, p.FingerprintMatch) {
+			return p, apierr.Invalid("fingerprint_match must be one of none, any, most, all")
+		}
+	}
+	if len(req.GetEntitlements()) > maxEntitlements {
+		return p, apierr.Invalid("entitlements must have at most %d entries", maxEntitlements)
+	}
+	p.Entitlements = []string{}
+	for i, e := range req.GetEntitlements() {
+		if !entitlementPattern.MatchString(e) {
+			return p, apierr.Invalid("entitlements[%d] must be 1 to 64 characters of a-z, 0-9, '.', '_', ':' and '-'", i)
+		}
+		if !containsString(p.Entitlements, e) {
+			p.Entitlements = append(p.Entitlements, e)
+		}
+	}
+	return p, nil
+}
+
+func containsString(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+func policyMessage(p store.Policy) *activationsv1.LeasePolicy {
+	return &activationsv1.LeasePolicy{ProductId: p.ProductID, Tier: p.Tier, Floating: p.Floating,
+		LeaseTtlSeconds: int32(p.LeaseTTL / time.Second), RenewAfterSeconds: int32(p.RenewAfter / time.Second),
+		FingerprintMatch: p.FingerprintMatch, Entitlements: p.Entitlements, UpdatedAt: timestamppb.New(p.UpdatedAt)}
+}
+
+// ListLeasePolicies lists a product's policies.
+func (x *Leases) ListLeasePolicies(ctx context.Context, req *activationsv1.ListLeasePoliciesRequest) (*activationsv1.ListLeasePoliciesResponse, error) {
+	tenant, err := x.ownProduct(ctx, req.GetProductId())
+	if err != nil {
+		return nil, err
+	}
+	policies, err := x.store.Policies(ctx, tenant, req.GetProductId())
+	if err != nil {
+		return nil, err
+	}
+	resp := &activationsv1.ListLeasePoliciesResponse{Policies: []*activationsv1.LeasePolicy{}}
+	for _, p := range policies {
+		resp.Policies = append(resp.Policies, policyMessage(p))
+	}
+	return resp, nil
+}
+
+// DeleteLeasePolicy removes a tier's policy; its licenses follow the product's default
+// (or the built-in one) from their next lease on.
+func (x *Leases) DeleteLeasePolicy(ctx context.Context, req *activationsv1.DeleteLeasePolicyRequest) (*activationsv1.DeleteLeasePolicyResponse, error) {
+	if err := checkField("tier", req.GetTier()); err != nil {
+		return nil, err
+	}
+	tenant, err := x.ownProduct(ctx, req.GetProductId())
+	if err != nil {
+		return nil, err
+	}
+	deleted, err := x.store.DeletePolicy(ctx, tenant, req.GetProductId(), req.GetTier())
+	if err != nil {
+		return nil, err
+	}
+	if !deleted {
+		return nil, errPolicyNotFound
+	}
+	return &activationsv1.DeleteLeasePolicyResponse{ProductId: req.GetProductId(), Tier: req.GetTier(), Deleted: true}, nil
+}
+
+// checkLeaseRequest checks the shape of a lease request (400 naming the field).
+func checkLeaseRequest(req *activationsv1.CreateLeaseRequest) error {
+	if req.GetKey() == "" {
+		return errMissingKey
+	}
+	if req.GetToken() == "" && req.GetInstanceId() == "" {
+		return errMissingToken
+	}
+	if req.GetToken() == "" {
+		if err := checkField("instance_id", req.GetInstanceId()); err != nil {
+			return err
+		}
+	}
+	if len(req.GetComponents()) > maxComponents {
+		return apierr.Invalid("components must have at most %d entries", maxComponents)
+	}
+	for name, value := range req.GetComponents() {
+		if !componentNamePattern.MatchString(name) {
+			return apierr.Invalid("components names must be 1 to 32 characters of a-z, 0-9 and '_'")
+		}
+		if utf8.RuneCountInString(value) > maxComponentValue || pgxx.HasNUL(value) {
+			return apierr.Invalid("components.%s must be at most %d characters, without NUL", name, maxComponentValue)
+		}
+	}
+	if req.Nonce != nil && (utf8.RuneCountInString(req.GetNonce()) > maxNonce || pgxx.HasNUL(req.GetNonce())) {
+		return apierr.Invalid("nonce must be at most %d characters, without NUL", maxNonce)
+	}
+	return nil
+}
+
+// matches says whether the components sent match the bound ones under strategy: any one
+// equal, more than half equal, or all equal (a bound name missing from sent is unequal).
+func matches(strategy string, bound, sent map[string]string) bool {
+	equal := 0
+	for name, value := range bound {
+		if v, ok := sent[name]; ok && v == value {
+			equal++
+		}
+	}
+	switch strategy {
+	case "any":
+		return equal >= 1
+	case "most":
+		return 2*equal > len(bound)
+	default: // all; also a reinstall under a policy that is none now
+		return equal == len(bound)
+	}
+}
+
+// CreateLease signs a lease for a seat: the seat the token holds, or (a reinstall) the
+// bound seat of instance_id whose components match, which then gets a new token.
+func (x *Leases) CreateLease(ctx context.Context, req *activationsv1.CreateLeaseRequest) (*activationsv1.CreateLeaseResponse, error) {
+	if err := checkLeaseRequest(req); err != nil {
+		return nil, err
+	}
+	if utf8.RuneCountInString(req.GetKey()) > maxFieldLen {
+		return nil, license.ErrNotFound
+	}
+	l, err := x.licenses.License(ctx, "", req.GetKey())
+	if err != nil {
+		return nil, err
+	}
+	now := x.now()
+	if err := usableAt(l, now); err != nil {
+		return nil, err
+	}
+	tenant, key := l.GetTenantId(), l.GetKey()
+	p, err := x.store.PolicyFor(ctx, tenant, l.GetProductId(), l.GetTier())
+	if err != nil {
+		return nil, err
+	}
+	policy := effectivePolicy(p)
+	kid, priv, err := x.signingKey(ctx, tenant)
+	if err != nil {
+		return nil, err
+	}
+	iat := now.Truncate(time.Second)
+	exp := iat.Add(policy.LeaseTTL)
+	if e := l.GetExpiresAt(); e != nil && e.AsTime().Before(exp) {
+		exp = e.AsTime().Truncate(time.Second)
+	}
+	renewAfter := iat.Add(policy.RenewAfter)
+	if renewAfter.After(exp) {
+		renewAfter = exp
+	}
+	var seat *store.LeaseSeat
+	var newToken string
+	for attempt := 0; ; attempt++ {
+		if attempt == maxLeaseAttempts {
+			return nil, apierr.Retry("The seat was changed by a concurrent request; please retry")
+		}
+		var r store.LeaseRenewal
+		seat, r, newToken, err = x.leaseSeat(ctx, tenant, key, req, policy)
+		if err != nil {
+			return nil, err
+		}
+		if policy.Floating {
+			r.LeaseExpiresAt = &exp
+		}
+		r.ProductID = l.GetProductId()
+		renewed, err := x.store.RenewLease(ctx, r)
+		if err != nil {
+			return nil, err
+		}
+		if renewed {
+			if r.Bind != nil {
+				seat.Components = r.Bind
+			}
+			break
+		}
+	}
+	lease, err := signLease(priv, kid, leaseClaims(x.cfg.Issuer, l, policy, seat, iat, exp, renewAfter, req.Nonce))
+	if err != nil {
+		return nil, err
+	}
+	resp := &activationsv1.CreateLeaseResponse{Lease: lease, ExpiresAt: timestamppb.New(exp), RenewAfter: timestamppb.New(renewAfter)}
+	if newToken != "" {
+		resp.Token = proto.String(newToken)
+	}
+	return resp, nil
+}
+
+// usableAt is pkg/license's rule for a license licensing returned.
+func usableAt(l *licensingv1.License, now time.Time) error {
+	var expires *time.Time
+	if l.GetExpiresAt() != nil {
+		t := l.GetExpiresAt().AsTime()
+		expires = &t
+	}
+	return license.Usable(l.GetStatus(), expires, now)
+}
+
+// leaseSeat finds the seat a lease request proves, decides the binding and returns the
+// renewal that commits it (and, for a reinstall, the new token).
+func (x *Leases) leaseSeat(ctx context.Context, tenant, key string, req *activationsv1.CreateLeaseRequest, policy store.Policy) (*store.LeaseSeat, store.LeaseRenewal, string, error) {
+	r := store.LeaseRenewal{Tenant: tenant, Key: key}
+	var seat *store.LeaseSeat
+	var err error
+	reinstall := req.GetToken() == ""
+	if reinstall {
+		seat, err = x.store.SeatByInstance(ctx, tenant, key, req.GetInstanceId())
+	} else {
+		r.TokenHash = hashToken(req.GetToken())
+		seat, err = x.store.SeatByToken(ctx, tenant, key, r.TokenHash)
+	}
+	if err != nil {
+		return nil, r, "", err
+	}
+	switch {
+	case seat == nil && !reinstall:
+		lapsed, err := x.store.LapsedWithin(ctx, tenant, key, r.TokenHash, lapseRemembered)
+		if err != nil {
+			return nil, r, "", err
+		}
+		if lapsed {
+			return nil, r, "", errLeaseLapsed
+		}
+		return nil, r, "", errBadToken
+	case seat == nil, reinstall && seat.Components == nil:
+		// A reinstall needs a bound seat: an unbound one still needs its token.
+		return nil, r, "", errBadToken
+	case !seat.Live:
+		return nil, r, "", errLeaseLapsed
+	}
+	r.Instance, r.SeenComponents = seat.Instance, seat.Components
+	sent := req.GetComponents()
+	if policy.FingerprintMatch != matchNone || reinstall {
+		if len(sent) == 0 {
+			return nil, r, "", errNeedComponents
+		}
+		if seat.Components == nil {
+			r.Bind = sent
+		} else if !matches(policy.FingerprintMatch, seat.Components, sent) {
+			return nil, r, "", errFingerprint
+		}
+	}
+	if !reinstall {
+		return seat, r, "", nil
+	}
+	// The seat's token is not known (only its hash is stored): the renewal names the seat
+	// by instance and replaces whatever token it holds, if it is still bound to the
+	// components compared against.
+	tok, newHash := newToken()
+	r.NewTokenHash = newHash
+	return seat, r, tok, nil
+}
+
+// leaseClaims are the claims of addendum §12, in its order.
+func leaseClaims(issuer string, l *licensingv1.License, policy store.Policy, seat *store.LeaseSeat, iat, exp, renewAfter time.Time, nonce *string) *signing.Object {
+	var licenseExpires any
+	if e := l.GetExpiresAt(); e != nil {
+		licenseExpires = e.AsTime().Unix()
+	}
+	var components any
+	if seat.Components != nil {
+		components = seat.Components
+	}
+	entitlements := policy.Entitlements
+	if entitlements == nil {
+		entitlements = []string{}
+	}
+	limits := map[string]any{}
+	if l.GetLimits() != nil {
+		limits = l.GetLimits().AsMap()
+	}
+	claims := signing.NewObject().
+		Add("iss", issuer).
+		Add("sub", l.GetKey()).
+		Add("aud", l.GetProductId()).
+		Add("jti", randomID()).
+		Add("iat", iat.Unix()).
+		Add("exp", exp.Unix()).
+		Add("renew_after", renewAfter.Unix()).
+		Add("tier", l.GetTier()).
+		Add("status", l.GetStatus()).
+		Add("license_expires_at", licenseExpires).
+		Add("limits", limits).
+		Add("entitlements", entitlements).
+		Add("instance_id", seat.Instance).
+		Add("floating", policy.Floating).
+		Add("components", components)
+	if nonce != nil {
+		claims.Add("nonce", *nonce)
+	}
+	return claims
+}
+
+func randomID() string {
+	b := make([]byte, 16)
+	if _, err := cryptorand.Read(b); err != nil {
+		panic(err)
+	}
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+// signLease is the JWS compact serialization (RFC 7515) of claims, signed with EdDSA
+// (RFC 8037): base64url(header) "." base64url(claims) "." base64url(signature).
+func signLease(priv ed25519.PrivateKey, kid string, claims *signing.Object) (string, error) {
+	header, err := signing.Marshal(signing.NewObject().Add("alg", "EdDSA").Add("kid", kid).Add("typ", leaseTokenType))
+	if err != nil {
+		return "", err
+	}
+	payload, err := signing.Marshal(claims)
+	if err != nil {
+		return "", err
+	}
+	input := base64.RawURLEncoding.EncodeToString(header) + "." + base64.RawURLEncoding.EncodeToString(payload)
+	return input + "." + base64.RawURLEncoding.EncodeToString(ed25519.Sign(priv, []byte(input))), nil
+}
+
+// thumbprint is a key's kid: its RFC 7638 JWK thumbprint (SHA-256 over the required
+// members in lexical order), so any verifier can recompute it from the JWK.
+func thumbprint(pub ed25519.PublicKey) string {
+	sum := sha256.Sum256([]byte(`{"crv":"Ed25519","kty":"OKP","x":"` + base64.RawURLEncoding.EncodeToString(pub) + `"}`))
+	return base64.RawURLEncoding.EncodeToString(sum[:])
+}
+
+// newLeaseKey makes an Ed25519 key, its private half sealed with the installation's key.
+func (x *Leases) newLeaseKey(ctx context.Context) (store.LeaseKey, error) {
+	ring, err := x.cfg.Keyring(ctx)
+	if err != nil {
+		return store.LeaseKey{}, err
+	}
+	pub, priv, err := ed25519.GenerateKey(cryptorand.Reader)
+	if err != nil {
+		return store.LeaseKey{}, err
+	}
+	sealed, err := ring.Seal(priv.Seed())
+	if err != nil {
+		return store.LeaseKey{}, err
+	}
+	return store.LeaseKey{Kid: thumbprint(pub), PublicKey: pub, SealedPrivate: sealed}, nil
+}
+
+// signingKey is the tenant's active key, made on first use.
+func (x *Leases) signingKey(ctx context.Context, tenant string) (string, ed25519.PrivateKey, error) {
+	k, err := x.store.ActiveLeaseKey(ctx, tenant)
+	if err != nil {
+		return "", nil, err
+	}
+	if k == nil {
+		fresh, err := x.newLeaseKey(ctx)
+		if err != nil {
+			return "", nil, err
+		}
+		if k, err = x.store.AddFirstLeaseKey(ctx, tenant, fresh); err != nil {
+			return "", nil, err
+		}
+		if k == nil {
+			return "", nil, errors.New("lease key: no active key after adding one")
+		}
+	}
+	if priv, ok := x.private.Load(k.Kid); ok {
+		return k.Kid, priv.(ed25519.PrivateKey), nil
+	}
+	ring, err := x.cfg.Keyring(ctx)
+	if err != nil {
+		return "", nil, err
+	}
+	seed, err := ring.Open(k.SealedPrivate)
+	if err != nil {
+		return "", nil, fmt.Errorf("lease key %s: %w", k.Kid, err)
+	}
+	if len(seed) != ed25519.SeedSize {
+		return "", nil, fmt.Errorf("lease key %s: sealed seed of %d bytes", k.Kid, len(seed))
+	}
+	priv := ed25519.NewKeyFromSeed(seed)
+	x.private.Store(k.Kid, priv)
+	return k.Kid, priv, nil
+}
+
+// ListLeaseKeys is the JWKS of the tenant's lease keys. Self-hosted, the one set is made
+// on first use; hosted, a tenant's keys exist once it leased or rotated, and a tenant_id
+// without keys (or unknown) lists none.
+func (x *Leases) ListLeaseKeys(ctx context.Context, req *activationsv1.ListLeaseKeysRequest) (*activationsv1.ListLeaseKeysResponse, error) {
+	tenant := auth.SelfHostedTenant
+	if x.cfg.MultiTenant {
+		tenant = req.GetTenantId()
+		if err := checkField("tenant_id", tenant); err != nil {
+			return nil, err
+		}
+	} else if _, _, err := x.signingKey(ctx, tenant); err != nil {
+		return nil, err
+	}
+	keys, err := x.store.LeaseKeys(ctx, tenant)
+	if err != nil {
+		return nil, err
+	}
+	resp := &activationsv1.ListLeaseKeysResponse{Keys: []*activationsv1.LeaseKey{}}
+	for _, k := range keys {
+		jwk := &activationsv1.LeaseKey{Kty: "OKP", Crv: "Ed25519", X: base64.RawURLEncoding.EncodeToString(k.PublicKey),
+			Kid: k.Kid, Use: "sig", Alg: "EdDSA", Status: k.Status}
+		if k.RetireAt != nil {
+			jwk.RetireAt = timestamppb.New(*k.RetireAt)
+		}
+		resp.Keys = append(resp.Keys, jwk)
+	}
+	return resp, nil
+}
+
+// RotateLeaseKeys makes a new key sign the tenant's leases; the one before keeps verifying
+// until retire_at (by default the longest lease_ttl in use plus a day, so every lease it
+// signed has expired by then).
+func (x *Leases) RotateLeaseKeys(ctx context.Context, req *activationsv1.RotateLeaseKeysRequest) (*activationsv1.RotateLeaseKeysResponse, error) {
+	tenant, err := auth.TenantID(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var retireAfter time.Duration
+	if req.RetireAfterSeconds != nil {
+		secs := req.GetRetireAfterSeconds()
+		if secs < 0 || secs > int64(maxRetireAfter/time.Second) {
+			return nil, apierr.Invalid("retire_after_seconds must be between 0 and %d", int64(maxRetireAfter/time.Second))
+		}
+		retireAfter = time.Duration(secs) * time.Second
+	} else {
+		longest, err := x.store.LongestLeaseTTL(ctx, tenant)
+		if err != nil {
+			return nil, err
+		}
+		// Licenses without a policy follow the built-in 7 days.
+		retireAfter = max(longest, defaultLeaseTTL) + retireAfterExtraDay
+	}
+	next, err := x.newLeaseKey(ctx)
+	if err != nil {
+		return nil, err
+	}
+	retired, err := x.store.RotateLeaseKey(ctx, tenant, next, retireAfter)
+	if err != nil {
+		return nil, err
+	}
+	resp := &activationsv1.RotateLeaseKeysResponse{Kid: next.Kid}
+	if retired != nil {
+		resp.RetiringKid = proto.String(retired.Kid)
+		resp.RetireAt = timestamppb.New(*retired.RetireAt)
+	}
+	return resp, nil
+}
+
+// ListSeatLeases lists the caller's license's seats with their lease ends and bindings.
+func (x *Leases) ListSeatLeases(ctx context.Context, req *activationsv1.ListSeatLeasesRequest) (*activationsv1.ListSeatLeasesResponse, error) {
+	tenant, err := auth.TenantID(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if req.GetKey() == "" {
+		return nil, errMissingKey
+	}
+	if utf8.RuneCountInString(req.GetKey()) > maxFieldLen {
+		return nil, license.ErrNotFound
+	}
+	l, err := x.licenses.License(ctx, tenant, req.GetKey())
+	if err != nil {
+		return nil, err
+	}
+	seats, err := x.store.SeatLeases(ctx, tenant, l.GetKey())
+	if err != nil {
+		return nil, err
+	}
+	return &activationsv1.ListSeatLeasesResponse{Seats: SeatLeaseMessages(seats)}, nil
+}
+
+// SeatLeaseMessages are seats' lease states as messages.
+func SeatLeaseMessages(seats []store.LeaseSeat) []*activationsv1.SeatLease {
+	out := make([]*activationsv1.SeatLease, 0, len(seats))
+	for _, seat := range seats {
+		m := &activationsv1.SeatLease{InstanceId: seat.Instance, Components: seat.Components}
+		if seat.LeaseExpiresAt != nil {
+			m.LeaseExpiresAt = timestamppb.New(*seat.LeaseExpiresAt)
+		}
+		out = append(out, m)
+	}
+	return out
+}

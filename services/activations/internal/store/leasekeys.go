@@ -1,0 +1,109 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/keyhouse/keyhouse/pkg/events"
+)
+
+// LeaseKey is one Ed25519 key that signs a tenant's leases.
+type LeaseKey struct {
+	Kid       string
+	PublicKey []byte
+	// SealedPrivate is the private key sealed with the installation's AES key.
+	SealedPrivate []byte
+	// Status is "active" or "retiring".
+	Status   string
+	RetireAt *time.Time
+}
+
+const leaseKeyColumns = `kid, public_key, sealed_private, status, retire_at`
+
+func scanLeaseKey(row pgx.CollectableRow) (LeaseKey, error) {
+	var k LeaseKey
+	err := row.Scan(&k.Kid, &k.PublicKey, &k.SealedPrivate, &k.Status, &k.RetireAt)
+	return k, err
+}
+
+// ActiveLeaseKey is the key that signs the tenant's new leases (nil: none yet).
+func (s *Store) ActiveLeaseKey(ctx context.Context, tenant string) (*LeaseKey, error) {
+	rows, err := s.db.Query(ctx, `SELECT `+leaseKeyColumns+` FROM lease_keys WHERE tenant_id = $1 AND status = 'active'`, tenant)
+	if err != nil {
+		return nil, err
+	}
+	k, err := pgx.CollectExactlyOneRow(rows, scanLeaseKey)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	return &k, err
+}
+
+// AddFirstLeaseKey stores k as the tenant's active key unless it has one, and returns the
+// active key: two replicas making a tenant's first key at once agree on one (the unique
+// index on the active key).
+func (s *Store) AddFirstLeaseKey(ctx context.Context, tenant string, k LeaseKey) (*LeaseKey, error) {
+	_, err := s.db.Exec(ctx, `INSERT INTO lease_keys (tenant_id, kid, public_key, sealed_private, status)
+		VALUES ($1, $2, $3, $4, 'active') ON CONFLICT DO NOTHING`, tenant, k.Kid, k.PublicKey, k.SealedPrivate)
+	if err != nil {
+		return nil, err
+	}
+	return s.ActiveLeaseKey(ctx, tenant)
+}
+
+// LeaseKeys lists the keys of the tenant that verify now: the active one first, then the
+// retiring ones whose retire_at has not passed, newest first.
+func (s *Store) LeaseKeys(ctx context.Context, tenant string) ([]LeaseKey, error) {
+	rows, err := s.db.Query(ctx, `SELECT `+leaseKeyColumns+` FROM lease_keys
+		WHERE tenant_id = $1 AND (retire_at IS NULL OR retire_at > now())
+		ORDER BY status = 'retiring', created_at DESC, kid`, tenant)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, scanLeaseKey)
+}
+
+// RotateLeaseKey makes next the tenant's active key and the active one before it retiring
+// until now + retireAfter (nil when there was none). Rotations of one tenant queue on
+// its active key's row lock (or, for the first key, on the unique index).
+func (s *Store) RotateLeaseKey(ctx context.Context, tenant string, next LeaseKey, retireAfter time.Duration) (retired *LeaseKey, err error) {
+	err = s.spine.InTx(ctx, s.db, func(ctx context.Context, tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `UPDATE lease_keys SET status = 'retiring', retire_at = now() + make_interval(secs => $2)
+			WHERE tenant_id = $1 AND status = 'active' RETURNING `+leaseKeyColumns, tenant, retireAfter.Seconds())
+		if err != nil {
+			return err
+		}
+		old, err := pgx.CollectRows(rows, scanLeaseKey)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO lease_keys (tenant_id, kid, public_key, sealed_private, status)
+			VALUES ($1, $2, $3, $4, 'active')`, tenant, next.Kid, next.PublicKey, next.SealedPrivate); err != nil {
+			return err
+		}
+		if len(old) > 0 {
+			retired = &old[0]
+		}
+		return leaseKeyRotated(ctx, tx, tenant, next.Kid, retired)
+	})
+	return retired, err
+}
+
+// RemoveRetiredLeaseKeys deletes the keys whose retire_at has passed (they are no longer
+// listed from that moment on; this only drops the rows).
+func (s *Store) RemoveRetiredLeaseKeys(ctx context.Context) error {
+	_, err := s.db.Exec(ctx, `DELETE FROM lease_keys WHERE status = 'retiring' AND retire_at <= now()`)
+	return err
+}
+
+// leaseKeyRotated announces a rotation as lease_key.rotated (the new kid and the retiring
+// one, if any), in the rotation's transaction.
+func leaseKeyRotated(ctx context.Context, tx pgx.Tx, tenant, kid string, retiring *LeaseKey) error {
+	retiringKid := ""
+	if retiring != nil {
+		retiringKid = retiring.Kid
+	}
+	return events.Emit(ctx, tx, events.LeaseKeyRotated(tenant, kid, retiringKid))
+}

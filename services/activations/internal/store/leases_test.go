@@ -1,0 +1,122 @@
+package store
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+)
+
+func ttl(d time.Duration) *time.Duration { return &d }
+
+// Invariant 11 in the SQL: floating activations and renewals on many connections (as from
+// many replicas) while seats lapse never leave more live seats than the cap, and a lapsed
+// seat counts for nothing before any sweep.
+func TestFloatingCapHoldsWhileSeatsLapse(t *testing.T) {
+	st, tenant, key := fresh(t)
+	ctx := context.Background()
+	const limit = 3
+	live := func() int {
+		var n int
+		if err := st.db.QueryRow(ctx, `SELECT count(*) FROM seats WHERE tenant_id = $1 AND license_key = $2 AND `+liveSeat, tenant, key).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	var worst int
+	wg.Go(func() {
+		for {
+			worst = max(worst, live())
+			select {
+			case <-stop:
+				return
+			default:
+			}
+		}
+	})
+	var clients sync.WaitGroup
+	for c := range 24 {
+		clients.Go(func() {
+			for round := range 8 {
+				name := string(rune('a'+c)) + string(rune('a'+round))
+				_, err := st.Activate(ctx, tenant, key, name, hash(key, name), cap32(limit))
+				if err != nil && err != ErrCapReached {
+					t.Error(err)
+					return
+				}
+				if err == nil {
+					// Renew once, with a lease so short it lapses while others activate.
+					exp := time.Now().Add(300 * time.Millisecond)
+					if _, err := st.RenewLease(ctx, LeaseRenewal{Tenant: tenant, Key: key, Instance: name, TokenHash: hash(key, name), LeaseExpiresAt: &exp}); err != nil {
+						t.Error(err)
+					}
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+		})
+	}
+	clients.Wait()
+	close(stop)
+	wg.Wait()
+	if worst > limit {
+		t.Fatalf("%d live seats on a license of cap %d", worst, limit)
+	}
+}
+
+// A floating seat activated with a lease counts until the lease ends, then not at all;
+// the sweepers of two replicas remove each lapsed seat once, and its token is remembered
+// as lapsed.
+func TestSweepersShareTheLapsedSeats(t *testing.T) {
+	st, tenant, key := fresh(t)
+	ctx := context.Background()
+	for _, name := range []string{"a", "b", "c", "d"} {
+		change := SeatChange{Tenant: tenant, Key: key, Activate: true, Instance: name, TokenHash: hash(key, name), LeaseTTL: ttl(time.Second)}
+		if _, err := st.ChangeSeats(ctx, []SeatChange{change}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ok, _, _ := st.HasSeat(ctx, tenant, key, "a"); !ok {
+		t.Fatal("a leased floating seat does not count")
+	}
+	time.Sleep(1100 * time.Millisecond)
+	if ok, _, _ := st.HasSeat(ctx, tenant, key, "a"); ok {
+		t.Fatal("a lapsed floating seat still counts before the sweep")
+	}
+	// A lapsed seat frees the cap at once: a cap of 1 takes a new seat.
+	if _, err := st.Activate(ctx, tenant, key, "e", hash(key, "e"), cap32(1)); err != nil {
+		t.Fatalf("activation over lapsed seats: %v", err)
+	}
+	var mu sync.Mutex
+	removed := map[string]int{}
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Go(func() {
+			lapsed, err := st.SweepLapsed(ctx, 1, time.Hour)
+			for err == nil && len(lapsed) > 0 {
+				mu.Lock()
+				for _, l := range lapsed {
+					removed[l.Instance]++
+				}
+				mu.Unlock()
+				lapsed, err = st.SweepLapsed(ctx, 1, time.Hour)
+			}
+			if err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	for _, name := range []string{"a", "b", "c", "d"} {
+		if removed[name] != 1 {
+			t.Errorf("seat %s removed %d times, want once", name, removed[name])
+		}
+		if ok, err := st.LapsedWithin(ctx, tenant, key, hash(key, name), time.Hour); err != nil || !ok {
+			t.Errorf("seat %s not remembered as lapsed: %v", name, err)
+		}
+	}
+	if removed["e"] != 0 {
+		t.Error("a seat that is not floating was swept")
+	}
+}

@@ -1,0 +1,291 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"math"
+
+	"github.com/keyhouse/keyhouse/pkg/apierr"
+	"github.com/keyhouse/keyhouse/pkg/auth"
+	"github.com/keyhouse/keyhouse/pkg/license"
+	activationsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/activations/v1"
+	licensingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1"
+	"github.com/keyhouse/keyhouse/services/licensing/internal/store"
+	"google.golang.org/protobuf/types/known/structpb"
+)
+
+// Import bounds (docs/import.md).
+const (
+	maxImportBatch  = 1000
+	minImportKeyLen = 8
+	maxImportKeyLen = 200
+)
+
+// The results of ImportResult.result.
+const (
+	resultImported  = "imported"
+	resultUnchanged = "unchanged"
+	resultSkipped   = "skipped"
+	resultInvalid   = "invalid"
+)
+
+// importItem is one valid item of an import.
+type importItem struct {
+	index int
+	l     *store.License
+	usage map[string]int64
+}
+
+// ImportLicenses imports licenses from another system with their keys. Each item is
+// checked as issue-license checks its fields; a bad item is reported and the others
+// proceed. The licenses that are new go in one transaction, under the same quota lock as
+// issuance; the usage of the batch goes to activations in one call after the commit.
+func (s *Server) ImportLicenses(ctx context.Context, req *licensingv1.ImportLicensesRequest) (*licensingv1.ImportLicensesResponse, error) {
+	tenant, err := auth.TenantID(ctx)
+	if err != nil {
+		return nil, err
+	}
+	switch n := len(req.GetLicenses()); {
+	case n == 0:
+		return nil, apierr.Invalid("licenses is required (1 to %d licenses)", maxImportBatch)
+	case n > maxImportBatch:
+		return nil, apierr.Invalid("licenses: at most %d per call", maxImportBatch)
+	}
+	skip := false
+	switch req.GetOnConflict() {
+	case "skip":
+		skip = true
+	case "", "fail":
+	default:
+		return nil, apierr.Invalid(`on_conflict must be "skip" or "fail"`)
+	}
+	quota, err := s.checkEntitlements(ctx, tenant)
+	if err != nil {
+		return nil, err
+	}
+	results := make([]*licensingv1.ImportResult, len(req.GetLicenses()))
+	invalid := func(i int, err error) error {
+		var ae *apierr.Error
+		if !errors.As(err, &ae) {
+			return err
+		}
+		msg := ae.Message
+		results[i].Result, results[i].Error = resultInvalid, &msg
+		return nil
+	}
+	var items []importItem
+	firstOf := map[string]int{}
+	for i, in := range req.GetLicenses() {
+		results[i] = &licensingv1.ImportResult{Index: int32(i), Key: in.GetKey()}
+		item, err := s.importedLicense(tenant, in)
+		if err == nil {
+			if j, dup := firstOf[item.l.Key]; dup {
+				err = apierr.Invalid("key is the same key as item %d of this request", j)
+			}
+		}
+		if err != nil {
+			if err := invalid(i, err); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		firstOf[item.l.Key] = i
+		item.index = i
+		items = append(items, item)
+	}
+	// Product ownership as issue-license has it: the first tenant to use a product owns it.
+	owned := map[string]error{}
+	valid := items[:0]
+	for _, it := range items {
+		if _, seen := owned[it.l.ProductID]; !seen {
+			owned[it.l.ProductID] = s.claimProduct(ctx, tenant, it.l.ProductID)
+		}
+		if err := owned[it.l.ProductID]; err != nil {
+			if err := invalid(it.index, err); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		valid = append(valid, it)
+	}
+	if err := s.insertImported(ctx, tenant, quota, skip, valid, results); err != nil {
+		return nil, err
+	}
+	if err := s.importUsage(ctx, tenant, valid, results); err != nil {
+		return nil, err
+	}
+	resp := &licensingv1.ImportLicensesResponse{Results: results}
+	for _, r := range results {
+		switch r.Result {
+		case resultImported:
+			resp.Imported++
+		case resultUnchanged:
+			resp.Unchanged++
+		case resultSkipped:
+			resp.Skipped++
+		case resultInvalid:
+			resp.Invalid++
+		}
+	}
+	return resp, nil
+}
+
+// insertImported writes the new licenses of items and fills in every item's result. A
+// concurrent import of one of the same keys makes it run again, once, seeing that key.
+func (s *Server) insertImported(ctx context.Context, tenant string, quota int, skip bool, items []importItem, results []*licensingv1.ImportResult) error {
+	if len(items) == 0 {
+		return nil
+	}
+	run := func() error {
+		return s.store.InTx(ctx, func(tx store.Tx) error {
+			if quota > 0 {
+				if err := tx.LockQuota(ctx, tenant); err != nil {
+					return err
+				}
+			}
+			keys := make([]string, len(items))
+			for i, it := range items {
+				keys[i] = it.l.Key
+			}
+			existing, err := tx.Existing(ctx, keys)
+			if err != nil {
+				return err
+			}
+			now := s.now().UTC().Truncate(1e9)
+			var fresh []*store.License
+			adding := 0
+			for _, it := range items {
+				r := results[it.index]
+				have, exists := existing[it.l.Key]
+				switch {
+				case exists && store.SameTerms(have, it.l):
+					r.Result, r.Error = resultUnchanged, nil
+				case exists && !skip:
+					return apierr.Conflict(`licenses[%d].key already exists with other terms; on_conflict is "fail", so nothing was imported`, it.index)
+				case exists:
+					msg := "key already exists with other terms"
+					r.Result, r.Error = resultSkipped, &msg
+				default:
+					l := *it.l
+					if l.IssuedAt.IsZero() {
+						l.IssuedAt = now
+					}
+					if l.Status == license.StatusRevoked {
+						l.RevokedAt = &now
+					}
+					if store.HoldsQuota(&l, now) {
+						adding++
+					}
+					r.Result, r.Error = resultImported, nil
+					fresh = append(fresh, &l)
+				}
+			}
+			if quota > 0 && adding > 0 {
+				n, err := tx.CountActive(ctx, tenant)
+				if err != nil {
+					return err
+				}
+				if n+adding > quota {
+					return errQuota
+				}
+			}
+			return tx.InsertImported(ctx, fresh)
+		})
+	}
+	err := run()
+	if errors.Is(err, store.ErrImportRaced) {
+		err = run()
+	}
+	if errors.Is(err, store.ErrImportRaced) {
+		return apierr.Unavailable("Licensing is busy with a concurrent import of the same keys, retry")
+	}
+	return err
+}
+
+// importUsage hands the usage of the batch's imported and unchanged licenses to
+// activations, which owns usage counters, in one call. Unchanged ones are included so
+// that retrying a batch whose usage call failed completes it; activations keeps totals it
+// already has, so nothing is counted twice.
+func (s *Server) importUsage(ctx context.Context, tenant string, items []importItem, results []*licensingv1.ImportResult) error {
+	var usage []*activationsv1.ImportedUsage
+	for _, it := range items {
+		if r := results[it.index].Result; len(it.usage) > 0 && (r == resultImported || r == resultUnchanged) {
+			usage = append(usage, &activationsv1.ImportedUsage{Key: it.l.Key, Usage: it.usage})
+		}
+	}
+	if len(usage) == 0 {
+		return nil
+	}
+	return s.seats.ImportUsage(ctx, tenant, usage)
+}
+
+// importedLicense checks one item: the fields issue-license has, with issue-license's
+// rules, plus the key, issued_at, status and usage.
+func (s *Server) importedLicense(tenant string, in *licensingv1.ImportedLicense) (importItem, error) {
+	key, err := importKey(in.GetKey())
+	if err != nil {
+		return importItem{}, err
+	}
+	l, err := s.newLicense(tenant, &licensingv1.IssueLicenseRequest{
+		Tier: in.GetTier(), ProductId: in.GetProductId(), IssuedTo: in.GetIssuedTo(), ExpiresAt: in.GetExpiresAt(),
+		Limits: in.GetLimits(), MaxActivations: in.GetMaxActivations(), Notes: in.GetNotes(),
+	})
+	if err != nil {
+		return importItem{}, err
+	}
+	l.Key = key
+	issued, err := optionalTime("issued_at", in.GetIssuedAt())
+	if err != nil {
+		return importItem{}, err
+	}
+	if issued != nil {
+		l.IssuedAt = *issued
+	}
+	switch in.GetStatus() {
+	case "", license.StatusActive:
+		l.Status = license.StatusActive
+	case license.StatusRevoked:
+		l.Status = license.StatusRevoked
+	default:
+		return importItem{}, apierr.Invalid("status must be active or revoked")
+	}
+	usage, err := importUsageValues(in.GetUsage(), l.Limits)
+	if err != nil {
+		return importItem{}, err
+	}
+	return importItem{l: l, usage: usage}, nil
+}
+
+// importKey checks an imported key and returns the form it is stored and looked up in.
+// Keys of other systems are kept exactly as given, and lookups do not change them
+// (pkg/license.CanonicalKey leaves any string that is not shaped like a Keyhouse key
+// alone). A key that is shaped like one is stored in its issued form, so the exact string
+// the app sends still finds it, as every other spelling of a Keyhouse key does.
+func importKey(key string) (string, error) {
+	if n := len(key); n < minImportKeyLen || n > maxImportKeyLen {
+		return "", apierr.Invalid("key must be %d to %d characters", minImportKeyLen, maxImportKeyLen)
+	}
+	for i := 0; i < len(key); i++ {
+		if key[i] < 0x20 || key[i] > 0x7e {
+			return "", apierr.Invalid("key must be printable ASCII (character %d is not)", i+1)
+		}
+	}
+	return canonicalKey(key), nil
+}
+
+// importUsageValues reads usage: metric to a non-negative whole running total, each
+// metric one of the license's limits (as track-usage requires).
+func importUsageValues(s *structpb.Struct, limits map[string]float64) (map[string]int64, error) {
+	out := map[string]int64{}
+	for metric, v := range s.GetFields() {
+		if _, ok := limits[metric]; !ok {
+			return nil, apierr.Invalid("usage.%s: the metric must be a key of limits", metric)
+		}
+		n, isNumber := v.GetKind().(*structpb.Value_NumberValue)
+		if !isNumber || n.NumberValue < 0 || n.NumberValue != math.Trunc(n.NumberValue) || n.NumberValue > 1<<53 {
+			return nil, apierr.Invalid("usage.%s must be a whole number of at least 0", metric)
+		}
+		out[metric] = int64(n.NumberValue)
+	}
+	return out, nil
+}

@@ -1,0 +1,99 @@
+// Command keyhousectl is a small operator CLI for Keyhouse. Its one command, import,
+// brings licenses exported from another system into Keyhouse with their keys unchanged:
+//
+//	keyhousectl import --from lemonsqueezy|keygen|gumroad [--product P] [--tier T]
+//	    [--on-conflict skip|fail] [--url URL] [--api-key KEY] FILE...
+//
+// --url and --api-key default to KEYHOUSE_URL and KEYHOUSE_API_KEY. Licenses go in calls
+// of 1,000; a call answered 429 or 503 is retried after its Retry-After. Running the same
+// import again changes nothing (docs/import.md).
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+	"syscall"
+
+	"github.com/keyhouse/keyhouse/stack/importer"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintf(os.Stderr, "keyhousectl: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || args[0] != "import" {
+		return errors.New("usage: keyhousectl import --from lemonsqueezy|keygen|gumroad FILE...")
+	}
+	fs := flag.NewFlagSet("import", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	from := fs.String("from", "", "the export's format: "+strings.Join(sources(), ", "))
+	product := fs.String("product", "", "product_id of every license (default: the source's product id, prefixed with the source)")
+	tier := fs.String("tier", "pro", "tier of every license")
+	onConflict := fs.String("on-conflict", "fail", `a key that exists with other terms: "skip" it, or "fail" the batch`)
+	url := fs.String("url", os.Getenv("KEYHOUSE_URL"), "Keyhouse API base URL (KEYHOUSE_URL)")
+	apiKey := fs.String("api-key", os.Getenv("KEYHOUSE_API_KEY"), "admin key or tenant API key (KEYHOUSE_API_KEY)")
+	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	convert, ok := importer.Sources[*from]
+	switch {
+	case !ok:
+		return fmt.Errorf("--from must be one of %s", strings.Join(sources(), ", "))
+	case fs.NArg() == 0:
+		return errors.New("name the export file(s) to import")
+	case *url == "":
+		return errors.New("--url or KEYHOUSE_URL is required")
+	case *apiKey == "":
+		return errors.New("--api-key or KEYHOUSE_API_KEY is required")
+	}
+	var all []importer.License
+	for _, name := range fs.Args() {
+		f, err := os.Open(name)
+		if err != nil {
+			return err
+		}
+		ls, err := convert(f, importer.Options{Product: *product, Tier: *tier})
+		f.Close()
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		all = append(all, ls...)
+	}
+	c := &importer.Client{URL: *url, APIKey: *apiKey, OnConflict: *onConflict,
+		Progress: func(done, total int) { fmt.Fprintf(stderr, "%d/%d\n", done, total) }}
+	sum, err := c.Import(ctx, all)
+	if sum != nil {
+		fmt.Fprintf(stdout, "%d licenses read: %d imported, %d unchanged, %d skipped, %d invalid (%d calls, %d retried)\n",
+			len(all), sum.Imported, sum.Unchanged, sum.Skipped, sum.Invalid, sum.Calls, sum.Retries)
+		for _, p := range sum.Problems {
+			msg := ""
+			if p.Error != nil {
+				msg = *p.Error
+			}
+			fmt.Fprintf(stdout, "  license %d: %s: %s\n", p.Index+1, p.Result, msg)
+		}
+	}
+	return err
+}
+
+func sources() []string {
+	var names []string
+	for n := range importer.Sources {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}

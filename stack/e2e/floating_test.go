@@ -1,0 +1,275 @@
+package e2e
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	activationsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/activations/v1"
+	"github.com/keyhouse/keyhouse/stack"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+)
+
+// Floating seats (addendum §12, invariant 11). The contract's shortest lease_ttl is 60 s;
+// these stacks lower it with LEASE_MIN_TTL (a test-only override) so that leases lapse
+// within a test's time.
+
+// floatingStack is a stack whose policies may lease for a second, swept every sweep.
+func floatingStack(t *testing.T, sweep time.Duration) *stack.Stack {
+	t.Helper()
+	s := startStack(t, map[string]string{"LEASE_MIN_TTL": "1s", "LEASE_SWEEP_INTERVAL": sweep.String()})
+	t.Cleanup(s.Stop)
+	return s
+}
+
+// seatRows counts a license's seat rows, and those live at this moment.
+func seatRows(t testing.TB, db *pgx.Conn, key string) (rows, live int) {
+	t.Helper()
+	err := db.QueryRow(t.Context(), `SELECT count(*), count(*) FILTER (WHERE lease_expires_at IS NULL OR lease_expires_at >= clock_timestamp())
+		FROM activations.seats WHERE license_key = $1`, key).Scan(&rows, &live)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rows, live
+}
+
+// A floating seat lives while leased: renewals keep it, a lapse frees it for the cap,
+// validate-license and track-usage at once (before the sweeper removed it), its token
+// then answers "Seat lease has expired", the sweeper removes it within its interval, and
+// deactivate-license frees a seat at once.
+func TestFloatingSeatLivesOnlyWhileLeased(t *testing.T) {
+	t.Parallel()
+	s := floatingStack(t, 15*time.Second)
+	a, c := admin(t, s), anon(t, s)
+	db := dbConn(t, s)
+	p := product("floating")
+	putPolicy(t, a, p, "*", map[string]any{"floating": true, "lease_ttl_seconds": 3, "renew_after_seconds": 1})
+	key := issueLicense(t, a, lic(p, "max_activations", 1, "limits", map[string]any{"projects": 10}))
+
+	tok := seat(t, c, key, "first")
+	c.Post("/v1/activate-license", map[string]string{"key": key, "instance_id": "second"}).ExpectError(t, 403, errCap)
+	// Renewed every second, the seat outlives its 3 s lease.
+	for range 5 {
+		time.Sleep(time.Second)
+		resp := lease(c, map[string]any{"key": key, "token": tok}).Expect(t, 200).JSON(t)
+		exp, _ := time.Parse(time.RFC3339, resp["expires_at"].(string))
+		if d := time.Until(exp); d < time.Second || d > 4*time.Second {
+			t.Fatalf("floating lease ends in %s, want about 3s", d)
+		}
+	}
+	if !validate(t, c, key, "first") {
+		t.Fatal("a renewed floating seat is not valid")
+	}
+	trackUsage(c, key, tok, "projects").Expect(t, 200)
+
+	// Not renewed: once its lease passed, it counts for nothing, though still a row.
+	var lapsedAt time.Time
+	for {
+		time.Sleep(250 * time.Millisecond)
+		if rows, live := seatRows(t, db, key); rows == 1 && live == 0 {
+			lapsedAt = time.Now()
+			break
+		}
+	}
+	if validate(t, c, key, "first") {
+		t.Error("a lapsed floating seat is still valid")
+	}
+	trackUsage(c, key, tok, "projects").ExpectError(t, 403, errBadToken)
+	lease(c, map[string]any{"key": key, "token": tok}).ExpectError(t, 403, errLeaseLapsed)
+	second := seat(t, c, key, "second")
+
+	// The sweeper (every 15 s here) removes the lapsed row; its token still answers the
+	// lapse. The second seat is renewed meanwhile, so it stays.
+	for {
+		lease(c, map[string]any{"key": key, "token": second}).Expect(t, 200)
+		var first int
+		if err := db.QueryRow(t.Context(), `SELECT count(*) FROM activations.seats WHERE license_key = $1 AND instance_id = 'first'`, key).Scan(&first); err != nil {
+			t.Fatal(err)
+		}
+		if first == 0 {
+			break
+		}
+		if time.Since(lapsedAt) > 20*time.Second {
+			t.Fatal("the lapsed seat was not removed within the sweep interval")
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	lease(c, map[string]any{"key": key, "token": tok}).ExpectError(t, 403, errLeaseLapsed)
+
+	// Releasing a floating seat frees it at once.
+	c.Post("/v1/deactivate-license", map[string]string{"key": key, "token": second}).ExpectBody(t, `{"deactivated":true}`)
+	seat(t, c, key, "third")
+}
+
+// Invariant 11 under contention: 200 clients making 2,000 activations and renewals
+// against floating licenses with caps 1, 5 and 50, through two gateways and two
+// activations replicas (plus activations straight to each replica over gRPC, past the
+// gateway's per-key activation limit), while leases lapse; a sampler counts the live
+// seats with SQL all along. No sample is above its cap, and once the clients stop, every
+// seat is free within lease_ttl + 15 s.
+func TestFloatingCapHoldsUnderContention(t *testing.T) {
+	t.Parallel()
+	s := floatingStack(t, time.Second)
+	a := admin(t, s)
+	db, samplerDB := dbConn(t, s), dbConn(t, s)
+	ctx := t.Context()
+	replica, err := s.StartServiceReplica(ctx, "activations")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gateway2, err := s.StartGateway(ctx, 0, map[string]string{"ACTIVATIONS_ADDR": replica})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var direct []activationsv1.ActivationsServiceClient
+	for _, addr := range []string{s.Env("ACTIVATIONS_ADDR"), replica} {
+		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = conn.Close() })
+		direct = append(direct, activationsv1.NewActivationsServiceClient(conn))
+	}
+	const ttl = 2
+	p := product("floating-race")
+	putPolicy(t, a, p, "*", map[string]any{"floating": true, "lease_ttl_seconds": ttl, "renew_after_seconds": 1})
+	caps := []int{1, 1, 5, 5, 50}
+	keys := make([]string, len(caps))
+	restBudget := make([]atomic.Int32, len(caps))
+	for i, n := range caps {
+		keys[i] = issueLicense(t, a, lic(p, "max_activations", n))
+		restBudget[i].Store(18) // under the 20 activations per key and window
+	}
+
+	stop := make(chan struct{})
+	var sampled atomic.Int64
+	var over []string
+	var samplerDone sync.WaitGroup
+	samplerDone.Go(func() {
+		for {
+			rows, err := samplerDB.Query(ctx, `SELECT license_key, count(*) FROM activations.seats
+				WHERE license_key = ANY($1) AND (lease_expires_at IS NULL OR lease_expires_at >= clock_timestamp())
+				GROUP BY license_key`, keys)
+			if err != nil {
+				over = append(over, err.Error())
+				return
+			}
+			var key string
+			var n int
+			_, _ = pgx.ForEachRow(rows, []any{&key, &n}, func() error {
+				for i, k := range keys {
+					if k == key && n > caps[i] {
+						over = append(over, fmt.Sprintf("%d live seats on a license of cap %d", n, caps[i]))
+					}
+				}
+				return nil
+			})
+			sampled.Add(1)
+			select {
+			case <-stop:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+	})
+
+	const clients, opsPerClient = 200, 10
+	var activated, capped, renewed, lapsed, unexpected atomic.Int64
+	var wg sync.WaitGroup
+	for i := range clients {
+		lic, gw := i%len(caps), i%2
+		base := s.URL
+		if gw == 1 {
+			base = gateway2
+		}
+		client := newClient(t, base, "")
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(i), 7))
+			var tok string
+			for n := range opsPerClient {
+				if n == opsPerClient/2 && i%3 == 0 {
+					time.Sleep((ttl + 1) * time.Second) // stops renewing: the seat lapses
+				}
+				time.Sleep(time.Duration(100+rng.IntN(500)) * time.Millisecond)
+				if tok != "" {
+					resp := lease(client, map[string]any{"key": keys[lic], "token": tok})
+					switch {
+					case resp.Status == 200:
+						renewed.Add(1)
+					case resp.Status == 403 && string(resp.Body) == `{"error":"`+errLeaseLapsed+`"}`:
+						lapsed.Add(1)
+						tok = ""
+					default:
+						unexpected.Add(1)
+						t.Errorf("lease: %d %s", resp.Status, resp.Body)
+					}
+					continue
+				}
+				instance := fmt.Sprintf("client-%d-%d", i, n)
+				if restBudget[lic].Add(-1) >= 0 {
+					resp := client.Post("/v1/activate-license", map[string]string{"key": keys[lic], "instance_id": instance})
+					switch {
+					case resp.Status == 200:
+						activated.Add(1)
+						tok, _ = resp.JSON(t)["token"].(string)
+					case resp.Status == 403 && string(resp.Body) == `{"error":"`+errCap+`"}`:
+						capped.Add(1)
+					default:
+						unexpected.Add(1)
+						t.Errorf("activate-license: %d %s", resp.Status, resp.Body)
+					}
+					continue
+				}
+				resp, err := direct[gw].ActivateLicense(ctx, &activationsv1.ActivateLicenseRequest{Key: keys[lic], InstanceId: instance})
+				switch {
+				case err == nil:
+					activated.Add(1)
+					tok = resp.GetToken()
+				case status.Convert(err).Message() == errCap:
+					capped.Add(1)
+				default:
+					unexpected.Add(1)
+					t.Errorf("ActivateLicense: %v", err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	stoppedAt := time.Now()
+	// Every client stopped renewing: every seat is free within lease_ttl + 15 s.
+	for {
+		var left int
+		if err := db.QueryRow(ctx, `SELECT count(*) FROM activations.seats WHERE license_key = ANY($1)`, keys).Scan(&left); err != nil {
+			t.Fatal(err)
+		}
+		if left == 0 {
+			break
+		}
+		if time.Since(stoppedAt) > (ttl+15)*time.Second {
+			t.Fatalf("%d seats still held %s after the last renewal (lease_ttl %ds + 15 s)", left, time.Since(stoppedAt), ttl)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	close(stop)
+	samplerDone.Wait()
+	for _, o := range over {
+		t.Error(o)
+	}
+	t.Logf("%d samples; %d activated, %d at the cap, %d renewed, %d lapsed", sampled.Load(), activated.Load(), capped.Load(), renewed.Load(), lapsed.Load())
+	if activated.Load()+capped.Load()+renewed.Load()+lapsed.Load()+unexpected.Load() != clients*opsPerClient {
+		t.Errorf("not every call was answered")
+	}
+	if capped.Load() == 0 || lapsed.Load() == 0 || renewed.Load() == 0 || sampled.Load() < 10 {
+		t.Errorf("the run did not contend: %d at the cap, %d lapsed, %d renewed, %d samples", capped.Load(), lapsed.Load(), renewed.Load(), sampled.Load())
+	}
+	// A freed license takes new seats up to its cap again.
+	c := anon(t, s)
+	seat(t, c, keys[0], "after")
+	c.Post("/v1/activate-license", map[string]string{"key": keys[0], "instance_id": "after-2"}).ExpectError(t, 403, errCap)
+}

@@ -1,0 +1,323 @@
+package e2e
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/keyhouse/keyhouse/stack"
+)
+
+// importedShapes are the key shapes of the systems vendors migrate from: Lemon Squeezy's
+// UUIDs, Keygen's dashed hex groups with a version suffix, Gumroad's four groups of eight,
+// and a lower-case key shaped like a Keyhouse key, which must still verify as given.
+var importedShapes = []func(i int) string{
+	func(i int) string { return fmt.Sprintf("%08X-5104-4067-A91D-%012X", i, time.Now().UnixNano()) },
+	func(i int) string {
+		return fmt.Sprintf("C1B6DE-%06X-DE1529-%06X-4AF593-V3", i, time.Now().UnixNano()&0xffffff)
+	},
+	func(i int) string {
+		return fmt.Sprintf("85DB562A-%08X-A2335A6B-%08X", i, time.Now().UnixNano()&0xffffffff)
+	},
+	func(i int) string {
+		return strings.ToLower(fmt.Sprintf("7kq2-m9xd-4hrt-0bwn-zc3e-%04d-%04X", i%10000, time.Now().UnixNano()&0xffff))
+	},
+}
+
+// importItem is one license of an import body; every fourth is expired, every seventh
+// revoked, every fifth carries usage.
+func importItem(product string, i int, key string) map[string]any {
+	item := map[string]any{
+		"key": key, "product_id": product, "tier": "pro", "issued_to": fmt.Sprintf("buyer%d@example.com", i),
+		"issued_at": "2024-03-01T10:00:00Z", "limits": map[string]any{"seats": 10},
+		"max_activations": 3, "notes": "imported",
+	}
+	switch {
+	case i%7 == 0:
+		item["status"] = "revoked"
+	case i%4 == 0:
+		item["expires_at"] = "2025-01-01T00:00:00Z"
+	default:
+		item["expires_at"] = "2099-01-01T00:00:00Z"
+	}
+	if i%5 == 0 {
+		item["usage"] = map[string]any{"seats": 4}
+	}
+	return item
+}
+
+func expectUnknownKey(t *testing.T, s *stack.Stack, key string) {
+	t.Helper()
+	anon(t, s).Post("/v1/verify-license", map[string]string{"key": key}).Expect(t, 404).ExpectBody(t, verifyNotFound)
+}
+
+func importBody(items []map[string]any, onConflict string) map[string]any {
+	return map[string]any{"licenses": items, "on_conflict": onConflict}
+}
+
+// TestImportTenThousandLicensesVerifyAsGiven imports 10,000 licenses in calls of 1,000:
+// each key verifies exactly as given, expired and revoked ones answer as api.md says, and
+// importing the same licenses again changes nothing.
+func TestImportTenThousandLicensesVerifyAsGiven(t *testing.T) {
+	t.Parallel()
+	s := selfHosted(t)
+	a := admin(t, s)
+	product := product("import-10k")
+	const total, batch = 10000, 1000
+	items := make([]map[string]any, total)
+	for i := range items {
+		items[i] = importItem(product, i, importedShapes[i%len(importedShapes)](i))
+	}
+	for start := 0; start < total; start += batch {
+		resp := a.Post("/v1/licenses/import", importBody(items[start:start+batch], "fail")).Expect(t, 200)
+		if got := strings.Join(resp.Keys(t), ","); got != "imported,unchanged,skipped,invalid,results" {
+			t.Fatalf("fields %s", got)
+		}
+		if body := resp.JSON(t); body["imported"] != float64(batch) || body["invalid"] != 0.0 {
+			t.Fatalf("batch at %d: %.300s", start, resp.Body)
+		}
+	}
+	list := a.Get("/v1/list-licenses?product_id="+product+"&limit=1").Expect(t, 200).JSON(t)
+	if list["total"] != float64(total) {
+		t.Fatalf("list-licenses total %v, want %d", list["total"], total)
+	}
+
+	// Every key, exactly as given, from clients of their own (the Validation tier is per IP).
+	var wg sync.WaitGroup
+	errs := make(chan string, total)
+	for w := 0; w < 4; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			var c *Client
+			for i := w; i < total; i += 4 {
+				if (i/4)%500 == 0 {
+					c = anon(t, s)
+				}
+				r := c.Post("/v1/verify-license", map[string]string{"key": items[i]["key"].(string)})
+				want, msg := 200, ""
+				switch {
+				case i%7 == 0:
+					want, msg = 403, "License is not active"
+				case i%4 == 0:
+					want, msg = 403, "License has expired"
+				}
+				if r.Status != want || (msg != "" && !strings.Contains(string(r.Body), `"error":"`+msg+`"`)) {
+					errs <- fmt.Sprintf("item %d (%s): %d %s", i, items[i]["key"], r.Status, r.Body)
+				}
+			}
+		}(w)
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Fatal(e)
+	}
+
+	// The imported terms and usage, as the admin sees them.
+	d := a.Get("/v1/admin/license/"+items[5]["key"].(string)).Expect(t, 200).JSON(t)
+	if d["issued_at"] != "2024-03-01T10:00:00Z" || d["max_activations"] != 3.0 || d["notes"] != "imported" ||
+		fmt.Sprint(d["usage"]) != "map[seats:4]" || d["issued_to"] != "buyer5@example.com" {
+		t.Fatalf("admin/license %v", d)
+	}
+
+	// A second import of the same file changes nothing.
+	for start := 0; start < total; start += batch {
+		body := a.Post("/v1/licenses/import", importBody(items[start:start+batch], "fail")).Expect(t, 200).JSON(t)
+		if body["unchanged"] != float64(batch) || body["imported"] != 0.0 {
+			t.Fatalf("second import at %d: %v imported, %v unchanged", start, body["imported"], body["unchanged"])
+		}
+	}
+	if got := a.Get("/v1/list-licenses?product_id="+product+"&limit=1").Expect(t, 200).JSON(t)["total"]; got != float64(total) {
+		t.Fatalf("total after second import %v", got)
+	}
+	d = a.Get("/v1/admin/license/"+items[5]["key"].(string)).Expect(t, 200).JSON(t)
+	if fmt.Sprint(d["usage"]) != "map[seats:4]" {
+		t.Fatalf("usage after second import %v", d["usage"])
+	}
+}
+
+// TestImportOnConflictFailAppliesNothingAndSkipReportsTheItem pins on_conflict.
+func TestImportOnConflictFailAppliesNothingAndSkipReportsTheItem(t *testing.T) {
+	t.Parallel()
+	s := selfHosted(t)
+	a := admin(t, s)
+	product := product("import-conflict")
+	existing := importItem(product, 1, "EXISTING-"+product)
+	a.Post("/v1/licenses/import", importBody([]map[string]any{existing}, "")).Expect(t, 200)
+
+	changed := importItem(product, 1, "EXISTING-"+product)
+	changed["tier"] = "enterprise"
+	fresh := importItem(product, 2, "FRESH-"+product)
+	a.Post("/v1/licenses/import", importBody([]map[string]any{fresh, changed}, "fail")).
+		ExpectError(t, 409, `licenses[1].key already exists with other terms; on_conflict is "fail", so nothing was imported`)
+	expectUnknownKey(t, s, "FRESH-"+product)
+
+	resp := a.Post("/v1/licenses/import", importBody([]map[string]any{fresh, changed}, "skip")).Expect(t, 200)
+	resp.ExpectBody(t, `{"imported":1,"unchanged":0,"skipped":1,"invalid":0,"results":[`+
+		`{"index":0,"key":"FRESH-`+product+`","result":"imported"},`+
+		`{"index":1,"key":"EXISTING-`+product+`","result":"skipped","error":"key already exists with other terms"}]}`)
+	if tier := anon(t, s).Post("/v1/verify-license", map[string]string{"key": "EXISTING-" + product}).Expect(t, 200).JSON(t)["tier"]; tier != "pro" {
+		t.Fatalf("skipped item changed the license: tier %v", tier)
+	}
+	a.Post("/v1/licenses/import", importBody([]map[string]any{fresh}, "sometimes")).
+		ExpectError(t, 400, `on_conflict must be "skip" or "fail"`)
+}
+
+// TestImportBadItemsGetErrorsNamingTheField: a bad item is reported, the others import.
+func TestImportBadItemsGetErrorsNamingTheField(t *testing.T) {
+	t.Parallel()
+	s := selfHosted(t)
+	a := admin(t, s)
+	product := product("import-bad")
+	good := importItem(product, 1, "GOOD-KEY-"+product)
+	with := func(k string, v any) map[string]any {
+		item := importItem(product, 2, fmt.Sprintf("BAD-%s-%s", k, product))
+		if v == nil {
+			delete(item, k)
+		} else {
+			item[k] = v
+		}
+		return item
+	}
+	bad := []struct {
+		item map[string]any
+		want string
+	}{
+		{with("key", "short"), "key must be 8 to 200 characters"},
+		{with("key", strings.Repeat("K", 201)), "key must be 8 to 200 characters"},
+		{with("key", "ключ-ключ-ключ"), "key must be printable ASCII (character 1 is not)"},
+		{with("tier", nil), "tier is required"},
+		{with("product_id", ""), "product_id is required"},
+		{with("issued_to", nil), "issued_to is required"},
+		{with("expires_at", "next year"), "expires_at must be an ISO 8601 timestamp (e.g. 2027-01-31T00:00:00Z) or null"},
+		{with("issued_at", 12), "issued_at must be an ISO 8601 timestamp (e.g. 2027-01-31T00:00:00Z) or null"},
+		{with("status", "suspended"), "status must be active or revoked"},
+		{with("limits", map[string]any{"storage": 1}), "Unknown limit key: storage"},
+		{with("usage", map[string]any{"users": 1}), "usage.users: the metric must be a key of limits"},
+		{with("usage", map[string]any{"seats": -1}), "usage.seats must be a whole number of at least 0"},
+		{with("max_activations", 0), "max_activations must be a positive integer or null (unlimited)"},
+		{good, "key is the same key as item 0 of this request"},
+	}
+	items := []map[string]any{good}
+	for _, b := range bad {
+		items = append(items, b.item)
+	}
+	body := a.Post("/v1/licenses/import", importBody(items, "skip")).Expect(t, 200).JSON(t)
+	if body["imported"] != 1.0 || body["invalid"] != float64(len(bad)) {
+		t.Fatalf("counts %v", body)
+	}
+	results := body["results"].([]any)
+	for i, b := range bad {
+		r := results[i+1].(map[string]any)
+		if r["result"] != "invalid" || r["error"] != b.want {
+			t.Errorf("item %d: %v, want invalid %q", i+1, r, b.want)
+		}
+	}
+	anon(t, s).Post("/v1/verify-license", map[string]string{"key": "GOOD-KEY-" + product}).Expect(t, 200)
+	expectUnknownKey(t, s, "BAD-tier-"+product)
+	// Control characters are the input policy's, for the whole request.
+	a.Post("/v1/licenses/import", importBody([]map[string]any{with("key", "tab\there-key")}, "skip")).
+		ExpectError(t, 400, "key must not contain control characters")
+
+	a.Post("/v1/licenses/import", map[string]any{"licenses": []any{}}).ExpectError(t, 400, "licenses is required (1 to 1000 licenses)")
+	many := make([]map[string]any, 1001)
+	for i := range many {
+		many[i] = good
+	}
+	a.Post("/v1/licenses/import", importBody(many, "skip")).ExpectError(t, 400, "licenses: at most 1000 per call")
+	anon(t, s).Post("/v1/licenses/import", importBody([]map[string]any{good}, "skip")).ExpectError(t, 403, "Unauthorized")
+}
+
+// TestImportHostedQuotaAndTenantIsolation: imports count against the issuance quota, a
+// product belongs to the tenant that used it first, and another tenant's key stays unseen.
+func TestImportHostedQuotaAndTenantIsolation(t *testing.T) {
+	t.Parallel()
+	s := hosted(t)
+	owner, other := newTenant(t, s), newTenant(t, s)
+	product := product("import-hosted")
+	items := func(n int, prefix string) []map[string]any {
+		out := make([]map[string]any, n)
+		for i := range out {
+			out[i] = importItem(product, 1, fmt.Sprintf("%s-%02d-%s", prefix, i, product))
+			out[i]["expires_at"] = "2099-01-01T00:00:00Z"
+		}
+		return out
+	}
+	// Free is 5 active licenses: 6 at once import nothing.
+	owner.Post("/v1/licenses/import", importBody(items(6, "Q"), "fail")).ExpectError(t, 403, "License issuance quota exceeded")
+	expectUnknownKey(t, s, "Q-00-"+product)
+	// Expired and revoked ones hold no quota.
+	batch := items(5, "Q")
+	expired := importItem(product, 1, "EXPIRED-"+product)
+	expired["expires_at"] = "2020-01-01T00:00:00Z"
+	revoked := importItem(product, 7, "REVOKED-"+product)
+	body := owner.Post("/v1/licenses/import", importBody(append(batch, expired, revoked), "fail")).Expect(t, 200).JSON(t)
+	if body["imported"] != 7.0 {
+		t.Fatalf("import within quota: %v", body)
+	}
+	owner.Post("/v1/licenses/import", importBody(items(1, "MORE"), "fail")).ExpectError(t, 403, "License issuance quota exceeded")
+
+	// The product is the owner's; the owner's keys are not the other tenant's.
+	resp := other.Post("/v1/licenses/import", importBody(items(1, "OTHER"), "skip")).Expect(t, 200)
+	resp.ExpectBody(t, `{"imported":0,"unchanged":0,"skipped":0,"invalid":1,"results":[`+
+		`{"index":0,"key":"OTHER-00-`+product+`","result":"invalid","error":"product_id is owned by a different tenant"}]}`)
+	other.Get("/v1/admin/license/Q-00-"+product).ExpectError(t, 404, "License key not found")
+	mine := importItem("other-"+product, 1, "Q-00-"+product)
+	mine["expires_at"] = "2099-01-01T00:00:00Z"
+	body = other.Post("/v1/licenses/import", importBody([]map[string]any{mine}, "skip")).Expect(t, 200).JSON(t)
+	if body["skipped"] != 1.0 {
+		t.Fatalf("another tenant's key: %v", body)
+	}
+}
+
+// TestImportConcurrentCallsKeepTheQuotaAndNeverFail: concurrent imports of a hosted
+// tenant (each of a license of its own, and all of one shared license) never pass the
+// Free quota of 5 and never answer anything but 200 or the quota's 403; the shared key
+// ends up one license, imported once and unchanged for every other call.
+func TestImportConcurrentCallsKeepTheQuotaAndNeverFail(t *testing.T) {
+	t.Parallel()
+	s := hosted(t)
+	tenant := newTenant(t, s)
+	product := product("import-race")
+	shared := importItem(product, 1, "SHARED-"+product)
+	shared["expires_at"] = "2099-01-01T00:00:00Z"
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	statuses := map[int]int{}
+	results := map[string]int{}
+	for i := 0; i < 12; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			own := importItem(product, 1, fmt.Sprintf("OWN-%02d-%s", i, product))
+			own["expires_at"] = "2099-01-01T00:00:00Z"
+			items := []map[string]any{own}
+			if i%2 == 0 {
+				items = []map[string]any{shared}
+			}
+			r := tenant.Post("/v1/licenses/import", importBody(items, "fail"))
+			mu.Lock()
+			defer mu.Unlock()
+			statuses[r.Status]++
+			if r.Status == 200 {
+				for _, res := range r.JSON(t)["results"].([]any) {
+					results[res.(map[string]any)["result"].(string)]++
+				}
+			}
+		}(i)
+	}
+	wg.Wait()
+	if statuses[200]+statuses[403] != 12 {
+		t.Fatalf("statuses %v, want only 200 and 403", statuses)
+	}
+	list := tenant.Get("/v1/list-licenses?product_id="+product+"&status=active").Expect(t, 200).JSON(t)
+	if list["total"] != 5.0 {
+		t.Fatalf("%v active licenses after concurrent imports, want the Free quota of 5 (statuses %v, results %v)", list["total"], statuses, results)
+	}
+	if results["imported"] != 5 {
+		t.Fatalf("results %v, want 5 imported", results)
+	}
+}

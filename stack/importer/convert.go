@@ -1,0 +1,299 @@
+// Package importer turns the license-key exports of other systems into the licenses of
+// POST /v1/licenses/import and sends them in calls of 1,000 (keyhousectl import).
+package importer
+
+import (
+	"encoding/csv"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// License is one item of POST /v1/licenses/import.
+type License struct {
+	Key            string         `json:"key"`
+	ProductID      string         `json:"product_id"`
+	Tier           string         `json:"tier"`
+	IssuedTo       string         `json:"issued_to"`
+	IssuedAt       *string        `json:"issued_at,omitempty"`
+	ExpiresAt      *string        `json:"expires_at"`
+	Status         string         `json:"status"`
+	Limits         map[string]any `json:"limits,omitempty"`
+	MaxActivations *int           `json:"max_activations"`
+	Notes          *string        `json:"notes,omitempty"`
+}
+
+// Options fill in what an export does not say.
+type Options struct {
+	// Product is the product_id of every license; empty: the source's product id,
+	// prefixed with the source's name (e.g. "lemonsqueezy-8").
+	Product string
+	// Tier of every license (default "pro").
+	Tier string
+}
+
+// Sources are the formats keyhousectl reads, by --from name.
+var Sources = map[string]func(io.Reader, Options) ([]License, error){
+	"lemonsqueezy": LemonSqueezy,
+	"keygen":       Keygen,
+	"gumroad":      Gumroad,
+}
+
+func (o Options) product(source, id string) string {
+	if o.Product != "" {
+		return o.Product
+	}
+	if id == "" {
+		return source
+	}
+	return source + "-" + id
+}
+
+func (o Options) tier() string {
+	if o.Tier != "" {
+		return o.Tier
+	}
+	return "pro"
+}
+
+// csvRows reads a CSV with a header row into maps keyed by the header's names, lower-cased
+// and trimmed, so column order and case do not matter.
+func csvRows(r io.Reader) ([]map[string]string, error) {
+	cr := csv.NewReader(r)
+	cr.FieldsPerRecord = -1
+	header, err := cr.Read()
+	if err != nil {
+		return nil, fmt.Errorf("reading the header row: %w", err)
+	}
+	for i, h := range header {
+		header[i] = strings.ToLower(strings.TrimSpace(strings.TrimPrefix(h, "\ufeff")))
+	}
+	var rows []map[string]string
+	for line := 2; ; line++ {
+		rec, err := cr.Read()
+		if err == io.EOF {
+			return rows, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		row := map[string]string{"#line": strconv.Itoa(line)}
+		for i, v := range rec {
+			if i < len(header) {
+				row[header[i]] = strings.TrimSpace(v)
+			}
+		}
+		rows = append(rows, row)
+	}
+}
+
+// first is the first non-empty of the named columns.
+func first(row map[string]string, names ...string) string {
+	for _, n := range names {
+		if v := row[n]; v != "" {
+			return v
+		}
+	}
+	return ""
+}
+
+// timestamp reads the date forms these exports use into RFC 3339 (nil: empty).
+func timestamp(v string) (*string, error) {
+	if v == "" || strings.EqualFold(v, "null") || strings.EqualFold(v, "never") {
+		return nil, nil
+	}
+	for _, layout := range []string{time.RFC3339Nano, "2006-01-02 15:04:05", "2006-01-02 15:04:05 MST", "2006-01-02 15:04:05 -0700", "2006-01-02"} {
+		if t, err := time.Parse(layout, v); err == nil {
+			s := t.UTC().Truncate(time.Second).Format(time.RFC3339)
+			return &s, nil
+		}
+	}
+	return nil, fmt.Errorf("%q is not a date", v)
+}
+
+// activationCap reads an activation limit: empty or 0 is unlimited (null).
+func activationCap(v string) (*int, error) {
+	if v == "" {
+		return nil, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		return nil, fmt.Errorf("%q is not an activation limit", v)
+	}
+	if n == 0 {
+		return nil, nil
+	}
+	return &n, nil
+}
+
+func yes(v string) bool {
+	switch strings.ToLower(v) {
+	case "true", "yes", "1":
+		return true
+	}
+	return false
+}
+
+func note(s string) *string { return &s }
+
+// LemonSqueezy reads the license keys CSV of Lemon Squeezy, whose columns are the
+// license key object's attributes: key, status (inactive, active, expired, disabled),
+// activation_limit, instances_count, expires_at, created_at, user_name, user_email,
+// product_id, order_id. "disabled" is imported as revoked; an expired key keeps its
+// expires_at and so answers "License has expired".
+func LemonSqueezy(r io.Reader, o Options) ([]License, error) {
+	rows, err := csvRows(r)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]License, 0, len(rows))
+	for _, row := range rows {
+		line := row["#line"]
+		l := License{
+			Key: first(row, "key", "license key"), Tier: o.tier(),
+			ProductID: o.product("lemonsqueezy", first(row, "product_id", "product id")),
+			IssuedTo:  first(row, "user_email", "customer email", "user_name", "customer name"),
+			Status:    "active",
+		}
+		if l.Key == "" {
+			return nil, fmt.Errorf("line %s: no key", line)
+		}
+		if yes(row["disabled"]) || strings.EqualFold(row["status"], "disabled") {
+			l.Status = "revoked"
+		}
+		if l.IssuedAt, err = timestamp(first(row, "created_at", "created")); err != nil {
+			return nil, fmt.Errorf("line %s: created_at: %w", line, err)
+		}
+		if l.ExpiresAt, err = timestamp(first(row, "expires_at", "expires")); err != nil {
+			return nil, fmt.Errorf("line %s: expires_at: %w", line, err)
+		}
+		if l.MaxActivations, err = activationCap(first(row, "activation_limit", "activation limit")); err != nil {
+			return nil, fmt.Errorf("line %s: activation_limit: %w", line, err)
+		}
+		if id := first(row, "order_id", "order id"); id != "" {
+			l.Notes = note("Lemon Squeezy order " + id)
+		}
+		out = append(out, l)
+	}
+	return out, nil
+}
+
+// keygenPage is one page of Keygen's GET /v1/accounts/{account}/licenses (JSON:API).
+type keygenPage struct {
+	Data []struct {
+		ID         string `json:"id"`
+		Type       string `json:"type"`
+		Attributes struct {
+			Name        *string        `json:"name"`
+			Key         string         `json:"key"`
+			Expiry      *string        `json:"expiry"`
+			Status      string         `json:"status"`
+			Suspended   bool           `json:"suspended"`
+			MaxMachines *int           `json:"maxMachines"`
+			Metadata    map[string]any `json:"metadata"`
+			Created     string         `json:"created"`
+		} `json:"attributes"`
+		Relationships struct {
+			Product struct {
+				Data *struct {
+					ID string `json:"id"`
+				} `json:"data"`
+			} `json:"product"`
+		} `json:"relationships"`
+	} `json:"data"`
+}
+
+// Keygen reads one or more list-licenses pages of Keygen's API, concatenated as the API
+// returned them ({"data": [...], "links": {...}} each). A suspended or banned license is
+// imported as revoked; maxMachines null is unlimited; the license's id goes to notes.
+func Keygen(r io.Reader, o Options) ([]License, error) {
+	dec := json.NewDecoder(r)
+	var out []License
+	for page := 1; ; page++ {
+		var p keygenPage
+		if err := dec.Decode(&p); err == io.EOF {
+			return out, nil
+		} else if err != nil {
+			return nil, fmt.Errorf("page %d: %w", page, err)
+		}
+		for i, d := range p.Data {
+			a := d.Attributes
+			where := fmt.Sprintf("page %d, license %d (%s)", page, i, d.ID)
+			if a.Key == "" {
+				return nil, fmt.Errorf("%s: no key", where)
+			}
+			product := ""
+			if d.Relationships.Product.Data != nil {
+				product = d.Relationships.Product.Data.ID
+			}
+			l := License{Key: a.Key, Tier: o.tier(), ProductID: o.product("keygen", product), Status: "active",
+				MaxActivations: a.MaxMachines, Notes: note("Keygen license " + d.ID)}
+			switch {
+			case a.Metadata["email"] != nil:
+				l.IssuedTo = fmt.Sprint(a.Metadata["email"])
+			case a.Name != nil && *a.Name != "":
+				l.IssuedTo = *a.Name
+			default:
+				l.IssuedTo = d.ID
+			}
+			if a.Suspended || strings.EqualFold(a.Status, "SUSPENDED") || strings.EqualFold(a.Status, "BANNED") {
+				l.Status = "revoked"
+			}
+			var err error
+			if l.IssuedAt, err = timestamp(a.Created); err != nil {
+				return nil, fmt.Errorf("%s: created: %w", where, err)
+			}
+			if a.Expiry != nil {
+				if l.ExpiresAt, err = timestamp(*a.Expiry); err != nil {
+					return nil, fmt.Errorf("%s: expiry: %w", where, err)
+				}
+			}
+			out = append(out, l)
+		}
+	}
+}
+
+// Gumroad reads Gumroad's sales CSV (Sales → Download) of a product with license keys.
+// Columns used: License Key, Purchase Email (or Buyer Email), Sale Date and Sale Time,
+// Item Name or Product ID, Refunded?, Disputed?, Subscription End Date, Sale ID. Sales
+// without a license key (products without licenses) are left out; a refunded or disputed
+// sale is imported revoked. Gumroad keys have no activation limit of their own: each gets
+// max_activations null (unlimited) unless the vendor changes terms later.
+func Gumroad(r io.Reader, o Options) ([]License, error) {
+	rows, err := csvRows(r)
+	if err != nil {
+		return nil, err
+	}
+	var out []License
+	for _, row := range rows {
+		line := row["#line"]
+		key := first(row, "license key", "license_key")
+		if key == "" {
+			continue
+		}
+		l := License{Key: key, Tier: o.tier(), Status: "active",
+			ProductID: o.product("gumroad", first(row, "product id", "product_id", "item name")),
+			IssuedTo:  first(row, "purchase email", "buyer email", "email", "buyer name")}
+		if yes(row["refunded?"]) || yes(row["disputed?"]) || yes(row["fully refunded?"]) {
+			l.Status = "revoked"
+		}
+		when := first(row, "sale date", "date")
+		if t := first(row, "sale time", "time"); when != "" && t != "" {
+			when += " " + t
+		}
+		if l.IssuedAt, err = timestamp(when); err != nil {
+			return nil, fmt.Errorf("line %s: sale date: %w", line, err)
+		}
+		if l.ExpiresAt, err = timestamp(first(row, "subscription end date")); err != nil {
+			return nil, fmt.Errorf("line %s: subscription end date: %w", line, err)
+		}
+		if id := first(row, "sale id", "purchase id"); id != "" {
+			l.Notes = note("Gumroad sale " + id)
+		}
+		out = append(out, l)
+	}
+	return out, nil
+}
