@@ -80,6 +80,13 @@ func floatingKey(i int) string { return readKey(-1 - i) }
 
 func floatingToken(seat int) string { return fmt.Sprintf("keyhouse-bench-float-%d", seat) }
 
+// floatingLicense and floatingInstance place seat n: successive seats go to successive
+// licenses, so one license's seats renew spread over the run (as independent apps'
+// heartbeats do), not ten in a row that its cached answer would serve.
+func floatingLicense(n int) int { return n % floatingLicenses }
+
+func floatingInstance(n int) string { return fmt.Sprintf("floater-%d", n/floatingLicenses) }
+
 // renewals is what the renewal row's clients hold: each seat's lease end as its last
 // answer gave it (Unix seconds; 0 before its first renewal).
 var renewals struct {
@@ -121,7 +128,7 @@ func setupRenewals(ctx context.Context, env *Env) (Op, error) {
 		[]string{"tenant_id", "license_key", "instance_id", "token_hash", "lease_expires_at", "product_id"},
 		pgx.CopyFromSlice(floatingSeats, func(n int) ([]any, error) {
 			tok := sha256.Sum256([]byte(floatingToken(n)))
-			return []any{auth.SelfHostedTenant, floatingKey(n / floatingCap), fmt.Sprintf("floater-%d", n%floatingCap), tok[:], leased, floatingProduct}, nil
+			return []any{auth.SelfHostedTenant, floatingKey(floatingLicense(n)), floatingInstance(n), tok[:], leased, floatingProduct}, nil
 		})); err != nil {
 		return nil, fmt.Errorf("seed floating seats: %w", err)
 	}
@@ -134,7 +141,7 @@ func setupRenewals(ctx context.Context, env *Env) (Op, error) {
 	return func(ctx context.Context, worker, i int) error {
 		n := i % floatingSeats
 		st, body, err := env.Do(ctx, http.MethodPost, "/v1/leases", clientIP(32, worker, i, 900), false,
-			map[string]string{"key": floatingKey(n / floatingCap), "token": floatingToken(n)})
+			map[string]string{"key": floatingKey(floatingLicense(n)), "token": floatingToken(n)})
 		if err == nil && st == http.StatusServiceUnavailable {
 			// Overload's answer: the app retries later, its lease still good until its end.
 			return ErrRefused
@@ -191,7 +198,7 @@ func checkRenewals(ctx context.Context, env *Env) (string, error) {
 			continue
 		}
 		renewed++
-		id := fmt.Sprintf("%s/floater-%d", floatingKey(n/floatingCap), n%floatingCap)
+		id := floatingKey(floatingLicense(n)) + "/" + floatingInstance(n)
 		if got, ok := ends[id]; !ok || got.Unix() < want {
 			lost++
 			if first == "" {
