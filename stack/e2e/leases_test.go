@@ -603,3 +603,47 @@ func TestLeaseKeysExistBeforeTheFirstLease(t *testing.T) {
 		t.Errorf("an unknown tenant's read made %d keys (%v)", rows, err)
 	}
 }
+
+// A policy that stops being floating reaches a floating seat with its next lease: the seat
+// no longer lapses (and floats again once the policy does), the lease saying which.
+func TestNextLeaseMovesASeatInAndOutOfFloating(t *testing.T) {
+	t.Parallel()
+	s := selfHosted(t)
+	a, c := admin(t, s), anon(t, s)
+	db := dbConn(t, s)
+	p := product("float-switch")
+	putPolicy(t, a, p, "*", map[string]any{"floating": true, "lease_ttl_seconds": 600})
+	key := issueLicense(t, a, lic(p))
+	tok := seat(t, c, key, "m")
+	leaseEnd := func() *time.Time {
+		t.Helper()
+		var end *time.Time
+		if err := db.QueryRow(t.Context(), `SELECT lease_expires_at FROM activations.seats WHERE license_key = $1`, key).Scan(&end); err != nil {
+			t.Fatal(err)
+		}
+		return end
+	}
+	floating := func(resp map[string]any) bool {
+		t.Helper()
+		_, claims, err := verifyLease(resp["lease"].(string), leaseKeys(t, c, ""))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var cl map[string]any
+		_ = json.Unmarshal(claims, &cl)
+		return cl["floating"] == true
+	}
+	if leaseEnd() == nil {
+		t.Fatal("a seat activated under a floating policy has no lease end")
+	}
+	putPolicy(t, a, p, "*", map[string]any{"floating": false, "lease_ttl_seconds": 600})
+	if resp := lease(c, map[string]any{"key": key, "token": tok}).Expect(t, 200).JSON(t); floating(resp) || leaseEnd() != nil {
+		t.Fatalf("after the policy stopped floating: lease floating %v, seat's lease end %v", floating(resp), leaseEnd())
+	}
+	putPolicy(t, a, p, "*", map[string]any{"floating": true, "lease_ttl_seconds": 600})
+	resp := lease(c, map[string]any{"key": key, "token": tok}).Expect(t, 200).JSON(t)
+	end := leaseEnd()
+	if !floating(resp) || end == nil || end.UTC().Format(time.RFC3339) != resp["expires_at"] {
+		t.Fatalf("floating again: lease floating %v, seat's lease end %v, lease expires_at %v", floating(resp), end, resp["expires_at"])
+	}
+}
