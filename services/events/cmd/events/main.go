@@ -73,6 +73,9 @@ func register(ctx context.Context, d *app.Deps) error {
 	}
 	allowPrivate := !d.Config.MultiTenant || d.Config.WebhookAllowPrivateNetworks
 	hooks := webhooks.NewStore(d.DB)
+	if err := webhooks.RegisterMetrics(hooks); err != nil {
+		return err
+	}
 	worker := &webhooks.Worker{
 		Store: hooks, Keys: licensing, Log: d.Log.With("component", "webhooks"),
 		Sender:    webhook.NewSender(webhook.SenderOptions{AllowPrivate: allowPrivate}),
