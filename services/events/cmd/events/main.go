@@ -16,6 +16,7 @@ import (
 	"github.com/keyhouse/keyhouse/pkg/licensingclient"
 	"github.com/keyhouse/keyhouse/pkg/mail"
 	"github.com/keyhouse/keyhouse/pkg/natsx"
+	"github.com/keyhouse/keyhouse/pkg/pgxx"
 	"github.com/keyhouse/keyhouse/pkg/webhook"
 	"github.com/keyhouse/keyhouse/services/events/internal/ingest"
 	"github.com/keyhouse/keyhouse/services/events/internal/server"
@@ -76,8 +77,17 @@ func register(ctx context.Context, d *app.Deps) error {
 	if err := webhooks.RegisterMetrics(hooks); err != nil {
 		return err
 	}
+	// The delivery worker has a pool of its own, a connection per attempt in flight and one
+	// to claim: attempts never queue for a connection (with the default four, deliveries
+	// to one endpoint topped out near 150/s), and the log's consumer and the routes, on the
+	// service's pool, never wait behind them.
+	workerDB, err := pgxx.Open(ctx, d.Config.DatabaseURL.Reveal(), "events", pgxx.WithMaxConns(webhooks.DefaultConcurrency+1))
+	if err != nil {
+		return err
+	}
+	d.OnClose(workerDB.Close)
 	worker := &webhooks.Worker{
-		Store: hooks, Keys: licensing, Log: d.Log.With("component", "webhooks"),
+		Store: webhooks.NewStore(workerDB), Keys: licensing, Log: d.Log.With("component", "webhooks"),
 		Sender:    webhook.NewSender(webhook.SenderOptions{AllowPrivate: allowPrivate}),
 		OnDisable: webhooks.EmitDisabled,
 		Retention: d.Config.EventRetention,
