@@ -1,6 +1,7 @@
 package edge
 
 import (
+	"cmp"
 	"context"
 	"sync"
 	"time"
@@ -130,6 +131,11 @@ type batcher[Item, Result any] struct {
 	// send makes one batch call: one result per item, in the items' order, or the error
 	// of the whole call.
 	send func(ctx context.Context, items []Item) ([]Result, error)
+	// reads: the calls change nothing, so a caller that leaves gets its cancellation at
+	// once even when its item is out in a batch (which goes on for the others).
+	reads bool
+	// maxInFlight bounds the batches out at once (0: batchesInFlight).
+	maxInFlight int
 
 	mu       sync.Mutex
 	queue    []*batchedCall[Item, Result]
@@ -153,7 +159,7 @@ func (b *batcher[Item, Result]) do(ctx context.Context, item Item) (Result, erro
 	c := &batchedCall[Item, Result]{ctx: ctx, item: item, done: make(chan struct{})}
 	b.mu.Lock()
 	b.queue = append(b.queue, c)
-	if b.inFlight < batchesInFlight {
+	if b.inFlight < cmp.Or(b.maxInFlight, batchesInFlight) {
 		b.inFlight++
 		go b.run()
 	}
@@ -167,14 +173,14 @@ func (b *batcher[Item, Result]) do(ctx context.Context, item Item) (Result, erro
 	sent := c.sent
 	c.abandoned = !sent
 	b.mu.Unlock()
-	if sent {
+	if sent && !b.reads {
 		// Its batch is out: the change may be made, so the answer waits for the batch's
 		// (bounded by the batch's deadline, the latest of its calls'). A 503 now would
 		// tell the client to retry a change that may have been applied.
 		<-c.done
 		return c.result, c.err
 	}
-	// Never sent, never made.
+	// Never sent, never made (or only read).
 	var none Result
 	return none, status.FromContextError(ctx.Err()).Err()
 }
