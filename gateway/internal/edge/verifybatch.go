@@ -27,9 +27,9 @@ type batchedVerify struct {
 
 func newBatchedVerify(client licensingv1.LicensingServiceClient) *batchedVerify {
 	b := &batchedVerify{client: client}
-	b.batch.reads = true
-	b.batch.maxInFlight = verifyBatchesInFlight
-	b.batch.send = func(ctx context.Context, items []*licensingv1.VerifyLicenseBatchItem) ([]*licensingv1.VerifyLicenseBatchResult, error) {
+	b.batch.Reads = true
+	b.batch.MaxInFlight = verifyBatchesInFlight
+	b.batch.Send = func(ctx context.Context, items []*licensingv1.VerifyLicenseBatchItem) ([]*licensingv1.VerifyLicenseBatchResult, error) {
 		resp, err := client.VerifyLicenseBatch(ctx, &licensingv1.VerifyLicenseBatchRequest{Items: items})
 		return resp.GetResults(), err
 	}

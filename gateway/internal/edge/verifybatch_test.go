@@ -118,7 +118,7 @@ func TestBatchedVerifyAnswersEachKeyAsVerifyLicenseAlone(t *testing.T) {
 		}
 		ask(key)
 	}
-	waitUntil(t, func() bool { b.batch.mu.Lock(); defer b.batch.mu.Unlock(); return len(b.batch.queue) == queued })
+	waitUntil(t, func() bool { return b.batch.Queued() == queued })
 	close(svc.release)
 	for range verifyBatchesInFlight + queued {
 		a := <-answers
@@ -164,7 +164,7 @@ func TestBatchedVerifyCancellationIsPerCaller(t *testing.T) {
 		}
 		stayed <- resp
 	}()
-	waitUntil(t, func() bool { b.batch.mu.Lock(); defer b.batch.mu.Unlock(); return len(b.batch.queue) == 2 })
+	waitUntil(t, func() bool { return b.batch.Queued() == 2 })
 	// Let the first batches go so the two leave together in the next one, and hold that.
 	svc.release <- struct{}{}
 	svc.release <- struct{}{}
