@@ -14,8 +14,8 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// maxVerifyBatch bounds the items of one VerifyLicenseBatch call.
-const maxVerifyBatch = 256
+// maxLookupBatch bounds the keys of one VerifyLicenseBatch or GetLicenses call.
+const maxLookupBatch = 256
 
 // VerifyLicenseBatch answers each item as VerifyLicense would answer it alone: the same
 // answer or the same status, logged and counted as a VerifyLicense call with the item's
@@ -23,8 +23,8 @@ const maxVerifyBatch = 256
 // query fails, every item that needed it fails as its own call would have.
 func (s *Server) VerifyLicenseBatch(ctx context.Context, req *licensingv1.VerifyLicenseBatchRequest) (*licensingv1.VerifyLicenseBatchResponse, error) {
 	items := req.GetItems()
-	if len(items) > maxVerifyBatch {
-		return nil, apierr.Invalid("at most %d items in a batch", maxVerifyBatch)
+	if len(items) > maxLookupBatch {
+		return nil, apierr.Invalid("at most %d items in a batch", maxLookupBatch)
 	}
 	start := time.Now()
 	keys := make([]string, 0, len(items))

@@ -79,12 +79,48 @@ func TestVerifyLicenseBatchAnswersEachItemAsVerifyLicense(t *testing.T) {
 func TestVerifyLicenseBatchRefusesOversizedBatches(t *testing.T) {
 	t.Parallel()
 	fx := newFixture(t, false)
-	items := make([]*licensingv1.VerifyLicenseBatchItem, maxVerifyBatch+1)
+	items := make([]*licensingv1.VerifyLicenseBatchItem, maxLookupBatch+1)
 	for i := range items {
 		items[i] = &licensingv1.VerifyLicenseBatchItem{Request: &licensingv1.VerifyLicenseRequest{Key: proto.String("K")}}
 	}
 	_, err := fx.srv.VerifyLicenseBatch(as(""), &licensingv1.VerifyLicenseBatchRequest{Items: items})
 	if status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("got %v, want InvalidArgument", err)
+	}
+}
+
+// GetLicenses answers each key as GetLicense does: the same license, in any tenant
+// without one in the call, only the tenant's own with one, and no license for an unknown
+// key.
+func TestGetLicensesAnswersEachKeyAsGetLicense(t *testing.T) {
+	t.Parallel()
+	fx := newFixture(t, false)
+	mine := fx.seed("t1", revoked)
+	theirs := fx.seed("t2", expiredAt(time.Hour))
+	keys := []string{mine, "NO-SUCH-KEY", strings.ToLower(theirs), ""}
+	for _, tenant := range []string{"", "t1"} {
+		resp, err := fx.srv.GetLicenses(as(tenant), &licensingv1.GetLicensesRequest{Keys: keys})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(resp.GetResults()) != len(keys) {
+			t.Fatalf("%d results for %d keys", len(resp.GetResults()), len(keys))
+		}
+		for i, key := range keys {
+			alone, err := fx.srv.GetLicense(as(tenant), &licensingv1.GetLicenseRequest{Key: key})
+			got := resp.GetResults()[i].GetLicense()
+			if err != nil {
+				if status.Code(err) != codes.NotFound || got != nil {
+					t.Fatalf("tenant %q, %q: batch %v, alone %v", tenant, key, got, err)
+				}
+				continue
+			}
+			if !proto.Equal(got, alone.GetLicense()) {
+				t.Fatalf("tenant %q, %q: batch %v, alone %v", tenant, key, got, alone.GetLicense())
+			}
+		}
+	}
+	if resp, _ := fx.srv.GetLicenses(as("t1"), &licensingv1.GetLicensesRequest{Keys: []string{theirs}}); resp.GetResults()[0].GetLicense() != nil {
+		t.Fatal("another tenant's license answered to a tenant's call")
 	}
 }
