@@ -20,7 +20,8 @@
 //
 // Only rows are cached: whether a license has expired is decided at every read with the
 // current time, never cached. Unknown keys are not cached either (a new key is random, so a
-// miss costs the same as before).
+// miss costs the same as before). A cache keeps at most maxEntries answers, evicting by
+// CLOCK (clock.go), so its memory stays flat however many licenses are checked.
 package licensecache
 
 import (
