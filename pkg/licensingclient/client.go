@@ -51,7 +51,6 @@ func New(conn grpc.ClientConnInterface, adminKey string) *Client {
 		peer:   grpcx.Peer{Name: "Licensing", AdminKey: adminKey},
 	}
 	c.misses.Reads = true
-	c.misses.MaxInFlight = missesInFlight
 	c.misses.Send = func(ctx context.Context, keys []string) ([]*licensingv1.GetLicenseResponse, error) {
 		resp, err := grpcx.Call(ctx, c.peer, "", func(ctx context.Context, o ...grpc.CallOption) (*licensingv1.GetLicensesResponse, error) {
 			return c.rpc.GetLicenses(ctx, &licensingv1.GetLicensesRequest{Keys: keys}, o...)
@@ -60,10 +59,6 @@ func New(conn grpc.ClientConnInterface, adminKey string) *Client {
 	}
 	return c
 }
-
-// missesInFlight: the cache's misses are reads, so two batches out at once keep the
-// misses that arrive while one is answered from waiting a whole round trip.
-const missesInFlight = 2
 
 // CacheLicenses makes License answer from a cache whose entries live ttl (0: no cache),
 // emptied of every license licensing announces as changed on nc. Call it before serving;

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keyhouse/keyhouse/pkg/grpcx"
 	"github.com/keyhouse/keyhouse/pkg/license"
 	activationsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/activations/v1"
 	licensingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1"
@@ -103,7 +104,7 @@ func TestBatchedVerifyAnswersEachKeyAsVerifyLicenseAlone(t *testing.T) {
 			answers <- answer{key, resp, err}
 		}()
 	}
-	for i := range verifyBatchesInFlight {
+	for i := range grpcx.DefaultInFlight {
 		ask("KFIRST" + strconv.Itoa(i))
 		<-svc.arrived
 	}
@@ -120,7 +121,7 @@ func TestBatchedVerifyAnswersEachKeyAsVerifyLicenseAlone(t *testing.T) {
 	}
 	waitUntil(t, func() bool { return b.batch.Queued() == queued })
 	close(svc.release)
-	for range verifyBatchesInFlight + queued {
+	for range grpcx.DefaultInFlight + queued {
 		a := <-answers
 		want, wantErr := svc.VerifyLicense(context.Background(), &licensingv1.VerifyLicenseRequest{Key: proto.String(a.key)})
 		if wantErr != nil {
@@ -134,8 +135,8 @@ func TestBatchedVerifyAnswersEachKeyAsVerifyLicenseAlone(t *testing.T) {
 		}
 	}
 	sizes := svc.sizes()
-	if len(sizes) != verifyBatchesInFlight+1 || sizes[len(sizes)-1] != queued {
-		t.Errorf("batches %v: want %d of one, then one of the %d queued", sizes, verifyBatchesInFlight, queued)
+	if len(sizes) != grpcx.DefaultInFlight+1 || sizes[len(sizes)-1] != queued {
+		t.Errorf("batches %v: want %d of one, then one of the %d queued", sizes, grpcx.DefaultInFlight, queued)
 	}
 }
 
@@ -144,7 +145,7 @@ func TestBatchedVerifyAnswersEachKeyAsVerifyLicenseAlone(t *testing.T) {
 func TestBatchedVerifyCancellationIsPerCaller(t *testing.T) {
 	svc := newBatchLicensing(true)
 	b := newBatchedVerify(svc)
-	for i := range verifyBatchesInFlight {
+	for i := range grpcx.DefaultInFlight {
 		go func() {
 			_, _ = b.VerifyLicense(context.Background(), &licensingv1.VerifyLicenseRequest{Key: proto.String("KFIRST" + strconv.Itoa(i))})
 		}()
@@ -166,8 +167,9 @@ func TestBatchedVerifyCancellationIsPerCaller(t *testing.T) {
 	}()
 	waitUntil(t, func() bool { return b.batch.Queued() == 2 })
 	// Let the first batches go so the two leave together in the next one, and hold that.
-	svc.release <- struct{}{}
-	svc.release <- struct{}{}
+	for range grpcx.DefaultInFlight {
+		svc.release <- struct{}{}
+	}
 	<-svc.arrived
 	if got := svc.sizes(); got[len(got)-1] != 2 {
 		t.Fatalf("batches %v: want the two callers in one", got)
