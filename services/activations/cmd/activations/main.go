@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/keyhouse/keyhouse/pkg/app"
+	"github.com/keyhouse/keyhouse/pkg/billingclient"
 	"github.com/keyhouse/keyhouse/pkg/config"
 	"github.com/keyhouse/keyhouse/pkg/events"
 	"github.com/keyhouse/keyhouse/pkg/idempotency"
@@ -52,9 +53,15 @@ func main() {
 				nc.Close()
 				return err
 			}
+			billingConn, err := d.Dial(d.Config.BillingAddr)
+			if err != nil {
+				nc.Close()
+				return err
+			}
 			leases := server.NewLeases(st, licenses, licenses, server.LeaseConfig{
 				Issuer: d.Config.PublicBaseURL, MultiTenant: d.Config.MultiTenant,
 				MinLeaseTTL: d.Config.LeaseMinTTL, Keyring: licenses.Keyring,
+				Tenants: billingclient.New(billingConn, d.Config.AdminAPIKey.Reveal()),
 			})
 			server.Register(d.Server.GRPC, server.New(st, licenses, d.Log).WithLeases(leases))
 			server.RegisterLeases(d.Server.GRPC, leases)
