@@ -65,7 +65,7 @@ func register(ctx context.Context, d *app.Deps) error {
 	st := store.New(d.DB, spine.Spine).WithCache(cache)
 
 	adminKey := d.Config.AdminAPIKey.Reveal()
-	srv := server.New(server.Config{MultiTenant: d.Config.MultiTenant, Keyring: keyring}, st,
+	srv := server.New(server.Config{MultiTenant: d.Config.MultiTenant, Keyring: keyring, Log: d.Log}, st,
 		billingclient.New(billing, adminKey), server.NewRemoteSeats(activations, adminKey))
 	server.Register(d.Server.GRPC, srv)
 	server.RegisterPortal(d.Server.GRPC, server.NewPortal(st, keyring, d.Config.PublicBaseURL))
