@@ -1269,9 +1269,9 @@ const file_keyhouse_storefront_v1_storefront_proto_rawDesc = "" +
 	"\n" +
 	"'keyhouse/storefront/v1/storefront.proto\x12\x16keyhouse.storefront.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1egoogle/protobuf/wrappers.proto\x1a\x19keyhouse/api/v1/api.proto\"S\n" +
 	"\x16ConnectWebhookResponse\x129\n" +
-	"\awebhook\x18\x01 \x01(\v2\x1f.keyhouse.storefront.v1.WebhookR\awebhook\"3\n" +
-	"\x15ConnectWebhookRequest\x12\x1a\n" +
-	"\bprovider\x18\x01 \x01(\tR\bprovider\"\xb8\x01\n" +
+	"\awebhook\x18\x01 \x01(\v2\x1f.keyhouse.storefront.v1.WebhookR\awebhook\"9\n" +
+	"\x15ConnectWebhookRequest\x12 \n" +
+	"\bprovider\x18\x01 \x01(\tB\x04\xa0\x83\x19\x01R\bprovider\"\xb8\x01\n" +
 	"\aWebhook\x12\x1d\n" +
 	"\n" +
 	"webhook_id\x18\x01 \x01(\tR\twebhookId\x12\x1a\n" +
@@ -1284,29 +1284,29 @@ const file_keyhouse_storefront_v1_storefront_proto_rawDesc = "" +
 	"\x14ListWebhooksResponse\x12;\n" +
 	"\bwebhooks\x18\x01 \x03(\v2\x1f.keyhouse.storefront.v1.WebhookR\bwebhooks\"V\n" +
 	"\x19SaveWebhookSecretResponse\x129\n" +
-	"\awebhook\x18\x01 \x01(\v2\x1f.keyhouse.storefront.v1.WebhookR\awebhook\"`\n" +
+	"\awebhook\x18\x01 \x01(\v2\x1f.keyhouse.storefront.v1.WebhookR\awebhook\"f\n" +
 	"\x18SaveWebhookSecretRequest\x12\x1d\n" +
 	"\n" +
-	"webhook_id\x18\x01 \x01(\tR\twebhookId\x12%\n" +
-	"\x0esigning_secret\x18\x02 \x01(\tR\rsigningSecret\"S\n" +
+	"webhook_id\x18\x01 \x01(\tR\twebhookId\x12+\n" +
+	"\x0esigning_secret\x18\x02 \x01(\tB\x04\xa0\x83\x19\x01R\rsigningSecret\"S\n" +
 	"\x16DisableWebhookResponse\x129\n" +
 	"\awebhook\x18\x01 \x01(\v2\x1f.keyhouse.storefront.v1.WebhookR\awebhook\"6\n" +
 	"\x15DisableWebhookRequest\x12\x1d\n" +
 	"\n" +
 	"webhook_id\x18\x01 \x01(\tR\twebhookId\"R\n" +
 	"\x15CreateMappingResponse\x129\n" +
-	"\amapping\x18\x01 \x01(\v2\x1f.keyhouse.storefront.v1.MappingR\amapping\"\x8c\x03\n" +
+	"\amapping\x18\x01 \x01(\v2\x1f.keyhouse.storefront.v1.MappingR\amapping\"\xf7\x05\n" +
 	"\x14CreateMappingRequest\x12!\n" +
 	"\fpayment_link\x18\x01 \x01(\tR\vpaymentLink\x12\x1f\n" +
 	"\vservice_ref\x18\x02 \x01(\tR\n" +
-	"serviceRef\x12\x1d\n" +
+	"serviceRef\x12#\n" +
 	"\n" +
-	"product_id\x18\x03 \x01(\tR\tproductId\x12\x12\n" +
-	"\x04tier\x18\x04 \x01(\tR\x04tier\x12,\n" +
-	"\x05seats\x18\x05 \x01(\v2\x16.google.protobuf.ValueR\x05seats\x12/\n" +
-	"\x06limits\x18\x06 \x01(\v2\x17.google.protobuf.StructR\x06limits\x12;\n" +
-	"\rduration_days\x18\a \x01(\v2\x16.google.protobuf.ValueR\fdurationDays\x12D\n" +
-	"\x12renewal_grace_days\x18\b \x01(\v2\x16.google.protobuf.ValueR\x10renewalGraceDays\x12\x1b\n" +
+	"product_id\x18\x03 \x01(\tB\x04\xa0\x83\x19\x01R\tproductId\x12\x18\n" +
+	"\x04tier\x18\x04 \x01(\tB\x04\xa0\x83\x19\x01R\x04tier\x12S\n" +
+	"\x05seats\x18\x05 \x01(\v2\x16.google.protobuf.ValueB%\xaa\x83\x19!{\"type\": \"integer\", \"minimum\": 1}R\x05seats\x12\xf5\x01\n" +
+	"\x06limits\x18\x06 \x01(\v2\x17.google.protobuf.StructB\xc3\x01\xaa\x83\x19\xbe\x01{\"type\": \"object\", \"description\": \"Limit keys of the allowlist to positive numbers, as in issue-license.\", \"additionalProperties\": {\"type\": \"number\", \"minimum\": 0, \"exclusiveMinimum\": true}}R\x06limits\x12v\n" +
+	"\rduration_days\x18\a \x01(\v2\x16.google.protobuf.ValueB9\xaa\x83\x195{\"type\": \"integer\", \"minimum\": 1, \"x-nullable\": true}R\fdurationDays\x12z\n" +
+	"\x12renewal_grace_days\x18\b \x01(\v2\x16.google.protobuf.ValueB4\xaa\x83\x190{\"type\": \"integer\", \"minimum\": 0, \"maximum\": 90}R\x10renewalGraceDays\x12\x1b\n" +
 	"\ton_refund\x18\t \x01(\tR\bonRefund\"\xdb\x03\n" +
 	"\aMapping\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x05R\x02id\x12?\n" +
@@ -1363,26 +1363,20 @@ const file_keyhouse_storefront_v1_storefront_proto_rawDesc = "" +
 	"\apayload\x18\x02 \x01(\fR\apayload\x12\x1c\n" +
 	"\tsignature\x18\x03 \x01(\tR\tsignature\"2\n" +
 	"\x14ReceiveEventResponse\x12\x1a\n" +
-	"\breceived\x18\x01 \x01(\bR\breceived2\xea\b\n" +
-	"\x11StorefrontService\x12{\n" +
-	"\x0eConnectWebhook\x12-.keyhouse.storefront.v1.ConnectWebhookRequest\x1a..keyhouse.storefront.v1.ConnectWebhookResponse\"\n" +
-	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x12u\n" +
+	"\breceived\x18\x01 \x01(\bR\breceived2\xb6\f\n" +
+	"\x11StorefrontService\x12\xc9\x01\n" +
+	"\x0eConnectWebhook\x12-.keyhouse.storefront.v1.ConnectWebhookRequest\x1a..keyhouse.storefront.v1.ConnectWebhookResponse\"X\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x9a\x83\x19J\b\x99\x03\x12EAn active webhook already exists for this provider; disable it first.\x12u\n" +
 	"\fListWebhooks\x12+.keyhouse.storefront.v1.ListWebhooksRequest\x1a,.keyhouse.storefront.v1.ListWebhooksResponse\"\n" +
-	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x12\x84\x01\n" +
-	"\x11SaveWebhookSecret\x120.keyhouse.storefront.v1.SaveWebhookSecretRequest\x1a1.keyhouse.storefront.v1.SaveWebhookSecretResponse\"\n" +
-	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x12{\n" +
-	"\x0eDisableWebhook\x12-.keyhouse.storefront.v1.DisableWebhookRequest\x1a..keyhouse.storefront.v1.DisableWebhookResponse\"\n" +
-	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x12x\n" +
-	"\rCreateMapping\x12,.keyhouse.storefront.v1.CreateMappingRequest\x1a-.keyhouse.storefront.v1.CreateMappingResponse\"\n" +
-	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x12u\n" +
+	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x12\xcf\x01\n" +
+	"\x11SaveWebhookSecret\x120.keyhouse.storefront.v1.SaveWebhookSecretRequest\x1a1.keyhouse.storefront.v1.SaveWebhookSecretResponse\"U\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x9a\x83\x19\x17\b\x94\x03\x12\x12Webhook not found.\x9a\x83\x19,\b\x99\x03\x12'Webhook is disabled; connect a new one.\x12\xbb\x01\n" +
+	"\x0eDisableWebhook\x12-.keyhouse.storefront.v1.DisableWebhookRequest\x1a..keyhouse.storefront.v1.DisableWebhookResponse\"J\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x9a\x83\x19\x17\b\x94\x03\x12\x12Webhook not found.\x9a\x83\x19!\b\x99\x03\x12\x1cWebhook is already disabled.\x12\xe3\x01\n" +
+	"\rCreateMapping\x12,.keyhouse.storefront.v1.CreateMappingRequest\x1a-.keyhouse.storefront.v1.CreateMappingResponse\"u\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x90\x83\x19\x01\x9a\x83\x19c\b\x99\x03\x12^A mapping for this payment_link already exists; A mapping for this service_ref already exists.\x12u\n" +
 	"\fListMappings\x12+.keyhouse.storefront.v1.ListMappingsRequest\x1a,.keyhouse.storefront.v1.ListMappingsResponse\"\n" +
-	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x12x\n" +
-	"\rDeleteMapping\x12,.keyhouse.storefront.v1.DeleteMappingRequest\x1a-.keyhouse.storefront.v1.DeleteMappingResponse\"\n" +
-	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x12{\n" +
+	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x12\x93\x01\n" +
+	"\rDeleteMapping\x12,.keyhouse.storefront.v1.DeleteMappingRequest\x1a-.keyhouse.storefront.v1.DeleteMappingResponse\"%\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x9a\x83\x19\x17\b\x94\x03\x12\x12Mapping not found.\x12{\n" +
 	"\x0eListDeliveries\x12-.keyhouse.storefront.v1.ListDeliveriesRequest\x1a..keyhouse.storefront.v1.ListDeliveriesResponse\"\n" +
-	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x12u\n" +
-	"\fReceiveEvent\x12+.keyhouse.storefront.v1.ReceiveEventRequest\x1a,.keyhouse.storefront.v1.ReceiveEventResponse\"\n" +
-	"\x90\x82\x19\x01\x9a\x82\x19\x02\b\x01BOZMgithub.com/keyhouse/keyhouse/proto/gen/go/keyhouse/storefront/v1;storefrontv1b\x06proto3"
+	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x12\xdd\x01\n" +
+	"\fReceiveEvent\x12+.keyhouse.storefront.v1.ReceiveEventRequest\x1a,.keyhouse.storefront.v1.ReceiveEventResponse\"r\x90\x82\x19\x01\x9a\x82\x19\x02\b\x01\x9a\x83\x19I\b\x90\x03\x12DInvalid signature; Invalid payload: <reason>; Webhook is not active.\x9a\x83\x19\x17\b\x94\x03\x12\x12Webhook not found.BOZMgithub.com/keyhouse/keyhouse/proto/gen/go/keyhouse/storefront/v1;storefrontv1b\x06proto3"
 
 var (
 	file_keyhouse_storefront_v1_storefront_proto_rawDescOnce sync.Once
