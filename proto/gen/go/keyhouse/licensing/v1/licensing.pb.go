@@ -686,10 +686,17 @@ type ListLicensesRequest struct {
 	IssuedTo string `protobuf:"bytes,3,opt,name=issued_to,json=issuedTo,proto3" json:"issued_to,omitempty"`
 	// Strings so that a malformed value gets a message naming the parameter: 1-1000
 	// (default 50) and >= 0 (default 0).
-	Limit         string `protobuf:"bytes,4,opt,name=limit,proto3" json:"limit,omitempty"`
-	Offset        string `protobuf:"bytes,5,opt,name=offset,proto3" json:"offset,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Limit  string `protobuf:"bytes,4,opt,name=limit,proto3" json:"limit,omitempty"`
+	Offset string `protobuf:"bytes,5,opt,name=offset,proto3" json:"offset,omitempty"`
+	// Case-insensitive substring of the license key: a whole key or part of one (the
+	// console's search); % and _ match themselves.
+	Key string `protobuf:"bytes,6,opt,name=key,proto3" json:"key,omitempty"`
+	// Only active licenses whose expiry falls within the next N days (1-3650), soonest
+	// first (the console's overview). A string so that a malformed value gets a message
+	// naming the parameter.
+	ExpiringWithinDays string `protobuf:"bytes,7,opt,name=expiring_within_days,json=expiringWithinDays,proto3" json:"expiring_within_days,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *ListLicensesRequest) Reset() {
@@ -753,6 +760,20 @@ func (x *ListLicensesRequest) GetLimit() string {
 func (x *ListLicensesRequest) GetOffset() string {
 	if x != nil {
 		return x.Offset
+	}
+	return ""
+}
+
+func (x *ListLicensesRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *ListLicensesRequest) GetExpiringWithinDays() string {
+	if x != nil {
+		return x.ExpiringWithinDays
 	}
 	return ""
 }
@@ -2212,14 +2233,16 @@ const file_keyhouse_licensing_v1_licensing_proto_rawDesc = "" +
 	"\n" +
 	"UsageEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x01R\x05value:\x028\x01\"\xa7\x01\n" +
+	"\x05value\x18\x02 \x01(\x01R\x05value:\x028\x01\"\xeb\x01\n" +
 	"\x13ListLicensesRequest\x12\x1d\n" +
 	"\n" +
 	"product_id\x18\x01 \x01(\tR\tproductId\x12\x1b\n" +
 	"\x06status\x18\x02 \x01(\tH\x00R\x06status\x88\x01\x01\x12\x1b\n" +
 	"\tissued_to\x18\x03 \x01(\tR\bissuedTo\x12\x14\n" +
 	"\x05limit\x18\x04 \x01(\tR\x05limit\x12\x16\n" +
-	"\x06offset\x18\x05 \x01(\tR\x06offsetB\t\n" +
+	"\x06offset\x18\x05 \x01(\tR\x06offset\x12\x10\n" +
+	"\x03key\x18\x06 \x01(\tR\x03key\x120\n" +
+	"\x14expiring_within_days\x18\a \x01(\tR\x12expiringWithinDaysB\t\n" +
 	"\a_status\"\xd7\x04\n" +
 	"\n" +
 	"LicenseRow\x12\x10\n" +

@@ -60,7 +60,7 @@ type LicensingServiceClient interface {
 	DeleteLicense(ctx context.Context, in *DeleteLicenseRequest, opts ...grpc.CallOption) (*DeleteLicenseResponse, error)
 	// Changes a license's expiry, activation cap or limits; absent fields stay as they are.
 	UpdateLicenseTerms(ctx context.Context, in *UpdateLicenseTermsRequest, opts ...grpc.CallOption) (*UpdateLicenseTermsResponse, error)
-	// Lists the tenant's licenses, newest first, filtered by product_id, status and issued_to.
+	// Lists the tenant's licenses, newest first, filtered by product_id, status, issued_to and key, or those expiring soon.
 	ListLicenses(ctx context.Context, in *ListLicensesRequest, opts ...grpc.CallOption) (*ListLicensesResponse, error)
 	// GET /v1/admin/license/:key, the only view with notes.
 	GetLicenseDetails(ctx context.Context, in *GetLicenseDetailsRequest, opts ...grpc.CallOption) (*GetLicenseDetailsResponse, error)
@@ -273,7 +273,7 @@ type LicensingServiceServer interface {
 	DeleteLicense(context.Context, *DeleteLicenseRequest) (*DeleteLicenseResponse, error)
 	// Changes a license's expiry, activation cap or limits; absent fields stay as they are.
 	UpdateLicenseTerms(context.Context, *UpdateLicenseTermsRequest) (*UpdateLicenseTermsResponse, error)
-	// Lists the tenant's licenses, newest first, filtered by product_id, status and issued_to.
+	// Lists the tenant's licenses, newest first, filtered by product_id, status, issued_to and key, or those expiring soon.
 	ListLicenses(context.Context, *ListLicensesRequest) (*ListLicensesResponse, error)
 	// GET /v1/admin/license/:key, the only view with notes.
 	GetLicenseDetails(context.Context, *GetLicenseDetailsRequest) (*GetLicenseDetailsResponse, error)
