@@ -53,24 +53,6 @@ var limitKeys = func() []string {
 	return out
 }()
 
-type dashboardData struct {
-	Stats *licensingv1.GetStatsResponse
-}
-
-func (h *Handler) dashboard(w http.ResponseWriter, r *http.Request, s *session) {
-	v := pageView(s, "Overview", "overview")
-	v.Notice = notice(r)
-	ctx, cancel := withCredential(r.Context(), s.token)
-	defer cancel()
-	stats, err := h.licensing.GetStats(ctx, &licensingv1.GetStatsRequest{})
-	if err != nil {
-		h.errorPage(w, r, s, asAPIError(err))
-		return
-	}
-	v.Data = &dashboardData{Stats: stats}
-	h.render(w, http.StatusOK, "dashboard", v)
-}
-
 type licensesData struct {
 	Licenses []*licensingv1.LicenseRow
 	Total    int
@@ -88,7 +70,7 @@ func (h *Handler) licensesPage(w http.ResponseWriter, r *http.Request, s *sessio
 	v.Notice = notice(r)
 	q := r.URL.Query()
 	filters := url.Values{}
-	for _, k := range []string{"issued_to", "status", "product_id"} {
+	for _, k := range []string{"key", "issued_to", "status", "product_id", "expiring_within_days"} {
 		if val := strings.TrimSpace(q.Get(k)); val != "" {
 			filters.Set(k, val)
 		}
@@ -101,11 +83,11 @@ func (h *Handler) licensesPage(w http.ResponseWriter, r *http.Request, s *sessio
 	ctx, cancel := withCredential(r.Context(), s.token)
 	defer cancel()
 	resp, err := h.licensing.ListLicenses(ctx, &licensingv1.ListLicensesRequest{
-		IssuedTo: filters.Get("issued_to"), Status: optional(filters.Get("status")), ProductId: filters.Get("product_id"),
-		Limit: strconv.Itoa(pageSize), Offset: strconv.Itoa((page - 1) * pageSize),
+		Key: filters.Get("key"), IssuedTo: filters.Get("issued_to"), Status: optional(filters.Get("status")), ProductId: filters.Get("product_id"),
+		ExpiringWithinDays: filters.Get("expiring_within_days"), Limit: strconv.Itoa(pageSize), Offset: strconv.Itoa((page - 1) * pageSize),
 	})
 	if err != nil {
-		code := v.showError(err, "issued_to", "status", "product_id")
+		code := v.showError(err, "key", "issued_to", "status", "product_id", "expiring_within_days")
 		h.render(w, code, "licenses", v)
 		return
 	}

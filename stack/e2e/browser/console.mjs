@@ -154,6 +154,20 @@ const scenarios = {
     const rows = await page.locator('table.list tbody tr').count();
     check(rows === 1, `search by customer: 1 row expected, got ${rows}`);
     check((await text(page, 'table.list tbody tr td:first-child')) === key, 'search finds the issued key');
+
+    // Find it by part of its key, pasted in lower case (support reads keys out of emails).
+    await page.goto(base + '/console/licenses');
+    await page.getByLabel('License key').fill(key.slice(3, -3).toLowerCase());
+    await page.getByLabel('License key').press('Enter');
+    await page.waitForURL(/[?&]key=/);
+    const keyRows = await page.locator('table.list tbody tr').count();
+    check(keyRows === 1, `search by part of the key: 1 row expected, got ${keyRows}`);
+    check((await text(page, 'table.list tbody tr td:first-child')) === key, 'search by key finds the issued key');
+    // The whole key finds it too; a key nobody has finds nothing.
+    await page.goto(base + '/console/licenses?key=' + encodeURIComponent(key));
+    check((await text(page, 'table.list tbody tr td:first-child')) === key, 'search by the whole key finds it');
+    await page.goto(base + '/console/licenses?key=' + encodeURIComponent(key + 'X'));
+    check(await page.locator('table.list tbody tr').count() === 0, 'a key nobody has lists no license');
     await page.goto(base + '/console/licenses');
     await shot(page, 'licenses');
 
