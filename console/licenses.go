@@ -239,7 +239,14 @@ type licenseData struct {
 	// NewToken is a reissued activation token, shown once.
 	NewToken, NewTokenInstance string
 	Delete                     bool
+	// Confirm asks before a revocation ("revoke") or a seat deactivation ("deactivate",
+	// of ConfirmInstance): the button on the license page only leads here.
+	Confirm, ConfirmInstance string
 }
+
+// confirmed reports whether a destructive form came from its confirmation step, which
+// works without JavaScript: a plain page with the one button that acts.
+func confirmed(r *http.Request) bool { return r.PostForm.Get("confirm") == "yes" }
 
 func (h *Handler) loadLicense(ctx context.Context, key string) (*licenseData, error) {
 	l, err := h.licensing.GetLicenseDetails(ctx, &licensingv1.GetLicenseDetailsRequest{Key: key})
@@ -322,8 +329,17 @@ func (h *Handler) afterLicenseForm(w http.ResponseWriter, r *http.Request, s *se
 	h.showLicense(w, r, s, v, code, nil)
 }
 
+func (h *Handler) revokeLicensePage(w http.ResponseWriter, r *http.Request, s *session) {
+	v := pageView(s, "Revoke license", "licenses")
+	h.showLicense(w, r, s, v, http.StatusOK, func(d *licenseData) { d.Confirm = "revoke" })
+}
+
 func (h *Handler) revokeLicense(w http.ResponseWriter, r *http.Request, s *session) {
 	revoked := r.PostForm.Get("revoked") != "false"
+	if revoked && !confirmed(r) {
+		h.revokeLicensePage(w, r, s)
+		return
+	}
 	ctx, cancel := withCredential(r.Context(), s.token)
 	defer cancel()
 	_, err := h.licensing.RevokeLicense(ctx, &licensingv1.RevokeLicenseRequest{Key: r.PathValue("key"), Revoked: &revoked})
@@ -381,7 +397,21 @@ func (h *Handler) updateNotes(w http.ResponseWriter, r *http.Request, s *session
 	h.afterLicenseForm(w, r, s, err, "notes", "notes")
 }
 
+func (h *Handler) deactivateSeatPage(w http.ResponseWriter, r *http.Request, s *session) {
+	instance := r.FormValue("instance_id")
+	if instance == "" {
+		http.Redirect(w, r, "/console/licenses/"+url.PathEscape(r.PathValue("key")), http.StatusSeeOther)
+		return
+	}
+	v := pageView(s, "Deactivate seat", "licenses")
+	h.showLicense(w, r, s, v, http.StatusOK, func(d *licenseData) { d.Confirm, d.ConfirmInstance = "deactivate", instance })
+}
+
 func (h *Handler) deactivateSeat(w http.ResponseWriter, r *http.Request, s *session) {
+	if !confirmed(r) {
+		h.deactivateSeatPage(w, r, s)
+		return
+	}
 	ctx, cancel := withCredential(r.Context(), s.token)
 	defer cancel()
 	_, err := h.activations.DeactivateByInstanceId(ctx, &activationsv1.DeactivateByInstanceIdRequest{Key: r.PathValue("key"), InstanceId: r.PostForm.Get("instance_id")})
