@@ -222,6 +222,7 @@ func (h *Handler) routes() {
 	m.HandleFunc("POST /console/settings/rotate-key", h.signedIn(h.rotateKey))
 	m.HandleFunc("POST /console/settings/password", h.signedIn(h.setPassword))
 	m.HandleFunc("POST /console/settings/portal", h.signedIn(h.setPortal))
+	m.HandleFunc("POST /console/settings/mail", h.signedIn(h.setMailSettings))
 	m.HandleFunc("GET /console/export", h.signedIn(h.export))
 
 	m.HandleFunc("GET /portal/{token}", h.portalPage)

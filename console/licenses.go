@@ -37,6 +37,7 @@ var notices = map[string]string{
 	"policy-deleted":      "Lease policy deleted.",
 	"lease-key-rotated":   "A new lease key signs from now on; the old one verifies until its date.",
 	"password-set":        "Password saved.",
+	"mail-saved":          "Buyer email settings saved.",
 	"portal-on":           "The end-user portal is on.",
 	"portal-off":          "The end-user portal is off: every portal link answers 404.",
 }
