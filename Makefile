@@ -112,7 +112,8 @@ $(PROTO_TOOLS): tools/go.mod tools/go.sum
 
 # OpenAPI: the routes of http.yaml rendered by protoc-gen-openapiv2 into .keyhouse/openapi,
 # then merged with the hand-written routes and stamped with each method's rate tier and
-# access level into the embedded gateway/internal/openapi/openapi.json.
+# access level into the embedded gateway/internal/openapi/openapi.json, and the route
+# reference of docs/reference/api.md from it.
 OPENAPI := gateway/internal/openapi/openapi.json
 
 # stripe-mock (Stripe's API mock, pinned in tools/go.mod): the tests' STRIPE_API_BASE,
@@ -133,9 +134,18 @@ proto: $(PROTO_TOOLS) ## Lint the protos, regenerate proto/gen/go and the OpenAP
 	go run ./gateway/internal/openapi/gen -swagger $(KH_DIR)/openapi/keyhouse.swagger.json \
 	  -image $(KH_DIR)/openapi/image.binpb -out $(OPENAPI)
 
+# Redocly CLI (pinned in tools/openapi-lint/package-lock.json; needs Node >= 20.19) lints
+# the OpenAPI document with the checked-in ruleset tools/openapi-lint/redocly.yaml. Its
+# telemetry and update check are off: lint reaches no host.
+.PHONY: openapi-lint
+openapi-lint: ## Lint gateway/internal/openapi/openapi.json with Redocly CLI (recommended-strict)
+	cd tools/openapi-lint && npm ci --no-audit --no-fund --prefer-offline >/dev/null
+	cd tools/openapi-lint && REDOCLY_TELEMETRY=off REDOCLY_SUPPRESS_UPDATE_NOTICE=true \
+	  node_modules/.bin/redocly lint --config redocly.yaml --format=stylish ../../$(OPENAPI)
+
 .PHONY: proto-check
 proto-check: proto ## Fail when the committed generated code differs from a fresh generation
-	@git diff --exit-code --stat -- proto/gen $(OPENAPI) || { echo "generated code is stale: run make proto and commit"; exit 1; }
+	@git diff --exit-code --stat -- proto/gen $(OPENAPI) docs/reference/api.md || { echo "generated code is stale: run make proto and commit"; exit 1; }
 	@untracked=$$(git ls-files --others --exclude-standard proto/gen $(OPENAPI)); [ -z "$$untracked" ] || { echo "untracked generated files: $$untracked"; exit 1; }
 
 .PHONY: bench

@@ -5,10 +5,13 @@ import (
 
 	accountsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/accounts/v1"
 	licensingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1"
+	storefrontv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/storefront/v1"
 )
 
 type settingsData struct {
 	Portal *licensingv1.GetPortalSettingsResponse
+	// Mail is the buyer-email settings (sender name, reply-to, product name).
+	Mail *storefrontv1.MailSettings
 	// NewKey is a rotated API key, shown once.
 	NewKey string
 }
@@ -27,7 +30,12 @@ func (h *Handler) showSettings(w http.ResponseWriter, r *http.Request, s *sessio
 		h.errorPage(w, r, s, asAPIError(err))
 		return
 	}
-	v.Data = &settingsData{Portal: portal}
+	mail, err := h.storefront.GetMailSettings(ctx, &storefrontv1.GetMailSettingsRequest{})
+	if err != nil {
+		h.errorPage(w, r, s, asAPIError(err))
+		return
+	}
+	v.Data = &settingsData{Portal: portal, Mail: mail.GetSettings()}
 	h.render(w, code, "settings", v)
 }
 

@@ -37,6 +37,7 @@ var notices = map[string]string{
 	"policy-deleted":      "Lease policy deleted.",
 	"lease-key-rotated":   "A new lease key signs from now on; the old one verifies until its date.",
 	"password-set":        "Password saved.",
+	"mail-saved":          "Buyer email settings saved.",
 	"portal-on":           "The end-user portal is on.",
 	"portal-off":          "The end-user portal is off: every portal link answers 404.",
 }
@@ -52,24 +53,6 @@ var limitKeys = func() []string {
 	sort.Strings(out)
 	return out
 }()
-
-type dashboardData struct {
-	Stats *licensingv1.GetStatsResponse
-}
-
-func (h *Handler) dashboard(w http.ResponseWriter, r *http.Request, s *session) {
-	v := pageView(s, "Overview", "overview")
-	v.Notice = notice(r)
-	ctx, cancel := withCredential(r.Context(), s.token)
-	defer cancel()
-	stats, err := h.licensing.GetStats(ctx, &licensingv1.GetStatsRequest{})
-	if err != nil {
-		h.errorPage(w, r, s, asAPIError(err))
-		return
-	}
-	v.Data = &dashboardData{Stats: stats}
-	h.render(w, http.StatusOK, "dashboard", v)
-}
 
 type licensesData struct {
 	Licenses []*licensingv1.LicenseRow
@@ -88,7 +71,7 @@ func (h *Handler) licensesPage(w http.ResponseWriter, r *http.Request, s *sessio
 	v.Notice = notice(r)
 	q := r.URL.Query()
 	filters := url.Values{}
-	for _, k := range []string{"issued_to", "status", "product_id"} {
+	for _, k := range []string{"key", "issued_to", "status", "product_id", "expiring_within_days"} {
 		if val := strings.TrimSpace(q.Get(k)); val != "" {
 			filters.Set(k, val)
 		}
@@ -101,11 +84,11 @@ func (h *Handler) licensesPage(w http.ResponseWriter, r *http.Request, s *sessio
 	ctx, cancel := withCredential(r.Context(), s.token)
 	defer cancel()
 	resp, err := h.licensing.ListLicenses(ctx, &licensingv1.ListLicensesRequest{
-		IssuedTo: filters.Get("issued_to"), Status: optional(filters.Get("status")), ProductId: filters.Get("product_id"),
-		Limit: strconv.Itoa(pageSize), Offset: strconv.Itoa((page - 1) * pageSize),
+		Key: filters.Get("key"), IssuedTo: filters.Get("issued_to"), Status: optional(filters.Get("status")), ProductId: filters.Get("product_id"),
+		ExpiringWithinDays: filters.Get("expiring_within_days"), Limit: strconv.Itoa(pageSize), Offset: strconv.Itoa((page - 1) * pageSize),
 	})
 	if err != nil {
-		code := v.showError(err, "issued_to", "status", "product_id")
+		code := v.showError(err, "key", "issued_to", "status", "product_id", "expiring_within_days")
 		h.render(w, code, "licenses", v)
 		return
 	}
@@ -257,7 +240,14 @@ type licenseData struct {
 	// NewToken is a reissued activation token, shown once.
 	NewToken, NewTokenInstance string
 	Delete                     bool
+	// Confirm asks before a revocation ("revoke") or a seat deactivation ("deactivate",
+	// of ConfirmInstance): the button on the license page only leads here.
+	Confirm, ConfirmInstance string
 }
+
+// confirmed reports whether a destructive form came from its confirmation step, which
+// works without JavaScript: a plain page with the one button that acts.
+func confirmed(r *http.Request) bool { return r.PostForm.Get("confirm") == "yes" }
 
 func (h *Handler) loadLicense(ctx context.Context, key string) (*licenseData, error) {
 	l, err := h.licensing.GetLicenseDetails(ctx, &licensingv1.GetLicenseDetailsRequest{Key: key})
@@ -340,8 +330,17 @@ func (h *Handler) afterLicenseForm(w http.ResponseWriter, r *http.Request, s *se
 	h.showLicense(w, r, s, v, code, nil)
 }
 
+func (h *Handler) revokeLicensePage(w http.ResponseWriter, r *http.Request, s *session) {
+	v := pageView(s, "Revoke license", "licenses")
+	h.showLicense(w, r, s, v, http.StatusOK, func(d *licenseData) { d.Confirm = "revoke" })
+}
+
 func (h *Handler) revokeLicense(w http.ResponseWriter, r *http.Request, s *session) {
 	revoked := r.PostForm.Get("revoked") != "false"
+	if revoked && !confirmed(r) {
+		h.revokeLicensePage(w, r, s)
+		return
+	}
 	ctx, cancel := withCredential(r.Context(), s.token)
 	defer cancel()
 	_, err := h.licensing.RevokeLicense(ctx, &licensingv1.RevokeLicenseRequest{Key: r.PathValue("key"), Revoked: &revoked})
@@ -399,7 +398,21 @@ func (h *Handler) updateNotes(w http.ResponseWriter, r *http.Request, s *session
 	h.afterLicenseForm(w, r, s, err, "notes", "notes")
 }
 
+func (h *Handler) deactivateSeatPage(w http.ResponseWriter, r *http.Request, s *session) {
+	instance := r.FormValue("instance_id")
+	if instance == "" {
+		http.Redirect(w, r, "/console/licenses/"+url.PathEscape(r.PathValue("key")), http.StatusSeeOther)
+		return
+	}
+	v := pageView(s, "Deactivate seat", "licenses")
+	h.showLicense(w, r, s, v, http.StatusOK, func(d *licenseData) { d.Confirm, d.ConfirmInstance = "deactivate", instance })
+}
+
 func (h *Handler) deactivateSeat(w http.ResponseWriter, r *http.Request, s *session) {
+	if !confirmed(r) {
+		h.deactivateSeatPage(w, r, s)
+		return
+	}
 	ctx, cancel := withCredential(r.Context(), s.token)
 	defer cancel()
 	_, err := h.activations.DeactivateByInstanceId(ctx, &activationsv1.DeactivateByInstanceIdRequest{Key: r.PathValue("key"), InstanceId: r.PostForm.Get("instance_id")})

@@ -28,6 +28,8 @@ type Received struct {
 	Subject string
 	// Body is the decoded text body (quoted-printable and base64 undone).
 	Body string
+	// Header is the message's header as transmitted; HeaderText decodes one.
+	Header mail.Header
 	// Raw is the message as transmitted.
 	Raw []byte
 }
@@ -229,5 +231,15 @@ func parse(from string, to []string, raw []byte) (Received, error) {
 	if err != nil {
 		return Received{}, err
 	}
-	return Received{From: from, To: append([]string(nil), to...), Subject: subject, Body: body, Raw: raw}, nil
+	return Received{From: from, To: append([]string(nil), to...), Subject: subject, Body: body, Header: msg.Header, Raw: raw}, nil
+}
+
+// HeaderText is a header's value as a mail client shows it (RFC 2047 words decoded),
+// e.g. `"Acme Support" <shop@example.com>` for From; "" when the header is absent.
+func (r Received) HeaderText(name string) string {
+	v := r.Header.Get(name)
+	if d, err := new(mimeDecoder).header(v); err == nil {
+		return d
+	}
+	return v
 }

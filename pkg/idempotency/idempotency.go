@@ -21,8 +21,12 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/keyhouse/keyhouse/pkg/apierr"
+	apiv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/api/v1"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
 )
 
 // TableSQL is the table Do uses, in the service's own schema. request_hash covers the
@@ -51,8 +55,13 @@ const MaxKeyLen = 255
 // ErrReused is the answer to a key reused with a different request.
 var ErrReused = apierr.Conflict("Idempotency-Key reused with a different request")
 
-// Key returns the call's Idempotency-Key, "" when none was sent.
+// Key returns the call's Idempotency-Key, "" when none was sent. The gRPC method must
+// declare (keyhouse.api.v1.idempotency_key), the option the OpenAPI document declares the
+// header from, so a method cannot honour the key without its documentation saying so.
 func Key(ctx context.Context) (string, error) {
+	if err := declared(ctx); err != nil {
+		return "", err
+	}
 	v := metadata.ValueFromIncomingContext(ctx, Header)
 	if len(v) == 0 {
 		return "", nil
@@ -62,6 +71,25 @@ func Key(ctx context.Context) (string, error) {
 		return "", apierr.Invalid("Idempotency-Key must be at most %d characters", MaxKeyLen)
 	}
 	return k, nil
+}
+
+// declared refuses a gRPC method that reads the key without declaring that it does. A
+// call outside gRPC (a unit test calling the handler) has no method to check.
+func declared(ctx context.Context) error {
+	full, ok := grpc.Method(ctx)
+	if !ok {
+		return nil
+	}
+	name := protoreflect.FullName(strings.ReplaceAll(strings.TrimPrefix(full, "/"), "/", "."))
+	d, err := protoregistry.GlobalFiles.FindDescriptorByName(name)
+	if err != nil {
+		return fmt.Errorf("idempotency: method %s: %w", full, err)
+	}
+	md, ok := d.(protoreflect.MethodDescriptor)
+	if !ok || !proto.GetExtension(md.Options(), apiv1.E_IdempotencyKey).(bool) {
+		return fmt.Errorf("idempotency: %s reads the Idempotency-Key but does not declare (keyhouse.api.v1.idempotency_key)", full)
+	}
+	return nil
 }
 
 // RequestHash identifies a request: the method and the request's deterministic wire form

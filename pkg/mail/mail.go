@@ -14,6 +14,8 @@ import (
 	"log/slog"
 	"net/mail"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/keyhouse/keyhouse/pkg/metrics"
 )
@@ -29,6 +31,13 @@ type Message struct {
 	To      string
 	Subject string
 	Text    string
+	// SenderName is the From display name the recipient sees ("Acme Support"), with the
+	// address of EMAIL_FROM; "" sends From as EMAIL_FROM says. ReplyTo, when set, replaces
+	// EMAIL_REPLY_TO. Both come from a tenant's settings: Send refuses a name
+	// ValidDisplayName refuses and a reply-to ValidAddress refuses, so neither can carry a
+	// header of its own.
+	SenderName string
+	ReplyTo    string
 	// Secrets are the credentials Text carries (a license key, a portal link): sent as
 	// they are, but never written to a log.
 	Secrets []string
@@ -129,6 +138,30 @@ func ValidAddress(s string) bool {
 // ErrInvalidRecipient is returned for a recipient ValidAddress refuses.
 var ErrInvalidRecipient = errors.New("mail: invalid recipient address")
 
+// ErrInvalidSender is returned for a SenderName or ReplyTo that could not be sent safely.
+var ErrInvalidSender = errors.New("mail: invalid sender name or reply-to address")
+
+// MaxDisplayNameLen is the longest sender or product display name, in characters.
+const MaxDisplayNameLen = 100
+
+// ValidDisplayName reports whether s may be shown in a header or a subject: 1 to
+// MaxDisplayNameLen characters of valid UTF-8, none of them a control character (so no
+// CR or LF: a name cannot start a header of its own), not blank.
+func ValidDisplayName(s string) bool {
+	if strings.TrimSpace(s) == "" || !utf8.ValidString(s) || utf8.RuneCountInString(s) > MaxDisplayNameLen {
+		return false
+	}
+	return strings.IndexFunc(s, unicode.IsControl) < 0
+}
+
+// checkSender refuses a message whose sender fields could not be sent safely.
+func (m Message) checkSender() error {
+	if m.SenderName != "" && !ValidDisplayName(m.SenderName) || m.ReplyTo != "" && !ValidAddress(m.ReplyTo) {
+		return ErrInvalidSender
+	}
+	return nil
+}
+
 type logSender struct {
 	log  *slog.Logger
 	from string
@@ -140,8 +173,20 @@ func (l *logSender) Send(_ context.Context, m Message) error {
 	if !ValidAddress(m.To) {
 		return ErrInvalidRecipient
 	}
-	l.log.Info("email (EMAIL_PROVIDER=log, not sent)",
-		"from", l.from, "to", Mask(m.To), "subject", m.Subject, "body", m.redacted())
+	if err := m.checkSender(); err != nil {
+		return err
+	}
+	from := l.from
+	if m.SenderName != "" {
+		if a, err := mail.ParseAddress(l.from); err == nil {
+			from = (&mail.Address{Name: m.SenderName, Address: a.Address}).String()
+		}
+	}
+	attrs := []any{"from", from, "to", Mask(m.To), "subject", m.Subject, "body", m.redacted()}
+	if m.ReplyTo != "" {
+		attrs = append(attrs, "reply_to", Mask(m.ReplyTo))
+	}
+	l.log.Info("email (EMAIL_PROVIDER=log, not sent)", attrs...)
 	return nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	netmail "net/mail"
 	"net/url"
 	"strconv"
 	"time"
@@ -68,16 +69,36 @@ func newSMTP(cfg Config) (*smtpSender, error) {
 
 func (s *smtpSender) Provider() string { return ProviderSMTP }
 
+// setFrom writes EMAIL_FROM, or its address under the tenant's display name, quoted and
+// RFC 2047-encoded by net/mail (go-mail's FromFormat drops the quotes of a name).
+func (s *smtpSender) setFrom(msg *gomail.Msg, name string) error {
+	if name == "" {
+		return msg.From(s.from)
+	}
+	a, err := netmail.ParseAddress(s.from)
+	if err != nil {
+		return err
+	}
+	return msg.From((&netmail.Address{Name: name, Address: a.Address}).String())
+}
+
 func (s *smtpSender) Send(ctx context.Context, m Message) error {
 	if !ValidAddress(m.To) {
 		return ErrInvalidRecipient
 	}
-	msg := gomail.NewMsg()
-	if err := msg.From(s.from); err != nil {
+	if err := m.checkSender(); err != nil {
 		return err
 	}
-	if s.replyTo != "" {
-		if err := msg.ReplyTo(s.replyTo); err != nil {
+	msg := gomail.NewMsg()
+	if err := s.setFrom(msg, m.SenderName); err != nil {
+		return err
+	}
+	replyTo := s.replyTo
+	if m.ReplyTo != "" {
+		replyTo = m.ReplyTo
+	}
+	if replyTo != "" {
+		if err := msg.ReplyTo(replyTo); err != nil {
 			return err
 		}
 	}

@@ -154,6 +154,20 @@ const scenarios = {
     const rows = await page.locator('table.list tbody tr').count();
     check(rows === 1, `search by customer: 1 row expected, got ${rows}`);
     check((await text(page, 'table.list tbody tr td:first-child')) === key, 'search finds the issued key');
+
+    // Find it by part of its key, pasted in lower case (support reads keys out of emails).
+    await page.goto(base + '/console/licenses');
+    await page.getByLabel('License key').fill(key.slice(3, -3).toLowerCase());
+    await page.getByLabel('License key').press('Enter');
+    await page.waitForURL(/[?&]key=/);
+    const keyRows = await page.locator('table.list tbody tr').count();
+    check(keyRows === 1, `search by part of the key: 1 row expected, got ${keyRows}`);
+    check((await text(page, 'table.list tbody tr td:first-child')) === key, 'search by key finds the issued key');
+    // The whole key finds it too; a key nobody has finds nothing.
+    await page.goto(base + '/console/licenses?key=' + encodeURIComponent(key));
+    check((await text(page, 'table.list tbody tr td:first-child')) === key, 'search by the whole key finds it');
+    await page.goto(base + '/console/licenses?key=' + encodeURIComponent(key + 'X'));
+    check(await page.locator('table.list tbody tr').count() === 0, 'a key nobody has lists no license');
     await page.goto(base + '/console/licenses');
     await shot(page, 'licenses');
 
@@ -164,7 +178,19 @@ const scenarios = {
     // buttons answer Enter.
     await page.keyboard.press('Tab');
     check(await page.evaluate(() => document.activeElement.textContent.trim()) === 'Skip to content', 'the first Tab reaches "Skip to content"');
-    await page.getByRole('button', { name: 'Revoke' }).focus();
+    // Revoking asks first (a page, no script needed): the link changes nothing, Cancel
+    // leaves the license active, the confirmation's one button revokes.
+    await page.getByRole('link', { name: 'Revoke…' }).focus();
+    await page.keyboard.press('Enter');
+    await page.waitForURL(new RegExp('/console/licenses/' + key + '/revoke$'));
+    check((await text(page, '#revoke-title')) === 'Revoke this license?', 'the Revoke link asks for confirmation first');
+    check((await text(page, '.subtitle .badge')) === 'active', 'asking to revoke leaves the license active');
+    await shot(page, 'revoke-confirm');
+    await page.getByRole('link', { name: 'Cancel' }).click();
+    await page.waitForURL(new RegExp('/console/licenses/' + key + '$'));
+    check((await text(page, '.subtitle .badge')) === 'active', 'Cancel leaves the license active');
+    await page.getByRole('link', { name: 'Revoke…' }).click();
+    await page.getByRole('button', { name: 'Revoke license' }).focus();
     await page.keyboard.press('Enter');
     await page.waitForURL(/\?notice=revoked/);
     check((await text(page, '.subtitle .badge')) === 'revoked', 'after revoking, the badge says revoked');
@@ -211,7 +237,13 @@ const scenarios = {
     const seats = await page.locator('section[aria-labelledby="seats-title"] tbody tr').count();
     check(seats === 2, `two seats expected on the license page, got ${seats}`);
     await shot(page, 'license-seats');
-    await page.getByRole('button', { name: 'Deactivate device-a' }).click();
+    // Deactivating a seat asks first; until confirmed, both seats stay.
+    await page.getByRole('link', { name: 'Deactivate device-a' }).click();
+    await page.waitForURL(/seats\/deactivate\?instance_id=device-a/);
+    check((await text(page, '#deactivate-title')) === 'Deactivate the seat device-a?', 'Deactivate asks for confirmation first');
+    check(await page.locator('section[aria-labelledby="seats-title"] tbody tr').count() === 2, 'asking to deactivate frees no seat');
+    await shot(page, 'seat-confirm');
+    await page.getByRole('button', { name: 'Deactivate seat' }).click();
     await page.waitForURL(/notice=seat-deactivated/);
     check(await page.locator('section[aria-labelledby="seats-title"] tbody tr').count() === 1, 'one seat left after deactivating');
 

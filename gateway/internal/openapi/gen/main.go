@@ -26,8 +26,9 @@ func main() {
 	image := flag.String("image", ".keyhouse/openapi/image.binpb", "buf build's image of proto/ (for the method options)")
 	handwritten := flag.String("handwritten", "gateway/internal/openapi/handwritten.json", "the hand-written routes")
 	out := flag.String("out", "gateway/internal/openapi/openapi.json", "the document to write")
+	reference := flag.String("reference", "docs/reference/api.md", "the API reference whose route section is written from the document")
 	flag.Parse()
-	if err := run(*swagger, *image, *handwritten, *out); err != nil {
+	if err := run(*swagger, *image, *handwritten, *out, *reference); err != nil {
 		fmt.Fprintln(os.Stderr, "openapi gen:", err)
 		os.Exit(1)
 	}
@@ -35,15 +36,19 @@ func main() {
 
 // method is what the protos declare about one gRPC method.
 type method struct {
-	full      string // /pkg.Service/Method
-	access    apiv1.Access
-	rateLimit *apiv1.RateLimit
+	full           string // /pkg.Service/Method
+	name           string // Method
+	input          string // .pkg.Request
+	access         apiv1.Access
+	rateLimit      *apiv1.RateLimit
+	idempotencyKey bool
+	httpErrors     []*apiv1.HttpError
 }
 
 type object = map[string]any
 
-func run(swaggerPath, imagePath, handwrittenPath, outPath string) error {
-	byFull, byOperationID, err := loadMethods(imagePath)
+func run(swaggerPath, imagePath, handwrittenPath, outPath, referencePath string) error {
+	byFull, byOperationID, msgs, services, err := loadMethods(imagePath)
 	if err != nil {
 		return err
 	}
@@ -61,6 +66,11 @@ func run(swaggerPath, imagePath, handwrittenPath, outPath string) error {
 	if paths == nil {
 		paths = object{}
 	}
+	defs, _ := doc["definitions"].(object)
+	if defs == nil {
+		defs = object{}
+	}
+	requestDefs := map[string]bool{}
 	var errs []error
 	for _, op := range operations(paths) {
 		path := op.path
@@ -71,7 +81,16 @@ func run(swaggerPath, imagePath, handwrittenPath, outPath string) error {
 			continue
 		}
 		op.op[openapi.ExtGRPCMethod] = m.full
-		errs = append(errs, stamp(op, m))
+		bodyDef, err := documentRequest(op, m, msgs, defs)
+		if bodyDef != "" {
+			requestDefs[bodyDef] = true
+		}
+		if m.idempotencyKey {
+			op.op["parameters"] = append(asSlice(op.op["parameters"]), idempotencyKeyHeader())
+		}
+		documentSummary(op, m.name)
+		addErrors(op, errorStatuses(op, m, true))
+		errs = append(errs, err, stamp(op, m))
 	}
 
 	// Hand-written operations: added as written; the tier and access come from the
@@ -89,6 +108,8 @@ func run(swaggerPath, imagePath, handwrittenPath, outPath string) error {
 				errs = append(errs, fmt.Errorf("%s %s: %s %q is not a method of the protos", op.method, path, openapi.ExtGRPCMethod, full))
 				continue
 			}
+			addErrors(op, errorStatuses(op, m, false))
+			documentSummary(op, m.name)
 			errs = append(errs, stamp(op, m))
 		} else {
 			errs = append(errs, decorate(op))
@@ -110,16 +131,15 @@ func run(swaggerPath, imagePath, handwrittenPath, outPath string) error {
 			doc[k] = v
 		}
 	}
-	defs, _ := doc["definitions"].(object)
-	if defs == nil {
-		defs = object{}
-	}
 	handDefs, _ := hand["definitions"].(object)
 	for name, d := range handDefs {
 		if _, dup := defs[name]; dup {
 			return fmt.Errorf("definition %q is both generated and hand-written", name)
 		}
 		defs[name] = d
+	}
+	if err := documentSchemas(defs, msgs, requestDefs); err != nil {
+		return err
 	}
 	doc["definitions"] = defs
 	// Tags: one per service plus the hand-written ones, sorted.
@@ -133,9 +153,15 @@ func run(swaggerPath, imagePath, handwrittenPath, outPath string) error {
 	}
 	var tagList []any
 	for _, t := range sortedKeys(tags) {
-		tagList = append(tagList, object{"name": t})
+		desc := services[t]
+		if desc == "" {
+			desc = "The " + humanize(t) + " routes."
+		}
+		tagList = append(tagList, object{"name": t, "description": desc})
 	}
 	doc["tags"] = tagList
+	tidySchemas(doc["definitions"])
+	tidySchemas(doc["paths"])
 
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
@@ -148,29 +174,35 @@ func run(swaggerPath, imagePath, handwrittenPath, outPath string) error {
 	if _, err := openapi.Parse(buf.Bytes()); err != nil {
 		return err
 	}
-	return os.WriteFile(outPath, buf.Bytes(), 0o644)
+	if err := os.WriteFile(outPath, buf.Bytes(), 0o644); err != nil {
+		return err
+	}
+	return writeReference(referencePath, doc)
 }
 
 // loadMethods reads every method of a buf image, with the keyhouse method options.
-func loadMethods(imagePath string) (byFull, byOperationID map[string]method, err error) {
+func loadMethods(imagePath string) (byFull, byOperationID map[string]method, msgs messages, services map[string]string, err error) {
 	raw, err := os.ReadFile(imagePath)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, nil, err
 	}
 	var set descriptorpb.FileDescriptorSet
 	// apiv1 is linked in, so its extensions are parsed rather than kept as unknown fields.
 	if err := proto.Unmarshal(raw, &set); err != nil {
-		return nil, nil, fmt.Errorf("%s: %w", imagePath, err)
+		return nil, nil, nil, nil, fmt.Errorf("%s: %w", imagePath, err)
 	}
-	byFull, byOperationID = map[string]method{}, map[string]method{}
+	byFull, byOperationID, msgs = map[string]method{}, map[string]method{}, messages{}
 	ambiguous := map[string]bool{}
 	for _, f := range set.GetFile() {
+		msgs.add("."+f.GetPackage(), f.GetMessageType())
 		for _, s := range f.GetService() {
 			for _, md := range s.GetMethod() {
-				m := method{full: "/" + f.GetPackage() + "." + s.GetName() + "/" + md.GetName()}
+				m := method{full: "/" + f.GetPackage() + "." + s.GetName() + "/" + md.GetName(), name: md.GetName(), input: md.GetInputType()}
 				if opts := md.GetOptions(); opts != nil {
 					m.access = proto.GetExtension(opts, apiv1.E_Access).(apiv1.Access)
 					m.rateLimit = proto.GetExtension(opts, apiv1.E_RateLimit).(*apiv1.RateLimit)
+					m.idempotencyKey = proto.GetExtension(opts, apiv1.E_IdempotencyKey).(bool)
+					m.httpErrors = proto.GetExtension(opts, apiv1.E_HttpErrors).([]*apiv1.HttpError)
 				}
 				byFull[m.full] = m
 				id := s.GetName() + "_" + md.GetName()
@@ -184,7 +216,7 @@ func loadMethods(imagePath string) (byFull, byOperationID map[string]method, err
 	for id := range ambiguous {
 		delete(byOperationID, id)
 	}
-	return byFull, byOperationID, nil
+	return byFull, byOperationID, msgs, serviceComments(&set), nil
 }
 
 var tierNames = map[apiv1.RateTier]string{
@@ -245,7 +277,7 @@ func decorate(op operation) error {
 	}
 	if _, ok := responses["default"]; !ok {
 		responses["default"] = object{
-			"description": "An error, with the HTTP status the API documents for it.",
+			"description": "An unexpected server error (500); the body never names internals.",
 			"schema":      object{"$ref": "#/definitions/Error"},
 		}
 	}

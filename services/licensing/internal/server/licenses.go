@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -276,7 +277,11 @@ func (s *Server) UpdateLicenseTerms(ctx context.Context, req *licensingv1.Update
 	}, nil
 }
 
-// ListLicenses pages through the tenant's licenses, newest first.
+// maxExpiringWithinDays bounds list-licenses' expiring_within_days (ten years).
+const maxExpiringWithinDays = 3650
+
+// ListLicenses pages through the tenant's licenses, newest first, or those expiring soon,
+// soonest first.
 func (s *Server) ListLicenses(ctx context.Context, req *licensingv1.ListLicensesRequest) (*licensingv1.ListLicensesResponse, error) {
 	tenant, err := auth.TenantID(ctx)
 	if err != nil {
@@ -290,13 +295,23 @@ func (s *Server) ListLicenses(ctx context.Context, req *licensingv1.ListLicenses
 	if req.Status != nil && !license.ValidStatus(req.GetStatus()) {
 		return nil, apierr.Invalid("status must be active or revoked")
 	}
-	if pgxx.HasNUL(req.GetProductId(), req.GetIssuedTo()) {
+	if pgxx.HasNUL(req.GetProductId(), req.GetIssuedTo(), req.GetKey()) {
 		// No stored value holds U+0000 (Postgres text cannot), so nothing matches.
 		return &licensingv1.ListLicensesResponse{Licenses: []*licensingv1.LicenseRow{}}, nil
 	}
-	rows, total, err := s.store.List(ctx, tenant, store.Filter{
-		ProductID: req.GetProductId(), Status: req.GetStatus(), IssuedTo: req.GetIssuedTo(), Limit: limit, Offset: offset,
-	})
+	f := store.Filter{
+		ProductID: req.GetProductId(), Status: req.GetStatus(), IssuedTo: req.GetIssuedTo(), Key: strings.TrimSpace(req.GetKey()), Limit: limit, Offset: offset,
+	}
+	if d := req.GetExpiringWithinDays(); d != "" {
+		days, err := strconv.Atoi(d)
+		if err != nil || days < 1 || days > maxExpiringWithinDays {
+			return nil, apierr.Invalid("expiring_within_days must be an integer from 1 to %d", maxExpiringWithinDays)
+		}
+		from := s.now()
+		until := from.AddDate(0, 0, days)
+		f.ExpiringFrom, f.ExpiringUntil = &from, &until
+	}
+	rows, total, err := s.store.List(ctx, tenant, f)
 	if err != nil {
 		return nil, err
 	}

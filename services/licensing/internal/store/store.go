@@ -331,6 +331,11 @@ func (s *Store) UpdateNotes(ctx context.Context, tenant, key, notes string) (*Li
 // Filter selects licenses for list-licenses.
 type Filter struct {
 	ProductID, Status, IssuedTo string
+	// Key is a substring of the license key (support pastes a whole key or part of one).
+	Key string
+	// ExpiringFrom and ExpiringUntil, when set, keep the active licenses whose expiry is
+	// in (ExpiringFrom, ExpiringUntil], soonest first.
+	ExpiringFrom, ExpiringUntil *time.Time
 	Limit, Offset               int
 }
 
@@ -341,7 +346,7 @@ func likeEscape(s string) string {
 
 // List returns one page of the tenant's licenses, newest first, and the total matching.
 // Only the filters given become conditions, so each combination gets a plan that uses its
-// index (by product, by status, the issued_to trigram index).
+// index (by product, by status, the issued_to and key trigram indexes).
 func (s *Store) List(ctx context.Context, tenant string, f Filter) ([]*License, int, error) {
 	where := "tenant_id = $1"
 	args := []any{tenant}
@@ -358,13 +363,23 @@ func (s *Store) List(ctx context.Context, tenant string, f Filter) ([]*License, 
 	if f.IssuedTo != "" {
 		add("issued_to ILIKE $%d", "%"+likeEscape(f.IssuedTo)+"%")
 	}
+	if f.Key != "" {
+		add("key ILIKE $%d", "%"+likeEscape(f.Key)+"%")
+	}
+	order := "issued_at DESC, key"
+	if f.ExpiringFrom != nil && f.ExpiringUntil != nil {
+		where += " AND status = 'active'"
+		add("expires_at > $%d", *f.ExpiringFrom)
+		add("expires_at <= $%d", *f.ExpiringUntil)
+		order = "expires_at, key"
+	}
 	var total int
 	if err := s.db.QueryRow(ctx, `SELECT count(*) FROM licenses WHERE `+where, args...).Scan(&total); err != nil {
 		return nil, 0, err
 	}
 	n := len(args)
 	rows, err := s.db.Query(ctx, fmt.Sprintf(`SELECT `+licenseColumns+` FROM licenses WHERE `+where+`
-		ORDER BY issued_at DESC, key LIMIT $%d OFFSET $%d`, n+1, n+2), append(args, f.Limit, f.Offset)...)
+		ORDER BY `+order+` LIMIT $%d OFFSET $%d`, n+1, n+2), append(args, f.Limit, f.Offset)...)
 	if err != nil {
 		return nil, 0, err
 	}

@@ -422,7 +422,11 @@ func (w *Worker) email(ctx context.Context, x *store.Session, f *store.Fulfillme
 		log.Warn("portal link unavailable, emailing without it", "error", err.Error())
 		link = ""
 	}
-	sendErr := w.Mail.Send(ctx, BuyerEmail(to, *f.LicenseKey, req, link))
+	settings, err := w.Store.MailSettings(ctx, d.TenantID)
+	if err != nil {
+		return err
+	}
+	sendErr := w.Mail.Send(ctx, BuyerEmail(to, *f.LicenseKey, req, link, settings))
 	if sendErr == nil {
 		status := store.EmailSent
 		if w.Mail.Provider() == mail.ProviderLog {
@@ -450,8 +454,13 @@ func (w *Worker) portal() PortalLinks {
 }
 
 // BuyerEmail is the email a buyer receives: the key, product, tier, expiry, seats and,
-// when the portal is on, the link to manage the license.
-func BuyerEmail(to, key string, req *licensingv1.IssueLicenseRequest, portalLink string) mail.Message {
+// when the portal is on, the link to manage the license; from the tenant's sender name,
+// with its reply-to, naming the product by its display name (settings, "" the default).
+func BuyerEmail(to, key string, req *licensingv1.IssueLicenseRequest, portalLink string, settings store.MailSettings) mail.Message {
+	product := req.GetProductId()
+	if settings.ProductName != "" {
+		product = settings.ProductName
+	}
 	expires := "never (perpetual license)"
 	if s := req.GetExpiresAt().GetStringValue(); s != "" {
 		if t, err := time.Parse(time.RFC3339, s); err == nil {
@@ -461,7 +470,7 @@ func BuyerEmail(to, key string, req *licensingv1.IssueLicenseRequest, portalLink
 	var b strings.Builder
 	fmt.Fprintf(&b, "Thank you for your purchase. Here is your license.\n\n")
 	fmt.Fprintf(&b, "License key: %s\n", key)
-	fmt.Fprintf(&b, "Product:     %s\n", req.GetProductId())
+	fmt.Fprintf(&b, "Product:     %s\n", product)
 	fmt.Fprintf(&b, "Tier:        %s\n", req.GetTier())
 	fmt.Fprintf(&b, "Expires:     %s\n", expires)
 	if n := req.GetMaxActivations().GetNumberValue(); n > 0 {
@@ -471,7 +480,10 @@ func BuyerEmail(to, key string, req *licensingv1.IssueLicenseRequest, portalLink
 		fmt.Fprintf(&b, "\nManage your license and devices: %s\n", portalLink)
 	}
 	fmt.Fprintf(&b, "\nKeep this email: the key activates the software. Reply to it if you need help.\n")
-	return mail.Message{To: to, Subject: "Your license key for " + req.GetProductId(), Text: b.String(), Secrets: []string{key, portalLink}}
+	return mail.Message{
+		To: to, Subject: "Your license key for " + product, Text: b.String(), Secrets: []string{key, portalLink},
+		SenderName: settings.SenderName, ReplyTo: settings.ReplyTo,
+	}
 }
 
 func ptr[T any](v T) *T { return &v }

@@ -593,10 +593,10 @@ var File_keyhouse_accounts_v1_accounts_proto protoreflect.FileDescriptor
 
 const file_keyhouse_accounts_v1_accounts_proto_rawDesc = "" +
 	"\n" +
-	"#keyhouse/accounts/v1/accounts.proto\x12\x14keyhouse.accounts.v1\x1a\x19keyhouse/api/v1/api.proto\"?\n" +
-	"\x13CreateTenantRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
-	"\x05email\x18\x02 \x01(\tR\x05email\"v\n" +
+	"#keyhouse/accounts/v1/accounts.proto\x12\x14keyhouse.accounts.v1\x1a\x19keyhouse/api/v1/api.proto\"K\n" +
+	"\x13CreateTenantRequest\x12\x18\n" +
+	"\x04name\x18\x01 \x01(\tB\x04\xa0\x83\x19\x01R\x04name\x12\x1a\n" +
+	"\x05email\x18\x02 \x01(\tB\x04\xa0\x83\x19\x01R\x05email\"v\n" +
 	"\x14CreateTenantResponse\x12\x1b\n" +
 	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x14\n" +
@@ -621,12 +621,11 @@ const file_keyhouse_accounts_v1_accounts_proto_rawDesc = "" +
 	"\x04plan\x18\x03 \x01(\tR\x04plan\"\x19\n" +
 	"\x17GetTenantContactRequest\"0\n" +
 	"\x18GetTenantContactResponse\x12\x14\n" +
-	"\x05email\x18\x01 \x01(\tR\x05email2\xc6\x05\n" +
+	"\x05email\x18\x01 \x01(\tR\x05email2\x87\x06\n" +
 	"\x0fAccountsService\x12q\n" +
 	"\fCreateTenant\x12).keyhouse.accounts.v1.CreateTenantRequest\x1a*.keyhouse.accounts.v1.CreateTenantResponse\"\n" +
-	"\x90\x82\x19\x03\x9a\x82\x19\x02\b\x06\x12q\n" +
-	"\fRotateApiKey\x12).keyhouse.accounts.v1.RotateApiKeyRequest\x1a*.keyhouse.accounts.v1.RotateApiKeyResponse\"\n" +
-	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x12k\n" +
+	"\x90\x82\x19\x03\x9a\x82\x19\x02\b\x06\x12\xb1\x01\n" +
+	"\fRotateApiKey\x12).keyhouse.accounts.v1.RotateApiKeyRequest\x1a*.keyhouse.accounts.v1.RotateApiKeyResponse\"J\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x9a\x83\x19<\b\x90\x03\x127API key rotation is only available for hosted accounts.\x12k\n" +
 	"\fAuthenticate\x12).keyhouse.accounts.v1.AuthenticateRequest\x1a*.keyhouse.accounts.v1.AuthenticateResponse\"\x04\x90\x82\x19\x01\x12t\n" +
 	"\x0fGetEntitlements\x12,.keyhouse.accounts.v1.GetEntitlementsRequest\x1a-.keyhouse.accounts.v1.GetEntitlementsResponse\"\x04\x90\x82\x19\x04\x12w\n" +
 	"\x10GetTenantContact\x12-.keyhouse.accounts.v1.GetTenantContactRequest\x1a..keyhouse.accounts.v1.GetTenantContactResponse\"\x04\x90\x82\x19\x04\x12q\n" +

@@ -1771,20 +1771,20 @@ var File_keyhouse_activations_v1_activations_proto protoreflect.FileDescriptor
 
 const file_keyhouse_activations_v1_activations_proto_rawDesc = "" +
 	"\n" +
-	")keyhouse/activations/v1/activations.proto\x12\x17keyhouse.activations.v1\x1a\x19google/protobuf/any.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a&keyhouse/activations/v1/internal.proto\x1a\x19keyhouse/api/v1/api.proto\"K\n" +
-	"\x16ActivateLicenseRequest\x12\x10\n" +
-	"\x03key\x18\x01 \x01(\tR\x03key\x12\x1f\n" +
-	"\vinstance_id\x18\x02 \x01(\tR\n" +
+	")keyhouse/activations/v1/activations.proto\x12\x17keyhouse.activations.v1\x1a\x19google/protobuf/any.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a&keyhouse/activations/v1/internal.proto\x1a\x19keyhouse/api/v1/api.proto\"W\n" +
+	"\x16ActivateLicenseRequest\x12\x16\n" +
+	"\x03key\x18\x01 \x01(\tB\x04\xa0\x83\x19\x01R\x03key\x12%\n" +
+	"\vinstance_id\x18\x02 \x01(\tB\x04\xa0\x83\x19\x01R\n" +
 	"instanceId\"\xa2\x01\n" +
 	"\x17ActivateLicenseResponse\x12\x1c\n" +
 	"\tactivated\x18\x01 \x01(\bR\tactivated\x12\x19\n" +
 	"\x05token\x18\x02 \x01(\tH\x00R\x05token\x88\x01\x01\x12/\n" +
 	"\x10alreadyActivated\x18\x03 \x01(\bH\x01R\x10alreadyActivated\x88\x01\x01B\b\n" +
 	"\x06_tokenB\x13\n" +
-	"\x11_alreadyActivated\"B\n" +
-	"\x18DeactivateLicenseRequest\x12\x10\n" +
-	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05token\x18\x02 \x01(\tR\x05token\"=\n" +
+	"\x11_alreadyActivated\"N\n" +
+	"\x18DeactivateLicenseRequest\x12\x16\n" +
+	"\x03key\x18\x01 \x01(\tB\x04\xa0\x83\x19\x01R\x03key\x12\x1a\n" +
+	"\x05token\x18\x02 \x01(\tB\x04\xa0\x83\x19\x01R\x05token\"=\n" +
 	"\x19DeactivateLicenseResponse\x12 \n" +
 	"\vdeactivated\x18\x01 \x01(\bR\vdeactivated\"K\n" +
 	"\x16ValidateLicenseRequest\x12\x10\n" +
@@ -1792,11 +1792,11 @@ const file_keyhouse_activations_v1_activations_proto_rawDesc = "" +
 	"\vinstance_id\x18\x02 \x01(\tR\n" +
 	"instanceId\"/\n" +
 	"\x17ValidateLicenseResponse\x12\x14\n" +
-	"\x05valid\x18\x01 \x01(\bR\x05valid\"\x84\x01\n" +
-	"\x11TrackUsageRequest\x12\x10\n" +
-	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05token\x18\x02 \x01(\tR\x05token\x12\x16\n" +
-	"\x06metric\x18\x03 \x01(\tR\x06metric\x12!\n" +
+	"\x05valid\x18\x01 \x01(\bR\x05valid\"\x96\x01\n" +
+	"\x11TrackUsageRequest\x12\x16\n" +
+	"\x03key\x18\x01 \x01(\tB\x04\xa0\x83\x19\x01R\x03key\x12\x1a\n" +
+	"\x05token\x18\x02 \x01(\tB\x04\xa0\x83\x19\x01R\x05token\x12\x1c\n" +
+	"\x06metric\x18\x03 \x01(\tB\x04\xa0\x83\x19\x01R\x06metric\x12!\n" +
 	"\tincrement\x18\x04 \x01(\x01H\x00R\tincrement\x88\x01\x01B\f\n" +
 	"\n" +
 	"_increment\"R\n" +
@@ -1837,9 +1837,9 @@ const file_keyhouse_activations_v1_activations_proto_rawDesc = "" +
 	"CallStatus\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\x05R\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12.\n" +
-	"\adetails\x18\x03 \x03(\v2\x14.google.protobuf.AnyR\adetails\"&\n" +
-	"\x12UsageReportRequest\x12\x10\n" +
-	"\x03key\x18\x01 \x01(\tR\x03key\"\x89\x01\n" +
+	"\adetails\x18\x03 \x03(\v2\x14.google.protobuf.AnyR\adetails\",\n" +
+	"\x12UsageReportRequest\x12\x16\n" +
+	"\x03key\x18\x01 \x01(\tB\x04\xa0\x83\x19\x01R\x03key\"\x89\x01\n" +
 	"\vUsageMetric\x12\x16\n" +
 	"\x06metric\x18\x01 \x01(\tR\x06metric\x12\x12\n" +
 	"\x04used\x18\x02 \x01(\x01R\x04used\x12\x14\n" +
@@ -1851,22 +1851,22 @@ const file_keyhouse_activations_v1_activations_proto_rawDesc = "" +
 	"\x06status\x18\x02 \x01(\tR\x06status\x129\n" +
 	"\n" +
 	"expires_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x12>\n" +
-	"\ametrics\x18\x04 \x03(\v2$.keyhouse.activations.v1.UsageMetricR\ametrics\"H\n" +
-	"\x13ReissueTokenRequest\x12\x10\n" +
-	"\x03key\x18\x01 \x01(\tR\x03key\x12\x1f\n" +
-	"\vinstance_id\x18\x02 \x01(\tR\n" +
+	"\ametrics\x18\x04 \x03(\v2$.keyhouse.activations.v1.UsageMetricR\ametrics\"T\n" +
+	"\x13ReissueTokenRequest\x12\x16\n" +
+	"\x03key\x18\x01 \x01(\tB\x04\xa0\x83\x19\x01R\x03key\x12%\n" +
+	"\vinstance_id\x18\x02 \x01(\tB\x04\xa0\x83\x19\x01R\n" +
 	"instanceId\"H\n" +
 	"\x14ReissueTokenResponse\x12\x1a\n" +
 	"\breissued\x18\x01 \x01(\bR\breissued\x12\x14\n" +
-	"\x05token\x18\x02 \x01(\tR\x05token\"R\n" +
-	"\x1dDeactivateByInstanceIdRequest\x12\x10\n" +
-	"\x03key\x18\x01 \x01(\tR\x03key\x12\x1f\n" +
-	"\vinstance_id\x18\x02 \x01(\tR\n" +
+	"\x05token\x18\x02 \x01(\tR\x05token\"^\n" +
+	"\x1dDeactivateByInstanceIdRequest\x12\x16\n" +
+	"\x03key\x18\x01 \x01(\tB\x04\xa0\x83\x19\x01R\x03key\x12%\n" +
+	"\vinstance_id\x18\x02 \x01(\tB\x04\xa0\x83\x19\x01R\n" +
 	"instanceId\"B\n" +
 	"\x1eDeactivateByInstanceIdResponse\x12 \n" +
-	"\vdeactivated\x18\x01 \x01(\bR\vdeactivated\"M\n" +
-	"\x11ResetUsageRequest\x12\x10\n" +
-	"\x03key\x18\x01 \x01(\tR\x03key\x12\x1b\n" +
+	"\vdeactivated\x18\x01 \x01(\bR\vdeactivated\"S\n" +
+	"\x11ResetUsageRequest\x12\x16\n" +
+	"\x03key\x18\x01 \x01(\tB\x04\xa0\x83\x19\x01R\x03key\x12\x1b\n" +
 	"\x06metric\x18\x02 \x01(\tH\x00R\x06metric\x88\x01\x01B\t\n" +
 	"\a_metric\"\xae\x01\n" +
 	"\x12ResetUsageResponse\x12\x10\n" +
@@ -1890,28 +1890,22 @@ const file_keyhouse_activations_v1_activations_proto_rawDesc = "" +
 	"\x05limit\x18\x01 \x01(\x05H\x00R\x05limit\x88\x01\x01B\b\n" +
 	"\x06_limit\"h\n" +
 	"\x19RecentActivationsResponse\x12K\n" +
-	"\vactivations\x18\x01 \x03(\v2).keyhouse.activations.v1.RecentActivationR\vactivations2\x9b\f\n" +
-	"\x12ActivationsService\x12\x82\x01\n" +
-	"\x0fActivateLicense\x12/.keyhouse.activations.v1.ActivateLicenseRequest\x1a0.keyhouse.activations.v1.ActivateLicenseResponse\"\f\x90\x82\x19\x01\x9a\x82\x19\x04\b\x03\x10\x01\x12\x88\x01\n" +
+	"\vactivations\x18\x01 \x03(\v2).keyhouse.activations.v1.RecentActivationR\vactivations2\xfe\x11\n" +
+	"\x12ActivationsService\x12\x86\x02\n" +
+	"\x0fActivateLicense\x12/.keyhouse.activations.v1.ActivateLicenseRequest\x1a0.keyhouse.activations.v1.ActivateLicenseResponse\"\x8f\x01\x90\x82\x19\x01\x9a\x82\x19\x04\b\x03\x10\x01\x9a\x83\x19\x1b\b\x94\x03\x12\x16License key not found.\x9a\x83\x19`\b\x93\x03\x12[License has expired; License is not active; Activation limit exceeded for this license key.\x12\x88\x01\n" +
 	"\x11DeactivateLicense\x121.keyhouse.activations.v1.DeactivateLicenseRequest\x1a2.keyhouse.activations.v1.DeactivateLicenseResponse\"\f\x90\x82\x19\x01\x9a\x82\x19\x04\b\x03\x10\x01\x12\x80\x01\n" +
 	"\x0fValidateLicense\x12/.keyhouse.activations.v1.ValidateLicenseRequest\x1a0.keyhouse.activations.v1.ValidateLicenseResponse\"\n" +
-	"\x90\x82\x19\x01\x9a\x82\x19\x02\b\x02\x12q\n" +
+	"\x90\x82\x19\x01\x9a\x82\x19\x02\b\x02\x12\x8d\x03\n" +
 	"\n" +
-	"TrackUsage\x12*.keyhouse.activations.v1.TrackUsageRequest\x1a+.keyhouse.activations.v1.TrackUsageResponse\"\n" +
-	"\x90\x82\x19\x01\x9a\x82\x19\x02\b\x02\x12z\n" +
+	"TrackUsage\x12*.keyhouse.activations.v1.TrackUsageRequest\x1a+.keyhouse.activations.v1.TrackUsageResponse\"\xa5\x02\x90\x82\x19\x01\x9a\x82\x19\x02\b\x02\x90\x83\x19\x01\x9a\x83\x19\x1b\b\x94\x03\x12\x16License key not found.\x9a\x83\x19\x93\x01\b\x93\x03\x12\x8d\x01License is not active; License is expired; Invalid activation token; Metric not allowed: <metric>; Usage limit exceeded for metric: <metric>.\x9a\x83\x19\\\b\xf7\x03\x12WUsage was changed by a concurrent update; please retry (the increment was not applied).\x12z\n" +
 	"\x0fTrackUsageBatch\x12/.keyhouse.activations.v1.TrackUsageBatchRequest\x1a0.keyhouse.activations.v1.TrackUsageBatchResponse\"\x04\x90\x82\x19\x01\x12}\n" +
-	"\x10ChangeSeatsBatch\x120.keyhouse.activations.v1.ChangeSeatsBatchRequest\x1a1.keyhouse.activations.v1.ChangeSeatsBatchResponse\"\x04\x90\x82\x19\x01\x12t\n" +
-	"\vUsageReport\x12+.keyhouse.activations.v1.UsageReportRequest\x1a,.keyhouse.activations.v1.UsageReportResponse\"\n" +
-	"\x90\x82\x19\x01\x9a\x82\x19\x02\b\x02\x12w\n" +
-	"\fReissueToken\x12,.keyhouse.activations.v1.ReissueTokenRequest\x1a-.keyhouse.activations.v1.ReissueTokenResponse\"\n" +
-	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x12\x95\x01\n" +
-	"\x16DeactivateByInstanceId\x126.keyhouse.activations.v1.DeactivateByInstanceIdRequest\x1a7.keyhouse.activations.v1.DeactivateByInstanceIdResponse\"\n" +
-	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x12q\n" +
+	"\x10ChangeSeatsBatch\x120.keyhouse.activations.v1.ChangeSeatsBatchRequest\x1a1.keyhouse.activations.v1.ChangeSeatsBatchResponse\"\x04\x90\x82\x19\x01\x12\x93\x01\n" +
+	"\vUsageReport\x12+.keyhouse.activations.v1.UsageReportRequest\x1a,.keyhouse.activations.v1.UsageReportResponse\")\x90\x82\x19\x01\x9a\x82\x19\x02\b\x02\x9a\x83\x19\x1b\b\x94\x03\x12\x16License key not found.\x12\xc8\x01\n" +
+	"\fReissueToken\x12,.keyhouse.activations.v1.ReissueTokenRequest\x1a-.keyhouse.activations.v1.ReissueTokenResponse\"[\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x9a\x83\x19M\b\x94\x03\x12HLicense key not found; No activation found for that key and instance_id.\x12\xe6\x01\n" +
+	"\x16DeactivateByInstanceId\x126.keyhouse.activations.v1.DeactivateByInstanceIdRequest\x1a7.keyhouse.activations.v1.DeactivateByInstanceIdResponse\"[\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x9a\x83\x19M\b\x94\x03\x12HLicense key not found; No activation found for that key and instance_id.\x12\xd0\x01\n" +
 	"\n" +
-	"ResetUsage\x12*.keyhouse.activations.v1.ResetUsageRequest\x1a+.keyhouse.activations.v1.ResetUsageResponse\"\n" +
-	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x12\x80\x01\n" +
-	"\x0fListActivations\x12/.keyhouse.activations.v1.ListActivationsRequest\x1a0.keyhouse.activations.v1.ListActivationsResponse\"\n" +
-	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x12\x86\x01\n" +
+	"ResetUsage\x12*.keyhouse.activations.v1.ResetUsageRequest\x1a+.keyhouse.activations.v1.ResetUsageResponse\"i\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x9a\x83\x19\x1b\b\x94\x03\x12\x16License key not found.\x9a\x83\x19<\b\xf7\x03\x127Usage was changed by a concurrent update; please retry.\x12\x9f\x01\n" +
+	"\x0fListActivations\x12/.keyhouse.activations.v1.ListActivationsRequest\x1a0.keyhouse.activations.v1.ListActivationsResponse\")\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x9a\x83\x19\x1b\b\x94\x03\x12\x16License key not found.\x12\x86\x01\n" +
 	"\x11RecentActivations\x121.keyhouse.activations.v1.RecentActivationsRequest\x1a2.keyhouse.activations.v1.RecentActivationsResponse\"\n" +
 	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06BQZOgithub.com/keyhouse/keyhouse/proto/gen/go/keyhouse/activations/v1;activationsv1b\x06proto3"
 

@@ -65,9 +65,13 @@ type ActivationsServiceClient interface {
 	ChangeSeatsBatch(ctx context.Context, in *ChangeSeatsBatchRequest, opts ...grpc.CallOption) (*ChangeSeatsBatchResponse, error)
 	// A live snapshot of every limit key's usage.
 	UsageReport(ctx context.Context, in *UsageReportRequest, opts ...grpc.CallOption) (*UsageReportResponse, error)
+	// Gives a seat a new activation token; the old one stops working.
 	ReissueToken(ctx context.Context, in *ReissueTokenRequest, opts ...grpc.CallOption) (*ReissueTokenResponse, error)
+	// Frees a seat by its instance_id (support, when the app lost its token).
 	DeactivateByInstanceId(ctx context.Context, in *DeactivateByInstanceIdRequest, opts ...grpc.CallOption) (*DeactivateByInstanceIdResponse, error)
+	// Sets one metric's running total (or every metric's) back to zero.
 	ResetUsage(ctx context.Context, in *ResetUsageRequest, opts ...grpc.CallOption) (*ResetUsageResponse, error)
+	// Lists a license's seats.
 	ListActivations(ctx context.Context, in *ListActivationsRequest, opts ...grpc.CallOption) (*ListActivationsResponse, error)
 	// REST answers the bare array (response_body: activations).
 	RecentActivations(ctx context.Context, in *RecentActivationsRequest, opts ...grpc.CallOption) (*RecentActivationsResponse, error)
@@ -233,9 +237,13 @@ type ActivationsServiceServer interface {
 	ChangeSeatsBatch(context.Context, *ChangeSeatsBatchRequest) (*ChangeSeatsBatchResponse, error)
 	// A live snapshot of every limit key's usage.
 	UsageReport(context.Context, *UsageReportRequest) (*UsageReportResponse, error)
+	// Gives a seat a new activation token; the old one stops working.
 	ReissueToken(context.Context, *ReissueTokenRequest) (*ReissueTokenResponse, error)
+	// Frees a seat by its instance_id (support, when the app lost its token).
 	DeactivateByInstanceId(context.Context, *DeactivateByInstanceIdRequest) (*DeactivateByInstanceIdResponse, error)
+	// Sets one metric's running total (or every metric's) back to zero.
 	ResetUsage(context.Context, *ResetUsageRequest) (*ResetUsageResponse, error)
+	// Lists a license's seats.
 	ListActivations(context.Context, *ListActivationsRequest) (*ListActivationsResponse, error)
 	// REST answers the bare array (response_body: activations).
 	RecentActivations(context.Context, *RecentActivationsRequest) (*RecentActivationsResponse, error)

@@ -1117,10 +1117,10 @@ const file_keyhouse_activations_v1_leases_proto_rawDesc = "" +
 	"\n" +
 	"product_id\x18\x01 \x01(\tR\tproductId\x12\x12\n" +
 	"\x04tier\x18\x02 \x01(\tR\x04tier\x12\x18\n" +
-	"\adeleted\x18\x03 \x01(\bR\adeleted\"\x9e\x02\n" +
-	"\x12CreateLeaseRequest\x12\x10\n" +
-	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05token\x18\x02 \x01(\tR\x05token\x12\x1f\n" +
+	"\adeleted\x18\x03 \x01(\bR\adeleted\"\xaa\x02\n" +
+	"\x12CreateLeaseRequest\x12\x16\n" +
+	"\x03key\x18\x01 \x01(\tB\x04\xa0\x83\x19\x01R\x03key\x12\x1a\n" +
+	"\x05token\x18\x02 \x01(\tB\x04\xa0\x83\x19\x01R\x05token\x12\x1f\n" +
 	"\vinstance_id\x18\x03 \x01(\tR\n" +
 	"instanceId\x12[\n" +
 	"\n" +
@@ -1173,16 +1173,13 @@ const file_keyhouse_activations_v1_leases_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"R\n" +
 	"\x16ListSeatLeasesResponse\x128\n" +
-	"\x05seats\x18\x01 \x03(\v2\".keyhouse.activations.v1.SeatLeaseR\x05seats2\x8e\a\n" +
-	"\rLeasesService\x12}\n" +
-	"\x0ePutLeasePolicy\x12..keyhouse.activations.v1.PutLeasePolicyRequest\x1a/.keyhouse.activations.v1.PutLeasePolicyResponse\"\n" +
-	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x12\x86\x01\n" +
+	"\x05seats\x18\x01 \x03(\v2\".keyhouse.activations.v1.SeatLeaseR\x05seats2\xff\t\n" +
+	"\rLeasesService\x12\x98\x01\n" +
+	"\x0ePutLeasePolicy\x12..keyhouse.activations.v1.PutLeasePolicyRequest\x1a/.keyhouse.activations.v1.PutLeasePolicyResponse\"%\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x9a\x83\x19\x17\b\x94\x03\x12\x12Product not found.\x12\x86\x01\n" +
 	"\x11ListLeasePolicies\x121.keyhouse.activations.v1.ListLeasePoliciesRequest\x1a2.keyhouse.activations.v1.ListLeasePoliciesResponse\"\n" +
-	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x12\x86\x01\n" +
-	"\x11DeleteLeasePolicy\x121.keyhouse.activations.v1.DeleteLeasePolicyRequest\x1a2.keyhouse.activations.v1.DeleteLeasePolicyResponse\"\n" +
-	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x12t\n" +
-	"\vCreateLease\x12+.keyhouse.activations.v1.CreateLeaseRequest\x1a,.keyhouse.activations.v1.CreateLeaseResponse\"\n" +
-	"\x90\x82\x19\x01\x9a\x82\x19\x02\b\x02\x12z\n" +
+	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x12\xa0\x01\n" +
+	"\x11DeleteLeasePolicy\x121.keyhouse.activations.v1.DeleteLeasePolicyRequest\x1a2.keyhouse.activations.v1.DeleteLeasePolicyResponse\"$\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x9a\x83\x19\x16\b\x94\x03\x12\x11Policy not found.\x12\xae\x03\n" +
+	"\vCreateLease\x12+.keyhouse.activations.v1.CreateLeaseRequest\x1a,.keyhouse.activations.v1.CreateLeaseResponse\"\xc3\x02\x90\x82\x19\x01\x9a\x82\x19\x02\b\x02\x9a\x83\x19M\b\x94\x03\x12HLicense key not found; No activation found for that key and instance_id.\x9a\x83\x19\x9f\x01\b\x93\x03\x12\x99\x01License has expired; License is not active; Invalid activation token; Machine fingerprint does not match; Activation limit exceeded for this license key.\x9a\x83\x19@\b\xf7\x03\x12;The seat was changed by a concurrent request; please retry.\x12z\n" +
 	"\rListLeaseKeys\x12-.keyhouse.activations.v1.ListLeaseKeysRequest\x1a..keyhouse.activations.v1.ListLeaseKeysResponse\"\n" +
 	"\x90\x82\x19\x01\x9a\x82\x19\x02\b\x04\x12w\n" +
 	"\x0eListSeatLeases\x12..keyhouse.activations.v1.ListSeatLeasesRequest\x1a/.keyhouse.activations.v1.ListSeatLeasesResponse\"\x04\x90\x82\x19\x02\x12\x80\x01\n" +

@@ -211,6 +211,63 @@ func (x *RateLimit) GetPerLicenseKey() bool {
 	return false
 }
 
+// HttpError is one error answer of a REST route beyond those every route of its kind
+// gives: the OpenAPI document lists 400 (a route with input), 403 Unauthorized (tenant and
+// admin routes), 429 (limited routes) and 503 (routes served by a gRPC method) by itself.
+type HttpError struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The HTTP status: 400, 403, 404, 409 or 503.
+	Status int32 `protobuf:"varint,1,opt,name=status,proto3" json:"status,omitempty"`
+	// When it is answered, with the error strings a client sees.
+	When          string `protobuf:"bytes,2,opt,name=when,proto3" json:"when,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HttpError) Reset() {
+	*x = HttpError{}
+	mi := &file_keyhouse_api_v1_api_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HttpError) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HttpError) ProtoMessage() {}
+
+func (x *HttpError) ProtoReflect() protoreflect.Message {
+	mi := &file_keyhouse_api_v1_api_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HttpError.ProtoReflect.Descriptor instead.
+func (*HttpError) Descriptor() ([]byte, []int) {
+	return file_keyhouse_api_v1_api_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *HttpError) GetStatus() int32 {
+	if x != nil {
+		return x.Status
+	}
+	return 0
+}
+
+func (x *HttpError) GetWhen() string {
+	if x != nil {
+		return x.When
+	}
+	return ""
+}
+
 // ErrorField is one sibling of "error" in a REST error body, e.g. "valid": false.
 type ErrorField struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -223,7 +280,7 @@ type ErrorField struct {
 
 func (x *ErrorField) Reset() {
 	*x = ErrorField{}
-	mi := &file_keyhouse_api_v1_api_proto_msgTypes[1]
+	mi := &file_keyhouse_api_v1_api_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -235,7 +292,7 @@ func (x *ErrorField) String() string {
 func (*ErrorField) ProtoMessage() {}
 
 func (x *ErrorField) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_api_v1_api_proto_msgTypes[1]
+	mi := &file_keyhouse_api_v1_api_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -248,7 +305,7 @@ func (x *ErrorField) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ErrorField.ProtoReflect.Descriptor instead.
 func (*ErrorField) Descriptor() ([]byte, []int) {
-	return file_keyhouse_api_v1_api_proto_rawDescGZIP(), []int{1}
+	return file_keyhouse_api_v1_api_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *ErrorField) GetName() string {
@@ -277,7 +334,7 @@ type ErrorFields struct {
 
 func (x *ErrorFields) Reset() {
 	*x = ErrorFields{}
-	mi := &file_keyhouse_api_v1_api_proto_msgTypes[2]
+	mi := &file_keyhouse_api_v1_api_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -289,7 +346,7 @@ func (x *ErrorFields) String() string {
 func (*ErrorFields) ProtoMessage() {}
 
 func (x *ErrorFields) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_api_v1_api_proto_msgTypes[2]
+	mi := &file_keyhouse_api_v1_api_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -302,7 +359,7 @@ func (x *ErrorFields) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ErrorFields.ProtoReflect.Descriptor instead.
 func (*ErrorFields) Descriptor() ([]byte, []int) {
-	return file_keyhouse_api_v1_api_proto_rawDescGZIP(), []int{2}
+	return file_keyhouse_api_v1_api_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *ErrorFields) GetBefore() []*ErrorField {
@@ -332,7 +389,7 @@ type HealthResponse struct {
 
 func (x *HealthResponse) Reset() {
 	*x = HealthResponse{}
-	mi := &file_keyhouse_api_v1_api_proto_msgTypes[3]
+	mi := &file_keyhouse_api_v1_api_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -344,7 +401,7 @@ func (x *HealthResponse) String() string {
 func (*HealthResponse) ProtoMessage() {}
 
 func (x *HealthResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_api_v1_api_proto_msgTypes[3]
+	mi := &file_keyhouse_api_v1_api_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -357,7 +414,7 @@ func (x *HealthResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthResponse.ProtoReflect.Descriptor instead.
 func (*HealthResponse) Descriptor() ([]byte, []int) {
-	return file_keyhouse_api_v1_api_proto_rawDescGZIP(), []int{3}
+	return file_keyhouse_api_v1_api_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *HealthResponse) GetMessage() string {
@@ -398,6 +455,38 @@ var file_keyhouse_api_v1_api_proto_extTypes = []protoimpl.ExtensionInfo{
 		Tag:           "bytes,51235,opt,name=rate_limit",
 		Filename:      "keyhouse/api/v1/api.proto",
 	},
+	{
+		ExtendedType:  (*descriptorpb.MethodOptions)(nil),
+		ExtensionType: (*bool)(nil),
+		Field:         51250,
+		Name:          "keyhouse.api.v1.idempotency_key",
+		Tag:           "varint,51250,opt,name=idempotency_key",
+		Filename:      "keyhouse/api/v1/api.proto",
+	},
+	{
+		ExtendedType:  (*descriptorpb.MethodOptions)(nil),
+		ExtensionType: ([]*HttpError)(nil),
+		Field:         51251,
+		Name:          "keyhouse.api.v1.http_errors",
+		Tag:           "bytes,51251,rep,name=http_errors",
+		Filename:      "keyhouse/api/v1/api.proto",
+	},
+	{
+		ExtendedType:  (*descriptorpb.FieldOptions)(nil),
+		ExtensionType: (*bool)(nil),
+		Field:         51252,
+		Name:          "keyhouse.api.v1.required",
+		Tag:           "varint,51252,opt,name=required",
+		Filename:      "keyhouse/api/v1/api.proto",
+	},
+	{
+		ExtendedType:  (*descriptorpb.FieldOptions)(nil),
+		ExtensionType: (*string)(nil),
+		Field:         51253,
+		Name:          "keyhouse.api.v1.json_schema",
+		Tag:           "bytes,51253,opt,name=json_schema",
+		Filename:      "keyhouse/api/v1/api.proto",
+	},
 }
 
 // Extension fields to descriptorpb.MethodOptions.
@@ -406,6 +495,30 @@ var (
 	E_Access = &file_keyhouse_api_v1_api_proto_extTypes[0]
 	// optional keyhouse.api.v1.RateLimit rate_limit = 51235;
 	E_RateLimit = &file_keyhouse_api_v1_api_proto_extTypes[1]
+	// The method honours the Idempotency-Key header (pkg/idempotency): the document declares
+	// the header, and pkg/idempotency refuses to read the key in a method without it.
+	//
+	// optional bool idempotency_key = 51250;
+	E_IdempotencyKey = &file_keyhouse_api_v1_api_proto_extTypes[2]
+	// The route's own error answers.
+	//
+	// repeated keyhouse.api.v1.HttpError http_errors = 51251;
+	E_HttpErrors = &file_keyhouse_api_v1_api_proto_extTypes[3]
+)
+
+// Extension fields to descriptorpb.FieldOptions.
+var (
+	// A request without the field is refused with a 400: the document lists it as required,
+	// and stack/e2e's TestOpenAPIRequiredFieldsAreEnforced holds each route to it.
+	//
+	// optional bool required = 51252;
+	E_Required = &file_keyhouse_api_v1_api_proto_extTypes[4]
+	// The JSON schema (Swagger 2.0) of a field whose proto type says too little, e.g. a
+	// google.protobuf.Value that is "a positive integer or null":
+	// '{"type": "integer", "minimum": 1, "x-nullable": true}'.
+	//
+	// optional string json_schema = 51253;
+	E_JsonSchema = &file_keyhouse_api_v1_api_proto_extTypes[5]
 )
 
 var File_keyhouse_api_v1_api_proto protoreflect.FileDescriptor
@@ -415,7 +528,10 @@ const file_keyhouse_api_v1_api_proto_rawDesc = "" +
 	"\x19keyhouse/api/v1/api.proto\x12\x0fkeyhouse.api.v1\x1a google/protobuf/descriptor.proto\"b\n" +
 	"\tRateLimit\x12-\n" +
 	"\x04tier\x18\x01 \x01(\x0e2\x19.keyhouse.api.v1.RateTierR\x04tier\x12&\n" +
-	"\x0fper_license_key\x18\x02 \x01(\bR\rperLicenseKey\"?\n" +
+	"\x0fper_license_key\x18\x02 \x01(\bR\rperLicenseKey\"7\n" +
+	"\tHttpError\x12\x16\n" +
+	"\x06status\x18\x01 \x01(\x05R\x06status\x12\x12\n" +
+	"\x04when\x18\x02 \x01(\tR\x04when\"?\n" +
 	"\n" +
 	"ErrorField\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +
@@ -445,7 +561,13 @@ const file_keyhouse_api_v1_api_proto_rawDesc = "" +
 	"\x10RATE_TIER_IMPORT\x10\a:Q\n" +
 	"\x06access\x12\x1e.google.protobuf.MethodOptions\x18\xa2\x90\x03 \x01(\x0e2\x17.keyhouse.api.v1.AccessR\x06access:[\n" +
 	"\n" +
-	"rate_limit\x12\x1e.google.protobuf.MethodOptions\x18\xa3\x90\x03 \x01(\v2\x1a.keyhouse.api.v1.RateLimitR\trateLimitBAZ?github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/api/v1;apiv1b\x06proto3"
+	"rate_limit\x12\x1e.google.protobuf.MethodOptions\x18\xa3\x90\x03 \x01(\v2\x1a.keyhouse.api.v1.RateLimitR\trateLimit:I\n" +
+	"\x0fidempotency_key\x12\x1e.google.protobuf.MethodOptions\x18\xb2\x90\x03 \x01(\bR\x0eidempotencyKey:]\n" +
+	"\vhttp_errors\x12\x1e.google.protobuf.MethodOptions\x18\xb3\x90\x03 \x03(\v2\x1a.keyhouse.api.v1.HttpErrorR\n" +
+	"httpErrors:;\n" +
+	"\brequired\x12\x1d.google.protobuf.FieldOptions\x18\xb4\x90\x03 \x01(\bR\brequired:@\n" +
+	"\vjson_schema\x12\x1d.google.protobuf.FieldOptions\x18\xb5\x90\x03 \x01(\tR\n" +
+	"jsonSchemaBAZ?github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/api/v1;apiv1b\x06proto3"
 
 var (
 	file_keyhouse_api_v1_api_proto_rawDescOnce sync.Once
@@ -460,29 +582,36 @@ func file_keyhouse_api_v1_api_proto_rawDescGZIP() []byte {
 }
 
 var file_keyhouse_api_v1_api_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_keyhouse_api_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
+var file_keyhouse_api_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
 var file_keyhouse_api_v1_api_proto_goTypes = []any{
 	(Access)(0),                        // 0: keyhouse.api.v1.Access
 	(RateTier)(0),                      // 1: keyhouse.api.v1.RateTier
 	(*RateLimit)(nil),                  // 2: keyhouse.api.v1.RateLimit
-	(*ErrorField)(nil),                 // 3: keyhouse.api.v1.ErrorField
-	(*ErrorFields)(nil),                // 4: keyhouse.api.v1.ErrorFields
-	(*HealthResponse)(nil),             // 5: keyhouse.api.v1.HealthResponse
-	(*descriptorpb.MethodOptions)(nil), // 6: google.protobuf.MethodOptions
+	(*HttpError)(nil),                  // 3: keyhouse.api.v1.HttpError
+	(*ErrorField)(nil),                 // 4: keyhouse.api.v1.ErrorField
+	(*ErrorFields)(nil),                // 5: keyhouse.api.v1.ErrorFields
+	(*HealthResponse)(nil),             // 6: keyhouse.api.v1.HealthResponse
+	(*descriptorpb.MethodOptions)(nil), // 7: google.protobuf.MethodOptions
+	(*descriptorpb.FieldOptions)(nil),  // 8: google.protobuf.FieldOptions
 }
 var file_keyhouse_api_v1_api_proto_depIdxs = []int32{
-	1, // 0: keyhouse.api.v1.RateLimit.tier:type_name -> keyhouse.api.v1.RateTier
-	3, // 1: keyhouse.api.v1.ErrorFields.before:type_name -> keyhouse.api.v1.ErrorField
-	3, // 2: keyhouse.api.v1.ErrorFields.after:type_name -> keyhouse.api.v1.ErrorField
-	6, // 3: keyhouse.api.v1.access:extendee -> google.protobuf.MethodOptions
-	6, // 4: keyhouse.api.v1.rate_limit:extendee -> google.protobuf.MethodOptions
-	0, // 5: keyhouse.api.v1.access:type_name -> keyhouse.api.v1.Access
-	2, // 6: keyhouse.api.v1.rate_limit:type_name -> keyhouse.api.v1.RateLimit
-	7, // [7:7] is the sub-list for method output_type
-	7, // [7:7] is the sub-list for method input_type
-	5, // [5:7] is the sub-list for extension type_name
-	3, // [3:5] is the sub-list for extension extendee
-	0, // [0:3] is the sub-list for field type_name
+	1,  // 0: keyhouse.api.v1.RateLimit.tier:type_name -> keyhouse.api.v1.RateTier
+	4,  // 1: keyhouse.api.v1.ErrorFields.before:type_name -> keyhouse.api.v1.ErrorField
+	4,  // 2: keyhouse.api.v1.ErrorFields.after:type_name -> keyhouse.api.v1.ErrorField
+	7,  // 3: keyhouse.api.v1.access:extendee -> google.protobuf.MethodOptions
+	7,  // 4: keyhouse.api.v1.rate_limit:extendee -> google.protobuf.MethodOptions
+	7,  // 5: keyhouse.api.v1.idempotency_key:extendee -> google.protobuf.MethodOptions
+	7,  // 6: keyhouse.api.v1.http_errors:extendee -> google.protobuf.MethodOptions
+	8,  // 7: keyhouse.api.v1.required:extendee -> google.protobuf.FieldOptions
+	8,  // 8: keyhouse.api.v1.json_schema:extendee -> google.protobuf.FieldOptions
+	0,  // 9: keyhouse.api.v1.access:type_name -> keyhouse.api.v1.Access
+	2,  // 10: keyhouse.api.v1.rate_limit:type_name -> keyhouse.api.v1.RateLimit
+	3,  // 11: keyhouse.api.v1.http_errors:type_name -> keyhouse.api.v1.HttpError
+	12, // [12:12] is the sub-list for method output_type
+	12, // [12:12] is the sub-list for method input_type
+	9,  // [9:12] is the sub-list for extension type_name
+	3,  // [3:9] is the sub-list for extension extendee
+	0,  // [0:3] is the sub-list for field type_name
 }
 
 func init() { file_keyhouse_api_v1_api_proto_init() }
@@ -496,8 +625,8 @@ func file_keyhouse_api_v1_api_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_keyhouse_api_v1_api_proto_rawDesc), len(file_keyhouse_api_v1_api_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   4,
-			NumExtensions: 2,
+			NumMessages:   5,
+			NumExtensions: 6,
 			NumServices:   0,
 		},
 		GoTypes:           file_keyhouse_api_v1_api_proto_goTypes,

@@ -1765,13 +1765,12 @@ const file_keyhouse_events_v1_events_proto_rawDesc = "" +
 	"\vendpoint_id\x18\x01 \x01(\tR\n" +
 	"endpointId\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\"\a\n" +
-	"\x05Empty2\xdb\x01\n" +
+	"\x05Empty2\xf4\x01\n" +
 	"\rEventsService\x12g\n" +
 	"\n" +
 	"ListEvents\x12%.keyhouse.events.v1.ListEventsRequest\x1a&.keyhouse.events.v1.ListEventsResponse\"\n" +
-	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x12a\n" +
-	"\bGetEvent\x12#.keyhouse.events.v1.GetEventRequest\x1a$.keyhouse.events.v1.GetEventResponse\"\n" +
-	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06BGZEgithub.com/keyhouse/keyhouse/proto/gen/go/keyhouse/events/v1;eventsv1b\x06proto3"
+	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x12z\n" +
+	"\bGetEvent\x12#.keyhouse.events.v1.GetEventRequest\x1a$.keyhouse.events.v1.GetEventResponse\"#\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x9a\x83\x19\x15\b\x94\x03\x12\x10Event not found.BGZEgithub.com/keyhouse/keyhouse/proto/gen/go/keyhouse/events/v1;eventsv1b\x06proto3"
 
 var (
 	file_keyhouse_events_v1_events_proto_rawDescOnce sync.Once

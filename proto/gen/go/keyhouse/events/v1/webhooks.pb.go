@@ -1296,10 +1296,10 @@ const file_keyhouse_events_v1_webhooks_proto_rawDesc = "" +
 	"\x0fdisabled_reason\x18\x06 \x01(\v2\x1c.google.protobuf.StringValueR\x0edisabledReason\x129\n" +
 	"\n" +
 	"created_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12\x16\n" +
-	"\x06secret\x18\b \x01(\tR\x06secret\"\x88\x01\n" +
-	"\x1cCreateWebhookEndpointRequest\x12\x10\n" +
-	"\x03url\x18\x01 \x01(\tR\x03url\x12\x16\n" +
-	"\x06events\x18\x02 \x03(\tR\x06events\x12>\n" +
+	"\x06secret\x18\b \x01(\tR\x06secret\"\x94\x01\n" +
+	"\x1cCreateWebhookEndpointRequest\x12\x16\n" +
+	"\x03url\x18\x01 \x01(\tB\x04\xa0\x83\x19\x01R\x03url\x12\x1c\n" +
+	"\x06events\x18\x02 \x03(\tB\x04\xa0\x83\x19\x01R\x06events\x12>\n" +
 	"\vdescription\x18\x03 \x01(\v2\x1c.google.protobuf.StringValueR\vdescription\"j\n" +
 	"\x1dCreateWebhookEndpointResponse\x12I\n" +
 	"\bendpoint\x18\x01 \x01(\v2-.keyhouse.events.v1.WebhookEndpointWithSecretR\bendpoint\"`\n" +
@@ -1364,24 +1364,18 @@ const file_keyhouse_events_v1_webhooks_proto_rawDesc = "" +
 	"\x1bListEventDeliveriesResponse\x12C\n" +
 	"\n" +
 	"deliveries\x18\x01 \x03(\v2#.keyhouse.events.v1.WebhookDeliveryR\n" +
-	"deliveries2\xe3\t\n" +
+	"deliveries2\xcd\v\n" +
 	"\x17WebhookEndpointsService\x12\x88\x01\n" +
 	"\x15CreateWebhookEndpoint\x120.keyhouse.events.v1.CreateWebhookEndpointRequest\x1a1.keyhouse.events.v1.CreateWebhookEndpointResponse\"\n" +
 	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x12\x85\x01\n" +
 	"\x14ListWebhookEndpoints\x12/.keyhouse.events.v1.ListWebhookEndpointsRequest\x1a0.keyhouse.events.v1.ListWebhookEndpointsResponse\"\n" +
-	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x12\x88\x01\n" +
-	"\x15UpdateWebhookEndpoint\x120.keyhouse.events.v1.UpdateWebhookEndpointRequest\x1a1.keyhouse.events.v1.UpdateWebhookEndpointResponse\"\n" +
-	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x12\x94\x01\n" +
-	"\x19RollWebhookEndpointSecret\x124.keyhouse.events.v1.RollWebhookEndpointSecretRequest\x1a5.keyhouse.events.v1.RollWebhookEndpointSecretResponse\"\n" +
-	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x12\x82\x01\n" +
-	"\x13PingWebhookEndpoint\x12..keyhouse.events.v1.PingWebhookEndpointRequest\x1a/.keyhouse.events.v1.PingWebhookEndpointResponse\"\n" +
-	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x12\x88\x01\n" +
-	"\x15DeleteWebhookEndpoint\x120.keyhouse.events.v1.DeleteWebhookEndpointRequest\x1a1.keyhouse.events.v1.DeleteWebhookEndpointResponse\"\n" +
-	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x12\x88\x01\n" +
-	"\x15ListWebhookDeliveries\x120.keyhouse.events.v1.ListWebhookDeliveriesRequest\x1a1.keyhouse.events.v1.ListWebhookDeliveriesResponse\"\n" +
-	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x12s\n" +
-	"\x0eRedeliverEvent\x12).keyhouse.events.v1.RedeliverEventRequest\x1a*.keyhouse.events.v1.RedeliverEventResponse\"\n" +
-	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x12\x82\x01\n" +
+	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x12\xac\x01\n" +
+	"\x15UpdateWebhookEndpoint\x120.keyhouse.events.v1.UpdateWebhookEndpointRequest\x1a1.keyhouse.events.v1.UpdateWebhookEndpointResponse\".\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x9a\x83\x19 \b\x94\x03\x12\x1bWebhook endpoint not found.\x12\xb8\x01\n" +
+	"\x19RollWebhookEndpointSecret\x124.keyhouse.events.v1.RollWebhookEndpointSecretRequest\x1a5.keyhouse.events.v1.RollWebhookEndpointSecretResponse\".\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x9a\x83\x19 \b\x94\x03\x12\x1bWebhook endpoint not found.\x12\xa6\x01\n" +
+	"\x13PingWebhookEndpoint\x12..keyhouse.events.v1.PingWebhookEndpointRequest\x1a/.keyhouse.events.v1.PingWebhookEndpointResponse\".\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x9a\x83\x19 \b\x94\x03\x12\x1bWebhook endpoint not found.\x12\xac\x01\n" +
+	"\x15DeleteWebhookEndpoint\x120.keyhouse.events.v1.DeleteWebhookEndpointRequest\x1a1.keyhouse.events.v1.DeleteWebhookEndpointResponse\".\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x9a\x83\x19 \b\x94\x03\x12\x1bWebhook endpoint not found.\x12\xac\x01\n" +
+	"\x15ListWebhookDeliveries\x120.keyhouse.events.v1.ListWebhookDeliveriesRequest\x1a1.keyhouse.events.v1.ListWebhookDeliveriesResponse\".\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x9a\x83\x19 \b\x94\x03\x12\x1bWebhook endpoint not found.\x12\xa8\x01\n" +
+	"\x0eRedeliverEvent\x12).keyhouse.events.v1.RedeliverEventRequest\x1a*.keyhouse.events.v1.RedeliverEventResponse\"?\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x9a\x83\x191\b\x94\x03\x12,Event not found; Webhook endpoint not found.\x12\x82\x01\n" +
 	"\x13ListEventDeliveries\x12..keyhouse.events.v1.ListEventDeliveriesRequest\x1a/.keyhouse.events.v1.ListEventDeliveriesResponse\"\n" +
 	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06BGZEgithub.com/keyhouse/keyhouse/proto/gen/go/keyhouse/events/v1;eventsv1b\x06proto3"
 

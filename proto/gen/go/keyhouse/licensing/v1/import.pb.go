@@ -7,6 +7,7 @@
 package licensingv1
 
 import (
+	_ "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/api/v1"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	structpb "google.golang.org/protobuf/types/known/structpb"
@@ -364,11 +365,11 @@ var File_keyhouse_licensing_v1_import_proto protoreflect.FileDescriptor
 
 const file_keyhouse_licensing_v1_import_proto_rawDesc = "" +
 	"\n" +
-	"\"keyhouse/licensing/v1/import.proto\x12\x15keyhouse.licensing.v1\x1a\x1cgoogle/protobuf/struct.proto\"|\n" +
-	"\x15ImportLicensesRequest\x12B\n" +
-	"\blicenses\x18\x01 \x03(\v2&.keyhouse.licensing.v1.ImportedLicenseR\blicenses\x12\x1f\n" +
+	"\"keyhouse/licensing/v1/import.proto\x12\x15keyhouse.licensing.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x19keyhouse/api/v1/api.proto\"\x82\x01\n" +
+	"\x15ImportLicensesRequest\x12H\n" +
+	"\blicenses\x18\x01 \x03(\v2&.keyhouse.licensing.v1.ImportedLicenseB\x04\xa0\x83\x19\x01R\blicenses\x12\x1f\n" +
 	"\von_conflict\x18\x02 \x01(\tR\n" +
-	"onConflict\"\xc6\x03\n" +
+	"onConflict\"\xed\x06\n" +
 	"\x0fImportedLicense\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x1d\n" +
 	"\n" +
@@ -378,12 +379,12 @@ const file_keyhouse_licensing_v1_import_proto_rawDesc = "" +
 	"\tissued_at\x18\x05 \x01(\v2\x16.google.protobuf.ValueR\bissuedAt\x125\n" +
 	"\n" +
 	"expires_at\x18\x06 \x01(\v2\x16.google.protobuf.ValueR\texpiresAt\x12\x16\n" +
-	"\x06status\x18\a \x01(\tR\x06status\x12/\n" +
-	"\x06limits\x18\b \x01(\v2\x17.google.protobuf.StructR\x06limits\x12-\n" +
-	"\x05usage\x18\t \x01(\v2\x17.google.protobuf.StructR\x05usage\x12?\n" +
+	"\x06status\x18\a \x01(\tR\x06status\x12\xda\x02\n" +
+	"\x06limits\x18\b \x01(\v2\x17.google.protobuf.StructB\xa8\x02\xaa\x83\x19\xa3\x02{\"type\": \"object\", \"description\": \"Limit keys of the allowlist (users, seats, admins, projects, environments, tenants, api_calls_per_day, rate_limit_rps, concurrent_sessions, features) to positive numbers.\", \"additionalProperties\": {\"type\": \"number\", \"minimum\": 0, \"exclusiveMinimum\": true}}R\x06limits\x12-\n" +
+	"\x05usage\x18\t \x01(\v2\x17.google.protobuf.StructR\x05usage\x12z\n" +
 	"\x0fmax_activations\x18\n" +
-	" \x01(\v2\x16.google.protobuf.ValueR\x0emaxActivations\x12,\n" +
-	"\x05notes\x18\v \x01(\v2\x16.google.protobuf.ValueR\x05notes\"\xc5\x01\n" +
+	" \x01(\v2\x16.google.protobuf.ValueB9\xaa\x83\x195{\"type\": \"integer\", \"minimum\": 1, \"x-nullable\": true}R\x0emaxActivations\x12l\n" +
+	"\x05notes\x18\v \x01(\v2\x16.google.protobuf.ValueB>\xaa\x83\x19:{\"type\": \"string\", \"maxLength\": 10000, \"x-nullable\": true}R\x05notes\"\xc5\x01\n" +
 	"\x16ImportLicensesResponse\x12\x1a\n" +
 	"\bimported\x18\x01 \x01(\x05R\bimported\x12\x1c\n" +
 	"\tunchanged\x18\x02 \x01(\x05R\tunchanged\x12\x18\n" +

@@ -973,14 +973,14 @@ const file_keyhouse_licensing_v1_internal_proto_rawDesc = "" +
 	"\x05terms\x18\x01 \x01(\v20.keyhouse.licensing.v1.UpdateLicenseTermsRequestR\x05terms\"`\n" +
 	"#UpdateLicenseTermsForTenantResponse\x129\n" +
 	"\n" +
-	"expires_at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt2\x93\t\n" +
+	"expires_at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt2\x97\t\n" +
 	"\x18LicensingInternalService\x12g\n" +
 	"\n" +
 	"GetLicense\x12(.keyhouse.licensing.v1.GetLicenseRequest\x1a).keyhouse.licensing.v1.GetLicenseResponse\"\x04\x90\x82\x19\x04\x12j\n" +
 	"\vGetLicenses\x12).keyhouse.licensing.v1.GetLicensesRequest\x1a*.keyhouse.licensing.v1.GetLicensesResponse\"\x04\x90\x82\x19\x04\x12m\n" +
 	"\fClaimProduct\x12*.keyhouse.licensing.v1.ClaimProductRequest\x1a+.keyhouse.licensing.v1.ClaimProductResponse\"\x04\x90\x82\x19\x04\x12s\n" +
-	"\x0eGetSigningKeys\x12,.keyhouse.licensing.v1.GetSigningKeysRequest\x1a-.keyhouse.licensing.v1.GetSigningKeysResponse\"\x04\x90\x82\x19\x04\x12\x88\x01\n" +
-	"\x15IssueLicenseForTenant\x123.keyhouse.licensing.v1.IssueLicenseForTenantRequest\x1a4.keyhouse.licensing.v1.IssueLicenseForTenantResponse\"\x04\x90\x82\x19\x04\x12\x8b\x01\n" +
+	"\x0eGetSigningKeys\x12,.keyhouse.licensing.v1.GetSigningKeysRequest\x1a-.keyhouse.licensing.v1.GetSigningKeysResponse\"\x04\x90\x82\x19\x04\x12\x8c\x01\n" +
+	"\x15IssueLicenseForTenant\x123.keyhouse.licensing.v1.IssueLicenseForTenantRequest\x1a4.keyhouse.licensing.v1.IssueLicenseForTenantResponse\"\b\x90\x82\x19\x04\x90\x83\x19\x01\x12\x8b\x01\n" +
 	"\x16RevokeLicenseForTenant\x124.keyhouse.licensing.v1.RevokeLicenseForTenantRequest\x1a5.keyhouse.licensing.v1.RevokeLicenseForTenantResponse\"\x04\x90\x82\x19\x04\x12\x9a\x01\n" +
 	"\x1bUpdateLicenseTermsForTenant\x129.keyhouse.licensing.v1.UpdateLicenseTermsForTenantRequest\x1a:.keyhouse.licensing.v1.UpdateLicenseTermsForTenantResponse\"\x04\x90\x82\x19\x04\x12\x82\x01\n" +
 	"\x13CountActiveLicenses\x121.keyhouse.licensing.v1.CountActiveLicensesRequest\x1a2.keyhouse.licensing.v1.CountActiveLicensesResponse\"\x04\x90\x82\x19\x04\x12\x82\x01\n" +

@@ -539,7 +539,8 @@ func (*VerifyLicenseBatchResult_Error) isVerifyLicenseBatchResult_Outcome() {}
 
 type RevokeLicenseRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	Key   string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	// A missing or unknown key is a 404 (License key not found).
+	Key string `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
 	// Required: true revokes, false reactivates.
 	Revoked       *bool `protobuf:"varint,2,opt,name=revoked,proto3,oneof" json:"revoked,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -740,7 +741,8 @@ func (x *DeleteLicenseResponse) GetDeleted() bool {
 
 type UpdateLicenseTermsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	Key   string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	// A missing or unknown key is a 404 (License key not found).
+	Key string `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
 	// Absent: unchanged; null: perpetual; a string: the new expiry.
 	ExpiresAt *structpb.Value `protobuf:"bytes,2,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
 	// Absent: unchanged; null: unlimited; a positive integer: the new cap.
@@ -910,10 +912,17 @@ type ListLicensesRequest struct {
 	IssuedTo string `protobuf:"bytes,3,opt,name=issued_to,json=issuedTo,proto3" json:"issued_to,omitempty"`
 	// Strings so that a malformed value gets a message naming the parameter: 1-1000
 	// (default 50) and >= 0 (default 0).
-	Limit         string `protobuf:"bytes,4,opt,name=limit,proto3" json:"limit,omitempty"`
-	Offset        string `protobuf:"bytes,5,opt,name=offset,proto3" json:"offset,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Limit  string `protobuf:"bytes,4,opt,name=limit,proto3" json:"limit,omitempty"`
+	Offset string `protobuf:"bytes,5,opt,name=offset,proto3" json:"offset,omitempty"`
+	// Case-insensitive substring of the license key: a whole key or part of one (the
+	// console's search); % and _ match themselves.
+	Key string `protobuf:"bytes,6,opt,name=key,proto3" json:"key,omitempty"`
+	// Only active licenses whose expiry falls within the next N days (1-3650), soonest
+	// first (the console's overview). A string so that a malformed value gets a message
+	// naming the parameter.
+	ExpiringWithinDays string `protobuf:"bytes,7,opt,name=expiring_within_days,json=expiringWithinDays,proto3" json:"expiring_within_days,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *ListLicensesRequest) Reset() {
@@ -977,6 +986,20 @@ func (x *ListLicensesRequest) GetLimit() string {
 func (x *ListLicensesRequest) GetOffset() string {
 	if x != nil {
 		return x.Offset
+	}
+	return ""
+}
+
+func (x *ListLicensesRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *ListLicensesRequest) GetExpiringWithinDays() string {
+	if x != nil {
+		return x.ExpiringWithinDays
 	}
 	return ""
 }
@@ -1343,7 +1366,8 @@ func (x *GetLicenseDetailsResponse) GetNotes() *wrapperspb.StringValue {
 
 type UpdateNotesRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	Key   string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	// A missing or unknown key is a 404 (License key not found).
+	Key string `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
 	// Required string; "" clears the notes.
 	Notes         *structpb.Value `protobuf:"bytes,2,opt,name=notes,proto3" json:"notes,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -2377,22 +2401,22 @@ var File_keyhouse_licensing_v1_licensing_proto protoreflect.FileDescriptor
 
 const file_keyhouse_licensing_v1_licensing_proto_rawDesc = "" +
 	"\n" +
-	"%keyhouse/licensing/v1/licensing.proto\x12\x15keyhouse.licensing.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1egoogle/protobuf/wrappers.proto\x1a)keyhouse/activations/v1/activations.proto\x1a&keyhouse/activations/v1/internal.proto\x1a\x19keyhouse/api/v1/api.proto\x1a\"keyhouse/licensing/v1/import.proto\"\xbc\x02\n" +
-	"\x13IssueLicenseRequest\x12\x12\n" +
-	"\x04tier\x18\x01 \x01(\tR\x04tier\x12\x1d\n" +
+	"%keyhouse/licensing/v1/licensing.proto\x12\x15keyhouse.licensing.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1egoogle/protobuf/wrappers.proto\x1a)keyhouse/activations/v1/activations.proto\x1a&keyhouse/activations/v1/internal.proto\x1a\x19keyhouse/api/v1/api.proto\x1a\"keyhouse/licensing/v1/import.proto\"\xf5\x05\n" +
+	"\x13IssueLicenseRequest\x12\x18\n" +
+	"\x04tier\x18\x01 \x01(\tB\x04\xa0\x83\x19\x01R\x04tier\x12#\n" +
 	"\n" +
-	"product_id\x18\x02 \x01(\tR\tproductId\x12\x1b\n" +
-	"\tissued_to\x18\x03 \x01(\tR\bissuedTo\x125\n" +
+	"product_id\x18\x02 \x01(\tB\x04\xa0\x83\x19\x01R\tproductId\x12!\n" +
+	"\tissued_to\x18\x03 \x01(\tB\x04\xa0\x83\x19\x01R\bissuedTo\x125\n" +
 	"\n" +
-	"expires_at\x18\x04 \x01(\v2\x16.google.protobuf.ValueR\texpiresAt\x12/\n" +
-	"\x06limits\x18\x05 \x01(\v2\x17.google.protobuf.StructR\x06limits\x12?\n" +
-	"\x0fmax_activations\x18\x06 \x01(\v2\x16.google.protobuf.ValueR\x0emaxActivations\x12,\n" +
-	"\x05notes\x18\a \x01(\v2\x16.google.protobuf.ValueR\x05notes\"@\n" +
+	"expires_at\x18\x04 \x01(\v2\x16.google.protobuf.ValueR\texpiresAt\x12\xda\x02\n" +
+	"\x06limits\x18\x05 \x01(\v2\x17.google.protobuf.StructB\xa8\x02\xaa\x83\x19\xa3\x02{\"type\": \"object\", \"description\": \"Limit keys of the allowlist (users, seats, admins, projects, environments, tenants, api_calls_per_day, rate_limit_rps, concurrent_sessions, features) to positive numbers.\", \"additionalProperties\": {\"type\": \"number\", \"minimum\": 0, \"exclusiveMinimum\": true}}R\x06limits\x12z\n" +
+	"\x0fmax_activations\x18\x06 \x01(\v2\x16.google.protobuf.ValueB9\xaa\x83\x195{\"type\": \"integer\", \"minimum\": 1, \"x-nullable\": true}R\x0emaxActivations\x12l\n" +
+	"\x05notes\x18\a \x01(\v2\x16.google.protobuf.ValueB>\xaa\x83\x19:{\"type\": \"string\", \"maxLength\": 10000, \"x-nullable\": true}R\x05notes\"@\n" +
 	"\x14IssueLicenseResponse\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x16\n" +
-	"\x06status\x18\x02 \x01(\tR\x06status\"5\n" +
-	"\x14VerifyLicenseRequest\x12\x15\n" +
-	"\x03key\x18\x01 \x01(\tH\x00R\x03key\x88\x01\x01B\x06\n" +
+	"\x06status\x18\x02 \x01(\tR\x06status\";\n" +
+	"\x14VerifyLicenseRequest\x12\x1b\n" +
+	"\x03key\x18\x01 \x01(\tB\x04\xa0\x83\x19\x01H\x00R\x03key\x88\x01\x01B\x06\n" +
 	"\x04_key\"\x9d\x02\n" +
 	"\x15VerifyLicenseResponse\x12\x14\n" +
 	"\x05valid\x18\x01 \x01(\bR\x05valid\x12\x12\n" +
@@ -2415,26 +2439,26 @@ const file_keyhouse_licensing_v1_licensing_proto_rawDesc = "" +
 	"\x18VerifyLicenseBatchResult\x12J\n" +
 	"\bresponse\x18\x01 \x01(\v2,.keyhouse.licensing.v1.VerifyLicenseResponseH\x00R\bresponse\x12;\n" +
 	"\x05error\x18\x02 \x01(\v2#.keyhouse.activations.v1.CallStatusH\x00R\x05errorB\t\n" +
-	"\aoutcome\"S\n" +
+	"\aoutcome\"Y\n" +
 	"\x14RevokeLicenseRequest\x12\x10\n" +
-	"\x03key\x18\x01 \x01(\tR\x03key\x12\x1d\n" +
-	"\arevoked\x18\x02 \x01(\bH\x00R\arevoked\x88\x01\x01B\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12#\n" +
+	"\arevoked\x18\x02 \x01(\bB\x04\xa0\x83\x19\x01H\x00R\arevoked\x88\x01\x01B\n" +
 	"\n" +
 	"\b_revoked\"A\n" +
 	"\x15RevokeLicenseResponse\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x16\n" +
-	"\x06status\x18\x02 \x01(\tR\x06status\"(\n" +
-	"\x14DeleteLicenseRequest\x12\x10\n" +
-	"\x03key\x18\x01 \x01(\tR\x03key\"C\n" +
+	"\x06status\x18\x02 \x01(\tR\x06status\".\n" +
+	"\x14DeleteLicenseRequest\x12\x16\n" +
+	"\x03key\x18\x01 \x01(\tB\x04\xa0\x83\x19\x01R\x03key\"C\n" +
 	"\x15DeleteLicenseResponse\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x18\n" +
-	"\adeleted\x18\x02 \x01(\bR\adeleted\"\xd6\x01\n" +
+	"\adeleted\x18\x02 \x01(\bR\adeleted\"\xbd\x04\n" +
 	"\x19UpdateLicenseTermsRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x125\n" +
 	"\n" +
-	"expires_at\x18\x02 \x01(\v2\x16.google.protobuf.ValueR\texpiresAt\x12?\n" +
-	"\x0fmax_activations\x18\x03 \x01(\v2\x16.google.protobuf.ValueR\x0emaxActivations\x12/\n" +
-	"\x06limits\x18\x04 \x01(\v2\x17.google.protobuf.StructR\x06limits\"\xb3\x03\n" +
+	"expires_at\x18\x02 \x01(\v2\x16.google.protobuf.ValueR\texpiresAt\x12z\n" +
+	"\x0fmax_activations\x18\x03 \x01(\v2\x16.google.protobuf.ValueB9\xaa\x83\x195{\"type\": \"integer\", \"minimum\": 1, \"x-nullable\": true}R\x0emaxActivations\x12\xda\x02\n" +
+	"\x06limits\x18\x04 \x01(\v2\x17.google.protobuf.StructB\xa8\x02\xaa\x83\x19\xa3\x02{\"type\": \"object\", \"description\": \"Limit keys of the allowlist (users, seats, admins, projects, environments, tenants, api_calls_per_day, rate_limit_rps, concurrent_sessions, features) to positive numbers.\", \"additionalProperties\": {\"type\": \"number\", \"minimum\": 0, \"exclusiveMinimum\": true}}R\x06limits\"\xb3\x03\n" +
 	"\x1aUpdateLicenseTermsResponse\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x129\n" +
 	"\n" +
@@ -2447,14 +2471,16 @@ const file_keyhouse_licensing_v1_licensing_proto_rawDesc = "" +
 	"\n" +
 	"UsageEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x01R\x05value:\x028\x01\"\xa7\x01\n" +
+	"\x05value\x18\x02 \x01(\x01R\x05value:\x028\x01\"\xeb\x01\n" +
 	"\x13ListLicensesRequest\x12\x1d\n" +
 	"\n" +
 	"product_id\x18\x01 \x01(\tR\tproductId\x12\x1b\n" +
 	"\x06status\x18\x02 \x01(\tH\x00R\x06status\x88\x01\x01\x12\x1b\n" +
 	"\tissued_to\x18\x03 \x01(\tR\bissuedTo\x12\x14\n" +
 	"\x05limit\x18\x04 \x01(\tR\x05limit\x12\x16\n" +
-	"\x06offset\x18\x05 \x01(\tR\x06offsetB\t\n" +
+	"\x06offset\x18\x05 \x01(\tR\x06offset\x12\x10\n" +
+	"\x03key\x18\x06 \x01(\tR\x03key\x120\n" +
+	"\x14expiring_within_days\x18\a \x01(\tR\x12expiringWithinDaysB\t\n" +
 	"\a_status\"\xd7\x04\n" +
 	"\n" +
 	"LicenseRow\x12\x10\n" +
@@ -2503,10 +2529,10 @@ const file_keyhouse_licensing_v1_licensing_proto_rawDesc = "" +
 	"\n" +
 	"UsageEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x01R\x05value:\x028\x01\"T\n" +
+	"\x05value\x18\x02 \x01(\x01R\x05value:\x028\x01\"\x84\x01\n" +
 	"\x12UpdateNotesRequest\x12\x10\n" +
-	"\x03key\x18\x01 \x01(\tR\x03key\x12,\n" +
-	"\x05notes\x18\x02 \x01(\v2\x16.google.protobuf.ValueR\x05notes\"[\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\\\n" +
+	"\x05notes\x18\x02 \x01(\v2\x16.google.protobuf.ValueB.\xa0\x83\x19\x01\xaa\x83\x19&{\"type\": \"string\", \"maxLength\": 10000}R\x05notes\"[\n" +
 	"\x13UpdateNotesResponse\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x122\n" +
 	"\x05notes\x18\x02 \x01(\v2\x1c.google.protobuf.StringValueR\x05notes\"\x11\n" +
@@ -2548,22 +2574,22 @@ const file_keyhouse_licensing_v1_licensing_proto_rawDesc = "" +
 	"\tsignature\x18\x02 \x01(\tR\tsignature\"\x15\n" +
 	"\x13GetPublicKeyRequest\"4\n" +
 	"\x14GetPublicKeyResponse\x12\x1c\n" +
-	"\tpublicKey\x18\x01 \x01(\tR\tpublicKey\"\xed\x02\n" +
-	"\x18VerifyLicenseFileRequest\x12(\n" +
-	"\x03key\x18\x01 \x01(\v2\x16.google.protobuf.ValueR\x03key\x12*\n" +
-	"\x04tier\x18\x02 \x01(\v2\x16.google.protobuf.ValueR\x04tier\x125\n" +
+	"\tpublicKey\x18\x01 \x01(\tR\tpublicKey\"\x8d\x04\n" +
+	"\x18VerifyLicenseFileRequest\x12D\n" +
+	"\x03key\x18\x01 \x01(\v2\x16.google.protobuf.ValueB\x1a\xa0\x83\x19\x01\xaa\x83\x19\x12{\"type\": \"string\"}R\x03key\x12F\n" +
+	"\x04tier\x18\x02 \x01(\v2\x16.google.protobuf.ValueB\x1a\xa0\x83\x19\x01\xaa\x83\x19\x12{\"type\": \"string\"}R\x04tier\x12Q\n" +
 	"\n" +
-	"product_id\x18\x03 \x01(\v2\x16.google.protobuf.ValueR\tproductId\x12(\n" +
-	"\x03sig\x18\x04 \x01(\v2\x16.google.protobuf.ValueR\x03sig\x123\n" +
-	"\tissued_to\x18\x05 \x01(\v2\x16.google.protobuf.ValueR\bissuedTo\x125\n" +
+	"product_id\x18\x03 \x01(\v2\x16.google.protobuf.ValueB\x1a\xa0\x83\x19\x01\xaa\x83\x19\x12{\"type\": \"string\"}R\tproductId\x12D\n" +
+	"\x03sig\x18\x04 \x01(\v2\x16.google.protobuf.ValueB\x1a\xa0\x83\x19\x01\xaa\x83\x19\x12{\"type\": \"string\"}R\x03sig\x12K\n" +
+	"\tissued_to\x18\x05 \x01(\v2\x16.google.protobuf.ValueB\x16\xaa\x83\x19\x12{\"type\": \"string\"}R\bissuedTo\x125\n" +
 	"\n" +
-	"expires_at\x18\x06 \x01(\v2\x16.google.protobuf.ValueR\texpiresAt\x12.\n" +
-	"\x06limits\x18\a \x01(\v2\x16.google.protobuf.ValueR\x06limits\"g\n" +
+	"expires_at\x18\x06 \x01(\v2\x16.google.protobuf.ValueR\texpiresAt\x12F\n" +
+	"\x06limits\x18\a \x01(\v2\x16.google.protobuf.ValueB\x16\xaa\x83\x19\x12{\"type\": \"object\"}R\x06limits\"g\n" +
 	"\x19VerifyLicenseFileResponse\x12\x14\n" +
 	"\x05valid\x18\x01 \x01(\bR\x05valid\x124\n" +
-	"\x06reason\x18\x02 \x01(\v2\x1c.google.protobuf.StringValueR\x06reason\"[\n" +
-	"\x1eVerifyLicenseFileBase64Request\x129\n" +
-	"\flicense_file\x18\x01 \x01(\v2\x16.google.protobuf.ValueR\vlicenseFile\"\xdb\x01\n" +
+	"\x06reason\x18\x02 \x01(\v2\x1c.google.protobuf.StringValueR\x06reason\"\xb3\x01\n" +
+	"\x1eVerifyLicenseFileBase64Request\x12\x90\x01\n" +
+	"\flicense_file\x18\x01 \x01(\v2\x16.google.protobuf.ValueBU\xa0\x83\x19\x01\xaa\x83\x19M{\"type\": \"string\", \"format\": \"byte\", \"description\": \"The .lic file, base64.\"}R\vlicenseFile\"\xdb\x01\n" +
 	"\vFileLicense\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x12\n" +
 	"\x04tier\x18\x02 \x01(\tR\x04tier\x12\x1d\n" +
@@ -2575,41 +2601,28 @@ const file_keyhouse_licensing_v1_licensing_proto_rawDesc = "" +
 	"\x06limits\x18\x06 \x01(\v2\x17.google.protobuf.StructR\x06limits\"u\n" +
 	"\x1fVerifyLicenseFileBase64Response\x12\x14\n" +
 	"\x05valid\x18\x01 \x01(\bR\x05valid\x12<\n" +
-	"\alicense\x18\x02 \x01(\v2\".keyhouse.licensing.v1.FileLicenseR\alicense2\xe4\x10\n" +
-	"\x10LicensingService\x12s\n" +
-	"\fIssueLicense\x12*.keyhouse.licensing.v1.IssueLicenseRequest\x1a+.keyhouse.licensing.v1.IssueLicenseResponse\"\n" +
-	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x12y\n" +
-	"\x0eImportLicenses\x12,.keyhouse.licensing.v1.ImportLicensesRequest\x1a-.keyhouse.licensing.v1.ImportLicensesResponse\"\n" +
-	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\a\x12v\n" +
-	"\rVerifyLicense\x12+.keyhouse.licensing.v1.VerifyLicenseRequest\x1a,.keyhouse.licensing.v1.VerifyLicenseResponse\"\n" +
-	"\x90\x82\x19\x01\x9a\x82\x19\x02\b\x02\x12\x7f\n" +
-	"\x12VerifyLicenseBatch\x120.keyhouse.licensing.v1.VerifyLicenseBatchRequest\x1a1.keyhouse.licensing.v1.VerifyLicenseBatchResponse\"\x04\x90\x82\x19\x01\x12v\n" +
-	"\rRevokeLicense\x12+.keyhouse.licensing.v1.RevokeLicenseRequest\x1a,.keyhouse.licensing.v1.RevokeLicenseResponse\"\n" +
-	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x12v\n" +
-	"\rDeleteLicense\x12+.keyhouse.licensing.v1.DeleteLicenseRequest\x1a,.keyhouse.licensing.v1.DeleteLicenseResponse\"\n" +
-	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x12\x85\x01\n" +
-	"\x12UpdateLicenseTerms\x120.keyhouse.licensing.v1.UpdateLicenseTermsRequest\x1a1.keyhouse.licensing.v1.UpdateLicenseTermsResponse\"\n" +
-	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x12s\n" +
+	"\alicense\x18\x02 \x01(\v2\".keyhouse.licensing.v1.FileLicenseR\alicense2\xd3\x1c\n" +
+	"\x10LicensingService\x12\xc3\x02\n" +
+	"\fIssueLicense\x12*.keyhouse.licensing.v1.IssueLicenseRequest\x1a+.keyhouse.licensing.v1.IssueLicenseResponse\"\xd9\x01\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x90\x83\x19\x01\x9a\x83\x19N\b\x90\x03\x12IUnknown limit key: <key>; a field missing, too long or of the wrong type.\x9a\x83\x19u\b\x93\x03\x12pproduct_id is owned by a different tenant; Subscription is not active; License issuance quota exceeded (hosted).\x12\xe4\x02\n" +
+	"\x0eImportLicenses\x12,.keyhouse.licensing.v1.ImportLicensesRequest\x1a-.keyhouse.licensing.v1.ImportLicensesResponse\"\xf4\x01\x90\x82\x19\x02\x9a\x82\x19\x02\b\a\x9a\x83\x19J\b\x93\x03\x12ESubscription is not active; License issuance quota exceeded (hosted).\x9a\x83\x19L\b\x99\x03\x12Glicenses[<i>].key already exists with other terms (on_conflict \"fail\").\x9a\x83\x19H\b\xf7\x03\x12CLicensing is busy with a concurrent import of the same keys, retry.\x12\xf6\x01\n" +
+	"\rVerifyLicense\x12+.keyhouse.licensing.v1.VerifyLicenseRequest\x1a,.keyhouse.licensing.v1.VerifyLicenseResponse\"\x89\x01\x90\x82\x19\x01\x9a\x82\x19\x02\b\x02\x9a\x83\x191\b\x94\x03\x12,License key not found (with \"valid\": false).\x9a\x83\x19F\b\x93\x03\x12ALicense has expired; License is not active (with \"valid\": false).\x12\x7f\n" +
+	"\x12VerifyLicenseBatch\x120.keyhouse.licensing.v1.VerifyLicenseBatchRequest\x1a1.keyhouse.licensing.v1.VerifyLicenseBatchResponse\"\x04\x90\x82\x19\x01\x12\xd4\x02\n" +
+	"\rRevokeLicense\x12+.keyhouse.licensing.v1.RevokeLicenseRequest\x1a,.keyhouse.licensing.v1.RevokeLicenseResponse\"\xe7\x01\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x9a\x83\x19\x1b\b\x94\x03\x12\x16License key not found.\x9a\x83\x19;\b\x99\x03\x126License is already revoked; License is already active.\x9a\x83\x19{\b\x93\x03\x12vLicense has expired (reactivation); Subscription is not active; License issuance quota exceeded (hosted reactivation).\x12\x95\x01\n" +
+	"\rDeleteLicense\x12+.keyhouse.licensing.v1.DeleteLicenseRequest\x1a,.keyhouse.licensing.v1.DeleteLicenseResponse\")\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x9a\x83\x19\x1b\b\x94\x03\x12\x16License key not found.\x12\xa6\x02\n" +
+	"\x12UpdateLicenseTerms\x120.keyhouse.licensing.v1.UpdateLicenseTermsRequest\x1a1.keyhouse.licensing.v1.UpdateLicenseTermsResponse\"\xaa\x01\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x9a\x83\x19}\b\x90\x03\x12xNo updatable fields provided (expires_at, max_activations, limits); expires_at is required for self-license credentials.\x9a\x83\x19\x1b\b\x94\x03\x12\x16License key not found.\x12s\n" +
 	"\fListLicenses\x12*.keyhouse.licensing.v1.ListLicensesRequest\x1a+.keyhouse.licensing.v1.ListLicensesResponse\"\n" +
-	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x12\x82\x01\n" +
-	"\x11GetLicenseDetails\x12/.keyhouse.licensing.v1.GetLicenseDetailsRequest\x1a0.keyhouse.licensing.v1.GetLicenseDetailsResponse\"\n" +
-	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x12p\n" +
-	"\vUpdateNotes\x12).keyhouse.licensing.v1.UpdateNotesRequest\x1a*.keyhouse.licensing.v1.UpdateNotesResponse\"\n" +
-	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x12g\n" +
+	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x12\xa1\x01\n" +
+	"\x11GetLicenseDetails\x12/.keyhouse.licensing.v1.GetLicenseDetailsRequest\x1a0.keyhouse.licensing.v1.GetLicenseDetailsResponse\")\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x9a\x83\x19\x1b\b\x94\x03\x12\x16License key not found.\x12\x8f\x01\n" +
+	"\vUpdateNotes\x12).keyhouse.licensing.v1.UpdateNotesRequest\x1a*.keyhouse.licensing.v1.UpdateNotesResponse\")\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x9a\x83\x19\x1b\b\x94\x03\x12\x16License key not found.\x12g\n" +
 	"\bGetStats\x12&.keyhouse.licensing.v1.GetStatsRequest\x1a'.keyhouse.licensing.v1.GetStatsResponse\"\n" +
-	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x12v\n" +
-	"\rExportLicense\x12+.keyhouse.licensing.v1.ExportLicenseRequest\x1a,.keyhouse.licensing.v1.ExportLicenseResponse\"\n" +
-	"\x90\x82\x19\x01\x9a\x82\x19\x02\b\x04\x12\x82\x01\n" +
-	"\x11ExportLicenseFile\x12/.keyhouse.licensing.v1.ExportLicenseFileRequest\x1a0.keyhouse.licensing.v1.ExportLicenseFileResponse\"\n" +
-	"\x90\x82\x19\x01\x9a\x82\x19\x02\b\x04\x12\x8b\x01\n" +
-	"\x14ExportLicenseOffline\x122.keyhouse.licensing.v1.ExportLicenseOfflineRequest\x1a3.keyhouse.licensing.v1.ExportLicenseOfflineResponse\"\n" +
-	"\x90\x82\x19\x01\x9a\x82\x19\x02\b\x04\x12s\n" +
+	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x12\x95\x01\n" +
+	"\rExportLicense\x12+.keyhouse.licensing.v1.ExportLicenseRequest\x1a,.keyhouse.licensing.v1.ExportLicenseResponse\")\x90\x82\x19\x01\x9a\x82\x19\x02\b\x04\x9a\x83\x19\x1b\b\x94\x03\x12\x16License key not found.\x12\xa1\x01\n" +
+	"\x11ExportLicenseFile\x12/.keyhouse.licensing.v1.ExportLicenseFileRequest\x1a0.keyhouse.licensing.v1.ExportLicenseFileResponse\")\x90\x82\x19\x01\x9a\x82\x19\x02\b\x04\x9a\x83\x19\x1b\b\x94\x03\x12\x16License key not found.\x12\xaa\x01\n" +
+	"\x14ExportLicenseOffline\x122.keyhouse.licensing.v1.ExportLicenseOfflineRequest\x1a3.keyhouse.licensing.v1.ExportLicenseOfflineResponse\")\x90\x82\x19\x01\x9a\x82\x19\x02\b\x04\x9a\x83\x19\x1b\b\x94\x03\x12\x16License key not found.\x12s\n" +
 	"\fGetPublicKey\x12*.keyhouse.licensing.v1.GetPublicKeyRequest\x1a+.keyhouse.licensing.v1.GetPublicKeyResponse\"\n" +
-	"\x90\x82\x19\x01\x9a\x82\x19\x02\b\x04\x12\x82\x01\n" +
-	"\x11VerifyLicenseFile\x12/.keyhouse.licensing.v1.VerifyLicenseFileRequest\x1a0.keyhouse.licensing.v1.VerifyLicenseFileResponse\"\n" +
-	"\x90\x82\x19\x01\x9a\x82\x19\x02\b\x03\x12\x94\x01\n" +
-	"\x17VerifyLicenseFileBase64\x125.keyhouse.licensing.v1.VerifyLicenseFileBase64Request\x1a6.keyhouse.licensing.v1.VerifyLicenseFileBase64Response\"\n" +
-	"\x90\x82\x19\x01\x9a\x82\x19\x02\b\x03BMZKgithub.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1;licensingv1b\x06proto3"
+	"\x90\x82\x19\x01\x9a\x82\x19\x02\b\x04\x12\xc9\x02\n" +
+	"\x11VerifyLicenseFile\x12/.keyhouse.licensing.v1.VerifyLicenseFileRequest\x1a0.keyhouse.licensing.v1.VerifyLicenseFileResponse\"\xd0\x01\x90\x82\x19\x01\x9a\x82\x19\x02\b\x03\x9a\x83\x19r\b\x90\x03\x12mMissing required fields; expires_at must be a string or null; limits must be an object (with \"valid\": false).\x9a\x83\x19L\b\x93\x03\x12GInvalid signature; Expired; Revoked or not found (with \"valid\": false).\x12\xc1\x02\n" +
+	"\x17VerifyLicenseFileBase64\x125.keyhouse.licensing.v1.VerifyLicenseFileBase64Request\x1a6.keyhouse.licensing.v1.VerifyLicenseFileBase64Response\"\xb6\x01\x90\x82\x19\x01\x9a\x82\x19\x02\b\x03\x9a\x83\x19X\b\x90\x03\x12SMalformed or corrupt license_file; Incomplete license object (with \"valid\": false).\x9a\x83\x19L\b\x93\x03\x12GInvalid signature; Expired; Revoked or not found (with \"valid\": false).BMZKgithub.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1;licensingv1b\x06proto3"
 
 var (
 	file_keyhouse_licensing_v1_licensing_proto_rawDescOnce sync.Once

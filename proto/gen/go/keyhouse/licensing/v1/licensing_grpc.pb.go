@@ -64,11 +64,15 @@ type LicensingServiceClient interface {
 	RevokeLicense(ctx context.Context, in *RevokeLicenseRequest, opts ...grpc.CallOption) (*RevokeLicenseResponse, error)
 	// Deletes a license; its seats and usage go with it (an outbox event to activations).
 	DeleteLicense(ctx context.Context, in *DeleteLicenseRequest, opts ...grpc.CallOption) (*DeleteLicenseResponse, error)
+	// Changes a license's expiry, activation cap or limits; absent fields stay as they are.
 	UpdateLicenseTerms(ctx context.Context, in *UpdateLicenseTermsRequest, opts ...grpc.CallOption) (*UpdateLicenseTermsResponse, error)
+	// Lists the tenant's licenses, newest first, filtered by product_id, status, issued_to and key, or those expiring soon.
 	ListLicenses(ctx context.Context, in *ListLicensesRequest, opts ...grpc.CallOption) (*ListLicensesResponse, error)
 	// GET /v1/admin/license/:key, the only view with notes.
 	GetLicenseDetails(ctx context.Context, in *GetLicenseDetailsRequest, opts ...grpc.CallOption) (*GetLicenseDetailsResponse, error)
+	// Sets a license's internal notes ("" clears them).
 	UpdateNotes(ctx context.Context, in *UpdateNotesRequest, opts ...grpc.CallOption) (*UpdateNotesResponse, error)
+	// Counts licenses and activations, with the latest activations.
 	GetStats(ctx context.Context, in *GetStatsRequest, opts ...grpc.CallOption) (*GetStatsResponse, error)
 	// The HMAC-signed JSON export.
 	ExportLicense(ctx context.Context, in *ExportLicenseRequest, opts ...grpc.CallOption) (*ExportLicenseResponse, error)
@@ -76,6 +80,7 @@ type LicensingServiceClient interface {
 	ExportLicenseFile(ctx context.Context, in *ExportLicenseFileRequest, opts ...grpc.CallOption) (*ExportLicenseFileResponse, error)
 	// The RSA-signed JSON export, verifiable offline with the public key.
 	ExportLicenseOffline(ctx context.Context, in *ExportLicenseOfflineRequest, opts ...grpc.CallOption) (*ExportLicenseOfflineResponse, error)
+	// The RSA public key (PEM) that verifies offline exports and release manifests.
 	GetPublicKey(ctx context.Context, in *GetPublicKeyRequest, opts ...grpc.CallOption) (*GetPublicKeyResponse, error)
 	// Checks an HMAC export's fields and signature, and the license live in the database.
 	VerifyLicenseFile(ctx context.Context, in *VerifyLicenseFileRequest, opts ...grpc.CallOption) (*VerifyLicenseFileResponse, error)
@@ -287,11 +292,15 @@ type LicensingServiceServer interface {
 	RevokeLicense(context.Context, *RevokeLicenseRequest) (*RevokeLicenseResponse, error)
 	// Deletes a license; its seats and usage go with it (an outbox event to activations).
 	DeleteLicense(context.Context, *DeleteLicenseRequest) (*DeleteLicenseResponse, error)
+	// Changes a license's expiry, activation cap or limits; absent fields stay as they are.
 	UpdateLicenseTerms(context.Context, *UpdateLicenseTermsRequest) (*UpdateLicenseTermsResponse, error)
+	// Lists the tenant's licenses, newest first, filtered by product_id, status, issued_to and key, or those expiring soon.
 	ListLicenses(context.Context, *ListLicensesRequest) (*ListLicensesResponse, error)
 	// GET /v1/admin/license/:key, the only view with notes.
 	GetLicenseDetails(context.Context, *GetLicenseDetailsRequest) (*GetLicenseDetailsResponse, error)
+	// Sets a license's internal notes ("" clears them).
 	UpdateNotes(context.Context, *UpdateNotesRequest) (*UpdateNotesResponse, error)
+	// Counts licenses and activations, with the latest activations.
 	GetStats(context.Context, *GetStatsRequest) (*GetStatsResponse, error)
 	// The HMAC-signed JSON export.
 	ExportLicense(context.Context, *ExportLicenseRequest) (*ExportLicenseResponse, error)
@@ -299,6 +308,7 @@ type LicensingServiceServer interface {
 	ExportLicenseFile(context.Context, *ExportLicenseFileRequest) (*ExportLicenseFileResponse, error)
 	// The RSA-signed JSON export, verifiable offline with the public key.
 	ExportLicenseOffline(context.Context, *ExportLicenseOfflineRequest) (*ExportLicenseOfflineResponse, error)
+	// The RSA public key (PEM) that verifies offline exports and release manifests.
 	GetPublicKey(context.Context, *GetPublicKeyRequest) (*GetPublicKeyResponse, error)
 	// Checks an HMAC export's fields and signature, and the license live in the database.
 	VerifyLicenseFile(context.Context, *VerifyLicenseFileRequest) (*VerifyLicenseFileResponse, error)

@@ -942,14 +942,14 @@ var File_keyhouse_releases_v1_releases_proto protoreflect.FileDescriptor
 
 const file_keyhouse_releases_v1_releases_proto_rawDesc = "" +
 	"\n" +
-	"#keyhouse/releases/v1/releases.proto\x12\x14keyhouse.releases.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x19keyhouse/api/v1/api.proto\"\xeb\x01\n" +
-	"\x16RegisterReleaseRequest\x12\x1d\n" +
+	"#keyhouse/releases/v1/releases.proto\x12\x14keyhouse.releases.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x19keyhouse/api/v1/api.proto\"\xfd\x01\n" +
+	"\x16RegisterReleaseRequest\x12#\n" +
 	"\n" +
-	"product_id\x18\x01 \x01(\tR\tproductId\x12\x18\n" +
-	"\aversion\x18\x02 \x01(\tR\aversion\x12\x18\n" +
+	"product_id\x18\x01 \x01(\tB\x04\xa0\x83\x19\x01R\tproductId\x12\x1e\n" +
+	"\aversion\x18\x02 \x01(\tB\x04\xa0\x83\x19\x01R\aversion\x12\x18\n" +
 	"\achannel\x18\x03 \x01(\tR\achannel\x12\x1a\n" +
-	"\bplatform\x18\x04 \x01(\tR\bplatform\x12!\n" +
-	"\fartifact_url\x18\x05 \x01(\tR\vartifactUrl\x12\x1a\n" +
+	"\bplatform\x18\x04 \x01(\tR\bplatform\x12'\n" +
+	"\fartifact_url\x18\x05 \x01(\tB\x04\xa0\x83\x19\x01R\vartifactUrl\x12\x1a\n" +
 	"\bchecksum\x18\x06 \x01(\tR\bchecksum\x12#\n" +
 	"\rrelease_notes\x18\a \x01(\tR\freleaseNotes\"A\n" +
 	"\x17RegisterReleaseResponse\x12\x0e\n" +
@@ -998,20 +998,20 @@ const file_keyhouse_releases_v1_releases_proto_rawDesc = "" +
 	"\tsignature\x18\n" +
 	" \x01(\tR\tsignature\x129\n" +
 	"\n" +
-	"created_at\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\"5\n" +
-	"\x17UnpublishReleaseRequest\x12\x13\n" +
-	"\x02id\x18\x01 \x01(\x05H\x00R\x02id\x88\x01\x01B\x05\n" +
+	"created_at\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\";\n" +
+	"\x17UnpublishReleaseRequest\x12\x19\n" +
+	"\x02id\x18\x01 \x01(\x05B\x04\xa0\x83\x19\x01H\x00R\x02id\x88\x01\x01B\x05\n" +
 	"\x03_id\"B\n" +
 	"\x18UnpublishReleaseResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x05R\x02id\x12\x16\n" +
-	"\x06status\x18\x02 \x01(\tR\x06status\"\xa4\x01\n" +
+	"\x06status\x18\x02 \x01(\tR\x06status\"\xb0\x01\n" +
 	"\x12CheckUpdateRequest\x12\x10\n" +
-	"\x03key\x18\x01 \x01(\tR\x03key\x12\x1d\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12#\n" +
 	"\n" +
-	"product_id\x18\x02 \x01(\tR\tproductId\x12\x18\n" +
+	"product_id\x18\x02 \x01(\tB\x04\xa0\x83\x19\x01R\tproductId\x12\x18\n" +
 	"\achannel\x18\x03 \x01(\tR\achannel\x12\x1a\n" +
-	"\bplatform\x18\x04 \x01(\tR\bplatform\x12'\n" +
-	"\x0fcurrent_version\x18\x05 \x01(\tR\x0ecurrentVersion\"z\n" +
+	"\bplatform\x18\x04 \x01(\tR\bplatform\x12-\n" +
+	"\x0fcurrent_version\x18\x05 \x01(\tB\x04\xa0\x83\x19\x01R\x0ecurrentVersion\"z\n" +
 	"\x13CheckUpdateResponse\x12)\n" +
 	"\x10update_available\x18\x01 \x01(\bR\x0fupdateAvailable\x128\n" +
 	"\arelease\x18\x02 \x01(\v2\x1e.keyhouse.releases.v1.ManifestR\arelease\"\xb4\x02\n" +
@@ -1025,19 +1025,15 @@ const file_keyhouse_releases_v1_releases_proto_rawDesc = "" +
 	"\bchecksum\x18\x06 \x01(\tR\bchecksum\x12#\n" +
 	"\rrelease_notes\x18\a \x01(\tR\freleaseNotes\x12\x1c\n" +
 	"\tsignature\x18\b \x01(\tR\tsignature\x127\n" +
-	"\tissued_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\bissuedAt2\xdc\x04\n" +
-	"\x0fReleasesService\x12z\n" +
-	"\x0fRegisterRelease\x12,.keyhouse.releases.v1.RegisterReleaseRequest\x1a-.keyhouse.releases.v1.RegisterReleaseResponse\"\n" +
-	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x12q\n" +
+	"\tissued_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\bissuedAt2\x81\b\n" +
+	"\x0fReleasesService\x12\x92\x03\n" +
+	"\x0fRegisterRelease\x12,.keyhouse.releases.v1.RegisterReleaseRequest\x1a-.keyhouse.releases.v1.RegisterReleaseResponse\"\xa1\x02\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x90\x83\x19\x01\x9a\x83\x19Q\b\x90\x03\x12Lproduct_id uses a reserved prefix; artifact_url must be a valid http(s) URL.\x9a\x83\x19k\b\x93\x03\x12fproduct_id is owned by a different tenant; Subscription is not active (hosted); Release limit reached.\x9a\x83\x19K\b\x99\x03\x12FA release already exists for this product_id/version/channel/platform.\x12q\n" +
 	"\fListReleases\x12).keyhouse.releases.v1.ListReleasesRequest\x1a*.keyhouse.releases.v1.ListReleasesResponse\"\n" +
-	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x12k\n" +
+	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x12\x86\x01\n" +
 	"\n" +
-	"GetRelease\x12'.keyhouse.releases.v1.GetReleaseRequest\x1a(.keyhouse.releases.v1.GetReleaseResponse\"\n" +
-	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x12}\n" +
-	"\x10UnpublishRelease\x12-.keyhouse.releases.v1.UnpublishReleaseRequest\x1a..keyhouse.releases.v1.UnpublishReleaseResponse\"\n" +
-	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x12n\n" +
-	"\vCheckUpdate\x12(.keyhouse.releases.v1.CheckUpdateRequest\x1a).keyhouse.releases.v1.CheckUpdateResponse\"\n" +
-	"\x90\x82\x19\x01\x9a\x82\x19\x02\b\x02BKZIgithub.com/keyhouse/keyhouse/proto/gen/go/keyhouse/releases/v1;releasesv1b\x06proto3"
+	"GetRelease\x12'.keyhouse.releases.v1.GetReleaseRequest\x1a(.keyhouse.releases.v1.GetReleaseResponse\"%\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x9a\x83\x19\x17\b\x94\x03\x12\x12Release not found.\x12\x98\x01\n" +
+	"\x10UnpublishRelease\x12-.keyhouse.releases.v1.UnpublishReleaseRequest\x1a..keyhouse.releases.v1.UnpublishReleaseResponse\"%\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x9a\x83\x19\x17\b\x94\x03\x12\x12Release not found.\x12\xc1\x01\n" +
+	"\vCheckUpdate\x12(.keyhouse.releases.v1.CheckUpdateRequest\x1a).keyhouse.releases.v1.CheckUpdateResponse\"]\x90\x82\x19\x01\x9a\x82\x19\x02\b\x02\x9a\x83\x19\x1b\b\x94\x03\x12\x16License key not found.\x9a\x83\x190\b\x93\x03\x12+License has expired; License is not active.BKZIgithub.com/keyhouse/keyhouse/proto/gen/go/keyhouse/releases/v1;releasesv1b\x06proto3"
 
 var (
 	file_keyhouse_releases_v1_releases_proto_rawDescOnce sync.Once

@@ -1263,15 +1263,266 @@ func (x *ReceiveEventResponse) GetReceived() bool {
 	return false
 }
 
+// MailSettings shape the buyer email of the tenant's storefront sales. Empty: the
+// default (EMAIL_FROM as it is, EMAIL_REPLY_TO, the product_id).
+type MailSettings struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The From display name buyers see, with the address of EMAIL_FROM ("Acme Support").
+	SenderName string `protobuf:"bytes,1,opt,name=sender_name,json=senderName,proto3" json:"sender_name,omitempty"`
+	// Where a buyer's reply goes (one plain address).
+	ReplyTo string `protobuf:"bytes,2,opt,name=reply_to,json=replyTo,proto3" json:"reply_to,omitempty"`
+	// The product's name in the email's subject and body, instead of its product_id.
+	ProductName   string `protobuf:"bytes,3,opt,name=product_name,json=productName,proto3" json:"product_name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MailSettings) Reset() {
+	*x = MailSettings{}
+	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MailSettings) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MailSettings) ProtoMessage() {}
+
+func (x *MailSettings) ProtoReflect() protoreflect.Message {
+	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MailSettings.ProtoReflect.Descriptor instead.
+func (*MailSettings) Descriptor() ([]byte, []int) {
+	return file_keyhouse_storefront_v1_storefront_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *MailSettings) GetSenderName() string {
+	if x != nil {
+		return x.SenderName
+	}
+	return ""
+}
+
+func (x *MailSettings) GetReplyTo() string {
+	if x != nil {
+		return x.ReplyTo
+	}
+	return ""
+}
+
+func (x *MailSettings) GetProductName() string {
+	if x != nil {
+		return x.ProductName
+	}
+	return ""
+}
+
+type GetMailSettingsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetMailSettingsRequest) Reset() {
+	*x = GetMailSettingsRequest{}
+	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetMailSettingsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetMailSettingsRequest) ProtoMessage() {}
+
+func (x *GetMailSettingsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetMailSettingsRequest.ProtoReflect.Descriptor instead.
+func (*GetMailSettingsRequest) Descriptor() ([]byte, []int) {
+	return file_keyhouse_storefront_v1_storefront_proto_rawDescGZIP(), []int{22}
+}
+
+type GetMailSettingsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Settings      *MailSettings          `protobuf:"bytes,1,opt,name=settings,proto3" json:"settings,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetMailSettingsResponse) Reset() {
+	*x = GetMailSettingsResponse{}
+	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetMailSettingsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetMailSettingsResponse) ProtoMessage() {}
+
+func (x *GetMailSettingsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetMailSettingsResponse.ProtoReflect.Descriptor instead.
+func (*GetMailSettingsResponse) Descriptor() ([]byte, []int) {
+	return file_keyhouse_storefront_v1_storefront_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *GetMailSettingsResponse) GetSettings() *MailSettings {
+	if x != nil {
+		return x.Settings
+	}
+	return nil
+}
+
+type UpdateMailSettingsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// At most 100 characters, none a line break or other control character.
+	SenderName string `protobuf:"bytes,1,opt,name=sender_name,json=senderName,proto3" json:"sender_name,omitempty"`
+	ReplyTo    string `protobuf:"bytes,2,opt,name=reply_to,json=replyTo,proto3" json:"reply_to,omitempty"`
+	// At most 100 characters, none a line break or other control character.
+	ProductName   string `protobuf:"bytes,3,opt,name=product_name,json=productName,proto3" json:"product_name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateMailSettingsRequest) Reset() {
+	*x = UpdateMailSettingsRequest{}
+	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateMailSettingsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateMailSettingsRequest) ProtoMessage() {}
+
+func (x *UpdateMailSettingsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateMailSettingsRequest.ProtoReflect.Descriptor instead.
+func (*UpdateMailSettingsRequest) Descriptor() ([]byte, []int) {
+	return file_keyhouse_storefront_v1_storefront_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *UpdateMailSettingsRequest) GetSenderName() string {
+	if x != nil {
+		return x.SenderName
+	}
+	return ""
+}
+
+func (x *UpdateMailSettingsRequest) GetReplyTo() string {
+	if x != nil {
+		return x.ReplyTo
+	}
+	return ""
+}
+
+func (x *UpdateMailSettingsRequest) GetProductName() string {
+	if x != nil {
+		return x.ProductName
+	}
+	return ""
+}
+
+type UpdateMailSettingsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Settings      *MailSettings          `protobuf:"bytes,1,opt,name=settings,proto3" json:"settings,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateMailSettingsResponse) Reset() {
+	*x = UpdateMailSettingsResponse{}
+	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateMailSettingsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateMailSettingsResponse) ProtoMessage() {}
+
+func (x *UpdateMailSettingsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateMailSettingsResponse.ProtoReflect.Descriptor instead.
+func (*UpdateMailSettingsResponse) Descriptor() ([]byte, []int) {
+	return file_keyhouse_storefront_v1_storefront_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *UpdateMailSettingsResponse) GetSettings() *MailSettings {
+	if x != nil {
+		return x.Settings
+	}
+	return nil
+}
+
 var File_keyhouse_storefront_v1_storefront_proto protoreflect.FileDescriptor
 
 const file_keyhouse_storefront_v1_storefront_proto_rawDesc = "" +
 	"\n" +
 	"'keyhouse/storefront/v1/storefront.proto\x12\x16keyhouse.storefront.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1egoogle/protobuf/wrappers.proto\x1a\x19keyhouse/api/v1/api.proto\"S\n" +
 	"\x16ConnectWebhookResponse\x129\n" +
-	"\awebhook\x18\x01 \x01(\v2\x1f.keyhouse.storefront.v1.WebhookR\awebhook\"3\n" +
-	"\x15ConnectWebhookRequest\x12\x1a\n" +
-	"\bprovider\x18\x01 \x01(\tR\bprovider\"\xb8\x01\n" +
+	"\awebhook\x18\x01 \x01(\v2\x1f.keyhouse.storefront.v1.WebhookR\awebhook\"9\n" +
+	"\x15ConnectWebhookRequest\x12 \n" +
+	"\bprovider\x18\x01 \x01(\tB\x04\xa0\x83\x19\x01R\bprovider\"\xb8\x01\n" +
 	"\aWebhook\x12\x1d\n" +
 	"\n" +
 	"webhook_id\x18\x01 \x01(\tR\twebhookId\x12\x1a\n" +
@@ -1284,29 +1535,29 @@ const file_keyhouse_storefront_v1_storefront_proto_rawDesc = "" +
 	"\x14ListWebhooksResponse\x12;\n" +
 	"\bwebhooks\x18\x01 \x03(\v2\x1f.keyhouse.storefront.v1.WebhookR\bwebhooks\"V\n" +
 	"\x19SaveWebhookSecretResponse\x129\n" +
-	"\awebhook\x18\x01 \x01(\v2\x1f.keyhouse.storefront.v1.WebhookR\awebhook\"`\n" +
+	"\awebhook\x18\x01 \x01(\v2\x1f.keyhouse.storefront.v1.WebhookR\awebhook\"f\n" +
 	"\x18SaveWebhookSecretRequest\x12\x1d\n" +
 	"\n" +
-	"webhook_id\x18\x01 \x01(\tR\twebhookId\x12%\n" +
-	"\x0esigning_secret\x18\x02 \x01(\tR\rsigningSecret\"S\n" +
+	"webhook_id\x18\x01 \x01(\tR\twebhookId\x12+\n" +
+	"\x0esigning_secret\x18\x02 \x01(\tB\x04\xa0\x83\x19\x01R\rsigningSecret\"S\n" +
 	"\x16DisableWebhookResponse\x129\n" +
 	"\awebhook\x18\x01 \x01(\v2\x1f.keyhouse.storefront.v1.WebhookR\awebhook\"6\n" +
 	"\x15DisableWebhookRequest\x12\x1d\n" +
 	"\n" +
 	"webhook_id\x18\x01 \x01(\tR\twebhookId\"R\n" +
 	"\x15CreateMappingResponse\x129\n" +
-	"\amapping\x18\x01 \x01(\v2\x1f.keyhouse.storefront.v1.MappingR\amapping\"\x8c\x03\n" +
+	"\amapping\x18\x01 \x01(\v2\x1f.keyhouse.storefront.v1.MappingR\amapping\"\xf7\x05\n" +
 	"\x14CreateMappingRequest\x12!\n" +
 	"\fpayment_link\x18\x01 \x01(\tR\vpaymentLink\x12\x1f\n" +
 	"\vservice_ref\x18\x02 \x01(\tR\n" +
-	"serviceRef\x12\x1d\n" +
+	"serviceRef\x12#\n" +
 	"\n" +
-	"product_id\x18\x03 \x01(\tR\tproductId\x12\x12\n" +
-	"\x04tier\x18\x04 \x01(\tR\x04tier\x12,\n" +
-	"\x05seats\x18\x05 \x01(\v2\x16.google.protobuf.ValueR\x05seats\x12/\n" +
-	"\x06limits\x18\x06 \x01(\v2\x17.google.protobuf.StructR\x06limits\x12;\n" +
-	"\rduration_days\x18\a \x01(\v2\x16.google.protobuf.ValueR\fdurationDays\x12D\n" +
-	"\x12renewal_grace_days\x18\b \x01(\v2\x16.google.protobuf.ValueR\x10renewalGraceDays\x12\x1b\n" +
+	"product_id\x18\x03 \x01(\tB\x04\xa0\x83\x19\x01R\tproductId\x12\x18\n" +
+	"\x04tier\x18\x04 \x01(\tB\x04\xa0\x83\x19\x01R\x04tier\x12S\n" +
+	"\x05seats\x18\x05 \x01(\v2\x16.google.protobuf.ValueB%\xaa\x83\x19!{\"type\": \"integer\", \"minimum\": 1}R\x05seats\x12\xf5\x01\n" +
+	"\x06limits\x18\x06 \x01(\v2\x17.google.protobuf.StructB\xc3\x01\xaa\x83\x19\xbe\x01{\"type\": \"object\", \"description\": \"Limit keys of the allowlist to positive numbers, as in issue-license.\", \"additionalProperties\": {\"type\": \"number\", \"minimum\": 0, \"exclusiveMinimum\": true}}R\x06limits\x12v\n" +
+	"\rduration_days\x18\a \x01(\v2\x16.google.protobuf.ValueB9\xaa\x83\x195{\"type\": \"integer\", \"minimum\": 1, \"x-nullable\": true}R\fdurationDays\x12z\n" +
+	"\x12renewal_grace_days\x18\b \x01(\v2\x16.google.protobuf.ValueB4\xaa\x83\x190{\"type\": \"integer\", \"minimum\": 0, \"maximum\": 90}R\x10renewalGraceDays\x12\x1b\n" +
 	"\ton_refund\x18\t \x01(\tR\bonRefund\"\xdb\x03\n" +
 	"\aMapping\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x05R\x02id\x12?\n" +
@@ -1363,26 +1614,38 @@ const file_keyhouse_storefront_v1_storefront_proto_rawDesc = "" +
 	"\apayload\x18\x02 \x01(\fR\apayload\x12\x1c\n" +
 	"\tsignature\x18\x03 \x01(\tR\tsignature\"2\n" +
 	"\x14ReceiveEventResponse\x12\x1a\n" +
-	"\breceived\x18\x01 \x01(\bR\breceived2\xea\b\n" +
-	"\x11StorefrontService\x12{\n" +
-	"\x0eConnectWebhook\x12-.keyhouse.storefront.v1.ConnectWebhookRequest\x1a..keyhouse.storefront.v1.ConnectWebhookResponse\"\n" +
-	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x12u\n" +
+	"\breceived\x18\x01 \x01(\bR\breceived\"m\n" +
+	"\fMailSettings\x12\x1f\n" +
+	"\vsender_name\x18\x01 \x01(\tR\n" +
+	"senderName\x12\x19\n" +
+	"\breply_to\x18\x02 \x01(\tR\areplyTo\x12!\n" +
+	"\fproduct_name\x18\x03 \x01(\tR\vproductName\"\x18\n" +
+	"\x16GetMailSettingsRequest\"[\n" +
+	"\x17GetMailSettingsResponse\x12@\n" +
+	"\bsettings\x18\x01 \x01(\v2$.keyhouse.storefront.v1.MailSettingsR\bsettings\"\xa5\x01\n" +
+	"\x19UpdateMailSettingsRequest\x12\x1f\n" +
+	"\vsender_name\x18\x01 \x01(\tR\n" +
+	"senderName\x12D\n" +
+	"\breply_to\x18\x02 \x01(\tB)\xaa\x83\x19%{\"type\": \"string\", \"format\": \"email\"}R\areplyTo\x12!\n" +
+	"\fproduct_name\x18\x03 \x01(\tR\vproductName\"^\n" +
+	"\x1aUpdateMailSettingsResponse\x12@\n" +
+	"\bsettings\x18\x01 \x01(\v2$.keyhouse.storefront.v1.MailSettingsR\bsettings2\xf5\x0f\n" +
+	"\x11StorefrontService\x12\xc9\x01\n" +
+	"\x0eConnectWebhook\x12-.keyhouse.storefront.v1.ConnectWebhookRequest\x1a..keyhouse.storefront.v1.ConnectWebhookResponse\"X\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x9a\x83\x19J\b\x99\x03\x12EAn active webhook already exists for this provider; disable it first.\x12u\n" +
 	"\fListWebhooks\x12+.keyhouse.storefront.v1.ListWebhooksRequest\x1a,.keyhouse.storefront.v1.ListWebhooksResponse\"\n" +
-	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x12\x84\x01\n" +
-	"\x11SaveWebhookSecret\x120.keyhouse.storefront.v1.SaveWebhookSecretRequest\x1a1.keyhouse.storefront.v1.SaveWebhookSecretResponse\"\n" +
-	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x12{\n" +
-	"\x0eDisableWebhook\x12-.keyhouse.storefront.v1.DisableWebhookRequest\x1a..keyhouse.storefront.v1.DisableWebhookResponse\"\n" +
-	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x12x\n" +
-	"\rCreateMapping\x12,.keyhouse.storefront.v1.CreateMappingRequest\x1a-.keyhouse.storefront.v1.CreateMappingResponse\"\n" +
-	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x12u\n" +
+	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x12\xcf\x01\n" +
+	"\x11SaveWebhookSecret\x120.keyhouse.storefront.v1.SaveWebhookSecretRequest\x1a1.keyhouse.storefront.v1.SaveWebhookSecretResponse\"U\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x9a\x83\x19\x17\b\x94\x03\x12\x12Webhook not found.\x9a\x83\x19,\b\x99\x03\x12'Webhook is disabled; connect a new one.\x12\xbb\x01\n" +
+	"\x0eDisableWebhook\x12-.keyhouse.storefront.v1.DisableWebhookRequest\x1a..keyhouse.storefront.v1.DisableWebhookResponse\"J\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x9a\x83\x19\x17\b\x94\x03\x12\x12Webhook not found.\x9a\x83\x19!\b\x99\x03\x12\x1cWebhook is already disabled.\x12\xe3\x01\n" +
+	"\rCreateMapping\x12,.keyhouse.storefront.v1.CreateMappingRequest\x1a-.keyhouse.storefront.v1.CreateMappingResponse\"u\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x90\x83\x19\x01\x9a\x83\x19c\b\x99\x03\x12^A mapping for this payment_link already exists; A mapping for this service_ref already exists.\x12u\n" +
 	"\fListMappings\x12+.keyhouse.storefront.v1.ListMappingsRequest\x1a,.keyhouse.storefront.v1.ListMappingsResponse\"\n" +
-	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x12x\n" +
-	"\rDeleteMapping\x12,.keyhouse.storefront.v1.DeleteMappingRequest\x1a-.keyhouse.storefront.v1.DeleteMappingResponse\"\n" +
-	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x12{\n" +
+	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x12\x93\x01\n" +
+	"\rDeleteMapping\x12,.keyhouse.storefront.v1.DeleteMappingRequest\x1a-.keyhouse.storefront.v1.DeleteMappingResponse\"%\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x9a\x83\x19\x17\b\x94\x03\x12\x12Mapping not found.\x12{\n" +
 	"\x0eListDeliveries\x12-.keyhouse.storefront.v1.ListDeliveriesRequest\x1a..keyhouse.storefront.v1.ListDeliveriesResponse\"\n" +
-	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x12u\n" +
-	"\fReceiveEvent\x12+.keyhouse.storefront.v1.ReceiveEventRequest\x1a,.keyhouse.storefront.v1.ReceiveEventResponse\"\n" +
-	"\x90\x82\x19\x01\x9a\x82\x19\x02\b\x01BOZMgithub.com/keyhouse/keyhouse/proto/gen/go/keyhouse/storefront/v1;storefrontv1b\x06proto3"
+	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x12~\n" +
+	"\x0fGetMailSettings\x12..keyhouse.storefront.v1.GetMailSettingsRequest\x1a/.keyhouse.storefront.v1.GetMailSettingsResponse\"\n" +
+	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x12\xbc\x02\n" +
+	"\x12UpdateMailSettings\x121.keyhouse.storefront.v1.UpdateMailSettingsRequest\x1a2.keyhouse.storefront.v1.UpdateMailSettingsResponse\"\xbe\x01\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x9a\x83\x19\xaf\x01\b\x90\x03\x12\xa9\x01sender_name (or product_name) must be at most 100 characters with no line break or other control character; reply_to must be one email address, like support@example.com.\x12\xdd\x01\n" +
+	"\fReceiveEvent\x12+.keyhouse.storefront.v1.ReceiveEventRequest\x1a,.keyhouse.storefront.v1.ReceiveEventResponse\"r\x90\x82\x19\x01\x9a\x82\x19\x02\b\x01\x9a\x83\x19I\b\x90\x03\x12DInvalid signature; Invalid payload: <reason>; Webhook is not active.\x9a\x83\x19\x17\b\x94\x03\x12\x12Webhook not found.BOZMgithub.com/keyhouse/keyhouse/proto/gen/go/keyhouse/storefront/v1;storefrontv1b\x06proto3"
 
 var (
 	file_keyhouse_storefront_v1_storefront_proto_rawDescOnce sync.Once
@@ -1396,81 +1659,92 @@ func file_keyhouse_storefront_v1_storefront_proto_rawDescGZIP() []byte {
 	return file_keyhouse_storefront_v1_storefront_proto_rawDescData
 }
 
-var file_keyhouse_storefront_v1_storefront_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_keyhouse_storefront_v1_storefront_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_keyhouse_storefront_v1_storefront_proto_goTypes = []any{
-	(*ConnectWebhookResponse)(nil),    // 0: keyhouse.storefront.v1.ConnectWebhookResponse
-	(*ConnectWebhookRequest)(nil),     // 1: keyhouse.storefront.v1.ConnectWebhookRequest
-	(*Webhook)(nil),                   // 2: keyhouse.storefront.v1.Webhook
-	(*ListWebhooksRequest)(nil),       // 3: keyhouse.storefront.v1.ListWebhooksRequest
-	(*ListWebhooksResponse)(nil),      // 4: keyhouse.storefront.v1.ListWebhooksResponse
-	(*SaveWebhookSecretResponse)(nil), // 5: keyhouse.storefront.v1.SaveWebhookSecretResponse
-	(*SaveWebhookSecretRequest)(nil),  // 6: keyhouse.storefront.v1.SaveWebhookSecretRequest
-	(*DisableWebhookResponse)(nil),    // 7: keyhouse.storefront.v1.DisableWebhookResponse
-	(*DisableWebhookRequest)(nil),     // 8: keyhouse.storefront.v1.DisableWebhookRequest
-	(*CreateMappingResponse)(nil),     // 9: keyhouse.storefront.v1.CreateMappingResponse
-	(*CreateMappingRequest)(nil),      // 10: keyhouse.storefront.v1.CreateMappingRequest
-	(*Mapping)(nil),                   // 11: keyhouse.storefront.v1.Mapping
-	(*ListMappingsRequest)(nil),       // 12: keyhouse.storefront.v1.ListMappingsRequest
-	(*ListMappingsResponse)(nil),      // 13: keyhouse.storefront.v1.ListMappingsResponse
-	(*DeleteMappingRequest)(nil),      // 14: keyhouse.storefront.v1.DeleteMappingRequest
-	(*DeleteMappingResponse)(nil),     // 15: keyhouse.storefront.v1.DeleteMappingResponse
-	(*ListDeliveriesRequest)(nil),     // 16: keyhouse.storefront.v1.ListDeliveriesRequest
-	(*Delivery)(nil),                  // 17: keyhouse.storefront.v1.Delivery
-	(*ListDeliveriesResponse)(nil),    // 18: keyhouse.storefront.v1.ListDeliveriesResponse
-	(*ReceiveEventRequest)(nil),       // 19: keyhouse.storefront.v1.ReceiveEventRequest
-	(*ReceiveEventResponse)(nil),      // 20: keyhouse.storefront.v1.ReceiveEventResponse
-	(*timestamppb.Timestamp)(nil),     // 21: google.protobuf.Timestamp
-	(*structpb.Value)(nil),            // 22: google.protobuf.Value
-	(*structpb.Struct)(nil),           // 23: google.protobuf.Struct
-	(*wrapperspb.StringValue)(nil),    // 24: google.protobuf.StringValue
-	(*wrapperspb.Int32Value)(nil),     // 25: google.protobuf.Int32Value
+	(*ConnectWebhookResponse)(nil),     // 0: keyhouse.storefront.v1.ConnectWebhookResponse
+	(*ConnectWebhookRequest)(nil),      // 1: keyhouse.storefront.v1.ConnectWebhookRequest
+	(*Webhook)(nil),                    // 2: keyhouse.storefront.v1.Webhook
+	(*ListWebhooksRequest)(nil),        // 3: keyhouse.storefront.v1.ListWebhooksRequest
+	(*ListWebhooksResponse)(nil),       // 4: keyhouse.storefront.v1.ListWebhooksResponse
+	(*SaveWebhookSecretResponse)(nil),  // 5: keyhouse.storefront.v1.SaveWebhookSecretResponse
+	(*SaveWebhookSecretRequest)(nil),   // 6: keyhouse.storefront.v1.SaveWebhookSecretRequest
+	(*DisableWebhookResponse)(nil),     // 7: keyhouse.storefront.v1.DisableWebhookResponse
+	(*DisableWebhookRequest)(nil),      // 8: keyhouse.storefront.v1.DisableWebhookRequest
+	(*CreateMappingResponse)(nil),      // 9: keyhouse.storefront.v1.CreateMappingResponse
+	(*CreateMappingRequest)(nil),       // 10: keyhouse.storefront.v1.CreateMappingRequest
+	(*Mapping)(nil),                    // 11: keyhouse.storefront.v1.Mapping
+	(*ListMappingsRequest)(nil),        // 12: keyhouse.storefront.v1.ListMappingsRequest
+	(*ListMappingsResponse)(nil),       // 13: keyhouse.storefront.v1.ListMappingsResponse
+	(*DeleteMappingRequest)(nil),       // 14: keyhouse.storefront.v1.DeleteMappingRequest
+	(*DeleteMappingResponse)(nil),      // 15: keyhouse.storefront.v1.DeleteMappingResponse
+	(*ListDeliveriesRequest)(nil),      // 16: keyhouse.storefront.v1.ListDeliveriesRequest
+	(*Delivery)(nil),                   // 17: keyhouse.storefront.v1.Delivery
+	(*ListDeliveriesResponse)(nil),     // 18: keyhouse.storefront.v1.ListDeliveriesResponse
+	(*ReceiveEventRequest)(nil),        // 19: keyhouse.storefront.v1.ReceiveEventRequest
+	(*ReceiveEventResponse)(nil),       // 20: keyhouse.storefront.v1.ReceiveEventResponse
+	(*MailSettings)(nil),               // 21: keyhouse.storefront.v1.MailSettings
+	(*GetMailSettingsRequest)(nil),     // 22: keyhouse.storefront.v1.GetMailSettingsRequest
+	(*GetMailSettingsResponse)(nil),    // 23: keyhouse.storefront.v1.GetMailSettingsResponse
+	(*UpdateMailSettingsRequest)(nil),  // 24: keyhouse.storefront.v1.UpdateMailSettingsRequest
+	(*UpdateMailSettingsResponse)(nil), // 25: keyhouse.storefront.v1.UpdateMailSettingsResponse
+	(*timestamppb.Timestamp)(nil),      // 26: google.protobuf.Timestamp
+	(*structpb.Value)(nil),             // 27: google.protobuf.Value
+	(*structpb.Struct)(nil),            // 28: google.protobuf.Struct
+	(*wrapperspb.StringValue)(nil),     // 29: google.protobuf.StringValue
+	(*wrapperspb.Int32Value)(nil),      // 30: google.protobuf.Int32Value
 }
 var file_keyhouse_storefront_v1_storefront_proto_depIdxs = []int32{
 	2,  // 0: keyhouse.storefront.v1.ConnectWebhookResponse.webhook:type_name -> keyhouse.storefront.v1.Webhook
-	21, // 1: keyhouse.storefront.v1.Webhook.created_at:type_name -> google.protobuf.Timestamp
+	26, // 1: keyhouse.storefront.v1.Webhook.created_at:type_name -> google.protobuf.Timestamp
 	2,  // 2: keyhouse.storefront.v1.ListWebhooksResponse.webhooks:type_name -> keyhouse.storefront.v1.Webhook
 	2,  // 3: keyhouse.storefront.v1.SaveWebhookSecretResponse.webhook:type_name -> keyhouse.storefront.v1.Webhook
 	2,  // 4: keyhouse.storefront.v1.DisableWebhookResponse.webhook:type_name -> keyhouse.storefront.v1.Webhook
 	11, // 5: keyhouse.storefront.v1.CreateMappingResponse.mapping:type_name -> keyhouse.storefront.v1.Mapping
-	22, // 6: keyhouse.storefront.v1.CreateMappingRequest.seats:type_name -> google.protobuf.Value
-	23, // 7: keyhouse.storefront.v1.CreateMappingRequest.limits:type_name -> google.protobuf.Struct
-	22, // 8: keyhouse.storefront.v1.CreateMappingRequest.duration_days:type_name -> google.protobuf.Value
-	22, // 9: keyhouse.storefront.v1.CreateMappingRequest.renewal_grace_days:type_name -> google.protobuf.Value
-	24, // 10: keyhouse.storefront.v1.Mapping.payment_link:type_name -> google.protobuf.StringValue
-	24, // 11: keyhouse.storefront.v1.Mapping.service_ref:type_name -> google.protobuf.StringValue
-	23, // 12: keyhouse.storefront.v1.Mapping.limits:type_name -> google.protobuf.Struct
-	25, // 13: keyhouse.storefront.v1.Mapping.duration_days:type_name -> google.protobuf.Int32Value
-	21, // 14: keyhouse.storefront.v1.Mapping.created_at:type_name -> google.protobuf.Timestamp
+	27, // 6: keyhouse.storefront.v1.CreateMappingRequest.seats:type_name -> google.protobuf.Value
+	28, // 7: keyhouse.storefront.v1.CreateMappingRequest.limits:type_name -> google.protobuf.Struct
+	27, // 8: keyhouse.storefront.v1.CreateMappingRequest.duration_days:type_name -> google.protobuf.Value
+	27, // 9: keyhouse.storefront.v1.CreateMappingRequest.renewal_grace_days:type_name -> google.protobuf.Value
+	29, // 10: keyhouse.storefront.v1.Mapping.payment_link:type_name -> google.protobuf.StringValue
+	29, // 11: keyhouse.storefront.v1.Mapping.service_ref:type_name -> google.protobuf.StringValue
+	28, // 12: keyhouse.storefront.v1.Mapping.limits:type_name -> google.protobuf.Struct
+	30, // 13: keyhouse.storefront.v1.Mapping.duration_days:type_name -> google.protobuf.Int32Value
+	26, // 14: keyhouse.storefront.v1.Mapping.created_at:type_name -> google.protobuf.Timestamp
 	11, // 15: keyhouse.storefront.v1.ListMappingsResponse.mappings:type_name -> keyhouse.storefront.v1.Mapping
-	24, // 16: keyhouse.storefront.v1.Delivery.email_status:type_name -> google.protobuf.StringValue
-	24, // 17: keyhouse.storefront.v1.Delivery.license_key:type_name -> google.protobuf.StringValue
-	24, // 18: keyhouse.storefront.v1.Delivery.error:type_name -> google.protobuf.StringValue
-	21, // 19: keyhouse.storefront.v1.Delivery.created_at:type_name -> google.protobuf.Timestamp
-	21, // 20: keyhouse.storefront.v1.Delivery.updated_at:type_name -> google.protobuf.Timestamp
+	29, // 16: keyhouse.storefront.v1.Delivery.email_status:type_name -> google.protobuf.StringValue
+	29, // 17: keyhouse.storefront.v1.Delivery.license_key:type_name -> google.protobuf.StringValue
+	29, // 18: keyhouse.storefront.v1.Delivery.error:type_name -> google.protobuf.StringValue
+	26, // 19: keyhouse.storefront.v1.Delivery.created_at:type_name -> google.protobuf.Timestamp
+	26, // 20: keyhouse.storefront.v1.Delivery.updated_at:type_name -> google.protobuf.Timestamp
 	17, // 21: keyhouse.storefront.v1.ListDeliveriesResponse.deliveries:type_name -> keyhouse.storefront.v1.Delivery
-	1,  // 22: keyhouse.storefront.v1.StorefrontService.ConnectWebhook:input_type -> keyhouse.storefront.v1.ConnectWebhookRequest
-	3,  // 23: keyhouse.storefront.v1.StorefrontService.ListWebhooks:input_type -> keyhouse.storefront.v1.ListWebhooksRequest
-	6,  // 24: keyhouse.storefront.v1.StorefrontService.SaveWebhookSecret:input_type -> keyhouse.storefront.v1.SaveWebhookSecretRequest
-	8,  // 25: keyhouse.storefront.v1.StorefrontService.DisableWebhook:input_type -> keyhouse.storefront.v1.DisableWebhookRequest
-	10, // 26: keyhouse.storefront.v1.StorefrontService.CreateMapping:input_type -> keyhouse.storefront.v1.CreateMappingRequest
-	12, // 27: keyhouse.storefront.v1.StorefrontService.ListMappings:input_type -> keyhouse.storefront.v1.ListMappingsRequest
-	14, // 28: keyhouse.storefront.v1.StorefrontService.DeleteMapping:input_type -> keyhouse.storefront.v1.DeleteMappingRequest
-	16, // 29: keyhouse.storefront.v1.StorefrontService.ListDeliveries:input_type -> keyhouse.storefront.v1.ListDeliveriesRequest
-	19, // 30: keyhouse.storefront.v1.StorefrontService.ReceiveEvent:input_type -> keyhouse.storefront.v1.ReceiveEventRequest
-	0,  // 31: keyhouse.storefront.v1.StorefrontService.ConnectWebhook:output_type -> keyhouse.storefront.v1.ConnectWebhookResponse
-	4,  // 32: keyhouse.storefront.v1.StorefrontService.ListWebhooks:output_type -> keyhouse.storefront.v1.ListWebhooksResponse
-	5,  // 33: keyhouse.storefront.v1.StorefrontService.SaveWebhookSecret:output_type -> keyhouse.storefront.v1.SaveWebhookSecretResponse
-	7,  // 34: keyhouse.storefront.v1.StorefrontService.DisableWebhook:output_type -> keyhouse.storefront.v1.DisableWebhookResponse
-	9,  // 35: keyhouse.storefront.v1.StorefrontService.CreateMapping:output_type -> keyhouse.storefront.v1.CreateMappingResponse
-	13, // 36: keyhouse.storefront.v1.StorefrontService.ListMappings:output_type -> keyhouse.storefront.v1.ListMappingsResponse
-	15, // 37: keyhouse.storefront.v1.StorefrontService.DeleteMapping:output_type -> keyhouse.storefront.v1.DeleteMappingResponse
-	18, // 38: keyhouse.storefront.v1.StorefrontService.ListDeliveries:output_type -> keyhouse.storefront.v1.ListDeliveriesResponse
-	20, // 39: keyhouse.storefront.v1.StorefrontService.ReceiveEvent:output_type -> keyhouse.storefront.v1.ReceiveEventResponse
-	31, // [31:40] is the sub-list for method output_type
-	22, // [22:31] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	21, // 22: keyhouse.storefront.v1.GetMailSettingsResponse.settings:type_name -> keyhouse.storefront.v1.MailSettings
+	21, // 23: keyhouse.storefront.v1.UpdateMailSettingsResponse.settings:type_name -> keyhouse.storefront.v1.MailSettings
+	1,  // 24: keyhouse.storefront.v1.StorefrontService.ConnectWebhook:input_type -> keyhouse.storefront.v1.ConnectWebhookRequest
+	3,  // 25: keyhouse.storefront.v1.StorefrontService.ListWebhooks:input_type -> keyhouse.storefront.v1.ListWebhooksRequest
+	6,  // 26: keyhouse.storefront.v1.StorefrontService.SaveWebhookSecret:input_type -> keyhouse.storefront.v1.SaveWebhookSecretRequest
+	8,  // 27: keyhouse.storefront.v1.StorefrontService.DisableWebhook:input_type -> keyhouse.storefront.v1.DisableWebhookRequest
+	10, // 28: keyhouse.storefront.v1.StorefrontService.CreateMapping:input_type -> keyhouse.storefront.v1.CreateMappingRequest
+	12, // 29: keyhouse.storefront.v1.StorefrontService.ListMappings:input_type -> keyhouse.storefront.v1.ListMappingsRequest
+	14, // 30: keyhouse.storefront.v1.StorefrontService.DeleteMapping:input_type -> keyhouse.storefront.v1.DeleteMappingRequest
+	16, // 31: keyhouse.storefront.v1.StorefrontService.ListDeliveries:input_type -> keyhouse.storefront.v1.ListDeliveriesRequest
+	22, // 32: keyhouse.storefront.v1.StorefrontService.GetMailSettings:input_type -> keyhouse.storefront.v1.GetMailSettingsRequest
+	24, // 33: keyhouse.storefront.v1.StorefrontService.UpdateMailSettings:input_type -> keyhouse.storefront.v1.UpdateMailSettingsRequest
+	19, // 34: keyhouse.storefront.v1.StorefrontService.ReceiveEvent:input_type -> keyhouse.storefront.v1.ReceiveEventRequest
+	0,  // 35: keyhouse.storefront.v1.StorefrontService.ConnectWebhook:output_type -> keyhouse.storefront.v1.ConnectWebhookResponse
+	4,  // 36: keyhouse.storefront.v1.StorefrontService.ListWebhooks:output_type -> keyhouse.storefront.v1.ListWebhooksResponse
+	5,  // 37: keyhouse.storefront.v1.StorefrontService.SaveWebhookSecret:output_type -> keyhouse.storefront.v1.SaveWebhookSecretResponse
+	7,  // 38: keyhouse.storefront.v1.StorefrontService.DisableWebhook:output_type -> keyhouse.storefront.v1.DisableWebhookResponse
+	9,  // 39: keyhouse.storefront.v1.StorefrontService.CreateMapping:output_type -> keyhouse.storefront.v1.CreateMappingResponse
+	13, // 40: keyhouse.storefront.v1.StorefrontService.ListMappings:output_type -> keyhouse.storefront.v1.ListMappingsResponse
+	15, // 41: keyhouse.storefront.v1.StorefrontService.DeleteMapping:output_type -> keyhouse.storefront.v1.DeleteMappingResponse
+	18, // 42: keyhouse.storefront.v1.StorefrontService.ListDeliveries:output_type -> keyhouse.storefront.v1.ListDeliveriesResponse
+	23, // 43: keyhouse.storefront.v1.StorefrontService.GetMailSettings:output_type -> keyhouse.storefront.v1.GetMailSettingsResponse
+	25, // 44: keyhouse.storefront.v1.StorefrontService.UpdateMailSettings:output_type -> keyhouse.storefront.v1.UpdateMailSettingsResponse
+	20, // 45: keyhouse.storefront.v1.StorefrontService.ReceiveEvent:output_type -> keyhouse.storefront.v1.ReceiveEventResponse
+	35, // [35:46] is the sub-list for method output_type
+	24, // [24:35] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_keyhouse_storefront_v1_storefront_proto_init() }
@@ -1484,7 +1758,7 @@ func file_keyhouse_storefront_v1_storefront_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_keyhouse_storefront_v1_storefront_proto_rawDesc), len(file_keyhouse_storefront_v1_storefront_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   21,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,15 +19,17 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	StorefrontService_ConnectWebhook_FullMethodName    = "/keyhouse.storefront.v1.StorefrontService/ConnectWebhook"
-	StorefrontService_ListWebhooks_FullMethodName      = "/keyhouse.storefront.v1.StorefrontService/ListWebhooks"
-	StorefrontService_SaveWebhookSecret_FullMethodName = "/keyhouse.storefront.v1.StorefrontService/SaveWebhookSecret"
-	StorefrontService_DisableWebhook_FullMethodName    = "/keyhouse.storefront.v1.StorefrontService/DisableWebhook"
-	StorefrontService_CreateMapping_FullMethodName     = "/keyhouse.storefront.v1.StorefrontService/CreateMapping"
-	StorefrontService_ListMappings_FullMethodName      = "/keyhouse.storefront.v1.StorefrontService/ListMappings"
-	StorefrontService_DeleteMapping_FullMethodName     = "/keyhouse.storefront.v1.StorefrontService/DeleteMapping"
-	StorefrontService_ListDeliveries_FullMethodName    = "/keyhouse.storefront.v1.StorefrontService/ListDeliveries"
-	StorefrontService_ReceiveEvent_FullMethodName      = "/keyhouse.storefront.v1.StorefrontService/ReceiveEvent"
+	StorefrontService_ConnectWebhook_FullMethodName     = "/keyhouse.storefront.v1.StorefrontService/ConnectWebhook"
+	StorefrontService_ListWebhooks_FullMethodName       = "/keyhouse.storefront.v1.StorefrontService/ListWebhooks"
+	StorefrontService_SaveWebhookSecret_FullMethodName  = "/keyhouse.storefront.v1.StorefrontService/SaveWebhookSecret"
+	StorefrontService_DisableWebhook_FullMethodName     = "/keyhouse.storefront.v1.StorefrontService/DisableWebhook"
+	StorefrontService_CreateMapping_FullMethodName      = "/keyhouse.storefront.v1.StorefrontService/CreateMapping"
+	StorefrontService_ListMappings_FullMethodName       = "/keyhouse.storefront.v1.StorefrontService/ListMappings"
+	StorefrontService_DeleteMapping_FullMethodName      = "/keyhouse.storefront.v1.StorefrontService/DeleteMapping"
+	StorefrontService_ListDeliveries_FullMethodName     = "/keyhouse.storefront.v1.StorefrontService/ListDeliveries"
+	StorefrontService_GetMailSettings_FullMethodName    = "/keyhouse.storefront.v1.StorefrontService/GetMailSettings"
+	StorefrontService_UpdateMailSettings_FullMethodName = "/keyhouse.storefront.v1.StorefrontService/UpdateMailSettings"
+	StorefrontService_ReceiveEvent_FullMethodName       = "/keyhouse.storefront.v1.StorefrontService/ReceiveEvent"
 )
 
 // StorefrontServiceClient is the client API for StorefrontService service.
@@ -51,6 +53,11 @@ type StorefrontServiceClient interface {
 	ListMappings(ctx context.Context, in *ListMappingsRequest, opts ...grpc.CallOption) (*ListMappingsResponse, error)
 	DeleteMapping(ctx context.Context, in *DeleteMappingRequest, opts ...grpc.CallOption) (*DeleteMappingResponse, error)
 	ListDeliveries(ctx context.Context, in *ListDeliveriesRequest, opts ...grpc.CallOption) (*ListDeliveriesResponse, error)
+	// The tenant's buyer-email settings: the sender name, reply-to address and product
+	// display name of the email a buyer receives with the license.
+	GetMailSettings(ctx context.Context, in *GetMailSettingsRequest, opts ...grpc.CallOption) (*GetMailSettingsResponse, error)
+	// Replaces the buyer-email settings; an empty field goes back to the default.
+	UpdateMailSettings(ctx context.Context, in *UpdateMailSettingsRequest, opts ...grpc.CallOption) (*UpdateMailSettingsResponse, error)
 	// The provider's callback, POST /v1/webhooks/storefront/{webhook_id}: a raw-body
 	// gateway handler passes the exact bytes and the signature header. Answers once the
 	// event is durably recorded; fulfillment runs asynchronously.
@@ -145,6 +152,26 @@ func (c *storefrontServiceClient) ListDeliveries(ctx context.Context, in *ListDe
 	return out, nil
 }
 
+func (c *storefrontServiceClient) GetMailSettings(ctx context.Context, in *GetMailSettingsRequest, opts ...grpc.CallOption) (*GetMailSettingsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetMailSettingsResponse)
+	err := c.cc.Invoke(ctx, StorefrontService_GetMailSettings_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *storefrontServiceClient) UpdateMailSettings(ctx context.Context, in *UpdateMailSettingsRequest, opts ...grpc.CallOption) (*UpdateMailSettingsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(UpdateMailSettingsResponse)
+	err := c.cc.Invoke(ctx, StorefrontService_UpdateMailSettings_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *storefrontServiceClient) ReceiveEvent(ctx context.Context, in *ReceiveEventRequest, opts ...grpc.CallOption) (*ReceiveEventResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ReceiveEventResponse)
@@ -176,6 +203,11 @@ type StorefrontServiceServer interface {
 	ListMappings(context.Context, *ListMappingsRequest) (*ListMappingsResponse, error)
 	DeleteMapping(context.Context, *DeleteMappingRequest) (*DeleteMappingResponse, error)
 	ListDeliveries(context.Context, *ListDeliveriesRequest) (*ListDeliveriesResponse, error)
+	// The tenant's buyer-email settings: the sender name, reply-to address and product
+	// display name of the email a buyer receives with the license.
+	GetMailSettings(context.Context, *GetMailSettingsRequest) (*GetMailSettingsResponse, error)
+	// Replaces the buyer-email settings; an empty field goes back to the default.
+	UpdateMailSettings(context.Context, *UpdateMailSettingsRequest) (*UpdateMailSettingsResponse, error)
 	// The provider's callback, POST /v1/webhooks/storefront/{webhook_id}: a raw-body
 	// gateway handler passes the exact bytes and the signature header. Answers once the
 	// event is durably recorded; fulfillment runs asynchronously.
@@ -213,6 +245,12 @@ func (UnimplementedStorefrontServiceServer) DeleteMapping(context.Context, *Dele
 }
 func (UnimplementedStorefrontServiceServer) ListDeliveries(context.Context, *ListDeliveriesRequest) (*ListDeliveriesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListDeliveries not implemented")
+}
+func (UnimplementedStorefrontServiceServer) GetMailSettings(context.Context, *GetMailSettingsRequest) (*GetMailSettingsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetMailSettings not implemented")
+}
+func (UnimplementedStorefrontServiceServer) UpdateMailSettings(context.Context, *UpdateMailSettingsRequest) (*UpdateMailSettingsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method UpdateMailSettings not implemented")
 }
 func (UnimplementedStorefrontServiceServer) ReceiveEvent(context.Context, *ReceiveEventRequest) (*ReceiveEventResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ReceiveEvent not implemented")
@@ -382,6 +420,42 @@ func _StorefrontService_ListDeliveries_Handler(srv interface{}, ctx context.Cont
 	return interceptor(ctx, in, info, handler)
 }
 
+func _StorefrontService_GetMailSettings_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetMailSettingsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(StorefrontServiceServer).GetMailSettings(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: StorefrontService_GetMailSettings_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(StorefrontServiceServer).GetMailSettings(ctx, req.(*GetMailSettingsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _StorefrontService_UpdateMailSettings_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(UpdateMailSettingsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(StorefrontServiceServer).UpdateMailSettings(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: StorefrontService_UpdateMailSettings_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(StorefrontServiceServer).UpdateMailSettings(ctx, req.(*UpdateMailSettingsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _StorefrontService_ReceiveEvent_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ReceiveEventRequest)
 	if err := dec(in); err != nil {
@@ -438,6 +512,14 @@ var StorefrontService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListDeliveries",
 			Handler:    _StorefrontService_ListDeliveries_Handler,
+		},
+		{
+			MethodName: "GetMailSettings",
+			Handler:    _StorefrontService_GetMailSettings_Handler,
+		},
+		{
+			MethodName: "UpdateMailSettings",
+			Handler:    _StorefrontService_UpdateMailSettings_Handler,
 		},
 		{
 			MethodName: "ReceiveEvent",

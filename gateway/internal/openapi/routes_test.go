@@ -1,0 +1,195 @@
+package openapi
+
+import (
+	"encoding/json"
+	"os"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	apiv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/api/v1"
+	// The services of http.yaml, registered so their method and field options can be read.
+	_ "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/accounts/v1"
+	_ "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/activations/v1"
+	_ "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/billing/v1"
+	_ "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/events/v1"
+	_ "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1"
+	_ "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/releases/v1"
+	_ "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/storefront/v1"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
+)
+
+// httpRule is one route of proto/keyhouse/http.yaml.
+type httpRule struct{ selector, method, path string }
+
+func httpRules(t *testing.T) []httpRule {
+	t.Helper()
+	raw, err := os.ReadFile("../../../proto/keyhouse/http.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	selector := regexp.MustCompile(`^\s*- selector:\s*(\S+)\s*$`)
+	verb := regexp.MustCompile(`^\s*(get|post|put|delete|patch):\s*"?([^"\s]+)"?\s*$`)
+	var rules []httpRule
+	current := ""
+	for _, line := range strings.Split(string(raw), "\n") {
+		if m := selector.FindStringSubmatch(line); m != nil {
+			current = m[1]
+		} else if m := verb.FindStringSubmatch(line); m != nil {
+			rules = append(rules, httpRule{current, strings.ToUpper(m[1]), m[2]})
+		}
+	}
+	if len(rules) == 0 {
+		t.Fatal("no rules read from http.yaml")
+	}
+	return rules
+}
+
+// operationDoc is the part of an operation this test reads.
+type operationDoc struct {
+	Summary    string `json:"summary"`
+	Parameters []struct {
+		Name     string          `json:"name"`
+		In       string          `json:"in"`
+		Required bool            `json:"required"`
+		Schema   json.RawMessage `json:"schema"`
+	} `json:"parameters"`
+	Responses map[string]struct {
+		Schema struct {
+			Ref string `json:"$ref"`
+		} `json:"schema"`
+	} `json:"responses"`
+}
+
+func documentOperations(t *testing.T) (map[string]operationDoc, map[string]struct{ Required []string }) {
+	t.Helper()
+	var d struct {
+		Paths       map[string]map[string]json.RawMessage  `json:"paths"`
+		Definitions map[string]struct{ Required []string } `json:"definitions"`
+	}
+	if err := json.Unmarshal(Document(), &d); err != nil {
+		t.Fatal(err)
+	}
+	ops := map[string]operationDoc{}
+	for path, item := range d.Paths {
+		for key, raw := range item {
+			var op operationDoc
+			if err := json.Unmarshal(raw, &op); err != nil {
+				t.Fatal(err)
+			}
+			ops[strings.ToUpper(key)+" "+path] = op
+		}
+	}
+	return ops, d.Definitions
+}
+
+// TestEveryHTTPRuleIsDocumentedWithItsErrors: each route of http.yaml is in the document
+// with a summary, the error answers every route of its kind gives (400 with input, 403
+// for credentials, 429 when limited, 503 behind a service) and those its method
+// declares, each with the {"error": …} body; its required fields and the Idempotency-Key
+// header as the protos declare them.
+func TestEveryHTTPRuleIsDocumentedWithItsErrors(t *testing.T) {
+	t.Parallel()
+	ops, defs := documentOperations(t)
+	for _, rule := range httpRules(t) {
+		route := rule.method + " " + rule.path
+		op, ok := ops[route]
+		if !ok {
+			t.Errorf("%s (%s) is not in the document", route, rule.selector)
+			continue
+		}
+		d, err := protoregistry.GlobalFiles.FindDescriptorByName(protoreflect.FullName(rule.selector))
+		if err != nil {
+			t.Errorf("%s: %v", route, err)
+			continue
+		}
+		md := d.(protoreflect.MethodDescriptor)
+		opts := md.Options()
+		want := []int{503}
+		if len(op.Parameters) > 0 {
+			want = append(want, 400)
+		}
+		if proto.GetExtension(opts, apiv1.E_Access).(apiv1.Access) != apiv1.Access_ACCESS_PUBLIC {
+			want = append(want, 403)
+		}
+		if proto.GetExtension(opts, apiv1.E_RateLimit).(*apiv1.RateLimit).GetTier() != apiv1.RateTier_RATE_TIER_NONE {
+			want = append(want, 429)
+		}
+		for _, e := range proto.GetExtension(opts, apiv1.E_HttpErrors).([]*apiv1.HttpError) {
+			want = append(want, int(e.GetStatus()))
+		}
+		for _, code := range want {
+			r, ok := op.Responses[strconv.Itoa(code)]
+			if !ok {
+				t.Errorf("%s: no %d answer in the document", route, code)
+			} else if code != 429 && r.Schema.Ref != "#/definitions/Error" {
+				t.Errorf("%s: the %d answer's body is %q, want the Error definition", route, code, r.Schema.Ref)
+			}
+		}
+		if op.Summary == "" {
+			t.Errorf("%s: no summary", route)
+		}
+
+		documented := map[string]bool{}
+		hasHeader := false
+		for _, p := range op.Parameters {
+			switch {
+			case p.In == "header" && p.Name == "Idempotency-Key":
+				hasHeader = true
+			case p.In == "body":
+				var ref struct {
+					Ref string `json:"$ref"`
+				}
+				_ = json.Unmarshal(p.Schema, &ref)
+				for _, f := range defs[strings.TrimPrefix(ref.Ref, "#/definitions/")].Required {
+					documented[f] = true
+				}
+			case p.Required:
+				documented[p.Name] = true
+			}
+		}
+		fields := md.Input().Fields()
+		for i := range fields.Len() {
+			f := fields.Get(i)
+			if proto.GetExtension(f.Options(), apiv1.E_Required).(bool) && !documented[string(f.Name())] {
+				t.Errorf("%s: %s is required in the proto but not in the document", route, f.Name())
+			}
+		}
+		if declared := proto.GetExtension(opts, apiv1.E_IdempotencyKey).(bool); declared != hasHeader {
+			t.Errorf("%s: Idempotency-Key header documented %v, declared on the method %v", route, hasHeader, declared)
+		}
+	}
+}
+
+// TestTheAPIReferenceListsEveryRoute: docs/reference/api.md's route reference has a
+// section for every operation of the document (http.yaml's and the hand-written ones).
+func TestTheAPIReferenceListsEveryRoute(t *testing.T) {
+	t.Parallel()
+	raw, err := os.ReadFile("../../../docs/reference/api.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, found := strings.Cut(string(raw), "## Route reference")
+	if !found {
+		t.Fatal("docs/reference/api.md has no Route reference section: run make proto")
+	}
+	headings := strings.Split(section, "\n### ")
+	var documented []string
+	for _, h := range headings[1:] {
+		documented = append(documented, strings.SplitN(h, "\n", 2)[0])
+	}
+	for _, r := range Routes() {
+		if !slices.Contains(documented, r.Method+" "+r.Path) {
+			t.Errorf("docs/reference/api.md does not document %s %s: run make proto", r.Method, r.Path)
+		}
+	}
+	for _, rule := range httpRules(t) {
+		if !slices.Contains(documented, rule.method+" "+rule.path) {
+			t.Errorf("docs/reference/api.md does not document http.yaml's %s %s", rule.method, rule.path)
+		}
+	}
+}
