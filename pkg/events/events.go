@@ -49,6 +49,8 @@ const (
 	TypeStorefrontDelivery      = "storefront.delivery"
 	TypeBillingPlanChanged      = "billing.plan_changed"
 	TypeAPIKeyRotated           = "api_key.rotated"
+	TypeAPIKeyCreated           = "api_key.created"
+	TypeAPIKeyDeleted           = "api_key.deleted"
 	TypeLeaseKeyRotated         = "lease_key.rotated"
 	TypeWebhookEndpointDisabled = "webhook_endpoint.disabled"
 	TypePing                    = "ping"
@@ -60,7 +62,7 @@ var Types = []string{
 	TypeLicenseTermsUpdated, TypeLicenseNotesUpdated, TypeSeatActivated, TypeSeatDeactivated,
 	TypeSeatTokenReissued, TypeUsageLimitReached, TypeUsageReset, TypeReleasePublished,
 	TypeReleaseUnpublished, TypeStorefrontDelivery, TypeBillingPlanChanged, TypeAPIKeyRotated,
-	TypeLeaseKeyRotated, TypeWebhookEndpointDisabled, TypePing,
+	TypeAPIKeyCreated, TypeAPIKeyDeleted, TypeLeaseKeyRotated, TypeWebhookEndpointDisabled, TypePing,
 }
 
 // Reasons of seat.deactivated.
@@ -297,6 +299,10 @@ func typeOf(ev *eventsv1.Event) string {
 		return TypeBillingPlanChanged
 	case *eventsv1.Event_ApiKeyRotated:
 		return TypeAPIKeyRotated
+	case *eventsv1.Event_ApiKeyCreated:
+		return TypeAPIKeyCreated
+	case *eventsv1.Event_ApiKeyDeleted:
+		return TypeAPIKeyDeleted
 	case *eventsv1.Event_LeaseKeyRotated:
 		return TypeLeaseKeyRotated
 	case *eventsv1.Event_WebhookEndpointDisabled:

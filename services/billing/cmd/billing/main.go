@@ -62,13 +62,16 @@ func register(ctx context.Context, d *app.Deps) error {
 	if d.Config.MultiTenant && stripe == nil {
 		d.Log.Warn("STRIPE_SECRET_KEY is not set: billing checkout answers 503 (docs/billing.md)")
 	}
+	usage := licensingclient.New(licensing, d.Config.AdminAPIKey.Reveal())
 	billingv1.RegisterBillingServiceServer(d.Server.GRPC, server.NewBilling(server.BillingConfig{
 		MultiTenant:   d.Config.MultiTenant,
 		Stripe:        stripe,
 		WebhookSecret: d.Config.StripeWebhookSecret.Reveal(),
-		Usage:         licensingclient.New(licensing, d.Config.AdminAPIKey.Reveal()),
+		Usage:         usage,
 		Log:           d.Log,
 	}, st))
+	accountsv1.RegisterApiKeysServiceServer(d.Server.GRPC, server.NewAPIKeys(st))
+	accountsv1.RegisterOperatorServiceServer(d.Server.GRPC, server.NewOperator(st, usage, d.Config.MultiTenant))
 	// Stripe events are remembered (for replays and ordering) for RECORD_RETENTION;
 	// Stripe itself retries for 3 days.
 	done := make(chan struct{})

@@ -1890,7 +1890,7 @@ const file_keyhouse_activations_v1_activations_proto_rawDesc = "" +
 	"\x05limit\x18\x01 \x01(\x05H\x00R\x05limit\x88\x01\x01B\b\n" +
 	"\x06_limit\"h\n" +
 	"\x19RecentActivationsResponse\x12K\n" +
-	"\vactivations\x18\x01 \x03(\v2).keyhouse.activations.v1.RecentActivationR\vactivations2\x9b\f\n" +
+	"\vactivations\x18\x01 \x03(\v2).keyhouse.activations.v1.RecentActivationR\vactivations2\xa3\f\n" +
 	"\x12ActivationsService\x12\x82\x01\n" +
 	"\x0fActivateLicense\x12/.keyhouse.activations.v1.ActivateLicenseRequest\x1a0.keyhouse.activations.v1.ActivateLicenseResponse\"\f\x90\x82\x19\x01\x9a\x82\x19\x04\b\x03\x10\x01\x12\x88\x01\n" +
 	"\x11DeactivateLicense\x121.keyhouse.activations.v1.DeactivateLicenseRequest\x1a2.keyhouse.activations.v1.DeactivateLicenseResponse\"\f\x90\x82\x19\x01\x9a\x82\x19\x04\b\x03\x10\x01\x12\x80\x01\n" +
@@ -1909,11 +1909,9 @@ const file_keyhouse_activations_v1_activations_proto_rawDesc = "" +
 	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x12q\n" +
 	"\n" +
 	"ResetUsage\x12*.keyhouse.activations.v1.ResetUsageRequest\x1a+.keyhouse.activations.v1.ResetUsageResponse\"\n" +
-	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x12\x80\x01\n" +
-	"\x0fListActivations\x12/.keyhouse.activations.v1.ListActivationsRequest\x1a0.keyhouse.activations.v1.ListActivationsResponse\"\n" +
-	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x12\x86\x01\n" +
-	"\x11RecentActivations\x121.keyhouse.activations.v1.RecentActivationsRequest\x1a2.keyhouse.activations.v1.RecentActivationsResponse\"\n" +
-	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06BQZOgithub.com/keyhouse/keyhouse/proto/gen/go/keyhouse/activations/v1;activationsv1b\x06proto3"
+	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x12\x84\x01\n" +
+	"\x0fListActivations\x12/.keyhouse.activations.v1.ListActivationsRequest\x1a0.keyhouse.activations.v1.ListActivationsResponse\"\x0e\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\xa0\x82\x19\x01\x12\x8a\x01\n" +
+	"\x11RecentActivations\x121.keyhouse.activations.v1.RecentActivationsRequest\x1a2.keyhouse.activations.v1.RecentActivationsResponse\"\x0e\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\xa0\x82\x19\x01BQZOgithub.com/keyhouse/keyhouse/proto/gen/go/keyhouse/activations/v1;activationsv1b\x06proto3"
 
 var (
 	file_keyhouse_activations_v1_activations_proto_rawDescOnce sync.Once

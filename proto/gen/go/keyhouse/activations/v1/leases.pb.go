@@ -1173,19 +1173,18 @@ const file_keyhouse_activations_v1_leases_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"R\n" +
 	"\x16ListSeatLeasesResponse\x128\n" +
-	"\x05seats\x18\x01 \x03(\v2\".keyhouse.activations.v1.SeatLeaseR\x05seats2\x8e\a\n" +
+	"\x05seats\x18\x01 \x03(\v2\".keyhouse.activations.v1.SeatLeaseR\x05seats2\x96\a\n" +
 	"\rLeasesService\x12}\n" +
 	"\x0ePutLeasePolicy\x12..keyhouse.activations.v1.PutLeasePolicyRequest\x1a/.keyhouse.activations.v1.PutLeasePolicyResponse\"\n" +
-	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x12\x86\x01\n" +
-	"\x11ListLeasePolicies\x121.keyhouse.activations.v1.ListLeasePoliciesRequest\x1a2.keyhouse.activations.v1.ListLeasePoliciesResponse\"\n" +
-	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x12\x86\x01\n" +
+	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x12\x8a\x01\n" +
+	"\x11ListLeasePolicies\x121.keyhouse.activations.v1.ListLeasePoliciesRequest\x1a2.keyhouse.activations.v1.ListLeasePoliciesResponse\"\x0e\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\xa0\x82\x19\x01\x12\x86\x01\n" +
 	"\x11DeleteLeasePolicy\x121.keyhouse.activations.v1.DeleteLeasePolicyRequest\x1a2.keyhouse.activations.v1.DeleteLeasePolicyResponse\"\n" +
 	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x12t\n" +
 	"\vCreateLease\x12+.keyhouse.activations.v1.CreateLeaseRequest\x1a,.keyhouse.activations.v1.CreateLeaseResponse\"\n" +
 	"\x90\x82\x19\x01\x9a\x82\x19\x02\b\x02\x12z\n" +
 	"\rListLeaseKeys\x12-.keyhouse.activations.v1.ListLeaseKeysRequest\x1a..keyhouse.activations.v1.ListLeaseKeysResponse\"\n" +
-	"\x90\x82\x19\x01\x9a\x82\x19\x02\b\x04\x12w\n" +
-	"\x0eListSeatLeases\x12..keyhouse.activations.v1.ListSeatLeasesRequest\x1a/.keyhouse.activations.v1.ListSeatLeasesResponse\"\x04\x90\x82\x19\x02\x12\x80\x01\n" +
+	"\x90\x82\x19\x01\x9a\x82\x19\x02\b\x04\x12{\n" +
+	"\x0eListSeatLeases\x12..keyhouse.activations.v1.ListSeatLeasesRequest\x1a/.keyhouse.activations.v1.ListSeatLeasesResponse\"\b\x90\x82\x19\x02\xa0\x82\x19\x01\x12\x80\x01\n" +
 	"\x0fRotateLeaseKeys\x12/.keyhouse.activations.v1.RotateLeaseKeysRequest\x1a0.keyhouse.activations.v1.RotateLeaseKeysResponse\"\n" +
 	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05BQZOgithub.com/keyhouse/keyhouse/proto/gen/go/keyhouse/activations/v1;activationsv1b\x06proto3"
 

@@ -398,6 +398,14 @@ var file_keyhouse_api_v1_api_proto_extTypes = []protoimpl.ExtensionInfo{
 		Tag:           "bytes,51235,opt,name=rate_limit",
 		Filename:      "keyhouse/api/v1/api.proto",
 	},
+	{
+		ExtendedType:  (*descriptorpb.MethodOptions)(nil),
+		ExtensionType: (*bool)(nil),
+		Field:         51236,
+		Name:          "keyhouse.api.v1.read_only",
+		Tag:           "varint,51236,opt,name=read_only",
+		Filename:      "keyhouse/api/v1/api.proto",
+	},
 }
 
 // Extension fields to descriptorpb.MethodOptions.
@@ -406,6 +414,12 @@ var (
 	E_Access = &file_keyhouse_api_v1_api_proto_extTypes[0]
 	// optional keyhouse.api.v1.RateLimit rate_limit = 51235;
 	E_RateLimit = &file_keyhouse_api_v1_api_proto_extTypes[1]
+	// The method changes nothing, so a tenant API key of scope "read" may call it. Unset,
+	// a method counts as writing and the auth interceptor refuses a read key (403
+	// Unauthorized): a new writing method cannot forget the distinction.
+	//
+	// optional bool read_only = 51236;
+	E_ReadOnly = &file_keyhouse_api_v1_api_proto_extTypes[2]
 )
 
 var File_keyhouse_api_v1_api_proto protoreflect.FileDescriptor
@@ -445,7 +459,8 @@ const file_keyhouse_api_v1_api_proto_rawDesc = "" +
 	"\x10RATE_TIER_IMPORT\x10\a:Q\n" +
 	"\x06access\x12\x1e.google.protobuf.MethodOptions\x18\xa2\x90\x03 \x01(\x0e2\x17.keyhouse.api.v1.AccessR\x06access:[\n" +
 	"\n" +
-	"rate_limit\x12\x1e.google.protobuf.MethodOptions\x18\xa3\x90\x03 \x01(\v2\x1a.keyhouse.api.v1.RateLimitR\trateLimitBAZ?github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/api/v1;apiv1b\x06proto3"
+	"rate_limit\x12\x1e.google.protobuf.MethodOptions\x18\xa3\x90\x03 \x01(\v2\x1a.keyhouse.api.v1.RateLimitR\trateLimit:=\n" +
+	"\tread_only\x12\x1e.google.protobuf.MethodOptions\x18\xa4\x90\x03 \x01(\bR\breadOnlyBAZ?github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/api/v1;apiv1b\x06proto3"
 
 var (
 	file_keyhouse_api_v1_api_proto_rawDescOnce sync.Once
@@ -476,12 +491,13 @@ var file_keyhouse_api_v1_api_proto_depIdxs = []int32{
 	3, // 2: keyhouse.api.v1.ErrorFields.after:type_name -> keyhouse.api.v1.ErrorField
 	6, // 3: keyhouse.api.v1.access:extendee -> google.protobuf.MethodOptions
 	6, // 4: keyhouse.api.v1.rate_limit:extendee -> google.protobuf.MethodOptions
-	0, // 5: keyhouse.api.v1.access:type_name -> keyhouse.api.v1.Access
-	2, // 6: keyhouse.api.v1.rate_limit:type_name -> keyhouse.api.v1.RateLimit
-	7, // [7:7] is the sub-list for method output_type
-	7, // [7:7] is the sub-list for method input_type
-	5, // [5:7] is the sub-list for extension type_name
-	3, // [3:5] is the sub-list for extension extendee
+	6, // 5: keyhouse.api.v1.read_only:extendee -> google.protobuf.MethodOptions
+	0, // 6: keyhouse.api.v1.access:type_name -> keyhouse.api.v1.Access
+	2, // 7: keyhouse.api.v1.rate_limit:type_name -> keyhouse.api.v1.RateLimit
+	8, // [8:8] is the sub-list for method output_type
+	8, // [8:8] is the sub-list for method input_type
+	6, // [6:8] is the sub-list for extension type_name
+	3, // [3:6] is the sub-list for extension extendee
 	0, // [0:3] is the sub-list for field type_name
 }
 
@@ -497,7 +513,7 @@ func file_keyhouse_api_v1_api_proto_init() {
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_keyhouse_api_v1_api_proto_rawDesc), len(file_keyhouse_api_v1_api_proto_rawDesc)),
 			NumEnums:      2,
 			NumMessages:   4,
-			NumExtensions: 2,
+			NumExtensions: 3,
 			NumServices:   0,
 		},
 		GoTypes:           file_keyhouse_api_v1_api_proto_goTypes,

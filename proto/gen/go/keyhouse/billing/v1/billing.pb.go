@@ -370,10 +370,9 @@ const file_keyhouse_billing_v1_billing_proto_rawDesc = "" +
 	"\apayload\x18\x01 \x01(\fR\apayload\x12\x1c\n" +
 	"\tsignature\x18\x02 \x01(\tR\tsignature\"7\n" +
 	"\x19HandleStripeEventResponse\x12\x1a\n" +
-	"\breceived\x18\x01 \x01(\bR\breceived2\x84\x03\n" +
-	"\x0eBillingService\x12{\n" +
-	"\x10GetBillingStatus\x12,.keyhouse.billing.v1.GetBillingStatusRequest\x1a-.keyhouse.billing.v1.GetBillingStatusResponse\"\n" +
-	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x12u\n" +
+	"\breceived\x18\x01 \x01(\bR\breceived2\x88\x03\n" +
+	"\x0eBillingService\x12\x7f\n" +
+	"\x10GetBillingStatus\x12,.keyhouse.billing.v1.GetBillingStatusRequest\x1a-.keyhouse.billing.v1.GetBillingStatusResponse\"\x0e\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\xa0\x82\x19\x01\x12u\n" +
 	"\x0eCreateCheckout\x12*.keyhouse.billing.v1.CreateCheckoutRequest\x1a+.keyhouse.billing.v1.CreateCheckoutResponse\"\n" +
 	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x12~\n" +
 	"\x11HandleStripeEvent\x12-.keyhouse.billing.v1.HandleStripeEventRequest\x1a..keyhouse.billing.v1.HandleStripeEventResponse\"\n" +

@@ -2337,7 +2337,7 @@ const file_keyhouse_licensing_v1_licensing_proto_rawDesc = "" +
 	"\x06limits\x18\x06 \x01(\v2\x17.google.protobuf.StructR\x06limits\"u\n" +
 	"\x1fVerifyLicenseFileBase64Response\x12\x14\n" +
 	"\x05valid\x18\x01 \x01(\bR\x05valid\x12<\n" +
-	"\alicense\x18\x02 \x01(\v2\".keyhouse.licensing.v1.FileLicenseR\alicense2\xe3\x0f\n" +
+	"\alicense\x18\x02 \x01(\v2\".keyhouse.licensing.v1.FileLicenseR\alicense2\xef\x0f\n" +
 	"\x10LicensingService\x12s\n" +
 	"\fIssueLicense\x12*.keyhouse.licensing.v1.IssueLicenseRequest\x1a+.keyhouse.licensing.v1.IssueLicenseResponse\"\n" +
 	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x12y\n" +
@@ -2350,15 +2350,12 @@ const file_keyhouse_licensing_v1_licensing_proto_rawDesc = "" +
 	"\rDeleteLicense\x12+.keyhouse.licensing.v1.DeleteLicenseRequest\x1a,.keyhouse.licensing.v1.DeleteLicenseResponse\"\n" +
 	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x12\x85\x01\n" +
 	"\x12UpdateLicenseTerms\x120.keyhouse.licensing.v1.UpdateLicenseTermsRequest\x1a1.keyhouse.licensing.v1.UpdateLicenseTermsResponse\"\n" +
-	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x12s\n" +
-	"\fListLicenses\x12*.keyhouse.licensing.v1.ListLicensesRequest\x1a+.keyhouse.licensing.v1.ListLicensesResponse\"\n" +
-	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x12\x82\x01\n" +
-	"\x11GetLicenseDetails\x12/.keyhouse.licensing.v1.GetLicenseDetailsRequest\x1a0.keyhouse.licensing.v1.GetLicenseDetailsResponse\"\n" +
-	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x12p\n" +
+	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x12w\n" +
+	"\fListLicenses\x12*.keyhouse.licensing.v1.ListLicensesRequest\x1a+.keyhouse.licensing.v1.ListLicensesResponse\"\x0e\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\xa0\x82\x19\x01\x12\x86\x01\n" +
+	"\x11GetLicenseDetails\x12/.keyhouse.licensing.v1.GetLicenseDetailsRequest\x1a0.keyhouse.licensing.v1.GetLicenseDetailsResponse\"\x0e\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\xa0\x82\x19\x01\x12p\n" +
 	"\vUpdateNotes\x12).keyhouse.licensing.v1.UpdateNotesRequest\x1a*.keyhouse.licensing.v1.UpdateNotesResponse\"\n" +
-	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x12g\n" +
-	"\bGetStats\x12&.keyhouse.licensing.v1.GetStatsRequest\x1a'.keyhouse.licensing.v1.GetStatsResponse\"\n" +
-	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x12v\n" +
+	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x12k\n" +
+	"\bGetStats\x12&.keyhouse.licensing.v1.GetStatsRequest\x1a'.keyhouse.licensing.v1.GetStatsResponse\"\x0e\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\xa0\x82\x19\x01\x12v\n" +
 	"\rExportLicense\x12+.keyhouse.licensing.v1.ExportLicenseRequest\x1a,.keyhouse.licensing.v1.ExportLicenseResponse\"\n" +
 	"\x90\x82\x19\x01\x9a\x82\x19\x02\b\x04\x12\x82\x01\n" +
 	"\x11ExportLicenseFile\x12/.keyhouse.licensing.v1.ExportLicenseFileRequest\x1a0.keyhouse.licensing.v1.ExportLicenseFileResponse\"\n" +

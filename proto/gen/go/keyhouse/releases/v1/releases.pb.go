@@ -1025,15 +1025,13 @@ const file_keyhouse_releases_v1_releases_proto_rawDesc = "" +
 	"\bchecksum\x18\x06 \x01(\tR\bchecksum\x12#\n" +
 	"\rrelease_notes\x18\a \x01(\tR\freleaseNotes\x12\x1c\n" +
 	"\tsignature\x18\b \x01(\tR\tsignature\x127\n" +
-	"\tissued_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\bissuedAt2\xdc\x04\n" +
+	"\tissued_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\bissuedAt2\xe4\x04\n" +
 	"\x0fReleasesService\x12z\n" +
 	"\x0fRegisterRelease\x12,.keyhouse.releases.v1.RegisterReleaseRequest\x1a-.keyhouse.releases.v1.RegisterReleaseResponse\"\n" +
-	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x12q\n" +
-	"\fListReleases\x12).keyhouse.releases.v1.ListReleasesRequest\x1a*.keyhouse.releases.v1.ListReleasesResponse\"\n" +
-	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x12k\n" +
+	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x12u\n" +
+	"\fListReleases\x12).keyhouse.releases.v1.ListReleasesRequest\x1a*.keyhouse.releases.v1.ListReleasesResponse\"\x0e\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\xa0\x82\x19\x01\x12o\n" +
 	"\n" +
-	"GetRelease\x12'.keyhouse.releases.v1.GetReleaseRequest\x1a(.keyhouse.releases.v1.GetReleaseResponse\"\n" +
-	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x12}\n" +
+	"GetRelease\x12'.keyhouse.releases.v1.GetReleaseRequest\x1a(.keyhouse.releases.v1.GetReleaseResponse\"\x0e\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\xa0\x82\x19\x01\x12}\n" +
 	"\x10UnpublishRelease\x12-.keyhouse.releases.v1.UnpublishReleaseRequest\x1a..keyhouse.releases.v1.UnpublishReleaseResponse\"\n" +
 	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x12n\n" +
 	"\vCheckUpdate\x12(.keyhouse.releases.v1.CheckUpdateRequest\x1a).keyhouse.releases.v1.CheckUpdateResponse\"\n" +

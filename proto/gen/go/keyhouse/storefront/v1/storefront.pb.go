@@ -1363,24 +1363,21 @@ const file_keyhouse_storefront_v1_storefront_proto_rawDesc = "" +
 	"\apayload\x18\x02 \x01(\fR\apayload\x12\x1c\n" +
 	"\tsignature\x18\x03 \x01(\tR\tsignature\"2\n" +
 	"\x14ReceiveEventResponse\x12\x1a\n" +
-	"\breceived\x18\x01 \x01(\bR\breceived2\xea\b\n" +
+	"\breceived\x18\x01 \x01(\bR\breceived2\xf6\b\n" +
 	"\x11StorefrontService\x12{\n" +
 	"\x0eConnectWebhook\x12-.keyhouse.storefront.v1.ConnectWebhookRequest\x1a..keyhouse.storefront.v1.ConnectWebhookResponse\"\n" +
-	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x12u\n" +
-	"\fListWebhooks\x12+.keyhouse.storefront.v1.ListWebhooksRequest\x1a,.keyhouse.storefront.v1.ListWebhooksResponse\"\n" +
-	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x12\x84\x01\n" +
+	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x12y\n" +
+	"\fListWebhooks\x12+.keyhouse.storefront.v1.ListWebhooksRequest\x1a,.keyhouse.storefront.v1.ListWebhooksResponse\"\x0e\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\xa0\x82\x19\x01\x12\x84\x01\n" +
 	"\x11SaveWebhookSecret\x120.keyhouse.storefront.v1.SaveWebhookSecretRequest\x1a1.keyhouse.storefront.v1.SaveWebhookSecretResponse\"\n" +
 	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x12{\n" +
 	"\x0eDisableWebhook\x12-.keyhouse.storefront.v1.DisableWebhookRequest\x1a..keyhouse.storefront.v1.DisableWebhookResponse\"\n" +
 	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x12x\n" +
 	"\rCreateMapping\x12,.keyhouse.storefront.v1.CreateMappingRequest\x1a-.keyhouse.storefront.v1.CreateMappingResponse\"\n" +
-	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x12u\n" +
-	"\fListMappings\x12+.keyhouse.storefront.v1.ListMappingsRequest\x1a,.keyhouse.storefront.v1.ListMappingsResponse\"\n" +
-	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x12x\n" +
+	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x12y\n" +
+	"\fListMappings\x12+.keyhouse.storefront.v1.ListMappingsRequest\x1a,.keyhouse.storefront.v1.ListMappingsResponse\"\x0e\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\xa0\x82\x19\x01\x12x\n" +
 	"\rDeleteMapping\x12,.keyhouse.storefront.v1.DeleteMappingRequest\x1a-.keyhouse.storefront.v1.DeleteMappingResponse\"\n" +
-	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x12{\n" +
-	"\x0eListDeliveries\x12-.keyhouse.storefront.v1.ListDeliveriesRequest\x1a..keyhouse.storefront.v1.ListDeliveriesResponse\"\n" +
-	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x12u\n" +
+	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x12\x7f\n" +
+	"\x0eListDeliveries\x12-.keyhouse.storefront.v1.ListDeliveriesRequest\x1a..keyhouse.storefront.v1.ListDeliveriesResponse\"\x0e\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\xa0\x82\x19\x01\x12u\n" +
 	"\fReceiveEvent\x12+.keyhouse.storefront.v1.ReceiveEventRequest\x1a,.keyhouse.storefront.v1.ReceiveEventResponse\"\n" +
 	"\x90\x82\x19\x01\x9a\x82\x19\x02\b\x01BOZMgithub.com/keyhouse/keyhouse/proto/gen/go/keyhouse/storefront/v1;storefrontv1b\x06proto3"
 
