@@ -160,3 +160,34 @@ func TestASuspendedTenantsCredentialsAre403WhileItsAppsKeepWorking(t *testing.T)
 		}
 	}
 }
+
+func TestTenantEmailsAreUniqueUnderConcurrentSignups(t *testing.T) {
+	t.Parallel()
+	s := hosted(t)
+	email := uniq("founder") + "@example.com"
+	const n = 8
+	resps := make([]*Response, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		// The same address, in any case, is the same email.
+		addr := email
+		if i%2 == 1 {
+			addr = strings.ToUpper(email[:1]) + email[1:]
+		}
+		wg.Go(func() {
+			resps[i] = admin(t, s).Post("/v1/operator/tenants", map[string]string{"name": fmt.Sprint("Founder ", i), "email": addr})
+		})
+	}
+	wg.Wait()
+	created := 0
+	for _, r := range resps {
+		if r.Status == 200 {
+			created++
+			continue
+		}
+		r.ExpectError(t, 409, "A tenant with this email already exists")
+	}
+	if created != 1 {
+		t.Fatalf("%d tenants created with one email, want exactly 1", created)
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"github.com/keyhouse/keyhouse/pkg/apierr"
 	"github.com/keyhouse/keyhouse/pkg/auth"
 	"github.com/keyhouse/keyhouse/pkg/events"
+	"github.com/keyhouse/keyhouse/pkg/pgxx"
 )
 
 // Store reads and writes tenants and their keys. A key rotation is api_key.rotated and a
@@ -52,8 +53,15 @@ func (s *Store) CreateTenant(ctx context.Context, name, email string) (Tenant, s
 	err := s.db.QueryRow(ctx,
 		`INSERT INTO tenants (tenant_id, name, email, api_key_hash) VALUES ($1, $2, $3, $4) RETURNING created_at`,
 		t.ID, name, email, auth.HashAPIKey(key)).Scan(&t.CreatedAt)
+	if pgxx.IsUniqueViolation(err, "tenants_email_unique") {
+		return t, "", ErrEmailTaken
+	}
 	return t, key, err
 }
+
+// ErrEmailTaken refuses a second tenant with an email (compared case-insensitively; the
+// unique index decides, so concurrent creates cannot both pass).
+var ErrEmailTaken = apierr.Conflict("A tenant with this email already exists")
 
 func lower(s string) string {
 	b := []byte(s)
