@@ -56,6 +56,10 @@ const (
 	TypePing                    = "ping"
 )
 
+// TypeTenantDeleted is internal: the fan-out of a hosted tenant's deletion, consumed by
+// every service (pkg/tenantpurge); no log keeps it and no webhook delivers it.
+const TypeTenantDeleted = "tenant.deleted"
+
 // Types lists every event type, in the order of addendum §11.
 var Types = []string{
 	TypeLicenseIssued, TypeLicenseRevoked, TypeLicenseReactivated, TypeLicenseDeleted,
@@ -63,6 +67,7 @@ var Types = []string{
 	TypeSeatTokenReissued, TypeUsageLimitReached, TypeUsageReset, TypeReleasePublished,
 	TypeReleaseUnpublished, TypeStorefrontDelivery, TypeBillingPlanChanged, TypeAPIKeyRotated,
 	TypeAPIKeyCreated, TypeAPIKeyDeleted, TypeLeaseKeyRotated, TypeWebhookEndpointDisabled, TypePing,
+	TypeTenantDeleted,
 }
 
 // Reasons of seat.deactivated.
@@ -303,6 +308,8 @@ func typeOf(ev *eventsv1.Event) string {
 		return TypeAPIKeyCreated
 	case *eventsv1.Event_ApiKeyDeleted:
 		return TypeAPIKeyDeleted
+	case *eventsv1.Event_TenantDeleted:
+		return TypeTenantDeleted
 	case *eventsv1.Event_LeaseKeyRotated:
 		return TypeLeaseKeyRotated
 	case *eventsv1.Event_WebhookEndpointDisabled:

@@ -62,7 +62,7 @@ func TestEveryTypeHasAConstructor(t *testing.T) {
 		ReleaseUnpublished("t", 1, "p", "1.0.0", "stable", "linux"), StorefrontDelivery("t", "1", "cs", "issued", &key),
 		BillingPlanChanged("t", &plan, "active"), APIKeyRotated("t"), APIKeyCreated("t", "ak_1", "ci", "read"),
 		APIKeyDeleted("t", "ak_1", "ci", "read"), LeaseKeyRotated("t", "kid2", "kid1"),
-		WebhookEndpointDisabled("t", "we_1", "failing for 72 hours"), Ping("t"),
+		WebhookEndpointDisabled("t", "we_1", "failing for 72 hours"), Ping("t"), TenantDeleted("t"),
 	}
 	var got []string
 	for _, ev := range all {

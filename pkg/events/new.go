@@ -128,6 +128,11 @@ func APIKeyDeleted(tenant, id, name, scope string) *eventsv1.Event {
 	return &eventsv1.Event{TenantId: tenant, Type: TypeAPIKeyDeleted, Data: &eventsv1.Event_ApiKeyDeleted{ApiKeyDeleted: &eventsv1.ApiKeyRef{Id: id, Name: name, Scope: scope}}}
 }
 
+// TenantDeleted is tenant.deleted: the operator deleted the tenant (internal; no data).
+func TenantDeleted(tenant string) *eventsv1.Event {
+	return &eventsv1.Event{TenantId: tenant, Type: TypeTenantDeleted, Data: &eventsv1.Event_TenantDeleted{TenantDeleted: &eventsv1.Empty{}}}
+}
+
 // LeaseKeyRotated is lease_key.rotated: kid signs from now on, retiringKid verifies until it retires.
 func LeaseKeyRotated(tenant, kid, retiringKid string) *eventsv1.Event {
 	return &eventsv1.Event{TenantId: tenant, Type: TypeLeaseKeyRotated, Data: &eventsv1.Event_LeaseKeyRotated{LeaseKeyRotated: &eventsv1.LeaseKeyRotated{

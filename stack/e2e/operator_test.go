@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/url"
@@ -8,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // operatorTenantFields is the order of a tenant in the operator routes' answers.
@@ -25,6 +28,7 @@ func TestOperatorTenantRoutesAreHostedOnlyAndAdminOnly(t *testing.T) {
 		{"GET", "/v1/operator/tenants/t_x"},
 		{"POST", "/v1/operator/tenants/t_x/suspend"},
 		{"POST", "/v1/operator/tenants/t_x/resume"},
+		{"DELETE", "/v1/operator/tenants/t_x"},
 	}
 	self := admin(t, selfHosted(t))
 	s := hosted(t)
@@ -189,5 +193,114 @@ func TestTenantEmailsAreUniqueUnderConcurrentSignups(t *testing.T) {
 	}
 	if created != 1 {
 		t.Fatalf("%d tenants created with one email, want exactly 1", created)
+	}
+}
+
+// tenantRows counts, per table, the rows of tenant in every schema's tables that have a
+// tenant_id column: what a deleted tenant must leave none of.
+func tenantRows(t *testing.T, conn *pgx.Conn, tenant string) map[string]int {
+	t.Helper()
+	ctx := context.Background()
+	rows, err := conn.Query(ctx, `SELECT c.table_schema, c.table_name FROM information_schema.columns c
+		JOIN information_schema.tables t USING (table_schema, table_name)
+		WHERE c.column_name = 'tenant_id' AND t.table_type = 'BASE TABLE'
+		  AND c.table_schema NOT IN ('pg_catalog', 'information_schema')`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tables, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (string, error) {
+		var schema, table string
+		err := r.Scan(&schema, &table)
+		return pgx.Identifier{schema, table}.Sanitize(), err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tables) < 20 {
+		t.Fatalf("only %d tables with a tenant_id: %v", len(tables), tables)
+	}
+	counts := map[string]int{}
+	for _, table := range tables {
+		var n int
+		if err := conn.QueryRow(ctx, `SELECT count(*) FROM `+table+` WHERE tenant_id = $1`, tenant).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			counts[table] = n
+		}
+	}
+	return counts
+}
+
+// A deleted tenant leaves no row in any schema, events and webhooks included, even when a
+// service was down at that moment; its credentials stop at once; another tenant keeps
+// everything.
+func TestDeletingATenantForgetsItEverywhereEvenWithAServiceDown(t *testing.T) {
+	t.Parallel()
+	s := startStack(t, map[string]string{"MULTI_TENANT": "true", "WEBHOOK_ALLOW_PRIVATE_NETWORKS": "true"})
+	t.Cleanup(s.Stop)
+	receiver := newWebhookReceiver(t)
+	populate := func(c *Client, name string) string {
+		prod := product("gone-" + name)
+		key := issueLicense(t, c, map[string]any{"tier": "pro", "product_id": prod, "issued_to": "holder@example.com", "max_activations": 3})
+		seat(t, anon(t, s), key, "laptop")
+		c.Post("/v1/register-release", map[string]any{"product_id": prod, "version": "1.0.0", "platform": "linux",
+			"artifact_url": "https://example.com/a", "checksum": "sha256:00"}).Expect(t, 200)
+		c.Post("/v1/webhook-endpoints", map[string]any{"url": receiver.URL + "/hook", "events": []string{"*"}}).Expect(t, 200)
+		c.Post("/v1/storefront/webhooks", map[string]string{"provider": "stripe"}).Expect(t, 200)
+		putPolicy(t, c, prod, "pro", map[string]any{"lease_ttl_seconds": 600})
+		createAPIKey(t, c, "backend", "full")
+		web := newWebClient(t, s)
+		web.signIn(c.Token)
+		portalPath(t, web, key)
+		c.Post("/v1/admin/update-notes", map[string]any{"key": key, "notes": "n"}).Expect(t, 200)
+		return key
+	}
+	gone, goneID := hostedTenant(t, s)
+	kept, keptID := hostedTenant(t, s)
+	goneKey := populate(gone, "a")
+	keptKey := populate(kept, "b")
+	extra, _ := createAPIKey(t, gone, "other", "read")
+
+	conn, err := pgx.Connect(context.Background(), s.Env("DATABASE_URL"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	// Every service holds rows of the tenant (the event log once it caught up).
+	eventually(t, "the tenant's rows in every schema", func() bool {
+		schemas := map[string]bool{}
+		for table := range tenantRows(t, conn, goneID) {
+			schemas[strings.Split(table, ".")[0]] = true
+		}
+		return len(schemas) == 6
+	})
+
+	s.Service("activations").Stop()
+	admin(t, s).Delete("/v1/operator/tenants/"+goneID, nil).ExpectBody(t, `{"tenant_id":"`+goneID+`","deleted":true}`)
+	admin(t, s).Delete("/v1/operator/tenants/"+goneID, nil).ExpectError(t, 404, "Tenant not found")
+	admin(t, s).Get("/v1/operator/tenants/"+goneID).ExpectError(t, 404, "Tenant not found")
+	// Its credentials stop at once.
+	gone.Get("/v1/list-licenses").ExpectError(t, 403, "Unauthorized")
+	extra.Get("/v1/list-licenses").ExpectError(t, 403, "Unauthorized")
+
+	if err := s.RestartService(t.Context(), "activations"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "no row of the deleted tenant in any schema", func() bool {
+		return len(tenantRows(t, conn, goneID)) == 0
+	})
+	r := anon(t, s).Post("/v1/verify-license", map[string]string{"key": goneKey})
+	r.Expect(t, 404).ExpectBody(t, `{"valid":false,"error":"License key not found"}`)
+	// The other tenant keeps all it had.
+	kept.Get("/v1/list-licenses").Expect(t, 200)
+	if !validate(t, anon(t, s), keptKey, "laptop") {
+		t.Fatal("the other tenant's seat is gone")
+	}
+	left := tenantRows(t, conn, keptID)
+	for _, table := range []string{`"licensing"."licenses"`, `"activations"."seats"`, `"releases"."releases"`, `"events"."webhook_endpoints"`, `"storefront"."webhooks"`, `"billing"."api_keys"`} {
+		if left[table] == 0 {
+			t.Errorf("the other tenant lost its rows of %s (has %v)", table, left)
+		}
 	}
 }

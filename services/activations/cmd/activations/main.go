@@ -14,6 +14,7 @@ import (
 	"github.com/keyhouse/keyhouse/pkg/licensecache"
 	"github.com/keyhouse/keyhouse/pkg/licensingclient"
 	"github.com/keyhouse/keyhouse/pkg/natsx"
+	"github.com/keyhouse/keyhouse/pkg/tenantpurge"
 	"github.com/keyhouse/keyhouse/services/activations/internal/purge"
 	"github.com/keyhouse/keyhouse/services/activations/internal/server"
 	"github.com/keyhouse/keyhouse/services/activations/internal/store"
@@ -44,7 +45,8 @@ func main() {
 			// Seat events leave through the outbox; the spine's fast path announces a removed
 			// seat, so caches of validate-license's answers (the gateway's) drop the license's.
 			relay := natsx.NewRelay(d.DB, js, d.Log)
-			st := store.New(d.DB, events.NewSpine(events.WithRelay(relay), events.WithFastPath(nc), events.WithLog(d.Log)))
+			spine := events.NewSpine(events.WithRelay(relay), events.WithFastPath(nc), events.WithLog(d.Log))
+			st := store.New(d.DB, spine)
 			server.RegisterConsole(d.Server.GRPC, server.NewConsole(st, licenses))
 			// License lookups are cached; the cache follows licensing's change events.
 			stopCache, err := licenses.CacheLicenses(nc, d.Config.LicenseCacheTTL)
@@ -67,6 +69,12 @@ func main() {
 			wg.Go(func() {
 				if err := purge.Run(ctx, js, st, d.Log); err != nil {
 					d.Log.Error("license.deleted consumer stopped", "error", err.Error())
+				}
+			})
+			wg.Go(func() {
+				forget := tenantpurge.Forgetter{DB: d.DB, Stale: store.StaleOnTenantPurge, Spine: spine}
+				if err := tenantpurge.Run(ctx, js, "activations", forget.Forget, d.Log); err != nil {
+					d.Log.Error("tenant.deleted consumer stopped", "error", err.Error())
 				}
 			})
 			wg.Go(func() { idempotency.PurgeHourly(ctx, d.DB, d.Log) })

@@ -12,6 +12,7 @@ import (
 	"github.com/keyhouse/keyhouse/pkg/licensingclient"
 	"github.com/keyhouse/keyhouse/pkg/natsx"
 	"github.com/keyhouse/keyhouse/pkg/pgxx"
+	"github.com/keyhouse/keyhouse/pkg/tenantpurge"
 	accountsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/accounts/v1"
 	billingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/billing/v1"
 	"github.com/keyhouse/keyhouse/services/billing/internal/payments"
@@ -46,6 +47,14 @@ func register(ctx context.Context, d *app.Deps) error {
 	wg.Go(func() {
 		if err := relay.Run(ctx); err != nil {
 			d.Log.Error("outbox relay stopped", "error", err.Error())
+		}
+	})
+	// A deleted tenant's rows go in one transaction, even if this service was down when
+	// the tenant was deleted (pkg/tenantpurge); here, what is left after the
+	// delete itself: the sent tenant.deleted in the outbox.
+	wg.Go(func() {
+		if err := tenantpurge.Run(ctx, js, "billing", tenantpurge.Forgetter{DB: d.DB}.Forget, d.Log); err != nil {
+			d.Log.Error("tenant.deleted consumer stopped", "error", err.Error())
 		}
 	})
 	// Closers run in reverse: the relay finishes its batch before NATS closes.

@@ -114,3 +114,14 @@ func (o *Operator) describe(ctx context.Context, t store.OperatorTenant) (*accou
 	return m, nil
 }
 
+
+// DeleteTenant is DELETE /v1/operator/tenants/{id}.
+func (o *Operator) DeleteTenant(ctx context.Context, req *accountsv1.DeleteTenantRequest) (*accountsv1.DeleteTenantResponse, error) {
+	if !o.multiTenant {
+		return nil, errTenantsHostedOnly
+	}
+	if err := o.store.DeleteTenant(ctx, req.GetId()); err != nil {
+		return nil, err
+	}
+	return &accountsv1.DeleteTenantResponse{TenantId: req.GetId(), Deleted: true}, nil
+}

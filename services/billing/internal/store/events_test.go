@@ -67,6 +67,33 @@ func TestEveryWriteEmitsItsEvent(t *testing.T) {
 			}
 			return nil
 		}, nil},
+		{"DeleteTenant", func() error {
+			other, _, err := s.CreateTenant(ctx, "Gone", "gone@example.com")
+			if err != nil {
+				return err
+			}
+			if _, _, err := s.CreateAPIKey(ctx, other.ID, "k", store.ScopeFull, nil); err != nil {
+				return err
+			}
+			out.Next(t) // its api_key.created
+			if err := s.DeleteTenant(ctx, other.ID); err != nil {
+				return err
+			}
+			// Its own rows are gone in the same transaction; the outbox keeps the event.
+			var left int
+			err = db.QueryRow(ctx, `SELECT (SELECT count(*) FROM tenants WHERE tenant_id = $1) + (SELECT count(*) FROM api_keys WHERE tenant_id = $1)`, other.ID).Scan(&left)
+			if err != nil || left != 0 {
+				t.Errorf("rows left after DeleteTenant: %d, %v", left, err)
+			}
+			ten.ID = other.ID // the event's tenant, checked below
+			return nil
+		}, []string{events.TypeTenantDeleted}},
+		{"DeleteTenant of an unknown tenant", func() error {
+			if err := s.DeleteTenant(ctx, "t_nope"); err != store.ErrTenantNotFound {
+				t.Errorf("unknown tenant: %v", err)
+			}
+			return nil
+		}, nil},
 	}
 	var statuses []string
 	for _, w := range writes {
@@ -89,7 +116,7 @@ func TestEveryWriteEmitsItsEvent(t *testing.T) {
 	if want := []string{"pro/active", "pro/past_due"}; !slices.Equal(statuses, want) {
 		t.Errorf("plan changes %v, want %v", statuses, want)
 	}
-	eventstest.RequireListed(t, s, []string{"Record", "RotateAPIKey", "CreateAPIKey", "DeleteAPIKey"},
+	eventstest.RequireListed(t, s, []string{"Record", "RotateAPIKey", "CreateAPIKey", "DeleteAPIKey", "DeleteTenant"},
 		// Not changes of addendum §11: a new tenant, console sign-in and passwords, the
 		// operator's suspension.
 		[]string{"CreateTenant", "CreateSession", "DeleteSession", "SetPasswordHash", "SetSuspended"},

@@ -7,6 +7,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/keyhouse/keyhouse/pkg/apierr"
+	"github.com/keyhouse/keyhouse/pkg/events"
+	"github.com/keyhouse/keyhouse/pkg/tenantpurge"
 )
 
 // OperatorTenant is a tenant as the hosted operator lists it (the plan and licenses come
@@ -82,4 +84,26 @@ func (s *Store) SetSuspended(ctx context.Context, id string, suspended bool) (Op
 		return t, ErrTenantNotFound
 	}
 	return t, err
+}
+
+// DeleteTenant deletes a hosted tenant: its row (its key and plan with it) and every
+// other row of it in this schema, then emits tenant.deleted in the same transaction, so
+// every other service forgets it too (pkg/tenantpurge), even one that is down now. Its
+// credentials are refused from the commit on. An unknown tenant is ErrTenantNotFound.
+func (s *Store) DeleteTenant(ctx context.Context, id string) error {
+	return s.spine.InTx(ctx, s.db, func(ctx context.Context, tx pgx.Tx) error {
+		tag, err := tx.Exec(ctx, `DELETE FROM tenants WHERE tenant_id = $1`, id)
+		if err != nil {
+			return err
+		}
+		if tag.RowsAffected() == 0 {
+			return ErrTenantNotFound
+		}
+		// Before the emit: the purge also takes the tenant's unsent outbox rows, which
+		// would only tell a log that is about to be deleted.
+		if _, err := tenantpurge.Purge(ctx, tx, id); err != nil {
+			return err
+		}
+		return events.Emit(ctx, tx, events.TenantDeleted(id))
+	})
 }

@@ -80,8 +80,15 @@ func (i *Ingester) Store(ctx context.Context, ev *eventsv1.Event) (bool, error) 
 	if err != nil {
 		return false, natsx.Permanent(err)
 	}
+	if ev.GetType() == events.TypeTenantDeleted {
+		// Not an event of the log: the tenant's log, endpoints and deliveries go with it.
+		return false, i.st.InTx(ctx, func(tx pgx.Tx) error { return store.ForgetTenant(ctx, tx, ev.GetTenantId()) })
+	}
 	var fresh bool
 	err = i.st.InTx(ctx, func(tx pgx.Tx) error {
+		if gone, err := store.Forgotten(ctx, tx, ev.GetTenantId()); err != nil || gone {
+			return err
+		}
 		fresh, err = store.Insert(ctx, tx, store.Event{
 			ID: ev.GetId(), TenantID: ev.GetTenantId(), Type: ev.GetType(), LicenseKey: events.LicenseKey(ev),
 			CreatedAt: ev.GetCreatedAt().AsTime(), Body: body,
@@ -105,6 +112,9 @@ func Retain(ctx context.Context, st *store.Store, retention, interval time.Durat
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
+		if err := st.ForgetTombstonesBefore(ctx, now().Add(-events.StreamMaxAge)); err != nil && ctx.Err() == nil {
+			log.Warn("deleted-tenant tombstone sweep failed, retrying at the next", "error", err.Error())
+		}
 		if n, err := st.DeleteBefore(ctx, now().Add(-retention)); err != nil {
 			if ctx.Err() == nil {
 				log.Warn("event retention sweep failed, retrying at the next", "error", err.Error())

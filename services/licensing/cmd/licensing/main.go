@@ -14,6 +14,7 @@ import (
 	"github.com/keyhouse/keyhouse/pkg/idempotency"
 	"github.com/keyhouse/keyhouse/pkg/licensecache"
 	"github.com/keyhouse/keyhouse/pkg/natsx"
+	"github.com/keyhouse/keyhouse/pkg/tenantpurge"
 	"github.com/keyhouse/keyhouse/pkg/signing"
 	eventsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/events/v1"
 	"github.com/keyhouse/keyhouse/services/licensing/internal/server"
@@ -89,6 +90,13 @@ func register(ctx context.Context, d *app.Deps) error {
 		defer wg.Done()
 		idempotency.PurgeHourly(ctx, d.DB, d.Log)
 	}()
+	// A deleted tenant's rows go in one transaction, even if this service was down when
+	// the tenant was deleted (pkg/tenantpurge).
+	wg.Go(func() {
+		if err := tenantpurge.Run(ctx, js, "licensing", tenantpurge.Forgetter{DB: d.DB, Stale: store.StaleOnTenantPurge, Spine: spine}.Forget, d.Log); err != nil {
+			d.Log.Error("tenant.deleted consumer stopped", "error", err.Error())
+		}
+	})
 	// Closers run in reverse: the relay finishes its batch before NATS closes.
 	d.OnClose(nc.Close)
 	// License changes are announced with a heartbeat, the caches' liveness proof.

@@ -13,6 +13,7 @@ import (
 	"github.com/keyhouse/keyhouse/pkg/licensecache"
 	"github.com/keyhouse/keyhouse/pkg/licensingclient"
 	"github.com/keyhouse/keyhouse/pkg/natsx"
+	"github.com/keyhouse/keyhouse/pkg/tenantpurge"
 	"github.com/keyhouse/keyhouse/services/releases/internal/server"
 	"github.com/keyhouse/keyhouse/services/releases/internal/store"
 	"github.com/keyhouse/keyhouse/services/releases/migrations"
@@ -59,7 +60,8 @@ func register(ctx context.Context, d *app.Deps) error {
 	// Release events leave through the outbox; the spine's fast path tells the gateways'
 	// caches of check-update answers to empty themselves.
 	relay := natsx.NewRelay(d.DB, js, d.Log)
-	st := store.New(d.DB, events.NewSpine(events.WithRelay(relay), events.WithFastPath(nc), events.WithLog(d.Log)))
+	spine := events.NewSpine(events.WithRelay(relay), events.WithFastPath(nc), events.WithLog(d.Log))
+	st := store.New(d.DB, spine)
 	srv := server.New(server.Config{MultiTenant: d.Config.MultiTenant}, st, remote,
 		billingclient.New(billing, adminKey))
 	server.Register(d.Server.GRPC, srv)
@@ -68,6 +70,13 @@ func register(ctx context.Context, d *app.Deps) error {
 	wg.Go(func() {
 		if err := relay.Run(ctx); err != nil {
 			d.Log.Error("outbox relay stopped", "error", err.Error())
+		}
+	})
+	// A deleted tenant's rows go in one transaction, even if this service was down when
+	// the tenant was deleted (pkg/tenantpurge).
+	wg.Go(func() {
+		if err := tenantpurge.Run(ctx, js, "releases", tenantpurge.Forgetter{DB: d.DB, Stale: store.StaleOnTenantPurge, Spine: spine}.Forget, d.Log); err != nil {
+			d.Log.Error("tenant.deleted consumer stopped", "error", err.Error())
 		}
 	})
 	wg.Add(2)

@@ -17,6 +17,7 @@ import (
 	"github.com/keyhouse/keyhouse/pkg/mail"
 	"github.com/keyhouse/keyhouse/pkg/natsx"
 	"github.com/keyhouse/keyhouse/pkg/pgxx"
+	"github.com/keyhouse/keyhouse/pkg/tenantpurge"
 	"github.com/keyhouse/keyhouse/services/storefront/internal/fulfill"
 	"github.com/keyhouse/keyhouse/services/storefront/internal/server"
 	"github.com/keyhouse/keyhouse/services/storefront/internal/store"
@@ -122,6 +123,13 @@ func register(ctx context.Context, d *app.Deps) error {
 			d.Log.Error("fulfillment worker stopped", "error", err.Error())
 		}
 	}()
+	// A deleted tenant's rows go in one transaction, even if this service was down when
+	// the tenant was deleted (pkg/tenantpurge).
+	wg.Go(func() {
+		if err := tenantpurge.Run(ctx, js, "storefront", tenantpurge.Forgetter{DB: d.DB}.Forget, d.Log); err != nil {
+			d.Log.Error("tenant.deleted consumer stopped", "error", err.Error())
+		}
+	})
 	// Closers run in reverse: the worker and relay finish before NATS closes.
 	d.OnClose(nc.Close)
 	d.OnClose(wg.Wait)

@@ -507,6 +507,102 @@ func (x *ResumeTenantResponse) GetTenant() *OperatorTenant {
 	return nil
 }
 
+type DeleteTenantRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteTenantRequest) Reset() {
+	*x = DeleteTenantRequest{}
+	mi := &file_keyhouse_accounts_v1_operator_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteTenantRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteTenantRequest) ProtoMessage() {}
+
+func (x *DeleteTenantRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_keyhouse_accounts_v1_operator_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteTenantRequest.ProtoReflect.Descriptor instead.
+func (*DeleteTenantRequest) Descriptor() ([]byte, []int) {
+	return file_keyhouse_accounts_v1_operator_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *DeleteTenantRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+type DeleteTenantResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	TenantId      string                 `protobuf:"bytes,1,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	Deleted       bool                   `protobuf:"varint,2,opt,name=deleted,proto3" json:"deleted,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteTenantResponse) Reset() {
+	*x = DeleteTenantResponse{}
+	mi := &file_keyhouse_accounts_v1_operator_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteTenantResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteTenantResponse) ProtoMessage() {}
+
+func (x *DeleteTenantResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_keyhouse_accounts_v1_operator_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteTenantResponse.ProtoReflect.Descriptor instead.
+func (*DeleteTenantResponse) Descriptor() ([]byte, []int) {
+	return file_keyhouse_accounts_v1_operator_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *DeleteTenantResponse) GetTenantId() string {
+	if x != nil {
+		return x.TenantId
+	}
+	return ""
+}
+
+func (x *DeleteTenantResponse) GetDeleted() bool {
+	if x != nil {
+		return x.Deleted
+	}
+	return false
+}
+
 var File_keyhouse_accounts_v1_operator_proto protoreflect.FileDescriptor
 
 const file_keyhouse_accounts_v1_operator_proto_rawDesc = "" +
@@ -540,7 +636,12 @@ const file_keyhouse_accounts_v1_operator_proto_rawDesc = "" +
 	"\x13ResumeTenantRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"T\n" +
 	"\x14ResumeTenantResponse\x12<\n" +
-	"\x06tenant\x18\x01 \x01(\v2$.keyhouse.accounts.v1.OperatorTenantR\x06tenant2\xd4\x03\n" +
+	"\x06tenant\x18\x01 \x01(\v2$.keyhouse.accounts.v1.OperatorTenantR\x06tenant\"%\n" +
+	"\x13DeleteTenantRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"M\n" +
+	"\x14DeleteTenantResponse\x12\x1b\n" +
+	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x18\n" +
+	"\adeleted\x18\x02 \x01(\bR\adeleted2\xc7\x04\n" +
 	"\x0fOperatorService\x12n\n" +
 	"\vListTenants\x12(.keyhouse.accounts.v1.ListTenantsRequest\x1a).keyhouse.accounts.v1.ListTenantsResponse\"\n" +
 	"\x90\x82\x19\x03\x9a\x82\x19\x02\b\x06\x12h\n" +
@@ -549,6 +650,8 @@ const file_keyhouse_accounts_v1_operator_proto_rawDesc = "" +
 	"\rSuspendTenant\x12*.keyhouse.accounts.v1.SuspendTenantRequest\x1a+.keyhouse.accounts.v1.SuspendTenantResponse\"\n" +
 	"\x90\x82\x19\x03\x9a\x82\x19\x02\b\x06\x12q\n" +
 	"\fResumeTenant\x12).keyhouse.accounts.v1.ResumeTenantRequest\x1a*.keyhouse.accounts.v1.ResumeTenantResponse\"\n" +
+	"\x90\x82\x19\x03\x9a\x82\x19\x02\b\x06\x12q\n" +
+	"\fDeleteTenant\x12).keyhouse.accounts.v1.DeleteTenantRequest\x1a*.keyhouse.accounts.v1.DeleteTenantResponse\"\n" +
 	"\x90\x82\x19\x03\x9a\x82\x19\x02\b\x06BKZIgithub.com/keyhouse/keyhouse/proto/gen/go/keyhouse/accounts/v1;accountsv1b\x06proto3"
 
 var (
@@ -563,7 +666,7 @@ func file_keyhouse_accounts_v1_operator_proto_rawDescGZIP() []byte {
 	return file_keyhouse_accounts_v1_operator_proto_rawDescData
 }
 
-var file_keyhouse_accounts_v1_operator_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_keyhouse_accounts_v1_operator_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_keyhouse_accounts_v1_operator_proto_goTypes = []any{
 	(*OperatorTenant)(nil),         // 0: keyhouse.accounts.v1.OperatorTenant
 	(*ListTenantsRequest)(nil),     // 1: keyhouse.accounts.v1.ListTenantsRequest
@@ -574,13 +677,15 @@ var file_keyhouse_accounts_v1_operator_proto_goTypes = []any{
 	(*SuspendTenantResponse)(nil),  // 6: keyhouse.accounts.v1.SuspendTenantResponse
 	(*ResumeTenantRequest)(nil),    // 7: keyhouse.accounts.v1.ResumeTenantRequest
 	(*ResumeTenantResponse)(nil),   // 8: keyhouse.accounts.v1.ResumeTenantResponse
-	(*wrapperspb.StringValue)(nil), // 9: google.protobuf.StringValue
-	(*timestamppb.Timestamp)(nil),  // 10: google.protobuf.Timestamp
+	(*DeleteTenantRequest)(nil),    // 9: keyhouse.accounts.v1.DeleteTenantRequest
+	(*DeleteTenantResponse)(nil),   // 10: keyhouse.accounts.v1.DeleteTenantResponse
+	(*wrapperspb.StringValue)(nil), // 11: google.protobuf.StringValue
+	(*timestamppb.Timestamp)(nil),  // 12: google.protobuf.Timestamp
 }
 var file_keyhouse_accounts_v1_operator_proto_depIdxs = []int32{
-	9,  // 0: keyhouse.accounts.v1.OperatorTenant.plan:type_name -> google.protobuf.StringValue
-	10, // 1: keyhouse.accounts.v1.OperatorTenant.created_at:type_name -> google.protobuf.Timestamp
-	10, // 2: keyhouse.accounts.v1.OperatorTenant.suspended_at:type_name -> google.protobuf.Timestamp
+	11, // 0: keyhouse.accounts.v1.OperatorTenant.plan:type_name -> google.protobuf.StringValue
+	12, // 1: keyhouse.accounts.v1.OperatorTenant.created_at:type_name -> google.protobuf.Timestamp
+	12, // 2: keyhouse.accounts.v1.OperatorTenant.suspended_at:type_name -> google.protobuf.Timestamp
 	0,  // 3: keyhouse.accounts.v1.ListTenantsResponse.tenants:type_name -> keyhouse.accounts.v1.OperatorTenant
 	0,  // 4: keyhouse.accounts.v1.GetTenantResponse.tenant:type_name -> keyhouse.accounts.v1.OperatorTenant
 	0,  // 5: keyhouse.accounts.v1.SuspendTenantResponse.tenant:type_name -> keyhouse.accounts.v1.OperatorTenant
@@ -589,12 +694,14 @@ var file_keyhouse_accounts_v1_operator_proto_depIdxs = []int32{
 	3,  // 8: keyhouse.accounts.v1.OperatorService.GetTenant:input_type -> keyhouse.accounts.v1.GetTenantRequest
 	5,  // 9: keyhouse.accounts.v1.OperatorService.SuspendTenant:input_type -> keyhouse.accounts.v1.SuspendTenantRequest
 	7,  // 10: keyhouse.accounts.v1.OperatorService.ResumeTenant:input_type -> keyhouse.accounts.v1.ResumeTenantRequest
-	2,  // 11: keyhouse.accounts.v1.OperatorService.ListTenants:output_type -> keyhouse.accounts.v1.ListTenantsResponse
-	4,  // 12: keyhouse.accounts.v1.OperatorService.GetTenant:output_type -> keyhouse.accounts.v1.GetTenantResponse
-	6,  // 13: keyhouse.accounts.v1.OperatorService.SuspendTenant:output_type -> keyhouse.accounts.v1.SuspendTenantResponse
-	8,  // 14: keyhouse.accounts.v1.OperatorService.ResumeTenant:output_type -> keyhouse.accounts.v1.ResumeTenantResponse
-	11, // [11:15] is the sub-list for method output_type
-	7,  // [7:11] is the sub-list for method input_type
+	9,  // 11: keyhouse.accounts.v1.OperatorService.DeleteTenant:input_type -> keyhouse.accounts.v1.DeleteTenantRequest
+	2,  // 12: keyhouse.accounts.v1.OperatorService.ListTenants:output_type -> keyhouse.accounts.v1.ListTenantsResponse
+	4,  // 13: keyhouse.accounts.v1.OperatorService.GetTenant:output_type -> keyhouse.accounts.v1.GetTenantResponse
+	6,  // 14: keyhouse.accounts.v1.OperatorService.SuspendTenant:output_type -> keyhouse.accounts.v1.SuspendTenantResponse
+	8,  // 15: keyhouse.accounts.v1.OperatorService.ResumeTenant:output_type -> keyhouse.accounts.v1.ResumeTenantResponse
+	10, // 16: keyhouse.accounts.v1.OperatorService.DeleteTenant:output_type -> keyhouse.accounts.v1.DeleteTenantResponse
+	12, // [12:17] is the sub-list for method output_type
+	7,  // [7:12] is the sub-list for method input_type
 	7,  // [7:7] is the sub-list for extension type_name
 	7,  // [7:7] is the sub-list for extension extendee
 	0,  // [0:7] is the sub-list for field type_name
@@ -611,7 +718,7 @@ func file_keyhouse_accounts_v1_operator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_keyhouse_accounts_v1_operator_proto_rawDesc), len(file_keyhouse_accounts_v1_operator_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   9,
+			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

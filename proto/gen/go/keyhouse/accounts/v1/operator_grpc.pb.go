@@ -23,6 +23,7 @@ const (
 	OperatorService_GetTenant_FullMethodName     = "/keyhouse.accounts.v1.OperatorService/GetTenant"
 	OperatorService_SuspendTenant_FullMethodName = "/keyhouse.accounts.v1.OperatorService/SuspendTenant"
 	OperatorService_ResumeTenant_FullMethodName  = "/keyhouse.accounts.v1.OperatorService/ResumeTenant"
+	OperatorService_DeleteTenant_FullMethodName  = "/keyhouse.accounts.v1.OperatorService/DeleteTenant"
 )
 
 // OperatorServiceClient is the client API for OperatorService service.
@@ -44,6 +45,11 @@ type OperatorServiceClient interface {
 	SuspendTenant(ctx context.Context, in *SuspendTenantRequest, opts ...grpc.CallOption) (*SuspendTenantResponse, error)
 	// POST /v1/operator/tenants/{id}/resume.
 	ResumeTenant(ctx context.Context, in *ResumeTenantRequest, opts ...grpc.CallOption) (*ResumeTenantResponse, error)
+	// DELETE /v1/operator/tenants/{id}: billing deletes the tenant (its credentials die at
+	// once) and emits tenant.deleted in that transaction; every service then deletes the
+	// tenant's rows in one transaction of its own, also one that was down at the time, when
+	// it is back (pkg/tenantpurge).
+	DeleteTenant(ctx context.Context, in *DeleteTenantRequest, opts ...grpc.CallOption) (*DeleteTenantResponse, error)
 }
 
 type operatorServiceClient struct {
@@ -94,6 +100,16 @@ func (c *operatorServiceClient) ResumeTenant(ctx context.Context, in *ResumeTena
 	return out, nil
 }
 
+func (c *operatorServiceClient) DeleteTenant(ctx context.Context, in *DeleteTenantRequest, opts ...grpc.CallOption) (*DeleteTenantResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteTenantResponse)
+	err := c.cc.Invoke(ctx, OperatorService_DeleteTenant_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // OperatorServiceServer is the server API for OperatorService service.
 // All implementations must embed UnimplementedOperatorServiceServer
 // for forward compatibility.
@@ -113,6 +129,11 @@ type OperatorServiceServer interface {
 	SuspendTenant(context.Context, *SuspendTenantRequest) (*SuspendTenantResponse, error)
 	// POST /v1/operator/tenants/{id}/resume.
 	ResumeTenant(context.Context, *ResumeTenantRequest) (*ResumeTenantResponse, error)
+	// DELETE /v1/operator/tenants/{id}: billing deletes the tenant (its credentials die at
+	// once) and emits tenant.deleted in that transaction; every service then deletes the
+	// tenant's rows in one transaction of its own, also one that was down at the time, when
+	// it is back (pkg/tenantpurge).
+	DeleteTenant(context.Context, *DeleteTenantRequest) (*DeleteTenantResponse, error)
 	mustEmbedUnimplementedOperatorServiceServer()
 }
 
@@ -134,6 +155,9 @@ func (UnimplementedOperatorServiceServer) SuspendTenant(context.Context, *Suspen
 }
 func (UnimplementedOperatorServiceServer) ResumeTenant(context.Context, *ResumeTenantRequest) (*ResumeTenantResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ResumeTenant not implemented")
+}
+func (UnimplementedOperatorServiceServer) DeleteTenant(context.Context, *DeleteTenantRequest) (*DeleteTenantResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteTenant not implemented")
 }
 func (UnimplementedOperatorServiceServer) mustEmbedUnimplementedOperatorServiceServer() {}
 func (UnimplementedOperatorServiceServer) testEmbeddedByValue()                         {}
@@ -228,6 +252,24 @@ func _OperatorService_ResumeTenant_Handler(srv interface{}, ctx context.Context,
 	return interceptor(ctx, in, info, handler)
 }
 
+func _OperatorService_DeleteTenant_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteTenantRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OperatorServiceServer).DeleteTenant(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OperatorService_DeleteTenant_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OperatorServiceServer).DeleteTenant(ctx, req.(*DeleteTenantRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // OperatorService_ServiceDesc is the grpc.ServiceDesc for OperatorService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -250,6 +292,10 @@ var OperatorService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ResumeTenant",
 			Handler:    _OperatorService_ResumeTenant_Handler,
+		},
+		{
+			MethodName: "DeleteTenant",
+			Handler:    _OperatorService_DeleteTenant_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -423,6 +423,7 @@ type Event struct {
 	//	*Event_Ping
 	//	*Event_ApiKeyCreated
 	//	*Event_ApiKeyDeleted
+	//	*Event_TenantDeleted
 	Data          isEvent_Data `protobuf_oneof:"data"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -689,6 +690,15 @@ func (x *Event) GetApiKeyDeleted() *ApiKeyRef {
 	return nil
 }
 
+func (x *Event) GetTenantDeleted() *Empty {
+	if x != nil {
+		if x, ok := x.Data.(*Event_TenantDeleted); ok {
+			return x.TenantDeleted
+		}
+	}
+	return nil
+}
+
 type isEvent_Data interface {
 	isEvent_Data()
 }
@@ -777,6 +787,12 @@ type Event_ApiKeyDeleted struct {
 	ApiKeyDeleted *ApiKeyRef `protobuf:"bytes,41,opt,name=api_key_deleted,json=apiKeyDeleted,proto3,oneof"`
 }
 
+type Event_TenantDeleted struct {
+	// The operator deleted the tenant: every service forgets its rows (pkg/tenantpurge).
+	// Internal: never in a log or a webhook, as the tenant's log and endpoints go with it.
+	TenantDeleted *Empty `protobuf:"bytes,42,opt,name=tenant_deleted,json=tenantDeleted,proto3,oneof"`
+}
+
 func (*Event_LicenseIssued) isEvent_Data() {}
 
 func (*Event_LicenseRevoked) isEvent_Data() {}
@@ -818,6 +834,8 @@ func (*Event_Ping) isEvent_Data() {}
 func (*Event_ApiKeyCreated) isEvent_Data() {}
 
 func (*Event_ApiKeyDeleted) isEvent_Data() {}
+
+func (*Event_TenantDeleted) isEvent_Data() {}
 
 // Data of license.issued.
 type LicenseIssued struct {
@@ -1749,7 +1767,7 @@ const file_keyhouse_events_v1_events_proto_rawDesc = "" +
 	"\x05Actor\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12;\n" +
 	"\n" +
-	"request_id\x18\x02 \x01(\v2\x1c.google.protobuf.StringValueR\trequestId\"\xbc\x0e\n" +
+	"request_id\x18\x02 \x01(\v2\x1c.google.protobuf.StringValueR\trequestId\"\x80\x0f\n" +
 	"\x05Event\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12\x1b\n" +
@@ -1779,7 +1797,8 @@ const file_keyhouse_events_v1_events_proto_rawDesc = "" +
 	"\x19webhook_endpoint_disabled\x18\x1b \x01(\v2+.keyhouse.events.v1.WebhookEndpointDisabledH\x00R\x17webhookEndpointDisabled\x12/\n" +
 	"\x04ping\x18\x1c \x01(\v2\x19.keyhouse.events.v1.EmptyH\x00R\x04ping\x12G\n" +
 	"\x0fapi_key_created\x18( \x01(\v2\x1d.keyhouse.events.v1.ApiKeyRefH\x00R\rapiKeyCreated\x12G\n" +
-	"\x0fapi_key_deleted\x18) \x01(\v2\x1d.keyhouse.events.v1.ApiKeyRefH\x00R\rapiKeyDeletedB\x06\n" +
+	"\x0fapi_key_deleted\x18) \x01(\v2\x1d.keyhouse.events.v1.ApiKeyRefH\x00R\rapiKeyDeleted\x12B\n" +
+	"\x0etenant_deleted\x18* \x01(\v2\x19.keyhouse.events.v1.EmptyH\x00R\rtenantDeletedB\x06\n" +
 	"\x04data\"\xf4\x02\n" +
 	"\rLicenseIssued\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x1d\n" +
@@ -1942,24 +1961,25 @@ var file_keyhouse_events_v1_events_proto_depIdxs = []int32{
 	20, // 26: keyhouse.events.v1.Event.ping:type_name -> keyhouse.events.v1.Empty
 	19, // 27: keyhouse.events.v1.Event.api_key_created:type_name -> keyhouse.events.v1.ApiKeyRef
 	19, // 28: keyhouse.events.v1.Event.api_key_deleted:type_name -> keyhouse.events.v1.ApiKeyRef
-	23, // 29: keyhouse.events.v1.LicenseIssued.expires_at:type_name -> google.protobuf.Timestamp
-	26, // 30: keyhouse.events.v1.LicenseIssued.max_activations:type_name -> google.protobuf.Int32Value
-	21, // 31: keyhouse.events.v1.LicenseIssued.limits:type_name -> keyhouse.events.v1.LicenseIssued.LimitsEntry
-	23, // 32: keyhouse.events.v1.LicenseTermsUpdated.expires_at:type_name -> google.protobuf.Timestamp
-	26, // 33: keyhouse.events.v1.LicenseTermsUpdated.max_activations:type_name -> google.protobuf.Int32Value
-	22, // 34: keyhouse.events.v1.LicenseTermsUpdated.limits:type_name -> keyhouse.events.v1.LicenseTermsUpdated.LimitsEntry
-	25, // 35: keyhouse.events.v1.UsageReset.metric:type_name -> google.protobuf.StringValue
-	25, // 36: keyhouse.events.v1.StorefrontDelivery.license_key:type_name -> google.protobuf.StringValue
-	25, // 37: keyhouse.events.v1.BillingPlanChanged.plan:type_name -> google.protobuf.StringValue
-	0,  // 38: keyhouse.events.v1.EventsService.ListEvents:input_type -> keyhouse.events.v1.ListEventsRequest
-	2,  // 39: keyhouse.events.v1.EventsService.GetEvent:input_type -> keyhouse.events.v1.GetEventRequest
-	1,  // 40: keyhouse.events.v1.EventsService.ListEvents:output_type -> keyhouse.events.v1.ListEventsResponse
-	3,  // 41: keyhouse.events.v1.EventsService.GetEvent:output_type -> keyhouse.events.v1.GetEventResponse
-	40, // [40:42] is the sub-list for method output_type
-	38, // [38:40] is the sub-list for method input_type
-	38, // [38:38] is the sub-list for extension type_name
-	38, // [38:38] is the sub-list for extension extendee
-	0,  // [0:38] is the sub-list for field type_name
+	20, // 29: keyhouse.events.v1.Event.tenant_deleted:type_name -> keyhouse.events.v1.Empty
+	23, // 30: keyhouse.events.v1.LicenseIssued.expires_at:type_name -> google.protobuf.Timestamp
+	26, // 31: keyhouse.events.v1.LicenseIssued.max_activations:type_name -> google.protobuf.Int32Value
+	21, // 32: keyhouse.events.v1.LicenseIssued.limits:type_name -> keyhouse.events.v1.LicenseIssued.LimitsEntry
+	23, // 33: keyhouse.events.v1.LicenseTermsUpdated.expires_at:type_name -> google.protobuf.Timestamp
+	26, // 34: keyhouse.events.v1.LicenseTermsUpdated.max_activations:type_name -> google.protobuf.Int32Value
+	22, // 35: keyhouse.events.v1.LicenseTermsUpdated.limits:type_name -> keyhouse.events.v1.LicenseTermsUpdated.LimitsEntry
+	25, // 36: keyhouse.events.v1.UsageReset.metric:type_name -> google.protobuf.StringValue
+	25, // 37: keyhouse.events.v1.StorefrontDelivery.license_key:type_name -> google.protobuf.StringValue
+	25, // 38: keyhouse.events.v1.BillingPlanChanged.plan:type_name -> google.protobuf.StringValue
+	0,  // 39: keyhouse.events.v1.EventsService.ListEvents:input_type -> keyhouse.events.v1.ListEventsRequest
+	2,  // 40: keyhouse.events.v1.EventsService.GetEvent:input_type -> keyhouse.events.v1.GetEventRequest
+	1,  // 41: keyhouse.events.v1.EventsService.ListEvents:output_type -> keyhouse.events.v1.ListEventsResponse
+	3,  // 42: keyhouse.events.v1.EventsService.GetEvent:output_type -> keyhouse.events.v1.GetEventResponse
+	41, // [41:43] is the sub-list for method output_type
+	39, // [39:41] is the sub-list for method input_type
+	39, // [39:39] is the sub-list for extension type_name
+	39, // [39:39] is the sub-list for extension extendee
+	0,  // [0:39] is the sub-list for field type_name
 }
 
 func init() { file_keyhouse_events_v1_events_proto_init() }
@@ -1989,6 +2009,7 @@ func file_keyhouse_events_v1_events_proto_init() {
 		(*Event_Ping)(nil),
 		(*Event_ApiKeyCreated)(nil),
 		(*Event_ApiKeyDeleted)(nil),
+		(*Event_TenantDeleted)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
