@@ -114,7 +114,6 @@ func (o *Operator) describe(ctx context.Context, t store.OperatorTenant) (*accou
 	return m, nil
 }
 
-
 // DeleteTenant is DELETE /v1/operator/tenants/{id}.
 func (o *Operator) DeleteTenant(ctx context.Context, req *accountsv1.DeleteTenantRequest) (*accountsv1.DeleteTenantResponse, error) {
 	if !o.multiTenant {
