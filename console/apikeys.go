@@ -6,7 +6,7 @@ import (
 	"time"
 
 	accountsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/accounts/v1"
-	"google.golang.org/protobuf/types/known/timestamppb"
+	"google.golang.org/protobuf/types/known/structpb"
 )
 
 // The API keys page: the tenant's extra keys (besides the one Settings rotates), created
@@ -67,7 +67,7 @@ func (h *Handler) createAPIKey(w http.ResponseWriter, r *http.Request, s *sessio
 			h.showAPIKeys(w, r, s, v, http.StatusBadRequest, "")
 			return
 		}
-		req.ExpiresAt = timestamppb.New(day) // the start of that day, UTC
+		req.ExpiresAt = structpb.NewStringValue(day.Format(time.RFC3339)) // the start of that day, UTC
 	}
 	ctx, cancel := withCredential(r.Context(), s.token)
 	defer cancel()

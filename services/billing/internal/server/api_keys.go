@@ -10,6 +10,7 @@ import (
 	"github.com/keyhouse/keyhouse/pkg/auth"
 	accountsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/accounts/v1"
 	"github.com/keyhouse/keyhouse/services/billing/internal/store"
+	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
@@ -41,16 +42,9 @@ func (a *APIKeys) CreateApiKey(ctx context.Context, req *accountsv1.CreateApiKey
 	if scope != store.ScopeFull && scope != store.ScopeRead {
 		return nil, apierr.Invalid(`scope must be "full" or "read"`)
 	}
-	var expires *time.Time
-	if req.ExpiresAt != nil {
-		if err := req.GetExpiresAt().CheckValid(); err != nil {
-			return nil, apierr.Invalid("expires_at must be a valid timestamp")
-		}
-		t := req.GetExpiresAt().AsTime()
-		if !t.After(a.now()) {
-			return nil, apierr.Invalid("expires_at must be in the future")
-		}
-		expires = &t
+	expires, err := a.expiry(req.GetExpiresAt())
+	if err != nil {
+		return nil, err
 	}
 	k, key, err := a.store.CreateAPIKey(ctx, tenant, name, scope, expires)
 	if err != nil {
@@ -90,6 +84,25 @@ func (a *APIKeys) DeleteApiKey(ctx context.Context, req *accountsv1.DeleteApiKey
 		return nil, err
 	}
 	return &accountsv1.DeleteApiKeyResponse{Id: req.GetId(), Deleted: true}, nil
+}
+
+// expiry reads expires_at: absent or null (no expiry), or an RFC 3339 time in the future.
+func (a *APIKeys) expiry(v *structpb.Value) (*time.Time, error) {
+	switch k := v.GetKind().(type) {
+	case nil, *structpb.Value_NullValue:
+		return nil, nil
+	case *structpb.Value_StringValue:
+		t, err := time.Parse(time.RFC3339Nano, strings.TrimSpace(k.StringValue))
+		if err != nil || t.Year() > 9999 {
+			break
+		}
+		if !t.After(a.now()) {
+			return nil, apierr.Invalid("expires_at must be in the future")
+		}
+		t = t.UTC()
+		return &t, nil
+	}
+	return nil, apierr.Invalid("expires_at must be an ISO 8601 timestamp (e.g. 2027-01-31T00:00:00Z) or null")
 }
 
 func apiKeyMessage(k store.APIKey) *accountsv1.ApiKey {

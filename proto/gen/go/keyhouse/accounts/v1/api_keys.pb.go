@@ -10,6 +10,7 @@ import (
 	_ "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/api/v1"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	structpb "google.golang.org/protobuf/types/known/structpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
@@ -30,8 +31,9 @@ type CreateApiKeyRequest struct {
 	// "full" (every route the tenant's key may call) or "read" (only routes that change
 	// nothing).
 	Scope string `protobuf:"bytes,2,opt,name=scope,proto3" json:"scope,omitempty"`
-	// Null: the key does not expire. Must be in the future.
-	ExpiresAt     *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	// An RFC 3339 timestamp in the future, or null (the default): the key does not expire.
+	// A JSON value rather than a Timestamp, so a malformed one is refused naming the field.
+	ExpiresAt     *structpb.Value `protobuf:"bytes,3,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -80,7 +82,7 @@ func (x *CreateApiKeyRequest) GetScope() string {
 	return ""
 }
 
-func (x *CreateApiKeyRequest) GetExpiresAt() *timestamppb.Timestamp {
+func (x *CreateApiKeyRequest) GetExpiresAt() *structpb.Value {
 	if x != nil {
 		return x.ExpiresAt
 	}
@@ -466,12 +468,12 @@ var File_keyhouse_accounts_v1_api_keys_proto protoreflect.FileDescriptor
 
 const file_keyhouse_accounts_v1_api_keys_proto_rawDesc = "" +
 	"\n" +
-	"#keyhouse/accounts/v1/api_keys.proto\x12\x14keyhouse.accounts.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x19keyhouse/api/v1/api.proto\"z\n" +
+	"#keyhouse/accounts/v1/api_keys.proto\x12\x14keyhouse.accounts.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x19keyhouse/api/v1/api.proto\"v\n" +
 	"\x13CreateApiKeyRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
-	"\x05scope\x18\x02 \x01(\tR\x05scope\x129\n" +
+	"\x05scope\x18\x02 \x01(\tR\x05scope\x125\n" +
 	"\n" +
-	"expires_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\"\x8e\x02\n" +
+	"expires_at\x18\x03 \x01(\v2\x16.google.protobuf.ValueR\texpiresAt\"\x8e\x02\n" +
 	"\x06ApiKey\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x16\n" +
@@ -531,16 +533,17 @@ var file_keyhouse_accounts_v1_api_keys_proto_goTypes = []any{
 	(*ListApiKeysResponse)(nil),   // 4: keyhouse.accounts.v1.ListApiKeysResponse
 	(*DeleteApiKeyRequest)(nil),   // 5: keyhouse.accounts.v1.DeleteApiKeyRequest
 	(*DeleteApiKeyResponse)(nil),  // 6: keyhouse.accounts.v1.DeleteApiKeyResponse
-	(*timestamppb.Timestamp)(nil), // 7: google.protobuf.Timestamp
+	(*structpb.Value)(nil),        // 7: google.protobuf.Value
+	(*timestamppb.Timestamp)(nil), // 8: google.protobuf.Timestamp
 }
 var file_keyhouse_accounts_v1_api_keys_proto_depIdxs = []int32{
-	7,  // 0: keyhouse.accounts.v1.CreateApiKeyRequest.expires_at:type_name -> google.protobuf.Timestamp
-	7,  // 1: keyhouse.accounts.v1.ApiKey.created_at:type_name -> google.protobuf.Timestamp
-	7,  // 2: keyhouse.accounts.v1.ApiKey.last_used_at:type_name -> google.protobuf.Timestamp
-	7,  // 3: keyhouse.accounts.v1.ApiKey.expires_at:type_name -> google.protobuf.Timestamp
-	7,  // 4: keyhouse.accounts.v1.CreateApiKeyResponse.created_at:type_name -> google.protobuf.Timestamp
-	7,  // 5: keyhouse.accounts.v1.CreateApiKeyResponse.last_used_at:type_name -> google.protobuf.Timestamp
-	7,  // 6: keyhouse.accounts.v1.CreateApiKeyResponse.expires_at:type_name -> google.protobuf.Timestamp
+	7,  // 0: keyhouse.accounts.v1.CreateApiKeyRequest.expires_at:type_name -> google.protobuf.Value
+	8,  // 1: keyhouse.accounts.v1.ApiKey.created_at:type_name -> google.protobuf.Timestamp
+	8,  // 2: keyhouse.accounts.v1.ApiKey.last_used_at:type_name -> google.protobuf.Timestamp
+	8,  // 3: keyhouse.accounts.v1.ApiKey.expires_at:type_name -> google.protobuf.Timestamp
+	8,  // 4: keyhouse.accounts.v1.CreateApiKeyResponse.created_at:type_name -> google.protobuf.Timestamp
+	8,  // 5: keyhouse.accounts.v1.CreateApiKeyResponse.last_used_at:type_name -> google.protobuf.Timestamp
+	8,  // 6: keyhouse.accounts.v1.CreateApiKeyResponse.expires_at:type_name -> google.protobuf.Timestamp
 	1,  // 7: keyhouse.accounts.v1.ListApiKeysResponse.api_keys:type_name -> keyhouse.accounts.v1.ApiKey
 	0,  // 8: keyhouse.accounts.v1.ApiKeysService.CreateApiKey:input_type -> keyhouse.accounts.v1.CreateApiKeyRequest
 	3,  // 9: keyhouse.accounts.v1.ApiKeysService.ListApiKeys:input_type -> keyhouse.accounts.v1.ListApiKeysRequest
