@@ -64,6 +64,18 @@ func (c *Client) TenantEmail(ctx context.Context, tenant string) (string, error)
 	return resp.GetEmail(), err
 }
 
+// TenantExists says whether the installation has the tenant (always, self-hosted).
+// Failure to answer is 503 "Billing service unavailable, retry".
+func (c *Client) TenantExists(ctx context.Context, tenant string) (bool, error) {
+	_, err := grpcx.Call(ctx, c.peer, tenant, func(ctx context.Context, o ...grpc.CallOption) (*accountsv1.GetTenantContactResponse, error) {
+		return c.rpc.GetTenantContact(ctx, &accountsv1.GetTenantContactRequest{}, o...)
+	}, codes.NotFound)
+	if apierr.Is(err, codes.NotFound) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
 // ResolveAPIKey implements auth.TenantResolver: the tenant an API key or console session
 // belongs to and whether it may only read, apierr.Unauthorized for a credential billing
 // does not know (deleted, expired), auth.ErrTenantSuspended for a suspended tenant's.

@@ -8,9 +8,7 @@ import (
 	"github.com/keyhouse/keyhouse/pkg/app"
 	"github.com/keyhouse/keyhouse/pkg/auth"
 	"github.com/keyhouse/keyhouse/pkg/config"
-	"github.com/keyhouse/keyhouse/pkg/events"
 	"github.com/keyhouse/keyhouse/pkg/licensingclient"
-	"github.com/keyhouse/keyhouse/pkg/natsx"
 	"github.com/keyhouse/keyhouse/pkg/pgxx"
 	"github.com/keyhouse/keyhouse/pkg/tenantpurge"
 	accountsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/accounts/v1"
@@ -32,34 +30,12 @@ func main() {
 }
 
 func register(ctx context.Context, d *app.Deps) error {
-	nc, js, err := natsx.Connect(ctx, d.Config.NATSURL, "billing", d.Log)
+	// Key rotations and plan changes leave through the outbox (pkg/events).
+	spine, err := d.StartEventSpine(ctx, "billing", app.SpineOptions{})
 	if err != nil {
 		return err
 	}
-	if err := events.EnsureStream(ctx, js); err != nil {
-		nc.Close()
-		return err
-	}
-	// Key rotations and plan changes leave through the outbox (pkg/events).
-	relay := natsx.NewRelay(d.DB, js, d.Log)
-	st := store.New(d.DB, events.NewSpine(events.WithRelay(relay), events.WithLog(d.Log)))
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		if err := relay.Run(ctx); err != nil {
-			d.Log.Error("outbox relay stopped", "error", err.Error())
-		}
-	})
-	// A deleted tenant's rows go in one transaction, even if this service was down when
-	// the tenant was deleted (pkg/tenantpurge); here, what is left after the
-	// delete itself: the sent tenant.deleted in the outbox.
-	wg.Go(func() {
-		if err := tenantpurge.Run(ctx, js, "billing", tenantpurge.Forgetter{DB: d.DB}.Forget, d.Log); err != nil {
-			d.Log.Error("tenant.deleted consumer stopped", "error", err.Error())
-		}
-	})
-	// Closers run in reverse: the relay finishes its batch before NATS closes.
-	d.OnClose(nc.Close)
-	d.OnClose(wg.Wait)
+	st := store.New(d.DB, spine.Spine)
 	server.Register(d.Server.GRPC, server.New(st, d.Config.MultiTenant))
 	accountsv1.RegisterConsoleAccountsServiceServer(d.Server.GRPC, server.NewConsole(st, d.Auth, d.Config.MultiTenant))
 
@@ -89,5 +65,14 @@ func register(ctx context.Context, d *app.Deps) error {
 		pgxx.Retention{Table: "stripe_events", Column: "received_at", Keep: d.Config.RecordRetention}.Run(ctx, d.DB, d.Log)
 	}()
 	d.OnClose(func() { <-done })
+	// A deleted tenant's rows go with the delete itself; this consumer takes what is left
+	// after it: the sent tenant.deleted in the outbox (pkg/tenantpurge).
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if err := tenantpurge.Run(ctx, spine.JetStream, "billing", tenantpurge.Forgetter{DB: d.DB}.Forget, d.Log); err != nil {
+			d.Log.Error("tenant.deleted consumer stopped", "error", err.Error())
+		}
+	})
+	d.OnClose(wg.Wait)
 	return nil
 }

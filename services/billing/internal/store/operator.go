@@ -18,9 +18,6 @@ type OperatorTenant struct {
 	SuspendedAt *time.Time
 }
 
-// ErrTenantNotFound answers an operator route naming an unknown tenant.
-var ErrTenantNotFound = apierr.NotFound("Tenant not found")
-
 const operatorTenantColumns = `tenant_id, name, email, created_at, suspended_at`
 
 func scanOperatorTenant(r pgx.Row) (OperatorTenant, error) {
