@@ -93,6 +93,7 @@ type Handler struct {
 	storefront  storefrontv1.StorefrontServiceClient
 	webhooks    eventsv1.WebhookEndpointsServiceClient
 	events      eventsv1.EventsServiceClient
+	apiKeys     accountsv1.ApiKeysServiceClient
 }
 
 // callTimeout bounds each service call a page makes.
@@ -129,6 +130,7 @@ func New(opts Options) (*Handler, error) {
 		storefront:  storefrontv1.NewStorefrontServiceClient(c.Storefront),
 		webhooks:    eventsv1.NewWebhookEndpointsServiceClient(c.Events),
 		events:      eventsv1.NewEventsServiceClient(c.Events),
+		apiKeys:     accountsv1.NewApiKeysServiceClient(c.Billing),
 	}
 	if h.csrfKey == "" {
 		h.csrfKey = randomToken()
@@ -218,6 +220,10 @@ func (h *Handler) routes() {
 	m.HandleFunc("POST /console/webhooks/{id}/delete", h.signedIn(h.deleteWebhookEndpoint))
 	m.HandleFunc("POST /console/webhooks/{id}/redeliver", h.signedIn(h.redeliverEvent))
 
+	m.HandleFunc("GET /console/api-keys", h.signedIn(h.apiKeysPage))
+	m.HandleFunc("POST /console/api-keys", h.signedIn(h.createAPIKey))
+	m.HandleFunc("GET /console/api-keys/{id}/delete", h.signedIn(h.deleteAPIKeyPage))
+	m.HandleFunc("POST /console/api-keys/{id}/delete", h.signedIn(h.deleteAPIKey))
 	m.HandleFunc("GET /console/settings", h.signedIn(h.settingsPage))
 	m.HandleFunc("POST /console/settings/rotate-key", h.signedIn(h.rotateKey))
 	m.HandleFunc("POST /console/settings/password", h.signedIn(h.setPassword))

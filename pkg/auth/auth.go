@@ -35,6 +35,9 @@ type Principal struct {
 	Admin bool
 	// Session is true when the call carried a console session token.
 	Session bool
+	// ReadOnly is true when the call carried an API key of scope "read": only methods
+	// declared (keyhouse.api.v1.read_only) accept it.
+	ReadOnly bool
 }
 
 // SessionPrefix starts every console session token (billing's ConsoleAccountsService).
@@ -66,10 +69,21 @@ func TenantID(ctx context.Context) (string, error) {
 	return p.TenantID, nil
 }
 
-// TenantResolver maps a hosted tenant API key to its tenant. It returns apierr.Unauthorized
-// for an unknown key.
+// Credential is what a tenant credential (an API key or a console session) resolves to.
+type Credential struct {
+	TenantID string
+	// ReadOnly: an API key of scope "read".
+	ReadOnly bool
+}
+
+// ErrTenantSuspended is the answer to every credential of a tenant the operator suspended.
+var ErrTenantSuspended = apierr.Forbidden("Tenant is suspended")
+
+// TenantResolver maps a tenant credential (a hosted tenant API key, an extra API key of
+// either mode, a console session) to its tenant. It returns apierr.Unauthorized for an
+// unknown, deleted or expired key and ErrTenantSuspended for a suspended tenant's.
 type TenantResolver interface {
-	ResolveAPIKey(ctx context.Context, apiKey string) (tenantID string, err error)
+	ResolveAPIKey(ctx context.Context, apiKey string) (Credential, error)
 }
 
 // Config is what the interceptor needs to know.
@@ -85,6 +99,8 @@ type Authenticator struct {
 	cfg       Config
 	adminHash [32]byte
 	access    sync.Map // full method name -> apiv1.Access
+	// readOnlyOf: full method name -> bool, the method's (keyhouse.api.v1.read_only).
+	readOnlyOf sync.Map
 }
 
 // New returns an Authenticator.
@@ -165,35 +181,52 @@ func (a *Authenticator) Authenticate(ctx context.Context, fullMethod string) (co
 		}
 		return WithPrincipal(ctx, Principal{TenantID: tenant, Admin: true}), nil
 	case apiv1.Access_ACCESS_TENANT:
-		if IsSessionToken(token) {
-			// A console session (addendum §9) is a tenant credential in both modes; billing
-			// resolves it like an API key, with no cache, so logout and rotation end it at once.
-			if a.cfg.Tenants == nil {
-				return nil, apierr.Unauthorized
-			}
-			tenant, err := a.cfg.Tenants.ResolveAPIKey(ctx, token)
-			if err != nil {
-				return nil, err
-			}
-			return WithPrincipal(ctx, Principal{TenantID: tenant, Session: true}), nil
-		}
-		if !a.cfg.MultiTenant {
-			if !a.IsAdminKey(token) {
-				return nil, apierr.Unauthorized
-			}
+		// A session-shaped token is never taken for the admin key.
+		if !a.cfg.MultiTenant && !IsSessionToken(token) && a.IsAdminKey(token) {
 			return WithPrincipal(ctx, Principal{TenantID: SelfHostedTenant, Admin: true}), nil
 		}
+		// Hosted, the admin key is never a tenant credential (api.md, Authentication).
 		if a.IsAdminKey(token) || a.cfg.Tenants == nil {
 			return nil, apierr.Unauthorized
 		}
-		tenant, err := a.cfg.Tenants.ResolveAPIKey(ctx, token)
+		// Everything else is resolved by billing, with no cache, so a rotation, a deleted
+		// or expired key, a logout or a suspension is in force on the next call of every
+		// service: hosted tenant keys, extra API keys (both modes, self-hosted under the
+		// implicit tenant) and console sessions (addendum §9, both modes).
+		cred, err := a.cfg.Tenants.ResolveAPIKey(ctx, token)
 		if err != nil {
 			return nil, err
 		}
-		return WithPrincipal(ctx, Principal{TenantID: tenant}), nil
+		if cred.ReadOnly && !a.readOnly(fullMethod) {
+			return nil, apierr.Unauthorized
+		}
+		return WithPrincipal(ctx, Principal{TenantID: cred.TenantID, Session: IsSessionToken(token), ReadOnly: cred.ReadOnly}), nil
 	default:
 		return nil, apierr.Unauthorized
 	}
+}
+
+// readOnly reads the read_only option of a method: whether a read-scope key may call it.
+func (a *Authenticator) readOnly(fullMethod string) bool {
+	if v, ok := a.readOnlyOf.Load(fullMethod); ok {
+		return v.(bool)
+	}
+	ro := false
+	if md, ok := methodDescriptor(fullMethod); ok {
+		ro = proto.GetExtension(md.Options(), apiv1.E_ReadOnly).(bool)
+	}
+	a.readOnlyOf.Store(fullMethod, ro)
+	return ro
+}
+
+func methodDescriptor(fullMethod string) (protoreflect.MethodDescriptor, bool) {
+	name := strings.Replace(strings.TrimPrefix(fullMethod, "/"), "/", ".", 1)
+	d, err := protoregistry.GlobalFiles.FindDescriptorByName(protoreflect.FullName(name))
+	if err != nil {
+		return nil, false
+	}
+	md, ok := d.(protoreflect.MethodDescriptor)
+	return md, ok
 }
 
 // accessOf reads the access option of a method; methods outside the keyhouse packages

@@ -3,6 +3,7 @@ package auth_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/keyhouse/keyhouse/pkg/apierr"
@@ -22,11 +23,18 @@ const (
 
 type tenants map[string]string
 
-func (t tenants) ResolveAPIKey(_ context.Context, key string) (string, error) {
-	if id, ok := t[key]; ok {
-		return id, nil
+// ResolveAPIKey: a key whose tenant ends in ":read" is a read-scope key, "suspended" a
+// suspended tenant's.
+func (t tenants) ResolveAPIKey(_ context.Context, key string) (auth.Credential, error) {
+	id, ok := t[key]
+	switch {
+	case !ok:
+		return auth.Credential{}, apierr.Unauthorized
+	case id == "suspended":
+		return auth.Credential{}, auth.ErrTenantSuspended
 	}
-	return "", apierr.Unauthorized
+	tenant, read := strings.CutSuffix(id, ":read")
+	return auth.Credential{TenantID: tenant, ReadOnly: read}, nil
 }
 
 func call(a *auth.Authenticator, method string, md ...string) (auth.Principal, error) {
@@ -113,5 +121,45 @@ func TestConsoleSessionTokensAreTenantCredentialsInBothModes(t *testing.T) {
 	// Without a resolver a session is refused, never mistaken for the admin key.
 	if _, err := call(auth.New(auth.Config{AdminKey: "khs_admin"}), tenantMethod, "authorization", "Bearer khs_admin"); err == nil {
 		t.Fatal("a session-shaped token without a resolver must be refused")
+	}
+}
+
+func TestReadScopeKeysCallOnlyReadOnlyMethods(t *testing.T) {
+	const (
+		readMethod  = "/keyhouse.accounts.v1.ApiKeysService/ListApiKeys"
+		writeMethod = "/keyhouse.accounts.v1.ApiKeysService/CreateApiKey"
+	)
+	keys := tenants{"kh_read": "t_1:read", "kh_full": "t_1"}
+	for _, multi := range []bool{false, true} {
+		a := auth.New(auth.Config{MultiTenant: multi, AdminKey: "admin-key", Tenants: keys})
+		p, err := call(a, readMethod, "authorization", "Bearer kh_read")
+		if err != nil || p.TenantID != "t_1" || !p.ReadOnly {
+			t.Fatalf("multi=%v: a read key reads: %+v %v", multi, p, err)
+		}
+		for _, m := range []string{writeMethod, tenantMethod} {
+			if _, err := call(a, m, "authorization", "Bearer kh_read"); !errors.Is(err, apierr.Unauthorized) {
+				t.Fatalf("multi=%v: a read key must not call %s: %v", multi, m, err)
+			}
+		}
+		if p, err := call(a, writeMethod, "authorization", "Bearer kh_full"); err != nil || p.ReadOnly || p.TenantID != "t_1" {
+			t.Fatalf("multi=%v: a full key writes: %+v %v", multi, p, err)
+		}
+	}
+}
+
+func TestSelfHostedResolvesExtraKeysNextToTheAdminKey(t *testing.T) {
+	a := auth.New(auth.Config{AdminKey: "admin-key", Tenants: tenants{"kh_extra": auth.SelfHostedTenant}})
+	if p, err := call(a, tenantMethod, "authorization", "Bearer kh_extra"); err != nil || p.TenantID != auth.SelfHostedTenant || p.Admin {
+		t.Fatalf("an extra key acts for the implicit tenant, not as the admin: %+v %v", p, err)
+	}
+	if p, err := call(a, tenantMethod, "authorization", "Bearer admin-key"); err != nil || !p.Admin {
+		t.Fatalf("the admin key stays: %+v %v", p, err)
+	}
+}
+
+func TestASuspendedTenantsCredentialsAreRefusedWithTheirOwnMessage(t *testing.T) {
+	a := auth.New(auth.Config{MultiTenant: true, AdminKey: "admin-key", Tenants: tenants{"kh_s": "suspended"}})
+	if _, err := call(a, tenantMethod, "authorization", "Bearer kh_s"); err != auth.ErrTenantSuspended {
+		t.Fatalf("got %v", err)
 	}
 }

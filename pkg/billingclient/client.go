@@ -7,6 +7,7 @@ import (
 	"context"
 
 	"github.com/keyhouse/keyhouse/pkg/apierr"
+	"github.com/keyhouse/keyhouse/pkg/auth"
 	"github.com/keyhouse/keyhouse/pkg/grpcx"
 	accountsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/accounts/v1"
 	"google.golang.org/grpc"
@@ -75,16 +76,22 @@ func (c *Client) TenantExists(ctx context.Context, tenant string) (bool, error) 
 	return err == nil, err
 }
 
-// ResolveAPIKey implements auth.TenantResolver: the tenant a hosted API key belongs to,
-// apierr.Unauthorized for a key billing does not know. There is no cache on purpose: a
-// rotated key must stop working on every service at once. Failure to answer is 503
-// "Authentication service unavailable, retry".
-func (c *Client) ResolveAPIKey(ctx context.Context, apiKey string) (string, error) {
+// ResolveAPIKey implements auth.TenantResolver: the tenant an API key or console session
+// belongs to and whether it may only read, apierr.Unauthorized for a credential billing
+// does not know (deleted, expired), auth.ErrTenantSuspended for a suspended tenant's.
+// There is no cache on purpose: a rotated or deleted key must stop working on every
+// service at once. Failure to answer is 503 "Authentication service unavailable, retry".
+func (c *Client) ResolveAPIKey(ctx context.Context, apiKey string) (auth.Credential, error) {
 	resp, err := grpcx.Call(ctx, c.auth, "", func(ctx context.Context, o ...grpc.CallOption) (*accountsv1.AuthenticateResponse, error) {
 		return c.rpc.Authenticate(ctx, &accountsv1.AuthenticateRequest{ApiKey: apiKey}, o...)
-	}, codes.Unauthenticated)
-	if apierr.Is(err, codes.Unauthenticated) {
-		return "", apierr.Unauthorized
+	}, codes.Unauthenticated, codes.PermissionDenied)
+	switch {
+	case apierr.Is(err, codes.Unauthenticated):
+		return auth.Credential{}, apierr.Unauthorized
+	case apierr.Is(err, codes.PermissionDenied):
+		return auth.Credential{}, auth.ErrTenantSuspended
+	case err != nil:
+		return auth.Credential{}, err
 	}
-	return resp.GetTenantId(), err
+	return auth.Credential{TenantID: resp.GetTenantId(), ReadOnly: resp.GetReadOnly()}, nil
 }

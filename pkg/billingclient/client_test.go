@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/keyhouse/keyhouse/pkg/apierr"
+	"github.com/keyhouse/keyhouse/pkg/auth"
 	"github.com/keyhouse/keyhouse/pkg/billingclient"
 	"github.com/keyhouse/keyhouse/pkg/grpcx"
 	accountsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/accounts/v1"
@@ -87,13 +88,17 @@ func TestBillingOutagesAre503sNamingTheStep(t *testing.T) {
 
 func TestResolveAPIKey(t *testing.T) {
 	t.Parallel()
-	tenant, err := start(t, &fakeBilling{}).ResolveAPIKey(context.Background(), "kh_x")
-	if err != nil || tenant != "t1" {
-		t.Fatalf("tenant %q, %v", tenant, err)
+	cred, err := start(t, &fakeBilling{}).ResolveAPIKey(context.Background(), "kh_x")
+	if err != nil || cred.TenantID != "t1" || cred.ReadOnly {
+		t.Fatalf("credential %+v, %v", cred, err)
 	}
 	_, err = start(t, &fakeBilling{err: apierr.Unauthorized}).ResolveAPIKey(context.Background(), "kh_x")
 	if err != apierr.Unauthorized {
 		t.Fatalf("unknown key: %v", err)
+	}
+	_, err = start(t, &fakeBilling{err: auth.ErrTenantSuspended}).ResolveAPIKey(context.Background(), "kh_x")
+	if err != auth.ErrTenantSuspended {
+		t.Fatalf("suspended tenant: %v", err)
 	}
 }
 

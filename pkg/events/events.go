@@ -49,10 +49,16 @@ const (
 	TypeStorefrontDelivery      = "storefront.delivery"
 	TypeBillingPlanChanged      = "billing.plan_changed"
 	TypeAPIKeyRotated           = "api_key.rotated"
+	TypeAPIKeyCreated           = "api_key.created"
+	TypeAPIKeyDeleted           = "api_key.deleted"
 	TypeLeaseKeyRotated         = "lease_key.rotated"
 	TypeWebhookEndpointDisabled = "webhook_endpoint.disabled"
 	TypePing                    = "ping"
 )
+
+// TypeTenantDeleted is internal: the fan-out of a hosted tenant's deletion, consumed by
+// every service (pkg/tenantpurge); no log keeps it and no webhook delivers it.
+const TypeTenantDeleted = "tenant.deleted"
 
 // Types lists every event type, in the order of addendum §11.
 var Types = []string{
@@ -60,7 +66,8 @@ var Types = []string{
 	TypeLicenseTermsUpdated, TypeLicenseNotesUpdated, TypeSeatActivated, TypeSeatDeactivated,
 	TypeSeatTokenReissued, TypeUsageLimitReached, TypeUsageReset, TypeReleasePublished,
 	TypeReleaseUnpublished, TypeStorefrontDelivery, TypeBillingPlanChanged, TypeAPIKeyRotated,
-	TypeLeaseKeyRotated, TypeWebhookEndpointDisabled, TypePing,
+	TypeAPIKeyCreated, TypeAPIKeyDeleted, TypeLeaseKeyRotated, TypeWebhookEndpointDisabled, TypePing,
+	TypeTenantDeleted,
 }
 
 // Reasons of seat.deactivated.
@@ -300,6 +307,12 @@ func typeOf(ev *eventsv1.Event) string {
 		return TypeBillingPlanChanged
 	case *eventsv1.Event_ApiKeyRotated:
 		return TypeAPIKeyRotated
+	case *eventsv1.Event_ApiKeyCreated:
+		return TypeAPIKeyCreated
+	case *eventsv1.Event_ApiKeyDeleted:
+		return TypeAPIKeyDeleted
+	case *eventsv1.Event_TenantDeleted:
+		return TypeTenantDeleted
 	case *eventsv1.Event_LeaseKeyRotated:
 		return TypeLeaseKeyRotated
 	case *eventsv1.Event_WebhookEndpointDisabled:

@@ -60,8 +60,9 @@ func TestEveryTypeHasAConstructor(t *testing.T) {
 		SeatActivated("t", "k", "p", "i"), SeatDeactivated("t", "k", "p", "i", ReasonLeaseExpired), SeatTokenReissued("t", "k", "p", "i"),
 		UsageLimitReached("t", "k", "p", metric, 5, 5), UsageReset("t", "k", "p", &metric), ReleasePublished("t", 1, "p", "1.0.0", "stable", "linux"),
 		ReleaseUnpublished("t", 1, "p", "1.0.0", "stable", "linux"), StorefrontDelivery("t", "1", "cs", "issued", &key),
-		BillingPlanChanged("t", &plan, "active"), APIKeyRotated("t"), LeaseKeyRotated("t", "kid2", "kid1"),
-		WebhookEndpointDisabled("t", "we_1", "failing for 72 hours"), Ping("t"),
+		BillingPlanChanged("t", &plan, "active"), APIKeyRotated("t"), APIKeyCreated("t", "ak_1", "ci", "read"),
+		APIKeyDeleted("t", "ak_1", "ci", "read"), LeaseKeyRotated("t", "kid2", "kid1"),
+		WebhookEndpointDisabled("t", "we_1", "failing for 72 hours"), Ping("t"), TenantDeleted("t"),
 	}
 	var got []string
 	for _, ev := range all {

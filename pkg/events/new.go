@@ -118,6 +118,21 @@ func APIKeyRotated(tenant string) *eventsv1.Event {
 	return &eventsv1.Event{TenantId: tenant, Type: TypeAPIKeyRotated, Data: &eventsv1.Event_ApiKeyRotated{ApiKeyRotated: &eventsv1.Empty{}}}
 }
 
+// APIKeyCreated is api_key.created: an extra API key (POST /v1/api-keys), named, never shown.
+func APIKeyCreated(tenant, id, name, scope string) *eventsv1.Event {
+	return &eventsv1.Event{TenantId: tenant, Type: TypeAPIKeyCreated, Data: &eventsv1.Event_ApiKeyCreated{ApiKeyCreated: &eventsv1.ApiKeyRef{Id: id, Name: name, Scope: scope}}}
+}
+
+// APIKeyDeleted is api_key.deleted: an extra API key stopped working.
+func APIKeyDeleted(tenant, id, name, scope string) *eventsv1.Event {
+	return &eventsv1.Event{TenantId: tenant, Type: TypeAPIKeyDeleted, Data: &eventsv1.Event_ApiKeyDeleted{ApiKeyDeleted: &eventsv1.ApiKeyRef{Id: id, Name: name, Scope: scope}}}
+}
+
+// TenantDeleted is tenant.deleted: the operator deleted the tenant (internal; no data).
+func TenantDeleted(tenant string) *eventsv1.Event {
+	return &eventsv1.Event{TenantId: tenant, Type: TypeTenantDeleted, Data: &eventsv1.Event_TenantDeleted{TenantDeleted: &eventsv1.Empty{}}}
+}
+
 // LeaseKeyRotated is lease_key.rotated: kid signs from now on, retiringKid verifies until it retires.
 func LeaseKeyRotated(tenant, kid, retiringKid string) *eventsv1.Event {
 	return &eventsv1.Event{TenantId: tenant, Type: TypeLeaseKeyRotated, Data: &eventsv1.Event_LeaseKeyRotated{LeaseKeyRotated: &eventsv1.LeaseKeyRotated{

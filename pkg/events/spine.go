@@ -137,6 +137,17 @@ func (s *Spine) Track(ctx context.Context) (context.Context, func(err error)) {
 	}
 }
 
+// errNotEmitted marks Announce's events: no relay has rows to send for them.
+var errNotEmitted = errors.New("events: announced, not emitted")
+
+// Announce runs the post-commit cache path for changes a committed transaction made
+// without emitting their events: a tenant's purge (pkg/tenantpurge) removes licenses,
+// seats and releases no one is left to be told about, yet every cached answer about them
+// must still go stale within its bound. The events are built, never written.
+func (s *Spine) Announce(ctx context.Context, evs ...*eventsv1.Event) {
+	s.committed(ctx, evs, errNotEmitted)
+}
+
 // committed is the one post-commit path. The cache drops run even when err is set: a
 // failed commit may have committed (its answer was lost), and a needless drop costs one
 // read. The relay is woken only for a commit known to have happened (else it finds the

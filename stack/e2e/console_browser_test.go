@@ -282,3 +282,21 @@ func TestStorefrontConsoleAndThePortalLinkOfTheBuyerEmail(t *testing.T) {
 		t.Fatalf("after the buyer freed desktop in the portal: %v", acts)
 	}
 }
+
+// API keys in the console: create (the key shown once), list (never the key), delete after
+// a confirmation; the keys the browser made behave so through the API.
+func TestConsoleAPIKeysInTheBrowser(t *testing.T) {
+	s := hosted(t)
+	tenant := newTenant(t, s)
+	out := browse(t, "apikeys", map[string]any{"base": s.URL, "key": tenant.Token, "ip": browserIP(t, s)})
+	deleted, kept := newClient(t, s.URL, str(out, "readKey")), newClient(t, s.URL, str(out, "fullKey"))
+	deleted.Get("/v1/list-licenses").ExpectError(t, 403, "Unauthorized")
+	kept.Post("/v1/issue-license", map[string]any{"tier": "pro", "product_id": product("console-keys"), "issued_to": "x@example.com"}).Expect(t, 200)
+	var listed struct {
+		APIKeys []map[string]any `json:"api_keys"`
+	}
+	if err := json.Unmarshal(kept.Get("/v1/api-keys").Expect(t, 200).Body, &listed); err != nil || len(listed.APIKeys) != 1 ||
+		listed.APIKeys[0]["name"] != "Backend" || listed.APIKeys[0]["scope"] != "full" {
+		t.Fatalf("keys after the browser: %v, %v", listed.APIKeys, err)
+	}
+}

@@ -77,6 +77,9 @@ func New(ctx context.Context, opts Options) (http.Handler, error) {
 	if err := accountsv1.RegisterAccountsServiceHandlerClient(ctx, mux, accountsv1.NewAccountsServiceClient(c.Billing)); err != nil {
 		return nil, err
 	}
+	if err := registerKeysAndOperator(ctx, mux, c.Billing); err != nil {
+		return nil, err
+	}
 	if err := registerBilling(ctx, mux, c.Billing); err != nil {
 		return nil, err
 	}

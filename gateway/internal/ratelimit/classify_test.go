@@ -143,7 +143,7 @@ func TestClassify_HealthCallbacksAndUnknownRequestsAreNotLimited(t *testing.T) {
 		{"POST", "/v1/delete-license"},
 		{"GET", "/v1/delete-license"},
 		{"POST", "/v1/export-license/KEY-1"},
-		{"GET", "/v1/operator/tenants"},
+		{"PUT", "/v1/operator/tenants"},
 		// A path parameter must be one non-empty segment, with only the listed tails.
 		{"GET", "/v1/export-license/"},
 		{"GET", "/v1/export-license//file"},

@@ -1,17 +1,70 @@
 package migrations_test
 
 import (
+	"context"
+	"slices"
 	"testing"
+	"testing/fstest"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/keyhouse/keyhouse/devinfra/testkit"
 
 	"github.com/keyhouse/keyhouse/pkg/natsx"
 	"github.com/keyhouse/keyhouse/pkg/pgxx"
 	"github.com/keyhouse/keyhouse/services/billing/migrations"
 )
 
+func TestMain(m *testing.M) { testkit.Main(m) }
+
 // The events this service emits (pkg/events) go through pkg/natsx's outbox and relay on a
 // table this schema holds: it must be the package's table, verbatim.
 func TestMigrationsHoldTheSharedOutboxTable(t *testing.T) {
 	if err := pgxx.CheckSharedTables(migrations.FS, natsx.OutboxTable); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Tenants that shared an email before emails became unique: the oldest keeps it, the
+// others get it plus-addressed with their tenant id, and each rename is recorded.
+func TestUniqueEmailsResolveExistingDuplicates(t *testing.T) {
+	ctx := context.Background()
+	before := fstest.MapFS{}
+	for _, name := range []string{"00001_accounts.sql", "00002_subscriptions.sql", "00003_console.sql", "00004_outbox.sql", "00005_api_keys.sql"} {
+		b, err := migrations.FS.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		before[name] = &fstest.MapFile{Data: b}
+	}
+	url := testkit.DatabaseURL(t, testkit.Empty)
+	if err := (pgxx.Migrations{Schema: "billing", FS: before}).Apply(ctx, url); err != nil {
+		t.Fatal(err)
+	}
+	db, err := pgxx.Open(ctx, url, "billing")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.Exec(ctx, `INSERT INTO tenants (tenant_id, name, email, api_key_hash, created_at) VALUES
+		('t_b', 'B', 'Ops@Acme.test', 'h2', '2026-01-02'), ('t_a', 'A', 'ops@acme.test', 'h1', '2026-01-01'),
+		('t_c', 'C', 'ops@acme.test', 'h3', '2026-01-03'), ('t_d', 'D', 'solo@acme.test', 'h4', '2026-01-04')`); err != nil {
+		t.Fatal(err)
+	}
+	if err := (pgxx.Migrations{Schema: "billing", FS: migrations.FS}).Apply(ctx, url); err != nil {
+		t.Fatal(err)
+	}
+	rows, _ := db.Query(ctx, `SELECT t.tenant_id || ' ' || t.email || ' ' || coalesce(r.old_email, '-')
+		FROM tenants t LEFT JOIN tenant_email_renames r USING (tenant_id) ORDER BY t.tenant_id`)
+	got, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"t_a ops@acme.test -", "t_b Ops+t_b@Acme.test Ops@Acme.test", "t_c ops+t_c@acme.test ops@acme.test", "t_d solo@acme.test -"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("after the migration:\n got  %q\n want %q", got, want)
+	}
+	_, err = db.Exec(ctx, `INSERT INTO tenants (tenant_id, name, email, api_key_hash) VALUES ('t_e', 'E', 'OPS@acme.test', 'h5')`)
+	if !pgxx.IsUniqueViolation(err, "tenants_email_unique") {
+		t.Fatalf("a duplicate email after the migration: %v", err)
 	}
 }

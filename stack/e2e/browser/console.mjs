@@ -567,6 +567,49 @@ const scenarios = {
     check((await page.locator('tr.delivery[data-status="succeeded"]').count()) === 1, 'the event page shows its delivery, succeeded');
     return { secret, endpoint, failedEvent };
   },
+
+  // API keys: create a read key (shown once), a full key, see both listed without the
+  // keys, delete the read key after a confirmation.
+  async apikeys(page) {
+    await signInWithKey(page, cfg.key);
+    await page.getByRole('link', { name: 'API keys' }).click();
+    await page.waitForURL(base + '/console/api-keys');
+    check((await text(page, 'h1')) === 'API keys', 'the nav link opens the API keys page');
+    check((await text(page, '.empty')) === 'No API keys yet.', 'a new tenant has no extra keys');
+
+    // A refused form shows the API's message beside the field.
+    await page.getByRole('button', { name: 'Create key' }).click();
+    check((await page.locator('#name-error').innerText()) === 'name is required', 'no name: the API\'s message beside Name');
+
+    const created = {};
+    for (const [name, scope] of [['Dashboards', 'read'], ['Backend', 'full']]) {
+      await page.getByLabel('Name').fill(name);
+      await page.getByLabel('Scope').selectOption(scope);
+      await page.getByRole('button', { name: 'Create key' }).click();
+      check((await text(page, 'h1')) === 'API key created', 'creating shows the key');
+      created[scope] = await page.locator('#api-key').inputValue();
+      check(created[scope].startsWith('kh_'), `the key is shown once, got "${created[scope]}"`);
+      await shot(page, 'api-key-created');
+      await page.getByRole('link', { name: 'Continue to the keys' }).click();
+      await page.waitForURL(base + '/console/api-keys');
+    }
+    const rows = page.locator('tr.api-key');
+    check((await rows.count()) === 2, `two keys listed, got ${await rows.count()}`);
+    const list = await page.locator('table.list').innerText();
+    check(!list.includes(created.read) && !list.includes(created.full), 'the list never shows a key');
+    check(list.includes(created.read.slice(0, 11)), 'the list shows each key\'s prefix');
+    await shot(page, 'api-keys');
+
+    await page.getByRole('link', { name: 'Delete Dashboards' }).click();
+    check((await text(page, '#confirm-title')) === 'Delete the API key “Dashboards”?', 'deleting asks for a confirmation first');
+    check((await rows.count()) === 2, 'nothing is deleted before the confirmation');
+    await page.getByRole('button', { name: 'Delete key' }).click();
+    await page.waitForURL(/notice=deleted/);
+    check((await text(page, '.notice')) === 'API key deleted: it no longer works.', 'deleting confirms it');
+    check((await rows.count()) === 1, 'one key left');
+    check((await text(page, 'tr.api-key td:first-child')) === 'Backend', 'the full key is the one left');
+    return { readKey: created.read, fullKey: created.full };
+  },
 };
 
 const browser = await chromium.launch({

@@ -14,6 +14,7 @@ import (
 	"github.com/keyhouse/keyhouse/pkg/licensecache"
 	"github.com/keyhouse/keyhouse/pkg/licensingclient"
 	"github.com/keyhouse/keyhouse/pkg/natsx"
+	"github.com/keyhouse/keyhouse/pkg/tenantpurge"
 	"github.com/keyhouse/keyhouse/services/activations/internal/purge"
 	"github.com/keyhouse/keyhouse/services/activations/internal/server"
 	"github.com/keyhouse/keyhouse/services/activations/internal/store"
@@ -63,6 +64,13 @@ func main() {
 			wg.Go(func() {
 				if err := purge.Run(ctx, spine.JetStream, st, d.Log); err != nil {
 					d.Log.Error("license.deleted consumer stopped", "error", err.Error())
+				}
+			})
+			// A deleted tenant's rows go in one transaction, even if this service was down when
+			// the tenant was deleted (pkg/tenantpurge).
+			wg.Go(func() {
+				if err := tenantpurge.Run(ctx, spine.JetStream, "activations", tenantpurge.Forgetter{DB: d.DB, Stale: store.StaleOnTenantPurge, Spine: spine.Spine}.Forget, d.Log); err != nil {
+					d.Log.Error("tenant.deleted consumer stopped", "error", err.Error())
 				}
 			})
 			wg.Go(func() { idempotency.PurgeHourly(ctx, d.DB, d.Log) })

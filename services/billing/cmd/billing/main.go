@@ -3,12 +3,14 @@ package main
 
 import (
 	"context"
+	"sync"
 
 	"github.com/keyhouse/keyhouse/pkg/app"
 	"github.com/keyhouse/keyhouse/pkg/auth"
 	"github.com/keyhouse/keyhouse/pkg/config"
 	"github.com/keyhouse/keyhouse/pkg/licensingclient"
 	"github.com/keyhouse/keyhouse/pkg/pgxx"
+	"github.com/keyhouse/keyhouse/pkg/tenantpurge"
 	accountsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/accounts/v1"
 	billingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/billing/v1"
 	"github.com/keyhouse/keyhouse/services/billing/internal/payments"
@@ -45,13 +47,16 @@ func register(ctx context.Context, d *app.Deps) error {
 	if d.Config.MultiTenant && stripe == nil {
 		d.Log.Warn("STRIPE_SECRET_KEY is not set: billing checkout answers 503 (docs/billing.md)")
 	}
+	usage := licensingclient.New(licensing, d.Config.AdminAPIKey.Reveal())
 	billingv1.RegisterBillingServiceServer(d.Server.GRPC, server.NewBilling(server.BillingConfig{
 		MultiTenant:   d.Config.MultiTenant,
 		Stripe:        stripe,
 		WebhookSecret: d.Config.StripeWebhookSecret.Reveal(),
-		Usage:         licensingclient.New(licensing, d.Config.AdminAPIKey.Reveal()),
+		Usage:         usage,
 		Log:           d.Log,
 	}, st))
+	accountsv1.RegisterApiKeysServiceServer(d.Server.GRPC, server.NewAPIKeys(st))
+	accountsv1.RegisterOperatorServiceServer(d.Server.GRPC, server.NewOperator(st, usage, d.Config.MultiTenant))
 	// Stripe events are remembered (for replays and ordering) for RECORD_RETENTION;
 	// Stripe itself retries for 3 days.
 	done := make(chan struct{})
@@ -60,5 +65,14 @@ func register(ctx context.Context, d *app.Deps) error {
 		pgxx.Retention{Table: "stripe_events", Column: "received_at", Keep: d.Config.RecordRetention}.Run(ctx, d.DB, d.Log)
 	}()
 	d.OnClose(func() { <-done })
+	// A deleted tenant's rows go with the delete itself; this consumer takes what is left
+	// after it: the sent tenant.deleted in the outbox (pkg/tenantpurge).
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if err := tenantpurge.Run(ctx, spine.JetStream, "billing", tenantpurge.Forgetter{DB: d.DB}.Forget, d.Log); err != nil {
+			d.Log.Error("tenant.deleted consumer stopped", "error", err.Error())
+		}
+	})
+	d.OnClose(wg.Wait)
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"crypto/subtle"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"strings"
 	"unicode/utf8"
@@ -58,11 +59,15 @@ func (c *Console) signInTenant(ctx context.Context, req *accountsv1.SignInReques
 			}
 			return "", errInvalidCredentials
 		}
-		tenant, err := c.store.ResolveAPIKey(ctx, key)
-		if err != nil {
+		cred, err := c.store.ResolveAPIKey(ctx, key)
+		if errors.Is(err, auth.ErrTenantSuspended) {
+			return "", err
+		}
+		// A session can do whatever the tenant's key can: a read-scope key opens none.
+		if err != nil || cred.ReadOnly {
 			return "", errInvalidCredentials
 		}
-		return tenant, nil
+		return cred.TenantID, nil
 	}
 	email, password := strings.TrimSpace(req.GetEmail()), req.GetPassword()
 	if !c.multi || email == "" || password == "" {

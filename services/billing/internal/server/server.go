@@ -79,16 +79,16 @@ func (s *Server) RotateApiKey(ctx context.Context, _ *accountsv1.RotateApiKeyReq
 
 // Authenticate resolves a tenant API key for the other services' auth interceptors.
 func (s *Server) Authenticate(ctx context.Context, req *accountsv1.AuthenticateRequest) (*accountsv1.AuthenticateResponse, error) {
-	// Self-hosted, only console sessions are resolved here (the admin key is checked by
-	// each interceptor itself).
-	if req.GetApiKey() == "" || (!s.multiTenant && !auth.IsSessionToken(req.GetApiKey())) {
+	// Self-hosted, console sessions and extra API keys are resolved here (the admin key is
+	// checked by each interceptor itself; there are no tenants rows to match).
+	if req.GetApiKey() == "" {
 		return nil, apierr.Unauthorized
 	}
-	tenant, err := s.store.ResolveAPIKey(ctx, req.GetApiKey())
+	cred, err := s.store.ResolveAPIKey(ctx, req.GetApiKey())
 	if err != nil {
 		return nil, err
 	}
-	return &accountsv1.AuthenticateResponse{TenantId: tenant}, nil
+	return &accountsv1.AuthenticateResponse{TenantId: cred.TenantID, ReadOnly: cred.ReadOnly}, nil
 }
 
 // GetEntitlements tells licensing (and releases) the caller's plan, read from the

@@ -80,9 +80,13 @@ func TestCreateTenantValidatesAndReturnsTheKeyOnce(t *testing.T) {
 	if err != nil || tenant.GetTenantId() != resp.GetTenantId() {
 		t.Fatalf("the new key resolves to %v, %v", tenant, err)
 	}
-	if other := createTenant(t, s); other.GetTenantId() == resp.GetTenantId() || other.GetApiKey() == resp.GetApiKey() {
-		t.Fatal("two tenants share an id or a key")
+	other, err := s.CreateTenant(context.Background(), &accountsv1.CreateTenantRequest{Name: "Acme", Email: "other@acme.example"})
+	if err != nil || other.GetTenantId() == resp.GetTenantId() || other.GetApiKey() == resp.GetApiKey() {
+		t.Fatalf("two tenants share an id or a key: %v", err)
 	}
+	// An email is one tenant's, in any case.
+	_, err = s.CreateTenant(context.Background(), &accountsv1.CreateTenantRequest{Name: "Acme 2", Email: "OPS@acme.example"})
+	wantErr(t, err, codes.AlreadyExists, "A tenant with this email already exists")
 }
 
 func TestSelfHostedHasNoTenantsNorKeys(t *testing.T) {

@@ -47,9 +47,50 @@ func TestEveryWriteEmitsItsEvent(t *testing.T) {
 		{"Record the same event again", func() error { _, err := s.Record(ctx, checkout.raw, checkout.change); return err }, nil},
 		{"Record payment failed", func() error { _, err := s.Record(ctx, failed.raw, failed.change); return err }, []string{events.TypeBillingPlanChanged}},
 		{"RotateAPIKey", func() error { _, err := s.RotateAPIKey(ctx, ten.ID, key); return err }, []string{events.TypeAPIKeyRotated}},
+		{"CreateAPIKey", func() error { _, _, err := s.CreateAPIKey(ctx, ten.ID, "ci", store.ScopeRead, nil); return err }, []string{events.TypeAPIKeyCreated}},
+		{"DeleteAPIKey", func() error {
+			keys, err := s.ListAPIKeys(ctx, ten.ID)
+			if err != nil || len(keys) != 1 {
+				t.Fatalf("keys %v, %v", keys, err)
+			}
+			return s.DeleteAPIKey(ctx, ten.ID, keys[0].ID)
+		}, []string{events.TypeAPIKeyDeleted}},
+		{"DeleteAPIKey of an unknown key", func() error {
+			if err := s.DeleteAPIKey(ctx, ten.ID, "ak_nope"); err != store.ErrAPIKeyNotFound {
+				t.Errorf("unknown key: %v", err)
+			}
+			return nil
+		}, nil},
 		{"RotateAPIKey with a dead key", func() error {
 			if _, err := s.RotateAPIKey(ctx, ten.ID, key); err == nil {
 				t.Error("a rotated key rotated again")
+			}
+			return nil
+		}, nil},
+		{"DeleteTenant", func() error {
+			other, _, err := s.CreateTenant(ctx, "Gone", "gone@example.com")
+			if err != nil {
+				return err
+			}
+			if _, _, err := s.CreateAPIKey(ctx, other.ID, "k", store.ScopeFull, nil); err != nil {
+				return err
+			}
+			out.Next(t) // its api_key.created
+			if err := s.DeleteTenant(ctx, other.ID); err != nil {
+				return err
+			}
+			// Its own rows are gone in the same transaction; the outbox keeps the event.
+			var left int
+			err = db.QueryRow(ctx, `SELECT (SELECT count(*) FROM tenants WHERE tenant_id = $1) + (SELECT count(*) FROM api_keys WHERE tenant_id = $1)`, other.ID).Scan(&left)
+			if err != nil || left != 0 {
+				t.Errorf("rows left after DeleteTenant: %d, %v", left, err)
+			}
+			ten.ID = other.ID // the event's tenant, checked below
+			return nil
+		}, []string{events.TypeTenantDeleted}},
+		{"DeleteTenant of an unknown tenant", func() error {
+			if err := s.DeleteTenant(ctx, "t_nope"); err != store.ErrTenantNotFound {
+				t.Errorf("unknown tenant: %v", err)
 			}
 			return nil
 		}, nil},
@@ -75,8 +116,10 @@ func TestEveryWriteEmitsItsEvent(t *testing.T) {
 	if want := []string{"pro/active", "pro/past_due"}; !slices.Equal(statuses, want) {
 		t.Errorf("plan changes %v, want %v", statuses, want)
 	}
-	eventstest.RequireListed(t, s, []string{"Record", "RotateAPIKey"},
-		// Not changes of addendum §11: a new tenant, console sign-in and passwords.
-		[]string{"CreateTenant", "CreateSession", "DeleteSession", "SetPasswordHash"},
-		[]string{"Plan", "Customer", "TenantEmail", "ResolveAPIKey", "ResolveSession", "GetTenant", "PasswordCandidates", "WatermarkID"})
+	eventstest.RequireListed(t, s, []string{"Record", "RotateAPIKey", "CreateAPIKey", "DeleteAPIKey", "DeleteTenant"},
+		// Not changes of addendum §11: a new tenant, console sign-in and passwords, the
+		// operator's suspension.
+		[]string{"CreateTenant", "CreateSession", "DeleteSession", "SetPasswordHash", "SetSuspended"},
+		[]string{"Plan", "Customer", "TenantEmail", "ResolveAPIKey", "ResolveSession", "GetTenant", "PasswordCandidates", "WatermarkID",
+			"ListAPIKeys", "ListTenants", "OperatorTenantByID"})
 }

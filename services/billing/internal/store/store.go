@@ -13,6 +13,7 @@ import (
 	"github.com/keyhouse/keyhouse/pkg/apierr"
 	"github.com/keyhouse/keyhouse/pkg/auth"
 	"github.com/keyhouse/keyhouse/pkg/events"
+	"github.com/keyhouse/keyhouse/pkg/pgxx"
 )
 
 // Store reads and writes tenants and their keys. A key rotation is api_key.rotated and a
@@ -52,8 +53,15 @@ func (s *Store) CreateTenant(ctx context.Context, name, email string) (Tenant, s
 	err := s.db.QueryRow(ctx,
 		`INSERT INTO tenants (tenant_id, name, email, api_key_hash) VALUES ($1, $2, $3, $4) RETURNING created_at`,
 		t.ID, name, email, auth.HashAPIKey(key)).Scan(&t.CreatedAt)
+	if pgxx.IsUniqueViolation(err, "tenants_email_unique") {
+		return t, "", ErrEmailTaken
+	}
 	return t, key, err
 }
+
+// ErrEmailTaken refuses a second tenant with an email (compared case-insensitively; the
+// unique index decides, so concurrent creates cannot both pass).
+var ErrEmailTaken = apierr.Conflict("A tenant with this email already exists")
 
 func lower(s string) string {
 	b := []byte(s)
@@ -65,20 +73,56 @@ func lower(s string) string {
 	return string(b)
 }
 
-// ResolveAPIKey implements auth.TenantResolver: a tenant API key, or a console session.
-func (s *Store) ResolveAPIKey(ctx context.Context, apiKey string) (string, error) {
+// ResolveAPIKey implements auth.TenantResolver: a hosted tenant's key (the one
+// rotate-api-key rotates), an extra API key (either mode), or a console session. A
+// suspended tenant's credential is auth.ErrTenantSuspended. Keys are found by their
+// SHA-256 (an index probe on a hash of 256 random bits: nothing to time).
+func (s *Store) ResolveAPIKey(ctx context.Context, apiKey string) (auth.Credential, error) {
 	if auth.IsSessionToken(apiKey) {
-		return s.ResolveSession(ctx, apiKey)
+		tenant, err := s.ResolveSession(ctx, apiKey)
+		if err != nil {
+			return auth.Credential{}, err
+		}
+		return auth.Credential{TenantID: tenant}, s.refuseSuspended(ctx, tenant)
 	}
-	var tenant string
-	err := s.db.QueryRow(ctx, `SELECT tenant_id FROM tenants WHERE api_key_hash = $1`, auth.HashAPIKey(apiKey)).Scan(&tenant)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return "", apierr.Unauthorized
+	hash := auth.HashAPIKey(apiKey)
+	var (
+		tenant    string
+		suspended bool
+	)
+	err := s.db.QueryRow(ctx, `SELECT tenant_id, suspended_at IS NOT NULL FROM tenants WHERE api_key_hash = $1`, hash).Scan(&tenant, &suspended)
+	switch {
+	case err == nil && suspended:
+		return auth.Credential{}, auth.ErrTenantSuspended
+	case err == nil:
+		return auth.Credential{TenantID: tenant}, nil
+	case !errors.Is(err, pgx.ErrNoRows):
+		return auth.Credential{}, err
 	}
+	cred, ok, err := s.resolveExtraKey(ctx, hash)
 	if err != nil {
-		return "", err
+		return auth.Credential{}, err
 	}
-	return tenant, nil
+	if !ok {
+		return auth.Credential{}, apierr.Unauthorized
+	}
+	return cred, nil
+}
+
+// refuseSuspended is auth.ErrTenantSuspended while the tenant is suspended; the
+// self-hosted implicit tenant has no row and never is.
+func (s *Store) refuseSuspended(ctx context.Context, tenant string) error {
+	var suspended bool
+	err := s.db.QueryRow(ctx, `SELECT suspended_at IS NOT NULL FROM tenants WHERE tenant_id = $1`, tenant).Scan(&suspended)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return nil
+	case err != nil:
+		return err
+	case suspended:
+		return auth.ErrTenantSuspended
+	}
+	return nil
 }
 
 // RotateAPIKey replaces the tenant's key, but only if oldKey is still the current one, so

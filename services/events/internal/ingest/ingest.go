@@ -125,19 +125,40 @@ func (i *Ingester) Store(ctx context.Context, ev *eventsv1.Event) (bool, error) 
 // StoreAll stores, in one transaction with their fan-out, those of evs not stored yet,
 // and returns them.
 func (i *Ingester) StoreAll(ctx context.Context, evs []*eventsv1.Event) ([]Stored, error) {
-	rows := make([]store.Event, len(evs))
-	for k, ev := range evs {
+	// tenant.deleted is not an event of the log: the tenant's log, endpoints and deliveries
+	// go with it (pkg/tenantpurge), and its events that arrive later are dropped.
+	var deleted []string
+	logged := make([]*eventsv1.Event, 0, len(evs))
+	for _, ev := range evs {
+		if ev.GetType() == events.TypeTenantDeleted {
+			deleted = append(deleted, ev.GetTenantId())
+		} else {
+			logged = append(logged, ev)
+		}
+	}
+	all := make([]store.Event, len(logged))
+	for k, ev := range logged {
 		body, err := events.JSON(ev)
 		if err != nil {
 			return nil, natsx.Permanent(err)
 		}
-		rows[k] = store.Event{
+		all[k] = store.Event{
 			ID: ev.GetId(), TenantID: ev.GetTenantId(), Type: ev.GetType(), LicenseKey: events.LicenseKey(ev),
 			CreatedAt: ev.GetCreatedAt().AsTime(), Body: body,
 		}
 	}
 	var fresh []Stored
 	err := i.st.InTx(ctx, func(tx pgx.Tx) error {
+		for _, tenant := range deleted {
+			if err := store.ForgetTenant(ctx, tx, tenant); err != nil {
+				return err
+			}
+		}
+		rows, evs, err := i.ofLiveTenants(ctx, tx, all, logged)
+		if err != nil || len(rows) == 0 {
+			fresh = fresh[:0]
+			return err
+		}
 		ids, err := store.InsertAll(ctx, tx, rows)
 		if err != nil {
 			return err
@@ -163,11 +184,35 @@ func (i *Ingester) StoreAll(ctx context.Context, evs []*eventsv1.Event) ([]Store
 	return fresh, nil
 }
 
+// ofLiveTenants leaves out the rows (and their events) of deleted tenants, taking each
+// tenant's shared lock against its purge (store.Forgotten).
+func (i *Ingester) ofLiveTenants(ctx context.Context, tx pgx.Tx, rows []store.Event, evs []*eventsv1.Event) ([]store.Event, []*eventsv1.Event, error) {
+	gone := map[string]bool{}
+	keptRows, keptEvs := rows[:0:0], evs[:0:0]
+	for k, row := range rows {
+		g, seen := gone[row.TenantID]
+		if !seen {
+			var err error
+			if g, err = store.Forgotten(ctx, tx, row.TenantID); err != nil {
+				return nil, nil, err
+			}
+			gone[row.TenantID] = g
+		}
+		if !g {
+			keptRows, keptEvs = append(keptRows, row), append(keptEvs, evs[k])
+		}
+	}
+	return keptRows, keptEvs, nil
+}
+
 // Retain deletes the events older than retention every interval until ctx is done.
 func Retain(ctx context.Context, st *store.Store, retention, interval time.Duration, now func() time.Time, log *slog.Logger) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
+		if err := st.ForgetTombstonesBefore(ctx, now().Add(-events.StreamMaxAge)); err != nil && ctx.Err() == nil {
+			log.Warn("deleted-tenant tombstone sweep failed, retrying at the next", "error", err.Error())
+		}
 		if n, err := st.DeleteBefore(ctx, now().Add(-retention)); err != nil {
 			if ctx.Err() == nil {
 				log.Warn("event retention sweep failed, retrying at the next", "error", err.Error())

@@ -199,3 +199,34 @@ func TestRetentionDeletesOnlyOldEvents(t *testing.T) {
 		t.Fatalf("a recent event went: %v", err)
 	}
 }
+
+// tenant.deleted purges the tenant's log and is not logged itself; an event of the tenant
+// that arrives afterwards (a slower relay) is dropped; other tenants keep theirs.
+func TestTenantDeletedForgetsTheTenantsLogAndDropsItsLateEvents(t *testing.T) {
+	ctx := context.Background()
+	st := newStore(t)
+	in := New(st, quiet)
+	kept := stamped(events.LicenseRevoked("t2", "K-2", "app"), time.Now())
+	gone := stamped(events.LicenseRevoked("t1", "K-1", "app"), time.Now())
+	for _, ev := range []*eventsv1.Event{kept, gone} {
+		if _, err := in.Store(ctx, ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 2 { // a redelivery changes nothing
+		if fresh, err := in.Store(ctx, stamped(events.TenantDeleted("t1"), time.Now())); err != nil || fresh {
+			t.Fatalf("tenant.deleted: fresh %v, %v", fresh, err)
+		}
+	}
+	late := stamped(events.LicenseNotesUpdated("t1", "K-1", "app"), time.Now())
+	if fresh, err := in.Store(ctx, late); err != nil || fresh {
+		t.Fatalf("a late event of a deleted tenant: fresh %v, %v", fresh, err)
+	}
+	var left int
+	if err := st.DB().QueryRow(ctx, `SELECT count(*) FROM events WHERE tenant_id = 't1'`).Scan(&left); err != nil || left != 0 {
+		t.Fatalf("%d events of the deleted tenant left, %v", left, err)
+	}
+	if _, err := st.Get(ctx, "t2", kept.Id); err != nil {
+		t.Fatalf("another tenant's event: %v", err)
+	}
+}

@@ -16,7 +16,7 @@ var EventTypes = []string{
 	"usage.limit_reached", "usage.reset",
 	"release.published", "release.unpublished",
 	"storefront.delivery",
-	"billing.plan_changed", "api_key.rotated", "lease_key.rotated",
+	"billing.plan_changed", "api_key.rotated", "api_key.created", "api_key.deleted", "lease_key.rotated",
 	"webhook_endpoint.disabled",
 }
 

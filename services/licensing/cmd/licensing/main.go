@@ -14,6 +14,7 @@ import (
 	"github.com/keyhouse/keyhouse/pkg/idempotency"
 	"github.com/keyhouse/keyhouse/pkg/licensecache"
 	"github.com/keyhouse/keyhouse/pkg/signing"
+	"github.com/keyhouse/keyhouse/pkg/tenantpurge"
 	eventsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/events/v1"
 	"github.com/keyhouse/keyhouse/services/licensing/internal/server"
 	"github.com/keyhouse/keyhouse/services/licensing/internal/store"
@@ -71,6 +72,13 @@ func register(ctx context.Context, d *app.Deps) error {
 	server.RegisterPortal(d.Server.GRPC, server.NewPortal(st, keyring, d.Config.PublicBaseURL))
 
 	var wg sync.WaitGroup
+	// A deleted tenant's rows go in one transaction, even if this service was down when
+	// the tenant was deleted (pkg/tenantpurge).
+	wg.Go(func() {
+		if err := tenantpurge.Run(ctx, spine.JetStream, "licensing", tenantpurge.Forgetter{DB: d.DB, Stale: store.StaleOnTenantPurge, Spine: spine.Spine}.Forget, d.Log); err != nil {
+			d.Log.Error("tenant.deleted consumer stopped", "error", err.Error())
+		}
+	})
 	wg.Go(func() { idempotency.PurgeHourly(ctx, d.DB, d.Log) })
 	// License changes are announced with a heartbeat, the caches' liveness proof.
 	d.OnClose(licensecache.StartHeartbeat(spine.NATS))

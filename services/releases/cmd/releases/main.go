@@ -11,6 +11,7 @@ import (
 	"github.com/keyhouse/keyhouse/pkg/idempotency"
 	"github.com/keyhouse/keyhouse/pkg/licensecache"
 	"github.com/keyhouse/keyhouse/pkg/licensingclient"
+	"github.com/keyhouse/keyhouse/pkg/tenantpurge"
 	"github.com/keyhouse/keyhouse/services/releases/internal/server"
 	"github.com/keyhouse/keyhouse/services/releases/internal/store"
 	"github.com/keyhouse/keyhouse/services/releases/migrations"
@@ -65,6 +66,13 @@ func register(ctx context.Context, d *app.Deps) error {
 		defer wg.Done()
 		idempotency.PurgeHourly(ctx, d.DB, d.Log)
 	}()
+	// A deleted tenant's rows go in one transaction, even if this service was down when
+	// the tenant was deleted (pkg/tenantpurge).
+	wg.Go(func() {
+		if err := tenantpurge.Run(ctx, spine.JetStream, "releases", tenantpurge.Forgetter{DB: d.DB, Stale: store.StaleOnTenantPurge, Spine: spine.Spine}.Forget, d.Log); err != nil {
+			d.Log.Error("tenant.deleted consumer stopped", "error", err.Error())
+		}
+	})
 	d.OnClose(wg.Wait)
 	return nil
 }

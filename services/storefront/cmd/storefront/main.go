@@ -16,6 +16,7 @@ import (
 	"github.com/keyhouse/keyhouse/pkg/mail"
 	"github.com/keyhouse/keyhouse/pkg/natsx"
 	"github.com/keyhouse/keyhouse/pkg/pgxx"
+	"github.com/keyhouse/keyhouse/pkg/tenantpurge"
 	"github.com/keyhouse/keyhouse/services/storefront/internal/fulfill"
 	"github.com/keyhouse/keyhouse/services/storefront/internal/server"
 	"github.com/keyhouse/keyhouse/services/storefront/internal/store"
@@ -111,6 +112,13 @@ func register(ctx context.Context, d *app.Deps) error {
 	}()
 	// Closers run in reverse: the worker finishes before the relay stops and NATS closes
 	// (StartEventSpine's closers).
+	// A deleted tenant's rows go in one transaction, even if this service was down when
+	// the tenant was deleted (pkg/tenantpurge).
+	wg.Go(func() {
+		if err := tenantpurge.Run(ctx, spine.JetStream, "storefront", tenantpurge.Forgetter{DB: d.DB}.Forget, d.Log); err != nil {
+			d.Log.Error("tenant.deleted consumer stopped", "error", err.Error())
+		}
+	})
 	d.OnClose(wg.Wait)
 	d.Log.Info("storefront ready", "email_provider", sender.Provider(), "public_base_url", d.Config.PublicBaseURL)
 	return nil

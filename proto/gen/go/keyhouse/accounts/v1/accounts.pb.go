@@ -268,8 +268,10 @@ func (x *AuthenticateRequest) GetApiKey() string {
 }
 
 type AuthenticateResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	TenantId      string                 `protobuf:"bytes,1,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	TenantId string                 `protobuf:"bytes,1,opt,name=tenant_id,json=tenantId,proto3" json:"tenant_id,omitempty"`
+	// An extra API key of scope "read": only read-only methods accept it.
+	ReadOnly      bool `protobuf:"varint,2,opt,name=read_only,json=readOnly,proto3" json:"read_only,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -309,6 +311,13 @@ func (x *AuthenticateResponse) GetTenantId() string {
 		return x.TenantId
 	}
 	return ""
+}
+
+func (x *AuthenticateResponse) GetReadOnly() bool {
+	if x != nil {
+		return x.ReadOnly
+	}
+	return false
 }
 
 type GetBuildInfoRequest struct {
@@ -606,9 +615,10 @@ const file_keyhouse_accounts_v1_accounts_proto_rawDesc = "" +
 	"\x14RotateApiKeyResponse\x12\x16\n" +
 	"\x06apiKey\x18\x01 \x01(\tR\x06apiKey\".\n" +
 	"\x13AuthenticateRequest\x12\x17\n" +
-	"\aapi_key\x18\x01 \x01(\tR\x06apiKey\"3\n" +
+	"\aapi_key\x18\x01 \x01(\tR\x06apiKey\"P\n" +
 	"\x14AuthenticateResponse\x12\x1b\n" +
-	"\ttenant_id\x18\x01 \x01(\tR\btenantId\"\x15\n" +
+	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x1b\n" +
+	"\tread_only\x18\x02 \x01(\bR\breadOnly\"\x15\n" +
 	"\x13GetBuildInfoRequest\"t\n" +
 	"\x14GetBuildInfoResponse\x12 \n" +
 	"\vwatermarkId\x18\x01 \x01(\tR\vwatermarkId\x12 \n" +

@@ -424,12 +424,12 @@ const file_keyhouse_accounts_v1_console_proto_rawDesc = "" +
 	"\fmulti_tenant\x18\x05 \x01(\bR\vmultiTenant\"0\n" +
 	"\x12SetPasswordRequest\x12\x1a\n" +
 	"\bpassword\x18\x01 \x01(\tR\bpassword\"\x15\n" +
-	"\x13SetPasswordResponse2\xa2\x03\n" +
+	"\x13SetPasswordResponse2\xa6\x03\n" +
 	"\x16ConsoleAccountsService\x12Y\n" +
 	"\x06SignIn\x12#.keyhouse.accounts.v1.SignInRequest\x1a$.keyhouse.accounts.v1.SignInResponse\"\x04\x90\x82\x19\x01\x12\\\n" +
-	"\aSignOut\x12$.keyhouse.accounts.v1.SignOutRequest\x1a%.keyhouse.accounts.v1.SignOutResponse\"\x04\x90\x82\x19\x02\x12e\n" +
+	"\aSignOut\x12$.keyhouse.accounts.v1.SignOutRequest\x1a%.keyhouse.accounts.v1.SignOutResponse\"\x04\x90\x82\x19\x02\x12i\n" +
 	"\n" +
-	"GetAccount\x12'.keyhouse.accounts.v1.GetAccountRequest\x1a(.keyhouse.accounts.v1.GetAccountResponse\"\x04\x90\x82\x19\x02\x12h\n" +
+	"GetAccount\x12'.keyhouse.accounts.v1.GetAccountRequest\x1a(.keyhouse.accounts.v1.GetAccountResponse\"\b\x90\x82\x19\x02\xa0\x82\x19\x01\x12h\n" +
 	"\vSetPassword\x12(.keyhouse.accounts.v1.SetPasswordRequest\x1a).keyhouse.accounts.v1.SetPasswordResponse\"\x04\x90\x82\x19\x02BKZIgithub.com/keyhouse/keyhouse/proto/gen/go/keyhouse/accounts/v1;accountsv1b\x06proto3"
 
 var (

@@ -1890,7 +1890,7 @@ const file_keyhouse_activations_v1_activations_proto_rawDesc = "" +
 	"\x05limit\x18\x01 \x01(\x05H\x00R\x05limit\x88\x01\x01B\b\n" +
 	"\x06_limit\"h\n" +
 	"\x19RecentActivationsResponse\x12K\n" +
-	"\vactivations\x18\x01 \x03(\v2).keyhouse.activations.v1.RecentActivationR\vactivations2\xfe\x11\n" +
+	"\vactivations\x18\x01 \x03(\v2).keyhouse.activations.v1.RecentActivationR\vactivations2\x86\x12\n" +
 	"\x12ActivationsService\x12\x86\x02\n" +
 	"\x0fActivateLicense\x12/.keyhouse.activations.v1.ActivateLicenseRequest\x1a0.keyhouse.activations.v1.ActivateLicenseResponse\"\x8f\x01\x90\x82\x19\x01\x9a\x82\x19\x04\b\x03\x10\x01\x9a\x83\x19\x1b\b\x94\x03\x12\x16License key not found.\x9a\x83\x19`\b\x93\x03\x12[License has expired; License is not active; Activation limit exceeded for this license key.\x12\x88\x01\n" +
 	"\x11DeactivateLicense\x121.keyhouse.activations.v1.DeactivateLicenseRequest\x1a2.keyhouse.activations.v1.DeactivateLicenseResponse\"\f\x90\x82\x19\x01\x9a\x82\x19\x04\b\x03\x10\x01\x12\x80\x01\n" +
@@ -1904,10 +1904,9 @@ const file_keyhouse_activations_v1_activations_proto_rawDesc = "" +
 	"\fReissueToken\x12,.keyhouse.activations.v1.ReissueTokenRequest\x1a-.keyhouse.activations.v1.ReissueTokenResponse\"[\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x9a\x83\x19M\b\x94\x03\x12HLicense key not found; No activation found for that key and instance_id.\x12\xe6\x01\n" +
 	"\x16DeactivateByInstanceId\x126.keyhouse.activations.v1.DeactivateByInstanceIdRequest\x1a7.keyhouse.activations.v1.DeactivateByInstanceIdResponse\"[\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x9a\x83\x19M\b\x94\x03\x12HLicense key not found; No activation found for that key and instance_id.\x12\xd0\x01\n" +
 	"\n" +
-	"ResetUsage\x12*.keyhouse.activations.v1.ResetUsageRequest\x1a+.keyhouse.activations.v1.ResetUsageResponse\"i\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x9a\x83\x19\x1b\b\x94\x03\x12\x16License key not found.\x9a\x83\x19<\b\xf7\x03\x127Usage was changed by a concurrent update; please retry.\x12\x9f\x01\n" +
-	"\x0fListActivations\x12/.keyhouse.activations.v1.ListActivationsRequest\x1a0.keyhouse.activations.v1.ListActivationsResponse\")\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x9a\x83\x19\x1b\b\x94\x03\x12\x16License key not found.\x12\x86\x01\n" +
-	"\x11RecentActivations\x121.keyhouse.activations.v1.RecentActivationsRequest\x1a2.keyhouse.activations.v1.RecentActivationsResponse\"\n" +
-	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06BQZOgithub.com/keyhouse/keyhouse/proto/gen/go/keyhouse/activations/v1;activationsv1b\x06proto3"
+	"ResetUsage\x12*.keyhouse.activations.v1.ResetUsageRequest\x1a+.keyhouse.activations.v1.ResetUsageResponse\"i\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x9a\x83\x19\x1b\b\x94\x03\x12\x16License key not found.\x9a\x83\x19<\b\xf7\x03\x127Usage was changed by a concurrent update; please retry.\x12\xa3\x01\n" +
+	"\x0fListActivations\x12/.keyhouse.activations.v1.ListActivationsRequest\x1a0.keyhouse.activations.v1.ListActivationsResponse\"-\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\xa0\x82\x19\x01\x9a\x83\x19\x1b\b\x94\x03\x12\x16License key not found.\x12\x8a\x01\n" +
+	"\x11RecentActivations\x121.keyhouse.activations.v1.RecentActivationsRequest\x1a2.keyhouse.activations.v1.RecentActivationsResponse\"\x0e\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\xa0\x82\x19\x01BQZOgithub.com/keyhouse/keyhouse/proto/gen/go/keyhouse/activations/v1;activationsv1b\x06proto3"
 
 var (
 	file_keyhouse_activations_v1_activations_proto_rawDescOnce sync.Once

@@ -381,9 +381,9 @@ const file_keyhouse_activations_v1_console_proto_rawDesc = "" +
 	"\vinstance_id\x18\x02 \x01(\tR\n" +
 	"instanceId\"@\n" +
 	"\x1cDeactivatePortalSeatResponse\x12 \n" +
-	"\vdeactivated\x18\x01 \x01(\bR\vdeactivated2\xb5\x03\n" +
-	"\x19ActivationsConsoleService\x12\x8f\x01\n" +
-	"\x16ListActivationsForKeys\x126.keyhouse.activations.v1.ListActivationsForKeysRequest\x1a7.keyhouse.activations.v1.ListActivationsForKeysResponse\"\x04\x90\x82\x19\x02\x12z\n" +
+	"\vdeactivated\x18\x01 \x01(\bR\vdeactivated2\xb9\x03\n" +
+	"\x19ActivationsConsoleService\x12\x93\x01\n" +
+	"\x16ListActivationsForKeys\x126.keyhouse.activations.v1.ListActivationsForKeysRequest\x1a7.keyhouse.activations.v1.ListActivationsForKeysResponse\"\b\x90\x82\x19\x02\xa0\x82\x19\x01\x12z\n" +
 	"\x0fListPortalSeats\x12/.keyhouse.activations.v1.ListPortalSeatsRequest\x1a0.keyhouse.activations.v1.ListPortalSeatsResponse\"\x04\x90\x82\x19\x01\x12\x89\x01\n" +
 	"\x14DeactivatePortalSeat\x124.keyhouse.activations.v1.DeactivatePortalSeatRequest\x1a5.keyhouse.activations.v1.DeactivatePortalSeatResponse\"\x04\x90\x82\x19\x01BQZOgithub.com/keyhouse/keyhouse/proto/gen/go/keyhouse/activations/v1;activationsv1b\x06proto3"
 

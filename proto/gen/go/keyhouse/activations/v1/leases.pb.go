@@ -1173,16 +1173,16 @@ const file_keyhouse_activations_v1_leases_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"R\n" +
 	"\x16ListSeatLeasesResponse\x128\n" +
-	"\x05seats\x18\x01 \x03(\v2\".keyhouse.activations.v1.SeatLeaseR\x05seats2\xff\t\n" +
+	"\x05seats\x18\x01 \x03(\v2\".keyhouse.activations.v1.SeatLeaseR\x05seats2\x87\n" +
+	"\n" +
 	"\rLeasesService\x12\x98\x01\n" +
-	"\x0ePutLeasePolicy\x12..keyhouse.activations.v1.PutLeasePolicyRequest\x1a/.keyhouse.activations.v1.PutLeasePolicyResponse\"%\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x9a\x83\x19\x17\b\x94\x03\x12\x12Product not found.\x12\x86\x01\n" +
-	"\x11ListLeasePolicies\x121.keyhouse.activations.v1.ListLeasePoliciesRequest\x1a2.keyhouse.activations.v1.ListLeasePoliciesResponse\"\n" +
-	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x12\xa0\x01\n" +
+	"\x0ePutLeasePolicy\x12..keyhouse.activations.v1.PutLeasePolicyRequest\x1a/.keyhouse.activations.v1.PutLeasePolicyResponse\"%\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x9a\x83\x19\x17\b\x94\x03\x12\x12Product not found.\x12\x8a\x01\n" +
+	"\x11ListLeasePolicies\x121.keyhouse.activations.v1.ListLeasePoliciesRequest\x1a2.keyhouse.activations.v1.ListLeasePoliciesResponse\"\x0e\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\xa0\x82\x19\x01\x12\xa0\x01\n" +
 	"\x11DeleteLeasePolicy\x121.keyhouse.activations.v1.DeleteLeasePolicyRequest\x1a2.keyhouse.activations.v1.DeleteLeasePolicyResponse\"$\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x9a\x83\x19\x16\b\x94\x03\x12\x11Policy not found.\x12\xae\x03\n" +
 	"\vCreateLease\x12+.keyhouse.activations.v1.CreateLeaseRequest\x1a,.keyhouse.activations.v1.CreateLeaseResponse\"\xc3\x02\x90\x82\x19\x01\x9a\x82\x19\x02\b\x02\x9a\x83\x19M\b\x94\x03\x12HLicense key not found; No activation found for that key and instance_id.\x9a\x83\x19\x9f\x01\b\x93\x03\x12\x99\x01License has expired; License is not active; Invalid activation token; Machine fingerprint does not match; Activation limit exceeded for this license key.\x9a\x83\x19@\b\xf7\x03\x12;The seat was changed by a concurrent request; please retry.\x12z\n" +
 	"\rListLeaseKeys\x12-.keyhouse.activations.v1.ListLeaseKeysRequest\x1a..keyhouse.activations.v1.ListLeaseKeysResponse\"\n" +
-	"\x90\x82\x19\x01\x9a\x82\x19\x02\b\x04\x12w\n" +
-	"\x0eListSeatLeases\x12..keyhouse.activations.v1.ListSeatLeasesRequest\x1a/.keyhouse.activations.v1.ListSeatLeasesResponse\"\x04\x90\x82\x19\x02\x12\x80\x01\n" +
+	"\x90\x82\x19\x01\x9a\x82\x19\x02\b\x04\x12{\n" +
+	"\x0eListSeatLeases\x12..keyhouse.activations.v1.ListSeatLeasesRequest\x1a/.keyhouse.activations.v1.ListSeatLeasesResponse\"\b\x90\x82\x19\x02\xa0\x82\x19\x01\x12\x80\x01\n" +
 	"\x0fRotateLeaseKeys\x12/.keyhouse.activations.v1.RotateLeaseKeysRequest\x1a0.keyhouse.activations.v1.RotateLeaseKeysResponse\"\n" +
 	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05BQZOgithub.com/keyhouse/keyhouse/proto/gen/go/keyhouse/activations/v1;activationsv1b\x06proto3"
 

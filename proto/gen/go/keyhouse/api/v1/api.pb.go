@@ -458,6 +458,14 @@ var file_keyhouse_api_v1_api_proto_extTypes = []protoimpl.ExtensionInfo{
 	{
 		ExtendedType:  (*descriptorpb.MethodOptions)(nil),
 		ExtensionType: (*bool)(nil),
+		Field:         51236,
+		Name:          "keyhouse.api.v1.read_only",
+		Tag:           "varint,51236,opt,name=read_only",
+		Filename:      "keyhouse/api/v1/api.proto",
+	},
+	{
+		ExtendedType:  (*descriptorpb.MethodOptions)(nil),
+		ExtensionType: (*bool)(nil),
 		Field:         51250,
 		Name:          "keyhouse.api.v1.idempotency_key",
 		Tag:           "varint,51250,opt,name=idempotency_key",
@@ -495,15 +503,21 @@ var (
 	E_Access = &file_keyhouse_api_v1_api_proto_extTypes[0]
 	// optional keyhouse.api.v1.RateLimit rate_limit = 51235;
 	E_RateLimit = &file_keyhouse_api_v1_api_proto_extTypes[1]
+	// The method changes nothing, so a tenant API key of scope "read" may call it. Unset,
+	// a method counts as writing and the auth interceptor refuses a read key (403
+	// Unauthorized): a new writing method cannot forget the distinction.
+	//
+	// optional bool read_only = 51236;
+	E_ReadOnly = &file_keyhouse_api_v1_api_proto_extTypes[2]
 	// The method honours the Idempotency-Key header (pkg/idempotency): the document declares
 	// the header, and pkg/idempotency refuses to read the key in a method without it.
 	//
 	// optional bool idempotency_key = 51250;
-	E_IdempotencyKey = &file_keyhouse_api_v1_api_proto_extTypes[2]
+	E_IdempotencyKey = &file_keyhouse_api_v1_api_proto_extTypes[3]
 	// The route's own error answers.
 	//
 	// repeated keyhouse.api.v1.HttpError http_errors = 51251;
-	E_HttpErrors = &file_keyhouse_api_v1_api_proto_extTypes[3]
+	E_HttpErrors = &file_keyhouse_api_v1_api_proto_extTypes[4]
 )
 
 // Extension fields to descriptorpb.FieldOptions.
@@ -512,13 +526,13 @@ var (
 	// and stack/e2e's TestOpenAPIRequiredFieldsAreEnforced holds each route to it.
 	//
 	// optional bool required = 51252;
-	E_Required = &file_keyhouse_api_v1_api_proto_extTypes[4]
+	E_Required = &file_keyhouse_api_v1_api_proto_extTypes[5]
 	// The JSON schema (Swagger 2.0) of a field whose proto type says too little, e.g. a
 	// google.protobuf.Value that is "a positive integer or null":
 	// '{"type": "integer", "minimum": 1, "x-nullable": true}'.
 	//
 	// optional string json_schema = 51253;
-	E_JsonSchema = &file_keyhouse_api_v1_api_proto_extTypes[5]
+	E_JsonSchema = &file_keyhouse_api_v1_api_proto_extTypes[6]
 )
 
 var File_keyhouse_api_v1_api_proto protoreflect.FileDescriptor
@@ -561,7 +575,8 @@ const file_keyhouse_api_v1_api_proto_rawDesc = "" +
 	"\x10RATE_TIER_IMPORT\x10\a:Q\n" +
 	"\x06access\x12\x1e.google.protobuf.MethodOptions\x18\xa2\x90\x03 \x01(\x0e2\x17.keyhouse.api.v1.AccessR\x06access:[\n" +
 	"\n" +
-	"rate_limit\x12\x1e.google.protobuf.MethodOptions\x18\xa3\x90\x03 \x01(\v2\x1a.keyhouse.api.v1.RateLimitR\trateLimit:I\n" +
+	"rate_limit\x12\x1e.google.protobuf.MethodOptions\x18\xa3\x90\x03 \x01(\v2\x1a.keyhouse.api.v1.RateLimitR\trateLimit:=\n" +
+	"\tread_only\x12\x1e.google.protobuf.MethodOptions\x18\xa4\x90\x03 \x01(\bR\breadOnly:I\n" +
 	"\x0fidempotency_key\x12\x1e.google.protobuf.MethodOptions\x18\xb2\x90\x03 \x01(\bR\x0eidempotencyKey:]\n" +
 	"\vhttp_errors\x12\x1e.google.protobuf.MethodOptions\x18\xb3\x90\x03 \x03(\v2\x1a.keyhouse.api.v1.HttpErrorR\n" +
 	"httpErrors:;\n" +
@@ -600,17 +615,18 @@ var file_keyhouse_api_v1_api_proto_depIdxs = []int32{
 	4,  // 2: keyhouse.api.v1.ErrorFields.after:type_name -> keyhouse.api.v1.ErrorField
 	7,  // 3: keyhouse.api.v1.access:extendee -> google.protobuf.MethodOptions
 	7,  // 4: keyhouse.api.v1.rate_limit:extendee -> google.protobuf.MethodOptions
-	7,  // 5: keyhouse.api.v1.idempotency_key:extendee -> google.protobuf.MethodOptions
-	7,  // 6: keyhouse.api.v1.http_errors:extendee -> google.protobuf.MethodOptions
-	8,  // 7: keyhouse.api.v1.required:extendee -> google.protobuf.FieldOptions
-	8,  // 8: keyhouse.api.v1.json_schema:extendee -> google.protobuf.FieldOptions
-	0,  // 9: keyhouse.api.v1.access:type_name -> keyhouse.api.v1.Access
-	2,  // 10: keyhouse.api.v1.rate_limit:type_name -> keyhouse.api.v1.RateLimit
-	3,  // 11: keyhouse.api.v1.http_errors:type_name -> keyhouse.api.v1.HttpError
-	12, // [12:12] is the sub-list for method output_type
-	12, // [12:12] is the sub-list for method input_type
-	9,  // [9:12] is the sub-list for extension type_name
-	3,  // [3:9] is the sub-list for extension extendee
+	7,  // 5: keyhouse.api.v1.read_only:extendee -> google.protobuf.MethodOptions
+	7,  // 6: keyhouse.api.v1.idempotency_key:extendee -> google.protobuf.MethodOptions
+	7,  // 7: keyhouse.api.v1.http_errors:extendee -> google.protobuf.MethodOptions
+	8,  // 8: keyhouse.api.v1.required:extendee -> google.protobuf.FieldOptions
+	8,  // 9: keyhouse.api.v1.json_schema:extendee -> google.protobuf.FieldOptions
+	0,  // 10: keyhouse.api.v1.access:type_name -> keyhouse.api.v1.Access
+	2,  // 11: keyhouse.api.v1.rate_limit:type_name -> keyhouse.api.v1.RateLimit
+	3,  // 12: keyhouse.api.v1.http_errors:type_name -> keyhouse.api.v1.HttpError
+	13, // [13:13] is the sub-list for method output_type
+	13, // [13:13] is the sub-list for method input_type
+	10, // [10:13] is the sub-list for extension type_name
+	3,  // [3:10] is the sub-list for extension extendee
 	0,  // [0:3] is the sub-list for field type_name
 }
 
@@ -626,7 +642,7 @@ func file_keyhouse_api_v1_api_proto_init() {
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_keyhouse_api_v1_api_proto_rawDesc), len(file_keyhouse_api_v1_api_proto_rawDesc)),
 			NumEnums:      2,
 			NumMessages:   5,
-			NumExtensions: 6,
+			NumExtensions: 7,
 			NumServices:   0,
 		},
 		GoTypes:           file_keyhouse_api_v1_api_proto_goTypes,

@@ -370,10 +370,9 @@ const file_keyhouse_billing_v1_billing_proto_rawDesc = "" +
 	"\apayload\x18\x01 \x01(\fR\apayload\x12\x1c\n" +
 	"\tsignature\x18\x02 \x01(\tR\tsignature\"7\n" +
 	"\x19HandleStripeEventResponse\x12\x1a\n" +
-	"\breceived\x18\x01 \x01(\bR\breceived2\xf0\x04\n" +
-	"\x0eBillingService\x12{\n" +
-	"\x10GetBillingStatus\x12,.keyhouse.billing.v1.GetBillingStatusRequest\x1a-.keyhouse.billing.v1.GetBillingStatusResponse\"\n" +
-	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x12\xcc\x01\n" +
+	"\breceived\x18\x01 \x01(\bR\breceived2\xf4\x04\n" +
+	"\x0eBillingService\x12\x7f\n" +
+	"\x10GetBillingStatus\x12,.keyhouse.billing.v1.GetBillingStatusRequest\x1a-.keyhouse.billing.v1.GetBillingStatusResponse\"\x0e\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\xa0\x82\x19\x01\x12\xcc\x01\n" +
 	"\x0eCreateCheckout\x12*.keyhouse.billing.v1.CreateCheckoutRequest\x1a+.keyhouse.billing.v1.CreateCheckoutResponse\"a\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x9a\x83\x19S\b\xf7\x03\x12NPayment provider unavailable, retry; Billing is not configured on this server.\x12\x91\x02\n" +
 	"\x11HandleStripeEvent\x12-.keyhouse.billing.v1.HandleStripeEventRequest\x1a..keyhouse.billing.v1.HandleStripeEventResponse\"\x9c\x01\x90\x82\x19\x01\x9a\x82\x19\x02\b\x01\x9a\x83\x19:\b\x90\x03\x125Invalid signature; a body that is not a Stripe event.\x9a\x83\x19P\b\xf7\x03\x12KBilling webhooks are not configured on this server (STRIPE_WEBHOOK_SECRET).BIZGgithub.com/keyhouse/keyhouse/proto/gen/go/keyhouse/billing/v1;billingv1b\x06proto3"
 

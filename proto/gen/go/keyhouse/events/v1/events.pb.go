@@ -421,6 +421,9 @@ type Event struct {
 	//	*Event_LeaseKeyRotated
 	//	*Event_WebhookEndpointDisabled
 	//	*Event_Ping
+	//	*Event_ApiKeyCreated
+	//	*Event_ApiKeyDeleted
+	//	*Event_TenantDeleted
 	Data          isEvent_Data `protobuf_oneof:"data"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -669,6 +672,33 @@ func (x *Event) GetPing() *Empty {
 	return nil
 }
 
+func (x *Event) GetApiKeyCreated() *ApiKeyRef {
+	if x != nil {
+		if x, ok := x.Data.(*Event_ApiKeyCreated); ok {
+			return x.ApiKeyCreated
+		}
+	}
+	return nil
+}
+
+func (x *Event) GetApiKeyDeleted() *ApiKeyRef {
+	if x != nil {
+		if x, ok := x.Data.(*Event_ApiKeyDeleted); ok {
+			return x.ApiKeyDeleted
+		}
+	}
+	return nil
+}
+
+func (x *Event) GetTenantDeleted() *Empty {
+	if x != nil {
+		if x, ok := x.Data.(*Event_TenantDeleted); ok {
+			return x.TenantDeleted
+		}
+	}
+	return nil
+}
+
 type isEvent_Data interface {
 	isEvent_Data()
 }
@@ -749,6 +779,20 @@ type Event_Ping struct {
 	Ping *Empty `protobuf:"bytes,28,opt,name=ping,proto3,oneof"`
 }
 
+type Event_ApiKeyCreated struct {
+	ApiKeyCreated *ApiKeyRef `protobuf:"bytes,40,opt,name=api_key_created,json=apiKeyCreated,proto3,oneof"`
+}
+
+type Event_ApiKeyDeleted struct {
+	ApiKeyDeleted *ApiKeyRef `protobuf:"bytes,41,opt,name=api_key_deleted,json=apiKeyDeleted,proto3,oneof"`
+}
+
+type Event_TenantDeleted struct {
+	// The operator deleted the tenant: every service forgets its rows (pkg/tenantpurge).
+	// Internal: never in a log or a webhook, as the tenant's log and endpoints go with it.
+	TenantDeleted *Empty `protobuf:"bytes,42,opt,name=tenant_deleted,json=tenantDeleted,proto3,oneof"`
+}
+
 func (*Event_LicenseIssued) isEvent_Data() {}
 
 func (*Event_LicenseRevoked) isEvent_Data() {}
@@ -786,6 +830,12 @@ func (*Event_LeaseKeyRotated) isEvent_Data() {}
 func (*Event_WebhookEndpointDisabled) isEvent_Data() {}
 
 func (*Event_Ping) isEvent_Data() {}
+
+func (*Event_ApiKeyCreated) isEvent_Data() {}
+
+func (*Event_ApiKeyDeleted) isEvent_Data() {}
+
+func (*Event_TenantDeleted) isEvent_Data() {}
 
 // Data of license.issued.
 type LicenseIssued struct {
@@ -1589,6 +1639,67 @@ func (x *WebhookEndpointDisabled) GetReason() string {
 	return ""
 }
 
+// Data of api_key.created and api_key.deleted: which extra API key (never the key itself).
+type ApiKeyRef struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Scope         string                 `protobuf:"bytes,3,opt,name=scope,proto3" json:"scope,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ApiKeyRef) Reset() {
+	*x = ApiKeyRef{}
+	mi := &file_keyhouse_events_v1_events_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApiKeyRef) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApiKeyRef) ProtoMessage() {}
+
+func (x *ApiKeyRef) ProtoReflect() protoreflect.Message {
+	mi := &file_keyhouse_events_v1_events_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApiKeyRef.ProtoReflect.Descriptor instead.
+func (*ApiKeyRef) Descriptor() ([]byte, []int) {
+	return file_keyhouse_events_v1_events_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *ApiKeyRef) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *ApiKeyRef) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ApiKeyRef) GetScope() string {
+	if x != nil {
+		return x.Scope
+	}
+	return ""
+}
+
 // Data of api_key.rotated and ping: an empty object.
 type Empty struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1598,7 +1709,7 @@ type Empty struct {
 
 func (x *Empty) Reset() {
 	*x = Empty{}
-	mi := &file_keyhouse_events_v1_events_proto_msgTypes[19]
+	mi := &file_keyhouse_events_v1_events_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1610,7 +1721,7 @@ func (x *Empty) String() string {
 func (*Empty) ProtoMessage() {}
 
 func (x *Empty) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_events_v1_events_proto_msgTypes[19]
+	mi := &file_keyhouse_events_v1_events_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1623,7 +1734,7 @@ func (x *Empty) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Empty.ProtoReflect.Descriptor instead.
 func (*Empty) Descriptor() ([]byte, []int) {
-	return file_keyhouse_events_v1_events_proto_rawDescGZIP(), []int{19}
+	return file_keyhouse_events_v1_events_proto_rawDescGZIP(), []int{20}
 }
 
 var File_keyhouse_events_v1_events_proto protoreflect.FileDescriptor
@@ -1656,7 +1767,7 @@ const file_keyhouse_events_v1_events_proto_rawDesc = "" +
 	"\x05Actor\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12;\n" +
 	"\n" +
-	"request_id\x18\x02 \x01(\v2\x1c.google.protobuf.StringValueR\trequestId\"\xaa\r\n" +
+	"request_id\x18\x02 \x01(\v2\x1c.google.protobuf.StringValueR\trequestId\"\x80\x0f\n" +
 	"\x05Event\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12\x1b\n" +
@@ -1684,7 +1795,10 @@ const file_keyhouse_events_v1_events_proto_rawDesc = "" +
 	"\x0fapi_key_rotated\x18\x19 \x01(\v2\x19.keyhouse.events.v1.EmptyH\x00R\rapiKeyRotated\x12Q\n" +
 	"\x11lease_key_rotated\x18\x1a \x01(\v2#.keyhouse.events.v1.LeaseKeyRotatedH\x00R\x0fleaseKeyRotated\x12i\n" +
 	"\x19webhook_endpoint_disabled\x18\x1b \x01(\v2+.keyhouse.events.v1.WebhookEndpointDisabledH\x00R\x17webhookEndpointDisabled\x12/\n" +
-	"\x04ping\x18\x1c \x01(\v2\x19.keyhouse.events.v1.EmptyH\x00R\x04pingB\x06\n" +
+	"\x04ping\x18\x1c \x01(\v2\x19.keyhouse.events.v1.EmptyH\x00R\x04ping\x12G\n" +
+	"\x0fapi_key_created\x18( \x01(\v2\x1d.keyhouse.events.v1.ApiKeyRefH\x00R\rapiKeyCreated\x12G\n" +
+	"\x0fapi_key_deleted\x18) \x01(\v2\x1d.keyhouse.events.v1.ApiKeyRefH\x00R\rapiKeyDeleted\x12B\n" +
+	"\x0etenant_deleted\x18* \x01(\v2\x19.keyhouse.events.v1.EmptyH\x00R\rtenantDeletedB\x06\n" +
 	"\x04data\"\xf4\x02\n" +
 	"\rLicenseIssued\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x1d\n" +
@@ -1764,13 +1878,16 @@ const file_keyhouse_events_v1_events_proto_rawDesc = "" +
 	"\x17WebhookEndpointDisabled\x12\x1f\n" +
 	"\vendpoint_id\x18\x01 \x01(\tR\n" +
 	"endpointId\x12\x16\n" +
-	"\x06reason\x18\x02 \x01(\tR\x06reason\"\a\n" +
-	"\x05Empty2\xf4\x01\n" +
-	"\rEventsService\x12g\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"E\n" +
+	"\tApiKeyRef\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x14\n" +
+	"\x05scope\x18\x03 \x01(\tR\x05scope\"\a\n" +
+	"\x05Empty2\xfc\x01\n" +
+	"\rEventsService\x12k\n" +
 	"\n" +
-	"ListEvents\x12%.keyhouse.events.v1.ListEventsRequest\x1a&.keyhouse.events.v1.ListEventsResponse\"\n" +
-	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x12z\n" +
-	"\bGetEvent\x12#.keyhouse.events.v1.GetEventRequest\x1a$.keyhouse.events.v1.GetEventResponse\"#\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x9a\x83\x19\x15\b\x94\x03\x12\x10Event not found.BGZEgithub.com/keyhouse/keyhouse/proto/gen/go/keyhouse/events/v1;eventsv1b\x06proto3"
+	"ListEvents\x12%.keyhouse.events.v1.ListEventsRequest\x1a&.keyhouse.events.v1.ListEventsResponse\"\x0e\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\xa0\x82\x19\x01\x12~\n" +
+	"\bGetEvent\x12#.keyhouse.events.v1.GetEventRequest\x1a$.keyhouse.events.v1.GetEventResponse\"'\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\xa0\x82\x19\x01\x9a\x83\x19\x15\b\x94\x03\x12\x10Event not found.BGZEgithub.com/keyhouse/keyhouse/proto/gen/go/keyhouse/events/v1;eventsv1b\x06proto3"
 
 var (
 	file_keyhouse_events_v1_events_proto_rawDescOnce sync.Once
@@ -1784,7 +1901,7 @@ func file_keyhouse_events_v1_events_proto_rawDescGZIP() []byte {
 	return file_keyhouse_events_v1_events_proto_rawDescData
 }
 
-var file_keyhouse_events_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_keyhouse_events_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_keyhouse_events_v1_events_proto_goTypes = []any{
 	(*ListEventsRequest)(nil),       // 0: keyhouse.events.v1.ListEventsRequest
 	(*ListEventsResponse)(nil),      // 1: keyhouse.events.v1.ListEventsResponse
@@ -1805,22 +1922,23 @@ var file_keyhouse_events_v1_events_proto_goTypes = []any{
 	(*BillingPlanChanged)(nil),      // 16: keyhouse.events.v1.BillingPlanChanged
 	(*LeaseKeyRotated)(nil),         // 17: keyhouse.events.v1.LeaseKeyRotated
 	(*WebhookEndpointDisabled)(nil), // 18: keyhouse.events.v1.WebhookEndpointDisabled
-	(*Empty)(nil),                   // 19: keyhouse.events.v1.Empty
-	nil,                             // 20: keyhouse.events.v1.LicenseIssued.LimitsEntry
-	nil,                             // 21: keyhouse.events.v1.LicenseTermsUpdated.LimitsEntry
-	(*timestamppb.Timestamp)(nil),   // 22: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),         // 23: google.protobuf.Struct
-	(*wrapperspb.StringValue)(nil),  // 24: google.protobuf.StringValue
-	(*wrapperspb.Int32Value)(nil),   // 25: google.protobuf.Int32Value
+	(*ApiKeyRef)(nil),               // 19: keyhouse.events.v1.ApiKeyRef
+	(*Empty)(nil),                   // 20: keyhouse.events.v1.Empty
+	nil,                             // 21: keyhouse.events.v1.LicenseIssued.LimitsEntry
+	nil,                             // 22: keyhouse.events.v1.LicenseTermsUpdated.LimitsEntry
+	(*timestamppb.Timestamp)(nil),   // 23: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),         // 24: google.protobuf.Struct
+	(*wrapperspb.StringValue)(nil),  // 25: google.protobuf.StringValue
+	(*wrapperspb.Int32Value)(nil),   // 26: google.protobuf.Int32Value
 }
 var file_keyhouse_events_v1_events_proto_depIdxs = []int32{
 	4,  // 0: keyhouse.events.v1.ListEventsResponse.events:type_name -> keyhouse.events.v1.EventRecord
 	4,  // 1: keyhouse.events.v1.GetEventResponse.event:type_name -> keyhouse.events.v1.EventRecord
-	22, // 2: keyhouse.events.v1.EventRecord.created_at:type_name -> google.protobuf.Timestamp
+	23, // 2: keyhouse.events.v1.EventRecord.created_at:type_name -> google.protobuf.Timestamp
 	5,  // 3: keyhouse.events.v1.EventRecord.actor:type_name -> keyhouse.events.v1.Actor
-	23, // 4: keyhouse.events.v1.EventRecord.data:type_name -> google.protobuf.Struct
-	24, // 5: keyhouse.events.v1.Actor.request_id:type_name -> google.protobuf.StringValue
-	22, // 6: keyhouse.events.v1.Event.created_at:type_name -> google.protobuf.Timestamp
+	24, // 4: keyhouse.events.v1.EventRecord.data:type_name -> google.protobuf.Struct
+	25, // 5: keyhouse.events.v1.Actor.request_id:type_name -> google.protobuf.StringValue
+	23, // 6: keyhouse.events.v1.Event.created_at:type_name -> google.protobuf.Timestamp
 	5,  // 7: keyhouse.events.v1.Event.actor:type_name -> keyhouse.events.v1.Actor
 	7,  // 8: keyhouse.events.v1.Event.license_issued:type_name -> keyhouse.events.v1.LicenseIssued
 	8,  // 9: keyhouse.events.v1.Event.license_revoked:type_name -> keyhouse.events.v1.LicenseRef
@@ -1837,28 +1955,31 @@ var file_keyhouse_events_v1_events_proto_depIdxs = []int32{
 	14, // 20: keyhouse.events.v1.Event.release_unpublished:type_name -> keyhouse.events.v1.Release
 	15, // 21: keyhouse.events.v1.Event.storefront_delivery:type_name -> keyhouse.events.v1.StorefrontDelivery
 	16, // 22: keyhouse.events.v1.Event.billing_plan_changed:type_name -> keyhouse.events.v1.BillingPlanChanged
-	19, // 23: keyhouse.events.v1.Event.api_key_rotated:type_name -> keyhouse.events.v1.Empty
+	20, // 23: keyhouse.events.v1.Event.api_key_rotated:type_name -> keyhouse.events.v1.Empty
 	17, // 24: keyhouse.events.v1.Event.lease_key_rotated:type_name -> keyhouse.events.v1.LeaseKeyRotated
 	18, // 25: keyhouse.events.v1.Event.webhook_endpoint_disabled:type_name -> keyhouse.events.v1.WebhookEndpointDisabled
-	19, // 26: keyhouse.events.v1.Event.ping:type_name -> keyhouse.events.v1.Empty
-	22, // 27: keyhouse.events.v1.LicenseIssued.expires_at:type_name -> google.protobuf.Timestamp
-	25, // 28: keyhouse.events.v1.LicenseIssued.max_activations:type_name -> google.protobuf.Int32Value
-	20, // 29: keyhouse.events.v1.LicenseIssued.limits:type_name -> keyhouse.events.v1.LicenseIssued.LimitsEntry
-	22, // 30: keyhouse.events.v1.LicenseTermsUpdated.expires_at:type_name -> google.protobuf.Timestamp
-	25, // 31: keyhouse.events.v1.LicenseTermsUpdated.max_activations:type_name -> google.protobuf.Int32Value
-	21, // 32: keyhouse.events.v1.LicenseTermsUpdated.limits:type_name -> keyhouse.events.v1.LicenseTermsUpdated.LimitsEntry
-	24, // 33: keyhouse.events.v1.UsageReset.metric:type_name -> google.protobuf.StringValue
-	24, // 34: keyhouse.events.v1.StorefrontDelivery.license_key:type_name -> google.protobuf.StringValue
-	24, // 35: keyhouse.events.v1.BillingPlanChanged.plan:type_name -> google.protobuf.StringValue
-	0,  // 36: keyhouse.events.v1.EventsService.ListEvents:input_type -> keyhouse.events.v1.ListEventsRequest
-	2,  // 37: keyhouse.events.v1.EventsService.GetEvent:input_type -> keyhouse.events.v1.GetEventRequest
-	1,  // 38: keyhouse.events.v1.EventsService.ListEvents:output_type -> keyhouse.events.v1.ListEventsResponse
-	3,  // 39: keyhouse.events.v1.EventsService.GetEvent:output_type -> keyhouse.events.v1.GetEventResponse
-	38, // [38:40] is the sub-list for method output_type
-	36, // [36:38] is the sub-list for method input_type
-	36, // [36:36] is the sub-list for extension type_name
-	36, // [36:36] is the sub-list for extension extendee
-	0,  // [0:36] is the sub-list for field type_name
+	20, // 26: keyhouse.events.v1.Event.ping:type_name -> keyhouse.events.v1.Empty
+	19, // 27: keyhouse.events.v1.Event.api_key_created:type_name -> keyhouse.events.v1.ApiKeyRef
+	19, // 28: keyhouse.events.v1.Event.api_key_deleted:type_name -> keyhouse.events.v1.ApiKeyRef
+	20, // 29: keyhouse.events.v1.Event.tenant_deleted:type_name -> keyhouse.events.v1.Empty
+	23, // 30: keyhouse.events.v1.LicenseIssued.expires_at:type_name -> google.protobuf.Timestamp
+	26, // 31: keyhouse.events.v1.LicenseIssued.max_activations:type_name -> google.protobuf.Int32Value
+	21, // 32: keyhouse.events.v1.LicenseIssued.limits:type_name -> keyhouse.events.v1.LicenseIssued.LimitsEntry
+	23, // 33: keyhouse.events.v1.LicenseTermsUpdated.expires_at:type_name -> google.protobuf.Timestamp
+	26, // 34: keyhouse.events.v1.LicenseTermsUpdated.max_activations:type_name -> google.protobuf.Int32Value
+	22, // 35: keyhouse.events.v1.LicenseTermsUpdated.limits:type_name -> keyhouse.events.v1.LicenseTermsUpdated.LimitsEntry
+	25, // 36: keyhouse.events.v1.UsageReset.metric:type_name -> google.protobuf.StringValue
+	25, // 37: keyhouse.events.v1.StorefrontDelivery.license_key:type_name -> google.protobuf.StringValue
+	25, // 38: keyhouse.events.v1.BillingPlanChanged.plan:type_name -> google.protobuf.StringValue
+	0,  // 39: keyhouse.events.v1.EventsService.ListEvents:input_type -> keyhouse.events.v1.ListEventsRequest
+	2,  // 40: keyhouse.events.v1.EventsService.GetEvent:input_type -> keyhouse.events.v1.GetEventRequest
+	1,  // 41: keyhouse.events.v1.EventsService.ListEvents:output_type -> keyhouse.events.v1.ListEventsResponse
+	3,  // 42: keyhouse.events.v1.EventsService.GetEvent:output_type -> keyhouse.events.v1.GetEventResponse
+	41, // [41:43] is the sub-list for method output_type
+	39, // [39:41] is the sub-list for method input_type
+	39, // [39:39] is the sub-list for extension type_name
+	39, // [39:39] is the sub-list for extension extendee
+	0,  // [0:39] is the sub-list for field type_name
 }
 
 func init() { file_keyhouse_events_v1_events_proto_init() }
@@ -1886,6 +2007,9 @@ func file_keyhouse_events_v1_events_proto_init() {
 		(*Event_LeaseKeyRotated)(nil),
 		(*Event_WebhookEndpointDisabled)(nil),
 		(*Event_Ping)(nil),
+		(*Event_ApiKeyCreated)(nil),
+		(*Event_ApiKeyDeleted)(nil),
+		(*Event_TenantDeleted)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1893,7 +2017,7 @@ func file_keyhouse_events_v1_events_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_keyhouse_events_v1_events_proto_rawDesc), len(file_keyhouse_events_v1_events_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   22,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -1364,20 +1364,18 @@ const file_keyhouse_events_v1_webhooks_proto_rawDesc = "" +
 	"\x1bListEventDeliveriesResponse\x12C\n" +
 	"\n" +
 	"deliveries\x18\x01 \x03(\v2#.keyhouse.events.v1.WebhookDeliveryR\n" +
-	"deliveries2\xcd\v\n" +
+	"deliveries2\xd9\v\n" +
 	"\x17WebhookEndpointsService\x12\x88\x01\n" +
 	"\x15CreateWebhookEndpoint\x120.keyhouse.events.v1.CreateWebhookEndpointRequest\x1a1.keyhouse.events.v1.CreateWebhookEndpointResponse\"\n" +
-	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x12\x85\x01\n" +
-	"\x14ListWebhookEndpoints\x12/.keyhouse.events.v1.ListWebhookEndpointsRequest\x1a0.keyhouse.events.v1.ListWebhookEndpointsResponse\"\n" +
-	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x12\xac\x01\n" +
+	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x12\x89\x01\n" +
+	"\x14ListWebhookEndpoints\x12/.keyhouse.events.v1.ListWebhookEndpointsRequest\x1a0.keyhouse.events.v1.ListWebhookEndpointsResponse\"\x0e\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\xa0\x82\x19\x01\x12\xac\x01\n" +
 	"\x15UpdateWebhookEndpoint\x120.keyhouse.events.v1.UpdateWebhookEndpointRequest\x1a1.keyhouse.events.v1.UpdateWebhookEndpointResponse\".\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x9a\x83\x19 \b\x94\x03\x12\x1bWebhook endpoint not found.\x12\xb8\x01\n" +
 	"\x19RollWebhookEndpointSecret\x124.keyhouse.events.v1.RollWebhookEndpointSecretRequest\x1a5.keyhouse.events.v1.RollWebhookEndpointSecretResponse\".\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x9a\x83\x19 \b\x94\x03\x12\x1bWebhook endpoint not found.\x12\xa6\x01\n" +
 	"\x13PingWebhookEndpoint\x12..keyhouse.events.v1.PingWebhookEndpointRequest\x1a/.keyhouse.events.v1.PingWebhookEndpointResponse\".\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x9a\x83\x19 \b\x94\x03\x12\x1bWebhook endpoint not found.\x12\xac\x01\n" +
-	"\x15DeleteWebhookEndpoint\x120.keyhouse.events.v1.DeleteWebhookEndpointRequest\x1a1.keyhouse.events.v1.DeleteWebhookEndpointResponse\".\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x9a\x83\x19 \b\x94\x03\x12\x1bWebhook endpoint not found.\x12\xac\x01\n" +
-	"\x15ListWebhookDeliveries\x120.keyhouse.events.v1.ListWebhookDeliveriesRequest\x1a1.keyhouse.events.v1.ListWebhookDeliveriesResponse\".\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x9a\x83\x19 \b\x94\x03\x12\x1bWebhook endpoint not found.\x12\xa8\x01\n" +
-	"\x0eRedeliverEvent\x12).keyhouse.events.v1.RedeliverEventRequest\x1a*.keyhouse.events.v1.RedeliverEventResponse\"?\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x9a\x83\x191\b\x94\x03\x12,Event not found; Webhook endpoint not found.\x12\x82\x01\n" +
-	"\x13ListEventDeliveries\x12..keyhouse.events.v1.ListEventDeliveriesRequest\x1a/.keyhouse.events.v1.ListEventDeliveriesResponse\"\n" +
-	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06BGZEgithub.com/keyhouse/keyhouse/proto/gen/go/keyhouse/events/v1;eventsv1b\x06proto3"
+	"\x15DeleteWebhookEndpoint\x120.keyhouse.events.v1.DeleteWebhookEndpointRequest\x1a1.keyhouse.events.v1.DeleteWebhookEndpointResponse\".\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x9a\x83\x19 \b\x94\x03\x12\x1bWebhook endpoint not found.\x12\xb0\x01\n" +
+	"\x15ListWebhookDeliveries\x120.keyhouse.events.v1.ListWebhookDeliveriesRequest\x1a1.keyhouse.events.v1.ListWebhookDeliveriesResponse\"2\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\xa0\x82\x19\x01\x9a\x83\x19 \b\x94\x03\x12\x1bWebhook endpoint not found.\x12\xa8\x01\n" +
+	"\x0eRedeliverEvent\x12).keyhouse.events.v1.RedeliverEventRequest\x1a*.keyhouse.events.v1.RedeliverEventResponse\"?\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x9a\x83\x191\b\x94\x03\x12,Event not found; Webhook endpoint not found.\x12\x86\x01\n" +
+	"\x13ListEventDeliveries\x12..keyhouse.events.v1.ListEventDeliveriesRequest\x1a/.keyhouse.events.v1.ListEventDeliveriesResponse\"\x0e\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\xa0\x82\x19\x01BGZEgithub.com/keyhouse/keyhouse/proto/gen/go/keyhouse/events/v1;eventsv1b\x06proto3"
 
 var (
 	file_keyhouse_events_v1_webhooks_proto_rawDescOnce sync.Once

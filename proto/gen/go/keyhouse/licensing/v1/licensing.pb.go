@@ -2601,7 +2601,7 @@ const file_keyhouse_licensing_v1_licensing_proto_rawDesc = "" +
 	"\x06limits\x18\x06 \x01(\v2\x17.google.protobuf.StructR\x06limits\"u\n" +
 	"\x1fVerifyLicenseFileBase64Response\x12\x14\n" +
 	"\x05valid\x18\x01 \x01(\bR\x05valid\x12<\n" +
-	"\alicense\x18\x02 \x01(\v2\".keyhouse.licensing.v1.FileLicenseR\alicense2\xd3\x1c\n" +
+	"\alicense\x18\x02 \x01(\v2\".keyhouse.licensing.v1.FileLicenseR\alicense2\xdf\x1c\n" +
 	"\x10LicensingService\x12\xc3\x02\n" +
 	"\fIssueLicense\x12*.keyhouse.licensing.v1.IssueLicenseRequest\x1a+.keyhouse.licensing.v1.IssueLicenseResponse\"\xd9\x01\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x90\x83\x19\x01\x9a\x83\x19N\b\x90\x03\x12IUnknown limit key: <key>; a field missing, too long or of the wrong type.\x9a\x83\x19u\b\x93\x03\x12pproduct_id is owned by a different tenant; Subscription is not active; License issuance quota exceeded (hosted).\x12\xe4\x02\n" +
 	"\x0eImportLicenses\x12,.keyhouse.licensing.v1.ImportLicensesRequest\x1a-.keyhouse.licensing.v1.ImportLicensesResponse\"\xf4\x01\x90\x82\x19\x02\x9a\x82\x19\x02\b\a\x9a\x83\x19J\b\x93\x03\x12ESubscription is not active; License issuance quota exceeded (hosted).\x9a\x83\x19L\b\x99\x03\x12Glicenses[<i>].key already exists with other terms (on_conflict \"fail\").\x9a\x83\x19H\b\xf7\x03\x12CLicensing is busy with a concurrent import of the same keys, retry.\x12\xf6\x01\n" +
@@ -2609,13 +2609,11 @@ const file_keyhouse_licensing_v1_licensing_proto_rawDesc = "" +
 	"\x12VerifyLicenseBatch\x120.keyhouse.licensing.v1.VerifyLicenseBatchRequest\x1a1.keyhouse.licensing.v1.VerifyLicenseBatchResponse\"\x04\x90\x82\x19\x01\x12\xd4\x02\n" +
 	"\rRevokeLicense\x12+.keyhouse.licensing.v1.RevokeLicenseRequest\x1a,.keyhouse.licensing.v1.RevokeLicenseResponse\"\xe7\x01\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x9a\x83\x19\x1b\b\x94\x03\x12\x16License key not found.\x9a\x83\x19;\b\x99\x03\x126License is already revoked; License is already active.\x9a\x83\x19{\b\x93\x03\x12vLicense has expired (reactivation); Subscription is not active; License issuance quota exceeded (hosted reactivation).\x12\x95\x01\n" +
 	"\rDeleteLicense\x12+.keyhouse.licensing.v1.DeleteLicenseRequest\x1a,.keyhouse.licensing.v1.DeleteLicenseResponse\")\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x9a\x83\x19\x1b\b\x94\x03\x12\x16License key not found.\x12\xa6\x02\n" +
-	"\x12UpdateLicenseTerms\x120.keyhouse.licensing.v1.UpdateLicenseTermsRequest\x1a1.keyhouse.licensing.v1.UpdateLicenseTermsResponse\"\xaa\x01\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x9a\x83\x19}\b\x90\x03\x12xNo updatable fields provided (expires_at, max_activations, limits); expires_at is required for self-license credentials.\x9a\x83\x19\x1b\b\x94\x03\x12\x16License key not found.\x12s\n" +
-	"\fListLicenses\x12*.keyhouse.licensing.v1.ListLicensesRequest\x1a+.keyhouse.licensing.v1.ListLicensesResponse\"\n" +
-	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x12\xa1\x01\n" +
-	"\x11GetLicenseDetails\x12/.keyhouse.licensing.v1.GetLicenseDetailsRequest\x1a0.keyhouse.licensing.v1.GetLicenseDetailsResponse\")\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x9a\x83\x19\x1b\b\x94\x03\x12\x16License key not found.\x12\x8f\x01\n" +
-	"\vUpdateNotes\x12).keyhouse.licensing.v1.UpdateNotesRequest\x1a*.keyhouse.licensing.v1.UpdateNotesResponse\")\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x9a\x83\x19\x1b\b\x94\x03\x12\x16License key not found.\x12g\n" +
-	"\bGetStats\x12&.keyhouse.licensing.v1.GetStatsRequest\x1a'.keyhouse.licensing.v1.GetStatsResponse\"\n" +
-	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x12\x95\x01\n" +
+	"\x12UpdateLicenseTerms\x120.keyhouse.licensing.v1.UpdateLicenseTermsRequest\x1a1.keyhouse.licensing.v1.UpdateLicenseTermsResponse\"\xaa\x01\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x9a\x83\x19}\b\x90\x03\x12xNo updatable fields provided (expires_at, max_activations, limits); expires_at is required for self-license credentials.\x9a\x83\x19\x1b\b\x94\x03\x12\x16License key not found.\x12w\n" +
+	"\fListLicenses\x12*.keyhouse.licensing.v1.ListLicensesRequest\x1a+.keyhouse.licensing.v1.ListLicensesResponse\"\x0e\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\xa0\x82\x19\x01\x12\xa5\x01\n" +
+	"\x11GetLicenseDetails\x12/.keyhouse.licensing.v1.GetLicenseDetailsRequest\x1a0.keyhouse.licensing.v1.GetLicenseDetailsResponse\"-\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\xa0\x82\x19\x01\x9a\x83\x19\x1b\b\x94\x03\x12\x16License key not found.\x12\x8f\x01\n" +
+	"\vUpdateNotes\x12).keyhouse.licensing.v1.UpdateNotesRequest\x1a*.keyhouse.licensing.v1.UpdateNotesResponse\")\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x9a\x83\x19\x1b\b\x94\x03\x12\x16License key not found.\x12k\n" +
+	"\bGetStats\x12&.keyhouse.licensing.v1.GetStatsRequest\x1a'.keyhouse.licensing.v1.GetStatsResponse\"\x0e\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\xa0\x82\x19\x01\x12\x95\x01\n" +
 	"\rExportLicense\x12+.keyhouse.licensing.v1.ExportLicenseRequest\x1a,.keyhouse.licensing.v1.ExportLicenseResponse\")\x90\x82\x19\x01\x9a\x82\x19\x02\b\x04\x9a\x83\x19\x1b\b\x94\x03\x12\x16License key not found.\x12\xa1\x01\n" +
 	"\x11ExportLicenseFile\x12/.keyhouse.licensing.v1.ExportLicenseFileRequest\x1a0.keyhouse.licensing.v1.ExportLicenseFileResponse\")\x90\x82\x19\x01\x9a\x82\x19\x02\b\x04\x9a\x83\x19\x1b\b\x94\x03\x12\x16License key not found.\x12\xaa\x01\n" +
 	"\x14ExportLicenseOffline\x122.keyhouse.licensing.v1.ExportLicenseOfflineRequest\x1a3.keyhouse.licensing.v1.ExportLicenseOfflineResponse\")\x90\x82\x19\x01\x9a\x82\x19\x02\b\x04\x9a\x83\x19\x1b\b\x94\x03\x12\x16License key not found.\x12s\n" +

@@ -806,12 +806,12 @@ const file_keyhouse_licensing_v1_portal_proto_rawDesc = "" +
 	"\x05token\x18\x01 \x01(\tR\x05token\"K\n" +
 	"\x1aResolvePortalTokenResponse\x12\x1b\n" +
 	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x10\n" +
-	"\x03key\x18\x02 \x01(\tR\x03key2\x85\a\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key2\x8a\a\n" +
 	"\x16LicensingPortalService\x12p\n" +
 	"\rGetPortalLink\x12+.keyhouse.licensing.v1.GetPortalLinkRequest\x1a,.keyhouse.licensing.v1.GetPortalLinkResponse\"\x04\x90\x82\x19\x02\x12\x88\x01\n" +
 	"\x15GetPortalLinkInternal\x123.keyhouse.licensing.v1.GetPortalLinkInternalRequest\x1a4.keyhouse.licensing.v1.GetPortalLinkInternalResponse\"\x04\x90\x82\x19\x04\x12v\n" +
-	"\x0fResetPortalLink\x12-.keyhouse.licensing.v1.ResetPortalLinkRequest\x1a..keyhouse.licensing.v1.ResetPortalLinkResponse\"\x04\x90\x82\x19\x02\x12|\n" +
-	"\x11GetPortalSettings\x12/.keyhouse.licensing.v1.GetPortalSettingsRequest\x1a0.keyhouse.licensing.v1.GetPortalSettingsResponse\"\x04\x90\x82\x19\x02\x12|\n" +
+	"\x0fResetPortalLink\x12-.keyhouse.licensing.v1.ResetPortalLinkRequest\x1a..keyhouse.licensing.v1.ResetPortalLinkResponse\"\x04\x90\x82\x19\x02\x12\x80\x01\n" +
+	"\x11GetPortalSettings\x12/.keyhouse.licensing.v1.GetPortalSettingsRequest\x1a0.keyhouse.licensing.v1.GetPortalSettingsResponse\"\b\x90\x82\x19\x02\xa0\x82\x19\x01\x12|\n" +
 	"\x11SetPortalSettings\x12/.keyhouse.licensing.v1.SetPortalSettingsRequest\x1a0.keyhouse.licensing.v1.SetPortalSettingsResponse\"\x04\x90\x82\x19\x02\x12y\n" +
 	"\x10GetPortalLicense\x12..keyhouse.licensing.v1.GetPortalLicenseRequest\x1a/.keyhouse.licensing.v1.GetPortalLicenseResponse\"\x04\x90\x82\x19\x01\x12\x7f\n" +
 	"\x12ResolvePortalToken\x120.keyhouse.licensing.v1.ResolvePortalTokenRequest\x1a1.keyhouse.licensing.v1.ResolvePortalTokenResponse\"\x04\x90\x82\x19\x04BMZKgithub.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1;licensingv1b\x06proto3"

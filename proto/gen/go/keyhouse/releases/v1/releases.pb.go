@@ -1025,13 +1025,12 @@ const file_keyhouse_releases_v1_releases_proto_rawDesc = "" +
 	"\bchecksum\x18\x06 \x01(\tR\bchecksum\x12#\n" +
 	"\rrelease_notes\x18\a \x01(\tR\freleaseNotes\x12\x1c\n" +
 	"\tsignature\x18\b \x01(\tR\tsignature\x127\n" +
-	"\tissued_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\bissuedAt2\x81\b\n" +
+	"\tissued_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\bissuedAt2\x89\b\n" +
 	"\x0fReleasesService\x12\x92\x03\n" +
-	"\x0fRegisterRelease\x12,.keyhouse.releases.v1.RegisterReleaseRequest\x1a-.keyhouse.releases.v1.RegisterReleaseResponse\"\xa1\x02\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x90\x83\x19\x01\x9a\x83\x19Q\b\x90\x03\x12Lproduct_id uses a reserved prefix; artifact_url must be a valid http(s) URL.\x9a\x83\x19k\b\x93\x03\x12fproduct_id is owned by a different tenant; Subscription is not active (hosted); Release limit reached.\x9a\x83\x19K\b\x99\x03\x12FA release already exists for this product_id/version/channel/platform.\x12q\n" +
-	"\fListReleases\x12).keyhouse.releases.v1.ListReleasesRequest\x1a*.keyhouse.releases.v1.ListReleasesResponse\"\n" +
-	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x12\x86\x01\n" +
+	"\x0fRegisterRelease\x12,.keyhouse.releases.v1.RegisterReleaseRequest\x1a-.keyhouse.releases.v1.RegisterReleaseResponse\"\xa1\x02\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x90\x83\x19\x01\x9a\x83\x19Q\b\x90\x03\x12Lproduct_id uses a reserved prefix; artifact_url must be a valid http(s) URL.\x9a\x83\x19k\b\x93\x03\x12fproduct_id is owned by a different tenant; Subscription is not active (hosted); Release limit reached.\x9a\x83\x19K\b\x99\x03\x12FA release already exists for this product_id/version/channel/platform.\x12u\n" +
+	"\fListReleases\x12).keyhouse.releases.v1.ListReleasesRequest\x1a*.keyhouse.releases.v1.ListReleasesResponse\"\x0e\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\xa0\x82\x19\x01\x12\x8a\x01\n" +
 	"\n" +
-	"GetRelease\x12'.keyhouse.releases.v1.GetReleaseRequest\x1a(.keyhouse.releases.v1.GetReleaseResponse\"%\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x9a\x83\x19\x17\b\x94\x03\x12\x12Release not found.\x12\x98\x01\n" +
+	"GetRelease\x12'.keyhouse.releases.v1.GetReleaseRequest\x1a(.keyhouse.releases.v1.GetReleaseResponse\")\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\xa0\x82\x19\x01\x9a\x83\x19\x17\b\x94\x03\x12\x12Release not found.\x12\x98\x01\n" +
 	"\x10UnpublishRelease\x12-.keyhouse.releases.v1.UnpublishReleaseRequest\x1a..keyhouse.releases.v1.UnpublishReleaseResponse\"%\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x9a\x83\x19\x17\b\x94\x03\x12\x12Release not found.\x12\xc1\x01\n" +
 	"\vCheckUpdate\x12(.keyhouse.releases.v1.CheckUpdateRequest\x1a).keyhouse.releases.v1.CheckUpdateResponse\"]\x90\x82\x19\x01\x9a\x82\x19\x02\b\x02\x9a\x83\x19\x1b\b\x94\x03\x12\x16License key not found.\x9a\x83\x190\b\x93\x03\x12+License has expired; License is not active.BKZIgithub.com/keyhouse/keyhouse/proto/gen/go/keyhouse/releases/v1;releasesv1b\x06proto3"
 

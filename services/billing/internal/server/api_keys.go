@@ -1,0 +1,120 @@
+package server
+
+import (
+	"context"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/keyhouse/keyhouse/pkg/apierr"
+	"github.com/keyhouse/keyhouse/pkg/auth"
+	accountsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/accounts/v1"
+	"github.com/keyhouse/keyhouse/services/billing/internal/store"
+	"google.golang.org/protobuf/types/known/structpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+)
+
+// APIKeys implements ApiKeysService: a tenant's extra API keys, in both modes (self-hosted
+// under the implicit tenant, next to the admin key).
+type APIKeys struct {
+	accountsv1.UnimplementedApiKeysServiceServer
+	store *store.Store
+	now   func() time.Time
+}
+
+// NewAPIKeys returns the API keys service.
+func NewAPIKeys(s *store.Store) *APIKeys { return &APIKeys{store: s, now: time.Now} }
+
+// CreateApiKey stores a key and shows it, once.
+func (a *APIKeys) CreateApiKey(ctx context.Context, req *accountsv1.CreateApiKeyRequest) (*accountsv1.CreateApiKeyResponse, error) {
+	tenant, err := auth.TenantID(ctx)
+	if err != nil {
+		return nil, err
+	}
+	name := strings.TrimSpace(req.GetName())
+	switch {
+	case name == "":
+		return nil, apierr.Invalid("name is required")
+	case utf8.RuneCountInString(name) > 200:
+		return nil, apierr.Invalid("name must be at most 200 characters")
+	}
+	scope := req.GetScope()
+	if scope != store.ScopeFull && scope != store.ScopeRead {
+		return nil, apierr.Invalid(`scope must be "full" or "read"`)
+	}
+	expires, err := a.expiry(req.GetExpiresAt())
+	if err != nil {
+		return nil, err
+	}
+	k, key, err := a.store.CreateAPIKey(ctx, tenant, name, scope, expires)
+	if err != nil {
+		return nil, err
+	}
+	v := apiKeyMessage(k)
+	return &accountsv1.CreateApiKeyResponse{
+		Id: v.Id, Name: v.Name, Prefix: v.Prefix, Scope: v.Scope,
+		CreatedAt: v.CreatedAt, LastUsedAt: v.LastUsedAt, ExpiresAt: v.ExpiresAt, ApiKey: key,
+	}, nil
+}
+
+// ListApiKeys lists the tenant's extra keys, never the keys themselves.
+func (a *APIKeys) ListApiKeys(ctx context.Context, _ *accountsv1.ListApiKeysRequest) (*accountsv1.ListApiKeysResponse, error) {
+	tenant, err := auth.TenantID(ctx)
+	if err != nil {
+		return nil, err
+	}
+	keys, err := a.store.ListAPIKeys(ctx, tenant)
+	if err != nil {
+		return nil, err
+	}
+	resp := &accountsv1.ListApiKeysResponse{ApiKeys: make([]*accountsv1.ApiKey, 0, len(keys))}
+	for _, k := range keys {
+		resp.ApiKeys = append(resp.ApiKeys, apiKeyMessage(k))
+	}
+	return resp, nil
+}
+
+// DeleteApiKey deletes one of the tenant's extra keys; it stops working at once.
+func (a *APIKeys) DeleteApiKey(ctx context.Context, req *accountsv1.DeleteApiKeyRequest) (*accountsv1.DeleteApiKeyResponse, error) {
+	tenant, err := auth.TenantID(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := a.store.DeleteAPIKey(ctx, tenant, req.GetId()); err != nil {
+		return nil, err
+	}
+	return &accountsv1.DeleteApiKeyResponse{Id: req.GetId(), Deleted: true}, nil
+}
+
+// expiry reads expires_at: absent or null (no expiry), or an RFC 3339 time in the future.
+func (a *APIKeys) expiry(v *structpb.Value) (*time.Time, error) {
+	switch k := v.GetKind().(type) {
+	case nil, *structpb.Value_NullValue:
+		return nil, nil
+	case *structpb.Value_StringValue:
+		t, err := time.Parse(time.RFC3339Nano, strings.TrimSpace(k.StringValue))
+		if err != nil || t.Year() > 9999 {
+			break
+		}
+		if !t.After(a.now()) {
+			return nil, apierr.Invalid("expires_at must be in the future")
+		}
+		t = t.UTC()
+		return &t, nil
+	}
+	return nil, apierr.Invalid("expires_at must be an ISO 8601 timestamp (e.g. 2027-01-31T00:00:00Z) or null")
+}
+
+func apiKeyMessage(k store.APIKey) *accountsv1.ApiKey {
+	return &accountsv1.ApiKey{
+		Id: k.ID, Name: k.Name, Prefix: k.Prefix, Scope: k.Scope,
+		CreatedAt: timestamppb.New(k.CreatedAt), LastUsedAt: optionalTime(k.LastUsedAt), ExpiresAt: optionalTime(k.ExpiresAt),
+	}
+}
+
+func optionalTime(t *time.Time) *timestamppb.Timestamp {
+	if t == nil {
+		return nil
+	}
+	return timestamppb.New(*t)
+}

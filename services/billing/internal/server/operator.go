@@ -1,0 +1,126 @@
+package server
+
+import (
+	"context"
+	"time"
+
+	"github.com/keyhouse/keyhouse/pkg/apierr"
+	"github.com/keyhouse/keyhouse/pkg/paging"
+	accountsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/accounts/v1"
+	"github.com/keyhouse/keyhouse/services/billing/internal/store"
+	"google.golang.org/protobuf/types/known/timestamppb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+)
+
+// Operator implements OperatorService: the hosted operator's list, view, suspension of
+// tenants (admin key; the interceptor checks it).
+type Operator struct {
+	accountsv1.UnimplementedOperatorServiceServer
+	store       *store.Store
+	usage       Usage
+	multiTenant bool
+	now         func() time.Time
+}
+
+// NewOperator returns the operator service; usage counts each tenant's active licenses.
+func NewOperator(s *store.Store, usage Usage, multiTenant bool) *Operator {
+	return &Operator{store: s, usage: usage, multiTenant: multiTenant, now: time.Now}
+}
+
+var errTenantsHostedOnly = apierr.Invalid("Tenant management is only available for hosted deployments")
+
+// ListTenants is GET /v1/operator/tenants.
+func (o *Operator) ListTenants(ctx context.Context, req *accountsv1.ListTenantsRequest) (*accountsv1.ListTenantsResponse, error) {
+	if !o.multiTenant {
+		return nil, errTenantsHostedOnly
+	}
+	limit, _, err := paging.Parse(req.GetLimit(), "")
+	if err != nil {
+		return nil, err
+	}
+	tenants, more, err := o.store.ListTenants(ctx, req.GetStartingAfter(), limit)
+	if err != nil {
+		return nil, err
+	}
+	resp := &accountsv1.ListTenantsResponse{Tenants: make([]*accountsv1.OperatorTenant, 0, len(tenants)), HasMore: more}
+	for _, t := range tenants {
+		m, err := o.describe(ctx, t)
+		if err != nil {
+			return nil, err
+		}
+		resp.Tenants = append(resp.Tenants, m)
+	}
+	return resp, nil
+}
+
+// GetTenant is GET /v1/operator/tenants/{id}.
+func (o *Operator) GetTenant(ctx context.Context, req *accountsv1.GetTenantRequest) (*accountsv1.GetTenantResponse, error) {
+	if !o.multiTenant {
+		return nil, errTenantsHostedOnly
+	}
+	t, err := o.store.OperatorTenantByID(ctx, req.GetId())
+	if err != nil {
+		return nil, err
+	}
+	m, err := o.describe(ctx, t)
+	return &accountsv1.GetTenantResponse{Tenant: m}, err
+}
+
+// SuspendTenant is POST /v1/operator/tenants/{id}/suspend.
+func (o *Operator) SuspendTenant(ctx context.Context, req *accountsv1.SuspendTenantRequest) (*accountsv1.SuspendTenantResponse, error) {
+	m, err := o.setSuspended(ctx, req.GetId(), true)
+	return &accountsv1.SuspendTenantResponse{Tenant: m}, err
+}
+
+// ResumeTenant is POST /v1/operator/tenants/{id}/resume.
+func (o *Operator) ResumeTenant(ctx context.Context, req *accountsv1.ResumeTenantRequest) (*accountsv1.ResumeTenantResponse, error) {
+	m, err := o.setSuspended(ctx, req.GetId(), false)
+	return &accountsv1.ResumeTenantResponse{Tenant: m}, err
+}
+
+func (o *Operator) setSuspended(ctx context.Context, id string, suspended bool) (*accountsv1.OperatorTenant, error) {
+	if !o.multiTenant {
+		return nil, errTenantsHostedOnly
+	}
+	t, err := o.store.SetSuspended(ctx, id, suspended)
+	if err != nil {
+		return nil, err
+	}
+	return o.describe(ctx, t)
+}
+
+// describe adds the plan in force and the active-license count to a tenant row.
+func (o *Operator) describe(ctx context.Context, t store.OperatorTenant) (*accountsv1.OperatorTenant, error) {
+	st, err := o.store.Plan(ctx, t.ID)
+	if err != nil {
+		return nil, err
+	}
+	st = st.At(o.now())
+	used, err := o.usage.CountActive(ctx, t.ID)
+	if err != nil {
+		return nil, err
+	}
+	m := &accountsv1.OperatorTenant{
+		TenantId: t.ID, Name: t.Name, Email: t.Email, Status: "active",
+		SubscriptionStatus: st.Status, LicensesUsed: int32(used),
+		CreatedAt: timestamppb.New(t.CreatedAt), SuspendedAt: optionalTime(t.SuspendedAt),
+	}
+	if t.SuspendedAt != nil {
+		m.Status = "suspended"
+	}
+	if st.Plan != "" {
+		m.Plan = wrapperspb.String(st.Plan)
+	}
+	return m, nil
+}
+
+// DeleteTenant is DELETE /v1/operator/tenants/{id}.
+func (o *Operator) DeleteTenant(ctx context.Context, req *accountsv1.DeleteTenantRequest) (*accountsv1.DeleteTenantResponse, error) {
+	if !o.multiTenant {
+		return nil, errTenantsHostedOnly
+	}
+	if err := o.store.DeleteTenant(ctx, req.GetId()); err != nil {
+		return nil, err
+	}
+	return &accountsv1.DeleteTenantResponse{TenantId: req.GetId(), Deleted: true}, nil
+}
