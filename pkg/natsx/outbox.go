@@ -180,7 +180,8 @@ func (m Message) validate() error {
 // sending a row twice, and a crashed relay's claim vanishes with its transaction.
 //
 // Each row is published with its MsgID as Nats-Msg-Id and marked sent in the same
-// transaction that claimed it. A crash (or a lost commit) between the publish and the
+// transaction that claimed it (a batch's publishes are asynchronous: one wait for all
+// their acks, not a round trip per row). A crash (or a lost commit) between the publish and the
 // mark re-publishes the row later; JetStream drops that copy if it arrives inside the
 // stream's duplicate window (Duplicates, 2 minutes by default), and idempotent consumers
 // absorb the rare copy that arrives after it.
@@ -196,7 +197,9 @@ func (m Message) validate() error {
 //
 // Order is kept per tenant only: within one relay a tenant's rows go out in id order, a
 // row waiting to retry holds back its tenant's later rows and nobody else's, and a parked
-// row holds back nothing. Tenants take turns, so one tenant's backlog delays another's
+// row holds back nothing. A batch is published without waiting for each ack, so a
+// tenant's rows behind a failed one may reach the stream in the same round; they are
+// left unsent and go again after it, and the duplicate window drops the second copy. Tenants take turns, so one tenant's backlog delays another's
 // rows by at most a batch. Several relays together do not promise an order.
 type Relay struct {
 	pool            *pgxpool.Pool
