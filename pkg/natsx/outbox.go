@@ -135,7 +135,9 @@ type Message struct {
 // rather than at the next poll.
 //
 // A MsgID already in the outbox is a no-op, not an error: a retried operation that
-// announces the same event again must not fail, and must not send it twice.
+// announces the same event again must not fail, and must not send it twice. A row the
+// relay deleted on sending (WithRetention) is no longer there to match: a second enqueue
+// after that is dropped by the stream's duplicate window, or by idempotent consumers.
 func Enqueue(ctx context.Context, tx pgx.Tx, m Message) error {
 	if err := m.validate(); err != nil {
 		return err
@@ -179,9 +181,9 @@ func (m Message) validate() error {
 // claimed with FOR UPDATE SKIP LOCKED, so concurrent relays split the work instead of
 // sending a row twice, and a crashed relay's claim vanishes with its transaction.
 //
-// Each row is published with its MsgID as Nats-Msg-Id and marked sent in the same
-// transaction that claimed it (a batch's publishes are asynchronous: one wait for all
-// their acks, not a round trip per row). A crash (or a lost commit) between the publish and the
+// Each row is published with its MsgID as Nats-Msg-Id and deleted (or, WithRetention,
+// marked sent) in the same transaction that claimed it; a batch's publishes are
+// asynchronous, one wait for all their acks rather than a round trip per row. A crash (or a lost commit) between the publish and the
 // mark re-publishes the row later; JetStream drops that copy if it arrives inside the
 // stream's duplicate window (Duplicates, 2 minutes by default), and idempotent consumers
 // absorb the rare copy that arrives after it.
@@ -237,9 +239,13 @@ func WithPollInterval(d time.Duration) RelayOption { return func(r *Relay) { r.p
 // instead of one per commit.
 func WithLinger(d time.Duration) RelayOption { return func(r *Relay) { r.linger = max(d, 0) } }
 
-// WithRetention sets how long sent rows are kept before cleanup (default 7 days), long
-// enough to answer "was it sent, and when" after an incident.
-func WithRetention(d time.Duration) RelayOption { return func(r *Relay) { r.retention = d } }
+// WithRetention keeps sent rows, marked sent_at, for d before cleanup deletes them. By
+// default (0) a published row is deleted in the statement that ends its batch: marking it
+// would write a second copy of the row, payload included (about ten times the WAL of the
+// delete), for a record the event log keeps anyway. Keep rows when Enqueue's "same MsgID
+// keeps the first message" must outlive the send (a work queue whose producer may enqueue
+// the same job again later), or to answer "was it sent, and when" from the outbox.
+func WithRetention(d time.Duration) RelayOption { return func(r *Relay) { r.retention = max(d, 0) } }
 
 // WithParkedRetention sets how long parked rows are kept for an operator to look at or
 // requeue before cleanup deletes them (default 30 days).
@@ -273,7 +279,6 @@ func NewRelay(pool *pgxpool.Pool, js jetstream.JetStream, log *slog.Logger, opts
 		poll:            500 * time.Millisecond,
 		maxBackoff:      5 * time.Second,
 		publishTimeout:  5 * time.Second,
-		retention:       7 * 24 * time.Hour,
 		parkedRetention: 30 * 24 * time.Hour,
 		maxFailures:     5,
 		cleanupEvery:    time.Hour,
@@ -408,9 +413,10 @@ const claimSQL = `WITH RECURSIVE tenants (tenant_id) AS (
 	ORDER BY ready.turn, o.id LIMIT $1 FOR UPDATE OF o SKIP LOCKED`
 
 // relayBatch claims up to r.batch pending rows, publishes them all at once (asynchronous
-// JetStream publishes, then one wait for their acks), marks the published ones sent and
-// the failed ones for retry or parked, all in one transaction of two round trips to
-// Postgres: BEGIN with the claim, then the marks with COMMIT.
+// JetStream publishes, then one wait for their acks), deletes the published ones (or
+// marks them sent, WithRetention) and marks the failed ones for retry or parked, all in
+// one transaction of two round trips to Postgres: BEGIN with the claim, then the marks
+// with COMMIT.
 // full reports a complete batch; err is a failure of NATS or Postgres, not of a row.
 func (r *Relay) relayBatch(ctx context.Context) (sent int, full bool, err error) {
 	conn, err := r.pool.Acquire(ctx)
@@ -515,7 +521,11 @@ func (r *Relay) relayBatch(ctx context.Context) (sent int, full bool, err error)
 			return 0, false, err
 		}
 	}
-	if len(published) > 0 {
+	switch {
+	case len(published) == 0:
+	case r.retention == 0:
+		marks.Queue(`DELETE FROM outbox WHERE id = ANY($1)`, published)
+	default:
 		marks.Queue(`UPDATE outbox SET sent_at = now(), attempts = attempts + 1, last_error = NULL,
 			retry_at = NULL WHERE id = ANY($1)`, published)
 	}

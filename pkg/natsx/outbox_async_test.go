@@ -39,7 +39,8 @@ func TestAsyncBatchStopsATenantAtItsFirstFailureAndRepublishesTheRestOnce(t *tes
 		Message{TenantID: "a", Subject: prefix + ".ev", MsgID: "a:4"},
 		Message{TenantID: "b", Subject: prefix + ".ev", MsgID: "b:3"},
 	)
-	background(t, NewRelay(pool, js, log, WithMaxFailures(2), WithPollInterval(50*time.Millisecond)).Run)
+	// Sent rows kept (WithRetention) for their sent_at.
+	background(t, NewRelay(pool, js, log, WithMaxFailures(2), WithPollInterval(50*time.Millisecond), WithRetention(time.Hour)).Run)
 	eventually(t, 30*time.Second, "refused row parked and the rest sent", func() bool {
 		return countRows(t, pool, "sent_at IS NULL AND parked_at IS NULL") == 0
 	})
@@ -106,5 +107,50 @@ func TestAsyncBatchStopsATenantAtItsFirstFailureAndRepublishesTheRestOnce(t *tes
 	}
 	if want := "[b:1 b:2 b:3]"; fmt.Sprint(order["b"]) != want {
 		t.Errorf("tenant b's messages in the stream: %v, want %s", order["b"], want)
+	}
+}
+
+// By default a published row is deleted with its batch: the outbox holds only what is
+// pending or parked, each event still reaches the stream once and in its tenant's order,
+// and rows sent under an earlier retention are cleaned up.
+func TestPublishedRowsAreDeletedUnlessRetentionKeepsThem(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, pool := newOutboxDB(t)
+	_, js := connect(t, devnats.SharedURL(t), nil)
+	stream, prefix := newStream(t, js)
+	log, _ := newLog(t)
+
+	if _, err := pool.Exec(ctx, `INSERT INTO outbox (tenant_id, subject, msg_id, payload, sent_at, parked_at, park_reason) VALUES
+		('a', 'x.ev', 'sent-earlier', '', now() - interval '1 minute', NULL, NULL),
+		('a', 'x.ev', 'parked', '', NULL, now(), 'too large')`); err != nil {
+		t.Fatal(err)
+	}
+	var msgs []Message
+	for i := range 40 {
+		tenant := []string{"a", "b", "c"}[i%3]
+		msgs = append(msgs, Message{TenantID: tenant, Subject: prefix + ".ev", MsgID: fmt.Sprintf("%s:%02d", tenant, i)})
+	}
+	enqueue(t, pool, msgs...)
+	background(t, NewRelay(pool, js, log, WithBatchSize(8)).Run)
+	eventually(t, 30*time.Second, "only the parked row left", func() bool {
+		return countRows(t, pool, "true") == 1 && countRows(t, pool, "msg_id = 'parked' AND parked_at IS NOT NULL") == 1
+	})
+
+	got := streamMsgs(t, js, stream)
+	if len(got) != len(msgs) {
+		t.Fatalf("stream holds %d messages, want %d", len(got), len(msgs))
+	}
+	order := map[string][]string{}
+	for _, m := range got {
+		tenant := m.Header.Get(HeaderTenant)
+		order[tenant] = append(order[tenant], m.Header.Get(jetstream.MsgIDHeader))
+	}
+	for _, m := range msgs {
+		want := order[m.TenantID]
+		if len(want) == 0 || want[0] != m.MsgID {
+			t.Fatalf("tenant %s's next message in the stream is %v, want %s (once, in order)", m.TenantID, want, m.MsgID)
+		}
+		order[m.TenantID] = want[1:]
 	}
 }
