@@ -90,7 +90,10 @@ func Connect(ctx context.Context, url, name string, log *slog.Logger) (*nats.Con
 			return nil, nil, fmt.Errorf("natsx: nats not reachable: %w", ctx.Err())
 		}
 	}
-	js, err := jetstream.New(nc)
+	// The outbox relay publishes asynchronously and stops waiting after its own publish
+	// timeout; an ack that never comes is dropped after a minute instead of holding one
+	// of the connection's slots for pending acks forever.
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(time.Minute))
 	if err != nil {
 		nc.Close()
 		return nil, nil, fmt.Errorf("natsx: jetstream: %w", err)

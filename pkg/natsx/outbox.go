@@ -135,7 +135,9 @@ type Message struct {
 // rather than at the next poll.
 //
 // A MsgID already in the outbox is a no-op, not an error: a retried operation that
-// announces the same event again must not fail, and must not send it twice.
+// announces the same event again must not fail, and must not send it twice. A row the
+// relay deleted on sending (WithRetention) is no longer there to match: a second enqueue
+// after that is dropped by the stream's duplicate window, or by idempotent consumers.
 func Enqueue(ctx context.Context, tx pgx.Tx, m Message) error {
 	if err := m.validate(); err != nil {
 		return err
@@ -179,8 +181,9 @@ func (m Message) validate() error {
 // claimed with FOR UPDATE SKIP LOCKED, so concurrent relays split the work instead of
 // sending a row twice, and a crashed relay's claim vanishes with its transaction.
 //
-// Each row is published with its MsgID as Nats-Msg-Id and marked sent in the same
-// transaction that claimed it. A crash (or a lost commit) between the publish and the
+// Each row is published with its MsgID as Nats-Msg-Id and deleted (or, WithRetention,
+// marked sent) in the same transaction that claimed it; a batch's publishes are
+// asynchronous, one wait for all their acks rather than a round trip per row. A crash (or a lost commit) between the publish and the
 // mark re-publishes the row later; JetStream drops that copy if it arrives inside the
 // stream's duplicate window (Duplicates, 2 minutes by default), and idempotent consumers
 // absorb the rare copy that arrives after it.
@@ -196,7 +199,9 @@ func (m Message) validate() error {
 //
 // Order is kept per tenant only: within one relay a tenant's rows go out in id order, a
 // row waiting to retry holds back its tenant's later rows and nobody else's, and a parked
-// row holds back nothing. Tenants take turns, so one tenant's backlog delays another's
+// row holds back nothing. A batch is published without waiting for each ack, so a
+// tenant's rows behind a failed one may reach the stream in the same round; they are
+// left unsent and go again after it, and the duplicate window drops the second copy. Tenants take turns, so one tenant's backlog delays another's
 // rows by at most a batch. Several relays together do not promise an order.
 type Relay struct {
 	pool            *pgxpool.Pool
@@ -234,9 +239,13 @@ func WithPollInterval(d time.Duration) RelayOption { return func(r *Relay) { r.p
 // instead of one per commit.
 func WithLinger(d time.Duration) RelayOption { return func(r *Relay) { r.linger = max(d, 0) } }
 
-// WithRetention sets how long sent rows are kept before cleanup (default 7 days), long
-// enough to answer "was it sent, and when" after an incident.
-func WithRetention(d time.Duration) RelayOption { return func(r *Relay) { r.retention = d } }
+// WithRetention keeps sent rows, marked sent_at, for d before cleanup deletes them. By
+// default (0) a published row is deleted in the statement that ends its batch: marking it
+// would write a second copy of the row, payload included (about ten times the WAL of the
+// delete), for a record the event log keeps anyway. Keep rows when Enqueue's "same MsgID
+// keeps the first message" must outlive the send (a work queue whose producer may enqueue
+// the same job again later), or to answer "was it sent, and when" from the outbox.
+func WithRetention(d time.Duration) RelayOption { return func(r *Relay) { r.retention = max(d, 0) } }
 
 // WithParkedRetention sets how long parked rows are kept for an operator to look at or
 // requeue before cleanup deletes them (default 30 days).
@@ -270,7 +279,6 @@ func NewRelay(pool *pgxpool.Pool, js jetstream.JetStream, log *slog.Logger, opts
 		poll:            500 * time.Millisecond,
 		maxBackoff:      5 * time.Second,
 		publishTimeout:  5 * time.Second,
-		retention:       7 * 24 * time.Hour,
 		parkedRetention: 30 * 24 * time.Hour,
 		maxFailures:     5,
 		cleanupEvery:    time.Hour,
@@ -404,31 +412,47 @@ const claimSQL = `WITH RECURSIVE tenants (tenant_id) AS (
 	WHERE o.sent_at IS NULL AND o.parked_at IS NULL AND (o.retry_at IS NULL OR o.retry_at <= now())
 	ORDER BY ready.turn, o.id LIMIT $1 FOR UPDATE OF o SKIP LOCKED`
 
-// relayBatch claims up to r.batch pending rows, publishes them in claim order, marks the
-// published ones sent and the failed ones for retry or parked, all in one transaction.
+// relayBatch claims up to r.batch pending rows, publishes them all at once (asynchronous
+// JetStream publishes, then one wait for their acks), deletes the published ones (or
+// marks them sent, WithRetention) and marks the failed ones for retry or parked, all in
+// one transaction of two round trips to Postgres: BEGIN with the claim, then the marks
+// with COMMIT.
 // full reports a complete batch; err is a failure of NATS or Postgres, not of a row.
 func (r *Relay) relayBatch(ctx context.Context) (sent int, full bool, err error) {
-	tx, err := r.pool.Begin(ctx)
+	conn, err := r.pool.Acquire(ctx)
 	if err != nil {
-		return 0, false, fmt.Errorf("begin: %w", err)
+		return 0, false, fmt.Errorf("acquire: %w", err)
 	}
-	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	committed := false
+	defer func() {
+		if !committed && conn.Conn().PgConn().TxStatus() != 'I' {
+			// A connection left inside a transaction is destroyed by Release anyway; the
+			// rollback only saves a reconnect.
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			_, _ = conn.Exec(rctx, "ROLLBACK")
+			cancel()
+		}
+		conn.Release()
+	}()
 
-	rows, err := tx.Query(ctx, claimSQL, r.batch)
-	if err != nil {
-		return 0, false, fmt.Errorf("claim rows: %w", err)
+	claim := &pgx.Batch{}
+	claim.Queue("BEGIN")
+	claim.Queue(claimSQL, r.batch)
+	br := conn.SendBatch(ctx, claim)
+	claimed, err := readClaim(br)
+	if cerr := br.Close(); err == nil && cerr != nil {
+		err = cerr
 	}
-	claimed, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (outboxRow, error) {
-		var o outboxRow
-		err := row.Scan(&o.id, &o.tenantID, &o.subject, &o.msgID, &o.payload, &o.headers, &o.failures)
-		return o, err
-	})
 	if err != nil {
 		return 0, false, fmt.Errorf("claim rows: %w", err)
 	}
 	if len(claimed) == 0 {
+		// Nothing locked: the empty transaction needs no COMMIT round trip of its own,
+		// the deferred ROLLBACK ends it.
 		return 0, false, nil
 	}
+
+	results := r.publishAll(ctx, claimed)
 
 	// Writes after the claim outlive a cancel of ctx: what was published should be marked
 	// sent, or the next start re-publishes it (harmless, but avoidable).
@@ -438,42 +462,43 @@ func (r *Relay) relayBatch(ctx context.Context) (sent int, full bool, err error)
 		published []int64
 		parked    []parkedRow
 		pubErr    error
-		held      = map[string]bool{} // tenants with a row that failed in this batch
+		marks     = &pgx.Batch{}
+		held      = map[string]bool{} // tenants whose sequence stopped in this batch
 	)
-	for _, o := range claimed {
-		if ctx.Err() != nil {
-			pubErr = ctx.Err()
-			break
-		}
+	// Results are read in claim order, so a tenant's sequence stops at its first row that
+	// failed: its later rows stay pending even if their publish succeeded, and go again
+	// with the next claim, where JetStream drops them as duplicates (same Nats-Msg-Id).
+	for i, o := range claimed {
+		res := results[i]
 		if held[o.tenantID] {
-			continue // left pending, behind its tenant's failed row
-		}
-		msg := o.message()
-		if size, limit := msgSize(msg), r.js.Conn().MaxPayload(); limit > 0 && int64(size) > limit {
-			parked = append(parked, parkedRow{row: o, kind: parkTooLarge,
-				reason: fmt.Sprintf("message of %d bytes exceeds the NATS max payload of %d bytes", size, limit)})
 			continue
 		}
-		err := r.publish(ctx, msg, o.msgID)
-		if err == nil {
+		switch {
+		case res.tooLarge != "":
+			parked = append(parked, parkedRow{row: o, kind: parkTooLarge, reason: res.tooLarge})
+			continue
+		case res.notTried:
+			held[o.tenantID] = true
+			continue
+		case res.err == nil:
 			published = append(published, o.id)
 			continue
 		}
-		if ctx.Err() != nil {
-			pubErr = ctx.Err()
-			break
-		}
+		err := res.err
 		rowErr := fmt.Errorf("publish %s (outbox id %d): %w", o.subject, o.id, err)
 		switch {
+		case ctx.Err() != nil && errors.Is(err, ctx.Err()):
+			held[o.tenantID] = true // stopping, not failing: nothing to record
 		case errors.Is(err, nats.ErrMaxPayload):
 			parked = append(parked, parkedRow{row: o, kind: parkTooLarge, reason: truncate(rowErr.Error(), 500), attempted: true})
 		case !rowsOwnFailure(err):
-			// NATS's failure, not this row's: every row would fail the same, so stop and
-			// let Run back off. Recorded on the row for operators.
-			pubErr = rowErr
-			if _, err := tx.Exec(cctx, `UPDATE outbox SET attempts = attempts + 1, last_error = $2 WHERE id = $1`,
-				o.id, truncate(rowErr.Error(), 500)); err != nil {
-				return 0, false, errors.Join(pubErr, err)
+			// NATS's failure, not this row's: Run backs off, as the next rows would fail
+			// the same. Recorded on the row for operators.
+			held[o.tenantID] = true
+			if pubErr == nil {
+				pubErr = rowErr
+				marks.Queue(`UPDATE outbox SET attempts = attempts + 1, last_error = $2 WHERE id = $1`,
+					o.id, truncate(rowErr.Error(), 500))
 			}
 		case o.failures+1 >= r.maxFailures:
 			parked = append(parked, parkedRow{row: o, kind: parkFailed, attempted: true,
@@ -481,48 +506,163 @@ func (r *Relay) relayBatch(ctx context.Context) (sent int, full bool, err error)
 		default:
 			held[o.tenantID] = true
 			retryIn := backoff(500*time.Millisecond, time.Minute, o.failures+1)
-			if _, err := tx.Exec(cctx, `UPDATE outbox SET attempts = attempts + 1, failures = failures + 1,
+			marks.Queue(`UPDATE outbox SET attempts = attempts + 1, failures = failures + 1,
 				last_error = $2, retry_at = now() + $3::interval WHERE id = $1`,
-				o.id, truncate(rowErr.Error(), 500), retryIn.String()); err != nil {
-				return 0, false, fmt.Errorf("record failure: %w", err)
-			}
+				o.id, truncate(rowErr.Error(), 500), retryIn.String())
 			r.log.Warn("outbox row failed, will retry", "outbox_id", o.id, "subject", o.subject,
 				"tenant_id", o.tenantID, "failures", o.failures+1, "retry_in", retryIn.String(), "error", err.Error())
 		}
-		if pubErr != nil {
-			break
-		}
+	}
+	if pubErr == nil && ctx.Err() != nil && len(published) < len(claimed) {
+		pubErr = ctx.Err()
 	}
 	if r.beforeMark != nil {
 		if err := r.beforeMark(); err != nil {
 			return 0, false, err
 		}
 	}
-	if len(published) > 0 {
-		if _, err := tx.Exec(cctx, `UPDATE outbox SET sent_at = now(), attempts = attempts + 1, last_error = NULL,
-			retry_at = NULL WHERE id = ANY($1)`, published); err != nil {
-			return 0, false, fmt.Errorf("mark sent: %w", err)
-		}
+	switch {
+	case len(published) == 0:
+	case r.retention == 0:
+		marks.Queue(`DELETE FROM outbox WHERE id = ANY($1)`, published)
+	default:
+		marks.Queue(`UPDATE outbox SET sent_at = now(), attempts = attempts + 1, last_error = NULL,
+			retry_at = NULL WHERE id = ANY($1)`, published)
 	}
 	for _, p := range parked {
 		tried := 0
 		if p.attempted {
 			tried = 1
 		}
-		if _, err := tx.Exec(cctx, `UPDATE outbox SET parked_at = now(), park_reason = $2, retry_at = NULL,
-			attempts = attempts + $3, failures = failures + $3 WHERE id = $1`, p.row.id, p.reason, tried); err != nil {
-			return 0, false, fmt.Errorf("park: %w", err)
-		}
+		marks.Queue(`UPDATE outbox SET parked_at = now(), park_reason = $2, retry_at = NULL,
+			attempts = attempts + $3, failures = failures + $3 WHERE id = $1`, p.row.id, p.reason, tried)
 	}
-	if err := tx.Commit(cctx); err != nil {
-		return 0, false, fmt.Errorf("commit: %w", err)
+	marks.Queue("COMMIT")
+	if err := execAll(cctx, conn, marks); err != nil {
+		return 0, false, fmt.Errorf("mark rows: %w", err)
 	}
+	committed = true
 	for _, p := range parked {
 		outboxParked.WithLabelValues(p.kind).Inc()
 		r.log.Error("outbox row parked: it will not be published until an operator requeues it",
 			"outbox_id", p.row.id, "subject", p.row.subject, "tenant_id", p.row.tenantID, "reason", p.reason)
 	}
 	return len(published), pubErr == nil && len(claimed) == r.batch, pubErr
+}
+
+// readClaim reads the results of the claim batch: BEGIN, then claimSQL.
+func readClaim(br pgx.BatchResults) ([]outboxRow, error) {
+	if _, err := br.Exec(); err != nil {
+		return nil, err
+	}
+	rows, err := br.Query()
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (outboxRow, error) {
+		var o outboxRow
+		err := row.Scan(&o.id, &o.tenantID, &o.subject, &o.msgID, &o.payload, &o.headers, &o.failures)
+		return o, err
+	})
+}
+
+// execAll sends b in one round trip and fails on the first statement that failed (the
+// server skips the rest, COMMIT included, so nothing is half written). A COMMIT that
+// answers ROLLBACK is a failure too.
+func execAll(ctx context.Context, conn *pgxpool.Conn, b *pgx.Batch) error {
+	br := conn.SendBatch(ctx, b)
+	for _, q := range b.QueuedQueries {
+		tag, err := br.Exec()
+		if err != nil {
+			_ = br.Close()
+			return err
+		}
+		if q.SQL == "COMMIT" && tag.String() != "COMMIT" {
+			_ = br.Close()
+			return fmt.Errorf("commit answered %s", tag)
+		}
+	}
+	return br.Close()
+}
+
+// publishResult is what became of one claimed row's publish.
+type publishResult struct {
+	err      error
+	tooLarge string // why the row was parked without trying: it exceeds MaxPayload
+	notTried bool   // not published: NATS failed before its turn
+}
+
+// publishAll publishes the claimed rows in claim order without waiting for each ack, then
+// waits for all of them (at most r.publishTimeout in all). Rows go to the server in that
+// order on the one connection, so a tenant's rows reach the stream in id order unless
+// one of them fails; relayBatch then stops that tenant's sequence at the failure.
+func (r *Relay) publishAll(ctx context.Context, claimed []outboxRow) []publishResult {
+	results := make([]publishResult, len(claimed))
+	futures := make([]jetstream.PubAckFuture, len(claimed))
+	limit := r.js.Conn().MaxPayload()
+	stopped := false
+	for i, o := range claimed {
+		if stopped || ctx.Err() != nil {
+			results[i].notTried = true
+			continue
+		}
+		msg := o.message()
+		if size := msgSize(msg); limit > 0 && int64(size) > limit {
+			results[i].tooLarge = fmt.Sprintf("message of %d bytes exceeds the NATS max payload of %d bytes", size, limit)
+			continue
+		}
+		f, err := r.js.PublishMsgAsync(msg, jetstream.WithMsgID(o.msgID))
+		if err != nil {
+			results[i].err = err
+			// Not the row's own failure (not connected, too many pending acks): the rows
+			// behind it would fail alike.
+			stopped = !rowsOwnFailure(err)
+			continue
+		}
+		futures[i] = f
+	}
+	deadline := time.NewTimer(r.publishTimeout)
+	defer deadline.Stop()
+	expired := false
+	for i, f := range futures {
+		if f == nil {
+			continue
+		}
+		if expired {
+			// Whatever has arrived by now counts; the rest timed out.
+			select {
+			case ack := <-f.Ok():
+				r.noteDuplicate(ack)
+			case err := <-f.Err():
+				results[i].err = err
+			default:
+				results[i].err = errPublishTimeout
+			}
+			continue
+		}
+		select {
+		case ack := <-f.Ok():
+			r.noteDuplicate(ack)
+		case err := <-f.Err():
+			results[i].err = err
+		case <-deadline.C:
+			expired = true
+			results[i].err = errPublishTimeout
+		case <-ctx.Done():
+			expired = true
+			results[i].err = ctx.Err()
+		}
+	}
+	return results
+}
+
+// errPublishTimeout is a publish whose ack did not come within WithPublishTimeout.
+var errPublishTimeout = errors.New("no ack from the stream within the publish timeout")
+
+func (r *Relay) noteDuplicate(ack *jetstream.PubAck) {
+	if ack != nil && ack.Duplicate {
+		r.log.Debug("outbox row was already in the stream", "stream", ack.Stream, "seq", ack.Sequence)
+	}
 }
 
 // Park kinds, the values of keyhouse_outbox_parked_total's label.
@@ -569,19 +709,6 @@ func rowsOwnFailure(err error) bool {
 		return apiErr.Code != 503
 	}
 	return false
-}
-
-func (r *Relay) publish(ctx context.Context, msg *nats.Msg, msgID string) error {
-	pctx, cancel := context.WithTimeout(ctx, r.publishTimeout)
-	defer cancel()
-	ack, err := r.js.PublishMsg(pctx, msg, jetstream.WithMsgID(msgID))
-	if err != nil {
-		return err
-	}
-	if ack.Duplicate {
-		r.log.Debug("outbox row was already in the stream", "stream", ack.Stream, "seq", ack.Sequence)
-	}
-	return nil
 }
 
 // cleanup deletes rows sent before sentCutoff and rows parked before parkedCutoff, in

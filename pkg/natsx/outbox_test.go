@@ -160,7 +160,7 @@ func TestRolledBackEnqueuePublishesNothing(t *testing.T) {
 	// through every row there is, so "nothing else arrived" is a fact, not a timeout.
 	enqueue(t, pool, Message{TenantID: "t1", Subject: prefix + ".marker", MsgID: "marker"})
 
-	relay := NewRelay(pool, js, log)
+	relay := NewRelay(pool, js, log, WithRetention(time.Hour)) // sent rows kept, to count them
 	background(t, relay.Run)
 	relay.Notify()
 	eventually(t, 10*time.Second, "marker sent", func() bool { return countRows(t, pool, "sent_at IS NOT NULL") == 1 })
@@ -452,8 +452,8 @@ func TestOversizedRowIsParkedAndDoesNotBlockTheRowsBehindIt(t *testing.T) {
 	msgs = append(msgs, Message{TenantID: "free", Subject: prefix + ".ev", MsgID: "free:after"})
 	enqueue(t, pool, msgs...)
 
-	background(t, NewRelay(openPool(t, url), js, log, WithBatchSize(5)).Run)
-	background(t, NewRelay(openPool(t, url), js, log, WithBatchSize(5)).Run)
+	background(t, NewRelay(openPool(t, url), js, log, WithBatchSize(5), WithRetention(time.Hour)).Run)
+	background(t, NewRelay(openPool(t, url), js, log, WithBatchSize(5), WithRetention(time.Hour)).Run)
 	eventually(t, 30*time.Second, "every row sent or parked", func() bool {
 		return countRows(t, pool, "sent_at IS NULL AND parked_at IS NULL") == 0
 	})
@@ -506,7 +506,7 @@ func TestRefusedRowHoldsBackOnlyItsTenantThenIsParkedAndCanBeRequeued(t *testing
 		Message{TenantID: "a", Subject: prefix + ".ev", MsgID: "a:after"},
 		Message{TenantID: "b", Subject: prefix + ".ev", MsgID: "b:1"},
 	)
-	background(t, NewRelay(pool, js, log, WithMaxFailures(3), WithPollInterval(50*time.Millisecond)).Run)
+	background(t, NewRelay(pool, js, log, WithMaxFailures(3), WithPollInterval(50*time.Millisecond), WithRetention(time.Hour)).Run)
 	eventually(t, 30*time.Second, "refused row parked and the rest sent", func() bool {
 		return countRows(t, pool, "sent_at IS NULL AND parked_at IS NULL") == 0
 	})
