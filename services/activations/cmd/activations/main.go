@@ -47,8 +47,10 @@ func main() {
 			relay := natsx.NewRelay(d.DB, js, d.Log)
 			st := store.New(d.DB, events.NewSpine(events.WithRelay(relay), events.WithFastPath(nc), events.WithLog(d.Log)))
 			server.RegisterConsole(d.Server.GRPC, server.NewConsole(st, licenses))
-			// License lookups are cached; the cache follows licensing's change events.
-			stopCache, err := licenses.CacheLicenses(nc, d.Config.LicenseCacheTTL)
+			// License lookups are cached; the cache follows licensing's change events, and
+			// serves an entry past LICENSE_CACHE_TTL only while it proves it missed none (a
+			// lease or renewal then asks licensing once per key and LICENSE_CACHE_LIVE_TTL).
+			stopCache, err := licenses.CacheLicensesLive(nc, d.Config.LicenseCacheTTL, d.Config.LicenseCacheLiveTTL)
 			if err != nil {
 				nc.Close()
 				return err
