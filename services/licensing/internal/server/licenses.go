@@ -126,9 +126,16 @@ func (s *Server) VerifyLicense(ctx context.Context, req *licensingv1.VerifyLicen
 	var l *store.License
 	var err error = errMissingKey
 	if req.Key != nil {
-		if l, err = s.lookup(ctx, "", req.GetKey()); err == nil {
-			err = s.usable(l)
-		}
+		l, err = s.lookup(ctx, "", req.GetKey())
+	}
+	return s.verifyAnswer(l, err)
+}
+
+// verifyAnswer is verify-license's answer about l, the license found (or the lookup's
+// error).
+func (s *Server) verifyAnswer(l *store.License, err error) (*licensingv1.VerifyLicenseResponse, error) {
+	if err == nil {
+		err = s.usable(l)
 	}
 	var ae *apierr.Error
 	if errors.As(err, &ae) {
