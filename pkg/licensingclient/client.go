@@ -64,7 +64,15 @@ func New(conn grpc.ClientConnInterface, adminKey string) *Client {
 // emptied of every license licensing announces as changed on nc. Call it before serving;
 // stop ends the subscription.
 func (c *Client) CacheLicenses(nc *nats.Conn, ttl time.Duration) (stop func(), err error) {
-	cache := licensecache.New[*licensingv1.License](ttl)
+	return c.CacheLicensesLive(nc, ttl, 0)
+}
+
+// CacheLicensesLive is CacheLicenses whose entries live liveTTL (LICENSE_CACHE_LIVE_TTL)
+// while the cache is proven live (pkg/licensecache's liveness: it has seen every change
+// event licensing published), as the gateway's caches do; past ttl, only while that proof
+// holds. A revocation or deletion still drops the key as soon as NATS delivers it.
+func (c *Client) CacheLicensesLive(nc *nats.Conn, ttl, liveTTL time.Duration) (stop func(), err error) {
+	cache := licensecache.NewLive[*licensingv1.License](ttl, liveTTL)
 	if stop, err = cache.Subscribe(nc); err != nil {
 		return nil, err
 	}

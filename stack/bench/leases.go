@@ -124,11 +124,25 @@ func setupRenewals(ctx context.Context, env *Env) (Op, error) {
 	}
 	defer seats.Close()
 	leased := time.Now().Add(floatingTTL)
-	if _, err := seats.CopyFrom(ctx, pgx.Identifier{"seats"},
-		[]string{"tenant_id", "license_key", "instance_id", "token_hash", "lease_expires_at", "product_id"},
+	columns := []string{"tenant_id", "license_key", "instance_id", "token_hash", "lease_expires_at", "product_id"}
+	// The sweeper's lower bound of the lease end, as activate-license sets it, when the
+	// schema under test has it (-bin may name binaries from before it).
+	var sweepColumn bool
+	if err := seats.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM information_schema.columns
+		WHERE table_schema = current_schema() AND table_name = 'seats' AND column_name = 'lease_sweep_after')`).Scan(&sweepColumn); err != nil {
+		return nil, err
+	}
+	if sweepColumn {
+		columns = append(columns, "lease_sweep_after")
+	}
+	if _, err := seats.CopyFrom(ctx, pgx.Identifier{"seats"}, columns,
 		pgx.CopyFromSlice(floatingSeats, func(n int) ([]any, error) {
 			tok := sha256.Sum256([]byte(floatingToken(n)))
-			return []any{auth.SelfHostedTenant, floatingKey(floatingLicense(n)), floatingInstance(n), tok[:], leased, floatingProduct}, nil
+			row := []any{auth.SelfHostedTenant, floatingKey(floatingLicense(n)), floatingInstance(n), tok[:], leased, floatingProduct}
+			if sweepColumn {
+				row = append(row, leased)
+			}
+			return row, nil
 		})); err != nil {
 		return nil, fmt.Errorf("seed floating seats: %w", err)
 	}

@@ -43,8 +43,10 @@ func main() {
 			d.Readiness.Add(natsx.ReadinessCheck(nc)) // the seat purge consumes
 			st := store.New(d.DB, spine.Spine)
 			server.RegisterConsole(d.Server.GRPC, server.NewConsole(st, licenses))
-			// License lookups are cached; the cache follows licensing's change events.
-			stopCache, err := licenses.CacheLicenses(nc, d.Config.LicenseCacheTTL)
+			// License lookups are cached; the cache follows licensing's change events, and
+			// serves an entry past LICENSE_CACHE_TTL only while it proves it missed none (a
+			// lease or renewal then asks licensing once per key and LICENSE_CACHE_LIVE_TTL).
+			stopCache, err := licenses.CacheLicensesLive(nc, d.Config.LicenseCacheTTL, d.Config.LicenseCacheLiveTTL)
 			if err != nil {
 				return err
 			}

@@ -152,8 +152,12 @@ type LeaseRenewal struct {
 
 // renewLeaseSQL moves a seat's lease, binds it and replaces its token, all only while the
 // seat is live at this very moment (clock_timestamp, not the transaction's start: a
-// lapsed seat is never revived) and still bound as the caller saw it.
+// lapsed seat is never revived) and still bound as the caller saw it. The sweeper's
+// lease_sweep_after stays as it is unless the lease end falls below it (a shorter
+// lease_ttl, the license's expiry) or the seat stops or starts floating: a renewal then
+// changes no indexed column and is a HOT update.
 const renewLeaseSQL = `UPDATE seats SET lease_expires_at = $6,
+		lease_sweep_after = CASE WHEN $6::timestamptz IS NULL THEN NULL ELSE least(lease_sweep_after, $6::timestamptz) END,
 		components = coalesce(components, $7::jsonb),
 		token_hash = coalesce($8, token_hash),
 		product_id = coalesce(nullif($9, ''), product_id)
@@ -214,14 +218,34 @@ type LapsedSeat struct {
 	LapsedAt                         time.Time
 }
 
+// rescheduleRenewedSQL raises lease_sweep_after to the lease end of up to $1 floating
+// seats renewed past it, so that the sweeper's index range (lease_sweep_after < now())
+// holds lapsed seats and not live ones. Each seat comes up once per lease, however often
+// it was renewed meanwhile. SKIP LOCKED: another replica's sweeper, or a renewal, has it.
+const rescheduleRenewedSQL = `UPDATE seats s SET lease_sweep_after = s.lease_expires_at FROM (
+		SELECT tenant_id, license_key, instance_id FROM seats
+		WHERE lease_sweep_after < now() AND lease_expires_at >= now()
+		ORDER BY lease_sweep_after LIMIT $1 FOR UPDATE SKIP LOCKED
+	) x
+	WHERE s.tenant_id = x.tenant_id AND s.license_key = x.license_key AND s.instance_id = x.instance_id
+		AND s.lease_expires_at >= now()`
+
+// RescheduleRenewed moves up to limit renewed floating seats out of the sweeper's range
+// (see rescheduleRenewedSQL) and says how many it moved. Safe on every replica at once.
+func (s *Store) RescheduleRenewed(ctx context.Context, limit int) (int, error) {
+	tag, err := s.db.Exec(ctx, rescheduleRenewedSQL, limit)
+	return int(tag.RowsAffected()), err
+}
+
 // sweepLapsedSQL removes up to $1 floating seats past their lease and records each
-// token's lapse. SKIP LOCKED lets the sweepers of every replica run side by side, each
-// taking other seats, and skips a seat a renewal is updating (the renewal decides: a seat
-// renewed in time is live again, one not renewed is taken on the next sweep).
+// token's lapse. The index on lease_sweep_after (never past the lease end) finds them.
+// SKIP LOCKED lets the sweepers of every replica run side by side, each taking other
+// seats, and skips a seat a renewal is updating (the renewal decides: a seat renewed in
+// time is live again, one not renewed is taken on the next sweep).
 const sweepLapsedSQL = `WITH gone AS (
 	DELETE FROM seats s USING (
 		SELECT tenant_id, license_key, instance_id FROM seats
-		WHERE lease_expires_at < now() ORDER BY lease_expires_at LIMIT $1 FOR UPDATE SKIP LOCKED
+		WHERE lease_sweep_after < now() AND lease_expires_at < now() ORDER BY lease_sweep_after LIMIT $1 FOR UPDATE SKIP LOCKED
 	) x
 	WHERE s.tenant_id = x.tenant_id AND s.license_key = x.license_key AND s.instance_id = x.instance_id
 		AND s.lease_expires_at < now()

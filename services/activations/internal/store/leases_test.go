@@ -196,3 +196,85 @@ func TestFirstLeaseKeyIsOneUnderConcurrency(t *testing.T) {
 		}
 	}
 }
+
+// The sweeper finds seats by lease_sweep_after, which a renewal leaves as it is (so that a
+// renewal is a HOT update): a seat renewed past its first lease end is not swept and,
+// rescheduled, stays out of the sweeper's range; a seat whose renewal shortened its lease
+// is swept at the shorter end; a seat that stopped renewing is swept. Two replicas'
+// sweepers at once each take other seats.
+func TestSweeperFollowsRenewalsThatKeepTheSweepColumn(t *testing.T) {
+	st, tenant, key := fresh(t)
+	ctx := context.Background()
+	activate := func(name string, lease time.Duration) {
+		t.Helper()
+		change := SeatChange{Tenant: tenant, Key: key, Activate: true, Instance: name, TokenHash: hash(key, name), LeaseTTL: ttl(lease)}
+		if _, err := st.ChangeSeats(ctx, []SeatChange{change}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	renew := func(name string, until time.Time) {
+		t.Helper()
+		ok, err := st.RenewLease(ctx, LeaseRenewal{Tenant: tenant, Key: key, Instance: name, TokenHash: hash(key, name), LeaseExpiresAt: &until})
+		if err != nil || !ok {
+			t.Fatalf("renewal of %s: %v, %v", name, ok, err)
+		}
+	}
+	activate("renewed", time.Second)
+	activate("stopped", time.Second)
+	activate("shortened", time.Hour)
+	renew("renewed", time.Now().Add(time.Hour))
+	renew("shortened", time.Now().Add(time.Second))
+	time.Sleep(1100 * time.Millisecond)
+
+	var mu sync.Mutex
+	removed := map[string]int{}
+	moved := 0
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Go(func() {
+			n, err := st.RescheduleRenewed(ctx, 10)
+			if err != nil {
+				t.Error(err)
+			}
+			lapsed, err := st.SweepLapsed(ctx, 10, time.Hour)
+			if err != nil {
+				t.Error(err)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			moved += n
+			for _, l := range lapsed {
+				removed[l.Instance]++
+			}
+		})
+	}
+	wg.Wait()
+	if removed["stopped"] != 1 || removed["shortened"] != 1 || removed["renewed"] != 0 {
+		t.Fatalf("sweeps removed %v; want stopped and shortened once, renewed never", removed)
+	}
+	if moved != 1 {
+		t.Fatalf("%d seats rescheduled, want the renewed one once", moved)
+	}
+	if ok, _, err := st.HasSeat(ctx, tenant, key, "renewed"); err != nil || !ok {
+		t.Fatalf("the renewed seat does not count after the sweep: %v", err)
+	}
+	// Rescheduled to its lease end, it is out of the sweeper's range until then.
+	if n, err := st.RescheduleRenewed(ctx, 10); err != nil || n != 0 {
+		t.Fatalf("rescheduled again: %d, %v", n, err)
+	}
+	var sweepAfter, leaseEnd time.Time
+	if err := st.db.QueryRow(ctx, `SELECT lease_sweep_after, lease_expires_at FROM seats WHERE tenant_id = $1 AND license_key = $2 AND instance_id = 'renewed'`,
+		tenant, key).Scan(&sweepAfter, &leaseEnd); err != nil || !sweepAfter.Equal(leaseEnd) {
+		t.Fatalf("renewed seat's sweep at %v, lease end %v: %v", sweepAfter, leaseEnd, err)
+	}
+	// A renewal that makes the seat not floating takes it out of the sweeper's index.
+	ok, err := st.RenewLease(ctx, LeaseRenewal{Tenant: tenant, Key: key, Instance: "renewed", TokenHash: hash(key, "renewed")})
+	if err != nil || !ok {
+		t.Fatalf("renewal to not floating: %v, %v", ok, err)
+	}
+	var stillScheduled bool
+	if err := st.db.QueryRow(ctx, `SELECT lease_sweep_after IS NOT NULL FROM seats WHERE tenant_id = $1 AND license_key = $2 AND instance_id = 'renewed'`,
+		tenant, key).Scan(&stillScheduled); err != nil || stillScheduled {
+		t.Fatalf("a seat that is not floating is still in the sweeper's range: %v", err)
+	}
+}

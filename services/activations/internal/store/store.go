@@ -73,10 +73,11 @@ const activateSQL = `WITH state AS (
 		EXISTS (SELECT 1 FROM seats WHERE tenant_id = $1 AND license_key = $2 AND instance_id = $3 AND ` + liveSeat + `) AS present,
 		(SELECT count(*) FROM seats WHERE tenant_id = $1 AND license_key = $2 AND ` + liveSeat + `) AS n
 ), inserted AS (
-	INSERT INTO seats (tenant_id, license_key, instance_id, token_hash, lease_expires_at, product_id)
-	SELECT $1, $2, $3, $4, now() + make_interval(secs => $6), $7 FROM state WHERE NOT deleted AND NOT present AND ($5::int IS NULL OR n < $5)
+	INSERT INTO seats (tenant_id, license_key, instance_id, token_hash, lease_expires_at, lease_sweep_after, product_id)
+	SELECT $1, $2, $3, $4, now() + make_interval(secs => $6), now() + make_interval(secs => $6), $7 FROM state WHERE NOT deleted AND NOT present AND ($5::int IS NULL OR n < $5)
 	ON CONFLICT (tenant_id, license_key, instance_id) DO UPDATE
-		SET token_hash = EXCLUDED.token_hash, activated_at = now(), lease_expires_at = EXCLUDED.lease_expires_at, components = NULL, product_id = EXCLUDED.product_id
+		SET token_hash = EXCLUDED.token_hash, activated_at = now(), lease_expires_at = EXCLUDED.lease_expires_at,
+			lease_sweep_after = EXCLUDED.lease_sweep_after, components = NULL, product_id = EXCLUDED.product_id
 		WHERE seats.lease_expires_at < now()
 	RETURNING 1
 )

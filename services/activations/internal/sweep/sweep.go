@@ -20,6 +20,7 @@ const lapseRemembered = 25 * time.Hour
 
 // Store is what the sweeper needs (store.Store).
 type Store interface {
+	RescheduleRenewed(ctx context.Context, limit int) (int, error)
 	SweepLapsed(ctx context.Context, limit int, remember time.Duration) ([]store.LapsedSeat, error)
 	RemoveRetiredLeaseKeys(ctx context.Context) error
 }
@@ -41,7 +42,21 @@ func Run(ctx context.Context, st Store, interval time.Duration, log *slog.Logger
 }
 
 // Once removes every seat lapsed by now, a batch at a time, and the retired lease keys.
+// It first moves the seats renewed since they were last looked at out of its range, so
+// that the removal's batches are of lapsed seats.
 func Once(ctx context.Context, st Store, log *slog.Logger) {
+	for {
+		moved, err := st.RescheduleRenewed(ctx, batch)
+		if err != nil {
+			if ctx.Err() == nil {
+				log.Warn("renewed floating seats not rescheduled; lapsed seats are still removed", "error", err.Error())
+			}
+			break
+		}
+		if moved < batch {
+			break
+		}
+	}
 	for {
 		lapsed, err := st.SweepLapsed(ctx, batch, lapseRemembered)
 		if err != nil {
