@@ -1,0 +1,226 @@
+package admission
+
+import (
+	"math"
+	"sync"
+	"time"
+
+	"github.com/keyhouse/keyhouse/pkg/metrics"
+)
+
+// Config sets a Limiter's bounds and how it adapts.
+type Config struct {
+	// MinLimit and MaxLimit bound the concurrency limit (ADMISSION_MIN_LIMIT,
+	// ADMISSION_MAX_LIMIT); InitialLimit is where it starts (clamped into the bounds).
+	MinLimit, MaxLimit, InitialLimit int
+	// Tolerance is how far the average latency may rise above the baseline before the
+	// limit shrinks (ADMISSION_LATENCY_TOLERANCE, e.g. 2: twice the baseline).
+	Tolerance float64
+	// Window is how often the limit is recomputed from the latencies of the requests that
+	// finished meanwhile (at least minSamples of them).
+	Window time.Duration
+	// BaselineWindow is how far back the baseline looks: the lowest window average of
+	// that period. Every BaselineWindow/2 the limit drops to MinLimit for two windows (a
+	// probe), so that a standing queue cannot pass itself off as the baseline.
+	BaselineWindow time.Duration
+	// Now is the clock (time.Now when nil); tests move their own.
+	Now func() time.Time
+}
+
+// minSamples is the fewest finished requests a window needs to move the limit: a window
+// with one slow request says little.
+const minSamples = 10
+
+// Limiter is an adaptive concurrency limit shared fairly between tenants. The limit
+// follows latency (see the package comment); Acquire admits or refuses at once, never
+// queues.
+type Limiter struct {
+	cfg Config
+	now func() time.Time
+
+	mu       sync.Mutex
+	limit    float64
+	inflight int
+	// tenants counts the requests in flight per tenant; a tenant with none is absent.
+	tenants map[string]int
+
+	windowStart time.Time
+	windowSum   time.Duration
+	windowCount int
+	// windowPeak is the most requests in flight during the window: a limit that was
+	// never reached is not raised (the load, not the limit, set the latency).
+	windowPeak int
+
+	history   []windowAverage
+	baseline  time.Duration
+	nextProbe time.Time
+	probeEnds time.Time
+}
+
+type windowAverage struct {
+	end time.Time
+	avg time.Duration
+}
+
+// NewLimiter returns a limiter for cfg; zero fields take the package defaults.
+func NewLimiter(cfg Config) *Limiter {
+	if cfg.MinLimit <= 0 {
+		cfg.MinLimit = DefaultMinLimit
+	}
+	if cfg.MaxLimit < cfg.MinLimit {
+		cfg.MaxLimit = cfg.MinLimit
+	}
+	if cfg.InitialLimit <= 0 {
+		cfg.InitialLimit = DefaultInitialLimit
+	}
+	cfg.InitialLimit = min(max(cfg.InitialLimit, cfg.MinLimit), cfg.MaxLimit)
+	if cfg.Tolerance < 1 {
+		cfg.Tolerance = DefaultTolerance
+	}
+	if cfg.Window <= 0 {
+		cfg.Window = 100 * time.Millisecond
+	}
+	if cfg.BaselineWindow <= 0 {
+		cfg.BaselineWindow = 30 * time.Second
+	}
+	now := cfg.Now
+	if now == nil {
+		now = time.Now
+	}
+	l := &Limiter{cfg: cfg, now: now, limit: float64(cfg.InitialLimit), tenants: map[string]int{}}
+	t := now()
+	l.windowStart = t
+	l.nextProbe = t.Add(cfg.BaselineWindow / 2)
+	metrics.AdmissionLimit.Set(l.limit)
+	return l
+}
+
+// Defaults of Config (and of the ADMISSION_* settings).
+const (
+	DefaultMinLimit     = 8
+	DefaultMaxLimit     = 1000
+	DefaultInitialLimit = 32
+	DefaultTolerance    = 2.0
+)
+
+// Refusal reasons, the values of keyhouse_admission_refused_total's reason label.
+const (
+	// ReasonLimit: every slot of the limit is taken.
+	ReasonLimit = "limit"
+	// ReasonShare: the tenant already holds its fair share while the limit is reached.
+	ReasonShare = "tenant_share"
+)
+
+// Acquire admits a request of tenant, or refuses it with the reason. An admitted request
+// must call Done exactly once with its latency.
+//
+// Any request is admitted while fewer than the limit are in flight. Past it, a tenant
+// holding less than its fair share (the limit divided among the tenants with requests in
+// flight, counting this one) is still admitted, up to twice the limit in all. So a tenant
+// that floods takes the free slots but never the share of a quiet tenant; the quiet
+// tenant's few requests over the limit count in the latency, and the limit makes room.
+func (l *Limiter) Acquire(tenant string) (done func(latency time.Duration), reason string) {
+	l.mu.Lock()
+	limit := l.effectiveLimit()
+	mine := l.tenants[tenant]
+	active := len(l.tenants)
+	if mine == 0 {
+		active++
+	}
+	share := max(1, limit/active)
+	switch {
+	case l.inflight < limit:
+	case mine < share && l.inflight < 2*limit:
+	default:
+		l.mu.Unlock()
+		if active > 1 && mine >= share {
+			return nil, ReasonShare
+		}
+		return nil, ReasonLimit
+	}
+	l.inflight++
+	l.tenants[tenant] = mine + 1
+	l.windowPeak = max(l.windowPeak, l.inflight)
+	l.mu.Unlock()
+	metrics.AdmissionInflight.Inc()
+	var once sync.Once
+	return func(latency time.Duration) {
+		once.Do(func() { l.done(tenant, latency) })
+	}, ""
+}
+
+// effectiveLimit is the limit in whole requests, MinLimit during a probe.
+func (l *Limiter) effectiveLimit() int {
+	if l.now().Before(l.probeEnds) {
+		return l.cfg.MinLimit
+	}
+	return int(l.limit)
+}
+
+func (l *Limiter) done(tenant string, latency time.Duration) {
+	metrics.AdmissionInflight.Dec()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.inflight--
+	if n := l.tenants[tenant] - 1; n > 0 {
+		l.tenants[tenant] = n
+	} else {
+		delete(l.tenants, tenant)
+	}
+	l.windowSum += latency
+	l.windowCount++
+	if now := l.now(); now.Sub(l.windowStart) >= l.cfg.Window && l.windowCount >= minSamples {
+		l.adapt(now)
+	}
+}
+
+// adapt closes the window: its average latency joins the history, the baseline is the
+// lowest average of the last BaselineWindow, and the limit moves by the gradient
+// Tolerance × baseline ÷ average (between 0.5 and 1) plus a queue allowance of √limit,
+// smoothed, as in Netflix's concurrency-limits Gradient2, with a sliding minimum for the
+// baseline instead of a long average (which drifts up under a long overload).
+func (l *Limiter) adapt(now time.Time) {
+	avg := l.windowSum / time.Duration(l.windowCount)
+	peak := l.windowPeak
+	l.windowStart, l.windowSum, l.windowCount, l.windowPeak = now, 0, 0, l.inflight
+
+	l.history = append(l.history, windowAverage{end: now, avg: avg})
+	cut := 0
+	for cut < len(l.history) && now.Sub(l.history[cut].end) > l.cfg.BaselineWindow {
+		cut++
+	}
+	l.history = l.history[cut:]
+	l.baseline = l.history[0].avg
+	for _, w := range l.history[1:] {
+		l.baseline = min(l.baseline, w.avg)
+	}
+
+	gradient := math.Max(0.5, math.Min(1, l.cfg.Tolerance*float64(l.baseline)/float64(max(avg, 1))))
+	next := l.limit
+	if gradient < 1 || float64(peak) >= l.limit/2 {
+		next = l.limit*gradient + math.Sqrt(l.limit)
+		next = 0.8*l.limit + 0.2*next
+	}
+	l.limit = math.Max(float64(l.cfg.MinLimit), math.Min(float64(l.cfg.MaxLimit), next))
+
+	if !now.Before(l.nextProbe) {
+		l.probeEnds = now.Add(2 * l.cfg.Window)
+		l.nextProbe = now.Add(l.cfg.BaselineWindow / 2)
+	}
+	metrics.AdmissionLimit.Set(l.limit)
+	metrics.AdmissionBaseline.Set(l.baseline.Seconds())
+}
+
+// Limit is the current limit (whole requests).
+func (l *Limiter) Limit() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return int(l.limit)
+}
+
+// InFlight is how many admitted requests have not finished.
+func (l *Limiter) InFlight() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.inflight
+}

@@ -1,0 +1,224 @@
+package admission
+
+import (
+	"sync"
+	"testing"
+	"time"
+)
+
+// clock is a time the test moves.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *clock) add(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+func newTestLimiter(c *clock, cfg Config) *Limiter {
+	cfg.Now = c.now
+	return NewLimiter(cfg)
+}
+
+// window runs one window of n requests of tenant, each finishing after latency, with at
+// most the limit in flight, and returns how many were refused.
+func window(l *Limiter, c *clock, tenant string, n int, latency time.Duration) (refused int) {
+	var dones []func(time.Duration)
+	for range n {
+		done, reason := l.Acquire(tenant)
+		if done == nil {
+			if reason == "" {
+				panic("refusal without a reason")
+			}
+			refused++
+			continue
+		}
+		dones = append(dones, done)
+	}
+	c.add(l.cfg.Window)
+	for _, d := range dones {
+		d(latency)
+	}
+	return refused
+}
+
+func TestRequestsOverTheLimitAreRefusedAtOnce(t *testing.T) {
+	c := &clock{t: time.Unix(1e9, 0)}
+	l := newTestLimiter(c, Config{MinLimit: 4, MaxLimit: 4, InitialLimit: 4})
+	var dones []func(time.Duration)
+	for range 4 {
+		done, _ := l.Acquire("t")
+		if done == nil {
+			t.Fatal("refused below the limit")
+		}
+		dones = append(dones, done)
+	}
+	if done, reason := l.Acquire("t"); done != nil || reason != ReasonLimit {
+		t.Fatalf("fifth request: admitted %v, reason %q; want refused for the limit", done != nil, reason)
+	}
+	dones[0](time.Millisecond)
+	dones[0](time.Millisecond) // a second Done must not free a second slot
+	if done, _ := l.Acquire("t"); done == nil {
+		t.Fatal("refused after a request finished")
+	}
+	if done, _ := l.Acquire("t"); done != nil {
+		t.Fatal("a repeated Done freed a slot twice")
+	}
+}
+
+func TestLimitShrinksWhenLatencyRisesAndGrowsBackWhenItFalls(t *testing.T) {
+	c := &clock{t: time.Unix(1e9, 0)}
+	l := newTestLimiter(c, Config{MinLimit: 4, MaxLimit: 200, InitialLimit: 50, Tolerance: 2})
+	for range 20 {
+		window(l, c, "t", 50, 2*time.Millisecond)
+	}
+	calm := l.Limit()
+	if calm < 50 {
+		t.Fatalf("limit %d after calm busy windows; want it to have grown from 50", calm)
+	}
+	// Latency ten times the baseline: the queue is standing, the limit must give way.
+	for range 30 {
+		window(l, c, "t", 200, 20*time.Millisecond)
+	}
+	if got := l.Limit(); got > calm/2 {
+		t.Fatalf("limit %d after slow windows; want well under %d", got, calm)
+	}
+	for range 100 {
+		window(l, c, "t", 200, 2*time.Millisecond)
+	}
+	if got := l.Limit(); got <= calm {
+		t.Fatalf("limit %d after latency came back; want above %d again", got, calm)
+	}
+}
+
+func TestLimitDoesNotGrowWhenTheLoadNeverReachesIt(t *testing.T) {
+	c := &clock{t: time.Unix(1e9, 0)}
+	l := newTestLimiter(c, Config{MinLimit: 4, MaxLimit: 1000, InitialLimit: 40})
+	for range 100 {
+		window(l, c, "t", 10, time.Millisecond)
+	}
+	if got := l.Limit(); got != 40 {
+		t.Fatalf("limit %d; want 40: ten requests at a time say nothing about forty", got)
+	}
+}
+
+func TestLimitStaysWithinItsBounds(t *testing.T) {
+	c := &clock{t: time.Unix(1e9, 0)}
+	l := newTestLimiter(c, Config{MinLimit: 6, MaxLimit: 30, InitialLimit: 20})
+	for range 200 {
+		window(l, c, "t", 40, time.Millisecond)
+	}
+	if got := l.Limit(); got != 30 {
+		t.Fatalf("limit %d; want the maximum 30", got)
+	}
+	for i := range 200 {
+		window(l, c, "t", 40, time.Duration(i+2)*10*time.Millisecond)
+	}
+	if got := l.Limit(); got != 6 {
+		t.Fatalf("limit %d; want the minimum 6", got)
+	}
+}
+
+// A standing queue must not become the baseline: under a long overload the probes drain
+// it, so the limit settles near what the server sustains rather than creeping up.
+func TestBaselineIsRemeasuredDuringALongOverload(t *testing.T) {
+	c := &clock{t: time.Unix(1e9, 0)}
+	l := newTestLimiter(c, Config{MinLimit: 4, MaxLimit: 500, InitialLimit: 100, BaselineWindow: 5 * time.Second})
+	// A server that works on 10 requests at a time, 2 ms each: n in flight take
+	// 2 ms × n/10. The load is always more than the limit.
+	latency := func(n int) time.Duration { return 2 * time.Millisecond * time.Duration(max(1, n/10)) }
+	end := c.now().Add(time.Minute)
+	sawProbe := false
+	for c.now().Before(end) {
+		var dones []func(time.Duration)
+		for {
+			done, _ := l.Acquire("t")
+			if done == nil {
+				break
+			}
+			dones = append(dones, done)
+		}
+		if len(dones) < l.Limit()/2 {
+			sawProbe = true
+		}
+		d := latency(len(dones))
+		c.add(d)
+		for _, done := range dones {
+			done(d)
+		}
+	}
+	if !sawProbe {
+		t.Fatal("no probe in a minute of overload")
+	}
+	if got := l.Limit(); got > 40 {
+		t.Fatalf("limit %d after a minute of overload; want at most the 20-odd in flight that keep the latency within twice 2 ms", got)
+	}
+	if got := l.Limit(); got < 10 {
+		t.Fatalf("limit %d; below the 10 the server works on at once, it would waste capacity", got)
+	}
+}
+
+func TestAFloodingTenantLeavesTheOthersTheirShare(t *testing.T) {
+	c := &clock{t: time.Unix(1e9, 0)}
+	l := newTestLimiter(c, Config{MinLimit: 10, MaxLimit: 10, InitialLimit: 10})
+	// Tenant a takes every slot.
+	for range 10 {
+		if done, _ := l.Acquire("a"); done == nil {
+			t.Fatal("a refused below the limit")
+		}
+	}
+	if done, reason := l.Acquire("a"); done != nil || reason != ReasonLimit {
+		t.Fatalf("a past the limit: admitted %v reason %q", done != nil, reason)
+	}
+	// b holds nothing, so it is under its share (10 / 2 tenants) and gets in.
+	for i := range 5 {
+		if done, _ := l.Acquire("b"); done == nil {
+			t.Fatalf("b's request %d refused while a floods", i+1)
+		}
+	}
+	// b at its share is refused like anyone past the limit; a is over its share.
+	if done, reason := l.Acquire("b"); done != nil || reason != ReasonShare {
+		t.Fatalf("b past its share: admitted %v reason %q", done != nil, reason)
+	}
+	if done, reason := l.Acquire("a"); done != nil || reason != ReasonShare {
+		t.Fatalf("a past its share: admitted %v reason %q", done != nil, reason)
+	}
+}
+
+// In parallel: whatever the interleaving, the in-flight count returns to zero and never
+// exceeds twice the limit.
+func TestParallelAcquireAndDoneKeepTheCount(t *testing.T) {
+	l := NewLimiter(Config{MinLimit: 8, MaxLimit: 8, InitialLimit: 8})
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	peak := 0
+	for w := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tenant := []string{"a", "b", "c"}[w%3]
+			for range 2000 {
+				done, _ := l.Acquire(tenant)
+				if done == nil {
+					continue
+				}
+				n := l.InFlight()
+				mu.Lock()
+				peak = max(peak, n)
+				mu.Unlock()
+				done(time.Microsecond)
+			}
+		}()
+	}
+	wg.Wait()
+	if n := l.InFlight(); n != 0 {
+		t.Fatalf("%d in flight after every request finished", n)
+	}
+	if peak > 16 {
+		t.Fatalf("peak %d in flight; the bound is twice the limit, 16", peak)
+	}
+}
