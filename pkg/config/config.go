@@ -225,7 +225,7 @@ func LoadFrom(lookup func(string) (string, bool)) (*Config, error) {
 		MetricsPort:     r.int("METRICS_PORT", 0),
 
 		AdmissionMaxLimit:  r.int("ADMISSION_MAX_LIMIT", 1000),
-		AdmissionMinLimit:  r.int("ADMISSION_MIN_LIMIT", 8),
+		AdmissionMinLimit:  r.int("ADMISSION_MIN_LIMIT", 16),
 		AdmissionTolerance: r.float("ADMISSION_LATENCY_TOLERANCE", 2),
 	}
 	if c.AdmissionMaxLimit < 0 {

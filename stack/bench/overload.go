@@ -1,10 +1,12 @@
 package bench
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"slices"
@@ -53,7 +55,10 @@ type outcome struct {
 	status  int // 0: transport error
 	refused bool
 	latency time.Duration
-	err     string
+	// lag is how late the request left the generator (a connection to wait for, or the
+	// generator's own CPU): the part of latency that is not the stack's.
+	lag time.Duration
+	err string
 }
 
 // phase is what one phase of a report measured.
@@ -63,6 +68,8 @@ type phase struct {
 	duration      time.Duration
 	outcomes      []outcome
 	rss, fds      map[string]int64 // the most each process reached during the phase
+	cpu           CPUTimes
+	lags          []time.Duration
 	accepted      []time.Duration
 	refusals      []time.Duration
 	errors        int
@@ -72,6 +79,7 @@ type phase struct {
 
 func (p *phase) summarize() {
 	for _, o := range p.outcomes {
+		p.lags = append(p.lags, o.lag)
 		switch {
 		case o.status == http.StatusOK:
 			p.accepted = append(p.accepted, o.latency)
@@ -87,6 +95,7 @@ func (p *phase) summarize() {
 	p.acceptedCount = len(p.accepted)
 	sortDurations(p.accepted)
 	sortDurations(p.refusals)
+	sortDurations(p.lags)
 }
 
 func (p *phase) goodput() float64 { return float64(p.acceptedCount) / p.duration.Seconds() }
@@ -101,42 +110,98 @@ func quantile(d []time.Duration, q float64) time.Duration {
 }
 
 // verifier sends verify-license requests for keys to one gateway, each from a client
-// address of block (so the per-IP tier never refuses) and classifies the answers.
+// address of block (so the per-IP tier never refuses), and classifies the answers. It
+// writes HTTP/1.1 by hand over a pool of keep-alive connections (at most maxConns, as a
+// load balancer in front of the gateway would hold): net/http's client costs the
+// generator several times the CPU per request, and on one machine that CPU is taken from
+// the stack it measures.
 type verifier struct {
-	url    string
-	client *http.Client
-	block  int
+	host  string
+	block int
+	conns chan *rawConn
+	slots chan struct{} // one per connection that may be open
 }
 
+type rawConn struct {
+	c net.Conn
+	r *bufio.Reader
+}
+
+const maxConns = 512
+
 func newVerifier(url string, block int) *verifier {
-	t := http.DefaultTransport.(*http.Transport).Clone()
-	t.MaxIdleConns, t.MaxIdleConnsPerHost = 4096, 4096
-	return &verifier{url: url, block: block, client: &http.Client{Transport: t, Timeout: 30 * time.Second}}
+	v := &verifier{host: strings.TrimPrefix(url, "http://"), block: block,
+		conns: make(chan *rawConn, maxConns), slots: make(chan struct{}, maxConns)}
+	for range maxConns {
+		v.slots <- struct{}{}
+	}
+	return v
+}
+
+// conn takes an idle connection, or dials one while fewer than maxConns are open, or
+// waits for one to come back.
+func (v *verifier) conn(ctx context.Context) (*rawConn, error) {
+	select {
+	case c := <-v.conns:
+		return c, nil
+	default:
+	}
+	select {
+	case c := <-v.conns:
+		return c, nil
+	case <-v.slots:
+		c, err := net.Dial("tcp", v.host)
+		if err != nil {
+			v.slots <- struct{}{}
+			return nil, err
+		}
+		return &rawConn{c: c, r: bufio.NewReaderSize(c, 4096)}, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 }
 
 func (v *verifier) verify(ctx context.Context, key string, worker, i int, start time.Time) outcome {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, v.url+"/v1/verify-license", strings.NewReader(`{"key":"`+key+`"}`))
-	if err != nil {
-		return outcome{err: err.Error()}
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("X-Forwarded-For", clientIP(v.block, worker, i, 900))
-	resp, err := v.client.Do(req)
+	c, err := v.conn(ctx)
 	if err != nil {
 		return outcome{latency: time.Since(start), err: err.Error()}
 	}
-	body, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	o := outcome{status: resp.StatusCode, latency: time.Since(start)}
-	switch {
-	case err != nil:
-		o.status, o.err = 0, err.Error()
-	case resp.StatusCode == http.StatusServiceUnavailable && resp.Header.Get("Retry-After") != "" && string(body) == overloadBody:
-		o.refused = true
-	case resp.StatusCode != http.StatusOK:
-		o.err = fmt.Sprintf("status %d: %s", resp.StatusCode, body)
+	body := `{"key":"` + key + `"}`
+	req := "POST /v1/verify-license HTTP/1.1\r\nHost: " + v.host + "\r\nContent-Type: application/json\r\nX-Forwarded-For: " +
+		clientIP(v.block, worker, i, 900) + "\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body
+	sent := time.Now()
+	o, keep := v.roundTrip(c, req)
+	o.latency, o.lag = time.Since(start), sent.Sub(start)
+	if keep {
+		v.conns <- c
+	} else {
+		c.c.Close()
+		v.slots <- struct{}{}
 	}
 	return o
+}
+
+func (v *verifier) roundTrip(c *rawConn, req string) (o outcome, keep bool) {
+	if _, err := io.WriteString(c.c, req); err != nil {
+		return outcome{err: err.Error()}, false
+	}
+	resp, err := http.ReadResponse(c.r, nil)
+	if err != nil {
+		return outcome{err: err.Error()}, false
+	}
+	data, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		return outcome{err: err.Error()}, false
+	}
+	o.status = resp.StatusCode
+	switch {
+	case resp.StatusCode == http.StatusServiceUnavailable && resp.Header.Get("Retry-After") != "" && string(data) == overloadBody:
+		o.refused = true
+	case resp.StatusCode != http.StatusOK:
+		o.err = fmt.Sprintf("status %d: %s", resp.StatusCode, data)
+	}
+	return o, !resp.Close
 }
 
 // openLoop starts one request at every 1/rate seconds of a schedule for d, whatever is in
@@ -223,9 +288,11 @@ func measure(s *stack.Stack, name string, offered float64, fn func() []outcome) 
 			}
 		}
 	}()
+	before := SampleCPU(s)
 	start := time.Now()
 	p.outcomes = fn()
 	p.duration = time.Since(start)
+	p.cpu = SampleCPU(s).Sub(before)
 	close(stop)
 	<-sampled
 	p.summarize()
@@ -260,18 +327,37 @@ func procFDs(pid int) int64 {
 // latency, the refusals and their latency, other errors.
 func phaseTable(phases []*phase, capacity float64) string {
 	var b bytes.Buffer
-	b.WriteString("| phase | offered/s | goodput/s | of capacity | accepted p50 | accepted p99 | refused | refusal p99 | other errors |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	b.WriteString("| phase | offered/s | goodput/s | of capacity | accepted p50 | accepted p99 | refused | refusal p50 | refusal p99 | other errors | generator lag p99 |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, p := range phases {
 		offered := "closed loop"
 		if p.offered > 0 {
 			offered = strconv.FormatFloat(p.offered, 'f', 0, 64)
 		}
-		refusalP99 := "–"
+		refusalP50, refusalP99 := "–", "–"
 		if len(p.refusals) > 0 {
-			refusalP99 = ms(quantile(p.refusals, 0.99))
+			refusalP50, refusalP99 = ms(quantile(p.refusals, 0.5)), ms(quantile(p.refusals, 0.99))
 		}
-		fmt.Fprintf(&b, "| %s | %s | %.0f | %s | %s | %s | %d | %s | %d |\n", p.name, offered, p.goodput(), pct(p.goodput()/capacity),
-			ms(quantile(p.accepted, 0.5)), ms(quantile(p.accepted, 0.99)), len(p.refusals), refusalP99, p.errors)
+		fmt.Fprintf(&b, "| %s | %s | %.0f | %s | %s | %s | %d | %s | %s | %d | %s |\n", p.name, offered, p.goodput(), pct(p.goodput()/capacity),
+			ms(quantile(p.accepted, 0.5)), ms(quantile(p.accepted, 0.99)), len(p.refusals), refusalP50, refusalP99, p.errors, ms(quantile(p.lags, 0.99)))
+	}
+	b.WriteString("\nCPU during each phase, % of one core (bench = the load generator and NATS):\n\n| phase |")
+	for _, c := range CPUColumns {
+		b.WriteString(" " + c + " |")
+	}
+	b.WriteString(" total |\n|---|")
+	for range CPUColumns {
+		b.WriteString("---:|")
+	}
+	b.WriteString("---:|\n")
+	for _, p := range phases {
+		share := func(t time.Duration) string {
+			return strconv.FormatFloat(100*t.Seconds()/p.duration.Seconds(), 'f', 0, 64)
+		}
+		fmt.Fprintf(&b, "| %s |", p.name)
+		for _, c := range CPUColumns {
+			fmt.Fprintf(&b, " %s |", share(p.cpu[c]))
+		}
+		fmt.Fprintf(&b, " %s |\n", share(p.cpu.Total()))
 	}
 	b.WriteString("\nThe most memory (RSS) and open files each process reached during each phase:\n\n| phase |")
 	names := procNames(phases)

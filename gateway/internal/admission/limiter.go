@@ -17,10 +17,11 @@ type Config struct {
 	// limit shrinks (ADMISSION_LATENCY_TOLERANCE, e.g. 2: twice the baseline).
 	Tolerance float64
 	// Window is how often the limit is recomputed from the latencies of the requests that
-	// finished meanwhile (at least minSamples of them).
+	// finished meanwhile (at least minSamples of them): 500 ms by default, long enough
+	// that one stalled moment of a busy machine does not pass for a queue.
 	Window time.Duration
 	// BaselineWindow is how far back the baseline looks: the lowest window average of
-	// that period. Every BaselineWindow/2 the limit drops to MinLimit for two windows (a
+	// that period. Every BaselineWindow/2 the limit drops to MinLimit for one window (a
 	// probe), so that a standing queue cannot pass itself off as the baseline.
 	BaselineWindow time.Duration
 	// Now is the clock (time.Now when nil); tests move their own.
@@ -41,8 +42,10 @@ type Limiter struct {
 	mu       sync.Mutex
 	limit    float64
 	inflight int
-	// tenants counts the requests in flight per tenant; a tenant with none is absent.
-	tenants map[string]int
+	// admitted counts the requests admitted per tenant in the current window,
+	// admittedBefore in the previous one: what a tenant's fair share is measured on.
+	admitted, admittedBefore           map[string]int
+	admittedTotal, admittedBeforeTotal int
 
 	windowStart time.Time
 	windowSum   time.Duration
@@ -78,16 +81,16 @@ func NewLimiter(cfg Config) *Limiter {
 		cfg.Tolerance = DefaultTolerance
 	}
 	if cfg.Window <= 0 {
-		cfg.Window = 100 * time.Millisecond
+		cfg.Window = 500 * time.Millisecond
 	}
 	if cfg.BaselineWindow <= 0 {
-		cfg.BaselineWindow = 30 * time.Second
+		cfg.BaselineWindow = time.Minute
 	}
 	now := cfg.Now
 	if now == nil {
 		now = time.Now
 	}
-	l := &Limiter{cfg: cfg, now: now, limit: float64(cfg.InitialLimit), tenants: map[string]int{}}
+	l := &Limiter{cfg: cfg, now: now, limit: float64(cfg.InitialLimit), admitted: map[string]int{}, admittedBefore: map[string]int{}}
 	t := now()
 	l.windowStart = t
 	l.nextProbe = t.Add(cfg.BaselineWindow / 2)
@@ -97,7 +100,7 @@ func NewLimiter(cfg Config) *Limiter {
 
 // Defaults of Config (and of the ADMISSION_* settings).
 const (
-	DefaultMinLimit     = 8
+	DefaultMinLimit     = 16
 	DefaultMaxLimit     = 1000
 	DefaultInitialLimit = 32
 	DefaultTolerance    = 2.0
@@ -107,45 +110,47 @@ const (
 const (
 	// ReasonLimit: every slot of the limit is taken.
 	ReasonLimit = "limit"
-	// ReasonShare: the tenant already holds its fair share while the limit is reached.
+	// ReasonShare: the limit is reached and the tenant had more than its fair share of
+	// the recent admissions.
 	ReasonShare = "tenant_share"
 )
 
 // Acquire admits a request of tenant, or refuses it with the reason. An admitted request
-// must call Done exactly once with its latency.
+// must call done exactly once with its latency.
 //
-// Any request is admitted while fewer than the limit are in flight. Past it, a tenant
-// holding less than its fair share (the limit divided among the tenants with requests in
-// flight, counting this one) is still admitted, up to twice the limit in all. So a tenant
-// that floods takes the free slots but never the share of a quiet tenant; the quiet
-// tenant's few requests over the limit count in the latency, and the limit makes room.
+// Any request is admitted while fewer than the limit are in flight. Past it, only a light
+// tenant is: one that was admitted less than its fair share (all admissions divided by
+// the tenants admitted) over the current and the previous window. A tenant that floods is
+// the heavy one: it takes the free slots and is refused past them, while the quiet
+// tenants' requests still go through, up to the larger of twice the limit and MaxLimit in
+// flight. Their requests over the limit count in the latency, and the limit makes room.
 func (l *Limiter) Acquire(tenant string) (done func(latency time.Duration), reason string) {
 	l.mu.Lock()
 	limit := l.effectiveLimit()
-	mine := l.tenants[tenant]
-	active := len(l.tenants)
-	if mine == 0 {
-		active++
-	}
-	share := max(1, limit/active)
-	switch {
-	case l.inflight < limit:
-	case mine < share && l.inflight < 2*limit:
-	default:
-		l.mu.Unlock()
-		if active > 1 && mine >= share {
-			return nil, ReasonShare
+	if l.inflight >= limit {
+		recent := l.admitted[tenant] + l.admittedBefore[tenant]
+		tenants := max(len(l.admitted), len(l.admittedBefore))
+		if recent == 0 {
+			tenants++
 		}
-		return nil, ReasonLimit
+		light := recent*tenants < l.admittedTotal+l.admittedBeforeTotal
+		if !light || l.inflight >= max(2*limit, l.cfg.MaxLimit) {
+			l.mu.Unlock()
+			if tenants > 1 && !light {
+				return nil, ReasonShare
+			}
+			return nil, ReasonLimit
+		}
 	}
 	l.inflight++
-	l.tenants[tenant] = mine + 1
+	l.admitted[tenant]++
+	l.admittedTotal++
 	l.windowPeak = max(l.windowPeak, l.inflight)
 	l.mu.Unlock()
 	metrics.AdmissionInflight.Inc()
 	var once sync.Once
 	return func(latency time.Duration) {
-		once.Do(func() { l.done(tenant, latency) })
+		once.Do(func() { l.done(latency) })
 	}, ""
 }
 
@@ -157,16 +162,11 @@ func (l *Limiter) effectiveLimit() int {
 	return int(l.limit)
 }
 
-func (l *Limiter) done(tenant string, latency time.Duration) {
+func (l *Limiter) done(latency time.Duration) {
 	metrics.AdmissionInflight.Dec()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.inflight--
-	if n := l.tenants[tenant] - 1; n > 0 {
-		l.tenants[tenant] = n
-	} else {
-		delete(l.tenants, tenant)
-	}
 	l.windowSum += latency
 	l.windowCount++
 	if now := l.now(); now.Sub(l.windowStart) >= l.cfg.Window && l.windowCount >= minSamples {
@@ -183,6 +183,11 @@ func (l *Limiter) adapt(now time.Time) {
 	avg := l.windowSum / time.Duration(l.windowCount)
 	peak := l.windowPeak
 	l.windowStart, l.windowSum, l.windowCount, l.windowPeak = now, 0, 0, l.inflight
+	// The window's admissions become the previous window's; the map of the one before
+	// is emptied and reused.
+	l.admitted, l.admittedBefore = l.admittedBefore, l.admitted
+	clear(l.admitted)
+	l.admittedBeforeTotal, l.admittedTotal = l.admittedTotal, 0
 
 	l.history = append(l.history, windowAverage{end: now, avg: avg})
 	cut := 0
@@ -204,7 +209,7 @@ func (l *Limiter) adapt(now time.Time) {
 	l.limit = math.Max(float64(l.cfg.MinLimit), math.Min(float64(l.cfg.MaxLimit), next))
 
 	if !now.Before(l.nextProbe) {
-		l.probeEnds = now.Add(2 * l.cfg.Window)
+		l.probeEnds = now.Add(l.cfg.Window)
 		l.nextProbe = now.Add(l.cfg.BaselineWindow / 2)
 	}
 	metrics.AdmissionLimit.Set(l.limit)
