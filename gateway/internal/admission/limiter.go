@@ -43,9 +43,9 @@ type Limiter struct {
 	limit    float64
 	inflight int
 	// admitted counts the requests admitted per tenant in the current window,
-	// admittedBefore in the previous one: what a tenant's fair share is measured on.
-	admitted, admittedBefore           map[string]int
-	admittedTotal, admittedBeforeTotal int
+	// admittedBefore in the previous one; heaviest is the most any tenant had over both.
+	admitted, admittedBefore map[string]int
+	heaviest                 int
 
 	windowStart time.Time
 	windowSum   time.Duration
@@ -108,10 +108,11 @@ const (
 
 // Refusal reasons, the values of keyhouse_admission_refused_total's reason label.
 const (
-	// ReasonLimit: every slot of the limit is taken.
+	// ReasonLimit: every slot of the limit is taken and the tenant is the heaviest (or
+	// the hard bound is reached).
 	ReasonLimit = "limit"
-	// ReasonShare: the limit is reached and the tenant had more than its fair share of
-	// the recent admissions.
+	// ReasonShare: the limit is reached and the tenant is among the heavy ones, though
+	// another was admitted more.
 	ReasonShare = "tenant_share"
 )
 
@@ -119,32 +120,29 @@ const (
 // must call done exactly once with its latency.
 //
 // Any request is admitted while fewer than the limit are in flight. Past it, only a light
-// tenant is: one that was admitted less than its fair share (all admissions divided by
-// the tenants admitted) over the current and the previous window. A tenant that floods is
-// the heavy one: it takes the free slots and is refused past them, while the quiet
-// tenants' requests still go through, up to the larger of twice the limit and MaxLimit in
-// flight. Their requests over the limit count in the latency, and the limit makes room.
+// tenant is: one admitted less than half as often as the heaviest tenant over the current
+// and the previous window. A tenant that floods is the heaviest: it takes the free slots
+// and is refused past them (and so is any tenant near its rate), while the quiet tenants'
+// requests still go through, up to the larger of twice the limit and MaxLimit in flight.
+// Their requests over the limit count in the latency, and the limit makes room.
 func (l *Limiter) Acquire(tenant string) (done func(latency time.Duration), reason string) {
 	l.mu.Lock()
 	limit := l.effectiveLimit()
 	if l.inflight >= limit {
 		recent := l.admitted[tenant] + l.admittedBefore[tenant]
-		tenants := max(len(l.admitted), len(l.admittedBefore))
-		if recent == 0 {
-			tenants++
-		}
-		light := recent*tenants < l.admittedTotal+l.admittedBeforeTotal
+		light := 2*recent < l.heaviest
 		if !light || l.inflight >= max(2*limit, l.cfg.MaxLimit) {
-			l.mu.Unlock()
-			if tenants > 1 && !light {
-				return nil, ReasonShare
+			reason := ReasonLimit
+			if !light && recent < l.heaviest {
+				reason = ReasonShare
 			}
-			return nil, ReasonLimit
+			l.mu.Unlock()
+			return nil, reason
 		}
 	}
 	l.inflight++
 	l.admitted[tenant]++
-	l.admittedTotal++
+	l.heaviest = max(l.heaviest, l.admitted[tenant]+l.admittedBefore[tenant])
 	l.windowPeak = max(l.windowPeak, l.inflight)
 	l.mu.Unlock()
 	metrics.AdmissionInflight.Inc()
@@ -187,7 +185,10 @@ func (l *Limiter) adapt(now time.Time) {
 	// is emptied and reused.
 	l.admitted, l.admittedBefore = l.admittedBefore, l.admitted
 	clear(l.admitted)
-	l.admittedBeforeTotal, l.admittedTotal = l.admittedTotal, 0
+	l.heaviest = 0
+	for _, n := range l.admittedBefore {
+		l.heaviest = max(l.heaviest, n)
+	}
 
 	l.history = append(l.history, windowAverage{end: now, avg: avg})
 	cut := 0

@@ -1,6 +1,7 @@
 package admission
 
 import (
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -174,25 +175,49 @@ func TestAFloodingTenantLeavesTheOthersTheirShare(t *testing.T) {
 	if done, reason := l.Acquire("a"); done != nil || reason != ReasonLimit {
 		t.Fatalf("a past the limit: admitted %v reason %q", done != nil, reason)
 	}
-	// b, admitted less than the average tenant, still gets in past the limit.
-	for i := range 9 {
+	// b, admitted less than half as often as a, still gets in past the limit.
+	for i := range 5 {
 		if done, _ := l.Acquire("b"); done == nil {
 			t.Fatalf("b's request %d refused while a floods", i+1)
 		}
 	}
-	// Once b has had as many admissions as a, it is refused past the limit like a.
-	if done, _ := l.Acquire("b"); done == nil {
-		t.Fatal("b's tenth request refused at 9 admissions against a's 10")
-	}
+	// At half a's admissions b counts as heavy too, and is refused past the limit.
 	if done, reason := l.Acquire("b"); done != nil || reason != ReasonShare {
-		t.Fatalf("b at its share: admitted %v reason %q", done != nil, reason)
+		t.Fatalf("b at half a's rate: admitted %v reason %q", done != nil, reason)
 	}
-	if done, reason := l.Acquire("a"); done != nil || reason != ReasonShare {
-		t.Fatalf("a at its share: admitted %v reason %q", done != nil, reason)
+	// A tenant never seen is light.
+	for i := range 5 {
+		if done, _ := l.Acquire(fmt.Sprint("new-", i)); done == nil {
+			t.Fatalf("new tenant %d refused", i)
+		}
 	}
 	// Twice the limit in flight: even a tenant never seen is refused.
 	if done, reason := l.Acquire("c"); done != nil || reason != ReasonLimit {
 		t.Fatalf("a new tenant at twice the limit: admitted %v reason %q", done != nil, reason)
+	}
+}
+
+// The fair shares follow the recent past: once a stops flooding and b becomes the busy
+// one, a is the light tenant.
+func TestSharesFollowTheRecentWindows(t *testing.T) {
+	c := &clock{t: time.Unix(1e9, 0)}
+	l := newTestLimiter(c, Config{MinLimit: 10, MaxLimit: 10, InitialLimit: 10})
+	for range 5 {
+		window(l, c, "a", 20, time.Millisecond)
+	}
+	for range 5 {
+		window(l, c, "b", 20, time.Millisecond)
+	}
+	var dones []func(time.Duration)
+	for range 10 {
+		done, _ := l.Acquire("b")
+		dones = append(dones, done)
+	}
+	if done, _ := l.Acquire("a"); done == nil {
+		t.Fatal("a, quiet for the last windows, refused while b fills the limit")
+	}
+	if done, reason := l.Acquire("b"); done != nil || reason != ReasonLimit {
+		t.Fatalf("b, the heaviest, past the limit: admitted %v reason %q", done != nil, reason)
 	}
 }
 
