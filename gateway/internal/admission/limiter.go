@@ -28,6 +28,11 @@ type Config struct {
 	Now func() time.Time
 }
 
+// lightFloor is how many requests over two windows leave any tenant light: early in a
+// window, or just after a flood began, a quiet tenant's two or three requests must not
+// make it look heavy next to a flood that has only started counting.
+const lightFloor = 10
+
 // minSamples is the fewest finished requests a window needs to move the limit: a window
 // with one slow request says little.
 const minSamples = 10
@@ -42,10 +47,10 @@ type Limiter struct {
 	mu       sync.Mutex
 	limit    float64
 	inflight int
-	// admitted counts the requests admitted per tenant in the current window,
-	// admittedBefore in the previous one; heaviest is the most any tenant had over both.
-	admitted, admittedBefore map[string]int
-	heaviest                 int
+	// asked counts each tenant's requests (admitted or not) in the current window,
+	// askedBefore in the previous one; heaviest is the most any tenant asked over both.
+	asked, askedBefore map[string]int
+	heaviest           int
 
 	windowStart time.Time
 	windowSum   time.Duration
@@ -90,7 +95,7 @@ func NewLimiter(cfg Config) *Limiter {
 	if now == nil {
 		now = time.Now
 	}
-	l := &Limiter{cfg: cfg, now: now, limit: float64(cfg.InitialLimit), admitted: map[string]int{}, admittedBefore: map[string]int{}}
+	l := &Limiter{cfg: cfg, now: now, limit: float64(cfg.InitialLimit), asked: map[string]int{}, askedBefore: map[string]int{}}
 	t := now()
 	l.windowStart = t
 	l.nextProbe = t.Add(cfg.BaselineWindow / 2)
@@ -120,18 +125,23 @@ const (
 // must call done exactly once with its latency.
 //
 // Any request is admitted while fewer than the limit are in flight. Past it, only a light
-// tenant is: one admitted less than half as often as the heaviest tenant over the current
-// and the previous window. A tenant that floods is the heaviest: it takes the free slots
-// and is refused past them (and so is any tenant near its rate), while the quiet tenants'
-// requests still go through, up to the larger of twice the limit and MaxLimit in flight.
-// Their requests over the limit count in the latency, and the limit makes room.
+// tenant is: one that asked at most lightFloor times, or less than half as often as the
+// busiest tenant, over the current and the previous window (refused requests count: it is
+// the demand that tells a flood). A tenant that floods is the busiest: it takes the free
+// slots and is refused past them (and so is any tenant near its rate), while the quiet
+// tenants' requests still go through, up to twice the limit in flight. Their requests
+// over the limit count in the latency, and the limit makes room.
 func (l *Limiter) Acquire(tenant string) (done func(latency time.Duration), reason string) {
 	l.mu.Lock()
+	l.asked[tenant]++
+	recent := l.asked[tenant] + l.askedBefore[tenant]
+	l.heaviest = max(l.heaviest, recent)
 	limit := l.effectiveLimit()
 	if l.inflight >= limit {
-		recent := l.admitted[tenant] + l.admittedBefore[tenant]
-		light := 2*recent < l.heaviest
-		if !light || l.inflight >= max(2*limit, l.cfg.MaxLimit) {
+		light := recent <= lightFloor || 2*recent < l.heaviest
+		// A probe lowers the limit for the heavy tenants only: the light ones keep
+		// their room up to twice the real limit.
+		if !light || l.inflight >= 2*int(l.limit) {
 			reason := ReasonLimit
 			if !light && recent < l.heaviest {
 				reason = ReasonShare
@@ -141,8 +151,6 @@ func (l *Limiter) Acquire(tenant string) (done func(latency time.Duration), reas
 		}
 	}
 	l.inflight++
-	l.admitted[tenant]++
-	l.heaviest = max(l.heaviest, l.admitted[tenant]+l.admittedBefore[tenant])
 	l.windowPeak = max(l.windowPeak, l.inflight)
 	l.mu.Unlock()
 	metrics.AdmissionInflight.Inc()
@@ -181,12 +189,12 @@ func (l *Limiter) adapt(now time.Time) {
 	avg := l.windowSum / time.Duration(l.windowCount)
 	peak := l.windowPeak
 	l.windowStart, l.windowSum, l.windowCount, l.windowPeak = now, 0, 0, l.inflight
-	// The window's admissions become the previous window's; the map of the one before
-	// is emptied and reused.
-	l.admitted, l.admittedBefore = l.admittedBefore, l.admitted
-	clear(l.admitted)
+	// The window's counts become the previous window's; the map of the one before is
+	// emptied and reused.
+	l.asked, l.askedBefore = l.askedBefore, l.asked
+	clear(l.asked)
 	l.heaviest = 0
-	for _, n := range l.admittedBefore {
+	for _, n := range l.askedBefore {
 		l.heaviest = max(l.heaviest, n)
 	}
 

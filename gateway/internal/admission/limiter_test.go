@@ -1,7 +1,6 @@
 package admission
 
 import (
-	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -50,6 +49,10 @@ func window(l *Limiter, c *clock, tenant string, n int, latency time.Duration) (
 func TestRequestsOverTheLimitAreRefusedAtOnce(t *testing.T) {
 	c := &clock{t: time.Unix(1e9, 0)}
 	l := newTestLimiter(c, Config{MinLimit: 4, MaxLimit: 4, InitialLimit: 4})
+	for range lightFloor { // past the few requests any tenant may have over the limit
+		done, _ := l.Acquire("t")
+		done(time.Millisecond)
+	}
 	var dones []func(time.Duration)
 	for range 4 {
 		done, _ := l.Acquire("t")
@@ -166,34 +169,44 @@ func TestBaselineIsRemeasuredDuringALongOverload(t *testing.T) {
 func TestAFloodingTenantLeavesTheOthersTheirShare(t *testing.T) {
 	c := &clock{t: time.Unix(1e9, 0)}
 	l := newTestLimiter(c, Config{MinLimit: 10, MaxLimit: 10, InitialLimit: 10})
-	// Tenant a takes every slot.
-	for range 10 {
-		if done, _ := l.Acquire("a"); done == nil {
-			t.Fatal("a refused below the limit")
+	acquire := func(tenant string) func(time.Duration) {
+		t.Helper()
+		done, reason := l.Acquire(tenant)
+		if done == nil {
+			t.Fatalf("%s refused (%s) at %d in flight", tenant, reason, l.InFlight())
 		}
+		return done
+	}
+	// Tenant a floods: 30 requests come and go, then 10 hold every slot.
+	for range 30 {
+		acquire("a")(time.Millisecond)
+	}
+	for range 10 {
+		acquire("a")
 	}
 	if done, reason := l.Acquire("a"); done != nil || reason != ReasonLimit {
 		t.Fatalf("a past the limit: admitted %v reason %q", done != nil, reason)
 	}
-	// b, admitted less than half as often as a, still gets in past the limit.
-	for i := range 5 {
-		if done, _ := l.Acquire("b"); done == nil {
-			t.Fatalf("b's request %d refused while a floods", i+1)
-		}
+	// b, asking less than half as often as a, still gets in past the limit, and so does
+	// a tenant never seen, up to twice the limit in flight.
+	var bs []func(time.Duration)
+	for range 9 {
+		bs = append(bs, acquire("b"))
 	}
-	// At half a's admissions b counts as heavy too, and is refused past the limit.
+	newcomer := acquire("c")
+	if done, reason := l.Acquire("d"); done != nil || reason != ReasonLimit {
+		t.Fatalf("a new tenant at twice the limit: admitted %v reason %q", done != nil, reason)
+	}
+	// Once b asks half as often as a, it is refused past the limit too.
+	for _, done := range bs {
+		done(time.Millisecond)
+	}
+	newcomer(time.Millisecond)
+	for range 11 {
+		acquire("b")(time.Millisecond)
+	}
 	if done, reason := l.Acquire("b"); done != nil || reason != ReasonShare {
 		t.Fatalf("b at half a's rate: admitted %v reason %q", done != nil, reason)
-	}
-	// A tenant never seen is light.
-	for i := range 5 {
-		if done, _ := l.Acquire(fmt.Sprint("new-", i)); done == nil {
-			t.Fatalf("new tenant %d refused", i)
-		}
-	}
-	// Twice the limit in flight: even a tenant never seen is refused.
-	if done, reason := l.Acquire("c"); done != nil || reason != ReasonLimit {
-		t.Fatalf("a new tenant at twice the limit: admitted %v reason %q", done != nil, reason)
 	}
 }
 
