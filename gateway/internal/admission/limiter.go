@@ -129,8 +129,8 @@ const (
 // busiest tenant, over the current and the previous window (refused requests count: it is
 // the demand that tells a flood). A tenant that floods is the busiest: it takes the free
 // slots and is refused past them (and so is any tenant near its rate), while the quiet
-// tenants' requests still go through, up to twice the limit in flight. Their requests
-// over the limit count in the latency, and the limit makes room.
+// tenants' requests still go through, up to twice the limit and lightFloor in flight.
+// Their requests over the limit count in the latency, and the limit makes room.
 func (l *Limiter) Acquire(tenant string) (done func(latency time.Duration), reason string) {
 	l.mu.Lock()
 	l.asked[tenant]++
@@ -139,9 +139,10 @@ func (l *Limiter) Acquire(tenant string) (done func(latency time.Duration), reas
 	limit := l.effectiveLimit()
 	if l.inflight >= limit {
 		light := recent <= lightFloor || 2*recent < l.heaviest
-		// A probe lowers the limit for the heavy tenants only: the light ones keep
-		// their room up to twice the real limit.
-		if !light || l.inflight >= 2*int(l.limit) {
+		// A probe lowers the limit for the heavy tenants only: the light ones keep their
+		// room, up to twice the real limit plus what lightFloor lets any tenant have, so
+		// that a flood's first few requests never fill the room of a quiet tenant.
+		if !light || l.inflight >= 2*int(l.limit)+lightFloor {
 			reason := ReasonLimit
 			if !light && recent < l.heaviest {
 				reason = ReasonShare

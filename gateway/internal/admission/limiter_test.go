@@ -1,6 +1,7 @@
 package admission
 
 import (
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -187,21 +188,22 @@ func TestAFloodingTenantLeavesTheOthersTheirShare(t *testing.T) {
 	if done, reason := l.Acquire("a"); done != nil || reason != ReasonLimit {
 		t.Fatalf("a past the limit: admitted %v reason %q", done != nil, reason)
 	}
-	// b, asking less than half as often as a, still gets in past the limit, and so does
-	// a tenant never seen, up to twice the limit in flight.
+	// b, asking less than half as often as a, still gets in past the limit, and so do
+	// tenants never seen, up to twice the limit and lightFloor in flight.
 	var bs []func(time.Duration)
 	for range 9 {
 		bs = append(bs, acquire("b"))
 	}
-	newcomer := acquire("c")
+	for i := range 10 + lightFloor - 9 {
+		bs = append(bs, acquire(fmt.Sprint("new-", i)))
+	}
 	if done, reason := l.Acquire("d"); done != nil || reason != ReasonLimit {
-		t.Fatalf("a new tenant at twice the limit: admitted %v reason %q", done != nil, reason)
+		t.Fatalf("a new tenant at twice the limit and lightFloor: admitted %v reason %q", done != nil, reason)
 	}
 	// Once b asks half as often as a, it is refused past the limit too.
 	for _, done := range bs {
 		done(time.Millisecond)
 	}
-	newcomer(time.Millisecond)
 	for range 11 {
 		acquire("b")(time.Millisecond)
 	}
@@ -235,7 +237,7 @@ func TestSharesFollowTheRecentWindows(t *testing.T) {
 }
 
 // In parallel: whatever the interleaving, the in-flight count returns to zero and never
-// exceeds the hard bound (the larger of twice the limit and MaxLimit).
+// exceeds the hard bound (twice the limit and lightFloor).
 func TestParallelAcquireAndDoneKeepTheCount(t *testing.T) {
 	l := NewLimiter(Config{MinLimit: 8, MaxLimit: 8, InitialLimit: 8})
 	var wg sync.WaitGroup
@@ -263,7 +265,7 @@ func TestParallelAcquireAndDoneKeepTheCount(t *testing.T) {
 	if n := l.InFlight(); n != 0 {
 		t.Fatalf("%d in flight after every request finished", n)
 	}
-	if peak > 16 {
-		t.Fatalf("peak %d in flight; the bound is twice the limit, 16", peak)
+	if peak > 16+lightFloor {
+		t.Fatalf("peak %d in flight; the bound is twice the limit and lightFloor, %d", peak, 16+lightFloor)
 	}
 }
