@@ -51,6 +51,8 @@ type Limiter struct {
 	// askedBefore in the previous one; heaviest is the most any tenant asked over both.
 	asked, askedBefore map[string]int
 	heaviest           int
+	// tenants counts each tenant's requests in flight; a tenant with none is absent.
+	tenants map[string]int
 
 	windowStart time.Time
 	windowSum   time.Duration
@@ -95,7 +97,7 @@ func NewLimiter(cfg Config) *Limiter {
 	if now == nil {
 		now = time.Now
 	}
-	l := &Limiter{cfg: cfg, now: now, limit: float64(cfg.InitialLimit), asked: map[string]int{}, askedBefore: map[string]int{}}
+	l := &Limiter{cfg: cfg, now: now, limit: float64(cfg.InitialLimit), asked: map[string]int{}, askedBefore: map[string]int{}, tenants: map[string]int{}}
 	t := now()
 	l.windowStart = t
 	l.nextProbe = t.Add(cfg.BaselineWindow / 2)
@@ -129,8 +131,9 @@ const (
 // busiest tenant, over the current and the previous window (refused requests count: it is
 // the demand that tells a flood). A tenant that floods is the busiest: it takes the free
 // slots and is refused past them (and so is any tenant near its rate), while the quiet
-// tenants' requests still go through, up to twice the limit and lightFloor in flight.
-// Their requests over the limit count in the latency, and the limit makes room.
+// tenants' requests still go through: each up to the limit in flight, all together up to
+// twice the limit and lightFloor. Their requests over the limit count in the latency,
+// and the limit makes room.
 func (l *Limiter) Acquire(tenant string) (done func(latency time.Duration), reason string) {
 	l.mu.Lock()
 	l.asked[tenant]++
@@ -140,9 +143,10 @@ func (l *Limiter) Acquire(tenant string) (done func(latency time.Duration), reas
 	if l.inflight >= limit {
 		light := recent <= lightFloor || 2*recent < l.heaviest
 		// A probe lowers the limit for the heavy tenants only: the light ones keep their
-		// room, up to twice the real limit plus what lightFloor lets any tenant have, so
-		// that a flood's first few requests never fill the room of a quiet tenant.
-		if !light || l.inflight >= 2*int(l.limit)+lightFloor {
+		// room, each up to the real limit in flight, all of them up to twice the limit plus
+		// what lightFloor lets any tenant have, so that a new flood (light until its count
+		// passes half the last flood's) never fills the room of a quiet tenant.
+		if !light || l.tenants[tenant] >= int(l.limit) || l.inflight >= 2*int(l.limit)+lightFloor {
 			reason := ReasonLimit
 			if !light && recent < l.heaviest {
 				reason = ReasonShare
@@ -152,12 +156,13 @@ func (l *Limiter) Acquire(tenant string) (done func(latency time.Duration), reas
 		}
 	}
 	l.inflight++
+	l.tenants[tenant]++
 	l.windowPeak = max(l.windowPeak, l.inflight)
 	l.mu.Unlock()
 	metrics.AdmissionInflight.Inc()
 	var once sync.Once
 	return func(latency time.Duration) {
-		once.Do(func() { l.done(latency) })
+		once.Do(func() { l.done(tenant, latency) })
 	}, ""
 }
 
@@ -169,11 +174,16 @@ func (l *Limiter) effectiveLimit() int {
 	return int(l.limit)
 }
 
-func (l *Limiter) done(latency time.Duration) {
+func (l *Limiter) done(tenant string, latency time.Duration) {
 	metrics.AdmissionInflight.Dec()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.inflight--
+	if n := l.tenants[tenant] - 1; n > 0 {
+		l.tenants[tenant] = n
+	} else {
+		delete(l.tenants, tenant)
+	}
 	l.windowSum += latency
 	l.windowCount++
 	if now := l.now(); now.Sub(l.windowStart) >= l.cfg.Window && l.windowCount >= minSamples {

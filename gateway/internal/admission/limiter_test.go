@@ -269,3 +269,32 @@ func TestParallelAcquireAndDoneKeepTheCount(t *testing.T) {
 		t.Fatalf("peak %d in flight; the bound is twice the limit and lightFloor, %d", peak, 16+lightFloor)
 	}
 }
+
+// A new flood counts as light until it has asked half as often as the last one; even
+// then it gets at most the limit in flight past the limit, and a quiet tenant still has
+// room.
+func TestANewFloodCannotTakeAQuietTenantsRoom(t *testing.T) {
+	c := &clock{t: time.Unix(1e9, 0)}
+	l := newTestLimiter(c, Config{MinLimit: 10, MaxLimit: 10, InitialLimit: 10})
+	for range 100 {
+		done, _ := l.Acquire("old-flood")
+		done(time.Millisecond)
+	}
+	for range 10 {
+		if done, _ := l.Acquire("old-flood"); done == nil {
+			t.Fatal("refused below the limit")
+		}
+	}
+	admitted := 0
+	for range 50 {
+		if done, _ := l.Acquire("new-flood"); done != nil {
+			admitted++
+		}
+	}
+	if admitted != 10 {
+		t.Fatalf("the new flood got %d in flight past the limit; want the limit, 10", admitted)
+	}
+	if done, reason := l.Acquire("quiet"); done == nil {
+		t.Fatalf("the quiet tenant refused (%s) while a new flood started", reason)
+	}
+}
