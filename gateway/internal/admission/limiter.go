@@ -28,9 +28,9 @@ type Config struct {
 	Now func() time.Time
 }
 
-// lightFloor is how many requests over two windows leave any tenant light: early in a
-// window, or just after a flood began, a quiet tenant's two or three requests must not
-// make it look heavy next to a flood that has only started counting.
+// lightFloor is how many requests in a window leave any tenant light: early in a window,
+// or just after a flood began, a quiet tenant's two or three requests must not make it
+// look heavy next to a flood that has only started counting.
 const lightFloor = 10
 
 // minSamples is the fewest finished requests a window needs to move the limit: a window
@@ -47,12 +47,10 @@ type Limiter struct {
 	mu       sync.Mutex
 	limit    float64
 	inflight int
-	// asked counts each tenant's requests (admitted or not) in the current window,
-	// askedBefore in the previous one; heaviest is the most any tenant asked over both.
-	asked, askedBefore map[string]int
-	heaviest           int
-	// tenants counts each tenant's requests in flight; a tenant with none is absent.
-	tenants map[string]int
+	// asked counts each tenant's requests (admitted or not) in the current window;
+	// heaviest is the most any tenant asked in it.
+	asked    map[string]int
+	heaviest int
 
 	windowStart time.Time
 	windowSum   time.Duration
@@ -97,7 +95,7 @@ func NewLimiter(cfg Config) *Limiter {
 	if now == nil {
 		now = time.Now
 	}
-	l := &Limiter{cfg: cfg, now: now, limit: float64(cfg.InitialLimit), asked: map[string]int{}, askedBefore: map[string]int{}, tenants: map[string]int{}}
+	l := &Limiter{cfg: cfg, now: now, limit: float64(cfg.InitialLimit), asked: map[string]int{}}
 	t := now()
 	l.windowStart = t
 	l.nextProbe = t.Add(cfg.BaselineWindow / 2)
@@ -127,28 +125,27 @@ const (
 // must call done exactly once with its latency.
 //
 // Any request is admitted while fewer than the limit are in flight. Past it, only a light
-// tenant is: one that asked at most lightFloor times, or less than half as often as the
-// busiest tenant, over the current and the previous window (refused requests count: it is
-// the demand that tells a flood). A tenant that floods is the busiest: it takes the free
-// slots and is refused past them (and so is any tenant near its rate), while the quiet
-// tenants' requests still go through: each up to the limit in flight, all together up to
-// twice the limit and lightFloor. Their requests over the limit count in the latency,
-// and the limit makes room.
+// tenant is: one that asked at most lightFloor times in the current window, or less than
+// half as often as the busiest tenant (refused requests count: it is the demand that
+// tells a flood). A tenant that floods is the busiest: it takes the free slots and is
+// refused past them (and so is any tenant near its rate), while the quiet tenants'
+// requests still go through, up to the larger of twice the limit (plus lightFloor) and
+// MaxLimit in flight. Their requests over the limit count in the latency, and the limit
+// makes room.
 func (l *Limiter) Acquire(tenant string) (done func(latency time.Duration), reason string) {
 	l.mu.Lock()
 	l.asked[tenant]++
-	recent := l.asked[tenant] + l.askedBefore[tenant]
-	l.heaviest = max(l.heaviest, recent)
+	asked := l.asked[tenant]
+	l.heaviest = max(l.heaviest, asked)
 	limit := l.effectiveLimit()
 	if l.inflight >= limit {
-		light := recent <= lightFloor || 2*recent < l.heaviest
-		// A probe lowers the limit for the heavy tenants only: the light ones keep their
-		// room, each up to the real limit in flight, all of them up to twice the limit plus
-		// what lightFloor lets any tenant have, so that a new flood (light until its count
-		// passes half the last flood's) never fills the room of a quiet tenant.
-		if !light || l.tenants[tenant] >= int(l.limit) || l.inflight >= 2*int(l.limit)+lightFloor {
+		light := asked <= lightFloor || 2*asked < l.heaviest
+		// A probe lowers the limit for the heavy tenants only; the light ones keep their
+		// room, up to the larger of twice the real limit (plus what lightFloor lets any
+		// tenant have) and MaxLimit.
+		if !light || l.inflight >= max(2*int(l.limit)+lightFloor, l.cfg.MaxLimit) {
 			reason := ReasonLimit
-			if !light && recent < l.heaviest {
+			if !light && asked < l.heaviest {
 				reason = ReasonShare
 			}
 			l.mu.Unlock()
@@ -156,13 +153,12 @@ func (l *Limiter) Acquire(tenant string) (done func(latency time.Duration), reas
 		}
 	}
 	l.inflight++
-	l.tenants[tenant]++
 	l.windowPeak = max(l.windowPeak, l.inflight)
 	l.mu.Unlock()
 	metrics.AdmissionInflight.Inc()
 	var once sync.Once
 	return func(latency time.Duration) {
-		once.Do(func() { l.done(tenant, latency) })
+		once.Do(func() { l.done(latency) })
 	}, ""
 }
 
@@ -174,16 +170,11 @@ func (l *Limiter) effectiveLimit() int {
 	return int(l.limit)
 }
 
-func (l *Limiter) done(tenant string, latency time.Duration) {
+func (l *Limiter) done(latency time.Duration) {
 	metrics.AdmissionInflight.Dec()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.inflight--
-	if n := l.tenants[tenant] - 1; n > 0 {
-		l.tenants[tenant] = n
-	} else {
-		delete(l.tenants, tenant)
-	}
 	l.windowSum += latency
 	l.windowCount++
 	if now := l.now(); now.Sub(l.windowStart) >= l.cfg.Window && l.windowCount >= minSamples {
@@ -200,14 +191,10 @@ func (l *Limiter) adapt(now time.Time) {
 	avg := l.windowSum / time.Duration(l.windowCount)
 	peak := l.windowPeak
 	l.windowStart, l.windowSum, l.windowCount, l.windowPeak = now, 0, 0, l.inflight
-	// The window's counts become the previous window's; the map of the one before is
-	// emptied and reused.
-	l.asked, l.askedBefore = l.askedBefore, l.asked
+	// The shares start afresh each window, so a flood that stopped does not make the
+	// next one look light.
 	clear(l.asked)
 	l.heaviest = 0
-	for _, n := range l.askedBefore {
-		l.heaviest = max(l.heaviest, n)
-	}
 
 	l.history = append(l.history, windowAverage{end: now, avg: avg})
 	cut := 0
