@@ -129,9 +129,8 @@ const (
 // half as often as the busiest tenant (refused requests count: it is the demand that
 // tells a flood). A tenant that floods is the busiest: it takes the free slots and is
 // refused past them (and so is any tenant near its rate), while the quiet tenants'
-// requests still go through, up to the larger of twice the limit (plus lightFloor) and
-// MaxLimit in flight. Their requests over the limit count in the latency, and the limit
-// makes room.
+// requests still go through, up to twice the limit plus lightFloor in flight. Their
+// requests over the limit count in the latency, and the limit makes room.
 func (l *Limiter) Acquire(tenant string) (done func(latency time.Duration), reason string) {
 	l.mu.Lock()
 	l.asked[tenant]++
@@ -141,9 +140,9 @@ func (l *Limiter) Acquire(tenant string) (done func(latency time.Duration), reas
 	if l.inflight >= limit {
 		light := asked <= lightFloor || 2*asked < l.heaviest
 		// A probe lowers the limit for the heavy tenants only; the light ones keep their
-		// room, up to the larger of twice the real limit (plus what lightFloor lets any
-		// tenant have) and MaxLimit.
-		if !light || l.inflight >= max(2*int(l.limit)+lightFloor, l.cfg.MaxLimit) {
+		// room, up to twice the real limit plus what lightFloor lets any tenant have (a
+		// bound, too, on what made-up tenants, each light for lightFloor requests, take).
+		if !light || l.inflight >= 2*int(l.limit)+lightFloor {
 			reason := ReasonLimit
 			if !light && asked < l.heaviest {
 				reason = ReasonShare
