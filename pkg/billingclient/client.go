@@ -63,6 +63,18 @@ func (c *Client) TenantEmail(ctx context.Context, tenant string) (string, error)
 	return resp.GetEmail(), err
 }
 
+// TenantExists says whether the installation has the tenant (always, self-hosted).
+// Failure to answer is 503 "Billing service unavailable, retry".
+func (c *Client) TenantExists(ctx context.Context, tenant string) (bool, error) {
+	_, err := grpcx.Call(ctx, c.peer, tenant, func(ctx context.Context, o ...grpc.CallOption) (*accountsv1.GetTenantContactResponse, error) {
+		return c.rpc.GetTenantContact(ctx, &accountsv1.GetTenantContactRequest{}, o...)
+	}, codes.NotFound)
+	if apierr.Is(err, codes.NotFound) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
 // ResolveAPIKey implements auth.TenantResolver: the tenant a hosted API key belongs to,
 // apierr.Unauthorized for a key billing does not know. There is no cache on purpose: a
 // rotated key must stop working on every service at once. Failure to answer is 503

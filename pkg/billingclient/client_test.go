@@ -32,6 +32,13 @@ func (f *fakeBilling) Authenticate(context.Context, *accountsv1.AuthenticateRequ
 	return &accountsv1.AuthenticateResponse{TenantId: "t1"}, nil
 }
 
+func (f *fakeBilling) GetTenantContact(context.Context, *accountsv1.GetTenantContactRequest) (*accountsv1.GetTenantContactResponse, error) {
+	if f.err != nil {
+		return nil, f.err
+	}
+	return &accountsv1.GetTenantContactResponse{Email: "t1@example.com"}, nil
+}
+
 func start(t *testing.T, f *fakeBilling) *billingclient.Client {
 	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
@@ -88,4 +95,17 @@ func TestResolveAPIKey(t *testing.T) {
 	if err != apierr.Unauthorized {
 		t.Fatalf("unknown key: %v", err)
 	}
+}
+
+// A tenant billing does not have is "no", not an error; an outage is the 503.
+func TestTenantExists(t *testing.T) {
+	t.Parallel()
+	if ok, err := start(t, &fakeBilling{}).TenantExists(context.Background(), "t1"); !ok || err != nil {
+		t.Fatalf("known tenant: %v, %v", ok, err)
+	}
+	if ok, err := start(t, &fakeBilling{err: apierr.NotFound("Tenant not found")}).TenantExists(context.Background(), "t2"); ok || err != nil {
+		t.Fatalf("unknown tenant: %v, %v", ok, err)
+	}
+	_, err := start(t, &fakeBilling{err: status.Error(codes.Internal, "pq: 10.0.0.5 refused")}).TenantExists(context.Background(), "t1")
+	wantStatus(t, err, codes.Unavailable, "Billing service unavailable, retry")
 }

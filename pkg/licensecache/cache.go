@@ -20,7 +20,8 @@
 //
 // Only rows are cached: whether a license has expired is decided at every read with the
 // current time, never cached. Unknown keys are not cached either (a new key is random, so a
-// miss costs the same as before).
+// miss costs the same as before). A cache keeps at most maxEntries answers, evicting by
+// CLOCK (clock.go), so its memory stays flat however many licenses are checked.
 package licensecache
 
 import (
@@ -46,10 +47,6 @@ const settle = 100 * time.Millisecond
 // maxSettling is the size at which the record of recent invalidations is pruned.
 const maxSettling = 1024
 
-// maxEntries bounds the memory of one cache; when it is full, reads still work, and a new
-// key is stored once expired entries were swept.
-const maxEntries = 100_000
-
 // Cache maps canonical license keys to values of type V (a row or an RPC answer). The zero
 // value is not usable; a nil *Cache is a cache that always loads. Safe for concurrent use.
 type Cache[V any] struct {
@@ -68,10 +65,9 @@ type Cache[V any] struct {
 	live atomic.Bool
 
 	mu sync.RWMutex
-	// entries: license key → qualifier (GetFor; "" for Get) → entry. Invalidating a key
-	// drops every answer about it.
-	entries map[string]map[string]entry[V]
-	size    int
+	// entries: license key → qualifier (GetUntil; "" for Get) → entry, at most maxEntries
+	// of them (clock.go). Invalidating a key drops every answer about it.
+	entries table[V]
 	// settling: keys invalidated within the last settle, whose answers are not stored
 	// (until when). The processes this one asks follow the same events, and one that has
 	// not yet received it may answer from its own cache: storing that answer would keep
@@ -123,7 +119,7 @@ func NewLive[V any](ttl, liveTTL time.Duration) *Cache[V] {
 	if ttl <= 0 {
 		return nil
 	}
-	c := &Cache[V]{ttl: ttl, liveTTL: liveTTL, now: time.Now, entries: map[string]map[string]entry[V]{}, settling: map[string]time.Time{}, flights: map[string]map[string]*flight[V]{}}
+	c := &Cache[V]{ttl: ttl, liveTTL: liveTTL, now: time.Now, entries: newTable[V](maxEntries), settling: map[string]time.Time{}, flights: map[string]map[string]*flight[V]{}}
 	c.live.Store(true)
 	return c
 }
@@ -151,7 +147,7 @@ func (c *Cache[V]) GetUntil(key, qualifier string, load func() (V, time.Time, er
 	}
 	now := c.now()
 	c.mu.RLock()
-	e, ok := c.entries[key][qualifier]
+	e, ok := c.entries.lookup(key, qualifier)
 	c.mu.RUnlock()
 	if ok && c.servable(e, now) {
 		return e.v, nil
@@ -162,7 +158,7 @@ func (c *Cache[V]) GetUntil(key, qualifier string, load func() (V, time.Time, er
 		c.mu.Lock()
 		// The leader stores before it lands: checking again here saves a load that just
 		// ended.
-		if e, ok := c.entries[key][qualifier]; ok && c.servable(e, now) {
+		if e, ok := c.entries.lookup(key, qualifier); ok && c.servable(e, now) {
 			c.mu.Unlock()
 			return e.v, nil
 		}
@@ -194,6 +190,16 @@ func (c *Cache[V]) GetUntil(key, qualifier string, load func() (V, time.Time, er
 		return v, err
 	}
 	f.v, f.ok = v, true
+	c.mu.Lock()
+	c.keep(key, qualifier, v, until, now, gen)
+	c.mu.Unlock()
+	return v, nil
+}
+
+// keep stores v, loaded from now on, as the answer about key for qualifier, unless an
+// invalidation arrived since the load started (gen moved on), the key is settling, the
+// cache is not in use, or until (zero: none) has passed. c.mu is held.
+func (c *Cache[V]) keep(key, qualifier string, v V, until, now time.Time, gen uint64) {
 	fresh := now.Add(c.ttl)
 	expires := fresh
 	if c.proven(now) {
@@ -203,27 +209,10 @@ func (c *Cache[V]) GetUntil(key, qualifier string, load func() (V, time.Time, er
 	if !until.IsZero() && until.Before(expires) {
 		expires = until
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	if c.gen != gen || !c.live.Load() || now.Before(c.settling[key]) || now.Before(c.settlingAll) || !now.Before(expires) {
-		return v, nil
+		return
 	}
-	if c.size >= maxEntries {
-		c.sweep(now)
-		if c.size >= maxEntries {
-			return v, nil
-		}
-	}
-	answers := c.entries[key]
-	if answers == nil {
-		answers = map[string]entry[V]{}
-		c.entries[key] = answers
-	}
-	if _, replaced := answers[qualifier]; !replaced {
-		c.size++
-	}
-	answers[qualifier] = entry[V]{v: v, expires: expires, fresh: fresh}
-	return v, nil
+	c.entries.store(key, qualifier, entry[V]{v: v, expires: expires, fresh: fresh}, now)
 }
 
 // land ends f and takes it out of the table, unless an invalidation already did.
@@ -239,21 +228,6 @@ func (c *Cache[V]) land(key, qualifier string, f *flight[V]) {
 	close(f.done)
 }
 
-// sweep drops expired entries; c.mu is held.
-func (c *Cache[V]) sweep(now time.Time) {
-	for k, answers := range c.entries {
-		for q, e := range answers {
-			if !now.Before(e.expires) {
-				delete(answers, q)
-				c.size--
-			}
-		}
-		if len(answers) == 0 {
-			delete(c.entries, k)
-		}
-	}
-}
-
 // Invalidate drops key, and keeps any load already under way from storing what it read.
 func (c *Cache[V]) Invalidate(key string) {
 	if c == nil {
@@ -262,8 +236,7 @@ func (c *Cache[V]) Invalidate(key string) {
 	now := c.now()
 	c.mu.Lock()
 	c.gen++
-	c.size -= len(c.entries[key])
-	delete(c.entries, key)
+	c.entries.drop(key)
 	delete(c.flights, key)
 	if len(c.settling) >= maxSettling {
 		for k, until := range c.settling {
@@ -284,8 +257,7 @@ func (c *Cache[V]) Clear() {
 	now := c.now()
 	c.mu.Lock()
 	c.gen++
-	clear(c.entries)
-	c.size = 0
+	c.entries.reset()
 	clear(c.flights)
 	c.settlingAll = now.Add(min(c.ttl, settle))
 	c.mu.Unlock()
@@ -346,8 +318,7 @@ func (c *Cache[V]) Subscribe(nc *nats.Conn, more ...string) (stop func(), err er
 func (c *Cache[V]) setLive(live bool) {
 	c.mu.Lock()
 	c.gen++
-	clear(c.entries)
-	c.size = 0
+	c.entries.reset()
 	clear(c.flights)
 	c.live.Store(live)
 	c.mu.Unlock()

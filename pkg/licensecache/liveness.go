@@ -292,8 +292,7 @@ func (c *Cache[V]) receive(p *proof, handlers map[string]func(*nats.Msg), m *nat
 func (c *Cache[V]) resync() {
 	c.mu.Lock()
 	c.gen++
-	clear(c.entries)
-	c.size = 0
+	c.entries.reset()
 	clear(c.flights)
 	c.mu.Unlock()
 }

@@ -36,6 +36,8 @@ type Client struct {
 	peer   grpcx.Peer
 	// licenses caches License's answers by canonical key (nil: no cache).
 	licenses *licensecache.Cache[*licensingv1.License]
+	// misses sends the cache's misses to licensing together (GetLicenses).
+	misses grpcx.Batcher[string, *licensingv1.GetLicenseResponse]
 
 	keyring atomic.Pointer[signing.Keyring]
 	fetch   sync.Mutex
@@ -43,11 +45,19 @@ type Client struct {
 
 // New returns a client on conn (from grpcx.Dial or app.Deps.Dial) presenting adminKey.
 func New(conn grpc.ClientConnInterface, adminKey string) *Client {
-	return &Client{
+	c := &Client{
 		rpc:    licensingv1.NewLicensingInternalServiceClient(conn),
 		portal: licensingv1.NewLicensingPortalServiceClient(conn),
 		peer:   grpcx.Peer{Name: "Licensing", AdminKey: adminKey},
 	}
+	c.misses.Reads = true
+	c.misses.Send = func(ctx context.Context, keys []string) ([]*licensingv1.GetLicenseResponse, error) {
+		resp, err := grpcx.Call(ctx, c.peer, "", func(ctx context.Context, o ...grpc.CallOption) (*licensingv1.GetLicensesResponse, error) {
+			return c.rpc.GetLicenses(ctx, &licensingv1.GetLicensesRequest{Keys: keys}, o...)
+		}, codes.Unimplemented)
+		return resp.GetResults(), err
+	}
+	return c
 }
 
 // CacheLicenses makes License answer from a cache whose entries live ttl (0: no cache),
@@ -67,12 +77,15 @@ func (c *Client) CacheLicenses(nc *nats.Conn, ttl time.Duration) (stop func(), e
 // person would (licensing canonicalizes it). An unknown key is license.ErrNotFound. The
 // answer may come from the cache (see CacheLicenses): callers must not modify it.
 func (c *Client) License(ctx context.Context, tenant, key string) (*licensingv1.License, error) {
-	if c.licenses == nil {
+	switch {
+	case c.licenses == nil && tenant == "":
+		return c.batchedLicense(ctx, key)
+	case c.licenses == nil:
 		return c.license(ctx, tenant, key)
 	}
 	// Keys are unique across tenants: one entry, looked up in any tenant, serves all.
 	l, err := c.licenses.Get(license.CanonicalKey(key), func() (*licensingv1.License, error) {
-		return c.license(ctx, "", key)
+		return c.batchedLicense(ctx, key)
 	})
 	if err != nil {
 		return nil, err
@@ -94,6 +107,23 @@ func (c *Client) license(ctx context.Context, tenant, key string) (*licensingv1.
 		return nil, err
 	}
 	return resp.GetLicense(), nil
+}
+
+// batchedLicense is license in any tenant, asked together with the other misses that
+// arrive while a batch is out (GetLicenses); from a licensing without that call, alone.
+// The caller keeps its own deadline and cancellation.
+func (c *Client) batchedLicense(ctx context.Context, key string) (*licensingv1.License, error) {
+	answer, err := c.misses.Do(ctx, key)
+	switch {
+	case apierr.Is(err, codes.Unimplemented):
+		return c.license(ctx, "", key)
+	case err != nil:
+		// A caller's own deadline or cancellation reads as its call alone would.
+		return nil, c.peer.Downstream(err)
+	case answer.GetLicense() == nil:
+		return nil, license.ErrNotFound
+	}
+	return answer.GetLicense(), nil
 }
 
 // ClaimProduct binds productID to tenant (the claim issue-license makes too); a product

@@ -81,56 +81,21 @@ func WithPullBatch(n int) ConsumeOption { return func(o *consumeOptions) { o.pul
 // it, it is created again.
 func Consume(ctx context.Context, js jetstream.JetStream, stream string, cfg jetstream.ConsumerConfig,
 	handle Handler, log *slog.Logger, opts ...ConsumeOption) error {
-	if cfg.Durable == "" {
-		return errors.New("natsx: consume: ConsumerConfig.Durable is required")
-	}
 	if handle == nil {
 		return errors.New("natsx: consume: nil handler")
 	}
-	if log == nil {
-		log = slog.Default()
+	c, err := newConsumer(ctx, stream, cfg, log, opts)
+	if err != nil {
+		return err
 	}
-	o := consumeOptions{retryMin: time.Second, retryMax: time.Minute, pullBatch: 8}
-	for _, opt := range opts {
-		opt(&o)
-	}
-	cfg.AckPolicy = jetstream.AckExplicitPolicy
-	if cfg.AckWait <= 0 {
-		cfg.AckWait = 30 * time.Second
-	}
-	if cfg.MaxDeliver == 0 {
-		cfg.MaxDeliver = -1
-	}
-	c := &consumer{
-		base:   context.WithoutCancel(ctx),
-		stream: stream,
-		cfg:    cfg,
-		opts:   o,
-		handle: handle,
-		log:    log.With("component", "consumer", "stream", stream, "consumer", cfg.Durable),
-	}
+	c.handle = handle
+	o := c.opts
 
-	for attempt := 1; ; attempt++ {
-		cons, err := js.CreateOrUpdateConsumer(ctx, stream, cfg)
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			if js.Conn().IsClosed() {
-				return fmt.Errorf("natsx: consume %s/%s: connection closed", stream, cfg.Durable)
-			}
-			if attempt == 1 {
-				c.log.Warn("cannot create consumer, retrying", "error", err.Error())
-			}
-			if !sleepCtx(ctx, jitter(backoff(100*time.Millisecond, 5*time.Second, attempt))) {
-				return nil
-			}
-			continue
+	for {
+		cons, err := c.create(ctx, js)
+		if cons == nil {
+			return err
 		}
-		if attempt > 1 {
-			c.log.Info("consumer ready")
-		}
-		consumers.set(stream, cfg.Durable, cons)
 		cc, err := cons.Consume(c.onMessage,
 			jetstream.PullMaxMessages(o.pullBatch),
 			jetstream.ConsumeErrHandler(c.onError))
@@ -146,10 +111,64 @@ func Consume(ctx context.Context, js jetstream.JetStream, stream string, cfg jet
 			// The subscription ended on its own: the consumer was deleted, or the
 			// connection closed. Start over, which tells the two apart.
 			c.log.Warn("consumer subscription ended, recreating")
-			attempt = 0
 			if !sleepCtx(ctx, 100*time.Millisecond) {
 				return nil
 			}
+		}
+	}
+}
+
+// newConsumer applies Consume's defaults to cfg and opts.
+func newConsumer(ctx context.Context, stream string, cfg jetstream.ConsumerConfig, log *slog.Logger, opts []ConsumeOption) (*consumer, error) {
+	if cfg.Durable == "" {
+		return nil, errors.New("natsx: consume: ConsumerConfig.Durable is required")
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	o := consumeOptions{retryMin: time.Second, retryMax: time.Minute, pullBatch: 8}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	cfg.AckPolicy = jetstream.AckExplicitPolicy
+	if cfg.AckWait <= 0 {
+		cfg.AckWait = 30 * time.Second
+	}
+	if cfg.MaxDeliver == 0 {
+		cfg.MaxDeliver = -1
+	}
+	return &consumer{
+		base:   context.WithoutCancel(ctx),
+		stream: stream,
+		cfg:    cfg,
+		opts:   o,
+		log:    log.With("component", "consumer", "stream", stream, "consumer", cfg.Durable),
+	}, nil
+}
+
+// create creates or updates the durable consumer, retrying while NATS is unreachable. It
+// returns a nil consumer when ctx ended (nil error) or the connection is closed for good.
+func (c *consumer) create(ctx context.Context, js jetstream.JetStream) (jetstream.Consumer, error) {
+	for attempt := 1; ; attempt++ {
+		cons, err := js.CreateOrUpdateConsumer(ctx, c.stream, c.cfg)
+		if err == nil {
+			if attempt > 1 {
+				c.log.Info("consumer ready")
+			}
+			consumers.set(c.stream, c.cfg.Durable, cons)
+			return cons, nil
+		}
+		if ctx.Err() != nil {
+			return nil, nil
+		}
+		if js.Conn().IsClosed() {
+			return nil, fmt.Errorf("natsx: consume %s/%s: connection closed", c.stream, c.cfg.Durable)
+		}
+		if attempt == 1 {
+			c.log.Warn("cannot create consumer, retrying", "error", err.Error())
+		}
+		if !sleepCtx(ctx, jitter(backoff(100*time.Millisecond, 5*time.Second, attempt))) {
+			return nil, nil
 		}
 	}
 }
@@ -211,14 +230,25 @@ func (c *consumer) onMessage(msg jetstream.Msg) {
 	log := c.log.With("subject", msg.Subject(), "stream_seq", meta.Sequence.Stream, "delivery", meta.NumDelivered)
 
 	err = c.call(msg)
-	switch {
-	case err == nil:
+	if err == nil {
 		c.erroring.Store(false)
+	}
+	c.settle(msg, meta, log, err, func() error {
 		actx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		// A double ack makes a lost ack visible here; the message would be redelivered
 		// after AckWait and the idempotent handler would absorb it.
-		if err := msg.DoubleAck(actx); err != nil {
+		return msg.DoubleAck(actx)
+	})
+}
+
+// settle ends a handled message by the handler's result: acked (with ack) on success,
+// terminated when the failure is permanent, poison or its last delivery, else redelivered
+// with a growing delay.
+func (c *consumer) settle(msg jetstream.Msg, meta *jetstream.MsgMetadata, log *slog.Logger, err error, ack func() error) {
+	switch {
+	case err == nil:
+		if err := ack(); err != nil {
 			log.Warn("ack failed, message will be redelivered", "error", err.Error())
 		}
 	case IsPermanent(err):

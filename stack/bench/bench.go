@@ -41,6 +41,9 @@ type Scenario struct {
 	// Note says what the figure measures or what limits it; it goes in the report.
 	Note  string
 	Setup func(ctx context.Context, env *Env) (Op, error)
+	// Check, when set, runs once after the scenario's last slice and says what it found
+	// (the floating renewals read the seats back with SQL); the report prints its line.
+	Check func(ctx context.Context, env *Env) (string, error)
 }
 
 var (
@@ -441,5 +444,6 @@ func Goals(results []Result) string {
 		fmt.Fprintf(&b, "- track-usage on one hot license, %d parallel clients: %.0f applied increments/s, %s of the answers 503\n",
 			r.Workers, r.RPS(), pct(r.RefusedShare()))
 	}
+	b.WriteString(leaseGoals(by))
 	return b.String()
 }

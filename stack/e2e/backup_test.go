@@ -22,7 +22,8 @@ import (
 // database while the stack runs, pg_restore into a fresh Postgres cluster, a new stack
 // started on it. Everything a vendor's customers hold keeps working: the public key is the
 // same, exports and signed update manifests made before the backup verify against the
-// restored stack, and licenses, seats and activation tokens are intact.
+// restored stack, leases verify against the restored JWKS and new ones are signed with the
+// same key, and licenses, seats and activation tokens are intact.
 func TestBackupRestoresIntoAFreshClusterWithTheSameKeys(t *testing.T) {
 	t.Parallel()
 	pgDump, pgRestore := testkit.RequireTool(t, "pg_dump"), testkit.RequireTool(t, "pg_restore")
@@ -38,6 +39,11 @@ func TestBackupRestoresIntoAFreshClusterWithTheSameKeys(t *testing.T) {
 	licFile := base64.StdEncoding.EncodeToString(c.Get("/v1/export-license/"+key+"/file").Expect(t, 200).Body)
 	registerRelease(t, a, rel(p, "2.0.0", "channel", "stable"))
 	manifest := c.Post("/v1/check-update", check(key, p, "1.0.0", "channel", "stable")).Expect(t, 200).Body
+	signedLease := lease(c, map[string]any{"key": key, "token": token}).Expect(t, 200).JSON(t)["lease"].(string)
+	leaseHeader, _, err := verifyLease(signedLease, leaseKeys(t, c, ""))
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	dump := filepath.Join(t.TempDir(), "keyhouse.dump")
 	if out, err := exec.Command(pgDump, "--format=custom", "--file="+dump, "--dbname="+src.Env("DATABASE_URL")).CombinedOutput(); err != nil {
@@ -83,6 +89,17 @@ func TestBackupRestoresIntoAFreshClusterWithTheSameKeys(t *testing.T) {
 	}
 	// The seat's token still proves the seat: usage tracks against it.
 	c2.Post("/v1/track-usage", map[string]any{"key": key, "token": token, "metric": "users", "increment": 1}).Expect(t, 200)
+	// The lease an app holds verifies against the restored JWKS, and new leases are signed
+	// with the same key (its private half was restored sealed, and opens).
+	restoredKeys := leaseKeys(t, c2, "")
+	if _, _, err := verifyLease(signedLease, restoredKeys); err != nil {
+		t.Fatalf("the lease signed before the backup, against the restored JWKS: %v", err)
+	}
+	renewed := lease(c2, map[string]any{"key": key, "token": token}).Expect(t, 200).JSON(t)["lease"].(string)
+	header, _, err := verifyLease(renewed, restoredKeys)
+	if err != nil || header["kid"] != leaseHeader["kid"] {
+		t.Fatalf("a lease after the restore: kid %v (before the backup %v), %v", header["kid"], leaseHeader["kid"], err)
+	}
 }
 
 // verifyManifest checks a check-update answer's RSA signature with publicKeyPEM, over the

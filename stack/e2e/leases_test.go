@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -526,4 +527,123 @@ func TestLeasesInTheBrowser(t *testing.T) {
 	// Released in the portal: the seat is gone at once and the cap of 1 takes another.
 	lease(c, map[string]any{"key": key, "token": tok, "components": map[string]string{"disk": "d1"}}).ExpectError(t, 403, errBadToken)
 	seat(t, c, key, "laptop")
+}
+
+// Hosted, a tenant's JWKS exists before its first lease, so an app can ship with it
+// pinned: the first read makes the tenant's key. Reads racing through two gateways and two
+// activations replicas agree on one key; the first lease is signed with it; an unknown
+// tenant_id lists none and makes nothing.
+func TestLeaseKeysExistBeforeTheFirstLease(t *testing.T) {
+	t.Parallel()
+	env := map[string]string{"MULTI_TENANT": "true"}
+	for k, v := range stripeEnv(t) {
+		env[k] = v
+	}
+	s := startStack(t, env)
+	t.Cleanup(s.Stop)
+	ctx := t.Context()
+	replica, err := s.StartServiceReplica(ctx, "activations")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gateway2, err := s.StartGateway(ctx, 0, map[string]string{"ACTIVATIONS_ADDR": replica})
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := dbConn(t, s)
+	created := admin(t, s).Post("/v1/operator/tenants", map[string]string{"name": "Pinned JWKS", "email": "pinned@example.com"}).Expect(t, 200).JSON(t)
+	tenantID := created["tenant_id"].(string)
+
+	const readers = 20
+	sets := make([]jwks, readers)
+	var wg sync.WaitGroup
+	for i := range readers {
+		base := s.URL
+		if i%2 == 1 {
+			base = gateway2
+		}
+		c := newClient(t, base, "")
+		wg.Go(func() {
+			if err := json.Unmarshal(c.Get("/v1/lease-keys?tenant_id="+tenantID).Expect(t, 200).Body, &sets[i]); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	pinned := sets[0]
+	if len(pinned.Keys) != 1 || pinned.Keys[0].Status != "active" || pinned.Keys[0].RetireAt != nil {
+		t.Fatalf("a new tenant's JWKS: %+v", pinned)
+	}
+	for i, set := range sets {
+		if len(set.Keys) != 1 || set.Keys[0].Kid != pinned.Keys[0].Kid || set.Keys[0].X != pinned.Keys[0].X {
+			t.Errorf("reader %d saw %+v, reader 0 %+v", i, set, pinned)
+		}
+	}
+	var rows int
+	if err := db.QueryRow(ctx, `SELECT count(*) FROM activations.lease_keys WHERE tenant_id = $1`, tenantID).Scan(&rows); err != nil {
+		t.Fatal(err)
+	}
+	if rows != 1 {
+		t.Fatalf("%d lease keys made for one tenant by concurrent first reads", rows)
+	}
+
+	vendor := newClient(t, s.URL, created["api_key"].(string))
+	c := anon(t, s)
+	key := issueLicense(t, vendor, lic(product("pinned")))
+	first := lease(c, map[string]any{"key": key, "token": seat(t, c, key, "m")}).Expect(t, 200).JSON(t)["lease"].(string)
+	header, _, err := verifyLease(first, pinned)
+	if err != nil || header["kid"] != pinned.Keys[0].Kid {
+		t.Fatalf("the first lease against the JWKS pinned before it: kid %v, %v", header["kid"], err)
+	}
+
+	if got := leaseKeys(t, c, "?tenant_id=no-such-tenant"); len(got.Keys) != 0 {
+		t.Errorf("keys of an unknown tenant: %+v", got)
+	}
+	if err := db.QueryRow(ctx, `SELECT count(*) FROM activations.lease_keys WHERE tenant_id = 'no-such-tenant'`).Scan(&rows); err != nil || rows != 0 {
+		t.Errorf("an unknown tenant's read made %d keys (%v)", rows, err)
+	}
+}
+
+// A policy that stops being floating reaches a floating seat with its next lease: the seat
+// no longer lapses (and floats again once the policy does), the lease saying which.
+func TestNextLeaseMovesASeatInAndOutOfFloating(t *testing.T) {
+	t.Parallel()
+	s := selfHosted(t)
+	a, c := admin(t, s), anon(t, s)
+	db := dbConn(t, s)
+	p := product("float-switch")
+	putPolicy(t, a, p, "*", map[string]any{"floating": true, "lease_ttl_seconds": 600})
+	key := issueLicense(t, a, lic(p))
+	tok := seat(t, c, key, "m")
+	leaseEnd := func() *time.Time {
+		t.Helper()
+		var end *time.Time
+		if err := db.QueryRow(t.Context(), `SELECT lease_expires_at FROM activations.seats WHERE license_key = $1`, key).Scan(&end); err != nil {
+			t.Fatal(err)
+		}
+		return end
+	}
+	floating := func(resp map[string]any) bool {
+		t.Helper()
+		_, claims, err := verifyLease(resp["lease"].(string), leaseKeys(t, c, ""))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var cl map[string]any
+		_ = json.Unmarshal(claims, &cl)
+		return cl["floating"] == true
+	}
+	if leaseEnd() == nil {
+		t.Fatal("a seat activated under a floating policy has no lease end")
+	}
+	putPolicy(t, a, p, "*", map[string]any{"floating": false, "lease_ttl_seconds": 600})
+	if resp := lease(c, map[string]any{"key": key, "token": tok}).Expect(t, 200).JSON(t); floating(resp) || leaseEnd() != nil {
+		t.Fatalf("after the policy stopped floating: lease floating %v, seat's lease end %v", floating(resp), leaseEnd())
+	}
+	putPolicy(t, a, p, "*", map[string]any{"floating": true, "lease_ttl_seconds": 600})
+	resp := lease(c, map[string]any{"key": key, "token": tok}).Expect(t, 200).JSON(t)
+	end := leaseEnd()
+	if !floating(resp) || end == nil || end.UTC().Format(time.RFC3339) != resp["expires_at"] {
+		t.Fatalf("floating again: lease floating %v, seat's lease end %v, lease expires_at %v", floating(resp), end, resp["expires_at"])
+	}
 }

@@ -99,22 +99,14 @@ func (t *Tenants) Of(r *http.Request) string {
 	return UnknownKeys
 }
 
-// keyed is every request message about one license key.
-type keyed interface{ GetKey() string }
-
-// Learning is the client interceptor of the connections to the services: an answer that
-// names the tenant of its request's key (TenantHeader) goes into the book.
+// Learning is the client interceptor of the connection to licensing: every key an
+// answer names with its tenant (licensecache.TenantHeader: verify-license's, and each
+// found item of a batch of them) goes into the book.
 func (t *Tenants) Learning() grpc.UnaryClientInterceptor {
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-		k, ok := req.(keyed)
-		if !ok {
-			return invoker(ctx, method, req, reply, cc, opts...)
-		}
 		var header metadata.MD
 		err := invoker(ctx, method, req, reply, cc, append(opts, grpc.Header(&header))...)
-		if v := header.Get(licensecache.TenantHeader); len(v) > 0 {
-			t.Learn(k.GetKey(), v[0])
-		}
+		licensecache.Tenants(header, t.Learn)
 		return err
 	}
 }

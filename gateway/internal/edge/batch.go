@@ -2,9 +2,8 @@ package edge
 
 import (
 	"context"
-	"sync"
-	"time"
 
+	"github.com/keyhouse/keyhouse/pkg/grpcx"
 	"github.com/keyhouse/keyhouse/pkg/idempotency"
 	"github.com/keyhouse/keyhouse/pkg/telemetry"
 	activationsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/activations/v1"
@@ -47,11 +46,13 @@ type batchedActivations struct {
 
 func newBatchedActivations(client activationsv1.ActivationsServiceClient) *batchedActivations {
 	b := &batchedActivations{ActivationsServiceClient: client}
-	b.usage.send = func(ctx context.Context, items []*activationsv1.TrackUsageBatchItem) ([]*activationsv1.TrackUsageBatchResult, error) {
+	b.usage.MaxSize, b.usage.MaxInFlight = batchSize, batchesInFlight
+	b.seats.MaxSize, b.seats.MaxInFlight = batchSize, batchesInFlight
+	b.usage.Send = func(ctx context.Context, items []*activationsv1.TrackUsageBatchItem) ([]*activationsv1.TrackUsageBatchResult, error) {
 		resp, err := client.TrackUsageBatch(ctx, &activationsv1.TrackUsageBatchRequest{Items: items})
 		return resp.GetResults(), err
 	}
-	b.seats.send = func(ctx context.Context, items []*activationsv1.ChangeSeatsBatchItem) ([]*activationsv1.ChangeSeatsBatchResult, error) {
+	b.seats.Send = func(ctx context.Context, items []*activationsv1.ChangeSeatsBatchItem) ([]*activationsv1.ChangeSeatsBatchResult, error) {
 		resp, err := client.ChangeSeatsBatch(ctx, &activationsv1.ChangeSeatsBatchRequest{Items: items})
 		return resp.GetResults(), err
 	}
@@ -101,7 +102,7 @@ type batchResult interface {
 func answer[Item any, Result batchResult, Response proto.Message](ctx context.Context, b *batcher[Item, Result], item Item,
 	response func(Result) Response, alone func() (Response, error)) (Response, error) {
 	var none Response
-	r, err := b.do(ctx, item)
+	r, err := b.Do(ctx, item)
 	switch {
 	case olderService(err):
 		return alone()
@@ -124,122 +125,6 @@ func itemError(e *activationsv1.CallStatus) error {
 // errNoAnswer: a batch's answer to an item was not of the item's kind.
 var errNoAnswer = status.Error(codes.Internal, "batch call: an item answered with another call's answer")
 
-// batcher sends the calls of one kind that arrive while earlier batches are out as one
-// batch call (send), and hands each its own result.
-type batcher[Item, Result any] struct {
-	// send makes one batch call: one result per item, in the items' order, or the error
-	// of the whole call.
-	send func(ctx context.Context, items []Item) ([]Result, error)
-
-	mu       sync.Mutex
-	queue    []*batchedCall[Item, Result]
-	inFlight int
-}
-
-// batchedCall is one call waiting for its batch.
-type batchedCall[Item, Result any] struct {
-	ctx    context.Context
-	item   Item
-	result Result
-	err    error
-	done   chan struct{}
-	// sent: the call went out in a batch; abandoned: its caller left before. Both are
-	// guarded by the batcher's mu, so a call is either sent or answered unsent.
-	sent, abandoned bool
-}
-
-// do queues item and waits for its result, or for ctx to end.
-func (b *batcher[Item, Result]) do(ctx context.Context, item Item) (Result, error) {
-	c := &batchedCall[Item, Result]{ctx: ctx, item: item, done: make(chan struct{})}
-	b.mu.Lock()
-	b.queue = append(b.queue, c)
-	if b.inFlight < batchesInFlight {
-		b.inFlight++
-		go b.run()
-	}
-	b.mu.Unlock()
-	select {
-	case <-c.done:
-		return c.result, c.err
-	case <-ctx.Done():
-	}
-	b.mu.Lock()
-	sent := c.sent
-	c.abandoned = !sent
-	b.mu.Unlock()
-	if sent {
-		// Its batch is out: the change may be made, so the answer waits for the batch's
-		// (bounded by the batch's deadline, the latest of its calls'). A 503 now would
-		// tell the client to retry a change that may have been applied.
-		<-c.done
-		return c.result, c.err
-	}
-	// Never sent, never made.
-	var none Result
-	return none, status.FromContextError(ctx.Err()).Err()
-}
-
-// run sends batches until nothing is queued.
-func (b *batcher[Item, Result]) run() {
-	for {
-		b.mu.Lock()
-		n := min(len(b.queue), batchSize)
-		if n == 0 {
-			b.inFlight--
-			b.mu.Unlock()
-			return
-		}
-		batch := make([]*batchedCall[Item, Result], n)
-		copy(batch, b.queue)
-		b.queue = append(b.queue[:0], b.queue[n:]...)
-		b.mu.Unlock()
-		b.call(batch)
-	}
-}
-
-// call sends one batch and hands each call its result. Calls whose client left are not
-// sent (and are answered 503 by do); the others wait for the batch. The batch lasts as
-// long as its longest-waiting call may.
-func (b *batcher[Item, Result]) call(batch []*batchedCall[Item, Result]) {
-	live := batch[:0]
-	items := make([]Item, 0, len(batch))
-	var deadline time.Time
-	unbounded := false // a request without a deadline (REQUEST_TIMEOUT unset in tests)
-	b.mu.Lock()
-	for _, c := range batch {
-		if c.abandoned || c.ctx.Err() != nil {
-			c.abandoned = true
-			continue
-		}
-		c.sent = true
-		live = append(live, c)
-		items = append(items, c.item)
-		d, ok := c.ctx.Deadline()
-		unbounded = unbounded || !ok
-		if d.After(deadline) {
-			deadline = d
-		}
-	}
-	b.mu.Unlock()
-	if len(live) == 0 {
-		return
-	}
-	ctx := context.Background()
-	if !unbounded {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, deadline)
-		defer cancel()
-	}
-	results, err := b.send(ctx, items)
-	if err == nil && len(results) != len(live) {
-		err = status.Errorf(codes.Internal, "batch call: %d answers for %d calls", len(results), len(live))
-	}
-	for i, c := range live {
-		if err != nil {
-			c.err = err
-		} else {
-			c.result = results[i]
-		}
-		close(c.done)
-	}
-}
+// batcher is grpcx.Batcher: the calls of one kind that arrive while earlier batches are
+// out, sent as one batch call.
+type batcher[Item, Result any] = grpcx.Batcher[Item, Result]

@@ -128,7 +128,7 @@ func TestBatchedCoalescesWhatArrivesWhileBatchesAreOut(t *testing.T) {
 		}
 		ask(key)
 	}
-	waitUntil(t, func() bool { b.usage.mu.Lock(); defer b.usage.mu.Unlock(); return len(b.usage.queue) == queued })
+	waitUntil(t, func() bool { return b.usage.Queued() == queued })
 	close(svc.release)
 	for range batchesInFlight + queued {
 		a := <-answers
@@ -182,14 +182,14 @@ func TestBatchedDoesNotSendACallWhoseClientLeft(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	left := make(chan error, 1)
 	go func() { _, err := trackVia(b, ctx, "LEFT"); left <- err }()
-	waitUntil(t, func() bool { b.usage.mu.Lock(); defer b.usage.mu.Unlock(); return len(b.usage.queue) == 1 })
+	waitUntil(t, func() bool { return b.usage.Queued() == 1 })
 	cancel()
 	if err := <-left; status.Code(err) != codes.Canceled {
 		t.Fatalf("the caller that left got %v, want Canceled", err)
 	}
 	stayed := make(chan error, 1)
 	go func() { _, err := trackVia(b, context.Background(), "STAYED"); stayed <- err }()
-	waitUntil(t, func() bool { b.usage.mu.Lock(); defer b.usage.mu.Unlock(); return len(b.usage.queue) == 2 })
+	waitUntil(t, func() bool { return b.usage.Queued() == 2 })
 	close(svc.release)
 	if err := <-stayed; err != nil {
 		t.Fatal(err)
@@ -218,7 +218,7 @@ func TestBatchedLastsAsLongAsItsLongestDeadline(t *testing.T) {
 		defer cancel()
 		go func() { _, _ = trackVia(b, ctx, "K") }()
 	}
-	waitUntil(t, func() bool { b.usage.mu.Lock(); defer b.usage.mu.Unlock(); return len(b.usage.queue) == 2 })
+	waitUntil(t, func() bool { return b.usage.Queued() == 2 })
 	close(svc.release)
 	<-svc.arrived
 	svc.mu.Lock()
@@ -319,7 +319,7 @@ func TestBatchedSeatChangesGoTogether(t *testing.T) {
 			}
 		})
 	}
-	waitUntil(t, func() bool { b.seats.mu.Lock(); defer b.seats.mu.Unlock(); return len(b.seats.queue) == 10 })
+	waitUntil(t, func() bool { return b.seats.Queued() == 10 })
 	close(svc.release)
 	wg.Wait()
 	if err := <-first; err != nil {

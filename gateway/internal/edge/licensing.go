@@ -19,7 +19,7 @@ import (
 // verify-license's successful answers are served from verified (nil: no cache).
 func registerLicensing(ctx context.Context, mux *runtime.ServeMux, conn *grpc.ClientConn, verified *licensecache.Cache[*licensingv1.VerifyLicenseResponse]) error {
 	client := licensingv1.NewLicensingServiceClient(conn)
-	routes := &cachedVerify{LicensingServiceClient: client, verified: verified}
+	routes := &cachedVerify{LicensingServiceClient: client, verified: verified, misses: newBatchedVerify(client)}
 	if err := licensingv1.RegisterLicensingServiceHandlerClient(ctx, mux, routes); err != nil {
 		return err
 	}
@@ -31,10 +31,12 @@ func registerLicensing(ctx context.Context, mux *runtime.ServeMux, conn *grpc.Cl
 // valid answers are kept (an unknown, revoked or expired key always asks licensing), and
 // none past its own expires_at: licensing decides again then. The cache follows
 // licensing's change events (pkg/licensecache), and a write that passes through this
-// gateway drops its key before its answer leaves (Caches.DropAnnounced).
+// gateway drops its key before its answer leaves (Caches.DropAnnounced). The misses go to
+// licensing in batches (batchedVerify).
 type cachedVerify struct {
 	licensingv1.LicensingServiceClient
 	verified *licensecache.Cache[*licensingv1.VerifyLicenseResponse]
+	misses   *batchedVerify
 }
 
 func (c *cachedVerify) VerifyLicense(ctx context.Context, req *licensingv1.VerifyLicenseRequest, opts ...grpc.CallOption) (*licensingv1.VerifyLicenseResponse, error) {
@@ -44,7 +46,7 @@ func (c *cachedVerify) VerifyLicense(ctx context.Context, req *licensingv1.Verif
 	asked := false
 	resp, err := c.verified.GetUntil(license.CanonicalKey(req.GetKey()), "", func() (*licensingv1.VerifyLicenseResponse, time.Time, error) {
 		asked = true
-		resp, err := c.LicensingServiceClient.VerifyLicense(ctx, req, opts...)
+		resp, err := c.misses.VerifyLicense(ctx, req)
 		if err != nil {
 			return nil, time.Time{}, err
 		}

@@ -10,6 +10,8 @@ import (
 	"github.com/keyhouse/keyhouse/pkg/licensecache"
 	licensingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
@@ -30,6 +32,12 @@ func (v *verifier) VerifyLicense(_ context.Context, req *licensingv1.VerifyLicen
 	return nil, license.ErrNotFound
 }
 
+// VerifyLicenseBatch: this stand-in is a licensing from before the batch call, so each
+// miss is asked alone (batchedVerify's fallback).
+func (v *verifier) VerifyLicenseBatch(context.Context, *licensingv1.VerifyLicenseBatchRequest, ...grpc.CallOption) (*licensingv1.VerifyLicenseBatchResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "unknown method VerifyLicenseBatch")
+}
+
 func TestCachedVerifyServesValidAnswersUntilTheirExpiry(t *testing.T) {
 	perpetualKey, expiringKey, unknownKey := license.NewKey(), license.NewKey(), license.NewKey()
 	expires := time.Now().Add(300 * time.Millisecond)
@@ -39,7 +47,7 @@ func TestCachedVerifyServesValidAnswersUntilTheirExpiry(t *testing.T) {
 		perpetualKey: perpetual,
 		expiringKey:  expiring,
 	}}
-	c := &cachedVerify{LicensingServiceClient: src, verified: licensecache.New[*licensingv1.VerifyLicenseResponse](time.Hour)}
+	c := &cachedVerify{LicensingServiceClient: src, verified: licensecache.New[*licensingv1.VerifyLicenseResponse](time.Hour), misses: newBatchedVerify(src)}
 	verify := func(key *string) (*licensingv1.VerifyLicenseResponse, error) {
 		return c.VerifyLicense(t.Context(), &licensingv1.VerifyLicenseRequest{Key: key})
 	}

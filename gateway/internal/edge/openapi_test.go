@@ -21,6 +21,7 @@ import (
 
 	"github.com/keyhouse/keyhouse/gateway/internal/openapi"
 	activationsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/activations/v1"
+	licensingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -196,6 +197,7 @@ var batchedThrough = map[string]string{
 	activationsv1.ActivationsService_TrackUsage_FullMethodName:        activationsv1.ActivationsService_TrackUsageBatch_FullMethodName,
 	activationsv1.ActivationsService_ActivateLicense_FullMethodName:   activationsv1.ActivationsService_ChangeSeatsBatch_FullMethodName,
 	activationsv1.ActivationsService_DeactivateLicense_FullMethodName: activationsv1.ActivationsService_ChangeSeatsBatch_FullMethodName,
+	licensingv1.LicensingService_VerifyLicense_FullMethodName:         licensingv1.LicensingService_VerifyLicenseBatch_FullMethodName,
 }
 
 func TestOpenAPI_EveryDocumentedRouteReachesTheMethodItNames(t *testing.T) {

@@ -128,6 +128,18 @@ func run(ctx context.Context) error {
 			p.slices = append(p.slices, bench.RunSlice(ctx, p.sc, p.op, *workers, slice, round, cpu))
 		}
 	}
+	// A row's check runs after its last slice (every slice is done by now).
+	var checks []string
+	for _, p := range runs {
+		if p.sc.Check == nil {
+			continue
+		}
+		found, err := p.sc.Check(ctx, env)
+		if err != nil {
+			found = "FAILED: " + err.Error()
+		}
+		checks = append(checks, fmt.Sprintf("- %s, checked after the row: %s", p.sc.Name, found))
+	}
 	var results []bench.Result
 	for _, p := range runs {
 		r := bench.Merge(p.slices)
@@ -138,6 +150,9 @@ func run(ctx context.Context) error {
 	}
 	fmt.Printf("\n%s, %d CPUs, %s per scenario in %d rounds, load average %s\n\n%s", runtime.GOOS+"/"+runtime.GOARCH, runtime.NumCPU(), *duration, *rounds, bench.LoadAverage(), bench.Table(results))
 	fmt.Printf("\n%s\n", bench.Goals(results))
+	for _, c := range checks {
+		fmt.Println(c)
+	}
 	for _, r := range results {
 		if r.Note != "" {
 			fmt.Printf("- %s: %s\n", r.Name, r.Note)

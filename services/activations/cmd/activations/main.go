@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/keyhouse/keyhouse/pkg/app"
+	"github.com/keyhouse/keyhouse/pkg/billingclient"
 	"github.com/keyhouse/keyhouse/pkg/config"
-	"github.com/keyhouse/keyhouse/pkg/events"
 	"github.com/keyhouse/keyhouse/pkg/idempotency"
 	"github.com/keyhouse/keyhouse/pkg/licensecache"
 	"github.com/keyhouse/keyhouse/pkg/licensingclient"
@@ -32,22 +32,22 @@ func main() {
 				return err
 			}
 			licenses := licensingclient.New(conn, d.Config.AdminAPIKey.Reveal())
-			nc, js, err := natsx.Connect(ctx, d.Config.NATSURL, "activations", d.Log)
+			// Seat events leave through the outbox; the spine's fast path announces a removed
+			// seat, so caches of validate-license's answers (the gateway's) drop the license's.
+			spine, err := d.StartEventSpine(ctx, "activations", app.SpineOptions{})
 			if err != nil {
 				return err
 			}
-			d.Readiness.Add(natsx.ReadinessCheck(nc))
-			if err := events.EnsureStream(ctx, js); err != nil {
-				nc.Close()
-				return err
-			}
-			// Seat events leave through the outbox; the spine's fast path announces a removed
-			// seat, so caches of validate-license's answers (the gateway's) drop the license's.
-			relay := natsx.NewRelay(d.DB, js, d.Log)
-			st := store.New(d.DB, events.NewSpine(events.WithRelay(relay), events.WithFastPath(nc), events.WithLog(d.Log)))
+			nc := spine.NATS
+			d.Readiness.Add(natsx.ReadinessCheck(nc)) // the seat purge consumes
+			st := store.New(d.DB, spine.Spine)
 			server.RegisterConsole(d.Server.GRPC, server.NewConsole(st, licenses))
 			// License lookups are cached; the cache follows licensing's change events.
 			stopCache, err := licenses.CacheLicenses(nc, d.Config.LicenseCacheTTL)
+			if err != nil {
+				return err
+			}
+			billingConn, err := d.Dial(d.Config.BillingAddr)
 			if err != nil {
 				nc.Close()
 				return err
@@ -55,25 +55,21 @@ func main() {
 			leases := server.NewLeases(st, licenses, licenses, server.LeaseConfig{
 				Issuer: d.Config.PublicBaseURL, MultiTenant: d.Config.MultiTenant,
 				MinLeaseTTL: d.Config.LeaseMinTTL, Keyring: licenses.Keyring,
+				Tenants: billingclient.New(billingConn, d.Config.AdminAPIKey.Reveal()),
 			})
 			server.Register(d.Server.GRPC, server.New(st, licenses, d.Log).WithLeases(leases))
 			server.RegisterLeases(d.Server.GRPC, leases)
 			var wg sync.WaitGroup
 			wg.Go(func() {
-				if err := relay.Run(ctx); err != nil {
-					d.Log.Error("outbox relay stopped", "error", err.Error())
-				}
-			})
-			wg.Go(func() {
-				if err := purge.Run(ctx, js, st, d.Log); err != nil {
+				if err := purge.Run(ctx, spine.JetStream, st, d.Log); err != nil {
 					d.Log.Error("license.deleted consumer stopped", "error", err.Error())
 				}
 			})
 			wg.Go(func() { idempotency.PurgeHourly(ctx, d.DB, d.Log) })
 			wg.Go(func() { forgetCommits(ctx, st, d.Log) })
 			wg.Go(func() { sweep.Run(ctx, st, d.Config.LeaseSweepInterval, d.Log) })
-			// Closers run in reverse: the consumer finishes its message before NATS closes.
-			d.OnClose(nc.Close)
+			// Closers run in reverse: the consumer finishes its message before the relay
+			// stops and NATS closes (StartEventSpine's closers).
 			// Removed seats are announced with a heartbeat, the caches' liveness proof.
 			d.OnClose(licensecache.StartHeartbeat(nc))
 			d.OnClose(stopCache)

@@ -34,8 +34,7 @@ type LeaseStore interface {
 	DeletePolicy(ctx context.Context, tenant, productID, tier string) (bool, error)
 	PolicyFor(ctx context.Context, tenant, productID, tier string) (*store.Policy, error)
 	LongestLeaseTTL(ctx context.Context, tenant string) (time.Duration, error)
-	SeatByToken(ctx context.Context, tenant, key string, tokenHash []byte) (*store.LeaseSeat, error)
-	SeatByInstance(ctx context.Context, tenant, key, instance string) (*store.LeaseSeat, error)
+	LeaseBasis(ctx context.Context, tenant, key, productID, tier string, tokenHash []byte, instance string) (store.LeaseBasis, error)
 	LapsedWithin(ctx context.Context, tenant, key string, tokenHash []byte, within time.Duration) (bool, error)
 	RenewLease(ctx context.Context, r store.LeaseRenewal) (bool, error)
 	ActiveLeaseKey(ctx context.Context, tenant string) (*store.LeaseKey, error)
@@ -60,6 +59,14 @@ type LeaseConfig struct {
 	MinLeaseTTL time.Duration
 	// Keyring seals and opens the lease keys' private halves (licensing's AES key).
 	Keyring func(ctx context.Context) (*signing.Keyring, error)
+	// Tenants says which tenant ids exist (billingclient.Client), so a public read of an
+	// unknown tenant's JWKS makes no key; hosted only.
+	Tenants Tenants
+}
+
+// Tenants is the directory of hosted tenants (billingclient.Client.TenantExists).
+type Tenants interface {
+	TenantExists(ctx context.Context, tenant string) (bool, error)
 }
 
 // Policy bounds and built-in defaults (addendum §12).
@@ -312,7 +319,9 @@ func matches(strategy string, bound, sent map[string]string) bool {
 }
 
 // CreateLease signs a lease for a seat: the seat the token holds, or (a reinstall) the
-// bound seat of instance_id whose components match, which then gets a new token.
+// bound seat of instance_id whose components match, which then gets a new token. The
+// seat, its policy and the signing key are one read; a write follows only when the lease
+// changes the seat (a floating seat's lease end, a first binding, a reinstall's token).
 func (x *Leases) CreateLease(ctx context.Context, req *activationsv1.CreateLeaseRequest) (*activationsv1.CreateLeaseResponse, error) {
 	if err := checkLeaseRequest(req); err != nil {
 		return nil, err
@@ -329,59 +338,70 @@ func (x *Leases) CreateLease(ctx context.Context, req *activationsv1.CreateLease
 		return nil, err
 	}
 	tenant, key := l.GetTenantId(), l.GetKey()
-	p, err := x.store.PolicyFor(ctx, tenant, l.GetProductId(), l.GetTier())
-	if err != nil {
-		return nil, err
-	}
-	policy := effectivePolicy(p)
-	kid, priv, err := x.signingKey(ctx, tenant)
-	if err != nil {
-		return nil, err
+	var tokenHash []byte
+	if req.GetToken() != "" {
+		tokenHash = hashToken(req.GetToken())
 	}
 	iat := now.Truncate(time.Second)
-	exp := iat.Add(policy.LeaseTTL)
-	if e := l.GetExpiresAt(); e != nil && e.AsTime().Before(exp) {
-		exp = e.AsTime().Truncate(time.Second)
-	}
-	renewAfter := iat.Add(policy.RenewAfter)
-	if renewAfter.After(exp) {
-		renewAfter = exp
-	}
-	var seat *store.LeaseSeat
-	var newToken string
 	for attempt := 0; ; attempt++ {
 		if attempt == maxLeaseAttempts {
 			return nil, apierr.Retry("The seat was changed by a concurrent request; please retry")
 		}
-		var r store.LeaseRenewal
-		seat, r, newToken, err = x.leaseSeat(ctx, tenant, key, req, policy)
+		basis, err := x.store.LeaseBasis(ctx, tenant, key, l.GetProductId(), l.GetTier(), tokenHash, req.GetInstanceId())
+		if err != nil {
+			return nil, err
+		}
+		policy := effectivePolicy(basis.Policy)
+		exp := iat.Add(policy.LeaseTTL)
+		if e := l.GetExpiresAt(); e != nil && e.AsTime().Before(exp) {
+			exp = e.AsTime().Truncate(time.Second)
+		}
+		renewAfter := iat.Add(policy.RenewAfter)
+		if renewAfter.After(exp) {
+			renewAfter = exp
+		}
+		seat, r, newToken, err := x.leaseSeat(ctx, tenant, key, tokenHash, basis.Seat, req, policy)
 		if err != nil {
 			return nil, err
 		}
 		if policy.Floating {
 			r.LeaseExpiresAt = &exp
 		}
-		r.ProductID = l.GetProductId()
-		renewed, err := x.store.RenewLease(ctx, r)
-		if err != nil {
-			return nil, err
-		}
-		if renewed {
+		if changesSeat(seat, r) {
+			r.ProductID = l.GetProductId()
+			renewed, err := x.store.RenewLease(ctx, r)
+			if err != nil {
+				return nil, err
+			}
+			if !renewed {
+				continue
+			}
 			if r.Bind != nil {
 				seat.Components = r.Bind
 			}
-			break
 		}
+		kid, priv, err := x.signingKey(ctx, tenant, basis.Key)
+		if err != nil {
+			return nil, err
+		}
+		lease, err := signLease(priv, kid, leaseClaims(x.cfg.Issuer, l, policy, seat, iat, exp, renewAfter, req.Nonce))
+		if err != nil {
+			return nil, err
+		}
+		resp := &activationsv1.CreateLeaseResponse{Lease: lease, ExpiresAt: timestamppb.New(exp), RenewAfter: timestamppb.New(renewAfter)}
+		if newToken != "" {
+			resp.Token = proto.String(newToken)
+		}
+		return resp, nil
 	}
-	lease, err := signLease(priv, kid, leaseClaims(x.cfg.Issuer, l, policy, seat, iat, exp, renewAfter, req.Nonce))
-	if err != nil {
-		return nil, err
-	}
-	resp := &activationsv1.CreateLeaseResponse{Lease: lease, ExpiresAt: timestamppb.New(exp), RenewAfter: timestamppb.New(renewAfter)}
-	if newToken != "" {
-		resp.Token = proto.String(newToken)
-	}
-	return resp, nil
+}
+
+// changesSeat says whether a lease must write its seat: to move a floating seat's lease
+// end, to make a once-floating seat not floating, to bind it or to replace its token. A
+// lease of a seat it leaves as it is only reads it (as validate-license does): against a
+// concurrent deactivation it is simply the earlier of the two.
+func changesSeat(seat *store.LeaseSeat, r store.LeaseRenewal) bool {
+	return r.LeaseExpiresAt != nil || seat.LeaseExpiresAt != nil || r.Bind != nil || r.NewTokenHash != nil
 }
 
 // usableAt is pkg/license's rule for a license licensing returned.
@@ -394,25 +414,15 @@ func usableAt(l *licensingv1.License, now time.Time) error {
 	return license.Usable(l.GetStatus(), expires, now)
 }
 
-// leaseSeat finds the seat a lease request proves, decides the binding and returns the
-// renewal that commits it (and, for a reinstall, the new token).
-func (x *Leases) leaseSeat(ctx context.Context, tenant, key string, req *activationsv1.CreateLeaseRequest, policy store.Policy) (*store.LeaseSeat, store.LeaseRenewal, string, error) {
-	r := store.LeaseRenewal{Tenant: tenant, Key: key}
-	var seat *store.LeaseSeat
-	var err error
-	reinstall := req.GetToken() == ""
-	if reinstall {
-		seat, err = x.store.SeatByInstance(ctx, tenant, key, req.GetInstanceId())
-	} else {
-		r.TokenHash = hashToken(req.GetToken())
-		seat, err = x.store.SeatByToken(ctx, tenant, key, r.TokenHash)
-	}
-	if err != nil {
-		return nil, r, "", err
-	}
+// leaseSeat checks the seat a lease request proves (seat, as read; nil: none), decides
+// the binding and returns the renewal that would commit it (and, for a reinstall, the new
+// token).
+func (x *Leases) leaseSeat(ctx context.Context, tenant, key string, tokenHash []byte, seat *store.LeaseSeat, req *activationsv1.CreateLeaseRequest, policy store.Policy) (*store.LeaseSeat, store.LeaseRenewal, string, error) {
+	r := store.LeaseRenewal{Tenant: tenant, Key: key, TokenHash: tokenHash}
+	reinstall := tokenHash == nil
 	switch {
 	case seat == nil && !reinstall:
-		lapsed, err := x.store.LapsedWithin(ctx, tenant, key, r.TokenHash, lapseRemembered)
+		lapsed, err := x.store.LapsedWithin(ctx, tenant, key, tokenHash, lapseRemembered)
 		if err != nil {
 			return nil, r, "", err
 		}
@@ -536,12 +546,10 @@ func (x *Leases) newLeaseKey(ctx context.Context) (store.LeaseKey, error) {
 	return store.LeaseKey{Kid: thumbprint(pub), PublicKey: pub, SealedPrivate: sealed}, nil
 }
 
-// signingKey is the tenant's active key, made on first use.
-func (x *Leases) signingKey(ctx context.Context, tenant string) (string, ed25519.PrivateKey, error) {
-	k, err := x.store.ActiveLeaseKey(ctx, tenant)
-	if err != nil {
-		return "", nil, err
-	}
+// signingKey is the tenant's active key (active, as read; nil: none yet, then it is made
+// here) with its private half, opened once per process and kid.
+func (x *Leases) signingKey(ctx context.Context, tenant string, active *store.LeaseKey) (string, ed25519.PrivateKey, error) {
+	k := active
 	if k == nil {
 		fresh, err := x.newLeaseKey(ctx)
 		if err != nil {
@@ -573,9 +581,10 @@ func (x *Leases) signingKey(ctx context.Context, tenant string) (string, ed25519
 	return k.Kid, priv, nil
 }
 
-// ListLeaseKeys is the JWKS of the tenant's lease keys. Self-hosted, the one set is made
-// on first use; hosted, a tenant's keys exist once it leased or rotated, and a tenant_id
-// without keys (or unknown) lists none.
+// ListLeaseKeys is the JWKS of the tenant's lease keys. A tenant that has none yet gets
+// its first one here, so an app can ship with the JWKS pinned before any lease exists;
+// replicas making it at once agree on one (store.AddFirstLeaseKey). Hosted, an unknown
+// tenant_id lists none and makes nothing.
 func (x *Leases) ListLeaseKeys(ctx context.Context, req *activationsv1.ListLeaseKeysRequest) (*activationsv1.ListLeaseKeysResponse, error) {
 	tenant := auth.SelfHostedTenant
 	if x.cfg.MultiTenant {
@@ -583,12 +592,15 @@ func (x *Leases) ListLeaseKeys(ctx context.Context, req *activationsv1.ListLease
 		if err := checkField("tenant_id", tenant); err != nil {
 			return nil, err
 		}
-	} else if _, _, err := x.signingKey(ctx, tenant); err != nil {
-		return nil, err
 	}
 	keys, err := x.store.LeaseKeys(ctx, tenant)
 	if err != nil {
 		return nil, err
+	}
+	if len(keys) == 0 {
+		if keys, err = x.firstLeaseKeys(ctx, tenant); err != nil {
+			return nil, err
+		}
 	}
 	resp := &activationsv1.ListLeaseKeysResponse{Keys: []*activationsv1.LeaseKey{}}
 	for _, k := range keys {
@@ -600,6 +612,25 @@ func (x *Leases) ListLeaseKeys(ctx context.Context, req *activationsv1.ListLease
 		resp.Keys = append(resp.Keys, jwk)
 	}
 	return resp, nil
+}
+
+// firstLeaseKeys makes the tenant's first lease key, if the tenant exists, and lists its
+// keys again (none for an unknown tenant).
+func (x *Leases) firstLeaseKeys(ctx context.Context, tenant string) ([]store.LeaseKey, error) {
+	if x.cfg.MultiTenant {
+		known, err := x.cfg.Tenants.TenantExists(ctx, tenant)
+		if err != nil || !known {
+			return nil, err
+		}
+	}
+	active, err := x.store.ActiveLeaseKey(ctx, tenant)
+	if err != nil {
+		return nil, err
+	}
+	if _, _, err := x.signingKey(ctx, tenant, active); err != nil {
+		return nil, err
+	}
+	return x.store.LeaseKeys(ctx, tenant)
 }
 
 // RotateLeaseKeys makes a new key sign the tenant's leases; the one before keeps verifying

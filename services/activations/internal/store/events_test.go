@@ -142,8 +142,8 @@ func TestEveryWriteEmitsItsEvent(t *testing.T) {
 		[]string{"HasSeat", "Usage", "Seats", "Recent", "CountSeats", "Summaries", "SeatsForKeys", "PurgeCommits",
 			// Reads of leases, and the writes of them that addendum §11 does not list: policies,
 			// a tenant's first lease key, retired keys' removal.
-			"ActiveLeaseKey", "LapsedWithin", "LeaseKeys", "LongestLeaseTTL", "Policies", "PolicyFor", "SeatByInstance",
-			"SeatByToken", "SeatLeases", "PutPolicy", "DeletePolicy", "AddFirstLeaseKey", "RemoveRetiredLeaseKeys",
+			"ActiveLeaseKey", "LapsedWithin", "LeaseBasis", "LeaseKeys", "LongestLeaseTTL", "Policies", "PolicyFor",
+			"SeatLeases", "PutPolicy", "DeletePolicy", "AddFirstLeaseKey", "RemoveRetiredLeaseKeys",
 			// The starting usage of imported licenses: part of the import, whose event is
 			// licensing's license.issued; addendum §11 has no usage event for it.
 			"ImportUsage"})

@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"github.com/keyhouse/keyhouse/pkg/events"
+	"fmt"
 	"time"
+
+	"github.com/keyhouse/keyhouse/pkg/events"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -117,30 +119,6 @@ func scanLeaseSeat(row pgx.CollectableRow) (LeaseSeat, error) {
 		}
 	}
 	return seat, nil
-}
-
-// SeatByToken finds the seat of key holding tokenHash (nil: none).
-func (s *Store) SeatByToken(ctx context.Context, tenant, key string, tokenHash []byte) (*LeaseSeat, error) {
-	return s.leaseSeat(ctx, `SELECT `+leaseSeatColumns+` FROM seats WHERE tenant_id = $1 AND license_key = $2 AND token_hash = $3`,
-		tenant, key, tokenHash)
-}
-
-// SeatByInstance finds the seat (key, instance) (nil: none).
-func (s *Store) SeatByInstance(ctx context.Context, tenant, key, instance string) (*LeaseSeat, error) {
-	return s.leaseSeat(ctx, `SELECT `+leaseSeatColumns+` FROM seats WHERE tenant_id = $1 AND license_key = $2 AND instance_id = $3`,
-		tenant, key, instance)
-}
-
-func (s *Store) leaseSeat(ctx context.Context, sql string, args ...any) (*LeaseSeat, error) {
-	rows, err := s.db.Query(ctx, sql, args...)
-	if err != nil {
-		return nil, err
-	}
-	seat, err := pgx.CollectExactlyOneRow(rows, scanLeaseSeat)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, nil
-	}
-	return &seat, err
 }
 
 // LapsedWithin reports whether the seat holding tokenHash lapsed (its floating lease ran
@@ -306,4 +284,85 @@ func (s *Store) SeatLeases(ctx context.Context, tenant, key string) ([]LeaseSeat
 		return nil, err
 	}
 	return pgx.CollectRows(rows, scanLeaseSeat)
+}
+
+// LeaseBasis is what one lease reads, in one round trip: the seat the request proves
+// (nil: none), the policy its license follows (nil: the built-in defaults) and the
+// tenant's active signing key (nil: none yet).
+type LeaseBasis struct {
+	Seat   *LeaseSeat
+	Policy *Policy
+	Key    *LeaseKey
+}
+
+// leaseBasisSQL reads a lease's basis: the seat of ($1 tenant, $2 key) holding token hash
+// $3 or, without one, the seat of instance $4; the policy of ($5 product, $6 tier), else
+// the product's "*"; the tenant's active key. The one row always comes back; what is
+// missing is NULL. Each part is its own indexed lookup (a plan per form of the seat's).
+const leaseBasisSQL = `SELECT s.instance_id, s.lease_expires_at, s.components, s.live,
+		p.product_id, p.tier, p.floating, p.lease_ttl_seconds, p.renew_after_seconds, p.fingerprint_match, p.entitlements, p.updated_at,
+		k.kid, k.public_key, k.sealed_private, k.status, k.retire_at
+	FROM (SELECT 1) one
+	LEFT JOIN LATERAL (SELECT ` + leaseSeatColumns + ` AS live FROM seats
+		WHERE tenant_id = $1 AND license_key = $2 AND %s) s ON true
+	LEFT JOIN LATERAL (SELECT ` + policyColumns + ` FROM lease_policies
+		WHERE tenant_id = $1 AND product_id = $5 AND tier IN ($6, '*') ORDER BY tier = '*' LIMIT 1) p ON true
+	LEFT JOIN LATERAL (SELECT ` + leaseKeyColumns + ` FROM lease_keys WHERE tenant_id = $1 AND status = 'active') k ON true`
+
+var (
+	leaseBasisByTokenSQL    = fmt.Sprintf(leaseBasisSQL, `token_hash = $3 AND $4::text IS NULL`)
+	leaseBasisByInstanceSQL = fmt.Sprintf(leaseBasisSQL, `instance_id = $4 AND $3::bytea IS NULL`)
+)
+
+// LeaseBasis reads what a lease of (tenant, key) needs: the seat holding tokenHash (or,
+// when tokenHash is nil, the seat of instance), the policy of (productID, tier) and the
+// tenant's active key.
+func (s *Store) LeaseBasis(ctx context.Context, tenant, key, productID, tier string, tokenHash []byte, instance string) (LeaseBasis, error) {
+	sql, instanceArg := leaseBasisByTokenSQL, (*string)(nil)
+	if tokenHash == nil {
+		sql, instanceArg = leaseBasisByInstanceSQL, &instance
+	}
+	var (
+		b          LeaseBasis
+		seat       LeaseSeat
+		seatID     *string
+		components []byte
+		live       *bool
+		p          Policy
+		pProduct   *string
+		pTier      *string
+		pFloating  *bool
+		ttl, renew *int32
+		pMatch     *string
+		pUpdated   *time.Time
+		k          LeaseKey
+		kid        *string
+		kStatus    *string
+	)
+	err := s.db.QueryRow(ctx, sql, tenant, key, tokenHash, instanceArg, productID, tier).Scan(
+		&seatID, &seat.LeaseExpiresAt, &components, &live,
+		&pProduct, &pTier, &pFloating, &ttl, &renew, &pMatch, &p.Entitlements, &pUpdated,
+		&kid, &k.PublicKey, &k.SealedPrivate, &kStatus, &k.RetireAt)
+	if err != nil {
+		return b, err
+	}
+	if seatID != nil {
+		seat.Instance, seat.Live = *seatID, *live
+		if components != nil {
+			if err := json.Unmarshal(components, &seat.Components); err != nil {
+				return b, err
+			}
+		}
+		b.Seat = &seat
+	}
+	if pProduct != nil {
+		p.ProductID, p.Tier, p.Floating, p.FingerprintMatch, p.UpdatedAt = *pProduct, *pTier, *pFloating, *pMatch, *pUpdated
+		p.LeaseTTL, p.RenewAfter = time.Duration(*ttl)*time.Second, time.Duration(*renew)*time.Second
+		b.Policy = &p
+	}
+	if kid != nil {
+		k.Kid, k.Status = *kid, *kStatus
+		b.Key = &k
+	}
+	return b, nil
 }

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -118,5 +119,80 @@ func TestSweepersShareTheLapsedSeats(t *testing.T) {
 	}
 	if removed["e"] != 0 {
 		t.Error("a seat that is not floating was swept")
+	}
+}
+
+// A lease's one read finds the seat by token or by instance, the tier's policy before the
+// product's default, and the active key; what is missing comes back nil.
+func TestLeaseBasisIsOneReadOfSeatPolicyAndKey(t *testing.T) {
+	t.Parallel()
+	st, tenant, key := fresh(t)
+	ctx := context.Background()
+	if _, err := st.Activate(ctx, tenant, key, "pc", hash(key, "pc"), nil); err != nil {
+		t.Fatal(err)
+	}
+	b, err := st.LeaseBasis(ctx, tenant, key, "app", "pro", hash(key, "pc"), "")
+	if err != nil || b.Seat == nil || b.Seat.Instance != "pc" || !b.Seat.Live || b.Policy != nil || b.Key != nil {
+		t.Fatalf("basis before any policy or key: %+v, %v", b, err)
+	}
+	for _, p := range []Policy{
+		{ProductID: "app", Tier: "*", LeaseTTL: time.Hour, RenewAfter: time.Minute, FingerprintMatch: "none"},
+		{ProductID: "app", Tier: "pro", Floating: true, LeaseTTL: 2 * time.Hour, RenewAfter: time.Minute, FingerprintMatch: "all", Entitlements: []string{"sync"}},
+	} {
+		if _, err := st.PutPolicy(ctx, tenant, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := st.AddFirstLeaseKey(ctx, tenant, LeaseKey{Kid: "k1", PublicKey: []byte("pub"), SealedPrivate: []byte("sealed")}); err != nil {
+		t.Fatal(err)
+	}
+	b, err = st.LeaseBasis(ctx, tenant, key, "app", "pro", hash(key, "pc"), "")
+	if err != nil || b.Policy == nil || b.Policy.Tier != "pro" || !b.Policy.Floating || b.Policy.LeaseTTL != 2*time.Hour ||
+		len(b.Policy.Entitlements) != 1 || b.Key == nil || b.Key.Kid != "k1" || string(b.Key.SealedPrivate) != "sealed" {
+		t.Fatalf("basis of tier pro: %+v %+v, %v", b.Policy, b.Key, err)
+	}
+	b, err = st.LeaseBasis(ctx, tenant, key, "app", "basic", nil, "pc")
+	if err != nil || b.Seat == nil || b.Seat.Instance != "pc" || b.Policy == nil || b.Policy.Tier != "*" {
+		t.Fatalf("basis by instance, tier without a policy: %+v, %v", b, err)
+	}
+	for _, missing := range []struct {
+		token    []byte
+		instance string
+	}{{hash(key, "other"), ""}, {nil, "other"}} {
+		if b, err := st.LeaseBasis(ctx, tenant, key, "app", "pro", missing.token, missing.instance); err != nil || b.Seat != nil || b.Key == nil {
+			t.Fatalf("basis without a seat: %+v, %v", b, err)
+		}
+	}
+}
+
+// A tenant's first key made by many callers at once (as replicas serving the first reads
+// of its JWKS would, each on its own connection) is one key, the one every caller gets.
+func TestFirstLeaseKeyIsOneUnderConcurrency(t *testing.T) {
+	t.Parallel()
+	st, tenant, _ := fresh(t)
+	ctx := context.Background()
+	const callers = 16
+	got := make([]string, callers)
+	var wg sync.WaitGroup
+	for i := range callers {
+		wg.Go(func() {
+			kid := fmt.Sprintf("kid-%d", i)
+			k, err := st.AddFirstLeaseKey(ctx, tenant, LeaseKey{Kid: kid, PublicKey: []byte(kid), SealedPrivate: []byte(kid)})
+			if err != nil || k == nil {
+				t.Errorf("caller %d: %v, %v", i, k, err)
+				return
+			}
+			got[i] = k.Kid
+		})
+	}
+	wg.Wait()
+	keys, err := st.LeaseKeys(ctx, tenant)
+	if err != nil || len(keys) != 1 {
+		t.Fatalf("%d keys after concurrent first keys (%v)", len(keys), err)
+	}
+	for i, kid := range got {
+		if kid != keys[0].Kid {
+			t.Errorf("caller %d got key %s, the tenant's is %s", i, kid, keys[0].Kid)
+		}
 	}
 }

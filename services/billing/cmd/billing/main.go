@@ -3,14 +3,11 @@ package main
 
 import (
 	"context"
-	"sync"
 
 	"github.com/keyhouse/keyhouse/pkg/app"
 	"github.com/keyhouse/keyhouse/pkg/auth"
 	"github.com/keyhouse/keyhouse/pkg/config"
-	"github.com/keyhouse/keyhouse/pkg/events"
 	"github.com/keyhouse/keyhouse/pkg/licensingclient"
-	"github.com/keyhouse/keyhouse/pkg/natsx"
 	"github.com/keyhouse/keyhouse/pkg/pgxx"
 	accountsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/accounts/v1"
 	billingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/billing/v1"
@@ -31,26 +28,12 @@ func main() {
 }
 
 func register(ctx context.Context, d *app.Deps) error {
-	nc, js, err := natsx.Connect(ctx, d.Config.NATSURL, "billing", d.Log)
+	// Key rotations and plan changes leave through the outbox (pkg/events).
+	spine, err := d.StartEventSpine(ctx, "billing", app.SpineOptions{})
 	if err != nil {
 		return err
 	}
-	if err := events.EnsureStream(ctx, js); err != nil {
-		nc.Close()
-		return err
-	}
-	// Key rotations and plan changes leave through the outbox (pkg/events).
-	relay := natsx.NewRelay(d.DB, js, d.Log)
-	st := store.New(d.DB, events.NewSpine(events.WithRelay(relay), events.WithLog(d.Log)))
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		if err := relay.Run(ctx); err != nil {
-			d.Log.Error("outbox relay stopped", "error", err.Error())
-		}
-	})
-	// Closers run in reverse: the relay finishes its batch before NATS closes.
-	d.OnClose(nc.Close)
-	d.OnClose(wg.Wait)
+	st := store.New(d.DB, spine.Spine)
 	server.Register(d.Server.GRPC, server.New(st, d.Config.MultiTenant))
 	accountsv1.RegisterConsoleAccountsServiceServer(d.Server.GRPC, server.NewConsole(st, d.Auth, d.Config.MultiTenant))
 

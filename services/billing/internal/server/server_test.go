@@ -163,7 +163,8 @@ func TestNewHostedTenantIsOnFree(t *testing.T) {
 	wantErr(t, err, codes.Unauthenticated, "Unauthorized")
 }
 
-// The tenant's contact is the email it was created with, hosted; nothing self-hosted.
+// The tenant's contact is the email it was created with, hosted (an unknown tenant is not
+// found); nothing self-hosted.
 func TestTenantContact(t *testing.T) {
 	t.Parallel()
 	s := newServer(t, true)
@@ -172,6 +173,8 @@ func TestTenantContact(t *testing.T) {
 	if err != nil || c.GetEmail() != acct.GetEmail() || c.GetEmail() == "" {
 		t.Fatalf("contact %+v, %v (tenant %s)", c, err, acct.GetEmail())
 	}
+	_, err = s.GetTenantContact(tenantCall("no-such-tenant", "admin"), &accountsv1.GetTenantContactRequest{})
+	wantErr(t, err, codes.NotFound, "Tenant not found")
 	self := newServer(t, false)
 	c, err = self.GetTenantContact(tenantCall(auth.SelfHostedTenant, "admin"), &accountsv1.GetTenantContactRequest{})
 	if err != nil || c.GetEmail() != "" {

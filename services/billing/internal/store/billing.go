@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/keyhouse/keyhouse/pkg/apierr"
 	"github.com/keyhouse/keyhouse/pkg/events"
 	"github.com/keyhouse/keyhouse/pkg/pgxx"
 	"github.com/keyhouse/keyhouse/services/billing/internal/plan"
@@ -68,10 +69,17 @@ func (s *Store) Customer(ctx context.Context, tenant string) (string, error) {
 	return id, err
 }
 
+// ErrTenantNotFound answers for a tenant id this installation does not have (activations
+// asks before making a tenant's first lease key on a public read).
+var ErrTenantNotFound = apierr.NotFound("Tenant not found")
+
 // TenantEmail is the email the tenant was created with (checkout pre-fills it).
 func (s *Store) TenantEmail(ctx context.Context, tenant string) (string, error) {
 	var email string
 	err := s.db.QueryRow(ctx, `SELECT email FROM tenants WHERE tenant_id = $1`, tenant).Scan(&email)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", ErrTenantNotFound
+	}
 	return email, err
 }
 

@@ -13,10 +13,10 @@ import (
 	"github.com/keyhouse/keyhouse/pkg/app"
 	"github.com/keyhouse/keyhouse/pkg/billingclient"
 	"github.com/keyhouse/keyhouse/pkg/config"
-	"github.com/keyhouse/keyhouse/pkg/events"
 	"github.com/keyhouse/keyhouse/pkg/licensingclient"
 	"github.com/keyhouse/keyhouse/pkg/mail"
 	"github.com/keyhouse/keyhouse/pkg/natsx"
+	"github.com/keyhouse/keyhouse/pkg/pgxx"
 	"github.com/keyhouse/keyhouse/pkg/webhook"
 	"github.com/keyhouse/keyhouse/services/events/internal/ingest"
 	"github.com/keyhouse/keyhouse/services/events/internal/server"
@@ -41,30 +41,24 @@ func register(ctx context.Context, d *app.Deps) error {
 	st := store.New(d.DB)
 	server.Register(d.Server.GRPC, server.New(st))
 
-	nc, js, err := natsx.Connect(ctx, d.Config.NATSURL, "events", d.Log)
+	// The events this service emits itself (ping, webhook_endpoint.disabled) leave through
+	// its own outbox, like every other service's.
+	spine, err := d.StartEventSpine(ctx, "events", app.SpineOptions{})
 	if err != nil {
 		return err
 	}
-	d.Readiness.Add(natsx.ReadinessCheck(nc))
-	if err := events.EnsureStream(ctx, js); err != nil {
-		nc.Close()
-		return err
-	}
-	// The events this service emits itself (ping, webhook_endpoint.disabled) leave through
-	// its own outbox, like every other service's.
-	relay := natsx.NewRelay(d.DB, js, d.Log)
+	js, relay := spine.JetStream, spine.Relay
+	d.Readiness.Add(natsx.ReadinessCheck(spine.NATS)) // the event log consumes
 
 	// Webhooks: endpoint secrets are sealed under the installation keyring, which
 	// licensing holds.
 	licensingConn, err := d.Dial(d.Config.LicensingAddr)
 	if err != nil {
-		nc.Close()
 		return err
 	}
 	licensing := licensingclient.New(licensingConn, d.Config.AdminAPIKey.Reveal())
 	billingConn, err := d.Dial(d.Config.BillingAddr)
 	if err != nil {
-		nc.Close()
 		return err
 	}
 	sender, err := mail.New(mail.Config{
@@ -72,7 +66,6 @@ func register(ctx context.Context, d *app.Deps) error {
 		From: d.Config.EmailFrom, ReplyTo: d.Config.EmailReplyTo,
 	}, d.Log)
 	if err != nil {
-		nc.Close()
 		return err
 	}
 	mailer := &webhooks.DisabledMailer{
@@ -81,8 +74,20 @@ func register(ctx context.Context, d *app.Deps) error {
 	}
 	allowPrivate := !d.Config.MultiTenant || d.Config.WebhookAllowPrivateNetworks
 	hooks := webhooks.NewStore(d.DB)
+	if err := webhooks.RegisterMetrics(hooks); err != nil {
+		return err
+	}
+	// The delivery worker has a pool of its own, a connection per attempt in flight and one
+	// to claim: attempts never queue for a connection (with the default four, deliveries
+	// to one endpoint topped out near 150/s), and the log's consumer and the routes, on the
+	// service's pool, never wait behind them.
+	workerDB, err := pgxx.Open(ctx, d.Config.DatabaseURL.Reveal(), "events", pgxx.WithMaxConns(webhooks.DefaultConcurrency+1))
+	if err != nil {
+		return err
+	}
+	d.OnClose(workerDB.Close)
 	worker := &webhooks.Worker{
-		Store: hooks, Keys: licensing, Log: d.Log.With("component", "webhooks"),
+		Store: webhooks.NewStore(workerDB), Keys: licensing, Log: d.Log.With("component", "webhooks"),
 		Sender:    webhook.NewSender(webhook.SenderOptions{AllowPrivate: allowPrivate}),
 		OnDisable: webhooks.EmitDisabled,
 		Retention: d.Config.EventRetention,
@@ -103,19 +108,14 @@ func register(ctx context.Context, d *app.Deps) error {
 
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		if err := relay.Run(ctx); err != nil {
-			d.Log.Error("outbox relay stopped", "error", err.Error())
-		}
-	})
-	wg.Go(func() {
 		if err := in.Run(ctx, js); err != nil {
 			d.Log.Error("event stream consumer stopped", "error", err.Error())
 		}
 	})
 	wg.Go(func() { worker.Run(ctx) })
 	wg.Go(func() { ingest.Retain(ctx, st, d.Config.EventRetention, retentionSweep, time.Now, d.Log) })
-	// Closers run in reverse: the consumer finishes its message before NATS closes.
-	d.OnClose(nc.Close)
+	// Closers run in reverse: the consumer finishes its batch before the relay stops and
+	// NATS closes (StartEventSpine's closers).
 	d.OnClose(wg.Wait)
 	return nil
 }

@@ -1,7 +1,7 @@
 // Package ingest is the events service's consumer of the event stream: every event of
 // every service, from a durable JetStream consumer, stored once in the log (by event id,
 // so a redelivery changes nothing) and handed to the fan-out (webhook deliveries) in the
-// same transaction.
+// same transaction, a batch of events per transaction.
 package ingest
 
 import (
@@ -21,14 +21,19 @@ import (
 // messages are split between them).
 const Durable = "events-log"
 
-// Fanout is what else happens to a newly stored event.
+// Stored is an event newly stored in the log, with its JSON as stored.
+type Stored struct {
+	Event *eventsv1.Event
+	Body  []byte
+}
+
+// Fanout is what else happens to newly stored events.
 type Fanout interface {
-	// Stored runs inside the transaction that stores a new event (never for a duplicate),
-	// so what it writes (deliveries) commits with the event or not at all. body is the
-	// event's JSON as stored.
-	Stored(ctx context.Context, tx pgx.Tx, ev *eventsv1.Event, body []byte) error
+	// Stored runs inside the transaction that stores new events (never for a duplicate),
+	// so what it writes (deliveries) commits with the events or not at all.
+	Stored(ctx context.Context, tx pgx.Tx, evs []Stored) error
 	// Committed runs after that transaction committed.
-	Committed(ev *eventsv1.Event)
+	Committed(evs []Stored)
 }
 
 // Ingester stores events.
@@ -36,6 +41,7 @@ type Ingester struct {
 	st     *store.Store
 	log    *slog.Logger
 	fanout Fanout
+	batch  int
 }
 
 // Option configures an Ingester.
@@ -44,58 +50,115 @@ type Option func(*Ingester)
 // WithFanout hands every newly stored event to f.
 func WithFanout(f Fanout) Option { return func(i *Ingester) { i.fanout = f } }
 
+// WithBatch stores at most n events per transaction (default Batch; 1 is the consumer
+// one event at a time, the figure the batch is measured against).
+func WithBatch(n int) Option { return func(i *Ingester) { i.batch = max(n, 1) } }
+
 // New makes an Ingester.
 func New(st *store.Store, log *slog.Logger, opts ...Option) *Ingester {
-	i := &Ingester{st: st, log: log}
+	i := &Ingester{st: st, log: log, batch: Batch}
 	for _, o := range opts {
 		o(i)
 	}
 	return i
 }
 
+// Batch is how many events the consumer stores in one transaction at most. A burst (an
+// import of 40,000 licenses) goes into the log in a few hundred transactions instead of
+// one per event, so the events of other tenants queued behind it wait seconds, not
+// minutes (docs/events.md).
+const Batch = 256
+
 // Run consumes the event stream until ctx is done.
 func (i *Ingester) Run(ctx context.Context, js jetstream.JetStream) error {
-	return natsx.Consume(ctx, js, events.Stream, jetstream.ConsumerConfig{
+	return natsx.ConsumeBatch(ctx, js, events.Stream, jetstream.ConsumerConfig{
 		Durable:       Durable,
 		FilterSubject: events.SubjectPrefix + ">",
 		// Every stored event is the log's; a new consumer starts from the oldest event the
 		// stream still has.
 		DeliverPolicy: jetstream.DeliverAllPolicy,
-	}, i.Handle, i.log, natsx.WithRetryDelay(time.Second, 30*time.Second), natsx.WithPullBatch(64))
+		// Room for a full batch per replica while the one before it commits.
+		MaxAckPending: 4 * Batch,
+	}, i.HandleBatch, i.log, natsx.WithRetryDelay(time.Second, 30*time.Second), natsx.WithPullBatch(i.batch))
 }
 
-// Handle stores one message's event (idempotent).
-func (i *Ingester) Handle(ctx context.Context, msg jetstream.Msg) error {
-	ev, err := events.Unmarshal(msg.Data())
-	if err != nil {
-		return natsx.Permanent(err)
+// HandleBatch stores the events of msgs in one transaction (idempotent), with one result
+// per message (natsx.BatchHandler). When that transaction fails, each event is stored on
+// its own, so an event that cannot be stored fails alone rather than holding back the
+// events fetched with it.
+func (i *Ingester) HandleBatch(ctx context.Context, msgs []jetstream.Msg) []error {
+	results := make([]error, len(msgs))
+	var evs []*eventsv1.Event
+	var at []int // at[n]: the message evs[n] came in
+	for k, msg := range msgs {
+		ev, err := events.Unmarshal(msg.Data())
+		if err != nil {
+			results[k] = natsx.Permanent(err)
+			continue
+		}
+		evs = append(evs, ev)
+		at = append(at, k)
 	}
-	_, err = i.Store(ctx, ev)
-	return err
+	if len(evs) == 0 {
+		return results
+	}
+	_, err := i.StoreAll(ctx, evs)
+	if err == nil {
+		return results
+	}
+	if len(evs) == 1 {
+		results[at[0]] = err
+		return results
+	}
+	for n, ev := range evs {
+		_, results[at[n]] = i.StoreAll(ctx, []*eventsv1.Event{ev})
+	}
+	return results
 }
 
 // Store stores ev unless it is stored already, and reports whether it was new.
 func (i *Ingester) Store(ctx context.Context, ev *eventsv1.Event) (bool, error) {
-	body, err := events.JSON(ev)
-	if err != nil {
-		return false, natsx.Permanent(err)
-	}
-	var fresh bool
-	err = i.st.InTx(ctx, func(tx pgx.Tx) error {
-		fresh, err = store.Insert(ctx, tx, store.Event{
+	fresh, err := i.StoreAll(ctx, []*eventsv1.Event{ev})
+	return len(fresh) == 1, err
+}
+
+// StoreAll stores, in one transaction with their fan-out, those of evs not stored yet,
+// and returns them.
+func (i *Ingester) StoreAll(ctx context.Context, evs []*eventsv1.Event) ([]Stored, error) {
+	rows := make([]store.Event, len(evs))
+	for k, ev := range evs {
+		body, err := events.JSON(ev)
+		if err != nil {
+			return nil, natsx.Permanent(err)
+		}
+		rows[k] = store.Event{
 			ID: ev.GetId(), TenantID: ev.GetTenantId(), Type: ev.GetType(), LicenseKey: events.LicenseKey(ev),
 			CreatedAt: ev.GetCreatedAt().AsTime(), Body: body,
-		})
-		if err != nil || !fresh || i.fanout == nil {
+		}
+	}
+	var fresh []Stored
+	err := i.st.InTx(ctx, func(tx pgx.Tx) error {
+		ids, err := store.InsertAll(ctx, tx, rows)
+		if err != nil {
 			return err
 		}
-		return i.fanout.Stored(ctx, tx, ev, body)
+		fresh = fresh[:0]
+		for k, row := range rows {
+			if ids[row.ID] {
+				delete(ids, row.ID) // an id twice in one batch is one event
+				fresh = append(fresh, Stored{Event: evs[k], Body: row.Body})
+			}
+		}
+		if len(fresh) == 0 || i.fanout == nil {
+			return nil
+		}
+		return i.fanout.Stored(ctx, tx, fresh)
 	})
 	if err != nil {
-		return false, err
+		return nil, err
 	}
-	if fresh && i.fanout != nil {
-		i.fanout.Committed(ev)
+	if len(fresh) > 0 && i.fanout != nil {
+		i.fanout.Committed(fresh)
 	}
 	return fresh, nil
 }

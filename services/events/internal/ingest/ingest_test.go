@@ -46,11 +46,11 @@ type fanout struct {
 	fail              error
 }
 
-func (f *fanout) Stored(context.Context, pgx.Tx, *eventsv1.Event, []byte) error {
-	f.stored.Add(1)
+func (f *fanout) Stored(_ context.Context, _ pgx.Tx, evs []Stored) error {
+	f.stored.Add(int32(len(evs)))
 	return f.fail
 }
-func (f *fanout) Committed(*eventsv1.Event) { f.committed.Add(1) }
+func (f *fanout) Committed(evs []Stored) { f.committed.Add(int32(len(evs))) }
 
 // An event delivered many times at once (redeliveries, a relay's re-publish, two
 // replicas) is stored once, and the fan-out runs once; a fan-out failure stores nothing,

@@ -36,16 +36,36 @@ type Event struct {
 	Body []byte
 }
 
-// Insert stores ev in tx unless an event with its id is already stored, and reports
-// whether it did (false: a redelivery, nothing changed).
-func Insert(ctx context.Context, tx pgx.Tx, ev Event) (bool, error) {
-	tag, err := tx.Exec(ctx, `INSERT INTO events (id, tenant_id, type, license_key, created_at, body)
-		VALUES ($1, $2, $3, NULLIF($4, ''), $5, $6) ON CONFLICT (id) DO NOTHING`,
-		ev.ID, ev.TenantID, ev.Type, ev.LicenseKey, ev.CreatedAt, ev.Body)
-	if err != nil {
-		return false, err
+// InsertAll stores in tx, in one statement, those of evs whose id is not stored yet, and
+// returns the ids it stored (the others were redeliveries, and nothing changed).
+func InsertAll(ctx context.Context, tx pgx.Tx, evs []Event) (map[string]bool, error) {
+	ids := make([]string, len(evs))
+	tenants := make([]string, len(evs))
+	types := make([]string, len(evs))
+	keys := make([]string, len(evs))
+	ats := make([]time.Time, len(evs))
+	bodies := make([][]byte, len(evs))
+	for i, ev := range evs {
+		ids[i], tenants[i], types[i], keys[i], ats[i], bodies[i] = ev.ID, ev.TenantID, ev.Type, ev.LicenseKey, ev.CreatedAt, ev.Body
 	}
-	return tag.RowsAffected() == 1, nil
+	rows, err := tx.Query(ctx, `INSERT INTO events (id, tenant_id, type, license_key, created_at, body)
+		SELECT id, tenant_id, type, NULLIF(license_key, ''), created_at, body
+		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::timestamptz[], $6::bytea[])
+			AS e(id, tenant_id, type, license_key, created_at, body)
+		ON CONFLICT (id) DO NOTHING RETURNING id`,
+		ids, tenants, types, keys, ats, bodies)
+	if err != nil {
+		return nil, err
+	}
+	stored, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, err
+	}
+	fresh := make(map[string]bool, len(stored))
+	for _, id := range stored {
+		fresh[id] = true
+	}
+	return fresh, nil
 }
 
 // Get returns the tenant's event id (ErrNotFound).

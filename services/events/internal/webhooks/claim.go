@@ -77,6 +77,22 @@ func (s *Store) Claim(ctx context.Context, now time.Time, lease time.Duration, l
 	return out, err
 }
 
+// recordSuccess ends a delivery and its endpoint's failure streak in one statement (one
+// round trip: successes are most attempts). A delivery no longer pending (its endpoint
+// deleted, or another attempt recorded first) is left alone: the UPDATE rechecks the
+// status under the row's lock.
+func (s *Store) recordSuccess(ctx context.Context, d Due, attempt []byte) error {
+	_, err := s.db.Exec(ctx, `
+		WITH done AS (
+			UPDATE webhook_deliveries SET status = 'succeeded', next_attempt_at = NULL, attempts = attempts || $3
+			WHERE tenant_id = $1 AND id = $2 AND status = 'pending'
+			RETURNING tenant_id, endpoint_id)
+		UPDATE webhook_endpoints e SET failing_since = NULL
+		FROM done WHERE e.tenant_id = done.tenant_id AND e.id = done.endpoint_id AND e.failing_since IS NOT NULL`,
+		d.TenantID, d.ID, attempt)
+	return err
+}
+
 // DisabledReason is the disabled_reason of an endpoint the worker disabled.
 const DisabledReason = "Every delivery failed for 72 hours"
 
@@ -100,6 +116,9 @@ func (s *Store) Record(ctx context.Context, d Due, res webhook.Result, sched web
 	if err != nil {
 		return nil, err
 	}
+	if res.Succeeded() {
+		return nil, s.recordSuccess(ctx, d, attempt)
+	}
 	var disabled *Endpoint
 	err = pgxx.InTx(ctx, s.db, func(tx pgx.Tx) error {
 		var tries int
@@ -110,14 +129,6 @@ func (s *Store) Record(ctx context.Context, d Due, res webhook.Result, sched web
 			return nil // the endpoint was deleted meanwhile, or another attempt recorded first
 		}
 		if err != nil {
-			return err
-		}
-		if res.Succeeded() {
-			if _, err := tx.Exec(ctx, `UPDATE webhook_deliveries SET status = 'succeeded', next_attempt_at = NULL, attempts = attempts || $3 WHERE tenant_id = $1 AND id = $2`,
-				d.TenantID, d.ID, attempt); err != nil {
-				return err
-			}
-			_, err := tx.Exec(ctx, `UPDATE webhook_endpoints SET failing_since = NULL WHERE tenant_id = $1 AND id = $2 AND failing_since IS NOT NULL`, d.TenantID, d.EndpointID)
 			return err
 		}
 		status, next := StatusFailed, (*time.Time)(nil)

@@ -7,7 +7,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/keyhouse/keyhouse/pkg/events"
-	eventsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/events/v1"
+	"github.com/keyhouse/keyhouse/services/events/internal/ingest"
 )
 
 // Fanout plugs webhooks into the event log's ingest: every newly stored event gets its
@@ -19,21 +19,28 @@ type Fanout struct {
 	Now    func() time.Time
 }
 
-// Stored creates the event's deliveries (ingest.Fanout).
-func (f *Fanout) Stored(ctx context.Context, tx pgx.Tx, ev *eventsv1.Event, body []byte) error {
-	if ev.GetType() == PingType {
-		return nil // a ping goes to its one endpoint, never through the log
+// Stored creates the events' deliveries (ingest.Fanout).
+func (f *Fanout) Stored(ctx context.Context, tx pgx.Tx, stored []ingest.Stored) error {
+	evs := make([]NewEvent, 0, len(stored))
+	for _, s := range stored {
+		if s.Event.GetType() == PingType {
+			continue // a ping goes to its one endpoint, never through the log
+		}
+		evs = append(evs, NewEvent{TenantID: s.Event.GetTenantId(), ID: s.Event.GetId(), Type: s.Event.GetType(), Body: s.Body})
+	}
+	if len(evs) == 0 {
+		return nil
 	}
 	now := time.Now
 	if f.Now != nil {
 		now = f.Now
 	}
-	_, err := f.Store.Fanout(ctx, tx, ev.GetTenantId(), ev.GetId(), ev.GetType(), body, now())
+	_, err := f.Store.FanoutAll(ctx, tx, evs, now())
 	return err
 }
 
 // Committed wakes the worker (ingest.Fanout).
-func (f *Fanout) Committed(*eventsv1.Event) { f.Worker.Wake() }
+func (f *Fanout) Committed([]ingest.Stored) { f.Worker.Wake() }
 
 // EmitDisabled records webhook_endpoint.disabled in the transaction that disables the
 // endpoint (Worker.OnDisable): the system disabled it.

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -211,36 +212,69 @@ func (s *Store) DeleteEndpoint(ctx context.Context, tenant, id string) error {
 // Fanout creates, in the transaction that stores a new event, one pending delivery per
 // enabled endpoint of the tenant subscribed to its type, due at once. It returns how many.
 func (s *Store) Fanout(ctx context.Context, tx pgx.Tx, tenant, eventID, eventType string, body []byte, now time.Time) (int, error) {
-	rows, err := tx.Query(ctx, `SELECT id, events FROM webhook_endpoints WHERE tenant_id = $1 AND enabled`, tenant)
+	return s.FanoutAll(ctx, tx, []NewEvent{{TenantID: tenant, ID: eventID, Type: eventType, Body: body}}, now)
+}
+
+// NewEvent is an event just stored in the log, to fan out.
+type NewEvent struct {
+	TenantID, ID, Type string
+	Body               []byte
+}
+
+// FanoutAll is Fanout for a batch of events: one query for the endpoints of their
+// tenants and one statement for all their deliveries.
+func (s *Store) FanoutAll(ctx context.Context, tx pgx.Tx, evs []NewEvent, now time.Time) (int, error) {
+	tenants := make([]string, 0, len(evs))
+	for _, ev := range evs {
+		if !slices.Contains(tenants, ev.TenantID) {
+			tenants = append(tenants, ev.TenantID)
+		}
+	}
+	rows, err := tx.Query(ctx, `SELECT tenant_id, id, events FROM webhook_endpoints WHERE tenant_id = ANY($1) AND enabled`, tenants)
 	if err != nil {
 		return 0, err
 	}
-	var targets []string
+	type endpoint struct {
+		id   string
+		subs []string
+	}
+	byTenant := map[string][]endpoint{}
 	for rows.Next() {
-		var id string
-		var subs []string
-		if err := rows.Scan(&id, &subs); err != nil {
+		var tenant string
+		var ep endpoint
+		if err := rows.Scan(&tenant, &ep.id, &ep.subs); err != nil {
 			rows.Close()
 			return 0, err
 		}
-		if Matches(subs, eventType) {
-			targets = append(targets, id)
-		}
+		byTenant[tenant] = append(byTenant[tenant], ep)
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
 		return 0, err
 	}
-	for _, ep := range targets {
-		if _, err := tx.Exec(ctx, `
-			INSERT INTO webhook_deliveries (tenant_id, id, endpoint_id, event_id, event_type, body, next_attempt_at, created_at)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $7)
-			ON CONFLICT (tenant_id, endpoint_id, event_id) WHERE NOT redelivery DO NOTHING`,
-			tenant, newID("whd_"), ep, eventID, eventType, body, now); err != nil {
-			return 0, err
+	var dTenants, dIDs, dEndpoints, dEvents, dTypes []string
+	var dBodies [][]byte
+	for _, ev := range evs {
+		for _, ep := range byTenant[ev.TenantID] {
+			if Matches(ep.subs, ev.Type) {
+				dTenants, dIDs, dEndpoints = append(dTenants, ev.TenantID), append(dIDs, newID("whd_")), append(dEndpoints, ep.id)
+				dEvents, dTypes, dBodies = append(dEvents, ev.ID), append(dTypes, ev.Type), append(dBodies, ev.Body)
+			}
 		}
 	}
-	return len(targets), nil
+	if len(dIDs) == 0 {
+		return 0, nil
+	}
+	if _, err := tx.Exec(ctx, `
+		INSERT INTO webhook_deliveries (tenant_id, id, endpoint_id, event_id, event_type, body, next_attempt_at, created_at)
+		SELECT tenant_id, id, endpoint_id, event_id, event_type, body, $7, $7
+		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bytea[])
+			AS d(tenant_id, id, endpoint_id, event_id, event_type, body)
+		ON CONFLICT (tenant_id, endpoint_id, event_id) WHERE NOT redelivery DO NOTHING`,
+		dTenants, dIDs, dEndpoints, dEvents, dTypes, dBodies, now); err != nil {
+		return 0, err
+	}
+	return len(dIDs), nil
 }
 
 // Enqueue creates one delivery of an event to one endpoint of the tenant: a ping, or a

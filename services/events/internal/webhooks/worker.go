@@ -201,6 +201,7 @@ func (w *Worker) attempt(ctx context.Context, d Due) {
 	if ctx.Err() != nil {
 		return
 	}
+	attemptsTotal.WithLabelValues(outcome(res)).Inc()
 	// The attempt's time is the clock's at its start; the injected clock may not move.
 	disabled, err := w.Store.Record(context.WithoutCancel(ctx), d, res, w.Schedule, w.DisableAfter, w.OnDisable)
 	if err != nil {
@@ -208,6 +209,7 @@ func (w *Worker) attempt(ctx context.Context, d Due) {
 		return
 	}
 	if disabled != nil {
+		endpointsDisabledTotal.Inc()
 		w.Log.Info("webhooks: endpoint disabled", "tenant_id", disabled.TenantID, "endpoint_id", disabled.ID, "reason", DisabledReason)
 		if w.Disabled != nil {
 			w.Disabled(context.WithoutCancel(ctx), disabled)

@@ -13,7 +13,6 @@ import (
 	"github.com/keyhouse/keyhouse/pkg/events"
 	"github.com/keyhouse/keyhouse/pkg/idempotency"
 	"github.com/keyhouse/keyhouse/pkg/licensecache"
-	"github.com/keyhouse/keyhouse/pkg/natsx"
 	"github.com/keyhouse/keyhouse/pkg/signing"
 	eventsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/events/v1"
 	"github.com/keyhouse/keyhouse/services/licensing/internal/server"
@@ -45,54 +44,36 @@ func register(ctx context.Context, d *app.Deps) error {
 	if err != nil {
 		return err
 	}
-	nc, js, err := natsx.Connect(ctx, d.Config.NATSURL, "licensing", d.Log)
-	if err != nil {
-		return err
-	}
-	if err := events.EnsureStream(ctx, js); err != nil {
-		nc.Close()
-		return err
-	}
-	relay := natsx.NewRelay(d.DB, js, d.Log)
 	// License rows are cached for the hot paths; every committed change drops its key here
 	// (the spine's local step) and, over NATS, on every other replica and caller (its fast
 	// path; pkg/licensecache).
 	cache := licensecache.New[*store.License](d.Config.LicenseCacheTTL)
-	stopCache, err := cache.Subscribe(nc)
-	if err != nil {
-		nc.Close()
-		return err
-	}
-	spine := events.NewSpine(events.WithRelay(relay), events.WithFastPath(nc), events.WithLog(d.Log),
+	spine, err := d.StartEventSpine(ctx, "licensing", app.SpineOptions{Spine: []events.Option{
 		events.WithLocal(func(ev *eventsv1.Event) {
 			if key := events.ChangedLicense(ev); key != "" {
 				cache.Invalidate(key)
 			}
-		}))
-	st := store.New(d.DB, spine).WithCache(cache)
+		}),
+	}})
+	if err != nil {
+		return err
+	}
+	stopCache, err := cache.Subscribe(spine.NATS)
+	if err != nil {
+		return err
+	}
+	st := store.New(d.DB, spine.Spine).WithCache(cache)
 
 	adminKey := d.Config.AdminAPIKey.Reveal()
-	srv := server.New(server.Config{MultiTenant: d.Config.MultiTenant, Keyring: keyring}, st,
+	srv := server.New(server.Config{MultiTenant: d.Config.MultiTenant, Keyring: keyring, Log: d.Log}, st,
 		billingclient.New(billing, adminKey), server.NewRemoteSeats(activations, adminKey))
 	server.Register(d.Server.GRPC, srv)
 	server.RegisterPortal(d.Server.GRPC, server.NewPortal(st, keyring, d.Config.PublicBaseURL))
 
 	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() {
-		defer wg.Done()
-		if err := relay.Run(ctx); err != nil {
-			d.Log.Error("outbox relay stopped", "error", err.Error())
-		}
-	}()
-	go func() {
-		defer wg.Done()
-		idempotency.PurgeHourly(ctx, d.DB, d.Log)
-	}()
-	// Closers run in reverse: the relay finishes its batch before NATS closes.
-	d.OnClose(nc.Close)
+	wg.Go(func() { idempotency.PurgeHourly(ctx, d.DB, d.Log) })
 	// License changes are announced with a heartbeat, the caches' liveness proof.
-	d.OnClose(licensecache.StartHeartbeat(nc))
+	d.OnClose(licensecache.StartHeartbeat(spine.NATS))
 	d.OnClose(stopCache)
 	d.OnClose(wg.Wait)
 	return nil

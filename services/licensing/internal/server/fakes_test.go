@@ -87,6 +87,16 @@ func (f *fakeStore) Get(_ context.Context, tenant, key string) (*store.License, 
 	return f.find(f.licenses, tenant, key)
 }
 
+func (f *fakeStore) GetMany(ctx context.Context, keys []string) (map[string]*store.License, error) {
+	found := map[string]*store.License{}
+	for _, key := range keys {
+		if l, err := f.Get(ctx, "", key); err == nil {
+			found[key] = l
+		}
+	}
+	return found, nil
+}
+
 func (f *fakeStore) GetLive(ctx context.Context, tenant, key string) (*store.License, error) {
 	return f.Get(ctx, tenant, key)
 }

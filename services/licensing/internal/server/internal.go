@@ -22,11 +22,41 @@ func (s *Server) GetLicense(ctx context.Context, req *licensingv1.GetLicenseRequ
 	if err != nil {
 		return nil, err
 	}
-	return &licensingv1.GetLicenseResponse{License: &licensingv1.License{
+	return &licensingv1.GetLicenseResponse{License: licenseMessage(l)}, nil
+}
+
+// licenseMessage is the internal view of l.
+func licenseMessage(l *store.License) *licensingv1.License {
+	return &licensingv1.License{
 		TenantId: l.TenantID, Key: l.Key, Tier: l.Tier, ProductId: l.ProductID, IssuedTo: l.IssuedTo,
 		IssuedAt: timestamppb.New(l.IssuedAt), ExpiresAt: timestampOrNil(l.ExpiresAt), Status: l.Status,
 		Limits: limitsStruct(l.Limits), MaxActivations: capOrNil(l.MaxActivations), RevokedAt: timestampOrNil(l.RevokedAt),
-	}}, nil
+	}
+}
+
+// GetLicenses is GetLicense for several keys, with one store read for them all.
+func (s *Server) GetLicenses(ctx context.Context, req *licensingv1.GetLicensesRequest) (*licensingv1.GetLicensesResponse, error) {
+	if len(req.GetKeys()) > maxLookupBatch {
+		return nil, apierr.Invalid("at most %d keys in a call", maxLookupBatch)
+	}
+	p, _ := auth.FromContext(ctx)
+	keys := make([]string, len(req.GetKeys()))
+	for i, key := range req.GetKeys() {
+		keys[i] = canonicalKey(key)
+	}
+	found, err := s.store.GetMany(ctx, keys)
+	if err != nil {
+		return nil, err
+	}
+	resp := &licensingv1.GetLicensesResponse{Results: make([]*licensingv1.GetLicenseResponse, len(keys))}
+	for i, key := range keys {
+		answer := &licensingv1.GetLicenseResponse{}
+		if l := found[key]; l != nil && (p.TenantID == "" || l.TenantID == p.TenantID) {
+			answer.License = licenseMessage(l)
+		}
+		resp.Results[i] = answer
+	}
+	return resp, nil
 }
 
 // ClaimProduct is the one product-ownership claim, shared with register-release.

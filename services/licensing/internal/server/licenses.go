@@ -129,9 +129,17 @@ func (s *Server) VerifyLicense(ctx context.Context, req *licensingv1.VerifyLicen
 	if req.Key != nil {
 		if l, err = s.lookup(ctx, "", req.GetKey()); err == nil {
 			// The gateway's admission control shares capacity by the key's tenant.
-			licensecache.AnnounceTenant(ctx, l.TenantID)
-			err = s.usable(l)
+			licensecache.AnnounceTenant(ctx, l.Key, l.TenantID)
 		}
+	}
+	return s.verifyAnswer(l, err)
+}
+
+// verifyAnswer is verify-license's answer about l, the license found (or the lookup's
+// error).
+func (s *Server) verifyAnswer(l *store.License, err error) (*licensingv1.VerifyLicenseResponse, error) {
+	if err == nil {
+		err = s.usable(l)
 	}
 	var ae *apierr.Error
 	if errors.As(err, &ae) {

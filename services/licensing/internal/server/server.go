@@ -5,6 +5,7 @@ package server
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"time"
 
 	"github.com/keyhouse/keyhouse/pkg/apierr"
@@ -20,6 +21,8 @@ import (
 type Store interface {
 	// Get finds a license of tenant, or of any tenant when tenant is "" (store.ErrNotFound).
 	Get(ctx context.Context, tenant, key string) (*store.License, error)
+	// GetMany is Get in any tenant for several keys: the licenses found, by key.
+	GetMany(ctx context.Context, keys []string) (map[string]*store.License, error)
 	// GetLive is Get never served from a cache (verify-license-file's live check).
 	GetLive(ctx context.Context, tenant, key string) (*store.License, error)
 	InTx(ctx context.Context, fn func(store.Tx) error) error
@@ -56,6 +59,8 @@ type Seats interface {
 type Config struct {
 	MultiTenant bool
 	Keyring     *signing.Keyring
+	// Log receives the lines of the items of a batch call (grpcx.ObserveCall); nil: none.
+	Log *slog.Logger
 }
 
 // Server implements LicensingService and LicensingInternalService.

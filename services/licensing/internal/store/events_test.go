@@ -125,7 +125,7 @@ func TestEveryWriteEmitsItsEvent(t *testing.T) {
 		// Writes outside §11: a product claim, the keyring, portal links (credentials) and
 		// the portal switch.
 		[]string{"ClaimProduct", "Keyring", "PortalLink", "SetPortalEnabled"},
-		[]string{"WithCache", "Get", "GetLive", "CountActive", "DeletedKeys", "List", "Counts", "LicenseByPortalToken", "PortalEnabled"})
+		[]string{"WithCache", "Get", "GetMany", "GetLive", "CountActive", "DeletedKeys", "List", "Counts", "LicenseByPortalToken", "PortalEnabled"})
 }
 
 // The event's data is the change's: the terms after an update, the license's product.

@@ -76,10 +76,12 @@ func KeyHash(key string) []byte {
 
 const licenseColumns = `tenant_id, key, tier, product_id, issued_to, issued_at, expires_at, status, limits, max_activations, revoked_at, notes`
 
-func scanLicense(row pgx.Row) (*License, error) {
+// scanLicense reads licenseColumns, after the columns first (when the query selects
+// others before them).
+func scanLicense(row pgx.Row, first ...any) (*License, error) {
 	var l License
-	err := row.Scan(&l.TenantID, &l.Key, &l.Tier, &l.ProductID, &l.IssuedTo, &l.IssuedAt, &l.ExpiresAt,
-		&l.Status, &l.Limits, &l.MaxActivations, &l.RevokedAt, &l.Notes)
+	err := row.Scan(append(first, &l.TenantID, &l.Key, &l.Tier, &l.ProductID, &l.IssuedTo, &l.IssuedAt, &l.ExpiresAt,
+		&l.Status, &l.Limits, &l.MaxActivations, &l.RevokedAt, &l.Notes)...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrNotFound
 	}

@@ -8,11 +8,9 @@ import (
 	"github.com/keyhouse/keyhouse/pkg/app"
 	"github.com/keyhouse/keyhouse/pkg/billingclient"
 	"github.com/keyhouse/keyhouse/pkg/config"
-	"github.com/keyhouse/keyhouse/pkg/events"
 	"github.com/keyhouse/keyhouse/pkg/idempotency"
 	"github.com/keyhouse/keyhouse/pkg/licensecache"
 	"github.com/keyhouse/keyhouse/pkg/licensingclient"
-	"github.com/keyhouse/keyhouse/pkg/natsx"
 	"github.com/keyhouse/keyhouse/services/releases/internal/server"
 	"github.com/keyhouse/keyhouse/services/releases/internal/store"
 	"github.com/keyhouse/keyhouse/services/releases/migrations"
@@ -38,38 +36,26 @@ func register(ctx context.Context, d *app.Deps) error {
 	}
 	adminKey := d.Config.AdminAPIKey.Reveal()
 	remote := licensingclient.New(licensing, adminKey)
-	// Update checks read licenses from a cache that follows licensing's change events.
-	nc, js, err := natsx.Connect(ctx, d.Config.NATSURL, "releases", d.Log)
-	if err != nil {
-		return err
-	}
-	if err := events.EnsureStream(ctx, js); err != nil {
-		nc.Close()
-		return err
-	}
-	stopCache, err := remote.CacheLicenses(nc, d.Config.LicenseCacheTTL)
-	if err != nil {
-		nc.Close()
-		return err
-	}
-	d.OnClose(nc.Close)
-	// Release changes are announced with a heartbeat, the caches' liveness proof.
-	d.OnClose(licensecache.StartHeartbeat(nc))
-	d.OnClose(stopCache)
 	// Release events leave through the outbox; the spine's fast path tells the gateways'
 	// caches of check-update answers to empty themselves.
-	relay := natsx.NewRelay(d.DB, js, d.Log)
-	st := store.New(d.DB, events.NewSpine(events.WithRelay(relay), events.WithFastPath(nc), events.WithLog(d.Log)))
+	spine, err := d.StartEventSpine(ctx, "releases", app.SpineOptions{})
+	if err != nil {
+		return err
+	}
+	// Update checks read licenses from a cache that follows licensing's change events.
+	stopCache, err := remote.CacheLicenses(spine.NATS, d.Config.LicenseCacheTTL)
+	if err != nil {
+		return err
+	}
+	// Release changes are announced with a heartbeat, the caches' liveness proof.
+	d.OnClose(licensecache.StartHeartbeat(spine.NATS))
+	d.OnClose(stopCache)
+	st := store.New(d.DB, spine.Spine)
 	srv := server.New(server.Config{MultiTenant: d.Config.MultiTenant}, st, remote,
 		billingclient.New(billing, adminKey))
 	server.Register(d.Server.GRPC, srv)
 
 	var wg sync.WaitGroup
-	wg.Go(func() {
-		if err := relay.Run(ctx); err != nil {
-			d.Log.Error("outbox relay stopped", "error", err.Error())
-		}
-	})
 	wg.Add(2)
 	go func() {
 		defer wg.Done()

@@ -11,7 +11,6 @@ import (
 	"github.com/keyhouse/keyhouse/pkg/app"
 	"github.com/keyhouse/keyhouse/pkg/billingclient"
 	"github.com/keyhouse/keyhouse/pkg/config"
-	"github.com/keyhouse/keyhouse/pkg/events"
 	"github.com/keyhouse/keyhouse/pkg/idempotency"
 	"github.com/keyhouse/keyhouse/pkg/licensingclient"
 	"github.com/keyhouse/keyhouse/pkg/mail"
@@ -21,6 +20,7 @@ import (
 	"github.com/keyhouse/keyhouse/services/storefront/internal/server"
 	"github.com/keyhouse/keyhouse/services/storefront/internal/store"
 	"github.com/keyhouse/keyhouse/services/storefront/migrations"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // workerConcurrency is how many deliveries one replica fulfills at once; deliveries of
@@ -55,36 +55,29 @@ func register(ctx context.Context, d *app.Deps) error {
 	if err != nil {
 		return err
 	}
-	nc, js, err := natsx.Connect(ctx, d.Config.NATSURL, "storefront", d.Log)
+	// Sent rows hold a sealed buyer address: keep them no longer than needed to diagnose.
+	// storefront.delivery events leave through the same outbox (pkg/events).
+	spine, err := d.StartEventSpine(ctx, "storefront", app.SpineOptions{
+		Streams: []jetstream.StreamConfig{fulfill.StreamConfig},
+		Relay:   []natsx.RelayOption{natsx.WithRetention(time.Hour), natsx.WithPollInterval(200 * time.Millisecond)},
+	})
 	if err != nil {
 		return err
 	}
-	if err := natsx.EnsureStream(ctx, js, fulfill.StreamConfig); err != nil {
-		nc.Close()
-		return err
-	}
-	if err := events.EnsureStream(ctx, js); err != nil {
-		nc.Close()
-		return err
-	}
-	d.Readiness.Add(natsx.ReadinessCheck(nc)) // the fulfillment worker consumes
+	js, relay := spine.JetStream, spine.Relay
+	d.Readiness.Add(natsx.ReadinessCheck(spine.NATS)) // the fulfillment worker consumes
 	workerDB, err := pgxx.Open(ctx, d.Config.DatabaseURL.Reveal(), "storefront", pgxx.WithMaxConns(workerConcurrency+1))
 	if err != nil {
-		nc.Close()
 		return err
 	}
 	d.OnClose(workerDB.Close)
-	// Sent rows hold a sealed buyer address: keep them no longer than needed to diagnose.
-	relay := natsx.NewRelay(d.DB, js, d.Log, natsx.WithRetention(time.Hour), natsx.WithPollInterval(200*time.Millisecond))
-	// storefront.delivery events leave through the same outbox (pkg/events).
-	spine := events.NewSpine(events.WithRelay(relay), events.WithLog(d.Log))
-	st := store.New(d.DB, spine)
+	st := store.New(d.DB, spine.Spine)
 	server.Register(d.Server.GRPC, server.New(server.Config{
 		PublicBaseURL: d.Config.PublicBaseURL,
 	}, st, licensing, relay.Notify, d.Log))
 
 	worker := &fulfill.Worker{
-		Store: store.New(workerDB, spine), Licensing: licensing, Keys: licensing, Mail: sender,
+		Store: store.New(workerDB, spine.Spine), Licensing: licensing, Keys: licensing, Mail: sender,
 		// The buyer email carries the license's portal link while the tenant's portal is on.
 		Portal: licensing, Log: d.Log.With("component", "fulfillment"),
 		// The tenant hears of a paid purchase that got no license (hosted: its address).
@@ -100,7 +93,7 @@ func register(ctx context.Context, d *app.Deps) error {
 	} {
 		wg.Go(func() { r.Run(ctx, d.DB, d.Log) })
 	}
-	wg.Add(4)
+	wg.Add(3)
 	go func() {
 		defer wg.Done()
 		licensing.Prefetch(ctx, d.Log)
@@ -112,18 +105,12 @@ func register(ctx context.Context, d *app.Deps) error {
 	}()
 	go func() {
 		defer wg.Done()
-		if err := relay.Run(ctx); err != nil {
-			d.Log.Error("outbox relay stopped", "error", err.Error())
-		}
-	}()
-	go func() {
-		defer wg.Done()
 		if err := worker.Run(ctx, js, workerConcurrency); err != nil {
 			d.Log.Error("fulfillment worker stopped", "error", err.Error())
 		}
 	}()
-	// Closers run in reverse: the worker and relay finish before NATS closes.
-	d.OnClose(nc.Close)
+	// Closers run in reverse: the worker finishes before the relay stops and NATS closes
+	// (StartEventSpine's closers).
 	d.OnClose(wg.Wait)
 	d.Log.Info("storefront ready", "email_provider", sender.Provider(), "public_base_url", d.Config.PublicBaseURL)
 	return nil

@@ -242,6 +242,95 @@ func (x *GetLicenseResponse) GetLicense() *License {
 	return nil
 }
 
+type GetLicensesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Keys          []string               `protobuf:"bytes,1,rep,name=keys,proto3" json:"keys,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetLicensesRequest) Reset() {
+	*x = GetLicensesRequest{}
+	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetLicensesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetLicensesRequest) ProtoMessage() {}
+
+func (x *GetLicensesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetLicensesRequest.ProtoReflect.Descriptor instead.
+func (*GetLicensesRequest) Descriptor() ([]byte, []int) {
+	return file_keyhouse_licensing_v1_internal_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *GetLicensesRequest) GetKeys() []string {
+	if x != nil {
+		return x.Keys
+	}
+	return nil
+}
+
+type GetLicensesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One per key, in the request's order.
+	Results       []*GetLicenseResponse `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetLicensesResponse) Reset() {
+	*x = GetLicensesResponse{}
+	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetLicensesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetLicensesResponse) ProtoMessage() {}
+
+func (x *GetLicensesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetLicensesResponse.ProtoReflect.Descriptor instead.
+func (*GetLicensesResponse) Descriptor() ([]byte, []int) {
+	return file_keyhouse_licensing_v1_internal_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *GetLicensesResponse) GetResults() []*GetLicenseResponse {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
 type ClaimProductRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	ProductId     string                 `protobuf:"bytes,1,opt,name=product_id,json=productId,proto3" json:"product_id,omitempty"`
@@ -251,7 +340,7 @@ type ClaimProductRequest struct {
 
 func (x *ClaimProductRequest) Reset() {
 	*x = ClaimProductRequest{}
-	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[3]
+	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -263,7 +352,7 @@ func (x *ClaimProductRequest) String() string {
 func (*ClaimProductRequest) ProtoMessage() {}
 
 func (x *ClaimProductRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[3]
+	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -276,7 +365,7 @@ func (x *ClaimProductRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimProductRequest.ProtoReflect.Descriptor instead.
 func (*ClaimProductRequest) Descriptor() ([]byte, []int) {
-	return file_keyhouse_licensing_v1_internal_proto_rawDescGZIP(), []int{3}
+	return file_keyhouse_licensing_v1_internal_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ClaimProductRequest) GetProductId() string {
@@ -294,7 +383,7 @@ type ClaimProductResponse struct {
 
 func (x *ClaimProductResponse) Reset() {
 	*x = ClaimProductResponse{}
-	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[4]
+	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -306,7 +395,7 @@ func (x *ClaimProductResponse) String() string {
 func (*ClaimProductResponse) ProtoMessage() {}
 
 func (x *ClaimProductResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[4]
+	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -319,7 +408,7 @@ func (x *ClaimProductResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClaimProductResponse.ProtoReflect.Descriptor instead.
 func (*ClaimProductResponse) Descriptor() ([]byte, []int) {
-	return file_keyhouse_licensing_v1_internal_proto_rawDescGZIP(), []int{4}
+	return file_keyhouse_licensing_v1_internal_proto_rawDescGZIP(), []int{6}
 }
 
 type GetSigningKeysRequest struct {
@@ -330,7 +419,7 @@ type GetSigningKeysRequest struct {
 
 func (x *GetSigningKeysRequest) Reset() {
 	*x = GetSigningKeysRequest{}
-	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[5]
+	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -342,7 +431,7 @@ func (x *GetSigningKeysRequest) String() string {
 func (*GetSigningKeysRequest) ProtoMessage() {}
 
 func (x *GetSigningKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[5]
+	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -355,7 +444,7 @@ func (x *GetSigningKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSigningKeysRequest.ProtoReflect.Descriptor instead.
 func (*GetSigningKeysRequest) Descriptor() ([]byte, []int) {
-	return file_keyhouse_licensing_v1_internal_proto_rawDescGZIP(), []int{5}
+	return file_keyhouse_licensing_v1_internal_proto_rawDescGZIP(), []int{7}
 }
 
 type GetSigningKeysResponse struct {
@@ -368,7 +457,7 @@ type GetSigningKeysResponse struct {
 
 func (x *GetSigningKeysResponse) Reset() {
 	*x = GetSigningKeysResponse{}
-	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[6]
+	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -380,7 +469,7 @@ func (x *GetSigningKeysResponse) String() string {
 func (*GetSigningKeysResponse) ProtoMessage() {}
 
 func (x *GetSigningKeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[6]
+	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -393,7 +482,7 @@ func (x *GetSigningKeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSigningKeysResponse.ProtoReflect.Descriptor instead.
 func (*GetSigningKeysResponse) Descriptor() ([]byte, []int) {
-	return file_keyhouse_licensing_v1_internal_proto_rawDescGZIP(), []int{6}
+	return file_keyhouse_licensing_v1_internal_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *GetSigningKeysResponse) GetKeyring() []byte {
@@ -413,7 +502,7 @@ type IssueLicenseForTenantRequest struct {
 
 func (x *IssueLicenseForTenantRequest) Reset() {
 	*x = IssueLicenseForTenantRequest{}
-	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[7]
+	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -425,7 +514,7 @@ func (x *IssueLicenseForTenantRequest) String() string {
 func (*IssueLicenseForTenantRequest) ProtoMessage() {}
 
 func (x *IssueLicenseForTenantRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[7]
+	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -438,7 +527,7 @@ func (x *IssueLicenseForTenantRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IssueLicenseForTenantRequest.ProtoReflect.Descriptor instead.
 func (*IssueLicenseForTenantRequest) Descriptor() ([]byte, []int) {
-	return file_keyhouse_licensing_v1_internal_proto_rawDescGZIP(), []int{7}
+	return file_keyhouse_licensing_v1_internal_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *IssueLicenseForTenantRequest) GetLicense() *IssueLicenseRequest {
@@ -457,7 +546,7 @@ type IssueLicenseForTenantResponse struct {
 
 func (x *IssueLicenseForTenantResponse) Reset() {
 	*x = IssueLicenseForTenantResponse{}
-	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[8]
+	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -469,7 +558,7 @@ func (x *IssueLicenseForTenantResponse) String() string {
 func (*IssueLicenseForTenantResponse) ProtoMessage() {}
 
 func (x *IssueLicenseForTenantResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[8]
+	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -482,7 +571,7 @@ func (x *IssueLicenseForTenantResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IssueLicenseForTenantResponse.ProtoReflect.Descriptor instead.
 func (*IssueLicenseForTenantResponse) Descriptor() ([]byte, []int) {
-	return file_keyhouse_licensing_v1_internal_proto_rawDescGZIP(), []int{8}
+	return file_keyhouse_licensing_v1_internal_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *IssueLicenseForTenantResponse) GetKey() string {
@@ -500,7 +589,7 @@ type CountActiveLicensesRequest struct {
 
 func (x *CountActiveLicensesRequest) Reset() {
 	*x = CountActiveLicensesRequest{}
-	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[9]
+	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -512,7 +601,7 @@ func (x *CountActiveLicensesRequest) String() string {
 func (*CountActiveLicensesRequest) ProtoMessage() {}
 
 func (x *CountActiveLicensesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[9]
+	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -525,7 +614,7 @@ func (x *CountActiveLicensesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CountActiveLicensesRequest.ProtoReflect.Descriptor instead.
 func (*CountActiveLicensesRequest) Descriptor() ([]byte, []int) {
-	return file_keyhouse_licensing_v1_internal_proto_rawDescGZIP(), []int{9}
+	return file_keyhouse_licensing_v1_internal_proto_rawDescGZIP(), []int{11}
 }
 
 type ListDeletedLicensesRequest struct {
@@ -536,7 +625,7 @@ type ListDeletedLicensesRequest struct {
 
 func (x *ListDeletedLicensesRequest) Reset() {
 	*x = ListDeletedLicensesRequest{}
-	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[10]
+	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -548,7 +637,7 @@ func (x *ListDeletedLicensesRequest) String() string {
 func (*ListDeletedLicensesRequest) ProtoMessage() {}
 
 func (x *ListDeletedLicensesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[10]
+	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -561,7 +650,7 @@ func (x *ListDeletedLicensesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeletedLicensesRequest.ProtoReflect.Descriptor instead.
 func (*ListDeletedLicensesRequest) Descriptor() ([]byte, []int) {
-	return file_keyhouse_licensing_v1_internal_proto_rawDescGZIP(), []int{10}
+	return file_keyhouse_licensing_v1_internal_proto_rawDescGZIP(), []int{12}
 }
 
 type ListDeletedLicensesResponse struct {
@@ -573,7 +662,7 @@ type ListDeletedLicensesResponse struct {
 
 func (x *ListDeletedLicensesResponse) Reset() {
 	*x = ListDeletedLicensesResponse{}
-	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[11]
+	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -585,7 +674,7 @@ func (x *ListDeletedLicensesResponse) String() string {
 func (*ListDeletedLicensesResponse) ProtoMessage() {}
 
 func (x *ListDeletedLicensesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[11]
+	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -598,7 +687,7 @@ func (x *ListDeletedLicensesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeletedLicensesResponse.ProtoReflect.Descriptor instead.
 func (*ListDeletedLicensesResponse) Descriptor() ([]byte, []int) {
-	return file_keyhouse_licensing_v1_internal_proto_rawDescGZIP(), []int{11}
+	return file_keyhouse_licensing_v1_internal_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ListDeletedLicensesResponse) GetKeys() []string {
@@ -619,7 +708,7 @@ type CountActiveLicensesResponse struct {
 
 func (x *CountActiveLicensesResponse) Reset() {
 	*x = CountActiveLicensesResponse{}
-	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[12]
+	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -631,7 +720,7 @@ func (x *CountActiveLicensesResponse) String() string {
 func (*CountActiveLicensesResponse) ProtoMessage() {}
 
 func (x *CountActiveLicensesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[12]
+	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -644,7 +733,7 @@ func (x *CountActiveLicensesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CountActiveLicensesResponse.ProtoReflect.Descriptor instead.
 func (*CountActiveLicensesResponse) Descriptor() ([]byte, []int) {
-	return file_keyhouse_licensing_v1_internal_proto_rawDescGZIP(), []int{12}
+	return file_keyhouse_licensing_v1_internal_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *CountActiveLicensesResponse) GetActive() int32 {
@@ -663,7 +752,7 @@ type RevokeLicenseForTenantRequest struct {
 
 func (x *RevokeLicenseForTenantRequest) Reset() {
 	*x = RevokeLicenseForTenantRequest{}
-	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[13]
+	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -675,7 +764,7 @@ func (x *RevokeLicenseForTenantRequest) String() string {
 func (*RevokeLicenseForTenantRequest) ProtoMessage() {}
 
 func (x *RevokeLicenseForTenantRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[13]
+	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -688,7 +777,7 @@ func (x *RevokeLicenseForTenantRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeLicenseForTenantRequest.ProtoReflect.Descriptor instead.
 func (*RevokeLicenseForTenantRequest) Descriptor() ([]byte, []int) {
-	return file_keyhouse_licensing_v1_internal_proto_rawDescGZIP(), []int{13}
+	return file_keyhouse_licensing_v1_internal_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *RevokeLicenseForTenantRequest) GetRevoke() *RevokeLicenseRequest {
@@ -707,7 +796,7 @@ type RevokeLicenseForTenantResponse struct {
 
 func (x *RevokeLicenseForTenantResponse) Reset() {
 	*x = RevokeLicenseForTenantResponse{}
-	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[14]
+	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -719,7 +808,7 @@ func (x *RevokeLicenseForTenantResponse) String() string {
 func (*RevokeLicenseForTenantResponse) ProtoMessage() {}
 
 func (x *RevokeLicenseForTenantResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[14]
+	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -732,7 +821,7 @@ func (x *RevokeLicenseForTenantResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeLicenseForTenantResponse.ProtoReflect.Descriptor instead.
 func (*RevokeLicenseForTenantResponse) Descriptor() ([]byte, []int) {
-	return file_keyhouse_licensing_v1_internal_proto_rawDescGZIP(), []int{14}
+	return file_keyhouse_licensing_v1_internal_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *RevokeLicenseForTenantResponse) GetStatus() string {
@@ -751,7 +840,7 @@ type UpdateLicenseTermsForTenantRequest struct {
 
 func (x *UpdateLicenseTermsForTenantRequest) Reset() {
 	*x = UpdateLicenseTermsForTenantRequest{}
-	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[15]
+	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -763,7 +852,7 @@ func (x *UpdateLicenseTermsForTenantRequest) String() string {
 func (*UpdateLicenseTermsForTenantRequest) ProtoMessage() {}
 
 func (x *UpdateLicenseTermsForTenantRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[15]
+	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -776,7 +865,7 @@ func (x *UpdateLicenseTermsForTenantRequest) ProtoReflect() protoreflect.Message
 
 // Deprecated: Use UpdateLicenseTermsForTenantRequest.ProtoReflect.Descriptor instead.
 func (*UpdateLicenseTermsForTenantRequest) Descriptor() ([]byte, []int) {
-	return file_keyhouse_licensing_v1_internal_proto_rawDescGZIP(), []int{15}
+	return file_keyhouse_licensing_v1_internal_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *UpdateLicenseTermsForTenantRequest) GetTerms() *UpdateLicenseTermsRequest {
@@ -795,7 +884,7 @@ type UpdateLicenseTermsForTenantResponse struct {
 
 func (x *UpdateLicenseTermsForTenantResponse) Reset() {
 	*x = UpdateLicenseTermsForTenantResponse{}
-	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[16]
+	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -807,7 +896,7 @@ func (x *UpdateLicenseTermsForTenantResponse) String() string {
 func (*UpdateLicenseTermsForTenantResponse) ProtoMessage() {}
 
 func (x *UpdateLicenseTermsForTenantResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[16]
+	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -820,7 +909,7 @@ func (x *UpdateLicenseTermsForTenantResponse) ProtoReflect() protoreflect.Messag
 
 // Deprecated: Use UpdateLicenseTermsForTenantResponse.ProtoReflect.Descriptor instead.
 func (*UpdateLicenseTermsForTenantResponse) Descriptor() ([]byte, []int) {
-	return file_keyhouse_licensing_v1_internal_proto_rawDescGZIP(), []int{16}
+	return file_keyhouse_licensing_v1_internal_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *UpdateLicenseTermsForTenantResponse) GetExpiresAt() *timestamppb.Timestamp {
@@ -854,7 +943,11 @@ const file_keyhouse_licensing_v1_internal_proto_rawDesc = "" +
 	"\n" +
 	"revoked_at\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\trevokedAt\"N\n" +
 	"\x12GetLicenseResponse\x128\n" +
-	"\alicense\x18\x01 \x01(\v2\x1e.keyhouse.licensing.v1.LicenseR\alicense\"4\n" +
+	"\alicense\x18\x01 \x01(\v2\x1e.keyhouse.licensing.v1.LicenseR\alicense\"(\n" +
+	"\x12GetLicensesRequest\x12\x12\n" +
+	"\x04keys\x18\x01 \x03(\tR\x04keys\"Z\n" +
+	"\x13GetLicensesResponse\x12C\n" +
+	"\aresults\x18\x01 \x03(\v2).keyhouse.licensing.v1.GetLicenseResponseR\aresults\"4\n" +
 	"\x13ClaimProductRequest\x12\x1d\n" +
 	"\n" +
 	"product_id\x18\x01 \x01(\tR\tproductId\"\x16\n" +
@@ -880,10 +973,11 @@ const file_keyhouse_licensing_v1_internal_proto_rawDesc = "" +
 	"\x05terms\x18\x01 \x01(\v20.keyhouse.licensing.v1.UpdateLicenseTermsRequestR\x05terms\"`\n" +
 	"#UpdateLicenseTermsForTenantResponse\x129\n" +
 	"\n" +
-	"expires_at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt2\xa7\b\n" +
+	"expires_at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt2\x93\t\n" +
 	"\x18LicensingInternalService\x12g\n" +
 	"\n" +
-	"GetLicense\x12(.keyhouse.licensing.v1.GetLicenseRequest\x1a).keyhouse.licensing.v1.GetLicenseResponse\"\x04\x90\x82\x19\x04\x12m\n" +
+	"GetLicense\x12(.keyhouse.licensing.v1.GetLicenseRequest\x1a).keyhouse.licensing.v1.GetLicenseResponse\"\x04\x90\x82\x19\x04\x12j\n" +
+	"\vGetLicenses\x12).keyhouse.licensing.v1.GetLicensesRequest\x1a*.keyhouse.licensing.v1.GetLicensesResponse\"\x04\x90\x82\x19\x04\x12m\n" +
 	"\fClaimProduct\x12*.keyhouse.licensing.v1.ClaimProductRequest\x1a+.keyhouse.licensing.v1.ClaimProductResponse\"\x04\x90\x82\x19\x04\x12s\n" +
 	"\x0eGetSigningKeys\x12,.keyhouse.licensing.v1.GetSigningKeysRequest\x1a-.keyhouse.licensing.v1.GetSigningKeysResponse\"\x04\x90\x82\x19\x04\x12\x88\x01\n" +
 	"\x15IssueLicenseForTenant\x123.keyhouse.licensing.v1.IssueLicenseForTenantRequest\x1a4.keyhouse.licensing.v1.IssueLicenseForTenantResponse\"\x04\x90\x82\x19\x04\x12\x8b\x01\n" +
@@ -904,64 +998,69 @@ func file_keyhouse_licensing_v1_internal_proto_rawDescGZIP() []byte {
 	return file_keyhouse_licensing_v1_internal_proto_rawDescData
 }
 
-var file_keyhouse_licensing_v1_internal_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_keyhouse_licensing_v1_internal_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_keyhouse_licensing_v1_internal_proto_goTypes = []any{
 	(*GetLicenseRequest)(nil),                   // 0: keyhouse.licensing.v1.GetLicenseRequest
 	(*License)(nil),                             // 1: keyhouse.licensing.v1.License
 	(*GetLicenseResponse)(nil),                  // 2: keyhouse.licensing.v1.GetLicenseResponse
-	(*ClaimProductRequest)(nil),                 // 3: keyhouse.licensing.v1.ClaimProductRequest
-	(*ClaimProductResponse)(nil),                // 4: keyhouse.licensing.v1.ClaimProductResponse
-	(*GetSigningKeysRequest)(nil),               // 5: keyhouse.licensing.v1.GetSigningKeysRequest
-	(*GetSigningKeysResponse)(nil),              // 6: keyhouse.licensing.v1.GetSigningKeysResponse
-	(*IssueLicenseForTenantRequest)(nil),        // 7: keyhouse.licensing.v1.IssueLicenseForTenantRequest
-	(*IssueLicenseForTenantResponse)(nil),       // 8: keyhouse.licensing.v1.IssueLicenseForTenantResponse
-	(*CountActiveLicensesRequest)(nil),          // 9: keyhouse.licensing.v1.CountActiveLicensesRequest
-	(*ListDeletedLicensesRequest)(nil),          // 10: keyhouse.licensing.v1.ListDeletedLicensesRequest
-	(*ListDeletedLicensesResponse)(nil),         // 11: keyhouse.licensing.v1.ListDeletedLicensesResponse
-	(*CountActiveLicensesResponse)(nil),         // 12: keyhouse.licensing.v1.CountActiveLicensesResponse
-	(*RevokeLicenseForTenantRequest)(nil),       // 13: keyhouse.licensing.v1.RevokeLicenseForTenantRequest
-	(*RevokeLicenseForTenantResponse)(nil),      // 14: keyhouse.licensing.v1.RevokeLicenseForTenantResponse
-	(*UpdateLicenseTermsForTenantRequest)(nil),  // 15: keyhouse.licensing.v1.UpdateLicenseTermsForTenantRequest
-	(*UpdateLicenseTermsForTenantResponse)(nil), // 16: keyhouse.licensing.v1.UpdateLicenseTermsForTenantResponse
-	(*timestamppb.Timestamp)(nil),               // 17: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),                     // 18: google.protobuf.Struct
-	(*wrapperspb.Int32Value)(nil),               // 19: google.protobuf.Int32Value
-	(*IssueLicenseRequest)(nil),                 // 20: keyhouse.licensing.v1.IssueLicenseRequest
-	(*RevokeLicenseRequest)(nil),                // 21: keyhouse.licensing.v1.RevokeLicenseRequest
-	(*UpdateLicenseTermsRequest)(nil),           // 22: keyhouse.licensing.v1.UpdateLicenseTermsRequest
+	(*GetLicensesRequest)(nil),                  // 3: keyhouse.licensing.v1.GetLicensesRequest
+	(*GetLicensesResponse)(nil),                 // 4: keyhouse.licensing.v1.GetLicensesResponse
+	(*ClaimProductRequest)(nil),                 // 5: keyhouse.licensing.v1.ClaimProductRequest
+	(*ClaimProductResponse)(nil),                // 6: keyhouse.licensing.v1.ClaimProductResponse
+	(*GetSigningKeysRequest)(nil),               // 7: keyhouse.licensing.v1.GetSigningKeysRequest
+	(*GetSigningKeysResponse)(nil),              // 8: keyhouse.licensing.v1.GetSigningKeysResponse
+	(*IssueLicenseForTenantRequest)(nil),        // 9: keyhouse.licensing.v1.IssueLicenseForTenantRequest
+	(*IssueLicenseForTenantResponse)(nil),       // 10: keyhouse.licensing.v1.IssueLicenseForTenantResponse
+	(*CountActiveLicensesRequest)(nil),          // 11: keyhouse.licensing.v1.CountActiveLicensesRequest
+	(*ListDeletedLicensesRequest)(nil),          // 12: keyhouse.licensing.v1.ListDeletedLicensesRequest
+	(*ListDeletedLicensesResponse)(nil),         // 13: keyhouse.licensing.v1.ListDeletedLicensesResponse
+	(*CountActiveLicensesResponse)(nil),         // 14: keyhouse.licensing.v1.CountActiveLicensesResponse
+	(*RevokeLicenseForTenantRequest)(nil),       // 15: keyhouse.licensing.v1.RevokeLicenseForTenantRequest
+	(*RevokeLicenseForTenantResponse)(nil),      // 16: keyhouse.licensing.v1.RevokeLicenseForTenantResponse
+	(*UpdateLicenseTermsForTenantRequest)(nil),  // 17: keyhouse.licensing.v1.UpdateLicenseTermsForTenantRequest
+	(*UpdateLicenseTermsForTenantResponse)(nil), // 18: keyhouse.licensing.v1.UpdateLicenseTermsForTenantResponse
+	(*timestamppb.Timestamp)(nil),               // 19: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),                     // 20: google.protobuf.Struct
+	(*wrapperspb.Int32Value)(nil),               // 21: google.protobuf.Int32Value
+	(*IssueLicenseRequest)(nil),                 // 22: keyhouse.licensing.v1.IssueLicenseRequest
+	(*RevokeLicenseRequest)(nil),                // 23: keyhouse.licensing.v1.RevokeLicenseRequest
+	(*UpdateLicenseTermsRequest)(nil),           // 24: keyhouse.licensing.v1.UpdateLicenseTermsRequest
 }
 var file_keyhouse_licensing_v1_internal_proto_depIdxs = []int32{
-	17, // 0: keyhouse.licensing.v1.License.issued_at:type_name -> google.protobuf.Timestamp
-	17, // 1: keyhouse.licensing.v1.License.expires_at:type_name -> google.protobuf.Timestamp
-	18, // 2: keyhouse.licensing.v1.License.limits:type_name -> google.protobuf.Struct
-	19, // 3: keyhouse.licensing.v1.License.max_activations:type_name -> google.protobuf.Int32Value
-	17, // 4: keyhouse.licensing.v1.License.revoked_at:type_name -> google.protobuf.Timestamp
+	19, // 0: keyhouse.licensing.v1.License.issued_at:type_name -> google.protobuf.Timestamp
+	19, // 1: keyhouse.licensing.v1.License.expires_at:type_name -> google.protobuf.Timestamp
+	20, // 2: keyhouse.licensing.v1.License.limits:type_name -> google.protobuf.Struct
+	21, // 3: keyhouse.licensing.v1.License.max_activations:type_name -> google.protobuf.Int32Value
+	19, // 4: keyhouse.licensing.v1.License.revoked_at:type_name -> google.protobuf.Timestamp
 	1,  // 5: keyhouse.licensing.v1.GetLicenseResponse.license:type_name -> keyhouse.licensing.v1.License
-	20, // 6: keyhouse.licensing.v1.IssueLicenseForTenantRequest.license:type_name -> keyhouse.licensing.v1.IssueLicenseRequest
-	21, // 7: keyhouse.licensing.v1.RevokeLicenseForTenantRequest.revoke:type_name -> keyhouse.licensing.v1.RevokeLicenseRequest
-	22, // 8: keyhouse.licensing.v1.UpdateLicenseTermsForTenantRequest.terms:type_name -> keyhouse.licensing.v1.UpdateLicenseTermsRequest
-	17, // 9: keyhouse.licensing.v1.UpdateLicenseTermsForTenantResponse.expires_at:type_name -> google.protobuf.Timestamp
-	0,  // 10: keyhouse.licensing.v1.LicensingInternalService.GetLicense:input_type -> keyhouse.licensing.v1.GetLicenseRequest
-	3,  // 11: keyhouse.licensing.v1.LicensingInternalService.ClaimProduct:input_type -> keyhouse.licensing.v1.ClaimProductRequest
-	5,  // 12: keyhouse.licensing.v1.LicensingInternalService.GetSigningKeys:input_type -> keyhouse.licensing.v1.GetSigningKeysRequest
-	7,  // 13: keyhouse.licensing.v1.LicensingInternalService.IssueLicenseForTenant:input_type -> keyhouse.licensing.v1.IssueLicenseForTenantRequest
-	13, // 14: keyhouse.licensing.v1.LicensingInternalService.RevokeLicenseForTenant:input_type -> keyhouse.licensing.v1.RevokeLicenseForTenantRequest
-	15, // 15: keyhouse.licensing.v1.LicensingInternalService.UpdateLicenseTermsForTenant:input_type -> keyhouse.licensing.v1.UpdateLicenseTermsForTenantRequest
-	9,  // 16: keyhouse.licensing.v1.LicensingInternalService.CountActiveLicenses:input_type -> keyhouse.licensing.v1.CountActiveLicensesRequest
-	10, // 17: keyhouse.licensing.v1.LicensingInternalService.ListDeletedLicenses:input_type -> keyhouse.licensing.v1.ListDeletedLicensesRequest
-	2,  // 18: keyhouse.licensing.v1.LicensingInternalService.GetLicense:output_type -> keyhouse.licensing.v1.GetLicenseResponse
-	4,  // 19: keyhouse.licensing.v1.LicensingInternalService.ClaimProduct:output_type -> keyhouse.licensing.v1.ClaimProductResponse
-	6,  // 20: keyhouse.licensing.v1.LicensingInternalService.GetSigningKeys:output_type -> keyhouse.licensing.v1.GetSigningKeysResponse
-	8,  // 21: keyhouse.licensing.v1.LicensingInternalService.IssueLicenseForTenant:output_type -> keyhouse.licensing.v1.IssueLicenseForTenantResponse
-	14, // 22: keyhouse.licensing.v1.LicensingInternalService.RevokeLicenseForTenant:output_type -> keyhouse.licensing.v1.RevokeLicenseForTenantResponse
-	16, // 23: keyhouse.licensing.v1.LicensingInternalService.UpdateLicenseTermsForTenant:output_type -> keyhouse.licensing.v1.UpdateLicenseTermsForTenantResponse
-	12, // 24: keyhouse.licensing.v1.LicensingInternalService.CountActiveLicenses:output_type -> keyhouse.licensing.v1.CountActiveLicensesResponse
-	11, // 25: keyhouse.licensing.v1.LicensingInternalService.ListDeletedLicenses:output_type -> keyhouse.licensing.v1.ListDeletedLicensesResponse
-	18, // [18:26] is the sub-list for method output_type
-	10, // [10:18] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	2,  // 6: keyhouse.licensing.v1.GetLicensesResponse.results:type_name -> keyhouse.licensing.v1.GetLicenseResponse
+	22, // 7: keyhouse.licensing.v1.IssueLicenseForTenantRequest.license:type_name -> keyhouse.licensing.v1.IssueLicenseRequest
+	23, // 8: keyhouse.licensing.v1.RevokeLicenseForTenantRequest.revoke:type_name -> keyhouse.licensing.v1.RevokeLicenseRequest
+	24, // 9: keyhouse.licensing.v1.UpdateLicenseTermsForTenantRequest.terms:type_name -> keyhouse.licensing.v1.UpdateLicenseTermsRequest
+	19, // 10: keyhouse.licensing.v1.UpdateLicenseTermsForTenantResponse.expires_at:type_name -> google.protobuf.Timestamp
+	0,  // 11: keyhouse.licensing.v1.LicensingInternalService.GetLicense:input_type -> keyhouse.licensing.v1.GetLicenseRequest
+	3,  // 12: keyhouse.licensing.v1.LicensingInternalService.GetLicenses:input_type -> keyhouse.licensing.v1.GetLicensesRequest
+	5,  // 13: keyhouse.licensing.v1.LicensingInternalService.ClaimProduct:input_type -> keyhouse.licensing.v1.ClaimProductRequest
+	7,  // 14: keyhouse.licensing.v1.LicensingInternalService.GetSigningKeys:input_type -> keyhouse.licensing.v1.GetSigningKeysRequest
+	9,  // 15: keyhouse.licensing.v1.LicensingInternalService.IssueLicenseForTenant:input_type -> keyhouse.licensing.v1.IssueLicenseForTenantRequest
+	15, // 16: keyhouse.licensing.v1.LicensingInternalService.RevokeLicenseForTenant:input_type -> keyhouse.licensing.v1.RevokeLicenseForTenantRequest
+	17, // 17: keyhouse.licensing.v1.LicensingInternalService.UpdateLicenseTermsForTenant:input_type -> keyhouse.licensing.v1.UpdateLicenseTermsForTenantRequest
+	11, // 18: keyhouse.licensing.v1.LicensingInternalService.CountActiveLicenses:input_type -> keyhouse.licensing.v1.CountActiveLicensesRequest
+	12, // 19: keyhouse.licensing.v1.LicensingInternalService.ListDeletedLicenses:input_type -> keyhouse.licensing.v1.ListDeletedLicensesRequest
+	2,  // 20: keyhouse.licensing.v1.LicensingInternalService.GetLicense:output_type -> keyhouse.licensing.v1.GetLicenseResponse
+	4,  // 21: keyhouse.licensing.v1.LicensingInternalService.GetLicenses:output_type -> keyhouse.licensing.v1.GetLicensesResponse
+	6,  // 22: keyhouse.licensing.v1.LicensingInternalService.ClaimProduct:output_type -> keyhouse.licensing.v1.ClaimProductResponse
+	8,  // 23: keyhouse.licensing.v1.LicensingInternalService.GetSigningKeys:output_type -> keyhouse.licensing.v1.GetSigningKeysResponse
+	10, // 24: keyhouse.licensing.v1.LicensingInternalService.IssueLicenseForTenant:output_type -> keyhouse.licensing.v1.IssueLicenseForTenantResponse
+	16, // 25: keyhouse.licensing.v1.LicensingInternalService.RevokeLicenseForTenant:output_type -> keyhouse.licensing.v1.RevokeLicenseForTenantResponse
+	18, // 26: keyhouse.licensing.v1.LicensingInternalService.UpdateLicenseTermsForTenant:output_type -> keyhouse.licensing.v1.UpdateLicenseTermsForTenantResponse
+	14, // 27: keyhouse.licensing.v1.LicensingInternalService.CountActiveLicenses:output_type -> keyhouse.licensing.v1.CountActiveLicensesResponse
+	13, // 28: keyhouse.licensing.v1.LicensingInternalService.ListDeletedLicenses:output_type -> keyhouse.licensing.v1.ListDeletedLicensesResponse
+	20, // [20:29] is the sub-list for method output_type
+	11, // [11:20] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_keyhouse_licensing_v1_internal_proto_init() }
@@ -976,7 +1075,7 @@ func file_keyhouse_licensing_v1_internal_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_keyhouse_licensing_v1_internal_proto_rawDesc), len(file_keyhouse_licensing_v1_internal_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   17,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

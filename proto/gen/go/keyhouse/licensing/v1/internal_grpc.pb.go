@@ -20,6 +20,7 @@ const _ = grpc.SupportPackageIsVersion9
 
 const (
 	LicensingInternalService_GetLicense_FullMethodName                  = "/keyhouse.licensing.v1.LicensingInternalService/GetLicense"
+	LicensingInternalService_GetLicenses_FullMethodName                 = "/keyhouse.licensing.v1.LicensingInternalService/GetLicenses"
 	LicensingInternalService_ClaimProduct_FullMethodName                = "/keyhouse.licensing.v1.LicensingInternalService/ClaimProduct"
 	LicensingInternalService_GetSigningKeys_FullMethodName              = "/keyhouse.licensing.v1.LicensingInternalService/GetSigningKeys"
 	LicensingInternalService_IssueLicenseForTenant_FullMethodName       = "/keyhouse.licensing.v1.LicensingInternalService/IssueLicenseForTenant"
@@ -41,6 +42,11 @@ type LicensingInternalServiceClient interface {
 	// (another tenant's key is NotFound "License key not found"); without one (public
 	// routes such as activate-license and check-update) it finds the key in any tenant.
 	GetLicense(ctx context.Context, in *GetLicenseRequest, opts ...grpc.CallOption) (*GetLicenseResponse, error)
+	// GetLicense for several keys in one call (pkg/licensingclient sends its cache misses
+	// together): one answer per key, in the keys' order, whose license is unset when the
+	// key names none (GetLicense's NotFound). Scoped to the tenant in metadata as GetLicense
+	// is. The licenses licensing's cache does not hold are read with one query. At most 256.
+	GetLicenses(ctx context.Context, in *GetLicensesRequest, opts ...grpc.CallOption) (*GetLicensesResponse, error)
 	// Binds product_id to the calling tenant if no tenant owns it yet. PermissionDenied
 	// "product_id is owned by a different tenant" when another tenant does. Race-free:
 	// licensing's issue-license and releases' register-release share this one claim.
@@ -79,6 +85,16 @@ func (c *licensingInternalServiceClient) GetLicense(ctx context.Context, in *Get
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(GetLicenseResponse)
 	err := c.cc.Invoke(ctx, LicensingInternalService_GetLicense_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *licensingInternalServiceClient) GetLicenses(ctx context.Context, in *GetLicensesRequest, opts ...grpc.CallOption) (*GetLicensesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetLicensesResponse)
+	err := c.cc.Invoke(ctx, LicensingInternalService_GetLicenses_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -167,6 +183,11 @@ type LicensingInternalServiceServer interface {
 	// (another tenant's key is NotFound "License key not found"); without one (public
 	// routes such as activate-license and check-update) it finds the key in any tenant.
 	GetLicense(context.Context, *GetLicenseRequest) (*GetLicenseResponse, error)
+	// GetLicense for several keys in one call (pkg/licensingclient sends its cache misses
+	// together): one answer per key, in the keys' order, whose license is unset when the
+	// key names none (GetLicense's NotFound). Scoped to the tenant in metadata as GetLicense
+	// is. The licenses licensing's cache does not hold are read with one query. At most 256.
+	GetLicenses(context.Context, *GetLicensesRequest) (*GetLicensesResponse, error)
 	// Binds product_id to the calling tenant if no tenant owns it yet. PermissionDenied
 	// "product_id is owned by a different tenant" when another tenant does. Race-free:
 	// licensing's issue-license and releases' register-release share this one claim.
@@ -203,6 +224,9 @@ type UnimplementedLicensingInternalServiceServer struct{}
 
 func (UnimplementedLicensingInternalServiceServer) GetLicense(context.Context, *GetLicenseRequest) (*GetLicenseResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetLicense not implemented")
+}
+func (UnimplementedLicensingInternalServiceServer) GetLicenses(context.Context, *GetLicensesRequest) (*GetLicensesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetLicenses not implemented")
 }
 func (UnimplementedLicensingInternalServiceServer) ClaimProduct(context.Context, *ClaimProductRequest) (*ClaimProductResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ClaimProduct not implemented")
@@ -261,6 +285,24 @@ func _LicensingInternalService_GetLicense_Handler(srv interface{}, ctx context.C
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(LicensingInternalServiceServer).GetLicense(ctx, req.(*GetLicenseRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _LicensingInternalService_GetLicenses_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetLicensesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LicensingInternalServiceServer).GetLicenses(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: LicensingInternalService_GetLicenses_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LicensingInternalServiceServer).GetLicenses(ctx, req.(*GetLicensesRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -401,6 +443,10 @@ var LicensingInternalService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetLicense",
 			Handler:    _LicensingInternalService_GetLicense_Handler,
+		},
+		{
+			MethodName: "GetLicenses",
+			Handler:    _LicensingInternalService_GetLicenses_Handler,
 		},
 		{
 			MethodName: "ClaimProduct",

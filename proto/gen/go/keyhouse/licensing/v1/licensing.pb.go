@@ -311,6 +311,232 @@ func (x *VerifyLicenseResponse) GetStatus() string {
 	return ""
 }
 
+type VerifyLicenseBatchRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// At most 256.
+	Items         []*VerifyLicenseBatchItem `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VerifyLicenseBatchRequest) Reset() {
+	*x = VerifyLicenseBatchRequest{}
+	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VerifyLicenseBatchRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VerifyLicenseBatchRequest) ProtoMessage() {}
+
+func (x *VerifyLicenseBatchRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VerifyLicenseBatchRequest.ProtoReflect.Descriptor instead.
+func (*VerifyLicenseBatchRequest) Descriptor() ([]byte, []int) {
+	return file_keyhouse_licensing_v1_licensing_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *VerifyLicenseBatchRequest) GetItems() []*VerifyLicenseBatchItem {
+	if x != nil {
+		return x.Items
+	}
+	return nil
+}
+
+type VerifyLicenseBatchItem struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Request *VerifyLicenseRequest  `protobuf:"bytes,1,opt,name=request,proto3" json:"request,omitempty"`
+	// The x-request-id of the REST request the item came from, for the service's log.
+	RequestId     string `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VerifyLicenseBatchItem) Reset() {
+	*x = VerifyLicenseBatchItem{}
+	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VerifyLicenseBatchItem) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VerifyLicenseBatchItem) ProtoMessage() {}
+
+func (x *VerifyLicenseBatchItem) ProtoReflect() protoreflect.Message {
+	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VerifyLicenseBatchItem.ProtoReflect.Descriptor instead.
+func (*VerifyLicenseBatchItem) Descriptor() ([]byte, []int) {
+	return file_keyhouse_licensing_v1_licensing_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *VerifyLicenseBatchItem) GetRequest() *VerifyLicenseRequest {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+func (x *VerifyLicenseBatchItem) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+type VerifyLicenseBatchResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One per item, in the order of the request.
+	Results       []*VerifyLicenseBatchResult `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VerifyLicenseBatchResponse) Reset() {
+	*x = VerifyLicenseBatchResponse{}
+	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VerifyLicenseBatchResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VerifyLicenseBatchResponse) ProtoMessage() {}
+
+func (x *VerifyLicenseBatchResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VerifyLicenseBatchResponse.ProtoReflect.Descriptor instead.
+func (*VerifyLicenseBatchResponse) Descriptor() ([]byte, []int) {
+	return file_keyhouse_licensing_v1_licensing_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *VerifyLicenseBatchResponse) GetResults() []*VerifyLicenseBatchResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+type VerifyLicenseBatchResult struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Outcome:
+	//
+	//	*VerifyLicenseBatchResult_Response
+	//	*VerifyLicenseBatchResult_Error
+	Outcome       isVerifyLicenseBatchResult_Outcome `protobuf_oneof:"outcome"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *VerifyLicenseBatchResult) Reset() {
+	*x = VerifyLicenseBatchResult{}
+	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *VerifyLicenseBatchResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*VerifyLicenseBatchResult) ProtoMessage() {}
+
+func (x *VerifyLicenseBatchResult) ProtoReflect() protoreflect.Message {
+	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use VerifyLicenseBatchResult.ProtoReflect.Descriptor instead.
+func (*VerifyLicenseBatchResult) Descriptor() ([]byte, []int) {
+	return file_keyhouse_licensing_v1_licensing_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *VerifyLicenseBatchResult) GetOutcome() isVerifyLicenseBatchResult_Outcome {
+	if x != nil {
+		return x.Outcome
+	}
+	return nil
+}
+
+func (x *VerifyLicenseBatchResult) GetResponse() *VerifyLicenseResponse {
+	if x != nil {
+		if x, ok := x.Outcome.(*VerifyLicenseBatchResult_Response); ok {
+			return x.Response
+		}
+	}
+	return nil
+}
+
+func (x *VerifyLicenseBatchResult) GetError() *v1.CallStatus {
+	if x != nil {
+		if x, ok := x.Outcome.(*VerifyLicenseBatchResult_Error); ok {
+			return x.Error
+		}
+	}
+	return nil
+}
+
+type isVerifyLicenseBatchResult_Outcome interface {
+	isVerifyLicenseBatchResult_Outcome()
+}
+
+type VerifyLicenseBatchResult_Response struct {
+	Response *VerifyLicenseResponse `protobuf:"bytes,1,opt,name=response,proto3,oneof"`
+}
+
+type VerifyLicenseBatchResult_Error struct {
+	// The status VerifyLicense would have failed with.
+	Error *v1.CallStatus `protobuf:"bytes,2,opt,name=error,proto3,oneof"`
+}
+
+func (*VerifyLicenseBatchResult_Response) isVerifyLicenseBatchResult_Outcome() {}
+
+func (*VerifyLicenseBatchResult_Error) isVerifyLicenseBatchResult_Outcome() {}
+
 type RevokeLicenseRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Key   string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
@@ -322,7 +548,7 @@ type RevokeLicenseRequest struct {
 
 func (x *RevokeLicenseRequest) Reset() {
 	*x = RevokeLicenseRequest{}
-	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[4]
+	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -334,7 +560,7 @@ func (x *RevokeLicenseRequest) String() string {
 func (*RevokeLicenseRequest) ProtoMessage() {}
 
 func (x *RevokeLicenseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[4]
+	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -347,7 +573,7 @@ func (x *RevokeLicenseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeLicenseRequest.ProtoReflect.Descriptor instead.
 func (*RevokeLicenseRequest) Descriptor() ([]byte, []int) {
-	return file_keyhouse_licensing_v1_licensing_proto_rawDescGZIP(), []int{4}
+	return file_keyhouse_licensing_v1_licensing_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *RevokeLicenseRequest) GetKey() string {
@@ -374,7 +600,7 @@ type RevokeLicenseResponse struct {
 
 func (x *RevokeLicenseResponse) Reset() {
 	*x = RevokeLicenseResponse{}
-	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[5]
+	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -386,7 +612,7 @@ func (x *RevokeLicenseResponse) String() string {
 func (*RevokeLicenseResponse) ProtoMessage() {}
 
 func (x *RevokeLicenseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[5]
+	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -399,7 +625,7 @@ func (x *RevokeLicenseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeLicenseResponse.ProtoReflect.Descriptor instead.
 func (*RevokeLicenseResponse) Descriptor() ([]byte, []int) {
-	return file_keyhouse_licensing_v1_licensing_proto_rawDescGZIP(), []int{5}
+	return file_keyhouse_licensing_v1_licensing_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *RevokeLicenseResponse) GetKey() string {
@@ -425,7 +651,7 @@ type DeleteLicenseRequest struct {
 
 func (x *DeleteLicenseRequest) Reset() {
 	*x = DeleteLicenseRequest{}
-	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[6]
+	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -437,7 +663,7 @@ func (x *DeleteLicenseRequest) String() string {
 func (*DeleteLicenseRequest) ProtoMessage() {}
 
 func (x *DeleteLicenseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[6]
+	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -450,7 +676,7 @@ func (x *DeleteLicenseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteLicenseRequest.ProtoReflect.Descriptor instead.
 func (*DeleteLicenseRequest) Descriptor() ([]byte, []int) {
-	return file_keyhouse_licensing_v1_licensing_proto_rawDescGZIP(), []int{6}
+	return file_keyhouse_licensing_v1_licensing_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *DeleteLicenseRequest) GetKey() string {
@@ -470,7 +696,7 @@ type DeleteLicenseResponse struct {
 
 func (x *DeleteLicenseResponse) Reset() {
 	*x = DeleteLicenseResponse{}
-	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[7]
+	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -482,7 +708,7 @@ func (x *DeleteLicenseResponse) String() string {
 func (*DeleteLicenseResponse) ProtoMessage() {}
 
 func (x *DeleteLicenseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[7]
+	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -495,7 +721,7 @@ func (x *DeleteLicenseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteLicenseResponse.ProtoReflect.Descriptor instead.
 func (*DeleteLicenseResponse) Descriptor() ([]byte, []int) {
-	return file_keyhouse_licensing_v1_licensing_proto_rawDescGZIP(), []int{7}
+	return file_keyhouse_licensing_v1_licensing_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *DeleteLicenseResponse) GetKey() string {
@@ -527,7 +753,7 @@ type UpdateLicenseTermsRequest struct {
 
 func (x *UpdateLicenseTermsRequest) Reset() {
 	*x = UpdateLicenseTermsRequest{}
-	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[8]
+	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -539,7 +765,7 @@ func (x *UpdateLicenseTermsRequest) String() string {
 func (*UpdateLicenseTermsRequest) ProtoMessage() {}
 
 func (x *UpdateLicenseTermsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[8]
+	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -552,7 +778,7 @@ func (x *UpdateLicenseTermsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateLicenseTermsRequest.ProtoReflect.Descriptor instead.
 func (*UpdateLicenseTermsRequest) Descriptor() ([]byte, []int) {
-	return file_keyhouse_licensing_v1_licensing_proto_rawDescGZIP(), []int{8}
+	return file_keyhouse_licensing_v1_licensing_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *UpdateLicenseTermsRequest) GetKey() string {
@@ -598,7 +824,7 @@ type UpdateLicenseTermsResponse struct {
 
 func (x *UpdateLicenseTermsResponse) Reset() {
 	*x = UpdateLicenseTermsResponse{}
-	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[9]
+	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -610,7 +836,7 @@ func (x *UpdateLicenseTermsResponse) String() string {
 func (*UpdateLicenseTermsResponse) ProtoMessage() {}
 
 func (x *UpdateLicenseTermsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[9]
+	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -623,7 +849,7 @@ func (x *UpdateLicenseTermsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateLicenseTermsResponse.ProtoReflect.Descriptor instead.
 func (*UpdateLicenseTermsResponse) Descriptor() ([]byte, []int) {
-	return file_keyhouse_licensing_v1_licensing_proto_rawDescGZIP(), []int{9}
+	return file_keyhouse_licensing_v1_licensing_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *UpdateLicenseTermsResponse) GetKey() string {
@@ -692,7 +918,7 @@ type ListLicensesRequest struct {
 
 func (x *ListLicensesRequest) Reset() {
 	*x = ListLicensesRequest{}
-	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[10]
+	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -704,7 +930,7 @@ func (x *ListLicensesRequest) String() string {
 func (*ListLicensesRequest) ProtoMessage() {}
 
 func (x *ListLicensesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[10]
+	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -717,7 +943,7 @@ func (x *ListLicensesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLicensesRequest.ProtoReflect.Descriptor instead.
 func (*ListLicensesRequest) Descriptor() ([]byte, []int) {
-	return file_keyhouse_licensing_v1_licensing_proto_rawDescGZIP(), []int{10}
+	return file_keyhouse_licensing_v1_licensing_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ListLicensesRequest) GetProductId() string {
@@ -775,7 +1001,7 @@ type LicenseRow struct {
 
 func (x *LicenseRow) Reset() {
 	*x = LicenseRow{}
-	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[11]
+	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -787,7 +1013,7 @@ func (x *LicenseRow) String() string {
 func (*LicenseRow) ProtoMessage() {}
 
 func (x *LicenseRow) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[11]
+	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -800,7 +1026,7 @@ func (x *LicenseRow) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LicenseRow.ProtoReflect.Descriptor instead.
 func (*LicenseRow) Descriptor() ([]byte, []int) {
-	return file_keyhouse_licensing_v1_licensing_proto_rawDescGZIP(), []int{11}
+	return file_keyhouse_licensing_v1_licensing_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *LicenseRow) GetKey() string {
@@ -897,7 +1123,7 @@ type ListLicensesResponse struct {
 
 func (x *ListLicensesResponse) Reset() {
 	*x = ListLicensesResponse{}
-	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[12]
+	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -909,7 +1135,7 @@ func (x *ListLicensesResponse) String() string {
 func (*ListLicensesResponse) ProtoMessage() {}
 
 func (x *ListLicensesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[12]
+	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -922,7 +1148,7 @@ func (x *ListLicensesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLicensesResponse.ProtoReflect.Descriptor instead.
 func (*ListLicensesResponse) Descriptor() ([]byte, []int) {
-	return file_keyhouse_licensing_v1_licensing_proto_rawDescGZIP(), []int{12}
+	return file_keyhouse_licensing_v1_licensing_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ListLicensesResponse) GetLicenses() []*LicenseRow {
@@ -948,7 +1174,7 @@ type GetLicenseDetailsRequest struct {
 
 func (x *GetLicenseDetailsRequest) Reset() {
 	*x = GetLicenseDetailsRequest{}
-	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[13]
+	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -960,7 +1186,7 @@ func (x *GetLicenseDetailsRequest) String() string {
 func (*GetLicenseDetailsRequest) ProtoMessage() {}
 
 func (x *GetLicenseDetailsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[13]
+	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -973,7 +1199,7 @@ func (x *GetLicenseDetailsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLicenseDetailsRequest.ProtoReflect.Descriptor instead.
 func (*GetLicenseDetailsRequest) Descriptor() ([]byte, []int) {
-	return file_keyhouse_licensing_v1_licensing_proto_rawDescGZIP(), []int{13}
+	return file_keyhouse_licensing_v1_licensing_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *GetLicenseDetailsRequest) GetKey() string {
@@ -1003,7 +1229,7 @@ type GetLicenseDetailsResponse struct {
 
 func (x *GetLicenseDetailsResponse) Reset() {
 	*x = GetLicenseDetailsResponse{}
-	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[14]
+	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1015,7 +1241,7 @@ func (x *GetLicenseDetailsResponse) String() string {
 func (*GetLicenseDetailsResponse) ProtoMessage() {}
 
 func (x *GetLicenseDetailsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[14]
+	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1028,7 +1254,7 @@ func (x *GetLicenseDetailsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLicenseDetailsResponse.ProtoReflect.Descriptor instead.
 func (*GetLicenseDetailsResponse) Descriptor() ([]byte, []int) {
-	return file_keyhouse_licensing_v1_licensing_proto_rawDescGZIP(), []int{14}
+	return file_keyhouse_licensing_v1_licensing_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *GetLicenseDetailsResponse) GetKey() string {
@@ -1126,7 +1352,7 @@ type UpdateNotesRequest struct {
 
 func (x *UpdateNotesRequest) Reset() {
 	*x = UpdateNotesRequest{}
-	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[15]
+	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1138,7 +1364,7 @@ func (x *UpdateNotesRequest) String() string {
 func (*UpdateNotesRequest) ProtoMessage() {}
 
 func (x *UpdateNotesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[15]
+	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1151,7 +1377,7 @@ func (x *UpdateNotesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateNotesRequest.ProtoReflect.Descriptor instead.
 func (*UpdateNotesRequest) Descriptor() ([]byte, []int) {
-	return file_keyhouse_licensing_v1_licensing_proto_rawDescGZIP(), []int{15}
+	return file_keyhouse_licensing_v1_licensing_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *UpdateNotesRequest) GetKey() string {
@@ -1178,7 +1404,7 @@ type UpdateNotesResponse struct {
 
 func (x *UpdateNotesResponse) Reset() {
 	*x = UpdateNotesResponse{}
-	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[16]
+	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1190,7 +1416,7 @@ func (x *UpdateNotesResponse) String() string {
 func (*UpdateNotesResponse) ProtoMessage() {}
 
 func (x *UpdateNotesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[16]
+	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1203,7 +1429,7 @@ func (x *UpdateNotesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateNotesResponse.ProtoReflect.Descriptor instead.
 func (*UpdateNotesResponse) Descriptor() ([]byte, []int) {
-	return file_keyhouse_licensing_v1_licensing_proto_rawDescGZIP(), []int{16}
+	return file_keyhouse_licensing_v1_licensing_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *UpdateNotesResponse) GetKey() string {
@@ -1228,7 +1454,7 @@ type GetStatsRequest struct {
 
 func (x *GetStatsRequest) Reset() {
 	*x = GetStatsRequest{}
-	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[17]
+	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1240,7 +1466,7 @@ func (x *GetStatsRequest) String() string {
 func (*GetStatsRequest) ProtoMessage() {}
 
 func (x *GetStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[17]
+	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1253,7 +1479,7 @@ func (x *GetStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStatsRequest.ProtoReflect.Descriptor instead.
 func (*GetStatsRequest) Descriptor() ([]byte, []int) {
-	return file_keyhouse_licensing_v1_licensing_proto_rawDescGZIP(), []int{17}
+	return file_keyhouse_licensing_v1_licensing_proto_rawDescGZIP(), []int{21}
 }
 
 // GetStatsResponse: api.md names these fields in camelCase.
@@ -1275,7 +1501,7 @@ type GetStatsResponse struct {
 
 func (x *GetStatsResponse) Reset() {
 	*x = GetStatsResponse{}
-	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[18]
+	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1287,7 +1513,7 @@ func (x *GetStatsResponse) String() string {
 func (*GetStatsResponse) ProtoMessage() {}
 
 func (x *GetStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[18]
+	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1300,7 +1526,7 @@ func (x *GetStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStatsResponse.ProtoReflect.Descriptor instead.
 func (*GetStatsResponse) Descriptor() ([]byte, []int) {
-	return file_keyhouse_licensing_v1_licensing_proto_rawDescGZIP(), []int{18}
+	return file_keyhouse_licensing_v1_licensing_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *GetStatsResponse) GetTotalLicenses() int32 {
@@ -1347,7 +1573,7 @@ type ExportLicenseRequest struct {
 
 func (x *ExportLicenseRequest) Reset() {
 	*x = ExportLicenseRequest{}
-	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[19]
+	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1359,7 +1585,7 @@ func (x *ExportLicenseRequest) String() string {
 func (*ExportLicenseRequest) ProtoMessage() {}
 
 func (x *ExportLicenseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[19]
+	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1372,7 +1598,7 @@ func (x *ExportLicenseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportLicenseRequest.ProtoReflect.Descriptor instead.
 func (*ExportLicenseRequest) Descriptor() ([]byte, []int) {
-	return file_keyhouse_licensing_v1_licensing_proto_rawDescGZIP(), []int{19}
+	return file_keyhouse_licensing_v1_licensing_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ExportLicenseRequest) GetKey() string {
@@ -1397,7 +1623,7 @@ type ExportLicenseResponse struct {
 
 func (x *ExportLicenseResponse) Reset() {
 	*x = ExportLicenseResponse{}
-	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[20]
+	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1409,7 +1635,7 @@ func (x *ExportLicenseResponse) String() string {
 func (*ExportLicenseResponse) ProtoMessage() {}
 
 func (x *ExportLicenseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[20]
+	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1422,7 +1648,7 @@ func (x *ExportLicenseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportLicenseResponse.ProtoReflect.Descriptor instead.
 func (*ExportLicenseResponse) Descriptor() ([]byte, []int) {
-	return file_keyhouse_licensing_v1_licensing_proto_rawDescGZIP(), []int{20}
+	return file_keyhouse_licensing_v1_licensing_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ExportLicenseResponse) GetKey() string {
@@ -1476,7 +1702,7 @@ type ExportLicenseFileRequest struct {
 
 func (x *ExportLicenseFileRequest) Reset() {
 	*x = ExportLicenseFileRequest{}
-	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[21]
+	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1488,7 +1714,7 @@ func (x *ExportLicenseFileRequest) String() string {
 func (*ExportLicenseFileRequest) ProtoMessage() {}
 
 func (x *ExportLicenseFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[21]
+	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1501,7 +1727,7 @@ func (x *ExportLicenseFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportLicenseFileRequest.ProtoReflect.Descriptor instead.
 func (*ExportLicenseFileRequest) Descriptor() ([]byte, []int) {
-	return file_keyhouse_licensing_v1_licensing_proto_rawDescGZIP(), []int{21}
+	return file_keyhouse_licensing_v1_licensing_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ExportLicenseFileRequest) GetKey() string {
@@ -1522,7 +1748,7 @@ type ExportLicenseFileResponse struct {
 
 func (x *ExportLicenseFileResponse) Reset() {
 	*x = ExportLicenseFileResponse{}
-	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[22]
+	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1534,7 +1760,7 @@ func (x *ExportLicenseFileResponse) String() string {
 func (*ExportLicenseFileResponse) ProtoMessage() {}
 
 func (x *ExportLicenseFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[22]
+	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1547,7 +1773,7 @@ func (x *ExportLicenseFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportLicenseFileResponse.ProtoReflect.Descriptor instead.
 func (*ExportLicenseFileResponse) Descriptor() ([]byte, []int) {
-	return file_keyhouse_licensing_v1_licensing_proto_rawDescGZIP(), []int{22}
+	return file_keyhouse_licensing_v1_licensing_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ExportLicenseFileResponse) GetKey() string {
@@ -1573,7 +1799,7 @@ type ExportLicenseOfflineRequest struct {
 
 func (x *ExportLicenseOfflineRequest) Reset() {
 	*x = ExportLicenseOfflineRequest{}
-	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[23]
+	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1585,7 +1811,7 @@ func (x *ExportLicenseOfflineRequest) String() string {
 func (*ExportLicenseOfflineRequest) ProtoMessage() {}
 
 func (x *ExportLicenseOfflineRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[23]
+	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1598,7 +1824,7 @@ func (x *ExportLicenseOfflineRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportLicenseOfflineRequest.ProtoReflect.Descriptor instead.
 func (*ExportLicenseOfflineRequest) Descriptor() ([]byte, []int) {
-	return file_keyhouse_licensing_v1_licensing_proto_rawDescGZIP(), []int{23}
+	return file_keyhouse_licensing_v1_licensing_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ExportLicenseOfflineRequest) GetKey() string {
@@ -1622,7 +1848,7 @@ type OfflineLicense struct {
 
 func (x *OfflineLicense) Reset() {
 	*x = OfflineLicense{}
-	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[24]
+	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1634,7 +1860,7 @@ func (x *OfflineLicense) String() string {
 func (*OfflineLicense) ProtoMessage() {}
 
 func (x *OfflineLicense) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[24]
+	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1647,7 +1873,7 @@ func (x *OfflineLicense) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OfflineLicense.ProtoReflect.Descriptor instead.
 func (*OfflineLicense) Descriptor() ([]byte, []int) {
-	return file_keyhouse_licensing_v1_licensing_proto_rawDescGZIP(), []int{24}
+	return file_keyhouse_licensing_v1_licensing_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *OfflineLicense) GetKey() string {
@@ -1696,7 +1922,7 @@ type ExportLicenseOfflineResponse struct {
 
 func (x *ExportLicenseOfflineResponse) Reset() {
 	*x = ExportLicenseOfflineResponse{}
-	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[25]
+	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1708,7 +1934,7 @@ func (x *ExportLicenseOfflineResponse) String() string {
 func (*ExportLicenseOfflineResponse) ProtoMessage() {}
 
 func (x *ExportLicenseOfflineResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[25]
+	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1721,7 +1947,7 @@ func (x *ExportLicenseOfflineResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportLicenseOfflineResponse.ProtoReflect.Descriptor instead.
 func (*ExportLicenseOfflineResponse) Descriptor() ([]byte, []int) {
-	return file_keyhouse_licensing_v1_licensing_proto_rawDescGZIP(), []int{25}
+	return file_keyhouse_licensing_v1_licensing_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ExportLicenseOfflineResponse) GetLicense() *OfflineLicense {
@@ -1746,7 +1972,7 @@ type GetPublicKeyRequest struct {
 
 func (x *GetPublicKeyRequest) Reset() {
 	*x = GetPublicKeyRequest{}
-	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[26]
+	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1758,7 +1984,7 @@ func (x *GetPublicKeyRequest) String() string {
 func (*GetPublicKeyRequest) ProtoMessage() {}
 
 func (x *GetPublicKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[26]
+	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1771,7 +1997,7 @@ func (x *GetPublicKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPublicKeyRequest.ProtoReflect.Descriptor instead.
 func (*GetPublicKeyRequest) Descriptor() ([]byte, []int) {
-	return file_keyhouse_licensing_v1_licensing_proto_rawDescGZIP(), []int{26}
+	return file_keyhouse_licensing_v1_licensing_proto_rawDescGZIP(), []int{30}
 }
 
 type GetPublicKeyResponse struct {
@@ -1784,7 +2010,7 @@ type GetPublicKeyResponse struct {
 
 func (x *GetPublicKeyResponse) Reset() {
 	*x = GetPublicKeyResponse{}
-	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[27]
+	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1796,7 +2022,7 @@ func (x *GetPublicKeyResponse) String() string {
 func (*GetPublicKeyResponse) ProtoMessage() {}
 
 func (x *GetPublicKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[27]
+	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1809,7 +2035,7 @@ func (x *GetPublicKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPublicKeyResponse.ProtoReflect.Descriptor instead.
 func (*GetPublicKeyResponse) Descriptor() ([]byte, []int) {
-	return file_keyhouse_licensing_v1_licensing_proto_rawDescGZIP(), []int{27}
+	return file_keyhouse_licensing_v1_licensing_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *GetPublicKeyResponse) GetPublicKey() string {
@@ -1836,7 +2062,7 @@ type VerifyLicenseFileRequest struct {
 
 func (x *VerifyLicenseFileRequest) Reset() {
 	*x = VerifyLicenseFileRequest{}
-	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[28]
+	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1848,7 +2074,7 @@ func (x *VerifyLicenseFileRequest) String() string {
 func (*VerifyLicenseFileRequest) ProtoMessage() {}
 
 func (x *VerifyLicenseFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[28]
+	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1861,7 +2087,7 @@ func (x *VerifyLicenseFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VerifyLicenseFileRequest.ProtoReflect.Descriptor instead.
 func (*VerifyLicenseFileRequest) Descriptor() ([]byte, []int) {
-	return file_keyhouse_licensing_v1_licensing_proto_rawDescGZIP(), []int{28}
+	return file_keyhouse_licensing_v1_licensing_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *VerifyLicenseFileRequest) GetKey() *structpb.Value {
@@ -1924,7 +2150,7 @@ type VerifyLicenseFileResponse struct {
 
 func (x *VerifyLicenseFileResponse) Reset() {
 	*x = VerifyLicenseFileResponse{}
-	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[29]
+	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1936,7 +2162,7 @@ func (x *VerifyLicenseFileResponse) String() string {
 func (*VerifyLicenseFileResponse) ProtoMessage() {}
 
 func (x *VerifyLicenseFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[29]
+	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1949,7 +2175,7 @@ func (x *VerifyLicenseFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VerifyLicenseFileResponse.ProtoReflect.Descriptor instead.
 func (*VerifyLicenseFileResponse) Descriptor() ([]byte, []int) {
-	return file_keyhouse_licensing_v1_licensing_proto_rawDescGZIP(), []int{29}
+	return file_keyhouse_licensing_v1_licensing_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *VerifyLicenseFileResponse) GetValid() bool {
@@ -1975,7 +2201,7 @@ type VerifyLicenseFileBase64Request struct {
 
 func (x *VerifyLicenseFileBase64Request) Reset() {
 	*x = VerifyLicenseFileBase64Request{}
-	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[30]
+	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1987,7 +2213,7 @@ func (x *VerifyLicenseFileBase64Request) String() string {
 func (*VerifyLicenseFileBase64Request) ProtoMessage() {}
 
 func (x *VerifyLicenseFileBase64Request) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[30]
+	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2000,7 +2226,7 @@ func (x *VerifyLicenseFileBase64Request) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VerifyLicenseFileBase64Request.ProtoReflect.Descriptor instead.
 func (*VerifyLicenseFileBase64Request) Descriptor() ([]byte, []int) {
-	return file_keyhouse_licensing_v1_licensing_proto_rawDescGZIP(), []int{30}
+	return file_keyhouse_licensing_v1_licensing_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *VerifyLicenseFileBase64Request) GetLicenseFile() *structpb.Value {
@@ -2025,7 +2251,7 @@ type FileLicense struct {
 
 func (x *FileLicense) Reset() {
 	*x = FileLicense{}
-	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[31]
+	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2037,7 +2263,7 @@ func (x *FileLicense) String() string {
 func (*FileLicense) ProtoMessage() {}
 
 func (x *FileLicense) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[31]
+	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2050,7 +2276,7 @@ func (x *FileLicense) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileLicense.ProtoReflect.Descriptor instead.
 func (*FileLicense) Descriptor() ([]byte, []int) {
-	return file_keyhouse_licensing_v1_licensing_proto_rawDescGZIP(), []int{31}
+	return file_keyhouse_licensing_v1_licensing_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *FileLicense) GetKey() string {
@@ -2105,7 +2331,7 @@ type VerifyLicenseFileBase64Response struct {
 
 func (x *VerifyLicenseFileBase64Response) Reset() {
 	*x = VerifyLicenseFileBase64Response{}
-	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[32]
+	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2117,7 +2343,7 @@ func (x *VerifyLicenseFileBase64Response) String() string {
 func (*VerifyLicenseFileBase64Response) ProtoMessage() {}
 
 func (x *VerifyLicenseFileBase64Response) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[32]
+	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2130,7 +2356,7 @@ func (x *VerifyLicenseFileBase64Response) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VerifyLicenseFileBase64Response.ProtoReflect.Descriptor instead.
 func (*VerifyLicenseFileBase64Response) Descriptor() ([]byte, []int) {
-	return file_keyhouse_licensing_v1_licensing_proto_rawDescGZIP(), []int{32}
+	return file_keyhouse_licensing_v1_licensing_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *VerifyLicenseFileBase64Response) GetValid() bool {
@@ -2151,7 +2377,7 @@ var File_keyhouse_licensing_v1_licensing_proto protoreflect.FileDescriptor
 
 const file_keyhouse_licensing_v1_licensing_proto_rawDesc = "" +
 	"\n" +
-	"%keyhouse/licensing/v1/licensing.proto\x12\x15keyhouse.licensing.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1egoogle/protobuf/wrappers.proto\x1a&keyhouse/activations/v1/internal.proto\x1a\x19keyhouse/api/v1/api.proto\x1a\"keyhouse/licensing/v1/import.proto\"\xbc\x02\n" +
+	"%keyhouse/licensing/v1/licensing.proto\x12\x15keyhouse.licensing.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1egoogle/protobuf/wrappers.proto\x1a)keyhouse/activations/v1/activations.proto\x1a&keyhouse/activations/v1/internal.proto\x1a\x19keyhouse/api/v1/api.proto\x1a\"keyhouse/licensing/v1/import.proto\"\xbc\x02\n" +
 	"\x13IssueLicenseRequest\x12\x12\n" +
 	"\x04tier\x18\x01 \x01(\tR\x04tier\x12\x1d\n" +
 	"\n" +
@@ -2177,7 +2403,19 @@ const file_keyhouse_licensing_v1_licensing_proto_rawDesc = "" +
 	"\n" +
 	"expires_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x127\n" +
 	"\tissued_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\bissuedAt\x12\x16\n" +
-	"\x06status\x18\a \x01(\tR\x06status\"S\n" +
+	"\x06status\x18\a \x01(\tR\x06status\"`\n" +
+	"\x19VerifyLicenseBatchRequest\x12C\n" +
+	"\x05items\x18\x01 \x03(\v2-.keyhouse.licensing.v1.VerifyLicenseBatchItemR\x05items\"~\n" +
+	"\x16VerifyLicenseBatchItem\x12E\n" +
+	"\arequest\x18\x01 \x01(\v2+.keyhouse.licensing.v1.VerifyLicenseRequestR\arequest\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x02 \x01(\tR\trequestId\"g\n" +
+	"\x1aVerifyLicenseBatchResponse\x12I\n" +
+	"\aresults\x18\x01 \x03(\v2/.keyhouse.licensing.v1.VerifyLicenseBatchResultR\aresults\"\xae\x01\n" +
+	"\x18VerifyLicenseBatchResult\x12J\n" +
+	"\bresponse\x18\x01 \x01(\v2,.keyhouse.licensing.v1.VerifyLicenseResponseH\x00R\bresponse\x12;\n" +
+	"\x05error\x18\x02 \x01(\v2#.keyhouse.activations.v1.CallStatusH\x00R\x05errorB\t\n" +
+	"\aoutcome\"S\n" +
 	"\x14RevokeLicenseRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x1d\n" +
 	"\arevoked\x18\x02 \x01(\bH\x00R\arevoked\x88\x01\x01B\n" +
@@ -2337,14 +2575,15 @@ const file_keyhouse_licensing_v1_licensing_proto_rawDesc = "" +
 	"\x06limits\x18\x06 \x01(\v2\x17.google.protobuf.StructR\x06limits\"u\n" +
 	"\x1fVerifyLicenseFileBase64Response\x12\x14\n" +
 	"\x05valid\x18\x01 \x01(\bR\x05valid\x12<\n" +
-	"\alicense\x18\x02 \x01(\v2\".keyhouse.licensing.v1.FileLicenseR\alicense2\xe3\x0f\n" +
+	"\alicense\x18\x02 \x01(\v2\".keyhouse.licensing.v1.FileLicenseR\alicense2\xe4\x10\n" +
 	"\x10LicensingService\x12s\n" +
 	"\fIssueLicense\x12*.keyhouse.licensing.v1.IssueLicenseRequest\x1a+.keyhouse.licensing.v1.IssueLicenseResponse\"\n" +
 	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x12y\n" +
 	"\x0eImportLicenses\x12,.keyhouse.licensing.v1.ImportLicensesRequest\x1a-.keyhouse.licensing.v1.ImportLicensesResponse\"\n" +
 	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\a\x12v\n" +
 	"\rVerifyLicense\x12+.keyhouse.licensing.v1.VerifyLicenseRequest\x1a,.keyhouse.licensing.v1.VerifyLicenseResponse\"\n" +
-	"\x90\x82\x19\x01\x9a\x82\x19\x02\b\x02\x12v\n" +
+	"\x90\x82\x19\x01\x9a\x82\x19\x02\b\x02\x12\x7f\n" +
+	"\x12VerifyLicenseBatch\x120.keyhouse.licensing.v1.VerifyLicenseBatchRequest\x1a1.keyhouse.licensing.v1.VerifyLicenseBatchResponse\"\x04\x90\x82\x19\x01\x12v\n" +
 	"\rRevokeLicense\x12+.keyhouse.licensing.v1.RevokeLicenseRequest\x1a,.keyhouse.licensing.v1.RevokeLicenseResponse\"\n" +
 	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x12v\n" +
 	"\rDeleteLicense\x12+.keyhouse.licensing.v1.DeleteLicenseRequest\x1a,.keyhouse.licensing.v1.DeleteLicenseResponse\"\n" +
@@ -2384,139 +2623,151 @@ func file_keyhouse_licensing_v1_licensing_proto_rawDescGZIP() []byte {
 	return file_keyhouse_licensing_v1_licensing_proto_rawDescData
 }
 
-var file_keyhouse_licensing_v1_licensing_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
+var file_keyhouse_licensing_v1_licensing_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
 var file_keyhouse_licensing_v1_licensing_proto_goTypes = []any{
 	(*IssueLicenseRequest)(nil),             // 0: keyhouse.licensing.v1.IssueLicenseRequest
 	(*IssueLicenseResponse)(nil),            // 1: keyhouse.licensing.v1.IssueLicenseResponse
 	(*VerifyLicenseRequest)(nil),            // 2: keyhouse.licensing.v1.VerifyLicenseRequest
 	(*VerifyLicenseResponse)(nil),           // 3: keyhouse.licensing.v1.VerifyLicenseResponse
-	(*RevokeLicenseRequest)(nil),            // 4: keyhouse.licensing.v1.RevokeLicenseRequest
-	(*RevokeLicenseResponse)(nil),           // 5: keyhouse.licensing.v1.RevokeLicenseResponse
-	(*DeleteLicenseRequest)(nil),            // 6: keyhouse.licensing.v1.DeleteLicenseRequest
-	(*DeleteLicenseResponse)(nil),           // 7: keyhouse.licensing.v1.DeleteLicenseResponse
-	(*UpdateLicenseTermsRequest)(nil),       // 8: keyhouse.licensing.v1.UpdateLicenseTermsRequest
-	(*UpdateLicenseTermsResponse)(nil),      // 9: keyhouse.licensing.v1.UpdateLicenseTermsResponse
-	(*ListLicensesRequest)(nil),             // 10: keyhouse.licensing.v1.ListLicensesRequest
-	(*LicenseRow)(nil),                      // 11: keyhouse.licensing.v1.LicenseRow
-	(*ListLicensesResponse)(nil),            // 12: keyhouse.licensing.v1.ListLicensesResponse
-	(*GetLicenseDetailsRequest)(nil),        // 13: keyhouse.licensing.v1.GetLicenseDetailsRequest
-	(*GetLicenseDetailsResponse)(nil),       // 14: keyhouse.licensing.v1.GetLicenseDetailsResponse
-	(*UpdateNotesRequest)(nil),              // 15: keyhouse.licensing.v1.UpdateNotesRequest
-	(*UpdateNotesResponse)(nil),             // 16: keyhouse.licensing.v1.UpdateNotesResponse
-	(*GetStatsRequest)(nil),                 // 17: keyhouse.licensing.v1.GetStatsRequest
-	(*GetStatsResponse)(nil),                // 18: keyhouse.licensing.v1.GetStatsResponse
-	(*ExportLicenseRequest)(nil),            // 19: keyhouse.licensing.v1.ExportLicenseRequest
-	(*ExportLicenseResponse)(nil),           // 20: keyhouse.licensing.v1.ExportLicenseResponse
-	(*ExportLicenseFileRequest)(nil),        // 21: keyhouse.licensing.v1.ExportLicenseFileRequest
-	(*ExportLicenseFileResponse)(nil),       // 22: keyhouse.licensing.v1.ExportLicenseFileResponse
-	(*ExportLicenseOfflineRequest)(nil),     // 23: keyhouse.licensing.v1.ExportLicenseOfflineRequest
-	(*OfflineLicense)(nil),                  // 24: keyhouse.licensing.v1.OfflineLicense
-	(*ExportLicenseOfflineResponse)(nil),    // 25: keyhouse.licensing.v1.ExportLicenseOfflineResponse
-	(*GetPublicKeyRequest)(nil),             // 26: keyhouse.licensing.v1.GetPublicKeyRequest
-	(*GetPublicKeyResponse)(nil),            // 27: keyhouse.licensing.v1.GetPublicKeyResponse
-	(*VerifyLicenseFileRequest)(nil),        // 28: keyhouse.licensing.v1.VerifyLicenseFileRequest
-	(*VerifyLicenseFileResponse)(nil),       // 29: keyhouse.licensing.v1.VerifyLicenseFileResponse
-	(*VerifyLicenseFileBase64Request)(nil),  // 30: keyhouse.licensing.v1.VerifyLicenseFileBase64Request
-	(*FileLicense)(nil),                     // 31: keyhouse.licensing.v1.FileLicense
-	(*VerifyLicenseFileBase64Response)(nil), // 32: keyhouse.licensing.v1.VerifyLicenseFileBase64Response
-	nil,                                     // 33: keyhouse.licensing.v1.UpdateLicenseTermsResponse.UsageEntry
-	nil,                                     // 34: keyhouse.licensing.v1.LicenseRow.UsageEntry
-	nil,                                     // 35: keyhouse.licensing.v1.GetLicenseDetailsResponse.UsageEntry
-	(*structpb.Value)(nil),                  // 36: google.protobuf.Value
-	(*structpb.Struct)(nil),                 // 37: google.protobuf.Struct
-	(*timestamppb.Timestamp)(nil),           // 38: google.protobuf.Timestamp
-	(*wrapperspb.Int32Value)(nil),           // 39: google.protobuf.Int32Value
-	(*wrapperspb.StringValue)(nil),          // 40: google.protobuf.StringValue
-	(*v1.RecentActivation)(nil),             // 41: keyhouse.activations.v1.RecentActivation
-	(*ImportLicensesRequest)(nil),           // 42: keyhouse.licensing.v1.ImportLicensesRequest
-	(*ImportLicensesResponse)(nil),          // 43: keyhouse.licensing.v1.ImportLicensesResponse
+	(*VerifyLicenseBatchRequest)(nil),       // 4: keyhouse.licensing.v1.VerifyLicenseBatchRequest
+	(*VerifyLicenseBatchItem)(nil),          // 5: keyhouse.licensing.v1.VerifyLicenseBatchItem
+	(*VerifyLicenseBatchResponse)(nil),      // 6: keyhouse.licensing.v1.VerifyLicenseBatchResponse
+	(*VerifyLicenseBatchResult)(nil),        // 7: keyhouse.licensing.v1.VerifyLicenseBatchResult
+	(*RevokeLicenseRequest)(nil),            // 8: keyhouse.licensing.v1.RevokeLicenseRequest
+	(*RevokeLicenseResponse)(nil),           // 9: keyhouse.licensing.v1.RevokeLicenseResponse
+	(*DeleteLicenseRequest)(nil),            // 10: keyhouse.licensing.v1.DeleteLicenseRequest
+	(*DeleteLicenseResponse)(nil),           // 11: keyhouse.licensing.v1.DeleteLicenseResponse
+	(*UpdateLicenseTermsRequest)(nil),       // 12: keyhouse.licensing.v1.UpdateLicenseTermsRequest
+	(*UpdateLicenseTermsResponse)(nil),      // 13: keyhouse.licensing.v1.UpdateLicenseTermsResponse
+	(*ListLicensesRequest)(nil),             // 14: keyhouse.licensing.v1.ListLicensesRequest
+	(*LicenseRow)(nil),                      // 15: keyhouse.licensing.v1.LicenseRow
+	(*ListLicensesResponse)(nil),            // 16: keyhouse.licensing.v1.ListLicensesResponse
+	(*GetLicenseDetailsRequest)(nil),        // 17: keyhouse.licensing.v1.GetLicenseDetailsRequest
+	(*GetLicenseDetailsResponse)(nil),       // 18: keyhouse.licensing.v1.GetLicenseDetailsResponse
+	(*UpdateNotesRequest)(nil),              // 19: keyhouse.licensing.v1.UpdateNotesRequest
+	(*UpdateNotesResponse)(nil),             // 20: keyhouse.licensing.v1.UpdateNotesResponse
+	(*GetStatsRequest)(nil),                 // 21: keyhouse.licensing.v1.GetStatsRequest
+	(*GetStatsResponse)(nil),                // 22: keyhouse.licensing.v1.GetStatsResponse
+	(*ExportLicenseRequest)(nil),            // 23: keyhouse.licensing.v1.ExportLicenseRequest
+	(*ExportLicenseResponse)(nil),           // 24: keyhouse.licensing.v1.ExportLicenseResponse
+	(*ExportLicenseFileRequest)(nil),        // 25: keyhouse.licensing.v1.ExportLicenseFileRequest
+	(*ExportLicenseFileResponse)(nil),       // 26: keyhouse.licensing.v1.ExportLicenseFileResponse
+	(*ExportLicenseOfflineRequest)(nil),     // 27: keyhouse.licensing.v1.ExportLicenseOfflineRequest
+	(*OfflineLicense)(nil),                  // 28: keyhouse.licensing.v1.OfflineLicense
+	(*ExportLicenseOfflineResponse)(nil),    // 29: keyhouse.licensing.v1.ExportLicenseOfflineResponse
+	(*GetPublicKeyRequest)(nil),             // 30: keyhouse.licensing.v1.GetPublicKeyRequest
+	(*GetPublicKeyResponse)(nil),            // 31: keyhouse.licensing.v1.GetPublicKeyResponse
+	(*VerifyLicenseFileRequest)(nil),        // 32: keyhouse.licensing.v1.VerifyLicenseFileRequest
+	(*VerifyLicenseFileResponse)(nil),       // 33: keyhouse.licensing.v1.VerifyLicenseFileResponse
+	(*VerifyLicenseFileBase64Request)(nil),  // 34: keyhouse.licensing.v1.VerifyLicenseFileBase64Request
+	(*FileLicense)(nil),                     // 35: keyhouse.licensing.v1.FileLicense
+	(*VerifyLicenseFileBase64Response)(nil), // 36: keyhouse.licensing.v1.VerifyLicenseFileBase64Response
+	nil,                                     // 37: keyhouse.licensing.v1.UpdateLicenseTermsResponse.UsageEntry
+	nil,                                     // 38: keyhouse.licensing.v1.LicenseRow.UsageEntry
+	nil,                                     // 39: keyhouse.licensing.v1.GetLicenseDetailsResponse.UsageEntry
+	(*structpb.Value)(nil),                  // 40: google.protobuf.Value
+	(*structpb.Struct)(nil),                 // 41: google.protobuf.Struct
+	(*timestamppb.Timestamp)(nil),           // 42: google.protobuf.Timestamp
+	(*v1.CallStatus)(nil),                   // 43: keyhouse.activations.v1.CallStatus
+	(*wrapperspb.Int32Value)(nil),           // 44: google.protobuf.Int32Value
+	(*wrapperspb.StringValue)(nil),          // 45: google.protobuf.StringValue
+	(*v1.RecentActivation)(nil),             // 46: keyhouse.activations.v1.RecentActivation
+	(*ImportLicensesRequest)(nil),           // 47: keyhouse.licensing.v1.ImportLicensesRequest
+	(*ImportLicensesResponse)(nil),          // 48: keyhouse.licensing.v1.ImportLicensesResponse
 }
 var file_keyhouse_licensing_v1_licensing_proto_depIdxs = []int32{
-	36, // 0: keyhouse.licensing.v1.IssueLicenseRequest.expires_at:type_name -> google.protobuf.Value
-	37, // 1: keyhouse.licensing.v1.IssueLicenseRequest.limits:type_name -> google.protobuf.Struct
-	36, // 2: keyhouse.licensing.v1.IssueLicenseRequest.max_activations:type_name -> google.protobuf.Value
-	36, // 3: keyhouse.licensing.v1.IssueLicenseRequest.notes:type_name -> google.protobuf.Value
-	37, // 4: keyhouse.licensing.v1.VerifyLicenseResponse.limits:type_name -> google.protobuf.Struct
-	38, // 5: keyhouse.licensing.v1.VerifyLicenseResponse.expires_at:type_name -> google.protobuf.Timestamp
-	38, // 6: keyhouse.licensing.v1.VerifyLicenseResponse.issued_at:type_name -> google.protobuf.Timestamp
-	36, // 7: keyhouse.licensing.v1.UpdateLicenseTermsRequest.expires_at:type_name -> google.protobuf.Value
-	36, // 8: keyhouse.licensing.v1.UpdateLicenseTermsRequest.max_activations:type_name -> google.protobuf.Value
-	37, // 9: keyhouse.licensing.v1.UpdateLicenseTermsRequest.limits:type_name -> google.protobuf.Struct
-	38, // 10: keyhouse.licensing.v1.UpdateLicenseTermsResponse.expires_at:type_name -> google.protobuf.Timestamp
-	37, // 11: keyhouse.licensing.v1.UpdateLicenseTermsResponse.limits:type_name -> google.protobuf.Struct
-	39, // 12: keyhouse.licensing.v1.UpdateLicenseTermsResponse.max_activations:type_name -> google.protobuf.Int32Value
-	33, // 13: keyhouse.licensing.v1.UpdateLicenseTermsResponse.usage:type_name -> keyhouse.licensing.v1.UpdateLicenseTermsResponse.UsageEntry
-	38, // 14: keyhouse.licensing.v1.LicenseRow.issued_at:type_name -> google.protobuf.Timestamp
-	38, // 15: keyhouse.licensing.v1.LicenseRow.expires_at:type_name -> google.protobuf.Timestamp
-	37, // 16: keyhouse.licensing.v1.LicenseRow.limits:type_name -> google.protobuf.Struct
-	34, // 17: keyhouse.licensing.v1.LicenseRow.usage:type_name -> keyhouse.licensing.v1.LicenseRow.UsageEntry
-	39, // 18: keyhouse.licensing.v1.LicenseRow.max_activations:type_name -> google.protobuf.Int32Value
-	38, // 19: keyhouse.licensing.v1.LicenseRow.revoked_at:type_name -> google.protobuf.Timestamp
-	11, // 20: keyhouse.licensing.v1.ListLicensesResponse.licenses:type_name -> keyhouse.licensing.v1.LicenseRow
-	38, // 21: keyhouse.licensing.v1.GetLicenseDetailsResponse.issued_at:type_name -> google.protobuf.Timestamp
-	38, // 22: keyhouse.licensing.v1.GetLicenseDetailsResponse.expires_at:type_name -> google.protobuf.Timestamp
-	37, // 23: keyhouse.licensing.v1.GetLicenseDetailsResponse.limits:type_name -> google.protobuf.Struct
-	35, // 24: keyhouse.licensing.v1.GetLicenseDetailsResponse.usage:type_name -> keyhouse.licensing.v1.GetLicenseDetailsResponse.UsageEntry
-	39, // 25: keyhouse.licensing.v1.GetLicenseDetailsResponse.max_activations:type_name -> google.protobuf.Int32Value
-	38, // 26: keyhouse.licensing.v1.GetLicenseDetailsResponse.revoked_at:type_name -> google.protobuf.Timestamp
-	40, // 27: keyhouse.licensing.v1.GetLicenseDetailsResponse.notes:type_name -> google.protobuf.StringValue
-	36, // 28: keyhouse.licensing.v1.UpdateNotesRequest.notes:type_name -> google.protobuf.Value
-	40, // 29: keyhouse.licensing.v1.UpdateNotesResponse.notes:type_name -> google.protobuf.StringValue
-	41, // 30: keyhouse.licensing.v1.GetStatsResponse.recentActivations:type_name -> keyhouse.activations.v1.RecentActivation
-	38, // 31: keyhouse.licensing.v1.ExportLicenseResponse.expires_at:type_name -> google.protobuf.Timestamp
-	37, // 32: keyhouse.licensing.v1.ExportLicenseResponse.limits:type_name -> google.protobuf.Struct
-	38, // 33: keyhouse.licensing.v1.OfflineLicense.expires_at:type_name -> google.protobuf.Timestamp
-	37, // 34: keyhouse.licensing.v1.OfflineLicense.limits:type_name -> google.protobuf.Struct
-	24, // 35: keyhouse.licensing.v1.ExportLicenseOfflineResponse.license:type_name -> keyhouse.licensing.v1.OfflineLicense
-	36, // 36: keyhouse.licensing.v1.VerifyLicenseFileRequest.key:type_name -> google.protobuf.Value
-	36, // 37: keyhouse.licensing.v1.VerifyLicenseFileRequest.tier:type_name -> google.protobuf.Value
-	36, // 38: keyhouse.licensing.v1.VerifyLicenseFileRequest.product_id:type_name -> google.protobuf.Value
-	36, // 39: keyhouse.licensing.v1.VerifyLicenseFileRequest.sig:type_name -> google.protobuf.Value
-	36, // 40: keyhouse.licensing.v1.VerifyLicenseFileRequest.issued_to:type_name -> google.protobuf.Value
-	36, // 41: keyhouse.licensing.v1.VerifyLicenseFileRequest.expires_at:type_name -> google.protobuf.Value
-	36, // 42: keyhouse.licensing.v1.VerifyLicenseFileRequest.limits:type_name -> google.protobuf.Value
-	40, // 43: keyhouse.licensing.v1.VerifyLicenseFileResponse.reason:type_name -> google.protobuf.StringValue
-	36, // 44: keyhouse.licensing.v1.VerifyLicenseFileBase64Request.license_file:type_name -> google.protobuf.Value
-	38, // 45: keyhouse.licensing.v1.FileLicense.expires_at:type_name -> google.protobuf.Timestamp
-	37, // 46: keyhouse.licensing.v1.FileLicense.limits:type_name -> google.protobuf.Struct
-	31, // 47: keyhouse.licensing.v1.VerifyLicenseFileBase64Response.license:type_name -> keyhouse.licensing.v1.FileLicense
-	0,  // 48: keyhouse.licensing.v1.LicensingService.IssueLicense:input_type -> keyhouse.licensing.v1.IssueLicenseRequest
-	42, // 49: keyhouse.licensing.v1.LicensingService.ImportLicenses:input_type -> keyhouse.licensing.v1.ImportLicensesRequest
-	2,  // 50: keyhouse.licensing.v1.LicensingService.VerifyLicense:input_type -> keyhouse.licensing.v1.VerifyLicenseRequest
-	4,  // 51: keyhouse.licensing.v1.LicensingService.RevokeLicense:input_type -> keyhouse.licensing.v1.RevokeLicenseRequest
-	6,  // 52: keyhouse.licensing.v1.LicensingService.DeleteLicense:input_type -> keyhouse.licensing.v1.DeleteLicenseRequest
-	8,  // 53: keyhouse.licensing.v1.LicensingService.UpdateLicenseTerms:input_type -> keyhouse.licensing.v1.UpdateLicenseTermsRequest
-	10, // 54: keyhouse.licensing.v1.LicensingService.ListLicenses:input_type -> keyhouse.licensing.v1.ListLicensesRequest
-	13, // 55: keyhouse.licensing.v1.LicensingService.GetLicenseDetails:input_type -> keyhouse.licensing.v1.GetLicenseDetailsRequest
-	15, // 56: keyhouse.licensing.v1.LicensingService.UpdateNotes:input_type -> keyhouse.licensing.v1.UpdateNotesRequest
-	17, // 57: keyhouse.licensing.v1.LicensingService.GetStats:input_type -> keyhouse.licensing.v1.GetStatsRequest
-	19, // 58: keyhouse.licensing.v1.LicensingService.ExportLicense:input_type -> keyhouse.licensing.v1.ExportLicenseRequest
-	21, // 59: keyhouse.licensing.v1.LicensingService.ExportLicenseFile:input_type -> keyhouse.licensing.v1.ExportLicenseFileRequest
-	23, // 60: keyhouse.licensing.v1.LicensingService.ExportLicenseOffline:input_type -> keyhouse.licensing.v1.ExportLicenseOfflineRequest
-	26, // 61: keyhouse.licensing.v1.LicensingService.GetPublicKey:input_type -> keyhouse.licensing.v1.GetPublicKeyRequest
-	28, // 62: keyhouse.licensing.v1.LicensingService.VerifyLicenseFile:input_type -> keyhouse.licensing.v1.VerifyLicenseFileRequest
-	30, // 63: keyhouse.licensing.v1.LicensingService.VerifyLicenseFileBase64:input_type -> keyhouse.licensing.v1.VerifyLicenseFileBase64Request
-	1,  // 64: keyhouse.licensing.v1.LicensingService.IssueLicense:output_type -> keyhouse.licensing.v1.IssueLicenseResponse
-	43, // 65: keyhouse.licensing.v1.LicensingService.ImportLicenses:output_type -> keyhouse.licensing.v1.ImportLicensesResponse
-	3,  // 66: keyhouse.licensing.v1.LicensingService.VerifyLicense:output_type -> keyhouse.licensing.v1.VerifyLicenseResponse
-	5,  // 67: keyhouse.licensing.v1.LicensingService.RevokeLicense:output_type -> keyhouse.licensing.v1.RevokeLicenseResponse
-	7,  // 68: keyhouse.licensing.v1.LicensingService.DeleteLicense:output_type -> keyhouse.licensing.v1.DeleteLicenseResponse
-	9,  // 69: keyhouse.licensing.v1.LicensingService.UpdateLicenseTerms:output_type -> keyhouse.licensing.v1.UpdateLicenseTermsResponse
-	12, // 70: keyhouse.licensing.v1.LicensingService.ListLicenses:output_type -> keyhouse.licensing.v1.ListLicensesResponse
-	14, // 71: keyhouse.licensing.v1.LicensingService.GetLicenseDetails:output_type -> keyhouse.licensing.v1.GetLicenseDetailsResponse
-	16, // 72: keyhouse.licensing.v1.LicensingService.UpdateNotes:output_type -> keyhouse.licensing.v1.UpdateNotesResponse
-	18, // 73: keyhouse.licensing.v1.LicensingService.GetStats:output_type -> keyhouse.licensing.v1.GetStatsResponse
-	20, // 74: keyhouse.licensing.v1.LicensingService.ExportLicense:output_type -> keyhouse.licensing.v1.ExportLicenseResponse
-	22, // 75: keyhouse.licensing.v1.LicensingService.ExportLicenseFile:output_type -> keyhouse.licensing.v1.ExportLicenseFileResponse
-	25, // 76: keyhouse.licensing.v1.LicensingService.ExportLicenseOffline:output_type -> keyhouse.licensing.v1.ExportLicenseOfflineResponse
-	27, // 77: keyhouse.licensing.v1.LicensingService.GetPublicKey:output_type -> keyhouse.licensing.v1.GetPublicKeyResponse
-	29, // 78: keyhouse.licensing.v1.LicensingService.VerifyLicenseFile:output_type -> keyhouse.licensing.v1.VerifyLicenseFileResponse
-	32, // 79: keyhouse.licensing.v1.LicensingService.VerifyLicenseFileBase64:output_type -> keyhouse.licensing.v1.VerifyLicenseFileBase64Response
-	64, // [64:80] is the sub-list for method output_type
-	48, // [48:64] is the sub-list for method input_type
-	48, // [48:48] is the sub-list for extension type_name
-	48, // [48:48] is the sub-list for extension extendee
-	0,  // [0:48] is the sub-list for field type_name
+	40, // 0: keyhouse.licensing.v1.IssueLicenseRequest.expires_at:type_name -> google.protobuf.Value
+	41, // 1: keyhouse.licensing.v1.IssueLicenseRequest.limits:type_name -> google.protobuf.Struct
+	40, // 2: keyhouse.licensing.v1.IssueLicenseRequest.max_activations:type_name -> google.protobuf.Value
+	40, // 3: keyhouse.licensing.v1.IssueLicenseRequest.notes:type_name -> google.protobuf.Value
+	41, // 4: keyhouse.licensing.v1.VerifyLicenseResponse.limits:type_name -> google.protobuf.Struct
+	42, // 5: keyhouse.licensing.v1.VerifyLicenseResponse.expires_at:type_name -> google.protobuf.Timestamp
+	42, // 6: keyhouse.licensing.v1.VerifyLicenseResponse.issued_at:type_name -> google.protobuf.Timestamp
+	5,  // 7: keyhouse.licensing.v1.VerifyLicenseBatchRequest.items:type_name -> keyhouse.licensing.v1.VerifyLicenseBatchItem
+	2,  // 8: keyhouse.licensing.v1.VerifyLicenseBatchItem.request:type_name -> keyhouse.licensing.v1.VerifyLicenseRequest
+	7,  // 9: keyhouse.licensing.v1.VerifyLicenseBatchResponse.results:type_name -> keyhouse.licensing.v1.VerifyLicenseBatchResult
+	3,  // 10: keyhouse.licensing.v1.VerifyLicenseBatchResult.response:type_name -> keyhouse.licensing.v1.VerifyLicenseResponse
+	43, // 11: keyhouse.licensing.v1.VerifyLicenseBatchResult.error:type_name -> keyhouse.activations.v1.CallStatus
+	40, // 12: keyhouse.licensing.v1.UpdateLicenseTermsRequest.expires_at:type_name -> google.protobuf.Value
+	40, // 13: keyhouse.licensing.v1.UpdateLicenseTermsRequest.max_activations:type_name -> google.protobuf.Value
+	41, // 14: keyhouse.licensing.v1.UpdateLicenseTermsRequest.limits:type_name -> google.protobuf.Struct
+	42, // 15: keyhouse.licensing.v1.UpdateLicenseTermsResponse.expires_at:type_name -> google.protobuf.Timestamp
+	41, // 16: keyhouse.licensing.v1.UpdateLicenseTermsResponse.limits:type_name -> google.protobuf.Struct
+	44, // 17: keyhouse.licensing.v1.UpdateLicenseTermsResponse.max_activations:type_name -> google.protobuf.Int32Value
+	37, // 18: keyhouse.licensing.v1.UpdateLicenseTermsResponse.usage:type_name -> keyhouse.licensing.v1.UpdateLicenseTermsResponse.UsageEntry
+	42, // 19: keyhouse.licensing.v1.LicenseRow.issued_at:type_name -> google.protobuf.Timestamp
+	42, // 20: keyhouse.licensing.v1.LicenseRow.expires_at:type_name -> google.protobuf.Timestamp
+	41, // 21: keyhouse.licensing.v1.LicenseRow.limits:type_name -> google.protobuf.Struct
+	38, // 22: keyhouse.licensing.v1.LicenseRow.usage:type_name -> keyhouse.licensing.v1.LicenseRow.UsageEntry
+	44, // 23: keyhouse.licensing.v1.LicenseRow.max_activations:type_name -> google.protobuf.Int32Value
+	42, // 24: keyhouse.licensing.v1.LicenseRow.revoked_at:type_name -> google.protobuf.Timestamp
+	15, // 25: keyhouse.licensing.v1.ListLicensesResponse.licenses:type_name -> keyhouse.licensing.v1.LicenseRow
+	42, // 26: keyhouse.licensing.v1.GetLicenseDetailsResponse.issued_at:type_name -> google.protobuf.Timestamp
+	42, // 27: keyhouse.licensing.v1.GetLicenseDetailsResponse.expires_at:type_name -> google.protobuf.Timestamp
+	41, // 28: keyhouse.licensing.v1.GetLicenseDetailsResponse.limits:type_name -> google.protobuf.Struct
+	39, // 29: keyhouse.licensing.v1.GetLicenseDetailsResponse.usage:type_name -> keyhouse.licensing.v1.GetLicenseDetailsResponse.UsageEntry
+	44, // 30: keyhouse.licensing.v1.GetLicenseDetailsResponse.max_activations:type_name -> google.protobuf.Int32Value
+	42, // 31: keyhouse.licensing.v1.GetLicenseDetailsResponse.revoked_at:type_name -> google.protobuf.Timestamp
+	45, // 32: keyhouse.licensing.v1.GetLicenseDetailsResponse.notes:type_name -> google.protobuf.StringValue
+	40, // 33: keyhouse.licensing.v1.UpdateNotesRequest.notes:type_name -> google.protobuf.Value
+	45, // 34: keyhouse.licensing.v1.UpdateNotesResponse.notes:type_name -> google.protobuf.StringValue
+	46, // 35: keyhouse.licensing.v1.GetStatsResponse.recentActivations:type_name -> keyhouse.activations.v1.RecentActivation
+	42, // 36: keyhouse.licensing.v1.ExportLicenseResponse.expires_at:type_name -> google.protobuf.Timestamp
+	41, // 37: keyhouse.licensing.v1.ExportLicenseResponse.limits:type_name -> google.protobuf.Struct
+	42, // 38: keyhouse.licensing.v1.OfflineLicense.expires_at:type_name -> google.protobuf.Timestamp
+	41, // 39: keyhouse.licensing.v1.OfflineLicense.limits:type_name -> google.protobuf.Struct
+	28, // 40: keyhouse.licensing.v1.ExportLicenseOfflineResponse.license:type_name -> keyhouse.licensing.v1.OfflineLicense
+	40, // 41: keyhouse.licensing.v1.VerifyLicenseFileRequest.key:type_name -> google.protobuf.Value
+	40, // 42: keyhouse.licensing.v1.VerifyLicenseFileRequest.tier:type_name -> google.protobuf.Value
+	40, // 43: keyhouse.licensing.v1.VerifyLicenseFileRequest.product_id:type_name -> google.protobuf.Value
+	40, // 44: keyhouse.licensing.v1.VerifyLicenseFileRequest.sig:type_name -> google.protobuf.Value
+	40, // 45: keyhouse.licensing.v1.VerifyLicenseFileRequest.issued_to:type_name -> google.protobuf.Value
+	40, // 46: keyhouse.licensing.v1.VerifyLicenseFileRequest.expires_at:type_name -> google.protobuf.Value
+	40, // 47: keyhouse.licensing.v1.VerifyLicenseFileRequest.limits:type_name -> google.protobuf.Value
+	45, // 48: keyhouse.licensing.v1.VerifyLicenseFileResponse.reason:type_name -> google.protobuf.StringValue
+	40, // 49: keyhouse.licensing.v1.VerifyLicenseFileBase64Request.license_file:type_name -> google.protobuf.Value
+	42, // 50: keyhouse.licensing.v1.FileLicense.expires_at:type_name -> google.protobuf.Timestamp
+	41, // 51: keyhouse.licensing.v1.FileLicense.limits:type_name -> google.protobuf.Struct
+	35, // 52: keyhouse.licensing.v1.VerifyLicenseFileBase64Response.license:type_name -> keyhouse.licensing.v1.FileLicense
+	0,  // 53: keyhouse.licensing.v1.LicensingService.IssueLicense:input_type -> keyhouse.licensing.v1.IssueLicenseRequest
+	47, // 54: keyhouse.licensing.v1.LicensingService.ImportLicenses:input_type -> keyhouse.licensing.v1.ImportLicensesRequest
+	2,  // 55: keyhouse.licensing.v1.LicensingService.VerifyLicense:input_type -> keyhouse.licensing.v1.VerifyLicenseRequest
+	4,  // 56: keyhouse.licensing.v1.LicensingService.VerifyLicenseBatch:input_type -> keyhouse.licensing.v1.VerifyLicenseBatchRequest
+	8,  // 57: keyhouse.licensing.v1.LicensingService.RevokeLicense:input_type -> keyhouse.licensing.v1.RevokeLicenseRequest
+	10, // 58: keyhouse.licensing.v1.LicensingService.DeleteLicense:input_type -> keyhouse.licensing.v1.DeleteLicenseRequest
+	12, // 59: keyhouse.licensing.v1.LicensingService.UpdateLicenseTerms:input_type -> keyhouse.licensing.v1.UpdateLicenseTermsRequest
+	14, // 60: keyhouse.licensing.v1.LicensingService.ListLicenses:input_type -> keyhouse.licensing.v1.ListLicensesRequest
+	17, // 61: keyhouse.licensing.v1.LicensingService.GetLicenseDetails:input_type -> keyhouse.licensing.v1.GetLicenseDetailsRequest
+	19, // 62: keyhouse.licensing.v1.LicensingService.UpdateNotes:input_type -> keyhouse.licensing.v1.UpdateNotesRequest
+	21, // 63: keyhouse.licensing.v1.LicensingService.GetStats:input_type -> keyhouse.licensing.v1.GetStatsRequest
+	23, // 64: keyhouse.licensing.v1.LicensingService.ExportLicense:input_type -> keyhouse.licensing.v1.ExportLicenseRequest
+	25, // 65: keyhouse.licensing.v1.LicensingService.ExportLicenseFile:input_type -> keyhouse.licensing.v1.ExportLicenseFileRequest
+	27, // 66: keyhouse.licensing.v1.LicensingService.ExportLicenseOffline:input_type -> keyhouse.licensing.v1.ExportLicenseOfflineRequest
+	30, // 67: keyhouse.licensing.v1.LicensingService.GetPublicKey:input_type -> keyhouse.licensing.v1.GetPublicKeyRequest
+	32, // 68: keyhouse.licensing.v1.LicensingService.VerifyLicenseFile:input_type -> keyhouse.licensing.v1.VerifyLicenseFileRequest
+	34, // 69: keyhouse.licensing.v1.LicensingService.VerifyLicenseFileBase64:input_type -> keyhouse.licensing.v1.VerifyLicenseFileBase64Request
+	1,  // 70: keyhouse.licensing.v1.LicensingService.IssueLicense:output_type -> keyhouse.licensing.v1.IssueLicenseResponse
+	48, // 71: keyhouse.licensing.v1.LicensingService.ImportLicenses:output_type -> keyhouse.licensing.v1.ImportLicensesResponse
+	3,  // 72: keyhouse.licensing.v1.LicensingService.VerifyLicense:output_type -> keyhouse.licensing.v1.VerifyLicenseResponse
+	6,  // 73: keyhouse.licensing.v1.LicensingService.VerifyLicenseBatch:output_type -> keyhouse.licensing.v1.VerifyLicenseBatchResponse
+	9,  // 74: keyhouse.licensing.v1.LicensingService.RevokeLicense:output_type -> keyhouse.licensing.v1.RevokeLicenseResponse
+	11, // 75: keyhouse.licensing.v1.LicensingService.DeleteLicense:output_type -> keyhouse.licensing.v1.DeleteLicenseResponse
+	13, // 76: keyhouse.licensing.v1.LicensingService.UpdateLicenseTerms:output_type -> keyhouse.licensing.v1.UpdateLicenseTermsResponse
+	16, // 77: keyhouse.licensing.v1.LicensingService.ListLicenses:output_type -> keyhouse.licensing.v1.ListLicensesResponse
+	18, // 78: keyhouse.licensing.v1.LicensingService.GetLicenseDetails:output_type -> keyhouse.licensing.v1.GetLicenseDetailsResponse
+	20, // 79: keyhouse.licensing.v1.LicensingService.UpdateNotes:output_type -> keyhouse.licensing.v1.UpdateNotesResponse
+	22, // 80: keyhouse.licensing.v1.LicensingService.GetStats:output_type -> keyhouse.licensing.v1.GetStatsResponse
+	24, // 81: keyhouse.licensing.v1.LicensingService.ExportLicense:output_type -> keyhouse.licensing.v1.ExportLicenseResponse
+	26, // 82: keyhouse.licensing.v1.LicensingService.ExportLicenseFile:output_type -> keyhouse.licensing.v1.ExportLicenseFileResponse
+	29, // 83: keyhouse.licensing.v1.LicensingService.ExportLicenseOffline:output_type -> keyhouse.licensing.v1.ExportLicenseOfflineResponse
+	31, // 84: keyhouse.licensing.v1.LicensingService.GetPublicKey:output_type -> keyhouse.licensing.v1.GetPublicKeyResponse
+	33, // 85: keyhouse.licensing.v1.LicensingService.VerifyLicenseFile:output_type -> keyhouse.licensing.v1.VerifyLicenseFileResponse
+	36, // 86: keyhouse.licensing.v1.LicensingService.VerifyLicenseFileBase64:output_type -> keyhouse.licensing.v1.VerifyLicenseFileBase64Response
+	70, // [70:87] is the sub-list for method output_type
+	53, // [53:70] is the sub-list for method input_type
+	53, // [53:53] is the sub-list for extension type_name
+	53, // [53:53] is the sub-list for extension extendee
+	0,  // [0:53] is the sub-list for field type_name
 }
 
 func init() { file_keyhouse_licensing_v1_licensing_proto_init() }
@@ -2526,15 +2777,19 @@ func file_keyhouse_licensing_v1_licensing_proto_init() {
 	}
 	file_keyhouse_licensing_v1_import_proto_init()
 	file_keyhouse_licensing_v1_licensing_proto_msgTypes[2].OneofWrappers = []any{}
-	file_keyhouse_licensing_v1_licensing_proto_msgTypes[4].OneofWrappers = []any{}
-	file_keyhouse_licensing_v1_licensing_proto_msgTypes[10].OneofWrappers = []any{}
+	file_keyhouse_licensing_v1_licensing_proto_msgTypes[7].OneofWrappers = []any{
+		(*VerifyLicenseBatchResult_Response)(nil),
+		(*VerifyLicenseBatchResult_Error)(nil),
+	}
+	file_keyhouse_licensing_v1_licensing_proto_msgTypes[8].OneofWrappers = []any{}
+	file_keyhouse_licensing_v1_licensing_proto_msgTypes[14].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_keyhouse_licensing_v1_licensing_proto_rawDesc), len(file_keyhouse_licensing_v1_licensing_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   36,
+			NumMessages:   40,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -22,6 +22,7 @@ const (
 	LicensingService_IssueLicense_FullMethodName            = "/keyhouse.licensing.v1.LicensingService/IssueLicense"
 	LicensingService_ImportLicenses_FullMethodName          = "/keyhouse.licensing.v1.LicensingService/ImportLicenses"
 	LicensingService_VerifyLicense_FullMethodName           = "/keyhouse.licensing.v1.LicensingService/VerifyLicense"
+	LicensingService_VerifyLicenseBatch_FullMethodName      = "/keyhouse.licensing.v1.LicensingService/VerifyLicenseBatch"
 	LicensingService_RevokeLicense_FullMethodName           = "/keyhouse.licensing.v1.LicensingService/RevokeLicense"
 	LicensingService_DeleteLicense_FullMethodName           = "/keyhouse.licensing.v1.LicensingService/DeleteLicense"
 	LicensingService_UpdateLicenseTerms_FullMethodName      = "/keyhouse.licensing.v1.LicensingService/UpdateLicenseTerms"
@@ -54,6 +55,11 @@ type LicensingServiceClient interface {
 	ImportLicenses(ctx context.Context, in *ImportLicensesRequest, opts ...grpc.CallOption) (*ImportLicensesResponse, error)
 	// Public check of a license; failures carry "valid": false beside "error".
 	VerifyLicense(ctx context.Context, in *VerifyLicenseRequest, opts ...grpc.CallOption) (*VerifyLicenseResponse, error)
+	// Many VerifyLicense calls in one: the gateway sends the verify-license misses that
+	// arrive while an earlier batch is out together. Each item is answered, refused or
+	// failed exactly as VerifyLicense would answer it alone, and the licenses the cache
+	// does not hold are read in one query. No REST route.
+	VerifyLicenseBatch(ctx context.Context, in *VerifyLicenseBatchRequest, opts ...grpc.CallOption) (*VerifyLicenseBatchResponse, error)
 	// Revokes (revoked true) or reactivates (revoked false) a license.
 	RevokeLicense(ctx context.Context, in *RevokeLicenseRequest, opts ...grpc.CallOption) (*RevokeLicenseResponse, error)
 	// Deletes a license; its seats and usage go with it (an outbox event to activations).
@@ -109,6 +115,16 @@ func (c *licensingServiceClient) VerifyLicense(ctx context.Context, in *VerifyLi
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(VerifyLicenseResponse)
 	err := c.cc.Invoke(ctx, LicensingService_VerifyLicense_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *licensingServiceClient) VerifyLicenseBatch(ctx context.Context, in *VerifyLicenseBatchRequest, opts ...grpc.CallOption) (*VerifyLicenseBatchResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(VerifyLicenseBatchResponse)
+	err := c.cc.Invoke(ctx, LicensingService_VerifyLicenseBatch_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -262,6 +278,11 @@ type LicensingServiceServer interface {
 	ImportLicenses(context.Context, *ImportLicensesRequest) (*ImportLicensesResponse, error)
 	// Public check of a license; failures carry "valid": false beside "error".
 	VerifyLicense(context.Context, *VerifyLicenseRequest) (*VerifyLicenseResponse, error)
+	// Many VerifyLicense calls in one: the gateway sends the verify-license misses that
+	// arrive while an earlier batch is out together. Each item is answered, refused or
+	// failed exactly as VerifyLicense would answer it alone, and the licenses the cache
+	// does not hold are read in one query. No REST route.
+	VerifyLicenseBatch(context.Context, *VerifyLicenseBatchRequest) (*VerifyLicenseBatchResponse, error)
 	// Revokes (revoked true) or reactivates (revoked false) a license.
 	RevokeLicense(context.Context, *RevokeLicenseRequest) (*RevokeLicenseResponse, error)
 	// Deletes a license; its seats and usage go with it (an outbox event to activations).
@@ -301,6 +322,9 @@ func (UnimplementedLicensingServiceServer) ImportLicenses(context.Context, *Impo
 }
 func (UnimplementedLicensingServiceServer) VerifyLicense(context.Context, *VerifyLicenseRequest) (*VerifyLicenseResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method VerifyLicense not implemented")
+}
+func (UnimplementedLicensingServiceServer) VerifyLicenseBatch(context.Context, *VerifyLicenseBatchRequest) (*VerifyLicenseBatchResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method VerifyLicenseBatch not implemented")
 }
 func (UnimplementedLicensingServiceServer) RevokeLicense(context.Context, *RevokeLicenseRequest) (*RevokeLicenseResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method RevokeLicense not implemented")
@@ -412,6 +436,24 @@ func _LicensingService_VerifyLicense_Handler(srv interface{}, ctx context.Contex
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(LicensingServiceServer).VerifyLicense(ctx, req.(*VerifyLicenseRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _LicensingService_VerifyLicenseBatch_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(VerifyLicenseBatchRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LicensingServiceServer).VerifyLicenseBatch(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: LicensingService_VerifyLicenseBatch_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LicensingServiceServer).VerifyLicenseBatch(ctx, req.(*VerifyLicenseBatchRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -668,6 +710,10 @@ var LicensingService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "VerifyLicense",
 			Handler:    _LicensingService_VerifyLicense_Handler,
+		},
+		{
+			MethodName: "VerifyLicenseBatch",
+			Handler:    _LicensingService_VerifyLicenseBatch_Handler,
 		},
 		{
 			MethodName: "RevokeLicense",

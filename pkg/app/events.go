@@ -1,0 +1,66 @@
+package app
+
+import (
+	"context"
+	"sync"
+
+	"github.com/keyhouse/keyhouse/pkg/events"
+	"github.com/keyhouse/keyhouse/pkg/natsx"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// EventSpine is a service's side of the event spine (pkg/events), wired the one way every
+// service wires it: its NATS connection, the event stream ensured, its outbox relay
+// running, and the post-commit path (Spine) that wakes the relay and announces changes on
+// the core-NATS fast path.
+type EventSpine struct {
+	NATS      *nats.Conn
+	JetStream jetstream.JetStream
+	// Relay publishes the service's outbox; Notify wakes it (what Spine does after a commit).
+	Relay *natsx.Relay
+	// Spine is what the service's stores run their writing transactions with.
+	Spine *events.Spine
+}
+
+// SpineOptions tunes a service's spine: its relay's options and the spine's own (a
+// process that caches rows adds events.WithLocal).
+type SpineOptions struct {
+	// Streams are the service's own streams besides the event stream, which its outbox
+	// also feeds: ensured before the relay starts, so it never publishes to none.
+	Streams []jetstream.StreamConfig
+	Relay   []natsx.RelayOption
+	Spine   []events.Option
+}
+
+// StartEventSpine connects to NATS as this service, ensures the event stream (and
+// o.Streams), and starts
+// the outbox relay until ctx ends. At shutdown the relay finishes its batch before the
+// connection closes; closers a service adds later (its consumers) run before both.
+func (d *Deps) StartEventSpine(ctx context.Context, name string, o SpineOptions) (*EventSpine, error) {
+	nc, js, err := natsx.Connect(ctx, d.Config.NATSURL, name, d.Log)
+	if err != nil {
+		return nil, err
+	}
+	d.OnClose(nc.Close)
+	if err := events.EnsureStream(ctx, js); err != nil {
+		return nil, err
+	}
+	for _, cfg := range o.Streams {
+		if err := natsx.EnsureStream(ctx, js, cfg); err != nil {
+			return nil, err
+		}
+	}
+	relay := natsx.NewRelay(d.DB, js, d.Log, o.Relay...)
+	// The fast path announces only license, seat and release changes (events.fastPath):
+	// a service that emits none of them publishes nothing on it.
+	spineOpts := append([]events.Option{events.WithRelay(relay), events.WithFastPath(nc), events.WithLog(d.Log)}, o.Spine...)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if err := relay.Run(ctx); err != nil {
+			d.Log.Error("outbox relay stopped", "error", err.Error())
+		}
+	})
+	d.OnClose(wg.Wait)
+	return &EventSpine{NATS: nc, JetStream: js, Relay: relay, Spine: events.NewSpine(spineOpts...)}, nil
+}
