@@ -47,10 +47,11 @@ type Limiter struct {
 	mu       sync.Mutex
 	limit    float64
 	inflight int
-	// asked counts each tenant's requests (admitted or not) in the current window;
-	// heaviest is the most any tenant asked in it.
-	asked    map[string]int
-	heaviest int
+	// asked counts each tenant's requests (admitted or not) since sharesStart, at most
+	// a Window ago; heaviest is the most any tenant asked since.
+	asked       map[string]int
+	heaviest    int
+	sharesStart time.Time
 
 	windowStart time.Time
 	windowSum   time.Duration
@@ -133,10 +134,17 @@ const (
 // requests over the limit count in the latency, and the limit makes room.
 func (l *Limiter) Acquire(tenant string) (done func(latency time.Duration), reason string) {
 	l.mu.Lock()
+	now := l.now()
+	if now.Sub(l.sharesStart) >= l.cfg.Window {
+		// The shares start afresh every Window, whatever the traffic, so a flood that
+		// stopped does not make the next one look light for longer than that.
+		clear(l.asked)
+		l.heaviest, l.sharesStart = 0, now
+	}
 	l.asked[tenant]++
 	asked := l.asked[tenant]
 	l.heaviest = max(l.heaviest, asked)
-	limit := l.effectiveLimit()
+	limit := l.effectiveLimit(now)
 	if l.inflight >= limit {
 		light := asked <= lightFloor || 2*asked < l.heaviest
 		// A probe lowers the limit for the heavy tenants only; the light ones keep their
@@ -162,8 +170,8 @@ func (l *Limiter) Acquire(tenant string) (done func(latency time.Duration), reas
 }
 
 // effectiveLimit is the limit in whole requests, MinLimit during a probe.
-func (l *Limiter) effectiveLimit() int {
-	if l.now().Before(l.probeEnds) {
+func (l *Limiter) effectiveLimit(now time.Time) int {
+	if now.Before(l.probeEnds) {
 		return l.cfg.MinLimit
 	}
 	return int(l.limit)
@@ -190,10 +198,6 @@ func (l *Limiter) adapt(now time.Time) {
 	avg := l.windowSum / time.Duration(l.windowCount)
 	peak := l.windowPeak
 	l.windowStart, l.windowSum, l.windowCount, l.windowPeak = now, 0, 0, l.inflight
-	// The shares start afresh each window, so a flood that stopped does not make the
-	// next one look light.
-	clear(l.asked)
-	l.heaviest = 0
 
 	l.history = append(l.history, windowAverage{end: now, avg: avg})
 	cut := 0
