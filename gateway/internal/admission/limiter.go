@@ -28,9 +28,9 @@ type Config struct {
 	Now func() time.Time
 }
 
-// lightFloor is how many requests in a window leave any tenant light: early in a window,
-// or just after a flood began, a quiet tenant's two or three requests must not make it
-// look heavy next to a flood that has only started counting.
+// lightFloor is how many requests in a window leave a tenant light that is not the
+// busiest: early in a window, or just after a flood began, a quiet tenant's two or three
+// requests must not make it look heavy next to a flood that has only started counting.
 const lightFloor = 10
 
 // minSamples is the fewest finished requests a window needs to move the limit: a window
@@ -126,9 +126,9 @@ const (
 // must call done exactly once with its latency.
 //
 // Any request is admitted while fewer than the limit are in flight. Past it, only a light
-// tenant is: one that asked at most lightFloor times in the current window, or less than
-// half as often as the busiest tenant (refused requests count: it is the demand that
-// tells a flood). A tenant that floods is the busiest: it takes the free slots and is
+// tenant is: one that asked less than half as often as the busiest tenant in the last
+// Window, or less than the busiest and at most lightFloor times (refused requests count:
+// it is the demand that tells a flood). A tenant that floods is the busiest: it takes the free slots and is
 // refused past them (and so is any tenant near its rate), while the quiet tenants'
 // requests still go through, up to twice the limit plus lightFloor in flight. Their
 // requests over the limit count in the latency, and the limit makes room.
@@ -146,7 +146,7 @@ func (l *Limiter) Acquire(tenant string) (done func(latency time.Duration), reas
 	l.heaviest = max(l.heaviest, asked)
 	limit := l.effectiveLimit(now)
 	if l.inflight >= limit {
-		light := asked <= lightFloor || 2*asked < l.heaviest
+		light := asked < l.heaviest && (asked <= lightFloor || 2*asked < l.heaviest)
 		// A probe lowers the limit for the heavy tenants only; the light ones keep their
 		// room, up to twice the real limit plus what lightFloor lets any tenant have (a
 		// bound, too, on what made-up tenants, each light for lightFloor requests, take).

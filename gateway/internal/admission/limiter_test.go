@@ -287,8 +287,8 @@ func TestANewFloodCannotTakeAQuietTenantsRoom(t *testing.T) {
 			admitted++
 		}
 	}
-	if admitted != lightFloor {
-		t.Fatalf("the new flood got %d in flight past the limit; want lightFloor, %d", admitted, lightFloor)
+	if admitted == 0 || admitted > lightFloor {
+		t.Fatalf("the new flood got %d in flight past the limit; want a few, at most lightFloor (%d)", admitted, lightFloor)
 	}
 	if done, reason := l.Acquire("quiet"); done == nil {
 		t.Fatalf("the quiet tenant refused (%s) while a new flood started", reason)
