@@ -27,9 +27,10 @@
 // request about a license key for the key's tenant, which the gateway learns from
 // licensing's answers (licensecache.TenantHeader; a key not answered yet counts for
 // UnknownKeys, one tenant for all of them). Below the limit every request is admitted. At
-// the limit, a light tenant (one that asked less than half as often as the busiest tenant
-// in the last 500 ms, or less and at most ten times) is still admitted, up to twice the limit
-// and ten in flight; the heavy ones are refused. A tenant that floods therefore
+// the limit, a light tenant (one that asked less than half as often as the busiest
+// tenant, or less and at most ten times, counting requests with a weight that falls to a
+// quarter every 500 ms) is still admitted, up to twice the limit and ten in flight; the
+// heavy ones are refused. A tenant that floods therefore
 // gets every slot nobody else wants and nothing more, and the quiet tenants' requests go
 // through, whatever their momentary number in flight.
 package admission

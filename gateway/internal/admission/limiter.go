@@ -47,8 +47,8 @@ type Limiter struct {
 	mu       sync.Mutex
 	limit    float64
 	inflight int
-	// asked counts each tenant's requests (admitted or not) since sharesStart, at most
-	// a Window ago; heaviest is the most any tenant asked since.
+	// asked counts each tenant's requests (admitted or not), fading to a quarter every
+	// Window (sharesStart is the last time); heaviest is the most any tenant has.
 	asked       map[string]int
 	heaviest    int
 	sharesStart time.Time
@@ -136,10 +136,17 @@ func (l *Limiter) Acquire(tenant string) (done func(latency time.Duration), reas
 	l.mu.Lock()
 	now := l.now()
 	if now.Sub(l.sharesStart) >= l.cfg.Window {
-		// The shares start afresh every Window, whatever the traffic, so a flood that
-		// stopped does not make the next one look light for longer than that.
-		clear(l.asked)
-		l.heaviest, l.sharesStart = 0, now
+		// The counts fade to a quarter every Window, whatever the traffic: who is busy
+		// carries over a window's start (a quiet tenant must not look as busy as a flood
+		// that has only started counting again), and a flood that stopped fades out.
+		for t, n := range l.asked {
+			if n >>= 2; n > 0 {
+				l.asked[t] = n
+			} else {
+				delete(l.asked, t)
+			}
+		}
+		l.heaviest, l.sharesStart = l.heaviest>>2, now
 	}
 	l.asked[tenant]++
 	asked := l.asked[tenant]
