@@ -7,6 +7,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/netip"
 	"net/url"
@@ -121,6 +122,14 @@ type Config struct {
 	// MetricsPort is the Prometheus port (METRICS_PORT); 0 means the process's own port
 	// + 1000 (see MetricsAddr).
 	MetricsPort int
+
+	// AdmissionMaxLimit and AdmissionMinLimit bound the gateway's adaptive concurrency
+	// limit (ADMISSION_MAX_LIMIT, ADMISSION_MIN_LIMIT); AdmissionMaxLimit 0 turns admission
+	// control off. AdmissionTolerance is how many times the baseline latency the average
+	// may reach before the limit shrinks (ADMISSION_LATENCY_TOLERANCE).
+	AdmissionMaxLimit  int
+	AdmissionMinLimit  int
+	AdmissionTolerance float64
 }
 
 // Secret is a string that never prints itself.
@@ -215,6 +224,19 @@ func LoadFrom(lookup func(string) (string, bool)) (*Config, error) {
 		ShutdownDelay:   r.duration("SHUTDOWN_DELAY", 5*time.Second),
 		ShutdownTimeout: r.duration("SHUTDOWN_TIMEOUT", 25*time.Second),
 		MetricsPort:     r.int("METRICS_PORT", 0),
+
+		AdmissionMaxLimit:  r.int("ADMISSION_MAX_LIMIT", 1000),
+		AdmissionMinLimit:  r.int("ADMISSION_MIN_LIMIT", 16),
+		AdmissionTolerance: r.float("ADMISSION_LATENCY_TOLERANCE", 2),
+	}
+	if c.AdmissionMaxLimit < 0 {
+		r.fail("ADMISSION_MAX_LIMIT", "must be 0 (off) or positive")
+	}
+	if c.AdmissionMinLimit < 1 || (c.AdmissionMaxLimit > 0 && c.AdmissionMinLimit > c.AdmissionMaxLimit) {
+		r.fail("ADMISSION_MIN_LIMIT", "must be at least 1 and at most ADMISSION_MAX_LIMIT")
+	}
+	if c.AdmissionTolerance < 1 {
+		r.fail("ADMISSION_LATENCY_TOLERANCE", "must be a number of at least 1")
 	}
 	if c.RequestTimeout <= 0 {
 		r.fail("REQUEST_TIMEOUT", "must be positive")
@@ -311,6 +333,20 @@ func (r *reader) int(name string, def int) int {
 		return def
 	}
 	return n
+}
+
+// float reads a decimal number.
+func (r *reader) float(name string, def float64) float64 {
+	v := r.str(name, "")
+	if v == "" {
+		return def
+	}
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
+		r.fail(name, "must be a number")
+		return def
+	}
+	return f
 }
 
 // duration reads a Go duration ("5s", "250ms") or a whole number of seconds.

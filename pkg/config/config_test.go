@@ -155,3 +155,27 @@ func TestLicenseCacheLiveTTLDefaultsToFiveMinutes(t *testing.T) {
 		t.Errorf("LICENSE_CACHE_LIVE_TTL=-1s: %v", err)
 	}
 }
+
+func TestAdmissionControlIsOnByDefaultAndItsBoundsAreChecked(t *testing.T) {
+	c, err := LoadFrom(env(map[string]string{"ADMIN_API_KEY": "k"}))
+	if err != nil || c.AdmissionMaxLimit != 1000 || c.AdmissionMinLimit != 16 || c.AdmissionTolerance != 2 {
+		t.Fatalf("defaults: %v %+v", err, c)
+	}
+	c, err = LoadFrom(env(map[string]string{"ADMIN_API_KEY": "k", "ADMISSION_MAX_LIMIT": "0"}))
+	if err != nil || c.AdmissionMaxLimit != 0 {
+		t.Fatalf("ADMISSION_MAX_LIMIT=0 turns it off: %v %+v", err, c)
+	}
+	for name, vars := range map[string]map[string]string{
+		"ADMISSION_MAX_LIMIT":         {"ADMISSION_MAX_LIMIT": "-1"},
+		"ADMISSION_MIN_LIMIT":         {"ADMISSION_MAX_LIMIT": "10", "ADMISSION_MIN_LIMIT": "20"},
+		"ADMISSION_LATENCY_TOLERANCE": {"ADMISSION_LATENCY_TOLERANCE": "0.5"},
+	} {
+		vars["ADMIN_API_KEY"] = "k"
+		if _, err := LoadFrom(env(vars)); err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("%v: %v; want an error naming %s", vars, err, name)
+		}
+	}
+	if _, err := LoadFrom(env(map[string]string{"ADMIN_API_KEY": "k", "ADMISSION_LATENCY_TOLERANCE": "lots"})); err == nil || !strings.Contains(err.Error(), "ADMISSION_LATENCY_TOLERANCE") {
+		t.Errorf("a tolerance that is not a number: %v", err)
+	}
+}

@@ -54,6 +54,8 @@ func startOwnStack(t *testing.T, env map[string]string) *stack.Stack {
 		"ADMIN_API_KEY":   "test-admin-key-" + name + "-0123456789abcdef",
 		"TRUSTED_PROXIES": "127.0.0.1/32",
 		"LOG_LEVEL":       "debug",
+		// As in startStack: admission control on the path, never refusing.
+		"ADMISSION_MIN_LIMIT": "1000",
 	}
 	for k, v := range env {
 		full[k] = v

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/keyhouse/keyhouse/console"
+	"github.com/keyhouse/keyhouse/gateway/internal/admission"
 	"github.com/keyhouse/keyhouse/gateway/internal/edge"
 	"github.com/keyhouse/keyhouse/gateway/internal/ratelimit"
 	"github.com/keyhouse/keyhouse/pkg/buildinfo"
@@ -118,6 +119,10 @@ func run(ctx context.Context) error {
 	}
 	defer stopCaches()
 	dropAnnounced := grpc.WithChainUnaryInterceptor(caches.DropAnnounced())
+	// Admission control shares capacity by tenant; licensing's answers name the tenant of
+	// each key they are about.
+	tenants := admission.NewTenants()
+	learnTenants := grpc.WithChainUnaryInterceptor(tenants.Learning())
 
 	var conns edge.Conns
 	for _, c := range []struct {
@@ -125,7 +130,7 @@ func run(ctx context.Context) error {
 		dst  **grpc.ClientConn
 		opts []grpc.DialOption
 	}{
-		{cfg.LicensingAddr, &conns.Licensing, []grpc.DialOption{dropAnnounced}},
+		{cfg.LicensingAddr, &conns.Licensing, []grpc.DialOption{dropAnnounced, learnTenants}},
 		{cfg.ActivationsAddr, &conns.Activations, []grpc.DialOption{dropAnnounced}},
 		{cfg.ReleasesAddr, &conns.Releases, []grpc.DialOption{dropAnnounced}},
 		{cfg.BillingAddr, &conns.Billing, nil},
@@ -196,6 +201,7 @@ func run(ctx context.Context) error {
 	monitor.ProbeOnce(ctx)
 	go monitor.Run(ctx)
 
+	handler = withAdmission(cfg, log, tenants, handler)
 	srv := &http.Server{
 		Addr:              addr,
 		Handler:           closeWhileDraining(&draining, handler),
@@ -240,6 +246,21 @@ func closeWhileDraining(draining *atomic.Bool, next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// withAdmission puts admission control in front of everything else (ADMISSION_MAX_LIMIT 0:
+// not at all), so that a refused request costs neither a Redis round trip nor a log line.
+func withAdmission(cfg *config.Config, log *slog.Logger, tenants *admission.Tenants, next http.Handler) http.Handler {
+	if cfg.AdmissionMaxLimit == 0 {
+		log.Info("admission control off (ADMISSION_MAX_LIMIT=0)")
+		return next
+	}
+	limiter := admission.NewLimiter(admission.Config{
+		MinLimit:  cfg.AdmissionMinLimit,
+		MaxLimit:  cfg.AdmissionMaxLimit,
+		Tolerance: cfg.AdmissionTolerance,
+	})
+	return admission.Middleware(admission.Options{Limiter: limiter, Tenants: tenants, Refuse: edge.WriteOverloaded, Log: log}, next)
 }
 
 // grpcHealthProbe asks a service's overall grpc.health.v1 status. Calls go to replicas

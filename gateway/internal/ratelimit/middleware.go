@@ -30,7 +30,7 @@ func Middleware(l *Limiter, adminMax int, trusted []netip.Prefix, next http.Hand
 		res := l.Take(r.Context(), route.Tier, "ip:"+ClientIP(r, trusted).String())
 		decidedBy := route.Tier.Name
 		if res.Allowed && route.PerLicenseKey {
-			if key := licenseKey(r); key != "" {
+			if key := LicenseKey(r); key != "" {
 				// Counted by the key as licensing reads it: "abcd…" and "ABCD-…" are one
 				// license, and must not be two budgets.
 				if perKey := l.Take(r.Context(), ActivationPerKey, "lic:"+license.CanonicalKey(key)); !perKey.Allowed {
@@ -51,9 +51,10 @@ func Middleware(l *Limiter, adminMax int, trusted []netip.Prefix, next http.Hand
 	})
 }
 
-// licenseKey returns the "key" string of the JSON body, or "" when there is none, and
-// leaves the body for the next handler exactly as the client sent it.
-func licenseKey(r *http.Request) string {
+// LicenseKey returns the "key" string of the JSON body, or "" when there is none, and
+// leaves the body for the next handler exactly as the client sent it. Admission control
+// reads it too, to tell whose license a request is about.
+func LicenseKey(r *http.Request) string {
 	if r.Body == nil || r.Body == http.NoBody {
 		return ""
 	}

@@ -40,6 +40,10 @@ func run(ctx context.Context) error {
 	settings := map[string]string{
 		"ADMIN_API_KEY":   "bench-admin-key-0123456789abcdef0123456789",
 		"TRUSTED_PROXIES": "127.0.0.1/32",
+		// The scenarios' closed-loop clients measure each request's cost at a fixed
+		// concurrency; admission control would refuse part of it. The overload and
+		// isolation reports start gateways of their own with it on.
+		"ADMISSION_MAX_LIMIT": "0",
 	}
 	flag.Func("env", "NAME=VALUE: a setting of every process other than make run's (repeatable; e.g. -env LICENSE_CACHE_LIVE_TTL=0 for the caches without liveness)", func(v string) error {
 		name, value, ok := strings.Cut(v, "=")
@@ -144,7 +148,7 @@ func run(ctx context.Context) error {
 		}
 		results = append(results, r)
 	}
-	fmt.Printf("\n%s, %d CPUs, %s per scenario in %d rounds, load average %s\n\n%s", runtime.GOOS+"/"+runtime.GOARCH, runtime.NumCPU(), *duration, *rounds, loadAverage(), bench.Table(results))
+	fmt.Printf("\n%s, %d CPUs, %s per scenario in %d rounds, load average %s\n\n%s", runtime.GOOS+"/"+runtime.GOARCH, runtime.NumCPU(), *duration, *rounds, bench.LoadAverage(), bench.Table(results))
 	fmt.Printf("\n%s\n", bench.Goals(results))
 	for _, c := range checks {
 		fmt.Println(c)
@@ -160,6 +164,16 @@ func run(ctx context.Context) error {
 		if filter.MatchString(t.Name) {
 			fmt.Fprintf(os.Stderr, "running %s ...\n", t.Name)
 			fmt.Println(bench.RunTask(ctx, t, env))
+		}
+	}
+	for _, r := range bench.Reports() {
+		if filter.MatchString(r.Name) {
+			fmt.Fprintf(os.Stderr, "running %s ...\n", r.Name)
+			out, err := r.Run(ctx, env, *duration)
+			if err != nil {
+				out = fmt.Sprintf("failed: %v%s", err, crashed(s))
+			}
+			fmt.Printf("\n### %s\n\n%s", r.Name, out)
 		}
 	}
 	if *keep {
@@ -179,18 +193,4 @@ func crashed(s *stack.Stack) string {
 			return out
 		}
 	}
-}
-
-// loadAverage is the machine's 1-minute load average, so a report says how busy the
-// machine was besides the bench.
-func loadAverage() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "unknown"
-	}
-	f := strings.Fields(string(b))
-	if len(f) == 0 {
-		return "unknown"
-	}
-	return f[0]
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/keyhouse/keyhouse/pkg/auth"
 	"github.com/keyhouse/keyhouse/pkg/idempotency"
 	"github.com/keyhouse/keyhouse/pkg/license"
+	"github.com/keyhouse/keyhouse/pkg/licensecache"
 	"github.com/keyhouse/keyhouse/pkg/paging"
 	"github.com/keyhouse/keyhouse/pkg/pgxx"
 	activationsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/activations/v1"
@@ -127,7 +128,10 @@ func (s *Server) VerifyLicense(ctx context.Context, req *licensingv1.VerifyLicen
 	var l *store.License
 	var err error = errMissingKey
 	if req.Key != nil {
-		l, err = s.lookup(ctx, "", req.GetKey())
+		if l, err = s.lookup(ctx, "", req.GetKey()); err == nil {
+			// The gateway's admission control shares capacity by the key's tenant.
+			licensecache.AnnounceTenant(ctx, l.Key, l.TenantID)
+		}
 	}
 	return s.verifyAnswer(l, err)
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/keyhouse/keyhouse/pkg/apierr"
 	"github.com/keyhouse/keyhouse/pkg/grpcx"
+	"github.com/keyhouse/keyhouse/pkg/licensecache"
 	"github.com/keyhouse/keyhouse/pkg/telemetry"
 	activationsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/activations/v1"
 	licensingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1"
@@ -37,6 +38,10 @@ func (s *Server) VerifyLicenseBatch(ctx context.Context, req *licensingv1.Verify
 	var lookupErr error
 	if len(keys) > 0 {
 		found, lookupErr = s.store.GetMany(ctx, keys)
+	}
+	for _, l := range found {
+		// The gateway's admission control shares capacity by the key's tenant.
+		licensecache.AnnounceTenant(ctx, l.Key, l.TenantID)
 	}
 	resp := &licensingv1.VerifyLicenseBatchResponse{Results: make([]*licensingv1.VerifyLicenseBatchResult, len(items))}
 	for i, item := range items {

@@ -1,0 +1,36 @@
+// Package admission is the gateway's admission control: a concurrency limit that adapts
+// to latency, shared fairly between tenants, so that past its capacity the gateway
+// refuses the excess at once (503 with Retry-After) instead of queueing it until every
+// answer is late.
+//
+// # The limit
+//
+// At most Limit requests of the API (/v1/…) are in flight at once; a request over it is
+// refused without being read further, never queued. Every Window (500 ms, and at least
+// ten finished requests) the limit moves with the average latency of the requests that
+// finished in the window, as in Netflix's concurrency-limits (Gradient2):
+//
+//	gradient = clamp(Tolerance × baseline ÷ average, 0.5, 1)
+//	limit    = 0.8 × limit + 0.2 × (limit × gradient + √limit)
+//
+// within [MinLimit, MaxLimit]. While the average stays within Tolerance times the baseline
+// the limit grows by about √limit ÷ 5 per window (unless the load never came near it);
+// past that it shrinks by up to 10% per window. The baseline is the lowest window average
+// of the last BaselineWindow (a minute): the latency of the gateway and the services when
+// nothing queues. A standing queue would otherwise become the new normal, so every
+// BaselineWindow/2 the limit drops to MinLimit for one window (a probe: 500 ms in 30 s),
+// the queue drains, and the baseline is measured afresh.
+//
+// # Fair shares
+//
+// Each request counts for a tenant: a request with a credential for that credential, a
+// request about a license key for the key's tenant, which the gateway learns from
+// licensing's answers (licensecache.TenantHeader; a key not answered yet counts for
+// UnknownKeys, one tenant for all of them). Below the limit every request is admitted. At
+// the limit, a light tenant (one that asked less than half as often as the busiest
+// tenant, or less and at most ten times, counting requests with a weight that falls to a
+// quarter every 500 ms) is still admitted, up to twice the limit and ten in flight; the
+// heavy ones are refused. A tenant that floods therefore
+// gets every slot nobody else wants and nothing more, and the quiet tenants' requests go
+// through, whatever their momentary number in flight.
+package admission

@@ -1,0 +1,298 @@
+package admission
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+)
+
+// clock is a time the test moves.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *clock) add(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+func newTestLimiter(c *clock, cfg Config) *Limiter {
+	cfg.Now = c.now
+	return NewLimiter(cfg)
+}
+
+// window runs one window of n requests of tenant, each finishing after latency, with at
+// most the limit in flight, and returns how many were refused.
+func window(l *Limiter, c *clock, tenant string, n int, latency time.Duration) (refused int) {
+	var dones []func(time.Duration)
+	for range n {
+		done, reason := l.Acquire(tenant)
+		if done == nil {
+			if reason == "" {
+				panic("refusal without a reason")
+			}
+			refused++
+			continue
+		}
+		dones = append(dones, done)
+	}
+	c.add(l.cfg.Window)
+	for _, d := range dones {
+		d(latency)
+	}
+	return refused
+}
+
+func TestRequestsOverTheLimitAreRefusedAtOnce(t *testing.T) {
+	c := &clock{t: time.Unix(1e9, 0)}
+	l := newTestLimiter(c, Config{MinLimit: 4, MaxLimit: 4, InitialLimit: 4})
+	for range lightFloor { // past the few requests any tenant may have over the limit
+		done, _ := l.Acquire("t")
+		done(time.Millisecond)
+	}
+	var dones []func(time.Duration)
+	for range 4 {
+		done, _ := l.Acquire("t")
+		if done == nil {
+			t.Fatal("refused below the limit")
+		}
+		dones = append(dones, done)
+	}
+	if done, reason := l.Acquire("t"); done != nil || reason != ReasonLimit {
+		t.Fatalf("fifth request: admitted %v, reason %q; want refused for the limit", done != nil, reason)
+	}
+	dones[0](time.Millisecond)
+	dones[0](time.Millisecond) // a second Done must not free a second slot
+	if done, _ := l.Acquire("t"); done == nil {
+		t.Fatal("refused after a request finished")
+	}
+	if done, _ := l.Acquire("t"); done != nil {
+		t.Fatal("a repeated Done freed a slot twice")
+	}
+}
+
+func TestLimitShrinksWhenLatencyRisesAndGrowsBackWhenItFalls(t *testing.T) {
+	c := &clock{t: time.Unix(1e9, 0)}
+	l := newTestLimiter(c, Config{MinLimit: 4, MaxLimit: 200, InitialLimit: 50, Tolerance: 2})
+	for range 20 {
+		window(l, c, "t", 50, 2*time.Millisecond)
+	}
+	calm := l.Limit()
+	if calm < 50 {
+		t.Fatalf("limit %d after calm busy windows; want it to have grown from 50", calm)
+	}
+	// Latency ten times the baseline: the queue is standing, the limit must give way.
+	for range 30 {
+		window(l, c, "t", 200, 20*time.Millisecond)
+	}
+	if got := l.Limit(); got > calm/2 {
+		t.Fatalf("limit %d after slow windows; want well under %d", got, calm)
+	}
+	for range 100 {
+		window(l, c, "t", 200, 2*time.Millisecond)
+	}
+	if got := l.Limit(); got <= calm {
+		t.Fatalf("limit %d after latency came back; want above %d again", got, calm)
+	}
+}
+
+func TestLimitDoesNotGrowWhenTheLoadNeverReachesIt(t *testing.T) {
+	c := &clock{t: time.Unix(1e9, 0)}
+	l := newTestLimiter(c, Config{MinLimit: 4, MaxLimit: 1000, InitialLimit: 40})
+	for range 100 {
+		window(l, c, "t", 10, time.Millisecond)
+	}
+	if got := l.Limit(); got != 40 {
+		t.Fatalf("limit %d; want 40: ten requests at a time say nothing about forty", got)
+	}
+}
+
+func TestLimitStaysWithinItsBounds(t *testing.T) {
+	c := &clock{t: time.Unix(1e9, 0)}
+	l := newTestLimiter(c, Config{MinLimit: 6, MaxLimit: 30, InitialLimit: 20})
+	for range 200 {
+		window(l, c, "t", 40, time.Millisecond)
+	}
+	if got := l.Limit(); got != 30 {
+		t.Fatalf("limit %d; want the maximum 30", got)
+	}
+	for range 100 { // latency a hundred times the baseline: a long queue
+		window(l, c, "t", 40, 100*time.Millisecond)
+	}
+	if got := l.Limit(); got != 6 {
+		t.Fatalf("limit %d; want the minimum 6", got)
+	}
+}
+
+// A standing queue must not become the baseline: under a long overload the probes drain
+// it, so the limit settles near what the server sustains rather than creeping up.
+func TestBaselineIsRemeasuredDuringALongOverload(t *testing.T) {
+	c := &clock{t: time.Unix(1e9, 0)}
+	l := newTestLimiter(c, Config{MinLimit: 4, MaxLimit: 500, InitialLimit: 100, BaselineWindow: 5 * time.Second})
+	// A server that works on 10 requests at a time, 2 ms each: n in flight take
+	// 2 ms × n/10. The load is always more than the limit.
+	latency := func(n int) time.Duration { return 2 * time.Millisecond * time.Duration(max(1, n/10)) }
+	end := c.now().Add(time.Minute)
+	sawProbe := false
+	for c.now().Before(end) {
+		var dones []func(time.Duration)
+		for {
+			done, _ := l.Acquire("t")
+			if done == nil {
+				break
+			}
+			dones = append(dones, done)
+		}
+		if len(dones) < l.Limit()/2 {
+			sawProbe = true
+		}
+		d := latency(len(dones))
+		c.add(d)
+		for _, done := range dones {
+			done(d)
+		}
+	}
+	if !sawProbe {
+		t.Fatal("no probe in a minute of overload")
+	}
+	if got := l.Limit(); got > 40 {
+		t.Fatalf("limit %d after a minute of overload; want at most the 20-odd in flight that keep the latency within twice 2 ms", got)
+	}
+	if got := l.Limit(); got < 10 {
+		t.Fatalf("limit %d; below the 10 the server works on at once, it would waste capacity", got)
+	}
+}
+
+func TestAFloodingTenantLeavesTheOthersTheirShare(t *testing.T) {
+	c := &clock{t: time.Unix(1e9, 0)}
+	l := newTestLimiter(c, Config{MinLimit: 10, MaxLimit: 10, InitialLimit: 10})
+	acquire := func(tenant string) func(time.Duration) {
+		t.Helper()
+		done, reason := l.Acquire(tenant)
+		if done == nil {
+			t.Fatalf("%s refused (%s) at %d in flight", tenant, reason, l.InFlight())
+		}
+		return done
+	}
+	// Tenant a floods: 30 requests come and go, then 10 hold every slot.
+	for range 30 {
+		acquire("a")(time.Millisecond)
+	}
+	for range 10 {
+		acquire("a")
+	}
+	if done, reason := l.Acquire("a"); done != nil || reason != ReasonLimit {
+		t.Fatalf("a past the limit: admitted %v reason %q", done != nil, reason)
+	}
+	// b, asking less than half as often as a, still gets in past the limit, and so do
+	// tenants never seen, up to twice the limit and lightFloor in flight.
+	var bs []func(time.Duration)
+	for range 9 {
+		bs = append(bs, acquire("b"))
+	}
+	for i := range 10 + lightFloor - 9 {
+		bs = append(bs, acquire(fmt.Sprint("new-", i)))
+	}
+	if done, reason := l.Acquire("d"); done != nil || reason != ReasonLimit {
+		t.Fatalf("a new tenant at twice the limit and lightFloor: admitted %v reason %q", done != nil, reason)
+	}
+	// Once b asks half as often as a, it is refused past the limit too.
+	for _, done := range bs {
+		done(time.Millisecond)
+	}
+	for range 11 {
+		acquire("b")(time.Millisecond)
+	}
+	if done, reason := l.Acquire("b"); done != nil || reason != ReasonShare {
+		t.Fatalf("b at half a's rate: admitted %v reason %q", done != nil, reason)
+	}
+}
+
+// The fair shares follow the recent past: once a stops flooding and b becomes the busy
+// one, a is the light tenant.
+func TestSharesFollowTheRecentWindows(t *testing.T) {
+	c := &clock{t: time.Unix(1e9, 0)}
+	l := newTestLimiter(c, Config{MinLimit: 10, MaxLimit: 10, InitialLimit: 10})
+	for range 5 {
+		window(l, c, "a", 20, time.Millisecond)
+	}
+	for range 5 {
+		window(l, c, "b", 20, time.Millisecond)
+	}
+	var dones []func(time.Duration)
+	for range 10 {
+		done, _ := l.Acquire("b")
+		dones = append(dones, done)
+	}
+	if done, _ := l.Acquire("a"); done == nil {
+		t.Fatal("a, quiet for the last windows, refused while b fills the limit")
+	}
+	if done, reason := l.Acquire("b"); done != nil || reason != ReasonLimit {
+		t.Fatalf("b, the heaviest, past the limit: admitted %v reason %q", done != nil, reason)
+	}
+}
+
+// In parallel: whatever the interleaving, the in-flight count returns to zero and never
+// exceeds the hard bound (twice the limit and lightFloor).
+func TestParallelAcquireAndDoneKeepTheCount(t *testing.T) {
+	l := NewLimiter(Config{MinLimit: 8, MaxLimit: 8, InitialLimit: 8})
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	peak := 0
+	for w := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tenant := []string{"a", "b", "c"}[w%3]
+			for range 2000 {
+				done, _ := l.Acquire(tenant)
+				if done == nil {
+					continue
+				}
+				n := l.InFlight()
+				mu.Lock()
+				peak = max(peak, n)
+				mu.Unlock()
+				done(time.Microsecond)
+			}
+		}()
+	}
+	wg.Wait()
+	if n := l.InFlight(); n != 0 {
+		t.Fatalf("%d in flight after every request finished", n)
+	}
+	if peak > 16+lightFloor {
+		t.Fatalf("peak %d in flight; the bound is twice the limit and lightFloor, %d", peak, 16+lightFloor)
+	}
+}
+
+// A flood that stopped fades: the next one looks light only until it has asked half the
+// old one's faded count, and a quiet tenant keeps its room meanwhile.
+func TestANewFloodCannotTakeAQuietTenantsRoom(t *testing.T) {
+	c := &clock{t: time.Unix(1e9, 0)}
+	l := newTestLimiter(c, Config{MinLimit: 10, MaxLimit: 10, InitialLimit: 10})
+	window(l, c, "old-flood", 100, time.Millisecond)
+	for range 10 {
+		if done, _ := l.Acquire("filler"); done == nil {
+			t.Fatal("refused below the limit")
+		}
+	}
+	admitted := 0
+	for range 50 {
+		if done, _ := l.Acquire("new-flood"); done != nil {
+			admitted++
+		}
+	}
+	// The old flood's 100 fade to 25 at the new window: the new one is light until it
+	// has asked half of that.
+	if admitted == 0 || admitted > 12 {
+		t.Fatalf("the new flood got %d in flight past the limit; want a few, at most 12", admitted)
+	}
+	if done, reason := l.Acquire("quiet"); done == nil {
+		t.Fatalf("the quiet tenant refused (%s) while a new flood started", reason)
+	}
+}

@@ -1,0 +1,100 @@
+package admission
+
+import (
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/keyhouse/keyhouse/pkg/metrics"
+)
+
+// RetryAfter is the Retry-After of a refusal: the limit moves every 100 ms, so a second
+// later the client finds a fresh decision.
+const RetryAfter = time.Second
+
+// Options configure Middleware.
+type Options struct {
+	Limiter *Limiter
+	// Tenants assigns requests to fair shares; nil puts every request in one.
+	Tenants *Tenants
+	// Refuse writes the 503 (edge.WriteOverloaded); Retry-After is already set.
+	Refuse func(http.ResponseWriter)
+	Log    *slog.Logger
+	// Now is the clock of the refusal log (time.Now when nil).
+	Now func() time.Time
+}
+
+// Governed reports whether a request goes through admission control: the API under /v1/.
+// Health, readiness and the console pages never do (metrics have a port of their own), so
+// an overloaded gateway still answers its probes.
+func Governed(r *http.Request) bool { return strings.HasPrefix(r.URL.Path, "/v1/") }
+
+// Middleware admits the governed requests through the limiter, refusing the excess at once
+// with 503 and Retry-After. It goes outermost, so a refusal costs no Redis round trip and
+// no access-log line: refusals are counted (keyhouse_admission_refused_total) and logged at
+// most once every 10 s with their number.
+func Middleware(opts Options, next http.Handler) http.Handler {
+	now := opts.Now
+	if now == nil {
+		now = time.Now
+	}
+	log := &refusalLog{log: opts.Log, now: now}
+	retryAfter := []string{"1"}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !Governed(r) {
+			next.ServeHTTP(w, r)
+			return
+		}
+		tenant := NoKey
+		if opts.Tenants != nil {
+			tenant = opts.Tenants.Of(r)
+		}
+		done, reason := opts.Limiter.Acquire(tenant)
+		if done == nil {
+			metrics.AdmissionRefused.WithLabelValues(reason).Inc()
+			log.note(opts.Limiter)
+			w.Header()["Retry-After"] = retryAfter
+			opts.Refuse(w)
+			return
+		}
+		start := time.Now()
+		defer func() { done(time.Since(start)) }()
+		next.ServeHTTP(w, r)
+	})
+}
+
+// refusalLog writes one WARN line per 10 s of refusals instead of one per refusal, which
+// would add to the overload it reports.
+type refusalLog struct {
+	log *slog.Logger
+	now func() time.Time
+
+	mu      sync.Mutex
+	since   time.Time
+	refused int
+}
+
+const refusalLogEvery = 10 * time.Second
+
+func (l *refusalLog) note(lim *Limiter) {
+	if l.log == nil {
+		return
+	}
+	l.mu.Lock()
+	now := l.now()
+	l.refused++
+	if !l.since.IsZero() && now.Sub(l.since) < refusalLogEvery {
+		l.mu.Unlock()
+		return
+	}
+	n, since := l.refused, l.since
+	l.refused, l.since = 0, now
+	l.mu.Unlock()
+	attrs := []any{"refused", n, "limit", lim.Limit(), "in_flight", lim.InFlight()}
+	if !since.IsZero() {
+		attrs = append(attrs, "over", now.Sub(since).Round(time.Second).String())
+	}
+	l.log.Warn("overloaded: refusing requests with 503", attrs...)
+}

@@ -1,0 +1,257 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/keyhouse/keyhouse/pkg/pgxx"
+)
+
+// Client address blocks (first octet) of the reports, apart from the scenarios' blocks.
+const (
+	overloadBlock  = 60
+	isolationBlock = 70
+)
+
+// The gateways of both reports run with admission control at its defaults
+// (ADMISSION_MAX_LIMIT's default, 1000, set explicitly because the bench stack turns it
+// off for the closed-loop rows) or off, and both with LICENSE_CACHE_LIVE_TTL=0: answers
+// live 1 s, so over 100,000 uniform keys the cache answers about as little at 4× as at 1×
+// and the phases compare the same work.
+var (
+	admissionOn  = map[string]string{"ADMISSION_MAX_LIMIT": "1000", "LICENSE_CACHE_LIVE_TTL": "0"}
+	admissionOff = map[string]string{"ADMISSION_MAX_LIMIT": "0", "LICENSE_CACHE_LIVE_TTL": "0"}
+)
+
+func init() {
+	RegisterReport(Report{
+		Name: "overload: verify-license, uniform over 100,000 licenses, open loop at 2× and 4× the capacity",
+		Run:  runOverload,
+	})
+	RegisterReport(Report{
+		Name: "tenant isolation: tenant A at 10× its rate, tenant B's verify-license",
+		Run:  runIsolation,
+	})
+}
+
+// runOverload measures the capacity closed-loop (32 clients, a gateway without admission
+// control), then drives a gateway with admission control open-loop at 2× and 4× of it,
+// and a gateway without at 2× for half as long (the collapse admission control prevents).
+func runOverload(ctx context.Context, env *Env, d time.Duration) (string, error) {
+	keys, err := readLicenseKeys(ctx, env)
+	if err != nil {
+		return "", err
+	}
+	on, err := env.Stack.StartGateway(ctx, 0, admissionOn)
+	if err != nil {
+		return "", err
+	}
+	off, err := env.Stack.StartGateway(ctx, 0, admissionOff)
+	if err != nil {
+		return "", err
+	}
+	vOn, vOff := newVerifier(on, overloadBlock), newVerifier(off, overloadBlock+1)
+	uniform := Spreads[0].pick
+	closed := func(v *verifier, base int) func(ctx context.Context, w, i int, start time.Time) outcome {
+		return func(ctx context.Context, w, i int, start time.Time) outcome {
+			return v.verify(ctx, keys[uniform(base+w, i)], base+w, i, start)
+		}
+	}
+	open := func(v *verifier, worker int) func(ctx context.Context, i int, start time.Time) outcome {
+		return func(ctx context.Context, i int, start time.Time) outcome {
+			return v.verify(ctx, keys[uniform(worker, i)], worker, i, start)
+		}
+	}
+	load := LoadAverage()
+	closedLoop(ctx, d/4, 32, closed(vOff, 100))
+	closedLoop(ctx, d/4, 32, closed(vOn, 140))
+	capacity := measure(env.Stack, "capacity: closed loop, 32 clients, without admission control", 0, func() []outcome {
+		return closedLoop(ctx, d, 32, closed(vOff, 180))
+	})
+	c := capacity.goodput()
+	if c <= 0 {
+		return "", fmt.Errorf("capacity: no request succeeded (%s)", capacity.firstError)
+	}
+	phases := []*phase{capacity, measure(env.Stack, "closed loop, 32 clients, admission control", 0, func() []outcome {
+		return closedLoop(ctx, d, 32, closed(vOn, 220))
+	})}
+	for i, m := range []float64{2, 4} {
+		phases = append(phases, measure(env.Stack, fmt.Sprintf("open loop at %g× capacity, admission control", m), m*c, func() []outcome {
+			return openLoop(ctx, d, m*c, open(vOn, 260+i))
+		}))
+	}
+	phases = append(phases, measure(env.Stack, "open loop at 2× capacity, without admission control (half as long)", 2*c, func() []outcome {
+		return openLoop(ctx, d/2, 2*c, open(vOff, 270))
+	}))
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "Load average %s before, %s after; capacity %.0f/s.\n\n%s\n", load, LoadAverage(), c, phaseTable(phases, c))
+	for _, p := range phases[2:4] {
+		good := p.goodput() / c
+		p99, refusalP99 := quantile(p.accepted, 0.99), quantile(p.refusals, 0.99)
+		fmt.Fprintf(&b, "- %s: goodput %s of capacity (goal ≥ 90%%: %s), accepted p99 %s (goal < 50 ms: %s), refusal p99 %s (goal < 10 ms: %s), %d errors other than 503 refusals\n",
+			p.name, pct(good), verdict(good >= 0.9), ms(p99), verdict(p99 < 50*time.Millisecond), ms(refusalP99), verdict(refusalP99 < 10*time.Millisecond), p.errors)
+	}
+	return b.String(), nil
+}
+
+// tenantLicenses seeds n licenses of tenant (licensing's table, as readLicenseKeys does)
+// and returns their keys.
+func tenantLicenses(ctx context.Context, env *Env, tenant string, n int) ([]string, error) {
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = derivedKey(fmt.Sprintf("keyhouse-bench-%s-%d", tenant, i))
+	}
+	db, err := pgxx.Open(ctx, env.Stack.Env("DATABASE_URL"), "licensing")
+	if err != nil {
+		return nil, err
+	}
+	defer db.Close()
+	if _, err := db.CopyFrom(ctx, pgx.Identifier{"licenses"},
+		[]string{"key_hash", "key", "tenant_id", "tier", "product_id", "issued_to", "limits"},
+		pgx.CopyFromSlice(n, func(i int) ([]any, error) {
+			sum := sha256.Sum256([]byte(keys[i]))
+			return []any{sum[:], keys[i], tenant, "pro", tenant + "-app", fmt.Sprintf("user-%d@%s.example", i, tenant), map[string]any{}}, nil
+		})); err != nil {
+		return nil, fmt.Errorf("seed %s's licenses: %w", tenant, err)
+	}
+	_, err = db.Exec(ctx, `ANALYZE licenses`)
+	return keys, err
+}
+
+// runIsolation gives two tenants licenses (A 10,000, B 5,000), teaches a gateway with
+// admission control whose keys are whose (one verify of each), measures the capacity on
+// A's keys, and sets each tenant's normal rate at a fifth of it. Then: both at their
+// normal rate (B's baseline); A at 10× from many addresses with B unchanged; the same
+// flood through a gateway without admission control, half as long.
+func runIsolation(ctx context.Context, env *Env, d time.Duration) (string, error) {
+	stamp := fmt.Sprint(time.Now().Unix())
+	aKeys, err := tenantLicenses(ctx, env, "bench-tenant-a-"+stamp, 10_000)
+	if err != nil {
+		return "", err
+	}
+	bKeys, err := tenantLicenses(ctx, env, "bench-tenant-b-"+stamp, 5_000)
+	if err != nil {
+		return "", err
+	}
+	on, err := env.Stack.StartGateway(ctx, 0, admissionOn)
+	if err != nil {
+		return "", err
+	}
+	off, err := env.Stack.StartGateway(ctx, 0, admissionOff)
+	if err != nil {
+		return "", err
+	}
+	vOn, vOff := newVerifier(on, isolationBlock), newVerifier(off, isolationBlock+1)
+	// Teach the gateway every key's tenant, as a day of traffic would.
+	all := append(append([]string(nil), aKeys...), bKeys...)
+	next := make(chan string, len(all))
+	for _, k := range all {
+		next <- k
+	}
+	close(next)
+	var teachers sync.WaitGroup
+	for w := range 32 {
+		teachers.Add(1)
+		go func() {
+			defer teachers.Done()
+			for i := 0; ; i++ {
+				k, ok := <-next
+				if !ok || ctx.Err() != nil {
+					return
+				}
+				vOn.verify(ctx, k, 300+w, i, time.Now())
+			}
+		}()
+	}
+	teachers.Wait()
+	if ctx.Err() != nil {
+		return "", ctx.Err()
+	}
+	load := LoadAverage()
+	capacity := measure(env.Stack, "capacity: closed loop on A's keys, 32 clients, without admission control", 0, func() []outcome {
+		return closedLoop(ctx, d/2, 32, func(ctx context.Context, w, i int, start time.Time) outcome {
+			return vOff.verify(ctx, aKeys[mix(uint64(w)<<40|uint64(i))%uint64(len(aKeys))], 340+w, i, start)
+		})
+	})
+	c := capacity.goodput()
+	if c <= 0 {
+		return "", fmt.Errorf("capacity: no request succeeded (%s)", capacity.firstError)
+	}
+	normal := c / 5
+	type pair struct{ a, b *phase }
+	// A's and B's apps are different clients: each tenant's requests come over
+	// connections of their own, so A's flood cannot hold B's requests in the generator.
+	bOn, bOff := newVerifier(on, isolationBlock+2), newVerifier(off, isolationBlock+3)
+	run := func(name string, v, bv *verifier, aRate float64, dur time.Duration, worker int) pair {
+		var aOut []outcome
+		done := make(chan struct{})
+		b := measure(env.Stack, name, normal, func() []outcome {
+			go func() {
+				defer close(done)
+				aOut = openLoop(ctx, dur, aRate, func(ctx context.Context, i int, start time.Time) outcome {
+					return v.verify(ctx, aKeys[mix(uint64(worker)<<40|uint64(i))%uint64(len(aKeys))], worker, i, start)
+				})
+			}()
+			return openLoop(ctx, dur, normal, func(ctx context.Context, i int, start time.Time) outcome {
+				return bv.verify(ctx, bKeys[mix(uint64(worker+1)<<40|uint64(i))%uint64(len(bKeys))], worker+1, i, start)
+			})
+		})
+		<-done
+		a := &phase{name: name, offered: aRate, duration: b.duration, outcomes: aOut}
+		a.summarize()
+		return pair{a, b}
+	}
+	phases := []pair{
+		run("baseline: A and B at their normal rate, admission control", vOn, bOn, normal, d, 380),
+		run("A at 10×, B unchanged, admission control", vOn, bOn, 10*normal, d, 390),
+		run("A at 10×, B unchanged, without admission control (half as long)", vOff, bOff, 10*normal, d/2, 400),
+	}
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "Load average %s before, %s after; capacity %.0f/s on A's keys, each tenant's normal rate %.0f/s.\n\n", load, LoadAverage(), c, normal)
+	b.WriteString("| phase | A offered/s | A goodput/s | A refused | B offered/s | B p50 | B p99 | B refused | B other errors | B error rate |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	errRate := func(p *phase) float64 {
+		if len(p.outcomes) == 0 {
+			return 0
+		}
+		return float64(len(p.refusals)+p.errors) / float64(len(p.outcomes))
+	}
+	for _, p := range phases {
+		fmt.Fprintf(&b, "| %s | %.0f | %.0f | %d | %.0f | %s | %s | %d | %d | %s |\n", p.b.name, p.a.offered, p.a.goodput(), len(p.a.refusals),
+			p.b.offered, ms(quantile(p.b.accepted, 0.5)), ms(quantile(p.b.accepted, 0.99)), len(p.b.refusals), p.b.errors, pctFine(errRate(p.b)))
+	}
+	base, flood := phases[0].b, phases[1].b
+	baseP99, floodP99 := quantile(base.accepted, 0.99), quantile(flood.accepted, 0.99)
+	fmt.Fprintf(&b, "\n- B's verify p99 with A at 10×: %s, %.2f× its baseline %s (goal < 2×: %s); B's error rate %s (goal < 0.1%%: %s)\n",
+		ms(floodP99), float64(floodP99)/float64(max(baseP99, 1)), ms(baseP99), verdict(floodP99 < 2*baseP99), pctFine(errRate(flood)), verdict(errRate(flood) < 0.001))
+	for _, p := range phases {
+		if p.b.firstError != "" {
+			fmt.Fprintf(&b, "- %s: B's first error: %s\n", p.b.name, p.b.firstError)
+		}
+		if p.a.firstError != "" {
+			fmt.Fprintf(&b, "- %s: A's first error: %s\n", p.a.name, p.a.firstError)
+		}
+	}
+	return b.String(), nil
+}
+
+func pctFine(f float64) string { return fmt.Sprintf("%.3f%%", 100*f) }
+
+// LoadAverage is the machine's 1-minute load average, so a report says how busy the
+// machine was besides the bench.
+func LoadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	if f := strings.Fields(string(b)); len(f) > 0 {
+		return f[0]
+	}
+	return "unknown"
+}

@@ -1,0 +1,274 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/keyhouse/keyhouse/devinfra/testkit"
+	"github.com/keyhouse/keyhouse/stack"
+)
+
+// The gateway's admission control past its capacity. The stack's limit is fixed at 2
+// requests in flight (ADMISSION_MIN_LIMIT = ADMISSION_MAX_LIMIT = 2), so that a burst of
+// concurrent requests passes it on any machine; what is checked is what clients see, not
+// how fast: every answer is the route's own or the overload 503 with Retry-After, no
+// accepted write is lost or applied twice, no refused write is applied, and every process
+// answers afterwards. The timing goals (goodput, p99, refusal latency) are `make bench`'s.
+
+var overload struct {
+	once sync.Once
+	s    *stack.Stack
+}
+
+// overloadStack is a hosted stack whose gateway admits 2 requests at a time.
+func overloadStack(t *testing.T) *stack.Stack {
+	t.Helper()
+	overload.once.Do(func() {
+		env := map[string]string{"MULTI_TENANT": "true", "ADMISSION_MIN_LIMIT": "2", "ADMISSION_MAX_LIMIT": "2"}
+		for k, v := range stripeEnv(t) {
+			env[k] = v
+		}
+		overload.s = startStack(t, env)
+		testkit.AtExit(overload.s.Stop)
+	})
+	if overload.s == nil {
+		t.Fatal("overload stack did not start")
+	}
+	return overload.s
+}
+
+const overloadedBody = `{"error":"Service unavailable, retry"}`
+
+// answer is a response read off the wire, without failing from a goroutine.
+type answer struct {
+	status     int
+	retryAfter string
+	body       string
+	err        error
+}
+
+func send(c *Client, method, path string, body any) answer {
+	var r io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return answer{err: err}
+		}
+		r = strings.NewReader(string(b))
+	}
+	req, err := http.NewRequest(method, c.Base+path, r)
+	if err != nil {
+		return answer{err: err}
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Forwarded-For", c.IP)
+	if c.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.Token)
+	}
+	resp, err := httpClient.Do(req)
+	if err != nil {
+		return answer{err: err}
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	return answer{status: resp.StatusCode, retryAfter: resp.Header.Get("Retry-After"), body: string(data), err: err}
+}
+
+// refused reports whether a is the overload 503; any other 5xx fails the test.
+func refused(t *testing.T, what string, a answer) bool {
+	t.Helper()
+	switch {
+	case a.err != nil:
+		t.Errorf("%s: %v", what, a.err)
+	case a.status == http.StatusServiceUnavailable:
+		if a.body != overloadedBody || a.retryAfter == "" {
+			t.Errorf("%s: 503 with Retry-After %q and body %s; want Retry-After and %s", what, a.retryAfter, a.body, overloadedBody)
+		}
+		return true
+	case a.status >= 500:
+		t.Errorf("%s: %d %s: no 5xx but the overload 503 is allowed", what, a.status, a.body)
+	}
+	return false
+}
+
+func TestOverloadRefusesTheExcessAndLosesNoWrite(t *testing.T) {
+	s := overloadStack(t)
+	owner := newTenant(t, s)
+	prod := product("overload")
+	var keys []string
+	for i := range 4 {
+		keys = append(keys, issueLicense(t, owner, map[string]any{"tier": "pro", "product_id": prod, "issued_to": fmt.Sprintf("o%d@example.com", i), "max_activations": 100}))
+	}
+	var (
+		mu        sync.Mutex
+		accepted  = map[string]int{} // instance_id → activations answered 200
+		rejected  = map[string]bool{}
+		refusals  atomic.Int64
+		wg        sync.WaitGroup
+		instances atomic.Int64
+	)
+	// Four bursts, each 100 verifies and 16 activations at once, every request from an
+	// address of its own (the per-IP tiers never refuse; the per-key tier allows 20 per
+	// license, and each license gets 16 here).
+	for round := range 4 {
+		for i := range 116 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				c := anon(t, s)
+				key := keys[i%len(keys)]
+				if i < 100 {
+					a := send(c, http.MethodPost, "/v1/verify-license", map[string]string{"key": key})
+					if refused(t, "verify-license", a) {
+						refusals.Add(1)
+					} else if a.err == nil && a.status != http.StatusOK {
+						t.Errorf("verify-license: %d %s", a.status, a.body)
+					}
+					return
+				}
+				id := fmt.Sprintf("host-%d-%d", round, instances.Add(1))
+				a := send(c, http.MethodPost, "/v1/activate-license", map[string]string{"key": key, "instance_id": id})
+				mu.Lock()
+				defer mu.Unlock()
+				switch {
+				case refused(t, "activate-license", a):
+					refusals.Add(1)
+					rejected[key+"/"+id] = true
+				case a.err == nil && a.status == http.StatusOK && strings.Contains(a.body, `"token"`):
+					accepted[key+"/"+id]++
+				case a.err == nil:
+					t.Errorf("activate-license %s: %d %s", id, a.status, a.body)
+				}
+			}()
+		}
+		wg.Wait()
+	}
+	if refusals.Load() == 0 {
+		t.Fatal("no request was refused: the bursts never passed the limit of 2, so this test checked nothing")
+	}
+	t.Logf("%d of %d requests refused; %d activations accepted", refusals.Load(), 4*116, len(accepted))
+
+	// Every accepted activation exists exactly once; no refused one exists.
+	a := newClient(t, s.URL, owner.Token)
+	seats := map[string]int{}
+	for _, key := range keys {
+		var list struct {
+			Activations []struct {
+				InstanceID string `json:"instance_id"`
+			} `json:"activations"`
+		}
+		if err := json.Unmarshal(a.Get("/v1/list-activations/"+key).Expect(t, 200).Body, &list); err != nil {
+			t.Fatal(err)
+		}
+		for _, act := range list.Activations {
+			seats[key+"/"+act.InstanceID]++
+		}
+	}
+	for id, n := range accepted {
+		if n != 1 || seats[id] != 1 {
+			t.Errorf("activation %s: answered 200 %d times, %d seats; want one of each", id, n, seats[id])
+		}
+	}
+	for id, n := range seats {
+		if rejected[id] {
+			t.Errorf("activation %s was refused with 503 but its seat exists (%d)", id, n)
+		} else if accepted[id] == 0 {
+			t.Errorf("seat %s exists without an accepted activation", id)
+		}
+	}
+
+	// Every process is alive and answers.
+	select {
+	case p := <-s.Crashed():
+		t.Fatalf("%s exited under the load: %v", p.Name, p.Err())
+	default:
+	}
+	anon(t, s).Get("/readyz").Expect(t, 200)
+	anon(t, s).Post("/v1/verify-license", map[string]string{"key": keys[0]}).Expect(t, 200)
+	anon(t, s).Post("/v1/activate-license", map[string]string{"key": keys[1], "instance_id": "after-the-storm"}).Expect(t, 200)
+}
+
+func TestAFloodingTenantDoesNotCrowdOutAnother(t *testing.T) {
+	s := overloadStack(t)
+	tenantA, tenantB := newTenant(t, s), newTenant(t, s)
+	prodA, prodB := product("flood-a"), product("flood-b")
+	var aKeys, bKeys []string
+	for i := range 2 {
+		aKeys = append(aKeys, issueLicense(t, tenantA, map[string]any{"tier": "pro", "product_id": prodA, "issued_to": fmt.Sprintf("a%d@example.com", i)}))
+		bKeys = append(bKeys, issueLicense(t, tenantB, map[string]any{"tier": "pro", "product_id": prodB, "issued_to": fmt.Sprintf("b%d@example.com", i)}))
+	}
+	// One answer for each key teaches the gateway whose it is.
+	for _, k := range append(append([]string(nil), aKeys...), bKeys...) {
+		anon(t, s).Post("/v1/verify-license", map[string]string{"key": k}).Expect(t, 200)
+	}
+
+	// The gateway's counts of who is busy fade to a quarter every 500 ms; the floods of
+	// the tests before this one (other tenants) fade out first, so that A's flood is the
+	// only one (a new flood next to a fading one counts as quiet for a moment, which the
+	// unit tests pin).
+	time.Sleep(3 * time.Second)
+
+	// A's apps flood from 16 addresses at once, back to back, until B is done.
+	stop := make(chan struct{})
+	var aRefused, aOK atomic.Int64
+	var wg sync.WaitGroup
+	for w := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := anon(t, s)
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if i%900 == 899 {
+					c = anon(t, s) // stays under the per-IP tier
+				}
+				a := send(c, http.MethodPost, "/v1/verify-license", map[string]string{"key": aKeys[(w+i)%len(aKeys)]})
+				if refused(t, "tenant A's verify-license", a) {
+					aRefused.Add(1)
+				} else if a.err == nil && a.status == http.StatusOK {
+					aOK.Add(1)
+				}
+			}
+		}()
+	}
+	// Once the flood is under way (A refused a hundred times: in its first moments a new
+	// flood counts as quiet, which the unit tests pin), B's app checks its licenses one
+	// after another: every check succeeds.
+	for deadline := time.Now().Add(time.Minute); aRefused.Load() < 100; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			close(stop)
+			wg.Wait()
+			t.Fatalf("tenant A was refused only %d times in a minute (%d answered): the flood never filled the limit", aRefused.Load(), aOK.Load())
+		}
+	}
+	b := anon(t, s)
+	failed := 0
+	for i := range 100 {
+		if a := send(b, http.MethodPost, "/v1/verify-license", map[string]string{"key": bKeys[i%len(bKeys)]}); a.err != nil || a.status != http.StatusOK {
+			failed++
+			if failed <= 3 {
+				t.Errorf("tenant B's check %d during A's flood: %d %s %v", i, a.status, a.body, a.err)
+			}
+		}
+	}
+	close(stop)
+	wg.Wait()
+	if failed > 0 {
+		t.Errorf("%d of tenant B's 100 checks failed while tenant A flooded", failed)
+	}
+	if aRefused.Load() == 0 {
+		t.Fatalf("tenant A was never refused (%d answered): the flood never filled the limit, so this test checked nothing", aOK.Load())
+	}
+	t.Logf("tenant A: %d answered, %d refused; tenant B: %d of 100 answered", aOK.Load(), aRefused.Load(), 100-failed)
+}
