@@ -48,6 +48,14 @@ func (m *jsonMarshaler) decode(body []byte, v any) error {
 	if len(body) == 0 {
 		return io.EOF
 	}
+	if done, err := decodeHotRequest(body, v); done {
+		return err
+	}
+	return m.decodeGeneric(body, v)
+}
+
+// decodeGeneric decodes any request body; decodeHotRequest's answers are its answers.
+func (m *jsonMarshaler) decodeGeneric(body []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	var raw json.RawMessage
 	if err := dec.Decode(&raw); err != nil {

@@ -26,6 +26,14 @@ func newJSONMarshaler() runtime.Marshaler {
 // Marshal compacts protojson's output: protojson deliberately varies its whitespace
 // between builds, and clients compare bodies byte for byte.
 func (m *jsonMarshaler) Marshal(v any) ([]byte, error) {
+	if out, ok := appendHotAnswer(make([]byte, 0, 256), v); ok {
+		return out, nil
+	}
+	return m.marshalGeneric(v)
+}
+
+// marshalGeneric is protojson's answer, compacted: the reference appendHotAnswer matches.
+func (m *jsonMarshaler) marshalGeneric(v any) ([]byte, error) {
 	out, err := m.JSONPb.Marshal(v)
 	if err != nil {
 		return nil, err

@@ -120,6 +120,12 @@ func withAccessLog(log *slog.Logger, trusted []netip.Prefix, next http.Handler) 
 			// Probes call these every few seconds; a failing one stays visible.
 			level = slog.LevelDebug
 		}
-		log.Log(r.Context(), level, "http", "method", r.Method, "path", r.URL.Path, "client_ip", ratelimit.ClientIP(r, trusted).String(), "status", rec.status, "duration_ms", time.Since(start).Milliseconds())
+		if !log.Enabled(r.Context(), level) {
+			return
+		}
+		// Typed attributes: the same line as key-value arguments, without boxing each value.
+		log.LogAttrs(r.Context(), level, "http", slog.String("method", r.Method), slog.String("path", r.URL.Path),
+			slog.String("client_ip", ratelimit.ClientIP(r, trusted).String()), slog.Int("status", rec.status),
+			slog.Int64("duration_ms", time.Since(start).Milliseconds()))
 	})
 }

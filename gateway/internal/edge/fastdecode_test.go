@@ -1,0 +1,118 @@
+package edge
+
+import (
+	"bytes"
+	"io"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	licensingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1"
+	releasesv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/releases/v1"
+	"google.golang.org/protobuf/proto"
+)
+
+// hotRequestBodies are bodies of verify-license and check-update, the plain ones the hot
+// decoder takes and every near miss it must leave to the generic path.
+var hotRequestBodies = []string{
+	`{"key":"KH-ABCD-EFGH"}`, `{}`, ` { "key" : "A" } `, "{\n\t\"key\":\"A\"\r\n}", `{"key":""}`,
+	`{"key":"A","key":"B"}`, `{"key":"A",}`, `{"key":"A"`, `{"key":"A"} x`, `{"key":"A"}{}`,
+	`{"key":5}`, `{"key":null}`, `{"key":true}`, `{"key":["A"]}`, `{"key":{"a":"b"}}`,
+	`{"key":"a\nb"}`, `{"key":"a\\nb"}`, `{"key":"\u0041"}`, `{"key":"é"}`, "{\"key\":\"\xff\"}",
+	"{\"key\":\"a\x01\"}", "{\"key\":\"a\x7f\"}", `{"key":" A "}`, `{"KEY":"A"}`, `{"other":"x"}`,
+	`{"key":"A","other":"x"}`, `[]`, `"key"`, `null`, `{"key":"A"}}`, `{,"key":"A"}`, `{"key""A"}`,
+	`{"key":"A" "x":"y"}`, `{"key" :"A",  "channel":"beta"}`, `{ }`,
+	`{"key":"K","product_id":"app","channel":"stable","platform":"linux","current_version":"1.0.0"}`,
+	`{"key":"K","productId":"app","currentVersion":"1.0.0"}`, `{"product_id":"a","productId":"b"}`,
+	`{"product_id":" app "}`, `{"product_id":"app\t"}`, `{"channel":"beta","channel":"beta"}`,
+	`{"current_version":"1","currentVersion":"2"}`, `{"platform":5}`, `{"platform":"5"}`,
+	`{"key":"<>&'"}`, `{"key":"` + strings.Repeat("A", 5000) + `"}`, `{"key":"A"}` + "\u00a0",
+}
+
+var hotRequestFragments = []string{
+	`{`, `}`, `"key"`, `"product_id"`, `"productId"`, `"channel"`, `"platform"`, `"current_version"`,
+	`"currentVersion"`, `"other"`, `:`, `,`, ` `, "\n", `"A"`, `"KH-1"`, `""`, `5`, `null`, `"a\"b"`,
+	`"\u0001"`, "\"\x01\"", `"é"`, "\"\xff\"", `[`, `]`, `"\ud800"`,
+}
+
+func hotRequestTargets() []func() proto.Message {
+	return []func() proto.Message{
+		func() proto.Message { return &licensingv1.VerifyLicenseRequest{} },
+		func() proto.Message { return &releasesv1.CheckUpdateRequest{} },
+	}
+}
+
+// checkDecodesAsGeneric fails unless decoding body through the REST decoder gives the
+// generic path's message and error, byte for byte.
+func checkDecodesAsGeneric(t *testing.T, m *jsonMarshaler, body string) (hot bool) {
+	t.Helper()
+	for _, newMessage := range hotRequestTargets() {
+		want, got := newMessage(), newMessage()
+		trimmed := bytes.TrimSpace([]byte(body))
+		var wantErr error = io.EOF
+		if len(trimmed) > 0 {
+			wantErr = m.decodeGeneric(trimmed, want)
+		}
+		gotErr := m.NewDecoder(strings.NewReader(body)).Decode(got)
+		if (wantErr == nil) != (gotErr == nil) || (wantErr != nil && wantErr.Error() != gotErr.Error()) {
+			t.Fatalf("decode %q into %T: error %v, the generic path's %v", body, got, gotErr, wantErr)
+		}
+		if wantErr == nil && !proto.Equal(want, got) {
+			t.Fatalf("decode %q: %v, the generic path's %v", body, got, want)
+		}
+		if done, _ := decodeHotRequest(trimmed, newMessage()); done && len(trimmed) > 0 {
+			hot = true
+		}
+	}
+	return hot
+}
+
+// The hot routes' decoder answers every body exactly as the generic path does: the same
+// request or the same error wording (no answer byte of these routes may change).
+func TestHotRequestsDecodeAsGeneric(t *testing.T) {
+	m := protoMarshaler(newJSONMarshaler())
+	hot := 0
+	for _, body := range hotRequestBodies {
+		if checkDecodesAsGeneric(t, m, body) {
+			hot++
+		}
+	}
+	r := rand.New(rand.NewPCG(27, 8))
+	for range 20000 {
+		var b strings.Builder
+		for range r.IntN(12) {
+			b.WriteString(hotRequestFragments[r.IntN(len(hotRequestFragments))])
+		}
+		if checkDecodesAsGeneric(t, m, b.String()) {
+			hot++
+		}
+	}
+	if hot < 10 {
+		t.Fatalf("only %d bodies took the hot decoder: the comparison proves nothing", hot)
+	}
+}
+
+func FuzzHotRequestDecode(f *testing.F) {
+	for _, body := range hotRequestBodies {
+		f.Add(body)
+	}
+	m := protoMarshaler(newJSONMarshaler())
+	f.Fuzz(func(t *testing.T, body string) {
+		checkDecodesAsGeneric(t, m, body)
+	})
+}
+
+func BenchmarkDecodeVerifyLicenseRequest(b *testing.B) {
+	m := protoMarshaler(newJSONMarshaler())
+	body := []byte(`{"key":"KH-7Q2M-9XKD-4TRW-HJ6P"}`)
+	b.Run("hot", func(b *testing.B) {
+		for b.Loop() {
+			_ = m.decode(body, &licensingv1.VerifyLicenseRequest{})
+		}
+	})
+	b.Run("generic", func(b *testing.B) {
+		for b.Loop() {
+			_ = m.decodeGeneric(body, &licensingv1.VerifyLicenseRequest{})
+		}
+	})
+}
