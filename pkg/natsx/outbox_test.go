@@ -436,7 +436,8 @@ func gaugeValue(t *testing.T, c prometheus.Collector, name string) float64 {
 // every later row of every tenant. It is parked at once, with its reason, and the rows
 // behind it go out, with two relays splitting the work.
 func TestOversizedRowIsParkedAndDoesNotBlockTheRowsBehindIt(t *testing.T) {
-	t.Parallel()
+	// Not parallel: it reads a process-wide counter that other tests' relays
+	// (parking rows of their own) would move at the same time.
 	url, pool := newOutboxDB(t)
 	nc, js := connect(t, devnats.SharedURL(t), nil)
 	stream, prefix := newStream(t, js)
@@ -488,7 +489,8 @@ func TestOversizedRowIsParkedAndDoesNotBlockTheRowsBehindIt(t *testing.T) {
 // tenant's later rows, which keep their order, and no other tenant's. Requeued the
 // documented way once the stream takes it, it goes out.
 func TestRefusedRowHoldsBackOnlyItsTenantThenIsParkedAndCanBeRequeued(t *testing.T) {
-	t.Parallel()
+	// Not parallel: it reads a process-wide counter that other tests' relays
+	// (parking rows of their own) would move at the same time.
 	ctx := context.Background()
 	_, pool := newOutboxDB(t)
 	_, js := connect(t, devnats.SharedURL(t), nil)
