@@ -25,6 +25,15 @@ type Due struct {
 	OldSecret  []byte // sealed; nil when no roll overlaps
 }
 
+// dueColumns is what a claim returns of a delivery (d) and its endpoint (e), $1 being
+// the claim's now; scanDue reads it.
+const dueColumns = `d.tenant_id, d.id, d.endpoint_id, d.event_id, d.body, d.created_at, e.url, e.secret,
+	CASE WHEN e.old_secret_expires_at > $1 THEN e.old_secret END`
+
+func scanDue(row pgx.Row, d *Due) error {
+	return row.Scan(&d.TenantID, &d.ID, &d.EndpointID, &d.EventID, &d.Body, &d.CreatedAt, &d.URL, &d.Secret, &d.OldSecret)
+}
+
 // Claim takes due deliveries of enabled endpoints for this process: at most limit in
 // all, and per endpoint at most perEndpoint less what this process already has in flight
 // there (inFlight), so one slow endpoint never holds every worker. A claimed delivery's
@@ -59,8 +68,7 @@ func (s *Store) Claim(ctx context.Context, now time.Time, lease time.Duration, l
 			UPDATE webhook_deliveries d SET next_attempt_at = $1::timestamptz + $6::interval
 			FROM picked p, webhook_endpoints e
 			WHERE d.tenant_id = p.tenant_id AND d.id = p.id AND e.tenant_id = d.tenant_id AND e.id = d.endpoint_id
-			RETURNING d.tenant_id, d.id, d.endpoint_id, d.event_id, d.body, d.created_at, e.url, e.secret,
-				CASE WHEN e.old_secret_expires_at > $1 THEN e.old_secret END`,
+			RETURNING `+dueColumns,
 			now, limit, perEndpoint, busyIDs, busyN, lease)
 		if err != nil {
 			return err
@@ -68,7 +76,7 @@ func (s *Store) Claim(ctx context.Context, now time.Time, lease time.Duration, l
 		defer rows.Close()
 		for rows.Next() {
 			var d Due
-			if err := rows.Scan(&d.TenantID, &d.ID, &d.EndpointID, &d.EventID, &d.Body, &d.CreatedAt, &d.URL, &d.Secret, &d.OldSecret); err != nil {
+			if err := scanDue(rows, &d); err != nil {
 				return err
 			}
 			out = append(out, d)
@@ -84,7 +92,7 @@ func (s *Store) Claim(ctx context.Context, now time.Time, lease time.Duration, l
 // claiming loop, one round trip per delivery. A disabled endpoint has nothing due.
 func (s *Store) ClaimNext(ctx context.Context, now time.Time, lease time.Duration, tenantID, endpointID string) (Due, bool, error) {
 	var d Due
-	err := s.db.QueryRow(ctx, `
+	err := scanDue(s.db.QueryRow(ctx, `
 		WITH picked AS (
 			SELECT d.tenant_id, d.id FROM webhook_deliveries d
 			JOIN webhook_endpoints e ON e.tenant_id = d.tenant_id AND e.id = d.endpoint_id AND e.enabled
@@ -96,9 +104,8 @@ func (s *Store) ClaimNext(ctx context.Context, now time.Time, lease time.Duratio
 		UPDATE webhook_deliveries d SET next_attempt_at = $1::timestamptz + $2::interval
 		FROM picked p, webhook_endpoints e
 		WHERE d.tenant_id = p.tenant_id AND d.id = p.id AND e.tenant_id = d.tenant_id AND e.id = d.endpoint_id
-		RETURNING d.tenant_id, d.id, d.endpoint_id, d.event_id, d.body, d.created_at, e.url, e.secret,
-			CASE WHEN e.old_secret_expires_at > $1 THEN e.old_secret END`,
-		now, lease, tenantID, endpointID).Scan(&d.TenantID, &d.ID, &d.EndpointID, &d.EventID, &d.Body, &d.CreatedAt, &d.URL, &d.Secret, &d.OldSecret)
+		RETURNING `+dueColumns,
+		now, lease, tenantID, endpointID), &d)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Due{}, false, nil
 	}
