@@ -390,6 +390,13 @@ type outboxRow struct {
 // (SKIP LOCKED) instead of nothing. The outer WHERE repeats the pending test on the row
 // it locks: a row another relay sent after this statement's snapshot is re-checked there
 // (READ COMMITTED re-evaluates only the locked row's own conditions) and left out.
+//
+// The plan must not depend on the table's statistics: a busy outbox churns faster than
+// autovacuum analyzes it (a fresh one has none at all), and a planner that believes the
+// table holds a row re-ran ready's per-tenant scans once per pending row, a claim taking
+// a minute at 6,000 pending rows, so a backlog only grew. ready is therefore MATERIALIZED
+// (computed once) and the rows to lock are fetched by their ids (o.id = ANY, a primary
+// key probe each), whatever the planner thinks of the table.
 const claimSQL = `WITH RECURSIVE tenants (tenant_id) AS (
 		(SELECT tenant_id FROM outbox WHERE sent_at IS NULL AND parked_at IS NULL ORDER BY tenant_id LIMIT 1)
 		UNION ALL
@@ -397,7 +404,7 @@ const claimSQL = `WITH RECURSIVE tenants (tenant_id) AS (
 			WHERE o.sent_at IS NULL AND o.parked_at IS NULL AND o.tenant_id > t.tenant_id
 			ORDER BY o.tenant_id LIMIT 1)
 		FROM tenants t WHERE t.tenant_id IS NOT NULL
-	), ready AS (
+	), ready AS MATERIALIZED (
 		SELECT r.id, r.turn FROM tenants t CROSS JOIN LATERAL (
 			SELECT o.id, row_number() OVER (ORDER BY o.id) AS turn FROM outbox o
 			WHERE o.tenant_id = t.tenant_id AND o.sent_at IS NULL AND o.parked_at IS NULL
@@ -409,7 +416,7 @@ const claimSQL = `WITH RECURSIVE tenants (tenant_id) AS (
 	)
 	SELECT o.id, o.tenant_id, o.subject, o.msg_id, o.payload, o.headers, o.failures
 	FROM outbox o JOIN ready ON ready.id = o.id
-	WHERE o.sent_at IS NULL AND o.parked_at IS NULL AND (o.retry_at IS NULL OR o.retry_at <= now())
+	WHERE o.id = ANY (ARRAY(SELECT id FROM ready)) AND o.sent_at IS NULL AND o.parked_at IS NULL AND (o.retry_at IS NULL OR o.retry_at <= now())
 	ORDER BY ready.turn, o.id LIMIT $1 FOR UPDATE OF o SKIP LOCKED`
 
 // relayBatch claims up to r.batch pending rows, publishes them all at once (asynchronous

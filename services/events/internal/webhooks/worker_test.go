@@ -3,6 +3,7 @@ package webhooks
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -501,5 +502,63 @@ func TestHostedDeliveryRefusesPrivateAddressAtDial(t *testing.T) {
 	}
 	if r.count() != 0 {
 		t.Fatal("the receiver on loopback was reached")
+	}
+}
+
+// A busy endpoint's backlog drains through its lanes: each slot, after a success, claims
+// the endpoint's next due delivery itself, never more than PerEndpoint attempts at once.
+// One claiming round (RunOnce) therefore delivers the whole backlog, not PerEndpoint of it.
+func TestBusyEndpointDrainsThroughItsLanes(t *testing.T) {
+	f := newFixture(t)
+	var inFlight, maxInFlight, got atomic.Int32
+	recv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := inFlight.Add(1)
+		for {
+			m := maxInFlight.Load()
+			if n <= m || maxInFlight.CompareAndSwap(m, n) {
+				break
+			}
+		}
+		time.Sleep(time.Millisecond) // lets the lanes overlap
+		inFlight.Add(-1)
+		got.Add(1)
+	}))
+	t.Cleanup(recv.Close)
+	ep, _ := f.endpoint("t1", recv.URL)
+	const backlog = 30
+	for i := range backlog {
+		f.event("t1", fmt.Sprintf("evt_lane_%02d", i), "license.issued")
+	}
+	f.worker.Concurrency, f.worker.PerEndpoint = 8, 2
+	if n := f.worker.RunOnce(context.Background()); n != 2 {
+		t.Fatalf("the claiming round took %d deliveries, want PerEndpoint (2)", n)
+	}
+	if got.Load() != backlog {
+		t.Fatalf("the receiver got %d of the %d deliveries in one round", got.Load(), backlog)
+	}
+	if m := maxInFlight.Load(); m > 2 {
+		t.Fatalf("%d attempts at once to one endpoint, bound 2", m)
+	}
+	for _, d := range f.deliveries("t1", ep.ID) {
+		if d.Status != StatusSucceeded {
+			t.Fatalf("delivery %s is %s after its lane delivered it", d.ID, d.Status)
+		}
+	}
+}
+
+// A failed attempt ends its lane: a failing endpoint's other due deliveries wait for the
+// next claim instead of being tried back to back by the slot.
+func TestFailedAttemptEndsTheLane(t *testing.T) {
+	f := newFixture(t)
+	recv := newRecorder(t)
+	recv.status.Store(500)
+	f.endpoint("t1", recv.URL)
+	for i := range 5 {
+		f.event("t1", fmt.Sprintf("evt_fail_%d", i), "license.issued")
+	}
+	f.worker.Concurrency, f.worker.PerEndpoint = 8, 1
+	f.worker.RunOnce(context.Background())
+	if n := recv.count(); n != 1 {
+		t.Fatalf("the failing endpoint got %d attempts from one slot, want 1", n)
 	}
 }
