@@ -42,6 +42,7 @@ type Store interface {
 	ChangeSeats(ctx context.Context, changes []store.SeatChange) ([]store.SeatChanged, error)
 	DeactivateInstance(ctx context.Context, tenant, key, productID, instance, reason string) (bool, error)
 	HasSeat(ctx context.Context, tenant, key, instance string) (bool, *time.Time, error)
+	LiveSeats(ctx context.Context, seats []store.SeatKey) ([]store.LiveSeat, error)
 	Reissue(ctx context.Context, tenant, key, productID, instance string, tokenHash []byte) (bool, error)
 	AddUsages(ctx context.Context, incs []store.Increment) ([]store.Added, error)
 	// AddUsageOnce adds inc under an Idempotency-Key; answer makes the stored answer.
@@ -62,6 +63,9 @@ type Store interface {
 // way; an unknown key is license.ErrNotFound.
 type Licenses interface {
 	License(ctx context.Context, tenant, key string) (*licensingv1.License, error)
+	// Licenses is License in any tenant for several keys with one call (batches): by
+	// canonical key, an unknown key absent.
+	Licenses(ctx context.Context, keys []string) (map[string]*licensingv1.License, error)
 	// DeletedKeys lists the tenant's licenses deleted lately, whose seats the purge may
 	// not have removed yet.
 	DeletedKeys(ctx context.Context, tenant string) ([]string, error)

@@ -139,7 +139,7 @@ func TestEveryWriteEmitsItsEvent(t *testing.T) {
 		[]string{"ChangeSeats", "Activate", "DeactivateByToken", "DeactivateInstance", "Reissue", "AddUsage", "AddUsages", "AddUsageOnce", "ResetUsage", "Purge",
 			"SweepLapsed", "RenewLease", "RotateLeaseKey"},
 		// PurgeCommits forgets the bookkeeping of usage changes (commit.go), no change of §11.
-		[]string{"HasSeat", "Usage", "Seats", "Recent", "CountSeats", "Summaries", "SeatsForKeys", "PurgeCommits",
+		[]string{"HasSeat", "LiveSeats", "Usage", "Seats", "Recent", "CountSeats", "Summaries", "SeatsForKeys", "PurgeCommits",
 			// Reads of leases, and the writes of them that addendum §11 does not list: policies,
 			// a tenant's first lease key, retired keys' removal.
 			"ActiveLeaseKey", "LapsedWithin", "LeaseBasis", "LeaseKeys", "LongestLeaseTTL", "Policies", "PolicyFor",

@@ -52,7 +52,7 @@ func register(ctx context.Context, d *app.Deps) error {
 	d.OnClose(licensecache.StartHeartbeat(spine.NATS))
 	d.OnClose(stopCache)
 	st := store.New(d.DB, spine.Spine)
-	srv := server.New(server.Config{MultiTenant: d.Config.MultiTenant}, st, remote,
+	srv := server.New(server.Config{MultiTenant: d.Config.MultiTenant, Log: d.Log}, st, remote,
 		billingclient.New(billing, adminKey))
 	server.Register(d.Server.GRPC, srv)
 

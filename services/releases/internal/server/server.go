@@ -6,6 +6,7 @@ package server
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net/url"
 	"strconv"
 	"strings"
@@ -36,6 +37,7 @@ type Store interface {
 	Get(ctx context.Context, tenant string, id int32) (*store.Release, error)
 	Unpublish(ctx context.Context, tenant string, id int32) error
 	Latest(ctx context.Context, tenant, productKey, channel, platform string) (*store.Release, error)
+	LatestOf(ctx context.Context, channels []store.Channel) ([]*store.Release, error)
 	List(ctx context.Context, tenant string, f store.Filter) ([]*store.Release, int, error)
 }
 
@@ -44,6 +46,9 @@ type Licensing interface {
 	// License finds a license by key, in any tenant when tenant is "" (check-update is
 	// public); license.ErrNotFound when there is none.
 	License(ctx context.Context, tenant, key string) (*licensingv1.License, error)
+	// Licenses is License in any tenant for several keys with one call (batches): by
+	// canonical key, an unknown key absent.
+	Licenses(ctx context.Context, keys []string) (map[string]*licensingv1.License, error)
 	// ClaimProduct binds productID to tenant, or 403 "product_id is owned by a different tenant".
 	ClaimProduct(ctx context.Context, tenant, productID string) error
 	// Keyring is the installation's signing material, the key GET /v1/public-key serves.
@@ -60,6 +65,8 @@ type Entitlements interface {
 // Config is what the handlers need besides their collaborators.
 type Config struct {
 	MultiTenant bool
+	// Log receives the lines of the items of a batch call (grpcx.ObserveCall); nil: none.
+	Log *slog.Logger
 }
 
 // Server implements ReleasesService.
@@ -339,14 +346,8 @@ func (s *Server) UnpublishRelease(ctx context.Context, req *releasesv1.Unpublish
 // platform as a freshly signed manifest when it is newer than current_version (api.md's
 // rules 1-7). A mismatch of product, channel or platform is "no update", not an error.
 func (s *Server) CheckUpdate(ctx context.Context, req *releasesv1.CheckUpdateRequest) (*releasesv1.CheckUpdateResponse, error) {
-	if strings.TrimSpace(req.GetProductId()) == "" {
-		return nil, apierr.Invalid("product_id is required")
-	}
-	if req.GetCurrentVersion() == "" {
-		return nil, apierr.Invalid("current_version is required")
-	}
-	if req.GetKey() == "" {
-		return nil, license.ErrNotFound
+	if err := checkUpdateFields(req); err != nil {
+		return nil, err
 	}
 	l, err := s.licensing.License(ctx, "", req.GetKey())
 	if err != nil {
@@ -359,18 +360,52 @@ func (s *Server) CheckUpdate(ctx context.Context, req *releasesv1.CheckUpdateReq
 		// Any answer from here on holds only until the license expires.
 		licensecache.AnnounceValidUntil(ctx, l.GetExpiresAt().AsTime())
 	}
-	none := &releasesv1.CheckUpdateResponse{UpdateAvailable: false}
-	key := productKey(l.GetProductId())
-	if productKey(req.GetProductId()) != key || pgxx.HasNUL(req.GetChannel(), req.GetPlatform()) {
-		return none, nil
+	asked, ok := latestAsked(l, req)
+	if !ok {
+		return noUpdate(), nil
 	}
 	// The license's tenant scopes the releases: a key never reaches another tenant's.
-	latest, err := s.store.Latest(ctx, l.GetTenantId(), key, channelOrDefault(req.GetChannel()), req.GetPlatform())
+	latest, err := s.store.Latest(ctx, asked.Tenant, asked.ProductKey, asked.Channel, asked.Platform)
 	if err != nil {
 		return nil, err
 	}
+	return s.updateAnswer(ctx, req, latest)
+}
+
+// checkUpdateFields is what check-update refuses before looking the license up.
+func checkUpdateFields(req *releasesv1.CheckUpdateRequest) error {
+	if strings.TrimSpace(req.GetProductId()) == "" {
+		return apierr.Invalid("product_id is required")
+	}
+	if req.GetCurrentVersion() == "" {
+		return apierr.Invalid("current_version is required")
+	}
+	if req.GetKey() == "" {
+		return license.ErrNotFound
+	}
+	return nil
+}
+
+func noUpdate() *releasesv1.CheckUpdateResponse {
+	return &releasesv1.CheckUpdateResponse{UpdateAvailable: false}
+}
+
+// latestAsked is the channel whose latest release answers req for license l (in l's
+// tenant); false when none can (another product than the license's, or a channel or
+// platform no release can have).
+func latestAsked(l *licensingv1.License, req *releasesv1.CheckUpdateRequest) (store.Channel, bool) {
+	key := productKey(l.GetProductId())
+	if productKey(req.GetProductId()) != key || pgxx.HasNUL(req.GetChannel(), req.GetPlatform()) {
+		return store.Channel{}, false
+	}
+	return store.Channel{Tenant: l.GetTenantId(), ProductKey: key, Channel: channelOrDefault(req.GetChannel()), Platform: req.GetPlatform()}, true
+}
+
+// updateAnswer is check-update's answer once the latest release of the asked channel is
+// known (nil: none published): the signed manifest when it is newer than the client's.
+func (s *Server) updateAnswer(ctx context.Context, req *releasesv1.CheckUpdateRequest, latest *store.Release) (*releasesv1.CheckUpdateResponse, error) {
 	if latest == nil || !semver.Newer(latest.Version, req.GetCurrentVersion()) {
-		return none, nil
+		return noUpdate(), nil
 	}
 	// Whole seconds: printed identically by the signer (signing.FormatTime) and the REST
 	// marshaler (protojson), and every answer about a release within one second is the

@@ -968,6 +968,242 @@ func (*ChangeSeatsBatchResult_Deactivated) isChangeSeatsBatchResult_Outcome() {}
 
 func (*ChangeSeatsBatchResult_Error) isChangeSeatsBatchResult_Outcome() {}
 
+type ValidateLicenseBatchRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// At most 256.
+	Items         []*ValidateLicenseBatchItem `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ValidateLicenseBatchRequest) Reset() {
+	*x = ValidateLicenseBatchRequest{}
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ValidateLicenseBatchRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ValidateLicenseBatchRequest) ProtoMessage() {}
+
+func (x *ValidateLicenseBatchRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ValidateLicenseBatchRequest.ProtoReflect.Descriptor instead.
+func (*ValidateLicenseBatchRequest) Descriptor() ([]byte, []int) {
+	return file_keyhouse_activations_v1_activations_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *ValidateLicenseBatchRequest) GetItems() []*ValidateLicenseBatchItem {
+	if x != nil {
+		return x.Items
+	}
+	return nil
+}
+
+type ValidateLicenseBatchItem struct {
+	state   protoimpl.MessageState  `protogen:"open.v1"`
+	Request *ValidateLicenseRequest `protobuf:"bytes,1,opt,name=request,proto3" json:"request,omitempty"`
+	// The x-request-id of the REST request the item came from, for the service's log.
+	RequestId     string `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ValidateLicenseBatchItem) Reset() {
+	*x = ValidateLicenseBatchItem{}
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ValidateLicenseBatchItem) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ValidateLicenseBatchItem) ProtoMessage() {}
+
+func (x *ValidateLicenseBatchItem) ProtoReflect() protoreflect.Message {
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ValidateLicenseBatchItem.ProtoReflect.Descriptor instead.
+func (*ValidateLicenseBatchItem) Descriptor() ([]byte, []int) {
+	return file_keyhouse_activations_v1_activations_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *ValidateLicenseBatchItem) GetRequest() *ValidateLicenseRequest {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+func (x *ValidateLicenseBatchItem) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+type ValidateLicenseBatchResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One per item, in the order of the request.
+	Results       []*ValidateLicenseBatchResult `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ValidateLicenseBatchResponse) Reset() {
+	*x = ValidateLicenseBatchResponse{}
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ValidateLicenseBatchResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ValidateLicenseBatchResponse) ProtoMessage() {}
+
+func (x *ValidateLicenseBatchResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ValidateLicenseBatchResponse.ProtoReflect.Descriptor instead.
+func (*ValidateLicenseBatchResponse) Descriptor() ([]byte, []int) {
+	return file_keyhouse_activations_v1_activations_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *ValidateLicenseBatchResponse) GetResults() []*ValidateLicenseBatchResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+type ValidateLicenseBatchResult struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Outcome:
+	//
+	//	*ValidateLicenseBatchResult_Response
+	//	*ValidateLicenseBatchResult_Error
+	Outcome isValidateLicenseBatchResult_Outcome `protobuf_oneof:"outcome"`
+	// What ValidateLicense names in its answer's metadata (keyhouse-valid-until): until
+	// when a valid answer holds. Unset when it names nothing.
+	ValidUntil    *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=valid_until,json=validUntil,proto3" json:"valid_until,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ValidateLicenseBatchResult) Reset() {
+	*x = ValidateLicenseBatchResult{}
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ValidateLicenseBatchResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ValidateLicenseBatchResult) ProtoMessage() {}
+
+func (x *ValidateLicenseBatchResult) ProtoReflect() protoreflect.Message {
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ValidateLicenseBatchResult.ProtoReflect.Descriptor instead.
+func (*ValidateLicenseBatchResult) Descriptor() ([]byte, []int) {
+	return file_keyhouse_activations_v1_activations_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *ValidateLicenseBatchResult) GetOutcome() isValidateLicenseBatchResult_Outcome {
+	if x != nil {
+		return x.Outcome
+	}
+	return nil
+}
+
+func (x *ValidateLicenseBatchResult) GetResponse() *ValidateLicenseResponse {
+	if x != nil {
+		if x, ok := x.Outcome.(*ValidateLicenseBatchResult_Response); ok {
+			return x.Response
+		}
+	}
+	return nil
+}
+
+func (x *ValidateLicenseBatchResult) GetError() *CallStatus {
+	if x != nil {
+		if x, ok := x.Outcome.(*ValidateLicenseBatchResult_Error); ok {
+			return x.Error
+		}
+	}
+	return nil
+}
+
+func (x *ValidateLicenseBatchResult) GetValidUntil() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ValidUntil
+	}
+	return nil
+}
+
+type isValidateLicenseBatchResult_Outcome interface {
+	isValidateLicenseBatchResult_Outcome()
+}
+
+type ValidateLicenseBatchResult_Response struct {
+	Response *ValidateLicenseResponse `protobuf:"bytes,1,opt,name=response,proto3,oneof"`
+}
+
+type ValidateLicenseBatchResult_Error struct {
+	// The status ValidateLicense would have failed with.
+	Error *CallStatus `protobuf:"bytes,2,opt,name=error,proto3,oneof"`
+}
+
+func (*ValidateLicenseBatchResult_Response) isValidateLicenseBatchResult_Outcome() {}
+
+func (*ValidateLicenseBatchResult_Error) isValidateLicenseBatchResult_Outcome() {}
+
 // The fields of google.rpc.Status, which this module does not import.
 type CallStatus struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -980,7 +1216,7 @@ type CallStatus struct {
 
 func (x *CallStatus) Reset() {
 	*x = CallStatus{}
-	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[16]
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -992,7 +1228,7 @@ func (x *CallStatus) String() string {
 func (*CallStatus) ProtoMessage() {}
 
 func (x *CallStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[16]
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1005,7 +1241,7 @@ func (x *CallStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CallStatus.ProtoReflect.Descriptor instead.
 func (*CallStatus) Descriptor() ([]byte, []int) {
-	return file_keyhouse_activations_v1_activations_proto_rawDescGZIP(), []int{16}
+	return file_keyhouse_activations_v1_activations_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *CallStatus) GetCode() int32 {
@@ -1038,7 +1274,7 @@ type UsageReportRequest struct {
 
 func (x *UsageReportRequest) Reset() {
 	*x = UsageReportRequest{}
-	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[17]
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1050,7 +1286,7 @@ func (x *UsageReportRequest) String() string {
 func (*UsageReportRequest) ProtoMessage() {}
 
 func (x *UsageReportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[17]
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1063,7 +1299,7 @@ func (x *UsageReportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UsageReportRequest.ProtoReflect.Descriptor instead.
 func (*UsageReportRequest) Descriptor() ([]byte, []int) {
-	return file_keyhouse_activations_v1_activations_proto_rawDescGZIP(), []int{17}
+	return file_keyhouse_activations_v1_activations_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *UsageReportRequest) GetKey() string {
@@ -1088,7 +1324,7 @@ type UsageMetric struct {
 
 func (x *UsageMetric) Reset() {
 	*x = UsageMetric{}
-	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[18]
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1100,7 +1336,7 @@ func (x *UsageMetric) String() string {
 func (*UsageMetric) ProtoMessage() {}
 
 func (x *UsageMetric) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[18]
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1113,7 +1349,7 @@ func (x *UsageMetric) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UsageMetric.ProtoReflect.Descriptor instead.
 func (*UsageMetric) Descriptor() ([]byte, []int) {
-	return file_keyhouse_activations_v1_activations_proto_rawDescGZIP(), []int{18}
+	return file_keyhouse_activations_v1_activations_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *UsageMetric) GetMetric() string {
@@ -1166,7 +1402,7 @@ type UsageReportResponse struct {
 
 func (x *UsageReportResponse) Reset() {
 	*x = UsageReportResponse{}
-	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[19]
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1178,7 +1414,7 @@ func (x *UsageReportResponse) String() string {
 func (*UsageReportResponse) ProtoMessage() {}
 
 func (x *UsageReportResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[19]
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1191,7 +1427,7 @@ func (x *UsageReportResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UsageReportResponse.ProtoReflect.Descriptor instead.
 func (*UsageReportResponse) Descriptor() ([]byte, []int) {
-	return file_keyhouse_activations_v1_activations_proto_rawDescGZIP(), []int{19}
+	return file_keyhouse_activations_v1_activations_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *UsageReportResponse) GetValid() bool {
@@ -1232,7 +1468,7 @@ type ReissueTokenRequest struct {
 
 func (x *ReissueTokenRequest) Reset() {
 	*x = ReissueTokenRequest{}
-	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[20]
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1244,7 +1480,7 @@ func (x *ReissueTokenRequest) String() string {
 func (*ReissueTokenRequest) ProtoMessage() {}
 
 func (x *ReissueTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[20]
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1257,7 +1493,7 @@ func (x *ReissueTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReissueTokenRequest.ProtoReflect.Descriptor instead.
 func (*ReissueTokenRequest) Descriptor() ([]byte, []int) {
-	return file_keyhouse_activations_v1_activations_proto_rawDescGZIP(), []int{20}
+	return file_keyhouse_activations_v1_activations_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ReissueTokenRequest) GetKey() string {
@@ -1284,7 +1520,7 @@ type ReissueTokenResponse struct {
 
 func (x *ReissueTokenResponse) Reset() {
 	*x = ReissueTokenResponse{}
-	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[21]
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1296,7 +1532,7 @@ func (x *ReissueTokenResponse) String() string {
 func (*ReissueTokenResponse) ProtoMessage() {}
 
 func (x *ReissueTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[21]
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1309,7 +1545,7 @@ func (x *ReissueTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReissueTokenResponse.ProtoReflect.Descriptor instead.
 func (*ReissueTokenResponse) Descriptor() ([]byte, []int) {
-	return file_keyhouse_activations_v1_activations_proto_rawDescGZIP(), []int{21}
+	return file_keyhouse_activations_v1_activations_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ReissueTokenResponse) GetReissued() bool {
@@ -1336,7 +1572,7 @@ type DeactivateByInstanceIdRequest struct {
 
 func (x *DeactivateByInstanceIdRequest) Reset() {
 	*x = DeactivateByInstanceIdRequest{}
-	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[22]
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1348,7 +1584,7 @@ func (x *DeactivateByInstanceIdRequest) String() string {
 func (*DeactivateByInstanceIdRequest) ProtoMessage() {}
 
 func (x *DeactivateByInstanceIdRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[22]
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1361,7 +1597,7 @@ func (x *DeactivateByInstanceIdRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeactivateByInstanceIdRequest.ProtoReflect.Descriptor instead.
 func (*DeactivateByInstanceIdRequest) Descriptor() ([]byte, []int) {
-	return file_keyhouse_activations_v1_activations_proto_rawDescGZIP(), []int{22}
+	return file_keyhouse_activations_v1_activations_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *DeactivateByInstanceIdRequest) GetKey() string {
@@ -1387,7 +1623,7 @@ type DeactivateByInstanceIdResponse struct {
 
 func (x *DeactivateByInstanceIdResponse) Reset() {
 	*x = DeactivateByInstanceIdResponse{}
-	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[23]
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1399,7 +1635,7 @@ func (x *DeactivateByInstanceIdResponse) String() string {
 func (*DeactivateByInstanceIdResponse) ProtoMessage() {}
 
 func (x *DeactivateByInstanceIdResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[23]
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1412,7 +1648,7 @@ func (x *DeactivateByInstanceIdResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeactivateByInstanceIdResponse.ProtoReflect.Descriptor instead.
 func (*DeactivateByInstanceIdResponse) Descriptor() ([]byte, []int) {
-	return file_keyhouse_activations_v1_activations_proto_rawDescGZIP(), []int{23}
+	return file_keyhouse_activations_v1_activations_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *DeactivateByInstanceIdResponse) GetDeactivated() bool {
@@ -1433,7 +1669,7 @@ type ResetUsageRequest struct {
 
 func (x *ResetUsageRequest) Reset() {
 	*x = ResetUsageRequest{}
-	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[24]
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1445,7 +1681,7 @@ func (x *ResetUsageRequest) String() string {
 func (*ResetUsageRequest) ProtoMessage() {}
 
 func (x *ResetUsageRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[24]
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1458,7 +1694,7 @@ func (x *ResetUsageRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResetUsageRequest.ProtoReflect.Descriptor instead.
 func (*ResetUsageRequest) Descriptor() ([]byte, []int) {
-	return file_keyhouse_activations_v1_activations_proto_rawDescGZIP(), []int{24}
+	return file_keyhouse_activations_v1_activations_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ResetUsageRequest) GetKey() string {
@@ -1486,7 +1722,7 @@ type ResetUsageResponse struct {
 
 func (x *ResetUsageResponse) Reset() {
 	*x = ResetUsageResponse{}
-	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[25]
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1498,7 +1734,7 @@ func (x *ResetUsageResponse) String() string {
 func (*ResetUsageResponse) ProtoMessage() {}
 
 func (x *ResetUsageResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[25]
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1511,7 +1747,7 @@ func (x *ResetUsageResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResetUsageResponse.ProtoReflect.Descriptor instead.
 func (*ResetUsageResponse) Descriptor() ([]byte, []int) {
-	return file_keyhouse_activations_v1_activations_proto_rawDescGZIP(), []int{25}
+	return file_keyhouse_activations_v1_activations_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ResetUsageResponse) GetKey() string {
@@ -1537,7 +1773,7 @@ type ListActivationsRequest struct {
 
 func (x *ListActivationsRequest) Reset() {
 	*x = ListActivationsRequest{}
-	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[26]
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1549,7 +1785,7 @@ func (x *ListActivationsRequest) String() string {
 func (*ListActivationsRequest) ProtoMessage() {}
 
 func (x *ListActivationsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[26]
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1562,7 +1798,7 @@ func (x *ListActivationsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListActivationsRequest.ProtoReflect.Descriptor instead.
 func (*ListActivationsRequest) Descriptor() ([]byte, []int) {
-	return file_keyhouse_activations_v1_activations_proto_rawDescGZIP(), []int{26}
+	return file_keyhouse_activations_v1_activations_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ListActivationsRequest) GetKey() string {
@@ -1582,7 +1818,7 @@ type Activation struct {
 
 func (x *Activation) Reset() {
 	*x = Activation{}
-	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[27]
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1594,7 +1830,7 @@ func (x *Activation) String() string {
 func (*Activation) ProtoMessage() {}
 
 func (x *Activation) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[27]
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1607,7 +1843,7 @@ func (x *Activation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Activation.ProtoReflect.Descriptor instead.
 func (*Activation) Descriptor() ([]byte, []int) {
-	return file_keyhouse_activations_v1_activations_proto_rawDescGZIP(), []int{27}
+	return file_keyhouse_activations_v1_activations_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *Activation) GetInstanceId() string {
@@ -1635,7 +1871,7 @@ type ListActivationsResponse struct {
 
 func (x *ListActivationsResponse) Reset() {
 	*x = ListActivationsResponse{}
-	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[28]
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1647,7 +1883,7 @@ func (x *ListActivationsResponse) String() string {
 func (*ListActivationsResponse) ProtoMessage() {}
 
 func (x *ListActivationsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[28]
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1660,7 +1896,7 @@ func (x *ListActivationsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListActivationsResponse.ProtoReflect.Descriptor instead.
 func (*ListActivationsResponse) Descriptor() ([]byte, []int) {
-	return file_keyhouse_activations_v1_activations_proto_rawDescGZIP(), []int{28}
+	return file_keyhouse_activations_v1_activations_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ListActivationsResponse) GetKey() string {
@@ -1687,7 +1923,7 @@ type RecentActivationsRequest struct {
 
 func (x *RecentActivationsRequest) Reset() {
 	*x = RecentActivationsRequest{}
-	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[29]
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1699,7 +1935,7 @@ func (x *RecentActivationsRequest) String() string {
 func (*RecentActivationsRequest) ProtoMessage() {}
 
 func (x *RecentActivationsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[29]
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1712,7 +1948,7 @@ func (x *RecentActivationsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecentActivationsRequest.ProtoReflect.Descriptor instead.
 func (*RecentActivationsRequest) Descriptor() ([]byte, []int) {
-	return file_keyhouse_activations_v1_activations_proto_rawDescGZIP(), []int{29}
+	return file_keyhouse_activations_v1_activations_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *RecentActivationsRequest) GetLimit() int32 {
@@ -1732,7 +1968,7 @@ type RecentActivationsResponse struct {
 
 func (x *RecentActivationsResponse) Reset() {
 	*x = RecentActivationsResponse{}
-	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[30]
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1744,7 +1980,7 @@ func (x *RecentActivationsResponse) String() string {
 func (*RecentActivationsResponse) ProtoMessage() {}
 
 func (x *RecentActivationsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[30]
+	mi := &file_keyhouse_activations_v1_activations_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1757,7 +1993,7 @@ func (x *RecentActivationsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecentActivationsResponse.ProtoReflect.Descriptor instead.
 func (*RecentActivationsResponse) Descriptor() ([]byte, []int) {
-	return file_keyhouse_activations_v1_activations_proto_rawDescGZIP(), []int{30}
+	return file_keyhouse_activations_v1_activations_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *RecentActivationsResponse) GetActivations() []*RecentActivation {
@@ -1832,6 +2068,20 @@ const file_keyhouse_activations_v1_activations_proto_rawDesc = "" +
 	"\tactivated\x18\x01 \x01(\v20.keyhouse.activations.v1.ActivateLicenseResponseH\x00R\tactivated\x12V\n" +
 	"\vdeactivated\x18\x02 \x01(\v22.keyhouse.activations.v1.DeactivateLicenseResponseH\x00R\vdeactivated\x12;\n" +
 	"\x05error\x18\x03 \x01(\v2#.keyhouse.activations.v1.CallStatusH\x00R\x05errorB\t\n" +
+	"\aoutcome\"f\n" +
+	"\x1bValidateLicenseBatchRequest\x12G\n" +
+	"\x05items\x18\x01 \x03(\v21.keyhouse.activations.v1.ValidateLicenseBatchItemR\x05items\"\x84\x01\n" +
+	"\x18ValidateLicenseBatchItem\x12I\n" +
+	"\arequest\x18\x01 \x01(\v2/.keyhouse.activations.v1.ValidateLicenseRequestR\arequest\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x02 \x01(\tR\trequestId\"m\n" +
+	"\x1cValidateLicenseBatchResponse\x12M\n" +
+	"\aresults\x18\x01 \x03(\v23.keyhouse.activations.v1.ValidateLicenseBatchResultR\aresults\"\xf1\x01\n" +
+	"\x1aValidateLicenseBatchResult\x12N\n" +
+	"\bresponse\x18\x01 \x01(\v20.keyhouse.activations.v1.ValidateLicenseResponseH\x00R\bresponse\x12;\n" +
+	"\x05error\x18\x02 \x01(\v2#.keyhouse.activations.v1.CallStatusH\x00R\x05error\x12;\n" +
+	"\vvalid_until\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"validUntilB\t\n" +
 	"\aoutcome\"j\n" +
 	"\n" +
 	"CallStatus\x12\x12\n" +
@@ -1890,7 +2140,7 @@ const file_keyhouse_activations_v1_activations_proto_rawDesc = "" +
 	"\x05limit\x18\x01 \x01(\x05H\x00R\x05limit\x88\x01\x01B\b\n" +
 	"\x06_limit\"h\n" +
 	"\x19RecentActivationsResponse\x12K\n" +
-	"\vactivations\x18\x01 \x03(\v2).keyhouse.activations.v1.RecentActivationR\vactivations2\x86\x12\n" +
+	"\vactivations\x18\x01 \x03(\v2).keyhouse.activations.v1.RecentActivationR\vactivations2\x92\x13\n" +
 	"\x12ActivationsService\x12\x86\x02\n" +
 	"\x0fActivateLicense\x12/.keyhouse.activations.v1.ActivateLicenseRequest\x1a0.keyhouse.activations.v1.ActivateLicenseResponse\"\x8f\x01\x90\x82\x19\x01\x9a\x82\x19\x04\b\x03\x10\x01\x9a\x83\x19\x1b\b\x94\x03\x12\x16License key not found.\x9a\x83\x19`\b\x93\x03\x12[License has expired; License is not active; Activation limit exceeded for this license key.\x12\x88\x01\n" +
 	"\x11DeactivateLicense\x121.keyhouse.activations.v1.DeactivateLicenseRequest\x1a2.keyhouse.activations.v1.DeactivateLicenseResponse\"\f\x90\x82\x19\x01\x9a\x82\x19\x04\b\x03\x10\x01\x12\x80\x01\n" +
@@ -1899,7 +2149,8 @@ const file_keyhouse_activations_v1_activations_proto_rawDesc = "" +
 	"\n" +
 	"TrackUsage\x12*.keyhouse.activations.v1.TrackUsageRequest\x1a+.keyhouse.activations.v1.TrackUsageResponse\"\xa5\x02\x90\x82\x19\x01\x9a\x82\x19\x02\b\x02\x90\x83\x19\x01\x9a\x83\x19\x1b\b\x94\x03\x12\x16License key not found.\x9a\x83\x19\x93\x01\b\x93\x03\x12\x8d\x01License is not active; License is expired; Invalid activation token; Metric not allowed: <metric>; Usage limit exceeded for metric: <metric>.\x9a\x83\x19\\\b\xf7\x03\x12WUsage was changed by a concurrent update; please retry (the increment was not applied).\x12z\n" +
 	"\x0fTrackUsageBatch\x12/.keyhouse.activations.v1.TrackUsageBatchRequest\x1a0.keyhouse.activations.v1.TrackUsageBatchResponse\"\x04\x90\x82\x19\x01\x12}\n" +
-	"\x10ChangeSeatsBatch\x120.keyhouse.activations.v1.ChangeSeatsBatchRequest\x1a1.keyhouse.activations.v1.ChangeSeatsBatchResponse\"\x04\x90\x82\x19\x01\x12\x93\x01\n" +
+	"\x10ChangeSeatsBatch\x120.keyhouse.activations.v1.ChangeSeatsBatchRequest\x1a1.keyhouse.activations.v1.ChangeSeatsBatchResponse\"\x04\x90\x82\x19\x01\x12\x89\x01\n" +
+	"\x14ValidateLicenseBatch\x124.keyhouse.activations.v1.ValidateLicenseBatchRequest\x1a5.keyhouse.activations.v1.ValidateLicenseBatchResponse\"\x04\x90\x82\x19\x01\x12\x93\x01\n" +
 	"\vUsageReport\x12+.keyhouse.activations.v1.UsageReportRequest\x1a,.keyhouse.activations.v1.UsageReportResponse\")\x90\x82\x19\x01\x9a\x82\x19\x02\b\x02\x9a\x83\x19\x1b\b\x94\x03\x12\x16License key not found.\x12\xc8\x01\n" +
 	"\fReissueToken\x12,.keyhouse.activations.v1.ReissueTokenRequest\x1a-.keyhouse.activations.v1.ReissueTokenResponse\"[\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x9a\x83\x19M\b\x94\x03\x12HLicense key not found; No activation found for that key and instance_id.\x12\xe6\x01\n" +
 	"\x16DeactivateByInstanceId\x126.keyhouse.activations.v1.DeactivateByInstanceIdRequest\x1a7.keyhouse.activations.v1.DeactivateByInstanceIdResponse\"[\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x9a\x83\x19M\b\x94\x03\x12HLicense key not found; No activation found for that key and instance_id.\x12\xd0\x01\n" +
@@ -1920,7 +2171,7 @@ func file_keyhouse_activations_v1_activations_proto_rawDescGZIP() []byte {
 	return file_keyhouse_activations_v1_activations_proto_rawDescData
 }
 
-var file_keyhouse_activations_v1_activations_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
+var file_keyhouse_activations_v1_activations_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
 var file_keyhouse_activations_v1_activations_proto_goTypes = []any{
 	(*ActivateLicenseRequest)(nil),         // 0: keyhouse.activations.v1.ActivateLicenseRequest
 	(*ActivateLicenseResponse)(nil),        // 1: keyhouse.activations.v1.ActivateLicenseResponse
@@ -1938,75 +2189,87 @@ var file_keyhouse_activations_v1_activations_proto_goTypes = []any{
 	(*ChangeSeatsBatchItem)(nil),           // 13: keyhouse.activations.v1.ChangeSeatsBatchItem
 	(*ChangeSeatsBatchResponse)(nil),       // 14: keyhouse.activations.v1.ChangeSeatsBatchResponse
 	(*ChangeSeatsBatchResult)(nil),         // 15: keyhouse.activations.v1.ChangeSeatsBatchResult
-	(*CallStatus)(nil),                     // 16: keyhouse.activations.v1.CallStatus
-	(*UsageReportRequest)(nil),             // 17: keyhouse.activations.v1.UsageReportRequest
-	(*UsageMetric)(nil),                    // 18: keyhouse.activations.v1.UsageMetric
-	(*UsageReportResponse)(nil),            // 19: keyhouse.activations.v1.UsageReportResponse
-	(*ReissueTokenRequest)(nil),            // 20: keyhouse.activations.v1.ReissueTokenRequest
-	(*ReissueTokenResponse)(nil),           // 21: keyhouse.activations.v1.ReissueTokenResponse
-	(*DeactivateByInstanceIdRequest)(nil),  // 22: keyhouse.activations.v1.DeactivateByInstanceIdRequest
-	(*DeactivateByInstanceIdResponse)(nil), // 23: keyhouse.activations.v1.DeactivateByInstanceIdResponse
-	(*ResetUsageRequest)(nil),              // 24: keyhouse.activations.v1.ResetUsageRequest
-	(*ResetUsageResponse)(nil),             // 25: keyhouse.activations.v1.ResetUsageResponse
-	(*ListActivationsRequest)(nil),         // 26: keyhouse.activations.v1.ListActivationsRequest
-	(*Activation)(nil),                     // 27: keyhouse.activations.v1.Activation
-	(*ListActivationsResponse)(nil),        // 28: keyhouse.activations.v1.ListActivationsResponse
-	(*RecentActivationsRequest)(nil),       // 29: keyhouse.activations.v1.RecentActivationsRequest
-	(*RecentActivationsResponse)(nil),      // 30: keyhouse.activations.v1.RecentActivationsResponse
-	nil,                                    // 31: keyhouse.activations.v1.ResetUsageResponse.UsageEntry
-	(*anypb.Any)(nil),                      // 32: google.protobuf.Any
-	(*timestamppb.Timestamp)(nil),          // 33: google.protobuf.Timestamp
-	(*RecentActivation)(nil),               // 34: keyhouse.activations.v1.RecentActivation
+	(*ValidateLicenseBatchRequest)(nil),    // 16: keyhouse.activations.v1.ValidateLicenseBatchRequest
+	(*ValidateLicenseBatchItem)(nil),       // 17: keyhouse.activations.v1.ValidateLicenseBatchItem
+	(*ValidateLicenseBatchResponse)(nil),   // 18: keyhouse.activations.v1.ValidateLicenseBatchResponse
+	(*ValidateLicenseBatchResult)(nil),     // 19: keyhouse.activations.v1.ValidateLicenseBatchResult
+	(*CallStatus)(nil),                     // 20: keyhouse.activations.v1.CallStatus
+	(*UsageReportRequest)(nil),             // 21: keyhouse.activations.v1.UsageReportRequest
+	(*UsageMetric)(nil),                    // 22: keyhouse.activations.v1.UsageMetric
+	(*UsageReportResponse)(nil),            // 23: keyhouse.activations.v1.UsageReportResponse
+	(*ReissueTokenRequest)(nil),            // 24: keyhouse.activations.v1.ReissueTokenRequest
+	(*ReissueTokenResponse)(nil),           // 25: keyhouse.activations.v1.ReissueTokenResponse
+	(*DeactivateByInstanceIdRequest)(nil),  // 26: keyhouse.activations.v1.DeactivateByInstanceIdRequest
+	(*DeactivateByInstanceIdResponse)(nil), // 27: keyhouse.activations.v1.DeactivateByInstanceIdResponse
+	(*ResetUsageRequest)(nil),              // 28: keyhouse.activations.v1.ResetUsageRequest
+	(*ResetUsageResponse)(nil),             // 29: keyhouse.activations.v1.ResetUsageResponse
+	(*ListActivationsRequest)(nil),         // 30: keyhouse.activations.v1.ListActivationsRequest
+	(*Activation)(nil),                     // 31: keyhouse.activations.v1.Activation
+	(*ListActivationsResponse)(nil),        // 32: keyhouse.activations.v1.ListActivationsResponse
+	(*RecentActivationsRequest)(nil),       // 33: keyhouse.activations.v1.RecentActivationsRequest
+	(*RecentActivationsResponse)(nil),      // 34: keyhouse.activations.v1.RecentActivationsResponse
+	nil,                                    // 35: keyhouse.activations.v1.ResetUsageResponse.UsageEntry
+	(*timestamppb.Timestamp)(nil),          // 36: google.protobuf.Timestamp
+	(*anypb.Any)(nil),                      // 37: google.protobuf.Any
+	(*RecentActivation)(nil),               // 38: keyhouse.activations.v1.RecentActivation
 }
 var file_keyhouse_activations_v1_activations_proto_depIdxs = []int32{
 	9,  // 0: keyhouse.activations.v1.TrackUsageBatchRequest.items:type_name -> keyhouse.activations.v1.TrackUsageBatchItem
 	6,  // 1: keyhouse.activations.v1.TrackUsageBatchItem.request:type_name -> keyhouse.activations.v1.TrackUsageRequest
 	11, // 2: keyhouse.activations.v1.TrackUsageBatchResponse.results:type_name -> keyhouse.activations.v1.TrackUsageBatchResult
 	7,  // 3: keyhouse.activations.v1.TrackUsageBatchResult.response:type_name -> keyhouse.activations.v1.TrackUsageResponse
-	16, // 4: keyhouse.activations.v1.TrackUsageBatchResult.error:type_name -> keyhouse.activations.v1.CallStatus
+	20, // 4: keyhouse.activations.v1.TrackUsageBatchResult.error:type_name -> keyhouse.activations.v1.CallStatus
 	13, // 5: keyhouse.activations.v1.ChangeSeatsBatchRequest.items:type_name -> keyhouse.activations.v1.ChangeSeatsBatchItem
 	0,  // 6: keyhouse.activations.v1.ChangeSeatsBatchItem.activate:type_name -> keyhouse.activations.v1.ActivateLicenseRequest
 	2,  // 7: keyhouse.activations.v1.ChangeSeatsBatchItem.deactivate:type_name -> keyhouse.activations.v1.DeactivateLicenseRequest
 	15, // 8: keyhouse.activations.v1.ChangeSeatsBatchResponse.results:type_name -> keyhouse.activations.v1.ChangeSeatsBatchResult
 	1,  // 9: keyhouse.activations.v1.ChangeSeatsBatchResult.activated:type_name -> keyhouse.activations.v1.ActivateLicenseResponse
 	3,  // 10: keyhouse.activations.v1.ChangeSeatsBatchResult.deactivated:type_name -> keyhouse.activations.v1.DeactivateLicenseResponse
-	16, // 11: keyhouse.activations.v1.ChangeSeatsBatchResult.error:type_name -> keyhouse.activations.v1.CallStatus
-	32, // 12: keyhouse.activations.v1.CallStatus.details:type_name -> google.protobuf.Any
-	33, // 13: keyhouse.activations.v1.UsageReportResponse.expires_at:type_name -> google.protobuf.Timestamp
-	18, // 14: keyhouse.activations.v1.UsageReportResponse.metrics:type_name -> keyhouse.activations.v1.UsageMetric
-	31, // 15: keyhouse.activations.v1.ResetUsageResponse.usage:type_name -> keyhouse.activations.v1.ResetUsageResponse.UsageEntry
-	33, // 16: keyhouse.activations.v1.Activation.activated_at:type_name -> google.protobuf.Timestamp
-	27, // 17: keyhouse.activations.v1.ListActivationsResponse.activations:type_name -> keyhouse.activations.v1.Activation
-	34, // 18: keyhouse.activations.v1.RecentActivationsResponse.activations:type_name -> keyhouse.activations.v1.RecentActivation
-	0,  // 19: keyhouse.activations.v1.ActivationsService.ActivateLicense:input_type -> keyhouse.activations.v1.ActivateLicenseRequest
-	2,  // 20: keyhouse.activations.v1.ActivationsService.DeactivateLicense:input_type -> keyhouse.activations.v1.DeactivateLicenseRequest
-	4,  // 21: keyhouse.activations.v1.ActivationsService.ValidateLicense:input_type -> keyhouse.activations.v1.ValidateLicenseRequest
-	6,  // 22: keyhouse.activations.v1.ActivationsService.TrackUsage:input_type -> keyhouse.activations.v1.TrackUsageRequest
-	8,  // 23: keyhouse.activations.v1.ActivationsService.TrackUsageBatch:input_type -> keyhouse.activations.v1.TrackUsageBatchRequest
-	12, // 24: keyhouse.activations.v1.ActivationsService.ChangeSeatsBatch:input_type -> keyhouse.activations.v1.ChangeSeatsBatchRequest
-	17, // 25: keyhouse.activations.v1.ActivationsService.UsageReport:input_type -> keyhouse.activations.v1.UsageReportRequest
-	20, // 26: keyhouse.activations.v1.ActivationsService.ReissueToken:input_type -> keyhouse.activations.v1.ReissueTokenRequest
-	22, // 27: keyhouse.activations.v1.ActivationsService.DeactivateByInstanceId:input_type -> keyhouse.activations.v1.DeactivateByInstanceIdRequest
-	24, // 28: keyhouse.activations.v1.ActivationsService.ResetUsage:input_type -> keyhouse.activations.v1.ResetUsageRequest
-	26, // 29: keyhouse.activations.v1.ActivationsService.ListActivations:input_type -> keyhouse.activations.v1.ListActivationsRequest
-	29, // 30: keyhouse.activations.v1.ActivationsService.RecentActivations:input_type -> keyhouse.activations.v1.RecentActivationsRequest
-	1,  // 31: keyhouse.activations.v1.ActivationsService.ActivateLicense:output_type -> keyhouse.activations.v1.ActivateLicenseResponse
-	3,  // 32: keyhouse.activations.v1.ActivationsService.DeactivateLicense:output_type -> keyhouse.activations.v1.DeactivateLicenseResponse
-	5,  // 33: keyhouse.activations.v1.ActivationsService.ValidateLicense:output_type -> keyhouse.activations.v1.ValidateLicenseResponse
-	7,  // 34: keyhouse.activations.v1.ActivationsService.TrackUsage:output_type -> keyhouse.activations.v1.TrackUsageResponse
-	10, // 35: keyhouse.activations.v1.ActivationsService.TrackUsageBatch:output_type -> keyhouse.activations.v1.TrackUsageBatchResponse
-	14, // 36: keyhouse.activations.v1.ActivationsService.ChangeSeatsBatch:output_type -> keyhouse.activations.v1.ChangeSeatsBatchResponse
-	19, // 37: keyhouse.activations.v1.ActivationsService.UsageReport:output_type -> keyhouse.activations.v1.UsageReportResponse
-	21, // 38: keyhouse.activations.v1.ActivationsService.ReissueToken:output_type -> keyhouse.activations.v1.ReissueTokenResponse
-	23, // 39: keyhouse.activations.v1.ActivationsService.DeactivateByInstanceId:output_type -> keyhouse.activations.v1.DeactivateByInstanceIdResponse
-	25, // 40: keyhouse.activations.v1.ActivationsService.ResetUsage:output_type -> keyhouse.activations.v1.ResetUsageResponse
-	28, // 41: keyhouse.activations.v1.ActivationsService.ListActivations:output_type -> keyhouse.activations.v1.ListActivationsResponse
-	30, // 42: keyhouse.activations.v1.ActivationsService.RecentActivations:output_type -> keyhouse.activations.v1.RecentActivationsResponse
-	31, // [31:43] is the sub-list for method output_type
-	19, // [19:31] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	20, // 11: keyhouse.activations.v1.ChangeSeatsBatchResult.error:type_name -> keyhouse.activations.v1.CallStatus
+	17, // 12: keyhouse.activations.v1.ValidateLicenseBatchRequest.items:type_name -> keyhouse.activations.v1.ValidateLicenseBatchItem
+	4,  // 13: keyhouse.activations.v1.ValidateLicenseBatchItem.request:type_name -> keyhouse.activations.v1.ValidateLicenseRequest
+	19, // 14: keyhouse.activations.v1.ValidateLicenseBatchResponse.results:type_name -> keyhouse.activations.v1.ValidateLicenseBatchResult
+	5,  // 15: keyhouse.activations.v1.ValidateLicenseBatchResult.response:type_name -> keyhouse.activations.v1.ValidateLicenseResponse
+	20, // 16: keyhouse.activations.v1.ValidateLicenseBatchResult.error:type_name -> keyhouse.activations.v1.CallStatus
+	36, // 17: keyhouse.activations.v1.ValidateLicenseBatchResult.valid_until:type_name -> google.protobuf.Timestamp
+	37, // 18: keyhouse.activations.v1.CallStatus.details:type_name -> google.protobuf.Any
+	36, // 19: keyhouse.activations.v1.UsageReportResponse.expires_at:type_name -> google.protobuf.Timestamp
+	22, // 20: keyhouse.activations.v1.UsageReportResponse.metrics:type_name -> keyhouse.activations.v1.UsageMetric
+	35, // 21: keyhouse.activations.v1.ResetUsageResponse.usage:type_name -> keyhouse.activations.v1.ResetUsageResponse.UsageEntry
+	36, // 22: keyhouse.activations.v1.Activation.activated_at:type_name -> google.protobuf.Timestamp
+	31, // 23: keyhouse.activations.v1.ListActivationsResponse.activations:type_name -> keyhouse.activations.v1.Activation
+	38, // 24: keyhouse.activations.v1.RecentActivationsResponse.activations:type_name -> keyhouse.activations.v1.RecentActivation
+	0,  // 25: keyhouse.activations.v1.ActivationsService.ActivateLicense:input_type -> keyhouse.activations.v1.ActivateLicenseRequest
+	2,  // 26: keyhouse.activations.v1.ActivationsService.DeactivateLicense:input_type -> keyhouse.activations.v1.DeactivateLicenseRequest
+	4,  // 27: keyhouse.activations.v1.ActivationsService.ValidateLicense:input_type -> keyhouse.activations.v1.ValidateLicenseRequest
+	6,  // 28: keyhouse.activations.v1.ActivationsService.TrackUsage:input_type -> keyhouse.activations.v1.TrackUsageRequest
+	8,  // 29: keyhouse.activations.v1.ActivationsService.TrackUsageBatch:input_type -> keyhouse.activations.v1.TrackUsageBatchRequest
+	12, // 30: keyhouse.activations.v1.ActivationsService.ChangeSeatsBatch:input_type -> keyhouse.activations.v1.ChangeSeatsBatchRequest
+	16, // 31: keyhouse.activations.v1.ActivationsService.ValidateLicenseBatch:input_type -> keyhouse.activations.v1.ValidateLicenseBatchRequest
+	21, // 32: keyhouse.activations.v1.ActivationsService.UsageReport:input_type -> keyhouse.activations.v1.UsageReportRequest
+	24, // 33: keyhouse.activations.v1.ActivationsService.ReissueToken:input_type -> keyhouse.activations.v1.ReissueTokenRequest
+	26, // 34: keyhouse.activations.v1.ActivationsService.DeactivateByInstanceId:input_type -> keyhouse.activations.v1.DeactivateByInstanceIdRequest
+	28, // 35: keyhouse.activations.v1.ActivationsService.ResetUsage:input_type -> keyhouse.activations.v1.ResetUsageRequest
+	30, // 36: keyhouse.activations.v1.ActivationsService.ListActivations:input_type -> keyhouse.activations.v1.ListActivationsRequest
+	33, // 37: keyhouse.activations.v1.ActivationsService.RecentActivations:input_type -> keyhouse.activations.v1.RecentActivationsRequest
+	1,  // 38: keyhouse.activations.v1.ActivationsService.ActivateLicense:output_type -> keyhouse.activations.v1.ActivateLicenseResponse
+	3,  // 39: keyhouse.activations.v1.ActivationsService.DeactivateLicense:output_type -> keyhouse.activations.v1.DeactivateLicenseResponse
+	5,  // 40: keyhouse.activations.v1.ActivationsService.ValidateLicense:output_type -> keyhouse.activations.v1.ValidateLicenseResponse
+	7,  // 41: keyhouse.activations.v1.ActivationsService.TrackUsage:output_type -> keyhouse.activations.v1.TrackUsageResponse
+	10, // 42: keyhouse.activations.v1.ActivationsService.TrackUsageBatch:output_type -> keyhouse.activations.v1.TrackUsageBatchResponse
+	14, // 43: keyhouse.activations.v1.ActivationsService.ChangeSeatsBatch:output_type -> keyhouse.activations.v1.ChangeSeatsBatchResponse
+	18, // 44: keyhouse.activations.v1.ActivationsService.ValidateLicenseBatch:output_type -> keyhouse.activations.v1.ValidateLicenseBatchResponse
+	23, // 45: keyhouse.activations.v1.ActivationsService.UsageReport:output_type -> keyhouse.activations.v1.UsageReportResponse
+	25, // 46: keyhouse.activations.v1.ActivationsService.ReissueToken:output_type -> keyhouse.activations.v1.ReissueTokenResponse
+	27, // 47: keyhouse.activations.v1.ActivationsService.DeactivateByInstanceId:output_type -> keyhouse.activations.v1.DeactivateByInstanceIdResponse
+	29, // 48: keyhouse.activations.v1.ActivationsService.ResetUsage:output_type -> keyhouse.activations.v1.ResetUsageResponse
+	32, // 49: keyhouse.activations.v1.ActivationsService.ListActivations:output_type -> keyhouse.activations.v1.ListActivationsResponse
+	34, // 50: keyhouse.activations.v1.ActivationsService.RecentActivations:output_type -> keyhouse.activations.v1.RecentActivationsResponse
+	38, // [38:51] is the sub-list for method output_type
+	25, // [25:38] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_keyhouse_activations_v1_activations_proto_init() }
@@ -2030,15 +2293,19 @@ func file_keyhouse_activations_v1_activations_proto_init() {
 		(*ChangeSeatsBatchResult_Deactivated)(nil),
 		(*ChangeSeatsBatchResult_Error)(nil),
 	}
-	file_keyhouse_activations_v1_activations_proto_msgTypes[24].OneofWrappers = []any{}
-	file_keyhouse_activations_v1_activations_proto_msgTypes[29].OneofWrappers = []any{}
+	file_keyhouse_activations_v1_activations_proto_msgTypes[19].OneofWrappers = []any{
+		(*ValidateLicenseBatchResult_Response)(nil),
+		(*ValidateLicenseBatchResult_Error)(nil),
+	}
+	file_keyhouse_activations_v1_activations_proto_msgTypes[28].OneofWrappers = []any{}
+	file_keyhouse_activations_v1_activations_proto_msgTypes[33].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_keyhouse_activations_v1_activations_proto_rawDesc), len(file_keyhouse_activations_v1_activations_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   32,
+			NumMessages:   36,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

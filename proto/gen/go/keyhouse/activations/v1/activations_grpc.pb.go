@@ -25,6 +25,7 @@ const (
 	ActivationsService_TrackUsage_FullMethodName             = "/keyhouse.activations.v1.ActivationsService/TrackUsage"
 	ActivationsService_TrackUsageBatch_FullMethodName        = "/keyhouse.activations.v1.ActivationsService/TrackUsageBatch"
 	ActivationsService_ChangeSeatsBatch_FullMethodName       = "/keyhouse.activations.v1.ActivationsService/ChangeSeatsBatch"
+	ActivationsService_ValidateLicenseBatch_FullMethodName   = "/keyhouse.activations.v1.ActivationsService/ValidateLicenseBatch"
 	ActivationsService_UsageReport_FullMethodName            = "/keyhouse.activations.v1.ActivationsService/UsageReport"
 	ActivationsService_ReissueToken_FullMethodName           = "/keyhouse.activations.v1.ActivationsService/ReissueToken"
 	ActivationsService_DeactivateByInstanceId_FullMethodName = "/keyhouse.activations.v1.ActivationsService/DeactivateByInstanceId"
@@ -63,6 +64,11 @@ type ActivationsServiceClient interface {
 	// would be, and answered on its own; the seats of one call change in one transaction,
 	// one round trip to Postgres. No REST route.
 	ChangeSeatsBatch(ctx context.Context, in *ChangeSeatsBatchRequest, opts ...grpc.CallOption) (*ChangeSeatsBatchResponse, error)
+	// Many ValidateLicense calls in one (the gateway sends the misses of its cache that
+	// arrive while an earlier batch is out together). Each item is answered exactly as
+	// ValidateLicense would answer it alone; the licenses go to licensing in one lookup and
+	// the seats are read with one query. No REST route.
+	ValidateLicenseBatch(ctx context.Context, in *ValidateLicenseBatchRequest, opts ...grpc.CallOption) (*ValidateLicenseBatchResponse, error)
 	// A live snapshot of every limit key's usage.
 	UsageReport(ctx context.Context, in *UsageReportRequest, opts ...grpc.CallOption) (*UsageReportResponse, error)
 	// Gives a seat a new activation token; the old one stops working.
@@ -139,6 +145,16 @@ func (c *activationsServiceClient) ChangeSeatsBatch(ctx context.Context, in *Cha
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ChangeSeatsBatchResponse)
 	err := c.cc.Invoke(ctx, ActivationsService_ChangeSeatsBatch_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *activationsServiceClient) ValidateLicenseBatch(ctx context.Context, in *ValidateLicenseBatchRequest, opts ...grpc.CallOption) (*ValidateLicenseBatchResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ValidateLicenseBatchResponse)
+	err := c.cc.Invoke(ctx, ActivationsService_ValidateLicenseBatch_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -235,6 +251,11 @@ type ActivationsServiceServer interface {
 	// would be, and answered on its own; the seats of one call change in one transaction,
 	// one round trip to Postgres. No REST route.
 	ChangeSeatsBatch(context.Context, *ChangeSeatsBatchRequest) (*ChangeSeatsBatchResponse, error)
+	// Many ValidateLicense calls in one (the gateway sends the misses of its cache that
+	// arrive while an earlier batch is out together). Each item is answered exactly as
+	// ValidateLicense would answer it alone; the licenses go to licensing in one lookup and
+	// the seats are read with one query. No REST route.
+	ValidateLicenseBatch(context.Context, *ValidateLicenseBatchRequest) (*ValidateLicenseBatchResponse, error)
 	// A live snapshot of every limit key's usage.
 	UsageReport(context.Context, *UsageReportRequest) (*UsageReportResponse, error)
 	// Gives a seat a new activation token; the old one stops working.
@@ -274,6 +295,9 @@ func (UnimplementedActivationsServiceServer) TrackUsageBatch(context.Context, *T
 }
 func (UnimplementedActivationsServiceServer) ChangeSeatsBatch(context.Context, *ChangeSeatsBatchRequest) (*ChangeSeatsBatchResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ChangeSeatsBatch not implemented")
+}
+func (UnimplementedActivationsServiceServer) ValidateLicenseBatch(context.Context, *ValidateLicenseBatchRequest) (*ValidateLicenseBatchResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ValidateLicenseBatch not implemented")
 }
 func (UnimplementedActivationsServiceServer) UsageReport(context.Context, *UsageReportRequest) (*UsageReportResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method UsageReport not implemented")
@@ -422,6 +446,24 @@ func _ActivationsService_ChangeSeatsBatch_Handler(srv interface{}, ctx context.C
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ActivationsService_ValidateLicenseBatch_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ValidateLicenseBatchRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ActivationsServiceServer).ValidateLicenseBatch(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ActivationsService_ValidateLicenseBatch_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ActivationsServiceServer).ValidateLicenseBatch(ctx, req.(*ValidateLicenseBatchRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _ActivationsService_UsageReport_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(UsageReportRequest)
 	if err := dec(in); err != nil {
@@ -560,6 +602,10 @@ var ActivationsService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ChangeSeatsBatch",
 			Handler:    _ActivationsService_ChangeSeatsBatch_Handler,
+		},
+		{
+			MethodName: "ValidateLicenseBatch",
+			Handler:    _ActivationsService_ValidateLicenseBatch_Handler,
 		},
 		{
 			MethodName: "UsageReport",

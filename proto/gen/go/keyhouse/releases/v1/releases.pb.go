@@ -7,6 +7,7 @@
 package releasesv1
 
 import (
+	v1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/activations/v1"
 	_ "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/api/v1"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
@@ -827,6 +828,242 @@ func (x *CheckUpdateResponse) GetRelease() *Manifest {
 	return nil
 }
 
+type CheckUpdateBatchRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// At most 256.
+	Items         []*CheckUpdateBatchItem `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckUpdateBatchRequest) Reset() {
+	*x = CheckUpdateBatchRequest{}
+	mi := &file_keyhouse_releases_v1_releases_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckUpdateBatchRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckUpdateBatchRequest) ProtoMessage() {}
+
+func (x *CheckUpdateBatchRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_keyhouse_releases_v1_releases_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckUpdateBatchRequest.ProtoReflect.Descriptor instead.
+func (*CheckUpdateBatchRequest) Descriptor() ([]byte, []int) {
+	return file_keyhouse_releases_v1_releases_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *CheckUpdateBatchRequest) GetItems() []*CheckUpdateBatchItem {
+	if x != nil {
+		return x.Items
+	}
+	return nil
+}
+
+type CheckUpdateBatchItem struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Request *CheckUpdateRequest    `protobuf:"bytes,1,opt,name=request,proto3" json:"request,omitempty"`
+	// The x-request-id of the REST request the item came from, for the service's log.
+	RequestId     string `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckUpdateBatchItem) Reset() {
+	*x = CheckUpdateBatchItem{}
+	mi := &file_keyhouse_releases_v1_releases_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckUpdateBatchItem) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckUpdateBatchItem) ProtoMessage() {}
+
+func (x *CheckUpdateBatchItem) ProtoReflect() protoreflect.Message {
+	mi := &file_keyhouse_releases_v1_releases_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckUpdateBatchItem.ProtoReflect.Descriptor instead.
+func (*CheckUpdateBatchItem) Descriptor() ([]byte, []int) {
+	return file_keyhouse_releases_v1_releases_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *CheckUpdateBatchItem) GetRequest() *CheckUpdateRequest {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+func (x *CheckUpdateBatchItem) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+type CheckUpdateBatchResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One per item, in the order of the request.
+	Results       []*CheckUpdateBatchResult `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckUpdateBatchResponse) Reset() {
+	*x = CheckUpdateBatchResponse{}
+	mi := &file_keyhouse_releases_v1_releases_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckUpdateBatchResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckUpdateBatchResponse) ProtoMessage() {}
+
+func (x *CheckUpdateBatchResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_keyhouse_releases_v1_releases_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckUpdateBatchResponse.ProtoReflect.Descriptor instead.
+func (*CheckUpdateBatchResponse) Descriptor() ([]byte, []int) {
+	return file_keyhouse_releases_v1_releases_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *CheckUpdateBatchResponse) GetResults() []*CheckUpdateBatchResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+type CheckUpdateBatchResult struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Outcome:
+	//
+	//	*CheckUpdateBatchResult_Response
+	//	*CheckUpdateBatchResult_Error
+	Outcome isCheckUpdateBatchResult_Outcome `protobuf_oneof:"outcome"`
+	// What CheckUpdate names in its answer's metadata (keyhouse-valid-until): the
+	// license's expiry. Unset when it names nothing.
+	ValidUntil    *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=valid_until,json=validUntil,proto3" json:"valid_until,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckUpdateBatchResult) Reset() {
+	*x = CheckUpdateBatchResult{}
+	mi := &file_keyhouse_releases_v1_releases_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckUpdateBatchResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckUpdateBatchResult) ProtoMessage() {}
+
+func (x *CheckUpdateBatchResult) ProtoReflect() protoreflect.Message {
+	mi := &file_keyhouse_releases_v1_releases_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckUpdateBatchResult.ProtoReflect.Descriptor instead.
+func (*CheckUpdateBatchResult) Descriptor() ([]byte, []int) {
+	return file_keyhouse_releases_v1_releases_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *CheckUpdateBatchResult) GetOutcome() isCheckUpdateBatchResult_Outcome {
+	if x != nil {
+		return x.Outcome
+	}
+	return nil
+}
+
+func (x *CheckUpdateBatchResult) GetResponse() *CheckUpdateResponse {
+	if x != nil {
+		if x, ok := x.Outcome.(*CheckUpdateBatchResult_Response); ok {
+			return x.Response
+		}
+	}
+	return nil
+}
+
+func (x *CheckUpdateBatchResult) GetError() *v1.CallStatus {
+	if x != nil {
+		if x, ok := x.Outcome.(*CheckUpdateBatchResult_Error); ok {
+			return x.Error
+		}
+	}
+	return nil
+}
+
+func (x *CheckUpdateBatchResult) GetValidUntil() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ValidUntil
+	}
+	return nil
+}
+
+type isCheckUpdateBatchResult_Outcome interface {
+	isCheckUpdateBatchResult_Outcome()
+}
+
+type CheckUpdateBatchResult_Response struct {
+	Response *CheckUpdateResponse `protobuf:"bytes,1,opt,name=response,proto3,oneof"`
+}
+
+type CheckUpdateBatchResult_Error struct {
+	// The status CheckUpdate would have failed with.
+	Error *v1.CallStatus `protobuf:"bytes,2,opt,name=error,proto3,oneof"`
+}
+
+func (*CheckUpdateBatchResult_Response) isCheckUpdateBatchResult_Outcome() {}
+
+func (*CheckUpdateBatchResult_Error) isCheckUpdateBatchResult_Outcome() {}
+
 // Manifest is the signed answer of check-update, fields in the order api.md fixes.
 type Manifest struct {
 	state        protoimpl.MessageState `protogen:"open.v1"`
@@ -847,7 +1084,7 @@ type Manifest struct {
 
 func (x *Manifest) Reset() {
 	*x = Manifest{}
-	mi := &file_keyhouse_releases_v1_releases_proto_msgTypes[11]
+	mi := &file_keyhouse_releases_v1_releases_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -859,7 +1096,7 @@ func (x *Manifest) String() string {
 func (*Manifest) ProtoMessage() {}
 
 func (x *Manifest) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_releases_v1_releases_proto_msgTypes[11]
+	mi := &file_keyhouse_releases_v1_releases_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -872,7 +1109,7 @@ func (x *Manifest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Manifest.ProtoReflect.Descriptor instead.
 func (*Manifest) Descriptor() ([]byte, []int) {
-	return file_keyhouse_releases_v1_releases_proto_rawDescGZIP(), []int{11}
+	return file_keyhouse_releases_v1_releases_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Manifest) GetProductId() string {
@@ -942,7 +1179,7 @@ var File_keyhouse_releases_v1_releases_proto protoreflect.FileDescriptor
 
 const file_keyhouse_releases_v1_releases_proto_rawDesc = "" +
 	"\n" +
-	"#keyhouse/releases/v1/releases.proto\x12\x14keyhouse.releases.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x19keyhouse/api/v1/api.proto\"\xfd\x01\n" +
+	"#keyhouse/releases/v1/releases.proto\x12\x14keyhouse.releases.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a)keyhouse/activations/v1/activations.proto\x1a\x19keyhouse/api/v1/api.proto\"\xfd\x01\n" +
 	"\x16RegisterReleaseRequest\x12#\n" +
 	"\n" +
 	"product_id\x18\x01 \x01(\tB\x04\xa0\x83\x19\x01R\tproductId\x12\x1e\n" +
@@ -1014,7 +1251,21 @@ const file_keyhouse_releases_v1_releases_proto_rawDesc = "" +
 	"\x0fcurrent_version\x18\x05 \x01(\tB\x04\xa0\x83\x19\x01R\x0ecurrentVersion\"z\n" +
 	"\x13CheckUpdateResponse\x12)\n" +
 	"\x10update_available\x18\x01 \x01(\bR\x0fupdateAvailable\x128\n" +
-	"\arelease\x18\x02 \x01(\v2\x1e.keyhouse.releases.v1.ManifestR\arelease\"\xb4\x02\n" +
+	"\arelease\x18\x02 \x01(\v2\x1e.keyhouse.releases.v1.ManifestR\arelease\"[\n" +
+	"\x17CheckUpdateBatchRequest\x12@\n" +
+	"\x05items\x18\x01 \x03(\v2*.keyhouse.releases.v1.CheckUpdateBatchItemR\x05items\"y\n" +
+	"\x14CheckUpdateBatchItem\x12B\n" +
+	"\arequest\x18\x01 \x01(\v2(.keyhouse.releases.v1.CheckUpdateRequestR\arequest\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x02 \x01(\tR\trequestId\"b\n" +
+	"\x18CheckUpdateBatchResponse\x12F\n" +
+	"\aresults\x18\x01 \x03(\v2,.keyhouse.releases.v1.CheckUpdateBatchResultR\aresults\"\xe6\x01\n" +
+	"\x16CheckUpdateBatchResult\x12G\n" +
+	"\bresponse\x18\x01 \x01(\v2).keyhouse.releases.v1.CheckUpdateResponseH\x00R\bresponse\x12;\n" +
+	"\x05error\x18\x02 \x01(\v2#.keyhouse.activations.v1.CallStatusH\x00R\x05error\x12;\n" +
+	"\vvalid_until\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"validUntilB\t\n" +
+	"\aoutcome\"\xb4\x02\n" +
 	"\bManifest\x12\x1d\n" +
 	"\n" +
 	"product_id\x18\x01 \x01(\tR\tproductId\x12\x18\n" +
@@ -1025,14 +1276,15 @@ const file_keyhouse_releases_v1_releases_proto_rawDesc = "" +
 	"\bchecksum\x18\x06 \x01(\tR\bchecksum\x12#\n" +
 	"\rrelease_notes\x18\a \x01(\tR\freleaseNotes\x12\x1c\n" +
 	"\tsignature\x18\b \x01(\tR\tsignature\x127\n" +
-	"\tissued_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\bissuedAt2\x89\b\n" +
+	"\tissued_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\bissuedAt2\x82\t\n" +
 	"\x0fReleasesService\x12\x92\x03\n" +
 	"\x0fRegisterRelease\x12,.keyhouse.releases.v1.RegisterReleaseRequest\x1a-.keyhouse.releases.v1.RegisterReleaseResponse\"\xa1\x02\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x90\x83\x19\x01\x9a\x83\x19Q\b\x90\x03\x12Lproduct_id uses a reserved prefix; artifact_url must be a valid http(s) URL.\x9a\x83\x19k\b\x93\x03\x12fproduct_id is owned by a different tenant; Subscription is not active (hosted); Release limit reached.\x9a\x83\x19K\b\x99\x03\x12FA release already exists for this product_id/version/channel/platform.\x12u\n" +
 	"\fListReleases\x12).keyhouse.releases.v1.ListReleasesRequest\x1a*.keyhouse.releases.v1.ListReleasesResponse\"\x0e\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\xa0\x82\x19\x01\x12\x8a\x01\n" +
 	"\n" +
 	"GetRelease\x12'.keyhouse.releases.v1.GetReleaseRequest\x1a(.keyhouse.releases.v1.GetReleaseResponse\")\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\xa0\x82\x19\x01\x9a\x83\x19\x17\b\x94\x03\x12\x12Release not found.\x12\x98\x01\n" +
 	"\x10UnpublishRelease\x12-.keyhouse.releases.v1.UnpublishReleaseRequest\x1a..keyhouse.releases.v1.UnpublishReleaseResponse\"%\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x9a\x83\x19\x17\b\x94\x03\x12\x12Release not found.\x12\xc1\x01\n" +
-	"\vCheckUpdate\x12(.keyhouse.releases.v1.CheckUpdateRequest\x1a).keyhouse.releases.v1.CheckUpdateResponse\"]\x90\x82\x19\x01\x9a\x82\x19\x02\b\x02\x9a\x83\x19\x1b\b\x94\x03\x12\x16License key not found.\x9a\x83\x190\b\x93\x03\x12+License has expired; License is not active.BKZIgithub.com/keyhouse/keyhouse/proto/gen/go/keyhouse/releases/v1;releasesv1b\x06proto3"
+	"\vCheckUpdate\x12(.keyhouse.releases.v1.CheckUpdateRequest\x1a).keyhouse.releases.v1.CheckUpdateResponse\"]\x90\x82\x19\x01\x9a\x82\x19\x02\b\x02\x9a\x83\x19\x1b\b\x94\x03\x12\x16License key not found.\x9a\x83\x190\b\x93\x03\x12+License has expired; License is not active.\x12w\n" +
+	"\x10CheckUpdateBatch\x12-.keyhouse.releases.v1.CheckUpdateBatchRequest\x1a..keyhouse.releases.v1.CheckUpdateBatchResponse\"\x04\x90\x82\x19\x01BKZIgithub.com/keyhouse/keyhouse/proto/gen/go/keyhouse/releases/v1;releasesv1b\x06proto3"
 
 var (
 	file_keyhouse_releases_v1_releases_proto_rawDescOnce sync.Once
@@ -1046,7 +1298,7 @@ func file_keyhouse_releases_v1_releases_proto_rawDescGZIP() []byte {
 	return file_keyhouse_releases_v1_releases_proto_rawDescData
 }
 
-var file_keyhouse_releases_v1_releases_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_keyhouse_releases_v1_releases_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_keyhouse_releases_v1_releases_proto_goTypes = []any{
 	(*RegisterReleaseRequest)(nil),   // 0: keyhouse.releases.v1.RegisterReleaseRequest
 	(*RegisterReleaseResponse)(nil),  // 1: keyhouse.releases.v1.RegisterReleaseResponse
@@ -1059,30 +1311,43 @@ var file_keyhouse_releases_v1_releases_proto_goTypes = []any{
 	(*UnpublishReleaseResponse)(nil), // 8: keyhouse.releases.v1.UnpublishReleaseResponse
 	(*CheckUpdateRequest)(nil),       // 9: keyhouse.releases.v1.CheckUpdateRequest
 	(*CheckUpdateResponse)(nil),      // 10: keyhouse.releases.v1.CheckUpdateResponse
-	(*Manifest)(nil),                 // 11: keyhouse.releases.v1.Manifest
-	(*timestamppb.Timestamp)(nil),    // 12: google.protobuf.Timestamp
+	(*CheckUpdateBatchRequest)(nil),  // 11: keyhouse.releases.v1.CheckUpdateBatchRequest
+	(*CheckUpdateBatchItem)(nil),     // 12: keyhouse.releases.v1.CheckUpdateBatchItem
+	(*CheckUpdateBatchResponse)(nil), // 13: keyhouse.releases.v1.CheckUpdateBatchResponse
+	(*CheckUpdateBatchResult)(nil),   // 14: keyhouse.releases.v1.CheckUpdateBatchResult
+	(*Manifest)(nil),                 // 15: keyhouse.releases.v1.Manifest
+	(*timestamppb.Timestamp)(nil),    // 16: google.protobuf.Timestamp
+	(*v1.CallStatus)(nil),            // 17: keyhouse.activations.v1.CallStatus
 }
 var file_keyhouse_releases_v1_releases_proto_depIdxs = []int32{
-	12, // 0: keyhouse.releases.v1.ReleaseRow.created_at:type_name -> google.protobuf.Timestamp
+	16, // 0: keyhouse.releases.v1.ReleaseRow.created_at:type_name -> google.protobuf.Timestamp
 	3,  // 1: keyhouse.releases.v1.ListReleasesResponse.releases:type_name -> keyhouse.releases.v1.ReleaseRow
-	12, // 2: keyhouse.releases.v1.GetReleaseResponse.created_at:type_name -> google.protobuf.Timestamp
-	11, // 3: keyhouse.releases.v1.CheckUpdateResponse.release:type_name -> keyhouse.releases.v1.Manifest
-	12, // 4: keyhouse.releases.v1.Manifest.issued_at:type_name -> google.protobuf.Timestamp
-	0,  // 5: keyhouse.releases.v1.ReleasesService.RegisterRelease:input_type -> keyhouse.releases.v1.RegisterReleaseRequest
-	2,  // 6: keyhouse.releases.v1.ReleasesService.ListReleases:input_type -> keyhouse.releases.v1.ListReleasesRequest
-	5,  // 7: keyhouse.releases.v1.ReleasesService.GetRelease:input_type -> keyhouse.releases.v1.GetReleaseRequest
-	7,  // 8: keyhouse.releases.v1.ReleasesService.UnpublishRelease:input_type -> keyhouse.releases.v1.UnpublishReleaseRequest
-	9,  // 9: keyhouse.releases.v1.ReleasesService.CheckUpdate:input_type -> keyhouse.releases.v1.CheckUpdateRequest
-	1,  // 10: keyhouse.releases.v1.ReleasesService.RegisterRelease:output_type -> keyhouse.releases.v1.RegisterReleaseResponse
-	4,  // 11: keyhouse.releases.v1.ReleasesService.ListReleases:output_type -> keyhouse.releases.v1.ListReleasesResponse
-	6,  // 12: keyhouse.releases.v1.ReleasesService.GetRelease:output_type -> keyhouse.releases.v1.GetReleaseResponse
-	8,  // 13: keyhouse.releases.v1.ReleasesService.UnpublishRelease:output_type -> keyhouse.releases.v1.UnpublishReleaseResponse
-	10, // 14: keyhouse.releases.v1.ReleasesService.CheckUpdate:output_type -> keyhouse.releases.v1.CheckUpdateResponse
-	10, // [10:15] is the sub-list for method output_type
-	5,  // [5:10] is the sub-list for method input_type
-	5,  // [5:5] is the sub-list for extension type_name
-	5,  // [5:5] is the sub-list for extension extendee
-	0,  // [0:5] is the sub-list for field type_name
+	16, // 2: keyhouse.releases.v1.GetReleaseResponse.created_at:type_name -> google.protobuf.Timestamp
+	15, // 3: keyhouse.releases.v1.CheckUpdateResponse.release:type_name -> keyhouse.releases.v1.Manifest
+	12, // 4: keyhouse.releases.v1.CheckUpdateBatchRequest.items:type_name -> keyhouse.releases.v1.CheckUpdateBatchItem
+	9,  // 5: keyhouse.releases.v1.CheckUpdateBatchItem.request:type_name -> keyhouse.releases.v1.CheckUpdateRequest
+	14, // 6: keyhouse.releases.v1.CheckUpdateBatchResponse.results:type_name -> keyhouse.releases.v1.CheckUpdateBatchResult
+	10, // 7: keyhouse.releases.v1.CheckUpdateBatchResult.response:type_name -> keyhouse.releases.v1.CheckUpdateResponse
+	17, // 8: keyhouse.releases.v1.CheckUpdateBatchResult.error:type_name -> keyhouse.activations.v1.CallStatus
+	16, // 9: keyhouse.releases.v1.CheckUpdateBatchResult.valid_until:type_name -> google.protobuf.Timestamp
+	16, // 10: keyhouse.releases.v1.Manifest.issued_at:type_name -> google.protobuf.Timestamp
+	0,  // 11: keyhouse.releases.v1.ReleasesService.RegisterRelease:input_type -> keyhouse.releases.v1.RegisterReleaseRequest
+	2,  // 12: keyhouse.releases.v1.ReleasesService.ListReleases:input_type -> keyhouse.releases.v1.ListReleasesRequest
+	5,  // 13: keyhouse.releases.v1.ReleasesService.GetRelease:input_type -> keyhouse.releases.v1.GetReleaseRequest
+	7,  // 14: keyhouse.releases.v1.ReleasesService.UnpublishRelease:input_type -> keyhouse.releases.v1.UnpublishReleaseRequest
+	9,  // 15: keyhouse.releases.v1.ReleasesService.CheckUpdate:input_type -> keyhouse.releases.v1.CheckUpdateRequest
+	11, // 16: keyhouse.releases.v1.ReleasesService.CheckUpdateBatch:input_type -> keyhouse.releases.v1.CheckUpdateBatchRequest
+	1,  // 17: keyhouse.releases.v1.ReleasesService.RegisterRelease:output_type -> keyhouse.releases.v1.RegisterReleaseResponse
+	4,  // 18: keyhouse.releases.v1.ReleasesService.ListReleases:output_type -> keyhouse.releases.v1.ListReleasesResponse
+	6,  // 19: keyhouse.releases.v1.ReleasesService.GetRelease:output_type -> keyhouse.releases.v1.GetReleaseResponse
+	8,  // 20: keyhouse.releases.v1.ReleasesService.UnpublishRelease:output_type -> keyhouse.releases.v1.UnpublishReleaseResponse
+	10, // 21: keyhouse.releases.v1.ReleasesService.CheckUpdate:output_type -> keyhouse.releases.v1.CheckUpdateResponse
+	13, // 22: keyhouse.releases.v1.ReleasesService.CheckUpdateBatch:output_type -> keyhouse.releases.v1.CheckUpdateBatchResponse
+	17, // [17:23] is the sub-list for method output_type
+	11, // [11:17] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_keyhouse_releases_v1_releases_proto_init() }
@@ -1092,13 +1357,17 @@ func file_keyhouse_releases_v1_releases_proto_init() {
 	}
 	file_keyhouse_releases_v1_releases_proto_msgTypes[2].OneofWrappers = []any{}
 	file_keyhouse_releases_v1_releases_proto_msgTypes[7].OneofWrappers = []any{}
+	file_keyhouse_releases_v1_releases_proto_msgTypes[14].OneofWrappers = []any{
+		(*CheckUpdateBatchResult_Response)(nil),
+		(*CheckUpdateBatchResult_Error)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_keyhouse_releases_v1_releases_proto_rawDesc), len(file_keyhouse_releases_v1_releases_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   12,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -24,6 +24,7 @@ const (
 	ReleasesService_GetRelease_FullMethodName       = "/keyhouse.releases.v1.ReleasesService/GetRelease"
 	ReleasesService_UnpublishRelease_FullMethodName = "/keyhouse.releases.v1.ReleasesService/UnpublishRelease"
 	ReleasesService_CheckUpdate_FullMethodName      = "/keyhouse.releases.v1.ReleasesService/CheckUpdate"
+	ReleasesService_CheckUpdateBatch_FullMethodName = "/keyhouse.releases.v1.ReleasesService/CheckUpdateBatch"
 )
 
 // ReleasesServiceClient is the client API for ReleasesService service.
@@ -45,6 +46,11 @@ type ReleasesServiceClient interface {
 	UnpublishRelease(ctx context.Context, in *UnpublishReleaseRequest, opts ...grpc.CallOption) (*UnpublishReleaseResponse, error)
 	// Called by end-user apps with a license key: the latest release as a signed manifest.
 	CheckUpdate(ctx context.Context, in *CheckUpdateRequest, opts ...grpc.CallOption) (*CheckUpdateResponse, error)
+	// Many CheckUpdate calls in one (the gateway sends the misses of its cache that arrive
+	// while an earlier batch is out together). Each item is answered exactly as CheckUpdate
+	// would answer it alone; the licenses go to licensing in one lookup and the latest
+	// releases are read with one query. No REST route.
+	CheckUpdateBatch(ctx context.Context, in *CheckUpdateBatchRequest, opts ...grpc.CallOption) (*CheckUpdateBatchResponse, error)
 }
 
 type releasesServiceClient struct {
@@ -105,6 +111,16 @@ func (c *releasesServiceClient) CheckUpdate(ctx context.Context, in *CheckUpdate
 	return out, nil
 }
 
+func (c *releasesServiceClient) CheckUpdateBatch(ctx context.Context, in *CheckUpdateBatchRequest, opts ...grpc.CallOption) (*CheckUpdateBatchResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CheckUpdateBatchResponse)
+	err := c.cc.Invoke(ctx, ReleasesService_CheckUpdateBatch_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ReleasesServiceServer is the server API for ReleasesService service.
 // All implementations must embed UnimplementedReleasesServiceServer
 // for forward compatibility.
@@ -124,6 +140,11 @@ type ReleasesServiceServer interface {
 	UnpublishRelease(context.Context, *UnpublishReleaseRequest) (*UnpublishReleaseResponse, error)
 	// Called by end-user apps with a license key: the latest release as a signed manifest.
 	CheckUpdate(context.Context, *CheckUpdateRequest) (*CheckUpdateResponse, error)
+	// Many CheckUpdate calls in one (the gateway sends the misses of its cache that arrive
+	// while an earlier batch is out together). Each item is answered exactly as CheckUpdate
+	// would answer it alone; the licenses go to licensing in one lookup and the latest
+	// releases are read with one query. No REST route.
+	CheckUpdateBatch(context.Context, *CheckUpdateBatchRequest) (*CheckUpdateBatchResponse, error)
 	mustEmbedUnimplementedReleasesServiceServer()
 }
 
@@ -148,6 +169,9 @@ func (UnimplementedReleasesServiceServer) UnpublishRelease(context.Context, *Unp
 }
 func (UnimplementedReleasesServiceServer) CheckUpdate(context.Context, *CheckUpdateRequest) (*CheckUpdateResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method CheckUpdate not implemented")
+}
+func (UnimplementedReleasesServiceServer) CheckUpdateBatch(context.Context, *CheckUpdateBatchRequest) (*CheckUpdateBatchResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CheckUpdateBatch not implemented")
 }
 func (UnimplementedReleasesServiceServer) mustEmbedUnimplementedReleasesServiceServer() {}
 func (UnimplementedReleasesServiceServer) testEmbeddedByValue()                         {}
@@ -260,6 +284,24 @@ func _ReleasesService_CheckUpdate_Handler(srv interface{}, ctx context.Context, 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ReleasesService_CheckUpdateBatch_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CheckUpdateBatchRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ReleasesServiceServer).CheckUpdateBatch(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ReleasesService_CheckUpdateBatch_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ReleasesServiceServer).CheckUpdateBatch(ctx, req.(*CheckUpdateBatchRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ReleasesService_ServiceDesc is the grpc.ServiceDesc for ReleasesService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -286,6 +328,10 @@ var ReleasesService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "CheckUpdate",
 			Handler:    _ReleasesService_CheckUpdate_Handler,
+		},
+		{
+			MethodName: "CheckUpdateBatch",
+			Handler:    _ReleasesService_CheckUpdateBatch_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
