@@ -13,7 +13,6 @@ import (
 	"github.com/keyhouse/keyhouse/pkg/metrics"
 	activationsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/activations/v1"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 )
 
@@ -31,7 +30,7 @@ func registerActivations(ctx context.Context, mux *runtime.ServeMux, conn *grpc.
 	if err := activationsv1.RegisterLeasesServiceHandlerClient(ctx, mux, activationsv1.NewLeasesServiceClient(conn)); err != nil {
 		return err
 	}
-	validator := &cachedValidate{client: client, valid: valid}
+	validator := &cachedValidate{misses: newBatchedValidate(client), valid: valid}
 	return mux.HandlePath(http.MethodPost, "/v1/validate-license", validateLicense(mux, validator, log))
 }
 
@@ -41,9 +40,10 @@ func registerActivations(ctx context.Context, mux *runtime.ServeMux, conn *grpc.
 // license changes or loses a seat (announced on license.ChangedSubject and
 // license.SeatRemovedSubject, and in the answer of a write through this gateway), and none
 // is kept past the license's expiry, which activations names with it
-// (licensecache.ValidUntilHeader).
+// (licensecache.ValidUntilHeader). The misses go to activations in batches
+// (batchedValidate).
 type cachedValidate struct {
-	client activationsv1.ActivationsServiceClient
+	misses *batchedValidate
 	valid  *licensecache.Cache[*activationsv1.ValidateLicenseResponse]
 }
 
@@ -51,15 +51,14 @@ func (c *cachedValidate) ValidateLicense(ctx context.Context, req *activationsv1
 	asked := false
 	resp, err := c.valid.GetUntil(license.CanonicalKey(req.GetKey()), req.GetInstanceId(), func() (*activationsv1.ValidateLicenseResponse, time.Time, error) {
 		asked = true
-		var header metadata.MD
-		resp, err := c.client.ValidateLicense(ctx, req, grpc.Header(&header))
+		resp, until, err := c.misses.ValidateLicense(ctx, req)
 		if err != nil {
 			return nil, time.Time{}, err
 		}
 		if !resp.GetValid() {
 			return resp, licensecache.NotKept, nil
 		}
-		return resp, licensecache.ValidUntil(header), nil
+		return resp, until, nil
 	})
 	metrics.RecordAnswer("/v1/validate-license", !asked)
 	return resp, err

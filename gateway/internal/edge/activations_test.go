@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -25,10 +26,15 @@ type fakeValidator struct {
 	// invalid lists the instance ids without a seat; until is the valid answers' expiry.
 	invalid map[string]bool
 	until   time.Time
+	// older: an activations from before ValidateLicenseBatch (validatebatch_test.go).
+	older bool
+	mu    sync.Mutex
 }
 
 func (f *fakeValidator) ValidateLicense(_ context.Context, req *activationsv1.ValidateLicenseRequest, opts ...grpc.CallOption) (*activationsv1.ValidateLicenseResponse, error) {
+	f.mu.Lock()
 	f.calls = append(f.calls, req)
+	f.mu.Unlock()
 	if f.err != nil {
 		return nil, f.err
 	}
@@ -46,7 +52,7 @@ func (f *fakeValidator) ValidateLicense(_ context.Context, req *activationsv1.Va
 func serveValidate(t *testing.T, f *fakeValidator, body string) string {
 	t.Helper()
 	mux := runtime.NewServeMux(runtime.WithMarshalerOption(runtime.MIMEWildcard, newJSONMarshaler()), runtime.WithErrorHandler(handleError))
-	if err := mux.HandlePath(http.MethodPost, "/v1/validate-license", validateLicense(mux, &cachedValidate{client: f}, nil)); err != nil {
+	if err := mux.HandlePath(http.MethodPost, "/v1/validate-license", validateLicense(mux, &cachedValidate{misses: newBatchedValidate(f)}, nil)); err != nil {
 		t.Fatal(err)
 	}
 	w := httptest.NewRecorder()
@@ -97,7 +103,7 @@ func TestValidateLicenseAnswersValidFalseWhenTheServiceFails(t *testing.T) {
 func TestCachedValidateKeepsValidAnswersPerInstanceUntilTheLicenseExpires(t *testing.T) {
 	expires := time.Now().Add(500 * time.Millisecond)
 	f := &fakeValidator{invalid: map[string]bool{"host-2": true}, until: expires}
-	c := &cachedValidate{client: f, valid: licensecache.New[*activationsv1.ValidateLicenseResponse](time.Hour)}
+	c := &cachedValidate{misses: newBatchedValidate(f), valid: licensecache.New[*activationsv1.ValidateLicenseResponse](time.Hour)}
 	key := license.NewKey()
 	validate := func(instance string) bool {
 		t.Helper()

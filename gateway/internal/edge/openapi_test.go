@@ -22,6 +22,7 @@ import (
 	"github.com/keyhouse/keyhouse/gateway/internal/openapi"
 	activationsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/activations/v1"
 	licensingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1"
+	releasesv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/releases/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -198,6 +199,8 @@ var batchedThrough = map[string]string{
 	activationsv1.ActivationsService_ActivateLicense_FullMethodName:   activationsv1.ActivationsService_ChangeSeatsBatch_FullMethodName,
 	activationsv1.ActivationsService_DeactivateLicense_FullMethodName: activationsv1.ActivationsService_ChangeSeatsBatch_FullMethodName,
 	licensingv1.LicensingService_VerifyLicense_FullMethodName:         licensingv1.LicensingService_VerifyLicenseBatch_FullMethodName,
+	activationsv1.ActivationsService_ValidateLicense_FullMethodName:   activationsv1.ActivationsService_ValidateLicenseBatch_FullMethodName,
+	releasesv1.ReleasesService_CheckUpdate_FullMethodName:             releasesv1.ReleasesService_CheckUpdateBatch_FullMethodName,
 }
 
 func TestOpenAPI_EveryDocumentedRouteReachesTheMethodItNames(t *testing.T) {

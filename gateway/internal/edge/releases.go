@@ -11,13 +11,13 @@ import (
 	"github.com/keyhouse/keyhouse/pkg/metrics"
 	releasesv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/releases/v1"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/metadata"
 )
 
 // registerReleases wires the releases service: every route is an http.yaml rule.
 // check-update's answers are served from updates while it holds them (nil: no cache).
 func registerReleases(ctx context.Context, mux *runtime.ServeMux, conn *grpc.ClientConn, updates *licensecache.Cache[*releasesv1.CheckUpdateResponse]) error {
-	client := &cachedCheckUpdate{ReleasesServiceClient: releasesv1.NewReleasesServiceClient(conn), updates: updates}
+	rpc := releasesv1.NewReleasesServiceClient(conn)
+	client := &cachedCheckUpdate{ReleasesServiceClient: rpc, updates: updates, misses: newBatchedCheckUpdate(rpc)}
 	return releasesv1.RegisterReleasesServiceHandlerClient(ctx, mux, client)
 }
 
@@ -28,10 +28,12 @@ func registerReleases(ctx context.Context, mux *runtime.ServeMux, conn *grpc.Cli
 // license's expiry (which releases names with it, licensecache.ValidUntilHeader). The
 // cache drops a license's answers when the license changes, and everything when a release
 // is registered or unpublished (license.ReleasesChangedSubject, and the answer of such a
-// write through this gateway). Errors are never kept.
+// write through this gateway). Errors are never kept. The misses go to releases in
+// batches (batchedCheckUpdate).
 type cachedCheckUpdate struct {
 	releasesv1.ReleasesServiceClient
 	updates *licensecache.Cache[*releasesv1.CheckUpdateResponse]
+	misses  *batchedCheckUpdate
 }
 
 func (c *cachedCheckUpdate) CheckUpdate(ctx context.Context, req *releasesv1.CheckUpdateRequest, opts ...grpc.CallOption) (*releasesv1.CheckUpdateResponse, error) {
@@ -42,12 +44,10 @@ func (c *cachedCheckUpdate) CheckUpdate(ctx context.Context, req *releasesv1.Che
 	asked := false
 	resp, err := c.updates.GetUntil(license.CanonicalKey(req.GetKey()), question, func() (*releasesv1.CheckUpdateResponse, time.Time, error) {
 		asked = true
-		var header metadata.MD
-		resp, err := c.ReleasesServiceClient.CheckUpdate(ctx, req, append(opts, grpc.Header(&header))...)
+		resp, until, err := c.misses.CheckUpdate(ctx, req)
 		if err != nil {
 			return nil, time.Time{}, err
 		}
-		until := licensecache.ValidUntil(header)
 		if issued := resp.GetRelease().GetIssuedAt(); issued != nil {
 			if end := issued.AsTime().Add(time.Second); until.IsZero() || end.Before(until) {
 				until = end

@@ -2,6 +2,7 @@ package edge
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,11 +20,17 @@ type updater struct {
 	releasesv1.ReleasesServiceClient
 	answer *releasesv1.CheckUpdateResponse
 	until  time.Time
-	calls  int
+	calls  atomic.Int32
+	err    error
+	// older: a releases from before CheckUpdateBatch (validatebatch_test.go).
+	older bool
 }
 
 func (u *updater) CheckUpdate(_ context.Context, _ *releasesv1.CheckUpdateRequest, opts ...grpc.CallOption) (*releasesv1.CheckUpdateResponse, error) {
-	u.calls++
+	u.calls.Add(1)
+	if u.err != nil {
+		return nil, u.err
+	}
 	for _, o := range opts {
 		if h, ok := o.(grpc.HeaderCallOption); ok && !u.until.IsZero() {
 			*h.HeaderAddr = metadata.Pairs(licensecache.ValidUntilHeader, u.until.Format(time.RFC3339Nano))
@@ -52,21 +59,21 @@ func TestCachedCheckUpdateKeepsAnAnswerNoLongerThanItsManifestOrLicense(t *testi
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			u := &updater{answer: tc.answer, until: tc.until}
-			c := &cachedCheckUpdate{ReleasesServiceClient: u, updates: licensecache.New[*releasesv1.CheckUpdateResponse](time.Hour)}
+			c := &cachedCheckUpdate{ReleasesServiceClient: u, misses: newBatchedCheckUpdate(u), updates: licensecache.New[*releasesv1.CheckUpdateResponse](time.Hour)}
 			for range 3 {
 				got, err := c.CheckUpdate(t.Context(), &releasesv1.CheckUpdateRequest{Key: key, ProductId: "app", CurrentVersion: "1.0.0"})
 				if err != nil || got != tc.answer {
 					t.Fatalf("answer %v, %v", got, err)
 				}
 			}
-			if u.calls != tc.calls {
-				t.Fatalf("releases asked %d times, want %d", u.calls, tc.calls)
+			if int(u.calls.Load()) != tc.calls {
+				t.Fatalf("releases asked %d times, want %d", u.calls.Load(), tc.calls)
 			}
 			// Another question about the same license is asked on its own.
 			if _, err := c.CheckUpdate(t.Context(), &releasesv1.CheckUpdateRequest{Key: key, ProductId: "app", CurrentVersion: "1.5.0"}); err != nil {
 				t.Fatal(err)
 			}
-			if u.calls != tc.calls+1 {
+			if int(u.calls.Load()) != tc.calls+1 {
 				t.Fatalf("another current_version was answered from the cache")
 			}
 		})
