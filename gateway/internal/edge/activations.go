@@ -87,6 +87,14 @@ func validateLicense(mux *runtime.ServeMux, client *cachedValidate, log *slog.Lo
 // lenientValidateRequest reads key and instance_id from a JSON object, or returns nil
 // when the body cannot name a license and an instance (then the answer is valid false).
 func lenientValidateRequest(body []byte) *activationsv1.ValidateLicenseRequest {
+	if req, done := plainValidateRequest(body); done {
+		return req
+	}
+	return genericValidateRequest(body)
+}
+
+// genericValidateRequest is lenientValidateRequest through encoding/json, for any body.
+func genericValidateRequest(body []byte) *activationsv1.ValidateLicenseRequest {
 	var fields map[string]json.RawMessage
 	if json.Unmarshal(body, &fields) != nil {
 		return nil
