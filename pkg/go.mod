@@ -7,6 +7,7 @@ replace github.com/keyhouse/keyhouse/proto/gen/go => ../proto/gen/go
 require (
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/keyhouse/keyhouse/proto/gen/go v0.0.0-00010101000000-000000000000
+	github.com/nats-io/nats-server/v2 v2.15.2
 	github.com/nats-io/nats.go v1.55.0
 	github.com/pressly/goose/v3 v3.29.0
 	github.com/prometheus/client_golang v1.25.0
@@ -24,7 +25,7 @@ require (
 require (
 	github.com/emersion/go-sasl v0.0.0-20241020182733-b788ff22d5a6 // indirect
 	github.com/emersion/go-smtp v0.25.1 // indirect
-	github.com/nats-io/nats-server/v2 v2.15.2 // indirect
+	github.com/kylelemons/godebug v1.1.0 // indirect
 )
 
 require (

@@ -58,6 +58,9 @@ var ErrReused = apierr.Conflict("Idempotency-Key reused with a different request
 // Key returns the call's Idempotency-Key, "" when none was sent. The gRPC method must
 // declare (keyhouse.api.v1.idempotency_key), the option the OpenAPI document declares the
 // header from, so a method cannot honour the key without its documentation saying so.
+// TestEveryReaderOfTheKeyIsADeclaredMethod holds every call of Key in the repository to
+// that rule in make test; the check at run time stays as the safe answer (an error, and
+// nothing created) should a call escape it.
 func Key(ctx context.Context) (string, error) {
 	if err := declared(ctx); err != nil {
 		return "", err

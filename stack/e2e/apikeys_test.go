@@ -192,9 +192,15 @@ func TestAtMostTwentyAPIKeysPerTenantUnderConcurrentCreates(t *testing.T) {
 func TestAnExpiredAPIKeyStopsWorking(t *testing.T) {
 	t.Parallel()
 	tenant := newTenant(t, hosted(t))
-	expires := time.Now().Add(3 * time.Second).UTC()
-	key := tenant.Post("/v1/api-keys", map[string]any{"name": "short", "scope": "full", "expires_at": expires.Format(time.RFC3339Nano)}).
-		Expect(t, 200).JSON(t)["api_key"].(string)
+	sent := time.Now().Add(4 * time.Second).UTC()
+	// Expiries are kept at whole seconds: the fraction sent is dropped.
+	expires := sent.Truncate(time.Second)
+	created := tenant.Post("/v1/api-keys", map[string]any{"name": "short", "scope": "full", "expires_at": sent.Format(time.RFC3339Nano)}).
+		Expect(t, 200).JSON(t)
+	if created["expires_at"] != expires.Format(time.RFC3339) {
+		t.Fatalf("expires_at %v, want %s (the whole second)", created["expires_at"], expires.Format(time.RFC3339))
+	}
+	key := created["api_key"].(string)
 	short := newClient(t, tenant.Base, key)
 	if r := short.Get("/v1/list-licenses"); r.Status != 200 && time.Now().Before(expires) {
 		t.Fatalf("a live key was refused: %d %s", r.Status, r.Body)

@@ -113,9 +113,11 @@ func TestASuspendedTenantsCredentialsAre403WhileItsAppsKeepWorking(t *testing.T)
 	s := hosted(t)
 	tenant, id := hostedTenant(t, s)
 	extra, _ := createAPIKey(t, tenant, "backend", "full")
-	key := issueLicense(t, tenant, map[string]any{"tier": "pro", "product_id": product("suspend"), "issued_to": "holder@example.com", "max_activations": 3})
+	productID := product("suspend")
+	key := issueLicense(t, tenant, map[string]any{"tier": "pro", "product_id": productID, "issued_to": "holder@example.com", "max_activations": 3})
+	registerRelease(t, tenant, rel(productID, "2.0.0"))
 	app := anon(t, s)
-	seat(t, app, key, "laptop-1")
+	laptop := seat(t, app, key, "laptop-1")
 	web := newWebClient(t, s)
 	web.signIn(tenant.Token)
 	portal := portalPath(t, web, key)
@@ -141,17 +143,34 @@ func TestASuspendedTenantsCredentialsAre403WhileItsAppsKeepWorking(t *testing.T)
 			newClient(t, s.URL, c.Token).Post("/v1/issue-license", map[string]any{"tier": "pro", "product_id": product("suspend"), "issued_to": "x@example.com"}).
 				ExpectError(t, 403, "Tenant is suspended")
 		})
+		// The tenant's own side of releases and leases stops with the rest.
+		wg.Go(func() {
+			newClient(t, s.URL, c.Token).Post("/v1/register-release", rel(productID, "3.0.0")).ExpectError(t, 403, "Tenant is suspended")
+		})
+		wg.Go(func() {
+			newClient(t, s.URL, c.Token).Post("/v1/lease-keys/rotate", map[string]any{}).ExpectError(t, 403, "Tenant is suspended")
+		})
 	}
 	wg.Wait()
 	if p := web.get("/console/licenses"); p.Status != 403 || !strings.Contains(p.Body, "Tenant is suspended") {
 		t.Fatalf("the console of a suspended tenant: %d", p.Status)
 	}
-	// Its apps' public checks keep working: verify, validate, activate, the portal.
-	app.Post("/v1/verify-license", map[string]string{"key": key}).Expect(t, 200)
+	// Its apps' public checks keep working (docs/operations.md): verify, validate, activate,
+	// check-update, leases (and the keys that verify them), the portal.
+	if v := app.Post("/v1/verify-license", map[string]string{"key": key}).Expect(t, 200).JSON(t); v["valid"] != true {
+		t.Fatalf("verify-license of a suspended tenant's license: %v", v)
+	}
 	if !validate(t, app, key, "laptop-1") {
 		t.Fatal("validate-license refused a seat of a suspended tenant's license")
 	}
 	seat(t, app, key, "laptop-2")
+	if v := update(t, app, check(key, productID, "1.0.0")); v != "2.0.0" {
+		t.Fatalf("check-update of a suspended tenant's app offered %q, want 2.0.0", v)
+	}
+	leased := lease(app, map[string]any{"key": key, "token": laptop}).Expect(t, 200).JSON(t)
+	if _, _, err := verifyLease(leased["lease"].(string), leaseKeys(t, app, "?tenant_id="+id)); err != nil {
+		t.Fatalf("a suspended tenant's lease does not verify with its published keys: %v", err)
+	}
 	newWebClient(t, s).get(portal).expect(t, 200)
 
 	resumed := admin(t, s).Post("/v1/operator/tenants/"+id+"/resume", nil).Expect(t, 200).JSON(t)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/keyhouse/keyhouse/pkg/apierr"
 	"github.com/keyhouse/keyhouse/pkg/auth"
+	"github.com/keyhouse/keyhouse/pkg/input"
 	accountsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/accounts/v1"
 	"github.com/keyhouse/keyhouse/services/billing/internal/store"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -88,21 +89,14 @@ func (a *APIKeys) DeleteApiKey(ctx context.Context, req *accountsv1.DeleteApiKey
 
 // expiry reads expires_at: absent or null (no expiry), or an RFC 3339 time in the future.
 func (a *APIKeys) expiry(v *structpb.Value) (*time.Time, error) {
-	switch k := v.GetKind().(type) {
-	case nil, *structpb.Value_NullValue:
-		return nil, nil
-	case *structpb.Value_StringValue:
-		t, err := time.Parse(time.RFC3339Nano, strings.TrimSpace(k.StringValue))
-		if err != nil || t.Year() > 9999 {
-			break
-		}
-		if !t.After(a.now()) {
-			return nil, apierr.Invalid("expires_at must be in the future")
-		}
-		t = t.UTC()
-		return &t, nil
+	t, err := input.OptionalTime("expires_at", v)
+	if err != nil || t == nil {
+		return nil, err
 	}
-	return nil, apierr.Invalid("expires_at must be an ISO 8601 timestamp (e.g. 2027-01-31T00:00:00Z) or null")
+	if !t.After(a.now()) {
+		return nil, apierr.Invalid("expires_at must be in the future")
+	}
+	return t, nil
 }
 
 func apiKeyMessage(k store.APIKey) *accountsv1.ApiKey {

@@ -23,10 +23,20 @@ import (
 func TestABurstIsStoredOnceEachInBatchesAndABadEventFailsAlone(t *testing.T) {
 	ctx := context.Background()
 	st := newStore(t)
-	_, js, err := natsx.Connect(ctx, devnats.SharedURL(t), "ingest-test", quiet)
+	// A NATS server of this test's own: the stream and the durable consumer are the
+	// production names (events.Stream, Durable), and on a server shared with an earlier
+	// run (go test -count=2) they would still hold that run's messages and its unsettled
+	// bad event.
+	nats, err := devnats.Start(t.TempDir(), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(nats.Stop)
+	nc, js, err := natsx.Connect(ctx, nats.URL(), "ingest-test", quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
 	if err := events.EnsureStream(ctx, js); err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/keyhouse/keyhouse/pkg/apierr"
 	"github.com/keyhouse/keyhouse/pkg/auth"
+	"github.com/keyhouse/keyhouse/pkg/input"
 	"github.com/keyhouse/keyhouse/pkg/license"
 	activationsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/activations/v1"
 	licensingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1"
@@ -234,7 +235,7 @@ func (s *Server) importedLicense(tenant string, in *licensingv1.ImportedLicense)
 		return importItem{}, err
 	}
 	l.Key = key
-	issued, err := optionalTime("issued_at", in.GetIssuedAt())
+	issued, err := input.OptionalTime("issued_at", in.GetIssuedAt())
 	if err != nil {
 		return importItem{}, err
 	}

@@ -3,13 +3,11 @@ package server
 import (
 	"math"
 	"strings"
-	"time"
 	"unicode/utf8"
 
 	"github.com/keyhouse/keyhouse/pkg/apierr"
 	"github.com/keyhouse/keyhouse/pkg/license"
 	"github.com/keyhouse/keyhouse/pkg/pgxx"
-	"github.com/keyhouse/keyhouse/pkg/signing"
 	"google.golang.org/protobuf/types/known/structpb"
 )
 
@@ -41,36 +39,6 @@ func checkNUL(name, v string) error {
 		return apierr.Invalid("%s must not contain NUL characters", name)
 	}
 	return nil
-}
-
-// parseTime reads an RFC 3339 timestamp. Sub-second precision is dropped: expiries are
-// compared in seconds, and a whole-second value prints the same in every export and in
-// the signed bytes.
-func parseTime(name, s string) (time.Time, error) {
-	t, err := time.Parse(time.RFC3339Nano, strings.TrimSpace(s))
-	if err != nil {
-		return time.Time{}, apierr.Invalid("%s must be an ISO 8601 timestamp (e.g. 2027-01-31T00:00:00Z) or null", name)
-	}
-	t = t.UTC().Truncate(time.Second)
-	if _, err := signing.FormatTime(t); err != nil {
-		return time.Time{}, apierr.Invalid("%s must be between years 0001 and 9999", name)
-	}
-	return t, nil
-}
-
-// optionalTime reads a JSON value that is a timestamp string or null (nil result).
-func optionalTime(name string, v *structpb.Value) (*time.Time, error) {
-	switch k := v.GetKind().(type) {
-	case nil, *structpb.Value_NullValue:
-		return nil, nil
-	case *structpb.Value_StringValue:
-		t, err := parseTime(name, k.StringValue)
-		if err != nil {
-			return nil, err
-		}
-		return &t, nil
-	}
-	return nil, apierr.Invalid("%s must be an ISO 8601 timestamp (e.g. 2027-01-31T00:00:00Z) or null", name)
 }
 
 // optionalCap reads max_activations: a positive integer, or null for unlimited.

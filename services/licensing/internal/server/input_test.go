@@ -37,16 +37,3 @@ func TestParseLimitsAllowlistAndValues(t *testing.T) {
 		})
 	}
 }
-
-func TestOptionalTimeTruncatesToSecondsInUTC(t *testing.T) {
-	got, err := optionalTime("expires_at", structpb.NewStringValue("2030-06-01T12:00:00.999+02:00"))
-	if err != nil || got.Format("2006-01-02T15:04:05.999Z07:00") != "2030-06-01T10:00:00Z" {
-		t.Fatalf("%v %v", got, err)
-	}
-	if got, err := optionalTime("expires_at", structpb.NewNullValue()); got != nil || err != nil {
-		t.Fatalf("null: %v %v", got, err)
-	}
-	if _, err := optionalTime("expires_at", structpb.NewBoolValue(true)); err == nil {
-		t.Fatal("bool accepted")
-	}
-}

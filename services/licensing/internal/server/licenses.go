@@ -11,6 +11,7 @@ import (
 	"github.com/keyhouse/keyhouse/pkg/apierr"
 	"github.com/keyhouse/keyhouse/pkg/auth"
 	"github.com/keyhouse/keyhouse/pkg/idempotency"
+	"github.com/keyhouse/keyhouse/pkg/input"
 	"github.com/keyhouse/keyhouse/pkg/license"
 	"github.com/keyhouse/keyhouse/pkg/licensecache"
 	"github.com/keyhouse/keyhouse/pkg/paging"
@@ -79,7 +80,7 @@ func (s *Server) newLicense(tenant string, req *licensingv1.IssueLicenseRequest)
 	if err != nil {
 		return nil, err
 	}
-	expires, err := optionalTime("expires_at", req.GetExpiresAt())
+	expires, err := input.OptionalTime("expires_at", req.GetExpiresAt())
 	if err != nil {
 		return nil, err
 	}
@@ -239,7 +240,7 @@ func (s *Server) UpdateLicenseTerms(ctx context.Context, req *licensingv1.Update
 	}
 	var t store.Terms
 	if req.ExpiresAt != nil {
-		if t.ExpiresAt, err = optionalTime("expires_at", req.GetExpiresAt()); err != nil {
+		if t.ExpiresAt, err = input.OptionalTime("expires_at", req.GetExpiresAt()); err != nil {
 			return nil, err
 		}
 		t.SetExpiry = true
