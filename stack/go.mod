@@ -17,6 +17,8 @@ require (
 	google.golang.org/grpc v1.85.0
 )
 
+require github.com/nats-io/nats.go v1.55.0 // indirect
+
 require (
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cenkalti/backoff/v5 v5.0.3 // indirect
