@@ -112,7 +112,8 @@ type Leases struct {
 	products Products
 	cfg      LeaseConfig
 	now      func() time.Time
-	// private holds opened private keys by kid, so a lease costs no decryption.
+	// private holds opened private keys (*leaseSigner) by kid, so a lease costs no
+	// decryption.
 	private sync.Map
 }
 
@@ -447,15 +448,15 @@ func (x *Leases) signPlan(ctx context.Context, p leasePlan) (*activationsv1.Crea
 		bound.Components = p.renewal.Bind
 		seat = &bound
 	}
-	kid, priv, err := x.signingKey(ctx, p.tenant, p.key)
+	signer, err := x.signingKey(ctx, p.tenant, p.key)
 	if err != nil {
 		return nil, err
 	}
-	lease, err := signLease(priv, kid, leaseClaims(x.cfg.Issuer, p.l, p.policy, seat, p.iat, p.exp, p.renewAfter, p.req.Nonce))
+	claims, err := appendLeaseClaims(make([]byte, 0, 512), x.cfg.Issuer, p.l, p.policy, seat, p.iat, p.exp, p.renewAfter, p.req.Nonce, randomID())
 	if err != nil {
 		return nil, err
 	}
-	resp := &activationsv1.CreateLeaseResponse{Lease: lease, ExpiresAt: timestamppb.New(p.exp), RenewAfter: timestamppb.New(p.renewAfter)}
+	resp := &activationsv1.CreateLeaseResponse{Lease: signer.sign(claims), ExpiresAt: timestamppb.New(p.exp), RenewAfter: timestamppb.New(p.renewAfter)}
 	if p.newToken != "" {
 		resp.Token = proto.String(p.newToken)
 	}
@@ -525,67 +526,12 @@ func (x *Leases) leaseSeat(ctx context.Context, tenant, key string, tokenHash []
 	return seat, r, tok, nil
 }
 
-// leaseClaims are the claims of addendum §12, in its order.
-func leaseClaims(issuer string, l *licensingv1.License, policy store.Policy, seat *store.LeaseSeat, iat, exp, renewAfter time.Time, nonce *string) *signing.Object {
-	var licenseExpires any
-	if e := l.GetExpiresAt(); e != nil {
-		licenseExpires = e.AsTime().Unix()
-	}
-	var components any
-	if seat.Components != nil {
-		components = seat.Components
-	}
-	entitlements := policy.Entitlements
-	if entitlements == nil {
-		entitlements = []string{}
-	}
-	limits := map[string]any{}
-	if l.GetLimits() != nil {
-		limits = l.GetLimits().AsMap()
-	}
-	claims := signing.NewObject().
-		Add("iss", issuer).
-		Add("sub", l.GetKey()).
-		Add("aud", l.GetProductId()).
-		Add("jti", randomID()).
-		Add("iat", iat.Unix()).
-		Add("exp", exp.Unix()).
-		Add("renew_after", renewAfter.Unix()).
-		Add("tier", l.GetTier()).
-		Add("status", l.GetStatus()).
-		Add("license_expires_at", licenseExpires).
-		Add("limits", limits).
-		Add("entitlements", entitlements).
-		Add("instance_id", seat.Instance).
-		Add("floating", policy.Floating).
-		Add("components", components)
-	if nonce != nil {
-		claims.Add("nonce", *nonce)
-	}
-	return claims
-}
-
 func randomID() string {
 	b := make([]byte, 16)
 	if _, err := cryptorand.Read(b); err != nil {
 		panic(err)
 	}
 	return base64.RawURLEncoding.EncodeToString(b)
-}
-
-// signLease is the JWS compact serialization (RFC 7515) of claims, signed with EdDSA
-// (RFC 8037): base64url(header) "." base64url(claims) "." base64url(signature).
-func signLease(priv ed25519.PrivateKey, kid string, claims *signing.Object) (string, error) {
-	header, err := signing.Marshal(signing.NewObject().Add("alg", "EdDSA").Add("kid", kid).Add("typ", leaseTokenType))
-	if err != nil {
-		return "", err
-	}
-	payload, err := signing.Marshal(claims)
-	if err != nil {
-		return "", err
-	}
-	input := base64.RawURLEncoding.EncodeToString(header) + "." + base64.RawURLEncoding.EncodeToString(payload)
-	return input + "." + base64.RawURLEncoding.EncodeToString(ed25519.Sign(priv, []byte(input))), nil
 }
 
 // thumbprint is a key's kid: its RFC 7638 JWK thumbprint (SHA-256 over the required
@@ -613,38 +559,41 @@ func (x *Leases) newLeaseKey(ctx context.Context) (store.LeaseKey, error) {
 }
 
 // signingKey is the tenant's active key (active, as read; nil: none yet, then it is made
-// here) with its private half, opened once per process and kid.
-func (x *Leases) signingKey(ctx context.Context, tenant string, active *store.LeaseKey) (string, ed25519.PrivateKey, error) {
+// here), opened, with its JWS header, once per process and kid.
+func (x *Leases) signingKey(ctx context.Context, tenant string, active *store.LeaseKey) (*leaseSigner, error) {
 	k := active
 	if k == nil {
 		fresh, err := x.newLeaseKey(ctx)
 		if err != nil {
-			return "", nil, err
+			return nil, err
 		}
 		if k, err = x.store.AddFirstLeaseKey(ctx, tenant, fresh); err != nil {
-			return "", nil, err
+			return nil, err
 		}
 		if k == nil {
-			return "", nil, errors.New("lease key: no active key after adding one")
+			return nil, errors.New("lease key: no active key after adding one")
 		}
 	}
-	if priv, ok := x.private.Load(k.Kid); ok {
-		return k.Kid, priv.(ed25519.PrivateKey), nil
+	if signer, ok := x.private.Load(k.Kid); ok {
+		return signer.(*leaseSigner), nil
 	}
 	ring, err := x.cfg.Keyring(ctx)
 	if err != nil {
-		return "", nil, err
+		return nil, err
 	}
 	seed, err := ring.Open(k.SealedPrivate)
 	if err != nil {
-		return "", nil, fmt.Errorf("lease key %s: %w", k.Kid, err)
+		return nil, fmt.Errorf("lease key %s: %w", k.Kid, err)
 	}
 	if len(seed) != ed25519.SeedSize {
-		return "", nil, fmt.Errorf("lease key %s: sealed seed of %d bytes", k.Kid, len(seed))
+		return nil, fmt.Errorf("lease key %s: sealed seed of %d bytes", k.Kid, len(seed))
 	}
-	priv := ed25519.NewKeyFromSeed(seed)
-	x.private.Store(k.Kid, priv)
-	return k.Kid, priv, nil
+	signer, err := newLeaseSigner(k.Kid, ed25519.NewKeyFromSeed(seed))
+	if err != nil {
+		return nil, err
+	}
+	x.private.Store(k.Kid, signer)
+	return signer, nil
 }
 
 // ListLeaseKeys is the JWKS of the tenant's lease keys. A tenant that has none yet gets
@@ -693,7 +642,7 @@ func (x *Leases) firstLeaseKeys(ctx context.Context, tenant string) ([]store.Lea
 	if err != nil {
 		return nil, err
 	}
-	if _, _, err := x.signingKey(ctx, tenant, active); err != nil {
+	if _, err := x.signingKey(ctx, tenant, active); err != nil {
 		return nil, err
 	}
 	return x.store.LeaseKeys(ctx, tenant)
