@@ -198,6 +198,7 @@ var batchedThrough = map[string]string{
 	activationsv1.ActivationsService_ActivateLicense_FullMethodName:   activationsv1.ActivationsService_ChangeSeatsBatch_FullMethodName,
 	activationsv1.ActivationsService_DeactivateLicense_FullMethodName: activationsv1.ActivationsService_ChangeSeatsBatch_FullMethodName,
 	licensingv1.LicensingService_VerifyLicense_FullMethodName:         licensingv1.LicensingService_VerifyLicenseBatch_FullMethodName,
+	activationsv1.LeasesService_CreateLease_FullMethodName:            activationsv1.LeasesService_CreateLeaseBatch_FullMethodName,
 }
 
 func TestOpenAPI_EveryDocumentedRouteReachesTheMethodItNames(t *testing.T) {
