@@ -39,14 +39,14 @@ func init() {
 	Register(Scenario{
 		ID:    "leases",
 		Name:  "POST /v1/leases, " + uniform.Label + ", one seat each (gateway → activations → licensing, Postgres)",
-		Note:  "a signed lease (EdDSA JWS) for a seat proven by its token, on verify-license's licenses and spread: licensing's answer from activations' cache or licensing, the seat, policy and signing key in one query, the Ed25519 signature; a seat that is not floating and keeps its binding is not written",
+		Note:  "a signed lease (EdDSA JWS) for a seat proven by its token, on verify-license's licenses and spread: sent to activations in batches (CreateLeaseBatch): the batch's licenses from activations' cache or one GetLicenses, every item's seat, policy and signing key in one query, the Ed25519 signature; a seat that is not floating and keeps its binding is not written",
 		Setup: func(ctx context.Context, env *Env) (Op, error) { return setupLeases(ctx, env, uniform) },
 	})
 	Register(Scenario{
 		ID:    "renewals",
 		Name:  fmt.Sprintf("floating seats' lease renewals, open loop at %d/s over %d seats (caps of %d, all taken)", renewalRate, floatingSeats, floatingCap),
 		Rate:  renewalRate,
-		Note:  "each renewal moves a floating seat's lease end under the license's shared lock (one round trip with the update); checked by SQL after the row: live seats per license at most the cap, and every seat the bench renewed still live with the lease end its last answer gave",
+		Note:  "the renewals of a batch move their floating seats' lease ends in one statement under their licenses' shared locks (one round trip); checked by SQL after the row: live seats per license at most the cap, and every seat the bench renewed still live with the lease end its last answer gave",
 		Setup: setupRenewals,
 		Check: checkRenewals,
 	})

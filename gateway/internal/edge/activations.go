@@ -27,7 +27,7 @@ func registerActivations(ctx context.Context, mux *runtime.ServeMux, conn *grpc.
 	if err := activationsv1.RegisterActivationsServiceHandlerClient(ctx, mux, newBatchedActivations(client)); err != nil {
 		return err
 	}
-	if err := activationsv1.RegisterLeasesServiceHandlerClient(ctx, mux, activationsv1.NewLeasesServiceClient(conn)); err != nil {
+	if err := activationsv1.RegisterLeasesServiceHandlerClient(ctx, mux, newBatchedLeases(activationsv1.NewLeasesServiceClient(conn))); err != nil {
 		return err
 	}
 	validator := &cachedValidate{misses: newBatchedValidate(client), valid: valid}

@@ -1,12 +1,13 @@
 package edge
 
 import (
+	activationsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/activations/v1"
 	licensingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1"
 	releasesv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/releases/v1"
 	"google.golang.org/protobuf/proto"
 )
 
-// decodeHotRequest decodes the bodies of verify-license and check-update without the
+// decodeHotRequest decodes the bodies of verify-license, check-update and leases without the
 // generic path (encoding/json's syntax pass, the string-number pass and protojson), when
 // the body is the plain case every client sends: one flat JSON object of known field
 // names (each at most once) with string values of printable ASCII and no escapes. For
@@ -52,6 +53,8 @@ func decodeHotRequest(body []byte, v any) (done bool, err error) {
 			*field = string(value)
 			return true
 		}
+	case *activationsv1.CreateLeaseRequest:
+		set = leaseRequestSetter(m) // leasejson.go
 	default:
 		return false, nil
 	}

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	activationsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/activations/v1"
 	licensingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1"
 	releasesv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/releases/v1"
 	"google.golang.org/protobuf/proto"
@@ -39,6 +40,7 @@ func hotRequestTargets() []func() proto.Message {
 	return []func() proto.Message{
 		func() proto.Message { return &licensingv1.VerifyLicenseRequest{} },
 		func() proto.Message { return &releasesv1.CheckUpdateRequest{} },
+		func() proto.Message { return &activationsv1.CreateLeaseRequest{} },
 	}
 }
 

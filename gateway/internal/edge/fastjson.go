@@ -35,6 +35,8 @@ func appendHotAnswer(b []byte, v any) (_ []byte, ok bool) {
 		return append(strconv.AppendBool(b, m.Valid), '}'), true
 	case *releasesv1.CheckUpdateResponse:
 		return appendCheckUpdateResponse(b, m)
+	case *activationsv1.CreateLeaseResponse:
+		return appendCreateLeaseResponse(b, m) // leasejson.go
 	}
 	return b, false
 }

@@ -201,6 +201,7 @@ var batchedThrough = map[string]string{
 	licensingv1.LicensingService_VerifyLicense_FullMethodName:         licensingv1.LicensingService_VerifyLicenseBatch_FullMethodName,
 	activationsv1.ActivationsService_ValidateLicense_FullMethodName:   activationsv1.ActivationsService_ValidateLicenseBatch_FullMethodName,
 	releasesv1.ReleasesService_CheckUpdate_FullMethodName:             releasesv1.ReleasesService_CheckUpdateBatch_FullMethodName,
+	activationsv1.LeasesService_CreateLease_FullMethodName:            activationsv1.LeasesService_CreateLeaseBatch_FullMethodName,
 }
 
 func TestOpenAPI_EveryDocumentedRouteReachesTheMethodItNames(t *testing.T) {

@@ -58,7 +58,7 @@ func main() {
 			leases := server.NewLeases(st, licenses, licenses, server.LeaseConfig{
 				Issuer: d.Config.PublicBaseURL, MultiTenant: d.Config.MultiTenant,
 				MinLeaseTTL: d.Config.LeaseMinTTL, Keyring: licenses.Keyring,
-				Tenants: billingclient.New(billingConn, d.Config.AdminAPIKey.Reveal()),
+				Tenants: billingclient.New(billingConn, d.Config.AdminAPIKey.Reveal()), Log: d.Log,
 			})
 			server.Register(d.Server.GRPC, server.New(st, licenses, d.Log).WithLeases(leases))
 			server.RegisterLeases(d.Server.GRPC, leases)

@@ -8,6 +8,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"log/slog"
 	"regexp"
 	"sync"
 	"time"
@@ -35,8 +36,10 @@ type LeaseStore interface {
 	PolicyFor(ctx context.Context, tenant, productID, tier string) (*store.Policy, error)
 	LongestLeaseTTL(ctx context.Context, tenant string) (time.Duration, error)
 	LeaseBasis(ctx context.Context, tenant, key, productID, tier string, tokenHash []byte, instance string) (store.LeaseBasis, error)
+	LeaseBases(ctx context.Context, asks []store.LeaseAsk) ([]store.LeaseBasis, error)
 	LapsedWithin(ctx context.Context, tenant, key string, tokenHash []byte, within time.Duration) (bool, error)
 	RenewLease(ctx context.Context, r store.LeaseRenewal) (bool, error)
+	RenewLeases(ctx context.Context, rs []store.LeaseRenewal) ([]bool, error)
 	ActiveLeaseKey(ctx context.Context, tenant string) (*store.LeaseKey, error)
 	AddFirstLeaseKey(ctx context.Context, tenant string, k store.LeaseKey) (*store.LeaseKey, error)
 	LeaseKeys(ctx context.Context, tenant string) ([]store.LeaseKey, error)
@@ -62,6 +65,8 @@ type LeaseConfig struct {
 	// Tenants says which tenant ids exist (billingclient.Client), so a public read of an
 	// unknown tenant's JWKS makes no key; hosted only.
 	Tenants Tenants
+	// Log is where the items of a CreateLeaseBatch are logged, as calls of their own.
+	Log *slog.Logger
 }
 
 // Tenants is the directory of hosted tenants (billingclient.Client.TenantExists).
@@ -107,7 +112,8 @@ type Leases struct {
 	products Products
 	cfg      LeaseConfig
 	now      func() time.Time
-	// private holds opened private keys by kid, so a lease costs no decryption.
+	// private holds opened private keys (*leaseSigner) by kid, so a lease costs no
+	// decryption.
 	private sync.Map
 }
 
@@ -323,6 +329,15 @@ func matches(strategy string, bound, sent map[string]string) bool {
 // seat, its policy and the signing key are one read; a write follows only when the lease
 // changes the seat (a floating seat's lease end, a first binding, a reinstall's token).
 func (x *Leases) CreateLease(ctx context.Context, req *activationsv1.CreateLeaseRequest) (*activationsv1.CreateLeaseResponse, error) {
+	l, err := x.leaseLicense(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	return x.leaseAlone(ctx, l, req, x.now())
+}
+
+// leaseLicense checks a lease request's shape and finds its license, usable now.
+func (x *Leases) leaseLicense(ctx context.Context, req *activationsv1.CreateLeaseRequest) (*licensingv1.License, error) {
 	if err := checkLeaseRequest(req); err != nil {
 		return nil, err
 	}
@@ -333,67 +348,119 @@ func (x *Leases) CreateLease(ctx context.Context, req *activationsv1.CreateLease
 	if err != nil {
 		return nil, err
 	}
-	now := x.now()
-	if err := usableAt(l, now); err != nil {
+	if err := usableAt(l, x.now()); err != nil {
 		return nil, err
 	}
-	tenant, key := l.GetTenantId(), l.GetKey()
-	var tokenHash []byte
-	if req.GetToken() != "" {
-		tokenHash = hashToken(req.GetToken())
-	}
-	iat := now.Truncate(time.Second)
+	return l, nil
+}
+
+// leaseAlone signs the lease of req for license l at now, reading its basis and writing
+// its seat on its own, and looking again (up to maxLeaseAttempts) when the seat changed
+// between the two.
+func (x *Leases) leaseAlone(ctx context.Context, l *licensingv1.License, req *activationsv1.CreateLeaseRequest, now time.Time) (*activationsv1.CreateLeaseResponse, error) {
+	ask := leaseAsk(l, req)
 	for attempt := 0; ; attempt++ {
 		if attempt == maxLeaseAttempts {
-			return nil, apierr.Retry("The seat was changed by a concurrent request; please retry")
+			return nil, errSeatChanged
 		}
-		basis, err := x.store.LeaseBasis(ctx, tenant, key, l.GetProductId(), l.GetTier(), tokenHash, req.GetInstanceId())
+		basis, err := x.store.LeaseBasis(ctx, ask.Tenant, ask.Key, ask.ProductID, ask.Tier, ask.TokenHash, ask.Instance)
 		if err != nil {
 			return nil, err
 		}
-		policy := effectivePolicy(basis.Policy)
-		exp := iat.Add(policy.LeaseTTL)
-		if e := l.GetExpiresAt(); e != nil && e.AsTime().Before(exp) {
-			exp = e.AsTime().Truncate(time.Second)
-		}
-		renewAfter := iat.Add(policy.RenewAfter)
-		if renewAfter.After(exp) {
-			renewAfter = exp
-		}
-		seat, r, newToken, err := x.leaseSeat(ctx, tenant, key, tokenHash, basis.Seat, req, policy)
+		plan, err := x.planLease(ctx, l, req, ask.TokenHash, now, basis)
 		if err != nil {
 			return nil, err
 		}
-		if policy.Floating {
-			r.LeaseExpiresAt = &exp
-		}
-		if changesSeat(seat, r) {
-			r.ProductID = l.GetProductId()
-			renewed, err := x.store.RenewLease(ctx, r)
+		if plan.writes {
+			renewed, err := x.store.RenewLease(ctx, plan.renewal)
 			if err != nil {
 				return nil, err
 			}
 			if !renewed {
 				continue
 			}
-			if r.Bind != nil {
-				seat.Components = r.Bind
-			}
 		}
-		kid, priv, err := x.signingKey(ctx, tenant, basis.Key)
-		if err != nil {
-			return nil, err
-		}
-		lease, err := signLease(priv, kid, leaseClaims(x.cfg.Issuer, l, policy, seat, iat, exp, renewAfter, req.Nonce))
-		if err != nil {
-			return nil, err
-		}
-		resp := &activationsv1.CreateLeaseResponse{Lease: lease, ExpiresAt: timestamppb.New(exp), RenewAfter: timestamppb.New(renewAfter)}
-		if newToken != "" {
-			resp.Token = proto.String(newToken)
-		}
-		return resp, nil
+		return x.signPlan(ctx, plan)
 	}
+}
+
+// errSeatChanged: the seat changed under every attempt of a lease.
+var errSeatChanged = apierr.Retry("The seat was changed by a concurrent request; please retry")
+
+// leaseAsk is what a lease of req for license l reads (store.LeaseBasis's arguments).
+func leaseAsk(l *licensingv1.License, req *activationsv1.CreateLeaseRequest) store.LeaseAsk {
+	ask := store.LeaseAsk{Tenant: l.GetTenantId(), Key: l.GetKey(), ProductID: l.GetProductId(), Tier: l.GetTier()}
+	if req.GetToken() != "" {
+		ask.TokenHash = hashToken(req.GetToken())
+	} else {
+		ask.Instance = req.GetInstanceId()
+	}
+	return ask
+}
+
+// leasePlan is a lease decided from its basis: what it signs and what it writes first.
+type leasePlan struct {
+	l                    *licensingv1.License
+	req                  *activationsv1.CreateLeaseRequest
+	tenant               string
+	key                  *store.LeaseKey
+	policy               store.Policy
+	seat                 *store.LeaseSeat
+	iat, exp, renewAfter time.Time
+	// writes: renewal must be applied before the lease is signed.
+	writes   bool
+	renewal  store.LeaseRenewal
+	newToken string
+}
+
+// planLease decides the lease of req (license l, token hash tokenHash, nil for a
+// reinstall) at now from what was read of its seat, policy and key.
+func (x *Leases) planLease(ctx context.Context, l *licensingv1.License, req *activationsv1.CreateLeaseRequest, tokenHash []byte, now time.Time, basis store.LeaseBasis) (leasePlan, error) {
+	p := leasePlan{l: l, req: req, tenant: l.GetTenantId(), key: basis.Key, policy: effectivePolicy(basis.Policy)}
+	p.iat = now.Truncate(time.Second)
+	p.exp = p.iat.Add(p.policy.LeaseTTL)
+	if e := l.GetExpiresAt(); e != nil && e.AsTime().Before(p.exp) {
+		p.exp = e.AsTime().Truncate(time.Second)
+	}
+	p.renewAfter = p.iat.Add(p.policy.RenewAfter)
+	if p.renewAfter.After(p.exp) {
+		p.renewAfter = p.exp
+	}
+	var err error
+	p.seat, p.renewal, p.newToken, err = x.leaseSeat(ctx, p.tenant, l.GetKey(), tokenHash, basis.Seat, req, p.policy)
+	if err != nil {
+		return p, err
+	}
+	if p.policy.Floating {
+		p.renewal.LeaseExpiresAt = &p.exp
+	}
+	if p.writes = changesSeat(p.seat, p.renewal); p.writes {
+		p.renewal.ProductID = l.GetProductId()
+	}
+	return p, nil
+}
+
+// signPlan signs a planned lease whose write (if any) was applied.
+func (x *Leases) signPlan(ctx context.Context, p leasePlan) (*activationsv1.CreateLeaseResponse, error) {
+	seat := p.seat
+	if p.writes && p.renewal.Bind != nil {
+		bound := *seat
+		bound.Components = p.renewal.Bind
+		seat = &bound
+	}
+	signer, err := x.signingKey(ctx, p.tenant, p.key)
+	if err != nil {
+		return nil, err
+	}
+	claims, err := appendLeaseClaims(make([]byte, 0, 512), x.cfg.Issuer, p.l, p.policy, seat, p.iat, p.exp, p.renewAfter, p.req.Nonce, randomID())
+	if err != nil {
+		return nil, err
+	}
+	resp := &activationsv1.CreateLeaseResponse{Lease: signer.sign(claims), ExpiresAt: timestamppb.New(p.exp), RenewAfter: timestamppb.New(p.renewAfter)}
+	if p.newToken != "" {
+		resp.Token = proto.String(p.newToken)
+	}
+	return resp, nil
 }
 
 // changesSeat says whether a lease must write its seat: to move a floating seat's lease
@@ -459,67 +526,12 @@ func (x *Leases) leaseSeat(ctx context.Context, tenant, key string, tokenHash []
 	return seat, r, tok, nil
 }
 
-// leaseClaims are the claims of addendum §12, in its order.
-func leaseClaims(issuer string, l *licensingv1.License, policy store.Policy, seat *store.LeaseSeat, iat, exp, renewAfter time.Time, nonce *string) *signing.Object {
-	var licenseExpires any
-	if e := l.GetExpiresAt(); e != nil {
-		licenseExpires = e.AsTime().Unix()
-	}
-	var components any
-	if seat.Components != nil {
-		components = seat.Components
-	}
-	entitlements := policy.Entitlements
-	if entitlements == nil {
-		entitlements = []string{}
-	}
-	limits := map[string]any{}
-	if l.GetLimits() != nil {
-		limits = l.GetLimits().AsMap()
-	}
-	claims := signing.NewObject().
-		Add("iss", issuer).
-		Add("sub", l.GetKey()).
-		Add("aud", l.GetProductId()).
-		Add("jti", randomID()).
-		Add("iat", iat.Unix()).
-		Add("exp", exp.Unix()).
-		Add("renew_after", renewAfter.Unix()).
-		Add("tier", l.GetTier()).
-		Add("status", l.GetStatus()).
-		Add("license_expires_at", licenseExpires).
-		Add("limits", limits).
-		Add("entitlements", entitlements).
-		Add("instance_id", seat.Instance).
-		Add("floating", policy.Floating).
-		Add("components", components)
-	if nonce != nil {
-		claims.Add("nonce", *nonce)
-	}
-	return claims
-}
-
 func randomID() string {
 	b := make([]byte, 16)
 	if _, err := cryptorand.Read(b); err != nil {
 		panic(err)
 	}
 	return base64.RawURLEncoding.EncodeToString(b)
-}
-
-// signLease is the JWS compact serialization (RFC 7515) of claims, signed with EdDSA
-// (RFC 8037): base64url(header) "." base64url(claims) "." base64url(signature).
-func signLease(priv ed25519.PrivateKey, kid string, claims *signing.Object) (string, error) {
-	header, err := signing.Marshal(signing.NewObject().Add("alg", "EdDSA").Add("kid", kid).Add("typ", leaseTokenType))
-	if err != nil {
-		return "", err
-	}
-	payload, err := signing.Marshal(claims)
-	if err != nil {
-		return "", err
-	}
-	input := base64.RawURLEncoding.EncodeToString(header) + "." + base64.RawURLEncoding.EncodeToString(payload)
-	return input + "." + base64.RawURLEncoding.EncodeToString(ed25519.Sign(priv, []byte(input))), nil
 }
 
 // thumbprint is a key's kid: its RFC 7638 JWK thumbprint (SHA-256 over the required
@@ -547,38 +559,41 @@ func (x *Leases) newLeaseKey(ctx context.Context) (store.LeaseKey, error) {
 }
 
 // signingKey is the tenant's active key (active, as read; nil: none yet, then it is made
-// here) with its private half, opened once per process and kid.
-func (x *Leases) signingKey(ctx context.Context, tenant string, active *store.LeaseKey) (string, ed25519.PrivateKey, error) {
+// here), opened, with its JWS header, once per process and kid.
+func (x *Leases) signingKey(ctx context.Context, tenant string, active *store.LeaseKey) (*leaseSigner, error) {
 	k := active
 	if k == nil {
 		fresh, err := x.newLeaseKey(ctx)
 		if err != nil {
-			return "", nil, err
+			return nil, err
 		}
 		if k, err = x.store.AddFirstLeaseKey(ctx, tenant, fresh); err != nil {
-			return "", nil, err
+			return nil, err
 		}
 		if k == nil {
-			return "", nil, errors.New("lease key: no active key after adding one")
+			return nil, errors.New("lease key: no active key after adding one")
 		}
 	}
-	if priv, ok := x.private.Load(k.Kid); ok {
-		return k.Kid, priv.(ed25519.PrivateKey), nil
+	if signer, ok := x.private.Load(k.Kid); ok {
+		return signer.(*leaseSigner), nil
 	}
 	ring, err := x.cfg.Keyring(ctx)
 	if err != nil {
-		return "", nil, err
+		return nil, err
 	}
 	seed, err := ring.Open(k.SealedPrivate)
 	if err != nil {
-		return "", nil, fmt.Errorf("lease key %s: %w", k.Kid, err)
+		return nil, fmt.Errorf("lease key %s: %w", k.Kid, err)
 	}
 	if len(seed) != ed25519.SeedSize {
-		return "", nil, fmt.Errorf("lease key %s: sealed seed of %d bytes", k.Kid, len(seed))
+		return nil, fmt.Errorf("lease key %s: sealed seed of %d bytes", k.Kid, len(seed))
 	}
-	priv := ed25519.NewKeyFromSeed(seed)
-	x.private.Store(k.Kid, priv)
-	return k.Kid, priv, nil
+	signer, err := newLeaseSigner(k.Kid, ed25519.NewKeyFromSeed(seed))
+	if err != nil {
+		return nil, err
+	}
+	x.private.Store(k.Kid, signer)
+	return signer, nil
 }
 
 // ListLeaseKeys is the JWKS of the tenant's lease keys. A tenant that has none yet gets
@@ -627,7 +642,7 @@ func (x *Leases) firstLeaseKeys(ctx context.Context, tenant string) ([]store.Lea
 	if err != nil {
 		return nil, err
 	}
-	if _, _, err := x.signingKey(ctx, tenant, active); err != nil {
+	if _, err := x.signingKey(ctx, tenant, active); err != nil {
 		return nil, err
 	}
 	return x.store.LeaseKeys(ctx, tenant)

@@ -90,6 +90,10 @@ func TestEveryWriteEmitsItsEvent(t *testing.T) {
 			_, err := s.RenewLease(ctx, LeaseRenewal{Tenant: tenant, Key: key, ProductID: "app", Instance: "c", TokenHash: hash(key, "c")})
 			return err
 		}, nil},
+		{"RenewLeases (renewals are no events)", func(*testing.T) error {
+			_, err := s.RenewLeases(ctx, []LeaseRenewal{{Tenant: tenant, Key: key, ProductID: "app", Instance: "c", TokenHash: hash(key, "c")}})
+			return err
+		}, nil},
 		{"RenewLease of a reinstall (a new token)", func(*testing.T) error {
 			_, err := s.RenewLease(ctx, LeaseRenewal{Tenant: tenant, Key: key, ProductID: "app", Instance: "c", TokenHash: hash(key, "c"), NewTokenHash: hash(key, "c2")})
 			return err
@@ -137,12 +141,12 @@ func TestEveryWriteEmitsItsEvent(t *testing.T) {
 	}
 	eventstest.RequireListed(t, s,
 		[]string{"ChangeSeats", "Activate", "DeactivateByToken", "DeactivateInstance", "Reissue", "AddUsage", "AddUsages", "AddUsageOnce", "ResetUsage", "Purge",
-			"SweepLapsed", "RenewLease", "RotateLeaseKey"},
+			"SweepLapsed", "RenewLease", "RenewLeases", "RotateLeaseKey"},
 		// PurgeCommits forgets the bookkeeping of usage changes (commit.go), no change of §11.
 		[]string{"HasSeat", "LiveSeats", "Usage", "Seats", "Recent", "CountSeats", "Summaries", "SeatsForKeys", "PurgeCommits",
 			// Reads of leases, and the writes of them that addendum §11 does not list: policies,
 			// a tenant's first lease key, retired keys' removal.
-			"ActiveLeaseKey", "LapsedWithin", "LeaseBasis", "LeaseKeys", "LongestLeaseTTL", "Policies", "PolicyFor",
+			"ActiveLeaseKey", "LapsedWithin", "LeaseBasis", "LeaseBases", "LeaseKeys", "LongestLeaseTTL", "Policies", "PolicyFor",
 			"SeatLeases", "PutPolicy", "DeletePolicy", "AddFirstLeaseKey", "RemoveRetiredLeaseKeys",
 			// The sweeper's bookkeeping of when to look at a floating seat again.
 			"RescheduleRenewed",

@@ -346,6 +346,11 @@ func (s *Store) LeaseBasis(ctx context.Context, tenant, key, productID, tier str
 	if tokenHash == nil {
 		sql, instanceArg = leaseBasisByInstanceSQL, &instance
 	}
+	return scanLeaseBasis(s.db.QueryRow(ctx, sql, tenant, key, tokenHash, instanceArg, productID, tier))
+}
+
+// scanLeaseBasis reads a row of leaseBasisSQL's columns, after the leading ones of dest.
+func scanLeaseBasis(row pgx.Row, dest ...any) (LeaseBasis, error) {
 	var (
 		b          LeaseBasis
 		seat       LeaseSeat
@@ -363,10 +368,9 @@ func (s *Store) LeaseBasis(ctx context.Context, tenant, key, productID, tier str
 		kid        *string
 		kStatus    *string
 	)
-	err := s.db.QueryRow(ctx, sql, tenant, key, tokenHash, instanceArg, productID, tier).Scan(
-		&seatID, &seat.LeaseExpiresAt, &components, &live,
+	err := row.Scan(append(dest, &seatID, &seat.LeaseExpiresAt, &components, &live,
 		&pProduct, &pTier, &pFloating, &ttl, &renew, &pMatch, &p.Entitlements, &pUpdated,
-		&kid, &k.PublicKey, &k.SealedPrivate, &kStatus, &k.RetireAt)
+		&kid, &k.PublicKey, &k.SealedPrivate, &kStatus, &k.RetireAt)...)
 	if err != nil {
 		return b, err
 	}

@@ -619,6 +619,232 @@ func (x *CreateLeaseResponse) GetToken() string {
 	return ""
 }
 
+type CreateLeaseBatchRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// At most 256.
+	Items         []*CreateLeaseBatchItem `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateLeaseBatchRequest) Reset() {
+	*x = CreateLeaseBatchRequest{}
+	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateLeaseBatchRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateLeaseBatchRequest) ProtoMessage() {}
+
+func (x *CreateLeaseBatchRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateLeaseBatchRequest.ProtoReflect.Descriptor instead.
+func (*CreateLeaseBatchRequest) Descriptor() ([]byte, []int) {
+	return file_keyhouse_activations_v1_leases_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *CreateLeaseBatchRequest) GetItems() []*CreateLeaseBatchItem {
+	if x != nil {
+		return x.Items
+	}
+	return nil
+}
+
+type CreateLeaseBatchItem struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Request *CreateLeaseRequest    `protobuf:"bytes,1,opt,name=request,proto3" json:"request,omitempty"`
+	// The x-request-id of the REST request the item came from, for the service's log.
+	RequestId     string `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateLeaseBatchItem) Reset() {
+	*x = CreateLeaseBatchItem{}
+	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateLeaseBatchItem) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateLeaseBatchItem) ProtoMessage() {}
+
+func (x *CreateLeaseBatchItem) ProtoReflect() protoreflect.Message {
+	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateLeaseBatchItem.ProtoReflect.Descriptor instead.
+func (*CreateLeaseBatchItem) Descriptor() ([]byte, []int) {
+	return file_keyhouse_activations_v1_leases_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *CreateLeaseBatchItem) GetRequest() *CreateLeaseRequest {
+	if x != nil {
+		return x.Request
+	}
+	return nil
+}
+
+func (x *CreateLeaseBatchItem) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+type CreateLeaseBatchResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One per item, in the order of the request.
+	Results       []*CreateLeaseBatchResult `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateLeaseBatchResponse) Reset() {
+	*x = CreateLeaseBatchResponse{}
+	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateLeaseBatchResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateLeaseBatchResponse) ProtoMessage() {}
+
+func (x *CreateLeaseBatchResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateLeaseBatchResponse.ProtoReflect.Descriptor instead.
+func (*CreateLeaseBatchResponse) Descriptor() ([]byte, []int) {
+	return file_keyhouse_activations_v1_leases_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *CreateLeaseBatchResponse) GetResults() []*CreateLeaseBatchResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+type CreateLeaseBatchResult struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Outcome:
+	//
+	//	*CreateLeaseBatchResult_Response
+	//	*CreateLeaseBatchResult_Error
+	Outcome       isCreateLeaseBatchResult_Outcome `protobuf_oneof:"outcome"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateLeaseBatchResult) Reset() {
+	*x = CreateLeaseBatchResult{}
+	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateLeaseBatchResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateLeaseBatchResult) ProtoMessage() {}
+
+func (x *CreateLeaseBatchResult) ProtoReflect() protoreflect.Message {
+	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateLeaseBatchResult.ProtoReflect.Descriptor instead.
+func (*CreateLeaseBatchResult) Descriptor() ([]byte, []int) {
+	return file_keyhouse_activations_v1_leases_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *CreateLeaseBatchResult) GetOutcome() isCreateLeaseBatchResult_Outcome {
+	if x != nil {
+		return x.Outcome
+	}
+	return nil
+}
+
+func (x *CreateLeaseBatchResult) GetResponse() *CreateLeaseResponse {
+	if x != nil {
+		if x, ok := x.Outcome.(*CreateLeaseBatchResult_Response); ok {
+			return x.Response
+		}
+	}
+	return nil
+}
+
+func (x *CreateLeaseBatchResult) GetError() *CallStatus {
+	if x != nil {
+		if x, ok := x.Outcome.(*CreateLeaseBatchResult_Error); ok {
+			return x.Error
+		}
+	}
+	return nil
+}
+
+type isCreateLeaseBatchResult_Outcome interface {
+	isCreateLeaseBatchResult_Outcome()
+}
+
+type CreateLeaseBatchResult_Response struct {
+	Response *CreateLeaseResponse `protobuf:"bytes,1,opt,name=response,proto3,oneof"`
+}
+
+type CreateLeaseBatchResult_Error struct {
+	// The status CreateLease would have failed with.
+	Error *CallStatus `protobuf:"bytes,2,opt,name=error,proto3,oneof"`
+}
+
+func (*CreateLeaseBatchResult_Response) isCreateLeaseBatchResult_Outcome() {}
+
+func (*CreateLeaseBatchResult_Error) isCreateLeaseBatchResult_Outcome() {}
+
 type ListLeaseKeysRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Hosted: whose keys (required). Self-hosted: ignored.
@@ -629,7 +855,7 @@ type ListLeaseKeysRequest struct {
 
 func (x *ListLeaseKeysRequest) Reset() {
 	*x = ListLeaseKeysRequest{}
-	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[9]
+	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -641,7 +867,7 @@ func (x *ListLeaseKeysRequest) String() string {
 func (*ListLeaseKeysRequest) ProtoMessage() {}
 
 func (x *ListLeaseKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[9]
+	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -654,7 +880,7 @@ func (x *ListLeaseKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLeaseKeysRequest.ProtoReflect.Descriptor instead.
 func (*ListLeaseKeysRequest) Descriptor() ([]byte, []int) {
-	return file_keyhouse_activations_v1_leases_proto_rawDescGZIP(), []int{9}
+	return file_keyhouse_activations_v1_leases_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ListLeaseKeysRequest) GetTenantId() string {
@@ -683,7 +909,7 @@ type LeaseKey struct {
 
 func (x *LeaseKey) Reset() {
 	*x = LeaseKey{}
-	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[10]
+	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -695,7 +921,7 @@ func (x *LeaseKey) String() string {
 func (*LeaseKey) ProtoMessage() {}
 
 func (x *LeaseKey) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[10]
+	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -708,7 +934,7 @@ func (x *LeaseKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseKey.ProtoReflect.Descriptor instead.
 func (*LeaseKey) Descriptor() ([]byte, []int) {
-	return file_keyhouse_activations_v1_leases_proto_rawDescGZIP(), []int{10}
+	return file_keyhouse_activations_v1_leases_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *LeaseKey) GetKty() string {
@@ -777,7 +1003,7 @@ type ListLeaseKeysResponse struct {
 
 func (x *ListLeaseKeysResponse) Reset() {
 	*x = ListLeaseKeysResponse{}
-	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[11]
+	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -789,7 +1015,7 @@ func (x *ListLeaseKeysResponse) String() string {
 func (*ListLeaseKeysResponse) ProtoMessage() {}
 
 func (x *ListLeaseKeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[11]
+	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -802,7 +1028,7 @@ func (x *ListLeaseKeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLeaseKeysResponse.ProtoReflect.Descriptor instead.
 func (*ListLeaseKeysResponse) Descriptor() ([]byte, []int) {
-	return file_keyhouse_activations_v1_leases_proto_rawDescGZIP(), []int{11}
+	return file_keyhouse_activations_v1_leases_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ListLeaseKeysResponse) GetKeys() []*LeaseKey {
@@ -823,7 +1049,7 @@ type RotateLeaseKeysRequest struct {
 
 func (x *RotateLeaseKeysRequest) Reset() {
 	*x = RotateLeaseKeysRequest{}
-	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[12]
+	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -835,7 +1061,7 @@ func (x *RotateLeaseKeysRequest) String() string {
 func (*RotateLeaseKeysRequest) ProtoMessage() {}
 
 func (x *RotateLeaseKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[12]
+	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -848,7 +1074,7 @@ func (x *RotateLeaseKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateLeaseKeysRequest.ProtoReflect.Descriptor instead.
 func (*RotateLeaseKeysRequest) Descriptor() ([]byte, []int) {
-	return file_keyhouse_activations_v1_leases_proto_rawDescGZIP(), []int{12}
+	return file_keyhouse_activations_v1_leases_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *RotateLeaseKeysRequest) GetRetireAfterSeconds() int64 {
@@ -872,7 +1098,7 @@ type RotateLeaseKeysResponse struct {
 
 func (x *RotateLeaseKeysResponse) Reset() {
 	*x = RotateLeaseKeysResponse{}
-	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[13]
+	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -884,7 +1110,7 @@ func (x *RotateLeaseKeysResponse) String() string {
 func (*RotateLeaseKeysResponse) ProtoMessage() {}
 
 func (x *RotateLeaseKeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[13]
+	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -897,7 +1123,7 @@ func (x *RotateLeaseKeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateLeaseKeysResponse.ProtoReflect.Descriptor instead.
 func (*RotateLeaseKeysResponse) Descriptor() ([]byte, []int) {
-	return file_keyhouse_activations_v1_leases_proto_rawDescGZIP(), []int{13}
+	return file_keyhouse_activations_v1_leases_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *RotateLeaseKeysResponse) GetKid() string {
@@ -930,7 +1156,7 @@ type ListSeatLeasesRequest struct {
 
 func (x *ListSeatLeasesRequest) Reset() {
 	*x = ListSeatLeasesRequest{}
-	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[14]
+	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -942,7 +1168,7 @@ func (x *ListSeatLeasesRequest) String() string {
 func (*ListSeatLeasesRequest) ProtoMessage() {}
 
 func (x *ListSeatLeasesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[14]
+	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -955,7 +1181,7 @@ func (x *ListSeatLeasesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSeatLeasesRequest.ProtoReflect.Descriptor instead.
 func (*ListSeatLeasesRequest) Descriptor() ([]byte, []int) {
-	return file_keyhouse_activations_v1_leases_proto_rawDescGZIP(), []int{14}
+	return file_keyhouse_activations_v1_leases_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ListSeatLeasesRequest) GetKey() string {
@@ -979,7 +1205,7 @@ type SeatLease struct {
 
 func (x *SeatLease) Reset() {
 	*x = SeatLease{}
-	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[15]
+	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -991,7 +1217,7 @@ func (x *SeatLease) String() string {
 func (*SeatLease) ProtoMessage() {}
 
 func (x *SeatLease) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[15]
+	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1004,7 +1230,7 @@ func (x *SeatLease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SeatLease.ProtoReflect.Descriptor instead.
 func (*SeatLease) Descriptor() ([]byte, []int) {
-	return file_keyhouse_activations_v1_leases_proto_rawDescGZIP(), []int{15}
+	return file_keyhouse_activations_v1_leases_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *SeatLease) GetInstanceId() string {
@@ -1038,7 +1264,7 @@ type ListSeatLeasesResponse struct {
 
 func (x *ListSeatLeasesResponse) Reset() {
 	*x = ListSeatLeasesResponse{}
-	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[16]
+	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1050,7 +1276,7 @@ func (x *ListSeatLeasesResponse) String() string {
 func (*ListSeatLeasesResponse) ProtoMessage() {}
 
 func (x *ListSeatLeasesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[16]
+	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1063,7 +1289,7 @@ func (x *ListSeatLeasesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSeatLeasesResponse.ProtoReflect.Descriptor instead.
 func (*ListSeatLeasesResponse) Descriptor() ([]byte, []int) {
-	return file_keyhouse_activations_v1_leases_proto_rawDescGZIP(), []int{16}
+	return file_keyhouse_activations_v1_leases_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListSeatLeasesResponse) GetSeats() []*SeatLease {
@@ -1077,7 +1303,7 @@ var File_keyhouse_activations_v1_leases_proto protoreflect.FileDescriptor
 
 const file_keyhouse_activations_v1_leases_proto_rawDesc = "" +
 	"\n" +
-	"$keyhouse/activations/v1/leases.proto\x12\x17keyhouse.activations.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x19keyhouse/api/v1/api.proto\"\xc4\x02\n" +
+	"$keyhouse/activations/v1/leases.proto\x12\x17keyhouse.activations.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a)keyhouse/activations/v1/activations.proto\x1a\x19keyhouse/api/v1/api.proto\"\xc4\x02\n" +
 	"\vLeasePolicy\x12\x1d\n" +
 	"\n" +
 	"product_id\x18\x01 \x01(\tR\tproductId\x12\x12\n" +
@@ -1138,7 +1364,19 @@ const file_keyhouse_activations_v1_leases_proto_rawDesc = "" +
 	"\vrenew_after\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"renewAfter\x12\x19\n" +
 	"\x05token\x18\x04 \x01(\tH\x00R\x05token\x88\x01\x01B\b\n" +
-	"\x06_token\"3\n" +
+	"\x06_token\"^\n" +
+	"\x17CreateLeaseBatchRequest\x12C\n" +
+	"\x05items\x18\x01 \x03(\v2-.keyhouse.activations.v1.CreateLeaseBatchItemR\x05items\"|\n" +
+	"\x14CreateLeaseBatchItem\x12E\n" +
+	"\arequest\x18\x01 \x01(\v2+.keyhouse.activations.v1.CreateLeaseRequestR\arequest\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x02 \x01(\tR\trequestId\"e\n" +
+	"\x18CreateLeaseBatchResponse\x12I\n" +
+	"\aresults\x18\x01 \x03(\v2/.keyhouse.activations.v1.CreateLeaseBatchResultR\aresults\"\xac\x01\n" +
+	"\x16CreateLeaseBatchResult\x12J\n" +
+	"\bresponse\x18\x01 \x01(\v2,.keyhouse.activations.v1.CreateLeaseResponseH\x00R\bresponse\x12;\n" +
+	"\x05error\x18\x02 \x01(\v2#.keyhouse.activations.v1.CallStatusH\x00R\x05errorB\t\n" +
+	"\aoutcome\"3\n" +
 	"\x14ListLeaseKeysRequest\x12\x1b\n" +
 	"\ttenant_id\x18\x01 \x01(\tR\btenantId\"\xc3\x01\n" +
 	"\bLeaseKey\x12\x10\n" +
@@ -1173,13 +1411,13 @@ const file_keyhouse_activations_v1_leases_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"R\n" +
 	"\x16ListSeatLeasesResponse\x128\n" +
-	"\x05seats\x18\x01 \x03(\v2\".keyhouse.activations.v1.SeatLeaseR\x05seats2\x87\n" +
-	"\n" +
+	"\x05seats\x18\x01 \x03(\v2\".keyhouse.activations.v1.SeatLeaseR\x05seats2\x86\v\n" +
 	"\rLeasesService\x12\x98\x01\n" +
 	"\x0ePutLeasePolicy\x12..keyhouse.activations.v1.PutLeasePolicyRequest\x1a/.keyhouse.activations.v1.PutLeasePolicyResponse\"%\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x9a\x83\x19\x17\b\x94\x03\x12\x12Product not found.\x12\x8a\x01\n" +
 	"\x11ListLeasePolicies\x121.keyhouse.activations.v1.ListLeasePoliciesRequest\x1a2.keyhouse.activations.v1.ListLeasePoliciesResponse\"\x0e\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\xa0\x82\x19\x01\x12\xa0\x01\n" +
 	"\x11DeleteLeasePolicy\x121.keyhouse.activations.v1.DeleteLeasePolicyRequest\x1a2.keyhouse.activations.v1.DeleteLeasePolicyResponse\"$\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x9a\x83\x19\x16\b\x94\x03\x12\x11Policy not found.\x12\xae\x03\n" +
-	"\vCreateLease\x12+.keyhouse.activations.v1.CreateLeaseRequest\x1a,.keyhouse.activations.v1.CreateLeaseResponse\"\xc3\x02\x90\x82\x19\x01\x9a\x82\x19\x02\b\x02\x9a\x83\x19M\b\x94\x03\x12HLicense key not found; No activation found for that key and instance_id.\x9a\x83\x19\x9f\x01\b\x93\x03\x12\x99\x01License has expired; License is not active; Invalid activation token; Machine fingerprint does not match; Activation limit exceeded for this license key.\x9a\x83\x19@\b\xf7\x03\x12;The seat was changed by a concurrent request; please retry.\x12z\n" +
+	"\vCreateLease\x12+.keyhouse.activations.v1.CreateLeaseRequest\x1a,.keyhouse.activations.v1.CreateLeaseResponse\"\xc3\x02\x90\x82\x19\x01\x9a\x82\x19\x02\b\x02\x9a\x83\x19M\b\x94\x03\x12HLicense key not found; No activation found for that key and instance_id.\x9a\x83\x19\x9f\x01\b\x93\x03\x12\x99\x01License has expired; License is not active; Invalid activation token; Machine fingerprint does not match; Activation limit exceeded for this license key.\x9a\x83\x19@\b\xf7\x03\x12;The seat was changed by a concurrent request; please retry.\x12}\n" +
+	"\x10CreateLeaseBatch\x120.keyhouse.activations.v1.CreateLeaseBatchRequest\x1a1.keyhouse.activations.v1.CreateLeaseBatchResponse\"\x04\x90\x82\x19\x01\x12z\n" +
 	"\rListLeaseKeys\x12-.keyhouse.activations.v1.ListLeaseKeysRequest\x1a..keyhouse.activations.v1.ListLeaseKeysResponse\"\n" +
 	"\x90\x82\x19\x01\x9a\x82\x19\x02\b\x04\x12{\n" +
 	"\x0eListSeatLeases\x12..keyhouse.activations.v1.ListSeatLeasesRequest\x1a/.keyhouse.activations.v1.ListSeatLeasesResponse\"\b\x90\x82\x19\x02\xa0\x82\x19\x01\x12\x80\x01\n" +
@@ -1198,7 +1436,7 @@ func file_keyhouse_activations_v1_leases_proto_rawDescGZIP() []byte {
 	return file_keyhouse_activations_v1_leases_proto_rawDescData
 }
 
-var file_keyhouse_activations_v1_leases_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_keyhouse_activations_v1_leases_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_keyhouse_activations_v1_leases_proto_goTypes = []any{
 	(*LeasePolicy)(nil),               // 0: keyhouse.activations.v1.LeasePolicy
 	(*PutLeasePolicyRequest)(nil),     // 1: keyhouse.activations.v1.PutLeasePolicyRequest
@@ -1209,50 +1447,62 @@ var file_keyhouse_activations_v1_leases_proto_goTypes = []any{
 	(*DeleteLeasePolicyResponse)(nil), // 6: keyhouse.activations.v1.DeleteLeasePolicyResponse
 	(*CreateLeaseRequest)(nil),        // 7: keyhouse.activations.v1.CreateLeaseRequest
 	(*CreateLeaseResponse)(nil),       // 8: keyhouse.activations.v1.CreateLeaseResponse
-	(*ListLeaseKeysRequest)(nil),      // 9: keyhouse.activations.v1.ListLeaseKeysRequest
-	(*LeaseKey)(nil),                  // 10: keyhouse.activations.v1.LeaseKey
-	(*ListLeaseKeysResponse)(nil),     // 11: keyhouse.activations.v1.ListLeaseKeysResponse
-	(*RotateLeaseKeysRequest)(nil),    // 12: keyhouse.activations.v1.RotateLeaseKeysRequest
-	(*RotateLeaseKeysResponse)(nil),   // 13: keyhouse.activations.v1.RotateLeaseKeysResponse
-	(*ListSeatLeasesRequest)(nil),     // 14: keyhouse.activations.v1.ListSeatLeasesRequest
-	(*SeatLease)(nil),                 // 15: keyhouse.activations.v1.SeatLease
-	(*ListSeatLeasesResponse)(nil),    // 16: keyhouse.activations.v1.ListSeatLeasesResponse
-	nil,                               // 17: keyhouse.activations.v1.CreateLeaseRequest.ComponentsEntry
-	nil,                               // 18: keyhouse.activations.v1.SeatLease.ComponentsEntry
-	(*timestamppb.Timestamp)(nil),     // 19: google.protobuf.Timestamp
+	(*CreateLeaseBatchRequest)(nil),   // 9: keyhouse.activations.v1.CreateLeaseBatchRequest
+	(*CreateLeaseBatchItem)(nil),      // 10: keyhouse.activations.v1.CreateLeaseBatchItem
+	(*CreateLeaseBatchResponse)(nil),  // 11: keyhouse.activations.v1.CreateLeaseBatchResponse
+	(*CreateLeaseBatchResult)(nil),    // 12: keyhouse.activations.v1.CreateLeaseBatchResult
+	(*ListLeaseKeysRequest)(nil),      // 13: keyhouse.activations.v1.ListLeaseKeysRequest
+	(*LeaseKey)(nil),                  // 14: keyhouse.activations.v1.LeaseKey
+	(*ListLeaseKeysResponse)(nil),     // 15: keyhouse.activations.v1.ListLeaseKeysResponse
+	(*RotateLeaseKeysRequest)(nil),    // 16: keyhouse.activations.v1.RotateLeaseKeysRequest
+	(*RotateLeaseKeysResponse)(nil),   // 17: keyhouse.activations.v1.RotateLeaseKeysResponse
+	(*ListSeatLeasesRequest)(nil),     // 18: keyhouse.activations.v1.ListSeatLeasesRequest
+	(*SeatLease)(nil),                 // 19: keyhouse.activations.v1.SeatLease
+	(*ListSeatLeasesResponse)(nil),    // 20: keyhouse.activations.v1.ListSeatLeasesResponse
+	nil,                               // 21: keyhouse.activations.v1.CreateLeaseRequest.ComponentsEntry
+	nil,                               // 22: keyhouse.activations.v1.SeatLease.ComponentsEntry
+	(*timestamppb.Timestamp)(nil),     // 23: google.protobuf.Timestamp
+	(*CallStatus)(nil),                // 24: keyhouse.activations.v1.CallStatus
 }
 var file_keyhouse_activations_v1_leases_proto_depIdxs = []int32{
-	19, // 0: keyhouse.activations.v1.LeasePolicy.updated_at:type_name -> google.protobuf.Timestamp
+	23, // 0: keyhouse.activations.v1.LeasePolicy.updated_at:type_name -> google.protobuf.Timestamp
 	0,  // 1: keyhouse.activations.v1.PutLeasePolicyResponse.policy:type_name -> keyhouse.activations.v1.LeasePolicy
 	0,  // 2: keyhouse.activations.v1.ListLeasePoliciesResponse.policies:type_name -> keyhouse.activations.v1.LeasePolicy
-	17, // 3: keyhouse.activations.v1.CreateLeaseRequest.components:type_name -> keyhouse.activations.v1.CreateLeaseRequest.ComponentsEntry
-	19, // 4: keyhouse.activations.v1.CreateLeaseResponse.expires_at:type_name -> google.protobuf.Timestamp
-	19, // 5: keyhouse.activations.v1.CreateLeaseResponse.renew_after:type_name -> google.protobuf.Timestamp
-	19, // 6: keyhouse.activations.v1.LeaseKey.retire_at:type_name -> google.protobuf.Timestamp
-	10, // 7: keyhouse.activations.v1.ListLeaseKeysResponse.keys:type_name -> keyhouse.activations.v1.LeaseKey
-	19, // 8: keyhouse.activations.v1.RotateLeaseKeysResponse.retire_at:type_name -> google.protobuf.Timestamp
-	19, // 9: keyhouse.activations.v1.SeatLease.lease_expires_at:type_name -> google.protobuf.Timestamp
-	18, // 10: keyhouse.activations.v1.SeatLease.components:type_name -> keyhouse.activations.v1.SeatLease.ComponentsEntry
-	15, // 11: keyhouse.activations.v1.ListSeatLeasesResponse.seats:type_name -> keyhouse.activations.v1.SeatLease
-	1,  // 12: keyhouse.activations.v1.LeasesService.PutLeasePolicy:input_type -> keyhouse.activations.v1.PutLeasePolicyRequest
-	3,  // 13: keyhouse.activations.v1.LeasesService.ListLeasePolicies:input_type -> keyhouse.activations.v1.ListLeasePoliciesRequest
-	5,  // 14: keyhouse.activations.v1.LeasesService.DeleteLeasePolicy:input_type -> keyhouse.activations.v1.DeleteLeasePolicyRequest
-	7,  // 15: keyhouse.activations.v1.LeasesService.CreateLease:input_type -> keyhouse.activations.v1.CreateLeaseRequest
-	9,  // 16: keyhouse.activations.v1.LeasesService.ListLeaseKeys:input_type -> keyhouse.activations.v1.ListLeaseKeysRequest
-	14, // 17: keyhouse.activations.v1.LeasesService.ListSeatLeases:input_type -> keyhouse.activations.v1.ListSeatLeasesRequest
-	12, // 18: keyhouse.activations.v1.LeasesService.RotateLeaseKeys:input_type -> keyhouse.activations.v1.RotateLeaseKeysRequest
-	2,  // 19: keyhouse.activations.v1.LeasesService.PutLeasePolicy:output_type -> keyhouse.activations.v1.PutLeasePolicyResponse
-	4,  // 20: keyhouse.activations.v1.LeasesService.ListLeasePolicies:output_type -> keyhouse.activations.v1.ListLeasePoliciesResponse
-	6,  // 21: keyhouse.activations.v1.LeasesService.DeleteLeasePolicy:output_type -> keyhouse.activations.v1.DeleteLeasePolicyResponse
-	8,  // 22: keyhouse.activations.v1.LeasesService.CreateLease:output_type -> keyhouse.activations.v1.CreateLeaseResponse
-	11, // 23: keyhouse.activations.v1.LeasesService.ListLeaseKeys:output_type -> keyhouse.activations.v1.ListLeaseKeysResponse
-	16, // 24: keyhouse.activations.v1.LeasesService.ListSeatLeases:output_type -> keyhouse.activations.v1.ListSeatLeasesResponse
-	13, // 25: keyhouse.activations.v1.LeasesService.RotateLeaseKeys:output_type -> keyhouse.activations.v1.RotateLeaseKeysResponse
-	19, // [19:26] is the sub-list for method output_type
-	12, // [12:19] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	21, // 3: keyhouse.activations.v1.CreateLeaseRequest.components:type_name -> keyhouse.activations.v1.CreateLeaseRequest.ComponentsEntry
+	23, // 4: keyhouse.activations.v1.CreateLeaseResponse.expires_at:type_name -> google.protobuf.Timestamp
+	23, // 5: keyhouse.activations.v1.CreateLeaseResponse.renew_after:type_name -> google.protobuf.Timestamp
+	10, // 6: keyhouse.activations.v1.CreateLeaseBatchRequest.items:type_name -> keyhouse.activations.v1.CreateLeaseBatchItem
+	7,  // 7: keyhouse.activations.v1.CreateLeaseBatchItem.request:type_name -> keyhouse.activations.v1.CreateLeaseRequest
+	12, // 8: keyhouse.activations.v1.CreateLeaseBatchResponse.results:type_name -> keyhouse.activations.v1.CreateLeaseBatchResult
+	8,  // 9: keyhouse.activations.v1.CreateLeaseBatchResult.response:type_name -> keyhouse.activations.v1.CreateLeaseResponse
+	24, // 10: keyhouse.activations.v1.CreateLeaseBatchResult.error:type_name -> keyhouse.activations.v1.CallStatus
+	23, // 11: keyhouse.activations.v1.LeaseKey.retire_at:type_name -> google.protobuf.Timestamp
+	14, // 12: keyhouse.activations.v1.ListLeaseKeysResponse.keys:type_name -> keyhouse.activations.v1.LeaseKey
+	23, // 13: keyhouse.activations.v1.RotateLeaseKeysResponse.retire_at:type_name -> google.protobuf.Timestamp
+	23, // 14: keyhouse.activations.v1.SeatLease.lease_expires_at:type_name -> google.protobuf.Timestamp
+	22, // 15: keyhouse.activations.v1.SeatLease.components:type_name -> keyhouse.activations.v1.SeatLease.ComponentsEntry
+	19, // 16: keyhouse.activations.v1.ListSeatLeasesResponse.seats:type_name -> keyhouse.activations.v1.SeatLease
+	1,  // 17: keyhouse.activations.v1.LeasesService.PutLeasePolicy:input_type -> keyhouse.activations.v1.PutLeasePolicyRequest
+	3,  // 18: keyhouse.activations.v1.LeasesService.ListLeasePolicies:input_type -> keyhouse.activations.v1.ListLeasePoliciesRequest
+	5,  // 19: keyhouse.activations.v1.LeasesService.DeleteLeasePolicy:input_type -> keyhouse.activations.v1.DeleteLeasePolicyRequest
+	7,  // 20: keyhouse.activations.v1.LeasesService.CreateLease:input_type -> keyhouse.activations.v1.CreateLeaseRequest
+	9,  // 21: keyhouse.activations.v1.LeasesService.CreateLeaseBatch:input_type -> keyhouse.activations.v1.CreateLeaseBatchRequest
+	13, // 22: keyhouse.activations.v1.LeasesService.ListLeaseKeys:input_type -> keyhouse.activations.v1.ListLeaseKeysRequest
+	18, // 23: keyhouse.activations.v1.LeasesService.ListSeatLeases:input_type -> keyhouse.activations.v1.ListSeatLeasesRequest
+	16, // 24: keyhouse.activations.v1.LeasesService.RotateLeaseKeys:input_type -> keyhouse.activations.v1.RotateLeaseKeysRequest
+	2,  // 25: keyhouse.activations.v1.LeasesService.PutLeasePolicy:output_type -> keyhouse.activations.v1.PutLeasePolicyResponse
+	4,  // 26: keyhouse.activations.v1.LeasesService.ListLeasePolicies:output_type -> keyhouse.activations.v1.ListLeasePoliciesResponse
+	6,  // 27: keyhouse.activations.v1.LeasesService.DeleteLeasePolicy:output_type -> keyhouse.activations.v1.DeleteLeasePolicyResponse
+	8,  // 28: keyhouse.activations.v1.LeasesService.CreateLease:output_type -> keyhouse.activations.v1.CreateLeaseResponse
+	11, // 29: keyhouse.activations.v1.LeasesService.CreateLeaseBatch:output_type -> keyhouse.activations.v1.CreateLeaseBatchResponse
+	15, // 30: keyhouse.activations.v1.LeasesService.ListLeaseKeys:output_type -> keyhouse.activations.v1.ListLeaseKeysResponse
+	20, // 31: keyhouse.activations.v1.LeasesService.ListSeatLeases:output_type -> keyhouse.activations.v1.ListSeatLeasesResponse
+	17, // 32: keyhouse.activations.v1.LeasesService.RotateLeaseKeys:output_type -> keyhouse.activations.v1.RotateLeaseKeysResponse
+	25, // [25:33] is the sub-list for method output_type
+	17, // [17:25] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_keyhouse_activations_v1_leases_proto_init() }
@@ -1260,18 +1510,23 @@ func file_keyhouse_activations_v1_leases_proto_init() {
 	if File_keyhouse_activations_v1_leases_proto != nil {
 		return
 	}
+	file_keyhouse_activations_v1_activations_proto_init()
 	file_keyhouse_activations_v1_leases_proto_msgTypes[1].OneofWrappers = []any{}
 	file_keyhouse_activations_v1_leases_proto_msgTypes[7].OneofWrappers = []any{}
 	file_keyhouse_activations_v1_leases_proto_msgTypes[8].OneofWrappers = []any{}
-	file_keyhouse_activations_v1_leases_proto_msgTypes[12].OneofWrappers = []any{}
-	file_keyhouse_activations_v1_leases_proto_msgTypes[13].OneofWrappers = []any{}
+	file_keyhouse_activations_v1_leases_proto_msgTypes[12].OneofWrappers = []any{
+		(*CreateLeaseBatchResult_Response)(nil),
+		(*CreateLeaseBatchResult_Error)(nil),
+	}
+	file_keyhouse_activations_v1_leases_proto_msgTypes[16].OneofWrappers = []any{}
+	file_keyhouse_activations_v1_leases_proto_msgTypes[17].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_keyhouse_activations_v1_leases_proto_rawDesc), len(file_keyhouse_activations_v1_leases_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   19,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

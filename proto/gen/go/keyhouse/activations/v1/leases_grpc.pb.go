@@ -23,6 +23,7 @@ const (
 	LeasesService_ListLeasePolicies_FullMethodName = "/keyhouse.activations.v1.LeasesService/ListLeasePolicies"
 	LeasesService_DeleteLeasePolicy_FullMethodName = "/keyhouse.activations.v1.LeasesService/DeleteLeasePolicy"
 	LeasesService_CreateLease_FullMethodName       = "/keyhouse.activations.v1.LeasesService/CreateLease"
+	LeasesService_CreateLeaseBatch_FullMethodName  = "/keyhouse.activations.v1.LeasesService/CreateLeaseBatch"
 	LeasesService_ListLeaseKeys_FullMethodName     = "/keyhouse.activations.v1.LeasesService/ListLeaseKeys"
 	LeasesService_ListSeatLeases_FullMethodName    = "/keyhouse.activations.v1.LeasesService/ListSeatLeases"
 	LeasesService_RotateLeaseKeys_FullMethodName   = "/keyhouse.activations.v1.LeasesService/RotateLeaseKeys"
@@ -46,6 +47,12 @@ type LeasesServiceClient interface {
 	// A lease for the seat the activation token holds (or, for a bound seat, the seat of
 	// instance_id on the machine whose components match).
 	CreateLease(ctx context.Context, in *CreateLeaseRequest, opts ...grpc.CallOption) (*CreateLeaseResponse, error)
+	// Many CreateLease calls in one: the gateway sends the lease requests that arrive while
+	// earlier ones are out together. Each item is checked, signed, refused or failed exactly
+	// as CreateLease would, and answered on its own; the items' seats, policies and keys are
+	// one read, their licenses one lookup, and the floating seats they renew one update.
+	// No REST route.
+	CreateLeaseBatch(ctx context.Context, in *CreateLeaseBatchRequest, opts ...grpc.CallOption) (*CreateLeaseBatchResponse, error)
 	// The JWKS of the keys that sign a tenant's leases (self-hosted: the one set).
 	ListLeaseKeys(ctx context.Context, in *ListLeaseKeysRequest, opts ...grpc.CallOption) (*ListLeaseKeysResponse, error)
 	// The seats of a license with their lease ends and bound components (the console's
@@ -103,6 +110,16 @@ func (c *leasesServiceClient) CreateLease(ctx context.Context, in *CreateLeaseRe
 	return out, nil
 }
 
+func (c *leasesServiceClient) CreateLeaseBatch(ctx context.Context, in *CreateLeaseBatchRequest, opts ...grpc.CallOption) (*CreateLeaseBatchResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CreateLeaseBatchResponse)
+	err := c.cc.Invoke(ctx, LeasesService_CreateLeaseBatch_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *leasesServiceClient) ListLeaseKeys(ctx context.Context, in *ListLeaseKeysRequest, opts ...grpc.CallOption) (*ListLeaseKeysResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ListLeaseKeysResponse)
@@ -151,6 +168,12 @@ type LeasesServiceServer interface {
 	// A lease for the seat the activation token holds (or, for a bound seat, the seat of
 	// instance_id on the machine whose components match).
 	CreateLease(context.Context, *CreateLeaseRequest) (*CreateLeaseResponse, error)
+	// Many CreateLease calls in one: the gateway sends the lease requests that arrive while
+	// earlier ones are out together. Each item is checked, signed, refused or failed exactly
+	// as CreateLease would, and answered on its own; the items' seats, policies and keys are
+	// one read, their licenses one lookup, and the floating seats they renew one update.
+	// No REST route.
+	CreateLeaseBatch(context.Context, *CreateLeaseBatchRequest) (*CreateLeaseBatchResponse, error)
 	// The JWKS of the keys that sign a tenant's leases (self-hosted: the one set).
 	ListLeaseKeys(context.Context, *ListLeaseKeysRequest) (*ListLeaseKeysResponse, error)
 	// The seats of a license with their lease ends and bound components (the console's
@@ -179,6 +202,9 @@ func (UnimplementedLeasesServiceServer) DeleteLeasePolicy(context.Context, *Dele
 }
 func (UnimplementedLeasesServiceServer) CreateLease(context.Context, *CreateLeaseRequest) (*CreateLeaseResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method CreateLease not implemented")
+}
+func (UnimplementedLeasesServiceServer) CreateLeaseBatch(context.Context, *CreateLeaseBatchRequest) (*CreateLeaseBatchResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CreateLeaseBatch not implemented")
 }
 func (UnimplementedLeasesServiceServer) ListLeaseKeys(context.Context, *ListLeaseKeysRequest) (*ListLeaseKeysResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListLeaseKeys not implemented")
@@ -282,6 +308,24 @@ func _LeasesService_CreateLease_Handler(srv interface{}, ctx context.Context, de
 	return interceptor(ctx, in, info, handler)
 }
 
+func _LeasesService_CreateLeaseBatch_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CreateLeaseBatchRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LeasesServiceServer).CreateLeaseBatch(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: LeasesService_CreateLeaseBatch_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LeasesServiceServer).CreateLeaseBatch(ctx, req.(*CreateLeaseBatchRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _LeasesService_ListLeaseKeys_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ListLeaseKeysRequest)
 	if err := dec(in); err != nil {
@@ -358,6 +402,10 @@ var LeasesService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "CreateLease",
 			Handler:    _LeasesService_CreateLease_Handler,
+		},
+		{
+			MethodName: "CreateLeaseBatch",
+			Handler:    _LeasesService_CreateLeaseBatch_Handler,
 		},
 		{
 			MethodName: "ListLeaseKeys",
