@@ -214,3 +214,69 @@ func TestSpineRunsThePostCommitPathOnce(t *testing.T) {
 		t.Fatal("an invalid event committed")
 	}
 }
+
+// EmitAll: a batched change's events are one outbox row each, in the order given, each
+// with its own id and the actor of the call (or its own); every one reaches the
+// post-commit path; a rollback leaves none, and one invalid event writes none.
+func TestEmitAllWritesEveryEventOfABatchOrNone(t *testing.T) {
+	ctx := telemetry.WithRequestID(context.Background(), "req-7")
+	db := newOutbox(t)
+	relay := &counter{}
+	var local []string
+	spine := NewSpine(WithRelay(relay), WithLocal(func(ev *eventsv1.Event) { local = append(local, LicenseKey(ev)) }))
+
+	ownActor := SeatActivated("t1", "K-2", "app", "i-2")
+	ownActor.Actor = Actor(ActorClient, "req-item")
+	if err := spine.InTx(ctx, db, func(ctx context.Context, tx pgx.Tx) error {
+		return EmitAll(ctx, tx, SeatActivated("t1", "K-1", "app", "i-1"), ownActor, SeatDeactivated("t2", "K-3", "app", "i-3", ReasonClient))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := db.Query(ctx, `SELECT payload FROM outbox ORDER BY id`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	payloads, err := pgx.CollectRows(rows, pgx.RowTo[[]byte])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	ids := map[string]bool{}
+	for _, p := range payloads {
+		ev, err := Unmarshal(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[ev.GetId()] = true
+		got = append(got, ev.GetType()+" "+LicenseKey(ev)+" "+ev.GetActor().GetRequestId().GetValue())
+	}
+	want := []string{"seat.activated K-1 req-7", "seat.activated K-2 req-item", "seat.deactivated K-3 req-7"}
+	if !slices.Equal(got, want) || len(ids) != 3 {
+		t.Fatalf("outbox holds %v (%d distinct ids), want %v", got, len(ids), want)
+	}
+	if !slices.Equal(local, []string{"K-1", "K-2", "K-3"}) || relay.n.Load() != 1 {
+		t.Fatalf("post-commit path saw %v, relay woken %d times; want every event once, one wake-up", local, relay.n.Load())
+	}
+
+	boom := errors.New("forced failure after the write")
+	if err := spine.InTx(ctx, db, func(ctx context.Context, tx pgx.Tx) error {
+		if err := EmitAll(ctx, tx, LicenseRevoked("t1", "K-4", "app"), LicenseRevoked("t1", "K-5", "app")); err != nil {
+			return err
+		}
+		return boom
+	}); !errors.Is(err, boom) {
+		t.Fatal(err)
+	}
+	if err := spine.InTx(ctx, db, func(ctx context.Context, tx pgx.Tx) error {
+		return EmitAll(ctx, tx, LicenseRevoked("t1", "K-6", "app"), LicenseRevoked("", "K-7", "app"))
+	}); err == nil {
+		t.Fatal("a batch with an event without tenant committed")
+	}
+	var n int
+	if err := db.QueryRow(ctx, `SELECT count(*) FROM outbox`).Scan(&n); err != nil || n != 3 {
+		t.Fatalf("outbox holds %d rows after a rollback and a refused batch, want 3 (%v)", n, err)
+	}
+	if relay.n.Load() != 1 {
+		t.Fatalf("the relay was woken for a transaction that did not commit")
+	}
+}

@@ -108,9 +108,9 @@ type pending struct {
 	events []*eventsv1.Event
 }
 
-func (p *pending) add(ev *eventsv1.Event) {
+func (p *pending) add(evs ...*eventsv1.Event) {
 	p.mu.Lock()
-	p.events = append(p.events, ev)
+	p.events = append(p.events, evs...)
 	p.mu.Unlock()
 }
 

@@ -29,14 +29,41 @@ import (
 // service's migrations: `serve` refuses a schema that is behind, and only `migrate` may
 // change it; a test per service holds the copy to OutboxTable (pgxx.CheckSharedTables).
 // A service whose outbox was created from an earlier version adds the upgrades instead
-// (OutboxTable.Earlier; today OutboxParkingMigration).
+// (OutboxTable.Earlier: OutboxParkingMigration, OutboxRetryIndexMigration).
 //
 // msg_id is unique because it names the event, not the attempt. A row is pending until it
 // is sent or parked (parked_at, park_reason: it can never be published, see Relay);
 // retry_at holds a row back after a failure that was its own, failures counts those. The
-// partial indexes keep the relay's "oldest pending first" query cheap however many sent
-// or parked rows wait, per tenant too, and keep cleanup cheap.
+// partial indexes keep the relay's claim cheap however many sent or parked rows wait:
+// outbox_pending_tenant finds the tenants with pending rows and each tenant's oldest,
+// outbox_retrying a tenant's row waiting to retry without reading its other pending rows
+// (a row is in it only after a failure), and the sent and parked ones keep cleanup cheap.
+// Every index is written by every event's INSERT, so none is kept that the relay's
+// queries do not use (see OutboxRetryIndexMigration).
 const OutboxTableSQL = `CREATE TABLE outbox (
+    id          bigserial   PRIMARY KEY,
+    tenant_id   text        NOT NULL,
+    subject     text        NOT NULL,
+    msg_id      text        NOT NULL UNIQUE,
+    payload     bytea       NOT NULL,
+    headers     jsonb       NOT NULL DEFAULT '{}'::jsonb,
+    created_at  timestamptz NOT NULL DEFAULT now(),
+    sent_at     timestamptz NULL,
+    attempts    integer     NOT NULL DEFAULT 0,
+    last_error  text        NULL,
+    failures    integer     NOT NULL DEFAULT 0,
+    retry_at    timestamptz NULL,
+    parked_at   timestamptz NULL,
+    park_reason text        NULL
+);
+CREATE INDEX outbox_pending_tenant ON outbox (tenant_id, id) WHERE sent_at IS NULL AND parked_at IS NULL;
+CREATE INDEX outbox_retrying ON outbox (tenant_id, id) WHERE retry_at IS NOT NULL AND sent_at IS NULL AND parked_at IS NULL;
+CREATE INDEX outbox_sent_at ON outbox (sent_at) WHERE sent_at IS NOT NULL;
+CREATE INDEX outbox_parked ON outbox (parked_at) WHERE parked_at IS NOT NULL;
+`
+
+// outboxTableV2SQL is OutboxTableSQL with parking, before OutboxRetryIndexMigration.
+const outboxTableV2SQL = `CREATE TABLE outbox (
     id          bigserial   PRIMARY KEY,
     tenant_id   text        NOT NULL,
     subject     text        NOT NULL,
@@ -103,11 +130,34 @@ ALTER TABLE outbox
     DROP COLUMN failures;
 `
 
+// OutboxRetryIndexMigration takes an outbox created from the second OutboxTableSQL (with
+// parking) to the current one. outbox_pending (id) goes: the claim finds rows through
+// outbox_pending_tenant and locks them by primary key, so it was one more index entry
+// written by every event and read by nothing. outbox_retrying comes: the claim's test
+// "does a row of this tenant wait to retry" read every pending row of the tenant; it
+// reads this index, which holds only rows that failed. Every service copies it verbatim
+// as a new migration file of its own. Both statements are quick on an outbox of the
+// usual size (rows go as they are sent), and CREATE INDEX blocks the outbox's writes
+// only while it runs.
+const OutboxRetryIndexMigration = `-- +goose Up
+-- The outbox drops an index no query reads and indexes the rows waiting to retry
+-- (pkg/natsx OutboxRetryIndexMigration, copied verbatim).
+DROP INDEX outbox_pending;
+CREATE INDEX outbox_retrying ON outbox (tenant_id, id) WHERE retry_at IS NOT NULL AND sent_at IS NULL AND parked_at IS NULL;
+
+-- +goose Down
+DROP INDEX outbox_retrying;
+CREATE INDEX outbox_pending ON outbox (id) WHERE sent_at IS NULL AND parked_at IS NULL;
+`
+
 // OutboxTable is the outbox's DDL with its history, for a service's migration test:
 // pgxx.CheckSharedTables(migrations.FS, natsx.OutboxTable).
 var OutboxTable = pgxx.SharedTable{
-	Create:  OutboxTableSQL,
-	Earlier: []pgxx.SharedTableVersion{{Create: outboxTableV1SQL, Upgrade: OutboxParkingMigration}},
+	Create: OutboxTableSQL,
+	Earlier: []pgxx.SharedTableVersion{
+		{Create: outboxTableV1SQL, Upgrade: OutboxParkingMigration},
+		{Create: outboxTableV2SQL, Upgrade: OutboxRetryIndexMigration},
+	},
 }
 
 // HeaderTenant carries Message.TenantID on the published message, so a consumer scopes
@@ -139,24 +189,64 @@ type Message struct {
 // relay deleted on sending (WithRetention) is no longer there to match: a second enqueue
 // after that is dropped by the stream's duplicate window, or by idempotent consumers.
 func Enqueue(ctx context.Context, tx pgx.Tx, m Message) error {
-	if err := m.validate(); err != nil {
-		return err
+	return EnqueueAll(ctx, tx, m)
+}
+
+// EnqueueAll is Enqueue for the messages of a batched change: one row per message, in
+// the order given (a tenant's rows are published in that order), written by one
+// statement instead of one per message. Every message is checked before anything is
+// written.
+func EnqueueAll(ctx context.Context, tx pgx.Tx, msgs ...Message) error {
+	for _, m := range msgs {
+		if err := m.validate(); err != nil {
+			return err
+		}
 	}
-	payload := m.Payload
-	if payload == nil {
-		payload = []byte{}
+	switch len(msgs) {
+	case 0:
+		return nil
+	case 1:
+		m := msgs[0]
+		_, err := tx.Exec(ctx, `INSERT INTO outbox (tenant_id, subject, msg_id, payload, headers)
+			VALUES ($1, $2, $3, $4, $5) ON CONFLICT (msg_id) DO NOTHING`,
+			m.TenantID, m.Subject, m.MsgID, m.payload(), m.headers())
+		if err != nil {
+			return fmt.Errorf("natsx: enqueue %s: %w", m.Subject, err)
+		}
+		return nil
 	}
-	headers := m.Header
-	if headers == nil {
-		headers = map[string]string{}
+	tenants, subjects, msgIDs := make([]string, len(msgs)), make([]string, len(msgs)), make([]string, len(msgs))
+	payloads, headers := make([][]byte, len(msgs)), make([]map[string]string, len(msgs))
+	for i, m := range msgs {
+		tenants[i], subjects[i], msgIDs[i], payloads[i], headers[i] = m.TenantID, m.Subject, m.MsgID, m.payload(), m.headers()
 	}
+	// ORDER BY n: the ids (bigserial) follow the order given, which is the order the
+	// relay publishes a tenant's rows in.
 	_, err := tx.Exec(ctx, `INSERT INTO outbox (tenant_id, subject, msg_id, payload, headers)
-		VALUES ($1, $2, $3, $4, $5) ON CONFLICT (msg_id) DO NOTHING`,
-		m.TenantID, m.Subject, m.MsgID, payload, headers)
+		SELECT tenant_id, subject, msg_id, payload, headers
+		FROM unnest($1::text[], $2::text[], $3::text[], $4::bytea[], $5::jsonb[])
+			WITH ORDINALITY AS m(tenant_id, subject, msg_id, payload, headers, n)
+		ORDER BY n
+		ON CONFLICT (msg_id) DO NOTHING`,
+		tenants, subjects, msgIDs, payloads, headers)
 	if err != nil {
-		return fmt.Errorf("natsx: enqueue %s: %w", m.Subject, err)
+		return fmt.Errorf("natsx: enqueue %d messages (%s, …): %w", len(msgs), msgs[0].Subject, err)
 	}
 	return nil
+}
+
+func (m Message) payload() []byte {
+	if m.Payload == nil {
+		return []byte{}
+	}
+	return m.Payload
+}
+
+func (m Message) headers() map[string]string {
+	if m.Header == nil {
+		return map[string]string{}
+	}
+	return m.Header
 }
 
 func (m Message) validate() error {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/keyhouse/keyhouse/pkg/events"
+	eventsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/events/v1"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -277,10 +278,12 @@ func (s *Store) SweepLapsed(ctx context.Context, limit int, remember time.Durati
 		if err != nil {
 			return err
 		}
-		for _, l := range lapsed {
-			if err := events.Emit(ctx, tx, events.SeatDeactivated(l.Tenant, l.Key, l.ProductID, l.Instance, events.ReasonLeaseExpired)); err != nil {
-				return err
-			}
+		expired := make([]*eventsv1.Event, len(lapsed))
+		for i, l := range lapsed {
+			expired[i] = events.SeatDeactivated(l.Tenant, l.Key, l.ProductID, l.Instance, events.ReasonLeaseExpired)
+		}
+		if err := events.EmitAll(ctx, tx, expired...); err != nil {
+			return err
 		}
 		_, err = tx.Exec(ctx, `DELETE FROM lapsed_seats WHERE lapsed_at < now() - make_interval(secs => $1)`, remember.Seconds())
 		return err

@@ -190,6 +190,7 @@ func (s *Store) ChangeSeats(ctx context.Context, changes []SeatChange) ([]SeatCh
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			return err
 		}
+		var evs []*eventsv1.Event
 		for i, c := range changes {
 			var ev *eventsv1.Event
 			switch h := happened[i]; {
@@ -201,11 +202,9 @@ func (s *Store) ChangeSeats(ctx context.Context, changes []SeatChange) ([]SeatCh
 				continue
 			}
 			ev.Actor = events.Actor(events.ActorClient, c.RequestID)
-			if err := events.Emit(ctx, tx, ev); err != nil {
-				return err
-			}
+			evs = append(evs, ev)
 		}
-		return nil
+		return events.EmitAll(ctx, tx, evs...)
 	})
 	if err != nil {
 		return nil, err
@@ -435,6 +434,7 @@ func addUsages(ctx context.Context, tx pgx.Tx, op []byte, incs []Increment) ([]A
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return nil, err
 	}
+	var reached []*eventsv1.Event
 	for i, u := range used {
 		if u == nil {
 			continue
@@ -443,10 +443,11 @@ func addUsages(ctx context.Context, tx pgx.Tx, op []byte, incs []Increment) ([]A
 		if inc := &incs[i]; float64(*u) == inc.Limit {
 			ev := events.UsageLimitReached(inc.Tenant, inc.Key, inc.ProductID, inc.Metric, float64(*u), inc.Limit)
 			ev.Actor = events.Actor(events.ActorClient, inc.RequestID)
-			if err := events.Emit(ctx, tx, ev); err != nil {
-				return nil, err
-			}
+			reached = append(reached, ev)
 		}
+	}
+	if err := events.EmitAll(ctx, tx, reached...); err != nil {
+		return nil, err
 	}
 	return added, nil
 }
@@ -620,10 +621,12 @@ func (s *Store) Purge(ctx context.Context, tenant, key, productID string, delete
 			return err
 		}
 		slices.Sort(instances)
-		for _, instance := range instances {
-			if err := events.Emit(ctx, tx, events.SeatDeactivated(tenant, key, productID, instance, events.ReasonLicenseDeleted)); err != nil {
-				return err
-			}
+		removed := make([]*eventsv1.Event, len(instances))
+		for i, instance := range instances {
+			removed[i] = events.SeatDeactivated(tenant, key, productID, instance, events.ReasonLicenseDeleted)
+		}
+		if err := events.EmitAll(ctx, tx, removed...); err != nil {
+			return err
 		}
 		_, err = tx.Exec(ctx, `DELETE FROM usage WHERE tenant_id = $1 AND license_key = $2`, tenant, key)
 		return err

@@ -195,9 +195,22 @@ func (w *Worker) claimAndStart(ctx context.Context) int {
 // one by one for the claiming loop (which bounded one endpoint near 50 deliveries/s on a
 // loaded machine). The first failed attempt ends the lane and frees the slot, so a slow or
 // dead endpoint still holds at most PerEndpoint slots and its retries follow the schedule.
+//
+// A lane claims from its cursor (ClaimNext's after: the due time of the delivery it just
+// made), so a claim does not read again what the endpoint's earlier deliveries left at the
+// front of its due index; every laneRescanEvery claims, and when the cursor finds nothing,
+// it claims from the front, so a delivery due before the cursor (a retry, a late fan-out)
+// waits at most that many deliveries of the lane.
 func (w *Worker) lane(ctx context.Context, d Due) {
-	for w.attempt(ctx, d) && ctx.Err() == nil {
-		next, ok, err := w.Store.ClaimNext(ctx, w.Now(), w.Lease, d.TenantID, d.EndpointID)
+	for n := 1; w.attempt(ctx, d) && ctx.Err() == nil; n++ {
+		after := d.DueAt
+		if n%laneRescanEvery == 0 {
+			after = time.Time{}
+		}
+		next, ok, err := w.Store.ClaimNext(ctx, w.Now(), w.Lease, d.TenantID, d.EndpointID, after)
+		if err == nil && !ok && !after.IsZero() {
+			next, ok, err = w.Store.ClaimNext(ctx, w.Now(), w.Lease, d.TenantID, d.EndpointID, time.Time{})
+		}
 		if err != nil {
 			if ctx.Err() == nil {
 				w.Log.Warn("webhooks: claiming the endpoint's next delivery failed", "endpoint_id", d.EndpointID, "err", err)
@@ -210,6 +223,10 @@ func (w *Worker) lane(ctx context.Context, d Due) {
 		d = next
 	}
 }
+
+// laneRescanEvery is how often a lane claims from the front of its endpoint's due
+// deliveries instead of from its cursor.
+const laneRescanEvery = 64
 
 // attempt delivers d once and records the result; it reports a recorded success.
 func (w *Worker) attempt(ctx context.Context, d Due) bool {

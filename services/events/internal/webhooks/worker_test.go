@@ -562,3 +562,51 @@ func TestFailedAttemptEndsTheLane(t *testing.T) {
 		t.Fatalf("the failing endpoint got %d attempts from one slot, want 1", n)
 	}
 }
+
+// A lane claims from its cursor (the due time of the delivery it just made), yet a
+// delivery due before the cursor, which appears while the lane runs (a fan-out that
+// committed late, a retry that came due), is delivered by the same lane.
+func TestLaneDeliversWhatBecameDueBehindItsCursor(t *testing.T) {
+	f := newFixture(t)
+	var got []string
+	var mu sync.Mutex
+	late := "evt_behind_cursor"
+	recv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		got = append(got, string(body))
+		first := len(got) == 1
+		mu.Unlock()
+		if first {
+			// Due an hour before every delivery the lane has seen.
+			err := pgxx.InTx(context.Background(), f.store.db, func(tx pgx.Tx) error {
+				_, err := f.store.Fanout(context.Background(), tx, "t1", late, "license.issued",
+					[]byte(`{"id":"`+late+`"}`), f.clock.Now().Add(-time.Hour))
+				return err
+			})
+			if err != nil {
+				t.Error(err)
+			}
+		}
+	}))
+	t.Cleanup(recv.Close)
+	ep, _ := f.endpoint("t1", recv.URL)
+	for i := range 5 {
+		f.event("t1", fmt.Sprintf("evt_cursor_%02d", i), "license.issued")
+		f.clock.Add(time.Second)
+	}
+	f.worker.Concurrency, f.worker.PerEndpoint = 4, 1
+	if n := f.worker.RunOnce(context.Background()); n != 1 {
+		t.Fatalf("the claiming round took %d deliveries, want one lane", n)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) != 6 || !strings.Contains(got[len(got)-1], late) {
+		t.Fatalf("the lane delivered %d bodies (last %q), want the 5 deliveries then the one due behind its cursor", len(got), got[len(got)-1])
+	}
+	for _, d := range f.deliveries("t1", ep.ID) {
+		if d.Status != StatusSucceeded {
+			t.Fatalf("delivery %s of %s is %s", d.ID, d.EventID, d.Status)
+		}
+	}
+}

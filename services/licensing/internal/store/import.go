@@ -9,6 +9,7 @@ import (
 
 	"github.com/keyhouse/keyhouse/pkg/events"
 	"github.com/keyhouse/keyhouse/pkg/license"
+	eventsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/events/v1"
 )
 
 // ImportOutcome is what became of one license of an import.
@@ -103,12 +104,11 @@ func (t *pgTx) InsertImported(ctx context.Context, ls []*License) error {
 	}
 	// One license.issued per license, in this transaction (the spine's post-commit path
 	// also drops a key that was looked up, and found missing, before it was imported).
-	for _, l := range ls {
-		if err := t.emit(events.LicenseIssued(l.TenantID, l.Key, l.ProductID, l.Tier, l.IssuedTo, l.ExpiresAt, l.MaxActivations, l.Limits)); err != nil {
-			return err
-		}
+	issued := make([]*eventsv1.Event, len(ls))
+	for i, l := range ls {
+		issued[i] = events.LicenseIssued(l.TenantID, l.Key, l.ProductID, l.Tier, l.IssuedTo, l.ExpiresAt, l.MaxActivations, l.Limits)
 	}
-	return nil
+	return t.emit(issued...)
 }
 
 // SameTerms says whether an existing row is the license an import describes, so that

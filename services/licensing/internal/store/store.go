@@ -164,7 +164,8 @@ func (s *Store) InTx(ctx context.Context, fn func(Tx) error) error {
 	})
 }
 
-func (t *pgTx) emit(ev *eventsv1.Event) error { return events.Emit(t.spineCtx, t.tx, ev) }
+// emit writes the events of the transaction's change (one statement for a batch's).
+func (t *pgTx) emit(evs ...*eventsv1.Event) error { return events.EmitAll(t.spineCtx, t.tx, evs...) }
 
 // GetForUpdate reads and row-locks a license of the tenant.
 func (t *pgTx) GetForUpdate(ctx context.Context, tenant, key string) (*License, error) {
