@@ -10,7 +10,7 @@
 // ten finished requests) the limit moves with the average latency of the requests that
 // finished in the window, as in Netflix's concurrency-limits (Gradient2):
 //
-//	gradient = clamp(Tolerance × baseline ÷ average, 0.5, 1)
+//	gradient = clamp(max(Tolerance × baseline, LatencyFloor) ÷ average, 0.5, 1)
 //	limit    = 0.8 × limit + 0.2 × (limit × gradient + √limit)
 //
 // within [MinLimit, MaxLimit]. While the average stays within Tolerance times the baseline

@@ -16,6 +16,11 @@ type Config struct {
 	// Tolerance is how far the average latency may rise above the baseline before the
 	// limit shrinks (ADMISSION_LATENCY_TOLERANCE, e.g. 2: twice the baseline).
 	Tolerance float64
+	// LatencyFloor is an average latency that never shrinks the limit, whatever the
+	// baseline (ADMISSION_LATENCY_FLOOR; 0: none): on a busy machine the answers' latency
+	// swings by milliseconds that no queue of this gateway causes, and a limit that
+	// followed them down would refuse at a fraction of the capacity.
+	LatencyFloor time.Duration
 	// Window is how often the limit is recomputed from the latencies of the requests that
 	// finished meanwhile (at least minSamples of them): 500 ms by default, long enough
 	// that one stalled moment of a busy machine does not pass for a queue.
@@ -107,6 +112,9 @@ const (
 	DefaultMaxLimit     = 1000
 	DefaultInitialLimit = 32
 	DefaultTolerance    = 2.0
+	// DefaultLatencyFloor is the gateway's ADMISSION_LATENCY_FLOOR (Config's zero is
+	// none).
+	DefaultLatencyFloor = 20 * time.Millisecond
 )
 
 // Refusal reasons, the values of keyhouse_admission_refused_total's reason label.
@@ -208,7 +216,8 @@ func (l *Limiter) adapt(now time.Time) {
 		l.baseline = min(l.baseline, w.avg)
 	}
 
-	gradient := math.Max(0.5, math.Min(1, l.cfg.Tolerance*float64(l.baseline)/float64(max(avg, 1))))
+	target := max(l.cfg.Tolerance*float64(l.baseline), float64(l.cfg.LatencyFloor))
+	gradient := math.Max(0.5, math.Min(1, target/float64(max(avg, 1))))
 	next := l.limit
 	if gradient < 1 || float64(peak) >= l.limit/2 {
 		next = l.limit*gradient + math.Sqrt(l.limit)

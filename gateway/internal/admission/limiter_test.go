@@ -287,3 +287,25 @@ func TestANewFloodCannotTakeAQuietTenantsRoom(t *testing.T) {
 		t.Fatalf("the quiet tenant refused (%s) while a new flood started", reason)
 	}
 }
+
+// Latency that swings under the floor is a busy machine's noise, not a queue of ours: the
+// limit holds, though the average is many times the baseline; past the floor it shrinks.
+func TestLatencyUnderTheFloorDoesNotShrinkTheLimit(t *testing.T) {
+	c := &clock{t: time.Unix(1e9, 0)}
+	l := newTestLimiter(c, Config{MinLimit: 4, MaxLimit: 40, InitialLimit: 40, LatencyFloor: 20 * time.Millisecond})
+	for range 10 {
+		window(l, c, "t", 40, time.Millisecond)
+	}
+	for range 20 {
+		window(l, c, "t", 40, 15*time.Millisecond)
+	}
+	if got := l.Limit(); got != 40 {
+		t.Fatalf("limit %d after windows of 15 ms (baseline 1 ms, floor 20 ms); want 40", got)
+	}
+	for range 20 {
+		window(l, c, "t", 40, 60*time.Millisecond)
+	}
+	if got := l.Limit(); got > 20 {
+		t.Fatalf("limit %d after windows of 60 ms, three times the floor; want it halved at least", got)
+	}
+}
