@@ -11,11 +11,12 @@
 // finished in the window, as in Netflix's concurrency-limits (Gradient2):
 //
 //	gradient = clamp(max(Tolerance × baseline, LatencyFloor) ÷ average, 0.5, 1)
-//	limit    = 0.8 × limit + 0.2 × (limit × gradient + √limit)
+//	limit    = 0.8 × limit + 0.2 × (limit × gradient + √limit)   (gradient < 1)
+//	limit    = limit + √limit                                   (gradient = 1)
 //
-// within [MinLimit, MaxLimit]. While the average stays within Tolerance times the baseline
-// the limit grows by about √limit ÷ 5 per window (unless the load never came near it);
-// past that it shrinks by up to 10% per window. The baseline is the lowest window average
+// within [MinLimit, MaxLimit]. While the average stays within the target (Tolerance times
+// the baseline, or LatencyFloor if more) the limit grows by √limit per window (unless the
+// load never came near it); past that it shrinks by up to 10% per window. The baseline is the lowest window average
 // of the last BaselineWindow (a minute): the latency of the gateway and the services when
 // nothing queues. A standing queue would otherwise become the new normal, so every
 // BaselineWindow/2 the limit drops to MinLimit for one window (a probe: 500 ms in 30 s),

@@ -219,9 +219,16 @@ func (l *Limiter) adapt(now time.Time) {
 	target := max(l.cfg.Tolerance*float64(l.baseline), float64(l.cfg.LatencyFloor))
 	gradient := math.Max(0.5, math.Min(1, target/float64(max(avg, 1))))
 	next := l.limit
-	if gradient < 1 || float64(peak) >= l.limit/2 {
+	switch {
+	case gradient < 1:
 		next = l.limit*gradient + math.Sqrt(l.limit)
 		next = 0.8*l.limit + 0.2*next
+	case float64(peak) >= l.limit/2:
+		// Latency within the target and the load near the limit: grow by the whole
+		// queue allowance, unsmoothed. A flood that starts from a quiet limit otherwise
+		// waits seconds for the room the latency says is there (√limit ÷ 5 per window),
+		// and the quiet tenants' shares of the low limit are too small meanwhile.
+		next = l.limit + math.Sqrt(l.limit)
 	}
 	l.limit = math.Max(float64(l.cfg.MinLimit), math.Min(float64(l.cfg.MaxLimit), next))
 
