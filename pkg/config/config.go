@@ -126,10 +126,12 @@ type Config struct {
 	// AdmissionMaxLimit and AdmissionMinLimit bound the gateway's adaptive concurrency
 	// limit (ADMISSION_MAX_LIMIT, ADMISSION_MIN_LIMIT); AdmissionMaxLimit 0 turns admission
 	// control off. AdmissionTolerance is how many times the baseline latency the average
-	// may reach before the limit shrinks (ADMISSION_LATENCY_TOLERANCE).
-	AdmissionMaxLimit  int
-	AdmissionMinLimit  int
-	AdmissionTolerance float64
+	// may reach before the limit shrinks (ADMISSION_LATENCY_TOLERANCE); an average under
+	// AdmissionLatencyFloor never shrinks it (ADMISSION_LATENCY_FLOOR).
+	AdmissionMaxLimit     int
+	AdmissionMinLimit     int
+	AdmissionTolerance    float64
+	AdmissionLatencyFloor time.Duration
 }
 
 // Secret is a string that never prints itself.
@@ -225,9 +227,10 @@ func LoadFrom(lookup func(string) (string, bool)) (*Config, error) {
 		ShutdownTimeout: r.duration("SHUTDOWN_TIMEOUT", 25*time.Second),
 		MetricsPort:     r.int("METRICS_PORT", 0),
 
-		AdmissionMaxLimit:  r.int("ADMISSION_MAX_LIMIT", 1000),
-		AdmissionMinLimit:  r.int("ADMISSION_MIN_LIMIT", 16),
-		AdmissionTolerance: r.float("ADMISSION_LATENCY_TOLERANCE", 2),
+		AdmissionMaxLimit:     r.int("ADMISSION_MAX_LIMIT", 1000),
+		AdmissionMinLimit:     r.int("ADMISSION_MIN_LIMIT", 16),
+		AdmissionTolerance:    r.float("ADMISSION_LATENCY_TOLERANCE", 2),
+		AdmissionLatencyFloor: r.duration("ADMISSION_LATENCY_FLOOR", 20*time.Millisecond),
 	}
 	if c.AdmissionMaxLimit < 0 {
 		r.fail("ADMISSION_MAX_LIMIT", "must be 0 (off) or positive")
@@ -237,6 +240,9 @@ func LoadFrom(lookup func(string) (string, bool)) (*Config, error) {
 	}
 	if c.AdmissionTolerance < 1 {
 		r.fail("ADMISSION_LATENCY_TOLERANCE", "must be a number of at least 1")
+	}
+	if c.AdmissionLatencyFloor < 0 {
+		r.fail("ADMISSION_LATENCY_FLOOR", "must be 0 (none) or a positive duration")
 	}
 	if c.RequestTimeout <= 0 {
 		r.fail("REQUEST_TIMEOUT", "must be positive")

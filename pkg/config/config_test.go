@@ -158,7 +158,8 @@ func TestLicenseCacheLiveTTLDefaultsToFiveMinutes(t *testing.T) {
 
 func TestAdmissionControlIsOnByDefaultAndItsBoundsAreChecked(t *testing.T) {
 	c, err := LoadFrom(env(map[string]string{"ADMIN_API_KEY": "k"}))
-	if err != nil || c.AdmissionMaxLimit != 1000 || c.AdmissionMinLimit != 16 || c.AdmissionTolerance != 2 {
+	if err != nil || c.AdmissionMaxLimit != 1000 || c.AdmissionMinLimit != 16 || c.AdmissionTolerance != 2 ||
+		c.AdmissionLatencyFloor != 20*time.Millisecond {
 		t.Fatalf("defaults: %v %+v", err, c)
 	}
 	c, err = LoadFrom(env(map[string]string{"ADMIN_API_KEY": "k", "ADMISSION_MAX_LIMIT": "0"}))
@@ -169,6 +170,7 @@ func TestAdmissionControlIsOnByDefaultAndItsBoundsAreChecked(t *testing.T) {
 		"ADMISSION_MAX_LIMIT":         {"ADMISSION_MAX_LIMIT": "-1"},
 		"ADMISSION_MIN_LIMIT":         {"ADMISSION_MAX_LIMIT": "10", "ADMISSION_MIN_LIMIT": "20"},
 		"ADMISSION_LATENCY_TOLERANCE": {"ADMISSION_LATENCY_TOLERANCE": "0.5"},
+		"ADMISSION_LATENCY_FLOOR":     {"ADMISSION_LATENCY_FLOOR": "-1ms"},
 	} {
 		vars["ADMIN_API_KEY"] = "k"
 		if _, err := LoadFrom(env(vars)); err == nil || !strings.Contains(err.Error(), name) {

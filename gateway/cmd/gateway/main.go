@@ -256,9 +256,10 @@ func withAdmission(cfg *config.Config, log *slog.Logger, tenants *admission.Tena
 		return next
 	}
 	limiter := admission.NewLimiter(admission.Config{
-		MinLimit:  cfg.AdmissionMinLimit,
-		MaxLimit:  cfg.AdmissionMaxLimit,
-		Tolerance: cfg.AdmissionTolerance,
+		MinLimit:     cfg.AdmissionMinLimit,
+		MaxLimit:     cfg.AdmissionMaxLimit,
+		Tolerance:    cfg.AdmissionTolerance,
+		LatencyFloor: cfg.AdmissionLatencyFloor,
 	})
 	return admission.Middleware(admission.Options{Limiter: limiter, Tenants: tenants, Refuse: edge.WriteOverloaded, Log: log}, next)
 }

@@ -10,12 +10,13 @@
 // ten finished requests) the limit moves with the average latency of the requests that
 // finished in the window, as in Netflix's concurrency-limits (Gradient2):
 //
-//	gradient = clamp(Tolerance × baseline ÷ average, 0.5, 1)
-//	limit    = 0.8 × limit + 0.2 × (limit × gradient + √limit)
+//	gradient = clamp(max(Tolerance × baseline, LatencyFloor) ÷ average, 0.5, 1)
+//	limit    = 0.8 × limit + 0.2 × (limit × gradient + √limit)   (gradient < 1)
+//	limit    = limit + √limit                                   (gradient = 1)
 //
-// within [MinLimit, MaxLimit]. While the average stays within Tolerance times the baseline
-// the limit grows by about √limit ÷ 5 per window (unless the load never came near it);
-// past that it shrinks by up to 10% per window. The baseline is the lowest window average
+// within [MinLimit, MaxLimit]. While the average stays within the target (Tolerance times
+// the baseline, or LatencyFloor if more) the limit grows by √limit per window (unless the
+// load never came near it); past that it shrinks by up to 10% per window. The baseline is the lowest window average
 // of the last BaselineWindow (a minute): the latency of the gateway and the services when
 // nothing queues. A standing queue would otherwise become the new normal, so every
 // BaselineWindow/2 the limit drops to MinLimit for one window (a probe: 500 ms in 30 s),
@@ -27,10 +28,16 @@
 // request about a license key for the key's tenant, which the gateway learns from
 // licensing's answers (licensecache.TenantHeader; a key not answered yet counts for
 // UnknownKeys, one tenant for all of them). Below the limit every request is admitted. At
-// the limit, a light tenant (one that asked less than half as often as the busiest
-// tenant, or less and at most ten times, counting requests with a weight that falls to a
-// quarter every 500 ms) is still admitted, up to twice the limit and ten in flight; the
-// heavy ones are refused. A tenant that floods therefore
-// gets every slot nobody else wants and nothing more, and the quiet tenants' requests go
-// through, whatever their momentary number in flight.
+// the limit, a light tenant (one that holds fewer requests in flight than its equal share
+// of the limit among the tenants in flight) is still admitted, up to twice the limit and
+// lightRoom in flight; the others are refused. A tenant that floods therefore gets every
+// slot nobody else wants and nothing more, and the quiet tenants' requests go through,
+// whatever the flood's momentary rate: the rule reads what is in flight, not counts over
+// a window.
+//
+// # The cost of a refusal
+//
+// Under overload most answers are refusals, so they must cost little: the middleware is
+// the gateway's first handler, reads the body short of its end (peekKey), allocates
+// nothing for its answer and writes it from prebuilt bytes.
 package admission

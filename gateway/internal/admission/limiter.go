@@ -16,6 +16,11 @@ type Config struct {
 	// Tolerance is how far the average latency may rise above the baseline before the
 	// limit shrinks (ADMISSION_LATENCY_TOLERANCE, e.g. 2: twice the baseline).
 	Tolerance float64
+	// LatencyFloor is an average latency that never shrinks the limit, whatever the
+	// baseline (ADMISSION_LATENCY_FLOOR; 0: none): on a busy machine the answers' latency
+	// swings by milliseconds that no queue of this gateway causes, and a limit that
+	// followed them down would refuse at a fraction of the capacity.
+	LatencyFloor time.Duration
 	// Window is how often the limit is recomputed from the latencies of the requests that
 	// finished meanwhile (at least minSamples of them): 500 ms by default, long enough
 	// that one stalled moment of a busy machine does not pass for a queue.
@@ -28,10 +33,10 @@ type Config struct {
 	Now func() time.Time
 }
 
-// lightFloor is how many requests in a window leave a tenant light that is not the
-// busiest: early in a window, or just after a flood began, a quiet tenant's two or three
-// requests must not make it look heavy next to a flood that has only started counting.
-const lightFloor = 10
+// lightRoom is how far past twice the limit the light tenants' requests together may
+// go: the hard bound on what is in flight is 2 × limit + lightRoom, whatever the number
+// of tenants (made-up ones included).
+const lightRoom = 10
 
 // minSamples is the fewest finished requests a window needs to move the limit: a window
 // with one slow request says little.
@@ -47,11 +52,8 @@ type Limiter struct {
 	mu       sync.Mutex
 	limit    float64
 	inflight int
-	// asked counts each tenant's requests (admitted or not), fading to a quarter every
-	// Window (sharesStart is the last time); heaviest is the most any tenant has.
-	asked       map[string]int
-	heaviest    int
-	sharesStart time.Time
+	// held is each tenant's admitted requests in flight (tenants with none are absent).
+	held map[string]int
 
 	windowStart time.Time
 	windowSum   time.Duration
@@ -96,7 +98,7 @@ func NewLimiter(cfg Config) *Limiter {
 	if now == nil {
 		now = time.Now
 	}
-	l := &Limiter{cfg: cfg, now: now, limit: float64(cfg.InitialLimit), asked: map[string]int{}}
+	l := &Limiter{cfg: cfg, now: now, limit: float64(cfg.InitialLimit), held: map[string]int{}}
 	t := now()
 	l.windowStart = t
 	l.nextProbe = t.Add(cfg.BaselineWindow / 2)
@@ -110,15 +112,18 @@ const (
 	DefaultMaxLimit     = 1000
 	DefaultInitialLimit = 32
 	DefaultTolerance    = 2.0
+	// DefaultLatencyFloor is the gateway's ADMISSION_LATENCY_FLOOR (Config's zero is
+	// none).
+	DefaultLatencyFloor = 20 * time.Millisecond
 )
 
 // Refusal reasons, the values of keyhouse_admission_refused_total's reason label.
 const (
-	// ReasonLimit: every slot of the limit is taken and the tenant is the heaviest (or
-	// the hard bound is reached).
+	// ReasonLimit: every slot of the limit is taken and no other tenant has a request in
+	// flight (or the hard bound, twice the limit and lightRoom, is reached).
 	ReasonLimit = "limit"
-	// ReasonShare: the limit is reached and the tenant is among the heavy ones, though
-	// another was admitted more.
+	// ReasonShare: the limit is reached and the tenant holds at least its equal share of
+	// it among the tenants in flight.
 	ReasonShare = "tenant_share"
 )
 
@@ -126,53 +131,42 @@ const (
 // must call done exactly once with its latency.
 //
 // Any request is admitted while fewer than the limit are in flight. Past it, only a light
-// tenant is: one that asked less than half as often as the busiest tenant in the last
-// Window, or less than the busiest and at most lightFloor times (refused requests count:
-// it is the demand that tells a flood). A tenant that floods is the busiest: it takes the free slots and is
-// refused past them (and so is any tenant near its rate), while the quiet tenants'
-// requests still go through, up to twice the limit plus lightFloor in flight. Their
-// requests over the limit count in the latency, and the limit makes room.
+// tenant is: one that holds fewer requests in flight than its equal share of the limit
+// among the tenants in flight (limit ÷ their number, itself counted), so a tenant with
+// nothing in flight is always light while another holds slots. A tenant that floods
+// takes every free slot below the limit and is refused past it; the quiet tenants'
+// requests still go through, up to twice the limit plus lightRoom in flight. Their
+// requests over the limit count in the latency, and the limit makes room. The decision
+// rests on what is in flight now, not on counts over a window, so a stalled moment of
+// the flood does not turn the quiet tenant into the heavy one.
 func (l *Limiter) Acquire(tenant string) (done func(latency time.Duration), reason string) {
 	l.mu.Lock()
-	now := l.now()
-	if now.Sub(l.sharesStart) >= l.cfg.Window {
-		// The counts fade to a quarter every Window, whatever the traffic: who is busy
-		// carries over a window's start (a quiet tenant must not look as busy as a flood
-		// that has only started counting again), and a flood that stopped fades out.
-		for t, n := range l.asked {
-			if n >>= 2; n > 0 {
-				l.asked[t] = n
-			} else {
-				delete(l.asked, t)
-			}
+	held := l.held[tenant]
+	if l.inflight >= l.effectiveLimit(l.now()) {
+		tenants := len(l.held)
+		if held == 0 {
+			tenants++
 		}
-		l.heaviest, l.sharesStart = l.heaviest>>2, now
-	}
-	l.asked[tenant]++
-	asked := l.asked[tenant]
-	l.heaviest = max(l.heaviest, asked)
-	limit := l.effectiveLimit(now)
-	if l.inflight >= limit {
-		light := asked < l.heaviest && (asked <= lightFloor || 2*asked < l.heaviest)
 		// A probe lowers the limit for the heavy tenants only; the light ones keep their
-		// room, up to twice the real limit plus what lightFloor lets any tenant have (a
-		// bound, too, on what made-up tenants, each light for lightFloor requests, take).
-		if !light || l.inflight >= 2*int(l.limit)+lightFloor {
+		// share of the real limit.
+		light := tenants > 1 && held*tenants < int(l.limit)
+		if !light || l.inflight >= 2*int(l.limit)+lightRoom {
 			reason := ReasonLimit
-			if !light && asked < l.heaviest {
+			if tenants > 1 && !light {
 				reason = ReasonShare
 			}
 			l.mu.Unlock()
 			return nil, reason
 		}
 	}
+	l.held[tenant] = held + 1
 	l.inflight++
 	l.windowPeak = max(l.windowPeak, l.inflight)
 	l.mu.Unlock()
 	metrics.AdmissionInflight.Inc()
 	var once sync.Once
 	return func(latency time.Duration) {
-		once.Do(func() { l.done(latency) })
+		once.Do(func() { l.done(tenant, latency) })
 	}, ""
 }
 
@@ -184,11 +178,16 @@ func (l *Limiter) effectiveLimit(now time.Time) int {
 	return int(l.limit)
 }
 
-func (l *Limiter) done(latency time.Duration) {
+func (l *Limiter) done(tenant string, latency time.Duration) {
 	metrics.AdmissionInflight.Dec()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.inflight--
+	if n := l.held[tenant] - 1; n > 0 {
+		l.held[tenant] = n
+	} else {
+		delete(l.held, tenant)
+	}
 	l.windowSum += latency
 	l.windowCount++
 	if now := l.now(); now.Sub(l.windowStart) >= l.cfg.Window && l.windowCount >= minSamples {
@@ -217,11 +216,19 @@ func (l *Limiter) adapt(now time.Time) {
 		l.baseline = min(l.baseline, w.avg)
 	}
 
-	gradient := math.Max(0.5, math.Min(1, l.cfg.Tolerance*float64(l.baseline)/float64(max(avg, 1))))
+	target := max(l.cfg.Tolerance*float64(l.baseline), float64(l.cfg.LatencyFloor))
+	gradient := math.Max(0.5, math.Min(1, target/float64(max(avg, 1))))
 	next := l.limit
-	if gradient < 1 || float64(peak) >= l.limit/2 {
+	switch {
+	case gradient < 1:
 		next = l.limit*gradient + math.Sqrt(l.limit)
 		next = 0.8*l.limit + 0.2*next
+	case float64(peak) >= l.limit/2:
+		// Latency within the target and the load near the limit: grow by the whole
+		// queue allowance, unsmoothed. A flood that starts from a quiet limit otherwise
+		// waits seconds for the room the latency says is there (√limit ÷ 5 per window),
+		// and the quiet tenants' shares of the low limit are too small meanwhile.
+		next = l.limit + math.Sqrt(l.limit)
 	}
 	l.limit = math.Max(float64(l.cfg.MinLimit), math.Min(float64(l.cfg.MaxLimit), next))
 

@@ -3,11 +3,13 @@ package admission
 import (
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/keyhouse/keyhouse/pkg/metrics"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // RetryAfter is the Retry-After of a refusal: the limit moves every 100 ms, so a second
@@ -32,16 +34,23 @@ type Options struct {
 func Governed(r *http.Request) bool { return strings.HasPrefix(r.URL.Path, "/v1/") }
 
 // Middleware admits the governed requests through the limiter, refusing the excess at once
-// with 503 and Retry-After. It goes outermost, so a refusal costs no Redis round trip and
-// no access-log line: refusals are counted (keyhouse_admission_refused_total) and logged at
-// most once every 10 s with their number.
+// with 503 and Retry-After. It goes outermost, before routing, the request id, the access
+// log, the request metrics, the rate limits and the body cap, so a refusal costs the HTTP
+// server's read and write and little else: the body is read short of its end (peekKey),
+// nothing is allocated for the answer, refusals are counted
+// (keyhouse_admission_refused_total, its series resolved once) and logged at most once
+// every 10 s with their number.
 func Middleware(opts Options, next http.Handler) http.Handler {
 	now := opts.Now
 	if now == nil {
 		now = time.Now
 	}
 	log := &refusalLog{log: opts.Log, now: now}
-	retryAfter := []string{"1"}
+	retryAfter := []string{strconv.Itoa(int(RetryAfter / time.Second))}
+	refused := map[string]prometheus.Counter{
+		ReasonLimit: metrics.AdmissionRefused.WithLabelValues(ReasonLimit),
+		ReasonShare: metrics.AdmissionRefused.WithLabelValues(ReasonShare),
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !Governed(r) {
 			next.ServeHTTP(w, r)
@@ -53,7 +62,7 @@ func Middleware(opts Options, next http.Handler) http.Handler {
 		}
 		done, reason := opts.Limiter.Acquire(tenant)
 		if done == nil {
-			metrics.AdmissionRefused.WithLabelValues(reason).Inc()
+			refused[reason].Inc()
 			log.note(opts.Limiter)
 			w.Header()["Retry-After"] = retryAfter
 			opts.Refuse(w)

@@ -5,9 +5,9 @@ import (
 	"hash/maphash"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 
-	"github.com/keyhouse/keyhouse/gateway/internal/ratelimit"
 	"github.com/keyhouse/keyhouse/pkg/license"
 	"github.com/keyhouse/keyhouse/pkg/licensecache"
 	"google.golang.org/grpc"
@@ -31,16 +31,18 @@ const maxKnownKeys = 500_000
 // Tenants is the book of which tenant owns which license key, learned from the services'
 // answers (licensecache.TenantHeader), and the way a request is assigned to a tenant.
 type Tenants struct {
-	mu    sync.RWMutex
+	mu sync.RWMutex
+	// byKey maps a canonical key to its tenant's share name ("tenant:" and the id).
 	byKey map[string]string
-	// names interns tenant ids, so a million keys of one tenant share one string.
-	names map[string]string
-	seed  maphash.Seed
+	// shares interns the share names by tenant id, so a million keys of one tenant share
+	// one string and a request's share costs no allocation.
+	shares map[string]string
+	seed   maphash.Seed
 }
 
 // NewTenants returns an empty book.
 func NewTenants() *Tenants {
-	return &Tenants{byKey: map[string]string{}, names: map[string]string{}, seed: maphash.MakeSeed()}
+	return &Tenants{byKey: map[string]string{}, shares: map[string]string{}, seed: maphash.MakeSeed()}
 }
 
 // Learn records that key belongs to tenant.
@@ -50,17 +52,18 @@ func (t *Tenants) Learn(key, tenant string) {
 	}
 	key = license.CanonicalKey(key)
 	t.mu.RLock()
-	known := t.byKey[key] == tenant
+	share, known := t.shares[tenant]
+	known = known && t.byKey[key] == share
 	t.mu.RUnlock()
 	if known {
 		return
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	name, ok := t.names[tenant]
+	share, ok := t.shares[tenant]
 	if !ok {
-		name = tenant
-		t.names[name] = name
+		share = sharePrefix + tenant
+		t.shares[tenant] = share
 	}
 	if _, ok := t.byKey[key]; !ok && len(t.byKey) >= maxKnownKeys {
 		for k := range t.byKey {
@@ -68,15 +71,35 @@ func (t *Tenants) Learn(key, tenant string) {
 			break
 		}
 	}
-	t.byKey[key] = name
+	t.byKey[key] = share
 }
+
+// sharePrefix starts the share name of a tenant known from its keys.
+const sharePrefix = "tenant:"
 
 // Owner is the tenant key belongs to, if an answer named it.
 func (t *Tenants) Owner(key string) (string, bool) {
+	share, ok := t.shareOf([]byte(key))
+	return strings.TrimPrefix(share, sharePrefix), ok
+}
+
+// shareOf is the share of the tenant key belongs to, if known. A key in its canonical
+// spelling (as clients send it) is looked up without an allocation.
+func (t *Tenants) shareOf(key []byte) (string, bool) {
+	t.mu.RLock()
+	share, ok := t.byKey[string(key)]
+	t.mu.RUnlock()
+	if ok {
+		return share, true
+	}
+	canonical := license.CanonicalKey(string(key))
+	if canonical == string(key) {
+		return "", false
+	}
 	t.mu.RLock()
 	defer t.mu.RUnlock()
-	name, ok := t.byKey[license.CanonicalKey(key)]
-	return name, ok
+	share, ok = t.byKey[canonical]
+	return share, ok
 }
 
 // Of names the share r counts against: a request with a credential counts by that
@@ -89,12 +112,12 @@ func (t *Tenants) Of(r *http.Request) string {
 	if r.Method != http.MethodPost {
 		return NoKey
 	}
-	key := ratelimit.LicenseKey(r)
-	if key == "" {
+	key := peekKey(r)
+	if len(key) == 0 {
 		return NoKey
 	}
-	if tenant, ok := t.Owner(key); ok {
-		return "tenant:" + tenant
+	if share, ok := t.shareOf(key); ok {
+		return share
 	}
 	return UnknownKeys
 }

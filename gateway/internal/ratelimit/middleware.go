@@ -69,6 +69,12 @@ func LicenseKey(r *http.Request) string {
 		return ""
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
+	return KeyInJSON(body)
+}
+
+// KeyInJSON returns the "key" string member of the JSON object body, or "" when there is
+// none (or body is not a JSON object).
+func KeyInJSON(body []byte) string {
 	// A map, not a struct: encoding/json matches struct fields case-insensitively, and a
 	// "Key" the API ignores must not choose the counter.
 	var fields map[string]json.RawMessage
