@@ -28,12 +28,13 @@
 // request about a license key for the key's tenant, which the gateway learns from
 // licensing's answers (licensecache.TenantHeader; a key not answered yet counts for
 // UnknownKeys, one tenant for all of them). Below the limit every request is admitted. At
-// the limit, a light tenant (one that holds fewer requests in flight than its equal share
-// of the limit among the tenants in flight) is still admitted, up to twice the limit and
-// lightRoom in flight; the others are refused. A tenant that floods therefore gets every
-// slot nobody else wants and nothing more, and the quiet tenants' requests go through,
-// whatever the flood's momentary rate: the rule reads what is in flight, not counts over
-// a window.
+// the limit, a light tenant is still admitted, up to twice the limit and lightRoom in
+// flight; the others are refused. Light is either of two measures (Limiter.Acquire):
+// holding fewer requests in flight than an equal share of the limit, or asking much less
+// often than the busiest tenant. A tenant that floods is heavy by both, so it gets every
+// slot nobody else wants and nothing more; the quiet tenants' requests go through whether
+// the flood stalls for a moment (the in-flight measure) or their own requests slow down
+// under it (the demand measure).
 //
 // # The cost of a refusal
 //

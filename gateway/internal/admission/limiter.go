@@ -33,6 +33,12 @@ type Config struct {
 	Now func() time.Time
 }
 
+// lightFloor is how many requests in a window leave a tenant light by its demand when it
+// is not the busiest: early in a window, or just after a flood began, a quiet tenant's
+// two or three requests must not make it look heavy next to a flood that has only
+// started counting.
+const lightFloor = 10
+
 // lightRoom is how far past twice the limit the light tenants' requests together may
 // go: the hard bound on what is in flight is 2 × limit + lightRoom, whatever the number
 // of tenants (made-up ones included).
@@ -54,6 +60,11 @@ type Limiter struct {
 	inflight int
 	// held is each tenant's admitted requests in flight (tenants with none are absent).
 	held map[string]int
+	// asked counts each tenant's requests (admitted or not), fading to a quarter every
+	// Window (sharesStart is the last time); heaviest is the most any tenant has.
+	asked       map[string]int
+	heaviest    int
+	sharesStart time.Time
 
 	windowStart time.Time
 	windowSum   time.Duration
@@ -98,7 +109,7 @@ func NewLimiter(cfg Config) *Limiter {
 	if now == nil {
 		now = time.Now
 	}
-	l := &Limiter{cfg: cfg, now: now, limit: float64(cfg.InitialLimit), held: map[string]int{}}
+	l := &Limiter{cfg: cfg, now: now, limit: float64(cfg.InitialLimit), held: map[string]int{}, asked: map[string]int{}}
 	t := now()
 	l.windowStart = t
 	l.nextProbe = t.Add(cfg.BaselineWindow / 2)
@@ -131,28 +142,38 @@ const (
 // must call done exactly once with its latency.
 //
 // Any request is admitted while fewer than the limit are in flight. Past it, only a light
-// tenant is: one that holds fewer requests in flight than its equal share of the limit
-// among the tenants in flight (limit ÷ their number, itself counted), so a tenant with
-// nothing in flight is always light while another holds slots. A tenant that floods
-// takes every free slot below the limit and is refused past it; the quiet tenants'
-// requests still go through, up to twice the limit plus lightRoom in flight. Their
-// requests over the limit count in the latency, and the limit makes room. The decision
-// rests on what is in flight now, not on counts over a window, so a stalled moment of
-// the flood does not turn the quiet tenant into the heavy one.
+// tenant is, by either of two measures:
+//   - what it holds: fewer requests in flight than its equal share of the limit among
+//     the tenants in flight (limit ÷ their number, itself counted), so a tenant with
+//     nothing in flight is light while another holds slots, and a stalled moment of a
+//     flood does not make the quiet tenant look heavy;
+//   - what it asks: less than half as often as the busiest tenant in the last Window, or
+//     less than the busiest and at most lightFloor times (refused requests count: it is
+//     the demand that tells a flood), so a quiet tenant whose requests are slow (the
+//     flood raised everyone's latency) keeps more than its equal share of a low limit.
+//
+// A tenant that floods is heavy by both: it takes every free slot below the limit and is
+// refused past it, while the quiet tenants' requests still go through, up to twice the
+// limit plus lightRoom in flight. Their requests over the limit count in the latency,
+// and the limit makes room.
 func (l *Limiter) Acquire(tenant string) (done func(latency time.Duration), reason string) {
 	l.mu.Lock()
+	now := l.now()
+	asked := l.countAsked(tenant, now)
 	held := l.held[tenant]
-	if l.inflight >= l.effectiveLimit(l.now()) {
+	if l.inflight >= l.effectiveLimit(now) {
 		tenants := len(l.held)
 		if held == 0 {
 			tenants++
 		}
 		// A probe lowers the limit for the heavy tenants only; the light ones keep their
 		// share of the real limit.
-		light := tenants > 1 && held*tenants < int(l.limit)
+		holdsLittle := tenants > 1 && held*tenants < int(l.limit)
+		asksLittle := asked < l.heaviest && (asked <= lightFloor || 2*asked < l.heaviest)
+		light := holdsLittle || asksLittle
 		if !light || l.inflight >= 2*int(l.limit)+lightRoom {
 			reason := ReasonLimit
-			if tenants > 1 && !light {
+			if (tenants > 1 || asked < l.heaviest) && !light {
 				reason = ReasonShare
 			}
 			l.mu.Unlock()
@@ -168,6 +189,27 @@ func (l *Limiter) Acquire(tenant string) (done func(latency time.Duration), reas
 	return func(latency time.Duration) {
 		once.Do(func() { l.done(tenant, latency) })
 	}, ""
+}
+
+// countAsked counts a request of tenant and returns how many it made in the fading
+// window. The counts fade to a quarter every Window, whatever the traffic: who is busy
+// carries over a window's start (a quiet tenant must not look as busy as a flood that has
+// only started counting again), and a flood that stopped fades out.
+func (l *Limiter) countAsked(tenant string, now time.Time) int {
+	if now.Sub(l.sharesStart) >= l.cfg.Window {
+		for t, n := range l.asked {
+			if n >>= 2; n > 0 {
+				l.asked[t] = n
+			} else {
+				delete(l.asked, t)
+			}
+		}
+		l.heaviest, l.sharesStart = l.heaviest>>2, now
+	}
+	l.asked[tenant]++
+	asked := l.asked[tenant]
+	l.heaviest = max(l.heaviest, asked)
+	return asked
 }
 
 // effectiveLimit is the limit in whole requests, MinLimit during a probe.

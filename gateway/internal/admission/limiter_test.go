@@ -181,7 +181,9 @@ func TestAFloodingTenantLeavesTheOthersTheirShare(t *testing.T) {
 	if done, reason := l.Acquire("a"); done != nil || reason != ReasonLimit {
 		t.Fatalf("a alone past the limit: admitted %v reason %q", done != nil, reason)
 	}
-	// b gets in past the limit up to its equal share (10 ÷ 2 tenants), and a stays refused.
+	// b gets in past the limit while it is light by either measure: it holds less than
+	// its equal share (10 ÷ 2 tenants), or it has asked much less than a (up to
+	// lightFloor requests while a is the busiest); a stays refused.
 	var bs []func(time.Duration)
 	for range 4 {
 		bs = append(bs, acquire("b"))
@@ -189,9 +191,11 @@ func TestAFloodingTenantLeavesTheOthersTheirShare(t *testing.T) {
 	if done, reason := l.Acquire("a"); done != nil || reason != ReasonShare {
 		t.Fatalf("a past its share: admitted %v reason %q", done != nil, reason)
 	}
-	bs = append(bs, acquire("b"))
+	for range lightFloor - 4 {
+		bs = append(bs, acquire("b"))
+	}
 	if done, reason := l.Acquire("b"); done != nil || reason != ReasonShare {
-		t.Fatalf("b at its share (5 of 10 with a): admitted %v reason %q", done != nil, reason)
+		t.Fatalf("b past its share and asking as much as a: admitted %v reason %q", done != nil, reason)
 	}
 	// A tenant never seen has nothing in flight: light, whatever the others hold.
 	bs = append(bs, acquire("c"))
@@ -280,8 +284,10 @@ func TestANewFloodCannotTakeAQuietTenantsRoom(t *testing.T) {
 			admitted++
 		}
 	}
-	if admitted != 5 {
-		t.Fatalf("the new flood got %d in flight past the limit; want its share, 5 (10 ÷ 2 tenants)", admitted)
+	// Its share is 5 (10 ÷ 2 tenants); while it has asked less than the busiest tenant
+	// and at most lightFloor times it is light by its demand, so up to lightFloor - 1.
+	if admitted < 5 || admitted >= lightFloor {
+		t.Fatalf("the new flood got %d in flight past the limit; want from its share, 5, to under lightFloor, %d", admitted, lightFloor)
 	}
 	if done, reason := l.Acquire("quiet"); done == nil {
 		t.Fatalf("the quiet tenant refused (%s) while a new flood started", reason)
@@ -307,5 +313,37 @@ func TestLatencyUnderTheFloorDoesNotShrinkTheLimit(t *testing.T) {
 	}
 	if got := l.Limit(); got > 20 {
 		t.Fatalf("limit %d after windows of 60 ms, three times the floor; want it halved at least", got)
+	}
+}
+
+// A quiet tenant whose requests slowed down under a flood holds more than an equal share
+// of the limit, yet asks far less often than the flood: it stays light by its demand, up
+// to the hard bound, while the flood stays refused.
+func TestAQuietTenantWhoseRequestsSlowedDownKeepsGettingIn(t *testing.T) {
+	c := &clock{t: time.Unix(1e9, 0)}
+	l := newTestLimiter(c, Config{MinLimit: 10, MaxLimit: 10, InitialLimit: 10})
+	for range 10 {
+		if done, _ := l.Acquire("flood"); done == nil {
+			t.Fatal("refused below the limit")
+		}
+	}
+	for range 90 {
+		if done, _ := l.Acquire("flood"); done != nil {
+			t.Fatal("the flood admitted past the limit")
+		}
+	}
+	admitted := 0
+	for range 40 {
+		if done, _ := l.Acquire("quiet"); done != nil {
+			admitted++
+		}
+	}
+	// Its equal share is 5 (10 ÷ 2 tenants); the hard bound, 2 × 10 + lightRoom in flight,
+	// leaves it 20.
+	if want := 2*10 + lightRoom - 10; admitted != want {
+		t.Fatalf("the quiet tenant got %d in flight past the limit; want %d (up to the hard bound)", admitted, want)
+	}
+	if done, _ := l.Acquire("flood"); done != nil {
+		t.Fatal("the flood admitted while the quiet tenant holds slots")
 	}
 }
