@@ -4,6 +4,7 @@ import (
 	"io"
 	"net/http"
 
+	"github.com/keyhouse/keyhouse/gateway/internal/flatjson"
 	"github.com/keyhouse/keyhouse/gateway/internal/ratelimit"
 )
 
@@ -82,53 +83,31 @@ func (b *prefixedBody) Close() error { return b.rest.Close() }
 // `\`; ok is false as soon as anything else comes first. body may be cut short after the
 // key's value.
 func plainKey(body []byte) (key []byte, ok bool) {
-	i := skipSpace(body, 0)
+	i := flatjson.SkipSpace(body, 0)
 	if i >= len(body) || body[i] != '{' {
 		return nil, false
 	}
 	i++
 	for {
-		name, next, ok := plainString(body, skipSpace(body, i))
+		name, next, ok := flatjson.PlainString(body, flatjson.SkipSpace(body, i))
 		if !ok {
 			return nil, false
 		}
-		i = skipSpace(body, next)
+		i = flatjson.SkipSpace(body, next)
 		if i >= len(body) || body[i] != ':' {
 			return nil, false
 		}
-		value, next, ok := plainString(body, skipSpace(body, i+1))
+		value, next, ok := flatjson.PlainString(body, flatjson.SkipSpace(body, i+1))
 		if !ok {
 			return nil, false
 		}
 		if string(name) == "key" {
 			return value, true
 		}
-		i = skipSpace(body, next)
+		i = flatjson.SkipSpace(body, next)
 		if i >= len(body) || body[i] != ',' {
 			return nil, false
 		}
 		i++
 	}
-}
-
-func plainString(body []byte, i int) (s []byte, next int, ok bool) {
-	if i >= len(body) || body[i] != '"' {
-		return nil, 0, false
-	}
-	for j := i + 1; j < len(body); j++ {
-		switch c := body[j]; {
-		case c == '"':
-			return body[i+1 : j], j + 1, true
-		case c < 0x20 || c > 0x7e || c == '\\':
-			return nil, 0, false
-		}
-	}
-	return nil, 0, false
-}
-
-func skipSpace(body []byte, i int) int {
-	for i < len(body) && (body[i] == ' ' || body[i] == '\t' || body[i] == '\n' || body[i] == '\r') {
-		i++
-	}
-	return i
 }

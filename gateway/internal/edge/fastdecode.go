@@ -1,6 +1,7 @@
 package edge
 
 import (
+	"github.com/keyhouse/keyhouse/gateway/internal/flatjson"
 	activationsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/activations/v1"
 	licensingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1"
 	releasesv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/releases/v1"
@@ -71,67 +72,38 @@ func decodeHotRequest(body []byte, v any) (done bool, err error) {
 // object whose names and values are strings of printable ASCII without `"` or `\`; it
 // returns false at the first thing outside that (or when set refuses a member).
 func scanFlatStringObject(body []byte, set func(name, value []byte) bool) bool {
-	i := skipJSONSpace(body, 0)
+	i := flatjson.SkipSpace(body, 0)
 	if i >= len(body) || body[i] != '{' {
 		return false
 	}
-	i = skipJSONSpace(body, i+1)
+	i = flatjson.SkipSpace(body, i+1)
 	if i < len(body) && body[i] == '}' {
-		return skipJSONSpace(body, i+1) == len(body)
+		return flatjson.SkipSpace(body, i+1) == len(body)
 	}
 	for {
-		name, next, ok := plainJSONString(body, i)
+		name, next, ok := flatjson.PlainString(body, i)
 		if !ok {
 			return false
 		}
-		i = skipJSONSpace(body, next)
+		i = flatjson.SkipSpace(body, next)
 		if i >= len(body) || body[i] != ':' {
 			return false
 		}
-		value, next, ok := plainJSONString(body, skipJSONSpace(body, i+1))
+		value, next, ok := flatjson.PlainString(body, flatjson.SkipSpace(body, i+1))
 		if !ok || !set(name, value) {
 			return false
 		}
-		i = skipJSONSpace(body, next)
+		i = flatjson.SkipSpace(body, next)
 		if i >= len(body) {
 			return false
 		}
 		switch body[i] {
 		case ',':
-			i = skipJSONSpace(body, i+1)
+			i = flatjson.SkipSpace(body, i+1)
 		case '}':
-			return skipJSONSpace(body, i+1) == len(body)
+			return flatjson.SkipSpace(body, i+1) == len(body)
 		default:
 			return false
 		}
 	}
-}
-
-// plainJSONString reads a string starting at body[i] that needs no unescaping: printable
-// ASCII only.
-func plainJSONString(body []byte, i int) (s []byte, next int, ok bool) {
-	if i >= len(body) || body[i] != '"' {
-		return nil, 0, false
-	}
-	for j := i + 1; j < len(body); j++ {
-		switch c := body[j]; {
-		case c == '"':
-			return body[i+1 : j], j + 1, true
-		case c < 0x20 || c > 0x7e || c == '\\':
-			return nil, 0, false
-		}
-	}
-	return nil, 0, false
-}
-
-func skipJSONSpace(body []byte, i int) int {
-	for i < len(body) {
-		switch body[i] {
-		case ' ', '\t', '\n', '\r':
-			i++
-		default:
-			return i
-		}
-	}
-	return i
 }
