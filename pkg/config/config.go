@@ -47,9 +47,12 @@ type Config struct {
 	MultiTenant       bool
 	AdminAPIKey       Secret
 	AdminRateLimitMax int
-	TrustedProxies    []netip.Prefix
-	RedisURL          Secret
-	NATSURL           string
+	// RateLimitRedisTimeout bounds each of the gateway's rate-limit round trips to Redis;
+	// past it the gateway counts in process until Redis answers again (docs/operations.md).
+	RateLimitRedisTimeout time.Duration
+	TrustedProxies        []netip.Prefix
+	RedisURL              Secret
+	NATSURL               string
 	// PublicBaseURL is where clients reach the gateway (storefront callback URLs, mail links).
 	PublicBaseURL string
 	// WebhookAllowPrivateNetworks lets hosted webhook endpoints reach private addresses
@@ -180,15 +183,16 @@ func Load() (*Config, error) { return LoadFrom(os.LookupEnv) }
 func LoadFrom(lookup func(string) (string, bool)) (*Config, error) {
 	r := reader{lookup: lookup}
 	c := &Config{
-		Common:            r.common(),
-		Port:              r.int("PORT", 8080),
-		MultiTenant:       r.bool("MULTI_TENANT", false),
-		AdminAPIKey:       Secret(r.str("ADMIN_API_KEY", "")),
-		AdminRateLimitMax: r.int("ADMIN_RATE_LIMIT_MAX", 300),
-		TrustedProxies:    r.prefixes("TRUSTED_PROXIES"),
-		RedisURL:          Secret(r.str("REDIS_URL", "redis://127.0.0.1:56379/0")),
-		NATSURL:           r.str("NATS_URL", "nats://127.0.0.1:54222"),
-		PublicBaseURL:     strings.TrimRight(r.str("PUBLIC_BASE_URL", "http://localhost:8080"), "/"),
+		Common:                r.common(),
+		Port:                  r.int("PORT", 8080),
+		MultiTenant:           r.bool("MULTI_TENANT", false),
+		AdminAPIKey:           Secret(r.str("ADMIN_API_KEY", "")),
+		AdminRateLimitMax:     r.int("ADMIN_RATE_LIMIT_MAX", 300),
+		RateLimitRedisTimeout: r.duration("RATE_LIMIT_REDIS_TIMEOUT", 100*time.Millisecond),
+		TrustedProxies:        r.prefixes("TRUSTED_PROXIES"),
+		RedisURL:              Secret(r.str("REDIS_URL", "redis://127.0.0.1:56379/0")),
+		NATSURL:               r.str("NATS_URL", "nats://127.0.0.1:54222"),
+		PublicBaseURL:         strings.TrimRight(r.str("PUBLIC_BASE_URL", "http://localhost:8080"), "/"),
 
 		WebhookAllowPrivateNetworks: r.bool("WEBHOOK_ALLOW_PRIVATE_NETWORKS", false),
 		WebhookRetryFirst:           r.duration("WEBHOOK_RETRY_FIRST", 30*time.Second),
@@ -270,6 +274,9 @@ func LoadFrom(lookup func(string) (string, bool)) (*Config, error) {
 	}
 	if c.AdminRateLimitMax < 1 {
 		r.fail("ADMIN_RATE_LIMIT_MAX", "must be a positive integer")
+	}
+	if c.RateLimitRedisTimeout <= 0 {
+		r.fail("RATE_LIMIT_REDIS_TIMEOUT", "must be a positive duration")
 	}
 	if c.AdminAPIKey == "" {
 		r.fail("ADMIN_API_KEY", "is required")

@@ -25,13 +25,13 @@ func TestDefaultsFollowTheAddendum(t *testing.T) {
 
 func TestInvalidValuesAreAllReportedAtOnce(t *testing.T) {
 	_, err := LoadFrom(env(map[string]string{
-		"PORT": "http", "MULTI_TENANT": "maybe", "ADMIN_RATE_LIMIT_MAX": "0",
+		"PORT": "http", "MULTI_TENANT": "maybe", "ADMIN_RATE_LIMIT_MAX": "0", "RATE_LIMIT_REDIS_TIMEOUT": "0s",
 		"TRUSTED_PROXIES": "10.0.0.0/8, nonsense", "EMAIL_PROVIDER": "smtp", "STRIPE_API_BASE": "localhost:12111",
 	}))
 	if err == nil {
 		t.Fatal("want an error")
 	}
-	for _, name := range []string{"PORT", "MULTI_TENANT", "ADMIN_RATE_LIMIT_MAX", "TRUSTED_PROXIES", "ADMIN_API_KEY", "SMTP_URL", "EMAIL_FROM", "STRIPE_API_BASE"} {
+	for _, name := range []string{"PORT", "MULTI_TENANT", "ADMIN_RATE_LIMIT_MAX", "RATE_LIMIT_REDIS_TIMEOUT", "TRUSTED_PROXIES", "ADMIN_API_KEY", "SMTP_URL", "EMAIL_FROM", "STRIPE_API_BASE"} {
 		if !strings.Contains(err.Error(), name) {
 			t.Errorf("error does not name %s: %v", name, err)
 		}

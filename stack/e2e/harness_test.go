@@ -76,6 +76,11 @@ func startStack(t testing.TB, env map[string]string) *stack.Stack {
 		// loaded machine's latency, and a test that gets a 503 because the machine is slow
 		// is a defect. overload_test.go pins the refusals on stacks of its own.
 		"ADMISSION_MIN_LIMIT": "1000",
+		// The rate limiter counts in Redis only while each round trip answers within this
+		// (production: 100 ms); past it a gateway counts in process, with a budget of its
+		// own. On a machine loaded enough to delay Redis that long, a test of the shared
+		// counts would see that fallback. Tests of a hung Redis set their own.
+		"RATE_LIMIT_REDIS_TIMEOUT": "5s",
 	}
 	for k, v := range env {
 		full[k] = v

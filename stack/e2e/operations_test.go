@@ -253,7 +253,7 @@ func TestPostgresPausedAnswers503WithinTheBudgetThenRecovers(t *testing.T) {
 func TestRedisPausedKeepsServingAndTurnsNotReadyThenRecovers(t *testing.T) {
 	t.Parallel()
 	const budget = 2 * time.Second
-	s := startStack(t, map[string]string{"REQUEST_TIMEOUT": budget.String(), "REDIS_URL": ""})
+	s := startStack(t, map[string]string{"REQUEST_TIMEOUT": budget.String(), "REDIS_URL": "", "RATE_LIMIT_REDIS_TIMEOUT": "100ms"})
 	t.Cleanup(s.Stop)
 	c := admin(t, s)
 	key := issueLicense(t, c, map[string]any{"tier": "pro", "product_id": product("redis"), "issued_to": "r@example.com"})

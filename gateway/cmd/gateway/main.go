@@ -169,7 +169,7 @@ func run(ctx context.Context) error {
 		return monitor.NotReady()
 	}
 
-	limiter := ratelimit.New(rdb, log)
+	limiter := ratelimit.New(rdb, log, cfg.RateLimitRedisTimeout)
 	pages, err := console.New(console.Options{
 		Log:             log,
 		Conns:           console.Conns(conns),

@@ -104,11 +104,10 @@ func newGateway(tb testing.TB, url string, c *clock) *gateway {
 	rt := &roundTripCounter{}
 	client.AddHook(rt)
 	logs := &logBuffer{}
-	l := New(client, slog.New(slog.NewTextHandler(logs, nil)))
-	l.now = c.Now
 	// A test machine busy with hundreds of parallel requests must not pass for a Redis
 	// outage; the outage tests stop Redis, which fails fast whatever the timeout.
-	l.redisTimeout = 5 * time.Second
+	l := New(client, slog.New(slog.NewTextHandler(logs, nil)), 5*time.Second)
+	l.now = c.Now
 	return &gateway{Limiter: l, clock: c, log: logs, roundTrip: rt}
 }
 

@@ -14,9 +14,6 @@ import (
 )
 
 const (
-	// defaultRedisTimeout bounds each Redis round trip, so a sick Redis costs a request at
-	// most this.
-	defaultRedisTimeout = 100 * time.Millisecond
 	// redisCooldown is how long Redis is skipped after a failure before one request probes it.
 	redisCooldown = time.Second
 	// keyExpirySlack keeps a counter alive a little past its window, so replicas whose
@@ -56,18 +53,19 @@ type Limiter struct {
 	coalesce  coalescer
 }
 
-// New returns a Limiter counting in client. The client should be created with
+// New returns a Limiter counting in client, each round trip to it bounded by timeout
+// (RATE_LIMIT_REDIS_TIMEOUT). The client should be created with
 // ContextTimeoutEnabled: without it, go-redis ignores the per-call timeout for a Redis that
 // accepts connections but stops answering, and a request can wait the client's ReadTimeout
 // before the fallback takes over; New logs a warning in that case.
-func New(client *redis.Client, log *slog.Logger) *Limiter {
+func New(client *redis.Client, log *slog.Logger, timeout time.Duration) *Limiter {
 	if !client.Options().ContextTimeoutEnabled {
 		log.Warn("rate limiter: Redis client has ContextTimeoutEnabled off; a hung Redis delays requests by its ReadTimeout",
 			"read_timeout", client.Options().ReadTimeout)
 	}
 	l := &Limiter{
 		redis:        client,
-		redisTimeout: defaultRedisTimeout,
+		redisTimeout: timeout,
 		log:          log,
 		now:          time.Now,
 		breaker:      breaker{cooldown: redisCooldown},
