@@ -67,14 +67,20 @@ const (
 // statement's snapshot is taken when it starts, so a count in the statement that waited
 // for the lock could miss a seat committed by the holder it waited for. A floating seat
 // ($6: its lease in seconds, NULL: not floating) is leased until now + $6; one whose lease
-// lapsed counts for nothing and an activation of its instance replaces it.
+// lapsed counts for nothing and an activation of its instance replaces it. Without $6, a
+// license of tier $8 (NULL: none) is floating when the policy of its tier, else its
+// product's default ('*'), is floating, leased for that policy's lease_ttl: read here
+// rather than in a statement of its own before the change (one query less per activation,
+// and the policy the seat follows is the one in force when it is made).
 const activateSQL = `WITH state AS (
 	SELECT EXISTS (SELECT 1 FROM deleted_licenses WHERE tenant_id = $1 AND license_key = $2) AS deleted,
 		EXISTS (SELECT 1 FROM seats WHERE tenant_id = $1 AND license_key = $2 AND instance_id = $3 AND ` + liveSeat + `) AS present,
-		(SELECT count(*) FROM seats WHERE tenant_id = $1 AND license_key = $2 AND ` + liveSeat + `) AS n
+		(SELECT count(*) FROM seats WHERE tenant_id = $1 AND license_key = $2 AND ` + liveSeat + `) AS n,
+		coalesce($6::float8, (SELECT CASE WHEN floating THEN lease_ttl_seconds END FROM lease_policies
+			WHERE $8::text IS NOT NULL AND tenant_id = $1 AND product_id = $7 AND tier IN ($8, '*') ORDER BY tier = '*' LIMIT 1)) AS lease
 ), inserted AS (
 	INSERT INTO seats (tenant_id, license_key, instance_id, token_hash, lease_expires_at, lease_sweep_after, product_id)
-	SELECT $1, $2, $3, $4, now() + make_interval(secs => $6), now() + make_interval(secs => $6), $7 FROM state WHERE NOT deleted AND NOT present AND ($5::int IS NULL OR n < $5)
+	SELECT $1, $2, $3, $4, now() + make_interval(secs => lease), now() + make_interval(secs => lease), $7 FROM state WHERE NOT deleted AND NOT present AND ($5::int IS NULL OR n < $5)
 	ON CONFLICT (tenant_id, license_key, instance_id) DO UPDATE
 		SET token_hash = EXCLUDED.token_hash, activated_at = now(), lease_expires_at = EXCLUDED.lease_expires_at,
 			lease_sweep_after = EXCLUDED.lease_sweep_after, components = NULL, product_id = EXCLUDED.product_id
@@ -99,8 +105,13 @@ type SeatChange struct {
 	MaxSeats  *int32
 	// RequestID is the id of the call that asks for the change (a batch carries several).
 	RequestID string
-	// LeaseTTL makes the activated seat floating, leased for this long (nil: not floating).
+	// LeaseTTL makes the activated seat floating, leased for this long (nil: as Tier says).
 	LeaseTTL *time.Duration
+	// Tier, when set and LeaseTTL is nil, makes the seat floating when the license's
+	// lease policy (its tier's, else its product's default) is floating, for that
+	// policy's lease_ttl; read in the statement that makes the seat. Nil (and LeaseTTL
+	// nil): not floating.
+	Tier *string
 }
 
 // SeatChanged is the outcome of a SeatChange.
@@ -172,7 +183,7 @@ func (s *Store) ChangeSeats(ctx context.Context, changes []SeatChange) ([]SeatCh
 			})
 			continue
 		}
-		b.Queue(activateSQL, c.Tenant, c.Key, c.Instance, c.TokenHash, c.MaxSeats, leaseSeconds(c.LeaseTTL), c.ProductID).QueryRow(func(row pgx.Row) error {
+		b.Queue(activateSQL, c.Tenant, c.Key, c.Instance, c.TokenHash, c.MaxSeats, leaseSeconds(c.LeaseTTL), c.ProductID, c.Tier).QueryRow(func(row pgx.Row) error {
 			var deleted bool
 			if err := row.Scan(&deleted, &out.Already, &ev.created); err != nil {
 				return err
