@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/keyhouse/keyhouse/pkg/events"
 	"github.com/keyhouse/keyhouse/pkg/idempotency"
@@ -131,8 +132,8 @@ type seatEvent struct {
 	removedInstance string
 }
 
-// ChangeSeats applies changes in one round trip and one transaction: all of them are
-// decided, or none is (on an error). Each is decided as if alone: the removals first,
+// ChangeSeats applies changes in one transaction of two round trips (pipelined): all of
+// them are decided, or none is (on an error). Each is decided as if alone: the removals first,
 // then the activations in the order given (the calls of one batch were concurrent, so
 // any order is one they could have run in).
 //
@@ -166,6 +167,7 @@ func (s *Store) ChangeSeats(ctx context.Context, changes []SeatChange) ([]SeatCh
 	changed := make([]SeatChanged, len(changes))
 	happened := make([]seatEvent, len(changes))
 	b := &pgx.Batch{}
+	b.Queue("BEGIN")
 	if len(keys) > 0 {
 		b.Queue(lockLicensesSQL, tenants, keys)
 	}
@@ -197,10 +199,7 @@ func (s *Store) ChangeSeats(ctx context.Context, changes []SeatChange) ([]SeatCh
 			return nil
 		})
 	}
-	err := s.spine.InTx(ctx, s.db, func(ctx context.Context, tx pgx.Tx) error {
-		if err := tx.SendBatch(ctx, b).Close(); err != nil {
-			return err
-		}
+	err := s.pipelined(ctx, b, func(ctx context.Context, b *pgx.Batch) error {
 		var evs []*eventsv1.Event
 		for i, c := range changes {
 			var ev *eventsv1.Event
@@ -215,12 +214,51 @@ func (s *Store) ChangeSeats(ctx context.Context, changes []SeatChange) ([]SeatCh
 			ev.Actor = events.Actor(events.ActorClient, c.RequestID)
 			evs = append(evs, ev)
 		}
-		return events.EmitAll(ctx, tx, evs...)
+		return events.QueueAll(ctx, b, evs...)
 	})
 	if err != nil {
 		return nil, err
 	}
 	return changed, nil
+}
+
+// pipelined runs a transaction in two round trips, with the post-commit path of the
+// spine for the events it emits: first (which begins with BEGIN) is sent on a connection
+// of the pool and read; then fills a second batch from what the first's callbacks
+// recorded (events.QueueAll: the change's events), which is sent with COMMIT at its end.
+// An error of either leaves nothing committed (the transaction is rolled back).
+func (s *Store) pipelined(ctx context.Context, first *pgx.Batch, then func(ctx context.Context, b *pgx.Batch) error) (err error) {
+	ctx, done := s.spine.Track(ctx)
+	defer func() { done(err) }()
+	conn, err := s.db.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if conn.Conn().PgConn().TxStatus() != 'I' && !conn.Conn().IsClosed() {
+			// A connection left inside a transaction is destroyed by Release anyway; the
+			// rollback only saves a reconnect.
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			_, _ = conn.Exec(rctx, "ROLLBACK")
+			cancel()
+		}
+		conn.Release()
+	}()
+	if err := conn.SendBatch(ctx, first).Close(); err != nil {
+		return err
+	}
+	second := &pgx.Batch{}
+	if err := then(ctx, second); err != nil {
+		return err
+	}
+	second.Queue("COMMIT").Exec(func(tag pgconn.CommandTag) error {
+		if tag.String() != "COMMIT" {
+			// An aborted transaction's COMMIT answers ROLLBACK, not an error.
+			return pgx.ErrTxCommitRollback
+		}
+		return nil
+	})
+	return conn.SendBatch(ctx, second).Close()
 }
 
 // stableOrder returns the indexes 0..n-1 sorted by compare, equal ones in their order.
