@@ -186,13 +186,48 @@ func Emit(ctx context.Context, tx pgx.Tx, ev *eventsv1.Event) error {
 // increments, an import): still one outbox row per event, in the order given, written by
 // one statement instead of one per event. Every event is checked before any is written.
 func EmitAll(ctx context.Context, tx pgx.Tx, evs ...*eventsv1.Event) error {
+	msgs, err := messages(ctx, evs)
+	if err != nil || len(msgs) == 0 {
+		return err
+	}
+	if err := natsx.EnqueueAll(ctx, tx, msgs...); err != nil {
+		return err
+	}
+	if p, ok := ctx.Value(pendingKey{}).(*pending); ok {
+		p.add(evs...)
+	}
+	return nil
+}
+
+// QueueAll is EmitAll for a transaction sent as a pipeline (a pgx.Batch from BEGIN to
+// COMMIT, one round trip instead of one per statement): it queues the outbox rows'
+// statement on b, which the caller sends in the change's transaction before its COMMIT.
+// With the ctx of a Spine.Track, the events count as emitted when they are queued: call
+// done with the outcome of the batch that carries them.
+func QueueAll(ctx context.Context, b *pgx.Batch, evs ...*eventsv1.Event) error {
+	msgs, err := messages(ctx, evs)
+	if err != nil || len(msgs) == 0 {
+		return err
+	}
+	if err := natsx.QueueAll(b, msgs...); err != nil {
+		return err
+	}
+	if p, ok := ctx.Value(pendingKey{}).(*pending); ok {
+		p.add(evs...)
+	}
+	return nil
+}
+
+// messages checks every event, fills what the caller did not set (EmitAll) and encodes
+// each as its outbox message; none when evs is empty or the build writes no outbox.
+func messages(ctx context.Context, evs []*eventsv1.Event) ([]natsx.Message, error) {
 	for _, ev := range evs {
 		if err := Check(ev); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	if benchWithoutOutbox || len(evs) == 0 {
-		return nil
+		return nil, nil
 	}
 	msgs := make([]natsx.Message, len(evs))
 	for i, ev := range evs {
@@ -209,17 +244,11 @@ func EmitAll(ctx context.Context, tx pgx.Tx, evs ...*eventsv1.Event) error {
 		}
 		payload, err := proto.Marshal(ev)
 		if err != nil {
-			return fmt.Errorf("events: encode %s: %w", ev.Type, err)
+			return nil, fmt.Errorf("events: encode %s: %w", ev.Type, err)
 		}
 		msgs[i] = natsx.Message{TenantID: ev.TenantId, Subject: Subject(ev.Type), MsgID: ev.Id, Payload: payload}
 	}
-	if err := natsx.EnqueueAll(ctx, tx, msgs...); err != nil {
-		return err
-	}
-	if p, ok := ctx.Value(pendingKey{}).(*pending); ok {
-		p.add(evs...)
-	}
-	return nil
+	return msgs, nil
 }
 
 // Check refuses an event that could not be stored or delivered as it is: no tenant, or a

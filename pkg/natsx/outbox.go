@@ -207,32 +207,62 @@ func EnqueueAll(ctx context.Context, tx pgx.Tx, msgs ...Message) error {
 		return nil
 	case 1:
 		m := msgs[0]
-		_, err := tx.Exec(ctx, `INSERT INTO outbox (tenant_id, subject, msg_id, payload, headers)
-			VALUES ($1, $2, $3, $4, $5) ON CONFLICT (msg_id) DO NOTHING`,
-			m.TenantID, m.Subject, m.MsgID, m.payload(), m.headers())
+		_, err := tx.Exec(ctx, enqueueOneSQL, m.TenantID, m.Subject, m.MsgID, m.payload(), m.headers())
 		if err != nil {
 			return fmt.Errorf("natsx: enqueue %s: %w", m.Subject, err)
 		}
 		return nil
 	}
+	_, err := tx.Exec(ctx, enqueueManySQL, columns(msgs)...)
+	if err != nil {
+		return fmt.Errorf("natsx: enqueue %d messages (%s, …): %w", len(msgs), msgs[0].Subject, err)
+	}
+	return nil
+}
+
+// QueueAll is EnqueueAll for a transaction sent as a pipeline (pgx.Batch, BEGIN to
+// COMMIT): it queues the statement that writes the messages' rows on b, to run in the
+// change's transaction before its COMMIT (nothing when msgs is empty). An error of the
+// statement is the batch's. Every message is checked before anything is queued.
+func QueueAll(b *pgx.Batch, msgs ...Message) error {
+	for _, m := range msgs {
+		if err := m.validate(); err != nil {
+			return err
+		}
+	}
+	switch len(msgs) {
+	case 0:
+	case 1:
+		m := msgs[0]
+		b.Queue(enqueueOneSQL, m.TenantID, m.Subject, m.MsgID, m.payload(), m.headers())
+	default:
+		b.Queue(enqueueManySQL, columns(msgs)...)
+	}
+	return nil
+}
+
+// enqueueOneSQL writes one message's row; enqueueManySQL the rows of many, given as
+// columns (columns). ORDER BY n: the ids (bigserial) follow the order given, which is the
+// order the relay publishes a tenant's rows in.
+const (
+	enqueueOneSQL = `INSERT INTO outbox (tenant_id, subject, msg_id, payload, headers)
+		VALUES ($1, $2, $3, $4, $5) ON CONFLICT (msg_id) DO NOTHING`
+	enqueueManySQL = `INSERT INTO outbox (tenant_id, subject, msg_id, payload, headers)
+		SELECT tenant_id, subject, msg_id, payload, headers
+		FROM unnest($1::text[], $2::text[], $3::text[], $4::bytea[], $5::jsonb[])
+			WITH ORDINALITY AS m(tenant_id, subject, msg_id, payload, headers, n)
+		ORDER BY n
+		ON CONFLICT (msg_id) DO NOTHING`
+)
+
+// columns is enqueueManySQL's arguments: the messages' fields, one array each.
+func columns(msgs []Message) []any {
 	tenants, subjects, msgIDs := make([]string, len(msgs)), make([]string, len(msgs)), make([]string, len(msgs))
 	payloads, headers := make([][]byte, len(msgs)), make([]map[string]string, len(msgs))
 	for i, m := range msgs {
 		tenants[i], subjects[i], msgIDs[i], payloads[i], headers[i] = m.TenantID, m.Subject, m.MsgID, m.payload(), m.headers()
 	}
-	// ORDER BY n: the ids (bigserial) follow the order given, which is the order the
-	// relay publishes a tenant's rows in.
-	_, err := tx.Exec(ctx, `INSERT INTO outbox (tenant_id, subject, msg_id, payload, headers)
-		SELECT tenant_id, subject, msg_id, payload, headers
-		FROM unnest($1::text[], $2::text[], $3::text[], $4::bytea[], $5::jsonb[])
-			WITH ORDINALITY AS m(tenant_id, subject, msg_id, payload, headers, n)
-		ORDER BY n
-		ON CONFLICT (msg_id) DO NOTHING`,
-		tenants, subjects, msgIDs, payloads, headers)
-	if err != nil {
-		return fmt.Errorf("natsx: enqueue %d messages (%s, …): %w", len(msgs), msgs[0].Subject, err)
-	}
-	return nil
+	return []any{tenants, subjects, msgIDs, payloads, headers}
 }
 
 func (m Message) payload() []byte {

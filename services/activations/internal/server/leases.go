@@ -133,16 +133,6 @@ func effectivePolicy(p *store.Policy) store.Policy {
 	return store.Policy{Tier: defaultPolicyTier, LeaseTTL: defaultLeaseTTL, RenewAfter: defaultLeaseTTL / 2, FingerprintMatch: matchNone}
 }
 
-// FloatingLease is how long a new seat of l is leased: its policy's lease_ttl when the
-// policy is floating, nil otherwise. activate-license asks it (Server.WithLeases).
-func (x *Leases) FloatingLease(ctx context.Context, l *licensingv1.License) (*time.Duration, error) {
-	p, err := x.store.PolicyFor(ctx, l.GetTenantId(), l.GetProductId(), l.GetTier())
-	if err != nil || p == nil || !p.Floating {
-		return nil, err
-	}
-	return &p.LeaseTTL, nil
-}
-
 // ownProduct checks that the caller may read and write the product's policies: the product
 // is the caller's, or nobody's yet and now claimed (the claim issue-license and
 // register-release make). Another tenant's product is "not found".

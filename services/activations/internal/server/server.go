@@ -105,16 +105,14 @@ type Server struct {
 	now      func() time.Time
 	// log receives the lines of the items of a batch call (grpcx.ObserveCall).
 	log *slog.Logger
-	// leases says how long a new seat of a license is leased (floating policies); nil:
-	// no seat is floating.
-	leases interface {
-		FloatingLease(ctx context.Context, l *licensingv1.License) (*time.Duration, error)
-	}
+	// floating: a new seat of a license under a floating lease policy is floating
+	// (WithLeases); false: no seat is floating.
+	floating bool
 }
 
 // WithLeases has activations of licenses under a floating policy make floating seats.
 func (s *Server) WithLeases(l *Leases) *Server {
-	s.leases = l
+	s.floating = l != nil
 	return s
 }
 
@@ -224,15 +222,15 @@ func (s *Server) activation(ctx context.Context, req *activationsv1.ActivateLice
 	if m := l.GetMaxActivations(); m != nil {
 		maxSeats = proto.Int32(m.GetValue())
 	}
-	var leaseTTL *time.Duration
-	if s.leases != nil {
-		if leaseTTL, err = s.leases.FloatingLease(ctx, l); err != nil {
-			return seatCall{}, err
-		}
+	// Whether the seat floats is the license's lease policy's, read by the statement
+	// that makes the seat (store.SeatChange.Tier).
+	var tier *string
+	if s.floating {
+		tier = proto.String(l.GetTier())
 	}
 	tok, hash := newToken()
 	return seatCall{token: tok, change: store.SeatChange{Tenant: l.GetTenantId(), Key: l.GetKey(), ProductID: l.GetProductId(), Activate: true,
-		Instance: req.GetInstanceId(), TokenHash: hash, MaxSeats: maxSeats, LeaseTTL: leaseTTL, RequestID: telemetry.RequestID(ctx)}}, nil
+		Instance: req.GetInstanceId(), TokenHash: hash, MaxSeats: maxSeats, Tier: tier, RequestID: telemetry.RequestID(ctx)}}, nil
 }
 
 // answer is ActivateLicense's answer to the change's outcome.

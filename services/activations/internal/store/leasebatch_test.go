@@ -181,3 +181,51 @@ func TestFloatingCapHoldsUnderBatchedRenewals(t *testing.T) {
 		t.Fatalf("%d live seats on a license of cap %d", worst, limit)
 	}
 }
+
+// An activation with a tier follows the lease policy in force when its statement runs:
+// the tier's before the product's default, floating only when that policy is, for its
+// lease_ttl; a tier without a policy of its own follows the default; no tier, no policy
+// and a non-floating policy make a seat that does not float.
+func TestActivationFollowsTheLeasePolicyOfItsTier(t *testing.T) {
+	t.Parallel()
+	st, tenant, key := fresh(t)
+	ctx := context.Background()
+	for _, p := range []Policy{
+		{ProductID: "app", Tier: "*", Floating: true, LeaseTTL: 2 * time.Hour, RenewAfter: time.Minute, FingerprintMatch: "none"},
+		{ProductID: "app", Tier: "pro", Floating: true, LeaseTTL: time.Hour, RenewAfter: time.Minute, FingerprintMatch: "none"},
+		{ProductID: "app", Tier: "fixed", Floating: false, LeaseTTL: time.Hour, RenewAfter: time.Minute, FingerprintMatch: "none"},
+	} {
+		if _, err := st.PutPolicy(ctx, tenant, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tier := func(s string) *string { return &s }
+	cases := []struct {
+		name, product string
+		tier          *string
+		lease         time.Duration // 0: not floating
+	}{
+		{"pro", "app", tier("pro"), time.Hour},
+		{"basic", "app", tier("basic"), 2 * time.Hour},
+		{"fixed", "app", tier("fixed"), 0},
+		{"untiered", "app", nil, 0},
+		{"other-product", "other", tier("pro"), 0},
+	}
+	for _, c := range cases {
+		change := SeatChange{Tenant: tenant, Key: key, ProductID: c.product, Activate: true, Instance: c.name, TokenHash: hash(key, c.name), Tier: c.tier}
+		if changed, err := st.ChangeSeats(ctx, []SeatChange{change}); err != nil || changed[0].Err != nil {
+			t.Fatalf("%s: %v %+v", c.name, err, changed)
+		}
+		var lease *time.Duration
+		if err := st.db.QueryRow(ctx, `SELECT extract(epoch FROM lease_expires_at - activated_at)::float8 * interval '1 second'
+			FROM seats WHERE tenant_id = $1 AND license_key = $2 AND instance_id = $3`, tenant, key, c.name).Scan(&lease); err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case c.lease == 0 && lease != nil:
+			t.Errorf("%s: leased for %v, want not floating", c.name, *lease)
+		case c.lease != 0 && (lease == nil || (*lease-c.lease).Abs() > time.Minute):
+			t.Errorf("%s: leased for %v, want %v", c.name, lease, c.lease)
+		}
+	}
+}

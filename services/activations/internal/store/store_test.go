@@ -618,3 +618,33 @@ func TestChangeSeatsInParallelBatchesHoldEveryCap(t *testing.T) {
 		}
 	}
 }
+
+// A batch of seat changes is one transaction although it is sent in two round trips: when
+// its events cannot be written (here an event without a tenant, which Emit refuses), none
+// of its changes stays, and the connection goes back to the pool usable.
+func TestChangeSeatsKeepsNothingWhenItsEventsFail(t *testing.T) {
+	t.Parallel()
+	st, tenant, key := fresh(t)
+	ctx := context.Background()
+	mustActivate(t, st, tenant, key, "kept")
+	changes := []SeatChange{
+		{Tenant: tenant, Key: key, ProductID: "app", TokenHash: hash(key, "kept")},
+		{Tenant: "", Key: key, ProductID: "app", Activate: true, Instance: "orphan", TokenHash: hash(key, "orphan")},
+	}
+	if _, err := st.ChangeSeats(ctx, changes); err == nil {
+		t.Fatal("a batch whose event has no tenant was applied")
+	}
+	var n int
+	if err := st.db.QueryRow(ctx, `SELECT count(*) FROM seats WHERE license_key = $1`, key).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("%d seats of the license after the failed batch (want the one it would have removed): %v", n, err)
+	}
+	if err := st.db.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE tenant_id = $1`, tenant).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("%d outbox rows of the tenant (want the first activation's): %v", n, err)
+	}
+	for range 2 * int(st.db.Config().MaxConns) {
+		changed, err := st.ChangeSeats(ctx, []SeatChange{{Tenant: tenant, Key: key, ProductID: "app", Activate: true, Instance: "kept", TokenHash: hash(key, "kept")}})
+		if err != nil || !changed[0].Already {
+			t.Fatalf("after the failed batch: %+v, %v", changed, err)
+		}
+	}
+}
