@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/keyhouse/keyhouse/pkg/events"
@@ -22,11 +23,13 @@ func (c Channel) key() string {
 	return c.Tenant + "\x00" + c.ProductKey + "\x00" + c.Channel + "\x00" + c.Platform
 }
 
-// LatestCache is a cache of the latest published release of each channel asked (nil:
-// none published). It is correct only with its invalidation: every release change empties
-// it, in the process that made it before that change is answered (ClearOnReleaseChange, the
-// spine's local step) and in every other over NATS (its ClearOn of
-// license.ReleasesChangedSubject, with pkg/licensecache's bound when a message is lost).
+// LatestCache is a cache of the latest published release of each channel asked. Only
+// channels that have one are kept, so its entries are bounded by the releases registered,
+// not by what clients ask (a channel or platform name is theirs to choose). It is correct
+// only with its invalidation: every release change empties it, in the process that made
+// it before that change is answered (ClearOnReleaseChange, the spine's local step) and in
+// every other over NATS (its ClearOn of license.ReleasesChangedSubject, with
+// pkg/licensecache's bound when a message is lost).
 type LatestCache = licensecache.Cache[*Release]
 
 // ClearOnReleaseChange is the spine option that empties c when this process commits a
@@ -52,7 +55,14 @@ func (s *Store) WithLatestCache(c *LatestCache) *Store {
 // the first entry of the releases_latest index, however many releases the channel holds.
 func (s *Store) Latest(ctx context.Context, tenant, productKey, channel, platform string) (*Release, error) {
 	c := Channel{Tenant: tenant, ProductKey: productKey, Channel: channel, Platform: platform}
-	return s.latest.Get(c.key(), func() (*Release, error) { return s.readLatest(ctx, c) })
+	return s.latest.GetUntil(c.key(), "", func() (*Release, time.Time, error) {
+		r, err := s.readLatest(ctx, c)
+		if r == nil {
+			// Only channels with a published release are kept (see LatestCache).
+			return nil, licensecache.NotKept, err
+		}
+		return r, time.Time{}, err
+	})
 }
 
 func (s *Store) readLatest(ctx context.Context, c Channel) (*Release, error) {
@@ -84,10 +94,12 @@ func (s *Store) LatestOf(ctx context.Context, channels []Channel) ([]*Release, e
 		if err != nil {
 			return nil, err
 		}
-		// Every channel read is an answer, none published (nil) included.
+		// A channel without a published release is left out: answered nil, not kept.
 		out := make(map[string]*Release, len(missing))
 		for i, k := range missing {
-			out[k] = latest[i]
+			if latest[i] != nil {
+				out[k] = latest[i]
+			}
 		}
 		return out, nil
 	})
