@@ -54,8 +54,10 @@ func register(ctx context.Context, d *app.Deps) error {
 	if err != nil {
 		return err
 	}
-	// Update checks read licenses from a cache that follows licensing's change events.
-	stopCache, err := remote.CacheLicenses(spine.NATS, d.Config.LicenseCacheTTL)
+	// Update checks read licenses from a cache that follows licensing's change events, kept
+	// past LICENSE_CACHE_TTL only while it proves it missed none (as the gateway's and
+	// activations' are).
+	stopCache, err := remote.CacheLicensesLive(spine.NATS, d.Config.LicenseCacheTTL, d.Config.LicenseCacheLiveTTL)
 	if err != nil {
 		return err
 	}
