@@ -92,11 +92,11 @@ type Config struct {
 	// LicenseCacheTTL is how long a cached license row is served without a fresh read
 	// (pkg/licensecache); 0 turns the cache off.
 	LicenseCacheTTL time.Duration
-	// LicenseCacheLiveTTL is how long the gateway (and activations, its license lookups)
-	// serves a cached answer while it can prove it has seen every change event
-	// (pkg/licensecache's liveness: sequence numbers and the publishers' heartbeats); past
-	// LicenseCacheTTL, only while that proof holds. At or below LicenseCacheTTL it changes
-	// nothing.
+	// LicenseCacheLiveTTL is how long the gateway (and activations and releases, their
+	// license lookups) serves a cached answer while it can prove it has seen every change
+	// event (pkg/licensecache's liveness: sequence numbers and the publishers' heartbeats);
+	// past LicenseCacheTTL, only while that proof holds. At or below LicenseCacheTTL it
+	// changes nothing.
 	LicenseCacheLiveTTL time.Duration
 
 	// RecordRetention is how long records of received events are kept (RECORD_RETENTION,

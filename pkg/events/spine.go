@@ -241,3 +241,11 @@ func ChangedLicense(ev *eventsv1.Event) string {
 	}
 	return ""
 }
+
+// ChangedReleases says whether an event changed which release is the latest of a channel
+// (license.ReleasesChangedSubject's events): what a process that caches release lookups
+// empties (WithLocal).
+func ChangedReleases(ev *eventsv1.Event) bool {
+	_, kind := fastPath(ev)
+	return kind == fastReleases
+}

@@ -18,7 +18,7 @@ func init() {
 		Register(Scenario{
 			ID:    "check-update" + sp.ID,
 			Name:  "check-update, " + sp.Label + ", 500 releases in the channel (gateway → licensing + releases → Postgres)",
-			Note:  "as shipped: releases' answer from the gateway's cache when it holds the key, kept for the second its manifest was signed in (on a miss: the license from releases' cache of licensing's answers, one indexed selection among 500 published releases, an RSA-2048 signature at most once per release and second)",
+			Note:  "as shipped: releases' answer from the gateway's cache when it holds the key, kept for the second its manifest was signed in (on a miss: the license from releases' cache of licensing's answers, the channel's latest release from releases' cache of it (one indexed selection among 500 published releases when it lacks it), an RSA-2048 signature at most once per release and second)",
 			Setup: func(ctx context.Context, env *Env) (Op, error) { return setupCheckUpdate(ctx, env, sp) },
 		})
 	}

@@ -8,7 +8,9 @@ import (
 	"github.com/keyhouse/keyhouse/pkg/app"
 	"github.com/keyhouse/keyhouse/pkg/billingclient"
 	"github.com/keyhouse/keyhouse/pkg/config"
+	"github.com/keyhouse/keyhouse/pkg/events"
 	"github.com/keyhouse/keyhouse/pkg/idempotency"
+	"github.com/keyhouse/keyhouse/pkg/license"
 	"github.com/keyhouse/keyhouse/pkg/licensecache"
 	"github.com/keyhouse/keyhouse/pkg/licensingclient"
 	"github.com/keyhouse/keyhouse/pkg/tenantpurge"
@@ -37,21 +39,33 @@ func register(ctx context.Context, d *app.Deps) error {
 	}
 	adminKey := d.Config.AdminAPIKey.Reveal()
 	remote := licensingclient.New(licensing, adminKey)
+	// The latest release of each channel update checks ask about is cached; every
+	// committed release change empties the cache here (the spine's local step, before the
+	// change is answered) and, over NATS, on every other replica (license.ReleasesChangedSubject).
+	latest := licensecache.New[*store.Release](d.Config.LicenseCacheTTL)
 	// Release events leave through the outbox; the spine's fast path tells the gateways'
-	// caches of check-update answers to empty themselves.
-	spine, err := d.StartEventSpine(ctx, "releases", app.SpineOptions{})
+	// caches of check-update answers, and the other replicas' latest releases, to empty
+	// themselves.
+	spine, err := d.StartEventSpine(ctx, "releases", app.SpineOptions{Spine: []events.Option{store.ClearOnReleaseChange(latest)}})
 	if err != nil {
 		return err
 	}
-	// Update checks read licenses from a cache that follows licensing's change events.
-	stopCache, err := remote.CacheLicenses(spine.NATS, d.Config.LicenseCacheTTL)
+	stopLatest, err := latest.ClearOn(spine.NATS, license.ReleasesChangedSubject)
+	if err != nil {
+		return err
+	}
+	// Update checks read licenses from a cache that follows licensing's change events, kept
+	// past LICENSE_CACHE_TTL only while it proves it missed none (as the gateway's and
+	// activations' are).
+	stopCache, err := remote.CacheLicensesLive(spine.NATS, d.Config.LicenseCacheTTL, d.Config.LicenseCacheLiveTTL)
 	if err != nil {
 		return err
 	}
 	// Release changes are announced with a heartbeat, the caches' liveness proof.
 	d.OnClose(licensecache.StartHeartbeat(spine.NATS))
 	d.OnClose(stopCache)
-	st := store.New(d.DB, spine.Spine)
+	d.OnClose(stopLatest)
+	st := store.New(d.DB, spine.Spine).WithLatestCache(latest)
 	srv := server.New(server.Config{MultiTenant: d.Config.MultiTenant, Log: d.Log}, st, remote,
 		billingclient.New(billing, adminKey))
 	server.Register(d.Server.GRPC, srv)

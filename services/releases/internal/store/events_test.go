@@ -62,7 +62,7 @@ func TestEveryWriteEmitsItsEvent(t *testing.T) {
 			}
 		}
 	}
-	eventstest.RequireListed(t, s, []string{"Register", "Unpublish"}, []string{"Get", "Latest", "LatestOf", "List"})
+	eventstest.RequireListed(t, s, []string{"Register", "Unpublish"}, []string{"Get", "Latest", "LatestOf", "List", "WithLatestCache"})
 }
 
 // An event that cannot be written takes its change with it.

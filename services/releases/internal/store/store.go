@@ -22,6 +22,8 @@ import (
 type Store struct {
 	db    *pgxpool.Pool
 	spine *events.Spine
+	// latest caches Latest's answers (nil: none; WithLatestCache).
+	latest *LatestCache
 }
 
 // New returns a Store on db (search_path = releases); spine may be nil (no post-commit
@@ -164,19 +166,6 @@ func (s *Store) Unpublish(ctx context.Context, tenant string, id int32) error {
 		}
 		return events.Emit(ctx, tx, events.ReleaseUnpublished(tenant, r.ID, r.ProductID, r.Version, r.Channel, r.Platform))
 	})
-}
-
-// Latest returns the published release of the product/channel/platform with the highest
-// precedence, the most recently registered among equals; nil when there is none. It is
-// the first entry of the releases_latest index, however many releases the channel holds.
-func (s *Store) Latest(ctx context.Context, tenant, productKey, channel, platform string) (*Release, error) {
-	r, err := scan(s.db.QueryRow(ctx, `SELECT `+columns+` FROM releases
-		WHERE tenant_id = $1 AND product_key = $2 AND channel = $3 AND platform = $4 AND status = 'published'
-		ORDER BY precedence DESC, id DESC LIMIT 1`, tenant, productKey, channel, platform))
-	if errors.Is(err, ErrNotFound) {
-		return nil, nil
-	}
-	return r, err
 }
 
 // Filter selects releases for list-releases; empty fields do not filter.
