@@ -198,3 +198,64 @@ func TestClaimFromTheCursorSkipsTheDeadFront(t *testing.T) {
 }
 
 var errRollback = fmt.Errorf("rollback")
+
+// A success finds its delivery by the primary key, analyzed or not, however many
+// deliveries of the tenant are due: through the due index it read them all.
+func TestSuccessUsesThePrimaryKey(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	ep, _ := f.endpoint("t1", "http://127.0.0.1:1/hook")
+	f.fanout("t1", "evt_success", 2000)
+	var id string
+	if err := f.store.db.QueryRow(ctx, `SELECT id FROM webhook_deliveries WHERE endpoint_id = $1 ORDER BY seq DESC LIMIT 1`, ep.ID).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	for _, analyzed := range []bool{false, true} {
+		if analyzed {
+			if _, err := f.store.db.Exec(ctx, `ANALYZE webhook_deliveries`); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var plan string
+		if err := f.store.db.QueryRow(ctx, `EXPLAIN (FORMAT JSON) `+recordSuccessSQL, "t1", id, []byte(`[]`)).Scan(&plan); err != nil {
+			t.Fatal(err)
+		}
+		var indexes []string
+		for _, n := range planNodes(t, plan) {
+			if n.Relation == "webhook_deliveries" {
+				indexes = append(indexes, n.NodeType+" "+n.IndexName)
+			}
+		}
+		if !slices.Equal(indexes, []string{"ModifyTable ", "Index Scan webhook_deliveries_pkey"}) {
+			t.Errorf("analyzed=%v: the success reads webhook_deliveries by %v, want its primary key", analyzed, indexes)
+		}
+	}
+}
+
+type planNode struct {
+	NodeType  string     `json:"Node Type"`
+	Relation  string     `json:"Relation Name"`
+	IndexName string     `json:"Index Name"`
+	Plans     []planNode `json:"Plans"`
+}
+
+// planNodes flattens an EXPLAIN (FORMAT JSON) plan.
+func planNodes(t *testing.T, plan string) []planNode {
+	t.Helper()
+	var top []struct {
+		Plan planNode `json:"Plan"`
+	}
+	if err := json.Unmarshal([]byte(plan), &top); err != nil || len(top) != 1 {
+		t.Fatalf("EXPLAIN output %q: %v", plan, err)
+	}
+	var all []planNode
+	var walk func(n planNode)
+	walk = func(n planNode) {
+		all = append(all, n)
+		for _, c := range n.Plans {
+			walk(c)
+		}
+	}
+	walk(top[0].Plan)
+	return all
+}
