@@ -23,25 +23,40 @@ type Due struct {
 	URL        string
 	Secret     []byte // sealed
 	OldSecret  []byte // sealed; nil when no roll overlaps
-	// DueAt is when the delivery was due when it was claimed (its next_attempt_at before
-	// the claim moved it a lease ahead): the lane's cursor (ClaimNext).
-	DueAt time.Time
+	// At is the delivery's place in its endpoint's due order when it was claimed: the
+	// lane's cursor (ClaimNext).
+	At Cursor
 }
 
-// dueColumns is what a claim returns of a delivery (d), its endpoint (e) and its due
-// time before the claim (p.due_at), $1 being the claim's now; scanDue reads it.
+// Cursor is a place in an endpoint's due deliveries, ordered by (next_attempt_at, seq):
+// the index webhook_deliveries_due_seq's order. seq makes it name one delivery, though
+// the deliveries of one fan-out batch share their due time. The zero Cursor is the front.
+type Cursor struct {
+	DueAt time.Time
+	Seq   int64
+}
+
+// dueColumns is what a claim returns of a delivery (d) and its endpoint (e), $1 being the
+// claim's now; scanDue reads it.
 const dueColumns = `d.tenant_id, d.id, d.endpoint_id, d.event_id, d.body, d.created_at, e.url, e.secret,
-	CASE WHEN e.old_secret_expires_at > $1 THEN e.old_secret END, p.due_at`
+	CASE WHEN e.old_secret_expires_at > $1 THEN e.old_secret END, d.next_attempt_at, d.seq`
 
 func scanDue(row pgx.Row, d *Due) error {
-	return row.Scan(&d.TenantID, &d.ID, &d.EndpointID, &d.EventID, &d.Body, &d.CreatedAt, &d.URL, &d.Secret, &d.OldSecret, &d.DueAt)
+	return row.Scan(&d.TenantID, &d.ID, &d.EndpointID, &d.EventID, &d.Body, &d.CreatedAt, &d.URL, &d.Secret, &d.OldSecret, &d.At.DueAt, &d.At.Seq)
 }
+
+// A pending delivery is due when its next attempt's time has come and no claim's lease
+// runs ($1 being the claim's now). The lease is in leased_until, which no index names, so
+// a claim is a HOT update: it writes a version of the row on the same page and no index
+// entry (moving next_attempt_at wrote the row, body included, into every index again).
+// The claimed row keeps its entry in the due index, where the claims after it skip it.
+const dueWhere = `d.status = 'pending' AND d.next_attempt_at <= $1 AND (d.leased_until IS NULL OR d.leased_until <= $1)`
 
 // Claim takes due deliveries of enabled endpoints for this process: at most limit in
 // all, and per endpoint at most perEndpoint less what this process already has in flight
-// there (inFlight), so one slow endpoint never holds every worker. A claimed delivery's
-// next attempt moves lease ahead: if the process dies before recording the attempt, the
-// delivery is due again then (at least once).
+// there (inFlight), so one slow endpoint never holds every worker. A claimed delivery is
+// leased for lease: if the process dies before recording the attempt, the delivery is due
+// again when the lease runs out (at least once).
 func (s *Store) Claim(ctx context.Context, now time.Time, lease time.Duration, limit, perEndpoint int, inFlight map[string]int) ([]Due, error) {
 	busyIDs := make([]string, 0, len(inFlight))
 	busyN := make([]int32, 0, len(inFlight))
@@ -54,21 +69,20 @@ func (s *Store) Claim(ctx context.Context, now time.Time, lease time.Duration, l
 		rows, err := tx.Query(ctx, `
 			WITH busy AS (SELECT * FROM unnest($4::text[], $5::int[]) AS b(endpoint_id, n)),
 			picked AS (
-				SELECT d.tenant_id, d.id, d.due_at
+				SELECT d.tenant_id, d.id
 				FROM webhook_endpoints e
 				LEFT JOIN busy b ON b.endpoint_id = e.id
 				CROSS JOIN LATERAL (
-					SELECT d.tenant_id, d.id, d.next_attempt_at AS due_at FROM webhook_deliveries d
-					WHERE d.tenant_id = e.tenant_id AND d.endpoint_id = e.id
-					  AND d.status = 'pending' AND d.next_attempt_at <= $1
-					ORDER BY d.next_attempt_at
+					SELECT d.tenant_id, d.id FROM webhook_deliveries d
+					WHERE d.tenant_id = e.tenant_id AND d.endpoint_id = e.id AND `+dueWhere+`
+					ORDER BY d.next_attempt_at, d.seq
 					LIMIT greatest($3 - coalesce(b.n, 0), 0)
 					FOR UPDATE OF d SKIP LOCKED
 				) d
 				WHERE e.enabled
 				LIMIT $2
 			)
-			UPDATE webhook_deliveries d SET next_attempt_at = $1::timestamptz + $6::interval
+			UPDATE webhook_deliveries d SET leased_until = $1::timestamptz + $6::interval
 			FROM picked p, webhook_endpoints e
 			WHERE d.tenant_id = p.tenant_id AND d.id = p.id AND e.tenant_id = d.tenant_id AND e.id = d.endpoint_id
 			RETURNING `+dueColumns,
@@ -89,43 +103,54 @@ func (s *Store) Claim(ctx context.Context, now time.Time, lease time.Duration, l
 	return out, err
 }
 
+// claimNextSQL is ClaimNext's statement: the first due delivery after the cursor ($5,
+// $6) and, only when there is none, the first from the front (the NOT EXISTS is a
+// one-time filter, so the second scan runs only then). One statement, one round trip.
+const claimNextSQL = `
+	WITH after_cursor AS (
+		SELECT d.tenant_id, d.id FROM webhook_deliveries d
+		WHERE d.tenant_id = $3 AND d.endpoint_id = $4 AND ` + dueWhere + `
+		  AND (d.next_attempt_at, d.seq) > ($5::timestamptz, $6::bigint)
+		ORDER BY d.next_attempt_at, d.seq
+		LIMIT 1
+		FOR UPDATE OF d SKIP LOCKED
+	), from_front AS (
+		SELECT d.tenant_id, d.id FROM webhook_deliveries d
+		WHERE NOT EXISTS (SELECT FROM after_cursor)
+		  AND d.tenant_id = $3 AND d.endpoint_id = $4 AND ` + dueWhere + `
+		ORDER BY d.next_attempt_at, d.seq
+		LIMIT 1
+		FOR UPDATE OF d SKIP LOCKED
+	), picked AS (
+		SELECT * FROM after_cursor UNION ALL SELECT * FROM from_front
+	)
+	UPDATE webhook_deliveries d SET leased_until = $1::timestamptz + $2::interval
+	FROM picked p, webhook_endpoints e
+	WHERE d.tenant_id = p.tenant_id AND d.id = p.id AND e.tenant_id = d.tenant_id AND e.id = d.endpoint_id AND e.enabled
+	RETURNING ` + dueColumns
+
 // ClaimNext takes the endpoint's next due delivery, if any, for a worker that has just
 // delivered to it and keeps its slot (Worker's lanes). It is one statement, so one round
 // trip: the claim of a busy endpoint's deliveries no longer waits for the worker's single
 // claiming loop, one round trip per delivery. A disabled endpoint has nothing due.
 //
-// after, when not zero, is the lane's cursor (the DueAt of the delivery it just made):
-// only deliveries due at or after it are taken. The oldest-first scan of the endpoint's
-// due index otherwise starts at its front, where every delivery made since the last
-// vacuum left an entry pointing at a dead row version (a claim and a success each write
-// a new version); while any transaction of the database is older than those versions,
-// Postgres cannot mark the entries dead, and each claim read them all again: about
-// 1,400 buffers per claim at 400 deliveries/s on a loaded machine. With the cursor the
-// scan starts where the lane left off. A delivery due before the cursor (a retry that
-// came due, a fan-out that committed late) is taken by a claim without cursor: the
-// worker's own, and a lane's whenever its cursor finds nothing or every
-// laneRescanEvery claims.
-func (s *Store) ClaimNext(ctx context.Context, now time.Time, lease time.Duration, tenantID, endpointID string, after time.Time) (Due, bool, error) {
+// after is the lane's cursor (the At of the delivery it just made): the delivery after it
+// in due order is taken, and the front's only when there is none after it. The
+// oldest-first scan of the endpoint's due index otherwise starts at its front, where
+// every delivery made since the last vacuum left an entry pointing at a dead row version
+// (a success writes a new version, outside the due index); while any transaction of the
+// database is older than those versions, Postgres cannot mark the entries dead, and each
+// claim read them all again. With the cursor the scan starts where the lane left off. A
+// delivery due before the cursor (a retry that came due, a fan-out that committed late)
+// is taken when the cursor finds nothing, by the worker's own claim, or by a lane's
+// claim from the front (the zero Cursor) every laneRescanEvery claims.
+func (s *Store) ClaimNext(ctx context.Context, now time.Time, lease time.Duration, tenantID, endpointID string, after Cursor) (Due, bool, error) {
 	var d Due
-	var cursor *time.Time
-	if !after.IsZero() {
-		cursor = &after
+	dueAt := after.DueAt
+	if dueAt.IsZero() {
+		dueAt = time.Unix(0, 0) // before any due time this service writes; seq starts at 1
 	}
-	err := scanDue(s.db.QueryRow(ctx, `
-		WITH picked AS (
-			SELECT d.tenant_id, d.id, d.next_attempt_at AS due_at FROM webhook_deliveries d
-			JOIN webhook_endpoints e ON e.tenant_id = d.tenant_id AND e.id = d.endpoint_id AND e.enabled
-			WHERE d.tenant_id = $3 AND d.endpoint_id = $4 AND d.status = 'pending' AND d.next_attempt_at <= $1
-			  AND d.next_attempt_at >= coalesce($5::timestamptz, '-infinity')
-			ORDER BY d.next_attempt_at
-			LIMIT 1
-			FOR UPDATE OF d SKIP LOCKED
-		)
-		UPDATE webhook_deliveries d SET next_attempt_at = $1::timestamptz + $2::interval
-		FROM picked p, webhook_endpoints e
-		WHERE d.tenant_id = p.tenant_id AND d.id = p.id AND e.tenant_id = d.tenant_id AND e.id = d.endpoint_id
-		RETURNING `+dueColumns,
-		now, lease, tenantID, endpointID, cursor), &d)
+	err := scanDue(s.db.QueryRow(ctx, claimNextSQL, now, lease, tenantID, endpointID, dueAt, after.Seq), &d)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Due{}, false, nil
 	}
@@ -135,19 +160,29 @@ func (s *Store) ClaimNext(ctx context.Context, now time.Time, lease time.Duratio
 	return d, true, nil
 }
 
-// recordSuccess ends a delivery and its endpoint's failure streak in one statement (one
-// round trip: successes are most attempts). A delivery no longer pending (its endpoint
-// deleted, or another attempt recorded first) is left alone: the UPDATE rechecks the
-// status under the row's lock.
+// recordSuccessSQL ends a delivery ($1, $2) with its attempt ($3) and its endpoint's
+// failure streak, in one statement (one round trip: successes are most attempts). A
+// delivery no longer pending (its endpoint deleted, or another attempt recorded first) is
+// left alone: the UPDATE rechecks the status under the row's lock.
+//
+// The pending test is written as "neither succeeded nor failed" (the same, by the
+// table's CHECK), not status = 'pending': that would match the due index's predicate,
+// and on a table whose statistics lag behind its churn (a fresh one has none; autovacuum
+// analyzes it a minute later at best) the planner took the due index and read every
+// pending delivery of the tenant to find this one, 3 to 5 ms and 140 to 210 buffers per
+// success with 4,000 due: the larger the backlog, the slower each success, so a
+// backlog only grew. Written so, only the primary key can find the row.
+const recordSuccessSQL = `
+	WITH done AS (
+		UPDATE webhook_deliveries SET status = 'succeeded', next_attempt_at = NULL, leased_until = NULL, attempts = attempts || $3
+		WHERE tenant_id = $1 AND id = $2 AND status <> 'succeeded' AND status <> 'failed'
+		RETURNING tenant_id, endpoint_id)
+	UPDATE webhook_endpoints e SET failing_since = NULL
+	FROM done WHERE e.tenant_id = done.tenant_id AND e.id = done.endpoint_id AND e.failing_since IS NOT NULL`
+
+// recordSuccess ends a delivery (recordSuccessSQL).
 func (s *Store) recordSuccess(ctx context.Context, d Due, attempt []byte) error {
-	_, err := s.db.Exec(ctx, `
-		WITH done AS (
-			UPDATE webhook_deliveries SET status = 'succeeded', next_attempt_at = NULL, attempts = attempts || $3
-			WHERE tenant_id = $1 AND id = $2 AND status = 'pending'
-			RETURNING tenant_id, endpoint_id)
-		UPDATE webhook_endpoints e SET failing_since = NULL
-		FROM done WHERE e.tenant_id = done.tenant_id AND e.id = done.endpoint_id AND e.failing_since IS NOT NULL`,
-		d.TenantID, d.ID, attempt)
+	_, err := s.db.Exec(ctx, recordSuccessSQL, d.TenantID, d.ID, attempt)
 	return err
 }
 
@@ -193,7 +228,7 @@ func (s *Store) Record(ctx context.Context, d Due, res webhook.Result, sched web
 		if t, ok := sched.Next(tries+1, d.CreatedAt, res.At); ok {
 			status, next = StatusPending, &t
 		}
-		if _, err := tx.Exec(ctx, `UPDATE webhook_deliveries SET status = $3, next_attempt_at = $4, attempts = attempts || $5 WHERE tenant_id = $1 AND id = $2`,
+		if _, err := tx.Exec(ctx, `UPDATE webhook_deliveries SET status = $3, next_attempt_at = $4, leased_until = NULL, attempts = attempts || $5 WHERE tenant_id = $1 AND id = $2`,
 			d.TenantID, d.ID, status, next, attempt); err != nil {
 			return err
 		}

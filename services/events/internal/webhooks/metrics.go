@@ -83,8 +83,8 @@ func (c queueCollector) Collect(ch chan<- prometheus.Metric) {
 	var pending, due, disabled int64
 	var oldest float64
 	err := c.st.db.QueryRow(ctx, `
-		SELECT count(*), count(*) FILTER (WHERE next_attempt_at <= now()),
-			COALESCE(EXTRACT(EPOCH FROM now() - min(next_attempt_at) FILTER (WHERE next_attempt_at <= now())), 0)::float8,
+		SELECT count(*), count(*) FILTER (WHERE greatest(next_attempt_at, leased_until) <= now()),
+			COALESCE(EXTRACT(EPOCH FROM now() - min(greatest(next_attempt_at, leased_until)) FILTER (WHERE greatest(next_attempt_at, leased_until) <= now())), 0)::float8,
 			(SELECT count(*) FROM webhook_endpoints WHERE NOT enabled)
 		FROM webhook_deliveries WHERE status = 'pending'`).Scan(&pending, &due, &oldest, &disabled)
 	if err != nil {

@@ -287,7 +287,9 @@ func (s *Store) Enqueue(ctx context.Context, tenant, endpointID, eventID, eventT
 		tenant, endpointID, newID("whd_"), eventID, eventType, body, redelivery, now))
 }
 
-const deliveryColumns = `tenant_id, id, event_id, event_type, endpoint_id, status, attempts, next_attempt_at, created_at`
+// deliveryColumns shows a claimed delivery's next attempt as its lease's end, as when the
+// claim moved next_attempt_at itself (greatest ignores a NULL).
+const deliveryColumns = `tenant_id, id, event_id, event_type, endpoint_id, status, attempts, greatest(next_attempt_at, leased_until), created_at`
 
 func scanDelivery(row pgx.Row) (*Delivery, error) {
 	var d Delivery

@@ -196,21 +196,18 @@ func (w *Worker) claimAndStart(ctx context.Context) int {
 // loaded machine). The first failed attempt ends the lane and frees the slot, so a slow or
 // dead endpoint still holds at most PerEndpoint slots and its retries follow the schedule.
 //
-// A lane claims from its cursor (ClaimNext's after: the due time of the delivery it just
-// made), so a claim does not read again what the endpoint's earlier deliveries left at the
-// front of its due index; every laneRescanEvery claims, and when the cursor finds nothing,
-// it claims from the front, so a delivery due before the cursor (a retry, a late fan-out)
-// waits at most that many deliveries of the lane.
+// A lane claims from its cursor (ClaimNext's after: the place of the delivery it just
+// made in the endpoint's due order), so a claim does not read again what the endpoint's
+// earlier deliveries left at the front of its due index; when the cursor finds nothing,
+// and every laneRescanEvery claims, it claims from the front, so a delivery due before
+// the cursor (a retry, a late fan-out) waits at most that many deliveries of the lane.
 func (w *Worker) lane(ctx context.Context, d Due) {
 	for n := 1; w.attempt(ctx, d) && ctx.Err() == nil; n++ {
-		after := d.DueAt
+		after := d.At
 		if n%laneRescanEvery == 0 {
-			after = time.Time{}
+			after = Cursor{}
 		}
 		next, ok, err := w.Store.ClaimNext(ctx, w.Now(), w.Lease, d.TenantID, d.EndpointID, after)
-		if err == nil && !ok && !after.IsZero() {
-			next, ok, err = w.Store.ClaimNext(ctx, w.Now(), w.Lease, d.TenantID, d.EndpointID, time.Time{})
-		}
 		if err != nil {
 			if ctx.Err() == nil {
 				w.Log.Warn("webhooks: claiming the endpoint's next delivery failed", "endpoint_id", d.EndpointID, "err", err)

@@ -50,7 +50,7 @@ type fixedKeys struct{ k *signing.Keyring }
 func (f fixedKeys) Keyring(context.Context) (*signing.Keyring, error) { return f.k, nil }
 
 type fixture struct {
-	t      *testing.T
+	t      testing.TB
 	store  *Store
 	keys   fixedKeys
 	clock  *clock
@@ -59,7 +59,7 @@ type fixture struct {
 	disabled chan string
 }
 
-func newFixture(t *testing.T) *fixture {
+func newFixture(t testing.TB) *fixture {
 	t.Helper()
 	db, err := pgxx.Open(context.Background(), testkit.DatabaseURL(t, schema), "events")
 	if err != nil {

@@ -1,0 +1,261 @@
+package webhooks
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/keyhouse/keyhouse/pkg/pgxx"
+)
+
+// fanout stores n events of tenant in one fan-out, as one batch of the log's ingest: their
+// deliveries share one due time.
+func (f *fixture) fanout(tenant, prefix string, n int) []string {
+	f.t.Helper()
+	evs := make([]NewEvent, n)
+	ids := make([]string, n)
+	for i := range evs {
+		ids[i] = fmt.Sprintf("%s_%05d", prefix, i)
+		evs[i] = NewEvent{TenantID: tenant, ID: ids[i], Type: "license.issued", Body: []byte(`{"id":"` + ids[i] + `"}`)}
+	}
+	err := pgxx.InTx(context.Background(), f.store.db, func(tx pgx.Tx) error {
+		_, err := f.store.FanoutAll(context.Background(), tx, evs, f.clock.Now())
+		return err
+	})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return ids
+}
+
+// A claim writes its lease with a HOT update (no index entry, no copy of the row into
+// the indexes), and the delivery log still shows a claimed delivery's next attempt as the
+// lease's end.
+func TestClaimIsAHotUpdate(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	ep, _ := f.endpoint("t1", "http://127.0.0.1:1/hook")
+	f.fanout("t1", "evt_hot", 2)
+	err := pgxx.InTx(ctx, f.store.db, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, claimNextSQL, f.clock.Now(), DefaultLease, "t1", ep.ID, time.Unix(0, 0), 0)
+		if err != nil {
+			return err
+		}
+		rows.Close()
+		var updated, hot int64
+		if err := tx.QueryRow(ctx, `SELECT pg_stat_get_xact_tuples_updated('webhook_deliveries'::regclass),
+			pg_stat_get_xact_tuples_hot_updated('webhook_deliveries'::regclass)`).Scan(&updated, &hot); err != nil {
+			return err
+		}
+		if updated != 1 || hot != 1 {
+			t.Errorf("the claim updated %d rows, %d of them HOT; want 1 HOT update", updated, hot)
+		}
+		return errRollback
+	})
+	if err != errRollback {
+		t.Fatal(err)
+	}
+	d, ok, err := f.store.ClaimNext(ctx, f.clock.Now(), DefaultLease, "t1", ep.ID, Cursor{})
+	if err != nil || !ok {
+		t.Fatalf("claim: %v %v", ok, err)
+	}
+	for _, got := range f.deliveries("t1", ep.ID) {
+		if got.ID != d.ID {
+			continue
+		}
+		if got.Status != StatusPending || got.NextAttemptAt == nil || !got.NextAttemptAt.Equal(f.clock.Now().Add(DefaultLease)) {
+			t.Fatalf("a claimed delivery shows %s, next attempt %v; want pending, at the lease's end", got.Status, got.NextAttemptAt)
+		}
+	}
+	// Leased, it is not due again until the lease runs out.
+	if next, ok, err := f.store.ClaimNext(ctx, f.clock.Now(), DefaultLease, "t1", ep.ID, Cursor{}); err != nil || !ok || next.ID == d.ID {
+		t.Fatalf("second claim: %v %v %v, want the other delivery", next.ID, ok, err)
+	}
+	if _, ok, err := f.store.ClaimNext(ctx, f.clock.Now(), DefaultLease, "t1", ep.ID, Cursor{}); err != nil || ok {
+		t.Fatalf("third claim: %v %v, want none while both are leased", ok, err)
+	}
+}
+
+// One lane delivers a fan-out batch (deliveries sharing a due time) once each, in the
+// order they were stored: the cursor is (due time, seq), not the due time alone.
+func TestLaneDeliversAFanoutBatchInOrder(t *testing.T) {
+	f := newFixture(t)
+	var mu sync.Mutex
+	var got []string
+	recv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		var ev struct{ ID string }
+		_ = json.Unmarshal(body, &ev)
+		mu.Lock()
+		got = append(got, ev.ID)
+		mu.Unlock()
+	}))
+	t.Cleanup(recv.Close)
+	f.endpoint("t1", recv.URL)
+	ids := f.fanout("t1", "evt_batch", 20)
+	f.worker.Concurrency, f.worker.PerEndpoint = 4, 1
+	if n := f.worker.RunOnce(context.Background()); n != 1 {
+		t.Fatalf("the claiming round took %d deliveries, want one lane", n)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(got, ids) {
+		t.Fatalf("the lane delivered %v, want %v", got, ids)
+	}
+}
+
+// The lane's claim from its cursor reads the due index from the cursor on, not the
+// entries the endpoint's earlier deliveries left at its front, even while an old snapshot
+// keeps those entries from being marked dead, analyzed or not.
+func TestClaimFromTheCursorSkipsTheDeadFront(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	ep, _ := f.endpoint("t1", "http://127.0.0.1:1/hook")
+	f.fanout("t1", "evt_front", 8000)
+	var seqs []int64
+	rows, err := f.store.db.Query(ctx, `SELECT seq FROM webhook_deliveries WHERE tenant_id = 't1' ORDER BY seq`)
+	if err == nil {
+		seqs, err = pgx.CollectRows(rows, pgx.RowTo[int64])
+	}
+	if err != nil || len(seqs) != 8000 {
+		t.Fatalf("seqs: %d %v", len(seqs), err)
+	}
+	// An older snapshot (a long transaction elsewhere in the database) holds the versions
+	// the successes leave behind.
+	old, err := f.store.db.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer old.Rollback(ctx) //nolint:errcheck // read-only
+	if _, err := old.Exec(ctx, `SET TRANSACTION ISOLATION LEVEL REPEATABLE READ`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := old.Exec(ctx, `SELECT count(*) FROM webhook_deliveries`); err != nil {
+		t.Fatal(err)
+	}
+	done := seqs[6999]
+	if _, err := f.store.db.Exec(ctx, `UPDATE webhook_deliveries SET status = 'succeeded', next_attempt_at = NULL WHERE seq <= $1`, done); err != nil {
+		t.Fatal(err)
+	}
+	cursor := Cursor{DueAt: f.clock.Now(), Seq: done}
+	for _, analyzed := range []bool{false, true} {
+		if analyzed {
+			if _, err := f.store.db.Exec(ctx, `ANALYZE webhook_deliveries`); err != nil {
+				t.Fatal(err)
+			}
+		}
+		buffers := func(c Cursor) (int64, int64) {
+			var plan string
+			var seq int64
+			err := pgxx.InTx(ctx, f.store.db, func(tx pgx.Tx) error {
+				if err := tx.QueryRow(ctx, `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) `+claimNextSQL,
+					f.clock.Now(), DefaultLease, "t1", ep.ID, c.DueAt, c.Seq).Scan(&plan); err != nil {
+					return err
+				}
+				if err := tx.QueryRow(ctx, `SELECT seq FROM webhook_deliveries WHERE leased_until IS NOT NULL`).Scan(&seq); err != nil {
+					return err
+				}
+				return errRollback
+			})
+			if err != errRollback {
+				t.Fatal(err)
+			}
+			var top []struct {
+				Plan struct {
+					Hit  int64 `json:"Shared Hit Blocks"`
+					Read int64 `json:"Shared Read Blocks"`
+				} `json:"Plan"`
+			}
+			if err := json.Unmarshal([]byte(plan), &top); err != nil || len(top) != 1 {
+				t.Fatalf("EXPLAIN output %q: %v", plan, err)
+			}
+			return top[0].Plan.Hit + top[0].Plan.Read, seq
+		}
+		fromCursor, seq := buffers(cursor)
+		if seq != seqs[7000] {
+			t.Fatalf("analyzed=%v: the claim from the cursor took seq %d, want %d", analyzed, seq, seqs[7000])
+		}
+		fromFront, seq := buffers(Cursor{})
+		if seq != seqs[7000] {
+			t.Fatalf("analyzed=%v: the claim from the front took seq %d, want %d", analyzed, seq, seqs[7000])
+		}
+		// From the front the scan reads the index entries and heap pages of the 7,000 dead
+		// versions; from the cursor, a descent of the index and the row it takes.
+		if fromCursor*5 > fromFront {
+			t.Errorf("analyzed=%v: the claim read %d buffers from the cursor, %d from the front; want a fifth or less", analyzed, fromCursor, fromFront)
+		}
+		t.Logf("analyzed=%v: %d buffers from the cursor, %d from the front", analyzed, fromCursor, fromFront)
+	}
+}
+
+var errRollback = fmt.Errorf("rollback")
+
+// A success finds its delivery by the primary key, analyzed or not, however many
+// deliveries of the tenant are due: through the due index it read them all.
+func TestSuccessUsesThePrimaryKey(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	ep, _ := f.endpoint("t1", "http://127.0.0.1:1/hook")
+	f.fanout("t1", "evt_success", 2000)
+	var id string
+	if err := f.store.db.QueryRow(ctx, `SELECT id FROM webhook_deliveries WHERE endpoint_id = $1 ORDER BY seq DESC LIMIT 1`, ep.ID).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	for _, analyzed := range []bool{false, true} {
+		if analyzed {
+			if _, err := f.store.db.Exec(ctx, `ANALYZE webhook_deliveries`); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var plan string
+		if err := f.store.db.QueryRow(ctx, `EXPLAIN (FORMAT JSON) `+recordSuccessSQL, "t1", id, []byte(`[]`)).Scan(&plan); err != nil {
+			t.Fatal(err)
+		}
+		var indexes []string
+		for _, n := range planNodes(t, plan) {
+			if n.Relation == "webhook_deliveries" {
+				indexes = append(indexes, n.NodeType+" "+n.IndexName)
+			}
+		}
+		if !slices.Equal(indexes, []string{"ModifyTable ", "Index Scan webhook_deliveries_pkey"}) {
+			t.Errorf("analyzed=%v: the success reads webhook_deliveries by %v, want its primary key", analyzed, indexes)
+		}
+	}
+}
+
+type planNode struct {
+	NodeType  string     `json:"Node Type"`
+	Relation  string     `json:"Relation Name"`
+	IndexName string     `json:"Index Name"`
+	Plans     []planNode `json:"Plans"`
+}
+
+// planNodes flattens an EXPLAIN (FORMAT JSON) plan.
+func planNodes(t *testing.T, plan string) []planNode {
+	t.Helper()
+	var top []struct {
+		Plan planNode `json:"Plan"`
+	}
+	if err := json.Unmarshal([]byte(plan), &top); err != nil || len(top) != 1 {
+		t.Fatalf("EXPLAIN output %q: %v", plan, err)
+	}
+	var all []planNode
+	var walk func(n planNode)
+	walk = func(n planNode) {
+		all = append(all, n)
+		for _, c := range n.Plans {
+			walk(c)
+		}
+	}
+	walk(top[0].Plan)
+	return all
+}
