@@ -52,6 +52,10 @@ type limitedBody struct {
 
 func (b *limitedBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
+	if err == nil || err == io.EOF {
+		// Every body ends in io.EOF: errors.As's reflection is for the failures alone.
+		return n, err
+	}
 	var tooLarge *http.MaxBytesError
 	var netErr net.Error
 	switch {
