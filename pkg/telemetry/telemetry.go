@@ -65,10 +65,23 @@ func NewLogger(w io.Writer, service, level, format string, options ...LogOption)
 	writersMu.Lock()
 	writers = append(writers, bw)
 	writersMu.Unlock()
-	return slog.New(contextHandler{handler(bw)}).With("service", service)
+	log := slog.New(contextHandler{Handler: handler(bw)}).With("service", service)
+	if strings.EqualFold(format, "text") && plain(service) {
+		// The access log's lines, written by LogHTTP without slog's pass over them.
+		h := log.Handler().(contextHandler)
+		h.fast = &fastText{w: bw, attrs: " service=" + service, settings: settings}
+		log = slog.New(h)
+	}
+	return log
 }
 
-type contextHandler struct{ slog.Handler }
+// contextHandler adds the request and trace ids of the context to each record. fast is
+// set on the logger NewLogger returns alone, never on one with attributes added (With
+// drops it), so LogHTTP writes only lines that carry no more than it writes.
+type contextHandler struct {
+	slog.Handler
+	fast *fastText
+}
 
 func (h contextHandler) Handle(ctx context.Context, r slog.Record) error {
 	if id := RequestID(ctx); id != "" {
@@ -81,11 +94,11 @@ func (h contextHandler) Handle(ctx context.Context, r slog.Record) error {
 }
 
 func (h contextHandler) WithAttrs(a []slog.Attr) slog.Handler {
-	return contextHandler{h.Handler.WithAttrs(a)}
+	return contextHandler{Handler: h.Handler.WithAttrs(a)}
 }
 
 func (h contextHandler) WithGroup(name string) slog.Handler {
-	return contextHandler{h.Handler.WithGroup(name)}
+	return contextHandler{Handler: h.Handler.WithGroup(name)}
 }
 
 // TracingEnabled reports whether the standard OTEL_* variables turn tracing on: an OTLP

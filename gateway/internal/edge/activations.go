@@ -21,8 +21,9 @@ import (
 // validate-license as a plain handler, because api.md has it answer 200 with valid for
 // everything: a body grpc-gateway's decoder would turn into a 400 (malformed JSON, a key
 // that is not a string, a body that is not an object) and a service that cannot answer.
-// Valid answers are served from valid while it holds them (nil: no cache).
-func registerActivations(ctx context.Context, mux *runtime.ServeMux, conn *grpc.ClientConn, log *slog.Logger, valid *licensecache.Cache[*activationsv1.ValidateLicenseResponse]) error {
+// Valid answers are served from valid while it holds them (nil: no cache). hot gets
+// validate-license too (the same cache and batcher), for withHotRoutes.
+func registerActivations(ctx context.Context, mux, hot *runtime.ServeMux, conn *grpc.ClientConn, log *slog.Logger, valid *licensecache.Cache[*activationsv1.ValidateLicenseResponse]) error {
 	client := activationsv1.NewActivationsServiceClient(conn)
 	if err := activationsv1.RegisterActivationsServiceHandlerClient(ctx, mux, newBatchedActivations(client)); err != nil {
 		return err
@@ -31,7 +32,12 @@ func registerActivations(ctx context.Context, mux *runtime.ServeMux, conn *grpc.
 		return err
 	}
 	validator := &cachedValidate{misses: newBatchedValidate(client), valid: valid}
-	return mux.HandlePath(http.MethodPost, "/v1/validate-license", validateLicense(mux, validator, log))
+	for _, m := range []*runtime.ServeMux{mux, hot} {
+		if err := m.HandlePath(http.MethodPost, "/v1/validate-license", validateLicense(m, validator, log)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // cachedValidate answers validate-license from activations' earlier valid answer for the

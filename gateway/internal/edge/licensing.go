@@ -16,12 +16,16 @@ import (
 
 // registerLicensing wires the licensing service: the http.yaml routes, plus the .lic
 // download as a plain handler, because it answers raw bytes with a file name.
-// verify-license's successful answers are served from verified (nil: no cache).
-func registerLicensing(ctx context.Context, mux *runtime.ServeMux, conn *grpc.ClientConn, verified *licensecache.Cache[*licensingv1.VerifyLicenseResponse]) error {
+// verify-license's successful answers are served from verified (nil: no cache). hot gets
+// the http.yaml routes too (with the same client: one cache, one batcher), for
+// withHotRoutes.
+func registerLicensing(ctx context.Context, mux, hot *runtime.ServeMux, conn *grpc.ClientConn, verified *licensecache.Cache[*licensingv1.VerifyLicenseResponse]) error {
 	client := licensingv1.NewLicensingServiceClient(conn)
 	routes := &cachedVerify{LicensingServiceClient: client, verified: verified, misses: newBatchedVerify(client)}
-	if err := licensingv1.RegisterLicensingServiceHandlerClient(ctx, mux, routes); err != nil {
-		return err
+	for _, m := range []*runtime.ServeMux{mux, hot} {
+		if err := licensingv1.RegisterLicensingServiceHandlerClient(ctx, m, routes); err != nil {
+			return err
+		}
 	}
 	return mux.HandlePath(http.MethodGet, "/v1/export-license/{key}/file", exportLicenseFile(mux, client))
 }

@@ -52,6 +52,10 @@ type limitedBody struct {
 
 func (b *limitedBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
+	if err == nil || err == io.EOF {
+		// Every body ends in io.EOF: errors.As's reflection is for the failures alone.
+		return n, err
+	}
 	var tooLarge *http.MaxBytesError
 	var netErr net.Error
 	switch {
@@ -123,9 +127,9 @@ func withAccessLog(log *slog.Logger, trusted []netip.Prefix, next http.Handler) 
 		if !log.Enabled(r.Context(), level) {
 			return
 		}
-		// Typed attributes: the same line as key-value arguments, without boxing each value.
-		log.LogAttrs(r.Context(), level, "http", slog.String("method", r.Method), slog.String("path", r.URL.Path),
-			slog.String("client_ip", ratelimit.ClientIP(r, trusted).String()), slog.Int("status", rec.status),
-			slog.Int64("duration_ms", time.Since(start).Milliseconds()))
+		// The same line as log.LogAttrs with these attributes; a text logger's is written
+		// without slog's pass over each attribute (telemetry.LogHTTP).
+		telemetry.LogHTTP(r.Context(), log, level, r.Method, r.URL.Path, ratelimit.ClientIP(r, trusted).String(),
+			rec.status, time.Since(start).Milliseconds())
 	})
 }

@@ -15,10 +15,15 @@ import (
 
 // registerReleases wires the releases service: every route is an http.yaml rule.
 // check-update's answers are served from updates while it holds them (nil: no cache).
-func registerReleases(ctx context.Context, mux *runtime.ServeMux, conn *grpc.ClientConn, updates *licensecache.Cache[*releasesv1.CheckUpdateResponse]) error {
+func registerReleases(ctx context.Context, mux, hot *runtime.ServeMux, conn *grpc.ClientConn, updates *licensecache.Cache[*releasesv1.CheckUpdateResponse]) error {
 	rpc := releasesv1.NewReleasesServiceClient(conn)
 	client := &cachedCheckUpdate{ReleasesServiceClient: rpc, updates: updates, misses: newBatchedCheckUpdate(rpc)}
-	return releasesv1.RegisterReleasesServiceHandlerClient(ctx, mux, client)
+	for _, m := range []*runtime.ServeMux{mux, hot} {
+		if err := releasesv1.RegisterReleasesServiceHandlerClient(ctx, m, client); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // cachedCheckUpdate answers check-update from releases' earlier answer to the same
