@@ -337,6 +337,7 @@ type Relay struct {
 	cleanupEvery    time.Duration
 	linger          time.Duration
 	wake            chan struct{}
+	cursors         relayCursors
 
 	// beforeMark, when set (tests only), runs after a batch was published and before it
 	// is marked sent; an error aborts the transaction, like a crash at that point.
@@ -504,39 +505,74 @@ type outboxRow struct {
 // oldest row of every tenant, then the second oldest of every tenant, and so on, so a
 // tenant with a large backlog never delays another's rows by more than a batch. Within a
 // tenant rows go in id order, stopping before a row that waits to retry (per-tenant
-// order; nobody else is held back). The tenants are found with a loose index scan of
-// outbox_pending_tenant, one probe per tenant with pending rows. Each tenant offers four
-// batches' worth of rows, so relays in other replicas find rows this one has not locked
-// (SKIP LOCKED) instead of nothing. The outer WHERE repeats the pending test on the row
-// it locks: a row another relay sent after this statement's snapshot is re-checked there
-// (READ COMMITTED re-evaluates only the locked row's own conditions) and left out.
+// order; nobody else is held back). Each tenant offers four batches' worth of rows, so
+// relays in other replicas find rows this one has not locked (SKIP LOCKED) instead of
+// nothing. The outer WHERE repeats the pending test on the row it locks: a row another
+// relay sent after this statement's snapshot is re-checked there (READ COMMITTED
+// re-evaluates only the locked row's own conditions) and left out.
+//
+// $2 and $3 are the relay's cursors (relayCursors): tenants it knows and, for each, the
+// id of the last row it relayed; a known tenant's rows are read after its cursor. Rows
+// relayed are deleted, and until vacuum runs (and while any older transaction of the
+// database may still see them) their entries stay at the front of each tenant's range of
+// outbox_pending_tenant: a scan from the front read them all again on every claim, so the
+// claim cost more the more rows had gone before it. The tenants the relay does not know
+// are found with a loose index scan of outbox_pending_tenant confined to the gaps between
+// known tenants (found: one probe per gap and per tenant found in it; a gap's bounds stop
+// the probe on an index entry, never inside a known tenant's range). With no cursors
+// ($2 empty) it is the claim from the front: one gap, every tenant found, read from its
+// oldest row.
 //
 // The plan must not depend on the table's statistics: a busy outbox churns faster than
 // autovacuum analyzes it (a fresh one has none at all), and a planner that believes the
 // table holds a row re-ran ready's per-tenant scans once per pending row, a claim taking
 // a minute at 6,000 pending rows, so a backlog only grew. ready is therefore MATERIALIZED
 // (computed once) and the rows to lock are fetched by their ids (o.id = ANY, a primary
-// key probe each), whatever the planner thinks of the table.
-const claimSQL = `WITH RECURSIVE tenants (tenant_id) AS (
-		(SELECT tenant_id FROM outbox WHERE sent_at IS NULL AND parked_at IS NULL ORDER BY tenant_id LIMIT 1)
+// key probe each), whatever the planner thinks of the table. A tenant's rows are read
+// through outbox_pending_tenant whatever its statistics say: its bounds are written as
+// row comparisons on (tenant_id, id), and its order as that index's, which the primary
+// key cannot serve (analyzed, the planner took the primary key from id 0 for a tenant
+// new to the relay, reading every dead row before it). Their pending test is
+// written COALESCE(sent_at, parked_at) IS NULL (the same test) so that no partial index's
+// predicate follows from it: written as the index's predicate, the planner read all of
+// outbox_pending_tenant, dead front included, filtering it by id (638 of the 678 buffers
+// of a claim from the cursors in TestClaimFromTheCursorsSkipsTheDeadFront).
+const claimSQL = `WITH RECURSIVE known AS MATERIALIZED (
+		SELECT k.tenant_id, k.after FROM unnest($2::text[], $3::bigint[]) AS k(tenant_id, after)
+	), gaps (lo, hi) AS (
+		SELECT COALESCE(lag(k.tenant_id) OVER (ORDER BY k.tenant_id), ''), k.tenant_id FROM known k
 		UNION ALL
-		SELECT (SELECT o.tenant_id FROM outbox o
-			WHERE o.sent_at IS NULL AND o.parked_at IS NULL AND o.tenant_id > t.tenant_id
-			ORDER BY o.tenant_id LIMIT 1)
-		FROM tenants t WHERE t.tenant_id IS NOT NULL
+		SELECT COALESCE(max(k.tenant_id), ''), NULL FROM known k
+	), found (tenant_id, hi, seed) AS (
+		SELECT g.lo, g.hi, true FROM gaps g
+		UNION ALL
+		SELECT CASE WHEN f.hi IS NULL THEN
+				(SELECT o.tenant_id FROM outbox o
+				WHERE o.sent_at IS NULL AND o.parked_at IS NULL AND o.tenant_id > f.tenant_id
+				ORDER BY o.tenant_id LIMIT 1)
+			ELSE
+				(SELECT o.tenant_id FROM outbox o
+				WHERE o.sent_at IS NULL AND o.parked_at IS NULL AND o.tenant_id > f.tenant_id AND o.tenant_id < f.hi
+				ORDER BY o.tenant_id LIMIT 1)
+			END, f.hi, false
+		FROM found f WHERE f.tenant_id IS NOT NULL
+	), tenants (tenant_id, after) AS (
+		SELECT k.tenant_id, k.after FROM known k
+		UNION ALL
+		SELECT f.tenant_id, 0 FROM found f WHERE NOT f.seed AND f.tenant_id IS NOT NULL
 	), ready AS MATERIALIZED (
 		SELECT r.id, r.turn FROM tenants t CROSS JOIN LATERAL (
-			SELECT o.id, row_number() OVER (ORDER BY o.id) AS turn FROM outbox o
+			SELECT o.id, row_number() OVER (ORDER BY o.tenant_id, o.id) AS turn FROM outbox o
 			WHERE o.tenant_id = t.tenant_id AND o.sent_at IS NULL AND o.parked_at IS NULL
-			  AND o.id < COALESCE((SELECT min(w.id) FROM outbox w
+			  AND (o.tenant_id, o.id) > (t.tenant_id, t.after)
+			  AND (o.tenant_id, o.id) < (t.tenant_id, COALESCE((SELECT min(w.id) FROM outbox w
 				WHERE w.tenant_id = t.tenant_id AND w.sent_at IS NULL AND w.parked_at IS NULL
-				  AND w.retry_at > now()), 9223372036854775807)
-			ORDER BY o.id LIMIT $1 * 4) r
-		WHERE t.tenant_id IS NOT NULL
+				  AND w.retry_at > now()), 9223372036854775807))
+			ORDER BY o.tenant_id, o.id LIMIT $1 * 4) r
 	)
 	SELECT o.id, o.tenant_id, o.subject, o.msg_id, o.payload, o.headers, o.failures
 	FROM outbox o JOIN ready ON ready.id = o.id
-	WHERE o.id = ANY (ARRAY(SELECT id FROM ready)) AND o.sent_at IS NULL AND o.parked_at IS NULL AND (o.retry_at IS NULL OR o.retry_at <= now())
+	WHERE o.id = ANY (ARRAY(SELECT id FROM ready)) AND COALESCE(o.sent_at, o.parked_at) IS NULL AND (o.retry_at IS NULL OR o.retry_at <= now())
 	ORDER BY ready.turn, o.id LIMIT $1 FOR UPDATE OF o SKIP LOCKED`
 
 // relayBatch claims up to r.batch pending rows, publishes them all at once (asynchronous
@@ -562,16 +598,29 @@ func (r *Relay) relayBatch(ctx context.Context) (sent int, full bool, err error)
 		conn.Release()
 	}()
 
+	tenants, after, front := r.cursors.next()
 	claim := &pgx.Batch{}
 	claim.Queue("BEGIN")
-	claim.Queue(claimSQL, r.batch)
+	claim.Queue(claimSQL, r.batch, tenants, after)
 	br := conn.SendBatch(ctx, claim)
 	claimed, err := readClaim(br)
 	if cerr := br.Close(); err == nil && cerr != nil {
 		err = cerr
 	}
+	if err == nil && len(claimed) == 0 && !front {
+		// Nothing after the cursors: look from the front, where a row that committed
+		// after the relay passed its id (or one another relay left) waits.
+		front = true
+		var rows pgx.Rows
+		if rows, err = conn.Query(ctx, claimSQL, r.batch, []string{}, []int64{}); err == nil {
+			claimed, err = collectClaim(rows)
+		}
+	}
 	if err != nil {
 		return 0, false, fmt.Errorf("claim rows: %w", err)
+	}
+	if front {
+		r.cursors.fromFront()
 	}
 	if len(claimed) == 0 {
 		// Nothing locked: the empty transaction needs no COMMIT round trip of its own,
@@ -669,6 +718,7 @@ func (r *Relay) relayBatch(ctx context.Context) (sent int, full bool, err error)
 		return 0, false, fmt.Errorf("mark rows: %w", err)
 	}
 	committed = true
+	r.cursors.advance(claimed, published, parked)
 	for _, p := range parked {
 		outboxParked.WithLabelValues(p.kind).Inc()
 		r.log.Error("outbox row parked: it will not be published until an operator requeues it",
@@ -686,6 +736,11 @@ func readClaim(br pgx.BatchResults) ([]outboxRow, error) {
 	if err != nil {
 		return nil, err
 	}
+	return collectClaim(rows)
+}
+
+// collectClaim reads claimSQL's rows.
+func collectClaim(rows pgx.Rows) ([]outboxRow, error) {
 	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (outboxRow, error) {
 		var o outboxRow
 		err := row.Scan(&o.id, &o.tenantID, &o.subject, &o.msgID, &o.payload, &o.headers, &o.failures)

@@ -140,7 +140,7 @@ func TestClaimUsesTheOutboxIndexesOnABigOutbox(t *testing.T) {
 			}
 		}
 		var plan string
-		if err := pool.QueryRow(ctx, `EXPLAIN (FORMAT JSON) `+claimSQL, 32).Scan(&plan); err != nil {
+		if err := pool.QueryRow(ctx, `EXPLAIN (FORMAT JSON) `+claimSQL, 32, []string{}, []int64{}).Scan(&plan); err != nil {
 			t.Fatal(err)
 		}
 		nodes := planNodes(t, plan)
@@ -158,7 +158,7 @@ func TestClaimUsesTheOutboxIndexesOnABigOutbox(t *testing.T) {
 
 		var claimed []string
 		err := pgxx.InTx(ctx, pool, func(tx pgx.Tx) error {
-			rows, err := tx.Query(ctx, claimSQL, 32)
+			rows, err := tx.Query(ctx, claimSQL, 32, []string{}, []int64{})
 			if err != nil {
 				return err
 			}

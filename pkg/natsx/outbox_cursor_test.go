@@ -1,0 +1,200 @@
+package natsx
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/keyhouse/keyhouse/devinfra/devnats"
+	"github.com/keyhouse/keyhouse/pkg/pgxx"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+var errRollback = errors.New("roll back")
+
+// claimBuffers runs claimSQL (batch, cursors) under EXPLAIN (ANALYZE, BUFFERS) in a
+// transaction it rolls back, then the claim itself in another, and returns the shared
+// buffers the claim read and the ids it claimed.
+func claimBuffers(t *testing.T, pool *pgxpool.Pool, batch int, tenants []string, after []int64) (int64, []int64) {
+	t.Helper()
+	ctx := context.Background()
+	var plan string
+	var ids []int64
+	err := pgxx.InTx(ctx, pool, func(tx pgx.Tx) error {
+		if err := tx.QueryRow(ctx, `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) `+claimSQL, batch, tenants, after).Scan(&plan); err != nil {
+			return err
+		}
+		return errRollback
+	})
+	if !errors.Is(err, errRollback) {
+		t.Fatal(err)
+	}
+	err = pgxx.InTx(ctx, pool, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, claimSQL, batch, tenants, after)
+		if err != nil {
+			return err
+		}
+		claimed, err := collectClaim(rows)
+		for _, o := range claimed {
+			ids = append(ids, o.id)
+		}
+		if err != nil {
+			return err
+		}
+		return errRollback
+	})
+	if !errors.Is(err, errRollback) {
+		t.Fatal(err)
+	}
+	var top []struct {
+		Plan struct {
+			Hit  int64 `json:"Shared Hit Blocks"`
+			Read int64 `json:"Shared Read Blocks"`
+		} `json:"Plan"`
+	}
+	if err := json.Unmarshal([]byte(plan), &top); err != nil || len(top) != 1 {
+		t.Fatalf("EXPLAIN output %q: %v", plan, err)
+	}
+	slices.Sort(ids)
+	return top[0].Plan.Hit + top[0].Plan.Read, ids
+}
+
+// The claim from the relay's cursors reads each known tenant's rows after its cursor, not
+// the entries the deleted rows left at the front of outbox_pending_tenant, even while an
+// old snapshot keeps those entries from being marked dead, analyzed or not; and it still
+// finds a tenant the relay does not know, between and after the known ones.
+func TestClaimFromTheCursorsSkipsTheDeadFront(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, pool := newOutboxDB(t)
+
+	// 12,000 rows of tenants a, b, c and gone, relayed (deleted below); then 10 pending
+	// rows each of a, b and c, and 5 of tenants the relay has not seen (b2 sorts between
+	// b and c, d after every known tenant).
+	if _, err := pool.Exec(ctx, `
+		INSERT INTO outbox (tenant_id, subject, msg_id, payload)
+		SELECT (ARRAY['a','b','c','gone'])[1 + i % 4], 'x.ev', 'relayed:' || i, '\x00' FROM generate_series(1, 12000) i;
+		INSERT INTO outbox (tenant_id, subject, msg_id, payload)
+		SELECT (ARRAY['a','b','c'])[1 + i % 3], 'x.ev', 'pending:' || i, '\x00' FROM generate_series(1, 30) i;
+		INSERT INTO outbox (tenant_id, subject, msg_id, payload)
+		SELECT (ARRAY['b2','d'])[1 + i % 2], 'x.ev', 'new:' || i, '\x00' FROM generate_series(1, 5) i`); err != nil {
+		t.Fatal(err)
+	}
+	// An older snapshot (a long transaction elsewhere in the database) holds the deleted
+	// versions, so their index entries cannot be marked dead.
+	old, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer old.Rollback(ctx) //nolint:errcheck // read-only
+	if _, err := old.Exec(ctx, `SET TRANSACTION ISOLATION LEVEL REPEATABLE READ`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := old.Exec(ctx, `SELECT count(*) FROM outbox`); err != nil {
+		t.Fatal(err)
+	}
+	tenants := []string{"a", "b", "c", "gone"}
+	var after []int64
+	if err := pool.QueryRow(ctx, `WITH d AS (DELETE FROM outbox WHERE msg_id LIKE 'relayed:%' RETURNING tenant_id, id)
+		SELECT array_agg(m ORDER BY t) FROM (SELECT tenant_id t, max(id) m FROM d GROUP BY tenant_id) x`).Scan(&after); err != nil {
+		t.Fatal(err)
+	}
+	for _, analyzed := range []bool{false, true} {
+		if analyzed {
+			if _, err := pool.Exec(ctx, `ANALYZE outbox`); err != nil {
+				t.Fatal(err)
+			}
+		}
+		fromFront, frontIDs := claimBuffers(t, pool, 64, []string{}, []int64{})
+		fromCursors, cursorIDs := claimBuffers(t, pool, 64, tenants, after)
+		if len(frontIDs) != 35 || !slices.Equal(frontIDs, cursorIDs) {
+			t.Fatalf("analyzed=%v: claimed from the front %v, from the cursors %v; want the same 35 pending rows", analyzed, frontIDs, cursorIDs)
+		}
+		// From the front the claim reads the index entries and heap pages of the 12,000
+		// deleted rows (twice per tenant: finding it, then its rows); from the cursors,
+		// a descent of the index per tenant and per gap, and the rows it takes.
+		if fromCursors*5 > fromFront {
+			t.Errorf("analyzed=%v: the claim read %d buffers from the cursors, %d from the front; want a fifth or less", analyzed, fromCursors, fromFront)
+		}
+		t.Logf("analyzed=%v: %d buffers from the cursors, %d from the front (35 rows claimed)", analyzed, fromCursors, fromFront)
+	}
+}
+
+// A row that commits after the relay has relayed a later row of its tenant is behind the
+// relay's cursor; it is published all the same, when the cursors find nothing.
+func TestRelayPublishesARowThatCommittedBehindItsCursor(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, pool := newOutboxDB(t)
+	_, js := connect(t, devnats.SharedURL(t), nil)
+	stream, prefix := newStream(t, js)
+	log, _ := newLog(t)
+
+	late, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer late.Rollback(ctx) //nolint:errcheck // committed below
+	if err := Enqueue(ctx, late, Message{TenantID: "t1", Subject: prefix + ".ev", MsgID: "late"}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		enqueue(t, pool, Message{TenantID: "t1", Subject: prefix + ".ev", MsgID: fmt.Sprintf("early:%d", i)})
+	}
+	relay := NewRelay(pool, js, log, WithPollInterval(20*time.Millisecond))
+	background(t, relay.Run)
+	eventually(t, 10*time.Second, "the committed rows sent", func() bool { return countRows(t, pool, "true") == 0 })
+	if err := late.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "the late row sent", func() bool { return countRows(t, pool, "true") == 0 })
+	var got []string
+	for _, m := range streamMsgs(t, js, stream) {
+		got = append(got, m.Header.Get(jetstream.MsgIDHeader))
+	}
+	if !slices.Equal(got, []string{"early:0", "early:1", "early:2", "late"}) {
+		t.Fatalf("stream holds %v", got)
+	}
+}
+
+// A tenant's cursor moves past what was published or parked, in order, and stops before
+// the first row that was neither, so that row goes first in the next claim.
+func TestRelayCursorsStopBeforeATenantsHeldRow(t *testing.T) {
+	t.Parallel()
+	var c relayCursors
+	if _, _, front := c.next(); !front {
+		t.Fatal("a relay that knows no tenant claims from its cursors, want the front")
+	}
+	row := func(id int64, tenant string) outboxRow { return outboxRow{id: id, tenantID: tenant} }
+	claimed := []outboxRow{row(10, "a"), row(20, "b"), row(11, "a"), row(21, "b"), row(12, "a"), row(22, "b")}
+	// a: 10 published, 11 held (12 published but behind it); b: 20 parked, 21 and 22 published.
+	c.advance(claimed, []int64{10, 12, 21, 22}, []parkedRow{{row: row(20, "b")}})
+	tenants, after, front := c.next()
+	if front {
+		t.Fatal("claim from the front, want from the cursors")
+	}
+	got := map[string]int64{}
+	for i, tenant := range tenants {
+		got[tenant] = after[i]
+	}
+	if want := map[string]int64{"a": 10, "b": 22}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("cursors %v, want %v", got, want)
+	}
+	// A row of a behind its cursor (it committed late) held: the cursor goes back before it.
+	c.advance([]outboxRow{row(5, "a")}, nil, nil)
+	if tenants, after, _ := c.next(); fmt.Sprint(tenants, after) != "[a b] [4 22]" && fmt.Sprint(tenants, after) != "[b a] [22 4]" {
+		t.Fatalf("cursors %v %v, want a at 4", tenants, after)
+	}
+	for range relayRescanEvery {
+		if _, _, front := c.next(); front {
+			return
+		}
+	}
+	t.Fatalf("no claim from the front in %d claims", relayRescanEvery)
+}
