@@ -527,8 +527,12 @@ type outboxRow struct {
 // autovacuum analyzes it (a fresh one has none at all), and a planner that believes the
 // table holds a row re-ran ready's per-tenant scans once per pending row, a claim taking
 // a minute at 6,000 pending rows, so a backlog only grew. ready is therefore MATERIALIZED
-// (computed once) and the rows to lock are fetched by their ids (o.id = ANY, a primary
-// key probe each), whatever the planner thinks of the table. A tenant's rows are read
+// (computed once) and the rows to lock are fetched by their ids, a primary key probe
+// each in claim order (turn, id), locked one by one until the batch is full: a LATERAL
+// subquery with its own FOR UPDATE, under a LIMIT with nothing to sort above it, so the
+// claim reads the batch's rows and the ones skipped, not all four batches' worth of every
+// tenant that ready offers (fetching them all, then sorting, was most of a claim's
+// buffers in BenchmarkRelayDrain). A tenant's rows are read
 // through outbox_pending_tenant whatever its statistics say: its bounds are written as
 // row comparisons on (tenant_id, id), and its order as that index's, which the primary
 // key cannot serve (analyzed, the planner took the primary key from id 0 for a tenant
@@ -571,9 +575,11 @@ const claimSQL = `WITH RECURSIVE known AS MATERIALIZED (
 			ORDER BY o.tenant_id, o.id LIMIT $1 * 4) r
 	)
 	SELECT o.id, o.tenant_id, o.subject, o.msg_id, o.payload, o.headers, o.failures
-	FROM outbox o JOIN ready ON ready.id = o.id
-	WHERE o.id = ANY (ARRAY(SELECT id FROM ready)) AND COALESCE(o.sent_at, o.parked_at) IS NULL AND (o.retry_at IS NULL OR o.retry_at <= now())
-	ORDER BY ready.turn, o.id LIMIT $1 FOR UPDATE OF o SKIP LOCKED`
+	FROM (SELECT r.id, r.turn FROM ready r ORDER BY r.turn, r.id) r CROSS JOIN LATERAL (
+		SELECT o.id, o.tenant_id, o.subject, o.msg_id, o.payload, o.headers, o.failures FROM outbox o
+		WHERE o.id = r.id AND COALESCE(o.sent_at, o.parked_at) IS NULL AND (o.retry_at IS NULL OR o.retry_at <= now())
+		FOR UPDATE SKIP LOCKED) o
+	ORDER BY r.turn, r.id LIMIT $1`
 
 // relayBatch claims up to r.batch pending rows, publishes them all at once (asynchronous
 // JetStream publishes, then one wait for their acks), deletes the published ones (or
