@@ -1,6 +1,9 @@
 package natsx
 
-import "sync"
+import (
+	"sync"
+	"time"
+)
 
 // relayRescanEvery is how often the relay claims from the front instead of from its
 // cursors: every this many claims, and whenever the cursors find nothing. The claim from
@@ -8,6 +11,14 @@ import "sync"
 // rows behind a cursor (one that committed after the relay relayed a later id of its
 // tenant, one another relay left) and the tenants the relay has forgotten.
 const relayRescanEvery = 64
+
+// relayRescanAfter bounds the time between two claims from the front, whatever the rate
+// of claims. Under a steady flow every claim finds rows after the cursors, so the claim
+// that finds nothing never comes; and concurrent transactions commit out of id order all
+// the time, so a row behind a cursor is common, not rare. Counted in claims alone, such a
+// row waited 64 claims (seconds at a few dozen claims a second); this keeps its wait near
+// a quarter of a second at the cost of at most four claims from the front a second.
+const relayRescanAfter = 250 * time.Millisecond
 
 // relayForgetAfter is how many claims a tenant stays known to the relay after it last had
 // a row in one. A known tenant costs every claim a probe of its own; an unknown one costs
@@ -22,9 +33,11 @@ const relayForgetAfter = 16 * relayRescanEvery
 // it. A cursor is a place to start reading, not a promise: rows behind it are found by
 // the claim from the front.
 type relayCursors struct {
-	mu       sync.Mutex
-	claims   int
-	byTenant map[string]*tenantCursor
+	mu        sync.Mutex
+	claims    int
+	byTenant  map[string]*tenantCursor
+	lastFront time.Time
+	now       func() time.Time // nil: time.Now (tests set a clock)
 }
 
 type tenantCursor struct {
@@ -33,12 +46,13 @@ type tenantCursor struct {
 }
 
 // next counts a claim and returns claimSQL's cursors for it; front (no cursors) every
-// relayRescanEvery claims or when the relay knows no tenant.
+// relayRescanEvery claims, relayRescanAfter after the last claim from the front, or when
+// the relay knows no tenant.
 func (c *relayCursors) next() (tenants []string, after []int64, front bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.claims++
-	if len(c.byTenant) == 0 || c.claims%relayRescanEvery == 0 {
+	if len(c.byTenant) == 0 || c.claims%relayRescanEvery == 0 || c.clock().Sub(c.lastFront) >= relayRescanAfter {
 		return []string{}, []int64{}, true
 	}
 	tenants, after = make([]string, 0, len(c.byTenant)), make([]int64, 0, len(c.byTenant))
@@ -54,6 +68,7 @@ func (c *relayCursors) next() (tenants []string, after []int64, front bool) {
 func (c *relayCursors) fromFront() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.lastFront = c.clock()
 	for t, tc := range c.byTenant {
 		if c.claims-tc.lastSeen > relayForgetAfter {
 			delete(c.byTenant, t)
@@ -96,4 +111,11 @@ func (c *relayCursors) advance(claimed []outboxRow, published []int64, parked []
 		}
 		tc.after = max(tc.after, o.id)
 	}
+}
+
+func (c *relayCursors) clock() time.Time {
+	if c.now != nil {
+		return c.now()
+	}
+	return time.Now()
 }

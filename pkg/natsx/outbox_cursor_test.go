@@ -167,10 +167,12 @@ func TestRelayPublishesARowThatCommittedBehindItsCursor(t *testing.T) {
 // the first row that was neither, so that row goes first in the next claim.
 func TestRelayCursorsStopBeforeATenantsHeldRow(t *testing.T) {
 	t.Parallel()
-	var c relayCursors
+	now := time.Unix(1_800_000_000, 0)
+	c := relayCursors{now: func() time.Time { return now }}
 	if _, _, front := c.next(); !front {
 		t.Fatal("a relay that knows no tenant claims from its cursors, want the front")
 	}
+	c.fromFront()
 	row := func(id int64, tenant string) outboxRow { return outboxRow{id: id, tenantID: tenant} }
 	claimed := []outboxRow{row(10, "a"), row(20, "b"), row(11, "a"), row(21, "b"), row(12, "a"), row(22, "b")}
 	// a: 10 published, 11 held (12 published but behind it); b: 20 parked, 21 and 22 published.
@@ -197,4 +199,31 @@ func TestRelayCursorsStopBeforeATenantsHeldRow(t *testing.T) {
 		}
 	}
 	t.Fatalf("no claim from the front in %d claims", relayRescanEvery)
+}
+
+// Under a steady flow every claim finds rows after the cursors, so only the clock brings
+// the claim from the front that finds a row committed behind a cursor: relayRescanAfter
+// after the last one, however few claims were made since.
+func TestRelayClaimsFromTheFrontAQuarterSecondAfterTheLast(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	c := relayCursors{now: func() time.Time { return now }}
+	if _, _, front := c.next(); !front {
+		t.Fatal("first claim from the cursors, want the front")
+	}
+	c.fromFront()
+	c.advance([]outboxRow{{id: 7, tenantID: "a"}}, []int64{7}, nil)
+	for i := range 3 {
+		now = now.Add(relayRescanAfter / 4)
+		if _, _, front := c.next(); front {
+			t.Fatalf("claim %d, %v after the front, from the front", i+2, now.Sub(time.Unix(1_800_000_000, 0)))
+		}
+	}
+	now = now.Add(relayRescanAfter / 4)
+	if _, _, front := c.next(); !front {
+		t.Fatalf("claim %v after the last from the front still from the cursors", relayRescanAfter)
+	}
+	c.fromFront()
+	if _, _, front := c.next(); front {
+		t.Fatal("the claim right after one from the front is from the front again")
+	}
 }
