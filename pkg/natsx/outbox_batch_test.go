@@ -2,7 +2,6 @@ package natsx
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -152,7 +151,7 @@ func TestClaimUsesTheOutboxIndexesOnABigOutbox(t *testing.T) {
 				t.Errorf("analyzed=%v: the claim reads outbox_pending, which the outbox no longer has", analyzed)
 			}
 		}
-		if !slices.ContainsFunc(nodes, func(n planNode) bool { return n.IndexName == "outbox_retrying" }) {
+		if !slices.ContainsFunc(nodes, func(n pgxx.PlanNode) bool { return n.IndexName == "outbox_retrying" }) {
 			t.Errorf("analyzed=%v: the retry test does not read outbox_retrying:\n%s", analyzed, plan)
 		}
 
@@ -186,30 +185,12 @@ func TestClaimUsesTheOutboxIndexesOnABigOutbox(t *testing.T) {
 	}
 }
 
-type planNode struct {
-	NodeType  string     `json:"Node Type"`
-	Relation  string     `json:"Relation Name"`
-	IndexName string     `json:"Index Name"`
-	Plans     []planNode `json:"Plans"`
-}
-
-// planNodes flattens an EXPLAIN (FORMAT JSON) plan.
-func planNodes(t *testing.T, plan string) []planNode {
+// planNodes flattens an EXPLAIN (FORMAT JSON) plan (pgxx.PlanNodes).
+func planNodes(t *testing.T, plan string) []pgxx.PlanNode {
 	t.Helper()
-	var top []struct {
-		Plan planNode `json:"Plan"`
+	nodes, err := pgxx.PlanNodes(plan)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if err := json.Unmarshal([]byte(plan), &top); err != nil || len(top) != 1 {
-		t.Fatalf("EXPLAIN output %q: %v", plan, err)
-	}
-	var all []planNode
-	var walk func(n planNode)
-	walk = func(n planNode) {
-		all = append(all, n)
-		for _, c := range n.Plans {
-			walk(c)
-		}
-	}
-	walk(top[0].Plan)
-	return all
+	return nodes
 }

@@ -232,30 +232,12 @@ func TestSuccessUsesThePrimaryKey(t *testing.T) {
 	}
 }
 
-type planNode struct {
-	NodeType  string     `json:"Node Type"`
-	Relation  string     `json:"Relation Name"`
-	IndexName string     `json:"Index Name"`
-	Plans     []planNode `json:"Plans"`
-}
-
-// planNodes flattens an EXPLAIN (FORMAT JSON) plan.
-func planNodes(t *testing.T, plan string) []planNode {
+// planNodes flattens an EXPLAIN (FORMAT JSON) plan (pgxx.PlanNodes).
+func planNodes(t *testing.T, plan string) []pgxx.PlanNode {
 	t.Helper()
-	var top []struct {
-		Plan planNode `json:"Plan"`
+	nodes, err := pgxx.PlanNodes(plan)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if err := json.Unmarshal([]byte(plan), &top); err != nil || len(top) != 1 {
-		t.Fatalf("EXPLAIN output %q: %v", plan, err)
-	}
-	var all []planNode
-	var walk func(n planNode)
-	walk = func(n planNode) {
-		all = append(all, n)
-		for _, c := range n.Plans {
-			walk(c)
-		}
-	}
-	walk(top[0].Plan)
-	return all
+	return nodes
 }
