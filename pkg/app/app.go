@@ -173,7 +173,9 @@ func serve(ctx context.Context, svc Service) error {
 		return err
 	}
 
-	d := &Deps{Config: cfg, Log: log, DB: pool, Readiness: readiness.New(log, readiness.Check{Name: "postgres", Probe: pool.Ping})}
+	prober := pgxx.NewProber(pool)
+	defer prober.Close()
+	d := &Deps{Config: cfg, Log: log, DB: pool, Readiness: readiness.New(log, readiness.Check{Name: "postgres", Probe: prober.Probe})}
 	defer func() {
 		for i := len(d.closers) - 1; i >= 0; i-- {
 			d.closers[i]()
