@@ -86,7 +86,7 @@ func (s *Store) Claim(ctx context.Context, now time.Time, lease time.Duration, l
 			FROM picked p, webhook_endpoints e
 			WHERE d.tenant_id = p.tenant_id AND d.id = p.id AND e.tenant_id = d.tenant_id AND e.id = d.endpoint_id
 			RETURNING `+dueColumns,
-			now, limit, perEndpoint, busyIDs, busyN, lease)
+			planEachTime, now, limit, perEndpoint, busyIDs, busyN, lease)
 		if err != nil {
 			return err
 		}
@@ -150,7 +150,7 @@ func (s *Store) ClaimNext(ctx context.Context, now time.Time, lease time.Duratio
 	if dueAt.IsZero() {
 		dueAt = time.Unix(0, 0) // before any due time this service writes; seq starts at 1
 	}
-	err := scanDue(s.db.QueryRow(ctx, claimNextSQL, now, lease, tenantID, endpointID, dueAt, after.Seq), &d)
+	err := scanDue(s.db.QueryRow(ctx, claimNextSQL, planEachTime, now, lease, tenantID, endpointID, dueAt, after.Seq), &d)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Due{}, false, nil
 	}
@@ -159,6 +159,19 @@ func (s *Store) ClaimNext(ctx context.Context, now time.Time, lease time.Duratio
 	}
 	return d, true, nil
 }
+
+// planEachTime runs a statement unprepared (pgx's unnamed statement, its description
+// cached: still one round trip), so Postgres plans it for its arguments every time
+// instead of settling on a generic plan. Prepared, a statement keeps the generic plan its
+// connection chose after five runs until the table is next analyzed; chosen while
+// webhook_deliveries was a page or two (a new deployment's first deliveries), that plan
+// found a delivery through webhook_deliveries_by_event, which starts with tenant_id as
+// the primary key does and costs the same on so small a table, and then read every
+// delivery of the tenant for each success and each lane claim until autovacuum's first
+// ANALYZE: 30-60 ms statements holding the row locks other lanes waited on, a minute or
+// more of a backlog that only grew. Every statement that finds a delivery by its key runs
+// so. Planning costs tens of microseconds.
+const planEachTime = pgx.QueryExecModeCacheDescribe
 
 // recordSuccessSQL ends a delivery ($1, $2) with its attempt ($3) and its endpoint's
 // failure streak, in one statement (one round trip: successes are most attempts). A
@@ -182,7 +195,7 @@ const recordSuccessSQL = `
 
 // recordSuccess ends a delivery (recordSuccessSQL).
 func (s *Store) recordSuccess(ctx context.Context, d Due, attempt []byte) error {
-	_, err := s.db.Exec(ctx, recordSuccessSQL, d.TenantID, d.ID, attempt)
+	_, err := s.db.Exec(ctx, recordSuccessSQL, planEachTime, d.TenantID, d.ID, attempt)
 	return err
 }
 
@@ -217,7 +230,7 @@ func (s *Store) Record(ctx context.Context, d Due, res webhook.Result, sched web
 		var tries int
 		var status string
 		err := tx.QueryRow(ctx, `SELECT status, jsonb_array_length(attempts) FROM webhook_deliveries WHERE tenant_id = $1 AND id = $2 FOR UPDATE`,
-			d.TenantID, d.ID).Scan(&status, &tries)
+			planEachTime, d.TenantID, d.ID).Scan(&status, &tries)
 		if err == pgx.ErrNoRows || (err == nil && status != StatusPending) {
 			return nil // the endpoint was deleted meanwhile, or another attempt recorded first
 		}
@@ -229,7 +242,7 @@ func (s *Store) Record(ctx context.Context, d Due, res webhook.Result, sched web
 			status, next = StatusPending, &t
 		}
 		if _, err := tx.Exec(ctx, `UPDATE webhook_deliveries SET status = $3, next_attempt_at = $4, leased_until = NULL, attempts = attempts || $5 WHERE tenant_id = $1 AND id = $2`,
-			d.TenantID, d.ID, status, next, attempt); err != nil {
+			planEachTime, d.TenantID, d.ID, status, next, attempt); err != nil {
 			return err
 		}
 		var since time.Time

@@ -241,3 +241,53 @@ func planNodes(t *testing.T, plan string) []pgxx.PlanNode {
 	}
 	return nodes
 }
+
+// A connection keeps the generic plan Postgres chose for a prepared statement until the
+// table is next analyzed, and it chooses one after five executions, when the generic plan
+// costs no more than the custom ones. On a new deployment's first deliveries the table is
+// a page or two, where an index that starts with tenant_id (webhook_deliveries_by_event)
+// costs the same as the primary key; the success and the lane's join to its claimed row
+// then walked every delivery of the tenant until autovacuum's first ANALYZE, a minute or
+// more of 30-60 ms statements that held row locks the other lanes waited on. Both must
+// read their row by its primary key however small the table was when their connection
+// first ran them.
+func TestSuccessAndLaneClaimStayOnThePrimaryKeyAsTheTableGrows(t *testing.T) {
+	f := newFixture(t, pgxx.WithMaxConns(1)) // one connection: its plans and its statistics
+	ctx := context.Background()
+	ep, _ := f.endpoint("t1", "http://127.0.0.1:1/hook")
+	deliver := func(n int) {
+		t.Helper()
+		var at Cursor
+		for range n {
+			d, ok, err := f.store.ClaimNext(ctx, f.clock.Now(), DefaultLease, "t1", ep.ID, at)
+			if err != nil || !ok {
+				t.Fatalf("claim: %v, %v", ok, err)
+			}
+			if err := f.store.recordSuccess(ctx, d, []byte(`[]`)); err != nil {
+				t.Fatal(err)
+			}
+			at = d.At
+		}
+	}
+	byEventReads := func() int64 {
+		t.Helper()
+		// The connection's counters reach the statistics when it next goes idle.
+		if _, err := f.store.db.Exec(ctx, `SELECT pg_stat_force_next_flush()`); err != nil {
+			t.Fatal(err)
+		}
+		var n int64
+		if err := f.store.db.QueryRow(ctx, `SELECT idx_tup_read FROM pg_stat_user_indexes
+			WHERE relname = 'webhook_deliveries' AND indexrelname = 'webhook_deliveries_by_event'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	f.fanout("t1", "evt_first", 10)
+	deliver(10) // more than five runs of each statement while the table is one page
+	f.fanout("t1", "evt_backlog", 3000)
+	before := byEventReads()
+	deliver(20)
+	if read := byEventReads() - before; read > 0 {
+		t.Errorf("20 claims and successes read %d entries of webhook_deliveries_by_event; want none (their rows by primary key)", read)
+	}
+}

@@ -331,7 +331,7 @@ func (s *Store) ListDeliveries(ctx context.Context, tenant, endpointID string, f
 	after := int64(-1)
 	if f.StartingAfter != "" {
 		err := s.db.QueryRow(ctx, `SELECT seq FROM webhook_deliveries WHERE tenant_id = $1 AND endpoint_id = $2 AND id = $3`,
-			tenant, endpointID, f.StartingAfter).Scan(&after)
+			planEachTime, tenant, endpointID, f.StartingAfter).Scan(&after)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil, false, ErrNotFound
 		}

@@ -59,9 +59,9 @@ type fixture struct {
 	disabled chan string
 }
 
-func newFixture(t testing.TB) *fixture {
+func newFixture(t testing.TB, opts ...pgxx.Option) *fixture {
 	t.Helper()
-	db, err := pgxx.Open(context.Background(), testkit.DatabaseURL(t, schema), "events")
+	db, err := pgxx.Open(context.Background(), testkit.DatabaseURL(t, schema), "events", opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
