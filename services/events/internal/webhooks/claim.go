@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/keyhouse/keyhouse/pkg/pgxx"
 	"github.com/keyhouse/keyhouse/pkg/webhook"
@@ -26,6 +28,9 @@ type Due struct {
 	// At is the delivery's place in its endpoint's due order when it was claimed: the
 	// lane's cursor (ClaimNext).
 	At Cursor
+	// Version is where the claim left the row (its ctid): the success finds it there, by
+	// a plan no table statistics can change (planEachTime).
+	Version pgtype.TID
 }
 
 // Cursor is a place in an endpoint's due deliveries, ordered by (next_attempt_at, seq):
@@ -39,10 +44,10 @@ type Cursor struct {
 // dueColumns is what a claim returns of a delivery (d) and its endpoint (e), $1 being the
 // claim's now; scanDue reads it.
 const dueColumns = `d.tenant_id, d.id, d.endpoint_id, d.event_id, d.body, d.created_at, e.url, e.secret,
-	CASE WHEN e.old_secret_expires_at > $1 THEN e.old_secret END, d.next_attempt_at, d.seq`
+	CASE WHEN e.old_secret_expires_at > $1 THEN e.old_secret END, d.next_attempt_at, d.seq, d.ctid`
 
 func scanDue(row pgx.Row, d *Due) error {
-	return row.Scan(&d.TenantID, &d.ID, &d.EndpointID, &d.EventID, &d.Body, &d.CreatedAt, &d.URL, &d.Secret, &d.OldSecret, &d.At.DueAt, &d.At.Seq)
+	return row.Scan(&d.TenantID, &d.ID, &d.EndpointID, &d.EventID, &d.Body, &d.CreatedAt, &d.URL, &d.Secret, &d.OldSecret, &d.At.DueAt, &d.At.Seq, &d.Version)
 }
 
 // A pending delivery is due when its next attempt's time has come and no claim's lease
@@ -69,11 +74,11 @@ func (s *Store) Claim(ctx context.Context, now time.Time, lease time.Duration, l
 		rows, err := tx.Query(ctx, `
 			WITH busy AS (SELECT * FROM unnest($4::text[], $5::int[]) AS b(endpoint_id, n)),
 			picked AS (
-				SELECT d.tenant_id, d.id
+				SELECT d.tenant_id, d.id, d.ctid
 				FROM webhook_endpoints e
 				LEFT JOIN busy b ON b.endpoint_id = e.id
 				CROSS JOIN LATERAL (
-					SELECT d.tenant_id, d.id FROM webhook_deliveries d
+					SELECT d.tenant_id, d.id, d.ctid FROM webhook_deliveries d
 					WHERE d.tenant_id = e.tenant_id AND d.endpoint_id = e.id AND `+dueWhere+`
 					ORDER BY d.next_attempt_at, d.seq
 					LIMIT greatest($3 - coalesce(b.n, 0), 0)
@@ -84,9 +89,9 @@ func (s *Store) Claim(ctx context.Context, now time.Time, lease time.Duration, l
 			)
 			UPDATE webhook_deliveries d SET leased_until = $1::timestamptz + $6::interval
 			FROM picked p, webhook_endpoints e
-			WHERE d.tenant_id = p.tenant_id AND d.id = p.id AND e.tenant_id = d.tenant_id AND e.id = d.endpoint_id
+			WHERE d.ctid = p.ctid AND d.tenant_id = p.tenant_id AND d.id = p.id AND e.tenant_id = d.tenant_id AND e.id = d.endpoint_id
 			RETURNING `+dueColumns,
-			planEachTime, now, limit, perEndpoint, busyIDs, busyN, lease)
+			now, limit, perEndpoint, busyIDs, busyN, lease)
 		if err != nil {
 			return err
 		}
@@ -108,14 +113,14 @@ func (s *Store) Claim(ctx context.Context, now time.Time, lease time.Duration, l
 // one-time filter, so the second scan runs only then). One statement, one round trip.
 const claimNextSQL = `
 	WITH after_cursor AS (
-		SELECT d.tenant_id, d.id FROM webhook_deliveries d
+		SELECT d.tenant_id, d.id, d.ctid FROM webhook_deliveries d
 		WHERE d.tenant_id = $3 AND d.endpoint_id = $4 AND ` + dueWhere + `
 		  AND (d.next_attempt_at, d.seq) > ($5::timestamptz, $6::bigint)
 		ORDER BY d.next_attempt_at, d.seq
 		LIMIT 1
 		FOR UPDATE OF d SKIP LOCKED
 	), from_front AS (
-		SELECT d.tenant_id, d.id FROM webhook_deliveries d
+		SELECT d.tenant_id, d.id, d.ctid FROM webhook_deliveries d
 		WHERE NOT EXISTS (SELECT FROM after_cursor)
 		  AND d.tenant_id = $3 AND d.endpoint_id = $4 AND ` + dueWhere + `
 		ORDER BY d.next_attempt_at, d.seq
@@ -126,7 +131,7 @@ const claimNextSQL = `
 	)
 	UPDATE webhook_deliveries d SET leased_until = $1::timestamptz + $2::interval
 	FROM picked p, webhook_endpoints e
-	WHERE d.tenant_id = p.tenant_id AND d.id = p.id AND e.tenant_id = d.tenant_id AND e.id = d.endpoint_id AND e.enabled
+	WHERE d.ctid = p.ctid AND d.tenant_id = p.tenant_id AND d.id = p.id AND e.tenant_id = d.tenant_id AND e.id = d.endpoint_id AND e.enabled
 	RETURNING ` + dueColumns
 
 // ClaimNext takes the endpoint's next due delivery, if any, for a worker that has just
@@ -150,7 +155,7 @@ func (s *Store) ClaimNext(ctx context.Context, now time.Time, lease time.Duratio
 	if dueAt.IsZero() {
 		dueAt = time.Unix(0, 0) // before any due time this service writes; seq starts at 1
 	}
-	err := scanDue(s.db.QueryRow(ctx, claimNextSQL, planEachTime, now, lease, tenantID, endpointID, dueAt, after.Seq), &d)
+	err := scanDue(s.db.QueryRow(ctx, claimNextSQL, now, lease, tenantID, endpointID, dueAt, after.Seq), &d)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Due{}, false, nil
 	}
@@ -160,43 +165,56 @@ func (s *Store) ClaimNext(ctx context.Context, now time.Time, lease time.Duratio
 	return d, true, nil
 }
 
-// planEachTime runs a statement unprepared (pgx's unnamed statement, its description
-// cached: still one round trip), so Postgres plans it for its arguments every time
-// instead of settling on a generic plan. Prepared, a statement keeps the generic plan its
-// connection chose after five runs until the table is next analyzed; chosen while
-// webhook_deliveries was a page or two (a new deployment's first deliveries), that plan
-// found a delivery through webhook_deliveries_by_event, which starts with tenant_id as
-// the primary key does and costs the same on so small a table, and then read every
-// delivery of the tenant for each success and each lane claim until autovacuum's first
-// ANALYZE: 30-60 ms statements holding the row locks other lanes waited on, a minute or
-// more of a backlog that only grew. Every statement that finds a delivery by its key runs
-// so. Planning costs tens of microseconds.
+// A prepared statement keeps the generic plan its connection chose after five runs until
+// the table is next analyzed. Chosen while webhook_deliveries was a page or two (a new
+// deployment's first deliveries), where every index that starts with tenant_id costs
+// the same as the primary key, the plan of a lookup by (tenant_id, id) could take
+// webhook_deliveries_by_event and read every delivery of the tenant per success and per
+// lane claim until autovacuum's first ANALYZE: 30-60 ms statements holding row locks the
+// other lanes waited on, a minute or more of a backlog that only grew. So the hot
+// statements find a claimed row by its version (ctid): the claims join their locked
+// rows by it, and a success updates the version its claim left. A TID scan is the
+// cheapest plan at any table size, so no statistics can change it, and the statements
+// stay prepared (planning ClaimNext each time cost 0.4 ms, twice its execution).
+//
+// planEachTime runs the rarer lookups by key unprepared (pgx's unnamed statement, its
+// description cached: still one round trip), so Postgres plans them for their
+// arguments every time instead of settling on a generic plan.
 const planEachTime = pgx.QueryExecModeCacheDescribe
 
-// recordSuccessSQL ends a delivery ($1, $2) with its attempt ($3) and its endpoint's
-// failure streak, in one statement (one round trip: successes are most attempts). A
-// delivery no longer pending (its endpoint deleted, or another attempt recorded first) is
-// left alone: the UPDATE rechecks the status under the row's lock.
+// recordSuccessSQL ends a delivery ($1, $2) at the version its claim left ($4) with its
+// attempt ($3) and its endpoint's failure streak, in one statement (one round trip:
+// successes are most attempts), and counts the delivery it ended. A delivery no longer
+// pending (its endpoint deleted, or another attempt recorded first) is left alone: the
+// UPDATE rechecks the status under the row's lock. A row that moved since its claim (a
+// lease that ran out and another claim) is not at $4 any more, nor is it when a
+// concurrent change commits first (Postgres rechecks the TID on the newest version):
+// recordSuccessByKeySQL then finds it by key.
 //
 // The pending test is written as "neither succeeded nor failed" (the same, by the
 // table's CHECK), not status = 'pending': that would match the due index's predicate,
-// and on a table whose statistics lag behind its churn (a fresh one has none; autovacuum
-// analyzes it a minute later at best) the planner took the due index and read every
-// pending delivery of the tenant to find this one, 3 to 5 ms and 140 to 210 buffers per
-// success with 4,000 due: the larger the backlog, the slower each success, so a
-// backlog only grew. Written so, only the primary key can find the row.
+// and on a table whose statistics lag behind its churn the planner took the due index and
+// read every pending delivery of the tenant to find this one.
 const recordSuccessSQL = `
 	WITH done AS (
 		UPDATE webhook_deliveries SET status = 'succeeded', next_attempt_at = NULL, leased_until = NULL, attempts = attempts || $3
-		WHERE tenant_id = $1 AND id = $2 AND status <> 'succeeded' AND status <> 'failed'
-		RETURNING tenant_id, endpoint_id)
-	UPDATE webhook_endpoints e SET failing_since = NULL
-	FROM done WHERE e.tenant_id = done.tenant_id AND e.id = done.endpoint_id AND e.failing_since IS NOT NULL`
+		WHERE ctid = $4 AND tenant_id = $1 AND id = $2 AND status <> 'succeeded' AND status <> 'failed'
+		RETURNING tenant_id, endpoint_id),
+	streak AS (
+		UPDATE webhook_endpoints e SET failing_since = NULL
+		FROM done WHERE e.tenant_id = done.tenant_id AND e.id = done.endpoint_id AND e.failing_since IS NOT NULL)
+	SELECT count(*) FROM done`
+
+// recordSuccessByKeySQL is recordSuccessSQL for a row found by its key (planEachTime).
+var recordSuccessByKeySQL = strings.Replace(recordSuccessSQL, "WHERE ctid = $4 AND ", "WHERE ", 1)
 
 // recordSuccess ends a delivery (recordSuccessSQL).
 func (s *Store) recordSuccess(ctx context.Context, d Due, attempt []byte) error {
-	_, err := s.db.Exec(ctx, recordSuccessSQL, planEachTime, d.TenantID, d.ID, attempt)
-	return err
+	var ended int
+	if err := s.db.QueryRow(ctx, recordSuccessSQL, d.TenantID, d.ID, attempt, d.Version).Scan(&ended); err != nil || ended == 1 {
+		return err
+	}
+	return s.db.QueryRow(ctx, recordSuccessByKeySQL, planEachTime, d.TenantID, d.ID, attempt).Scan(&ended)
 }
 
 // DisabledReason is the disabled_reason of an endpoint the worker disabled.

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/keyhouse/keyhouse/pkg/pgxx"
 )
@@ -207,7 +208,8 @@ func TestSuccessUsesThePrimaryKey(t *testing.T) {
 	ep, _ := f.endpoint("t1", "http://127.0.0.1:1/hook")
 	f.fanout("t1", "evt_success", 2000)
 	var id string
-	if err := f.store.db.QueryRow(ctx, `SELECT id FROM webhook_deliveries WHERE endpoint_id = $1 ORDER BY seq DESC LIMIT 1`, ep.ID).Scan(&id); err != nil {
+	var version pgtype.TID
+	if err := f.store.db.QueryRow(ctx, `SELECT id, ctid FROM webhook_deliveries WHERE endpoint_id = $1 ORDER BY seq DESC LIMIT 1`, ep.ID).Scan(&id, &version); err != nil {
 		t.Fatal(err)
 	}
 	for _, analyzed := range []bool{false, true} {
@@ -216,18 +218,27 @@ func TestSuccessUsesThePrimaryKey(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		var plan string
-		if err := f.store.db.QueryRow(ctx, `EXPLAIN (FORMAT JSON) `+recordSuccessSQL, "t1", id, []byte(`[]`)).Scan(&plan); err != nil {
-			t.Fatal(err)
-		}
-		var indexes []string
-		for _, n := range planNodes(t, plan) {
-			if n.Relation == "webhook_deliveries" {
-				indexes = append(indexes, n.NodeType+" "+n.IndexName)
+		for _, c := range []struct {
+			name, sql string
+			args      []any
+			want      string
+		}{
+			{"at its version", recordSuccessSQL, []any{"t1", id, []byte(`[]`), version}, "Tid Scan "},
+			{"by key", recordSuccessByKeySQL, []any{"t1", id, []byte(`[]`)}, "Index Scan webhook_deliveries_pkey"},
+		} {
+			var plan string
+			if err := f.store.db.QueryRow(ctx, `EXPLAIN (FORMAT JSON) `+c.sql, c.args...).Scan(&plan); err != nil {
+				t.Fatal(err)
 			}
-		}
-		if !slices.Equal(indexes, []string{"ModifyTable ", "Index Scan webhook_deliveries_pkey"}) {
-			t.Errorf("analyzed=%v: the success reads webhook_deliveries by %v, want its primary key", analyzed, indexes)
+			var indexes []string
+			for _, n := range planNodes(t, plan) {
+				if n.Relation == "webhook_deliveries" {
+					indexes = append(indexes, n.NodeType+" "+n.IndexName)
+				}
+			}
+			if !slices.Equal(indexes, []string{"ModifyTable ", c.want}) {
+				t.Errorf("analyzed=%v: the success %s reads webhook_deliveries by %v, want %s", analyzed, c.name, indexes, c.want)
+			}
 		}
 	}
 }
@@ -249,9 +260,9 @@ func planNodes(t *testing.T, plan string) []pgxx.PlanNode {
 // costs the same as the primary key; the success and the lane's join to its claimed row
 // then walked every delivery of the tenant until autovacuum's first ANALYZE, a minute or
 // more of 30-60 ms statements that held row locks the other lanes waited on. Both must
-// read their row by its primary key however small the table was when their connection
+// read their row by its version however small the table was when their connection
 // first ran them.
-func TestSuccessAndLaneClaimStayOnThePrimaryKeyAsTheTableGrows(t *testing.T) {
+func TestSuccessAndLaneClaimFindTheirRowWhateverTheTableWas(t *testing.T) {
 	f := newFixture(t, pgxx.WithMaxConns(1)) // one connection: its plans and its statistics
 	ctx := context.Background()
 	ep, _ := f.endpoint("t1", "http://127.0.0.1:1/hook")
@@ -269,15 +280,16 @@ func TestSuccessAndLaneClaimStayOnThePrimaryKeyAsTheTableGrows(t *testing.T) {
 			at = d.At
 		}
 	}
-	byEventReads := func() int64 {
+	// Index entries read by the deliveries, the due index's aside (the claims' scans).
+	indexReads := func() int64 {
 		t.Helper()
 		// The connection's counters reach the statistics when it next goes idle.
 		if _, err := f.store.db.Exec(ctx, `SELECT pg_stat_force_next_flush()`); err != nil {
 			t.Fatal(err)
 		}
 		var n int64
-		if err := f.store.db.QueryRow(ctx, `SELECT idx_tup_read FROM pg_stat_user_indexes
-			WHERE relname = 'webhook_deliveries' AND indexrelname = 'webhook_deliveries_by_event'`).Scan(&n); err != nil {
+		if err := f.store.db.QueryRow(ctx, `SELECT coalesce(sum(idx_tup_read), 0) FROM pg_stat_user_indexes
+			WHERE relname = 'webhook_deliveries' AND indexrelname <> 'webhook_deliveries_due_seq'`).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
 		return n
@@ -285,9 +297,44 @@ func TestSuccessAndLaneClaimStayOnThePrimaryKeyAsTheTableGrows(t *testing.T) {
 	f.fanout("t1", "evt_first", 10)
 	deliver(10) // more than five runs of each statement while the table is one page
 	f.fanout("t1", "evt_backlog", 3000)
-	before := byEventReads()
+	before := indexReads()
 	deliver(20)
-	if read := byEventReads() - before; read > 0 {
-		t.Errorf("20 claims and successes read %d entries of webhook_deliveries_by_event; want none (their rows by primary key)", read)
+	if read := indexReads() - before; read > 0 {
+		t.Errorf("20 claims and successes read %d entries of webhook_deliveries' other indexes; want none (their rows by version)", read)
+	}
+}
+
+// A success whose delivery moved after its claim (its lease ran out and another claim
+// took it) is not where the claim left it; it is recorded all the same, by key, once.
+func TestSuccessOfADeliveryThatMovedIsRecorded(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	ep, _ := f.endpoint("t1", "http://127.0.0.1:1/hook")
+	f.fanout("t1", "evt_moved", 1)
+	first, ok, err := f.store.ClaimNext(ctx, f.clock.Now(), DefaultLease, "t1", ep.ID, Cursor{})
+	if err != nil || !ok {
+		t.Fatalf("claim: %v, %v", ok, err)
+	}
+	f.clock.Add(DefaultLease + time.Second)
+	second, ok, err := f.store.ClaimNext(ctx, f.clock.Now(), DefaultLease, "t1", ep.ID, Cursor{})
+	if err != nil || !ok || second.ID != first.ID {
+		t.Fatalf("claim after the lease: %v, %v, %q", ok, err, second.ID)
+	}
+	if second.Version == first.Version {
+		t.Fatal("the second claim left the row where the first did; the test needs it moved")
+	}
+	if err := f.store.recordSuccess(ctx, first, []byte(`[{"at":"2026-11-25T12:00:00Z","duration_ms":1,"status_code":204}]`)); err != nil {
+		t.Fatal(err)
+	}
+	ds := f.deliveries("t1", ep.ID)
+	if len(ds) != 1 || ds[0].Status != StatusSucceeded || len(ds[0].Attempts) != 1 {
+		t.Fatalf("deliveries after the success = %+v, want one succeeded with one attempt", ds)
+	}
+	// The second claim's success finds nothing left to end, by version or by key.
+	if err := f.store.recordSuccess(ctx, second, []byte(`[{"at":"2026-11-25T12:01:01Z","duration_ms":1,"status_code":204}]`)); err != nil {
+		t.Fatal(err)
+	}
+	if ds := f.deliveries("t1", ep.ID); len(ds[0].Attempts) != 1 {
+		t.Fatalf("a second success was recorded: %+v", ds[0].Attempts)
 	}
 }
