@@ -31,6 +31,15 @@ type Option func(*pgxpool.Config)
 // hold a connection for long, such as a worker's session locks.
 func WithMaxConns(n int32) Option { return func(c *pgxpool.Config) { c.MaxConns = max(n, 1) } }
 
+// WithGenericPlans makes the pool's connections plan each prepared statement once, for
+// any arguments (plan_cache_mode = force_generic_plan), instead of planning it for its
+// arguments whenever Postgres finds the generic plan dearer than the custom ones: for a
+// pool whose few statements are written so that their plan does not depend on their
+// arguments or on the table's statistics, and cost more to plan than to run.
+func WithGenericPlans() Option {
+	return func(c *pgxpool.Config) { c.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan" }
+}
+
 // Open connects to databaseURL with search_path set to schema.
 func Open(ctx context.Context, databaseURL, schema string, opts ...Option) (*pgxpool.Pool, error) {
 	if !schemaName.MatchString(schema) {

@@ -610,3 +610,30 @@ func TestLaneDeliversWhatBecameDueBehindItsCursor(t *testing.T) {
 		}
 	}
 }
+
+// A slot that frees while deliveries wait for one is filled at once, not at the next
+// poll: with one slot and an hour's poll, three endpoints' deliveries all arrive.
+func TestAFreedSlotTakesTheNextDueDelivery(t *testing.T) {
+	f := newFixture(t)
+	var receivers []*recorder
+	for i := range 3 {
+		r := newRecorder(t)
+		receivers = append(receivers, r)
+		tenant := fmt.Sprintf("t%d", i)
+		f.endpoint(tenant, r.URL)
+		f.event(tenant, "evt_1", "license.issued")
+	}
+	f.worker.Concurrency, f.worker.Poll = 1, time.Hour
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { f.worker.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	deadline := time.Now().Add(time.Minute) // a failure bound, not a timing goal
+	for time.Now().Before(deadline) {
+		if receivers[0].count()+receivers[1].count()+receivers[2].count() == 3 {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("received %d, %d, %d: a freed slot waited for the poll", receivers[0].count(), receivers[1].count(), receivers[2].count())
+}
