@@ -71,6 +71,28 @@ type Env struct {
 	// URL is the gateway's base URL; AdminKey its admin credential.
 	URL, AdminKey string
 	HTTP          *http.Client
+
+	settle map[string]func(context.Context) error // scenario ID → AfterEachSlice's f
+}
+
+// AfterEachSlice makes f run after each slice of scenario id, unmeasured (a Setup calls
+// it): f returns once the work the slice's ops left behind is done (the webhooks'
+// deliveries still on their way), so the next row does not share the machine with this
+// one's backlog. The report gives the longest wait.
+func (e *Env) AfterEachSlice(id string, f func(context.Context) error) {
+	if e.settle == nil {
+		e.settle = map[string]func(context.Context) error{}
+	}
+	e.settle[id] = f
+}
+
+// Settle runs what scenario id registered with AfterEachSlice; ok is false when nothing.
+func (e *Env) Settle(ctx context.Context, id string) (ok bool, err error) {
+	f := e.settle[id]
+	if f == nil {
+		return false, nil
+	}
+	return true, f(ctx)
 }
 
 // NewHTTPClient keeps enough idle connections for every worker, so the benchmark measures
@@ -190,16 +212,17 @@ func (r Result) RPS() float64 { return float64(r.Requests) / r.Duration.Seconds(
 
 // runner returns how sc is driven: workers closed-loop clients (sc.Workers when set), or
 // open-loop at sc.Rate ops/s; and the number of clients the report shows.
-func runner(sc Scenario, op Op, workers int) (func(ctx context.Context, base int) ([]time.Duration, int, int, string), int) {
+// ctx ends the run; an open-loop run's ops run under opCtx (see driveRate).
+func runner(sc Scenario, op Op, workers int) (func(ctx, opCtx context.Context, base int) ([]time.Duration, int, int, string), int) {
 	if sc.Rate > 0 {
-		return func(ctx context.Context, base int) ([]time.Duration, int, int, string) {
-			return driveRate(ctx, op, sc.Rate, base)
+		return func(ctx, opCtx context.Context, base int) ([]time.Duration, int, int, string) {
+			return driveRate(ctx, opCtx, op, sc.Rate, base)
 		}, int(sc.Rate)
 	}
 	if sc.Workers > 0 {
 		workers = sc.Workers
 	}
-	return func(ctx context.Context, base int) ([]time.Duration, int, int, string) {
+	return func(ctx, _ context.Context, base int) ([]time.Duration, int, int, string) {
 		return drive(ctx, op, workers, base)
 	}, workers
 }
@@ -208,7 +231,7 @@ func runner(sc Scenario, op Op, workers int) (func(ctx context.Context, base int
 func WarmUp(ctx context.Context, sc Scenario, op Op, workers int, d time.Duration) {
 	run, _ := runner(sc, op, workers)
 	warm, cancel := context.WithTimeout(ctx, d)
-	run(warm, 0)
+	run(warm, warm, 0)
 	cancel()
 }
 
@@ -228,7 +251,7 @@ func RunSlice(ctx context.Context, sc Scenario, op Op, workers int, d time.Durat
 		before = cpu()
 	}
 	start := time.Now()
-	lat, errs, refused, first := run(runCtx, 1_000_000+slice*sliceBase)
+	lat, errs, refused, first := run(runCtx, ctx, 1_000_000+slice*sliceBase)
 	res := Result{ID: sc.ID, Name: sc.Name, Note: sc.Note, Workers: workers, Requests: len(lat), Errors: errs,
 		Refused: refused, FirstError: first, Duration: time.Since(start), lat: lat}
 	if cpu != nil {
@@ -314,14 +337,16 @@ func drive(ctx context.Context, op Op, workers, base int) ([]time.Duration, int,
 	return all, errs, refused, first
 }
 
-// driveRate starts op i at start + i/rate, a fixed schedule, until ctx ends, and waits
-// for the ops in flight; an op still running at the end is not a result. An op is timed
-// from its scheduled start, and ops whose time passed while the generator was not
-// running (a busy machine) start at once: arrivals do not wait for the generator, so
-// neither the rate offered nor the latency measured leaves them out. (A time.Ticker
-// drops the ticks a late receiver missed, which offered 7% less than the rate on this
-// machine while the row reported it as not answered.)
-func driveRate(ctx context.Context, op Op, rate float64, base int) ([]time.Duration, int, int, string) {
+// driveRate starts op i at start + i/rate, a fixed schedule, until ctx ends, then waits
+// for the ops in flight, which run under opCtx: each op started in the window is a
+// result however long it takes (the slice's Duration then includes the wait), so a row
+// that falls behind shows it in its latency and rate instead of dropping its slowest ops.
+// An op is timed from its scheduled start, and ops whose time passed while the generator
+// was not running (a busy machine) start at once: arrivals do not wait for the
+// generator, so neither the rate offered nor the latency measured leaves them out. (A
+// time.Ticker drops the ticks a late receiver missed, which offered 7% less than the
+// rate on this machine while the row reported it as not answered.)
+func driveRate(ctx, opCtx context.Context, op Op, rate float64, base int) ([]time.Duration, int, int, string) {
 	var (
 		mu      sync.Mutex
 		all     []time.Duration
@@ -352,9 +377,9 @@ func driveRate(ctx context.Context, op Op, rate float64, base int) ([]time.Durat
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			err := op(ctx, 0, i)
+			err := op(opCtx, 0, i)
 			d := time.Since(due)
-			if ctx.Err() != nil {
+			if opCtx.Err() != nil {
 				return
 			}
 			mu.Lock()

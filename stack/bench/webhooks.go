@@ -17,9 +17,12 @@ import (
 // webhookRate is the steady arrival rate of the webhook scenario (issue 21's goal).
 const webhookRate = 500
 
+// webhooksID is the scenario's ID.
+const webhooksID = "webhooks"
+
 func init() {
 	Register(Scenario{
-		ID:   "webhooks",
+		ID:   webhooksID,
 		Name: "webhooks: issue-license → signed license.issued delivered to a local receiver (500 events/s)",
 		Rate: webhookRate,
 		Note: "open loop at 500 changes/s; each op is issue-license's 200 (license and event committed) plus the time until a " +
@@ -29,11 +32,46 @@ func init() {
 	})
 }
 
-// arrivals lets an op wait for its license's delivery, whichever comes first.
+// arrivals lets an op wait for its license's delivery, whichever comes first, and
+// counts the licenses issued whose delivery has not arrived yet.
 type arrivals struct {
-	mu   sync.Mutex
-	wait map[string]chan struct{}
-	done map[string]bool
+	mu      sync.Mutex
+	wait    map[string]chan struct{}
+	done    map[string]bool
+	pending map[string]bool // issued, not delivered yet
+}
+
+func (a *arrivals) issued(key string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if !a.done[key] {
+		a.pending[key] = true
+	}
+}
+
+func (a *arrivals) outstanding() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.pending)
+}
+
+// settleTimeout bounds how long the scenario waits for its backlog after a slice.
+const settleTimeout = 2 * time.Minute
+
+// settle waits until every license issued so far has been delivered.
+func (a *arrivals) settle(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, settleTimeout)
+	defer cancel()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for a.outstanding() > 0 {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%d license.issued deliveries still missing after %s", a.outstanding(), settleTimeout)
+		case <-tick.C:
+		}
+	}
+	return nil
 }
 
 func (a *arrivals) ch(key string) chan struct{} {
@@ -50,6 +88,7 @@ func (a *arrivals) arrived(key string) {
 	defer a.mu.Unlock()
 	if !a.done[key] {
 		a.done[key] = true
+		delete(a.pending, key)
 		close(a.ch(key))
 	}
 }
@@ -74,7 +113,7 @@ func setupWebhooks(ctx context.Context, env *Env) (Op, error) {
 	if err != nil {
 		return nil, err
 	}
-	arr := &arrivals{wait: map[string]chan struct{}{}, done: map[string]bool{}}
+	arr := &arrivals{wait: map[string]chan struct{}{}, done: map[string]bool{}, pending: map[string]bool{}}
 	var secret atomic.Value
 	secret.Store("")
 	var bad atomic.Int64
@@ -111,6 +150,7 @@ func setupWebhooks(ctx context.Context, env *Env) (Op, error) {
 		return nil, err
 	}
 	secret.Store(ep.Secret)
+	env.AfterEachSlice(webhooksID, arr.settle)
 	stamp := time.Now().UnixNano()
 	return func(ctx context.Context, _, i int) error {
 		st, data, err := env.Do(ctx, http.MethodPost, "/v1/issue-license", ClientIP(160, i, 50), true, map[string]any{
@@ -125,6 +165,7 @@ func setupWebhooks(ctx context.Context, env *Env) (Op, error) {
 		if err := json.Unmarshal(data, &out); err != nil {
 			return err
 		}
+		arr.issued(out.Key)
 		if n := bad.Load(); n > 0 {
 			return fmt.Errorf("%d deliveries failed the receiver's signature check", n)
 		}

@@ -106,9 +106,12 @@ func run(ctx context.Context) error {
 	// measured for duration/rounds per round, so that every row of the table (the floor
 	// included) sees the same share of whatever else the machine is doing.
 	type prepared struct {
-		sc     bench.Scenario
-		op     bench.Op
-		slices []bench.Result
+		sc      bench.Scenario
+		op      bench.Op
+		slices  []bench.Result
+		settles bool          // the scenario waits for its backlog after each slice
+		settled time.Duration // the longest of those waits
+		settle  error
 	}
 	var runs []*prepared
 	for _, sc := range bench.Scenarios() {
@@ -131,13 +134,32 @@ func run(ctx context.Context) error {
 		for _, p := range runs {
 			if round == 0 {
 				bench.WarmUp(ctx, p.sc, p.op, *workers, *duration/5)
+				if _, err := env.Settle(ctx, p.sc.ID); err != nil && p.settle == nil {
+					p.settle = err
+				}
 			}
 			p.slices = append(p.slices, bench.RunSlice(ctx, p.sc, p.op, *workers, slice, round, cpu))
+			start := time.Now()
+			ok, err := env.Settle(ctx, p.sc.ID)
+			if err != nil && p.settle == nil {
+				p.settle = err
+			}
+			if ok {
+				p.settles = true
+				p.settled = max(p.settled, time.Since(start))
+			}
 		}
 	}
 	// A row's check runs after its last slice (every slice is done by now).
 	var checks []string
 	for _, p := range runs {
+		if p.settles {
+			line := fmt.Sprintf("- %s: after a slice, what its ops left behind took at most %s to finish (unmeasured)", p.sc.Name, p.settled.Round(10*time.Millisecond))
+			if p.settle != nil {
+				line += "; FAILED: " + p.settle.Error()
+			}
+			checks = append(checks, line)
+		}
 		if p.sc.Check == nil {
 			continue
 		}
