@@ -2,7 +2,6 @@ package natsx
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -14,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/keyhouse/keyhouse/devinfra/devnats"
+	"github.com/keyhouse/keyhouse/devinfra/testkit"
 	"github.com/keyhouse/keyhouse/pkg/pgxx"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -100,17 +100,12 @@ func claimBuffers(t *testing.T, pool *pgxpool.Pool, batch int, tenants []string,
 	if !errors.Is(err, errRollback) {
 		t.Fatal(err)
 	}
-	var top []struct {
-		Plan struct {
-			Hit  int64 `json:"Shared Hit Blocks"`
-			Read int64 `json:"Shared Read Blocks"`
-		} `json:"Plan"`
-	}
-	if err := json.Unmarshal([]byte(plan), &top); err != nil || len(top) != 1 {
-		t.Fatalf("EXPLAIN output %q: %v", plan, err)
+	buffers, err := pgxx.PlanBuffers(plan)
+	if err != nil {
+		t.Fatal(err)
 	}
 	slices.Sort(ids)
-	return top[0].Plan.Hit + top[0].Plan.Read, ids
+	return buffers, ids
 }
 
 // The claim from the relay's cursors reads each known tenant's rows after its cursor, not
@@ -136,17 +131,7 @@ func TestClaimFromTheCursorsSkipsTheDeadFront(t *testing.T) {
 	}
 	// An older snapshot (a long transaction elsewhere in the database) holds the deleted
 	// versions, so their index entries cannot be marked dead.
-	old, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer old.Rollback(ctx) //nolint:errcheck // read-only
-	if _, err := old.Exec(ctx, `SET TRANSACTION ISOLATION LEVEL REPEATABLE READ`); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := old.Exec(ctx, `SELECT count(*) FROM outbox`); err != nil {
-		t.Fatal(err)
-	}
+	defer testkit.HoldSnapshot(t, pool)()
 	tenants := []string{"a", "b", "c", "gone"}
 	var after []int64
 	if err := pool.QueryRow(ctx, `WITH d AS (DELETE FROM outbox WHERE msg_id LIKE 'relayed:%' RETURNING tenant_id, id)

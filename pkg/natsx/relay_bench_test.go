@@ -85,17 +85,7 @@ func relayDrain(b *testing.B, held bool) {
 		}
 	}
 	if held {
-		old, err := pool.Begin(ctx)
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer old.Rollback(ctx) //nolint:errcheck // read-only
-		if _, err := old.Exec(ctx, `SET TRANSACTION ISOLATION LEVEL REPEATABLE READ`); err != nil {
-			b.Fatal(err)
-		}
-		if _, err := old.Exec(ctx, `SELECT count(*) FROM outbox`); err != nil {
-			b.Fatal(err)
-		}
+		defer testkit.HoldSnapshot(b, pool)()
 	}
 	// All of the database's buffers, and those of outbox_pending_tenant, the index whose
 	// dead front a claim from the front reads.

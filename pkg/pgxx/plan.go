@@ -33,3 +33,18 @@ func PlanNodes(plan string) ([]PlanNode, error) {
 	walk(top[0].Plan)
 	return all, nil
 }
+
+// PlanBuffers returns the shared buffers (hit and read) the whole statement of an
+// EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) plan used.
+func PlanBuffers(plan string) (int64, error) {
+	var top []struct {
+		Plan struct {
+			Hit  int64 `json:"Shared Hit Blocks"`
+			Read int64 `json:"Shared Read Blocks"`
+		} `json:"Plan"`
+	}
+	if err := json.Unmarshal([]byte(plan), &top); err != nil || len(top) != 1 {
+		return 0, fmt.Errorf("pgxx: EXPLAIN output %q is not one JSON plan: %v", plan, err)
+	}
+	return top[0].Plan.Hit + top[0].Plan.Read, nil
+}

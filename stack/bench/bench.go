@@ -38,6 +38,11 @@ type Scenario struct {
 	// whatever the latency of those in flight (a steady arrival rate, like webhooks), and
 	// the report's clients column shows the rate. Otherwise Workers clients loop.
 	Rate float64
+	// OneWindow measures the scenario in one window of the whole duration, in the first
+	// round, instead of a slice per round: a steady arrival rate past what the stack
+	// keeps up with shows as a backlog that grows for as long as the rate lasts, which
+	// short slices with a drained stack between them would reset every few seconds.
+	OneWindow bool
 	// Note says what the figure measures or what limits it; it goes in the report.
 	Note  string
 	Setup func(ctx context.Context, env *Env) (Op, error)

@@ -25,7 +25,9 @@ func init() {
 		ID:   webhooksID,
 		Name: "webhooks: issue-license → signed license.issued delivered to a local receiver (500 events/s)",
 		Rate: webhookRate,
-		Note: "open loop at 500 changes/s; each op is issue-license's 200 (license and event committed) plus the time until a " +
+		// Its p99 is the backlog's: measured in 2 s slices it would never grow past 2 s.
+		OneWindow: true,
+		Note: "open loop at 500 changes/s, measured in one window of the whole duration; each op is issue-license's 200 (license and event committed) plus the time until a " +
 			"receiver on loopback has the signed license.issued delivery (outbox relay → JetStream → events log + fan-out → worker → POST), " +
 			"the signature verified by the receiver (goal ≥ 500 events/s, p99 < 1 s)",
 		Setup: setupWebhooks,

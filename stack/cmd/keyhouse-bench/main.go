@@ -138,7 +138,14 @@ func run(ctx context.Context) error {
 					p.settle = err
 				}
 			}
-			p.slices = append(p.slices, bench.RunSlice(ctx, p.sc, p.op, *workers, slice, round, cpu))
+			window := slice
+			if p.sc.OneWindow {
+				if round > 0 {
+					continue
+				}
+				window = *duration
+			}
+			p.slices = append(p.slices, bench.RunSlice(ctx, p.sc, p.op, *workers, window, round, cpu))
 			start := time.Now()
 			ok, err := env.Settle(ctx, p.sc.ID)
 			if err != nil && p.settle == nil {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -195,18 +194,23 @@ const planEachTime = pgx.QueryExecModeCacheDescribe
 // table's CHECK), not status = 'pending': that would match the due index's predicate,
 // and on a table whose statistics lag behind its churn the planner took the due index and
 // read every pending delivery of the tenant to find this one.
-const recordSuccessSQL = `
+var recordSuccessSQL = recordSuccessWhere("ctid = $4 AND tenant_id = $1 AND id = $2")
+
+// recordSuccessByKeySQL is recordSuccessSQL for a row found by its key (planEachTime).
+var recordSuccessByKeySQL = recordSuccessWhere("tenant_id = $1 AND id = $2")
+
+// recordSuccessWhere is the success statement for the delivery that find names.
+func recordSuccessWhere(find string) string {
+	return `
 	WITH done AS (
 		UPDATE webhook_deliveries SET status = 'succeeded', next_attempt_at = NULL, leased_until = NULL, attempts = attempts || $3
-		WHERE ctid = $4 AND tenant_id = $1 AND id = $2 AND status <> 'succeeded' AND status <> 'failed'
+		WHERE ` + find + ` AND status <> 'succeeded' AND status <> 'failed'
 		RETURNING tenant_id, endpoint_id),
 	streak AS (
 		UPDATE webhook_endpoints e SET failing_since = NULL
 		FROM done WHERE e.tenant_id = done.tenant_id AND e.id = done.endpoint_id AND e.failing_since IS NOT NULL)
 	SELECT count(*) FROM done`
-
-// recordSuccessByKeySQL is recordSuccessSQL for a row found by its key (planEachTime).
-var recordSuccessByKeySQL = strings.Replace(recordSuccessSQL, "WHERE ctid = $4 AND ", "WHERE ", 1)
+}
 
 // recordSuccess ends a delivery (recordSuccessSQL).
 func (s *Store) recordSuccess(ctx context.Context, d Due, attempt []byte) error {

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/keyhouse/keyhouse/devinfra/testkit"
 	"github.com/keyhouse/keyhouse/pkg/pgxx"
 )
 
@@ -132,17 +133,7 @@ func TestClaimFromTheCursorSkipsTheDeadFront(t *testing.T) {
 	}
 	// An older snapshot (a long transaction elsewhere in the database) holds the versions
 	// the successes leave behind.
-	old, err := f.store.db.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer old.Rollback(ctx) //nolint:errcheck // read-only
-	if _, err := old.Exec(ctx, `SET TRANSACTION ISOLATION LEVEL REPEATABLE READ`); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := old.Exec(ctx, `SELECT count(*) FROM webhook_deliveries`); err != nil {
-		t.Fatal(err)
-	}
+	defer testkit.HoldSnapshot(t, f.store.db)()
 	done := seqs[6999]
 	if _, err := f.store.db.Exec(ctx, `UPDATE webhook_deliveries SET status = 'succeeded', next_attempt_at = NULL WHERE seq <= $1`, done); err != nil {
 		t.Fatal(err)
@@ -170,16 +161,11 @@ func TestClaimFromTheCursorSkipsTheDeadFront(t *testing.T) {
 			if err != errRollback {
 				t.Fatal(err)
 			}
-			var top []struct {
-				Plan struct {
-					Hit  int64 `json:"Shared Hit Blocks"`
-					Read int64 `json:"Shared Read Blocks"`
-				} `json:"Plan"`
+			buffers, err := pgxx.PlanBuffers(plan)
+			if err != nil {
+				t.Fatal(err)
 			}
-			if err := json.Unmarshal([]byte(plan), &top); err != nil || len(top) != 1 {
-				t.Fatalf("EXPLAIN output %q: %v", plan, err)
-			}
-			return top[0].Plan.Hit + top[0].Plan.Read, seq
+			return buffers, seq
 		}
 		fromCursor, seq := buffers(cursor)
 		if seq != seqs[7000] {

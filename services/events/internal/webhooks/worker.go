@@ -159,8 +159,9 @@ func (w *Worker) claimAndStart(ctx context.Context) int {
 	free := w.Concurrency - len(w.slots)
 	if free <= 0 {
 		w.starved.Store(true)
+		return 0
 	}
-	if free <= 0 || ctx.Err() != nil {
+	if ctx.Err() != nil {
 		return 0
 	}
 	w.mu.Lock()
