@@ -280,3 +280,62 @@ func TestEmitAllWritesEveryEventOfABatchOrNone(t *testing.T) {
 		t.Fatalf("the relay was woken for a transaction that did not commit")
 	}
 }
+
+// Pipelined: a transaction sent as one pipeline (then nil) or two commits its change and
+// events together and runs the post-commit path once; a statement that fails leaves
+// neither and wakes no relay, and the pool's only connection serves the next
+// transaction.
+func TestPipelinedCommitsTheChangeWithItsEventsOrNeither(t *testing.T) {
+	ctx := context.Background()
+	db := newOutbox(t)
+	cfg := db.Config()
+	cfg.MaxConns = 1
+	one, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(one.Close)
+	relay := &counter{}
+	var local []string
+	spine := NewSpine(WithRelay(relay), WithLocal(func(ev *eventsv1.Event) { local = append(local, LicenseKey(ev)) }))
+	insert := func(thing, key string) func(ctx context.Context, b *pgx.Batch) error {
+		return func(ctx context.Context, b *pgx.Batch) error {
+			b.Queue(`INSERT INTO things VALUES ($1)`, thing)
+			return QueueAll(ctx, b, LicenseRevoked("t1", key, "app"))
+		}
+	}
+	count := func() (things, rows int) {
+		t.Helper()
+		if err := db.QueryRow(ctx, `SELECT (SELECT count(*) FROM things), (SELECT count(*) FROM outbox)`).Scan(&things, &rows); err != nil {
+			t.Fatal(err)
+		}
+		return things, rows
+	}
+
+	if err := spine.Pipelined(ctx, one, insert("a", "K-1"), nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := spine.Pipelined(ctx, one, insert("b", "K-2"), insert("c", "K-3")); err != nil {
+		t.Fatal(err)
+	}
+	if things, rows := count(); things != 3 || rows != 3 || relay.n.Load() != 2 || !slices.Equal(local, []string{"K-1", "K-2", "K-3"}) {
+		t.Fatalf("%d changes, %d events, relay woken %d times, post-commit path saw %v; want 3, 3, 2, every key once", things, rows, relay.n.Load(), local)
+	}
+
+	// "a" again violates the primary key: in the one pipeline, in the second of two.
+	if err := spine.Pipelined(ctx, one, insert("a", "K-4"), nil); err == nil {
+		t.Fatal("a failed statement committed")
+	}
+	if err := spine.Pipelined(ctx, one, insert("d", "K-5"), insert("a", "K-6")); err == nil {
+		t.Fatal("a failed statement in the second pipeline committed")
+	}
+	if things, rows := count(); things != 3 || rows != 3 || relay.n.Load() != 2 {
+		t.Fatalf("%d changes, %d events, relay woken %d times after two failures; want 3, 3, 2", things, rows, relay.n.Load())
+	}
+	if err := spine.Pipelined(ctx, one, insert("e", "K-7"), nil); err != nil {
+		t.Fatalf("the pool's connection after the failures: %v", err)
+	}
+	if things, rows := count(); things != 4 || rows != 4 {
+		t.Fatalf("%d changes, %d events; want 4 and 4", things, rows)
+	}
+}

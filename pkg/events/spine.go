@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/keyhouse/keyhouse/pkg/license"
 	"github.com/keyhouse/keyhouse/pkg/licensecache"
@@ -121,6 +122,55 @@ func (s *Spine) InTx(ctx context.Context, pool *pgxpool.Pool, fn func(ctx contex
 	err := pgxx.InTx(ctx, pool, func(tx pgx.Tx) error { return fn(ctx, tx) })
 	done(err)
 	return err
+}
+
+// Pipelined runs a transaction sent as pipelines (pgx batches) instead of one round trip
+// per statement, with the post-commit path for the events it queues (QueueAll with the
+// ctx it is given). first fills a batch that begins with BEGIN. When then is nil, COMMIT
+// ends that batch and the whole transaction is one round trip (a change whose statements
+// and events are known before any runs: an issued license). Otherwise the first batch is
+// sent and read, then fills a second batch from what the first's callbacks recorded,
+// which COMMIT ends: two round trips. An error anywhere leaves nothing committed, and the
+// connection goes back to the pool outside any transaction.
+func (s *Spine) Pipelined(ctx context.Context, pool *pgxpool.Pool, first, then func(ctx context.Context, b *pgx.Batch) error) (err error) {
+	ctx, done := s.Track(ctx)
+	defer func() { done(err) }()
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	if err := first(ctx, b); err != nil {
+		return err
+	}
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if conn.Conn().PgConn().TxStatus() != 'I' && !conn.Conn().IsClosed() {
+			// A connection left inside a transaction is destroyed by Release anyway; the
+			// rollback only saves a reconnect.
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			_, _ = conn.Exec(rctx, "ROLLBACK")
+			cancel()
+		}
+		conn.Release()
+	}()
+	if then != nil {
+		if err := conn.SendBatch(ctx, b).Close(); err != nil {
+			return err
+		}
+		b = &pgx.Batch{}
+		if err := then(ctx, b); err != nil {
+			return err
+		}
+	}
+	b.Queue("COMMIT").Exec(func(tag pgconn.CommandTag) error {
+		if tag.String() != "COMMIT" {
+			// An aborted transaction's COMMIT answers ROLLBACK, not an error.
+			return pgx.ErrTxCommitRollback
+		}
+		return nil
+	})
+	return conn.SendBatch(ctx, b).Close()
 }
 
 // Track is InTx for a transaction someone else runs (pkg/idempotency's): emit with the ctx

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/keyhouse/keyhouse/pkg/events"
 	"github.com/keyhouse/keyhouse/pkg/idempotency"
@@ -166,40 +165,43 @@ func (s *Store) ChangeSeats(ctx context.Context, changes []SeatChange) ([]SeatCh
 	}
 	changed := make([]SeatChanged, len(changes))
 	happened := make([]seatEvent, len(changes))
-	b := &pgx.Batch{}
-	b.Queue("BEGIN")
-	if len(keys) > 0 {
-		b.Queue(lockLicensesSQL, tenants, keys)
-	}
-	for _, i := range order {
-		c, out, ev := &changes[i], &changed[i], &happened[i]
-		if !c.Activate {
-			b.Queue(deactivateSQL, c.Tenant, c.Key, c.TokenHash).Query(func(rows pgx.Rows) error {
-				for rows.Next() {
-					if err := rows.Scan(&ev.removedInstance); err != nil {
-						return err
-					}
-					out.Removed = true
-				}
-				return rows.Err()
-			})
-			continue
+	// The first round trip: the lock of every license an activation is for, then each
+	// change in order, whose callbacks record what the database decided.
+	first := func(_ context.Context, b *pgx.Batch) error {
+		if len(keys) > 0 {
+			b.Queue(lockLicensesSQL, tenants, keys)
 		}
-		b.Queue(activateSQL, c.Tenant, c.Key, c.Instance, c.TokenHash, c.MaxSeats, leaseSeconds(c.LeaseTTL), c.ProductID, c.Tier).QueryRow(func(row pgx.Row) error {
-			var deleted bool
-			if err := row.Scan(&deleted, &out.Already, &ev.created); err != nil {
-				return err
+		for _, i := range order {
+			c, out, ev := &changes[i], &changed[i], &happened[i]
+			if !c.Activate {
+				b.Queue(deactivateSQL, c.Tenant, c.Key, c.TokenHash).Query(func(rows pgx.Rows) error {
+					for rows.Next() {
+						if err := rows.Scan(&ev.removedInstance); err != nil {
+							return err
+						}
+						out.Removed = true
+					}
+					return rows.Err()
+				})
+				continue
 			}
-			switch {
-			case deleted:
-				out.Err = ErrLicenseDeleted
-			case !out.Already && !ev.created:
-				out.Err = ErrCapReached
-			}
-			return nil
-		})
+			b.Queue(activateSQL, c.Tenant, c.Key, c.Instance, c.TokenHash, c.MaxSeats, leaseSeconds(c.LeaseTTL), c.ProductID, c.Tier).QueryRow(func(row pgx.Row) error {
+				var deleted bool
+				if err := row.Scan(&deleted, &out.Already, &ev.created); err != nil {
+					return err
+				}
+				switch {
+				case deleted:
+					out.Err = ErrLicenseDeleted
+				case !out.Already && !ev.created:
+					out.Err = ErrCapReached
+				}
+				return nil
+			})
+		}
+		return nil
 	}
-	err := s.pipelined(ctx, b, func(ctx context.Context, b *pgx.Batch) error {
+	err := s.spine.Pipelined(ctx, s.db, first, func(ctx context.Context, b *pgx.Batch) error {
 		var evs []*eventsv1.Event
 		for i, c := range changes {
 			var ev *eventsv1.Event
@@ -220,45 +222,6 @@ func (s *Store) ChangeSeats(ctx context.Context, changes []SeatChange) ([]SeatCh
 		return nil, err
 	}
 	return changed, nil
-}
-
-// pipelined runs a transaction in two round trips, with the post-commit path of the
-// spine for the events it emits: first (which begins with BEGIN) is sent on a connection
-// of the pool and read; then fills a second batch from what the first's callbacks
-// recorded (events.QueueAll: the change's events), which is sent with COMMIT at its end.
-// An error of either leaves nothing committed (the transaction is rolled back).
-func (s *Store) pipelined(ctx context.Context, first *pgx.Batch, then func(ctx context.Context, b *pgx.Batch) error) (err error) {
-	ctx, done := s.spine.Track(ctx)
-	defer func() { done(err) }()
-	conn, err := s.db.Acquire(ctx)
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if conn.Conn().PgConn().TxStatus() != 'I' && !conn.Conn().IsClosed() {
-			// A connection left inside a transaction is destroyed by Release anyway; the
-			// rollback only saves a reconnect.
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			_, _ = conn.Exec(rctx, "ROLLBACK")
-			cancel()
-		}
-		conn.Release()
-	}()
-	if err := conn.SendBatch(ctx, first).Close(); err != nil {
-		return err
-	}
-	second := &pgx.Batch{}
-	if err := then(ctx, second); err != nil {
-		return err
-	}
-	second.Queue("COMMIT").Exec(func(tag pgconn.CommandTag) error {
-		if tag.String() != "COMMIT" {
-			// An aborted transaction's COMMIT answers ROLLBACK, not an error.
-			return pgx.ErrTxCommitRollback
-		}
-		return nil
-	})
-	return conn.SendBatch(ctx, second).Close()
 }
 
 // stableOrder returns the indexes 0..n-1 sorted by compare, equal ones in their order.

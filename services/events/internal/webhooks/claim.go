@@ -150,18 +150,58 @@ const claimNextSQL = `
 // claim from the front (the zero Cursor) every laneRescanEvery claims.
 func (s *Store) ClaimNext(ctx context.Context, now time.Time, lease time.Duration, tenantID, endpointID string, after Cursor) (Due, bool, error) {
 	var d Due
+	ok, err := scanClaimed(s.db.QueryRow(ctx, claimNextSQL, claimNextArgs(now, lease, tenantID, endpointID, after)...), &d)
+	return d, ok, err
+}
+
+func claimNextArgs(now time.Time, lease time.Duration, tenantID, endpointID string, after Cursor) []any {
 	dueAt := after.DueAt
 	if dueAt.IsZero() {
 		dueAt = time.Unix(0, 0) // before any due time this service writes; seq starts at 1
 	}
-	err := scanDue(s.db.QueryRow(ctx, claimNextSQL, now, lease, tenantID, endpointID, dueAt, after.Seq), &d)
+	return []any{now, lease, tenantID, endpointID, dueAt, after.Seq}
+}
+
+// scanClaimed reads ClaimNext's answer: the delivery claimed, or none due.
+func scanClaimed(row pgx.Row, d *Due) (bool, error) {
+	err := scanDue(row, d)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Due{}, false, nil
+		*d = Due{}
+		return false, nil
 	}
+	return err == nil, err
+}
+
+// SucceedThenClaimNext is a lane's hot path in one round trip: it records d's successful
+// attempt (res), as Record does, and claims the endpoint's next due delivery, as
+// ClaimNext does, in one pipeline. The pipeline is one implicit transaction, so when it
+// fails the success is recorded again on its own before the error is returned: a failed
+// claim never takes the success with it.
+func (s *Store) SucceedThenClaimNext(ctx context.Context, d Due, res webhook.Result, now time.Time, lease time.Duration, after Cursor) (next Due, ok bool, err error) {
+	attempt, err := attemptJSON(res)
 	if err != nil {
 		return Due{}, false, err
 	}
-	return d, true, nil
+	var ended int
+	b := &pgx.Batch{}
+	b.Queue(recordSuccessSQL, d.TenantID, d.ID, attempt, d.Version).QueryRow(func(row pgx.Row) error { return row.Scan(&ended) })
+	b.Queue(claimNextSQL, claimNextArgs(now, lease, d.TenantID, d.EndpointID, after)...).QueryRow(func(row pgx.Row) (err error) {
+		ok, err = scanClaimed(row, &next)
+		return err
+	})
+	if batchErr := s.db.SendBatch(ctx, b).Close(); batchErr != nil {
+		if err := s.recordSuccess(ctx, d, attempt); err != nil {
+			return Due{}, false, err
+		}
+		return Due{}, false, batchErr
+	}
+	if ended == 0 {
+		// The row moved since its claim: find it by key (recordSuccessSQL).
+		if err := s.db.QueryRow(ctx, recordSuccessByKeySQL, planEachTime, d.TenantID, d.ID, attempt).Scan(&ended); err != nil {
+			return next, ok, err
+		}
+	}
+	return next, ok, nil
 }
 
 // A prepared statement keeps the generic plan its connection chose after five runs until
@@ -228,11 +268,8 @@ const DisabledReason = "Every delivery failed for 72 hours"
 // webhook_endpoint.disabled event with the change).
 type OnDisable func(ctx context.Context, tx pgx.Tx, ep *Endpoint) error
 
-// Record writes an attempt's result: success ends the delivery and the endpoint's failure
-// streak; a failure schedules the next attempt, or fails the delivery when the schedule's
-// window is over, and disables the endpoint once every delivery has failed for the
-// window (disableAfter). It returns the endpoint when this attempt disabled it.
-func (s *Store) Record(ctx context.Context, d Due, res webhook.Result, sched webhook.Schedule, disableAfter time.Duration, onDisable OnDisable) (*Endpoint, error) {
+// attemptJSON is an attempt's result as appended to its delivery's attempts.
+func attemptJSON(res webhook.Result) ([]byte, error) {
 	a := Attempt{At: res.At.UTC(), DurationMS: res.Duration.Milliseconds()}
 	if res.StatusCode != 0 {
 		a.StatusCode = &res.StatusCode
@@ -240,7 +277,15 @@ func (s *Store) Record(ctx context.Context, d Due, res webhook.Result, sched web
 	if res.Error != "" {
 		a.Error = &res.Error
 	}
-	attempt, err := json.Marshal([]Attempt{a})
+	return json.Marshal([]Attempt{a})
+}
+
+// Record writes an attempt's result: success ends the delivery and the endpoint's failure
+// streak; a failure schedules the next attempt, or fails the delivery when the schedule's
+// window is over, and disables the endpoint once every delivery has failed for the
+// window (disableAfter). It returns the endpoint when this attempt disabled it.
+func (s *Store) Record(ctx context.Context, d Due, res webhook.Result, sched webhook.Schedule, disableAfter time.Duration, onDisable OnDisable) (*Endpoint, error) {
+	attempt, err := attemptJSON(res)
 	if err != nil {
 		return nil, err
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/keyhouse/keyhouse/devinfra/testkit"
 	"github.com/keyhouse/keyhouse/pkg/pgxx"
+	"github.com/keyhouse/keyhouse/pkg/webhook"
 )
 
 // fanout stores n events of tenant in one fan-out, as one batch of the log's ingest: their
@@ -322,5 +323,54 @@ func TestSuccessOfADeliveryThatMovedIsRecorded(t *testing.T) {
 	}
 	if ds := f.deliveries("t1", ep.ID); len(ds[0].Attempts) != 1 {
 		t.Fatalf("a second success was recorded: %+v", ds[0].Attempts)
+	}
+}
+
+// A lane's success and its next claim go in one round trip: the success is recorded and
+// the endpoint's next due delivery comes back claimed; with none due, nothing comes back.
+// When the claim fails, the success is recorded all the same (the pipeline is one
+// implicit transaction, which the failed claim would otherwise take the success with).
+func TestSucceedThenClaimNextRecordsTheSuccessWhateverTheClaimDoes(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	ep, _ := f.endpoint("t1", "http://127.0.0.1:1/hook")
+	ids := f.fanout("t1", "evt_pair", 2)
+	ok204 := webhook.Result{At: f.clock.Now(), StatusCode: 204, Duration: time.Millisecond}
+	status := func() map[string]string {
+		got := map[string]string{}
+		for _, d := range f.deliveries("t1", ep.ID) {
+			got[d.EventID] = d.Status
+		}
+		return got
+	}
+
+	first, ok, err := f.store.ClaimNext(ctx, f.clock.Now(), DefaultLease, "t1", ep.ID, Cursor{})
+	if err != nil || !ok || first.EventID != ids[0] {
+		t.Fatalf("claim: %v %v %q", ok, err, first.EventID)
+	}
+	second, ok, err := f.store.SucceedThenClaimNext(ctx, first, ok204, f.clock.Now(), DefaultLease, first.At)
+	if err != nil || !ok || second.EventID != ids[1] {
+		t.Fatalf("success then claim: %v %v %q, want %s claimed", ok, err, second.EventID, ids[1])
+	}
+	if got := status(); got[ids[0]] != StatusSucceeded || got[ids[1]] != StatusPending {
+		t.Fatalf("statuses %v, want the first succeeded and the second pending", got)
+	}
+	if _, ok, err := f.store.ClaimNext(ctx, f.clock.Now(), DefaultLease, "t1", ep.ID, Cursor{}); err != nil || ok {
+		t.Fatalf("the second delivery is not leased: claimed again (%v, %v)", ok, err)
+	}
+
+	// Every claim fails from now on (a trigger refuses a lease being written); the success
+	// of the second delivery is still recorded, and the error returned.
+	if _, err := f.store.db.Exec(ctx, `CREATE FUNCTION refuse_claims() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN IF NEW.leased_until IS NOT NULL THEN RAISE EXCEPTION 'claims refused'; END IF; RETURN NEW; END $$;
+		CREATE TRIGGER refuse_claims BEFORE UPDATE ON webhook_deliveries FOR EACH ROW EXECUTE FUNCTION refuse_claims()`); err != nil {
+		t.Fatal(err)
+	}
+	f.fanout("t1", "evt_after", 1)
+	if _, _, err := f.store.SucceedThenClaimNext(ctx, second, ok204, f.clock.Now(), DefaultLease, second.At); err == nil {
+		t.Fatal("the failed claim was not reported")
+	}
+	if got := status(); got[ids[1]] != StatusSucceeded {
+		t.Fatalf("the success before a failed claim: %s, want %s", got[ids[1]], StatusSucceeded)
 	}
 }

@@ -218,18 +218,12 @@ func (w *Worker) claimAndStart(ctx context.Context) int {
 // and every laneRescanEvery claims, it claims from the front, so a delivery due before
 // the cursor (a retry, a late fan-out) waits at most that many deliveries of the lane.
 func (w *Worker) lane(ctx context.Context, d Due) {
-	for n := 1; w.attempt(ctx, d) && ctx.Err() == nil; n++ {
+	for n := 1; ctx.Err() == nil; n++ {
 		after := d.At
 		if n%laneRescanEvery == 0 {
 			after = Cursor{}
 		}
-		next, ok, err := w.Store.ClaimNext(ctx, w.Now(), w.Lease, d.TenantID, d.EndpointID, after)
-		if err != nil {
-			if ctx.Err() == nil {
-				w.Log.Warn("webhooks: claiming the endpoint's next delivery failed", "endpoint_id", d.EndpointID, "err", err)
-			}
-			return
-		}
+		next, ok := w.attempt(ctx, d, after)
 		if !ok {
 			return
 		}
@@ -241,25 +235,36 @@ func (w *Worker) lane(ctx context.Context, d Due) {
 // deliveries instead of from its cursor.
 const laneRescanEvery = 64
 
-// attempt delivers d once and records the result; it reports a recorded success.
-func (w *Worker) attempt(ctx context.Context, d Due) bool {
+// attempt delivers d once and records the result. After a success it also claims the
+// endpoint's next due delivery past after, in the same round trip, and returns it (ok
+// false: none due, a failure, or the worker stopping).
+func (w *Worker) attempt(ctx context.Context, d Due, after Cursor) (next Due, ok bool) {
 	secrets, err := w.openSecrets(ctx, d)
 	if err != nil {
 		// Without the keyring (licensing unreachable) nothing can be signed: the lease
 		// brings the delivery back.
 		w.Log.Warn("webhooks: endpoint secret unavailable", "endpoint_id", d.EndpointID, "err", err)
-		return false
+		return Due{}, false
 	}
 	res := w.Sender.Send(ctx, webhook.Delivery{URL: d.URL, EventID: d.EventID, Body: d.Body, Secrets: secrets}, w.Now())
 	if ctx.Err() != nil {
-		return false
+		return Due{}, false
 	}
 	attemptsTotal.WithLabelValues(outcome(res)).Inc()
 	// The attempt's time is the clock's at its start; the injected clock may not move.
+	// The result is recorded even if the worker stops meanwhile (WithoutCancel).
+	if res.Succeeded() {
+		next, ok, err := w.Store.SucceedThenClaimNext(context.WithoutCancel(ctx), d, res, w.Now(), w.Lease, after)
+		if err != nil {
+			w.Log.Warn("webhooks: recording a success or claiming the endpoint's next delivery failed", "delivery_id", d.ID, "endpoint_id", d.EndpointID, "err", err)
+			return Due{}, false
+		}
+		return next, ok
+	}
 	disabled, err := w.Store.Record(context.WithoutCancel(ctx), d, res, w.Schedule, w.DisableAfter, w.OnDisable)
 	if err != nil {
 		w.Log.Warn("webhooks: recording an attempt failed", "delivery_id", d.ID, "err", err)
-		return false
+		return Due{}, false
 	}
 	if disabled != nil {
 		endpointsDisabledTotal.Inc()
@@ -268,7 +273,7 @@ func (w *Worker) attempt(ctx context.Context, d Due) bool {
 			w.Disabled(context.WithoutCancel(ctx), disabled)
 		}
 	}
-	return res.Succeeded()
+	return Due{}, false
 }
 
 // openSecrets returns the secrets to sign with: the current one, and the old one while a

@@ -130,6 +130,10 @@ func (f *fakeStore) InTx(_ context.Context, fn func(store.Tx) error) error {
 	return f.run(fn)
 }
 
+func (f *fakeStore) Issue(ctx context.Context, l *store.License) error {
+	return f.InTx(ctx, func(tx store.Tx) error { return tx.Insert(ctx, l) })
+}
+
 func (f *fakeStore) Idempotent(_ context.Context, tenant, idemKey string, hash []byte, create func(store.Tx) ([]byte, error)) ([]byte, bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -26,6 +26,8 @@ type Store interface {
 	// GetLive is Get never served from a cache (verify-license-file's live check).
 	GetLive(ctx context.Context, tenant, key string) (*store.License, error)
 	InTx(ctx context.Context, fn func(store.Tx) error) error
+	// Issue stores a new license and its event in one round trip (no quota, no key).
+	Issue(ctx context.Context, l *store.License) error
 	// Idempotent runs create once per tenant and Idempotency-Key (pkg/idempotency).
 	Idempotent(ctx context.Context, tenant, idemKey string, requestHash []byte, create func(store.Tx) ([]byte, error)) ([]byte, bool, error)
 	UpdateTerms(ctx context.Context, tenant, key string, t store.Terms) (*store.License, error)

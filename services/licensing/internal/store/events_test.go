@@ -55,6 +55,11 @@ func TestEveryWriteEmitsItsEvent(t *testing.T) {
 				t.Fatal(err)
 			}
 		}, []string{events.TypeLicenseIssued}},
+		{"Issue", func(t *testing.T, s *store.Store) {
+			if err := s.Issue(ctx, &store.License{TenantID: "t1", Key: "K-ONE-TRIP", Tier: "pro", ProductID: "app", IssuedTo: "x", Limits: map[string]float64{}}); err != nil {
+				t.Fatal(err)
+			}
+		}, []string{events.TypeLicenseIssued}},
 		{"Tx.InsertImported", func(t *testing.T, s *store.Store) {
 			issued := time.Date(2024, 1, 2, 3, 4, 5, 0, time.UTC)
 			if err := s.InTx(ctx, func(tx store.Tx) error {
@@ -121,7 +126,7 @@ func TestEveryWriteEmitsItsEvent(t *testing.T) {
 		// Reads and locks.
 		[]string{"GetForUpdate", "LockQuota", "CountActive", "Existing"})
 	eventstest.RequireListed(t, s,
-		[]string{"InTx", "Idempotent", "UpdateTerms", "UpdateNotes"},
+		[]string{"InTx", "Idempotent", "Issue", "UpdateTerms", "UpdateNotes"},
 		// Writes outside §11: a product claim, the keyring, portal links (credentials) and
 		// the portal switch.
 		[]string{"ClaimProduct", "Keyring", "PortalLink", "SetPortalEnabled"},
@@ -183,6 +188,14 @@ func TestNoEventWithoutItsChangeAndNoChangeWithoutItsEvent(t *testing.T) {
 	}
 	if _, err := s.UpdateNotes(ctx, "t1", "K-1", "lost"); err == nil {
 		t.Fatal("notes updated without their event")
+	}
+	// The same for an issuance sent as one pipeline: the license is not stored either, and
+	// the connection goes back to the pool outside the failed transaction.
+	if err := s.Issue(ctx, &store.License{TenantID: "t1", Key: "K-LOST", Tier: "pro", ProductID: "app", IssuedTo: "x", Limits: map[string]float64{}}); err == nil {
+		t.Fatal("a license issued without its event")
+	}
+	if _, err := s.GetLive(ctx, "t1", "K-LOST"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("the license whose event failed: %v, want not found", err)
 	}
 	if l, err := s.GetLive(ctx, "t1", "K-1"); err != nil || l.Notes != nil {
 		t.Fatalf("notes %v, %v: the change committed without its event", l.Notes, err)

@@ -198,16 +198,36 @@ func countActive(ctx context.Context, q pgxx.Querier, tenant string) (int, error
 	return n, err
 }
 
+// insertSQL stores a new license; the database sets issued_at and status.
+const insertSQL = `INSERT INTO licenses (key_hash, key, tenant_id, tier, product_id, issued_to,
+	expires_at, limits, max_activations, notes) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+	RETURNING issued_at, status`
+
+func insertArgs(l *License) []any {
+	return []any{KeyHash(l.Key), l.Key, l.TenantID, l.Tier, l.ProductID, l.IssuedTo, l.ExpiresAt, l.Limits, l.MaxActivations, l.Notes}
+}
+
+func issuedEvent(l *License) *eventsv1.Event {
+	return events.LicenseIssued(l.TenantID, l.Key, l.ProductID, l.Tier, l.IssuedTo, l.ExpiresAt, l.MaxActivations, l.Limits)
+}
+
 // Insert stores a new license; IssuedAt is set by the database and written back.
 func (t *pgTx) Insert(ctx context.Context, l *License) error {
-	if err := t.tx.QueryRow(ctx, `INSERT INTO licenses (key_hash, key, tenant_id, tier, product_id, issued_to,
-		expires_at, limits, max_activations, notes) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
-		RETURNING issued_at, status`,
-		KeyHash(l.Key), l.Key, l.TenantID, l.Tier, l.ProductID, l.IssuedTo, l.ExpiresAt, l.Limits,
-		l.MaxActivations, l.Notes).Scan(&l.IssuedAt, &l.Status); err != nil {
+	if err := t.tx.QueryRow(ctx, insertSQL, insertArgs(l)...).Scan(&l.IssuedAt, &l.Status); err != nil {
 		return err
 	}
-	return t.emit(events.LicenseIssued(l.TenantID, l.Key, l.ProductID, l.Tier, l.IssuedTo, l.ExpiresAt, l.MaxActivations, l.Limits))
+	return t.emit(issuedEvent(l))
+}
+
+// Issue stores a new license with its license.issued event in one round trip: BEGIN, the
+// insert, the outbox row and COMMIT in one pipeline (Tx.Insert takes four). It is for an
+// issuance that reads nothing first (no Idempotency-Key, no quota to hold). IssuedAt is
+// set by the database and written back.
+func (s *Store) Issue(ctx context.Context, l *License) error {
+	return s.spine.Pipelined(ctx, s.db, func(ctx context.Context, b *pgx.Batch) error {
+		b.Queue(insertSQL, insertArgs(l)...).QueryRow(func(row pgx.Row) error { return row.Scan(&l.IssuedAt, &l.Status) })
+		return events.QueueAll(ctx, b, issuedEvent(l))
+	}, nil)
 }
 
 // SetStatus revokes (status "revoked", revoked_at now) or reactivates a license.
