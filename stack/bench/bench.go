@@ -192,6 +192,8 @@ type Result struct {
 	P50, P99, Max time.Duration
 	// CPU is what each process used during the measured period.
 	CPU CPUTimes
+	// Answers is what the gateways answered from their caches during it.
+	Answers Answers
 	// lat holds every latency, for Merge.
 	lat []time.Duration
 }
@@ -247,20 +249,21 @@ const sliceBase = 2_000_000
 // RunSlice measures op for d, without warm-up; slice numbers the measurements of one
 // scenario (0, 1, ...) so each uses fresh client IPs. Merge the slices of a scenario into
 // its Result.
-func RunSlice(ctx context.Context, sc Scenario, op Op, workers int, d time.Duration, slice int, cpu func() CPUTimes) Result {
+func RunSlice(ctx context.Context, sc Scenario, op Op, workers int, d time.Duration, slice int, sample func() Sample) Result {
 	run, workers := runner(sc, op, workers)
 	runCtx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
-	var before CPUTimes
-	if cpu != nil {
-		before = cpu()
+	var before Sample
+	if sample != nil {
+		before = sample()
 	}
 	start := time.Now()
 	lat, errs, refused, first := run(runCtx, ctx, 1_000_000+slice*sliceBase)
 	res := Result{ID: sc.ID, Name: sc.Name, Note: sc.Note, Workers: workers, Requests: len(lat), Errors: errs,
 		Refused: refused, FirstError: first, Duration: time.Since(start), lat: lat}
-	if cpu != nil {
-		res.CPU = cpu().Sub(before)
+	if sample != nil {
+		after := sample()
+		res.CPU, res.Answers = after.CPU.Sub(before.CPU), after.Answers.Sub(before.Answers)
 	}
 	return res
 }
@@ -268,7 +271,7 @@ func RunSlice(ctx context.Context, sc Scenario, op Op, workers int, d time.Durat
 // Merge sums the slices of one scenario and computes its latency percentiles.
 func Merge(slices []Result) Result {
 	res := slices[0]
-	res.CPU = CPUTimes{}
+	res.CPU, res.Answers = CPUTimes{}, Answers{}
 	res.Requests, res.Errors, res.Refused, res.Duration, res.lat = 0, 0, 0, 0, nil
 	for _, r := range slices {
 		res.Requests += r.Requests
@@ -279,6 +282,7 @@ func Merge(slices []Result) Result {
 		for k, v := range r.CPU {
 			res.CPU[k] += v
 		}
+		res.Answers.add(r.Answers)
 		if res.FirstError == "" {
 			res.FirstError = r.FirstError
 		}

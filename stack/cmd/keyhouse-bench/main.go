@@ -100,7 +100,7 @@ func run(ctx context.Context) error {
 	}
 	defer s.Stop()
 	env := &bench.Env{Stack: s, URL: s.URL, AdminKey: s.AdminKey, HTTP: bench.NewHTTPClient(max(*workers, 100))}
-	cpu := func() bench.CPUTimes { return bench.SampleCPU(s) }
+	sample := func() bench.Sample { return bench.SampleStack(s) }
 
 	// Every scenario is set up first; then the measurements go in rounds, each scenario
 	// measured for duration/rounds per round, so that every row of the table (the floor
@@ -145,7 +145,7 @@ func run(ctx context.Context) error {
 				}
 				window = *duration
 			}
-			p.slices = append(p.slices, bench.RunSlice(ctx, p.sc, p.op, *workers, window, round, cpu))
+			p.slices = append(p.slices, bench.RunSlice(ctx, p.sc, p.op, *workers, window, round, sample))
 			start := time.Now()
 			ok, err := env.Settle(ctx, p.sc.ID)
 			if err != nil && p.settle == nil {
@@ -185,7 +185,7 @@ func run(ctx context.Context) error {
 		results = append(results, r)
 	}
 	fmt.Printf("\n%s, %d CPUs, %s per scenario in %d rounds, load average %s\n\n%s", runtime.GOOS+"/"+runtime.GOARCH, runtime.NumCPU(), *duration, *rounds, bench.LoadAverage(), bench.Table(results))
-	fmt.Printf("\n%s\n", bench.Goals(results))
+	fmt.Printf("\n%s%s\n", bench.CacheAnswers(results), bench.Goals(results))
 	for _, c := range checks {
 		fmt.Println(c)
 	}
