@@ -161,13 +161,13 @@ func TestClaimUsesTheOutboxIndexesOnABigOutbox(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			claimed, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (string, error) {
-				var o outboxRow
-				err := r.Scan(&o.id, &o.tenantID, &o.subject, &o.msgID, &o.payload, &o.headers, &o.failures)
-				return o.tenantID, err
-			})
+			rowsClaimed, err := collectClaim(rows)
 			if err != nil {
 				return err
+			}
+			claimed = nil
+			for _, o := range rowsClaimed {
+				claimed = append(claimed, o.tenantID)
 			}
 			return errors.New("roll back the claim")
 		})
