@@ -27,9 +27,12 @@ type Due struct {
 	// At is the delivery's place in its endpoint's due order when it was claimed: the
 	// lane's cursor (ClaimNext).
 	At Cursor
-	// Version is where the claim left the row (its ctid): the success finds it there, by
-	// a plan no table statistics can change (planEachTime).
+	// Version is where the claim left the row (its ctid): the attempt's result finds it
+	// there, by a plan no table statistics can change (planEachTime).
 	Version pgtype.TID
+	// Tries is how many attempts the delivery had when it was claimed; while the row is
+	// at Version, it still has.
+	Tries int
 }
 
 // Cursor is a place in an endpoint's due deliveries, ordered by (next_attempt_at, seq):
@@ -43,10 +46,11 @@ type Cursor struct {
 // dueColumns is what a claim returns of a delivery (d) and its endpoint (e), $1 being the
 // claim's now; scanDue reads it.
 const dueColumns = `d.tenant_id, d.id, d.endpoint_id, d.event_id, d.body, d.created_at, e.url, e.secret,
-	CASE WHEN e.old_secret_expires_at > $1 THEN e.old_secret END, d.next_attempt_at, d.seq, d.ctid`
+	CASE WHEN e.old_secret_expires_at > $1 THEN e.old_secret END, d.next_attempt_at, d.seq, d.ctid,
+	jsonb_array_length(d.attempts)`
 
 func scanDue(row pgx.Row, d *Due) error {
-	return row.Scan(&d.TenantID, &d.ID, &d.EndpointID, &d.EventID, &d.Body, &d.CreatedAt, &d.URL, &d.Secret, &d.OldSecret, &d.At.DueAt, &d.At.Seq, &d.Version)
+	return row.Scan(&d.TenantID, &d.ID, &d.EndpointID, &d.EventID, &d.Body, &d.CreatedAt, &d.URL, &d.Secret, &d.OldSecret, &d.At.DueAt, &d.At.Seq, &d.Version, &d.Tries)
 }
 
 // A pending delivery is due when its next attempt's time has come and no claim's lease
@@ -292,6 +296,29 @@ func (s *Store) Record(ctx context.Context, d Due, res webhook.Result, sched web
 	if res.Succeeded() {
 		return nil, s.recordSuccess(ctx, d, attempt)
 	}
+	status, next := StatusFailed, (*time.Time)(nil)
+	if t, ok := sched.Next(d.Tries+1, d.CreatedAt, res.At); ok {
+		status, next = StatusPending, &t
+	}
+	var ended int
+	var since *time.Time
+	var enabled *bool
+	if err := s.db.QueryRow(ctx, recordFailureSQL, d.TenantID, d.ID, attempt, d.Version, status, next, res.At).Scan(&ended, &since, &enabled); err != nil {
+		return nil, err
+	}
+	if ended == 1 {
+		if since == nil || enabled == nil || !*enabled || res.At.Sub(*since) < disableAfter {
+			return nil, nil // the streak goes on (or the endpoint is gone, or disabled)
+		}
+		var disabled *Endpoint
+		err := pgxx.InTx(ctx, s.db, func(tx pgx.Tx) (err error) {
+			disabled, err = disable(ctx, tx, d.TenantID, d.EndpointID, res.At.Add(-disableAfter), onDisable)
+			return err
+		})
+		return disabled, err
+	}
+	// The row moved since its claim (a lease that ran out and another claim), or is no
+	// longer pending: find it by key.
 	var disabled *Endpoint
 	err = pgxx.InTx(ctx, s.db, func(tx pgx.Tx) error {
 		var tries int
@@ -324,20 +351,50 @@ func (s *Store) Record(ctx context.Context, d Due, res webhook.Result, sched web
 		if err != nil || !enabled || res.At.Sub(since) < disableAfter {
 			return err
 		}
-		disabled, err = scanEndpoint(tx.QueryRow(ctx, `
-			UPDATE webhook_endpoints SET enabled = false, disabled_reason = $3
-			WHERE tenant_id = $1 AND id = $2 RETURNING `+endpointColumns,
-			d.TenantID, d.EndpointID, DisabledReason))
-		if err != nil {
-			return err
-		}
-		if onDisable != nil {
-			return onDisable(ctx, tx, disabled)
-		}
-		return nil
+		disabled, err = disable(ctx, tx, d.TenantID, d.EndpointID, res.At.Add(-disableAfter), onDisable)
+		return err
 	})
 	if err != nil {
 		return nil, err
+	}
+	return disabled, nil
+}
+
+// recordFailureSQL records a failed attempt ($3) of a delivery ($1, $2) at the version its
+// claim left ($4): its new status and next attempt ($5, $6, computed from the tries the
+// claim read, exact while the row is at $4), and the start of its endpoint's failure
+// streak ($7 unless one runs), in one statement. It answers how many deliveries it
+// ended (0: the row moved or is no longer pending, and nothing was written), and the
+// endpoint's streak start and enabled flag (null: the endpoint is gone).
+const recordFailureSQL = `
+	WITH done AS (
+		UPDATE webhook_deliveries SET status = $5, next_attempt_at = $6, leased_until = NULL, attempts = attempts || $3
+		WHERE ctid = $4 AND tenant_id = $1 AND id = $2 AND status <> 'succeeded' AND status <> 'failed'
+		RETURNING tenant_id, endpoint_id),
+	streak AS (
+		UPDATE webhook_endpoints e SET failing_since = coalesce(e.failing_since, $7)
+		FROM done WHERE e.tenant_id = done.tenant_id AND e.id = done.endpoint_id
+		RETURNING e.failing_since, e.enabled)
+	SELECT (SELECT count(*) FROM done), (SELECT failing_since FROM streak), (SELECT enabled FROM streak)`
+
+// disable disables an endpoint whose failure streak began at or before cutoff and that is
+// still enabled, in tx with its onDisable; nil when it no longer qualifies (a success
+// ended the streak, or another attempt disabled it first).
+func disable(ctx context.Context, tx pgx.Tx, tenantID, endpointID string, cutoff time.Time, onDisable OnDisable) (*Endpoint, error) {
+	disabled, err := scanEndpoint(tx.QueryRow(ctx, `
+		UPDATE webhook_endpoints SET enabled = false, disabled_reason = $3
+		WHERE tenant_id = $1 AND id = $2 AND enabled AND failing_since <= $4 RETURNING `+endpointColumns,
+		tenantID, endpointID, DisabledReason, cutoff))
+	if errors.Is(err, ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if onDisable != nil {
+		if err := onDisable(ctx, tx, disabled); err != nil {
+			return nil, err
+		}
 	}
 	return disabled, nil
 }

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -372,5 +373,124 @@ func TestSucceedThenClaimNextRecordsTheSuccessWhateverTheClaimDoes(t *testing.T)
 	}
 	if got := status(); got[ids[1]] != StatusSucceeded {
 		t.Fatalf("the success before a failed claim: %s, want %s", got[ids[1]], StatusSucceeded)
+	}
+}
+
+// A failed attempt is recorded in one statement at the version its claim left, with the
+// schedule's next attempt computed from the tries the claim read; one whose delivery
+// moved since its claim (its lease ran out and another claim took it) is recorded by key.
+func TestFailureIsRecordedAtItsVersionOrByKey(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	ep, _ := f.endpoint("t1", "http://127.0.0.1:1/hook")
+	f.fanout("t1", "evt_fail", 1)
+	refused := webhook.Result{At: f.clock.Now(), Error: "connection refused"}
+	sched := webhook.DefaultSchedule
+	first, ok, err := f.store.ClaimNext(ctx, f.clock.Now(), DefaultLease, "t1", ep.ID, Cursor{})
+	if err != nil || !ok || first.Tries != 0 {
+		t.Fatalf("claim: %v %v, tries %d", ok, err, first.Tries)
+	}
+	if _, err := f.store.Record(ctx, first, refused, sched, 72*time.Hour, nil); err != nil {
+		t.Fatal(err)
+	}
+	byID := func(id string) Delivery {
+		for _, d := range f.deliveries("t1", ep.ID) {
+			if d.ID == id {
+				return d
+			}
+		}
+		t.Fatalf("delivery %s not found", id)
+		return Delivery{}
+	}
+	// The schedule's first retry (30 s, jittered): a wrong count of tries would give another.
+	if d := byID(first.ID); d.Status != StatusPending || len(d.Attempts) != 1 || d.NextAttemptAt == nil ||
+		d.NextAttemptAt.Sub(refused.At) < 24*time.Second || d.NextAttemptAt.Sub(refused.At) > 36*time.Second {
+		t.Fatalf("after one failure: %s, %d attempts, next %v; want pending, 1, the first retry's", d.Status, len(d.Attempts), d.NextAttemptAt)
+	}
+	// Its retry fails too: the claim read one try, so the next wait is the second step's
+	// (1 min, jittered).
+	f.clock.Set(*byID(first.ID).NextAttemptAt)
+	retry, ok, err := f.store.ClaimNext(ctx, f.clock.Now(), DefaultLease, "t1", ep.ID, Cursor{})
+	if err != nil || !ok || retry.ID != first.ID || retry.Tries != 1 {
+		t.Fatalf("retry claim: %v %v %q, tries %d; want %s with 1", ok, err, retry.ID, retry.Tries, first.ID)
+	}
+	refusedAgain := webhook.Result{At: f.clock.Now(), Error: "connection refused"}
+	if _, err := f.store.Record(ctx, retry, refusedAgain, sched, 72*time.Hour, nil); err != nil {
+		t.Fatal(err)
+	}
+	if d := byID(first.ID); len(d.Attempts) != 2 || d.NextAttemptAt == nil ||
+		d.NextAttemptAt.Sub(refusedAgain.At) < 48*time.Second || d.NextAttemptAt.Sub(refusedAgain.At) > 72*time.Second {
+		t.Fatalf("after two failures: %d attempts, next in %v; want 2, the second retry's", len(d.Attempts), d.NextAttemptAt.Sub(refusedAgain.At))
+	}
+	if got, err := f.store.GetEndpoint(ctx, "t1", ep.ID); err != nil || !got.Enabled {
+		t.Fatalf("endpoint %+v %v", got, err)
+	}
+	// Another delivery, claimed twice: the first claim's failure finds it by key.
+	f.fanout("t1", "evt_moved", 1)
+	old, ok, err := f.store.ClaimNext(ctx, f.clock.Now(), DefaultLease, "t1", ep.ID, Cursor{})
+	if err != nil || !ok || old.ID == first.ID {
+		t.Fatalf("claim: %v %v %q", ok, err, old.ID)
+	}
+	f.clock.Add(DefaultLease + time.Second)
+	again, ok, err := f.store.ClaimNext(ctx, f.clock.Now(), DefaultLease, "t1", ep.ID, Cursor{})
+	if err != nil || !ok || again.ID != old.ID || again.Version == old.Version {
+		t.Fatalf("claim after the lease: %v %v %q; want the same delivery, moved", ok, err, again.ID)
+	}
+	if _, err := f.store.Record(ctx, old, refused, sched, 72*time.Hour, nil); err != nil {
+		t.Fatal(err)
+	}
+	if d := byID(old.ID); d.Status != StatusPending || len(d.Attempts) != 1 {
+		t.Fatalf("the moved delivery after its failure: %s with %d attempts; want pending with 1", d.Status, len(d.Attempts))
+	}
+}
+
+// Attempts of many deliveries of an endpoint whose streak has passed the window fail at
+// once, on as many connections: the endpoint is disabled once, with one
+// webhook_endpoint.disabled event, whichever attempt's record gets there first.
+func TestConcurrentFailuresDisableTheEndpointOnce(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	ep, _ := f.endpoint("t1", "http://127.0.0.1:1/hook")
+	const n = 12
+	f.fanout("t1", "evt_many", n)
+	if _, err := f.store.db.Exec(ctx, `UPDATE webhook_endpoints SET failing_since = $1 WHERE id = $2`, f.clock.Now().Add(-73*time.Hour), ep.ID); err != nil {
+		t.Fatal(err)
+	}
+	due, err := f.store.Claim(ctx, f.clock.Now(), DefaultLease, n, n, nil)
+	if err != nil || len(due) != n {
+		t.Fatalf("claimed %d of %d: %v", len(due), n, err)
+	}
+	refused := webhook.Result{At: f.clock.Now(), Error: "connection refused"}
+	var disabledBy atomic.Int32
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for _, d := range due {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			got, err := f.store.Record(ctx, d, refused, webhook.DefaultSchedule, 72*time.Hour, f.worker.OnDisable)
+			if err != nil {
+				t.Error(err)
+			}
+			if got != nil {
+				disabledBy.Add(1)
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	var events int
+	if err := f.store.db.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE subject = 'keyhouse.events.webhook_endpoint.disabled'`).Scan(&events); err != nil {
+		t.Fatal(err)
+	}
+	got, err := f.store.GetEndpoint(ctx, "t1", ep.ID)
+	if err != nil || got.Enabled || disabledBy.Load() != 1 || events != 1 {
+		t.Fatalf("endpoint enabled %v (%v); %d records disabled it, %d events; want disabled once, one event", got.Enabled, err, disabledBy.Load(), events)
+	}
+	for _, d := range f.deliveries("t1", ep.ID) {
+		if len(d.Attempts) != 1 {
+			t.Fatalf("delivery %s has %d attempts, want 1", d.ID, len(d.Attempts))
+		}
 	}
 }
