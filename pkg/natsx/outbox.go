@@ -500,7 +500,7 @@ type outboxRow struct {
 	payload  []byte
 	headers  map[string]string
 	failures int
-	// version is the row's ctid as claimed: the marks find the row by it (markSQL).
+	// version is the row's ctid as claimed: the batch's marks find the row by it.
 	version pgtype.TID
 }
 
@@ -596,6 +596,7 @@ const claimSQL = `WITH RECURSIVE known AS MATERIALIZED (
 // batch's COMMIT and each is marked once, so the version is the row's own.
 const marksPlanMode = `SET LOCAL plan_cache_mode = force_custom_plan`
 
+// The marks, each finding its rows by the versions the claim locked.
 const (
 	deletePublishedSQL = `DELETE FROM outbox WHERE ctid = ANY($1::tid[])`
 	markSentSQL        = `UPDATE outbox SET sent_at = now(), attempts = attempts + 1, last_error = NULL,

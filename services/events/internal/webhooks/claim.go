@@ -179,7 +179,7 @@ func scanClaimed(row pgx.Row, d *Due) (bool, error) {
 // SucceedThenClaimNext is a lane's hot path in one round trip: it records d's successful
 // attempt (res), as Record does, and claims the endpoint's next due delivery, as
 // ClaimNext does, in one pipeline. The pipeline is one implicit transaction, so when it
-// fails the success is recorded again on its own before the error is returned: a failed
+// fails the success is then recorded on its own before the error is returned: a failed
 // claim never takes the success with it.
 func (s *Store) SucceedThenClaimNext(ctx context.Context, d Due, res webhook.Result, now time.Time, lease time.Duration, after Cursor) (next Due, ok bool, err error) {
 	attempt, err := attemptJSON(res)
@@ -200,10 +200,7 @@ func (s *Store) SucceedThenClaimNext(ctx context.Context, d Due, res webhook.Res
 		return Due{}, false, batchErr
 	}
 	if ended == 0 {
-		// The row moved since its claim: find it by key (recordSuccessSQL).
-		if err := s.db.QueryRow(ctx, recordSuccessByKeySQL, planEachTime, d.TenantID, d.ID, attempt).Scan(&ended); err != nil {
-			return next, ok, err
-		}
+		return next, ok, s.recordSuccessByKey(ctx, d, attempt)
 	}
 	return next, ok, nil
 }
@@ -262,6 +259,12 @@ func (s *Store) recordSuccess(ctx context.Context, d Due, attempt []byte) error 
 	if err := s.db.QueryRow(ctx, recordSuccessSQL, d.TenantID, d.ID, attempt, d.Version).Scan(&ended); err != nil || ended == 1 {
 		return err
 	}
+	return s.recordSuccessByKey(ctx, d, attempt)
+}
+
+// recordSuccessByKey is recordSuccess for a row that moved since its claim.
+func (s *Store) recordSuccessByKey(ctx context.Context, d Due, attempt []byte) error {
+	var ended int
 	return s.db.QueryRow(ctx, recordSuccessByKeySQL, planEachTime, d.TenantID, d.ID, attempt).Scan(&ended)
 }
 
