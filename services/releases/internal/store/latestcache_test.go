@@ -46,34 +46,50 @@ func cachedReplica(t *testing.T, dbURL string) *Store {
 
 func versionOf(t *testing.T, s *Store, c Channel) string {
 	t.Helper()
+	one, many := answers(t, s, c)
+	if one != many[0] || many[0] != many[1] {
+		t.Fatalf("Latest answers %q, LatestOf %q", one, many)
+	}
+	return one
+}
+
+// answers reads c's latest version through Latest, then twice in one LatestOf ("" for
+// none). The two calls are two reads: while a change is on its way to this process they
+// may straddle it.
+func answers(t *testing.T, s *Store, c Channel) (one string, many [2]string) {
+	t.Helper()
 	r, err := s.Latest(context.Background(), c.Tenant, c.ProductKey, c.Channel, c.Platform)
 	if err != nil {
 		t.Fatal(err)
 	}
-	many, err := s.LatestOf(context.Background(), []Channel{c, c})
+	rs, err := s.LatestOf(context.Background(), []Channel{c, c})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if (r == nil) != (many[0] == nil) || (r != nil && (*r != *many[0] || many[0] != many[1])) {
-		t.Fatalf("Latest %+v, LatestOf %+v", r, many)
+	version := func(r *Release) string {
+		if r == nil {
+			return ""
+		}
+		return r.Version
 	}
-	if r == nil {
-		return ""
+	if r != nil && rs[0] != nil && r.Version == rs[0].Version && *r != *rs[0] {
+		t.Fatalf("Latest %+v and LatestOf %+v: one version, two releases", r, rs[0])
 	}
-	return r.Version
+	return version(r), [2]string{version(rs[0]), version(rs[1])}
 }
 
-// eventually waits until s answers want for c (the other process hears the change).
+// eventually waits until s answers want for c through Latest and LatestOf alike (the other
+// process hears the change).
 func eventually(t *testing.T, s *Store, c Channel, want string) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		got := versionOf(t, s, c)
-		if got == want {
+		one, many := answers(t, s, c)
+		if one == want && many[0] == want && many[1] == want {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("still %q, want %q: the change did not reach this process's cache", got, want)
+			t.Fatalf("Latest answers %q, LatestOf %q, want %q: the change did not reach this process's cache", one, many, want)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
