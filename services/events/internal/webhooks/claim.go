@@ -2,6 +2,7 @@ package webhooks
 
 import (
 	"context"
+	"fmt"
 	"encoding/json"
 	"errors"
 	"time"
@@ -299,69 +300,49 @@ func (s *Store) Record(ctx context.Context, d Due, res webhook.Result, sched web
 	if res.Succeeded() {
 		return nil, s.recordSuccess(ctx, d, attempt)
 	}
-	status, next := StatusFailed, (*time.Time)(nil)
-	if t, ok := sched.Next(d.Tries+1, d.CreatedAt, res.At); ok {
-		status, next = StatusPending, &t
-	}
-	var ended int
-	var since *time.Time
-	var enabled *bool
-	if err := s.db.QueryRow(ctx, recordFailureSQL, d.TenantID, d.ID, attempt, d.Version, status, next, res.At).Scan(&ended, &since, &enabled); err != nil {
-		return nil, err
-	}
-	if ended == 1 {
-		if since == nil || enabled == nil || !*enabled || res.At.Sub(*since) < disableAfter {
-			return nil, nil // the streak goes on (or the endpoint is gone, or disabled)
-		}
-		var disabled *Endpoint
-		err := pgxx.InTx(ctx, s.db, func(tx pgx.Tx) (err error) {
-			disabled, err = disable(ctx, tx, d.TenantID, d.EndpointID, res.At.Add(-disableAfter), onDisable)
-			return err
-		})
-		return disabled, err
-	}
-	// The row moved since its claim (a lease that ran out and another claim), or is no
-	// longer pending: find it by key.
-	var disabled *Endpoint
-	err = pgxx.InTx(ctx, s.db, func(tx pgx.Tx) error {
-		var tries int
-		var status string
-		err := tx.QueryRow(ctx, `SELECT status, jsonb_array_length(attempts) FROM webhook_deliveries WHERE tenant_id = $1 AND id = $2 FOR UPDATE`,
-			planEachTime, d.TenantID, d.ID).Scan(&status, &tries)
-		if err == pgx.ErrNoRows || (err == nil && status != StatusPending) {
-			return nil // the endpoint was deleted meanwhile, or another attempt recorded first
-		}
-		if err != nil {
-			return err
-		}
+	// The claim's version and tries, or, for a row that moved since its claim (a lease
+	// that ran out and another claim), where it is now and how many tries it has: the
+	// statement writes only at the version its tries were read at, so it is recorded once,
+	// with the schedule's next attempt for that count.
+	version, tries := d.Version, d.Tries
+	for range recordFailureRounds {
 		status, next := StatusFailed, (*time.Time)(nil)
 		if t, ok := sched.Next(tries+1, d.CreatedAt, res.At); ok {
 			status, next = StatusPending, &t
 		}
-		if _, err := tx.Exec(ctx, `UPDATE webhook_deliveries SET status = $3, next_attempt_at = $4, leased_until = NULL, attempts = attempts || $5 WHERE tenant_id = $1 AND id = $2`,
-			planEachTime, d.TenantID, d.ID, status, next, attempt); err != nil {
-			return err
+		var ended int
+		var since *time.Time
+		var enabled *bool
+		if err := s.db.QueryRow(ctx, recordFailureSQL, d.TenantID, d.ID, attempt, version, status, next, res.At).Scan(&ended, &since, &enabled); err != nil {
+			return nil, err
 		}
-		var since time.Time
-		var enabled bool
-		err = tx.QueryRow(ctx, `
-			UPDATE webhook_endpoints SET failing_since = coalesce(failing_since, $3)
-			WHERE tenant_id = $1 AND id = $2 RETURNING failing_since, enabled`,
-			d.TenantID, d.EndpointID, res.At).Scan(&since, &enabled)
-		if err == pgx.ErrNoRows {
-			return nil
+		if ended == 1 {
+			if since == nil || enabled == nil || !*enabled || res.At.Sub(*since) < disableAfter {
+				return nil, nil // the streak goes on (or the endpoint is gone, or disabled)
+			}
+			var disabled *Endpoint
+			err := pgxx.InTx(ctx, s.db, func(tx pgx.Tx) (err error) {
+				disabled, err = disable(ctx, tx, d.TenantID, d.EndpointID, res.At.Add(-disableAfter), onDisable)
+				return err
+			})
+			return disabled, err
 		}
-		if err != nil || !enabled || res.At.Sub(since) < disableAfter {
-			return err
+		var pending bool
+		err := s.db.QueryRow(ctx, `SELECT ctid, jsonb_array_length(attempts), status = 'pending' FROM webhook_deliveries WHERE tenant_id = $1 AND id = $2`,
+			planEachTime, d.TenantID, d.ID).Scan(&version, &tries, &pending)
+		if errors.Is(err, pgx.ErrNoRows) || (err == nil && !pending) {
+			return nil, nil // its endpoint was deleted meanwhile, or another attempt ended it
 		}
-		disabled, err = disable(ctx, tx, d.TenantID, d.EndpointID, res.At.Add(-disableAfter), onDisable)
-		return err
-	})
-	if err != nil {
-		return nil, err
+		if err != nil {
+			return nil, err
+		}
 	}
-	return disabled, nil
+	return nil, fmt.Errorf("webhooks: delivery %s changed %d times while its failed attempt was recorded", d.ID, recordFailureRounds)
 }
+
+// recordFailureRounds bounds how often a failed attempt's record follows its row to a new
+// version (each round is a change of the row by another writer since the last).
+const recordFailureRounds = 5
 
 // recordFailureSQL records a failed attempt ($3) of a delivery ($1, $2) at the version its
 // claim left ($4): its new status and next attempt ($5, $6, computed from the tries the

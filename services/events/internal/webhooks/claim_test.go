@@ -442,6 +442,17 @@ func TestFailureIsRecordedAtItsVersionOrByKey(t *testing.T) {
 	if d := byID(old.ID); d.Status != StatusPending || len(d.Attempts) != 1 {
 		t.Fatalf("the moved delivery after its failure: %s with %d attempts; want pending with 1", d.Status, len(d.Attempts))
 	}
+	// The second claim's attempt succeeds; a failure recorded for the first claim after
+	// that finds the delivery ended and leaves it so.
+	if err := f.store.recordSuccess(ctx, again, []byte(`[{"at":"2026-11-25T12:01:01Z","duration_ms":1,"status_code":204}]`)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.store.Record(ctx, old, refused, sched, 72*time.Hour, nil); err != nil {
+		t.Fatalf("a failure recorded after the delivery succeeded: %v", err)
+	}
+	if d := byID(old.ID); d.Status != StatusSucceeded || len(d.Attempts) != 2 {
+		t.Fatalf("after a late failure: %s with %d attempts; want succeeded with 2", d.Status, len(d.Attempts))
+	}
 }
 
 // Attempts of many deliveries of an endpoint whose streak has passed the window fail at
