@@ -99,6 +99,24 @@ func (p *Proc) Err() error { return p.err }
 // Pid is the process id (make bench samples each process's CPU time by it).
 func (p *Proc) Pid() int { return p.cmd.Process.Pid }
 
+// Metrics reads the process's Prometheus metrics from its /metrics (the text exposition).
+func (p *Proc) Metrics(ctx context.Context) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+p.MetricsAddr+"/metrics", nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", fmt.Errorf("scrape %s: %w", p.Name, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err == nil && resp.StatusCode != http.StatusOK {
+		err = fmt.Errorf("scrape %s: %d %s", p.Name, resp.StatusCode, body)
+	}
+	return string(body), err
+}
+
 // Crashed delivers each process that exits without having been told to stop.
 func (s *Stack) Crashed() <-chan *Proc { return s.exited }
 

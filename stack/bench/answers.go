@@ -1,10 +1,8 @@
 package bench
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"net/http"
 	"slices"
 	"strconv"
 	"strings"
@@ -44,40 +42,27 @@ func SampleAnswers(s *stack.Stack) Answers {
 		if p.Name != "gateway" || p.MetricsAddr == "" {
 			continue
 		}
-		_ = scrapeAnswers(p.MetricsAddr, out)
-	}
-	return out
-}
-
-// scrapeAnswers adds what the /metrics of addr counts of answerMetric to out.
-func scrapeAnswers(addr string, out Answers) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
-	if err != nil {
-		return err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64*1024), 1024*1024)
-	for sc.Scan() {
-		route, result, n, ok := parseAnswerLine(sc.Text())
-		if !ok {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		metrics, err := p.Metrics(ctx)
+		cancel()
+		if err != nil {
 			continue
 		}
-		hm := out[route]
-		if result == "hit" {
-			hm.Hits += n
-		} else {
-			hm.Misses += n
+		for _, line := range strings.Split(metrics, "\n") {
+			route, result, n, ok := parseAnswerLine(line)
+			if !ok {
+				continue
+			}
+			hm := out[route]
+			if result == "hit" {
+				hm.Hits += n
+			} else {
+				hm.Misses += n
+			}
+			out[route] = hm
 		}
-		out[route] = hm
 	}
-	return sc.Err()
+	return out
 }
 
 // parseAnswerLine reads a sample line of answerMetric in the Prometheus text format:

@@ -452,16 +452,11 @@ func (b *readyBalancer) pick() string {
 // scrape reads a process's Prometheus metrics.
 func scrape(t *testing.T, p *stack.Proc) string {
 	t.Helper()
-	resp, err := http.Get("http://" + p.MetricsAddr + "/metrics")
+	metrics, err := p.Metrics(context.Background())
 	if err != nil {
-		t.Fatalf("scrape %s: %v", p.Name, err)
+		t.Fatal(err)
 	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != 200 {
-		t.Fatalf("scrape %s: %d %s", p.Name, resp.StatusCode, body)
-	}
-	return string(body)
+	return metrics
 }
 
 // sample returns the value of the first series starting with prefix (name and labels
