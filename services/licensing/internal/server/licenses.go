@@ -47,7 +47,7 @@ func (s *Server) IssueLicense(ctx context.Context, req *licensingv1.IssueLicense
 	if err := s.claimProduct(ctx, tenant, l.ProductID); err != nil {
 		return nil, err
 	}
-	if idemKey == "" && quota <= 0 {
+	if idemKey == "" && !holdsQuota(quota) {
 		// Nothing to read first: the license and its event go in one round trip.
 		if err := s.store.Issue(ctx, l); err != nil {
 			return nil, err

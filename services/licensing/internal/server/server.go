@@ -116,10 +116,14 @@ func (s *Server) checkEntitlements(ctx context.Context, tenant string) (int, err
 	return s.entitlements.ActivePlan(ctx, tenant)
 }
 
+// holdsQuota tells whether an issuance under quota (the plan's active-license quota, 0:
+// unlimited) must lock and count the tenant's active licenses first.
+func holdsQuota(quota int) bool { return quota > 0 }
+
 // holdQuota takes the tenant's quota lock and refuses when another active license would
 // pass quota. Called inside the transaction that makes the license active.
 func holdQuota(ctx context.Context, tx store.Tx, tenant string, quota int) error {
-	if quota <= 0 {
+	if !holdsQuota(quota) {
 		return nil
 	}
 	if err := tx.LockQuota(ctx, tenant); err != nil {
