@@ -53,7 +53,7 @@ func setupConsole(ctx context.Context, env *Env, kind string) (Op, error) {
 		ON CONFLICT DO NOTHING`, consoleLicenses); err != nil {
 		return nil, fmt.Errorf("seed licenses: %w", err)
 	}
-	if _, err := pool.Exec(ctx, `ANALYZE licenses`); err != nil {
+	if _, err := pool.Exec(ctx, `VACUUM (ANALYZE) licenses`); err != nil {
 		return nil, err
 	}
 

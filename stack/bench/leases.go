@@ -146,10 +146,10 @@ func setupRenewals(ctx context.Context, env *Env) (Op, error) {
 		})); err != nil {
 		return nil, fmt.Errorf("seed floating seats: %w", err)
 	}
-	if _, err := seats.Exec(ctx, `ANALYZE seats`); err != nil {
+	if _, err := seats.Exec(ctx, `VACUUM (ANALYZE) seats`); err != nil {
 		return nil, err
 	}
-	if _, err := lic.Exec(ctx, `ANALYZE licenses`); err != nil {
+	if _, err := lic.Exec(ctx, `VACUUM (ANALYZE) licenses`); err != nil {
 		return nil, err
 	}
 	return func(ctx context.Context, worker, i int) error {

@@ -121,7 +121,7 @@ func tenantLicenses(ctx context.Context, env *Env, tenant string, n int) ([]stri
 		})); err != nil {
 		return nil, fmt.Errorf("seed %s's licenses: %w", tenant, err)
 	}
-	_, err = db.Exec(ctx, `ANALYZE licenses`)
+	_, err = db.Exec(ctx, `VACUUM (ANALYZE) licenses`)
 	return keys, err
 }
 

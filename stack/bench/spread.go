@@ -130,7 +130,7 @@ func derivedKey(seed string) string {
 // readLicenseKeys returns the read licenses' keys, seeding them on first use: the
 // licenses with COPY into licensing's table and one seat each into activations' (the same
 // rows issue-license and activate-license write; through the API, the Management and
-// Activation tiers would take hours for 100,000), then ANALYZE, as after any bulk load.
+// Activation tiers would take hours for 100,000), then VACUUM and ANALYZE, as after any bulk load.
 func readLicenseKeys(ctx context.Context, env *Env) ([]string, error) {
 	readSet.Lock()
 	defer readSet.Unlock()
@@ -169,8 +169,11 @@ func readLicenseKeys(ctx context.Context, env *Env) ([]string, error) {
 		})); err != nil {
 		return nil, fmt.Errorf("seed seats: %w", err)
 	}
+	// VACUUM too: a bulk load leaves every page without its visibility map bits and
+	// every row without its hint bits, which the first reads then write (and autovacuum
+	// comes to vacuum in the middle of a measured row).
 	for _, db := range []*pgxpool.Pool{lic, seats} {
-		if _, err := db.Exec(ctx, `ANALYZE`); err != nil {
+		if _, err := db.Exec(ctx, `VACUUM (ANALYZE)`); err != nil {
 			return nil, err
 		}
 	}
