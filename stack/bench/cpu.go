@@ -28,28 +28,21 @@ var CPUColumns = []string{"gateway", "licensing", "activations", "releases", "st
 func SampleCPU(s *stack.Stack) CPUTimes {
 	out := CPUTimes{}
 	for _, p := range s.Procs() {
-		if t, ok := procCPU(p.Pid(), false); ok {
+		if t, _, ok := procCPU(p.Pid()); ok {
 			out[p.Name] += t
 		}
 	}
 	if pid := pidFile(filepath.Join(s.Dir(), "postgres", "data", "postmaster.pid")); pid > 0 {
-		// Backends are the postmaster's children; the ones that ended are in its
-		// children's times.
-		if t, ok := procCPU(pid, true); ok {
+		if t, ok := processTreeCPU(pid); ok {
 			out["postgres"] += t
-		}
-		for _, child := range childrenOf(pid) {
-			if t, ok := procCPU(child, false); ok {
-				out["postgres"] += t
-			}
 		}
 	}
 	if pid := pidFile(filepath.Join(s.Dir(), "redis", "redis.pid")); pid > 0 {
-		if t, ok := procCPU(pid, false); ok {
+		if t, _, ok := procCPU(pid); ok {
 			out["redis"] += t
 		}
 	}
-	if t, ok := procCPU(os.Getpid(), false); ok {
+	if t, _, ok := procCPU(os.Getpid()); ok {
 		out["bench"] += t
 	}
 	return out
@@ -88,26 +81,47 @@ func statFields(pid int) []string {
 	return strings.Fields(s[i+1:])
 }
 
-// procCPU is utime + stime of pid, plus cutime + cstime when children is true.
-func procCPU(pid int, children bool) (time.Duration, bool) {
+// procCPU is pid's own CPU (utime + stime) and that of its children it has waited for
+// (cutime + cstime).
+func procCPU(pid int) (self, children time.Duration, ok bool) {
 	f := statFields(pid)
 	if len(f) < 15 {
-		return 0, false
+		return 0, 0, false
 	}
 	// proc(5): utime 14, stime 15, cutime 16, cstime 17 (index = field - 3).
-	idx := []int{11, 12}
-	if children {
-		idx = append(idx, 13, 14)
-	}
-	var ticks int64
-	for _, i := range idx {
-		n, err := strconv.ParseInt(f[i], 10, 64)
+	var ticks [4]int64
+	for i := range ticks {
+		n, err := strconv.ParseInt(f[11+i], 10, 64)
 		if err != nil {
+			return 0, 0, false
+		}
+		ticks[i] = n
+	}
+	return time.Duration(ticks[0]+ticks[1]) * clockTick, time.Duration(ticks[2]+ticks[3]) * clockTick, true
+}
+
+// processTreeCPU is the CPU of pid and its children, the running ones and those it has
+// reaped (a postmaster and its backends). A child reaped while the children are listed
+// would be in neither sum (its own times read too late, the parent's too early), and a
+// backend's lifetime of CPU missing from one sample shows as a negative share in a
+// table, so the sum is taken again until the parent reaped nothing during it.
+func processTreeCPU(pid int) (time.Duration, bool) {
+	for range 10 {
+		self, reaped, ok := procCPU(pid)
+		if !ok {
 			return 0, false
 		}
-		ticks += n
+		total := self + reaped
+		for _, child := range childrenOf(pid) {
+			if t, _, ok := procCPU(child); ok {
+				total += t
+			}
+		}
+		if _, reapedAfter, ok := procCPU(pid); ok && reapedAfter == reaped {
+			return total, true
+		}
 	}
-	return time.Duration(ticks) * clockTick, true
+	return 0, false
 }
 
 // childrenOf lists the processes whose parent is pid.
