@@ -26,12 +26,13 @@ type HitsMisses struct{ Hits, Misses float64 }
 // the gateways' cache answers.
 type Sample struct {
 	CPU     CPUTimes
+	Stolen  time.Duration
 	Answers Answers
 }
 
 // SampleStack reads the CPU times of s's processes and their gateways' cache answers.
 func SampleStack(s *stack.Stack) Sample {
-	return Sample{CPU: SampleCPU(s), Answers: SampleAnswers(s)}
+	return Sample{CPU: SampleCPU(s), Stolen: StolenCPU(), Answers: SampleAnswers(s)}
 }
 
 // SampleAnswers reads the cache answers of every gateway of s from its /metrics. A

@@ -66,6 +66,28 @@ func (c CPUTimes) Total() time.Duration {
 	return t
 }
 
+// StolenCPU is the CPU time the hypervisor has taken from this machine's CPUs so far
+// (steal in /proc/stat's cpu line: time a virtual CPU had work and the host ran something
+// else), 0 where it cannot be read. A row measured while it grows ran on less of the
+// machine than its CPU columns suggest.
+func StolenCPU() time.Duration {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	// proc(5): cpu user nice system idle iowait irq softirq steal ...
+	f := strings.Fields(line)
+	if len(f) < 9 || f[0] != "cpu" {
+		return 0
+	}
+	steal, err := strconv.ParseInt(f[8], 10, 64)
+	if err != nil {
+		return 0
+	}
+	return time.Duration(steal) * clockTick
+}
+
 // statFields returns the fields of /proc/<pid>/stat after the command name (which may
 // hold spaces), so field 3 of proc(5) is index 0.
 func statFields(pid int) []string {

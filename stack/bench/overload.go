@@ -69,6 +69,7 @@ type phase struct {
 	outcomes      []outcome
 	rss, fds      map[string]int64 // the most each process reached during the phase
 	cpu           CPUTimes
+	stolen        time.Duration // the hypervisor's share of the machine (StolenCPU)
 	lags          []time.Duration
 	accepted      []time.Duration
 	refusals      []time.Duration
@@ -288,11 +289,11 @@ func measure(s *stack.Stack, name string, offered float64, fn func() []outcome) 
 			}
 		}
 	}()
-	before := SampleCPU(s)
+	before, stolenBefore := SampleCPU(s), StolenCPU()
 	start := time.Now()
 	p.outcomes = fn()
 	p.duration = time.Since(start)
-	p.cpu = SampleCPU(s).Sub(before)
+	p.cpu, p.stolen = SampleCPU(s).Sub(before), StolenCPU()-stolenBefore
 	close(stop)
 	<-sampled
 	p.summarize()
@@ -340,15 +341,15 @@ func phaseTable(phases []*phase, capacity float64) string {
 		fmt.Fprintf(&b, "| %s | %s | %.0f | %s | %s | %s | %d | %s | %s | %d | %s |\n", p.name, offered, p.goodput(), pct(p.goodput()/capacity),
 			ms(quantile(p.accepted, 0.5)), ms(quantile(p.accepted, 0.99)), len(p.refusals), refusalP50, refusalP99, p.errors, ms(quantile(p.lags, 0.99)))
 	}
-	b.WriteString("\nCPU during each phase, % of one core (bench = the load generator and NATS):\n\n| phase |")
+	b.WriteString("\nCPU during each phase, % of one core (bench = the load generator and NATS; stolen = taken by the hypervisor from the machine, not in total):\n\n| phase |")
 	for _, c := range CPUColumns {
 		b.WriteString(" " + c + " |")
 	}
-	b.WriteString(" total |\n|---|")
+	b.WriteString(" total | stolen |\n|---|")
 	for range CPUColumns {
 		b.WriteString("---:|")
 	}
-	b.WriteString("---:|\n")
+	b.WriteString("---:|---:|\n")
 	for _, p := range phases {
 		share := func(t time.Duration) string {
 			return strconv.FormatFloat(100*t.Seconds()/p.duration.Seconds(), 'f', 0, 64)
@@ -357,7 +358,7 @@ func phaseTable(phases []*phase, capacity float64) string {
 		for _, c := range CPUColumns {
 			fmt.Fprintf(&b, " %s |", share(p.cpu[c]))
 		}
-		fmt.Fprintf(&b, " %s |\n", share(p.cpu.Total()))
+		fmt.Fprintf(&b, " %s | %s |\n", share(p.cpu.Total()), share(p.stolen))
 	}
 	b.WriteString("\nThe most memory (RSS) and open files each process reached during each phase:\n\n| phase |")
 	names := procNames(phases)
