@@ -1,0 +1,13 @@
+//go:build !linux
+
+package bench
+
+import (
+	"context"
+	"errors"
+
+	"github.com/keyhouse/keyhouse/stack"
+)
+
+// Pin is Linux only (CPU masks).
+func Pin(context.Context, *stack.Stack) error { return errors.New("-pin needs Linux") }
