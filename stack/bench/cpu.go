@@ -126,24 +126,26 @@ func procCPU(pid int) (self, children time.Duration, ok bool) {
 // reaped (a postmaster and its backends). A child reaped while the children are listed
 // would be in neither sum (its own times read too late, the parent's too early), and a
 // backend's lifetime of CPU missing from one sample shows as a negative share in a
-// table, so the sum is taken again until the parent reaped nothing during it.
+// table, so the sum is taken again until the parent reaped nothing during it (at most
+// ten times; then the last sum, which at worst misses the children of one moment).
 func processTreeCPU(pid int) (time.Duration, bool) {
+	var total time.Duration
 	for range 10 {
 		self, reaped, ok := procCPU(pid)
 		if !ok {
 			return 0, false
 		}
-		total := self + reaped
+		total = self + reaped
 		for _, child := range childrenOf(pid) {
 			if t, _, ok := procCPU(child); ok {
 				total += t
 			}
 		}
 		if _, reapedAfter, ok := procCPU(pid); ok && reapedAfter == reaped {
-			return total, true
+			break
 		}
 	}
-	return 0, false
+	return total, true
 }
 
 // childrenOf lists the processes whose parent is pid.

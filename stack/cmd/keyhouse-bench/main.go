@@ -33,7 +33,7 @@ func main() {
 
 func run(ctx context.Context) error {
 	workers := flag.Int("c", 32, "concurrent clients")
-	duration := flag.Duration("d", 10*time.Second, "measured duration per scenario (plus 20% warm-up)")
+	duration := flag.Duration("d", 10*time.Second, "measured duration per scenario (after a warm-up, -warm)")
 	only := flag.String("run", "", "only scenarios whose name matches this regexp")
 	keep := flag.Bool("keep", false, "keep the stack's folder (logs) afterwards")
 	// A cache's share of the answers depends on how long a row has run against its key
