@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -49,46 +48,18 @@ func SampleAnswers(s *stack.Stack) Answers {
 		if err != nil {
 			continue
 		}
-		for _, line := range strings.Split(metrics, "\n") {
-			route, result, n, ok := parseAnswerLine(line)
-			if !ok {
-				continue
-			}
+		for _, series := range stack.ParseMetrics(metrics, answerMetric) {
+			route := series.Labels["route"]
 			hm := out[route]
-			if result == "hit" {
-				hm.Hits += n
+			if series.Labels["result"] == "hit" {
+				hm.Hits += series.Value
 			} else {
-				hm.Misses += n
+				hm.Misses += series.Value
 			}
 			out[route] = hm
 		}
 	}
 	return out
-}
-
-// parseAnswerLine reads a sample line of answerMetric in the Prometheus text format:
-// keyhouse_gateway_answer_cache_total{result="hit",route="/v1/verify-license"} 123
-func parseAnswerLine(line string) (route, result string, n float64, ok bool) {
-	rest, found := strings.CutPrefix(line, answerMetric+"{")
-	if !found {
-		return "", "", 0, false
-	}
-	labels, value, found := strings.Cut(rest, "} ")
-	if !found {
-		return "", "", 0, false
-	}
-	for _, l := range strings.Split(labels, ",") {
-		k, v, _ := strings.Cut(l, "=")
-		v = strings.Trim(v, `"`)
-		switch k {
-		case "route":
-			route = v
-		case "result":
-			result = v
-		}
-	}
-	n, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
-	return route, result, n, err == nil && route != "" && result != ""
 }
 
 // Sub returns the answers counted between before and a.

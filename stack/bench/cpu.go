@@ -32,12 +32,12 @@ func SampleCPU(s *stack.Stack) CPUTimes {
 			out[p.Name] += t
 		}
 	}
-	if pid := pidFile(filepath.Join(s.Dir(), "postgres", "data", "postmaster.pid")); pid > 0 {
+	if pid := postmasterPID(s); pid > 0 {
 		if t, ok := processTreeCPU(pid); ok {
 			out["postgres"] += t
 		}
 	}
-	if pid := pidFile(filepath.Join(s.Dir(), "redis", "redis.pid")); pid > 0 {
+	if pid := redisPID(s); pid > 0 {
 		if t, _, ok := procCPU(pid); ok {
 			out["redis"] += t
 		}
@@ -168,6 +168,14 @@ func childrenOf(pid int) []int {
 	}
 	return out
 }
+
+// postmasterPID and redisPID are the stack's Postgres and Redis server processes (0: not
+// running).
+func postmasterPID(s *stack.Stack) int {
+	return pidFile(filepath.Join(s.Dir(), "postgres", "data", "postmaster.pid"))
+}
+
+func redisPID(s *stack.Stack) int { return pidFile(filepath.Join(s.Dir(), "redis", "redis.pid")) }
 
 func pidFile(path string) int {
 	b, err := os.ReadFile(path)

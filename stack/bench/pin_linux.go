@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"runtime"
 	"strconv"
 	"time"
@@ -84,11 +83,11 @@ func stackPIDs(s *stack.Stack) []int {
 	for _, p := range s.Procs() {
 		pids = append(pids, p.Pid())
 	}
-	if pid := pidFile(filepath.Join(s.Dir(), "postgres", "data", "postmaster.pid")); pid > 0 {
+	if pid := postmasterPID(s); pid > 0 {
 		pids = append(pids, pid)
 		pids = append(pids, childrenOf(pid)...)
 	}
-	if pid := pidFile(filepath.Join(s.Dir(), "redis", "redis.pid")); pid > 0 {
+	if pid := redisPID(s); pid > 0 {
 		pids = append(pids, pid)
 	}
 	return pids

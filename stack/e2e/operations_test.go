@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -482,15 +483,9 @@ func grpcCalls(t *testing.T, s *stack.Stack, service string, methods ...string) 
 		if p.Name != service {
 			continue
 		}
-		for _, line := range strings.Split(scrape(t, p), "\n") {
-			if !strings.HasPrefix(line, "keyhouse_grpc_server_requests_total{") {
-				continue
-			}
-			for _, m := range methods {
-				if strings.Contains(line, `method="`+m+`"`) {
-					v, _ := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
-					total += v
-				}
+		for _, series := range stack.ParseMetrics(scrape(t, p), "keyhouse_grpc_server_requests_total") {
+			if slices.Contains(methods, series.Labels["method"]) {
+				total += series.Value
 			}
 		}
 	}
