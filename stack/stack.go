@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -542,15 +543,18 @@ func (s *Stack) RestartService(ctx context.Context, name string) error {
 }
 
 // StartServiceReplica starts one more process of a service on the same database, NATS
-// and Redis, on a free port, and returns its address once it is healthy. Point a gateway
-// at it with StartGateway(ctx, 0, map[string]string{"<NAME>_ADDR": addr}).
-func (s *Stack) StartServiceReplica(ctx context.Context, name string) (string, error) {
+// and Redis (extra, when set, overrides any of its environment), on a free port, and
+// returns its address once it is healthy. Point a gateway at it with
+// StartGateway(ctx, 0, map[string]string{"<NAME>_ADDR": addr}).
+func (s *Stack) StartServiceReplica(ctx context.Context, name string, extra map[string]string) (string, error) {
 	l, err := listen("127.0.0.1:0")
 	if err != nil {
 		return "", err
 	}
 	addr := l.Addr().String()
-	p, err := s.spawn(name, map[string]string{"GRPC_ADDR": addr}, l)
+	env := map[string]string{"GRPC_ADDR": addr}
+	maps.Copy(env, extra)
+	p, err := s.spawn(name, env, l)
 	if err != nil {
 		return "", err
 	}

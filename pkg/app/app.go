@@ -20,6 +20,7 @@ import (
 	"github.com/keyhouse/keyhouse/pkg/buildinfo"
 	"github.com/keyhouse/keyhouse/pkg/config"
 	"github.com/keyhouse/keyhouse/pkg/grpcx"
+	"github.com/keyhouse/keyhouse/pkg/licensecache"
 	"github.com/keyhouse/keyhouse/pkg/metrics"
 	"github.com/keyhouse/keyhouse/pkg/natsx"
 	"github.com/keyhouse/keyhouse/pkg/pgxx"
@@ -59,9 +60,10 @@ type Deps struct {
 // OnClose registers a cleanup, run in reverse order after the server stopped.
 func (d *Deps) OnClose(f func()) { d.closers = append(d.closers, f) }
 
-// Dial connects to another service and closes the connection at shutdown.
+// Dial connects to another service and closes the connection at shutdown. Its calls name
+// the license keys this process heard changed (pkg/licensecache's read-your-writes).
 func (d *Deps) Dial(addr string) (*grpc.ClientConn, error) {
-	conn, err := grpcx.Dial(addr)
+	conn, err := grpcx.Dial(addr, grpc.WithChainUnaryInterceptor(licensecache.ForwardRecentChanges()))
 	if err != nil {
 		return nil, err
 	}
@@ -192,7 +194,10 @@ func serve(ctx context.Context, svc Service) error {
 		tenants = billingclient.New(conn, "")
 	}
 	d.Auth = auth.New(auth.Config{MultiTenant: cfg.MultiTenant, AdminKey: cfg.AdminAPIKey.Reveal(), Tenants: tenants})
-	d.Server = grpcx.NewServer(log, d.Auth, grpcx.ServerOptions{RequestTimeout: cfg.RequestTimeout, Monitor: d.Readiness})
+	// A call that names license keys as recently changed drops them from this process's
+	// caches before it is served (pkg/licensecache's read-your-writes).
+	d.Server = grpcx.NewServer(log, d.Auth, grpcx.ServerOptions{RequestTimeout: cfg.RequestTimeout, Monitor: d.Readiness,
+		Unary: []grpc.UnaryServerInterceptor{licensecache.HonorRecentChanges()}})
 	if err := svc.Register(ctx, d); err != nil {
 		return err
 	}

@@ -217,7 +217,7 @@ func (s *Spine) committed(ctx context.Context, evs []*eventsv1.Event, err error)
 		key, kind := fastPath(ev)
 		switch kind {
 		case fastLicense:
-			licensecache.AnnounceInCall(ctx, key)
+			licensecache.AnnounceLicenseChangedInCall(ctx, key)
 			if !slices.Contains(changed, key) {
 				changed = append(changed, key)
 			}

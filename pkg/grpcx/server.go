@@ -66,6 +66,8 @@ type ServerOptions struct {
 	// Monitor, when set, drives the health statuses: a failing dependency turns them
 	// NOT_SERVING until it answers again.
 	Monitor *readiness.Monitor
+	// Unary interceptors run inside the shared chain, on authenticated calls only.
+	Unary []grpc.UnaryServerInterceptor
 }
 
 // NewServer returns a server whose every call passes through the shared chain.
@@ -74,7 +76,7 @@ func NewServer(log *slog.Logger, authn *auth.Authenticator, o ServerOptions) *Se
 		o.RequestTimeout = 5 * time.Second
 	}
 	opts := []grpc.ServerOption{
-		grpc.ChainUnaryInterceptor(recoverUnary(log), logUnary(log), budgetUnary(o.RequestTimeout), authn.UnaryInterceptor()),
+		grpc.ChainUnaryInterceptor(append([]grpc.UnaryServerInterceptor{recoverUnary(log), logUnary(log), budgetUnary(o.RequestTimeout), authn.UnaryInterceptor()}, o.Unary...)...),
 		grpc.ChainStreamInterceptor(authn.StreamInterceptor()),
 		// Connections are recycled every few minutes so clients resolving a headless
 		// Service by DNS re-resolve and find replicas added since they connected. Calls in

@@ -12,6 +12,10 @@
 //     its cache (every read goes to the source) and empties it, until it is connected again;
 //     and every entry expires after the TTL (LICENSE_CACHE_TTL, 1 s by default) whatever
 //     happens, which is the bound on staleness when a message is lost.
+//   - A write's answer drops the keys it changed from the caches of the process it passes
+//     (DropAnnounced), and that process names them, for the settle window, on its calls
+//     about them, which drop them from the called services' caches first (recent.go): a
+//     write is followed by no stale answer through the process that made it, on any hop.
 //   - A read that raced a write never stores what it read: Get stores only when no
 //     invalidation arrived since it started loading.
 //   - Concurrent misses of one answer share one load, but only one that started after the
@@ -286,14 +290,19 @@ func (c *Cache[V]) Subscribe(nc *nats.Conn, more ...string) (stop func(), err er
 	}
 	status := nc.StatusChanged(nats.CONNECTED, nats.RECONNECTING, nats.DISCONNECTED, nats.CLOSED)
 	handlers := map[string]func(*nats.Msg){}
-	for _, subject := range append([]string{license.ChangedSubject}, more...) {
+	for _, subject := range more {
 		handlers[subject] = func(m *nats.Msg) { c.Invalidate(string(m.Data)) }
+	}
+	handlers[license.ChangedSubject] = func(m *nats.Msg) {
+		c.Invalidate(string(m.Data))
+		recent.note(string(m.Data))
 	}
 	unsubscribe, err := c.follow(nc, handlers)
 	if err != nil {
 		nc.RemoveStatusListener(status)
 		return nil, err
 	}
+	unfollow := recent.follow(c)
 	// The server knows the subscription once it answered a ping; messages missed before
 	// that are covered by starting empty.
 	_ = nc.FlushTimeout(5 * time.Second)
@@ -306,6 +315,7 @@ func (c *Cache[V]) Subscribe(nc *nats.Conn, more ...string) (stop func(), err er
 		}
 	}()
 	return func() {
+		unfollow()
 		unsubscribe()
 		nc.RemoveStatusListener(status)
 		<-done
@@ -345,7 +355,8 @@ func PublishOn(nc *nats.Conn, subject string, keys ...string) error {
 // ChangedHeader is the gRPC response metadata in which licensing names the keys a call
 // changed. A caller that caches licensing's answers drops them as the answer arrives
 // (DropAnnounced), before its own client sees it: a write made through a process is never
-// followed by a stale answer from that process, whatever NATS's delivery is doing.
+// followed by a stale answer from that process, whatever NATS's delivery is doing, nor
+// from the services it asks next (RecentlyChangedHeader, recent.go).
 //
 // It is a binary ("-bin") header: gRPC carries its value base64-encoded, so a key holding
 // any byte (a control character, invalid UTF-8, from a lookup that found nothing) rides
@@ -410,6 +421,9 @@ func DropAnnouncedFrom(caches ...Announced) grpc.UnaryClientInterceptor {
 		var header metadata.MD
 		err := invoker(ctx, method, req, reply, cc, append(opts, grpc.Header(&header))...)
 		keys, clearAll := header.Get(ChangedHeader), len(header.Get(ClearHeader)) > 0
+		for _, key := range header.Get(LicenseChangedHeader) {
+			recent.note(key)
+		}
 		for _, c := range caches {
 			for _, key := range keys {
 				c.Invalidate(key)

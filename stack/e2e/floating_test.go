@@ -121,7 +121,7 @@ func TestFloatingCapHoldsUnderContention(t *testing.T) {
 	a := admin(t, s)
 	db, samplerDB := dbConn(t, s), dbConn(t, s)
 	ctx := t.Context()
-	replica, err := s.StartServiceReplica(ctx, "activations")
+	replica, err := s.StartServiceReplica(ctx, "activations", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

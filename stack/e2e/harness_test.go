@@ -321,7 +321,7 @@ func product(name string) string { return fmt.Sprintf("%s-%d", name, time.Now().
 // through addrVar (LICENSING_ADDR, …), and returns that gateway's URL.
 func secondGateway(t *testing.T, s *stack.Stack, service, addrVar string) string {
 	t.Helper()
-	replica, err := s.StartServiceReplica(t.Context(), service)
+	replica, err := s.StartServiceReplica(t.Context(), service, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"net/url"
+	"strings"
 	"testing"
 	"time"
 )
@@ -26,4 +28,62 @@ func TestLeaseOfALicenseCachedLongAgoSeesItsRevocation(t *testing.T) {
 	lease(c, map[string]any{"key": key, "token": tok}).Expect(t, 200)
 	a.Delete("/v1/delete-license", map[string]any{"key": key}).Expect(t, 200)
 	lease(c, map[string]any{"key": key, "token": tok}).ExpectError(t, 404, errNotFound)
+}
+
+// A write answered by a gateway is followed by no stale answer through that gateway,
+// however late the services behind it hear of the change. Here an activations and a
+// releases replica hear nothing at all (their NATS connection is silently partitioned)
+// and would keep licensing's answers for an hour (LICENSE_CACHE_TTL=1h); yet the lease,
+// the activation and the update check right after a revocation through the gateway in
+// front of them are refused, and the ones right after the reactivation are granted: the
+// gateway names the changed key on its calls about it (RecentlyChangedHeader), and each
+// service drops it before answering.
+func TestAWriteThroughAGatewayCountsAtOnceOnEveryServiceBehindIt(t *testing.T) {
+	t.Parallel()
+	s := startStack(t, map[string]string{"LICENSE_CACHE_TTL": "1s"})
+	t.Cleanup(s.Stop)
+	natsURL, err := url.Parse(s.Env("NATS_URL"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := newSilentProxy(t, natsURL.Host)
+	deaf := map[string]string{"NATS_URL": "nats://" + proxy.Addr(), "LICENSE_CACHE_TTL": "1h"}
+	gatewayEnv := map[string]string{}
+	for _, service := range []string{"activations", "releases"} {
+		addr, err := s.StartServiceReplica(t.Context(), service, deaf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gatewayEnv[strings.ToUpper(service)+"_ADDR"] = addr
+	}
+	gateway, err := s.StartGateway(t.Context(), 0, gatewayEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, c := newClient(t, gateway, s.AdminKey), newClient(t, gateway, "")
+	p := product("every-hop")
+	registerRelease(t, a, rel(p, "2.0.0"))
+	key := issueLicense(t, a, lic(p))
+	tok := seat(t, c, key, "box-1")
+	update := check(key, p, "1.0.0")
+	// Past the settle window of the issue: what the replicas read now, they keep.
+	time.Sleep(300 * time.Millisecond)
+	lease(c, map[string]any{"key": key, "token": tok}).Expect(t, 200)
+	c.Post("/v1/check-update", update).Expect(t, 200)
+	proxy.Pause()
+
+	for round := range 3 {
+		a.Post("/v1/revoke-license", map[string]any{"key": key, "revoked": true}).Expect(t, 200)
+		lease(c, map[string]any{"key": key, "token": tok}).ExpectError(t, 403, errNotActive)
+		c.Post("/v1/activate-license", map[string]string{"key": key, "instance_id": "box-2"}).ExpectError(t, 403, errNotActive)
+		c.Post("/v1/check-update", update).ExpectError(t, 403, errNotActive)
+		a.Post("/v1/revoke-license", map[string]any{"key": key, "revoked": false}).Expect(t, 200)
+		lease(c, map[string]any{"key": key, "token": tok}).Expect(t, 200)
+		c.Post("/v1/check-update", update).Expect(t, 200)
+		// Past the settle window: the replicas now keep the reactivated license, which the
+		// next round's revocation must overcome again.
+		time.Sleep(300 * time.Millisecond)
+		lease(c, map[string]any{"key": key, "token": tok}).Expect(t, 200)
+		t.Logf("round %d: every answer after each write was the write's", round+1)
+	}
 }

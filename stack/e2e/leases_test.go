@@ -545,7 +545,7 @@ func TestLeaseKeysExistBeforeTheFirstLease(t *testing.T) {
 	s := startStack(t, env)
 	t.Cleanup(s.Stop)
 	ctx := t.Context()
-	replica, err := s.StartServiceReplica(ctx, "activations")
+	replica, err := s.StartServiceReplica(ctx, "activations", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

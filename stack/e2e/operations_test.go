@@ -299,7 +299,7 @@ func TestSIGTERMDrainsAGatewayAndAServiceReplicaWithoutAFailedRequest(t *testing
 
 	// Two licensing replicas, two gateways that both know both replicas.
 	first := s.Service("licensing")
-	second, err := s.StartServiceReplica(ctx, "licensing")
+	second, err := s.StartServiceReplica(ctx, "licensing", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

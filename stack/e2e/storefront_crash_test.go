@@ -94,7 +94,7 @@ func TestStorefrontFailuresStillFulfillOnce(t *testing.T) {
 
 	t.Run("two replicas, ten event ids for one session at once: one license, one email", func(t *testing.T) {
 		sh.t = t
-		if _, err := s.StartServiceReplica(context.Background(), "storefront"); err != nil {
+		if _, err := s.StartServiceReplica(context.Background(), "storefront", nil); err != nil {
 			t.Fatal(err)
 		}
 		before := len(licensesOf(t, sh.c, product))

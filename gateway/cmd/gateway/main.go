@@ -22,6 +22,7 @@ import (
 	"github.com/keyhouse/keyhouse/pkg/buildinfo"
 	"github.com/keyhouse/keyhouse/pkg/config"
 	"github.com/keyhouse/keyhouse/pkg/grpcx"
+	"github.com/keyhouse/keyhouse/pkg/licensecache"
 	"github.com/keyhouse/keyhouse/pkg/listenfd"
 	"github.com/keyhouse/keyhouse/pkg/metrics"
 	"github.com/keyhouse/keyhouse/pkg/natsx"
@@ -118,7 +119,10 @@ func run(ctx context.Context) error {
 		return err
 	}
 	defer stopCaches()
-	dropAnnounced := grpc.WithChainUnaryInterceptor(caches.DropAnnounced())
+	// The calls to the services that cache licenses name the keys this gateway heard
+	// changed within the settle window, so those services drop them first: a write is
+	// followed by no stale answer through this gateway, from any hop.
+	dropAnnounced := grpc.WithChainUnaryInterceptor(caches.DropAnnounced(), licensecache.ForwardRecentChanges())
 	// Admission control shares capacity by tenant; licensing's answers name the tenant of
 	// each key they are about.
 	tenants := admission.NewTenants()
