@@ -94,10 +94,12 @@ func pause(t *testing.T, what string, pids []int) (resume func()) {
 	return resume
 }
 
-// postgresPids lists the postmaster of the cluster in dir and all its children (the
-// backends, the checkpointer, the WAL writer…): pausing only the postmaster would leave
-// open connections answering.
-func postgresPids(t *testing.T, dir string) []int {
+// pausePostgres stops the cluster in dir and returns what resumes it: every process, since
+// pausing only the postmaster would leave open connections answering. The postmaster stops
+// first, so that no backend is forked after its children are listed: one forked between
+// the listing and the signals went on answering its connection, and releases stayed
+// SERVING through a whole pause.
+func pausePostgres(t *testing.T, dir string) (resume func()) {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(dir, "data", "postmaster.pid"))
 	if err != nil {
@@ -107,7 +109,8 @@ func postgresPids(t *testing.T, dir string) []int {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pids := []int{master}
+	resumeMaster := pause(t, "postmaster", []int{master})
+	var children []int
 	entries, _ := os.ReadDir("/proc")
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
@@ -121,10 +124,14 @@ func postgresPids(t *testing.T, dir string) []int {
 		// pid (comm) state ppid …; comm may hold spaces, so parse after the last ')'.
 		fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
 		if len(fields) > 1 && fields[1] == strconv.Itoa(master) {
-			pids = append(pids, pid)
+			children = append(children, pid)
 		}
 	}
-	return pids
+	resumeChildren := pause(t, "postgres backend", children)
+	return func() {
+		resumeChildren()
+		resumeMaster()
+	}
 }
 
 func redisPid(t *testing.T, dir string) int {
@@ -196,7 +203,7 @@ func TestPostgresPausedAnswers503WithinTheBudgetThenRecovers(t *testing.T) {
 	key := issueLicense(t, c, map[string]any{"tier": "pro", "product_id": product("pause"), "issued_to": "pg@example.com"})
 	c.Post("/v1/verify-license", map[string]string{"key": key}).Expect(t, 200)
 
-	resume := pause(t, "postgres", postgresPids(t, s.Postgres.Dir))
+	resume := pausePostgres(t, s.Postgres.Dir)
 	// A database-backed request while Postgres hangs: a 503 that says to retry, answered
 	// within the budget (plus slack for a loaded machine), not after the pause.
 	for _, req := range []struct {
