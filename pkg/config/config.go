@@ -95,8 +95,9 @@ type Config struct {
 	// LicenseCacheLiveTTL is how long the gateway (and activations and releases, their
 	// license lookups) serves a cached answer while it can prove it has seen every change
 	// event (pkg/licensecache's liveness: sequence numbers and the publishers' heartbeats);
-	// past LicenseCacheTTL, only while that proof holds. At or below LicenseCacheTTL it
-	// changes nothing.
+	// past LicenseCacheTTL, only while that proof holds. Each answer lives it less up to a
+	// fifth at random, so answers loaded together do not expire together. At or below
+	// LicenseCacheTTL it changes nothing.
 	LicenseCacheLiveTTL time.Duration
 
 	// RecordRetention is how long records of received events are kept (RECORD_RETENTION,

@@ -257,3 +257,41 @@ func TestHeartbeatsOverNATSProveTheCacheLive(t *testing.T) {
 	// The goodbye leaves no publisher: nothing proves the cache live.
 	waitFor(t, "the proof to end", func() bool { return !c.proven(time.Now()) })
 }
+
+// Answers stored together while proven (a restart, a fleet's first checks) do not all
+// expire together: their lives spread over the last fifth of LICENSE_CACHE_LIVE_TTL, so
+// the keys come back to the source over that stretch instead of in one wave.
+func TestAnswersStoredTogetherExpireSpreadOverTheLastFifthOfTheirLife(t *testing.T) {
+	l := newLiveCache()
+	var src source
+	l.beat("P", 0)
+	l.clk.Advance(200 * time.Millisecond)
+	const n = 1000
+	for i := range n {
+		l.Get(strconv.Itoa(i), src.load)
+	}
+	stored := l.clk.Now()
+	served := func() int {
+		count := 0
+		for i := range n {
+			if e, ok := l.entries.lookup(strconv.Itoa(i), ""); ok && l.servable(e, l.clk.Now()) {
+				count++
+			}
+		}
+		return count
+	}
+	for _, at := range []struct {
+		after    time.Duration
+		min, max int
+	}{
+		{l.liveTTL * 4 / 5, n, n},
+		{l.liveTTL * 9 / 10, n / 4, n * 3 / 4},
+		{l.liveTTL, 0, 0},
+	} {
+		l.passAndBeat(at.after-l.clk.Now().Sub(stored), "P", 0)
+		if got := served(); got < at.min || got > at.max {
+			t.Fatalf("%v after they were stored, %d of %d answers are served, want %d to %d", at.after, got, n, at.min, at.max)
+		}
+		t.Logf("%v after they were stored: %d of %d served", at.after, served(), n)
+	}
+}
