@@ -145,8 +145,23 @@ func (r *recentChanges) follow(c Announced) (stop func()) {
 	}
 }
 
-// honor drops the keys a caller named from every following cache and remembers them.
-func (r *recentChanges) honor(keys []string) {
+// honor drops the keys a caller named from every following cache and remembers them;
+// only the keys the request is about, so that a call (public ones come from anywhere the
+// port is reachable) cannot empty more of the cache than asking about those keys would.
+func (r *recentChanges) honor(named []string, req any) {
+	if len(named) == 0 {
+		return
+	}
+	m, ok := req.(proto.Message)
+	if !ok {
+		return
+	}
+	var keys []string
+	eachKey(m.ProtoReflect(), func(key string) {
+		if key = license.CanonicalKey(key); slices.Contains(named, key) && !slices.Contains(keys, key) {
+			keys = append(keys, key)
+		}
+	})
 	if len(keys) == 0 {
 		return
 	}
@@ -179,7 +194,7 @@ func (r *recentChanges) forwarding() grpc.UnaryClientInterceptor {
 
 func (r *recentChanges) honoring() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		r.honor(metadata.ValueFromIncomingContext(ctx, RecentlyChangedHeader))
+		r.honor(metadata.ValueFromIncomingContext(ctx, RecentlyChangedHeader), req)
 		return handler(ctx, req)
 	}
 }
@@ -189,5 +204,6 @@ func (r *recentChanges) honoring() grpc.UnaryServerInterceptor {
 func ForwardRecentChanges() grpc.UnaryClientInterceptor { return recent.forwarding() }
 
 // HonorRecentChanges is the server interceptor of every service: the keys a call names as
-// recently changed leave this process's caches before the call is served.
+// recently changed, among those it is about, leave this process's caches before the call
+// is served.
 func HonorRecentChanges() grpc.UnaryServerInterceptor { return recent.honoring() }
