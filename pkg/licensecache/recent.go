@@ -54,9 +54,12 @@ type recentChanges struct {
 	// latest is the end of the newest key's window (Unix nanoseconds): past it, no key is
 	// recent, and a call is not looked into.
 	latest atomic.Int64
-	mu     sync.Mutex
+	mu     sync.RWMutex
 	until  map[string]time.Time
-	caches map[Announced]int // the following caches, by how many subscriptions each has
+	// nextPrune: the record is pruned of ended windows at most once per window, so a burst
+	// of changes (an import) costs one pass per window, not one per change.
+	nextPrune time.Time
+	caches    map[Announced]int // the following caches, by how many subscriptions each has
 }
 
 // recent is the process's record: every cache that follows NATS (Subscribe) is in it.
@@ -71,12 +74,13 @@ func (r *recentChanges) note(key string) {
 	now := r.now()
 	until := now.Add(settle)
 	r.mu.Lock()
-	if len(r.until) >= maxSettling {
+	if len(r.until) >= maxSettling && !now.Before(r.nextPrune) {
 		for k, u := range r.until {
 			if !now.Before(u) {
 				delete(r.until, k)
 			}
 		}
+		r.nextPrune = until
 	}
 	r.until[key] = until
 	if n := until.UnixNano(); n > r.latest.Load() {
@@ -96,8 +100,8 @@ func (r *recentChanges) named(req any, dst []string) []string {
 	if !ok {
 		return dst
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	r.mu.RLock()
+	defer r.mu.RUnlock()
 	eachKey(m.ProtoReflect(), func(key string) {
 		key = license.CanonicalKey(key)
 		if now.Before(r.until[key]) && !slices.Contains(dst, key) {

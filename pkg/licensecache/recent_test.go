@@ -3,6 +3,7 @@ package licensecache
 import (
 	"context"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -124,5 +125,25 @@ func TestDropAnnouncedRemembersLicensesNotSeats(t *testing.T) {
 	req := &licensingv1.GetLicensesRequest{Keys: []string{seatKey, licenseKey}}
 	if _, named := sent(t, recent, req); !slices.Equal(named, []string{licenseKey}) {
 		t.Fatalf("after the answers, a call about both named %q, want only the license's %q", named, licenseKey)
+	}
+}
+
+// A burst of changes (an import) keeps the record to the keys of the last windows: ended
+// windows are pruned once the record is large, at most once per window.
+func TestTheRecordOfRecentChangesStaysBoundedThroughABurst(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	r := newRecentChanges()
+	r.now = func() time.Time { return now }
+	for i := range 50_000 {
+		r.note(strconv.Itoa(i))
+		now = now.Add(time.Millisecond / 10) // 10,000 changes a second
+	}
+	// A window holds 1,000 keys at this rate; pruning once per window leaves at most two
+	// windows' worth on top of the threshold.
+	if n := len(r.until); n > maxSettling+2*1000 {
+		t.Fatalf("%d keys recorded after the burst, want at most %d", n, maxSettling+2*1000)
+	}
+	if _, named := sent(t, r, &licensingv1.GetLicensesRequest{Keys: []string{"49999", "0"}}); !slices.Equal(named, []string{"49999"}) {
+		t.Fatalf("named %q, want only the last change", named)
 	}
 }
