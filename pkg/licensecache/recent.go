@@ -160,9 +160,14 @@ func (r *recentChanges) honor(named []string, req any) {
 	if !ok {
 		return
 	}
+	// A set: what a caller names is bounded only by the size of its headers.
+	names := make(map[string]bool, len(named))
+	for _, key := range named {
+		names[key] = true
+	}
 	var keys []string
 	eachKey(m.ProtoReflect(), func(key string) {
-		if key = license.CanonicalKey(key); slices.Contains(named, key) && !slices.Contains(keys, key) {
+		if key = license.CanonicalKey(key); names[key] && !slices.Contains(keys, key) {
 			keys = append(keys, key)
 		}
 	})
