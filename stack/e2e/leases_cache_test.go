@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -60,30 +61,50 @@ func TestAWriteThroughAGatewayCountsAtOnceOnEveryServiceBehindIt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, c := newClient(t, gateway, s.AdminKey), newClient(t, gateway, "")
+	a := newClient(t, gateway, s.AdminKey)
 	p := product("every-hop")
 	registerRelease(t, a, rel(p, "2.0.0"))
-	key := issueLicense(t, a, lic(p))
-	tok := seat(t, c, key, "box-1")
-	update := check(key, p, "1.0.0")
-	// Past the settle window of the issue: what the replicas read now, they keep.
+	// Several licenses, each written and asked about by its own client at once, so the
+	// gateway's batches mix keys just changed with keys that were not.
+	type app struct {
+		c        *Client
+		key, tok string
+		update   map[string]any
+	}
+	apps := make([]app, 6)
+	for i := range apps {
+		c := newClient(t, gateway, "")
+		key := issueLicense(t, a, lic(p))
+		apps[i] = app{c: c, key: key, tok: seat(t, c, key, "box-1"), update: check(key, p, "1.0.0")}
+	}
+	// Past the settle window of the issues: what the replicas read now, they keep.
 	time.Sleep(300 * time.Millisecond)
-	lease(c, map[string]any{"key": key, "token": tok}).Expect(t, 200)
-	c.Post("/v1/check-update", update).Expect(t, 200)
+	for _, ap := range apps {
+		lease(ap.c, map[string]any{"key": ap.key, "token": ap.tok}).Expect(t, 200)
+		ap.c.Post("/v1/check-update", ap.update).Expect(t, 200)
+	}
 	proxy.Pause()
 
-	for round := range 3 {
-		a.Post("/v1/revoke-license", map[string]any{"key": key, "revoked": true}).Expect(t, 200)
-		lease(c, map[string]any{"key": key, "token": tok}).ExpectError(t, 403, errNotActive)
-		c.Post("/v1/activate-license", map[string]string{"key": key, "instance_id": "box-2"}).ExpectError(t, 403, errNotActive)
-		c.Post("/v1/check-update", update).ExpectError(t, 403, errNotActive)
-		a.Post("/v1/revoke-license", map[string]any{"key": key, "revoked": false}).Expect(t, 200)
-		lease(c, map[string]any{"key": key, "token": tok}).Expect(t, 200)
-		c.Post("/v1/check-update", update).Expect(t, 200)
-		// Past the settle window: the replicas now keep the reactivated license, which the
-		// next round's revocation must overcome again.
-		time.Sleep(300 * time.Millisecond)
-		lease(c, map[string]any{"key": key, "token": tok}).Expect(t, 200)
-		t.Logf("round %d: every answer after each write was the write's", round+1)
-	}
+	t.Run("apps", func(t *testing.T) {
+		for i, ap := range apps {
+			t.Run(strconv.Itoa(i), func(t *testing.T) {
+				t.Parallel()
+				c, key, tok := ap.c, ap.key, ap.tok
+				for round := range 3 {
+					a.Post("/v1/revoke-license", map[string]any{"key": key, "revoked": true}).Expect(t, 200)
+					lease(c, map[string]any{"key": key, "token": tok}).ExpectError(t, 403, errNotActive)
+					c.Post("/v1/activate-license", map[string]string{"key": key, "instance_id": "box-2"}).ExpectError(t, 403, errNotActive)
+					c.Post("/v1/check-update", ap.update).ExpectError(t, 403, errNotActive)
+					a.Post("/v1/revoke-license", map[string]any{"key": key, "revoked": false}).Expect(t, 200)
+					lease(c, map[string]any{"key": key, "token": tok}).Expect(t, 200)
+					c.Post("/v1/check-update", ap.update).Expect(t, 200)
+					// Past the settle window: the replicas now keep the reactivated license,
+					// which the next round's revocation must overcome again.
+					time.Sleep(300 * time.Millisecond)
+					lease(c, map[string]any{"key": key, "token": tok}).Expect(t, 200)
+					t.Logf("round %d: every answer after each write was the write's", round+1)
+				}
+			})
+		}
+	})
 }
