@@ -80,6 +80,9 @@ type Cache[V any] struct {
 	settling map[string]time.Time
 	// settlingAll: the same for every key, after Clear.
 	settlingAll time.Time
+	// nextPrune: settling is pruned of ended windows at most once per window, so a burst
+	// of invalidations (an import) costs one pass per window, not one per key.
+	nextPrune time.Time
 	// gen moves on with every invalidation, so a load that overlapped one is not stored.
 	gen uint64
 	// flights: key → qualifier → the load under way for that answer, which other misses
@@ -260,12 +263,13 @@ func (c *Cache[V]) Invalidate(key string) {
 	c.gen++
 	c.entries.drop(key)
 	delete(c.flights, key)
-	if len(c.settling) >= maxSettling {
+	if len(c.settling) >= maxSettling && !now.Before(c.nextPrune) {
 		for k, until := range c.settling {
 			if !now.Before(until) {
 				delete(c.settling, k)
 			}
 		}
+		c.nextPrune = now.Add(min(c.ttl, settle))
 	}
 	c.settling[key] = now.Add(min(c.ttl, settle))
 	c.mu.Unlock()

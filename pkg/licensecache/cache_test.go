@@ -2,6 +2,7 @@ package licensecache
 
 import (
 	"errors"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -256,5 +257,24 @@ func TestClearSettlesEveryKeyAndAnAnswerEndsWhenItSays(t *testing.T) {
 	}
 	if n := src.reads.Load(); n != 7 {
 		t.Fatalf("reads %d, want C read once, then again once its time came (7)", n)
+	}
+}
+
+// A burst of invalidations (an import: 10,000 license changes a second) keeps the record
+// of settling keys to the last windows' worth, pruned at most once per window.
+func TestSettlingKeysStayBoundedThroughABurstOfInvalidations(t *testing.T) {
+	c, clk := newTestCache(time.Second)
+	for i := range 50_000 {
+		c.Invalidate(strconv.Itoa(i))
+		clk.Advance(time.Millisecond / 10)
+	}
+	if n := len(c.settling); n > maxSettling+2*1000 {
+		t.Fatalf("%d keys settling after the burst, want at most %d", n, maxSettling+2*1000)
+	}
+	var src source
+	c.Get("49999", src.load)
+	c.Get("49999", src.load)
+	if n := src.reads.Load(); n != 2 {
+		t.Fatalf("the last key invalidated was read %d times in its settle window, want 2 (not kept)", n)
 	}
 }
