@@ -278,3 +278,18 @@ func TestSettlingKeysStayBoundedThroughABurstOfInvalidations(t *testing.T) {
 		t.Fatalf("the last key invalidated was read %d times in its settle window, want 2 (not kept)", n)
 	}
 }
+
+// BenchmarkInvalidateBurst is one invalidation during a burst of 20,000 a second (an
+// import, a bulk revocation): 2,000 keys settle at any moment, over the pruning threshold.
+func BenchmarkInvalidateBurst(b *testing.B) {
+	c, clk := newTestCache(time.Second)
+	keys := make([]string, 50_000)
+	for i := range keys {
+		keys[i] = strconv.Itoa(i)
+	}
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		c.Invalidate(keys[i%len(keys)])
+		clk.Advance(time.Millisecond / 20)
+	}
+}
