@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -430,12 +431,47 @@ func (s *Stack) metricsSocket(extra map[string]string, socket net.Listener) (net
 // the socket (pkg/listenfd). A port merely chosen free and bound later by the process
 // could be taken meanwhile by any of the processes of parallel stacks (a gateway then
 // talked to another stack's service).
+//
+// Port 0 is chosen below the kernel's range for outgoing connections: a service stopped
+// and started again on its port (RestartService, a crash) would otherwise find it taken
+// by any connection some other process opened meanwhile, which is given a port from that
+// range ("bind: address already in use" failed a test that way).
 func listen(addr string) (net.Listener, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err == nil && port == "0" {
+		if low, high, ok := belowEphemeral(); ok {
+			for range 100 {
+				candidate := net.JoinHostPort(host, strconv.Itoa(low+rand.IntN(high-low)))
+				if l, err := net.Listen("tcp", candidate); err == nil {
+					return l, nil
+				}
+			}
+		}
+	}
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("stack: listen %s: %w", addr, err)
 	}
 	return l, nil
+}
+
+// belowEphemeral is the range of ports [low, high) listen picks from: the half below the
+// kernel's range for outgoing connections, when that starts high enough (Linux's default
+// is 32768).
+func belowEphemeral() (low, high int, ok bool) {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0, 0, false
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 0, 0, false
+	}
+	start, err := strconv.Atoi(f[0])
+	if err != nil || start < 16384 {
+		return 0, 0, false
+	}
+	return start / 2, start, true
 }
 
 func portOf(l net.Listener) int { return l.Addr().(*net.TCPAddr).Port }

@@ -71,3 +71,23 @@ func TestFreeMetricsPortIsBoundAndNamed(t *testing.T) {
 		t.Fatal("the metrics port is not held until the process inherits it")
 	}
 }
+
+// A port the stack chooses is below the kernel's range for outgoing connections, so a
+// service started again on its port never finds it taken by some process's connection.
+func TestChosenPortsAreBelowTheOutgoingConnectionsRange(t *testing.T) {
+	low, high, ok := belowEphemeral()
+	if !ok {
+		t.Skip("this kernel's range for outgoing connections starts too low to stay below")
+	}
+	for range 50 {
+		l, err := listen("127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := portOf(l)
+		_ = l.Close()
+		if port < low || port >= high {
+			t.Fatalf("chose port %d, want one in [%d, %d)", port, low, high)
+		}
+	}
+}
