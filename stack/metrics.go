@@ -1,8 +1,10 @@
 package stack
 
 import (
-	"strconv"
 	"strings"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 )
 
 // MetricSeries is one series of a metric in the Prometheus text exposition that
@@ -12,30 +14,30 @@ type MetricSeries struct {
 	Value  float64
 }
 
-// ParseMetrics returns the series of the metric name in a text exposition, in their
-// order. Label values are taken as written between their quotes: the methods, routes and
-// codes Keyhouse labels with need no escapes.
+// ParseMetrics returns the series of the counter or gauge name in a text exposition
+// (Prometheus's own parser), in their order; nothing when the exposition does not parse.
 func ParseMetrics(exposition, name string) []MetricSeries {
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(strings.NewReader(exposition))
+	if err != nil {
+		return nil
+	}
 	var out []MetricSeries
-	for _, line := range strings.Split(exposition, "\n") {
-		rest, ok := strings.CutPrefix(line, name)
-		if !ok || rest == "" || (rest[0] != '{' && rest[0] != ' ') {
-			continue // another metric whose name starts with this one, or a comment
-		}
+	for _, m := range families[name].GetMetric() {
 		series := MetricSeries{Labels: map[string]string{}}
-		if labels, after, ok := strings.Cut(strings.TrimPrefix(rest, "{"), "} "); rest[0] == '{' && ok {
-			for _, pair := range strings.Split(labels, ",") {
-				if k, v, ok := strings.Cut(pair, "="); ok {
-					series.Labels[k] = strings.Trim(v, `"`)
-				}
-			}
-			rest = after
+		for _, l := range m.GetLabel() {
+			series.Labels[l.GetName()] = l.GetValue()
 		}
-		v, err := strconv.ParseFloat(strings.TrimSpace(rest), 64)
-		if err != nil {
+		switch {
+		case m.Counter != nil:
+			series.Value = m.GetCounter().GetValue()
+		case m.Gauge != nil:
+			series.Value = m.GetGauge().GetValue()
+		case m.Untyped != nil:
+			series.Value = m.GetUntyped().GetValue()
+		default:
 			continue
 		}
-		series.Value = v
 		out = append(out, series)
 	}
 	return out

@@ -66,7 +66,8 @@ type ServerOptions struct {
 	// Monitor, when set, drives the health statuses: a failing dependency turns them
 	// NOT_SERVING until it answers again.
 	Monitor *readiness.Monitor
-	// Unary interceptors run inside the shared chain, on authenticated calls only.
+	// Unary interceptors run last in the shared chain, after the authenticator (which
+	// lets public methods through without a credential).
 	Unary []grpc.UnaryServerInterceptor
 }
 

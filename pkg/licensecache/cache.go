@@ -228,10 +228,11 @@ const liveSpread = 5 // up to a fifth
 
 // liveLife is how long an entry stored while proven lives: liveTTL less up to a fifth of
 // it, at random. Answers loaded together (a restart, a deploy, a fleet's first checks)
-// would otherwise expire together, and every liveTTL the same keys would miss at once: a
-// run with 100,000 keys loaded in its first minute answered 71% from the cache in the
-// minute they expired, against 100% before it. Spread over a fifth of liveTTL, the
-// reloads fall over a minute of the default 5 and spread further at each reload.
+// would otherwise expire together, and every liveTTL the same keys would miss at once. In
+// make bench's minute where the first minute's 100,000 uniform keys reach 5 minutes, the
+// cache answered 91.3% with fixed lives and 97.7% with spread ones. Spread over a fifth
+// of liveTTL, the reloads fall over a minute of the default 5 and spread further at each
+// reload.
 func (c *Cache[V]) liveLife() time.Duration {
 	spread := int64(c.liveTTL / liveSpread)
 	if spread <= 0 {

@@ -88,25 +88,10 @@ func StolenCPU() time.Duration {
 	return time.Duration(steal) * clockTick
 }
 
-// statFields returns the fields of /proc/<pid>/stat after the command name (which may
-// hold spaces), so field 3 of proc(5) is index 0.
-func statFields(pid int) []string {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return nil
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return nil
-	}
-	return strings.Fields(s[i+1:])
-}
-
 // procCPU is pid's own CPU (utime + stime) and that of its children it has waited for
 // (cutime + cstime).
 func procCPU(pid int) (self, children time.Duration, ok bool) {
-	f := statFields(pid)
+	f := stack.ProcStat(pid)
 	if len(f) < 15 {
 		return 0, 0, false
 	}
@@ -136,7 +121,7 @@ func processTreeCPU(pid int) (time.Duration, bool) {
 			return 0, false
 		}
 		total = self + reaped
-		for _, child := range childrenOf(pid) {
+		for _, child := range stack.ChildrenOf(pid) {
 			if t, _, ok := procCPU(child); ok {
 				total += t
 			}
@@ -148,41 +133,10 @@ func processTreeCPU(pid int) (time.Duration, bool) {
 	return total, true
 }
 
-// childrenOf lists the processes whose parent is pid.
-func childrenOf(pid int) []int {
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil
-	}
-	var out []int
-	want := strconv.Itoa(pid)
-	for _, e := range entries {
-		child, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		// proc(5): ppid is field 4.
-		if f := statFields(child); len(f) > 1 && f[1] == want {
-			out = append(out, child)
-		}
-	}
-	return out
-}
-
 // postmasterPID and redisPID are the stack's Postgres and Redis server processes (0: not
 // running).
 func postmasterPID(s *stack.Stack) int {
-	return pidFile(filepath.Join(s.Dir(), "postgres", "data", "postmaster.pid"))
+	return stack.PIDFile(filepath.Join(s.Dir(), "postgres", "data", "postmaster.pid"))
 }
 
-func redisPID(s *stack.Stack) int { return pidFile(filepath.Join(s.Dir(), "redis", "redis.pid")) }
-
-func pidFile(path string) int {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return 0
-	}
-	line, _, _ := strings.Cut(string(b), "\n")
-	pid, _ := strconv.Atoi(strings.TrimSpace(line))
-	return pid
-}
+func redisPID(s *stack.Stack) int { return stack.PIDFile(filepath.Join(s.Dir(), "redis", "redis.pid")) }

@@ -85,7 +85,7 @@ func stackPIDs(s *stack.Stack) []int {
 	}
 	if pid := postmasterPID(s); pid > 0 {
 		pids = append(pids, pid)
-		pids = append(pids, childrenOf(pid)...)
+		pids = append(pids, stack.ChildrenOf(pid)...)
 	}
 	if pid := redisPID(s); pid > 0 {
 		pids = append(pids, pid)

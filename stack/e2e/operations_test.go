@@ -101,33 +101,12 @@ func pause(t *testing.T, what string, pids []int) (resume func()) {
 // SERVING through a whole pause.
 func pausePostgres(t *testing.T, dir string) (resume func()) {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(dir, "data", "postmaster.pid"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	master, err := strconv.Atoi(strings.TrimSpace(strings.SplitN(string(b), "\n", 2)[0]))
-	if err != nil {
-		t.Fatal(err)
+	master := stack.PIDFile(filepath.Join(dir, "data", "postmaster.pid"))
+	if master == 0 {
+		t.Fatalf("no postmaster.pid in %s", dir)
 	}
 	resumeMaster := pause(t, "postmaster", []int{master})
-	var children []int
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid …; comm may hold spaces, so parse after the last ')'.
-		fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
-		if len(fields) > 1 && fields[1] == strconv.Itoa(master) {
-			children = append(children, pid)
-		}
-	}
-	resumeChildren := pause(t, "postgres backend", children)
+	resumeChildren := pause(t, "postgres backend", stack.ChildrenOf(master))
 	return func() {
 		resumeChildren()
 		resumeMaster()
@@ -136,13 +115,9 @@ func pausePostgres(t *testing.T, dir string) (resume func()) {
 
 func redisPid(t *testing.T, dir string) int {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(dir, "redis.pid"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil {
-		t.Fatal(err)
+	pid := stack.PIDFile(filepath.Join(dir, "redis.pid"))
+	if pid == 0 {
+		t.Fatalf("no redis.pid in %s", dir)
 	}
 	return pid
 }
