@@ -168,6 +168,7 @@ func (a *Authenticator) Authenticate(ctx context.Context, fullMethod string) (co
 		if !a.IsAdminKey(token) {
 			return nil, apierr.Unauthorized
 		}
+		announceCaller(ctx, CallerAdmin)
 		return WithPrincipal(ctx, Principal{Admin: true}), nil
 	case apiv1.Access_ACCESS_INTERNAL:
 		if !a.IsAdminKey(token) {
@@ -183,6 +184,7 @@ func (a *Authenticator) Authenticate(ctx context.Context, fullMethod string) (co
 	case apiv1.Access_ACCESS_TENANT:
 		// A session-shaped token is never taken for the admin key.
 		if !a.cfg.MultiTenant && !IsSessionToken(token) && a.IsAdminKey(token) {
+			announceCaller(ctx, CallerTenantPrefix+SelfHostedTenant)
 			return WithPrincipal(ctx, Principal{TenantID: SelfHostedTenant, Admin: true}), nil
 		}
 		// Hosted, the admin key is never a tenant credential (api.md, Authentication).
@@ -200,10 +202,31 @@ func (a *Authenticator) Authenticate(ctx context.Context, fullMethod string) (co
 		if cred.ReadOnly && !a.readOnly(fullMethod) {
 			return nil, apierr.Unauthorized
 		}
+		announceCaller(ctx, CallerTenantPrefix+cred.TenantID)
 		return WithPrincipal(ctx, Principal{TenantID: cred.TenantID, Session: IsSessionToken(token), ReadOnly: cred.ReadOnly}), nil
 	default:
 		return nil, apierr.Unauthorized
 	}
+}
+
+// CallerHeader is the gRPC response metadata in which a call authenticated by a client's
+// credential names who that credential proved to be: CallerAdmin, or CallerTenantPrefix
+// and the tenant id. The gateway's admission control learns from it which credentials are
+// real and whose they are, so a credential counts for its tenant's fair share, and one
+// never proven (made up, or refused) counts with every other such one
+// (gateway/internal/admission). Calls of internal methods (service to service) name
+// nobody.
+const CallerHeader = "keyhouse-caller"
+
+// The values of CallerHeader.
+const (
+	CallerAdmin        = "admin"
+	CallerTenantPrefix = "tenant "
+)
+
+// announceCaller puts who into the call's CallerHeader (outside a call it does nothing).
+func announceCaller(ctx context.Context, who string) {
+	_ = grpc.SetHeader(ctx, metadata.Pairs(CallerHeader, who))
 }
 
 // readOnly reads the read_only option of a method: whether a read-scope key may call it.

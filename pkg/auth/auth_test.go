@@ -9,6 +9,7 @@ import (
 	"github.com/keyhouse/keyhouse/pkg/apierr"
 	"github.com/keyhouse/keyhouse/pkg/auth"
 	_ "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/accounts/v1"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 )
 
@@ -161,5 +162,53 @@ func TestASuspendedTenantsCredentialsAreRefusedWithTheirOwnMessage(t *testing.T)
 	a := auth.New(auth.Config{MultiTenant: true, AdminKey: "admin-key", Tenants: tenants{"kh_s": "suspended"}})
 	if _, err := call(a, tenantMethod, "authorization", "Bearer kh_s"); err != auth.ErrTenantSuspended {
 		t.Fatalf("got %v", err)
+	}
+}
+
+// headerStream is the server side of a call as grpc.SetHeader sees it: it keeps the
+// response headers set.
+type headerStream struct{ header metadata.MD }
+
+func (s *headerStream) Method() string { return tenantMethod }
+func (s *headerStream) SetHeader(md metadata.MD) error {
+	s.header = metadata.Join(s.header, md)
+	return nil
+}
+func (s *headerStream) SendHeader(md metadata.MD) error { return s.SetHeader(md) }
+func (s *headerStream) SetTrailer(metadata.MD) error    { return nil }
+
+func TestAnAnswerNamesWhoTheCredentialProvedToBe(t *testing.T) {
+	self := auth.New(auth.Config{AdminKey: "admin-key", Tenants: tenants{"extra-key": auth.SelfHostedTenant}})
+	hosted := auth.New(auth.Config{MultiTenant: true, AdminKey: "admin-key", Tenants: tenants{"tenant-key": "t_1", "read-key": "t_2:read", "gone": "suspended"}})
+	cases := []struct {
+		name   string
+		a      *auth.Authenticator
+		method string
+		md     []string
+		caller string // "": the answer names nobody
+	}{
+		{"a hosted tenant key", hosted, tenantMethod, []string{"authorization", "Bearer tenant-key"}, "tenant t_1"},
+		{"the admin key on an admin route", hosted, adminMethod, []string{"authorization", "Bearer admin-key"}, "admin"},
+		{"the self-hosted admin key on a tenant route", self, tenantMethod, []string{"authorization", "Bearer admin-key"}, "tenant default"},
+		{"a self-hosted extra key", self, tenantMethod, []string{"authorization", "Bearer extra-key"}, "tenant default"},
+		{"a made-up key", hosted, tenantMethod, []string{"authorization", "Bearer made-up"}, ""},
+		{"a suspended tenant's key", hosted, tenantMethod, []string{"authorization", "Bearer gone"}, ""},
+		{"a read-scope key on a write route", hosted, tenantMethod, []string{"authorization", "Bearer read-key"}, ""},
+		{"a public route, whatever it carries", hosted, publicMethod, []string{"authorization", "Bearer tenant-key"}, ""},
+		{"an internal call", hosted, internalMethod, []string{"authorization", "Bearer admin-key", auth.TenantHeader, "t_9"}, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			stream := &headerStream{}
+			ctx := grpc.NewContextWithServerTransportStream(metadata.NewIncomingContext(context.Background(), metadata.Pairs(tc.md...)), stream)
+			_, _ = tc.a.Authenticate(ctx, tc.method)
+			got := stream.header.Get(auth.CallerHeader)
+			switch {
+			case tc.caller == "" && len(got) > 0:
+				t.Fatalf("the answer names %q; a credential not proven must name nobody", got)
+			case tc.caller != "" && (len(got) != 1 || got[0] != tc.caller):
+				t.Fatalf("the answer names %q, want %q", got, tc.caller)
+			}
+		})
 	}
 }

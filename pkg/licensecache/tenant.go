@@ -9,10 +9,12 @@ import (
 )
 
 // TenantHeader is the gRPC response metadata in which an answer about license keys names
-// the tenant that owns each key it found, one "<key> <tenant>" value per key
-// (verify-license's answer, and each found item of a batch of them). The gateway learns
-// from it whose license a later request is about, to share its capacity fairly between
-// tenants (gateway/internal/admission); the REST edge passes no metadata on.
+// the tenant that owns each key it found, one "<key> <tenant>" value per key: licensing's
+// verify-license answers, and every answer of activations and releases that looked a
+// license up in any tenant (pkg/licensingclient), each found item of a batch included.
+// The gateway learns from it whose license a later request is about, to share its
+// capacity fairly between tenants (gateway/internal/admission); the REST edge passes no
+// metadata on.
 const TenantHeader = "keyhouse-license-tenant"
 
 // AnnounceTenant adds key's tenant to the call's TenantHeader (outside a call it does

@@ -84,7 +84,20 @@ func (c *Client) CacheLicensesLive(nc *nats.Conn, ttl, liveTTL time.Duration) (s
 // routes); the license carries its tenant_id either way. The key may be typed the way a
 // person would (licensing canonicalizes it). An unknown key is license.ErrNotFound. The
 // answer may come from the cache (see CacheLicenses): callers must not modify it.
+//
+// Looked up in any tenant, the license's tenant is named in the answer of the call ctx
+// serves (licensecache.TenantHeader), so that the gateway learns whose license a request
+// is about from every route that names a key, not only from verify-license.
 func (c *Client) License(ctx context.Context, tenant, key string) (*licensingv1.License, error) {
+	l, err := c.find(ctx, tenant, key)
+	if err == nil && tenant == "" {
+		licensecache.AnnounceTenant(ctx, l.GetKey(), l.GetTenantId())
+	}
+	return l, err
+}
+
+// find is License without the announcement.
+func (c *Client) find(ctx context.Context, tenant, key string) (*licensingv1.License, error) {
 	switch {
 	case c.licenses == nil && tenant == "":
 		return c.batchedLicense(ctx, key)

@@ -6,6 +6,7 @@ import (
 	"github.com/keyhouse/keyhouse/pkg/apierr"
 	"github.com/keyhouse/keyhouse/pkg/grpcx"
 	"github.com/keyhouse/keyhouse/pkg/license"
+	"github.com/keyhouse/keyhouse/pkg/licensecache"
 	licensingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -19,16 +20,21 @@ const maxLookupKeys = 256
 // a batch call's items: the keys the cache holds are answered from it, the others are
 // asked of licensing in one GetLicenses call (per 256 keys) rather than one call each.
 // The answer is by canonical key (license.CanonicalKey); an unknown key is absent from
-// it. An error is the whole lookup's, the one each key's License would have failed with
+// it; each license found is named with its tenant in the answer of the call ctx serves,
+// as License does. An error is the whole lookup's, the one each key's License would have failed with
 // (503 "Licensing service unavailable, retry"). Callers must not modify the licenses.
 func (c *Client) Licenses(ctx context.Context, keys []string) (map[string]*licensingv1.License, error) {
 	canonical := make([]string, len(keys))
 	for i, k := range keys {
 		canonical[i] = license.CanonicalKey(k)
 	}
-	return c.licenses.GetMany(canonical, func(missing []string) (map[string]*licensingv1.License, error) {
+	found, err := c.licenses.GetMany(canonical, func(missing []string) (map[string]*licensingv1.License, error) {
 		return c.lookUp(ctx, missing)
 	})
+	for _, l := range found {
+		licensecache.AnnounceTenant(ctx, l.GetKey(), l.GetTenantId())
+	}
+	return found, err
 }
 
 // lookUp asks licensing for the licenses of keys (canonical, distinct), in any tenant.

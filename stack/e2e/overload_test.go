@@ -197,21 +197,82 @@ func TestOverloadRefusesTheExcessAndLosesNoWrite(t *testing.T) {
 
 func TestAFloodingTenantDoesNotCrowdOutAnother(t *testing.T) {
 	s := overloadStack(t)
-	tenantA, tenantB := newTenant(t, s), newTenant(t, s)
 	prodA, prodB := product("flood-a"), product("flood-b")
-	var aKeys, bKeys []string
-	for i := range 2 {
-		aKeys = append(aKeys, issueLicense(t, tenantA, map[string]any{"tier": "pro", "product_id": prodA, "issued_to": fmt.Sprintf("a%d@example.com", i)}))
-		bKeys = append(bKeys, issueLicense(t, tenantB, map[string]any{"tier": "pro", "product_id": prodB, "issued_to": fmt.Sprintf("b%d@example.com", i)}))
-	}
+	aKeys, bKeys := twoLicenses(t, newTenant(t, s), prodA), twoLicenses(t, newTenant(t, s), prodB)
 	// One answer for each key teaches the gateway whose it is.
 	for _, k := range append(append([]string(nil), aKeys...), bKeys...) {
 		anon(t, s).Post("/v1/verify-license", map[string]string{"key": k}).Expect(t, 200)
 	}
+	floodWhileAnotherChecks(t, s, "tenant A's verify-license", func(c *Client, w, i int) answer {
+		return send(c, http.MethodPost, "/v1/verify-license", map[string]string{"key": aKeys[(w+i)%len(aKeys)]})
+	}, "tenant B's verify-license", func(c *Client, i int) answer {
+		return send(c, http.MethodPost, "/v1/verify-license", map[string]string{"key": bKeys[i%len(bKeys)]})
+	})
+}
 
-	// A's apps flood from 16 addresses at once, back to back, until B is done.
+// Every answer about a license key names its tenant, not only verify-license's: a tenant
+// whose apps only check for updates, flooding, does not crowd out one whose apps only
+// validate their seats, although the gateway never saw either's keys verified.
+func TestTenantsAreToldApartByTheirKeysOnEveryRoute(t *testing.T) {
+	s := overloadStack(t)
+	prodA, prodB := product("updates-a"), product("seats-b")
+	aKeys, bKeys := twoLicenses(t, newTenant(t, s), prodA), twoLicenses(t, newTenant(t, s), prodB)
+	for i, k := range bKeys {
+		seat(t, anon(t, s), k, fmt.Sprintf("host-%d", i))
+	}
+	// One answer for each key, on the routes each tenant's apps use, teaches the gateway
+	// whose it is.
+	for _, k := range aKeys {
+		anon(t, s).Post("/v1/check-update", check(k, prodA, "1.0.0")).Expect(t, 200)
+	}
+	for i, k := range bKeys {
+		if !validate(t, anon(t, s), k, fmt.Sprintf("host-%d", i)) {
+			t.Fatalf("seat host-%d of %s is not valid", i, k)
+		}
+	}
+	floodWhileAnotherChecks(t, s, "tenant A's check-update", func(c *Client, w, i int) answer {
+		return send(c, http.MethodPost, "/v1/check-update", check(aKeys[(w+i)%len(aKeys)], prodA, "1.0.0"))
+	}, "tenant B's validate-license", func(c *Client, i int) answer {
+		return send(c, http.MethodPost, "/v1/validate-license", map[string]string{"key": bKeys[i%len(bKeys)], "instance_id": fmt.Sprintf("host-%d", i%len(bKeys))})
+	})
+}
+
+// A credential counts for its tenant only once an answer proved it real: a flood of
+// made-up API keys is one tenant however many keys it makes up, and does not crowd out a
+// tenant's real one.
+func TestMadeUpCredentialsDoNotCrowdOutARealOne(t *testing.T) {
+	s := overloadStack(t)
+	tenantB := newTenant(t, s)
+	// One answer teaches the gateway whose B's key is.
+	tenantB.Get("/v1/billing/status").Expect(t, 200)
+	var made atomic.Int64
+	floodWhileAnotherChecks(t, s, "made-up credentials' list-licenses", func(*Client, int, int) answer {
+		c := newClient(t, s.URL, fmt.Sprintf("kh_made_up_%d", made.Add(1)))
+		return send(c, http.MethodGet, "/v1/list-licenses", nil)
+	}, "tenant B's list-licenses", func(*Client, int) answer {
+		return send(tenantB, http.MethodGet, "/v1/list-licenses", nil)
+	})
+}
+
+// twoLicenses issues two licenses of product to tenant and returns their keys.
+func twoLicenses(t *testing.T, tenant *Client, product string) []string {
+	t.Helper()
+	var keys []string
+	for i := range 2 {
+		keys = append(keys, issueLicense(t, tenant, map[string]any{"tier": "pro", "product_id": product, "issued_to": fmt.Sprintf("user%d@example.com", i)}))
+	}
+	return keys
+}
+
+// floodWhileAnotherChecks runs flood from 16 addresses at once, back to back, until the
+// limit is full (the flood refused a hundred times), then makes 100 checks one after
+// another from one other address, and fails the test for each check not answered 200:
+// the quiet tenant holds less than its share of the limit whenever the flood holds slots.
+// Any 5xx other than the overload 503 fails it too.
+func floodWhileAnotherChecks(t *testing.T, s *stack.Stack, floodName string, flood func(c *Client, worker, i int) answer, checkName string, checkOne func(c *Client, i int) answer) {
+	t.Helper()
 	stop := make(chan struct{})
-	var aRefused, aOK atomic.Int64
+	var refusedFlood, answeredFlood atomic.Int64
 	var wg sync.WaitGroup
 	for w := range 16 {
 		wg.Add(1)
@@ -224,45 +285,39 @@ func TestAFloodingTenantDoesNotCrowdOutAnother(t *testing.T) {
 					return
 				default:
 				}
-				if i%900 == 899 {
-					c = anon(t, s) // stays under the per-IP tier
+				if i%250 == 249 {
+					c = anon(t, s) // stays under every per-IP tier
 				}
-				a := send(c, http.MethodPost, "/v1/verify-license", map[string]string{"key": aKeys[(w+i)%len(aKeys)]})
-				if refused(t, "tenant A's verify-license", a) {
-					aRefused.Add(1)
-				} else if a.err == nil && a.status == http.StatusOK {
-					aOK.Add(1)
+				a := flood(c, w, i)
+				if refused(t, floodName, a) {
+					refusedFlood.Add(1)
+				} else if a.err == nil {
+					answeredFlood.Add(1)
 				}
 			}
 		}()
 	}
-	// Once the flood fills the limit (A refused a hundred times), B's app checks its
-	// licenses one after another: every check succeeds, since B holds less than its share
-	// of the limit whenever A holds slots.
-	for deadline := time.Now().Add(time.Minute); aRefused.Load() < 100; time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(time.Minute); refusedFlood.Load() < 100; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			close(stop)
 			wg.Wait()
-			t.Fatalf("tenant A was refused only %d times in a minute (%d answered): the flood never filled the limit", aRefused.Load(), aOK.Load())
+			t.Fatalf("%s was refused only %d times in a minute (%d answered): the flood never filled the limit", floodName, refusedFlood.Load(), answeredFlood.Load())
 		}
 	}
-	b := anon(t, s)
+	c := anon(t, s)
 	failed := 0
 	for i := range 100 {
-		if a := send(b, http.MethodPost, "/v1/verify-license", map[string]string{"key": bKeys[i%len(bKeys)]}); a.err != nil || a.status != http.StatusOK {
+		if a := checkOne(c, i); a.err != nil || a.status != http.StatusOK {
 			failed++
 			if failed <= 3 {
-				t.Errorf("tenant B's check %d during A's flood: %d %s %v", i, a.status, a.body, a.err)
+				t.Errorf("%s %d during the flood: %d %s %v", checkName, i, a.status, a.body, a.err)
 			}
 		}
 	}
 	close(stop)
 	wg.Wait()
 	if failed > 0 {
-		t.Errorf("%d of tenant B's 100 checks failed while tenant A flooded", failed)
+		t.Errorf("%d of the 100 checks (%s) failed during the flood (%s)", failed, checkName, floodName)
 	}
-	if aRefused.Load() == 0 {
-		t.Fatalf("tenant A was never refused (%d answered): the flood never filled the limit, so this test checked nothing", aOK.Load())
-	}
-	t.Logf("tenant A: %d answered, %d refused; tenant B: %d of 100 answered", aOK.Load(), aRefused.Load(), 100-failed)
+	t.Logf("%s: %d answered, %d refused; %s: %d of 100 answered", floodName, answeredFlood.Load(), refusedFlood.Load(), checkName, 100-failed)
 }

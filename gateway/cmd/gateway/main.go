@@ -123,8 +123,8 @@ func run(ctx context.Context) error {
 	// changed within the settle window, so those services drop them first: a write is
 	// followed by no stale answer through this gateway, from any hop.
 	dropAnnounced := grpc.WithChainUnaryInterceptor(caches.DropAnnounced(), licensecache.ForwardRecentChanges())
-	// Admission control shares capacity by tenant; licensing's answers name the tenant of
-	// each key they are about.
+	// Admission control shares capacity by tenant. The services' answers name the tenant
+	// of each license key they are about, and who a client's credential proved to be.
 	tenants := admission.NewTenants()
 	learnTenants := grpc.WithChainUnaryInterceptor(tenants.Learning())
 
@@ -135,11 +135,11 @@ func run(ctx context.Context) error {
 		opts []grpc.DialOption
 	}{
 		{cfg.LicensingAddr, &conns.Licensing, []grpc.DialOption{dropAnnounced, learnTenants}},
-		{cfg.ActivationsAddr, &conns.Activations, []grpc.DialOption{dropAnnounced}},
-		{cfg.ReleasesAddr, &conns.Releases, []grpc.DialOption{dropAnnounced}},
-		{cfg.BillingAddr, &conns.Billing, nil},
-		{cfg.StorefrontAddr, &conns.Storefront, nil},
-		{cfg.EventsAddr, &conns.Events, nil},
+		{cfg.ActivationsAddr, &conns.Activations, []grpc.DialOption{dropAnnounced, learnTenants}},
+		{cfg.ReleasesAddr, &conns.Releases, []grpc.DialOption{dropAnnounced, learnTenants}},
+		{cfg.BillingAddr, &conns.Billing, []grpc.DialOption{learnTenants}},
+		{cfg.StorefrontAddr, &conns.Storefront, []grpc.DialOption{learnTenants}},
+		{cfg.EventsAddr, &conns.Events, []grpc.DialOption{learnTenants}},
 	} {
 		conn, err := grpcx.Dial(c.addr, c.opts...)
 		if err != nil {

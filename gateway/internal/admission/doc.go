@@ -24,12 +24,17 @@
 //
 // # Fair shares
 //
-// Each request counts for a tenant: a request with a credential for that credential, a
-// request about a license key for the key's tenant, which the gateway learns from
-// licensing's answers (licensecache.TenantHeader; a key not answered yet counts for
-// UnknownKeys, one tenant for all of them). Below the limit every request is admitted. At
-// the limit, a light tenant is still admitted, up to twice the limit and lightRoom in
-// flight; the others are refused. Light is either of two measures (Limiter.Acquire):
+// Each request counts for a tenant, which the gateway learns from the services' answers:
+// a request with a credential for whom an answer proved that credential to be
+// (auth.CallerHeader: its tenant, or the admin; a credential not proven yet, made up or
+// refused, counts for UnknownCredentials, one tenant for all of them), a request about a
+// license key for the key's tenant (licensecache.TenantHeader, named by every answer
+// about license keys: verify-license's, validate-license's, check-update's, the seat
+// and lease routes'; a key not answered yet counts for UnknownKeys, one tenant for all
+// of them). A tenant's credentials and its license keys count for one tenant.
+//
+// Below the limit every request is admitted. At the limit, a light tenant is still
+// admitted, up to twice the limit and lightRoom in flight; the others are refused. Light is either of two measures (Limiter.Acquire):
 // holding fewer requests in flight than an equal share of the limit, or asking much less
 // often than the busiest tenant. A tenant that floods is heavy by both, so it gets every
 // slot nobody else wants and nothing more; the quiet tenants' requests go through whether

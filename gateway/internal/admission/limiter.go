@@ -61,9 +61,11 @@ type Limiter struct {
 	// held is each tenant's admitted requests in flight (tenants with none are absent).
 	held map[string]int
 	// asked counts each tenant's requests (admitted or not), fading to a quarter every
-	// Window (sharesStart is the last time); heaviest is the most any tenant has.
+	// Window (sharesStart is the last time); heaviest is the most any tenant has, and
+	// busiest the tenant that has it.
 	asked       map[string]int
 	heaviest    int
+	busiest     string
 	sharesStart time.Time
 
 	windowStart time.Time
@@ -149,8 +151,9 @@ const (
 //     flood does not make the quiet tenant look heavy;
 //   - what it asks: less than half as often as the busiest tenant in the last Window, or
 //     less than the busiest and at most lightFloor times (refused requests count: it is
-//     the demand that tells a flood), so a quiet tenant whose requests are slow (the
-//     flood raised everyone's latency) keeps more than its equal share of a low limit.
+//     the demand that tells a flood), while the busiest has requests in flight, so a
+//     quiet tenant whose requests are slow (the flood raised everyone's latency) keeps
+//     more than its equal share of a low limit.
 //
 // A tenant that floods is heavy by both: it takes every free slot below the limit and is
 // refused past it, while the quiet tenants' requests still go through, up to twice the
@@ -169,7 +172,9 @@ func (l *Limiter) Acquire(tenant string) (done func(latency time.Duration), reas
 		// A probe lowers the limit for the heavy tenants only; the light ones keep their
 		// share of the real limit.
 		holdsLittle := tenants > 1 && held*tenants < int(l.limit)
-		asksLittle := asked < l.heaviest && (asked <= lightFloor || 2*asked < l.heaviest)
+		// Only next to a flood still under way: one that stopped (nothing in flight) is no
+		// measure of who asks little, and next to it a new flood would pass for light.
+		asksLittle := asked < l.heaviest && (asked <= lightFloor || 2*asked < l.heaviest) && l.held[l.busiest] > 0
 		light := holdsLittle || asksLittle
 		if !light || l.inflight >= 2*int(l.limit)+lightRoom {
 			reason := ReasonLimit
@@ -194,21 +199,26 @@ func (l *Limiter) Acquire(tenant string) (done func(latency time.Duration), reas
 // countAsked counts a request of tenant and returns how many it made in the fading
 // window. The counts fade to a quarter every Window, whatever the traffic: who is busy
 // carries over a window's start (a quiet tenant must not look as busy as a flood that has
-// only started counting again), and a flood that stopped fades out.
+// only started counting again), and a flood that stopped fades out, by a quarter for
+// every Window gone since the last request: faded once after a quiet spell, a flood that
+// stopped seconds ago still looked the busiest, and a new flood next to it light.
 func (l *Limiter) countAsked(tenant string, now time.Time) int {
-	if now.Sub(l.sharesStart) >= l.cfg.Window {
+	if gone := now.Sub(l.sharesStart); gone >= l.cfg.Window {
+		shift := 2 * min(gone/l.cfg.Window, 32)
 		for t, n := range l.asked {
-			if n >>= 2; n > 0 {
+			if n >>= shift; n > 0 {
 				l.asked[t] = n
 			} else {
 				delete(l.asked, t)
 			}
 		}
-		l.heaviest, l.sharesStart = l.heaviest>>2, now
+		l.heaviest, l.sharesStart = l.heaviest>>shift, now
 	}
 	l.asked[tenant]++
 	asked := l.asked[tenant]
-	l.heaviest = max(l.heaviest, asked)
+	if asked > l.heaviest {
+		l.heaviest, l.busiest = asked, tenant
+	}
 	return asked
 }
 

@@ -347,3 +347,36 @@ func TestAQuietTenantWhoseRequestsSlowedDownKeepsGettingIn(t *testing.T) {
 		t.Fatal("the flood admitted while the quiet tenant holds slots")
 	}
 }
+
+// A flood that stopped is no measure of who asks little: whether it stopped seconds ago
+// (its counts faded out) or just now (they have not), a new flood is not light next to
+// it, and past the limit it gets no more than a flood does.
+func TestAFloodThatStoppedDoesNotMakeTheNextLookLight(t *testing.T) {
+	for _, quiet := range []time.Duration{0, 10 * time.Second} {
+		c := &clock{t: time.Unix(1e9, 0)}
+		l := newTestLimiter(c, Config{MinLimit: 2, MaxLimit: 2, InitialLimit: 2})
+		for range 4 {
+			window(l, c, "old-flood", 5000, time.Millisecond)
+		}
+		c.add(quiet) // nobody asks meanwhile
+		if quiet > 0 {
+			// A straggler of the old flood, still in flight: it counts for one request now,
+			// not for the thousands of ten seconds ago.
+			if done, _ := l.Acquire("old-flood"); done == nil {
+				t.Fatal("refused below the limit")
+			}
+		}
+		admitted := 0
+		for range 100 {
+			if done, _ := l.Acquire("new-flood"); done != nil {
+				admitted++
+			}
+		}
+		if admitted > 2 || (quiet > 0 && admitted > 1) {
+			t.Errorf("%v after the old flood stopped, the new one got %d in flight at a limit of 2: the old flood still counted as the busiest", quiet, admitted)
+		}
+		if done, reason := l.Acquire("quiet"); done == nil {
+			t.Errorf("%v after the old flood stopped, the quiet tenant was refused (%s) while the new flood held the limit", quiet, reason)
+		}
+	}
+}

@@ -1,14 +1,21 @@
 package admission
 
 import (
+	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/keyhouse/keyhouse/gateway/internal/edge"
+	"github.com/keyhouse/keyhouse/pkg/auth"
+	"github.com/keyhouse/keyhouse/pkg/licensecache"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 )
 
 // blocking is a handler that holds every request until release is closed.
@@ -78,13 +85,120 @@ func TestRequestsCountByCredentialOrByTheirKeysTenant(t *testing.T) {
 	if got := book.Of(post(`{}`)); got != NoKey {
 		t.Fatalf("no key: %q", got)
 	}
-	withKey := post(`{"key":"abcd-efgh-jkmn-pqrs-tvwx-yz01-2345"}`)
-	withKey.Header.Set("Authorization", "Bearer secret-one")
-	other := post(`{}`)
-	other.Header.Set("Authorization", "Bearer secret-two")
-	a, b := book.Of(withKey), book.Of(other)
-	if !strings.HasPrefix(a, "credential:") || a == b || strings.Contains(a, "secret") {
-		t.Fatalf("credentials: %q and %q; want two distinct shares that do not spell the secret", a, b)
+	withCredential := func(authorization string) *http.Request {
+		r := post(`{"key":"abcd-efgh-jkmn-pqrs-tvwx-yz01-2345"}`)
+		r.Header.Set("Authorization", authorization)
+		return r
+	}
+	for _, c := range []string{"Bearer secret-one", "Bearer secret-two", "Bearer made-up"} {
+		if got := book.Of(withCredential(c)); got != UnknownCredentials {
+			t.Fatalf("a credential no answer has proven: %q, want %q", got, UnknownCredentials)
+		}
+	}
+	book.LearnCredential("Bearer secret-one", auth.CallerTenantPrefix+"tenant-a")
+	book.LearnCredential("Bearer secret-two", auth.CallerAdmin)
+	book.LearnCredential("Bearer made-up", "tenant ")
+	book.LearnCredential("Bearer made-up", "somebody")
+	if got := book.Of(withCredential("Bearer secret-one")); got != "tenant:tenant-a" {
+		t.Fatalf("a credential proven to be tenant-a's: %q, the share of its license keys", got)
+	}
+	if got := book.Of(withCredential("Bearer secret-two")); got != "admin" {
+		t.Fatalf("the admin key: %q", got)
+	}
+	if got := book.Of(withCredential("Bearer made-up")); got != UnknownCredentials {
+		t.Fatalf("a credential answered with no tenant: %q", got)
+	}
+	book.LearnCredential("Bearer secret-two", auth.CallerTenantPrefix+"tenant-b")
+	if got := book.Of(withCredential("Bearer secret-two")); got != "tenant:tenant-b" || strings.Contains(got, "secret") {
+		t.Fatalf("a credential proven again, to be another's: %q", got)
+	}
+}
+
+// fakeAnswer is an invoker whose answer carries header.
+func fakeAnswer(header metadata.MD) grpc.UnaryInvoker {
+	return func(_ context.Context, _ string, _, _ any, _ *grpc.ClientConn, opts ...grpc.CallOption) error {
+		for _, o := range opts {
+			if h, ok := o.(grpc.HeaderCallOption); ok {
+				*h.HeaderAddr = header
+			}
+		}
+		return nil
+	}
+}
+
+func TestTheBookLearnsFromTheServicesAnswers(t *testing.T) {
+	book := NewTenants()
+	learn := book.Learning()
+	// An answer of activations or releases about two keys, to a call made with a
+	// client's credential.
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer real-key")
+	answer := metadata.Pairs(licensecache.TenantHeader, "AAAA-BBBB t_1", licensecache.TenantHeader, "CCCC-DDDD t_2", auth.CallerHeader, "tenant t_1")
+	if err := learn(ctx, "/keyhouse.releases.v1.ReleasesService/CheckUpdate", nil, nil, nil, fakeAnswer(answer)); err != nil {
+		t.Fatal(err)
+	}
+	for key, want := range map[string]string{"AAAA-BBBB": "t_1", "CCCC-DDDD": "t_2"} {
+		if got, ok := book.Owner(key); !ok || got != want {
+			t.Errorf("key %s: owner %q %v, want %q", key, got, ok, want)
+		}
+	}
+	r := httptest.NewRequest(http.MethodGet, "/v1/licenses", nil)
+	r.Header.Set("Authorization", "Bearer real-key")
+	if got := book.Of(r); got != "tenant:t_1" {
+		t.Errorf("the credential the answer proved: %q, want tenant:t_1", got)
+	}
+	// A call without a client's credential (a public route) learns no credential.
+	if err := learn(context.Background(), "/keyhouse.releases.v1.ReleasesService/CheckUpdate", nil, nil, nil, fakeAnswer(answer)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestAFloodOfMadeUpCredentialsCountsAsOneTenant(t *testing.T) {
+	lim := NewLimiter(Config{MinLimit: 2, MaxLimit: 2, InitialLimit: 2})
+	book := NewTenants()
+	book.LearnCredential("Bearer tenant-b-key", auth.CallerTenantPrefix+"t_b")
+	release, entered := make(chan struct{}), make(chan struct{}, 64)
+	h := Middleware(Options{Limiter: lim, Tenants: book, Refuse: edge.WriteOverloaded}, blocking(release, entered))
+	request := func(authorization string) *http.Request {
+		r := httptest.NewRequest(http.MethodGet, "/v1/licenses", nil)
+		r.Header.Set("Authorization", authorization)
+		return r
+	}
+	// Each request of the flood makes its credential up; the admitted ones hold their
+	// slots until the end.
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer close(release)
+	admitted := 0
+	for i := range 30 {
+		rec := httptest.NewRecorder()
+		wg.Add(1)
+		served := make(chan struct{})
+		go func() {
+			defer wg.Done()
+			h.ServeHTTP(rec, request(fmt.Sprintf("Bearer made-up-%d", i)))
+			close(served)
+		}()
+		select {
+		case <-entered:
+			admitted++
+		case <-served:
+			if rec.Code != http.StatusServiceUnavailable {
+				t.Fatalf("made-up credential %d: %d", i, rec.Code)
+			}
+		}
+	}
+	if admitted > 2 {
+		t.Errorf("%d requests with made-up credentials admitted at a limit of 2: each counted as a light tenant of its own", admitted)
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		h.ServeHTTP(httptest.NewRecorder(), request("Bearer tenant-b-key"))
+	}()
+	select {
+	case <-entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("tenant B's request was not admitted while the made-up credentials held the limit")
 	}
 }
 
