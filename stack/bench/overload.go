@@ -121,6 +121,9 @@ type verifier struct {
 	block int
 	conns chan *rawConn
 	slots chan struct{} // one per connection that may be open
+	// madeUpCredentials: every request carries an API key of its own, made up (a flood
+	// that tries to pass for many quiet tenants).
+	madeUpCredentials bool
 }
 
 type rawConn struct {
@@ -168,7 +171,11 @@ func (v *verifier) verify(ctx context.Context, key string, worker, i int, start 
 		return outcome{latency: time.Since(start), err: err.Error()}
 	}
 	body := `{"key":"` + key + `"}`
-	req := "POST /v1/verify-license HTTP/1.1\r\nHost: " + v.host + "\r\nContent-Type: application/json\r\nX-Forwarded-For: " +
+	var credential string
+	if v.madeUpCredentials {
+		credential = "Authorization: Bearer kh_made_up_" + strconv.Itoa(worker) + "_" + strconv.Itoa(i) + "\r\n"
+	}
+	req := "POST /v1/verify-license HTTP/1.1\r\nHost: " + v.host + "\r\nContent-Type: application/json\r\n" + credential + "X-Forwarded-For: " +
 		clientIP(v.block, worker, i, 900) + "\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body
 	sent := time.Now()
 	o, keep := v.roundTrip(c, req)
