@@ -184,7 +184,8 @@ func (a *Authenticator) Authenticate(ctx context.Context, fullMethod string) (co
 	case apiv1.Access_ACCESS_TENANT:
 		// A session-shaped token is never taken for the admin key.
 		if !a.cfg.MultiTenant && !IsSessionToken(token) && a.IsAdminKey(token) {
-			announceCaller(ctx, CallerTenantPrefix+SelfHostedTenant)
+			// The admin key is the admin's on every route, so one credential is one caller.
+			announceCaller(ctx, CallerAdmin)
 			return WithPrincipal(ctx, Principal{TenantID: SelfHostedTenant, Admin: true}), nil
 		}
 		// Hosted, the admin key is never a tenant credential (api.md, Authentication).

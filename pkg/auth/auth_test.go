@@ -189,7 +189,7 @@ func TestAnAnswerNamesWhoTheCredentialProvedToBe(t *testing.T) {
 	}{
 		{"a hosted tenant key", hosted, tenantMethod, []string{"authorization", "Bearer tenant-key"}, "tenant t_1"},
 		{"the admin key on an admin route", hosted, adminMethod, []string{"authorization", "Bearer admin-key"}, "admin"},
-		{"the self-hosted admin key on a tenant route", self, tenantMethod, []string{"authorization", "Bearer admin-key"}, "tenant default"},
+		{"the self-hosted admin key on a tenant route", self, tenantMethod, []string{"authorization", "Bearer admin-key"}, "admin"},
 		{"a self-hosted extra key", self, tenantMethod, []string{"authorization", "Bearer extra-key"}, "tenant default"},
 		{"a made-up key", hosted, tenantMethod, []string{"authorization", "Bearer made-up"}, ""},
 		{"a suspended tenant's key", hosted, tenantMethod, []string{"authorization", "Bearer gone"}, ""},

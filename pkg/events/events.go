@@ -153,10 +153,23 @@ func knownActor(t string) bool {
 // idEncoding is lowercase base32 without padding: 16 random bytes are 26 characters.
 var idEncoding = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
 
-// NewID returns a fresh event id, "evt_" and 26 characters (128 random bits).
-func NewID() string {
+// NewID returns a fresh event id, "evt_" and 26 characters: 128 bits, the time of its
+// making in milliseconds (48 bits, the leading 9 characters) then 80 random bits.
+//
+// The time leads so that ids made together sort together: every index that holds event
+// ids (the log's primary key, the outbox's msg_id, the deliveries' event_id) takes each
+// new one near the last instead of at a random place, in a page it has just written
+// rather than one anywhere in an index that grows with the log. Ids are no secret
+// (created_at says as much), and 80 random bits a millisecond keep them unique.
+func NewID() string { return newIDAt(time.Now()) }
+
+func newIDAt(t time.Time) string {
 	var b [16]byte
-	_, _ = rand.Read(b[:])
+	ms := uint64(t.UnixMilli())
+	for i := range 6 {
+		b[i] = byte(ms >> (40 - 8*i))
+	}
+	_, _ = rand.Read(b[6:])
 	return "evt_" + idEncoding.EncodeToString(b[:])
 }
 
