@@ -24,7 +24,7 @@ func TestMain(m *testing.M) { testkit.Main(m) }
 
 var schema = testkit.Template{Name: "events", Migrate: pgxx.Migrations{Schema: "events", FS: migrations.FS}.Apply}
 
-func newStore(t testing.TB) *store.Store {
+func newStore(t *testing.T) *store.Store {
 	t.Helper()
 	db, err := pgxx.Open(context.Background(), testkit.DatabaseURL(t, schema), "events")
 	if err != nil {
