@@ -40,8 +40,9 @@ const maxKnownKeys = 500_000
 // its next answer.
 const maxKnownCredentials = 100_000
 
-// Tenants is the book of which tenant owns which license key, learned from the services'
-// answers (licensecache.TenantHeader), and the way a request is assigned to a tenant.
+// Tenants is the book of which tenant owns which license key and which credential,
+// learned from the services' answers (licensecache.TenantHeader, auth.CallerHeader), and
+// the way a request is assigned to a tenant.
 type Tenants struct {
 	mu sync.RWMutex
 	// byKey maps a canonical key to its tenant's share name ("tenant:" and the id).
