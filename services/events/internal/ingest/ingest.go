@@ -187,18 +187,20 @@ func (i *Ingester) StoreAll(ctx context.Context, evs []*eventsv1.Event) ([]Store
 // ofLiveTenants leaves out the rows (and their events) of deleted tenants, taking each
 // tenant's shared lock against its purge (store.Forgotten).
 func (i *Ingester) ofLiveTenants(ctx context.Context, tx pgx.Tx, rows []store.Event, evs []*eventsv1.Event) ([]store.Event, []*eventsv1.Event, error) {
-	gone := map[string]bool{}
+	tenants := make([]string, len(rows))
+	for k, row := range rows {
+		tenants[k] = row.TenantID
+	}
+	gone, err := store.Forgotten(ctx, tx, tenants)
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(gone) == 0 {
+		return rows, evs, nil
+	}
 	keptRows, keptEvs := rows[:0:0], evs[:0:0]
 	for k, row := range rows {
-		g, seen := gone[row.TenantID]
-		if !seen {
-			var err error
-			if g, err = store.Forgotten(ctx, tx, row.TenantID); err != nil {
-				return nil, nil, err
-			}
-			gone[row.TenantID] = g
-		}
-		if !g {
+		if !gone[row.TenantID] {
 			keptRows, keptEvs = append(keptRows, row), append(keptEvs, evs[k])
 		}
 	}

@@ -230,3 +230,63 @@ func TestTenantDeletedForgetsTheTenantsLogAndDropsItsLateEvents(t *testing.T) {
 		t.Fatalf("another tenant's event: %v", err)
 	}
 }
+
+// A batch holding events of several tenants takes every tenant's shared lock: one whose
+// purge is under way makes the batch wait, and once the purge commits its events are
+// dropped while the other tenants' are stored.
+func TestABatchThatWaitedForAPurgeDropsOnlyThePurgedTenantsEvents(t *testing.T) {
+	ctx := context.Background()
+	st := newStore(t)
+	in := New(st, quiet)
+	purge, err := st.DB().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer purge.Rollback(ctx)
+	if err := store.ForgetTenant(ctx, purge, "t-purged"); err != nil {
+		t.Fatal(err)
+	}
+	batch := []*eventsv1.Event{
+		stamped(events.LicenseRevoked("t-b", "K-B", "app"), time.Now()),
+		stamped(events.LicenseRevoked("t-purged", "K-P", "app"), time.Now()),
+		stamped(events.LicenseRevoked("t-a", "K-A", "app"), time.Now()),
+	}
+	type result struct {
+		fresh []Stored
+		err   error
+	}
+	done := make(chan result, 1)
+	go func() {
+		fresh, err := in.StoreAll(ctx, batch)
+		done <- result{fresh, err}
+	}()
+	// The batch waits for the purge's lock before it reads the tombstones.
+	for waiting := false; !waiting; {
+		select {
+		case r := <-done:
+			t.Fatalf("the batch was stored (%d events, %v) while the purge held its tenant's lock", len(r.fresh), r.err)
+		default:
+		}
+		if err := st.DB().QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted)`).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := purge.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	var stored []string
+	for _, s := range r.fresh {
+		stored = append(stored, s.Event.GetTenantId())
+	}
+	if len(stored) != 2 || stored[0] != "t-b" || stored[1] != "t-a" {
+		t.Fatalf("stored the events of %v; want t-b's and t-a's, in the batch's order", stored)
+	}
+	var left int
+	if err := st.DB().QueryRow(ctx, `SELECT count(*) FROM events WHERE tenant_id = 't-purged'`).Scan(&left); err != nil || left != 0 {
+		t.Fatalf("%d events of the purged tenant stored, %v", left, err)
+	}
+}
