@@ -57,15 +57,20 @@ func InsertAll(ctx context.Context, tx pgx.Tx, evs []Event) (map[string]bool, er
 	if err != nil {
 		return nil, err
 	}
-	stored, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	return collectSet(rows)
+}
+
+// collectSet reads rows of one text column into a set.
+func collectSet(rows pgx.Rows) (map[string]bool, error) {
+	list, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil {
 		return nil, err
 	}
-	fresh := make(map[string]bool, len(stored))
-	for _, id := range stored {
-		fresh[id] = true
+	set := make(map[string]bool, len(list))
+	for _, v := range list {
+		set[v] = true
 	}
-	return fresh, nil
+	return set, nil
 }
 
 // Get returns the tenant's event id (ErrNotFound).

@@ -51,13 +51,9 @@ func Forgotten(ctx context.Context, tx pgx.Tx, tenants []string) (map[string]boo
 	if err != nil {
 		return nil, err
 	}
-	gone, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	forgotten, err := collectSet(rows)
 	if err != nil {
 		return nil, err
-	}
-	forgotten := make(map[string]bool, len(gone))
-	for _, t := range gone {
-		forgotten[t] = true
 	}
 	return forgotten, results.Close()
 }
