@@ -17,10 +17,19 @@ import (
 // metadata on.
 const TenantHeader = "keyhouse-license-tenant"
 
-// AnnounceTenant adds key's tenant to the call's TenantHeader (outside a call it does
-// nothing). key is the canonical key of the license found.
-func AnnounceTenant(ctx context.Context, key, tenant string) {
-	_ = grpc.SetHeader(ctx, metadata.Pairs(TenantHeader, key+" "+tenant))
+// AnnounceTenant adds to the call's TenantHeader the tenant of each key found, given as
+// pairs (key, tenant, key, tenant, …; each key canonical), in one header write: gRPC
+// copies the header it holds at every write, so a batch announced one key at a time
+// cost the square of its size. Outside a call it does nothing.
+func AnnounceTenant(ctx context.Context, keysAndTenants ...string) {
+	if len(keysAndTenants) < 2 {
+		return
+	}
+	values := make([]string, 0, len(keysAndTenants)/2)
+	for i := 0; i+1 < len(keysAndTenants); i += 2 {
+		values = append(values, keysAndTenants[i]+" "+keysAndTenants[i+1])
+	}
+	_ = grpc.SetHeader(ctx, metadata.MD{TenantHeader: values})
 }
 
 // Tenants reads TenantHeader from an answer's metadata and calls learn for each key.

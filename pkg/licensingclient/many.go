@@ -31,9 +31,11 @@ func (c *Client) Licenses(ctx context.Context, keys []string) (map[string]*licen
 	found, err := c.licenses.GetMany(canonical, func(missing []string) (map[string]*licensingv1.License, error) {
 		return c.lookUp(ctx, missing)
 	})
+	named := make([]string, 0, 2*len(found))
 	for _, l := range found {
-		licensecache.AnnounceTenant(ctx, l.GetKey(), l.GetTenantId())
+		named = append(named, l.GetKey(), l.GetTenantId())
 	}
+	licensecache.AnnounceTenant(ctx, named...)
 	return found, err
 }
 

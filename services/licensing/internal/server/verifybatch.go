@@ -39,10 +39,12 @@ func (s *Server) VerifyLicenseBatch(ctx context.Context, req *licensingv1.Verify
 	if len(keys) > 0 {
 		found, lookupErr = s.store.GetMany(ctx, keys)
 	}
+	// The gateway's admission control shares capacity by the key's tenant.
+	named := make([]string, 0, 2*len(found))
 	for _, l := range found {
-		// The gateway's admission control shares capacity by the key's tenant.
-		licensecache.AnnounceTenant(ctx, l.Key, l.TenantID)
+		named = append(named, l.Key, l.TenantID)
 	}
+	licensecache.AnnounceTenant(ctx, named...)
 	resp := &licensingv1.VerifyLicenseBatchResponse{Results: make([]*licensingv1.VerifyLicenseBatchResult, len(items))}
 	for i, item := range items {
 		var l *store.License
