@@ -21,8 +21,9 @@ const maxLookupKeys = 256
 // asked of licensing in one GetLicenses call (per 256 keys) rather than one call each.
 // The answer is by canonical key (license.CanonicalKey); an unknown key is absent from
 // it; each license found is named with its tenant in the answer of the call ctx serves,
-// as License does. An error is the whole lookup's, the one each key's License would have failed with
-// (503 "Licensing service unavailable, retry"). Callers must not modify the licenses.
+// as License does. An error is the whole lookup's, the one each key's License would have
+// failed with (503 "Licensing service unavailable, retry"). Callers must not modify the
+// licenses.
 func (c *Client) Licenses(ctx context.Context, keys []string) (map[string]*licensingv1.License, error) {
 	canonical := make([]string, len(keys))
 	for i, k := range keys {

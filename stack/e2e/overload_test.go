@@ -321,3 +321,37 @@ func floodWhileAnotherChecks(t *testing.T, s *stack.Stack, floodName string, flo
 	}
 	t.Logf("%s: %d answered, %d refused; %s: %d of 100 answered", floodName, answeredFlood.Load(), refusedFlood.Load(), checkName, 100-failed)
 }
+
+// The services name keys' tenants and credentials' callers in their answers' metadata for
+// the gateway alone: no REST answer carries them, nor any other gRPC metadata, whether
+// the call was public, authenticated or refused.
+func TestRESTAnswersCarryNoServiceMetadata(t *testing.T) {
+	s := hosted(t)
+	tenant := newTenant(t, s)
+	prod := product("no-metadata")
+	key := issueLicense(t, tenant, map[string]any{"tier": "pro", "product_id": prod, "issued_to": "meta@example.com"})
+	seat(t, anon(t, s), key, "host-1")
+	madeUp := newClient(t, s.URL, "kh_made_up_key")
+	for _, a := range []struct {
+		name string
+		c    *Client
+		do   func(c *Client) *Response
+	}{
+		{"verify-license", anon(t, s), func(c *Client) *Response { return c.Post("/v1/verify-license", map[string]string{"key": key}) }},
+		{"validate-license", anon(t, s), func(c *Client) *Response {
+			return c.Post("/v1/validate-license", map[string]string{"key": key, "instance_id": "host-1"})
+		}},
+		{"check-update", anon(t, s), func(c *Client) *Response { return c.Post("/v1/check-update", check(key, prod, "1.0.0")) }},
+		{"list-licenses", tenant, func(c *Client) *Response { return c.Get("/v1/list-licenses") }},
+		{"billing/status", tenant, func(c *Client) *Response { return c.Get("/v1/billing/status") }},
+		{"list-licenses with a made-up key", madeUp, func(c *Client) *Response { return c.Get("/v1/list-licenses") }},
+	} {
+		resp := a.do(a.c)
+		for name := range resp.Header {
+			lower := strings.ToLower(name)
+			if strings.HasPrefix(lower, "grpc-") || strings.HasPrefix(lower, "keyhouse-") {
+				t.Errorf("%s (%d): answer header %s: %q", a.name, resp.Status, name, resp.Header.Values(name))
+			}
+		}
+	}
+}

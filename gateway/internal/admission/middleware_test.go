@@ -146,9 +146,13 @@ func TestTheBookLearnsFromTheServicesAnswers(t *testing.T) {
 	if got := book.Of(r); got != "tenant:t_1" {
 		t.Errorf("the credential the answer proved: %q, want tenant:t_1", got)
 	}
-	// A call without a client's credential (a public route) learns no credential.
+	// A call without a client's credential (a public route) learns no credential, though
+	// its answer names a caller.
 	if err := learn(context.Background(), "/keyhouse.releases.v1.ReleasesService/CheckUpdate", nil, nil, nil, fakeAnswer(answer)); err != nil {
 		t.Fatal(err)
+	}
+	if n := len(book.byCredential); n != 1 {
+		t.Errorf("%d credentials known after a call that carried none, want the 1 from before", n)
 	}
 }
 
