@@ -6,7 +6,12 @@
 // # The limit
 //
 // At most Limit requests of the API (/v1/…) are in flight at once; a request over it is
-// refused without being read further, never queued. Every Window (500 ms, and at least
+// refused without being read further, never queued. The exception is a calm limiter (no
+// request refused and no window over the latency target for four windows): a request
+// over the limit is then admitted while its tenant holds less than an equal share of
+// the hard bound (below), since a busy machine's stall of tens of milliseconds piles up
+// two or three times the usual number of requests at a moderate load, and refusing
+// them turns late answers into failures. The first refusal makes the limiter strict. Every Window (500 ms, and at least
 // ten finished requests) the limit moves with the average latency of the requests that
 // finished in the window, as in Netflix's concurrency-limits (Gradient2):
 //
@@ -34,7 +39,8 @@
 // of them). A tenant's credentials and its license keys count for one tenant.
 //
 // Below the limit every request is admitted. At the limit, a light tenant is still
-// admitted, up to twice the limit and lightRoom in flight; the others are refused. Light is either of two measures (Limiter.Acquire):
+// admitted, up to twice the limit and lightRoom in flight (the hard bound); the others are
+// refused. Light is either of two measures (Limiter.Acquire):
 // holding fewer requests in flight than an equal share of the limit, or asking much less
 // often than the busiest tenant. A tenant that floods is heavy by both, so it gets every
 // slot nobody else wants and nothing more; the quiet tenants' requests go through whether

@@ -44,6 +44,10 @@ const lightFloor = 10
 // of tenants (made-up ones included).
 const lightRoom = 10
 
+// strictWindows is how long, in windows, the limit refuses after the last sign of
+// overload (a refusal, or a window whose latency was over the target); see calm.
+const strictWindows = 4
+
 // minSamples is the fewest finished requests a window needs to move the limit: a window
 // with one slow request says little.
 const minSamples = 10
@@ -79,6 +83,9 @@ type Limiter struct {
 	baseline  time.Duration
 	nextProbe time.Time
 	probeEnds time.Time
+	// strictUntil is when the limiter turns calm again, strictWindows after the last
+	// sign of overload (see calm).
+	strictUntil time.Time
 }
 
 type windowAverage struct {
@@ -115,6 +122,8 @@ func NewLimiter(cfg Config) *Limiter {
 	t := now()
 	l.windowStart = t
 	l.nextProbe = t.Add(cfg.BaselineWindow / 2)
+	// A process that has just started has no sign of calm yet.
+	l.strictUntil = t.Add(strictWindows * cfg.Window)
 	metrics.AdmissionLimit.Set(l.limit)
 	return l
 }
@@ -143,8 +152,10 @@ const (
 // Acquire admits a request of tenant, or refuses it with the reason. An admitted request
 // must call done exactly once with its latency.
 //
-// Any request is admitted while fewer than the limit are in flight. Past it, only a light
-// tenant is, by either of two measures:
+// Any request is admitted while fewer than the limit are in flight. Past it, while the
+// limiter is calm (no sign of overload for a while, see calm), a tenant holding less than
+// its equal share of the hard bound is; otherwise only a light tenant is, by either of
+// two measures:
 //   - what it holds: fewer requests in flight than its equal share of the limit among
 //     the tenants in flight (limit ÷ their number, itself counted), so a tenant with
 //     nothing in flight is light while another holds slots, and a stalled moment of a
@@ -169,6 +180,9 @@ func (l *Limiter) Acquire(tenant string) (done func(latency time.Duration), reas
 		if held == 0 {
 			tenants++
 		}
+		if l.calm(now) && held*tenants < l.hardBound() && l.inflight < l.hardBound() {
+			return l.admit(tenant, held)
+		}
 		// A probe lowers the limit for the heavy tenants only; the light ones keep their
 		// share of the real limit.
 		holdsLittle := tenants > 1 && held*tenants < int(l.limit)
@@ -176,15 +190,22 @@ func (l *Limiter) Acquire(tenant string) (done func(latency time.Duration), reas
 		// measure of who asks little, and next to it a new flood would pass for light.
 		asksLittle := asked < l.heaviest && (asked <= lightFloor || 2*asked < l.heaviest) && l.held[l.busiest] > 0
 		light := holdsLittle || asksLittle
-		if !light || l.inflight >= 2*int(l.limit)+lightRoom {
+		if !light || l.inflight >= l.hardBound() {
 			reason := ReasonLimit
 			if (tenants > 1 || asked < l.heaviest) && !light {
 				reason = ReasonShare
 			}
+			l.strictUntil = now.Add(strictWindows * l.cfg.Window)
 			l.mu.Unlock()
 			return nil, reason
 		}
 	}
+	return l.admit(tenant, held)
+}
+
+// admit counts an admitted request of tenant, which held requests in flight before it, and
+// unlocks l.mu.
+func (l *Limiter) admit(tenant string, held int) (done func(latency time.Duration), reason string) {
 	l.held[tenant] = held + 1
 	l.inflight++
 	l.windowPeak = max(l.windowPeak, l.inflight)
@@ -221,6 +242,19 @@ func (l *Limiter) countAsked(tenant string, now time.Time) int {
 	}
 	return asked
 }
+
+// calm reports whether no sign of overload has been seen for strictWindows: no request
+// refused, no window's latency over the target. While calm, a request past the limit is
+// still admitted if its tenant holds less than an equal share of the hard bound among the
+// tenants in flight: a busy machine stalls now and then for tens of milliseconds, the
+// requests that arrive meanwhile pile up to two or three times the usual number in
+// flight, and refusing them would answer late requests with failures (and retries). The
+// first refusal, or the first window over the target, makes the limit strict again, so a
+// flood gets at most its share of the hard bound at its start, and the others keep room.
+func (l *Limiter) calm(now time.Time) bool { return !now.Before(l.strictUntil) }
+
+// hardBound is the most requests in flight, whoever asks: twice the limit and lightRoom.
+func (l *Limiter) hardBound() int { return 2*int(l.limit) + lightRoom }
 
 // effectiveLimit is the limit in whole requests, MinLimit during a probe.
 func (l *Limiter) effectiveLimit(now time.Time) int {
@@ -273,6 +307,7 @@ func (l *Limiter) adapt(now time.Time) {
 	next := l.limit
 	switch {
 	case gradient < 1:
+		l.strictUntil = now.Add(strictWindows * l.cfg.Window)
 		next = l.limit*gradient + math.Sqrt(l.limit)
 		next = 0.8*l.limit + 0.2*next
 	case float64(peak) >= l.limit/2:

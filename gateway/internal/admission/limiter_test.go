@@ -24,6 +24,12 @@ func newTestLimiter(c *clock, cfg Config) *Limiter {
 	return NewLimiter(cfg)
 }
 
+// strictLimiter is a limiter of a fixed limit whose clock stands still: it never turns
+// calm, so every request past the limit meets the strict rules however slow the test.
+func strictLimiter(limit int) *Limiter {
+	return newTestLimiter(&clock{t: time.Unix(1e9, 0)}, Config{MinLimit: limit, MaxLimit: limit, InitialLimit: limit})
+}
+
 // window runs one window of n requests of tenant, each finishing after latency, with at
 // most the limit in flight, and returns how many were refused.
 func window(l *Limiter, c *clock, tenant string, n int, latency time.Duration) (refused int) {
@@ -103,6 +109,59 @@ func TestLimitDoesNotGrowWhenTheLoadNeverReachesIt(t *testing.T) {
 	}
 	if got := l.Limit(); got != 40 {
 		t.Fatalf("limit %d; want 40: ten requests at a time say nothing about forty", got)
+	}
+}
+
+// A busy machine stalls now and then for tens of milliseconds; at a moderate load the
+// requests that arrive meanwhile pile up to two or three times the usual number in
+// flight. That is no overload, and none of them may be refused; nor may a probe refuse
+// what is over MinLimit while nothing else is refused.
+func TestAStallAtAModerateLoadRefusesNothing(t *testing.T) {
+	c := &clock{t: time.Unix(1e9, 0)}
+	l := newTestLimiter(c, Config{MinLimit: 16, MaxLimit: 1000, InitialLimit: 32})
+	for i := range 150 { // 75 s, past two probes' times, of 20 requests at a time, 2 ms each
+		if refused := window(l, c, "t", 20, 2*time.Millisecond); refused > 0 {
+			t.Fatalf("window %d: %d of 20 refused at a steady moderate load; limit %d", i, refused, l.Limit())
+		}
+	}
+	var held []func(time.Duration)
+	for i := range 3 * 20 { // the stall: two tenants' requests pile up together
+		done, _ := l.Acquire([]string{"a", "b"}[i%2])
+		if done == nil {
+			t.Fatalf("request %d of 60 refused in a stall; limit %d", i+1, l.Limit())
+		}
+		held = append(held, done)
+	}
+	c.add(l.cfg.Window)
+	for _, done := range held {
+		done(30 * time.Millisecond)
+	}
+	// Past the hard bound even a calm limiter refuses, and turns strict: the limit holds
+	// again for whoever holds its share.
+	l = newTestLimiter(c, Config{MinLimit: 4, MaxLimit: 4, InitialLimit: 4})
+	c.add(strictWindows * l.cfg.Window)
+	admitted := 0
+	for range 100 {
+		if done, _ := l.Acquire("t"); done != nil {
+			admitted++
+		}
+	}
+	if admitted != 2*4+lightRoom {
+		t.Fatalf("a calm limiter of 4 admitted %d at once; want the hard bound %d", admitted, 2*4+lightRoom)
+	}
+	// A window whose latency is over the target is a sign of overload too, refusals or
+	// not: past the limit, the next request is refused.
+	l = newTestLimiter(c, Config{MinLimit: 4, MaxLimit: 20, InitialLimit: 20, LatencyFloor: 10 * time.Millisecond})
+	c.add(strictWindows * l.cfg.Window)
+	window(l, c, "t", minSamples, time.Millisecond)
+	window(l, c, "t", minSamples, 100*time.Millisecond)
+	for range l.Limit() {
+		if done, _ := l.Acquire("t"); done == nil {
+			t.Fatal("refused under the limit")
+		}
+	}
+	if done, _ := l.Acquire("t"); done != nil {
+		t.Fatal("admitted past the limit right after a window over the latency target")
 	}
 }
 
@@ -364,6 +423,23 @@ func TestAFloodThatStoppedDoesNotMakeTheNextLookLight(t *testing.T) {
 			// not for the thousands of ten seconds ago.
 			if done, _ := l.Acquire("old-flood"); done == nil {
 				t.Fatal("refused below the limit")
+			}
+		}
+		// Ten seconds of nothing leave the limiter calm: the new flood's start gets its
+		// share of the hard bound (14 ÷ 2 tenants in flight), and its first refusal makes
+		// the limit strict again. Those requests finish, and the flood goes on.
+		if quiet > 0 {
+			var onset []func(time.Duration)
+			for range 100 {
+				if done, _ := l.Acquire("new-flood"); done != nil {
+					onset = append(onset, done)
+				}
+			}
+			if len(onset) != 7 {
+				t.Errorf("a flood starting on a calm limiter got %d in flight; want its share of the hard bound, 7", len(onset))
+			}
+			for _, done := range onset {
+				done(time.Millisecond)
 			}
 		}
 		admitted := 0

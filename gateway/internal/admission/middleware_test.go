@@ -28,7 +28,7 @@ func blocking(release chan struct{}, entered chan struct{}) http.Handler {
 }
 
 func TestOverTheLimitTheAPIAnswers503WithRetryAfterAndProbesStillAnswer(t *testing.T) {
-	lim := NewLimiter(Config{MinLimit: 2, MaxLimit: 2, InitialLimit: 2})
+	lim := strictLimiter(2)
 	release, entered := make(chan struct{}), make(chan struct{}, 10)
 	h := Middleware(Options{Limiter: lim, Tenants: NewTenants(), Refuse: edge.WriteOverloaded}, blocking(release, entered))
 	done := make(chan struct{})
@@ -157,7 +157,7 @@ func TestTheBookLearnsFromTheServicesAnswers(t *testing.T) {
 }
 
 func TestAFloodOfMadeUpCredentialsCountsAsOneTenant(t *testing.T) {
-	lim := NewLimiter(Config{MinLimit: 2, MaxLimit: 2, InitialLimit: 2})
+	lim := strictLimiter(2)
 	book := NewTenants()
 	book.LearnCredential("Bearer tenant-b-key", auth.CallerTenantPrefix+"t_b")
 	release, entered := make(chan struct{}), make(chan struct{}, 64)

@@ -93,7 +93,7 @@ func (b *countingBody) Close() error { return nil }
 // A refusal reads the body short of its end (net/http then discards the last byte
 // without the background read a handler that reaches the end starts).
 func TestARefusalDoesNotReadTheBodyToItsEnd(t *testing.T) {
-	lim := NewLimiter(Config{MinLimit: 1, MaxLimit: 1, InitialLimit: 1})
+	lim := strictLimiter(1)
 	hold, _ := lim.Acquire(UnknownKeys)
 	defer hold(time.Millisecond)
 	h := Middleware(Options{Limiter: lim, Tenants: NewTenants(), Refuse: edge.WriteOverloaded}, http.NotFoundHandler())
@@ -112,7 +112,7 @@ func TestARefusalDoesNotReadTheBodyToItsEnd(t *testing.T) {
 // the edge's middleware (no request id, no rate-limit headers), and the keep-alive
 // connection serves the next request after it.
 func TestARefusalOnTheWireAndTheConnectionAfterIt(t *testing.T) {
-	lim := NewLimiter(Config{MinLimit: 1, MaxLimit: 1, InitialLimit: 1})
+	lim := strictLimiter(1)
 	hold, _ := lim.Acquire(UnknownKeys)
 	h := Middleware(Options{Limiter: lim, Tenants: NewTenants(), Refuse: edge.WriteOverloaded},
 		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -25,7 +25,7 @@ func (w *discardWriter) WriteHeader(code int)        { w.status = code }
 // BenchmarkRefusal is the gateway's own work for one refused verify-license, past the
 // HTTP server's read and parse (which it cannot avoid): classify, decide, count, answer.
 func BenchmarkRefusal(b *testing.B) {
-	lim := NewLimiter(Config{MinLimit: 1, MaxLimit: 1, InitialLimit: 1})
+	lim := strictLimiter(1)
 	book := NewTenants()
 	const key = "ABCD-EFGH-JKMN-PQRS-TVWX-YZ01-2345"
 	book.Learn(key, "tenant-a")
