@@ -3,6 +3,7 @@ package licensecache
 import (
 	"context"
 	"strings"
+	"sync"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
@@ -21,6 +22,8 @@ const TenantHeader = "keyhouse-license-tenant"
 // pairs (key, tenant, key, tenant, …; each key canonical), in one header write: gRPC
 // copies the header it holds at every write, so a batch announced one key at a time
 // cost the square of its size. Outside a call it does nothing.
+//
+// Within GatherTenants's context the pairs are gathered instead, for one write at the end.
 func AnnounceTenant(ctx context.Context, keysAndTenants ...string) {
 	if len(keysAndTenants) < 2 {
 		return
@@ -29,7 +32,45 @@ func AnnounceTenant(ctx context.Context, keysAndTenants ...string) {
 	for i := 0; i+1 < len(keysAndTenants); i += 2 {
 		values = append(values, keysAndTenants[i]+" "+keysAndTenants[i+1])
 	}
+	if g, ok := ctx.Value(gatheredKey{}).(*gathered); ok && g.gather(values) {
+		return
+	}
 	_ = grpc.SetHeader(ctx, metadata.MD{TenantHeader: values})
+}
+
+// GatherTenants returns a context (and its descendants) in which AnnounceTenant gathers
+// what it names, from any goroutine, and a function that writes all of it in one header
+// write: a batch whose items each look their license up on their own names every item's
+// tenant once, not in a write per item (each copying the header written so far). After
+// that write, AnnounceTenant in the context writes at once again.
+func GatherTenants(ctx context.Context) (context.Context, func()) {
+	g := &gathered{}
+	return context.WithValue(ctx, gatheredKey{}, g), func() {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		if !g.written && len(g.values) > 0 {
+			_ = grpc.SetHeader(ctx, metadata.MD{TenantHeader: g.values})
+		}
+		g.written, g.values = true, nil
+	}
+}
+
+type gatheredKey struct{}
+
+type gathered struct {
+	mu      sync.Mutex
+	values  []string
+	written bool
+}
+
+// gather keeps values for the one write, unless it was made.
+func (g *gathered) gather(values []string) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.written {
+		g.values = append(g.values, values...)
+	}
+	return !g.written
 }
 
 // Tenants reads TenantHeader from an answer's metadata and calls learn for each key.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/keyhouse/keyhouse/pkg/auth"
 	"github.com/keyhouse/keyhouse/pkg/license"
+	"github.com/keyhouse/keyhouse/pkg/licensecache"
 	licensingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1"
 	"github.com/keyhouse/keyhouse/services/activations/internal/store"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -31,13 +32,16 @@ func (f *fakeLicenses) DeletedKeys(_ context.Context, tenant string) ([]string, 
 	return f.deleted[tenant], nil
 }
 
-func (f *fakeLicenses) License(_ context.Context, tenant, key string) (*licensingv1.License, error) {
+func (f *fakeLicenses) License(ctx context.Context, tenant, key string) (*licensingv1.License, error) {
 	if f.err != nil {
 		return nil, f.err
 	}
 	l, ok := f.byKey[key]
 	if !ok || (tenant != "" && l.GetTenantId() != tenant) {
 		return nil, license.ErrNotFound
+	}
+	if tenant == "" { // as pkg/licensingclient does
+		licensecache.AnnounceTenant(ctx, l.GetKey(), l.GetTenantId())
 	}
 	return l, nil
 }

@@ -413,6 +413,8 @@ func checkBatch[I interface{ GetRequestId() string }, C any](ctx context.Context
 		return nil, apierr.Invalid("at most %d items in a batch", maxBatchItems)
 	}
 	checked := make([]batchItem[C], len(items))
+	// Each item looked up in any tenant names its tenant to the gateway; named together.
+	ctx, announce := licensecache.GatherTenants(ctx)
 	var wg sync.WaitGroup
 	for i, item := range items {
 		b := &checked[i]
@@ -420,6 +422,7 @@ func checkBatch[I interface{ GetRequestId() string }, C any](ctx context.Context
 		wg.Go(func() { b.change, b.err = check(b.ctx, item) })
 	}
 	wg.Wait()
+	announce()
 	return checked, nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -11,9 +12,12 @@ import (
 	"time"
 
 	"github.com/keyhouse/keyhouse/pkg/apierr"
+	"github.com/keyhouse/keyhouse/pkg/licensecache"
 	activationsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/activations/v1"
 	licensingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 )
@@ -578,6 +582,44 @@ func TestChangeSeatsBatchAnswersEachItemAsItsOwnCall(t *testing.T) {
 	}
 	if got := strings.Join(instances, " "); got != "CAP1/one K1/host-b" {
 		t.Fatalf("seats %s, want CAP1/one K1/host-b", got)
+	}
+}
+
+// headerWrites is the server side of a call as grpc.SetHeader sees it, counting writes.
+type headerWrites struct {
+	header metadata.MD
+	writes int
+}
+
+func (s *headerWrites) Method() string {
+	return "/keyhouse.activations.v1.Activations/ChangeSeatsBatch"
+}
+func (s *headerWrites) SetHeader(md metadata.MD) error {
+	s.writes++
+	s.header = metadata.Join(s.header, md)
+	return nil
+}
+func (s *headerWrites) SendHeader(md metadata.MD) error { return s.SetHeader(md) }
+func (s *headerWrites) SetTrailer(metadata.MD) error    { return nil }
+
+// Each item of a batch looks its license up on its own; the answer names every item's
+// tenant for the gateway in one header write (gRPC copies the header at each write).
+func TestABatchNamesItsItemsTenantsInOneHeaderWrite(t *testing.T) {
+	s, _ := newTest(lic("t1", "K1", 5, nil), lic("t2", "K2", 5, nil), lic("t1", "K3", 5, nil))
+	stream := &headerWrites{}
+	ctx := grpc.NewContextWithServerTransportStream(context.Background(), stream)
+	var items []*activationsv1.ChangeSeatsBatchItem
+	for i, key := range []string{"K1", "K2", "K3", "K1", "NOPE"} {
+		items = append(items, &activationsv1.ChangeSeatsBatchItem{Change: &activationsv1.ChangeSeatsBatchItem_Activate{
+			Activate: &activationsv1.ActivateLicenseRequest{Key: key, InstanceId: fmt.Sprintf("host-%d", i)}}})
+	}
+	if _, err := s.ChangeSeatsBatch(ctx, &activationsv1.ChangeSeatsBatchRequest{Items: items}); err != nil {
+		t.Fatal(err)
+	}
+	named := map[string]string{}
+	licensecache.Tenants(stream.header, func(key, tenant string) { named[key] = tenant })
+	if stream.writes != 1 || len(named) != 3 || named["K1"] != "t1" || named["K2"] != "t2" || named["K3"] != "t1" {
+		t.Fatalf("%d header writes naming %v; want one naming K1, K2 and K3's tenants", stream.writes, named)
 	}
 }
 
