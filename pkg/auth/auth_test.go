@@ -8,8 +8,8 @@ import (
 
 	"github.com/keyhouse/keyhouse/pkg/apierr"
 	"github.com/keyhouse/keyhouse/pkg/auth"
+	"github.com/keyhouse/keyhouse/pkg/grpcx/grpcxtest"
 	_ "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/accounts/v1"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 )
 
@@ -165,18 +165,6 @@ func TestASuspendedTenantsCredentialsAreRefusedWithTheirOwnMessage(t *testing.T)
 	}
 }
 
-// headerStream is the server side of a call as grpc.SetHeader sees it: it keeps the
-// response headers set.
-type headerStream struct{ header metadata.MD }
-
-func (s *headerStream) Method() string { return tenantMethod }
-func (s *headerStream) SetHeader(md metadata.MD) error {
-	s.header = metadata.Join(s.header, md)
-	return nil
-}
-func (s *headerStream) SendHeader(md metadata.MD) error { return s.SetHeader(md) }
-func (s *headerStream) SetTrailer(metadata.MD) error    { return nil }
-
 func TestAnAnswerNamesWhoTheCredentialProvedToBe(t *testing.T) {
 	self := auth.New(auth.Config{AdminKey: "admin-key", Tenants: tenants{"extra-key": auth.SelfHostedTenant}})
 	hosted := auth.New(auth.Config{MultiTenant: true, AdminKey: "admin-key", Tenants: tenants{"tenant-key": "t_1", "read-key": "t_2:read", "gone": "suspended"}})
@@ -199,10 +187,10 @@ func TestAnAnswerNamesWhoTheCredentialProvedToBe(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			stream := &headerStream{}
-			ctx := grpc.NewContextWithServerTransportStream(metadata.NewIncomingContext(context.Background(), metadata.Pairs(tc.md...)), stream)
+			ctx, stream := grpcxtest.Call(metadata.NewIncomingContext(context.Background(), metadata.Pairs(tc.md...)), tenantMethod)
 			_, _ = tc.a.Authenticate(ctx, tc.method)
-			got := stream.header.Get(auth.CallerHeader)
+			header, _ := stream.Header()
+			got := header.Get(auth.CallerHeader)
 			switch {
 			case tc.caller == "" && len(got) > 0:
 				t.Fatalf("the answer names %q; a credential not proven must name nobody", got)

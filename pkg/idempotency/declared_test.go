@@ -5,24 +5,17 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/keyhouse/keyhouse/pkg/grpcx/grpcxtest"
 	_ "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1" // registers the methods checked below
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 )
-
-// methodStream is the server transport stream grpc.Method reads the called method from.
-type methodStream struct{ method string }
-
-func (s methodStream) Method() string               { return s.method }
-func (s methodStream) SetHeader(metadata.MD) error  { return nil }
-func (s methodStream) SendHeader(metadata.MD) error { return nil }
-func (s methodStream) SetTrailer(metadata.MD) error { return nil }
 
 func TestKey_OnlyAMethodDeclaringTheOptionMayReadIt(t *testing.T) {
 	t.Parallel()
 	call := func(method string) context.Context {
 		ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs(Header, "k-1"))
-		return grpc.NewContextWithServerTransportStream(ctx, methodStream{method})
+		ctx, _ = grpcxtest.Call(ctx, method)
+		return ctx
 	}
 	for _, m := range []string{"/keyhouse.licensing.v1.LicensingService/IssueLicense", "/keyhouse.licensing.v1.LicensingInternalService/IssueLicenseForTenant"} {
 		if k, err := Key(call(m)); err != nil || k != "k-1" {

@@ -12,12 +12,11 @@ import (
 	"time"
 
 	"github.com/keyhouse/keyhouse/pkg/apierr"
+	"github.com/keyhouse/keyhouse/pkg/grpcx/grpcxtest"
 	"github.com/keyhouse/keyhouse/pkg/licensecache"
 	activationsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/activations/v1"
 	licensingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 )
@@ -585,29 +584,11 @@ func TestChangeSeatsBatchAnswersEachItemAsItsOwnCall(t *testing.T) {
 	}
 }
 
-// headerWrites is the server side of a call as grpc.SetHeader sees it, counting writes.
-type headerWrites struct {
-	header metadata.MD
-	writes int
-}
-
-func (s *headerWrites) Method() string {
-	return "/keyhouse.activations.v1.Activations/ChangeSeatsBatch"
-}
-func (s *headerWrites) SetHeader(md metadata.MD) error {
-	s.writes++
-	s.header = metadata.Join(s.header, md)
-	return nil
-}
-func (s *headerWrites) SendHeader(md metadata.MD) error { return s.SetHeader(md) }
-func (s *headerWrites) SetTrailer(metadata.MD) error    { return nil }
-
 // Each item of a batch looks its license up on its own; the answer names every item's
 // tenant for the gateway in one header write (gRPC copies the header at each write).
 func TestABatchNamesItsItemsTenantsInOneHeaderWrite(t *testing.T) {
 	s, _ := newTest(lic("t1", "K1", 5, nil), lic("t2", "K2", 5, nil), lic("t1", "K3", 5, nil))
-	stream := &headerWrites{}
-	ctx := grpc.NewContextWithServerTransportStream(context.Background(), stream)
+	ctx, stream := grpcxtest.Call(context.Background(), "/keyhouse.activations.v1.Activations/ChangeSeatsBatch")
 	var items []*activationsv1.ChangeSeatsBatchItem
 	for i, key := range []string{"K1", "K2", "K3", "K1", "NOPE"} {
 		items = append(items, &activationsv1.ChangeSeatsBatchItem{Change: &activationsv1.ChangeSeatsBatchItem_Activate{
@@ -616,10 +597,11 @@ func TestABatchNamesItsItemsTenantsInOneHeaderWrite(t *testing.T) {
 	if _, err := s.ChangeSeatsBatch(ctx, &activationsv1.ChangeSeatsBatchRequest{Items: items}); err != nil {
 		t.Fatal(err)
 	}
+	header, writes := stream.Header()
 	named := map[string]string{}
-	licensecache.Tenants(stream.header, func(key, tenant string) { named[key] = tenant })
-	if stream.writes != 1 || len(named) != 3 || named["K1"] != "t1" || named["K2"] != "t2" || named["K3"] != "t1" {
-		t.Fatalf("%d header writes naming %v; want one naming K1, K2 and K3's tenants", stream.writes, named)
+	licensecache.Tenants(header, func(key, tenant string) { named[key] = tenant })
+	if writes != 1 || len(named) != 3 || named["K1"] != "t1" || named["K2"] != "t2" || named["K3"] != "t1" {
+		t.Fatalf("%d header writes naming %v; want one naming K1, K2 and K3's tenants", writes, named)
 	}
 }
 
