@@ -73,9 +73,9 @@ func (d *Deps) Dial(addr string) (*grpc.ClientConn, error) {
 
 // Main runs the binary and exits.
 func Main(svc Service) {
-	config.TuneRuntime()
+	rt := config.TuneRuntime()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, svc, os.Args[1:])
+	err := run(ctx, svc, rt, os.Args[1:])
 	stop()
 	// The last lines (shutdown, the drain) wait in the log buffer; a stalled reader gets
 	// two seconds, not a process that never exits.
@@ -86,14 +86,14 @@ func Main(svc Service) {
 	}
 }
 
-func run(ctx context.Context, svc Service, args []string) error {
+func run(ctx context.Context, svc Service, rt config.Runtime, args []string) error {
 	cmd := "serve"
 	if len(args) > 0 {
 		cmd = args[0]
 	}
 	switch cmd {
 	case "serve":
-		return serve(ctx, svc)
+		return serve(ctx, svc, rt)
 	case "migrate":
 		return migrate(ctx, svc)
 	case "version", "--version":
@@ -134,7 +134,7 @@ func migrate(ctx context.Context, svc Service) error {
 	return nil
 }
 
-func serve(ctx context.Context, svc Service) error {
+func serve(ctx context.Context, svc Service, rt config.Runtime) error {
 	cfg, err := config.Load()
 	if err != nil {
 		return err
@@ -202,7 +202,7 @@ func serve(ctx context.Context, svc Service) error {
 		return err
 	}
 	go d.Readiness.Run(ctx)
-	log.Info("starting", "version", buildinfo.Version(), "multi_tenant", cfg.MultiTenant)
+	log.Info("starting", append([]any{"version", buildinfo.Version(), "multi_tenant", cfg.MultiTenant}, rt.LogAttrs()...)...)
 	err = d.Server.Serve(ctx, addr, grpcx.Shutdown{Delay: cfg.ShutdownDelay, Timeout: cfg.ShutdownTimeout})
 	if errors.Is(err, context.Canceled) {
 		err = nil

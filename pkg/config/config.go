@@ -12,7 +12,6 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
-	"runtime/debug"
 	"strconv"
 	"strings"
 	"time"
@@ -431,17 +430,4 @@ func (r *reader) prefixes(name string) []netip.Prefix {
 		out = append(out, p.Masked())
 	}
 	return out
-}
-
-// DefaultGCPercent is the garbage collector's target when GOGC is not set. These
-// processes keep a live heap of a few MiB and allocate per request, so Go's default of 100
-// spends a tenth of their CPU collecting; at 400 the heap stays well under the chart's
-// memory limits and verify-license gains about 15% throughput (docs/PERFORMANCE.md).
-const DefaultGCPercent = 400
-
-// TuneRuntime applies DefaultGCPercent unless the operator set GOGC.
-func TuneRuntime() {
-	if _, set := os.LookupEnv("GOGC"); !set {
-		debug.SetGCPercent(DefaultGCPercent)
-	}
 }

@@ -21,6 +21,8 @@ type table[V any] struct {
 	slots map[string]*slot[V]
 	ring  []*slot[V]
 	hand  int
+	// sweep is the ring index sweepExpired looks at next.
+	sweep int
 	// size counts answers (a key may hold several, one per qualifier); limit bounds it.
 	size  int
 	limit int
@@ -29,9 +31,90 @@ type table[V any] struct {
 // slot is one license key's answers and its place on the ring.
 type slot[V any] struct {
 	key     string
-	answers map[string]entry[V]
+	answers answers[V]
 	used    atomic.Bool
 	at      int // index in ring
+}
+
+// fewAnswers is how many answers about one key are kept in a slice before a map. Most
+// keys have one (verify-license's, or a machine's validate-license): a map of one answer
+// took about 600 bytes, which was most of a full cache's memory (100,000 keys).
+const fewAnswers = 8
+
+// answers are one key's answers by qualifier: in a slice while they are few, in a map
+// past fewAnswers.
+type answers[V any] struct {
+	few  []qualifiedEntry[V]
+	many map[string]entry[V]
+}
+
+type qualifiedEntry[V any] struct {
+	qualifier string
+	entry[V]
+}
+
+func (a *answers[V]) get(qualifier string) (entry[V], bool) {
+	if a.many != nil {
+		e, ok := a.many[qualifier]
+		return e, ok
+	}
+	for i := range a.few {
+		if a.few[i].qualifier == qualifier {
+			return a.few[i].entry, true
+		}
+	}
+	return entry[V]{}, false
+}
+
+// set keeps e for qualifier and reports whether it was a new answer (not a replacement).
+func (a *answers[V]) set(qualifier string, e entry[V]) (added bool) {
+	if a.many != nil {
+		_, replaced := a.many[qualifier]
+		a.many[qualifier] = e
+		return !replaced
+	}
+	for i := range a.few {
+		if a.few[i].qualifier == qualifier {
+			a.few[i].entry = e
+			return false
+		}
+	}
+	if len(a.few) < fewAnswers {
+		a.few = append(a.few, qualifiedEntry[V]{qualifier, e})
+		return true
+	}
+	a.many = make(map[string]entry[V], len(a.few)+1)
+	for _, q := range a.few {
+		a.many[q.qualifier] = q.entry
+	}
+	a.few = nil
+	a.many[qualifier] = e
+	return true
+}
+
+func (a *answers[V]) len() int {
+	if a.many != nil {
+		return len(a.many)
+	}
+	return len(a.few)
+}
+
+// expired says whether every answer has expired at now.
+func (a *answers[V]) expired(now time.Time) bool {
+	if a.many != nil {
+		for _, e := range a.many {
+			if now.Before(e.expires) {
+				return false
+			}
+		}
+		return true
+	}
+	for i := range a.few {
+		if now.Before(a.few[i].expires) {
+			return false
+		}
+	}
+	return true
 }
 
 func newTable[V any](limit int) table[V] {
@@ -44,7 +127,7 @@ func (t *table[V]) lookup(key, qualifier string) (entry[V], bool) {
 	if s == nil {
 		return entry[V]{}, false
 	}
-	e, ok := s.answers[qualifier]
+	e, ok := s.answers.get(qualifier)
 	if ok && !s.used.Load() {
 		s.used.Store(true)
 	}
@@ -55,8 +138,8 @@ func (t *table[V]) lookup(key, qualifier string) (entry[V], bool) {
 // full.
 func (t *table[V]) store(key, qualifier string, e entry[V], now time.Time) {
 	if s := t.slots[key]; s != nil {
-		if _, replaced := s.answers[qualifier]; replaced {
-			s.answers[qualifier] = e
+		if _, replaced := s.answers.get(qualifier); replaced {
+			s.answers.set(qualifier, e)
 			return
 		}
 	}
@@ -65,12 +148,37 @@ func (t *table[V]) store(key, qualifier string, e entry[V], now time.Time) {
 	}
 	s := t.slots[key]
 	if s == nil {
-		s = &slot[V]{key: key, answers: map[string]entry[V]{}, at: len(t.ring)}
+		s = &slot[V]{key: key, at: len(t.ring)}
 		t.slots[key] = s
 		t.ring = append(t.ring, s)
 	}
-	s.answers[qualifier] = e
+	s.answers.set(qualifier, e)
 	t.size++
+	t.sweepExpired(now, sweepPerStore)
+}
+
+// sweepPerStore is how many keys each store looks at, past the last one looked at, to drop
+// those whose answers have all expired. Eviction alone removes them only once the table
+// is full, so a cache whose answers live a second (check-update's) kept the bound's worth
+// of dead answers, 130 MiB of the gateway's heap at 100,000 licenses. Two per store keep
+// the dead ones to about as many as the live ones, and cost a store two looks.
+const sweepPerStore = 2
+
+// sweepExpired looks at up to n keys in ring order and drops those whose answers have all
+// expired. It leaves the used marks alone: they are the CLOCK hand's.
+func (t *table[V]) sweepExpired(now time.Time, n int) {
+	for ; n > 0 && len(t.ring) > 0; n-- {
+		if t.sweep >= len(t.ring) {
+			t.sweep = 0
+		}
+		s := t.ring[t.sweep]
+		if s.answers.expired(now) {
+			// The ring's last key takes this index: it is looked at next.
+			t.drop(s.key)
+			continue
+		}
+		t.sweep++
+	}
 }
 
 // evict removes one key: the first the hand finds expired or unused since its last pass.
@@ -81,7 +189,7 @@ func (t *table[V]) evict(now time.Time) {
 			t.hand = 0
 		}
 		s := t.ring[t.hand]
-		if !expired(s, now) && s.used.Load() {
+		if !s.answers.expired(now) && s.used.Load() {
 			s.used.Store(false)
 			t.hand++
 			continue
@@ -89,15 +197,6 @@ func (t *table[V]) evict(now time.Time) {
 		t.drop(s.key)
 		return
 	}
-}
-
-func expired[V any](s *slot[V], now time.Time) bool {
-	for _, e := range s.answers {
-		if now.Before(e.expires) {
-			return false
-		}
-	}
-	return true
 }
 
 // drop removes key and every answer about it. The ring's last slot takes its place, so
@@ -108,7 +207,7 @@ func (t *table[V]) drop(key string) {
 		return
 	}
 	delete(t.slots, key)
-	t.size -= len(s.answers)
+	t.size -= s.answers.len()
 	last := t.ring[len(t.ring)-1]
 	t.ring[s.at] = last
 	last.at = s.at
@@ -122,5 +221,6 @@ func (t *table[V]) reset() {
 	clear(t.ring)
 	t.ring = t.ring[:0]
 	t.hand = 0
+	t.sweep = 0
 	t.size = 0
 }

@@ -126,3 +126,87 @@ func keysOfTable(c *Cache[int64]) []string {
 	}
 	return out
 }
+
+// A key with more answers than fit in its slice (fewAnswers) keeps every one of them,
+// each told apart by its qualifier, replaced in place, expiring on its own, and dropped
+// together by an invalidation.
+func TestAKeyWithManyQualifiedAnswersKeepsEachApart(t *testing.T) {
+	c, clk := newTestCache(time.Hour)
+	const n = 3 * fewAnswers
+	load := func(v int64, until time.Time) func() (int64, time.Time, error) {
+		return func() (int64, time.Time, error) { return v, until, nil }
+	}
+	for i := range n {
+		// The even ones end in a minute, the odd ones with the TTL.
+		var until time.Time
+		if i%2 == 0 {
+			until = clk.Now().Add(time.Minute)
+		}
+		if v, _ := c.GetUntil("K", "machine-"+strconv.Itoa(i), load(int64(i), until)); v != int64(i) {
+			t.Fatalf("answer %d: got %d", i, v)
+		}
+	}
+	if c.entries.size != n || c.entries.slots["K"].answers.len() != n {
+		t.Fatalf("size %d, key's answers %d; want %d", c.entries.size, c.entries.slots["K"].answers.len(), n)
+	}
+	for i := range n {
+		v, _ := c.GetUntil("K", "machine-"+strconv.Itoa(i), func() (int64, time.Time, error) {
+			t.Fatalf("answer %d of %d was not kept", i, n)
+			return 0, time.Time{}, nil
+		})
+		if v != int64(i) {
+			t.Fatalf("answer %d: got %d (answers mixed up)", i, v)
+		}
+	}
+	clk.Advance(2 * time.Minute)
+	reloaded := 0
+	for i := range n {
+		_, _ = c.GetUntil("K", "machine-"+strconv.Itoa(i), func() (int64, time.Time, error) {
+			reloaded++
+			return int64(i), time.Time{}, nil
+		})
+	}
+	if reloaded != n/2 {
+		t.Fatalf("%d answers loaded again after a minute; want the %d that ended then", reloaded, n/2)
+	}
+	if c.entries.size != n {
+		t.Fatalf("size %d after replacing answers in place; want %d", c.entries.size, n)
+	}
+	c.Invalidate("K")
+	if c.entries.size != 0 || len(c.entries.ring) != 0 {
+		t.Fatalf("after the invalidation: size %d, ring %d", c.entries.size, len(c.entries.ring))
+	}
+}
+
+// Answers that have all expired leave as new ones are stored, not only once the table is
+// full: a cache of answers that live a second holds about a second's worth of them, not
+// the bound's worth of dead ones, and keeps every live one.
+func TestExpiredAnswersLeaveWithoutWaitingForTheBound(t *testing.T) {
+	c, clk := newTestCache(time.Second)
+	const perStep, steps = 100, 100 // 100 new keys every 100 ms: 1,000 live at a time
+	for step := range steps {
+		for i := range perStep {
+			k := fmt.Sprintf("K%d-%d", step, i)
+			if _, err := c.Get(k, constant(1)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		clk.Advance(100 * time.Millisecond)
+		if live := min(step+1, 10) * perStep; c.entries.size > 3*live {
+			t.Fatalf("after %d stores: %d answers kept, %d of them live; want at most %d", (step+1)*perStep, c.entries.size, live, 3*live)
+		}
+	}
+	// Every answer still live is still answered from the cache.
+	for step := steps - 9; step < steps; step++ {
+		for i := range perStep {
+			k := fmt.Sprintf("K%d-%d", step, i)
+			_, _ = c.Get(k, func() (int64, error) {
+				t.Fatalf("live answer %s was dropped", k)
+				return 0, nil
+			})
+		}
+	}
+	if len(c.entries.slots) != len(c.entries.ring) || c.entries.size != len(c.entries.ring) {
+		t.Fatalf("table out of shape: %d slots, %d on the ring, size %d", len(c.entries.slots), len(c.entries.ring), c.entries.size)
+	}
+}

@@ -38,9 +38,9 @@ func main() {
 		fmt.Println(buildinfo.Version(), buildinfo.Fingerprint())
 		return
 	}
-	config.TuneRuntime()
+	rt := config.TuneRuntime()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx)
+	err := run(ctx, rt)
 	stop()
 	// The last lines (shutdown, the drain) wait in the log buffer; a stalled reader gets
 	// two seconds, not a process that never exits.
@@ -51,7 +51,7 @@ func main() {
 	}
 }
 
-func run(ctx context.Context) error {
+func run(ctx context.Context, rt config.Runtime) error {
 	cfg, err := config.Load()
 	if err != nil {
 		return err
@@ -214,7 +214,7 @@ func run(ctx context.Context) error {
 		WriteTimeout:      60 * time.Second,
 		IdleTimeout:       120 * time.Second,
 	}
-	log.Info("gateway listening", "addr", lis.Addr().String(), "version", buildinfo.Version(), "multi_tenant", cfg.MultiTenant)
+	log.Info("gateway listening", append([]any{"addr", lis.Addr().String(), "version", buildinfo.Version(), "multi_tenant", cfg.MultiTenant}, rt.LogAttrs()...)...)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(edge.JSONProtocolErrors(lis)) }()
 	select {
