@@ -31,8 +31,9 @@ const (
 	adminShare = "admin"
 )
 
-// maxKnownKeys bounds the book (about 100 bytes an entry); when it is full, each new key
-// evicts an arbitrary old one, which simply counts as unknown again until its next answer.
+// maxKnownKeys bounds the book (about 150 bytes an entry beyond the key, 75 MB or so
+// when full); when it is full, each new key evicts an arbitrary old one, which simply
+// counts as unknown again until its next answer.
 const maxKnownKeys = 500_000
 
 // maxKnownCredentials bounds the credentials the book knows (a hash and a share name
