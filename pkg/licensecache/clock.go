@@ -66,30 +66,39 @@ func (a *answers[V]) get(qualifier string) (entry[V], bool) {
 	return entry[V]{}, false
 }
 
-// set keeps e for qualifier and reports whether it was a new answer (not a replacement).
-func (a *answers[V]) set(qualifier string, e entry[V]) (added bool) {
+// replace keeps e for qualifier if the key has an answer for it, and reports whether it
+// had.
+func (a *answers[V]) replace(qualifier string, e entry[V]) bool {
 	if a.many != nil {
-		_, replaced := a.many[qualifier]
-		a.many[qualifier] = e
-		return !replaced
+		if _, ok := a.many[qualifier]; ok {
+			a.many[qualifier] = e
+			return true
+		}
+		return false
 	}
 	for i := range a.few {
 		if a.few[i].qualifier == qualifier {
 			a.few[i].entry = e
-			return false
+			return true
 		}
 	}
-	if len(a.few) < fewAnswers {
+	return false
+}
+
+// add keeps e for a qualifier the key has no answer for.
+func (a *answers[V]) add(qualifier string, e entry[V]) {
+	if a.many == nil && len(a.few) < fewAnswers {
 		a.few = append(a.few, qualifiedEntry[V]{qualifier, e})
-		return true
+		return
 	}
-	a.many = make(map[string]entry[V], len(a.few)+1)
-	for _, q := range a.few {
-		a.many[q.qualifier] = q.entry
+	if a.many == nil {
+		a.many = make(map[string]entry[V], len(a.few)+1)
+		for _, q := range a.few {
+			a.many[q.qualifier] = q.entry
+		}
+		a.few = nil
 	}
-	a.few = nil
 	a.many[qualifier] = e
-	return true
 }
 
 func (a *answers[V]) len() int {
@@ -137,11 +146,8 @@ func (t *table[V]) lookup(key, qualifier string) (entry[V], bool) {
 // store keeps e as the answer about key for qualifier, evicting first when the table is
 // full.
 func (t *table[V]) store(key, qualifier string, e entry[V], now time.Time) {
-	if s := t.slots[key]; s != nil {
-		if _, replaced := s.answers.get(qualifier); replaced {
-			s.answers.set(qualifier, e)
-			return
-		}
+	if s := t.slots[key]; s != nil && s.answers.replace(qualifier, e) {
+		return
 	}
 	for t.size >= t.limit && len(t.ring) > 0 {
 		t.evict(now)
@@ -152,7 +158,7 @@ func (t *table[V]) store(key, qualifier string, e entry[V], now time.Time) {
 		t.slots[key] = s
 		t.ring = append(t.ring, s)
 	}
-	s.answers.set(qualifier, e)
+	s.answers.add(qualifier, e)
 	t.size++
 	t.sweepExpired(now, sweepPerStore)
 }

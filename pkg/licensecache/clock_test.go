@@ -210,3 +210,36 @@ func TestExpiredAnswersLeaveWithoutWaitingForTheBound(t *testing.T) {
 		t.Fatalf("table out of shape: %d slots, %d on the ring, size %d", len(c.entries.slots), len(c.entries.ring), c.entries.size)
 	}
 }
+
+// An answer loaded again after it expired takes the old one's place: it is served from
+// the cache afterwards and counted once, with one answer about the key as with many.
+func TestAnAnswerLoadedAgainReplacesTheExpiredOne(t *testing.T) {
+	for _, n := range []int{1, fewAnswers, 3 * fewAnswers} {
+		c, clk := newTestCache(time.Second)
+		get := func(i int, load func() (int64, time.Time, error)) int64 {
+			v, err := c.GetUntil("K", "machine-"+strconv.Itoa(i), load)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return v
+		}
+		for i := range n {
+			get(i, func() (int64, time.Time, error) { return 1, time.Time{}, nil })
+		}
+		clk.Advance(2 * time.Second)
+		for i := range n {
+			get(i, func() (int64, time.Time, error) { return 2, time.Time{}, nil })
+		}
+		for i := range n {
+			if v := get(i, func() (int64, time.Time, error) {
+				t.Fatalf("%d answers: answer %d reloaded was not kept", n, i)
+				return 0, time.Time{}, nil
+			}); v != 2 {
+				t.Fatalf("%d answers: answer %d is %d after its reload, want 2", n, i, v)
+			}
+		}
+		if c.entries.size != n || c.entries.slots["K"].answers.len() != n {
+			t.Fatalf("%d answers: size %d, key's answers %d after the reloads", n, c.entries.size, c.entries.slots["K"].answers.len())
+		}
+	}
+}

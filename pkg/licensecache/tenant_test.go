@@ -7,7 +7,15 @@ import (
 	"testing"
 
 	"github.com/keyhouse/keyhouse/pkg/grpcx/grpcxtest"
+	"google.golang.org/grpc/metadata"
 )
+
+// tenantsNamed is every key a header names with its tenant.
+func tenantsNamed(header metadata.MD) map[string]string {
+	named := map[string]string{}
+	Tenants(header, func(key, tenant string) { named[key] = tenant })
+	return named
+}
 
 func TestAnAnswerNamesTheTenantOfEveryKeyInOneHeaderWrite(t *testing.T) {
 	ctx, stream := grpcxtest.Call(context.Background(), "/keyhouse.test/Call")
@@ -17,8 +25,7 @@ func TestAnAnswerNamesTheTenantOfEveryKeyInOneHeaderWrite(t *testing.T) {
 	if writes != 1 {
 		t.Fatalf("%d header writes for one batch, want 1", writes)
 	}
-	learned := map[string]string{}
-	Tenants(header, func(key, tenant string) { learned[key] = tenant })
+	learned := tenantsNamed(header)
 	if len(learned) != 2 || learned["AAAA-BBBB"] != "t_1" || learned["CCCC-DDDD"] != "t_2" {
 		t.Fatalf("learned %v", learned)
 	}
@@ -46,8 +53,7 @@ func TestABatchsItemsAnnouncedOneByOneAreWrittenOnce(t *testing.T) {
 	if writes != 2 {
 		t.Fatalf("an announcement after the batch's write: %d writes in all, want 2", writes)
 	}
-	learned := map[string]string{}
-	Tenants(header, func(key, tenant string) { learned[key] = tenant })
+	learned := tenantsNamed(header)
 	if len(learned) != 65 || learned["KEY-07"] != "t_1" || learned["KEY-LATE"] != "t_9" {
 		t.Fatalf("learned %d keys, KEY-07 → %q, KEY-LATE → %q", len(learned), learned["KEY-07"], learned["KEY-LATE"])
 	}
