@@ -57,15 +57,17 @@ func TuneRuntime() Runtime {
 }
 
 func tuneRuntime(root fs.FS, lookupEnv func(string) (string, bool)) Runtime {
+	operatorSet := func(name string) bool { v, set := lookupEnv(name); return set && v != "" }
 	var r Runtime
-	if _, set := lookupEnv("GOGC"); set {
+	if operatorSet("GOGC") {
+		// The runtime read it at start; setting it is the only way to read it back.
 		r.GCPercent = debug.SetGCPercent(DefaultGCPercent)
 		debug.SetGCPercent(r.GCPercent)
 	} else {
 		debug.SetGCPercent(DefaultGCPercent)
 		r.GCPercent = DefaultGCPercent
 	}
-	if v, set := lookupEnv("GOMEMLIMIT"); set && v != "" {
+	if operatorSet("GOMEMLIMIT") {
 		// The runtime read it at start.
 		r.MemoryLimit, r.MemoryLimitFrom = debug.SetMemoryLimit(-1), "GOMEMLIMIT"
 	} else if limit, ok := cgroupMemoryLimit(root); ok {
