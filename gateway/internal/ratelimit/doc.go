@@ -17,6 +17,30 @@
 // gateway remembers that in memory until the window ends and refuses the key's further
 // requests without asking Redis, so a client hammering a closed window costs no Redis traffic.
 //
+// # Deciding ahead of Redis
+//
+// Most requests do not wait for that round trip. The gateway keeps, per key and window,
+// the highest count Redis has answered and its own hits whose answers have not come back,
+// and reckons a request's count from them. While that count leaves at least a tenth of
+// the limit, and at least 10, and fewer than 4 of the key's hits are unanswered at this
+// gateway, the request is answered at once with the reckoned count (X-RateLimit-Remaining
+// included), and its hit goes to Redis in the next pipeline behind it. Past either bound
+// it waits for its own count, as above; a limit of 10 or less is never decided ahead. The
+// hits of one gateway reach Redis in the order it decided them, so on one gateway the
+// limit is exact and every reckoned count is the count Redis gives that hit.
+//
+// Across gateways, a gateway learns of the others' hits only from Redis's answers to its
+// own: one round trip late while it is counting the key, or as old as its last request of
+// it. So its headers can show more remaining than there is, and a key can be let through
+// past its limit, by at most 4 requests per gateway and only when the other gateways have
+// counted more of it than the margin (a tenth of the limit, at least 10) since this one
+// last heard. The next answer corrects it. A client whose requests follow one another
+// gets its limit exactly, however they spread over gateways, once each hit has reached
+// Redis before the next request (a round trip after the decision). What this buys: the
+// apps that check a license now and then, from addresses far from their limits, wait for
+// no Redis round trip. Kept are at most 200,000 keys, the window's first; a key beyond
+// them waits for Redis.
+//
 // # Which tiers count a request
 //
 // The IP tier counts first. When it refuses, the request is answered 429 at once: its body

@@ -4,7 +4,10 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"log/slog"
+	"math"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -24,6 +27,14 @@ const (
 	// overLimitCacheSize bounds the memory of the over-limit cache; when it is full, keys are
 	// simply asked about in Redis again.
 	overLimitCacheSize = 100_000
+	// aheadKeys bounds the keys whose counts are kept for deciding ahead of Redis (about
+	// 100 bytes each, 20 MB in all); past it, a new key's requests wait for Redis.
+	aheadKeys = 200_000
+	// aheadMargin is the least of a limit kept for requests that wait for Redis (aheadBound).
+	aheadMargin = 10
+	// aheadInFlight is how many of a key's hits may be unanswered at a gateway for the next
+	// to be decided ahead: a burst of one key waits for Redis past it.
+	aheadInFlight = 4
 	// sweepEvery is how often the in-memory tables drop entries of ended windows.
 	sweepEvery = time.Minute
 )
@@ -50,6 +61,7 @@ type Limiter struct {
 	breaker   breaker
 	overLimit windowTable
 	local     windowTable
+	ahead     aheadTable
 	coalesce  coalescer
 }
 
@@ -70,8 +82,14 @@ func New(client *redis.Client, log *slog.Logger, timeout time.Duration) *Limiter
 		now:          time.Now,
 		breaker:      breaker{cooldown: redisCooldown},
 		overLimit:    windowTable{maxKeys: overLimitCacheSize},
+		ahead:        aheadTable{maxKeys: aheadKeys},
 	}
-	l.coalesce = coalescer{client: client, timeout: func() time.Duration { return l.redisTimeout }}
+	l.coalesce = coalescer{
+		client:    client,
+		timeout:   func() time.Duration { return l.redisTimeout },
+		answered:  l.answeredAhead,
+		redisDown: func() bool { return !l.breaker.up() },
+	}
 	return l
 }
 
@@ -85,38 +103,87 @@ func (l *Limiter) Take(ctx context.Context, tier Tier, key string) Result {
 	if l.overLimit.has(rkey, now) {
 		return newResult(tier, int64(tier.Limit)+1, reset, now)
 	}
-	res := newResult(tier, l.count(ctx, rkey, reset, now), reset, now)
+	tracked := false
+	if l.breaker.up() {
+		count, d := l.ahead.take(rkey, tier.Limit, reset, now)
+		if d == decided {
+			l.coalesce.post(rkey, reset.Sub(now)+keyExpirySlack, reset)
+			return newResult(tier, count, reset, now)
+		}
+		tracked = d == wait
+	}
+	res := newResult(tier, l.count(ctx, rkey, reset, now, tracked), reset, now)
 	if !res.Allowed {
 		l.overLimit.add(rkey, reset, now)
 	}
 	return res
 }
 
-// count increments key in Redis, or in process while Redis is failing.
-func (l *Limiter) count(ctx context.Context, key string, reset, now time.Time) int64 {
-	if l.breaker.allow(now) {
-		n, err := l.incrRedis(ctx, key, reset.Sub(now)+keyExpirySlack)
+// count increments key in Redis, or in process while Redis is failing. tracked: the hit
+// is in flight in l.ahead, which is told its end.
+func (l *Limiter) count(ctx context.Context, key string, reset, now time.Time, tracked bool) int64 {
+	if ok, probe := l.breaker.allow(now); ok {
+		n, err := l.incrRedis(ctx, key, reset.Sub(now)+keyExpirySlack, probe)
 		if err == nil {
-			if l.breaker.succeeded() {
-				l.log.Info("rate limiter: Redis reachable again; limits are shared across gateways")
+			if tracked {
+				l.ahead.answered(key, reset, n)
 			}
+			l.redisAnswered()
 			return n
 		}
-		if l.breaker.failed(now) {
-			l.log.Warn("rate limiter: Redis unreachable; each gateway enforces limits on its own until it answers",
-				"err", err)
+		if err != errNotSent {
+			l.redisFailed(err, now)
 		}
 	}
+	if tracked {
+		l.ahead.answered(key, reset, 0)
+	}
 	return l.local.add(key, reset, now)
+}
+
+// errNotSent answers the hits of a batch not sent to a Redis known to be down: they are
+// counted in process, and are no news of Redis for the breaker.
+var errNotSent = errors.New("rate limiter: not sent, Redis is down")
+
+// answeredAhead takes Redis's answer to a hit decided ahead of it (see aheadTable). A
+// failed one is counted in process instead, as a request that waited would have been.
+func (l *Limiter) answeredAhead(h *hit) {
+	if h.err != nil {
+		now := l.now()
+		l.ahead.answered(h.key, h.end, 0)
+		l.local.add(h.key, h.end, now)
+		if h.err != errNotSent {
+			l.redisFailed(h.err, now)
+		}
+		return
+	}
+	l.ahead.answered(h.key, h.end, h.count)
+	l.redisAnswered()
+}
+
+// redisAnswered notes a round trip that succeeded, logging the end of an outage.
+func (l *Limiter) redisAnswered() {
+	if l.breaker.succeeded() {
+		l.log.Info("rate limiter: Redis reachable again; limits are shared across gateways")
+	}
+}
+
+// redisFailed notes a round trip that failed, logging the start of an outage.
+func (l *Limiter) redisFailed(err error, now time.Time) {
+	if l.breaker.failed(now) {
+		l.log.Warn("rate limiter: Redis unreachable; each gateway enforces limits on its own until it answers",
+			"err", err)
+	}
 }
 
 // incrRedis counts one hit of key in Redis and returns the key's new count. Hits are
 // coalesced (see coalescer): the requests that arrive while a round trip is out go
 // together in the next pipeline.
-func (l *Limiter) incrRedis(_ context.Context, key string, ttl time.Duration) (int64, error) {
+// probe: the hit is the breaker's probe of an outage, sent whatever the breaker says then.
+func (l *Limiter) incrRedis(_ context.Context, key string, ttl time.Duration, probe bool) (int64, error) {
 	// The client hanging up does not cancel the count: a cancelled request is still a
 	// request, and must not look like a Redis failure. Only the deadline is ours.
-	return l.coalesce.incr(key, ttl)
+	return l.coalesce.incr(key, ttl, probe)
 }
 
 // coalescer sends the increments of concurrent requests to Redis in shared round trips.
@@ -129,26 +196,38 @@ func (l *Limiter) incrRedis(_ context.Context, key string, ttl time.Duration) (i
 type coalescer struct {
 	client  *redis.Client
 	timeout func() time.Duration
+	// answered takes the answer to a hit nobody waits for (post).
+	answered func(*hit)
+	// redisDown reports an outage: a batch without the breaker's probe is then not sent
+	// (each hit gets errNotSent), so that hits queued behind the round trip that failed do
+	// not ask a dead Redis again within the breaker's cooldown.
+	redisDown func() bool
 
 	mu      sync.Mutex
 	queue   []*hit
 	running bool
 }
 
-// hit is one request's increment, waiting for its pipeline.
+// hit is one request's increment, waiting for its pipeline, or, posted, not waited for.
 type hit struct {
 	key   string
 	ttl   time.Duration
 	count int64
 	err   error
 	done  chan struct{}
+	// posted: the request was decided ahead of Redis and did not wait; its answer goes
+	// to coalescer.answered, with end, its window's end.
+	posted bool
+	end    time.Time
+	// probe: the breaker's probe of an outage (see coalescer.redisDown).
+	probe bool
 }
 
 var hitPool = sync.Pool{New: func() any { return &hit{done: make(chan struct{}, 1)} }}
 
-func (c *coalescer) incr(key string, ttl time.Duration) (int64, error) {
+func (c *coalescer) incr(key string, ttl time.Duration, probe bool) (int64, error) {
 	h := hitPool.Get().(*hit)
-	h.key, h.ttl = key, ttl
+	h.key, h.ttl, h.probe = key, ttl, probe
 	c.mu.Lock()
 	c.queue = append(c.queue, h)
 	lead := !c.running
@@ -178,6 +257,21 @@ func (c *coalescer) incr(key string, ttl time.Duration) (int64, error) {
 	return n, err
 }
 
+// post queues a hit of key that nobody waits for: its answer goes to c.answered. When no
+// pipeline is out, a new goroutine sends one, so the caller never waits for Redis.
+func (c *coalescer) post(key string, ttl time.Duration, end time.Time) {
+	h := hitPool.Get().(*hit)
+	h.key, h.ttl, h.end, h.posted = key, ttl, end, true
+	c.mu.Lock()
+	c.queue = append(c.queue, h)
+	start := !c.running
+	c.running = true
+	c.mu.Unlock()
+	if start {
+		go c.run(nil)
+	}
+}
+
 // run sends pipelines until the queue is empty. spare is a slice for the next queue.
 func (c *coalescer) run(spare []*hit) {
 	for c.sendQueued(&spare) {
@@ -198,9 +292,21 @@ func (c *coalescer) sendQueued(spare *[]*hit) bool {
 		return false
 	}
 	c.mu.Unlock()
-	c.send(batch)
+	if c.redisDown() && !slices.ContainsFunc(batch, func(h *hit) bool { return h.probe }) {
+		for _, h := range batch {
+			h.err = errNotSent
+		}
+	} else {
+		c.send(batch)
+	}
 	for _, h := range batch {
-		h.done <- struct{}{}
+		if !h.posted {
+			h.done <- struct{}{}
+			continue
+		}
+		c.answered(h)
+		*h = hit{done: h.done}
+		hitPool.Put(h)
 	}
 	clear(batch)
 	*spare = batch
@@ -283,20 +389,25 @@ type breaker struct {
 	retryAt time.Time
 }
 
-func (b *breaker) allow(now time.Time) bool {
+// up reports whether Redis answered the last time it was asked.
+func (b *breaker) up() bool { return !b.down.Load() }
+
+// allow reports whether Redis may be asked now, and whether that is the probe of an
+// outage.
+func (b *breaker) allow(now time.Time) (ok, probe bool) {
 	if !b.down.Load() {
-		return true
+		return true, false
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if !b.down.Load() {
-		return true
+		return true, false
 	}
 	if b.probing || now.Before(b.retryAt) {
-		return false
+		return false, false
 	}
 	b.probing = true
-	return true
+	return true, true
 }
 
 // succeeded reports whether this success ended an outage.
@@ -372,5 +483,117 @@ func (t *windowTable) sweep(now time.Time) {
 		if !now.Before(e.end) {
 			delete(t.entries, k)
 		}
+	}
+}
+
+// aheadTable keeps, per key, what this gateway knows of the key's count in Redis: the
+// highest count Redis answered for it, and this gateway's hits of it whose answers have not
+// come back. From these a request's count is reckoned without asking Redis; it is exact
+// while no other gateway counts the key. A request is decided at once (ahead of Redis), its
+// hit counted in Redis behind it, while its reckoned count is within aheadBound and fewer
+// than aheadInFlight of the key's hits are unanswered here; otherwise it waits for its own
+// count, as every request did before. See the package doc for what this costs in
+// exactness.
+//
+// Keys are kept per window, so a window's end drops them all at once.
+type aheadTable struct {
+	maxKeys int
+
+	mu      sync.Mutex
+	windows map[int64]map[string]aheadCount // by the window's end, in Unix nanoseconds
+	size    int
+	// firstEnd is the earliest end among windows: nothing to sweep before it.
+	firstEnd int64
+}
+
+type aheadCount struct {
+	// answered is the highest count Redis answered for the key.
+	answered int64
+	// inFlight is this gateway's hits of the key whose counts Redis has not answered.
+	inFlight int64
+}
+
+// aheadDecision is take's answer about one hit.
+type aheadDecision int
+
+const (
+	// untracked: the table is full; the hit waits for Redis and need not be answered.
+	untracked aheadDecision = iota
+	// wait: the hit waits for its own count, then answered(…, waited) is called.
+	wait
+	// decided: the hit was decided ahead; answered(…, posted) is called once Redis counts it.
+	decided
+)
+
+// take counts one hit of key in flight and says whether it is decided ahead, with count
+// its reckoned count then.
+func (t *aheadTable) take(key string, limit int, end, now time.Time) (count int64, d aheadDecision) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.sweep(now)
+	window := t.windows[end.UnixNano()]
+	c, known := window[key]
+	if !known && t.size >= t.maxKeys {
+		return 0, untracked
+	}
+	if window == nil {
+		window = make(map[string]aheadCount)
+		t.windows[end.UnixNano()] = window
+		t.firstEnd = min(t.firstEnd, end.UnixNano())
+	}
+	if !known {
+		t.size++
+	}
+	count = c.answered + c.inFlight + 1
+	d = wait
+	if count <= aheadBound(limit) && c.inFlight < aheadInFlight {
+		d = decided
+	}
+	c.inFlight++
+	window[key] = c
+	return count, d
+}
+
+// aheadBound is the highest count decided ahead of Redis under limit: a tenth of the
+// limit, and at least aheadMargin, is left for requests that wait for their own count.
+// That margin is what other gateways may count of the key, unknown to this one, without
+// the limit being exceeded; a limit of aheadMargin or less is counted in Redis request by
+// request.
+func aheadBound(limit int) int64 {
+	return int64(max(0, limit-max(limit/10, aheadMargin)))
+}
+
+// answered records the end of a hit of key that take counted in flight: count is what
+// Redis answered, or 0 when it did not.
+func (t *aheadTable) answered(key string, end time.Time, count int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	window := t.windows[end.UnixNano()]
+	c, known := window[key]
+	if !known {
+		return
+	}
+	c.answered = max(c.answered, count)
+	c.inFlight--
+	window[key] = c
+}
+
+// sweep drops the windows that have ended.
+func (t *aheadTable) sweep(now time.Time) {
+	if t.windows == nil {
+		t.windows = make(map[int64]map[string]aheadCount)
+		t.firstEnd = math.MaxInt64
+	}
+	if len(t.windows) == 0 || now.UnixNano() < t.firstEnd {
+		return
+	}
+	t.firstEnd = math.MaxInt64
+	for end, window := range t.windows {
+		if end <= now.UnixNano() {
+			t.size -= len(window)
+			delete(t.windows, end)
+			continue
+		}
+		t.firstEnd = min(t.firstEnd, end)
 	}
 }
