@@ -6,8 +6,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // A request far from its limit is answered from what the gateway knows, and its hit is
@@ -215,16 +213,4 @@ func redisCount(t *testing.T, url string, tier Tier, key string) int64 {
 		t.Fatal(err)
 	}
 	return n
-}
-
-// holdPipelines calls wait before every pipeline is sent.
-type holdPipelines struct{ wait func() }
-
-func (h holdPipelines) DialHook(next redis.DialHook) redis.DialHook          { return next }
-func (h holdPipelines) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
-func (h holdPipelines) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		h.wait()
-		return next(ctx, cmds)
-	}
 }

@@ -274,7 +274,7 @@ func TestTake_HitsQueuedDuringARoundTripShareTheNextAndEachGetsItsOwnCount(t *te
 	before := g.roundTrip.Load()
 	first := make(chan struct{})
 	var once sync.Once
-	g.Limiter.redis.AddHook(holdFirstPipeline{wait: func() {
+	g.Limiter.redis.AddHook(holdPipelines{wait: func() {
 		once.Do(func() {
 			<-first
 		})
@@ -347,12 +347,12 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// holdFirstPipeline calls wait before a pipeline is sent.
-type holdFirstPipeline struct{ wait func() }
+// holdPipelines calls wait before every pipeline is sent.
+type holdPipelines struct{ wait func() }
 
-func (h holdFirstPipeline) DialHook(next redis.DialHook) redis.DialHook          { return next }
-func (h holdFirstPipeline) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
-func (h holdFirstPipeline) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+func (h holdPipelines) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (h holdPipelines) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h holdPipelines) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		h.wait()
 		return next(ctx, cmds)
