@@ -152,7 +152,7 @@ func TestTake_HitsDecidedAheadOfAFailingRedisAreCountedInProcess(t *testing.T) {
 
 func TestAheadTable_StopsTrackingNewKeysWhenFullAndForgetsEndedWindows(t *testing.T) {
 	t.Parallel()
-	table := aheadTable{maxKeys: 2}
+	table := aheadTable{maxKeys: 2, post: func(string, time.Time) {}}
 	for _, key := range []string{"a", "b"} {
 		if _, d := table.take(key, 1000, windowEnd, t0); d != decided {
 			t.Fatalf("key %q: decision %d, want decided", key, d)
@@ -183,7 +183,7 @@ func TestAheadTable_WaitsNearTheLimitAndBehindABurst(t *testing.T) {
 			t.Errorf("limit %d: decided ahead up to %d, want %d", tc.limit, got, tc.bound)
 		}
 	}
-	table := aheadTable{maxKeys: 10}
+	table := aheadTable{maxKeys: 10, post: func(string, time.Time) {}}
 	table.answered("a", windowEnd, 0) // unknown keys are ignored
 	for i := range aheadInFlight {
 		if _, d := table.take("a", 1000, windowEnd, t0); d != decided {

@@ -82,8 +82,10 @@ func New(client *redis.Client, log *slog.Logger, timeout time.Duration) *Limiter
 		now:          time.Now,
 		breaker:      breaker{cooldown: redisCooldown},
 		overLimit:    windowTable{maxKeys: overLimitCacheSize},
-		ahead:        aheadTable{maxKeys: aheadKeys},
 	}
+	l.ahead = aheadTable{maxKeys: aheadKeys, post: func(key string, end time.Time) {
+		l.coalesce.post(key, end.Sub(l.now())+keyExpirySlack, end)
+	}}
 	l.coalesce = coalescer{
 		client:    client,
 		timeout:   func() time.Duration { return l.redisTimeout },
@@ -107,7 +109,6 @@ func (l *Limiter) Take(ctx context.Context, tier Tier, key string) Result {
 	if l.breaker.up() {
 		count, d := l.ahead.take(rkey, tier.Limit, reset, now)
 		if d == decided {
-			l.coalesce.post(rkey, reset.Sub(now)+keyExpirySlack, reset)
 			return newResult(tier, count, reset, now)
 		}
 		tracked = d == wait
@@ -498,6 +499,10 @@ func (t *windowTable) sweep(now time.Time) {
 // Keys are kept per window, so a window's end drops them all at once.
 type aheadTable struct {
 	maxKeys int
+	// post sends a hit decided ahead to Redis. take calls it before it lets go of the
+	// table, so that a hit decided ahead is queued before any hit taken after it: a hit
+	// that waits counts, in Redis's answer, every hit decided ahead before it.
+	post func(key string, end time.Time)
 
 	mu      sync.Mutex
 	windows map[int64]map[string]aheadCount // by the window's end, in Unix nanoseconds
@@ -526,7 +531,7 @@ const (
 )
 
 // take counts one hit of key in flight and says whether it is decided ahead, with count
-// its reckoned count then.
+// its reckoned count then; a hit decided ahead is posted to Redis.
 func (t *aheadTable) take(key string, limit int, end, now time.Time) (count int64, d aheadDecision) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -548,6 +553,7 @@ func (t *aheadTable) take(key string, limit int, end, now time.Time) (count int6
 	d = wait
 	if count <= aheadBound(limit) && c.inFlight < aheadInFlight {
 		d = decided
+		t.post(key, end)
 	}
 	c.inFlight++
 	window[key] = c
