@@ -22,30 +22,47 @@ import (
 // accepted write is lost or applied twice, no refused write is applied, and every process
 // answers afterwards. The timing goals (goodput, p99, refusal latency) are `make bench`'s.
 
-var overload struct {
+// onceStack is a stack started once, by the first test that asks for it.
+type onceStack struct {
 	once sync.Once
 	s    *stack.Stack
 }
 
-// overloadStack is a hosted stack whose gateway admits 2 requests at a time, with the
-// license caches off: a request the gateway answers from memory is in flight for tens of
-// microseconds, so a flood of such answers from 16 clients would rarely hold 2 slots at
-// once, and the tests would find no refusal to look at. Each request here holds its slot
-// for a round trip to a service and Postgres.
+var overload, overloadUncached onceStack
+
+// overloadStack is a hosted stack whose gateway admits 2 requests at a time.
 func overloadStack(t *testing.T) *stack.Stack {
 	t.Helper()
-	overload.once.Do(func() {
-		env := map[string]string{"MULTI_TENANT": "true", "ADMISSION_MIN_LIMIT": "2", "ADMISSION_MAX_LIMIT": "2", "LICENSE_CACHE_TTL": "0"}
+	return startOverloadStack(t, &overload, nil)
+}
+
+// overloadStackUncached is overloadStack with the license caches off, for floods of the
+// routes the gateway answers from memory: such an answer is in the gateway for tens of
+// microseconds, so a flood of them from 16 clients would rarely hold 2 slots at once,
+// and the test would find no refusal to look at. Here each request holds its slot for a
+// round trip to a service and Postgres.
+func overloadStackUncached(t *testing.T) *stack.Stack {
+	t.Helper()
+	return startOverloadStack(t, &overloadUncached, map[string]string{"LICENSE_CACHE_TTL": "0"})
+}
+
+func startOverloadStack(t *testing.T, shared *onceStack, extra map[string]string) *stack.Stack {
+	t.Helper()
+	shared.once.Do(func() {
+		env := map[string]string{"MULTI_TENANT": "true", "ADMISSION_MIN_LIMIT": "2", "ADMISSION_MAX_LIMIT": "2"}
 		for k, v := range stripeEnv(t) {
 			env[k] = v
 		}
-		overload.s = startStack(t, env)
-		testkit.AtExit(overload.s.Stop)
+		for k, v := range extra {
+			env[k] = v
+		}
+		shared.s = startStack(t, env)
+		testkit.AtExit(shared.s.Stop)
 	})
-	if overload.s == nil {
+	if shared.s == nil {
 		t.Fatal("overload stack did not start")
 	}
-	return overload.s
+	return shared.s
 }
 
 const overloadedBody = `{"error":"Service unavailable, retry"}`
@@ -200,7 +217,7 @@ func TestOverloadRefusesTheExcessAndLosesNoWrite(t *testing.T) {
 }
 
 func TestAFloodingTenantDoesNotCrowdOutAnother(t *testing.T) {
-	s := overloadStack(t)
+	s := overloadStackUncached(t)
 	prodA, prodB := product("flood-a"), product("flood-b")
 	aKeys, bKeys := twoLicenses(t, newTenant(t, s), prodA), twoLicenses(t, newTenant(t, s), prodB)
 	// One answer for each key teaches the gateway whose it is.
@@ -218,7 +235,7 @@ func TestAFloodingTenantDoesNotCrowdOutAnother(t *testing.T) {
 // whose apps only check for updates, flooding, does not crowd out one whose apps only
 // validate their seats, although the gateway never saw either's keys verified.
 func TestTenantsAreToldApartByTheirKeysOnEveryRoute(t *testing.T) {
-	s := overloadStack(t)
+	s := overloadStackUncached(t)
 	prodA, prodB := product("updates-a"), product("seats-b")
 	aKeys, bKeys := twoLicenses(t, newTenant(t, s), prodA), twoLicenses(t, newTenant(t, s), prodB)
 	for i, k := range bKeys {
