@@ -229,12 +229,7 @@ var hitPool = sync.Pool{New: func() any { return &hit{done: make(chan struct{}, 
 func (c *coalescer) incr(key string, ttl time.Duration, probe bool) (int64, error) {
 	h := hitPool.Get().(*hit)
 	h.key, h.ttl, h.probe = key, ttl, probe
-	c.mu.Lock()
-	c.queue = append(c.queue, h)
-	lead := !c.running
-	c.running = true
-	c.mu.Unlock()
-	if lead {
+	if c.enqueue(h) {
 		// The hit that finds no pipeline out sends one itself (with whatever queued in
 		// the meantime) instead of handing it to a new goroutine and waiting for it: at a
 		// few thousand requests a second most pipelines carry one or two hits, and the
@@ -263,14 +258,20 @@ func (c *coalescer) incr(key string, ttl time.Duration, probe bool) (int64, erro
 func (c *coalescer) post(key string, ttl time.Duration, end time.Time) {
 	h := hitPool.Get().(*hit)
 	h.key, h.ttl, h.end, h.posted = key, ttl, end, true
-	c.mu.Lock()
-	c.queue = append(c.queue, h)
-	start := !c.running
-	c.running = true
-	c.mu.Unlock()
-	if start {
+	if c.enqueue(h) {
 		go c.run(nil)
 	}
+}
+
+// enqueue queues h for the next pipeline and reports whether none was out: the caller
+// then sends it (and what queues meanwhile).
+func (c *coalescer) enqueue(h *hit) (lead bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.queue = append(c.queue, h)
+	lead = !c.running
+	c.running = true
+	return lead
 }
 
 // run sends pipelines until the queue is empty. spare is a slice for the next queue.
