@@ -21,23 +21,18 @@ import (
 // validate-license as a plain handler, because api.md has it answer 200 with valid for
 // everything: a body grpc-gateway's decoder would turn into a 400 (malformed JSON, a key
 // that is not a string, a body that is not an object) and a service that cannot answer.
-// Valid answers are served from valid while it holds them (nil: no cache). hot gets
-// validate-license too (the same cache and batcher), for withHotRoutes.
-func registerActivations(ctx context.Context, mux, hot *runtime.ServeMux, conn *grpc.ClientConn, log *slog.Logger, valid *licensecache.Cache[*activationsv1.ValidateLicenseResponse]) error {
+// Valid answers are served from valid while it holds them (nil: no cache). The client it
+// returns is the one hotRoutes answers validate-license with (one cache, one batcher).
+func registerActivations(ctx context.Context, mux *runtime.ServeMux, conn *grpc.ClientConn, log *slog.Logger, valid *licensecache.Cache[*activationsv1.ValidateLicenseResponse]) (*cachedValidate, error) {
 	client := activationsv1.NewActivationsServiceClient(conn)
 	if err := activationsv1.RegisterActivationsServiceHandlerClient(ctx, mux, newBatchedActivations(client)); err != nil {
-		return err
+		return nil, err
 	}
 	if err := activationsv1.RegisterLeasesServiceHandlerClient(ctx, mux, newBatchedLeases(activationsv1.NewLeasesServiceClient(conn))); err != nil {
-		return err
+		return nil, err
 	}
-	validator := &cachedValidate{misses: newBatchedValidate(client), valid: valid}
-	for _, m := range []*runtime.ServeMux{mux, hot} {
-		if err := m.HandlePath(http.MethodPost, "/v1/validate-license", validateLicense(m, validator, log)); err != nil {
-			return err
-		}
-	}
-	return nil
+	validator := &cachedValidate{misses: newBatchedValidate(client), valid: valid, log: log}
+	return validator, mux.HandlePath(http.MethodPost, "/v1/validate-license", validateLicense(mux, validator))
 }
 
 // cachedValidate answers validate-license from activations' earlier valid answer for the
@@ -51,6 +46,7 @@ func registerActivations(ctx context.Context, mux, hot *runtime.ServeMux, conn *
 type cachedValidate struct {
 	misses *batchedValidate
 	valid  *licensecache.Cache[*activationsv1.ValidateLicenseResponse]
+	log    *slog.Logger // where an outage answered valid false shows; nil: nowhere
 }
 
 func (c *cachedValidate) ValidateLicense(ctx context.Context, req *activationsv1.ValidateLicenseRequest) (*activationsv1.ValidateLicenseResponse, error) {
@@ -70,24 +66,29 @@ func (c *cachedValidate) ValidateLicense(ctx context.Context, req *activationsv1
 	return resp, err
 }
 
-func validateLicense(mux *runtime.ServeMux, client *cachedValidate, log *slog.Logger) runtime.HandlerFunc {
+func validateLicense(mux *runtime.ServeMux, client *cachedValidate) runtime.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request, _ map[string]string) {
 		ctx, out, body, ok := readRawBody(mux, w, r, activationsv1.ActivationsService_ValidateLicense_FullMethodName, "/v1/validate-license")
-		if !ok {
-			return
+		if ok {
+			client.serve(ctx, mux, out, w, r, body)
 		}
-		resp := &activationsv1.ValidateLicenseResponse{Valid: false}
-		if req := lenientValidateRequest(body); req != nil {
-			got, err := client.ValidateLicense(ctx, req)
-			if err == nil {
-				resp = got
-			} else if log != nil {
-				// The client still gets valid false, as api.md wants; the outage shows here.
-				log.WarnContext(ctx, "validate-license answered invalid: activations failed", "code", status.Code(err).String())
-			}
-		}
-		runtime.ForwardResponseMessage(ctx, mux, out, w, r, resp)
 	}
+}
+
+// serve answers validate-license for body: valid false for a body that names no license
+// and instance, or when activations cannot answer.
+func (c *cachedValidate) serve(ctx context.Context, mux *runtime.ServeMux, out runtime.Marshaler, w http.ResponseWriter, r *http.Request, body []byte) {
+	resp := &activationsv1.ValidateLicenseResponse{Valid: false}
+	if req := lenientValidateRequest(body); req != nil {
+		got, err := c.ValidateLicense(ctx, req)
+		if err == nil {
+			resp = got
+		} else if c.log != nil {
+			// The client still gets valid false, as api.md wants; the outage shows here.
+			c.log.WarnContext(ctx, "validate-license answered invalid: activations failed", "code", status.Code(err).String())
+		}
+	}
+	runtime.ForwardResponseMessage(ctx, mux, out, w, r, resp)
 }
 
 // lenientValidateRequest reads key and instance_id from a JSON object, or returns nil

@@ -52,7 +52,7 @@ func (f *fakeValidator) ValidateLicense(_ context.Context, req *activationsv1.Va
 func serveValidate(t *testing.T, f *fakeValidator, body string) string {
 	t.Helper()
 	mux := runtime.NewServeMux(runtime.WithMarshalerOption(runtime.MIMEWildcard, newJSONMarshaler()), runtime.WithErrorHandler(handleError))
-	if err := mux.HandlePath(http.MethodPost, "/v1/validate-license", validateLicense(mux, &cachedValidate{misses: newBatchedValidate(f)}, nil)); err != nil {
+	if err := mux.HandlePath(http.MethodPost, "/v1/validate-license", validateLicense(mux, &cachedValidate{misses: newBatchedValidate(f)})); err != nil {
 		t.Fatal(err)
 	}
 	w := httptest.NewRecorder()

@@ -70,7 +70,7 @@ func (b *batchedActivations) TrackUsage(ctx context.Context, req *activationsv1.
 	}
 	return answer(ctx, &b.usage, &activationsv1.TrackUsageBatchItem{Request: req, RequestId: telemetry.RequestID(ctx)},
 		(*activationsv1.TrackUsageBatchResult).GetResponse,
-		func() (*activationsv1.TrackUsageResponse, error) {
+		func(ctx context.Context) (*activationsv1.TrackUsageResponse, error) {
 			return b.ActivationsServiceClient.TrackUsage(ctx, req)
 		})
 }
@@ -78,7 +78,7 @@ func (b *batchedActivations) TrackUsage(ctx context.Context, req *activationsv1.
 func (b *batchedActivations) ActivateLicense(ctx context.Context, req *activationsv1.ActivateLicenseRequest, _ ...grpc.CallOption) (*activationsv1.ActivateLicenseResponse, error) {
 	item := &activationsv1.ChangeSeatsBatchItem{Change: &activationsv1.ChangeSeatsBatchItem_Activate{Activate: req}, RequestId: telemetry.RequestID(ctx)}
 	return answer(ctx, &b.seats, item, (*activationsv1.ChangeSeatsBatchResult).GetActivated,
-		func() (*activationsv1.ActivateLicenseResponse, error) {
+		func(ctx context.Context) (*activationsv1.ActivateLicenseResponse, error) {
 			return b.ActivationsServiceClient.ActivateLicense(ctx, req)
 		})
 }
@@ -86,7 +86,7 @@ func (b *batchedActivations) ActivateLicense(ctx context.Context, req *activatio
 func (b *batchedActivations) DeactivateLicense(ctx context.Context, req *activationsv1.DeactivateLicenseRequest, _ ...grpc.CallOption) (*activationsv1.DeactivateLicenseResponse, error) {
 	item := &activationsv1.ChangeSeatsBatchItem{Change: &activationsv1.ChangeSeatsBatchItem_Deactivate{Deactivate: req}, RequestId: telemetry.RequestID(ctx)}
 	return answer(ctx, &b.seats, item, (*activationsv1.ChangeSeatsBatchResult).GetDeactivated,
-		func() (*activationsv1.DeactivateLicenseResponse, error) {
+		func(ctx context.Context) (*activationsv1.DeactivateLicenseResponse, error) {
 			return b.ActivationsServiceClient.DeactivateLicense(ctx, req)
 		})
 }
@@ -98,14 +98,18 @@ type batchResult interface {
 }
 
 // answer sends item through b and returns its answer (response picks it out of the
-// item's result), or, from an activations without the batch call, the call made alone.
+// item's result), or, from a service without the batch call, the call made alone (with
+// ctx as grpc-gateway annotates it, see annotated).
 func answer[Item any, Result batchResult, Response proto.Message](ctx context.Context, b *batcher[Item, Result], item Item,
-	response func(Result) Response, alone func() (Response, error)) (Response, error) {
+	response func(Result) Response, alone func(context.Context) (Response, error)) (Response, error) {
 	var none Response
 	r, err := b.Do(ctx, item)
 	switch {
 	case olderService(err):
-		return alone()
+		if ctx, err = annotated(ctx); err != nil {
+			return none, err
+		}
+		return alone(ctx)
 	case err != nil:
 		return none, err
 	case r.GetError() != nil:

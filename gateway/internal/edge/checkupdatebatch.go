@@ -43,7 +43,7 @@ func (b *batchedCheckUpdate) CheckUpdate(ctx context.Context, req *releasesv1.Ch
 			until = t.AsTime()
 		}
 		return r.GetResponse()
-	}, func() (*releasesv1.CheckUpdateResponse, error) {
+	}, func(ctx context.Context) (*releasesv1.CheckUpdateResponse, error) {
 		resp, err := b.client.CheckUpdate(ctx, req, grpc.Header(&header))
 		until = licensecache.ValidUntil(header)
 		return resp, err

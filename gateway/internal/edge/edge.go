@@ -55,7 +55,7 @@ type Options struct {
 
 // New returns the gateway's whole HTTP handler.
 func New(ctx context.Context, opts Options) (http.Handler, error) {
-	mux, hot, err := newMuxes(ctx, opts)
+	mux, hot, err := newMux(ctx, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -84,20 +84,20 @@ func New(ctx context.Context, opts Options) (http.Handler, error) {
 	return otelhttp.NewHandler(h, "gateway", otelhttp.WithSpanNameFormatter(spanName)), nil
 }
 
-// newMuxes returns the mux of every REST route and hot, the mux of the hot routes alone
-// (withHotRoutes): the same handlers as mux's for them, without mux's walk over every
-// route of the API.
-func newMuxes(ctx context.Context, opts Options) (mux, hot *runtime.ServeMux, err error) {
+// newMux returns the mux of every REST route, and hot, which answers the hot routes
+// without it (withHotRoutes) with the same clients, caches and batchers.
+func newMux(ctx context.Context, opts Options) (mux *runtime.ServeMux, hot *hotRoutes, err error) {
 	marshaler := newJSONMarshaler()
-	mux, hot = newMux(marshaler), newMux(marshaler)
+	mux = newServeMux(marshaler)
+	hot = &hotRoutes{mux: mux, marshaler: marshaler}
 	if err := registerAll(ctx, opts, marshaler, mux, hot); err != nil {
 		return nil, nil, err
 	}
 	return mux, hot, nil
 }
 
-// registerAll puts every route on mux, and the hot routes' handlers on hot too.
-func registerAll(ctx context.Context, opts Options, marshaler runtime.Marshaler, mux, hot *runtime.ServeMux) error {
+// registerAll puts every route on mux, and the hot routes' clients in hot.
+func registerAll(ctx context.Context, opts Options, marshaler runtime.Marshaler, mux *runtime.ServeMux, hot *hotRoutes) (err error) {
 	c := opts.Conns
 	caches := opts.Caches
 	if caches == nil {
@@ -112,13 +112,13 @@ func registerAll(ctx context.Context, opts Options, marshaler runtime.Marshaler,
 	if err := registerBilling(ctx, mux, c.Billing); err != nil {
 		return err
 	}
-	if err := registerLicensing(ctx, mux, hot, c.Licensing, caches.Verified); err != nil {
+	if hot.verify, err = registerLicensing(ctx, mux, c.Licensing, caches.Verified); err != nil {
 		return err
 	}
-	if err := registerActivations(ctx, mux, hot, c.Activations, opts.Log, caches.ValidSeats); err != nil {
+	if hot.validate, err = registerActivations(ctx, mux, c.Activations, opts.Log, caches.ValidSeats); err != nil {
 		return err
 	}
-	if err := registerReleases(ctx, mux, hot, c.Releases, caches.Updates); err != nil {
+	if hot.checkUpdate, err = registerReleases(ctx, mux, c.Releases, caches.Updates); err != nil {
 		return err
 	}
 	if err := registerStorefront(ctx, mux, c.Storefront); err != nil {
@@ -142,9 +142,9 @@ func registerAll(ctx context.Context, opts Options, marshaler runtime.Marshaler,
 	return nil
 }
 
-// newMux is a grpc-gateway mux with the one JSON marshaler, the one error handler and the
-// header rules of the API.
-func newMux(marshaler runtime.Marshaler) *runtime.ServeMux {
+// newServeMux is a grpc-gateway mux with the one JSON marshaler, the one error handler
+// and the header rules of the API.
+func newServeMux(marshaler runtime.Marshaler) *runtime.ServeMux {
 	return runtime.NewServeMux(
 		runtime.WithMarshalerOption(runtime.MIMEWildcard, marshaler),
 		runtime.WithErrorHandler(handleError),
@@ -158,30 +158,6 @@ func newMux(marshaler runtime.Marshaler) *runtime.ServeMux {
 		runtime.WithMiddlewares(recordRoute),
 		runtime.WithForwardResponseOption(noStoreSecrets),
 	)
-}
-
-// hotRoutes are the POST routes every installed app calls, at every start or on a timer:
-// most of the gateway's requests. grpc-gateway's mux finds a route by trying every
-// pattern of the method in turn (each miss allocating its error), and the console's mux
-// stands in front of it: for these three that walk was about 7% of the gateway's CPU
-// under make bench's verify-license row.
-var hotRoutes = map[string]bool{"/v1/verify-license": true, "/v1/validate-license": true, "/v1/check-update": true}
-
-// withHotRoutes sends the requests for exactly a hot route to hot, a mux holding the same
-// handlers, and everything else to next. Only a request both muxes route the same way
-// takes the short cut: a POST to the literal path (no escapes, whose RawPath is empty), with
-// no query (the input policy then has nothing to refuse in the URL) and no
-// X-HTTP-Method-Override (which can make grpc-gateway look for other methods' routes).
-// TestHotRoutesMatchTheWholeMux checks that both pick the same route.
-func withHotRoutes(hot, next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodPost && r.URL.RawPath == "" && r.URL.RawQuery == "" && hotRoutes[r.URL.Path] &&
-			r.Header.Get("X-HTTP-Method-Override") == "" {
-			hot.ServeHTTP(w, r)
-			return
-		}
-		next.ServeHTTP(w, r)
-	})
 }
 
 // spanName keeps span cardinality bounded: path segments after the route (license keys,

@@ -34,7 +34,7 @@ func newBatchedLeases(client activationsv1.LeasesServiceClient) *batchedLeases {
 func (b *batchedLeases) CreateLease(ctx context.Context, req *activationsv1.CreateLeaseRequest, _ ...grpc.CallOption) (*activationsv1.CreateLeaseResponse, error) {
 	item := &activationsv1.CreateLeaseBatchItem{Request: req, RequestId: telemetry.RequestID(ctx)}
 	return answer(ctx, &b.leases, item, (*activationsv1.CreateLeaseBatchResult).GetResponse,
-		func() (*activationsv1.CreateLeaseResponse, error) {
+		func(ctx context.Context) (*activationsv1.CreateLeaseResponse, error) {
 			return b.LeasesServiceClient.CreateLease(ctx, req)
 		})
 }

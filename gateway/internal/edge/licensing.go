@@ -16,18 +16,16 @@ import (
 
 // registerLicensing wires the licensing service: the http.yaml routes, plus the .lic
 // download as a plain handler, because it answers raw bytes with a file name.
-// verify-license's successful answers are served from verified (nil: no cache). hot gets
-// the http.yaml routes too (with the same client: one cache, one batcher), for
-// withHotRoutes.
-func registerLicensing(ctx context.Context, mux, hot *runtime.ServeMux, conn *grpc.ClientConn, verified *licensecache.Cache[*licensingv1.VerifyLicenseResponse]) error {
+// verify-license's successful answers are served from verified (nil: no cache). The
+// client it returns is the one hotRoutes answers verify-license with (one cache, one
+// batcher).
+func registerLicensing(ctx context.Context, mux *runtime.ServeMux, conn *grpc.ClientConn, verified *licensecache.Cache[*licensingv1.VerifyLicenseResponse]) (*cachedVerify, error) {
 	client := licensingv1.NewLicensingServiceClient(conn)
 	routes := &cachedVerify{LicensingServiceClient: client, verified: verified, misses: newBatchedVerify(client)}
-	for _, m := range []*runtime.ServeMux{mux, hot} {
-		if err := licensingv1.RegisterLicensingServiceHandlerClient(ctx, m, routes); err != nil {
-			return err
-		}
+	if err := licensingv1.RegisterLicensingServiceHandlerClient(ctx, mux, routes); err != nil {
+		return nil, err
 	}
-	return mux.HandlePath(http.MethodGet, "/v1/export-license/{key}/file", exportLicenseFile(mux, client))
+	return routes, mux.HandlePath(http.MethodGet, "/v1/export-license/{key}/file", exportLicenseFile(mux, client))
 }
 
 // cachedVerify answers verify-license from licensing's earlier answer for the same key
@@ -45,6 +43,10 @@ type cachedVerify struct {
 
 func (c *cachedVerify) VerifyLicense(ctx context.Context, req *licensingv1.VerifyLicenseRequest, opts ...grpc.CallOption) (*licensingv1.VerifyLicenseResponse, error) {
 	if req.Key == nil {
+		ctx, err := annotated(ctx)
+		if err != nil {
+			return nil, err
+		}
 		return c.LicensingServiceClient.VerifyLicense(ctx, req, opts...)
 	}
 	asked := false

@@ -15,15 +15,12 @@ import (
 
 // registerReleases wires the releases service: every route is an http.yaml rule.
 // check-update's answers are served from updates while it holds them (nil: no cache).
-func registerReleases(ctx context.Context, mux, hot *runtime.ServeMux, conn *grpc.ClientConn, updates *licensecache.Cache[*releasesv1.CheckUpdateResponse]) error {
+// The client it returns is the one hotRoutes answers check-update with (one cache, one
+// batcher).
+func registerReleases(ctx context.Context, mux *runtime.ServeMux, conn *grpc.ClientConn, updates *licensecache.Cache[*releasesv1.CheckUpdateResponse]) (*cachedCheckUpdate, error) {
 	rpc := releasesv1.NewReleasesServiceClient(conn)
 	client := &cachedCheckUpdate{ReleasesServiceClient: rpc, updates: updates, misses: newBatchedCheckUpdate(rpc)}
-	for _, m := range []*runtime.ServeMux{mux, hot} {
-		if err := releasesv1.RegisterReleasesServiceHandlerClient(ctx, m, client); err != nil {
-			return err
-		}
-	}
-	return nil
+	return client, releasesv1.RegisterReleasesServiceHandlerClient(ctx, mux, client)
 }
 
 // cachedCheckUpdate answers check-update from releases' earlier answer to the same
@@ -43,6 +40,10 @@ type cachedCheckUpdate struct {
 
 func (c *cachedCheckUpdate) CheckUpdate(ctx context.Context, req *releasesv1.CheckUpdateRequest, opts ...grpc.CallOption) (*releasesv1.CheckUpdateResponse, error) {
 	if req.GetKey() == "" {
+		ctx, err := annotated(ctx)
+		if err != nil {
+			return nil, err
+		}
 		return c.ReleasesServiceClient.CheckUpdate(ctx, req, opts...)
 	}
 	question := strings.Join([]string{req.GetProductId(), req.GetChannel(), req.GetPlatform(), req.GetCurrentVersion()}, "\x00")

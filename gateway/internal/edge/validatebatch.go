@@ -43,7 +43,7 @@ func (b *batchedValidate) ValidateLicense(ctx context.Context, req *activationsv
 			until = t.AsTime()
 		}
 		return r.GetResponse()
-	}, func() (*activationsv1.ValidateLicenseResponse, error) {
+	}, func(ctx context.Context) (*activationsv1.ValidateLicenseResponse, error) {
 		resp, err := b.client.ValidateLicense(ctx, req, grpc.Header(&header))
 		until = licensecache.ValidUntil(header)
 		return resp, err

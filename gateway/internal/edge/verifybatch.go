@@ -36,7 +36,7 @@ func newBatchedVerify(client licensingv1.LicensingServiceClient) *batchedVerify 
 func (b *batchedVerify) VerifyLicense(ctx context.Context, req *licensingv1.VerifyLicenseRequest) (*licensingv1.VerifyLicenseResponse, error) {
 	item := &licensingv1.VerifyLicenseBatchItem{Request: req, RequestId: telemetry.RequestID(ctx)}
 	return answer(ctx, &b.batch, item, (*licensingv1.VerifyLicenseBatchResult).GetResponse,
-		func() (*licensingv1.VerifyLicenseResponse, error) {
+		func(ctx context.Context) (*licensingv1.VerifyLicenseResponse, error) {
 			return b.client.VerifyLicense(ctx, req)
 		})
 }
