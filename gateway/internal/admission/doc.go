@@ -9,9 +9,10 @@
 // refused without being read further, never queued. The exception is a calm limiter (no
 // request refused and no window over the latency target for four windows): a request
 // over the limit is then admitted while its tenant holds less than an equal share of
-// the hard bound (below), since a busy machine's stall of tens of milliseconds piles up
-// two or three times the usual number of requests at a moderate load, and refusing
-// them turns late answers into failures. The first refusal makes the limiter strict. Every Window (500 ms, and at least
+// twice the limit (the rest of the hard bound, below, stays for the tenants that come
+// after), since a busy machine's stall of tens of milliseconds piles up two or three
+// times the usual number of requests at a moderate load, and refusing them turns late
+// answers into failures. The first refusal makes the limiter strict. Every Window (500 ms, and at least
 // ten finished requests) the limit moves with the average latency of the requests that
 // finished in the window, as in Netflix's concurrency-limits (Gradient2):
 //

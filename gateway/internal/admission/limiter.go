@@ -154,7 +154,7 @@ const (
 //
 // Any request is admitted while fewer than the limit are in flight. Past it, while the
 // limiter is calm (no sign of overload for a while, see calm), a tenant holding less than
-// its equal share of the hard bound is; otherwise only a light tenant is, by either of
+// its equal share of twice the limit is; otherwise only a light tenant is, by either of
 // two measures:
 //   - what it holds: fewer requests in flight than its equal share of the limit among
 //     the tenants in flight (limit ÷ their number, itself counted), so a tenant with
@@ -180,7 +180,7 @@ func (l *Limiter) Acquire(tenant string) (done func(latency time.Duration), reas
 		if held == 0 {
 			tenants++
 		}
-		if l.calm(now) && held*tenants < l.hardBound() && l.inflight < l.hardBound() {
+		if l.calm(now) && held*tenants < 2*int(l.limit) && l.inflight < l.hardBound() {
 			return l.admit(tenant, held)
 		}
 		// A probe lowers the limit for the heavy tenants only; the light ones keep their
@@ -245,12 +245,15 @@ func (l *Limiter) countAsked(tenant string, now time.Time) int {
 
 // calm reports whether no sign of overload has been seen for strictWindows: no request
 // refused, no window's latency over the target. While calm, a request past the limit is
-// still admitted if its tenant holds less than an equal share of the hard bound among the
-// tenants in flight: a busy machine stalls now and then for tens of milliseconds, the
+// still admitted if its tenant holds less than an equal share of twice the limit among
+// the tenants in flight: a busy machine stalls now and then for tens of milliseconds, the
 // requests that arrive meanwhile pile up to two or three times the usual number in
 // flight, and refusing them would answer late requests with failures (and retries). The
 // first refusal, or the first window over the target, makes the limit strict again, so a
-// flood gets at most its share of the hard bound at its start, and the others keep room.
+// flood gets at most its share of twice the limit at its start. The hard bound's last
+// lightRoom is never a calm tenant's: it stays for the tenants that come after, which
+// a flood that took the whole bound at its start would refuse until its first requests
+// finished (seconds, for slow ones).
 func (l *Limiter) calm(now time.Time) bool { return !now.Before(l.strictUntil) }
 
 // hardBound is the most requests in flight, whoever asks: twice the limit and lightRoom.

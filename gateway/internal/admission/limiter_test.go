@@ -136,8 +136,10 @@ func TestAStallAtAModerateLoadRefusesNothing(t *testing.T) {
 	for _, done := range held {
 		done(30 * time.Millisecond)
 	}
-	// Past the hard bound even a calm limiter refuses, and turns strict: the limit holds
-	// again for whoever holds its share.
+	// Past its share of twice the limit even a calm limiter refuses a tenant, and turns
+	// strict: the limit holds again for whoever holds its share. The rest of the hard
+	// bound stays for the tenants that come after: a flood that starts on a calm limiter
+	// does not leave a quiet tenant refused until its first requests finish.
 	l = newTestLimiter(c, Config{MinLimit: 4, MaxLimit: 4, InitialLimit: 4})
 	c.add(strictWindows * l.cfg.Window)
 	admitted := 0
@@ -146,8 +148,17 @@ func TestAStallAtAModerateLoadRefusesNothing(t *testing.T) {
 			admitted++
 		}
 	}
-	if admitted != 2*4+lightRoom {
-		t.Fatalf("a calm limiter of 4 admitted %d at once; want the hard bound %d", admitted, 2*4+lightRoom)
+	if admitted != 2*4 {
+		t.Fatalf("a calm limiter of 4 admitted one tenant %d at once; want twice the limit, 8", admitted)
+	}
+	quiet := 0
+	for range 100 {
+		if done, _ := l.Acquire("quiet"); done != nil {
+			quiet++
+		}
+	}
+	if quiet != lightRoom {
+		t.Fatalf("next to it a quiet tenant got %d in flight; want the rest of the hard bound, %d", quiet, lightRoom)
 	}
 	// A window whose latency is over the target is a sign of overload too, refusals or
 	// not: past the limit, the next request is refused.
@@ -426,7 +437,7 @@ func TestAFloodThatStoppedDoesNotMakeTheNextLookLight(t *testing.T) {
 			}
 		}
 		// Ten seconds of nothing leave the limiter calm: the new flood's start gets its
-		// share of the hard bound (14 ÷ 2 tenants in flight), and its first refusal makes
+		// share of twice the limit (4 ÷ 2 tenants in flight), and its first refusal makes
 		// the limit strict again. Those requests finish, and the flood goes on.
 		if quiet > 0 {
 			var onset []func(time.Duration)
@@ -435,8 +446,8 @@ func TestAFloodThatStoppedDoesNotMakeTheNextLookLight(t *testing.T) {
 					onset = append(onset, done)
 				}
 			}
-			if len(onset) != 7 {
-				t.Errorf("a flood starting on a calm limiter got %d in flight; want its share of the hard bound, 7", len(onset))
+			if len(onset) != 2 {
+				t.Errorf("a flood starting on a calm limiter got %d in flight; want its share of twice the limit, 2", len(onset))
 			}
 			for _, done := range onset {
 				done(time.Millisecond)
