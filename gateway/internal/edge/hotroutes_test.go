@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -19,7 +18,6 @@ import (
 	releasesv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/releases/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -32,20 +30,8 @@ import (
 // the headers grpc-gateway reads (Content-Type, Accept, TE) or forwards.
 func TestHotRoutesMatchTheWholeMux(t *testing.T) {
 	t.Parallel()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	b := &answeringBackends{}
-	srv := grpc.NewServer(grpc.UnknownServiceHandler(b.handle))
-	go func() { _ = srv.Serve(lis) }()
-	t.Cleanup(srv.Stop)
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	opts := Options{Log: slog.New(slog.DiscardHandler), Conns: Conns{Licensing: conn, Activations: conn, Releases: conn, Billing: conn, Storefront: conn, Events: conn}}
+	opts := Options{Log: slog.New(slog.DiscardHandler), Conns: serveBackends(t, b.handle)}
 	mux, hot, err := newMux(context.Background(), opts)
 	if err != nil {
 		t.Fatal(err)
@@ -249,20 +235,7 @@ func TestIsHotTakesOnlyTheExactRoutes(t *testing.T) {
 // BenchmarkHotRoute is a verify-license the cache answers, through the hot routes and
 // through the whole mux.
 func BenchmarkHotRoute(b *testing.B) {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	srv := grpc.NewServer(grpc.UnknownServiceHandler((&answeringBackends{}).handle))
-	go func() { _ = srv.Serve(lis) }()
-	b.Cleanup(srv.Stop)
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = conn.Close() })
-	opts := Options{Log: slog.New(slog.DiscardHandler), Caches: NewCaches(time.Hour, time.Hour),
-		Conns: Conns{Licensing: conn, Activations: conn, Releases: conn, Billing: conn, Storefront: conn, Events: conn}}
+	opts := Options{Log: slog.New(slog.DiscardHandler), Caches: NewCaches(time.Hour, time.Hour), Conns: serveBackends(b, (&answeringBackends{}).handle)}
 	mux, hot, err := newMux(context.Background(), opts)
 	if err != nil {
 		b.Fatal(err)

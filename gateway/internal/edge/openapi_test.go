@@ -168,6 +168,25 @@ func TestOpenAPI_EveryRouteHasARateTierAndAnAccessLevel(t *testing.T) {
 	}
 }
 
+// serveBackends starts a gRPC server whose every call goes to handle, and returns the
+// gateway's connections to it, one for every service.
+func serveBackends(tb testing.TB, handle grpc.StreamHandler) Conns {
+	tb.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	srv := grpc.NewServer(grpc.UnknownServiceHandler(handle))
+	go func() { _ = srv.Serve(lis) }()
+	tb.Cleanup(srv.Stop)
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = conn.Close() })
+	return Conns{Licensing: conn, Activations: conn, Releases: conn, Billing: conn, Storefront: conn, Events: conn}
+}
+
 // backends is a gRPC server standing in for every service: it records the method each
 // call names and answers Unimplemented.
 type backends struct {
@@ -206,20 +225,8 @@ var batchedThrough = map[string]string{
 
 func TestOpenAPI_EveryDocumentedRouteReachesTheMethodItNames(t *testing.T) {
 	t.Parallel()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	b := &backends{}
-	srv := grpc.NewServer(grpc.UnknownServiceHandler(b.handle))
-	go func() { _ = srv.Serve(lis) }()
-	t.Cleanup(srv.Stop)
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	h, err := New(context.Background(), Options{Log: slog.New(slog.DiscardHandler), Conns: Conns{Licensing: conn, Activations: conn, Releases: conn, Billing: conn, Storefront: conn, Events: conn}})
+	h, err := New(context.Background(), Options{Log: slog.New(slog.DiscardHandler), Conns: serveBackends(t, b.handle)})
 	if err != nil {
 		t.Fatal(err)
 	}
