@@ -33,7 +33,6 @@ deps: $(TOOLS_DIR)/stripe-mock ## Install what the stack and tests need: Debian'
 	command -v npm >/dev/null 2>&1 || missing="$$missing npm"; \
 	/usr/bin/python3 -c 'import pytest' >/dev/null 2>&1 || missing="$$missing python3-pytest"; \
 	/usr/bin/python3 -c 'import cryptography' >/dev/null 2>&1 || missing="$$missing python3-cryptography"; \
-	/usr/bin/python3 -c 'import cryptography' >/dev/null 2>&1 || missing="$$missing python3-cryptography"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing:$$missing"; \
 	  SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
