@@ -46,17 +46,32 @@ func setupVerifyGateway(ctx context.Context, env *Env, sp Spread, ipBlock int) (
 	}, nil
 }
 
-// setupVerifyFloor serves verify-license from a bare handler in this process: decode the
-// body, look the key up by its hash (as the licensing service does), check status and
-// expiry, encode the answer. It is the floor the full stack is compared with.
+// setupVerifyFloor sends verify-license to the floor (startVerifyFloor), the one the full
+// stack is compared with.
 func setupVerifyFloor(ctx context.Context, env *Env, sp Spread) (Op, error) {
 	keys, err := readLicenseKeys(ctx, env)
 	if err != nil {
 		return nil, err
 	}
-	pool, err := pgxx.Open(ctx, env.Stack.Env("DATABASE_URL"), "licensing")
+	url, err := startVerifyFloor(ctx, env)
 	if err != nil {
 		return nil, err
+	}
+	floor := &Env{Stack: env.Stack, URL: url, HTTP: env.HTTP}
+	return func(ctx context.Context, worker, i int) error {
+		st, body, err := floor.Do(ctx, http.MethodPost, "/v1/verify-license", ClientIP(worker, i, 900), false,
+			map[string]string{"key": keys[sp.pick(worker, i)]})
+		return Expect(st, body, err, http.StatusOK)
+	}, nil
+}
+
+// startVerifyFloor serves verify-license from a bare handler in this process until ctx
+// ends: decode the body, look the key up by its hash (as the licensing service does),
+// check status and expiry, encode the answer. It returns the server's URL.
+func startVerifyFloor(ctx context.Context, env *Env) (string, error) {
+	pool, err := pgxx.Open(ctx, env.Stack.Env("DATABASE_URL"), "licensing")
+	if err != nil {
+		return "", err
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/verify-license", func(w http.ResponseWriter, r *http.Request) {
@@ -94,7 +109,7 @@ func setupVerifyFloor(ctx context.Context, env *Env, sp Spread) (Op, error) {
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		pool.Close()
-		return nil, err
+		return "", err
 	}
 	srv := &http.Server{Handler: mux}
 	go func() { _ = srv.Serve(lis) }()
@@ -103,10 +118,5 @@ func setupVerifyFloor(ctx context.Context, env *Env, sp Spread) (Op, error) {
 		_ = srv.Close()
 		pool.Close()
 	}()
-	floor := &Env{Stack: env.Stack, URL: "http://" + lis.Addr().String(), HTTP: env.HTTP}
-	return func(ctx context.Context, worker, i int) error {
-		st, body, err := floor.Do(ctx, http.MethodPost, "/v1/verify-license", ClientIP(worker, i, 900), false,
-			map[string]string{"key": keys[sp.pick(worker, i)]})
-		return Expect(st, body, err, http.StatusOK)
-	}, nil
+	return "http://" + lis.Addr().String(), nil
 }
