@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -213,4 +214,50 @@ func redisCount(t *testing.T, url string, tier Tier, key string) int64 {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// Hits posted ahead of Redis while no pipeline is out wait for company (postedWait)
+// instead of taking a round trip each; a hit a request waits for takes them along at once,
+// so their wait never delays an answer. The wait is lengthened here so that the test does
+// not depend on how fast this machine runs the requests; with the default, the posted
+// hits reach Redis on their own (TestTake_ARequestFarFromItsLimitIsAnsweredWithoutWaitingForRedis).
+func TestTake_PostedHitsWaitForCompanyAndAHitSomeoneWaitsForTakesThemAlong(t *testing.T) {
+	t.Parallel()
+	url := sharedRedisURL(t)
+	g := newGateway(t, url, newClock(t0))
+	far, near := tierFor(t, 1000), tierFor(t, 5) // a limit of 10 or less is never decided ahead
+	ctx := context.Background()
+	// A first request opens the connection (go-redis sets it up with a pipeline of its own).
+	g.Take(ctx, near, "ip:warm-up")
+	waitUntil(t, "the warm-up's sender to stop", g.idle)
+	g.Limiter.coalesce.postedWait = time.Hour
+	before := g.roundTrip.Load()
+	const posted = 10
+	for i := range posted {
+		if r := g.Take(ctx, far, fmt.Sprintf("ip:%d", i)); !r.Allowed || r.Remaining != 999 {
+			t.Fatalf("request %d: %+v, want allowed with 999 remaining, answered ahead of Redis", i, r)
+		}
+	}
+	if trips := g.roundTrip.Load() - before; trips != 0 {
+		t.Fatalf("%d round trips for %d posted hits, want them waiting for company", trips, posted)
+	}
+	answered := make(chan Result, 1)
+	go func() { answered <- g.Take(ctx, near, "ip:waits") }()
+	select {
+	case r := <-answered:
+		if !r.Allowed || r.Remaining != 4 {
+			t.Fatalf("the request that waits for Redis: %+v, want allowed with 4 remaining", r)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the request that waits for Redis waited for the posted hits' wait")
+	}
+	waitUntil(t, "the pipeline to finish", g.idle)
+	if trips := g.roundTrip.Load() - before; trips != 1 {
+		t.Errorf("%d round trips, want the waiting request's one, carrying the %d posted hits", trips, posted)
+	}
+	for i := range posted {
+		if n := redisCount(t, url, far, fmt.Sprintf("ip:%d", i)); n != 1 {
+			t.Errorf("ip:%d counted %d times in Redis, want 1", i, n)
+		}
+	}
 }

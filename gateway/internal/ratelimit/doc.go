@@ -11,7 +11,9 @@
 // counters clean themselves up. Concurrent requests share round trips: while one pipeline
 // is out, the increments that arrive queue, and the next pipeline carries all of them (one
 // INCRBY of the number of hits and one EXPIRE per key), each request getting the count it
-// would have got alone. A lone request goes at once. A client part longer than 64 bytes is replaced by its
+// would have got alone. A lone request that waits for its count goes at once; a hit decided
+// ahead (below) that finds no pipeline out waits up to 2 ms for others, and goes at once
+// with the next request that waits. A client part longer than 64 bytes is replaced by its
 // SHA-256, so a caller-chosen license key cannot make Redis keys large. A request is allowed
 // while its window's count is at most the tier's limit. Once a key is over its limit, the
 // gateway remembers that in memory until the window ends and refuses the key's further
@@ -24,7 +26,8 @@
 // and reckons a request's count from them. While that count leaves at least a tenth of
 // the limit, and at least 10, and fewer than 4 of the key's hits are unanswered at this
 // gateway, the request is answered at once with the reckoned count (X-RateLimit-Remaining
-// included), and its hit goes to Redis in the next pipeline behind it. Past either bound
+// included), and its hit goes to Redis in the next pipeline behind it (within 2 ms when
+// none is out). Past either bound
 // it waits for its own count, as above; a limit of 10 or less is never decided ahead. The
 // hits of one gateway reach Redis in the order it decided them, so on one gateway the
 // limit is exact and every reckoned count is the count Redis gives that hit.

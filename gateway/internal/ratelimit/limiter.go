@@ -87,10 +87,11 @@ func New(client *redis.Client, log *slog.Logger, timeout time.Duration) *Limiter
 		l.coalesce.post(key, end.Sub(l.now())+keyExpirySlack, end)
 	}}
 	l.coalesce = coalescer{
-		client:    client,
-		timeout:   func() time.Duration { return l.redisTimeout },
-		answered:  l.answeredAhead,
-		redisDown: func() bool { return !l.breaker.up() },
+		client:     client,
+		timeout:    func() time.Duration { return l.redisTimeout },
+		answered:   l.answeredAhead,
+		redisDown:  func() bool { return !l.breaker.up() },
+		postedWait: postedWait,
 	}
 	return l
 }
@@ -191,9 +192,14 @@ func (l *Limiter) incrRedis(_ context.Context, key string, ttl time.Duration, pr
 // While one pipeline is out, arriving hits queue; when it returns, every queued hit goes
 // in the next one. Hits of one key in one pipeline become one INCRBY of their number and
 // one EXPIRE, and each hit gets its own count back (the INCRBY's result minus the hits
-// queued after it), so counts are exactly those of one INCRBY per request. An idle
-// gateway sends a lone hit at once, so coalescing adds no latency; under load it takes a
-// pipeline per round trip instead of one per request.
+// queued after it), so counts are exactly those of one INCRBY per request. A hit a request
+// waits for goes at once when no pipeline is out, so coalescing adds no latency; under
+// load it takes a pipeline per round trip instead of one per request.
+//
+// A posted hit (its request already answered) that finds no pipeline out waits up to
+// postedWait for others instead: between the bursts of a moderate load, a pipeline per
+// request was a Redis round trip, a goroutine and a wake-up of Redis each. A hit a
+// request waits for that arrives meanwhile sends them all at once.
 type coalescer struct {
 	client  *redis.Client
 	timeout func() time.Duration
@@ -204,10 +210,22 @@ type coalescer struct {
 	// not ask a dead Redis again within the breaker's cooldown.
 	redisDown func() bool
 
-	mu      sync.Mutex
-	queue   []*hit
+	mu    sync.Mutex
+	queue []*hit
+	// running: a pipeline is out, or posted hits wait for one (posting).
 	running bool
+	// posting: the queue holds posted hits only, to be sent when flush fires (or by the
+	// next hit a request waits for).
+	posting bool
+	flush   *time.Timer
+	// postedWait is how long posted hits wait for company (postedWait; tests lengthen it).
+	postedWait time.Duration
 }
+
+// postedWait bounds how long a posted hit waits for company when no pipeline is out. It
+// delays when other gateways hear of the hit by as much (they hear of it from Redis's
+// answers to their own hits, a round trip late already).
+const postedWait = 2 * time.Millisecond
 
 // hit is one request's increment, waiting for its pipeline, or, posted, not waited for.
 type hit struct {
@@ -254,23 +272,45 @@ func (c *coalescer) incr(key string, ttl time.Duration, probe bool) (int64, erro
 }
 
 // post queues a hit of key that nobody waits for: its answer goes to c.answered. When no
-// pipeline is out, a new goroutine sends one, so the caller never waits for Redis.
+// pipeline is out, it goes postedWait later (flushPosted) with the hits posted meanwhile,
+// so the caller never waits for Redis.
 func (c *coalescer) post(key string, ttl time.Duration, end time.Time) {
 	h := hitPool.Get().(*hit)
 	h.key, h.ttl, h.end, h.posted = key, ttl, end, true
-	if c.enqueue(h) {
-		go c.run(nil)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.queue = append(c.queue, h)
+	if c.running {
+		return
+	}
+	c.running, c.posting = true, true
+	if c.flush == nil {
+		c.flush = time.AfterFunc(c.postedWait, c.flushPosted)
+	} else {
+		c.flush.Reset(c.postedWait)
+	}
+}
+
+// flushPosted sends the posted hits that waited, unless a hit someone waits for has
+// taken them along.
+func (c *coalescer) flushPosted() {
+	c.mu.Lock()
+	lead := c.posting
+	c.posting = false
+	c.mu.Unlock()
+	if lead {
+		c.run(nil)
 	}
 }
 
 // enqueue queues h for the next pipeline and reports whether none was out: the caller
-// then sends it (and what queues meanwhile).
+// then sends it (and what queues meanwhile), posted hits that wait for company included.
 func (c *coalescer) enqueue(h *hit) (lead bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.queue = append(c.queue, h)
-	lead = !c.running
-	c.running = true
+	lead = !c.running || c.posting
+	c.running, c.posting = true, false
 	return lead
 }
 
