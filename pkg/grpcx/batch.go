@@ -21,13 +21,19 @@ const (
 // batch call (Send), and hands each its own result. A lone call goes at once, so
 // batching adds no wait to an idle process; under load every batch carries what arrived
 // while the one before was out. Set the fields before the first Do.
+//
+// The call that finds a batch slot free sends the batch itself, in its caller's
+// goroutine, rather than handing it to a new goroutine and waiting for that one: at a
+// moderate load most batches carry one or two calls, and the hand-off cost a goroutine
+// and two wake-ups each. What queues while it is out goes on in a goroutine.
 type Batcher[Item, Result any] struct {
 	// Send makes one batch call: one result per item, in the items' order, or the error
 	// of the whole call.
 	Send func(ctx context.Context, items []Item) ([]Result, error)
 	// Reads: the calls change nothing, so a caller that leaves gets its cancellation at
-	// once even when its item is out in a batch (which goes on for the others). Without
-	// it, a caller whose item was sent waits for the batch: its change may be made.
+	// once even when its item is out in a batch (which goes on for the others), unless it
+	// is sending that batch itself. Without it, a caller whose item was sent waits for the
+	// batch: its change may be made.
 	Reads bool
 	// MaxSize bounds the calls of one batch (0: DefaultBatchSize); MaxInFlight the
 	// batches out at once (0: DefaultInFlight).
@@ -55,11 +61,14 @@ func (b *Batcher[Item, Result]) Do(ctx context.Context, item Item) (Result, erro
 	c := &batchedCall[Item, Result]{ctx: ctx, item: item, done: make(chan struct{})}
 	b.mu.Lock()
 	b.queue = append(b.queue, c)
-	if b.inFlight < cmp.Or(b.MaxInFlight, DefaultInFlight) {
+	lead := b.inFlight < cmp.Or(b.MaxInFlight, DefaultInFlight)
+	if lead {
 		b.inFlight++
-		go b.run()
 	}
 	b.mu.Unlock()
+	if lead {
+		b.lead(c)
+	}
 	select {
 	case <-c.done:
 		return c.result, c.err
@@ -81,22 +90,50 @@ func (b *Batcher[Item, Result]) Do(ctx context.Context, item Item) (Result, erro
 	return none, status.FromContextError(ctx.Err()).Err()
 }
 
+// lead sends batches, holding the slot Do took, until c has its answer (c is in the first
+// unless more than MaxSize calls were queued before it), then leaves what queued meanwhile
+// to a goroutine. When the queue runs dry first, another batch carries c and sendNext has
+// given the slot up.
+func (b *Batcher[Item, Result]) lead(c *batchedCall[Item, Result]) {
+	for b.sendNext() {
+		select {
+		case <-c.done:
+			b.mu.Lock()
+			if len(b.queue) == 0 {
+				b.inFlight--
+				b.mu.Unlock()
+				return
+			}
+			b.mu.Unlock()
+			go b.run()
+			return
+		default:
+		}
+	}
+}
+
 // run sends batches until nothing is queued.
 func (b *Batcher[Item, Result]) run() {
-	for {
-		b.mu.Lock()
-		n := min(len(b.queue), cmp.Or(b.MaxSize, DefaultBatchSize))
-		if n == 0 {
-			b.inFlight--
-			b.mu.Unlock()
-			return
-		}
-		batch := make([]*batchedCall[Item, Result], n)
-		copy(batch, b.queue)
-		b.queue = append(b.queue[:0], b.queue[n:]...)
-		b.mu.Unlock()
-		b.call(batch)
+	for b.sendNext() {
 	}
+}
+
+// sendNext sends the next batch of the queue and reports true; with nothing queued it
+// gives the slot up and reports false.
+func (b *Batcher[Item, Result]) sendNext() bool {
+	b.mu.Lock()
+	n := min(len(b.queue), cmp.Or(b.MaxSize, DefaultBatchSize))
+	if n == 0 {
+		b.inFlight--
+		b.mu.Unlock()
+		return false
+	}
+	batch := make([]*batchedCall[Item, Result], n)
+	copy(batch, b.queue)
+	b.queue = append(b.queue[:0], b.queue[n:]...)
+	b.mu.Unlock()
+	b.call(batch)
+	return true
 }
 
 // call sends one batch and hands each call its result. Calls whose client left are not
