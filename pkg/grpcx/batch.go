@@ -90,25 +90,26 @@ func (b *Batcher[Item, Result]) Do(ctx context.Context, item Item) (Result, erro
 	return none, status.FromContextError(ctx.Err()).Err()
 }
 
-// lead sends batches, holding the slot Do took, until c has its answer (c is in the first
-// unless more than MaxSize calls were queued before it), then leaves what queued meanwhile
-// to a goroutine. When the queue runs dry first, another batch carries c and sendNext has
-// given the slot up.
+// lead sends batches, holding the slot Do took, until a batch has taken c (the first,
+// unless more than MaxSize calls were queued before it), then leaves what queued
+// meanwhile to a goroutine. A batch that took c has answered it or left it out (its
+// caller had gone), or is another sender's, out still, which answers it. When the queue
+// runs dry first, sendNext has given the slot up.
 func (b *Batcher[Item, Result]) lead(c *batchedCall[Item, Result]) {
 	for b.sendNext() {
-		select {
-		case <-c.done:
-			b.mu.Lock()
-			if len(b.queue) == 0 {
-				b.inFlight--
-				b.mu.Unlock()
-				return
-			}
+		b.mu.Lock()
+		if !c.sent && !c.abandoned {
 			b.mu.Unlock()
-			go b.run()
-			return
-		default:
+			continue
 		}
+		if len(b.queue) == 0 {
+			b.inFlight--
+			b.mu.Unlock()
+			return
+		}
+		b.mu.Unlock()
+		go b.run()
+		return
 	}
 }
 
