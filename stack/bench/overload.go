@@ -101,6 +101,15 @@ func (p *phase) summarize() {
 
 func (p *phase) goodput() float64 { return float64(p.acceptedCount) / p.duration.Seconds() }
 
+// cpuPerOp is every process's CPU (the load generator's included) per accepted request, as
+// Result.CPUPerOp is per completed op.
+func (p *phase) cpuPerOp() time.Duration {
+	if p.acceptedCount == 0 {
+		return 0
+	}
+	return p.cpu.Total() / time.Duration(p.acceptedCount)
+}
+
 func sortDurations(d []time.Duration) { sort.Slice(d, func(i, j int) bool { return d[i] < d[j] }) }
 
 func quantile(d []time.Duration, q float64) time.Duration {

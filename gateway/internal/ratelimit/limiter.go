@@ -91,7 +91,7 @@ func New(client *redis.Client, log *slog.Logger, timeout time.Duration) *Limiter
 		timeout:    func() time.Duration { return l.redisTimeout },
 		answered:   l.answeredAhead,
 		redisDown:  func() bool { return !l.breaker.up() },
-		postedWait: postedWait,
+		postedWait: defaultPostedWait,
 	}
 	return l
 }
@@ -197,7 +197,7 @@ func (l *Limiter) incrRedis(_ context.Context, key string, ttl time.Duration, pr
 // load it takes a pipeline per round trip instead of one per request.
 //
 // A posted hit (its request already answered) that finds no pipeline out waits up to
-// postedWait for others instead: between the bursts of a moderate load, a pipeline per
+// defaultPostedWait for others instead: between the bursts of a moderate load, a pipeline per
 // request was a Redis round trip, a goroutine and a wake-up of Redis each. A hit a
 // request waits for that arrives meanwhile sends them all at once.
 type coalescer struct {
@@ -218,14 +218,15 @@ type coalescer struct {
 	// next hit a request waits for).
 	posting bool
 	flush   *time.Timer
-	// postedWait is how long posted hits wait for company (postedWait; tests lengthen it).
+	// postedWait is how long posted hits wait for company (defaultPostedWait; tests
+	// lengthen it).
 	postedWait time.Duration
 }
 
-// postedWait bounds how long a posted hit waits for company when no pipeline is out. It
-// delays when other gateways hear of the hit by as much (they hear of it from Redis's
-// answers to their own hits, a round trip late already).
-const postedWait = 2 * time.Millisecond
+// defaultPostedWait bounds how long a posted hit waits for company when no pipeline is
+// out. It delays when other gateways hear of the hit by as much (they hear of it from
+// Redis's answers to their own hits, a round trip late already).
+const defaultPostedWait = 2 * time.Millisecond
 
 // hit is one request's increment, waiting for its pipeline, or, posted, not waited for.
 type hit struct {
