@@ -79,8 +79,12 @@ type Limiter struct {
 	// never reached is not raised (the load, not the limit, set the latency).
 	windowPeak int
 
-	history   []windowAverage
-	baseline  time.Duration
+	history  []windowAverage
+	baseline time.Duration
+	// bestRate is the most requests a window of the last BaselineWindow finished per
+	// second: the limit does not shrink below what it keeps in flight at the target
+	// latency (see adapt).
+	bestRate  float64
 	nextProbe time.Time
 	probeEnds time.Time
 	// strictUntil is when the limiter turns calm again, strictWindows after the last
@@ -88,9 +92,12 @@ type Limiter struct {
 	strictUntil time.Time
 }
 
+// windowAverage is what a closed window measured: its requests' average latency and how
+// many of them finished per second.
 type windowAverage struct {
-	end time.Time
-	avg time.Duration
+	end  time.Time
+	avg  time.Duration
+	rate float64
 }
 
 // NewLimiter returns a limiter for cfg; zero fields take the package defaults.
@@ -291,18 +298,19 @@ func (l *Limiter) done(tenant string, latency time.Duration) {
 // baseline instead of a long average (which drifts up under a long overload).
 func (l *Limiter) adapt(now time.Time) {
 	avg := l.windowSum / time.Duration(l.windowCount)
+	rate := float64(l.windowCount) / max(now.Sub(l.windowStart).Seconds(), 1e-9)
 	peak := l.windowPeak
 	l.windowStart, l.windowSum, l.windowCount, l.windowPeak = now, 0, 0, l.inflight
 
-	l.history = append(l.history, windowAverage{end: now, avg: avg})
+	l.history = append(l.history, windowAverage{end: now, avg: avg, rate: rate})
 	cut := 0
 	for cut < len(l.history) && now.Sub(l.history[cut].end) > l.cfg.BaselineWindow {
 		cut++
 	}
 	l.history = l.history[cut:]
-	l.baseline = l.history[0].avg
+	l.baseline, l.bestRate = l.history[0].avg, l.history[0].rate
 	for _, w := range l.history[1:] {
-		l.baseline = min(l.baseline, w.avg)
+		l.baseline, l.bestRate = min(l.baseline, w.avg), max(l.bestRate, w.rate)
 	}
 
 	target := max(l.cfg.Tolerance*float64(l.baseline), float64(l.cfg.LatencyFloor))
@@ -313,12 +321,25 @@ func (l *Limiter) adapt(now time.Time) {
 		l.strictUntil = now.Add(strictWindows * l.cfg.Window)
 		next = l.limit*gradient + math.Sqrt(l.limit)
 		next = 0.8*l.limit + 0.2*next
+		// Not below what the best throughput of the last BaselineWindow keeps in flight
+		// at the target latency (Little's law): so many requests at the rate the gateway
+		// has shown finish within the target, so latency over it at that number comes
+		// from a machine slowed by something the limit does not hold back, most often the
+		// refusals' own work. Shrinking further would turn answers into refusals, which
+		// cost the gateway from a third of a miss to all of a cached answer, so the
+		// machine's load and the latency stay and the goodput falls: a closed loop of
+		// clients that ask again at once, refused, spun the goodput down to 3 in 10.
+		next = max(next, min(l.limit, l.bestRate*target/float64(time.Second)))
 	case float64(peak) >= l.limit/2:
 		// Latency within the target and the load near the limit: grow by the whole
 		// queue allowance, unsmoothed. A flood that starts from a quiet limit otherwise
 		// waits seconds for the room the latency says is there (√limit ÷ 5 per window),
-		// and the quiet tenants' shares of the low limit are too small meanwhile.
-		next = l.limit + math.Sqrt(l.limit)
+		// and the quiet tenants' shares of the low limit are too small meanwhile. At
+		// least to what the window's rate keeps in flight at the target latency: were
+		// the throughput to rise no further, that many would still finish within it
+		// (Little's law), and a closed loop of clients that ask again as soon as they are
+		// refused would spin on refusals for seconds while √limit a window caught up.
+		next = max(l.limit+math.Sqrt(l.limit), rate*target/float64(time.Second))
 	}
 	l.limit = math.Max(float64(l.cfg.MinLimit), math.Min(float64(l.cfg.MaxLimit), next))
 

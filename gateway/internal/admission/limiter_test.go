@@ -467,3 +467,68 @@ func TestAFloodThatStoppedDoesNotMakeTheNextLookLight(t *testing.T) {
 		}
 	}
 }
+
+// closedLoop runs clients that each ask again as soon as they are answered, for d: every
+// round the admitted ones finish after latency(how many were admitted). It returns how
+// many were refused.
+func closedLoop(l *Limiter, c *clock, clients int, latencyOf func(admitted int) time.Duration, d time.Duration) (refused int) {
+	for end := c.now().Add(d); c.now().Before(end); {
+		var dones []func(time.Duration)
+		for range clients {
+			if done, _ := l.Acquire("t"); done != nil {
+				dones = append(dones, done)
+			} else {
+				refused++
+			}
+		}
+		latency := latencyOf(len(dones))
+		c.add(latency)
+		for _, done := range dones {
+			done(latency)
+		}
+	}
+	return refused
+}
+
+// fixed is a latency whatever the number in flight.
+func fixed(latency time.Duration) func(int) time.Duration {
+	return func(int) time.Duration { return latency }
+}
+
+// A machine that is merely full (its answers slowed by work the limit does not hold
+// back, such as the refusals' own) keeps the limit its throughput has earned: at the
+// rate it has shown, that many requests in flight finish within the latency floor, and
+// refusing more of them would only turn answers into refusals. (A queue the limit does
+// cause still shrinks it: TestBaselineIsRemeasuredDuringALongOverload.)
+func TestAFullMachineKeepsTheLimitItsThroughputEarned(t *testing.T) {
+	c := &clock{t: time.Unix(1e9, 0)}
+	l := newTestLimiter(c, Config{MinLimit: 16, MaxLimit: 1000, InitialLimit: 160, LatencyFloor: 20 * time.Millisecond})
+	// 160 clients answered in 20 ms: 8,000 a second, within the floor.
+	if refused := closedLoop(l, c, 160, fixed(20*time.Millisecond), 10*time.Second); refused > 0 {
+		t.Fatalf("%d refused while latency stayed within the floor", refused)
+	}
+	// The machine slows to 30 ms an answer (5,333 a second) for 20 s: 8,000 a second
+	// within 20 ms is 160 in flight, and the limit stays there.
+	closedLoop(l, c, 160, fixed(30*time.Millisecond), 20*time.Second)
+	if got := l.Limit(); got < 160 {
+		t.Fatalf("limit %d after a slower full machine; want at least the 160 that 8,000/s keeps in flight within 20 ms", got)
+	}
+}
+
+// A limit the load reaches, with latency within the target, rises at once to what the
+// window's rate keeps in flight at the target latency: at that rate so many finish
+// within it, and a closed loop of clients that ask again as soon as they are refused
+// would otherwise spin on refusals for the seconds √limit a window takes.
+func TestTheLimitRisesAtOnceToWhatTheRateKeepsWithinTheTarget(t *testing.T) {
+	c := &clock{t: time.Unix(1e9, 0)}
+	l := newTestLimiter(c, Config{MinLimit: 16, MaxLimit: 1000, InitialLimit: 32, LatencyFloor: 20 * time.Millisecond})
+	// 160 clients of a server that answers in 4 ms: 32 at a time are 8,000 a second,
+	// 160 in flight at 20 ms.
+	closedLoop(l, c, 160, fixed(4*time.Millisecond), time.Second)
+	if got := l.Limit(); got < 160 {
+		t.Fatalf("limit %d after a second of 8,000 answers a second in 4 ms; want 160", got)
+	}
+	if refused := closedLoop(l, c, 160, fixed(4*time.Millisecond), time.Second); refused > 0 {
+		t.Fatalf("%d refused in the second second", refused)
+	}
+}
