@@ -141,6 +141,19 @@ func (c *Cache[V]) Get(key string, load func() (V, error)) (V, error) {
 	})
 }
 
+// Holds reports whether GetUntil would answer key for qualifier from the cache now,
+// without loading. A nil cache, or one not in use, holds nothing.
+func (c *Cache[V]) Holds(key, qualifier string) bool {
+	if c == nil || !c.live.Load() {
+		return false
+	}
+	now := c.now()
+	c.mu.RLock()
+	e, ok := c.entries.lookup(key, qualifier)
+	c.mu.RUnlock()
+	return ok && c.servable(e, now)
+}
+
 // NotKept, returned by a load as its until, has GetUntil answer without keeping.
 var NotKept = time.Unix(0, 0)
 

@@ -54,6 +54,41 @@ func TestGetReadsThroughOnceUntilTheTTLEnds(t *testing.T) {
 	}
 }
 
+// Holds says whether Get would answer without loading: only a servable answer, for the
+// qualifier asked, while the cache is in use.
+func TestHoldsOnlyWhatGetWouldAnswerWithoutLoading(t *testing.T) {
+	c, clk := newTestCache(time.Second)
+	var src source
+	if c.Holds("K", "") {
+		t.Fatal("holds a key never loaded")
+	}
+	c.GetUntil("K", "q", func() (int64, time.Time, error) { v, err := src.load(); return v, time.Time{}, err })
+	if !c.Holds("K", "q") || c.Holds("K", "") {
+		t.Fatalf("after loading K for q: holds q %v, holds \"\" %v; want true, false", c.Holds("K", "q"), c.Holds("K", ""))
+	}
+	c.setLive(false)
+	if c.Holds("K", "q") {
+		t.Fatal("holds K while the cache is not in use")
+	}
+	c.setLive(true)
+	c.Get("K", src.load)
+	clk.Advance(time.Second)
+	if c.Holds("K", "") {
+		t.Fatal("holds K past its TTL")
+	}
+	c.Get("K", src.load)
+	c.Invalidate("K")
+	if c.Holds("K", "") {
+		t.Fatal("holds K after its invalidation")
+	}
+	if n := src.reads.Load(); n != 3 {
+		t.Fatalf("%d loads; Holds must load nothing (want 3, one per Get)", n)
+	}
+	if New[int64](0).Holds("K", "") {
+		t.Fatal("a nil cache holds K")
+	}
+}
+
 func TestErrorsAreNotCached(t *testing.T) {
 	c, _ := newTestCache(time.Minute)
 	boom := errors.New("boom")

@@ -205,7 +205,7 @@ func run(ctx context.Context, rt config.Runtime) error {
 	monitor.ProbeOnce(ctx)
 	go monitor.Run(ctx)
 
-	handler = withAdmission(cfg, log, tenants, handler)
+	handler = withAdmission(cfg, log, tenants, caches, handler)
 	srv := &http.Server{
 		Addr:              addr,
 		Handler:           closeWhileDraining(&draining, handler),
@@ -254,7 +254,7 @@ func closeWhileDraining(draining *atomic.Bool, next http.Handler) http.Handler {
 
 // withAdmission puts admission control in front of everything else (ADMISSION_MAX_LIMIT 0:
 // not at all), so that a refused request costs neither a Redis round trip nor a log line.
-func withAdmission(cfg *config.Config, log *slog.Logger, tenants *admission.Tenants, next http.Handler) http.Handler {
+func withAdmission(cfg *config.Config, log *slog.Logger, tenants *admission.Tenants, caches *edge.Caches, next http.Handler) http.Handler {
 	if cfg.AdmissionMaxLimit == 0 {
 		log.Info("admission control off (ADMISSION_MAX_LIMIT=0)")
 		return next
@@ -265,7 +265,7 @@ func withAdmission(cfg *config.Config, log *slog.Logger, tenants *admission.Tena
 		Tolerance:    cfg.AdmissionTolerance,
 		LatencyFloor: cfg.AdmissionLatencyFloor,
 	})
-	return admission.Middleware(admission.Options{Limiter: limiter, Tenants: tenants, Refuse: edge.WriteOverloaded, Log: log}, next)
+	return admission.Middleware(admission.Options{Limiter: limiter, Tenants: tenants, AnswersFromMemory: caches.AnswersFromMemory, Refuse: edge.WriteOverloaded, Log: log}, next)
 }
 
 // grpcHealthProbe asks a service's overall grpc.health.v1 status. Calls go to replicas

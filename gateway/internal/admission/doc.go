@@ -16,13 +16,23 @@
 // ten finished requests) the limit moves with the average latency of the requests that
 // finished in the window, as in Netflix's concurrency-limits (Gradient2):
 //
-//	gradient = clamp(max(Tolerance × baseline, LatencyFloor) ÷ average, 0.5, 1)
-//	limit    = 0.8 × limit + 0.2 × (limit × gradient + √limit)   (gradient < 1)
-//	limit    = limit + √limit                                   (gradient = 1)
+//	target   = max(Tolerance × baseline, LatencyFloor)
+//	gradient = clamp(target ÷ average, 0.5, 1)
+//	limit    = max(0.8 × limit + 0.2 × (limit × gradient + √limit),
+//	               min(limit, best rate × target))              (gradient < 1)
+//	limit    = max(limit + √limit, rate × target)               (gradient = 1)
 //
-// within [MinLimit, MaxLimit]. While the average stays within the target (Tolerance times
-// the baseline, or LatencyFloor if more) the limit grows by √limit per window (unless the
-// load never came near it); past that it shrinks by up to 10% per window. The baseline is the lowest window average
+// within [MinLimit, MaxLimit], where rate is how many requests the window finished per
+// second and best rate the most of any window in the last BaselineWindow. While the
+// average stays within the target the limit grows by √limit per window (unless the load
+// never came near it), or at once to what the window's rate keeps in flight at the target
+// (Little's law: at that rate so many finish within it); past the target it shrinks by up
+// to 10% per window, but not below what the best rate keeps in flight at the target. A
+// machine that is merely full (slowed by work the limit does not hold back, above all the
+// refusals' own) then keeps the limit its throughput earned: shrinking it would turn
+// answers into refusals, the machine's load and the latency would stay, and the goodput
+// would fall (a closed loop of 128 clients that ask again at once when refused, which the
+// stack answers in full without admission control, got 3 in 10 answered). The baseline is the lowest window average
 // of the last BaselineWindow (a minute): the latency of the gateway and the services when
 // nothing queues. A standing queue would otherwise become the new normal, so every
 // BaselineWindow/2 the limit drops to MinLimit for one window (a probe: 500 ms in 30 s),
@@ -47,6 +57,13 @@
 // slot nobody else wants and nothing more; the quiet tenants' requests go through whether
 // the flood stalls for a moment (the in-flight measure) or their own requests slow down
 // under it (the demand measure).
+//
+// # Answers from memory
+//
+// A verify-license whose answer the gateway's cache holds (Options.AnswersFromMemory) is
+// let through without a slot and counts in no window: it holds nothing behind the
+// gateway, and refusing it costs about what answering it does, so its refusal would give
+// up the answer and save nothing.
 //
 // # The cost of a refusal
 //

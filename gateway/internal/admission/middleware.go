@@ -21,6 +21,15 @@ type Options struct {
 	Limiter *Limiter
 	// Tenants assigns requests to fair shares; nil puts every request in one.
 	Tenants *Tenants
+	// AnswersFromMemory, when set, reports whether the gateway answers a request about
+	// the license key on path from memory now (edge.Caches.AnswersFromMemory). Such a
+	// request is let through without a slot: it holds nothing behind the gateway, and
+	// refusing it costs the gateway about what answering it does, so its refusal gives
+	// up the answer and saves nothing. (Refused, one tenant's flood of checks the cache
+	// answered took the CPU its answers would have used, and the limit, shrunk by the
+	// latency that CPU caused, refused the other tenants.) It needs Tenants, which reads
+	// the key.
+	AnswersFromMemory func(path string, key []byte) bool
 	// Refuse writes the 503 (edge.WriteOverloaded); Retry-After is already set.
 	Refuse func(http.ResponseWriter)
 	Log    *slog.Logger
@@ -56,9 +65,13 @@ func Middleware(opts Options, next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		tenant := NoKey
+		tenant, key := NoKey, []byte(nil)
 		if opts.Tenants != nil {
-			tenant = opts.Tenants.Of(r)
+			tenant, key = opts.Tenants.ofRequest(r)
+		}
+		if key != nil && opts.AnswersFromMemory != nil && opts.AnswersFromMemory(r.URL.Path, key) {
+			next.ServeHTTP(w, r)
+			return
 		}
 		done, reason := opts.Limiter.Acquire(tenant)
 		if done == nil {

@@ -13,7 +13,9 @@ import (
 
 	"github.com/keyhouse/keyhouse/gateway/internal/edge"
 	"github.com/keyhouse/keyhouse/pkg/auth"
+	"github.com/keyhouse/keyhouse/pkg/license"
 	"github.com/keyhouse/keyhouse/pkg/licensecache"
+	licensingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 )
@@ -209,4 +211,51 @@ func TestAFloodOfMadeUpCredentialsCountsAsOneTenant(t *testing.T) {
 func readAll(r *http.Request) (string, error) {
 	b, err := io.ReadAll(r.Body)
 	return string(b), err
+}
+
+// A verify-license the gateway's cache answers holds nothing behind the gateway and costs
+// it about what its refusal would: it is answered whatever the limit. Any other request
+// past the limit is refused: another key, another route about the same key, or the same
+// key once its answer was dropped.
+func TestAVerifyTheCacheAnswersIsNeverRefused(t *testing.T) {
+	caches := edge.NewCaches(time.Minute, 0)
+	key := license.NewKey()
+	if _, err := caches.Verified.GetUntil(key, "", func() (*licensingv1.VerifyLicenseResponse, time.Time, error) {
+		return &licensingv1.VerifyLicenseResponse{Valid: true}, time.Time{}, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	release, entered := make(chan struct{}), make(chan struct{}, 10)
+	defer close(release)
+	h := Middleware(Options{Limiter: strictLimiter(2), Tenants: NewTenants(), AnswersFromMemory: caches.AnswersFromMemory, Refuse: edge.WriteOverloaded}, blocking(release, entered))
+	send := func(path, body string) *httptest.ResponseRecorder {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, path, strings.NewReader(body)))
+		return rec
+	}
+	for range 2 {
+		go send("/v1/verify-license", `{"key":"`+license.NewKey()+`"}`)
+		<-entered
+	}
+	// As issued, and as a person may type it.
+	for i, spelling := range []string{key, strings.ToLower(strings.ReplaceAll(key, "-", ""))} {
+		go send("/v1/verify-license", `{"key":"`+spelling+`"}`)
+		select {
+		case <-entered:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("verify-license %d about a key the cache answers was held back at the limit", i+1)
+		}
+	}
+	for _, r := range []struct{ path, body string }{
+		{"/v1/verify-license", `{"key":"` + license.NewKey() + `"}`},
+		{"/v1/validate-license", `{"key":"` + key + `","instance_id":"i-1"}`},
+	} {
+		if rec := send(r.path, r.body); rec.Code != http.StatusServiceUnavailable {
+			t.Fatalf("%s %s past the limit: %d; want 503", r.path, r.body, rec.Code)
+		}
+	}
+	caches.Verified.Invalidate(key)
+	if rec := send("/v1/verify-license", `{"key":"`+key+`"}`); rec.Code != http.StatusServiceUnavailable {
+		t.Fatalf("verify-license about a key whose answer was dropped, past the limit: %d; want 503", rec.Code)
+	}
 }

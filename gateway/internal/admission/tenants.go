@@ -171,27 +171,34 @@ func (t *Tenants) shareOf(key []byte) (string, bool) {
 // before; one about a license key for the key's tenant once known (UnknownKeys before);
 // anything else is NoKey. A tenant's credentials and its license keys share one share.
 func (t *Tenants) Of(r *http.Request) string {
+	share, _ := t.ofRequest(r)
+	return share
+}
+
+// ofRequest is Of and the license key the request's body names (nil for a request with
+// a credential, or one that names none).
+func (t *Tenants) ofRequest(r *http.Request) (share string, key []byte) {
 	if authorization := r.Header.Get("Authorization"); authorization != "" {
 		h := t.credentialHash(authorization)
 		t.mu.RLock()
 		share, ok := t.byCredential[h]
 		t.mu.RUnlock()
 		if ok {
-			return share
+			return share, nil
 		}
-		return UnknownCredentials
+		return UnknownCredentials, nil
 	}
 	if r.Method != http.MethodPost {
-		return NoKey
+		return NoKey, nil
 	}
-	key := peekKey(r)
+	key = peekKey(r)
 	if len(key) == 0 {
-		return NoKey
+		return NoKey, nil
 	}
 	if share, ok := t.shareOf(key); ok {
-		return share
+		return share, key
 	}
-	return UnknownKeys
+	return UnknownKeys, key
 }
 
 // Learning is the client interceptor of the connections to the services: every key an

@@ -34,6 +34,14 @@ func NewCaches(ttl, liveTTL time.Duration) *Caches {
 	}
 }
 
+// AnswersFromMemory reports whether the gateway would answer a request on path about the
+// license key from its cache now: verify-license's, the one hot route whose answer the
+// key alone names (validate-license's and check-update's also depend on members after
+// the key). Admission control lets such a request through without a slot.
+func (c *Caches) AnswersFromMemory(path string, key []byte) bool {
+	return path == VerifyLicensePath && c.Verified.Holds(license.CanonicalKey(string(key)), "")
+}
+
 // Follow subscribes every cache to the events that change its answers: license changes
 // for all three, seat removals for validate-license's, release changes (which empty it)
 // for check-update's. stop undoes it.

@@ -41,8 +41,11 @@ type hotRoutes struct {
 	checkUpdate *cachedCheckUpdate
 }
 
+// VerifyLicensePath is verify-license's route.
+const VerifyLicensePath = "/v1/verify-license"
+
 // hotPaths are the routes hotRoutes answers.
-var hotPaths = map[string]bool{"/v1/verify-license": true, "/v1/validate-license": true, "/v1/check-update": true}
+var hotPaths = map[string]bool{VerifyLicensePath: true, "/v1/validate-license": true, "/v1/check-update": true}
 
 // withHotRoutes lets hot answer the requests for exactly a hot route (isHot), and sends
 // everything else to next.
@@ -50,7 +53,7 @@ func withHotRoutes(hot *hotRoutes, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if isHot(r) {
 			switch r.URL.Path {
-			case "/v1/verify-license":
+			case VerifyLicensePath:
 				hot.verifyLicense(w, r)
 			case "/v1/validate-license":
 				hot.validateLicense(w, r)
@@ -74,7 +77,7 @@ func isHot(r *http.Request) bool {
 }
 
 func (h *hotRoutes) verifyLicense(w http.ResponseWriter, r *http.Request) {
-	ctx := h.begin(r, "/v1/verify-license", licensingv1.LicensingService_VerifyLicense_FullMethodName)
+	ctx := h.begin(r, VerifyLicensePath, licensingv1.LicensingService_VerifyLicense_FullMethodName)
 	var req licensingv1.VerifyLicenseRequest
 	if h.decode(ctx, w, r, &req) {
 		resp, err := h.verify.VerifyLicense(ctx, &req)

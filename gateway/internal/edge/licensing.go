@@ -62,7 +62,7 @@ func (c *cachedVerify) VerifyLicense(ctx context.Context, req *licensingv1.Verif
 		}
 		return resp, until, nil
 	})
-	metrics.RecordAnswer("/v1/verify-license", !asked)
+	metrics.RecordAnswer(VerifyLicensePath, !asked)
 	return resp, err
 }
 
