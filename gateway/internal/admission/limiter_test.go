@@ -503,12 +503,13 @@ func fixed(latency time.Duration) func(int) time.Duration {
 func TestAFullMachineKeepsTheLimitItsThroughputEarned(t *testing.T) {
 	c := &clock{t: time.Unix(1e9, 0)}
 	l := newTestLimiter(c, Config{MinLimit: 16, MaxLimit: 1000, InitialLimit: 160, LatencyFloor: 20 * time.Millisecond})
-	// 160 clients answered in 20 ms: 8,000 a second, within the floor.
-	if refused := closedLoop(l, c, 160, fixed(20*time.Millisecond), 10*time.Second); refused > 0 {
-		t.Fatalf("%d refused while latency stayed within the floor", refused)
+	// 40 clients answered in 5 ms: 8,000 a second, a baseline of 5 ms, a target of 20.
+	if refused := closedLoop(l, c, 40, fixed(5*time.Millisecond), 5*time.Second); refused > 0 {
+		t.Fatalf("%d refused under the limit", refused)
 	}
-	// The machine slows to 30 ms an answer (5,333 a second) for 20 s: 8,000 a second
-	// within 20 ms is 160 in flight, and the limit stays there.
+	// 160 clients now, and the machine slows to 30 ms an answer (5,333 a second), over
+	// the target, for 20 s: 8,000 a second within 20 ms is 160 in flight, and the limit
+	// stays there.
 	closedLoop(l, c, 160, fixed(30*time.Millisecond), 20*time.Second)
 	if got := l.Limit(); got < 160 {
 		t.Fatalf("limit %d after a slower full machine; want at least the 160 that 8,000/s keeps in flight within 20 ms", got)
