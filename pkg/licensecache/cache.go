@@ -147,11 +147,19 @@ func (c *Cache[V]) Holds(key, qualifier string) bool {
 	if c == nil || !c.live.Load() {
 		return false
 	}
-	now := c.now()
+	_, ok := c.cached(key, qualifier, c.now())
+	return ok
+}
+
+// cached is the answer about key for qualifier that may be served at now, if any.
+func (c *Cache[V]) cached(key, qualifier string, now time.Time) (v V, ok bool) {
 	c.mu.RLock()
 	e, ok := c.entries.lookup(key, qualifier)
 	c.mu.RUnlock()
-	return ok && c.servable(e, now)
+	if ok && c.servable(e, now) {
+		return e.v, true
+	}
+	return v, false
 }
 
 // NotKept, returned by a load as its until, has GetUntil answer without keeping.
@@ -167,11 +175,8 @@ func (c *Cache[V]) GetUntil(key, qualifier string, load func() (V, time.Time, er
 		return v, err
 	}
 	now := c.now()
-	c.mu.RLock()
-	e, ok := c.entries.lookup(key, qualifier)
-	c.mu.RUnlock()
-	if ok && c.servable(e, now) {
-		return e.v, nil
+	if v, ok := c.cached(key, qualifier, now); ok {
+		return v, nil
 	}
 	var f *flight[V]
 	var gen uint64
