@@ -1,7 +1,9 @@
 // Package readiness watches a process's dependencies (Postgres, NATS, Redis, other
 // services) and says whether the process is ready to take traffic. A Monitor probes every
 // dependency on a fixed interval with a short timeout, so readiness answers from memory
-// and a probe never waits on a hung dependency. Each outage is logged twice: once when it
+// and a probe never waits on a hung dependency. A dependency that has answered is down
+// once two probes in a row fail (one that never has, at its first failure), and up again
+// at its next answer. Each outage is logged twice: once when it
 // starts and once when it ends, never once per failed probe.
 package readiness
 
@@ -30,18 +32,30 @@ type Check struct {
 type Monitor struct {
 	Interval time.Duration
 	Timeout  time.Duration
+	// FailuresToDown is how many probes of a dependency in a row must fail before it is
+	// down (at least 1). One probe that misses its deadline on a machine busy for a
+	// moment is no outage: a probe that must connect to Postgres again waits for a new
+	// backend process and an authentication, and a process that called its dependency
+	// down for it refused every request for a second (a burst of 503s from the gateway
+	// in front of it) although every query was being answered. A dependency that has
+	// never answered is down at its first failed probe, so a process that starts without
+	// it is not ready at once.
+	FailuresToDown int
 
 	log    *slog.Logger
 	checks []Check
 
 	mu        sync.Mutex
 	down      map[string]time.Time // failing dependency → when its outage began
+	failures  map[string]int       // dependency → its failed probes in a row
+	answered  map[string]bool      // dependencies that have answered a probe
 	listeners []func()
 }
 
-// New returns a monitor of checks with a 1 s interval and timeout.
+// New returns a monitor of checks with a 1 s interval and timeout, which calls a
+// dependency down after two failed probes in a row.
 func New(log *slog.Logger, checks ...Check) *Monitor {
-	m := &Monitor{Interval: time.Second, Timeout: time.Second, log: log, down: map[string]time.Time{}}
+	m := &Monitor{Interval: time.Second, Timeout: time.Second, FailuresToDown: 2, log: log, down: map[string]time.Time{}, failures: map[string]int{}, answered: map[string]bool{}}
 	for _, c := range checks {
 		m.Add(c)
 	}
@@ -100,8 +114,14 @@ func (m *Monitor) ProbeOnce(ctx context.Context) {
 	m.mu.Lock()
 	for i, c := range checks {
 		since, wasDown := m.down[c.Name]
+		if errs[i] != nil {
+			m.failures[c.Name]++
+		} else {
+			delete(m.failures, c.Name)
+			m.answered[c.Name] = true
+		}
 		switch {
-		case errs[i] != nil && !wasDown:
+		case errs[i] != nil && !wasDown && (m.failures[c.Name] >= m.FailuresToDown || !m.answered[c.Name]):
 			m.down[c.Name] = now
 			changed = true
 			metrics.DependencyUp.WithLabelValues(c.Name).Set(0)

@@ -66,8 +66,56 @@ func TestACanceledRoundSaysNothingAboutTheDependency(t *testing.T) {
 	m := New(slog.New(slog.DiscardHandler), Check{Name: "postgres", Probe: func(ctx context.Context) error { return ctx.Err() }})
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	m.ProbeOnce(ctx)
+	for range 3 {
+		m.ProbeOnce(ctx)
+	}
 	if got := m.NotReady(); len(got) != 0 {
 		t.Fatalf("shutdown marked postgres down: %v", got)
+	}
+}
+
+// One probe that misses its deadline on a busy machine is no outage: the process stays
+// ready and logs nothing. Two in a row are, and one answer ends it. A dependency that has
+// never answered is down at its first failure (a process started without it).
+func TestADependencyIsDownAfterTwoFailedProbesInARow(t *testing.T) {
+	var buf bytes.Buffer
+	var failing atomic.Bool
+	m := New(slog.New(slog.NewJSONHandler(&buf, nil)), Check{Name: "postgres", Probe: func(context.Context) error {
+		if failing.Load() {
+			return errors.New("cannot connect to the database server")
+		}
+		return nil
+	}})
+	ctx := context.Background()
+	failing.Store(true)
+	m.ProbeOnce(ctx)
+	if got := strings.Join(m.NotReady(), ","); got != "postgres" {
+		t.Fatalf("a dependency that never answered failed its first probe: NotReady %q; want postgres", got)
+	}
+	failing.Store(false)
+	m.ProbeOnce(ctx)
+	buf.Reset()
+	for range 3 { // failed, answered, failed: never two in a row
+		failing.Store(true)
+		m.ProbeOnce(ctx)
+		if got := m.NotReady(); len(got) != 0 {
+			t.Fatalf("one failed probe made %v not ready", got)
+		}
+		failing.Store(false)
+		m.ProbeOnce(ctx)
+	}
+	if buf.Len() > 0 {
+		t.Fatalf("single failed probes were logged:\n%s", &buf)
+	}
+	failing.Store(true)
+	m.ProbeOnce(ctx)
+	m.ProbeOnce(ctx)
+	if got := strings.Join(m.NotReady(), ","); got != "postgres" {
+		t.Fatalf("after two failed probes in a row NotReady is %q; want postgres", got)
+	}
+	failing.Store(false)
+	m.ProbeOnce(ctx)
+	if got := m.NotReady(); len(got) != 0 {
+		t.Fatalf("after an answer NotReady is %v; want ready", got)
 	}
 }
