@@ -22,6 +22,12 @@ var (
 		Name: "keyhouse_admission_baseline_latency_seconds",
 		Help: "The lowest window-average latency of the recent past, which admission control treats as the latency without queueing.",
 	})
+	// AdmissionBestRate is the throughput the limit does not shrink below (at the target
+	// latency).
+	AdmissionBestRate = promauto.NewGauge(prometheus.GaugeOpts{
+		Name: "keyhouse_admission_best_rate",
+		Help: "The most requests per second admission control saw finish in a window of the recent past; the limit does not shrink below what this rate keeps in flight at the latency target.",
+	})
 	// AdmissionRefused counts the requests refused with 503, by reason: limit (every slot
 	// taken) or tenant_share (the tenant held its fair share of a full limit).
 	AdmissionRefused = promauto.NewCounterVec(prometheus.CounterOpts{

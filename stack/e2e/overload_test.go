@@ -269,6 +269,12 @@ func TestAVerifyTheGatewayAnswersFromMemoryIsNeverRefused(t *testing.T) {
 	}, "the same tenant's verify-license the gateway's cache answers", func(c *Client, i int) answer {
 		return send(c, http.MethodPost, "/v1/verify-license", map[string]string{"key": cached})
 	})
+	// What an operator watches says so.
+	metrics := scrape(t, gateway)
+	refusals := max(sample(metrics, `keyhouse_admission_refused_total{reason="limit"}`), 0) + max(sample(metrics, `keyhouse_admission_refused_total{reason="tenant_share"}`), 0)
+	if refusals < 100 {
+		t.Errorf("keyhouse_admission_refused_total counts %g refusals; the flood was refused at least 100 times", refusals)
+	}
 }
 
 // Every answer about a license key names its tenant, not only verify-license's: a tenant

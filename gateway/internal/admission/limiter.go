@@ -349,6 +349,7 @@ func (l *Limiter) adapt(now time.Time) {
 	}
 	metrics.AdmissionLimit.Set(l.limit)
 	metrics.AdmissionBaseline.Set(l.baseline.Seconds())
+	metrics.AdmissionBestRate.Set(l.bestRate)
 }
 
 // Limit is the current limit (whole requests).

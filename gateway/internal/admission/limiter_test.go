@@ -4,6 +4,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/keyhouse/keyhouse/pkg/metrics"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // clock is a time the test moves.
@@ -506,6 +509,9 @@ func TestAFullMachineKeepsTheLimitItsThroughputEarned(t *testing.T) {
 	// 40 clients answered in 5 ms: 8,000 a second, a baseline of 5 ms, a target of 20.
 	if refused := closedLoop(l, c, 40, fixed(5*time.Millisecond), 5*time.Second); refused > 0 {
 		t.Fatalf("%d refused under the limit", refused)
+	}
+	if got := testutil.ToFloat64(metrics.AdmissionBestRate); got != 8000 {
+		t.Fatalf("keyhouse_admission_best_rate %g; want 8000", got)
 	}
 	// 160 clients now, and the machine slows to 30 ms an answer (5,333 a second), over
 	// the target, for 20 s: 8,000 a second within 20 ms is 160 in flight, and the limit
