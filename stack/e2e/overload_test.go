@@ -231,43 +231,55 @@ func TestAFloodingTenantDoesNotCrowdOutAnother(t *testing.T) {
 	})
 }
 
-// A verify-license the gateway answers from its cache holds nothing behind the gateway,
-// and refusing it would cost about what answering it does: it is answered whatever the
-// limit, even for a tenant whose other requests fill the limit and are refused. The
-// stack keeps answers a minute (LICENSE_CACHE_TTL) and without the liveness proof
-// (LICENSE_CACHE_LIVE_TTL 0), so the check's answer stays in the cache for the whole
-// flood: a cache that keeps answers past LICENSE_CACHE_TTL is emptied whenever it hears
-// a publisher it had not heard before, which a busy stack's first minute may bring.
-func TestAVerifyTheGatewayAnswersFromMemoryIsNeverRefused(t *testing.T) {
+// A verify-license or validate-license the gateway answers from its cache holds nothing
+// behind the gateway, and refusing it would cost about what answering it does: it is
+// answered whatever the limit, even for a tenant whose other requests fill the limit and
+// are refused. The stack keeps answers a minute (LICENSE_CACHE_TTL) and without the
+// liveness proof (LICENSE_CACHE_LIVE_TTL 0), so the checks' answers stay in the cache for
+// the whole flood: a cache that keeps answers past LICENSE_CACHE_TTL is emptied whenever
+// it hears a publisher it had not heard before, which a busy stack's first minute may
+// bring.
+func TestAnAnswerTheGatewayHoldsInMemoryIsNeverRefused(t *testing.T) {
 	s := startOverloadStack(t, &overloadKeepingAnswers, map[string]string{"LICENSE_CACHE_TTL": "1m", "LICENSE_CACHE_LIVE_TTL": "0"})
 	keys := twoLicenses(t, newTenant(t, s), product("from-memory"))
 	cached, flooded := keys[0], keys[1]
+	seat(t, anon(t, s), cached, "seat-1")
 	// One answer for each key teaches the gateway whose it is (both the same tenant's).
 	for _, k := range keys {
 		anon(t, s).Post("/v1/verify-license", map[string]string{"key": k}).Expect(t, 200)
 	}
-	// The first key's answer is in the gateway's cache once a verify is counted as a hit
-	// (an answer read within 100 ms of the key's last change is not kept).
+	// The first key's answers are in the gateway's cache once a request for each is
+	// counted as a hit (an answer read within 100 ms of the key's last change is not kept).
 	var gateway *stack.Proc
 	for _, p := range s.Procs() {
 		if p.Name == "gateway" {
 			gateway = p
 		}
 	}
-	hits := func() float64 {
-		return sample(scrape(t, gateway), `keyhouse_gateway_answer_cache_total{result="hit",route="/v1/verify-license"}`)
+	verifyCached := map[string]string{"key": cached}
+	validateCached := map[string]string{"key": cached, "instance_id": "seat-1"}
+	for _, r := range []struct {
+		path string
+		body map[string]string
+	}{{"/v1/verify-license", verifyCached}, {"/v1/validate-license", validateCached}} {
+		hits := func() float64 {
+			return sample(scrape(t, gateway), `keyhouse_gateway_answer_cache_total{result="hit",route="`+r.path+`"}`)
+		}
+		eventually(t, "the gateway answers "+r.path+" about the first key from its cache", func() bool {
+			before := hits()
+			anon(t, s).Post(r.path, r.body).Expect(t, 200)
+			return hits() > before
+		})
 	}
-	eventually(t, "the gateway answers the first key from its cache", func() bool {
-		before := hits()
-		anon(t, s).Post("/v1/verify-license", map[string]string{"key": cached}).Expect(t, 200)
-		return hits() > before
-	})
 	// Validations of instances never activated are not kept: each goes to activations
 	// and holds a slot, and the tenant, alone in flight, is refused past the limit.
 	floodWhileAnotherChecks(t, s, "the tenant's validate-license of instances never activated", func(c *Client, w, i int) answer {
 		return send(c, http.MethodPost, "/v1/validate-license", map[string]string{"key": flooded, "instance_id": fmt.Sprintf("never-%d-%d", w, i)})
-	}, "the same tenant's verify-license the gateway's cache answers", func(c *Client, i int) answer {
-		return send(c, http.MethodPost, "/v1/verify-license", map[string]string{"key": cached})
+	}, "the same tenant's verify-license and validate-license the gateway's cache answers", func(c *Client, i int) answer {
+		if i%2 == 0 {
+			return send(c, http.MethodPost, "/v1/verify-license", verifyCached)
+		}
+		return send(c, http.MethodPost, "/v1/validate-license", validateCached)
 	})
 	// What an operator watches says so.
 	metrics := scrape(t, gateway)

@@ -15,6 +15,7 @@ import (
 	"github.com/keyhouse/keyhouse/pkg/auth"
 	"github.com/keyhouse/keyhouse/pkg/license"
 	"github.com/keyhouse/keyhouse/pkg/licensecache"
+	activationsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/activations/v1"
 	licensingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
@@ -213,15 +214,21 @@ func readAll(r *http.Request) (string, error) {
 	return string(b), err
 }
 
-// A verify-license the gateway's cache answers holds nothing behind the gateway and costs
-// it about what its refusal would: it is answered whatever the limit. Any other request
-// past the limit is refused: another key, another route about the same key, or the same
-// key once its answer was dropped.
-func TestAVerifyTheCacheAnswersIsNeverRefused(t *testing.T) {
+// A verify-license or validate-license the gateway's cache answers holds nothing behind
+// the gateway and costs it about what its refusal would: it is answered whatever the
+// limit. Any other request past the limit is refused: another key, another instance,
+// check-update about the same key, a validate-license whose instance is not named the
+// plain way, or the same key once its answers were dropped.
+func TestARequestTheCacheAnswersIsNeverRefused(t *testing.T) {
 	caches := edge.NewCaches(time.Minute, 0)
 	key := license.NewKey()
 	if _, err := caches.Verified.GetUntil(key, "", func() (*licensingv1.VerifyLicenseResponse, time.Time, error) {
 		return &licensingv1.VerifyLicenseResponse{Valid: true}, time.Time{}, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := caches.ValidSeats.GetUntil(key, "seat-1", func() (*activationsv1.ValidateLicenseResponse, time.Time, error) {
+		return &activationsv1.ValidateLicenseResponse{Valid: true}, time.Time{}, nil
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -237,25 +244,38 @@ func TestAVerifyTheCacheAnswersIsNeverRefused(t *testing.T) {
 		go send("/v1/verify-license", `{"key":"`+license.NewKey()+`"}`)
 		<-entered
 	}
-	// As issued, and as a person may type it.
-	for i, spelling := range []string{key, strings.ToLower(strings.ReplaceAll(key, "-", ""))} {
-		go send("/v1/verify-license", `{"key":"`+spelling+`"}`)
+	typed := strings.ToLower(strings.ReplaceAll(key, "-", "")) // as a person may type it
+	for _, r := range []struct{ path, body string }{
+		{"/v1/verify-license", `{"key":"` + key + `"}`},
+		{"/v1/verify-license", `{"key":"` + typed + `"}`},
+		{"/v1/validate-license", `{"key":"` + key + `","instance_id":"seat-1"}`},
+		{"/v1/validate-license", `{ "instance_id" : "seat-1", "key" : "` + typed + `" }`},
+	} {
+		go send(r.path, r.body)
 		select {
 		case <-entered:
 		case <-time.After(10 * time.Second):
-			t.Fatalf("verify-license %d about a key the cache answers was held back at the limit", i+1)
+			t.Fatalf("%s %s, which the cache answers, was held back at the limit", r.path, r.body)
 		}
 	}
 	for _, r := range []struct{ path, body string }{
 		{"/v1/verify-license", `{"key":"` + license.NewKey() + `"}`},
-		{"/v1/validate-license", `{"key":"` + key + `","instance_id":"i-1"}`},
+		{"/v1/validate-license", `{"key":"` + key + `","instance_id":"seat-2"}`},
+		{"/v1/validate-license", `{"key":"` + key + `","note":5,"instance_id":"seat-1"}`},
+		{"/v1/check-update", `{"key":"` + key + `","product_id":"p","current_version":"1.0.0"}`},
 	} {
 		if rec := send(r.path, r.body); rec.Code != http.StatusServiceUnavailable {
 			t.Fatalf("%s %s past the limit: %d; want 503", r.path, r.body, rec.Code)
 		}
 	}
 	caches.Verified.Invalidate(key)
-	if rec := send("/v1/verify-license", `{"key":"`+key+`"}`); rec.Code != http.StatusServiceUnavailable {
-		t.Fatalf("verify-license about a key whose answer was dropped, past the limit: %d; want 503", rec.Code)
+	caches.ValidSeats.Invalidate(key)
+	for _, r := range []struct{ path, body string }{
+		{"/v1/verify-license", `{"key":"` + key + `"}`},
+		{"/v1/validate-license", `{"key":"` + key + `","instance_id":"seat-1"}`},
+	} {
+		if rec := send(r.path, r.body); rec.Code != http.StatusServiceUnavailable {
+			t.Fatalf("%s about a key whose answers were dropped, past the limit: %d; want 503", r.path, rec.Code)
+		}
 	}
 }

@@ -163,3 +163,30 @@ func TestARefusalOnTheWireAndTheConnectionAfterIt(t *testing.T) {
 		t.Fatalf("the request after the refusal: %d %s", resp.StatusCode, got)
 	}
 }
+
+// The instance a body names is read the plain way only: after the key, anything but a
+// plain member ends the scan, and a body that is not the plain shape names no instance
+// (its key is decoded whole).
+func TestThePeekReadsTheInstanceOnlyThePlainWay(t *testing.T) {
+	cases := []struct{ body, key, instance string }{
+		{`{"key":"K","instance_id":"i-1"}`, "K", "i-1"},
+		{`{ "instance_id" : "i-1" , "key" : "K" }`, "K", "i-1"},
+		{`{"key":"K","channel":"beta","instance_id":"i-1"}`, "K", "i-1"},
+		{`{"key":"K","instance_id":"i-1","instance_id":"i-2"}`, "K", "i-1"}, // the decoder refuses it: 400
+		{`{"key":"K"}`, "K", ""},
+		{`{"key":"K","amount":5,"instance_id":"i-1"}`, "K", ""},
+		{`{"key":"K","instance_id":"i\u002d1"}`, "K", ""},
+		{`{"amount":5,"key":"K","instance_id":"i-1"}`, "K", ""},
+		{`{"instance_id":"i-1"}`, "", ""},
+	}
+	for _, c := range cases {
+		r := httptest.NewRequest(http.MethodPost, "/v1/validate-license", strings.NewReader(c.body))
+		key, instance := peekKey(r)
+		if string(key) != c.key || string(instance) != c.instance || (c.instance == "") != (instance == nil) {
+			t.Errorf("%s: key %q, instance %q; want %q, %q", c.body, key, instance, c.key, c.instance)
+		}
+		if got, err := io.ReadAll(r.Body); err != nil || string(got) != c.body {
+			t.Errorf("%s: the handler reads %q, %v", c.body, got, err)
+		}
+	}
+}

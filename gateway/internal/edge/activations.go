@@ -32,7 +32,7 @@ func registerActivations(ctx context.Context, mux *runtime.ServeMux, conn *grpc.
 		return nil, err
 	}
 	validator := &cachedValidate{misses: newBatchedValidate(client), valid: valid, log: log}
-	return validator, mux.HandlePath(http.MethodPost, "/v1/validate-license", validateLicense(mux, validator))
+	return validator, mux.HandlePath(http.MethodPost, ValidateLicensePath, validateLicense(mux, validator))
 }
 
 // cachedValidate answers validate-license from activations' earlier valid answer for the
@@ -62,13 +62,13 @@ func (c *cachedValidate) ValidateLicense(ctx context.Context, req *activationsv1
 		}
 		return resp, until, nil
 	})
-	metrics.RecordAnswer("/v1/validate-license", !asked)
+	metrics.RecordAnswer(ValidateLicensePath, !asked)
 	return resp, err
 }
 
 func validateLicense(mux *runtime.ServeMux, client *cachedValidate) runtime.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request, _ map[string]string) {
-		ctx, out, body, ok := readRawBody(mux, w, r, activationsv1.ActivationsService_ValidateLicense_FullMethodName, "/v1/validate-license")
+		ctx, out, body, ok := readRawBody(mux, w, r, activationsv1.ActivationsService_ValidateLicense_FullMethodName, ValidateLicensePath)
 		if ok {
 			client.serve(ctx, mux, out, w, r, body)
 		}

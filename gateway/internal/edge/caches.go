@@ -35,11 +35,19 @@ func NewCaches(ttl, liveTTL time.Duration) *Caches {
 }
 
 // AnswersFromMemory reports whether the gateway would answer a request on path about the
-// license key from its cache now: verify-license's, the one hot route whose answer the
-// key alone names (validate-license's and check-update's also depend on members after
-// the key). Admission control lets such a request through without a slot.
-func (c *Caches) AnswersFromMemory(path string, key []byte) bool {
-	return path == VerifyLicensePath && c.Verified.Holds(license.CanonicalKey(string(key)), "")
+// license key from its cache now: verify-license's, whose answer the key alone names, and
+// validate-license's for the instance the body names (nil: not named the plain way, so
+// not known before the body is decoded). check-update's answer depends on members the
+// caller does not read. Admission control lets such a request through without a slot.
+// A body that names a member twice is refused by the decoder (400) whatever the cache.
+func (c *Caches) AnswersFromMemory(path string, key, instance []byte) bool {
+	switch path {
+	case VerifyLicensePath:
+		return c.Verified.Holds(license.CanonicalKey(string(key)), "")
+	case ValidateLicensePath:
+		return instance != nil && c.ValidSeats.Holds(license.CanonicalKey(string(key)), string(instance))
+	}
+	return false
 }
 
 // Follow subscribes every cache to the events that change its answers: license changes

@@ -41,11 +41,14 @@ type hotRoutes struct {
 	checkUpdate *cachedCheckUpdate
 }
 
-// VerifyLicensePath is verify-license's route.
-const VerifyLicensePath = "/v1/verify-license"
+// The routes of verify-license and validate-license.
+const (
+	VerifyLicensePath   = "/v1/verify-license"
+	ValidateLicensePath = "/v1/validate-license"
+)
 
 // hotPaths are the routes hotRoutes answers.
-var hotPaths = map[string]bool{VerifyLicensePath: true, "/v1/validate-license": true, "/v1/check-update": true}
+var hotPaths = map[string]bool{VerifyLicensePath: true, ValidateLicensePath: true, "/v1/check-update": true}
 
 // withHotRoutes lets hot answer the requests for exactly a hot route (isHot), and sends
 // everything else to next.
@@ -55,7 +58,7 @@ func withHotRoutes(hot *hotRoutes, next http.Handler) http.Handler {
 			switch r.URL.Path {
 			case VerifyLicensePath:
 				hot.verifyLicense(w, r)
-			case "/v1/validate-license":
+			case ValidateLicensePath:
 				hot.validateLicense(w, r)
 			default:
 				hot.checkUpdateRoute(w, r)
@@ -95,7 +98,7 @@ func (h *hotRoutes) checkUpdateRoute(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *hotRoutes) validateLicense(w http.ResponseWriter, r *http.Request) {
-	ctx := h.begin(r, "/v1/validate-license", activationsv1.ActivationsService_ValidateLicense_FullMethodName)
+	ctx := h.begin(r, ValidateLicensePath, activationsv1.ActivationsService_ValidateLicense_FullMethodName)
 	body, err := io.ReadAll(r.Body)
 	if err != nil {
 		runtime.HTTPError(ctx, h.mux, h.marshaler, w, r, err)
