@@ -86,36 +86,31 @@ func TestADependencyIsDownAfterTwoFailedProbesInARow(t *testing.T) {
 		}
 		return nil
 	}})
-	ctx := context.Background()
-	failing.Store(true)
-	m.ProbeOnce(ctx)
-	if got := strings.Join(m.NotReady(), ","); got != "postgres" {
+	// probe runs one round, failing or not, and returns what is not ready.
+	probe := func(fail bool) string {
+		failing.Store(fail)
+		m.ProbeOnce(context.Background())
+		return strings.Join(m.NotReady(), ",")
+	}
+	if got := probe(true); got != "postgres" {
 		t.Fatalf("a dependency that never answered failed its first probe: NotReady %q; want postgres", got)
 	}
-	failing.Store(false)
-	m.ProbeOnce(ctx)
+	probe(false)
 	buf.Reset()
 	for range 3 { // failed, answered, failed: never two in a row
-		failing.Store(true)
-		m.ProbeOnce(ctx)
-		if got := m.NotReady(); len(got) != 0 {
-			t.Fatalf("one failed probe made %v not ready", got)
+		if got := probe(true); got != "" {
+			t.Fatalf("one failed probe made %q not ready", got)
 		}
-		failing.Store(false)
-		m.ProbeOnce(ctx)
+		probe(false)
 	}
 	if buf.Len() > 0 {
 		t.Fatalf("single failed probes were logged:\n%s", &buf)
 	}
-	failing.Store(true)
-	m.ProbeOnce(ctx)
-	m.ProbeOnce(ctx)
-	if got := strings.Join(m.NotReady(), ","); got != "postgres" {
+	probe(true)
+	if got := probe(true); got != "postgres" {
 		t.Fatalf("after two failed probes in a row NotReady is %q; want postgres", got)
 	}
-	failing.Store(false)
-	m.ProbeOnce(ctx)
-	if got := m.NotReady(); len(got) != 0 {
-		t.Fatalf("after an answer NotReady is %v; want ready", got)
+	if got := probe(false); got != "" {
+		t.Fatalf("after an answer NotReady is %q; want ready", got)
 	}
 }
