@@ -110,8 +110,12 @@ type entry[V any] struct {
 }
 
 // servable says whether e may answer at now.
-func (c *Cache[V]) servable(e entry[V], now time.Time) bool {
-	return now.Before(e.expires) && (now.Before(e.fresh) || c.proven(now))
+func (c *Cache[V]) servable(e entry[V], now time.Time) bool { return c.servableUntil(e, now, now) }
+
+// servableUntil says whether e may answer at now and, by its own life, still at later:
+// whether the liveness proof holds is known only for now.
+func (c *Cache[V]) servableUntil(e entry[V], now, later time.Time) bool {
+	return later.Before(e.expires) && (later.Before(e.fresh) || c.proven(now))
 }
 
 // New returns a cache whose entries live ttl; ttl <= 0 returns nil (no caching).
@@ -141,22 +145,26 @@ func (c *Cache[V]) Get(key string, load func() (V, error)) (V, error) {
 	})
 }
 
-// Holds reports whether GetUntil would answer key for qualifier from the cache now,
-// without loading. A nil cache, or one not in use, holds nothing.
-func (c *Cache[V]) Holds(key, qualifier string) bool {
+// Holds reports whether GetUntil would answer key for qualifier from the cache, without
+// loading, now and, as far as the answer's own life goes, still after d (an answer
+// dropped meanwhile by an invalidation or a lapsed liveness proof is not). A nil cache,
+// or one not in use, holds nothing.
+func (c *Cache[V]) Holds(key, qualifier string, d time.Duration) bool {
 	if c == nil || !c.live.Load() {
 		return false
 	}
-	_, ok := c.cached(key, qualifier, c.now())
+	now := c.now()
+	_, ok := c.cached(key, qualifier, now, now.Add(d))
 	return ok
 }
 
-// cached is the answer about key for qualifier that may be served at now, if any.
-func (c *Cache[V]) cached(key, qualifier string, now time.Time) (v V, ok bool) {
+// cached is the answer about key for qualifier that may be served at now and, by its own
+// life, at later, if any.
+func (c *Cache[V]) cached(key, qualifier string, now, later time.Time) (v V, ok bool) {
 	c.mu.RLock()
 	e, ok := c.entries.lookup(key, qualifier)
 	c.mu.RUnlock()
-	if ok && c.servable(e, now) {
+	if ok && c.servableUntil(e, now, later) {
 		return e.v, true
 	}
 	return v, false
@@ -175,7 +183,7 @@ func (c *Cache[V]) GetUntil(key, qualifier string, load func() (V, time.Time, er
 		return v, err
 	}
 	now := c.now()
-	if v, ok := c.cached(key, qualifier, now); ok {
+	if v, ok := c.cached(key, qualifier, now, now); ok {
 		return v, nil
 	}
 	var f *flight[V]

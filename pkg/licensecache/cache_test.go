@@ -55,36 +55,41 @@ func TestGetReadsThroughOnceUntilTheTTLEnds(t *testing.T) {
 }
 
 // Holds says whether Get would answer without loading: only a servable answer, for the
-// qualifier asked, while the cache is in use.
+// qualifier asked, while the cache is in use, and one that will still live the time asked.
 func TestHoldsOnlyWhatGetWouldAnswerWithoutLoading(t *testing.T) {
 	c, clk := newTestCache(time.Second)
 	var src source
-	if c.Holds("K", "") {
+	if c.Holds("K", "", 0) {
 		t.Fatal("holds a key never loaded")
 	}
 	c.GetUntil("K", "q", func() (int64, time.Time, error) { v, err := src.load(); return v, time.Time{}, err })
-	if !c.Holds("K", "q") || c.Holds("K", "") {
-		t.Fatalf("after loading K for q: holds q %v, holds \"\" %v; want true, false", c.Holds("K", "q"), c.Holds("K", ""))
+	if !c.Holds("K", "q", 0) || c.Holds("K", "", 0) {
+		t.Fatalf("after loading K for q: holds q %v, holds \"\" %v; want true, false", c.Holds("K", "q", 0), c.Holds("K", "", 0))
+	}
+	clk.Advance(500 * time.Millisecond)
+	if !c.Holds("K", "q", 400*time.Millisecond) || c.Holds("K", "q", 500*time.Millisecond) {
+		t.Fatalf("half way through a 1 s life: holds for 400 ms %v, for 500 ms %v; want true, false",
+			c.Holds("K", "q", 400*time.Millisecond), c.Holds("K", "q", 500*time.Millisecond))
 	}
 	c.setLive(false)
-	if c.Holds("K", "q") {
+	if c.Holds("K", "q", 0) {
 		t.Fatal("holds K while the cache is not in use")
 	}
 	c.setLive(true)
 	c.Get("K", src.load)
 	clk.Advance(time.Second)
-	if c.Holds("K", "") {
+	if c.Holds("K", "", 0) {
 		t.Fatal("holds K past its TTL")
 	}
 	c.Get("K", src.load)
 	c.Invalidate("K")
-	if c.Holds("K", "") {
+	if c.Holds("K", "", 0) {
 		t.Fatal("holds K after its invalidation")
 	}
 	if n := src.reads.Load(); n != 3 {
 		t.Fatalf("%d loads; Holds must load nothing (want 3, one per Get)", n)
 	}
-	if New[int64](0).Holds("K", "") {
+	if New[int64](0).Holds("K", "", 0) {
 		t.Fatal("a nil cache holds K")
 	}
 }

@@ -61,8 +61,9 @@
 // # Answers from memory
 //
 // A verify-license whose answer the gateway's cache holds, or a validate-license whose
-// seat's answer it holds (Options.AnswersFromMemory; the instance is read with the key,
-// peekKey), is let through without a slot and counts in no window: it holds nothing behind the
+// seat's answer it holds, for at least another second (Options.AnswersFromMemory; the
+// instance is read with the key, peekKey), is let through without a slot and counts in
+// no window: it holds nothing behind the
 // gateway, and refusing it costs about what answering it does, so its refusal would give
 // up the answer and save nothing.
 //

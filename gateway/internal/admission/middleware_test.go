@@ -279,3 +279,36 @@ func TestARequestTheCacheAnswersIsNeverRefused(t *testing.T) {
 		}
 	}
 }
+
+// An answer with less than a second to live still takes a slot: its request may wait
+// that long for its handler on a saturated gateway, and reach the services as a miss.
+func TestAnAnswerAboutToExpireStillTakesASlot(t *testing.T) {
+	caches := edge.NewCaches(500*time.Millisecond, 0)
+	key := license.NewKey()
+	if _, err := caches.Verified.GetUntil(key, "", func() (*licensingv1.VerifyLicenseResponse, time.Time, error) {
+		return &licensingv1.VerifyLicenseResponse{Valid: true}, time.Time{}, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	release, entered := make(chan struct{}), make(chan struct{}, 10)
+	defer close(release)
+	h := Middleware(Options{Limiter: strictLimiter(1), Tenants: NewTenants(), AnswersFromMemory: caches.AnswersFromMemory, Refuse: edge.WriteOverloaded}, blocking(release, entered))
+	go h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodPost, "/v1/verify-license", strings.NewReader(`{"key":"`+license.NewKey()+`"}`)))
+	<-entered
+	answered := make(chan int, 1)
+	go func() {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/verify-license", strings.NewReader(`{"key":"`+key+`"}`)))
+		answered <- rec.Code
+	}()
+	select {
+	case code := <-answered:
+		if code != http.StatusServiceUnavailable {
+			t.Fatalf("verify-license about an answer kept 500 ms, past the limit: %d; want 503", code)
+		}
+	case <-entered:
+		t.Fatal("verify-license about an answer kept 500 ms was let through past the limit")
+	case <-time.After(10 * time.Second):
+		t.Fatal("verify-license about an answer kept 500 ms was neither refused nor let through")
+	}
+}
