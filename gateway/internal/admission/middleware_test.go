@@ -220,21 +220,13 @@ func readAll(r *http.Request) (string, error) {
 // check-update about the same key, a validate-license whose instance is not named the
 // plain way, or the same key once its answers were dropped.
 func TestARequestTheCacheAnswersIsNeverRefused(t *testing.T) {
-	caches := edge.NewCaches(time.Minute, 0)
-	key := license.NewKey()
-	if _, err := caches.Verified.GetUntil(key, "", func() (*licensingv1.VerifyLicenseResponse, time.Time, error) {
-		return &licensingv1.VerifyLicenseResponse{Valid: true}, time.Time{}, nil
-	}); err != nil {
-		t.Fatal(err)
-	}
+	caches, key := cachesHolding(t, time.Minute)
 	if _, err := caches.ValidSeats.GetUntil(key, "seat-1", func() (*activationsv1.ValidateLicenseResponse, time.Time, error) {
 		return &activationsv1.ValidateLicenseResponse{Valid: true}, time.Time{}, nil
 	}); err != nil {
 		t.Fatal(err)
 	}
-	release, entered := make(chan struct{}), make(chan struct{}, 10)
-	defer close(release)
-	h := Middleware(Options{Limiter: strictLimiter(2), Tenants: NewTenants(), AnswersFromMemory: caches.AnswersFromMemory, Refuse: edge.WriteOverloaded}, blocking(release, entered))
+	h, entered := behindLimit(t, 2, caches)
 	send := func(path, body string) *httptest.ResponseRecorder {
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, path, strings.NewReader(body)))
@@ -283,16 +275,8 @@ func TestARequestTheCacheAnswersIsNeverRefused(t *testing.T) {
 // An answer with less than a second to live still takes a slot: its request may wait
 // that long for its handler on a saturated gateway, and reach the services as a miss.
 func TestAnAnswerAboutToExpireStillTakesASlot(t *testing.T) {
-	caches := edge.NewCaches(500*time.Millisecond, 0)
-	key := license.NewKey()
-	if _, err := caches.Verified.GetUntil(key, "", func() (*licensingv1.VerifyLicenseResponse, time.Time, error) {
-		return &licensingv1.VerifyLicenseResponse{Valid: true}, time.Time{}, nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	release, entered := make(chan struct{}), make(chan struct{}, 10)
-	defer close(release)
-	h := Middleware(Options{Limiter: strictLimiter(1), Tenants: NewTenants(), AnswersFromMemory: caches.AnswersFromMemory, Refuse: edge.WriteOverloaded}, blocking(release, entered))
+	caches, key := cachesHolding(t, 500*time.Millisecond)
+	h, entered := behindLimit(t, 1, caches)
 	go h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest(http.MethodPost, "/v1/verify-license", strings.NewReader(`{"key":"`+license.NewKey()+`"}`)))
 	<-entered
 	answered := make(chan int, 1)
@@ -311,4 +295,26 @@ func TestAnAnswerAboutToExpireStillTakesASlot(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("verify-license about an answer kept 500 ms was neither refused nor let through")
 	}
+}
+
+// cachesHolding returns the gateway's caches, keeping answers ttl, holding a valid
+// verify-license answer about a new key, and the key.
+func cachesHolding(t *testing.T, ttl time.Duration) (*edge.Caches, string) {
+	t.Helper()
+	caches, key := edge.NewCaches(ttl, 0), license.NewKey()
+	if _, err := caches.Verified.GetUntil(key, "", func() (*licensingv1.VerifyLicenseResponse, time.Time, error) {
+		return &licensingv1.VerifyLicenseResponse{Valid: true}, time.Time{}, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return caches, key
+}
+
+// behindLimit is admission control at a fixed limit, answering from caches, in front of
+// a handler that holds every request it gets until the test ends; entered receives one
+// value per request the handler gets.
+func behindLimit(t *testing.T, limit int, caches *edge.Caches) (h http.Handler, entered chan struct{}) {
+	release, entered := make(chan struct{}), make(chan struct{}, 10)
+	t.Cleanup(func() { close(release) })
+	return Middleware(Options{Limiter: strictLimiter(limit), Tenants: NewTenants(), AnswersFromMemory: caches.AnswersFromMemory, Refuse: edge.WriteOverloaded}, blocking(release, entered)), entered
 }
