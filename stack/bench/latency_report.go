@@ -109,7 +109,7 @@ func runVerifyLatency(ctx context.Context, env *Env, d time.Duration) (string, e
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "Load average %s before, %s after; the floor's capacity %.0f/s (\"of capacity\" below is of the floor's).\n\n%s\n",
 		load, LoadAverage(), floorCapacity, phaseTable(phases, floorCapacity))
-	perRequest := func(p *phase) string { return fmt.Sprintf("%d µs", p.cpuPerOp().Microseconds()) }
+	perRequest := func(p *phase) string { return us(p.cpuPerOp()) }
 	ratio := capStack.goodput() / floorCapacity
 	fmt.Fprintf(&b, "- capacity, %d clients: the stack %.0f/s, the floor %.0f/s: %s of the floor's (goal 2, ≥ 75%%: %s); CPU per request %s and %s\n",
 		capacityClients, capStack.goodput(), floorCapacity, pct(ratio), verdict(ratio >= 0.75), perRequest(capStack), perRequest(capFloor))

@@ -104,8 +104,18 @@ func runOverload(ctx context.Context, env *Env, d time.Duration) (string, error)
 		fmt.Fprintf(&b, "- %s: goodput %s of capacity (goal ≥ 90%%: %s), accepted p99 %s (goal < 50 ms: %s), refusal p99 %s (goal < 10 ms: %s), %d errors other than 503 refusals\n",
 			p.name, pct(good), verdict(good >= 0.9), ms(p99), verdict(p99 < 50*time.Millisecond), ms(refusalP99), verdict(refusalP99 < 10*time.Millisecond), p.errors)
 	}
+	perAnswer := capacity.cpuPerAnswer()
+	atTwice, atFour := phases[2].cpuPerRefusal(perAnswer), phases[3].cpuPerRefusal(perAnswer)
+	fmt.Fprintf(&b, "- goal 4's arithmetic: an answer cost the stack %s of CPU at capacity (every process but the load generator's), a refusal about %s at 2× and %s at 4× (each phase's CPU beyond its answers at that cost, per refusal). "+
+		"Offered k× its capacity, the CPU that answers its capacity answers at most (answer − k × refusal) ÷ (answer − refusal) of it while refusing the rest, whichever requests it refuses: %s at 2×, %s at 4×. "+
+		"Goodput ≥ 90%% needs a refusal under %s at 2× and %s at 4×\n",
+		us(perAnswer), us(atTwice), us(atFour), pct(goodputBound(perAnswer, atTwice, 2)), pct(goodputBound(perAnswer, atFour, 4)),
+		us(refusalCeiling(perAnswer, 2, 0.9)), us(refusalCeiling(perAnswer, 4, 0.9)))
 	return b.String(), nil
 }
+
+// us prints d in whole microseconds.
+func us(d time.Duration) string { return fmt.Sprintf("%d µs", d.Microseconds()) }
 
 // tenantLicenses seeds n licenses of tenant (licensing's table, as readLicenseKeys does)
 // and returns their keys.
