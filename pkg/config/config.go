@@ -234,7 +234,7 @@ func LoadFrom(lookup func(string) (string, bool)) (*Config, error) {
 		AdmissionMaxLimit:     r.int("ADMISSION_MAX_LIMIT", 1000),
 		AdmissionMinLimit:     r.int("ADMISSION_MIN_LIMIT", 16),
 		AdmissionTolerance:    r.float("ADMISSION_LATENCY_TOLERANCE", 2),
-		AdmissionLatencyFloor: r.duration("ADMISSION_LATENCY_FLOOR", 20*time.Millisecond),
+		AdmissionLatencyFloor: r.duration("ADMISSION_LATENCY_FLOOR", 40*time.Millisecond),
 	}
 	if c.AdmissionMaxLimit < 0 {
 		r.fail("ADMISSION_MAX_LIMIT", "must be 0 (off) or positive")

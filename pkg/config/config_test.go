@@ -159,7 +159,7 @@ func TestLicenseCacheLiveTTLDefaultsToFiveMinutes(t *testing.T) {
 func TestAdmissionControlIsOnByDefaultAndItsBoundsAreChecked(t *testing.T) {
 	c, err := LoadFrom(env(map[string]string{"ADMIN_API_KEY": "k"}))
 	if err != nil || c.AdmissionMaxLimit != 1000 || c.AdmissionMinLimit != 16 || c.AdmissionTolerance != 2 ||
-		c.AdmissionLatencyFloor != 20*time.Millisecond {
+		c.AdmissionLatencyFloor != 40*time.Millisecond {
 		t.Fatalf("defaults: %v %+v", err, c)
 	}
 	c, err = LoadFrom(env(map[string]string{"ADMIN_API_KEY": "k", "ADMISSION_MAX_LIMIT": "0"}))

@@ -142,8 +142,12 @@ const (
 	DefaultInitialLimit = 32
 	DefaultTolerance    = 2.0
 	// DefaultLatencyFloor is the gateway's ADMISSION_LATENCY_FLOOR (Config's zero is
-	// none).
-	DefaultLatencyFloor = 20 * time.Millisecond
+	// none). It sits above what a gateway that is merely full shows: on a 2-core machine
+	// the requests that take a slot (the cache's misses) averaged 18–25 ms at capacity,
+	// so a floor of 20 ms turned a load the stack answers in full into refusals, which
+	// cost a third of an answer each and came back at once from clients that ignore
+	// Retry-After (docs/PERFORMANCE.md, tenth round).
+	DefaultLatencyFloor = 40 * time.Millisecond
 )
 
 // Refusal reasons, the values of keyhouse_admission_refused_total's reason label.

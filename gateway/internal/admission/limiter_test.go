@@ -539,3 +539,19 @@ func TestTheLimitRisesAtOnceToWhatTheRateKeepsWithinTheTarget(t *testing.T) {
 		t.Fatalf("%d refused in the second second", refused)
 	}
 }
+
+// The default latency floor sits above what a gateway that is merely full shows. A
+// small machine's gateway at capacity keeps its misses in flight about 25 ms (128
+// clients at 5,000 answers a second, each answer as late as the queue ahead of it):
+// the limit must let that closed loop through, since the refusals would cost CPU the
+// answers need and their clients would ask again at once.
+func TestTheDefaultFloorLetsAFullSmallMachineAnswerItsClosedLoop(t *testing.T) {
+	c := &clock{t: time.Unix(1e9, 0)}
+	l := newTestLimiter(c, Config{MinLimit: DefaultMinLimit, MaxLimit: DefaultMaxLimit, InitialLimit: DefaultInitialLimit, LatencyFloor: DefaultLatencyFloor})
+	atCapacity := func(admitted int) time.Duration { return time.Duration(admitted) * time.Second / 5000 }
+	// The limit climbs from its initial 32 within the first seconds.
+	closedLoop(l, c, 128, atCapacity, 5*time.Second)
+	if refused := closedLoop(l, c, 128, atCapacity, 20*time.Second); refused > 0 {
+		t.Fatalf("%d of a 128-client closed loop refused at 5,000 answers a second (25.6 ms each); limit %d", refused, l.Limit())
+	}
+}
