@@ -13,6 +13,15 @@ import "time"
 // generator, the embedded NATS server and the floor's handler).
 func (p *phase) stackCPU() time.Duration { return p.cpu.Total() - p.cpu["bench"] }
 
+// delivered is how many requests per second of p reached the stack: the arrivals the
+// generator managed, which fall short of the offered rate when it lags.
+func (p *phase) delivered() float64 {
+	if p.duration <= 0 {
+		return 0
+	}
+	return float64(len(p.outcomes)) / p.duration.Seconds()
+}
+
 // cpuPerAnswer is the stack's CPU per accepted request of p (0 when none was accepted).
 func (p *phase) cpuPerAnswer() time.Duration {
 	if p.acceptedCount == 0 {

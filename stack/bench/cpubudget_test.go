@@ -66,6 +66,12 @@ func TestCPUPerRefusalChargesWhatTheAnswersLeft(t *testing.T) {
 	if got := p.cpuPerRefusal(time.Millisecond); got != 0 {
 		t.Errorf("cpuPerRefusal with answers costing more than the phase used = %v, want 0", got)
 	}
+	// A phase of 2 s whose generator got 30,000 requests out delivered 15,000 a second,
+	// whatever it was asked to offer.
+	lagging := &phase{offered: 40000, duration: 2 * time.Second, outcomes: make([]outcome, 30000)}
+	if got := lagging.delivered(); got != 15000 {
+		t.Errorf("delivered = %g, want 15000", got)
+	}
 	if got := (&phase{}).cpuPerRefusal(time.Millisecond); got != 0 {
 		t.Errorf("cpuPerRefusal of a phase without refusals = %v, want 0", got)
 	}

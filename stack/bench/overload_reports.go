@@ -105,12 +105,15 @@ func runOverload(ctx context.Context, env *Env, d time.Duration) (string, error)
 			p.name, pct(good), verdict(good >= 0.9), ms(p99), verdict(p99 < 50*time.Millisecond), ms(refusalP99), verdict(refusalP99 < 10*time.Millisecond), p.errors)
 	}
 	perAnswer := capacity.cpuPerAnswer()
-	atTwice, atFour := phases[2].cpuPerRefusal(perAnswer), phases[3].cpuPerRefusal(perAnswer)
-	fmt.Fprintf(&b, "- goal 4's arithmetic: an answer cost the stack %s of CPU at capacity (every process but the load generator's), a refusal about %s at 2× and %s at 4× (each phase's CPU beyond its answers at that cost, per refusal). "+
-		"Offered k× its capacity, the CPU that answers its capacity answers at most (answer − k × refusal) ÷ (answer − refusal) of it while refusing the rest, whichever requests it refuses: %s at 2×, %s at 4×. "+
-		"Goodput ≥ 90%% needs a refusal under %s at 2× and %s at 4×\n",
-		us(perAnswer), us(atTwice), us(atFour), pct(goodputBound(perAnswer, atTwice, 2)), pct(goodputBound(perAnswer, atFour, 4)),
-		us(refusalCeiling(perAnswer, 2, 0.9)), us(refusalCeiling(perAnswer, 4, 0.9)))
+	fmt.Fprintf(&b, "- goal 4's arithmetic: an answer cost the stack %s of CPU at capacity (every process but the load generator's). "+
+		"Offered k× its capacity, the CPU that answers its capacity answers at most (answer − k × refusal) ÷ (answer − refusal) of it while refusing the rest, whichever requests it refuses; "+
+		"a refusal's cost is the phase's CPU beyond its answers at the capacity's cost, per refusal, and k what the generator delivered (it lags at 4×):\n", us(perAnswer))
+	for _, p := range phases[2:4] {
+		k := p.delivered() / c
+		refusal := p.cpuPerRefusal(perAnswer)
+		fmt.Fprintf(&b, "  - %s, delivered %.2f×: a refusal about %s, so at most %s answered (measured %s); 90%% needs a refusal under %s\n",
+			p.name, k, us(refusal), pct(goodputBound(perAnswer, refusal, k)), pct(p.goodput()/c), us(refusalCeiling(perAnswer, k, 0.9)))
+	}
 	return b.String(), nil
 }
 
