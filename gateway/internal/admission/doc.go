@@ -62,7 +62,7 @@
 //
 // A verify-license whose answer the gateway's cache holds, or a validate-license whose
 // seat's answer it holds, for at least another second (Options.AnswersFromMemory; the
-// instance is read with the key, peekKey), is let through without a slot and counts in
+// instance is read with the key, peekLicense), is let through without a slot and counts in
 // no window: it holds nothing behind the
 // gateway, and refusing it costs about what answering it does, so its refusal would give
 // up the answer and save nothing.
@@ -70,6 +70,6 @@
 // # The cost of a refusal
 //
 // Under overload most answers are refusals, so they must cost little: the middleware is
-// the gateway's first handler, reads the body short of its end (peekKey), allocates
+// the gateway's first handler, reads the body short of its end (peekLicense), allocates
 // nothing for its answer and writes it from prebuilt bytes.
 package admission

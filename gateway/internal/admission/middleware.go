@@ -46,7 +46,7 @@ func Governed(r *http.Request) bool { return strings.HasPrefix(r.URL.Path, "/v1/
 // Middleware admits the governed requests through the limiter, refusing the excess at once
 // with 503 and Retry-After. It goes outermost, before routing, the request id, the access
 // log, the request metrics, the rate limits and the body cap, so a refusal costs the HTTP
-// server's read and write and little else: the body is read short of its end (peekKey),
+// server's read and write and little else: the body is read short of its end (peekLicense),
 // nothing is allocated for the answer, refusals are counted
 // (keyhouse_admission_refused_total, its series resolved once) and logged at most once
 // every 10 s with their number.

@@ -8,11 +8,11 @@ import (
 	"github.com/keyhouse/keyhouse/gateway/internal/ratelimit"
 )
 
-// maxPeekBytes is the largest declared body whose key is read the cheap way (peekKey);
+// maxPeekBytes is the largest declared body whose key is read the cheap way (peekLicense);
 // a larger or chunked one goes through ratelimit.LicenseKey as before.
 const maxPeekBytes = 16 << 10
 
-// peekKey returns the license key a POST body names, and its instance_id when the body
+// peekLicense returns the license key a POST body names, and its instance_id when the body
 // names one the plain way (below), reading all of the body but its last byte. net/http
 // starts a background read of the connection (a goroutine, a read that blocks, a wake-up
 // when the handler ends) as soon as a handler has read a request body to its end; a
@@ -26,7 +26,7 @@ const maxPeekBytes = 16 << 10
 // is read to the end and decoded as the rate limiter does (ratelimit.KeyInJSON), which
 // names no instance. A body whose key is misread only counts against another fair share,
 // which a client could choose anyway by naming another key.
-func peekKey(r *http.Request) (key, instance []byte) {
+func peekLicense(r *http.Request) (key, instance []byte) {
 	n := r.ContentLength
 	if n < 2 || n > maxPeekBytes || r.Header.Get("Content-Encoding") != "" {
 		return []byte(ratelimit.LicenseKey(r)), nil

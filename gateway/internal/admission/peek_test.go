@@ -181,7 +181,7 @@ func TestThePeekReadsTheInstanceOnlyThePlainWay(t *testing.T) {
 	}
 	for _, c := range cases {
 		r := httptest.NewRequest(http.MethodPost, "/v1/validate-license", strings.NewReader(c.body))
-		key, instance := peekKey(r)
+		key, instance := peekLicense(r)
 		if string(key) != c.key || string(instance) != c.instance || (c.instance == "") != (instance == nil) {
 			t.Errorf("%s: key %q, instance %q; want %q, %q", c.body, key, instance, c.key, c.instance)
 		}

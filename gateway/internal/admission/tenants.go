@@ -176,7 +176,7 @@ func (t *Tenants) Of(r *http.Request) string {
 }
 
 // ofRequest is Of, and the license key and instance_id the request's body names (nil
-// for a request with a credential, or one that names none; peekKey).
+// for a request with a credential, or one that names none; peekLicense).
 func (t *Tenants) ofRequest(r *http.Request) (share string, key, instance []byte) {
 	if authorization := r.Header.Get("Authorization"); authorization != "" {
 		h := t.credentialHash(authorization)
@@ -191,7 +191,7 @@ func (t *Tenants) ofRequest(r *http.Request) (share string, key, instance []byte
 	if r.Method != http.MethodPost {
 		return NoKey, nil, nil
 	}
-	key, instance = peekKey(r)
+	key, instance = peekLicense(r)
 	if len(key) == 0 {
 		return NoKey, nil, nil
 	}
