@@ -13,8 +13,8 @@
 //     and every entry expires after the TTL (LICENSE_CACHE_TTL, 1 s by default) whatever
 //     happens, which is the bound on staleness when a message is lost.
 //   - A write's answer drops the keys it changed from the caches of the process it passes
-//     (DropAnnounced), and that process names them, for the settle window, on its calls
-//     about them, which drop them from the called services' caches first (recent.go): a
+//     (DropAnnounced), and that process names them, for a second (the default TTL), on
+//     its calls about them, which drop them from the called services' caches first (recent.go): a
 //     write is followed by no stale answer through the process that made it, on any hop.
 //   - A read that raced a write never stores what it read: Get stores only when no
 //     invalidation arrived since it started loading.

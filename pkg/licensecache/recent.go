@@ -23,7 +23,7 @@ import (
 // event, on their own time. A revocation answered by the gateway, then a lease asked
 // through it a millisecond later, could find activations' entry from before.
 //
-// So every process remembers, for the settle window, the license keys it heard changed:
+// So every process remembers, for recentWindow, the license keys it heard changed:
 // from a write's answer (LicenseChangedHeader), from the change events on NATS, and from
 // its own callers. Every call it makes names, in RecentlyChangedHeader, those of them the
 // request is about (its fields named key and keys, at any depth, batches included); the
@@ -31,14 +31,23 @@ import (
 // the call, and remembers them in turn, so the hint reaches the last hop. Outside the
 // window a call carries nothing and pays one atomic load.
 
+// recentWindow is how long a process names a changed key on its calls about it: the
+// default TTL, the longest a service that has not heard the change serves an entry of it
+// without the proof of liveness, and the bound within which a cache that stops hearing
+// changes loses that proof. NATS delivers a change within milliseconds on a quiet
+// machine, but on a loaded one later than the next calls: with the settle window (100 ms)
+// as this window, a check-update 172 ms after a revocation through the same gateway
+// reached a releases replica that had not heard it, and was answered from its cache.
+const recentWindow = DefaultTTL
+
 // RecentlyChangedHeader is the gRPC request metadata naming the license keys (canonical)
-// of the request that the caller heard changed within the settle window. Binary, as
+// of the request that the caller heard changed within recentWindow. Binary, as
 // ChangedHeader, so that any byte rides it.
 const RecentlyChangedHeader = "keyhouse-license-recently-changed-bin"
 
 // LicenseChangedHeader is the gRPC response metadata naming, among the keys of
 // ChangedHeader, those whose license itself changed (not only one of its seats): the
-// caller names them on its next calls (RecentlyChangedHeader) for the settle window.
+// caller names them on its next calls (RecentlyChangedHeader) for recentWindow.
 const LicenseChangedHeader = "keyhouse-license-row-changed-bin"
 
 // AnnounceLicenseChangedInCall names key, whose license changed, in both ChangedHeader
@@ -47,8 +56,8 @@ func AnnounceLicenseChangedInCall(ctx context.Context, key string) {
 	_ = grpc.SetHeader(ctx, metadata.Pairs(ChangedHeader, key, LicenseChangedHeader, key))
 }
 
-// recentChanges is one process's memory of the license keys changed within the settle
-// window, and the caches that drop a key when a caller names it.
+// recentChanges is one process's memory of the license keys changed within recentWindow,
+// and the caches that drop a key when a caller names it.
 type recentChanges struct {
 	now func() time.Time
 	// latest is the end of the newest key's window (Unix nanoseconds): past it, no key is
@@ -72,7 +81,7 @@ func newRecentChanges() *recentChanges {
 // note records that key changed now.
 func (r *recentChanges) note(key string) {
 	now := r.now()
-	until := now.Add(settle)
+	until := now.Add(recentWindow)
 	r.mu.Lock()
 	if len(r.until) >= maxSettling && !now.Before(r.nextPrune) {
 		for k, u := range r.until {
@@ -209,7 +218,7 @@ func (r *recentChanges) honoring() grpc.UnaryServerInterceptor {
 }
 
 // ForwardRecentChanges is the client interceptor of every connection to a service: a call
-// names the keys of its request that this process heard changed within the settle window.
+// names the keys of its request that this process heard changed within recentWindow.
 func ForwardRecentChanges() grpc.UnaryClientInterceptor { return recent.forwarding() }
 
 // HonorRecentChanges is the server interceptor of every service: the keys a call names as
