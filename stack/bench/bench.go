@@ -440,7 +440,7 @@ func Table(results []Result) string {
 			listed += r.CPU[c]
 		}
 		fmt.Fprintf(&b, " %s | %s | %s | %s |\n", share(r.CPU.Total()-listed), share(r.CPU.Total()), share(r.Stolen),
-			strconv.FormatFloat(float64(r.CPUPerOp().Microseconds()), 'f', 0, 64)+" µs")
+			us(r.CPUPerOp()))
 	}
 	return b.String()
 }

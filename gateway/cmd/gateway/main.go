@@ -259,12 +259,7 @@ func withAdmission(cfg *config.Config, log *slog.Logger, tenants *admission.Tena
 		log.Info("admission control off (ADMISSION_MAX_LIMIT=0)")
 		return next
 	}
-	limiter := admission.NewLimiter(admission.Config{
-		MinLimit:     cfg.AdmissionMinLimit,
-		MaxLimit:     cfg.AdmissionMaxLimit,
-		Tolerance:    cfg.AdmissionTolerance,
-		LatencyFloor: cfg.AdmissionLatencyFloor,
-	})
+	limiter := admission.NewLimiter(admission.ConfigFrom(cfg))
 	return admission.Middleware(admission.Options{Limiter: limiter, Tenants: tenants, AnswersFromMemory: caches.AnswersFromMemory, Refuse: edge.WriteOverloaded, Log: log}, next)
 }
 

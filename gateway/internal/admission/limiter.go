@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/keyhouse/keyhouse/pkg/config"
 	"github.com/keyhouse/keyhouse/pkg/metrics"
 )
 
@@ -141,14 +142,18 @@ const (
 	DefaultMaxLimit     = 1000
 	DefaultInitialLimit = 32
 	DefaultTolerance    = 2.0
-	// DefaultLatencyFloor is the gateway's ADMISSION_LATENCY_FLOOR (Config's zero is
-	// none). It sits above what a gateway that is merely full shows: on a 2-core machine
-	// the requests that take a slot (the cache's misses) averaged 18–25 ms at capacity,
-	// so a floor of 20 ms turned a load the stack answers in full into refusals, which
-	// cost a third of an answer each and came back at once from clients that ignore
-	// Retry-After (docs/PERFORMANCE.md, tenth round).
-	DefaultLatencyFloor = 40 * time.Millisecond
 )
+
+// ConfigFrom is the limiter's Config from the gateway's settings (ADMISSION_*), whose
+// defaults pkg/config holds.
+func ConfigFrom(c *config.Config) Config {
+	return Config{
+		MinLimit:     c.AdmissionMinLimit,
+		MaxLimit:     c.AdmissionMaxLimit,
+		Tolerance:    c.AdmissionTolerance,
+		LatencyFloor: c.AdmissionLatencyFloor,
+	}
+}
 
 // Refusal reasons, the values of keyhouse_admission_refused_total's reason label.
 const (

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keyhouse/keyhouse/pkg/config"
 	"github.com/keyhouse/keyhouse/pkg/metrics"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
@@ -540,14 +541,19 @@ func TestTheLimitRisesAtOnceToWhatTheRateKeepsWithinTheTarget(t *testing.T) {
 	}
 }
 
-// The default latency floor sits above what a gateway that is merely full shows. A
-// small machine's gateway at capacity keeps its misses in flight about 25 ms (128
-// clients at 5,000 answers a second, each answer as late as the queue ahead of it):
-// the limit must let that closed loop through, since the refusals would cost CPU the
-// answers need and their clients would ask again at once.
-func TestTheDefaultFloorLetsAFullSmallMachineAnswerItsClosedLoop(t *testing.T) {
+// The gateway's default settings (the ADMISSION_* defaults, as the gateway reads them)
+// keep the latency floor above what a gateway that is merely full shows. A small
+// machine's gateway at capacity keeps its misses in flight about 25 ms (128 clients at
+// 5,000 answers a second, each answer as late as the queue ahead of it): the limit must
+// let that closed loop through, since the refusals would cost CPU the answers need and
+// their clients would ask again at once.
+func TestTheDefaultSettingsLetAFullSmallMachineAnswerItsClosedLoop(t *testing.T) {
+	settings, err := config.LoadFrom(func(name string) (string, bool) { return "k", name == "ADMIN_API_KEY" })
+	if err != nil {
+		t.Fatal(err)
+	}
 	c := &clock{t: time.Unix(1e9, 0)}
-	l := newTestLimiter(c, Config{MinLimit: DefaultMinLimit, MaxLimit: DefaultMaxLimit, InitialLimit: DefaultInitialLimit, LatencyFloor: DefaultLatencyFloor})
+	l := newTestLimiter(c, ConfigFrom(settings))
 	atCapacity := func(admitted int) time.Duration { return time.Duration(admitted) * time.Second / 5000 }
 	// The limit climbs from its initial 32 within the first seconds.
 	closedLoop(l, c, 128, atCapacity, 5*time.Second)
