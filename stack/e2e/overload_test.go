@@ -231,17 +231,18 @@ func TestAFloodingTenantDoesNotCrowdOutAnother(t *testing.T) {
 	})
 }
 
-// A verify-license or validate-license the gateway answers from its cache holds nothing
-// behind the gateway, and refusing it would cost about what answering it does: it is
-// answered whatever the limit, even for a tenant whose other requests fill the limit and
-// are refused. The stack keeps answers a minute (LICENSE_CACHE_TTL) and without the
+// A verify-license, validate-license or check-update the gateway answers from its cache
+// holds nothing behind the gateway, and refusing it would cost about what answering it
+// does: it is answered whatever the limit, even for a tenant whose other requests fill the
+// limit and are refused. The stack keeps answers a minute (LICENSE_CACHE_TTL) and without the
 // liveness proof (LICENSE_CACHE_LIVE_TTL 0), so the checks' answers stay in the cache for
 // the whole flood: a cache that keeps answers past LICENSE_CACHE_TTL is emptied whenever
 // it hears a publisher it had not heard before, which a busy stack's first minute may
 // bring.
 func TestAnAnswerTheGatewayHoldsInMemoryIsNeverRefused(t *testing.T) {
 	s := startOverloadStack(t, &overloadKeepingAnswers, map[string]string{"LICENSE_CACHE_TTL": "1m", "LICENSE_CACHE_LIVE_TTL": "0"})
-	keys := twoLicenses(t, newTenant(t, s), product("from-memory"))
+	prod := product("from-memory")
+	keys := twoLicenses(t, newTenant(t, s), prod)
 	cached, flooded := keys[0], keys[1]
 	seat(t, anon(t, s), cached, "seat-1")
 	// One answer for each key teaches the gateway whose it is (both the same tenant's).
@@ -258,10 +259,11 @@ func TestAnAnswerTheGatewayHoldsInMemoryIsNeverRefused(t *testing.T) {
 	}
 	verifyCached := map[string]string{"key": cached}
 	validateCached := map[string]string{"key": cached, "instance_id": "seat-1"}
+	updateCached := check(cached, prod, "1.0.0") // no release: up to date
 	for _, r := range []struct {
 		path string
-		body map[string]string
-	}{{"/v1/verify-license", verifyCached}, {"/v1/validate-license", validateCached}} {
+		body any
+	}{{"/v1/verify-license", verifyCached}, {"/v1/validate-license", validateCached}, {"/v1/check-update", updateCached}} {
 		hits := func() float64 {
 			return sample(scrape(t, gateway), `keyhouse_gateway_answer_cache_total{result="hit",route="`+r.path+`"}`)
 		}
@@ -275,11 +277,14 @@ func TestAnAnswerTheGatewayHoldsInMemoryIsNeverRefused(t *testing.T) {
 	// and holds a slot, and the tenant, alone in flight, is refused past the limit.
 	floodWhileAnotherChecks(t, s, "the tenant's validate-license of instances never activated", func(c *Client, w, i int) answer {
 		return send(c, http.MethodPost, "/v1/validate-license", map[string]string{"key": flooded, "instance_id": fmt.Sprintf("never-%d-%d", w, i)})
-	}, "the same tenant's verify-license and validate-license the gateway's cache answers", func(c *Client, i int) answer {
-		if i%2 == 0 {
+	}, "the same tenant's verify-license, validate-license and check-update the gateway's cache answers", func(c *Client, i int) answer {
+		switch i % 3 {
+		case 0:
 			return send(c, http.MethodPost, "/v1/verify-license", verifyCached)
+		case 1:
+			return send(c, http.MethodPost, "/v1/validate-license", validateCached)
 		}
-		return send(c, http.MethodPost, "/v1/validate-license", validateCached)
+		return send(c, http.MethodPost, "/v1/check-update", updateCached)
 	})
 	// What an operator watches says so.
 	metrics := scrape(t, gateway)

@@ -60,12 +60,12 @@
 //
 // # Answers from memory
 //
-// A verify-license whose answer the gateway's cache holds, or a validate-license whose
-// seat's answer it holds, for at least another second (Options.AnswersFromMemory; the
-// instance is read with the key, peekLicense), is let through without a slot and counts in
-// no window: it holds nothing behind the
-// gateway, and refusing it costs about what answering it does, so its refusal would give
-// up the answer and save nothing.
+// A verify-license whose answer the gateway's cache holds, a validate-license whose seat's
+// answer it holds, or a check-update whose question it has answered, for at least another
+// second (Options.AnswersFromMemory; the instance is read with the key, peekLicense, and
+// the question from the body as read), is let through without a slot and counts in no
+// window: it holds nothing behind the gateway, and refusing it costs about what answering
+// it does, so its refusal would give up the answer and save nothing.
 //
 // # The cost of a refusal
 //

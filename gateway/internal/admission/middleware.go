@@ -22,15 +22,16 @@ type Options struct {
 	// Tenants assigns requests to fair shares; nil puts every request in one.
 	Tenants *Tenants
 	// AnswersFromMemory, when set, reports whether the gateway answers a request on path
-	// about the license key (and instance, when the body names one; nil otherwise) from
-	// memory now (edge.Caches.AnswersFromMemory). Such a
+	// about the license key from memory now (edge.Caches.AnswersFromMemory), given the
+	// instance when the body names one the plain way (nil otherwise) and the body as read,
+	// all of it but its last byte (cut; nil when it was not read that way). Such a
 	// request is let through without a slot: it holds nothing behind the gateway, and
 	// refusing it costs the gateway about what answering it does, so its refusal gives
 	// up the answer and saves nothing. (Refused, one tenant's flood of checks the cache
 	// answered took the CPU its answers would have used, and the limit, shrunk by the
 	// latency that CPU caused, refused the other tenants.) It needs Tenants, which reads
 	// the key.
-	AnswersFromMemory func(path string, key, instance []byte) bool
+	AnswersFromMemory func(path string, key, instance, cut []byte) bool
 	// Refuse writes the 503 (edge.WriteOverloaded); Retry-After is already set.
 	Refuse func(http.ResponseWriter)
 	Log    *slog.Logger
@@ -66,11 +67,11 @@ func Middleware(opts Options, next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		tenant, key, instance := NoKey, []byte(nil), []byte(nil)
+		tenant, key, instance, cut := NoKey, []byte(nil), []byte(nil), []byte(nil)
 		if opts.Tenants != nil {
-			tenant, key, instance = opts.Tenants.ofRequest(r)
+			tenant, key, instance, cut = opts.Tenants.ofRequest(r)
 		}
-		if key != nil && opts.AnswersFromMemory != nil && opts.AnswersFromMemory(r.URL.Path, key, instance) {
+		if key != nil && opts.AnswersFromMemory != nil && opts.AnswersFromMemory(r.URL.Path, key, instance, cut) {
 			next.ServeHTTP(w, r)
 			return
 		}

@@ -17,6 +17,7 @@ import (
 	"github.com/keyhouse/keyhouse/pkg/licensecache"
 	activationsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/activations/v1"
 	licensingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1"
+	releasesv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/releases/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 )
@@ -214,15 +215,22 @@ func readAll(r *http.Request) (string, error) {
 	return string(b), err
 }
 
-// A verify-license or validate-license the gateway's cache answers holds nothing behind
-// the gateway and costs it about what its refusal would: it is answered whatever the
-// limit. Any other request past the limit is refused: another key, another instance,
-// check-update about the same key, a validate-license whose instance is not named the
-// plain way, or the same key once its answers were dropped.
+// A verify-license, validate-license or check-update the gateway's cache answers holds
+// nothing behind the gateway and costs it about what its refusal would: it is answered
+// whatever the limit. Any other request past the limit is refused: another key, another
+// instance, another version or channel, a body not read the plain way, or the same key
+// once its answers were dropped.
 func TestARequestTheCacheAnswersIsNeverRefused(t *testing.T) {
 	caches, key := cachesHolding(t, time.Minute)
 	if _, err := caches.ValidSeats.GetUntil(key, "seat-1", func() (*activationsv1.ValidateLicenseResponse, time.Time, error) {
 		return &activationsv1.ValidateLicenseResponse{Valid: true}, time.Time{}, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// Up to date on linux 1.0.0 of stable: the question as the check-update cache keeps
+	// it (edge's checkUpdateQuestion: product, channel, platform, version).
+	if _, err := caches.Updates.GetUntil(key, "app\x00\x00linux\x001.0.0", func() (*releasesv1.CheckUpdateResponse, time.Time, error) {
+		return &releasesv1.CheckUpdateResponse{UpdateAvailable: false}, time.Time{}, nil
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -242,6 +250,8 @@ func TestARequestTheCacheAnswersIsNeverRefused(t *testing.T) {
 		{"/v1/verify-license", `{"key":"` + typed + `"}`},
 		{"/v1/validate-license", `{"key":"` + key + `","instance_id":"seat-1"}`},
 		{"/v1/validate-license", `{ "instance_id" : "seat-1", "key" : "` + typed + `" }`},
+		{"/v1/check-update", `{"key":"` + key + `","product_id":"app","platform":"linux","current_version":"1.0.0"}`},
+		{"/v1/check-update", `{ "currentVersion":"1.0.0", "platform":"linux", "productId":"app", "key":"` + typed + `" }` + "\n"},
 	} {
 		go send(r.path, r.body)
 		select {
@@ -254,7 +264,10 @@ func TestARequestTheCacheAnswersIsNeverRefused(t *testing.T) {
 		{"/v1/verify-license", `{"key":"` + license.NewKey() + `"}`},
 		{"/v1/validate-license", `{"key":"` + key + `","instance_id":"seat-2"}`},
 		{"/v1/validate-license", `{"key":"` + key + `","note":5,"instance_id":"seat-1"}`},
-		{"/v1/check-update", `{"key":"` + key + `","product_id":"p","current_version":"1.0.0"}`},
+		{"/v1/check-update", `{"key":"` + key + `","product_id":"app","platform":"linux","current_version":"0.9.0"}`},
+		{"/v1/check-update", `{"key":"` + key + `","product_id":"app","channel":"beta","platform":"linux","current_version":"1.0.0"}`},
+		{"/v1/check-update", `{"key":"` + key + `","product_id":"app","platform":"linux","current_version":"1.0.0","dry_run":true}`},
+		{"/v1/check-update", `{"key":"` + key + `","product_id":"app","productId":"app","platform":"linux","current_version":"1.0.0"}`},
 	} {
 		if rec := send(r.path, r.body); rec.Code != http.StatusServiceUnavailable {
 			t.Fatalf("%s %s past the limit: %d; want 503", r.path, r.body, rec.Code)
@@ -262,9 +275,11 @@ func TestARequestTheCacheAnswersIsNeverRefused(t *testing.T) {
 	}
 	caches.Verified.Invalidate(key)
 	caches.ValidSeats.Invalidate(key)
+	caches.Updates.Invalidate(key)
 	for _, r := range []struct{ path, body string }{
 		{"/v1/verify-license", `{"key":"` + key + `"}`},
 		{"/v1/validate-license", `{"key":"` + key + `","instance_id":"seat-1"}`},
+		{"/v1/check-update", `{"key":"` + key + `","product_id":"app","platform":"linux","current_version":"1.0.0"}`},
 	} {
 		if rec := send(r.path, r.body); rec.Code != http.StatusServiceUnavailable {
 			t.Fatalf("%s about a key whose answers were dropped, past the limit: %d; want 503", r.path, rec.Code)

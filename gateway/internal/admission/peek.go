@@ -12,8 +12,9 @@ import (
 // a larger or chunked one goes through ratelimit.LicenseKey as before.
 const maxPeekBytes = 16 << 10
 
-// peekLicense returns the license key a POST body names, and its instance_id when the body
-// names one the plain way (below), reading all of the body but its last byte. net/http
+// peekLicense returns the license key a POST body names, its instance_id when the body
+// names one the plain way (below), and the body as read when its key was (cut: all of it
+// but its last byte; nil otherwise), reading all of the body but its last byte. net/http
 // starts a background read of the connection (a goroutine, a read that blocks, a wake-up
 // when the handler ends) as soon as a handler has read a request body to its end; a
 // refusal that never reaches that end costs none of it, and net/http discards the unread
@@ -26,10 +27,10 @@ const maxPeekBytes = 16 << 10
 // is read to the end and decoded as the rate limiter does (ratelimit.KeyInJSON), which
 // names no instance. A body whose key is misread only counts against another fair share,
 // which a client could choose anyway by naming another key.
-func peekLicense(r *http.Request) (key, instance []byte) {
+func peekLicense(r *http.Request) (key, instance, cut []byte) {
 	n := r.ContentLength
 	if n < 2 || n > maxPeekBytes || r.Header.Get("Content-Encoding") != "" {
-		return []byte(ratelimit.LicenseKey(r)), nil
+		return []byte(ratelimit.LicenseKey(r)), nil, nil
 	}
 	body := r.Body
 	head := make([]byte, n-1, n)
@@ -37,20 +38,20 @@ func peekLicense(r *http.Request) (key, instance []byte) {
 	if err != nil {
 		// A short body: the next handler gets what came and the same error after it.
 		r.Body = &prefixedBody{head: head[:read], rest: body, err: err, ended: true}
-		return nil, nil
+		return nil, nil, nil
 	}
 	if key, instance, ok := plainMembers(head); ok {
 		r.Body = &prefixedBody{head: head, rest: body}
-		return key, instance
+		return key, instance, head[:len(head):len(head)]
 	}
 	// Not the plain shape: read the last byte too, and decode.
 	last, err := io.ReadAll(body)
 	whole := append(head, last...)
 	r.Body = &prefixedBody{head: whole, rest: body, err: err, ended: true}
 	if err != nil {
-		return nil, nil
+		return nil, nil, nil
 	}
-	return []byte(ratelimit.KeyInJSON(whole)), nil
+	return []byte(ratelimit.KeyInJSON(whole)), nil, nil
 }
 
 // prefixedBody is a request body of which head has been read already: it reads head,

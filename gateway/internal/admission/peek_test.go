@@ -181,9 +181,14 @@ func TestThePeekReadsTheInstanceOnlyThePlainWay(t *testing.T) {
 	}
 	for _, c := range cases {
 		r := httptest.NewRequest(http.MethodPost, "/v1/validate-license", strings.NewReader(c.body))
-		key, instance := peekLicense(r)
+		key, instance, cut := peekLicense(r)
 		if string(key) != c.key || string(instance) != c.instance || (c.instance == "") != (instance == nil) {
 			t.Errorf("%s: key %q, instance %q; want %q, %q", c.body, key, instance, c.key, c.instance)
+		}
+		// The body as read goes with a key the plain scan found, for the cache to read
+		// the rest of the question from (edge.Caches.AnswersFromMemory).
+		if wantCut := c.body[:len(c.body)-1]; (cut != nil || strings.HasPrefix(c.body, `{"key":"K"`)) && string(cut) != wantCut {
+			t.Errorf("%s: the body as read %q; want %q", c.body, cut, wantCut)
 		}
 		if got, err := io.ReadAll(r.Body); err != nil || string(got) != c.body {
 			t.Errorf("%s: the handler reads %q, %v", c.body, got, err)

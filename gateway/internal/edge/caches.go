@@ -35,18 +35,22 @@ func NewCaches(ttl, liveTTL time.Duration) *Caches {
 }
 
 // AnswersFromMemory reports whether the gateway would answer a request on path about the
-// license key from its cache now: verify-license's, whose answer the key alone names, and
+// license key from its cache now: verify-license's, whose answer the key alone names;
 // validate-license's for the instance the body names (nil: not named the plain way, so
-// not known before the body is decoded). check-update's answer depends on members the
-// caller does not read. Admission control lets such a request through without a slot.
-// A body that names a member twice is refused by the decoder (400) whatever the cache.
-// The answer must still be held answerMargin from now.
-func (c *Caches) AnswersFromMemory(path string, key, instance []byte) bool {
+// not known before the body is decoded); check-update's for the question the body as read
+// asks (cut: all of it but its last byte, nil when not read that way), when it is the
+// plain body the hot decoder takes (checkUpdateQuestionOf). Admission control lets such a
+// request through without a slot. A body that names a member twice is refused by the
+// decoder (400) whatever the cache. The answer must still be held answerMargin from now.
+func (c *Caches) AnswersFromMemory(path string, key, instance, cut []byte) bool {
 	switch path {
 	case VerifyLicensePath:
 		return c.Verified.Holds(license.CanonicalKey(string(key)), "", answerMargin)
 	case ValidateLicensePath:
 		return instance != nil && c.ValidSeats.Holds(license.CanonicalKey(string(key)), string(instance), answerMargin)
+	case CheckUpdatePath:
+		req, ok := checkUpdateQuestionOf(cut)
+		return ok && c.Updates.Holds(license.CanonicalKey(req.GetKey()), checkUpdateQuestion(req), answerMargin)
 	}
 	return false
 }

@@ -118,3 +118,62 @@ func BenchmarkDecodeVerifyLicenseRequest(b *testing.B) {
 		}
 	})
 }
+
+// What admission control takes for check-update's question (checkUpdateQuestionOf, from the
+// body cut before its last byte) is what the handler asks the cache about after decoding
+// the whole body, or the handler refuses the body: a request let through as answered
+// from memory never reaches releases about another question.
+func TestTheQuestionOfACutBodyIsTheQuestionOfTheWholeOne(t *testing.T) {
+	m := protoMarshaler(newJSONMarshaler())
+	taken := 0
+	check := func(body string) {
+		if len(body) < 2 {
+			return
+		}
+		peeked, ok := checkUpdateQuestionOf([]byte(body[:len(body)-1]))
+		if !ok {
+			return
+		}
+		taken++
+		decoded := &releasesv1.CheckUpdateRequest{}
+		if err := m.NewDecoder(strings.NewReader(body)).Decode(decoded); err != nil {
+			return // refused: 400, from no cache
+		}
+		if peeked.GetKey() != decoded.GetKey() || checkUpdateQuestion(peeked) != checkUpdateQuestion(decoded) {
+			t.Fatalf("%q: admission control takes key %q, question %q; the handler asks about %q, %q",
+				body, peeked.GetKey(), checkUpdateQuestion(peeked), decoded.GetKey(), checkUpdateQuestion(decoded))
+		}
+	}
+	for _, body := range hotRequestBodies {
+		check(body)
+		check(body + "\n")
+	}
+	r := rand.New(rand.NewPCG(27, 9))
+	for range 20000 {
+		var b strings.Builder
+		for range r.IntN(12) {
+			b.WriteString(hotRequestFragments[r.IntN(len(hotRequestFragments))])
+		}
+		check(b.String())
+	}
+	t.Logf("%d bodies taken as questions", taken)
+	if taken < 10 {
+		t.Fatalf("only %d bodies were taken as questions: the comparison proves nothing", taken)
+	}
+	for _, c := range []struct {
+		cut string
+		ok  bool
+	}{
+		{`{"key":"K","product_id":"app","current_version":"1.0.0"`, true},
+		{`{"key":"K","productId":"app","currentVersion":"1.0.0"}`, true}, // the last byte was white space
+		{`{"key":"K","product_id":"app","productId":"app"`, false},       // named twice: 400
+		{`{"key":"K","product_id":"app","beta":true`, false},             // not the plain body
+		{`{"key":"K","product_id":"app\u0020"`, false},
+		{`{"key":"K","product_id":"app`, false},
+		{``, false},
+	} {
+		if _, ok := checkUpdateQuestionOf([]byte(c.cut)); ok != c.ok {
+			t.Errorf("%s: taken %v; want %v", c.cut, ok, c.ok)
+		}
+	}
+}

@@ -41,14 +41,15 @@ type hotRoutes struct {
 	checkUpdate *cachedCheckUpdate
 }
 
-// The routes of verify-license and validate-license.
+// The routes of verify-license, validate-license and check-update.
 const (
 	VerifyLicensePath   = "/v1/verify-license"
 	ValidateLicensePath = "/v1/validate-license"
+	CheckUpdatePath     = "/v1/check-update"
 )
 
 // hotPaths are the routes hotRoutes answers.
-var hotPaths = map[string]bool{VerifyLicensePath: true, ValidateLicensePath: true, "/v1/check-update": true}
+var hotPaths = map[string]bool{VerifyLicensePath: true, ValidateLicensePath: true, CheckUpdatePath: true}
 
 // withHotRoutes lets hot answer the requests for exactly a hot route (isHot), and sends
 // everything else to next.

@@ -1,6 +1,7 @@
 package edge
 
 import (
+	"bytes"
 	"context"
 	"strings"
 	"time"
@@ -46,9 +47,8 @@ func (c *cachedCheckUpdate) CheckUpdate(ctx context.Context, req *releasesv1.Che
 		}
 		return c.ReleasesServiceClient.CheckUpdate(ctx, req, opts...)
 	}
-	question := strings.Join([]string{req.GetProductId(), req.GetChannel(), req.GetPlatform(), req.GetCurrentVersion()}, "\x00")
 	asked := false
-	resp, err := c.updates.GetUntil(license.CanonicalKey(req.GetKey()), question, func() (*releasesv1.CheckUpdateResponse, time.Time, error) {
+	resp, err := c.updates.GetUntil(license.CanonicalKey(req.GetKey()), checkUpdateQuestion(req), func() (*releasesv1.CheckUpdateResponse, time.Time, error) {
 		asked = true
 		resp, until, err := c.misses.CheckUpdate(ctx, req)
 		if err != nil {
@@ -63,4 +63,29 @@ func (c *cachedCheckUpdate) CheckUpdate(ctx context.Context, req *releasesv1.Che
 	})
 	metrics.RecordAnswer("/v1/check-update", !asked)
 	return resp, err
+}
+
+// checkUpdateQuestion is what the cache keeps check-update's answer under beside the key:
+// the members the answer depends on, as the client wrote them.
+func checkUpdateQuestion(req *releasesv1.CheckUpdateRequest) string {
+	return strings.Join([]string{req.GetProductId(), req.GetChannel(), req.GetPlatform(), req.GetCurrentVersion()}, "\x00")
+}
+
+// checkUpdateQuestionOf decodes a check-update body cut before its last byte (admission
+// control reads no further, admission.peekLicense), when the body is the plain one the hot
+// decoder takes (decodeHotRequest) and its last byte closes it or follows the close. ok
+// is false for anything else, and for a body the input policy refuses. A body whose last
+// byte was anything else is refused by the decoder (400), whatever this says.
+func checkUpdateQuestionOf(cut []byte) (req *releasesv1.CheckUpdateRequest, ok bool) {
+	body := bytes.TrimSpace(cut)
+	if len(body) == 0 {
+		return nil, false
+	}
+	if body[len(body)-1] != '}' {
+		// The last byte was the close; the copy leaves the request's body as it was.
+		body = append(body[:len(body):len(body)], '}')
+	}
+	req = &releasesv1.CheckUpdateRequest{}
+	done, err := decodeHotRequest(body, req)
+	return req, done && err == nil
 }
