@@ -137,6 +137,14 @@ type Config struct {
 	AdmissionLatencyFloor time.Duration
 }
 
+// The defaults of ADMISSION_MAX_LIMIT, ADMISSION_MIN_LIMIT and ADMISSION_LATENCY_TOLERANCE,
+// which the gateway's limiter also takes for a setting left zero.
+const (
+	DefaultAdmissionMaxLimit  = 1000
+	DefaultAdmissionMinLimit  = 16
+	DefaultAdmissionTolerance = 2.0
+)
+
 // defaultAdmissionLatencyFloor is ADMISSION_LATENCY_FLOOR's default. It sits above what a
 // gateway that is merely full shows: on a 2-core machine the requests that take a slot
 // (the cache's misses) averaged 18–25 ms at capacity, so a floor of 20 ms turned a load
@@ -238,9 +246,9 @@ func LoadFrom(lookup func(string) (string, bool)) (*Config, error) {
 		ShutdownTimeout: r.duration("SHUTDOWN_TIMEOUT", 25*time.Second),
 		MetricsPort:     r.int("METRICS_PORT", 0),
 
-		AdmissionMaxLimit:     r.int("ADMISSION_MAX_LIMIT", 1000),
-		AdmissionMinLimit:     r.int("ADMISSION_MIN_LIMIT", 16),
-		AdmissionTolerance:    r.float("ADMISSION_LATENCY_TOLERANCE", 2),
+		AdmissionMaxLimit:     r.int("ADMISSION_MAX_LIMIT", DefaultAdmissionMaxLimit),
+		AdmissionMinLimit:     r.int("ADMISSION_MIN_LIMIT", DefaultAdmissionMinLimit),
+		AdmissionTolerance:    r.float("ADMISSION_LATENCY_TOLERANCE", DefaultAdmissionTolerance),
 		AdmissionLatencyFloor: r.duration("ADMISSION_LATENCY_FLOOR", defaultAdmissionLatencyFloor),
 	}
 	if c.AdmissionMaxLimit < 0 {

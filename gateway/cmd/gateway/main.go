@@ -260,7 +260,7 @@ func withAdmission(cfg *config.Config, log *slog.Logger, tenants *admission.Tena
 		return next
 	}
 	limiter := admission.NewLimiter(admission.ConfigFrom(cfg))
-	return admission.Middleware(admission.Options{Limiter: limiter, Tenants: tenants, AnswersFromMemory: caches.AnswersFromMemory, Refuse: edge.WriteOverloaded, Log: log}, next)
+	return admission.Middleware(admission.Options{Limiter: limiter, Tenants: tenants, AnswersFromMemory: caches.AnswersFromMemory, SlotOnMiss: edge.WithSlotOnMiss, Refuse: edge.WriteOverloaded, Log: log}, next)
 }
 
 // grpcHealthProbe asks a service's overall grpc.health.v1 status. Calls go to replicas

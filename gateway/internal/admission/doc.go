@@ -65,7 +65,9 @@
 // second (Options.AnswersFromMemory; the instance is read with the key, peekLicense, and
 // the question from the body as read), is let through without a slot and counts in no
 // window: it holds nothing behind the gateway, and refusing it costs about what answering
-// it does, so its refusal would give up the answer and save nothing.
+// it does, so its refusal would give up the answer and save nothing. If the answer is gone
+// by the time its handler asks, the miss takes a slot then, or is refused
+// (Options.SlotOnMiss, edge.WithSlotOnMiss).
 //
 // # The cost of a refusal
 //

@@ -136,12 +136,12 @@ func NewLimiter(cfg Config) *Limiter {
 	return l
 }
 
-// Defaults of Config (and of the ADMISSION_* settings).
+// Defaults of Config's zero fields: the ADMISSION_* settings' own (pkg/config), and the
+// limit a gateway starts at, which no setting names.
 const (
-	DefaultMinLimit     = 16
-	DefaultMaxLimit     = 1000
+	DefaultMinLimit     = config.DefaultAdmissionMinLimit
 	DefaultInitialLimit = 32
-	DefaultTolerance    = 2.0
+	DefaultTolerance    = config.DefaultAdmissionTolerance
 )
 
 // ConfigFrom is the limiter's Config from the gateway's settings (ADMISSION_*), whose

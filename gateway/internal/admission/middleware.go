@@ -1,6 +1,7 @@
 package admission
 
 import (
+	"context"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -32,6 +33,11 @@ type Options struct {
 	// latency that CPU caused, refused the other tenants.) It needs Tenants, which reads
 	// the key.
 	AnswersFromMemory func(path string, key, instance, cut []byte) bool
+	// SlotOnMiss (edge.WithSlotOnMiss) marks the context of a request let through by
+	// AnswersFromMemory with take: if its answer is gone when the handler asks (expired,
+	// or dropped by a change, while the request waited for its turn), the miss takes a
+	// slot through it, or is refused.
+	SlotOnMiss func(ctx context.Context, take func() (release func(), ok bool)) context.Context
 	// Refuse writes the 503 (edge.WriteOverloaded); Retry-After is already set.
 	Refuse func(http.ResponseWriter)
 	Log    *slog.Logger
@@ -62,6 +68,19 @@ func Middleware(opts Options, next http.Handler) http.Handler {
 		ReasonLimit: metrics.AdmissionRefused.WithLabelValues(ReasonLimit),
 		ReasonShare: metrics.AdmissionRefused.WithLabelValues(ReasonShare),
 	}
+	// acquire takes a slot for tenant's request, or counts and logs its refusal and sets
+	// its Retry-After.
+	acquire := func(tenant string, w http.ResponseWriter) (release func(), ok bool) {
+		done, reason := opts.Limiter.Acquire(tenant)
+		if done == nil {
+			refused[reason].Inc()
+			log.note(opts.Limiter)
+			w.Header()["Retry-After"] = retryAfter
+			return nil, false
+		}
+		start := time.Now()
+		return func() { done(time.Since(start)) }, true
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !Governed(r) {
 			next.ServeHTTP(w, r)
@@ -72,19 +91,18 @@ func Middleware(opts Options, next http.Handler) http.Handler {
 			tenant, key, instance, cut = opts.Tenants.ofRequest(r)
 		}
 		if key != nil && opts.AnswersFromMemory != nil && opts.AnswersFromMemory(r.URL.Path, key, instance, cut) {
+			if opts.SlotOnMiss != nil {
+				r = r.WithContext(opts.SlotOnMiss(r.Context(), func() (func(), bool) { return acquire(tenant, w) }))
+			}
 			next.ServeHTTP(w, r)
 			return
 		}
-		done, reason := opts.Limiter.Acquire(tenant)
-		if done == nil {
-			refused[reason].Inc()
-			log.note(opts.Limiter)
-			w.Header()["Retry-After"] = retryAfter
+		release, ok := acquire(tenant, w)
+		if !ok {
 			opts.Refuse(w)
 			return
 		}
-		start := time.Now()
-		defer func() { done(time.Since(start)) }()
+		defer release()
 		next.ServeHTTP(w, r)
 	})
 }

@@ -15,9 +15,11 @@ import (
 	"github.com/keyhouse/keyhouse/pkg/auth"
 	"github.com/keyhouse/keyhouse/pkg/license"
 	"github.com/keyhouse/keyhouse/pkg/licensecache"
+	"github.com/keyhouse/keyhouse/pkg/metrics"
 	activationsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/activations/v1"
 	licensingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1"
 	releasesv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/releases/v1"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 )
@@ -332,4 +334,60 @@ func behindLimit(t *testing.T, limit int, caches *edge.Caches) (h http.Handler, 
 	release, entered := make(chan struct{}), make(chan struct{}, 10)
 	t.Cleanup(func() { close(release) })
 	return Middleware(Options{Limiter: strictLimiter(limit), Tenants: NewTenants(), AnswersFromMemory: caches.AnswersFromMemory, Refuse: edge.WriteOverloaded}, blocking(release, entered)), entered
+}
+
+// A request let through without a slot (its answer was in memory) carries the means to
+// take one (Options.SlotOnMiss) for when its answer is gone by the time its handler asks:
+// a slot of its tenant's, held until released, or, with none left, a refusal counted and
+// logged as any other, whose answer carries Retry-After.
+func TestARequestLetThroughFromMemoryCanTakeASlotLater(t *testing.T) {
+	caches, key := cachesHolding(t, time.Minute)
+	lim := strictLimiter(1)
+	type takeKey struct{}
+	var take func() (func(), bool)
+	taken := make(chan struct{}, 1)
+	h := Middleware(Options{Limiter: lim, Tenants: NewTenants(), AnswersFromMemory: caches.AnswersFromMemory, Refuse: edge.WriteOverloaded,
+		SlotOnMiss: func(ctx context.Context, t func() (func(), bool)) context.Context {
+			return context.WithValue(ctx, takeKey{}, t)
+		},
+	}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		take, _ = r.Context().Value(takeKey{}).(func() (func(), bool))
+		taken <- struct{}{}
+	}))
+	send := func() *httptest.ResponseRecorder {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/verify-license", strings.NewReader(`{"key":"`+key+`"}`)))
+		<-taken
+		return rec
+	}
+	send()
+	if take == nil {
+		t.Fatal("a request let through from memory carries no way to take a slot")
+	}
+	release, ok := take()
+	if !ok || lim.InFlight() != 1 {
+		t.Fatalf("a slot taken late with the limit free: %v, %d in flight; want it held", ok, lim.InFlight())
+	}
+	refusedBefore := testutil.ToFloat64(metrics.AdmissionRefused.WithLabelValues(ReasonLimit))
+	rec := send()
+	if _, ok := take(); ok || lim.InFlight() != 1 {
+		t.Fatalf("a slot taken late with the limit full: %v, %d in flight; want a refusal", ok, lim.InFlight())
+	}
+	if got := rec.Header().Get("Retry-After"); got != "1" {
+		t.Fatalf("the late refusal's Retry-After: %q; want 1", got)
+	}
+	if got := testutil.ToFloat64(metrics.AdmissionRefused.WithLabelValues(ReasonLimit)) - refusedBefore; got != 1 {
+		t.Fatalf("keyhouse_admission_refused_total counted %g late refusals; want 1", got)
+	}
+	release()
+	if lim.InFlight() != 0 {
+		t.Fatalf("%d in flight after the late slot's release", lim.InFlight())
+	}
+	// A request that takes a slot on its way in carries none to take.
+	rec = httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/verify-license", strings.NewReader(`{"key":"`+license.NewKey()+`"}`)))
+	<-taken
+	if take != nil {
+		t.Fatal("a request admitted with a slot carries a second one to take")
+	}
 }

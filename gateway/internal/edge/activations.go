@@ -53,6 +53,11 @@ func (c *cachedValidate) ValidateLicense(ctx context.Context, req *activationsv1
 	asked := false
 	resp, err := c.valid.GetUntil(license.CanonicalKey(req.GetKey()), req.GetInstanceId(), func() (*activationsv1.ValidateLicenseResponse, time.Time, error) {
 		asked = true
+		release, err := slotForMiss(ctx)
+		if err != nil {
+			return nil, time.Time{}, err
+		}
+		defer release()
 		resp, until, err := c.misses.ValidateLicense(ctx, req)
 		if err != nil {
 			return nil, time.Time{}, err
@@ -81,9 +86,14 @@ func (c *cachedValidate) serve(ctx context.Context, mux *runtime.ServeMux, out r
 	resp := &activationsv1.ValidateLicenseResponse{Valid: false}
 	if req := lenientValidateRequest(body); req != nil {
 		got, err := c.ValidateLicense(ctx, req)
-		if err == nil {
+		switch {
+		case err == nil:
 			resp = got
-		} else if c.log != nil {
+		case err == errRefusedOnMiss:
+			// Refused by admission control (slot.go), which answers 503, not for an outage.
+			WriteOverloaded(w)
+			return
+		case c.log != nil:
 			// The client still gets valid false, as api.md wants; the outage shows here.
 			c.log.WarnContext(ctx, "validate-license answered invalid: activations failed", "code", status.Code(err).String())
 		}

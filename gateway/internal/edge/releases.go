@@ -50,6 +50,11 @@ func (c *cachedCheckUpdate) CheckUpdate(ctx context.Context, req *releasesv1.Che
 	asked := false
 	resp, err := c.updates.GetUntil(license.CanonicalKey(req.GetKey()), checkUpdateQuestion(req), func() (*releasesv1.CheckUpdateResponse, time.Time, error) {
 		asked = true
+		release, err := slotForMiss(ctx)
+		if err != nil {
+			return nil, time.Time{}, err
+		}
+		defer release()
 		resp, until, err := c.misses.CheckUpdate(ctx, req)
 		if err != nil {
 			return nil, time.Time{}, err
