@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"slices"
 	"sort"
@@ -197,6 +198,10 @@ type Result struct {
 	Stolen time.Duration
 	// Answers is what the gateways answered from their caches during it.
 	Answers Answers
+	// RoundRPS is the ops/s of each slice Merge took, in round order: a row and its floor
+	// measured in the same round saw the same machine, so their ratio round by round
+	// shows how far the run's conditions moved it.
+	RoundRPS []float64
 	// lat holds every latency, for Merge.
 	lat []time.Duration
 }
@@ -275,8 +280,9 @@ func RunSlice(ctx context.Context, sc Scenario, op Op, workers int, d time.Durat
 func Merge(slices []Result) Result {
 	res := slices[0]
 	res.CPU, res.Stolen, res.Answers = CPUTimes{}, 0, Answers{}
-	res.Requests, res.Errors, res.Refused, res.Duration, res.lat = 0, 0, 0, 0, nil
+	res.Requests, res.Errors, res.Refused, res.Duration, res.lat, res.RoundRPS = 0, 0, 0, 0, nil, nil
 	for _, r := range slices {
+		res.RoundRPS = append(res.RoundRPS, r.RPS())
 		res.Requests += r.Requests
 		res.Errors += r.Errors
 		res.Refused += r.Refused
@@ -445,6 +451,25 @@ func Table(results []Result) string {
 	return b.String()
 }
 
+// roundByRound is "round by round lo–hi" between before and after: the least and the most
+// of a's ops/s over b's in each round both were measured in, written by format; nothing
+// when they were not measured in the same two or more rounds.
+func roundByRound(before string, a, b Result, format func(float64) string, after string) string {
+	if len(a.RoundRPS) < 2 || len(a.RoundRPS) != len(b.RoundRPS) {
+		return ""
+	}
+	lo, hi := math.Inf(1), math.Inf(-1)
+	for i, rps := range a.RoundRPS {
+		if b.RoundRPS[i] <= 0 {
+			return ""
+		}
+		lo, hi = min(lo, rps/b.RoundRPS[i]), max(hi, rps/b.RoundRPS[i])
+	}
+	return before + "round by round " + format(lo) + "–" + format(hi) + after
+}
+
+func times(f float64) string { return strconv.FormatFloat(f, 'f', 2, 64) + "×" }
+
 func ms(d time.Duration) string {
 	return strconv.FormatFloat(float64(d.Microseconds())/1000, 'f', 2, 64) + " ms"
 }
@@ -466,8 +491,8 @@ func Goals(results []Result) string {
 	for _, sp := range Spreads {
 		verify, okV := by["verify"+sp.ID]
 		if floor, ok := by["floor"+sp.ID]; ok && okV && floor.RPS() > 0 {
-			fmt.Fprintf(&b, "- verify-license, %s: %s of the floor's ops/s (goal 75%%), p99 %s (goal < 10 ms); CPU per op %.2f× the floor's\n",
-				sp.Label, pct(verify.RPS()/floor.RPS()), ms(verify.P99), float64(verify.CPUPerOp())/float64(max(floor.CPUPerOp(), 1)))
+			fmt.Fprintf(&b, "- verify-license, %s: %s of the floor's ops/s (goal 75%%%s), p99 %s (goal < 10 ms); CPU per op %.2f× the floor's\n",
+				sp.Label, pct(verify.RPS()/floor.RPS()), roundByRound("; ", verify, floor, pct, ""), ms(verify.P99), float64(verify.CPUPerOp())/float64(max(floor.CPUPerOp(), 1)))
 		}
 		for _, id := range []string{"validate", "check-update"} {
 			if r, ok := by[id+sp.ID]; ok && okV && r.RPS() > 0 && verify.CPUPerOp() > 0 {
@@ -489,8 +514,8 @@ func Goals(results []Result) string {
 			g.id, verify.RPS()/r.RPS(), float64(r.CPUPerOp())/float64(verify.CPUPerOp()))
 	}
 	if pairs, floor := by["pairs"], by["pairs-floor"]; pairs.RPS() > 0 && floor.RPS() > 0 && floor.CPUPerOp() > 0 {
-		fmt.Fprintf(&b, "- activate + deactivate pairs: %.2f× the write floor's time per pair, %.2f× its CPU per pair (goal within 1.5×)\n",
-			floor.RPS()/pairs.RPS(), float64(pairs.CPUPerOp())/float64(floor.CPUPerOp()))
+		fmt.Fprintf(&b, "- activate + deactivate pairs: %.2f× the write floor's time per pair%s, %.2f× its CPU per pair (goal within 1.5×)\n",
+			floor.RPS()/pairs.RPS(), roundByRound(" (", floor, pairs, times, ")"), float64(pairs.CPUPerOp())/float64(floor.CPUPerOp()))
 	}
 	if r, ok := by["usage-hot"]; ok {
 		fmt.Fprintf(&b, "- track-usage on one hot license, %d parallel clients: %.0f applied increments/s, %s of the answers 503\n",
