@@ -221,12 +221,19 @@ func run(ctx context.Context) error {
 	}
 	for _, r := range bench.Reports() {
 		if filter.MatchString(r.Name) {
-			fmt.Fprintf(os.Stderr, "running %s ...\n", r.Name)
+			// Each report starts on a quiet stack: the spine's backlog of the rows and
+			// tasks before it, and autovacuum after them, would be measured with it.
+			waited, quiet := bench.WaitUntilQuiet(ctx, s, quietTimeout)
+			started := fmt.Sprintf("started after %s for the stack to quiet down", waited.Round(time.Second))
+			if !quiet {
+				started = fmt.Sprintf("started after %s, the stack still busy (more than %.0f%% of a core)", quietTimeout, 100*bench.Quiet)
+			}
+			fmt.Fprintf(os.Stderr, "running %s (%s) ...\n", r.Name, started)
 			out, err := r.Run(ctx, env, *duration)
 			if err != nil {
 				out = fmt.Sprintf("failed: %v%s", err, crashed(s))
 			}
-			fmt.Printf("\n### %s\n\n%s", r.Name, out)
+			fmt.Printf("\n### %s\n\n(%s)\n\n%s", r.Name, started, out)
 		}
 	}
 	if *keep {
@@ -234,6 +241,10 @@ func run(ctx context.Context) error {
 	}
 	return nil
 }
+
+// quietTimeout bounds how long a report waits for the stack to quiet down (the import's
+// 100,000 events took several minutes on a 2-core machine).
+const quietTimeout = 10 * time.Minute
 
 // crashed names the processes of the stack that exited on their own, if any.
 func crashed(s *stack.Stack) string {
