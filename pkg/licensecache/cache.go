@@ -158,6 +158,19 @@ func (c *Cache[V]) Holds(key, qualifier string, d time.Duration) bool {
 	return ok
 }
 
+// HoldsAbout reports whether the cache keeps any answer about key, servable or not: false
+// means Holds is false for every qualifier, so a caller can skip working out which one a
+// request asks about. A nil cache, or one not in use, holds nothing.
+func (c *Cache[V]) HoldsAbout(key string) bool {
+	if c == nil || !c.live.Load() {
+		return false
+	}
+	c.mu.RLock()
+	_, ok := c.entries.slots[key]
+	c.mu.RUnlock()
+	return ok
+}
+
 // cached is the answer about key for qualifier that may be served at now and, by its own
 // life, at later, if any.
 func (c *Cache[V]) cached(key, qualifier string, now, later time.Time) (v V, ok bool) {

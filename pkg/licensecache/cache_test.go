@@ -66,13 +66,16 @@ func TestHoldsOnlyWhatGetWouldAnswerWithoutLoading(t *testing.T) {
 	if !c.Holds("K", "q", 0) || c.Holds("K", "", 0) {
 		t.Fatalf("after loading K for q: holds q %v, holds \"\" %v; want true, false", c.Holds("K", "q", 0), c.Holds("K", "", 0))
 	}
+	if !c.HoldsAbout("K") || c.HoldsAbout("L") {
+		t.Fatalf("after loading K: holds about K %v, about L %v; want true, false", c.HoldsAbout("K"), c.HoldsAbout("L"))
+	}
 	clk.Advance(500 * time.Millisecond)
 	if !c.Holds("K", "q", 400*time.Millisecond) || c.Holds("K", "q", 500*time.Millisecond) {
 		t.Fatalf("half way through a 1 s life: holds for 400 ms %v, for 500 ms %v; want true, false",
 			c.Holds("K", "q", 400*time.Millisecond), c.Holds("K", "q", 500*time.Millisecond))
 	}
 	c.setLive(false)
-	if c.Holds("K", "q", 0) {
+	if c.Holds("K", "q", 0) || c.HoldsAbout("K") {
 		t.Fatal("holds K while the cache is not in use")
 	}
 	c.setLive(true)
@@ -83,7 +86,7 @@ func TestHoldsOnlyWhatGetWouldAnswerWithoutLoading(t *testing.T) {
 	}
 	c.Get("K", src.load)
 	c.Invalidate("K")
-	if c.Holds("K", "", 0) {
+	if c.Holds("K", "", 0) || c.HoldsAbout("K") {
 		t.Fatal("holds K after its invalidation")
 	}
 	if n := src.reads.Load(); n != 3 {

@@ -62,8 +62,8 @@
 //
 // A verify-license whose answer the gateway's cache holds, a validate-license whose seat's
 // answer it holds, or a check-update whose question it has answered, for at least another
-// second (Options.AnswersFromMemory; the instance is read with the key, peekLicense, and
-// the question from the body as read), is let through without a slot and counts in no
+// second (Options.AnswersFromMemory: the instance or the question is read from the body
+// as peekLicense read it), is let through without a slot and counts in no
 // window: it holds nothing behind the gateway, and refusing it costs about what answering
 // it does, so its refusal would give up the answer and save nothing. If the answer is gone
 // by the time its handler asks, the miss takes a slot then, or is refused

@@ -24,15 +24,15 @@ type Options struct {
 	Tenants *Tenants
 	// AnswersFromMemory, when set, reports whether the gateway answers a request on path
 	// about the license key from memory now (edge.Caches.AnswersFromMemory), given the
-	// instance when the body names one the plain way (nil otherwise) and the body as read,
-	// all of it but its last byte (cut; nil when it was not read that way). Such a
+	// body as read, all of it but its last byte (cut; nil when the key was not read the
+	// plain way), whose other members name the rest of the question. Such a
 	// request is let through without a slot: it holds nothing behind the gateway, and
 	// refusing it costs the gateway about what answering it does, so its refusal gives
 	// up the answer and saves nothing. (Refused, one tenant's flood of checks the cache
 	// answered took the CPU its answers would have used, and the limit, shrunk by the
 	// latency that CPU caused, refused the other tenants.) It needs Tenants, which reads
 	// the key.
-	AnswersFromMemory func(path string, key, instance, cut []byte) bool
+	AnswersFromMemory func(path string, key, cut []byte) bool
 	// SlotOnMiss (edge.WithSlotOnMiss) marks the context of a request let through by
 	// AnswersFromMemory with take: if its answer is gone when the handler asks (expired,
 	// or dropped by a change, while the request waited for its turn), the miss takes a
@@ -86,11 +86,11 @@ func Middleware(opts Options, next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		tenant, key, instance, cut := NoKey, []byte(nil), []byte(nil), []byte(nil)
+		tenant, key, cut := NoKey, []byte(nil), []byte(nil)
 		if opts.Tenants != nil {
-			tenant, key, instance, cut = opts.Tenants.ofRequest(r)
+			tenant, key, cut = opts.Tenants.ofRequest(r)
 		}
-		if key != nil && opts.AnswersFromMemory != nil && opts.AnswersFromMemory(r.URL.Path, key, instance, cut) {
+		if key != nil && opts.AnswersFromMemory != nil && opts.AnswersFromMemory(r.URL.Path, key, cut) {
 			if opts.SlotOnMiss != nil {
 				r = r.WithContext(opts.SlotOnMiss(r.Context(), func() (func(), bool) { return acquire(tenant, w) }))
 			}

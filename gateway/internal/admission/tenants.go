@@ -171,34 +171,34 @@ func (t *Tenants) shareOf(key []byte) (string, bool) {
 // before; one about a license key for the key's tenant once known (UnknownKeys before);
 // anything else is NoKey. A tenant's credentials and its license keys share one share.
 func (t *Tenants) Of(r *http.Request) string {
-	share, _, _, _ := t.ofRequest(r)
+	share, _, _ := t.ofRequest(r)
 	return share
 }
 
-// ofRequest is Of, and the license key and instance_id the request's body names, and the
-// body as read (nil for a request with a credential, or one that names none; peekLicense).
-func (t *Tenants) ofRequest(r *http.Request) (share string, key, instance, cut []byte) {
+// ofRequest is Of, and the license key the request's body names and the body as read (nil
+// for a request with a credential, or one that names none; peekLicense).
+func (t *Tenants) ofRequest(r *http.Request) (share string, key, cut []byte) {
 	if authorization := r.Header.Get("Authorization"); authorization != "" {
 		h := t.credentialHash(authorization)
 		t.mu.RLock()
 		share, ok := t.byCredential[h]
 		t.mu.RUnlock()
 		if ok {
-			return share, nil, nil, nil
+			return share, nil, nil
 		}
-		return UnknownCredentials, nil, nil, nil
+		return UnknownCredentials, nil, nil
 	}
 	if r.Method != http.MethodPost {
-		return NoKey, nil, nil, nil
+		return NoKey, nil, nil
 	}
-	key, instance, cut = peekLicense(r)
+	key, cut = peekLicense(r)
 	if len(key) == 0 {
-		return NoKey, nil, nil, nil
+		return NoKey, nil, nil
 	}
 	if share, ok := t.shareOf(key); ok {
-		return share, key, instance, cut
+		return share, key, cut
 	}
-	return UnknownKeys, key, instance, cut
+	return UnknownKeys, key, cut
 }
 
 // Learning is the client interceptor of the connections to the services: every key an

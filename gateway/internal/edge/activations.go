@@ -53,11 +53,6 @@ func (c *cachedValidate) ValidateLicense(ctx context.Context, req *activationsv1
 	asked := false
 	resp, err := c.valid.GetUntil(license.CanonicalKey(req.GetKey()), req.GetInstanceId(), func() (*activationsv1.ValidateLicenseResponse, time.Time, error) {
 		asked = true
-		release, err := slotForMiss(ctx)
-		if err != nil {
-			return nil, time.Time{}, err
-		}
-		defer release()
 		resp, until, err := c.misses.ValidateLicense(ctx, req)
 		if err != nil {
 			return nil, time.Time{}, err

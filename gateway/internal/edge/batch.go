@@ -99,10 +99,17 @@ type batchResult interface {
 
 // answer sends item through b and returns its answer (response picks it out of the
 // item's result), or, from a service without the batch call, the call made alone (with
-// ctx as grpc-gateway annotates it, see annotated).
+// ctx as grpc-gateway annotates it, see annotated). A request admission control let
+// through without a slot takes one first, or is refused (slotForMiss): the misses of the
+// three read routes it lets through that way all come here.
 func answer[Item any, Result batchResult, Response proto.Message](ctx context.Context, b *batcher[Item, Result], item Item,
 	response func(Result) Response, alone func(context.Context) (Response, error)) (Response, error) {
 	var none Response
+	release, err := slotForMiss(ctx)
+	if err != nil {
+		return none, err
+	}
+	defer release()
 	r, err := b.Do(ctx, item)
 	switch {
 	case olderService(err):

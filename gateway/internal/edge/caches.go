@@ -1,6 +1,7 @@
 package edge
 
 import (
+	"bytes"
 	"time"
 
 	"github.com/keyhouse/keyhouse/pkg/license"
@@ -36,23 +37,43 @@ func NewCaches(ttl, liveTTL time.Duration) *Caches {
 
 // AnswersFromMemory reports whether the gateway would answer a request on path about the
 // license key from its cache now: verify-license's, whose answer the key alone names;
-// validate-license's for the instance the body names (nil: not named the plain way, so
-// not known before the body is decoded); check-update's for the question the body as read
-// asks (cut: all of it but its last byte, nil when not read that way), when it is the
-// plain body the hot decoder takes (checkUpdateQuestionOf). Admission control lets such a
-// request through without a slot. A body that names a member twice is refused by the
-// decoder (400) whatever the cache. The answer must still be held answerMargin from now.
-func (c *Caches) AnswersFromMemory(path string, key, instance, cut []byte) bool {
+// validate-license's and check-update's for the instance or question the body as read
+// names (cut: all of it but its last byte, nil when not read the plain way), decoded by
+// the handler's own plain decoder (plainValidateRequest, decodeHotRequest) so that both
+// read one question. Admission control lets such a request through without a slot. The
+// answer must still be held answerMargin from now.
+func (c *Caches) AnswersFromMemory(path string, key, cut []byte) bool {
 	switch path {
 	case VerifyLicensePath:
 		return c.Verified.Holds(license.CanonicalKey(string(key)), "", answerMargin)
 	case ValidateLicensePath:
-		return instance != nil && c.ValidSeats.Holds(license.CanonicalKey(string(key)), string(instance), answerMargin)
+		// Most requests are about keys the cache holds nothing about: no decode for them.
+		if !c.ValidSeats.HoldsAbout(license.CanonicalKey(string(key))) {
+			return false
+		}
+		req, done := plainValidateRequest(closeCut(cut))
+		return done && req != nil && c.ValidSeats.Holds(license.CanonicalKey(req.GetKey()), req.GetInstanceId(), answerMargin)
 	case CheckUpdatePath:
+		if !c.Updates.HoldsAbout(license.CanonicalKey(string(key))) {
+			return false
+		}
 		req, ok := checkUpdateQuestionOf(cut)
 		return ok && c.Updates.Holds(license.CanonicalKey(req.GetKey()), checkUpdateQuestion(req), answerMargin)
 	}
 	return false
+}
+
+// closeCut is a plain JSON object cut before its last byte (admission control reads no
+// further) with that byte put back: the closing brace, unless the cut holds it already
+// (the last byte followed it). A body whose last byte was anything else is refused by the
+// handler's decoder (400), whatever the answer from the cache. nil gives nil.
+func closeCut(cut []byte) []byte {
+	body := bytes.TrimSpace(cut)
+	if len(body) == 0 || body[len(body)-1] == '}' {
+		return body
+	}
+	// A copy: the request's body stays as the client sent it.
+	return append(body[:len(body):len(body)], '}')
 }
 
 // answerMargin is how long an answer must still live for its request to pass admission

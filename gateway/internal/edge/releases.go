@@ -1,7 +1,6 @@
 package edge
 
 import (
-	"bytes"
 	"context"
 	"strings"
 	"time"
@@ -50,11 +49,6 @@ func (c *cachedCheckUpdate) CheckUpdate(ctx context.Context, req *releasesv1.Che
 	asked := false
 	resp, err := c.updates.GetUntil(license.CanonicalKey(req.GetKey()), checkUpdateQuestion(req), func() (*releasesv1.CheckUpdateResponse, time.Time, error) {
 		asked = true
-		release, err := slotForMiss(ctx)
-		if err != nil {
-			return nil, time.Time{}, err
-		}
-		defer release()
 		resp, until, err := c.misses.CheckUpdate(ctx, req)
 		if err != nil {
 			return nil, time.Time{}, err
@@ -66,7 +60,7 @@ func (c *cachedCheckUpdate) CheckUpdate(ctx context.Context, req *releasesv1.Che
 		}
 		return resp, until, nil
 	})
-	metrics.RecordAnswer("/v1/check-update", !asked)
+	metrics.RecordAnswer(CheckUpdatePath, !asked)
 	return resp, err
 }
 
@@ -76,21 +70,11 @@ func checkUpdateQuestion(req *releasesv1.CheckUpdateRequest) string {
 	return strings.Join([]string{req.GetProductId(), req.GetChannel(), req.GetPlatform(), req.GetCurrentVersion()}, "\x00")
 }
 
-// checkUpdateQuestionOf decodes a check-update body cut before its last byte (admission
-// control reads no further, admission.peekLicense), when the body is the plain one the hot
-// decoder takes (decodeHotRequest) and its last byte closes it or follows the close. ok
-// is false for anything else, and for a body the input policy refuses. A body whose last
-// byte was anything else is refused by the decoder (400), whatever this says.
+// checkUpdateQuestionOf decodes a check-update body cut before its last byte (closeCut)
+// with the hot decoder, when it is the plain body that decoder takes; ok is false for
+// anything else, and for a body the input policy refuses.
 func checkUpdateQuestionOf(cut []byte) (req *releasesv1.CheckUpdateRequest, ok bool) {
-	body := bytes.TrimSpace(cut)
-	if len(body) == 0 {
-		return nil, false
-	}
-	if body[len(body)-1] != '}' {
-		// The last byte was the close; the copy leaves the request's body as it was.
-		body = append(body[:len(body):len(body)], '}')
-	}
 	req = &releasesv1.CheckUpdateRequest{}
-	done, err := decodeHotRequest(body, req)
+	done, err := decodeHotRequest(closeCut(cut), req)
 	return req, done && err == nil
 }

@@ -1,0 +1,46 @@
+package edge
+
+import (
+	"testing"
+	"time"
+
+	"github.com/keyhouse/keyhouse/pkg/license"
+	activationsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/activations/v1"
+)
+
+// Admission control lets a validate-license through without a slot only when the cache
+// holds the answer for the instance the handler will ask about: the cache reads it from
+// the body as admission control read it (all but its last byte) with the handler's own
+// plain decoder, so the two never read two instances out of one body.
+func TestTheCacheReadsTheInstanceAsTheHandlerDoes(t *testing.T) {
+	caches, key := NewCaches(time.Minute, 0), license.NewKey()
+	if _, err := caches.ValidSeats.GetUntil(key, "i-1", func() (*activationsv1.ValidateLicenseResponse, time.Time, error) {
+		return &activationsv1.ValidateLicenseResponse{Valid: true}, time.Time{}, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		body   string
+		memory bool
+	}{
+		{`{"key":"` + key + `","instance_id":"i-1"}`, true},
+		{`{ "instance_id" : "i-1" , "key" : "` + key + `" }`, true},
+		{`{"key":"` + key + `","channel":"beta","instance_id":"i-1"}` + "\n", true},
+		// encoding/json, the handler's decoder for anything but the plain body, keeps the
+		// last of two: i-2, which the cache does not hold.
+		{`{"key":"` + key + `","instance_id":"i-1","instance_id":"i-2"}`, false},
+		{`{"key":"` + key + `"}`, false},
+		{`{"key":"` + key + `","amount":5,"instance_id":"i-1"}`, false},
+		{`{"key":"` + key + `","instance_id":"i\u002d1"}`, false},
+		{`{"key":"` + key + `","instance_id":"i-2"}`, false},
+		{`{"key":"` + license.NewKey() + `","instance_id":"i-1"}`, false},
+	} {
+		cut := []byte(c.body[:len(c.body)-1])
+		if got := caches.AnswersFromMemory(ValidateLicensePath, []byte(key), cut); got != c.memory {
+			t.Errorf("%s: answered from memory %v; want %v", c.body, got, c.memory)
+		}
+	}
+	if caches.AnswersFromMemory(ValidateLicensePath, []byte(key), nil) {
+		t.Error("a body not read the plain way was taken as answered from memory")
+	}
+}
