@@ -149,7 +149,7 @@ const (
 // gateway that is merely full shows: on a 2-core machine the requests that take a slot
 // (the cache's misses) averaged 18–25 ms at capacity, so a floor of 20 ms turned a load
 // the stack answers in full into refusals, which cost a third of an answer each and came
-// back at once from clients that ignore Retry-After (docs/PERFORMANCE.md, tenth round).
+// back at once from clients that ignore Retry-After (docs/performance-history.md, tenth round).
 const defaultAdmissionLatencyFloor = 40 * time.Millisecond
 
 // Secret is a string that never prints itself.

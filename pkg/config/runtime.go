@@ -12,7 +12,7 @@ import (
 
 // DefaultGCPercent is the garbage collector's target when GOGC is not set. These
 // processes allocate per request, so Go's default of 100 spends a tenth of their CPU
-// collecting; at 400 verify-license gains about 15% throughput (docs/PERFORMANCE.md).
+// collecting; at 400 verify-license gains about 15% throughput (docs/performance-history.md).
 // The heap may then grow to five times what is live, which the caches make a few hundred
 // MiB under load, so the soft memory limit (below) is what keeps a process inside its
 // container: near it, the collector runs as often as it must instead.

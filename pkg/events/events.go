@@ -162,8 +162,9 @@ var idEncoding = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadd
 // rather than one anywhere in an index that grows with the log. After each checkpoint
 // Postgres writes a page whole to the WAL the first time it changes it: into a log of a
 // million events, 40,000 more took 2.5 kB of WAL each with random ids and 1.1-1.2 kB
-// with these (docs/PERFORMANCE.md). Ids are no secret (created_at says as much), and 80
-// random bits a millisecond keep them unique.
+// with these (docs/performance-history.md, "Event ids lead with their millisecond").
+// Ids are no secret (created_at says as much), and 80 random bits a millisecond keep
+// them unique.
 func NewID() string { return newIDAt(time.Now()) }
 
 func newIDAt(t time.Time) string {

@@ -7,7 +7,7 @@ import (
 )
 
 // The bound and the ceiling are two readings of one inequality: at the ceiling's refusal
-// cost the bound is exactly the share asked for, and the figures of docs/PERFORMANCE.md's
+// cost the bound is exactly the share asked for, and the figures of docs/performance-history.md's
 // one-CPU runs (an answer about 113 µs, a refusal about 40 µs) give the goodput those runs
 // measured at 2× (33–49% of capacity).
 func TestGoodputBoundAndRefusalCeilingAgree(t *testing.T) {
