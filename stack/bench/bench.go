@@ -250,6 +250,21 @@ func WarmUp(ctx context.Context, sc Scenario, op Op, workers int, d time.Duratio
 	cancel()
 }
 
+// InRoundOrder is the order in which round measures the rows: as given in even rounds,
+// reversed in odd ones. A row leaves work behind it (a write row's events still being
+// relayed and logged, autovacuum of what it deleted, the caches it filled), which the
+// row measured next pays for; in a fixed order the same row would always pay for the
+// same neighbour, and a row measured right after its floor, or its floor right after it,
+// would be flattered or penalised in every round alike.
+func InRoundOrder[T any](rows []T, round int) []T {
+	if round%2 == 0 {
+		return rows
+	}
+	reversed := slices.Clone(rows)
+	slices.Reverse(reversed)
+	return reversed
+}
+
 // sliceBase spaces the op numbers of successive slices of one scenario, so each slice
 // uses client IPs (and keys) of its own.
 const sliceBase = 2_000_000

@@ -37,3 +37,32 @@ func TestTheGoalsShowTheRatioRoundByRound(t *testing.T) {
 		t.Errorf("a row of one round against a floor of three:\n%s", goals)
 	}
 }
+
+// Over two rounds every row is measured once before and once after each other row, so
+// what one row leaves behind (its events still being logged, autovacuum) does not fall
+// on the same neighbour every time: the pairs' on their floor, say.
+func TestEachRowPrecedesAndFollowsEveryOtherAcrossTwoRounds(t *testing.T) {
+	rows := []string{"pairs", "write floor", "verify"}
+	before := map[[2]string]int{}
+	for round := range 4 {
+		order := InRoundOrder(rows, round)
+		if len(order) != len(rows) {
+			t.Fatalf("round %d measures %v, not every row of %v", round, order, rows)
+		}
+		for i, a := range order {
+			for _, b := range order[i+1:] {
+				before[[2]string{a, b}]++
+			}
+		}
+	}
+	for _, a := range rows {
+		for _, b := range rows {
+			if a != b && before[[2]string{a, b}] != 2 {
+				t.Errorf("%q came before %q in %d of 4 rounds, want 2", a, b, before[[2]string{a, b}])
+			}
+		}
+	}
+	if got := rows; got[0] != "pairs" || got[1] != "write floor" || got[2] != "verify" {
+		t.Errorf("the rows given were reordered in place: %v", got)
+	}
+}

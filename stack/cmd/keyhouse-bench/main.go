@@ -121,7 +121,8 @@ func run(ctx context.Context) error {
 
 	// Every scenario is set up first; then the measurements go in rounds, each scenario
 	// measured for duration/rounds per round, so that every row of the table (the floor
-	// included) sees the same share of whatever else the machine is doing.
+	// included) sees the same share of whatever else the machine is doing, in an order
+	// reversed every other round (bench.InRoundOrder).
 	type prepared struct {
 		sc      bench.Scenario
 		op      bench.Op
@@ -148,7 +149,7 @@ func run(ctx context.Context) error {
 	slice := *duration / time.Duration(*rounds)
 	for round := range *rounds {
 		fmt.Fprintf(os.Stderr, "round %d of %d ...\n", round+1, *rounds)
-		for _, p := range runs {
+		for _, p := range bench.InRoundOrder(runs, round) {
 			if round == 0 {
 				bench.WarmUp(ctx, p.sc, p.op, *workers, cmp.Or(*warmFor, *duration/5))
 				if _, err := env.Settle(ctx, p.sc.ID); err != nil && p.settle == nil {
