@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"github.com/keyhouse/keyhouse/pkg/protojsonappend"
 	activationsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/activations/v1"
 	licensingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1"
 	releasesv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/releases/v1"
@@ -96,7 +97,7 @@ func randomTimestamp(r *rand.Rand) *timestamppb.Timestamp {
 	if r.IntN(2) == 0 {
 		return sampleTimestamps[r.IntN(len(sampleTimestamps))]
 	}
-	return &timestamppb.Timestamp{Seconds: r.Int64N(maxTimestampSeconds-minTimestampSeconds) + minTimestampSeconds, Nanos: r.Int32N(1e9)}
+	return &timestamppb.Timestamp{Seconds: r.Int64N(protojsonappend.MaxTimestampSeconds-protojsonappend.MinTimestampSeconds) + protojsonappend.MinTimestampSeconds, Nanos: r.Int32N(1e9)}
 }
 
 func randomHotAnswer(r *rand.Rand) proto.Message {
@@ -184,7 +185,7 @@ func TestHotAnswersLeftToProtojsonStayProtojsons(t *testing.T) {
 	for _, msg := range []proto.Message{
 		&licensingv1.VerifyLicenseResponse{Tier: "bad \xff"},
 		&licensingv1.VerifyLicenseResponse{Limits: &structpb.Struct{Fields: map[string]*structpb.Value{"n": structpb.NewNumberValue(math.NaN())}}},
-		&licensingv1.VerifyLicenseResponse{ExpiresAt: &timestamppb.Timestamp{Seconds: maxTimestampSeconds + 1}},
+		&licensingv1.VerifyLicenseResponse{ExpiresAt: &timestamppb.Timestamp{Seconds: protojsonappend.MaxTimestampSeconds + 1}},
 		&licensingv1.VerifyLicenseResponse{Limits: &structpb.Struct{Fields: map[string]*structpb.Value{"v": {}}}},
 		&licensingv1.VerifyLicenseResponse{Limits: &structpb.Struct{Fields: map[string]*structpb.Value{"s": {Kind: &structpb.Value_StructValue{}}}}},
 	} {

@@ -1,6 +1,7 @@
 package edge
 
 import (
+	"github.com/keyhouse/keyhouse/pkg/protojsonappend"
 	activationsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/activations/v1"
 	"google.golang.org/protobuf/proto"
 )
@@ -17,20 +18,20 @@ func appendCreateLeaseResponse(b []byte, m *activationsv1.CreateLeaseResponse) (
 		return b, false
 	}
 	b = append(b, `{"lease":`...)
-	if b, ok = appendJSONString(b, m.Lease); !ok {
+	if b, ok = protojsonappend.String(b, m.Lease); !ok {
 		return b, false
 	}
 	b = append(b, `,"expires_at":`...)
-	if b, ok = appendTimestamp(b, m.ExpiresAt); !ok {
+	if b, ok = protojsonappend.TimestampOrNull(b, m.ExpiresAt); !ok {
 		return b, false
 	}
 	b = append(b, `,"renew_after":`...)
-	if b, ok = appendTimestamp(b, m.RenewAfter); !ok {
+	if b, ok = protojsonappend.TimestampOrNull(b, m.RenewAfter); !ok {
 		return b, false
 	}
 	if m.Token != nil {
 		b = append(b, `,"token":`...)
-		if b, ok = appendJSONString(b, *m.Token); !ok {
+		if b, ok = protojsonappend.String(b, *m.Token); !ok {
 			return b, false
 		}
 	}
