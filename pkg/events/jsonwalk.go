@@ -18,7 +18,7 @@ const maxWalkDepth = 100
 
 // appendEnvelope writes JSON's bytes for ev in one walk of the event, instead of the
 // three protojson passes of threePassJSON (23% of the events service's CPU samples under
-// write load, docs/PERFORMANCE.md). It writes what the passes write: the data's fields in
+// write load, docs/performance-history.md). It writes what the passes write: the data's fields in
 // the order of their proto names (the Struct of the second pass sorts them, nested
 // objects' too), each value as protojson prints it after the Struct's reading has made
 // every JSON number a double:
