@@ -527,7 +527,9 @@ type outboxRow struct {
 // oldest row.
 //
 // The plan must not depend on the table's statistics: a busy outbox churns faster than
-// autovacuum analyzes it (a fresh one has none at all), and a planner that believes the
+// autovacuum analyzes it (a fresh one has none at all; one analyzed while empty has no
+// pages, and without pgxx.GenericPlanSettings' enable_seqscan = off its every lookup
+// would be a sequential scan, kept with the plan), and a planner that believes the
 // table holds a row re-ran ready's per-tenant scans once per pending row, a claim taking
 // a minute at 6,000 pending rows, so a backlog only grew. ready is therefore MATERIALIZED
 // (computed once) and the rows to lock are fetched by their ids, a primary key probe

@@ -43,8 +43,12 @@ func claimBuffers(t *testing.T, pool *pgxpool.Pool, batch int, tenants []string,
 				return err
 			}
 		}
-		for _, q := range []string{`SET LOCAL plan_cache_mode = force_generic_plan`,
-			`PREPARE claim_generic (int, text[], bigint[]) AS ` + claimSQL} {
+		// The relay's connection's settings (pgxx.WithGenericPlans), then the statement.
+		var setup []string
+		for name, value := range pgxx.GenericPlanSettings {
+			setup = append(setup, fmt.Sprintf("SET LOCAL %s = %s", name, value))
+		}
+		for _, q := range append(setup, `PREPARE claim_generic (int, text[], bigint[]) AS `+claimSQL) {
 			if _, err := tx.Exec(ctx, q); err != nil {
 				return err
 			}
@@ -260,5 +264,100 @@ func TestRelayClaimsFromTheFrontAQuarterSecondAfterTheLast(t *testing.T) {
 	c.fromFront()
 	if _, _, front := c.next(); front {
 		t.Fatal("the claim right after one from the front is from the front again")
+	}
+}
+
+// The relay plans its claim once, and Postgres plans it again after each analyze of the
+// outbox. An outbox analyzed while empty (autovacuum after a quiet spell, a VACUUM after
+// a bulk load elsewhere in the database) has neither pages nor rows for the planner,
+// whose cheapest plan is then a sequential scan for every lookup, and the connection
+// keeps that plan while the table fills: the claim read the whole table, dead rows and
+// all, dozens of times. The relay's connection (pgxx.WithGenericPlans) plans from the
+// indexes whatever the statistics say.
+func TestAClaimPlannedOnAnOutboxAnalyzedEmptyReadsItsIndexes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url, pool := newOutboxDB(t)
+	if _, err := pool.Exec(ctx, `VACUUM (ANALYZE) outbox`); err != nil {
+		t.Fatal(err)
+	}
+	relayDB, err := pgxx.Open(ctx, url, "svc", pgxx.WithMaxConns(1), pgxx.WithGenericPlans())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(relayDB.Close)
+	conn, err := relayDB.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	// The relay's first claim, on the empty outbox, makes the plan the connection keeps.
+	claim := func(explain string, tenants []string, after []int64) (string, error) {
+		var plan string
+		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+			quoted := make([]string, len(tenants))
+			for i, tenant := range tenants {
+				quoted[i] = "'" + tenant + "'"
+			}
+			cursors := make([]string, len(after))
+			for i, id := range after {
+				cursors[i] = strconv.FormatInt(id, 10)
+			}
+			q := fmt.Sprintf(`%sEXECUTE claim (64, ARRAY[%s]::text[], ARRAY[%s]::bigint[])`, explain, strings.Join(quoted, ","), strings.Join(cursors, ","))
+			if explain == "" {
+				if _, err := tx.Exec(ctx, q); err != nil {
+					return err
+				}
+			} else if err := tx.QueryRow(ctx, q).Scan(&plan); err != nil {
+				return err
+			}
+			return errRollback // the claim's locks go with it
+		})
+		if !errors.Is(err, errRollback) {
+			return "", err
+		}
+		return plan, nil
+	}
+	if _, err := conn.Exec(ctx, `PREPARE claim (int, text[], bigint[]) AS `+claimSQL); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := claim("", []string{}, []int64{}); err != nil {
+		t.Fatal(err)
+	}
+	// What the relay finds a minute later: 13,000 rows relayed and deleted, batch by
+	// batch, and 200 pending.
+	if _, err := pool.Exec(ctx, `
+		INSERT INTO outbox (tenant_id, subject, msg_id, payload)
+		SELECT 'default', 'x.ev', 'relayed:' || i, '\x00' FROM generate_series(1, 13000) i;
+		INSERT INTO outbox (tenant_id, subject, msg_id, payload)
+		SELECT 'default', 'x.ev', 'pending:' || i, '\x00' FROM generate_series(1, 200) i`); err != nil {
+		t.Fatal(err)
+	}
+	var last int64
+	if err := pool.QueryRow(ctx, `SELECT max(id) FROM outbox WHERE msg_id LIKE 'relayed:%'`).Scan(&last); err != nil {
+		t.Fatal(err)
+	}
+	for from := int64(0); from < last; from += 24 {
+		if _, err := pool.Exec(ctx, `DELETE FROM outbox WHERE id > $1 AND id <= $2`, from, min(from+24, last)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range []struct {
+		name    string
+		tenants []string
+		after   []int64
+	}{{"from the front", []string{}, []int64{}}, {"from the cursor", []string{"default"}, []int64{last}}} {
+		plan, err := claim("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) ", c.tenants, c.after)
+		if err != nil {
+			t.Fatal(err)
+		}
+		buffers, err := pgxx.PlanBuffers(plan)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(plan, `"Seq Scan"`) {
+			t.Errorf("%s: the claim scans the outbox whole (%d buffers)", c.name, buffers)
+		}
+		t.Logf("%s: %d buffers", c.name, buffers)
 	}
 }
