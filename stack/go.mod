@@ -17,7 +17,7 @@ require (
 	google.golang.org/grpc v1.85.0
 )
 
-require github.com/nats-io/nats.go v1.55.0 // indirect
+require github.com/nats-io/nats.go v1.55.0
 
 require (
 	github.com/beorn7/perks v1.0.1 // indirect
