@@ -53,16 +53,7 @@ func claimBuffers(t *testing.T, pool *pgxpool.Pool, batch int, tenants []string,
 				return err
 			}
 		}
-		// EXECUTE takes no protocol parameters: the arguments go in as literals.
-		quoted := make([]string, len(tenants))
-		for i, tenant := range tenants {
-			quoted[i] = "'" + strings.ReplaceAll(tenant, "'", "''") + "'"
-		}
-		cursors := make([]string, len(after))
-		for i, id := range after {
-			cursors[i] = strconv.FormatInt(id, 10)
-		}
-		claim = fmt.Sprintf(`EXECUTE claim_generic (%d, ARRAY[%s]::text[], ARRAY[%s]::bigint[])`, batch, strings.Join(quoted, ","), strings.Join(cursors, ","))
+		claim = executeClaim("claim_generic", batch, tenants, after)
 		explain = `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) ` + claim
 		return nil
 	}
@@ -110,6 +101,20 @@ func claimBuffers(t *testing.T, pool *pgxpool.Pool, batch int, tenants []string,
 	}
 	slices.Sort(ids)
 	return buffers, ids
+}
+
+// executeClaim is the EXECUTE of claimSQL prepared as name, for a batch and cursors.
+// EXECUTE takes no protocol parameters: the arguments go in as literals.
+func executeClaim(name string, batch int, tenants []string, after []int64) string {
+	quoted := make([]string, len(tenants))
+	for i, tenant := range tenants {
+		quoted[i] = "'" + strings.ReplaceAll(tenant, "'", "''") + "'"
+	}
+	cursors := make([]string, len(after))
+	for i, id := range after {
+		cursors[i] = strconv.FormatInt(id, 10)
+	}
+	return fmt.Sprintf(`EXECUTE %s (%d, ARRAY[%s]::text[], ARRAY[%s]::bigint[])`, name, batch, strings.Join(quoted, ","), strings.Join(cursors, ","))
 }
 
 // The claim from the relay's cursors reads each known tenant's rows after its cursor, not
@@ -295,15 +300,7 @@ func TestAClaimPlannedOnAnOutboxAnalyzedEmptyReadsItsIndexes(t *testing.T) {
 	claim := func(explain string, tenants []string, after []int64) (string, error) {
 		var plan string
 		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
-			quoted := make([]string, len(tenants))
-			for i, tenant := range tenants {
-				quoted[i] = "'" + tenant + "'"
-			}
-			cursors := make([]string, len(after))
-			for i, id := range after {
-				cursors[i] = strconv.FormatInt(id, 10)
-			}
-			q := fmt.Sprintf(`%sEXECUTE claim (64, ARRAY[%s]::text[], ARRAY[%s]::bigint[])`, explain, strings.Join(quoted, ","), strings.Join(cursors, ","))
+			q := explain + executeClaim("claim", 64, tenants, after)
 			if explain == "" {
 				if _, err := tx.Exec(ctx, q); err != nil {
 					return err

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -51,22 +50,20 @@ func setupStorefront(ctx context.Context, env *Env) (Op, error) {
 	if err := Expect(st, data, err, http.StatusOK); err != nil {
 		return nil, fmt.Errorf("save secret: %w", err)
 	}
-	link := fmt.Sprintf("plink_bench%d", stamp)
+	link, product := fmt.Sprintf("plink_bench%d", stamp), fmt.Sprintf("bench-shop-%d", stamp)
 	st, data, err = env.Do(ctx, http.MethodPost, "/v1/storefront/mappings", SetupIP(), true, map[string]any{
-		"payment_link": link, "product_id": fmt.Sprintf("bench-shop-%d", stamp), "tier": "pro", "seats": 2, "duration_days": 365,
+		"payment_link": link, "product_id": product, "tier": "pro", "seats": 2, "duration_days": 365,
 	})
 	if err := Expect(st, data, err, http.StatusOK); err != nil {
 		return nil, fmt.Errorf("create mapping: %w", err)
 	}
-	issued, err := watchIssued(ctx, env.Stack.Env("NATS_URL"))
+	issued, err := watchIssued(ctx, env.Stack.Env("NATS_URL"), product)
 	if err != nil {
 		return nil, err
 	}
 	var ips atomic.Int64
 	return func(ctx context.Context, _, i int) error {
 		customer := stripeCustomerID()
-		licensed := issued.expect(customer)
-		defer issued.forget(customer)
 		payload, _ := json.Marshal(map[string]any{
 			"id": fmt.Sprintf("evt_bench%d_%d", stamp, i), "object": "event", "type": "checkout.session.completed",
 			"api_version": stripe.APIVersion, "created": time.Now().Unix(),
@@ -92,71 +89,47 @@ func setupStorefront(ctx context.Context, env *Env) (Op, error) {
 			return fmt.Errorf("callback: status %d", resp.StatusCode)
 		}
 		// Accepted: now wait for the license (issued_to is the session's customer).
-		select {
-		case <-licensed:
-			return nil
-		case <-ctx.Done():
-			return ctx.Err()
-		}
+		return issued.await(ctx, customer)
 	}, nil
 }
 
-// issuedWatch tells the row's sessions that their license exists: licensing's
-// license.issued, which its relay publishes once the license is committed, read off the
-// event stream by a subscription of the bench's own. The row used to poll list-licenses
-// for each session every 10 ms, and the polls were what overloaded the stack: each cost
-// the gateway, licensing and 1-3 ms of Postgres (planning the issued_to search
-// included), so once a stall left a few hundred sessions waiting their polls took the
-// two cores, the sessions waited longer and polled more, and the row measured its own
-// polls (in a full run, 3 licenses issued a second of the 50, p99 21 s, Postgres at 163%
-// of a core on list-licenses; backing the polls off did not stop it).
-type issuedWatch struct {
-	mu      sync.Mutex
-	waiting map[string]chan struct{} // by the license's issued_to
-}
-
-func watchIssued(ctx context.Context, natsURL string) (*issuedWatch, error) {
+// watchIssued tells the row's sessions that their license exists: licensing's
+// license.issued for the row's product, which its relay publishes once the license is
+// committed, read off the event stream by a subscription of the bench's own and keyed by
+// issued_to (the session's customer). The row used to poll list-licenses for each
+// session every 10 ms, and the polls were what overloaded the stack: each cost the
+// gateway, licensing and 1-3 ms of Postgres (planning the issued_to search included), so
+// once a stall left a few hundred sessions waiting their polls took the two cores, the
+// sessions waited longer and polled more, and the row measured its own polls (in a full
+// run, 3 licenses issued a second of the 50, p99 21 s, Postgres at 163% of a core on
+// list-licenses; backing the polls off did not stop it).
+func watchIssued(ctx context.Context, natsURL, product string) (*arrivals, error) {
 	nc, err := nats.Connect(natsURL)
 	if err != nil {
 		return nil, fmt.Errorf("watch license.issued: %w", err)
 	}
-	w := &issuedWatch{waiting: map[string]chan struct{}{}}
+	arr := newArrivals()
 	if _, err := nc.Subscribe(events.Subject(events.TypeLicenseIssued), func(m *nats.Msg) {
-		var ev eventsv1.Event
-		if proto.Unmarshal(m.Data, &ev) == nil {
-			w.issued(ev.GetLicenseIssued().GetIssuedTo())
+		if customer, ok := issuedToOfProduct(m.Data, product); ok {
+			arr.arrived(customer)
 		}
 	}); err != nil {
 		nc.Close()
 		return nil, fmt.Errorf("watch license.issued: %w", err)
 	}
 	context.AfterFunc(ctx, nc.Close)
-	return w, nil
+	return arr, nil
 }
 
-// expect returns a channel closed once customer's license is issued.
-func (w *issuedWatch) expect(customer string) <-chan struct{} {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	ch := make(chan struct{})
-	w.waiting[customer] = ch
-	return ch
-}
-
-func (w *issuedWatch) issued(customer string) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if ch, ok := w.waiting[customer]; ok {
-		close(ch)
-		delete(w.waiting, customer)
+// issuedToOfProduct is whom the license.issued event in data was issued to, if it is a
+// license of product: the other rows' licenses (the import's 100,000 among them) are
+// none of this row's business.
+func issuedToOfProduct(data []byte, product string) (string, bool) {
+	var ev eventsv1.Event
+	if proto.Unmarshal(data, &ev) != nil || ev.GetLicenseIssued().GetProductId() != product {
+		return "", false
 	}
-}
-
-// forget drops a session that stopped waiting.
-func (w *issuedWatch) forget(customer string) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	delete(w.waiting, customer)
+	return ev.GetLicenseIssued().GetIssuedTo(), true
 }
 
 // stripeCustomerID is a customer id as Stripe makes them: cus_ and 14 random letters and

@@ -43,6 +43,10 @@ type arrivals struct {
 	pending map[string]bool // issued, not delivered yet
 }
 
+func newArrivals() *arrivals {
+	return &arrivals{wait: map[string]chan struct{}{}, done: map[string]bool{}, pending: map[string]bool{}}
+}
+
 func (a *arrivals) issued(key string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -115,7 +119,7 @@ func setupWebhooks(ctx context.Context, env *Env) (Op, error) {
 	if err != nil {
 		return nil, err
 	}
-	arr := &arrivals{wait: map[string]chan struct{}{}, done: map[string]bool{}, pending: map[string]bool{}}
+	arr := newArrivals()
 	var secret atomic.Value
 	secret.Store("")
 	var bad atomic.Int64
