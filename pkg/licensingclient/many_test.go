@@ -4,7 +4,9 @@ import (
 	"context"
 	"testing"
 
+	"github.com/keyhouse/keyhouse/pkg/grpcx/grpcxtest"
 	"github.com/keyhouse/keyhouse/pkg/license"
+	"github.com/keyhouse/keyhouse/pkg/licensecache"
 	licensingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -21,9 +23,18 @@ func TestLicensesLooksUpABatchsKeysInOneCall(t *testing.T) {
 	serveBatch(t, lis, f)
 	c := client(t, lis.Addr().String())
 	keys := []string{"K1", "UNKNOWN", "K2", "K1", "K3"}
-	found, err := c.Licenses(context.Background(), keys)
+	// Asked while serving a call, as a batch call's items are: the answer names each
+	// found key's tenant for the gateway in one header write.
+	call, stream := grpcxtest.Call(context.Background(), "/keyhouse.activations.v1.ActivationsService/ChangeSeatsBatch")
+	found, err := c.Licenses(call, keys)
 	if err != nil {
 		t.Fatal(err)
+	}
+	header, writes := stream.Header()
+	named := map[string]string{}
+	licensecache.Tenants(header, func(key, tenant string) { named[key] = tenant })
+	if writes != 1 || len(named) != 3 {
+		t.Errorf("%d header writes naming %v; want one naming the 3 keys found", writes, named)
 	}
 	for _, key := range []string{"K1", "K2", "K3"} {
 		if l := found[license.CanonicalKey(key)]; l.GetKey() != license.CanonicalKey(key) {

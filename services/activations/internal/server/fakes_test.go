@@ -8,21 +8,34 @@ import (
 	"sync"
 	"time"
 
+	"github.com/keyhouse/keyhouse/pkg/apierr"
 	"github.com/keyhouse/keyhouse/pkg/auth"
 	"github.com/keyhouse/keyhouse/pkg/license"
 	"github.com/keyhouse/keyhouse/pkg/licensecache"
 	licensingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1"
 	"github.com/keyhouse/keyhouse/services/activations/internal/store"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
-// fakeLicenses is licensing's GetLicense: tenant "" finds a key in any tenant.
+// fakeLicenses is licensing's GetLicense and GetLicenses as pkg/licensingclient asks
+// them: tenant "" finds a key in any tenant. It counts the calls of each.
 type fakeLicenses struct {
 	byKey   map[string]*licensingv1.License
 	deleted map[string][]string // tenant → keys licensing deleted lately
 	err     error               // an outage
+
+	mu                 sync.Mutex
+	singles, togethers int // License and Licenses calls
+}
+
+// calls reports how many License and Licenses calls were made.
+func (f *fakeLicenses) calls() (singles, togethers int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.singles, f.togethers
 }
 
 func (f *fakeLicenses) DeletedKeys(_ context.Context, tenant string) ([]string, error) {
@@ -33,15 +46,46 @@ func (f *fakeLicenses) DeletedKeys(_ context.Context, tenant string) ([]string, 
 }
 
 func (f *fakeLicenses) License(ctx context.Context, tenant, key string) (*licensingv1.License, error) {
+	f.mu.Lock()
+	f.singles++
+	f.mu.Unlock()
+	l, err := f.find(tenant, key)
+	if err == nil && tenant == "" { // as pkg/licensingclient does
+		licensecache.AnnounceTenant(ctx, l.GetKey(), l.GetTenantId())
+	}
+	return l, err
+}
+
+// Licenses is License in any tenant for each key, by canonical key, the found ones named
+// in one header write, as pkg/licensingclient does.
+func (f *fakeLicenses) Licenses(ctx context.Context, keys []string) (map[string]*licensingv1.License, error) {
+	f.mu.Lock()
+	f.togethers++
+	f.mu.Unlock()
+	found := map[string]*licensingv1.License{}
+	var named []string
+	for _, key := range keys {
+		l, err := f.find("", key)
+		switch {
+		case apierr.Is(err, codes.NotFound):
+		case err != nil:
+			return nil, err
+		default:
+			found[license.CanonicalKey(key)] = l
+			named = append(named, l.GetKey(), l.GetTenantId())
+		}
+	}
+	licensecache.AnnounceTenant(ctx, named...)
+	return found, nil
+}
+
+func (f *fakeLicenses) find(tenant, key string) (*licensingv1.License, error) {
 	if f.err != nil {
 		return nil, f.err
 	}
 	l, ok := f.byKey[key]
 	if !ok || (tenant != "" && l.GetTenantId() != tenant) {
 		return nil, license.ErrNotFound
-	}
-	if tenant == "" { // as pkg/licensingclient does
-		licensecache.AnnounceTenant(ctx, l.GetKey(), l.GetTenantId())
 	}
 	return l, nil
 }

@@ -26,14 +26,16 @@ type leaseItem struct {
 
 // CreateLeaseBatch answers each item as CreateLease would: the same checks, the same
 // lease or error, logged and counted as a CreateLease call of the item's request id.
-// Their licenses are looked up together (licensingclient batches the misses), their
-// seats, policies and keys are one read (store.LeaseBases), and the floating seats they
-// renew one write under the licenses' shared locks (store.RenewLeases), as each lease's
-// own read and write would be.
+// Their licenses are looked up together (one call to licensing for the cache's misses),
+// their seats, policies and keys are one read (store.LeaseBases), and the floating seats
+// they renew one write under the licenses' shared locks (store.RenewLeases), as each
+// lease's own read and write would be.
 func (x *Leases) CreateLeaseBatch(ctx context.Context, req *activationsv1.CreateLeaseBatchRequest) (*activationsv1.CreateLeaseBatchResponse, error) {
 	start := time.Now()
-	checked, err := checkBatch(ctx, req.GetItems(), func(ctx context.Context, item *activationsv1.CreateLeaseBatchItem) (*licensingv1.License, error) {
-		return x.leaseLicense(ctx, item.GetRequest())
+	checked, err := checkBatch(ctx, x.licenses, req.GetItems(), func(item *activationsv1.CreateLeaseBatchItem) string {
+		return item.GetRequest().GetKey()
+	}, func(ctx context.Context, item *activationsv1.CreateLeaseBatchItem, find findLicense) (*licensingv1.License, error) {
+		return x.leaseLicense(ctx, item.GetRequest(), find)
 	})
 	if err != nil {
 		return nil, err

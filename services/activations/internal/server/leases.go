@@ -319,7 +319,7 @@ func matches(strategy string, bound, sent map[string]string) bool {
 // seat, its policy and the signing key are one read; a write follows only when the lease
 // changes the seat (a floating seat's lease end, a first binding, a reinstall's token).
 func (x *Leases) CreateLease(ctx context.Context, req *activationsv1.CreateLeaseRequest) (*activationsv1.CreateLeaseResponse, error) {
-	l, err := x.leaseLicense(ctx, req)
+	l, err := x.leaseLicense(ctx, req, inAnyTenant(x.licenses))
 	if err != nil {
 		return nil, err
 	}
@@ -327,14 +327,11 @@ func (x *Leases) CreateLease(ctx context.Context, req *activationsv1.CreateLease
 }
 
 // leaseLicense checks a lease request's shape and finds its license, usable now.
-func (x *Leases) leaseLicense(ctx context.Context, req *activationsv1.CreateLeaseRequest) (*licensingv1.License, error) {
+func (x *Leases) leaseLicense(ctx context.Context, req *activationsv1.CreateLeaseRequest, find findLicense) (*licensingv1.License, error) {
 	if err := checkLeaseRequest(req); err != nil {
 		return nil, err
 	}
-	if utf8.RuneCountInString(req.GetKey()) > maxFieldLen {
-		return nil, license.ErrNotFound
-	}
-	l, err := x.licenses.License(ctx, "", req.GetKey())
+	l, err := find(ctx, req.GetKey())
 	if err != nil {
 		return nil, err
 	}

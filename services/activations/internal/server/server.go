@@ -12,7 +12,6 @@ import (
 	"math"
 	"sort"
 	"strings"
-	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -159,15 +158,69 @@ func checkField(name, v string) error {
 }
 
 // lookup finds the license of key, in tenant or (tenant "", the public routes) in any
-// tenant. An over-long key is answered like any other unknown string.
+// tenant.
 func (s *Server) lookup(ctx context.Context, tenant, key string) (*licensingv1.License, error) {
-	if key == "" {
-		return nil, errMissingKey
-	}
-	if utf8.RuneCountInString(key) > maxFieldLen {
-		return nil, license.ErrNotFound
+	if err := keyError(key); err != nil {
+		return nil, err
 	}
 	return s.licenses.License(ctx, tenant, key)
+}
+
+// keyError is what a lookup of key answers before asking anyone: errMissingKey for none,
+// and an over-long key is answered like any other unknown string.
+func keyError(key string) error {
+	switch {
+	case key == "":
+		return errMissingKey
+	case utf8.RuneCountInString(key) > maxFieldLen:
+		return license.ErrNotFound
+	}
+	return nil
+}
+
+// findLicense finds the license of a key in any tenant (the public routes), as a call's
+// checks need it: a call alone asks licenses (inAnyTenant), a batch's item finds it among
+// the licenses its batch looked up together (lookUpTogether).
+type findLicense func(ctx context.Context, key string) (*licensingv1.License, error)
+
+// inAnyTenant is findLicense for a call alone: the cache's answer, or licensing's.
+func inAnyTenant(licenses Licenses) findLicense {
+	return func(ctx context.Context, key string) (*licensingv1.License, error) {
+		if err := keyError(key); err != nil {
+			return nil, err
+		}
+		return licenses.License(ctx, "", key)
+	}
+}
+
+// lookUpTogether looks the licenses of a batch's keys up in one Licenses call (one call
+// to licensing for those the cache lacks, rather than one each) and returns the
+// findLicense its items' checks use: each key answered as inAnyTenant would answer it
+// alone, or with the error of the whole lookup.
+func lookUpTogether(ctx context.Context, licenses Licenses, keys []string) findLicense {
+	asked := make([]string, 0, len(keys))
+	for _, key := range keys {
+		if keyError(key) == nil {
+			asked = append(asked, key)
+		}
+	}
+	var found map[string]*licensingv1.License
+	var lookupErr error
+	if len(asked) > 0 {
+		found, lookupErr = licenses.Licenses(ctx, asked)
+	}
+	return func(_ context.Context, key string) (*licensingv1.License, error) {
+		if err := keyError(key); err != nil {
+			return nil, err
+		}
+		if lookupErr != nil {
+			return nil, lookupErr
+		}
+		if l := found[license.CanonicalKey(key)]; l != nil {
+			return l, nil
+		}
+		return nil, license.ErrNotFound
+	}
 }
 
 func isNotFound(err error) bool { return apierr.Is(err, codes.NotFound) }
@@ -184,7 +237,7 @@ func (s *Server) usable(l *licensingv1.License, expired *apierr.Error) error {
 
 // ActivateLicense creates the seat key + instance_id, or reports it exists.
 func (s *Server) ActivateLicense(ctx context.Context, req *activationsv1.ActivateLicenseRequest) (*activationsv1.ActivateLicenseResponse, error) {
-	c, err := s.activation(ctx, req)
+	c, err := s.activation(ctx, req, inAnyTenant(s.licenses))
 	if err != nil {
 		return nil, err
 	}
@@ -204,14 +257,14 @@ type seatCall struct {
 }
 
 // activation checks an activate call and turns it into the change it asks for.
-func (s *Server) activation(ctx context.Context, req *activationsv1.ActivateLicenseRequest) (seatCall, error) {
+func (s *Server) activation(ctx context.Context, req *activationsv1.ActivateLicenseRequest, find findLicense) (seatCall, error) {
 	if req.GetKey() == "" {
 		return seatCall{}, errMissingKey
 	}
 	if err := checkField("instance_id", req.GetInstanceId()); err != nil {
 		return seatCall{}, err
 	}
-	l, err := s.lookup(ctx, "", req.GetKey())
+	l, err := find(ctx, req.GetKey())
 	if err != nil {
 		return seatCall{}, err
 	}
@@ -251,7 +304,7 @@ func (c seatCall) answer(changed store.SeatChanged) (*activationsv1.ActivateLice
 // DeactivateLicense frees the seat the token belongs to. Only the token is a credential:
 // a token that matches no seat of this key is deactivated false, not an error.
 func (s *Server) DeactivateLicense(ctx context.Context, req *activationsv1.DeactivateLicenseRequest) (*activationsv1.DeactivateLicenseResponse, error) {
-	c, err := s.deactivation(ctx, req)
+	c, err := s.deactivation(ctx, req, inAnyTenant(s.licenses))
 	if err != nil {
 		return nil, err
 	}
@@ -266,14 +319,14 @@ func (s *Server) DeactivateLicense(ctx context.Context, req *activationsv1.Deact
 }
 
 // deactivation checks a deactivate call and turns it into the change it asks for.
-func (s *Server) deactivation(ctx context.Context, req *activationsv1.DeactivateLicenseRequest) (seatCall, error) {
+func (s *Server) deactivation(ctx context.Context, req *activationsv1.DeactivateLicenseRequest, find findLicense) (seatCall, error) {
 	if req.GetKey() == "" {
 		return seatCall{}, errMissingKey
 	}
 	if req.GetToken() == "" {
 		return seatCall{}, errMissingToken
 	}
-	l, err := s.lookup(ctx, "", req.GetKey())
+	l, err := find(ctx, req.GetKey())
 	if isNotFound(err) {
 		return seatCall{none: true}, nil
 	}
@@ -350,7 +403,7 @@ func (s *Server) TrackUsage(ctx context.Context, req *activationsv1.TrackUsageRe
 	if err != nil {
 		return nil, err
 	}
-	inc, err := s.usageIncrement(ctx, req)
+	inc, err := s.usageIncrement(ctx, req, inAnyTenant(s.licenses))
 	if err != nil {
 		return nil, err
 	}
@@ -406,23 +459,25 @@ type batchItem[C any] struct {
 	err    error
 }
 
-// checkBatch checks the items of a batch call side by side (a license missing from the
-// cache is a call to licensing), each as its own call would check it.
-func checkBatch[I interface{ GetRequestId() string }, C any](ctx context.Context, items []I, check func(context.Context, I) (C, error)) ([]batchItem[C], error) {
+// checkBatch checks the items of a batch call, each as its own call would check it, with
+// the licenses of their keys (keyOf) looked up together first (lookUpTogether): one call
+// to licensing for those the cache lacks, named to the gateway in one header write.
+func checkBatch[I interface{ GetRequestId() string }, C any](ctx context.Context, licenses Licenses, items []I,
+	keyOf func(I) string, check func(context.Context, I, findLicense) (C, error)) ([]batchItem[C], error) {
 	if len(items) > maxBatchItems {
 		return nil, apierr.Invalid("at most %d items in a batch", maxBatchItems)
 	}
+	keys := make([]string, len(items))
+	for i, item := range items {
+		keys[i] = keyOf(item)
+	}
+	find := lookUpTogether(ctx, licenses, keys)
 	checked := make([]batchItem[C], len(items))
-	// Each item looked up in any tenant names its tenant to the gateway; named together.
-	ctx, announce := licensecache.GatherTenants(ctx)
-	var wg sync.WaitGroup
 	for i, item := range items {
 		b := &checked[i]
 		b.ctx = telemetry.WithRequestID(ctx, item.GetRequestId())
-		wg.Go(func() { b.change, b.err = check(b.ctx, item) })
+		b.change, b.err = check(b.ctx, item, find)
 	}
-	wg.Wait()
-	announce()
 	return checked, nil
 }
 
@@ -442,8 +497,10 @@ func (s *Server) observeItem(ctx context.Context, method string, start time.Time
 // transaction), in the order given.
 func (s *Server) TrackUsageBatch(ctx context.Context, req *activationsv1.TrackUsageBatchRequest) (*activationsv1.TrackUsageBatchResponse, error) {
 	start := time.Now()
-	checked, err := checkBatch(ctx, req.GetItems(), func(ctx context.Context, item *activationsv1.TrackUsageBatchItem) (store.Increment, error) {
-		return s.usageIncrement(ctx, item.GetRequest())
+	checked, err := checkBatch(ctx, s.licenses, req.GetItems(), func(item *activationsv1.TrackUsageBatchItem) string {
+		return item.GetRequest().GetKey()
+	}, func(ctx context.Context, item *activationsv1.TrackUsageBatchItem, find findLicense) (store.Increment, error) {
+		return s.usageIncrement(ctx, item.GetRequest(), find)
 	})
 	if err != nil {
 		return nil, err
@@ -487,12 +544,17 @@ func (s *Server) TrackUsageBatch(ctx context.Context, req *activationsv1.TrackUs
 func (s *Server) ChangeSeatsBatch(ctx context.Context, req *activationsv1.ChangeSeatsBatchRequest) (*activationsv1.ChangeSeatsBatchResponse, error) {
 	start := time.Now()
 	items := req.GetItems()
-	checked, err := checkBatch(ctx, items, func(ctx context.Context, item *activationsv1.ChangeSeatsBatchItem) (seatCall, error) {
+	checked, err := checkBatch(ctx, s.licenses, items, func(item *activationsv1.ChangeSeatsBatchItem) string {
+		if a := item.GetActivate(); a != nil {
+			return a.GetKey()
+		}
+		return item.GetDeactivate().GetKey()
+	}, func(ctx context.Context, item *activationsv1.ChangeSeatsBatchItem, find findLicense) (seatCall, error) {
 		switch change := item.GetChange().(type) {
 		case *activationsv1.ChangeSeatsBatchItem_Activate:
-			return s.activation(ctx, change.Activate)
+			return s.activation(ctx, change.Activate, find)
 		case *activationsv1.ChangeSeatsBatchItem_Deactivate:
-			return s.deactivation(ctx, change.Deactivate)
+			return s.deactivation(ctx, change.Deactivate, find)
 		}
 		return seatCall{}, apierr.Invalid("a batch item is an activation or a deactivation")
 	})
@@ -544,7 +606,7 @@ func (s *Server) ChangeSeatsBatch(ctx context.Context, req *activationsv1.Change
 }
 
 // usageIncrement checks a track-usage request against the license and says what to add.
-func (s *Server) usageIncrement(ctx context.Context, req *activationsv1.TrackUsageRequest) (store.Increment, error) {
+func (s *Server) usageIncrement(ctx context.Context, req *activationsv1.TrackUsageRequest, find findLicense) (store.Increment, error) {
 	if req.GetKey() == "" {
 		return store.Increment{}, errMissingKey
 	}
@@ -565,7 +627,7 @@ func (s *Server) usageIncrement(ctx context.Context, req *activationsv1.TrackUsa
 			return store.Increment{}, apierr.Invalid("increment must be a positive integer")
 		}
 	}
-	l, err := s.lookup(ctx, "", req.GetKey())
+	l, err := find(ctx, req.GetKey())
 	if err != nil {
 		return store.Increment{}, err
 	}

@@ -584,9 +584,10 @@ func TestChangeSeatsBatchAnswersEachItemAsItsOwnCall(t *testing.T) {
 	}
 }
 
-// Each item of a batch looks its license up on its own; the answer names every item's
-// tenant for the gateway in one header write (gRPC copies the header at each write).
-func TestABatchNamesItsItemsTenantsInOneHeaderWrite(t *testing.T) {
+// A batch's items have their licenses looked up together, in one call however many
+// items there are, and none alone; the answer names every item's tenant for the gateway
+// in one header write (gRPC copies the header at each write).
+func TestABatchLooksItsLicensesUpTogetherAndNamesTheirTenantsInOneHeaderWrite(t *testing.T) {
 	s, _ := newTest(lic("t1", "K1", 5, nil), lic("t2", "K2", 5, nil), lic("t1", "K3", 5, nil))
 	ctx, stream := grpcxtest.Call(context.Background(), "/keyhouse.activations.v1.Activations/ChangeSeatsBatch")
 	var items []*activationsv1.ChangeSeatsBatchItem
@@ -602,6 +603,21 @@ func TestABatchNamesItsItemsTenantsInOneHeaderWrite(t *testing.T) {
 	licensecache.Tenants(header, func(key, tenant string) { named[key] = tenant })
 	if writes != 1 || len(named) != 3 || named["K1"] != "t1" || named["K2"] != "t2" || named["K3"] != "t1" {
 		t.Fatalf("%d header writes naming %v; want one naming K1, K2 and K3's tenants", writes, named)
+	}
+	if singles, togethers := s.licenses.(*fakeLicenses).calls(); singles != 0 || togethers != 1 {
+		t.Fatalf("the batch of 5 seat changes asked for licenses %d times alone and %d together; want once together", singles, togethers)
+	}
+
+	usage := &activationsv1.TrackUsageBatchRequest{}
+	for _, key := range []string{"K1", "K2", "", "NOPE", "K3"} {
+		usage.Items = append(usage.Items, &activationsv1.TrackUsageBatchItem{
+			Request: &activationsv1.TrackUsageRequest{Key: key, Token: "tok", Metric: "users"}})
+	}
+	if _, err := s.TrackUsageBatch(ctx, usage); err != nil {
+		t.Fatal(err)
+	}
+	if singles, togethers := s.licenses.(*fakeLicenses).calls(); singles != 0 || togethers != 2 {
+		t.Fatalf("after a batch of 5 usage increments: %d lookups alone, %d together; want 0 and 2", singles, togethers)
 	}
 }
 

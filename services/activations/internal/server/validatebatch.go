@@ -48,21 +48,20 @@ func (s *Server) ValidateLicenseBatch(ctx context.Context, req *activationsv1.Va
 	}
 
 	// The licenses, then the seats of the usable ones.
-	var found map[string]*licensingv1.License
-	var lookupErr error
-	if len(keys) > 0 {
-		found, lookupErr = s.licenses.Licenses(ctx, keys)
-	}
+	find := lookUpTogether(ctx, s.licenses, keys)
 	var seats []store.SeatKey
 	var seatOf []int
 	licenses := make([]*licensingv1.License, len(items))
 	for _, i := range asking {
-		if lookupErr != nil {
-			errs[i] = lookupErr
+		l, err := find(ctx, items[i].GetRequest().GetKey())
+		switch {
+		case isNotFound(err):
+			invalid(i)
 			continue
-		}
-		l := found[license.CanonicalKey(items[i].GetRequest().GetKey())]
-		if l == nil || s.usable(l, license.ErrExpired) != nil {
+		case err != nil:
+			errs[i] = err
+			continue
+		case s.usable(l, license.ErrExpired) != nil:
 			invalid(i)
 			continue
 		}

@@ -7,30 +7,12 @@ import (
 	"time"
 
 	"github.com/keyhouse/keyhouse/pkg/apierr"
-	"github.com/keyhouse/keyhouse/pkg/license"
 	activationsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/activations/v1"
-	licensingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1"
 	"github.com/keyhouse/keyhouse/services/activations/internal/store"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 )
-
-// Licenses is License for each key, by canonical key.
-func (f *fakeLicenses) Licenses(ctx context.Context, keys []string) (map[string]*licensingv1.License, error) {
-	found := map[string]*licensingv1.License{}
-	for _, key := range keys {
-		l, err := f.License(ctx, "", key)
-		switch {
-		case apierr.Is(err, codes.NotFound):
-		case err != nil:
-			return nil, err
-		default:
-			found[license.CanonicalKey(key)] = l
-		}
-	}
-	return found, nil
-}
 
 func (f *fakeStore) LiveSeats(ctx context.Context, seats []store.SeatKey) ([]store.LiveSeat, error) {
 	out := make([]store.LiveSeat, len(seats))
