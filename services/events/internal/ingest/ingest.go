@@ -30,9 +30,11 @@ type Stored struct {
 // Fanout is what else happens to newly stored events.
 type Fanout interface {
 	// Stored runs inside the transaction that stores new events (never for a duplicate),
-	// so what it writes (deliveries) commits with the events or not at all.
-	Stored(ctx context.Context, tx pgx.Tx, evs []Stored) error
-	// Committed runs after that transaction committed.
+	// so what it writes (deliveries) commits with the events or not at all. It reports
+	// whether it wrote anything.
+	Stored(ctx context.Context, tx pgx.Tx, evs []Stored) (wrote bool, err error)
+	// Committed runs after that transaction committed, when Stored wrote something: events
+	// no endpoint subscribes to wake nobody.
 	Committed(evs []Stored)
 }
 
@@ -148,7 +150,9 @@ func (i *Ingester) StoreAll(ctx context.Context, evs []*eventsv1.Event) ([]Store
 		}
 	}
 	var fresh []Stored
+	var fannedOut bool
 	err := i.st.InTx(ctx, func(tx pgx.Tx) error {
+		fannedOut = false
 		for _, tenant := range deleted {
 			if err := store.ForgetTenant(ctx, tx, tenant); err != nil {
 				return err
@@ -173,12 +177,13 @@ func (i *Ingester) StoreAll(ctx context.Context, evs []*eventsv1.Event) ([]Store
 		if len(fresh) == 0 || i.fanout == nil {
 			return nil
 		}
-		return i.fanout.Stored(ctx, tx, fresh)
+		fannedOut, err = i.fanout.Stored(ctx, tx, fresh)
+		return err
 	})
 	if err != nil {
 		return nil, err
 	}
-	if len(fresh) > 0 && i.fanout != nil {
+	if fannedOut {
 		i.fanout.Committed(fresh)
 	}
 	return fresh, nil

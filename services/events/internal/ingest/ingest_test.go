@@ -44,11 +44,12 @@ func stamped(ev *eventsv1.Event, at time.Time) *eventsv1.Event {
 type fanout struct {
 	stored, committed atomic.Int32
 	fail              error
+	writesNothing     bool // no endpoint subscribes to the events
 }
 
-func (f *fanout) Stored(_ context.Context, _ pgx.Tx, evs []Stored) error {
+func (f *fanout) Stored(_ context.Context, _ pgx.Tx, evs []Stored) (bool, error) {
 	f.stored.Add(int32(len(evs)))
-	return f.fail
+	return !f.writesNothing && len(evs) > 0, f.fail
 }
 func (f *fanout) Committed(evs []Stored) { f.committed.Add(int32(len(evs))) }
 
@@ -288,5 +289,31 @@ func TestABatchThatWaitedForAPurgeDropsOnlyThePurgedTenantsEvents(t *testing.T) 
 	var left int
 	if err := st.DB().QueryRow(ctx, `SELECT count(*) FROM events WHERE tenant_id = 't-purged'`).Scan(&left); err != nil || left != 0 {
 		t.Fatalf("%d events of the purged tenant stored, %v", left, err)
+	}
+}
+
+// A fan-out that wrote nothing for the stored events (no endpoint subscribes to them) is
+// not told of the commit: a tenant without webhooks wakes no delivery worker.
+func TestAFanOutThatWroteNothingIsNotToldOfTheCommit(t *testing.T) {
+	st := newStore(t)
+	f := &fanout{writesNothing: true}
+	in := New(st, quiet, WithFanout(f))
+	for _, ev := range []*eventsv1.Event{
+		stamped(events.LicenseRevoked("t1", "K-1", "app"), time.Now()),
+		stamped(events.LicenseRevoked("t1", "K-2", "app"), time.Now()),
+	} {
+		if ok, err := in.Store(context.Background(), ev); !ok || err != nil {
+			t.Fatalf("stored %v, %v", ok, err)
+		}
+	}
+	if f.stored.Load() != 2 || f.committed.Load() != 0 {
+		t.Fatalf("fan-out given %d events, told of %d commits; want 2 and none", f.stored.Load(), f.committed.Load())
+	}
+	f.writesNothing = false
+	if ok, err := in.Store(context.Background(), stamped(events.LicenseRevoked("t1", "K-3", "app"), time.Now())); !ok || err != nil {
+		t.Fatalf("stored %v, %v", ok, err)
+	}
+	if f.committed.Load() != 1 {
+		t.Fatalf("a fan-out that wrote was told of %d commits, want 1", f.committed.Load())
 	}
 }

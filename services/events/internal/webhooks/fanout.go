@@ -12,15 +12,16 @@ import (
 
 // Fanout plugs webhooks into the event log's ingest: every newly stored event gets its
 // deliveries in the transaction that stores it, so an event is never logged without them
-// (nor they without it), and the worker is woken once it committed.
+// (nor they without it), and the worker is woken once they committed. Events no enabled
+// endpoint subscribes to make no delivery and wake no worker.
 type Fanout struct {
 	Store  *Store
 	Worker *Worker
 	Now    func() time.Time
 }
 
-// Stored creates the events' deliveries (ingest.Fanout).
-func (f *Fanout) Stored(ctx context.Context, tx pgx.Tx, stored []ingest.Stored) error {
+// Stored creates the events' deliveries (ingest.Fanout) and reports whether it made any.
+func (f *Fanout) Stored(ctx context.Context, tx pgx.Tx, stored []ingest.Stored) (bool, error) {
 	evs := make([]NewEvent, 0, len(stored))
 	for _, s := range stored {
 		if s.Event.GetType() == PingType {
@@ -29,17 +30,17 @@ func (f *Fanout) Stored(ctx context.Context, tx pgx.Tx, stored []ingest.Stored) 
 		evs = append(evs, NewEvent{TenantID: s.Event.GetTenantId(), ID: s.Event.GetId(), Type: s.Event.GetType(), Body: s.Body})
 	}
 	if len(evs) == 0 {
-		return nil
+		return false, nil
 	}
 	now := time.Now
 	if f.Now != nil {
 		now = f.Now
 	}
-	_, err := f.Store.FanoutAll(ctx, tx, evs, now())
-	return err
+	made, err := f.Store.FanoutAll(ctx, tx, evs, now())
+	return made > 0, err
 }
 
-// Committed wakes the worker (ingest.Fanout).
+// Committed wakes the worker for the deliveries Stored made (ingest.Fanout).
 func (f *Fanout) Committed([]ingest.Stored) { f.Worker.Wake() }
 
 // EmitDisabled records webhook_endpoint.disabled in the transaction that disables the

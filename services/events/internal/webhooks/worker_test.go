@@ -22,6 +22,8 @@ import (
 	"github.com/keyhouse/keyhouse/pkg/seal"
 	"github.com/keyhouse/keyhouse/pkg/signing"
 	"github.com/keyhouse/keyhouse/pkg/webhook"
+	eventsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/events/v1"
+	"github.com/keyhouse/keyhouse/services/events/internal/ingest"
 	"github.com/keyhouse/keyhouse/services/events/migrations"
 )
 
@@ -636,4 +638,36 @@ func TestAFreedSlotTakesTheNextDueDelivery(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	t.Fatalf("received %d, %d, %d: a freed slot waited for the poll", receivers[0].count(), receivers[1].count(), receivers[2].count())
+}
+
+// The fan-out makes deliveries only for the enabled endpoints subscribed to an event, and
+// says whether it made any: events nobody subscribes to must wake no worker (ingest
+// tells the worker only of commits whose fan-out wrote).
+func TestFanoutReportsWhetherItMadeDeliveries(t *testing.T) {
+	f := newFixture(t)
+	fan := &Fanout{Store: f.store, Worker: f.worker, Now: f.clock.Now}
+	f.endpoint("t-hooks", "http://127.0.0.1:1/", "license.revoked")
+	stored := func(tenant, typ string) bool {
+		t.Helper()
+		id := events.NewID()
+		ev := ingest.Stored{Event: &eventsv1.Event{Id: id, TenantId: tenant, Type: typ}, Body: []byte(`{}`)}
+		var made bool
+		err := pgxx.InTx(context.Background(), f.store.db, func(tx pgx.Tx) (err error) {
+			made, err = fan.Stored(context.Background(), tx, []ingest.Stored{ev})
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return made
+	}
+	if stored("t-quiet", "license.revoked") {
+		t.Error("an event of a tenant without endpoints made deliveries")
+	}
+	if stored("t-hooks", "license.issued") {
+		t.Error("an event no endpoint subscribes to made deliveries")
+	}
+	if !stored("t-hooks", "license.revoked") {
+		t.Error("an event of a subscribed type made no delivery")
+	}
 }
