@@ -8,8 +8,8 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// decodeHotRequest decodes the bodies of verify-license, check-update and leases without the
-// generic path (encoding/json's syntax pass, the string-number pass and protojson), when
+// decodeHotRequest decodes the bodies of verify-license, check-update, leases, and
+// activate- and deactivate-license without the generic path (encoding/json's syntax pass, the string-number pass and protojson), when
 // the body is the plain case every client sends: one flat JSON object of known field
 // names (each at most once) with string values of printable ASCII and no escapes. For
 // such a body the generic path can only set those fields, so the result, and the input
@@ -29,37 +29,19 @@ func decodeHotRequest(body []byte, v any) (done bool, err error) {
 		}
 	case *releasesv1.CheckUpdateRequest:
 		m.Key, m.ProductId, m.Channel, m.Platform, m.CurrentVersion = "", "", "", "", ""
-		var seen [5]bool
-		set = func(name, value []byte) bool {
-			var field *string
-			var i int
-			switch string(name) {
-			case "key":
-				field, i = &m.Key, 0
-			case "product_id", "productId":
-				field, i = &m.ProductId, 1
-			case "channel":
-				field, i = &m.Channel, 2
-			case "platform":
-				field, i = &m.Platform, 3
-			case "current_version", "currentVersion":
-				field, i = &m.CurrentVersion, 4
-			default:
-				return false // unknown fields: the generic path discards them
-			}
-			if seen[i] {
-				return false // protojson refuses a field named twice, in its words
-			}
-			seen[i] = true
-			*field = string(value)
-			return true
-		}
+		set = stringFieldsSetter(checkUpdateFields, &m.Key, &m.ProductId, &m.Channel, &m.Platform, &m.CurrentVersion)
+	case *activationsv1.ActivateLicenseRequest:
+		m.Key, m.InstanceId = "", ""
+		set = stringFieldsSetter(activateFields, &m.Key, &m.InstanceId)
+	case *activationsv1.DeactivateLicenseRequest:
+		m.Key, m.Token = "", ""
+		set = stringFieldsSetter(deactivateFields, &m.Key, &m.Token)
 	case *activationsv1.CreateLeaseRequest:
 		set = leaseRequestSetter(m) // leasejson.go
 	default:
 		return false, nil
 	}
-	if !scanFlatStringObject(body, set) {
+	if !flatjson.Object(body, set) {
 		if m, ok := v.(proto.Message); ok {
 			proto.Reset(m) // the generic path starts from an empty message
 		}
@@ -68,42 +50,27 @@ func decodeHotRequest(body []byte, v any) (done bool, err error) {
 	return true, checkStrings(v.(proto.Message).ProtoReflect())
 }
 
-// scanFlatStringObject calls set for each member of body when body is exactly one JSON
-// object whose names and values are strings of printable ASCII without `"` or `\`; it
-// returns false at the first thing outside that (or when set refuses a member).
-func scanFlatStringObject(body []byte, set func(name, value []byte) bool) bool {
-	i := flatjson.SkipSpace(body, 0)
-	if i >= len(body) || body[i] != '{' {
-		return false
-	}
-	i = flatjson.SkipSpace(body, i+1)
-	if i < len(body) && body[i] == '}' {
-		return flatjson.SkipSpace(body, i+1) == len(body)
-	}
-	for {
-		name, next, ok := flatjson.PlainString(body, i)
-		if !ok {
+// The string fields of the hot requests decoded by name (stringFieldsSetter): each name
+// protojson accepts, the field's proto name and its JSON name, to the field's index.
+var (
+	checkUpdateFields = map[string]int{"key": 0, "product_id": 1, "productId": 1, "channel": 2,
+		"platform": 3, "current_version": 4, "currentVersion": 4}
+	activateFields   = map[string]int{"key": 0, "instance_id": 1, "instanceId": 1}
+	deactivateFields = map[string]int{"key": 0, "token": 1}
+)
+
+// stringFieldsSetter sets fields[names[name]] to each member's value, each field at most
+// once; a field named twice (by either of its names) or an unknown name is left to the
+// generic path, which refuses the first in protojson's words and discards the second.
+func stringFieldsSetter(names map[string]int, fields ...*string) func(name, value []byte) bool {
+	var seen uint32
+	return func(name, value []byte) bool {
+		i, ok := names[string(name)]
+		if !ok || seen&(1<<i) != 0 {
 			return false
 		}
-		i = flatjson.SkipSpace(body, next)
-		if i >= len(body) || body[i] != ':' {
-			return false
-		}
-		value, next, ok := flatjson.PlainString(body, flatjson.SkipSpace(body, i+1))
-		if !ok || !set(name, value) {
-			return false
-		}
-		i = flatjson.SkipSpace(body, next)
-		if i >= len(body) {
-			return false
-		}
-		switch body[i] {
-		case ',':
-			i = flatjson.SkipSpace(body, i+1)
-		case '}':
-			return flatjson.SkipSpace(body, i+1) == len(body)
-		default:
-			return false
-		}
+		seen |= 1 << i
+		*fields[i] = string(value)
+		return true
 	}
 }

@@ -13,8 +13,9 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// hotRequestBodies are bodies of verify-license and check-update, the plain ones the hot
-// decoder takes and every near miss it must leave to the generic path.
+// hotRequestBodies are bodies of verify-license, check-update, leases and activate- and
+// deactivate-license, the plain ones the hot decoder takes and every near miss it must
+// leave to the generic path.
 var hotRequestBodies = []string{
 	`{"key":"KH-ABCD-EFGH"}`, `{}`, ` { "key" : "A" } `, "{\n\t\"key\":\"A\"\r\n}", `{"key":""}`,
 	`{"key":"A","key":"B"}`, `{"key":"A",}`, `{"key":"A"`, `{"key":"A"} x`, `{"key":"A"}{}`,
@@ -28,12 +29,15 @@ var hotRequestBodies = []string{
 	`{"product_id":" app "}`, `{"product_id":"app\t"}`, `{"channel":"beta","channel":"beta"}`,
 	`{"current_version":"1","currentVersion":"2"}`, `{"platform":5}`, `{"platform":"5"}`,
 	`{"key":"<>&'"}`, `{"key":"` + strings.Repeat("A", 5000) + `"}`, `{"key":"A"}` + "\u00a0",
+	`{"key":"K","instance_id":"host-1"}`, `{"key":"K","instanceId":"host-1"}`, `{"instance_id":"a","instanceId":"b"}`,
+	`{"instance_id":"a","instance_id":"a"}`, `{"instance_id":" a"}`, `{"instance_id":5}`,
+	`{"key":"K","token":"tok_1"}`, `{"token":"a","token":"b"}`, `{"token":""}`, `{"key":"K","token":null}`,
 }
 
 var hotRequestFragments = []string{
 	`{`, `}`, `"key"`, `"product_id"`, `"productId"`, `"channel"`, `"platform"`, `"current_version"`,
 	`"currentVersion"`, `"other"`, `:`, `,`, ` `, "\n", `"A"`, `"KH-1"`, `""`, `5`, `null`, `"a\"b"`,
-	`"\u0001"`, "\"\x01\"", `"é"`, "\"\xff\"", `[`, `]`, `"\ud800"`,
+	`"\u0001"`, "\"\x01\"", `"é"`, "\"\xff\"", `[`, `]`, `"\ud800"`, `"instance_id"`, `"instanceId"`, `"token"`,
 }
 
 func hotRequestTargets() []func() proto.Message {
@@ -41,6 +45,8 @@ func hotRequestTargets() []func() proto.Message {
 		func() proto.Message { return &licensingv1.VerifyLicenseRequest{} },
 		func() proto.Message { return &releasesv1.CheckUpdateRequest{} },
 		func() proto.Message { return &activationsv1.CreateLeaseRequest{} },
+		func() proto.Message { return &activationsv1.ActivateLicenseRequest{} },
+		func() proto.Message { return &activationsv1.DeactivateLicenseRequest{} },
 	}
 }
 

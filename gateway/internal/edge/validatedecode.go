@@ -1,6 +1,9 @@
 package edge
 
-import activationsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/activations/v1"
+import (
+	"github.com/keyhouse/keyhouse/gateway/internal/flatjson"
+	activationsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/activations/v1"
+)
 
 // plainValidateRequest reads validate-license's body without encoding/json when it is
 // the plain case every client sends: one flat object of string members, names and
@@ -12,7 +15,7 @@ import activationsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/activat
 func plainValidateRequest(body []byte) (req *activationsv1.ValidateLicenseRequest, done bool) {
 	var key, instance []byte
 	var seenKey, seenInstance bool
-	plain := scanFlatStringObject(body, func(name, value []byte) bool {
+	plain := flatjson.Object(body, func(name, value []byte) bool {
 		switch string(name) {
 		case "key":
 			if seenKey {

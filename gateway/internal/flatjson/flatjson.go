@@ -1,6 +1,7 @@
-// Package flatjson holds the two scanning steps of the gateway's hand-written readers of
-// flat JSON objects (the hot routes' bodies in edge, the license key admission control
-// peeks at): one copy, so that both accept exactly the same strings.
+// Package flatjson holds the gateway's hand-written reader of flat JSON objects and its
+// scanning steps (the hot routes' bodies in edge, the license key admission control
+// peeks at and the rate limiter counts by): one copy, so that all accept exactly the same
+// strings.
 package flatjson
 
 // PlainString reads a string starting at body[i] that needs no unescaping: printable
@@ -33,4 +34,44 @@ func SkipSpace(body []byte, i int) int {
 		}
 	}
 	return i
+}
+
+// Object calls set for each member of body when body is exactly one JSON object whose
+// names and values are strings of printable ASCII without `"` or `\`; it returns false
+// at the first thing outside that (or when set refuses a member).
+func Object(body []byte, set func(name, value []byte) bool) bool {
+	i := SkipSpace(body, 0)
+	if i >= len(body) || body[i] != '{' {
+		return false
+	}
+	i = SkipSpace(body, i+1)
+	if i < len(body) && body[i] == '}' {
+		return SkipSpace(body, i+1) == len(body)
+	}
+	for {
+		name, next, ok := PlainString(body, i)
+		if !ok {
+			return false
+		}
+		i = SkipSpace(body, next)
+		if i >= len(body) || body[i] != ':' {
+			return false
+		}
+		value, next, ok := PlainString(body, SkipSpace(body, i+1))
+		if !ok || !set(name, value) {
+			return false
+		}
+		i = SkipSpace(body, next)
+		if i >= len(body) {
+			return false
+		}
+		switch body[i] {
+		case ',':
+			i = SkipSpace(body, i+1)
+		case '}':
+			return SkipSpace(body, i+1) == len(body)
+		default:
+			return false
+		}
+	}
 }

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/keyhouse/keyhouse/gateway/internal/flatjson"
 	"github.com/keyhouse/keyhouse/pkg/license"
 	"github.com/keyhouse/keyhouse/pkg/metrics"
 )
@@ -73,8 +74,25 @@ func LicenseKey(r *http.Request) string {
 }
 
 // KeyInJSON returns the "key" string member of the JSON object body, or "" when there is
-// none (or body is not a JSON object).
+// none (or body is not a JSON object). The plain body every client sends (a flat object
+// of printable ASCII strings without escapes) is read without encoding/json, with the
+// same answer: the last member named "key", as encoding/json's map keeps it.
 func KeyInJSON(body []byte) string {
+	var key []byte
+	plain := flatjson.Object(body, func(name, value []byte) bool {
+		if string(name) == "key" {
+			key = value
+		}
+		return true
+	})
+	if plain {
+		return string(key)
+	}
+	return keyInJSONDecoded(body)
+}
+
+// keyInJSONDecoded is KeyInJSON through encoding/json, for any body.
+func keyInJSONDecoded(body []byte) string {
 	// A map, not a struct: encoding/json matches struct fields case-insensitively, and a
 	// "Key" the API ignores must not choose the counter.
 	var fields map[string]json.RawMessage
