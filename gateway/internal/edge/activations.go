@@ -23,16 +23,20 @@ import (
 // that is not a string, a body that is not an object) and a service that cannot answer.
 // Valid answers are served from valid while it holds them (nil: no cache). The client it
 // returns is the one hotRoutes answers validate-license with (one cache, one batcher).
-func registerActivations(ctx context.Context, mux *runtime.ServeMux, conn *grpc.ClientConn, log *slog.Logger, valid *licensecache.Cache[*activationsv1.ValidateLicenseResponse]) (*cachedValidate, error) {
+// registerActivations puts activations' routes on mux, and returns the clients of its hot
+// routes: validate-license's cache, and the seat changes' batches.
+func registerActivations(ctx context.Context, mux *runtime.ServeMux, conn *grpc.ClientConn, log *slog.Logger,
+	valid *licensecache.Cache[*activationsv1.ValidateLicenseResponse]) (*cachedValidate, *batchedActivations, error) {
 	client := activationsv1.NewActivationsServiceClient(conn)
-	if err := activationsv1.RegisterActivationsServiceHandlerClient(ctx, mux, newBatchedActivations(client)); err != nil {
-		return nil, err
+	seats := newBatchedActivations(client)
+	if err := activationsv1.RegisterActivationsServiceHandlerClient(ctx, mux, seats); err != nil {
+		return nil, nil, err
 	}
 	if err := activationsv1.RegisterLeasesServiceHandlerClient(ctx, mux, newBatchedLeases(activationsv1.NewLeasesServiceClient(conn))); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	validator := &cachedValidate{misses: newBatchedValidate(client), valid: valid, log: log}
-	return validator, mux.HandlePath(http.MethodPost, ValidateLicensePath, validateLicense(mux, validator))
+	return validator, seats, mux.HandlePath(http.MethodPost, ValidateLicensePath, validateLicense(mux, validator))
 }
 
 // cachedValidate answers validate-license from activations' earlier valid answer for the

@@ -12,7 +12,8 @@ import (
 )
 
 // appendHotAnswer writes the answers of the hot public routes (verify-license,
-// validate-license, check-update) without protojson's reflection: the profile of the
+// validate-license, check-update, leases, activate- and deactivate-license) without
+// protojson's reflection: the profile of the
 // uniform key spread had protojson plus the compaction at a tenth of the gateway's CPU.
 // The bytes are the ones jsonMarshaler's generic path writes (TestHotAnswersMatchProtojson
 // compares them over generated messages). ok is false for any other message and for
@@ -32,8 +33,37 @@ func appendHotAnswer(b []byte, v any) (_ []byte, ok bool) {
 		return appendCheckUpdateResponse(b, m)
 	case *activationsv1.CreateLeaseResponse:
 		return appendCreateLeaseResponse(b, m) // leasejson.go
+	case *activationsv1.ActivateLicenseResponse:
+		return appendActivateLicenseResponse(b, m)
+	case *activationsv1.DeactivateLicenseResponse:
+		if m == nil {
+			return b, false
+		}
+		b = append(b, `{"deactivated":`...)
+		return append(strconv.AppendBool(b, m.Deactivated), '}'), true
 	}
 	return b, false
+}
+
+// appendActivateLicenseResponse writes activate-license's answer: token and
+// alreadyActivated only when set (optional fields, absent rather than null).
+func appendActivateLicenseResponse(b []byte, m *activationsv1.ActivateLicenseResponse) (_ []byte, ok bool) {
+	if m == nil {
+		return b, false
+	}
+	b = append(b, `{"activated":`...)
+	b = strconv.AppendBool(b, m.Activated)
+	if m.Token != nil {
+		b = append(b, `,"token":`...)
+		if b, ok = protojsonappend.String(b, *m.Token); !ok {
+			return b, false
+		}
+	}
+	if m.AlreadyActivated != nil {
+		b = append(b, `,"alreadyActivated":`...)
+		b = strconv.AppendBool(b, *m.AlreadyActivated)
+	}
+	return append(b, '}'), true
 }
 
 func appendVerifyLicenseResponse(b []byte, m *licensingv1.VerifyLicenseResponse) (_ []byte, ok bool) {

@@ -101,7 +101,7 @@ func randomTimestamp(r *rand.Rand) *timestamppb.Timestamp {
 }
 
 func randomHotAnswer(r *rand.Rand) proto.Message {
-	switch r.IntN(3) {
+	switch r.IntN(5) {
 	case 0:
 		m := &licensingv1.VerifyLicenseResponse{
 			Valid: r.IntN(2) == 0, Tier: randomString(r), ProductId: randomString(r),
@@ -113,6 +113,17 @@ func randomHotAnswer(r *rand.Rand) proto.Message {
 		return m
 	case 1:
 		return &activationsv1.ValidateLicenseResponse{Valid: r.IntN(2) == 0}
+	case 2:
+		m := &activationsv1.ActivateLicenseResponse{Activated: r.IntN(2) == 0}
+		if r.IntN(2) == 0 {
+			m.Token = proto.String(randomString(r))
+		}
+		if r.IntN(2) == 0 {
+			m.AlreadyActivated = proto.Bool(r.IntN(2) == 0)
+		}
+		return m
+	case 3:
+		return &activationsv1.DeactivateLicenseResponse{Deactivated: r.IntN(2) == 0}
 	default:
 		m := &releasesv1.CheckUpdateResponse{UpdateAvailable: r.IntN(2) == 0}
 		if r.IntN(4) > 0 {
@@ -137,6 +148,8 @@ func TestHotAnswersMatchProtojson(t *testing.T) {
 		&licensingv1.VerifyLicenseResponse{}, &activationsv1.ValidateLicenseResponse{},
 		&releasesv1.CheckUpdateResponse{}, &releasesv1.CheckUpdateResponse{Release: &releasesv1.Manifest{}},
 		&licensingv1.VerifyLicenseResponse{Limits: &structpb.Struct{}},
+		&activationsv1.ActivateLicenseResponse{}, &activationsv1.DeactivateLicenseResponse{},
+		&activationsv1.ActivateLicenseResponse{Activated: true, Token: proto.String("")},
 	}
 	for _, n := range sampleNumbers {
 		messages = append(messages, &licensingv1.VerifyLicenseResponse{Limits: &structpb.Struct{Fields: map[string]*structpb.Value{"n": structpb.NewNumberValue(n)}}})

@@ -17,7 +17,8 @@ import (
 
 // hotRoutes answers the POST routes every installed app calls, at every start or on a
 // timer, and so most of the gateway's requests: verify-license, validate-license and
-// check-update. It takes the steps grpc-gateway's handlers take for them (decode the
+// check-update, and the seat changes of every install and uninstall, activate-license and
+// deactivate-license. It takes the steps grpc-gateway's handlers take for them (decode the
 // body, call the same cached and batched client, answer through the mux's own
 // marshaler, error handler and response options), without the mux's work around them:
 // trying every route's pattern in turn (each miss allocating its error), and annotating
@@ -39,17 +40,21 @@ type hotRoutes struct {
 	verify      *cachedVerify
 	validate    *cachedValidate
 	checkUpdate *cachedCheckUpdate
+	seats       *batchedActivations
 }
 
-// The routes of verify-license, validate-license and check-update.
+// The hot routes.
 const (
-	VerifyLicensePath   = "/v1/verify-license"
-	ValidateLicensePath = "/v1/validate-license"
-	CheckUpdatePath     = "/v1/check-update"
+	VerifyLicensePath     = "/v1/verify-license"
+	ValidateLicensePath   = "/v1/validate-license"
+	CheckUpdatePath       = "/v1/check-update"
+	ActivateLicensePath   = "/v1/activate-license"
+	DeactivateLicensePath = "/v1/deactivate-license"
 )
 
 // hotPaths are the routes hotRoutes answers.
-var hotPaths = map[string]bool{VerifyLicensePath: true, ValidateLicensePath: true, CheckUpdatePath: true}
+var hotPaths = map[string]bool{VerifyLicensePath: true, ValidateLicensePath: true, CheckUpdatePath: true,
+	ActivateLicensePath: true, DeactivateLicensePath: true}
 
 // withHotRoutes lets hot answer the requests for exactly a hot route (isHot), and sends
 // everything else to next.
@@ -61,8 +66,12 @@ func withHotRoutes(hot *hotRoutes, next http.Handler) http.Handler {
 				hot.verifyLicense(w, r)
 			case ValidateLicensePath:
 				hot.validateLicense(w, r)
-			default:
+			case CheckUpdatePath:
 				hot.checkUpdateRoute(w, r)
+			case ActivateLicensePath:
+				hot.activateLicense(w, r)
+			default:
+				hot.deactivateLicense(w, r)
 			}
 			return
 		}
@@ -94,6 +103,24 @@ func (h *hotRoutes) checkUpdateRoute(w http.ResponseWriter, r *http.Request) {
 	var req releasesv1.CheckUpdateRequest
 	if h.decode(ctx, w, r, &req) {
 		resp, err := h.checkUpdate.CheckUpdate(ctx, &req)
+		h.forward(ctx, w, r, resp, err)
+	}
+}
+
+func (h *hotRoutes) activateLicense(w http.ResponseWriter, r *http.Request) {
+	ctx := h.begin(r, ActivateLicensePath, activationsv1.ActivationsService_ActivateLicense_FullMethodName)
+	var req activationsv1.ActivateLicenseRequest
+	if h.decode(ctx, w, r, &req) {
+		resp, err := h.seats.ActivateLicense(ctx, &req)
+		h.forward(ctx, w, r, resp, err)
+	}
+}
+
+func (h *hotRoutes) deactivateLicense(w http.ResponseWriter, r *http.Request) {
+	ctx := h.begin(r, DeactivateLicensePath, activationsv1.ActivationsService_DeactivateLicense_FullMethodName)
+	var req activationsv1.DeactivateLicenseRequest
+	if h.decode(ctx, w, r, &req) {
+		resp, err := h.seats.DeactivateLicense(ctx, &req)
 		h.forward(ctx, w, r, resp, err)
 	}
 }

@@ -45,6 +45,7 @@ func TestHotRoutesMatchTheWholeMux(t *testing.T) {
 		`{"key":"OLD-1","instance_id":"host-1","product_id":"p"}`, // the batch call answers Unimplemented: the call goes alone
 		`{"key":"KEY-\u00e9"}`, `{"key":1}`, `{"key":"a","key":"b"}`, `{"unknown":"x"}`, `{}`, ``, `{`, `[]`, `null`,
 		`{"key":"a\u0000"}`, `{"key":"KEY-1","extra":{"nested":[1,2]}}`,
+		`{"key":"KEY-1","token":"tok_1"}`, `{"key":"OLD-1","token":"tok_1"}`, `{"key":"KEY-1","instanceId":"host-1"}`,
 	}
 	headers := []map[string]string{
 		nil,
@@ -147,6 +148,46 @@ func (b *answeringBackends) handle(_ any, stream grpc.ServerStream) error {
 			out.Results = append(out.Results, &activationsv1.ValidateLicenseBatchResult{Outcome: &activationsv1.ValidateLicenseBatchResult_Response{Response: &activationsv1.ValidateLicenseResponse{Valid: true}}})
 		}
 		resp = out
+	case activationsv1.ActivationsService_ChangeSeatsBatch_FullMethodName:
+		var req activationsv1.ChangeSeatsBatchRequest
+		if err := stream.RecvMsg(&req); err != nil {
+			return err
+		}
+		out := &activationsv1.ChangeSeatsBatchResponse{}
+		for _, item := range req.GetItems() {
+			result := &activationsv1.ChangeSeatsBatchResult{}
+			key := item.GetActivate().GetKey()
+			if item.GetActivate() != nil {
+				result.Outcome = &activationsv1.ChangeSeatsBatchResult_Activated{Activated: activatedAnswer}
+			} else {
+				key = item.GetDeactivate().GetKey()
+				result.Outcome = &activationsv1.ChangeSeatsBatchResult_Deactivated{Deactivated: &activationsv1.DeactivateLicenseResponse{Deactivated: true}}
+			}
+			keys = append(keys, key)
+			if key == "" {
+				result.Outcome = &activationsv1.ChangeSeatsBatchResult_Error{Error: &activationsv1.CallStatus{Code: int32(codes.InvalidArgument), Message: "key is required"}}
+			}
+			out.Results = append(out.Results, result)
+		}
+		resp = out
+	case activationsv1.ActivationsService_ActivateLicense_FullMethodName:
+		var req activationsv1.ActivateLicenseRequest
+		if err := stream.RecvMsg(&req); err != nil {
+			return err
+		}
+		if req.GetKey() == "" {
+			return status.Error(codes.InvalidArgument, "key is required")
+		}
+		resp = activatedAnswer
+	case activationsv1.ActivationsService_DeactivateLicense_FullMethodName:
+		var req activationsv1.DeactivateLicenseRequest
+		if err := stream.RecvMsg(&req); err != nil {
+			return err
+		}
+		if req.GetKey() == "" {
+			return status.Error(codes.InvalidArgument, "key is required")
+		}
+		resp = &activationsv1.DeactivateLicenseResponse{Deactivated: true}
 	case releasesv1.ReleasesService_CheckUpdateBatch_FullMethodName:
 		var req releasesv1.CheckUpdateBatchRequest
 		if err := stream.RecvMsg(&req); err != nil {
@@ -189,7 +230,10 @@ func (b *answeringBackends) handle(_ any, stream grpc.ServerStream) error {
 	return stream.SendMsg(resp)
 }
 
-var verifiedAnswer = &licensingv1.VerifyLicenseResponse{Valid: true, Tier: "pro", ProductId: "prod_1", Status: "active"}
+var (
+	verifiedAnswer  = &licensingv1.VerifyLicenseResponse{Valid: true, Tier: "pro", ProductId: "prod_1", Status: "active"}
+	activatedAnswer = &activationsv1.ActivateLicenseResponse{Activated: true, Token: proto.String("tok_new")}
+)
 
 func (b *answeringBackends) take() []string {
 	b.mu.Lock()
@@ -220,7 +264,10 @@ func TestIsHotTakesOnlyTheExactRoutes(t *testing.T) {
 		{http.MethodPost, "/v1//verify-license", "", false},
 		{http.MethodPost, "/v1/verify-license", "X-HTTP-Method-Override", false},
 		{http.MethodPost, "/v1/verify-license", "Grpc-Timeout", false},
-		{http.MethodPost, "/v1/activate-license", "", false},
+		{http.MethodPost, "/v1/activate-license", "", true},
+		{http.MethodPost, "/v1/deactivate-license", "", true},
+		{http.MethodPost, "/v1/track-usage", "", false},
+		{http.MethodPost, "/v1/leases", "", false},
 	} {
 		r := httptest.NewRequest(c.method, c.target, nil)
 		if c.header != "" {
