@@ -10,6 +10,7 @@ import (
 	activationsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/activations/v1"
 	licensingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1"
 	releasesv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/releases/v1"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -63,15 +64,15 @@ func withHotRoutes(hot *hotRoutes, next http.Handler) http.Handler {
 		if isHot(r) {
 			switch r.URL.Path {
 			case VerifyLicensePath:
-				hot.verifyLicense(w, r)
+				serveHot(hot, w, r, VerifyLicensePath, licensingv1.LicensingService_VerifyLicense_FullMethodName, hot.verify.VerifyLicense)
 			case ValidateLicensePath:
 				hot.validateLicense(w, r)
 			case CheckUpdatePath:
-				hot.checkUpdateRoute(w, r)
+				serveHot(hot, w, r, CheckUpdatePath, releasesv1.ReleasesService_CheckUpdate_FullMethodName, hot.checkUpdate.CheckUpdate)
 			case ActivateLicensePath:
-				hot.activateLicense(w, r)
+				serveHot(hot, w, r, ActivateLicensePath, activationsv1.ActivationsService_ActivateLicense_FullMethodName, hot.seats.ActivateLicense)
 			default:
-				hot.deactivateLicense(w, r)
+				serveHot(hot, w, r, DeactivateLicensePath, activationsv1.ActivationsService_DeactivateLicense_FullMethodName, hot.seats.DeactivateLicense)
 			}
 			return
 		}
@@ -89,38 +90,17 @@ func isHot(r *http.Request) bool {
 		r.Header.Get("X-HTTP-Method-Override") == "" && r.Header.Get("Grpc-Timeout") == ""
 }
 
-func (h *hotRoutes) verifyLicense(w http.ResponseWriter, r *http.Request) {
-	ctx := h.begin(r, VerifyLicensePath, licensingv1.LicensingService_VerifyLicense_FullMethodName)
-	var req licensingv1.VerifyLicenseRequest
-	if h.decode(ctx, w, r, &req) {
-		resp, err := h.verify.VerifyLicense(ctx, &req)
-		h.forward(ctx, w, r, resp, err)
-	}
-}
-
-func (h *hotRoutes) checkUpdateRoute(w http.ResponseWriter, r *http.Request) {
-	ctx := h.begin(r, "/v1/check-update", releasesv1.ReleasesService_CheckUpdate_FullMethodName)
-	var req releasesv1.CheckUpdateRequest
-	if h.decode(ctx, w, r, &req) {
-		resp, err := h.checkUpdate.CheckUpdate(ctx, &req)
-		h.forward(ctx, w, r, resp, err)
-	}
-}
-
-func (h *hotRoutes) activateLicense(w http.ResponseWriter, r *http.Request) {
-	ctx := h.begin(r, ActivateLicensePath, activationsv1.ActivationsService_ActivateLicense_FullMethodName)
-	var req activationsv1.ActivateLicenseRequest
-	if h.decode(ctx, w, r, &req) {
-		resp, err := h.seats.ActivateLicense(ctx, &req)
-		h.forward(ctx, w, r, resp, err)
-	}
-}
-
-func (h *hotRoutes) deactivateLicense(w http.ResponseWriter, r *http.Request) {
-	ctx := h.begin(r, DeactivateLicensePath, activationsv1.ActivationsService_DeactivateLicense_FullMethodName)
-	var req activationsv1.DeactivateLicenseRequest
-	if h.decode(ctx, w, r, &req) {
-		resp, err := h.seats.DeactivateLicense(ctx, &req)
+// serveHot answers a hot route as grpc-gateway's generated handler does: the body decoded
+// into a new request, call's answer or its error.
+func serveHot[Req any, PReq interface {
+	*Req
+	proto.Message
+}, Resp proto.Message](h *hotRoutes, w http.ResponseWriter, r *http.Request, pattern, method string,
+	call func(context.Context, PReq, ...grpc.CallOption) (Resp, error)) {
+	ctx := h.begin(r, pattern, method)
+	req := PReq(new(Req))
+	if h.decode(ctx, w, r, req) {
+		resp, err := call(ctx, req)
 		h.forward(ctx, w, r, resp, err)
 	}
 }
