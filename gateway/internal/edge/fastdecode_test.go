@@ -3,10 +3,10 @@ package edge
 import (
 	"bytes"
 	"io"
-	"math/rand/v2"
 	"strings"
 	"testing"
 
+	"github.com/keyhouse/keyhouse/gateway/internal/flatjson/flatjsontest"
 	activationsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/activations/v1"
 	licensingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1"
 	releasesv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/releases/v1"
@@ -85,13 +85,8 @@ func TestHotRequestsDecodeAsGeneric(t *testing.T) {
 			hot++
 		}
 	}
-	r := rand.New(rand.NewPCG(27, 8))
-	for range 20000 {
-		var b strings.Builder
-		for range r.IntN(12) {
-			b.WriteString(hotRequestFragments[r.IntN(len(hotRequestFragments))])
-		}
-		if checkDecodesAsGeneric(t, m, b.String()) {
+	for body := range flatjsontest.Bodies(8, 20000, 12, hotRequestFragments) {
+		if checkDecodesAsGeneric(t, m, body) {
 			hot++
 		}
 	}
@@ -154,13 +149,8 @@ func TestTheQuestionOfACutBodyIsTheQuestionOfTheWholeOne(t *testing.T) {
 		check(body)
 		check(body + "\n")
 	}
-	r := rand.New(rand.NewPCG(27, 9))
-	for range 20000 {
-		var b strings.Builder
-		for range r.IntN(12) {
-			b.WriteString(hotRequestFragments[r.IntN(len(hotRequestFragments))])
-		}
-		check(b.String())
+	for body := range flatjsontest.Bodies(9, 20000, 12, hotRequestFragments) {
+		check(body)
 	}
 	t.Logf("%d bodies taken as questions", taken)
 	if taken < 10 {

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/keyhouse/keyhouse/gateway/internal/flatjson/flatjsontest"
 	activationsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/activations/v1"
 	"google.golang.org/protobuf/proto"
 )
@@ -88,13 +89,8 @@ func TestLeaseRequestsDecodeAsGeneric(t *testing.T) {
 			hot++
 		}
 	}
-	r := rand.New(rand.NewPCG(22, 8))
-	for range 20000 {
-		var b strings.Builder
-		for range r.IntN(12) {
-			b.WriteString(leaseRequestFragments[r.IntN(len(leaseRequestFragments))])
-		}
-		if checkDecodesAsGeneric(t, m, b.String()) {
+	for body := range flatjsontest.Bodies(22, 20000, 12, leaseRequestFragments) {
+		if checkDecodesAsGeneric(t, m, body) {
 			hot++
 		}
 	}

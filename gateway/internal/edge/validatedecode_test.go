@@ -1,10 +1,9 @@
 package edge
 
 import (
-	"math/rand/v2"
-	"strings"
 	"testing"
 
+	"github.com/keyhouse/keyhouse/gateway/internal/flatjson/flatjsontest"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -41,13 +40,8 @@ func TestPlainValidateRequestReadsAsGeneric(t *testing.T) {
 			plain++
 		}
 	}
-	r := rand.New(rand.NewPCG(27, 2))
-	for range 20000 {
-		var b strings.Builder
-		for range r.IntN(12) {
-			b.WriteString(validateBodyFragments[r.IntN(len(validateBodyFragments))])
-		}
-		if checkPlainValidateAsLenient(t, b.String()) {
+	for body := range flatjsontest.Bodies(2, 20000, 12, validateBodyFragments) {
+		if checkPlainValidateAsLenient(t, body) {
 			plain++
 		}
 	}

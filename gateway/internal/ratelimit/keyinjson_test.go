@@ -1,11 +1,10 @@
 package ratelimit
 
 import (
-	"math/rand/v2"
-	"strings"
 	"testing"
 
 	"github.com/keyhouse/keyhouse/gateway/internal/flatjson"
+	"github.com/keyhouse/keyhouse/gateway/internal/flatjson/flatjsontest"
 )
 
 // keyBodies are request bodies the per-key limit reads: the plain ones KeyInJSON reads
@@ -40,13 +39,8 @@ func TestKeyInJSONReadsEveryBodyAsEncodingJSON(t *testing.T) {
 	for _, body := range keyBodies {
 		check(body)
 	}
-	r := rand.New(rand.NewPCG(27, 9))
-	for range 20000 {
-		var b strings.Builder
-		for range r.IntN(10) {
-			b.WriteString(keyFragments[r.IntN(len(keyFragments))])
-		}
-		check(b.String())
+	for body := range flatjsontest.Bodies(9, 20000, 10, keyFragments) {
+		check(body)
 	}
 	if plain < 10 {
 		t.Fatalf("only %d bodies were read by hand: the comparison proves nothing", plain)
