@@ -23,20 +23,21 @@ import (
 // that is not a string, a body that is not an object) and a service that cannot answer.
 // Valid answers are served from valid while it holds them (nil: no cache). The client it
 // returns is the one hotRoutes answers validate-license with (one cache, one batcher).
-// registerActivations puts activations' routes on mux, and returns the clients of its hot
-// routes: validate-license's cache, and the seat changes' batches.
+// registerActivations puts activations' routes on mux, and the clients of its hot routes
+// in hot: validate-license's cache, the seat changes' batches and the leases' batches.
 func registerActivations(ctx context.Context, mux *runtime.ServeMux, conn *grpc.ClientConn, log *slog.Logger,
-	valid *licensecache.Cache[*activationsv1.ValidateLicenseResponse]) (*cachedValidate, *batchedActivations, error) {
+	valid *licensecache.Cache[*activationsv1.ValidateLicenseResponse], hot *hotRoutes) error {
 	client := activationsv1.NewActivationsServiceClient(conn)
-	seats := newBatchedActivations(client)
-	if err := activationsv1.RegisterActivationsServiceHandlerClient(ctx, mux, seats); err != nil {
-		return nil, nil, err
+	hot.seats = newBatchedActivations(client)
+	if err := activationsv1.RegisterActivationsServiceHandlerClient(ctx, mux, hot.seats); err != nil {
+		return err
 	}
-	if err := activationsv1.RegisterLeasesServiceHandlerClient(ctx, mux, newBatchedLeases(activationsv1.NewLeasesServiceClient(conn))); err != nil {
-		return nil, nil, err
+	hot.leases = newBatchedLeases(activationsv1.NewLeasesServiceClient(conn))
+	if err := activationsv1.RegisterLeasesServiceHandlerClient(ctx, mux, hot.leases); err != nil {
+		return err
 	}
-	validator := &cachedValidate{misses: newBatchedValidate(client), valid: valid, log: log}
-	return validator, seats, mux.HandlePath(http.MethodPost, ValidateLicensePath, validateLicense(mux, validator))
+	hot.validate = &cachedValidate{misses: newBatchedValidate(client), valid: valid, log: log}
+	return mux.HandlePath(http.MethodPost, ValidateLicensePath, validateLicense(mux, hot.validate))
 }
 
 // cachedValidate answers validate-license from activations' earlier valid answer for the

@@ -18,8 +18,8 @@ import (
 
 // hotRoutes answers the POST routes every installed app calls, at every start or on a
 // timer, and so most of the gateway's requests: verify-license, validate-license and
-// check-update, and the seat changes of every install and uninstall, activate-license and
-// deactivate-license. It takes the steps grpc-gateway's handlers take for them (decode the
+// check-update, the seat changes of every install and uninstall (activate-license and
+// deactivate-license), and the leases apps take at start and renew on a timer. It takes the steps grpc-gateway's handlers take for them (decode the
 // body, call the same cached and batched client, answer through the mux's own
 // marshaler, error handler and response options), without the mux's work around them:
 // trying every route's pattern in turn (each miss allocating its error), and annotating
@@ -42,6 +42,7 @@ type hotRoutes struct {
 	validate    *cachedValidate
 	checkUpdate *cachedCheckUpdate
 	seats       *batchedActivations
+	leases      *batchedLeases
 }
 
 // The hot routes.
@@ -51,11 +52,12 @@ const (
 	CheckUpdatePath       = "/v1/check-update"
 	ActivateLicensePath   = "/v1/activate-license"
 	DeactivateLicensePath = "/v1/deactivate-license"
+	LeasesPath            = "/v1/leases"
 )
 
 // hotPaths are the routes hotRoutes answers.
 var hotPaths = map[string]bool{VerifyLicensePath: true, ValidateLicensePath: true, CheckUpdatePath: true,
-	ActivateLicensePath: true, DeactivateLicensePath: true}
+	ActivateLicensePath: true, DeactivateLicensePath: true, LeasesPath: true}
 
 // withHotRoutes lets hot answer the requests for exactly a hot route (isHot), and sends
 // everything else to next.
@@ -71,8 +73,10 @@ func withHotRoutes(hot *hotRoutes, next http.Handler) http.Handler {
 				serveHot(hot, w, r, CheckUpdatePath, releasesv1.ReleasesService_CheckUpdate_FullMethodName, hot.checkUpdate.CheckUpdate)
 			case ActivateLicensePath:
 				serveHot(hot, w, r, ActivateLicensePath, activationsv1.ActivationsService_ActivateLicense_FullMethodName, hot.seats.ActivateLicense)
-			default:
+			case DeactivateLicensePath:
 				serveHot(hot, w, r, DeactivateLicensePath, activationsv1.ActivationsService_DeactivateLicense_FullMethodName, hot.seats.DeactivateLicense)
+			default:
+				serveHot(hot, w, r, LeasesPath, activationsv1.LeasesService_CreateLease_FullMethodName, hot.leases.CreateLease)
 			}
 			return
 		}

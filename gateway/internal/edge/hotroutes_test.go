@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
 // The hot routes answer exactly as the whole mux does: the same route (the metrics
@@ -46,6 +47,7 @@ func TestHotRoutesMatchTheWholeMux(t *testing.T) {
 		`{"key":"KEY-\u00e9"}`, `{"key":1}`, `{"key":"a","key":"b"}`, `{"unknown":"x"}`, `{}`, ``, `{`, `[]`, `null`,
 		`{"key":"a\u0000"}`, `{"key":"KEY-1","extra":{"nested":[1,2]}}`,
 		`{"key":"KEY-1","token":"tok_1"}`, `{"key":"OLD-1","token":"tok_1"}`, `{"key":"KEY-1","instanceId":"host-1"}`,
+		`{"key":"KEY-1","instance_id":"host-1","components":{"cpu":"c1","disk":"d1"},"nonce":"n-1"}`,
 	}
 	headers := []map[string]string{
 		nil,
@@ -188,6 +190,31 @@ func (b *answeringBackends) handle(_ any, stream grpc.ServerStream) error {
 			return status.Error(codes.InvalidArgument, "key is required")
 		}
 		resp = &activationsv1.DeactivateLicenseResponse{Deactivated: true}
+	case activationsv1.LeasesService_CreateLeaseBatch_FullMethodName:
+		var req activationsv1.CreateLeaseBatchRequest
+		if err := stream.RecvMsg(&req); err != nil {
+			return err
+		}
+		out := &activationsv1.CreateLeaseBatchResponse{}
+		for _, item := range req.GetItems() {
+			key := item.GetRequest().GetKey()
+			keys = append(keys, key)
+			result := &activationsv1.CreateLeaseBatchResult{Outcome: &activationsv1.CreateLeaseBatchResult_Response{Response: leasedAnswer}}
+			if key == "" {
+				result.Outcome = &activationsv1.CreateLeaseBatchResult_Error{Error: &activationsv1.CallStatus{Code: int32(codes.InvalidArgument), Message: "key is required"}}
+			}
+			out.Results = append(out.Results, result)
+		}
+		resp = out
+	case activationsv1.LeasesService_CreateLease_FullMethodName:
+		var req activationsv1.CreateLeaseRequest
+		if err := stream.RecvMsg(&req); err != nil {
+			return err
+		}
+		if req.GetKey() == "" {
+			return status.Error(codes.InvalidArgument, "key is required")
+		}
+		resp = leasedAnswer
 	case releasesv1.ReleasesService_CheckUpdateBatch_FullMethodName:
 		var req releasesv1.CheckUpdateBatchRequest
 		if err := stream.RecvMsg(&req); err != nil {
@@ -233,6 +260,8 @@ func (b *answeringBackends) handle(_ any, stream grpc.ServerStream) error {
 var (
 	verifiedAnswer  = &licensingv1.VerifyLicenseResponse{Valid: true, Tier: "pro", ProductId: "prod_1", Status: "active"}
 	activatedAnswer = &activationsv1.ActivateLicenseResponse{Activated: true, Token: proto.String("tok_new")}
+	leasedAnswer    = &activationsv1.CreateLeaseResponse{Lease: "eyJhbGciOiJFZERTQSJ9.e30.c2ln",
+		ExpiresAt: timestamppb.New(time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)), RenewAfter: timestamppb.New(time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC))}
 )
 
 func (b *answeringBackends) take() []string {
@@ -267,7 +296,8 @@ func TestIsHotTakesOnlyTheExactRoutes(t *testing.T) {
 		{http.MethodPost, "/v1/activate-license", "", true},
 		{http.MethodPost, "/v1/deactivate-license", "", true},
 		{http.MethodPost, "/v1/track-usage", "", false},
-		{http.MethodPost, "/v1/leases", "", false},
+		{http.MethodPost, "/v1/leases", "", true},
+		{http.MethodPost, "/v1/leases/", "", false},
 	} {
 		r := httptest.NewRequest(c.method, c.target, nil)
 		if c.header != "" {
