@@ -9,12 +9,13 @@ import (
 )
 
 // decodeHotRequest decodes the bodies of verify-license, check-update, leases, and
-// activate- and deactivate-license without the generic path (encoding/json's syntax pass, the string-number pass and protojson), when
-// the body is the plain case every client sends: one flat JSON object of known field
-// names (each at most once) with string values of printable ASCII and no escapes. For
-// such a body the generic path can only set those fields, so the result, and the input
-// policy's answer (checkStrings, shared), are the same. done is false for anything else,
-// which the generic path decodes and words as it always has (TestHotRequestsDecodeAsGeneric).
+// activate- and deactivate-license without the generic path (encoding/json's syntax
+// pass, the string-number pass and protojson), when the body is the plain case every
+// client sends: one flat JSON object of known field names (each at most once) with string
+// values of printable ASCII and no escapes. For such a body the generic path can only set
+// those fields, so the result, and the input policy's answer (checkStrings, shared), are
+// the same. done is false for anything else, which the generic path decodes and words as
+// it always has (TestHotRequestsDecodeAsGeneric).
 func decodeHotRequest(body []byte, v any) (done bool, err error) {
 	var set func(name, value []byte) bool
 	switch m := v.(type) {

@@ -13,8 +13,8 @@ import (
 
 // appendHotAnswer writes the answers of the hot public routes (verify-license,
 // validate-license, check-update, leases, activate- and deactivate-license) without
-// protojson's reflection: the profile of the
-// uniform key spread had protojson plus the compaction at a tenth of the gateway's CPU.
+// protojson's reflection: the profile of the uniform key spread had protojson plus the
+// compaction at a tenth of the gateway's CPU.
 // The bytes are the ones jsonMarshaler's generic path writes (TestHotAnswersMatchProtojson
 // compares them over generated messages). ok is false for any other message and for
 // anything protojson would refuse or word in its own way (invalid UTF-8, a NaN in limits,
@@ -24,11 +24,7 @@ func appendHotAnswer(b []byte, v any) (_ []byte, ok bool) {
 	case *licensingv1.VerifyLicenseResponse:
 		return appendVerifyLicenseResponse(b, m)
 	case *activationsv1.ValidateLicenseResponse:
-		if m == nil {
-			return b, false
-		}
-		b = append(b, `{"valid":`...)
-		return append(strconv.AppendBool(b, m.Valid), '}'), true
+		return appendBoolAnswer(b, m != nil, `{"valid":`, m.GetValid())
 	case *releasesv1.CheckUpdateResponse:
 		return appendCheckUpdateResponse(b, m)
 	case *activationsv1.CreateLeaseResponse:
@@ -36,13 +32,19 @@ func appendHotAnswer(b []byte, v any) (_ []byte, ok bool) {
 	case *activationsv1.ActivateLicenseResponse:
 		return appendActivateLicenseResponse(b, m)
 	case *activationsv1.DeactivateLicenseResponse:
-		if m == nil {
-			return b, false
-		}
-		b = append(b, `{"deactivated":`...)
-		return append(strconv.AppendBool(b, m.Deactivated), '}'), true
+		return appendBoolAnswer(b, m != nil, `{"deactivated":`, m.GetDeactivated())
 	}
 	return b, false
+}
+
+// appendBoolAnswer writes an answer whose one member is a bool (open is `{"name":`); a
+// nil message (not set) is left to the generic path.
+func appendBoolAnswer(b []byte, set bool, open string, v bool) (_ []byte, ok bool) {
+	if !set {
+		return b, false
+	}
+	b = append(b, open...)
+	return append(strconv.AppendBool(b, v), '}'), true
 }
 
 // appendActivateLicenseResponse writes activate-license's answer: token and

@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"time"
-	"unicode/utf8"
 
 	"github.com/keyhouse/keyhouse/pkg/apierr"
 	"github.com/keyhouse/keyhouse/pkg/license"
@@ -34,12 +33,13 @@ func (s *Server) ValidateLicenseBatch(ctx context.Context, req *activationsv1.Va
 			Response: &activationsv1.ValidateLicenseResponse{Valid: false}}}
 	}
 
-	// What ValidateLicense answers before asking licensing: valid false.
+	// What ValidateLicense answers before asking licensing: valid false. (An over-long key
+	// is not asked about either: lookUpTogether answers it not found, as lookup does.)
 	var keys []string
 	var asking []int
 	for i, item := range items {
 		r := item.GetRequest()
-		if r.GetKey() == "" || checkField("instance_id", r.GetInstanceId()) != nil || utf8.RuneCountInString(r.GetKey()) > maxFieldLen {
+		if r.GetKey() == "" || checkField("instance_id", r.GetInstanceId()) != nil {
 			invalid(i)
 			continue
 		}

@@ -104,13 +104,17 @@ func TestValidateLicenseBatchAnswersEachItemAsValidateLicense(t *testing.T) {
 func TestValidateLicenseBatchReportsAnOutageOnTheItemsThatNeededLicensing(t *testing.T) {
 	s, _ := newTest()
 	s.licenses.(*fakeLicenses).err = apierr.Unavailable("Licensing service unavailable, retry")
-	results := validateBatch(t, s, []*activationsv1.ValidateLicenseRequest{{Key: "K", InstanceId: "i"}, {Key: "", InstanceId: "i"}})
+	results := validateBatch(t, s, []*activationsv1.ValidateLicenseRequest{{Key: "K", InstanceId: "i"}, {Key: "", InstanceId: "i"},
+		{Key: strings.Repeat("K", 300), InstanceId: "i"}})
 	e := results[0].GetError()
 	if codes.Code(e.GetCode()) != codes.Unavailable || e.GetMessage() != "Licensing service unavailable, retry" {
 		t.Fatalf("outage: %v", results[0])
 	}
 	if results[1].GetError() != nil || results[1].GetResponse().GetValid() {
 		t.Fatalf("an item without a key: %v", results[1])
+	}
+	if results[2].GetError() != nil || results[2].GetResponse().GetValid() {
+		t.Fatalf("an item with an over-long key, which licensing is never asked about: %v", results[2])
 	}
 }
 
