@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -193,4 +194,56 @@ func planNodes(t *testing.T, plan string) []pgxx.PlanNode {
 		t.Fatal(err)
 	}
 	return nodes
+}
+
+// Commits that keep coming are relayed in few rounds: after the first, each wake-up
+// lingers for more. The linger is long here (300 ms, so commits within 100 ms of a round
+// keep it lingering, against commits 5 ms apart) so that a slow machine gathers as many
+// commits per round as a fast one.
+func TestRelayGathersCommitsThatKeepComingIntoFewRounds(t *testing.T) {
+	t.Parallel()
+	_, pool := newOutboxDB(t)
+	_, js := connect(t, devnats.SharedURL(t), nil)
+	stream, prefix := newStream(t, js)
+	log, _ := newLog(t)
+
+	relay := NewRelay(pool, js, log, WithLinger(300*time.Millisecond))
+	var rounds atomic.Int32
+	relay.beforeMark = func() error { rounds.Add(1); return nil }
+	background(t, relay.Run)
+
+	const commits = 30
+	for i := range commits {
+		enqueue(t, pool, Message{TenantID: "t", Subject: prefix + ".ev", MsgID: fmt.Sprintf("m:%d", i)})
+		relay.Notify()
+		time.Sleep(5 * time.Millisecond)
+	}
+	eventually(t, 10*time.Second, "every row relayed", func() bool { return countRows(t, pool, "true") == 0 })
+	if got := len(streamMsgs(t, js, stream)); got != commits {
+		t.Fatalf("stream holds %d messages, want %d", got, commits)
+	}
+	// The first commit after the quiet start goes alone, the rest in one or two lingers.
+	if n := rounds.Load(); n > 5 {
+		t.Errorf("%d commits went out in %d rounds, want at most 5: the relay did not linger for the commits that kept coming", commits, n)
+	}
+}
+
+func TestRelayLingersOnlyWhileCommitsKeepComing(t *testing.T) {
+	r := NewRelay(nil, nil, nil)
+	for _, c := range []struct {
+		idle, want time.Duration
+	}{
+		{0, 30 * time.Millisecond},
+		{9 * time.Millisecond, 30 * time.Millisecond},
+		{10 * time.Millisecond, 0},
+		{20 * time.Millisecond, 0},
+		{time.Second, 0},
+	} {
+		if got := r.lingerAfter(c.idle); got != c.want {
+			t.Errorf("woken %v after its last round, the relay lingers %v; want %v", c.idle, got, c.want)
+		}
+	}
+	if got := NewRelay(nil, nil, nil, WithLinger(0)).lingerAfter(0); got != 0 {
+		t.Errorf("WithLinger(0) lingers %v", got)
+	}
 }
