@@ -78,7 +78,27 @@ type Env struct {
 	URL, AdminKey string
 	HTTP          *http.Client
 
-	settle map[string]func(context.Context) error // scenario ID → AfterEachSlice's f
+	settle  map[string]func(context.Context) error // scenario ID → AfterEachSlice's f
+	prepare map[string]func(context.Context) error // scenario ID → BeforeEachSlice's f
+}
+
+// BeforeEachSlice makes f run before each slice of scenario id (and before its warm-up),
+// unmeasured (a Setup calls it): it turns on what the scenario needs only while it runs,
+// such as the webhooks row's endpoint, which would otherwise take a delivery of every
+// license the other rows issue and leave them its backlog (AfterEachSlice turns it off).
+func (e *Env) BeforeEachSlice(id string, f func(context.Context) error) {
+	if e.prepare == nil {
+		e.prepare = map[string]func(context.Context) error{}
+	}
+	e.prepare[id] = f
+}
+
+// Prepare runs what scenario id registered with BeforeEachSlice, if anything.
+func (e *Env) Prepare(ctx context.Context, id string) error {
+	if f := e.prepare[id]; f != nil {
+		return f(ctx)
+	}
+	return nil
 }
 
 // AfterEachSlice makes f run after each slice of scenario id, unmeasured (a Setup calls

@@ -150,17 +150,23 @@ func run(ctx context.Context) error {
 	for round := range *rounds {
 		fmt.Fprintf(os.Stderr, "round %d of %d ...\n", round+1, *rounds)
 		for _, p := range bench.InRoundOrder(runs, round) {
+			if p.sc.OneWindow && round > 0 {
+				continue
+			}
+			if err := env.Prepare(ctx, p.sc.ID); err != nil {
+				return fmt.Errorf("%s: before a slice: %w%s", p.sc.Name, err, crashed(s))
+			}
 			if round == 0 {
 				bench.WarmUp(ctx, p.sc, p.op, *workers, cmp.Or(*warmFor, *duration/5))
 				if _, err := env.Settle(ctx, p.sc.ID); err != nil && p.settle == nil {
 					p.settle = err
 				}
+				if err := env.Prepare(ctx, p.sc.ID); err != nil {
+					return fmt.Errorf("%s: before a slice: %w%s", p.sc.Name, err, crashed(s))
+				}
 			}
 			window := slice
 			if p.sc.OneWindow {
-				if round > 0 {
-					continue
-				}
 				window = *duration
 			}
 			p.slices = append(p.slices, bench.RunSlice(ctx, p.sc, p.op, *workers, window, round, sample))
