@@ -16,8 +16,8 @@ const Quiet = 0.15
 // row, and returns how long that took. What the scenarios and tasks leave behind runs
 // on after them: the import's 100,000 license.issued events go through licensing's relay
 // and into the event log for a minute or more, and autovacuum follows the rows that wrote
-// most. A report started meanwhile measures that work as well as its
-// own (in a full run the latency report's capacity came out at half of a quiet run's).
+// most. A report started meanwhile measures that work as well as its own (in a full run
+// the latency report's capacity came out at half of a quiet run's).
 func WaitUntilQuiet(ctx context.Context, s *stack.Stack, timeout time.Duration) (waited time.Duration, quiet bool) {
 	return waitUntilQuiet(ctx, func() CPUTimes { return SampleCPU(s) }, time.Second, timeout)
 }
