@@ -65,7 +65,9 @@ func startOverloadStack(t *testing.T, shared *onceStack, extra map[string]string
 	return shared.s
 }
 
-const overloadedBody = `{"error":"Service unavailable, retry"}`
+// unavailableBody is the gateway's retryable 503: admission control's refusal, and a
+// backend it cannot reach yet (grpcx.ServiceUnavailable).
+const unavailableBody = `{"error":"Service unavailable, retry"}`
 
 // answer is a response read off the wire, without failing from a goroutine.
 type answer struct {
@@ -109,8 +111,8 @@ func refused(t *testing.T, what string, a answer) bool {
 	case a.err != nil:
 		t.Errorf("%s: %v", what, a.err)
 	case a.status == http.StatusServiceUnavailable:
-		if a.body != overloadedBody || a.retryAfter == "" {
-			t.Errorf("%s: 503 with Retry-After %q and body %s; want Retry-After and %s", what, a.retryAfter, a.body, overloadedBody)
+		if a.body != unavailableBody || a.retryAfter == "" {
+			t.Errorf("%s: 503 with Retry-After %q and body %s; want Retry-After and %s", what, a.retryAfter, a.body, unavailableBody)
 		}
 		return true
 	case a.status >= 500:

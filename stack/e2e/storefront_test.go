@@ -160,7 +160,7 @@ func (s *shop) readDeliveries(resp *Response) ([]map[string]any, int) {
 func (s *shop) delivery(eventID string) map[string]any {
 	s.t.Helper()
 	resp := s.c.Get("/v1/storefront/deliveries?limit=1000")
-	if resp.Status == http.StatusServiceUnavailable && string(resp.Body) == `{"error":"Service unavailable, retry"}` {
+	if resp.Status == http.StatusServiceUnavailable && string(resp.Body) == unavailableBody {
 		return nil
 	}
 	ds, _ := s.readDeliveries(resp.Expect(s.t, 200))
