@@ -26,7 +26,6 @@ import (
 
 	"github.com/keyhouse/keyhouse/devinfra"
 	"github.com/keyhouse/keyhouse/devinfra/devnats"
-	"github.com/keyhouse/keyhouse/pkg/grpcx"
 	"github.com/keyhouse/keyhouse/pkg/listenfd"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -572,10 +571,48 @@ func (s *Stack) RestartService(ctx context.Context, name string) error {
 	if err := waitGRPC(ctx, p); err != nil {
 		return err
 	}
-	// The gateways and the other services lost their connections with the old process and
-	// retry on their backoff schedule; once it has run its course they all reach this one.
-	time.Sleep(grpcx.ReconnectedWithin)
-	return nil
+	return s.awaitReachable(ctx, name)
+}
+
+// awaitReachable waits until every running process that calls the service name (each
+// gateway, other services) reaches it. They lost their connections with its old process,
+// and each stays in transient failure, failing the calls that do not wait for it (a
+// gateway answers the service's routes 503), until its reconnect backoff has run and the
+// new process has answered its health check; on a busy machine that can take seconds.
+// Each says so in keyhouse_peer_reachable (pkg/grpcx's Dial).
+func (s *Stack) awaitReachable(ctx context.Context, name string) error {
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		var unreachable []string
+		for _, p := range s.Procs() {
+			select {
+			case <-p.done:
+				continue
+			default:
+			}
+			exposition, err := p.Metrics(ctx)
+			if err != nil {
+				unreachable = append(unreachable, err.Error())
+				continue
+			}
+			for _, series := range ParseMetrics(exposition, "keyhouse_peer_reachable") {
+				if series.Labels["peer"] == name && series.Value == 0 {
+					unreachable = append(unreachable, p.Name+" on "+p.Addr)
+				}
+			}
+		}
+		if len(unreachable) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s restarted, but still unreachable from: %s", name, strings.Join(unreachable, ", "))
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }
 
 // StartServiceReplica starts one more process of a service on the same database, NATS

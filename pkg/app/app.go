@@ -60,10 +60,11 @@ type Deps struct {
 // OnClose registers a cleanup, run in reverse order after the server stopped.
 func (d *Deps) OnClose(f func()) { d.closers = append(d.closers, f) }
 
-// Dial connects to another service and closes the connection at shutdown. Its calls name
-// the license keys this process heard changed (pkg/licensecache's read-your-writes).
-func (d *Deps) Dial(addr string) (*grpc.ClientConn, error) {
-	conn, err := grpcx.Dial(addr, grpc.WithChainUnaryInterceptor(licensecache.ForwardRecentChanges()))
+// Dial connects to the service named peer at addr (grpcx.Dial) and closes the connection
+// at shutdown. Its calls name the license keys this process heard changed
+// (pkg/licensecache's read-your-writes).
+func (d *Deps) Dial(peer, addr string) (*grpc.ClientConn, error) {
+	conn, err := grpcx.Dial(peer, addr, grpc.WithChainUnaryInterceptor(licensecache.ForwardRecentChanges()))
 	if err != nil {
 		return nil, err
 	}
@@ -187,7 +188,7 @@ func serve(ctx context.Context, svc Service, rt config.Runtime) error {
 	if svc.Tenants != nil {
 		tenants = svc.Tenants(d)
 	} else {
-		conn, err := d.Dial(cfg.BillingAddr)
+		conn, err := d.Dial("billing", cfg.BillingAddr)
 		if err != nil {
 			return err
 		}

@@ -50,7 +50,7 @@ func start(t *testing.T, f *fakeBilling) *billingclient.Client {
 	accountsv1.RegisterAccountsServiceServer(g, f)
 	go func() { _ = g.Serve(lis) }()
 	t.Cleanup(g.Stop)
-	conn, err := grpcx.Dial(lis.Addr().String())
+	conn, err := grpcx.Dial("billing", lis.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}

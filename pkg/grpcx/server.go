@@ -24,6 +24,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -298,19 +299,17 @@ const staticScheme = "keyhouse-static"
 const (
 	maxReconnectDelay = time.Second
 	reconnectJitter   = 0.2
-	// ReconnectedWithin bounds how long after a peer is back every client of it has
-	// connected again: the longest reconnect delay with its jitter, then the connection
-	// and its first health check (clientServiceConfig) on loopback.
-	ReconnectedWithin = time.Duration((1+reconnectJitter)*float64(maxReconnectDelay)) + 300*time.Millisecond
 )
 
-// Dial connects to another service (or the gateway to a service). addr is host:port (a
-// DNS name resolving to every replica, such as a Kubernetes headless Service, or any
-// gRPC target URI) or a comma-separated list of host:port. Calls are spread round-robin
-// over the replicas that report SERVING, so a draining replica gets no new calls.
-// Connections are lazy, so start order does not matter. extra adds options (an
-// interceptor added with grpc.WithChainUnaryInterceptor runs inside the request id's).
-func Dial(addr string, extra ...grpc.DialOption) (*grpc.ClientConn, error) {
+// Dial connects to the service named peer ("licensing", "activations", ...) from another
+// service or the gateway. addr is host:port (a DNS name resolving to every replica, such
+// as a Kubernetes headless Service, or any gRPC target URI) or a comma-separated list of
+// host:port. Calls are spread round-robin over the replicas that report SERVING, so a
+// draining replica gets no new calls. Connections are lazy, so start order does not
+// matter. extra adds options (an interceptor added with grpc.WithChainUnaryInterceptor
+// runs inside the request id's). Until the connection is closed, keyhouse_peer_reachable
+// says whether calls to peer can go out (reportReachable).
+func Dial(peer, addr string, extra ...grpc.DialOption) (*grpc.ClientConn, error) {
 	target := addr
 	if strings.Contains(addr, ",") {
 		var addrs []resolver.Address
@@ -341,7 +340,32 @@ func Dial(addr string, extra ...grpc.DialOption) (*grpc.ClientConn, error) {
 	if telemetry.TracingEnabled() {
 		opts = append(opts, grpc.WithStatsHandler(otelgrpc.NewClientHandler()))
 	}
-	return grpc.NewClient(target, append(opts, extra...)...)
+	conn, err := grpc.NewClient(target, append(opts, extra...)...)
+	if err != nil {
+		return nil, err
+	}
+	go reportReachable(peer, conn)
+	return conn, nil
+}
+
+// reportReachable keeps keyhouse_peer_reachable{peer} at 0 while conn is in transient
+// failure and at 1 otherwise (connected, connecting, or idle), until conn is closed. In
+// transient failure the last attempt to reach every replica failed, or none reports
+// SERVING, and the channel stays there until one is ready again, however soon the peer
+// is back: a call without WaitForReady fails at once (the gateway answers the peer's
+// routes 503), and the next attempt waits for the reconnect backoff (up to
+// maxReconnectDelay and its jitter). So this, not the peer's own health, says when a
+// restarted peer is reachable from here.
+func reportReachable(peer string, conn *grpc.ClientConn) {
+	reachable := metrics.PeerReachable.WithLabelValues(peer)
+	for state := conn.GetState(); state != connectivity.Shutdown; state = conn.GetState() {
+		if state == connectivity.TransientFailure {
+			reachable.Set(0)
+		} else {
+			reachable.Set(1)
+		}
+		conn.WaitForStateChange(context.Background(), state)
+	}
 }
 
 func propagateRequestID(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {

@@ -51,7 +51,7 @@ func TestMessagesLargerThanTheFlowControlWindowsCrossBothWays(t *testing.T) {
 	}
 	go func() { _ = srv.GRPC.Serve(lis) }()
 	t.Cleanup(srv.GRPC.Stop)
-	conn, err := Dial(lis.Addr().String())
+	conn, err := Dial("echo", lis.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -65,7 +65,7 @@ func serve(t *testing.T, lis net.Listener, f *fakeLicensing) {
 
 func client(t *testing.T, addr string) *licensingclient.Client {
 	t.Helper()
-	conn, err := grpcx.Dial(addr)
+	conn, err := grpcx.Dial("licensing", addr)
 	if err != nil {
 		t.Fatal(err)
 	}

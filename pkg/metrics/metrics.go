@@ -69,6 +69,13 @@ var (
 		Help: "1 when the dependency answered its last readiness probe, 0 when it did not.",
 	}, []string{"dependency"})
 
+	// PeerReachable is 0 while a process's connection to another service is failing
+	// (pkg/grpcx's reportReachable).
+	PeerReachable = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "keyhouse_peer_reachable",
+		Help: "0 while this process's connection to the service named peer is in transient failure (no replica reachable and SERVING: calls to it fail at once), 1 otherwise.",
+	}, []string{"peer"})
+
 	// MailSends counts buyer mail by result (see RecordMailSend).
 	MailSends = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "keyhouse_mail_sends_total",

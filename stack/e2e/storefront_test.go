@@ -138,32 +138,21 @@ func (s *shop) mapping(body map[string]any) map[string]any {
 // deliveries lists deliveries (query is the raw query string).
 func (s *shop) deliveries(query string) ([]map[string]any, int) {
 	s.t.Helper()
-	return s.readDeliveries(s.c.Get("/v1/storefront/deliveries?"+query).Expect(s.t, 200))
-}
-
-func (s *shop) readDeliveries(resp *Response) ([]map[string]any, int) {
-	s.t.Helper()
 	var out struct {
 		Deliveries []map[string]any `json:"deliveries"`
 		Total      int              `json:"total"`
 	}
+	resp := s.c.Get("/v1/storefront/deliveries?"+query).Expect(s.t, 200)
 	if err := json.Unmarshal(resp.Body, &out); err != nil {
 		s.t.Fatal(err)
 	}
 	return out.Deliveries, out.Total
 }
 
-// delivery returns the delivery of an event id, nil when none yet. The gateway's
-// retryable 503 counts as none yet: after a storefront restart (RestartService) the
-// gateway answers it until its connection's backoff has run its course, which on a
-// loaded machine can outlast the harness's wait.
+// delivery returns the delivery of an event id, nil when none.
 func (s *shop) delivery(eventID string) map[string]any {
 	s.t.Helper()
-	resp := s.c.Get("/v1/storefront/deliveries?limit=1000")
-	if resp.Status == http.StatusServiceUnavailable && string(resp.Body) == unavailableBody {
-		return nil
-	}
-	ds, _ := s.readDeliveries(resp.Expect(s.t, 200))
+	ds, _ := s.deliveries("limit=1000")
 	for _, d := range ds {
 		if d["event_id"] == eventID {
 			return d

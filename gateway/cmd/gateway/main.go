@@ -129,41 +129,33 @@ func run(ctx context.Context, rt config.Runtime) error {
 	learnTenants := grpc.WithChainUnaryInterceptor(tenants.Learning())
 
 	var conns edge.Conns
-	for _, c := range []struct {
+	backends := []struct {
+		name string
 		addr string
 		dst  **grpc.ClientConn
 		opts []grpc.DialOption
 	}{
-		{cfg.LicensingAddr, &conns.Licensing, []grpc.DialOption{dropAnnounced, learnTenants}},
-		{cfg.ActivationsAddr, &conns.Activations, []grpc.DialOption{dropAnnounced, learnTenants}},
-		{cfg.ReleasesAddr, &conns.Releases, []grpc.DialOption{dropAnnounced, learnTenants}},
-		{cfg.BillingAddr, &conns.Billing, []grpc.DialOption{learnTenants}},
-		{cfg.StorefrontAddr, &conns.Storefront, []grpc.DialOption{learnTenants}},
-		{cfg.EventsAddr, &conns.Events, []grpc.DialOption{learnTenants}},
-	} {
-		conn, err := grpcx.Dial(c.addr, c.opts...)
+		{"licensing", cfg.LicensingAddr, &conns.Licensing, []grpc.DialOption{dropAnnounced, learnTenants}},
+		{"activations", cfg.ActivationsAddr, &conns.Activations, []grpc.DialOption{dropAnnounced, learnTenants}},
+		{"releases", cfg.ReleasesAddr, &conns.Releases, []grpc.DialOption{dropAnnounced, learnTenants}},
+		{"billing", cfg.BillingAddr, &conns.Billing, []grpc.DialOption{learnTenants}},
+		{"storefront", cfg.StorefrontAddr, &conns.Storefront, []grpc.DialOption{learnTenants}},
+		{"events", cfg.EventsAddr, &conns.Events, []grpc.DialOption{learnTenants}},
+	}
+	for _, b := range backends {
+		conn, err := grpcx.Dial(b.name, b.addr, b.opts...)
 		if err != nil {
 			return err
 		}
 		defer conn.Close()
-		*c.dst = conn
+		*b.dst = conn
 	}
 
 	monitor := readiness.New(log, readiness.Check{Name: "redis", Probe: func(ctx context.Context) error {
 		return rdb.Ping(ctx).Err()
 	}})
-	for _, b := range []struct {
-		name string
-		conn *grpc.ClientConn
-	}{
-		{"licensing", conns.Licensing},
-		{"activations", conns.Activations},
-		{"releases", conns.Releases},
-		{"billing", conns.Billing},
-		{"storefront", conns.Storefront},
-		{"events", conns.Events},
-	} {
-		monitor.Add(readiness.Check{Name: b.name, Probe: grpcHealthProbe(b.conn)})
+	for _, b := range backends {
+		monitor.Add(readiness.Check{Name: b.name, Probe: grpcHealthProbe(*b.dst)})
 	}
 	var draining atomic.Bool
 	notReady := func() []string {

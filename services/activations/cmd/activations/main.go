@@ -28,7 +28,7 @@ func main() {
 		Addr:       func(c *config.Config) string { return c.ActivationsAddr },
 		Migrations: migrations.FS,
 		Register: func(ctx context.Context, d *app.Deps) error {
-			conn, err := d.Dial(d.Config.LicensingAddr)
+			conn, err := d.Dial("licensing", d.Config.LicensingAddr)
 			if err != nil {
 				return err
 			}
@@ -50,7 +50,7 @@ func main() {
 			if err != nil {
 				return err
 			}
-			billingConn, err := d.Dial(d.Config.BillingAddr)
+			billingConn, err := d.Dial("billing", d.Config.BillingAddr)
 			if err != nil {
 				nc.Close()
 				return err

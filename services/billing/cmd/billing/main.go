@@ -39,7 +39,7 @@ func register(ctx context.Context, d *app.Deps) error {
 	server.Register(d.Server.GRPC, server.New(st, d.Config.MultiTenant))
 	accountsv1.RegisterConsoleAccountsServiceServer(d.Server.GRPC, server.NewConsole(st, d.Auth, d.Config.MultiTenant))
 
-	licensing, err := d.Dial(d.Config.LicensingAddr)
+	licensing, err := d.Dial("licensing", d.Config.LicensingAddr)
 	if err != nil {
 		return err
 	}

@@ -52,12 +52,12 @@ func register(ctx context.Context, d *app.Deps) error {
 
 	// Webhooks: endpoint secrets are sealed under the installation keyring, which
 	// licensing holds.
-	licensingConn, err := d.Dial(d.Config.LicensingAddr)
+	licensingConn, err := d.Dial("licensing", d.Config.LicensingAddr)
 	if err != nil {
 		return err
 	}
 	licensing := licensingclient.New(licensingConn, d.Config.AdminAPIKey.Reveal())
-	billingConn, err := d.Dial(d.Config.BillingAddr)
+	billingConn, err := d.Dial("billing", d.Config.BillingAddr)
 	if err != nil {
 		return err
 	}

@@ -37,11 +37,11 @@ func register(ctx context.Context, d *app.Deps) error {
 	}
 	d.Log.Info("signing keyring loaded", "keyring", keyring)
 
-	billing, err := d.Dial(d.Config.BillingAddr)
+	billing, err := d.Dial("billing", d.Config.BillingAddr)
 	if err != nil {
 		return err
 	}
-	activations, err := d.Dial(d.Config.ActivationsAddr)
+	activations, err := d.Dial("activations", d.Config.ActivationsAddr)
 	if err != nil {
 		return err
 	}

@@ -29,11 +29,11 @@ func main() {
 }
 
 func register(ctx context.Context, d *app.Deps) error {
-	licensing, err := d.Dial(d.Config.LicensingAddr)
+	licensing, err := d.Dial("licensing", d.Config.LicensingAddr)
 	if err != nil {
 		return err
 	}
-	billing, err := d.Dial(d.Config.BillingAddr)
+	billing, err := d.Dial("billing", d.Config.BillingAddr)
 	if err != nil {
 		return err
 	}

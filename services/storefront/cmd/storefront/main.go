@@ -47,12 +47,12 @@ func register(ctx context.Context, d *app.Deps) error {
 	if err != nil {
 		return err
 	}
-	conn, err := d.Dial(d.Config.LicensingAddr)
+	conn, err := d.Dial("licensing", d.Config.LicensingAddr)
 	if err != nil {
 		return err
 	}
 	licensing := licensingclient.New(conn, d.Config.AdminAPIKey.Reveal())
-	billingConn, err := d.Dial(d.Config.BillingAddr)
+	billingConn, err := d.Dial("billing", d.Config.BillingAddr)
 	if err != nil {
 		return err
 	}
