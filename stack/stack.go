@@ -545,11 +545,18 @@ func (s *Stack) Stop() {
 	}
 }
 
-// Service returns the running process of a service (for tests that stop one).
+// Service returns the running process of a service (for tests that stop one): the first
+// started of those still running, so after RestartService the new process, not the one
+// it replaced; nil when none runs.
 func (s *Stack) Service(name string) *Proc {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, p := range s.procs {
+		select {
+		case <-p.done:
+			continue
+		default:
+		}
 		if p.Name == name {
 			return p
 		}
