@@ -19,9 +19,10 @@ import (
 // hotRoutes answers the POST routes every installed app calls, at every start or on a
 // timer, and so most of the gateway's requests: verify-license, validate-license and
 // check-update, the seat changes of every install and uninstall (activate-license and
-// deactivate-license), and the leases apps take at start and renew on a timer. It takes the steps grpc-gateway's handlers take for them (decode the
-// body, call the same cached and batched client, answer through the mux's own
-// marshaler, error handler and response options), without the mux's work around them:
+// deactivate-license), and the leases apps take at start and renew on a timer. It takes
+// the steps grpc-gateway's handlers take for them (decode the body, call the same cached
+// and batched client, answer through the mux's own marshaler, error handler and response
+// options), without the mux's work around them:
 // trying every route's pattern in turn (each miss allocating its error), and annotating
 // the context with every header as gRPC metadata, with the copies of the request and the
 // context values that go with it: a verify-license the cache answers takes 33
