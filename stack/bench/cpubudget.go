@@ -42,18 +42,33 @@ func (p *phase) cpuPerRefusal(perAnswer time.Duration) time.Duration {
 	return max(0, p.stackCPU()-time.Duration(p.acceptedCount)*perAnswer) / time.Duration(refused)
 }
 
+// cores is how many cores' worth of CPU the process named by name used during p on
+// average ("" for the whole stack, stackCPU).
+func (p *phase) cores(name string) float64 {
+	if p.duration <= 0 {
+		return 0
+	}
+	used := p.stackCPU()
+	if name != "" {
+		used = p.cpu[name]
+	}
+	return used.Seconds() / p.duration.Seconds()
+}
+
 // goodputBound is the largest share of its capacity the stack can answer when offered k×
-// its capacity, with the CPU it answers its capacity with, if an answer costs perAnswer
-// and a refusal perRefusal: g × perAnswer + (k − g) × perRefusal ≤ perAnswer.
-func goodputBound(perAnswer, perRefusal time.Duration, k float64) float64 {
+// its capacity, if an answer costs perAnswer and a refusal perRefusal, and it has cpu
+// times the CPU it answers its capacity with (1: the same; less when the load generator,
+// sending k× the requests on the same machine, takes more of it):
+// g × perAnswer + (k − g) × perRefusal ≤ cpu × perAnswer.
+func goodputBound(perAnswer, perRefusal time.Duration, k, cpu float64) float64 {
 	a, r := perAnswer.Seconds(), perRefusal.Seconds()
 	if a <= 0 {
 		return 0
 	}
 	if r >= a {
-		return min(1, 1/k) // refusing costs as much as answering: answer what comes first
+		return min(1, cpu/k) // refusing costs as much as answering: answer what comes first
 	}
-	return max(0, min(1, (a-k*r)/(a-r)))
+	return max(0, min(1, (cpu*a-k*r)/(a-r)))
 }
 
 // refusalCeiling is the most a refusal may cost for the stack to answer share of its

@@ -111,8 +111,14 @@ func runOverload(ctx context.Context, env *Env, d time.Duration) (string, error)
 	for _, p := range phases[2:4] {
 		k := p.delivered() / c
 		refusal := p.cpuPerRefusal(perAnswer)
-		fmt.Fprintf(&b, "  - %s, delivered %.2f×: a refusal about %s, so at most %s answered (measured %s); 90%% needs a refusal under %s\n",
-			p.name, k, us(refusal), pct(goodputBound(perAnswer, refusal, k)), pct(p.goodput()/c), us(refusalCeiling(perAnswer, k, 0.9)))
+		// The generator shares the machine unless -pin keeps it on a CPU of its own; sending
+		// k× the requests it takes more of it, and the stack has that much less.
+		cpu := p.cores("") / capacity.cores("")
+		fmt.Fprintf(&b, "  - %s, delivered %.2f×: a refusal about %s, so at most %s answered on the CPU the stack had at capacity (%.0f%% of a core); "+
+			"it had %.0f%% here, the load generator using %.0f%% against %.0f%%, which allows %s (measured %s); 90%% needs a refusal under %s\n",
+			p.name, k, us(refusal), pct(goodputBound(perAnswer, refusal, k, 1)), 100*capacity.cores(""),
+			100*p.cores(""), 100*p.cores("bench"), 100*capacity.cores("bench"), pct(goodputBound(perAnswer, refusal, k, cpu)), pct(p.goodput()/c),
+			us(refusalCeiling(perAnswer, k, 0.9)))
 	}
 	return b.String(), nil
 }
