@@ -484,12 +484,20 @@ func (p *Proc) Signal(sig os.Signal) error { return p.cmd.Process.Signal(sig) }
 // Exited is closed when the process ends.
 func (p *Proc) Exited() <-chan struct{} { return p.done }
 
-// Stop sends SIGTERM and waits (then SIGKILL after 15 s).
-func (p *Proc) Stop() {
+// running reports whether the process has not ended yet.
+func (p *Proc) running() bool {
 	select {
 	case <-p.done:
-		return
+		return false
 	default:
+		return true
+	}
+}
+
+// Stop sends SIGTERM and waits (then SIGKILL after 15 s).
+func (p *Proc) Stop() {
+	if !p.running() {
+		return
 	}
 	p.stopping.Store(true)
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
@@ -504,10 +512,8 @@ func (p *Proc) Stop() {
 // Kill ends the process at once with SIGKILL, as a crash or an OOM kill would: nothing
 // of its shutdown sequence runs.
 func (p *Proc) Kill() {
-	select {
-	case <-p.done:
+	if !p.running() {
 		return
-	default:
 	}
 	p.stopping.Store(true)
 	_ = p.cmd.Process.Kill()
@@ -552,12 +558,7 @@ func (s *Stack) Service(name string) *Proc {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, p := range s.procs {
-		select {
-		case <-p.done:
-			continue
-		default:
-		}
-		if p.Name == name {
+		if p.Name == name && p.running() {
 			return p
 		}
 	}
@@ -592,10 +593,8 @@ func (s *Stack) awaitReachable(ctx context.Context, name string) error {
 	for {
 		var unreachable []string
 		for _, p := range s.Procs() {
-			select {
-			case <-p.done:
+			if !p.running() {
 				continue
-			default:
 			}
 			exposition, err := p.Metrics(ctx)
 			if err != nil {
