@@ -117,7 +117,7 @@ func refused(t *testing.T, what string, a answer) bool {
 	switch {
 	case a.err != nil:
 		t.Errorf("%s: %v", what, a.err)
-	case a.status == http.StatusServiceUnavailable && a.body != unavailableBody && dependencyTimedOut.MatchString(a.body):
+	case a.status == http.StatusServiceUnavailable && dependencyTimedOut.MatchString(a.body):
 		t.Logf("%s: %s (a dependency slower than its deadline)", what, a.body)
 		return true
 	case a.status == http.StatusServiceUnavailable:
@@ -132,8 +132,25 @@ func refused(t *testing.T, what string, a answer) bool {
 }
 
 // dependencyTimedOut matches the answer of a dependency that did not answer in time
-// (grpcx.Peer.Downstream's and the database's retryable 503s).
+// (grpcx.Peer.Downstream's and the database's retryable 503s), never unavailableBody.
 var dependencyTimedOut = regexp.MustCompile(`^\{"error":"(Database|[A-Z][a-z]+ service) unavailable, retry"\}$`)
+
+// The overload tests excuse a dependency's retryable 503 and nothing else: not admission
+// control's refusal (which must carry Retry-After), not an error that says no retry.
+func TestOnlyADependencysRetryableAnswerReadsAsTimedOut(t *testing.T) {
+	for body, want := range map[string]bool{
+		`{"error":"Database unavailable, retry"}`:            true,
+		`{"error":"Licensing service unavailable, retry"}`:   true,
+		`{"error":"Activations service unavailable, retry"}`: true,
+		unavailableBody:                             false,
+		`{"error":"Internal server error"}`:         false,
+		`{"error":"Licensing service unavailable"}`: false,
+	} {
+		if got := dependencyTimedOut.MatchString(body); got != want {
+			t.Errorf("%s: timed out %t, want %t", body, got, want)
+		}
+	}
+}
 
 func TestOverloadRefusesTheExcessAndLosesNoWrite(t *testing.T) {
 	s := overloadStack(t)
