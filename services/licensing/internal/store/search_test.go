@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -96,5 +97,85 @@ func TestListExpiringKeepsTheActiveLicensesExpiringInTheWindow(t *testing.T) {
 	}
 	if rows, _, err := s.List(ctx, "t2", store.Filter{ExpiringFrom: &now, ExpiringUntil: &until, Limit: 50}); err != nil || len(rows) != 0 {
 		t.Errorf("another tenant sees %d licenses (%v)", len(rows), err)
+	}
+}
+
+// Paging through any listing gives the listing whole, in its order, each row in full:
+// a page past the first finds its rows through the index and then reads them, and
+// licenses issued in one transaction (an import) share issued_at, so the key orders them.
+func TestListPagesCutTheWholeListingInOrder(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := newStore(t)
+	now := time.Now()
+	expires := now.Add(10 * 24 * time.Hour)
+	for batch := range 3 {
+		if err := s.InTx(ctx, func(tx store.Tx) error {
+			for i := range 7 {
+				l := &store.License{TenantID: "t1", Key: fmt.Sprintf("K%d-%02d", batch, 7-i), Tier: fmt.Sprintf("tier-%d-%d", batch, i),
+					ProductID: []string{"desk", "cli"}[i%2], IssuedTo: fmt.Sprintf("buyer%d@example.com", i), Limits: map[string]float64{}}
+				if i%3 == 0 {
+					l.ExpiresAt = &expires
+				}
+				if err := tx.Insert(ctx, l); err != nil {
+					return err
+				}
+				if i == 4 {
+					if err := tx.SetStatus(ctx, "t1", l.Key, "revoked"); err != nil {
+						return err
+					}
+				}
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.InTx(ctx, func(tx store.Tx) error {
+		return tx.Insert(ctx, &store.License{TenantID: "t2", Key: "K1-03X", Tier: "other", ProductID: "desk", IssuedTo: "buyer3@example.com", Limits: map[string]float64{}})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	until := now.Add(30 * 24 * time.Hour)
+	show := func(rows []*store.License) []string {
+		var out []string
+		for _, r := range rows {
+			out = append(out, r.Key+"/"+r.Tier+"/"+r.ProductID+"/"+r.Status)
+		}
+		return out
+	}
+	for name, f := range map[string]store.Filter{
+		"all":       {},
+		"product":   {ProductID: "desk"},
+		"status":    {Status: "active"},
+		"issued_to": {IssuedTo: "BUYER1"},
+		"key":       {Key: "k1-"},
+		"expiring":  {ExpiringFrom: &now, ExpiringUntil: &until},
+	} {
+		whole := f
+		whole.Limit = 1000
+		want, wantTotal, err := s.List(ctx, "t1", whole)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(want) < 3 || wantTotal != len(want) {
+			t.Fatalf("%s: the whole listing has %d rows (total %d); the test needs several", name, len(want), wantTotal)
+		}
+		var paged []*store.License
+		for off := 0; off < len(want)+2; off += 2 {
+			page := f
+			page.Limit, page.Offset = 2, off
+			rows, total, err := s.List(ctx, "t1", page)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if total != wantTotal {
+				t.Errorf("%s offset %d: total %d, want %d", name, off, total, wantTotal)
+			}
+			paged = append(paged, rows...)
+		}
+		if got, want := strings.Join(show(paged), " "), strings.Join(show(want), " "); got != want {
+			t.Errorf("%s: the pages give\n%s\nthe listing is\n%s", name, got, want)
+		}
 	}
 }
