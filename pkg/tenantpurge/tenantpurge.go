@@ -42,12 +42,28 @@ func Tables(ctx context.Context, tx pgx.Tx) ([]string, error) {
 // Purge deletes every row of tenant from every table of tx's schema with a tenant_id
 // column. A table whose rows another table still references (a foreign key without
 // ON DELETE CASCADE) is tried again after the others, each attempt under a savepoint, so
-// the order of the tables needs no list to keep up to date. It returns the rows deleted.
+// the order of the tables needs no list to keep up to date. A delete may also write rows
+// of the tenant into a table already purged (licensing's license_counts, kept by a
+// trigger on licenses), so the tables are purged again until a pass finds nothing. It
+// returns the rows deleted.
 func Purge(ctx context.Context, tx pgx.Tx, tenant string) (int64, error) {
-	pending, err := Tables(ctx, tx)
+	tables, err := Tables(ctx, tx)
 	if err != nil {
 		return 0, err
 	}
+	var deleted int64
+	for {
+		n, err := purgePass(ctx, tx, tables, tenant)
+		deleted += n
+		if err != nil || n == 0 {
+			return deleted, err
+		}
+	}
+}
+
+// purgePass deletes the tenant's rows from each of tables once, the referenced ones after
+// the tables that reference them.
+func purgePass(ctx context.Context, tx pgx.Tx, pending []string, tenant string) (int64, error) {
 	var deleted int64
 	for len(pending) > 0 {
 		var blocked []string

@@ -80,6 +80,8 @@ func register(ctx context.Context, d *app.Deps) error {
 		}
 	})
 	wg.Go(func() { idempotency.PurgeHourly(ctx, d.DB, d.Log) })
+	// The license counts' rows, one per write statement, are folded into one per tenant.
+	wg.Go(func() { st.FoldCountsEvery(ctx, store.CountsFoldInterval, d.Log) })
 	// License changes are announced with a heartbeat, the caches' liveness proof.
 	d.OnClose(licensecache.StartHeartbeat(spine.NATS))
 	d.OnClose(stopCache)

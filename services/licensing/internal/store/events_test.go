@@ -127,9 +127,9 @@ func TestEveryWriteEmitsItsEvent(t *testing.T) {
 		[]string{"GetForUpdate", "LockQuota", "CountActive", "Existing"})
 	eventstest.RequireListed(t, s,
 		[]string{"InTx", "Idempotent", "Issue", "UpdateTerms", "UpdateNotes"},
-		// Writes outside §11: a product claim, the keyring, portal links (credentials) and
-		// the portal switch.
-		[]string{"ClaimProduct", "Keyring", "PortalLink", "SetPortalEnabled"},
+		// Writes outside §11: a product claim, the keyring, portal links (credentials), the
+		// portal switch and the folding of the license counts (no count changes).
+		[]string{"ClaimProduct", "Keyring", "PortalLink", "SetPortalEnabled", "FoldCounts", "FoldCountsEvery"},
 		[]string{"WithCache", "Get", "GetMany", "GetLive", "CountActive", "DeletedKeys", "List", "Counts", "LicenseByPortalToken", "PortalEnabled"})
 }
 
