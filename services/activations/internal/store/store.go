@@ -544,11 +544,15 @@ func (s *Store) Seats(ctx context.Context, tenant, key string) ([]Seat, error) {
 	return pgx.CollectRows(rows, scanSeat)
 }
 
+// recentSQL reads the newest seats in the order of the seats_recent index, which stops at
+// the limit however many seats share an activation time.
+const recentSQL = `SELECT license_key, instance_id, activated_at FROM seats
+	WHERE tenant_id = $1 AND NOT license_key = ANY($3)
+	ORDER BY activated_at DESC, license_key, instance_id LIMIT $2`
+
 // Recent lists the tenant's newest seats across licenses, but none of the exclude keys.
 func (s *Store) Recent(ctx context.Context, tenant string, limit int, exclude []string) ([]Seat, error) {
-	rows, err := s.db.Query(ctx, `SELECT license_key, instance_id, activated_at FROM seats
-		WHERE tenant_id = $1 AND NOT license_key = ANY($3)
-		ORDER BY activated_at DESC, license_key, instance_id LIMIT $2`, tenant, limit, nonNil(exclude))
+	rows, err := s.db.Query(ctx, recentSQL, tenant, limit, nonNil(exclude))
 	if err != nil {
 		return nil, err
 	}

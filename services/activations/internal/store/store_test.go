@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -646,5 +647,41 @@ func TestChangeSeatsKeepsNothingWhenItsEventsFail(t *testing.T) {
 		if err != nil || !changed[0].Already {
 			t.Fatalf("after the failed batch: %+v, %v", changed, err)
 		}
+	}
+}
+
+// The newest seats are read in the index's order up to the limit, however many seats share
+// the newest activation time (activated in one statement: an import, a bulk load); the
+// seats tied on it come in license and instance order.
+func TestRecentReadsNoMoreThanItsLimitWhenSeatsShareAnActivationTime(t *testing.T) {
+	t.Parallel()
+	s, tenant, key := fresh(t)
+	ctx := context.Background()
+	mustActivate(t, s, tenant, key, "older")
+	if _, err := s.db.Exec(ctx, `INSERT INTO seats (tenant_id, license_key, instance_id, token_hash, activated_at)
+		SELECT $1, $2 || '-' || lpad((i % 50)::text, 2, '0'), 'host-' || lpad(i::text, 4, '0'), convert_to($1 || $2 || i, 'UTF8'), now() + interval '1 minute'
+		FROM generate_series(1, 5000) AS i`, tenant, key); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.db.Exec(ctx, `ANALYZE seats`); err != nil {
+		t.Fatal(err)
+	}
+	recent, err := s.Recent(ctx, tenant, 3, []string{key + "-00"})
+	if err != nil || len(recent) != 3 {
+		t.Fatalf("recent: %v, %v", recent, err)
+	}
+	var got []string
+	for _, r := range recent {
+		got = append(got, r.Key[len(key):]+"/"+r.InstanceID)
+	}
+	if strings.Join(got, " ") != "-01/host-0001 -01/host-0051 -01/host-0101" {
+		t.Errorf("newest seats %v, want the first license's first instances", got)
+	}
+	var plan string
+	if err := s.db.QueryRow(ctx, `EXPLAIN (ANALYZE, FORMAT JSON) `+recentSQL, tenant, 3, []string{key + "-00"}).Scan(&plan); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(plan, `Sort"`) {
+		t.Errorf("the newest seats were sorted, not read in the index's order:\n%s", plan)
 	}
 }
