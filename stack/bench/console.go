@@ -20,9 +20,9 @@ const consoleLicenses = 100_000
 // consolePages are the console scenarios: one page kind each, so the report shows which
 // one costs what.
 var consolePages = []struct{ id, name, note string }{
-	{"console-overview", "console overview page at 100,000 licenses", "GetAccount + GetStats (three counts over the tenant's licenses, seat stats)"},
-	{"console-list", "console licenses list, pages 1..2000 of 100,000", "GetAccount + ListLicenses (count + one page at OFFSET up to 99,950) + seat summaries"},
-	{"console-search", "console customer search in 100,000 licenses", "GetAccount + ListLicenses with issued_to (trigram index) + seat summaries"},
+	{"console-overview", "console overview page at 100,000 licenses", "GetAccount + GetStats (the tenant's kept license counts, a count of its seats, the newest ten) + the licenses expiring within 30 days + the newest events"},
+	{"console-list", "console licenses list, pages 1..2000 of 100,000", "GetAccount + ListLicenses (the kept total, one page at OFFSET up to 99,950 found in the index) + seat summaries"},
+	{"console-search", "console customer search in 100,000 licenses", "GetAccount + ListLicenses with issued_to (trigram index, its matches counted) + seat summaries"},
 	{"console-license", "console license page in 100,000 licenses", "GetAccount + GetLicenseDetails + ListActivations + GetPortalLink"},
 }
 
