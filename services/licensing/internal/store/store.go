@@ -467,15 +467,24 @@ func (s *Store) FoldCounts(ctx context.Context) (int64, error) {
 		if err := tx.QueryRow(ctx, `SELECT pg_try_advisory_xact_lock(`+foldCountsLock+`)`).Scan(&mine); err != nil || !mine {
 			return err
 		}
+		rows, err := tx.Query(ctx, `SELECT tenant_id FROM license_counts GROUP BY tenant_id HAVING count(*) > 1`)
+		if err != nil {
+			return err
+		}
+		tenants, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil || len(tenants) == 0 {
+			return err
+		}
+		// The tenants come as an array, so the delete reads one table: joined to a subquery
+		// of its own table, it once ran for minutes over 100,000 rows in make bench, on a
+		// plan made while the table was empty.
 		var removed, kept int64
-		err := tx.QueryRow(ctx, `WITH gone AS (
-				DELETE FROM license_counts WHERE tenant_id IN (
-					SELECT tenant_id FROM license_counts GROUP BY tenant_id HAVING count(*) > 1)
-				RETURNING tenant_id, active, revoked),
+		err = tx.QueryRow(ctx, `WITH gone AS (
+				DELETE FROM license_counts WHERE tenant_id = ANY($1) RETURNING tenant_id, active, revoked),
 			sums AS (
 				INSERT INTO license_counts SELECT tenant_id, sum(active), sum(revoked) FROM gone
 				GROUP BY tenant_id HAVING sum(active) <> 0 OR sum(revoked) <> 0 RETURNING 1)
-			SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM sums)`).Scan(&removed, &kept)
+			SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM sums)`, tenants).Scan(&removed, &kept)
 		folded = removed - kept
 		return err
 	})
