@@ -3,7 +3,6 @@ package main
 
 import (
 	"context"
-	"log/slog"
 	"sync"
 	"time"
 
@@ -76,7 +75,9 @@ func main() {
 				}
 			})
 			wg.Go(func() { idempotency.PurgeHourly(ctx, d.DB, d.Log) })
-			wg.Go(func() { forgetCommits(ctx, st, d.Log) })
+			// The records of usage changes are needed only while a call waits for its
+			// outcome: those older than store.CommitRecordsKept go every minute.
+			wg.Go(func() { app.Periodically(ctx, time.Minute, d.Log, "purging usage commit records", st.PurgeCommits) })
 			wg.Go(func() { sweep.Run(ctx, st, d.Config.LeaseSweepInterval, d.Log) })
 			// Closers run in reverse: the consumer finishes its message before the relay
 			// stops and NATS closes (StartEventSpine's closers).
@@ -87,21 +88,4 @@ func main() {
 			return nil
 		},
 	})
-}
-
-// forgetCommits deletes, every minute, the records of usage changes older than
-// store.CommitRecordsKept: they are needed only while a call waits for its outcome.
-func forgetCommits(ctx context.Context, st *store.Store, log *slog.Logger) {
-	t := time.NewTicker(time.Minute)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if err := st.PurgeCommits(ctx); err != nil && ctx.Err() == nil {
-				log.Warn("usage commit records not purged", "error", err.Error())
-			}
-		}
-	}
 }

@@ -81,7 +81,12 @@ func register(ctx context.Context, d *app.Deps) error {
 	})
 	wg.Go(func() { idempotency.PurgeHourly(ctx, d.DB, d.Log) })
 	// The license counts' rows, one per write statement, are folded into one per tenant.
-	wg.Go(func() { st.FoldCountsEvery(ctx, store.CountsFoldInterval, d.Log) })
+	wg.Go(func() {
+		app.Periodically(ctx, store.CountsFoldInterval, d.Log, "folding the license counts", func(ctx context.Context) error {
+			_, err := st.FoldCounts(ctx)
+			return err
+		})
+	})
 	// License changes are announced with a heartbeat, the caches' liveness proof.
 	d.OnClose(licensecache.StartHeartbeat(spine.NATS))
 	d.OnClose(stopCache)

@@ -129,7 +129,7 @@ func TestEveryWriteEmitsItsEvent(t *testing.T) {
 		[]string{"InTx", "Idempotent", "Issue", "UpdateTerms", "UpdateNotes"},
 		// Writes outside §11: a product claim, the keyring, portal links (credentials), the
 		// portal switch and the folding of the license counts (no count changes).
-		[]string{"ClaimProduct", "Keyring", "PortalLink", "SetPortalEnabled", "FoldCounts", "FoldCountsEvery"},
+		[]string{"ClaimProduct", "Keyring", "PortalLink", "SetPortalEnabled", "FoldCounts"},
 		[]string{"WithCache", "Get", "GetMany", "GetLive", "CountActive", "DeletedKeys", "List", "Counts", "LicenseByPortalToken", "PortalEnabled"})
 }
 

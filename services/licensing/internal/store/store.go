@@ -8,7 +8,6 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
-	"log/slog"
 	"strings"
 	"time"
 
@@ -498,23 +497,6 @@ const foldCountsLock = `5286801, 0`
 // CountsFoldInterval is how often the service folds the license counts: a tenant issuing
 // 1,000 licenses a second one at a time leaves 5,000 rows for a read to sum.
 const CountsFoldInterval = 5 * time.Second
-
-// FoldCountsEvery runs FoldCounts every interval until ctx is done; a failed fold is
-// logged and tried again at the next.
-func (s *Store) FoldCountsEvery(ctx context.Context, interval time.Duration, log *slog.Logger) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if _, err := s.FoldCounts(ctx); err != nil && ctx.Err() == nil {
-				log.Warn("folding the license counts failed", "error", err.Error())
-			}
-		}
-	}
-}
 
 // ProductKey is how product ids are compared for ownership: trimmed, lower-cased.
 func ProductKey(productID string) string { return strings.ToLower(strings.TrimSpace(productID)) }
