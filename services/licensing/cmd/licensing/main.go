@@ -80,7 +80,7 @@ func register(ctx context.Context, d *app.Deps) error {
 		}
 	})
 	wg.Go(func() { idempotency.PurgeHourly(ctx, d.DB, d.Log) })
-	// The license counts' rows, one per write statement, are folded into one per tenant.
+	// The license counts' rows, one per license written, are folded into one per tenant.
 	wg.Go(func() {
 		app.Periodically(ctx, store.CountsFoldInterval, d.Log, "folding the license counts", func(ctx context.Context) error {
 			_, err := st.FoldCounts(ctx)

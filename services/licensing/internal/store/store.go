@@ -441,7 +441,6 @@ func (s *Store) total(ctx context.Context, tenant string, f Filter, where string
 // Counts are the license figures of admin/stats.
 type Counts struct{ Total, Active, Revoked int }
 
-// Counts counts the tenant's licenses by status.
 // Counts reads the tenant's license counts from license_counts, which triggers on
 // licenses keep (migration 00008): the sum of its rows, however many FoldCounts has not
 // folded yet. A license's status is active or revoked (a check constraint), so the two
@@ -474,9 +473,9 @@ func (s *Store) FoldCounts(ctx context.Context) (int64, error) {
 		if err != nil || len(tenants) == 0 {
 			return err
 		}
-		// The tenants come as an array, so the delete reads one table: joined to a subquery
-		// of its own table, it once ran for minutes over 100,000 rows in make bench, on a
-		// plan made while the table was empty.
+		// The tenants come as an array, so the delete reads one table and has nothing to
+		// join: joined to a subquery of its own table, it once ran for minutes over
+		// 100,000 rows in make bench, on a plan that could not be found again.
 		var removed, kept int64
 		err = tx.QueryRow(ctx, `WITH gone AS (
 				DELETE FROM license_counts WHERE tenant_id = ANY($1) RETURNING tenant_id, active, revoked),
