@@ -1,8 +1,10 @@
 package e2e
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"net/url"
 	"slices"
 	"strings"
@@ -26,7 +28,13 @@ type eventPage struct {
 
 func listEvents(t testing.TB, c *Client, query url.Values) eventPage {
 	t.Helper()
-	resp := c.Get("/v1/events?"+query.Encode()).Expect(t, 200)
+	return pageOf(t, c.Get("/v1/events?"+query.Encode()))
+}
+
+// pageOf decodes a 200 answer of the event log.
+func pageOf(t testing.TB, resp *Response) eventPage {
+	t.Helper()
+	resp.Expect(t, 200)
 	var p eventPage
 	if err := json.Unmarshal(resp.Body, &p); err != nil {
 		t.Fatalf("%v: %s", err, resp.Body)
@@ -36,14 +44,23 @@ func listEvents(t testing.TB, c *Client, query url.Values) eventPage {
 
 // eventsOf waits until the log holds want events about license key (the log is filled
 // from the event stream, a few milliseconds after the change) and returns them oldest
-// first. More than want fails at once: every change is exactly one event.
+// first. More than want fails at once: every change is exactly one event. While it waits,
+// a 503 that says to retry is asked again, as a client would: the events service may be
+// out of reach for a moment (after a restart, or while its database probe fails on a
+// loaded machine), which the test that waits is not about.
 func eventsOf(t testing.TB, c *Client, key string, want int) []logEvent {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		// Each look from an address of its own: waiting must not spend the caller's
 		// Admin-Info budget.
-		p := listEvents(t, newClient(t, c.Base, c.Token), url.Values{"license_key": {key}, "limit": {"1000"}})
+		resp := newClient(t, c.Base, c.Token).Get("/v1/events?" + url.Values{"license_key": {key}, "limit": {"1000"}}.Encode())
+		if saysRetry(resp) && time.Now().Before(deadline) {
+			t.Logf("events of %s: %d %s; asking again", key, resp.Status, resp.Body)
+			time.Sleep(50 * time.Millisecond)
+			continue
+		}
+		p := pageOf(t, resp)
 		if len(p.Events) > want {
 			t.Fatalf("%d events about %s, want %d: %v", len(p.Events), key, want, types(p.Events))
 		}
@@ -56,6 +73,12 @@ func eventsOf(t testing.TB, c *Client, key string, want int) []logEvent {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// saysRetry reports a 503 whose error tells the client to ask again ("… unavailable,
+// retry": a service or the database out of reach, or admission control's refusal).
+func saysRetry(r *Response) bool {
+	return r.Status == http.StatusServiceUnavailable && bytes.HasSuffix(r.Body, []byte(` unavailable, retry"}`))
 }
 
 func types(evs []logEvent) []string {
