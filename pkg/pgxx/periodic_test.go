@@ -1,4 +1,4 @@
-package app
+package pgxx
 
 import (
 	"bytes"
