@@ -21,7 +21,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/keyhouse/keyhouse/pkg/apierr"
-	"github.com/keyhouse/keyhouse/pkg/pgxx"
 	apiv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/api/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
@@ -170,14 +169,28 @@ func Purge(ctx context.Context, db *pgxpool.Pool) (int64, error) {
 	return tag.RowsAffected(), err
 }
 
-// PurgeHourly is the cleanup every service that offers the mechanism runs: Purge each
-// hour, logging what it deleted and why it could not.
+// PurgeEvery runs Purge every interval until ctx is done, logging through report.
+func PurgeEvery(ctx context.Context, db *pgxpool.Pool, interval time.Duration, report func(deleted int64, err error)) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			report(Purge(ctx, db))
+		}
+	}
+}
+
+// PurgeHourly is the cleanup every service that offers the mechanism runs: PurgeEvery
+// each hour, logging what it deleted and why it could not.
 func PurgeHourly(ctx context.Context, db *pgxpool.Pool, log *slog.Logger) {
-	pgxx.Periodically(ctx, time.Hour, log, "idempotency cleanup", func(ctx context.Context) error {
-		n, err := Purge(ctx, db)
-		if n > 0 {
+	PurgeEvery(ctx, db, time.Hour, func(n int64, err error) {
+		if err != nil {
+			log.Warn("idempotency cleanup failed", "error", err.Error())
+		} else if n > 0 {
 			log.Info("idempotency records expired", "deleted", n)
 		}
-		return err
 	})
 }

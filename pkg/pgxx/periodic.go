@@ -7,7 +7,7 @@ import (
 )
 
 // Periodically runs job every interval until ctx is done: a service's upkeep of its own
-// tables (expired idempotency records, usage commit records, the license counts' fold).
+// tables (activations' usage commit records, the license counts' fold).
 // A failed run is logged at WARN as what failed, and tried again at the next.
 func Periodically(ctx context.Context, interval time.Duration, log *slog.Logger, what string, job func(context.Context) error) {
 	t := time.NewTicker(interval)
