@@ -150,12 +150,17 @@ func (c *Cache[V]) Get(key string, load func() (V, error)) (V, error) {
 // dropped meanwhile by an invalidation or a lapsed liveness proof is not). A nil cache,
 // or one not in use, holds nothing.
 func (c *Cache[V]) Holds(key, qualifier string, d time.Duration) bool {
+	_, ok := c.Peek(key, qualifier, d)
+	return ok
+}
+
+// Peek is Holds with the answer it holds.
+func (c *Cache[V]) Peek(key, qualifier string, d time.Duration) (v V, ok bool) {
 	if c == nil || !c.live.Load() {
-		return false
+		return v, false
 	}
 	now := c.now()
-	_, ok := c.cached(key, qualifier, now, now.Add(d))
-	return ok
+	return c.cached(key, qualifier, now, now.Add(d))
 }
 
 // HoldsAbout reports whether the cache keeps any answer about key, servable or not: false
@@ -241,6 +246,36 @@ func (c *Cache[V]) GetUntil(key, qualifier string, load func() (V, time.Time, er
 	c.keep(key, qualifier, v, until, now, gen)
 	c.mu.Unlock()
 	return v, nil
+}
+
+// Loading is the start of a load made outside GetUntil whose answers Keep stores: one
+// call that answers entries of several caches at once.
+type Loading struct {
+	gen uint64
+	at  time.Time
+}
+
+// StartLoad marks the start of such a load: what Keep is given for it is not stored if an
+// invalidation arrives in between, as GetUntil's own loads are not.
+func (c *Cache[V]) StartLoad() Loading {
+	if c == nil {
+		return Loading{}
+	}
+	at := c.now()
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return Loading{gen: c.gen, at: at}
+}
+
+// Keep stores v, read by the load started at l, as the answer about key for qualifier
+// until until (zero: the TTL), under GetUntil's rules.
+func (c *Cache[V]) Keep(l Loading, key, qualifier string, v V, until time.Time) {
+	if c == nil || !c.live.Load() {
+		return
+	}
+	c.mu.Lock()
+	c.keep(key, qualifier, v, until, l.at, l.gen)
+	c.mu.Unlock()
 }
 
 // keep stores v, loaded from now on, as the answer about key for qualifier, unless an

@@ -134,6 +134,51 @@ func TestInvalidateDropsTheKeyAndALoadThatOverlappedItIsNotStored(t *testing.T) 
 	}
 }
 
+// A load made outside GetUntil (StartLoad, Keep) is kept under the same rules: not when
+// an invalidation or a clear arrived since it started, nor once its until has passed;
+// Peek then answers what was kept.
+func TestKeepStoresALoadMadeElsewhereUnderGetUntilsRules(t *testing.T) {
+	c, clk := newTestCache(time.Minute)
+	l := c.StartLoad()
+	c.Keep(l, "K", "q", 1, time.Time{})
+	if v, ok := c.Peek("K", "q", 0); !ok || v != 1 {
+		t.Fatalf("kept: %d %v; want 1", v, ok)
+	}
+	l = c.StartLoad()
+	c.Invalidate("other") // any invalidation: it may be of what the load read
+	c.Keep(l, "L", "q", 2, time.Time{})
+	if c.Holds("L", "q", 0) {
+		t.Fatal("kept a load that overlapped an invalidation")
+	}
+	clk.Advance(time.Second) // past the settling of "other"
+	l = c.StartLoad()
+	c.Clear()
+	c.Keep(l, "L", "q", 2, time.Time{})
+	if c.Holds("L", "q", 0) {
+		t.Fatal("kept a load that overlapped a clear")
+	}
+	clk.Advance(time.Second)
+	l = c.StartLoad()
+	c.Keep(l, "L", "q", 3, clk.Now().Add(-time.Nanosecond))
+	c.Keep(l, "M", "q", 4, NotKept)
+	if c.Holds("L", "q", 0) || c.Holds("M", "q", 0) {
+		t.Fatal("kept an answer whose until had passed")
+	}
+	c.Keep(l, "L", "q", 5, clk.Now().Add(time.Second))
+	if v, ok := c.Peek("L", "q", 0); !ok || v != 5 {
+		t.Fatalf("kept until a second from now: %d %v; want 5", v, ok)
+	}
+	clk.Advance(time.Second)
+	if c.Holds("L", "q", 0) {
+		t.Fatal("served past its until")
+	}
+	var none *Cache[int64]
+	none.Keep(none.StartLoad(), "K", "q", 1, time.Time{})
+	if _, ok := none.Peek("K", "q", 0); ok {
+		t.Fatal("a nil cache holds K")
+	}
+}
+
 func TestANilCacheAlwaysLoads(t *testing.T) {
 	c := New[int64](0)
 	var src source

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"testing"
 	"time"
+
+	releasesv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/releases/v1"
 )
 
 // The license cache (pkg/licensecache) and its staleness bound. The stack runs with a
@@ -146,6 +148,71 @@ func TestLicenseCache_AReleaseChangeThroughOneGatewayCountsOnTheOtherWithinASeco
 	// milliseconds; the gateway that revoked names the key to it on its next call about it.
 	one.Post("/v1/check-update", update).Expect(t, 403).ExpectBody(t, `{"error":"License is not active"}`)
 	waitFor(t, other, "/v1/check-update", update, 403).ExpectBody(t, `{"error":"License is not active"}`)
+}
+
+// check-update's answers are kept by what they depend on: the class of a usable license
+// (its tenant and product) and the question. A license the gateway has seen is answered
+// with the answer another license of its product was given, and only such a license: a
+// license of another product asking the same question gets its own answer, and a revoked
+// one its refusal at once.
+func TestLicenseCache_CheckUpdateAnswersALicenseWithItsProductsAnswer(t *testing.T) {
+	t.Parallel()
+	s := startStack(t, map[string]string{"LICENSE_CACHE_TTL": "1h"})
+	t.Cleanup(s.Stop)
+	a, c := admin(t, s), anon(t, s)
+	app, tool := product("class-app"), product("class-tool")
+	registerRelease(t, a, rel(app, "3.0.0"))
+	first, second := issueLicense(t, a, lic(app)), issueLicense(t, a, lic(app))
+	other := issueLicense(t, a, lic(tool))
+	// The questions releases answered: each item of a batch counts as a CheckUpdate call.
+	checks := func() float64 {
+		return grpcCalls(t, s, "releases", releasesv1.ReleasesService_CheckUpdate_FullMethodName)
+	}
+	// Up to date: "no update" holds until a release changes (an offer only for its
+	// second), so what the gateway keeps is all that is asked here.
+	current := func(key string) map[string]any { return check(key, app, "3.0.0") }
+	// Each license is asked about until the gateway answers it from memory: an answer
+	// loaded around an event about its license (its issue) is not kept.
+	for _, key := range []string{first, second, other} {
+		settles(t, "the gateway keeps the answer about "+key[:9], func() bool {
+			c.Post("/v1/check-update", current(key)).Expect(t, 200).ExpectBody(t, `{"update_available":false,"release":null}`)
+			before := checks()
+			c.Post("/v1/check-update", current(key)).Expect(t, 200)
+			return checks() == before
+		})
+	}
+
+	// A question asked about one license of the product is answered for the other from
+	// the same answer: releases is asked once.
+	newer := func(key string) map[string]any { return check(key, app, "3.1.0") }
+	before := checks()
+	c.Post("/v1/check-update", newer(first)).Expect(t, 200).ExpectBody(t, `{"update_available":false,"release":null}`)
+	c.Post("/v1/check-update", newer(second)).Expect(t, 200).ExpectBody(t, `{"update_available":false,"release":null}`)
+	if n := checks() - before; n != 1 {
+		t.Fatalf("releases asked %v times for one question about two licenses of a product, want 1", n)
+	}
+	// The license of another product is asked about on its own, and answered as its own.
+	c.Post("/v1/check-update", newer(other)).Expect(t, 200).ExpectBody(t, `{"update_available":false,"release":null}`)
+	if n := checks() - before; n != 2 {
+		t.Fatalf("releases asked %v times once a license of another product asked, want 2", n)
+	}
+	old := func(key string) map[string]any { return check(key, app, "1.0.0") }
+	for range 3 {
+		if got := c.Post("/v1/check-update", old(first)).Expect(t, 200).JSON(t)["update_available"]; got != true {
+			t.Fatalf("a license of the product on 1.0.0: update_available %v, want true", got)
+		}
+		c.Post("/v1/check-update", old(other)).Expect(t, 200).ExpectBody(t, `{"update_available":false,"release":null}`)
+	}
+
+	// A revoked license is refused at once, while the others of its product are still
+	// answered from memory.
+	a.Post("/v1/revoke-license", map[string]any{"key": second, "revoked": true}).Expect(t, 200)
+	c.Post("/v1/check-update", newer(second)).Expect(t, 403).ExpectBody(t, `{"error":"License is not active"}`)
+	before = checks()
+	c.Post("/v1/check-update", newer(first)).Expect(t, 200).ExpectBody(t, `{"update_available":false,"release":null}`)
+	if n := checks() - before; n != 0 {
+		t.Fatalf("releases asked %v times about a license of the product after another's revocation, want 0", n)
+	}
 }
 
 // The services that ask licensing for licenses (activations, releases) cache its answers;

@@ -220,6 +220,24 @@ func TestCheckUpdateBatchAnswersEachItemAsCheckUpdate(t *testing.T) {
 		if u := resp.GetResults()[0].GetValidUntil(); u == nil || !u.AsTime().Equal(time.Date(2031, 5, 1, 12, 0, 0, 0, time.UTC)) {
 			t.Fatalf("A's answer valid until %v, want its license's expiry", u)
 		}
+		// The answer's class (what a cache may answer other licenses by): one for every
+		// question about A's license, another for B's, none with a refusal.
+		classA, classB := resp.GetResults()[0].GetAnswerClass(), resp.GetResults()[5].GetAnswerClass()
+		if classA == "" || classB == "" || classA == classB {
+			t.Fatalf("classes of A's and B's licenses %q and %q, want two different ones", classA, classB)
+		}
+		for i, r := range resp.GetResults() {
+			want := classA
+			switch {
+			case r.GetError() != nil:
+				want = ""
+			case reqs[i].GetKey() == keyB:
+				want = classB
+			}
+			if r.GetAnswerClass() != want {
+				t.Fatalf("item %d (%v): class %q, want %q", i, reqs[i], r.GetAnswerClass(), want)
+			}
+		}
 		return
 	}
 }

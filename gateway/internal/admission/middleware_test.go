@@ -229,13 +229,11 @@ func TestARequestTheCacheAnswersIsNeverRefused(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	// Up to date on linux 1.0.0 of stable: the question as the check-update cache keeps
-	// it (edge's checkUpdateQuestion: product, channel, platform, version).
-	if _, err := caches.Updates.GetUntil(key, "app\x00\x00linux\x001.0.0", func() (*releasesv1.CheckUpdateResponse, time.Time, error) {
-		return &releasesv1.CheckUpdateResponse{UpdateAvailable: false}, time.Time{}, nil
-	}); err != nil {
-		t.Fatal(err)
-	}
+	// Up to date on linux 1.0.0 of stable, as the check-update caches keep it: the
+	// license's class, and the class's answer to the question (edge's
+	// checkUpdateQuestion: product, channel, platform, version).
+	caches.UpdateClasses.Keep(caches.UpdateClasses.StartLoad(), key, "", "tenant\x00app", time.Time{})
+	caches.Updates.Keep(caches.Updates.StartLoad(), "tenant\x00app", "app\x00\x00linux\x001.0.0", &releasesv1.CheckUpdateResponse{UpdateAvailable: false}, time.Time{})
 	h, entered := behindLimit(t, 2, caches)
 	send := func(path, body string) *httptest.ResponseRecorder {
 		rec := httptest.NewRecorder()
@@ -277,7 +275,7 @@ func TestARequestTheCacheAnswersIsNeverRefused(t *testing.T) {
 	}
 	caches.Verified.Invalidate(key)
 	caches.ValidSeats.Invalidate(key)
-	caches.Updates.Invalidate(key)
+	caches.UpdateClasses.Invalidate(key)
 	for _, r := range []struct{ path, body string }{
 		{"/v1/verify-license", `{"key":"` + key + `"}`},
 		{"/v1/validate-license", `{"key":"` + key + `","instance_id":"seat-1"}`},

@@ -20,7 +20,10 @@ import (
 type Caches struct {
 	Verified   *licensecache.Cache[*licensingv1.VerifyLicenseResponse]
 	ValidSeats *licensecache.Cache[*activationsv1.ValidateLicenseResponse]
-	Updates    *licensecache.Cache[*releasesv1.CheckUpdateResponse]
+	// UpdateClasses and Updates are check-update's answers in their two parts
+	// (updateAnswers): the class of each usable license, and each class's answers.
+	UpdateClasses *licensecache.Cache[string]
+	Updates       *licensecache.Cache[*releasesv1.CheckUpdateResponse]
 }
 
 // NewCaches returns caches whose entries live at most ttl (LICENSE_CACHE_TTL), or liveTTL
@@ -29,10 +32,16 @@ type Caches struct {
 // time.
 func NewCaches(ttl, liveTTL time.Duration) *Caches {
 	return &Caches{
-		Verified:   licensecache.NewLive[*licensingv1.VerifyLicenseResponse](ttl, liveTTL),
-		ValidSeats: licensecache.NewLive[*activationsv1.ValidateLicenseResponse](ttl, liveTTL),
-		Updates:    licensecache.NewLive[*releasesv1.CheckUpdateResponse](ttl, liveTTL),
+		Verified:      licensecache.NewLive[*licensingv1.VerifyLicenseResponse](ttl, liveTTL),
+		ValidSeats:    licensecache.NewLive[*activationsv1.ValidateLicenseResponse](ttl, liveTTL),
+		UpdateClasses: licensecache.NewLive[string](ttl, liveTTL),
+		Updates:       licensecache.NewLive[*releasesv1.CheckUpdateResponse](ttl, liveTTL),
 	}
+}
+
+// updateAnswers is check-update's part of the caches.
+func (c *Caches) updateAnswers() updateAnswers {
+	return updateAnswers{classes: c.UpdateClasses, updates: c.Updates}
 }
 
 // AnswersFromMemory reports whether the gateway would answer a request on path about the
@@ -54,11 +63,15 @@ func (c *Caches) AnswersFromMemory(path string, key, cut []byte) bool {
 		req, done := plainValidateRequest(closeCut(cut))
 		return done && req != nil && c.ValidSeats.Holds(license.CanonicalKey(req.GetKey()), req.GetInstanceId(), answerMargin)
 	case CheckUpdatePath:
-		if !c.Updates.HoldsAbout(license.CanonicalKey(string(key))) {
+		if !c.UpdateClasses.HoldsAbout(license.CanonicalKey(string(key))) {
 			return false
 		}
 		req, ok := checkUpdateQuestionOf(cut)
-		return ok && c.Updates.Holds(license.CanonicalKey(req.GetKey()), checkUpdateQuestion(req), answerMargin)
+		if !ok {
+			return false
+		}
+		_, held := c.updateAnswers().held(license.CanonicalKey(req.GetKey()), checkUpdateQuestion(req), answerMargin)
+		return held
 	}
 	return false
 }
@@ -90,8 +103,8 @@ func closeCut(cut []byte) []byte {
 const answerMargin = time.Second
 
 // Follow subscribes every cache to the events that change its answers: license changes
-// for all three, seat removals for validate-license's, release changes (which empty it)
-// for check-update's. stop undoes it.
+// for those kept by license key, seat removals for validate-license's, release changes
+// (which empty it) for check-update's answers by class. stop undoes it.
 func (c *Caches) Follow(nc *nats.Conn) (stop func(), err error) {
 	var stops []func()
 	stop = func() {
@@ -102,7 +115,7 @@ func (c *Caches) Follow(nc *nats.Conn) (stop func(), err error) {
 	for _, follow := range []func() (func(), error){
 		func() (func(), error) { return c.Verified.Subscribe(nc) },
 		func() (func(), error) { return c.ValidSeats.Subscribe(nc, license.SeatRemovedSubject) },
-		func() (func(), error) { return c.Updates.Subscribe(nc) },
+		func() (func(), error) { return c.UpdateClasses.Subscribe(nc) },
 		func() (func(), error) { return c.Updates.ClearOn(nc, license.ReleasesChangedSubject) },
 	} {
 		s, err := follow()
@@ -119,5 +132,5 @@ func (c *Caches) Follow(nc *nats.Conn) (stop func(), err error) {
 // and releases: what a call's answer announces leaves every cache before the answer
 // reaches the client.
 func (c *Caches) DropAnnounced() grpc.UnaryClientInterceptor {
-	return licensecache.DropAnnouncedFrom(c.Verified, c.ValidSeats, c.Updates)
+	return licensecache.DropAnnouncedFrom(c.Verified, c.ValidSeats, c.UpdateClasses, c.Updates)
 }

@@ -118,7 +118,7 @@ func registerAll(ctx context.Context, opts Options, marshaler runtime.Marshaler,
 	if err := registerActivations(ctx, mux, c.Activations, opts.Log, caches.ValidSeats, hot); err != nil {
 		return err
 	}
-	if hot.checkUpdate, err = registerReleases(ctx, mux, c.Releases, caches.Updates); err != nil {
+	if hot.checkUpdate, err = registerReleases(ctx, mux, c.Releases, caches.updateAnswers()); err != nil {
 		return err
 	}
 	if err := registerStorefront(ctx, mux, c.Storefront); err != nil {

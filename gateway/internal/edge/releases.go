@@ -14,27 +14,54 @@ import (
 )
 
 // registerReleases wires the releases service: every route is an http.yaml rule.
-// check-update's answers are served from updates while it holds them (nil: no cache).
-// The client it returns is the one hotRoutes answers check-update with (one cache, one
-// batcher).
-func registerReleases(ctx context.Context, mux *runtime.ServeMux, conn *grpc.ClientConn, updates *licensecache.Cache[*releasesv1.CheckUpdateResponse]) (*cachedCheckUpdate, error) {
+// check-update's answers are served from answers while it holds them (nil caches: no
+// cache). The client it returns is the one hotRoutes answers check-update with (one
+// cache, one batcher).
+func registerReleases(ctx context.Context, mux *runtime.ServeMux, conn *grpc.ClientConn, answers updateAnswers) (*cachedCheckUpdate, error) {
 	rpc := releasesv1.NewReleasesServiceClient(conn)
-	client := &cachedCheckUpdate{ReleasesServiceClient: rpc, updates: updates, misses: newBatchedCheckUpdate(rpc)}
+	client := &cachedCheckUpdate{ReleasesServiceClient: rpc, answers: answers, misses: newBatchedCheckUpdate(rpc)}
 	return client, releasesv1.RegisterReleasesServiceHandlerClient(ctx, mux, client)
 }
 
-// cachedCheckUpdate answers check-update from releases' earlier answer to the same
-// question (license key, product, channel, platform, current version) while the cache
-// holds it. An answer is kept no longer than the second its manifest was issued in (a
-// manifest is signed with its second: every answer within it is the same bytes) and the
-// license's expiry (which releases names with it, licensecache.ValidUntilHeader). The
-// cache drops a license's answers when the license changes, and everything when a release
-// is registered or unpublished (license.ReleasesChangedSubject, and the answer of such a
-// write through this gateway). Errors are never kept. The misses go to releases in
-// batches (batchedCheckUpdate).
+// updateAnswers are check-update's answers as the gateway keeps them: in two parts,
+// because all an answer depends on of its license, once the license is usable, is its
+// tenant and product (releases names them as the answer's class), and the rest is the
+// question and the second.
+//
+//   - classes: a usable license's class, by license key, kept until the license expires
+//     (the answer's valid_until) or changes (the license change events, as verify-license's
+//     answers): for LICENSE_CACHE_LIVE_TTL while the cache is proven live.
+//   - updates: by class, the answer to each question (product, channel, platform, current
+//     version, as the client wrote them), kept no longer than the second its manifest was
+//     issued in (a manifest is signed with its second: every answer within it is the same
+//     bytes), and dropped whenever a release is registered or unpublished
+//     (license.ReleasesChangedSubject, and the answer of such a write through this
+//     gateway).
+//
+// So one release check of a product per second and question answers the whole fleet of
+// the product's licenses the gateway has seen, where a cache by license key answers only
+// a license that asks twice within the second. Errors are never kept.
+type updateAnswers struct {
+	classes *licensecache.Cache[string]
+	updates *licensecache.Cache[*releasesv1.CheckUpdateResponse]
+}
+
+// held is the answer the caches hold for the license key's question, if they hold one
+// now and, by its own life, still after d.
+func (a updateAnswers) held(key, question string, d time.Duration) (*releasesv1.CheckUpdateResponse, bool) {
+	class, ok := a.classes.Peek(key, "", d)
+	if !ok {
+		return nil, false
+	}
+	return a.updates.Peek(class, question, d)
+}
+
+// cachedCheckUpdate answers check-update from the answers the gateway keeps
+// (updateAnswers) while it holds them, and sends the misses to releases in batches
+// (batchedCheckUpdate).
 type cachedCheckUpdate struct {
 	releasesv1.ReleasesServiceClient
-	updates *licensecache.Cache[*releasesv1.CheckUpdateResponse]
+	answers updateAnswers
 	misses  *batchedCheckUpdate
 }
 
@@ -46,22 +73,54 @@ func (c *cachedCheckUpdate) CheckUpdate(ctx context.Context, req *releasesv1.Che
 		}
 		return c.ReleasesServiceClient.CheckUpdate(ctx, req, opts...)
 	}
+	key, question := license.CanonicalKey(req.GetKey()), checkUpdateQuestion(req)
+	class, known := c.answers.classes.Peek(key, "", 0)
+	if !known {
+		metrics.RecordAnswer(CheckUpdatePath, false)
+		return c.learn(ctx, req, key, question)
+	}
 	asked := false
-	resp, err := c.updates.GetUntil(license.CanonicalKey(req.GetKey()), checkUpdateQuestion(req), func() (*releasesv1.CheckUpdateResponse, time.Time, error) {
+	// A known class: one load of the question's answer for every license of the class
+	// that asks it meanwhile. Each of them is usable (only usable licenses have a class
+	// kept), so the answer is each one's own.
+	resp, err := c.answers.updates.GetUntil(class, question, func() (*releasesv1.CheckUpdateResponse, time.Time, error) {
 		asked = true
-		resp, until, err := c.misses.CheckUpdate(ctx, req)
-		if err != nil {
+		resp, _, answered, err := c.misses.CheckUpdate(ctx, req)
+		switch {
+		case err != nil:
 			return nil, time.Time{}, err
+		case answered != class:
+			// The license is no longer of the class kept for it (or this releases names
+			// none): its answer is its own alone.
+			return resp, licensecache.NotKept, nil
 		}
-		if issued := resp.GetRelease().GetIssuedAt(); issued != nil {
-			if end := issued.AsTime().Add(time.Second); until.IsZero() || end.Before(until) {
-				until = end
-			}
-		}
-		return resp, until, nil
+		return resp, manifestEnd(resp), nil
 	})
 	metrics.RecordAnswer(CheckUpdatePath, !asked)
 	return resp, err
+}
+
+// learn asks releases for the answer about a license whose class the gateway does not
+// know, and keeps both the class and the answer.
+func (c *cachedCheckUpdate) learn(ctx context.Context, req *releasesv1.CheckUpdateRequest, key, question string) (*releasesv1.CheckUpdateResponse, error) {
+	classes, updates := c.answers.classes.StartLoad(), c.answers.updates.StartLoad()
+	resp, until, class, err := c.misses.CheckUpdate(ctx, req)
+	if err != nil || class == "" {
+		return resp, err
+	}
+	c.answers.classes.Keep(classes, key, "", class, until)
+	c.answers.updates.Keep(updates, class, question, resp, manifestEnd(resp))
+	return resp, nil
+}
+
+// manifestEnd is when an answer stops being the one to give: the end of the second its
+// manifest was issued in (zero for an answer without one, which holds until a release
+// changes).
+func manifestEnd(resp *releasesv1.CheckUpdateResponse) time.Time {
+	if issued := resp.GetRelease().GetIssuedAt(); issued != nil {
+		return issued.AsTime().Add(time.Second)
+	}
+	return time.Time{}
 }
 
 // checkUpdateQuestion is what the cache keeps check-update's answer under beside the key:

@@ -24,6 +24,22 @@ type updater struct {
 	err    error
 	// older: a releases from before CheckUpdateBatch (validatebatch_test.go).
 	older bool
+	// class is the answer class the batch call names for every key but those classes
+	// names otherwise.
+	class   string
+	classes map[string]string
+}
+
+func (u *updater) classOf(key string) string {
+	if c, ok := u.classes[key]; ok {
+		return c
+	}
+	return u.class
+}
+
+// hourLongUpdateAnswers are check-update's caches with an hour's TTL.
+func hourLongUpdateAnswers() updateAnswers {
+	return updateAnswers{classes: licensecache.New[string](time.Hour), updates: licensecache.New[*releasesv1.CheckUpdateResponse](time.Hour)}
 }
 
 func (u *updater) CheckUpdate(_ context.Context, _ *releasesv1.CheckUpdateRequest, opts ...grpc.CallOption) (*releasesv1.CheckUpdateResponse, error) {
@@ -55,11 +71,15 @@ func TestCachedCheckUpdateKeepsAnAnswerNoLongerThanItsManifestOrLicense(t *testi
 		{"a manifest of a second that is over: not kept", offer(time.Now().Add(-2 * time.Second)), time.Time{}, 3},
 		{"a license that has expired: not kept", &releasesv1.CheckUpdateResponse{}, time.Now().Add(-time.Second), 3},
 		{"a license that expires later: kept", &releasesv1.CheckUpdateResponse{}, time.Now().Add(time.Hour), 1},
+		{"from a releases that names no class: not kept", &releasesv1.CheckUpdateResponse{}, time.Time{}, 3},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			u := &updater{answer: tc.answer, until: tc.until}
-			c := &cachedCheckUpdate{ReleasesServiceClient: u, misses: newBatchedCheckUpdate(u), updates: licensecache.New[*releasesv1.CheckUpdateResponse](time.Hour)}
+			u := &updater{answer: tc.answer, until: tc.until, class: "tenant\x00app"}
+			if tc.calls == 3 && tc.until.IsZero() && tc.answer.GetRelease() == nil {
+				u.class = ""
+			}
+			c := &cachedCheckUpdate{ReleasesServiceClient: u, misses: newBatchedCheckUpdate(u), answers: hourLongUpdateAnswers()}
 			for range 3 {
 				got, err := c.CheckUpdate(t.Context(), &releasesv1.CheckUpdateRequest{Key: key, ProductId: "app", CurrentVersion: "1.0.0"})
 				if err != nil || got != tc.answer {
@@ -77,5 +97,79 @@ func TestCachedCheckUpdateKeepsAnAnswerNoLongerThanItsManifestOrLicense(t *testi
 				t.Fatalf("another current_version was answered from the cache")
 			}
 		})
+	}
+}
+
+// One answer per class and question: a license whose class the gateway knows is answered
+// with the answer another license of the class was given, and only such a license. A
+// license whose class it does not know yet, of another class, or dropped by a change is
+// asked about; a release change drops every class's answers.
+func TestCheckUpdateAnswersTheLicensesOfAClassWithOneAnswer(t *testing.T) {
+	first, second, other := license.NewKey(), license.NewKey(), license.NewKey()
+	u := &updater{answer: &releasesv1.CheckUpdateResponse{}, class: "tenant\x00app", classes: map[string]string{other: "tenant\x00tool"}}
+	answers := hourLongUpdateAnswers()
+	c := &cachedCheckUpdate{ReleasesServiceClient: u, misses: newBatchedCheckUpdate(u), answers: answers}
+	calls := int32(0)
+	// After a drop a cache keeps nothing for a moment (the other processes are hearing of
+	// the same change): the steps below wait that out.
+	settled := func() { time.Sleep(150 * time.Millisecond) }
+	ask := func(key, version string, asked bool) {
+		t.Helper()
+		if _, err := c.CheckUpdate(t.Context(), &releasesv1.CheckUpdateRequest{Key: key, ProductId: "app", CurrentVersion: version}); err != nil {
+			t.Fatal(err)
+		}
+		if asked {
+			calls++
+		}
+		if got := u.calls.Load(); got != calls {
+			t.Fatalf("releases asked %d times, want %d (last: %s on %s, asked: %v)", got, calls, key[:9], version, asked)
+		}
+	}
+	ask(first, "1.0.0", true)   // neither the class nor the answer known
+	ask(first, "1.0.0", false)  // both
+	ask(second, "1.0.0", true)  // the same class, but the gateway does not know it yet
+	ask(second, "1.0.0", false) // now it does
+	ask(other, "1.0.0", true)   // another class
+	ask(other, "1.0.0", false)
+
+	// A new question of a known class is asked once, for every license of the class.
+	ask(first, "1.5.0", true)
+	ask(second, "1.5.0", false)
+	ask(other, "1.5.0", true)
+
+	// A release change: every class's answers are asked again, once.
+	answers.updates.Clear()
+	settled()
+	ask(second, "1.0.0", true)
+	ask(first, "1.0.0", false)
+	ask(other, "1.0.0", true)
+
+	// A license that changed is asked about again; its class's answer still serves the
+	// others.
+	answers.classes.Invalidate(second)
+	settled()
+	ask(second, "1.0.0", true)
+	ask(first, "1.0.0", false)
+
+	// A license releases now names another class (its product changed) is answered its
+	// own answer, which is kept for no one of its old class.
+	u.classes[first] = "tenant\x00tool"
+	answers.updates.Clear()
+	settled()
+	ask(first, "1.0.0", true)
+	ask(second, "1.0.0", true)
+	ask(second, "1.0.0", false)
+
+	// An error is never kept, and another license of the class still asks for itself.
+	u.err = license.ErrNotActive.GRPCStatus().Err()
+	answers.updates.Clear()
+	settled()
+	for range 2 {
+		if _, err := c.CheckUpdate(t.Context(), &releasesv1.CheckUpdateRequest{Key: second, ProductId: "app", CurrentVersion: "1.0.0"}); err == nil {
+			t.Fatal("a refusal was answered from the cache")
+		}
+	}
+	if got := u.calls.Load(); got != calls+2 {
+		t.Fatalf("releases asked %d times, want %d", got, calls+2)
 	}
 }

@@ -45,8 +45,8 @@ func TestAMissOfARequestLetThroughWithoutASlotTakesOne(t *testing.T) {
 	verify := &cachedVerify{LicensingServiceClient: src, verified: licensecache.New[*licensingv1.VerifyLicenseResponse](time.Hour), misses: newBatchedVerify(src)}
 	validator := &fakeValidator{}
 	validate := &cachedValidate{misses: newBatchedValidate(validator), valid: licensecache.New[*activationsv1.ValidateLicenseResponse](time.Hour)}
-	u := &updater{answer: &releasesv1.CheckUpdateResponse{}}
-	update := &cachedCheckUpdate{ReleasesServiceClient: u, misses: newBatchedCheckUpdate(u), updates: licensecache.New[*releasesv1.CheckUpdateResponse](time.Hour)}
+	u := &updater{answer: &releasesv1.CheckUpdateResponse{}, class: "tenant\x00app"}
+	update := &cachedCheckUpdate{ReleasesServiceClient: u, misses: newBatchedCheckUpdate(u), answers: hourLongUpdateAnswers()}
 
 	ask := map[string]func(ctx context.Context, key string) error{
 		"verify-license": func(ctx context.Context, key string) error {

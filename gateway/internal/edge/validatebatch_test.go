@@ -69,8 +69,9 @@ func (u *updater) CheckUpdateBatch(ctx context.Context, req *releasesv1.CheckUpd
 			answer, err = u.CheckUpdate(ctx, it.GetRequest(), opts...)
 			return err
 		})
-		r := &releasesv1.CheckUpdateBatchResult{ValidUntil: until, Outcome: &releasesv1.CheckUpdateBatchResult_Response{Response: answer}}
+		r := &releasesv1.CheckUpdateBatchResult{ValidUntil: until, AnswerClass: u.classOf(it.GetRequest().GetKey()), Outcome: &releasesv1.CheckUpdateBatchResult_Response{Response: answer}}
 		if err != nil {
+			r.AnswerClass = ""
 			r.Outcome = &releasesv1.CheckUpdateBatchResult_Error{Error: asBatchStatus(err)}
 		}
 		resp.Results = append(resp.Results, r)
@@ -112,26 +113,31 @@ func TestBatchedValidateAnswersAsValidateLicenseAlone(t *testing.T) {
 	}
 }
 
-// The same for check-update: each caller's answer, its error, and its end.
+// The same for check-update: each caller's answer, its error, its end and, from a
+// releases with the batch call, its class.
 func TestBatchedCheckUpdateAnswersAsCheckUpdateAlone(t *testing.T) {
 	until := time.Now().Add(time.Hour).Truncate(time.Microsecond)
 	answer := &releasesv1.CheckUpdateResponse{UpdateAvailable: true, Release: &releasesv1.Manifest{Version: "2.0.0"}}
 	for _, older := range []bool{false, true} {
-		u := &updater{answer: answer, until: until, older: older}
+		u := &updater{answer: answer, until: until, older: older, class: "tenant\x00app"}
+		wantClass := u.class
+		if older {
+			wantClass = ""
+		}
 		b := newBatchedCheckUpdate(u)
 		var wg sync.WaitGroup
 		for range 40 {
 			wg.Go(func() {
-				resp, got, err := b.CheckUpdate(context.Background(), &releasesv1.CheckUpdateRequest{Key: license.NewKey(), ProductId: "app", CurrentVersion: "1.0.0"})
-				if err != nil || !proto.Equal(resp, answer) || !got.Equal(until) {
-					t.Errorf("answer %v until %v, %v", resp, got, err)
+				resp, got, class, err := b.CheckUpdate(context.Background(), &releasesv1.CheckUpdateRequest{Key: license.NewKey(), ProductId: "app", CurrentVersion: "1.0.0"})
+				if err != nil || !proto.Equal(resp, answer) || !got.Equal(until) || class != wantClass {
+					t.Errorf("answer %v until %v class %q, %v", resp, got, class, err)
 				}
 			})
 		}
 		wg.Wait()
 	}
 	u := &updater{err: license.ErrNotActive.GRPCStatus().Err()}
-	if _, _, err := newBatchedCheckUpdate(u).CheckUpdate(context.Background(), &releasesv1.CheckUpdateRequest{Key: "K"}); !proto.Equal(status.Convert(err).Proto(), status.Convert(u.err).Proto()) {
+	if _, _, _, err := newBatchedCheckUpdate(u).CheckUpdate(context.Background(), &releasesv1.CheckUpdateRequest{Key: "K"}); !proto.Equal(status.Convert(err).Proto(), status.Convert(u.err).Proto()) {
 		t.Fatalf("refusal: %v, want %v", err, u.err)
 	}
 }

@@ -37,6 +37,7 @@ func (s *Server) CheckUpdateBatch(ctx context.Context, req *releasesv1.CheckUpda
 	answers := make([]*releasesv1.CheckUpdateResponse, len(items))
 	errs := make([]error, len(items))
 	validUntil := make([]*timestamppb.Timestamp, len(items))
+	classes := make([]string, len(items))
 
 	// What CheckUpdate refuses before asking licensing.
 	var keys []string
@@ -71,6 +72,7 @@ func (s *Server) CheckUpdateBatch(ctx context.Context, req *releasesv1.CheckUpda
 			continue
 		}
 		validUntil[i] = l.GetExpiresAt()
+		classes[i] = answerClass(l)
 		asked, ok := latestAsked(l, r)
 		if !ok {
 			answers[i] = noUpdate()
@@ -100,7 +102,7 @@ func (s *Server) CheckUpdateBatch(ctx context.Context, req *releasesv1.CheckUpda
 			st := status.Convert(err).Proto()
 			result.Outcome = &releasesv1.CheckUpdateBatchResult_Error{Error: &activationsv1.CallStatus{Code: st.GetCode(), Message: st.GetMessage(), Details: st.GetDetails()}}
 		} else {
-			result.ValidUntil = validUntil[i]
+			result.ValidUntil, result.AnswerClass = validUntil[i], classes[i]
 		}
 		results[i] = result
 	}

@@ -980,7 +980,13 @@ type CheckUpdateBatchResult struct {
 	Outcome isCheckUpdateBatchResult_Outcome `protobuf_oneof:"outcome"`
 	// What CheckUpdate names in its answer's metadata (keyhouse-valid-until): the
 	// license's expiry. Unset when it names nothing.
-	ValidUntil    *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=valid_until,json=validUntil,proto3" json:"valid_until,omitempty"`
+	ValidUntil *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=valid_until,json=validUntil,proto3" json:"valid_until,omitempty"`
+	// What the answer depends on of the license, once the license is known usable: its
+	// tenant and product, in a form only the releases service reads. Every usable license
+	// of the same class asking the same question (product_id, channel, platform and
+	// current_version as written) gets the same answer while the answer holds, so a cache
+	// may answer one license with another's. Empty with an error.
+	AnswerClass   string `protobuf:"bytes,4,opt,name=answer_class,json=answerClass,proto3" json:"answer_class,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1045,6 +1051,13 @@ func (x *CheckUpdateBatchResult) GetValidUntil() *timestamppb.Timestamp {
 		return x.ValidUntil
 	}
 	return nil
+}
+
+func (x *CheckUpdateBatchResult) GetAnswerClass() string {
+	if x != nil {
+		return x.AnswerClass
+	}
+	return ""
 }
 
 type isCheckUpdateBatchResult_Outcome interface {
@@ -1259,12 +1272,13 @@ const file_keyhouse_releases_v1_releases_proto_rawDesc = "" +
 	"\n" +
 	"request_id\x18\x02 \x01(\tR\trequestId\"b\n" +
 	"\x18CheckUpdateBatchResponse\x12F\n" +
-	"\aresults\x18\x01 \x03(\v2,.keyhouse.releases.v1.CheckUpdateBatchResultR\aresults\"\xe6\x01\n" +
+	"\aresults\x18\x01 \x03(\v2,.keyhouse.releases.v1.CheckUpdateBatchResultR\aresults\"\x89\x02\n" +
 	"\x16CheckUpdateBatchResult\x12G\n" +
 	"\bresponse\x18\x01 \x01(\v2).keyhouse.releases.v1.CheckUpdateResponseH\x00R\bresponse\x12;\n" +
 	"\x05error\x18\x02 \x01(\v2#.keyhouse.activations.v1.CallStatusH\x00R\x05error\x12;\n" +
 	"\vvalid_until\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"validUntilB\t\n" +
+	"validUntil\x12!\n" +
+	"\fanswer_class\x18\x04 \x01(\tR\vanswerClassB\t\n" +
 	"\aoutcome\"\xb4\x02\n" +
 	"\bManifest\x12\x1d\n" +
 	"\n" +
