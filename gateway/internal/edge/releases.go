@@ -15,8 +15,8 @@ import (
 
 // registerReleases wires the releases service: every route is an http.yaml rule.
 // check-update's answers are served from answers while it holds them (nil caches: no
-// cache). The client it returns is the one hotRoutes answers check-update with (one
-// cache, one batcher).
+// cache). The client it returns is the one hotRoutes answers check-update with (one set
+// of caches, one batcher).
 func registerReleases(ctx context.Context, mux *runtime.ServeMux, conn *grpc.ClientConn, answers updateAnswers) (*cachedCheckUpdate, error) {
 	rpc := releasesv1.NewReleasesServiceClient(conn)
 	client := &cachedCheckUpdate{ReleasesServiceClient: rpc, answers: answers, misses: newBatchedCheckUpdate(rpc)}
@@ -123,8 +123,8 @@ func manifestEnd(resp *releasesv1.CheckUpdateResponse) time.Time {
 	return time.Time{}
 }
 
-// checkUpdateQuestion is what the cache keeps check-update's answer under beside the key:
-// the members the answer depends on, as the client wrote them.
+// checkUpdateQuestion is what check-update's answer is kept under beside the license's
+// class: the members of the request the answer depends on, as the client wrote them.
 func checkUpdateQuestion(req *releasesv1.CheckUpdateRequest) string {
 	return strings.Join([]string{req.GetProductId(), req.GetChannel(), req.GetPlatform(), req.GetCurrentVersion()}, "\x00")
 }
