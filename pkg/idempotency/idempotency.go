@@ -21,6 +21,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/keyhouse/keyhouse/pkg/apierr"
+	"github.com/keyhouse/keyhouse/pkg/periodic"
 	apiv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/api/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
@@ -171,16 +172,7 @@ func Purge(ctx context.Context, db *pgxpool.Pool) (int64, error) {
 
 // PurgeEvery runs Purge every interval until ctx is done, logging through report.
 func PurgeEvery(ctx context.Context, db *pgxpool.Pool, interval time.Duration, report func(deleted int64, err error)) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			report(Purge(ctx, db))
-		}
-	}
+	periodic.Run(ctx, interval, func(ctx context.Context) { report(Purge(ctx, db)) })
 }
 
 // PurgeHourly is the cleanup every service that offers the mechanism runs: PurgeEvery

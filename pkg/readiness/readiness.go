@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/keyhouse/keyhouse/pkg/metrics"
+	"github.com/keyhouse/keyhouse/pkg/periodic"
 )
 
 // Check probes one dependency.
@@ -79,16 +80,7 @@ func (m *Monitor) OnChange(f func()) {
 
 // Run probes until ctx is done.
 func (m *Monitor) Run(ctx context.Context) {
-	t := time.NewTicker(m.Interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			m.ProbeOnce(ctx)
-		}
-	}
+	periodic.Run(ctx, m.Interval, m.ProbeOnce)
 }
 
 // ProbeOnce runs every check now, in parallel, and records the outcome.

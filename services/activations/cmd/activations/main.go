@@ -13,7 +13,7 @@ import (
 	"github.com/keyhouse/keyhouse/pkg/licensecache"
 	"github.com/keyhouse/keyhouse/pkg/licensingclient"
 	"github.com/keyhouse/keyhouse/pkg/natsx"
-	"github.com/keyhouse/keyhouse/pkg/pgxx"
+	"github.com/keyhouse/keyhouse/pkg/periodic"
 	"github.com/keyhouse/keyhouse/pkg/tenantpurge"
 	"github.com/keyhouse/keyhouse/services/activations/internal/purge"
 	"github.com/keyhouse/keyhouse/services/activations/internal/server"
@@ -78,7 +78,7 @@ func main() {
 			wg.Go(func() { idempotency.PurgeHourly(ctx, d.DB, d.Log) })
 			// The records of usage changes are needed only while a call waits for its
 			// outcome: those older than store.CommitRecordsKept go every minute.
-			wg.Go(func() { pgxx.Periodically(ctx, time.Minute, d.Log, "purging usage commit records", st.PurgeCommits) })
+			wg.Go(func() { periodic.Upkeep(ctx, time.Minute, d.Log, "purging usage commit records", st.PurgeCommits) })
 			wg.Go(func() { sweep.Run(ctx, st, d.Config.LeaseSweepInterval, d.Log) })
 			// Closers run in reverse: the consumer finishes its message before the relay
 			// stops and NATS closes (StartEventSpine's closers).

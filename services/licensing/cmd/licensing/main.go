@@ -13,7 +13,7 @@ import (
 	"github.com/keyhouse/keyhouse/pkg/events"
 	"github.com/keyhouse/keyhouse/pkg/idempotency"
 	"github.com/keyhouse/keyhouse/pkg/licensecache"
-	"github.com/keyhouse/keyhouse/pkg/pgxx"
+	"github.com/keyhouse/keyhouse/pkg/periodic"
 	"github.com/keyhouse/keyhouse/pkg/signing"
 	"github.com/keyhouse/keyhouse/pkg/tenantpurge"
 	eventsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/events/v1"
@@ -83,7 +83,7 @@ func register(ctx context.Context, d *app.Deps) error {
 	wg.Go(func() { idempotency.PurgeHourly(ctx, d.DB, d.Log) })
 	// The license counts' rows, one per license written, are folded into one per tenant.
 	wg.Go(func() {
-		pgxx.Periodically(ctx, store.CountsFoldInterval, d.Log, "folding the license counts", st.FoldCounts)
+		periodic.Upkeep(ctx, store.CountsFoldInterval, d.Log, "folding the license counts", st.FoldCounts)
 	})
 	// License changes are announced with a heartbeat, the caches' liveness proof.
 	d.OnClose(licensecache.StartHeartbeat(spine.NATS))

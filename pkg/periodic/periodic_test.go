@@ -1,4 +1,4 @@
-package pgxx
+package periodic
 
 import (
 	"bytes"
@@ -12,8 +12,8 @@ import (
 
 // A job runs at every tick until the context ends; a failure is logged and the job runs
 // again at the next tick.
-func TestPeriodicallyRunsAgainAfterAFailureAndStopsWithItsContext(t *testing.T) {
-	// Written by Periodically's goroutine, read once it has returned.
+func TestUpkeepRunsAgainAfterAFailureAndStopsWithItsContext(t *testing.T) {
+	// Written by Upkeep's goroutine, read once it has returned.
 	var logged bytes.Buffer
 	log := slog.New(slog.NewTextHandler(&logged, nil))
 	ctx, cancel := context.WithCancel(context.Background())
@@ -22,7 +22,7 @@ func TestPeriodicallyRunsAgainAfterAFailureAndStopsWithItsContext(t *testing.T) 
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		Periodically(ctx, time.Millisecond, log, "folding the counts", func(context.Context) error {
+		Upkeep(ctx, time.Millisecond, log, "folding the counts", func(context.Context) error {
 			n++
 			runs <- n
 			if n == 1 {
@@ -40,7 +40,7 @@ func TestPeriodicallyRunsAgainAfterAFailureAndStopsWithItsContext(t *testing.T) 
 	select {
 	case <-done:
 	case <-time.After(10 * time.Second):
-		t.Fatal("Periodically did not return once its context ended")
+		t.Fatal("Upkeep did not return once its context ended")
 	}
 	if out := logged.String(); strings.Count(out, "level=WARN") != 1 || !strings.Contains(out, `msg="folding the counts failed" error="database gone"`) {
 		t.Errorf("log: %q, want one WARN for the first run's failure", out)
