@@ -512,6 +512,18 @@ type Announced interface {
 	Clear()
 }
 
+// ClearsOnly is c as DropAnnouncedFrom should treat a cache kept by something other than
+// license keys (check-update's answers by class): an answer that names changed keys
+// leaves it as it is, since dropping those keys would find nothing there and would keep
+// every answer being loaded meanwhile from being stored; an answer that says every answer
+// changed empties it.
+func (c *Cache[V]) ClearsOnly() Announced { return clearsOnly[V]{c} }
+
+type clearsOnly[V any] struct{ c *Cache[V] }
+
+func (clearsOnly[V]) Invalidate(string) {}
+func (o clearsOnly[V]) Clear()          { o.c.Clear() }
+
 // DropAnnouncedFrom is DropAnnounced for several caches, reading each answer once.
 func DropAnnouncedFrom(caches ...Announced) grpc.UnaryClientInterceptor {
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {

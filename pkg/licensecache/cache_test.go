@@ -179,6 +179,26 @@ func TestKeepStoresALoadMadeElsewhereUnderGetUntilsRules(t *testing.T) {
 	}
 }
 
+// A cache kept by something other than license keys follows a write's answer only when it
+// says every answer changed: a key it names neither drops anything there nor keeps out a
+// load under way.
+func TestClearsOnlyIgnoresKeysAndFollowsClears(t *testing.T) {
+	c, _ := newTestCache(time.Minute)
+	announced := c.ClearsOnly()
+	l := c.StartLoad()
+	announced.Invalidate("K")
+	c.Keep(l, "class", "q", 1, time.Time{})
+	if v, ok := c.Peek("class", "q", 0); !ok || v != 1 {
+		t.Fatalf("after a key was announced: %d %v; want the load kept", v, ok)
+	}
+	announced.Clear()
+	if c.Holds("class", "q", 0) {
+		t.Fatal("held an answer after a clear was announced")
+	}
+	var none *Cache[int64]
+	none.ClearsOnly().Clear()
+}
+
 func TestANilCacheAlwaysLoads(t *testing.T) {
 	c := New[int64](0)
 	var src source

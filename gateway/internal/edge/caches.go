@@ -130,7 +130,8 @@ func (c *Caches) Follow(nc *nats.Conn) (stop func(), err error) {
 
 // DropAnnounced is the client interceptor of the connections to licensing, activations
 // and releases: what a call's answer announces leaves every cache before the answer
-// reaches the client.
+// reaches the client. check-update's answers are kept by class, not by license key, so
+// only a release change (a clear) reaches them.
 func (c *Caches) DropAnnounced() grpc.UnaryClientInterceptor {
-	return licensecache.DropAnnouncedFrom(c.Verified, c.ValidSeats, c.UpdateClasses, c.Updates)
+	return licensecache.DropAnnouncedFrom(c.Verified, c.ValidSeats, c.UpdateClasses, c.Updates.ClearsOnly())
 }
