@@ -66,3 +66,14 @@ func TestEachRowPrecedesAndFollowsEveryOtherAcrossTwoRounds(t *testing.T) {
 		t.Errorf("the rows given were reordered in place: %v", got)
 	}
 }
+
+// The check-update row's apps run the 50 newest releases, the last of them current.
+func TestInstalledVersionsAreTheFiftyNewest(t *testing.T) {
+	seen := map[string]bool{}
+	for k := range 1000 {
+		seen[installedVersion(k)] = true
+	}
+	if len(seen) != installedVersions || !seen["4.5.0"] || !seen[latestVersion] || installedVersion(installedVersions-1) != latestVersion {
+		t.Fatalf("versions %v, want 4.5.0 to %s", seen, latestVersion)
+	}
+}

@@ -18,7 +18,7 @@ func init() {
 		Register(Scenario{
 			ID:    "check-update" + sp.ID,
 			Name:  "check-update, " + sp.Label + ", 500 releases in the channel (gateway → licensing + releases → Postgres)",
-			Note:  "as shipped: releases' answer from the gateway's cache when it knows the license's class (its tenant and product, kept while the license does not change) and holds the class's answer to the question (an offer kept for the second its manifest was signed in) (on a miss: the license from releases' cache of licensing's answers, the channel's latest release from releases' cache of it (one indexed selection among 500 published releases when it lacks it), an RSA-2048 signature at most once per release and second)",
+			Note:  "as shipped: releases' answer from the gateway's cache when it knows the license's class (its tenant and product, kept while the license does not change) and holds the class's answer to the question (an offer kept for the second its manifest was signed in; the apps run 50 versions, so 50 questions) (on a miss: the license from releases' cache of licensing's answers, the channel's latest release from releases' cache of it (one indexed selection among 500 published releases when it lacks it), an RSA-2048 signature at most once per release and second)",
 			Setup: func(ctx context.Context, env *Env) (Op, error) { return setupCheckUpdate(ctx, env, sp) },
 		})
 	}
@@ -39,21 +39,42 @@ func setupCheckUpdate(ctx context.Context, env *Env, sp Spread) (Op, error) {
 	if err != nil {
 		return nil, err
 	}
-	want := []byte(`"version":"4.9.9"`)
+	offer, current := []byte(`"version":"4.9.9"`), []byte(`{"update_available":false,"release":null}`)
 	return func(ctx context.Context, worker, i int) error {
+		k := sp.pick(worker, i)
+		installed := installedVersion(k)
 		// Block 26..28 of clientIP's numbering: addresses the verify and validate rows
 		// (same Validation tier) have not spent.
 		st, body, err := env.Do(ctx, http.MethodPost, "/v1/check-update", clientIP(26+spreadIndex(sp), worker, i, 900), false, map[string]string{
-			"key": keys[sp.pick(worker, i)], "product_id": product, "platform": "linux-x64", "current_version": "1.0.0",
+			"key": keys[k], "product_id": product, "platform": "linux-x64", "current_version": installed,
 		})
 		if err := Expect(st, body, err, http.StatusOK); err != nil {
 			return err
 		}
+		want := offer
+		if installed == latestVersion {
+			want = current
+		}
 		if !bytes.Contains(body, want) {
-			return fmt.Errorf("not the latest release: %s", body)
+			return fmt.Errorf("on %s, not the latest release: %s", installed, body)
 		}
 		return nil
 	}, nil
+}
+
+// installedVersions is how many versions a fleet's installs are spread over: the app of
+// license k runs the (k mod 50)th of the 50 newest releases, so the row asks 50 different
+// questions of one product (each answered by the gateway for every license of the product
+// it has seen), and a fiftieth of the apps are current.
+const installedVersions = 50
+
+// latestVersion is the channel's newest release (channelReleases are 0.0.0 to 4.9.9).
+const latestVersion = "4.9.9"
+
+// installedVersion is the version the app of license k runs.
+func installedVersion(k int) string {
+	v := channelReleases - installedVersions + k%installedVersions
+	return fmt.Sprintf("%d.%d.%d", v/100, v%100/10, v%10)
 }
 
 // registerChannel registers the channel's releases, once per run.
