@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"encoding/json"
+	"fmt"
 	"testing"
 	"time"
 
@@ -202,6 +203,22 @@ func TestLicenseCache_CheckUpdateAnswersALicenseWithItsProductsAnswer(t *testing
 			t.Fatalf("a license of the product on 1.0.0: update_available %v, want true", got)
 		}
 		c.Post("/v1/check-update", old(other)).Expect(t, 200).ExpectBody(t, `{"update_available":false,"release":null}`)
+	}
+
+	// An offer is signed with the time of the response (the addendum), whichever license
+	// of the product was asked about first in its second: each answer's issued_at falls
+	// within its own request.
+	for end := time.Now().Add(2500 * time.Millisecond); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		for _, key := range []string{first, second} {
+			sent := time.Now().Truncate(time.Second)
+			// From an address of its own: the loop must not spend the client's rate limit.
+			release, _ := newClient(t, c.Base, "").Post("/v1/check-update", old(key)).Expect(t, 200).JSON(t)["release"].(map[string]any)
+			answered := time.Now()
+			issued, err := time.Parse(time.RFC3339, fmt.Sprint(release["issued_at"]))
+			if err != nil || issued.Before(sent) || issued.After(answered) {
+				t.Fatalf("an offer issued at %v (%v), asked at %v and answered at %v", release["issued_at"], err, sent, answered)
+			}
+		}
 	}
 
 	// A revoked license is refused at once, while the others of its product are still
