@@ -1,6 +1,7 @@
 package license
 
 import (
+	"strings"
 	"time"
 
 	"github.com/keyhouse/keyhouse/pkg/apierr"
@@ -45,3 +46,15 @@ func Usable(status string, expiresAt *time.Time, now time.Time) error {
 	}
 	return nil
 }
+
+// ProductKey is how product ids compare wherever a service matches them: trimmed and
+// lower-cased. Licensing claims products by it; releases files releases under it and
+// matches a check-update's product_id to its license's by it.
+func ProductKey(productID string) string { return strings.ToLower(strings.TrimSpace(productID)) }
+
+// UpdateClass is all of a usable license that check-update's answer depends on: its
+// tenant and its product key. Two usable licenses of one class asking the same question
+// get the same answer. Releases names it with each answer (answer_class), and the gateway
+// works it out from a verify-license answer it holds; both must spell it alike, or one
+// class's answers would be given to another's licenses.
+func UpdateClass(tenant, productID string) string { return tenant + "\x00" + ProductKey(productID) }

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	licensingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1"
 	releasesv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/releases/v1"
 )
 
@@ -230,6 +231,50 @@ func TestLicenseCache_CheckUpdateAnswersALicenseWithItsProductsAnswer(t *testing
 	if n := checks() - before; n != 0 {
 		t.Fatalf("releases asked %v times about a license of the product after another's revocation, want 0", n)
 	}
+}
+
+// An app verifies its license, then checks for updates. The gateway knows the license's
+// class from the verify-license answer it holds, so the first check-update about the
+// license is answered from the answer its product's other licenses got, and a revocation
+// still refuses it at once.
+func TestLicenseCache_CheckUpdateKnowsTheClassOfAVerifiedLicense(t *testing.T) {
+	t.Parallel()
+	s := startStack(t, map[string]string{"LICENSE_CACHE_TTL": "1h"})
+	t.Cleanup(s.Stop)
+	a, c := admin(t, s), anon(t, s)
+	app := product("verified-class")
+	registerRelease(t, a, rel(app, "3.0.0"))
+	checked, verified := issueLicense(t, a, lic(app)), issueLicense(t, a, lic(app))
+	checks := func() float64 {
+		return grpcCalls(t, s, "releases", releasesv1.ReleasesService_CheckUpdate_FullMethodName)
+	}
+	verifies := func() float64 {
+		return grpcCalls(t, s, "licensing", licensingv1.LicensingService_VerifyLicense_FullMethodName)
+	}
+	current := func(key string) map[string]any { return check(key, app, "3.0.0") }
+	settles(t, "the gateway keeps the product's answer", func() bool {
+		c.Post("/v1/check-update", current(checked)).Expect(t, 200).ExpectBody(t, `{"update_available":false,"release":null}`)
+		before := checks()
+		c.Post("/v1/check-update", current(checked)).Expect(t, 200)
+		return checks() == before
+	})
+	settles(t, "the gateway keeps verify-license's answer", func() bool {
+		c.Post("/v1/verify-license", map[string]string{"key": verified}).Expect(t, 200)
+		before := verifies()
+		c.Post("/v1/verify-license", map[string]string{"key": verified}).Expect(t, 200)
+		return verifies() == before
+	})
+
+	before := checks()
+	c.Post("/v1/check-update", current(verified)).Expect(t, 200).ExpectBody(t, `{"update_available":false,"release":null}`)
+	if n := checks() - before; n != 0 {
+		t.Fatalf("releases asked %v times about a verified license of a product whose answer the gateway holds, want 0", n)
+	}
+
+	a.Post("/v1/revoke-license", map[string]any{"key": verified, "revoked": true}).Expect(t, 200)
+	c.Post("/v1/check-update", current(verified)).Expect(t, 403).ExpectBody(t, `{"error":"License is not active"}`)
+	c.Post("/v1/verify-license", map[string]string{"key": verified}).Expect(t, 403).ExpectBody(t, verifyNotActive)
+	c.Post("/v1/check-update", current(checked)).Expect(t, 200).ExpectBody(t, `{"update_available":false,"release":null}`)
 }
 
 // The services that ask licensing for licenses (activations, releases) cache its answers;

@@ -126,6 +126,7 @@ func run(ctx context.Context, rt config.Runtime) error {
 	// Admission control shares capacity by tenant. The services' answers name the tenant
 	// of each license key they are about, and who a client's credential proved to be.
 	tenants := admission.NewTenants()
+	caches.TenantOf = tenants.Owner
 	learnTenants := grpc.WithChainUnaryInterceptor(tenants.Learning())
 
 	var conns edge.Conns

@@ -24,6 +24,10 @@ type Caches struct {
 	// (updateAnswers): the class of each usable license, and each class's answers.
 	UpdateClasses *licensecache.Cache[string]
 	Updates       *licensecache.Cache[*releasesv1.CheckUpdateResponse]
+	// TenantOf, when set, is the tenant the services' answers named for a license key
+	// (admission.Tenants.Owner): with a valid verify-license answer held, it makes the
+	// license's check-update class known (updateAnswers.classOf). Set it before serving.
+	TenantOf func(key string) (tenant string, ok bool)
 }
 
 // NewCaches returns caches whose entries live at most ttl (LICENSE_CACHE_TTL), or liveTTL
@@ -41,7 +45,7 @@ func NewCaches(ttl, liveTTL time.Duration) *Caches {
 
 // updateAnswers is check-update's part of the caches.
 func (c *Caches) updateAnswers() updateAnswers {
-	return updateAnswers{classes: c.UpdateClasses, updates: c.Updates}
+	return updateAnswers{classes: c.UpdateClasses, updates: c.Updates, verified: c.Verified, tenantOf: c.TenantOf}
 }
 
 // AnswersFromMemory reports whether the gateway would answer a request on path about the
@@ -63,7 +67,9 @@ func (c *Caches) AnswersFromMemory(path string, key, cut []byte) bool {
 		req, done := plainValidateRequest(closeCut(cut))
 		return done && req != nil && c.ValidSeats.Holds(license.CanonicalKey(req.GetKey()), req.GetInstanceId(), answerMargin)
 	case CheckUpdatePath:
-		if !c.UpdateClasses.HoldsAbout(license.CanonicalKey(string(key))) {
+		// Most requests are about keys whose class the gateway does not know: no decode for them.
+		if canonical := license.CanonicalKey(string(key)); !c.UpdateClasses.HoldsAbout(canonical) &&
+			(c.TenantOf == nil || !c.Verified.HoldsAbout(canonical)) {
 			return false
 		}
 		req, ok := checkUpdateQuestionOf(cut)

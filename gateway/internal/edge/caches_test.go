@@ -6,6 +6,8 @@ import (
 
 	"github.com/keyhouse/keyhouse/pkg/license"
 	activationsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/activations/v1"
+	licensingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1"
+	releasesv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/releases/v1"
 )
 
 // Admission control lets a validate-license through without a slot only when the cache
@@ -42,5 +44,34 @@ func TestTheCacheReadsTheInstanceAsTheHandlerDoes(t *testing.T) {
 	}
 	if caches.AnswersFromMemory(ValidateLicensePath, []byte(key), nil) {
 		t.Error("a body not read the plain way was taken as answered from memory")
+	}
+}
+
+// Admission control sees a check-update answered from memory when the license's class is
+// known only from a valid verify-license answer, as the handler does, and only with the
+// key's tenant named.
+func TestACheckUpdateIsAnsweredFromMemoryByTheClassVerifyLicenseGave(t *testing.T) {
+	caches, key := NewCaches(time.Minute, 0), license.NewKey()
+	body := `{"key":"` + key + `","product_id":"app","current_version":"1.0.0"}`
+	cut := []byte(body[:len(body)-1])
+	if _, err := caches.Verified.Get(key, func() (*licensingv1.VerifyLicenseResponse, error) {
+		return &licensingv1.VerifyLicenseResponse{Valid: true, ProductId: "app"}, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := caches.Updates.GetUntil(license.UpdateClass("tenant", "app"), checkUpdateQuestion(&releasesv1.CheckUpdateRequest{ProductId: "app", CurrentVersion: "1.0.0"}),
+		func() (*releasesv1.CheckUpdateResponse, time.Time, error) { return &releasesv1.CheckUpdateResponse{}, time.Time{}, nil }); err != nil {
+		t.Fatal(err)
+	}
+	if caches.AnswersFromMemory(CheckUpdatePath, []byte(key), cut) {
+		t.Error("answered from memory without the key's tenant")
+	}
+	caches.TenantOf = func(string) (string, bool) { return "tenant", true }
+	if !caches.AnswersFromMemory(CheckUpdatePath, []byte(key), cut) {
+		t.Error("not answered from memory, with the class's answer held and the license verified valid")
+	}
+	caches.TenantOf = func(string) (string, bool) { return "another-tenant", true }
+	if caches.AnswersFromMemory(CheckUpdatePath, []byte(key), cut) {
+		t.Error("answered from memory with another tenant's class")
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/keyhouse/keyhouse/pkg/license"
 	"github.com/keyhouse/keyhouse/pkg/licensecache"
 	"github.com/keyhouse/keyhouse/pkg/metrics"
+	licensingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1"
 	releasesv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/releases/v1"
 	"google.golang.org/grpc"
 )
@@ -41,15 +42,46 @@ func registerReleases(ctx context.Context, mux *runtime.ServeMux, conn *grpc.Cli
 // So one release check of a product per second and question answers the whole fleet of
 // the product's licenses the gateway has seen, where a cache by license key answers only
 // a license that asks twice within the second. Errors are never kept.
+//
+// A license's class is also known from verify-license's answer while the gateway holds
+// it (verified): valid means usable, it names the product, and the services' answers
+// named the key's tenant (tenantOf). An app checks its license and then for updates, so
+// its first check-update finds its class known from the verify-license before it.
 type updateAnswers struct {
 	classes *licensecache.Cache[string]
 	updates *licensecache.Cache[*releasesv1.CheckUpdateResponse]
+	// verified are verify-license's answers, and tenantOf the tenant a service's answer
+	// named for a license key (nil: classes are learned from releases only).
+	verified *licensecache.Cache[*licensingv1.VerifyLicenseResponse]
+	tenantOf func(key string) (tenant string, ok bool)
+}
+
+// classOf is the class of the license key, if the gateway knows it is a usable license's
+// now and, by what it knows it from, still after d: check-update's answers, or a valid
+// verify-license answer it holds. Both live until the license changes or expires, by the
+// same change events (Caches.Follow, Caches.DropAnnounced).
+func (a updateAnswers) classOf(key string, d time.Duration) (string, bool) {
+	if class, ok := a.classes.Peek(key, "", d); ok {
+		return class, true
+	}
+	if a.tenantOf == nil {
+		return "", false
+	}
+	verified, ok := a.verified.Peek(key, "", d)
+	if !ok || !verified.GetValid() {
+		return "", false
+	}
+	tenant, ok := a.tenantOf(key)
+	if !ok {
+		return "", false
+	}
+	return license.UpdateClass(tenant, verified.GetProductId()), true
 }
 
 // held is the answer the caches hold for the license key's question, if they hold one
 // now and, by its own life, still after d.
 func (a updateAnswers) held(key, question string, d time.Duration) (*releasesv1.CheckUpdateResponse, bool) {
-	class, ok := a.classes.Peek(key, "", d)
+	class, ok := a.classOf(key, d)
 	if !ok {
 		return nil, false
 	}
@@ -74,7 +106,7 @@ func (c *cachedCheckUpdate) CheckUpdate(ctx context.Context, req *releasesv1.Che
 		return c.ReleasesServiceClient.CheckUpdate(ctx, req, opts...)
 	}
 	key, question := license.CanonicalKey(req.GetKey()), checkUpdateQuestion(req)
-	class, known := c.answers.classes.Peek(key, "", 0)
+	class, known := c.answers.classOf(key, 0)
 	if !known {
 		metrics.RecordAnswer(CheckUpdatePath, false)
 		return c.learn(ctx, req, key, question)

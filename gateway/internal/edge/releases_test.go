@@ -8,6 +8,7 @@ import (
 
 	"github.com/keyhouse/keyhouse/pkg/license"
 	"github.com/keyhouse/keyhouse/pkg/licensecache"
+	licensingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1"
 	releasesv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/releases/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
@@ -172,4 +173,53 @@ func TestCheckUpdateAnswersTheLicensesOfAClassWithOneAnswer(t *testing.T) {
 	if got := u.calls.Load(); got != calls+2 {
 		t.Fatalf("releases asked %d times, want %d", got, calls+2)
 	}
+}
+
+func TestCheckUpdateKnowsTheClassOfALicenseVerifyLicenseFoundValid(t *testing.T) {
+	known, verified, unnamed, refused, otherProduct := license.NewKey(), license.NewKey(), license.NewKey(), license.NewKey(), license.NewKey()
+	u := &updater{answer: &releasesv1.CheckUpdateResponse{}, class: license.UpdateClass("tenant", "app"),
+		classes: map[string]string{otherProduct: license.UpdateClass("tenant", "tool")}}
+	answers := hourLongUpdateAnswers()
+	answers.verified = licensecache.New[*licensingv1.VerifyLicenseResponse](time.Hour)
+	tenants := map[string]string{known: "tenant", verified: "tenant", refused: "tenant", otherProduct: "tenant"}
+	answers.tenantOf = func(key string) (string, bool) { tenant, ok := tenants[key]; return tenant, ok }
+	keepVerified := func(key string, resp *licensingv1.VerifyLicenseResponse) {
+		t.Helper()
+		if _, err := answers.verified.Get(key, func() (*licensingv1.VerifyLicenseResponse, error) { return resp, nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The product as the license spells it: the class compares product keys.
+	keepVerified(verified, &licensingv1.VerifyLicenseResponse{Valid: true, ProductId: " App "})
+	keepVerified(unnamed, &licensingv1.VerifyLicenseResponse{Valid: true, ProductId: "app"})
+	keepVerified(refused, &licensingv1.VerifyLicenseResponse{Valid: false, ProductId: "app"})
+	keepVerified(otherProduct, &licensingv1.VerifyLicenseResponse{Valid: true, ProductId: "tool"})
+
+	c := &cachedCheckUpdate{ReleasesServiceClient: u, misses: newBatchedCheckUpdate(u), answers: answers}
+	calls := int32(0)
+	ask := func(key string, asked bool) {
+		t.Helper()
+		if _, err := c.CheckUpdate(t.Context(), &releasesv1.CheckUpdateRequest{Key: key, ProductId: "app", CurrentVersion: "1.0.0"}); err != nil {
+			t.Fatal(err)
+		}
+		if asked {
+			calls++
+		}
+		if got := u.calls.Load(); got != calls {
+			t.Fatalf("releases asked %d times, want %d (last: %s, asked: %v)", got, calls, key[:9], asked)
+		}
+	}
+	ask(known, true) // the class's answer, learned from releases
+	if _, held := answers.held(verified, checkUpdateQuestion(&releasesv1.CheckUpdateRequest{ProductId: "app", CurrentVersion: "1.0.0"}), 0); !held {
+		t.Fatal("admission control's lookup does not see the answer a verified license's class holds")
+	}
+	ask(verified, false)    // never asked about, but verify-license found it valid
+	ask(unnamed, true)      // valid, but no answer named its tenant
+	ask(refused, true)      // verify-license's answer is not valid: releases decides
+	ask(otherProduct, true) // another product: another class, whose answer is not held
+
+	// The verify-license answer dropped (the license changed): its class is no longer known.
+	answers.verified.Invalidate(verified)
+	time.Sleep(150 * time.Millisecond) // a drop's settle window (TestCheckUpdateAnswersTheLicensesOfAClassWithOneAnswer)
+	ask(verified, true)
 }

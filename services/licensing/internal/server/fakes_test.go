@@ -25,7 +25,7 @@ type fakeStore struct {
 	mu       sync.Mutex
 	now      func() time.Time
 	licenses map[string]*store.License // tenant + "/" + key
-	owners   map[string]string         // store.ProductKey → tenant
+	owners   map[string]string         // license.ProductKey → tenant
 	idem     map[string]idemRecord     // tenant + "/" + Idempotency-Key
 	deleted  map[string][]string       // tenant → keys deleted
 }
@@ -249,7 +249,7 @@ func (f *fakeStore) CountActive(_ context.Context, tenant string) (int, error) {
 func (f *fakeStore) ClaimProduct(_ context.Context, tenant, productID string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	k := store.ProductKey(productID)
+	k := license.ProductKey(productID)
 	if owner, ok := f.owners[k]; ok && owner != tenant {
 		return store.ErrProductOwned
 	}

@@ -490,9 +490,6 @@ const foldCountsLock = `5286801, 0`
 // 1,000 licenses a second one at a time leaves 5,000 rows for a read to sum.
 const CountsFoldInterval = 5 * time.Second
 
-// ProductKey is how product ids are compared for ownership: trimmed, lower-cased.
-func ProductKey(productID string) string { return strings.ToLower(strings.TrimSpace(productID)) }
-
 // ClaimProduct binds productID to tenant unless another tenant owns it (ErrProductOwned).
 // The primary key makes two simultaneous first claims resolve to one owner.
 func (s *Store) ClaimProduct(ctx context.Context, tenant, productID string) error {
@@ -501,11 +498,11 @@ func (s *Store) ClaimProduct(ctx context.Context, tenant, productID string) erro
 			INSERT INTO products (product_key, product_id, tenant_id) VALUES ($1, $2, $3)
 			ON CONFLICT (product_key) DO NOTHING RETURNING tenant_id)
 		SELECT tenant_id FROM claim UNION ALL SELECT tenant_id FROM products WHERE product_key = $1`,
-		ProductKey(productID), productID, tenant).Scan(&owner)
+		license.ProductKey(productID), productID, tenant).Scan(&owner)
 	if errors.Is(err, pgx.ErrNoRows) {
 		// The competing claim committed between our insert's conflict check and the
 		// read, which cannot see it in this snapshot: read it again.
-		err = s.db.QueryRow(ctx, `SELECT tenant_id FROM products WHERE product_key = $1`, ProductKey(productID)).Scan(&owner)
+		err = s.db.QueryRow(ctx, `SELECT tenant_id FROM products WHERE product_key = $1`, license.ProductKey(productID)).Scan(&owner)
 	}
 	if err != nil {
 		return err

@@ -117,10 +117,6 @@ const (
 	maxReleaseNotes = 10000
 )
 
-// productKey is how check-update compares product ids: trimmed, case-insensitive. The
-// licensing service's product claim normalizes the same way.
-func productKey(productID string) string { return strings.ToLower(strings.TrimSpace(productID)) }
-
 func channelOrDefault(c string) string {
 	if c == "" {
 		return defaultChannel
@@ -176,7 +172,7 @@ func newRelease(req *releasesv1.RegisterReleaseRequest) (*store.NewRelease, erro
 			return nil, err
 		}
 	}
-	key := productKey(req.GetProductId())
+	key := license.ProductKey(req.GetProductId())
 	if strings.HasPrefix(key, reservedPrefix) {
 		return nil, errReservedProduct
 	}
@@ -271,7 +267,7 @@ func (s *Server) ListReleases(ctx context.Context, req *releasesv1.ListReleasesR
 		return &releasesv1.ListReleasesResponse{Releases: []*releasesv1.ReleaseRow{}}, nil
 	}
 	rows, total, err := s.store.List(ctx, tenant, store.Filter{
-		ProductKey: productKey(req.GetProductId()), Channel: req.GetChannel(), Platform: req.GetPlatform(),
+		ProductKey: license.ProductKey(req.GetProductId()), Channel: req.GetChannel(), Platform: req.GetPlatform(),
 		Status: req.GetStatus(), Limit: limit, Offset: offset,
 	})
 	if err != nil {
@@ -394,15 +390,15 @@ func noUpdate() *releasesv1.CheckUpdateResponse {
 // usable (latestAsked): its tenant and its product key. Two usable licenses of one class
 // asking the same question get the same answer (CheckUpdateBatchResult.answer_class).
 func answerClass(l *licensingv1.License) string {
-	return l.GetTenantId() + "\x00" + productKey(l.GetProductId())
+	return license.UpdateClass(l.GetTenantId(), l.GetProductId())
 }
 
 // latestAsked is the channel whose latest release answers req for license l (in l's
 // tenant); false when none can (another product than the license's, or a channel or
 // platform no release can have).
 func latestAsked(l *licensingv1.License, req *releasesv1.CheckUpdateRequest) (store.Channel, bool) {
-	key := productKey(l.GetProductId())
-	if productKey(req.GetProductId()) != key || pgxx.HasNUL(req.GetChannel(), req.GetPlatform()) {
+	key := license.ProductKey(l.GetProductId())
+	if license.ProductKey(req.GetProductId()) != key || pgxx.HasNUL(req.GetChannel(), req.GetPlatform()) {
 		return store.Channel{}, false
 	}
 	return store.Channel{Tenant: l.GetTenantId(), ProductKey: key, Channel: channelOrDefault(req.GetChannel()), Platform: req.GetPlatform()}, true
