@@ -60,7 +60,9 @@ func TestACheckUpdateIsAnsweredFromMemoryByTheClassVerifyLicenseGave(t *testing.
 		t.Fatal(err)
 	}
 	if _, err := caches.Updates.GetUntil(license.UpdateClass("tenant", "app"), checkUpdateQuestion(&releasesv1.CheckUpdateRequest{ProductId: "app", CurrentVersion: "1.0.0"}),
-		func() (*releasesv1.CheckUpdateResponse, time.Time, error) { return &releasesv1.CheckUpdateResponse{}, time.Time{}, nil }); err != nil {
+		func() (*releasesv1.CheckUpdateResponse, time.Time, error) {
+			return &releasesv1.CheckUpdateResponse{}, time.Time{}, nil
+		}); err != nil {
 		t.Fatal(err)
 	}
 	if caches.AnswersFromMemory(CheckUpdatePath, []byte(key), cut) {
