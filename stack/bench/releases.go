@@ -18,7 +18,7 @@ func init() {
 		Register(Scenario{
 			ID:    "check-update" + sp.ID,
 			Name:  "check-update, " + sp.Label + ", 500 releases in the channel (gateway → licensing + releases → Postgres)",
-			Note:  "as shipped: releases' answer from the gateway's cache when it knows the license's class (its tenant and product, kept while the license does not change) and holds the class's answer to the question (an offer kept for the second its manifest was signed in; the apps run 50 versions, so 50 questions) (on a miss: the license from releases' cache of licensing's answers, the channel's latest release from releases' cache of it (one indexed selection among 500 published releases when it lacks it), an RSA-2048 signature at most once per release and second)",
+			Note:  "as shipped: releases' answer from the gateway's cache when it knows the license's class (its tenant and product, kept while the license does not change, or from a valid verify-license answer it holds: the verify-license rows verify the same licenses) and holds the class's answer to the question (an offer kept for the second its manifest was signed in; the apps run 50 versions, so 50 questions) (on a miss: the license from releases' cache of licensing's answers, the channel's latest release from releases' cache of it (one indexed selection among 500 published releases when it lacks it), an RSA-2048 signature at most once per release and second)",
 			Setup: func(ctx context.Context, env *Env) (Op, error) { return setupCheckUpdate(ctx, env, sp) },
 		})
 	}
