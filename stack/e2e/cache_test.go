@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	activationsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/activations/v1"
 	licensingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1"
 	releasesv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/releases/v1"
 )
@@ -233,18 +234,25 @@ func TestLicenseCache_CheckUpdateAnswersALicenseWithItsProductsAnswer(t *testing
 	}
 }
 
-// An app verifies its license, then checks for updates. The gateway knows the license's
-// class from the verify-license answer it holds, so the first check-update about the
+// An app verifies, validates or leases its license, then checks for updates. The gateway
+// knows the license's class from the verify-license answer it holds, or from the one a
+// valid validate-license answer or a lease named, so the first check-update about the
 // license is answered from the answer its product's other licenses got, and a revocation
 // still refuses it at once.
-func TestLicenseCache_CheckUpdateKnowsTheClassOfAVerifiedLicense(t *testing.T) {
+func TestLicenseCache_CheckUpdateKnowsTheClassOfAVerifiedValidatedOrLeasedLicense(t *testing.T) {
 	t.Parallel()
 	s := startStack(t, map[string]string{"LICENSE_CACHE_TTL": "1h"})
 	t.Cleanup(s.Stop)
 	a, c := admin(t, s), anon(t, s)
 	app := product("verified-class")
 	registerRelease(t, a, rel(app, "3.0.0"))
-	checked, verified := issueLicense(t, a, lic(app)), issueLicense(t, a, lic(app))
+	checked, verified, validated := issueLicense(t, a, lic(app)), issueLicense(t, a, lic(app)), issueLicense(t, a, lic(app))
+	c.Post("/v1/activate-license", map[string]string{"key": validated, "instance_id": "host-1"}).Expect(t, 200)
+	leased := issueLicense(t, a, lic(app))
+	token := seat(t, c, leased, "host-1")
+	// The activation's answer drops what the gateway knew of the license; what is loaded
+	// within the settle window after it (100 ms, pkg/licensecache) is not kept.
+	seated := time.Now()
 	checks := func() float64 {
 		return grpcCalls(t, s, "releases", releasesv1.ReleasesService_CheckUpdate_FullMethodName)
 	}
@@ -269,6 +277,27 @@ func TestLicenseCache_CheckUpdateKnowsTheClassOfAVerifiedLicense(t *testing.T) {
 	c.Post("/v1/check-update", current(verified)).Expect(t, 200).ExpectBody(t, `{"update_available":false,"release":null}`)
 	if n := checks() - before; n != 0 {
 		t.Fatalf("releases asked %v times about a verified license of a product whose answer the gateway holds, want 0", n)
+	}
+	// validate-license's answer names the class only once it is valid and loaded with no
+	// event about the license in flight (its activation): validated until it is kept.
+	validate := map[string]string{"key": validated, "instance_id": "host-1"}
+	settles(t, "the gateway keeps validate-license's answer", func() bool {
+		c.Post("/v1/validate-license", validate).Expect(t, 200).ExpectBody(t, `{"valid":true}`)
+		before := grpcCalls(t, s, "activations", activationsv1.ActivationsService_ValidateLicense_FullMethodName)
+		c.Post("/v1/validate-license", validate).Expect(t, 200)
+		return grpcCalls(t, s, "activations", activationsv1.ActivationsService_ValidateLicense_FullMethodName) == before
+	})
+	before = checks()
+	c.Post("/v1/check-update", current(validated)).Expect(t, 200).ExpectBody(t, `{"update_available":false,"release":null}`)
+	if n := checks() - before; n != 0 {
+		t.Fatalf("releases asked %v times about a validated license of a product whose answer the gateway holds, want 0", n)
+	}
+	time.Sleep(time.Until(seated.Add(300 * time.Millisecond)))
+	lease(c, map[string]any{"key": leased, "token": token}).Expect(t, 200)
+	before = checks()
+	c.Post("/v1/check-update", current(leased)).Expect(t, 200).ExpectBody(t, `{"update_available":false,"release":null}`)
+	if n := checks() - before; n != 0 {
+		t.Fatalf("releases asked %v times about a leased license of a product whose answer the gateway holds, want 0", n)
 	}
 
 	a.Post("/v1/revoke-license", map[string]any{"key": verified, "revoked": true}).Expect(t, 200)

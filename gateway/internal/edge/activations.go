@@ -25,18 +25,20 @@ import (
 // returns is the one hotRoutes answers validate-license with (one cache, one batcher).
 // registerActivations puts activations' routes on mux, and the clients of its hot routes
 // in hot: validate-license's cache, the seat changes' batches and the leases' batches.
+// updates, check-update's answers, learn the classes validate-license's and the leases'
+// answers name.
 func registerActivations(ctx context.Context, mux *runtime.ServeMux, conn *grpc.ClientConn, log *slog.Logger,
-	valid *licensecache.Cache[*activationsv1.ValidateLicenseResponse], hot *hotRoutes) error {
+	valid *licensecache.Cache[*activationsv1.ValidateLicenseResponse], updates updateAnswers, hot *hotRoutes) error {
 	client := activationsv1.NewActivationsServiceClient(conn)
 	hot.seats = newBatchedActivations(client)
 	if err := activationsv1.RegisterActivationsServiceHandlerClient(ctx, mux, hot.seats); err != nil {
 		return err
 	}
-	hot.leases = newBatchedLeases(activationsv1.NewLeasesServiceClient(conn))
+	hot.leases = newBatchedLeases(activationsv1.NewLeasesServiceClient(conn), updates)
 	if err := activationsv1.RegisterLeasesServiceHandlerClient(ctx, mux, hot.leases); err != nil {
 		return err
 	}
-	hot.validate = &cachedValidate{misses: newBatchedValidate(client), valid: valid, log: log}
+	hot.validate = &cachedValidate{misses: newBatchedValidate(client), valid: valid, updates: updates, log: log}
 	return mux.HandlePath(http.MethodPost, ValidateLicensePath, validateLicense(mux, hot.validate))
 }
 
@@ -47,24 +49,29 @@ func registerActivations(ctx context.Context, mux *runtime.ServeMux, conn *grpc.
 // license.SeatRemovedSubject, and in the answer of a write through this gateway), and none
 // is kept past the license's expiry, which activations names with it
 // (licensecache.ValidUntilHeader). The misses go to activations in batches
-// (batchedValidate).
+// (batchedValidate). A valid answer also names the license's check-update class, which
+// check-update's answers keep (updateAnswers.learnFrom).
 type cachedValidate struct {
-	misses *batchedValidate
-	valid  *licensecache.Cache[*activationsv1.ValidateLicenseResponse]
-	log    *slog.Logger // where an outage answered valid false shows; nil: nowhere
+	misses  *batchedValidate
+	valid   *licensecache.Cache[*activationsv1.ValidateLicenseResponse]
+	updates updateAnswers
+	log     *slog.Logger // where an outage answered valid false shows; nil: nowhere
 }
 
 func (c *cachedValidate) ValidateLicense(ctx context.Context, req *activationsv1.ValidateLicenseRequest) (*activationsv1.ValidateLicenseResponse, error) {
 	asked := false
-	resp, err := c.valid.GetUntil(license.CanonicalKey(req.GetKey()), req.GetInstanceId(), func() (*activationsv1.ValidateLicenseResponse, time.Time, error) {
+	key := license.CanonicalKey(req.GetKey())
+	resp, err := c.valid.GetUntil(key, req.GetInstanceId(), func() (*activationsv1.ValidateLicenseResponse, time.Time, error) {
 		asked = true
-		resp, until, err := c.misses.ValidateLicense(ctx, req)
+		classes := c.updates.classes.StartLoad()
+		resp, until, class, err := c.misses.ValidateLicense(ctx, req)
 		if err != nil {
 			return nil, time.Time{}, err
 		}
 		if !resp.GetValid() {
 			return resp, licensecache.NotKept, nil
 		}
+		c.updates.learnFrom(classes, key, class, until)
 		return resp, until, nil
 	})
 	metrics.RecordAnswer(ValidateLicensePath, !asked)

@@ -28,6 +28,8 @@ type fakeValidator struct {
 	until   time.Time
 	// older: an activations from before ValidateLicenseBatch (validatebatch_test.go).
 	older bool
+	// class is the check-update class the batch call names with a valid answer.
+	class string
 	mu    sync.Mutex
 }
 

@@ -115,7 +115,7 @@ func registerAll(ctx context.Context, opts Options, marshaler runtime.Marshaler,
 	if hot.verify, err = registerLicensing(ctx, mux, c.Licensing, caches.Verified); err != nil {
 		return err
 	}
-	if err := registerActivations(ctx, mux, c.Activations, opts.Log, caches.ValidSeats, hot); err != nil {
+	if err := registerActivations(ctx, mux, c.Activations, opts.Log, caches.ValidSeats, caches.updateAnswers(), hot); err != nil {
 		return err
 	}
 	if hot.checkUpdate, err = registerReleases(ctx, mux, c.Releases, caches.updateAnswers()); err != nil {

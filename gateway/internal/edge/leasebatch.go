@@ -2,7 +2,9 @@ package edge
 
 import (
 	"context"
+	"time"
 
+	"github.com/keyhouse/keyhouse/pkg/license"
 	"github.com/keyhouse/keyhouse/pkg/telemetry"
 	activationsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/activations/v1"
 	"google.golang.org/grpc"
@@ -16,13 +18,17 @@ import (
 // out waits for its batch, because a renewal may then be written (grpcx.Batcher). The
 // rest of the client is the connection's own; the options of a call are ignored, as for
 // batchedActivations.
+//
+// A lease's answer also names the license's check-update class, which check-update's
+// answers keep (updateAnswers.learnFrom): an app renews its lease, then checks for updates.
 type batchedLeases struct {
 	activationsv1.LeasesServiceClient
-	leases batcher[*activationsv1.CreateLeaseBatchItem, *activationsv1.CreateLeaseBatchResult]
+	leases  batcher[*activationsv1.CreateLeaseBatchItem, *activationsv1.CreateLeaseBatchResult]
+	updates updateAnswers
 }
 
-func newBatchedLeases(client activationsv1.LeasesServiceClient) *batchedLeases {
-	b := &batchedLeases{LeasesServiceClient: client}
+func newBatchedLeases(client activationsv1.LeasesServiceClient, updates updateAnswers) *batchedLeases {
+	b := &batchedLeases{LeasesServiceClient: client, updates: updates}
 	b.leases.MaxSize, b.leases.MaxInFlight = batchSize, batchesInFlight
 	b.leases.Send = func(ctx context.Context, items []*activationsv1.CreateLeaseBatchItem) ([]*activationsv1.CreateLeaseBatchResult, error) {
 		resp, err := client.CreateLeaseBatch(ctx, &activationsv1.CreateLeaseBatchRequest{Items: items})
@@ -33,8 +39,20 @@ func newBatchedLeases(client activationsv1.LeasesServiceClient) *batchedLeases {
 
 func (b *batchedLeases) CreateLease(ctx context.Context, req *activationsv1.CreateLeaseRequest, _ ...grpc.CallOption) (*activationsv1.CreateLeaseResponse, error) {
 	item := &activationsv1.CreateLeaseBatchItem{Request: req, RequestId: telemetry.RequestID(ctx)}
-	return answer(ctx, &b.leases, item, (*activationsv1.CreateLeaseBatchResult).GetResponse,
-		func(ctx context.Context) (*activationsv1.CreateLeaseResponse, error) {
-			return b.LeasesServiceClient.CreateLease(ctx, req)
-		})
+	classes := b.updates.classes.StartLoad()
+	var class string
+	var until time.Time
+	resp, err := answer(ctx, &b.leases, item, func(r *activationsv1.CreateLeaseBatchResult) *activationsv1.CreateLeaseResponse {
+		class = r.GetUpdateClass()
+		if t := r.GetLicenseExpiresAt(); t != nil {
+			until = t.AsTime()
+		}
+		return r.GetResponse()
+	}, func(ctx context.Context) (*activationsv1.CreateLeaseResponse, error) {
+		return b.LeasesServiceClient.CreateLease(ctx, req)
+	})
+	if err == nil {
+		b.updates.learnFrom(classes, license.CanonicalKey(req.GetKey()), class, until)
+	}
+	return resp, err
 }

@@ -78,6 +78,17 @@ func (a updateAnswers) classOf(key string, d time.Duration) (string, bool) {
 	return license.UpdateClass(tenant, verified.GetProductId()), true
 }
 
+// learnFrom keeps class, which another route's answer named for the usable license key
+// (load: started before the call that answered; until: the answer's end), when the
+// gateway holds check-update answers of that class: the license's product is one whose
+// apps check for updates through this gateway. Otherwise nothing is kept, so a vendor
+// whose apps never check for updates pays no memory for classes.
+func (a updateAnswers) learnFrom(load licensecache.Loading, key, class string, until time.Time) {
+	if class != "" && a.updates.HoldsAbout(class) {
+		a.classes.Keep(load, key, "", class, until)
+	}
+}
+
 // held is the answer the caches hold for the license key's question, if they hold one
 // now and, by its own life, still after d.
 func (a updateAnswers) held(key, question string, d time.Duration) (*releasesv1.CheckUpdateResponse, bool) {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/keyhouse/keyhouse/pkg/license"
 	"github.com/keyhouse/keyhouse/pkg/licensecache"
+	activationsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/activations/v1"
 	licensingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1"
 	releasesv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/releases/v1"
 	"google.golang.org/grpc"
@@ -195,20 +196,7 @@ func TestCheckUpdateKnowsTheClassOfALicenseVerifyLicenseFoundValid(t *testing.T)
 	keepVerified(refused, &licensingv1.VerifyLicenseResponse{Valid: false, ProductId: "app"})
 	keepVerified(otherProduct, &licensingv1.VerifyLicenseResponse{Valid: true, ProductId: "tool"})
 
-	c := &cachedCheckUpdate{ReleasesServiceClient: u, misses: newBatchedCheckUpdate(u), answers: answers}
-	calls := int32(0)
-	ask := func(key string, asked bool) {
-		t.Helper()
-		if _, err := c.CheckUpdate(t.Context(), &releasesv1.CheckUpdateRequest{Key: key, ProductId: "app", CurrentVersion: "1.0.0"}); err != nil {
-			t.Fatal(err)
-		}
-		if asked {
-			calls++
-		}
-		if got := u.calls.Load(); got != calls {
-			t.Fatalf("releases asked %d times, want %d (last: %s, asked: %v)", got, calls, key[:9], asked)
-		}
-	}
+	ask := askingAbout(t, &cachedCheckUpdate{ReleasesServiceClient: u, misses: newBatchedCheckUpdate(u), answers: answers}, u)
 	ask(known, true) // the class's answer, learned from releases
 	if _, held := answers.held(verified, checkUpdateQuestion(&releasesv1.CheckUpdateRequest{ProductId: "app", CurrentVersion: "1.0.0"}), 0); !held {
 		t.Fatal("admission control's lookup does not see the answer a verified license's class holds")
@@ -222,4 +210,101 @@ func TestCheckUpdateKnowsTheClassOfALicenseVerifyLicenseFoundValid(t *testing.T)
 	answers.verified.Invalidate(verified)
 	time.Sleep(150 * time.Millisecond) // a drop's settle window (TestCheckUpdateAnswersTheLicensesOfAClassWithOneAnswer)
 	ask(verified, true)
+}
+
+// A valid validate-license answer names the license's class, which check-update keeps
+// when it holds answers of that class: the license's first check-update is then answered
+// from them. Otherwise (no answer of the class held, an invalid answer, an activations
+// that names no class) it keeps nothing.
+func TestCheckUpdateLearnsTheClassValidateLicenseNames(t *testing.T) {
+	class := license.UpdateClass("tenant", "app")
+	u := &updater{answer: &releasesv1.CheckUpdateResponse{}, class: class}
+	answers := hourLongUpdateAnswers()
+	checkUpdate := &cachedCheckUpdate{ReleasesServiceClient: u, misses: newBatchedCheckUpdate(u), answers: answers}
+	f := &fakeValidator{invalid: map[string]bool{"no-seat": true}, class: class}
+	validate := &cachedValidate{misses: newBatchedValidate(f), valid: licensecache.New[*activationsv1.ValidateLicenseResponse](time.Hour), updates: answers}
+	checked := askingAbout(t, checkUpdate, u)
+	validated := func(key, instance string) {
+		t.Helper()
+		if _, err := validate.ValidateLicense(t.Context(), &activationsv1.ValidateLicenseRequest{Key: key, InstanceId: instance}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first, second, unseated, older := license.NewKey(), license.NewKey(), license.NewKey(), license.NewKey()
+	validated(first, "host")
+	if answers.classes.HoldsAbout(first) {
+		t.Fatal("a class was kept with no answer of it held: memory for a vendor whose apps never check for updates")
+	}
+	checked(first, true)
+	validated(second, "host")
+	checked(second, false) // validated once the class's answer was held
+	validated(unseated, "no-seat")
+	checked(unseated, true) // valid false: no class
+	f.class = ""
+	validated(older, "host")
+	checked(older, true) // an activations that names no class
+}
+
+// leaser stands in for activations' leases: every lease names class and the license's
+// expiry.
+type leaser struct {
+	activationsv1.LeasesServiceClient
+	class   string
+	expires time.Time
+}
+
+func (l *leaser) CreateLeaseBatch(_ context.Context, req *activationsv1.CreateLeaseBatchRequest, _ ...grpc.CallOption) (*activationsv1.CreateLeaseBatchResponse, error) {
+	resp := &activationsv1.CreateLeaseBatchResponse{}
+	for range req.GetItems() {
+		r := &activationsv1.CreateLeaseBatchResult{UpdateClass: l.class,
+			Outcome: &activationsv1.CreateLeaseBatchResult_Response{Response: &activationsv1.CreateLeaseResponse{Lease: "header.claims.signature"}}}
+		if !l.expires.IsZero() {
+			r.LicenseExpiresAt = timestamppb.New(l.expires)
+		}
+		resp.Results = append(resp.Results, r)
+	}
+	return resp, nil
+}
+
+// A lease's answer names the license's class, which check-update keeps, no longer than
+// the license lives.
+func TestCheckUpdateLearnsTheClassALeaseNames(t *testing.T) {
+	class := license.UpdateClass("tenant", "app")
+	u := &updater{answer: &releasesv1.CheckUpdateResponse{}, class: class}
+	answers := hourLongUpdateAnswers()
+	checkUpdate := &cachedCheckUpdate{ReleasesServiceClient: u, misses: newBatchedCheckUpdate(u), answers: answers}
+	l := &leaser{class: class}
+	leases := newBatchedLeases(l, answers)
+	checked := askingAbout(t, checkUpdate, u)
+	leased := func(key string) {
+		t.Helper()
+		if _, err := leases.CreateLease(t.Context(), &activationsv1.CreateLeaseRequest{Key: key, InstanceId: "host"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first, renewed, expired := license.NewKey(), license.NewKey(), license.NewKey()
+	checked(first, true)
+	leased(renewed)
+	checked(renewed, false) // a lease's license, of a class whose answer is held
+	l.expires = time.Now().Add(-time.Second)
+	leased(expired)
+	checked(expired, true) // the license's expiry bounds its class
+}
+
+// askingAbout returns ask: it asks c whether the app of key, on 1.0.0 of "app", has an
+// update, and fails unless releases (u) was asked about it exactly when asked says.
+func askingAbout(t *testing.T, c *cachedCheckUpdate, u *updater) (ask func(key string, asked bool)) {
+	calls := u.calls.Load()
+	return func(key string, asked bool) {
+		t.Helper()
+		if _, err := c.CheckUpdate(t.Context(), &releasesv1.CheckUpdateRequest{Key: key, ProductId: "app", CurrentVersion: "1.0.0"}); err != nil {
+			t.Fatal(err)
+		}
+		if asked {
+			calls++
+		}
+		if got := u.calls.Load(); got != calls {
+			t.Fatalf("releases asked %d times, want %d (last: %s, asked: %v)", got, calls, key[:9], asked)
+		}
+	}
 }

@@ -34,19 +34,22 @@ func newBatchedValidate(client activationsv1.ActivationsServiceClient) *batchedV
 
 // ValidateLicense answers req through a batch, or alone from an activations without the
 // batch call (a rolling upgrade that replaced the gateways first). until is what the
-// answer names as its end (licensecache.ValidUntilHeader; zero: none).
-func (b *batchedValidate) ValidateLicense(ctx context.Context, req *activationsv1.ValidateLicenseRequest) (_ *activationsv1.ValidateLicenseResponse, until time.Time, _ error) {
+// answer names as its end (licensecache.ValidUntilHeader; zero: none), and class the
+// license's check-update class a valid answer names (empty from an activations that
+// names none).
+func (b *batchedValidate) ValidateLicense(ctx context.Context, req *activationsv1.ValidateLicenseRequest) (_ *activationsv1.ValidateLicenseResponse, until time.Time, class string, _ error) {
 	item := &activationsv1.ValidateLicenseBatchItem{Request: req, RequestId: telemetry.RequestID(ctx)}
 	var header metadata.MD
 	resp, err := answer(ctx, &b.batch, item, func(r *activationsv1.ValidateLicenseBatchResult) *activationsv1.ValidateLicenseResponse {
 		if t := r.GetValidUntil(); t != nil {
 			until = t.AsTime()
 		}
+		class = r.GetUpdateClass()
 		return r.GetResponse()
 	}, func(ctx context.Context) (*activationsv1.ValidateLicenseResponse, error) {
 		resp, err := b.client.ValidateLicense(ctx, req, grpc.Header(&header))
 		until = licensecache.ValidUntil(header)
 		return resp, err
 	})
-	return resp, until, err
+	return resp, until, class, err
 }

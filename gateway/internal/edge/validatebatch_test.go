@@ -49,6 +49,9 @@ func (f *fakeValidator) ValidateLicenseBatch(ctx context.Context, req *activatio
 			return err
 		})
 		r := &activationsv1.ValidateLicenseBatchResult{ValidUntil: until, Outcome: &activationsv1.ValidateLicenseBatchResult_Response{Response: answer}}
+		if answer.GetValid() {
+			r.UpdateClass = f.class
+		}
 		if err != nil {
 			r.Outcome = &activationsv1.ValidateLicenseBatchResult_Error{Error: asBatchStatus(err)}
 		}
@@ -94,7 +97,7 @@ func TestBatchedValidateAnswersAsValidateLicenseAlone(t *testing.T) {
 				if i%3 == 0 {
 					instance = "no-seat"
 				}
-				resp, got, err := b.ValidateLicense(context.Background(), &activationsv1.ValidateLicenseRequest{Key: "K", InstanceId: instance})
+				resp, got, _, err := b.ValidateLicense(context.Background(), &activationsv1.ValidateLicenseRequest{Key: "K", InstanceId: instance})
 				switch {
 				case err != nil:
 					t.Errorf("%s: %v", instance, err)
@@ -108,7 +111,7 @@ func TestBatchedValidateAnswersAsValidateLicenseAlone(t *testing.T) {
 		wg.Wait()
 	}
 	f := &fakeValidator{err: status.Error(codes.Unavailable, "Licensing service unavailable, retry")}
-	if _, _, err := newBatchedValidate(f).ValidateLicense(context.Background(), &activationsv1.ValidateLicenseRequest{Key: "K", InstanceId: "i"}); !proto.Equal(status.Convert(err).Proto(), status.Convert(f.err).Proto()) {
+	if _, _, _, err := newBatchedValidate(f).ValidateLicense(context.Background(), &activationsv1.ValidateLicenseRequest{Key: "K", InstanceId: "i"}); !proto.Equal(status.Convert(err).Proto(), status.Convert(f.err).Proto()) {
 		t.Fatalf("outage: %v, want %v", err, f.err)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/keyhouse/keyhouse/pkg/license"
 	activationsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/activations/v1"
 	licensingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1"
 	"github.com/keyhouse/keyhouse/services/activations/internal/store"
@@ -69,6 +70,10 @@ func (x *Leases) CreateLeaseBatch(ctx context.Context, req *activationsv1.Create
 		result := &activationsv1.CreateLeaseBatchResult{Outcome: &activationsv1.CreateLeaseBatchResult_Response{Response: it.answer}}
 		if st := x.observeItem(it.ctx, start, it.err); st != nil {
 			result.Outcome = &activationsv1.CreateLeaseBatchResult_Error{Error: st}
+		} else {
+			// A lease is given only for a usable license.
+			result.UpdateClass = license.UpdateClass(it.l.GetTenantId(), it.l.GetProductId())
+			result.LicenseExpiresAt = it.l.GetExpiresAt()
 		}
 		resp.Results[i] = result
 	}

@@ -81,8 +81,11 @@ func (s *Server) ValidateLicenseBatch(ctx context.Context, req *activationsv1.Va
 		}
 		result := &activationsv1.ValidateLicenseBatchResult{Outcome: &activationsv1.ValidateLicenseBatchResult_Response{
 			Response: &activationsv1.ValidateLicenseResponse{Valid: live[j].Present}}}
-		if until := validUntil(licenses[i], live[j].LeaseEnds); live[j].Present && until != nil {
-			result.ValidUntil = timestamppb.New(*until)
+		if live[j].Present {
+			if until := validUntil(licenses[i], live[j].LeaseEnds); until != nil {
+				result.ValidUntil = timestamppb.New(*until)
+			}
+			result.UpdateClass = license.UpdateClass(licenses[i].GetTenantId(), licenses[i].GetProductId())
 		}
 		results[i] = result
 	}

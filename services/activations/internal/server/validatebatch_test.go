@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/keyhouse/keyhouse/pkg/apierr"
+	"github.com/keyhouse/keyhouse/pkg/license"
 	activationsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/activations/v1"
 	"github.com/keyhouse/keyhouse/services/activations/internal/store"
 	"google.golang.org/grpc/codes"
@@ -96,6 +97,19 @@ func TestValidateLicenseBatchAnswersEachItemAsValidateLicense(t *testing.T) {
 	}
 	if u := results[1].GetValidUntil(); u != nil {
 		t.Fatalf("an invalid answer names a time: %v", u)
+	}
+	// A valid answer names the license's check-update class; any other names none.
+	active.ProductId, perpetual.ProductId = "App", "tool"
+	results = validateBatch(t, s, reqs)
+	for i, want := range map[int]string{0: license.UpdateClass("t1", "app"), 3: license.UpdateClass("t2", "tool"), 10: license.UpdateClass("t1", "app")} {
+		if got := results[i].GetUpdateClass(); got != want {
+			t.Errorf("item %d: update class %q, want %q", i, got, want)
+		}
+	}
+	for _, i := range []int{1, 2, 4, 5, 6, 7, 8, 9} {
+		if got := results[i].GetUpdateClass(); got != "" {
+			t.Errorf("item %d (%v, valid %v): update class %q, want none", i, reqs[i], results[i].GetResponse().GetValid(), got)
+		}
 	}
 }
 

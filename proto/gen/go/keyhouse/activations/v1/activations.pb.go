@@ -1120,7 +1120,12 @@ type ValidateLicenseBatchResult struct {
 	Outcome isValidateLicenseBatchResult_Outcome `protobuf_oneof:"outcome"`
 	// What ValidateLicense names in its answer's metadata (keyhouse-valid-until): until
 	// when a valid answer holds. Unset when it names nothing.
-	ValidUntil    *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=valid_until,json=validUntil,proto3" json:"valid_until,omitempty"`
+	ValidUntil *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=valid_until,json=validUntil,proto3" json:"valid_until,omitempty"`
+	// The license's check-update class (its tenant and product, as pkg/license.UpdateClass
+	// spells them, CheckUpdateBatchResult.answer_class) with a valid answer: the license is
+	// usable until valid_until, so a gateway that holds the class's check-update answers
+	// may answer the license's check-update with them. Empty otherwise.
+	UpdateClass   string `protobuf:"bytes,4,opt,name=update_class,json=updateClass,proto3" json:"update_class,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1185,6 +1190,13 @@ func (x *ValidateLicenseBatchResult) GetValidUntil() *timestamppb.Timestamp {
 		return x.ValidUntil
 	}
 	return nil
+}
+
+func (x *ValidateLicenseBatchResult) GetUpdateClass() string {
+	if x != nil {
+		return x.UpdateClass
+	}
+	return ""
 }
 
 type isValidateLicenseBatchResult_Outcome interface {
@@ -2076,12 +2088,13 @@ const file_keyhouse_activations_v1_activations_proto_rawDesc = "" +
 	"\n" +
 	"request_id\x18\x02 \x01(\tR\trequestId\"m\n" +
 	"\x1cValidateLicenseBatchResponse\x12M\n" +
-	"\aresults\x18\x01 \x03(\v23.keyhouse.activations.v1.ValidateLicenseBatchResultR\aresults\"\xf1\x01\n" +
+	"\aresults\x18\x01 \x03(\v23.keyhouse.activations.v1.ValidateLicenseBatchResultR\aresults\"\x94\x02\n" +
 	"\x1aValidateLicenseBatchResult\x12N\n" +
 	"\bresponse\x18\x01 \x01(\v20.keyhouse.activations.v1.ValidateLicenseResponseH\x00R\bresponse\x12;\n" +
 	"\x05error\x18\x02 \x01(\v2#.keyhouse.activations.v1.CallStatusH\x00R\x05error\x12;\n" +
 	"\vvalid_until\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
-	"validUntilB\t\n" +
+	"validUntil\x12!\n" +
+	"\fupdate_class\x18\x04 \x01(\tR\vupdateClassB\t\n" +
 	"\aoutcome\"j\n" +
 	"\n" +
 	"CallStatus\x12\x12\n" +

@@ -768,9 +768,14 @@ type CreateLeaseBatchResult struct {
 	//
 	//	*CreateLeaseBatchResult_Response
 	//	*CreateLeaseBatchResult_Error
-	Outcome       isCreateLeaseBatchResult_Outcome `protobuf_oneof:"outcome"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Outcome isCreateLeaseBatchResult_Outcome `protobuf_oneof:"outcome"`
+	// With a lease: the license's check-update class (ValidateLicenseBatchResult.update_class)
+	// and the license's expiry, until which it is usable unless it changes (unset:
+	// perpetual). Empty with an error.
+	UpdateClass      string                 `protobuf:"bytes,3,opt,name=update_class,json=updateClass,proto3" json:"update_class,omitempty"`
+	LicenseExpiresAt *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=license_expires_at,json=licenseExpiresAt,proto3" json:"license_expires_at,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *CreateLeaseBatchResult) Reset() {
@@ -824,6 +829,20 @@ func (x *CreateLeaseBatchResult) GetError() *CallStatus {
 		if x, ok := x.Outcome.(*CreateLeaseBatchResult_Error); ok {
 			return x.Error
 		}
+	}
+	return nil
+}
+
+func (x *CreateLeaseBatchResult) GetUpdateClass() string {
+	if x != nil {
+		return x.UpdateClass
+	}
+	return ""
+}
+
+func (x *CreateLeaseBatchResult) GetLicenseExpiresAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LicenseExpiresAt
 	}
 	return nil
 }
@@ -1372,10 +1391,12 @@ const file_keyhouse_activations_v1_leases_proto_rawDesc = "" +
 	"\n" +
 	"request_id\x18\x02 \x01(\tR\trequestId\"e\n" +
 	"\x18CreateLeaseBatchResponse\x12I\n" +
-	"\aresults\x18\x01 \x03(\v2/.keyhouse.activations.v1.CreateLeaseBatchResultR\aresults\"\xac\x01\n" +
+	"\aresults\x18\x01 \x03(\v2/.keyhouse.activations.v1.CreateLeaseBatchResultR\aresults\"\x99\x02\n" +
 	"\x16CreateLeaseBatchResult\x12J\n" +
 	"\bresponse\x18\x01 \x01(\v2,.keyhouse.activations.v1.CreateLeaseResponseH\x00R\bresponse\x12;\n" +
-	"\x05error\x18\x02 \x01(\v2#.keyhouse.activations.v1.CallStatusH\x00R\x05errorB\t\n" +
+	"\x05error\x18\x02 \x01(\v2#.keyhouse.activations.v1.CallStatusH\x00R\x05error\x12!\n" +
+	"\fupdate_class\x18\x03 \x01(\tR\vupdateClass\x12H\n" +
+	"\x12license_expires_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x10licenseExpiresAtB\t\n" +
 	"\aoutcome\"3\n" +
 	"\x14ListLeaseKeysRequest\x12\x1b\n" +
 	"\ttenant_id\x18\x01 \x01(\tR\btenantId\"\xc3\x01\n" +
@@ -1476,33 +1497,34 @@ var file_keyhouse_activations_v1_leases_proto_depIdxs = []int32{
 	12, // 8: keyhouse.activations.v1.CreateLeaseBatchResponse.results:type_name -> keyhouse.activations.v1.CreateLeaseBatchResult
 	8,  // 9: keyhouse.activations.v1.CreateLeaseBatchResult.response:type_name -> keyhouse.activations.v1.CreateLeaseResponse
 	24, // 10: keyhouse.activations.v1.CreateLeaseBatchResult.error:type_name -> keyhouse.activations.v1.CallStatus
-	23, // 11: keyhouse.activations.v1.LeaseKey.retire_at:type_name -> google.protobuf.Timestamp
-	14, // 12: keyhouse.activations.v1.ListLeaseKeysResponse.keys:type_name -> keyhouse.activations.v1.LeaseKey
-	23, // 13: keyhouse.activations.v1.RotateLeaseKeysResponse.retire_at:type_name -> google.protobuf.Timestamp
-	23, // 14: keyhouse.activations.v1.SeatLease.lease_expires_at:type_name -> google.protobuf.Timestamp
-	22, // 15: keyhouse.activations.v1.SeatLease.components:type_name -> keyhouse.activations.v1.SeatLease.ComponentsEntry
-	19, // 16: keyhouse.activations.v1.ListSeatLeasesResponse.seats:type_name -> keyhouse.activations.v1.SeatLease
-	1,  // 17: keyhouse.activations.v1.LeasesService.PutLeasePolicy:input_type -> keyhouse.activations.v1.PutLeasePolicyRequest
-	3,  // 18: keyhouse.activations.v1.LeasesService.ListLeasePolicies:input_type -> keyhouse.activations.v1.ListLeasePoliciesRequest
-	5,  // 19: keyhouse.activations.v1.LeasesService.DeleteLeasePolicy:input_type -> keyhouse.activations.v1.DeleteLeasePolicyRequest
-	7,  // 20: keyhouse.activations.v1.LeasesService.CreateLease:input_type -> keyhouse.activations.v1.CreateLeaseRequest
-	9,  // 21: keyhouse.activations.v1.LeasesService.CreateLeaseBatch:input_type -> keyhouse.activations.v1.CreateLeaseBatchRequest
-	13, // 22: keyhouse.activations.v1.LeasesService.ListLeaseKeys:input_type -> keyhouse.activations.v1.ListLeaseKeysRequest
-	18, // 23: keyhouse.activations.v1.LeasesService.ListSeatLeases:input_type -> keyhouse.activations.v1.ListSeatLeasesRequest
-	16, // 24: keyhouse.activations.v1.LeasesService.RotateLeaseKeys:input_type -> keyhouse.activations.v1.RotateLeaseKeysRequest
-	2,  // 25: keyhouse.activations.v1.LeasesService.PutLeasePolicy:output_type -> keyhouse.activations.v1.PutLeasePolicyResponse
-	4,  // 26: keyhouse.activations.v1.LeasesService.ListLeasePolicies:output_type -> keyhouse.activations.v1.ListLeasePoliciesResponse
-	6,  // 27: keyhouse.activations.v1.LeasesService.DeleteLeasePolicy:output_type -> keyhouse.activations.v1.DeleteLeasePolicyResponse
-	8,  // 28: keyhouse.activations.v1.LeasesService.CreateLease:output_type -> keyhouse.activations.v1.CreateLeaseResponse
-	11, // 29: keyhouse.activations.v1.LeasesService.CreateLeaseBatch:output_type -> keyhouse.activations.v1.CreateLeaseBatchResponse
-	15, // 30: keyhouse.activations.v1.LeasesService.ListLeaseKeys:output_type -> keyhouse.activations.v1.ListLeaseKeysResponse
-	20, // 31: keyhouse.activations.v1.LeasesService.ListSeatLeases:output_type -> keyhouse.activations.v1.ListSeatLeasesResponse
-	17, // 32: keyhouse.activations.v1.LeasesService.RotateLeaseKeys:output_type -> keyhouse.activations.v1.RotateLeaseKeysResponse
-	25, // [25:33] is the sub-list for method output_type
-	17, // [17:25] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	23, // 11: keyhouse.activations.v1.CreateLeaseBatchResult.license_expires_at:type_name -> google.protobuf.Timestamp
+	23, // 12: keyhouse.activations.v1.LeaseKey.retire_at:type_name -> google.protobuf.Timestamp
+	14, // 13: keyhouse.activations.v1.ListLeaseKeysResponse.keys:type_name -> keyhouse.activations.v1.LeaseKey
+	23, // 14: keyhouse.activations.v1.RotateLeaseKeysResponse.retire_at:type_name -> google.protobuf.Timestamp
+	23, // 15: keyhouse.activations.v1.SeatLease.lease_expires_at:type_name -> google.protobuf.Timestamp
+	22, // 16: keyhouse.activations.v1.SeatLease.components:type_name -> keyhouse.activations.v1.SeatLease.ComponentsEntry
+	19, // 17: keyhouse.activations.v1.ListSeatLeasesResponse.seats:type_name -> keyhouse.activations.v1.SeatLease
+	1,  // 18: keyhouse.activations.v1.LeasesService.PutLeasePolicy:input_type -> keyhouse.activations.v1.PutLeasePolicyRequest
+	3,  // 19: keyhouse.activations.v1.LeasesService.ListLeasePolicies:input_type -> keyhouse.activations.v1.ListLeasePoliciesRequest
+	5,  // 20: keyhouse.activations.v1.LeasesService.DeleteLeasePolicy:input_type -> keyhouse.activations.v1.DeleteLeasePolicyRequest
+	7,  // 21: keyhouse.activations.v1.LeasesService.CreateLease:input_type -> keyhouse.activations.v1.CreateLeaseRequest
+	9,  // 22: keyhouse.activations.v1.LeasesService.CreateLeaseBatch:input_type -> keyhouse.activations.v1.CreateLeaseBatchRequest
+	13, // 23: keyhouse.activations.v1.LeasesService.ListLeaseKeys:input_type -> keyhouse.activations.v1.ListLeaseKeysRequest
+	18, // 24: keyhouse.activations.v1.LeasesService.ListSeatLeases:input_type -> keyhouse.activations.v1.ListSeatLeasesRequest
+	16, // 25: keyhouse.activations.v1.LeasesService.RotateLeaseKeys:input_type -> keyhouse.activations.v1.RotateLeaseKeysRequest
+	2,  // 26: keyhouse.activations.v1.LeasesService.PutLeasePolicy:output_type -> keyhouse.activations.v1.PutLeasePolicyResponse
+	4,  // 27: keyhouse.activations.v1.LeasesService.ListLeasePolicies:output_type -> keyhouse.activations.v1.ListLeasePoliciesResponse
+	6,  // 28: keyhouse.activations.v1.LeasesService.DeleteLeasePolicy:output_type -> keyhouse.activations.v1.DeleteLeasePolicyResponse
+	8,  // 29: keyhouse.activations.v1.LeasesService.CreateLease:output_type -> keyhouse.activations.v1.CreateLeaseResponse
+	11, // 30: keyhouse.activations.v1.LeasesService.CreateLeaseBatch:output_type -> keyhouse.activations.v1.CreateLeaseBatchResponse
+	15, // 31: keyhouse.activations.v1.LeasesService.ListLeaseKeys:output_type -> keyhouse.activations.v1.ListLeaseKeysResponse
+	20, // 32: keyhouse.activations.v1.LeasesService.ListSeatLeases:output_type -> keyhouse.activations.v1.ListSeatLeasesResponse
+	17, // 33: keyhouse.activations.v1.LeasesService.RotateLeaseKeys:output_type -> keyhouse.activations.v1.RotateLeaseKeysResponse
+	26, // [26:34] is the sub-list for method output_type
+	18, // [18:26] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_keyhouse_activations_v1_leases_proto_init() }

@@ -982,7 +982,7 @@ type CheckUpdateBatchResult struct {
 	// license's expiry. Unset when it names nothing.
 	ValidUntil *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=valid_until,json=validUntil,proto3" json:"valid_until,omitempty"`
 	// What the answer depends on of the license, once the license is known usable: its
-	// tenant and product, in a form only the releases service reads. Every usable license
+	// tenant and product, as pkg/license.UpdateClass spells them. Every usable license
 	// of the same class asking the same question (product_id, channel, platform and
 	// current_version as written) gets the same answer while the answer holds, so a cache
 	// may answer one license with another's. Empty with an error.
