@@ -238,7 +238,7 @@ func TestLicenseCache_CheckUpdateAnswersALicenseWithItsProductsAnswer(t *testing
 // knows the license's class from the verify-license answer it holds, or from the one a
 // valid validate-license answer or a lease named, so the first check-update about the
 // license is answered from the answer its product's other licenses got, and a revocation
-// still refuses it at once.
+// through the gateway still refuses each at once.
 func TestLicenseCache_CheckUpdateKnowsTheClassOfAVerifiedValidatedOrLeasedLicense(t *testing.T) {
 	t.Parallel()
 	s := startStack(t, map[string]string{"LICENSE_CACHE_TTL": "1h"})
@@ -300,8 +300,10 @@ func TestLicenseCache_CheckUpdateKnowsTheClassOfAVerifiedValidatedOrLeasedLicens
 		t.Fatalf("releases asked %v times about a leased license of a product whose answer the gateway holds, want 0", n)
 	}
 
-	a.Post("/v1/revoke-license", map[string]any{"key": verified, "revoked": true}).Expect(t, 200)
-	c.Post("/v1/check-update", current(verified)).Expect(t, 403).ExpectBody(t, `{"error":"License is not active"}`)
+	for _, key := range []string{verified, validated, leased} {
+		a.Post("/v1/revoke-license", map[string]any{"key": key, "revoked": true}).Expect(t, 200)
+		c.Post("/v1/check-update", current(key)).Expect(t, 403).ExpectBody(t, `{"error":"License is not active"}`)
+	}
 	c.Post("/v1/verify-license", map[string]string{"key": verified}).Expect(t, 403).ExpectBody(t, verifyNotActive)
 	c.Post("/v1/check-update", current(checked)).Expect(t, 200).ExpectBody(t, `{"update_available":false,"release":null}`)
 }
