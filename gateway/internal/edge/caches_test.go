@@ -1,13 +1,18 @@
 package edge
 
 import (
+	"context"
+	"errors"
 	"testing"
 	"time"
 
 	"github.com/keyhouse/keyhouse/pkg/license"
+	"github.com/keyhouse/keyhouse/pkg/licensecache"
 	activationsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/activations/v1"
 	licensingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1"
 	releasesv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/releases/v1"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 )
 
 // Admission control lets a validate-license through without a slot only when the cache
@@ -75,5 +80,62 @@ func TestACheckUpdateIsAnsweredFromMemoryByTheClassVerifyLicenseGave(t *testing.
 	caches.TenantOf = func(string) (string, bool) { return "another-tenant", true }
 	if caches.AnswersFromMemory(CheckUpdatePath, []byte(key), cut) {
 		t.Error("answered from memory with another tenant's class")
+	}
+}
+
+// A write's answer through the gateway names the license it changed: every answer kept
+// by that license's key goes before the answer reaches the client (verify-license's,
+// validate-license's and the license's check-update class), while check-update's answers
+// by class go only when a release changed.
+func TestAWritesAnswerDropsWhatTheGatewayKeptAboutItsLicense(t *testing.T) {
+	caches, key := NewCaches(time.Hour, 0), license.NewKey()
+	class, question := license.UpdateClass("tenant", "app"), "app\x00\x00\x001.0.0"
+	keep := func() {
+		t.Helper()
+		_, err1 := caches.Verified.Get(key, func() (*licensingv1.VerifyLicenseResponse, error) {
+			return &licensingv1.VerifyLicenseResponse{Valid: true}, nil
+		})
+		_, err2 := caches.ValidSeats.GetUntil(key, "host", func() (*activationsv1.ValidateLicenseResponse, time.Time, error) {
+			return &activationsv1.ValidateLicenseResponse{Valid: true}, time.Time{}, nil
+		})
+		caches.UpdateClasses.Keep(caches.UpdateClasses.StartLoad(), key, "", class, time.Time{})
+		_, err3 := caches.Updates.GetUntil(class, question, func() (*releasesv1.CheckUpdateResponse, time.Time, error) {
+			return &releasesv1.CheckUpdateResponse{}, time.Time{}, nil
+		})
+		if err := errors.Join(err1, err2, err3); err != nil {
+			t.Fatal(err)
+		}
+	}
+	answer := func(header metadata.MD) {
+		t.Helper()
+		invoker := func(_ context.Context, _ string, _, _ any, _ *grpc.ClientConn, opts ...grpc.CallOption) error {
+			for _, o := range opts {
+				if h, ok := o.(grpc.HeaderCallOption); ok {
+					*h.HeaderAddr = header
+				}
+			}
+			return nil
+		}
+		if err := caches.DropAnnounced()(t.Context(), "/write", nil, nil, nil, invoker); err != nil {
+			t.Fatal(err)
+		}
+	}
+	keep()
+	answer(metadata.Pairs(licensecache.ChangedHeader, key))
+	for name, held := range map[string]bool{
+		"verify-license's answer":    caches.Verified.HoldsAbout(key),
+		"validate-license's answer":  caches.ValidSeats.HoldsAbout(key),
+		"the license's update class": caches.UpdateClasses.HoldsAbout(key),
+	} {
+		if held {
+			t.Errorf("%s kept after a write announced the license", name)
+		}
+	}
+	if !caches.Updates.HoldsAbout(class) {
+		t.Error("the class's check-update answer dropped for a license's write")
+	}
+	answer(metadata.Pairs(licensecache.ClearHeader, "1"))
+	if caches.Updates.HoldsAbout(class) {
+		t.Error("the class's check-update answer kept after a release changed")
 	}
 }
