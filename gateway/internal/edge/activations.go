@@ -17,16 +17,14 @@ import (
 )
 
 // registerActivations wires the activations service: the http.yaml routes (seats, usage,
-// and LeasesService's leases, policies and lease keys), plus
-// validate-license as a plain handler, because api.md has it answer 200 with valid for
-// everything: a body grpc-gateway's decoder would turn into a 400 (malformed JSON, a key
-// that is not a string, a body that is not an object) and a service that cannot answer.
-// Valid answers are served from valid while it holds them (nil: no cache). The client it
-// returns is the one hotRoutes answers validate-license with (one cache, one batcher).
-// registerActivations puts activations' routes on mux, and the clients of its hot routes
-// in hot: validate-license's cache, the seat changes' batches and the leases' batches.
-// updates, check-update's answers, learn the classes validate-license's and the leases'
-// answers name.
+// and LeasesService's leases, policies and lease keys), plus validate-license as a plain
+// handler, because api.md has it answer 200 with valid for everything: a body
+// grpc-gateway's decoder would turn into a 400 (malformed JSON, a key that is not a
+// string, a body that is not an object) and a service that cannot answer. Valid answers
+// are served from valid while it holds them (nil: no cache). The clients of its hot
+// routes go in hot (validate-license's cache, the seat changes' batches, the leases'
+// batches), the ones hotRoutes answers with; updates, check-update's answers, learn the
+// classes that validate-license's and the leases' answers name.
 func registerActivations(ctx context.Context, mux *runtime.ServeMux, conn *grpc.ClientConn, log *slog.Logger,
 	valid *licensecache.Cache[*activationsv1.ValidateLicenseResponse], updates updateAnswers, hot *hotRoutes) error {
 	client := activationsv1.NewActivationsServiceClient(conn)
