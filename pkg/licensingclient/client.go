@@ -284,6 +284,12 @@ func (c *Client) Prefetch(ctx context.Context, log *slog.Logger) {
 	}
 }
 
+// UpdateClass is license.UpdateClass of a license licensing returned: what the services
+// name with an answer that found it usable, for the gateway's check-update answers.
+func UpdateClass(l *licensingv1.License) string {
+	return license.UpdateClass(l.GetTenantId(), l.GetProductId())
+}
+
 // Usable applies license.Usable to a license licensing returned: nil, or
 // license.ErrNotActive / license.ErrExpired with api.md's messages.
 func Usable(l *licensingv1.License, now time.Time) error {

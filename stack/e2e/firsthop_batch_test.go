@@ -222,7 +222,7 @@ func TestCheckUpdateBatchAnswersEachItemAsCheckUpdate(t *testing.T) {
 		}
 		// The answer's class (what a cache may answer other licenses by): one for every
 		// question about A's license, another for B's, none with a refusal.
-		classA, classB := resp.GetResults()[0].GetAnswerClass(), resp.GetResults()[5].GetAnswerClass()
+		classA, classB := resp.GetResults()[0].GetUpdateClass(), resp.GetResults()[5].GetUpdateClass()
 		if classA == "" || classB == "" || classA == classB {
 			t.Fatalf("classes of A's and B's licenses %q and %q, want two different ones", classA, classB)
 		}
@@ -234,8 +234,8 @@ func TestCheckUpdateBatchAnswersEachItemAsCheckUpdate(t *testing.T) {
 			case reqs[i].GetKey() == keyB:
 				want = classB
 			}
-			if r.GetAnswerClass() != want {
-				t.Fatalf("item %d (%v): class %q, want %q", i, reqs[i], r.GetAnswerClass(), want)
+			if r.GetUpdateClass() != want {
+				t.Fatalf("item %d (%v): class %q, want %q", i, reqs[i], r.GetUpdateClass(), want)
 			}
 		}
 		return

@@ -28,7 +28,7 @@ type fakeValidator struct {
 	until   time.Time
 	// older: an activations from before ValidateLicenseBatch (validatebatch_test.go).
 	older bool
-	// class is the check-update class the batch call names with a valid answer.
+	// class is the check-update class the batch call names with every answer.
 	class string
 	mu    sync.Mutex
 }

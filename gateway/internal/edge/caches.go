@@ -68,15 +68,15 @@ func (c *Caches) AnswersFromMemory(path string, key, cut []byte) bool {
 		return done && req != nil && c.ValidSeats.Holds(license.CanonicalKey(req.GetKey()), req.GetInstanceId(), answerMargin)
 	case CheckUpdatePath:
 		// Most requests are about keys whose class the gateway does not know: no decode for them.
-		if canonical := license.CanonicalKey(string(key)); !c.UpdateClasses.HoldsAbout(canonical) &&
-			(c.TenantOf == nil || !c.Verified.HoldsAbout(canonical)) {
+		answers := c.updateAnswers()
+		if !answers.knowsAbout(license.CanonicalKey(string(key))) {
 			return false
 		}
 		req, ok := checkUpdateQuestionOf(cut)
 		if !ok {
 			return false
 		}
-		_, held := c.updateAnswers().held(license.CanonicalKey(req.GetKey()), checkUpdateQuestion(req), answerMargin)
+		_, held := answers.held(license.CanonicalKey(req.GetKey()), checkUpdateQuestion(req), answerMargin)
 		return held
 	}
 	return false

@@ -35,7 +35,7 @@ func newBatchedCheckUpdate(client releasesv1.ReleasesServiceClient) *batchedChec
 // CheckUpdate answers req through a batch, or alone from a releases without the batch
 // call (a rolling upgrade that replaced the gateways first). until is what the answer
 // names as its end (licensecache.ValidUntilHeader; zero: none), class the answer's class
-// (CheckUpdateBatchResult.answer_class; empty from a releases that names none).
+// (CheckUpdateBatchResult.update_class; empty from a releases that names none).
 func (b *batchedCheckUpdate) CheckUpdate(ctx context.Context, req *releasesv1.CheckUpdateRequest) (_ *releasesv1.CheckUpdateResponse, until time.Time, class string, _ error) {
 	item := &releasesv1.CheckUpdateBatchItem{Request: req, RequestId: telemetry.RequestID(ctx)}
 	var header metadata.MD
@@ -43,7 +43,7 @@ func (b *batchedCheckUpdate) CheckUpdate(ctx context.Context, req *releasesv1.Ch
 		if t := r.GetValidUntil(); t != nil {
 			until = t.AsTime()
 		}
-		class = r.GetAnswerClass()
+		class = r.GetUpdateClass()
 		return r.GetResponse()
 	}, func(ctx context.Context) (*releasesv1.CheckUpdateResponse, error) {
 		resp, err := b.client.CheckUpdate(ctx, req, grpc.Header(&header))

@@ -78,6 +78,13 @@ func (a updateAnswers) classOf(key string, d time.Duration) (string, bool) {
 	return license.UpdateClass(tenant, verified.GetProductId()), true
 }
 
+// knowsAbout reports whether classOf may know the key's class: false means it does not,
+// without looking at how long what it holds lives, so a caller can skip reading the
+// question of a request about a key the gateway knows nothing of.
+func (a updateAnswers) knowsAbout(key string) bool {
+	return a.classes.HoldsAbout(key) || a.tenantOf != nil && a.verified.HoldsAbout(key)
+}
+
 // learnFrom keeps class, which another route's answer named for the usable license key
 // (load: started before the call that answered; until: the answer's end), when the
 // gateway holds check-update answers of that class: the license's product is one whose

@@ -49,9 +49,8 @@ func (f *fakeValidator) ValidateLicenseBatch(ctx context.Context, req *activatio
 			return err
 		})
 		r := &activationsv1.ValidateLicenseBatchResult{ValidUntil: until, Outcome: &activationsv1.ValidateLicenseBatchResult_Response{Response: answer}}
-		if answer.GetValid() {
-			r.UpdateClass = f.class
-		}
+		// With every answer, valid or not: the gateway must keep it only from a valid one.
+		r.UpdateClass = f.class
 		if err != nil {
 			r.Outcome = &activationsv1.ValidateLicenseBatchResult_Error{Error: asBatchStatus(err)}
 		}
@@ -72,9 +71,9 @@ func (u *updater) CheckUpdateBatch(ctx context.Context, req *releasesv1.CheckUpd
 			answer, err = u.CheckUpdate(ctx, it.GetRequest(), opts...)
 			return err
 		})
-		r := &releasesv1.CheckUpdateBatchResult{ValidUntil: until, AnswerClass: u.classOf(it.GetRequest().GetKey()), Outcome: &releasesv1.CheckUpdateBatchResult_Response{Response: answer}}
+		r := &releasesv1.CheckUpdateBatchResult{ValidUntil: until, UpdateClass: u.classOf(it.GetRequest().GetKey()), Outcome: &releasesv1.CheckUpdateBatchResult_Response{Response: answer}}
 		if err != nil {
-			r.AnswerClass = ""
+			r.UpdateClass = ""
 			r.Outcome = &releasesv1.CheckUpdateBatchResult_Error{Error: asBatchStatus(err)}
 		}
 		resp.Results = append(resp.Results, r)

@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/keyhouse/keyhouse/pkg/license"
+	"github.com/keyhouse/keyhouse/pkg/licensingclient"
 	activationsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/activations/v1"
 	licensingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1"
 	"github.com/keyhouse/keyhouse/services/activations/internal/store"
@@ -72,7 +72,7 @@ func (x *Leases) CreateLeaseBatch(ctx context.Context, req *activationsv1.Create
 			result.Outcome = &activationsv1.CreateLeaseBatchResult_Error{Error: st}
 		} else {
 			// A lease is given only for a usable license.
-			result.UpdateClass = license.UpdateClass(it.l.GetTenantId(), it.l.GetProductId())
+			result.UpdateClass = licensingclient.UpdateClass(it.l)
 			result.LicenseExpiresAt = it.l.GetExpiresAt()
 		}
 		resp.Results[i] = result

@@ -6,6 +6,7 @@ import (
 
 	"github.com/keyhouse/keyhouse/pkg/apierr"
 	"github.com/keyhouse/keyhouse/pkg/license"
+	"github.com/keyhouse/keyhouse/pkg/licensingclient"
 	"github.com/keyhouse/keyhouse/pkg/telemetry"
 	activationsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/activations/v1"
 	licensingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1"
@@ -85,7 +86,7 @@ func (s *Server) ValidateLicenseBatch(ctx context.Context, req *activationsv1.Va
 			if until := validUntil(licenses[i], live[j].LeaseEnds); until != nil {
 				result.ValidUntil = timestamppb.New(*until)
 			}
-			result.UpdateClass = license.UpdateClass(licenses[i].GetTenantId(), licenses[i].GetProductId())
+			result.UpdateClass = licensingclient.UpdateClass(licenses[i])
 		}
 		results[i] = result
 	}

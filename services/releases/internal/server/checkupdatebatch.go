@@ -72,7 +72,8 @@ func (s *Server) CheckUpdateBatch(ctx context.Context, req *releasesv1.CheckUpda
 			continue
 		}
 		validUntil[i] = l.GetExpiresAt()
-		classes[i] = answerClass(l)
+		// All of l that the answer depends on once l is usable (latestAsked).
+		classes[i] = licensingclient.UpdateClass(l)
 		asked, ok := latestAsked(l, r)
 		if !ok {
 			answers[i] = noUpdate()
@@ -102,7 +103,7 @@ func (s *Server) CheckUpdateBatch(ctx context.Context, req *releasesv1.CheckUpda
 			st := status.Convert(err).Proto()
 			result.Outcome = &releasesv1.CheckUpdateBatchResult_Error{Error: &activationsv1.CallStatus{Code: st.GetCode(), Message: st.GetMessage(), Details: st.GetDetails()}}
 		} else {
-			result.ValidUntil, result.AnswerClass = validUntil[i], classes[i]
+			result.ValidUntil, result.UpdateClass = validUntil[i], classes[i]
 		}
 		results[i] = result
 	}

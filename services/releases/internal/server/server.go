@@ -386,13 +386,6 @@ func noUpdate() *releasesv1.CheckUpdateResponse {
 	return &releasesv1.CheckUpdateResponse{UpdateAvailable: false}
 }
 
-// answerClass is all of license l that check-update's answer depends on once l is known
-// usable (latestAsked): its tenant and its product key. Two usable licenses of one class
-// asking the same question get the same answer (CheckUpdateBatchResult.answer_class).
-func answerClass(l *licensingv1.License) string {
-	return license.UpdateClass(l.GetTenantId(), l.GetProductId())
-}
-
 // latestAsked is the channel whose latest release answers req for license l (in l's
 // tenant); false when none can (another product than the license's, or a channel or
 // platform no release can have).

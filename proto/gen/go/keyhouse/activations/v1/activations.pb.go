@@ -1122,7 +1122,7 @@ type ValidateLicenseBatchResult struct {
 	// when a valid answer holds. Unset when it names nothing.
 	ValidUntil *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=valid_until,json=validUntil,proto3" json:"valid_until,omitempty"`
 	// The license's check-update class (its tenant and product, as pkg/license.UpdateClass
-	// spells them, CheckUpdateBatchResult.answer_class) with a valid answer: the license is
+	// spells them, CheckUpdateBatchResult.update_class) with a valid answer: the license is
 	// usable until valid_until, so a gateway that holds the class's check-update answers
 	// may answer the license's check-update with them. Empty otherwise.
 	UpdateClass   string `protobuf:"bytes,4,opt,name=update_class,json=updateClass,proto3" json:"update_class,omitempty"`

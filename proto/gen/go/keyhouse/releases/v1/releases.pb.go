@@ -986,7 +986,7 @@ type CheckUpdateBatchResult struct {
 	// of the same class asking the same question (product_id, channel, platform and
 	// current_version as written) gets the same answer while the answer holds, so a cache
 	// may answer one license with another's. Empty with an error.
-	AnswerClass   string `protobuf:"bytes,4,opt,name=answer_class,json=answerClass,proto3" json:"answer_class,omitempty"`
+	UpdateClass   string `protobuf:"bytes,4,opt,name=update_class,json=updateClass,proto3" json:"update_class,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1053,9 +1053,9 @@ func (x *CheckUpdateBatchResult) GetValidUntil() *timestamppb.Timestamp {
 	return nil
 }
 
-func (x *CheckUpdateBatchResult) GetAnswerClass() string {
+func (x *CheckUpdateBatchResult) GetUpdateClass() string {
 	if x != nil {
-		return x.AnswerClass
+		return x.UpdateClass
 	}
 	return ""
 }
@@ -1278,7 +1278,7 @@ const file_keyhouse_releases_v1_releases_proto_rawDesc = "" +
 	"\x05error\x18\x02 \x01(\v2#.keyhouse.activations.v1.CallStatusH\x00R\x05error\x12;\n" +
 	"\vvalid_until\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
 	"validUntil\x12!\n" +
-	"\fanswer_class\x18\x04 \x01(\tR\vanswerClassB\t\n" +
+	"\fupdate_class\x18\x04 \x01(\tR\vupdateClassB\t\n" +
 	"\aoutcome\"\xb4\x02\n" +
 	"\bManifest\x12\x1d\n" +
 	"\n" +
