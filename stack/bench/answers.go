@@ -74,6 +74,18 @@ func (a Answers) Sub(before Answers) Answers {
 	return out
 }
 
+// share is the share of a's questions, every route's, answered from a cache (0 for none).
+func (a Answers) share() float64 {
+	var hits, all float64
+	for _, hm := range a {
+		hits, all = hits+hm.Hits, all+hm.Hits+hm.Misses
+	}
+	if all == 0 {
+		return 0
+	}
+	return hits / all
+}
+
 // add adds b's counts to a.
 func (a Answers) add(b Answers) {
 	for route, hm := range b {

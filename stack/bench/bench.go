@@ -80,6 +80,44 @@ type Env struct {
 
 	settle  map[string]func(context.Context) error // scenario ID → AfterEachSlice's f
 	prepare map[string]func(context.Context) error // scenario ID → BeforeEachSlice's f
+
+	onceMu sync.Mutex
+	once   map[string]*onceEntry // what onStack made, by name
+}
+
+// onceEntry is what onStack made for one name on one stack.
+type onceEntry struct {
+	sync.Mutex
+	done  bool
+	value any
+}
+
+// onStack returns what produce made the first time name was asked for on env's stack (the
+// read licenses seeded, the channel's releases registered), calling it now if it has not
+// succeeded before. The data lives in that stack's database, so what one stack made says
+// nothing about another's (an A/B run sets its scenarios up on two stacks).
+func onStack[T any](env *Env, name string, produce func() (T, error)) (T, error) {
+	env.onceMu.Lock()
+	if env.once == nil {
+		env.once = map[string]*onceEntry{}
+	}
+	e := env.once[name]
+	if e == nil {
+		e = &onceEntry{}
+		env.once[name] = e
+	}
+	env.onceMu.Unlock()
+	e.Lock()
+	defer e.Unlock()
+	if e.done {
+		return e.value.(T), nil
+	}
+	v, err := produce()
+	if err != nil {
+		return v, err
+	}
+	e.done, e.value = true, v
+	return v, nil
 }
 
 // BeforeEachSlice makes f run before each slice of scenario id (and before its warm-up),
@@ -490,17 +528,63 @@ func Table(results []Result) string {
 // of a's ops/s over b's in each round both were measured in, written by format; nothing
 // when they were not measured in the same two or more rounds.
 func roundByRound(before string, a, b Result, format func(float64) string, after string) string {
-	if len(a.RoundRPS) < 2 || len(a.RoundRPS) != len(b.RoundRPS) {
+	lo, hi, ok := roundRange(a, b)
+	if !ok {
 		return ""
 	}
-	lo, hi := math.Inf(1), math.Inf(-1)
+	return before + "round by round " + format(lo) + "–" + format(hi) + after
+}
+
+// roundRange is the least and the most of a's ops/s over b's in each round both were
+// measured in; ok is false when they were not measured in the same two or more rounds.
+func roundRange(a, b Result) (lo, hi float64, ok bool) {
+	if len(a.RoundRPS) < 2 || len(a.RoundRPS) != len(b.RoundRPS) {
+		return 0, 0, false
+	}
+	lo, hi = math.Inf(1), math.Inf(-1)
 	for i, rps := range a.RoundRPS {
 		if b.RoundRPS[i] <= 0 {
-			return ""
+			return 0, 0, false
 		}
 		lo, hi = min(lo, rps/b.RoundRPS[i]), max(hi, rps/b.RoundRPS[i])
 	}
-	return before + "round by round " + format(lo) + "–" + format(hi) + after
+	return lo, hi, true
+}
+
+// CompareAB compares the rows of an A/B run, stack B's against stack A's (matched by
+// scenario): ops/s, its ratio over the run and round by round, CPU per op, p99, and for a
+// row the gateway's cache can answer the share it did on each stack. The two rows of a
+// scenario were measured one right after the other in every round, so a round's ratio
+// compares two builds on the same machine. The floors run the same code on both stacks:
+// their ratios are what the two stacks' conditions alone gave. On a row whose cache share
+// grows with the requests it has made (a uniform spread), a stack that got ahead answers
+// more from memory and stays ahead, so read its ratio beside the two shares.
+func CompareAB(a, b []Result) string {
+	byID := map[string]Result{}
+	for _, r := range a {
+		byID[r.ID] = r
+	}
+	var out bytes.Buffer
+	out.WriteString("B against A (each scenario measured on both stacks in every round, one right after the other; a floor is the same code on both, so its ratio is what the stacks' conditions alone gave):\n\n")
+	out.WriteString("| scenario | A ops/s | B ops/s | B/A | B/A round by round | A CPU per op | B CPU per op | B/A CPU | A p99 | B p99 | cache A / B |\n|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|\n")
+	for _, rb := range b {
+		ra, ok := byID[rb.ID]
+		if !ok || ra.RPS() <= 0 || ra.CPUPerOp() <= 0 {
+			continue
+		}
+		rounds := "–"
+		if lo, hi, ok := roundRange(rb, ra); ok {
+			rounds = times(lo) + "–" + times(hi)
+		}
+		cache := "–"
+		if len(ra.Answers)+len(rb.Answers) > 0 {
+			cache = pct(ra.Answers.share()) + " / " + pct(rb.Answers.share())
+		}
+		fmt.Fprintf(&out, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", rb.Name,
+			strconv.FormatFloat(ra.RPS(), 'f', 0, 64), strconv.FormatFloat(rb.RPS(), 'f', 0, 64), times(rb.RPS()/ra.RPS()), rounds,
+			us(ra.CPUPerOp()), us(rb.CPUPerOp()), times(float64(rb.CPUPerOp())/float64(ra.CPUPerOp())), ms(ra.P99), ms(rb.P99), cache)
+	}
+	return out.String()
 }
 
 func times(f float64) string { return strconv.FormatFloat(f, 'f', 2, 64) + "×" }

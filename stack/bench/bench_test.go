@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -75,5 +76,59 @@ func TestInstalledVersionsAreTheFiftyNewest(t *testing.T) {
 	}
 	if len(seen) != installedVersions || !seen["4.5.0"] || !seen[latestVersion] || installedVersion(installedVersions-1) != latestVersion {
 		t.Fatalf("versions %v, want 4.5.0 to %s", seen, latestVersion)
+	}
+}
+
+// An A/B run's comparison puts each scenario's B row against its A row: the run's ratio,
+// the ratio round by round (the two measured one right after the other), CPU per op, and
+// the cache's share on each stack beside a row it can answer.
+func TestCompareABPutsEachRowOfBAgainstItsRowOfA(t *testing.T) {
+	verifyA := Merge([]Result{slice("verify", 800), slice("verify", 600)})
+	verifyA.Answers = Answers{"/v1/verify-license": {Hits: 60, Misses: 40}}
+	verifyB := Merge([]Result{slice("verify", 880), slice("verify", 540)})
+	verifyB.Answers = Answers{"/v1/verify-license": {Hits: 45, Misses: 55}}
+	floorA := Merge([]Result{slice("floor", 1000), slice("floor", 1000)})
+	floorB := Merge([]Result{slice("floor", 1000), slice("floor", 1100)})
+	onlyB := Merge([]Result{slice("pairs", 100), slice("pairs", 100)})
+	got := CompareAB([]Result{verifyA, floorA}, []Result{verifyB, floorB, onlyB})
+	for _, want := range []string{
+		"| verify | 700 | 710 | 1.01× | 0.90×–1.10× | 142 µs | 140 µs | 0.99× |",
+		"| 60.0% / 45.0% |",
+		"| floor | 1000 | 1050 | 1.05× | 1.00×–1.10× | 100 µs | 95 µs | 0.95× |",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("the comparison does not say %q:\n%s", want, got)
+		}
+	}
+	if strings.Contains(got, "| pairs |") {
+		t.Errorf("a row measured on B alone was compared:\n%s", got)
+	}
+	if !strings.Contains(got, "| floor | 1000 | 1050 | 1.05× | 1.00×–1.10× | 100 µs | 95 µs | 0.95× | 0.00 ms | 0.00 ms | – |") {
+		t.Errorf("a row the cache cannot answer shows no share:\n%s", got)
+	}
+}
+
+// What a scenario's setup makes once (the read licenses, the channel's releases) is made
+// once per stack: an A/B run sets its scenarios up on two stacks, and the second must get
+// its own, not the first one's keys or a "done" for rows its database does not have.
+func TestOnStackMakesOncePerStack(t *testing.T) {
+	a, b := &Env{}, &Env{}
+	made := 0
+	seed := func() (int, error) { made++; return made, nil }
+	for range 2 {
+		if got, _ := onStack(a, "read licenses", seed); got != 1 {
+			t.Fatalf("stack A got %d, want what its first seed made (1)", got)
+		}
+	}
+	if got, _ := onStack(b, "read licenses", seed); got != 2 {
+		t.Fatalf("stack B got %d, want its own seed's (2)", got)
+	}
+	failed := 0
+	fail := func() (int, error) { failed++; return 0, errors.New("seed failed") }
+	if _, err := onStack(a, "releases", fail); err == nil {
+		t.Fatal("a failed seed reported no error")
+	}
+	if _, err := onStack(a, "releases", fail); err == nil || failed != 2 {
+		t.Fatalf("a failed seed was not tried again (%d tries, err %v)", failed, err)
 	}
 }

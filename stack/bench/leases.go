@@ -87,10 +87,13 @@ func floatingLicense(n int) int { return n % floatingLicenses }
 
 func floatingInstance(n int) string { return fmt.Sprintf("floater-%d", n/floatingLicenses) }
 
-// renewals is what the renewal row's clients hold: each seat's lease end as its last
-// answer gave it (Unix seconds; 0 before its first renewal).
-var renewals struct {
-	leaseEnd [floatingSeats]atomic.Int64
+// leaseEnds is what the renewal row's clients of env's stack hold: each seat's lease end
+// as its last answer gave it (Unix seconds; 0 before its first renewal).
+func leaseEnds(env *Env) *[floatingSeats]atomic.Int64 {
+	ends, _ := onStack(env, "renewals' lease ends", func() (*[floatingSeats]atomic.Int64, error) {
+		return new([floatingSeats]atomic.Int64), nil
+	})
+	return ends
 }
 
 // setupRenewals seeds floatingLicenses licenses of a floating product, each with its cap
@@ -152,6 +155,7 @@ func setupRenewals(ctx context.Context, env *Env) (Op, error) {
 	if _, err := lic.Exec(ctx, `VACUUM (ANALYZE) licenses`); err != nil {
 		return nil, err
 	}
+	ends := leaseEnds(env)
 	return func(ctx context.Context, worker, i int) error {
 		n := i % floatingSeats
 		st, body, err := env.Do(ctx, http.MethodPost, "/v1/leases", clientIP(32, worker, i, 900), false,
@@ -169,7 +173,7 @@ func setupRenewals(ctx context.Context, env *Env) (Op, error) {
 		if err := json.Unmarshal(body, &out); err != nil {
 			return err
 		}
-		end := &renewals.leaseEnd[n]
+		end := &ends[n]
 		for {
 			seen := end.Load()
 			if out.ExpiresAt.Unix() <= seen || end.CompareAndSwap(seen, out.ExpiresAt.Unix()) {
@@ -206,8 +210,9 @@ func checkRenewals(ctx context.Context, env *Env) (string, error) {
 		return "", err
 	}
 	renewed, lost, first := 0, 0, ""
+	answered := leaseEnds(env)
 	for n := range floatingSeats {
-		want := renewals.leaseEnd[n].Load()
+		want := answered[n].Load()
 		if want == 0 {
 			continue
 		}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
-	"sync"
 )
 
 // channelReleases is how many published releases the check-update scenario's channel
@@ -22,12 +21,6 @@ func init() {
 			Setup: func(ctx context.Context, env *Env) (Op, error) { return setupCheckUpdate(ctx, env, sp) },
 		})
 	}
-}
-
-// releasesOnce registers the channel's releases once for the three spreads' rows.
-var releasesOnce struct {
-	sync.Mutex
-	done bool
 }
 
 func setupCheckUpdate(ctx context.Context, env *Env, sp Spread) (Op, error) {
@@ -77,13 +70,16 @@ func installedVersion(k int) string {
 	return fmt.Sprintf("%d.%d.%d", v/100, v%100/10, v%10)
 }
 
-// registerChannel registers the channel's releases, once per run.
+// registerChannel registers the channel's releases, once per stack, for the three
+// spreads' rows.
 func registerChannel(ctx context.Context, env *Env, product string) error {
-	releasesOnce.Lock()
-	defer releasesOnce.Unlock()
-	if releasesOnce.done {
-		return nil
-	}
+	_, err := onStack(env, "releases of "+product, func() (struct{}, error) {
+		return struct{}{}, registerReleases(ctx, env, product)
+	})
+	return err
+}
+
+func registerReleases(ctx context.Context, env *Env, product string) error {
 	// Registered in random order, so the latest is not simply the newest row.
 	r := rand.New(rand.NewPCG(7, 11))
 	for _, i := range r.Perm(channelReleases) {
@@ -97,6 +93,5 @@ func registerChannel(ctx context.Context, env *Env, product string) error {
 			return fmt.Errorf("register-release: %w", err)
 		}
 	}
-	releasesOnce.done = true
 	return nil
 }

@@ -102,12 +102,6 @@ func zipfRank(u uint64) int {
 	return int(mix(uint64(rank)) % readLicenses)
 }
 
-// readSet is the shared set of read licenses, seeded once per run.
-var readSet struct {
-	sync.Mutex
-	keys []string
-}
-
 // readKey is license i of the read set: a well-formed key derived from i, so that a run
 // needs no list of them.
 func readKey(i int) string { return derivedKey(fmt.Sprintf("keyhouse-bench-read-%d", i)) }
@@ -127,16 +121,15 @@ func derivedKey(seed string) string {
 	return string(b)
 }
 
-// readLicenseKeys returns the read licenses' keys, seeding them on first use: the
+// readLicenseKeys returns the read licenses' keys, seeding them on the stack's first use: the
 // licenses with COPY into licensing's table and one seat each into activations' (the same
 // rows issue-license and activate-license write; through the API, the Management and
 // Activation tiers would take hours for 100,000), then VACUUM and ANALYZE, as after any bulk load.
 func readLicenseKeys(ctx context.Context, env *Env) ([]string, error) {
-	readSet.Lock()
-	defer readSet.Unlock()
-	if readSet.keys != nil {
-		return readSet.keys, nil
-	}
+	return onStack(env, "read licenses", func() ([]string, error) { return seedReadLicenses(ctx, env) })
+}
+
+func seedReadLicenses(ctx context.Context, env *Env) ([]string, error) {
 	keys := make([]string, readLicenses)
 	for i := range keys {
 		keys[i] = readKey(i)
@@ -177,6 +170,5 @@ func readLicenseKeys(ctx context.Context, env *Env) ([]string, error) {
 			return nil, err
 		}
 	}
-	readSet.keys = keys
 	return keys, nil
 }

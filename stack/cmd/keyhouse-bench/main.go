@@ -47,6 +47,10 @@ func run(ctx context.Context) error {
 	pin := flag.Bool("pin", false, "run the load generator on the machine's last CPU and the stack on the others (Linux, 2+ CPUs)")
 	rounds := flag.Int("rounds", 5, "measure each scenario in this many slices, interleaved with the other scenarios")
 	prebuilt := flag.String("bin", "", "use the binaries in this folder instead of building the working tree (A/B runs)")
+	// Two builds measured one after the other see different machines (on a shared VM the
+	// same build's figures move by a third from one minute to the next); measured slice by
+	// slice on two stacks side by side, each round's ratio compares like with like.
+	against := flag.String("ab", "", "A/B in one run: also start a stack of the binaries in this folder (B) beside the first (A: -bin, or the working tree), measure every selected scenario on both, one right after the other in every round, and compare them")
 	// An open-loop scenario's goal rate (webhooks 500/s, floating renewals 1,000/s) can be
 	// above what a small machine produces; its latency figures then measure the backlog,
 	// not the path. -rate drives those scenarios at a rate the machine sustains instead.
@@ -98,32 +102,38 @@ func run(ctx context.Context) error {
 	if err := os.MkdirAll(filepath.Join(dir, "logs"), 0o755); err != nil {
 		return err
 	}
-	logFile, err := os.Create(filepath.Join(dir, "logs", "stack.log"))
-	if err != nil {
-		return err
+	stacks := []*benchStack{{label: "A", binDir: binDir, dir: dir, log: "stack.log"}}
+	if *against != "" {
+		stacks = append(stacks, &benchStack{label: "B", binDir: *against, dir: filepath.Join(dir, "b"), log: "stack-b.log"})
+	} else {
+		stacks[0].label = ""
 	}
-	defer logFile.Close()
-	fmt.Fprintln(os.Stderr, "starting the stack ...")
-	s, err := stack.Start(ctx, stack.Options{Dir: dir, BinDir: binDir, Output: logFile, Env: stack.DevEnv(settings)})
-	if err != nil {
-		return err
+	for _, st := range stacks {
+		fmt.Fprintf(os.Stderr, "starting the stack%s ...\n", st.named())
+		if err := st.start(ctx, filepath.Join(dir, "logs"), settings, max(*workers, 100)); err != nil {
+			return err
+		}
+		defer st.stop()
 	}
-	defer s.Stop()
 	placement := ""
 	if *pin {
-		if err := bench.Pin(ctx, s); err != nil {
-			return err
+		for _, st := range stacks {
+			if err := bench.Pin(ctx, st.s); err != nil {
+				return err
+			}
 		}
 		placement = fmt.Sprintf(", load generator pinned to CPU %d and the stack to the others", runtime.NumCPU()-1)
 	}
-	env := &bench.Env{Stack: s, URL: s.URL, AdminKey: s.AdminKey, HTTP: bench.NewHTTPClient(max(*workers, 100))}
-	sample := func() bench.Sample { return bench.SampleStack(s) }
+	if len(stacks) == 2 {
+		placement += fmt.Sprintf("; A/B: stack A runs %s, stack B %s, every row measured on both in every round, one right after the other", binDir, *against)
+	}
 
 	// Every scenario is set up first; then the measurements go in rounds, each scenario
 	// measured for duration/rounds per round, so that every row of the table (the floor
 	// included) sees the same share of whatever else the machine is doing, in an order
 	// reversed every other round (bench.InRoundOrder).
 	type prepared struct {
+		on      *benchStack
 		sc      bench.Scenario
 		op      bench.Op
 		slices  []bench.Result
@@ -139,12 +149,15 @@ func run(ctx context.Context) error {
 		if *rate > 0 && sc.Rate > 0 {
 			sc.Rate = *rate
 		}
-		fmt.Fprintf(os.Stderr, "setting up %s ...\n", sc.Name)
-		op, err := sc.Setup(ctx, env)
-		if err != nil {
-			return fmt.Errorf("%s: setup: %w%s", sc.Name, err, crashed(s))
+		// In an A/B run a scenario's two rows are neighbours in every round.
+		for _, st := range stacks {
+			fmt.Fprintf(os.Stderr, "setting up %s%s ...\n", sc.Name, st.named())
+			op, err := sc.Setup(ctx, st.env)
+			if err != nil {
+				return fmt.Errorf("%s%s: setup: %w%s", sc.Name, st.named(), err, crashed(st.s))
+			}
+			runs = append(runs, &prepared{on: st, sc: sc, op: op})
 		}
-		runs = append(runs, &prepared{sc: sc, op: op})
 	}
 	slice := *duration / time.Duration(*rounds)
 	for round := range *rounds {
@@ -153,6 +166,7 @@ func run(ctx context.Context) error {
 			if p.sc.OneWindow && round > 0 {
 				continue
 			}
+			env, s := p.on.env, p.on.s
 			if err := env.Prepare(ctx, p.sc.ID); err != nil {
 				return fmt.Errorf("%s: before a slice: %w%s", p.sc.Name, err, crashed(s))
 			}
@@ -169,7 +183,7 @@ func run(ctx context.Context) error {
 			if p.sc.OneWindow {
 				window = *duration
 			}
-			p.slices = append(p.slices, bench.RunSlice(ctx, p.sc, p.op, *workers, window, round, sample))
+			p.slices = append(p.slices, bench.RunSlice(ctx, p.sc, p.op, *workers, window, round, func() bench.Sample { return bench.SampleStack(s) }))
 			start := time.Now()
 			ok, err := env.Settle(ctx, p.sc.ID)
 			if err != nil && p.settle == nil {
@@ -184,8 +198,9 @@ func run(ctx context.Context) error {
 	// A row's check runs after its last slice (every slice is done by now).
 	var checks []string
 	for _, p := range runs {
+		name := p.sc.Name + p.on.named()
 		if p.settles {
-			line := fmt.Sprintf("- %s: after a slice, what its ops left behind took at most %s to finish (unmeasured)", p.sc.Name, p.settled.Round(10*time.Millisecond))
+			line := fmt.Sprintf("- %s: after a slice, what its ops left behind took at most %s to finish (unmeasured)", name, p.settled.Round(10*time.Millisecond))
 			if p.settle != nil {
 				line += "; FAILED: " + p.settle.Error()
 			}
@@ -194,59 +209,124 @@ func run(ctx context.Context) error {
 		if p.sc.Check == nil {
 			continue
 		}
-		found, err := p.sc.Check(ctx, env)
+		found, err := p.sc.Check(ctx, p.on.env)
 		if err != nil {
 			found = "FAILED: " + err.Error()
 		}
-		checks = append(checks, fmt.Sprintf("- %s, checked after the row: %s", p.sc.Name, found))
+		checks = append(checks, fmt.Sprintf("- %s, checked after the row: %s", name, found))
 	}
 	var results []bench.Result
+	byStack := map[*benchStack][]bench.Result{}
 	for _, p := range runs {
 		r := bench.Merge(p.slices)
+		byStack[p.on] = append(byStack[p.on], r)
+		r.Name += p.on.named() // the table's and the cache lines' rows, which mix the stacks
 		if r.Errors > 0 {
-			fmt.Fprintf(os.Stderr, "%s: %d errors, first: %s%s\n", r.Name, r.Errors, r.FirstError, crashed(s))
+			fmt.Fprintf(os.Stderr, "%s: %d errors, first: %s%s\n", r.Name, r.Errors, r.FirstError, crashed(p.on.s))
 		}
 		results = append(results, r)
 	}
 	fmt.Printf("\n%s, %d CPUs%s, %s per scenario in %d rounds after a %s warm-up, load average %s\n\n%s", runtime.GOOS+"/"+runtime.GOARCH, runtime.NumCPU(), placement, *duration, *rounds, cmp.Or(*warmFor, *duration/5), bench.LoadAverage(), bench.Table(results))
-	fmt.Printf("\n%s%s\n", bench.CacheAnswers(results), bench.Goals(results))
+	fmt.Printf("\n%s", bench.CacheAnswers(results))
+	for _, st := range stacks {
+		if goals := bench.Goals(byStack[st]); goals != "" && st.label != "" {
+			fmt.Printf("\nStack %s:\n\n%s", st.label, goals)
+		} else {
+			fmt.Print(goals)
+		}
+	}
+	fmt.Println()
+	if len(stacks) == 2 {
+		fmt.Printf("%s\n", bench.CompareAB(byStack[stacks[0]], byStack[stacks[1]]))
+	}
 	for _, c := range checks {
 		fmt.Println(c)
 	}
-	for _, r := range results {
+	for _, r := range byStack[stacks[0]] {
 		if r.Note != "" {
 			fmt.Printf("- %s: %s\n", r.Name, r.Note)
 		}
 	}
 	// One-shot tasks (a whole job timed once) run after the scenarios, so they load
-	// no measurement.
+	// no measurement; in an A/B run on each stack in turn, as the reports.
 	for _, t := range bench.Tasks() {
-		if filter.MatchString(t.Name) {
-			fmt.Fprintf(os.Stderr, "running %s ...\n", t.Name)
-			fmt.Println(bench.RunTask(ctx, t, env))
+		if !filter.MatchString(t.Name) {
+			continue
+		}
+		for _, st := range stacks {
+			fmt.Fprintf(os.Stderr, "running %s%s ...\n", t.Name, st.named())
+			fmt.Println(bench.RunTask(ctx, t, st.env) + st.named())
 		}
 	}
 	for _, r := range bench.Reports() {
-		if filter.MatchString(r.Name) {
+		if !filter.MatchString(r.Name) {
+			continue
+		}
+		for _, st := range stacks {
 			// Each report starts on a quiet stack: the spine's backlog of the rows and
 			// tasks before it, and autovacuum after them, would be measured with it.
-			waited, quiet := bench.WaitUntilQuiet(ctx, s, quietTimeout)
+			waited, quiet := bench.WaitUntilQuiet(ctx, st.s, quietTimeout)
 			started := fmt.Sprintf("started after %s for the stack to quiet down", waited.Round(time.Second))
 			if !quiet {
 				started = fmt.Sprintf("started after %s, the stack still busy (more than %.0f%% of a core)", quietTimeout, 100*bench.Quiet)
 			}
-			fmt.Fprintf(os.Stderr, "running %s (%s) ...\n", r.Name, started)
-			out, err := r.Run(ctx, env, *duration)
+			fmt.Fprintf(os.Stderr, "running %s%s (%s) ...\n", r.Name, st.named(), started)
+			out, err := r.Run(ctx, st.env, *duration)
 			if err != nil {
-				out = fmt.Sprintf("failed: %v%s", err, crashed(s))
+				out = fmt.Sprintf("failed: %v%s", err, crashed(st.s))
 			}
-			fmt.Printf("\n### %s\n\n(%s)\n\n%s", r.Name, started, out)
+			fmt.Printf("\n### %s%s\n\n(%s)\n\n%s", r.Name, st.named(), started, out)
 		}
 	}
 	if *keep {
 		fmt.Fprintf(os.Stderr, "stack folder kept: %s\n", dir)
 	}
 	return nil
+}
+
+// benchStack is one stack the scenarios run on: the only one, or A or B of an A/B run.
+type benchStack struct {
+	label       string // "A" or "B" in an A/B run, else empty
+	binDir, dir string
+	log         string // the file of its processes' output, in the run's logs folder
+	s           *stack.Stack
+	env         *bench.Env
+	logFile     *os.File
+}
+
+// named is what follows a row's name: " [A]" or " [B]" in an A/B run, else nothing.
+func (st *benchStack) named() string {
+	if st.label == "" {
+		return ""
+	}
+	return " [" + st.label + "]"
+}
+
+// start starts the stack with settings, its output going to logs/st.log.
+func (st *benchStack) start(ctx context.Context, logs string, settings map[string]string, clients int) error {
+	if err := os.MkdirAll(st.dir, 0o755); err != nil {
+		return err
+	}
+	// The postgres system user must reach the cluster folder inside it.
+	_ = os.Chmod(st.dir, 0o755)
+	f, err := os.Create(filepath.Join(logs, st.log))
+	if err != nil {
+		return err
+	}
+	st.logFile = f
+	s, err := stack.Start(ctx, stack.Options{Dir: st.dir, BinDir: st.binDir, Output: f, Env: stack.DevEnv(settings)})
+	if err != nil {
+		f.Close()
+		return err
+	}
+	st.s = s
+	st.env = &bench.Env{Stack: s, URL: s.URL, AdminKey: s.AdminKey, HTTP: bench.NewHTTPClient(clients)}
+	return nil
+}
+
+func (st *benchStack) stop() {
+	st.s.Stop()
+	st.logFile.Close()
 }
 
 // quietTimeout bounds how long a report waits for the stack to quiet down (the import's
