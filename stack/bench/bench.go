@@ -260,6 +260,9 @@ type Result struct {
 	// measured in the same round saw the same machine, so their ratio round by round
 	// shows how far the run's conditions moved it.
 	RoundRPS []float64
+	// Work is what the slice's clients did, for a replay on another stack (nil open loop
+	// and after Merge).
+	Work Work
 	// lat holds every latency, for Merge.
 	lat []time.Duration
 }
@@ -283,30 +286,51 @@ func (r Result) CPUPerOp() time.Duration {
 // RPS is completed requests per second.
 func (r Result) RPS() float64 { return float64(r.Requests) / r.Duration.Seconds() }
 
-// runner returns how sc is driven: workers closed-loop clients (sc.Workers when set), or
-// open-loop at sc.Rate ops/s; and the number of clients the report shows.
-// ctx ends the run; an open-loop run's ops run under opCtx (see driveRate).
-func runner(sc Scenario, op Op, workers int) (func(ctx, opCtx context.Context, base int) ([]time.Duration, int, int, string), int) {
+// Work is how many ops each closed-loop client of a slice or a warm-up ran, by client,
+// each on the keys its worker number and op numbers pick: what a replay runs again. A
+// replay of it does the same work, so its time compares with the first run's even on a
+// row whose cost depends on what came before it (a uniform spread's cache share grows
+// with the keys its row has asked about).
+type Work []int
+
+// runner returns how sc is driven: workers closed-loop clients (sc.Workers when set),
+// each running the ops replay gives it or, with replay nil, until ctx ends; or open loop
+// at sc.Rate ops/s until ctx ends (replay ignored). It also returns the number of clients
+// the report shows. The run returns, with the latencies and counts, the Work its clients
+// did (nil open loop). ctx ends the run; an open-loop run's ops run under opCtx (see
+// driveRate).
+func runner(sc Scenario, op Op, workers int) (func(ctx, opCtx context.Context, base int, replay Work) ([]time.Duration, int, int, string, Work), int) {
 	if sc.Rate > 0 {
-		return func(ctx, opCtx context.Context, base int) ([]time.Duration, int, int, string) {
-			return driveRate(ctx, opCtx, op, sc.Rate, base)
+		return func(ctx, opCtx context.Context, base int, _ Work) ([]time.Duration, int, int, string, Work) {
+			lat, errs, refused, first := driveRate(ctx, opCtx, op, sc.Rate, base)
+			return lat, errs, refused, first, nil
 		}, int(sc.Rate)
 	}
 	if sc.Workers > 0 {
 		workers = sc.Workers
 	}
-	return func(ctx, _ context.Context, base int) ([]time.Duration, int, int, string) {
-		return drive(ctx, op, workers, base)
+	return func(ctx, _ context.Context, base int, replay Work) ([]time.Duration, int, int, string, Work) {
+		return drive(ctx, op, workers, base, replay)
 	}, workers
 }
 
-// WarmUp drives op for d without measuring.
-func WarmUp(ctx context.Context, sc Scenario, op Op, workers int, d time.Duration) {
+// WarmUp drives op for d without measuring, or, given a replay, runs its Work again
+// (bounded by replayBound(d)); it returns the Work done.
+func WarmUp(ctx context.Context, sc Scenario, op Op, workers int, d time.Duration, replay Work) Work {
 	run, _ := runner(sc, op, workers)
+	if replay != nil {
+		d = replayBound(d)
+	}
 	warm, cancel := context.WithTimeout(ctx, d)
-	run(warm, warm, 0)
-	cancel()
+	defer cancel()
+	_, _, _, _, done := run(warm, warm, 0, replay)
+	return done
 }
+
+// replayBound is how long a replay of a run of d may take before it is cut: a replay
+// ends when its clients have done their ops, and a stack several times slower than the
+// other must not hold the run up forever.
+func replayBound(d time.Duration) time.Duration { return 10*d + time.Minute }
 
 // InRoundOrder is the order in which round measures the rows: as given in even rounds,
 // reversed in odd ones. A row leaves work behind it (a write row's events still being
@@ -327,11 +351,15 @@ func InRoundOrder[T any](rows []T, round int) []T {
 // uses client IPs (and keys) of its own.
 const sliceBase = 2_000_000
 
-// RunSlice measures op for d, without warm-up; slice numbers the measurements of one
-// scenario (0, 1, ...) so each uses fresh client IPs. Merge the slices of a scenario into
-// its Result.
-func RunSlice(ctx context.Context, sc Scenario, op Op, workers int, d time.Duration, slice int, sample func() Sample) Result {
+// RunSlice measures op for d, without warm-up, or, given a replay, while it runs that
+// Work again (its Duration is then the time the work took); slice numbers the
+// measurements of one scenario (0, 1, ...) so each uses fresh client IPs. Merge the slices
+// of a scenario into its Result.
+func RunSlice(ctx context.Context, sc Scenario, op Op, workers int, d time.Duration, slice int, sample func() Sample, replay Work) Result {
 	run, workers := runner(sc, op, workers)
+	if replay != nil {
+		d = replayBound(d)
+	}
 	runCtx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	var before Sample
@@ -339,9 +367,9 @@ func RunSlice(ctx context.Context, sc Scenario, op Op, workers int, d time.Durat
 		before = sample()
 	}
 	start := time.Now()
-	lat, errs, refused, first := run(runCtx, ctx, 1_000_000+slice*sliceBase)
+	lat, errs, refused, first, work := run(runCtx, ctx, 1_000_000+slice*sliceBase, replay)
 	res := Result{ID: sc.ID, Name: sc.Name, Note: sc.Note, Workers: workers, Requests: len(lat), Errors: errs,
-		Refused: refused, FirstError: first, Duration: time.Since(start), lat: lat}
+		Refused: refused, FirstError: first, Duration: time.Since(start), Work: work, lat: lat}
 	if sample != nil {
 		after := sample()
 		res.CPU, res.Stolen, res.Answers = after.CPU.Sub(before.CPU), after.Stolen-before.Stolen, after.Answers.Sub(before.Answers)
@@ -353,7 +381,7 @@ func RunSlice(ctx context.Context, sc Scenario, op Op, workers int, d time.Durat
 func Merge(slices []Result) Result {
 	res := slices[0]
 	res.CPU, res.Stolen, res.Answers = CPUTimes{}, 0, Answers{}
-	res.Requests, res.Errors, res.Refused, res.Duration, res.lat, res.RoundRPS = 0, 0, 0, 0, nil, nil
+	res.Requests, res.Errors, res.Refused, res.Duration, res.lat, res.RoundRPS, res.Work = 0, 0, 0, 0, nil, nil, nil
 	for _, r := range slices {
 		res.RoundRPS = append(res.RoundRPS, r.RPS())
 		res.Requests += r.Requests
@@ -378,9 +406,17 @@ func Merge(slices []Result) Result {
 	return res
 }
 
-// drive runs workers until ctx ends; i starts at base so warm-up and measurement use
-// different client IPs and keys.
-func drive(ctx context.Context, op Op, workers, base int) ([]time.Duration, int, int, string) {
+// drive runs workers closed-loop clients until ctx ends, or until they have run again the
+// ops of replay; op numbers start at base so warm-up and measurement use different client
+// IPs and keys. It returns the latencies of the ops answered, the errors, the refusals,
+// the first error, and the Work each client did (an op cut by ctx's end is not part of it).
+//
+// A replay runs each client's ops of the work (client w's ops base to base+replay[w]-1,
+// so the same keys), in the order the clients reached them, by workers clients that take
+// the next op as they finish one: all of them busy until the last few ops, as in a run of
+// a duration. (Each client running only its own ops would leave the run's end to the
+// slowest few, at less than its concurrency.)
+func drive(ctx context.Context, op Op, workers, base int, replay Work) ([]time.Duration, int, int, string, Work) {
 	var (
 		mu      sync.Mutex
 		all     []time.Duration
@@ -388,7 +424,17 @@ func drive(ctx context.Context, op Op, workers, base int) ([]time.Duration, int,
 		refused int
 		first   string
 		wg      sync.WaitGroup
+		next    atomic.Int64
 	)
+	var queue [][2]int // a replay's ops: client, op number
+	for i := 0; replay != nil && i < slices.Max(replay); i++ {
+		for w, n := range replay {
+			if i < n {
+				queue = append(queue, [2]int{w, base + i})
+			}
+		}
+	}
+	done := make([]atomic.Int64, workers) // by client: a replay's ops of one client run on any worker
 	for w := 0; w < workers; w++ {
 		wg.Add(1)
 		go func() {
@@ -397,11 +443,20 @@ func drive(ctx context.Context, op Op, workers, base int) ([]time.Duration, int,
 			bad, retry := 0, 0
 			msg := ""
 			for i := base; ctx.Err() == nil; i++ {
+				client, n := w, i
+				if replay != nil {
+					k := int(next.Add(1)) - 1
+					if k >= len(queue) {
+						break
+					}
+					client, n = queue[k][0], queue[k][1]
+				}
 				t0 := time.Now()
-				err := op(ctx, w, i)
+				err := op(ctx, client, n)
 				if ctx.Err() != nil {
 					break // a call cut by the deadline is not a result
 				}
+				done[client].Add(1)
 				if errors.Is(err, ErrRefused) {
 					retry++
 					continue
@@ -426,17 +481,13 @@ func drive(ctx context.Context, op Op, workers, base int) ([]time.Duration, int,
 		}()
 	}
 	wg.Wait()
-	return all, errs, refused, first
+	work := make(Work, workers)
+	for w := range done {
+		work[w] = int(done[w].Load())
+	}
+	return all, errs, refused, first, work
 }
 
-// driveRate starts op i at start + i/rate, a fixed schedule, until ctx ends, then waits
-// for the ops in flight, which run under opCtx: each op started in the window is a
-// result however long it takes (the slice's Duration then includes the wait), so a row
-// that falls behind shows it in its latency and rate instead of dropping its slowest ops.
-// An op is timed from its scheduled start, and ops whose time passed while the generator
-// was not running (a busy machine) start at once: arrivals do not wait for the
-// generator, so neither the rate offered nor the latency measured leaves them out. (A
-// time.Ticker drops the ticks a late receiver missed, which offered 7% less than the
 // rate on this machine while the row reported it as not answered.)
 func driveRate(ctx, opCtx context.Context, op Op, rate float64, base int) ([]time.Duration, int, int, string) {
 	var (

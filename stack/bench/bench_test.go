@@ -1,8 +1,13 @@
 package bench
 
 import (
+	"context"
 	"errors"
+	"maps"
+	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -130,5 +135,96 @@ func TestOnStackMakesOncePerStack(t *testing.T) {
 	}
 	if _, err := onStack(a, "releases", fail); err == nil || failed != 2 {
 		t.Fatalf("a failed seed was not tried again (%d tries, err %v)", failed, err)
+	}
+}
+
+// An A/B run's second row of a scenario runs the work the first did: each client the
+// same ops, so the same keys, and an op cut by the end of the first run is not part of
+// that work.
+func TestAReplayRunsEachClientsOpsAgain(t *testing.T) {
+	var mu sync.Mutex
+	asked := map[[2]int]int{} // (client, op number) → times asked
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	op := func(ctx context.Context, w, i int) error {
+		if w == 0 && i == 103 {
+			cancel() // the run ends here, this op cut by it
+			<-ctx.Done()
+			return ctx.Err()
+		}
+		mu.Lock()
+		asked[[2]int{w, i}]++
+		mu.Unlock()
+		time.Sleep(100 * time.Microsecond)
+		if i%5 == 4 {
+			return ErrRefused
+		}
+		return nil
+	}
+	lat, _, refused, _, work := drive(ctx, op, 3, 100, nil)
+	if len(work) != 3 || work[0] != 3 {
+		t.Fatalf("work %v: want 3 clients, the first with the 3 ops before the one cut", work)
+	}
+	if got := work[0] + work[1] + work[2]; got != len(lat)+refused {
+		t.Fatalf("work %v (%d ops) against %d answered and %d refused", work, got, len(lat), refused)
+	}
+	first := asked
+	asked = map[[2]int]int{}
+	// Bounded, so that a replay which ignored its work would fail, not hang.
+	bounded, stop := context.WithTimeout(context.Background(), 10*time.Second)
+	defer stop()
+	lat2, _, refused2, _, again := drive(bounded, op, 3, 100, work)
+	if !slices.Equal(again, work) || len(lat2) != len(lat) || refused2 != refused {
+		t.Fatalf("the replay did %v (%d answered, %d refused), the run %v (%d, %d)", again, len(lat2), refused2, work, len(lat), refused)
+	}
+	// The replay asks each op of the work once, each asked in the run too (which also
+	// asked, and cut, the op each other client had in flight when it ended).
+	want := map[[2]int]int{}
+	for w, n := range work {
+		for i := range n {
+			want[[2]int{w, 100 + i}] = 1
+		}
+	}
+	if !maps.Equal(asked, want) {
+		t.Fatalf("the replay asked about %d ops, not the %d of its work", len(asked), len(want))
+	}
+	for op := range want {
+		if first[op] != 1 {
+			t.Fatalf("the replay asked about client %d's op %d, which the run did not", op[0], op[1])
+		}
+	}
+}
+
+// A replay keeps every client busy until its last ops, whichever client's ops are left:
+// the work of one client alone is run by all of them at once.
+func TestAReplayKeepsEveryClientBusy(t *testing.T) {
+	var inFlight, most atomic.Int64
+	all := make(chan struct{})
+	var once sync.Once
+	waited, stop := context.WithTimeout(context.Background(), 5*time.Second)
+	defer stop()
+	op := func(ctx context.Context, w, i int) error {
+		if n := inFlight.Add(1); n == 3 {
+			once.Do(func() { close(all) })
+		}
+		defer inFlight.Add(-1)
+		select {
+		case <-all: // three ops at once: every client is running one
+		case <-waited.Done():
+		}
+		for {
+			m := most.Load()
+			if n := inFlight.Load(); n <= m || most.CompareAndSwap(m, n) {
+				break
+			}
+		}
+		return nil
+	}
+	lat, _, _, _, work := drive(context.Background(), op, 3, 0, Work{0, 0, 12})
+	if len(lat) != 12 || !slices.Equal(work, Work{0, 0, 12}) {
+		t.Fatalf("%d ops answered, work %v: want client 2's 12", len(lat), work)
+	}
+	if most.Load() != 3 {
+		t.Fatalf("at most %d ops in flight: the replay of one client's work ran on fewer than its 3 clients", most.Load())
 	}
 }
