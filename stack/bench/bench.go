@@ -488,6 +488,14 @@ func drive(ctx context.Context, op Op, workers, base int, replay Work) ([]time.D
 	return all, errs, refused, first, work
 }
 
+// driveRate starts op i at start + i/rate, a fixed schedule, until ctx ends, then waits
+// for the ops in flight, which run under opCtx: each op started in the window is a
+// result however long it takes (the slice's Duration then includes the wait), so a row
+// that falls behind shows it in its latency and rate instead of dropping its slowest ops.
+// An op is timed from its scheduled start, and ops whose time passed while the generator
+// was not running (a busy machine) start at once: arrivals do not wait for the
+// generator, so neither the rate offered nor the latency measured leaves them out. (A
+// time.Ticker drops the ticks a late receiver missed, which offered 7% less than the
 // rate on this machine while the row reported it as not answered.)
 func driveRate(ctx, opCtx context.Context, op Op, rate float64, base int) ([]time.Duration, int, int, string) {
 	var (

@@ -270,7 +270,7 @@ func run(ctx context.Context) error {
 		}
 		for _, st := range stacks {
 			fmt.Fprintf(os.Stderr, "running %s%s ...\n", t.Name, st.named())
-			fmt.Println(bench.RunTask(ctx, t, st.env) + st.named())
+			fmt.Println(strings.Replace(bench.RunTask(ctx, t, st.env), t.Name, t.Name+st.named(), 1))
 		}
 	}
 	for _, r := range bench.Reports() {
