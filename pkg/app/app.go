@@ -178,7 +178,8 @@ func serve(ctx context.Context, svc Service, rt config.Runtime) error {
 
 	prober := pgxx.NewProber(pool)
 	defer prober.Close()
-	d := &Deps{Config: cfg, Log: log, DB: pool, Readiness: readiness.New(log, readiness.Check{Name: "postgres", Probe: prober.Probe})}
+	// Postgres answered the migrations' check above.
+	d := &Deps{Config: cfg, Log: log, DB: pool, Readiness: readiness.New(log, readiness.Check{Name: "postgres", Probe: prober.Probe, AnsweredAtStart: true})}
 	defer func() {
 		for i := len(d.closers) - 1; i >= 0; i-- {
 			d.closers[i]()

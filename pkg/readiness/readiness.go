@@ -2,8 +2,8 @@
 // services) and says whether the process is ready to take traffic. A Monitor probes every
 // dependency on a fixed interval with a short timeout, so readiness answers from memory
 // and a probe never waits on a hung dependency. A dependency that has answered is down
-// once two probes in a row fail (one that never has, at its first failure), and up again
-// at its next answer. Each outage is logged twice: once when it
+// once two probes in a row fail (one that never has, at its first failure, unless the
+// process used it to start), and up again at its next answer. Each outage is logged twice: once when it
 // starts and once when it ends, never once per failed probe.
 package readiness
 
@@ -27,6 +27,14 @@ type Check struct {
 	// Background marks a dependency that only background work needs (a NATS consumer):
 	// losing it makes the process not ready, but requests still succeed without it.
 	Background bool
+	// AnsweredAtStart: the process used the dependency to start (a service checks its
+	// migrations against Postgres before it serves), so it has answered, and its first
+	// failed probe is no outage yet. Without it, the first probe, a second after the
+	// start, had to connect afresh on a machine still busy starting the rest of the
+	// stack, and one that missed its deadline called Postgres down: licensing answered
+	// NOT_SERVING, and the gateway refused every license check with 503 until the
+	// next probe.
+	AnsweredAtStart bool
 }
 
 // Monitor probes checks every Interval, each bounded by Timeout.
@@ -68,6 +76,9 @@ func (m *Monitor) Add(c Check) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.checks = append(m.checks, c)
+	if c.AnsweredAtStart {
+		m.answered[c.Name] = true
+	}
 	metrics.DependencyUp.WithLabelValues(c.Name).Set(1)
 }
 

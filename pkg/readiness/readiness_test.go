@@ -114,3 +114,21 @@ func TestADependencyIsDownAfterTwoFailedProbesInARow(t *testing.T) {
 		t.Fatalf("after an answer NotReady is %q; want ready", got)
 	}
 }
+
+// A dependency the process used to start (a service's Postgres, which answered its
+// migrations' check) has answered already: a first probe that misses its deadline, on a
+// machine still busy starting, is no outage. Two failed probes in a row still are.
+func TestADependencyUsedToStartIsNotDownAtItsFirstFailedProbe(t *testing.T) {
+	var buf bytes.Buffer
+	m := New(slog.New(slog.NewJSONHandler(&buf, nil)), Check{Name: "postgres", AnsweredAtStart: true, Probe: func(context.Context) error {
+		return context.DeadlineExceeded
+	}})
+	m.ProbeOnce(context.Background())
+	if got := m.NotReady(); len(got) != 0 || buf.Len() > 0 {
+		t.Fatalf("the first failed probe of a dependency used to start made %v not ready:\n%s", got, &buf)
+	}
+	m.ProbeOnce(context.Background())
+	if got := strings.Join(m.NotReady(), ","); got != "postgres" {
+		t.Fatalf("after two failed probes in a row NotReady is %q; want postgres", got)
+	}
+}
