@@ -135,6 +135,13 @@ func migrate(ctx context.Context, svc Service) error {
 	return nil
 }
 
+// newReadiness is a service's readiness monitor, which probes its Postgres with probe.
+// Postgres has answered by then (the service checked its migrations against it), so one
+// failed probe is no outage yet.
+func newReadiness(log *slog.Logger, probe func(context.Context) error) *readiness.Monitor {
+	return readiness.New(log, readiness.Check{Name: "postgres", Probe: probe, AnsweredAtStart: true})
+}
+
 func serve(ctx context.Context, svc Service, rt config.Runtime) error {
 	cfg, err := config.Load()
 	if err != nil {
@@ -178,8 +185,7 @@ func serve(ctx context.Context, svc Service, rt config.Runtime) error {
 
 	prober := pgxx.NewProber(pool)
 	defer prober.Close()
-	// Postgres answered the migrations' check above.
-	d := &Deps{Config: cfg, Log: log, DB: pool, Readiness: readiness.New(log, readiness.Check{Name: "postgres", Probe: prober.Probe, AnsweredAtStart: true})}
+	d := &Deps{Config: cfg, Log: log, DB: pool, Readiness: newReadiness(log, prober.Probe)}
 	defer func() {
 		for i := len(d.closers) - 1; i >= 0; i-- {
 			d.closers[i]()

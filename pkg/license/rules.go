@@ -54,8 +54,8 @@ func ProductKey(productID string) string { return strings.ToLower(strings.TrimSp
 
 // UpdateClass is all of a usable license that check-update's answer depends on: its
 // tenant and its product key. Two usable licenses of one class asking the same question
-// get the same answer. Releases and activations name it with their batch answers (update_class, from
-// licensingclient.UpdateClass), and the gateway works it out from a verify-license
-// answer it holds; both must spell it alike, or one
-// class's answers would be given to another's licenses.
+// get the same answer. Releases and activations name it with their batch answers
+// (update_class, from licensingclient.UpdateClass), and the gateway works it out from a
+// verify-license answer it holds; all must spell it alike, or one class's answers would
+// be given to another's licenses.
 func UpdateClass(tenant, productID string) string { return tenant + "\x00" + ProductKey(productID) }

@@ -443,7 +443,7 @@ func drive(ctx context.Context, op Op, workers, base int, replay Work) ([]time.D
 			bad, retry := 0, 0
 			msg := ""
 			for i := base; ctx.Err() == nil; i++ {
-				client, n := w, i
+				client, n := w, i // a replay takes both from its queue instead
 				if replay != nil {
 					k := int(next.Add(1)) - 1
 					if k >= len(queue) {

@@ -83,8 +83,6 @@ func run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	// The postgres system user must reach the cluster folder inside it.
-	_ = os.Chmod(dir, 0o755)
 	if !*keep {
 		defer os.RemoveAll(dir)
 	}
@@ -322,7 +320,8 @@ func (st *benchStack) start(ctx context.Context, logs string, settings map[strin
 	if err := os.MkdirAll(st.dir, 0o755); err != nil {
 		return err
 	}
-	// The postgres system user must reach the cluster folder inside it.
+	// The postgres system user must reach the cluster folder inside it (MkdirTemp's
+	// folder is the owner's alone).
 	_ = os.Chmod(st.dir, 0o755)
 	f, err := os.Create(filepath.Join(logs, st.log))
 	if err != nil {
