@@ -148,13 +148,32 @@ func (c *Client) batchedLicense(ctx context.Context, key string) (*licensingv1.L
 }
 
 // ClaimProduct binds productID to tenant (the claim issue-license makes too); a product
-// owned by another tenant is 403 "product_id is owned by a different tenant".
+// owned by another tenant is 403 "product_id is owned by a different tenant", a blank
+// product_id licensing's 400 "product_id is required".
 func (c *Client) ClaimProduct(ctx context.Context, tenant, productID string) error {
 	_, err := grpcx.Call(ctx, c.peer, tenant, func(ctx context.Context, o ...grpc.CallOption) (*licensingv1.ClaimProductResponse, error) {
 		return c.rpc.ClaimProduct(ctx, &licensingv1.ClaimProductRequest{ProductId: productID}, o...)
-	}, codes.PermissionDenied)
+	}, productRefusals...)
 	return err
 }
+
+// ProductOwned is ClaimProduct's answer without the claim, for reads and for requests
+// that may yet be refused: true when tenant owns productID, false when no tenant does yet
+// (it stays free), and ClaimProduct's refusals otherwise.
+func (c *Client) ProductOwned(ctx context.Context, tenant, productID string) (bool, error) {
+	resp, err := grpcx.Call(ctx, c.peer, tenant, func(ctx context.Context, o ...grpc.CallOption) (*licensingv1.CheckProductOwnerResponse, error) {
+		return c.rpc.CheckProductOwner(ctx, &licensingv1.CheckProductOwnerRequest{ProductId: productID}, o...)
+	}, productRefusals...)
+	if err != nil {
+		return false, err
+	}
+	return resp.GetOwned(), nil
+}
+
+// productRefusals are the answers licensing gives about a product on purpose: another
+// tenant's product (PermissionDenied) and a blank product_id (InvalidArgument). They keep
+// their message; anything else is the 503.
+var productRefusals = []codes.Code{codes.PermissionDenied, codes.InvalidArgument}
 
 // ResolvePortalToken returns the tenant and key of an end-user portal token (addendum
 // §9), checked live: an unknown token, a revoked or deleted license or a switched-off

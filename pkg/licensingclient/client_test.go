@@ -44,6 +44,13 @@ func (f *fakeLicensing) ClaimProduct(context.Context, *licensingv1.ClaimProductR
 	return &licensingv1.ClaimProductResponse{}, nil
 }
 
+func (f *fakeLicensing) CheckProductOwner(context.Context, *licensingv1.CheckProductOwnerRequest) (*licensingv1.CheckProductOwnerResponse, error) {
+	if f.err != nil {
+		return nil, f.err
+	}
+	return &licensingv1.CheckProductOwnerResponse{Owned: true}, nil
+}
+
 func (f *fakeLicensing) IssueLicenseForTenant(ctx context.Context, req *licensingv1.IssueLicenseForTenantRequest) (*licensingv1.IssueLicenseForTenantResponse, error) {
 	if md, ok := metadata.FromIncomingContext(ctx); ok && f.md != nil {
 		f.md <- md
@@ -143,6 +150,37 @@ func TestClaimProductPassesTheOwnershipRefusal(t *testing.T) {
 	serve(t, lis, &fakeLicensing{err: license.ErrProductOwned})
 	err := client(t, lis.Addr().String()).ClaimProduct(context.Background(), "t1", "App")
 	wantStatus(t, err, codes.PermissionDenied, "product_id is owned by a different tenant", false)
+}
+
+// Licensing's refusal of a blank product_id is its 400, not the outage's 503, from the
+// claim and from the check that claims nothing alike; a failure is still the 503.
+func TestProductCallsPassTheRefusalsAndNotFailures(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		err  error
+		code codes.Code
+		msg  string
+	}{
+		{license.ErrProductOwned, codes.PermissionDenied, "product_id is owned by a different tenant"},
+		{apierr.Invalid("product_id is required"), codes.InvalidArgument, "product_id is required"},
+		{status.Error(codes.Internal, "db on 10.0.0.5 down"), codes.Unavailable, "Licensing service unavailable, retry"},
+	} {
+		lis := listen(t)
+		serve(t, lis, &fakeLicensing{err: tc.err})
+		c := client(t, lis.Addr().String())
+		err := c.ClaimProduct(context.Background(), "t1", " ")
+		wantStatus(t, err, tc.code, tc.msg, tc.code == codes.Unavailable)
+		owned, err := c.ProductOwned(context.Background(), "t1", " ")
+		if owned {
+			t.Errorf("%s: owned", tc.msg)
+		}
+		wantStatus(t, err, tc.code, tc.msg, tc.code == codes.Unavailable)
+	}
+	lis := listen(t)
+	serve(t, lis, &fakeLicensing{})
+	if owned, err := client(t, lis.Addr().String()).ProductOwned(context.Background(), "t1", "App"); !owned || err != nil {
+		t.Fatalf("owned %v err %v", owned, err)
+	}
 }
 
 // Storefront issues for a tenant with an Idempotency-Key; licensing's refusals keep their

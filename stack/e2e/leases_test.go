@@ -351,6 +351,51 @@ func TestLeasePoliciesBoundsAndOwnership(t *testing.T) {
 	owner.Delete(path+"pro", nil).ExpectError(t, 404, "Policy not found")
 }
 
+// Hosted, reading a product's policies, or a request about them that is refused, claims
+// nothing: the product stays free for the first tenant that writes (here another tenant's
+// issue-license), and a read key, which may only read, can never claim one.
+func TestLeasePoliciesReadOrRefusedLeaveTheProductFree(t *testing.T) {
+	t.Parallel()
+	s := hosted(t)
+	squatter, issuer := newTenant(t, s), newTenant(t, s)
+	reader, _ := createAPIKey(t, squatter, "dashboards", "read")
+	p := product("squat")
+	path := "/v1/products/" + p + "/policies"
+
+	reader.Get(path).Expect(t, 200).ExpectBody(t, `{"policies":[]}`)
+	reader.Do("PUT", path+"/pro", map[string]any{"floating": false}).ExpectError(t, 403, "Unauthorized")
+	squatter.Get(path).Expect(t, 200).ExpectBody(t, `{"policies":[]}`)
+	squatter.Delete(path+"/pro", nil).ExpectError(t, 404, "Policy not found")
+	mentions(t, squatter.Do("PUT", path+"/pro", map[string]any{"lease_ttl_seconds": 59}), "lease_ttl_seconds")
+
+	issueLicense(t, issuer, lic(p))
+	squatter.Get(path).ExpectError(t, 404, errProductUnknown)
+	squatter.Do("PUT", path+"/pro", map[string]any{}).ExpectError(t, 404, errProductUnknown)
+	issuer.Do("PUT", path+"/pro", map[string]any{}).Expect(t, 200)
+}
+
+// A blank product_id is 400 naming it, as issue-license and register-release answer, not
+// the outage's 503; and it claims nothing.
+func TestLeasePoliciesRefuseABlankProductID(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []string{"self", "hosted"} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			s := sharedStack(t, mode)
+			c := admin(t, s)
+			if mode == "hosted" {
+				c = newTenant(t, s)
+			}
+			for _, blank := range []string{"%20", "%20%20"} {
+				path := "/v1/products/" + blank + "/policies"
+				c.Get(path).ExpectError(t, 400, "product_id is required")
+				c.Delete(path+"/"+blank, nil).ExpectError(t, 400, "product_id is required")
+				c.Do("PUT", path+"/pro", map[string]any{"floating": false, "lease_ttl_seconds": 3600}).ExpectError(t, 400, "product_id is required")
+			}
+		})
+	}
+}
+
 // Lease keys: hosted, each tenant's own set, made on first use, listed by tenant_id.
 func TestLeaseKeysArePerTenant(t *testing.T) {
 	t.Parallel()

@@ -569,6 +569,10 @@ func TestStorefrontMappings(t *testing.T) {
 		t.Fatalf("defaults %v", m)
 	}
 	a.Post("/v1/storefront/mappings", map[string]any{"payment_link": link, "product_id": product, "tier": "free"}).Expect(t, 409)
+	// A refused mapping claims nothing: the product it named stays free for b.
+	free := product + "-free"
+	a.Post("/v1/storefront/mappings", map[string]any{"payment_link": link, "product_id": free, "tier": "pro"}).Expect(t, 409)
+	issueLicense(t, b, lic(free))
 	// b may not sell a's product (ownership as in issue-license), but may map its own.
 	b.Post("/v1/storefront/mappings", map[string]any{"payment_link": link, "product_id": product, "tier": "pro"}).ExpectError(t, 403, "product_id is owned by a different tenant")
 	b.Post("/v1/storefront/mappings", map[string]any{"payment_link": link, "product_id": product + "-b", "tier": "pro"}).Expect(t, 200)

@@ -47,9 +47,13 @@ type LeaseStore interface {
 	SeatLeases(ctx context.Context, tenant, key string) ([]store.LeaseSeat, error)
 }
 
-// Products checks product ownership (licensingclient.Client.ClaimProduct).
+// Products checks product ownership (licensingclient.Client).
 type Products interface {
+	// ClaimProduct binds a product no tenant owns yet to tenant: a write's claim.
 	ClaimProduct(ctx context.Context, tenant, productID string) error
+	// ProductOwned says whether tenant owns productID (false: no tenant does), claiming
+	// nothing.
+	ProductOwned(ctx context.Context, tenant, productID string) (bool, error)
 }
 
 // LeaseConfig is what the leases service needs besides its store.
@@ -133,21 +137,28 @@ func effectivePolicy(p *store.Policy) store.Policy {
 	return store.Policy{Tier: defaultPolicyTier, LeaseTTL: defaultLeaseTTL, RenewAfter: defaultLeaseTTL / 2, FingerprintMatch: matchNone}
 }
 
-// ownProduct checks that the caller may read and write the product's policies: the product
-// is the caller's, or nobody's yet and now claimed (the claim issue-license and
-// register-release make). Another tenant's product is "not found".
-func (x *Leases) ownProduct(ctx context.Context, productID string) (string, error) {
+// productTenant is the caller's tenant once it may use the product's policies: the
+// product is the caller's, or no tenant's yet. Another tenant's product is "not found".
+// Only claim (a PUT whose policy is valid, the claim issue-license and register-release
+// make) binds a product no tenant owns to the caller: a read, or a request refused later,
+// leaves it free for whichever tenant writes first.
+func (x *Leases) productTenant(ctx context.Context, productID string, claim bool) (string, error) {
 	tenant, err := auth.TenantID(ctx)
 	if err != nil {
 		return "", err
 	}
-	if err := checkField("product_id", productID); err != nil {
+	if err := checkRequired("product_id", productID); err != nil {
 		return "", err
 	}
-	if err := x.products.ClaimProduct(ctx, tenant, productID); err != nil {
-		if apierr.Is(err, codes.PermissionDenied) {
-			return "", errProductNotFound
-		}
+	if claim {
+		err = x.products.ClaimProduct(ctx, tenant, productID)
+	} else {
+		_, err = x.products.ProductOwned(ctx, tenant, productID)
+	}
+	if apierr.Is(err, codes.PermissionDenied) {
+		return "", errProductNotFound
+	}
+	if err != nil {
 		return "", err
 	}
 	return tenant, nil
@@ -162,7 +173,7 @@ func (x *Leases) PutLeasePolicy(ctx context.Context, req *activationsv1.PutLease
 	if err != nil {
 		return nil, err
 	}
-	tenant, err := x.ownProduct(ctx, req.GetProductId())
+	tenant, err := x.productTenant(ctx, req.GetProductId(), true)
 	if err != nil {
 		return nil, err
 	}
@@ -228,9 +239,9 @@ func policyMessage(p store.Policy) *activationsv1.LeasePolicy {
 		FingerprintMatch: p.FingerprintMatch, Entitlements: p.Entitlements, UpdatedAt: timestamppb.New(p.UpdatedAt)}
 }
 
-// ListLeasePolicies lists a product's policies.
+// ListLeasePolicies lists a product's policies: none for a product no tenant owns yet.
 func (x *Leases) ListLeasePolicies(ctx context.Context, req *activationsv1.ListLeasePoliciesRequest) (*activationsv1.ListLeasePoliciesResponse, error) {
-	tenant, err := x.ownProduct(ctx, req.GetProductId())
+	tenant, err := x.productTenant(ctx, req.GetProductId(), false)
 	if err != nil {
 		return nil, err
 	}
@@ -246,12 +257,13 @@ func (x *Leases) ListLeasePolicies(ctx context.Context, req *activationsv1.ListL
 }
 
 // DeleteLeasePolicy removes a tier's policy; its licenses follow the product's default
-// (or the built-in one) from their next lease on.
+// (or the built-in one) from their next lease on. A product no tenant owns has no policy
+// to delete, and stays free.
 func (x *Leases) DeleteLeasePolicy(ctx context.Context, req *activationsv1.DeleteLeasePolicyRequest) (*activationsv1.DeleteLeasePolicyResponse, error) {
 	if err := checkField("tier", req.GetTier()); err != nil {
 		return nil, err
 	}
-	tenant, err := x.ownProduct(ctx, req.GetProductId())
+	tenant, err := x.productTenant(ctx, req.GetProductId(), false)
 	if err != nil {
 		return nil, err
 	}

@@ -157,6 +157,15 @@ func checkField(name, v string) error {
 	return nil
 }
 
+// checkRequired is checkField for a value that must hold more than white space: a blank
+// one is "<name> is required", as licensing and releases answer a blank product_id.
+func checkRequired(name, v string) error {
+	if strings.TrimSpace(v) == "" {
+		return apierr.Invalid("%s is required", name)
+	}
+	return checkField(name, v)
+}
+
 // lookup finds the license of key, in tenant or (tenant "", the public routes) in any
 // tenant.
 func (s *Server) lookup(ctx context.Context, tenant, key string) (*licensingv1.License, error) {

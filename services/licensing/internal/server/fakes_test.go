@@ -257,6 +257,12 @@ func (f *fakeStore) ClaimProduct(_ context.Context, tenant, productID string) er
 	return nil
 }
 
+func (f *fakeStore) ProductOwner(_ context.Context, productID string) (string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.owners[license.ProductKey(productID)], nil
+}
+
 // fakeTx is one transaction's view.
 type fakeTx struct {
 	f        *fakeStore

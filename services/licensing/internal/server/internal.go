@@ -66,7 +66,7 @@ func (s *Server) ClaimProduct(ctx context.Context, req *licensingv1.ClaimProduct
 		return nil, err
 	}
 	if strings.TrimSpace(req.GetProductId()) == "" {
-		return nil, apierr.Invalid("product_id is required")
+		return nil, errProductRequired
 	}
 	err = s.store.ClaimProduct(ctx, tenant, req.GetProductId())
 	if errors.Is(err, store.ErrProductOwned) {
@@ -76,6 +76,27 @@ func (s *Server) ClaimProduct(ctx context.Context, req *licensingv1.ClaimProduct
 		return nil, err
 	}
 	return &licensingv1.ClaimProductResponse{}, nil
+}
+
+// CheckProductOwner is ClaimProduct's answer without the claim: owned when the calling
+// tenant owns the product, not owned when no tenant does, PermissionDenied when another
+// tenant does.
+func (s *Server) CheckProductOwner(ctx context.Context, req *licensingv1.CheckProductOwnerRequest) (*licensingv1.CheckProductOwnerResponse, error) {
+	tenant, err := auth.TenantID(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if strings.TrimSpace(req.GetProductId()) == "" {
+		return nil, errProductRequired
+	}
+	owner, err := s.store.ProductOwner(ctx, req.GetProductId())
+	switch {
+	case err != nil:
+		return nil, err
+	case owner != "" && owner != tenant:
+		return nil, license.ErrProductOwned
+	}
+	return &licensingv1.CheckProductOwnerResponse{Owned: owner != ""}, nil
 }
 
 // GetSigningKeys hands the keyring to the other signing services (releases).

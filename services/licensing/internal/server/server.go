@@ -39,6 +39,8 @@ type Store interface {
 	DeletedKeys(ctx context.Context, tenant string) ([]string, error)
 	// ClaimProduct binds a product to tenant (store.ErrProductOwned).
 	ClaimProduct(ctx context.Context, tenant, productID string) error
+	// ProductOwner is the tenant owning a product, "" for none; it claims nothing.
+	ProductOwner(ctx context.Context, productID string) (string, error)
 }
 
 // Entitlements is the billing service (billingclient.Client).
@@ -92,6 +94,7 @@ var (
 	errNotFound          = license.ErrNotFound
 	errQuota             = apierr.Forbidden("License issuance quota exceeded")
 	errReservedProduct   = apierr.Invalid("product_id uses a reserved prefix")
+	errProductRequired   = apierr.Invalid("product_id is required")
 	errSelfLicenseExpiry = apierr.Invalid("expires_at is required for self-license credentials")
 	errMissingKey        = apierr.Invalid("key is required")
 	errNoTerms           = apierr.Invalid("No updatable fields provided (expires_at, max_activations, limits)")

@@ -513,6 +513,17 @@ func (s *Store) ClaimProduct(ctx context.Context, tenant, productID string) erro
 	return nil
 }
 
+// ProductOwner is the tenant that owns productID, or "" when none does yet. It claims
+// nothing: a read of a product must leave it free for the first tenant that writes.
+func (s *Store) ProductOwner(ctx context.Context, productID string) (string, error) {
+	var owner string
+	err := s.db.QueryRow(ctx, `SELECT tenant_id FROM products WHERE product_key = $1`, license.ProductKey(productID)).Scan(&owner)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", nil
+	}
+	return owner, err
+}
+
 // Idempotent runs create under the Idempotency-Key mechanism (pkg/idempotency), in one
 // transaction with the record of its answer.
 func (s *Store) Idempotent(ctx context.Context, tenant, idemKey string, requestHash []byte,

@@ -75,6 +75,21 @@ func TestKeyringReplicasStartingTogetherAgree(t *testing.T) {
 	}
 }
 
+// ProductOwner reads the owner, whatever the spelling, and claims nothing.
+func TestProductOwnerClaimsNothing(t *testing.T) {
+	s := newStore(t)
+	ctx := context.Background()
+	if owner, err := s.ProductOwner(ctx, "free-app"); owner != "" || err != nil {
+		t.Fatalf("owner %q err %v", owner, err)
+	}
+	if err := s.ClaimProduct(ctx, "t2", "free-app"); err != nil {
+		t.Fatalf("the product was taken by a read: %v", err)
+	}
+	if owner, err := s.ProductOwner(ctx, " FREE-APP\t"); owner != "t2" || err != nil {
+		t.Fatalf("owner %q err %v", owner, err)
+	}
+}
+
 // Two tenants claiming one product at once: one owner, whatever the spelling.
 func TestClaimProductOneOwner(t *testing.T) {
 	s := newStore(t)

@@ -34,8 +34,10 @@ const (
 var errMappingNotFound = apierr.NotFound("Mapping not found")
 
 // CreateMapping validates and stores a mapping. Hosted, the product_id is claimed for the
-// tenant exactly as issue-license claims it. Under an Idempotency-Key (addendum §8) a
-// retry of the same request answers the first mapping and creates nothing.
+// tenant exactly as issue-license claims it, but only once the mapping is stored: a
+// mapping refused (409, or an Idempotency-Key reused) leaves a product no tenant owns
+// free. Under an Idempotency-Key (addendum §8) a retry of the same request answers the
+// first mapping and creates nothing.
 func (s *Server) CreateMapping(ctx context.Context, req *storefrontv1.CreateMappingRequest) (*storefrontv1.CreateMappingResponse, error) {
 	tenant, err := auth.TenantID(ctx)
 	if err != nil {
@@ -49,10 +51,17 @@ func (s *Server) CreateMapping(ctx context.Context, req *storefrontv1.CreateMapp
 	if err != nil {
 		return nil, err
 	}
-	if err := s.licensing.ClaimProduct(ctx, tenant, m.ProductID); err != nil {
+	// Another tenant's product is refused before the mapping's own conflicts, as it was
+	// when the claim came first; the check claims nothing.
+	if _, err := s.licensing.ProductOwned(ctx, tenant, m.ProductID); err != nil {
 		return nil, err
 	}
 	raw, _, err := s.store.CreateMapping(ctx, idemKey, idempotency.RequestHash("CreateMapping", req), m, func(out *store.Mapping) ([]byte, error) {
+		// Inside the mapping's transaction, after its insert: a claim lost to another
+		// tenant meanwhile (403) stores no mapping either.
+		if err := s.licensing.ClaimProduct(ctx, tenant, m.ProductID); err != nil {
+			return nil, err
+		}
 		return proto.Marshal(&storefrontv1.CreateMappingResponse{Mapping: mappingPB(out)})
 	})
 	if errors.Is(err, store.ErrConflict) {

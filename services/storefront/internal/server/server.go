@@ -27,6 +27,7 @@ const CallbackPath = "/v1/webhooks/storefront/"
 // Licensing is what the handlers ask the licensing service.
 type Licensing interface {
 	ClaimProduct(ctx context.Context, tenant, productID string) error
+	ProductOwned(ctx context.Context, tenant, productID string) (bool, error)
 	Keyring(ctx context.Context) (*signing.Keyring, error)
 }
 

@@ -1432,11 +1432,11 @@ const file_keyhouse_activations_v1_leases_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"R\n" +
 	"\x16ListSeatLeasesResponse\x128\n" +
-	"\x05seats\x18\x01 \x03(\v2\".keyhouse.activations.v1.SeatLeaseR\x05seats2\x86\v\n" +
+	"\x05seats\x18\x01 \x03(\v2\".keyhouse.activations.v1.SeatLeaseR\x05seats2\xbc\v\n" +
 	"\rLeasesService\x12\x98\x01\n" +
-	"\x0ePutLeasePolicy\x12..keyhouse.activations.v1.PutLeasePolicyRequest\x1a/.keyhouse.activations.v1.PutLeasePolicyResponse\"%\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x9a\x83\x19\x17\b\x94\x03\x12\x12Product not found.\x12\x8a\x01\n" +
-	"\x11ListLeasePolicies\x121.keyhouse.activations.v1.ListLeasePoliciesRequest\x1a2.keyhouse.activations.v1.ListLeasePoliciesResponse\"\x0e\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\xa0\x82\x19\x01\x12\xa0\x01\n" +
-	"\x11DeleteLeasePolicy\x121.keyhouse.activations.v1.DeleteLeasePolicyRequest\x1a2.keyhouse.activations.v1.DeleteLeasePolicyResponse\"$\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x9a\x83\x19\x16\b\x94\x03\x12\x11Policy not found.\x12\xae\x03\n" +
+	"\x0ePutLeasePolicy\x12..keyhouse.activations.v1.PutLeasePolicyRequest\x1a/.keyhouse.activations.v1.PutLeasePolicyResponse\"%\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x9a\x83\x19\x17\b\x94\x03\x12\x12Product not found.\x12\xa5\x01\n" +
+	"\x11ListLeasePolicies\x121.keyhouse.activations.v1.ListLeasePoliciesRequest\x1a2.keyhouse.activations.v1.ListLeasePoliciesResponse\")\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\xa0\x82\x19\x01\x9a\x83\x19\x17\b\x94\x03\x12\x12Product not found.\x12\xbb\x01\n" +
+	"\x11DeleteLeasePolicy\x121.keyhouse.activations.v1.DeleteLeasePolicyRequest\x1a2.keyhouse.activations.v1.DeleteLeasePolicyResponse\"?\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x9a\x83\x19\x16\b\x94\x03\x12\x11Policy not found.\x9a\x83\x19\x17\b\x94\x03\x12\x12Product not found.\x12\xae\x03\n" +
 	"\vCreateLease\x12+.keyhouse.activations.v1.CreateLeaseRequest\x1a,.keyhouse.activations.v1.CreateLeaseResponse\"\xc3\x02\x90\x82\x19\x01\x9a\x82\x19\x02\b\x02\x9a\x83\x19M\b\x94\x03\x12HLicense key not found; No activation found for that key and instance_id.\x9a\x83\x19\x9f\x01\b\x93\x03\x12\x99\x01License has expired; License is not active; Invalid activation token; Machine fingerprint does not match; Activation limit exceeded for this license key.\x9a\x83\x19@\b\xf7\x03\x12;The seat was changed by a concurrent request; please retry.\x12}\n" +
 	"\x10CreateLeaseBatch\x120.keyhouse.activations.v1.CreateLeaseBatchRequest\x1a1.keyhouse.activations.v1.CreateLeaseBatchResponse\"\x04\x90\x82\x19\x01\x12z\n" +
 	"\rListLeaseKeys\x12-.keyhouse.activations.v1.ListLeaseKeysRequest\x1a..keyhouse.activations.v1.ListLeaseKeysResponse\"\n" +

@@ -40,9 +40,16 @@ const (
 // renewing a lease moves the seat's expiry in the same statement that checks the token.
 type LeasesServiceClient interface {
 	// Sets the policy of a product's tier (tier "*": the product's default). The product
-	// must be the caller's (hosted: another tenant's product is 404 "Product not found").
+	// must be the caller's (hosted: another tenant's product is 404 "Product not found"); a
+	// product no tenant owns yet is claimed for the caller, as issue-license claims it, once
+	// the policy is valid.
 	PutLeasePolicy(ctx context.Context, in *PutLeasePolicyRequest, opts ...grpc.CallOption) (*PutLeasePolicyResponse, error)
+	// List lease policies. A product no tenant owns yet has none and is not claimed (hosted:
+	// another tenant's product is 404 "Product not found").
 	ListLeasePolicies(ctx context.Context, in *ListLeasePoliciesRequest, opts ...grpc.CallOption) (*ListLeasePoliciesResponse, error)
+	// Delete lease policy. A product no tenant owns yet has no policy (404 "Policy not
+	// found") and is not claimed (hosted: another tenant's product is 404 "Product not
+	// found").
 	DeleteLeasePolicy(ctx context.Context, in *DeleteLeasePolicyRequest, opts ...grpc.CallOption) (*DeleteLeasePolicyResponse, error)
 	// A lease for the seat the activation token holds (or, for a bound seat, the seat of
 	// instance_id on the machine whose components match).
@@ -161,9 +168,16 @@ func (c *leasesServiceClient) RotateLeaseKeys(ctx context.Context, in *RotateLea
 // renewing a lease moves the seat's expiry in the same statement that checks the token.
 type LeasesServiceServer interface {
 	// Sets the policy of a product's tier (tier "*": the product's default). The product
-	// must be the caller's (hosted: another tenant's product is 404 "Product not found").
+	// must be the caller's (hosted: another tenant's product is 404 "Product not found"); a
+	// product no tenant owns yet is claimed for the caller, as issue-license claims it, once
+	// the policy is valid.
 	PutLeasePolicy(context.Context, *PutLeasePolicyRequest) (*PutLeasePolicyResponse, error)
+	// List lease policies. A product no tenant owns yet has none and is not claimed (hosted:
+	// another tenant's product is 404 "Product not found").
 	ListLeasePolicies(context.Context, *ListLeasePoliciesRequest) (*ListLeasePoliciesResponse, error)
+	// Delete lease policy. A product no tenant owns yet has no policy (404 "Policy not
+	// found") and is not claimed (hosted: another tenant's product is 404 "Product not
+	// found").
 	DeleteLeasePolicy(context.Context, *DeleteLeasePolicyRequest) (*DeleteLeasePolicyResponse, error)
 	// A lease for the seat the activation token holds (or, for a bound seat, the seat of
 	// instance_id on the machine whose components match).

@@ -411,6 +411,95 @@ func (*ClaimProductResponse) Descriptor() ([]byte, []int) {
 	return file_keyhouse_licensing_v1_internal_proto_rawDescGZIP(), []int{6}
 }
 
+type CheckProductOwnerRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ProductId     string                 `protobuf:"bytes,1,opt,name=product_id,json=productId,proto3" json:"product_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckProductOwnerRequest) Reset() {
+	*x = CheckProductOwnerRequest{}
+	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckProductOwnerRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckProductOwnerRequest) ProtoMessage() {}
+
+func (x *CheckProductOwnerRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckProductOwnerRequest.ProtoReflect.Descriptor instead.
+func (*CheckProductOwnerRequest) Descriptor() ([]byte, []int) {
+	return file_keyhouse_licensing_v1_internal_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *CheckProductOwnerRequest) GetProductId() string {
+	if x != nil {
+		return x.ProductId
+	}
+	return ""
+}
+
+type CheckProductOwnerResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// True: the calling tenant owns product_id; false: no tenant does yet.
+	Owned         bool `protobuf:"varint,1,opt,name=owned,proto3" json:"owned,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckProductOwnerResponse) Reset() {
+	*x = CheckProductOwnerResponse{}
+	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckProductOwnerResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckProductOwnerResponse) ProtoMessage() {}
+
+func (x *CheckProductOwnerResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckProductOwnerResponse.ProtoReflect.Descriptor instead.
+func (*CheckProductOwnerResponse) Descriptor() ([]byte, []int) {
+	return file_keyhouse_licensing_v1_internal_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *CheckProductOwnerResponse) GetOwned() bool {
+	if x != nil {
+		return x.Owned
+	}
+	return false
+}
+
 type GetSigningKeysRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -419,7 +508,7 @@ type GetSigningKeysRequest struct {
 
 func (x *GetSigningKeysRequest) Reset() {
 	*x = GetSigningKeysRequest{}
-	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[7]
+	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -431,7 +520,7 @@ func (x *GetSigningKeysRequest) String() string {
 func (*GetSigningKeysRequest) ProtoMessage() {}
 
 func (x *GetSigningKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[7]
+	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -444,7 +533,7 @@ func (x *GetSigningKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSigningKeysRequest.ProtoReflect.Descriptor instead.
 func (*GetSigningKeysRequest) Descriptor() ([]byte, []int) {
-	return file_keyhouse_licensing_v1_internal_proto_rawDescGZIP(), []int{7}
+	return file_keyhouse_licensing_v1_internal_proto_rawDescGZIP(), []int{9}
 }
 
 type GetSigningKeysResponse struct {
@@ -457,7 +546,7 @@ type GetSigningKeysResponse struct {
 
 func (x *GetSigningKeysResponse) Reset() {
 	*x = GetSigningKeysResponse{}
-	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[8]
+	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -469,7 +558,7 @@ func (x *GetSigningKeysResponse) String() string {
 func (*GetSigningKeysResponse) ProtoMessage() {}
 
 func (x *GetSigningKeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[8]
+	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -482,7 +571,7 @@ func (x *GetSigningKeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSigningKeysResponse.ProtoReflect.Descriptor instead.
 func (*GetSigningKeysResponse) Descriptor() ([]byte, []int) {
-	return file_keyhouse_licensing_v1_internal_proto_rawDescGZIP(), []int{8}
+	return file_keyhouse_licensing_v1_internal_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *GetSigningKeysResponse) GetKeyring() []byte {
@@ -502,7 +591,7 @@ type IssueLicenseForTenantRequest struct {
 
 func (x *IssueLicenseForTenantRequest) Reset() {
 	*x = IssueLicenseForTenantRequest{}
-	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[9]
+	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -514,7 +603,7 @@ func (x *IssueLicenseForTenantRequest) String() string {
 func (*IssueLicenseForTenantRequest) ProtoMessage() {}
 
 func (x *IssueLicenseForTenantRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[9]
+	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -527,7 +616,7 @@ func (x *IssueLicenseForTenantRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IssueLicenseForTenantRequest.ProtoReflect.Descriptor instead.
 func (*IssueLicenseForTenantRequest) Descriptor() ([]byte, []int) {
-	return file_keyhouse_licensing_v1_internal_proto_rawDescGZIP(), []int{9}
+	return file_keyhouse_licensing_v1_internal_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *IssueLicenseForTenantRequest) GetLicense() *IssueLicenseRequest {
@@ -546,7 +635,7 @@ type IssueLicenseForTenantResponse struct {
 
 func (x *IssueLicenseForTenantResponse) Reset() {
 	*x = IssueLicenseForTenantResponse{}
-	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[10]
+	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -558,7 +647,7 @@ func (x *IssueLicenseForTenantResponse) String() string {
 func (*IssueLicenseForTenantResponse) ProtoMessage() {}
 
 func (x *IssueLicenseForTenantResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[10]
+	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -571,7 +660,7 @@ func (x *IssueLicenseForTenantResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IssueLicenseForTenantResponse.ProtoReflect.Descriptor instead.
 func (*IssueLicenseForTenantResponse) Descriptor() ([]byte, []int) {
-	return file_keyhouse_licensing_v1_internal_proto_rawDescGZIP(), []int{10}
+	return file_keyhouse_licensing_v1_internal_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *IssueLicenseForTenantResponse) GetKey() string {
@@ -589,7 +678,7 @@ type CountActiveLicensesRequest struct {
 
 func (x *CountActiveLicensesRequest) Reset() {
 	*x = CountActiveLicensesRequest{}
-	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[11]
+	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -601,7 +690,7 @@ func (x *CountActiveLicensesRequest) String() string {
 func (*CountActiveLicensesRequest) ProtoMessage() {}
 
 func (x *CountActiveLicensesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[11]
+	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -614,7 +703,7 @@ func (x *CountActiveLicensesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CountActiveLicensesRequest.ProtoReflect.Descriptor instead.
 func (*CountActiveLicensesRequest) Descriptor() ([]byte, []int) {
-	return file_keyhouse_licensing_v1_internal_proto_rawDescGZIP(), []int{11}
+	return file_keyhouse_licensing_v1_internal_proto_rawDescGZIP(), []int{13}
 }
 
 type ListDeletedLicensesRequest struct {
@@ -625,7 +714,7 @@ type ListDeletedLicensesRequest struct {
 
 func (x *ListDeletedLicensesRequest) Reset() {
 	*x = ListDeletedLicensesRequest{}
-	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[12]
+	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -637,7 +726,7 @@ func (x *ListDeletedLicensesRequest) String() string {
 func (*ListDeletedLicensesRequest) ProtoMessage() {}
 
 func (x *ListDeletedLicensesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[12]
+	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -650,7 +739,7 @@ func (x *ListDeletedLicensesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeletedLicensesRequest.ProtoReflect.Descriptor instead.
 func (*ListDeletedLicensesRequest) Descriptor() ([]byte, []int) {
-	return file_keyhouse_licensing_v1_internal_proto_rawDescGZIP(), []int{12}
+	return file_keyhouse_licensing_v1_internal_proto_rawDescGZIP(), []int{14}
 }
 
 type ListDeletedLicensesResponse struct {
@@ -662,7 +751,7 @@ type ListDeletedLicensesResponse struct {
 
 func (x *ListDeletedLicensesResponse) Reset() {
 	*x = ListDeletedLicensesResponse{}
-	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[13]
+	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -674,7 +763,7 @@ func (x *ListDeletedLicensesResponse) String() string {
 func (*ListDeletedLicensesResponse) ProtoMessage() {}
 
 func (x *ListDeletedLicensesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[13]
+	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -687,7 +776,7 @@ func (x *ListDeletedLicensesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeletedLicensesResponse.ProtoReflect.Descriptor instead.
 func (*ListDeletedLicensesResponse) Descriptor() ([]byte, []int) {
-	return file_keyhouse_licensing_v1_internal_proto_rawDescGZIP(), []int{13}
+	return file_keyhouse_licensing_v1_internal_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ListDeletedLicensesResponse) GetKeys() []string {
@@ -708,7 +797,7 @@ type CountActiveLicensesResponse struct {
 
 func (x *CountActiveLicensesResponse) Reset() {
 	*x = CountActiveLicensesResponse{}
-	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[14]
+	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -720,7 +809,7 @@ func (x *CountActiveLicensesResponse) String() string {
 func (*CountActiveLicensesResponse) ProtoMessage() {}
 
 func (x *CountActiveLicensesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[14]
+	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -733,7 +822,7 @@ func (x *CountActiveLicensesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CountActiveLicensesResponse.ProtoReflect.Descriptor instead.
 func (*CountActiveLicensesResponse) Descriptor() ([]byte, []int) {
-	return file_keyhouse_licensing_v1_internal_proto_rawDescGZIP(), []int{14}
+	return file_keyhouse_licensing_v1_internal_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *CountActiveLicensesResponse) GetActive() int32 {
@@ -752,7 +841,7 @@ type RevokeLicenseForTenantRequest struct {
 
 func (x *RevokeLicenseForTenantRequest) Reset() {
 	*x = RevokeLicenseForTenantRequest{}
-	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[15]
+	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -764,7 +853,7 @@ func (x *RevokeLicenseForTenantRequest) String() string {
 func (*RevokeLicenseForTenantRequest) ProtoMessage() {}
 
 func (x *RevokeLicenseForTenantRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[15]
+	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -777,7 +866,7 @@ func (x *RevokeLicenseForTenantRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeLicenseForTenantRequest.ProtoReflect.Descriptor instead.
 func (*RevokeLicenseForTenantRequest) Descriptor() ([]byte, []int) {
-	return file_keyhouse_licensing_v1_internal_proto_rawDescGZIP(), []int{15}
+	return file_keyhouse_licensing_v1_internal_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *RevokeLicenseForTenantRequest) GetRevoke() *RevokeLicenseRequest {
@@ -796,7 +885,7 @@ type RevokeLicenseForTenantResponse struct {
 
 func (x *RevokeLicenseForTenantResponse) Reset() {
 	*x = RevokeLicenseForTenantResponse{}
-	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[16]
+	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -808,7 +897,7 @@ func (x *RevokeLicenseForTenantResponse) String() string {
 func (*RevokeLicenseForTenantResponse) ProtoMessage() {}
 
 func (x *RevokeLicenseForTenantResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[16]
+	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -821,7 +910,7 @@ func (x *RevokeLicenseForTenantResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeLicenseForTenantResponse.ProtoReflect.Descriptor instead.
 func (*RevokeLicenseForTenantResponse) Descriptor() ([]byte, []int) {
-	return file_keyhouse_licensing_v1_internal_proto_rawDescGZIP(), []int{16}
+	return file_keyhouse_licensing_v1_internal_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *RevokeLicenseForTenantResponse) GetStatus() string {
@@ -840,7 +929,7 @@ type UpdateLicenseTermsForTenantRequest struct {
 
 func (x *UpdateLicenseTermsForTenantRequest) Reset() {
 	*x = UpdateLicenseTermsForTenantRequest{}
-	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[17]
+	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -852,7 +941,7 @@ func (x *UpdateLicenseTermsForTenantRequest) String() string {
 func (*UpdateLicenseTermsForTenantRequest) ProtoMessage() {}
 
 func (x *UpdateLicenseTermsForTenantRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[17]
+	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -865,7 +954,7 @@ func (x *UpdateLicenseTermsForTenantRequest) ProtoReflect() protoreflect.Message
 
 // Deprecated: Use UpdateLicenseTermsForTenantRequest.ProtoReflect.Descriptor instead.
 func (*UpdateLicenseTermsForTenantRequest) Descriptor() ([]byte, []int) {
-	return file_keyhouse_licensing_v1_internal_proto_rawDescGZIP(), []int{17}
+	return file_keyhouse_licensing_v1_internal_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *UpdateLicenseTermsForTenantRequest) GetTerms() *UpdateLicenseTermsRequest {
@@ -884,7 +973,7 @@ type UpdateLicenseTermsForTenantResponse struct {
 
 func (x *UpdateLicenseTermsForTenantResponse) Reset() {
 	*x = UpdateLicenseTermsForTenantResponse{}
-	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[18]
+	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -896,7 +985,7 @@ func (x *UpdateLicenseTermsForTenantResponse) String() string {
 func (*UpdateLicenseTermsForTenantResponse) ProtoMessage() {}
 
 func (x *UpdateLicenseTermsForTenantResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[18]
+	mi := &file_keyhouse_licensing_v1_internal_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -909,7 +998,7 @@ func (x *UpdateLicenseTermsForTenantResponse) ProtoReflect() protoreflect.Messag
 
 // Deprecated: Use UpdateLicenseTermsForTenantResponse.ProtoReflect.Descriptor instead.
 func (*UpdateLicenseTermsForTenantResponse) Descriptor() ([]byte, []int) {
-	return file_keyhouse_licensing_v1_internal_proto_rawDescGZIP(), []int{18}
+	return file_keyhouse_licensing_v1_internal_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *UpdateLicenseTermsForTenantResponse) GetExpiresAt() *timestamppb.Timestamp {
@@ -951,7 +1040,12 @@ const file_keyhouse_licensing_v1_internal_proto_rawDesc = "" +
 	"\x13ClaimProductRequest\x12\x1d\n" +
 	"\n" +
 	"product_id\x18\x01 \x01(\tR\tproductId\"\x16\n" +
-	"\x14ClaimProductResponse\"\x17\n" +
+	"\x14ClaimProductResponse\"9\n" +
+	"\x18CheckProductOwnerRequest\x12\x1d\n" +
+	"\n" +
+	"product_id\x18\x01 \x01(\tR\tproductId\"1\n" +
+	"\x19CheckProductOwnerResponse\x12\x14\n" +
+	"\x05owned\x18\x01 \x01(\bR\x05owned\"\x17\n" +
 	"\x15GetSigningKeysRequest\"2\n" +
 	"\x16GetSigningKeysResponse\x12\x18\n" +
 	"\akeyring\x18\x01 \x01(\fR\akeyring\"d\n" +
@@ -973,12 +1067,14 @@ const file_keyhouse_licensing_v1_internal_proto_rawDesc = "" +
 	"\x05terms\x18\x01 \x01(\v20.keyhouse.licensing.v1.UpdateLicenseTermsRequestR\x05terms\"`\n" +
 	"#UpdateLicenseTermsForTenantResponse\x129\n" +
 	"\n" +
-	"expires_at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt2\x97\t\n" +
+	"expires_at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt2\x95\n" +
+	"\n" +
 	"\x18LicensingInternalService\x12g\n" +
 	"\n" +
 	"GetLicense\x12(.keyhouse.licensing.v1.GetLicenseRequest\x1a).keyhouse.licensing.v1.GetLicenseResponse\"\x04\x90\x82\x19\x04\x12j\n" +
 	"\vGetLicenses\x12).keyhouse.licensing.v1.GetLicensesRequest\x1a*.keyhouse.licensing.v1.GetLicensesResponse\"\x04\x90\x82\x19\x04\x12m\n" +
-	"\fClaimProduct\x12*.keyhouse.licensing.v1.ClaimProductRequest\x1a+.keyhouse.licensing.v1.ClaimProductResponse\"\x04\x90\x82\x19\x04\x12s\n" +
+	"\fClaimProduct\x12*.keyhouse.licensing.v1.ClaimProductRequest\x1a+.keyhouse.licensing.v1.ClaimProductResponse\"\x04\x90\x82\x19\x04\x12|\n" +
+	"\x11CheckProductOwner\x12/.keyhouse.licensing.v1.CheckProductOwnerRequest\x1a0.keyhouse.licensing.v1.CheckProductOwnerResponse\"\x04\x90\x82\x19\x04\x12s\n" +
 	"\x0eGetSigningKeys\x12,.keyhouse.licensing.v1.GetSigningKeysRequest\x1a-.keyhouse.licensing.v1.GetSigningKeysResponse\"\x04\x90\x82\x19\x04\x12\x8c\x01\n" +
 	"\x15IssueLicenseForTenant\x123.keyhouse.licensing.v1.IssueLicenseForTenantRequest\x1a4.keyhouse.licensing.v1.IssueLicenseForTenantResponse\"\b\x90\x82\x19\x04\x90\x83\x19\x01\x12\x8b\x01\n" +
 	"\x16RevokeLicenseForTenant\x124.keyhouse.licensing.v1.RevokeLicenseForTenantRequest\x1a5.keyhouse.licensing.v1.RevokeLicenseForTenantResponse\"\x04\x90\x82\x19\x04\x12\x9a\x01\n" +
@@ -998,7 +1094,7 @@ func file_keyhouse_licensing_v1_internal_proto_rawDescGZIP() []byte {
 	return file_keyhouse_licensing_v1_internal_proto_rawDescData
 }
 
-var file_keyhouse_licensing_v1_internal_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_keyhouse_licensing_v1_internal_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_keyhouse_licensing_v1_internal_proto_goTypes = []any{
 	(*GetLicenseRequest)(nil),                   // 0: keyhouse.licensing.v1.GetLicenseRequest
 	(*License)(nil),                             // 1: keyhouse.licensing.v1.License
@@ -1007,57 +1103,61 @@ var file_keyhouse_licensing_v1_internal_proto_goTypes = []any{
 	(*GetLicensesResponse)(nil),                 // 4: keyhouse.licensing.v1.GetLicensesResponse
 	(*ClaimProductRequest)(nil),                 // 5: keyhouse.licensing.v1.ClaimProductRequest
 	(*ClaimProductResponse)(nil),                // 6: keyhouse.licensing.v1.ClaimProductResponse
-	(*GetSigningKeysRequest)(nil),               // 7: keyhouse.licensing.v1.GetSigningKeysRequest
-	(*GetSigningKeysResponse)(nil),              // 8: keyhouse.licensing.v1.GetSigningKeysResponse
-	(*IssueLicenseForTenantRequest)(nil),        // 9: keyhouse.licensing.v1.IssueLicenseForTenantRequest
-	(*IssueLicenseForTenantResponse)(nil),       // 10: keyhouse.licensing.v1.IssueLicenseForTenantResponse
-	(*CountActiveLicensesRequest)(nil),          // 11: keyhouse.licensing.v1.CountActiveLicensesRequest
-	(*ListDeletedLicensesRequest)(nil),          // 12: keyhouse.licensing.v1.ListDeletedLicensesRequest
-	(*ListDeletedLicensesResponse)(nil),         // 13: keyhouse.licensing.v1.ListDeletedLicensesResponse
-	(*CountActiveLicensesResponse)(nil),         // 14: keyhouse.licensing.v1.CountActiveLicensesResponse
-	(*RevokeLicenseForTenantRequest)(nil),       // 15: keyhouse.licensing.v1.RevokeLicenseForTenantRequest
-	(*RevokeLicenseForTenantResponse)(nil),      // 16: keyhouse.licensing.v1.RevokeLicenseForTenantResponse
-	(*UpdateLicenseTermsForTenantRequest)(nil),  // 17: keyhouse.licensing.v1.UpdateLicenseTermsForTenantRequest
-	(*UpdateLicenseTermsForTenantResponse)(nil), // 18: keyhouse.licensing.v1.UpdateLicenseTermsForTenantResponse
-	(*timestamppb.Timestamp)(nil),               // 19: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),                     // 20: google.protobuf.Struct
-	(*wrapperspb.Int32Value)(nil),               // 21: google.protobuf.Int32Value
-	(*IssueLicenseRequest)(nil),                 // 22: keyhouse.licensing.v1.IssueLicenseRequest
-	(*RevokeLicenseRequest)(nil),                // 23: keyhouse.licensing.v1.RevokeLicenseRequest
-	(*UpdateLicenseTermsRequest)(nil),           // 24: keyhouse.licensing.v1.UpdateLicenseTermsRequest
+	(*CheckProductOwnerRequest)(nil),            // 7: keyhouse.licensing.v1.CheckProductOwnerRequest
+	(*CheckProductOwnerResponse)(nil),           // 8: keyhouse.licensing.v1.CheckProductOwnerResponse
+	(*GetSigningKeysRequest)(nil),               // 9: keyhouse.licensing.v1.GetSigningKeysRequest
+	(*GetSigningKeysResponse)(nil),              // 10: keyhouse.licensing.v1.GetSigningKeysResponse
+	(*IssueLicenseForTenantRequest)(nil),        // 11: keyhouse.licensing.v1.IssueLicenseForTenantRequest
+	(*IssueLicenseForTenantResponse)(nil),       // 12: keyhouse.licensing.v1.IssueLicenseForTenantResponse
+	(*CountActiveLicensesRequest)(nil),          // 13: keyhouse.licensing.v1.CountActiveLicensesRequest
+	(*ListDeletedLicensesRequest)(nil),          // 14: keyhouse.licensing.v1.ListDeletedLicensesRequest
+	(*ListDeletedLicensesResponse)(nil),         // 15: keyhouse.licensing.v1.ListDeletedLicensesResponse
+	(*CountActiveLicensesResponse)(nil),         // 16: keyhouse.licensing.v1.CountActiveLicensesResponse
+	(*RevokeLicenseForTenantRequest)(nil),       // 17: keyhouse.licensing.v1.RevokeLicenseForTenantRequest
+	(*RevokeLicenseForTenantResponse)(nil),      // 18: keyhouse.licensing.v1.RevokeLicenseForTenantResponse
+	(*UpdateLicenseTermsForTenantRequest)(nil),  // 19: keyhouse.licensing.v1.UpdateLicenseTermsForTenantRequest
+	(*UpdateLicenseTermsForTenantResponse)(nil), // 20: keyhouse.licensing.v1.UpdateLicenseTermsForTenantResponse
+	(*timestamppb.Timestamp)(nil),               // 21: google.protobuf.Timestamp
+	(*structpb.Struct)(nil),                     // 22: google.protobuf.Struct
+	(*wrapperspb.Int32Value)(nil),               // 23: google.protobuf.Int32Value
+	(*IssueLicenseRequest)(nil),                 // 24: keyhouse.licensing.v1.IssueLicenseRequest
+	(*RevokeLicenseRequest)(nil),                // 25: keyhouse.licensing.v1.RevokeLicenseRequest
+	(*UpdateLicenseTermsRequest)(nil),           // 26: keyhouse.licensing.v1.UpdateLicenseTermsRequest
 }
 var file_keyhouse_licensing_v1_internal_proto_depIdxs = []int32{
-	19, // 0: keyhouse.licensing.v1.License.issued_at:type_name -> google.protobuf.Timestamp
-	19, // 1: keyhouse.licensing.v1.License.expires_at:type_name -> google.protobuf.Timestamp
-	20, // 2: keyhouse.licensing.v1.License.limits:type_name -> google.protobuf.Struct
-	21, // 3: keyhouse.licensing.v1.License.max_activations:type_name -> google.protobuf.Int32Value
-	19, // 4: keyhouse.licensing.v1.License.revoked_at:type_name -> google.protobuf.Timestamp
+	21, // 0: keyhouse.licensing.v1.License.issued_at:type_name -> google.protobuf.Timestamp
+	21, // 1: keyhouse.licensing.v1.License.expires_at:type_name -> google.protobuf.Timestamp
+	22, // 2: keyhouse.licensing.v1.License.limits:type_name -> google.protobuf.Struct
+	23, // 3: keyhouse.licensing.v1.License.max_activations:type_name -> google.protobuf.Int32Value
+	21, // 4: keyhouse.licensing.v1.License.revoked_at:type_name -> google.protobuf.Timestamp
 	1,  // 5: keyhouse.licensing.v1.GetLicenseResponse.license:type_name -> keyhouse.licensing.v1.License
 	2,  // 6: keyhouse.licensing.v1.GetLicensesResponse.results:type_name -> keyhouse.licensing.v1.GetLicenseResponse
-	22, // 7: keyhouse.licensing.v1.IssueLicenseForTenantRequest.license:type_name -> keyhouse.licensing.v1.IssueLicenseRequest
-	23, // 8: keyhouse.licensing.v1.RevokeLicenseForTenantRequest.revoke:type_name -> keyhouse.licensing.v1.RevokeLicenseRequest
-	24, // 9: keyhouse.licensing.v1.UpdateLicenseTermsForTenantRequest.terms:type_name -> keyhouse.licensing.v1.UpdateLicenseTermsRequest
-	19, // 10: keyhouse.licensing.v1.UpdateLicenseTermsForTenantResponse.expires_at:type_name -> google.protobuf.Timestamp
+	24, // 7: keyhouse.licensing.v1.IssueLicenseForTenantRequest.license:type_name -> keyhouse.licensing.v1.IssueLicenseRequest
+	25, // 8: keyhouse.licensing.v1.RevokeLicenseForTenantRequest.revoke:type_name -> keyhouse.licensing.v1.RevokeLicenseRequest
+	26, // 9: keyhouse.licensing.v1.UpdateLicenseTermsForTenantRequest.terms:type_name -> keyhouse.licensing.v1.UpdateLicenseTermsRequest
+	21, // 10: keyhouse.licensing.v1.UpdateLicenseTermsForTenantResponse.expires_at:type_name -> google.protobuf.Timestamp
 	0,  // 11: keyhouse.licensing.v1.LicensingInternalService.GetLicense:input_type -> keyhouse.licensing.v1.GetLicenseRequest
 	3,  // 12: keyhouse.licensing.v1.LicensingInternalService.GetLicenses:input_type -> keyhouse.licensing.v1.GetLicensesRequest
 	5,  // 13: keyhouse.licensing.v1.LicensingInternalService.ClaimProduct:input_type -> keyhouse.licensing.v1.ClaimProductRequest
-	7,  // 14: keyhouse.licensing.v1.LicensingInternalService.GetSigningKeys:input_type -> keyhouse.licensing.v1.GetSigningKeysRequest
-	9,  // 15: keyhouse.licensing.v1.LicensingInternalService.IssueLicenseForTenant:input_type -> keyhouse.licensing.v1.IssueLicenseForTenantRequest
-	15, // 16: keyhouse.licensing.v1.LicensingInternalService.RevokeLicenseForTenant:input_type -> keyhouse.licensing.v1.RevokeLicenseForTenantRequest
-	17, // 17: keyhouse.licensing.v1.LicensingInternalService.UpdateLicenseTermsForTenant:input_type -> keyhouse.licensing.v1.UpdateLicenseTermsForTenantRequest
-	11, // 18: keyhouse.licensing.v1.LicensingInternalService.CountActiveLicenses:input_type -> keyhouse.licensing.v1.CountActiveLicensesRequest
-	12, // 19: keyhouse.licensing.v1.LicensingInternalService.ListDeletedLicenses:input_type -> keyhouse.licensing.v1.ListDeletedLicensesRequest
-	2,  // 20: keyhouse.licensing.v1.LicensingInternalService.GetLicense:output_type -> keyhouse.licensing.v1.GetLicenseResponse
-	4,  // 21: keyhouse.licensing.v1.LicensingInternalService.GetLicenses:output_type -> keyhouse.licensing.v1.GetLicensesResponse
-	6,  // 22: keyhouse.licensing.v1.LicensingInternalService.ClaimProduct:output_type -> keyhouse.licensing.v1.ClaimProductResponse
-	8,  // 23: keyhouse.licensing.v1.LicensingInternalService.GetSigningKeys:output_type -> keyhouse.licensing.v1.GetSigningKeysResponse
-	10, // 24: keyhouse.licensing.v1.LicensingInternalService.IssueLicenseForTenant:output_type -> keyhouse.licensing.v1.IssueLicenseForTenantResponse
-	16, // 25: keyhouse.licensing.v1.LicensingInternalService.RevokeLicenseForTenant:output_type -> keyhouse.licensing.v1.RevokeLicenseForTenantResponse
-	18, // 26: keyhouse.licensing.v1.LicensingInternalService.UpdateLicenseTermsForTenant:output_type -> keyhouse.licensing.v1.UpdateLicenseTermsForTenantResponse
-	14, // 27: keyhouse.licensing.v1.LicensingInternalService.CountActiveLicenses:output_type -> keyhouse.licensing.v1.CountActiveLicensesResponse
-	13, // 28: keyhouse.licensing.v1.LicensingInternalService.ListDeletedLicenses:output_type -> keyhouse.licensing.v1.ListDeletedLicensesResponse
-	20, // [20:29] is the sub-list for method output_type
-	11, // [11:20] is the sub-list for method input_type
+	7,  // 14: keyhouse.licensing.v1.LicensingInternalService.CheckProductOwner:input_type -> keyhouse.licensing.v1.CheckProductOwnerRequest
+	9,  // 15: keyhouse.licensing.v1.LicensingInternalService.GetSigningKeys:input_type -> keyhouse.licensing.v1.GetSigningKeysRequest
+	11, // 16: keyhouse.licensing.v1.LicensingInternalService.IssueLicenseForTenant:input_type -> keyhouse.licensing.v1.IssueLicenseForTenantRequest
+	17, // 17: keyhouse.licensing.v1.LicensingInternalService.RevokeLicenseForTenant:input_type -> keyhouse.licensing.v1.RevokeLicenseForTenantRequest
+	19, // 18: keyhouse.licensing.v1.LicensingInternalService.UpdateLicenseTermsForTenant:input_type -> keyhouse.licensing.v1.UpdateLicenseTermsForTenantRequest
+	13, // 19: keyhouse.licensing.v1.LicensingInternalService.CountActiveLicenses:input_type -> keyhouse.licensing.v1.CountActiveLicensesRequest
+	14, // 20: keyhouse.licensing.v1.LicensingInternalService.ListDeletedLicenses:input_type -> keyhouse.licensing.v1.ListDeletedLicensesRequest
+	2,  // 21: keyhouse.licensing.v1.LicensingInternalService.GetLicense:output_type -> keyhouse.licensing.v1.GetLicenseResponse
+	4,  // 22: keyhouse.licensing.v1.LicensingInternalService.GetLicenses:output_type -> keyhouse.licensing.v1.GetLicensesResponse
+	6,  // 23: keyhouse.licensing.v1.LicensingInternalService.ClaimProduct:output_type -> keyhouse.licensing.v1.ClaimProductResponse
+	8,  // 24: keyhouse.licensing.v1.LicensingInternalService.CheckProductOwner:output_type -> keyhouse.licensing.v1.CheckProductOwnerResponse
+	10, // 25: keyhouse.licensing.v1.LicensingInternalService.GetSigningKeys:output_type -> keyhouse.licensing.v1.GetSigningKeysResponse
+	12, // 26: keyhouse.licensing.v1.LicensingInternalService.IssueLicenseForTenant:output_type -> keyhouse.licensing.v1.IssueLicenseForTenantResponse
+	18, // 27: keyhouse.licensing.v1.LicensingInternalService.RevokeLicenseForTenant:output_type -> keyhouse.licensing.v1.RevokeLicenseForTenantResponse
+	20, // 28: keyhouse.licensing.v1.LicensingInternalService.UpdateLicenseTermsForTenant:output_type -> keyhouse.licensing.v1.UpdateLicenseTermsForTenantResponse
+	16, // 29: keyhouse.licensing.v1.LicensingInternalService.CountActiveLicenses:output_type -> keyhouse.licensing.v1.CountActiveLicensesResponse
+	15, // 30: keyhouse.licensing.v1.LicensingInternalService.ListDeletedLicenses:output_type -> keyhouse.licensing.v1.ListDeletedLicensesResponse
+	21, // [21:31] is the sub-list for method output_type
+	11, // [11:21] is the sub-list for method input_type
 	11, // [11:11] is the sub-list for extension type_name
 	11, // [11:11] is the sub-list for extension extendee
 	0,  // [0:11] is the sub-list for field type_name
@@ -1075,7 +1175,7 @@ func file_keyhouse_licensing_v1_internal_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_keyhouse_licensing_v1_internal_proto_rawDesc), len(file_keyhouse_licensing_v1_internal_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   19,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

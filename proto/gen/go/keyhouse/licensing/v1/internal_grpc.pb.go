@@ -22,6 +22,7 @@ const (
 	LicensingInternalService_GetLicense_FullMethodName                  = "/keyhouse.licensing.v1.LicensingInternalService/GetLicense"
 	LicensingInternalService_GetLicenses_FullMethodName                 = "/keyhouse.licensing.v1.LicensingInternalService/GetLicenses"
 	LicensingInternalService_ClaimProduct_FullMethodName                = "/keyhouse.licensing.v1.LicensingInternalService/ClaimProduct"
+	LicensingInternalService_CheckProductOwner_FullMethodName           = "/keyhouse.licensing.v1.LicensingInternalService/CheckProductOwner"
 	LicensingInternalService_GetSigningKeys_FullMethodName              = "/keyhouse.licensing.v1.LicensingInternalService/GetSigningKeys"
 	LicensingInternalService_IssueLicenseForTenant_FullMethodName       = "/keyhouse.licensing.v1.LicensingInternalService/IssueLicenseForTenant"
 	LicensingInternalService_RevokeLicenseForTenant_FullMethodName      = "/keyhouse.licensing.v1.LicensingInternalService/RevokeLicenseForTenant"
@@ -51,6 +52,11 @@ type LicensingInternalServiceClient interface {
 	// "product_id is owned by a different tenant" when another tenant does. Race-free:
 	// licensing's issue-license and releases' register-release share this one claim.
 	ClaimProduct(ctx context.Context, in *ClaimProductRequest, opts ...grpc.CallOption) (*ClaimProductResponse, error)
+	// Says, claiming nothing, whether product_id is the calling tenant's (owned) or no
+	// tenant's yet (not owned); PermissionDenied "product_id is owned by a different tenant"
+	// when another tenant owns it, as ClaimProduct answers. For reads and refused requests,
+	// which must leave a product no tenant owns free (activations' lease policies).
+	CheckProductOwner(ctx context.Context, in *CheckProductOwnerRequest, opts ...grpc.CallOption) (*CheckProductOwnerResponse, error)
 	// The installation's signing material (RSA key, HMAC and AES secrets), so every
 	// service that signs (releases' manifests) signs with the same key as licensing.
 	GetSigningKeys(ctx context.Context, in *GetSigningKeysRequest, opts ...grpc.CallOption) (*GetSigningKeysResponse, error)
@@ -105,6 +111,16 @@ func (c *licensingInternalServiceClient) ClaimProduct(ctx context.Context, in *C
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ClaimProductResponse)
 	err := c.cc.Invoke(ctx, LicensingInternalService_ClaimProduct_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *licensingInternalServiceClient) CheckProductOwner(ctx context.Context, in *CheckProductOwnerRequest, opts ...grpc.CallOption) (*CheckProductOwnerResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CheckProductOwnerResponse)
+	err := c.cc.Invoke(ctx, LicensingInternalService_CheckProductOwner_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -192,6 +208,11 @@ type LicensingInternalServiceServer interface {
 	// "product_id is owned by a different tenant" when another tenant does. Race-free:
 	// licensing's issue-license and releases' register-release share this one claim.
 	ClaimProduct(context.Context, *ClaimProductRequest) (*ClaimProductResponse, error)
+	// Says, claiming nothing, whether product_id is the calling tenant's (owned) or no
+	// tenant's yet (not owned); PermissionDenied "product_id is owned by a different tenant"
+	// when another tenant owns it, as ClaimProduct answers. For reads and refused requests,
+	// which must leave a product no tenant owns free (activations' lease policies).
+	CheckProductOwner(context.Context, *CheckProductOwnerRequest) (*CheckProductOwnerResponse, error)
 	// The installation's signing material (RSA key, HMAC and AES secrets), so every
 	// service that signs (releases' manifests) signs with the same key as licensing.
 	GetSigningKeys(context.Context, *GetSigningKeysRequest) (*GetSigningKeysResponse, error)
@@ -230,6 +251,9 @@ func (UnimplementedLicensingInternalServiceServer) GetLicenses(context.Context, 
 }
 func (UnimplementedLicensingInternalServiceServer) ClaimProduct(context.Context, *ClaimProductRequest) (*ClaimProductResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ClaimProduct not implemented")
+}
+func (UnimplementedLicensingInternalServiceServer) CheckProductOwner(context.Context, *CheckProductOwnerRequest) (*CheckProductOwnerResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CheckProductOwner not implemented")
 }
 func (UnimplementedLicensingInternalServiceServer) GetSigningKeys(context.Context, *GetSigningKeysRequest) (*GetSigningKeysResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetSigningKeys not implemented")
@@ -321,6 +345,24 @@ func _LicensingInternalService_ClaimProduct_Handler(srv interface{}, ctx context
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(LicensingInternalServiceServer).ClaimProduct(ctx, req.(*ClaimProductRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _LicensingInternalService_CheckProductOwner_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CheckProductOwnerRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LicensingInternalServiceServer).CheckProductOwner(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: LicensingInternalService_CheckProductOwner_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LicensingInternalServiceServer).CheckProductOwner(ctx, req.(*CheckProductOwnerRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -451,6 +493,10 @@ var LicensingInternalService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ClaimProduct",
 			Handler:    _LicensingInternalService_ClaimProduct_Handler,
+		},
+		{
+			MethodName: "CheckProductOwner",
+			Handler:    _LicensingInternalService_CheckProductOwner_Handler,
 		},
 		{
 			MethodName: "GetSigningKeys",
