@@ -5,7 +5,6 @@ package edge
 
 import (
 	"context"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/netip"
@@ -206,12 +205,13 @@ func openAPIDocument(w http.ResponseWriter, _ *http.Request, _ map[string]string
 
 // readRawBody starts a raw-body route the way a generated handler starts: the request is
 // annotated for method (metadata, deadline, route pattern) and its whole body read, capped
-// by withBodyLimit. When ok is false the error (413, 408, …) has been written.
+// by withBodyLimit. When ok is false the error (413, 408, 400 Invalid gzip body, …) has
+// been written.
 func readRawBody(mux *runtime.ServeMux, w http.ResponseWriter, r *http.Request, method, pattern string) (ctx context.Context, out runtime.Marshaler, body []byte, ok bool) {
 	_, out = runtime.MarshalerForRequest(mux, r)
 	ctx, err := runtime.AnnotateContext(r.Context(), mux, r, method, runtime.WithHTTPPathPattern(pattern))
 	if err == nil {
-		body, err = io.ReadAll(r.Body)
+		body, err = readRequestBody(r)
 	}
 	if err != nil {
 		runtime.HTTPError(ctx, mux, out, w, r, err)
