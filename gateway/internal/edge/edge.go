@@ -16,6 +16,7 @@ import (
 	"github.com/keyhouse/keyhouse/gateway/internal/openapi"
 	"github.com/keyhouse/keyhouse/pkg/buildinfo"
 	"github.com/keyhouse/keyhouse/pkg/grpcx"
+	"github.com/keyhouse/keyhouse/pkg/idempotency"
 	"github.com/keyhouse/keyhouse/pkg/telemetry"
 	accountsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/accounts/v1"
 	apiv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/api/v1"
@@ -151,12 +152,24 @@ func newServeMux(marshaler runtime.Marshaler) *runtime.ServeMux {
 		runtime.WithIncomingHeaderMatcher(incomingHeader),
 		runtime.WithOutgoingHeaderMatcher(func(string) (string, bool) { return "", false }),
 		runtime.WithOutgoingTrailerMatcher(func(string) (string, bool) { return "", false }),
-		runtime.WithMetadata(func(ctx context.Context, _ *http.Request) metadata.MD {
-			return metadata.Pairs(grpcx.RequestIDHeader, telemetry.RequestID(ctx))
-		}),
+		runtime.WithMetadata(serviceMetadata),
 		runtime.WithMiddlewares(recordRoute),
 		runtime.WithForwardResponseOption(noStoreSecrets),
 	)
+}
+
+// serviceMetadata is the metadata every call carries besides the allowed headers
+// (incomingHeader): the request id, and an Idempotency-Key that grpc-gateway cannot pass
+// as text (it logs and drops a value outside printable ASCII), passed byte for byte as
+// binary metadata so the service refuses it instead of creating without a key.
+func serviceMetadata(ctx context.Context, r *http.Request) metadata.MD {
+	md := metadata.Pairs(grpcx.RequestIDHeader, telemetry.RequestID(ctx))
+	for _, k := range r.Header.Values("Idempotency-Key") {
+		if !idempotency.Printable(k) {
+			md.Append(idempotency.BinaryHeader, k)
+		}
+	}
+	return md
 }
 
 // spanName keeps span cardinality bounded: path segments after the route (license keys,
