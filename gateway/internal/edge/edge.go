@@ -68,12 +68,14 @@ func New(ctx context.Context, opts Options) (http.Handler, error) {
 		root.Handle("/", h)
 		h = root
 	}
+	h = withCanonicalPaths(opts.Pages != nil, h)
 	h = withHotRoutes(hot, h)
 	h = withBudget(opts.RequestTimeout, h)
 	if opts.RateLimit != nil {
 		h = opts.RateLimit(h)
 	}
 	h = withHeadAsGet(h)
+	h = withOneAuthorization(h)
 	h = withBodyLimit(h)
 	h = withAccessLog(opts.Log, opts.TrustedProxies, h)
 	h = withMetrics(h)
