@@ -50,6 +50,12 @@ const TTL = 24 * time.Hour
 // internal gRPC callers (the storefront) set it themselves.
 const Header = "idempotency-key"
 
+// BinaryHeader carries, byte for byte, an Idempotency-Key that gRPC text metadata cannot
+// (a byte outside printable ASCII, see Printable): the gateway forwards such a key here
+// instead of dropping it, so Key refuses it and the call creates nothing, rather than
+// going ahead as a call without a key that a retry would repeat.
+const BinaryHeader = "idempotency-key-bin"
+
 // MaxKeyLen bounds the key a client may send.
 const MaxKeyLen = 255
 
@@ -62,19 +68,50 @@ var ErrReused = apierr.Conflict("Idempotency-Key reused with a different request
 // TestEveryReaderOfTheKeyIsADeclaredMethod holds every call of Key in the repository to
 // that rule in make test; the check at run time stays as the safe answer (an error, and
 // nothing created) should a call escape it.
+//
+// A key is 1 to MaxKeyLen printable ASCII characters (space to ~, what gRPC metadata
+// carries as text) once the spaces at its ends are trimmed. A key sent but not so, or sent
+// twice, is refused (400) before anything is done: a key that cannot be honoured must not
+// let the call go ahead without one.
 func Key(ctx context.Context) (string, error) {
 	if err := declared(ctx); err != nil {
 		return "", err
 	}
-	v := metadata.ValueFromIncomingContext(ctx, Header)
-	if len(v) == 0 {
+	sent := append(metadata.ValueFromIncomingContext(ctx, Header), metadata.ValueFromIncomingContext(ctx, BinaryHeader)...)
+	switch {
+	case len(sent) == 0:
 		return "", nil
+	case len(sent) > 1:
+		return "", apierr.Invalid("Idempotency-Key must be sent once")
+	case !Printable(sent[0]):
+		return "", apierr.Invalid("Idempotency-Key must be printable ASCII")
 	}
-	k := strings.TrimSpace(v[0])
+	k := strings.TrimSpace(sent[0])
+	if k == "" {
+		return "", apierr.Invalid("Idempotency-Key must not be blank")
+	}
 	if len(k) > MaxKeyLen {
 		return "", apierr.Invalid("Idempotency-Key must be at most %d characters", MaxKeyLen)
 	}
 	return k, nil
+}
+
+// Printable reports whether every byte of k is printable ASCII (0x20 to 0x7E): what gRPC
+// metadata carries as text, and so what the gateway forwards as Header (anything else it
+// forwards as BinaryHeader).
+func Printable(k string) bool {
+	for i := 0; i < len(k); i++ {
+		if k[i] < 0x20 || k[i] > 0x7E {
+			return false
+		}
+	}
+	return true
+}
+
+// Sent reports whether md carries an Idempotency-Key, in either form: such a call must
+// reach a method that reads it with Key, not a path that drops metadata (a batch).
+func Sent(md metadata.MD) bool {
+	return len(md.Get(Header)) > 0 || len(md.Get(BinaryHeader)) > 0
 }
 
 // declared refuses a gRPC method that reads the key without declaring that it does. A

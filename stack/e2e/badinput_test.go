@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 	"unicode/utf8"
+
+	"github.com/keyhouse/keyhouse/stack"
 )
 
 // Bad input at the edge (issue 9's black-box probe): every case is a clear 4xx with an
@@ -117,6 +119,33 @@ func TestGzipBodiesAreDecodedOtherEncodingsAre415(t *testing.T) {
 	// The 1 MiB cap holds for what the gzip body expands to.
 	bomb := `{"key":"` + strings.Repeat("A", 2<<20) + `"}`
 	c.Do(http.MethodPost, "/v1/verify-license", gz(t, bomb), "Content-Encoding", "gzip").ExpectError(t, 413, "Request body too large")
+}
+
+// A gzip body that does not decompress (not gzip at all, or a stream cut short) is the
+// same 400 on the routes that read their raw bytes as on every other: validate-license
+// and the two webhooks answered 500. validate-license answers valid false for a body it
+// cannot validate; one it cannot read at all is refused as on every route, like an
+// unsupported encoding (415) or a body over the cap (413).
+func TestABadGzipBodyIsA400OnTheRawBodyRoutesToo(t *testing.T) {
+	t.Parallel()
+	whole := gz(t, `{"key":"K","instance_id":"host"}`)
+	bad := map[string][]byte{"not gzip": []byte("nope"), "truncated": whole[:len(whole)-10]}
+	for mode, s := range map[string]*stack.Stack{"self-hosted": selfHosted(t), "hosted": hosted(t)} {
+		for name, body := range bad {
+			for _, path := range []string{"/v1/validate-license", "/v1/webhooks/billing", "/v1/webhooks/storefront/wh_probe", "/v1/verify-license"} {
+				t.Run(mode+" "+name+" "+path, func(t *testing.T) {
+					anon(t, s).Do(http.MethodPost, path, body, "Content-Encoding", "gzip").ExpectError(t, 400, "Invalid gzip body")
+				})
+			}
+		}
+	}
+	// A gzip body that does decompress is validated as the plain one is.
+	s := selfHosted(t)
+	a, c := admin(t, s), anon(t, s)
+	key := issueLicense(t, a, lic(product("gzip-validate")))
+	seat(t, c, key, "host-a")
+	c.Do(http.MethodPost, "/v1/validate-license", gz(t, `{"key":"`+key+`","instance_id":"host-a"}`), "Content-Encoding", "gzip").
+		ExpectBody(t, `{"valid":true}`)
 }
 
 func TestHeadAnswersAsGetWithoutABody(t *testing.T) {

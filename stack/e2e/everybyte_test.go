@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/keyhouse/keyhouse/stack"
 )
 
 // Issue 25, "every byte handled": the probe's cases (and their neighbours) answer a clear
@@ -135,4 +137,68 @@ func TestEveryByte_ConsoleAndPortal(t *testing.T) {
 	c.get("/console/storefront?outcome=%01").expect(t, 400, "outcome must not contain control characters")
 	// Nothing above changed the license; the console still works.
 	c.get("/console/licenses/"+key).expect(t, 200, key)
+}
+
+// A /v1 path with an empty, . or .. segment is a JSON 400 in the words of the other URL
+// refusals; it was http.ServeMux's 307 with an HTML body, which sent a POST on to the
+// route its cleaned path named (/v1/webhook-endpoints/../update to /v1/update).
+func TestEveryByte_DotAndEmptyPathSegmentsAreA400(t *testing.T) {
+	t.Parallel()
+	s := selfHosted(t)
+	a := admin(t, s)
+	const badPath = "Invalid URL: the path has an empty, . or .. segment"
+	for _, tc := range []struct{ method, path string }{
+		{http.MethodGet, "/v1/products/../policies"},
+		{http.MethodPost, "/v1/webhook-endpoints/../update"},
+		{http.MethodGet, "//v1/list-licenses"},
+		{http.MethodGet, "/v1/./list-licenses"},
+		{http.MethodPost, "/console/../v1/issue-license"},
+	} {
+		r := a.Do(tc.method, tc.path, nil)
+		if r.Header.Get("Location") != "" {
+			t.Errorf("%s %s: redirected to %s", tc.method, tc.path, r.Header.Get("Location"))
+		}
+		r.ExpectError(t, 400, badPath)
+	}
+	a.Get("/v1/list-licenses").Expect(t, 200)
+}
+
+// Two Authorization headers are a 400, whichever comes first: the edge judged the first
+// (valid then wrong was a 200, wrong then valid a 403), and a proxy in front may judge
+// the other (Authorization is not a list header, RFC 9110).
+func TestEveryByte_TwoAuthorizationHeadersAreA400(t *testing.T) {
+	t.Parallel()
+	self, multi := selfHosted(t), hosted(t)
+	for mode, s := range map[string]*stack.Stack{"self-hosted": self, "hosted": multi} {
+		who := admin(t, s)
+		if s == multi {
+			who = newTenant(t, s)
+		}
+		valid := "Bearer " + who.Token
+		for _, order := range [][]string{{valid, "Bearer wrong"}, {"Bearer wrong", valid}, {valid, valid}} {
+			for _, route := range []struct{ method, path, body string }{
+				{http.MethodGet, "/v1/list-licenses", ""},
+				{http.MethodPost, "/v1/verify-license", `{"key":"NOPE"}`},
+			} {
+				req, err := http.NewRequest(route.method, s.URL+route.path, strings.NewReader(route.body))
+				if err != nil {
+					t.Fatal(err)
+				}
+				req.Header.Set("X-Forwarded-For", anon(t, s).IP)
+				for _, v := range order {
+					req.Header.Add("Authorization", v)
+				}
+				resp, err := httpClient.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				body, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if got := fmt.Sprintf("%d %s", resp.StatusCode, body); got != `400 {"error":"Authorization must be sent once"}` {
+					t.Errorf("%s %s %s with %d Authorization headers: %s", mode, route.method, route.path, len(order), got)
+				}
+			}
+		}
+		who.Get("/v1/list-licenses").Expect(t, 200) // one header is judged as before
+	}
 }

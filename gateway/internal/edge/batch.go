@@ -64,7 +64,7 @@ func newBatchedActivations(client activationsv1.ActivationsServiceClient) *batch
 func olderService(err error) bool { return status.Code(err) == codes.Unimplemented }
 
 func (b *batchedActivations) TrackUsage(ctx context.Context, req *activationsv1.TrackUsageRequest, _ ...grpc.CallOption) (*activationsv1.TrackUsageResponse, error) {
-	if md, _ := metadata.FromOutgoingContext(ctx); len(md.Get(idempotency.Header)) > 0 {
+	if md, _ := metadata.FromOutgoingContext(ctx); idempotency.Sent(md) {
 		// The key travels as the call's metadata, which a batch item does not carry.
 		return b.ActivationsServiceClient.TrackUsage(ctx, req)
 	}

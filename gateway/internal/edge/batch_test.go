@@ -3,7 +3,12 @@ package edge
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -405,7 +410,7 @@ type trackOnlyService struct {
 
 func (s *trackOnlyService) TrackUsage(ctx context.Context, req *activationsv1.TrackUsageRequest, _ ...grpc.CallOption) (*activationsv1.TrackUsageResponse, error) {
 	md, _ := metadata.FromOutgoingContext(ctx)
-	s.keys <- md.Get(idempotency.Header)
+	s.keys <- append(md.Get(idempotency.Header), md.Get(idempotency.BinaryHeader)...)
 	return &activationsv1.TrackUsageResponse{Ok: true, Metric: req.GetMetric(), Usage: 1}, nil
 }
 
@@ -420,5 +425,44 @@ func TestBatchedCallWithAnIdempotencyKeyGoesAloneWithIt(t *testing.T) {
 	}
 	if got := <-svc.keys; len(got) != 1 || got[0] != "k-1" {
 		t.Fatalf("the call carried %v, want [k-1]", got)
+	}
+	// A key gRPC text metadata cannot carry goes as binary metadata, and alone too: the
+	// service refuses it (a batch item would have been applied without a key).
+	ctx = metadata.AppendToOutgoingContext(context.Background(), idempotency.BinaryHeader, "ünï")
+	if _, err := trackVia(b, ctx, "K"); err != nil {
+		t.Fatal(err)
+	}
+	if got := <-svc.keys; len(got) != 1 || got[0] != "ünï" {
+		t.Fatalf("the call carried %v, want [ünï]", got)
+	}
+}
+
+// An Idempotency-Key grpc-gateway cannot pass as text metadata (it logs and drops a value
+// outside printable ASCII) reaches the service as binary metadata, byte for byte, so the
+// service refuses it; a printable key goes as text, as before.
+func TestAnIdempotencyKeyTextMetadataCannotCarryReachesTheService(t *testing.T) {
+	t.Parallel()
+	got := make(chan metadata.MD, 1)
+	h, err := New(context.Background(), Options{Log: slog.New(slog.DiscardHandler), Conns: serveBackends(t, func(_ any, stream grpc.ServerStream) error {
+		md, _ := metadata.FromIncomingContext(stream.Context())
+		got <- md
+		return status.Error(codes.InvalidArgument, "refused")
+	})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for key, want := range map[string]metadata.MD{
+		"ünï":        {idempotency.BinaryHeader: {"ünï"}},
+		"order 1001": {idempotency.Header: {"order 1001"}},
+	} {
+		r := httptest.NewRequest(http.MethodPost, "/v1/issue-license", strings.NewReader(`{"product_id":"p"}`))
+		r.Header.Set("Idempotency-Key", key)
+		h.ServeHTTP(httptest.NewRecorder(), r)
+		md := <-got
+		for _, k := range []string{idempotency.Header, idempotency.BinaryHeader} {
+			if !slices.Equal(md.Get(k), want.Get(k)) {
+				t.Errorf("key %q: %s %q, want %q", key, k, md.Get(k), want.Get(k))
+			}
+		}
 	}
 }

@@ -6,10 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"strings"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/keyhouse/keyhouse/pkg/input"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 )
@@ -29,18 +32,47 @@ const invalidJSON = "Invalid JSON body"
 // An empty body is io.EOF, which the generated handlers treat as an empty request.
 func (m *jsonMarshaler) NewDecoder(r io.Reader) runtime.Decoder {
 	return runtime.DecoderFunc(func(v any) error {
-		body, err := io.ReadAll(r)
+		body, err := readBody(r)
 		if err != nil {
-			// The body cap (413) and a stalled client (408) are flagged on the request
-			// and answered by the error handler. The error's own text names addresses
-			// ("read tcp 10.0.0.1:8080->…"), so it never reaches the client.
-			if errors.Is(err, errBadGzip) {
-				return errors.New("Invalid gzip body")
-			}
-			return errors.New("Request body could not be read")
+			return err
 		}
 		return m.decode(body, v)
 	})
+}
+
+// The answers to a request body that cannot be read (400), on every route.
+const (
+	invalidGzip    = "Invalid gzip body"
+	unreadableBody = "Request body could not be read"
+)
+
+// readBody reads a whole request body (the 1 MiB cap bounds it): the one read of the
+// decoder and of the routes that take the raw bytes (validate-license, the webhooks), so
+// each words a failure the same way. The error's text is the client's answer: a gzip
+// Content-Encoding that does not decompress is invalidGzip, anything else unreadableBody.
+// The body cap (413) and a stalled client (408) are flagged on the request and answered
+// by the error handler before it looks at this text. The read error's own text names
+// addresses ("read tcp 10.0.0.1:8080->…"), so it never reaches the client.
+func readBody(r io.Reader) ([]byte, error) {
+	body, err := io.ReadAll(r)
+	switch {
+	case err == nil:
+		return body, nil
+	case errors.Is(err, errBadGzip):
+		return nil, errors.New(invalidGzip)
+	default:
+		return nil, errors.New(unreadableBody)
+	}
+}
+
+// readRequestBody is readBody for a handler that answers through the error handler: its
+// error is the 400 status the generated handlers make of a decoder's error.
+func readRequestBody(r *http.Request) ([]byte, error) {
+	body, err := readBody(r.Body)
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	return body, nil
 }
 
 func (m *jsonMarshaler) decode(body []byte, v any) error {

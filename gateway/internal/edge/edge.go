@@ -5,7 +5,6 @@ package edge
 
 import (
 	"context"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/netip"
@@ -17,6 +16,7 @@ import (
 	"github.com/keyhouse/keyhouse/gateway/internal/openapi"
 	"github.com/keyhouse/keyhouse/pkg/buildinfo"
 	"github.com/keyhouse/keyhouse/pkg/grpcx"
+	"github.com/keyhouse/keyhouse/pkg/idempotency"
 	"github.com/keyhouse/keyhouse/pkg/telemetry"
 	accountsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/accounts/v1"
 	apiv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/api/v1"
@@ -68,12 +68,14 @@ func New(ctx context.Context, opts Options) (http.Handler, error) {
 		root.Handle("/", h)
 		h = root
 	}
+	h = withCanonicalPaths(opts.Pages != nil, h)
 	h = withHotRoutes(hot, h)
 	h = withBudget(opts.RequestTimeout, h)
 	if opts.RateLimit != nil {
 		h = opts.RateLimit(h)
 	}
 	h = withHeadAsGet(h)
+	h = withOneAuthorization(h)
 	h = withBodyLimit(h)
 	h = withAccessLog(opts.Log, opts.TrustedProxies, h)
 	h = withMetrics(h)
@@ -152,12 +154,24 @@ func newServeMux(marshaler runtime.Marshaler) *runtime.ServeMux {
 		runtime.WithIncomingHeaderMatcher(incomingHeader),
 		runtime.WithOutgoingHeaderMatcher(func(string) (string, bool) { return "", false }),
 		runtime.WithOutgoingTrailerMatcher(func(string) (string, bool) { return "", false }),
-		runtime.WithMetadata(func(ctx context.Context, _ *http.Request) metadata.MD {
-			return metadata.Pairs(grpcx.RequestIDHeader, telemetry.RequestID(ctx))
-		}),
+		runtime.WithMetadata(serviceMetadata),
 		runtime.WithMiddlewares(recordRoute),
 		runtime.WithForwardResponseOption(noStoreSecrets),
 	)
+}
+
+// serviceMetadata is the metadata every call carries besides the allowed headers
+// (incomingHeader): the request id, and an Idempotency-Key that grpc-gateway cannot pass
+// as text (it logs and drops a value outside printable ASCII), passed byte for byte as
+// binary metadata so the service refuses it instead of creating without a key.
+func serviceMetadata(ctx context.Context, r *http.Request) metadata.MD {
+	md := metadata.Pairs(grpcx.RequestIDHeader, telemetry.RequestID(ctx))
+	for _, k := range r.Header.Values("Idempotency-Key") {
+		if !idempotency.Printable(k) {
+			md.Append(idempotency.BinaryHeader, k)
+		}
+	}
+	return md
 }
 
 // spanName keeps span cardinality bounded: path segments after the route (license keys,
@@ -206,12 +220,13 @@ func openAPIDocument(w http.ResponseWriter, _ *http.Request, _ map[string]string
 
 // readRawBody starts a raw-body route the way a generated handler starts: the request is
 // annotated for method (metadata, deadline, route pattern) and its whole body read, capped
-// by withBodyLimit. When ok is false the error (413, 408, …) has been written.
+// by withBodyLimit. When ok is false the error (413, 408, 400 Invalid gzip body, …) has
+// been written.
 func readRawBody(mux *runtime.ServeMux, w http.ResponseWriter, r *http.Request, method, pattern string) (ctx context.Context, out runtime.Marshaler, body []byte, ok bool) {
 	_, out = runtime.MarshalerForRequest(mux, r)
 	ctx, err := runtime.AnnotateContext(r.Context(), mux, r, method, runtime.WithHTTPPathPattern(pattern))
 	if err == nil {
-		body, err = io.ReadAll(r.Body)
+		body, err = readRequestBody(r)
 	}
 	if err != nil {
 		runtime.HTTPError(ctx, mux, out, w, r, err)

@@ -112,7 +112,7 @@ func serveHot[Req any, PReq interface {
 
 func (h *hotRoutes) validateLicense(w http.ResponseWriter, r *http.Request) {
 	ctx := h.begin(r, ValidateLicensePath, activationsv1.ActivationsService_ValidateLicense_FullMethodName)
-	body, err := io.ReadAll(r.Body)
+	body, err := readRequestBody(r)
 	if err != nil {
 		runtime.HTTPError(ctx, h.mux, h.marshaler, w, r, err)
 		return

@@ -6,6 +6,8 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"path"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/keyhouse/keyhouse/pkg/input"
@@ -31,6 +33,61 @@ func withInputPolicy(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if msg := urlProblem(r.URL.Path, r.URL.RawQuery); msg != "" {
 			writeError(w, http.StatusBadRequest, msg, nil)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// withCanonicalPaths refuses a path with an empty, "." or ".." segment ("//v1/…",
+// "/v1/products/../policies"), exactly the paths http.ServeMux would redirect to their
+// cleaned form: the root mux in front of the pages answered them with a 307 and an HTML
+// body, and sent a POST on to whatever route the cleaned path named. A path that cleans
+// to the console's or the portal's (pages) keeps ServeMux's redirect, as a web page's
+// link may.
+func withCanonicalPaths(pages bool, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodConnect {
+			// The escaped path, as ServeMux compares it: an escaped slash is a segment's
+			// data (a key), not a segment boundary.
+			escaped := r.URL.EscapedPath()
+			if clean := cleanPath(escaped); clean != escaped && !(pages && isPagePath(clean)) {
+				writeError(w, http.StatusBadRequest, "Invalid URL: the path has an empty, . or .. segment", nil)
+				return
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// cleanPath is http.ServeMux's canonical path of p: p cleaned by path.Clean, a trailing
+// slash kept.
+func cleanPath(p string) string {
+	if p == "" {
+		return "/"
+	}
+	if p[0] != '/' {
+		p = "/" + p
+	}
+	np := path.Clean(p)
+	if p[len(p)-1] == '/' && np != "/" {
+		np += "/"
+	}
+	return np
+}
+
+// isPagePath: p is the console's or the portal's (Options.Pages).
+func isPagePath(p string) bool {
+	return p == "/console" || strings.HasPrefix(p, "/console/") || strings.HasPrefix(p, "/portal/")
+}
+
+// withOneAuthorization refuses a request with more than one Authorization header.
+// Authorization is not a list header (RFC 9110), so two are ambiguous: the services and
+// admission control judged the first, and a proxy in front may judge another.
+func withOneAuthorization(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if len(r.Header.Values("Authorization")) > 1 {
+			writeError(w, http.StatusBadRequest, "Authorization must be sent once", nil)
 			return
 		}
 		next.ServeHTTP(w, r)

@@ -213,7 +213,7 @@ func errorStatuses(op operation, m method, generated bool) map[int][]string {
 		out[503] = append(out[503], "A service behind the route is unavailable or lost a race with a concurrent update; retrying is correct.")
 	}
 	if m.idempotencyKey {
-		out[400] = append(out[400], "Idempotency-Key must be at most 255 characters.")
+		out[400] = append(out[400], "Idempotency-Key must be at most 255 characters; Idempotency-Key must be printable ASCII; Idempotency-Key must not be blank; Idempotency-Key must be sent once.")
 		out[409] = append(out[409], "Idempotency-Key reused with a different request.")
 	}
 	for _, e := range m.httpErrors {
