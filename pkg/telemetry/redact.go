@@ -2,6 +2,7 @@ package telemetry
 
 import (
 	"log/slog"
+	"path"
 	"strings"
 )
 
@@ -83,7 +84,25 @@ var pathSecrets = []struct {
 // RedactPath hides the portal token and masks the license key in a request path, so the
 // access log can name the route without holding the credential. fullLicenseKeys leaves
 // keys whole (LOG_LICENSE_KEYS=full); portal tokens are hidden regardless.
-func RedactPath(path string, fullLicenseKeys bool) string {
+//
+// A path with an empty, "." or ".." segment (//v1/admin/license/KEY, /portal/TOKEN/..)
+// names a route only once cleaned; the gateway refuses it, and its line logs the cleaned
+// path, redacted, never the path as sent, which held the key or token where no prefix
+// matched.
+func RedactPath(p string, fullLicenseKeys bool) string {
+	if redacted, ok := redactRoute(p, fullLicenseKeys); ok {
+		return redacted
+	}
+	if cleaned := path.Clean(p); cleaned != p && cleaned != strings.TrimSuffix(p, "/") {
+		redacted, _ := redactRoute(cleaned, fullLicenseKeys)
+		return redacted
+	}
+	return p
+}
+
+// redactRoute is RedactPath for a path as the routes spell it: ok when a prefix of
+// pathSecrets matched.
+func redactRoute(path string, fullLicenseKeys bool) (string, bool) {
 	for _, p := range pathSecrets {
 		rest, ok := strings.CutPrefix(path, p.prefix)
 		if !ok || rest == "" {
@@ -101,7 +120,7 @@ func RedactPath(path string, fullLicenseKeys bool) string {
 		case !fullLicenseKeys:
 			segment = MaskLicenseKey(segment)
 		}
-		return p.prefix + segment + tail
+		return p.prefix + segment + tail, true
 	}
-	return path
+	return path, false
 }

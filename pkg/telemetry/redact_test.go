@@ -22,6 +22,15 @@ func TestRedactPath(t *testing.T) {
 		{"/console/licenses/new", "/console/licenses/new", "/console/licenses/new"},
 		{"/v1/verify-license", "/v1/verify-license", "/v1/verify-license"},
 		{"/portal/", "/portal/", "/portal/"},
+		// Paths the gateway refuses for their empty, . or .. segments log cleaned.
+		{"//v1/admin/license/" + key, "/v1/admin/license/M8PF…9XYZ", "/v1/admin/license/" + key},
+		{"/v1//export-license/" + key + "/file", "/v1/export-license/M8PF…9XYZ/file", "/v1/export-license/" + key + "/file"},
+		{"/v1/./list-activations/" + key, "/v1/list-activations/M8PF…9XYZ", "/v1/list-activations/" + key},
+		{"//portal/29Oa1ZvSecretToken", "/portal/[redacted]", "/portal/[redacted]"},
+		{"/x/../portal/29Oa1ZvSecretToken/seats", "/portal/[redacted]/seats", "/portal/[redacted]/seats"},
+		{"/portal/29Oa1ZvSecretToken/..", "/portal/[redacted]/..", "/portal/[redacted]/.."},
+		{"/v1/export-license/" + key + "/../..", "/v1/export-license/M8PF…9XYZ/../..", "/v1/export-license/" + key + "/../.."},
+		{"/v1/verify-license/", "/v1/verify-license/", "/v1/verify-license/"},
 	}
 	for _, c := range cases {
 		if got := RedactPath(c.path, false); got != c.masked {
