@@ -21,8 +21,8 @@ const invalidJSON = "Invalid JSON body"
 // (the 1 MiB cap bounds it) and refuses, each as a 400 "Invalid JSON body…":
 //   - a syntax error, worded by encoding/json whatever the position;
 //   - anything after the one JSON value (`{"key":"A"}{"key":"B"}`): "Invalid JSON body";
-//   - a string where the message declares a number (protojson takes "5" for 5; api.md
-//     says number);
+//   - a string where the message declares a number, a wrapper type's included (protojson
+//     takes "5" for 5; api.md says number);
 //   - what protojson refuses (wrong types, invalid UTF-8, a lone surrogate), its message
 //     cleaned of parser positions.
 //
@@ -176,17 +176,39 @@ func noStringNumbers(raw json.RawMessage, md protoreflect.MessageDescriptor) err
 }
 
 func checkValue(v json.RawMessage, fd protoreflect.FieldDescriptor) error {
-	switch fd.Kind() {
-	case protoreflect.MessageKind:
-		if fd.Message().FullName().Parent() == "google.protobuf" {
-			return nil // Value, Struct, wrappers: their own JSON rules
+	kind := fd.Kind()
+	if kind == protoreflect.MessageKind {
+		inner, wrapper := wrappedKind(fd.Message())
+		switch {
+		case wrapper:
+			// A wrapper is written as its value (expire_old_after_seconds: 3600), and
+			// protojson takes "3600" for it as for a plain int64.
+			kind = inner
+		case fd.Message().FullName().Parent() == "google.protobuf":
+			return nil // Value, Struct, ListValue, Timestamp: their own JSON rules
+		default:
+			return noStringNumbers(v, fd.Message())
 		}
-		return noStringNumbers(v, fd.Message())
+	}
+	switch kind {
 	case protoreflect.StringKind, protoreflect.BytesKind, protoreflect.BoolKind, protoreflect.EnumKind:
 		return nil
 	}
 	if len(v) > 0 && v[0] == '"' {
-		return fmt.Errorf("%s: invalid value for %s field %s: %s", invalidJSON, fd.Kind(), fd.TextName(), v)
+		return fmt.Errorf("%s: invalid value for %s field %s: %s", invalidJSON, kind, fd.TextName(), v)
 	}
 	return nil
+}
+
+// wrappedKind is the kind of a wrapper type's value (google.protobuf.Int64Value: int64);
+// wrapper is false for any other message.
+func wrappedKind(md protoreflect.MessageDescriptor) (kind protoreflect.Kind, wrapper bool) {
+	switch md.FullName() {
+	case "google.protobuf.DoubleValue", "google.protobuf.FloatValue",
+		"google.protobuf.Int64Value", "google.protobuf.UInt64Value",
+		"google.protobuf.Int32Value", "google.protobuf.UInt32Value",
+		"google.protobuf.BoolValue", "google.protobuf.StringValue", "google.protobuf.BytesValue":
+		return md.Fields().ByName("value").Kind(), true
+	}
+	return 0, false
 }

@@ -8,6 +8,8 @@ import (
 	"unicode/utf8"
 
 	activationsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/activations/v1"
+	eventsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/events/v1"
+	licensingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1"
 	releasesv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/releases/v1"
 	"google.golang.org/protobuf/proto"
 )
@@ -41,6 +43,34 @@ func TestDecoderRefusesWhatTheBlackBoxProbeFoundWithOneWording(t *testing.T) {
 				t.Fatalf("error handler rewrote %q to %q", tc.want, got)
 			}
 		})
+	}
+}
+
+// A wrapper-typed number (google.protobuf.Int64Value) takes a string no more than a plain
+// one: api.md says number for both, and the refusal is worded the same.
+func TestDecoderRefusesAStringForAWrapperTypedNumberAsForAPlainOne(t *testing.T) {
+	m := newJSONMarshaler()
+	for _, tc := range []struct {
+		body string
+		into proto.Message
+		want string
+	}{
+		{`{"lease_ttl_seconds":"3600"}`, &activationsv1.PutLeasePolicyRequest{}, `Invalid JSON body: invalid value for int64 field lease_ttl_seconds: "3600"`},
+		{`{"retire_after_seconds":"3600"}`, &activationsv1.RotateLeaseKeysRequest{}, `Invalid JSON body: invalid value for int64 field retire_after_seconds: "3600"`},
+		{`{"expire_old_after_seconds":"3600"}`, &eventsv1.RollWebhookEndpointSecretRequest{}, `Invalid JSON body: invalid value for int64 field expire_old_after_seconds: "3600"`},
+		{`{"max_activations":"5"}`, &licensingv1.UpdateLicenseTermsRequest{}, ""}, // a google.protobuf.Value: the service words it
+	} {
+		err := m.NewDecoder(strings.NewReader(tc.body)).Decode(tc.into)
+		if tc.want == "" && err != nil || tc.want != "" && (err == nil || err.Error() != tc.want) {
+			t.Errorf("decode %s: %v, want %q", tc.body, err, tc.want)
+		}
+	}
+	var roll eventsv1.RollWebhookEndpointSecretRequest
+	if err := m.NewDecoder(strings.NewReader(`{"expire_old_after_seconds":3600}`)).Decode(&roll); err != nil || roll.GetExpireOldAfterSeconds().GetValue() != 3600 {
+		t.Fatalf("a number: %v, %v", err, &roll)
+	}
+	if err := m.NewDecoder(strings.NewReader(`{"expire_old_after_seconds":null}`)).Decode(&roll); err != nil || roll.ExpireOldAfterSeconds != nil {
+		t.Fatalf("null: %v, %v", err, &roll)
 	}
 }
 
