@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"compress/gzip"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -86,6 +87,64 @@ func TestAStringWhereAPIMDSaysNumberIsA400(t *testing.T) {
 		t.Fatalf("release %d is %v after a refused unpublish", id, st)
 	}
 	a.Post("/v1/unpublish-release", `{"id":`+strconv.Itoa(id)+`}`).ExpectBody(t, `{"id":`+strconv.Itoa(id)+`,"status":"unpublished"}`)
+
+	// The 64-bit integers, plain and wrapped (google.protobuf.Int64Value), as the OpenAPI
+	// document types them: integer. The body is refused before the endpoint is looked up.
+	lp := product("string-int64")
+	a.Do("PUT", "/v1/products/"+lp+"/policies/pro", `{"lease_ttl_seconds":"3600"}`).
+		ExpectError(t, 400, `Invalid JSON body: invalid value for int64 field lease_ttl_seconds: "3600"`)
+	a.Do("PUT", "/v1/products/"+lp+"/policies/pro", `{"lease_ttl_seconds":3600,"renew_after_seconds":"60"}`).
+		ExpectError(t, 400, `Invalid JSON body: invalid value for int64 field renew_after_seconds: "60"`)
+	if policies := a.Get("/v1/products/"+lp+"/policies").Expect(t, 200).JSON(t)["policies"]; len(policies.([]any)) != 0 {
+		t.Fatalf("a refused policy was stored: %v", policies)
+	}
+	a.Post("/v1/lease-keys/rotate", `{"retire_after_seconds":"3600"}`).
+		ExpectError(t, 400, `Invalid JSON body: invalid value for int64 field retire_after_seconds: "3600"`)
+	a.Post("/v1/webhook-endpoints/we_none/roll-secret", `{"expire_old_after_seconds":"3600"}`).
+		ExpectError(t, 400, `Invalid JSON body: invalid value for int64 field expire_old_after_seconds: "3600"`)
+	a.Post("/v1/webhook-endpoints/we_none/roll-secret", `{"expire_old_after_seconds":3600}`).ExpectError(t, 404, "Webhook endpoint not found")
+}
+
+// A wrong type in a wrapper-typed field, a map, a list or an object, and a string escape
+// the decoder cannot read, are refused naming the field the client sent (the decoder's
+// parser named a wrapper's inner "value", or nothing, and quoted the bytes after a bad
+// escape, which can be another field's secret). Nothing is applied.
+func TestATypeErrorNamesTheFieldTheClientSent(t *testing.T) {
+	t.Parallel()
+	s := selfHosted(t)
+	a, c := admin(t, s), anon(t, s)
+	p := product("type-error")
+	key := issueLicense(t, a, lic(p, "limits", map[string]any{"users": 100}))
+	tok := seat(t, c, key, "host-a")
+	for _, tc := range []struct {
+		client      *Client
+		path, body  string
+		wantRefusal string
+	}{
+		{a, "/v1/webhook-endpoints/we_none/update", `{"enabled":1}`, "invalid value for bool field enabled: 1"},
+		{a, "/v1/webhook-endpoints/we_none/update", `{"url":5}`, "invalid value for string field url: 5"},
+		{a, "/v1/webhook-endpoints/we_none/update", `{"events":"license.issued"}`, `invalid value for array field events: "license.issued"`},
+		{a, "/v1/webhook-endpoints/we_none/roll-secret", `{"expire_old_after_seconds":true}`, "invalid value for int64 field expire_old_after_seconds: true"},
+		{a, "/v1/webhook-endpoints", `{"url":"https://192.0.2.10/hook","events":["*"],"description":7}`, "invalid value for string field description: 7"},
+		{a, "/v1/webhook-endpoints", `{"url":"https://192.0.2.10/hook","events":"*"}`, `invalid value for array field events: "*"`},
+		{a, "/v1/issue-license", `{"tier":"pro","product_id":"` + p + `","issued_to":"t@example.com","limits":1}`, "invalid value for object field limits: 1"},
+		{a, "/v1/admin/update-license-terms", `{"key":"` + key + `","limits":[1]}`, "invalid value for object field limits: ["},
+		{a, "/v1/licenses/import", `{"licenses":1}`, "invalid value for array field licenses: 1"},
+		{a, "/v1/licenses/import", `{"licenses":[{"key":"IMPORTED-1","limits":1}]}`, "invalid value for object field limits: 1"},
+		{c, "/v1/leases", `{"key":"` + key + `","token":"` + tok + `","components":1}`, "invalid value for object field components: 1"},
+		{c, "/v1/leases", `{"key":"` + key + `","token":"` + tok + `","components":{"cpu":1}}`, "invalid value for string field components: 1"},
+		// A lone surrogate before another member: that member (here the token) is not quoted.
+		{c, "/v1/leases", `{"key":"\ud800","token":"` + tok + `"}`, "invalid escape in string field key"},
+		{c, "/v1/activate-license", `{"instance_id":"a\udc00","key":"` + key + `"}`, "invalid escape in string field instance_id"},
+		{a, "/v1/admin/update-license-terms", `{"key":"` + key + `","limits":{"users":"\ud800"},"max_activations":9}`, "invalid escape in string field limits"},
+	} {
+		tc.client.Post(tc.path, tc.body).ExpectError(t, 400, "Invalid JSON body: "+tc.wantRefusal)
+	}
+	// Nothing above was applied: the license keeps its terms.
+	details := a.Get("/v1/admin/license/"+key).Expect(t, 200).JSON(t)
+	if details["max_activations"] != float64(1) || fmt.Sprint(details["limits"]) != "map[users:100]" {
+		t.Fatalf("after refused bodies: %v", details)
+	}
 }
 
 func gz(t *testing.T, s string) []byte {
@@ -231,7 +290,7 @@ func TestMalformedBodiesShareOneWording(t *testing.T) {
 	s := selfHosted(t)
 	a, c := admin(t, s), anon(t, s)
 	for body, want := range map[string]string{
-		`{"key":"\ud800"}`:    "Invalid JSON body: invalid escape in string",
+		`{"key":"\ud800"}`:    "Invalid JSON body: invalid escape in string field key",
 		"{\"key\":\"a\x01\"}": `Invalid JSON body: invalid character '\x01' in string literal`,
 		`{"key":"a",`:         "Invalid JSON body: unexpected end of input",
 		`{"key" "a"}`:         "Invalid JSON body: invalid character '\"' after object key",

@@ -8,6 +8,8 @@ import (
 	"unicode/utf8"
 
 	activationsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/activations/v1"
+	eventsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/events/v1"
+	licensingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1"
 	releasesv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/releases/v1"
 	"google.golang.org/protobuf/proto"
 )
@@ -22,7 +24,7 @@ func TestDecoderRefusesWhatTheBlackBoxProbeFoundWithOneWording(t *testing.T) {
 		{"two objects", `{"key":"A"}{"key":"B"}`, &activationsv1.TrackUsageRequest{}, "Invalid JSON body"},
 		{"string for a double", `{"increment":"5"}`, &activationsv1.TrackUsageRequest{}, `Invalid JSON body: invalid value for double field increment: "5"`},
 		{"string for an int32", `{"id":"54"}`, &releasesv1.UnpublishReleaseRequest{}, `Invalid JSON body: invalid value for int32 field id: "54"`},
-		{"lone surrogate", `{"key":"\ud800"}`, &activationsv1.TrackUsageRequest{}, "Invalid JSON body: invalid escape in string"},
+		{"lone surrogate", `{"key":"\ud800"}`, &activationsv1.TrackUsageRequest{}, "Invalid JSON body: invalid escape in string field key"},
 		{"raw control byte", "{\"key\":\"a\x01\"}", &activationsv1.TrackUsageRequest{}, `Invalid JSON body: invalid character '\x01' in string literal`},
 		{"truncated", `{"key":"a",`, &activationsv1.TrackUsageRequest{}, "Invalid JSON body: unexpected end of input"},
 		{"wrong type, field named as sent", `{"instance_id":7}`, &activationsv1.ActivateLicenseRequest{}, "Invalid JSON body: invalid value for string field instance_id: 7"},
@@ -41,6 +43,77 @@ func TestDecoderRefusesWhatTheBlackBoxProbeFoundWithOneWording(t *testing.T) {
 				t.Fatalf("error handler rewrote %q to %q", tc.want, got)
 			}
 		})
+	}
+}
+
+// A wrapper-typed number (google.protobuf.Int64Value) takes a string no more than a plain
+// one: api.md says number for both, and the refusal is worded the same.
+func TestDecoderRefusesAStringForAWrapperTypedNumberAsForAPlainOne(t *testing.T) {
+	m := newJSONMarshaler()
+	for _, tc := range []struct {
+		body string
+		into proto.Message
+		want string
+	}{
+		{`{"lease_ttl_seconds":"3600"}`, &activationsv1.PutLeasePolicyRequest{}, `Invalid JSON body: invalid value for int64 field lease_ttl_seconds: "3600"`},
+		{`{"retire_after_seconds":"3600"}`, &activationsv1.RotateLeaseKeysRequest{}, `Invalid JSON body: invalid value for int64 field retire_after_seconds: "3600"`},
+		{`{"expire_old_after_seconds":"3600"}`, &eventsv1.RollWebhookEndpointSecretRequest{}, `Invalid JSON body: invalid value for int64 field expire_old_after_seconds: "3600"`},
+		{`{"max_activations":"5"}`, &licensingv1.UpdateLicenseTermsRequest{}, ""}, // a google.protobuf.Value: the service words it
+	} {
+		err := m.NewDecoder(strings.NewReader(tc.body)).Decode(tc.into)
+		if tc.want == "" && err != nil || tc.want != "" && (err == nil || err.Error() != tc.want) {
+			t.Errorf("decode %s: %v, want %q", tc.body, err, tc.want)
+		}
+	}
+	var roll eventsv1.RollWebhookEndpointSecretRequest
+	if err := m.NewDecoder(strings.NewReader(`{"expire_old_after_seconds":3600}`)).Decode(&roll); err != nil || roll.GetExpireOldAfterSeconds().GetValue() != 3600 {
+		t.Fatalf("a number: %v, %v", err, &roll)
+	}
+	if err := m.NewDecoder(strings.NewReader(`{"expire_old_after_seconds":null}`)).Decode(&roll); err != nil || roll.ExpireOldAfterSeconds != nil {
+		t.Fatalf("null: %v, %v", err, &roll)
+	}
+}
+
+// A wrong type in a wrapper, a map, a list or a message, and an escape protojson cannot
+// read, name the field the client sent (protojson names the wrapper's "value", or
+// nothing), and never quote another part of the body.
+func TestDecoderNamesTheFieldOfEveryTypeError(t *testing.T) {
+	m := newJSONMarshaler()
+	for _, tc := range []struct {
+		body string
+		into proto.Message
+		want string
+	}{
+		{`{"id":"we_1","enabled":1}`, &eventsv1.UpdateWebhookEndpointRequest{}, "invalid value for bool field enabled: 1"},
+		{`{"url":5}`, &eventsv1.UpdateWebhookEndpointRequest{}, "invalid value for string field url: 5"},
+		{`{"description":true}`, &eventsv1.CreateWebhookEndpointRequest{}, "invalid value for string field description: true"},
+		{`{"expire_old_after_seconds":1.5}`, &eventsv1.RollWebhookEndpointSecretRequest{}, "invalid value for int64 field expire_old_after_seconds: 1.5"},
+		{`{"events":1}`, &eventsv1.UpdateWebhookEndpointRequest{}, "invalid value for array field events: 1"},
+		{`{"events":"*"}`, &eventsv1.CreateWebhookEndpointRequest{}, `invalid value for array field events: "*"`},
+		{`{"product_id":"p","limits":1}`, &licensingv1.IssueLicenseRequest{}, "invalid value for object field limits: 1"},
+		{`{"key":"K","limits":[]}`, &licensingv1.UpdateLicenseTermsRequest{}, "invalid value for object field limits: ["},
+		{`{"key":"K","components":1}`, &activationsv1.CreateLeaseRequest{}, "invalid value for object field components: 1"},
+		{`{"key":"K","components":{"cpu":1}}`, &activationsv1.CreateLeaseRequest{}, "invalid value for string field components: 1"},
+		{`{"licenses":{}}`, &licensingv1.ImportLicensesRequest{}, "invalid value for array field licenses: {"},
+		{`{"licenses":[1]}`, &licensingv1.ImportLicensesRequest{}, "invalid value for object field licenses: 1"},
+		{`{"licenses":[{"key":"A"},{"key":"B","limits":1}]}`, &licensingv1.ImportLicensesRequest{}, "invalid value for object field limits: 1"},
+		// A lone surrogate, in any member: the member named, nothing after it quoted.
+		{`{"key":"\ud800","token":"secret-token"}`, &activationsv1.CreateLeaseRequest{}, "invalid escape in string field key"},
+		{`{"token":"secret-token","instance_id":"a\udc00","key":"K"}`, &activationsv1.CreateLeaseRequest{}, "invalid escape in string field instance_id"},
+		{`{"key":"K","components":{"cpu":"\ud800"},"token":"secret-token"}`, &activationsv1.CreateLeaseRequest{}, "invalid escape in string field components"},
+		{`{"licenses":[{"key":"\ud800","issued_to":"secret"}]}`, &licensingv1.ImportLicensesRequest{}, "invalid escape in string field key"},
+		{`{"unknown":"\ud800","key":"secret-key"}`, &activationsv1.CreateLeaseRequest{}, "invalid escape in string field unknown"},
+		// No one member to name: still nothing quoted.
+		{`{"\ud800":"x","key":"secret-key"}`, &activationsv1.CreateLeaseRequest{}, "invalid escape in string"},
+	} {
+		err := m.NewDecoder(strings.NewReader(tc.body)).Decode(tc.into)
+		if want := "Invalid JSON body: " + tc.want; err == nil || err.Error() != want {
+			t.Errorf("decode %s: %v, want %q", tc.body, err, want)
+			continue
+		}
+		if got := cleanDecodeError(err.Error()); got != err.Error() {
+			t.Errorf("error handler rewrote %q to %q", err, got)
+		}
 	}
 }
 

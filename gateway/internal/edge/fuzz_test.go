@@ -50,7 +50,7 @@ func FuzzDecodeRequestBody(f *testing.F) {
 		`{"key":"ABCD-EFGH","instance_id":"laptop"}`,
 		`{"key":"x\n"}`, `{"key":"x\u0000"}`, `{"key":"\u007f"}`, "{\"key\":\"\xff\xfe\"}",
 		`{"key":"k","notes":"a\nb"}`, `{"key":"\ud800"}`, `{"key":"A"} {}`, `{"increment":"5"}`,
-		`{"limits":{"users\n":1}}`, `[]`, `null`, ``, `{"key":{"nested":1}}`,
+		`{"limits":{"users\n":1}}`, `{"limits":1,"key":"k"}`, `{"key":"\ud800","notes":"secret"}`, `[]`, `null`, ``, `{"key":{"nested":1}}`,
 	} {
 		f.Add(seed)
 	}

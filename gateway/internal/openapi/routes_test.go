@@ -193,3 +193,76 @@ func TestTheAPIReferenceListsEveryRoute(t *testing.T) {
 		}
 	}
 }
+
+// TestEveryNumberTheServerReadsIsDocumentedAsANumber: the gateway's decoder refuses a
+// string where api.md says number, wrapper types included (protojson would take "3600"
+// for an int64), so in the document every numeric field of a request body is an integer
+// or a number, never protoc-gen-openapiv2's string for a 64-bit integer.
+func TestEveryNumberTheServerReadsIsDocumentedAsANumber(t *testing.T) {
+	t.Parallel()
+	var d struct {
+		Definitions map[string]struct {
+			Properties map[string]struct {
+				Type string `json:"type"`
+			} `json:"properties"`
+		} `json:"definitions"`
+	}
+	if err := json.Unmarshal(Document(), &d); err != nil {
+		t.Fatal(err)
+	}
+	ops, _ := documentOperations(t)
+	checked := 0
+	for _, rule := range httpRules(t) {
+		route := rule.method + " " + rule.path
+		desc, err := protoregistry.GlobalFiles.FindDescriptorByName(protoreflect.FullName(rule.selector))
+		if err != nil {
+			t.Fatalf("%s: %v", route, err)
+		}
+		for _, p := range ops[route].Parameters {
+			if p.In != "body" {
+				continue
+			}
+			var ref struct {
+				Ref string `json:"$ref"`
+			}
+			_ = json.Unmarshal(p.Schema, &ref)
+			props := d.Definitions[strings.TrimPrefix(ref.Ref, "#/definitions/")].Properties
+			fields := desc.(protoreflect.MethodDescriptor).Input().Fields()
+			for i := range fields.Len() {
+				f := fields.Get(i)
+				want := numberType(f)
+				prop, documented := props[string(f.Name())]
+				if want == "" || !documented || proto.GetExtension(f.Options(), apiv1.E_JsonSchema).(string) != "" {
+					continue
+				}
+				checked++
+				if prop.Type != want {
+					t.Errorf("%s: %s is %q in the document; the server reads only a JSON number (%s)", route, f.Name(), prop.Type, want)
+				}
+			}
+		}
+	}
+	if checked == 0 {
+		t.Fatal("no numeric body field checked")
+	}
+}
+
+// numberType is the JSON Schema type of a numeric field, plain or wrapped: "integer" or
+// "number"; "" for any other field.
+func numberType(f protoreflect.FieldDescriptor) string {
+	kind := f.Kind()
+	if kind == protoreflect.MessageKind && f.Message().FullName().Parent() == "google.protobuf" {
+		if v := f.Message().Fields().ByName("value"); v != nil { // a wrapper (Any's value is bytes)
+			kind = v.Kind()
+		}
+	}
+	switch kind {
+	case protoreflect.DoubleKind, protoreflect.FloatKind:
+		return "number"
+	case protoreflect.Int32Kind, protoreflect.Int64Kind, protoreflect.Uint32Kind, protoreflect.Uint64Kind,
+		protoreflect.Sint32Kind, protoreflect.Sint64Kind, protoreflect.Fixed32Kind, protoreflect.Fixed64Kind,
+		protoreflect.Sfixed32Kind, protoreflect.Sfixed64Kind:
+		return "integer"
+	}
+	return ""
+}

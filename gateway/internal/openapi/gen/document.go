@@ -105,16 +105,83 @@ func applyMessage(def object, m *descriptorpb.DescriptorProto, request bool, ski
 	return nil
 }
 
+// int64Field reports a 64-bit integer field, plain or wrapped (google.protobuf.Int64Value).
+func int64Field(f *descriptorpb.FieldDescriptorProto) bool {
+	switch f.GetType() {
+	case descriptorpb.FieldDescriptorProto_TYPE_INT64, descriptorpb.FieldDescriptorProto_TYPE_UINT64,
+		descriptorpb.FieldDescriptorProto_TYPE_SINT64, descriptorpb.FieldDescriptorProto_TYPE_FIXED64,
+		descriptorpb.FieldDescriptorProto_TYPE_SFIXED64:
+		return true
+	}
+	return f.GetTypeName() == ".google.protobuf.Int64Value" || f.GetTypeName() == ".google.protobuf.UInt64Value"
+}
+
+// typeInt64sAsIntegers types the 64-bit integer fields of a definition the server reads
+// (a request body and the messages inside it) as integers. protoc-gen-openapiv2 types them
+// as strings, protojson's canonical form, but the gateway's decoder refuses a string
+// where api.md says number (edge's noStringNumbers), wrapper types included. A field with
+// a (keyhouse.api.v1.json_schema) keeps its own schema.
+func typeInt64sAsIntegers(def object, m *descriptorpb.DescriptorProto) {
+	props, _ := def["properties"].(object)
+	for _, f := range m.GetField() {
+		prop, ok := props[f.GetName()].(object)
+		if !ok || !int64Field(f) || proto.GetExtension(f.GetOptions(), apiv1.E_JsonSchema).(string) != "" {
+			continue
+		}
+		if f.GetLabel() == descriptorpb.FieldDescriptorProto_LABEL_REPEATED {
+			prop, _ = prop["items"].(object)
+		}
+		if prop["type"] == "string" {
+			prop["type"] = "integer"
+		}
+	}
+}
+
+// readDefinitions are the definitions the server reads: the request bodies and every
+// definition they refer to, however deep.
+func readDefinitions(defs object, requestDefs map[string]bool) map[string]bool {
+	read := map[string]bool{}
+	var walk func(v any)
+	walk = func(v any) {
+		switch x := v.(type) {
+		case object:
+			if ref, ok := x["$ref"].(string); ok {
+				if name, ok := strings.CutPrefix(ref, "#/definitions/"); ok && !read[name] {
+					read[name] = true
+					walk(defs[name])
+				}
+			}
+			for _, child := range x {
+				walk(child)
+			}
+		case []any:
+			for _, child := range x {
+				walk(child)
+			}
+		}
+	}
+	for name := range requestDefs {
+		read[name] = true
+		walk(defs[name])
+	}
+	return read
+}
+
 // documentSchemas types every definition that names a message and refuses a property
 // left without a type: a google.protobuf.Value needs a (keyhouse.api.v1.json_schema).
+// The 64-bit integers of an answer stay strings: protojson writes them so.
 func documentSchemas(defs object, ms messages, requestDefs map[string]bool) error {
 	simple := ms.bySimpleName()
+	read := readDefinitions(defs, requestDefs)
 	var errs []string
 	for _, name := range sortedKeys(defs) {
 		def, _ := defs[name].(object)
 		if m, ok := simple[name]; ok && !requestDefs[name] {
 			if err := applyMessage(def, m, false, nil); err != nil {
 				errs = append(errs, err.Error())
+			}
+			if read[name] {
+				typeInt64sAsIntegers(def, m)
 			}
 		}
 		props, _ := def["properties"].(object)
@@ -157,8 +224,12 @@ func documentRequest(op operation, m method, ms messages, defs object) (bodyDef 
 		case "path":
 			pathParams[param["name"].(string)] = true
 		case "query":
-			if f := fields[param["name"].(string)]; f != nil && proto.GetExtension(f.GetOptions(), apiv1.E_Required).(bool) {
+			f := fields[param["name"].(string)]
+			if f != nil && proto.GetExtension(f.GetOptions(), apiv1.E_Required).(bool) {
 				param["required"] = true
+			}
+			if f != nil && int64Field(f) && param["type"] == "string" {
+				param["type"] = "integer" // as in a body: typeInt64sAsIntegers
 			}
 		}
 	}
@@ -177,7 +248,11 @@ func documentRequest(op operation, m method, ms messages, defs object) (bodyDef 
 		if def == nil {
 			return "", fmt.Errorf("%s %s: body definition %s missing", op.method, op.path, name)
 		}
-		return name, applyMessage(def, in, true, pathParams)
+		if err := applyMessage(def, in, true, pathParams); err != nil {
+			return name, err
+		}
+		typeInt64sAsIntegers(def, in)
+		return name, nil
 	}
 	return "", nil
 }
