@@ -276,6 +276,43 @@ func TestImportHostedQuotaAndTenantIsolation(t *testing.T) {
 	}
 }
 
+// Hosted, an import claims the products of the licenses it writes and no other: a call
+// refused (409 under on_conflict fail, 403 over the quota) or an item skipped leaves the
+// product it named free for another tenant.
+func TestImportRefusedLeavesTheProductsFree(t *testing.T) {
+	t.Parallel()
+	s := hosted(t)
+	a, _ := hostedTenant(t, s)
+	b, _ := hostedTenant(t, s)
+	active := func(product, key string) map[string]any {
+		item := importItem(product, 1, key)
+		item["expires_at"] = "2099-01-01T00:00:00Z"
+		return item
+	}
+	mine := product("import-refused-mine")
+	kept := "KEPT-" + mine
+	a.Post("/v1/licenses/import", importBody([]map[string]any{active(mine, kept)}, "fail")).Expect(t, 200)
+
+	conflicted := product("import-refused-409")
+	a.Post("/v1/licenses/import", importBody([]map[string]any{active(conflicted, "NEW-"+conflicted), active(conflicted, kept)}, "fail")).
+		ExpectError(t, 409, `licenses[1].key already exists with other terms; on_conflict is "fail", so nothing was imported`)
+	skipped := product("import-refused-skip")
+	a.Post("/v1/licenses/import", importBody([]map[string]any{active(skipped, kept)}, "skip")).Expect(t, 200).
+		ExpectBody(t, `{"imported":0,"unchanged":0,"skipped":1,"invalid":0,"results":[{"index":0,"key":"`+kept+`","result":"skipped","error":"key already exists with other terms"}]}`)
+	overQuota := product("import-refused-quota")
+	var five []map[string]any
+	for i := range 5 {
+		five = append(five, active(overQuota, fmt.Sprintf("Q%d-%s", i, overQuota)))
+	}
+	a.Post("/v1/licenses/import", importBody(five, "fail")).ExpectError(t, 403, "License issuance quota exceeded")
+
+	for _, p := range []string{conflicted, skipped, overQuota} {
+		issueLicense(t, b, lic(p))
+		a.Post("/v1/licenses/import", importBody([]map[string]any{active(p, "LATE-"+p)}, "fail")).Expect(t, 200).
+			ExpectBody(t, `{"imported":0,"unchanged":0,"skipped":0,"invalid":1,"results":[{"index":0,"key":"LATE-`+p+`","result":"invalid","error":"product_id is owned by a different tenant"}]}`)
+	}
+}
+
 // TestImportConcurrentCallsKeepTheQuotaAndNeverFail: concurrent imports of a hosted
 // tenant (each of a license of its own, and all of one shared license) never pass the
 // Free quota of 5 and never answer anything but 200 or the quota's 403; the shared key

@@ -396,6 +396,22 @@ func TestLeasePoliciesRefuseABlankProductID(t *testing.T) {
 	}
 }
 
+// A tier of white space only is 400 "tier is required" on PUT and DELETE, the wording of a
+// blank product_id (issue-license refuses such a tier, so no license could follow the
+// policy), and it claims nothing: the product stays free for another tenant.
+func TestLeasePoliciesRefuseABlankTier(t *testing.T) {
+	t.Parallel()
+	s := hosted(t)
+	a, b := newTenant(t, s), newTenant(t, s)
+	p := product("blank-tier")
+	for _, blank := range []string{"%20", "%20%20"} {
+		path := "/v1/products/" + p + "/policies/" + blank
+		a.Do("PUT", path, map[string]any{"floating": false, "lease_ttl_seconds": 3600}).ExpectError(t, 400, "tier is required")
+		a.Delete(path, nil).ExpectError(t, 400, "tier is required")
+	}
+	issueLicense(t, b, lic(p))
+}
+
 // Lease keys: hosted, each tenant's own set, made on first use, listed by tenant_id.
 func TestLeaseKeysArePerTenant(t *testing.T) {
 	t.Parallel()

@@ -452,37 +452,97 @@ func TestHostedProductOwnershipAndTenantScoping(t *testing.T) {
 	a.Post("/v1/issue-license", lic("_service_x", "expires_at", "2030-01-01T00:00:00Z")).ExpectError(t, 400, "product_id uses a reserved prefix")
 }
 
-// Two tenants claiming a new product at the same moment: exactly one owns it.
+// Two tenants issuing the first licenses of a new product at the same moment, each from
+// several requests at once (with and without an Idempotency-Key): exactly one tenant owns
+// the product, every one of its requests succeeds, every one of the other's is the 403,
+// and the database holds no license of the loser for the product.
 func TestHostedProductClaimIsRaceFree(t *testing.T) {
 	t.Parallel()
 	s := hosted(t)
+	db := dbConn(t, s)
+	const perTenant = 4 // within the Free quota of 5
 	for round := 0; round < 5; round++ {
-		tenants := []*Client{newTenant(t, s), newTenant(t, s), newTenant(t, s), newTenant(t, s)}
+		a, aID := hostedTenant(t, s)
+		b, bID := hostedTenant(t, s)
+		clients, ids := []*Client{a, b}, []string{aID, bID}
 		product := fmt.Sprintf("race-%d-%d", round, time.Now().UnixNano())
-		statuses := make([]int, len(tenants))
+		resps := make([][]*Response, len(clients))
 		var wg sync.WaitGroup
-		for i, c := range tenants {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				statuses[i] = c.Post("/v1/issue-license", lic(product)).Status
-			}()
-		}
-		wg.Wait()
-		won := 0
-		for _, st := range statuses {
-			switch st {
-			case 200:
-				won++
-			case 403:
-			default:
-				t.Fatalf("status %d", st)
+		for i, c := range clients {
+			resps[i] = make([]*Response, perTenant)
+			for j := range perTenant {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					var headers []string
+					if j%2 == 1 {
+						headers = []string{"Idempotency-Key", fmt.Sprintf("race-%s-%d", product, j)}
+					}
+					resps[i][j] = c.Do(http.MethodPost, "/v1/issue-license", lic(product), headers...)
+				}()
 			}
 		}
-		if won != 1 {
-			t.Fatalf("round %d: %d tenants own %s (%v)", round, won, product, statuses)
+		wg.Wait()
+		winner := -1
+		for i := range clients {
+			if resps[i][0].Status == 200 {
+				winner = i
+			}
+		}
+		if winner < 0 {
+			t.Fatalf("round %d: no tenant owns %s: %s", round, product, resps[0][0].Body)
+		}
+		for i := range clients {
+			for _, r := range resps[i] {
+				if i == winner {
+					r.Expect(t, 200)
+				} else {
+					r.ExpectError(t, 403, "product_id is owned by a different tenant")
+				}
+			}
+		}
+		var owner string
+		if err := db.QueryRow(t.Context(), `SELECT tenant_id FROM licensing.products WHERE product_key = $1`, product).Scan(&owner); err != nil || owner != ids[winner] {
+			t.Fatalf("round %d: owner %q (err %v), want the winner %s", round, owner, err, ids[winner])
+		}
+		var winners, losers int
+		if err := db.QueryRow(t.Context(), `SELECT count(*) FILTER (WHERE tenant_id = $2), count(*) FILTER (WHERE tenant_id <> $2)
+			FROM licensing.licenses WHERE product_id = $1`, product, ids[winner]).Scan(&winners, &losers); err != nil {
+			t.Fatal(err)
+		}
+		if winners != perTenant || losers != 0 {
+			t.Fatalf("round %d: %d licenses of the winner, %d of the loser, want %d and 0", round, winners, losers, perTenant)
 		}
 	}
+}
+
+// Hosted, an issuance refused after the ownership check (the Free plan's quota of 5, an
+// Idempotency-Key reused with another request) claims nothing: the product it named
+// stays free, and another tenant issues for it.
+func TestHostedRefusedIssuanceLeavesTheProductFree(t *testing.T) {
+	t.Parallel()
+	s := hosted(t)
+	full, _ := hostedTenant(t, s)
+	reuser, _ := hostedTenant(t, s)
+	other, _ := hostedTenant(t, s)
+	mine := product("refused-mine")
+	for range 5 {
+		issueLicense(t, full, lic(mine))
+	}
+	overQuota := product("refused-quota")
+	full.Post("/v1/issue-license", lic(overQuota)).ExpectError(t, 403, "License issuance quota exceeded")
+	issueLicense(t, other, lic(overQuota))
+
+	idem := "refused-" + mine
+	reuser.Do(http.MethodPost, "/v1/issue-license", lic(mine+"-r"), "Idempotency-Key", idem).Expect(t, 200)
+	reused := product("refused-idem")
+	reuser.Do(http.MethodPost, "/v1/issue-license", lic(reused), "Idempotency-Key", idem).
+		ExpectError(t, 409, "Idempotency-Key reused with a different request")
+	issueLicense(t, other, lic(reused))
+
+	// The refused tenants own neither product: another tenant's, as always.
+	full.Post("/v1/issue-license", lic(overQuota)).ExpectError(t, 403, "product_id is owned by a different tenant")
+	reuser.Post("/v1/issue-license", lic(reused)).ExpectError(t, 403, "product_id is owned by a different tenant")
 }
 
 // Free plan: 5 active licenses, under concurrent issuance and reactivation.

@@ -351,6 +351,25 @@ func TestIdempotencyKeyOnRegisterRelease(t *testing.T) {
 	}
 }
 
+// Hosted, a registration refused by releases' own checks claims nothing: an
+// Idempotency-Key reused with a release of a new product leaves that product free for
+// another tenant, and a duplicate is still the 409 it was.
+func TestHostedRefusedRegistrationLeavesTheProductFree(t *testing.T) {
+	t.Parallel()
+	s := hosted(t)
+	a, b := newTenant(t, s), newTenant(t, s)
+	mine := product("refused-release-mine")
+	idem := "release-" + mine
+	a.Do(http.MethodPost, "/v1/register-release", rel(mine, "1.0.0"), "Idempotency-Key", idem).Expect(t, 200)
+	free := product("refused-release-free")
+	a.Do(http.MethodPost, "/v1/register-release", rel(free, "1.0.0"), "Idempotency-Key", idem).
+		ExpectError(t, 409, "Idempotency-Key reused with a different request")
+	a.Post("/v1/register-release", rel(mine, "1.0.0")).ExpectError(t, 409, "A release already exists for this product_id/version/channel/platform")
+	issueLicense(t, b, lic(free))
+	a.Post("/v1/register-release", rel(free, "1.0.0")).ExpectError(t, 403, "product_id is owned by a different tenant")
+	b.Post("/v1/register-release", rel(mine, "1.0.0")).ExpectError(t, 403, "product_id is owned by a different tenant")
+}
+
 // registerAtOnce sends the bodies to register-release at the same moment, each from a
 // client of its own, and returns the ids of those published. Every other answer must be
 // status with the error message refusal.

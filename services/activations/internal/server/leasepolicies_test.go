@@ -101,6 +101,24 @@ func TestPoliciesClaimAProductOnlyOnAValidWrite(t *testing.T) {
 	}
 }
 
+// A tier of white space only is 400 "tier is required" on PUT and DELETE, as an empty one
+// is (licensing refuses such a tier, so no license could follow the policy), and claims
+// nothing.
+func TestPoliciesRefuseABlankTier(t *testing.T) {
+	products := &fakeProducts{owners: map[string]string{}}
+	x := NewLeases(fakePolicies{}, nil, products, LeaseConfig{MultiTenant: true, MinLeaseTTL: time.Minute})
+	ctx := as("t1")
+	for _, blank := range []string{"", " ", "\t "} {
+		_, err := x.PutLeasePolicy(ctx, &activationsv1.PutLeasePolicyRequest{ProductId: "free", Tier: blank})
+		wantAPIError(t, err, codes.InvalidArgument, "tier is required")
+		_, err = x.DeleteLeasePolicy(ctx, &activationsv1.DeleteLeasePolicyRequest{ProductId: "free", Tier: blank})
+		wantAPIError(t, err, codes.InvalidArgument, "tier is required")
+	}
+	if len(products.claims) != 0 || len(products.owners) != 0 {
+		t.Fatalf("a blank tier claimed: claims %v, owners %v", products.claims, products.owners)
+	}
+}
+
 func wantAPIError(t *testing.T, err error, code codes.Code, msg string) {
 	t.Helper()
 	if !apierr.Is(err, code) || err.Error() != msg {

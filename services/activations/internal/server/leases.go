@@ -164,9 +164,19 @@ func (x *Leases) productTenant(ctx context.Context, productID string, claim bool
 	return tenant, nil
 }
 
+// checkPolicyPath checks the path of a policy's route (/v1/products/{product_id}/policies/
+// {tier}) in its order: a product_id or tier of white space only is 400 "<name> is
+// required", as licensing answers a blank tier or product_id; no license has such a tier.
+func checkPolicyPath(productID, tier string) error {
+	if err := checkRequired("product_id", productID); err != nil {
+		return err
+	}
+	return checkRequired("tier", tier)
+}
+
 // PutLeasePolicy sets the policy of a product's tier after checking every bound.
 func (x *Leases) PutLeasePolicy(ctx context.Context, req *activationsv1.PutLeasePolicyRequest) (*activationsv1.PutLeasePolicyResponse, error) {
-	if err := checkField("tier", req.GetTier()); err != nil {
+	if err := checkPolicyPath(req.GetProductId(), req.GetTier()); err != nil {
 		return nil, err
 	}
 	p, err := x.policyOf(req)
@@ -260,7 +270,7 @@ func (x *Leases) ListLeasePolicies(ctx context.Context, req *activationsv1.ListL
 // (or the built-in one) from their next lease on. A product no tenant owns has no policy
 // to delete, and stays free.
 func (x *Leases) DeleteLeasePolicy(ctx context.Context, req *activationsv1.DeleteLeasePolicyRequest) (*activationsv1.DeleteLeasePolicyResponse, error) {
-	if err := checkField("tier", req.GetTier()); err != nil {
+	if err := checkPolicyPath(req.GetProductId(), req.GetTier()); err != nil {
 		return nil, err
 	}
 	tenant, err := x.productTenant(ctx, req.GetProductId(), false)

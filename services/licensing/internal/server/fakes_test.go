@@ -3,6 +3,7 @@ package server
 import (
 	"bytes"
 	"context"
+	"maps"
 	"sort"
 	"sync"
 	"testing"
@@ -103,7 +104,7 @@ func (f *fakeStore) GetLive(ctx context.Context, tenant, key string) (*store.Lic
 
 // run is one transaction: fn sees a copy, committed when it returns nil.
 func (f *fakeStore) run(fn func(store.Tx) error) error {
-	tx := &fakeTx{f: f, licenses: map[string]*store.License{}}
+	tx := &fakeTx{f: f, licenses: map[string]*store.License{}, owners: maps.Clone(f.owners)}
 	for k, l := range f.licenses {
 		c := *l
 		tx.licenses[k] = &c
@@ -111,7 +112,7 @@ func (f *fakeStore) run(fn func(store.Tx) error) error {
 	if err := fn(tx); err != nil {
 		return err
 	}
-	f.licenses = tx.licenses
+	f.licenses, f.owners = tx.licenses, tx.owners
 	for _, d := range tx.deleted {
 		f.deleted[d.TenantID] = append(f.deleted[d.TenantID], d.Key)
 	}
@@ -249,11 +250,15 @@ func (f *fakeStore) CountActive(_ context.Context, tenant string) (int, error) {
 func (f *fakeStore) ClaimProduct(_ context.Context, tenant, productID string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	return claim(f.owners, tenant, productID)
+}
+
+func claim(owners map[string]string, tenant, productID string) error {
 	k := license.ProductKey(productID)
-	if owner, ok := f.owners[k]; ok && owner != tenant {
+	if owner, ok := owners[k]; ok && owner != tenant {
 		return store.ErrProductOwned
 	}
-	f.owners[k] = tenant
+	owners[k] = tenant
 	return nil
 }
 
@@ -267,7 +272,12 @@ func (f *fakeStore) ProductOwner(_ context.Context, productID string) (string, e
 type fakeTx struct {
 	f        *fakeStore
 	licenses map[string]*store.License
+	owners   map[string]string
 	deleted  []store.License
+}
+
+func (t *fakeTx) ClaimProduct(_ context.Context, tenant, productID string) error {
+	return claim(t.owners, tenant, productID)
 }
 
 func (t *fakeTx) GetForUpdate(_ context.Context, tenant, key string) (*store.License, error) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"sort"
 
 	"github.com/keyhouse/keyhouse/pkg/apierr"
 	"github.com/keyhouse/keyhouse/pkg/auth"
@@ -95,11 +96,15 @@ func (s *Server) ImportLicenses(ctx context.Context, req *licensingv1.ImportLice
 		items = append(items, item)
 	}
 	// Product ownership as issue-license has it: the first tenant to use a product owns it.
+	// Another tenant's product makes its items invalid here; a product no tenant owns yet
+	// is claimed by insertImported, in the transaction that writes its licenses, so an
+	// import refused or partly refused claims nothing for the licenses it did not write.
+	claims := map[string]bool{}
 	owned := map[string]error{}
 	valid := items[:0]
 	for _, it := range items {
 		if _, seen := owned[it.l.ProductID]; !seen {
-			owned[it.l.ProductID] = s.claimProduct(ctx, tenant, it.l.ProductID)
+			claims[it.l.ProductID], owned[it.l.ProductID] = s.mustClaim(ctx, tenant, it.l.ProductID)
 		}
 		if err := owned[it.l.ProductID]; err != nil {
 			if err := invalid(it.index, err); err != nil {
@@ -109,7 +114,7 @@ func (s *Server) ImportLicenses(ctx context.Context, req *licensingv1.ImportLice
 		}
 		valid = append(valid, it)
 	}
-	if err := s.insertImported(ctx, tenant, quota, skip, valid, results); err != nil {
+	if err := s.insertImported(ctx, tenant, quota, skip, valid, claims, results); err != nil {
 		return nil, err
 	}
 	if err := s.importUsage(ctx, tenant, valid, results); err != nil {
@@ -131,9 +136,12 @@ func (s *Server) ImportLicenses(ctx context.Context, req *licensingv1.ImportLice
 	return resp, nil
 }
 
-// insertImported writes the new licenses of items and fills in every item's result. A
-// concurrent import of one of the same keys makes it run again, once, seeing that key.
-func (s *Server) insertImported(ctx context.Context, tenant string, quota int, skip bool, items []importItem, results []*licensingv1.ImportResult) error {
+// insertImported writes the new licenses of items and fills in every item's result. The
+// products of claims (true: no tenant owned it when the call began) are claimed for the
+// licenses written, in their transaction: an item whose product another tenant claimed
+// meanwhile is invalid, as it would have been a moment earlier. A concurrent import of one
+// of the same keys makes it run again, once, seeing that key.
+func (s *Server) insertImported(ctx context.Context, tenant string, quota int, skip bool, items []importItem, claims map[string]bool, results []*licensingv1.ImportResult) error {
 	if len(items) == 0 {
 		return nil
 	}
@@ -153,8 +161,7 @@ func (s *Server) insertImported(ctx context.Context, tenant string, quota int, s
 				return err
 			}
 			now := s.now().UTC().Truncate(1e9)
-			var fresh []*store.License
-			adding := 0
+			var fresh []importItem
 			for _, it := range items {
 				r := results[it.index]
 				have, exists := existing[it.l.Key]
@@ -174,11 +181,18 @@ func (s *Server) insertImported(ctx context.Context, tenant string, quota int, s
 					if l.Status == license.StatusRevoked {
 						l.RevokedAt = &now
 					}
-					if store.HoldsQuota(&l, now) {
-						adding++
-					}
 					r.Result, r.Error = resultImported, nil
-					fresh = append(fresh, &l)
+					fresh = append(fresh, importItem{index: it.index, l: &l})
+				}
+			}
+			fresh, err = claimImported(ctx, tx, tenant, fresh, claims, results)
+			if err != nil {
+				return err
+			}
+			adding := 0
+			for _, it := range fresh {
+				if store.HoldsQuota(it.l, now) {
+					adding++
 				}
 			}
 			if quota > 0 && adding > 0 {
@@ -190,7 +204,11 @@ func (s *Server) insertImported(ctx context.Context, tenant string, quota int, s
 					return errQuota
 				}
 			}
-			return tx.InsertImported(ctx, fresh)
+			ls := make([]*store.License, len(fresh))
+			for i, it := range fresh {
+				ls[i] = it.l
+			}
+			return tx.InsertImported(ctx, ls)
 		})
 	}
 	err := run()
@@ -201,6 +219,40 @@ func (s *Server) insertImported(ctx context.Context, tenant string, quota int, s
 		return apierr.Unavailable("Licensing is busy with a concurrent import of the same keys, retry")
 	}
 	return err
+}
+
+// claimImported claims, in tx, the products of claims that the licenses about to be
+// written (fresh) name, and returns the licenses still to write: an item whose product
+// another tenant claimed first is invalid instead. Products are claimed in one order (by
+// product key, the products table's), so two imports claiming the same new products wait
+// for each other rather than deadlock.
+func claimImported(ctx context.Context, tx store.Tx, tenant string, fresh []importItem, claims map[string]bool, results []*licensingv1.ImportResult) ([]importItem, error) {
+	taken := map[string]bool{} // a product to claim → another tenant claimed it first
+	var products []string
+	for _, it := range fresh {
+		if _, listed := taken[it.l.ProductID]; claims[it.l.ProductID] && !listed {
+			taken[it.l.ProductID] = false
+			products = append(products, it.l.ProductID)
+		}
+	}
+	sort.Slice(products, func(i, j int) bool { return license.ProductKey(products[i]) < license.ProductKey(products[j]) })
+	for _, p := range products {
+		err := claimIn(ctx, tx, tenant, p)
+		if err != nil && !errors.Is(err, license.ErrProductOwned) {
+			return nil, err
+		}
+		taken[p] = err != nil
+	}
+	written := fresh[:0]
+	for _, it := range fresh {
+		if taken[it.l.ProductID] {
+			msg := license.ErrProductOwned.Message
+			results[it.index].Result, results[it.index].Error = resultInvalid, &msg
+			continue
+		}
+		written = append(written, it)
+	}
+	return written, nil
 }
 
 // importUsage hands the usage of the batch's imported and unchanged licenses to

@@ -25,7 +25,9 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
-// IssueLicense issues a license, once per Idempotency-Key.
+// IssueLicense issues a license, once per Idempotency-Key. Hosted, the tenant's first
+// license for a product claims the product, in the license's transaction: a request
+// refused (quota, a reused Idempotency-Key) or failed claims nothing.
 func (s *Server) IssueLicense(ctx context.Context, req *licensingv1.IssueLicenseRequest) (*licensingv1.IssueLicenseResponse, error) {
 	tenant, err := auth.TenantID(ctx)
 	if err != nil {
@@ -44,10 +46,13 @@ func (s *Server) IssueLicense(ctx context.Context, req *licensingv1.IssueLicense
 	if err != nil {
 		return nil, err
 	}
-	if err := s.claimProduct(ctx, tenant, l.ProductID); err != nil {
+	// Another tenant's product is refused here, before the quota and the Idempotency-Key,
+	// as it was when the claim came first; the read claims nothing.
+	claim, err := s.mustClaim(ctx, tenant, l.ProductID)
+	if err != nil {
 		return nil, err
 	}
-	if idemKey == "" && !holdsQuota(quota) {
+	if idemKey == "" && !holdsQuota(quota) && !claim {
 		// Nothing to read first: the license and its event go in one round trip.
 		if err := s.store.Issue(ctx, l); err != nil {
 			return nil, err
@@ -57,6 +62,14 @@ func (s *Server) IssueLicense(ctx context.Context, req *licensingv1.IssueLicense
 	raw, _, err := s.store.Idempotent(ctx, tenant, idemKey, idempotency.RequestHash("IssueLicense", req), func(tx store.Tx) ([]byte, error) {
 		if err := holdQuota(ctx, tx, tenant, quota); err != nil {
 			return nil, err
+		}
+		if claim {
+			// After every check that can refuse, with the insert: both commit or neither.
+			// Another tenant's first license racing for the product makes this wait for
+			// its transaction; if it committed, this one is refused and inserts nothing.
+			if err := claimIn(ctx, tx, tenant, l.ProductID); err != nil {
+				return nil, err
+			}
 		}
 		if err := tx.Insert(ctx, l); err != nil {
 			return nil, err

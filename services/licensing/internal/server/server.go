@@ -142,11 +142,28 @@ func holdQuota(ctx context.Context, tx store.Tx, tenant string, quota int) error
 	return nil
 }
 
-func (s *Server) claimProduct(ctx context.Context, tenant, productID string) error {
+// mustClaim reads, claiming nothing, whether a write of tenant for productID must claim
+// the product (hosted, and no tenant owns it yet); another tenant's product is
+// license.ErrProductOwned. The claim itself is claimIn, in the transaction of the write.
+func (s *Server) mustClaim(ctx context.Context, tenant, productID string) (bool, error) {
 	if !s.cfg.MultiTenant {
-		return nil
+		return false, nil
 	}
-	err := s.store.ClaimProduct(ctx, tenant, productID)
+	owner, err := s.store.ProductOwner(ctx, productID)
+	switch {
+	case err != nil:
+		return false, err
+	case owner != "" && owner != tenant:
+		return false, license.ErrProductOwned
+	}
+	return owner == "", nil
+}
+
+// claimIn claims productID for tenant inside tx, the transaction that writes the
+// tenant's first license for it: license.ErrProductOwned when another tenant's claim
+// committed first.
+func claimIn(ctx context.Context, tx store.Tx, tenant, productID string) error {
+	err := tx.ClaimProduct(ctx, tenant, productID)
 	if errors.Is(err, store.ErrProductOwned) {
 		return license.ErrProductOwned
 	}

@@ -106,6 +106,11 @@ func TestEveryWriteEmitsItsEvent(t *testing.T) {
 				t.Fatal(err)
 			}
 		}, nil},
+		{"Tx.ClaimProduct", func(t *testing.T, s *store.Store) {
+			if err := s.InTx(ctx, func(tx store.Tx) error { return tx.ClaimProduct(ctx, "t1", "third-app") }); err != nil {
+				t.Fatal(err)
+			}
+		}, nil},
 	}
 	s, db := newStoreDB(t)
 	issue(t, s, "t1", "K-1")
@@ -123,14 +128,14 @@ func TestEveryWriteEmitsItsEvent(t *testing.T) {
 		}
 	}
 	eventstest.RequireListed(t, (*store.Tx)(nil), []string{"Insert", "InsertImported", "SetStatus", "Delete"},
-		// Reads and locks.
-		[]string{"GetForUpdate", "LockQuota", "CountActive", "Existing"})
+		// Reads and locks, and a product claim (outside §11, as the store's).
+		[]string{"GetForUpdate", "LockQuota", "CountActive", "Existing", "ClaimProduct"})
 	eventstest.RequireListed(t, s,
 		[]string{"InTx", "Idempotent", "Issue", "UpdateTerms", "UpdateNotes"},
 		// Writes outside §11: a product claim, the keyring, portal links (credentials), the
 		// portal switch and the folding of the license counts (no count changes).
 		[]string{"ClaimProduct", "Keyring", "PortalLink", "SetPortalEnabled", "FoldCounts"},
-		[]string{"WithCache", "Get", "GetMany", "GetLive", "CountActive", "DeletedKeys", "List", "Counts", "LicenseByPortalToken", "PortalEnabled"})
+		[]string{"WithCache", "Get", "GetMany", "GetLive", "CountActive", "DeletedKeys", "List", "Counts", "LicenseByPortalToken", "PortalEnabled", "ProductOwner"})
 }
 
 // The event's data is the change's: the terms after an update, the license's product.

@@ -147,6 +147,9 @@ type Tx interface {
 	Existing(ctx context.Context, keys []string) (map[string]*License, error)
 	// InsertImported stores imported licenses as given (ErrImportRaced).
 	InsertImported(ctx context.Context, ls []*License) error
+	// ClaimProduct binds a product no tenant owns yet to tenant, as part of this
+	// transaction (ErrProductOwned).
+	ClaimProduct(ctx context.Context, tenant, productID string) error
 }
 
 // pgTx is Tx on Postgres.
@@ -493,16 +496,28 @@ const CountsFoldInterval = 5 * time.Second
 // ClaimProduct binds productID to tenant unless another tenant owns it (ErrProductOwned).
 // The primary key makes two simultaneous first claims resolve to one owner.
 func (s *Store) ClaimProduct(ctx context.Context, tenant, productID string) error {
+	return claimProduct(ctx, s.db, tenant, productID)
+}
+
+// ClaimProduct is the claim inside the transaction that writes the tenant's license: it
+// commits with the license, or not at all. A competing first claim of another transaction
+// makes this one wait for it, then lose (ErrProductOwned) if it committed.
+func (t *pgTx) ClaimProduct(ctx context.Context, tenant, productID string) error {
+	return claimProduct(ctx, t.tx, tenant, productID)
+}
+
+func claimProduct(ctx context.Context, q pgxx.Querier, tenant, productID string) error {
 	var owner string
-	err := s.db.QueryRow(ctx, `WITH claim AS (
+	err := q.QueryRow(ctx, `WITH claim AS (
 			INSERT INTO products (product_key, product_id, tenant_id) VALUES ($1, $2, $3)
 			ON CONFLICT (product_key) DO NOTHING RETURNING tenant_id)
 		SELECT tenant_id FROM claim UNION ALL SELECT tenant_id FROM products WHERE product_key = $1`,
 		license.ProductKey(productID), productID, tenant).Scan(&owner)
 	if errors.Is(err, pgx.ErrNoRows) {
 		// The competing claim committed between our insert's conflict check and the
-		// read, which cannot see it in this snapshot: read it again.
-		err = s.db.QueryRow(ctx, `SELECT tenant_id FROM products WHERE product_key = $1`, license.ProductKey(productID)).Scan(&owner)
+		// read, which cannot see it in this statement's snapshot: read it again (under
+		// read committed a new statement has a new snapshot, inside a transaction too).
+		err = q.QueryRow(ctx, `SELECT tenant_id FROM products WHERE product_key = $1`, license.ProductKey(productID)).Scan(&owner)
 	}
 	if err != nil {
 		return err

@@ -122,6 +122,66 @@ func TestClaimProductOneOwner(t *testing.T) {
 	}
 }
 
+// Tx.ClaimProduct commits with the transaction's license or not at all: a transaction
+// that fails after its claim leaves the product free, and of tenants whose transactions
+// claim a new product and insert a license at once, one owns it and only its license is
+// stored.
+func TestClaimProductInATransactionCommitsWithTheLicense(t *testing.T) {
+	s := newStore(t)
+	ctx := context.Background()
+	refused := errors.New("refused after the claim")
+	err := s.InTx(ctx, func(tx store.Tx) error {
+		if err := tx.ClaimProduct(ctx, "t0", "rolled-back"); err != nil {
+			return err
+		}
+		return refused
+	})
+	if !errors.Is(err, refused) {
+		t.Fatal(err)
+	}
+	if owner, err := s.ProductOwner(ctx, "rolled-back"); owner != "" || err != nil {
+		t.Fatalf("a rolled-back claim left owner %q (err %v)", owner, err)
+	}
+	for round := 0; round < 20; round++ {
+		product := fmt.Sprintf("tx-app-%d", round)
+		var wg sync.WaitGroup
+		errs := make([]error, 4)
+		for i := range errs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				tenant := fmt.Sprintf("t%d", i)
+				errs[i] = s.InTx(ctx, func(tx store.Tx) error {
+					if err := tx.ClaimProduct(ctx, tenant, product); err != nil {
+						return err
+					}
+					return tx.Insert(ctx, &store.License{TenantID: tenant, Key: fmt.Sprintf("K-%d-%d", round, i), Tier: "pro",
+						ProductID: product, IssuedTo: "x", Limits: map[string]float64{}})
+				})
+			}()
+		}
+		wg.Wait()
+		winner := ""
+		for i, err := range errs {
+			tenant := fmt.Sprintf("t%d", i)
+			_, getErr := s.Get(ctx, tenant, fmt.Sprintf("K-%d-%d", round, i))
+			switch {
+			case err == nil && winner == "" && getErr == nil:
+				winner = tenant
+			case err == nil:
+				t.Fatalf("round %d: %s won too (winner %s, license err %v)", round, tenant, winner, getErr)
+			case !errors.Is(err, store.ErrProductOwned):
+				t.Fatal(err)
+			case !errors.Is(getErr, store.ErrNotFound):
+				t.Fatalf("round %d: %s lost the claim but its license is stored (%v)", round, tenant, getErr)
+			}
+		}
+		if owner, err := s.ProductOwner(ctx, product); winner == "" || owner != winner || err != nil {
+			t.Fatalf("round %d: winner %q, owner %q (err %v)", round, winner, owner, err)
+		}
+	}
+}
+
 // A deletion is remembered for license.EventRetention, per tenant, and a failed delete
 // (no such license) remembers nothing.
 func TestDeletedKeysRememberTheTenantsDeletions(t *testing.T) {

@@ -33,7 +33,9 @@ import (
 
 // Store is the SQL the handlers need (store.Store; fakes in unit tests).
 type Store interface {
-	Register(ctx context.Context, tenant, idemKey string, requestHash []byte, r *store.NewRelease, limit int) (int32, error)
+	// Register runs beforeCommit last in the release's transaction (store.Store.Register).
+	Register(ctx context.Context, tenant, idemKey string, requestHash []byte, r *store.NewRelease, limit int,
+		beforeCommit func(context.Context) error) (int32, error)
 	Get(ctx context.Context, tenant string, id int32) (*store.Release, error)
 	Unpublish(ctx context.Context, tenant string, id int32) error
 	Latest(ctx context.Context, tenant, productKey, channel, platform string) (*store.Release, error)
@@ -51,6 +53,8 @@ type Licensing interface {
 	Licenses(ctx context.Context, keys []string) (map[string]*licensingv1.License, error)
 	// ClaimProduct binds productID to tenant, or 403 "product_id is owned by a different tenant".
 	ClaimProduct(ctx context.Context, tenant, productID string) error
+	// ProductOwned is ClaimProduct's answer without the claim (false: no tenant owns it).
+	ProductOwned(ctx context.Context, tenant, productID string) (bool, error)
 	// Keyring is the installation's signing material, the key GET /v1/public-key serves.
 	Keyring(ctx context.Context) (*signing.Keyring, error)
 }
@@ -203,7 +207,10 @@ func releaseFields(r *store.Release) *signing.Object {
 	)
 }
 
-// RegisterRelease stores a published release, signed once, now.
+// RegisterRelease stores a published release, signed once, now. Hosted, it claims the
+// product for the tenant (licensing's claim, issue-license's), but only once the release
+// is being written: a registration refused (a reused Idempotency-Key, a duplicate, the
+// release limit) or failed claims nothing.
 func (s *Server) RegisterRelease(ctx context.Context, req *releasesv1.RegisterReleaseRequest) (*releasesv1.RegisterReleaseResponse, error) {
 	tenant, err := auth.TenantID(ctx)
 	if err != nil {
@@ -217,13 +224,28 @@ func (s *Server) RegisterRelease(ctx context.Context, req *releasesv1.RegisterRe
 	if err != nil {
 		return nil, err
 	}
+	var claim func(context.Context) error
 	if s.cfg.MultiTenant {
 		// The subscription first, so a tenant that may not register cannot claim products.
 		if _, err := s.entitlements.ActivePlan(ctx, tenant); err != nil {
 			return nil, err
 		}
-		if err := s.licensing.ClaimProduct(ctx, tenant, r.ProductID); err != nil {
+		// Another tenant's product is refused here, before the release's own checks, as
+		// it was when the claim came first; the check claims nothing.
+		owned, err := s.licensing.ProductOwned(ctx, tenant, r.ProductID)
+		if err != nil {
 			return nil, err
+		}
+		if !owned {
+			// The claim lives in licensing's database, the release in ours, so they cannot
+			// commit together. It runs last in the release's transaction, after every check
+			// that can refuse and after the insert: a claim lost to another tenant meanwhile
+			// (403) or licensing unreachable (503) rolls the release back. What remains is a
+			// claim whose release then fails to commit (our database lost between the claim
+			// and the commit, or this process killed there): the product is left claimed by
+			// the tenant that was about to own it by a registration that had passed every
+			// check, which the same request retried completes.
+			claim = func(ctx context.Context) error { return s.licensing.ClaimProduct(ctx, tenant, r.ProductID) }
 		}
 	}
 	keyring, err := s.licensing.Keyring(ctx)
@@ -233,7 +255,7 @@ func (s *Server) RegisterRelease(ctx context.Context, req *releasesv1.RegisterRe
 	if _, r.Signature, err = keyring.SignJSON(releaseFields(&r.Release)); err != nil {
 		return nil, err
 	}
-	id, err := s.store.Register(ctx, tenant, idemKey, idempotency.RequestHash("RegisterRelease", req), r, MaxPublished)
+	id, err := s.store.Register(ctx, tenant, idemKey, idempotency.RequestHash("RegisterRelease", req), r, MaxPublished, claim)
 	switch {
 	case errors.Is(err, store.ErrDuplicate):
 		return nil, errDuplicate

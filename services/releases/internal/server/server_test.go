@@ -8,6 +8,7 @@ import (
 	"github.com/keyhouse/keyhouse/pkg/apierr"
 	"github.com/keyhouse/keyhouse/pkg/auth"
 	"github.com/keyhouse/keyhouse/pkg/billingclient"
+	"github.com/keyhouse/keyhouse/pkg/idempotency"
 	"github.com/keyhouse/keyhouse/pkg/license"
 	"github.com/keyhouse/keyhouse/pkg/signing"
 	licensingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1"
@@ -22,13 +23,24 @@ type fakeStore struct {
 	Store
 	registered []*store.NewRelease
 	latest     *store.Release
+	refuse     error // the store's own refusal (a duplicate, the limit, an outage)
 }
 
 func (f *fakeStore) Latest(context.Context, string, string, string, string) (*store.Release, error) {
 	return f.latest, nil
 }
 
-func (f *fakeStore) Register(_ context.Context, _, _ string, _ []byte, r *store.NewRelease, _ int) (int32, error) {
+// Register refuses, or runs beforeCommit and keeps r unless it fails, as the transaction
+// of store.Store.Register does.
+func (f *fakeStore) Register(ctx context.Context, _, _ string, _ []byte, r *store.NewRelease, _ int, beforeCommit func(context.Context) error) (int32, error) {
+	if f.refuse != nil {
+		return 0, f.refuse
+	}
+	if beforeCommit != nil {
+		if err := beforeCommit(ctx); err != nil {
+			return 0, err
+		}
+	}
 	f.registered = append(f.registered, r)
 	return int32(len(f.registered)), nil
 }
@@ -37,7 +49,8 @@ type fakeLicensing struct {
 	Licensing
 	keyring  *signing.Keyring
 	claims   []string
-	owned    bool
+	checks   int
+	owned    bool // another tenant owns the product
 	keyCalls int
 }
 
@@ -51,6 +64,14 @@ func (f *fakeLicensing) ClaimProduct(_ context.Context, tenant, productID string
 		return license.ErrProductOwned
 	}
 	return nil
+}
+
+func (f *fakeLicensing) ProductOwned(context.Context, string, string) (bool, error) {
+	f.checks++
+	if f.owned {
+		return false, license.ErrProductOwned
+	}
+	return false, nil
 }
 
 func (f *fakeLicensing) Keyring(context.Context) (*signing.Keyring, error) {
@@ -79,9 +100,12 @@ var testKeyring = func() *signing.Keyring {
 	return k
 }()
 
-func register(t *testing.T, multiTenant, active, owned bool) (*fakeStore, *fakeLicensing, *fakeEntitlements, error) {
+func register(t *testing.T, multiTenant, active, owned bool, refuse ...error) (*fakeStore, *fakeLicensing, *fakeEntitlements, error) {
 	t.Helper()
 	st, lic, ent := &fakeStore{}, &fakeLicensing{keyring: testKeyring, owned: owned}, &fakeEntitlements{active: active}
+	if len(refuse) > 0 {
+		st.refuse = refuse[0]
+	}
 	s := New(Config{MultiTenant: multiTenant}, st, lic, ent)
 	ctx := auth.WithPrincipal(context.Background(), auth.Principal{TenantID: "t1"})
 	_, err := s.RegisterRelease(ctx, &releasesv1.RegisterReleaseRequest{
@@ -105,9 +129,20 @@ func TestHostedRegistrationClaimsTheProduct(t *testing.T) {
 	if err != nil || len(lic.claims) != 1 || lic.claims[0] != "t1/App" || len(st.registered) != 1 {
 		t.Fatalf("err %v claims %v registered %d", err, lic.claims, len(st.registered))
 	}
-	st, _, _, err = register(t, true, true, true)
-	if err != license.ErrProductOwned || len(st.registered) != 0 {
-		t.Fatalf("owned product: %v, registered %d", err, len(st.registered))
+	st, lic, _, err = register(t, true, true, true)
+	if err != license.ErrProductOwned || len(st.registered) != 0 || len(lic.claims) != 0 {
+		t.Fatalf("owned product: %v, registered %d, claims %v", err, len(st.registered), lic.claims)
+	}
+}
+
+// A registration the store refuses (or fails) claims nothing: the ownership is checked
+// without a claim, and the claim runs only in the release's transaction.
+func TestRefusedRegistrationClaimsNothing(t *testing.T) {
+	for _, refusal := range []error{store.ErrDuplicate, store.ErrLimit, idempotency.ErrReused, apierr.Unavailable("Releases database unavailable")} {
+		st, lic, _, err := register(t, true, true, false, refusal)
+		if err == nil || lic.checks != 1 || len(lic.claims) != 0 || len(st.registered) != 0 {
+			t.Fatalf("%v: err %v, checks %d, claims %v, registered %d", refusal, err, lic.checks, lic.claims, len(st.registered))
+		}
 	}
 }
 

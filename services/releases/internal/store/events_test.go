@@ -24,19 +24,19 @@ func TestEveryWriteEmitsItsEvent(t *testing.T) {
 		want   []string
 	}{
 		{"Register", func() (err error) {
-			id, err = s.Register(ctx, "t1", "", nil, release("1.0.0", "stable"), 5)
+			id, err = s.Register(ctx, "t1", "", nil, release("1.0.0", "stable"), 5, nil)
 			return err
 		}, []string{events.TypeReleasePublished}},
 		{"Register with an Idempotency-Key, twice", func() error {
 			for range 2 {
-				if _, err := s.Register(ctx, "t1", "idem-1", []byte("h"), release("1.0.1", "stable"), 5); err != nil {
+				if _, err := s.Register(ctx, "t1", "idem-1", []byte("h"), release("1.0.1", "stable"), 5, nil); err != nil {
 					return err
 				}
 			}
 			return nil
 		}, []string{events.TypeReleasePublished}},
 		{"Register refused (duplicate)", func() error {
-			if _, err := s.Register(ctx, "t1", "", nil, release("1.0.0", "stable"), 5); !errors.Is(err, ErrDuplicate) {
+			if _, err := s.Register(ctx, "t1", "", nil, release("1.0.0", "stable"), 5, nil); !errors.Is(err, ErrDuplicate) {
 				return err
 			}
 			return nil
@@ -74,7 +74,7 @@ func TestNoChangeWithoutItsEvent(t *testing.T) {
 		CREATE TRIGGER refuse BEFORE INSERT ON outbox FOR EACH ROW EXECUTE FUNCTION refuse()`); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Register(ctx, "t1", "", nil, release("1.0.0", "stable"), 5); err == nil {
+	if _, err := s.Register(ctx, "t1", "", nil, release("1.0.0", "stable"), 5, nil); err == nil {
 		t.Fatal("registered without its event")
 	}
 	if rows, _, err := s.List(ctx, "t1", Filter{Limit: 10}); err != nil || len(rows) != 0 {

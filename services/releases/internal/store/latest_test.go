@@ -13,7 +13,7 @@ func TestLatestOfAnswersEachChannelAsLatest(t *testing.T) {
 	for _, r := range []struct {
 		tenant, version, channel string
 	}{{"t1", "1.0.0", "stable"}, {"t1", "1.2.0", "stable"}, {"t1", "2.0.0-beta", "beta"}, {"t2", "9.0.0", "stable"}} {
-		if _, err := s.Register(ctx, r.tenant, "", nil, release(r.version, r.channel), 500); err != nil {
+		if _, err := s.Register(ctx, r.tenant, "", nil, release(r.version, r.channel), 500, nil); err != nil {
 			t.Fatal(err)
 		}
 	}

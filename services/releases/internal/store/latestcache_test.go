@@ -107,7 +107,7 @@ func TestLatestCacheFollowsReleaseChangesAcrossProcesses(t *testing.T) {
 	if v := versionOf(t, b, appStable); v != "" {
 		t.Fatalf("nothing published yet, got %q", v)
 	}
-	if _, err := a.Register(ctx, "t1", "", nil, release("1.0.0", "stable"), 500); err != nil {
+	if _, err := a.Register(ctx, "t1", "", nil, release("1.0.0", "stable"), 500, nil); err != nil {
 		t.Fatal(err)
 	}
 	if v := versionOf(t, a, appStable); v != "1.0.0" {
@@ -129,7 +129,7 @@ func TestLatestCacheFollowsReleaseChangesAcrossProcesses(t *testing.T) {
 		t.Fatalf("read Postgres again (%q): the cache answered nothing", r.ReleaseNotes)
 	}
 
-	newer, err := a.Register(ctx, "t1", "", nil, release("1.1.0", "stable"), 500)
+	newer, err := a.Register(ctx, "t1", "", nil, release("1.1.0", "stable"), 500, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +164,7 @@ func TestLatestCacheUnderParallelReadsAndChanges(t *testing.T) {
 	defer cancel()
 	dbURL := testkit.DatabaseURL(t, schema)
 	replicas := []*Store{cachedReplica(t, dbURL), cachedReplica(t, dbURL)}
-	if _, err := replicas[0].Register(ctx, "t1", "", nil, release("1.0.0", "stable"), 500); err != nil {
+	if _, err := replicas[0].Register(ctx, "t1", "", nil, release("1.0.0", "stable"), 500, nil); err != nil {
 		t.Fatal(err)
 	}
 
@@ -193,7 +193,7 @@ func TestLatestCacheUnderParallelReadsAndChanges(t *testing.T) {
 	for n := range 20 {
 		writer, other := replicas[n%2], replicas[(n+1)%2]
 		version := fmt.Sprintf("2.0.%d", n)
-		id, err := writer.Register(ctx, "t1", "", nil, release(version, "stable"), 500)
+		id, err := writer.Register(ctx, "t1", "", nil, release(version, "stable"), 500, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -91,8 +91,11 @@ func lockChannel(ctx context.Context, tx pgx.Tx, tenant, productKey, channel, pl
 // published release with the same product, version, channel and platform exists
 // (ErrDuplicate) or limit releases of that product/channel/platform are published
 // (ErrLimit). Under an Idempotency-Key (idemKey non-empty) a repeated request returns the
-// first id and inserts nothing (pkg/idempotency).
-func (s *Store) Register(ctx context.Context, tenant, idemKey string, requestHash []byte, r *NewRelease, limit int) (int32, error) {
+// first id and inserts nothing (pkg/idempotency). beforeCommit, if not nil, runs last in
+// the release's transaction, once every check passed and the release is inserted; its
+// error rolls the release back.
+func (s *Store) Register(ctx context.Context, tenant, idemKey string, requestHash []byte, r *NewRelease, limit int,
+	beforeCommit func(context.Context) error) (int32, error) {
 	ctx, done := s.spine.Track(ctx)
 	resp, _, err := idempotency.Do(ctx, s.db, tenant, idemKey, requestHash, func(tx pgx.Tx) ([]byte, error) {
 		if err := lockChannel(ctx, tx, tenant, r.ProductKey, r.Channel, r.Platform); err != nil {
@@ -125,6 +128,11 @@ func (s *Store) Register(ctx context.Context, tenant, idemKey string, requestHas
 		}
 		if err := events.Emit(ctx, tx, events.ReleasePublished(tenant, id, r.ProductID, r.Version, r.Channel, r.Platform)); err != nil {
 			return nil, err
+		}
+		if beforeCommit != nil {
+			if err := beforeCommit(ctx); err != nil {
+				return nil, err
+			}
 		}
 		return []byte(strconv.Itoa(int(id))), nil
 	})

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"testing"
 
@@ -47,7 +48,7 @@ func TestLatestReadsOneIndexEntry(t *testing.T) {
 	s := newStore(t)
 	for _, channel := range []string{"stable", "beta", "nightly"} {
 		for i := range 500 {
-			if _, err := s.Register(ctx, "t1", "", nil, release(fmt.Sprintf("1.%d.%d", i%13, i), channel), 500); err != nil {
+			if _, err := s.Register(ctx, "t1", "", nil, release(fmt.Sprintf("1.%d.%d", i%13, i), channel), 500, nil); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -90,22 +91,57 @@ type planNode struct {
 	Plans      []planNode `json:"Plans"`
 }
 
+// beforeCommit (licensing's product claim) runs only for a release that passed every
+// check and was inserted, and its error stores nothing: a refused registration claims
+// nothing, and a claim refused registers nothing.
+func TestRegisterRunsBeforeCommitOnlyForAReleaseWritten(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t)
+	calls := 0
+	count := func(context.Context) error { calls++; return nil }
+	if _, err := s.Register(ctx, "t1", "k-1", []byte("first"), release("1.0.0", "stable"), 2, count); err != nil || calls != 1 {
+		t.Fatalf("a release written: err %v, beforeCommit ran %d times", err, calls)
+	}
+	if _, err := s.Register(ctx, "t1", "k-1", []byte("first"), release("1.0.0", "stable"), 2, count); err != nil || calls != 1 {
+		t.Fatalf("a replay: err %v, beforeCommit ran %d times", err, calls)
+	}
+	if _, err := s.Register(ctx, "t1", "k-1", []byte("other"), release("1.0.1", "stable"), 2, count); err == nil || calls != 1 {
+		t.Fatalf("an Idempotency-Key reused: err %v, beforeCommit ran %d times", err, calls)
+	}
+	if _, err := s.Register(ctx, "t1", "", nil, release("1.0.0", "stable"), 2, count); err != ErrDuplicate || calls != 1 {
+		t.Fatalf("a duplicate: err %v, beforeCommit ran %d times", err, calls)
+	}
+	if _, err := s.Register(ctx, "t1", "", nil, release("1.0.1", "stable"), 2, count); err != nil || calls != 2 {
+		t.Fatalf("the second release: err %v, beforeCommit ran %d times", err, calls)
+	}
+	if _, err := s.Register(ctx, "t1", "", nil, release("1.0.2", "stable"), 2, count); err != ErrLimit || calls != 2 {
+		t.Fatalf("over the limit: err %v, beforeCommit ran %d times", err, calls)
+	}
+	refused := errors.New("claim refused")
+	if _, err := s.Register(ctx, "t1", "", nil, release("1.0.0", "beta"), 2, func(context.Context) error { return refused }); !errors.Is(err, refused) {
+		t.Fatalf("a refused claim: %v", err)
+	}
+	if _, total, err := s.List(ctx, "t1", Filter{Channel: "beta", Limit: 10}); total != 0 || err != nil {
+		t.Fatalf("a refused claim stored %d releases (err %v)", total, err)
+	}
+}
+
 func TestRegisterRefusesDuplicatesAndThe501st(t *testing.T) {
 	ctx := context.Background()
 	s := newStore(t)
 	for i := range 3 {
-		if _, err := s.Register(ctx, "t1", "", nil, release(fmt.Sprintf("1.0.%d", i), "stable"), 3); err != nil {
+		if _, err := s.Register(ctx, "t1", "", nil, release(fmt.Sprintf("1.0.%d", i), "stable"), 3, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := s.Register(ctx, "t1", "", nil, release("1.0.0", "stable"), 3); err != ErrDuplicate {
+	if _, err := s.Register(ctx, "t1", "", nil, release("1.0.0", "stable"), 3, nil); err != ErrDuplicate {
 		t.Fatalf("duplicate: %v", err)
 	}
-	if _, err := s.Register(ctx, "t1", "", nil, release("2.0.0", "stable"), 3); err != ErrLimit {
+	if _, err := s.Register(ctx, "t1", "", nil, release("2.0.0", "stable"), 3, nil); err != ErrLimit {
 		t.Fatalf("over the limit: %v", err)
 	}
 	// Another tenant's channel of the same name is its own.
-	if _, err := s.Register(ctx, "t2", "", nil, release("1.0.0", "stable"), 3); err != nil {
+	if _, err := s.Register(ctx, "t2", "", nil, release("1.0.0", "stable"), 3, nil); err != nil {
 		t.Fatal(err)
 	}
 	rows, total, err := s.List(ctx, "t1", Filter{Limit: 10})
@@ -118,7 +154,7 @@ func TestRegisterRefusesDuplicatesAndThe501st(t *testing.T) {
 	if err := s.Unpublish(ctx, "t1", rows[0].ID); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Register(ctx, "t1", "", nil, release("2.0.0", "stable"), 3); err != nil {
+	if _, err := s.Register(ctx, "t1", "", nil, release("2.0.0", "stable"), 3, nil); err != nil {
 		t.Fatalf("after an unpublish: %v", err)
 	}
 }
