@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"iter"
 	"net/http"
 	"regexp"
 	"strings"
@@ -177,12 +178,10 @@ func syntaxError(err error) error {
 // noStringNumbers refuses a JSON string in a numeric field of md (or of a message inside
 // it), naming the field as protojson names a wrong type.
 func noStringNumbers(raw json.RawMessage, md protoreflect.MessageDescriptor) error {
-	var obj map[string]json.RawMessage
-	if json.Unmarshal(raw, &obj) != nil {
-		return nil // not an object: protojson words that refusal
-	}
+	// In the body's order, so that of two offending members the same one is named every
+	// time. Not an object: protojson words that refusal.
 	fields := md.Fields()
-	for name, value := range obj {
+	for name, value := range members(raw) {
 		fd := fields.ByJSONName(name)
 		if fd == nil {
 			fd = fields.ByTextName(name)
@@ -278,21 +277,8 @@ func (m *jsonMarshaler) refusedMember(body json.RawMessage, md protoreflect.Mess
 	if err != nil {
 		return ""
 	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
-		return ""
-	}
 	fields := md.Fields()
-	for dec.More() {
-		tok, err := dec.Token()
-		if err != nil {
-			return ""
-		}
-		name, _ := tok.(string)
-		var value json.RawMessage
-		if dec.Decode(&value) != nil {
-			return ""
-		}
+	for name, value := range members(body) {
 		fd := fields.ByJSONName(name)
 		if fd == nil {
 			fd = fields.ByTextName(name)
@@ -314,6 +300,28 @@ func (m *jsonMarshaler) refusedMember(body json.RawMessage, md protoreflect.Mess
 		return wordRefusal(fd, value, err.Error())
 	}
 	return ""
+}
+
+// members yields the members of the JSON object body in their order, and stops at the
+// first that does not read (a body that is no object yields none).
+func members(body json.RawMessage) iter.Seq2[string, json.RawMessage] {
+	return func(yield func(string, json.RawMessage) bool) {
+		dec := json.NewDecoder(bytes.NewReader(body))
+		if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+			return
+		}
+		for dec.More() {
+			tok, err := dec.Token()
+			if err != nil {
+				return
+			}
+			name, _ := tok.(string)
+			var value json.RawMessage
+			if dec.Decode(&value) != nil || !yield(name, value) {
+				return
+			}
+		}
+	}
 }
 
 // memberAlone is the JSON object {name: value}.

@@ -74,6 +74,23 @@ func TestDecoderRefusesAStringForAWrapperTypedNumberAsForAPlainOne(t *testing.T)
 	}
 }
 
+// Of two members that give a string for a number, the first in the body is named, every
+// time: the check walked a map, and which one it named varied from request to request.
+func TestOfTwoStringNumbersTheFirstInTheBodyIsNamed(t *testing.T) {
+	m := newJSONMarshaler()
+	for _, tc := range []struct{ body, want string }{
+		{`{"renew_after_seconds":"5","lease_ttl_seconds":"3600"}`, "renew_after_seconds"},
+		{`{"lease_ttl_seconds":"3600","renew_after_seconds":"5"}`, "lease_ttl_seconds"},
+	} {
+		for range 50 {
+			err := m.NewDecoder(strings.NewReader(tc.body)).Decode(&activationsv1.PutLeasePolicyRequest{})
+			if err == nil || !strings.Contains(err.Error(), "int64 field "+tc.want+":") {
+				t.Fatalf("decode %s: %v, want the error to name %s", tc.body, err, tc.want)
+			}
+		}
+	}
+}
+
 // A wrong type in a wrapper, a map, a list or a message, and an escape protojson cannot
 // read, name the field the client sent (protojson names the wrapper's "value", or
 // nothing), and never quote another part of the body.
