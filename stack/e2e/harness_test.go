@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -146,6 +147,8 @@ type Client struct {
 	Base  string
 	IP    string
 	Token string
+	// HTTP sends the requests: httpClient, which follows redirects, when nil.
+	HTTP *http.Client
 }
 
 // newClient returns a client with a client IP no other test uses, so rate-limit budgets
@@ -169,9 +172,19 @@ type Response struct {
 }
 
 // Do sends a request; body may be nil, a string (sent as is) or a value to encode.
-// headers are name, value pairs.
+// headers are name, value pairs. A request that gets no answer fails the test.
 func (c *Client) Do(method, path string, body any, headers ...string) *Response {
 	c.t.Helper()
+	r, err := c.Try(method, path, body, headers...)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return r
+}
+
+// Try is Do for a goroutine other than the test's: a request that gets no answer is its
+// error, which the caller reports.
+func (c *Client) Try(method, path string, body any, headers ...string) (*Response, error) {
 	var r io.Reader
 	switch b := body.(type) {
 	case nil:
@@ -184,13 +197,13 @@ func (c *Client) Do(method, path string, body any, headers ...string) *Response 
 	default:
 		enc, err := json.Marshal(b)
 		if err != nil {
-			c.t.Fatal(err)
+			return nil, err
 		}
 		r = bytes.NewReader(enc)
 	}
 	req, err := http.NewRequest(method, c.Base+path, r)
 	if err != nil {
-		c.t.Fatal(err)
+		return nil, err
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
@@ -202,18 +215,18 @@ func (c *Client) Do(method, path string, body any, headers ...string) *Response 
 	for i := 0; i+1 < len(headers); i += 2 {
 		req.Header.Set(headers[i], headers[i+1])
 	}
-	resp, err := httpClient.Do(req)
+	resp, err := cmp.Or(c.HTTP, httpClient).Do(req)
 	if err != nil {
-		c.t.Fatalf("%s %s: %v", method, path, err)
+		return nil, fmt.Errorf("%s %s: %w", method, path, err)
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(resp.Body)
 	if err != nil {
-		c.t.Fatal(err)
+		return nil, fmt.Errorf("%s %s: reading the answer: %w", method, path, err)
 	}
 	census.noteCredential(c.Token)
 	census.noteResponse(data)
-	return &Response{Status: resp.StatusCode, Header: resp.Header, Body: data}
+	return &Response{Status: resp.StatusCode, Header: resp.Header, Body: data}, nil
 }
 
 var httpClient = &http.Client{Timeout: 30 * time.Second}
