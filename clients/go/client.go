@@ -38,7 +38,9 @@ type Config struct {
 	// set again once (key rotation); NoKeyRefresh turns that off.
 	LeaseKeys    []byte
 	NoKeyRefresh bool
-	// TenantID selects the tenant's lease keys on a hosted server.
+	// TenantID pins the hosted tenant whose lease keys are fetched. Optional: without it
+	// the client fetches the key set of the tenant its first lease names (the tenant_id
+	// claim) and keeps to that tenant once a lease verified against it.
 	TenantID string
 	// StorePath is the file holding the activation token and the newest lease (written
 	// atomically, mode 0600). Default: <user config dir>/keyhouse/<product id>.json.
@@ -326,7 +328,7 @@ func (c *Client) Activate(ctx context.Context, instanceID string) (*Activation, 
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if out.Token != "" || c.state.InstanceID != instanceID {
-		c.state = state{Key: c.cfg.Key, InstanceID: instanceID, Token: out.Token, NewestIAT: c.state.NewestIAT}
+		c.state = state{Key: c.cfg.Key, InstanceID: instanceID, Token: out.Token, NewestIAT: c.state.NewestIAT, Keys: c.state.Keys, TenantID: c.state.TenantID}
 	}
 	if err := c.saveLocked(); err != nil {
 		return nil, err
@@ -351,7 +353,7 @@ func (c *Client) Deactivate(ctx context.Context) (bool, error) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.state = state{Key: c.cfg.Key, NewestIAT: c.state.NewestIAT}
+	c.state = state{Key: c.cfg.Key, NewestIAT: c.state.NewestIAT, Keys: c.state.Keys, TenantID: c.state.TenantID}
 	return out.Deactivated, c.saveLocked()
 }
 

@@ -88,6 +88,8 @@ export interface LeaseClaims {
     instance_id: string;
     floating: boolean;
     components?: Record<string, string>;
+    /** Hosted: the tenant whose keys sign the lease. */
+    tenant_id?: string;
     nonce?: string;
 }
 /** How far (seconds) a lease's iat may be ahead of the clock, and the clock may fall back
@@ -128,7 +130,9 @@ export interface Verdict {
     /** "licensed", or why not: not_activated, license_not_found, license_not_active
      * (revoked), license_expired, seat_lapsed, machine_mismatch, expired (the lease ran out
      * and the server could not be reached), unreachable (no lease yet and no server),
-     * invalid_lease, wrong_product, wrong_license, clock_tampered, components_required. */
+     * invalid_lease, lease_keys_unavailable (the lease's key is not pinned and GET
+     * /v1/lease-keys could not be fetched), wrong_product, wrong_license, clock_tampered,
+     * components_required. */
     reason: string;
     /** Answered from the stored lease without reaching the server. */
     offline?: boolean;
@@ -151,6 +155,9 @@ export interface ClientOptions {
      * fetch the set once more unless noKeyRefresh. */
     leaseKeys?: JWKS;
     noKeyRefresh?: boolean;
+    /** Pins the hosted tenant whose lease keys are fetched. Optional: without it the client
+     * fetches the key set of the tenant its first lease names (the tenant_id claim) and keeps
+     * to that tenant once a lease verified against it. */
     tenantId?: string;
     /** File of the state; default <home>/.config/keyhouse/<product id>.json. */
     storePath?: string;

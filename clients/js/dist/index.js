@@ -306,6 +306,16 @@ function verifyLease(token, keys, c) {
     }
     return claims;
 }
+/** The tenant_id claim of a lease whose signature is not checked yet ('' if none). */
+function unverifiedTenant(lease) {
+    try {
+        const claims = JSON.parse(b64url(lease.split('.')[1] || '').toString('utf8'));
+        return typeof claims?.tenant_id === 'string' ? claims.tenant_id : '';
+    }
+    catch {
+        return '';
+    }
+}
 /** Stores the state in one file, replaced atomically, mode 0600. */
 class FileStore {
     constructor(file) {
@@ -444,7 +454,7 @@ class Client {
     async activate(instanceId) {
         const r = await this.request('POST', '/v1/activate-license', { key: this.opts.key, instance_id: instanceId });
         if (r.token || this.state.instance_id !== instanceId) {
-            this.state = { key: this.opts.key, instance_id: instanceId, token: r.token, newest_iat: this.state.newest_iat, lease_keys: this.state.lease_keys };
+            this.state = { key: this.opts.key, instance_id: instanceId, token: r.token, newest_iat: this.state.newest_iat, lease_keys: this.state.lease_keys, tenant_id: this.state.tenant_id };
         }
         this.save();
         return { alreadyActivated: !!r.alreadyActivated, instanceId };
@@ -454,7 +464,7 @@ class Client {
         if (!this.state.token)
             throw new KeyhouseError('not_activated', 'not activated on this machine');
         const r = await this.request('POST', '/v1/deactivate-license', { key: this.opts.key, token: this.state.token });
-        this.state = { key: this.opts.key, newest_iat: this.state.newest_iat, lease_keys: this.state.lease_keys };
+        this.state = { key: this.opts.key, newest_iat: this.state.newest_iat, lease_keys: this.state.lease_keys, tenant_id: this.state.tenant_id };
         this.save();
         return r.deactivated;
     }
@@ -495,17 +505,29 @@ class Client {
         catch (err) {
             if (!(err instanceof LeaseError) || !err.unknownKid || this.opts.noKeyRefresh)
                 throw err;
+            // Hosted, the key set is the tenant's: pinned (tenantId), else the one a lease
+            // verified for before, else the one this lease names. The named tenant is not yet
+            // trusted: it only chooses which of this server's key sets is fetched, the lease must
+            // still verify against one of that tenant's keys, and its product and license are
+            // checked after that (a product belongs to one tenant).
+            const learned = this.state.tenant_id;
+            const tenant = this.opts.tenantId || learned || unverifiedTenant(lease);
             let fetched;
             try {
-                fetched = await this.request('GET', '/v1/lease-keys' + (this.opts.tenantId ? `?tenant_id=${encodeURIComponent(this.opts.tenantId)}` : ''));
+                fetched = await this.request('GET', '/v1/lease-keys' + (tenant ? `?tenant_id=${encodeURIComponent(tenant)}` : ''));
             }
-            catch {
-                throw err;
+            catch (fetchErr) {
+                throw new LeaseError('lease_keys_unavailable', `the lease's signing key is not pinned and the key set could not be fetched: ${fetchErr.message}`);
             }
             this.mergeKeys(fetched);
             this.state.lease_keys = fetched;
             this.save();
-            return verifyLease(lease, this.keys, c);
+            const claims = verifyLease(lease, this.keys, c);
+            if (!this.opts.tenantId && !learned && tenant) {
+                this.state.tenant_id = tenant;
+                this.save();
+            }
+            return claims;
         }
     }
     static verdictOf(claims, offline) {

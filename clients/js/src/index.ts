@@ -260,6 +260,8 @@ export interface LeaseClaims {
   instance_id: string;
   floating: boolean;
   components?: Record<string, string>;
+  /** Hosted: the tenant whose keys sign the lease. */
+  tenant_id?: string;
   nonce?: string;
 }
 
@@ -335,6 +337,16 @@ export function verifyLease(token: string, keys: JWKS, c: LeaseCheck): LeaseClai
   return claims;
 }
 
+/** The tenant_id claim of a lease whose signature is not checked yet ('' if none). */
+function unverifiedTenant(lease: string): string {
+  try {
+    const claims = JSON.parse(b64url(lease.split('.')[1] || '').toString('utf8'));
+    return typeof claims?.tenant_id === 'string' ? claims.tenant_id : '';
+  } catch {
+    return '';
+  }
+}
+
 /** Keeps the client's state (activation token, newest lease) between runs. */
 export interface Store {
   load(): string | null;
@@ -362,7 +374,9 @@ export interface Verdict {
   /** "licensed", or why not: not_activated, license_not_found, license_not_active
    * (revoked), license_expired, seat_lapsed, machine_mismatch, expired (the lease ran out
    * and the server could not be reached), unreachable (no lease yet and no server),
-   * invalid_lease, wrong_product, wrong_license, clock_tampered, components_required. */
+   * invalid_lease, lease_keys_unavailable (the lease's key is not pinned and GET
+   * /v1/lease-keys could not be fetched), wrong_product, wrong_license, clock_tampered,
+   * components_required. */
   reason: string;
   /** Answered from the stored lease without reaching the server. */
   offline?: boolean;
@@ -386,6 +400,9 @@ export interface ClientOptions {
    * fetch the set once more unless noKeyRefresh. */
   leaseKeys?: JWKS;
   noKeyRefresh?: boolean;
+  /** Pins the hosted tenant whose lease keys are fetched. Optional: without it the client
+   * fetches the key set of the tenant its first lease names (the tenant_id claim) and keeps
+   * to that tenant once a lease verified against it. */
   tenantId?: string;
   /** File of the state; default <home>/.config/keyhouse/<product id>.json. */
   storePath?: string;
@@ -410,6 +427,8 @@ interface State {
   newest_iat?: number;
   refusal?: string;
   lease_keys?: JWKS;
+  /** The hosted tenant of the first lease that verified against keys fetched for it. */
+  tenant_id?: string;
 }
 
 /** Failure backoff: after the n-th failure in a row (no answer, 429, 5xx) nothing is sent
@@ -535,7 +554,7 @@ export class Client {
   async activate(instanceId: string): Promise<{ alreadyActivated: boolean; instanceId: string }> {
     const r = await this.request<{ activated: boolean; alreadyActivated?: boolean; token?: string }>('POST', '/v1/activate-license', { key: this.opts.key, instance_id: instanceId });
     if (r.token || this.state.instance_id !== instanceId) {
-      this.state = { key: this.opts.key, instance_id: instanceId, token: r.token, newest_iat: this.state.newest_iat, lease_keys: this.state.lease_keys };
+      this.state = { key: this.opts.key, instance_id: instanceId, token: r.token, newest_iat: this.state.newest_iat, lease_keys: this.state.lease_keys, tenant_id: this.state.tenant_id };
     }
     this.save();
     return { alreadyActivated: !!r.alreadyActivated, instanceId };
@@ -545,7 +564,7 @@ export class Client {
   async deactivate(): Promise<boolean> {
     if (!this.state.token) throw new KeyhouseError('not_activated', 'not activated on this machine');
     const r = await this.request<{ deactivated: boolean }>('POST', '/v1/deactivate-license', { key: this.opts.key, token: this.state.token });
-    this.state = { key: this.opts.key, newest_iat: this.state.newest_iat, lease_keys: this.state.lease_keys };
+    this.state = { key: this.opts.key, newest_iat: this.state.newest_iat, lease_keys: this.state.lease_keys, tenant_id: this.state.tenant_id };
     this.save();
     return r.deactivated;
   }
@@ -585,16 +604,28 @@ export class Client {
       return verifyLease(lease, this.keys, c);
     } catch (err) {
       if (!(err instanceof LeaseError) || !err.unknownKid || this.opts.noKeyRefresh) throw err;
+      // Hosted, the key set is the tenant's: pinned (tenantId), else the one a lease
+      // verified for before, else the one this lease names. The named tenant is not yet
+      // trusted: it only chooses which of this server's key sets is fetched, the lease must
+      // still verify against one of that tenant's keys, and its product and license are
+      // checked after that (a product belongs to one tenant).
+      const learned = this.state.tenant_id;
+      const tenant = this.opts.tenantId || learned || unverifiedTenant(lease);
       let fetched: JWKS;
       try {
-        fetched = await this.request<JWKS>('GET', '/v1/lease-keys' + (this.opts.tenantId ? `?tenant_id=${encodeURIComponent(this.opts.tenantId)}` : ''));
-      } catch {
-        throw err;
+        fetched = await this.request<JWKS>('GET', '/v1/lease-keys' + (tenant ? `?tenant_id=${encodeURIComponent(tenant)}` : ''));
+      } catch (fetchErr) {
+        throw new LeaseError('lease_keys_unavailable', `the lease's signing key is not pinned and the key set could not be fetched: ${(fetchErr as Error).message}`);
       }
       this.mergeKeys(fetched);
       this.state.lease_keys = fetched;
       this.save();
-      return verifyLease(lease, this.keys, c);
+      const claims = verifyLease(lease, this.keys, c);
+      if (!this.opts.tenantId && !learned && tenant) {
+        this.state.tenant_id = tenant;
+        this.save();
+      }
+      return claims;
     }
   }
 

@@ -305,6 +305,16 @@ def verify_lease(token: str, keys: Dict[str, Any], product_id: str, now: float, 
     return claims
 
 
+def _unverified_tenant(lease: str) -> str:
+    """The tenant_id claim of a lease whose signature is not checked yet ("" if none)."""
+    try:
+        claims = json.loads(_b64url(lease.split(".")[1]))
+    except (ValueError, IndexError):
+        return ""
+    tenant = claims.get("tenant_id") if isinstance(claims, dict) else None
+    return tenant if isinstance(tenant, str) else ""
+
+
 class FileStore:
     """Stores the client's state in one file, replaced atomically, mode 0600."""
 
@@ -327,8 +337,9 @@ class Verdict:
     """The answer of check(). reason is "licensed", or why not: not_activated,
     license_not_found, license_not_active (revoked), license_expired, seat_lapsed,
     machine_mismatch, expired (the lease ran out and the server could not be reached),
-    unreachable (no lease yet and no server), invalid_lease, wrong_product, wrong_license,
-    clock_tampered, components_required."""
+    unreachable (no lease yet and no server), invalid_lease, lease_keys_unavailable (the
+    lease's key is not pinned and GET /v1/lease-keys could not be fetched), wrong_product,
+    wrong_license, clock_tampered, components_required."""
     licensed: bool
     reason: str
     offline: bool = False
@@ -480,7 +491,8 @@ class Client:
         with self._lock:
             if r.get("token") or self._state.get("instance_id") != instance_id:
                 self._state = {"key": self._key, "instance_id": instance_id, "token": r.get("token"),
-                               "newest_iat": self._state.get("newest_iat"), "lease_keys": self._state.get("lease_keys")}
+                               "newest_iat": self._state.get("newest_iat"), "lease_keys": self._state.get("lease_keys"),
+                               "tenant_id": self._state.get("tenant_id")}
             self._save()
         return {"already_activated": bool(r.get("alreadyActivated")), "instance_id": instance_id}
 
@@ -494,7 +506,8 @@ class Client:
         """Frees this machine's seat and forgets its token and lease; returns whether one was freed."""
         r = self._request("POST", "/v1/deactivate-license", {"key": self._key, "token": self._token()})
         with self._lock:
-            self._state = {"key": self._key, "newest_iat": self._state.get("newest_iat"), "lease_keys": self._state.get("lease_keys")}
+            self._state = {"key": self._key, "newest_iat": self._state.get("newest_iat"), "lease_keys": self._state.get("lease_keys"),
+                           "tenant_id": self._state.get("tenant_id")}
             self._save()
         return bool(r["deactivated"])
 
@@ -532,16 +545,29 @@ class Client:
         except LeaseError as e:
             if not e.unknown_kid or self.no_key_refresh:
                 raise
-            route = "/v1/lease-keys" + (f"?tenant_id={urllib.parse.quote(self.tenant_id)}" if self.tenant_id else "")
-            try:
-                fetched = self._request("GET", route)
-            except KeyhouseError:
-                raise e from None
+        # Hosted, the key set is the tenant's: pinned (tenant_id), else the one a lease
+        # verified for before, else the one this lease names. The named tenant is not yet
+        # trusted: it only chooses which of this server's key sets is fetched, the lease must
+        # still verify against one of that tenant's keys, and its product and license are
+        # checked after that (a product belongs to one tenant).
+        learned = self._state.get("tenant_id")
+        tenant = self.tenant_id or learned or _unverified_tenant(lease)
+        route = "/v1/lease-keys" + (f"?tenant_id={urllib.parse.quote(tenant, safe='')}" if tenant else "")
+        try:
+            fetched = self._request("GET", route)
+        except KeyhouseError as fetch_err:
+            raise LeaseError("lease_keys_unavailable",
+                             f"the lease's signing key is not pinned and the key set could not be fetched: {fetch_err.message}") from None
+        with self._lock:
+            self._merge_keys(fetched)
+            self._state["lease_keys"] = fetched
+            self._save()
+        claims = verify_lease(lease, self._keys, **kwargs)
+        if not self.tenant_id and not learned and tenant:
             with self._lock:
-                self._merge_keys(fetched)
-                self._state["lease_keys"] = fetched
+                self._state["tenant_id"] = tenant
                 self._save()
-            return verify_lease(lease, self._keys, **kwargs)
+        return claims
 
     def check(self) -> Verdict:
         """Whether the app is licensed, offline first: a valid stored lease answers at once
