@@ -8,6 +8,7 @@ import (
 	"context"
 	"crypto/rsa"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -307,15 +308,33 @@ func (c *Client) Validate(ctx context.Context) (bool, error) {
 	return out.Valid, err
 }
 
+// InstanceID is this machine's instance id for Activate: InstanceID of the client's
+// components (Config.Components, else MachineComponents), or, with none, of the host
+// name hashed with the product id. Stable across runs and reinstalls, different on
+// another machine, and never a raw identifier.
+func (c *Client) InstanceID() string {
+	if id := InstanceID(c.cfg.Components); id != "" {
+		return id
+	}
+	host, _ := os.Hostname()
+	return InstanceID(map[string]string{"hostname": HashComponent(c.cfg.ProductID, host)})
+}
+
 // Activation is the answer of Activate.
 type Activation struct {
-	// AlreadyActivated: the seat existed; the token stored by the first activation on
-	// this machine is kept (the server never shows a token twice).
+	// AlreadyActivated: the seat existed. Its token is the one stored by the first
+	// activation on this machine, or, when the store had none (a reinstall), a new one
+	// the server gave for the seat bound to this machine.
 	AlreadyActivated bool
 	InstanceID       string
 }
 
-// Activate takes a seat for instanceID (POST /v1/activate-license) and stores its token.
+// Activate takes a seat for instanceID (POST /v1/activate-license; Client.InstanceID
+// gives this machine's) and stores its token. When the seat exists but the store holds no
+// token for it (the app was reinstalled, its store lost), a seat bound to this machine is
+// proven by its components instead and gets a new token (POST /v1/leases with instance_id,
+// docs/leases.md "Reinstall"); an unbound seat cannot be, and answers
+// ErrInvalidActivationToken: release it (the customer portal) and activate again.
 func (c *Client) Activate(ctx context.Context, instanceID string) (*Activation, error) {
 	var out struct {
 		Activated        bool   `json:"activated"`
@@ -326,14 +345,42 @@ func (c *Client) Activate(ctx context.Context, instanceID string) (*Activation, 
 		return nil, err
 	}
 	c.mu.Lock()
+	held := c.state.InstanceID == instanceID && c.state.Token != ""
+	c.mu.Unlock()
+	var lease string
+	if out.Token == "" && !held {
+		var err error
+		if out.Token, lease, err = c.reinstall(ctx, instanceID); err != nil {
+			return nil, err
+		}
+	}
+	c.mu.Lock()
 	defer c.mu.Unlock()
 	if out.Token != "" || c.state.InstanceID != instanceID {
-		c.state = state{Key: c.cfg.Key, InstanceID: instanceID, Token: out.Token, NewestIAT: c.state.NewestIAT, Keys: c.state.Keys, TenantID: c.state.TenantID}
+		c.state = state{Key: c.cfg.Key, InstanceID: instanceID, Token: out.Token, Lease: lease, NewestIAT: c.state.NewestIAT, Keys: c.state.Keys, TenantID: c.state.TenantID}
 	}
 	if err := c.saveLocked(); err != nil {
 		return nil, err
 	}
 	return &Activation{AlreadyActivated: out.AlreadyActivated, InstanceID: instanceID}, nil
+}
+
+// reinstall gets a new token for an existing seat bound to this machine. The lease that
+// comes with it is stored unverified: Check verifies a stored lease before believing it.
+func (c *Client) reinstall(ctx context.Context, instanceID string) (token, lease string, err error) {
+	var out struct {
+		Lease string `json:"lease"`
+		Token string `json:"token"`
+	}
+	err = c.do(ctx, "POST", "/v1/leases", map[string]any{"key": c.cfg.Key, "instance_id": instanceID, "components": c.cfg.Components}, &out)
+	var e *Error
+	if errors.As(err, &e) && e.Code == "invalid_activation_token" {
+		return "", "", &Error{Status: e.Status, Code: e.Code, Message: "the seat of this instance id exists but its token was lost, and the seat is not bound to this machine: release the seat and activate again"}
+	}
+	if err == nil && out.Token == "" {
+		err = &Error{Status: 200, Code: "server_error", Message: "the reinstall answer has no token"}
+	}
+	return out.Token, out.Lease, err
 }
 
 // Deactivate frees this machine's seat (POST /v1/deactivate-license) and forgets its

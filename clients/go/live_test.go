@@ -362,6 +362,39 @@ func TestLiveLeaseScenarios(t *testing.T) {
 			t.Fatalf("the server: %+v", v)
 		}
 	})
+	t.Run("scenario: two machines, and a reinstall recovers its seat", func(t *testing.T) {
+		a, _ := newClient(f.Keys["twoseats"], "machine-a.json", here)
+		b, _ := newClient(f.Keys["twoseats"], "machine-b.json", elsewhere)
+		if a.InstanceID() == b.InstanceID() || a.InstanceID() != InstanceID(here) {
+			t.Fatalf("instance ids %q and %q", a.InstanceID(), b.InstanceID())
+		}
+		for _, m := range []*Client{a, b} {
+			if _, err := m.Activate(ctx, m.InstanceID()); err != nil {
+				t.Fatal(err)
+			}
+			if v := m.Check(ctx); !v.Licensed {
+				t.Fatalf("%s: %+v", m.InstanceID(), v)
+			}
+		}
+		// Machine a reinstalled: its store is gone, the seat bound to it is still there.
+		again, _ := newClient(f.Keys["twoseats"], "machine-a-reinstalled.json", here)
+		if act, err := again.Activate(ctx, again.InstanceID()); err != nil || !act.AlreadyActivated {
+			t.Fatalf("%+v %v", act, err)
+		}
+		if v := again.Check(ctx); !v.Licensed {
+			t.Fatalf("after the reinstall: %+v", v)
+		}
+		// A seat not bound to a machine cannot be proven by one: a clear refusal, not a
+		// client that says nothing and is never licensed.
+		u, _ := newClient(f.Keys["unbound"], "unbound.json", here)
+		if _, err := u.Activate(ctx, u.InstanceID()); err != nil {
+			t.Fatal(err)
+		}
+		lost, _ := newClient(f.Keys["unbound"], "unbound-reinstalled.json", here)
+		if _, err := lost.Activate(ctx, lost.InstanceID()); !errors.Is(err, ErrInvalidActivationToken) {
+			t.Fatalf("reinstall of an unbound seat: %v", err)
+		}
+	})
 	t.Run("scenario: floating seat freed by close()", func(t *testing.T) {
 		a, _ := newClient(f.Keys["floating"], "float-a.json", nil)
 		b, _ := newClient(f.Keys["floating"], "float-b.json", nil)

@@ -131,6 +131,9 @@ func sdkFixture(t *testing.T, s *stack.Stack, sdk string) string {
 		"floating": floating(),
 		"killed":   floating(),
 		"lapsed":   floating(),
+		// Two machines and a reinstall: tier pro binds machines, tier basic does not.
+		"twoseats": issue("max_activations", 2),
+		"unbound":  issue("tier", "basic"),
 	}
 	a.Post("/v1/register-release", map[string]any{"product_id": productID, "version": "2.0.0", "channel": "stable", "platform": "linux-x64",
 		"artifact_url": "https://downloads.example.com/app-2.0.0.tar.gz", "checksum": "sha256:00ff", "release_notes": "Better & <faster> é"}).Expect(t, 200)

@@ -24,6 +24,12 @@ export declare function machineComponents(productId: string, opts?: {
     container?: boolean;
     installIdPath?: string;
 }): Record<string, string>;
+/** A stable instance id for a machine with these (hashed) components: "m-" and 32 hex
+ * digits of SHA-256 over the first of machine_id, platform_uuid, machine_guid, install_id,
+ * dmi_uuid, root_disk, hostname it has (else its first component by name). Hashed again,
+ * so no raw identifier is sent; '' with no component (client.instanceId() then uses the
+ * host name). */
+export declare function instanceId(components: Record<string, string>): string;
 /** Writes a file atomically: a temporary file in the same folder, synced, renamed over it. */
 export declare function writeFileAtomic(file: string, data: string): void;
 export interface OfflineLicense {
@@ -209,11 +215,22 @@ export declare class Client {
     }>;
     /** POST /v1/validate-license for this machine's seat. */
     validate(): Promise<boolean>;
-    /** Takes a seat for instanceId and stores its token (POST /v1/activate-license). */
+    /** This machine's instance id for activate(): instanceId() of the client's components,
+     * or, with none, of the host name hashed with the product id. Stable across runs and
+     * reinstalls, different on another machine, and never a raw identifier. */
+    instanceId(): string;
+    /** Takes a seat for instanceId (POST /v1/activate-license; client.instanceId() gives this
+     * machine's) and stores its token. When the seat exists but the store holds no token for
+     * it (a reinstall), a seat bound to this machine is proven by its components and gets a
+     * new token (POST /v1/leases with instance_id, docs/leases.md "Reinstall"); an unbound
+     * one throws invalid_activation_token: release it (the customer portal) and activate again. */
     activate(instanceId: string): Promise<{
         alreadyActivated: boolean;
         instanceId: string;
     }>;
+    /** A new token for an existing seat bound to this machine. The lease that comes with it
+     * is stored unverified: check() verifies a stored lease before believing it. */
+    private reinstall;
     /** Frees this machine's seat and forgets its token and lease; resolves whether one was freed. */
     deactivate(): Promise<boolean>;
     /** Adds n to a metric of this seat; resolves the new running total. A 503 means not applied. */

@@ -5,6 +5,7 @@ exports.errorCode = errorCode;
 exports.hashComponent = hashComponent;
 exports.inContainer = inContainer;
 exports.machineComponents = machineComponents;
+exports.instanceId = instanceId;
 exports.writeFileAtomic = writeFileAtomic;
 exports.verifyOfflineExport = verifyOfflineExport;
 exports.verifyManifest = verifyManifest;
@@ -157,6 +158,24 @@ function machineComponents(productId, opts = {}) {
         if (value)
             out[name] = hashComponent(productId, value);
     return out;
+}
+// The components an instance id is derived from, most stable first: the OS's own machine
+// id, then the container's install id, then hardware.
+const INSTANCE_ID_SOURCES = ['machine_id', 'platform_uuid', 'machine_guid', 'install_id', 'dmi_uuid', 'root_disk', 'hostname'];
+/** A stable instance id for a machine with these (hashed) components: "m-" and 32 hex
+ * digits of SHA-256 over the first of machine_id, platform_uuid, machine_guid, install_id,
+ * dmi_uuid, root_disk, hostname it has (else its first component by name). Hashed again,
+ * so no raw identifier is sent; '' with no component (client.instanceId() then uses the
+ * host name). */
+function instanceId(components) {
+    let value = INSTANCE_ID_SOURCES.map((name) => components[name]).find((v) => !!v);
+    if (!value) {
+        const names = Object.keys(components).filter((name) => !!components[name]).sort();
+        if (names.length === 0)
+            return '';
+        value = components[names[0]];
+    }
+    return 'm-' + crypto.createHash('sha256').update('keyhouse instance id\0' + value).digest('hex').slice(0, 32);
 }
 /** Writes a file atomically: a temporary file in the same folder, synced, renamed over it. */
 function writeFileAtomic(file, data) {
@@ -450,14 +469,45 @@ class Client {
         const r = await this.request('POST', '/v1/validate-license', { key: this.opts.key, instance_id: this.state.instance_id });
         return r.valid;
     }
-    /** Takes a seat for instanceId and stores its token (POST /v1/activate-license). */
+    /** This machine's instance id for activate(): instanceId() of the client's components,
+     * or, with none, of the host name hashed with the product id. Stable across runs and
+     * reinstalls, different on another machine, and never a raw identifier. */
+    instanceId() {
+        return instanceId(this.components) || instanceId({ hostname: hashComponent(this.opts.productId, os.hostname()) });
+    }
+    /** Takes a seat for instanceId (POST /v1/activate-license; client.instanceId() gives this
+     * machine's) and stores its token. When the seat exists but the store holds no token for
+     * it (a reinstall), a seat bound to this machine is proven by its components and gets a
+     * new token (POST /v1/leases with instance_id, docs/leases.md "Reinstall"); an unbound
+     * one throws invalid_activation_token: release it (the customer portal) and activate again. */
     async activate(instanceId) {
         const r = await this.request('POST', '/v1/activate-license', { key: this.opts.key, instance_id: instanceId });
+        let lease;
+        if (!r.token && !(this.state.instance_id === instanceId && this.state.token)) {
+            ({ token: r.token, lease } = await this.reinstall(instanceId));
+        }
         if (r.token || this.state.instance_id !== instanceId) {
-            this.state = { key: this.opts.key, instance_id: instanceId, token: r.token, newest_iat: this.state.newest_iat, lease_keys: this.state.lease_keys, tenant_id: this.state.tenant_id };
+            this.state = { key: this.opts.key, instance_id: instanceId, token: r.token, lease, newest_iat: this.state.newest_iat, lease_keys: this.state.lease_keys, tenant_id: this.state.tenant_id };
         }
         this.save();
         return { alreadyActivated: !!r.alreadyActivated, instanceId };
+    }
+    /** A new token for an existing seat bound to this machine. The lease that comes with it
+     * is stored unverified: check() verifies a stored lease before believing it. */
+    async reinstall(instanceId) {
+        let r;
+        try {
+            r = await this.request('POST', '/v1/leases', { key: this.opts.key, instance_id: instanceId, components: this.components });
+        }
+        catch (err) {
+            if (err instanceof KeyhouseError && err.code === 'invalid_activation_token') {
+                throw new KeyhouseError(err.code, 'the seat of this instance id exists but its token was lost, and the seat is not bound to this machine: release the seat and activate again', err.status);
+            }
+            throw err;
+        }
+        if (!r.token)
+            throw new KeyhouseError('server_error', 'the reinstall answer has no token', 200);
+        return { token: r.token, lease: r.lease };
     }
     /** Frees this machine's seat and forgets its token and lease; resolves whether one was freed. */
     async deactivate() {

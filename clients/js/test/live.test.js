@@ -152,6 +152,28 @@ test('live lease scenarios', { skip }, async (t) => {
     assert.strictEqual(await control('count'), before);
   });
 
+  await t.test('scenario: two machines, and a reinstall recovers its seat', async () => {
+    const { instanceId } = require('../dist/index.js');
+    const [a] = client(f.keys.twoseats, 'machine-a.json', here);
+    const [b] = client(f.keys.twoseats, 'machine-b.json', elsewhere);
+    assert.notStrictEqual(a.instanceId(), b.instanceId());
+    assert.strictEqual(a.instanceId(), instanceId(here));
+    for (const m of [a, b]) {
+      await m.activate(m.instanceId());
+      assert.strictEqual((await m.check()).licensed, true, m.instanceId());
+    }
+    // Machine a reinstalled: its store is gone, the seat bound to it is still there.
+    const [again] = client(f.keys.twoseats, 'machine-a-reinstalled.json', here);
+    assert.strictEqual((await again.activate(again.instanceId())).alreadyActivated, true);
+    const v = await again.check();
+    assert.strictEqual(v.licensed, true, v.reason);
+    // A seat not bound to a machine cannot be proven by one: a clear refusal.
+    const [u] = client(f.keys.unbound, 'unbound.json', here);
+    await u.activate(u.instanceId());
+    const [lost] = client(f.keys.unbound, 'unbound-reinstalled.json', here);
+    await assert.rejects(lost.activate(lost.instanceId()), hasCode('invalid_activation_token'));
+  });
+
   await t.test('scenario: gateway stopped, licensed from the lease', async () => {
     await control('mode?m=down');
     try {

@@ -9,6 +9,7 @@ import os
 import random
 import re
 import secrets
+import socket
 import subprocess
 import sys
 import tempfile
@@ -164,6 +165,26 @@ def machine_components(product_id: str, container: bool = False, install_id_path
         if m:
             raw["machine_guid"] = m.group(1)
     return {name: hash_component(product_id, v) for name, v in raw.items() if v}
+
+
+# The components an instance id is derived from, most stable first: the OS's own machine
+# id, then the container's install id, then hardware.
+_INSTANCE_ID_SOURCES = ("machine_id", "platform_uuid", "machine_guid", "install_id", "dmi_uuid", "root_disk", "hostname")
+
+
+def instance_id(components: Dict[str, str]) -> str:
+    """A stable instance id for a machine with these (hashed) components: "m-" and 32 hex
+    digits of SHA-256 over the first of machine_id, platform_uuid, machine_guid, install_id,
+    dmi_uuid, root_disk, hostname it has (else its first component by name). Hashed again,
+    so no raw identifier is sent; "" with no component (Client.instance_id() then uses the
+    host name)."""
+    value = next((components[n] for n in _INSTANCE_ID_SOURCES if components.get(n)), None)
+    if not value:
+        names = sorted(n for n, v in components.items() if v)
+        if not names:
+            return ""
+        value = components[names[0]]
+    return "m-" + hashlib.sha256(("keyhouse instance id\0" + value).encode()).hexdigest()[:32]
 
 
 def write_file_atomic(path: str, data: str) -> None:
@@ -485,16 +506,44 @@ class Client:
             raise KeyhouseError("not_activated", "not activated on this machine")
         return bool(self._request("POST", "/v1/validate-license", {"key": self._key, "instance_id": self._state["instance_id"]})["valid"])
 
+    def instance_id(self) -> str:
+        """This machine's instance id for activate(): instance_id() of the client's
+        components, or, with none, of the host name hashed with the product id. Stable
+        across runs and reinstalls, different on another machine, never a raw identifier."""
+        return instance_id(self.components) or instance_id({"hostname": hash_component(self.product_id, socket.gethostname())})
+
     def activate(self, instance_id: str) -> Dict[str, Any]:
-        """Takes a seat for instance_id and stores its token (POST /v1/activate-license)."""
+        """Takes a seat for instance_id (POST /v1/activate-license; client.instance_id() gives
+        this machine's) and stores its token. When the seat exists but the store holds no
+        token for it (a reinstall), a seat bound to this machine is proven by its components
+        and gets a new token (POST /v1/leases with instance_id, docs/leases.md "Reinstall");
+        an unbound one raises invalid_activation_token: release it (the customer portal) and
+        activate again."""
         r = self._request("POST", "/v1/activate-license", {"key": self._key, "instance_id": instance_id})
+        token, lease = r.get("token"), None
+        if not token and not (self._state.get("instance_id") == instance_id and self._state.get("token")):
+            token, lease = self._reinstall(instance_id)
         with self._lock:
-            if r.get("token") or self._state.get("instance_id") != instance_id:
-                self._state = {"key": self._key, "instance_id": instance_id, "token": r.get("token"),
+            if token or self._state.get("instance_id") != instance_id:
+                self._state = {"key": self._key, "instance_id": instance_id, "token": token, "lease": lease,
                                "newest_iat": self._state.get("newest_iat"), "lease_keys": self._state.get("lease_keys"),
                                "tenant_id": self._state.get("tenant_id")}
             self._save()
         return {"already_activated": bool(r.get("alreadyActivated")), "instance_id": instance_id}
+
+    def _reinstall(self, instance_id: str):
+        """A new token for an existing seat bound to this machine. The lease that comes with
+        it is stored unverified: check() verifies a stored lease before believing it."""
+        try:
+            r = self._request("POST", "/v1/leases", {"key": self._key, "instance_id": instance_id, "components": self.components})
+        except KeyhouseError as e:
+            if e.code == "invalid_activation_token":
+                raise KeyhouseError(e.code, "the seat of this instance id exists but its token was lost, and the seat is not "
+                                    "bound to this machine: release the seat and activate again", e.status) from None
+            raise
+        if not r.get("token"):
+            raise KeyhouseError("server_error", "the reinstall answer has no token", 200)
+        return r["token"], r.get("lease")
 
     def _token(self) -> str:
         token = self._state.get("token")

@@ -182,6 +182,26 @@ def test_scenario_activate_and_check_online(lw):
     assert control("count") == before
 
 
+def test_scenario_two_machines_and_a_reinstall_recovers_its_seat(lw):
+    a, _ = lw.client(F["keys"]["twoseats"], "machine-a.json", lw.here)
+    b, _ = lw.client(F["keys"]["twoseats"], "machine-b.json", lw.elsewhere)
+    assert a.instance_id() != b.instance_id()
+    assert a.instance_id() == keyhouse.instance_id(lw.here)
+    for m in (a, b):
+        m.activate(m.instance_id())
+        assert m.check().licensed, m.instance_id()
+    # Machine a reinstalled: its store is gone, the seat bound to it is still there.
+    again, _ = lw.client(F["keys"]["twoseats"], "machine-a-reinstalled.json", lw.here)
+    assert again.activate(again.instance_id())["already_activated"] is True
+    v = again.check()
+    assert v.licensed, v
+    # A seat not bound to a machine cannot be proven by one: a clear refusal.
+    u, _ = lw.client(F["keys"]["unbound"], "unbound.json", lw.here)
+    u.activate(u.instance_id())
+    lost, _ = lw.client(F["keys"]["unbound"], "unbound-reinstalled.json", lw.here)
+    raises("invalid_activation_token", lost.activate, lost.instance_id())
+
+
 def test_scenario_gateway_stopped_licensed_from_the_lease_then_clock_past_exp(lw):
     control("mode?m=down")
     try:
