@@ -6,7 +6,9 @@ package keyhouse
 import (
 	"bytes"
 	"context"
+	cryptorand "crypto/rand"
 	"crypto/rsa"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -189,8 +191,16 @@ func (g *gate) record(now time.Time, failed bool, retryAfter time.Duration) {
 
 // do sends one JSON request and decodes a 200 answer into out.
 func (c *Client) do(ctx context.Context, method, path string, body, out any) error {
-	if err := c.gate.admit(c.cfg.Now()); err != nil {
-		return err
+	return c.send(ctx, method, path, body, out, nil, true)
+}
+
+// send is do with extra headers; gated false skips the failure backoff's admission, for
+// the bounded retries of one track-usage increment (their failures are still recorded).
+func (c *Client) send(ctx context.Context, method, path string, body, out any, headers map[string]string, gated bool) error {
+	if gated {
+		if err := c.gate.admit(c.cfg.Now()); err != nil {
+			return err
+		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
 	defer cancel()
@@ -207,6 +217,9 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any) err
 		return err
 	}
 	req.Header.Set("Accept", "application/json")
+	for name, value := range headers {
+		req.Header.Set(name, value)
+	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
@@ -404,20 +417,70 @@ func (c *Client) Deactivate(ctx context.Context) (bool, error) {
 	return out.Deactivated, c.saveLocked()
 }
 
+// UsageRetries is how many times TrackUsage sends one increment again after no answer or
+// a 5xx, with the same Idempotency-Key (so it counts once), waiting UsageRetryDelay·2^i
+// (with jitter) before the i-th retry.
+const (
+	UsageRetries    = 2
+	UsageRetryDelay = 250 * time.Millisecond
+)
+
+// UsageOption tunes one TrackUsage call.
+type UsageOption func(*usageOptions)
+
+type usageOptions struct{ idempotencyKey string }
+
+// WithIdempotencyKey sends key as the increment's Idempotency-Key instead of a fresh one:
+// an app that retries an increment later (after TrackUsage failed) passes the same key,
+// and the server counts it once (within 24 h).
+func WithIdempotencyKey(key string) UsageOption {
+	return func(o *usageOptions) { o.idempotencyKey = key }
+}
+
 // TrackUsage adds n to a metric of this seat (POST /v1/track-usage) and returns the new
-// running total. A 503 means the increment was not applied.
-func (c *Client) TrackUsage(ctx context.Context, metric string, n int64) (int64, error) {
+// running total. Each call is one logical increment with one Idempotency-Key (a fresh
+// one, or WithIdempotencyKey's): no answer or a 5xx is retried UsageRetries times with
+// that key, so an increment whose answer was lost counts once.
+func (c *Client) TrackUsage(ctx context.Context, metric string, n int64, opts ...UsageOption) (int64, error) {
 	c.mu.Lock()
 	token := c.state.Token
 	c.mu.Unlock()
 	if token == "" {
 		return 0, &Error{Code: "not_activated", Message: "not activated on this machine"}
 	}
-	var out struct {
-		Usage int64 `json:"usage"`
+	var o usageOptions
+	for _, opt := range opts {
+		opt(&o)
 	}
-	err := c.do(ctx, "POST", "/v1/track-usage", map[string]any{"key": c.cfg.Key, "token": token, "metric": metric, "increment": n}, &out)
-	return out.Usage, err
+	if o.idempotencyKey == "" {
+		o.idempotencyKey = newIdempotencyKey()
+	}
+	body := map[string]any{"key": c.cfg.Key, "token": token, "metric": metric, "increment": n}
+	headers := map[string]string{"Idempotency-Key": o.idempotencyKey}
+	for attempt := 0; ; attempt++ {
+		var out struct {
+			Usage int64 `json:"usage"`
+		}
+		err := c.send(ctx, "POST", "/v1/track-usage", body, &out, headers, attempt == 0)
+		var e *Error
+		retry := errors.As(err, &e) && (e.Code == "unreachable" || e.Status >= 500)
+		if !retry || attempt == UsageRetries {
+			return out.Usage, err
+		}
+		wait := time.Duration(float64(UsageRetryDelay<<attempt) * (0.5 + c.gate.rand()))
+		select {
+		case <-ctx.Done():
+			return 0, err
+		case <-time.After(wait):
+		}
+	}
+}
+
+// newIdempotencyKey is a fresh key for one logical increment.
+func newIdempotencyKey() string {
+	b := make([]byte, 16)
+	_, _ = cryptorand.Read(b)
+	return "usage-" + hex.EncodeToString(b)
 }
 
 // UsageReport is the live usage snapshot of POST /v1/usage-report.

@@ -58,6 +58,23 @@ func (f *liveFixture) control(t *testing.T, what string) int {
 	return out.Count
 }
 
+// idempotencyKeys are the Idempotency-Key headers the proxy saw since its last reset.
+func (f *liveFixture) idempotencyKeys(t *testing.T) []string {
+	t.Helper()
+	resp, err := http.Post(f.Control+"/count", "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out struct {
+		Keys []string `json:"idempotency_keys"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		t.Fatal(err)
+	}
+	return out.Keys
+}
+
 // fakeClock is a clock the scenarios move.
 type fakeClock struct {
 	mu  sync.Mutex
@@ -140,6 +157,28 @@ func TestLiveScenarios(t *testing.T) {
 		}
 		r, err := c.UsageReport(ctx)
 		if err != nil || len(r.Metrics) != 1 || r.Metrics[0].Metric != "users" || r.Metrics[0].Used != 3 || r.Metrics[0].Remaining != 7 {
+			t.Fatalf("%+v %v", r, err)
+		}
+	})
+	t.Run("scenario: an increment whose answer was lost counts once", func(t *testing.T) {
+		f.control(t, "reset")
+		f.control(t, "mode?m=lose-answer")
+		if n, err := c.TrackUsage(ctx, "users", 2); n != 5 || err != nil {
+			t.Fatalf("%d %v", n, err)
+		}
+		// The app's own key: the same increment sent twice counts once. (Keys are per
+		// tenant: each suite's product makes it its own.)
+		own := "usage-" + f.ProductID
+		for range 2 {
+			if n, err := c.TrackUsage(ctx, "users", 1, WithIdempotencyKey(own)); n != 6 || err != nil {
+				t.Fatalf("own key: %d %v", n, err)
+			}
+		}
+		keys := f.idempotencyKeys(t)
+		if len(keys) != 4 || keys[0] == "" || keys[0] != keys[1] || keys[2] != own || keys[3] != keys[2] {
+			t.Fatalf("Idempotency-Key headers %q", keys)
+		}
+		if r, err := c.UsageReport(ctx); err != nil || r.Metrics[0].Used != 6 {
 			t.Fatalf("%+v %v", r, err)
 		}
 	})

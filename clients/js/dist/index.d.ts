@@ -183,6 +183,10 @@ export interface ClientOptions {
  * for max(Retry-After, 60 s, a draw in [0, min(30 min, 60 s·2^(n-1))]). */
 export declare const MIN_FAILING_INTERVAL_MS = 60000;
 export declare const MAX_BACKOFF_MS: number;
+/** How many times trackUsage sends one increment again after no answer or a 5xx, with the
+ * same Idempotency-Key, waiting USAGE_RETRY_DELAY_MS·2^i (with jitter) before the i-th. */
+export declare const USAGE_RETRIES = 2;
+export declare const USAGE_RETRY_DELAY_MS = 250;
 /** One license on this machine, against one server. */
 export declare class Client {
     private readonly opts;
@@ -201,7 +205,9 @@ export declare class Client {
     private save;
     private mergeKeys;
     private recordFailure;
-    /** Sends one JSON request; resolves the 200 body. */
+    /** Sends one JSON request; resolves the 200 body. gated false skips the failure
+     * backoff's admission, for the bounded retries of one track-usage increment (their
+     * failures are still recorded). */
     private request;
     /** POST /v1/verify-license; an invalid license throws (license_not_found, license_expired, license_not_active). */
     verify(): Promise<{
@@ -233,8 +239,13 @@ export declare class Client {
     private reinstall;
     /** Frees this machine's seat and forgets its token and lease; resolves whether one was freed. */
     deactivate(): Promise<boolean>;
-    /** Adds n to a metric of this seat; resolves the new running total. A 503 means not applied. */
-    trackUsage(metric: string, n?: number): Promise<number>;
+    /** Adds n to a metric of this seat; resolves the new running total. Each call is one
+     * logical increment with one Idempotency-Key (a fresh one, or opts.idempotencyKey, for an
+     * app that retries an increment later): no answer or a 5xx is retried USAGE_RETRIES times
+     * with that key, so an increment whose answer was lost counts once. */
+    trackUsage(metric: string, n?: number, opts?: {
+        idempotencyKey?: string;
+    }): Promise<number>;
     /** POST /v1/usage-report. */
     usageReport(): Promise<{
         valid: boolean;

@@ -1,6 +1,6 @@
 "use strict";
 Object.defineProperty(exports, "__esModule", { value: true });
-exports.Client = exports.MAX_BACKOFF_MS = exports.MIN_FAILING_INTERVAL_MS = exports.FileStore = exports.LeaseError = exports.CLOCK_TOLERANCE_SECONDS = exports.MANIFEST_SKEW_SECONDS = exports.KeyhouseError = void 0;
+exports.Client = exports.USAGE_RETRY_DELAY_MS = exports.USAGE_RETRIES = exports.MAX_BACKOFF_MS = exports.MIN_FAILING_INTERVAL_MS = exports.FileStore = exports.LeaseError = exports.CLOCK_TOLERANCE_SECONDS = exports.MANIFEST_SKEW_SECONDS = exports.KeyhouseError = void 0;
 exports.errorCode = errorCode;
 exports.hashComponent = hashComponent;
 exports.inContainer = inContainer;
@@ -357,6 +357,10 @@ exports.FileStore = FileStore;
  * for max(Retry-After, 60 s, a draw in [0, min(30 min, 60 s·2^(n-1))]). */
 exports.MIN_FAILING_INTERVAL_MS = 60000;
 exports.MAX_BACKOFF_MS = 30 * 60000;
+/** How many times trackUsage sends one increment again after no answer or a 5xx, with the
+ * same Idempotency-Key, waiting USAGE_RETRY_DELAY_MS·2^i (with jitter) before the i-th. */
+exports.USAGE_RETRIES = 2;
+exports.USAGE_RETRY_DELAY_MS = 250;
 /** One license on this machine, against one server. */
 class Client {
     constructor(options) {
@@ -405,22 +409,27 @@ class Client {
         const draw = (this.opts.random || Math.random)() * ceiling;
         this.nextAttemptMs = this.now() + Math.max(draw, exports.MIN_FAILING_INTERVAL_MS, retryAfterS * 1000);
     }
-    /** Sends one JSON request; resolves the 200 body. */
-    async request(method, route, body) {
+    /** Sends one JSON request; resolves the 200 body. gated false skips the failure
+     * backoff's admission, for the bounded retries of one track-usage increment (their
+     * failures are still recorded). */
+    async request(method, route, body, extraHeaders = {}, gated = true) {
         const now = this.now();
-        if (now < this.nextAttemptMs) {
+        if (gated && now < this.nextAttemptMs) {
             const wait = Math.ceil((this.nextAttemptMs - now) / 1000);
             throw new KeyhouseError('backing_off', `server failing; next request in ${wait}s`, 0, wait);
         }
         // One probe at a time while failing: the others wait for its answer.
-        if (this.failures > 0)
+        if (gated && this.failures > 0)
             this.nextAttemptMs = now + exports.MIN_FAILING_INTERVAL_MS;
         let resp;
         let text;
         try {
+            const headers = { Accept: 'application/json', ...extraHeaders };
+            if (body !== undefined)
+                headers['Content-Type'] = 'application/json';
             resp = await fetch(this.opts.url + route, {
                 method,
-                headers: body === undefined ? { Accept: 'application/json' } : { Accept: 'application/json', 'Content-Type': 'application/json' },
+                headers,
                 body: body === undefined ? undefined : JSON.stringify(body),
                 signal: AbortSignal.timeout(this.opts.requestTimeoutMs),
             });
@@ -518,12 +527,27 @@ class Client {
         this.save();
         return r.deactivated;
     }
-    /** Adds n to a metric of this seat; resolves the new running total. A 503 means not applied. */
-    async trackUsage(metric, n = 1) {
+    /** Adds n to a metric of this seat; resolves the new running total. Each call is one
+     * logical increment with one Idempotency-Key (a fresh one, or opts.idempotencyKey, for an
+     * app that retries an increment later): no answer or a 5xx is retried USAGE_RETRIES times
+     * with that key, so an increment whose answer was lost counts once. */
+    async trackUsage(metric, n = 1, opts = {}) {
         if (!this.state.token)
             throw new KeyhouseError('not_activated', 'not activated on this machine');
-        const r = await this.request('POST', '/v1/track-usage', { key: this.opts.key, token: this.state.token, metric, increment: n });
-        return r.usage;
+        const body = { key: this.opts.key, token: this.state.token, metric, increment: n };
+        const headers = { 'Idempotency-Key': opts.idempotencyKey || 'usage-' + crypto.randomBytes(16).toString('hex') };
+        for (let attempt = 0;; attempt++) {
+            try {
+                return (await this.request('POST', '/v1/track-usage', body, headers, attempt === 0)).usage;
+            }
+            catch (err) {
+                const retry = err instanceof KeyhouseError && (err.code === 'unreachable' || err.status >= 500);
+                if (!retry || attempt === exports.USAGE_RETRIES)
+                    throw err;
+                const wait = exports.USAGE_RETRY_DELAY_MS * 2 ** attempt * (0.5 + (this.opts.random || Math.random)());
+                await new Promise((resolve) => setTimeout(resolve, wait));
+            }
+        }
     }
     /** POST /v1/usage-report. */
     async usageReport() {

@@ -455,6 +455,11 @@ interface State {
 export const MIN_FAILING_INTERVAL_MS = 60_000;
 export const MAX_BACKOFF_MS = 30 * 60_000;
 
+/** How many times trackUsage sends one increment again after no answer or a 5xx, with the
+ * same Idempotency-Key, waiting USAGE_RETRY_DELAY_MS·2^i (with jitter) before the i-th. */
+export const USAGE_RETRIES = 2;
+export const USAGE_RETRY_DELAY_MS = 250;
+
 /** One license on this machine, against one server. */
 export class Client {
   private readonly opts: Required<Pick<ClientOptions, 'url' | 'productId' | 'key' | 'requestTimeoutMs'>> & ClientOptions;
@@ -509,21 +514,25 @@ export class Client {
     this.nextAttemptMs = this.now() + Math.max(draw, MIN_FAILING_INTERVAL_MS, retryAfterS * 1000);
   }
 
-  /** Sends one JSON request; resolves the 200 body. */
-  private async request<T>(method: string, route: string, body?: unknown): Promise<T> {
+  /** Sends one JSON request; resolves the 200 body. gated false skips the failure
+   * backoff's admission, for the bounded retries of one track-usage increment (their
+   * failures are still recorded). */
+  private async request<T>(method: string, route: string, body?: unknown, extraHeaders: Record<string, string> = {}, gated = true): Promise<T> {
     const now = this.now();
-    if (now < this.nextAttemptMs) {
+    if (gated && now < this.nextAttemptMs) {
       const wait = Math.ceil((this.nextAttemptMs - now) / 1000);
       throw new KeyhouseError('backing_off', `server failing; next request in ${wait}s`, 0, wait);
     }
     // One probe at a time while failing: the others wait for its answer.
-    if (this.failures > 0) this.nextAttemptMs = now + MIN_FAILING_INTERVAL_MS;
+    if (gated && this.failures > 0) this.nextAttemptMs = now + MIN_FAILING_INTERVAL_MS;
     let resp: Response;
     let text: string;
     try {
+      const headers: Record<string, string> = { Accept: 'application/json', ...extraHeaders };
+      if (body !== undefined) headers['Content-Type'] = 'application/json';
       resp = await fetch(this.opts.url + route, {
         method,
-        headers: body === undefined ? { Accept: 'application/json' } : { Accept: 'application/json', 'Content-Type': 'application/json' },
+        headers,
         body: body === undefined ? undefined : JSON.stringify(body),
         signal: AbortSignal.timeout(this.opts.requestTimeoutMs),
       });
@@ -619,11 +628,24 @@ export class Client {
     return r.deactivated;
   }
 
-  /** Adds n to a metric of this seat; resolves the new running total. A 503 means not applied. */
-  async trackUsage(metric: string, n = 1): Promise<number> {
+  /** Adds n to a metric of this seat; resolves the new running total. Each call is one
+   * logical increment with one Idempotency-Key (a fresh one, or opts.idempotencyKey, for an
+   * app that retries an increment later): no answer or a 5xx is retried USAGE_RETRIES times
+   * with that key, so an increment whose answer was lost counts once. */
+  async trackUsage(metric: string, n = 1, opts: { idempotencyKey?: string } = {}): Promise<number> {
     if (!this.state.token) throw new KeyhouseError('not_activated', 'not activated on this machine');
-    const r = await this.request<{ usage: number }>('POST', '/v1/track-usage', { key: this.opts.key, token: this.state.token, metric, increment: n });
-    return r.usage;
+    const body = { key: this.opts.key, token: this.state.token, metric, increment: n };
+    const headers = { 'Idempotency-Key': opts.idempotencyKey || 'usage-' + crypto.randomBytes(16).toString('hex') };
+    for (let attempt = 0; ; attempt++) {
+      try {
+        return (await this.request<{ usage: number }>('POST', '/v1/track-usage', body, headers, attempt === 0)).usage;
+      } catch (err) {
+        const retry = err instanceof KeyhouseError && (err.code === 'unreachable' || err.status >= 500);
+        if (!retry || attempt === USAGE_RETRIES) throw err;
+        const wait = USAGE_RETRY_DELAY_MS * 2 ** attempt * (0.5 + (this.opts.random || Math.random)());
+        await new Promise((resolve) => setTimeout(resolve, wait));
+      }
+    }
   }
 
   /** POST /v1/usage-report. */

@@ -18,6 +18,11 @@ async function control(what) {
   return (await resp.json()).count;
 }
 
+async function idempotencyKeys() {
+  const resp = await fetch(`${f.control}/count`, { method: 'POST' });
+  return (await resp.json()).idempotency_keys;
+}
+
 const hasCode = (code) => (err) => err instanceof KeyhouseError && err.code === code;
 
 test('live scenarios', { skip }, async (t) => {
@@ -53,6 +58,19 @@ test('live scenarios', { skip }, async (t) => {
     await assert.rejects(c.trackUsage('seats', 1), hasCode('metric_not_allowed'));
     const r = await c.usageReport();
     assert.deepStrictEqual(r.metrics, [{ metric: 'users', used: 3, limit: 10, remaining: 7, exceeded: false }]);
+  });
+
+  await t.test('scenario: an increment whose answer was lost counts once', async () => {
+    await control('reset');
+    await control('mode?m=lose-answer');
+    assert.strictEqual(await c.trackUsage('users', 2), 5);
+    // The app's own key: the same increment sent twice counts once. (Keys are per tenant:
+    // each suite's product makes it its own.)
+    const own = `usage-${f.product_id}`;
+    for (let i = 0; i < 2; i++) assert.strictEqual(await c.trackUsage('users', 1, { idempotencyKey: own }), 6);
+    const keys = await idempotencyKeys();
+    assert.ok(keys.length === 4 && keys[0] && keys[0] === keys[1] && keys[2] === own && keys[3] === keys[2], JSON.stringify(keys));
+    assert.strictEqual((await c.usageReport()).metrics[0].used, 6);
   });
 
   await t.test('scenario: signed update check', async () => {

@@ -383,6 +383,11 @@ class Verdict:
 MIN_FAILING_INTERVAL_SECONDS = 60
 MAX_BACKOFF_SECONDS = 1800
 
+# How many times track_usage sends one increment again after no answer or a 5xx, with the
+# same Idempotency-Key, waiting USAGE_RETRY_DELAY_SECONDS * 2^i (with jitter) before the i-th.
+USAGE_RETRIES = 2
+USAGE_RETRY_DELAY_SECONDS = 0.25
+
 
 class Client:
     """One license on this machine, against one server. Thread-safe."""
@@ -453,17 +458,21 @@ class Client:
         except (TypeError, ValueError):
             return 0
 
-    def _request(self, method: str, route: str, body: Any = None) -> Any:
+    def _request(self, method: str, route: str, body: Any = None, extra_headers: Optional[Dict[str, str]] = None,
+                 gated: bool = True) -> Any:
+        """Sends one JSON request; returns the 200 body. gated=False skips the failure
+        backoff's admission, for the bounded retries of one track-usage increment (their
+        failures are still recorded)."""
         with self._lock:
             now = self._now()
-            if now < self._next_attempt:
+            if gated and now < self._next_attempt:
                 wait = self._next_attempt - now
                 raise KeyhouseError("backing_off", f"server failing; next request in {wait:.0f}s", 0, wait)
             # One probe at a time while failing: the others wait for its answer.
-            if self._failures:
+            if gated and self._failures:
                 self._next_attempt = now + MIN_FAILING_INTERVAL_SECONDS
         data = None if body is None else json.dumps(body).encode()
-        headers = {"Accept": "application/json"}
+        headers = {"Accept": "application/json", **(extra_headers or {})}
         if data is not None:
             headers["Content-Type"] = "application/json"
         req = urllib.request.Request(self.url + route, data=data, method=method, headers=headers)
@@ -560,9 +569,22 @@ class Client:
             self._save()
         return bool(r["deactivated"])
 
-    def track_usage(self, metric: str, n: int = 1) -> int:
-        """Adds n to a metric of this seat; returns the new running total. A 503 means not applied."""
-        return self._request("POST", "/v1/track-usage", {"key": self._key, "token": self._token(), "metric": metric, "increment": n})["usage"]
+    def track_usage(self, metric: str, n: int = 1, idempotency_key: Optional[str] = None) -> int:
+        """Adds n to a metric of this seat; returns the new running total. Each call is one
+        logical increment with one Idempotency-Key (a fresh one, or idempotency_key, for an
+        app that retries an increment later): no answer or a 5xx is retried USAGE_RETRIES
+        times with that key, so an increment whose answer was lost counts once."""
+        body = {"key": self._key, "token": self._token(), "metric": metric, "increment": n}
+        headers = {"Idempotency-Key": idempotency_key or "usage-" + secrets.token_hex(16)}
+        attempt = 0
+        while True:
+            try:
+                return self._request("POST", "/v1/track-usage", body, headers, gated=attempt == 0)["usage"]
+            except KeyhouseError as e:
+                if not (e.code == "unreachable" or e.status >= 500) or attempt == USAGE_RETRIES:
+                    raise
+            time.sleep(USAGE_RETRY_DELAY_SECONDS * 2 ** attempt * (0.5 + self._rand()))
+            attempt += 1
 
     def usage_report(self) -> Dict[str, Any]:
         """POST /v1/usage-report."""

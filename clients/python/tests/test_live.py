@@ -70,6 +70,21 @@ def test_scenario_usage(w):
     assert w.c.usage_report()["metrics"] == [{"metric": "users", "used": 3, "limit": 10, "remaining": 7, "exceeded": False}]
 
 
+def test_scenario_an_increment_whose_answer_was_lost_counts_once(w):
+    control("reset")
+    control("mode?m=lose-answer")
+    assert w.c.track_usage("users", 2) == 5
+    # The app's own key: the same increment sent twice counts once. (Keys are per tenant:
+    # each suite's product makes it its own.)
+    own = "usage-" + F["product_id"]
+    for _ in range(2):
+        assert w.c.track_usage("users", 1, idempotency_key=own) == 6
+    with urllib.request.urlopen(urllib.request.Request(f"{F['control']}/count", method="POST", data=b"")) as resp:
+        keys = json.load(resp)["idempotency_keys"]
+    assert len(keys) == 4 and keys[0] and keys[0] == keys[1] and keys[2:] == [own] * 2, keys
+    assert w.c.usage_report()["metrics"][0]["used"] == 6
+
+
 def test_scenario_signed_update_check(w):
     rel = w.c.check_update("1.0.0", F["release"]["channel"], F["release"]["platform"])
     assert rel["version"] == F["release"]["version"]
