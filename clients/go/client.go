@@ -347,8 +347,24 @@ type Activation struct {
 // token for it (the app was reinstalled, its store lost), a seat bound to this machine is
 // proven by its components instead and gets a new token (POST /v1/leases with instance_id,
 // docs/leases.md "Reinstall"); an unbound seat cannot be, and answers
-// ErrInvalidActivationToken: release it (the customer portal) and activate again.
+// ErrInvalidActivationToken: release it (the customer portal) and activate again. Before
+// taking a seat it asks verify-license for the license's product: a license of another
+// product answers ErrWrongProduct and takes no seat.
 func (c *Client) Activate(ctx context.Context, instanceID string) (*Activation, error) {
+	c.mu.Lock()
+	held := c.state.InstanceID == instanceID && c.state.Token != ""
+	c.mu.Unlock()
+	if !held {
+		// A license of another product would take a seat whose leases this app refuses
+		// (wrong_product): refuse it here, before a seat is taken.
+		lic, err := c.Verify(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if lic.ProductID != c.cfg.ProductID {
+			return nil, &Error{Code: "wrong_product", Message: "the license is for another product than this app's; no seat was taken"}
+		}
+	}
 	var out struct {
 		Activated        bool   `json:"activated"`
 		AlreadyActivated bool   `json:"alreadyActivated"`
@@ -357,9 +373,6 @@ func (c *Client) Activate(ctx context.Context, instanceID string) (*Activation, 
 	if err := c.do(ctx, "POST", "/v1/activate-license", map[string]string{"key": c.cfg.Key, "instance_id": instanceID}, &out); err != nil {
 		return nil, err
 	}
-	c.mu.Lock()
-	held := c.state.InstanceID == instanceID && c.state.Token != ""
-	c.mu.Unlock()
 	var lease string
 	if out.Token == "" && !held {
 		var err error

@@ -123,11 +123,19 @@ func TestLiveScenarios(t *testing.T) {
 		if a, err := newClient(f.Keys["main"], "main.json").Activate(ctx, "laptop-1"); err != nil || !a.AlreadyActivated {
 			t.Fatalf("repeat: %+v %v", a, err)
 		}
+		// An app configured with another product takes no seat of the license.
+		misconfigured, err := New(Config{URL: f.URL, ProductID: "another-" + f.ProductID, Key: f.Keys["capped"], StorePath: filepath.Join(dir, "wrong.json"), Now: clock.Now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := misconfigured.Activate(ctx, "one"); !errors.Is(err, ErrWrongProduct) {
+			t.Fatalf("another product: %v", err)
+		}
 		capped := newClient(f.Keys["capped"], "capped-1.json")
 		if _, err := capped.Activate(ctx, "one"); err != nil {
 			t.Fatal(err)
 		}
-		_, err := newClient(f.Keys["capped"], "capped-2.json").Activate(ctx, "two")
+		_, err = newClient(f.Keys["capped"], "capped-2.json").Activate(ctx, "two")
 		var e *Error
 		if !errors.Is(err, ErrActivationLimitExceeded) || !errors.As(err, &e) || e.Message != "Activation limit exceeded for this license key" || e.Status != 403 {
 			t.Fatalf("over the cap: %v", err)

@@ -229,7 +229,9 @@ export declare class Client {
      * machine's) and stores its token. When the seat exists but the store holds no token for
      * it (a reinstall), a seat bound to this machine is proven by its components and gets a
      * new token (POST /v1/leases with instance_id, docs/leases.md "Reinstall"); an unbound
-     * one throws invalid_activation_token: release it (the customer portal) and activate again. */
+     * one throws invalid_activation_token: release it (the customer portal) and activate again.
+     * Before taking a seat it asks verify-license for the license's product: a license of
+     * another product throws wrong_product and takes no seat. */
     activate(instanceId: string): Promise<{
         alreadyActivated: boolean;
         instanceId: string;

@@ -589,11 +589,20 @@ export class Client {
    * machine's) and stores its token. When the seat exists but the store holds no token for
    * it (a reinstall), a seat bound to this machine is proven by its components and gets a
    * new token (POST /v1/leases with instance_id, docs/leases.md "Reinstall"); an unbound
-   * one throws invalid_activation_token: release it (the customer portal) and activate again. */
+   * one throws invalid_activation_token: release it (the customer portal) and activate again.
+   * Before taking a seat it asks verify-license for the license's product: a license of
+   * another product throws wrong_product and takes no seat. */
   async activate(instanceId: string): Promise<{ alreadyActivated: boolean; instanceId: string }> {
+    const held = this.state.instance_id === instanceId && !!this.state.token;
+    if (!held) {
+      // A license of another product would take a seat whose leases this app refuses
+      // (wrong_product): refuse it here, before a seat is taken.
+      const lic = await this.verify();
+      if (lic.product_id !== this.opts.productId) throw new KeyhouseError('wrong_product', "the license is for another product than this app's; no seat was taken");
+    }
     const r = await this.request<{ activated: boolean; alreadyActivated?: boolean; token?: string }>('POST', '/v1/activate-license', { key: this.opts.key, instance_id: instanceId });
     let lease: string | undefined;
-    if (!r.token && !(this.state.instance_id === instanceId && this.state.token)) {
+    if (!r.token && !held) {
       ({ token: r.token, lease } = await this.reinstall(instanceId));
     }
     if (r.token || this.state.instance_id !== instanceId) {

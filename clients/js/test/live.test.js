@@ -38,6 +38,9 @@ test('live scenarios', { skip }, async (t) => {
   await t.test('scenario: activate', async () => {
     assert.deepStrictEqual(await c.activate('laptop-1'), { alreadyActivated: false, instanceId: 'laptop-1' });
     assert.strictEqual((await client(f.keys.main, 'main.json').activate('laptop-1')).alreadyActivated, true);
+    // An app configured with another product takes no seat of the license.
+    const misconfigured = new Client({ url: f.url, productId: `another-${f.product_id}`, key: f.keys.capped, storePath: path.join(dir, 'wrong.json'), now: () => now });
+    await assert.rejects(misconfigured.activate('one'), hasCode('wrong_product'));
     await client(f.keys.capped, 'capped-1.json').activate('one');
     await assert.rejects(client(f.keys.capped, 'capped-2.json').activate('two'), (err) =>
       err.code === 'activation_limit_exceeded' && err.status === 403 && err.message === 'Activation limit exceeded for this license key');

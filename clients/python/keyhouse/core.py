@@ -527,10 +527,17 @@ class Client:
         token for it (a reinstall), a seat bound to this machine is proven by its components
         and gets a new token (POST /v1/leases with instance_id, docs/leases.md "Reinstall");
         an unbound one raises invalid_activation_token: release it (the customer portal) and
-        activate again."""
+        activate again. Before taking a seat it asks verify-license for the license's
+        product: a license of another product raises wrong_product and takes no seat."""
+        held = self._state.get("instance_id") == instance_id and bool(self._state.get("token"))
+        if not held:
+            # A license of another product would take a seat whose leases this app refuses
+            # (wrong_product): refuse it here, before a seat is taken.
+            if self.verify().get("product_id") != self.product_id:
+                raise KeyhouseError("wrong_product", "the license is for another product than this app's; no seat was taken")
         r = self._request("POST", "/v1/activate-license", {"key": self._key, "instance_id": instance_id})
         token, lease = r.get("token"), None
-        if not token and not (self._state.get("instance_id") == instance_id and self._state.get("token")):
+        if not token and not held:
             token, lease = self._reinstall(instance_id)
         with self._lock:
             if token or self._state.get("instance_id") != instance_id:

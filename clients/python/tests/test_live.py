@@ -51,6 +51,10 @@ def raises(code, fn, *args):
 def test_scenario_activate(w):
     assert w.c.activate("laptop-1") == {"already_activated": False, "instance_id": "laptop-1"}
     assert w.client(F["keys"]["main"], "main.json").activate("laptop-1")["already_activated"] is True
+    # An app configured with another product takes no seat of the license.
+    misconfigured = keyhouse.Client(F["url"], "another-" + F["product_id"], F["keys"]["capped"],
+                                    store_path=os.path.join(w.dir, "wrong.json"), now=lambda: w.now)
+    raises("wrong_product", misconfigured.activate, "one")
     w.client(F["keys"]["capped"], "capped-1.json").activate("one")
     err = raises("activation_limit_exceeded", w.client(F["keys"]["capped"], "capped-2.json").activate, "two")
     assert (err.status, err.message) == (403, "Activation limit exceeded for this license key")
