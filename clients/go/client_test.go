@@ -58,6 +58,8 @@ func (f *fakeServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	var body map[string]any
 	_ = json.NewDecoder(r.Body).Decode(&body)
 	switch r.URL.Path {
+	case "/v1/verify-license":
+		_ = json.NewEncoder(w).Encode(map[string]any{"valid": true, "tier": "pro", "product_id": "app", "status": "active"})
 	case "/v1/activate-license":
 		_ = json.NewEncoder(w).Encode(map[string]any{"activated": true, "token": "act_1"})
 	case "/v1/leases":
