@@ -197,8 +197,8 @@ func (c *Client) Renew(ctx context.Context) Verdict {
 		_ = c.saveLocked()
 		c.mu.Unlock()
 		c.log.Info("keyhouse: not licensed", "reason", reason)
-		if reason == "seat_lapsed" && c.cfg.OnLapsed != nil {
-			c.cfg.OnLapsed(v)
+		if reason == "seat_lapsed" {
+			c.reportLapse(st.Lease, v)
 		}
 		return v
 	}
@@ -225,12 +225,31 @@ func (c *Client) offlineVerdict(ctx context.Context, st state) Verdict {
 	if err != nil {
 		var e *Error
 		errors.As(err, &e)
-		if e.Code == "expired" && claims != nil && claims.Floating && c.cfg.OnLapsed != nil {
-			c.cfg.OnLapsed(Verdict{Reason: "seat_lapsed"})
+		if e.Code == "expired" && claims != nil && claims.Floating {
+			// A floating seat lives only while leased: the server let it go when this lease
+			// ran out, and says seat_lapsed once it is reached again.
+			v := Verdict{Reason: "seat_lapsed"}
+			c.reportLapse(st.Lease, v)
+			return v
 		}
 		return Verdict{Reason: e.Code}
 	}
 	return verdictOf(claims, true)
+}
+
+// reportLapse calls OnLapsed once per lapse: the lapse of one lease is reported by the
+// first check that finds it, offline or from the server, and not by the checks after it.
+func (c *Client) reportLapse(lease string, v Verdict) {
+	c.mu.Lock()
+	if lease != "" && c.lapseReported == lease {
+		c.mu.Unlock()
+		return
+	}
+	c.lapseReported = lease
+	c.mu.Unlock()
+	if c.cfg.OnLapsed != nil {
+		c.cfg.OnLapsed(v)
+	}
 }
 
 // verifyLease checks a lease against the pinned keys, fetching the key set once more

@@ -62,8 +62,9 @@ type Config struct {
 	Logger *slog.Logger
 	// Now is the clock (tests move it); default time.Now.
 	Now func() time.Time
-	// OnLapsed is called when a floating seat's lease could not be renewed before it
-	// lapsed, or the server says it lapsed.
+	// OnLapsed is called once per lapse of a floating seat (its lease could not be renewed
+	// before it ran out, or the server says it lapsed), with the verdict Check answers:
+	// seat_lapsed.
 	OnLapsed func(Verdict)
 }
 
@@ -81,8 +82,10 @@ type Client struct {
 	state     state
 	renewing  bool
 	renewDone chan struct{}
-	stop      chan struct{}
-	stopOnce  sync.Once
+	// lapseReported is the floating lease whose lapse OnLapsed was told of.
+	lapseReported string
+	stop          chan struct{}
+	stopOnce      sync.Once
 }
 
 // New returns a client; it reads the store but sends nothing.

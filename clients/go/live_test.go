@@ -497,6 +497,36 @@ func TestLiveLeaseScenarios(t *testing.T) {
 			time.Sleep(time.Second)
 		}
 	})
+	t.Run("scenario: floating lease ran out offline, reported once as check() says it", func(t *testing.T) {
+		var lapsed []Verdict
+		var mu sync.Mutex
+		clock := &fakeClock{now: time.Now()}
+		c, err := New(Config{URL: f.URL, ProductID: f.ProductID, Key: f.Keys["offlapse"], LeaseKeys: f.LeaseKeys,
+			StorePath: filepath.Join(dir, "offlapse.json"), Components: map[string]string{}, Now: clock.Now,
+			OnLapsed: func(v Verdict) { mu.Lock(); lapsed = append(lapsed, v); mu.Unlock() }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Activate(ctx, "roamer"); err != nil {
+			t.Fatal(err)
+		}
+		if v := c.Check(ctx); !v.Licensed || !v.Floating {
+			t.Fatalf("%+v", v)
+		}
+		f.control(t, "mode?m=down")
+		defer f.control(t, "mode?m=pass")
+		clock.Advance(time.Duration(f.FloatingTTL+1) * time.Second)
+		for i := range 3 {
+			if v := c.Check(ctx); v.Licensed || v.Reason != "seat_lapsed" {
+				t.Fatalf("check %d: %+v", i, v)
+			}
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if len(lapsed) != 1 || lapsed[0].Reason != "seat_lapsed" {
+			t.Fatalf("OnLapsed calls: %+v", lapsed)
+		}
+	})
 	t.Run("scenario: lapsed floating seat reported", func(t *testing.T) {
 		var lapsed []Verdict
 		var mu sync.Mutex

@@ -147,6 +147,7 @@ func sdkFixture(t *testing.T, s *stack.Stack, sdk string) string {
 		"floating": floating(),
 		"killed":   floating(),
 		"lapsed":   floating(),
+		"offlapse": floating(),
 		// Two machines and a reinstall: tier pro binds machines, tier basic does not.
 		"twoseats": issue("max_activations", 2),
 		"unbound":  issue("tier", "basic"),

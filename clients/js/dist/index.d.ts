@@ -175,6 +175,8 @@ export interface ClientOptions {
     logger?: (line: string) => void;
     /** The clock, ms since the epoch (tests move it). */
     now?: () => number;
+    /** Called once per lapse of a floating seat (its lease could not be renewed before it
+     * ran out, or the server says it lapsed), with the verdict check() answers: seat_lapsed. */
     onLapsed?: (v: Verdict) => void;
     /** Random number in [0, 1) for the backoff draw. */
     random?: () => number;
@@ -199,6 +201,8 @@ export declare class Client {
     private nextAttemptMs;
     private renewal;
     private heartbeatTimer;
+    /** The floating lease whose lapse onLapsed was told of. */
+    private lapseReported;
     private closed;
     constructor(options: ClientOptions);
     private log;
@@ -279,6 +283,9 @@ export declare class Client {
     /** Asks the server for a new lease now (POST /v1/leases); resolves the verdict. */
     renew(): Promise<Verdict>;
     private offlineVerdict;
+    /** Calls onLapsed once per lapse: the lapse of one lease is reported by the first check
+     * that finds it, offline or from the server, and not by the checks after it. */
+    private reportLapse;
     /** Keeps a floating seat leased: renews at each lease's renew_after until close(),
      * reporting a lapsed seat through onLapsed. The timer does not keep Node running. */
     startHeartbeat(): void;

@@ -665,6 +665,7 @@ class Client {
             if (!(e instanceof KeyhouseError) || e.status === 0 || e.status === 429 || e.status >= 500)
                 return this.offlineVerdict();
             const reason = { seat_lease_expired: 'seat_lapsed', invalid_activation_token: 'not_activated', fingerprint_mismatch: 'machine_mismatch' }[e.code] || e.code;
+            const lapsedLease = this.state.lease;
             delete this.state.lease;
             if (['license_not_found', 'license_not_active', 'license_expired'].includes(e.code))
                 this.state.refusal = reason;
@@ -673,8 +674,8 @@ class Client {
             this.save();
             this.log(`not licensed: ${reason}`);
             const v = { licensed: false, reason };
-            if (reason === 'seat_lapsed' && this.opts.onLapsed)
-                this.opts.onLapsed(v);
+            if (reason === 'seat_lapsed')
+                this.reportLapse(lapsedLease, v);
             return v;
         }
         try {
@@ -696,10 +697,24 @@ class Client {
         }
         catch (err) {
             const e = err;
-            if (e.code === 'expired' && e.claims?.floating && this.opts.onLapsed)
-                this.opts.onLapsed({ licensed: false, reason: 'seat_lapsed' });
+            if (e.code === 'expired' && e.claims?.floating) {
+                // A floating seat lives only while leased: the server let it go when this lease
+                // ran out, and says seat_lapsed once it is reached again.
+                const v = { licensed: false, reason: 'seat_lapsed' };
+                this.reportLapse(this.state.lease, v);
+                return v;
+            }
             return { licensed: false, reason: e instanceof KeyhouseError ? e.code : 'invalid_lease' };
         }
+    }
+    /** Calls onLapsed once per lapse: the lapse of one lease is reported by the first check
+     * that finds it, offline or from the server, and not by the checks after it. */
+    reportLapse(lease, v) {
+        if (lease && this.lapseReported === lease)
+            return;
+        this.lapseReported = lease;
+        if (this.opts.onLapsed)
+            this.opts.onLapsed(v);
     }
     /** Keeps a floating seat leased: renews at each lease's renew_after until close(),
      * reporting a lapsed seat through onLapsed. The timer does not keep Node running. */

@@ -433,6 +433,8 @@ export interface ClientOptions {
   logger?: (line: string) => void;
   /** The clock, ms since the epoch (tests move it). */
   now?: () => number;
+  /** Called once per lapse of a floating seat (its lease could not be renewed before it
+   * ran out, or the server says it lapsed), with the verdict check() answers: seat_lapsed. */
   onLapsed?: (v: Verdict) => void;
   /** Random number in [0, 1) for the backoff draw. */
   random?: () => number;
@@ -472,6 +474,8 @@ export class Client {
   private nextAttemptMs = 0;
   private renewal: Promise<Verdict> | null = null;
   private heartbeatTimer: NodeJS.Timeout | null = null;
+  /** The floating lease whose lapse onLapsed was told of. */
+  private lapseReported: string | undefined;
   private closed = false;
 
   constructor(options: ClientOptions) {
@@ -757,13 +761,14 @@ export class Client {
       const e = err as KeyhouseError;
       if (!(e instanceof KeyhouseError) || e.status === 0 || e.status === 429 || e.status >= 500) return this.offlineVerdict();
       const reason = ({ seat_lease_expired: 'seat_lapsed', invalid_activation_token: 'not_activated', fingerprint_mismatch: 'machine_mismatch' } as Record<string, string>)[e.code] || e.code;
+      const lapsedLease = this.state.lease;
       delete this.state.lease;
       if (['license_not_found', 'license_not_active', 'license_expired'].includes(e.code)) this.state.refusal = reason;
       if (['seat_lease_expired', 'invalid_activation_token'].includes(e.code)) delete this.state.token;
       this.save();
       this.log(`not licensed: ${reason}`);
       const v = { licensed: false, reason };
-      if (reason === 'seat_lapsed' && this.opts.onLapsed) this.opts.onLapsed(v);
+      if (reason === 'seat_lapsed') this.reportLapse(lapsedLease, v);
       return v;
     }
     try {
@@ -783,9 +788,23 @@ export class Client {
       return Client.verdictOf(await this.checkLease(this.state.lease), true);
     } catch (err) {
       const e = err as LeaseError;
-      if (e.code === 'expired' && e.claims?.floating && this.opts.onLapsed) this.opts.onLapsed({ licensed: false, reason: 'seat_lapsed' });
+      if (e.code === 'expired' && e.claims?.floating) {
+        // A floating seat lives only while leased: the server let it go when this lease
+        // ran out, and says seat_lapsed once it is reached again.
+        const v = { licensed: false, reason: 'seat_lapsed' };
+        this.reportLapse(this.state.lease, v);
+        return v;
+      }
       return { licensed: false, reason: e instanceof KeyhouseError ? e.code : 'invalid_lease' };
     }
+  }
+
+  /** Calls onLapsed once per lapse: the lapse of one lease is reported by the first check
+   * that finds it, offline or from the server, and not by the checks after it. */
+  private reportLapse(lease: string | undefined, v: Verdict) {
+    if (lease && this.lapseReported === lease) return;
+    this.lapseReported = lease;
+    if (this.opts.onLapsed) this.opts.onLapsed(v);
   }
 
   /** Keeps a floating seat leased: renews at each lease's renew_after until close(),

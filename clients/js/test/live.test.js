@@ -290,6 +290,25 @@ test('live lease scenarios', { skip }, async (t) => {
     }
   });
 
+  await t.test('scenario: floating lease ran out offline, reported once as check() says it', async () => {
+    const lapsed = [];
+    const [s, clock] = client(f.keys.offlapse, 'offlapse.json', {}, { onLapsed: (v) => lapsed.push(v) });
+    await s.activate('roamer');
+    const v = await s.check();
+    assert.ok(v.licensed && v.floating);
+    await control('mode?m=down');
+    try {
+      clock.now += (f.floating_ttl + 1) * 1000;
+      for (let i = 0; i < 3; i++) {
+        const after = await s.check();
+        assert.deepStrictEqual([after.licensed, after.reason], [false, 'seat_lapsed'], `check ${i}`);
+      }
+    } finally {
+      await control('mode?m=pass');
+    }
+    assert.deepStrictEqual(lapsed.map((x) => x.reason), ['seat_lapsed']);
+  });
+
   await t.test('scenario: lapsed floating seat reported', async () => {
     const lapsed = [];
     const [s, clock] = client(f.keys.lapsed, 'lapsed.json', {}, { onLapsed: (v) => lapsed.push(v) });

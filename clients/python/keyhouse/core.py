@@ -421,6 +421,8 @@ class Client:
         self._renewal: Optional[threading.Thread] = None
         self._stop = threading.Event()
         self._heartbeat: Optional[threading.Thread] = None
+        # The floating lease whose lapse on_lapsed was told of.
+        self._lapse_reported: Optional[str] = None
         self._state: Dict[str, Any] = {"key": key}
         stored = self._store.load()
         if stored:
@@ -695,7 +697,7 @@ class Client:
             reason = {"seat_lease_expired": "seat_lapsed", "invalid_activation_token": "not_activated",
                       "fingerprint_mismatch": "machine_mismatch"}.get(e.code, e.code)
             with self._lock:
-                self._state.pop("lease", None)
+                lapsed_lease = self._state.pop("lease", None)
                 if e.code in ("license_not_found", "license_not_active", "license_expired"):
                     self._state["refusal"] = reason
                 if e.code in ("seat_lease_expired", "invalid_activation_token"):
@@ -703,8 +705,8 @@ class Client:
                 self._save()
             self._log(f"not licensed: {reason}")
             v = Verdict(False, reason)
-            if reason == "seat_lapsed" and self.on_lapsed:
-                self.on_lapsed(v)
+            if reason == "seat_lapsed":
+                self._report_lapse(lapsed_lease, v)
             return v
         try:
             claims = self._check_lease(lease)
@@ -723,9 +725,23 @@ class Client:
         try:
             return Verdict.of(self._check_lease(lease), True)
         except LeaseError as e:
-            if e.code == "expired" and e.claims and e.claims.get("floating") and self.on_lapsed:
-                self.on_lapsed(Verdict(False, "seat_lapsed"))
+            if e.code == "expired" and e.claims and e.claims.get("floating"):
+                # A floating seat lives only while leased: the server let it go when this
+                # lease ran out, and says seat_lapsed once it is reached again.
+                v = Verdict(False, "seat_lapsed")
+                self._report_lapse(lease, v)
+                return v
             return Verdict(False, e.code)
+
+    def _report_lapse(self, lease: Optional[str], v: Verdict) -> None:
+        """Calls on_lapsed once per lapse: the lapse of one lease is reported by the first
+        check that finds it, offline or from the server, and not by the checks after it."""
+        with self._lock:
+            if lease and self._lapse_reported == lease:
+                return
+            self._lapse_reported = lease
+        if self.on_lapsed:
+            self.on_lapsed(v)
 
     def start_heartbeat(self) -> None:
         """Keeps a floating seat leased in a daemon thread: renews at each lease's

@@ -316,6 +316,23 @@ def test_scenario_floating_seat_freed_after_a_killed_process(lw):
         time.sleep(1)
 
 
+def test_scenario_floating_lease_ran_out_offline_reported_once_as_check_says_it(lw):
+    lapsed = []
+    s, clock = lw.client(F["keys"]["offlapse"], "offlapse.json", {}, on_lapsed=lapsed.append)
+    s.activate("roamer")
+    v = s.check()
+    assert v.licensed and v.floating
+    control("mode?m=down")
+    try:
+        clock.now += F["floating_ttl"] + 1
+        for i in range(3):
+            after = s.check()
+            assert (after.licensed, after.reason) == (False, "seat_lapsed"), i
+    finally:
+        control("mode?m=pass")
+    assert [x.reason for x in lapsed] == ["seat_lapsed"]
+
+
 def test_scenario_lapsed_floating_seat_reported(lw):
     lapsed = []
     s, clock = lw.client(F["keys"]["lapsed"], "lapsed.json", {}, on_lapsed=lapsed.append)
