@@ -2,10 +2,13 @@ package keyhouse
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 )
 
@@ -68,6 +71,9 @@ type state struct {
 	Refusal string `json:"refusal,omitempty"`
 	// Keys are lease keys fetched after a rotation.
 	Keys *JWKS `json:"lease_keys,omitempty"`
+	// TenantID is the hosted tenant of the first lease that verified against keys fetched
+	// for it: later key refreshes ask for that tenant's set only.
+	TenantID string `json:"tenant_id,omitempty"`
 }
 
 func (c *Client) load() error {
@@ -99,8 +105,9 @@ type Verdict struct {
 	// license_not_active (revoked), license_expired, seat_lapsed, machine_mismatch
 	// (fingerprint refused by the server or a lease of another machine), expired (the
 	// lease ran out and the server could not be reached), unreachable (no lease yet and no
-	// server), invalid_lease, wrong_product, wrong_license, clock_tampered,
-	// components_required.
+	// server), invalid_lease, lease_keys_unavailable (the lease's key is not pinned and
+	// GET /v1/lease-keys could not be fetched), wrong_product, wrong_license,
+	// clock_tampered, components_required.
 	Reason string
 	// Offline: answered from the stored lease without reaching the server.
 	Offline          bool
@@ -190,8 +197,8 @@ func (c *Client) Renew(ctx context.Context) Verdict {
 		_ = c.saveLocked()
 		c.mu.Unlock()
 		c.log.Info("keyhouse: not licensed", "reason", reason)
-		if reason == "seat_lapsed" && c.cfg.OnLapsed != nil {
-			c.cfg.OnLapsed(v)
+		if reason == "seat_lapsed" {
+			c.reportLapse(st.Lease, v)
 		}
 		return v
 	}
@@ -218,32 +225,64 @@ func (c *Client) offlineVerdict(ctx context.Context, st state) Verdict {
 	if err != nil {
 		var e *Error
 		errors.As(err, &e)
-		if e.Code == "expired" && claims != nil && claims.Floating && c.cfg.OnLapsed != nil {
-			c.cfg.OnLapsed(Verdict{Reason: "seat_lapsed"})
+		if e.Code == "expired" && claims != nil && claims.Floating {
+			// A floating seat lives only while leased: the server let it go when this lease
+			// ran out, and says seat_lapsed once it is reached again.
+			v := Verdict{Reason: "seat_lapsed"}
+			c.reportLapse(st.Lease, v)
+			return v
 		}
 		return Verdict{Reason: e.Code}
 	}
 	return verdictOf(claims, true)
 }
 
+// reportLapse calls OnLapsed once per lapse: the lapse of one lease is reported by the
+// first check that finds it, offline or from the server, and not by the checks after it.
+func (c *Client) reportLapse(lease string, v Verdict) {
+	c.mu.Lock()
+	if lease != "" && c.lapseReported == lease {
+		c.mu.Unlock()
+		return
+	}
+	c.lapseReported = lease
+	c.mu.Unlock()
+	if c.cfg.OnLapsed != nil {
+		c.cfg.OnLapsed(v)
+	}
+}
+
 // verifyLease checks a lease against the pinned keys, fetching the key set once more
-// when the lease names a kid the client does not know (a rotation).
+// when the lease names a kid the client does not know (a rotation, or no keys pinned).
 func (c *Client) verifyLease(ctx context.Context, lease string, newestIAT int64) (*LeaseClaims, error) {
 	check := LeaseCheck{ProductID: c.cfg.ProductID, LicenseKey: c.cfg.Key, Now: c.cfg.Now(), NewestIssuedAt: newestIAT, Components: c.cfg.Components}
 	c.mu.Lock()
-	keys := c.keys
+	keys, learned := c.keys, c.state.TenantID
 	c.mu.Unlock()
 	claims, err := VerifyLease(lease, keys, check)
 	if !errors.Is(err, errUnknownKid) || c.cfg.NoKeyRefresh {
 		return claims, err
 	}
+	// Hosted, the key set is the tenant's: pinned (Config.TenantID), else the one a lease
+	// verified for before, else the one this lease names. The named tenant is not yet
+	// trusted: it only chooses which of this server's key sets is fetched, the lease must
+	// still verify against one of that tenant's keys (so this server signed it for that
+	// tenant), and its product and license are checked after that; another tenant cannot
+	// have a lease signed for this app's product, which belongs to one tenant.
+	tenant := c.cfg.TenantID
+	if tenant == "" {
+		tenant = learned
+	}
+	if tenant == "" {
+		tenant = unverifiedTenant(lease)
+	}
 	path := "/v1/lease-keys"
-	if c.cfg.TenantID != "" {
-		path += "?tenant_id=" + c.cfg.TenantID
+	if tenant != "" {
+		path += "?tenant_id=" + url.QueryEscape(tenant)
 	}
 	var fetched JWKS
-	if c.do(ctx, "GET", path, nil, &fetched) != nil {
-		return claims, err
+	if ferr := c.do(ctx, "GET", path, nil, &fetched); ferr != nil {
+		return nil, &Error{Code: "lease_keys_unavailable", Message: "the lease's signing key is not pinned and the key set could not be fetched: " + ferr.Error(), err: ferr}
 	}
 	c.mu.Lock()
 	c.keys = c.keys.merge(fetched)
@@ -251,7 +290,32 @@ func (c *Client) verifyLease(ctx context.Context, lease string, newestIAT int64)
 	keys = c.keys
 	_ = c.saveLocked()
 	c.mu.Unlock()
-	return VerifyLease(lease, keys, check)
+	claims, err = VerifyLease(lease, keys, check)
+	if err == nil && c.cfg.TenantID == "" && learned == "" && tenant != "" {
+		c.mu.Lock()
+		c.state.TenantID = tenant
+		_ = c.saveLocked()
+		c.mu.Unlock()
+	}
+	return claims, err
+}
+
+// unverifiedTenant reads the tenant_id claim of a lease whose signature is not checked
+// yet ("" if there is none).
+func unverifiedTenant(lease string) string {
+	parts := strings.Split(lease, ".")
+	if len(parts) != 3 {
+		return ""
+	}
+	payload, err := base64.RawURLEncoding.DecodeString(parts[1])
+	if err != nil {
+		return ""
+	}
+	var claims struct {
+		TenantID string `json:"tenant_id"`
+	}
+	_ = json.Unmarshal(payload, &claims)
+	return claims.TenantID
 }
 
 func (c *Client) renewInBackground() {

@@ -6,8 +6,11 @@ package keyhouse
 import (
 	"bytes"
 	"context"
+	cryptorand "crypto/rand"
 	"crypto/rsa"
+	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -38,7 +41,9 @@ type Config struct {
 	// set again once (key rotation); NoKeyRefresh turns that off.
 	LeaseKeys    []byte
 	NoKeyRefresh bool
-	// TenantID selects the tenant's lease keys on a hosted server.
+	// TenantID pins the hosted tenant whose lease keys are fetched. Optional: without it
+	// the client fetches the key set of the tenant its first lease names (the tenant_id
+	// claim) and keeps to that tenant once a lease verified against it.
 	TenantID string
 	// StorePath is the file holding the activation token and the newest lease (written
 	// atomically, mode 0600). Default: <user config dir>/keyhouse/<product id>.json.
@@ -57,8 +62,9 @@ type Config struct {
 	Logger *slog.Logger
 	// Now is the clock (tests move it); default time.Now.
 	Now func() time.Time
-	// OnLapsed is called when a floating seat's lease could not be renewed before it
-	// lapsed, or the server says it lapsed.
+	// OnLapsed is called once per lapse of a floating seat (its lease could not be renewed
+	// before it ran out, or the server says it lapsed), with the verdict Check answers:
+	// seat_lapsed.
 	OnLapsed func(Verdict)
 }
 
@@ -76,8 +82,10 @@ type Client struct {
 	state     state
 	renewing  bool
 	renewDone chan struct{}
-	stop      chan struct{}
-	stopOnce  sync.Once
+	// lapseReported is the floating lease whose lapse OnLapsed was told of.
+	lapseReported string
+	stop          chan struct{}
+	stopOnce      sync.Once
 }
 
 // New returns a client; it reads the store but sends nothing.
@@ -186,8 +194,16 @@ func (g *gate) record(now time.Time, failed bool, retryAfter time.Duration) {
 
 // do sends one JSON request and decodes a 200 answer into out.
 func (c *Client) do(ctx context.Context, method, path string, body, out any) error {
-	if err := c.gate.admit(c.cfg.Now()); err != nil {
-		return err
+	return c.send(ctx, method, path, body, out, nil, true)
+}
+
+// send is do with extra headers; gated false skips the failure backoff's admission, for
+// the bounded retries of one track-usage increment (their failures are still recorded).
+func (c *Client) send(ctx context.Context, method, path string, body, out any, headers map[string]string, gated bool) error {
+	if gated {
+		if err := c.gate.admit(c.cfg.Now()); err != nil {
+			return err
+		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
 	defer cancel()
@@ -204,6 +220,9 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any) err
 		return err
 	}
 	req.Header.Set("Accept", "application/json")
+	for name, value := range headers {
+		req.Header.Set(name, value)
+	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
@@ -305,16 +324,50 @@ func (c *Client) Validate(ctx context.Context) (bool, error) {
 	return out.Valid, err
 }
 
+// InstanceID is this machine's instance id for Activate: InstanceID of the client's
+// components (Config.Components, else MachineComponents), or, with none, of the host
+// name hashed with the product id. Stable across runs and reinstalls, different on
+// another machine, and never a raw identifier.
+func (c *Client) InstanceID() string {
+	if id := InstanceID(c.cfg.Components); id != "" {
+		return id
+	}
+	host, _ := os.Hostname()
+	return InstanceID(map[string]string{"hostname": HashComponent(c.cfg.ProductID, host)})
+}
+
 // Activation is the answer of Activate.
 type Activation struct {
-	// AlreadyActivated: the seat existed; the token stored by the first activation on
-	// this machine is kept (the server never shows a token twice).
+	// AlreadyActivated: the seat existed. Its token is the one stored by the first
+	// activation on this machine, or, when the store had none (a reinstall), a new one
+	// the server gave for the seat bound to this machine.
 	AlreadyActivated bool
 	InstanceID       string
 }
 
-// Activate takes a seat for instanceID (POST /v1/activate-license) and stores its token.
+// Activate takes a seat for instanceID (POST /v1/activate-license; Client.InstanceID
+// gives this machine's) and stores its token. When the seat exists but the store holds no
+// token for it (the app was reinstalled, its store lost), a seat bound to this machine is
+// proven by its components instead and gets a new token (POST /v1/leases with instance_id,
+// docs/leases.md "Reinstall"); an unbound seat cannot be, and answers
+// ErrInvalidActivationToken: release it (the customer portal) and activate again. Before
+// taking a seat it asks verify-license for the license's product: a license of another
+// product answers ErrWrongProduct and takes no seat.
 func (c *Client) Activate(ctx context.Context, instanceID string) (*Activation, error) {
+	c.mu.Lock()
+	held := c.state.InstanceID == instanceID && c.state.Token != ""
+	c.mu.Unlock()
+	if !held {
+		// A license of another product would take a seat whose leases this app refuses
+		// (wrong_product): refuse it here, before a seat is taken.
+		lic, err := c.Verify(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if lic.ProductID != c.cfg.ProductID {
+			return nil, &Error{Code: "wrong_product", Message: "the license is for another product than this app's; no seat was taken"}
+		}
+	}
 	var out struct {
 		Activated        bool   `json:"activated"`
 		AlreadyActivated bool   `json:"alreadyActivated"`
@@ -323,15 +376,40 @@ func (c *Client) Activate(ctx context.Context, instanceID string) (*Activation, 
 	if err := c.do(ctx, "POST", "/v1/activate-license", map[string]string{"key": c.cfg.Key, "instance_id": instanceID}, &out); err != nil {
 		return nil, err
 	}
+	var lease string
+	if out.Token == "" && !held {
+		var err error
+		if out.Token, lease, err = c.reinstall(ctx, instanceID); err != nil {
+			return nil, err
+		}
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if out.Token != "" || c.state.InstanceID != instanceID {
-		c.state = state{Key: c.cfg.Key, InstanceID: instanceID, Token: out.Token, NewestIAT: c.state.NewestIAT}
+		c.state = state{Key: c.cfg.Key, InstanceID: instanceID, Token: out.Token, Lease: lease, NewestIAT: c.state.NewestIAT, Keys: c.state.Keys, TenantID: c.state.TenantID}
 	}
 	if err := c.saveLocked(); err != nil {
 		return nil, err
 	}
 	return &Activation{AlreadyActivated: out.AlreadyActivated, InstanceID: instanceID}, nil
+}
+
+// reinstall gets a new token for an existing seat bound to this machine. The lease that
+// comes with it is stored unverified: Check verifies a stored lease before believing it.
+func (c *Client) reinstall(ctx context.Context, instanceID string) (token, lease string, err error) {
+	var out struct {
+		Lease string `json:"lease"`
+		Token string `json:"token"`
+	}
+	err = c.do(ctx, "POST", "/v1/leases", map[string]any{"key": c.cfg.Key, "instance_id": instanceID, "components": c.cfg.Components}, &out)
+	var e *Error
+	if errors.As(err, &e) && e.Code == "invalid_activation_token" {
+		return "", "", &Error{Status: e.Status, Code: e.Code, Message: "the seat of this instance id exists but its token was lost, and the seat is not bound to this machine: release the seat and activate again"}
+	}
+	if err == nil && out.Token == "" {
+		err = &Error{Status: 200, Code: "server_error", Message: "the reinstall answer has no token"}
+	}
+	return out.Token, out.Lease, err
 }
 
 // Deactivate frees this machine's seat (POST /v1/deactivate-license) and forgets its
@@ -351,24 +429,74 @@ func (c *Client) Deactivate(ctx context.Context) (bool, error) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.state = state{Key: c.cfg.Key, NewestIAT: c.state.NewestIAT}
+	c.state = state{Key: c.cfg.Key, NewestIAT: c.state.NewestIAT, Keys: c.state.Keys, TenantID: c.state.TenantID}
 	return out.Deactivated, c.saveLocked()
 }
 
+// UsageRetries is how many times TrackUsage sends one increment again after no answer or
+// a 5xx, with the same Idempotency-Key (so it counts once), waiting UsageRetryDelay·2^i
+// (with jitter) before the i-th retry.
+const (
+	UsageRetries    = 2
+	UsageRetryDelay = 250 * time.Millisecond
+)
+
+// UsageOption tunes one TrackUsage call.
+type UsageOption func(*usageOptions)
+
+type usageOptions struct{ idempotencyKey string }
+
+// WithIdempotencyKey sends key as the increment's Idempotency-Key instead of a fresh one:
+// an app that retries an increment later (after TrackUsage failed) passes the same key,
+// and the server counts it once (within 24 h).
+func WithIdempotencyKey(key string) UsageOption {
+	return func(o *usageOptions) { o.idempotencyKey = key }
+}
+
 // TrackUsage adds n to a metric of this seat (POST /v1/track-usage) and returns the new
-// running total. A 503 means the increment was not applied.
-func (c *Client) TrackUsage(ctx context.Context, metric string, n int64) (int64, error) {
+// running total. Each call is one logical increment with one Idempotency-Key (a fresh
+// one, or WithIdempotencyKey's): no answer or a 5xx is retried UsageRetries times with
+// that key, so an increment whose answer was lost counts once.
+func (c *Client) TrackUsage(ctx context.Context, metric string, n int64, opts ...UsageOption) (int64, error) {
 	c.mu.Lock()
 	token := c.state.Token
 	c.mu.Unlock()
 	if token == "" {
 		return 0, &Error{Code: "not_activated", Message: "not activated on this machine"}
 	}
-	var out struct {
-		Usage int64 `json:"usage"`
+	var o usageOptions
+	for _, opt := range opts {
+		opt(&o)
 	}
-	err := c.do(ctx, "POST", "/v1/track-usage", map[string]any{"key": c.cfg.Key, "token": token, "metric": metric, "increment": n}, &out)
-	return out.Usage, err
+	if o.idempotencyKey == "" {
+		o.idempotencyKey = newIdempotencyKey()
+	}
+	body := map[string]any{"key": c.cfg.Key, "token": token, "metric": metric, "increment": n}
+	headers := map[string]string{"Idempotency-Key": o.idempotencyKey}
+	for attempt := 0; ; attempt++ {
+		var out struct {
+			Usage int64 `json:"usage"`
+		}
+		err := c.send(ctx, "POST", "/v1/track-usage", body, &out, headers, attempt == 0)
+		var e *Error
+		retry := errors.As(err, &e) && (e.Code == "unreachable" || e.Status >= 500)
+		if !retry || attempt == UsageRetries {
+			return out.Usage, err
+		}
+		wait := time.Duration(float64(UsageRetryDelay<<attempt) * (0.5 + c.gate.rand()))
+		select {
+		case <-ctx.Done():
+			return 0, err
+		case <-time.After(wait):
+		}
+	}
+}
+
+// newIdempotencyKey is a fresh key for one logical increment.
+func newIdempotencyKey() string {
+	b := make([]byte, 16)
+	_, _ = cryptorand.Read(b)
+	return "usage-" + hex.EncodeToString(b)
 }
 
 // UsageReport is the live usage snapshot of POST /v1/usage-report.

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strings"
 )
 
@@ -20,6 +21,41 @@ func HashComponent(productID, raw string) string {
 	m := hmac.New(sha256.New, []byte(productID))
 	m.Write([]byte(strings.TrimSpace(raw)))
 	return hex.EncodeToString(m.Sum(nil))
+}
+
+// instanceIDSources are the components an instance id is derived from, most stable
+// first: the OS's own machine id, then the container's install id, then hardware.
+var instanceIDSources = []string{"machine_id", "platform_uuid", "machine_guid", "install_id", "dmi_uuid", "root_disk", "hostname"}
+
+// InstanceID is a stable instance id for a machine with these (hashed) components: "m-"
+// and 32 hex digits of SHA-256 over the first of machine_id, platform_uuid, machine_guid,
+// install_id, dmi_uuid, root_disk, hostname it has (else its first component by name).
+// It is hashed again, so no raw identifier is sent even when an app passes components of
+// its own; it changes only when that one component does. With no component at all it is
+// "" (Client.InstanceID then uses the host name).
+func InstanceID(components map[string]string) string {
+	value := ""
+	for _, name := range instanceIDSources {
+		if v := components[name]; v != "" {
+			value = v
+			break
+		}
+	}
+	if value == "" {
+		names := make([]string, 0, len(components))
+		for name, v := range components {
+			if v != "" {
+				names = append(names, name)
+			}
+		}
+		if len(names) == 0 {
+			return ""
+		}
+		slices.Sort(names)
+		value = components[names[0]]
+	}
+	sum := sha256.Sum256([]byte("keyhouse instance id\x00" + value))
+	return "m-" + hex.EncodeToString(sum[:16])
 }
 
 // ComponentOptions tune MachineComponents.

@@ -64,6 +64,9 @@ var (
 	ErrBackingOff = code("backing_off")
 	// ErrNotActivated: the call needs an activation token and the store holds none.
 	ErrNotActivated = code("not_activated")
+	// ErrWrongProduct: Activate found the license is for another product than
+	// Config.ProductID, and took no seat.
+	ErrWrongProduct = code("wrong_product")
 	// Offline verification failures.
 	ErrInvalidSignature = code("invalid_signature")
 	ErrExpired          = code("expired")

@@ -70,7 +70,9 @@ type LeaseClaims struct {
 	InstanceID       string             `json:"instance_id"`
 	Floating         bool               `json:"floating"`
 	Components       map[string]string  `json:"components"`
-	Nonce            string             `json:"nonce,omitempty"`
+	// TenantID is the hosted tenant whose keys sign the lease ("" self-hosted).
+	TenantID string `json:"tenant_id,omitempty"`
+	Nonce    string `json:"nonce,omitempty"`
 }
 
 // ClockTolerance is how far a lease's iat may be ahead of the local clock, and how far

@@ -58,6 +58,23 @@ func (f *liveFixture) control(t *testing.T, what string) int {
 	return out.Count
 }
 
+// idempotencyKeys are the Idempotency-Key headers the proxy saw since its last reset.
+func (f *liveFixture) idempotencyKeys(t *testing.T) []string {
+	t.Helper()
+	resp, err := http.Post(f.Control+"/count", "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out struct {
+		Keys []string `json:"idempotency_keys"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		t.Fatal(err)
+	}
+	return out.Keys
+}
+
 // fakeClock is a clock the scenarios move.
 type fakeClock struct {
 	mu  sync.Mutex
@@ -106,11 +123,19 @@ func TestLiveScenarios(t *testing.T) {
 		if a, err := newClient(f.Keys["main"], "main.json").Activate(ctx, "laptop-1"); err != nil || !a.AlreadyActivated {
 			t.Fatalf("repeat: %+v %v", a, err)
 		}
+		// An app configured with another product takes no seat of the license.
+		misconfigured, err := New(Config{URL: f.URL, ProductID: "another-" + f.ProductID, Key: f.Keys["capped"], StorePath: filepath.Join(dir, "wrong.json"), Now: clock.Now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := misconfigured.Activate(ctx, "one"); !errors.Is(err, ErrWrongProduct) {
+			t.Fatalf("another product: %v", err)
+		}
 		capped := newClient(f.Keys["capped"], "capped-1.json")
 		if _, err := capped.Activate(ctx, "one"); err != nil {
 			t.Fatal(err)
 		}
-		_, err := newClient(f.Keys["capped"], "capped-2.json").Activate(ctx, "two")
+		_, err = newClient(f.Keys["capped"], "capped-2.json").Activate(ctx, "two")
 		var e *Error
 		if !errors.Is(err, ErrActivationLimitExceeded) || !errors.As(err, &e) || e.Message != "Activation limit exceeded for this license key" || e.Status != 403 {
 			t.Fatalf("over the cap: %v", err)
@@ -140,6 +165,28 @@ func TestLiveScenarios(t *testing.T) {
 		}
 		r, err := c.UsageReport(ctx)
 		if err != nil || len(r.Metrics) != 1 || r.Metrics[0].Metric != "users" || r.Metrics[0].Used != 3 || r.Metrics[0].Remaining != 7 {
+			t.Fatalf("%+v %v", r, err)
+		}
+	})
+	t.Run("scenario: an increment whose answer was lost counts once", func(t *testing.T) {
+		f.control(t, "reset")
+		f.control(t, "mode?m=lose-answer")
+		if n, err := c.TrackUsage(ctx, "users", 2); n != 5 || err != nil {
+			t.Fatalf("%d %v", n, err)
+		}
+		// The app's own key: the same increment sent twice counts once. (Keys are per
+		// tenant: each suite's product makes it its own.)
+		own := "usage-" + f.ProductID
+		for range 2 {
+			if n, err := c.TrackUsage(ctx, "users", 1, WithIdempotencyKey(own)); n != 6 || err != nil {
+				t.Fatalf("own key: %d %v", n, err)
+			}
+		}
+		keys := f.idempotencyKeys(t)
+		if len(keys) != 4 || keys[0] == "" || keys[0] != keys[1] || keys[2] != own || keys[3] != keys[2] {
+			t.Fatalf("Idempotency-Key headers %q", keys)
+		}
+		if r, err := c.UsageReport(ctx); err != nil || r.Metrics[0].Used != 6 {
 			t.Fatalf("%+v %v", r, err)
 		}
 	})
@@ -362,6 +409,39 @@ func TestLiveLeaseScenarios(t *testing.T) {
 			t.Fatalf("the server: %+v", v)
 		}
 	})
+	t.Run("scenario: two machines, and a reinstall recovers its seat", func(t *testing.T) {
+		a, _ := newClient(f.Keys["twoseats"], "machine-a.json", here)
+		b, _ := newClient(f.Keys["twoseats"], "machine-b.json", elsewhere)
+		if a.InstanceID() == b.InstanceID() || a.InstanceID() != InstanceID(here) {
+			t.Fatalf("instance ids %q and %q", a.InstanceID(), b.InstanceID())
+		}
+		for _, m := range []*Client{a, b} {
+			if _, err := m.Activate(ctx, m.InstanceID()); err != nil {
+				t.Fatal(err)
+			}
+			if v := m.Check(ctx); !v.Licensed {
+				t.Fatalf("%s: %+v", m.InstanceID(), v)
+			}
+		}
+		// Machine a reinstalled: its store is gone, the seat bound to it is still there.
+		again, _ := newClient(f.Keys["twoseats"], "machine-a-reinstalled.json", here)
+		if act, err := again.Activate(ctx, again.InstanceID()); err != nil || !act.AlreadyActivated {
+			t.Fatalf("%+v %v", act, err)
+		}
+		if v := again.Check(ctx); !v.Licensed {
+			t.Fatalf("after the reinstall: %+v", v)
+		}
+		// A seat not bound to a machine cannot be proven by one: a clear refusal, not a
+		// client that says nothing and is never licensed.
+		u, _ := newClient(f.Keys["unbound"], "unbound.json", here)
+		if _, err := u.Activate(ctx, u.InstanceID()); err != nil {
+			t.Fatal(err)
+		}
+		lost, _ := newClient(f.Keys["unbound"], "unbound-reinstalled.json", here)
+		if _, err := lost.Activate(ctx, lost.InstanceID()); !errors.Is(err, ErrInvalidActivationToken) {
+			t.Fatalf("reinstall of an unbound seat: %v", err)
+		}
+	})
 	t.Run("scenario: floating seat freed by close()", func(t *testing.T) {
 		a, _ := newClient(f.Keys["floating"], "float-a.json", nil)
 		b, _ := newClient(f.Keys["floating"], "float-b.json", nil)
@@ -415,6 +495,36 @@ func TestLiveLeaseScenarios(t *testing.T) {
 				t.Fatalf("seat not free within lease_ttl + 15 s: %v", err)
 			}
 			time.Sleep(time.Second)
+		}
+	})
+	t.Run("scenario: floating lease ran out offline, reported once as check() says it", func(t *testing.T) {
+		var lapsed []Verdict
+		var mu sync.Mutex
+		clock := &fakeClock{now: time.Now()}
+		c, err := New(Config{URL: f.URL, ProductID: f.ProductID, Key: f.Keys["offlapse"], LeaseKeys: f.LeaseKeys,
+			StorePath: filepath.Join(dir, "offlapse.json"), Components: map[string]string{}, Now: clock.Now,
+			OnLapsed: func(v Verdict) { mu.Lock(); lapsed = append(lapsed, v); mu.Unlock() }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Activate(ctx, "roamer"); err != nil {
+			t.Fatal(err)
+		}
+		if v := c.Check(ctx); !v.Licensed || !v.Floating {
+			t.Fatalf("%+v", v)
+		}
+		f.control(t, "mode?m=down")
+		defer f.control(t, "mode?m=pass")
+		clock.Advance(time.Duration(f.FloatingTTL+1) * time.Second)
+		for i := range 3 {
+			if v := c.Check(ctx); v.Licensed || v.Reason != "seat_lapsed" {
+				t.Fatalf("check %d: %+v", i, v)
+			}
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if len(lapsed) != 1 || lapsed[0].Reason != "seat_lapsed" {
+			t.Fatalf("OnLapsed calls: %+v", lapsed)
 		}
 	})
 	t.Run("scenario: lapsed floating seat reported", func(t *testing.T) {

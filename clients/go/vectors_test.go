@@ -16,9 +16,13 @@ type vectors struct {
 	RSAPEM     string `json:"rsa_public_key_pem"`
 	LeaseKeys  map[string]JWKS
 	Components struct {
-		ProductID string            `json:"product_id"`
-		Raw       map[string]string `json:"raw"`
-		Hashed    map[string]string `json:"hashed"`
+		ProductID   string            `json:"product_id"`
+		Raw         map[string]string `json:"raw"`
+		Hashed      map[string]string `json:"hashed"`
+		InstanceIDs []struct {
+			Components map[string]string `json:"components"`
+			InstanceID string            `json:"instance_id"`
+		} `json:"instance_ids"`
 	} `json:"components"`
 	Exports []struct {
 		Name, JSON, Key, Tier, Error string
@@ -83,6 +87,18 @@ func TestVectorsComponents(t *testing.T) {
 	}
 	if HashComponent("another-product", "x") == HashComponent(v.ProductID, "x") {
 		t.Error("the hash does not depend on the product")
+	}
+}
+
+func TestVectorsInstanceIDs(t *testing.T) {
+	v := loadVectors(t)
+	if len(v.Components.InstanceIDs) == 0 {
+		t.Fatal("no instance id vectors")
+	}
+	for _, c := range v.Components.InstanceIDs {
+		if got := InstanceID(c.Components); got != c.InstanceID {
+			t.Errorf("%v: %q, want %q", c.Components, got, c.InstanceID)
+		}
 	}
 }
 

@@ -412,7 +412,8 @@ func TestLeasePoliciesRefuseABlankTier(t *testing.T) {
 	issueLicense(t, b, lic(p))
 }
 
-// Lease keys: hosted, each tenant's own set, made on first use, listed by tenant_id.
+// Lease keys: hosted, each tenant's own set, made on first use, listed by tenant_id, which
+// each lease names.
 func TestLeaseKeysArePerTenant(t *testing.T) {
 	t.Parallel()
 	s := hosted(t)
@@ -423,8 +424,19 @@ func TestLeaseKeysArePerTenant(t *testing.T) {
 	if len(set1.Keys) != 1 || len(set2.Keys) != 1 || set1.Keys[0].Kid == set2.Keys[0].Kid {
 		t.Fatalf("key sets %+v %+v", set1, set2)
 	}
-	if _, _, err := verifyLease(lease1, set1); err != nil {
-		t.Error(err)
+	// Each lease names its tenant, so an app fetches the right key set without being told
+	// its tenant id (hosted only: a self-hosted lease has no tenant_id claim).
+	for lease, tenant := range map[string]string{lease1: tenant1, lease2: tenant2} {
+		_, claims, err := verifyLease(lease, map[string]jwks{tenant1: set1, tenant2: set2}[tenant])
+		if err != nil {
+			t.Fatal(err)
+		}
+		var cl struct {
+			TenantID string `json:"tenant_id"`
+		}
+		if json.Unmarshal(claims, &cl) != nil || cl.TenantID != tenant {
+			t.Errorf("lease claims %s, want tenant_id %q", claims, tenant)
+		}
 	}
 	if _, _, err := verifyLease(lease1, set2); err == nil {
 		t.Error("tenant one's lease verifies with tenant two's keys")

@@ -29,11 +29,13 @@ import (
 // sdkProxy forwards to a gateway as one client IP, and answers as the failing server
 // when told to. Its /__control/ routes are the suite's remote control.
 type sdkProxy struct {
-	mode       atomic.Value // "pass", "down", "503"
+	mode       atomic.Value // "pass", "down", "503", "lose-answer"
 	retryAfter atomic.Value // Retry-After of the 503 answers ("" for none)
 	count      atomic.Int64 // requests that reached the proxy, controls excluded
 	mu         sync.Mutex
 	routes     []string
+	// idempotencyKeys are the Idempotency-Key headers of the requests that carried one.
+	idempotencyKeys []string
 }
 
 func startSDKProxy(t *testing.T, s *stack.Stack, ip string) (*httptest.Server, *sdkProxy) {
@@ -52,8 +54,22 @@ func startSDKProxy(t *testing.T, s *stack.Stack, ip string) (*httptest.Server, *
 		p.count.Add(1)
 		p.mu.Lock()
 		p.routes = append(p.routes, r.Method+" "+r.URL.Path)
+		if k := r.Header.Get("Idempotency-Key"); k != "" {
+			p.idempotencyKeys = append(p.idempotencyKeys, k)
+		}
 		p.mu.Unlock()
 		switch p.mode.Load() {
+		case "lose-answer":
+			// Once: the gateway applies the request, and its answer is lost on the way back
+			// (the client sees the connection end, as when a network drops the reply).
+			p.mode.Store("pass")
+			r.Header.Set("X-Forwarded-For", ip)
+			fwd.ServeHTTP(httptest.NewRecorder(), r)
+			conn, _, err := w.(http.Hijacker).Hijack()
+			if err == nil {
+				_ = conn.(*net.TCPConn).SetLinger(0)
+				conn.Close()
+			}
 		case "down":
 			// As a stopped gateway looks from the client: the connection ends unanswered.
 			conn, _, err := w.(http.Hijacker).Hijack()
@@ -86,7 +102,7 @@ func (p *sdkProxy) control(t *testing.T, w http.ResponseWriter, r *http.Request,
 	case "reset":
 		p.count.Store(0)
 		p.mu.Lock()
-		p.routes = nil
+		p.routes, p.idempotencyKeys = nil, nil
 		p.mu.Unlock()
 	case "revoke":
 		// Through the gateway itself: the proxy may be "down" for the client.
@@ -101,9 +117,9 @@ func (p *sdkProxy) control(t *testing.T, w http.ResponseWriter, r *http.Request,
 		return
 	}
 	p.mu.Lock()
-	routes := append([]string(nil), p.routes...)
+	routes, keys := append([]string(nil), p.routes...), append([]string{}, p.idempotencyKeys...)
 	p.mu.Unlock()
-	_ = json.NewEncoder(w).Encode(map[string]any{"count": p.count.Load(), "routes": routes})
+	_ = json.NewEncoder(w).Encode(map[string]any{"count": p.count.Load(), "routes": routes, "idempotency_keys": keys})
 }
 
 // sdkFixture issues what one SDK suite uses and returns the KEYHOUSE_E2E JSON.
@@ -131,6 +147,10 @@ func sdkFixture(t *testing.T, s *stack.Stack, sdk string) string {
 		"floating": floating(),
 		"killed":   floating(),
 		"lapsed":   floating(),
+		"offlapse": floating(),
+		// Two machines and a reinstall: tier pro binds machines, tier basic does not.
+		"twoseats": issue("max_activations", 2),
+		"unbound":  issue("tier", "basic"),
 	}
 	a.Post("/v1/register-release", map[string]any{"product_id": productID, "version": "2.0.0", "channel": "stable", "platform": "linux-x64",
 		"artifact_url": "https://downloads.example.com/app-2.0.0.tar.gz", "checksum": "sha256:00ff", "release_notes": "Better & <faster> é"}).Expect(t, 200)

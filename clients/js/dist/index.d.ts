@@ -24,6 +24,12 @@ export declare function machineComponents(productId: string, opts?: {
     container?: boolean;
     installIdPath?: string;
 }): Record<string, string>;
+/** A stable instance id for a machine with these (hashed) components: "m-" and 32 hex
+ * digits of SHA-256 over the first of machine_id, platform_uuid, machine_guid, install_id,
+ * dmi_uuid, root_disk, hostname it has (else its first component by name). Hashed again,
+ * so no raw identifier is sent; '' with no component (client.instanceId() then uses the
+ * host name). */
+export declare function instanceId(components: Record<string, string>): string;
 /** Writes a file atomically: a temporary file in the same folder, synced, renamed over it. */
 export declare function writeFileAtomic(file: string, data: string): void;
 export interface OfflineLicense {
@@ -88,6 +94,8 @@ export interface LeaseClaims {
     instance_id: string;
     floating: boolean;
     components?: Record<string, string>;
+    /** Hosted: the tenant whose keys sign the lease. */
+    tenant_id?: string;
     nonce?: string;
 }
 /** How far (seconds) a lease's iat may be ahead of the clock, and the clock may fall back
@@ -128,7 +136,9 @@ export interface Verdict {
     /** "licensed", or why not: not_activated, license_not_found, license_not_active
      * (revoked), license_expired, seat_lapsed, machine_mismatch, expired (the lease ran out
      * and the server could not be reached), unreachable (no lease yet and no server),
-     * invalid_lease, wrong_product, wrong_license, clock_tampered, components_required. */
+     * invalid_lease, lease_keys_unavailable (the lease's key is not pinned and GET
+     * /v1/lease-keys could not be fetched), wrong_product, wrong_license, clock_tampered,
+     * components_required. */
     reason: string;
     /** Answered from the stored lease without reaching the server. */
     offline?: boolean;
@@ -151,6 +161,9 @@ export interface ClientOptions {
      * fetch the set once more unless noKeyRefresh. */
     leaseKeys?: JWKS;
     noKeyRefresh?: boolean;
+    /** Pins the hosted tenant whose lease keys are fetched. Optional: without it the client
+     * fetches the key set of the tenant its first lease names (the tenant_id claim) and keeps
+     * to that tenant once a lease verified against it. */
     tenantId?: string;
     /** File of the state; default <home>/.config/keyhouse/<product id>.json. */
     storePath?: string;
@@ -162,6 +175,8 @@ export interface ClientOptions {
     logger?: (line: string) => void;
     /** The clock, ms since the epoch (tests move it). */
     now?: () => number;
+    /** Called once per lapse of a floating seat (its lease could not be renewed before it
+     * ran out, or the server says it lapsed), with the verdict check() answers: seat_lapsed. */
     onLapsed?: (v: Verdict) => void;
     /** Random number in [0, 1) for the backoff draw. */
     random?: () => number;
@@ -170,6 +185,10 @@ export interface ClientOptions {
  * for max(Retry-After, 60 s, a draw in [0, min(30 min, 60 s·2^(n-1))]). */
 export declare const MIN_FAILING_INTERVAL_MS = 60000;
 export declare const MAX_BACKOFF_MS: number;
+/** How many times trackUsage sends one increment again after no answer or a 5xx, with the
+ * same Idempotency-Key, waiting USAGE_RETRY_DELAY_MS·2^i (with jitter) before the i-th. */
+export declare const USAGE_RETRIES = 2;
+export declare const USAGE_RETRY_DELAY_MS = 250;
 /** One license on this machine, against one server. */
 export declare class Client {
     private readonly opts;
@@ -182,13 +201,17 @@ export declare class Client {
     private nextAttemptMs;
     private renewal;
     private heartbeatTimer;
+    /** The floating lease whose lapse onLapsed was told of. */
+    private lapseReported;
     private closed;
     constructor(options: ClientOptions);
     private log;
     private save;
     private mergeKeys;
     private recordFailure;
-    /** Sends one JSON request; resolves the 200 body. */
+    /** Sends one JSON request; resolves the 200 body. gated false skips the failure
+     * backoff's admission, for the bounded retries of one track-usage increment (their
+     * failures are still recorded). */
     private request;
     /** POST /v1/verify-license; an invalid license throws (license_not_found, license_expired, license_not_active). */
     verify(): Promise<{
@@ -202,15 +225,33 @@ export declare class Client {
     }>;
     /** POST /v1/validate-license for this machine's seat. */
     validate(): Promise<boolean>;
-    /** Takes a seat for instanceId and stores its token (POST /v1/activate-license). */
+    /** This machine's instance id for activate(): instanceId() of the client's components,
+     * or, with none, of the host name hashed with the product id. Stable across runs and
+     * reinstalls, different on another machine, and never a raw identifier. */
+    instanceId(): string;
+    /** Takes a seat for instanceId (POST /v1/activate-license; client.instanceId() gives this
+     * machine's) and stores its token. When the seat exists but the store holds no token for
+     * it (a reinstall), a seat bound to this machine is proven by its components and gets a
+     * new token (POST /v1/leases with instance_id, docs/leases.md "Reinstall"); an unbound
+     * one throws invalid_activation_token: release it (the customer portal) and activate again.
+     * Before taking a seat it asks verify-license for the license's product: a license of
+     * another product throws wrong_product and takes no seat. */
     activate(instanceId: string): Promise<{
         alreadyActivated: boolean;
         instanceId: string;
     }>;
+    /** A new token for an existing seat bound to this machine. The lease that comes with it
+     * is stored unverified: check() verifies a stored lease before believing it. */
+    private reinstall;
     /** Frees this machine's seat and forgets its token and lease; resolves whether one was freed. */
     deactivate(): Promise<boolean>;
-    /** Adds n to a metric of this seat; resolves the new running total. A 503 means not applied. */
-    trackUsage(metric: string, n?: number): Promise<number>;
+    /** Adds n to a metric of this seat; resolves the new running total. Each call is one
+     * logical increment with one Idempotency-Key (a fresh one, or opts.idempotencyKey, for an
+     * app that retries an increment later): no answer or a 5xx is retried USAGE_RETRIES times
+     * with that key, so an increment whose answer was lost counts once. */
+    trackUsage(metric: string, n?: number, opts?: {
+        idempotencyKey?: string;
+    }): Promise<number>;
     /** POST /v1/usage-report. */
     usageReport(): Promise<{
         valid: boolean;
@@ -242,6 +283,9 @@ export declare class Client {
     /** Asks the server for a new lease now (POST /v1/leases); resolves the verdict. */
     renew(): Promise<Verdict>;
     private offlineVerdict;
+    /** Calls onLapsed once per lapse: the lapse of one lease is reported by the first check
+     * that finds it, offline or from the server, and not by the checks after it. */
+    private reportLapse;
     /** Keeps a floating seat leased: renews at each lease's renew_after until close(),
      * reporting a lapsed seat through onLapsed. The timer does not keep Node running. */
     startHeartbeat(): void;

@@ -1,10 +1,11 @@
 "use strict";
 Object.defineProperty(exports, "__esModule", { value: true });
-exports.Client = exports.MAX_BACKOFF_MS = exports.MIN_FAILING_INTERVAL_MS = exports.FileStore = exports.LeaseError = exports.CLOCK_TOLERANCE_SECONDS = exports.MANIFEST_SKEW_SECONDS = exports.KeyhouseError = void 0;
+exports.Client = exports.USAGE_RETRY_DELAY_MS = exports.USAGE_RETRIES = exports.MAX_BACKOFF_MS = exports.MIN_FAILING_INTERVAL_MS = exports.FileStore = exports.LeaseError = exports.CLOCK_TOLERANCE_SECONDS = exports.MANIFEST_SKEW_SECONDS = exports.KeyhouseError = void 0;
 exports.errorCode = errorCode;
 exports.hashComponent = hashComponent;
 exports.inContainer = inContainer;
 exports.machineComponents = machineComponents;
+exports.instanceId = instanceId;
 exports.writeFileAtomic = writeFileAtomic;
 exports.verifyOfflineExport = verifyOfflineExport;
 exports.verifyManifest = verifyManifest;
@@ -158,6 +159,24 @@ function machineComponents(productId, opts = {}) {
             out[name] = hashComponent(productId, value);
     return out;
 }
+// The components an instance id is derived from, most stable first: the OS's own machine
+// id, then the container's install id, then hardware.
+const INSTANCE_ID_SOURCES = ['machine_id', 'platform_uuid', 'machine_guid', 'install_id', 'dmi_uuid', 'root_disk', 'hostname'];
+/** A stable instance id for a machine with these (hashed) components: "m-" and 32 hex
+ * digits of SHA-256 over the first of machine_id, platform_uuid, machine_guid, install_id,
+ * dmi_uuid, root_disk, hostname it has (else its first component by name). Hashed again,
+ * so no raw identifier is sent; '' with no component (client.instanceId() then uses the
+ * host name). */
+function instanceId(components) {
+    let value = INSTANCE_ID_SOURCES.map((name) => components[name]).find((v) => !!v);
+    if (!value) {
+        const names = Object.keys(components).filter((name) => !!components[name]).sort();
+        if (names.length === 0)
+            return '';
+        value = components[names[0]];
+    }
+    return 'm-' + crypto.createHash('sha256').update('keyhouse instance id\0' + value).digest('hex').slice(0, 32);
+}
 /** Writes a file atomically: a temporary file in the same folder, synced, renamed over it. */
 function writeFileAtomic(file, data) {
     fs.mkdirSync(path.dirname(file), { recursive: true, mode: 0o700 });
@@ -306,6 +325,16 @@ function verifyLease(token, keys, c) {
     }
     return claims;
 }
+/** The tenant_id claim of a lease whose signature is not checked yet ('' if none). */
+function unverifiedTenant(lease) {
+    try {
+        const claims = JSON.parse(b64url(lease.split('.')[1] || '').toString('utf8'));
+        return typeof claims?.tenant_id === 'string' ? claims.tenant_id : '';
+    }
+    catch {
+        return '';
+    }
+}
 /** Stores the state in one file, replaced atomically, mode 0600. */
 class FileStore {
     constructor(file) {
@@ -328,6 +357,10 @@ exports.FileStore = FileStore;
  * for max(Retry-After, 60 s, a draw in [0, min(30 min, 60 s·2^(n-1))]). */
 exports.MIN_FAILING_INTERVAL_MS = 60000;
 exports.MAX_BACKOFF_MS = 30 * 60000;
+/** How many times trackUsage sends one increment again after no answer or a 5xx, with the
+ * same Idempotency-Key, waiting USAGE_RETRY_DELAY_MS·2^i (with jitter) before the i-th. */
+exports.USAGE_RETRIES = 2;
+exports.USAGE_RETRY_DELAY_MS = 250;
 /** One license on this machine, against one server. */
 class Client {
     constructor(options) {
@@ -376,22 +409,27 @@ class Client {
         const draw = (this.opts.random || Math.random)() * ceiling;
         this.nextAttemptMs = this.now() + Math.max(draw, exports.MIN_FAILING_INTERVAL_MS, retryAfterS * 1000);
     }
-    /** Sends one JSON request; resolves the 200 body. */
-    async request(method, route, body) {
+    /** Sends one JSON request; resolves the 200 body. gated false skips the failure
+     * backoff's admission, for the bounded retries of one track-usage increment (their
+     * failures are still recorded). */
+    async request(method, route, body, extraHeaders = {}, gated = true) {
         const now = this.now();
-        if (now < this.nextAttemptMs) {
+        if (gated && now < this.nextAttemptMs) {
             const wait = Math.ceil((this.nextAttemptMs - now) / 1000);
             throw new KeyhouseError('backing_off', `server failing; next request in ${wait}s`, 0, wait);
         }
         // One probe at a time while failing: the others wait for its answer.
-        if (this.failures > 0)
+        if (gated && this.failures > 0)
             this.nextAttemptMs = now + exports.MIN_FAILING_INTERVAL_MS;
         let resp;
         let text;
         try {
+            const headers = { Accept: 'application/json', ...extraHeaders };
+            if (body !== undefined)
+                headers['Content-Type'] = 'application/json';
             resp = await fetch(this.opts.url + route, {
                 method,
-                headers: body === undefined ? { Accept: 'application/json' } : { Accept: 'application/json', 'Content-Type': 'application/json' },
+                headers,
                 body: body === undefined ? undefined : JSON.stringify(body),
                 signal: AbortSignal.timeout(this.opts.requestTimeoutMs),
             });
@@ -440,30 +478,86 @@ class Client {
         const r = await this.request('POST', '/v1/validate-license', { key: this.opts.key, instance_id: this.state.instance_id });
         return r.valid;
     }
-    /** Takes a seat for instanceId and stores its token (POST /v1/activate-license). */
+    /** This machine's instance id for activate(): instanceId() of the client's components,
+     * or, with none, of the host name hashed with the product id. Stable across runs and
+     * reinstalls, different on another machine, and never a raw identifier. */
+    instanceId() {
+        return instanceId(this.components) || instanceId({ hostname: hashComponent(this.opts.productId, os.hostname()) });
+    }
+    /** Takes a seat for instanceId (POST /v1/activate-license; client.instanceId() gives this
+     * machine's) and stores its token. When the seat exists but the store holds no token for
+     * it (a reinstall), a seat bound to this machine is proven by its components and gets a
+     * new token (POST /v1/leases with instance_id, docs/leases.md "Reinstall"); an unbound
+     * one throws invalid_activation_token: release it (the customer portal) and activate again.
+     * Before taking a seat it asks verify-license for the license's product: a license of
+     * another product throws wrong_product and takes no seat. */
     async activate(instanceId) {
+        const held = this.state.instance_id === instanceId && !!this.state.token;
+        if (!held) {
+            // A license of another product would take a seat whose leases this app refuses
+            // (wrong_product): refuse it here, before a seat is taken.
+            const lic = await this.verify();
+            if (lic.product_id !== this.opts.productId)
+                throw new KeyhouseError('wrong_product', "the license is for another product than this app's; no seat was taken");
+        }
         const r = await this.request('POST', '/v1/activate-license', { key: this.opts.key, instance_id: instanceId });
+        let lease;
+        if (!r.token && !held) {
+            ({ token: r.token, lease } = await this.reinstall(instanceId));
+        }
         if (r.token || this.state.instance_id !== instanceId) {
-            this.state = { key: this.opts.key, instance_id: instanceId, token: r.token, newest_iat: this.state.newest_iat, lease_keys: this.state.lease_keys };
+            this.state = { key: this.opts.key, instance_id: instanceId, token: r.token, lease, newest_iat: this.state.newest_iat, lease_keys: this.state.lease_keys, tenant_id: this.state.tenant_id };
         }
         this.save();
         return { alreadyActivated: !!r.alreadyActivated, instanceId };
+    }
+    /** A new token for an existing seat bound to this machine. The lease that comes with it
+     * is stored unverified: check() verifies a stored lease before believing it. */
+    async reinstall(instanceId) {
+        let r;
+        try {
+            r = await this.request('POST', '/v1/leases', { key: this.opts.key, instance_id: instanceId, components: this.components });
+        }
+        catch (err) {
+            if (err instanceof KeyhouseError && err.code === 'invalid_activation_token') {
+                throw new KeyhouseError(err.code, 'the seat of this instance id exists but its token was lost, and the seat is not bound to this machine: release the seat and activate again', err.status);
+            }
+            throw err;
+        }
+        if (!r.token)
+            throw new KeyhouseError('server_error', 'the reinstall answer has no token', 200);
+        return { token: r.token, lease: r.lease };
     }
     /** Frees this machine's seat and forgets its token and lease; resolves whether one was freed. */
     async deactivate() {
         if (!this.state.token)
             throw new KeyhouseError('not_activated', 'not activated on this machine');
         const r = await this.request('POST', '/v1/deactivate-license', { key: this.opts.key, token: this.state.token });
-        this.state = { key: this.opts.key, newest_iat: this.state.newest_iat, lease_keys: this.state.lease_keys };
+        this.state = { key: this.opts.key, newest_iat: this.state.newest_iat, lease_keys: this.state.lease_keys, tenant_id: this.state.tenant_id };
         this.save();
         return r.deactivated;
     }
-    /** Adds n to a metric of this seat; resolves the new running total. A 503 means not applied. */
-    async trackUsage(metric, n = 1) {
+    /** Adds n to a metric of this seat; resolves the new running total. Each call is one
+     * logical increment with one Idempotency-Key (a fresh one, or opts.idempotencyKey, for an
+     * app that retries an increment later): no answer or a 5xx is retried USAGE_RETRIES times
+     * with that key, so an increment whose answer was lost counts once. */
+    async trackUsage(metric, n = 1, opts = {}) {
         if (!this.state.token)
             throw new KeyhouseError('not_activated', 'not activated on this machine');
-        const r = await this.request('POST', '/v1/track-usage', { key: this.opts.key, token: this.state.token, metric, increment: n });
-        return r.usage;
+        const body = { key: this.opts.key, token: this.state.token, metric, increment: n };
+        const headers = { 'Idempotency-Key': opts.idempotencyKey || 'usage-' + crypto.randomBytes(16).toString('hex') };
+        for (let attempt = 0;; attempt++) {
+            try {
+                return (await this.request('POST', '/v1/track-usage', body, headers, attempt === 0)).usage;
+            }
+            catch (err) {
+                const retry = err instanceof KeyhouseError && (err.code === 'unreachable' || err.status >= 500);
+                if (!retry || attempt === exports.USAGE_RETRIES)
+                    throw err;
+                const wait = exports.USAGE_RETRY_DELAY_MS * 2 ** attempt * (0.5 + (this.opts.random || Math.random)());
+                await new Promise((resolve) => setTimeout(resolve, wait));
+            }
+        }
     }
     /** POST /v1/usage-report. */
     async usageReport() {
@@ -495,17 +589,29 @@ class Client {
         catch (err) {
             if (!(err instanceof LeaseError) || !err.unknownKid || this.opts.noKeyRefresh)
                 throw err;
+            // Hosted, the key set is the tenant's: pinned (tenantId), else the one a lease
+            // verified for before, else the one this lease names. The named tenant is not yet
+            // trusted: it only chooses which of this server's key sets is fetched, the lease must
+            // still verify against one of that tenant's keys, and its product and license are
+            // checked after that (a product belongs to one tenant).
+            const learned = this.state.tenant_id;
+            const tenant = this.opts.tenantId || learned || unverifiedTenant(lease);
             let fetched;
             try {
-                fetched = await this.request('GET', '/v1/lease-keys' + (this.opts.tenantId ? `?tenant_id=${encodeURIComponent(this.opts.tenantId)}` : ''));
+                fetched = await this.request('GET', '/v1/lease-keys' + (tenant ? `?tenant_id=${encodeURIComponent(tenant)}` : ''));
             }
-            catch {
-                throw err;
+            catch (fetchErr) {
+                throw new LeaseError('lease_keys_unavailable', `the lease's signing key is not pinned and the key set could not be fetched: ${fetchErr.message}`);
             }
             this.mergeKeys(fetched);
             this.state.lease_keys = fetched;
             this.save();
-            return verifyLease(lease, this.keys, c);
+            const claims = verifyLease(lease, this.keys, c);
+            if (!this.opts.tenantId && !learned && tenant) {
+                this.state.tenant_id = tenant;
+                this.save();
+            }
+            return claims;
         }
     }
     static verdictOf(claims, offline) {
@@ -559,6 +665,7 @@ class Client {
             if (!(e instanceof KeyhouseError) || e.status === 0 || e.status === 429 || e.status >= 500)
                 return this.offlineVerdict();
             const reason = { seat_lease_expired: 'seat_lapsed', invalid_activation_token: 'not_activated', fingerprint_mismatch: 'machine_mismatch' }[e.code] || e.code;
+            const lapsedLease = this.state.lease;
             delete this.state.lease;
             if (['license_not_found', 'license_not_active', 'license_expired'].includes(e.code))
                 this.state.refusal = reason;
@@ -567,8 +674,8 @@ class Client {
             this.save();
             this.log(`not licensed: ${reason}`);
             const v = { licensed: false, reason };
-            if (reason === 'seat_lapsed' && this.opts.onLapsed)
-                this.opts.onLapsed(v);
+            if (reason === 'seat_lapsed')
+                this.reportLapse(lapsedLease, v);
             return v;
         }
         try {
@@ -590,10 +697,24 @@ class Client {
         }
         catch (err) {
             const e = err;
-            if (e.code === 'expired' && e.claims?.floating && this.opts.onLapsed)
-                this.opts.onLapsed({ licensed: false, reason: 'seat_lapsed' });
+            if (e.code === 'expired' && e.claims?.floating) {
+                // A floating seat lives only while leased: the server let it go when this lease
+                // ran out, and says seat_lapsed once it is reached again.
+                const v = { licensed: false, reason: 'seat_lapsed' };
+                this.reportLapse(this.state.lease, v);
+                return v;
+            }
             return { licensed: false, reason: e instanceof KeyhouseError ? e.code : 'invalid_lease' };
         }
+    }
+    /** Calls onLapsed once per lapse: the lapse of one lease is reported by the first check
+     * that finds it, offline or from the server, and not by the checks after it. */
+    reportLapse(lease, v) {
+        if (lease && this.lapseReported === lease)
+            return;
+        this.lapseReported = lease;
+        if (this.opts.onLapsed)
+            this.opts.onLapsed(v);
     }
     /** Keeps a floating seat leased: renews at each lease's renew_after until close(),
      * reporting a lapsed seat through onLapsed. The timer does not keep Node running. */

@@ -132,6 +132,25 @@ export function machineComponents(productId: string, opts: { container?: boolean
   return out;
 }
 
+// The components an instance id is derived from, most stable first: the OS's own machine
+// id, then the container's install id, then hardware.
+const INSTANCE_ID_SOURCES = ['machine_id', 'platform_uuid', 'machine_guid', 'install_id', 'dmi_uuid', 'root_disk', 'hostname'];
+
+/** A stable instance id for a machine with these (hashed) components: "m-" and 32 hex
+ * digits of SHA-256 over the first of machine_id, platform_uuid, machine_guid, install_id,
+ * dmi_uuid, root_disk, hostname it has (else its first component by name). Hashed again,
+ * so no raw identifier is sent; '' with no component (client.instanceId() then uses the
+ * host name). */
+export function instanceId(components: Record<string, string>): string {
+  let value = INSTANCE_ID_SOURCES.map((name) => components[name]).find((v) => !!v);
+  if (!value) {
+    const names = Object.keys(components).filter((name) => !!components[name]).sort();
+    if (names.length === 0) return '';
+    value = components[names[0]];
+  }
+  return 'm-' + crypto.createHash('sha256').update('keyhouse instance id\0' + value).digest('hex').slice(0, 32);
+}
+
 /** Writes a file atomically: a temporary file in the same folder, synced, renamed over it. */
 export function writeFileAtomic(file: string, data: string): void {
   fs.mkdirSync(path.dirname(file), { recursive: true, mode: 0o700 });
@@ -260,6 +279,8 @@ export interface LeaseClaims {
   instance_id: string;
   floating: boolean;
   components?: Record<string, string>;
+  /** Hosted: the tenant whose keys sign the lease. */
+  tenant_id?: string;
   nonce?: string;
 }
 
@@ -335,6 +356,16 @@ export function verifyLease(token: string, keys: JWKS, c: LeaseCheck): LeaseClai
   return claims;
 }
 
+/** The tenant_id claim of a lease whose signature is not checked yet ('' if none). */
+function unverifiedTenant(lease: string): string {
+  try {
+    const claims = JSON.parse(b64url(lease.split('.')[1] || '').toString('utf8'));
+    return typeof claims?.tenant_id === 'string' ? claims.tenant_id : '';
+  } catch {
+    return '';
+  }
+}
+
 /** Keeps the client's state (activation token, newest lease) between runs. */
 export interface Store {
   load(): string | null;
@@ -362,7 +393,9 @@ export interface Verdict {
   /** "licensed", or why not: not_activated, license_not_found, license_not_active
    * (revoked), license_expired, seat_lapsed, machine_mismatch, expired (the lease ran out
    * and the server could not be reached), unreachable (no lease yet and no server),
-   * invalid_lease, wrong_product, wrong_license, clock_tampered, components_required. */
+   * invalid_lease, lease_keys_unavailable (the lease's key is not pinned and GET
+   * /v1/lease-keys could not be fetched), wrong_product, wrong_license, clock_tampered,
+   * components_required. */
   reason: string;
   /** Answered from the stored lease without reaching the server. */
   offline?: boolean;
@@ -386,6 +419,9 @@ export interface ClientOptions {
    * fetch the set once more unless noKeyRefresh. */
   leaseKeys?: JWKS;
   noKeyRefresh?: boolean;
+  /** Pins the hosted tenant whose lease keys are fetched. Optional: without it the client
+   * fetches the key set of the tenant its first lease names (the tenant_id claim) and keeps
+   * to that tenant once a lease verified against it. */
   tenantId?: string;
   /** File of the state; default <home>/.config/keyhouse/<product id>.json. */
   storePath?: string;
@@ -397,6 +433,8 @@ export interface ClientOptions {
   logger?: (line: string) => void;
   /** The clock, ms since the epoch (tests move it). */
   now?: () => number;
+  /** Called once per lapse of a floating seat (its lease could not be renewed before it
+   * ran out, or the server says it lapsed), with the verdict check() answers: seat_lapsed. */
   onLapsed?: (v: Verdict) => void;
   /** Random number in [0, 1) for the backoff draw. */
   random?: () => number;
@@ -410,12 +448,19 @@ interface State {
   newest_iat?: number;
   refusal?: string;
   lease_keys?: JWKS;
+  /** The hosted tenant of the first lease that verified against keys fetched for it. */
+  tenant_id?: string;
 }
 
 /** Failure backoff: after the n-th failure in a row (no answer, 429, 5xx) nothing is sent
  * for max(Retry-After, 60 s, a draw in [0, min(30 min, 60 s·2^(n-1))]). */
 export const MIN_FAILING_INTERVAL_MS = 60_000;
 export const MAX_BACKOFF_MS = 30 * 60_000;
+
+/** How many times trackUsage sends one increment again after no answer or a 5xx, with the
+ * same Idempotency-Key, waiting USAGE_RETRY_DELAY_MS·2^i (with jitter) before the i-th. */
+export const USAGE_RETRIES = 2;
+export const USAGE_RETRY_DELAY_MS = 250;
 
 /** One license on this machine, against one server. */
 export class Client {
@@ -429,6 +474,8 @@ export class Client {
   private nextAttemptMs = 0;
   private renewal: Promise<Verdict> | null = null;
   private heartbeatTimer: NodeJS.Timeout | null = null;
+  /** The floating lease whose lapse onLapsed was told of. */
+  private lapseReported: string | undefined;
   private closed = false;
 
   constructor(options: ClientOptions) {
@@ -471,21 +518,25 @@ export class Client {
     this.nextAttemptMs = this.now() + Math.max(draw, MIN_FAILING_INTERVAL_MS, retryAfterS * 1000);
   }
 
-  /** Sends one JSON request; resolves the 200 body. */
-  private async request<T>(method: string, route: string, body?: unknown): Promise<T> {
+  /** Sends one JSON request; resolves the 200 body. gated false skips the failure
+   * backoff's admission, for the bounded retries of one track-usage increment (their
+   * failures are still recorded). */
+  private async request<T>(method: string, route: string, body?: unknown, extraHeaders: Record<string, string> = {}, gated = true): Promise<T> {
     const now = this.now();
-    if (now < this.nextAttemptMs) {
+    if (gated && now < this.nextAttemptMs) {
       const wait = Math.ceil((this.nextAttemptMs - now) / 1000);
       throw new KeyhouseError('backing_off', `server failing; next request in ${wait}s`, 0, wait);
     }
     // One probe at a time while failing: the others wait for its answer.
-    if (this.failures > 0) this.nextAttemptMs = now + MIN_FAILING_INTERVAL_MS;
+    if (gated && this.failures > 0) this.nextAttemptMs = now + MIN_FAILING_INTERVAL_MS;
     let resp: Response;
     let text: string;
     try {
+      const headers: Record<string, string> = { Accept: 'application/json', ...extraHeaders };
+      if (body !== undefined) headers['Content-Type'] = 'application/json';
       resp = await fetch(this.opts.url + route, {
         method,
-        headers: body === undefined ? { Accept: 'application/json' } : { Accept: 'application/json', 'Content-Type': 'application/json' },
+        headers,
         body: body === undefined ? undefined : JSON.stringify(body),
         signal: AbortSignal.timeout(this.opts.requestTimeoutMs),
       });
@@ -531,30 +582,83 @@ export class Client {
     return r.valid;
   }
 
-  /** Takes a seat for instanceId and stores its token (POST /v1/activate-license). */
+  /** This machine's instance id for activate(): instanceId() of the client's components,
+   * or, with none, of the host name hashed with the product id. Stable across runs and
+   * reinstalls, different on another machine, and never a raw identifier. */
+  instanceId(): string {
+    return instanceId(this.components) || instanceId({ hostname: hashComponent(this.opts.productId, os.hostname()) });
+  }
+
+  /** Takes a seat for instanceId (POST /v1/activate-license; client.instanceId() gives this
+   * machine's) and stores its token. When the seat exists but the store holds no token for
+   * it (a reinstall), a seat bound to this machine is proven by its components and gets a
+   * new token (POST /v1/leases with instance_id, docs/leases.md "Reinstall"); an unbound
+   * one throws invalid_activation_token: release it (the customer portal) and activate again.
+   * Before taking a seat it asks verify-license for the license's product: a license of
+   * another product throws wrong_product and takes no seat. */
   async activate(instanceId: string): Promise<{ alreadyActivated: boolean; instanceId: string }> {
+    const held = this.state.instance_id === instanceId && !!this.state.token;
+    if (!held) {
+      // A license of another product would take a seat whose leases this app refuses
+      // (wrong_product): refuse it here, before a seat is taken.
+      const lic = await this.verify();
+      if (lic.product_id !== this.opts.productId) throw new KeyhouseError('wrong_product', "the license is for another product than this app's; no seat was taken");
+    }
     const r = await this.request<{ activated: boolean; alreadyActivated?: boolean; token?: string }>('POST', '/v1/activate-license', { key: this.opts.key, instance_id: instanceId });
+    let lease: string | undefined;
+    if (!r.token && !held) {
+      ({ token: r.token, lease } = await this.reinstall(instanceId));
+    }
     if (r.token || this.state.instance_id !== instanceId) {
-      this.state = { key: this.opts.key, instance_id: instanceId, token: r.token, newest_iat: this.state.newest_iat, lease_keys: this.state.lease_keys };
+      this.state = { key: this.opts.key, instance_id: instanceId, token: r.token, lease, newest_iat: this.state.newest_iat, lease_keys: this.state.lease_keys, tenant_id: this.state.tenant_id };
     }
     this.save();
     return { alreadyActivated: !!r.alreadyActivated, instanceId };
+  }
+
+  /** A new token for an existing seat bound to this machine. The lease that comes with it
+   * is stored unverified: check() verifies a stored lease before believing it. */
+  private async reinstall(instanceId: string): Promise<{ token: string; lease: string }> {
+    let r: { lease: string; token?: string };
+    try {
+      r = await this.request('POST', '/v1/leases', { key: this.opts.key, instance_id: instanceId, components: this.components });
+    } catch (err) {
+      if (err instanceof KeyhouseError && err.code === 'invalid_activation_token') {
+        throw new KeyhouseError(err.code, 'the seat of this instance id exists but its token was lost, and the seat is not bound to this machine: release the seat and activate again', err.status);
+      }
+      throw err;
+    }
+    if (!r.token) throw new KeyhouseError('server_error', 'the reinstall answer has no token', 200);
+    return { token: r.token, lease: r.lease };
   }
 
   /** Frees this machine's seat and forgets its token and lease; resolves whether one was freed. */
   async deactivate(): Promise<boolean> {
     if (!this.state.token) throw new KeyhouseError('not_activated', 'not activated on this machine');
     const r = await this.request<{ deactivated: boolean }>('POST', '/v1/deactivate-license', { key: this.opts.key, token: this.state.token });
-    this.state = { key: this.opts.key, newest_iat: this.state.newest_iat, lease_keys: this.state.lease_keys };
+    this.state = { key: this.opts.key, newest_iat: this.state.newest_iat, lease_keys: this.state.lease_keys, tenant_id: this.state.tenant_id };
     this.save();
     return r.deactivated;
   }
 
-  /** Adds n to a metric of this seat; resolves the new running total. A 503 means not applied. */
-  async trackUsage(metric: string, n = 1): Promise<number> {
+  /** Adds n to a metric of this seat; resolves the new running total. Each call is one
+   * logical increment with one Idempotency-Key (a fresh one, or opts.idempotencyKey, for an
+   * app that retries an increment later): no answer or a 5xx is retried USAGE_RETRIES times
+   * with that key, so an increment whose answer was lost counts once. */
+  async trackUsage(metric: string, n = 1, opts: { idempotencyKey?: string } = {}): Promise<number> {
     if (!this.state.token) throw new KeyhouseError('not_activated', 'not activated on this machine');
-    const r = await this.request<{ usage: number }>('POST', '/v1/track-usage', { key: this.opts.key, token: this.state.token, metric, increment: n });
-    return r.usage;
+    const body = { key: this.opts.key, token: this.state.token, metric, increment: n };
+    const headers = { 'Idempotency-Key': opts.idempotencyKey || 'usage-' + crypto.randomBytes(16).toString('hex') };
+    for (let attempt = 0; ; attempt++) {
+      try {
+        return (await this.request<{ usage: number }>('POST', '/v1/track-usage', body, headers, attempt === 0)).usage;
+      } catch (err) {
+        const retry = err instanceof KeyhouseError && (err.code === 'unreachable' || err.status >= 500);
+        if (!retry || attempt === USAGE_RETRIES) throw err;
+        const wait = USAGE_RETRY_DELAY_MS * 2 ** attempt * (0.5 + (this.opts.random || Math.random)());
+        await new Promise((resolve) => setTimeout(resolve, wait));
+      }
+    }
   }
 
   /** POST /v1/usage-report. */
@@ -585,16 +689,28 @@ export class Client {
       return verifyLease(lease, this.keys, c);
     } catch (err) {
       if (!(err instanceof LeaseError) || !err.unknownKid || this.opts.noKeyRefresh) throw err;
+      // Hosted, the key set is the tenant's: pinned (tenantId), else the one a lease
+      // verified for before, else the one this lease names. The named tenant is not yet
+      // trusted: it only chooses which of this server's key sets is fetched, the lease must
+      // still verify against one of that tenant's keys, and its product and license are
+      // checked after that (a product belongs to one tenant).
+      const learned = this.state.tenant_id;
+      const tenant = this.opts.tenantId || learned || unverifiedTenant(lease);
       let fetched: JWKS;
       try {
-        fetched = await this.request<JWKS>('GET', '/v1/lease-keys' + (this.opts.tenantId ? `?tenant_id=${encodeURIComponent(this.opts.tenantId)}` : ''));
-      } catch {
-        throw err;
+        fetched = await this.request<JWKS>('GET', '/v1/lease-keys' + (tenant ? `?tenant_id=${encodeURIComponent(tenant)}` : ''));
+      } catch (fetchErr) {
+        throw new LeaseError('lease_keys_unavailable', `the lease's signing key is not pinned and the key set could not be fetched: ${(fetchErr as Error).message}`);
       }
       this.mergeKeys(fetched);
       this.state.lease_keys = fetched;
       this.save();
-      return verifyLease(lease, this.keys, c);
+      const claims = verifyLease(lease, this.keys, c);
+      if (!this.opts.tenantId && !learned && tenant) {
+        this.state.tenant_id = tenant;
+        this.save();
+      }
+      return claims;
     }
   }
 
@@ -645,13 +761,14 @@ export class Client {
       const e = err as KeyhouseError;
       if (!(e instanceof KeyhouseError) || e.status === 0 || e.status === 429 || e.status >= 500) return this.offlineVerdict();
       const reason = ({ seat_lease_expired: 'seat_lapsed', invalid_activation_token: 'not_activated', fingerprint_mismatch: 'machine_mismatch' } as Record<string, string>)[e.code] || e.code;
+      const lapsedLease = this.state.lease;
       delete this.state.lease;
       if (['license_not_found', 'license_not_active', 'license_expired'].includes(e.code)) this.state.refusal = reason;
       if (['seat_lease_expired', 'invalid_activation_token'].includes(e.code)) delete this.state.token;
       this.save();
       this.log(`not licensed: ${reason}`);
       const v = { licensed: false, reason };
-      if (reason === 'seat_lapsed' && this.opts.onLapsed) this.opts.onLapsed(v);
+      if (reason === 'seat_lapsed') this.reportLapse(lapsedLease, v);
       return v;
     }
     try {
@@ -671,9 +788,23 @@ export class Client {
       return Client.verdictOf(await this.checkLease(this.state.lease), true);
     } catch (err) {
       const e = err as LeaseError;
-      if (e.code === 'expired' && e.claims?.floating && this.opts.onLapsed) this.opts.onLapsed({ licensed: false, reason: 'seat_lapsed' });
+      if (e.code === 'expired' && e.claims?.floating) {
+        // A floating seat lives only while leased: the server let it go when this lease
+        // ran out, and says seat_lapsed once it is reached again.
+        const v = { licensed: false, reason: 'seat_lapsed' };
+        this.reportLapse(this.state.lease, v);
+        return v;
+      }
       return { licensed: false, reason: e instanceof KeyhouseError ? e.code : 'invalid_lease' };
     }
+  }
+
+  /** Calls onLapsed once per lapse: the lapse of one lease is reported by the first check
+   * that finds it, offline or from the server, and not by the checks after it. */
+  private reportLapse(lease: string | undefined, v: Verdict) {
+    if (lease && this.lapseReported === lease) return;
+    this.lapseReported = lease;
+    if (this.opts.onLapsed) this.opts.onLapsed(v);
   }
 
   /** Keeps a floating seat leased: renews at each lease's renew_after until close(),

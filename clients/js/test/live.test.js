@@ -18,6 +18,11 @@ async function control(what) {
   return (await resp.json()).count;
 }
 
+async function idempotencyKeys() {
+  const resp = await fetch(`${f.control}/count`, { method: 'POST' });
+  return (await resp.json()).idempotency_keys;
+}
+
 const hasCode = (code) => (err) => err instanceof KeyhouseError && err.code === code;
 
 test('live scenarios', { skip }, async (t) => {
@@ -33,6 +38,9 @@ test('live scenarios', { skip }, async (t) => {
   await t.test('scenario: activate', async () => {
     assert.deepStrictEqual(await c.activate('laptop-1'), { alreadyActivated: false, instanceId: 'laptop-1' });
     assert.strictEqual((await client(f.keys.main, 'main.json').activate('laptop-1')).alreadyActivated, true);
+    // An app configured with another product takes no seat of the license.
+    const misconfigured = new Client({ url: f.url, productId: `another-${f.product_id}`, key: f.keys.capped, storePath: path.join(dir, 'wrong.json'), now: () => now });
+    await assert.rejects(misconfigured.activate('one'), hasCode('wrong_product'));
     await client(f.keys.capped, 'capped-1.json').activate('one');
     await assert.rejects(client(f.keys.capped, 'capped-2.json').activate('two'), (err) =>
       err.code === 'activation_limit_exceeded' && err.status === 403 && err.message === 'Activation limit exceeded for this license key');
@@ -53,6 +61,19 @@ test('live scenarios', { skip }, async (t) => {
     await assert.rejects(c.trackUsage('seats', 1), hasCode('metric_not_allowed'));
     const r = await c.usageReport();
     assert.deepStrictEqual(r.metrics, [{ metric: 'users', used: 3, limit: 10, remaining: 7, exceeded: false }]);
+  });
+
+  await t.test('scenario: an increment whose answer was lost counts once', async () => {
+    await control('reset');
+    await control('mode?m=lose-answer');
+    assert.strictEqual(await c.trackUsage('users', 2), 5);
+    // The app's own key: the same increment sent twice counts once. (Keys are per tenant:
+    // each suite's product makes it its own.)
+    const own = `usage-${f.product_id}`;
+    for (let i = 0; i < 2; i++) assert.strictEqual(await c.trackUsage('users', 1, { idempotencyKey: own }), 6);
+    const keys = await idempotencyKeys();
+    assert.ok(keys.length === 4 && keys[0] && keys[0] === keys[1] && keys[2] === own && keys[3] === keys[2], JSON.stringify(keys));
+    assert.strictEqual((await c.usageReport()).metrics[0].used, 6);
   });
 
   await t.test('scenario: signed update check', async () => {
@@ -152,6 +173,28 @@ test('live lease scenarios', { skip }, async (t) => {
     assert.strictEqual(await control('count'), before);
   });
 
+  await t.test('scenario: two machines, and a reinstall recovers its seat', async () => {
+    const { instanceId } = require('../dist/index.js');
+    const [a] = client(f.keys.twoseats, 'machine-a.json', here);
+    const [b] = client(f.keys.twoseats, 'machine-b.json', elsewhere);
+    assert.notStrictEqual(a.instanceId(), b.instanceId());
+    assert.strictEqual(a.instanceId(), instanceId(here));
+    for (const m of [a, b]) {
+      await m.activate(m.instanceId());
+      assert.strictEqual((await m.check()).licensed, true, m.instanceId());
+    }
+    // Machine a reinstalled: its store is gone, the seat bound to it is still there.
+    const [again] = client(f.keys.twoseats, 'machine-a-reinstalled.json', here);
+    assert.strictEqual((await again.activate(again.instanceId())).alreadyActivated, true);
+    const v = await again.check();
+    assert.strictEqual(v.licensed, true, v.reason);
+    // A seat not bound to a machine cannot be proven by one: a clear refusal.
+    const [u] = client(f.keys.unbound, 'unbound.json', here);
+    await u.activate(u.instanceId());
+    const [lost] = client(f.keys.unbound, 'unbound-reinstalled.json', here);
+    await assert.rejects(lost.activate(lost.instanceId()), hasCode('invalid_activation_token'));
+  });
+
   await t.test('scenario: gateway stopped, licensed from the lease', async () => {
     await control('mode?m=down');
     try {
@@ -245,6 +288,25 @@ test('live lease scenarios', { skip }, async (t) => {
       }
       await new Promise((r) => setTimeout(r, 1000));
     }
+  });
+
+  await t.test('scenario: floating lease ran out offline, reported once as check() says it', async () => {
+    const lapsed = [];
+    const [s, clock] = client(f.keys.offlapse, 'offlapse.json', {}, { onLapsed: (v) => lapsed.push(v) });
+    await s.activate('roamer');
+    const v = await s.check();
+    assert.ok(v.licensed && v.floating);
+    await control('mode?m=down');
+    try {
+      clock.now += (f.floating_ttl + 1) * 1000;
+      for (let i = 0; i < 3; i++) {
+        const after = await s.check();
+        assert.deepStrictEqual([after.licensed, after.reason], [false, 'seat_lapsed'], `check ${i}`);
+      }
+    } finally {
+      await control('mode?m=pass');
+    }
+    assert.deepStrictEqual(lapsed.map((x) => x.reason), ['seat_lapsed']);
   });
 
   await t.test('scenario: lapsed floating seat reported', async () => {

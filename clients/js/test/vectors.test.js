@@ -9,6 +9,11 @@ const kh = require('../dist/index.js');
 const v = JSON.parse(fs.readFileSync(path.join(__dirname, '..', '..', 'testdata', 'vectors.json'), 'utf8'));
 const nowMs = v.now * 1000;
 
+test('instance ids derive from the most stable component', () => {
+  assert.ok(v.components.instance_ids.length > 0);
+  for (const c of v.components.instance_ids) assert.strictEqual(kh.instanceId(c.components), c.instance_id, JSON.stringify(c.components));
+});
+
 test('components hash with the product id', () => {
   for (const [name, raw] of Object.entries(v.components.raw)) {
     assert.strictEqual(kh.hashComponent(v.components.product_id, raw), v.components.hashed[name], name);

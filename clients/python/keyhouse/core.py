@@ -9,6 +9,7 @@ import os
 import random
 import re
 import secrets
+import socket
 import subprocess
 import sys
 import tempfile
@@ -166,6 +167,26 @@ def machine_components(product_id: str, container: bool = False, install_id_path
     return {name: hash_component(product_id, v) for name, v in raw.items() if v}
 
 
+# The components an instance id is derived from, most stable first: the OS's own machine
+# id, then the container's install id, then hardware.
+_INSTANCE_ID_SOURCES = ("machine_id", "platform_uuid", "machine_guid", "install_id", "dmi_uuid", "root_disk", "hostname")
+
+
+def instance_id(components: Dict[str, str]) -> str:
+    """A stable instance id for a machine with these (hashed) components: "m-" and 32 hex
+    digits of SHA-256 over the first of machine_id, platform_uuid, machine_guid, install_id,
+    dmi_uuid, root_disk, hostname it has (else its first component by name). Hashed again,
+    so no raw identifier is sent; "" with no component (Client.instance_id() then uses the
+    host name)."""
+    value = next((components[n] for n in _INSTANCE_ID_SOURCES if components.get(n)), None)
+    if not value:
+        names = sorted(n for n, v in components.items() if v)
+        if not names:
+            return ""
+        value = components[names[0]]
+    return "m-" + hashlib.sha256(("keyhouse instance id\0" + value).encode()).hexdigest()[:32]
+
+
 def write_file_atomic(path: str, data: str) -> None:
     """Writes a file atomically: a temporary file in the same folder, synced, renamed over it, mode 0600."""
     folder = os.path.dirname(os.path.abspath(path))
@@ -305,6 +326,16 @@ def verify_lease(token: str, keys: Dict[str, Any], product_id: str, now: float, 
     return claims
 
 
+def _unverified_tenant(lease: str) -> str:
+    """The tenant_id claim of a lease whose signature is not checked yet ("" if none)."""
+    try:
+        claims = json.loads(_b64url(lease.split(".")[1]))
+    except (ValueError, IndexError):
+        return ""
+    tenant = claims.get("tenant_id") if isinstance(claims, dict) else None
+    return tenant if isinstance(tenant, str) else ""
+
+
 class FileStore:
     """Stores the client's state in one file, replaced atomically, mode 0600."""
 
@@ -327,8 +358,9 @@ class Verdict:
     """The answer of check(). reason is "licensed", or why not: not_activated,
     license_not_found, license_not_active (revoked), license_expired, seat_lapsed,
     machine_mismatch, expired (the lease ran out and the server could not be reached),
-    unreachable (no lease yet and no server), invalid_lease, wrong_product, wrong_license,
-    clock_tampered, components_required."""
+    unreachable (no lease yet and no server), invalid_lease, lease_keys_unavailable (the
+    lease's key is not pinned and GET /v1/lease-keys could not be fetched), wrong_product,
+    wrong_license, clock_tampered, components_required."""
     licensed: bool
     reason: str
     offline: bool = False
@@ -350,6 +382,11 @@ class Verdict:
 # max(Retry-After, 60 s, a draw in [0, min(30 min, 60 s * 2^(n-1))]).
 MIN_FAILING_INTERVAL_SECONDS = 60
 MAX_BACKOFF_SECONDS = 1800
+
+# How many times track_usage sends one increment again after no answer or a 5xx, with the
+# same Idempotency-Key, waiting USAGE_RETRY_DELAY_SECONDS * 2^i (with jitter) before the i-th.
+USAGE_RETRIES = 2
+USAGE_RETRY_DELAY_SECONDS = 0.25
 
 
 class Client:
@@ -384,6 +421,8 @@ class Client:
         self._renewal: Optional[threading.Thread] = None
         self._stop = threading.Event()
         self._heartbeat: Optional[threading.Thread] = None
+        # The floating lease whose lapse on_lapsed was told of.
+        self._lapse_reported: Optional[str] = None
         self._state: Dict[str, Any] = {"key": key}
         stored = self._store.load()
         if stored:
@@ -421,17 +460,21 @@ class Client:
         except (TypeError, ValueError):
             return 0
 
-    def _request(self, method: str, route: str, body: Any = None) -> Any:
+    def _request(self, method: str, route: str, body: Any = None, extra_headers: Optional[Dict[str, str]] = None,
+                 gated: bool = True) -> Any:
+        """Sends one JSON request; returns the 200 body. gated=False skips the failure
+        backoff's admission, for the bounded retries of one track-usage increment (their
+        failures are still recorded)."""
         with self._lock:
             now = self._now()
-            if now < self._next_attempt:
+            if gated and now < self._next_attempt:
                 wait = self._next_attempt - now
                 raise KeyhouseError("backing_off", f"server failing; next request in {wait:.0f}s", 0, wait)
             # One probe at a time while failing: the others wait for its answer.
-            if self._failures:
+            if gated and self._failures:
                 self._next_attempt = now + MIN_FAILING_INTERVAL_SECONDS
         data = None if body is None else json.dumps(body).encode()
-        headers = {"Accept": "application/json"}
+        headers = {"Accept": "application/json", **(extra_headers or {})}
         if data is not None:
             headers["Content-Type"] = "application/json"
         req = urllib.request.Request(self.url + route, data=data, method=method, headers=headers)
@@ -474,15 +517,51 @@ class Client:
             raise KeyhouseError("not_activated", "not activated on this machine")
         return bool(self._request("POST", "/v1/validate-license", {"key": self._key, "instance_id": self._state["instance_id"]})["valid"])
 
+    def instance_id(self) -> str:
+        """This machine's instance id for activate(): instance_id() of the client's
+        components, or, with none, of the host name hashed with the product id. Stable
+        across runs and reinstalls, different on another machine, never a raw identifier."""
+        return instance_id(self.components) or instance_id({"hostname": hash_component(self.product_id, socket.gethostname())})
+
     def activate(self, instance_id: str) -> Dict[str, Any]:
-        """Takes a seat for instance_id and stores its token (POST /v1/activate-license)."""
+        """Takes a seat for instance_id (POST /v1/activate-license; client.instance_id() gives
+        this machine's) and stores its token. When the seat exists but the store holds no
+        token for it (a reinstall), a seat bound to this machine is proven by its components
+        and gets a new token (POST /v1/leases with instance_id, docs/leases.md "Reinstall");
+        an unbound one raises invalid_activation_token: release it (the customer portal) and
+        activate again. Before taking a seat it asks verify-license for the license's
+        product: a license of another product raises wrong_product and takes no seat."""
+        held = self._state.get("instance_id") == instance_id and bool(self._state.get("token"))
+        if not held:
+            # A license of another product would take a seat whose leases this app refuses
+            # (wrong_product): refuse it here, before a seat is taken.
+            if self.verify().get("product_id") != self.product_id:
+                raise KeyhouseError("wrong_product", "the license is for another product than this app's; no seat was taken")
         r = self._request("POST", "/v1/activate-license", {"key": self._key, "instance_id": instance_id})
+        token, lease = r.get("token"), None
+        if not token and not held:
+            token, lease = self._reinstall(instance_id)
         with self._lock:
-            if r.get("token") or self._state.get("instance_id") != instance_id:
-                self._state = {"key": self._key, "instance_id": instance_id, "token": r.get("token"),
-                               "newest_iat": self._state.get("newest_iat"), "lease_keys": self._state.get("lease_keys")}
+            if token or self._state.get("instance_id") != instance_id:
+                self._state = {"key": self._key, "instance_id": instance_id, "token": token, "lease": lease,
+                               "newest_iat": self._state.get("newest_iat"), "lease_keys": self._state.get("lease_keys"),
+                               "tenant_id": self._state.get("tenant_id")}
             self._save()
         return {"already_activated": bool(r.get("alreadyActivated")), "instance_id": instance_id}
+
+    def _reinstall(self, instance_id: str):
+        """A new token for an existing seat bound to this machine. The lease that comes with
+        it is stored unverified: check() verifies a stored lease before believing it."""
+        try:
+            r = self._request("POST", "/v1/leases", {"key": self._key, "instance_id": instance_id, "components": self.components})
+        except KeyhouseError as e:
+            if e.code == "invalid_activation_token":
+                raise KeyhouseError(e.code, "the seat of this instance id exists but its token was lost, and the seat is not "
+                                    "bound to this machine: release the seat and activate again", e.status) from None
+            raise
+        if not r.get("token"):
+            raise KeyhouseError("server_error", "the reinstall answer has no token", 200)
+        return r["token"], r.get("lease")
 
     def _token(self) -> str:
         token = self._state.get("token")
@@ -494,13 +573,27 @@ class Client:
         """Frees this machine's seat and forgets its token and lease; returns whether one was freed."""
         r = self._request("POST", "/v1/deactivate-license", {"key": self._key, "token": self._token()})
         with self._lock:
-            self._state = {"key": self._key, "newest_iat": self._state.get("newest_iat"), "lease_keys": self._state.get("lease_keys")}
+            self._state = {"key": self._key, "newest_iat": self._state.get("newest_iat"), "lease_keys": self._state.get("lease_keys"),
+                           "tenant_id": self._state.get("tenant_id")}
             self._save()
         return bool(r["deactivated"])
 
-    def track_usage(self, metric: str, n: int = 1) -> int:
-        """Adds n to a metric of this seat; returns the new running total. A 503 means not applied."""
-        return self._request("POST", "/v1/track-usage", {"key": self._key, "token": self._token(), "metric": metric, "increment": n})["usage"]
+    def track_usage(self, metric: str, n: int = 1, idempotency_key: Optional[str] = None) -> int:
+        """Adds n to a metric of this seat; returns the new running total. Each call is one
+        logical increment with one Idempotency-Key (a fresh one, or idempotency_key, for an
+        app that retries an increment later): no answer or a 5xx is retried USAGE_RETRIES
+        times with that key, so an increment whose answer was lost counts once."""
+        body = {"key": self._key, "token": self._token(), "metric": metric, "increment": n}
+        headers = {"Idempotency-Key": idempotency_key or "usage-" + secrets.token_hex(16)}
+        attempt = 0
+        while True:
+            try:
+                return self._request("POST", "/v1/track-usage", body, headers, gated=attempt == 0)["usage"]
+            except KeyhouseError as e:
+                if not (e.code == "unreachable" or e.status >= 500) or attempt == USAGE_RETRIES:
+                    raise
+            time.sleep(USAGE_RETRY_DELAY_SECONDS * 2 ** attempt * (0.5 + self._rand()))
+            attempt += 1
 
     def usage_report(self) -> Dict[str, Any]:
         """POST /v1/usage-report."""
@@ -532,16 +625,29 @@ class Client:
         except LeaseError as e:
             if not e.unknown_kid or self.no_key_refresh:
                 raise
-            route = "/v1/lease-keys" + (f"?tenant_id={urllib.parse.quote(self.tenant_id)}" if self.tenant_id else "")
-            try:
-                fetched = self._request("GET", route)
-            except KeyhouseError:
-                raise e from None
+        # Hosted, the key set is the tenant's: pinned (tenant_id), else the one a lease
+        # verified for before, else the one this lease names. The named tenant is not yet
+        # trusted: it only chooses which of this server's key sets is fetched, the lease must
+        # still verify against one of that tenant's keys, and its product and license are
+        # checked after that (a product belongs to one tenant).
+        learned = self._state.get("tenant_id")
+        tenant = self.tenant_id or learned or _unverified_tenant(lease)
+        route = "/v1/lease-keys" + (f"?tenant_id={urllib.parse.quote(tenant, safe='')}" if tenant else "")
+        try:
+            fetched = self._request("GET", route)
+        except KeyhouseError as fetch_err:
+            raise LeaseError("lease_keys_unavailable",
+                             f"the lease's signing key is not pinned and the key set could not be fetched: {fetch_err.message}") from None
+        with self._lock:
+            self._merge_keys(fetched)
+            self._state["lease_keys"] = fetched
+            self._save()
+        claims = verify_lease(lease, self._keys, **kwargs)
+        if not self.tenant_id and not learned and tenant:
             with self._lock:
-                self._merge_keys(fetched)
-                self._state["lease_keys"] = fetched
+                self._state["tenant_id"] = tenant
                 self._save()
-            return verify_lease(lease, self._keys, **kwargs)
+        return claims
 
     def check(self) -> Verdict:
         """Whether the app is licensed, offline first: a valid stored lease answers at once
@@ -591,7 +697,7 @@ class Client:
             reason = {"seat_lease_expired": "seat_lapsed", "invalid_activation_token": "not_activated",
                       "fingerprint_mismatch": "machine_mismatch"}.get(e.code, e.code)
             with self._lock:
-                self._state.pop("lease", None)
+                lapsed_lease = self._state.pop("lease", None)
                 if e.code in ("license_not_found", "license_not_active", "license_expired"):
                     self._state["refusal"] = reason
                 if e.code in ("seat_lease_expired", "invalid_activation_token"):
@@ -599,8 +705,8 @@ class Client:
                 self._save()
             self._log(f"not licensed: {reason}")
             v = Verdict(False, reason)
-            if reason == "seat_lapsed" and self.on_lapsed:
-                self.on_lapsed(v)
+            if reason == "seat_lapsed":
+                self._report_lapse(lapsed_lease, v)
             return v
         try:
             claims = self._check_lease(lease)
@@ -619,9 +725,23 @@ class Client:
         try:
             return Verdict.of(self._check_lease(lease), True)
         except LeaseError as e:
-            if e.code == "expired" and e.claims and e.claims.get("floating") and self.on_lapsed:
-                self.on_lapsed(Verdict(False, "seat_lapsed"))
+            if e.code == "expired" and e.claims and e.claims.get("floating"):
+                # A floating seat lives only while leased: the server let it go when this
+                # lease ran out, and says seat_lapsed once it is reached again.
+                v = Verdict(False, "seat_lapsed")
+                self._report_lapse(lease, v)
+                return v
             return Verdict(False, e.code)
+
+    def _report_lapse(self, lease: Optional[str], v: Verdict) -> None:
+        """Calls on_lapsed once per lapse: the lapse of one lease is reported by the first
+        check that finds it, offline or from the server, and not by the checks after it."""
+        with self._lock:
+            if lease and self._lapse_reported == lease:
+                return
+            self._lapse_reported = lease
+        if self.on_lapsed:
+            self.on_lapsed(v)
 
     def start_heartbeat(self) -> None:
         """Keeps a floating seat leased in a daemon thread: renews at each lease's

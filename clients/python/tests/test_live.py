@@ -51,6 +51,10 @@ def raises(code, fn, *args):
 def test_scenario_activate(w):
     assert w.c.activate("laptop-1") == {"already_activated": False, "instance_id": "laptop-1"}
     assert w.client(F["keys"]["main"], "main.json").activate("laptop-1")["already_activated"] is True
+    # An app configured with another product takes no seat of the license.
+    misconfigured = keyhouse.Client(F["url"], "another-" + F["product_id"], F["keys"]["capped"],
+                                    store_path=os.path.join(w.dir, "wrong.json"), now=lambda: w.now)
+    raises("wrong_product", misconfigured.activate, "one")
     w.client(F["keys"]["capped"], "capped-1.json").activate("one")
     err = raises("activation_limit_exceeded", w.client(F["keys"]["capped"], "capped-2.json").activate, "two")
     assert (err.status, err.message) == (403, "Activation limit exceeded for this license key")
@@ -68,6 +72,21 @@ def test_scenario_usage(w):
     raises("usage_limit_exceeded", w.c.track_usage, "users", 8)
     raises("metric_not_allowed", w.c.track_usage, "seats", 1)
     assert w.c.usage_report()["metrics"] == [{"metric": "users", "used": 3, "limit": 10, "remaining": 7, "exceeded": False}]
+
+
+def test_scenario_an_increment_whose_answer_was_lost_counts_once(w):
+    control("reset")
+    control("mode?m=lose-answer")
+    assert w.c.track_usage("users", 2) == 5
+    # The app's own key: the same increment sent twice counts once. (Keys are per tenant:
+    # each suite's product makes it its own.)
+    own = "usage-" + F["product_id"]
+    for _ in range(2):
+        assert w.c.track_usage("users", 1, idempotency_key=own) == 6
+    with urllib.request.urlopen(urllib.request.Request(f"{F['control']}/count", method="POST", data=b"")) as resp:
+        keys = json.load(resp)["idempotency_keys"]
+    assert len(keys) == 4 and keys[0] and keys[0] == keys[1] and keys[2:] == [own] * 2, keys
+    assert w.c.usage_report()["metrics"][0]["used"] == 6
 
 
 def test_scenario_signed_update_check(w):
@@ -182,6 +201,26 @@ def test_scenario_activate_and_check_online(lw):
     assert control("count") == before
 
 
+def test_scenario_two_machines_and_a_reinstall_recovers_its_seat(lw):
+    a, _ = lw.client(F["keys"]["twoseats"], "machine-a.json", lw.here)
+    b, _ = lw.client(F["keys"]["twoseats"], "machine-b.json", lw.elsewhere)
+    assert a.instance_id() != b.instance_id()
+    assert a.instance_id() == keyhouse.instance_id(lw.here)
+    for m in (a, b):
+        m.activate(m.instance_id())
+        assert m.check().licensed, m.instance_id()
+    # Machine a reinstalled: its store is gone, the seat bound to it is still there.
+    again, _ = lw.client(F["keys"]["twoseats"], "machine-a-reinstalled.json", lw.here)
+    assert again.activate(again.instance_id())["already_activated"] is True
+    v = again.check()
+    assert v.licensed, v
+    # A seat not bound to a machine cannot be proven by one: a clear refusal.
+    u, _ = lw.client(F["keys"]["unbound"], "unbound.json", lw.here)
+    u.activate(u.instance_id())
+    lost, _ = lw.client(F["keys"]["unbound"], "unbound-reinstalled.json", lw.here)
+    raises("invalid_activation_token", lost.activate, lost.instance_id())
+
+
 def test_scenario_gateway_stopped_licensed_from_the_lease_then_clock_past_exp(lw):
     control("mode?m=down")
     try:
@@ -275,6 +314,23 @@ def test_scenario_floating_seat_freed_after_a_killed_process(lw):
             if e.code != "activation_limit_exceeded" or time.time() > deadline:
                 raise
         time.sleep(1)
+
+
+def test_scenario_floating_lease_ran_out_offline_reported_once_as_check_says_it(lw):
+    lapsed = []
+    s, clock = lw.client(F["keys"]["offlapse"], "offlapse.json", {}, on_lapsed=lapsed.append)
+    s.activate("roamer")
+    v = s.check()
+    assert v.licensed and v.floating
+    control("mode?m=down")
+    try:
+        clock.now += F["floating_ttl"] + 1
+        for i in range(3):
+            after = s.check()
+            assert (after.licensed, after.reason) == (False, "seat_lapsed"), i
+    finally:
+        control("mode?m=pass")
+    assert [x.reason for x in lapsed] == ["seat_lapsed"]
 
 
 def test_scenario_lapsed_floating_seat_reported(lw):

@@ -9,6 +9,12 @@ import keyhouse
 V = json.load(open(os.path.join(os.path.dirname(__file__), "..", "..", "testdata", "vectors.json"), encoding="utf-8"))
 
 
+def test_instance_ids_derive_from_the_most_stable_component():
+    assert V["components"]["instance_ids"]
+    for c in V["components"]["instance_ids"]:
+        assert keyhouse.instance_id(c["components"]) == c["instance_id"], c["components"]
+
+
 def test_components_hash_with_the_product_id():
     for name, raw in V["components"]["raw"].items():
         assert keyhouse.hash_component(V["components"]["product_id"], raw) == V["components"]["hashed"][name]

@@ -144,7 +144,16 @@ func componentVectors() map[string]any {
 	for name, value := range raw {
 		hashed[name] = keyhouse.HashComponent(productID, value)
 	}
-	return map[string]any{"product_id": productID, "raw": raw, "hashed": hashed}
+	// The instance id of a machine: from its most stable component, else its first by name.
+	instanceIDs := []map[string]any{}
+	for _, components := range []map[string]string{hashed,
+		{"dmi_uuid": hashed["dmi_uuid"], "root_disk": hashed["root_disk"]},
+		{"install_id": keyhouse.HashComponent(productID, "0f1e2d3c4b5a69788796a5b4c3d2e1f0"), "dmi_uuid": hashed["dmi_uuid"]},
+		{"zeta": "app-own-2", "alpha": "app-own-1"},
+		{}} {
+		instanceIDs = append(instanceIDs, map[string]any{"components": components, "instance_id": keyhouse.InstanceID(components)})
+	}
+	return map[string]any{"product_id": productID, "raw": raw, "hashed": hashed, "instance_ids": instanceIDs}
 }
 
 type exportLicense struct {

@@ -45,8 +45,10 @@ func (s *leaseSigner) sign(claims []byte) string {
 }
 
 // appendLeaseClaims writes the claims of addendum §12 in its order, as
-// signing.Marshal(leaseClaims(...)) writes them.
-func appendLeaseClaims(b []byte, issuer string, l *licensingv1.License, policy store.Policy, seat *store.LeaseSeat, iat, exp, renewAfter time.Time, nonce *string, jti string) ([]byte, error) {
+// signing.Marshal(leaseClaims(...)) writes them. tenant is the hosted tenant whose keys
+// sign the lease ("" self-hosted: no tenant_id claim): an app that meets an unknown kid
+// fetches that tenant's key set without being told its tenant id.
+func appendLeaseClaims(b []byte, issuer, tenant string, l *licensingv1.License, policy store.Policy, seat *store.LeaseSeat, iat, exp, renewAfter time.Time, nonce *string, jti string) ([]byte, error) {
 	var err error
 	str := func(name, value string) {
 		if err == nil {
@@ -105,6 +107,9 @@ func appendLeaseClaims(b []byte, issuer string, l *licensingv1.License, policy s
 	b = strconv.AppendBool(append(b, `,"floating":`...), policy.Floating)
 	if b, err = appendComponents(append(b, `,"components":`...), seat.Components); err != nil {
 		return nil, err
+	}
+	if tenant != "" {
+		str(`,"tenant_id":`, tenant)
 	}
 	if nonce != nil {
 		str(`,"nonce":`, *nonce)

@@ -18,7 +18,7 @@ import (
 
 // referenceClaims are the claims of addendum §12, in its order, as the generic canonical
 // encoder writes them: what appendLeaseClaims must reproduce.
-func referenceClaims(issuer string, l *licensingv1.License, policy store.Policy, seat *store.LeaseSeat, iat, exp, renewAfter time.Time, nonce *string, jti string) *signing.Object {
+func referenceClaims(issuer, tenant string, l *licensingv1.License, policy store.Policy, seat *store.LeaseSeat, iat, exp, renewAfter time.Time, nonce *string, jti string) *signing.Object {
 	var licenseExpires any
 	if e := l.GetExpiresAt(); e != nil {
 		licenseExpires = e.AsTime().Unix()
@@ -40,6 +40,9 @@ func referenceClaims(issuer string, l *licensingv1.License, policy store.Policy,
 		Add("tier", l.GetTier()).Add("status", l.GetStatus()).Add("license_expires_at", licenseExpires).
 		Add("limits", limits).Add("entitlements", entitlements).Add("instance_id", seat.Instance).
 		Add("floating", policy.Floating).Add("components", components)
+	if tenant != "" {
+		claims.Add("tenant_id", tenant)
+	}
 	if nonce != nil {
 		claims.Add("nonce", *nonce)
 	}
@@ -131,10 +134,10 @@ func TestLeaseClaimsMatchTheCanonicalEncoder(t *testing.T) {
 	same, refused := 0, 0
 	for range 5000 {
 		l, p, seat, nonce := randomLeaseInput(r)
-		issuer, jti := pick(r, claimStrings), randomID()
+		issuer, tenant, jti := pick(r, claimStrings), pick(r, claimStrings), randomID()
 		exp, renew := iat.Add(time.Duration(r.Int64N(1e6))*time.Second), iat.Add(time.Minute)
-		want, wantErr := referenceJWS(priv, "kid-1", referenceClaims(issuer, l, p, seat, iat, exp, renew, nonce, jti))
-		claims, err := appendLeaseClaims(nil, issuer, l, p, seat, iat, exp, renew, nonce, jti)
+		want, wantErr := referenceJWS(priv, "kid-1", referenceClaims(issuer, tenant, l, p, seat, iat, exp, renew, nonce, jti))
+		claims, err := appendLeaseClaims(nil, issuer, tenant, l, p, seat, iat, exp, renew, nonce, jti)
 		if (err == nil) != (wantErr == nil) {
 			t.Fatalf("claims of %v: error %v, the generic encoder's %v", l, err, wantErr)
 		}

@@ -461,7 +461,11 @@ func (x *Leases) signPlan(ctx context.Context, p leasePlan) (*activationsv1.Crea
 	if err != nil {
 		return nil, err
 	}
-	claims, err := appendLeaseClaims(make([]byte, 0, 512), x.cfg.Issuer, p.l, p.policy, seat, p.iat, p.exp, p.renewAfter, p.req.Nonce, randomID())
+	claimTenant := ""
+	if x.cfg.MultiTenant {
+		claimTenant = p.tenant
+	}
+	claims, err := appendLeaseClaims(make([]byte, 0, 512), x.cfg.Issuer, claimTenant, p.l, p.policy, seat, p.iat, p.exp, p.renewAfter, p.req.Nonce, randomID())
 	if err != nil {
 		return nil, err
 	}
