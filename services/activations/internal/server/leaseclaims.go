@@ -108,11 +108,12 @@ func appendLeaseClaims(b []byte, issuer, tenant string, l *licensingv1.License, 
 	if b, err = appendComponents(append(b, `,"components":`...), seat.Components); err != nil {
 		return nil, err
 	}
-	if tenant != "" {
-		str(`,"tenant_id":`, tenant)
-	}
 	if nonce != nil {
 		str(`,"nonce":`, *nonce)
+	}
+	// Last, after every claim the lease's contract lists in its order.
+	if tenant != "" {
+		str(`,"tenant_id":`, tenant)
 	}
 	if err != nil {
 		return nil, err

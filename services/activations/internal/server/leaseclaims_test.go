@@ -40,11 +40,11 @@ func referenceClaims(issuer, tenant string, l *licensingv1.License, policy store
 		Add("tier", l.GetTier()).Add("status", l.GetStatus()).Add("license_expires_at", licenseExpires).
 		Add("limits", limits).Add("entitlements", entitlements).Add("instance_id", seat.Instance).
 		Add("floating", policy.Floating).Add("components", components)
-	if tenant != "" {
-		claims.Add("tenant_id", tenant)
-	}
 	if nonce != nil {
 		claims.Add("nonce", *nonce)
+	}
+	if tenant != "" {
+		claims.Add("tenant_id", tenant)
 	}
 	return claims
 }
