@@ -27,6 +27,8 @@
 package testkit
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
 	"errors"
 	"fmt"
@@ -328,4 +330,18 @@ func StripeMockURL(t testing.TB) string {
 		t.Fatal(stripeMock.err)
 	}
 	return stripeMock.srv.URL()
+}
+
+// Gzip is s compressed as a client sends a body with Content-Encoding: gzip.
+func Gzip(t testing.TB, s string) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	w := gzip.NewWriter(&b)
+	if _, err := w.Write([]byte(s)); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
 }

@@ -3,7 +3,6 @@ package e2e
 import (
 	"bufio"
 	"bytes"
-	"compress/gzip"
 	"fmt"
 	"io"
 	"net"
@@ -15,6 +14,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/keyhouse/keyhouse/devinfra/testkit"
 	"github.com/keyhouse/keyhouse/stack"
 )
 
@@ -147,37 +147,24 @@ func TestATypeErrorNamesTheFieldTheClientSent(t *testing.T) {
 	}
 }
 
-func gz(t *testing.T, s string) []byte {
-	t.Helper()
-	var b bytes.Buffer
-	w := gzip.NewWriter(&b)
-	if _, err := w.Write([]byte(s)); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return b.Bytes()
-}
-
 func TestGzipBodiesAreDecodedOtherEncodingsAre415(t *testing.T) {
 	t.Parallel()
 	s := selfHosted(t)
 	a, c := admin(t, s), anon(t, s)
 	key := issueLicense(t, a, lic(product("gzip")))
 	plain := c.Post("/v1/verify-license", `{"key":"`+key+`"}`).Expect(t, 200)
-	zipped := c.Do(http.MethodPost, "/v1/verify-license", gz(t, `{"key":"`+key+`"}`), "Content-Encoding", "gzip").Expect(t, 200)
+	zipped := c.Do(http.MethodPost, "/v1/verify-license", testkit.Gzip(t, `{"key":"`+key+`"}`), "Content-Encoding", "gzip").Expect(t, 200)
 	if !bytes.Equal(plain.Body, zipped.Body) {
 		t.Fatalf("gzip answer %s, plain %s", zipped.Body, plain.Body)
 	}
-	c.Do(http.MethodPost, "/v1/verify-license", gz(t, `{"key":"nope"}`), "Content-Encoding", "gzip").
+	c.Do(http.MethodPost, "/v1/verify-license", testkit.Gzip(t, `{"key":"nope"}`), "Content-Encoding", "gzip").
 		ExpectBody(t, `{"valid":false,"error":"License key not found"}`)
 	c.Do(http.MethodPost, "/v1/verify-license", `{"key":"`+key+`"}`, "Content-Encoding", "gzip").ExpectError(t, 400, "Invalid gzip body")
 	c.Do(http.MethodPost, "/v1/verify-license", `{"key":"`+key+`"}`, "Content-Encoding", "br").
 		ExpectError(t, 415, "Unsupported Content-Encoding: use gzip or none")
 	// The 1 MiB cap holds for what the gzip body expands to.
 	bomb := `{"key":"` + strings.Repeat("A", 2<<20) + `"}`
-	c.Do(http.MethodPost, "/v1/verify-license", gz(t, bomb), "Content-Encoding", "gzip").ExpectError(t, 413, "Request body too large")
+	c.Do(http.MethodPost, "/v1/verify-license", testkit.Gzip(t, bomb), "Content-Encoding", "gzip").ExpectError(t, 413, "Request body too large")
 }
 
 // A gzip body that does not decompress (not gzip at all, or a stream cut short) is the
@@ -187,7 +174,7 @@ func TestGzipBodiesAreDecodedOtherEncodingsAre415(t *testing.T) {
 // unsupported encoding (415) or a body over the cap (413).
 func TestABadGzipBodyIsA400OnTheRawBodyRoutesToo(t *testing.T) {
 	t.Parallel()
-	whole := gz(t, `{"key":"K","instance_id":"host"}`)
+	whole := testkit.Gzip(t, `{"key":"K","instance_id":"host"}`)
 	bad := map[string][]byte{"not gzip": []byte("nope"), "truncated": whole[:len(whole)-10]}
 	for mode, s := range map[string]*stack.Stack{"self-hosted": selfHosted(t), "hosted": hosted(t)} {
 		for name, body := range bad {
@@ -203,7 +190,7 @@ func TestABadGzipBodyIsA400OnTheRawBodyRoutesToo(t *testing.T) {
 	a, c := admin(t, s), anon(t, s)
 	key := issueLicense(t, a, lic(product("gzip-validate")))
 	seat(t, c, key, "host-a")
-	c.Do(http.MethodPost, "/v1/validate-license", gz(t, `{"key":"`+key+`","instance_id":"host-a"}`), "Content-Encoding", "gzip").
+	c.Do(http.MethodPost, "/v1/validate-license", testkit.Gzip(t, `{"key":"`+key+`","instance_id":"host-a"}`), "Content-Encoding", "gzip").
 		ExpectBody(t, `{"valid":true}`)
 }
 

@@ -2,32 +2,20 @@ package edge
 
 import (
 	"bytes"
-	"compress/gzip"
 	"context"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"testing"
-)
 
-func gzipped(t *testing.T, s string) []byte {
-	t.Helper()
-	var b bytes.Buffer
-	w := gzip.NewWriter(&b)
-	if _, err := w.Write([]byte(s)); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return b.Bytes()
-}
+	"github.com/keyhouse/keyhouse/devinfra/testkit"
+)
 
 // badGzipBodies are gzip Content-Encoded bodies that do not decompress: not gzip at all,
 // and a gzip stream cut short.
 func badGzipBodies(t *testing.T) map[string][]byte {
-	whole := gzipped(t, `{"key":"KEY-1","instance_id":"host-1"}`)
+	whole := testkit.Gzip(t, `{"key":"KEY-1","instance_id":"host-1"}`)
 	return map[string][]byte{"not gzip": []byte("nope"), "truncated": whole[:len(whole)-10]}
 }
 
@@ -74,7 +62,7 @@ func TestReadBodyWordsItsFailuresForTheClient(t *testing.T) {
 	if _, err := readBody(failingReader{}); err == nil || err.Error() != unreadableBody {
 		t.Errorf("read failure: %v, want %q", err, unreadableBody)
 	}
-	got, err := readBody(&gunzip{src: &limitedBody{ReadCloser: io.NopCloser(bytes.NewReader(gzipped(t, "{}")))}})
+	got, err := readBody(&gunzip{src: &limitedBody{ReadCloser: io.NopCloser(bytes.NewReader(testkit.Gzip(t, "{}")))}})
 	if err != nil || string(got) != "{}" {
 		t.Errorf("a good gzip body: %q, %v", got, err)
 	}
