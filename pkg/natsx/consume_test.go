@@ -211,7 +211,7 @@ func TestConsumerTerminatesAMessageThatPanicsOnEveryDelivery(t *testing.T) {
 	if n := rec.count("handler panicked on every delivery, message terminated"); n != 1 {
 		t.Errorf("logged %d terminated lines, want 1", n)
 	}
-	if got := testutil.ToFloat64(consumerTerminated.WithLabelValues(stream, "panicky", termPanic)) - before; got != 1 {
+	if got := rise(t, consumerTerminated.WithLabelValues(stream, "panicky", termPanic), before); got != 1 {
 		t.Errorf("keyhouse_consumer_terminated_total{reason=panic} rose by %v, want 1", got)
 	}
 }

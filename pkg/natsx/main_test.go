@@ -16,6 +16,8 @@ import (
 	"github.com/keyhouse/keyhouse/pkg/pgxx"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // One Postgres cluster and one NATS server for the test binary (testkit); each test gets
@@ -106,6 +108,16 @@ func eventually(t *testing.T, within time.Duration, what string, cond func() boo
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// rise is how far counter has risen above before, once it has risen at all (within 10
+// s): the relay and the consumer count what they did after it is done (a park after its
+// mark commits, a termination after NATS took it), so what a test sees done can be a
+// moment ahead of the counter.
+func rise(t *testing.T, counter prometheus.Counter, before float64) float64 {
+	t.Helper()
+	eventually(t, 10*time.Second, "the counter to rise", func() bool { return testutil.ToFloat64(counter) > before })
+	return testutil.ToFloat64(counter) - before
 }
 
 // background runs f(ctx) in a goroutine. The returned stop (also run at cleanup) cancels

@@ -470,7 +470,7 @@ func TestOversizedRowIsParkedAndDoesNotBlockTheRowsBehindIt(t *testing.T) {
 	if p, ok := parked["huge"]; len(parked) != 1 || !ok || !strings.Contains(p.reason, want) {
 		t.Fatalf("parked rows = %+v, want only huge, with a reason containing %q", parked, want)
 	}
-	if got := testutil.ToFloat64(outboxParked.WithLabelValues(parkTooLarge)) - parkedBefore; got != 1 {
+	if got := rise(t, outboxParked.WithLabelValues(parkTooLarge), parkedBefore); got != 1 {
 		t.Errorf("keyhouse_outbox_parked_total{kind=too_large} rose by %v, want 1", got)
 	}
 	if got := gaugeValue(t, outboxCollector{pool: pool}, "keyhouse_outbox_parked"); got != 1 {
@@ -532,7 +532,7 @@ func TestRefusedRowHoldsBackOnlyItsTenantThenIsParkedAndCanBeRequeued(t *testing
 	if aAfterSent.Before(p.parkedAt) {
 		t.Errorf("a:after sent at %v, before a:refused was parked at %v: it overtook its tenant's earlier row", aAfterSent, p.parkedAt)
 	}
-	if got := testutil.ToFloat64(outboxParked.WithLabelValues(parkFailed)) - parkedBefore; got != 1 {
+	if got := rise(t, outboxParked.WithLabelValues(parkFailed), parkedBefore); got != 1 {
 		t.Errorf("keyhouse_outbox_parked_total{kind=failed} rose by %v, want 1", got)
 	}
 
