@@ -174,10 +174,16 @@ var errPortTaken = errors.New("port taken by another process")
 
 // start runs the server on p.Port and returns once it answers there as the cluster in
 // data: an answer from another cluster on the same port (whose bind won) does not count.
+//
+// max_connections is what the e2e suite's stacks at their most need together: a stack is
+// six services, each with its pool, and the suite runs a few dozen, many side by side.
+// At 300, a full run once had Postgres refuse connections ("too many clients") for a
+// minute, and two crash tests waited out their deadlines for a restarted service that
+// could not reach its database. A connection slot costs little until it is used.
 func (p *Postgres) start(ctx context.Context, data string) error {
 	cmd, err := asPostgresUser(filepath.Join(p.bin, "postgres"), "-D", data, "-p", strconv.Itoa(p.Port), "-k", p.Dir,
 		"-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "synchronous_commit=off",
-		"-c", "full_page_writes=off", "-c", "max_connections=300")
+		"-c", "full_page_writes=off", "-c", "max_connections=1000")
 	if err != nil {
 		return err
 	}
