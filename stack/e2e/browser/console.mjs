@@ -612,11 +612,25 @@ const scenarios = {
   },
 };
 
-const browser = await chromium.launch({
-  executablePath: cfg.chromium || '/usr/bin/chromium',
-  args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-dev-shm-usage',
-    '--disable-extensions', '--no-first-run', '--disable-sync', '--metrics-recording-only', '--mute-audio'],
-});
+// A Chromium that dies while it starts (a full run once saw one end with SIGSEGV before it
+// opened a page, among the suite's parallel browsers on two cores) says nothing about the
+// pages: it is started again, up to three times. A failure after the start is the test's.
+async function launch() {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await chromium.launch({
+        executablePath: cfg.chromium || '/usr/bin/chromium',
+        args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-dev-shm-usage',
+          '--disable-extensions', '--no-first-run', '--disable-sync', '--metrics-recording-only', '--mute-audio'],
+      });
+    } catch (err) {
+      if (attempt >= 3) throw err;
+      process.stderr.write(`chromium did not start (attempt ${attempt}): ${String(err).split('\n')[0]}; starting it again\n`);
+    }
+  }
+}
+
+const browser = await launch();
 let code = 0;
 let page;
 try {
