@@ -89,14 +89,11 @@ func (s *Server) CheckProductOwner(ctx context.Context, req *licensingv1.CheckPr
 	if strings.TrimSpace(req.GetProductId()) == "" {
 		return nil, errProductRequired
 	}
-	owner, err := s.store.ProductOwner(ctx, req.GetProductId())
-	switch {
-	case err != nil:
+	owned, err := s.ownedBy(ctx, tenant, req.GetProductId())
+	if err != nil {
 		return nil, err
-	case owner != "" && owner != tenant:
-		return nil, license.ErrProductOwned
 	}
-	return &licensingv1.CheckProductOwnerResponse{Owned: owner != ""}, nil
+	return &licensingv1.CheckProductOwnerResponse{Owned: owned}, nil
 }
 
 // GetSigningKeys hands the keyring to the other signing services (releases).

@@ -149,6 +149,13 @@ func (s *Server) mustClaim(ctx context.Context, tenant, productID string) (bool,
 	if !s.cfg.MultiTenant {
 		return false, nil
 	}
+	owned, err := s.ownedBy(ctx, tenant, productID)
+	return !owned && err == nil, err
+}
+
+// ownedBy reads, claiming nothing, whether tenant owns productID: false when no tenant
+// does yet, license.ErrProductOwned when another does.
+func (s *Server) ownedBy(ctx context.Context, tenant, productID string) (bool, error) {
 	owner, err := s.store.ProductOwner(ctx, productID)
 	switch {
 	case err != nil:
@@ -156,7 +163,7 @@ func (s *Server) mustClaim(ctx context.Context, tenant, productID string) (bool,
 	case owner != "" && owner != tenant:
 		return false, license.ErrProductOwned
 	}
-	return owner == "", nil
+	return owner != "", nil
 }
 
 // claimIn claims productID for tenant inside tx, the transaction that writes the

@@ -53,14 +53,18 @@ func (s *Server) CreateMapping(ctx context.Context, req *storefrontv1.CreateMapp
 	}
 	// Another tenant's product is refused before the mapping's own conflicts, as it was
 	// when the claim came first; the check claims nothing.
-	if _, err := s.licensing.ProductOwned(ctx, tenant, m.ProductID); err != nil {
+	owned, err := s.licensing.ProductOwned(ctx, tenant, m.ProductID)
+	if err != nil {
 		return nil, err
 	}
 	raw, _, err := s.store.CreateMapping(ctx, idemKey, idempotency.RequestHash("CreateMapping", req), m, func(out *store.Mapping) ([]byte, error) {
 		// Inside the mapping's transaction, after its insert: a claim lost to another
-		// tenant meanwhile (403) stores no mapping either.
-		if err := s.licensing.ClaimProduct(ctx, tenant, m.ProductID); err != nil {
-			return nil, err
+		// tenant meanwhile (403) stores no mapping either. A product the tenant owns
+		// already needs no claim (as register-release skips it).
+		if !owned {
+			if err := s.licensing.ClaimProduct(ctx, tenant, m.ProductID); err != nil {
+				return nil, err
+			}
 		}
 		return proto.Marshal(&storefrontv1.CreateMappingResponse{Mapping: mappingPB(out)})
 	})
