@@ -100,6 +100,24 @@ func RedactPath(p string, fullLicenseKeys bool) string {
 	return p
 }
 
+// MaskUnknownPath is the path of a request that named no route, as it may be logged:
+// every segment that is not a route word (routeWord) is masked as a license key is, even
+// with LOG_LICENSE_KEYS=full. A mistyped route (/v1/admin/licenses/KEY,
+// /v1/export-licence/KEY) carries a key or token where no route says which segment holds
+// it, so any segment may be one; the words kept still show which route was meant.
+func MaskUnknownPath(p string, routeWord func(string) bool) string {
+	if _, ok := redactRoute(path.Clean(p), false); ok {
+		return p // a route of pathSecrets: RedactPath hides its secret, here as anywhere
+	}
+	segs := strings.Split(p, "/")
+	for i, s := range segs {
+		if s != "" && !routeWord(s) {
+			segs[i] = MaskLicenseKey(s)
+		}
+	}
+	return strings.Join(segs, "/")
+}
+
 // redactRoute is RedactPath for a path as the routes spell it: ok when a prefix of
 // pathSecrets matched.
 func redactRoute(path string, fullLicenseKeys bool) (string, bool) {

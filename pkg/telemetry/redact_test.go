@@ -81,3 +81,25 @@ func TestLoggerRedactsSecretsAndMasksKeys(t *testing.T) {
 		}
 	}
 }
+
+// A path that names no route keeps its route words and masks every other segment, since
+// any of them may be a key or token sent to a mistyped route; a route of pathSecrets is
+// left to RedactPath.
+func TestMaskUnknownPath(t *testing.T) {
+	const key = "M8PF-ABCD-EFGH-IJKL-9XYZ"
+	words := map[string]bool{"v1": true, "admin": true, "licenses": true, "license": true, "file": true, "portal": true}
+	routeWord := func(s string) bool { return words[s] }
+	for path, want := range map[string]string{
+		"/v1/admin/licenses/" + key:           "/v1/admin/licenses/M8PF…9XYZ",
+		"/v1/export-licence/" + key + "/file": "/v1/expo…ence/M8PF…9XYZ/file",
+		"/portl/29Oa1ZvSecretToken":           "/p…/29Oa…oken",
+		"/v1/admin/licenses/":                 "/v1/admin/licenses/",
+		// pathSecrets' routes are RedactPath's, which hides the token whole.
+		"/portal/29Oa1ZvSecretToken/typo": "/portal/29Oa1ZvSecretToken/typo",
+		"/v1/admin/license/" + key + "/x": "/v1/admin/license/" + key + "/x",
+	} {
+		if got := MaskUnknownPath(path, routeWord); got != want {
+			t.Errorf("MaskUnknownPath(%q) = %q, want %q", path, got, want)
+		}
+	}
+}

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/keyhouse/keyhouse/gateway/internal/openapi"
 	"github.com/keyhouse/keyhouse/gateway/internal/ratelimit"
 	"github.com/keyhouse/keyhouse/pkg/telemetry"
 )
@@ -112,8 +113,9 @@ func (s *statusRecorder) WriteHeader(code int) {
 func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 
 // withAccessLog logs one line per request: the path (with its portal token hidden and its
-// license key masked by the logger), never the query or body, which may carry tokens; and
-// the client address the rate limiter counts the request under.
+// license key masked by the logger; a path that names no route with every segment that is
+// not a route word masked), never the query or body, which may carry tokens; and the
+// client address the rate limiter counts the request under.
 func withAccessLog(log *slog.Logger, trusted []netip.Prefix, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
@@ -129,7 +131,31 @@ func withAccessLog(log *slog.Logger, trusted []netip.Prefix, next http.Handler) 
 		}
 		// The same line as log.LogAttrs with these attributes; a text logger's is written
 		// without slog's pass over each attribute (telemetry.LogHTTP).
-		telemetry.LogHTTP(r.Context(), log, level, r.Method, r.URL.Path, ratelimit.ClientIP(r, trusted).String(),
+		path := r.URL.Path
+		if unknownRoute(r, rec.status) {
+			path = telemetry.MaskUnknownPath(path, routeWord)
+		}
+		telemetry.LogHTTP(r.Context(), log, level, r.Method, path, ratelimit.ClientIP(r, trusted).String(),
 			rec.status, time.Since(start).Milliseconds())
 	})
+}
+
+// unknownRoute reports whether r named no route: the mux routed it nowhere (withMetrics'
+// holder has no pattern), the API document has no such path, and no page answered it
+// (the console's and portal's pages are not in the document; a page they do not have is
+// their 404).
+func unknownRoute(r *http.Request, status int) bool {
+	if h, ok := r.Context().Value(routeKey{}).(*routeHolder); ok && h.pattern != "" {
+		return false
+	}
+	if openapi.KnownPath(r.URL.Path) {
+		return false
+	}
+	return !isPagePath(r.URL.Path) || status >= http.StatusBadRequest
+}
+
+// routeWord is a segment the access log keeps in a path that names no route: a literal of
+// an API route, or the pages' prefixes.
+func routeWord(seg string) bool {
+	return seg == "console" || seg == "portal" || openapi.RouteWord(seg)
 }

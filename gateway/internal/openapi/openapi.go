@@ -74,6 +74,9 @@ type index struct {
 	// one map lookup; param holds the others.
 	exact map[string]Route
 	param []Route
+	// paths holds the paths of exact, words the literal segments of every route ("v1",
+	// "admin", "license").
+	paths, words map[string]bool
 }
 
 var table = sync.OnceValues(func() (*index, error) {
@@ -81,12 +84,18 @@ var table = sync.OnceValues(func() (*index, error) {
 	if err != nil {
 		return nil, err
 	}
-	ix := &index{all: routes, exact: map[string]Route{}}
+	ix := &index{all: routes, exact: map[string]Route{}, paths: map[string]bool{}, words: map[string]bool{}}
 	for _, r := range routes {
+		for _, seg := range r.segments {
+			if seg != "" && !isParam(seg) {
+				ix.words[seg] = true
+			}
+		}
 		if strings.Contains(r.Path, "{") {
 			ix.param = append(ix.param, r)
 		} else {
 			ix.exact[r.Method+" "+r.Path] = r
+			ix.paths[r.Path] = true
 		}
 	}
 	return ix, nil
@@ -124,6 +133,28 @@ func Match(method, path string) (r Route, ok bool) {
 	}
 	return r, ok
 }
+
+// KnownPath reports whether path fits a route of the document, whatever its method.
+func KnownPath(path string) bool {
+	ix := mustTable()
+	if ix.paths[path] {
+		return true
+	}
+	segs := strings.Split(path, "/")
+	for _, route := range ix.param {
+		if len(route.segments) != len(segs) {
+			continue
+		}
+		if _, ok := route.match(segs); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// RouteWord reports whether seg is a literal segment of some route ("admin", "license"),
+// as opposed to a value a client put in a path (a key, an id) or a word no route has.
+func RouteWord(seg string) bool { return mustTable().words[seg] }
 
 // match reports whether segs fit the template, and how many literal segments it has.
 func (r Route) match(segs []string) (literals int, ok bool) {
