@@ -18,8 +18,12 @@ const MaxURLLength = 2048
 var ErrNotPublic = errors.New("Webhook URL must resolve to a public address")
 
 // Address ranges that are not "public" beyond what net/netip classifies: shared address
-// space (CGNAT), "this network", IETF protocol assignments, benchmarking, reserved, and
-// NAT64 (which embeds an IPv4 address that may be private).
+// space (CGNAT), "this network", IETF protocol assignments, benchmarking, reserved; and
+// the IPv6 ranges that embed an IPv4 address, which a network that translates them (a
+// NAT64 or SIIT gateway, a 6to4 or Teredo relay) delivers to that IPv4 address, private
+// or the metadata service's as it may be: NAT64, IPv4-compatible (::a.b.c.d),
+// IPv4-translated (::ffff:0:a.b.c.d), 6to4 and Teredo; and the deprecated site-local
+// range, which some networks still route internally.
 var notPublic = []netip.Prefix{
 	netip.MustParsePrefix("0.0.0.0/8"),
 	netip.MustParsePrefix("100.64.0.0/10"),
@@ -28,6 +32,11 @@ var notPublic = []netip.Prefix{
 	netip.MustParsePrefix("240.0.0.0/4"),
 	netip.MustParsePrefix("64:ff9b::/96"),
 	netip.MustParsePrefix("64:ff9b:1::/48"),
+	netip.MustParsePrefix("::/96"),
+	netip.MustParsePrefix("::ffff:0:0:0/96"),
+	netip.MustParsePrefix("2002::/16"),
+	netip.MustParsePrefix("2001::/32"),
+	netip.MustParsePrefix("fec0::/10"),
 }
 
 // IsPublic reports whether a webhook may be delivered to addr in hosted mode: not

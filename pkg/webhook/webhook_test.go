@@ -281,6 +281,10 @@ func TestIsPublic(t *testing.T) {
 		"127.0.0.1": false, "10.0.0.1": false, "169.254.169.254": false, "::1": false,
 		"fe80::1": false, "fc00::1": false, "ff05::1": false, "255.255.255.255": false,
 		"64:ff9b::a00:1": false, "::ffff:10.0.0.1": false,
+		// IPv6 forms that embed an IPv4 address a translating network delivers to.
+		"::127.0.0.1": false, "::a9fe:a9fe": false, "::ffff:0:7f00:1": false,
+		"2002:7f00:1::1": false, "2001:0:4136:e378:8000:63bf:3fff:fdd2": false,
+		"fec0::1": false, "2001:4860:4860::8888": true,
 	} {
 		if got := webhook.IsPublic(netip.MustParseAddr(addr)); got != want {
 			t.Errorf("%s: %v", addr, got)
