@@ -3,8 +3,11 @@ package e2e
 import (
 	"context"
 	"encoding/hex"
+	"fmt"
 	"net"
 	"net/http"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -14,11 +17,12 @@ import (
 )
 
 // otlpSink is a minimal OTLP/gRPC trace receiver: it records which services sent spans
-// for which trace ids.
+// for which trace ids, and every span's name and string attributes by trace id.
 type otlpSink struct {
 	coltracepb.UnimplementedTraceServiceServer
 	mu     sync.Mutex
 	traces map[string]map[string]bool // trace id -> service names
+	texts  map[string][]string        // trace id -> span names and attribute values
 }
 
 func (s *otlpSink) Export(_ context.Context, req *coltracepb.ExportTraceServiceRequest) (*coltracepb.ExportTraceServiceResponse, error) {
@@ -38,10 +42,23 @@ func (s *otlpSink) Export(_ context.Context, req *coltracepb.ExportTraceServiceR
 					s.traces[id] = map[string]bool{}
 				}
 				s.traces[id][service] = true
+				if s.texts == nil {
+					s.texts = map[string][]string{}
+				}
+				s.texts[id] = append(s.texts[id], span.GetName())
+				for _, attr := range span.GetAttributes() {
+					s.texts[id] = append(s.texts[id], attr.GetKey()+"="+attr.GetValue().GetStringValue())
+				}
 			}
 		}
 	}
 	return &coltracepb.ExportTraceServiceResponse{}, nil
+}
+
+func (s *otlpSink) spanTexts(traceID string) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.texts[traceID]...)
 }
 
 func (s *otlpSink) services(traceID string) map[string]bool {
@@ -82,11 +99,42 @@ func TestTraceContextPropagatesFromGatewayToServices(t *testing.T) {
 	for {
 		got := sink.services(traceID)
 		if got["keyhouse-gateway"] && got["keyhouse-billing"] {
-			return
+			break
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("spans for trace %s came from %v; want keyhouse-gateway and keyhouse-billing", traceID, got)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+
+	// A span leaves the process as a log line does: no license key or portal token in a
+	// path reaches one whole, in its name or its attributes (url.path), on a route that
+	// carries one, a page, or a mistyped route.
+	tenant := newTenant(t, s)
+	key := issueLicense(t, tenant, lic("traced"))
+	const portalToken = "pt_9Ob2mSecretTokenThatMustNotLeak"
+	for i, req := range []struct{ method, path string }{
+		{http.MethodGet, "/v1/admin/license/" + key},
+		{http.MethodGet, "/v1/list-activations/" + key},
+		{http.MethodGet, "/v1/export-license/" + key + "/offline"},
+		{http.MethodGet, "/v1/admin/licenses/" + key},
+		{http.MethodGet, "/portal/" + portalToken},
+	} {
+		id := fmt.Sprintf("4bf92f3577b34da6a3ce929d0e0e47%02x", i)
+		tenant.Do(req.method, req.path, nil, "traceparent", "00-"+id+"-00f067aa0ba902b7-01")
+		var texts []string
+		for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+			if texts = sink.spanTexts(id); slices.ContainsFunc(texts, func(s string) bool { return strings.HasPrefix(s, "url.path=") }) {
+				break
+			}
+		}
+		if !slices.ContainsFunc(texts, func(s string) bool { return strings.HasPrefix(s, "url.path=") }) {
+			t.Fatalf("%s %s: no gateway span with url.path in %v", req.method, req.path, texts)
+		}
+		for _, text := range texts {
+			if strings.Contains(text, key) || strings.Contains(text, portalToken) {
+				t.Errorf("%s %s: a span holds the secret whole: %q", req.method, req.path, text)
+			}
+		}
 	}
 }

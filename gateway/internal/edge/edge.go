@@ -174,14 +174,21 @@ func serviceMetadata(ctx context.Context, r *http.Request) metadata.MD {
 	return md
 }
 
-// spanName keeps span cardinality bounded: path segments after the route (license keys,
-// ids) are cut.
+// spanName names a span by its route as the API document spells it ("GET
+// /v1/admin/license/{key}"), a page by its prefix, and a path that names no route by its
+// method alone: a span leaves the process as a log line does, and a path may hold a
+// license key or a portal token. Route names also keep the span names few.
 func spanName(_ string, r *http.Request) string {
-	parts := strings.SplitN(strings.TrimPrefix(r.URL.Path, "/"), "/", 4)
-	if len(parts) > 2 {
-		parts = parts[:2]
+	if route, ok := openapi.Match(r.Method, r.URL.Path); ok {
+		return r.Method + " " + route.Path
 	}
-	return r.Method + " /" + strings.Join(parts, "/")
+	switch {
+	case strings.HasPrefix(r.URL.Path, "/portal/"):
+		return r.Method + " /portal/{token}"
+	case r.URL.Path == "/console" || strings.HasPrefix(r.URL.Path, "/console/"):
+		return r.Method + " /console"
+	}
+	return r.Method
 }
 
 // incomingHeader is the allowlist of HTTP headers that reach the services as metadata.

@@ -18,6 +18,8 @@ import (
 	"github.com/keyhouse/keyhouse/gateway/internal/openapi"
 	"github.com/keyhouse/keyhouse/gateway/internal/ratelimit"
 	"github.com/keyhouse/keyhouse/pkg/telemetry"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // MaxBodyBytes is the request body cap of addendum §6.
@@ -126,15 +128,26 @@ func withAccessLog(log *slog.Logger, trusted []netip.Prefix, next http.Handler) 
 			// Probes call these every few seconds; a failing one stays visible.
 			level = slog.LevelDebug
 		}
-		if !log.Enabled(r.Context(), level) {
+		span := trace.SpanFromContext(r.Context())
+		logged := log.Enabled(r.Context(), level)
+		if !logged && !span.IsRecording() {
 			return
 		}
-		// The same line as log.LogAttrs with these attributes; a text logger's is written
-		// without slog's pass over each attribute (telemetry.LogHTTP).
 		path := r.URL.Path
 		if unknownRoute(r, rec.status) {
 			path = telemetry.MaskUnknownPath(path, routeWord)
 		}
+		if span.IsRecording() {
+			// otelhttp recorded the path as sent; a span leaves the process as a log
+			// line does, so it gets the line's path, its keys masked whatever
+			// LOG_LICENSE_KEYS says (the attribute set again replaces the first).
+			span.SetAttributes(semconv.URLPath(telemetry.RedactPath(path, false)))
+		}
+		if !logged {
+			return
+		}
+		// The same line as log.LogAttrs with these attributes; a text logger's is written
+		// without slog's pass over each attribute (telemetry.LogHTTP).
 		telemetry.LogHTTP(r.Context(), log, level, r.Method, path, ratelimit.ClientIP(r, trusted).String(),
 			rec.status, time.Since(start).Milliseconds())
 	})
