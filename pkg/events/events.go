@@ -246,15 +246,11 @@ func messages(ctx context.Context, evs []*eventsv1.Event) ([]natsx.Message, erro
 	if benchWithoutOutbox || len(evs) == 0 {
 		return nil, nil
 	}
+	stampTimes(evs, time.Now)
 	msgs := make([]natsx.Message, len(evs))
 	for i, ev := range evs {
 		if ev.Id == "" {
 			ev.Id = NewID()
-		}
-		if ev.CreatedAt == nil {
-			// Microseconds: what Postgres keeps, so the time a client reads in the JSON is
-			// the one the log's since/until filters compare.
-			ev.CreatedAt = timestamppb.New(time.Now().Truncate(time.Microsecond))
 		}
 		if ev.Actor == nil {
 			ev.Actor = Actor(ActorFrom(ctx), telemetry.RequestID(ctx))
@@ -266,6 +262,26 @@ func messages(ctx context.Context, evs []*eventsv1.Event) ([]natsx.Message, erro
 		msgs[i] = natsx.Message{TenantID: ev.TenantId, Subject: Subject(ev.Type), MsgID: ev.Id, Payload: payload}
 	}
 	return msgs, nil
+}
+
+// stampTimes gives each event that has no time the time now reads, in microseconds (what
+// Postgres keeps, so the time a client reads in the JSON is the one the log's
+// since/until filters compare), each later than the one before it. The log lists by
+// created_at, so the events of one change keep the order given (a floating seat's lapse
+// before the activation that took its place) even when the clock reads one microsecond
+// twice; a tie would fall to the ids' random bits.
+func stampTimes(evs []*eventsv1.Event, now func() time.Time) {
+	var last time.Time
+	for _, ev := range evs {
+		if ev.CreatedAt == nil {
+			at := now().Truncate(time.Microsecond)
+			if !at.After(last) {
+				at = last.Add(time.Microsecond)
+			}
+			ev.CreatedAt = timestamppb.New(at)
+		}
+		last = ev.CreatedAt.AsTime()
+	}
 }
 
 // Check refuses an event that could not be stored or delivered as it is: no tenant, or a

@@ -281,6 +281,31 @@ func TestEmitAllWritesEveryEventOfABatchOrNone(t *testing.T) {
 	}
 }
 
+// The log lists events by created_at: the events of one change get times in the order
+// given, one microsecond apart when the clock reads the same one for several, and a time
+// the caller set is kept and followed.
+func TestEventsOfOneChangeGetTimesInTheirOrder(t *testing.T) {
+	frozen := time.Date(2026, 3, 4, 5, 6, 7, 8900, time.UTC)
+	set := SeatActivated("t1", "K-3", "app", "c")
+	set.CreatedAt = timestamppb.New(frozen.Add(time.Second))
+	evs := []*eventsv1.Event{
+		SeatDeactivated("t1", "K-1", "app", "a", ReasonLeaseExpired),
+		SeatActivated("t1", "K-1", "app", "a"),
+		SeatActivated("t1", "K-2", "app", "b"),
+		set,
+		SeatDeactivated("t1", "K-3", "app", "c", ReasonClient),
+	}
+	stampTimes(evs, func() time.Time { return frozen })
+	base := frozen.Truncate(time.Microsecond)
+	want := []time.Time{base, base.Add(time.Microsecond), base.Add(2 * time.Microsecond), frozen.Add(time.Second),
+		frozen.Add(time.Second + time.Microsecond)}
+	for i, ev := range evs {
+		if got := ev.GetCreatedAt().AsTime(); !got.Equal(want[i]) {
+			t.Errorf("event %d at %s, want %s", i, got.Format(time.RFC3339Nano), want[i].Format(time.RFC3339Nano))
+		}
+	}
+}
+
 // Pipelined: a transaction sent as one pipeline (then nil) or two commits its change and
 // events together and runs the post-commit path once; a statement that fails leaves
 // neither and wakes no relay, and the pool's only connection serves the next

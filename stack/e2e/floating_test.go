@@ -3,6 +3,9 @@ package e2e
 import (
 	"fmt"
 	"math/rand/v2"
+	"regexp"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -285,4 +288,186 @@ func TestFloatingCapHoldsUnderContention(t *testing.T) {
 	c := anon(t, s)
 	seat(t, c, keys[0], "after")
 	c.Post("/v1/activate-license", map[string]string{"key": keys[0], "instance_id": "after-2"}).ExpectError(t, 403, errCap)
+}
+
+// lapseCase is one license of TestALapsedSeatLapsesOnceWhateverMeetsItFirst: the seat
+// that lapses (its instance and token), and the answers of the calls that met it.
+type lapseCase struct {
+	product, key, instance, token string
+	answers                       []*Response
+}
+
+// anyToken is an activation token in an answer.
+var anyToken = regexp.MustCompile(`act_[A-Za-z0-9_-]{43}`)
+
+// seatEventLog is a license's events as "type", "type instance" and, for a removal,
+// "type instance reason actor".
+func seatEventLog(evs []logEvent) []string {
+	out := make([]string, len(evs))
+	for i, e := range evs {
+		out[i] = e.Type
+		if instance, ok := e.Data["instance_id"]; ok {
+			out[i] += fmt.Sprint(" ", instance)
+		}
+		if reason, ok := e.Data["reason"]; ok {
+			out[i] += fmt.Sprint(" ", reason, " ", e.Actor["type"])
+		}
+	}
+	return out
+}
+
+// A floating seat whose lease ran out lapses once (seat.deactivated, reason lease_expired,
+// the system's), before whatever takes its place, and its token answers "Seat lease has
+// expired", whatever meets it before the sweeper does (addendum §11, §12). Per round, at
+// once across rounds (each its own licenses and clients): the lapsed seat's instance
+// activated again, twice at once (the outside probe's case: the lapse and its record were
+// lost, the event log counted one seat too many for ever); another instance taking the
+// cap's only slot, two at once; the seat deactivated by its token, by its instance and
+// its token reissued (no live seat: false, 404, 404, then the sweeper lapses it); its
+// license deleted. A sweep between the lapse and the calls changes none of the answers or
+// events; the log says how many lapsed seats the calls met before any sweep.
+func TestALapsedSeatLapsesOnceWhateverMeetsItFirst(t *testing.T) {
+	t.Parallel()
+	s := floatingStack(t, 15*time.Second)
+	db := dbConn(t, s)
+	const rounds = 5
+	type round struct {
+		a, c              *Client
+		again, slot, gone lapseCase
+		deleted           lapseCase
+	}
+	leaseFor := func(seconds int) map[string]any {
+		return map[string]any{"floating": true, "lease_ttl_seconds": seconds, "renew_after_seconds": 0}
+	}
+	rs := make([]*round, rounds)
+	var keys []string
+	for i := range rs {
+		r := &round{a: admin(t, s), c: anon(t, s)}
+		for j, lc := range []*lapseCase{&r.again, &r.slot, &r.gone, &r.deleted} {
+			lc.product, lc.instance = product(fmt.Sprintf("lapse-%d-%d", i, j)), fmt.Sprintf("seat-%d-%d", i, j)
+			putPolicy(t, r.a, lc.product, "*", leaseFor(1))
+			lc.key = issueLicense(t, r.a, lic(lc.product, "max_activations", 1))
+			keys = append(keys, lc.key)
+		}
+		rs[i] = r
+	}
+	// The sweeper may take a lapsed seat before the calls, which then meet none. Right
+	// after a sweep (a sentinel seat's removal tells), the next is an interval away, and
+	// the seats made then lapse and meet the calls first.
+	a := admin(t, s)
+	sentinel := product("lapse-sentinel")
+	putPolicy(t, a, sentinel, "*", leaseFor(1))
+	sentinelKey := issueLicense(t, a, lic(sentinel))
+	seat(t, anon(t, s), sentinelKey, "sentinel")
+	eventually(t, "a sweep", func() bool { rows, _ := seatRows(t, db, sentinelKey); return rows == 0 })
+	for _, r := range rs {
+		for _, lc := range []*lapseCase{&r.again, &r.slot, &r.gone, &r.deleted} {
+			lc.token = seat(t, r.c, lc.key, lc.instance)
+		}
+	}
+	// Every seat's one-second lease runs out; the seats that take their places are leased
+	// for an hour, so that no second lapse adds to the events.
+	lapsedRows := func() (rows, live int) {
+		t.Helper()
+		if err := db.QueryRow(t.Context(), `SELECT count(*), count(*) FILTER (WHERE lease_expires_at >= clock_timestamp())
+			FROM activations.seats WHERE license_key = ANY($1)`, keys).Scan(&rows, &live); err != nil {
+			t.Fatal(err)
+		}
+		return rows, live
+	}
+	eventually(t, "every floating seat lapsed", func() bool { _, live := lapsedRows(); return live == 0 })
+	for _, r := range rs {
+		putPolicy(t, r.a, r.again.product, "*", leaseFor(3600))
+		putPolicy(t, r.a, r.slot.product, "*", leaseFor(3600))
+	}
+	met, _ := lapsedRows()
+
+	// Every call of every round at once.
+	var wg sync.WaitGroup
+	var failed sync.Mutex
+	var errs []error
+	call := func(lc *lapseCase, c *Client, method, path string, body map[string]any) {
+		wg.Go(func() {
+			resp, err := c.Try(method, path, body)
+			failed.Lock()
+			defer failed.Unlock()
+			if err != nil {
+				errs = append(errs, err)
+				return
+			}
+			lc.answers = append(lc.answers, resp)
+		})
+	}
+	for i, r := range rs {
+		again, slot, gone, deleted := &r.again, &r.slot, &r.gone, &r.deleted
+		call(again, r.c, "POST", "/v1/activate-license", map[string]any{"key": again.key, "instance_id": again.instance})
+		call(again, r.c, "POST", "/v1/activate-license", map[string]any{"key": again.key, "instance_id": again.instance})
+		call(slot, r.c, "POST", "/v1/activate-license", map[string]any{"key": slot.key, "instance_id": fmt.Sprintf("taker-%d-a", i)})
+		call(slot, r.c, "POST", "/v1/activate-license", map[string]any{"key": slot.key, "instance_id": fmt.Sprintf("taker-%d-b", i)})
+		call(gone, r.c, "POST", "/v1/deactivate-license", map[string]any{"key": gone.key, "token": gone.token})
+		call(gone, r.a, "POST", "/v1/admin/deactivate-by-instance-id", map[string]any{"key": gone.key, "instance_id": gone.instance})
+		call(gone, r.a, "POST", "/v1/admin/reissue-token", map[string]any{"key": gone.key, "instance_id": gone.instance})
+		call(deleted, r.a, "DELETE", "/v1/delete-license", map[string]any{"key": deleted.key})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		t.Fatal(err)
+	}
+	t.Logf("%d of %d lapsed seats were still there for the calls to meet (the rest the sweeper took first)", met, len(keys))
+
+	bodies := func(lc *lapseCase) []string {
+		var out []string
+		for _, resp := range lc.answers {
+			out = append(out, fmt.Sprint(resp.Status, " ", anyToken.ReplaceAllString(string(resp.Body), "…")))
+		}
+		slices.Sort(out)
+		return out
+	}
+	for _, r := range rs {
+		// Activated again: one new seat, one alreadyActivated; one lapse, before it.
+		if got, want := bodies(&r.again), []string{`200 {"activated":true,"alreadyActivated":true}`, `200 {"activated":true,"token":"…"}`}; !slices.Equal(got, want) {
+			t.Errorf("activations of the lapsed seat's instance answered %q, want %q", got, want)
+		}
+		got := seatEventLog(eventsOf(t, r.a, r.again.key, 4))
+		if want := []string{"license.issued", "seat.activated " + r.again.instance, "seat.deactivated " + r.again.instance + " lease_expired system",
+			"seat.activated " + r.again.instance}; !slices.Equal(got, want) {
+			t.Errorf("events of the seat activated again %q, want %q", got, want)
+		}
+
+		// Another instance takes the only slot: one of two, after the lapse.
+		if got, want := bodies(&r.slot), []string{`200 {"activated":true,"token":"…"}`, `403 {"error":"` + errCap + `"}`}; !slices.Equal(got, want) {
+			t.Errorf("activations over the lapsed seat answered %q, want %q", got, want)
+		}
+		got = seatEventLog(eventsOf(t, r.a, r.slot.key, 4))
+		if len(got) != 4 || !slices.Equal(got[:3], []string{"license.issued", "seat.activated " + r.slot.instance,
+			"seat.deactivated " + r.slot.instance + " lease_expired system"}) || !strings.HasPrefix(got[3], "seat.activated taker-") {
+			t.Errorf("events of the seat whose slot was taken %q", got)
+		}
+
+		// No live seat to deactivate or reissue; the sweeper lapses it.
+		if got, want := bodies(&r.gone), []string{`200 {"deactivated":false}`, `404 {"error":"` + errNoSeat + `"}`,
+			`404 {"error":"` + errNoSeat + `"}`}; !slices.Equal(got, want) {
+			t.Errorf("deactivations and the reissue of the lapsed seat answered %q, want %q", got, want)
+		}
+		got = seatEventLog(eventsOf(t, r.a, r.gone.key, 3))
+		if want := []string{"license.issued", "seat.activated " + r.gone.instance, "seat.deactivated " + r.gone.instance + " lease_expired system"}; !slices.Equal(got, want) {
+			t.Errorf("events of the seat deactivated after its lapse %q, want %q", got, want)
+		}
+
+		// The deleted license's seat had lapsed before: its removal is its lapse, before or
+		// after the deletion's event as the sweeper came or not.
+		if got := bodies(&r.deleted); len(got) != 1 || !strings.HasPrefix(got[0], "200 ") {
+			t.Errorf("delete-license answered %q", got)
+		}
+		got = seatEventLog(eventsOf(t, r.a, r.deleted.key, 4))
+		slices.Sort(got[2:])
+		if want := []string{"license.issued", "seat.activated " + r.deleted.instance, "license.deleted", "seat.deactivated " + r.deleted.instance + " lease_expired system"}; !slices.Equal(got, want) {
+			t.Errorf("events of the deleted license's lapsed seat %q, want %q (in some order after the activation)", got, want)
+		}
+
+		// Every lapsed seat's token answers the lapse, whoever removed the seat.
+		for _, lc := range []*lapseCase{&r.again, &r.slot, &r.gone} {
+			lease(r.c, map[string]any{"key": lc.key, "token": lc.token}).ExpectError(t, 403, errLeaseLapsed)
+		}
+	}
 }

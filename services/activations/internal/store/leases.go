@@ -238,16 +238,18 @@ func (s *Store) RescheduleRenewed(ctx context.Context, limit int) (int, error) {
 	return int(tag.RowsAffected()), err
 }
 
-// sweepLapsedSQL removes up to $1 floating seats past their lease and records each
-// token's lapse. The index on lease_sweep_after (never past the lease end) finds them.
-// SKIP LOCKED lets the sweepers of every replica run side by side, each taking other
-// seats, and skips a seat a renewal is updating (the renewal decides: a seat renewed in
-// time is live again, one not renewed is taken on the next sweep).
-const sweepLapsedSQL = `WITH gone AS (
-	DELETE FROM seats s USING (
-		SELECT tenant_id, license_key, instance_id FROM seats
-		WHERE lease_sweep_after < now() AND lease_expires_at < now() ORDER BY lease_sweep_after LIMIT $1 FOR UPDATE SKIP LOCKED
-	) x
+// lapseSQL removes the floating seats that target selects (their tenant_id, license_key
+// and instance_id) and whose lease ran out, records each token's lapse (so that a lease
+// asked for with it answers "Seat lease has expired" rather than "Invalid activation
+// token", addendum §12) and answers each seat removed (scanLapsed), oldest lapse first.
+// It is the one way a lapsed seat goes: the sweeper's and any change that would take a
+// lapsed seat's place (an activation, a purge) run it, the change in its own
+// transaction before it acts, each announcing the seats it removed with lapseEvents. The
+// seat's lapse is then one seat.deactivated however it was found, and comes before
+// whatever took the seat's place.
+func lapseSQL(target string) string {
+	return `WITH gone AS (
+	DELETE FROM seats s USING (` + target + `) x
 	WHERE s.tenant_id = x.tenant_id AND s.license_key = x.license_key AND s.instance_id = x.instance_id
 		AND s.lease_expires_at < now()
 	RETURNING s.tenant_id, s.license_key, coalesce(s.product_id, '') AS product_id, s.instance_id, s.token_hash, s.lease_expires_at
@@ -256,10 +258,49 @@ const sweepLapsedSQL = `WITH gone AS (
 	SELECT token_hash, tenant_id, license_key, instance_id, lease_expires_at FROM gone
 	ON CONFLICT (token_hash) DO UPDATE SET lapsed_at = EXCLUDED.lapsed_at
 )
-SELECT tenant_id, license_key, product_id, instance_id, lease_expires_at FROM gone`
+SELECT tenant_id, license_key, product_id, instance_id, lease_expires_at FROM gone
+ORDER BY lease_expires_at, tenant_id, license_key, instance_id`
+}
+
+// sweepLapsedSQL is the sweeper's lapseSQL: up to $1 floating seats past their lease,
+// found by the index on lease_sweep_after (never past the lease end). SKIP LOCKED lets
+// the sweepers of every replica run side by side, each taking other seats, and skips a
+// seat a renewal is updating (the renewal decides: a seat renewed in time is live again,
+// one not renewed is taken on the next sweep) or an activation is lapsing.
+var sweepLapsedSQL = lapseSQL(`SELECT tenant_id, license_key, instance_id FROM seats
+		WHERE lease_sweep_after < now() AND lease_expires_at < now() ORDER BY lease_sweep_after LIMIT $1 FOR UPDATE SKIP LOCKED`)
+
+// lapseLicensesSQL is lapseSQL for every lapsed seat of the licenses ($1 tenants, $2
+// keys). Run under their exclusive locks (lockLicensesSQL), so no renewal moves a lease
+// meanwhile; it waits for a sweeper that holds one of the seats (which then removed it).
+// The seats are locked in (tenant, key, token) order, the order in which a batch of
+// deactivations locks its seats.
+var lapseLicensesSQL = lapseSQL(`SELECT tenant_id, license_key, instance_id FROM seats
+		WHERE (tenant_id, license_key) IN (SELECT * FROM unnest($1::text[], $2::text[])) AND lease_expires_at < now()
+		ORDER BY tenant_id, license_key, token_hash FOR UPDATE`)
+
+// scanLapsed reads the seats a lapseSQL statement removed.
+func scanLapsed(rows pgx.Rows) ([]LapsedSeat, error) {
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (LapsedSeat, error) {
+		var l LapsedSeat
+		err := row.Scan(&l.Tenant, &l.Key, &l.ProductID, &l.Instance, &l.LapsedAt)
+		return l, err
+	})
+}
+
+// lapseEvents announces lapsed seats: seat.deactivated with reason lease_expired, the
+// system's doing whichever call found the seat lapsed.
+func lapseEvents(lapsed []LapsedSeat) []*eventsv1.Event {
+	evs := make([]*eventsv1.Event, len(lapsed))
+	for i, l := range lapsed {
+		evs[i] = events.SeatDeactivated(l.Tenant, l.Key, l.ProductID, l.Instance, events.ReasonLeaseExpired)
+		evs[i].Actor = events.Actor(events.ActorSystem, "")
+	}
+	return evs
+}
 
 // SweepLapsed removes up to limit floating seats whose lease ran out, announces each
-// (seatLapsed, in the same transaction), and forgets lapses older than remember. Safe on
+// (lapseEvents, in the same transaction), and forgets lapses older than remember. Safe on
 // every replica at once.
 func (s *Store) SweepLapsed(ctx context.Context, limit int, remember time.Duration) ([]LapsedSeat, error) {
 	var lapsed []LapsedSeat
@@ -270,19 +311,10 @@ func (s *Store) SweepLapsed(ctx context.Context, limit int, remember time.Durati
 		if err != nil {
 			return err
 		}
-		lapsed, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (LapsedSeat, error) {
-			var l LapsedSeat
-			err := row.Scan(&l.Tenant, &l.Key, &l.ProductID, &l.Instance, &l.LapsedAt)
-			return l, err
-		})
-		if err != nil {
+		if lapsed, err = scanLapsed(rows); err != nil {
 			return err
 		}
-		expired := make([]*eventsv1.Event, len(lapsed))
-		for i, l := range lapsed {
-			expired[i] = events.SeatDeactivated(l.Tenant, l.Key, l.ProductID, l.Instance, events.ReasonLeaseExpired)
-		}
-		if err := events.EmitAll(ctx, tx, expired...); err != nil {
+		if err := events.EmitAll(ctx, tx, lapseEvents(lapsed)...); err != nil {
 			return err
 		}
 		_, err = tx.Exec(ctx, `DELETE FROM lapsed_seats WHERE lapsed_at < now() - make_interval(secs => $1)`, remember.Seconds())

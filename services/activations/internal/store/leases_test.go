@@ -3,9 +3,14 @@ package store
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/keyhouse/keyhouse/pkg/events"
+	"github.com/keyhouse/keyhouse/pkg/events/eventstest"
+	eventsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/events/v1"
 )
 
 func ttl(d time.Duration) *time.Duration { return &d }
@@ -68,10 +73,14 @@ func TestFloatingCapHoldsWhileSeatsLapse(t *testing.T) {
 
 // A floating seat activated with a lease counts until the lease ends, then not at all;
 // the sweepers of two replicas remove each lapsed seat once, and its token is remembered
-// as lapsed.
+// as lapsed (that a lapsed seat frees the cap at once before any sweep:
+// TestALapsedSeatLapsesOnceBeforeWhatTakesItsPlace).
 func TestSweepersShareTheLapsedSeats(t *testing.T) {
 	st, tenant, key := fresh(t)
 	ctx := context.Background()
+	if _, err := st.Activate(ctx, tenant, key, "e", hash(key, "e"), nil); err != nil {
+		t.Fatal(err)
+	}
 	for _, name := range []string{"a", "b", "c", "d"} {
 		change := SeatChange{Tenant: tenant, Key: key, Activate: true, Instance: name, TokenHash: hash(key, name), LeaseTTL: ttl(time.Second)}
 		if _, err := st.ChangeSeats(ctx, []SeatChange{change}); err != nil {
@@ -84,10 +93,6 @@ func TestSweepersShareTheLapsedSeats(t *testing.T) {
 	time.Sleep(1100 * time.Millisecond)
 	if ok, _, _ := st.HasSeat(ctx, tenant, key, "a"); ok {
 		t.Fatal("a lapsed floating seat still counts before the sweep")
-	}
-	// A lapsed seat frees the cap at once: a cap of 1 takes a new seat.
-	if _, err := st.Activate(ctx, tenant, key, "e", hash(key, "e"), cap32(1)); err != nil {
-		t.Fatalf("activation over lapsed seats: %v", err)
 	}
 	var mu sync.Mutex
 	removed := map[string]int{}
@@ -277,4 +282,118 @@ func TestSweeperFollowsRenewalsThatKeepTheSweepColumn(t *testing.T) {
 		tenant, key).Scan(&stillScheduled); err != nil || stillScheduled {
 		t.Fatalf("a seat that is not floating is still in the sweeper's range: %v", err)
 	}
+}
+
+// seatLog is evs as "activated <instance>" and "deactivated <instance> <reason> <actor>".
+func seatLog(evs []*eventsv1.Event) []string {
+	out := []string{}
+	for _, ev := range evs {
+		switch {
+		case ev.GetSeatActivated() != nil:
+			out = append(out, "activated "+ev.GetSeatActivated().GetInstanceId())
+		case ev.GetSeatDeactivated() != nil:
+			d := ev.GetSeatDeactivated()
+			out = append(out, "deactivated "+d.GetInstanceId()+" "+d.GetReason()+" "+ev.GetActor().GetType())
+		default:
+			out = append(out, ev.GetType())
+		}
+	}
+	return out
+}
+
+// A floating seat whose lease ran out lapses once, by the sweeper's statement, whichever
+// change meets it first, in that change's transaction and before it: an activation of
+// its instance that takes its place, one of another instance that takes its slot under
+// the cap, the purge of its license. Each lapse is seat.deactivated with reason
+// lease_expired (the system's), and its token is remembered as lapsed. A deactivation or
+// a reissue finds no live seat and leaves it to its lapse, with the token it had.
+// (Leases that ran out as they began stand for a seat past its lease before the sweep.)
+func TestALapsedSeatLapsesOnceBeforeWhatTakesItsPlace(t *testing.T) {
+	ctx := context.Background()
+	db := openDB(t)
+	st := New(db, nil)
+	ranOut, leased := ttl(-time.Second), ttl(time.Hour)
+	activate := func(tenant, key, instance, token string, lease *time.Duration, maxSeats *int32) SeatChanged {
+		t.Helper()
+		changed, err := st.ChangeSeats(ctx, []SeatChange{{Tenant: tenant, Key: key, ProductID: "app", Activate: true,
+			Instance: instance, TokenHash: hash(key, token), MaxSeats: maxSeats, LeaseTTL: lease, RequestID: "req-" + token}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return changed[0]
+	}
+	created := func(c SeatChanged) bool { return c.Err == nil && !c.Already }
+	lapsedToken := func(tenant, key, token string) bool {
+		t.Helper()
+		ok, err := st.LapsedWithin(ctx, tenant, key, hash(key, token), time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+	out := eventstest.Watch(t, db)
+	expect := func(what string, want ...string) {
+		t.Helper()
+		if got := seatLog(out.Next(t)); !slices.Equal(got, want) {
+			t.Errorf("%s: events %v, want %v", what, got, want)
+		}
+	}
+
+	// The same instance activated again: the lapsed seat's row becomes the new seat's.
+	tenant, key := ids()
+	if c := activate(tenant, key, "x", "x1", ranOut, cap32(1)); !created(c) {
+		t.Fatalf("first activation %+v", c)
+	}
+	if c := activate(tenant, key, "x", "x2", leased, cap32(1)); !created(c) {
+		t.Fatalf("activation of the lapsed seat's instance %+v", c)
+	}
+	expect("the instance activated again", "activated x", "deactivated x lease_expired system", "activated x")
+	if !lapsedToken(tenant, key, "x1") {
+		t.Error("the replaced seat's token is not remembered as lapsed")
+	}
+	if ok, _, _ := st.HasSeat(ctx, tenant, key, "x"); !ok {
+		t.Error("the new seat does not count")
+	}
+
+	// Another instance takes the cap's only slot: the lapse comes first.
+	tenant, key = ids()
+	activate(tenant, key, "a", "a1", ranOut, cap32(1))
+	if c := activate(tenant, key, "b", "b1", leased, cap32(1)); !created(c) {
+		t.Fatalf("activation over a lapsed seat at the cap %+v", c)
+	}
+	expect("another instance at the cap", "activated a", "deactivated a lease_expired system", "activated b")
+	if !lapsedToken(tenant, key, "a1") {
+		t.Error("the lapsed seat's token is not remembered as lapsed")
+	}
+
+	// Deactivations and a reissue find no live seat; the sweeper lapses it later, with the
+	// token its holder has.
+	tenant, key = ids()
+	activate(tenant, key, "y", "y1", ranOut, nil)
+	if removed, err := st.DeactivateByToken(ctx, tenant, key, hash(key, "y1")); err != nil || removed {
+		t.Errorf("deactivation by the lapsed seat's token: removed %v, %v", removed, err)
+	}
+	if removed, err := st.DeactivateInstance(ctx, tenant, key, "app", "y", events.ReasonAdmin); err != nil || removed {
+		t.Errorf("deactivation of the lapsed seat's instance: removed %v, %v", removed, err)
+	}
+	if ok, err := st.Reissue(ctx, tenant, key, "app", "y", hash(key, "y2")); err != nil || ok {
+		t.Errorf("reissue of the lapsed seat: %v, %v", ok, err)
+	}
+	expect("deactivations and a reissue of a lapsed seat", "activated y")
+	if _, err := st.SweepLapsed(ctx, 10, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	expect("the sweep", "deactivated y lease_expired system")
+	if !lapsedToken(tenant, key, "y1") {
+		t.Error("the lapsed seat's token is not remembered as lapsed")
+	}
+
+	// A purge: the lapsed seat had gone before the license did.
+	tenant, key = ids()
+	activate(tenant, key, "q", "q1", leased, nil)
+	activate(tenant, key, "p", "p1", ranOut, nil)
+	if err := st.Purge(events.WithActor(ctx, events.ActorSystem), tenant, key, "app", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	expect("the purge", "activated q", "activated p", "deactivated p lease_expired system", "deactivated q license_deleted system")
 }

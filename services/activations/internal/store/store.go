@@ -67,7 +67,9 @@ const (
 // statement's snapshot is taken when it starts, so a count in the statement that waited
 // for the lock could miss a seat committed by the holder it waited for. A floating seat
 // ($6: its lease in seconds, NULL: not floating) is leased until now + $6; one whose lease
-// lapsed counts for nothing and an activation of its instance replaces it. Without $6, a
+// lapsed counts for nothing, and lapseLicensesSQL, run before in the same transaction,
+// has removed it (with its lapse's record and event), so an activation of its instance
+// inserts a seat where it was. Without $6, a
 // license of tier $8 (NULL: none) is floating when the policy of its tier, else its
 // product's default ('*'), is floating, leased for that policy's lease_ttl: read here
 // rather than in a statement of its own before the change (one query less per activation,
@@ -81,16 +83,16 @@ const activateSQL = `WITH state AS (
 ), inserted AS (
 	INSERT INTO seats (tenant_id, license_key, instance_id, token_hash, lease_expires_at, lease_sweep_after, product_id)
 	SELECT $1, $2, $3, $4, now() + make_interval(secs => lease), now() + make_interval(secs => lease), $7 FROM state WHERE NOT deleted AND NOT present AND ($5::int IS NULL OR n < $5)
-	ON CONFLICT (tenant_id, license_key, instance_id) DO UPDATE
-		SET token_hash = EXCLUDED.token_hash, activated_at = now(), lease_expires_at = EXCLUDED.lease_expires_at,
-			lease_sweep_after = EXCLUDED.lease_sweep_after, components = NULL, product_id = EXCLUDED.product_id
-		WHERE seats.lease_expires_at < now()
 	RETURNING 1
 )
 SELECT deleted, present, EXISTS (SELECT 1 FROM inserted) FROM state`
 
-// deactivateSQL removes the seat of a license holding a token.
-const deactivateSQL = `DELETE FROM seats WHERE tenant_id = $1 AND license_key = $2 AND token_hash = $3 RETURNING instance_id`
+// deactivateSQL removes the live seat of a license holding a token. A floating seat whose
+// lease ran out is no active seat (api.md: deactivated false): it already counts nowhere,
+// and its removal is its lapse's (seat.deactivated with reason lease_expired, and the
+// record that keeps its token answering "Seat lease has expired"), which the sweeper or
+// the license's next activation makes.
+const deactivateSQL = `DELETE FROM seats WHERE tenant_id = $1 AND license_key = $2 AND token_hash = $3 AND ` + liveSeat + ` RETURNING instance_id`
 
 // SeatChange is one call's change to the seats of a license: with Activate, the seat
 // (Instance) holding TokenHash is created unless it exists or the license has MaxSeats
@@ -138,12 +140,17 @@ type seatEvent struct {
 //
 // Activations count and insert under the exclusive lock of their license, taken for
 // every license of the batch in one statement before the first count, so concurrent
-// activations on any number of replicas never exceed the cap. The batch runs in the
-// transaction that also writes its events (seat.activated for each seat created,
-// seat.deactivated with reason client for each removed), whose end releases the
-// transaction-scoped locks. Removals need no license lock (a removal cannot pass the
-// cap); they delete in (tenant, key, token) order, so two batches removing the same seats
-// wait for each other instead of deadlocking.
+// activations on any number of replicas never exceed the cap. Under those locks, before
+// any change, the licenses' floating seats whose lease ran out are lapsed as the sweeper
+// lapses them (lapseLicensesSQL): an activation may take such a seat's place (its
+// instance's row, or its slot under the cap), and the lapse that freed it is then
+// recorded and announced before the activation, not lost or after it. The batch runs in
+// the transaction that also writes its events (seat.deactivated with reason lease_expired
+// for each seat lapsed, then seat.activated for each seat created and seat.deactivated
+// with reason client for each removed), whose end releases the transaction-scoped locks.
+// Removals need no license lock (a removal cannot pass the cap); they delete in (tenant,
+// key, token) order, so two batches removing the same seats wait for each other instead
+// of deadlocking.
 func (s *Store) ChangeSeats(ctx context.Context, changes []SeatChange) ([]SeatChanged, error) {
 	order := stableOrder(len(changes), func(a, b int) int {
 		x, y := &changes[a], &changes[b]
@@ -165,11 +172,18 @@ func (s *Store) ChangeSeats(ctx context.Context, changes []SeatChange) ([]SeatCh
 	}
 	changed := make([]SeatChanged, len(changes))
 	happened := make([]seatEvent, len(changes))
-	// The first round trip: the lock of every license an activation is for, then each
-	// change in order, whose callbacks record what the database decided.
+	var lapsed []LapsedSeat
+	// The first round trip: the lock of every license an activation is for, the lapse of
+	// their seats past their lease, then each change in order, whose callbacks record what
+	// the database decided.
 	first := func(_ context.Context, b *pgx.Batch) error {
 		if len(keys) > 0 {
 			b.Queue(lockLicensesSQL, tenants, keys)
+			b.Queue(lapseLicensesSQL, tenants, keys).Query(func(rows pgx.Rows) error {
+				var err error
+				lapsed, err = scanLapsed(rows)
+				return err
+			})
 		}
 		for _, i := range order {
 			c, out, ev := &changes[i], &changed[i], &happened[i]
@@ -202,7 +216,7 @@ func (s *Store) ChangeSeats(ctx context.Context, changes []SeatChange) ([]SeatCh
 		return nil
 	}
 	err := s.spine.Pipelined(ctx, s.db, first, func(ctx context.Context, b *pgx.Batch) error {
-		var evs []*eventsv1.Event
+		evs := lapseEvents(lapsed)
 		for i, c := range changes {
 			var ev *eventsv1.Event
 			switch h := happened[i]; {
@@ -255,12 +269,13 @@ func (s *Store) DeactivateByToken(ctx context.Context, tenant, key string, token
 	return changed[0].Removed, nil
 }
 
-// DeactivateInstance removes the seat (key, instance), reporting whether one did
+// DeactivateInstance removes the live seat (key, instance), reporting whether one did
 // (seat.deactivated with reason, the caller's: admin, or client for the holder's portal).
+// A floating seat whose lease ran out is left to its lapse, as deactivateSQL leaves it.
 func (s *Store) DeactivateInstance(ctx context.Context, tenant, key, productID, instance, reason string) (bool, error) {
 	var removed bool
 	err := s.spine.InTx(ctx, s.db, func(ctx context.Context, tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, `DELETE FROM seats WHERE tenant_id = $1 AND license_key = $2 AND instance_id = $3`, tenant, key, instance)
+		tag, err := tx.Exec(ctx, `DELETE FROM seats WHERE tenant_id = $1 AND license_key = $2 AND instance_id = $3 AND `+liveSeat, tenant, key, instance)
 		if err != nil || tag.RowsAffected() == 0 {
 			return err
 		}
@@ -284,11 +299,13 @@ func (s *Store) HasSeat(ctx context.Context, tenant, key, instance string) (bool
 }
 
 // Reissue replaces the token of seat (key, instance) (seat.token_reissued); false when
-// there is no such seat.
+// there is no such live seat. A floating seat whose lease ran out keeps its token, so its
+// lapse's record names the token its holder has (addendum §12: that token answers "Seat
+// lease has expired").
 func (s *Store) Reissue(ctx context.Context, tenant, key, productID, instance string, tokenHash []byte) (bool, error) {
 	var ok bool
 	err := s.spine.InTx(ctx, s.db, func(ctx context.Context, tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, `UPDATE seats SET token_hash = $4 WHERE tenant_id = $1 AND license_key = $2 AND instance_id = $3`,
+		tag, err := tx.Exec(ctx, `UPDATE seats SET token_hash = $4 WHERE tenant_id = $1 AND license_key = $2 AND instance_id = $3 AND `+liveSeat,
 			tenant, key, instance, tokenHash)
 		if err != nil || tag.RowsAffected() == 0 {
 			return err
@@ -617,18 +634,27 @@ func (s *Store) Summaries(ctx context.Context, tenant string, keys []string) (ma
 
 // Purge forgets a deleted license: its seats and usage go (a seat.deactivated event with
 // reason license_deleted for each seat), and a record of the deletion stays so that an
-// activation racing the deletion cannot recreate a seat. Idempotent: a second purge
-// removes nothing and emits nothing.
+// activation racing the deletion cannot recreate a seat. A floating seat whose lease ran
+// out before had already gone: it lapses first, as the sweeper would lapse it (reason
+// lease_expired). Idempotent: a second purge removes nothing and emits nothing.
 func (s *Store) Purge(ctx context.Context, tenant, key, productID string, deletedAt time.Time) error {
 	return s.spine.InTx(ctx, s.db, func(ctx context.Context, tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, lockLicenseSQL, tenant, key); err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, lapseLicensesSQL, []string{tenant}, []string{key})
+		if err != nil {
+			return err
+		}
+		lapsed, err := scanLapsed(rows)
+		if err != nil {
 			return err
 		}
 		if _, err := tx.Exec(ctx, `INSERT INTO deleted_licenses (tenant_id, license_key, deleted_at)
 			VALUES ($1, $2, $3) ON CONFLICT DO NOTHING`, tenant, key, deletedAt); err != nil {
 			return err
 		}
-		rows, err := tx.Query(ctx, `DELETE FROM seats WHERE tenant_id = $1 AND license_key = $2 RETURNING instance_id`, tenant, key)
+		rows, err = tx.Query(ctx, `DELETE FROM seats WHERE tenant_id = $1 AND license_key = $2 RETURNING instance_id`, tenant, key)
 		if err != nil {
 			return err
 		}
@@ -637,9 +663,9 @@ func (s *Store) Purge(ctx context.Context, tenant, key, productID string, delete
 			return err
 		}
 		slices.Sort(instances)
-		removed := make([]*eventsv1.Event, len(instances))
-		for i, instance := range instances {
-			removed[i] = events.SeatDeactivated(tenant, key, productID, instance, events.ReasonLicenseDeleted)
+		removed := lapseEvents(lapsed)
+		for _, instance := range instances {
+			removed = append(removed, events.SeatDeactivated(tenant, key, productID, instance, events.ReasonLicenseDeleted))
 		}
 		if err := events.EmitAll(ctx, tx, removed...); err != nil {
 			return err
