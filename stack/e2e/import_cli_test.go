@@ -108,3 +108,34 @@ func TestKeyhousectlImportsTheValidRowsAndListsTheInvalidOnesByLine(t *testing.T
 		t.Fatalf("a clean file: exit %d\n%s%s", code, stdout, stderr)
 	}
 }
+
+// TestKeyhousectlGumroadFollowsTheStorefrontsRefundRule: a Gumroad sale imports as a
+// Stripe sale's license ends up (docs/storefront.md, "After the sale"): revoked after a
+// full refund or a dispute not won, active after a partial refund or a won dispute.
+func TestKeyhousectlGumroadFollowsTheStorefrontsRefundRule(t *testing.T) {
+	s := selfHosted(t)
+	n := time.Now().UnixNano() & 0xffffffff
+	csv := "Purchase ID,Item Name,Purchase Email,Sale Date,Sale Time,Refunded?,Partial Refund ($),Fully Refunded?,Disputed?,Dispute Won?,Subscription End Date,License Key,Product ID\n"
+	want := map[string]string{}
+	for i, sale := range []struct{ money, verify string }{
+		{"0,0.0,0,0,0", `{"valid":true`}, // paid
+		{"1,5.0,0,0,0", `{"valid":true`}, // a $5 partial refund
+		{"0,0.0,0,1,1", `{"valid":true`}, // a dispute won
+		{"1,0.0,1,0,0", verifyNotActive}, // refunded in full
+		{"0,0.0,0,1,0", verifyNotActive}, // a dispute open or lost
+	} {
+		key := fmt.Sprintf("85DB562A-%08X-A2335A6B-%08X", i, n)
+		want[key] = sale.verify
+		csv += fmt.Sprintf("sale%d,Acme Editor,buyer%d@example.com,2024-01-15,10:20:30,%s,,%s,acme-editor\n", i, i, sale.money, key)
+	}
+	stdout, stderr, code := runKeyhousectl(t, s, "sales.csv", csv, "--from", "gumroad", "--product", product("cli-gumroad"))
+	if code != 0 || !strings.HasPrefix(stdout, "5 licenses read: 5 imported,") {
+		t.Fatalf("exit %d\n%s%s", code, stdout, stderr)
+	}
+	c := anon(t, s)
+	for key, verify := range want {
+		if r := c.Post("/v1/verify-license", map[string]string{"key": key}); !strings.HasPrefix(string(r.Body), verify) {
+			t.Errorf("%s verifies as %s, want %s", key, r.Body, verify)
+		}
+	}
+}

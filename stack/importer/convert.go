@@ -159,7 +159,8 @@ func note(s string) *string { return &s }
 // license key object's attributes: key, status (inactive, active, expired, disabled),
 // activation_limit, instances_count, expires_at, created_at, user_name, user_email,
 // product_id, order_id. "disabled" is imported as revoked; an expired key keeps its
-// expires_at and so answers "License has expired".
+// expires_at and so answers "License has expired". The export carries no refund or
+// dispute of its own: Lemon Squeezy disables a key when its order is refunded.
 func LemonSqueezy(r io.Reader, o Options) ([]License, []Rejected, error) {
 	rows, err := csvRows(r)
 	if err != nil {
@@ -237,6 +238,7 @@ type keygenLicense struct {
 // Keygen reads one or more list-licenses pages of Keygen's API, concatenated as the API
 // returned them ({"data": [...], "links": {...}} each). A suspended or banned license is
 // imported as revoked; maxMachines null is unlimited; the license's id goes to notes.
+// Keygen has no payments, so no refund or dispute to follow.
 func Keygen(r io.Reader, o Options) ([]License, []Rejected, error) {
 	dec := json.NewDecoder(r)
 	var out []License
@@ -296,10 +298,13 @@ func keygenTerms(l *License, d keygenLicense, o Options) (reason string) {
 
 // Gumroad reads Gumroad's sales CSV (Sales → Download) of a product with license keys.
 // Columns used: License Key, Purchase Email (or Buyer Email), Sale Date and Sale Time,
-// Item Name or Product ID, Refunded?, Disputed?, Subscription End Date, Sale ID. Sales
-// without a license key (products without licenses) are left out; a refunded or disputed
-// sale is imported revoked. Gumroad keys have no activation limit of their own: each gets
-// max_activations null (unlimited) unless the vendor changes terms later.
+// Item Name or Product ID, Refunded?, Partial Refund, Fully Refunded?, Disputed?,
+// Dispute Won?, Subscription End Date, Sale ID. Sales without a license key (products
+// without licenses) are left out. A sale is imported revoked by the storefront's rule
+// for a Stripe sale (docs/storefront.md, "After the sale"): refunded in full, or disputed
+// and the dispute not won; a partial refund or a won dispute leaves it active. Gumroad
+// keys have no activation limit of their own: each gets max_activations null
+// (unlimited) unless the vendor changes terms later.
 func Gumroad(r io.Reader, o Options) ([]License, []Rejected, error) {
 	rows, err := csvRows(r)
 	if err != nil {
@@ -315,7 +320,7 @@ func Gumroad(r io.Reader, o Options) ([]License, []Rejected, error) {
 		l := License{Key: key, Tier: o.tier(), Status: "active", Where: row["#line"],
 			ProductID: o.product("gumroad", first(row, "product id", "product_id", "item name")),
 			IssuedTo:  first(row, "purchase email", "buyer email", "email", "buyer name")}
-		if yes(row["refunded?"]) || yes(row["disputed?"]) || yes(row["fully refunded?"]) {
+		if gumroadRefundedInFull(row) || (yes(row["disputed?"]) && !yes(row["dispute won?"])) {
 			l.Status = "revoked"
 		}
 		when := first(row, "sale date", "date")
@@ -336,4 +341,25 @@ func Gumroad(r io.Reader, o Options) ([]License, []Rejected, error) {
 		out = append(out, l)
 	}
 	return out, rejected, nil
+}
+
+// gumroadRefundedInFull reads a sale's refund. Gumroad sets "Refunded?" for a partial
+// refund too; "Fully Refunded?" says which it was. An export without that column is
+// refunded in full when "Refunded?" is set and no partial amount is given.
+func gumroadRefundedInFull(row map[string]string) bool {
+	if full, ok := row["fully refunded?"]; ok && full != "" {
+		return yes(full)
+	}
+	if !yes(row["refunded?"]) {
+		return false
+	}
+	for col, v := range row {
+		// "Partial Refund ($)", "Partial Refund (€)", …
+		if strings.HasPrefix(col, "partial refund") {
+			if n, err := strconv.ParseFloat(strings.TrimLeft(v, "$€£¥ "), 64); err == nil && n > 0 {
+				return false
+			}
+		}
+	}
+	return true
 }

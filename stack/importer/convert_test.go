@@ -46,6 +46,42 @@ func TestConvertersReadTheSamples(t *testing.T) {
 	}
 }
 
+// TestGumroadRevokesByTheStorefrontsRule: a Gumroad sale is revoked as a Stripe sale's
+// license is (docs/storefront.md, "After the sale"): a full refund or a dispute that was
+// not won revokes; a partial refund ("Refunded?" is set for those too) and a won dispute
+// leave the license active.
+func TestGumroadRevokesByTheStorefrontsRule(t *testing.T) {
+	t.Parallel()
+	const header = "License Key,Purchase Email,Sale Date,Refunded?,Partial Refund ($),Fully Refunded?,Disputed?,Dispute Won?\n"
+	for _, tc := range []struct {
+		name, row, want string
+	}{
+		{"paid", "0,0.0,0,0,0", "active"},
+		{"refunded in full", "1,0.0,1,0,0", "revoked"},
+		{"partial refund", "1,5.0,0,0,0", "active"},
+		{"dispute open or lost", "0,0.0,0,1,0", "revoked"},
+		{"dispute won", "0,0.0,0,1,1", "active"},
+		{"dispute won, then refunded in full", "1,0.0,1,1,1", "revoked"},
+	} {
+		csv := header + "KEY-0001-ABCD,ada@example.com,2024-01-15," + tc.row + "\n"
+		ls, rejected, err := Gumroad(strings.NewReader(csv), Options{})
+		if err != nil || len(rejected) != 0 || len(ls) != 1 {
+			t.Fatalf("%s: %v %v %v", tc.name, ls, rejected, err)
+		}
+		if ls[0].Status != tc.want {
+			t.Errorf("%s: imported %s, want %s", tc.name, ls[0].Status, tc.want)
+		}
+	}
+	// An export without "Fully Refunded?": "Refunded?" with a partial amount is partial.
+	for _, tc := range []struct{ refunded, partial, want string }{{"1", "5.00", "active"}, {"1", "0.0", "revoked"}, {"1", "", "revoked"}} {
+		csv := "License Key,Purchase Email,Sale Date,Refunded?,Partial Refund ($)\nKEY-0001-ABCD,ada@example.com,2024-01-15," + tc.refunded + "," + tc.partial + "\n"
+		ls, _, err := Gumroad(strings.NewReader(csv), Options{})
+		if err != nil || len(ls) != 1 || ls[0].Status != tc.want {
+			t.Errorf("refunded %s, partial %q: %v %v, want %s", tc.refunded, tc.partial, ls, err, tc.want)
+		}
+	}
+}
+
 // TestConvertersRejectBadRecordsByPositionAndKeepTheRest: a record that cannot be a
 // license is reported by its place in the file; every other record converts.
 func TestConvertersRejectBadRecordsByPositionAndKeepTheRest(t *testing.T) {
