@@ -92,6 +92,50 @@ func TestConsoleRevokedLicenseSaysWhyAndOffersNoPortalLink(t *testing.T) {
 	newWebClient(t, s).get(path).expect(t, 200)
 }
 
+// A subscription's buyer email says its expiry moves with each paid renewal, and the
+// portal its link opens names the product as the email does (the mail settings' product
+// name), not by its product_id nor as Keyhouse's.
+func TestStorefrontSubscriptionEmailAndPortalNameTheProduct(t *testing.T) {
+	t.Parallel()
+	s, sink := storefrontStack(t)
+	tenant := newTenant(t, s)
+	tenant.Post("/v1/storefront/mail-settings", map[string]string{"product_name": "Acme Editor Pro"}).Expect(t, 200)
+	sh := connectShop(t, tenant)
+	prod, link := product("sf-sub-mail"), uniq("plink_")
+	sh.mapping(map[string]any{"payment_link": link, "product_id": prod, "tier": "pro"})
+	buyer := uniq("sub-buyer") + "@example.com"
+	ev := uniq("evt_")
+	sh.deliver(checkout(ev, newSession(link, buyer), uniq("sub_"), "")).Expect(t, 200)
+	sh.awaitOutcome(ev, outcome("issued", "sent"))
+
+	m := awaitMail(t, sink, buyer, 1)[0]
+	if !strings.Contains(m.Body, " UTC (renews with your subscription: each paid renewal extends it)\n") {
+		t.Errorf("the subscription's email does not say the expiry renews:\n%s", m.Body)
+	}
+	const lead = "Manage your license and devices: "
+	i := strings.Index(m.Body, lead)
+	if i < 0 {
+		t.Fatalf("no portal link in the email:\n%s", m.Body)
+	}
+	path := strings.TrimPrefix(strings.Fields(m.Body[i+len(lead):])[0], "https://licenses.example.com")
+	page := newWebClient(t, s).get(path).expect(t, 200, "<title>Acme Editor Pro license</title>", "<h1>Acme Editor Pro</h1>")
+	if strings.Contains(page.Body, prod) {
+		t.Errorf("the portal shows the product_id %s", prod)
+	}
+
+	// A one-time purchase's email names a fixed expiry, without renewal.
+	once := uniq("once-buyer") + "@example.com"
+	ev = uniq("evt_")
+	sh.mapping(map[string]any{"service_ref": "once-" + prod, "product_id": prod, "tier": "pro", "duration_days": 30})
+	sess := newSession("", once)
+	sess.ServiceRef = "once-" + prod
+	sh.deliver(event(ev, "checkout.session.completed", sess)).Expect(t, 200)
+	sh.awaitOutcome(ev, outcome("issued", "sent"))
+	if body := awaitMail(t, sink, once, 1)[0].Body; strings.Contains(body, "renews") || !strings.Contains(body, "Expires:     ") {
+		t.Errorf("a one-time purchase's email:\n%s", body)
+	}
+}
+
 // The console's mappings show every term the API takes (a one-time purchase's duration, a
 // subscription's grace and first expiry, what a refund or dispute does) and its form sets
 // them, a refused value's message beside its field.
