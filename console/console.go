@@ -91,9 +91,11 @@ type Handler struct {
 	releases    releasesv1.ReleasesServiceClient
 	billing     billingv1.BillingServiceClient
 	storefront  storefrontv1.StorefrontServiceClient
-	webhooks    eventsv1.WebhookEndpointsServiceClient
-	events      eventsv1.EventsServiceClient
-	apiKeys     accountsv1.ApiKeysServiceClient
+	// storefrontPortal names the product on the portal pages as the buyer emails do.
+	storefrontPortal storefrontv1.StorefrontPortalServiceClient
+	webhooks         eventsv1.WebhookEndpointsServiceClient
+	events           eventsv1.EventsServiceClient
+	apiKeys          accountsv1.ApiKeysServiceClient
 }
 
 // callTimeout bounds each service call a page makes.
@@ -113,24 +115,25 @@ func New(opts Options) (*Handler, error) {
 	}
 	c := opts.Conns
 	h := &Handler{
-		opts:        opts,
-		mux:         http.NewServeMux(),
-		pages:       pages,
-		secure:      strings.HasPrefix(opts.PublicBaseURL, "https://"),
-		csrfKey:     opts.CSRFKey,
-		accounts:    accountsv1.NewAccountsServiceClient(c.Billing),
-		consoleAuth: accountsv1.NewConsoleAccountsServiceClient(c.Billing),
-		licensing:   licensingv1.NewLicensingServiceClient(c.Licensing),
-		portal:      licensingv1.NewLicensingPortalServiceClient(c.Licensing),
-		activations: activationsv1.NewActivationsServiceClient(c.Activations),
-		seats:       activationsv1.NewActivationsConsoleServiceClient(c.Activations),
-		leases:      activationsv1.NewLeasesServiceClient(c.Activations),
-		releases:    releasesv1.NewReleasesServiceClient(c.Releases),
-		billing:     billingv1.NewBillingServiceClient(c.Billing),
-		storefront:  storefrontv1.NewStorefrontServiceClient(c.Storefront),
-		webhooks:    eventsv1.NewWebhookEndpointsServiceClient(c.Events),
-		events:      eventsv1.NewEventsServiceClient(c.Events),
-		apiKeys:     accountsv1.NewApiKeysServiceClient(c.Billing),
+		opts:             opts,
+		mux:              http.NewServeMux(),
+		pages:            pages,
+		secure:           strings.HasPrefix(opts.PublicBaseURL, "https://"),
+		csrfKey:          opts.CSRFKey,
+		accounts:         accountsv1.NewAccountsServiceClient(c.Billing),
+		consoleAuth:      accountsv1.NewConsoleAccountsServiceClient(c.Billing),
+		licensing:        licensingv1.NewLicensingServiceClient(c.Licensing),
+		portal:           licensingv1.NewLicensingPortalServiceClient(c.Licensing),
+		activations:      activationsv1.NewActivationsServiceClient(c.Activations),
+		seats:            activationsv1.NewActivationsConsoleServiceClient(c.Activations),
+		leases:           activationsv1.NewLeasesServiceClient(c.Activations),
+		releases:         releasesv1.NewReleasesServiceClient(c.Releases),
+		billing:          billingv1.NewBillingServiceClient(c.Billing),
+		storefront:       storefrontv1.NewStorefrontServiceClient(c.Storefront),
+		storefrontPortal: storefrontv1.NewStorefrontPortalServiceClient(c.Storefront),
+		webhooks:         eventsv1.NewWebhookEndpointsServiceClient(c.Events),
+		events:           eventsv1.NewEventsServiceClient(c.Events),
+		apiKeys:          accountsv1.NewApiKeysServiceClient(c.Billing),
 	}
 	if h.csrfKey == "" {
 		h.csrfKey = randomToken()

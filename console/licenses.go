@@ -12,6 +12,7 @@ import (
 	"github.com/keyhouse/keyhouse/pkg/idempotency"
 	"github.com/keyhouse/keyhouse/pkg/license"
 	activationsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/activations/v1"
+	eventsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/events/v1"
 	licensingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/structpb"
@@ -227,11 +228,13 @@ type usageRow struct {
 }
 
 type licenseData struct {
-	L         *licensingv1.GetLicenseDetailsResponse
-	Seats     []*activationsv1.Activation
-	Usage     []usageRow
-	Portal    *licensingv1.PortalLink
-	Expired   bool
+	L       *licensingv1.GetLicenseDetailsResponse
+	Seats   []*activationsv1.Activation
+	Usage   []usageRow
+	Portal  *licensingv1.PortalLink
+	Expired bool
+	// RevokedBy says what revoked a revoked license ("" when the event log does not say).
+	RevokedBy string
 	LimitKeys []string
 	Limits    map[string]string
 	Expires   string
@@ -285,7 +288,46 @@ func (h *Handler) loadLicense(ctx context.Context, key string) (*licenseData, er
 		return nil, err
 	}
 	d.Portal = link.GetLink()
+	if l.GetStatus() == "revoked" {
+		d.RevokedBy = h.revokedBy(ctx, l.GetKey())
+	}
 	return d, nil
+}
+
+// revokedBy reads why a license was revoked from the event log, since licensing keeps
+// only when: the latest license.revoked names its actor, and a revocation by the
+// storefront is the refund or dispute of the latest delivery that revoked it. The page
+// shows without it when the log cannot say (the event is older than EVENT_RETENTION,
+// not ingested yet, or the events service is down).
+func (h *Handler) revokedBy(ctx context.Context, key string) string {
+	revoked, err := h.events.ListEvents(ctx, &eventsv1.ListEventsRequest{LicenseKey: key, Type: "license.revoked", Limit: "1"})
+	if err != nil || len(revoked.GetEvents()) == 0 {
+		return ""
+	}
+	// The actor types of docs/events.md (pkg/events' Actor* constants; the console module
+	// does not link pkg/events and its NATS client for four words).
+	switch revoked.GetEvents()[0].GetActor().GetType() {
+	case "console":
+		return "revoked in the console"
+	case "admin":
+		return "revoked through the API with the admin key"
+	case "api_key":
+		return "revoked through the API with an API key"
+	case "storefront":
+		deliveries, err := h.events.ListEvents(ctx, &eventsv1.ListEventsRequest{LicenseKey: key, Type: "storefront.delivery", Limit: "100"})
+		if err == nil {
+			for _, ev := range deliveries.GetEvents() {
+				switch ev.GetData().GetFields()["outcome"].GetStringValue() {
+				case "revoked_refund":
+					return "the purchase was refunded in full (Stripe)"
+				case "revoked_dispute":
+					return "the purchase was disputed (Stripe)"
+				}
+			}
+		}
+		return "a refund or dispute of the purchase (Stripe)"
+	}
+	return ""
 }
 
 // showLicense renders the license page, with v's errors when a form on it was refused.

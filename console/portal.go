@@ -1,11 +1,13 @@
 package console
 
 import (
+	"context"
 	"net/http"
 	"net/url"
 
 	activationsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/activations/v1"
 	licensingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1"
+	storefrontv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/storefront/v1"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -13,7 +15,9 @@ import (
 type portalData struct {
 	Token string
 	L     *licensingv1.GetPortalLicenseResponse
-	Seats []*activationsv1.Activation
+	// Product is the product's name the tenant set for its buyer emails, else its id.
+	Product string
+	Seats   []*activationsv1.Activation
 	// Leases are the seats' lease states by instance_id (when a floating seat's lease ends).
 	Leases  map[string]*activationsv1.SeatLease
 	Usage   []*activationsv1.UsageMetric
@@ -50,14 +54,30 @@ func (h *Handler) showPortal(w http.ResponseWriter, r *http.Request, v *view, co
 		return
 	}
 	d := &portalData{
-		Token: token, L: l, Seats: seats.GetActivations(), Leases: leasesByInstance(seats.GetLeases()), Usage: report.GetMetrics(),
+		Token: token, L: l, Product: h.portalProductName(ctx, token, l.GetProductId()),
+		Seats: seats.GetActivations(), Leases: leasesByInstance(seats.GetLeases()), Usage: report.GetMetrics(),
 		Expired: l.GetExpiresAt() != nil && !h.opts.Now().Before(l.GetExpiresAt().AsTime()),
 		KeyPath: url.PathEscape(l.GetKey()),
 	}
-	v.Title = l.GetProductId() + " license"
+	v.Title = d.Product + " license"
 	v.CSRF = portalCSRF(token)
 	v.Data = d
 	h.render(w, code, "portal", v)
+}
+
+// portalProductName is the product's name in the tenant's buyer emails (mail settings),
+// so the holder sees the product the email named; the product_id when the tenant set
+// none, or when the storefront cannot say (the license page does not depend on it).
+func (h *Handler) portalProductName(ctx context.Context, token, productID string) string {
+	resp, err := h.storefrontPortal.GetPortalProductName(ctx, &storefrontv1.GetPortalProductNameRequest{Token: token})
+	if err != nil {
+		h.opts.Log.Warn("portal: product name unavailable, showing the product_id", "error", err.Error())
+		return productID
+	}
+	if resp.GetProductName() == "" {
+		return productID
+	}
+	return resp.GetProductName()
 }
 
 // portalError answers the plain 404 page for every refused token, and the API's message

@@ -133,7 +133,7 @@ func (h *Handler) disableWebhook(w http.ResponseWriter, r *http.Request, s *sess
 	h.afterStorefrontForm(w, r, s, err, "disabled")
 }
 
-var mappingFields = []string{"payment_link", "service_ref", "product_id", "tier", "seats", "duration_days", "limits"}
+var mappingFields = []string{"payment_link", "service_ref", "product_id", "tier", "seats", "duration_days", "renewal_grace_days", "on_refund", "limits"}
 
 func (h *Handler) createMapping(w http.ResponseWriter, r *http.Request, s *session) {
 	f := r.PostForm
@@ -159,6 +159,10 @@ func (h *Handler) createMapping(w http.ResponseWriter, r *http.Request, s *sessi
 	if days := strings.TrimSpace(f.Get("duration_days")); days != "" {
 		req.DurationDays = capValue(days)
 	}
+	if grace := strings.TrimSpace(f.Get("renewal_grace_days")); grace != "" {
+		req.RenewalGraceDays = capValue(grace)
+	}
+	req.OnRefund = f.Get("on_refund")
 	if len(limits.GetFields()) == 0 {
 		req.Limits = &structpb.Struct{Fields: map[string]*structpb.Value{}}
 	}

@@ -2,7 +2,9 @@ package importer
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
+	"strings"
 	"testing"
 )
 
@@ -32,14 +34,99 @@ func TestConvertersReadTheSamples(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ls, err := Sources[tc.from](f, Options{})
+		ls, rejected, err := Sources[tc.from](f, Options{})
 		f.Close()
-		if err != nil {
-			t.Fatalf("%s: %v", tc.from, err)
+		if err != nil || len(rejected) != 0 {
+			t.Fatalf("%s: %v, rejected %v", tc.from, err, rejected)
 		}
 		got, _ := json.Marshal(ls)
 		if string(got) != tc.want {
 			t.Errorf("%s:\n got  %s\n want %s", tc.from, got, tc.want)
 		}
+	}
+}
+
+// TestGumroadRevokesByTheStorefrontsRule: a Gumroad sale is revoked as a Stripe sale's
+// license is (docs/storefront.md, "After the sale"): a full refund or a dispute that was
+// not won revokes; a partial refund ("Refunded?" is set for those too) and a won dispute
+// leave the license active.
+func TestGumroadRevokesByTheStorefrontsRule(t *testing.T) {
+	t.Parallel()
+	const header = "License Key,Purchase Email,Sale Date,Refunded?,Partial Refund ($),Fully Refunded?,Disputed?,Dispute Won?\n"
+	for _, tc := range []struct {
+		name, row, want string
+	}{
+		{"paid", "0,0.0,0,0,0", "active"},
+		{"refunded in full", "1,0.0,1,0,0", "revoked"},
+		{"partial refund", "1,5.0,0,0,0", "active"},
+		{"dispute open or lost", "0,0.0,0,1,0", "revoked"},
+		{"dispute won", "0,0.0,0,1,1", "active"},
+		{"dispute won, then refunded in full", "1,0.0,1,1,1", "revoked"},
+	} {
+		csv := header + "KEY-0001-ABCD,ada@example.com,2024-01-15," + tc.row + "\n"
+		ls, rejected, err := Gumroad(strings.NewReader(csv), Options{})
+		if err != nil || len(rejected) != 0 || len(ls) != 1 {
+			t.Fatalf("%s: %v %v %v", tc.name, ls, rejected, err)
+		}
+		if ls[0].Status != tc.want {
+			t.Errorf("%s: imported %s, want %s", tc.name, ls[0].Status, tc.want)
+		}
+	}
+	// An export without "Fully Refunded?": "Refunded?" with a partial amount is partial.
+	for _, tc := range []struct{ refunded, partial, want string }{{"1", "5.00", "active"}, {"1", "0.0", "revoked"}, {"1", "", "revoked"}} {
+		csv := "License Key,Purchase Email,Sale Date,Refunded?,Partial Refund ($)\nKEY-0001-ABCD,ada@example.com,2024-01-15," + tc.refunded + "," + tc.partial + "\n"
+		ls, _, err := Gumroad(strings.NewReader(csv), Options{})
+		if err != nil || len(ls) != 1 || ls[0].Status != tc.want {
+			t.Errorf("refunded %s, partial %q: %v %v, want %s", tc.refunded, tc.partial, ls, err, tc.want)
+		}
+	}
+}
+
+// TestConvertersRejectBadRecordsByPositionAndKeepTheRest: a record that cannot be a
+// license is reported by its place in the file; every other record converts.
+func TestConvertersRejectBadRecordsByPositionAndKeepTheRest(t *testing.T) {
+	t.Parallel()
+	ls, rejected, err := LemonSqueezy(strings.NewReader(`key,user_email,activation_limit,expires_at
+GOOD-KEY-0001,ada@example.com,3,
+,alan@example.com,1,
+GOOD-KEY-0002,"grace
+hopper@example.com",1,
+BAD-KEY-0003,edsger@example.com,1,soon
+BAD-KEY-0004,barbara@example.com,three,
+`), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for _, l := range ls {
+		keys = append(keys, l.Where+" "+l.Key)
+	}
+	if got := strings.Join(keys, "; "); got != "line 2 GOOD-KEY-0001; line 4 GOOD-KEY-0002" {
+		t.Errorf("licenses: %s", got)
+	}
+	if got := fmt.Sprint(rejected); got != `[{line 3 no key} {line 6 expires_at: "soon" is not a date} {line 7 activation_limit: "three" is not an activation limit}]` {
+		t.Errorf("rejected: %s", got)
+	}
+
+	ls, rejected, err = Keygen(strings.NewReader(`{"data":[{"id":"a","attributes":{"key":"K-1","created":"2024-01-01T00:00:00Z"}},{"id":"b","attributes":{"key":""}}]}
+{"data":[{"id":"c","attributes":{"key":"K-3","expiry":"tomorrow"}},{"id":"d","attributes":{"key":"K-4"}}]}`), Options{})
+	if err != nil || len(ls) != 2 || ls[0].Key != "K-1" || ls[1].Key != "K-4" || ls[1].Where != "page 2, license 2 (d)" {
+		t.Fatalf("keygen: %+v %v", ls, err)
+	}
+	if got := fmt.Sprint(rejected); got != `[{page 1, license 2 (b) no key} {page 2, license 1 (c) expiry: "tomorrow" is not a date}]` {
+		t.Errorf("keygen rejected: %s", got)
+	}
+
+	ls, rejected, err = Gumroad(strings.NewReader("License Key,Sale Date,Subscription End Date\nKEY-1,2024-01-15,\nKEY-2,someday,\nKEY-3,2024-01-15,2025-13-45\n"), Options{})
+	if err != nil || len(ls) != 1 || ls[0].Key != "KEY-1" {
+		t.Fatalf("gumroad: %+v %v", ls, err)
+	}
+	if got := fmt.Sprint(rejected); got != `[{line 3 sale date: "someday" is not a date} {line 4 subscription end date: "2025-13-45" is not a date}]` {
+		t.Errorf("gumroad rejected: %s", got)
+	}
+
+	// A file that is not CSV at all is refused whole.
+	if ls, _, err := LemonSqueezy(strings.NewReader("key,user_email\nK-1,a@example.com\n\"K-2,b@example.com\n"), Options{}); err == nil {
+		t.Fatalf("a broken quote read as %v", ls)
 	}
 }

@@ -5,8 +5,10 @@
 //	    [--on-conflict skip|fail] [--url URL] [--api-key KEY] FILE...
 //
 // --url and --api-key default to KEYHOUSE_URL and KEYHOUSE_API_KEY. Licenses go in calls
-// of 1,000; a call answered 429 or 503 is retried after its Retry-After. Running the same
-// import again changes nothing (docs/import.md).
+// of 1,000; a call answered 429 or 503 is retried after its Retry-After. A record that
+// cannot be a license is reported by its place in the file and the others are imported;
+// the exit status is 1 when any was invalid. Running the same import again changes
+// nothing (docs/import.md).
 package main
 
 import (
@@ -60,33 +62,57 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return errors.New("--api-key or KEYHOUSE_API_KEY is required")
 	}
 	var all []importer.License
+	var rejected []importer.Rejected
 	for _, name := range fs.Args() {
 		f, err := os.Open(name)
 		if err != nil {
 			return err
 		}
-		ls, err := convert(f, importer.Options{Product: *product, Tier: *tier})
+		ls, bad, err := convert(f, importer.Options{Product: *product, Tier: *tier})
 		f.Close()
 		if err != nil {
 			return fmt.Errorf("%s: %w", name, err)
+		}
+		for i := range ls {
+			ls[i].Where = name + " " + ls[i].Where
+		}
+		for _, b := range bad {
+			rejected = append(rejected, importer.Rejected{Where: name + " " + b.Where, Reason: b.Reason})
 		}
 		all = append(all, ls...)
 	}
 	c := &importer.Client{URL: *url, APIKey: *apiKey, OnConflict: *onConflict,
 		Progress: func(done, total int) { fmt.Fprintf(stderr, "%d/%d\n", done, total) }}
 	sum, err := c.Import(ctx, all)
+	invalid := len(rejected)
 	if sum != nil {
+		invalid += sum.Invalid
 		fmt.Fprintf(stdout, "%d licenses read: %d imported, %d unchanged, %d skipped, %d invalid (%d calls, %d retried)\n",
-			len(all), sum.Imported, sum.Unchanged, sum.Skipped, sum.Invalid, sum.Calls, sum.Retries)
+			len(all)+len(rejected), sum.Imported, sum.Unchanged, sum.Skipped, invalid, sum.Calls, sum.Retries)
+		// The file's own rejects first, then the API's answers, each by its place in the file.
+		for _, b := range rejected {
+			fmt.Fprintf(stdout, "  %s: invalid: %s\n", b.Where, b.Reason)
+		}
 		for _, p := range sum.Problems {
 			msg := ""
 			if p.Error != nil {
 				msg = *p.Error
 			}
-			fmt.Fprintf(stdout, "  license %d: %s: %s\n", p.Index+1, p.Result, msg)
+			fmt.Fprintf(stdout, "  %s: %s: %s\n", all[p.Index].Where, p.Result, msg)
 		}
 	}
+	if err == nil && invalid > 0 {
+		// The valid licenses are in; the exit status tells a script that some were not.
+		err = fmt.Errorf("%d invalid %s not imported (listed above)", invalid, plural(invalid, "license was", "licenses were"))
+	}
 	return err
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }
 
 func sources() []string {

@@ -344,6 +344,33 @@ const scenarios = {
     return { webhookId: callback.split('/').pop() };
   },
 
+  // A mapping's every term shows in the list and is set in the form: a one-time
+  // purchase's duration, a subscription's grace, what a refund or dispute does.
+  async storefrontMappings(page) {
+    await signInWithKey(page, cfg.key);
+    await page.goto(base + '/console/storefront');
+    const row = (ref) => page.locator('section[aria-labelledby="mappings-title"] tbody tr', { hasText: ref });
+    const listed = (await row(cfg.apiRef).innerText()).replace(/\s+/g, ' ');
+
+    await page.locator('#add-mapping summary').click();
+    const form = page.locator('#add-mapping');
+    await form.getByLabel('Checkout metadata.service_ref').check();
+    await form.getByLabel('Payment link id or service_ref').fill(cfg.ref);
+    await form.getByLabel('Product').fill(cfg.product);
+    await form.getByLabel('Tier').fill('pro');
+    await form.getByLabel('Subscription grace in days').fill('120');
+    await form.getByLabel('A full refund or a dispute').selectOption('keep');
+    await page.getByRole('button', { name: 'Add mapping' }).click();
+    const graceError = await page.locator('#renewal_grace_days-error').innerText().catch(() => '');
+    check(graceError === 'renewal_grace_days must be an integer from 0 to 90', `a grace of 120 days: the API's message beside the field, got "${graceError}"`);
+    check(await page.locator('#on_refund').inputValue() === 'keep', 'the refused form keeps the choice made');
+    await form.getByLabel('Subscription grace in days').fill('7');
+    await page.getByRole('button', { name: 'Add mapping' }).click();
+    await page.waitForURL(/notice=mapping-added/);
+    const added = (await row(cfg.ref).innerText()).replace(/\s+/g, ' ');
+    return { listed, added };
+  },
+
   // Paid purchases that got no license lead the storefront page, with what to do and a
   // link to those deliveries.
   async storefrontAttention(page) {

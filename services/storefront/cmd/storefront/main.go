@@ -76,6 +76,7 @@ func register(ctx context.Context, d *app.Deps) error {
 	server.Register(d.Server.GRPC, server.New(server.Config{
 		PublicBaseURL: d.Config.PublicBaseURL,
 	}, st, licensing, relay.Notify, d.Log))
+	server.RegisterPortal(d.Server.GRPC, server.NewPortal(st, licensing))
 
 	worker := &fulfill.Worker{
 		Store: store.New(workerDB, spine.Spine), Licensing: licensing, Keys: licensing, Mail: sender,

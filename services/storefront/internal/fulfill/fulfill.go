@@ -426,7 +426,8 @@ func (w *Worker) email(ctx context.Context, x *store.Session, f *store.Fulfillme
 	if err != nil {
 		return err
 	}
-	sendErr := w.Mail.Send(ctx, BuyerEmail(to, *f.LicenseKey, req, link, settings))
+	subscription := f.Terms.Mode != nil && *f.Terms.Mode == stripeevent.ModeSubscription
+	sendErr := w.Mail.Send(ctx, BuyerEmail(to, *f.LicenseKey, req, subscription, link, settings))
 	if sendErr == nil {
 		status := store.EmailSent
 		if w.Mail.Provider() == mail.ProviderLog {
@@ -456,7 +457,8 @@ func (w *Worker) portal() PortalLinks {
 // BuyerEmail is the email a buyer receives: the key, product, tier, expiry, seats and,
 // when the portal is on, the link to manage the license; from the tenant's sender name,
 // with its reply-to, naming the product by its display name (settings, "" the default).
-func BuyerEmail(to, key string, req *licensingv1.IssueLicenseRequest, portalLink string, settings store.MailSettings) mail.Message {
+// A subscription's expiry says that each paid renewal moves it.
+func BuyerEmail(to, key string, req *licensingv1.IssueLicenseRequest, subscription bool, portalLink string, settings store.MailSettings) mail.Message {
 	product := req.GetProductId()
 	if settings.ProductName != "" {
 		product = settings.ProductName
@@ -465,6 +467,9 @@ func BuyerEmail(to, key string, req *licensingv1.IssueLicenseRequest, portalLink
 	if s := req.GetExpiresAt().GetStringValue(); s != "" {
 		if t, err := time.Parse(time.RFC3339, s); err == nil {
 			expires = t.UTC().Format("2006-01-02 15:04 UTC")
+			if subscription {
+				expires += " (renews with your subscription: each paid renewal extends it)"
+			}
 		}
 	}
 	var b strings.Builder

@@ -9,6 +9,7 @@ import (
 	"github.com/keyhouse/keyhouse/pkg/mail"
 	storefrontv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/storefront/v1"
 	"github.com/keyhouse/keyhouse/services/storefront/internal/store"
+	"google.golang.org/grpc"
 )
 
 // GetMailSettings returns the tenant's buyer-email settings.
@@ -53,4 +54,42 @@ func (s *Server) UpdateMailSettings(ctx context.Context, req *storefrontv1.Updat
 
 func mailSettingsPB(m store.MailSettings) *storefrontv1.MailSettings {
 	return &storefrontv1.MailSettings{SenderName: m.SenderName, ReplyTo: m.ReplyTo, ProductName: m.ProductName}
+}
+
+// PortalTokens resolves an end-user portal token to its tenant and license, asking
+// licensing on every call (licensingclient.Client): NotFound for every token the portal
+// refuses.
+type PortalTokens interface {
+	ResolvePortalToken(ctx context.Context, token string) (tenant, key string, err error)
+}
+
+// Portal implements StorefrontPortalService: the product's name on the tenant's portal
+// pages, the one its buyer emails use.
+type Portal struct {
+	storefrontv1.UnimplementedStorefrontPortalServiceServer
+	store  *store.Store
+	tokens PortalTokens
+}
+
+// NewPortal returns the portal service.
+func NewPortal(st *store.Store, tokens PortalTokens) *Portal {
+	return &Portal{store: st, tokens: tokens}
+}
+
+// RegisterPortal adds the portal service to g.
+func RegisterPortal(g *grpc.Server, p *Portal) {
+	storefrontv1.RegisterStorefrontPortalServiceServer(g, p)
+}
+
+// GetPortalProductName answers the mail settings' product_name of the token's tenant.
+func (p *Portal) GetPortalProductName(ctx context.Context, req *storefrontv1.GetPortalProductNameRequest) (*storefrontv1.GetPortalProductNameResponse, error) {
+	tenant, _, err := p.tokens.ResolvePortalToken(ctx, req.GetToken())
+	if err != nil {
+		return nil, err
+	}
+	m, err := p.store.MailSettings(ctx, tenant)
+	if err != nil {
+		return nil, err
+	}
+	return &storefrontv1.GetPortalProductNameResponse{ProductName: m.ProductName}, nil
 }

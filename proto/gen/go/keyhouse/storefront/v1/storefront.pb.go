@@ -25,6 +25,95 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type GetPortalProductNameRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Token         string                 `protobuf:"bytes,1,opt,name=token,proto3" json:"token,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetPortalProductNameRequest) Reset() {
+	*x = GetPortalProductNameRequest{}
+	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetPortalProductNameRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetPortalProductNameRequest) ProtoMessage() {}
+
+func (x *GetPortalProductNameRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetPortalProductNameRequest.ProtoReflect.Descriptor instead.
+func (*GetPortalProductNameRequest) Descriptor() ([]byte, []int) {
+	return file_keyhouse_storefront_v1_storefront_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *GetPortalProductNameRequest) GetToken() string {
+	if x != nil {
+		return x.Token
+	}
+	return ""
+}
+
+type GetPortalProductNameResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The mail settings' product_name; empty when the tenant set none (show the product_id).
+	ProductName   string `protobuf:"bytes,1,opt,name=product_name,json=productName,proto3" json:"product_name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetPortalProductNameResponse) Reset() {
+	*x = GetPortalProductNameResponse{}
+	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetPortalProductNameResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetPortalProductNameResponse) ProtoMessage() {}
+
+func (x *GetPortalProductNameResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetPortalProductNameResponse.ProtoReflect.Descriptor instead.
+func (*GetPortalProductNameResponse) Descriptor() ([]byte, []int) {
+	return file_keyhouse_storefront_v1_storefront_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *GetPortalProductNameResponse) GetProductName() string {
+	if x != nil {
+		return x.ProductName
+	}
+	return ""
+}
+
 // ConnectWebhookResponse carries the webhook record (the REST body is the record itself).
 type ConnectWebhookResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -35,7 +124,7 @@ type ConnectWebhookResponse struct {
 
 func (x *ConnectWebhookResponse) Reset() {
 	*x = ConnectWebhookResponse{}
-	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[0]
+	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -47,7 +136,7 @@ func (x *ConnectWebhookResponse) String() string {
 func (*ConnectWebhookResponse) ProtoMessage() {}
 
 func (x *ConnectWebhookResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[0]
+	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -60,7 +149,7 @@ func (x *ConnectWebhookResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConnectWebhookResponse.ProtoReflect.Descriptor instead.
 func (*ConnectWebhookResponse) Descriptor() ([]byte, []int) {
-	return file_keyhouse_storefront_v1_storefront_proto_rawDescGZIP(), []int{0}
+	return file_keyhouse_storefront_v1_storefront_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *ConnectWebhookResponse) GetWebhook() *Webhook {
@@ -80,7 +169,7 @@ type ConnectWebhookRequest struct {
 
 func (x *ConnectWebhookRequest) Reset() {
 	*x = ConnectWebhookRequest{}
-	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[1]
+	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -92,7 +181,7 @@ func (x *ConnectWebhookRequest) String() string {
 func (*ConnectWebhookRequest) ProtoMessage() {}
 
 func (x *ConnectWebhookRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[1]
+	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -105,7 +194,7 @@ func (x *ConnectWebhookRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConnectWebhookRequest.ProtoReflect.Descriptor instead.
 func (*ConnectWebhookRequest) Descriptor() ([]byte, []int) {
-	return file_keyhouse_storefront_v1_storefront_proto_rawDescGZIP(), []int{1}
+	return file_keyhouse_storefront_v1_storefront_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *ConnectWebhookRequest) GetProvider() string {
@@ -131,7 +220,7 @@ type Webhook struct {
 
 func (x *Webhook) Reset() {
 	*x = Webhook{}
-	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[2]
+	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -143,7 +232,7 @@ func (x *Webhook) String() string {
 func (*Webhook) ProtoMessage() {}
 
 func (x *Webhook) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[2]
+	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -156,7 +245,7 @@ func (x *Webhook) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Webhook.ProtoReflect.Descriptor instead.
 func (*Webhook) Descriptor() ([]byte, []int) {
-	return file_keyhouse_storefront_v1_storefront_proto_rawDescGZIP(), []int{2}
+	return file_keyhouse_storefront_v1_storefront_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Webhook) GetWebhookId() string {
@@ -202,7 +291,7 @@ type ListWebhooksRequest struct {
 
 func (x *ListWebhooksRequest) Reset() {
 	*x = ListWebhooksRequest{}
-	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[3]
+	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -214,7 +303,7 @@ func (x *ListWebhooksRequest) String() string {
 func (*ListWebhooksRequest) ProtoMessage() {}
 
 func (x *ListWebhooksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[3]
+	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -227,7 +316,7 @@ func (x *ListWebhooksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWebhooksRequest.ProtoReflect.Descriptor instead.
 func (*ListWebhooksRequest) Descriptor() ([]byte, []int) {
-	return file_keyhouse_storefront_v1_storefront_proto_rawDescGZIP(), []int{3}
+	return file_keyhouse_storefront_v1_storefront_proto_rawDescGZIP(), []int{5}
 }
 
 type ListWebhooksResponse struct {
@@ -239,7 +328,7 @@ type ListWebhooksResponse struct {
 
 func (x *ListWebhooksResponse) Reset() {
 	*x = ListWebhooksResponse{}
-	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[4]
+	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -251,7 +340,7 @@ func (x *ListWebhooksResponse) String() string {
 func (*ListWebhooksResponse) ProtoMessage() {}
 
 func (x *ListWebhooksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[4]
+	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -264,7 +353,7 @@ func (x *ListWebhooksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWebhooksResponse.ProtoReflect.Descriptor instead.
 func (*ListWebhooksResponse) Descriptor() ([]byte, []int) {
-	return file_keyhouse_storefront_v1_storefront_proto_rawDescGZIP(), []int{4}
+	return file_keyhouse_storefront_v1_storefront_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ListWebhooksResponse) GetWebhooks() []*Webhook {
@@ -284,7 +373,7 @@ type SaveWebhookSecretResponse struct {
 
 func (x *SaveWebhookSecretResponse) Reset() {
 	*x = SaveWebhookSecretResponse{}
-	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[5]
+	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -296,7 +385,7 @@ func (x *SaveWebhookSecretResponse) String() string {
 func (*SaveWebhookSecretResponse) ProtoMessage() {}
 
 func (x *SaveWebhookSecretResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[5]
+	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -309,7 +398,7 @@ func (x *SaveWebhookSecretResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SaveWebhookSecretResponse.ProtoReflect.Descriptor instead.
 func (*SaveWebhookSecretResponse) Descriptor() ([]byte, []int) {
-	return file_keyhouse_storefront_v1_storefront_proto_rawDescGZIP(), []int{5}
+	return file_keyhouse_storefront_v1_storefront_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *SaveWebhookSecretResponse) GetWebhook() *Webhook {
@@ -330,7 +419,7 @@ type SaveWebhookSecretRequest struct {
 
 func (x *SaveWebhookSecretRequest) Reset() {
 	*x = SaveWebhookSecretRequest{}
-	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[6]
+	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -342,7 +431,7 @@ func (x *SaveWebhookSecretRequest) String() string {
 func (*SaveWebhookSecretRequest) ProtoMessage() {}
 
 func (x *SaveWebhookSecretRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[6]
+	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -355,7 +444,7 @@ func (x *SaveWebhookSecretRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SaveWebhookSecretRequest.ProtoReflect.Descriptor instead.
 func (*SaveWebhookSecretRequest) Descriptor() ([]byte, []int) {
-	return file_keyhouse_storefront_v1_storefront_proto_rawDescGZIP(), []int{6}
+	return file_keyhouse_storefront_v1_storefront_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *SaveWebhookSecretRequest) GetWebhookId() string {
@@ -382,7 +471,7 @@ type DisableWebhookResponse struct {
 
 func (x *DisableWebhookResponse) Reset() {
 	*x = DisableWebhookResponse{}
-	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[7]
+	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -394,7 +483,7 @@ func (x *DisableWebhookResponse) String() string {
 func (*DisableWebhookResponse) ProtoMessage() {}
 
 func (x *DisableWebhookResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[7]
+	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -407,7 +496,7 @@ func (x *DisableWebhookResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DisableWebhookResponse.ProtoReflect.Descriptor instead.
 func (*DisableWebhookResponse) Descriptor() ([]byte, []int) {
-	return file_keyhouse_storefront_v1_storefront_proto_rawDescGZIP(), []int{7}
+	return file_keyhouse_storefront_v1_storefront_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *DisableWebhookResponse) GetWebhook() *Webhook {
@@ -426,7 +515,7 @@ type DisableWebhookRequest struct {
 
 func (x *DisableWebhookRequest) Reset() {
 	*x = DisableWebhookRequest{}
-	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[8]
+	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -438,7 +527,7 @@ func (x *DisableWebhookRequest) String() string {
 func (*DisableWebhookRequest) ProtoMessage() {}
 
 func (x *DisableWebhookRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[8]
+	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -451,7 +540,7 @@ func (x *DisableWebhookRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DisableWebhookRequest.ProtoReflect.Descriptor instead.
 func (*DisableWebhookRequest) Descriptor() ([]byte, []int) {
-	return file_keyhouse_storefront_v1_storefront_proto_rawDescGZIP(), []int{8}
+	return file_keyhouse_storefront_v1_storefront_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *DisableWebhookRequest) GetWebhookId() string {
@@ -471,7 +560,7 @@ type CreateMappingResponse struct {
 
 func (x *CreateMappingResponse) Reset() {
 	*x = CreateMappingResponse{}
-	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[9]
+	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -483,7 +572,7 @@ func (x *CreateMappingResponse) String() string {
 func (*CreateMappingResponse) ProtoMessage() {}
 
 func (x *CreateMappingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[9]
+	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -496,7 +585,7 @@ func (x *CreateMappingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateMappingResponse.ProtoReflect.Descriptor instead.
 func (*CreateMappingResponse) Descriptor() ([]byte, []int) {
-	return file_keyhouse_storefront_v1_storefront_proto_rawDescGZIP(), []int{9}
+	return file_keyhouse_storefront_v1_storefront_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *CreateMappingResponse) GetMapping() *Mapping {
@@ -531,7 +620,7 @@ type CreateMappingRequest struct {
 
 func (x *CreateMappingRequest) Reset() {
 	*x = CreateMappingRequest{}
-	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[10]
+	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -543,7 +632,7 @@ func (x *CreateMappingRequest) String() string {
 func (*CreateMappingRequest) ProtoMessage() {}
 
 func (x *CreateMappingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[10]
+	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -556,7 +645,7 @@ func (x *CreateMappingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateMappingRequest.ProtoReflect.Descriptor instead.
 func (*CreateMappingRequest) Descriptor() ([]byte, []int) {
-	return file_keyhouse_storefront_v1_storefront_proto_rawDescGZIP(), []int{10}
+	return file_keyhouse_storefront_v1_storefront_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *CreateMappingRequest) GetPaymentLink() string {
@@ -641,7 +730,7 @@ type Mapping struct {
 
 func (x *Mapping) Reset() {
 	*x = Mapping{}
-	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[11]
+	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -653,7 +742,7 @@ func (x *Mapping) String() string {
 func (*Mapping) ProtoMessage() {}
 
 func (x *Mapping) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[11]
+	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -666,7 +755,7 @@ func (x *Mapping) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Mapping.ProtoReflect.Descriptor instead.
 func (*Mapping) Descriptor() ([]byte, []int) {
-	return file_keyhouse_storefront_v1_storefront_proto_rawDescGZIP(), []int{11}
+	return file_keyhouse_storefront_v1_storefront_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Mapping) GetId() int32 {
@@ -754,7 +843,7 @@ type ListMappingsRequest struct {
 
 func (x *ListMappingsRequest) Reset() {
 	*x = ListMappingsRequest{}
-	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[12]
+	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -766,7 +855,7 @@ func (x *ListMappingsRequest) String() string {
 func (*ListMappingsRequest) ProtoMessage() {}
 
 func (x *ListMappingsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[12]
+	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -779,7 +868,7 @@ func (x *ListMappingsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMappingsRequest.ProtoReflect.Descriptor instead.
 func (*ListMappingsRequest) Descriptor() ([]byte, []int) {
-	return file_keyhouse_storefront_v1_storefront_proto_rawDescGZIP(), []int{12}
+	return file_keyhouse_storefront_v1_storefront_proto_rawDescGZIP(), []int{14}
 }
 
 type ListMappingsResponse struct {
@@ -791,7 +880,7 @@ type ListMappingsResponse struct {
 
 func (x *ListMappingsResponse) Reset() {
 	*x = ListMappingsResponse{}
-	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[13]
+	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -803,7 +892,7 @@ func (x *ListMappingsResponse) String() string {
 func (*ListMappingsResponse) ProtoMessage() {}
 
 func (x *ListMappingsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[13]
+	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -816,7 +905,7 @@ func (x *ListMappingsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMappingsResponse.ProtoReflect.Descriptor instead.
 func (*ListMappingsResponse) Descriptor() ([]byte, []int) {
-	return file_keyhouse_storefront_v1_storefront_proto_rawDescGZIP(), []int{13}
+	return file_keyhouse_storefront_v1_storefront_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ListMappingsResponse) GetMappings() []*Mapping {
@@ -836,7 +925,7 @@ type DeleteMappingRequest struct {
 
 func (x *DeleteMappingRequest) Reset() {
 	*x = DeleteMappingRequest{}
-	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[14]
+	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -848,7 +937,7 @@ func (x *DeleteMappingRequest) String() string {
 func (*DeleteMappingRequest) ProtoMessage() {}
 
 func (x *DeleteMappingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[14]
+	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -861,7 +950,7 @@ func (x *DeleteMappingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteMappingRequest.ProtoReflect.Descriptor instead.
 func (*DeleteMappingRequest) Descriptor() ([]byte, []int) {
-	return file_keyhouse_storefront_v1_storefront_proto_rawDescGZIP(), []int{14}
+	return file_keyhouse_storefront_v1_storefront_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *DeleteMappingRequest) GetId() string {
@@ -881,7 +970,7 @@ type DeleteMappingResponse struct {
 
 func (x *DeleteMappingResponse) Reset() {
 	*x = DeleteMappingResponse{}
-	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[15]
+	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -893,7 +982,7 @@ func (x *DeleteMappingResponse) String() string {
 func (*DeleteMappingResponse) ProtoMessage() {}
 
 func (x *DeleteMappingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[15]
+	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -906,7 +995,7 @@ func (x *DeleteMappingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteMappingResponse.ProtoReflect.Descriptor instead.
 func (*DeleteMappingResponse) Descriptor() ([]byte, []int) {
-	return file_keyhouse_storefront_v1_storefront_proto_rawDescGZIP(), []int{15}
+	return file_keyhouse_storefront_v1_storefront_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *DeleteMappingResponse) GetId() int32 {
@@ -937,7 +1026,7 @@ type ListDeliveriesRequest struct {
 
 func (x *ListDeliveriesRequest) Reset() {
 	*x = ListDeliveriesRequest{}
-	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[16]
+	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -949,7 +1038,7 @@ func (x *ListDeliveriesRequest) String() string {
 func (*ListDeliveriesRequest) ProtoMessage() {}
 
 func (x *ListDeliveriesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[16]
+	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -962,7 +1051,7 @@ func (x *ListDeliveriesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeliveriesRequest.ProtoReflect.Descriptor instead.
 func (*ListDeliveriesRequest) Descriptor() ([]byte, []int) {
-	return file_keyhouse_storefront_v1_storefront_proto_rawDescGZIP(), []int{16}
+	return file_keyhouse_storefront_v1_storefront_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ListDeliveriesRequest) GetLimit() string {
@@ -1007,7 +1096,7 @@ type Delivery struct {
 
 func (x *Delivery) Reset() {
 	*x = Delivery{}
-	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[17]
+	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1019,7 +1108,7 @@ func (x *Delivery) String() string {
 func (*Delivery) ProtoMessage() {}
 
 func (x *Delivery) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[17]
+	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1032,7 +1121,7 @@ func (x *Delivery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Delivery.ProtoReflect.Descriptor instead.
 func (*Delivery) Descriptor() ([]byte, []int) {
-	return file_keyhouse_storefront_v1_storefront_proto_rawDescGZIP(), []int{17}
+	return file_keyhouse_storefront_v1_storefront_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Delivery) GetId() int32 {
@@ -1115,7 +1204,7 @@ type ListDeliveriesResponse struct {
 
 func (x *ListDeliveriesResponse) Reset() {
 	*x = ListDeliveriesResponse{}
-	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[18]
+	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1127,7 +1216,7 @@ func (x *ListDeliveriesResponse) String() string {
 func (*ListDeliveriesResponse) ProtoMessage() {}
 
 func (x *ListDeliveriesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[18]
+	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1140,7 +1229,7 @@ func (x *ListDeliveriesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeliveriesResponse.ProtoReflect.Descriptor instead.
 func (*ListDeliveriesResponse) Descriptor() ([]byte, []int) {
-	return file_keyhouse_storefront_v1_storefront_proto_rawDescGZIP(), []int{18}
+	return file_keyhouse_storefront_v1_storefront_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListDeliveriesResponse) GetDeliveries() []*Delivery {
@@ -1170,7 +1259,7 @@ type ReceiveEventRequest struct {
 
 func (x *ReceiveEventRequest) Reset() {
 	*x = ReceiveEventRequest{}
-	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[19]
+	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1182,7 +1271,7 @@ func (x *ReceiveEventRequest) String() string {
 func (*ReceiveEventRequest) ProtoMessage() {}
 
 func (x *ReceiveEventRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[19]
+	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1195,7 +1284,7 @@ func (x *ReceiveEventRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReceiveEventRequest.ProtoReflect.Descriptor instead.
 func (*ReceiveEventRequest) Descriptor() ([]byte, []int) {
-	return file_keyhouse_storefront_v1_storefront_proto_rawDescGZIP(), []int{19}
+	return file_keyhouse_storefront_v1_storefront_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ReceiveEventRequest) GetWebhookId() string {
@@ -1228,7 +1317,7 @@ type ReceiveEventResponse struct {
 
 func (x *ReceiveEventResponse) Reset() {
 	*x = ReceiveEventResponse{}
-	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[20]
+	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1240,7 +1329,7 @@ func (x *ReceiveEventResponse) String() string {
 func (*ReceiveEventResponse) ProtoMessage() {}
 
 func (x *ReceiveEventResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[20]
+	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1253,7 +1342,7 @@ func (x *ReceiveEventResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReceiveEventResponse.ProtoReflect.Descriptor instead.
 func (*ReceiveEventResponse) Descriptor() ([]byte, []int) {
-	return file_keyhouse_storefront_v1_storefront_proto_rawDescGZIP(), []int{20}
+	return file_keyhouse_storefront_v1_storefront_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ReceiveEventResponse) GetReceived() bool {
@@ -1279,7 +1368,7 @@ type MailSettings struct {
 
 func (x *MailSettings) Reset() {
 	*x = MailSettings{}
-	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[21]
+	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1291,7 +1380,7 @@ func (x *MailSettings) String() string {
 func (*MailSettings) ProtoMessage() {}
 
 func (x *MailSettings) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[21]
+	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1304,7 +1393,7 @@ func (x *MailSettings) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MailSettings.ProtoReflect.Descriptor instead.
 func (*MailSettings) Descriptor() ([]byte, []int) {
-	return file_keyhouse_storefront_v1_storefront_proto_rawDescGZIP(), []int{21}
+	return file_keyhouse_storefront_v1_storefront_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *MailSettings) GetSenderName() string {
@@ -1336,7 +1425,7 @@ type GetMailSettingsRequest struct {
 
 func (x *GetMailSettingsRequest) Reset() {
 	*x = GetMailSettingsRequest{}
-	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[22]
+	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1348,7 +1437,7 @@ func (x *GetMailSettingsRequest) String() string {
 func (*GetMailSettingsRequest) ProtoMessage() {}
 
 func (x *GetMailSettingsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[22]
+	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1361,7 +1450,7 @@ func (x *GetMailSettingsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMailSettingsRequest.ProtoReflect.Descriptor instead.
 func (*GetMailSettingsRequest) Descriptor() ([]byte, []int) {
-	return file_keyhouse_storefront_v1_storefront_proto_rawDescGZIP(), []int{22}
+	return file_keyhouse_storefront_v1_storefront_proto_rawDescGZIP(), []int{24}
 }
 
 type GetMailSettingsResponse struct {
@@ -1373,7 +1462,7 @@ type GetMailSettingsResponse struct {
 
 func (x *GetMailSettingsResponse) Reset() {
 	*x = GetMailSettingsResponse{}
-	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[23]
+	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1385,7 +1474,7 @@ func (x *GetMailSettingsResponse) String() string {
 func (*GetMailSettingsResponse) ProtoMessage() {}
 
 func (x *GetMailSettingsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[23]
+	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1398,7 +1487,7 @@ func (x *GetMailSettingsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMailSettingsResponse.ProtoReflect.Descriptor instead.
 func (*GetMailSettingsResponse) Descriptor() ([]byte, []int) {
-	return file_keyhouse_storefront_v1_storefront_proto_rawDescGZIP(), []int{23}
+	return file_keyhouse_storefront_v1_storefront_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *GetMailSettingsResponse) GetSettings() *MailSettings {
@@ -1421,7 +1510,7 @@ type UpdateMailSettingsRequest struct {
 
 func (x *UpdateMailSettingsRequest) Reset() {
 	*x = UpdateMailSettingsRequest{}
-	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[24]
+	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1433,7 +1522,7 @@ func (x *UpdateMailSettingsRequest) String() string {
 func (*UpdateMailSettingsRequest) ProtoMessage() {}
 
 func (x *UpdateMailSettingsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[24]
+	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1446,7 +1535,7 @@ func (x *UpdateMailSettingsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateMailSettingsRequest.ProtoReflect.Descriptor instead.
 func (*UpdateMailSettingsRequest) Descriptor() ([]byte, []int) {
-	return file_keyhouse_storefront_v1_storefront_proto_rawDescGZIP(), []int{24}
+	return file_keyhouse_storefront_v1_storefront_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *UpdateMailSettingsRequest) GetSenderName() string {
@@ -1479,7 +1568,7 @@ type UpdateMailSettingsResponse struct {
 
 func (x *UpdateMailSettingsResponse) Reset() {
 	*x = UpdateMailSettingsResponse{}
-	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[25]
+	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1491,7 +1580,7 @@ func (x *UpdateMailSettingsResponse) String() string {
 func (*UpdateMailSettingsResponse) ProtoMessage() {}
 
 func (x *UpdateMailSettingsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[25]
+	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1504,7 +1593,7 @@ func (x *UpdateMailSettingsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateMailSettingsResponse.ProtoReflect.Descriptor instead.
 func (*UpdateMailSettingsResponse) Descriptor() ([]byte, []int) {
-	return file_keyhouse_storefront_v1_storefront_proto_rawDescGZIP(), []int{25}
+	return file_keyhouse_storefront_v1_storefront_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *UpdateMailSettingsResponse) GetSettings() *MailSettings {
@@ -1518,7 +1607,11 @@ var File_keyhouse_storefront_v1_storefront_proto protoreflect.FileDescriptor
 
 const file_keyhouse_storefront_v1_storefront_proto_rawDesc = "" +
 	"\n" +
-	"'keyhouse/storefront/v1/storefront.proto\x12\x16keyhouse.storefront.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1egoogle/protobuf/wrappers.proto\x1a\x19keyhouse/api/v1/api.proto\"S\n" +
+	"'keyhouse/storefront/v1/storefront.proto\x12\x16keyhouse.storefront.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1egoogle/protobuf/wrappers.proto\x1a\x19keyhouse/api/v1/api.proto\"3\n" +
+	"\x1bGetPortalProductNameRequest\x12\x14\n" +
+	"\x05token\x18\x01 \x01(\tR\x05token\"A\n" +
+	"\x1cGetPortalProductNameResponse\x12!\n" +
+	"\fproduct_name\x18\x01 \x01(\tR\vproductName\"S\n" +
 	"\x16ConnectWebhookResponse\x129\n" +
 	"\awebhook\x18\x01 \x01(\v2\x1f.keyhouse.storefront.v1.WebhookR\awebhook\"9\n" +
 	"\x15ConnectWebhookRequest\x12 \n" +
@@ -1642,7 +1735,9 @@ const file_keyhouse_storefront_v1_storefront_proto_rawDesc = "" +
 	"\x0fGetMailSettings\x12..keyhouse.storefront.v1.GetMailSettingsRequest\x1a/.keyhouse.storefront.v1.GetMailSettingsResponse\"\n" +
 	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x12\xbc\x02\n" +
 	"\x12UpdateMailSettings\x121.keyhouse.storefront.v1.UpdateMailSettingsRequest\x1a2.keyhouse.storefront.v1.UpdateMailSettingsResponse\"\xbe\x01\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x9a\x83\x19\xaf\x01\b\x90\x03\x12\xa9\x01sender_name (or product_name) must be at most 100 characters with no line break or other control character; reply_to must be one email address, like support@example.com.\x12\xdd\x01\n" +
-	"\fReceiveEvent\x12+.keyhouse.storefront.v1.ReceiveEventRequest\x1a,.keyhouse.storefront.v1.ReceiveEventResponse\"r\x90\x82\x19\x01\x9a\x82\x19\x02\b\x01\x9a\x83\x19I\b\x90\x03\x12DInvalid signature; Invalid payload: <reason>; Webhook is not active.\x9a\x83\x19\x17\b\x94\x03\x12\x12Webhook not found.BOZMgithub.com/keyhouse/keyhouse/proto/gen/go/keyhouse/storefront/v1;storefrontv1b\x06proto3"
+	"\fReceiveEvent\x12+.keyhouse.storefront.v1.ReceiveEventRequest\x1a,.keyhouse.storefront.v1.ReceiveEventResponse\"r\x90\x82\x19\x01\x9a\x82\x19\x02\b\x01\x9a\x83\x19I\b\x90\x03\x12DInvalid signature; Invalid payload: <reason>; Webhook is not active.\x9a\x83\x19\x17\b\x94\x03\x12\x12Webhook not found.2\xa3\x01\n" +
+	"\x17StorefrontPortalService\x12\x87\x01\n" +
+	"\x14GetPortalProductName\x123.keyhouse.storefront.v1.GetPortalProductNameRequest\x1a4.keyhouse.storefront.v1.GetPortalProductNameResponse\"\x04\x90\x82\x19\x01BOZMgithub.com/keyhouse/keyhouse/proto/gen/go/keyhouse/storefront/v1;storefrontv1b\x06proto3"
 
 var (
 	file_keyhouse_storefront_v1_storefront_proto_rawDescOnce sync.Once
@@ -1656,89 +1751,93 @@ func file_keyhouse_storefront_v1_storefront_proto_rawDescGZIP() []byte {
 	return file_keyhouse_storefront_v1_storefront_proto_rawDescData
 }
 
-var file_keyhouse_storefront_v1_storefront_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_keyhouse_storefront_v1_storefront_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_keyhouse_storefront_v1_storefront_proto_goTypes = []any{
-	(*ConnectWebhookResponse)(nil),     // 0: keyhouse.storefront.v1.ConnectWebhookResponse
-	(*ConnectWebhookRequest)(nil),      // 1: keyhouse.storefront.v1.ConnectWebhookRequest
-	(*Webhook)(nil),                    // 2: keyhouse.storefront.v1.Webhook
-	(*ListWebhooksRequest)(nil),        // 3: keyhouse.storefront.v1.ListWebhooksRequest
-	(*ListWebhooksResponse)(nil),       // 4: keyhouse.storefront.v1.ListWebhooksResponse
-	(*SaveWebhookSecretResponse)(nil),  // 5: keyhouse.storefront.v1.SaveWebhookSecretResponse
-	(*SaveWebhookSecretRequest)(nil),   // 6: keyhouse.storefront.v1.SaveWebhookSecretRequest
-	(*DisableWebhookResponse)(nil),     // 7: keyhouse.storefront.v1.DisableWebhookResponse
-	(*DisableWebhookRequest)(nil),      // 8: keyhouse.storefront.v1.DisableWebhookRequest
-	(*CreateMappingResponse)(nil),      // 9: keyhouse.storefront.v1.CreateMappingResponse
-	(*CreateMappingRequest)(nil),       // 10: keyhouse.storefront.v1.CreateMappingRequest
-	(*Mapping)(nil),                    // 11: keyhouse.storefront.v1.Mapping
-	(*ListMappingsRequest)(nil),        // 12: keyhouse.storefront.v1.ListMappingsRequest
-	(*ListMappingsResponse)(nil),       // 13: keyhouse.storefront.v1.ListMappingsResponse
-	(*DeleteMappingRequest)(nil),       // 14: keyhouse.storefront.v1.DeleteMappingRequest
-	(*DeleteMappingResponse)(nil),      // 15: keyhouse.storefront.v1.DeleteMappingResponse
-	(*ListDeliveriesRequest)(nil),      // 16: keyhouse.storefront.v1.ListDeliveriesRequest
-	(*Delivery)(nil),                   // 17: keyhouse.storefront.v1.Delivery
-	(*ListDeliveriesResponse)(nil),     // 18: keyhouse.storefront.v1.ListDeliveriesResponse
-	(*ReceiveEventRequest)(nil),        // 19: keyhouse.storefront.v1.ReceiveEventRequest
-	(*ReceiveEventResponse)(nil),       // 20: keyhouse.storefront.v1.ReceiveEventResponse
-	(*MailSettings)(nil),               // 21: keyhouse.storefront.v1.MailSettings
-	(*GetMailSettingsRequest)(nil),     // 22: keyhouse.storefront.v1.GetMailSettingsRequest
-	(*GetMailSettingsResponse)(nil),    // 23: keyhouse.storefront.v1.GetMailSettingsResponse
-	(*UpdateMailSettingsRequest)(nil),  // 24: keyhouse.storefront.v1.UpdateMailSettingsRequest
-	(*UpdateMailSettingsResponse)(nil), // 25: keyhouse.storefront.v1.UpdateMailSettingsResponse
-	(*timestamppb.Timestamp)(nil),      // 26: google.protobuf.Timestamp
-	(*structpb.Value)(nil),             // 27: google.protobuf.Value
-	(*structpb.Struct)(nil),            // 28: google.protobuf.Struct
-	(*wrapperspb.StringValue)(nil),     // 29: google.protobuf.StringValue
-	(*wrapperspb.Int32Value)(nil),      // 30: google.protobuf.Int32Value
+	(*GetPortalProductNameRequest)(nil),  // 0: keyhouse.storefront.v1.GetPortalProductNameRequest
+	(*GetPortalProductNameResponse)(nil), // 1: keyhouse.storefront.v1.GetPortalProductNameResponse
+	(*ConnectWebhookResponse)(nil),       // 2: keyhouse.storefront.v1.ConnectWebhookResponse
+	(*ConnectWebhookRequest)(nil),        // 3: keyhouse.storefront.v1.ConnectWebhookRequest
+	(*Webhook)(nil),                      // 4: keyhouse.storefront.v1.Webhook
+	(*ListWebhooksRequest)(nil),          // 5: keyhouse.storefront.v1.ListWebhooksRequest
+	(*ListWebhooksResponse)(nil),         // 6: keyhouse.storefront.v1.ListWebhooksResponse
+	(*SaveWebhookSecretResponse)(nil),    // 7: keyhouse.storefront.v1.SaveWebhookSecretResponse
+	(*SaveWebhookSecretRequest)(nil),     // 8: keyhouse.storefront.v1.SaveWebhookSecretRequest
+	(*DisableWebhookResponse)(nil),       // 9: keyhouse.storefront.v1.DisableWebhookResponse
+	(*DisableWebhookRequest)(nil),        // 10: keyhouse.storefront.v1.DisableWebhookRequest
+	(*CreateMappingResponse)(nil),        // 11: keyhouse.storefront.v1.CreateMappingResponse
+	(*CreateMappingRequest)(nil),         // 12: keyhouse.storefront.v1.CreateMappingRequest
+	(*Mapping)(nil),                      // 13: keyhouse.storefront.v1.Mapping
+	(*ListMappingsRequest)(nil),          // 14: keyhouse.storefront.v1.ListMappingsRequest
+	(*ListMappingsResponse)(nil),         // 15: keyhouse.storefront.v1.ListMappingsResponse
+	(*DeleteMappingRequest)(nil),         // 16: keyhouse.storefront.v1.DeleteMappingRequest
+	(*DeleteMappingResponse)(nil),        // 17: keyhouse.storefront.v1.DeleteMappingResponse
+	(*ListDeliveriesRequest)(nil),        // 18: keyhouse.storefront.v1.ListDeliveriesRequest
+	(*Delivery)(nil),                     // 19: keyhouse.storefront.v1.Delivery
+	(*ListDeliveriesResponse)(nil),       // 20: keyhouse.storefront.v1.ListDeliveriesResponse
+	(*ReceiveEventRequest)(nil),          // 21: keyhouse.storefront.v1.ReceiveEventRequest
+	(*ReceiveEventResponse)(nil),         // 22: keyhouse.storefront.v1.ReceiveEventResponse
+	(*MailSettings)(nil),                 // 23: keyhouse.storefront.v1.MailSettings
+	(*GetMailSettingsRequest)(nil),       // 24: keyhouse.storefront.v1.GetMailSettingsRequest
+	(*GetMailSettingsResponse)(nil),      // 25: keyhouse.storefront.v1.GetMailSettingsResponse
+	(*UpdateMailSettingsRequest)(nil),    // 26: keyhouse.storefront.v1.UpdateMailSettingsRequest
+	(*UpdateMailSettingsResponse)(nil),   // 27: keyhouse.storefront.v1.UpdateMailSettingsResponse
+	(*timestamppb.Timestamp)(nil),        // 28: google.protobuf.Timestamp
+	(*structpb.Value)(nil),               // 29: google.protobuf.Value
+	(*structpb.Struct)(nil),              // 30: google.protobuf.Struct
+	(*wrapperspb.StringValue)(nil),       // 31: google.protobuf.StringValue
+	(*wrapperspb.Int32Value)(nil),        // 32: google.protobuf.Int32Value
 }
 var file_keyhouse_storefront_v1_storefront_proto_depIdxs = []int32{
-	2,  // 0: keyhouse.storefront.v1.ConnectWebhookResponse.webhook:type_name -> keyhouse.storefront.v1.Webhook
-	26, // 1: keyhouse.storefront.v1.Webhook.created_at:type_name -> google.protobuf.Timestamp
-	2,  // 2: keyhouse.storefront.v1.ListWebhooksResponse.webhooks:type_name -> keyhouse.storefront.v1.Webhook
-	2,  // 3: keyhouse.storefront.v1.SaveWebhookSecretResponse.webhook:type_name -> keyhouse.storefront.v1.Webhook
-	2,  // 4: keyhouse.storefront.v1.DisableWebhookResponse.webhook:type_name -> keyhouse.storefront.v1.Webhook
-	11, // 5: keyhouse.storefront.v1.CreateMappingResponse.mapping:type_name -> keyhouse.storefront.v1.Mapping
-	27, // 6: keyhouse.storefront.v1.CreateMappingRequest.seats:type_name -> google.protobuf.Value
-	28, // 7: keyhouse.storefront.v1.CreateMappingRequest.limits:type_name -> google.protobuf.Struct
-	27, // 8: keyhouse.storefront.v1.CreateMappingRequest.duration_days:type_name -> google.protobuf.Value
-	27, // 9: keyhouse.storefront.v1.CreateMappingRequest.renewal_grace_days:type_name -> google.protobuf.Value
-	29, // 10: keyhouse.storefront.v1.Mapping.payment_link:type_name -> google.protobuf.StringValue
-	29, // 11: keyhouse.storefront.v1.Mapping.service_ref:type_name -> google.protobuf.StringValue
-	28, // 12: keyhouse.storefront.v1.Mapping.limits:type_name -> google.protobuf.Struct
-	30, // 13: keyhouse.storefront.v1.Mapping.duration_days:type_name -> google.protobuf.Int32Value
-	26, // 14: keyhouse.storefront.v1.Mapping.created_at:type_name -> google.protobuf.Timestamp
-	11, // 15: keyhouse.storefront.v1.ListMappingsResponse.mappings:type_name -> keyhouse.storefront.v1.Mapping
-	29, // 16: keyhouse.storefront.v1.Delivery.email_status:type_name -> google.protobuf.StringValue
-	29, // 17: keyhouse.storefront.v1.Delivery.license_key:type_name -> google.protobuf.StringValue
-	29, // 18: keyhouse.storefront.v1.Delivery.error:type_name -> google.protobuf.StringValue
-	26, // 19: keyhouse.storefront.v1.Delivery.created_at:type_name -> google.protobuf.Timestamp
-	26, // 20: keyhouse.storefront.v1.Delivery.updated_at:type_name -> google.protobuf.Timestamp
-	17, // 21: keyhouse.storefront.v1.ListDeliveriesResponse.deliveries:type_name -> keyhouse.storefront.v1.Delivery
-	21, // 22: keyhouse.storefront.v1.GetMailSettingsResponse.settings:type_name -> keyhouse.storefront.v1.MailSettings
-	21, // 23: keyhouse.storefront.v1.UpdateMailSettingsResponse.settings:type_name -> keyhouse.storefront.v1.MailSettings
-	1,  // 24: keyhouse.storefront.v1.StorefrontService.ConnectWebhook:input_type -> keyhouse.storefront.v1.ConnectWebhookRequest
-	3,  // 25: keyhouse.storefront.v1.StorefrontService.ListWebhooks:input_type -> keyhouse.storefront.v1.ListWebhooksRequest
-	6,  // 26: keyhouse.storefront.v1.StorefrontService.SaveWebhookSecret:input_type -> keyhouse.storefront.v1.SaveWebhookSecretRequest
-	8,  // 27: keyhouse.storefront.v1.StorefrontService.DisableWebhook:input_type -> keyhouse.storefront.v1.DisableWebhookRequest
-	10, // 28: keyhouse.storefront.v1.StorefrontService.CreateMapping:input_type -> keyhouse.storefront.v1.CreateMappingRequest
-	12, // 29: keyhouse.storefront.v1.StorefrontService.ListMappings:input_type -> keyhouse.storefront.v1.ListMappingsRequest
-	14, // 30: keyhouse.storefront.v1.StorefrontService.DeleteMapping:input_type -> keyhouse.storefront.v1.DeleteMappingRequest
-	16, // 31: keyhouse.storefront.v1.StorefrontService.ListDeliveries:input_type -> keyhouse.storefront.v1.ListDeliveriesRequest
-	22, // 32: keyhouse.storefront.v1.StorefrontService.GetMailSettings:input_type -> keyhouse.storefront.v1.GetMailSettingsRequest
-	24, // 33: keyhouse.storefront.v1.StorefrontService.UpdateMailSettings:input_type -> keyhouse.storefront.v1.UpdateMailSettingsRequest
-	19, // 34: keyhouse.storefront.v1.StorefrontService.ReceiveEvent:input_type -> keyhouse.storefront.v1.ReceiveEventRequest
-	0,  // 35: keyhouse.storefront.v1.StorefrontService.ConnectWebhook:output_type -> keyhouse.storefront.v1.ConnectWebhookResponse
-	4,  // 36: keyhouse.storefront.v1.StorefrontService.ListWebhooks:output_type -> keyhouse.storefront.v1.ListWebhooksResponse
-	5,  // 37: keyhouse.storefront.v1.StorefrontService.SaveWebhookSecret:output_type -> keyhouse.storefront.v1.SaveWebhookSecretResponse
-	7,  // 38: keyhouse.storefront.v1.StorefrontService.DisableWebhook:output_type -> keyhouse.storefront.v1.DisableWebhookResponse
-	9,  // 39: keyhouse.storefront.v1.StorefrontService.CreateMapping:output_type -> keyhouse.storefront.v1.CreateMappingResponse
-	13, // 40: keyhouse.storefront.v1.StorefrontService.ListMappings:output_type -> keyhouse.storefront.v1.ListMappingsResponse
-	15, // 41: keyhouse.storefront.v1.StorefrontService.DeleteMapping:output_type -> keyhouse.storefront.v1.DeleteMappingResponse
-	18, // 42: keyhouse.storefront.v1.StorefrontService.ListDeliveries:output_type -> keyhouse.storefront.v1.ListDeliveriesResponse
-	23, // 43: keyhouse.storefront.v1.StorefrontService.GetMailSettings:output_type -> keyhouse.storefront.v1.GetMailSettingsResponse
-	25, // 44: keyhouse.storefront.v1.StorefrontService.UpdateMailSettings:output_type -> keyhouse.storefront.v1.UpdateMailSettingsResponse
-	20, // 45: keyhouse.storefront.v1.StorefrontService.ReceiveEvent:output_type -> keyhouse.storefront.v1.ReceiveEventResponse
-	35, // [35:46] is the sub-list for method output_type
-	24, // [24:35] is the sub-list for method input_type
+	4,  // 0: keyhouse.storefront.v1.ConnectWebhookResponse.webhook:type_name -> keyhouse.storefront.v1.Webhook
+	28, // 1: keyhouse.storefront.v1.Webhook.created_at:type_name -> google.protobuf.Timestamp
+	4,  // 2: keyhouse.storefront.v1.ListWebhooksResponse.webhooks:type_name -> keyhouse.storefront.v1.Webhook
+	4,  // 3: keyhouse.storefront.v1.SaveWebhookSecretResponse.webhook:type_name -> keyhouse.storefront.v1.Webhook
+	4,  // 4: keyhouse.storefront.v1.DisableWebhookResponse.webhook:type_name -> keyhouse.storefront.v1.Webhook
+	13, // 5: keyhouse.storefront.v1.CreateMappingResponse.mapping:type_name -> keyhouse.storefront.v1.Mapping
+	29, // 6: keyhouse.storefront.v1.CreateMappingRequest.seats:type_name -> google.protobuf.Value
+	30, // 7: keyhouse.storefront.v1.CreateMappingRequest.limits:type_name -> google.protobuf.Struct
+	29, // 8: keyhouse.storefront.v1.CreateMappingRequest.duration_days:type_name -> google.protobuf.Value
+	29, // 9: keyhouse.storefront.v1.CreateMappingRequest.renewal_grace_days:type_name -> google.protobuf.Value
+	31, // 10: keyhouse.storefront.v1.Mapping.payment_link:type_name -> google.protobuf.StringValue
+	31, // 11: keyhouse.storefront.v1.Mapping.service_ref:type_name -> google.protobuf.StringValue
+	30, // 12: keyhouse.storefront.v1.Mapping.limits:type_name -> google.protobuf.Struct
+	32, // 13: keyhouse.storefront.v1.Mapping.duration_days:type_name -> google.protobuf.Int32Value
+	28, // 14: keyhouse.storefront.v1.Mapping.created_at:type_name -> google.protobuf.Timestamp
+	13, // 15: keyhouse.storefront.v1.ListMappingsResponse.mappings:type_name -> keyhouse.storefront.v1.Mapping
+	31, // 16: keyhouse.storefront.v1.Delivery.email_status:type_name -> google.protobuf.StringValue
+	31, // 17: keyhouse.storefront.v1.Delivery.license_key:type_name -> google.protobuf.StringValue
+	31, // 18: keyhouse.storefront.v1.Delivery.error:type_name -> google.protobuf.StringValue
+	28, // 19: keyhouse.storefront.v1.Delivery.created_at:type_name -> google.protobuf.Timestamp
+	28, // 20: keyhouse.storefront.v1.Delivery.updated_at:type_name -> google.protobuf.Timestamp
+	19, // 21: keyhouse.storefront.v1.ListDeliveriesResponse.deliveries:type_name -> keyhouse.storefront.v1.Delivery
+	23, // 22: keyhouse.storefront.v1.GetMailSettingsResponse.settings:type_name -> keyhouse.storefront.v1.MailSettings
+	23, // 23: keyhouse.storefront.v1.UpdateMailSettingsResponse.settings:type_name -> keyhouse.storefront.v1.MailSettings
+	3,  // 24: keyhouse.storefront.v1.StorefrontService.ConnectWebhook:input_type -> keyhouse.storefront.v1.ConnectWebhookRequest
+	5,  // 25: keyhouse.storefront.v1.StorefrontService.ListWebhooks:input_type -> keyhouse.storefront.v1.ListWebhooksRequest
+	8,  // 26: keyhouse.storefront.v1.StorefrontService.SaveWebhookSecret:input_type -> keyhouse.storefront.v1.SaveWebhookSecretRequest
+	10, // 27: keyhouse.storefront.v1.StorefrontService.DisableWebhook:input_type -> keyhouse.storefront.v1.DisableWebhookRequest
+	12, // 28: keyhouse.storefront.v1.StorefrontService.CreateMapping:input_type -> keyhouse.storefront.v1.CreateMappingRequest
+	14, // 29: keyhouse.storefront.v1.StorefrontService.ListMappings:input_type -> keyhouse.storefront.v1.ListMappingsRequest
+	16, // 30: keyhouse.storefront.v1.StorefrontService.DeleteMapping:input_type -> keyhouse.storefront.v1.DeleteMappingRequest
+	18, // 31: keyhouse.storefront.v1.StorefrontService.ListDeliveries:input_type -> keyhouse.storefront.v1.ListDeliveriesRequest
+	24, // 32: keyhouse.storefront.v1.StorefrontService.GetMailSettings:input_type -> keyhouse.storefront.v1.GetMailSettingsRequest
+	26, // 33: keyhouse.storefront.v1.StorefrontService.UpdateMailSettings:input_type -> keyhouse.storefront.v1.UpdateMailSettingsRequest
+	21, // 34: keyhouse.storefront.v1.StorefrontService.ReceiveEvent:input_type -> keyhouse.storefront.v1.ReceiveEventRequest
+	0,  // 35: keyhouse.storefront.v1.StorefrontPortalService.GetPortalProductName:input_type -> keyhouse.storefront.v1.GetPortalProductNameRequest
+	2,  // 36: keyhouse.storefront.v1.StorefrontService.ConnectWebhook:output_type -> keyhouse.storefront.v1.ConnectWebhookResponse
+	6,  // 37: keyhouse.storefront.v1.StorefrontService.ListWebhooks:output_type -> keyhouse.storefront.v1.ListWebhooksResponse
+	7,  // 38: keyhouse.storefront.v1.StorefrontService.SaveWebhookSecret:output_type -> keyhouse.storefront.v1.SaveWebhookSecretResponse
+	9,  // 39: keyhouse.storefront.v1.StorefrontService.DisableWebhook:output_type -> keyhouse.storefront.v1.DisableWebhookResponse
+	11, // 40: keyhouse.storefront.v1.StorefrontService.CreateMapping:output_type -> keyhouse.storefront.v1.CreateMappingResponse
+	15, // 41: keyhouse.storefront.v1.StorefrontService.ListMappings:output_type -> keyhouse.storefront.v1.ListMappingsResponse
+	17, // 42: keyhouse.storefront.v1.StorefrontService.DeleteMapping:output_type -> keyhouse.storefront.v1.DeleteMappingResponse
+	20, // 43: keyhouse.storefront.v1.StorefrontService.ListDeliveries:output_type -> keyhouse.storefront.v1.ListDeliveriesResponse
+	25, // 44: keyhouse.storefront.v1.StorefrontService.GetMailSettings:output_type -> keyhouse.storefront.v1.GetMailSettingsResponse
+	27, // 45: keyhouse.storefront.v1.StorefrontService.UpdateMailSettings:output_type -> keyhouse.storefront.v1.UpdateMailSettingsResponse
+	22, // 46: keyhouse.storefront.v1.StorefrontService.ReceiveEvent:output_type -> keyhouse.storefront.v1.ReceiveEventResponse
+	1,  // 47: keyhouse.storefront.v1.StorefrontPortalService.GetPortalProductName:output_type -> keyhouse.storefront.v1.GetPortalProductNameResponse
+	36, // [36:48] is the sub-list for method output_type
+	24, // [24:36] is the sub-list for method input_type
 	24, // [24:24] is the sub-list for extension type_name
 	24, // [24:24] is the sub-list for extension extendee
 	0,  // [0:24] is the sub-list for field type_name
@@ -1755,9 +1854,9 @@ func file_keyhouse_storefront_v1_storefront_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_keyhouse_storefront_v1_storefront_proto_rawDesc), len(file_keyhouse_storefront_v1_storefront_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   26,
+			NumMessages:   28,
 			NumExtensions: 0,
-			NumServices:   1,
+			NumServices:   2,
 		},
 		GoTypes:           file_keyhouse_storefront_v1_storefront_proto_goTypes,
 		DependencyIndexes: file_keyhouse_storefront_v1_storefront_proto_depIdxs,

@@ -529,3 +529,120 @@ var StorefrontService_ServiceDesc = grpc.ServiceDesc{
 	Streams:  []grpc.StreamDesc{},
 	Metadata: "keyhouse/storefront/v1/storefront.proto",
 }
+
+const (
+	StorefrontPortalService_GetPortalProductName_FullMethodName = "/keyhouse.storefront.v1.StorefrontPortalService/GetPortalProductName"
+)
+
+// StorefrontPortalServiceClient is the client API for StorefrontPortalService service.
+//
+// For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
+//
+// StorefrontPortalService is what the end-user portal shows of the tenant's storefront
+// settings (addendum §9): the product's name the tenant set for its buyer emails, so the
+// portal names the product as the email did. It has no REST route: the console's portal
+// pages call it. The portal token is the credential.
+type StorefrontPortalServiceClient interface {
+	// NotFound "Not found" for every token the portal refuses (licensing decides: unknown,
+	// a revoked or deleted license, the portal off).
+	GetPortalProductName(ctx context.Context, in *GetPortalProductNameRequest, opts ...grpc.CallOption) (*GetPortalProductNameResponse, error)
+}
+
+type storefrontPortalServiceClient struct {
+	cc grpc.ClientConnInterface
+}
+
+func NewStorefrontPortalServiceClient(cc grpc.ClientConnInterface) StorefrontPortalServiceClient {
+	return &storefrontPortalServiceClient{cc}
+}
+
+func (c *storefrontPortalServiceClient) GetPortalProductName(ctx context.Context, in *GetPortalProductNameRequest, opts ...grpc.CallOption) (*GetPortalProductNameResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetPortalProductNameResponse)
+	err := c.cc.Invoke(ctx, StorefrontPortalService_GetPortalProductName_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// StorefrontPortalServiceServer is the server API for StorefrontPortalService service.
+// All implementations must embed UnimplementedStorefrontPortalServiceServer
+// for forward compatibility.
+//
+// StorefrontPortalService is what the end-user portal shows of the tenant's storefront
+// settings (addendum §9): the product's name the tenant set for its buyer emails, so the
+// portal names the product as the email did. It has no REST route: the console's portal
+// pages call it. The portal token is the credential.
+type StorefrontPortalServiceServer interface {
+	// NotFound "Not found" for every token the portal refuses (licensing decides: unknown,
+	// a revoked or deleted license, the portal off).
+	GetPortalProductName(context.Context, *GetPortalProductNameRequest) (*GetPortalProductNameResponse, error)
+	mustEmbedUnimplementedStorefrontPortalServiceServer()
+}
+
+// UnimplementedStorefrontPortalServiceServer must be embedded to have
+// forward compatible implementations.
+//
+// NOTE: this should be embedded by value instead of pointer to avoid a nil
+// pointer dereference when methods are called.
+type UnimplementedStorefrontPortalServiceServer struct{}
+
+func (UnimplementedStorefrontPortalServiceServer) GetPortalProductName(context.Context, *GetPortalProductNameRequest) (*GetPortalProductNameResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetPortalProductName not implemented")
+}
+func (UnimplementedStorefrontPortalServiceServer) mustEmbedUnimplementedStorefrontPortalServiceServer() {
+}
+func (UnimplementedStorefrontPortalServiceServer) testEmbeddedByValue() {}
+
+// UnsafeStorefrontPortalServiceServer may be embedded to opt out of forward compatibility for this service.
+// Use of this interface is not recommended, as added methods to StorefrontPortalServiceServer will
+// result in compilation errors.
+type UnsafeStorefrontPortalServiceServer interface {
+	mustEmbedUnimplementedStorefrontPortalServiceServer()
+}
+
+func RegisterStorefrontPortalServiceServer(s grpc.ServiceRegistrar, srv StorefrontPortalServiceServer) {
+	// If the following call panics, it indicates UnimplementedStorefrontPortalServiceServer was
+	// embedded by pointer and is nil.  This will cause panics if an
+	// unimplemented method is ever invoked, so we test this at initialization
+	// time to prevent it from happening at runtime later due to I/O.
+	if t, ok := srv.(interface{ testEmbeddedByValue() }); ok {
+		t.testEmbeddedByValue()
+	}
+	s.RegisterService(&StorefrontPortalService_ServiceDesc, srv)
+}
+
+func _StorefrontPortalService_GetPortalProductName_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetPortalProductNameRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(StorefrontPortalServiceServer).GetPortalProductName(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: StorefrontPortalService_GetPortalProductName_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(StorefrontPortalServiceServer).GetPortalProductName(ctx, req.(*GetPortalProductNameRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+// StorefrontPortalService_ServiceDesc is the grpc.ServiceDesc for StorefrontPortalService service.
+// It's only intended for direct use with grpc.RegisterService,
+// and not to be introspected or modified (even as a copy)
+var StorefrontPortalService_ServiceDesc = grpc.ServiceDesc{
+	ServiceName: "keyhouse.storefront.v1.StorefrontPortalService",
+	HandlerType: (*StorefrontPortalServiceServer)(nil),
+	Methods: []grpc.MethodDesc{
+		{
+			MethodName: "GetPortalProductName",
+			Handler:    _StorefrontPortalService_GetPortalProductName_Handler,
+		},
+	},
+	Streams:  []grpc.StreamDesc{},
+	Metadata: "keyhouse/storefront/v1/storefront.proto",
+}

@@ -1,0 +1,141 @@
+package e2e
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/keyhouse/keyhouse/devinfra/testkit"
+	"github.com/keyhouse/keyhouse/stack"
+)
+
+var keyhousectlBuild struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+// keyhousectl builds the CLI once per test binary, as docs/import.md tells a vendor to.
+func keyhousectl(t *testing.T) string {
+	t.Helper()
+	keyhousectlBuild.once.Do(func() {
+		root, err := stack.RepoRoot()
+		if err != nil {
+			keyhousectlBuild.err = err
+			return
+		}
+		keyhousectlBuild.path = filepath.Join(testkit.Dir(t), "keyhousectl")
+		cmd := exec.Command("go", "build", "-o", keyhousectlBuild.path, "./stack/cmd/keyhousectl")
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			keyhousectlBuild.err = fmt.Errorf("go build keyhousectl: %v\n%s", err, out)
+		}
+	})
+	if keyhousectlBuild.err != nil {
+		t.Fatal(keyhousectlBuild.err)
+	}
+	return keyhousectlBuild.path
+}
+
+// runKeyhousectl runs `keyhousectl import` on file (written to a folder of its own) and
+// returns its stdout, stderr and exit status.
+func runKeyhousectl(t *testing.T, s *stack.Stack, name, content string, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(keyhousectl(t), append(append([]string{"import"}, args...), name)...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "KEYHOUSE_URL="+s.URL, "KEYHOUSE_API_KEY="+s.AdminKey)
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err := cmd.Run()
+	var exit *exec.ExitError
+	switch {
+	case errors.As(err, &exit):
+		code = exit.ExitCode()
+	case err != nil:
+		t.Fatal(err)
+	}
+	return out.String(), errOut.String(), code
+}
+
+// TestKeyhousectlImportsTheValidRowsAndListsTheInvalidOnesByLine: rows of an export that
+// cannot be licenses (no key, a date or an activation limit that does not read) and a
+// row the API refuses are listed by their line; every other row is imported, and the
+// exit status says that some were not (docs/import.md).
+func TestKeyhousectlImportsTheValidRowsAndListsTheInvalidOnesByLine(t *testing.T) {
+	s := selfHosted(t)
+	n := time.Now().UnixNano()
+	key := func(prefix string) string { return fmt.Sprintf("%s-%012X", prefix, n&0xffffffffffff) }
+	good1, good2, badDate := key("38B1460A-5104-4067-A91D"), key("5E2A7C31-0B9D-4F26-8E11"), key("A7F0C2D4-9E13-4B58-B6A0")
+	csv := "key,user_email,activation_limit,expires_at,created_at,product_id,order_id\n" +
+		good1 + ",ada@example.com,3,,2024-01-15T10:20:30.000000Z,8,2001\n" +
+		",alan@example.com,1,,2024-02-01T08:00:00.000000Z,8,2002\n" +
+		good2 + ",grace@example.com,1,2099-01-15T10:20:30.000000Z,2024-02-01T08:00:00.000000Z,8,2003\n" +
+		badDate + ",edsger@example.com,1,soon,2024-02-01T08:00:00.000000Z,8,2004\n" +
+		"0C4B8E2F-6A1D-4C39-9F57-E8D7C6B5A493,barbara@example.com,three,,2024-02-01T08:00:00.000000Z,8,2005\n" +
+		"short,ken@example.com,1,,2024-02-01T08:00:00.000000Z,8,2006\n"
+	prod := product("cli-lemonsqueezy")
+	stdout, stderr, code := runKeyhousectl(t, s, "license-keys.csv", csv, "--from", "lemonsqueezy", "--product", prod)
+	want := "6 licenses read: 2 imported, 0 unchanged, 0 skipped, 4 invalid (1 calls, 0 retried)\n" +
+		"  license-keys.csv line 3: invalid: no key\n" +
+		"  license-keys.csv line 5: invalid: expires_at: \"soon\" is not a date\n" +
+		"  license-keys.csv line 6: invalid: activation_limit: \"three\" is not an activation limit\n" +
+		"  license-keys.csv line 7: invalid: key must be 8 to 200 characters\n"
+	if stdout != want || code != 1 || !strings.HasSuffix(stderr, "keyhousectl: 4 invalid licenses were not imported (listed above)\n") {
+		t.Fatalf("exit %d\nstdout:\n%s\nwant:\n%s\nstderr:\n%s", code, stdout, want, stderr)
+	}
+	c := anon(t, s)
+	for _, key := range []string{good1, good2} {
+		if r := c.Post("/v1/verify-license", map[string]string{"key": key}); !strings.HasPrefix(string(r.Body), `{"valid":true`) {
+			t.Errorf("imported %s verifies as %s", key, r.Body)
+		}
+	}
+	expectUnknownKey(t, s, badDate)
+
+	// A file with nothing wrong: exit status 0.
+	stdout, stderr, code = runKeyhousectl(t, s, "license-keys.csv", strings.Join(strings.Split(csv, "\n")[:2], "\n")+"\n", "--from", "lemonsqueezy", "--product", prod)
+	if code != 0 || stdout != "1 licenses read: 0 imported, 1 unchanged, 0 skipped, 0 invalid (1 calls, 0 retried)\n" {
+		t.Fatalf("a clean file: exit %d\n%s%s", code, stdout, stderr)
+	}
+}
+
+// TestKeyhousectlGumroadFollowsTheStorefrontsRefundRule: a Gumroad sale imports as a
+// Stripe sale's license ends up (docs/storefront.md, "After the sale"): revoked after a
+// full refund or a dispute not won, active after a partial refund or a won dispute.
+func TestKeyhousectlGumroadFollowsTheStorefrontsRefundRule(t *testing.T) {
+	s := selfHosted(t)
+	n := time.Now().UnixNano() & 0xffffffff
+	csv := "Purchase ID,Item Name,Purchase Email,Sale Date,Sale Time,Refunded?,Partial Refund ($),Fully Refunded?,Disputed?,Dispute Won?,Subscription End Date,License Key,Product ID\n"
+	want := map[string]string{}
+	for i, sale := range []struct{ money, verify string }{
+		{"0,0.0,0,0,0", `{"valid":true`}, // paid
+		{"1,5.0,0,0,0", `{"valid":true`}, // a $5 partial refund
+		{"0,0.0,0,1,1", `{"valid":true`}, // a dispute won
+		{"1,0.0,1,0,0", verifyNotActive}, // refunded in full
+		{"0,0.0,0,1,0", verifyNotActive}, // a dispute open or lost
+	} {
+		key := fmt.Sprintf("85DB562A-%08X-A2335A6B-%08X", i, n)
+		want[key] = sale.verify
+		csv += fmt.Sprintf("sale%d,Acme Editor,buyer%d@example.com,2024-01-15,10:20:30,%s,,%s,acme-editor\n", i, i, sale.money, key)
+	}
+	stdout, stderr, code := runKeyhousectl(t, s, "sales.csv", csv, "--from", "gumroad", "--product", product("cli-gumroad"))
+	if code != 0 || !strings.HasPrefix(stdout, "5 licenses read: 5 imported,") {
+		t.Fatalf("exit %d\n%s%s", code, stdout, stderr)
+	}
+	c := anon(t, s)
+	for key, verify := range want {
+		if r := c.Post("/v1/verify-license", map[string]string{"key": key}); !strings.HasPrefix(string(r.Body), verify) {
+			t.Errorf("%s verifies as %s, want %s", key, r.Body, verify)
+		}
+	}
+}
