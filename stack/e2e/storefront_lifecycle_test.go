@@ -39,17 +39,23 @@ func lifecycleEvent(eventID, typ string, obj map[string]any) []byte {
 
 // invoicePaid is invoice.paid for a subscription's period ending at end.
 func invoicePaid(eventID, sub string, end time.Time, first bool) []byte {
+	return lifecycleEvent(eventID, "invoice.paid", invoiceObject(sub, end, first, uniq("pi_")))
+}
+
+// invoiceObject is a paid invoice of API version 2023-10-16 (subscription, payment_intent
+// and charge at the top) for the period ending at end, paid by paymentIntent.
+func invoiceObject(sub string, end time.Time, first bool, paymentIntent string) map[string]any {
 	reason := "subscription_cycle"
 	if first {
 		reason = "subscription_create"
 	}
 	start := end.AddDate(0, -1, 0)
-	return lifecycleEvent(eventID, "invoice.paid", map[string]any{
+	return map[string]any{
 		"id": uniq("in_"), "object": "invoice", "subscription": sub, "billing_reason": reason, "status": "paid",
-		"payment_intent": uniq("pi_"), "charge": uniq("ch_"), "period_end": start.Unix(),
+		"payment_intent": paymentIntent, "charge": uniq("ch_"), "period_end": start.Unix(),
 		"lines": map[string]any{"object": "list", "data": []any{map[string]any{
 			"id": uniq("il_"), "object": "line_item", "period": map[string]any{"start": start.Unix(), "end": end.Unix()}}}},
-	})
+	}
 }
 
 func chargeRefunded(eventID, paymentIntent string, amount, refunded int64) []byte {
@@ -318,6 +324,130 @@ func TestStorefrontRefundsAndDisputes(t *testing.T) {
 		sh.awaitOutcome(refund, outcome("revoked_refund"))
 		awaitLicense(t, sh.c, key, licenseStatus("revoked"))
 	})
+}
+
+// A won dispute reactivates only when nothing else says revoked: not after a full refund
+// delivered between the dispute and its win, and not while another dispute of the same
+// subscription is open, nor after that one is lost.
+func TestStorefrontWonDisputeKeepsOtherReasons(t *testing.T) {
+	t.Parallel()
+	s, _ := storefrontStack(t)
+	sh := connectShop(t, newTenant(t, s))
+	prod, ref := product("sf-won"), uniq("ref-")
+	sh.mapping(map[string]any{"service_ref": ref, "product_id": prod, "tier": "pro"})
+	step := func(payload []byte, eventID, wantOutcome, wantError string) {
+		t.Helper()
+		sh.deliver(payload).Expect(t, 200)
+		d := sh.awaitOutcome(eventID, outcome(wantOutcome))
+		if got, _ := d["error"].(string); got != wantError {
+			t.Fatalf("%s: error %q, want %q", wantOutcome, got, wantError)
+		}
+	}
+
+	t.Run("refunded in full between the dispute and its win", func(t *testing.T) {
+		sess := newSession("", uniq("won")+"@example.com")
+		sess.ServiceRef = ref
+		pi, ev := uniq("pi_"), uniq("evt_")
+		sh.deliver(checkout(ev, sess, "", pi)).Expect(t, 200)
+		key := sh.awaitOutcome(ev, outcome("issued"))["license_key"].(string)
+		dp := uniq("dp_")
+		opened, refunded, won := uniq("evt_"), uniq("evt_"), uniq("evt_")
+		step(dispute(opened, "charge.dispute.created", dp, pi, "needs_response"), opened, "revoked_dispute", "")
+		step(chargeRefunded(refunded, pi, 1900, 1900), refunded, "revoked_refund", "")
+		step(dispute(won, "charge.dispute.closed", dp, pi, "won"), won, "ignored",
+			"The dispute was won, but the purchase was refunded in full: the license stays revoked")
+		if l := licenseOf(t, sh.c, key); l["status"] != "revoked" {
+			t.Fatalf("a purchase refunded in full ended with its license %v", l["status"])
+		}
+	})
+
+	t.Run("two invoices, a dispute on each", func(t *testing.T) {
+		sess := newSession("", uniq("two")+"@example.com")
+		sess.ServiceRef = ref
+		sub, ev := uniq("sub_"), uniq("evt_")
+		sh.deliver(checkout(ev, sess, sub, "")).Expect(t, 200)
+		key := sh.awaitOutcome(ev, outcome("issued"))["license_key"].(string)
+		p1 := time.Now().UTC().Truncate(time.Second).Add(30 * 24 * time.Hour)
+		pi1, pi2 := uniq("pi_"), uniq("pi_")
+		inv1, inv2 := uniq("evt_"), uniq("evt_")
+		step(lifecycleEvent(inv1, "invoice.paid", invoiceObject(sub, p1, true, pi1)), inv1, "expiry_set", "")
+		step(lifecycleEvent(inv2, "invoice.paid", invoiceObject(sub, p1.AddDate(0, 1, 0), false, pi2)), inv2, "renewed", "")
+		dp1, dp2 := uniq("dp_"), uniq("dp_")
+		open1, open2, won1, lost2 := uniq("evt_"), uniq("evt_"), uniq("evt_"), uniq("evt_")
+		step(dispute(open1, "charge.dispute.created", dp1, pi1, "needs_response"), open1, "revoked_dispute", "")
+		step(dispute(open2, "charge.dispute.created", dp2, pi2, "needs_response"), open2, "revoked_dispute", "")
+		step(dispute(won1, "charge.dispute.closed", dp1, pi1, "won"), won1, "ignored",
+			"The dispute was won, but dispute "+dp2+" is open or lost: the license stays revoked")
+		if l := licenseOf(t, sh.c, key); l["status"] != "revoked" {
+			t.Fatalf("a won dispute reactivated the license while another is open: %v", l["status"])
+		}
+		step(dispute(lost2, "charge.dispute.closed", dp2, pi2, "lost"), lost2, "ignored",
+			"The dispute closed as lost: the license stays revoked")
+		if l := licenseOf(t, sh.c, key); l["status"] != "revoked" {
+			t.Fatalf("a lost chargeback left the license %v", l["status"])
+		}
+	})
+}
+
+// A license the vendor revoked (revoke-license: a leaked key) stays revoked: a dispute
+// says it changed nothing, and its win does not reactivate what the storefront did not revoke.
+func TestStorefrontWonDisputeLeavesTheVendorsRevoke(t *testing.T) {
+	t.Parallel()
+	s, _ := storefrontStack(t)
+	sh := connectShop(t, newTenant(t, s))
+	prod, ref := product("sf-leak"), uniq("ref-")
+	sh.mapping(map[string]any{"service_ref": ref, "product_id": prod, "tier": "pro"})
+	sess := newSession("", uniq("leak")+"@example.com")
+	sess.ServiceRef = ref
+	pi, ev := uniq("pi_"), uniq("evt_")
+	sh.deliver(checkout(ev, sess, "", pi)).Expect(t, 200)
+	key := sh.awaitOutcome(ev, outcome("issued"))["license_key"].(string)
+	sh.c.Post("/v1/revoke-license", map[string]any{"key": key, "revoked": true}).Expect(t, 200)
+
+	dp, opened, won := uniq("dp_"), uniq("evt_"), uniq("evt_")
+	sh.deliver(dispute(opened, "charge.dispute.created", dp, pi, "needs_response")).Expect(t, 200)
+	if d := sh.awaitOutcome(opened, outcome("ignored")); d["error"] !=
+		"The license was already revoked outside the storefront: it stays revoked, and the storefront will not reactivate it" {
+		t.Fatalf("dispute on a license the vendor revoked: %v", d)
+	}
+	sh.deliver(dispute(won, "charge.dispute.closed", dp, pi, "won")).Expect(t, 200)
+	if d := sh.awaitOutcome(won, outcome("ignored")); d["error"] !=
+		"The dispute was won, but the license was revoked outside the storefront: it stays revoked" {
+		t.Fatalf("won dispute on a license the vendor revoked: %v", d)
+	}
+	if l := licenseOf(t, sh.c, key); l["status"] != "revoked" {
+		t.Fatalf("the won dispute undid the vendor's revoke: %v", l["status"])
+	}
+}
+
+// A change of plan mid-period is paid by a proration invoice for the period already paid:
+// the expiry stays, and the delivery does not call it a renewal.
+func TestStorefrontProrationInvoiceIsNotARenewal(t *testing.T) {
+	t.Parallel()
+	s, _ := storefrontStack(t)
+	sh := connectShop(t, newTenant(t, s))
+	prod, ref := product("sf-prorate"), uniq("ref-")
+	sh.mapping(map[string]any{"service_ref": ref, "product_id": prod, "tier": "pro", "renewal_grace_days": 0})
+	sess := newSession("", uniq("prorate")+"@example.com")
+	sess.ServiceRef = ref
+	sub, ev := uniq("sub_"), uniq("evt_")
+	sh.deliver(checkout(ev, sess, sub, "")).Expect(t, 200)
+	key := sh.awaitOutcome(ev, outcome("issued"))["license_key"].(string)
+	end := time.Now().UTC().Truncate(time.Second).Add(30 * 24 * time.Hour)
+	first := uniq("evt_")
+	sh.deliver(invoicePaid(first, sub, end, true)).Expect(t, 200)
+	sh.awaitOutcome(first, outcome("expiry_set"))
+	upgrade := invoiceObject(sub, end, false, uniq("pi_"))
+	upgrade["billing_reason"] = "subscription_update"
+	prorated := uniq("evt_")
+	sh.deliver(lifecycleEvent(prorated, "invoice.paid", upgrade)).Expect(t, 200)
+	if d := sh.awaitOutcome(prorated, outcome("ignored")); d["error"] !=
+		"The invoice pays within a period already paid (a change of plan, say): the expiry stays at the latest paid period" {
+		t.Fatalf("proration invoice: %v", d)
+	}
+	if l := licenseOf(t, sh.c, key); !expiresAt(end)(l) {
+		t.Fatalf("the proration moved the expiry: %v", l)
+	}
 }
 
 // Event types the storefront does not act on answer 200 and are recorded ignored, once.
