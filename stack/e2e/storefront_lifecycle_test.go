@@ -58,6 +58,27 @@ func invoiceObject(sub string, end time.Time, first bool, paymentIntent string) 
 	}
 }
 
+// basil is payload as an endpoint of API version 2025-03-31.basil receives it.
+func basil(payload []byte) []byte {
+	var ev map[string]any
+	_ = json.Unmarshal(payload, &ev)
+	ev["api_version"] = "2025-03-31.basil"
+	b, _ := json.Marshal(ev)
+	return b
+}
+
+// basilInvoice is invoiceObject in the shape of 2025-03-31.basil: the subscription under
+// parent.subscription_details, no payment_intent or charge (invoice_payment.paid names them).
+func basilInvoice(sub string, end time.Time, first bool) map[string]any {
+	in := invoiceObject(sub, end, first, "")
+	delete(in, "subscription")
+	delete(in, "payment_intent")
+	delete(in, "charge")
+	in["parent"] = map[string]any{"type": "subscription_details", "quote_details": nil,
+		"subscription_details": map[string]any{"subscription": sub, "metadata": map[string]any{}}}
+	return in
+}
+
 func chargeRefunded(eventID, paymentIntent string, amount, refunded int64) []byte {
 	return lifecycleEvent(eventID, "charge.refunded", map[string]any{
 		"id": uniq("ch_"), "object": "charge", "payment_intent": paymentIntent, "amount": amount,
@@ -417,6 +438,63 @@ func TestStorefrontWonDisputeLeavesTheVendorsRevoke(t *testing.T) {
 	}
 	if l := licenseOf(t, sh.c, key); l["status"] != "revoked" {
 		t.Fatalf("the won dispute undid the vendor's revoke: %v", l["status"])
+	}
+}
+
+// An endpoint on API version 2025-03-31.basil: the invoice names its subscription under
+// parent.subscription_details and not its payment, which invoice_payment.paid names; a
+// charge no longer names its invoice. Renewals move the expiry, and a refund of a renewal
+// charge (here delivered before the event that links its payment) revokes.
+func TestStorefrontBasilEvents(t *testing.T) {
+	t.Parallel()
+	s, _ := storefrontStack(t)
+	sh := connectShop(t, newTenant(t, s))
+	prod, ref := product("sf-basil"), uniq("ref-")
+	sh.mapping(map[string]any{"service_ref": ref, "product_id": prod, "tier": "pro", "renewal_grace_days": 0})
+	sess := newSession("", uniq("basil")+"@example.com")
+	sess.ServiceRef = ref
+	sub, ev := uniq("sub_"), uniq("evt_")
+	sh.deliver(basil(checkout(ev, sess, sub, ""))).Expect(t, 200)
+	key := sh.awaitOutcome(ev, outcome("issued"))["license_key"].(string)
+
+	p1 := time.Now().UTC().Truncate(time.Second).Add(30 * 24 * time.Hour)
+	for _, st := range []struct {
+		end     time.Time
+		first   bool
+		outcome string
+	}{{p1, true, "expiry_set"}, {p1.AddDate(0, 1, 0), false, "renewed"}} {
+		ev := uniq("evt_")
+		sh.deliver(basil(lifecycleEvent(ev, "invoice.paid", basilInvoice(sub, st.end, st.first)))).Expect(t, 200)
+		sh.awaitOutcome(ev, outcome(st.outcome))
+		awaitLicense(t, sh.c, key, expiresAt(st.end))
+	}
+
+	renewal := basilInvoice(sub, p1.AddDate(0, 2, 0), false)
+	inv, pi, ch := renewal["id"].(string), uniq("pi_"), uniq("ch_")
+	refund := uniq("evt_")
+	sh.deliver(basil(lifecycleEvent(refund, "charge.refunded", map[string]any{
+		"id": ch, "object": "charge", "payment_intent": pi, "amount": 1900, "amount_refunded": 1900, "refunded": true,
+	}))).Expect(t, 200)
+	sh.awaitOutcome(refund, outcome("held"))
+	paid, linked := uniq("evt_"), uniq("evt_")
+	sh.deliver(basil(lifecycleEvent(paid, "invoice.paid", renewal))).Expect(t, 200)
+	sh.awaitOutcome(paid, outcome("renewed"))
+	sh.deliver(basil(lifecycleEvent(linked, "invoice_payment.paid", map[string]any{
+		"id": uniq("inpay_"), "object": "invoice_payment", "invoice": inv, "status": "paid", "is_default": true,
+		"amount_paid": 1900, "payment": map[string]any{"type": "payment_intent", "payment_intent": pi},
+	}))).Expect(t, 200)
+	sh.awaitOutcome(linked, outcome("ignored"))
+	sh.awaitOutcome(refund, outcome("revoked_refund"))
+	awaitLicense(t, sh.c, key, licenseStatus("revoked"))
+
+	// An invoice of no subscription is not a storefront purchase, and says so.
+	oneOff := uniq("evt_")
+	in := basilInvoice(sub, p1, false)
+	in["parent"] = nil
+	sh.deliver(basil(lifecycleEvent(oneOff, "invoice.paid", in))).Expect(t, 200)
+	if d := sh.awaitOutcome(oneOff, outcome("ignored")); d["error"] !=
+		"The invoice is not a subscription's (no subscription, nor parent.subscription_details.subscription)" {
+		t.Fatalf("one-off invoice: %v", d)
 	}
 }
 

@@ -173,6 +173,8 @@ func lifecycleOutcome(d *store.Delivery, det stripeevent.Detail, t *store.Terms)
 			return store.OutcomeIgnored, ptr("The dispute was won, but the license was revoked outside the storefront: it stays revoked")
 		}
 		return store.OutcomeReactivated, nil
+	case stripeevent.InvoicePaymentPaid:
+		return store.OutcomeIgnored, ptr("The invoice's payment is now linked to its purchase (for its refunds and disputes); the license stays as it is")
 	}
 	return store.OutcomeIgnored, nil
 }
