@@ -347,15 +347,15 @@ func TestStorefrontRefundsAndDisputes(t *testing.T) {
 	})
 }
 
-// A won dispute reactivates only when nothing else says revoked: not after a full refund
-// delivered between the dispute and its win, and not while another dispute of the same
-// subscription is open, nor after that one is lost.
-func TestStorefrontWonDisputeKeepsOtherReasons(t *testing.T) {
-	t.Parallel()
+// revokingShop connects a shop of a new tenant with a mapping that revokes on refunds and
+// disputes, and returns it, the mapping's service ref, and step: deliver a payload and
+// wait for its delivery's outcome, which must carry wantError ("" for none).
+func revokingShop(t *testing.T, name string) (*shop, string, func(payload []byte, eventID, wantOutcome, wantError string)) {
+	t.Helper()
 	s, _ := storefrontStack(t)
 	sh := connectShop(t, newTenant(t, s))
-	prod, ref := product("sf-won"), uniq("ref-")
-	sh.mapping(map[string]any{"service_ref": ref, "product_id": prod, "tier": "pro"})
+	ref := uniq("ref-")
+	sh.mapping(map[string]any{"service_ref": ref, "product_id": product(name), "tier": "pro"})
 	step := func(payload []byte, eventID, wantOutcome, wantError string) {
 		t.Helper()
 		sh.deliver(payload).Expect(t, 200)
@@ -364,60 +364,66 @@ func TestStorefrontWonDisputeKeepsOtherReasons(t *testing.T) {
 			t.Fatalf("%s: error %q, want %q", wantOutcome, got, wantError)
 		}
 	}
+	return sh, ref, step
+}
 
-	t.Run("refunded in full between the dispute and its win", func(t *testing.T) {
-		sess := newSession("", uniq("won")+"@example.com")
-		sess.ServiceRef = ref
-		pi, ev := uniq("pi_"), uniq("evt_")
-		sh.deliver(checkout(ev, sess, "", pi)).Expect(t, 200)
-		key := sh.awaitOutcome(ev, outcome("issued"))["license_key"].(string)
-		dp := uniq("dp_")
-		opened, refunded, won := uniq("evt_"), uniq("evt_"), uniq("evt_")
-		step(dispute(opened, "charge.dispute.created", dp, pi, "needs_response"), opened, "revoked_dispute", "")
-		step(chargeRefunded(refunded, pi, 1900, 1900), refunded, "revoked_refund", "")
-		step(dispute(won, "charge.dispute.closed", dp, pi, "won"), won, "ignored",
-			"The dispute was won, but the purchase was refunded in full: the license stays revoked")
-		if l := licenseOf(t, sh.c, key); l["status"] != "revoked" {
-			t.Fatalf("a purchase refunded in full ended with its license %v", l["status"])
-		}
-	})
+// A won dispute does not reactivate a purchase refunded in full, even when the refund
+// came between the dispute and its win.
+func TestStorefrontWonDisputeAfterFullRefundStaysRevoked(t *testing.T) {
+	t.Parallel()
+	sh, ref, step := revokingShop(t, "sf-won-refund")
+	sess := newSession("", uniq("won")+"@example.com")
+	sess.ServiceRef = ref
+	pi, ev := uniq("pi_"), uniq("evt_")
+	sh.deliver(checkout(ev, sess, "", pi)).Expect(t, 200)
+	key := sh.awaitOutcome(ev, outcome("issued"))["license_key"].(string)
+	dp := uniq("dp_")
+	opened, refunded, won := uniq("evt_"), uniq("evt_"), uniq("evt_")
+	step(dispute(opened, "charge.dispute.created", dp, pi, "needs_response"), opened, "revoked_dispute", "")
+	step(chargeRefunded(refunded, pi, 1900, 1900), refunded, "revoked_refund", "")
+	step(dispute(won, "charge.dispute.closed", dp, pi, "won"), won, "ignored",
+		"The dispute was won, but the purchase was refunded in full: the license stays revoked")
+	if l := licenseOf(t, sh.c, key); l["status"] != "revoked" {
+		t.Fatalf("a purchase refunded in full ended with its license %v", l["status"])
+	}
+}
 
-	t.Run("two invoices, a dispute on each", func(t *testing.T) {
-		sess := newSession("", uniq("two")+"@example.com")
-		sess.ServiceRef = ref
-		sub, ev := uniq("sub_"), uniq("evt_")
-		sh.deliver(checkout(ev, sess, sub, "")).Expect(t, 200)
-		key := sh.awaitOutcome(ev, outcome("issued"))["license_key"].(string)
-		p1 := time.Now().UTC().Truncate(time.Second).Add(30 * 24 * time.Hour)
-		pi1, pi2 := uniq("pi_"), uniq("pi_")
-		inv1, inv2 := uniq("evt_"), uniq("evt_")
-		step(lifecycleEvent(inv1, "invoice.paid", invoiceObject(sub, p1, true, pi1)), inv1, "expiry_set", "")
-		step(lifecycleEvent(inv2, "invoice.paid", invoiceObject(sub, p1.AddDate(0, 1, 0), false, pi2)), inv2, "renewed", "")
-		dp1, dp2 := uniq("dp_"), uniq("dp_")
-		open1, open2, won1, lost2 := uniq("evt_"), uniq("evt_"), uniq("evt_"), uniq("evt_")
-		step(dispute(open1, "charge.dispute.created", dp1, pi1, "needs_response"), open1, "revoked_dispute", "")
-		step(dispute(open2, "charge.dispute.created", dp2, pi2, "needs_response"), open2, "revoked_dispute", "")
-		step(dispute(won1, "charge.dispute.closed", dp1, pi1, "won"), won1, "ignored",
-			"The dispute was won, but dispute "+dp2+" is open or lost: the license stays revoked")
-		if l := licenseOf(t, sh.c, key); l["status"] != "revoked" {
-			t.Fatalf("a won dispute reactivated the license while another is open: %v", l["status"])
-		}
-		step(dispute(lost2, "charge.dispute.closed", dp2, pi2, "lost"), lost2, "ignored",
-			"The dispute closed as lost: the license stays revoked")
-		if l := licenseOf(t, sh.c, key); l["status"] != "revoked" {
-			t.Fatalf("a lost chargeback left the license %v", l["status"])
-		}
-	})
+// A subscription with two paid invoices and a dispute on each: winning one does not
+// reactivate the license while the other is open, nor once that one is lost.
+func TestStorefrontWonDisputeWhileAnotherIsOpenStaysRevoked(t *testing.T) {
+	t.Parallel()
+	sh, ref, step := revokingShop(t, "sf-won-two")
+	sess := newSession("", uniq("two")+"@example.com")
+	sess.ServiceRef = ref
+	sub, ev := uniq("sub_"), uniq("evt_")
+	sh.deliver(checkout(ev, sess, sub, "")).Expect(t, 200)
+	key := sh.awaitOutcome(ev, outcome("issued"))["license_key"].(string)
+	p1 := time.Now().UTC().Truncate(time.Second).Add(30 * 24 * time.Hour)
+	pi1, pi2 := uniq("pi_"), uniq("pi_")
+	inv1, inv2 := uniq("evt_"), uniq("evt_")
+	step(lifecycleEvent(inv1, "invoice.paid", invoiceObject(sub, p1, true, pi1)), inv1, "expiry_set", "")
+	step(lifecycleEvent(inv2, "invoice.paid", invoiceObject(sub, p1.AddDate(0, 1, 0), false, pi2)), inv2, "renewed", "")
+	dp1, dp2 := uniq("dp_"), uniq("dp_")
+	open1, open2, won1, lost2 := uniq("evt_"), uniq("evt_"), uniq("evt_"), uniq("evt_")
+	step(dispute(open1, "charge.dispute.created", dp1, pi1, "needs_response"), open1, "revoked_dispute", "")
+	step(dispute(open2, "charge.dispute.created", dp2, pi2, "needs_response"), open2, "revoked_dispute", "")
+	step(dispute(won1, "charge.dispute.closed", dp1, pi1, "won"), won1, "ignored",
+		"The dispute was won, but dispute "+dp2+" is open or lost: the license stays revoked")
+	if l := licenseOf(t, sh.c, key); l["status"] != "revoked" {
+		t.Fatalf("a won dispute reactivated the license while another is open: %v", l["status"])
+	}
+	step(dispute(lost2, "charge.dispute.closed", dp2, pi2, "lost"), lost2, "ignored",
+		"The dispute closed as lost: the license stays revoked")
+	if l := licenseOf(t, sh.c, key); l["status"] != "revoked" {
+		t.Fatalf("a lost chargeback left the license %v", l["status"])
+	}
 }
 
 // A license the vendor revoked (revoke-license: a leaked key) stays revoked: a dispute
 // says it changed nothing, and its win does not reactivate what the storefront did not revoke.
 func TestStorefrontWonDisputeLeavesTheVendorsRevoke(t *testing.T) {
 	t.Parallel()
-	s, _ := storefrontStack(t)
-	sh := connectShop(t, newTenant(t, s))
-	prod, ref := product("sf-leak"), uniq("ref-")
-	sh.mapping(map[string]any{"service_ref": ref, "product_id": prod, "tier": "pro"})
+	sh, ref, step := revokingShop(t, "sf-leak")
 	sess := newSession("", uniq("leak")+"@example.com")
 	sess.ServiceRef = ref
 	pi, ev := uniq("pi_"), uniq("evt_")
@@ -426,16 +432,10 @@ func TestStorefrontWonDisputeLeavesTheVendorsRevoke(t *testing.T) {
 	sh.c.Post("/v1/revoke-license", map[string]any{"key": key, "revoked": true}).Expect(t, 200)
 
 	dp, opened, won := uniq("dp_"), uniq("evt_"), uniq("evt_")
-	sh.deliver(dispute(opened, "charge.dispute.created", dp, pi, "needs_response")).Expect(t, 200)
-	if d := sh.awaitOutcome(opened, outcome("ignored")); d["error"] !=
-		"The license was already revoked outside the storefront: it stays revoked, and the storefront will not reactivate it" {
-		t.Fatalf("dispute on a license the vendor revoked: %v", d)
-	}
-	sh.deliver(dispute(won, "charge.dispute.closed", dp, pi, "won")).Expect(t, 200)
-	if d := sh.awaitOutcome(won, outcome("ignored")); d["error"] !=
-		"The dispute was won, but the license was revoked outside the storefront: it stays revoked" {
-		t.Fatalf("won dispute on a license the vendor revoked: %v", d)
-	}
+	step(dispute(opened, "charge.dispute.created", dp, pi, "needs_response"), opened, "ignored",
+		"The license was already revoked outside the storefront: it stays revoked, and the storefront will not reactivate it")
+	step(dispute(won, "charge.dispute.closed", dp, pi, "won"), won, "ignored",
+		"The dispute was won, but the license was revoked outside the storefront: it stays revoked")
 	if l := licenseOf(t, sh.c, key); l["status"] != "revoked" {
 		t.Fatalf("the won dispute undid the vendor's revoke: %v", l["status"])
 	}
