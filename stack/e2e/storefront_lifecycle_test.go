@@ -39,17 +39,44 @@ func lifecycleEvent(eventID, typ string, obj map[string]any) []byte {
 
 // invoicePaid is invoice.paid for a subscription's period ending at end.
 func invoicePaid(eventID, sub string, end time.Time, first bool) []byte {
+	return lifecycleEvent(eventID, "invoice.paid", invoiceObject(sub, end, first, uniq("pi_")))
+}
+
+// invoiceObject is a paid invoice of API version 2023-10-16 (subscription, payment_intent
+// and charge at the top) for the period ending at end, paid by paymentIntent.
+func invoiceObject(sub string, end time.Time, first bool, paymentIntent string) map[string]any {
 	reason := "subscription_cycle"
 	if first {
 		reason = "subscription_create"
 	}
 	start := end.AddDate(0, -1, 0)
-	return lifecycleEvent(eventID, "invoice.paid", map[string]any{
+	return map[string]any{
 		"id": uniq("in_"), "object": "invoice", "subscription": sub, "billing_reason": reason, "status": "paid",
-		"payment_intent": uniq("pi_"), "charge": uniq("ch_"), "period_end": start.Unix(),
+		"payment_intent": paymentIntent, "charge": uniq("ch_"), "period_end": start.Unix(),
 		"lines": map[string]any{"object": "list", "data": []any{map[string]any{
 			"id": uniq("il_"), "object": "line_item", "period": map[string]any{"start": start.Unix(), "end": end.Unix()}}}},
-	})
+	}
+}
+
+// basil is payload as an endpoint of API version 2025-03-31.basil receives it.
+func basil(payload []byte) []byte {
+	var ev map[string]any
+	_ = json.Unmarshal(payload, &ev)
+	ev["api_version"] = "2025-03-31.basil"
+	b, _ := json.Marshal(ev)
+	return b
+}
+
+// basilInvoice is invoiceObject in the shape of 2025-03-31.basil: the subscription under
+// parent.subscription_details, no payment_intent or charge (invoice_payment.paid names them).
+func basilInvoice(sub string, end time.Time, first bool) map[string]any {
+	in := invoiceObject(sub, end, first, "")
+	delete(in, "subscription")
+	delete(in, "payment_intent")
+	delete(in, "charge")
+	in["parent"] = map[string]any{"type": "subscription_details", "quote_details": nil,
+		"subscription_details": map[string]any{"subscription": sub, "metadata": map[string]any{}}}
+	return in
 }
 
 func chargeRefunded(eventID, paymentIntent string, amount, refunded int64) []byte {
@@ -318,6 +345,187 @@ func TestStorefrontRefundsAndDisputes(t *testing.T) {
 		sh.awaitOutcome(refund, outcome("revoked_refund"))
 		awaitLicense(t, sh.c, key, licenseStatus("revoked"))
 	})
+}
+
+// revokingShop connects a shop of a new tenant with a mapping that revokes on refunds and
+// disputes, and returns it, the mapping's service ref, and step: deliver a payload and
+// wait for its delivery's outcome, which must carry wantError ("" for none).
+func revokingShop(t *testing.T, name string) (*shop, string, func(payload []byte, eventID, wantOutcome, wantError string)) {
+	t.Helper()
+	s, _ := storefrontStack(t)
+	sh := connectShop(t, newTenant(t, s))
+	ref := uniq("ref-")
+	sh.mapping(map[string]any{"service_ref": ref, "product_id": product(name), "tier": "pro"})
+	step := func(payload []byte, eventID, wantOutcome, wantError string) {
+		t.Helper()
+		sh.deliver(payload).Expect(t, 200)
+		d := sh.awaitOutcome(eventID, outcome(wantOutcome))
+		if got, _ := d["error"].(string); got != wantError {
+			t.Fatalf("%s: error %q, want %q", wantOutcome, got, wantError)
+		}
+	}
+	return sh, ref, step
+}
+
+// A won dispute does not reactivate a purchase refunded in full, even when the refund
+// came between the dispute and its win.
+func TestStorefrontWonDisputeAfterFullRefundStaysRevoked(t *testing.T) {
+	t.Parallel()
+	sh, ref, step := revokingShop(t, "sf-won-refund")
+	sess := newSession("", uniq("won")+"@example.com")
+	sess.ServiceRef = ref
+	pi, ev := uniq("pi_"), uniq("evt_")
+	sh.deliver(checkout(ev, sess, "", pi)).Expect(t, 200)
+	key := sh.awaitOutcome(ev, outcome("issued"))["license_key"].(string)
+	dp := uniq("dp_")
+	opened, refunded, won := uniq("evt_"), uniq("evt_"), uniq("evt_")
+	step(dispute(opened, "charge.dispute.created", dp, pi, "needs_response"), opened, "revoked_dispute", "")
+	step(chargeRefunded(refunded, pi, 1900, 1900), refunded, "revoked_refund", "")
+	step(dispute(won, "charge.dispute.closed", dp, pi, "won"), won, "ignored",
+		"The dispute was won, but the purchase was refunded in full: the license stays revoked")
+	if l := licenseOf(t, sh.c, key); l["status"] != "revoked" {
+		t.Fatalf("a purchase refunded in full ended with its license %v", l["status"])
+	}
+}
+
+// A subscription with two paid invoices and a dispute on each: winning one does not
+// reactivate the license while the other is open, nor once that one is lost.
+func TestStorefrontWonDisputeWhileAnotherIsOpenStaysRevoked(t *testing.T) {
+	t.Parallel()
+	sh, ref, step := revokingShop(t, "sf-won-two")
+	sess := newSession("", uniq("two")+"@example.com")
+	sess.ServiceRef = ref
+	sub, ev := uniq("sub_"), uniq("evt_")
+	sh.deliver(checkout(ev, sess, sub, "")).Expect(t, 200)
+	key := sh.awaitOutcome(ev, outcome("issued"))["license_key"].(string)
+	p1 := time.Now().UTC().Truncate(time.Second).Add(30 * 24 * time.Hour)
+	pi1, pi2 := uniq("pi_"), uniq("pi_")
+	inv1, inv2 := uniq("evt_"), uniq("evt_")
+	step(lifecycleEvent(inv1, "invoice.paid", invoiceObject(sub, p1, true, pi1)), inv1, "expiry_set", "")
+	step(lifecycleEvent(inv2, "invoice.paid", invoiceObject(sub, p1.AddDate(0, 1, 0), false, pi2)), inv2, "renewed", "")
+	dp1, dp2 := uniq("dp_"), uniq("dp_")
+	open1, open2, won1, lost2 := uniq("evt_"), uniq("evt_"), uniq("evt_"), uniq("evt_")
+	step(dispute(open1, "charge.dispute.created", dp1, pi1, "needs_response"), open1, "revoked_dispute", "")
+	step(dispute(open2, "charge.dispute.created", dp2, pi2, "needs_response"), open2, "revoked_dispute", "")
+	step(dispute(won1, "charge.dispute.closed", dp1, pi1, "won"), won1, "ignored",
+		"The dispute was won, but dispute "+dp2+" is open or lost: the license stays revoked")
+	if l := licenseOf(t, sh.c, key); l["status"] != "revoked" {
+		t.Fatalf("a won dispute reactivated the license while another is open: %v", l["status"])
+	}
+	step(dispute(lost2, "charge.dispute.closed", dp2, pi2, "lost"), lost2, "ignored",
+		"The dispute closed as lost: the license stays revoked")
+	if l := licenseOf(t, sh.c, key); l["status"] != "revoked" {
+		t.Fatalf("a lost chargeback left the license %v", l["status"])
+	}
+}
+
+// A license the vendor revoked (revoke-license: a leaked key) stays revoked: a dispute
+// says it changed nothing, and its win does not reactivate what the storefront did not revoke.
+func TestStorefrontWonDisputeLeavesTheVendorsRevoke(t *testing.T) {
+	t.Parallel()
+	sh, ref, step := revokingShop(t, "sf-leak")
+	sess := newSession("", uniq("leak")+"@example.com")
+	sess.ServiceRef = ref
+	pi, ev := uniq("pi_"), uniq("evt_")
+	sh.deliver(checkout(ev, sess, "", pi)).Expect(t, 200)
+	key := sh.awaitOutcome(ev, outcome("issued"))["license_key"].(string)
+	sh.c.Post("/v1/revoke-license", map[string]any{"key": key, "revoked": true}).Expect(t, 200)
+
+	dp, opened, won := uniq("dp_"), uniq("evt_"), uniq("evt_")
+	step(dispute(opened, "charge.dispute.created", dp, pi, "needs_response"), opened, "ignored",
+		"The license was already revoked outside the storefront: it stays revoked, and the storefront will not reactivate it")
+	step(dispute(won, "charge.dispute.closed", dp, pi, "won"), won, "ignored",
+		"The dispute was won, but the license was revoked outside the storefront: it stays revoked")
+	if l := licenseOf(t, sh.c, key); l["status"] != "revoked" {
+		t.Fatalf("the won dispute undid the vendor's revoke: %v", l["status"])
+	}
+}
+
+// An endpoint on API version 2025-03-31.basil: the invoice names its subscription under
+// parent.subscription_details and not its payment, which invoice_payment.paid names; a
+// charge no longer names its invoice. Renewals move the expiry, and a refund of a renewal
+// charge (here delivered before the event that links its payment) revokes.
+func TestStorefrontBasilEvents(t *testing.T) {
+	t.Parallel()
+	s, _ := storefrontStack(t)
+	sh := connectShop(t, newTenant(t, s))
+	prod, ref := product("sf-basil"), uniq("ref-")
+	sh.mapping(map[string]any{"service_ref": ref, "product_id": prod, "tier": "pro", "renewal_grace_days": 0})
+	sess := newSession("", uniq("basil")+"@example.com")
+	sess.ServiceRef = ref
+	sub, ev := uniq("sub_"), uniq("evt_")
+	sh.deliver(basil(checkout(ev, sess, sub, ""))).Expect(t, 200)
+	key := sh.awaitOutcome(ev, outcome("issued"))["license_key"].(string)
+
+	p1 := time.Now().UTC().Truncate(time.Second).Add(30 * 24 * time.Hour)
+	for _, st := range []struct {
+		end     time.Time
+		first   bool
+		outcome string
+	}{{p1, true, "expiry_set"}, {p1.AddDate(0, 1, 0), false, "renewed"}} {
+		ev := uniq("evt_")
+		sh.deliver(basil(lifecycleEvent(ev, "invoice.paid", basilInvoice(sub, st.end, st.first)))).Expect(t, 200)
+		sh.awaitOutcome(ev, outcome(st.outcome))
+		awaitLicense(t, sh.c, key, expiresAt(st.end))
+	}
+
+	renewal := basilInvoice(sub, p1.AddDate(0, 2, 0), false)
+	inv, pi, ch := renewal["id"].(string), uniq("pi_"), uniq("ch_")
+	refund := uniq("evt_")
+	sh.deliver(basil(lifecycleEvent(refund, "charge.refunded", map[string]any{
+		"id": ch, "object": "charge", "payment_intent": pi, "amount": 1900, "amount_refunded": 1900, "refunded": true,
+	}))).Expect(t, 200)
+	sh.awaitOutcome(refund, outcome("held"))
+	paid, linked := uniq("evt_"), uniq("evt_")
+	sh.deliver(basil(lifecycleEvent(paid, "invoice.paid", renewal))).Expect(t, 200)
+	sh.awaitOutcome(paid, outcome("renewed"))
+	sh.deliver(basil(lifecycleEvent(linked, "invoice_payment.paid", map[string]any{
+		"id": uniq("inpay_"), "object": "invoice_payment", "invoice": inv, "status": "paid", "is_default": true,
+		"amount_paid": 1900, "payment": map[string]any{"type": "payment_intent", "payment_intent": pi},
+	}))).Expect(t, 200)
+	sh.awaitOutcome(linked, outcome("ignored"))
+	sh.awaitOutcome(refund, outcome("revoked_refund"))
+	awaitLicense(t, sh.c, key, licenseStatus("revoked"))
+
+	// An invoice of no subscription is not a storefront purchase, and says so.
+	oneOff := uniq("evt_")
+	in := basilInvoice(sub, p1, false)
+	in["parent"] = nil
+	sh.deliver(basil(lifecycleEvent(oneOff, "invoice.paid", in))).Expect(t, 200)
+	if d := sh.awaitOutcome(oneOff, outcome("ignored")); d["error"] !=
+		"The invoice is not a subscription's (no subscription, nor parent.subscription_details.subscription)" {
+		t.Fatalf("one-off invoice: %v", d)
+	}
+}
+
+// A change of plan mid-period is paid by a proration invoice for the period already paid:
+// the expiry stays, and the delivery does not call it a renewal.
+func TestStorefrontProrationInvoiceIsNotARenewal(t *testing.T) {
+	t.Parallel()
+	s, _ := storefrontStack(t)
+	sh := connectShop(t, newTenant(t, s))
+	prod, ref := product("sf-prorate"), uniq("ref-")
+	sh.mapping(map[string]any{"service_ref": ref, "product_id": prod, "tier": "pro", "renewal_grace_days": 0})
+	sess := newSession("", uniq("prorate")+"@example.com")
+	sess.ServiceRef = ref
+	sub, ev := uniq("sub_"), uniq("evt_")
+	sh.deliver(checkout(ev, sess, sub, "")).Expect(t, 200)
+	key := sh.awaitOutcome(ev, outcome("issued"))["license_key"].(string)
+	end := time.Now().UTC().Truncate(time.Second).Add(30 * 24 * time.Hour)
+	first := uniq("evt_")
+	sh.deliver(invoicePaid(first, sub, end, true)).Expect(t, 200)
+	sh.awaitOutcome(first, outcome("expiry_set"))
+	upgrade := invoiceObject(sub, end, false, uniq("pi_"))
+	upgrade["billing_reason"] = "subscription_update"
+	prorated := uniq("evt_")
+	sh.deliver(lifecycleEvent(prorated, "invoice.paid", upgrade)).Expect(t, 200)
+	if d := sh.awaitOutcome(prorated, outcome("ignored")); d["error"] !=
+		"The invoice pays within a period already paid (a change of plan, say): the expiry stays at the latest paid period" {
+		t.Fatalf("proration invoice: %v", d)
+	}
+	if l := licenseOf(t, sh.c, key); !expiresAt(end)(l) {
+		t.Fatalf("the proration moved the expiry: %v", l)
+	}
 }
 
 // Event types the storefront does not act on answer 200 and are recorded ignored, once.

@@ -115,8 +115,11 @@ func Read(e stripe.Event) (Change, error) {
 		if err := json.Unmarshal(e.Data.Raw, &in); err != nil {
 			return c, err
 		}
-		newer(e.Data.Raw, &in, nil)
-		return readInvoice(c, &in), nil
+		links, err := stripeinput.ReadInvoiceLinks(e.Data.Raw)
+		if err != nil {
+			return c, err
+		}
+		return readInvoice(c, &in, links), nil
 	default:
 		var s stripe.Subscription
 		if err := json.Unmarshal(e.Data.Raw, &s); err != nil {
@@ -125,44 +128,30 @@ func Read(e stripe.Event) (Change, error) {
 		if e.Type == "customer.subscription.deleted" {
 			s.Status = stripe.SubscriptionStatusCanceled
 		}
-		newer(e.Data.Raw, nil, &s)
+		newer(e.Data.Raw, &s)
 		return readSubscription(c, &s), nil
 	}
 }
 
-// newerShapes are the fields Stripe moved in API versions after stripe-go v76's
-// (2025-03-31): the subscription's period end lives on its items, and an invoice names
-// its subscription under parent.subscription_details. Read both, so a webhook endpoint
-// created with a newer API version still works.
+// newerShapes are the subscription's fields Stripe moved in API versions after stripe-go
+// v76's (2025-03-31): the period end lives on its items. Read them, so a webhook endpoint
+// created with a newer API version still works (an invoice's moved fields are read by
+// stripeinput.ReadInvoiceLinks).
 type newerShapes struct {
 	Items struct {
 		Data []struct {
 			CurrentPeriodEnd int64 `json:"current_period_end"`
 		} `json:"data"`
 	} `json:"items"`
-	Parent struct {
-		SubscriptionDetails struct {
-			Subscription string            `json:"subscription"`
-			Metadata     map[string]string `json:"metadata"`
-		} `json:"subscription_details"`
-	} `json:"parent"`
 }
 
-func newer(raw []byte, in *stripe.Invoice, s *stripe.Subscription) {
+func newer(raw []byte, s *stripe.Subscription) {
 	var n newerShapes
-	if json.Unmarshal(raw, &n) != nil {
+	if s.CurrentPeriodEnd != 0 || json.Unmarshal(raw, &n) != nil {
 		return
 	}
-	if s != nil && s.CurrentPeriodEnd == 0 {
-		for _, item := range n.Items.Data {
-			s.CurrentPeriodEnd = max(s.CurrentPeriodEnd, item.CurrentPeriodEnd)
-		}
-	}
-	if in != nil && (in.Subscription == nil || in.Subscription.ID == "") && n.Parent.SubscriptionDetails.Subscription != "" {
-		in.Subscription = &stripe.Subscription{ID: n.Parent.SubscriptionDetails.Subscription}
-		if in.SubscriptionDetails == nil {
-			in.SubscriptionDetails = &stripe.InvoiceSubscriptionDetails{Metadata: n.Parent.SubscriptionDetails.Metadata}
-		}
+	for _, item := range n.Items.Data {
+		s.CurrentPeriodEnd = max(s.CurrentPeriodEnd, item.CurrentPeriodEnd)
 	}
 }
 
@@ -186,17 +175,15 @@ func readCheckout(c Change, s *stripe.CheckoutSession) Change {
 	return c
 }
 
-func readInvoice(c Change, in *stripe.Invoice) Change {
-	if in.Subscription == nil || in.Subscription.ID == "" {
+func readInvoice(c Change, in *stripe.Invoice, links stripeinput.InvoiceLinks) Change {
+	if links.Subscription == "" {
 		return c // a one-off invoice: no plan involved
 	}
-	c.Kind, c.Subscription = PaymentFailed, in.Subscription.ID
+	c.Kind, c.Subscription = PaymentFailed, links.Subscription
 	if in.Customer != nil {
 		c.Customer = in.Customer.ID
 	}
-	if in.SubscriptionDetails != nil {
-		c.Tenant = in.SubscriptionDetails.Metadata["tenant_id"]
-	}
+	c.Tenant = links.SubscriptionMetadata["tenant_id"]
 	return c
 }
 

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keyhouse/keyhouse/devinfra/testkit"
 	"github.com/stripe/stripe-go/v76"
 )
 
@@ -94,27 +95,6 @@ func TestReadTakesWhatBillingNeeds(t *testing.T) {
 	}
 }
 
-// permutations calls f with every order of n items.
-func permutations(n int, f func([]int)) {
-	p := make([]int, n)
-	for i := range p {
-		p[i] = i
-	}
-	var rec func(int)
-	rec = func(k int) {
-		if k == n {
-			f(append([]int(nil), p...))
-			return
-		}
-		for i := k; i < n; i++ {
-			p[k], p[i] = p[i], p[k]
-			rec(k + 1)
-			p[k], p[i] = p[i], p[k]
-		}
-	}
-	rec(0)
-}
-
 func replay(events []Change, order []int) State {
 	s := Sub{ID: "sub_1"}
 	for _, i := range order {
@@ -159,7 +139,7 @@ func TestAnyDeliveryOrderEndsInTheSameState(t *testing.T) {
 	}
 	for name, h := range histories {
 		t.Run(name, func(t *testing.T) {
-			permutations(len(h.events), func(order []int) {
+			testkit.Permutations(len(h.events), func(order []int) {
 				if got := replay(h.events, order); !same(got, h.want) {
 					t.Fatalf("order %v: %+v, want %+v", order, got, h.want)
 				}

@@ -56,11 +56,19 @@ func (f *fakeLicensing) SetExpiry(_ context.Context, _, key string, at time.Time
 	return nil
 }
 
+// SetRevoked answers like licensing: 409 when the license is in that state already.
 func (f *fakeLicensing) SetRevoked(_ context.Context, _, key string, revoked bool) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.revoked == nil {
 		f.revoked = map[string]bool{}
+	}
+	if f.revoked[key] == revoked {
+		state := "active"
+		if revoked {
+			state = "revoked"
+		}
+		return apierr.Conflict("License is already %s", state)
 	}
 	f.revoked[key] = revoked
 	return nil

@@ -55,8 +55,9 @@ func (s *Server) ReceiveEvent(ctx context.Context, req *storefrontv1.ReceiveEven
 		return nil, errInvalidPayload
 	}
 	if ev.Session == nil {
-		// Not a checkout: a lifecycle event (held until its purchase is known), or a type
-		// the storefront does not act on, recorded as ignored so the provider stops sending it.
+		// Not a checkout: a lifecycle event (held until its purchase is known), or an event
+		// the storefront does not act on, recorded as ignored with why (ev.Ignored) so the
+		// provider stops sending it.
 		return s.recordFollowUp(ctx, w, ev)
 	}
 	detail, err := json.Marshal(stripeevent.Detail{Mode: ev.Session.Mode})
@@ -93,7 +94,7 @@ func (s *Server) ReceiveEvent(ctx context.Context, req *storefrontv1.ReceiveEven
 func (s *Server) recordFollowUp(ctx context.Context, w *store.Webhook, ev *stripeevent.Event) (*storefrontv1.ReceiveEventResponse, error) {
 	d := &store.Delivery{
 		TenantID: w.TenantID, WebhookID: w.ID, EventID: ev.ID, EventType: ev.Type,
-		SessionCreated: ev.Created, Outcome: store.OutcomeIgnored, Error: ptr("The storefront does not act on " + ev.Type + " events"),
+		SessionCreated: ev.Created, Outcome: store.OutcomeIgnored, Error: ptr(ev.Ignored),
 	}
 	if ev.Lifecycle != nil {
 		detail, err := json.Marshal(ev.Lifecycle.Detail)

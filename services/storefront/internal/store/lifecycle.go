@@ -30,12 +30,6 @@ const (
 	OnRefundKeep   = "keep"
 )
 
-// Why a license should be revoked (Terms.RevokedFor).
-const (
-	RevokedForRefund  = "refund"
-	RevokedForDispute = "dispute"
-)
-
 // finalLifecycle are the lifecycle outcomes a redelivery of the same event leaves alone.
 var finalLifecycle = map[string]bool{
 	OutcomeExpirySet: true, OutcomeRenewed: true, OutcomeCanceled: true, OutcomeRevokedRefund: true,
@@ -43,33 +37,62 @@ var finalLifecycle = map[string]bool{
 }
 
 // Terms is a purchase's state after the sale: the mapping's terms copied when the license
-// request was built (nil before), what the money says the license should be (PaidUntil,
-// RevokedFor, WonDisputes), and what licensing has been told (ExpiryApplied,
-// RevokedApplied).
+// request was built (nil before), what the money says (PaidUntil, Refunded, Disputes,
+// WonDisputes), and what the storefront has done to the license (ExpiryApplied,
+// RevokedApplied, RevokedElsewhere).
+//
+// What the money says is kept as facts that each event only adds to (the latest paid
+// period end, a refund in full seen, the disputes seen and those won), never as a single
+// reason that a later event overwrites: the same events in any order, any number of
+// times, leave the same Terms.
 type Terms struct {
-	Mode           *string
-	GraceDays      *int32
-	OnRefund       *string
-	PaidUntil      *time.Time
-	ExpiryApplied  *time.Time
-	RevokedFor     *string
-	RevokedApplied bool
-	WonDisputes    []string
+	Mode      *string
+	GraceDays *int32
+	OnRefund  *string
+	PaidUntil *time.Time
+	// PaidUntilBy is the delivery whose invoice set PaidUntil: a retry of that delivery
+	// is still its renewal, another invoice for the same period (a proration) is not.
+	PaidUntilBy   *int32
+	ExpiryApplied *time.Time
+	// Refunded: a charge of the purchase was refunded in full.
+	Refunded bool
+	// Disputes are the ids of every dispute seen (opened or closed), WonDisputes those
+	// closed as won; the others are open or lost.
+	Disputes    []string
+	WonDisputes []string
+	// RevokedApplied: the storefront holds the license revoked. RevokedElsewhere: when it
+	// came to revoke, the license was already revoked (by the vendor, with revoke-license),
+	// so the revoke is not the storefront's and it never reactivates the license.
+	RevokedApplied   bool
+	RevokedElsewhere bool
 }
 
-const termsCols = `mode, grace_days, on_refund, paid_until, expiry_applied, revoked_for, revoked_applied, won_disputes`
+const termsCols = `mode, grace_days, on_refund, paid_until, paid_until_delivery, expiry_applied, refunded, disputes,
+	won_disputes, revoked_applied, revoked_elsewhere`
+
+// scanTerms lists the destinations of termsCols.
+func (t *Terms) scanTerms() []any {
+	return []any{&t.Mode, &t.GraceDays, &t.OnRefund, &t.PaidUntil, &t.PaidUntilBy, &t.ExpiryApplied, &t.Refunded,
+		&t.Disputes, &t.WonDisputes, &t.RevokedApplied, &t.RevokedElsewhere}
+}
 
 // SaveTerms writes the session's Terms (under its lock, so no update is lost).
 func (x *Session) SaveTerms(ctx context.Context, t *Terms) error {
-	won := t.WonDisputes
-	if won == nil {
-		won = []string{}
-	}
 	_, err := x.conn.Exec(ctx, `UPDATE fulfillments SET mode = $3, grace_days = $4, on_refund = $5, paid_until = $6,
-		expiry_applied = $7, revoked_for = $8, revoked_applied = $9, won_disputes = $10, updated_at = now()
+		paid_until_delivery = $7, expiry_applied = $8, refunded = $9, disputes = $10, won_disputes = $11,
+		revoked_applied = $12, revoked_elsewhere = $13, updated_at = now()
 		WHERE tenant_id = $1 AND checkout_session_id = $2`, x.tenant, x.session,
-		t.Mode, t.GraceDays, t.OnRefund, t.PaidUntil, t.ExpiryApplied, t.RevokedFor, t.RevokedApplied, won)
+		t.Mode, t.GraceDays, t.OnRefund, t.PaidUntil, t.PaidUntilBy, t.ExpiryApplied, t.Refunded, nonNil(t.Disputes),
+		nonNil(t.WonDisputes), t.RevokedApplied, t.RevokedElsewhere)
 	return err
+}
+
+// nonNil is s, or an empty slice for the NOT NULL array columns.
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
 }
 
 // HeldDeliveries lists the session's lifecycle deliveries still held, in the order they

@@ -450,9 +450,8 @@ func (x *Session) Fulfillment(ctx context.Context) (*Fulfillment, error) {
 	// One round trip: the no-op update makes RETURNING yield an existing row too.
 	err := x.conn.QueryRow(ctx, `INSERT INTO fulfillments (tenant_id, checkout_session_id) VALUES ($1, $2)
 		ON CONFLICT (tenant_id, checkout_session_id) DO UPDATE SET tenant_id = EXCLUDED.tenant_id
-		RETURNING request, license_key, email_status, `+termsCols, x.tenant, x.session).Scan(&f.Request, &f.LicenseKey, &f.EmailStatus,
-		&f.Terms.Mode, &f.Terms.GraceDays, &f.Terms.OnRefund, &f.Terms.PaidUntil, &f.Terms.ExpiryApplied, &f.Terms.RevokedFor,
-		&f.Terms.RevokedApplied, &f.Terms.WonDisputes)
+		RETURNING request, license_key, email_status, `+termsCols, x.tenant, x.session).Scan(
+		append([]any{&f.Request, &f.LicenseKey, &f.EmailStatus}, f.Terms.scanTerms()...)...)
 	return &f, err
 }
 

@@ -15,14 +15,18 @@ const (
 	ChargeRefunded      = "charge.refunded"
 	DisputeCreated      = "charge.dispute.created"
 	DisputeClosed       = "charge.dispute.closed"
-	ModeSubscription    = "subscription"
-	DisputeWon          = "won"
+	// InvoicePaymentPaid names the payment intent or charge that paid an invoice. From API
+	// version 2025-03-31.basil it is how a renewal's charge leads to its subscription:
+	// the invoice no longer names its payments, nor a charge its invoice.
+	InvoicePaymentPaid = "invoice_payment.paid"
+	ModeSubscription   = "subscription"
+	DisputeWon         = "won"
 )
 
 // IsLifecycle reports whether events of type t act on a purchase already made.
 func IsLifecycle(t string) bool {
 	switch t {
-	case InvoicePaid, SubscriptionDeleted, ChargeRefunded, DisputeCreated, DisputeClosed:
+	case InvoicePaid, SubscriptionDeleted, ChargeRefunded, DisputeCreated, DisputeClosed, InvoicePaymentPaid:
 		return true
 	}
 	return false
@@ -55,28 +59,15 @@ type Detail struct {
 // FullRefund says a charge was refunded in full.
 func (d Detail) FullRefund() bool { return d.Amount > 0 && d.AmountRefunded >= d.Amount }
 
-// id reads an expandable Stripe field: an id string or an object with an id.
-type id string
+// MaxInvoicePayments caps the payments an invoice.paid event may list
+// (data.object.payments.data, API versions from 2025-03-31.basil): Stripe includes ten at
+// most, and each one's ids are stored to find the purchase by.
+const MaxInvoicePayments = 10
 
-func (x *id) UnmarshalJSON(b []byte) error {
-	var s string
-	if err := json.Unmarshal(b, &s); err == nil {
-		*x = id(s)
-		return nil
-	}
-	var o struct {
-		ID string `json:"id"`
-	}
-	if err := json.Unmarshal(b, &o); err != nil {
-		return err
-	}
-	*x = id(o.ID)
-	return nil
-}
+type id = stripeinput.ExpandableID
 
 type lifecycleObject struct {
 	ID             string `json:"id"`
-	Subscription   id     `json:"subscription"`
 	PaymentIntent  id     `json:"payment_intent"`
 	Charge         id     `json:"charge"`
 	Invoice        id     `json:"invoice"`
@@ -92,32 +83,64 @@ type lifecycleObject struct {
 			} `json:"period"`
 		} `json:"data"`
 	} `json:"lines"`
+	// invoice_payment (API versions from 2025-03-31.basil).
+	Payment struct {
+		PaymentIntent id `json:"payment_intent"`
+		Charge        id `json:"charge"`
+	} `json:"payment"`
 }
 
-// parseLifecycle reads the event's object: nil when it lacks what the type needs (not a
-// storefront purchase), a refusal when it breaks the caps.
-func parseLifecycle(eventType string, raw []byte) (*Lifecycle, error) {
+// parseLifecycle reads the event's object. An object that lacks what the type needs is
+// not about a storefront purchase: it comes back nil with the reason it is ignored. One
+// that breaks the caps is a refusal.
+//
+// The shapes of API versions 2023-10-16 through 2025-03-31.basil and later are read
+// alike: basil moved an invoice's subscription under parent.subscription_details and its
+// payments to its payments list and to invoice_payment.paid, and took a charge's invoice
+// away (stripeinput.ReadInvoiceLinks). Either way each event adds the ids it carries to
+// the purchase's, so a charge's refund or dispute finds the license through its payment
+// intent or charge id.
+func parseLifecycle(eventType string, raw []byte) (l *Lifecycle, ignored string, err error) {
+	kind := strings.SplitN(eventType, ".", 2)[0]
 	var o lifecycleObject
 	if err := json.Unmarshal(raw, &o); err != nil {
-		return nil, refuse("data.object is not a Stripe %s object", strings.SplitN(eventType, ".", 2)[0])
+		return nil, "", refuse("data.object is not a Stripe %s object", kind)
 	}
 	if o.ID == "" {
-		return nil, nil
+		return nil, "The " + kind + " has no id", nil
 	}
-	l := &Lifecycle{}
+	l = &Lifecycle{}
 	switch eventType {
 	case InvoicePaid:
+		links, err := stripeinput.ReadInvoiceLinks(raw)
+		if err != nil {
+			return nil, "", refuse("data.object is not a Stripe invoice object")
+		}
+		if len(links.Payments) > MaxInvoicePayments {
+			return nil, "", refuse("data.object.payments.data must hold at most %d payments", MaxInvoicePayments)
+		}
+		if links.Subscription == "" {
+			return nil, "The invoice is not a subscription's (no subscription, nor parent.subscription_details.subscription)", nil
+		}
 		end := o.PeriodEnd
 		for _, line := range o.Lines.Data {
 			end = max(end, line.Period.End)
 		}
-		if o.Subscription == "" || end <= 0 {
-			return nil, nil
+		if end <= 0 {
+			return nil, "The invoice has no period end", nil
 		}
 		t := time.Unix(end, 0).UTC()
 		l.Detail.PeriodEnd = &t
 		l.Detail.First = o.BillingReason == "subscription_create"
-		l.Refs = refs(string(o.Subscription), o.ID, string(o.PaymentIntent), string(o.Charge))
+		l.Refs = refs(links.Subscription, o.ID)
+		for _, p := range links.Payments {
+			l.Refs = append(l.Refs, refs(p.PaymentIntent, p.Charge)...)
+		}
+	case InvoicePaymentPaid:
+		if o.Invoice == "" {
+			return nil, "The invoice payment names no invoice", nil
+		}
+		l.Refs = refs(string(o.Invoice), string(o.Payment.PaymentIntent), string(o.Payment.Charge))
 	case SubscriptionDeleted:
 		l.Refs = refs(o.ID)
 	case ChargeRefunded:
@@ -125,18 +148,18 @@ func parseLifecycle(eventType string, raw []byte) (*Lifecycle, error) {
 		l.Refs = refs(string(o.PaymentIntent), o.ID, string(o.Invoice))
 	case DisputeCreated, DisputeClosed:
 		if o.Charge == "" && o.PaymentIntent == "" {
-			return nil, nil
+			return nil, "The dispute names no charge or payment intent", nil
 		}
 		if len(o.Status) > MaxPaymentStatusLen || !stripeinput.PrintableASCII(o.Status) {
-			return nil, refuse("data.object.status must be at most %d printable ASCII characters", MaxPaymentStatusLen)
+			return nil, "", refuse("data.object.status must be at most %d printable ASCII characters", MaxPaymentStatusLen)
 		}
 		l.Detail.DisputeID, l.Detail.DisputeStatus = o.ID, o.Status
 		l.Refs = refs(string(o.PaymentIntent), string(o.Charge))
 	}
 	if err := checkRefs("data.object", append([]string{o.ID}, l.Refs...)); err != nil {
-		return nil, err
+		return nil, "", err
 	}
-	return l, nil
+	return l, "", nil
 }
 
 // checkRefs holds Stripe ids to pkg/stripeinput's caps.

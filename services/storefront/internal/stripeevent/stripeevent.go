@@ -62,9 +62,11 @@ type Event struct {
 	// Created is when Stripe created the event.
 	Created time.Time
 	// Session is set for the checkout events, Lifecycle for the events that follow a
-	// purchase (IsLifecycle); both are nil for event types the storefront ignores.
+	// purchase (IsLifecycle); both are nil for the events the storefront ignores, and
+	// Ignored says why.
 	Session   *Session
 	Lifecycle *Lifecycle
+	Ignored   string
 }
 
 // Session is what fulfillment reads from a Checkout Session.
@@ -107,6 +109,7 @@ func Parse(payload []byte, sigHeader, secret string) (*Event, error) {
 	}
 	out := &Event{ID: ev.ID, Type: string(ev.Type), Created: time.Unix(ev.Created, 0).UTC()}
 	if !Handled(out.Type) && !IsLifecycle(out.Type) {
+		out.Ignored = "The storefront does not act on " + out.Type + " events"
 		return out, nil
 	}
 	if ev.Data == nil || len(ev.Data.Raw) == 0 {
@@ -115,11 +118,11 @@ func Parse(payload []byte, sigHeader, secret string) (*Event, error) {
 	if IsLifecycle(out.Type) {
 		// An object without what the type needs (an invoice of no subscription, say) is
 		// not about a storefront purchase: acknowledged and ignored like other types.
-		l, err := parseLifecycle(out.Type, ev.Data.Raw)
+		l, ignored, err := parseLifecycle(out.Type, ev.Data.Raw)
 		if err != nil {
 			return nil, err
 		}
-		out.Lifecycle = l
+		out.Lifecycle, out.Ignored = l, ignored
 		return out, nil
 	}
 	var cs stripe.CheckoutSession

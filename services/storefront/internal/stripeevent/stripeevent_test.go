@@ -92,15 +92,24 @@ func TestSignedButUnreadable(t *testing.T) {
 }
 
 // Other event types, and lifecycle events that are not about a subscription or a charge,
-// are verified and returned with nothing to act on: acknowledged, ignored.
+// are verified and returned with nothing to act on and why: acknowledged, ignored.
 func TestOtherEventTypes(t *testing.T) {
-	for _, p := range [][]byte{
-		payload(t, "invoice.paid", map[string]any{"id": "in_1"}),
-		payload(t, "customer.created", map[string]any{"id": "cus_1"}),
+	for _, tc := range []struct {
+		p    []byte
+		want string
+	}{
+		{payload(t, "invoice.paid", map[string]any{"id": "in_1", "period_end": 1700000000}),
+			"The invoice is not a subscription's (no subscription, nor parent.subscription_details.subscription)"},
+		{payload(t, "invoice.paid", map[string]any{"id": "in_1", "parent": map[string]any{"type": "quote_details"}}),
+			"The invoice is not a subscription's (no subscription, nor parent.subscription_details.subscription)"},
+		{payload(t, "invoice.paid", map[string]any{"id": "in_1", "subscription": "sub_1"}), "The invoice has no period end"},
+		{payload(t, "charge.dispute.created", map[string]any{"id": "dp_1"}), "The dispute names no charge or payment intent"},
+		{payload(t, "invoice_payment.paid", map[string]any{"id": "inpay_1"}), "The invoice payment names no invoice"},
+		{payload(t, "customer.created", map[string]any{"id": "cus_1"}), "The storefront does not act on customer.created events"},
 	} {
-		ev, err := stripeevent.Parse(p, sign(p, secret, time.Now()), secret)
-		if err != nil || ev.Session != nil || ev.Lifecycle != nil {
-			t.Fatalf("%+v %v", ev, err)
+		ev, err := stripeevent.Parse(tc.p, sign(tc.p, secret, time.Now()), secret)
+		if err != nil || ev.Session != nil || ev.Lifecycle != nil || ev.Ignored != tc.want {
+			t.Errorf("%+v %v, want ignored with %q", ev, err, tc.want)
 		}
 	}
 }
@@ -119,6 +128,19 @@ func TestLifecycleEvents(t *testing.T) {
 			"charge": map[string]any{"id": "ch_1"}, "billing_reason": "subscription_create", "period_end": end.Add(-time.Hour).Unix(),
 			"lines": map[string]any{"data": []any{map[string]any{"period": map[string]any{"end": end.Unix()}}}}},
 			[]string{"sub_1", "in_1", "pi_1", "ch_1"}, stripeevent.Detail{PeriodEnd: &end, First: true}},
+		// API version 2025-03-31.basil: the subscription under parent.subscription_details,
+		// the payments (when included) in the payments list.
+		{stripeevent.InvoicePaid, map[string]any{"id": "in_2", "billing_reason": "subscription_cycle",
+			"parent": map[string]any{"type": "subscription_details", "subscription_details": map[string]any{"subscription": "sub_1"}},
+			"lines":  map[string]any{"data": []any{map[string]any{"period": map[string]any{"end": end.Unix()}}}}},
+			[]string{"sub_1", "in_2"}, stripeevent.Detail{PeriodEnd: &end}},
+		{stripeevent.InvoicePaid, map[string]any{"id": "in_2", "period_end": end.Unix(),
+			"parent":   map[string]any{"subscription_details": map[string]any{"subscription": "sub_1"}},
+			"payments": map[string]any{"data": []any{map[string]any{"payment": map[string]any{"type": "payment_intent", "payment_intent": "pi_2"}}}}},
+			[]string{"sub_1", "in_2", "pi_2"}, stripeevent.Detail{PeriodEnd: &end}},
+		{stripeevent.InvoicePaymentPaid, map[string]any{"id": "inpay_1", "object": "invoice_payment", "invoice": "in_2", "status": "paid",
+			"payment": map[string]any{"type": "payment_intent", "payment_intent": "pi_2"}},
+			[]string{"in_2", "pi_2"}, stripeevent.Detail{}},
 		{stripeevent.SubscriptionDeleted, map[string]any{"id": "sub_1"}, []string{"sub_1"}, stripeevent.Detail{}},
 		{stripeevent.ChargeRefunded, map[string]any{"id": "ch_1", "payment_intent": "pi_1", "amount": 100, "amount_refunded": 40},
 			[]string{"pi_1", "ch_1"}, stripeevent.Detail{Amount: 100, AmountRefunded: 40}},
@@ -185,6 +207,14 @@ func TestFieldsOverTheirCapsAreRefused(t *testing.T) {
 			m["customer_details"] = map[string]any{"email": strings.Repeat("x", 800_000) + "@example.com"}
 		}), "data.object.customer_details.email must be at most 254"},
 		"payload not UTF-8": {invalidUTF8, "not valid UTF-8"},
+		"invoice with 11 payments": {event(func(m map[string]any) {
+			var payments []any
+			for range 11 {
+				payments = append(payments, map[string]any{"payment": map[string]any{"payment_intent": "pi_1"}})
+			}
+			m["type"], m["data"] = stripeevent.InvoicePaid, map[string]any{"object": map[string]any{"id": "in_1", "period_end": 1700000000,
+				"parent": map[string]any{"subscription_details": map[string]any{"subscription": "sub_1"}}, "payments": map[string]any{"data": payments}}}
+		}), "data.object.payments.data must hold at most 10 payments"},
 	} {
 		_, err := stripeevent.Parse(tc.body, sign(tc.body, secret, time.Now()), secret)
 		var pe *stripeinput.Error
