@@ -86,8 +86,16 @@ func register(ctx context.Context, d *app.Deps) error {
 		return err
 	}
 	d.OnClose(workerDB.Close)
+	// Hosted, a tenant's attempts take at most a quarter of the worker's slots, so other
+	// tenants' deliveries do not wait behind its slow receivers; self-hosted has one tenant,
+	// whose endpoints share every slot (each bounded per endpoint).
+	perTenant := webhooks.DefaultPerTenant
+	if !d.Config.MultiTenant {
+		perTenant = webhooks.DefaultConcurrency
+	}
 	worker := &webhooks.Worker{
 		Store: webhooks.NewStore(workerDB), Keys: licensing, Log: d.Log.With("component", "webhooks"),
+		PerTenant: perTenant,
 		Sender:    webhook.NewSender(webhook.SenderOptions{AllowPrivate: allowPrivate}),
 		OnDisable: webhooks.EmitDisabled,
 		Retention: d.Config.EventRetention,

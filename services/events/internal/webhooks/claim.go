@@ -61,41 +61,92 @@ func scanDue(row pgx.Row, d *Due) error {
 // The claimed row keeps its entry in the due index, where the claims after it skip it.
 const dueWhere = `d.status = 'pending' AND d.next_attempt_at <= $1 AND (d.leased_until IS NULL OR d.leased_until <= $1)`
 
-// Claim takes due deliveries of enabled endpoints for this process: at most limit in
-// all, and per endpoint at most perEndpoint less what this process already has in flight
-// there (inFlight), so one slow endpoint never holds every worker. A claimed delivery is
-// leased for lease: if the process dies before recording the attempt, the delivery is due
-// again when the lease runs out (at least once).
-func (s *Store) Claim(ctx context.Context, now time.Time, lease time.Duration, limit, perEndpoint int, inFlight map[string]int) ([]Due, error) {
-	busyIDs := make([]string, 0, len(inFlight))
-	busyN := make([]int32, 0, len(inFlight))
-	for id, n := range inFlight {
-		busyIDs = append(busyIDs, id)
-		busyN = append(busyN, int32(n))
-	}
+// Bounds are what a claim may take for this process.
+type Bounds struct {
+	// Total is how many deliveries the claim may take: the process's free slots.
+	Total int
+	// PerEndpoint and PerTenant bound the attempts the process runs at once to one
+	// endpoint and for one tenant, those already in flight (InFlight) included.
+	PerEndpoint, PerTenant int
+}
+
+// InFlight counts the attempts a process is running: per endpoint id and per tenant id.
+type InFlight struct {
+	Endpoints, Tenants map[string]int
+}
+
+// claimSQL is Claim's statement. $1 is the claim's now, $2 Bounds.Total, $3
+// Bounds.PerEndpoint, $4 Bounds.PerTenant, $5-$8 InFlight, $9 the lease.
+//
+// candidates are each enabled endpoint's oldest due deliveries, as many as its bound and
+// its tenant's leave room for, read without a lock. Each tenant's candidates take turns
+// round robin over its endpoints (each endpoint's oldest first, then each one's second,
+// ...), a tenant's first turn being its attempts in flight plus one: the claim goes down
+// the turns of every tenant at once, oldest due first within a turn, so a tenant with
+// nothing in flight comes before any other tenant's second attempt, and a tenant with a
+// backlog cannot keep the others waiting; past PerTenant a tenant gets no turn. Only then
+// are the deliveries locked, in turn order, until Total are (SKIP LOCKED: a delivery
+// another replica is claiming at the same moment is passed over for the next turn). Locked
+// while read, every candidate of every endpoint would be locked before the turns are
+// known, where only Total of them are taken.
+//
+// The lock finds a candidate again by its version (ctid), a TID scan, the plan no table
+// statistics can change (see planEachTime); a version that changed since the read is
+// followed to the newest, where the due test is applied again.
+const claimSQL = `
+	WITH busy_endpoints AS (SELECT * FROM unnest($5::text[], $6::int[]) AS b(endpoint_id, n)),
+	busy_tenants AS (SELECT * FROM unnest($7::text[], $8::int[]) AS b(tenant_id, n)),
+	candidates AS (
+		SELECT d.tenant_id, d.id, d.ctid, d.next_attempt_at, d.seq, coalesce(bt.n, 0) AS tenant_busy,
+			row_number() OVER (PARTITION BY d.tenant_id, d.endpoint_id ORDER BY d.next_attempt_at, d.seq) AS endpoint_turn
+		FROM webhook_endpoints e
+		LEFT JOIN busy_endpoints be ON be.endpoint_id = e.id
+		LEFT JOIN busy_tenants bt ON bt.tenant_id = e.tenant_id
+		CROSS JOIN LATERAL (
+			SELECT d.tenant_id, d.id, d.ctid, d.endpoint_id, d.next_attempt_at, d.seq FROM webhook_deliveries d
+			WHERE d.tenant_id = e.tenant_id AND d.endpoint_id = e.id AND ` + dueWhere + `
+			ORDER BY d.next_attempt_at, d.seq
+			LIMIT greatest(least($3 - coalesce(be.n, 0), $4 - coalesce(bt.n, 0)), 0)
+		) d
+		WHERE e.enabled
+	),
+	turns AS MATERIALIZED (
+		SELECT * FROM (
+			SELECT tenant_id, id, ctid, next_attempt_at, seq,
+				tenant_busy + row_number() OVER (PARTITION BY tenant_id ORDER BY endpoint_turn, next_attempt_at, seq) AS turn
+			FROM candidates
+		) t
+		WHERE turn <= $4
+		ORDER BY turn, next_attempt_at, seq
+	),
+	picked AS (
+		SELECT d.tenant_id, d.id, d.ctid
+		FROM turns t
+		CROSS JOIN LATERAL (
+			SELECT d.tenant_id, d.id, d.ctid FROM webhook_deliveries d
+			WHERE d.ctid = t.ctid AND d.tenant_id = t.tenant_id AND d.id = t.id AND ` + dueWhere + `
+			FOR UPDATE OF d SKIP LOCKED
+		) d
+		LIMIT $2
+	)
+	UPDATE webhook_deliveries d SET leased_until = $1::timestamptz + $9::interval
+	FROM picked p, webhook_endpoints e
+	WHERE d.ctid = p.ctid AND d.tenant_id = p.tenant_id AND d.id = p.id AND e.tenant_id = d.tenant_id AND e.id = d.endpoint_id
+	RETURNING ` + dueColumns
+
+// Claim takes due deliveries of enabled endpoints for this process, within b: at most
+// b.Total in all, and, counting what this process already has in flight (busy), at most
+// b.PerEndpoint at once to one endpoint and b.PerTenant for one tenant, so one slow
+// endpoint, or one tenant's many, never hold every worker. The slots are shared fairly
+// between tenants (claimSQL). A claimed delivery is leased for lease: if the process dies
+// before recording the attempt, the delivery is due again when the lease runs out (at
+// least once).
+func (s *Store) Claim(ctx context.Context, now time.Time, lease time.Duration, b Bounds, busy InFlight) ([]Due, error) {
+	endpointIDs, endpointN := counts(busy.Endpoints)
+	tenantIDs, tenantN := counts(busy.Tenants)
 	var out []Due
 	err := pgxx.InTx(ctx, s.db, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, `
-			WITH busy AS (SELECT * FROM unnest($4::text[], $5::int[]) AS b(endpoint_id, n)),
-			picked AS (
-				SELECT d.tenant_id, d.id, d.ctid
-				FROM webhook_endpoints e
-				LEFT JOIN busy b ON b.endpoint_id = e.id
-				CROSS JOIN LATERAL (
-					SELECT d.tenant_id, d.id, d.ctid FROM webhook_deliveries d
-					WHERE d.tenant_id = e.tenant_id AND d.endpoint_id = e.id AND `+dueWhere+`
-					ORDER BY d.next_attempt_at, d.seq
-					LIMIT greatest($3 - coalesce(b.n, 0), 0)
-					FOR UPDATE OF d SKIP LOCKED
-				) d
-				WHERE e.enabled
-				LIMIT $2
-			)
-			UPDATE webhook_deliveries d SET leased_until = $1::timestamptz + $6::interval
-			FROM picked p, webhook_endpoints e
-			WHERE d.ctid = p.ctid AND d.tenant_id = p.tenant_id AND d.id = p.id AND e.tenant_id = d.tenant_id AND e.id = d.endpoint_id
-			RETURNING `+dueColumns,
-			now, limit, perEndpoint, busyIDs, busyN, lease)
+		rows, err := tx.Query(ctx, claimSQL, now, b.Total, b.PerEndpoint, b.PerTenant, endpointIDs, endpointN, tenantIDs, tenantN, lease)
 		if err != nil {
 			return err
 		}
@@ -110,6 +161,17 @@ func (s *Store) Claim(ctx context.Context, now time.Time, lease time.Duration, l
 		return rows.Err()
 	})
 	return out, err
+}
+
+// counts is a map of counts as the two arrays a statement unnests.
+func counts(m map[string]int) ([]string, []int32) {
+	ids := make([]string, 0, len(m))
+	n := make([]int32, 0, len(m))
+	for id, c := range m {
+		ids = append(ids, id)
+		n = append(n, int32(c))
+	}
+	return ids, n
 }
 
 // claimNextSQL is ClaimNext's statement: the first due delivery after the cursor ($5,

@@ -467,7 +467,7 @@ func TestConcurrentFailuresDisableTheEndpointOnce(t *testing.T) {
 	if _, err := f.store.db.Exec(ctx, `UPDATE webhook_endpoints SET failing_since = $1 WHERE id = $2`, f.clock.Now().Add(-73*time.Hour), ep.ID); err != nil {
 		t.Fatal(err)
 	}
-	due, err := f.store.Claim(ctx, f.clock.Now(), DefaultLease, n, n, nil)
+	due, err := f.store.Claim(ctx, f.clock.Now(), DefaultLease, Bounds{Total: n, PerEndpoint: n, PerTenant: n}, InFlight{})
 	if err != nil || len(due) != n {
 		t.Fatalf("claimed %d of %d: %v", len(due), n, err)
 	}
@@ -503,5 +503,86 @@ func TestConcurrentFailuresDisableTheEndpointOnce(t *testing.T) {
 		if len(d.Attempts) != 1 {
 			t.Fatalf("delivery %s has %d attempts, want 1", d.ID, len(d.Attempts))
 		}
+	}
+}
+
+// claimedBy counts claimed deliveries per tenant.
+func claimedBy(due []Due) map[string]int {
+	n := map[string]int{}
+	for _, d := range due {
+		n[d.TenantID]++
+	}
+	return n
+}
+
+// The probe's tenants: two with 16 endpoints each and a backlog at every one, and a third
+// with one endpoint, created last. One claim of the process's 32 slots gives each of the
+// two at most PerTenant and the third all it has due: the two cannot take every slot,
+// however many endpoints they keep busy.
+func TestClaimSharesTheSlotsBetweenTenants(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	for _, tenant := range []string{"hog1", "hog2"} {
+		for range MaxEndpoints {
+			f.endpoint(tenant, "http://127.0.0.1:1/hook")
+		}
+		f.fanout(tenant, "evt_"+tenant, 4)
+	}
+	f.endpoint("quiet", "http://127.0.0.1:1/hook")
+	f.fanout("quiet", "evt_quiet", 2)
+	due, err := f.store.Claim(ctx, f.clock.Now(), DefaultLease, Bounds{Total: DefaultConcurrency, PerEndpoint: DefaultPerEndpoint, PerTenant: DefaultPerTenant}, InFlight{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := claimedBy(due); got["hog1"] != DefaultPerTenant || got["hog2"] != DefaultPerTenant || got["quiet"] != 2 {
+		t.Fatalf("claimed per tenant %v; want %d of each hog and both of quiet's", got, DefaultPerTenant)
+	}
+	// With its slots in flight, a tenant at its bound gets nothing more; the others do.
+	busy := InFlight{Tenants: map[string]int{"hog1": DefaultPerTenant, "hog2": DefaultPerTenant - 1}}
+	f.fanout("quiet", "evt_quiet_more", 1)
+	due, err = f.store.Claim(ctx, f.clock.Now(), DefaultLease, Bounds{Total: DefaultConcurrency, PerEndpoint: DefaultPerEndpoint, PerTenant: DefaultPerTenant}, busy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := claimedBy(due); got["hog1"] != 0 || got["hog2"] != 1 || got["quiet"] != 1 {
+		t.Fatalf("claimed per tenant %v with hog1 at its bound and hog2 one under; want 0, 1 and quiet's 1", got)
+	}
+}
+
+// Slots too few for every due delivery go by turns: each tenant's first before any
+// tenant's second, a tenant's attempts in flight counting as turns it had, and within a
+// turn the delivery due longest first. Within a tenant its endpoints take turns too.
+func TestClaimTakesTurnsBetweenTenantsAndTheirEndpoints(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	// busy's two endpoints have the oldest backlog, and one attempt in flight.
+	busy1, _ := f.endpoint("busy", "http://127.0.0.1:1/hook")
+	busy2, _ := f.endpoint("busy", "http://127.0.0.1:1/hook")
+	f.fanout("busy", "evt_busy", 3)
+	f.clock.Add(time.Minute)
+	f.endpoint("a", "http://127.0.0.1:1/hook")
+	f.fanout("a", "evt_a", 2)
+	f.clock.Add(time.Minute)
+	f.endpoint("b", "http://127.0.0.1:1/hook")
+	f.fanout("b", "evt_b", 2)
+	bounds := Bounds{Total: 3, PerEndpoint: DefaultPerEndpoint, PerTenant: DefaultPerTenant}
+	due, err := f.store.Claim(ctx, f.clock.Now(), DefaultLease, bounds, InFlight{Tenants: map[string]int{"busy": 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := claimedBy(due); got["a"] != 1 || got["b"] != 1 || got["busy"] != 1 {
+		t.Fatalf("claimed per tenant %v; want a's and b's first turns, then busy's, due longest", got)
+	}
+	// busy alone, two slots: one delivery of each of its endpoints.
+	due, err = f.store.Claim(ctx, f.clock.Now(), DefaultLease, Bounds{Total: 2, PerEndpoint: DefaultPerEndpoint, PerTenant: DefaultPerTenant}, InFlight{Tenants: map[string]int{"a": 7, "b": 7}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	endpoints := map[string]bool{}
+	for _, d := range due {
+		endpoints[d.EndpointID] = d.TenantID == "busy"
+	}
+	if len(due) != 2 || !endpoints[busy1.ID] || !endpoints[busy2.ID] {
+		t.Fatalf("claimed %+v; want one delivery of each of busy's endpoints", due)
 	}
 }

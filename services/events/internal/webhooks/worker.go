@@ -3,6 +3,7 @@ package webhooks
 import (
 	"context"
 	"log/slog"
+	"maps"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,7 +23,10 @@ type Keys interface {
 const (
 	DefaultConcurrency = 32
 	DefaultPerEndpoint = 4
-	DefaultPoll        = time.Second
+	// DefaultPerTenant leaves a quarter of the slots to each tenant: however many slow
+	// endpoints one tenant (or two, or three) keeps busy, the others find free slots.
+	DefaultPerTenant = 8
+	DefaultPoll      = time.Second
 	// DefaultLease outlasts an attempt (10 s) and its recording by far: a delivery
 	// claimed by a process that died is tried again this long after the claim.
 	DefaultLease = time.Minute
@@ -30,9 +34,10 @@ const (
 
 // Worker delivers due deliveries. Every replica of the events service runs one; they
 // share the work through Claim (SKIP LOCKED), so a delivery is attempted by one replica
-// at a time. Concurrency is bounded in all (Concurrency) and per endpoint (PerEndpoint),
-// and each attempt has its own deadline, so a slow or dead receiver holds at most
-// PerEndpoint workers and never delays other endpoints or tenants.
+// at a time. Concurrency is bounded in all (Concurrency), per endpoint (PerEndpoint) and
+// per tenant (PerTenant), each attempt has its own deadline, and the claim shares the
+// free slots fairly between tenants, so a slow or dead receiver holds at most PerEndpoint
+// workers, a tenant's receivers at most PerTenant, and neither holds up other tenants.
 type Worker struct {
 	Store    *Store
 	Sender   *webhook.Sender
@@ -50,8 +55,11 @@ type Worker struct {
 	Now         func() time.Time
 	Concurrency int
 	PerEndpoint int
-	Poll        time.Duration
-	Lease       time.Duration
+	// PerTenant bounds one tenant's attempts at once (DefaultPerTenant); self-hosted, with
+	// its one tenant, sets it to Concurrency.
+	PerTenant int
+	Poll      time.Duration
+	Lease     time.Duration
 	// Retention is how long deliveries are kept (EVENT_RETENTION); 0 keeps them.
 	Retention time.Duration
 
@@ -60,7 +68,7 @@ type Worker struct {
 	once     sync.Once
 	wake     chan struct{}
 	mu       sync.Mutex
-	inFlight map[string]int // endpoint id → attempts running in this process
+	inFlight InFlight // the attempts running in this process
 	slots    chan struct{}
 	wg       sync.WaitGroup
 	// starved is set when a claim may have left due deliveries for lack of free slots; a
@@ -74,7 +82,7 @@ type Worker struct {
 func (w *Worker) init() {
 	w.once.Do(func() {
 		w.wake = make(chan struct{}, 1)
-		w.inFlight = make(map[string]int)
+		w.inFlight = InFlight{Endpoints: make(map[string]int), Tenants: make(map[string]int)}
 		if w.Now == nil {
 			w.Now = time.Now
 		}
@@ -83,6 +91,9 @@ func (w *Worker) init() {
 		}
 		if w.PerEndpoint <= 0 {
 			w.PerEndpoint = DefaultPerEndpoint
+		}
+		if w.PerTenant <= 0 {
+			w.PerTenant = DefaultPerTenant
 		}
 		if w.Poll <= 0 {
 			w.Poll = DefaultPoll
@@ -165,12 +176,9 @@ func (w *Worker) claimAndStart(ctx context.Context) int {
 		return 0
 	}
 	w.mu.Lock()
-	busy := make(map[string]int, len(w.inFlight))
-	for id, n := range w.inFlight {
-		busy[id] = n
-	}
+	busy := InFlight{Endpoints: maps.Clone(w.inFlight.Endpoints), Tenants: maps.Clone(w.inFlight.Tenants)}
 	w.mu.Unlock()
-	due, err := w.Store.Claim(ctx, w.Now(), w.Lease, free, w.PerEndpoint, busy)
+	due, err := w.Store.Claim(ctx, w.Now(), w.Lease, Bounds{Total: free, PerEndpoint: w.PerEndpoint, PerTenant: w.PerTenant}, busy)
 	if err != nil {
 		if ctx.Err() == nil {
 			w.Log.Warn("webhooks: claiming due deliveries failed", "err", err)
@@ -183,19 +191,22 @@ func (w *Worker) claimAndStart(ctx context.Context) int {
 	for _, d := range due {
 		w.slots <- struct{}{}
 		w.mu.Lock()
-		w.inFlight[d.EndpointID]++
+		w.inFlight.Endpoints[d.EndpointID]++
+		w.inFlight.Tenants[d.TenantID]++
 		w.mu.Unlock()
 		w.wg.Add(1)
 		go func() {
 			defer w.wg.Done()
 			defer func() {
 				w.mu.Lock()
-				if w.inFlight[d.EndpointID]--; w.inFlight[d.EndpointID] <= 0 {
-					delete(w.inFlight, d.EndpointID)
-				}
+				// A tenant at its bound may have due deliveries the bound held back: its
+				// freed slot is claimed now, not at the next poll.
+				tenantWasFull := w.inFlight.Tenants[d.TenantID] >= w.PerTenant
+				release(w.inFlight.Endpoints, d.EndpointID)
+				release(w.inFlight.Tenants, d.TenantID)
 				w.mu.Unlock()
 				<-w.slots
-				if w.starved.Swap(false) {
+				if w.starved.Swap(false) || tenantWasFull {
 					w.Wake()
 				}
 			}()
@@ -203,6 +214,13 @@ func (w *Worker) claimAndStart(ctx context.Context) int {
 		}()
 	}
 	return len(due)
+}
+
+// release counts one attempt of id less in counts.
+func release(counts map[string]int, id string) {
+	if counts[id]--; counts[id] <= 0 {
+		delete(counts, id)
+	}
 }
 
 // lane delivers d, then, while its endpoint keeps answering 2xx, claims and delivers the

@@ -334,7 +334,7 @@ func TestDeliveryOfAKilledProcessIsRetried(t *testing.T) {
 	ep, _ := f.endpoint("t1", r.URL)
 	f.event("t1", "evt_1", "seat.activated")
 	// The "killed" process: it claimed the delivery and never recorded anything.
-	due, err := f.store.Claim(context.Background(), f.clock.Now(), DefaultLease, 10, 4, nil)
+	due, err := f.store.Claim(context.Background(), f.clock.Now(), DefaultLease, Bounds{Total: 10, PerEndpoint: 4, PerTenant: 10}, InFlight{})
 	if err != nil || len(due) != 1 {
 		t.Fatalf("claim: %v %v", due, err)
 	}
@@ -670,4 +670,28 @@ func TestFanoutReportsWhetherItMadeDeliveries(t *testing.T) {
 	if !stored("t-hooks", "license.revoked") {
 		t.Error("an event of a subscribed type made no delivery")
 	}
+}
+
+// A slot of a tenant at its bound that frees is claimed at once when the tenant has more
+// due, not at the next poll: with PerTenant 1 and an hour's poll, both of the tenant's
+// endpoints get their delivery.
+func TestAFreedSlotOfATenantAtItsBoundIsClaimedAtOnce(t *testing.T) {
+	f := newFixture(t)
+	first, second := newRecorder(t), newRecorder(t)
+	f.endpoint("t1", first.URL)
+	f.endpoint("t1", second.URL)
+	f.event("t1", "evt_1", "license.issued")
+	f.worker.Concurrency, f.worker.PerTenant, f.worker.Poll = 4, 1, time.Hour
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { f.worker.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	deadline := time.Now().Add(time.Minute) // a failure bound, not a timing goal
+	for time.Now().Before(deadline) {
+		if first.count()+second.count() == 2 {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("received %d and %d: the tenant's freed slot waited for the poll", first.count(), second.count())
 }
