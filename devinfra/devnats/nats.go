@@ -4,12 +4,17 @@
 package devnats
 
 import (
+	"errors"
 	"fmt"
+	"net"
 	"path/filepath"
+	"strconv"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/keyhouse/keyhouse/devinfra"
 	"github.com/keyhouse/keyhouse/devinfra/testkit"
 	"github.com/nats-io/nats-server/v2/server"
 )
@@ -19,17 +24,26 @@ type Server struct {
 	srv *server.Server
 }
 
-// Start starts the server on port (0 = a free port, chosen by the server).
+// Start starts the server on port (0 = a free port, chosen by the server). A fixed port
+// that another process holds (a second `make run`) is refused at once, naming the port and
+// its holder: the embedded server would only fail to become ready.
 func Start(dir string, port int) (*Server, error) {
 	if port == 0 {
 		port = server.RANDOM_PORT
+	} else if l, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port))); err != nil {
+		if errors.Is(err, syscall.EADDRINUSE) {
+			return nil, devinfra.PortInUse("nats", port)
+		}
+		return nil, fmt.Errorf("nats: %w", err)
+	} else {
+		_ = l.Close()
 	}
 	abs, err := filepath.Abs(dir)
 	if err != nil {
 		return nil, err
 	}
 	srv, err := server.NewServer(&server.Options{
-		Host:      "127.0.0.1",
+		Host:      host,
 		Port:      port,
 		JetStream: true,
 		StoreDir:  abs,
@@ -46,6 +60,9 @@ func Start(dir string, port int) (*Server, error) {
 	}
 	return &Server{srv: srv}, nil
 }
+
+// host is the address the server listens on: loopback only.
+const host = "127.0.0.1"
 
 // URL is the client URL.
 func (n *Server) URL() string { return n.srv.ClientURL() }
