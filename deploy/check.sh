@@ -73,6 +73,10 @@ for f in "$out/default.yaml" "$out/hosted.yaml"; do
 	awk '/^---/{job=0} /^kind: Job$/{job=1} job && /ADMIN_API_KEY/{bad=1} END{exit bad}' "$f" ||
 		fail "$(basename "$f"): the migrate Job is given ADMIN_API_KEY"
 done
+# NATS_STREAM_REPLICAS is left unset (streams keep their count) unless nats.streamReplicas says.
+grep -q 'NATS_STREAM_REPLICAS' "$out/default.yaml" && fail "default.yaml: NATS_STREAM_REPLICAS set although nats.streamReplicas is empty"
+"$HELM" template keyhouse "$CHART" --set nats.streamReplicas=3 | grep -q 'NATS_STREAM_REPLICAS: "3"$' ||
+	fail "nats.streamReplicas=3 does not reach NATS_STREAM_REPLICAS"
 grep -q 'SIGNING_KEYS_FILE' "$out/default.yaml" && fail "default.yaml: SIGNING_KEYS_FILE set without a keyring"
 grep -q 'SIGNING_KEYS_FILE' "$out/hosted.yaml" || fail "hosted.yaml: SIGNING_KEYS_FILE missing"
 for f in "$out/default.yaml" "$out/hosted.yaml"; do
