@@ -44,6 +44,8 @@ LABEL org.opencontainers.image.title="keyhouse" \
 COPY --from=build /out/ /usr/local/bin/
 ENV PATH=/usr/local/bin:/usr/bin:/bin
 USER 65532:65532
-# Gateway HTTP; services serve gRPC on 9101-9106 when GRPC_ADDR says so (0.0.0.0:<port>).
-EXPOSE 8080 9101 9102 9103 9104 9105 9106
+# Gateway HTTP and its metrics; services serve gRPC on 9101-9106 when GRPC_ADDR says so
+# (0.0.0.0:<port>), and each process its metrics on its port + 1000 (what make release's
+# image declares too).
+EXPOSE 8080 9080 9101 9102 9103 9104 9105 9106 10101 10102 10103 10104 10105 10106
 CMD ["gateway"]

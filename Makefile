@@ -180,7 +180,7 @@ $(HELM): deploy/tools/go.mod deploy/tools/go.sum
 	    helm.sh/helm/v3/cmd/helm
 
 .PHONY: deploy-check
-deploy-check: $(HELM) ## Lint and render the Helm chart, validate docker-compose.yml (offline; installs Debian's docker-compose first if missing, and says so)
+deploy-check: $(HELM) ## Lint and render the Helm chart, validate docker-compose.yml, verify deploy/systemd's units (offline; installs Debian's docker-compose first if missing, and says so)
 	HELM=$(HELM) deploy/check.sh
 
 # A real Kubernetes API server for deploy-verify, pinned in deploy/apiserver/go.mod (its own

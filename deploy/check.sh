@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Offline checks of the deployment artifacts (make deploy-check): helm lint and helm
 # template of deploy/helm/keyhouse with the default (self-hosted) values and the hosted
-# example, a count of what each renders, and docker-compose config -q on
-# docker-compose.yml. Needs HELM (the pinned binary the Makefile builds); installs Debian's
-# docker-compose when it is missing and we are root, and skips that step otherwise.
+# example, a count of what each renders, docker-compose config -q on docker-compose.yml,
+# and systemd-analyze verify on deploy/systemd's units. Needs HELM (the pinned binary the
+# Makefile builds); installs Debian's docker-compose when it is missing and we are root,
+# and skips that step otherwise (and the units' check without systemd-analyze).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -73,6 +74,10 @@ for f in "$out/default.yaml" "$out/hosted.yaml"; do
 	awk '/^---/{job=0} /^kind: Job$/{job=1} job && /ADMIN_API_KEY/{bad=1} END{exit bad}' "$f" ||
 		fail "$(basename "$f"): the migrate Job is given ADMIN_API_KEY"
 done
+# NATS_STREAM_REPLICAS is left unset (streams keep their count) unless nats.streamReplicas says.
+grep -q 'NATS_STREAM_REPLICAS' "$out/default.yaml" && fail "default.yaml: NATS_STREAM_REPLICAS set although nats.streamReplicas is empty"
+"$HELM" template keyhouse "$CHART" --set nats.streamReplicas=3 | grep -q 'NATS_STREAM_REPLICAS: "3"$' ||
+	fail "nats.streamReplicas=3 does not reach NATS_STREAM_REPLICAS"
 grep -q 'SIGNING_KEYS_FILE' "$out/default.yaml" && fail "default.yaml: SIGNING_KEYS_FILE set without a keyring"
 grep -q 'SIGNING_KEYS_FILE' "$out/hosted.yaml" || fail "hosted.yaml: SIGNING_KEYS_FILE missing"
 for f in "$out/default.yaml" "$out/hosted.yaml"; do
@@ -97,5 +102,25 @@ if command -v docker-compose >/dev/null 2>&1; then
 	fi
 else
 	echo "docker-compose not installed (and not root): docker-compose.yml not validated"
+fi
+# The systemd units (deploy/systemd): systemd-analyze verify, on a scratch root holding the
+# host's own units, stub binaries and the example environment file; any complaint fails.
+if command -v systemd-analyze >/dev/null 2>&1 && [ -d /lib/systemd/system ]; then
+	root="$out/systemd-root"
+	mkdir -p "$root/lib/systemd" "$root/etc/systemd/system" "$root/etc/keyhouse" "$root/usr/local/bin"
+	cp -a /lib/systemd/system "$root/lib/systemd/"
+	cp deploy/systemd/*.service deploy/systemd/*.target "$root/etc/systemd/system/"
+	cp deploy/systemd/keyhouse.env.example "$root/etc/keyhouse/keyhouse.env"
+	for b in gateway billing licensing activations releases storefront events; do
+		printf '#!/bin/sh\n' >"$root/usr/local/bin/$b" && chmod +x "$root/usr/local/bin/$b"
+	done
+	units=(keyhouse.target keyhouse-migrate.service keyhouse-gateway.service)
+	for s in licensing activations releases billing storefront events; do units+=("keyhouse@$s.service"); done
+	complaints=$(cd "$root/etc/systemd/system" && systemd-analyze verify --root="$root" "${units[@]}" 2>&1) ||
+		fail "deploy/systemd: systemd-analyze verify failed: $complaints"
+	[ -z "$complaints" ] || fail "deploy/systemd: systemd-analyze verify: $complaints"
+	echo "deploy/systemd: verified ($(systemd-analyze --version | head -1))"
+else
+	echo "systemd-analyze not installed: deploy/systemd not verified"
 fi
 echo "deploy-check: ok"

@@ -41,7 +41,18 @@ type Postgres struct {
 	done chan struct{}
 	// exitErr is cmd's exit status, once done is closed.
 	exitErr error
+	// durable keeps Postgres's crash safety (Durable).
+	durable bool
 }
+
+// PostgresOption tunes StartPostgres.
+type PostgresOption func(*Postgres)
+
+// Durable keeps Postgres's crash safety, which StartPostgres otherwise turns off
+// (fsync, full_page_writes, synchronous_commit) for the tests' and benchmarks'
+// throwaway clusters: `make run`, whose data is kept from run to run, starts its cluster
+// so, and a crash of the machine then loses no committed change and corrupts nothing.
+func Durable() PostgresOption { return func(p *Postgres) { p.durable = true } }
 
 // Exited is closed when the server this process started last exits (nil for a cluster
 // found running); ExitErr then says how it ended.
@@ -110,9 +121,10 @@ func postgresUser() (uid, gid int, err error) {
 }
 
 // StartPostgres initializes dir on first use and starts the server on port (0 = a free
-// port), with durability off (fsync=off: the data is throwaway or a dev copy). A cluster
-// already running in dir (an older `make run`) is reused.
-func StartPostgres(ctx context.Context, dir string, port int) (*Postgres, error) {
+// port), with durability off unless opts say Durable (fsync=off: the data is throwaway,
+// and a crash of the machine may corrupt it). A cluster already running in dir (an older
+// `make run`) is reused as it runs.
+func StartPostgres(ctx context.Context, dir string, port int, opts ...PostgresOption) (*Postgres, error) {
 	bin, err := postgresBinDir()
 	if err != nil {
 		return nil, err
@@ -121,6 +133,9 @@ func StartPostgres(ctx context.Context, dir string, port int) (*Postgres, error)
 		return nil, err
 	}
 	p := &Postgres{Dir: dir, Port: port, bin: bin}
+	for _, o := range opts {
+		o(p)
+	}
 	data := filepath.Join(dir, "data")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
@@ -129,7 +144,11 @@ func StartPostgres(ctx context.Context, dir string, port int) (*Postgres, error)
 		return nil, err
 	}
 	if _, err := os.Stat(filepath.Join(data, "PG_VERSION")); err != nil {
-		if err := p.run("initdb", "-D", data, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--locale=C.UTF-8", "--no-sync"); err != nil {
+		initdb := []string{"-D", data, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--locale=C.UTF-8"}
+		if !p.durable {
+			initdb = append(initdb, "--no-sync")
+		}
+		if err := p.run("initdb", initdb...); err != nil {
 			return nil, err
 		}
 	}
@@ -181,9 +200,12 @@ var errPortTaken = errors.New("port taken by another process")
 // minute, and two crash tests waited out their deadlines for a restarted service that
 // could not reach its database. A connection slot costs little until it is used.
 func (p *Postgres) start(ctx context.Context, data string) error {
-	cmd, err := asPostgresUser(filepath.Join(p.bin, "postgres"), "-D", data, "-p", strconv.Itoa(p.Port), "-k", p.Dir,
-		"-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "synchronous_commit=off",
-		"-c", "full_page_writes=off", "-c", "max_connections=1000")
+	args := []string{"-D", data, "-p", strconv.Itoa(p.Port), "-k", p.Dir,
+		"-c", "listen_addresses=127.0.0.1", "-c", "max_connections=1000"}
+	if !p.durable {
+		args = append(args, "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off")
+	}
+	cmd, err := asPostgresUser(filepath.Join(p.bin, "postgres"), args...)
 	if err != nil {
 		return err
 	}

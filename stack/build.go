@@ -21,6 +21,10 @@ func Packages() []string {
 	return pkgs
 }
 
+// Tools are the main packages of the operator's command-line tools, which a release ships
+// beside the processes (in its binary archive, not in the image).
+func Tools() []string { return []string{"./stack/cmd/keyhousectl"} }
+
 // Build compiles every binary of the stack into binDir (what `make build` does).
 func Build(ctx context.Context, binDir string) error {
 	root, err := RepoRoot()

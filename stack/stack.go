@@ -56,6 +56,10 @@ type Options struct {
 	// GatewayEnv is passed to the first gateway only, on top of Env (make run: the
 	// user's METRICS_PORT, which names the gateway's port, not every process's).
 	GatewayEnv map[string]string
+	// DurablePostgres keeps the crash safety of the Postgres the stack starts (make run,
+	// whose data is kept); without it the cluster runs with fsync and synchronous commit
+	// off, as the tests' and benchmarks' throwaway clusters do (devinfra.Durable).
+	DurablePostgres bool
 }
 
 // Stack is a running stack.
@@ -159,7 +163,11 @@ func Start(ctx context.Context, opts Options) (_ *Stack, err error) {
 		return nil, errors.New("stack: Env must set ADMIN_API_KEY")
 	}
 	if s.env["DATABASE_URL"] == "" {
-		if s.Postgres, err = devinfra.StartPostgres(ctx, filepath.Join(opts.Dir, "postgres"), opts.PostgresPort); err != nil {
+		var pgOpts []devinfra.PostgresOption
+		if opts.DurablePostgres {
+			pgOpts = append(pgOpts, devinfra.Durable())
+		}
+		if s.Postgres, err = devinfra.StartPostgres(ctx, filepath.Join(opts.Dir, "postgres"), opts.PostgresPort, pgOpts...); err != nil {
 			return nil, err
 		}
 		s.env["DATABASE_URL"] = s.Postgres.URL("keyhouse")
@@ -449,6 +457,9 @@ func listen(addr string) (net.Listener, error) {
 	}
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
+		if p, perr := strconv.Atoi(port); perr == nil && p != 0 && errors.Is(err, syscall.EADDRINUSE) {
+			return nil, devinfra.PortInUse("stack: listen "+addr, p)
+		}
 		return nil, fmt.Errorf("stack: listen %s: %w", addr, err)
 	}
 	return l, nil

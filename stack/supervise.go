@@ -62,10 +62,21 @@ func (s *Stack) Supervise(ctx context.Context, report func(line string)) {
 				waits[key] = &backoff{}
 			}
 			wait := waits[key].next(time.Since(p.started))
-			report(fmt.Sprintf("%s exited unexpectedly (%v); restarting it in %s", p.Name, p.Err(), wait))
+			report(exitLine(p.Name, p.Err(), wait))
 			wg.Go(func() { s.restart(ctx, p, wait, report) })
 		}
 	}
+}
+
+// exitLine is what Supervise reports when a process it did not stop exits, before it
+// starts it again. A crash shows its status; a process that exited with status 0 did not
+// crash but was stopped from outside (a SIGTERM from another terminal or a process
+// manager), and exec's nil error would read "(<nil>)".
+func exitLine(name string, err error, wait time.Duration) string {
+	if err == nil {
+		return fmt.Sprintf("%s exited with status 0 (stopped from outside make run, e.g. by SIGTERM); restarting it in %s", name, wait)
+	}
+	return fmt.Sprintf("%s exited unexpectedly (%v); restarting it in %s", name, err, wait)
 }
 
 // restart starts crashed process p again on its address after wait. A process that
@@ -115,7 +126,7 @@ func (s *Stack) superviseDependency(ctx context.Context, name string, exited fun
 		case <-exited():
 		}
 		wait := b.next(time.Since(since))
-		report(fmt.Sprintf("%s exited unexpectedly (%v); restarting it in %s", name, exitErr(), wait))
+		report(exitLine(name, exitErr(), wait))
 		for {
 			select {
 			case <-ctx.Done():

@@ -2,6 +2,8 @@ package app
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync"
 
 	"github.com/keyhouse/keyhouse/pkg/events"
@@ -35,6 +37,18 @@ type SpineOptions struct {
 	Spine   []events.Option
 }
 
+// replicasRefused names NATS_STREAM_REPLICAS in JetStream's refusal of a stream: a count
+// the NATS deployment cannot hold (more than its JetStream servers, or more than one on a
+// server that is not clustered) stops the service at start, and the refusal alone
+// ("replicas > 1 not supported in non-clustered mode") does not say where it was set.
+func replicasRefused(err error, replicas int) error {
+	var apiErr *jetstream.APIError
+	if replicas == 0 || !errors.As(err, &apiErr) {
+		return err
+	}
+	return fmt.Errorf("%w (NATS_STREAM_REPLICAS=%d: each stream needs that many JetStream servers in the NATS cluster)", err, replicas)
+}
+
 // StartEventSpine connects to NATS as this service, ensures the event stream (and
 // o.Streams), and starts
 // the outbox relay until ctx ends. At shutdown the relay finishes its batch before the
@@ -45,12 +59,15 @@ func (d *Deps) StartEventSpine(ctx context.Context, name string, o SpineOptions)
 		return nil, err
 	}
 	d.OnClose(nc.Close)
-	if err := events.EnsureStream(ctx, js); err != nil {
-		return nil, err
+	// Every stream gets NATS_STREAM_REPLICAS copies; unset, each keeps what it has.
+	replicas := d.Config.NATSStreamReplicas
+	if err := events.EnsureStream(ctx, js, replicas); err != nil {
+		return nil, replicasRefused(err, replicas)
 	}
 	for _, cfg := range o.Streams {
+		cfg.Replicas = replicas
 		if err := natsx.EnsureStream(ctx, js, cfg); err != nil {
-			return nil, err
+			return nil, replicasRefused(err, replicas)
 		}
 	}
 	// The relay has a connection of its own. On the request pool it queued for a

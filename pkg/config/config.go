@@ -52,6 +52,10 @@ type Config struct {
 	TrustedProxies        []netip.Prefix
 	RedisURL              Secret
 	NATSURL               string
+	// NATSStreamReplicas is how many JetStream servers hold each stream the services
+	// create (NATS_STREAM_REPLICAS, 1 to 5); 0 (unset) creates a stream with one and leaves
+	// an existing stream's count as it is, so that one set by hand is not undone.
+	NATSStreamReplicas int
 	// PublicBaseURL is where clients reach the gateway (storefront callback URLs, mail links).
 	PublicBaseURL string
 	// WebhookAllowPrivateNetworks lets hosted webhook endpoints reach private addresses
@@ -137,6 +141,9 @@ type Config struct {
 	AdmissionLatencyFloor time.Duration
 }
 
+// MaxNATSStreamReplicas is the most copies JetStream keeps of a stream.
+const MaxNATSStreamReplicas = 5
+
 // The defaults of ADMISSION_MAX_LIMIT, ADMISSION_MIN_LIMIT and ADMISSION_LATENCY_TOLERANCE,
 // which the gateway's limiter also takes for a setting left zero.
 const (
@@ -207,6 +214,7 @@ func LoadFrom(lookup func(string) (string, bool)) (*Config, error) {
 		TrustedProxies:        r.prefixes("TRUSTED_PROXIES"),
 		RedisURL:              Secret(r.str("REDIS_URL", "redis://127.0.0.1:56379/0")),
 		NATSURL:               r.str("NATS_URL", "nats://127.0.0.1:54222"),
+		NATSStreamReplicas:    r.int("NATS_STREAM_REPLICAS", 0),
 		PublicBaseURL:         strings.TrimRight(r.str("PUBLIC_BASE_URL", "http://localhost:8080"), "/"),
 
 		WebhookAllowPrivateNetworks: r.bool("WEBHOOK_ALLOW_PRIVATE_NETWORKS", false),
@@ -262,6 +270,9 @@ func LoadFrom(lookup func(string) (string, bool)) (*Config, error) {
 	}
 	if c.AdmissionLatencyFloor < 0 {
 		r.fail("ADMISSION_LATENCY_FLOOR", "must be 0 (none) or a positive duration")
+	}
+	if r.str("NATS_STREAM_REPLICAS", "") != "" && (c.NATSStreamReplicas < 1 || c.NATSStreamReplicas > MaxNATSStreamReplicas) {
+		r.fail("NATS_STREAM_REPLICAS", fmt.Sprintf("must be 1 to %d (each stream's copies, on that many JetStream servers)", MaxNATSStreamReplicas))
 	}
 	if c.RequestTimeout <= 0 {
 		r.fail("REQUEST_TIMEOUT", "must be positive")

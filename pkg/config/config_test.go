@@ -181,3 +181,22 @@ func TestAdmissionControlIsOnByDefaultAndItsBoundsAreChecked(t *testing.T) {
 		t.Errorf("a tolerance that is not a number: %v", err)
 	}
 }
+
+// NATS_STREAM_REPLICAS is unset by default (a stream is created with one copy and an
+// existing one keeps its count); a count JetStream cannot keep is refused at start.
+func TestNATSStreamReplicasIsUnsetByDefaultAndBounded(t *testing.T) {
+	c, err := LoadFrom(env(map[string]string{"ADMIN_API_KEY": "k"}))
+	if err != nil || c.NATSStreamReplicas != 0 {
+		t.Fatalf("default: %v %d", err, c.NATSStreamReplicas)
+	}
+	c, err = LoadFrom(env(map[string]string{"ADMIN_API_KEY": "k", "NATS_STREAM_REPLICAS": "3"}))
+	if err != nil || c.NATSStreamReplicas != 3 {
+		t.Fatalf("NATS_STREAM_REPLICAS=3: %v %d", err, c.NATSStreamReplicas)
+	}
+	for _, v := range []string{"0", "6", "-1", "three"} {
+		_, err := LoadFrom(env(map[string]string{"ADMIN_API_KEY": "k", "NATS_STREAM_REPLICAS": v}))
+		if err == nil || !strings.Contains(err.Error(), "NATS_STREAM_REPLICAS") {
+			t.Errorf("NATS_STREAM_REPLICAS=%s: %v; want an error naming the variable", v, err)
+		}
+	}
+}

@@ -41,16 +41,23 @@ var StreamConfig = jetstream.StreamConfig{
 	Duplicates: 10 * time.Minute,
 }
 
-// EnsureStream creates the event stream, or updates it when its configuration differs
-// from StreamConfig (a rollout that changed it). Every emitting process calls it at start,
-// so it creates rather than updates: JetStream answers a create identical to the stream
-// with success and leaves the stream alone, where an update, even to the same
-// configuration, rewrites the stream's store while other processes are creating their
-// consumers on it.
-func EnsureStream(ctx context.Context, js jetstream.JetStream) error {
-	_, err := js.CreateStream(ctx, StreamConfig)
+// EnsureStream creates the event stream with replicas copies (NATS_STREAM_REPLICAS; 0
+// keeps an existing stream's count, natsx.KeepReplicas), or updates it when its
+// configuration differs from StreamConfig (a rollout that changed it). Every emitting
+// process calls it at start, so it creates rather than updates: JetStream answers a
+// create identical to the stream with success and leaves the stream alone, where an
+// update, even to the same configuration, rewrites the stream's store while other
+// processes are creating their consumers on it.
+func EnsureStream(ctx context.Context, js jetstream.JetStream, replicas int) error {
+	cfg := StreamConfig
+	cfg.Replicas = replicas
+	cfg, err := natsx.KeepReplicas(ctx, js, cfg)
+	if err != nil {
+		return err
+	}
+	_, err = js.CreateStream(ctx, cfg)
 	if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
-		return natsx.EnsureStream(ctx, js, StreamConfig)
+		return natsx.EnsureStream(ctx, js, cfg)
 	}
 	if err != nil {
 		return fmt.Errorf("events: create stream %s: %w", Stream, err)

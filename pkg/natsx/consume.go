@@ -137,6 +137,11 @@ func newConsumer(ctx context.Context, stream string, cfg jetstream.ConsumerConfi
 	if cfg.MaxDeliver == 0 {
 		cfg.MaxDeliver = -1
 	}
+	// Every reason's series is there at 0 from the start, so an alert on an increase has
+	// a series before the first termination.
+	for _, reason := range []string{termPermanent, termPanic, termMaxDeliveries, termMalformed} {
+		consumerTerminated.WithLabelValues(stream, cfg.Durable, reason)
+	}
 	return &consumer{
 		base:   context.WithoutCancel(ctx),
 		stream: stream,

@@ -131,8 +131,12 @@ func jitter(d time.Duration) time.Duration {
 // lost a create race against a different config (an older or newer version during a
 // rollout) retries as an update. Changes JetStream cannot apply in place (storage type,
 // retention policy) are returned as errors, never "fixed" by deleting the stream.
+// cfg.Replicas 0 keeps an existing stream's replica count (KeepReplicas).
 func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) error {
-	var err error
+	cfg, err := KeepReplicas(ctx, js, cfg)
+	if err != nil {
+		return err
+	}
 	for attempt := 1; attempt <= 5; attempt++ {
 		if _, err = js.CreateOrUpdateStream(ctx, cfg); err == nil {
 			return nil
@@ -149,6 +153,25 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.Str
 		}
 	}
 	return fmt.Errorf("natsx: ensure stream %s: %w", cfg.Name, err)
+}
+
+// KeepReplicas returns cfg with the replica count of the stream as it exists when cfg
+// leaves it 0 (unset): an update would otherwise set it back to one at every start of
+// every replica, undoing a count an operator set by hand (`nats stream edit --replicas`).
+// A stream that does not exist yet keeps 0, which JetStream creates with one replica.
+func KeepReplicas(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) (jetstream.StreamConfig, error) {
+	if cfg.Replicas != 0 {
+		return cfg, nil
+	}
+	stream, err := js.Stream(ctx, cfg.Name)
+	switch {
+	case errors.Is(err, jetstream.ErrStreamNotFound):
+		return cfg, nil
+	case err != nil:
+		return cfg, fmt.Errorf("natsx: look up stream %s: %w", cfg.Name, err)
+	}
+	cfg.Replicas = stream.CachedInfo().Config.Replicas
+	return cfg, nil
 }
 
 // ReadinessCheck is the readiness probe of a service that consumes from NATS: the

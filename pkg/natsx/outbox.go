@@ -414,6 +414,11 @@ func NewRelay(pool *pgxpool.Pool, js jetstream.JetStream, log *slog.Logger, opts
 	for _, o := range opts {
 		o(r)
 	}
+	// Both kinds' series are there at 0 from the start, so an alert on an increase has a
+	// series before the first row is parked.
+	for _, kind := range []string{parkTooLarge, parkFailed} {
+		outboxParked.WithLabelValues(kind)
+	}
 	return r
 }
 

@@ -9,7 +9,11 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
+	"os"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -86,11 +90,34 @@ func Open(ctx context.Context, databaseURL, schema string, opts ...Option) (*pgx
 	defer cancel()
 	if err := pool.Ping(pingCtx); err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("pgxx: database unreachable: %w", redact(err))
+		return nil, fmt.Errorf("pgxx: database unreachable at %s (DATABASE_URL): %w", serverAddrs(cfg.ConnConfig.Config), redact(err))
 	}
 	return pool, nil
 }
 
+// serverAddrs names the servers a URL points at (host:port, or a socket folder), the
+// fallbacks of a multi-host URL included: what an operator needs to find which server,
+// or which URL, is wrong. Never the user or the password.
+func serverAddrs(c pgconn.Config) string {
+	addrs := []string{serverAddr(c.Host, c.Port)}
+	for _, f := range c.Fallbacks {
+		if a := serverAddr(f.Host, f.Port); !slices.Contains(addrs, a) {
+			addrs = append(addrs, a)
+		}
+	}
+	return strings.Join(addrs, ", ")
+}
+
+func serverAddr(host string, port uint16) string {
+	if strings.HasPrefix(host, "/") {
+		return fmt.Sprintf("%s/.s.PGSQL.%d", host, port)
+	}
+	return net.JoinHostPort(host, strconv.Itoa(int(port)))
+}
+
+// redact keeps of a failed connection what says why and nothing the URL holds: the
+// server's own message, or the network's reason (a refused connection, an unknown host,
+// a timeout).
 func redact(err error) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
@@ -98,9 +125,29 @@ func redact(err error) error {
 	}
 	var connErr *pgconn.ConnectError
 	if errors.As(err, &connErr) {
+		if why := networkReason(err); why != "" {
+			return errors.New("cannot connect to the database server: " + why)
+		}
 		return errors.New("cannot connect to the database server")
 	}
 	return err
+}
+
+// networkReason is why a dial failed, in the network's words ("connection refused",
+// "no such host"), or "" when it was not the network.
+func networkReason(err error) string {
+	var dnsErr *net.DNSError
+	var sysErr *os.SyscallError
+	var netErr net.Error
+	switch {
+	case errors.As(err, &dnsErr):
+		return dnsErr.Err
+	case errors.As(err, &sysErr):
+		return sysErr.Err.Error()
+	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &netErr) && netErr.Timeout():
+		return "no answer within the connect timeout"
+	}
+	return ""
 }
 
 // Migrations runs the embedded SQL files of one service into its schema, tracking

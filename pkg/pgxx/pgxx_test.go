@@ -3,6 +3,7 @@ package pgxx_test
 import (
 	"context"
 	"errors"
+	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -25,6 +26,32 @@ func migrationFS(n int) fstest.MapFS {
 		files[m.name] = &fstest.MapFile{Data: []byte("-- +goose Up\n" + m.sql + "\n")}
 	}
 	return files
+}
+
+// A database that cannot be reached is named by its variable and its server, never with
+// the URL's password: "database unreachable: cannot connect to the database server" left
+// an operator to guess which of several URLs, hosts or ports was wrong.
+func TestUnreachableDatabaseIsNamedByVariableAndServer(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := lis.Addr().String()
+	lis.Close() // nothing listens there now: the connection is refused
+	const password = "s3cret-Passw0rd"
+	_, err = pgxx.Open(context.Background(), "postgres://keyhouse:"+password+"@"+addr+"/keyhouse?sslmode=disable", "svc")
+	if err == nil {
+		t.Fatal("Open succeeded against a closed port")
+	}
+	msg := err.Error()
+	for _, want := range []string{"DATABASE_URL", addr, "connection refused"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("the error %q does not name %q", msg, want)
+		}
+	}
+	if strings.Contains(msg, password) {
+		t.Errorf("the error %q holds the password", msg)
+	}
 }
 
 func TestServeRefusesASchemaThatIsBehind(t *testing.T) {

@@ -474,6 +474,62 @@ func grpcCalls(t *testing.T, s *stack.Stack, service string, methods ...string) 
 	return total
 }
 
+// The counters an alert watches for an increase are on /metrics at 0 from the start, with
+// every label value they can take, not only after their first event: a parked outbox
+// row's kind in every service with a relay, each consumer's termination reasons, the
+// webhook attempts' outcomes. Without a series, increase() and rate() have nothing to
+// compare the first event with, and a dashboard shows "no data" instead of 0.
+func TestCountersAreExposedAtZeroBeforeTheirFirstEvent(t *testing.T) {
+	t.Parallel()
+	s := startStack(t, nil)
+	t.Cleanup(s.Stop)
+	terminated := func(stream, consumer string) []string {
+		var out []string
+		for _, reason := range []string{"max_deliveries", "not_jetstream", "panic", "permanent"} {
+			out = append(out, fmt.Sprintf(`keyhouse_consumer_terminated_total{consumer=%q,reason=%q,stream=%q} 0`, consumer, reason, stream))
+		}
+		return out
+	}
+	parked := []string{`keyhouse_outbox_parked_total{kind="failed"} 0`, `keyhouse_outbox_parked_total{kind="too_large"} 0`}
+	want := map[string][]string{
+		"licensing":   append(slices.Clone(parked), terminated("KEYHOUSE_EVENTS", "licensing-tenant-deleted")...),
+		"releases":    append(slices.Clone(parked), terminated("KEYHOUSE_EVENTS", "releases-tenant-deleted")...),
+		"billing":     append(slices.Clone(parked), terminated("KEYHOUSE_EVENTS", "billing-tenant-deleted")...),
+		"activations": slices.Concat(parked, terminated("KEYHOUSE_EVENTS", "activations-tenant-deleted"), terminated("KEYHOUSE_EVENTS", "activations-license-deleted")),
+		"storefront":  slices.Concat(parked, terminated("KEYHOUSE_EVENTS", "storefront-tenant-deleted"), terminated("STOREFRONT", "storefront-fulfillment")),
+		"events": slices.Concat(parked, terminated("KEYHOUSE_EVENTS", "events-log"), []string{
+			`keyhouse_webhook_attempts_total{outcome="http_error"} 0`,
+			`keyhouse_webhook_attempts_total{outcome="no_answer"} 0`,
+			`keyhouse_webhook_attempts_total{outcome="succeeded"} 0`,
+		}),
+	}
+	for _, p := range s.Procs() {
+		if p.Name == "gateway" {
+			continue
+		}
+		if want[p.Name] == nil {
+			t.Fatalf("no expectation for %s", p.Name)
+		}
+		// A service starts its consumers beside serving: the first scrape may precede them.
+		var missing []string
+		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+			got := scrape(t, p)
+			missing = nil
+			for _, w := range want[p.Name] {
+				if !strings.Contains(got, "\n"+w+"\n") {
+					missing = append(missing, w)
+				}
+			}
+			if len(missing) == 0 || time.Now().After(deadline) {
+				break
+			}
+		}
+		if len(missing) > 0 {
+			t.Errorf("%s's /metrics lacks %q", p.Name, missing)
+		}
+	}
+}
+
 func TestEveryProcessServesItsMetricsOnItsOwnPort(t *testing.T) {
 	t.Parallel()
 	s := startStack(t, nil)

@@ -11,8 +11,9 @@ import (
 	"github.com/keyhouse/keyhouse/devinfra/testkit"
 )
 
-// make run keeps running: a service killed with SIGKILL and a killed Redis (one the
-// stack started) are started again, the stack says so with the exit status, and the API
+// make run keeps running: a service killed with SIGKILL, a killed Redis (one the stack
+// started) and a gateway stopped from outside with SIGTERM are started again, the stack
+// says so with the exit status (a clean exit as such, not as "<nil>"), and the API
 // answers again.
 func TestSupervisedStackRestartsAKilledServiceAndRedis(t *testing.T) {
 	t.Parallel()
@@ -68,5 +69,26 @@ func TestSupervisedStackRestartsAKilledServiceAndRedis(t *testing.T) {
 		return c.Get("/readyz").Status == 200
 	})
 	c.Post("/v1/verify-license", map[string]string{"key": key}).Expect(t, 200)
+
+	for _, p := range s.Procs() {
+		if p.Name == "gateway" {
+			if err := p.Signal(syscall.SIGTERM); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	eventually(t, "the stack reports the gateway's clean exit as one", func() bool {
+		return said("gateway exited with status 0 (stopped from outside make run, e.g. by SIGTERM); restarting it in")
+	})
+	eventually(t, "the stack reports the gateway back", func() bool { return said("gateway restarted (pid ") })
+	if said("<nil>") {
+		mu.Lock()
+		t.Errorf("an exit was reported with a nil status: %q", lines)
+		mu.Unlock()
+	}
+	eventually(t, "verify-license answers again", func() bool {
+		r, err := c.Try("POST", "/v1/verify-license", map[string]string{"key": key})
+		return err == nil && r.Status == 200
+	})
 	t.Logf("done in %s", time.Since(begin).Round(time.Millisecond))
 }

@@ -18,10 +18,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -32,6 +35,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 
+	"github.com/keyhouse/keyhouse/pkg/config"
 	"github.com/keyhouse/keyhouse/stack"
 )
 
@@ -62,13 +66,37 @@ type Options struct {
 // Artifact is what one platform produced.
 type Artifact struct {
 	Platform string
-	// Archive is the tar.gz of the binaries, LICENSE and NOTICE.
+	// Archive is the tar.gz of the binaries (the processes and the operator's tools),
+	// LICENSE and NOTICE.
 	Archive string
-	// Image is the image tarball; Ref its name and tag inside.
+	// Image is the image tarball; Ref its name and tag inside, Tag the tag alone (what the
+	// Helm chart's image.tag and compose's KEYHOUSE_VERSION take).
 	Image string
 	Ref   string
-	// Binaries are the built executables (in OutDir/bin/<os>_<arch>/).
+	Tag   string
+	// Binaries are the built executables of the processes (in OutDir/bin/<os>_<arch>/),
+	// the image's contents; Tools the operator's tools beside them, in the archive only.
 	Binaries []string
+	Tools    []string
+}
+
+// ImageTag is the image tag of version: the version itself, but for a "+" (SemVer's build
+// metadata, as in an untagged build's 0.0.0-dev+<commit>), which a tag cannot hold and
+// becomes "_".
+func ImageTag(version string) string { return strings.ReplaceAll(version, "+", "_") }
+
+// Report writes what Build produced, for an operator to act on: where each file is, and
+// the image tag to give the chart and compose, which differs from the version when the
+// version has build metadata.
+func Report(w io.Writer, arts []Artifact, outDir string) {
+	for _, a := range arts {
+		fmt.Fprintf(w, "%s\n  binaries: %s\n  image:    %s (%s; docker load -i %s)\n", a.Platform, a.Archive, a.Image, a.Ref, a.Image)
+	}
+	fmt.Fprintf(w, "checksums: %s/SHA256SUMS\n", outDir)
+	if len(arts) > 0 {
+		tag := arts[0].Tag
+		fmt.Fprintf(w, "image tag: %s (helm: --set image.tag=%s; docker compose: KEYHOUSE_VERSION=%s)\n", tag, tag, tag)
+	}
 }
 
 // Build builds every platform's binaries, archive and image, then SHA256SUMS.
@@ -79,7 +107,7 @@ func Build(ctx context.Context, o Options) ([]Artifact, error) {
 	if o.Repository == "" {
 		o.Repository = Repository
 	}
-	ref, err := name.NewTag(o.Repository + ":" + strings.ReplaceAll(o.Version, "+", "_"))
+	ref, err := name.NewTag(o.Repository + ":" + ImageTag(o.Version))
 	if err != nil {
 		return nil, fmt.Errorf("release: image name: %w", err)
 	}
@@ -101,13 +129,17 @@ func Build(ctx context.Context, o Options) ([]Artifact, error) {
 			return nil, fmt.Errorf("release: platform %q: want linux/<arch>", p)
 		}
 		binDir := filepath.Join(o.OutDir, "bin", goos+"_"+goarch)
-		bins, err := compile(ctx, root, binDir, goos, goarch, o.Version)
+		bins, err := compile(ctx, root, binDir, goos, goarch, o.Version, stack.Packages())
 		if err != nil {
 			return nil, err
 		}
-		a := Artifact{Platform: p, Binaries: bins, Ref: ref.String()}
+		tools, err := compile(ctx, root, binDir, goos, goarch, o.Version, stack.Tools())
+		if err != nil {
+			return nil, err
+		}
+		a := Artifact{Platform: p, Binaries: bins, Tools: tools, Ref: ref.String(), Tag: ref.TagStr()}
 		a.Archive = filepath.Join(o.OutDir, fmt.Sprintf("keyhouse_%s_%s_%s.tar.gz", o.Version, goos, goarch))
-		if err := writeArchive(a.Archive, root, bins); err != nil {
+		if err := writeArchive(a.Archive, root, append(slices.Clone(bins), tools...)); err != nil {
 			return nil, err
 		}
 		img, err := Image(bins, certs, root, o.Version, goarch)
@@ -123,15 +155,15 @@ func Build(ctx context.Context, o Options) ([]Artifact, error) {
 	return out, writeSums(o.OutDir, out)
 }
 
-// compile builds the stack's binaries for one platform: static (no cgo), reproducible
+// compile builds main packages pkgs for one platform: static (no cgo), reproducible
 // paths (-trimpath), the version stamped in.
-func compile(ctx context.Context, root, binDir, goos, goarch, version string) ([]string, error) {
+func compile(ctx context.Context, root, binDir, goos, goarch, version string, pkgs []string) ([]string, error) {
 	if err := os.MkdirAll(binDir, 0o755); err != nil {
 		return nil, err
 	}
 	args := append([]string{"build", "-trimpath", "-ldflags",
 		"-s -w -X github.com/keyhouse/keyhouse/pkg/buildinfo.version=" + version,
-		"-o", binDir + string(filepath.Separator)}, stack.Packages()...)
+		"-o", binDir + string(filepath.Separator)}, pkgs...)
 	cmd := exec.CommandContext(ctx, "go", args...)
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS="+goos, "GOARCH="+goarch, "GOFLAGS=-buildvcs=false")
@@ -139,7 +171,7 @@ func compile(ctx context.Context, root, binDir, goos, goarch, version string) ([
 		return nil, fmt.Errorf("release: go build %s/%s: %v\n%s", goos, goarch, err, out)
 	}
 	var bins []string
-	for _, pkg := range stack.Packages() {
+	for _, pkg := range pkgs {
 		bins = append(bins, filepath.Join(binDir, filepath.Base(pkg)))
 	}
 	return bins, nil
@@ -169,7 +201,10 @@ func Image(bins []string, caCerts []byte, root, version, goarch string) (v1.Imag
 	cfg.Config.WorkingDir = "/home/nonroot"
 	cfg.Config.Env = []string{"PATH=/usr/local/bin", "SSL_CERT_FILE=" + CABundle}
 	cfg.Config.Cmd = []string{"gateway"}
-	cfg.Config.ExposedPorts = map[string]struct{}{"8080/tcp": {}, "9101/tcp": {}, "9102/tcp": {}, "9103/tcp": {}, "9104/tcp": {}, "9105/tcp": {}}
+	cfg.Config.ExposedPorts = map[string]struct{}{}
+	for _, port := range ExposedPorts() {
+		cfg.Config.ExposedPorts[fmt.Sprintf("%d/tcp", port)] = struct{}{}
+	}
 	cfg.Config.Labels = map[string]string{
 		"org.opencontainers.image.title":       "keyhouse",
 		"org.opencontainers.image.description": "Keyhouse license server: gateway and services",
@@ -179,6 +214,24 @@ func Image(bins []string, caCerts []byte, root, version, goarch string) (v1.Imag
 	}
 	return mutate.ConfigFile(img, cfg)
 }
+
+// ExposedPorts are the ports the image's processes listen on by default: the gateway's
+// HTTP port, each service's gRPC port, and each one's metrics port (its port + 1000,
+// pkg/config's MetricsAddr).
+func ExposedPorts() []int {
+	ports := []int{gatewayPort, gatewayPort + 1000}
+	for _, addr := range []string{config.DefaultLicensingAddr, config.DefaultActivationsAddr, config.DefaultReleasesAddr,
+		config.DefaultBillingAddr, config.DefaultStorefrontAddr, config.DefaultEventsAddr} {
+		_, port, _ := net.SplitHostPort(addr)
+		p, _ := strconv.Atoi(port)
+		ports = append(ports, p, p+1000)
+	}
+	slices.Sort(ports)
+	return ports
+}
+
+// gatewayPort is the gateway's default PORT.
+const gatewayPort = 8080
 
 type file struct {
 	path string

@@ -2,6 +2,7 @@ package release
 
 import (
 	"archive/tar"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -102,9 +104,89 @@ func TestReleaseImageLoadsUnpacksAndRuns(t *testing.T) {
 		t.Fatalf("GET / from the image's gateway: %d %+v %v", resp.StatusCode, health, err)
 	}
 
+	// The binary archive holds the operator's tools too: keyhousectl, which docs/import.md
+	// tells operators to run, starts from it.
+	archived := archiveFiles(t, a.Archive, filepath.Join(out, "archive"))
+	for _, want := range []string{"gateway", "licensing", "events", "keyhousectl", "LICENSE", "NOTICE"} {
+		if !slices.Contains(archived, want) {
+			t.Errorf("%s lacks %s: it holds %v", filepath.Base(a.Archive), want, archived)
+		}
+	}
+	if got, _ := exec.Command(filepath.Join(out, "archive", "keyhousectl")).CombinedOutput(); !strings.Contains(string(got), "usage: keyhousectl import") {
+		t.Errorf("the archive's keyhousectl: %q", got)
+	}
+
 	sums, err := os.ReadFile(filepath.Join(out, "SHA256SUMS"))
 	if err != nil || !strings.Contains(string(sums), filepath.Base(a.Image)) || !strings.Contains(string(sums), filepath.Base(a.Archive)) {
 		t.Fatalf("SHA256SUMS: %q %v", sums, err)
+	}
+}
+
+// archiveFiles unpacks the tar.gz at path into dir and lists the names it holds.
+func archiveFiles(t *testing.T, path, dir string) []string {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	gz, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	unpackTar(t, tar.NewReader(gz), dir, func(name string) { names = append(names, name) })
+	return names
+}
+
+// The image declares every port its processes listen on by default: the gateway's, each
+// service's gRPC port (9101 … 9106) and each one's metrics port (9080, 10101 … 10106).
+func TestImageExposesEveryProcessPort(t *testing.T) {
+	dir := t.TempDir()
+	var bins []string
+	for _, pkg := range stack.Packages() {
+		bin := filepath.Join(dir, filepath.Base(pkg))
+		if err := os.WriteFile(bin, []byte("#!"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		bins = append(bins, bin)
+	}
+	root, err := stack.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := Image(bins, []byte("certs"), root, "1.2.3", runtime.GOARCH)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for port := range cfg.Config.ExposedPorts {
+		got = append(got, port)
+	}
+	slices.Sort(got)
+	want := []string{"10101/tcp", "10102/tcp", "10103/tcp", "10104/tcp", "10105/tcp", "10106/tcp", "8080/tcp", "9080/tcp",
+		"9101/tcp", "9102/tcp", "9103/tcp", "9104/tcp", "9105/tcp", "9106/tcp"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("ExposedPorts %v, want %v", got, want)
+	}
+}
+
+// What make release prints names the image tag to install, which for an untagged build
+// is not the version: a tag cannot hold SemVer's "+".
+func TestReportNamesTheImageTagOfAnUntaggedBuild(t *testing.T) {
+	const version = "0.0.0-dev+bf04bdf"
+	tag, err := name.NewTag(Repository + ":" + ImageTag(version))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	Report(&out, []Artifact{{Platform: "linux/amd64", Archive: "a.tar.gz", Image: "a.image.tar", Ref: tag.String(), Tag: tag.TagStr()}}, "rel")
+	if want := "image tag: 0.0.0-dev_bf04bdf (helm: --set image.tag=0.0.0-dev_bf04bdf; docker compose: KEYHOUSE_VERSION=0.0.0-dev_bf04bdf)"; !strings.Contains(out.String(), want) {
+		t.Fatalf("make release printed\n%s\nwant a line %q", out.String(), want)
 	}
 }
 
@@ -112,7 +194,12 @@ func TestReleaseImageLoadsUnpacksAndRuns(t *testing.T) {
 func unpack(t *testing.T, rc io.ReadCloser, dir string) {
 	t.Helper()
 	defer rc.Close()
-	tr := tar.NewReader(rc)
+	unpackTar(t, tar.NewReader(rc), dir, func(string) {})
+}
+
+// unpackTar writes the regular files and folders of tr under dir, telling seen each name.
+func unpackTar(t *testing.T, tr *tar.Reader, dir string, seen func(name string)) {
+	t.Helper()
 	for {
 		h, err := tr.Next()
 		if errors.Is(err, io.EOF) {
@@ -121,6 +208,7 @@ func unpack(t *testing.T, rc io.ReadCloser, dir string) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		seen(h.Name)
 		p := filepath.Join(dir, filepath.Clean("/"+h.Name))
 		switch h.Typeflag {
 		case tar.TypeDir:

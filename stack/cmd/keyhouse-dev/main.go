@@ -18,6 +18,15 @@ import (
 	"github.com/keyhouse/keyhouse/stack"
 )
 
+// make run's fixed ports (the gateway's is PORT): those the binaries assume by default
+// (pkg/config), so that a process run by hand beside the stack finds the others.
+const (
+	postgresPort     = 55432
+	redisPort        = 56379
+	natsPort         = 54222
+	firstServicePort = 9101
+)
+
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -66,14 +75,24 @@ func run(ctx context.Context) error {
 		Dir:              dir,
 		BinDir:           filepath.Join(dir, "bin"),
 		Env:              env,
-		PostgresPort:     55432,
-		RedisPort:        56379,
-		NATSPort:         54222,
-		FirstServicePort: 9101,
+		PostgresPort:     postgresPort,
+		RedisPort:        redisPort,
+		NATSPort:         natsPort,
+		FirstServicePort: firstServicePort,
 		GatewayPort:      port,
 		Output:           os.Stdout,
 		GatewayEnv:       gatewayEnv,
+		// make run's data is kept from run to run, so it must survive a crash of the
+		// machine; the tests' and benchmarks' throwaway clusters run without.
+		DurablePostgres: true,
 	})
+	if errors.Is(err, syscall.EADDRINUSE) {
+		return fmt.Errorf("%w\nmake run listens on fixed ports: Postgres %d, Redis %d, NATS %d, the services %d-%d "+
+			"(metrics %d-%d), the gateway %d (PORT; metrics on METRICS_PORT, default %d). Is another make run "+
+			"running? (docs/operations.md#on-one-machine-make-run)", err, postgresPort, redisPort, natsPort,
+			firstServicePort, firstServicePort+len(stack.Services)-1, firstServicePort+1000,
+			firstServicePort+len(stack.Services)-1+1000, port, port+1000)
+	}
 	if err != nil {
 		return err
 	}

@@ -29,8 +29,5 @@ func main() {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	for _, a := range arts {
-		fmt.Printf("%s\n  binaries: %s\n  image:    %s (%s; docker load -i %s)\n", a.Platform, a.Archive, a.Image, a.Ref, a.Image)
-	}
-	fmt.Printf("checksums: %s/SHA256SUMS\n", *out)
+	release.Report(os.Stdout, arts, *out)
 }

@@ -37,7 +37,7 @@ func TestABurstIsStoredOnceEachInBatchesAndABadEventFailsAlone(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
-	if err := events.EnsureStream(ctx, js); err != nil {
+	if err := events.EnsureStream(ctx, js, 0); err != nil {
 		t.Fatal(err)
 	}
 	publish := func(ev *eventsv1.Event) {

@@ -54,9 +54,14 @@ func outcome(res webhook.Result) string {
 
 // RegisterMetrics exposes the delivery queue of st, read at scrape time:
 // keyhouse_webhook_deliveries_pending, _due, keyhouse_webhook_oldest_due_seconds and
-// keyhouse_webhook_endpoints_disabled. Every replica reports the same tables, so
+// keyhouse_webhook_endpoints_disabled; and keyhouse_webhook_attempts_total's outcomes at 0. Every replica reports the same tables, so
 // aggregate with max, not sum.
 func RegisterMetrics(st *Store) error {
+	// Every outcome's series is there at 0 from the start, so the failure share and an
+	// alert on it have a series before the first attempt.
+	for _, o := range []string{OutcomeSucceeded, OutcomeHTTPError, OutcomeNoAnswer} {
+		attemptsTotal.WithLabelValues(o)
+	}
 	err := prometheus.Register(queueCollector{st: st})
 	if errors.As(err, new(prometheus.AlreadyRegisteredError)) {
 		return nil
