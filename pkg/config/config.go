@@ -42,10 +42,15 @@ type Common struct {
 type Config struct {
 	Common
 
-	Port              int
-	MultiTenant       bool
-	AdminAPIKey       Secret
-	AdminRateLimitMax int
+	Port        int
+	MultiTenant bool
+	AdminAPIKey Secret
+	// AdminAPIKeyPrevious (ADMIN_API_KEY_PREVIOUS) is accepted beside AdminAPIKey during a
+	// rotation, and presented to a peer that refuses AdminAPIKey (one still on the old
+	// key), so a rolling restart onto a new key breaks no call between services
+	// (docs/operations.md, "Rotating the admin key"). Empty outside a rotation.
+	AdminAPIKeyPrevious Secret
+	AdminRateLimitMax   int
 	// RateLimitRedisTimeout bounds each of the gateway's rate-limit round trips to Redis;
 	// past it the gateway counts in process until Redis answers again (docs/operations.md).
 	RateLimitRedisTimeout time.Duration
@@ -202,6 +207,7 @@ func LoadFrom(lookup func(string) (string, bool)) (*Config, error) {
 		Port:                  r.int("PORT", 8080),
 		MultiTenant:           r.bool("MULTI_TENANT", false),
 		AdminAPIKey:           Secret(r.str("ADMIN_API_KEY", "")),
+		AdminAPIKeyPrevious:   Secret(r.str("ADMIN_API_KEY_PREVIOUS", "")),
 		AdminRateLimitMax:     r.int("ADMIN_RATE_LIMIT_MAX", 300),
 		RateLimitRedisTimeout: r.duration("RATE_LIMIT_REDIS_TIMEOUT", 100*time.Millisecond),
 		TrustedProxies:        r.prefixes("TRUSTED_PROXIES"),

@@ -181,3 +181,18 @@ func TestAdmissionControlIsOnByDefaultAndItsBoundsAreChecked(t *testing.T) {
 		t.Errorf("a tolerance that is not a number: %v", err)
 	}
 }
+
+// ADMIN_API_KEY_PREVIOUS is optional, read once here, and never prints.
+func TestPreviousAdminKeyIsOptionalAndSecret(t *testing.T) {
+	c, err := LoadFrom(env(map[string]string{"ADMIN_API_KEY": "k"}))
+	if err != nil || c.AdminAPIKeyPrevious != "" {
+		t.Fatalf("unset: %q %v", c.AdminAPIKeyPrevious.Reveal(), err)
+	}
+	c, err = LoadFrom(env(map[string]string{"ADMIN_API_KEY": "new-admin-key", "ADMIN_API_KEY_PREVIOUS": " old-admin-key "}))
+	if err != nil || c.AdminAPIKeyPrevious.Reveal() != "old-admin-key" {
+		t.Fatalf("set: %q %v", c.AdminAPIKeyPrevious.Reveal(), err)
+	}
+	if out := fmt.Sprintf("%+v %#v", c, c); strings.Contains(out, "old-admin-key") {
+		t.Fatalf("the previous key prints: %s", out)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -35,6 +36,61 @@ lines:
 		n++
 	}
 	return n
+}
+
+// An admin key rotation done as docs/operations.md says: processes restarted onto the new
+// ADMIN_API_KEY with ADMIN_API_KEY_PREVIOUS set to the old one serve beside processes still
+// on the old key. Here activations and a gateway are on the new key and licensing on the
+// old (the walkthrough's case): activate-license works, and both keys are the admin's on
+// the new processes. Without ADMIN_API_KEY_PREVIOUS the same activation is still the 503
+// it was, but activations' log says Licensing refused its admin key (Unauthenticated)
+// instead of showing only an Unavailable call.
+func TestAdminKeyRotationKeepsCallsBetweenServicesWorking(t *testing.T) {
+	t.Parallel()
+	s := startStack(t, nil)
+	t.Cleanup(s.Stop)
+	ctx := t.Context()
+	oldKey, newKey := s.AdminKey, "rotated-admin-key-0123456789abcdef0123456789"
+	census.noteCredential(newKey)
+	key := issueLicense(t, admin(t, s), lic(product("admin-key-rotation"), "max_activations", 5))
+
+	// Activations and a gateway on the new key alone, licensing on the old one.
+	alone, err := s.StartServiceReplica(ctx, "activations", map[string]string{"ADMIN_API_KEY": newKey})
+	if err != nil {
+		t.Fatal(err)
+	}
+	aloneURL, err := s.StartGateway(ctx, 0, map[string]string{"ACTIVATIONS_ADDR": alone, "ADMIN_API_KEY": newKey})
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := map[string]string{"peer": "Licensing", "code": "Unauthenticated"}
+	const refusal = "internal call refused: Licensing does not accept this process's admin key"
+	before := countMsg(t, s.LogPath("activations"), refusal, refused)
+	newClient(t, aloneURL, "").Post("/v1/activate-license", map[string]string{"key": key, "instance_id": "alone"}).
+		ExpectBody(t, `{"error":"Licensing service unavailable, retry"}`)
+	if after := countMsg(t, s.LogPath("activations"), refusal, refused); after <= before {
+		t.Fatalf("activations logged no line saying Licensing refused its admin key (%d before, %d after)", before, after)
+	}
+
+	// The same processes with ADMIN_API_KEY_PREVIOUS: the activation goes through.
+	rotating, err := s.StartServiceReplica(ctx, "activations", map[string]string{"ADMIN_API_KEY": newKey, "ADMIN_API_KEY_PREVIOUS": oldKey})
+	if err != nil {
+		t.Fatal(err)
+	}
+	url, err := s.StartGateway(ctx, 0, map[string]string{"ACTIVATIONS_ADDR": rotating, "ADMIN_API_KEY": newKey, "ADMIN_API_KEY_PREVIOUS": oldKey})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seat(t, newClient(t, url, ""), key, "rotating")
+	// Both keys are the admin's on the processes that have both (an admin's scripts keep
+	// working through the rollout); another key is not.
+	for _, k := range []string{newKey, oldKey} {
+		acts := newClient(t, url, k).Get("/v1/list-activations/"+key).Expect(t, 200).JSON(t)["activations"].([]any)
+		if len(acts) != 1 {
+			t.Fatalf("list-activations with the %s key: %v", map[bool]string{true: "new", false: "old"}[k == newKey], acts)
+		}
+	}
+	newClient(t, url, strings.Repeat("x", 40)).Get("/v1/list-activations/"+key).ExpectError(t, 403, "Unauthorized")
 }
 
 // The signing keyring replaced as docs/licensing.md's "Rotating" says, for a generated
