@@ -157,6 +157,7 @@ func serve(ctx context.Context, svc Service, rt config.Runtime) error {
 		return err
 	}
 	defer pool.Close()
+	cfg.LogWarnings(log)
 	if err := (pgxx.Migrations{Schema: svc.Name, FS: svc.Migrations}).Check(ctx, pool, svc.Name); err != nil {
 		return err
 	}
