@@ -158,7 +158,7 @@ func serve(ctx context.Context, svc Service, rt config.Runtime) error {
 	}
 	defer pool.Close()
 	cfg.LogWarnings(log)
-	if err := (pgxx.Migrations{Schema: svc.Name, FS: svc.Migrations}).Check(ctx, pool, svc.Name); err != nil {
+	if err := (pgxx.Migrations{Schema: svc.Name, FS: svc.Migrations}).Check(ctx, pool, svc.Name, log); err != nil {
 		return err
 	}
 	shutdownTracing, err := telemetry.SetupTracing(ctx, "keyhouse-"+svc.Name)
