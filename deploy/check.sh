@@ -78,6 +78,13 @@ done
 grep -q 'NATS_STREAM_REPLICAS' "$out/default.yaml" && fail "default.yaml: NATS_STREAM_REPLICAS set although nats.streamReplicas is empty"
 "$HELM" template keyhouse "$CHART" --set nats.streamReplicas=3 | grep -q 'NATS_STREAM_REPLICAS: "3"$' ||
 	fail "nats.streamReplicas=3 does not reach NATS_STREAM_REPLICAS"
+# With Secrets the chart does not render (existingSecret), the pods still carry the
+# checksums that roll them when those Secrets change (read with lookup at install/upgrade;
+# empty under helm template, which must still render).
+"$HELM" template keyhouse "$CHART" --namespace keyhouse --set secrets.existingSecret=keyhouse-env \
+	--set signingKeys.existingSecret=keyhouse-signing >"$out/existing.yaml"
+[ "$(grep -c 'checksum/secret: [0-9a-f]\{64\}$' "$out/existing.yaml")" = 7 ] || fail "existing.yaml: want checksum/secret on every component"
+[ "$(grep -c 'checksum/signing: [0-9a-f]\{64\}$' "$out/existing.yaml")" = 1 ] || fail "existing.yaml: want checksum/signing on licensing"
 grep -q 'SIGNING_KEYS_FILE' "$out/default.yaml" && fail "default.yaml: SIGNING_KEYS_FILE set without a keyring"
 grep -q 'SIGNING_KEYS_FILE' "$out/hosted.yaml" || fail "hosted.yaml: SIGNING_KEYS_FILE missing"
 for f in "$out/default.yaml" "$out/hosted.yaml"; do

@@ -62,9 +62,14 @@ func (d *Deps) OnClose(f func()) { d.closers = append(d.closers, f) }
 
 // Dial connects to the service named peer at addr (grpcx.Dial) and closes the connection
 // at shutdown. Its calls name the license keys this process heard changed
-// (pkg/licensecache's read-your-writes).
+// (pkg/licensecache's read-your-writes) and, during an admin key rotation, present the
+// previous key to a peer that refuses the current one (grpcx.WithPreviousAdminKey).
 func (d *Deps) Dial(peer, addr string) (*grpc.ClientConn, error) {
-	conn, err := grpcx.Dial(peer, addr, grpc.WithChainUnaryInterceptor(licensecache.ForwardRecentChanges()))
+	opts := []grpc.DialOption{grpc.WithChainUnaryInterceptor(licensecache.ForwardRecentChanges())}
+	if previous := d.Config.AdminAPIKeyPrevious.Reveal(); previous != "" {
+		opts = append(opts, grpcx.WithPreviousAdminKey(previous))
+	}
+	conn, err := grpcx.Dial(peer, addr, opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -152,7 +157,8 @@ func serve(ctx context.Context, svc Service, rt config.Runtime) error {
 		return err
 	}
 	defer pool.Close()
-	if err := (pgxx.Migrations{Schema: svc.Name, FS: svc.Migrations}).Check(ctx, pool, svc.Name); err != nil {
+	cfg.LogWarnings(log)
+	if err := (pgxx.Migrations{Schema: svc.Name, FS: svc.Migrations}).Check(ctx, pool, svc.Name, log); err != nil {
 		return err
 	}
 	shutdownTracing, err := telemetry.SetupTracing(ctx, "keyhouse-"+svc.Name)
@@ -201,7 +207,8 @@ func serve(ctx context.Context, svc Service, rt config.Runtime) error {
 		}
 		tenants = billingclient.New(conn, "")
 	}
-	d.Auth = auth.New(auth.Config{MultiTenant: cfg.MultiTenant, AdminKey: cfg.AdminAPIKey.Reveal(), Tenants: tenants})
+	d.Auth = auth.New(auth.Config{MultiTenant: cfg.MultiTenant, AdminKey: cfg.AdminAPIKey.Reveal(),
+		PreviousAdminKey: cfg.AdminAPIKeyPrevious.Reveal(), Tenants: tenants})
 	// A call that names license keys as recently changed drops them from this process's
 	// caches before it is served (pkg/licensecache's read-your-writes).
 	d.Server = grpcx.NewServer(log, d.Auth, grpcx.ServerOptions{RequestTimeout: cfg.RequestTimeout, Monitor: d.Readiness,

@@ -14,7 +14,9 @@ import (
 	"github.com/keyhouse/keyhouse/pkg/apierr"
 	apiv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/api/v1"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
@@ -90,22 +92,26 @@ type TenantResolver interface {
 type Config struct {
 	MultiTenant bool
 	AdminKey    string
+	// PreviousAdminKey (ADMIN_API_KEY_PREVIOUS) is accepted wherever AdminKey is, during a
+	// rotation; empty otherwise.
+	PreviousAdminKey string
 	// Tenants resolves hosted API keys; unused self-hosted.
 	Tenants TenantResolver
 }
 
 // Authenticator checks credentials against Config.
 type Authenticator struct {
-	cfg       Config
-	adminHash [32]byte
-	access    sync.Map // full method name -> apiv1.Access
+	cfg          Config
+	adminHash    [32]byte
+	previousHash [32]byte
+	access       sync.Map // full method name -> apiv1.Access
 	// readOnlyOf: full method name -> bool, the method's (keyhouse.api.v1.read_only).
 	readOnlyOf sync.Map
 }
 
 // New returns an Authenticator.
 func New(cfg Config) *Authenticator {
-	return &Authenticator{cfg: cfg, adminHash: sha256.Sum256([]byte(cfg.AdminKey))}
+	return &Authenticator{cfg: cfg, adminHash: sha256.Sum256([]byte(cfg.AdminKey)), previousHash: sha256.Sum256([]byte(cfg.PreviousAdminKey))}
 }
 
 // HashAPIKey is how tenant API keys are stored: SHA-256, hex. The keys carry 256 random
@@ -115,13 +121,38 @@ func HashAPIKey(key string) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// IsAdminKey compares in constant time (hashing first also hides the length).
+// IsAdminKey compares in constant time (hashing first also hides the length) with the
+// admin key and, during a rotation, the previous one: both comparisons are always made,
+// so the time taken does not tell which key matched.
 func (a *Authenticator) IsAdminKey(key string) bool {
 	if a.cfg.AdminKey == "" || key == "" {
 		return false
 	}
 	sum := sha256.Sum256([]byte(key))
-	return subtle.ConstantTimeCompare(sum[:], a.adminHash[:]) == 1
+	current := subtle.ConstantTimeCompare(sum[:], a.adminHash[:])
+	previous := subtle.ConstantTimeCompare(sum[:], a.previousHash[:])
+	if a.cfg.PreviousAdminKey == "" {
+		previous = 0
+	}
+	return current|previous == 1
+}
+
+// ErrAdminKeyRefused is the answer to a service-to-service call (an ACCESS_INTERNAL
+// method) whose admin key this process does not accept: the processes disagree on
+// ADMIN_API_KEY, as during a rotation without ADMIN_API_KEY_PREVIOUS. It is
+// Unauthenticated like every bad credential; its own message lets the caller tell it
+// from a refusal of what the call carries (grpcx.Call logs it as what it is, and
+// presents the previous key). No REST route reaches an internal method, so no client
+// ever reads it.
+var ErrAdminKeyRefused = &apierr.Error{Code: codes.Unauthenticated, Message: "Internal call refused: the admin key is not accepted"}
+
+// IsAdminKeyRefusal reports whether err is a peer's ErrAdminKeyRefused.
+func IsAdminKeyRefusal(err error) bool {
+	if err == nil {
+		return false
+	}
+	st, ok := status.FromError(err)
+	return ok && st.Code() == codes.Unauthenticated && st.Message() == ErrAdminKeyRefused.Message
 }
 
 // UnaryInterceptor authenticates each unary call according to the method's access level.
@@ -172,7 +203,7 @@ func (a *Authenticator) Authenticate(ctx context.Context, fullMethod string) (co
 		return WithPrincipal(ctx, Principal{Admin: true}), nil
 	case apiv1.Access_ACCESS_INTERNAL:
 		if !a.IsAdminKey(token) {
-			return nil, apierr.Unauthorized
+			return nil, ErrAdminKeyRefused
 		}
 		// The tenant is optional: a lookup by license key on behalf of a public route has
 		// none yet. Methods that need one call TenantID, which refuses an empty tenant.

@@ -82,7 +82,13 @@ func TestAccessLevels(t *testing.T) {
 			if tc.ok != (err == nil) {
 				t.Fatalf("err = %v, want ok=%v", err, tc.ok)
 			}
-			if err != nil && !errors.Is(err, apierr.Unauthorized) {
+			// An internal method's refusal says it refused the admin key (the caller is a
+			// service, whose keys disagree); every other refusal is the clients' Unauthorized.
+			if want := error(apierr.Unauthorized); err != nil && tc.method == internalMethod {
+				if !auth.IsAdminKeyRefusal(err) {
+					t.Fatalf("an internal refusal must be ErrAdminKeyRefused, got %v", err)
+				}
+			} else if err != nil && !errors.Is(err, want) {
 				t.Fatalf("refusal must be Unauthorized, got %v", err)
 			}
 			if p.TenantID != tc.tenant {
@@ -198,5 +204,36 @@ func TestAnAnswerNamesWhoTheCredentialProvedToBe(t *testing.T) {
 				t.Fatalf("the answer names %q, want %q", got, tc.caller)
 			}
 		})
+	}
+}
+
+// During a rotation (ADMIN_API_KEY_PREVIOUS) both keys are the admin's on every route that
+// takes the admin key; the previous one alone, or any other, is not. Unset, an empty
+// previous key matches nothing.
+func TestThePreviousAdminKeyIsAcceptedBesideTheCurrentOne(t *testing.T) {
+	rotating := auth.New(auth.Config{AdminKey: "new-admin-key", PreviousAdminKey: "old-admin-key"})
+	for _, key := range []string{"new-admin-key", "old-admin-key"} {
+		for _, method := range []string{adminMethod, internalMethod, tenantMethod} {
+			if p, err := call(rotating, method, "authorization", "Bearer "+key); err != nil || !p.Admin {
+				t.Errorf("%s with %s: %+v %v", method, key, p, err)
+			}
+		}
+		if !rotating.IsAdminKey(key) {
+			t.Errorf("IsAdminKey(%s) = false", key)
+		}
+	}
+	if _, err := call(rotating, internalMethod, "authorization", "Bearer other-key"); !auth.IsAdminKeyRefusal(err) {
+		t.Errorf("another key on an internal method: %v", err)
+	}
+	after := auth.New(auth.Config{AdminKey: "new-admin-key"})
+	if _, err := call(after, adminMethod, "authorization", "Bearer old-admin-key"); !errors.Is(err, apierr.Unauthorized) {
+		t.Errorf("the old key after the rotation: %v", err)
+	}
+	if after.IsAdminKey("") || rotating.IsAdminKey("") {
+		t.Error("an empty key is an admin key")
+	}
+	// A refusal of the admin key crosses the wire as itself, and nothing else is taken for it.
+	if !auth.IsAdminKeyRefusal(auth.ErrAdminKeyRefused.GRPCStatus().Err()) || auth.IsAdminKeyRefusal(apierr.Unauthorized) || auth.IsAdminKeyRefusal(nil) {
+		t.Error("IsAdminKeyRefusal")
 	}
 }

@@ -7,6 +7,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"net"
 	"net/netip"
@@ -42,10 +43,15 @@ type Common struct {
 type Config struct {
 	Common
 
-	Port              int
-	MultiTenant       bool
-	AdminAPIKey       Secret
-	AdminRateLimitMax int
+	Port        int
+	MultiTenant bool
+	AdminAPIKey Secret
+	// AdminAPIKeyPrevious (ADMIN_API_KEY_PREVIOUS) is accepted beside AdminAPIKey during a
+	// rotation, and presented to a peer that refuses AdminAPIKey (one still on the old
+	// key), so a rolling restart onto a new key breaks no call between services
+	// (docs/operations.md, "Rotating the admin key"). Empty outside a rotation.
+	AdminAPIKeyPrevious Secret
+	AdminRateLimitMax   int
 	// RateLimitRedisTimeout bounds each of the gateway's rate-limit round trips to Redis;
 	// past it the gateway counts in process until Redis answers again (docs/operations.md).
 	RateLimitRedisTimeout time.Duration
@@ -191,8 +197,8 @@ func LoadCommonFrom(lookup func(string) (string, bool)) (*Common, error) {
 func (r *reader) common() Common {
 	return Common{
 		DatabaseURL: Secret(r.str("DATABASE_URL", "postgres://postgres@127.0.0.1:55432/keyhouse?sslmode=disable")),
-		LogLevel:    r.str("LOG_LEVEL", "info"),
-		LogFormat:   r.str("LOG_FORMAT", "json"),
+		LogLevel:    r.logLevel("LOG_LEVEL", "info"),
+		LogFormat:   strings.ToLower(r.oneOfFold("LOG_FORMAT", "json", "json", "text")),
 
 		LogFullLicenseKeys: r.oneOf("LOG_LICENSE_KEYS", "masked", "masked", "full") == "full",
 	}
@@ -209,6 +215,7 @@ func LoadFrom(lookup func(string) (string, bool)) (*Config, error) {
 		Port:                  r.int("PORT", 8080),
 		MultiTenant:           r.bool("MULTI_TENANT", false),
 		AdminAPIKey:           Secret(r.str("ADMIN_API_KEY", "")),
+		AdminAPIKeyPrevious:   Secret(r.str("ADMIN_API_KEY_PREVIOUS", "")),
 		AdminRateLimitMax:     r.int("ADMIN_RATE_LIMIT_MAX", 300),
 		RateLimitRedisTimeout: r.duration("RATE_LIMIT_REDIS_TIMEOUT", 100*time.Millisecond),
 		TrustedProxies:        r.prefixes("TRUSTED_PROXIES"),
@@ -333,6 +340,43 @@ func LoadFrom(lookup func(string) (string, bool)) (*Config, error) {
 	return c, nil
 }
 
+// MinAdminKeyLength is the shortest admin key (ADMIN_API_KEY, ADMIN_API_KEY_PREVIOUS) that
+// draws no warning at start: docs/operations.md asks for at least 32 random characters.
+const MinAdminKeyLength = 32
+
+// Warning is a setting that works but that the documentation advises against. It names
+// the variable, never its value.
+type Warning struct {
+	Variable string
+	Advice   string
+}
+
+// Warnings lists what the process logs at WARN once it has a logger. A short admin key is
+// warned about, not refused: installations (and compose files, and tests) running on one
+// today would otherwise stop starting on an upgrade, while the key's strength is the
+// operator's to choose.
+func (c *Config) Warnings() []Warning {
+	var out []Warning
+	for _, k := range []struct {
+		name  string
+		value Secret
+	}{{"ADMIN_API_KEY", c.AdminAPIKey}, {"ADMIN_API_KEY_PREVIOUS", c.AdminAPIKeyPrevious}} {
+		if k.value != "" && len(k.value) < MinAdminKeyLength {
+			out = append(out, Warning{Variable: k.name, Advice: fmt.Sprintf(
+				"is shorter than %d characters: anyone who guesses it has every admin route; use at least %d random characters (openssl rand -hex 32)",
+				MinAdminKeyLength, MinAdminKeyLength)})
+		}
+	}
+	return out
+}
+
+// LogWarnings writes each of Warnings as one WARN line naming its variable.
+func (c *Config) LogWarnings(log *slog.Logger) {
+	for _, w := range c.Warnings() {
+		log.Warn("config: "+w.Variable+" "+w.Advice, "variable", w.Variable)
+	}
+}
+
 type reader struct {
 	lookup func(string) (string, bool)
 	errs   []error
@@ -359,6 +403,34 @@ func (r *reader) oneOf(name, def string, allowed ...string) string {
 	}
 	r.fail(name, "must be one of "+strings.Join(allowed, ", "))
 	return def
+}
+
+// oneOfFold is oneOf compared case-insensitively: the log settings were always read so
+// (LOG_FORMAT=TEXT gave text), and an installation that spells them in capitals must not
+// stop starting now that other values are refused.
+func (r *reader) oneOfFold(name, def string, allowed ...string) string {
+	v := r.str(name, def)
+	for _, a := range allowed {
+		if strings.EqualFold(v, a) {
+			return v
+		}
+	}
+	r.fail(name, "must be one of "+strings.Join(allowed, ", "))
+	return def
+}
+
+// logLevel reads a log level as slog parses it (debug, info, warn or error, in any case,
+// optionally with an offset such as debug-4): what pkg/telemetry's logger understands,
+// so a level it would have replaced with info (LOG_LEVEL=verbose) stops the process
+// instead.
+func (r *reader) logLevel(name, def string) string {
+	v := r.str(name, def)
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(v)); err != nil {
+		r.fail(name, "must be one of debug, info, warn, error")
+		return def
+	}
+	return v
 }
 
 func (r *reader) int(name string, def int) int {

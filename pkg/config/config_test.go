@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"strings"
 	"testing"
@@ -198,5 +199,78 @@ func TestNATSStreamReplicasIsUnsetByDefaultAndBounded(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "NATS_STREAM_REPLICAS") {
 			t.Errorf("NATS_STREAM_REPLICAS=%s: %v; want an error naming the variable", v, err)
 		}
+	}
+}
+
+// LOG_LEVEL and LOG_FORMAT are checked like every other variable: a value the logger does
+// not understand stops the process with a message naming the variable, where it used to
+// start at info or in JSON without a word. The spellings that worked keep working.
+func TestLogLevelAndFormatAreValidated(t *testing.T) {
+	for _, v := range map[string][2]string{"debug": {"debug", "text"}, "upper": {"WARN", "JSON"}, "offset": {"debug-4", "Text"}, "error": {"error", "json"}} {
+		c, err := LoadCommonFrom(env(map[string]string{"LOG_LEVEL": v[0], "LOG_FORMAT": v[1]}))
+		if err != nil {
+			t.Errorf("LOG_LEVEL=%s LOG_FORMAT=%s: %v", v[0], v[1], err)
+			continue
+		}
+		if c.LogLevel != v[0] || c.LogFormat != strings.ToLower(v[1]) {
+			t.Errorf("LOG_LEVEL=%s LOG_FORMAT=%s read as %q %q", v[0], v[1], c.LogLevel, c.LogFormat)
+		}
+	}
+	for name, value := range map[string]string{"LOG_LEVEL": "verbose", "LOG_FORMAT": "xml"} {
+		_, err := LoadCommonFrom(env(map[string]string{name: value}))
+		if err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("%s=%s: want an error naming %s, got %v", name, value, name, err)
+		}
+		// serve's loader refuses it too (it reads the common part the same way).
+		if _, err := LoadFrom(env(map[string]string{"ADMIN_API_KEY": strings.Repeat("k", 32), name: value})); err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("serve, %s=%s: want an error naming %s, got %v", name, value, name, err)
+		}
+	}
+	for _, want := range []string{"must be one of debug, info, warn, error", "must be one of json, text"} {
+		_, err := LoadCommonFrom(env(map[string]string{"LOG_LEVEL": "verbose", "LOG_FORMAT": "xml"}))
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("want %q in %v", want, err)
+		}
+	}
+}
+
+// A short admin key is warned about at start, naming the variable and never the value;
+// a long one, or none (ADMIN_API_KEY_PREVIOUS unset), draws nothing.
+func TestAShortAdminKeyIsAWarningNotARefusal(t *testing.T) {
+	c, err := LoadFrom(env(map[string]string{"ADMIN_API_KEY": "abc", "ADMIN_API_KEY_PREVIOUS": "old-short"}))
+	if err != nil {
+		t.Fatalf("a short admin key stops the process: %v", err)
+	}
+	var out strings.Builder
+	c.LogWarnings(slog.New(slog.NewTextHandler(&out, nil)))
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 2 || !strings.Contains(lines[0], "level=WARN") || !strings.HasSuffix(lines[0], "variable=ADMIN_API_KEY") ||
+		!strings.HasSuffix(lines[1], "variable=ADMIN_API_KEY_PREVIOUS") || !strings.Contains(out.String(), "at least 32 random characters") {
+		t.Fatalf("warnings:\n%s", out.String())
+	}
+	if strings.Contains(out.String(), "abc") || strings.Contains(out.String(), "old-short") {
+		t.Fatalf("a warning prints the key:\n%s", out.String())
+	}
+	long, err := LoadFrom(env(map[string]string{"ADMIN_API_KEY": strings.Repeat("k", MinAdminKeyLength)}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := long.Warnings(); len(w) != 0 {
+		t.Fatalf("a key of %d characters draws %v", MinAdminKeyLength, w)
+	}
+}
+
+// ADMIN_API_KEY_PREVIOUS is optional, read once here, and never prints.
+func TestPreviousAdminKeyIsOptionalAndSecret(t *testing.T) {
+	c, err := LoadFrom(env(map[string]string{"ADMIN_API_KEY": "k"}))
+	if err != nil || c.AdminAPIKeyPrevious != "" {
+		t.Fatalf("unset: %q %v", c.AdminAPIKeyPrevious.Reveal(), err)
+	}
+	c, err = LoadFrom(env(map[string]string{"ADMIN_API_KEY": "new-admin-key", "ADMIN_API_KEY_PREVIOUS": " old-admin-key "}))
+	if err != nil || c.AdminAPIKeyPrevious.Reveal() != "old-admin-key" {
+		t.Fatalf("set: %q %v", c.AdminAPIKeyPrevious.Reveal(), err)
+	}
+	if out := fmt.Sprintf("%+v %#v", c, c); strings.Contains(out, "old-admin-key") {
+		t.Fatalf("the previous key prints: %s", out)
 	}
 }

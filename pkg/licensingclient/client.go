@@ -260,8 +260,10 @@ func (c *Client) CountActive(ctx context.Context, tenant string) (int, error) {
 	return int(resp.GetActive()), nil
 }
 
-// Keyring is the installation's signing material. It is fetched once and kept: it does
-// not change while the processes run (rotation restarts them, see docs/licensing.md).
+// Keyring is the installation's signing material. It is fetched once and kept: it
+// changes only when the operator replaces it (docs/licensing.md, Rotating), after which
+// every process is restarted; a caller that meets a value sealed under a newer keyring
+// meanwhile asks RefreshKeyring.
 func (c *Client) Keyring(ctx context.Context) (*signing.Keyring, error) {
 	if k := c.keyring.Load(); k != nil {
 		return k, nil
@@ -271,6 +273,20 @@ func (c *Client) Keyring(ctx context.Context) (*signing.Keyring, error) {
 	if k := c.keyring.Load(); k != nil {
 		return k, nil
 	}
+	return c.fetchKeyring(ctx)
+}
+
+// RefreshKeyring fetches the keyring again and keeps it in place of the one kept: for a
+// caller that could not open a value with that one, which may be older than licensing's
+// (licensing restarted on a replaced keyring after this process fetched it).
+func (c *Client) RefreshKeyring(ctx context.Context) (*signing.Keyring, error) {
+	c.fetch.Lock()
+	defer c.fetch.Unlock()
+	return c.fetchKeyring(ctx)
+}
+
+// fetchKeyring asks licensing for the keyring and keeps it; the caller holds c.fetch.
+func (c *Client) fetchKeyring(ctx context.Context) (*signing.Keyring, error) {
 	resp, err := grpcx.Call(ctx, c.peer, "", func(ctx context.Context, o ...grpc.CallOption) (*licensingv1.GetSigningKeysResponse, error) {
 		return c.rpc.GetSigningKeys(ctx, &licensingv1.GetSigningKeysRequest{}, o...)
 	})

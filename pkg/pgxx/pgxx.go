@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"net"
 	"os"
 	"regexp"
@@ -226,7 +227,12 @@ func (m Migrations) Apply(ctx context.Context, databaseURL string) error {
 var ErrSchemaBehind = errors.New("database schema is behind")
 
 // Check refuses a schema that is behind the binary, with a message that says what to run.
-func (m Migrations) Check(ctx context.Context, pool *pgxpool.Pool, binary string) error {
+// A schema ahead of the binary (a newer release migrated it: this binary is an old
+// replica still running during a rolling upgrade, or a rollback) is served, since every
+// migration only adds to what older binaries read (docs/operations.md, "Upgrades and
+// rollbacks"), and said at WARN on log, so that a rollback's binaries on a newer schema
+// are seen.
+func (m Migrations) Check(ctx context.Context, pool *pgxpool.Pool, binary string, log *slog.Logger) error {
 	p, db, err := m.provider(pool)
 	if err != nil {
 		return err
@@ -241,8 +247,13 @@ func (m Migrations) Check(ctx context.Context, pool *pgxpool.Pool, binary string
 	if len(srcs) == 0 {
 		return nil
 	}
-	if latest := srcs[len(srcs)-1].Version; cur < latest {
+	latest := srcs[len(srcs)-1].Version
+	if cur < latest {
 		return fmt.Errorf("%w: schema %s is at version %d, this binary needs %d; run `%s migrate` first", ErrSchemaBehind, m.Schema, cur, latest, binary)
+	}
+	if cur > latest {
+		log.Warn("database schema is newer than this binary: serving on it (migrations only add; see docs/operations.md#upgrades-and-rollbacks)",
+			"schema", m.Schema, "schema_version", cur, "binary_schema_version", latest)
 	}
 	return nil
 }

@@ -1,8 +1,10 @@
 package pgxx_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"net"
 	"strings"
 	"sync"
@@ -54,6 +56,8 @@ func TestUnreachableDatabaseIsNamedByVariableAndServer(t *testing.T) {
 	}
 }
 
+var discard = slog.New(slog.DiscardHandler)
+
 func TestServeRefusesASchemaThatIsBehind(t *testing.T) {
 	ctx := context.Background()
 	url := testkit.DatabaseURL(t, testkit.Empty)
@@ -82,12 +86,12 @@ func TestServeRefusesASchemaThatIsBehind(t *testing.T) {
 			t.Fatalf("concurrent migrate: %v", err)
 		}
 	}
-	if err := old.Check(ctx, pool, "svc"); err != nil {
+	if err := old.Check(ctx, pool, "svc", discard); err != nil {
 		t.Fatalf("current schema refused: %v", err)
 	}
 
 	newer := pgxx.Migrations{Schema: "svc", FS: migrationFS(3)}
-	err = newer.Check(ctx, pool, "svc")
+	err = newer.Check(ctx, pool, "svc", discard)
 	if !errors.Is(err, pgxx.ErrSchemaBehind) {
 		t.Fatalf("Check on a schema behind the binary = %v, want ErrSchemaBehind", err)
 	}
@@ -97,7 +101,7 @@ func TestServeRefusesASchemaThatIsBehind(t *testing.T) {
 	if n, err := newer.Up(ctx, pool); err != nil || n != 1 {
 		t.Fatalf("Up applied %d, %v; want 1", n, err)
 	}
-	if err := newer.Check(ctx, pool, "svc"); err != nil {
+	if err := newer.Check(ctx, pool, "svc", discard); err != nil {
 		t.Fatalf("after migrate: %v", err)
 	}
 	// The tables live in the service schema, found through search_path.
@@ -107,5 +111,34 @@ func TestServeRefusesASchemaThatIsBehind(t *testing.T) {
 	var schema string
 	if err := pool.QueryRow(ctx, "SELECT table_schema FROM information_schema.tables WHERE table_name = 'b'").Scan(&schema); err != nil || schema != "svc" {
 		t.Fatalf("table b in schema %q (%v), want svc", schema, err)
+	}
+}
+
+// A binary older than the schema (its replicas still running while a newer release's
+// migrations ran, or a rollback) serves on it, as rolling upgrades need, and says so in
+// one WARN line naming the two versions; a binary level with the schema says nothing.
+func TestServeOnASchemaAheadOfTheBinaryLogsIt(t *testing.T) {
+	ctx := context.Background()
+	pool, err := pgxx.Open(ctx, testkit.DatabaseURL(t, testkit.Empty), "svc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	if _, err := (pgxx.Migrations{Schema: "svc", FS: migrationFS(3)}).Up(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	log := slog.New(slog.NewJSONHandler(&out, nil))
+	if err := (pgxx.Migrations{Schema: "svc", FS: migrationFS(3)}).Check(ctx, pool, "svc", log); err != nil || out.Len() != 0 {
+		t.Fatalf("level schema: %v, logged %q", err, out.String())
+	}
+	if err := (pgxx.Migrations{Schema: "svc", FS: migrationFS(2)}).Check(ctx, pool, "svc", log); err != nil {
+		t.Fatalf("a schema ahead of the binary refused: %v", err)
+	}
+	line := out.String()
+	for _, want := range []string{`"level":"WARN"`, "database schema is newer than this binary", `"schema":"svc"`, `"schema_version":3`, `"binary_schema_version":2`, "docs/operations.md#upgrades-and-rollbacks"} {
+		if !strings.Contains(line, want) {
+			t.Errorf("the line lacks %s: %s", want, line)
+		}
 	}
 }

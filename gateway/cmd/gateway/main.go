@@ -58,6 +58,7 @@ func run(ctx context.Context, rt config.Runtime) error {
 	}
 	log := telemetry.NewLogger(os.Stderr, "gateway", cfg.LogLevel, cfg.LogFormat, telemetry.FullLicenseKeys(cfg.LogFullLicenseKeys))
 	telemetry.RouteLibraryLogs(log)
+	cfg.LogWarnings(log)
 	// Both ports are bound first: what follows (NATS, the services) may take a while,
 	// and a port chosen for this process must not be taken by another meanwhile.
 	addr := net.JoinHostPort("", strconv.Itoa(cfg.Port))

@@ -37,10 +37,13 @@ UPDATE fulfillments f SET
 UPDATE fulfillments SET disputes = array_append(disputes, '(an earlier dispute)')
 WHERE revoked_for = 'dispute' AND NOT refunded AND disputes <@ won_disputes;
 
-ALTER TABLE fulfillments DROP COLUMN revoked_for;
+-- revoked_for stays, unread: a storefront of the release before this one, still running
+-- while a rolling upgrade migrates (docs/operations.md, "Upgrades and rollbacks"), reads
+-- and writes it, and migrations only add. A later release drops it.
+COMMENT ON COLUMN fulfillments.revoked_for IS 'unused since 00008 (refunded, disputes); kept for the release before it';
 
 -- +goose Down
-ALTER TABLE fulfillments ADD COLUMN revoked_for text NULL;
+COMMENT ON COLUMN fulfillments.revoked_for IS NULL;
 UPDATE fulfillments SET revoked_for = CASE
     WHEN refunded THEN 'refund'
     WHEN NOT disputes <@ won_disputes THEN 'dispute' END;

@@ -80,6 +80,31 @@ app.kubernetes.io/component: {{ index . 1 }}
 {{- end -}}
 
 {{/*
+The pod annotations that roll a component's pods when what it reads from a Secret
+changes: the chart's own values, and for a Secret the chart does not render
+(secrets.existingSecret, signingKeys.existingSecret) that Secret's data as the cluster
+holds it when the release is installed or upgraded (lookup). Under helm template (and
+tools that render with it) lookup finds nothing, so a changed existing Secret rolls nothing:
+restart the Deployments (docs/operations.md, Rotating the admin key). Only a hash of the
+data is written.
+*/}}
+{{- define "keyhouse.secretChecksum" -}}
+{{- $in := dict "s" .Values.secrets "p" .Values.postgres "r" .Values.redis -}}
+{{- with .Values.secrets.existingSecret -}}
+{{- $_ := set $in "existing" ((lookup "v1" "Secret" $.Release.Namespace .).data | default dict) -}}
+{{- end -}}
+{{- toYaml $in | sha256sum -}}
+{{- end -}}
+
+{{- define "keyhouse.signingChecksum" -}}
+{{- $in := .Values.signingKeys -}}
+{{- with .Values.signingKeys.existingSecret -}}
+{{- $in = dict "v" $.Values.signingKeys "existing" ((lookup "v1" "Secret" $.Release.Namespace .).data | default dict) -}}
+{{- end -}}
+{{- toYaml $in | sha256sum -}}
+{{- end -}}
+
+{{/*
 A component's settings: .Values.defaults overridden by the component's own block. Keys
 present in the component block win (false, 0 and null included, unlike mergeOverwrite);
 where both sides hold a map, their keys are merged one level deep. Takes

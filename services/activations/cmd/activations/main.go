@@ -57,7 +57,7 @@ func main() {
 			}
 			leases := server.NewLeases(st, licenses, licenses, server.LeaseConfig{
 				Issuer: d.Config.PublicBaseURL, MultiTenant: d.Config.MultiTenant,
-				MinLeaseTTL: d.Config.LeaseMinTTL, Keyring: licenses.Keyring,
+				MinLeaseTTL: d.Config.LeaseMinTTL, Keyring: licenses.Keyring, RefreshKeyring: licenses.RefreshKeyring,
 				Tenants: billingclient.New(billingConn, d.Config.AdminAPIKey.Reveal()), Log: d.Log,
 			})
 			server.Register(d.Server.GRPC, server.New(st, licenses, d.Log).WithLeases(leases))

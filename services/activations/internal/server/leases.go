@@ -16,6 +16,7 @@ import (
 
 	"github.com/keyhouse/keyhouse/pkg/apierr"
 	"github.com/keyhouse/keyhouse/pkg/auth"
+	"github.com/keyhouse/keyhouse/pkg/grpcx"
 	"github.com/keyhouse/keyhouse/pkg/license"
 	"github.com/keyhouse/keyhouse/pkg/pgxx"
 	"github.com/keyhouse/keyhouse/pkg/signing"
@@ -44,6 +45,7 @@ type LeaseStore interface {
 	AddFirstLeaseKey(ctx context.Context, tenant string, k store.LeaseKey) (*store.LeaseKey, error)
 	LeaseKeys(ctx context.Context, tenant string) ([]store.LeaseKey, error)
 	RotateLeaseKey(ctx context.Context, tenant string, next store.LeaseKey, retireAfter time.Duration) (*store.LeaseKey, error)
+	ReplaceLeaseKey(ctx context.Context, tenant, kid string, next store.LeaseKey, retireAfter time.Duration) (bool, error)
 	SeatLeases(ctx context.Context, tenant, key string) ([]store.LeaseSeat, error)
 }
 
@@ -66,6 +68,10 @@ type LeaseConfig struct {
 	MinLeaseTTL time.Duration
 	// Keyring seals and opens the lease keys' private halves (licensing's AES key).
 	Keyring func(ctx context.Context) (*signing.Keyring, error)
+	// RefreshKeyring fetches the keyring again (licensingclient.Client.RefreshKeyring):
+	// asked when a lease key does not open under the one kept, which may only be older
+	// than licensing's. Nil: the one kept is the only one.
+	RefreshKeyring func(ctx context.Context) (*signing.Keyring, error)
 	// Tenants says which tenant ids exist (billingclient.Client), so a public read of an
 	// unknown tenant's JWKS makes no key; hosted only.
 	Tenants Tenants
@@ -572,7 +578,9 @@ func (x *Leases) newLeaseKey(ctx context.Context) (store.LeaseKey, error) {
 }
 
 // signingKey is the tenant's active key (active, as read; nil: none yet, then it is made
-// here), opened, with its JWS header, once per process and kid.
+// here), opened, with its JWS header, once per process and kid. An active key whose
+// private half no longer opens is replaced (replaceUnreadable), so leases go on being
+// signed after the installation keyring was replaced.
 func (x *Leases) signingKey(ctx context.Context, tenant string, active *store.LeaseKey) (*leaseSigner, error) {
 	k := active
 	if k == nil {
@@ -587,19 +595,38 @@ func (x *Leases) signingKey(ctx context.Context, tenant string, active *store.Le
 			return nil, errors.New("lease key: no active key after adding one")
 		}
 	}
+	signer, err := x.open(ctx, k, x.cfg.Keyring)
+	if !errors.Is(err, errUnreadableLeaseKey) {
+		return signer, err
+	}
+	return x.replaceUnreadable(ctx, tenant, k)
+}
+
+// errUnreadableLeaseKey: a lease key's private half does not open under the keyring (it
+// was sealed under another one), or opens to something that is not an Ed25519 seed.
+var errUnreadableLeaseKey = errors.New("lease key does not open under the installation keyring")
+
+// errLeaseKeyUnavailable answers a lease whose active key still does not open after this
+// replica replaced it: another replica, holding another keyring, replaced it in turn (a
+// rotation whose restarts are not finished). Retrying reaches a replica, or a moment, with
+// one keyring: the 503 of any dependency that could not take the call.
+var errLeaseKeyUnavailable = apierr.Unavailable(grpcx.ServiceUnavailable)
+
+// open returns the signer of k, opened with ring's keyring (kept by kid once opened).
+func (x *Leases) open(ctx context.Context, k *store.LeaseKey, ring func(context.Context) (*signing.Keyring, error)) (*leaseSigner, error) {
 	if signer, ok := x.private.Load(k.Kid); ok {
 		return signer.(*leaseSigner), nil
 	}
-	ring, err := x.cfg.Keyring(ctx)
+	keys, err := ring(ctx)
 	if err != nil {
 		return nil, err
 	}
-	seed, err := ring.Open(k.SealedPrivate)
+	seed, err := keys.Open(k.SealedPrivate)
+	if errors.Is(err, signing.ErrTampered) || errors.Is(err, signing.ErrMalformed) || (err == nil && len(seed) != ed25519.SeedSize) {
+		return nil, fmt.Errorf("lease key %s: %w", k.Kid, errUnreadableLeaseKey)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("lease key %s: %w", k.Kid, err)
-	}
-	if len(seed) != ed25519.SeedSize {
-		return nil, fmt.Errorf("lease key %s: sealed seed of %d bytes", k.Kid, len(seed))
 	}
 	signer, err := newLeaseSigner(k.Kid, ed25519.NewKeyFromSeed(seed))
 	if err != nil {
@@ -607,6 +634,60 @@ func (x *Leases) signingKey(ctx context.Context, tenant string, active *store.Le
 	}
 	x.private.Store(k.Kid, signer)
 	return signer, nil
+}
+
+// replaceUnreadable handles an active key that does not open. It first asks licensing for
+// the keyring again: this process may hold an older one than the replica that sealed the
+// key (a rotation, restarts under way), and then nothing is wrong with the key. If the key
+// still does not open, it was sealed under a keyring that is gone: its private half is
+// lost, but its public half is not, so the key is retired as a rotation retires one (it
+// stays in the JWKS, "retiring", until every lease it signed has expired: apps holding
+// them see no change), a new key made under the current keyring signs from now on, and
+// lease_key.rotated is emitted; apps fetch the JWKS again when they meet its kid. This is
+// what an operator would otherwise do by hand (POST /v1/lease-keys/rotate) after
+// replacing the keyring (docs/licensing.md, Rotating).
+func (x *Leases) replaceUnreadable(ctx context.Context, tenant string, k *store.LeaseKey) (*leaseSigner, error) {
+	if x.cfg.RefreshKeyring != nil {
+		signer, err := x.open(ctx, k, x.cfg.RefreshKeyring)
+		if !errors.Is(err, errUnreadableLeaseKey) {
+			return signer, err
+		}
+	}
+	retireAfter, err := x.defaultRetireAfter(ctx, tenant)
+	if err != nil {
+		return nil, err
+	}
+	next, err := x.newLeaseKey(ctx)
+	if err != nil {
+		return nil, err
+	}
+	replaced, err := x.store.ReplaceLeaseKey(ctx, tenant, k.Kid, next, retireAfter)
+	if err != nil {
+		return nil, err
+	}
+	if replaced && x.cfg.Log != nil {
+		x.cfg.Log.WarnContext(ctx, "lease key replaced: its private half does not open under the installation keyring, which was replaced since it was made",
+			"tenant_id", tenant, "retired_kid", k.Kid, "kid", next.Kid, "retire_after", retireAfter.String(),
+			"effect", "the retired key keeps verifying the leases it signed until retire_at; new leases carry the new kid (lease_key.rotated emitted)",
+			"docs", "docs/licensing.md#rotating")
+	}
+	// The active key now: this replica's, or the one a replica that got there first made.
+	active, err := x.store.ActiveLeaseKey(ctx, tenant)
+	if err != nil {
+		return nil, err
+	}
+	if active == nil {
+		return nil, errors.New("lease key: no active key after replacing one")
+	}
+	signer, err := x.open(ctx, active, x.cfg.Keyring)
+	if errors.Is(err, errUnreadableLeaseKey) {
+		if x.cfg.Log != nil {
+			x.cfg.Log.ErrorContext(ctx, "lease key does not open after its replacement: replicas hold different keyrings; restart licensing, then every other service, so all hold licensing's (docs/licensing.md#rotating)",
+				"tenant_id", tenant, "kid", active.Kid)
+		}
+		return nil, errLeaseKeyUnavailable
+	}
+	return signer, err
 }
 
 // ListLeaseKeys is the JWKS of the tenant's lease keys. A tenant that has none yet gets
@@ -676,13 +757,8 @@ func (x *Leases) RotateLeaseKeys(ctx context.Context, req *activationsv1.RotateL
 			return nil, apierr.Invalid("retire_after_seconds must be between 0 and %d", int64(maxRetireAfter/time.Second))
 		}
 		retireAfter = time.Duration(secs) * time.Second
-	} else {
-		longest, err := x.store.LongestLeaseTTL(ctx, tenant)
-		if err != nil {
-			return nil, err
-		}
-		// Licenses without a policy follow the built-in 7 days.
-		retireAfter = max(longest, defaultLeaseTTL) + retireAfterExtraDay
+	} else if retireAfter, err = x.defaultRetireAfter(ctx, tenant); err != nil {
+		return nil, err
 	}
 	next, err := x.newLeaseKey(ctx)
 	if err != nil {
@@ -698,6 +774,17 @@ func (x *Leases) RotateLeaseKeys(ctx context.Context, req *activationsv1.RotateL
 		resp.RetireAt = timestamppb.New(*retired.RetireAt)
 	}
 	return resp, nil
+}
+
+// defaultRetireAfter is how long a rotated key keeps verifying unless the rotation says:
+// the longest lease_ttl in use plus a day, so every lease it signed has expired by then.
+func (x *Leases) defaultRetireAfter(ctx context.Context, tenant string) (time.Duration, error) {
+	longest, err := x.store.LongestLeaseTTL(ctx, tenant)
+	if err != nil {
+		return 0, err
+	}
+	// Licenses without a policy follow the built-in 7 days.
+	return max(longest, defaultLeaseTTL) + retireAfterExtraDay, nil
 }
 
 // ListSeatLeases lists the caller's license's seats with their lease ends and bindings.

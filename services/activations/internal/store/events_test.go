@@ -105,6 +105,23 @@ func TestEveryWriteEmitsItsEvent(t *testing.T) {
 			_, err := s.RotateLeaseKey(ctx, tenant, LeaseKey{Kid: "k2-" + key, PublicKey: []byte("pub2"), SealedPrivate: []byte("sealed2")}, time.Hour)
 			return err
 		}, []string{events.TypeLeaseKeyRotated}},
+		{"ReplaceLeaseKey (a key that no longer opens, replaced as a rotation)", func(t *testing.T) error {
+			replaced, err := s.ReplaceLeaseKey(ctx, tenant, "k2-"+key, LeaseKey{Kid: "k3-" + key, PublicKey: []byte("pub3"), SealedPrivate: []byte("sealed3")}, time.Hour)
+			if err == nil && !replaced {
+				t.Error("the active key was not replaced")
+			}
+			return err
+		}, []string{events.TypeLeaseKeyRotated}},
+		{"ReplaceLeaseKey of a key another replica replaced already", func(t *testing.T) error {
+			replaced, err := s.ReplaceLeaseKey(ctx, tenant, "k2-"+key, LeaseKey{Kid: "k4-" + key, PublicKey: []byte("pub4"), SealedPrivate: []byte("sealed4")}, time.Hour)
+			if err == nil && replaced {
+				t.Error("a key no longer active was replaced again")
+			}
+			if active, _ := s.ActiveLeaseKey(ctx, tenant); active == nil || active.Kid != "k3-"+key {
+				t.Errorf("active key %+v, want k3", active)
+			}
+			return err
+		}, nil},
 		{"Purge", func(*testing.T) error { return s.Purge(ctx, tenant, key, "app", time.Now()) }, []string{events.TypeSeatDeactivated}},
 		{"Purge again", func(*testing.T) error { return s.Purge(ctx, tenant, key, "app", time.Now()) }, nil},
 	}
@@ -141,7 +158,7 @@ func TestEveryWriteEmitsItsEvent(t *testing.T) {
 	}
 	eventstest.RequireListed(t, s,
 		[]string{"ChangeSeats", "Activate", "DeactivateByToken", "DeactivateInstance", "Reissue", "AddUsage", "AddUsages", "AddUsageOnce", "ResetUsage", "Purge",
-			"SweepLapsed", "RenewLease", "RenewLeases", "RotateLeaseKey"},
+			"SweepLapsed", "RenewLease", "RenewLeases", "RotateLeaseKey", "ReplaceLeaseKey"},
 		// PurgeCommits forgets the bookkeeping of usage changes (commit.go), no change of §11.
 		[]string{"HasSeat", "LiveSeats", "Usage", "Seats", "Recent", "CountSeats", "Summaries", "SeatsForKeys", "PurgeCommits",
 			// Reads of leases, and the writes of them that addendum §11 does not list: policies,

@@ -70,25 +70,50 @@ func (s *Store) LeaseKeys(ctx context.Context, tenant string) ([]LeaseKey, error
 // its active key's row lock (or, for the first key, on the unique index).
 func (s *Store) RotateLeaseKey(ctx context.Context, tenant string, next LeaseKey, retireAfter time.Duration) (retired *LeaseKey, err error) {
 	err = s.spine.InTx(ctx, s.db, func(ctx context.Context, tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, `UPDATE lease_keys SET status = 'retiring', retire_at = now() + make_interval(secs => $2)
-			WHERE tenant_id = $1 AND status = 'active' RETURNING `+leaseKeyColumns, tenant, retireAfter.Seconds())
-		if err != nil {
-			return err
-		}
-		old, err := pgx.CollectRows(rows, scanLeaseKey)
-		if err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, `INSERT INTO lease_keys (tenant_id, kid, public_key, sealed_private, status)
-			VALUES ($1, $2, $3, $4, 'active')`, tenant, next.Kid, next.PublicKey, next.SealedPrivate); err != nil {
-			return err
-		}
-		if len(old) > 0 {
-			retired = &old[0]
-		}
-		return leaseKeyRotated(ctx, tx, tenant, next.Kid, retired)
+		retired, _, err = rotateLeaseKey(ctx, tx, tenant, "", next, retireAfter)
+		return err
 	})
 	return retired, err
+}
+
+// ReplaceLeaseKey is RotateLeaseKey made only while kid is still the tenant's active key:
+// the activations service replaces a key whose private half no longer opens (the
+// installation keyring was replaced), and replicas that find it so at the same moment
+// replace it once. The UPDATE of the one that comes second finds the row retiring
+// (it waited on the first one's row lock) and changes nothing: replaced is false, and
+// nothing is written.
+func (s *Store) ReplaceLeaseKey(ctx context.Context, tenant, kid string, next LeaseKey, retireAfter time.Duration) (replaced bool, err error) {
+	err = s.spine.InTx(ctx, s.db, func(ctx context.Context, tx pgx.Tx) error {
+		_, replaced, err = rotateLeaseKey(ctx, tx, tenant, kid, next, retireAfter)
+		return err
+	})
+	return replaced, err
+}
+
+// rotateLeaseKey is a rotation in tx: the active key (when onlyKid is set, only if it is
+// that one) retiring until now + retireAfter, next active, and lease_key.rotated. done is
+// false when onlyKid was not the active key; then nothing was written.
+func rotateLeaseKey(ctx context.Context, tx pgx.Tx, tenant, onlyKid string, next LeaseKey, retireAfter time.Duration) (retired *LeaseKey, done bool, err error) {
+	rows, err := tx.Query(ctx, `UPDATE lease_keys SET status = 'retiring', retire_at = now() + make_interval(secs => $2)
+		WHERE tenant_id = $1 AND status = 'active' AND ($3 = '' OR kid = $3) RETURNING `+leaseKeyColumns, tenant, retireAfter.Seconds(), onlyKid)
+	if err != nil {
+		return nil, false, err
+	}
+	old, err := pgx.CollectRows(rows, scanLeaseKey)
+	if err != nil {
+		return nil, false, err
+	}
+	if onlyKid != "" && len(old) == 0 {
+		return nil, false, nil
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO lease_keys (tenant_id, kid, public_key, sealed_private, status)
+		VALUES ($1, $2, $3, $4, 'active')`, tenant, next.Kid, next.PublicKey, next.SealedPrivate); err != nil {
+		return nil, false, err
+	}
+	if len(old) > 0 {
+		retired = &old[0]
+	}
+	return retired, true, leaseKeyRotated(ctx, tx, tenant, next.Kid, retired)
 }
 
 // RemoveRetiredLeaseKeys deletes the keys whose retire_at has passed (they are no longer

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -199,6 +200,38 @@ func TestFirstLeaseKeyIsOneUnderConcurrency(t *testing.T) {
 		if kid != keys[0].Kid {
 			t.Errorf("caller %d got key %s, the tenant's is %s", i, kid, keys[0].Kid)
 		}
+	}
+}
+
+// Replicas that find the same active key unreadable at once (each its own new key) replace
+// it once: one replacement wins, the old key is retiring, and the others' keys are not
+// stored.
+func TestAnUnreadableLeaseKeyIsReplacedOnceUnderConcurrency(t *testing.T) {
+	t.Parallel()
+	st, tenant, _ := fresh(t)
+	ctx := context.Background()
+	if _, err := st.AddFirstLeaseKey(ctx, tenant, LeaseKey{Kid: "lost", PublicKey: []byte("lost"), SealedPrivate: []byte("lost")}); err != nil {
+		t.Fatal(err)
+	}
+	const callers = 16
+	var replaced atomic.Int32
+	var wg sync.WaitGroup
+	for i := range callers {
+		wg.Go(func() {
+			kid := fmt.Sprintf("kid-%d", i)
+			done, err := st.ReplaceLeaseKey(ctx, tenant, "lost", LeaseKey{Kid: kid, PublicKey: []byte(kid), SealedPrivate: []byte(kid)}, time.Hour)
+			if err != nil {
+				t.Errorf("caller %d: %v", i, err)
+			}
+			if done {
+				replaced.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	keys, err := st.LeaseKeys(ctx, tenant)
+	if err != nil || replaced.Load() != 1 || len(keys) != 2 || keys[0].Status != "active" || keys[1].Kid != "lost" || keys[1].Status != "retiring" {
+		t.Fatalf("%d replacements, keys %+v (%v)", replaced.Load(), keys, err)
 	}
 }
 
