@@ -225,3 +225,32 @@ SQL`)
 		t.Fatal("after the restore licensing serves another public key")
 	}
 }
+
+// A storefront webhook's signing secret is sealed under the keyring: once the keyring is
+// replaced it no longer opens, and a delivery is answered 503 with a message that says
+// what to do (it was a 500), so the provider keeps retrying; once the
+// vendor saves the secret again, as docs/licensing.md's rotation says, a delivery is
+// received.
+func TestStorefrontDeliveriesAfterTheKeyringIsReplacedAskForTheSecretAgain(t *testing.T) {
+	t.Parallel()
+	s := startStack(t, map[string]string{"MULTI_TENANT": "true"})
+	t.Cleanup(s.Stop)
+	ctx := t.Context()
+	sh := connectShop(t, newTenant(t, s))
+	sess := newSession("", uniq("rotated")+"@example.com")
+	sh.deliver(checkout(uniq("evt_"), sess, "", uniq("pi_"))).Expect(t, 200)
+
+	if _, err := dbConn(t, s).Exec(ctx, `DELETE FROM licensing.signing_keyring`); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"licensing", "storefront"} {
+		s.Service(name).Stop()
+		if err := s.RestartService(ctx, name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	refused := sh.deliver(checkout(uniq("evt_"), sess, "", uniq("pi_")))
+	refused.ExpectError(t, 503, "Webhook signing secret must be saved again: the signing keyring was replaced since it was saved, retry")
+	sh.c.Post("/v1/storefront/webhooks/"+sh.id()+"/secret", map[string]string{"signing_secret": sh.secret}).Expect(t, 200)
+	sh.deliver(checkout(uniq("evt_"), sess, "", uniq("pi_"))).Expect(t, 200)
+}

@@ -119,6 +119,8 @@ func ptr[T any](v T) *T { return &v }
 
 var errInvalidPayload = apierr.Invalid("Invalid payload: not a Stripe event")
 
+var errSecretSealedUnderOldKeyring = apierr.Unavailable("Webhook signing secret must be saved again: the signing keyring was replaced since it was saved, retry")
+
 func nonEmpty(s string) *string {
 	if strings.TrimSpace(s) == "" {
 		return nil
@@ -133,8 +135,11 @@ func sealSecret(k *signing.Keyring, secret string) ([]byte, error) {
 func openSecret(k *signing.Keyring, sealed []byte) (string, error) {
 	pt, err := seal.Open(k, seal.PurposeWebhookSecret, sealed)
 	if err != nil {
-		// The keyring changed since the secret was saved: the vendor saves it again.
-		return "", errors.New("storefront: webhook secret does not open under the current keyring")
+		// The keyring was replaced since the secret was saved (docs/licensing.md,
+		// "Rotating"): no delivery can be verified until the vendor saves the secret again.
+		// A 503 that says so, not a 500: the provider keeps retrying (Stripe for three
+		// days), and its retries are accepted once the secret is saved.
+		return "", errSecretSealedUnderOldKeyring
 	}
 	return string(pt), nil
 }
