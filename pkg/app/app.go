@@ -60,6 +60,13 @@ type Deps struct {
 // OnClose registers a cleanup, run in reverse order after the server stopped.
 func (d *Deps) OnClose(f func()) { d.closers = append(d.closers, f) }
 
+// close runs what was registered with OnClose, last first, as the service exits.
+func (d *Deps) close() {
+	for i := len(d.closers) - 1; i >= 0; i-- {
+		d.closers[i]()
+	}
+}
+
 // Dial connects to the service named peer at addr (grpcx.Dial) and closes the connection
 // at shutdown. Its calls name the license keys this process heard changed
 // (pkg/licensecache's read-your-writes) and, during an admin key rotation, present the
@@ -192,11 +199,7 @@ func serve(ctx context.Context, svc Service, rt config.Runtime) error {
 	prober := pgxx.NewProber(pool)
 	defer prober.Close()
 	d := &Deps{Config: cfg, Log: log, DB: pool, Readiness: newReadiness(log, prober.Probe)}
-	defer func() {
-		for i := len(d.closers) - 1; i >= 0; i-- {
-			d.closers[i]()
-		}
-	}()
+	defer d.close()
 	var tenants auth.TenantResolver
 	if svc.Tenants != nil {
 		tenants = svc.Tenants(d)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/keyhouse/keyhouse/devinfra/devnats"
@@ -25,22 +26,7 @@ func TestMain(m *testing.M) { testkit.Main(m) }
 // the changes by hundreds a second.
 func TestRelayPublishesWhileTheRequestPoolIsBusy(t *testing.T) {
 	ctx := context.Background()
-	url := testkit.DatabaseURL(t, testkit.Empty)
-	pool, err := pgxx.Open(ctx, url, "svc", pgxx.WithMaxConns(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	for _, q := range []string{`CREATE SCHEMA svc`, natsx.OutboxTableSQL} {
-		if _, err := pool.Exec(ctx, q); err != nil {
-			t.Fatal(err)
-		}
-	}
-	d := &Deps{
-		Config: &config.Config{Common: config.Common{DatabaseURL: config.Secret(url)}, NATSURL: devnats.SharedURL(t)},
-		Log:    slog.New(slog.NewTextHandler(io.Discard, nil)),
-		DB:     pool,
-	}
+	d, pool := outboxDeps(t, devnats.SharedURL(t), pgxx.WithMaxConns(1))
 	runCtx, stop := context.WithCancel(ctx)
 	spine, err := d.StartEventSpine(runCtx, "svc", SpineOptions{})
 	if err != nil {
@@ -48,9 +34,7 @@ func TestRelayPublishesWhileTheRequestPoolIsBusy(t *testing.T) {
 	}
 	defer func() {
 		stop()
-		for i := len(d.closers) - 1; i >= 0; i-- {
-			d.closers[i]()
-		}
+		d.close()
 	}()
 
 	held, err := pool.Acquire(ctx) // the request pool's only connection, busy
@@ -84,4 +68,28 @@ func TestRelayPublishesWhileTheRequestPoolIsBusy(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// outboxDeps is a service's dependencies for its event spine: a fresh database with the
+// service's schema ("svc") and its outbox table, and NATS at natsURL. The pool is closed
+// when the test ends.
+func outboxDeps(t *testing.T, natsURL string, opts ...pgxx.Option) (*Deps, *pgxpool.Pool) {
+	t.Helper()
+	ctx := context.Background()
+	url := testkit.DatabaseURL(t, testkit.Empty)
+	pool, err := pgxx.Open(ctx, url, "svc", opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	for _, q := range []string{`CREATE SCHEMA svc`, natsx.OutboxTableSQL} {
+		if _, err := pool.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return &Deps{
+		Config: &config.Config{Common: config.Common{DatabaseURL: config.Secret(url)}, NATSURL: natsURL},
+		Log:    slog.New(slog.NewTextHandler(io.Discard, nil)),
+		DB:     pool,
+	}, pool
 }

@@ -12,41 +12,22 @@ import (
 
 	"github.com/keyhouse/keyhouse/devinfra/devnats"
 	"github.com/keyhouse/keyhouse/devinfra/testkit"
-	"github.com/keyhouse/keyhouse/pkg/config"
 	"github.com/keyhouse/keyhouse/pkg/events"
 	"github.com/keyhouse/keyhouse/pkg/natsx"
-	"github.com/keyhouse/keyhouse/pkg/pgxx"
 )
 
 // startSpine starts a service's event spine on natsURL with NATS_STREAM_REPLICAS =
 // replicas (0: unset) and extra streams, and stops it again; it returns the start's error.
 func startSpine(t *testing.T, natsURL string, replicas int, extra ...jetstream.StreamConfig) error {
 	t.Helper()
-	ctx := context.Background()
-	url := testkit.DatabaseURL(t, testkit.Empty)
-	pool, err := pgxx.Open(ctx, url, "svc")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	for _, q := range []string{`CREATE SCHEMA svc`, natsx.OutboxTableSQL} {
-		if _, err := pool.Exec(ctx, q); err != nil {
-			t.Fatal(err)
-		}
-	}
-	d := &Deps{
-		Config: &config.Config{Common: config.Common{DatabaseURL: config.Secret(url)}, NATSURL: natsURL, NATSStreamReplicas: replicas},
-		Log:    slog.New(slog.NewTextHandler(io.Discard, nil)),
-		DB:     pool,
-	}
-	runCtx, stop := context.WithCancel(ctx)
+	d, _ := outboxDeps(t, natsURL)
+	d.Config.NATSStreamReplicas = replicas
+	runCtx, stop := context.WithCancel(context.Background())
 	defer func() {
 		stop()
-		for i := len(d.closers) - 1; i >= 0; i-- {
-			d.closers[i]()
-		}
+		d.close()
 	}()
-	_, err = d.StartEventSpine(runCtx, "svc", SpineOptions{Streams: extra})
+	_, err := d.StartEventSpine(runCtx, "svc", SpineOptions{Streams: extra})
 	return err
 }
 
