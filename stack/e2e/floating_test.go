@@ -83,6 +83,23 @@ func TestFloatingSeatLivesOnlyWhileLeased(t *testing.T) {
 	if validate(t, c, key, "first") {
 		t.Error("a lapsed floating seat is still valid")
 	}
+	// Nor is it listed, though its row waits for the sweep: the admin's lists and the
+	// console show active seats. (Checked only while the row is still there after the
+	// lists were read; a sweep in between would make them empty anyway.)
+	listed := a.Get("/v1/list-activations/"+key).Expect(t, 200).JSON(t)["activations"].([]any)
+	recent := string(a.Get("/v1/recent-activations").Expect(t, 200).Body)
+	licenses := string(a.Get("/v1/list-licenses?product_id="+p).Expect(t, 200).Body)
+	if rows, _ := seatRows(t, db, key); rows == 1 {
+		if len(listed) != 0 {
+			t.Errorf("list-activations lists a lapsed floating seat: %v", listed)
+		}
+		if strings.Contains(recent, key) {
+			t.Errorf("recent-activations lists a lapsed floating seat: %s", recent)
+		}
+		if !strings.Contains(licenses, `"activations_count":0`) {
+			t.Errorf("list-licenses counts a lapsed floating seat: %s", licenses)
+		}
+	}
 	trackUsage(c, key, tok, "projects").ExpectError(t, 403, errBadToken)
 	lease(c, map[string]any{"key": key, "token": tok}).ExpectError(t, 403, errLeaseLapsed)
 	second := seat(t, c, key, "second")

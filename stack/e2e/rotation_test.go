@@ -70,6 +70,9 @@ func TestAdminKeyRotationKeepsCallsBetweenServicesWorking(t *testing.T) {
 	if after := countMsg(t, s.LogPath("activations"), refusal, refused); after <= before {
 		t.Fatalf("activations logged no line saying Licensing refused its admin key (%d before, %d after)", before, after)
 	}
+	// Without ADMIN_API_KEY_PREVIOUS the old key stops at once on the new processes (what
+	// api.md says a rotation does, and what an operator rotating a leaked key relies on).
+	newClient(t, aloneURL, oldKey).Get("/v1/list-activations/"+key).ExpectError(t, 403, "Unauthorized")
 
 	// The same processes with ADMIN_API_KEY_PREVIOUS: the activation goes through.
 	rotating, err := s.StartServiceReplica(ctx, "activations", map[string]string{"ADMIN_API_KEY": newKey, "ADMIN_API_KEY_PREVIOUS": oldKey})

@@ -551,10 +551,14 @@ type Seat struct {
 	ActivatedAt     time.Time
 }
 
-// Seats lists a license's seats, oldest first.
+// The listings and counts below show active seats only: a floating seat whose lease ran
+// out is no active seat, swept yet or not (addendum §12), so a list taken between its
+// lapse and the sweep must not show it, nor count it, nor offer to deactivate it.
+
+// Seats lists a license's active seats, oldest first.
 func (s *Store) Seats(ctx context.Context, tenant, key string) ([]Seat, error) {
 	rows, err := s.db.Query(ctx, `SELECT license_key, instance_id, activated_at FROM seats
-		WHERE tenant_id = $1 AND license_key = $2 ORDER BY activated_at, instance_id`, tenant, key)
+		WHERE tenant_id = $1 AND license_key = $2 AND `+liveSeat+` ORDER BY activated_at, instance_id`, tenant, key)
 	if err != nil {
 		return nil, err
 	}
@@ -564,10 +568,10 @@ func (s *Store) Seats(ctx context.Context, tenant, key string) ([]Seat, error) {
 // recentSQL reads the newest seats in the order of the seats_recent index, which stops at
 // the limit however many seats share an activation time.
 const recentSQL = `SELECT license_key, instance_id, activated_at FROM seats
-	WHERE tenant_id = $1 AND NOT license_key = ANY($3)
+	WHERE tenant_id = $1 AND NOT license_key = ANY($3) AND ` + liveSeat + `
 	ORDER BY activated_at DESC, license_key, instance_id LIMIT $2`
 
-// Recent lists the tenant's newest seats across licenses, but none of the exclude keys.
+// Recent lists the tenant's newest active seats across licenses, but none of the exclude keys.
 func (s *Store) Recent(ctx context.Context, tenant string, limit int, exclude []string) ([]Seat, error) {
 	rows, err := s.db.Query(ctx, recentSQL, tenant, limit, nonNil(exclude))
 	if err != nil {
@@ -582,10 +586,10 @@ func scanSeat(row pgx.CollectableRow) (Seat, error) {
 	return s, err
 }
 
-// CountSeats counts the tenant's seats, but none of the exclude keys.
+// CountSeats counts the tenant's active seats, but none of the exclude keys.
 func (s *Store) CountSeats(ctx context.Context, tenant string, exclude []string) (int, error) {
 	var n int
-	err := s.db.QueryRow(ctx, `SELECT count(*) FROM seats WHERE tenant_id = $1 AND NOT license_key = ANY($2)`,
+	err := s.db.QueryRow(ctx, `SELECT count(*) FROM seats WHERE tenant_id = $1 AND NOT license_key = ANY($2) AND `+liveSeat,
 		tenant, nonNil(exclude)).Scan(&n)
 	return n, err
 }
@@ -604,7 +608,7 @@ type Summary struct {
 	Usage map[string]int64
 }
 
-// Summaries returns the seat count and usage of each of keys that has either.
+// Summaries returns the active seat count and usage of each of keys that has either.
 func (s *Store) Summaries(ctx context.Context, tenant string, keys []string) (map[string]*Summary, error) {
 	out := map[string]*Summary{}
 	get := func(k string) *Summary {
@@ -614,7 +618,7 @@ func (s *Store) Summaries(ctx context.Context, tenant string, keys []string) (ma
 		return out[k]
 	}
 	rows, err := s.db.Query(ctx, `SELECT license_key, count(*) FROM seats
-		WHERE tenant_id = $1 AND license_key = ANY($2) GROUP BY license_key`, tenant, keys)
+		WHERE tenant_id = $1 AND license_key = ANY($2) AND `+liveSeat+` GROUP BY license_key`, tenant, keys)
 	if err != nil {
 		return nil, err
 	}
@@ -675,10 +679,10 @@ func (s *Store) Purge(ctx context.Context, tenant, key, productID string, delete
 	})
 }
 
-// SeatsForKeys lists the seats of many licenses of the tenant, oldest first per license.
+// SeatsForKeys lists the active seats of many licenses of the tenant, oldest first per license.
 func (s *Store) SeatsForKeys(ctx context.Context, tenant string, keys []string) ([]Seat, error) {
 	rows, err := s.db.Query(ctx, `SELECT license_key, instance_id, activated_at FROM seats
-		WHERE tenant_id = $1 AND license_key = ANY($2) ORDER BY license_key, activated_at, instance_id`, tenant, keys)
+		WHERE tenant_id = $1 AND license_key = ANY($2) AND `+liveSeat+` ORDER BY license_key, activated_at, instance_id`, tenant, keys)
 	if err != nil {
 		return nil, err
 	}
