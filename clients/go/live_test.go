@@ -198,6 +198,10 @@ func TestLiveScenarios(t *testing.T) {
 		if rel, err := c.CheckUpdate(ctx, f.Release["version"], f.Release["channel"], f.Release["platform"]); rel != nil || err != nil {
 			t.Fatalf("current: %+v %v", rel, err)
 		}
+		// "" is the stable channel (the fixture's release is on stable), in every SDK.
+		if rel, err := c.CheckUpdate(ctx, "1.0.0", "", f.Release["platform"]); err != nil || rel == nil || rel.Channel != "stable" || rel.Version != f.Release["version"] {
+			t.Fatalf(`channel "": %+v %v`, rel, err)
+		}
 	})
 	t.Run("scenario: offline export", func(t *testing.T) {
 		lic, err := c.VerifyOfflineExport([]byte(f.ExportJSON))

@@ -568,7 +568,9 @@ class Client {
     async checkUpdate(currentVersion, channel = 'stable', platform = '') {
         if (!this.opts.publicKeyPem)
             throw new Error('keyhouse: checkUpdate needs publicKeyPem');
-        const request = { product_id: this.opts.productId, channel, platform };
+        // The server answers "" as the stable channel, so the manifest names stable: ask for
+        // stable, so that the question compared with the manifest is the one answered.
+        const request = { product_id: this.opts.productId, channel: channel || 'stable', platform };
         const r = await this.request('POST', '/v1/check-update', { key: this.opts.key, ...request, current_version: currentVersion });
         if (!r.update_available || !r.release)
             return null;

@@ -670,7 +670,9 @@ export class Client {
    * release only after verifyManifest accepted it. */
   async checkUpdate(currentVersion: string, channel = 'stable', platform = ''): Promise<Release | null> {
     if (!this.opts.publicKeyPem) throw new Error('keyhouse: checkUpdate needs publicKeyPem');
-    const request = { product_id: this.opts.productId, channel, platform };
+    // The server answers "" as the stable channel, so the manifest names stable: ask for
+    // stable, so that the question compared with the manifest is the one answered.
+    const request = { product_id: this.opts.productId, channel: channel || 'stable', platform };
     const r = await this.request<{ update_available: boolean; release: Release | null }>('POST', '/v1/check-update', { key: this.opts.key, ...request, current_version: currentVersion });
     if (!r.update_available || !r.release) return null;
     verifyManifest(r.release, request, this.opts.publicKeyPem, this.now());

@@ -80,6 +80,10 @@ test('live scenarios', { skip }, async (t) => {
     const rel = await c.checkUpdate('1.0.0', f.release.channel, f.release.platform);
     assert.strictEqual(rel.version, f.release.version);
     assert.strictEqual(await c.checkUpdate(f.release.version, f.release.channel, f.release.platform), null);
+    // '' is the stable channel (the fixture's release is on stable), in every SDK.
+    const fromEmpty = await c.checkUpdate('1.0.0', '', f.release.platform);
+    assert.strictEqual(fromEmpty.channel, 'stable');
+    assert.strictEqual(fromEmpty.version, f.release.version);
   });
 
   await t.test('scenario: offline export', () => {

@@ -604,7 +604,9 @@ class Client:
         release only after verify_manifest accepted it."""
         if not self.public_key_pem:
             raise ValueError("keyhouse: check_update needs public_key_pem")
-        request = {"product_id": self.product_id, "channel": channel, "platform": platform}
+        # The server answers "" as the stable channel, so the manifest names stable: ask for
+        # stable, so that the question compared with the manifest is the one answered.
+        request = {"product_id": self.product_id, "channel": channel or "stable", "platform": platform}
         r = self._request("POST", "/v1/check-update", {"key": self._key, **request, "current_version": current_version})
         if not r.get("update_available") or not r.get("release"):
             return None

@@ -93,6 +93,9 @@ def test_scenario_signed_update_check(w):
     rel = w.c.check_update("1.0.0", F["release"]["channel"], F["release"]["platform"])
     assert rel["version"] == F["release"]["version"]
     assert w.c.check_update(F["release"]["version"], F["release"]["channel"], F["release"]["platform"]) is None
+    # "" is the stable channel (the fixture's release is on stable), in every SDK.
+    from_empty = w.c.check_update("1.0.0", channel="", platform=F["release"]["platform"])
+    assert (from_empty["channel"], from_empty["version"]) == ("stable", F["release"]["version"])
 
 
 def test_scenario_offline_export(w):
