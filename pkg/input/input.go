@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 )
@@ -165,4 +166,17 @@ func (p Problem) String() string {
 		return "control character"
 	}
 	return fmt.Sprintf("Problem(%d)", int(p))
+}
+
+// Decimal reads a non-negative integer written as ASCII digits only, as every path id and
+// query number (limit, offset) is read: a sign, white space or any other form ("+5",
+// " 5", "5.0", "0x5") is not a number, so each of them gets the answer of any other
+// non-number. Leading zeros are allowed ("05" is 5). ok is false also for a value beyond
+// int64.
+func Decimal(s string) (n int64, ok bool) {
+	if s == "" || strings.IndexFunc(s, func(r rune) bool { return r < '0' || r > '9' }) >= 0 {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	return n, err == nil
 }

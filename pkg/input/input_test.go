@@ -61,6 +61,19 @@ func TestCheckValuesNamesTheFirstRefusedFieldInNameOrder(t *testing.T) {
 	}
 }
 
+func TestDecimalIsDigitsOnly(t *testing.T) {
+	for s, want := range map[string]int64{"0": 0, "05": 5, "38": 38, "9223372036854775807": 9223372036854775807} {
+		if n, ok := Decimal(s); !ok || n != want {
+			t.Errorf("Decimal(%q) = %d, %v, want %d", s, n, ok, want)
+		}
+	}
+	for _, s := range []string{"", "+38", "-4", " 5", "5 ", "1.5", "0x5", "1e3", "٣", "9223372036854775808"} {
+		if n, ok := Decimal(s); ok {
+			t.Errorf("Decimal(%q) = %d, a number", s, n)
+		}
+	}
+}
+
 // Identifier accepts exactly valid UTF-8 without a control character.
 func FuzzIdentifier(f *testing.F) {
 	for _, s := range []string{"ABCD", "x\n", "x\x00", "\xff\xfe", "\u0085", "ключ", "\x7f"} {

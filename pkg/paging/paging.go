@@ -4,9 +4,8 @@
 package paging
 
 import (
-	"strconv"
-
 	"github.com/keyhouse/keyhouse/pkg/apierr"
+	"github.com/keyhouse/keyhouse/pkg/input"
 )
 
 // DefaultLimit and MaxLimit are api.md's list limits.
@@ -16,22 +15,24 @@ const (
 )
 
 // Parse reads limit and offset as sent; "" means the default. They arrive as strings so
-// that a malformed value gets this package's message rather than a decoder's.
+// that a malformed value gets this package's message rather than a decoder's. A number is
+// digits only (input.Decimal): "+5" is refused as " 5" is ("limit=+5" in a query string
+// is " 5"), and "05" is 5.
 func Parse(limit, offset string) (int, int, error) {
 	l, o := DefaultLimit, 0
 	if limit != "" {
-		n, err := strconv.Atoi(limit)
-		if err != nil || n < 1 || n > MaxLimit {
+		n, ok := input.Decimal(limit)
+		if !ok || n < 1 || n > MaxLimit {
 			return 0, 0, apierr.Invalid("limit must be an integer between 1 and %d", MaxLimit)
 		}
-		l = n
+		l = int(n)
 	}
 	if offset != "" {
-		n, err := strconv.Atoi(offset)
-		if err != nil || n < 0 {
+		n, ok := input.Decimal(offset)
+		if !ok {
 			return 0, 0, apierr.Invalid("offset must be a non-negative integer")
 		}
-		o = n
+		o = int(n)
 	}
 	return l, o, nil
 }

@@ -18,6 +18,11 @@ func TestParseAppliesDefaultsAndRefusesOutOfRange(t *testing.T) {
 		{"2.5", "", 0, 0, "limit must be an integer between 1 and 1000"},
 		{"", "-1", 0, 0, "offset must be a non-negative integer"},
 		{"", "x", 0, 0, "offset must be a non-negative integer"},
+		// Digits only, as every list route and path id reads a number (input.Decimal).
+		{"05", "007", 5, 7, ""},
+		{"+5", "", 0, 0, "limit must be an integer between 1 and 1000"},
+		{" 5", "", 0, 0, "limit must be an integer between 1 and 1000"},
+		{"", "+1", 0, 0, "offset must be a non-negative integer"},
 	} {
 		l, o, err := Parse(tc.limit, tc.offset)
 		switch {

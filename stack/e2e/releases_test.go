@@ -230,6 +230,10 @@ func TestReleaseNotFoundAndBadIDs(t *testing.T) {
 	for _, id := range []string{"2147483647", "0", "-4", "abc", "1.5", "99999999999999999999"} {
 		a.Get("/v1/release/"+id).ExpectError(t, 404, "Release not found")
 	}
+	// An id is digits: a sign makes it no number (leading zeros keep it one).
+	id := strconv.Itoa(registerRelease(t, a, rel(product("bad-ids"), "1.0.0")))
+	a.Get("/v1/release/+"+id).ExpectError(t, 404, "Release not found")
+	a.Get("/v1/release/0"+id).Expect(t, 200)
 	a.Post("/v1/unpublish-release", map[string]any{"id": 2147483647}).ExpectError(t, 404, "Release not found")
 	a.Post("/v1/unpublish-release", map[string]any{"id": -1}).ExpectError(t, 404, "Release not found")
 	a.Post("/v1/unpublish-release", map[string]any{}).ExpectError(t, 400, "id is required")
@@ -312,6 +316,7 @@ func TestListReleases(t *testing.T) {
 		{"?limit=2&offset=2", list(r2, r1), 4},
 		{"?offset=10", "", 4},
 		{"?limit=1000", list(r4, r3, r2, r1), 4},
+		{"?limit=02", list(r4, r3), 4},
 		{"?product_id=nothing", "", 0},
 	} {
 		if got, total := ids(tc.query); got != tc.want || total != tc.total {
@@ -326,6 +331,10 @@ func TestListReleases(t *testing.T) {
 		"?limit=ten":        "limit must be an integer between 1 and 1000",
 		"?offset=-1":        "offset must be a non-negative integer",
 		"?offset=x":         "offset must be a non-negative integer",
+		// Digits only: a sign is no number ("limit=+2" is " 2" in a query string).
+		"?limit=%2B2":  "limit must be an integer between 1 and 1000",
+		"?limit=+2":    "limit must be an integer between 1 and 1000",
+		"?offset=%2B1": "offset must be a non-negative integer",
 		// The input policy: no control character (NUL included) in a query value.
 		"?channel=beta%00": "Invalid value for query parameter channel",
 	} {

@@ -583,6 +583,8 @@ func TestStorefrontMappings(t *testing.T) {
 	if len(list) != 1 {
 		t.Fatalf("a has %d mappings", len(list))
 	}
+	// A signed id is not a number (as "nope" is not): it names no mapping.
+	a.Delete("/v1/storefront/mappings/+"+id, nil).ExpectError(t, 404, "Mapping not found")
 	a.Delete("/v1/storefront/mappings/"+id, nil).ExpectBody(t, fmt.Sprintf(`{"id":%s,"deleted":true}`, id))
 	a.Delete("/v1/storefront/mappings/"+id, nil).ExpectError(t, 404, "Mapping not found")
 	a.Delete("/v1/storefront/mappings/nope", nil).ExpectError(t, 404, "Mapping not found")

@@ -7,8 +7,8 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"math"
 	"net/url"
-	"strconv"
 	"strings"
 	"time"
 	"unicode"
@@ -17,6 +17,7 @@ import (
 	"github.com/keyhouse/keyhouse/pkg/apierr"
 	"github.com/keyhouse/keyhouse/pkg/auth"
 	"github.com/keyhouse/keyhouse/pkg/idempotency"
+	"github.com/keyhouse/keyhouse/pkg/input"
 	"github.com/keyhouse/keyhouse/pkg/license"
 	"github.com/keyhouse/keyhouse/pkg/licensecache"
 	"github.com/keyhouse/keyhouse/pkg/licensingclient"
@@ -306,10 +307,11 @@ func (s *Server) ListReleases(ctx context.Context, req *releasesv1.ListReleasesR
 	return resp, nil
 }
 
-// releaseID reads an id; anything that is not a positive 32-bit integer names no release.
+// releaseID reads an id; anything that is not a positive 32-bit integer in digits names
+// no release ("+38" is not a number, as "abc" is not).
 func releaseID(s string) (int32, bool) {
-	n, err := strconv.ParseInt(s, 10, 32)
-	return int32(n), err == nil && n > 0
+	n, ok := input.Decimal(s)
+	return int32(n), ok && n > 0 && n <= math.MaxInt32
 }
 
 // GetRelease is the one view of a release with its signature.

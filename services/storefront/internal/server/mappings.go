@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"math"
-	"strconv"
 	"strings"
 	"unicode/utf8"
 
 	"github.com/keyhouse/keyhouse/pkg/apierr"
 	"github.com/keyhouse/keyhouse/pkg/auth"
 	"github.com/keyhouse/keyhouse/pkg/idempotency"
+	"github.com/keyhouse/keyhouse/pkg/input"
 	"github.com/keyhouse/keyhouse/pkg/license"
 	"github.com/keyhouse/keyhouse/pkg/paging"
 	"github.com/keyhouse/keyhouse/pkg/pgxx"
@@ -241,8 +241,8 @@ func (s *Server) DeleteMapping(ctx context.Context, req *storefrontv1.DeleteMapp
 	if err != nil {
 		return nil, err
 	}
-	id, err := strconv.ParseInt(req.GetId(), 10, 32)
-	if err != nil || id < 1 {
+	id, ok := input.Decimal(req.GetId())
+	if !ok || id < 1 || id > math.MaxInt32 {
 		return nil, errMappingNotFound
 	}
 	if err := s.store.DeleteMapping(ctx, tenant, int32(id)); errors.Is(err, store.ErrNotFound) {
