@@ -585,6 +585,12 @@ func TestCheckUpdateValidatesTheLicenseAsVerifyLicenseDoes(t *testing.T) {
 
 	c.Post("/v1/check-update", map[string]any{"key": key, "current_version": "1.0.0"}).ExpectError(t, 400, "product_id is required")
 	c.Post("/v1/check-update", map[string]any{"key": key, "product_id": p}).ExpectError(t, 400, "current_version is required")
+	// White space only is no version (it was offered the latest), also for a license whose
+	// answers the gateway keeps (the checks above): refused before any answer is looked up,
+	// and never kept.
+	for range 2 {
+		c.Post("/v1/check-update", check(key, p, "   ")).ExpectError(t, 400, "current_version is required")
+	}
 	c.Post("/v1/check-update", `{"key": 12}`).Expect(t, 400)
 }
 

@@ -397,7 +397,9 @@ func checkUpdateFields(req *releasesv1.CheckUpdateRequest) error {
 	if strings.TrimSpace(req.GetProductId()) == "" {
 		return apierr.Invalid("product_id is required")
 	}
-	if req.GetCurrentVersion() == "" {
+	// White space only is no version, as a blank product_id is no product: without the
+	// check it ranked below every release, and was offered the latest.
+	if strings.TrimSpace(req.GetCurrentVersion()) == "" {
 		return apierr.Invalid("current_version is required")
 	}
 	if req.GetKey() == "" {
