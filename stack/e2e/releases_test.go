@@ -162,6 +162,19 @@ func TestRegisterReleaseRejectsBadInput(t *testing.T) {
 		{"scheme only", rel(p, "1.0.0", "artifact_url", "http://"), "artifact_url must be a valid http(s) URL"},
 		{"space", rel(p, "1.0.0", "artifact_url", "https://downloads.example.com/my app.zip"), "artifact_url must be a valid http(s) URL"},
 		{"javascript", rel(p, "1.0.0", "artifact_url", "javascript:alert(1)"), "artifact_url must be a valid http(s) URL"},
+		// The host is a DNS name (an IDN in punycode) or an IP literal, the port 1-65535.
+		{"right-to-left override in the host", rel(p, "1.0.0", "artifact_url", "https://\u202eexe.cod/a"), "artifact_url must be a valid http(s) URL"},
+		{"zero-width space in the host", rel(p, "1.0.0", "artifact_url", "https://exa\u200bmple.com/a"), "artifact_url must be a valid http(s) URL"},
+		{"empty labels", rel(p, "1.0.0", "artifact_url", "https://.../"), "artifact_url must be a valid http(s) URL"},
+		{"a hyphen for a host", rel(p, "1.0.0", "artifact_url", "https://-/"), "artifact_url must be a valid http(s) URL"},
+		{"Unicode host", rel(p, "1.0.0", "artifact_url", "https://b\u00fccher.example/a"), "artifact_url must be a valid http(s) URL"},
+		{"port over 65535", rel(p, "1.0.0", "artifact_url", "https://example.com:99999/a"), "artifact_url must be a valid http(s) URL"},
+		{"port 0", rel(p, "1.0.0", "artifact_url", "https://example.com:0/a"), "artifact_url must be a valid http(s) URL"},
+		{"bidi override in the path", rel(p, "1.0.0", "artifact_url", "https://example.com/\u202eexe.zip"), "artifact_url must be a valid http(s) URL"},
+		{"no-break space", rel(p, "1.0.0", "artifact_url", "https://example.com/my\u00a0app.zip"), "artifact_url must be a valid http(s) URL"},
+		// Control characters, a tab included, are the input policy's, as in every field.
+		{"tab", rel(p, "1.0.0", "artifact_url", "https://example.com/my\tapp.zip"), "artifact_url must not contain control characters"},
+		{"DEL", rel(p, "1.0.0", "artifact_url", "https://example.com/app\u007f.zip"), "artifact_url must not contain control characters"},
 		{"NUL in a field", rel(p, "1.0.0", "release_notes", "a\u0000b"), "release_notes must not contain NUL characters"},
 		{"NUL in the version", rel(p, "1.0.0\u0000"), "version must not contain NUL characters"},
 	} {
@@ -190,6 +203,9 @@ func TestRegisterReleaseRejectsBadInput(t *testing.T) {
 		t.Fatal("capped fields not stored as sent")
 	}
 	registerRelease(t, a, rel(p, "1.0.0", "artifact_url", "http://downloads.example.com:8080/a.zip?x=1#y"))
+	for i, u := range []string{"https://xn--bcher-kva.example/a", "https://192.0.2.7:65535/a", "https://[2001:db8::1]/a", "https://example.com./a"} {
+		registerRelease(t, a, rel(p, "1.0."+strconv.Itoa(i+1), "artifact_url", u))
+	}
 }
 
 func TestDuplicatePublishedReleaseIs409UntilUnpublished(t *testing.T) {

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"log/slog"
 	"math"
+	"net/netip"
 	"net/url"
 	"strings"
 	"time"
@@ -143,18 +144,77 @@ func checkText(name, v string, maxLen int, required bool) error {
 	return nil
 }
 
-// validArtifactURL: an absolute http or https URL with a host, and nothing a client
-// would have to guess about (white space, control characters).
+// validArtifactURL: an absolute http or https URL with a valid host, and nothing a client
+// would have to guess about (white space, control characters, invisible formatting
+// characters such as zero-width spaces and bidi overrides, which make a URL read as
+// another one).
 func validArtifactURL(s string) bool {
 	lower := strings.ToLower(s)
 	if !strings.HasPrefix(lower, "http://") && !strings.HasPrefix(lower, "https://") {
 		return false
 	}
-	if strings.IndexFunc(s, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) >= 0 {
+	if strings.IndexFunc(s, func(r rune) bool {
+		return unicode.IsSpace(r) || unicode.IsControl(r) || unicode.Is(unicode.Cf, r)
+	}) >= 0 {
 		return false
 	}
 	u, err := url.Parse(s)
-	return err == nil && u.Hostname() != ""
+	if err != nil || !validPort(u) {
+		return false
+	}
+	host := u.Hostname()
+	if strings.HasPrefix(u.Host, "[") {
+		// An IPv6 literal; a zone names an interface of the machine that reads the URL.
+		addr, err := netip.ParseAddr(host)
+		return err == nil && addr.Is6() && addr.Zone() == ""
+	}
+	return validDNSName(host) || validIPv4(host)
+}
+
+// validPort: no port, or one from 1 to 65535 (url.Parse takes any digits, and a colon
+// with none after it).
+func validPort(u *url.URL) bool {
+	if strings.HasSuffix(u.Host, ":") {
+		return false
+	}
+	p := u.Port()
+	if p == "" {
+		return true
+	}
+	n, ok := input.Decimal(p)
+	return ok && n >= 1 && n <= 65535
+}
+
+func validIPv4(host string) bool {
+	addr, err := netip.ParseAddr(host)
+	return err == nil && addr.Is4()
+}
+
+// validDNSName: ASCII letters, digits and hyphens in dot-separated labels of 1 to 63
+// characters that neither start nor end with a hyphen, at most 253 characters, and one
+// trailing dot allowed (a fully qualified name). An internationalized name comes as
+// punycode (xn--…): Unicode in a host is refused, so no look-alike or invisible character
+// reaches the signed manifest. A last label of digits only is refused: URL parsers read
+// such a host as an IPv4 address (1.2.3 is 1.2.0.3), so it is valid only as one.
+func validDNSName(host string) bool {
+	host = strings.TrimSuffix(host, ".")
+	if host == "" || len(host) > 253 {
+		return false
+	}
+	labels := strings.Split(host, ".")
+	for _, l := range labels {
+		if len(l) == 0 || len(l) > 63 || l[0] == '-' || l[len(l)-1] == '-' {
+			return false
+		}
+		for i := 0; i < len(l); i++ {
+			c := l[i]
+			if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-') {
+				return false
+			}
+		}
+	}
+	_, numeric := input.Decimal(labels[len(labels)-1])
+	return !numeric
 }
 
 // newRelease validates a register-release request into the row to insert (unsigned).
