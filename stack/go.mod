@@ -3,12 +3,14 @@ module github.com/keyhouse/keyhouse/stack
 go 1.26.0
 
 replace (
+	github.com/keyhouse/keyhouse/clients/go => ../clients/go
 	github.com/keyhouse/keyhouse/pkg => ../pkg
 	github.com/keyhouse/keyhouse/proto/gen/go => ../proto/gen/go
 )
 
 require (
 	github.com/jackc/pgx/v5 v5.12.0
+	github.com/keyhouse/keyhouse/clients/go v0.0.0
 	github.com/keyhouse/keyhouse/pkg v0.0.0-00010101000000-000000000000
 	github.com/keyhouse/keyhouse/proto/gen/go v0.0.0-00010101000000-000000000000
 	github.com/redis/go-redis/v9 v9.23.0

@@ -34,8 +34,13 @@ type Config struct {
 	// Key is the license key.
 	Key string
 	// PublicKeyPEM is the server's RSA public key (GET /v1/public-key), pinned in the app;
-	// CheckUpdate and VerifyOfflineExport need it.
+	// CheckUpdate and VerifyOfflineExport need it (or PublicKeyPEMs).
 	PublicKeyPEM string
+	// PublicKeyPEMs are more RSA public keys pinned in the app, each accepted as well: ship
+	// every key GET /v1/public-keys lists (the current and, during a planned rotation, the
+	// next one), so that the app keeps verifying manifests and offline exports after the
+	// server promotes the next key.
+	PublicKeyPEMs []string
 	// LeaseKeys are the lease signing keys pinned in the app (the JSON of GET
 	// /v1/lease-keys). A lease signed by a kid not in the set makes the client fetch the
 	// set again once (key rotation); NoKeyRefresh turns that off.
@@ -74,7 +79,7 @@ type Client struct {
 	cfg       Config
 	http      *http.Client
 	log       *slog.Logger
-	pub       *rsa.PublicKey
+	pubs      []*rsa.PublicKey
 	store     Store
 	gate      gate
 	mu        sync.Mutex
@@ -107,12 +112,15 @@ func New(cfg Config) (*Client, error) {
 	if c.log == nil {
 		c.log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	if cfg.PublicKeyPEM != "" {
-		pub, err := ParsePublicKey(cfg.PublicKeyPEM)
+	for _, pemText := range append([]string{cfg.PublicKeyPEM}, cfg.PublicKeyPEMs...) {
+		if pemText == "" {
+			continue
+		}
+		pub, err := ParsePublicKey(pemText)
 		if err != nil {
 			return nil, err
 		}
-		c.pub = pub
+		c.pubs = append(c.pubs, pub)
 	}
 	if len(cfg.LeaseKeys) > 0 {
 		keys, err := ParseJWKS(cfg.LeaseKeys)
@@ -526,7 +534,7 @@ func (c *Client) UsageReport(ctx context.Context) (*UsageReport, error) {
 // returns nil when there is none, and a release only after VerifyManifest accepted it
 // (signature, request, issued within ManifestSkew of now).
 func (c *Client) CheckUpdate(ctx context.Context, currentVersion, channel, platform string) (*Release, error) {
-	if c.pub == nil {
+	if len(c.pubs) == 0 {
 		return nil, fmt.Errorf("keyhouse: CheckUpdate needs Config.PublicKeyPEM")
 	}
 	if channel == "" {
@@ -544,17 +552,17 @@ func (c *Client) CheckUpdate(ctx context.Context, currentVersion, channel, platf
 	if !out.UpdateAvailable || out.Release == nil {
 		return nil, nil
 	}
-	if err := VerifyManifest(out.Release, req, c.pub, c.cfg.Now(), ManifestSkew); err != nil {
+	if err := VerifyManifestAnyKey(out.Release, req, c.pubs, c.cfg.Now(), ManifestSkew); err != nil {
 		return nil, err
 	}
 	return out.Release, nil
 }
 
-// VerifyOfflineExport checks an offline export with the pinned public key at the
+// VerifyOfflineExport checks an offline export with the pinned public keys at the
 // client's clock.
 func (c *Client) VerifyOfflineExport(exportJSON []byte) (*OfflineLicense, error) {
-	if c.pub == nil {
+	if len(c.pubs) == 0 {
 		return nil, fmt.Errorf("keyhouse: VerifyOfflineExport needs Config.PublicKeyPEM")
 	}
-	return VerifyOfflineExport(exportJSON, c.pub, c.cfg.Now())
+	return VerifyOfflineExportAnyKey(exportJSON, c.pubs, c.cfg.Now())
 }

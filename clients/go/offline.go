@@ -40,13 +40,20 @@ func ParsePublicKey(pemText string) (*rsa.PublicKey, error) {
 	return rsaPub, nil
 }
 
-func verifyRSA(pub *rsa.PublicKey, signed []byte, sigB64 string) bool {
+// verifyRSA is true when any of pubs verifies the signature: during a planned key
+// rotation an app holds the current and the next key, and either may have signed.
+func verifyRSA(pubs []*rsa.PublicKey, signed []byte, sigB64 string) bool {
 	sig, err := base64.StdEncoding.DecodeString(sigB64)
 	if err != nil {
 		return false
 	}
 	digest := sha256.Sum256(signed)
-	return rsa.VerifyPKCS1v15(pub, crypto.SHA256, digest[:], sig) == nil
+	for _, pub := range pubs {
+		if pub != nil && rsa.VerifyPKCS1v15(pub, crypto.SHA256, digest[:], sig) == nil {
+			return true
+		}
+	}
+	return false
 }
 
 // VerifyOfflineExport checks an offline export (the body of GET
@@ -54,6 +61,12 @@ func verifyRSA(pub *rsa.PublicKey, signed []byte, sigB64 string) bool {
 // signature over the license object's bytes as the server wrote them, then its expiry
 // against now. Errors: ErrInvalidSignature, ErrExpired.
 func VerifyOfflineExport(exportJSON []byte, pub *rsa.PublicKey, now time.Time) (*OfflineLicense, error) {
+	return VerifyOfflineExportAnyKey(exportJSON, []*rsa.PublicKey{pub}, now)
+}
+
+// VerifyOfflineExportAnyKey is VerifyOfflineExport accepting a signature by any of pubs
+// (the keys GET /v1/public-keys lists, shipped in the app to survive a key rotation).
+func VerifyOfflineExportAnyKey(exportJSON []byte, pubs []*rsa.PublicKey, now time.Time) (*OfflineLicense, error) {
 	var doc struct {
 		License   json.RawMessage `json:"license"`
 		Signature string          `json:"signature"`
@@ -62,7 +75,7 @@ func VerifyOfflineExport(exportJSON []byte, pub *rsa.PublicKey, now time.Time) (
 		return nil, &Error{Code: "invalid_signature", Message: "not an offline export"}
 	}
 	var signed bytes.Buffer
-	if err := json.Compact(&signed, doc.License); err != nil || !verifyRSA(pub, signed.Bytes(), doc.Signature) {
+	if err := json.Compact(&signed, doc.License); err != nil || !verifyRSA(pubs, signed.Bytes(), doc.Signature) {
 		return nil, &Error{Code: "invalid_signature", Message: "offline export signature does not verify"}
 	}
 	var lic OfflineLicense
@@ -105,6 +118,12 @@ const ManifestSkew = 5 * time.Minute
 // the age is what stops an old answer from being replayed. Errors: ErrInvalidSignature,
 // ErrManifestMismatch, ErrManifestTooOld.
 func VerifyManifest(r *Release, req UpdateRequest, pub *rsa.PublicKey, now time.Time, maxAge time.Duration) error {
+	return VerifyManifestAnyKey(r, req, []*rsa.PublicKey{pub}, now, maxAge)
+}
+
+// VerifyManifestAnyKey is VerifyManifest accepting a signature by any of pubs (the keys
+// GET /v1/public-keys lists, shipped in the app to survive a key rotation).
+func VerifyManifestAnyKey(r *Release, req UpdateRequest, pubs []*rsa.PublicKey, now time.Time, maxAge time.Duration) error {
 	signed := struct {
 		ProductID    string `json:"product_id"`
 		Version      string `json:"version"`
@@ -115,7 +134,7 @@ func VerifyManifest(r *Release, req UpdateRequest, pub *rsa.PublicKey, now time.
 		ReleaseNotes string `json:"release_notes"`
 		IssuedAt     string `json:"issued_at"`
 	}{r.ProductID, r.Version, r.Channel, r.Platform, r.ArtifactURL, r.Checksum, r.ReleaseNotes, r.IssuedAt}
-	if !verifyRSA(pub, stringifyJSON(signed), r.Signature) {
+	if !verifyRSA(pubs, stringifyJSON(signed), r.Signature) {
 		return &Error{Code: "invalid_signature", Message: "release manifest signature does not verify"}
 	}
 	if !strings.EqualFold(strings.TrimSpace(r.ProductID), strings.TrimSpace(req.ProductID)) || r.Channel != req.Channel || r.Platform != req.Platform {

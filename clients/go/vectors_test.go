@@ -1,6 +1,7 @@
 package keyhouse
 
 import (
+	"crypto/rsa"
 	"encoding/json"
 	"errors"
 	"os"
@@ -24,18 +25,13 @@ type vectors struct {
 			InstanceID string            `json:"instance_id"`
 		} `json:"instance_ids"`
 	} `json:"components"`
-	Exports []struct {
-		Name, JSON, Key, Tier, Error string
-		OK                           bool
-	} `json:"exports"`
-	Manifests []struct {
-		Name    string
-		Request UpdateRequest
-		Release Release
-		MaxAge  int64 `json:"max_age"`
-		OK      bool
-		Error   string
-	} `json:"manifests"`
+	Exports   []exportVector   `json:"exports"`
+	Manifests []manifestVector `json:"manifests"`
+	Rotation  struct {
+		NextRSAPEM string           `json:"rsa_next_public_key_pem"`
+		Exports    []exportVector   `json:"exports"`
+		Manifests  []manifestVector `json:"manifests"`
+	} `json:"rotation"`
 	Leases []struct {
 		Name, Lease, Keys string
 		Components        map[string]string
@@ -47,6 +43,20 @@ type vectors struct {
 		Error  string
 		Code   string
 	} `json:"errors"`
+}
+
+type exportVector struct {
+	Name, JSON, Key, Tier, Error string
+	OK                           bool
+}
+
+type manifestVector struct {
+	Name    string
+	Request UpdateRequest
+	Release Release
+	MaxAge  int64 `json:"max_age"`
+	OK      bool
+	Error   string
 }
 
 func loadVectors(t *testing.T) *vectors {
@@ -164,5 +174,56 @@ func TestVectorsErrors(t *testing.T) {
 		if !errors.Is(&Error{Status: e.Status, Code: codeFor(e.Status, e.Error), Message: e.Error}, code(e.Code)) {
 			t.Errorf("errors.Is does not match %s", e.Code)
 		}
+	}
+}
+
+// An app that ships the current and the next key (a planned rotation) verifies what either
+// signed, the same as with one key; one that ships only the current key refuses what the
+// next key signed (after the server promoted it).
+func TestVectorsRotation(t *testing.T) {
+	v := loadVectors(t)
+	current, err := ParsePublicKey(v.RSAPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next, err := ParsePublicKey(v.Rotation.NextRSAPEM)
+	if err != nil || len(v.Rotation.Exports) == 0 || len(v.Rotation.Manifests) == 0 {
+		t.Fatalf("rotation vectors: %v", err)
+	}
+	both := []*rsa.PublicKey{current, next}
+	at := time.Unix(v.Now, 0)
+	checkExport := func(t *testing.T, e exportVector, pubs []*rsa.PublicKey, wantOK bool, wantErr string) {
+		t.Helper()
+		lic, err := VerifyOfflineExportAnyKey([]byte(e.JSON), pubs, at)
+		if wantOK && (err != nil || lic.Key != e.Key || lic.Tier != e.Tier) || !wantOK && codeOf(err) != wantErr {
+			t.Fatalf("%v %+v, want ok %v / %q", err, lic, wantOK, wantErr)
+		}
+	}
+	checkManifest := func(t *testing.T, m manifestVector, pubs []*rsa.PublicKey, wantOK bool, wantErr string) {
+		t.Helper()
+		err := VerifyManifestAnyKey(&m.Release, m.Request, pubs, at, time.Duration(m.MaxAge)*time.Second)
+		if wantOK && err != nil || !wantOK && codeOf(err) != wantErr {
+			t.Fatalf("error %v, want ok %v / %q", err, wantOK, wantErr)
+		}
+	}
+	for _, e := range v.Exports {
+		t.Run("both keys/"+e.Name, func(t *testing.T) { checkExport(t, e, both, e.OK, e.Error) })
+	}
+	for _, m := range v.Manifests {
+		t.Run("both keys/"+m.Name, func(t *testing.T) { checkManifest(t, m, both, m.OK, m.Error) })
+	}
+	for _, e := range v.Rotation.Exports {
+		t.Run("rotation/"+e.Name, func(t *testing.T) {
+			checkExport(t, e, both, e.OK, e.Error)
+			checkExport(t, e, []*rsa.PublicKey{next, current}, e.OK, e.Error)
+			checkExport(t, e, []*rsa.PublicKey{current}, false, "invalid_signature")
+		})
+	}
+	for _, m := range v.Rotation.Manifests {
+		t.Run("rotation/"+m.Name, func(t *testing.T) {
+			checkManifest(t, m, both, m.OK, m.Error)
+			checkManifest(t, m, []*rsa.PublicKey{next, current}, m.OK, m.Error)
+			checkManifest(t, m, []*rsa.PublicKey{current}, false, "invalid_signature")
+		})
 	}
 }

@@ -33,6 +33,8 @@ import (
 type Client struct {
 	rpc    licensingv1.LicensingInternalServiceClient
 	portal licensingv1.LicensingPortalServiceClient
+	// public answers GetPublicKey: the key licensing signs with now (CurrentKeyring).
+	public licensingv1.LicensingServiceClient
 	peer   grpcx.Peer
 	// licenses caches License's answers by canonical key (nil: no cache).
 	licenses *licensecache.Cache[*licensingv1.License]
@@ -48,6 +50,7 @@ func New(conn grpc.ClientConnInterface, adminKey string) *Client {
 	c := &Client{
 		rpc:    licensingv1.NewLicensingInternalServiceClient(conn),
 		portal: licensingv1.NewLicensingPortalServiceClient(conn),
+		public: licensingv1.NewLicensingServiceClient(conn),
 		peer:   grpcx.Peer{Name: "Licensing", AdminKey: adminKey},
 	}
 	c.misses.Reads = true
@@ -261,9 +264,9 @@ func (c *Client) CountActive(ctx context.Context, tenant string) (int, error) {
 }
 
 // Keyring is the installation's signing material. It is fetched once and kept: it
-// changes only when the operator replaces it (docs/licensing.md, Rotating), after which
-// every process is restarted; a caller that meets a value sealed under a newer keyring
-// meanwhile asks RefreshKeyring.
+// changes only when the operator replaces it or promotes its next key (docs/licensing.md,
+// Rotating); a caller that meets a value sealed under a newer keyring meanwhile asks
+// RefreshKeyring, and one about to sign asks CurrentKeyring.
 func (c *Client) Keyring(ctx context.Context) (*signing.Keyring, error) {
 	if k := c.keyring.Load(); k != nil {
 		return k, nil
@@ -282,6 +285,33 @@ func (c *Client) Keyring(ctx context.Context) (*signing.Keyring, error) {
 func (c *Client) RefreshKeyring(ctx context.Context) (*signing.Keyring, error) {
 	c.fetch.Lock()
 	defer c.fetch.Unlock()
+	return c.fetchKeyring(ctx)
+}
+
+// CurrentKeyring is Keyring checked against the RSA key licensing signs with now, the one
+// GET /v1/public-key serves: when they differ (licensing restarted on a promoted next key
+// or a replaced keyring after this process kept its keyring), the keyring is fetched
+// again and kept. A service that signs with it (releases' manifests) thus never signs with
+// a key other than the one /v1/public-key advertises, and follows a rotation without a
+// restart. It costs one small call; when licensing does not answer it, the kept keyring
+// is used, as before this check existed.
+func (c *Client) CurrentKeyring(ctx context.Context) (*signing.Keyring, error) {
+	kept, err := c.Keyring(ctx)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := grpcx.Call(ctx, c.peer, "", func(ctx context.Context, o ...grpc.CallOption) (*licensingv1.GetPublicKeyResponse, error) {
+		return c.public.GetPublicKey(ctx, &licensingv1.GetPublicKeyRequest{}, o...)
+	})
+	if err != nil || resp.GetPublicKey() == kept.PublicKeyPEM() {
+		return kept, nil
+	}
+	c.fetch.Lock()
+	defer c.fetch.Unlock()
+	// Callers that met the change together fetch it once.
+	if k := c.keyring.Load(); k != nil && k.PublicKeyPEM() == resp.GetPublicKey() {
+		return k, nil
+	}
 	return c.fetchKeyring(ctx)
 }
 

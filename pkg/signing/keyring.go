@@ -30,7 +30,10 @@ var (
 
 // Keyring holds the service's three secrets: the RSA private key (offline exports,
 // release manifests), the HMAC secret (plain export "sig") and the AES-256 key (".lic"
-// files). Every replica must load the same keyring.
+// files). Every replica must load the same keyring. It may also hold a staged next RSA
+// key, which signs nothing: its public half is published (GET /v1/public-keys) so that
+// vendors ship apps that accept it before it is promoted to sign (docs/licensing.md,
+// Rotating).
 //
 // A Keyring does not reveal its secrets when printed, logged or JSON-encoded: fmt (every
 // verb, including %+v and %#v), slog and encoding/json all get a summary with the key id;
@@ -57,6 +60,10 @@ type material struct {
 	aes    []byte
 	kid    string
 	pubPEM string
+	// next is the staged RSA key (nil: none), with its id and public PEM.
+	next       *rsa.PrivateKey
+	nextKid    string
+	nextPubPEM string
 }
 
 // keyringDoc is the document MarshalKeyring writes and ParseKeyring reads, e.g. as a
@@ -66,6 +73,7 @@ type material struct {
 //	  "version": 1,
 //	  "key_id": "3f1c0e5b9a7d2c44",          // optional on input; checked when present
 //	  "rsa_private_key": "-----BEGIN PRIVATE KEY-----\n...", // PKCS #8 (PKCS #1 accepted)
+//	  "next_rsa_private_key": "-----BEGIN PRIVATE KEY-----\n...", // optional: staged, signs nothing
 //	  "hmac_secret": "<standard base64, >= 32 bytes>",
 //	  "aes_key": "<standard base64, exactly 32 bytes>"
 //	}
@@ -79,8 +87,10 @@ type keyringDoc struct {
 	Version       int    `json:"version"`
 	KeyID         string `json:"key_id,omitempty"`
 	RSAPrivateKey string `json:"rsa_private_key"`
-	HMACSecret    string `json:"hmac_secret"`
-	AESKey        string `json:"aes_key"`
+	// NextRSAPrivateKey is the staged next RSA key: published, not signing.
+	NextRSAPrivateKey string `json:"next_rsa_private_key,omitempty"`
+	HMACSecret        string `json:"hmac_secret"`
+	AESKey            string `json:"aes_key"`
 }
 
 // NewKeyring generates a fresh keyring: a DefaultRSABits RSA key and random 32-byte HMAC
@@ -178,7 +188,44 @@ func ParseKeyring(data []byte) (*Keyring, error) {
 	if doc.KeyID != "" && doc.KeyID != k.KeyID() {
 		return nil, fmt.Errorf("%w: key_id %q does not match the RSA key (%s)", ErrInvalidKeyring, doc.KeyID, k.KeyID())
 	}
-	return k, nil
+	if doc.NextRSAPrivateKey == "" {
+		return k, nil
+	}
+	next, err := ParsePrivateKeyPEM(doc.NextRSAPrivateKey)
+	if err != nil {
+		return nil, fmt.Errorf("%w: next_rsa_private_key: %w", ErrInvalidKeyring, err)
+	}
+	return k.WithNextRSAKey(next)
+}
+
+// WithNextRSAKey returns k with next staged as its next RSA key (in place of any staged
+// before): the same keys sign, and next's public half is published beside the current
+// one. next must have at least MinRSABits and differ from the current key.
+func (k Keyring) WithNextRSAKey(next *rsa.PrivateKey) (*Keyring, error) {
+	m := k.mat()
+	if m == nil {
+		return nil, ErrEmptyKeyring
+	}
+	if next == nil || next.N == nil || next.N.BitLen() < MinRSABits {
+		return nil, fmt.Errorf("%w: next_rsa_private_key: %w", ErrInvalidKeyring, ErrKeyTooSmall)
+	}
+	if err := next.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: next_rsa_private_key: inconsistent RSA private key", ErrInvalidKeyring)
+	}
+	if next.PublicKey.Equal(&m.priv.PublicKey) {
+		return nil, fmt.Errorf("%w: next_rsa_private_key is the current rsa_private_key", ErrInvalidKeyring)
+	}
+	kid, err := KeyID(&next.PublicKey)
+	if err != nil {
+		return nil, fmt.Errorf("%w: next_rsa_private_key: %w", ErrInvalidKeyring, err)
+	}
+	pubPEM, err := PublicKeyPEM(&next.PublicKey)
+	if err != nil {
+		return nil, fmt.Errorf("%w: next_rsa_private_key: %w", ErrInvalidKeyring, err)
+	}
+	staged := *m
+	staged.next, staged.nextKid, staged.nextPubPEM = next, kid, pubPEM
+	return &Keyring{secrets: func() *material { return &staged }}, nil
 }
 
 // MarshalKeyring writes k as the document ParseKeyring reads, secrets included. It is the
@@ -192,12 +239,19 @@ func MarshalKeyring(k *Keyring) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	var nextPEM string
+	if m.next != nil {
+		if nextPEM, err = PrivateKeyPEM(m.next); err != nil {
+			return nil, err
+		}
+	}
 	return json.MarshalIndent(keyringDoc{
-		Version:       KeyringVersion,
-		KeyID:         m.kid,
-		RSAPrivateKey: privPEM,
-		HMACSecret:    base64.StdEncoding.EncodeToString(m.hmac),
-		AESKey:        base64.StdEncoding.EncodeToString(m.aes),
+		Version:           KeyringVersion,
+		KeyID:             m.kid,
+		RSAPrivateKey:     privPEM,
+		NextRSAPrivateKey: nextPEM,
+		HMACSecret:        base64.StdEncoding.EncodeToString(m.hmac),
+		AESKey:            base64.StdEncoding.EncodeToString(m.aes),
 	}, "", "  ")
 }
 
@@ -235,6 +289,33 @@ func (k Keyring) PublicKeyPEM() string {
 		return ""
 	}
 	return m.pubPEM
+}
+
+// NextKeyID is the staged next RSA key's id; "" when none is staged.
+func (k Keyring) NextKeyID() string {
+	m := k.mat()
+	if m == nil || m.next == nil {
+		return ""
+	}
+	return m.nextKid
+}
+
+// NextPublicKey is the staged next RSA key's public half; nil when none is staged.
+func (k Keyring) NextPublicKey() *rsa.PublicKey {
+	m := k.mat()
+	if m == nil || m.next == nil {
+		return nil
+	}
+	return &m.next.PublicKey
+}
+
+// NextPublicKeyPEM is the staged next key's SPKI PEM; "" when none is staged.
+func (k Keyring) NextPublicKeyPEM() string {
+	m := k.mat()
+	if m == nil || m.next == nil {
+		return ""
+	}
+	return m.nextPubPEM
 }
 
 // SignRSA signs payload (see SignRSA).
@@ -321,6 +402,9 @@ func (k Keyring) String() string {
 	if m == nil {
 		return "signing.Keyring{empty}"
 	}
+	if m.next != nil {
+		return fmt.Sprintf("signing.Keyring{key_id: %s, rsa_bits: %d, next_key_id: %s, secrets: redacted}", m.kid, k.RSABits(), m.nextKid)
+	}
 	return fmt.Sprintf("signing.Keyring{key_id: %s, rsa_bits: %d, secrets: redacted}", m.kid, k.RSABits())
 }
 
@@ -342,11 +426,11 @@ func (k Keyring) LogValue() slog.Value {
 	if m == nil {
 		return slog.StringValue("empty")
 	}
-	return slog.GroupValue(
-		slog.String("key_id", m.kid),
-		slog.Int("rsa_bits", k.RSABits()),
-		slog.String("secrets", "redacted"),
-	)
+	attrs := []slog.Attr{slog.String("key_id", m.kid), slog.Int("rsa_bits", k.RSABits())}
+	if m.next != nil {
+		attrs = append(attrs, slog.String("next_key_id", m.nextKid))
+	}
+	return slog.GroupValue(append(attrs, slog.String("secrets", "redacted"))...)
 }
 
 // MarshalJSON writes a summary without secrets: {"key_id":…,"rsa_bits":…,"secrets":"redacted"}.

@@ -252,3 +252,88 @@ func TestKeyringNeverPrintsSecrets(t *testing.T) {
 		t.Errorf("json = %s", j)
 	}
 }
+
+// A staged next key (a planned rotation, docs/licensing.md) is kept through the document,
+// published, and signs nothing; printing the keyring shows its id, never its material.
+func TestKeyringStagedNextKey(t *testing.T) {
+	k := sharedKeyring(t)
+	if k.NextKeyID() != "" || k.NextPublicKey() != nil || k.NextPublicKeyPEM() != "" {
+		t.Fatal("a keyring without a staged key reports one")
+	}
+	doc, _ := MarshalKeyring(k)
+	if bytes.Contains(doc, []byte("next_rsa_private_key")) {
+		t.Fatal("a keyring without a staged key writes next_rsa_private_key")
+	}
+	nextPriv, err := GenerateRSAKey(MinRSABits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	staged, err := k.WithNextRSAKey(nextPriv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantKid, _ := KeyID(&nextPriv.PublicKey)
+	wantPEM, _ := PublicKeyPEM(&nextPriv.PublicKey)
+	if staged.KeyID() != k.KeyID() || staged.NextKeyID() != wantKid || staged.NextPublicKeyPEM() != wantPEM || !staged.NextPublicKey().Equal(&nextPriv.PublicKey) {
+		t.Fatalf("staged: key_id %s next %s, want %s next %s", staged.KeyID(), staged.NextKeyID(), k.KeyID(), wantKid)
+	}
+	if k.NextKeyID() != "" {
+		t.Fatal("WithNextRSAKey changed the keyring it was called on")
+	}
+	// The current key keeps signing.
+	sig, _ := staged.SignRSA([]byte("p"))
+	if k.VerifyRSA([]byte("p"), sig) != nil || VerifyRSA(&nextPriv.PublicKey, []byte("p"), sig) == nil {
+		t.Fatal("a keyring with a staged key does not sign with its current key")
+	}
+
+	doc, err = MarshalKeyring(staged)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := ParseKeyring(doc)
+	if err != nil || again.KeyID() != k.KeyID() || again.NextKeyID() != wantKid {
+		t.Fatalf("ParseKeyring(MarshalKeyring(staged)): %v %v", again, err)
+	}
+
+	// Promotion, as the documented jq step does it: the next key becomes rsa_private_key.
+	var fields map[string]any
+	if err := json.Unmarshal(doc, &fields); err != nil {
+		t.Fatal(err)
+	}
+	fields["rsa_private_key"] = fields["next_rsa_private_key"]
+	delete(fields, "next_rsa_private_key")
+	delete(fields, "key_id")
+	promotedDoc, _ := json.Marshal(fields)
+	promoted, err := ParseKeyring(promotedDoc)
+	if err != nil || promoted.KeyID() != wantKid || promoted.NextKeyID() != "" {
+		t.Fatalf("promoted: %v %v", promoted, err)
+	}
+
+	// Refusals name the field and never quote the key.
+	var withCurrent map[string]any
+	_ = json.Unmarshal(doc, &withCurrent)
+	withCurrent["next_rsa_private_key"] = withCurrent["rsa_private_key"]
+	sameDoc, _ := json.Marshal(withCurrent)
+	if _, err := ParseKeyring(sameDoc); !errors.Is(err, ErrInvalidKeyring) || !strings.Contains(err.Error(), "next_rsa_private_key is the current rsa_private_key") {
+		t.Fatalf("next key equal to the current one: %v", err)
+	}
+	withCurrent["next_rsa_private_key"] = "-----BEGIN PRIVATE KEY-----\nnot a key\n-----END PRIVATE KEY-----\n"
+	brokenDoc, _ := json.Marshal(withCurrent)
+	if _, err := ParseKeyring(brokenDoc); !errors.Is(err, ErrInvalidKeyring) || !strings.Contains(err.Error(), "next_rsa_private_key") || strings.Contains(err.Error(), "not a key") {
+		t.Fatalf("a broken next key: %v", err)
+	}
+
+	forms := secretForms(t, &Keyring{secrets: func() *material { return &material{priv: nextPriv} }})[:6]
+	for _, out := range []string{fmt.Sprintf("%v %+v %#v %s", staged, staged, staged, staged), func() string {
+		var buf bytes.Buffer
+		slog.New(slog.NewJSONHandler(&buf, nil)).Info("keys", "keyring", staged)
+		return buf.String()
+	}()} {
+		if f := leaked(out, forms); f != "" {
+			t.Errorf("the staged key's secret %q leaked in %s", f, out)
+		}
+		if !strings.Contains(out, wantKid) {
+			t.Errorf("the staged key's id is not shown in %s", out)
+		}
+	}
+}

@@ -40,9 +40,9 @@ export interface OfflineLicense {
     limits: Record<string, number>;
 }
 /** Checks an offline export (GET /v1/export-license/{key}/offline) with the server's RSA
- * public key and no network, then its expiry. Throws KeyhouseError invalid_signature or
- * expired. */
-export declare function verifyOfflineExport(exportJson: string, publicKeyPem: string, nowMs?: number): OfflineLicense;
+ * public key (or any of several: the keys GET /v1/public-keys lists) and no network, then
+ * its expiry. Throws KeyhouseError invalid_signature or expired. */
+export declare function verifyOfflineExport(exportJson: string, publicKeyPem: string | string[], nowMs?: number): OfflineLicense;
 export interface Release {
     product_id: string;
     version: string;
@@ -61,11 +61,11 @@ export interface UpdateRequest {
 }
 /** How far a manifest's issued_at may be ahead of the local clock (seconds). */
 export declare const MANIFEST_SKEW_SECONDS = 300;
-/** Checks a release manifest before it is believed: the signature over its fields in the
- * signed order, that it answers the request, and that it was issued at most maxAgeSeconds
+/** Checks a release manifest before it is believed: the signature (by the key, or any of
+ * several keys given) over its fields in the signed order, that it answers the request, and that it was issued at most maxAgeSeconds
  * ago (a signed manifest stays valid after unpublish; the age stops replays). Throws
  * KeyhouseError invalid_signature, manifest_mismatch or manifest_too_old. */
-export declare function verifyManifest(release: Release, request: UpdateRequest, publicKeyPem: string, nowMs?: number, maxAgeSeconds?: number): void;
+export declare function verifyManifest(release: Release, request: UpdateRequest, publicKeyPem: string | string[], nowMs?: number, maxAgeSeconds?: number): void;
 export interface JWK {
     kty: string;
     crv: string;
@@ -157,6 +157,11 @@ export interface ClientOptions {
     key: string;
     /** The server's RSA public key PEM (GET /v1/public-key), pinned in the app. */
     publicKeyPem?: string;
+    /** More RSA public keys pinned in the app, each accepted as well: ship every key GET
+     * /v1/public-keys lists (the current and, during a planned rotation, the next one), so
+     * that the app keeps verifying manifests and offline exports after the server promotes
+     * the next key. */
+    publicKeyPems?: string[];
     /** Lease keys pinned in the app (GET /v1/lease-keys); an unknown kid makes the client
      * fetch the set once more unless noKeyRefresh. */
     leaseKeys?: JWKS;
@@ -268,8 +273,10 @@ export declare class Client {
     /** Asks for a release newer than currentVersion; resolves null when there is none, and a
      * release only after verifyManifest accepted it. */
     checkUpdate(currentVersion: string, channel?: string, platform?: string): Promise<Release | null>;
-    /** Checks an offline export with the pinned public key at the client's clock. */
+    /** Checks an offline export with the pinned public keys at the client's clock. */
     verifyOfflineExport(exportJson: string): OfflineLicense;
+    /** publicKeyPem and publicKeyPems, the RSA keys the app accepts. */
+    private pinnedPublicKeys;
     private checkLease;
     private static verdictOf;
     /** Whether the app is licensed, offline first: a valid stored lease answers at once

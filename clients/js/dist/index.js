@@ -197,19 +197,24 @@ function writeFileAtomic(file, data) {
         throw err;
     }
 }
+/** True when any of the keys verifies the signature: during a planned key rotation an app
+ * holds the current and the next key (GET /v1/public-keys), and either may have signed. */
 function verifyRSA(publicKeyPem, signed, signature) {
     if (typeof signature !== 'string')
         return false;
-    try {
-        return crypto.verify('sha256', Buffer.from(signed, 'utf8'), publicKeyPem, Buffer.from(signature, 'base64'));
-    }
-    catch {
-        return false;
-    }
+    const keys = typeof publicKeyPem === 'string' ? [publicKeyPem] : publicKeyPem;
+    return keys.some((key) => {
+        try {
+            return crypto.verify('sha256', Buffer.from(signed, 'utf8'), key, Buffer.from(signature, 'base64'));
+        }
+        catch {
+            return false;
+        }
+    });
 }
 /** Checks an offline export (GET /v1/export-license/{key}/offline) with the server's RSA
- * public key and no network, then its expiry. Throws KeyhouseError invalid_signature or
- * expired. */
+ * public key (or any of several: the keys GET /v1/public-keys lists) and no network, then
+ * its expiry. Throws KeyhouseError invalid_signature or expired. */
 function verifyOfflineExport(exportJson, publicKeyPem, nowMs = Date.now()) {
     let doc;
     try {
@@ -231,8 +236,8 @@ function verifyOfflineExport(exportJson, publicKeyPem, nowMs = Date.now()) {
 /** How far a manifest's issued_at may be ahead of the local clock (seconds). */
 exports.MANIFEST_SKEW_SECONDS = 300;
 const SIGNED_MANIFEST_FIELDS = ['product_id', 'version', 'channel', 'platform', 'artifact_url', 'checksum', 'release_notes', 'issued_at'];
-/** Checks a release manifest before it is believed: the signature over its fields in the
- * signed order, that it answers the request, and that it was issued at most maxAgeSeconds
+/** Checks a release manifest before it is believed: the signature (by the key, or any of
+ * several keys given) over its fields in the signed order, that it answers the request, and that it was issued at most maxAgeSeconds
  * ago (a signed manifest stays valid after unpublish; the age stops replays). Throws
  * KeyhouseError invalid_signature, manifest_mismatch or manifest_too_old. */
 function verifyManifest(release, request, publicKeyPem, nowMs = Date.now(), maxAgeSeconds = exports.MANIFEST_SKEW_SECONDS) {
@@ -566,7 +571,8 @@ class Client {
     /** Asks for a release newer than currentVersion; resolves null when there is none, and a
      * release only after verifyManifest accepted it. */
     async checkUpdate(currentVersion, channel = 'stable', platform = '') {
-        if (!this.opts.publicKeyPem)
+        const keys = this.pinnedPublicKeys();
+        if (keys.length === 0)
             throw new Error('keyhouse: checkUpdate needs publicKeyPem');
         // The server answers "" as the stable channel, so the manifest names stable: ask for
         // stable, so that the question compared with the manifest is the one answered.
@@ -574,14 +580,19 @@ class Client {
         const r = await this.request('POST', '/v1/check-update', { key: this.opts.key, ...request, current_version: currentVersion });
         if (!r.update_available || !r.release)
             return null;
-        verifyManifest(r.release, request, this.opts.publicKeyPem, this.now());
+        verifyManifest(r.release, request, keys, this.now());
         return r.release;
     }
-    /** Checks an offline export with the pinned public key at the client's clock. */
+    /** Checks an offline export with the pinned public keys at the client's clock. */
     verifyOfflineExport(exportJson) {
-        if (!this.opts.publicKeyPem)
+        const keys = this.pinnedPublicKeys();
+        if (keys.length === 0)
             throw new Error('keyhouse: verifyOfflineExport needs publicKeyPem');
-        return verifyOfflineExport(exportJson, this.opts.publicKeyPem, this.now());
+        return verifyOfflineExport(exportJson, keys, this.now());
+    }
+    /** publicKeyPem and publicKeyPems, the RSA keys the app accepts. */
+    pinnedPublicKeys() {
+        return [this.opts.publicKeyPem ?? '', ...(this.opts.publicKeyPems ?? [])].filter((key) => key !== '');
     }
     async checkLease(lease) {
         const c = { productId: this.opts.productId, licenseKey: this.opts.key, nowSeconds: Math.floor(this.now() / 1000), newestIatSeen: this.state.newest_iat, components: this.components };

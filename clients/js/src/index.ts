@@ -170,13 +170,18 @@ export function writeFileAtomic(file: string, data: string): void {
   }
 }
 
-function verifyRSA(publicKeyPem: string, signed: string, signature: unknown): boolean {
+/** True when any of the keys verifies the signature: during a planned key rotation an app
+ * holds the current and the next key (GET /v1/public-keys), and either may have signed. */
+function verifyRSA(publicKeyPem: string | string[], signed: string, signature: unknown): boolean {
   if (typeof signature !== 'string') return false;
-  try {
-    return crypto.verify('sha256', Buffer.from(signed, 'utf8'), publicKeyPem, Buffer.from(signature, 'base64'));
-  } catch {
-    return false;
-  }
+  const keys = typeof publicKeyPem === 'string' ? [publicKeyPem] : publicKeyPem;
+  return keys.some((key) => {
+    try {
+      return crypto.verify('sha256', Buffer.from(signed, 'utf8'), key, Buffer.from(signature, 'base64'));
+    } catch {
+      return false;
+    }
+  });
 }
 
 export interface OfflineLicense {
@@ -188,9 +193,9 @@ export interface OfflineLicense {
 }
 
 /** Checks an offline export (GET /v1/export-license/{key}/offline) with the server's RSA
- * public key and no network, then its expiry. Throws KeyhouseError invalid_signature or
- * expired. */
-export function verifyOfflineExport(exportJson: string, publicKeyPem: string, nowMs = Date.now()): OfflineLicense {
+ * public key (or any of several: the keys GET /v1/public-keys lists) and no network, then
+ * its expiry. Throws KeyhouseError invalid_signature or expired. */
+export function verifyOfflineExport(exportJson: string, publicKeyPem: string | string[], nowMs = Date.now()): OfflineLicense {
   let doc: { license?: OfflineLicense; signature?: string };
   try {
     doc = JSON.parse(exportJson);
@@ -230,11 +235,11 @@ export interface UpdateRequest {
 export const MANIFEST_SKEW_SECONDS = 300;
 const SIGNED_MANIFEST_FIELDS = ['product_id', 'version', 'channel', 'platform', 'artifact_url', 'checksum', 'release_notes', 'issued_at'] as const;
 
-/** Checks a release manifest before it is believed: the signature over its fields in the
- * signed order, that it answers the request, and that it was issued at most maxAgeSeconds
+/** Checks a release manifest before it is believed: the signature (by the key, or any of
+ * several keys given) over its fields in the signed order, that it answers the request, and that it was issued at most maxAgeSeconds
  * ago (a signed manifest stays valid after unpublish; the age stops replays). Throws
  * KeyhouseError invalid_signature, manifest_mismatch or manifest_too_old. */
-export function verifyManifest(release: Release, request: UpdateRequest, publicKeyPem: string, nowMs = Date.now(), maxAgeSeconds = MANIFEST_SKEW_SECONDS): void {
+export function verifyManifest(release: Release, request: UpdateRequest, publicKeyPem: string | string[], nowMs = Date.now(), maxAgeSeconds = MANIFEST_SKEW_SECONDS): void {
   const signed: Record<string, unknown> = {};
   for (const f of SIGNED_MANIFEST_FIELDS) signed[f] = release[f];
   if (!verifyRSA(publicKeyPem, JSON.stringify(signed), release.signature)) {
@@ -415,6 +420,11 @@ export interface ClientOptions {
   key: string;
   /** The server's RSA public key PEM (GET /v1/public-key), pinned in the app. */
   publicKeyPem?: string;
+  /** More RSA public keys pinned in the app, each accepted as well: ship every key GET
+   * /v1/public-keys lists (the current and, during a planned rotation, the next one), so
+   * that the app keeps verifying manifests and offline exports after the server promotes
+   * the next key. */
+  publicKeyPems?: string[];
   /** Lease keys pinned in the app (GET /v1/lease-keys); an unknown kid makes the client
    * fetch the set once more unless noKeyRefresh. */
   leaseKeys?: JWKS;
@@ -669,20 +679,27 @@ export class Client {
   /** Asks for a release newer than currentVersion; resolves null when there is none, and a
    * release only after verifyManifest accepted it. */
   async checkUpdate(currentVersion: string, channel = 'stable', platform = ''): Promise<Release | null> {
-    if (!this.opts.publicKeyPem) throw new Error('keyhouse: checkUpdate needs publicKeyPem');
+    const keys = this.pinnedPublicKeys();
+    if (keys.length === 0) throw new Error('keyhouse: checkUpdate needs publicKeyPem');
     // The server answers "" as the stable channel, so the manifest names stable: ask for
     // stable, so that the question compared with the manifest is the one answered.
     const request = { product_id: this.opts.productId, channel: channel || 'stable', platform };
     const r = await this.request<{ update_available: boolean; release: Release | null }>('POST', '/v1/check-update', { key: this.opts.key, ...request, current_version: currentVersion });
     if (!r.update_available || !r.release) return null;
-    verifyManifest(r.release, request, this.opts.publicKeyPem, this.now());
+    verifyManifest(r.release, request, keys, this.now());
     return r.release;
   }
 
-  /** Checks an offline export with the pinned public key at the client's clock. */
+  /** Checks an offline export with the pinned public keys at the client's clock. */
   verifyOfflineExport(exportJson: string): OfflineLicense {
-    if (!this.opts.publicKeyPem) throw new Error('keyhouse: verifyOfflineExport needs publicKeyPem');
-    return verifyOfflineExport(exportJson, this.opts.publicKeyPem, this.now());
+    const keys = this.pinnedPublicKeys();
+    if (keys.length === 0) throw new Error('keyhouse: verifyOfflineExport needs publicKeyPem');
+    return verifyOfflineExport(exportJson, keys, this.now());
+  }
+
+  /** publicKeyPem and publicKeyPems, the RSA keys the app accepts. */
+  private pinnedPublicKeys(): string[] {
+    return [this.opts.publicKeyPem ?? '', ...(this.opts.publicKeyPems ?? [])].filter((key) => key !== '');
   }
 
   private async checkLease(lease: string): Promise<LeaseClaims> {

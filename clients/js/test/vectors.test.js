@@ -40,6 +40,42 @@ for (const m of v.manifests) {
   });
 }
 
+// A planned key rotation: an app that ships the current and the next key verifies what
+// either signed, the same as with one key; with the current key alone, what the next key
+// signed is invalid_signature.
+const bothKeys = [v.rsa_public_key_pem, v.rotation.rsa_next_public_key_pem];
+const expectExport = (e, keys, ok, error) => {
+  if (ok) {
+    const lic = kh.verifyOfflineExport(e.json, keys, nowMs);
+    assert.strictEqual(lic.key, e.key);
+    assert.strictEqual(lic.tier, e.tier);
+  } else {
+    assert.throws(() => kh.verifyOfflineExport(e.json, keys, nowMs), (err) => err.code === error);
+  }
+};
+const expectManifest = (m, keys, ok, error) => {
+  const run = () => kh.verifyManifest(m.release, m.request, keys, nowMs, m.max_age);
+  if (ok) run();
+  else assert.throws(run, (err) => err.code === error);
+};
+for (const e of v.exports) test(`offline export with both keys: ${e.name}`, () => expectExport(e, bothKeys, e.ok, e.error));
+for (const m of v.manifests) test(`manifest with both keys: ${m.name}`, () => expectManifest(m, bothKeys, m.ok, m.error));
+test('rotation vectors are present', () => assert.ok(v.rotation.exports.length > 0 && v.rotation.manifests.length > 0));
+for (const e of v.rotation.exports) {
+  test(`rotation: offline export ${e.name}`, () => {
+    expectExport(e, bothKeys, e.ok, e.error);
+    expectExport(e, [...bothKeys].reverse(), e.ok, e.error);
+    expectExport(e, v.rsa_public_key_pem, false, 'invalid_signature');
+  });
+}
+for (const m of v.rotation.manifests) {
+  test(`rotation: manifest ${m.name}`, () => {
+    expectManifest(m, bothKeys, m.ok, m.error);
+    expectManifest(m, [...bothKeys].reverse(), m.ok, m.error);
+    expectManifest(m, v.rsa_public_key_pem, false, 'invalid_signature');
+  });
+}
+
 for (const l of v.leases) {
   test(`lease: ${l.name}`, () => {
     let got = 'licensed';

@@ -21,7 +21,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from email.utils import parsedate_to_datetime
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
@@ -211,24 +211,29 @@ def _stringify(value: Any) -> bytes:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
 
-def _verify_rsa(public_key_pem: str, signed: bytes, signature: Any) -> bool:
+def _verify_rsa(public_key_pem: Union[str, Sequence[str]], signed: bytes, signature: Any) -> bool:
+    """True when any of the keys verifies the signature: during a planned key rotation an app
+    holds the current and the next key (GET /v1/public-keys), and either may have signed."""
     if not isinstance(signature, str):
         return False
-    try:
-        key = serialization.load_pem_public_key(public_key_pem.encode())
-        key.verify(base64.b64decode(signature, validate=True), signed, padding.PKCS1v15(), hashes.SHA256())
-        return True
-    except (InvalidSignature, ValueError, TypeError):
-        return False
+    for pem in [public_key_pem] if isinstance(public_key_pem, str) else public_key_pem:
+        try:
+            key = serialization.load_pem_public_key(pem.encode())
+            key.verify(base64.b64decode(signature, validate=True), signed, padding.PKCS1v15(), hashes.SHA256())
+            return True
+        except (InvalidSignature, ValueError, TypeError):
+            continue
+    return False
 
 
 def _parse_time(s: str) -> datetime:
     return datetime.fromisoformat(s.replace("Z", "+00:00"))
 
 
-def verify_offline_export(export_json: str, public_key_pem: str, now: Optional[float] = None) -> Dict[str, Any]:
+def verify_offline_export(export_json: str, public_key_pem: Union[str, Sequence[str]], now: Optional[float] = None) -> Dict[str, Any]:
     """Checks an offline export (GET /v1/export-license/{key}/offline) with the server's RSA
-    public key and no network, then its expiry; returns the license object. Raises
+    public key (or any of several: the keys GET /v1/public-keys lists) and no network, then
+    its expiry; returns the license object. Raises
     KeyhouseError invalid_signature or expired."""
     try:
         doc = json.loads(export_json)
@@ -248,10 +253,10 @@ MANIFEST_SKEW_SECONDS = 300
 _SIGNED_MANIFEST_FIELDS = ("product_id", "version", "channel", "platform", "artifact_url", "checksum", "release_notes", "issued_at")
 
 
-def verify_manifest(release: Dict[str, Any], request: Dict[str, str], public_key_pem: str,
+def verify_manifest(release: Dict[str, Any], request: Dict[str, str], public_key_pem: Union[str, Sequence[str]],
                     now: Optional[float] = None, max_age: float = MANIFEST_SKEW_SECONDS) -> None:
-    """Checks a release manifest before it is believed: the signature over its fields in the
-    signed order, that it answers the request, and that it was issued at most max_age
+    """Checks a release manifest before it is believed: the signature (by the key, or any of
+    several keys given) over its fields in the signed order, that it answers the request, and that it was issued at most max_age
     seconds ago (a signed manifest stays valid after unpublish; the age stops replays).
     Raises KeyhouseError invalid_signature, manifest_mismatch or manifest_too_old."""
     signed = {f: release.get(f) for f in _SIGNED_MANIFEST_FIELDS}
@@ -397,13 +402,17 @@ class Client:
                  store_path: Optional[str] = None, store: Any = None, components: Optional[Dict[str, str]] = None,
                  request_timeout: float = 10.0, logger: Optional[Callable[[str], None]] = None,
                  now: Optional[Callable[[], float]] = None, on_lapsed: Optional[Callable[[Verdict], None]] = None,
-                 rand: Optional[Callable[[], float]] = None):
+                 rand: Optional[Callable[[], float]] = None, public_key_pems: Optional[Sequence[str]] = None):
         if not url or not product_id or not key:
             raise ValueError("keyhouse: url, product_id and key are required")
         self.url = url.rstrip("/")
         self.product_id = product_id
         self._key = key
         self.public_key_pem = public_key_pem
+        # More RSA public keys accepted as well: ship every key GET /v1/public-keys lists (the
+        # current and, during a planned rotation, the next one), so that the app keeps
+        # verifying manifests and offline exports after the server promotes the next key.
+        self.public_key_pems = list(public_key_pems or [])
         self.no_key_refresh = no_key_refresh
         self.tenant_id = tenant_id
         self.request_timeout = request_timeout
@@ -602,7 +611,8 @@ class Client:
     def check_update(self, current_version: str, channel: str = "stable", platform: str = "") -> Optional[Dict[str, Any]]:
         """Asks for a release newer than current_version; None when there is none, and a
         release only after verify_manifest accepted it."""
-        if not self.public_key_pem:
+        keys = self._pinned_public_keys()
+        if not keys:
             raise ValueError("keyhouse: check_update needs public_key_pem")
         # The server answers "" as the stable channel, so the manifest names stable: ask for
         # stable, so that the question compared with the manifest is the one answered.
@@ -610,14 +620,19 @@ class Client:
         r = self._request("POST", "/v1/check-update", {"key": self._key, **request, "current_version": current_version})
         if not r.get("update_available") or not r.get("release"):
             return None
-        verify_manifest(r["release"], request, self.public_key_pem, self._now())
+        verify_manifest(r["release"], request, keys, self._now())
         return r["release"]
 
     def verify_offline_export(self, export_json: str) -> Dict[str, Any]:
-        """Checks an offline export with the pinned public key at the client's clock."""
-        if not self.public_key_pem:
+        """Checks an offline export with the pinned public keys at the client's clock."""
+        keys = self._pinned_public_keys()
+        if not keys:
             raise ValueError("keyhouse: verify_offline_export needs public_key_pem")
-        return verify_offline_export(export_json, self.public_key_pem, self._now())
+        return verify_offline_export(export_json, keys, self._now())
+
+    def _pinned_public_keys(self) -> List[str]:
+        """public_key_pem and public_key_pems, the RSA keys the app accepts."""
+        return [k for k in [self.public_key_pem or "", *self.public_key_pems] if k]
 
     def _check_lease(self, lease: str) -> Dict[str, Any]:
         kwargs = dict(product_id=self.product_id, now=self._now(), components=self.components, license_key=self._key,

@@ -55,3 +55,56 @@ def test_lease(lease):
 def test_error_codes():
     for e in V["errors"]:
         assert keyhouse.error_code(e["status"], e["error"]) == e["code"], e["error"]
+
+
+# A planned key rotation: an app that ships the current and the next key verifies what
+# either signed, the same as with one key; with the current key alone, what the next key
+# signed is invalid_signature.
+BOTH_KEYS = [V["rsa_public_key_pem"], V["rotation"]["rsa_next_public_key_pem"]]
+
+
+def _expect_export(e, keys, ok, error):
+    if ok:
+        lic = keyhouse.verify_offline_export(e["json"], keys, V["now"])
+        assert (lic["key"], lic["tier"]) == (e["key"], e["tier"])
+    else:
+        with pytest.raises(keyhouse.KeyhouseError) as err:
+            keyhouse.verify_offline_export(e["json"], keys, V["now"])
+        assert err.value.code == error
+
+
+def _expect_manifest(m, keys, ok, error):
+    if ok:
+        keyhouse.verify_manifest(m["release"], m["request"], keys, V["now"], m["max_age"])
+    else:
+        with pytest.raises(keyhouse.KeyhouseError) as err:
+            keyhouse.verify_manifest(m["release"], m["request"], keys, V["now"], m["max_age"])
+        assert err.value.code == error
+
+
+@pytest.mark.parametrize("e", V["exports"], ids=lambda e: e["name"])
+def test_offline_export_with_both_keys(e):
+    _expect_export(e, BOTH_KEYS, e["ok"], e.get("error"))
+
+
+@pytest.mark.parametrize("m", V["manifests"], ids=lambda m: m["name"])
+def test_manifest_with_both_keys(m):
+    _expect_manifest(m, BOTH_KEYS, m["ok"], m.get("error"))
+
+
+def test_rotation_vectors_are_present():
+    assert V["rotation"]["exports"] and V["rotation"]["manifests"]
+
+
+@pytest.mark.parametrize("e", V["rotation"]["exports"], ids=lambda e: e["name"])
+def test_rotation_offline_export(e):
+    _expect_export(e, BOTH_KEYS, e["ok"], e.get("error"))
+    _expect_export(e, list(reversed(BOTH_KEYS)), e["ok"], e.get("error"))
+    _expect_export(e, V["rsa_public_key_pem"], False, "invalid_signature")
+
+
+@pytest.mark.parametrize("m", V["rotation"]["manifests"], ids=lambda m: m["name"])
+def test_rotation_manifest(m):
+    _expect_manifest(m, BOTH_KEYS, m["ok"], m.get("error"))
+    _expect_manifest(m, list(reversed(BOTH_KEYS)), m["ok"], m.get("error"))
+    _expect_manifest(m, V["rsa_public_key_pem"], False, "invalid_signature")

@@ -2,9 +2,11 @@ package server
 
 import (
 	"context"
+	"crypto/rsa"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"math/big"
 	"strings"
 	"time"
 
@@ -118,6 +120,28 @@ func (s *Server) ExportLicenseFile(ctx context.Context, req *licensingv1.ExportL
 // GetPublicKey serves the SPKI PEM the offline exports and release manifests verify with.
 func (s *Server) GetPublicKey(context.Context, *licensingv1.GetPublicKeyRequest) (*licensingv1.GetPublicKeyResponse, error) {
 	return &licensingv1.GetPublicKeyResponse{PublicKey: s.cfg.Keyring.PublicKeyPEM()}, nil
+}
+
+// ListPublicKeys serves the RSA public keys as a JWKS: the current key, and the staged
+// next one during a planned rotation, so vendors ship apps that accept both before the
+// next key signs anything (docs/licensing.md, Rotating).
+func (s *Server) ListPublicKeys(context.Context, *licensingv1.ListPublicKeysRequest) (*licensingv1.ListPublicKeysResponse, error) {
+	k := s.cfg.Keyring
+	keys := []*licensingv1.SigningPublicKey{signingJWK(k.PublicKey(), k.KeyID(), k.PublicKeyPEM(), "current")}
+	if next := k.NextPublicKey(); next != nil {
+		keys = append(keys, signingJWK(next, k.NextKeyID(), k.NextPublicKeyPEM(), "next"))
+	}
+	return &licensingv1.ListPublicKeysResponse{Keys: keys}, nil
+}
+
+// signingJWK is an RSA public key as a JSON Web Key (RFC 7518 §6.3.1: n and e are the
+// big-endian bytes, base64url without padding) with its rotation status and PEM.
+func signingJWK(pub *rsa.PublicKey, kid, pemText, status string) *licensingv1.SigningPublicKey {
+	return &licensingv1.SigningPublicKey{
+		Kty: "RSA", Use: "sig", Alg: "RS256", Kid: kid, Status: status, Pem: pemText,
+		N: base64.RawURLEncoding.EncodeToString(pub.N.Bytes()),
+		E: base64.RawURLEncoding.EncodeToString(big.NewInt(int64(pub.E)).Bytes()),
+	}
 }
 
 // fileFailure is a verify-license-file(-base64) refusal: "valid": false and "reason"

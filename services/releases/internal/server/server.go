@@ -57,8 +57,11 @@ type Licensing interface {
 	ClaimProduct(ctx context.Context, tenant, productID string) error
 	// ProductOwned is ClaimProduct's answer without the claim (false: no tenant owns it).
 	ProductOwned(ctx context.Context, tenant, productID string) (bool, error)
-	// Keyring is the installation's signing material, the key GET /v1/public-key serves.
+	// Keyring is the installation's signing material as this process kept it (no call).
 	Keyring(ctx context.Context) (*signing.Keyring, error)
+	// CurrentKeyring is the keyring whose RSA key licensing signs with now, the key
+	// GET /v1/public-key serves (fetched again when licensing's changed): what signs.
+	CurrentKeyring(ctx context.Context) (*signing.Keyring, error)
 }
 
 // Entitlements is the billing service (billingclient.Client).
@@ -309,7 +312,7 @@ func (s *Server) RegisterRelease(ctx context.Context, req *releasesv1.RegisterRe
 			claim = func(ctx context.Context) error { return s.licensing.ClaimProduct(ctx, tenant, r.ProductID) }
 		}
 	}
-	keyring, err := s.licensing.Keyring(ctx)
+	keyring, err := s.licensing.CurrentKeyring(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -494,16 +497,22 @@ func (s *Server) updateAnswer(ctx context.Context, req *releasesv1.CheckUpdateRe
 	// same manifest, so it is signed once (RSA PKCS #1 v1.5 is deterministic: caching
 	// changes no byte of any answer, only the CPU spent).
 	issuedAt := s.now().UTC().Truncate(time.Second)
-	sig, ok := s.manifestSigs.get(latest.ID, issuedAt.Unix())
+	// A signature is reused only while the keyring kept is the one that made it: once a
+	// signing found licensing's key changed (a rotation), none made before is given again.
+	kept, err := s.licensing.Keyring(ctx)
+	if err != nil {
+		return nil, err
+	}
+	sig, ok := s.manifestSigs.get(latest.ID, issuedAt.Unix(), kept.KeyID())
 	if !ok {
-		keyring, err := s.licensing.Keyring(ctx)
+		keyring, err := s.licensing.CurrentKeyring(ctx)
 		if err != nil {
 			return nil, err
 		}
 		if _, sig, err = keyring.SignJSON(releaseFields(latest).Add("issued_at", issuedAt)); err != nil {
 			return nil, err
 		}
-		s.manifestSigs.put(latest.ID, issuedAt.Unix(), sig)
+		s.manifestSigs.put(latest.ID, issuedAt.Unix(), keyring.KeyID(), sig)
 	}
 	return &releasesv1.CheckUpdateResponse{UpdateAvailable: true, Release: &releasesv1.Manifest{
 		ProductId: latest.ProductID, Version: latest.Version, Channel: latest.Channel, Platform: latest.Platform,

@@ -74,7 +74,13 @@ func (f *fakeLicensing) ProductOwned(context.Context, string, string) (bool, err
 	return false, nil
 }
 
+// Keyring is the keyring kept; the fake keeps whatever licensing has.
 func (f *fakeLicensing) Keyring(context.Context) (*signing.Keyring, error) {
+	return f.keyring, nil
+}
+
+// CurrentKeyring counts the signings (each asks for the key that signs now).
+func (f *fakeLicensing) CurrentKeyring(context.Context) (*signing.Keyring, error) {
 	f.keyCalls++
 	return f.keyring, nil
 }
@@ -201,5 +207,37 @@ func TestManifestIsSignedOncePerReleaseAndSecond(t *testing.T) {
 	st.latest = &store.Release{ID: 7 + sigCacheSlots, ProductID: "App", Version: "3.0.0", Channel: "stable", ArtifactURL: "https://example.com/b"}
 	if other := answer(); other.GetVersion() != "3.0.0" || other.GetSignature() == third.GetSignature() || lic.keyCalls != 3 {
 		t.Fatalf("colliding release: %v after %d signings", other, lic.keyCalls)
+	}
+}
+
+// When licensing's signing key changes (a rotation's promotion), the next manifest is
+// signed with the new key, even within the second whose signature with the old key is
+// cached: a manifest never verifies only with a key GET /v1/public-key no longer serves.
+func TestManifestAfterTheSigningKeyChangedIsSignedWithTheNewKey(t *testing.T) {
+	st := &fakeStore{latest: &store.Release{ID: 7, ProductID: "App", Version: "2.0.0", Channel: "stable", ArtifactURL: "https://example.com/a"}}
+	lic := &fakeLicensing{keyring: testKeyring}
+	s := New(Config{}, st, lic, &fakeEntitlements{})
+	now := time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
+	s.now = func() time.Time { return now }
+	req := &releasesv1.CheckUpdateRequest{Key: "k", ProductId: "app", CurrentVersion: "1.0.0"}
+	want := []byte(`{"product_id":"App","version":"2.0.0","channel":"stable","platform":"","artifact_url":"https://example.com/a","checksum":"","release_notes":"","issued_at":"2026-11-23T10:00:00Z"}`)
+	signature := func() string {
+		t.Helper()
+		resp, err := s.CheckUpdate(context.Background(), req)
+		if err != nil || !resp.GetUpdateAvailable() {
+			t.Fatalf("%v %v", resp, err)
+		}
+		return resp.GetRelease().GetSignature()
+	}
+	if err := testKeyring.VerifyRSA(want, signature()); err != nil {
+		t.Fatal(err)
+	}
+	rotated, err := signing.NewKeyring()
+	if err != nil {
+		t.Fatal(err)
+	}
+	lic.keyring = rotated
+	if err := rotated.VerifyRSA(want, signature()); err != nil {
+		t.Fatalf("the manifest after the key changed, in the same second: %v", err)
 	}
 }

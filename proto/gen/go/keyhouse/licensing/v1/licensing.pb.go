@@ -2069,6 +2069,191 @@ func (x *GetPublicKeyResponse) GetPublicKey() string {
 	return ""
 }
 
+type ListPublicKeysRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListPublicKeysRequest) Reset() {
+	*x = ListPublicKeysRequest{}
+	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListPublicKeysRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListPublicKeysRequest) ProtoMessage() {}
+
+func (x *ListPublicKeysRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListPublicKeysRequest.ProtoReflect.Descriptor instead.
+func (*ListPublicKeysRequest) Descriptor() ([]byte, []int) {
+	return file_keyhouse_licensing_v1_licensing_proto_rawDescGZIP(), []int{32}
+}
+
+// A JSON Web Key (RFC 7518 RSA) plus its place in a rotation.
+type SigningPublicKey struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Kty   string                 `protobuf:"bytes,1,opt,name=kty,proto3" json:"kty,omitempty"`
+	N     string                 `protobuf:"bytes,2,opt,name=n,proto3" json:"n,omitempty"`
+	E     string                 `protobuf:"bytes,3,opt,name=e,proto3" json:"e,omitempty"`
+	// The key id: the first 16 hex digits of the SHA-256 of the key's SPKI DER.
+	Kid string `protobuf:"bytes,4,opt,name=kid,proto3" json:"kid,omitempty"`
+	Use string `protobuf:"bytes,5,opt,name=use,proto3" json:"use,omitempty"`
+	Alg string `protobuf:"bytes,6,opt,name=alg,proto3" json:"alg,omitempty"`
+	// current (signs) or next (staged: published ahead, signs nothing yet).
+	Status string `protobuf:"bytes,7,opt,name=status,proto3" json:"status,omitempty"`
+	// The SPKI PEM, as GET /v1/public-key serves the current key.
+	Pem           string `protobuf:"bytes,8,opt,name=pem,proto3" json:"pem,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SigningPublicKey) Reset() {
+	*x = SigningPublicKey{}
+	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SigningPublicKey) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SigningPublicKey) ProtoMessage() {}
+
+func (x *SigningPublicKey) ProtoReflect() protoreflect.Message {
+	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SigningPublicKey.ProtoReflect.Descriptor instead.
+func (*SigningPublicKey) Descriptor() ([]byte, []int) {
+	return file_keyhouse_licensing_v1_licensing_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *SigningPublicKey) GetKty() string {
+	if x != nil {
+		return x.Kty
+	}
+	return ""
+}
+
+func (x *SigningPublicKey) GetN() string {
+	if x != nil {
+		return x.N
+	}
+	return ""
+}
+
+func (x *SigningPublicKey) GetE() string {
+	if x != nil {
+		return x.E
+	}
+	return ""
+}
+
+func (x *SigningPublicKey) GetKid() string {
+	if x != nil {
+		return x.Kid
+	}
+	return ""
+}
+
+func (x *SigningPublicKey) GetUse() string {
+	if x != nil {
+		return x.Use
+	}
+	return ""
+}
+
+func (x *SigningPublicKey) GetAlg() string {
+	if x != nil {
+		return x.Alg
+	}
+	return ""
+}
+
+func (x *SigningPublicKey) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
+func (x *SigningPublicKey) GetPem() string {
+	if x != nil {
+		return x.Pem
+	}
+	return ""
+}
+
+type ListPublicKeysResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The current key first, then the next one when one is staged.
+	Keys          []*SigningPublicKey `protobuf:"bytes,1,rep,name=keys,proto3" json:"keys,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListPublicKeysResponse) Reset() {
+	*x = ListPublicKeysResponse{}
+	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListPublicKeysResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListPublicKeysResponse) ProtoMessage() {}
+
+func (x *ListPublicKeysResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListPublicKeysResponse.ProtoReflect.Descriptor instead.
+func (*ListPublicKeysResponse) Descriptor() ([]byte, []int) {
+	return file_keyhouse_licensing_v1_licensing_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *ListPublicKeysResponse) GetKeys() []*SigningPublicKey {
+	if x != nil {
+		return x.Keys
+	}
+	return nil
+}
+
 type VerifyLicenseFileRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Values (not strings) so that a missing field and a wrong type are both told apart
@@ -2086,7 +2271,7 @@ type VerifyLicenseFileRequest struct {
 
 func (x *VerifyLicenseFileRequest) Reset() {
 	*x = VerifyLicenseFileRequest{}
-	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[32]
+	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2098,7 +2283,7 @@ func (x *VerifyLicenseFileRequest) String() string {
 func (*VerifyLicenseFileRequest) ProtoMessage() {}
 
 func (x *VerifyLicenseFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[32]
+	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2111,7 +2296,7 @@ func (x *VerifyLicenseFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VerifyLicenseFileRequest.ProtoReflect.Descriptor instead.
 func (*VerifyLicenseFileRequest) Descriptor() ([]byte, []int) {
-	return file_keyhouse_licensing_v1_licensing_proto_rawDescGZIP(), []int{32}
+	return file_keyhouse_licensing_v1_licensing_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *VerifyLicenseFileRequest) GetKey() *structpb.Value {
@@ -2174,7 +2359,7 @@ type VerifyLicenseFileResponse struct {
 
 func (x *VerifyLicenseFileResponse) Reset() {
 	*x = VerifyLicenseFileResponse{}
-	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[33]
+	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2186,7 +2371,7 @@ func (x *VerifyLicenseFileResponse) String() string {
 func (*VerifyLicenseFileResponse) ProtoMessage() {}
 
 func (x *VerifyLicenseFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[33]
+	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2199,7 +2384,7 @@ func (x *VerifyLicenseFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VerifyLicenseFileResponse.ProtoReflect.Descriptor instead.
 func (*VerifyLicenseFileResponse) Descriptor() ([]byte, []int) {
-	return file_keyhouse_licensing_v1_licensing_proto_rawDescGZIP(), []int{33}
+	return file_keyhouse_licensing_v1_licensing_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *VerifyLicenseFileResponse) GetValid() bool {
@@ -2225,7 +2410,7 @@ type VerifyLicenseFileBase64Request struct {
 
 func (x *VerifyLicenseFileBase64Request) Reset() {
 	*x = VerifyLicenseFileBase64Request{}
-	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[34]
+	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2237,7 +2422,7 @@ func (x *VerifyLicenseFileBase64Request) String() string {
 func (*VerifyLicenseFileBase64Request) ProtoMessage() {}
 
 func (x *VerifyLicenseFileBase64Request) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[34]
+	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2250,7 +2435,7 @@ func (x *VerifyLicenseFileBase64Request) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VerifyLicenseFileBase64Request.ProtoReflect.Descriptor instead.
 func (*VerifyLicenseFileBase64Request) Descriptor() ([]byte, []int) {
-	return file_keyhouse_licensing_v1_licensing_proto_rawDescGZIP(), []int{34}
+	return file_keyhouse_licensing_v1_licensing_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *VerifyLicenseFileBase64Request) GetLicenseFile() *structpb.Value {
@@ -2275,7 +2460,7 @@ type FileLicense struct {
 
 func (x *FileLicense) Reset() {
 	*x = FileLicense{}
-	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[35]
+	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2287,7 +2472,7 @@ func (x *FileLicense) String() string {
 func (*FileLicense) ProtoMessage() {}
 
 func (x *FileLicense) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[35]
+	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2300,7 +2485,7 @@ func (x *FileLicense) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileLicense.ProtoReflect.Descriptor instead.
 func (*FileLicense) Descriptor() ([]byte, []int) {
-	return file_keyhouse_licensing_v1_licensing_proto_rawDescGZIP(), []int{35}
+	return file_keyhouse_licensing_v1_licensing_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *FileLicense) GetKey() string {
@@ -2355,7 +2540,7 @@ type VerifyLicenseFileBase64Response struct {
 
 func (x *VerifyLicenseFileBase64Response) Reset() {
 	*x = VerifyLicenseFileBase64Response{}
-	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[36]
+	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2367,7 +2552,7 @@ func (x *VerifyLicenseFileBase64Response) String() string {
 func (*VerifyLicenseFileBase64Response) ProtoMessage() {}
 
 func (x *VerifyLicenseFileBase64Response) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[36]
+	mi := &file_keyhouse_licensing_v1_licensing_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2380,7 +2565,7 @@ func (x *VerifyLicenseFileBase64Response) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VerifyLicenseFileBase64Response.ProtoReflect.Descriptor instead.
 func (*VerifyLicenseFileBase64Response) Descriptor() ([]byte, []int) {
-	return file_keyhouse_licensing_v1_licensing_proto_rawDescGZIP(), []int{36}
+	return file_keyhouse_licensing_v1_licensing_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *VerifyLicenseFileBase64Response) GetValid() bool {
@@ -2574,7 +2759,19 @@ const file_keyhouse_licensing_v1_licensing_proto_rawDesc = "" +
 	"\tsignature\x18\x02 \x01(\tR\tsignature\"\x15\n" +
 	"\x13GetPublicKeyRequest\"4\n" +
 	"\x14GetPublicKeyResponse\x12\x1c\n" +
-	"\tpublicKey\x18\x01 \x01(\tR\tpublicKey\"\x8d\x04\n" +
+	"\tpublicKey\x18\x01 \x01(\tR\tpublicKey\"\x17\n" +
+	"\x15ListPublicKeysRequest\"\xa0\x01\n" +
+	"\x10SigningPublicKey\x12\x10\n" +
+	"\x03kty\x18\x01 \x01(\tR\x03kty\x12\f\n" +
+	"\x01n\x18\x02 \x01(\tR\x01n\x12\f\n" +
+	"\x01e\x18\x03 \x01(\tR\x01e\x12\x10\n" +
+	"\x03kid\x18\x04 \x01(\tR\x03kid\x12\x10\n" +
+	"\x03use\x18\x05 \x01(\tR\x03use\x12\x10\n" +
+	"\x03alg\x18\x06 \x01(\tR\x03alg\x12\x16\n" +
+	"\x06status\x18\a \x01(\tR\x06status\x12\x10\n" +
+	"\x03pem\x18\b \x01(\tR\x03pem\"U\n" +
+	"\x16ListPublicKeysResponse\x12;\n" +
+	"\x04keys\x18\x01 \x03(\v2'.keyhouse.licensing.v1.SigningPublicKeyR\x04keys\"\x8d\x04\n" +
 	"\x18VerifyLicenseFileRequest\x12D\n" +
 	"\x03key\x18\x01 \x01(\v2\x16.google.protobuf.ValueB\x1a\xa0\x83\x19\x01\xaa\x83\x19\x12{\"type\": \"string\"}R\x03key\x12F\n" +
 	"\x04tier\x18\x02 \x01(\v2\x16.google.protobuf.ValueB\x1a\xa0\x83\x19\x01\xaa\x83\x19\x12{\"type\": \"string\"}R\x04tier\x12Q\n" +
@@ -2601,7 +2798,7 @@ const file_keyhouse_licensing_v1_licensing_proto_rawDesc = "" +
 	"\x06limits\x18\x06 \x01(\v2\x17.google.protobuf.StructR\x06limits\"u\n" +
 	"\x1fVerifyLicenseFileBase64Response\x12\x14\n" +
 	"\x05valid\x18\x01 \x01(\bR\x05valid\x12<\n" +
-	"\alicense\x18\x02 \x01(\v2\".keyhouse.licensing.v1.FileLicenseR\alicense2\xdf\x1c\n" +
+	"\alicense\x18\x02 \x01(\v2\".keyhouse.licensing.v1.FileLicenseR\alicense2\xda\x1d\n" +
 	"\x10LicensingService\x12\xc3\x02\n" +
 	"\fIssueLicense\x12*.keyhouse.licensing.v1.IssueLicenseRequest\x1a+.keyhouse.licensing.v1.IssueLicenseResponse\"\xd9\x01\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x90\x83\x19\x01\x9a\x83\x19N\b\x90\x03\x12IUnknown limit key: <key>; a field missing, too long or of the wrong type.\x9a\x83\x19u\b\x93\x03\x12pproduct_id is owned by a different tenant; Subscription is not active; License issuance quota exceeded (hosted).\x12\xe4\x02\n" +
 	"\x0eImportLicenses\x12,.keyhouse.licensing.v1.ImportLicensesRequest\x1a-.keyhouse.licensing.v1.ImportLicensesResponse\"\xf4\x01\x90\x82\x19\x02\x9a\x82\x19\x02\b\a\x9a\x83\x19J\b\x93\x03\x12ESubscription is not active; License issuance quota exceeded (hosted).\x9a\x83\x19L\b\x99\x03\x12Glicenses[<i>].key already exists with other terms (on_conflict \"fail\").\x9a\x83\x19H\b\xf7\x03\x12CLicensing is busy with a concurrent import of the same keys, retry.\x12\xf6\x01\n" +
@@ -2618,6 +2815,8 @@ const file_keyhouse_licensing_v1_licensing_proto_rawDesc = "" +
 	"\x11ExportLicenseFile\x12/.keyhouse.licensing.v1.ExportLicenseFileRequest\x1a0.keyhouse.licensing.v1.ExportLicenseFileResponse\")\x90\x82\x19\x01\x9a\x82\x19\x02\b\x04\x9a\x83\x19\x1b\b\x94\x03\x12\x16License key not found.\x12\xaa\x01\n" +
 	"\x14ExportLicenseOffline\x122.keyhouse.licensing.v1.ExportLicenseOfflineRequest\x1a3.keyhouse.licensing.v1.ExportLicenseOfflineResponse\")\x90\x82\x19\x01\x9a\x82\x19\x02\b\x04\x9a\x83\x19\x1b\b\x94\x03\x12\x16License key not found.\x12s\n" +
 	"\fGetPublicKey\x12*.keyhouse.licensing.v1.GetPublicKeyRequest\x1a+.keyhouse.licensing.v1.GetPublicKeyResponse\"\n" +
+	"\x90\x82\x19\x01\x9a\x82\x19\x02\b\x04\x12y\n" +
+	"\x0eListPublicKeys\x12,.keyhouse.licensing.v1.ListPublicKeysRequest\x1a-.keyhouse.licensing.v1.ListPublicKeysResponse\"\n" +
 	"\x90\x82\x19\x01\x9a\x82\x19\x02\b\x04\x12\xc9\x02\n" +
 	"\x11VerifyLicenseFile\x12/.keyhouse.licensing.v1.VerifyLicenseFileRequest\x1a0.keyhouse.licensing.v1.VerifyLicenseFileResponse\"\xd0\x01\x90\x82\x19\x01\x9a\x82\x19\x02\b\x03\x9a\x83\x19r\b\x90\x03\x12mMissing required fields; expires_at must be a string or null; limits must be an object (with \"valid\": false).\x9a\x83\x19L\b\x93\x03\x12GInvalid signature; Expired; Revoked or not found (with \"valid\": false).\x12\xc1\x02\n" +
 	"\x17VerifyLicenseFileBase64\x125.keyhouse.licensing.v1.VerifyLicenseFileBase64Request\x1a6.keyhouse.licensing.v1.VerifyLicenseFileBase64Response\"\xb6\x01\x90\x82\x19\x01\x9a\x82\x19\x02\b\x03\x9a\x83\x19X\b\x90\x03\x12SMalformed or corrupt license_file; Incomplete license object (with \"valid\": false).\x9a\x83\x19L\b\x93\x03\x12GInvalid signature; Expired; Revoked or not found (with \"valid\": false).BMZKgithub.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1;licensingv1b\x06proto3"
@@ -2634,7 +2833,7 @@ func file_keyhouse_licensing_v1_licensing_proto_rawDescGZIP() []byte {
 	return file_keyhouse_licensing_v1_licensing_proto_rawDescData
 }
 
-var file_keyhouse_licensing_v1_licensing_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
+var file_keyhouse_licensing_v1_licensing_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
 var file_keyhouse_licensing_v1_licensing_proto_goTypes = []any{
 	(*IssueLicenseRequest)(nil),             // 0: keyhouse.licensing.v1.IssueLicenseRequest
 	(*IssueLicenseResponse)(nil),            // 1: keyhouse.licensing.v1.IssueLicenseResponse
@@ -2668,117 +2867,123 @@ var file_keyhouse_licensing_v1_licensing_proto_goTypes = []any{
 	(*ExportLicenseOfflineResponse)(nil),    // 29: keyhouse.licensing.v1.ExportLicenseOfflineResponse
 	(*GetPublicKeyRequest)(nil),             // 30: keyhouse.licensing.v1.GetPublicKeyRequest
 	(*GetPublicKeyResponse)(nil),            // 31: keyhouse.licensing.v1.GetPublicKeyResponse
-	(*VerifyLicenseFileRequest)(nil),        // 32: keyhouse.licensing.v1.VerifyLicenseFileRequest
-	(*VerifyLicenseFileResponse)(nil),       // 33: keyhouse.licensing.v1.VerifyLicenseFileResponse
-	(*VerifyLicenseFileBase64Request)(nil),  // 34: keyhouse.licensing.v1.VerifyLicenseFileBase64Request
-	(*FileLicense)(nil),                     // 35: keyhouse.licensing.v1.FileLicense
-	(*VerifyLicenseFileBase64Response)(nil), // 36: keyhouse.licensing.v1.VerifyLicenseFileBase64Response
-	nil,                                     // 37: keyhouse.licensing.v1.UpdateLicenseTermsResponse.UsageEntry
-	nil,                                     // 38: keyhouse.licensing.v1.LicenseRow.UsageEntry
-	nil,                                     // 39: keyhouse.licensing.v1.GetLicenseDetailsResponse.UsageEntry
-	(*structpb.Value)(nil),                  // 40: google.protobuf.Value
-	(*structpb.Struct)(nil),                 // 41: google.protobuf.Struct
-	(*timestamppb.Timestamp)(nil),           // 42: google.protobuf.Timestamp
-	(*v1.CallStatus)(nil),                   // 43: keyhouse.activations.v1.CallStatus
-	(*wrapperspb.Int32Value)(nil),           // 44: google.protobuf.Int32Value
-	(*wrapperspb.StringValue)(nil),          // 45: google.protobuf.StringValue
-	(*v1.RecentActivation)(nil),             // 46: keyhouse.activations.v1.RecentActivation
-	(*ImportLicensesRequest)(nil),           // 47: keyhouse.licensing.v1.ImportLicensesRequest
-	(*ImportLicensesResponse)(nil),          // 48: keyhouse.licensing.v1.ImportLicensesResponse
+	(*ListPublicKeysRequest)(nil),           // 32: keyhouse.licensing.v1.ListPublicKeysRequest
+	(*SigningPublicKey)(nil),                // 33: keyhouse.licensing.v1.SigningPublicKey
+	(*ListPublicKeysResponse)(nil),          // 34: keyhouse.licensing.v1.ListPublicKeysResponse
+	(*VerifyLicenseFileRequest)(nil),        // 35: keyhouse.licensing.v1.VerifyLicenseFileRequest
+	(*VerifyLicenseFileResponse)(nil),       // 36: keyhouse.licensing.v1.VerifyLicenseFileResponse
+	(*VerifyLicenseFileBase64Request)(nil),  // 37: keyhouse.licensing.v1.VerifyLicenseFileBase64Request
+	(*FileLicense)(nil),                     // 38: keyhouse.licensing.v1.FileLicense
+	(*VerifyLicenseFileBase64Response)(nil), // 39: keyhouse.licensing.v1.VerifyLicenseFileBase64Response
+	nil,                                     // 40: keyhouse.licensing.v1.UpdateLicenseTermsResponse.UsageEntry
+	nil,                                     // 41: keyhouse.licensing.v1.LicenseRow.UsageEntry
+	nil,                                     // 42: keyhouse.licensing.v1.GetLicenseDetailsResponse.UsageEntry
+	(*structpb.Value)(nil),                  // 43: google.protobuf.Value
+	(*structpb.Struct)(nil),                 // 44: google.protobuf.Struct
+	(*timestamppb.Timestamp)(nil),           // 45: google.protobuf.Timestamp
+	(*v1.CallStatus)(nil),                   // 46: keyhouse.activations.v1.CallStatus
+	(*wrapperspb.Int32Value)(nil),           // 47: google.protobuf.Int32Value
+	(*wrapperspb.StringValue)(nil),          // 48: google.protobuf.StringValue
+	(*v1.RecentActivation)(nil),             // 49: keyhouse.activations.v1.RecentActivation
+	(*ImportLicensesRequest)(nil),           // 50: keyhouse.licensing.v1.ImportLicensesRequest
+	(*ImportLicensesResponse)(nil),          // 51: keyhouse.licensing.v1.ImportLicensesResponse
 }
 var file_keyhouse_licensing_v1_licensing_proto_depIdxs = []int32{
-	40, // 0: keyhouse.licensing.v1.IssueLicenseRequest.expires_at:type_name -> google.protobuf.Value
-	41, // 1: keyhouse.licensing.v1.IssueLicenseRequest.limits:type_name -> google.protobuf.Struct
-	40, // 2: keyhouse.licensing.v1.IssueLicenseRequest.max_activations:type_name -> google.protobuf.Value
-	40, // 3: keyhouse.licensing.v1.IssueLicenseRequest.notes:type_name -> google.protobuf.Value
-	41, // 4: keyhouse.licensing.v1.VerifyLicenseResponse.limits:type_name -> google.protobuf.Struct
-	42, // 5: keyhouse.licensing.v1.VerifyLicenseResponse.expires_at:type_name -> google.protobuf.Timestamp
-	42, // 6: keyhouse.licensing.v1.VerifyLicenseResponse.issued_at:type_name -> google.protobuf.Timestamp
+	43, // 0: keyhouse.licensing.v1.IssueLicenseRequest.expires_at:type_name -> google.protobuf.Value
+	44, // 1: keyhouse.licensing.v1.IssueLicenseRequest.limits:type_name -> google.protobuf.Struct
+	43, // 2: keyhouse.licensing.v1.IssueLicenseRequest.max_activations:type_name -> google.protobuf.Value
+	43, // 3: keyhouse.licensing.v1.IssueLicenseRequest.notes:type_name -> google.protobuf.Value
+	44, // 4: keyhouse.licensing.v1.VerifyLicenseResponse.limits:type_name -> google.protobuf.Struct
+	45, // 5: keyhouse.licensing.v1.VerifyLicenseResponse.expires_at:type_name -> google.protobuf.Timestamp
+	45, // 6: keyhouse.licensing.v1.VerifyLicenseResponse.issued_at:type_name -> google.protobuf.Timestamp
 	5,  // 7: keyhouse.licensing.v1.VerifyLicenseBatchRequest.items:type_name -> keyhouse.licensing.v1.VerifyLicenseBatchItem
 	2,  // 8: keyhouse.licensing.v1.VerifyLicenseBatchItem.request:type_name -> keyhouse.licensing.v1.VerifyLicenseRequest
 	7,  // 9: keyhouse.licensing.v1.VerifyLicenseBatchResponse.results:type_name -> keyhouse.licensing.v1.VerifyLicenseBatchResult
 	3,  // 10: keyhouse.licensing.v1.VerifyLicenseBatchResult.response:type_name -> keyhouse.licensing.v1.VerifyLicenseResponse
-	43, // 11: keyhouse.licensing.v1.VerifyLicenseBatchResult.error:type_name -> keyhouse.activations.v1.CallStatus
-	40, // 12: keyhouse.licensing.v1.UpdateLicenseTermsRequest.expires_at:type_name -> google.protobuf.Value
-	40, // 13: keyhouse.licensing.v1.UpdateLicenseTermsRequest.max_activations:type_name -> google.protobuf.Value
-	41, // 14: keyhouse.licensing.v1.UpdateLicenseTermsRequest.limits:type_name -> google.protobuf.Struct
-	42, // 15: keyhouse.licensing.v1.UpdateLicenseTermsResponse.expires_at:type_name -> google.protobuf.Timestamp
-	41, // 16: keyhouse.licensing.v1.UpdateLicenseTermsResponse.limits:type_name -> google.protobuf.Struct
-	44, // 17: keyhouse.licensing.v1.UpdateLicenseTermsResponse.max_activations:type_name -> google.protobuf.Int32Value
-	37, // 18: keyhouse.licensing.v1.UpdateLicenseTermsResponse.usage:type_name -> keyhouse.licensing.v1.UpdateLicenseTermsResponse.UsageEntry
-	42, // 19: keyhouse.licensing.v1.LicenseRow.issued_at:type_name -> google.protobuf.Timestamp
-	42, // 20: keyhouse.licensing.v1.LicenseRow.expires_at:type_name -> google.protobuf.Timestamp
-	41, // 21: keyhouse.licensing.v1.LicenseRow.limits:type_name -> google.protobuf.Struct
-	38, // 22: keyhouse.licensing.v1.LicenseRow.usage:type_name -> keyhouse.licensing.v1.LicenseRow.UsageEntry
-	44, // 23: keyhouse.licensing.v1.LicenseRow.max_activations:type_name -> google.protobuf.Int32Value
-	42, // 24: keyhouse.licensing.v1.LicenseRow.revoked_at:type_name -> google.protobuf.Timestamp
+	46, // 11: keyhouse.licensing.v1.VerifyLicenseBatchResult.error:type_name -> keyhouse.activations.v1.CallStatus
+	43, // 12: keyhouse.licensing.v1.UpdateLicenseTermsRequest.expires_at:type_name -> google.protobuf.Value
+	43, // 13: keyhouse.licensing.v1.UpdateLicenseTermsRequest.max_activations:type_name -> google.protobuf.Value
+	44, // 14: keyhouse.licensing.v1.UpdateLicenseTermsRequest.limits:type_name -> google.protobuf.Struct
+	45, // 15: keyhouse.licensing.v1.UpdateLicenseTermsResponse.expires_at:type_name -> google.protobuf.Timestamp
+	44, // 16: keyhouse.licensing.v1.UpdateLicenseTermsResponse.limits:type_name -> google.protobuf.Struct
+	47, // 17: keyhouse.licensing.v1.UpdateLicenseTermsResponse.max_activations:type_name -> google.protobuf.Int32Value
+	40, // 18: keyhouse.licensing.v1.UpdateLicenseTermsResponse.usage:type_name -> keyhouse.licensing.v1.UpdateLicenseTermsResponse.UsageEntry
+	45, // 19: keyhouse.licensing.v1.LicenseRow.issued_at:type_name -> google.protobuf.Timestamp
+	45, // 20: keyhouse.licensing.v1.LicenseRow.expires_at:type_name -> google.protobuf.Timestamp
+	44, // 21: keyhouse.licensing.v1.LicenseRow.limits:type_name -> google.protobuf.Struct
+	41, // 22: keyhouse.licensing.v1.LicenseRow.usage:type_name -> keyhouse.licensing.v1.LicenseRow.UsageEntry
+	47, // 23: keyhouse.licensing.v1.LicenseRow.max_activations:type_name -> google.protobuf.Int32Value
+	45, // 24: keyhouse.licensing.v1.LicenseRow.revoked_at:type_name -> google.protobuf.Timestamp
 	15, // 25: keyhouse.licensing.v1.ListLicensesResponse.licenses:type_name -> keyhouse.licensing.v1.LicenseRow
-	42, // 26: keyhouse.licensing.v1.GetLicenseDetailsResponse.issued_at:type_name -> google.protobuf.Timestamp
-	42, // 27: keyhouse.licensing.v1.GetLicenseDetailsResponse.expires_at:type_name -> google.protobuf.Timestamp
-	41, // 28: keyhouse.licensing.v1.GetLicenseDetailsResponse.limits:type_name -> google.protobuf.Struct
-	39, // 29: keyhouse.licensing.v1.GetLicenseDetailsResponse.usage:type_name -> keyhouse.licensing.v1.GetLicenseDetailsResponse.UsageEntry
-	44, // 30: keyhouse.licensing.v1.GetLicenseDetailsResponse.max_activations:type_name -> google.protobuf.Int32Value
-	42, // 31: keyhouse.licensing.v1.GetLicenseDetailsResponse.revoked_at:type_name -> google.protobuf.Timestamp
-	45, // 32: keyhouse.licensing.v1.GetLicenseDetailsResponse.notes:type_name -> google.protobuf.StringValue
-	40, // 33: keyhouse.licensing.v1.UpdateNotesRequest.notes:type_name -> google.protobuf.Value
-	45, // 34: keyhouse.licensing.v1.UpdateNotesResponse.notes:type_name -> google.protobuf.StringValue
-	46, // 35: keyhouse.licensing.v1.GetStatsResponse.recentActivations:type_name -> keyhouse.activations.v1.RecentActivation
-	42, // 36: keyhouse.licensing.v1.ExportLicenseResponse.expires_at:type_name -> google.protobuf.Timestamp
-	41, // 37: keyhouse.licensing.v1.ExportLicenseResponse.limits:type_name -> google.protobuf.Struct
-	42, // 38: keyhouse.licensing.v1.OfflineLicense.expires_at:type_name -> google.protobuf.Timestamp
-	41, // 39: keyhouse.licensing.v1.OfflineLicense.limits:type_name -> google.protobuf.Struct
+	45, // 26: keyhouse.licensing.v1.GetLicenseDetailsResponse.issued_at:type_name -> google.protobuf.Timestamp
+	45, // 27: keyhouse.licensing.v1.GetLicenseDetailsResponse.expires_at:type_name -> google.protobuf.Timestamp
+	44, // 28: keyhouse.licensing.v1.GetLicenseDetailsResponse.limits:type_name -> google.protobuf.Struct
+	42, // 29: keyhouse.licensing.v1.GetLicenseDetailsResponse.usage:type_name -> keyhouse.licensing.v1.GetLicenseDetailsResponse.UsageEntry
+	47, // 30: keyhouse.licensing.v1.GetLicenseDetailsResponse.max_activations:type_name -> google.protobuf.Int32Value
+	45, // 31: keyhouse.licensing.v1.GetLicenseDetailsResponse.revoked_at:type_name -> google.protobuf.Timestamp
+	48, // 32: keyhouse.licensing.v1.GetLicenseDetailsResponse.notes:type_name -> google.protobuf.StringValue
+	43, // 33: keyhouse.licensing.v1.UpdateNotesRequest.notes:type_name -> google.protobuf.Value
+	48, // 34: keyhouse.licensing.v1.UpdateNotesResponse.notes:type_name -> google.protobuf.StringValue
+	49, // 35: keyhouse.licensing.v1.GetStatsResponse.recentActivations:type_name -> keyhouse.activations.v1.RecentActivation
+	45, // 36: keyhouse.licensing.v1.ExportLicenseResponse.expires_at:type_name -> google.protobuf.Timestamp
+	44, // 37: keyhouse.licensing.v1.ExportLicenseResponse.limits:type_name -> google.protobuf.Struct
+	45, // 38: keyhouse.licensing.v1.OfflineLicense.expires_at:type_name -> google.protobuf.Timestamp
+	44, // 39: keyhouse.licensing.v1.OfflineLicense.limits:type_name -> google.protobuf.Struct
 	28, // 40: keyhouse.licensing.v1.ExportLicenseOfflineResponse.license:type_name -> keyhouse.licensing.v1.OfflineLicense
-	40, // 41: keyhouse.licensing.v1.VerifyLicenseFileRequest.key:type_name -> google.protobuf.Value
-	40, // 42: keyhouse.licensing.v1.VerifyLicenseFileRequest.tier:type_name -> google.protobuf.Value
-	40, // 43: keyhouse.licensing.v1.VerifyLicenseFileRequest.product_id:type_name -> google.protobuf.Value
-	40, // 44: keyhouse.licensing.v1.VerifyLicenseFileRequest.sig:type_name -> google.protobuf.Value
-	40, // 45: keyhouse.licensing.v1.VerifyLicenseFileRequest.issued_to:type_name -> google.protobuf.Value
-	40, // 46: keyhouse.licensing.v1.VerifyLicenseFileRequest.expires_at:type_name -> google.protobuf.Value
-	40, // 47: keyhouse.licensing.v1.VerifyLicenseFileRequest.limits:type_name -> google.protobuf.Value
-	45, // 48: keyhouse.licensing.v1.VerifyLicenseFileResponse.reason:type_name -> google.protobuf.StringValue
-	40, // 49: keyhouse.licensing.v1.VerifyLicenseFileBase64Request.license_file:type_name -> google.protobuf.Value
-	42, // 50: keyhouse.licensing.v1.FileLicense.expires_at:type_name -> google.protobuf.Timestamp
-	41, // 51: keyhouse.licensing.v1.FileLicense.limits:type_name -> google.protobuf.Struct
-	35, // 52: keyhouse.licensing.v1.VerifyLicenseFileBase64Response.license:type_name -> keyhouse.licensing.v1.FileLicense
-	0,  // 53: keyhouse.licensing.v1.LicensingService.IssueLicense:input_type -> keyhouse.licensing.v1.IssueLicenseRequest
-	47, // 54: keyhouse.licensing.v1.LicensingService.ImportLicenses:input_type -> keyhouse.licensing.v1.ImportLicensesRequest
-	2,  // 55: keyhouse.licensing.v1.LicensingService.VerifyLicense:input_type -> keyhouse.licensing.v1.VerifyLicenseRequest
-	4,  // 56: keyhouse.licensing.v1.LicensingService.VerifyLicenseBatch:input_type -> keyhouse.licensing.v1.VerifyLicenseBatchRequest
-	8,  // 57: keyhouse.licensing.v1.LicensingService.RevokeLicense:input_type -> keyhouse.licensing.v1.RevokeLicenseRequest
-	10, // 58: keyhouse.licensing.v1.LicensingService.DeleteLicense:input_type -> keyhouse.licensing.v1.DeleteLicenseRequest
-	12, // 59: keyhouse.licensing.v1.LicensingService.UpdateLicenseTerms:input_type -> keyhouse.licensing.v1.UpdateLicenseTermsRequest
-	14, // 60: keyhouse.licensing.v1.LicensingService.ListLicenses:input_type -> keyhouse.licensing.v1.ListLicensesRequest
-	17, // 61: keyhouse.licensing.v1.LicensingService.GetLicenseDetails:input_type -> keyhouse.licensing.v1.GetLicenseDetailsRequest
-	19, // 62: keyhouse.licensing.v1.LicensingService.UpdateNotes:input_type -> keyhouse.licensing.v1.UpdateNotesRequest
-	21, // 63: keyhouse.licensing.v1.LicensingService.GetStats:input_type -> keyhouse.licensing.v1.GetStatsRequest
-	23, // 64: keyhouse.licensing.v1.LicensingService.ExportLicense:input_type -> keyhouse.licensing.v1.ExportLicenseRequest
-	25, // 65: keyhouse.licensing.v1.LicensingService.ExportLicenseFile:input_type -> keyhouse.licensing.v1.ExportLicenseFileRequest
-	27, // 66: keyhouse.licensing.v1.LicensingService.ExportLicenseOffline:input_type -> keyhouse.licensing.v1.ExportLicenseOfflineRequest
-	30, // 67: keyhouse.licensing.v1.LicensingService.GetPublicKey:input_type -> keyhouse.licensing.v1.GetPublicKeyRequest
-	32, // 68: keyhouse.licensing.v1.LicensingService.VerifyLicenseFile:input_type -> keyhouse.licensing.v1.VerifyLicenseFileRequest
-	34, // 69: keyhouse.licensing.v1.LicensingService.VerifyLicenseFileBase64:input_type -> keyhouse.licensing.v1.VerifyLicenseFileBase64Request
-	1,  // 70: keyhouse.licensing.v1.LicensingService.IssueLicense:output_type -> keyhouse.licensing.v1.IssueLicenseResponse
-	48, // 71: keyhouse.licensing.v1.LicensingService.ImportLicenses:output_type -> keyhouse.licensing.v1.ImportLicensesResponse
-	3,  // 72: keyhouse.licensing.v1.LicensingService.VerifyLicense:output_type -> keyhouse.licensing.v1.VerifyLicenseResponse
-	6,  // 73: keyhouse.licensing.v1.LicensingService.VerifyLicenseBatch:output_type -> keyhouse.licensing.v1.VerifyLicenseBatchResponse
-	9,  // 74: keyhouse.licensing.v1.LicensingService.RevokeLicense:output_type -> keyhouse.licensing.v1.RevokeLicenseResponse
-	11, // 75: keyhouse.licensing.v1.LicensingService.DeleteLicense:output_type -> keyhouse.licensing.v1.DeleteLicenseResponse
-	13, // 76: keyhouse.licensing.v1.LicensingService.UpdateLicenseTerms:output_type -> keyhouse.licensing.v1.UpdateLicenseTermsResponse
-	16, // 77: keyhouse.licensing.v1.LicensingService.ListLicenses:output_type -> keyhouse.licensing.v1.ListLicensesResponse
-	18, // 78: keyhouse.licensing.v1.LicensingService.GetLicenseDetails:output_type -> keyhouse.licensing.v1.GetLicenseDetailsResponse
-	20, // 79: keyhouse.licensing.v1.LicensingService.UpdateNotes:output_type -> keyhouse.licensing.v1.UpdateNotesResponse
-	22, // 80: keyhouse.licensing.v1.LicensingService.GetStats:output_type -> keyhouse.licensing.v1.GetStatsResponse
-	24, // 81: keyhouse.licensing.v1.LicensingService.ExportLicense:output_type -> keyhouse.licensing.v1.ExportLicenseResponse
-	26, // 82: keyhouse.licensing.v1.LicensingService.ExportLicenseFile:output_type -> keyhouse.licensing.v1.ExportLicenseFileResponse
-	29, // 83: keyhouse.licensing.v1.LicensingService.ExportLicenseOffline:output_type -> keyhouse.licensing.v1.ExportLicenseOfflineResponse
-	31, // 84: keyhouse.licensing.v1.LicensingService.GetPublicKey:output_type -> keyhouse.licensing.v1.GetPublicKeyResponse
-	33, // 85: keyhouse.licensing.v1.LicensingService.VerifyLicenseFile:output_type -> keyhouse.licensing.v1.VerifyLicenseFileResponse
-	36, // 86: keyhouse.licensing.v1.LicensingService.VerifyLicenseFileBase64:output_type -> keyhouse.licensing.v1.VerifyLicenseFileBase64Response
-	70, // [70:87] is the sub-list for method output_type
-	53, // [53:70] is the sub-list for method input_type
-	53, // [53:53] is the sub-list for extension type_name
-	53, // [53:53] is the sub-list for extension extendee
-	0,  // [0:53] is the sub-list for field type_name
+	33, // 41: keyhouse.licensing.v1.ListPublicKeysResponse.keys:type_name -> keyhouse.licensing.v1.SigningPublicKey
+	43, // 42: keyhouse.licensing.v1.VerifyLicenseFileRequest.key:type_name -> google.protobuf.Value
+	43, // 43: keyhouse.licensing.v1.VerifyLicenseFileRequest.tier:type_name -> google.protobuf.Value
+	43, // 44: keyhouse.licensing.v1.VerifyLicenseFileRequest.product_id:type_name -> google.protobuf.Value
+	43, // 45: keyhouse.licensing.v1.VerifyLicenseFileRequest.sig:type_name -> google.protobuf.Value
+	43, // 46: keyhouse.licensing.v1.VerifyLicenseFileRequest.issued_to:type_name -> google.protobuf.Value
+	43, // 47: keyhouse.licensing.v1.VerifyLicenseFileRequest.expires_at:type_name -> google.protobuf.Value
+	43, // 48: keyhouse.licensing.v1.VerifyLicenseFileRequest.limits:type_name -> google.protobuf.Value
+	48, // 49: keyhouse.licensing.v1.VerifyLicenseFileResponse.reason:type_name -> google.protobuf.StringValue
+	43, // 50: keyhouse.licensing.v1.VerifyLicenseFileBase64Request.license_file:type_name -> google.protobuf.Value
+	45, // 51: keyhouse.licensing.v1.FileLicense.expires_at:type_name -> google.protobuf.Timestamp
+	44, // 52: keyhouse.licensing.v1.FileLicense.limits:type_name -> google.protobuf.Struct
+	38, // 53: keyhouse.licensing.v1.VerifyLicenseFileBase64Response.license:type_name -> keyhouse.licensing.v1.FileLicense
+	0,  // 54: keyhouse.licensing.v1.LicensingService.IssueLicense:input_type -> keyhouse.licensing.v1.IssueLicenseRequest
+	50, // 55: keyhouse.licensing.v1.LicensingService.ImportLicenses:input_type -> keyhouse.licensing.v1.ImportLicensesRequest
+	2,  // 56: keyhouse.licensing.v1.LicensingService.VerifyLicense:input_type -> keyhouse.licensing.v1.VerifyLicenseRequest
+	4,  // 57: keyhouse.licensing.v1.LicensingService.VerifyLicenseBatch:input_type -> keyhouse.licensing.v1.VerifyLicenseBatchRequest
+	8,  // 58: keyhouse.licensing.v1.LicensingService.RevokeLicense:input_type -> keyhouse.licensing.v1.RevokeLicenseRequest
+	10, // 59: keyhouse.licensing.v1.LicensingService.DeleteLicense:input_type -> keyhouse.licensing.v1.DeleteLicenseRequest
+	12, // 60: keyhouse.licensing.v1.LicensingService.UpdateLicenseTerms:input_type -> keyhouse.licensing.v1.UpdateLicenseTermsRequest
+	14, // 61: keyhouse.licensing.v1.LicensingService.ListLicenses:input_type -> keyhouse.licensing.v1.ListLicensesRequest
+	17, // 62: keyhouse.licensing.v1.LicensingService.GetLicenseDetails:input_type -> keyhouse.licensing.v1.GetLicenseDetailsRequest
+	19, // 63: keyhouse.licensing.v1.LicensingService.UpdateNotes:input_type -> keyhouse.licensing.v1.UpdateNotesRequest
+	21, // 64: keyhouse.licensing.v1.LicensingService.GetStats:input_type -> keyhouse.licensing.v1.GetStatsRequest
+	23, // 65: keyhouse.licensing.v1.LicensingService.ExportLicense:input_type -> keyhouse.licensing.v1.ExportLicenseRequest
+	25, // 66: keyhouse.licensing.v1.LicensingService.ExportLicenseFile:input_type -> keyhouse.licensing.v1.ExportLicenseFileRequest
+	27, // 67: keyhouse.licensing.v1.LicensingService.ExportLicenseOffline:input_type -> keyhouse.licensing.v1.ExportLicenseOfflineRequest
+	30, // 68: keyhouse.licensing.v1.LicensingService.GetPublicKey:input_type -> keyhouse.licensing.v1.GetPublicKeyRequest
+	32, // 69: keyhouse.licensing.v1.LicensingService.ListPublicKeys:input_type -> keyhouse.licensing.v1.ListPublicKeysRequest
+	35, // 70: keyhouse.licensing.v1.LicensingService.VerifyLicenseFile:input_type -> keyhouse.licensing.v1.VerifyLicenseFileRequest
+	37, // 71: keyhouse.licensing.v1.LicensingService.VerifyLicenseFileBase64:input_type -> keyhouse.licensing.v1.VerifyLicenseFileBase64Request
+	1,  // 72: keyhouse.licensing.v1.LicensingService.IssueLicense:output_type -> keyhouse.licensing.v1.IssueLicenseResponse
+	51, // 73: keyhouse.licensing.v1.LicensingService.ImportLicenses:output_type -> keyhouse.licensing.v1.ImportLicensesResponse
+	3,  // 74: keyhouse.licensing.v1.LicensingService.VerifyLicense:output_type -> keyhouse.licensing.v1.VerifyLicenseResponse
+	6,  // 75: keyhouse.licensing.v1.LicensingService.VerifyLicenseBatch:output_type -> keyhouse.licensing.v1.VerifyLicenseBatchResponse
+	9,  // 76: keyhouse.licensing.v1.LicensingService.RevokeLicense:output_type -> keyhouse.licensing.v1.RevokeLicenseResponse
+	11, // 77: keyhouse.licensing.v1.LicensingService.DeleteLicense:output_type -> keyhouse.licensing.v1.DeleteLicenseResponse
+	13, // 78: keyhouse.licensing.v1.LicensingService.UpdateLicenseTerms:output_type -> keyhouse.licensing.v1.UpdateLicenseTermsResponse
+	16, // 79: keyhouse.licensing.v1.LicensingService.ListLicenses:output_type -> keyhouse.licensing.v1.ListLicensesResponse
+	18, // 80: keyhouse.licensing.v1.LicensingService.GetLicenseDetails:output_type -> keyhouse.licensing.v1.GetLicenseDetailsResponse
+	20, // 81: keyhouse.licensing.v1.LicensingService.UpdateNotes:output_type -> keyhouse.licensing.v1.UpdateNotesResponse
+	22, // 82: keyhouse.licensing.v1.LicensingService.GetStats:output_type -> keyhouse.licensing.v1.GetStatsResponse
+	24, // 83: keyhouse.licensing.v1.LicensingService.ExportLicense:output_type -> keyhouse.licensing.v1.ExportLicenseResponse
+	26, // 84: keyhouse.licensing.v1.LicensingService.ExportLicenseFile:output_type -> keyhouse.licensing.v1.ExportLicenseFileResponse
+	29, // 85: keyhouse.licensing.v1.LicensingService.ExportLicenseOffline:output_type -> keyhouse.licensing.v1.ExportLicenseOfflineResponse
+	31, // 86: keyhouse.licensing.v1.LicensingService.GetPublicKey:output_type -> keyhouse.licensing.v1.GetPublicKeyResponse
+	34, // 87: keyhouse.licensing.v1.LicensingService.ListPublicKeys:output_type -> keyhouse.licensing.v1.ListPublicKeysResponse
+	36, // 88: keyhouse.licensing.v1.LicensingService.VerifyLicenseFile:output_type -> keyhouse.licensing.v1.VerifyLicenseFileResponse
+	39, // 89: keyhouse.licensing.v1.LicensingService.VerifyLicenseFileBase64:output_type -> keyhouse.licensing.v1.VerifyLicenseFileBase64Response
+	72, // [72:90] is the sub-list for method output_type
+	54, // [54:72] is the sub-list for method input_type
+	54, // [54:54] is the sub-list for extension type_name
+	54, // [54:54] is the sub-list for extension extendee
+	0,  // [0:54] is the sub-list for field type_name
 }
 
 func init() { file_keyhouse_licensing_v1_licensing_proto_init() }
@@ -2800,7 +3005,7 @@ func file_keyhouse_licensing_v1_licensing_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_keyhouse_licensing_v1_licensing_proto_rawDesc), len(file_keyhouse_licensing_v1_licensing_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   40,
+			NumMessages:   43,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -418,6 +418,27 @@ func local_request_LicensingService_GetPublicKey_0(ctx context.Context, marshale
 	return msg, metadata, err
 }
 
+func request_LicensingService_ListPublicKeys_0(ctx context.Context, marshaler runtime.Marshaler, client LicensingServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq ListPublicKeysRequest
+		metadata runtime.ServerMetadata
+	)
+	if req.Body != nil {
+		_, _ = io.Copy(io.Discard, req.Body)
+	}
+	msg, err := client.ListPublicKeys(ctx, &protoReq, grpc.Header(&metadata.HeaderMD), grpc.Trailer(&metadata.TrailerMD))
+	return msg, metadata, err
+}
+
+func local_request_LicensingService_ListPublicKeys_0(ctx context.Context, marshaler runtime.Marshaler, server LicensingServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq ListPublicKeysRequest
+		metadata runtime.ServerMetadata
+	)
+	msg, err := server.ListPublicKeys(ctx, &protoReq)
+	return msg, metadata, err
+}
+
 func request_LicensingService_VerifyLicenseFile_0(ctx context.Context, marshaler runtime.Marshaler, client LicensingServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
 		protoReq VerifyLicenseFileRequest
@@ -738,6 +759,26 @@ func RegisterLicensingServiceHandlerServer(ctx context.Context, mux *runtime.Ser
 		}
 		forward_LicensingService_GetPublicKey_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
 	})
+	mux.Handle(http.MethodGet, pattern_LicensingService_ListPublicKeys_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		var stream runtime.ServerTransportStream
+		ctx = grpc.NewContextWithServerTransportStream(ctx, &stream)
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateIncomingContext(ctx, mux, req, "/keyhouse.licensing.v1.LicensingService/ListPublicKeys", runtime.WithHTTPPathPattern("/v1/public-keys"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := local_request_LicensingService_ListPublicKeys_0(annotatedContext, inboundMarshaler, server, req, pathParams)
+		md.HeaderMD, md.TrailerMD = metadata.Join(md.HeaderMD, stream.Header()), metadata.Join(md.TrailerMD, stream.Trailer())
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_LicensingService_ListPublicKeys_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
+	})
 	mux.Handle(http.MethodPost, pattern_LicensingService_VerifyLicenseFile_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()
@@ -1039,6 +1080,23 @@ func RegisterLicensingServiceHandlerClient(ctx context.Context, mux *runtime.Ser
 		}
 		forward_LicensingService_GetPublicKey_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
 	})
+	mux.Handle(http.MethodGet, pattern_LicensingService_ListPublicKeys_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateContext(ctx, mux, req, "/keyhouse.licensing.v1.LicensingService/ListPublicKeys", runtime.WithHTTPPathPattern("/v1/public-keys"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := request_LicensingService_ListPublicKeys_0(annotatedContext, inboundMarshaler, client, req, pathParams)
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_LicensingService_ListPublicKeys_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
+	})
 	mux.Handle(http.MethodPost, pattern_LicensingService_VerifyLicenseFile_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()
@@ -1090,6 +1148,7 @@ var (
 	pattern_LicensingService_ExportLicense_0           = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "export-license", "key"}, ""))
 	pattern_LicensingService_ExportLicenseOffline_0    = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "export-license", "key", "offline"}, ""))
 	pattern_LicensingService_GetPublicKey_0            = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "public-key"}, ""))
+	pattern_LicensingService_ListPublicKeys_0          = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "public-keys"}, ""))
 	pattern_LicensingService_VerifyLicenseFile_0       = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "verify-license-file"}, ""))
 	pattern_LicensingService_VerifyLicenseFileBase64_0 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "verify-license-file-base64"}, ""))
 )
@@ -1108,6 +1167,7 @@ var (
 	forward_LicensingService_ExportLicense_0           = runtime.ForwardResponseMessage
 	forward_LicensingService_ExportLicenseOffline_0    = runtime.ForwardResponseMessage
 	forward_LicensingService_GetPublicKey_0            = runtime.ForwardResponseMessage
+	forward_LicensingService_ListPublicKeys_0          = runtime.ForwardResponseMessage
 	forward_LicensingService_VerifyLicenseFile_0       = runtime.ForwardResponseMessage
 	forward_LicensingService_VerifyLicenseFileBase64_0 = runtime.ForwardResponseMessage
 )

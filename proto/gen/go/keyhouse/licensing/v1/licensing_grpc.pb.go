@@ -34,6 +34,7 @@ const (
 	LicensingService_ExportLicenseFile_FullMethodName       = "/keyhouse.licensing.v1.LicensingService/ExportLicenseFile"
 	LicensingService_ExportLicenseOffline_FullMethodName    = "/keyhouse.licensing.v1.LicensingService/ExportLicenseOffline"
 	LicensingService_GetPublicKey_FullMethodName            = "/keyhouse.licensing.v1.LicensingService/GetPublicKey"
+	LicensingService_ListPublicKeys_FullMethodName          = "/keyhouse.licensing.v1.LicensingService/ListPublicKeys"
 	LicensingService_VerifyLicenseFile_FullMethodName       = "/keyhouse.licensing.v1.LicensingService/VerifyLicenseFile"
 	LicensingService_VerifyLicenseFileBase64_FullMethodName = "/keyhouse.licensing.v1.LicensingService/VerifyLicenseFileBase64"
 )
@@ -82,6 +83,10 @@ type LicensingServiceClient interface {
 	ExportLicenseOffline(ctx context.Context, in *ExportLicenseOfflineRequest, opts ...grpc.CallOption) (*ExportLicenseOfflineResponse, error)
 	// The RSA public key (PEM) that verifies offline exports and release manifests.
 	GetPublicKey(ctx context.Context, in *GetPublicKeyRequest, opts ...grpc.CallOption) (*GetPublicKeyResponse, error)
+	// The RSA public keys, as a JWKS: the current key (the one GET /v1/public-key serves,
+	// which signs offline exports and release manifests) and, during a planned rotation,
+	// the staged next key, which signs nothing until it is promoted: apps ship both.
+	ListPublicKeys(ctx context.Context, in *ListPublicKeysRequest, opts ...grpc.CallOption) (*ListPublicKeysResponse, error)
 	// Checks an HMAC export's fields and signature, and the license live in the database.
 	VerifyLicenseFile(ctx context.Context, in *VerifyLicenseFileRequest, opts ...grpc.CallOption) (*VerifyLicenseFileResponse, error)
 	// Opens a .lic file (base64) and checks it like VerifyLicenseFile.
@@ -246,6 +251,16 @@ func (c *licensingServiceClient) GetPublicKey(ctx context.Context, in *GetPublic
 	return out, nil
 }
 
+func (c *licensingServiceClient) ListPublicKeys(ctx context.Context, in *ListPublicKeysRequest, opts ...grpc.CallOption) (*ListPublicKeysResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListPublicKeysResponse)
+	err := c.cc.Invoke(ctx, LicensingService_ListPublicKeys_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *licensingServiceClient) VerifyLicenseFile(ctx context.Context, in *VerifyLicenseFileRequest, opts ...grpc.CallOption) (*VerifyLicenseFileResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(VerifyLicenseFileResponse)
@@ -310,6 +325,10 @@ type LicensingServiceServer interface {
 	ExportLicenseOffline(context.Context, *ExportLicenseOfflineRequest) (*ExportLicenseOfflineResponse, error)
 	// The RSA public key (PEM) that verifies offline exports and release manifests.
 	GetPublicKey(context.Context, *GetPublicKeyRequest) (*GetPublicKeyResponse, error)
+	// The RSA public keys, as a JWKS: the current key (the one GET /v1/public-key serves,
+	// which signs offline exports and release manifests) and, during a planned rotation,
+	// the staged next key, which signs nothing until it is promoted: apps ship both.
+	ListPublicKeys(context.Context, *ListPublicKeysRequest) (*ListPublicKeysResponse, error)
 	// Checks an HMAC export's fields and signature, and the license live in the database.
 	VerifyLicenseFile(context.Context, *VerifyLicenseFileRequest) (*VerifyLicenseFileResponse, error)
 	// Opens a .lic file (base64) and checks it like VerifyLicenseFile.
@@ -368,6 +387,9 @@ func (UnimplementedLicensingServiceServer) ExportLicenseOffline(context.Context,
 }
 func (UnimplementedLicensingServiceServer) GetPublicKey(context.Context, *GetPublicKeyRequest) (*GetPublicKeyResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetPublicKey not implemented")
+}
+func (UnimplementedLicensingServiceServer) ListPublicKeys(context.Context, *ListPublicKeysRequest) (*ListPublicKeysResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListPublicKeys not implemented")
 }
 func (UnimplementedLicensingServiceServer) VerifyLicenseFile(context.Context, *VerifyLicenseFileRequest) (*VerifyLicenseFileResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method VerifyLicenseFile not implemented")
@@ -666,6 +688,24 @@ func _LicensingService_GetPublicKey_Handler(srv interface{}, ctx context.Context
 	return interceptor(ctx, in, info, handler)
 }
 
+func _LicensingService_ListPublicKeys_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListPublicKeysRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LicensingServiceServer).ListPublicKeys(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: LicensingService_ListPublicKeys_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LicensingServiceServer).ListPublicKeys(ctx, req.(*ListPublicKeysRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _LicensingService_VerifyLicenseFile_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(VerifyLicenseFileRequest)
 	if err := dec(in); err != nil {
@@ -768,6 +808,10 @@ var LicensingService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetPublicKey",
 			Handler:    _LicensingService_GetPublicKey_Handler,
+		},
+		{
+			MethodName: "ListPublicKeys",
+			Handler:    _LicensingService_ListPublicKeys_Handler,
 		},
 		{
 			MethodName: "VerifyLicenseFile",
