@@ -192,6 +192,12 @@ func (c *Client) Renew(ctx context.Context) Verdict {
 		}
 		reason := map[string]string{"seat_lease_expired": "seat_lapsed", "invalid_activation_token": "not_activated",
 			"fingerprint_mismatch": "machine_mismatch"}[e.Code]
+		if e.Code == "invalid_activation_token" && leaseFloats(st.Lease) {
+			// The floating seat this client held is gone: released by another copy of the
+			// app sharing its store and instance id, or in the portal. For the app it is a
+			// lapse like any other: reported, and activate takes a seat again.
+			reason = "seat_lapsed"
+		}
 		if reason == "" {
 			reason = e.Code
 		}
@@ -322,20 +328,25 @@ func (c *Client) verifyLease(ctx context.Context, lease string, newestIAT int64)
 
 // unverifiedTenant reads the tenant_id claim of a lease whose signature is not checked
 // yet ("" if there is none).
-func unverifiedTenant(lease string) string {
+func unverifiedTenant(lease string) string { return unverifiedClaims(lease).TenantID }
+
+// leaseFloats: the stored lease (verified when it was stored) is of a floating seat.
+func leaseFloats(lease string) bool { return unverifiedClaims(lease).Floating }
+
+// unverifiedClaims reads the claims of a lease without checking its signature (zero
+// claims if they cannot be read).
+func unverifiedClaims(lease string) LeaseClaims {
+	var claims LeaseClaims
 	parts := strings.Split(lease, ".")
 	if len(parts) != 3 {
-		return ""
+		return claims
 	}
 	payload, err := base64.RawURLEncoding.DecodeString(parts[1])
 	if err != nil {
-		return ""
-	}
-	var claims struct {
-		TenantID string `json:"tenant_id"`
+		return claims
 	}
 	_ = json.Unmarshal(payload, &claims)
-	return claims.TenantID
+	return claims
 }
 
 func (c *Client) renewInBackground() {

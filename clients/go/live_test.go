@@ -667,4 +667,50 @@ func TestLiveLeaseScenarios(t *testing.T) {
 		}
 		c.WaitRenewal()
 	})
+	t.Run("scenario: two copies share a store and a floating seat; closing one is a lapse for the other", func(t *testing.T) {
+		var lapsed []Verdict
+		var mu sync.Mutex
+		copyOf := func(onLapsed func(Verdict)) *Client {
+			c, err := New(Config{URL: f.URL, ProductID: f.ProductID, Key: f.Keys["shared"], LeaseKeys: f.LeaseKeys,
+				StorePath: filepath.Join(dir, "shared.json"), Components: map[string]string{}, OnLapsed: onLapsed})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return c
+		}
+		a := copyOf(nil)
+		if _, err := a.Activate(ctx, "one-machine"); err != nil {
+			t.Fatal(err)
+		}
+		if v := a.Check(ctx); !v.Licensed {
+			t.Fatalf("a: %+v", v)
+		}
+		// The second copy starts once the first has activated: it reads the token from the store.
+		b := copyOf(func(v Verdict) { mu.Lock(); lapsed = append(lapsed, v); mu.Unlock() })
+		if act, err := b.Activate(ctx, "one-machine"); err != nil || !act.AlreadyActivated {
+			t.Fatalf("b: %+v %v", act, err)
+		}
+		if v := b.Check(ctx); !v.Licensed {
+			t.Fatalf("b: %+v", v)
+		}
+		if err := a.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if v := b.Renew(ctx); v.Licensed || v.Reason != "seat_lapsed" {
+			t.Fatalf("b after a closed: %+v", v)
+		}
+		mu.Lock()
+		if len(lapsed) != 1 || lapsed[0].Reason != "seat_lapsed" {
+			t.Fatalf("OnLapsed calls: %+v", lapsed)
+		}
+		mu.Unlock()
+		// As after any lapse, activate takes the seat again.
+		if _, err := b.Activate(ctx, "one-machine"); err != nil {
+			t.Fatal(err)
+		}
+		if v := b.Check(ctx); !v.Licensed {
+			t.Fatalf("b activated again: %+v", v)
+		}
+		_ = b.Close(ctx)
+	})
 }

@@ -150,6 +150,8 @@ func sdkFixture(t *testing.T, s *stack.Stack, sdk string) string {
 		"killed":   floating(),
 		"lapsed":   floating(),
 		"offlapse": floating(),
+		// Two copies of the app sharing a store and a floating seat.
+		"shared": floating(),
 		// A machine whose clock is wrong: 15 minutes ahead (floating), 2 hours ahead, 10
 		// minutes behind.
 		"skewfloat": issueLicense(t, a, lic(productID, "tier", "floating-hour", "max_activations", 1)),

@@ -357,6 +357,15 @@ function verifyLease(token, keys, c) {
     }
     return claims;
 }
+/** The stored lease (verified when it was stored) is of a floating seat. */
+function leaseFloats(lease) {
+    try {
+        return JSON.parse(b64url((lease || '').split('.')[1]).toString('utf8')).floating === true;
+    }
+    catch {
+        return false;
+    }
+}
 /** The tenant_id claim of a lease whose signature is not checked yet ('' if none). */
 function unverifiedTenant(lease) {
     try {
@@ -706,7 +715,12 @@ class Client {
             const e = err;
             if (!(e instanceof KeyhouseError) || e.status === 0 || e.status === 429 || e.status >= 500)
                 return this.offlineVerdict();
-            const reason = { seat_lease_expired: 'seat_lapsed', invalid_activation_token: 'not_activated', fingerprint_mismatch: 'machine_mismatch' }[e.code] || e.code;
+            let reason = { seat_lease_expired: 'seat_lapsed', invalid_activation_token: 'not_activated', fingerprint_mismatch: 'machine_mismatch' }[e.code] || e.code;
+            // The floating seat this client held is gone: released by another copy of the app
+            // sharing its store and instance id, or in the portal. For the app it is a lapse like
+            // any other: reported, and activate takes a seat again.
+            if (e.code === 'invalid_activation_token' && leaseFloats(this.state.lease))
+                reason = 'seat_lapsed';
             const lapsedLease = this.state.lease;
             delete this.state.lease;
             if (['license_not_found', 'license_not_active', 'license_expired'].includes(e.code))
@@ -800,14 +814,7 @@ class Client {
             await this.renewal;
         if (!this.state.token || !this.state.lease)
             return;
-        let floating = false;
-        try {
-            floating = JSON.parse(b64url(this.state.lease.split('.')[1]).toString('utf8')).floating === true;
-        }
-        catch {
-            floating = false;
-        }
-        if (floating)
+        if (leaseFloats(this.state.lease))
             await this.deactivate();
     }
 }

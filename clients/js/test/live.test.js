@@ -397,4 +397,23 @@ test('live lease scenarios', { skip }, async (t) => {
     assert.ok((await s.check()).licensed, 'the clock set right');
     if (s.pendingRenewal) await s.pendingRenewal;
   });
+
+  await t.test('scenario: two copies share a store and a floating seat; closing one is a lapse for the other', async () => {
+    const lapsed = [];
+    const [a] = client(f.keys.shared, 'shared.json', {});
+    await a.activate('one-machine');
+    assert.ok((await a.check()).licensed);
+    // The second copy starts once the first has activated: it reads the token from the store.
+    const [b] = client(f.keys.shared, 'shared.json', {}, { onLapsed: (v) => lapsed.push(v) });
+    assert.strictEqual((await b.activate('one-machine')).alreadyActivated, true);
+    assert.ok((await b.check()).licensed);
+    await a.close();
+    const v = await b.renew();
+    assert.deepStrictEqual([v.licensed, v.reason], [false, 'seat_lapsed']);
+    assert.deepStrictEqual(lapsed.map((x) => x.reason), ['seat_lapsed']);
+    // As after any lapse, activate takes the seat again.
+    await b.activate('one-machine');
+    assert.ok((await b.check()).licensed);
+    await b.close();
+  });
 });

@@ -362,6 +362,14 @@ def verify_lease(token: str, keys: Dict[str, Any], product_id: str, now: float, 
     return claims
 
 
+def _lease_floats(lease: Optional[str]) -> bool:
+    """The stored lease (verified when it was stored) is of a floating seat."""
+    try:
+        return json.loads(_b64url((lease or "").split(".")[1])).get("floating") is True
+    except (ValueError, IndexError, AttributeError):
+        return False
+
+
 def _unverified_tenant(lease: str) -> str:
     """The tenant_id claim of a lease whose signature is not checked yet ("" if none)."""
     try:
@@ -747,6 +755,11 @@ class Client:
                 return self._offline_verdict()
             reason = {"seat_lease_expired": "seat_lapsed", "invalid_activation_token": "not_activated",
                       "fingerprint_mismatch": "machine_mismatch"}.get(e.code, e.code)
+            if e.code == "invalid_activation_token" and _lease_floats(self._state.get("lease")):
+                # The floating seat this client held is gone: released by another copy of the
+                # app sharing its store and instance id, or in the portal. For the app it is a
+                # lapse like any other: reported, and activate takes a seat again.
+                reason = "seat_lapsed"
             with self._lock:
                 lapsed_lease = self._state.pop("lease", None)
                 if e.code in ("license_not_found", "license_not_active", "license_expired"):
@@ -825,9 +838,5 @@ class Client:
         lease, token = self._state.get("lease"), self._state.get("token")
         if not lease or not token:
             return
-        try:
-            floating = json.loads(_b64url(lease.split(".")[1])).get("floating") is True
-        except (ValueError, IndexError):
-            floating = False
-        if floating:
+        if _lease_floats(lease):
             self.deactivate()

@@ -418,3 +418,21 @@ def test_scenario_clock_10_minutes_behind_clock_tampered_asked_once(lw):
     assert s.check().licensed, "the clock set right"
     s.wait_renewal()
 
+
+def test_scenario_two_copies_share_a_store_and_a_floating_seat_closing_one_is_a_lapse_for_the_other(lw):
+    lapsed = []
+    a, _ = lw.client(F["keys"]["shared"], "shared.json", {})
+    a.activate("one-machine")
+    assert a.check().licensed
+    # The second copy starts once the first has activated: it reads the token from the store.
+    b, _ = lw.client(F["keys"]["shared"], "shared.json", {}, on_lapsed=lapsed.append)
+    assert b.activate("one-machine")["already_activated"] is True
+    assert b.check().licensed
+    a.close()
+    v = b.renew()
+    assert (v.licensed, v.reason) == (False, "seat_lapsed")
+    assert [x.reason for x in lapsed] == ["seat_lapsed"]
+    # As after any lapse, activate takes the seat again.
+    b.activate("one-machine")
+    assert b.check().licensed
+    b.close()
