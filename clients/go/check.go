@@ -110,20 +110,24 @@ type Verdict struct {
 	// clock_tampered, components_required.
 	Reason string
 	// Offline: answered from the stored lease without reaching the server.
-	Offline          bool
-	Tier             string
-	Entitlements     []string
-	Limits           map[string]float64
-	Floating         bool
+	Offline      bool
+	Tier         string
+	Entitlements []string
+	Limits       map[string]float64
+	Floating     bool
+	// LeaseExpiresAt and RenewAfter are the lease's exp and renew_after on this machine's
+	// clock (Config.Now): the server's times less the lease's ClockOffset, so an app that
+	// schedules its own checks by them keeps to the server's timing whatever the clock.
 	LeaseExpiresAt   time.Time
 	RenewAfter       time.Time
 	LicenseExpiresAt *time.Time
 }
 
 func verdictOf(claims *LeaseClaims, offline bool) Verdict {
+	offset := claims.ClockOffset()
 	v := Verdict{Licensed: true, Reason: "licensed", Offline: offline, Tier: claims.Tier, Entitlements: claims.Entitlements,
-		Limits: claims.Limits, Floating: claims.Floating, LeaseExpiresAt: time.Unix(claims.ExpiresAt, 0),
-		RenewAfter: time.Unix(claims.RenewAfter, 0)}
+		Limits: claims.Limits, Floating: claims.Floating, LeaseExpiresAt: time.Unix(claims.ExpiresAt, 0).Add(-offset),
+		RenewAfter: time.Unix(claims.RenewAfter, 0).Add(-offset)}
 	if claims.LicenseExpiresAt != nil {
 		t := time.Unix(*claims.LicenseExpiresAt, 0)
 		v.LicenseExpiresAt = &t
@@ -149,15 +153,20 @@ func (c *Client) Check(ctx context.Context) Verdict {
 	if st.Lease != "" {
 		claims, err := c.verifyLease(ctx, st.Lease, st.NewestIAT)
 		if err == nil {
-			if !c.cfg.Now().Before(time.Unix(claims.RenewAfter, 0)) {
+			v := verdictOf(claims, true)
+			if !c.cfg.Now().Before(v.RenewAfter) {
 				c.renewInBackground()
 			}
-			return verdictOf(claims, true)
+			return v
 		}
 		var e *Error
-		if errors.As(err, &e) && e.Code != "expired" {
+		movedBack := errors.As(err, &e) && e.Code == "clock_tampered" && claims != nil && !clockBehind(c.cfg.Now(), claims.IssuedAt, st.NewestIAT)
+		if e != nil && e.Code != "expired" && !movedBack {
 			return Verdict{Reason: e.Code}
 		}
+		// The lease ran out, or the clock moved back since it was asked for but is not
+		// behind the server's: a lease asked for now measures the clock anew (out of
+		// reach, the stored lease answers as before).
 	}
 	return c.Renew(ctx)
 }
@@ -173,7 +182,8 @@ func (c *Client) Renew(ctx context.Context) Verdict {
 	var out struct {
 		Lease string `json:"lease"`
 	}
-	err := c.do(ctx, "POST", "/v1/leases", map[string]any{"key": c.cfg.Key, "token": st.Token, "components": c.cfg.Components}, &out)
+	err := c.do(ctx, "POST", "/v1/leases", map[string]any{"key": c.cfg.Key, "token": st.Token, "components": c.cfg.Components,
+		"nonce": clockNonce(c.cfg.Now())}, &out)
 	if err != nil {
 		var e *Error
 		errors.As(err, &e)
@@ -182,6 +192,12 @@ func (c *Client) Renew(ctx context.Context) Verdict {
 		}
 		reason := map[string]string{"seat_lease_expired": "seat_lapsed", "invalid_activation_token": "not_activated",
 			"fingerprint_mismatch": "machine_mismatch"}[e.Code]
+		if e.Code == "invalid_activation_token" && leaseFloats(st.Lease) {
+			// The floating seat this client held is gone: released by another copy of the
+			// app sharing its store and instance id, or in the portal. For the app it is a
+			// lapse like any other: reported, and activate takes a seat again.
+			reason = "seat_lapsed"
+		}
 		if reason == "" {
 			reason = e.Code
 		}
@@ -206,6 +222,16 @@ func (c *Client) Renew(ctx context.Context) Verdict {
 	if verr != nil {
 		var e *Error
 		errors.As(verr, &e)
+		if e.Code == "clock_tampered" && claims != nil {
+			// A genuine lease, refused only because this clock is behind the server's: kept,
+			// so later checks answer clock_tampered from it without asking again, and
+			// licensed once the clock is right.
+			c.mu.Lock()
+			c.state.Lease = out.Lease
+			c.state.NewestIAT = max(c.state.NewestIAT, claims.IssuedAt)
+			_ = c.saveLocked()
+			c.mu.Unlock()
+		}
 		return Verdict{Reason: e.Code}
 	}
 	c.mu.Lock()
@@ -302,20 +328,25 @@ func (c *Client) verifyLease(ctx context.Context, lease string, newestIAT int64)
 
 // unverifiedTenant reads the tenant_id claim of a lease whose signature is not checked
 // yet ("" if there is none).
-func unverifiedTenant(lease string) string {
+func unverifiedTenant(lease string) string { return unverifiedClaims(lease).TenantID }
+
+// leaseFloats: the stored lease (verified when it was stored) is of a floating seat.
+func leaseFloats(lease string) bool { return unverifiedClaims(lease).Floating }
+
+// unverifiedClaims reads the claims of a lease without checking its signature (zero
+// claims if they cannot be read).
+func unverifiedClaims(lease string) LeaseClaims {
+	var claims LeaseClaims
 	parts := strings.Split(lease, ".")
 	if len(parts) != 3 {
-		return ""
+		return claims
 	}
 	payload, err := base64.RawURLEncoding.DecodeString(parts[1])
 	if err != nil {
-		return ""
-	}
-	var claims struct {
-		TenantID string `json:"tenant_id"`
+		return claims
 	}
 	_ = json.Unmarshal(payload, &claims)
-	return claims.TenantID
+	return claims
 }
 
 func (c *Client) renewInBackground() {
@@ -355,6 +386,12 @@ func (c *Client) WaitRenewal() {
 func (c *Client) Heartbeat(ctx context.Context) {
 	for {
 		v := c.Check(ctx)
+		if v.Licensed && !c.cfg.Now().Before(v.RenewAfter) {
+			// Check renews a lease past its renew_after in the background, one renewal at a
+			// time: the lease it brings sets the next wait.
+			c.WaitRenewal()
+			v = c.Check(ctx)
+		}
 		wait := time.Minute
 		if v.Licensed {
 			wait = max(v.RenewAfter.Sub(c.cfg.Now()), time.Second)
@@ -364,10 +401,7 @@ func (c *Client) Heartbeat(ctx context.Context) {
 			return
 		case <-c.stop:
 			return
-		case <-time.After(wait):
-			if v.Licensed && !c.cfg.Now().Before(v.RenewAfter) {
-				c.Renew(ctx)
-			}
+		case <-c.after(wait):
 		}
 	}
 }

@@ -91,6 +91,8 @@ type Client struct {
 	lapseReported string
 	stop          chan struct{}
 	stopOnce      sync.Once
+	// after is the heartbeat's timer (time.After; the live tests move their clock instead).
+	after func(time.Duration) <-chan time.Time
 }
 
 // New returns a client; it reads the store but sends nothing.
@@ -105,7 +107,7 @@ func New(cfg Config) (*Client, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	c := &Client{cfg: cfg, http: cfg.HTTPClient, log: cfg.Logger, store: cfg.Store, stop: make(chan struct{})}
+	c := &Client{cfg: cfg, http: cfg.HTTPClient, log: cfg.Logger, store: cfg.Store, stop: make(chan struct{}), after: time.After}
 	if c.http == nil {
 		c.http = &http.Client{}
 	}

@@ -4,6 +4,7 @@ import (
 	"crypto/ed25519"
 	"encoding/base64"
 	"encoding/json"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -79,6 +80,34 @@ type LeaseClaims struct {
 // the clock may fall back below the newest iat seen, before the verdict is clock_tampered.
 const ClockTolerance = 5 * time.Minute
 
+// ClockNoncePrefix starts the nonce the SDKs send with every lease request: the local
+// clock at the request, in Unix seconds. The server signs it into the lease, so the lease
+// itself says how far this machine's clock was from the server's when it was asked for
+// (ClockOffset), and an edited store cannot change that.
+const ClockNoncePrefix = "local-time:"
+
+// clockNonce is the nonce of a lease request sent at now.
+func clockNonce(now time.Time) string {
+	return ClockNoncePrefix + strconv.FormatInt(now.Unix(), 10)
+}
+
+// ClockOffset is how far the server's clock was ahead of this machine's when the lease
+// was asked for: its iat less the local time the SDK's nonce carries (negative when the
+// local clock is ahead; 0 for a lease without that nonce). The lease's times are the
+// server's: its renew_after and exp are judged on the local clock plus this offset, so a
+// machine whose clock is wrong is neither renewing all the time nor unlicensed online.
+func (c *LeaseClaims) ClockOffset() time.Duration {
+	asked, ok := strings.CutPrefix(c.Nonce, ClockNoncePrefix)
+	if !ok {
+		return 0
+	}
+	t, err := strconv.ParseInt(asked, 10, 64)
+	if err != nil {
+		return 0
+	}
+	return time.Duration(c.IssuedAt-t) * time.Second
+}
+
 // LeaseCheck is what a lease is checked against.
 type LeaseCheck struct {
 	ProductID  string
@@ -94,6 +123,13 @@ type LeaseCheck struct {
 // verdict: invalid_lease (malformed, unknown key, bad signature, not EdDSA),
 // wrong_product (aud), wrong_license (sub), clock_tampered, expired, machine_mismatch
 // (the lease is bound to components of which this machine has none).
+//
+// exp is judged on the lease's clock: c.Now plus the lease's ClockOffset. The offset
+// only corrects a clock that was already wrong when the lease was asked for: it cannot
+// lengthen a lease, because a clock moved back after the request moves the lease's clock
+// back as well, and more than ClockTolerance below the request is clock_tampered like a
+// clock behind the server's (iat, or the newest iat seen, more than ClockTolerance ahead
+// of the local clock).
 func VerifyLease(token string, keys JWKS, c LeaseCheck) (*LeaseClaims, error) {
 	invalid := func(why string) (*LeaseClaims, error) {
 		return nil, &Error{Code: "invalid_lease", Message: "lease " + why}
@@ -127,20 +163,29 @@ func VerifyLease(token string, keys JWKS, c LeaseCheck) (*LeaseClaims, error) {
 	if err := json.Unmarshal(pb, &claims); err != nil {
 		return invalid("claims are malformed")
 	}
-	switch now := c.Now.Unix(); {
+	leaseNow := c.Now.Add(claims.ClockOffset()).Unix()
+	switch {
 	case claims.Audience != c.ProductID:
 		return &claims, &Error{Code: "wrong_product", Message: "lease is for another product"}
 	case c.LicenseKey != "" && claims.Subject != c.LicenseKey:
 		return &claims, &Error{Code: "wrong_license", Message: "lease is for another license"}
-	case claims.IssuedAt > now+int64(ClockTolerance/time.Second),
-		c.NewestIssuedAt > now+int64(ClockTolerance/time.Second):
+	case clockBehind(c.Now, claims.IssuedAt, c.NewestIssuedAt):
 		return &claims, &Error{Code: "clock_tampered", Message: "the local clock is behind the lease's issue time"}
-	case now >= claims.ExpiresAt:
+	case clockBehind(time.Unix(leaseNow, 0), claims.IssuedAt, c.NewestIssuedAt):
+		return &claims, &Error{Code: "clock_tampered", Message: "the local clock moved back since the lease was asked for"}
+	case leaseNow >= claims.ExpiresAt:
 		return &claims, &Error{Code: "expired", Message: "lease expired"}
 	case !componentsMatch(claims.Components, c.Components):
 		return &claims, &Error{Code: "machine_mismatch", Message: "lease is bound to another machine"}
 	}
 	return &claims, nil
+}
+
+// clockBehind: the clock is more than ClockTolerance behind the lease's iat or the newest
+// iat seen (the server's clock).
+func clockBehind(now time.Time, iat, newestIAT int64) bool {
+	limit := now.Add(ClockTolerance).Unix()
+	return iat > limit || newestIAT > limit
 }
 
 // componentsMatch: a lease bound to components needs at least one of them equal here

@@ -29,6 +29,9 @@ type liveFixture struct {
 	ExportJSON   string            `json:"export_json"`
 	LeaseKeys    json.RawMessage   `json:"lease_keys"`
 	FloatingTTL  int               `json:"floating_ttl"`
+	// FloatingHourRenewAfter is the renew_after (seconds after iat) of the floating-hour
+	// tier, whose seat the skewfloat key takes.
+	FloatingHourRenewAfter int `json:"floating_hour_renew_after"`
 }
 
 func live(t *testing.T) *liveFixture {
@@ -73,6 +76,27 @@ func (f *liveFixture) idempotencyKeys(t *testing.T) []string {
 		t.Fatal(err)
 	}
 	return out.Keys
+}
+
+// leaseRequests is how many POST /v1/leases the proxy saw since its last reset.
+func (f *liveFixture) leaseRequests(t *testing.T) int {
+	t.Helper()
+	resp, err := http.Post(f.Control+"/count", "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out struct{ Routes []string }
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, r := range out.Routes {
+		if r == "POST /v1/leases" {
+			n++
+		}
+	}
+	return n
 }
 
 // fakeClock is a clock the scenarios move.
@@ -558,5 +582,139 @@ func TestLiveLeaseScenarios(t *testing.T) {
 		if len(lapsed) != 1 || lapsed[0].Reason != "seat_lapsed" {
 			t.Fatalf("OnLapsed calls: %+v", lapsed)
 		}
+	})
+	t.Run("scenario: clock 15 minutes ahead, floating: renewals at renew_after, not every tick", func(t *testing.T) {
+		clock := &fakeClock{now: time.Now().Add(15 * time.Minute)}
+		c, err := New(Config{URL: f.URL, ProductID: f.ProductID, Key: f.Keys["skewfloat"], LeaseKeys: f.LeaseKeys,
+			StorePath: filepath.Join(dir, "skewfloat.json"), Components: map[string]string{}, Now: clock.Now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Activate(ctx, "skewed"); err != nil {
+			t.Fatal(err)
+		}
+		f.control(t, "reset")
+		// The heartbeat's waits pass on the client's clock, not the test's: a fixed number
+		// of ticks, whatever they wait, then the lease requests are counted.
+		const ticks = 6
+		beat, stop := context.WithCancel(ctx)
+		n, start := 0, clock.Now()
+		c.after = func(d time.Duration) <-chan time.Time {
+			clock.Advance(d)
+			if n++; n == ticks {
+				stop()
+			}
+			tick := make(chan time.Time, 1)
+			tick <- clock.Now()
+			return tick
+		}
+		c.Heartbeat(beat)
+		c.WaitRenewal()
+		// The manners: a renewal at each lease's renew_after, so over the ticks' time the
+		// first lease, one renewal per renew_after elapsed, and one due as the window ends.
+		elapsed := clock.Now().Sub(start)
+		limit := 2 + int(elapsed/(time.Duration(f.FloatingHourRenewAfter)*time.Second))
+		if got := f.leaseRequests(t); got > limit || got < 2 {
+			t.Fatalf("%d lease requests in %d heartbeat ticks (%s on the client's clock), want 2 to %d", got, ticks, elapsed, limit)
+		}
+		if v := c.Check(ctx); !v.Licensed || !v.Offline {
+			t.Fatalf("after the heartbeat: %+v", v)
+		}
+		if err := c.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Run("scenario: clock 2 hours ahead, licensed online", func(t *testing.T) {
+		c, clock := newClient(f.Keys["ahead"], "ahead.json", here)
+		clock.Advance(2 * time.Hour)
+		if _, err := c.Activate(ctx, "ahead"); err != nil {
+			t.Fatal(err)
+		}
+		f.control(t, "reset")
+		if v := c.Check(ctx); !v.Licensed || v.Offline || v.LeaseExpiresAt.Sub(clock.Now()) < 50*time.Minute {
+			t.Fatalf("%+v (the lease's end on this clock: in %s)", v, v.LeaseExpiresAt.Sub(clock.Now()))
+		}
+		if v := c.Check(ctx); !v.Licensed || !v.Offline {
+			t.Fatalf("from the stored lease: %+v", v)
+		}
+		c.WaitRenewal()
+		if n := f.leaseRequests(t); n != 1 {
+			t.Fatalf("%d lease requests, want 1", n)
+		}
+		// Offline, the clock put back to the server's time: the lease's clock moves back
+		// with it, so the offset does not lengthen the lease.
+		f.control(t, "mode?m=down")
+		defer f.control(t, "mode?m=pass")
+		clock.Advance(-2 * time.Hour)
+		if v := c.Check(ctx); v.Licensed || v.Reason != "clock_tampered" {
+			t.Fatalf("clock moved back offline: %+v", v)
+		}
+	})
+	t.Run("scenario: clock 10 minutes behind, clock_tampered, asked once", func(t *testing.T) {
+		c, clock := newClient(f.Keys["behind"], "behind.json", here)
+		clock.Advance(-10 * time.Minute)
+		if _, err := c.Activate(ctx, "behind"); err != nil {
+			t.Fatal(err)
+		}
+		f.control(t, "reset")
+		for i := range 3 {
+			if v := c.Check(ctx); v.Licensed || v.Reason != "clock_tampered" {
+				t.Fatalf("check %d: %+v", i, v)
+			}
+		}
+		if n := f.leaseRequests(t); n != 1 {
+			t.Fatalf("%d lease requests, want 1", n)
+		}
+		clock.Advance(10 * time.Minute)
+		if v := c.Check(ctx); !v.Licensed {
+			t.Fatalf("the clock set right: %+v", v)
+		}
+		c.WaitRenewal()
+	})
+	t.Run("scenario: two copies share a store and a floating seat; closing one is a lapse for the other", func(t *testing.T) {
+		var lapsed []Verdict
+		var mu sync.Mutex
+		copyOf := func(onLapsed func(Verdict)) *Client {
+			c, err := New(Config{URL: f.URL, ProductID: f.ProductID, Key: f.Keys["shared"], LeaseKeys: f.LeaseKeys,
+				StorePath: filepath.Join(dir, "shared.json"), Components: map[string]string{}, OnLapsed: onLapsed})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return c
+		}
+		a := copyOf(nil)
+		if _, err := a.Activate(ctx, "one-machine"); err != nil {
+			t.Fatal(err)
+		}
+		if v := a.Check(ctx); !v.Licensed {
+			t.Fatalf("a: %+v", v)
+		}
+		// The second copy starts once the first has activated: it reads the token from the store.
+		b := copyOf(func(v Verdict) { mu.Lock(); lapsed = append(lapsed, v); mu.Unlock() })
+		if act, err := b.Activate(ctx, "one-machine"); err != nil || !act.AlreadyActivated {
+			t.Fatalf("b: %+v %v", act, err)
+		}
+		if v := b.Check(ctx); !v.Licensed {
+			t.Fatalf("b: %+v", v)
+		}
+		if err := a.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if v := b.Renew(ctx); v.Licensed || v.Reason != "seat_lapsed" {
+			t.Fatalf("b after a closed: %+v", v)
+		}
+		mu.Lock()
+		if len(lapsed) != 1 || lapsed[0].Reason != "seat_lapsed" {
+			t.Fatalf("OnLapsed calls: %+v", lapsed)
+		}
+		mu.Unlock()
+		// As after any lapse, activate takes the seat again.
+		if _, err := b.Activate(ctx, "one-machine"); err != nil {
+			t.Fatal(err)
+		}
+		if v := b.Check(ctx); !v.Licensed {
+			t.Fatalf("b activated again: %+v", v)
+		}
+		_ = b.Close(ctx)
 	})
 }

@@ -135,6 +135,8 @@ func sdkFixture(t *testing.T, s *stack.Stack, sdk string) string {
 	putPolicy(t, a, productID, "pro", map[string]any{"lease_ttl_seconds": 3600, "renew_after_seconds": 600,
 		"fingerprint_match": "any", "entitlements": []string{"sync"}})
 	putPolicy(t, a, productID, "floating", map[string]any{"floating": true, "lease_ttl_seconds": 4, "renew_after_seconds": 2})
+	// Tier floating-hour: the probe's floating seat, an hour renewed after ten minutes.
+	putPolicy(t, a, productID, "floating-hour", map[string]any{"floating": true, "lease_ttl_seconds": 3600, "renew_after_seconds": 600})
 	floating := func() string {
 		return issueLicense(t, a, lic(productID, "tier", "floating", "max_activations", 1))
 	}
@@ -148,6 +150,13 @@ func sdkFixture(t *testing.T, s *stack.Stack, sdk string) string {
 		"killed":   floating(),
 		"lapsed":   floating(),
 		"offlapse": floating(),
+		// Two copies of the app sharing a store and a floating seat.
+		"shared": floating(),
+		// A machine whose clock is wrong: 15 minutes ahead (floating), 2 hours ahead, 10
+		// minutes behind.
+		"skewfloat": issueLicense(t, a, lic(productID, "tier", "floating-hour", "max_activations", 1)),
+		"ahead":     issue(),
+		"behind":    issue(),
 		// Two machines and a reinstall: tier pro binds machines, tier basic does not.
 		"twoseats": issue("max_activations", 2),
 		"unbound":  issue("tier", "basic"),
@@ -164,6 +173,8 @@ func sdkFixture(t *testing.T, s *stack.Stack, sdk string) string {
 		"export_json":    string(c.Get("/v1/export-license/"+keys["main"]+"/offline").Expect(t, 200).Body),
 		"lease_keys":     json.RawMessage(c.Get("/v1/lease-keys").Expect(t, 200).Body),
 		"floating_ttl":   4,
+		// The floating-hour tier's renew_after, in seconds after iat.
+		"floating_hour_renew_after": 600,
 	}
 	b, _ := json.Marshal(fixture)
 	return string(b)

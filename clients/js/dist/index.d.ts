@@ -101,6 +101,17 @@ export interface LeaseClaims {
 /** How far (seconds) a lease's iat may be ahead of the clock, and the clock may fall back
  * below the newest iat seen, before the verdict is clock_tampered. */
 export declare const CLOCK_TOLERANCE_SECONDS = 300;
+/** Starts the nonce the SDKs send with every lease request: the local clock at the
+ * request, in Unix seconds. The server signs it into the lease, so the lease itself says
+ * how far this machine's clock was from the server's when it was asked for
+ * (leaseClockOffset), and an edited store cannot change that. */
+export declare const CLOCK_NONCE_PREFIX = "local-time:";
+/** How far (seconds) the server's clock was ahead of this machine's when the lease was
+ * asked for: its iat less the local time the SDK's nonce carries (negative when the local
+ * clock is ahead; 0 for a lease without that nonce). The lease's times are the server's:
+ * its renew_after and exp are judged on the local clock plus this offset, so a machine
+ * whose clock is wrong is neither renewing all the time nor unlicensed online. */
+export declare function leaseClockOffset(claims: LeaseClaims): number;
 export interface LeaseCheck {
     productId: string;
     licenseKey?: string;
@@ -116,7 +127,14 @@ export declare class LeaseError extends KeyhouseError {
 }
 /** Checks a lease (a JWS signed with Ed25519) and returns its claims, or throws LeaseError
  * whose code is the verdict: invalid_lease, wrong_product, wrong_license, clock_tampered,
- * expired, machine_mismatch. */
+ * expired, machine_mismatch.
+ *
+ * exp is judged on the lease's clock: nowSeconds plus leaseClockOffset. The offset only
+ * corrects a clock that was already wrong when the lease was asked for: it cannot lengthen
+ * a lease, because a clock moved back after the request moves the lease's clock back as
+ * well, and more than CLOCK_TOLERANCE_SECONDS below the request is clock_tampered like a
+ * clock behind the server's (iat, or the newest iat seen, more than the tolerance ahead of
+ * the local clock). */
 export declare function verifyLease(token: string, keys: JWKS, c: LeaseCheck): LeaseClaims;
 /** Keeps the client's state (activation token, newest lease) between runs. */
 export interface Store {
@@ -278,6 +296,9 @@ export declare class Client {
     /** publicKeyPem and publicKeyPems, the RSA keys the app accepts. */
     private pinnedPublicKeys;
     private checkLease;
+    /** The lease's exp and renew_after are given on this machine's clock (the server's times
+     * less the lease's clock offset), so an app that schedules its own checks by them keeps
+     * to the server's timing whatever the clock. */
     private static verdictOf;
     /** Whether the app is licensed, offline first: a valid stored lease answers at once
      * (past its renew_after it is renewed in the background: see `renewal`); without one,
@@ -296,6 +317,9 @@ export declare class Client {
     /** Keeps a floating seat leased: renews at each lease's renew_after until close(),
      * reporting a lapsed seat through onLapsed. The timer does not keep Node running. */
     startHeartbeat(): void;
+    /** The heartbeat's timer, which does not keep Node running (the live tests move their
+     * clock instead). */
+    private heartbeatAfter;
     /** Stops the heartbeat and, for a floating seat, releases it at once. */
     close(): Promise<void>;
 }

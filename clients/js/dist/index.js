@@ -1,6 +1,6 @@
 "use strict";
 Object.defineProperty(exports, "__esModule", { value: true });
-exports.Client = exports.USAGE_RETRY_DELAY_MS = exports.USAGE_RETRIES = exports.MAX_BACKOFF_MS = exports.MIN_FAILING_INTERVAL_MS = exports.FileStore = exports.LeaseError = exports.CLOCK_TOLERANCE_SECONDS = exports.MANIFEST_SKEW_SECONDS = exports.KeyhouseError = void 0;
+exports.Client = exports.USAGE_RETRY_DELAY_MS = exports.USAGE_RETRIES = exports.MAX_BACKOFF_MS = exports.MIN_FAILING_INTERVAL_MS = exports.FileStore = exports.LeaseError = exports.CLOCK_NONCE_PREFIX = exports.CLOCK_TOLERANCE_SECONDS = exports.MANIFEST_SKEW_SECONDS = exports.KeyhouseError = void 0;
 exports.errorCode = errorCode;
 exports.hashComponent = hashComponent;
 exports.inContainer = inContainer;
@@ -9,6 +9,7 @@ exports.instanceId = instanceId;
 exports.writeFileAtomic = writeFileAtomic;
 exports.verifyOfflineExport = verifyOfflineExport;
 exports.verifyManifest = verifyManifest;
+exports.leaseClockOffset = leaseClockOffset;
 exports.verifyLease = verifyLease;
 // Client of a Keyhouse license server for Node 18+ and Electron's main process, with no
 // dependency beyond Node's built-ins.
@@ -259,6 +260,27 @@ function verifyManifest(release, request, publicKeyPem, nowMs = Date.now(), maxA
 /** How far (seconds) a lease's iat may be ahead of the clock, and the clock may fall back
  * below the newest iat seen, before the verdict is clock_tampered. */
 exports.CLOCK_TOLERANCE_SECONDS = 300;
+/** Starts the nonce the SDKs send with every lease request: the local clock at the
+ * request, in Unix seconds. The server signs it into the lease, so the lease itself says
+ * how far this machine's clock was from the server's when it was asked for
+ * (leaseClockOffset), and an edited store cannot change that. */
+exports.CLOCK_NONCE_PREFIX = 'local-time:';
+/** How far (seconds) the server's clock was ahead of this machine's when the lease was
+ * asked for: its iat less the local time the SDK's nonce carries (negative when the local
+ * clock is ahead; 0 for a lease without that nonce). The lease's times are the server's:
+ * its renew_after and exp are judged on the local clock plus this offset, so a machine
+ * whose clock is wrong is neither renewing all the time nor unlicensed online. */
+function leaseClockOffset(claims) {
+    const nonce = claims.nonce || '';
+    if (!nonce.startsWith(exports.CLOCK_NONCE_PREFIX) || !/^-?\d+$/.test(nonce.slice(exports.CLOCK_NONCE_PREFIX.length)))
+        return 0;
+    return claims.iat - Number(nonce.slice(exports.CLOCK_NONCE_PREFIX.length));
+}
+/** The clock is more than CLOCK_TOLERANCE_SECONDS behind the lease's iat or the newest iat
+ * seen (the server's clock). */
+function clockBehind(nowSeconds, iat, newestIat = 0) {
+    return iat > nowSeconds + exports.CLOCK_TOLERANCE_SECONDS || newestIat > nowSeconds + exports.CLOCK_TOLERANCE_SECONDS;
+}
 /** Thrown by verifyLease; `claims` are set when the signature verified. */
 class LeaseError extends KeyhouseError {
     constructor(code, message, claims, unknownKid = false) {
@@ -276,7 +298,14 @@ function b64url(s) {
 }
 /** Checks a lease (a JWS signed with Ed25519) and returns its claims, or throws LeaseError
  * whose code is the verdict: invalid_lease, wrong_product, wrong_license, clock_tampered,
- * expired, machine_mismatch. */
+ * expired, machine_mismatch.
+ *
+ * exp is judged on the lease's clock: nowSeconds plus leaseClockOffset. The offset only
+ * corrects a clock that was already wrong when the lease was asked for: it cannot lengthen
+ * a lease, because a clock moved back after the request moves the lease's clock back as
+ * well, and more than CLOCK_TOLERANCE_SECONDS below the request is clock_tampered like a
+ * clock behind the server's (iat, or the newest iat seen, more than the tolerance ahead of
+ * the local clock). */
 function verifyLease(token, keys, c) {
     const parts = typeof token === 'string' ? token.split('.') : [];
     if (parts.length !== 3)
@@ -312,15 +341,18 @@ function verifyLease(token, keys, c) {
     catch {
         throw new LeaseError('invalid_lease', 'lease claims are malformed');
     }
-    const now = c.nowSeconds;
+    const leaseNow = c.nowSeconds + leaseClockOffset(claims);
     if (claims.aud !== c.productId)
         throw new LeaseError('wrong_product', 'lease is for another product', claims);
     if (c.licenseKey && claims.sub !== c.licenseKey)
         throw new LeaseError('wrong_license', 'lease is for another license', claims);
-    if (claims.iat > now + exports.CLOCK_TOLERANCE_SECONDS || (c.newestIatSeen || 0) > now + exports.CLOCK_TOLERANCE_SECONDS) {
+    if (clockBehind(c.nowSeconds, claims.iat, c.newestIatSeen)) {
         throw new LeaseError('clock_tampered', "the local clock is behind the lease's issue time", claims);
     }
-    if (now >= claims.exp)
+    if (clockBehind(leaseNow, claims.iat, c.newestIatSeen)) {
+        throw new LeaseError('clock_tampered', 'the local clock moved back since the lease was asked for', claims);
+    }
+    if (leaseNow >= claims.exp)
         throw new LeaseError('expired', 'lease expired', claims);
     // A bound lease needs one of its components equal here (the server applies the
     // policy's stricter rule at every renewal).
@@ -329,6 +361,15 @@ function verifyLease(token, keys, c) {
         throw new LeaseError('machine_mismatch', 'lease is bound to another machine', claims);
     }
     return claims;
+}
+/** The stored lease (verified when it was stored) is of a floating seat. */
+function leaseFloats(lease) {
+    try {
+        return JSON.parse(b64url((lease || '').split('.')[1]).toString('utf8')).floating === true;
+    }
+    catch {
+        return false;
+    }
 }
 /** The tenant_id claim of a lease whose signature is not checked yet ('' if none). */
 function unverifiedTenant(lease) {
@@ -627,10 +668,14 @@ class Client {
             return claims;
         }
     }
+    /** The lease's exp and renew_after are given on this machine's clock (the server's times
+     * less the lease's clock offset), so an app that schedules its own checks by them keeps
+     * to the server's timing whatever the clock. */
     static verdictOf(claims, offline) {
+        const offset = leaseClockOffset(claims);
         return {
             licensed: true, reason: 'licensed', offline, tier: claims.tier, entitlements: claims.entitlements, limits: claims.limits,
-            floating: claims.floating, leaseExpiresAt: new Date(claims.exp * 1000), renewAfter: new Date(claims.renew_after * 1000),
+            floating: claims.floating, leaseExpiresAt: new Date((claims.exp - offset) * 1000), renewAfter: new Date((claims.renew_after - offset) * 1000),
             licenseExpiresAt: claims.license_expires_at == null ? null : new Date(claims.license_expires_at * 1000),
         };
     }
@@ -646,17 +691,22 @@ class Client {
             return { licensed: false, reason: 'not_activated' };
         if (this.state.lease) {
             try {
-                const claims = await this.checkLease(this.state.lease);
-                if (this.now() >= claims.renew_after * 1000 && !this.renewal) {
+                const v = Client.verdictOf(await this.checkLease(this.state.lease), true);
+                if (this.now() >= v.renewAfter.getTime() && !this.renewal) {
                     this.renewal = this.renew().finally(() => {
                         this.renewal = null;
                     });
                 }
-                return Client.verdictOf(claims, true);
+                return v;
             }
             catch (err) {
-                if (err instanceof KeyhouseError && err.code !== 'expired')
-                    return { licensed: false, reason: err.code };
+                const e = err;
+                const movedBack = e.code === 'clock_tampered' && !!e.claims && !clockBehind(Math.floor(this.now() / 1000), e.claims.iat, this.state.newest_iat);
+                if (err instanceof KeyhouseError && e.code !== 'expired' && !movedBack)
+                    return { licensed: false, reason: e.code };
+                // The lease ran out, or the clock moved back since it was asked for but is not
+                // behind the server's: a lease asked for now measures the clock anew (out of
+                // reach, the stored lease answers as before).
             }
         }
         return this.renew();
@@ -671,13 +721,19 @@ class Client {
             return { licensed: false, reason: 'not_activated' };
         let lease;
         try {
-            lease = (await this.request('POST', '/v1/leases', { key: this.opts.key, token: this.state.token, components: this.components })).lease;
+            const nonce = exports.CLOCK_NONCE_PREFIX + Math.floor(this.now() / 1000);
+            lease = (await this.request('POST', '/v1/leases', { key: this.opts.key, token: this.state.token, components: this.components, nonce })).lease;
         }
         catch (err) {
             const e = err;
             if (!(e instanceof KeyhouseError) || e.status === 0 || e.status === 429 || e.status >= 500)
                 return this.offlineVerdict();
-            const reason = { seat_lease_expired: 'seat_lapsed', invalid_activation_token: 'not_activated', fingerprint_mismatch: 'machine_mismatch' }[e.code] || e.code;
+            let reason = { seat_lease_expired: 'seat_lapsed', invalid_activation_token: 'not_activated', fingerprint_mismatch: 'machine_mismatch' }[e.code] || e.code;
+            // The floating seat this client held is gone: released by another copy of the app
+            // sharing its store and instance id, or in the portal. For the app it is a lapse like
+            // any other: reported, and activate takes a seat again.
+            if (e.code === 'invalid_activation_token' && leaseFloats(this.state.lease))
+                reason = 'seat_lapsed';
             const lapsedLease = this.state.lease;
             delete this.state.lease;
             if (['license_not_found', 'license_not_active', 'license_expired'].includes(e.code))
@@ -699,6 +755,15 @@ class Client {
             return Client.verdictOf(claims, false);
         }
         catch (err) {
+            const e = err;
+            if (e instanceof LeaseError && e.code === 'clock_tampered' && e.claims) {
+                // A genuine lease, refused only because this clock is behind the server's: kept, so
+                // later checks answer clock_tampered from it without asking again, and licensed
+                // once the clock is right.
+                this.state.lease = lease;
+                this.state.newest_iat = Math.max(this.state.newest_iat || 0, e.claims.iat);
+                this.save();
+            }
             return { licensed: false, reason: err instanceof KeyhouseError ? err.code : 'invalid_lease' };
         }
     }
@@ -736,15 +801,22 @@ class Client {
             if (this.closed)
                 return;
             let v = await this.check();
-            if (v.licensed && v.renewAfter && this.now() >= v.renewAfter.getTime())
-                v = (await this.renewal) || (await this.renew());
-            const wait = v.licensed && v.renewAfter ? Math.max(v.renewAfter.getTime() - this.now(), 1000) : exports.MIN_FAILING_INTERVAL_MS;
-            if (!this.closed) {
-                this.heartbeatTimer = setTimeout(beat, wait);
-                this.heartbeatTimer.unref();
+            // check() renews a lease past its renew_after in the background, one renewal at a
+            // time: the lease it brings sets the next wait.
+            if (v.licensed && v.renewAfter && this.now() >= v.renewAfter.getTime() && this.renewal) {
+                await this.renewal;
+                v = await this.check();
             }
+            const wait = v.licensed && v.renewAfter ? Math.max(v.renewAfter.getTime() - this.now(), 1000) : exports.MIN_FAILING_INTERVAL_MS;
+            if (!this.closed)
+                this.heartbeatTimer = this.heartbeatAfter(beat, wait);
         };
         void beat();
+    }
+    /** The heartbeat's timer, which does not keep Node running (the live tests move their
+     * clock instead). */
+    heartbeatAfter(beat, waitMs) {
+        return setTimeout(beat, waitMs).unref();
     }
     /** Stops the heartbeat and, for a floating seat, releases it at once. */
     async close() {
@@ -755,14 +827,7 @@ class Client {
             await this.renewal;
         if (!this.state.token || !this.state.lease)
             return;
-        let floating = false;
-        try {
-            floating = JSON.parse(b64url(this.state.lease.split('.')[1]).toString('utf8')).floating === true;
-        }
-        catch {
-            floating = false;
-        }
-        if (floating)
+        if (leaseFloats(this.state.lease))
             await this.deactivate();
     }
 }

@@ -23,6 +23,12 @@ async function idempotencyKeys() {
   return (await resp.json()).idempotency_keys;
 }
 
+/** How many POST /v1/leases the proxy saw since its last reset. */
+async function leaseRequests() {
+  const resp = await fetch(`${f.control}/count`, { method: 'POST' });
+  return (await resp.json()).routes.filter((r) => r === 'POST /v1/leases').length;
+}
+
 const hasCode = (code) => (err) => err instanceof KeyhouseError && err.code === code;
 
 test('live scenarios', { skip }, async (t) => {
@@ -324,5 +330,94 @@ test('live lease scenarios', { skip }, async (t) => {
     const v = await s.check();
     assert.deepStrictEqual([v.licensed, v.reason], [false, 'seat_lapsed']);
     assert.deepStrictEqual(lapsed.map((x) => x.reason), ['seat_lapsed']);
+  });
+
+  await t.test('scenario: clock 15 minutes ahead, floating: renewals at renew_after, not every tick', async () => {
+    const [s, clock] = client(f.keys.skewfloat, 'skewfloat.json', {});
+    clock.now += 15 * 60_000;
+    await s.activate('skewed');
+    await control('reset');
+    // The heartbeat's waits pass on the client's clock, not the test's: a fixed number of
+    // ticks, whatever they wait, then the lease requests are counted.
+    const ticks = 6;
+    const start = clock.now;
+    let n = 0;
+    await new Promise((done) => {
+      s.heartbeatAfter = (beat, waitMs) => {
+        clock.now += waitMs;
+        if (++n < ticks) setImmediate(beat);
+        else done();
+        return null;
+      };
+      s.startHeartbeat();
+    });
+    if (s.pendingRenewal) await s.pendingRenewal;
+    // The manners: a renewal at each lease's renew_after, so over the ticks' time the first
+    // lease, one renewal per renew_after elapsed, and one due as the window ends.
+    const elapsed = clock.now - start;
+    const limit = 2 + Math.floor(elapsed / (f.floating_hour_renew_after * 1000));
+    const got = await leaseRequests();
+    assert.ok(got >= 2 && got <= limit, `${got} lease requests in ${ticks} heartbeat ticks (${elapsed} ms on the client's clock), want 2 to ${limit}`);
+    const v = await s.check();
+    assert.ok(v.licensed && v.offline, JSON.stringify(v));
+    await s.close();
+  });
+
+  await t.test('scenario: clock 2 hours ahead, licensed online', async () => {
+    const [s, clock] = client(f.keys.ahead, 'ahead.json', here);
+    clock.now += 2 * 3600_000;
+    await s.activate('ahead');
+    await control('reset');
+    const v = await s.check();
+    assert.ok(v.licensed && !v.offline, JSON.stringify(v));
+    assert.ok(v.leaseExpiresAt.getTime() - clock.now > 50 * 60_000, `the lease's end on this clock: ${v.leaseExpiresAt.toISOString()}`);
+    const again = await s.check();
+    assert.ok(again.licensed && again.offline, JSON.stringify(again));
+    if (s.pendingRenewal) await s.pendingRenewal;
+    assert.strictEqual(await leaseRequests(), 1);
+    // Offline, the clock put back to the server's time: the lease's clock moves back with
+    // it, so the offset does not lengthen the lease.
+    await control('mode?m=down');
+    try {
+      clock.now -= 2 * 3600_000;
+      const back = await s.check();
+      assert.deepStrictEqual([back.licensed, back.reason], [false, 'clock_tampered']);
+    } finally {
+      await control('mode?m=pass');
+    }
+  });
+
+  await t.test('scenario: clock 10 minutes behind, clock_tampered, asked once', async () => {
+    const [s, clock] = client(f.keys.behind, 'behind.json', here);
+    clock.now -= 10 * 60_000;
+    await s.activate('behind');
+    await control('reset');
+    for (let i = 0; i < 3; i++) {
+      const v = await s.check();
+      assert.deepStrictEqual([v.licensed, v.reason], [false, 'clock_tampered'], `check ${i}`);
+    }
+    assert.strictEqual(await leaseRequests(), 1);
+    clock.now += 10 * 60_000;
+    assert.ok((await s.check()).licensed, 'the clock set right');
+    if (s.pendingRenewal) await s.pendingRenewal;
+  });
+
+  await t.test('scenario: two copies share a store and a floating seat; closing one is a lapse for the other', async () => {
+    const lapsed = [];
+    const [a] = client(f.keys.shared, 'shared.json', {});
+    await a.activate('one-machine');
+    assert.ok((await a.check()).licensed);
+    // The second copy starts once the first has activated: it reads the token from the store.
+    const [b] = client(f.keys.shared, 'shared.json', {}, { onLapsed: (v) => lapsed.push(v) });
+    assert.strictEqual((await b.activate('one-machine')).alreadyActivated, true);
+    assert.ok((await b.check()).licensed);
+    await a.close();
+    const v = await b.renew();
+    assert.deepStrictEqual([v.licensed, v.reason], [false, 'seat_lapsed']);
+    assert.deepStrictEqual(lapsed.map((x) => x.reason), ['seat_lapsed']);
+    // As after any lapse, activate takes the seat again.
+    await b.activate('one-machine');
+    assert.ok((await b.check()).licensed);
+    await b.close();
   });
 });

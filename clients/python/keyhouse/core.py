@@ -292,11 +292,44 @@ def _b64url(s: str) -> bytes:
     return base64.urlsafe_b64decode(s + "=" * (-len(s) % 4))
 
 
+# Starts the nonce the SDKs send with every lease request: the local clock at the request,
+# in Unix seconds. The server signs it into the lease, so the lease itself says how far this
+# machine's clock was from the server's when it was asked for (lease_clock_offset), and an
+# edited store cannot change that.
+CLOCK_NONCE_PREFIX = "local-time:"
+
+
+def lease_clock_offset(claims: Dict[str, Any]) -> int:
+    """How far (seconds) the server's clock was ahead of this machine's when the lease was
+    asked for: its iat less the local time the SDK's nonce carries (negative when the local
+    clock is ahead; 0 for a lease without that nonce). The lease's times are the server's:
+    its renew_after and exp are judged on the local clock plus this offset, so a machine
+    whose clock is wrong is neither renewing all the time nor unlicensed online."""
+    nonce = claims.get("nonce") or ""
+    asked = nonce[len(CLOCK_NONCE_PREFIX):]
+    if not nonce.startswith(CLOCK_NONCE_PREFIX) or not re.fullmatch(r"-?[0-9]+", asked):
+        return 0
+    return claims["iat"] - int(asked)
+
+
+def _clock_behind(now: float, iat: int, newest_iat: Optional[int]) -> bool:
+    """The clock is more than CLOCK_TOLERANCE_SECONDS behind the lease's iat or the newest
+    iat seen (the server's clock)."""
+    return iat > now + CLOCK_TOLERANCE_SECONDS or (newest_iat or 0) > now + CLOCK_TOLERANCE_SECONDS
+
+
 def verify_lease(token: str, keys: Dict[str, Any], product_id: str, now: float, components: Dict[str, str],
                  license_key: Optional[str] = None, newest_iat_seen: Optional[int] = None) -> Dict[str, Any]:
     """Checks a lease (a JWS signed with Ed25519) and returns its claims, or raises LeaseError
     whose code is the verdict: invalid_lease, wrong_product, wrong_license, clock_tampered,
-    expired, machine_mismatch."""
+    expired, machine_mismatch.
+
+    exp is judged on the lease's clock: now plus lease_clock_offset. The offset only
+    corrects a clock that was already wrong when the lease was asked for: it cannot lengthen
+    a lease, because a clock moved back after the request moves the lease's clock back as
+    well, and more than CLOCK_TOLERANCE_SECONDS below the request is clock_tampered like a
+    clock behind the server's (iat, or the newest iat seen, more than the tolerance ahead of
+    the local clock)."""
     parts = token.split(".") if isinstance(token, str) else []
     if len(parts) != 3:
         raise LeaseError("invalid_lease", "lease is not a JWS")
@@ -319,9 +352,12 @@ def verify_lease(token: str, keys: Dict[str, Any], product_id: str, now: float, 
         raise LeaseError("wrong_product", "lease is for another product", claims)
     if license_key and claims.get("sub") != license_key:
         raise LeaseError("wrong_license", "lease is for another license", claims)
-    if claims["iat"] > now + CLOCK_TOLERANCE_SECONDS or (newest_iat_seen or 0) > now + CLOCK_TOLERANCE_SECONDS:
+    lease_now = now + lease_clock_offset(claims)
+    if _clock_behind(now, claims["iat"], newest_iat_seen):
         raise LeaseError("clock_tampered", "the local clock is behind the lease's issue time", claims)
-    if now >= claims["exp"]:
+    if _clock_behind(lease_now, claims["iat"], newest_iat_seen):
+        raise LeaseError("clock_tampered", "the local clock moved back since the lease was asked for", claims)
+    if lease_now >= claims["exp"]:
         raise LeaseError("expired", "lease expired", claims)
     # A bound lease needs one of its components equal here (the server applies the
     # policy's stricter rule at every renewal).
@@ -329,6 +365,14 @@ def verify_lease(token: str, keys: Dict[str, Any], product_id: str, now: float, 
     if bound and not any(components.get(name) == v for name, v in bound.items()):
         raise LeaseError("machine_mismatch", "lease is bound to another machine", claims)
     return claims
+
+
+def _lease_floats(lease: Optional[str]) -> bool:
+    """The stored lease (verified when it was stored) is of a floating seat."""
+    try:
+        return json.loads(_b64url((lease or "").split(".")[1])).get("floating") is True
+    except (ValueError, IndexError, AttributeError):
+        return False
 
 
 def _unverified_tenant(lease: str) -> str:
@@ -379,8 +423,13 @@ class Verdict:
 
     @classmethod
     def of(cls, claims: Dict[str, Any], offline: bool) -> "Verdict":
+        # The lease's exp and renew_after on this machine's clock (the server's times less
+        # the lease's clock offset), so an app that schedules its own checks by them keeps
+        # to the server's timing whatever the clock.
+        offset = lease_clock_offset(claims)
         return cls(True, "licensed", offline, claims.get("tier"), claims.get("entitlements") or [], claims.get("limits") or {},
-                   bool(claims.get("floating")), claims["exp"], claims["renew_after"], claims.get("license_expires_at"))
+                   bool(claims.get("floating")), claims["exp"] - offset, claims["renew_after"] - offset,
+                   claims.get("license_expires_at"))
 
 
 # Failure backoff: after the n-th failure in a row (no answer, 429, 5xx) nothing is sent for
@@ -430,6 +479,8 @@ class Client:
         self._renewal: Optional[threading.Thread] = None
         self._stop = threading.Event()
         self._heartbeat: Optional[threading.Thread] = None
+        # The heartbeat's timer, which close() ends (the live tests move their clock instead).
+        self._heartbeat_wait: Callable[[float], Any] = self._stop.wait
         # The floating lease whose lapse on_lapsed was told of.
         self._lapse_reported: Optional[str] = None
         self._state: Dict[str, Any] = {"key": key}
@@ -679,13 +730,19 @@ class Client:
         lease = self._state.get("lease")
         if lease:
             try:
-                claims = self._check_lease(lease)
-                if self._now() >= claims["renew_after"]:
+                v = Verdict.of(self._check_lease(lease), True)
+                if self._now() >= v.renew_after:
                     self._renew_in_background()
-                return Verdict.of(claims, True)
+                return v
             except KeyhouseError as e:
-                if e.code != "expired":
+                claims = getattr(e, "claims", None)
+                moved_back = e.code == "clock_tampered" and claims is not None and \
+                    not _clock_behind(self._now(), claims["iat"], self._state.get("newest_iat"))
+                if e.code != "expired" and not moved_back:
                     return Verdict(False, e.code)
+                # The lease ran out, or the clock moved back since it was asked for but is
+                # not behind the server's: a lease asked for now measures the clock anew (out
+                # of reach, the stored lease answers as before).
         return self.renew()
 
     def _renew_in_background(self) -> None:
@@ -707,12 +764,19 @@ class Client:
         if not token:
             return Verdict(False, "not_activated")
         try:
-            lease = self._request("POST", "/v1/leases", {"key": self._key, "token": token, "components": self.components})["lease"]
+            nonce = CLOCK_NONCE_PREFIX + str(int(self._now()))
+            lease = self._request("POST", "/v1/leases", {"key": self._key, "token": token, "components": self.components,
+                                                         "nonce": nonce})["lease"]
         except KeyhouseError as e:
             if e.status == 0 or e.status == 429 or e.status >= 500:
                 return self._offline_verdict()
             reason = {"seat_lease_expired": "seat_lapsed", "invalid_activation_token": "not_activated",
                       "fingerprint_mismatch": "machine_mismatch"}.get(e.code, e.code)
+            if e.code == "invalid_activation_token" and _lease_floats(self._state.get("lease")):
+                # The floating seat this client held is gone: released by another copy of the
+                # app sharing its store and instance id, or in the portal. For the app it is a
+                # lapse like any other: reported, and activate takes a seat again.
+                reason = "seat_lapsed"
             with self._lock:
                 lapsed_lease = self._state.pop("lease", None)
                 if e.code in ("license_not_found", "license_not_active", "license_expired"):
@@ -728,6 +792,14 @@ class Client:
         try:
             claims = self._check_lease(lease)
         except KeyhouseError as e:
+            if e.code == "clock_tampered" and getattr(e, "claims", None):
+                # A genuine lease, refused only because this clock is behind the server's:
+                # kept, so later checks answer clock_tampered from it without asking again,
+                # and licensed once the clock is right.
+                with self._lock:
+                    self._state["lease"] = lease
+                    self._state["newest_iat"] = max(self._state.get("newest_iat") or 0, e.claims["iat"])
+                    self._save()
             return Verdict(False, e.code)
         with self._lock:
             self._state["lease"] = lease
@@ -767,10 +839,12 @@ class Client:
             while not self._stop.is_set():
                 v = self.check()
                 if v.licensed and v.renew_after is not None and self._now() >= v.renew_after:
+                    # check() renews a lease past its renew_after in the background, one
+                    # renewal at a time: the lease it brings sets the next wait.
                     self.wait_renewal()
                     v = self.check()
                 wait = max(v.renew_after - self._now(), 1.0) if v.licensed and v.renew_after else MIN_FAILING_INTERVAL_SECONDS
-                self._stop.wait(wait)
+                self._heartbeat_wait(wait)
         self._heartbeat = threading.Thread(target=beat, daemon=True)
         self._heartbeat.start()
 
@@ -781,9 +855,5 @@ class Client:
         lease, token = self._state.get("lease"), self._state.get("token")
         if not lease or not token:
             return
-        try:
-            floating = json.loads(_b64url(lease.split(".")[1])).get("floating") is True
-        except (ValueError, IndexError):
-            floating = False
-        if floating:
+        if _lease_floats(lease):
             self.deactivate()

@@ -22,6 +22,12 @@ def control(what):
         return json.load(resp)["count"]
 
 
+def lease_requests():
+    """How many POST /v1/leases the proxy saw since its last reset."""
+    with urllib.request.urlopen(urllib.request.Request(f"{F['control']}/count", method="POST", data=b"")) as resp:
+        return sum(1 for r in json.load(resp)["routes"] if r == "POST /v1/leases")
+
+
 class World:
     """The clock, the logs and the main client the scenarios share, in order."""
 
@@ -347,3 +353,89 @@ def test_scenario_lapsed_floating_seat_reported(lw):
     v = s.check()
     assert (v.licensed, v.reason) == (False, "seat_lapsed")
     assert [x.reason for x in lapsed] == ["seat_lapsed"]
+
+
+def test_scenario_clock_15_minutes_ahead_floating_renewals_at_renew_after_not_every_tick(lw):
+    s, clock = lw.client(F["keys"]["skewfloat"], "skewfloat.json", {})
+    clock.now += 15 * 60
+    s.activate("skewed")
+    control("reset")
+    # The heartbeat's waits pass on the client's clock, not the test's: a fixed number of
+    # ticks, whatever they wait, then the lease requests are counted.
+    ticks, start, n = 6, clock.now, [0]
+
+    def tick(wait):
+        clock.now += wait
+        n[0] += 1
+        if n[0] == ticks:
+            s._stop.set()
+
+    s._heartbeat_wait = tick
+    s.start_heartbeat()
+    s._heartbeat.join()
+    s.wait_renewal()
+    # The manners: a renewal at each lease's renew_after, so over the ticks' time the first
+    # lease, one renewal per renew_after elapsed, and one due as the window ends.
+    elapsed = clock.now - start
+    limit = 2 + int(elapsed // F["floating_hour_renew_after"])
+    got = lease_requests()
+    assert 2 <= got <= limit, f"{got} lease requests in {ticks} heartbeat ticks ({elapsed:.0f} s on the client's clock), want 2 to {limit}"
+    v = s.check()
+    assert v.licensed and v.offline, v
+    s.close()
+
+
+def test_scenario_clock_2_hours_ahead_licensed_online(lw):
+    s, clock = lw.client(F["keys"]["ahead"], "ahead.json", lw.here)
+    clock.now += 2 * 3600
+    s.activate("ahead")
+    control("reset")
+    v = s.check()
+    assert v.licensed and not v.offline, v
+    assert v.lease_expires_at - clock.now > 50 * 60, f"the lease's end on this clock: {v.lease_expires_at}"
+    again = s.check()
+    assert again.licensed and again.offline, again
+    s.wait_renewal()
+    assert lease_requests() == 1
+    # Offline, the clock put back to the server's time: the lease's clock moves back with
+    # it, so the offset does not lengthen the lease.
+    control("mode?m=down")
+    try:
+        clock.now -= 2 * 3600
+        back = s.check()
+        assert (back.licensed, back.reason) == (False, "clock_tampered")
+    finally:
+        control("mode?m=pass")
+
+
+def test_scenario_clock_10_minutes_behind_clock_tampered_asked_once(lw):
+    s, clock = lw.client(F["keys"]["behind"], "behind.json", lw.here)
+    clock.now -= 10 * 60
+    s.activate("behind")
+    control("reset")
+    for i in range(3):
+        v = s.check()
+        assert (v.licensed, v.reason) == (False, "clock_tampered"), i
+    assert lease_requests() == 1
+    clock.now += 10 * 60
+    assert s.check().licensed, "the clock set right"
+    s.wait_renewal()
+
+
+def test_scenario_two_copies_share_a_store_and_a_floating_seat_closing_one_is_a_lapse_for_the_other(lw):
+    lapsed = []
+    a, _ = lw.client(F["keys"]["shared"], "shared.json", {})
+    a.activate("one-machine")
+    assert a.check().licensed
+    # The second copy starts once the first has activated: it reads the token from the store.
+    b, _ = lw.client(F["keys"]["shared"], "shared.json", {}, on_lapsed=lapsed.append)
+    assert b.activate("one-machine")["already_activated"] is True
+    assert b.check().licensed
+    a.close()
+    v = b.renew()
+    assert (v.licensed, v.reason) == (False, "seat_lapsed")
+    assert [x.reason for x in lapsed] == ["seat_lapsed"]
+    # As after any lapse, activate takes the seat again.
+    b.activate("one-machine")
+    assert b.check().licensed
+    b.close()

@@ -279,6 +279,20 @@ func leaseVectors(pinned, rotated, stranger ed25519.PrivateKey) []map[string]any
 		lease("future iat (local clock behind by more than 5 minutes)", sign(pinned, "kid-a", claims(func(c map[string]any) { c["iat"] = now + 301 })), "pinned", components, nil, "clock_tampered"),
 		lease("iat 5 minutes ahead is tolerated", sign(pinned, "kid-a", claims(func(c map[string]any) { c["iat"] = now + 300 })), "pinned", components, nil, "licensed"),
 		lease("clock moved back below the newest iat seen", valid, "pinned", components, now+301, "clock_tampered"),
+		// The SDKs' nonce carries the local clock at the request: the lease's times are judged
+		// on the local clock plus the offset it measured (iat less that time).
+		lease("asked for by a clock 2 hours ahead: judged on the server's clock", sign(pinned, "kid-a", claims(func(c map[string]any) {
+			c["iat"], c["exp"], c["renew_after"], c["nonce"] = now-7200, now-3600, now-6600, fmt.Sprintf("local-time:%d", now)
+		})), "pinned", components, nil, "licensed"),
+		lease("asked for by a clock 2 hours ahead, past its exp on the server's clock", sign(pinned, "kid-a", claims(func(c map[string]any) {
+			c["iat"], c["exp"], c["renew_after"], c["nonce"] = now-7200, now-3600, now-6600, fmt.Sprintf("local-time:%d", now-3600)
+		})), "pinned", components, nil, "expired"),
+		lease("clock moved back more than 5 minutes since the lease was asked for", sign(pinned, "kid-a", claims(func(c map[string]any) {
+			c["iat"], c["nonce"] = now, fmt.Sprintf("local-time:%d", now+301)
+		})), "pinned", components, nil, "clock_tampered"),
+		lease("a nonce that is not the SDK's: judged on the local clock", sign(pinned, "kid-a", claims(func(c map[string]any) {
+			c["iat"], c["exp"], c["renew_after"], c["nonce"] = now-7200, now-3600, now-6600, "app-nonce-1"
+		})), "pinned", components, nil, "expired"),
 		lease("copied to a machine with other components", valid, "pinned", other, nil, "machine_mismatch"),
 		lease("unbound lease on any machine", sign(pinned, "kid-a", claims(func(c map[string]any) { c["components"] = map[string]string{} })), "pinned", other, nil, "licensed"),
 		lease("not a JWS", "not-a-lease", "pinned", components, nil, "invalid_lease"),
