@@ -7,10 +7,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
+	"net/url"
 	"runtime/debug"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -282,11 +286,47 @@ const (
 	ServiceUnavailable  = "Service unavailable, retry"
 )
 
-// isDatabaseUnavailable reports a Postgres that could not be reached or did not answer
-// in time (pgx turns the request's deadline into a timeout error).
+// isDatabaseUnavailable reports a Postgres that could not be reached, did not answer in
+// time (pgx turns the request's deadline into a timeout error), or ended the connection
+// the query was on: it is shutting down, restarting or starting up
+// (postgresUnavailableStates), or the connection broke under the query. A stopped or
+// restarted Postgres ends every pooled connection, and the first query on each finds it
+// so: that query's answer is a 503 to retry as much as the next one's, which finds no
+// server to connect to.
 func isDatabaseUnavailable(err error) bool {
 	var connErr *pgconn.ConnectError
-	return errors.As(err, &connErr) || (pgconn.Timeout(err) && !errors.Is(err, context.Canceled))
+	var pgErr *pgconn.PgError
+	var httpErr *url.Error
+	switch {
+	case errors.As(err, &connErr):
+		return true
+	case pgconn.Timeout(err):
+		return !errors.Is(err, context.Canceled)
+	case errors.As(err, &pgErr):
+		return postgresUnavailableStates[pgErr.Code]
+	case errors.As(err, &httpErr):
+		// A connection to an HTTP dependency (Stripe, a webhook) broke: its caller names
+		// that dependency; it is not the database.
+		return false
+	}
+	// The connection broke: pgx passes on the read's or the write's error (a server gone
+	// without a word is an unexpected EOF), then fails every later use with ErrConnClosed.
+	return errors.Is(err, pgconn.ErrConnClosed) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.ECONNABORTED) || errors.Is(err, syscall.EPIPE)
+}
+
+// postgresUnavailableStates are the SQLSTATEs with which Postgres ends a connection, or
+// refuses one, because the server is going away or not up yet (class 57P) or the
+// connection failed (class 08, but for 08P01, a protocol violation: a defect).
+var postgresUnavailableStates = map[string]bool{
+	"57P01": true, // admin_shutdown: a smart or fast stop, or pg_terminate_backend
+	"57P02": true, // crash_shutdown: another backend crashed, the server restarts
+	"57P03": true, // cannot_connect_now: starting up, shutting down, in recovery
+	"08000": true, // connection_exception
+	"08001": true, // sqlclient_unable_to_establish_sqlconnection
+	"08003": true, // connection_does_not_exist
+	"08004": true, // sqlserver_rejected_establishment_of_sqlconnection
+	"08006": true, // connection_failure
 }
 
 // clientServiceConfig balances calls over every address of a target and skips replicas

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/keyhouse/keyhouse/devinfra/testkit"
 	"github.com/keyhouse/keyhouse/stack"
 	"google.golang.org/grpc"
@@ -629,5 +630,81 @@ func TestEveryProcessServesItsMetricsOnItsOwnPort(t *testing.T) {
 	asked := grpcCalls(t, s, "licensing", "/keyhouse.licensing.v1.LicensingService/VerifyLicense")
 	if asked != misses {
 		t.Errorf("licensing answered %v verify calls, want one per gateway cache miss (%v)", asked, misses)
+	}
+}
+
+// A Postgres that stops under a query ends the query's connection (FATAL 57P01, "terminating
+// connection due to administrator command"), and a restart does so to every pooled
+// connection: the request's answer is the 503 of a database that did not answer, as the
+// next request's is (no server to connect to), never a 500. The first lease after a stop
+// or a restart answered 500 "Internal server error". Each request is held on a table lock
+// until Postgres stops under it, so it is the query the stop ends, whatever the timing.
+func TestAStoppedPostgresEndsTheQueryWithA503NotA500(t *testing.T) {
+	t.Parallel()
+	// Every verify reads Postgres; a budget that outlasts the lock wait on a slow machine.
+	s := startOwnStack(t, map[string]string{"LICENSE_CACHE_TTL": "0", "REQUEST_TIMEOUT": "30s"})
+	a, c := admin(t, s), anon(t, s)
+	p := product("pg-stop")
+	putPolicy(t, a, p, "pro", map[string]any{"lease_ttl_seconds": 3600, "fingerprint_match": "any"})
+	key := issueLicense(t, a, lic(p, "max_activations", 5))
+	token := c.Post("/v1/activate-license", map[string]any{"key": key, "instance_id": "m1"}).Expect(t, 200).JSON(t)["token"].(string)
+	lease := map[string]any{"key": key, "token": token, "components": map[string]string{"machine_id": "m1"}}
+	c.Post("/v1/leases", lease).Expect(t, 200)
+
+	for _, route := range []struct {
+		path, service, table string
+		body                 any
+	}{
+		{"/v1/leases", "activations", "activations.seats", lease},
+		{"/v1/verify-license", "licensing", "licensing.licenses", map[string]string{"key": key}},
+	} {
+		conn, err := pgx.Connect(t.Context(), s.Env("DATABASE_URL"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		tx, err := conn.Begin(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Exec(t.Context(), "LOCK TABLE "+route.table+" IN ACCESS EXCLUSIVE MODE"); err != nil {
+			t.Fatal(err)
+		}
+		answer := make(chan *Response, 1)
+		go func() {
+			r, err := c.Try("POST", route.path, route.body)
+			if err != nil {
+				r = &Response{Body: []byte(err.Error())}
+			}
+			answer <- r
+		}()
+		eventually(t, route.path+"'s query waiting on the lock", func() bool {
+			var waiting int
+			err := tx.QueryRow(t.Context(), `SELECT count(*) FROM pg_stat_activity
+				WHERE application_name = $1 AND wait_event_type = 'Lock'`, "keyhouse-"+route.service).Scan(&waiting)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return waiting > 0
+		})
+		if err := s.Postgres.Stop(); err != nil {
+			t.Fatal(err)
+		}
+		_ = conn.Close(t.Context())
+		r := <-answer
+		if r.Status != 503 || string(r.Body) != `{"error":"Database unavailable, retry"}` {
+			t.Errorf("%s whose query Postgres's stop ended: %d %s, want 503 {\"error\":\"Database unavailable, retry\"}", route.path, r.Status, r.Body)
+		}
+		if err := s.Postgres.Restart(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, route.path+" answered again after the restart", func() bool {
+			r, err := c.Try("POST", route.path, route.body)
+			return err == nil && r.Status == 200
+		})
+	}
+	for _, name := range []string{"activations", "licensing"} {
+		if n := countLog(t, s, name, "internal error", ""); n != 0 {
+			t.Errorf("%s logged %d internal errors around Postgres's restarts, want none", name, n)
+		}
 	}
 }
