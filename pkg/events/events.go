@@ -17,6 +17,7 @@ import (
 	"encoding/base32"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -68,6 +69,21 @@ var Types = []string{
 	TypeReleaseUnpublished, TypeStorefrontDelivery, TypeBillingPlanChanged, TypeAPIKeyRotated,
 	TypeAPIKeyCreated, TypeAPIKeyDeleted, TypeLeaseKeyRotated, TypeWebhookEndpointDisabled, TypePing,
 	TypeTenantDeleted,
+}
+
+// LoggedTypes are the types the event log keeps and a webhook endpoint subscribes to:
+// every type but ping (sent to the one endpoint it tests, kept in no log) and
+// tenant.deleted (internal).
+var LoggedTypes = slices.DeleteFunc(slices.Clone(Types), func(t string) bool { return t == TypePing || t == TypeTenantDeleted })
+
+// IsLoggedTypeOrPrefix reports whether t is one of LoggedTypes or a prefix of some ending
+// in ".": what the log's type filter and an endpoint's events list accept, one rule for
+// both, so neither takes a value that can never match.
+func IsLoggedTypeOrPrefix(t string) bool {
+	if strings.HasSuffix(t, ".") {
+		return slices.ContainsFunc(LoggedTypes, func(k string) bool { return strings.HasPrefix(k, t) })
+	}
+	return slices.Contains(LoggedTypes, t)
 }
 
 // Reasons of seat.deactivated.

@@ -52,7 +52,7 @@ func TestJSONIsTheEnvelope(t *testing.T) {
 // Every type of the catalogue has its constructor, and each builds an event Check accepts.
 func TestEveryTypeHasAConstructor(t *testing.T) {
 	t.Parallel()
-	metric, plan, key := "api_calls", "pro", "K-1"
+	metric, plan, key, retiring := "api_calls", "pro", "K-1", "kid1"
 	exp, n := time.Now(), int32(3)
 	all := []*eventsv1.Event{
 		LicenseIssued("t", "k", "p", "pro", "x", &exp, &n, nil), LicenseRevoked("t", "k", "p"), LicenseReactivated("t", "k", "p"),
@@ -61,7 +61,7 @@ func TestEveryTypeHasAConstructor(t *testing.T) {
 		UsageLimitReached("t", "k", "p", metric, 5, 5), UsageReset("t", "k", "p", &metric), ReleasePublished("t", 1, "p", "1.0.0", "stable", "linux"),
 		ReleaseUnpublished("t", 1, "p", "1.0.0", "stable", "linux"), StorefrontDelivery("t", "1", "cs", "issued", &key),
 		BillingPlanChanged("t", &plan, "active"), APIKeyRotated("t"), APIKeyCreated("t", "ak_1", "ci", "read"),
-		APIKeyDeleted("t", "ak_1", "ci", "read"), LeaseKeyRotated("t", "kid2", "kid1"),
+		APIKeyDeleted("t", "ak_1", "ci", "read"), LeaseKeyRotated("t", "kid2", &retiring),
 		WebhookEndpointDisabled("t", "we_1", "failing for 72 hours"), Ping("t"), TenantDeleted("t"),
 	}
 	var got []string

@@ -133,11 +133,14 @@ func TenantDeleted(tenant string) *eventsv1.Event {
 	return &eventsv1.Event{TenantId: tenant, Type: TypeTenantDeleted, Data: &eventsv1.Event_TenantDeleted{TenantDeleted: &eventsv1.Empty{}}}
 }
 
-// LeaseKeyRotated is lease_key.rotated: kid signs from now on, retiringKid verifies until it retires.
-func LeaseKeyRotated(tenant, kid, retiringKid string) *eventsv1.Event {
-	return &eventsv1.Event{TenantId: tenant, Type: TypeLeaseKeyRotated, Data: &eventsv1.Event_LeaseKeyRotated{LeaseKeyRotated: &eventsv1.LeaseKeyRotated{
-		Kid: kid, RetiringKid: retiringKid,
-	}}}
+// LeaseKeyRotated is lease_key.rotated: kid signs from now on, retiringKid verifies until it
+// retires; retiringKid nil when no key retired (the rotation made the tenant's first key).
+func LeaseKeyRotated(tenant, kid string, retiringKid *string) *eventsv1.Event {
+	d := &eventsv1.LeaseKeyRotated{Kid: kid}
+	if retiringKid != nil {
+		d.RetiringKid = wrapperspb.String(*retiringKid)
+	}
+	return &eventsv1.Event{TenantId: tenant, Type: TypeLeaseKeyRotated, Data: &eventsv1.Event_LeaseKeyRotated{LeaseKeyRotated: d}}
 }
 
 // WebhookEndpointDisabled is webhook_endpoint.disabled.

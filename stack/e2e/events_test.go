@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -251,6 +252,10 @@ func TestEventLogPagesAndFilters(t *testing.T) {
 		{"limit=1001", "limit must be an integer between 1 and 1000"},
 		{"type=license", `type must be an event type or a prefix of one ending in "."`},
 		{"type=nope.", `type must be an event type or a prefix of one ending in "."`},
+		// What no log holds, as an endpoint's events list refuses it.
+		{"type=ping", `type must be an event type or a prefix of one ending in "."`},
+		{"type=tenant.deleted", `type must be an event type or a prefix of one ending in "."`},
+		{"type=tenant.", `type must be an event type or a prefix of one ending in "."`},
 		{"since=yesterday", "since must be an RFC 3339 time"},
 		{"until=2026-13-01T00:00:00Z", "until must be an RFC 3339 time"},
 		{"starting_after=evt_nope", "starting_after must be the id of an event in the log"},
@@ -343,5 +348,86 @@ func TestBillingAndKeyChangesAreEvents(t *testing.T) {
 			t.Fatalf("after 60 s: plan events %v, key events %v", types(p.Events), types(k.Events))
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// An imported revoked license is license.issued then license.revoked, in that order, by the
+// import's actor and request, so a consumer of the events (a CRM fed by webhooks) reaches
+// the state the license is in; importing it again records nothing.
+func TestImportedRevokedLicenseIsIssuedThenRevoked(t *testing.T) {
+	t.Parallel()
+	s := selfHosted(t)
+	a := admin(t, s)
+	prod := product("events-import")
+	item := map[string]any{"key": uniq("IMPORT-REVOKED-"), "product_id": prod, "tier": "pro", "issued_to": "z@example.com", "status": "revoked"}
+	a.Do("POST", "/v1/licenses/import", map[string]any{"licenses": []any{item}}, "X-Request-Id", "req-import-revoked").Expect(t, 200)
+	key := item["key"].(string)
+	if st := a.Get("/v1/admin/license/"+url.PathEscape(key)).Expect(t, 200).JSON(t)["status"]; st != "revoked" {
+		t.Fatalf("imported license status %v", st)
+	}
+	if r := a.Post("/v1/licenses/import", map[string]any{"licenses": []any{item}}).Expect(t, 200).JSON(t); r["unchanged"] != float64(1) {
+		t.Fatalf("import again: %v", r)
+	}
+	// A change after the second import: its event is the third, so an event of the second
+	// import would be in the list before it.
+	a.Post("/v1/admin/update-notes", map[string]any{"key": key, "notes": "after the import"}).Expect(t, 200)
+	evs := eventsOf(t, a, key, 3)
+	if got := types(evs); !slices.Equal(got, []string{"license.issued", "license.revoked", "license.notes_updated"}) {
+		t.Fatalf("events %v", got)
+	}
+	for _, e := range evs[:2] {
+		if e.Actor["type"] != "admin" || e.Actor["request_id"] != "req-import-revoked" || e.Data["key"] != key || e.Data["product_id"] != prod {
+			t.Errorf("%s: actor %v data %v", e.Type, e.Actor, e.Data)
+		}
+	}
+}
+
+// The log's license_key filter finds a license's events by every spelling that finds the
+// license (licensing.md): lowercase, without dashes, O for 0; and an imported key shaped
+// like a Keyhouse key by the string imported, though it is stored in its issued form.
+func TestEventLogFindsALicenseByEverySpellingOfItsKey(t *testing.T) {
+	t.Parallel()
+	s := selfHosted(t)
+	a := admin(t, s)
+	prod := product("events-spelling")
+	key := issueLicense(t, a, lic(prod))
+	eventsOf(t, a, key, 1)
+	imported := "IMPORTREV-" + strconv.FormatInt(time.Now().UnixNano(), 10)[:19]
+	a.Post("/v1/licenses/import", map[string]any{"licenses": []any{map[string]any{"key": imported, "product_id": prod, "tier": "pro", "issued_to": "z@example.com"}}}).Expect(t, 200)
+	stored := a.Get("/v1/admin/license/"+imported).Expect(t, 200).JSON(t)["key"].(string)
+	if stored == imported {
+		t.Fatalf("the imported key %s was stored as given; the test wants one licensing rewrites", imported)
+	}
+	eventsOf(t, a, stored, 1)
+	for _, spelling := range []string{strings.ToLower(key), strings.ReplaceAll(key, "-", ""), strings.ReplaceAll(key, "0", "O"), imported, strings.ToLower(imported)} {
+		a.Get("/v1/admin/license/"+url.PathEscape(spelling)).Expect(t, 200)
+		if p := listEvents(t, a, url.Values{"license_key": {spelling}}); len(p.Events) != 1 || p.Events[0].Type != "license.issued" {
+			t.Errorf("license_key=%s: %v", spelling, types(p.Events))
+		}
+	}
+}
+
+// A write that changes nothing records nothing (events.md), and answers as a change
+// would: terms, limits and expiry the license has, the notes it has, a reset of usage
+// nothing used.
+func TestWritesThatChangeNothingRecordNothing(t *testing.T) {
+	t.Parallel()
+	s := selfHosted(t)
+	a := admin(t, s)
+	key := issueLicense(t, a, lic(product("events-noop"), "max_activations", 3, "limits", map[string]any{"projects": 2}, "notes", "same"))
+	terms := a.Post("/v1/admin/update-license-terms", map[string]any{"key": key, "max_activations": 3}).Expect(t, 200).JSON(t)
+	if terms["max_activations"] != float64(3) || fmt.Sprint(terms["limits"]) != "map[projects:2]" || terms["expires_at"] != nil {
+		t.Fatalf("update-license-terms answered %v", terms)
+	}
+	a.Post("/v1/admin/update-license-terms", map[string]any{"key": key, "limits": map[string]any{"projects": 2}, "expires_at": nil}).Expect(t, 200)
+	a.Post("/v1/admin/update-notes", map[string]any{"key": key, "notes": "same"}).Expect(t, 200).ExpectBody(t, `{"key":"`+key+`","notes":"same"}`)
+	a.Post("/v1/admin/reset-usage", map[string]any{"key": key}).Expect(t, 200)
+	if u := a.Post("/v1/admin/reset-usage", map[string]any{"key": key, "metric": "projects"}).Expect(t, 200).JSON(t)["usage"]; fmt.Sprint(u) != "map[projects:0]" {
+		t.Fatalf("reset-usage of projects answered usage %v", u)
+	}
+	// A change: its event comes after any the writes above recorded.
+	a.Post("/v1/admin/update-notes", map[string]any{"key": key, "notes": "changed"}).Expect(t, 200)
+	if got := types(eventsOf(t, a, key, 2)); !slices.Equal(got, []string{"license.issued", "license.notes_updated"}) {
+		t.Fatalf("events %v", got)
 	}
 }

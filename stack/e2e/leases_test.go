@@ -5,9 +5,11 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -721,5 +723,42 @@ func TestNextLeaseMovesASeatInAndOutOfFloating(t *testing.T) {
 	end := leaseEnd()
 	if !floating(resp) || end == nil || end.UTC().Format(time.RFC3339) != resp["expires_at"] {
 		t.Fatalf("floating again: lease floating %v, seat's lease end %v, lease expires_at %v", floating(resp), end, resp["expires_at"])
+	}
+}
+
+// Hosted, a tenant's first rotation makes its first key, and nothing retires: the answer
+// says so with every field present, in the documented order (retiring_kid and retire_at
+// null), and so does the event; the rotation after it names the key it retired.
+func TestFirstLeaseKeyRotationRetiresNothingAndSaysSo(t *testing.T) {
+	t.Parallel()
+	s := hosted(t)
+	tn := newTenant(t, s)
+	first := tn.Post("/v1/lease-keys/rotate", map[string]any{}).Expect(t, 200)
+	if keys := strings.Join(first.Keys(t), ","); keys != "kid,retiring_kid,retire_at" {
+		t.Fatalf("first rotation answered %s (fields %s)", first.Body, keys)
+	}
+	kid := first.JSON(t)["kid"].(string)
+	first.ExpectBody(t, `{"kid":"`+kid+`","retiring_kid":null,"retire_at":null}`)
+	second := tn.Post("/v1/lease-keys/rotate", map[string]any{}).Expect(t, 200).JSON(t)
+	if second["retiring_kid"] != kid || second["retire_at"] == nil {
+		t.Fatalf("second rotation %v", second)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		p := listEvents(t, newClient(t, tn.Base, tn.Token), url.Values{"type": {"lease_key.rotated"}})
+		if len(p.Events) == 2 {
+			slices.Reverse(p.Events)
+			if d := p.Events[0].Data; d["kid"] != kid || d["retiring_kid"] != nil || len(d) != 2 {
+				t.Fatalf("the first rotation's event data %v", d)
+			}
+			if d := p.Events[1].Data; d["kid"] != second["kid"] || d["retiring_kid"] != kid {
+				t.Fatalf("the second rotation's event data %v", d)
+			}
+			return
+		}
+		if len(p.Events) > 2 || time.Now().After(deadline) {
+			t.Fatalf("lease_key.rotated events: %v", types(p.Events))
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

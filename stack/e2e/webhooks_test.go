@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/keyhouse/keyhouse/pkg/webhook"
+	stripewebhook "github.com/stripe/stripe-go/v76/webhook"
 )
 
 // webhookReceiver is a real HTTP receiver: /hook records deliveries and answers 204, or
@@ -154,6 +155,14 @@ func TestWebhookDeliveredEndToEnd(t *testing.T) {
 		if err := webhook.Verify(d.header.Get("Keyhouse-Signature"), d.body, []byte(secret), webhook.DefaultTolerance, time.Now()); err != nil {
 			t.Fatalf("signature of %s: %v", d.body, err)
 		}
+		// What webhooks.md tells a stripe-go user: ValidatePayload verifies a delivery,
+		// ConstructEvent does not (it reads the body as a Stripe event).
+		if err := stripewebhook.ValidatePayload(d.body, d.header.Get("Keyhouse-Signature"), secret); err != nil {
+			t.Fatalf("stripe-go ValidatePayload of %s: %v", d.body, err)
+		}
+		if _, err := stripewebhook.ConstructEvent(d.body, d.header.Get("Keyhouse-Signature"), secret); err == nil {
+			t.Fatalf("stripe-go ConstructEvent took %s; webhooks.md says it does not", d.body)
+		}
 		if d.header.Get("Content-Type") != "application/json" {
 			t.Fatalf("content type %q", d.header.Get("Content-Type"))
 		}
@@ -211,4 +220,59 @@ func TestConsoleWebhooksInTheBrowser(t *testing.T) {
 		t.Fatalf("the receiver saw %d good deliveries, %d failed, %d redelivered, %d of the license's event", ok200, failed500, redelivered, issued)
 	}
 	admin(t, s).Delete("/v1/webhook-endpoints/"+str(out, "endpoint"), nil).Expect(t, 200)
+}
+
+// An endpoint's description is cleared with "" (null in every answer after); a pending
+// delivery of a disabled endpoint shows no next attempt (none is made while it is
+// disabled), and shows one again once the endpoint is enabled.
+func TestWebhookEndpointDescriptionClearsAndADisabledEndpointHasNoNextAttempt(t *testing.T) {
+	t.Parallel()
+	s := selfHosted(t)
+	adm := admin(t, s)
+	rc := newWebhookReceiver(t)
+	rc.broken.Store(true)
+	if d := adm.Post("/v1/webhook-endpoints", map[string]any{"url": rc.URL + "/hook", "events": []string{"*"}, "description": ""}).Expect(t, 200).JSON(t); d["description"] != nil {
+		t.Fatalf(`created with description "": %v`, d)
+	} else {
+		adm.Delete("/v1/webhook-endpoints/"+d["id"].(string), nil).Expect(t, 200)
+	}
+	id := adm.Post("/v1/webhook-endpoints", map[string]any{"url": rc.URL + "/hook", "events": []string{"license.issued"}, "description": "CRM"}).Expect(t, 200).JSON(t)["id"].(string)
+	defer adm.Delete("/v1/webhook-endpoints/"+id, nil)
+	update := func(body map[string]any) map[string]any {
+		return adm.Post("/v1/webhook-endpoints/"+id+"/update", body).Expect(t, 200).JSON(t)
+	}
+	if d := update(map[string]any{"description": nil}); d["description"] != "CRM" {
+		t.Fatalf("null kept nothing: %v", d)
+	}
+	if d := update(map[string]any{"description": ""}); d["description"] != nil {
+		t.Fatalf(`"" did not clear: %v`, d)
+	}
+	key := issueLicense(t, adm, lic(product("webhooks-disabled")))
+	eventID := eventsOf(t, adm, key, 1)[0].ID
+	// Other tests issue licenses on this shared stack too: look for this one's delivery.
+	pending := func() map[string]any {
+		dels, _ := newClient(t, adm.Base, adm.Token).Get("/v1/webhook-endpoints/"+id+"/deliveries?status=pending&limit=1000").Expect(t, 200).JSON(t)["deliveries"].([]any)
+		for _, x := range dels {
+			if d := x.(map[string]any); d["event_id"] == eventID {
+				return d
+			}
+		}
+		return nil
+	}
+	eventually(t, "the license.issued delivery failing", func() bool {
+		for _, d := range rc.deliveries() {
+			if strings.Contains(string(d.body), key) {
+				return pending() != nil
+			}
+		}
+		return false
+	})
+	update(map[string]any{"enabled": false})
+	if d := pending(); d == nil || d["next_attempt_at"] != nil {
+		t.Fatalf("the pending delivery of the disabled endpoint: %v", d)
+	}
+	update(map[string]any{"enabled": true})
+	if d := pending(); d == nil || d["next_attempt_at"] == nil {
+		t.Fatalf("the pending delivery once the endpoint is enabled: %v", d)
+	}
 }

@@ -27,6 +27,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
 // LeaseStore is the SQL of leases, policies and lease keys (store.Store).
@@ -770,7 +771,7 @@ func (x *Leases) RotateLeaseKeys(ctx context.Context, req *activationsv1.RotateL
 	}
 	resp := &activationsv1.RotateLeaseKeysResponse{Kid: next.Kid}
 	if retired != nil {
-		resp.RetiringKid = proto.String(retired.Kid)
+		resp.RetiringKid = wrapperspb.String(retired.Kid)
 		resp.RetireAt = timestamppb.New(*retired.RetireAt)
 	}
 	return resp, nil

@@ -68,6 +68,32 @@ func TestEveryWriteEmitsItsEvent(t *testing.T) {
 			_, err := s.ResetUsage(ctx, tenant, key, "app", nil)
 			return err
 		}, []string{events.TypeUsageReset}},
+		{"ResetUsage with no total above 0 (nothing changes)", func(*testing.T) error {
+			_, err := s.ResetUsage(ctx, tenant, key, "app", nil)
+			return err
+		}, nil},
+		{"ResetUsage of a metric never used (nothing changes; the answer lists it at 0)", func(t *testing.T) error {
+			metric := "api_calls"
+			u, err := s.ResetUsage(ctx, tenant, key, "app", &metric)
+			if v, ok := u[metric]; err == nil && (!ok || v != 0) {
+				t.Errorf("usage after the reset %v", u)
+			}
+			return err
+		}, nil},
+		{"ResetUsage of a metric at 0 (nothing changes)", func(*testing.T) error {
+			metric := "api_calls"
+			_, err := s.ResetUsage(ctx, tenant, key, "app", &metric)
+			return err
+		}, nil},
+		{"ResetUsage of a metric above 0", func(*testing.T) error {
+			metric := "api_calls"
+			inc := Increment{Tenant: tenant, Key: key, ProductID: "app", TokenHash: hash(key, "c"), Metric: metric, Inc: 1, Limit: 100, Allowed: true}
+			if _, err := s.AddUsages(ctx, []Increment{inc}); err != nil {
+				return err
+			}
+			_, err := s.ResetUsage(ctx, tenant, key, "app", &metric)
+			return err
+		}, []string{events.TypeUsageReset}},
 		{"DeactivateInstance", func(*testing.T) error {
 			_, err := s.DeactivateInstance(ctx, tenant, key, "app", "b", events.ReasonAdmin)
 			return err

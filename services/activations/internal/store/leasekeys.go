@@ -126,9 +126,9 @@ func (s *Store) RemoveRetiredLeaseKeys(ctx context.Context) error {
 // leaseKeyRotated announces a rotation as lease_key.rotated (the new kid and the retiring
 // one, if any), in the rotation's transaction.
 func leaseKeyRotated(ctx context.Context, tx pgx.Tx, tenant, kid string, retiring *LeaseKey) error {
-	retiringKid := ""
+	var retiringKid *string
 	if retiring != nil {
-		retiringKid = retiring.Kid
+		retiringKid = &retiring.Kid
 	}
 	return events.Emit(ctx, tx, events.LeaseKeyRotated(tenant, kid, retiringKid))
 }

@@ -495,9 +495,9 @@ func (s *Store) Usage(ctx context.Context, tenant, key string) (map[string]int64
 }
 
 // ResetUsage sets one metric's total to 0 (metric non-nil) or clears every total
-// (usage.reset, in the same transaction), and returns the totals afterwards, read in the
-// same transaction. Each is one statement, so a concurrent AddUsage lands wholly before or
-// wholly after it. Its errors are AddUsages': ErrNoAnswer when whether it was applied
+// (usage.reset, in the same transaction, when a total above 0 went to 0), and returns the
+// totals afterwards, read in the same transaction. A concurrent AddUsage lands wholly
+// before or wholly after it. Its errors are AddUsages': ErrNoAnswer when whether it was applied
 // could not be learned.
 func (s *Store) ResetUsage(ctx context.Context, tenant, key, productID string, metric *string) (map[string]int64, error) {
 	op := newOpID()
@@ -507,17 +507,36 @@ func (s *Store) ResetUsage(ctx context.Context, tenant, key, productID string, m
 		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 			b := &pgx.Batch{}
 			b.Queue(recordCommitSQL, op)
+			// zeroed counts the totals above 0 the reset took back to 0: none, and the
+			// reset changed nothing, so it records nothing (events.md).
+			zeroed := 0
+			countZeroed := func(rows pgx.Rows) error {
+				var used int64
+				_, err := pgx.ForEachRow(rows, []any{&used}, func() error {
+					if used > 0 {
+						zeroed++
+					}
+					return nil
+				})
+				return err
+			}
 			if metric != nil {
 				// Under the shared lock, as AddUsage, and never for a purged license: a row
-				// written while or after the purge runs would outlive it.
+				// written while or after the purge runs would outlive it. A total above 0
+				// goes to 0 (the UPDATE waits for an increment that holds the row and
+				// looks again); a missing one is written as 0, and one an increment wrote
+				// in between stays (that increment came after the reset).
 				b.Queue(shareLicenseSQL, tenant, key)
+				b.Queue(`UPDATE usage SET used = 0, version = nextval('usage_version')
+					WHERE tenant_id = $1 AND license_key = $2 AND metric = $3 AND used <> 0 RETURNING 1::bigint`,
+					tenant, key, *metric).Query(countZeroed)
 				b.Queue(`INSERT INTO usage (tenant_id, license_key, metric, used, version)
 					SELECT $1, $2, $3, 0, nextval('usage_version')
 					WHERE NOT EXISTS (SELECT 1 FROM deleted_licenses WHERE tenant_id = $1 AND license_key = $2)
-					ON CONFLICT (tenant_id, license_key, metric) DO UPDATE SET used = 0, version = EXCLUDED.version`,
+					ON CONFLICT (tenant_id, license_key, metric) DO NOTHING`,
 					tenant, key, *metric)
 			} else {
-				b.Queue(`DELETE FROM usage WHERE tenant_id = $1 AND license_key = $2`, tenant, key)
+				b.Queue(`DELETE FROM usage WHERE tenant_id = $1 AND license_key = $2 RETURNING used`, tenant, key).Query(countZeroed)
 			}
 			usage = map[string]int64{}
 			b.Queue(`SELECT metric, used FROM usage WHERE tenant_id = $1 AND license_key = $2`, tenant, key).Query(func(rows pgx.Rows) error {
@@ -528,6 +547,9 @@ func (s *Store) ResetUsage(ctx context.Context, tenant, key, productID string, m
 			})
 			if err := tx.SendBatch(ctx, b).Close(); err != nil {
 				return err
+			}
+			if zeroed == 0 {
+				return nil
 			}
 			return events.Emit(ctx, tx, events.UsageReset(tenant, key, productID, metric))
 		})

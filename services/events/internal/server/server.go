@@ -4,13 +4,12 @@ package server
 import (
 	"context"
 	"errors"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/keyhouse/keyhouse/pkg/apierr"
 	"github.com/keyhouse/keyhouse/pkg/auth"
 	"github.com/keyhouse/keyhouse/pkg/events"
+	"github.com/keyhouse/keyhouse/pkg/license"
 	"github.com/keyhouse/keyhouse/pkg/paging"
 	"github.com/keyhouse/keyhouse/pkg/pgxx"
 	eventsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/events/v1"
@@ -115,7 +114,9 @@ func filter(req *eventsv1.ListEventsRequest) (store.Filter, error) {
 		if len(k) > maxKeyLen || pgxx.HasNUL(k) {
 			return f, apierr.Invalid("license_key must be a license key")
 		}
-		f.LicenseKey = k
+		// Stored as licensing stores it: every spelling that finds the license on the
+		// other routes (case, dashes, look-alikes) finds its events.
+		f.LicenseKey = license.CanonicalKey(k)
 	}
 	if f.Since, err = parseTime("since", req.GetSince()); err != nil {
 		return f, err
@@ -132,13 +133,9 @@ func filter(req *eventsv1.ListEventsRequest) (store.Filter, error) {
 	return f, nil
 }
 
-// knownType: an event type, or a prefix of one that ends in ".".
-func knownType(t string) bool {
-	if strings.HasSuffix(t, ".") {
-		return slices.ContainsFunc(events.Types, func(k string) bool { return strings.HasPrefix(k, t) })
-	}
-	return slices.Contains(events.Types, t)
-}
+// knownType: a type of the log, or a prefix of some that ends in "." (as an endpoint's
+// events list takes them).
+func knownType(t string) bool { return events.IsLoggedTypeOrPrefix(t) }
 
 func parseTime(name, v string) (time.Time, error) {
 	if v == "" {

@@ -269,7 +269,8 @@ func (s *Server) ListWebhookDeliveries(ctx context.Context, req *eventsv1.ListWe
 	default:
 		return nil, apierr.Invalid("status must be pending, succeeded or failed")
 	}
-	if _, err := s.Store.GetEndpoint(ctx, tenant, req.GetId()); errors.Is(err, ErrNotFound) {
+	ep, err := s.Store.GetEndpoint(ctx, tenant, req.GetId())
+	if errors.Is(err, ErrNotFound) {
 		return nil, errEndpointNotFound
 	} else if err != nil {
 		return nil, err
@@ -283,7 +284,7 @@ func (s *Server) ListWebhookDeliveries(ctx context.Context, req *eventsv1.ListWe
 	}
 	out := &eventsv1.ListWebhookDeliveriesResponse{Deliveries: make([]*eventsv1.WebhookDelivery, 0, len(ds)), HasMore: more}
 	for i := range ds {
-		out.Deliveries = append(out.Deliveries, deliveryPB(&ds[i]))
+		out.Deliveries = append(out.Deliveries, deliveryPB(&ds[i], ep.Enabled))
 	}
 	return out, nil
 }
@@ -321,7 +322,7 @@ func (s *Server) RedeliverEvent(ctx context.Context, req *eventsv1.RedeliverEven
 		return nil, err
 	}
 	s.wake()
-	return &eventsv1.RedeliverEventResponse{Delivery: deliveryPB(d)}, nil
+	return &eventsv1.RedeliverEventResponse{Delivery: deliveryPB(d, ep.Enabled)}, nil
 }
 
 func (s *Server) ListEventDeliveries(ctx context.Context, req *eventsv1.ListEventDeliveriesRequest) (*eventsv1.ListEventDeliveriesResponse, error) {
@@ -333,9 +334,17 @@ func (s *Server) ListEventDeliveries(ctx context.Context, req *eventsv1.ListEven
 	if err != nil {
 		return nil, err
 	}
+	eps, err := s.Store.ListEndpoints(ctx, tenant)
+	if err != nil {
+		return nil, err
+	}
+	enabled := make(map[string]bool, len(eps))
+	for _, ep := range eps {
+		enabled[ep.ID] = ep.Enabled
+	}
 	out := &eventsv1.ListEventDeliveriesResponse{Deliveries: make([]*eventsv1.WebhookDelivery, 0, len(ds))}
 	for i := range ds {
-		out.Deliveries = append(out.Deliveries, deliveryPB(&ds[i]))
+		out.Deliveries = append(out.Deliveries, deliveryPB(&ds[i], enabled[ds[i].EndpointID]))
 	}
 	return out, nil
 }
@@ -378,12 +387,15 @@ func withSecret(e *Endpoint, secret string) *eventsv1.WebhookEndpointWithSecret 
 	}
 }
 
-func deliveryPB(d *Delivery) *eventsv1.WebhookDelivery {
+// deliveryPB is a delivery as the routes answer it. A pending delivery of a disabled
+// endpoint shows no next attempt: none is made until the endpoint is enabled again, and
+// the time it was due (passed, as a rule) would say otherwise.
+func deliveryPB(d *Delivery, endpointEnabled bool) *eventsv1.WebhookDelivery {
 	out := &eventsv1.WebhookDelivery{
 		Id: d.ID, EventId: d.EventID, EndpointId: d.EndpointID, Status: d.Status,
 		Attempts: make([]*eventsv1.WebhookAttempt, 0, len(d.Attempts)),
 	}
-	if d.NextAttemptAt != nil {
+	if d.NextAttemptAt != nil && endpointEnabled {
 		out.NextAttemptAt = timestamppb.New(*d.NextAttemptAt)
 	}
 	for _, a := range d.Attempts {

@@ -131,7 +131,7 @@ func (s *Store) CreateEndpoint(ctx context.Context, tenant string, n NewEndpoint
 		var err error
 		ep, err = scanEndpoint(tx.QueryRow(ctx, `
 			INSERT INTO webhook_endpoints (tenant_id, id, url, events, description, secret, created_at)
-			VALUES ($1, $2, $3, $4, $5, $6, $7)
+			VALUES ($1, $2, $3, $4, NULLIF($5, ''), $6, $7)
 			RETURNING `+endpointColumns,
 			tenant, newID("we_"), n.URL, n.Events, n.Description, n.SealedSecret, now))
 		return err
@@ -162,7 +162,9 @@ func (s *Store) GetEndpoint(ctx context.Context, tenant, id string) (*Endpoint, 
 	return scanEndpoint(s.db.QueryRow(ctx, `SELECT `+endpointColumns+` FROM webhook_endpoints WHERE tenant_id = $1 AND id = $2`, tenant, id))
 }
 
-// EndpointUpdate holds the fields an update changes; nil leaves a field as it is.
+// EndpointUpdate holds the fields an update changes; nil leaves a field as it is. A
+// Description of "" clears it (null): the REST body's null cannot be told from an absent
+// field, so "" is how a description is removed, as "" removes a license's notes.
 type EndpointUpdate struct {
 	URL         *string
 	Events      []string
@@ -177,7 +179,7 @@ func (s *Store) UpdateEndpoint(ctx context.Context, tenant, id string, u Endpoin
 		UPDATE webhook_endpoints SET
 			url = coalesce($3, url),
 			events = coalesce($4, events),
-			description = CASE WHEN $5::boolean THEN $6 ELSE description END,
+			description = CASE WHEN $5::boolean THEN NULLIF($6, '') ELSE description END,
 			enabled = coalesce($7, enabled),
 			disabled_reason = CASE WHEN $7 IS NULL THEN disabled_reason ELSE NULL END,
 			failing_since = CASE WHEN $7 THEN NULL ELSE failing_since END

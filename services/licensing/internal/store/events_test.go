@@ -71,6 +71,16 @@ func TestEveryWriteEmitsItsEvent(t *testing.T) {
 				t.Fatal(err)
 			}
 		}, []string{events.TypeLicenseIssued, events.TypeLicenseIssued}},
+		{"Tx.InsertImported revoked (issued, then revoked: the events reach its state)", func(t *testing.T, s *store.Store) {
+			if err := s.InTx(ctx, func(tx store.Tx) error {
+				return tx.InsertImported(ctx, []*store.License{
+					{TenantID: "t1", Key: "IMPORTED-3", Tier: "pro", ProductID: "app", IssuedTo: "x", IssuedAt: time.Now(), Status: license.StatusRevoked, Limits: map[string]float64{}},
+					{TenantID: "t1", Key: "IMPORTED-4", Tier: "pro", ProductID: "app", IssuedTo: "y", IssuedAt: time.Now(), Status: license.StatusActive, Limits: map[string]float64{}},
+				})
+			}); err != nil {
+				t.Fatal(err)
+			}
+		}, []string{events.TypeLicenseIssued, events.TypeLicenseRevoked, events.TypeLicenseIssued}},
 		{"Tx.SetStatus revoked", func(t *testing.T, s *store.Store) {
 			if err := s.InTx(ctx, func(tx store.Tx) error { return tx.SetStatus(ctx, "t1", "K-1", license.StatusRevoked) }); err != nil {
 				t.Fatal(err)
@@ -86,11 +96,22 @@ func TestEveryWriteEmitsItsEvent(t *testing.T) {
 				t.Fatal(err)
 			}
 		}, []string{events.TypeLicenseTermsUpdated}},
+		{"UpdateTerms to the terms it has (nothing changes)", func(t *testing.T, s *store.Store) {
+			l, err := s.UpdateTerms(ctx, "t1", "K-1", store.Terms{SetMaxActivations: true, MaxActivations: &seats, Limits: map[string]float64{"api_calls": 10}})
+			if err != nil || l.MaxActivations == nil || *l.MaxActivations != seats || l.ExpiresAt == nil || !l.ExpiresAt.Equal(expires) {
+				t.Fatalf("%+v %v", l, err)
+			}
+		}, nil},
 		{"UpdateNotes", func(t *testing.T, s *store.Store) {
 			if _, err := s.UpdateNotes(ctx, "t1", "K-1", "a note"); err != nil {
 				t.Fatal(err)
 			}
 		}, []string{events.TypeLicenseNotesUpdated}},
+		{"UpdateNotes to the notes it has (nothing changes)", func(t *testing.T, s *store.Store) {
+			if l, err := s.UpdateNotes(ctx, "t1", "K-1", "a note"); err != nil || l.Notes == nil || *l.Notes != "a note" {
+				t.Fatalf("%+v %v", l, err)
+			}
+		}, nil},
 		{"Tx.Delete", func(t *testing.T, s *store.Store) {
 			if err := s.InTx(ctx, func(tx store.Tx) error { return tx.Delete(ctx, "t1", "K-1") }); err != nil {
 				t.Fatal(err)

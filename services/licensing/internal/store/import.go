@@ -102,13 +102,23 @@ func (t *pgTx) InsertImported(ctx context.Context, ls []*License) error {
 	if int(tag.RowsAffected()) != n {
 		return ErrImportRaced
 	}
-	// One license.issued per license, in this transaction (the spine's post-commit path
-	// also drops a key that was looked up, and found missing, before it was imported).
-	issued := make([]*eventsv1.Event, len(ls))
-	for i, l := range ls {
-		issued[i] = events.LicenseIssued(l.TenantID, l.Key, l.ProductID, l.Tier, l.IssuedTo, l.ExpiresAt, l.MaxActivations, l.Limits)
+	return t.emit(importEvents(ls)...)
+}
+
+// importEvents are the events of imported licenses, in this transaction (the spine's
+// post-commit path also drops a key that was looked up, and found missing, before it was
+// imported): one license.issued per license, and right after it license.revoked for one
+// imported revoked, so that a consumer of the events reaches the state the license is in
+// as it would for one issued and then revoked here (license.issued carries no status).
+func importEvents(ls []*License) []*eventsv1.Event {
+	evs := make([]*eventsv1.Event, 0, len(ls))
+	for _, l := range ls {
+		evs = append(evs, events.LicenseIssued(l.TenantID, l.Key, l.ProductID, l.Tier, l.IssuedTo, l.ExpiresAt, l.MaxActivations, l.Limits))
+		if l.Status == license.StatusRevoked {
+			evs = append(evs, events.LicenseRevoked(l.TenantID, l.Key, l.ProductID))
+		}
 	}
-	return t.emit(issued...)
+	return evs
 }
 
 // SameTerms says whether an existing row is the license an import describes, so that

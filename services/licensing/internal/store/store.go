@@ -8,6 +8,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"time"
 
@@ -304,11 +305,15 @@ type Terms struct {
 	Limits            map[string]float64
 }
 
-// UpdateTerms applies t to the license and returns it as updated (license.terms_updated).
+// UpdateTerms applies t to the license and returns it as updated (license.terms_updated,
+// unless the terms were already those).
 func (s *Store) UpdateTerms(ctx context.Context, tenant, key string, t Terms) (*License, error) {
 	var l *License
 	err := s.spine.InTx(ctx, s.db, func(ctx context.Context, tx pgx.Tx) error {
-		var err error
+		before, err := get(ctx, tx, tenant, key, true)
+		if err != nil {
+			return err
+		}
 		l, err = scanLicense(tx.QueryRow(ctx, `UPDATE licenses SET
 			expires_at = CASE WHEN $3 THEN $4 ELSE expires_at END,
 			max_activations = CASE WHEN $5 THEN $6 ELSE max_activations END,
@@ -317,6 +322,11 @@ func (s *Store) UpdateTerms(ctx context.Context, tenant, key string, t Terms) (*
 			KeyHash(key), tenant, t.SetExpiry, t.ExpiresAt, t.SetMaxActivations, t.MaxActivations, limitsOrNil(t.Limits)))
 		if err != nil {
 			return err
+		}
+		if sameTime(before.ExpiresAt, l.ExpiresAt) && sameCap(before.MaxActivations, l.MaxActivations) && maps.Equal(before.Limits, l.Limits) {
+			// The terms it was given are the terms it had: a write that changes nothing
+			// records nothing (events.md).
+			return nil
 		}
 		return events.Emit(ctx, tx, events.LicenseTermsUpdated(tenant, l.Key, l.ProductID, l.ExpiresAt, l.MaxActivations, l.Limits))
 	})
@@ -334,15 +344,21 @@ func limitsOrNil(m map[string]float64) any {
 }
 
 // UpdateNotes sets the notes ("" clears them to null) and returns the license
-// (license.notes_updated).
+// (license.notes_updated, unless the notes were already those).
 func (s *Store) UpdateNotes(ctx context.Context, tenant, key, notes string) (*License, error) {
 	var l *License
 	err := s.spine.InTx(ctx, s.db, func(ctx context.Context, tx pgx.Tx) error {
-		var err error
+		before, err := get(ctx, tx, tenant, key, true)
+		if err != nil {
+			return err
+		}
 		l, err = scanLicense(tx.QueryRow(ctx, `UPDATE licenses SET notes = NULLIF($3, '')
 			WHERE key_hash = $1 AND tenant_id = $2 RETURNING `+licenseColumns, KeyHash(key), tenant, notes))
 		if err != nil {
 			return err
+		}
+		if sameText(before.Notes, l.Notes) {
+			return nil // the notes it had: nothing changed, nothing to record
 		}
 		return events.Emit(ctx, tx, events.LicenseNotesUpdated(tenant, l.Key, l.ProductID))
 	})

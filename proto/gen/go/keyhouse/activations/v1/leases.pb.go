@@ -11,6 +11,7 @@ import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
+	wrapperspb "google.golang.org/protobuf/types/known/wrapperspb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -1107,8 +1108,9 @@ type RotateLeaseKeysResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The new key.
 	Kid string `protobuf:"bytes,1,opt,name=kid,proto3" json:"kid,omitempty"`
-	// The key replaced, now retiring; null when there was none.
-	RetiringKid *string `protobuf:"bytes,2,opt,name=retiring_kid,json=retiringKid,proto3,oneof" json:"retiring_kid,omitempty"`
+	// The key replaced, now retiring; null when there was none (the tenant had no key yet:
+	// the rotation made its first).
+	RetiringKid *wrapperspb.StringValue `protobuf:"bytes,4,opt,name=retiring_kid,json=retiringKid,proto3" json:"retiring_kid,omitempty"`
 	// When the retiring key stops verifying; null when there was none.
 	RetireAt      *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=retire_at,json=retireAt,proto3" json:"retire_at,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -1152,11 +1154,11 @@ func (x *RotateLeaseKeysResponse) GetKid() string {
 	return ""
 }
 
-func (x *RotateLeaseKeysResponse) GetRetiringKid() string {
-	if x != nil && x.RetiringKid != nil {
-		return *x.RetiringKid
+func (x *RotateLeaseKeysResponse) GetRetiringKid() *wrapperspb.StringValue {
+	if x != nil {
+		return x.RetiringKid
 	}
-	return ""
+	return nil
 }
 
 func (x *RotateLeaseKeysResponse) GetRetireAt() *timestamppb.Timestamp {
@@ -1322,7 +1324,7 @@ var File_keyhouse_activations_v1_leases_proto protoreflect.FileDescriptor
 
 const file_keyhouse_activations_v1_leases_proto_rawDesc = "" +
 	"\n" +
-	"$keyhouse/activations/v1/leases.proto\x12\x17keyhouse.activations.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a)keyhouse/activations/v1/activations.proto\x1a\x19keyhouse/api/v1/api.proto\"\xc4\x02\n" +
+	"$keyhouse/activations/v1/leases.proto\x12\x17keyhouse.activations.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1egoogle/protobuf/wrappers.proto\x1a)keyhouse/activations/v1/activations.proto\x1a\x19keyhouse/api/v1/api.proto\"\xc4\x02\n" +
 	"\vLeasePolicy\x12\x1d\n" +
 	"\n" +
 	"product_id\x18\x01 \x01(\tR\tproductId\x12\x12\n" +
@@ -1413,12 +1415,11 @@ const file_keyhouse_activations_v1_leases_proto_rawDesc = "" +
 	"\x04keys\x18\x01 \x03(\v2!.keyhouse.activations.v1.LeaseKeyR\x04keys\"h\n" +
 	"\x16RotateLeaseKeysRequest\x125\n" +
 	"\x14retire_after_seconds\x18\x01 \x01(\x03H\x00R\x12retireAfterSeconds\x88\x01\x01B\x17\n" +
-	"\x15_retire_after_seconds\"\x9d\x01\n" +
+	"\x15_retire_after_seconds\"\xab\x01\n" +
 	"\x17RotateLeaseKeysResponse\x12\x10\n" +
-	"\x03kid\x18\x01 \x01(\tR\x03kid\x12&\n" +
-	"\fretiring_kid\x18\x02 \x01(\tH\x00R\vretiringKid\x88\x01\x01\x127\n" +
-	"\tretire_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\bretireAtB\x0f\n" +
-	"\r_retiring_kid\")\n" +
+	"\x03kid\x18\x01 \x01(\tR\x03kid\x12?\n" +
+	"\fretiring_kid\x18\x04 \x01(\v2\x1c.google.protobuf.StringValueR\vretiringKid\x127\n" +
+	"\tretire_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\bretireAtJ\x04\b\x02\x10\x03\")\n" +
 	"\x15ListSeatLeasesRequest\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\"\x85\x02\n" +
 	"\tSeatLease\x12\x1f\n" +
@@ -1484,6 +1485,7 @@ var file_keyhouse_activations_v1_leases_proto_goTypes = []any{
 	nil,                               // 22: keyhouse.activations.v1.SeatLease.ComponentsEntry
 	(*timestamppb.Timestamp)(nil),     // 23: google.protobuf.Timestamp
 	(*CallStatus)(nil),                // 24: keyhouse.activations.v1.CallStatus
+	(*wrapperspb.StringValue)(nil),    // 25: google.protobuf.StringValue
 }
 var file_keyhouse_activations_v1_leases_proto_depIdxs = []int32{
 	23, // 0: keyhouse.activations.v1.LeasePolicy.updated_at:type_name -> google.protobuf.Timestamp
@@ -1500,31 +1502,32 @@ var file_keyhouse_activations_v1_leases_proto_depIdxs = []int32{
 	23, // 11: keyhouse.activations.v1.CreateLeaseBatchResult.license_expires_at:type_name -> google.protobuf.Timestamp
 	23, // 12: keyhouse.activations.v1.LeaseKey.retire_at:type_name -> google.protobuf.Timestamp
 	14, // 13: keyhouse.activations.v1.ListLeaseKeysResponse.keys:type_name -> keyhouse.activations.v1.LeaseKey
-	23, // 14: keyhouse.activations.v1.RotateLeaseKeysResponse.retire_at:type_name -> google.protobuf.Timestamp
-	23, // 15: keyhouse.activations.v1.SeatLease.lease_expires_at:type_name -> google.protobuf.Timestamp
-	22, // 16: keyhouse.activations.v1.SeatLease.components:type_name -> keyhouse.activations.v1.SeatLease.ComponentsEntry
-	19, // 17: keyhouse.activations.v1.ListSeatLeasesResponse.seats:type_name -> keyhouse.activations.v1.SeatLease
-	1,  // 18: keyhouse.activations.v1.LeasesService.PutLeasePolicy:input_type -> keyhouse.activations.v1.PutLeasePolicyRequest
-	3,  // 19: keyhouse.activations.v1.LeasesService.ListLeasePolicies:input_type -> keyhouse.activations.v1.ListLeasePoliciesRequest
-	5,  // 20: keyhouse.activations.v1.LeasesService.DeleteLeasePolicy:input_type -> keyhouse.activations.v1.DeleteLeasePolicyRequest
-	7,  // 21: keyhouse.activations.v1.LeasesService.CreateLease:input_type -> keyhouse.activations.v1.CreateLeaseRequest
-	9,  // 22: keyhouse.activations.v1.LeasesService.CreateLeaseBatch:input_type -> keyhouse.activations.v1.CreateLeaseBatchRequest
-	13, // 23: keyhouse.activations.v1.LeasesService.ListLeaseKeys:input_type -> keyhouse.activations.v1.ListLeaseKeysRequest
-	18, // 24: keyhouse.activations.v1.LeasesService.ListSeatLeases:input_type -> keyhouse.activations.v1.ListSeatLeasesRequest
-	16, // 25: keyhouse.activations.v1.LeasesService.RotateLeaseKeys:input_type -> keyhouse.activations.v1.RotateLeaseKeysRequest
-	2,  // 26: keyhouse.activations.v1.LeasesService.PutLeasePolicy:output_type -> keyhouse.activations.v1.PutLeasePolicyResponse
-	4,  // 27: keyhouse.activations.v1.LeasesService.ListLeasePolicies:output_type -> keyhouse.activations.v1.ListLeasePoliciesResponse
-	6,  // 28: keyhouse.activations.v1.LeasesService.DeleteLeasePolicy:output_type -> keyhouse.activations.v1.DeleteLeasePolicyResponse
-	8,  // 29: keyhouse.activations.v1.LeasesService.CreateLease:output_type -> keyhouse.activations.v1.CreateLeaseResponse
-	11, // 30: keyhouse.activations.v1.LeasesService.CreateLeaseBatch:output_type -> keyhouse.activations.v1.CreateLeaseBatchResponse
-	15, // 31: keyhouse.activations.v1.LeasesService.ListLeaseKeys:output_type -> keyhouse.activations.v1.ListLeaseKeysResponse
-	20, // 32: keyhouse.activations.v1.LeasesService.ListSeatLeases:output_type -> keyhouse.activations.v1.ListSeatLeasesResponse
-	17, // 33: keyhouse.activations.v1.LeasesService.RotateLeaseKeys:output_type -> keyhouse.activations.v1.RotateLeaseKeysResponse
-	26, // [26:34] is the sub-list for method output_type
-	18, // [18:26] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	25, // 14: keyhouse.activations.v1.RotateLeaseKeysResponse.retiring_kid:type_name -> google.protobuf.StringValue
+	23, // 15: keyhouse.activations.v1.RotateLeaseKeysResponse.retire_at:type_name -> google.protobuf.Timestamp
+	23, // 16: keyhouse.activations.v1.SeatLease.lease_expires_at:type_name -> google.protobuf.Timestamp
+	22, // 17: keyhouse.activations.v1.SeatLease.components:type_name -> keyhouse.activations.v1.SeatLease.ComponentsEntry
+	19, // 18: keyhouse.activations.v1.ListSeatLeasesResponse.seats:type_name -> keyhouse.activations.v1.SeatLease
+	1,  // 19: keyhouse.activations.v1.LeasesService.PutLeasePolicy:input_type -> keyhouse.activations.v1.PutLeasePolicyRequest
+	3,  // 20: keyhouse.activations.v1.LeasesService.ListLeasePolicies:input_type -> keyhouse.activations.v1.ListLeasePoliciesRequest
+	5,  // 21: keyhouse.activations.v1.LeasesService.DeleteLeasePolicy:input_type -> keyhouse.activations.v1.DeleteLeasePolicyRequest
+	7,  // 22: keyhouse.activations.v1.LeasesService.CreateLease:input_type -> keyhouse.activations.v1.CreateLeaseRequest
+	9,  // 23: keyhouse.activations.v1.LeasesService.CreateLeaseBatch:input_type -> keyhouse.activations.v1.CreateLeaseBatchRequest
+	13, // 24: keyhouse.activations.v1.LeasesService.ListLeaseKeys:input_type -> keyhouse.activations.v1.ListLeaseKeysRequest
+	18, // 25: keyhouse.activations.v1.LeasesService.ListSeatLeases:input_type -> keyhouse.activations.v1.ListSeatLeasesRequest
+	16, // 26: keyhouse.activations.v1.LeasesService.RotateLeaseKeys:input_type -> keyhouse.activations.v1.RotateLeaseKeysRequest
+	2,  // 27: keyhouse.activations.v1.LeasesService.PutLeasePolicy:output_type -> keyhouse.activations.v1.PutLeasePolicyResponse
+	4,  // 28: keyhouse.activations.v1.LeasesService.ListLeasePolicies:output_type -> keyhouse.activations.v1.ListLeasePoliciesResponse
+	6,  // 29: keyhouse.activations.v1.LeasesService.DeleteLeasePolicy:output_type -> keyhouse.activations.v1.DeleteLeasePolicyResponse
+	8,  // 30: keyhouse.activations.v1.LeasesService.CreateLease:output_type -> keyhouse.activations.v1.CreateLeaseResponse
+	11, // 31: keyhouse.activations.v1.LeasesService.CreateLeaseBatch:output_type -> keyhouse.activations.v1.CreateLeaseBatchResponse
+	15, // 32: keyhouse.activations.v1.LeasesService.ListLeaseKeys:output_type -> keyhouse.activations.v1.ListLeaseKeysResponse
+	20, // 33: keyhouse.activations.v1.LeasesService.ListSeatLeases:output_type -> keyhouse.activations.v1.ListSeatLeasesResponse
+	17, // 34: keyhouse.activations.v1.LeasesService.RotateLeaseKeys:output_type -> keyhouse.activations.v1.RotateLeaseKeysResponse
+	27, // [27:35] is the sub-list for method output_type
+	19, // [19:27] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_keyhouse_activations_v1_leases_proto_init() }
@@ -1541,7 +1544,6 @@ func file_keyhouse_activations_v1_leases_proto_init() {
 		(*CreateLeaseBatchResult_Error)(nil),
 	}
 	file_keyhouse_activations_v1_leases_proto_msgTypes[16].OneofWrappers = []any{}
-	file_keyhouse_activations_v1_leases_proto_msgTypes[17].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

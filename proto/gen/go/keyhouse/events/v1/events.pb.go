@@ -1535,9 +1535,11 @@ func (x *BillingPlanChanged) GetStatus() string {
 
 // Data of lease_key.rotated.
 type LeaseKeyRotated struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Kid           string                 `protobuf:"bytes,1,opt,name=kid,proto3" json:"kid,omitempty"`
-	RetiringKid   string                 `protobuf:"bytes,2,opt,name=retiring_kid,json=retiringKid,proto3" json:"retiring_kid,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Kid   string                 `protobuf:"bytes,1,opt,name=kid,proto3" json:"kid,omitempty"`
+	// The key the rotation retired; null when there was none (the rotation made the
+	// tenant's first key).
+	RetiringKid   *wrapperspb.StringValue `protobuf:"bytes,3,opt,name=retiring_kid,json=retiringKid,proto3" json:"retiring_kid,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1579,11 +1581,11 @@ func (x *LeaseKeyRotated) GetKid() string {
 	return ""
 }
 
-func (x *LeaseKeyRotated) GetRetiringKid() string {
+func (x *LeaseKeyRotated) GetRetiringKid() *wrapperspb.StringValue {
 	if x != nil {
 		return x.RetiringKid
 	}
-	return ""
+	return nil
 }
 
 // Data of webhook_endpoint.disabled.
@@ -1871,10 +1873,10 @@ const file_keyhouse_events_v1_events_proto_rawDesc = "" +
 	"licenseKey\"^\n" +
 	"\x12BillingPlanChanged\x120\n" +
 	"\x04plan\x18\x01 \x01(\v2\x1c.google.protobuf.StringValueR\x04plan\x12\x16\n" +
-	"\x06status\x18\x02 \x01(\tR\x06status\"F\n" +
+	"\x06status\x18\x02 \x01(\tR\x06status\"j\n" +
 	"\x0fLeaseKeyRotated\x12\x10\n" +
-	"\x03kid\x18\x01 \x01(\tR\x03kid\x12!\n" +
-	"\fretiring_kid\x18\x02 \x01(\tR\vretiringKid\"R\n" +
+	"\x03kid\x18\x01 \x01(\tR\x03kid\x12?\n" +
+	"\fretiring_kid\x18\x03 \x01(\v2\x1c.google.protobuf.StringValueR\vretiringKidJ\x04\b\x02\x10\x03\"R\n" +
 	"\x17WebhookEndpointDisabled\x12\x1f\n" +
 	"\vendpoint_id\x18\x01 \x01(\tR\n" +
 	"endpointId\x12\x16\n" +
@@ -1971,15 +1973,16 @@ var file_keyhouse_events_v1_events_proto_depIdxs = []int32{
 	25, // 36: keyhouse.events.v1.UsageReset.metric:type_name -> google.protobuf.StringValue
 	25, // 37: keyhouse.events.v1.StorefrontDelivery.license_key:type_name -> google.protobuf.StringValue
 	25, // 38: keyhouse.events.v1.BillingPlanChanged.plan:type_name -> google.protobuf.StringValue
-	0,  // 39: keyhouse.events.v1.EventsService.ListEvents:input_type -> keyhouse.events.v1.ListEventsRequest
-	2,  // 40: keyhouse.events.v1.EventsService.GetEvent:input_type -> keyhouse.events.v1.GetEventRequest
-	1,  // 41: keyhouse.events.v1.EventsService.ListEvents:output_type -> keyhouse.events.v1.ListEventsResponse
-	3,  // 42: keyhouse.events.v1.EventsService.GetEvent:output_type -> keyhouse.events.v1.GetEventResponse
-	41, // [41:43] is the sub-list for method output_type
-	39, // [39:41] is the sub-list for method input_type
-	39, // [39:39] is the sub-list for extension type_name
-	39, // [39:39] is the sub-list for extension extendee
-	0,  // [0:39] is the sub-list for field type_name
+	25, // 39: keyhouse.events.v1.LeaseKeyRotated.retiring_kid:type_name -> google.protobuf.StringValue
+	0,  // 40: keyhouse.events.v1.EventsService.ListEvents:input_type -> keyhouse.events.v1.ListEventsRequest
+	2,  // 41: keyhouse.events.v1.EventsService.GetEvent:input_type -> keyhouse.events.v1.GetEventRequest
+	1,  // 42: keyhouse.events.v1.EventsService.ListEvents:output_type -> keyhouse.events.v1.ListEventsResponse
+	3,  // 43: keyhouse.events.v1.EventsService.GetEvent:output_type -> keyhouse.events.v1.GetEventResponse
+	42, // [42:44] is the sub-list for method output_type
+	40, // [40:42] is the sub-list for method input_type
+	40, // [40:40] is the sub-list for extension type_name
+	40, // [40:40] is the sub-list for extension extendee
+	0,  // [0:40] is the sub-list for field type_name
 }
 
 func init() { file_keyhouse_events_v1_events_proto_init() }

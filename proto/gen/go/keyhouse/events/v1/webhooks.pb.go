@@ -224,9 +224,10 @@ func (x *WebhookEndpointWithSecret) GetSecret() string {
 }
 
 type CreateWebhookEndpointRequest struct {
-	state         protoimpl.MessageState  `protogen:"open.v1"`
-	Url           string                  `protobuf:"bytes,1,opt,name=url,proto3" json:"url,omitempty"`
-	Events        []string                `protobuf:"bytes,2,rep,name=events,proto3" json:"events,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Url    string                 `protobuf:"bytes,1,opt,name=url,proto3" json:"url,omitempty"`
+	Events []string               `protobuf:"bytes,2,rep,name=events,proto3" json:"events,omitempty"`
+	// At most 512 characters; "" is none (null).
 	Description   *wrapperspb.StringValue `protobuf:"bytes,3,opt,name=description,proto3" json:"description,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -545,7 +546,8 @@ type UpdateWebhookEndpointRequest struct {
 	Id    string                  `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	Url   *wrapperspb.StringValue `protobuf:"bytes,2,opt,name=url,proto3" json:"url,omitempty"`
 	// A list of strings; a message so that "absent" and "given" differ.
-	Events        *structpb.ListValue     `protobuf:"bytes,3,opt,name=events,proto3" json:"events,omitempty"`
+	Events *structpb.ListValue `protobuf:"bytes,3,opt,name=events,proto3" json:"events,omitempty"`
+	// "" clears it (null); absent or null keeps it.
 	Description   *wrapperspb.StringValue `protobuf:"bytes,4,opt,name=description,proto3" json:"description,omitempty"`
 	Enabled       *wrapperspb.BoolValue   `protobuf:"bytes,5,opt,name=enabled,proto3" json:"enabled,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -985,8 +987,10 @@ type WebhookDelivery struct {
 	EventId    string `protobuf:"bytes,2,opt,name=event_id,json=eventId,proto3" json:"event_id,omitempty"`
 	EndpointId string `protobuf:"bytes,3,opt,name=endpoint_id,json=endpointId,proto3" json:"endpoint_id,omitempty"`
 	// pending, succeeded or failed.
-	Status        string                 `protobuf:"bytes,4,opt,name=status,proto3" json:"status,omitempty"`
-	Attempts      []*WebhookAttempt      `protobuf:"bytes,5,rep,name=attempts,proto3" json:"attempts,omitempty"`
+	Status   string            `protobuf:"bytes,4,opt,name=status,proto3" json:"status,omitempty"`
+	Attempts []*WebhookAttempt `protobuf:"bytes,5,rep,name=attempts,proto3" json:"attempts,omitempty"`
+	// When the next attempt is due; null when none is: the delivery succeeded or failed, or
+	// its endpoint is disabled.
 	NextAttemptAt *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=next_attempt_at,json=nextAttemptAt,proto3" json:"next_attempt_at,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
