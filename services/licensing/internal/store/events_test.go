@@ -81,6 +81,14 @@ func TestEveryWriteEmitsItsEvent(t *testing.T) {
 				t.Fatal(err)
 			}
 		}, []string{events.TypeLicenseReactivated}},
+		{"Tx.UpdateTerms", func(t *testing.T, s *store.Store) {
+			if err := s.InTx(ctx, func(tx store.Tx) error {
+				_, err := tx.UpdateTerms(ctx, "t1", "K-1", store.Terms{Limits: map[string]float64{"seats": 2}})
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+		}, []string{events.TypeLicenseTermsUpdated}},
 		{"UpdateTerms", func(t *testing.T, s *store.Store) {
 			if _, err := s.UpdateTerms(ctx, "t1", "K-1", store.Terms{SetExpiry: true, ExpiresAt: &expires, SetMaxActivations: true, MaxActivations: &seats}); err != nil {
 				t.Fatal(err)
@@ -127,7 +135,7 @@ func TestEveryWriteEmitsItsEvent(t *testing.T) {
 			}
 		}
 	}
-	eventstest.RequireListed(t, (*store.Tx)(nil), []string{"Insert", "InsertImported", "SetStatus", "Delete"},
+	eventstest.RequireListed(t, (*store.Tx)(nil), []string{"Insert", "InsertImported", "SetStatus", "UpdateTerms", "Delete"},
 		// Reads and locks, and a product claim (outside §11, as the store's).
 		[]string{"GetForUpdate", "LockQuota", "CountActive", "Existing", "ClaimProduct"})
 	eventstest.RequireListed(t, s,
