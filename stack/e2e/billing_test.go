@@ -39,6 +39,14 @@ type stripeRecorderT struct {
 	srv   *httptest.Server
 	mu    sync.Mutex
 	calls []stripeCall
+	// failing answers a path with Stripe's error instead of stripe-mock (stripeFailing).
+	failing map[string]stripeFailure
+}
+
+// stripeFailure is an error answer of Stripe's API.
+type stripeFailure struct {
+	status    int
+	typ, code string
 }
 
 var (
@@ -58,13 +66,51 @@ func stripeAPI(t testing.TB) string {
 			form, _ := url.ParseQuery(string(body))
 			recorder.mu.Lock()
 			recorder.calls = append(recorder.calls, stripeCall{Method: r.Method, Path: r.URL.Path, Form: form})
+			f, fail := recorder.failing[r.URL.Path]
 			recorder.mu.Unlock()
+			if fail {
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(f.status)
+				_ = json.NewEncoder(w).Encode(map[string]any{"error": map[string]any{"type": f.typ, "code": f.code, "message": "forced by the e2e test"}})
+				return
+			}
 			r.Body = io.NopCloser(strings.NewReader(string(body)))
 			proxy.ServeHTTP(w, r)
 		}))
 		testkit.AtExit(recorder.srv.Close)
 	})
 	return recorder.srv.URL
+}
+
+// stripeFailing makes Stripe's API answer f for path (every method) until undone, or
+// until the test ends.
+func stripeFailing(t testing.TB, path string, f stripeFailure) (undo func()) {
+	recorder.mu.Lock()
+	defer recorder.mu.Unlock()
+	if recorder.failing == nil {
+		recorder.failing = map[string]stripeFailure{}
+	}
+	recorder.failing[path] = f
+	undo = func() {
+		recorder.mu.Lock()
+		defer recorder.mu.Unlock()
+		delete(recorder.failing, path)
+	}
+	t.Cleanup(undo)
+	return undo
+}
+
+// stripeCallsTo returns the calls of method to path.
+func stripeCallsTo(method, path string) []stripeCall {
+	recorder.mu.Lock()
+	defer recorder.mu.Unlock()
+	var out []stripeCall
+	for _, c := range recorder.calls {
+		if c.Method == method && c.Path == path {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // stripeCalls returns the calls to path whose form field has value.
@@ -539,4 +585,238 @@ func TestBillingWithoutStripeConfigurationIs503(t *testing.T) {
 	sendEvent(t, s, stripeEvent("customer.created", time.Now(), map[string]any{"id": "cus_x"})).
 		ExpectError(t, 503, "Billing webhooks are not configured on this server (STRIPE_WEBHOOK_SECRET)")
 	c.Get("/v1/billing/status").ExpectBody(t, statusBody("active", "", false, nil, 0, 5))
+}
+
+// terms posts update-license-terms for key with fields.
+func terms(c *Client, key string, fields ...any) *Response {
+	body := map[string]any{"key": key}
+	for i := 0; i+1 < len(fields); i += 2 {
+		body[fields[i].(string)] = fields[i+1]
+	}
+	return c.Post("/v1/admin/update-license-terms", body)
+}
+
+// An expired license holds no quota; update-license-terms that makes it unexpired again
+// (a revival) is reactivation's twin: room in the quota and an active subscription, or
+// 403. Updates that revive nothing are never refused. Licenses imported already expired
+// are no way around it.
+func TestRevivingAnExpiredLicenseHoldsTheQuotaAndNeedsAnActiveSubscription(t *testing.T) {
+	t.Parallel()
+	s := hosted(t)
+	c, tenant := hostedTenant(t, s)
+	p := product("billing-revive")
+	past := time.Now().Add(-time.Hour).UTC().Format(time.RFC3339)
+	earlier := time.Now().Add(-48 * time.Hour).UTC().Format(time.RFC3339)
+	future := time.Now().Add(365 * 24 * time.Hour).UTC().Format(time.RFC3339)
+	var expired []string
+	for range 7 {
+		expired = append(expired, issueLicense(t, c, lic(p, "expires_at", past)))
+	}
+	imported := "REVIVE-" + p
+	c.Post("/v1/licenses/import", map[string]any{"licenses": []map[string]any{
+		{"key": imported, "tier": "pro", "product_id": p, "issued_to": "x@example.com", "expires_at": past}}}).Expect(t, 200)
+	c.Get("/v1/billing/status").ExpectBody(t, statusBody("active", "", false, nil, 0, 5))
+
+	// Free: five revivals fit, perpetual or dated; the sixth does not, nor an issuance.
+	for i, k := range expired[:5] {
+		var to any = future
+		if i%2 == 0 {
+			to = nil
+		}
+		terms(c, k, "expires_at", to).Expect(t, 200)
+	}
+	c.Get("/v1/billing/status").ExpectBody(t, statusBody("active", "", false, nil, 5, 5))
+	terms(c, expired[5], "expires_at", nil).ExpectError(t, 403, "License issuance quota exceeded")
+	terms(c, imported, "expires_at", future).ExpectError(t, 403, "License issuance quota exceeded")
+	c.Post("/v1/issue-license", lic(p)).ExpectError(t, 403, "License issuance quota exceeded")
+	anon(t, s).Post("/v1/verify-license", map[string]string{"key": expired[5]}).Expect(t, 403)
+
+	// Updates that revive nothing, at the full quota: allowed.
+	terms(c, expired[5], "expires_at", earlier, "max_activations", 3).Expect(t, 200) // expired kept expired
+	terms(c, expired[0], "max_activations", 9).Expect(t, 200)                        // an active license's cap
+	terms(c, expired[1], "expires_at", time.Now().Add(2*365*24*time.Hour).UTC().Format(time.RFC3339)).Expect(t, 200)
+	c.Get("/v1/billing/status").ExpectBody(t, statusBody("active", "", false, nil, 5, 5))
+
+	// Pro: room again. Past due: a revival is refused as issuance is; other updates are not.
+	su := upgrade(t, s, tenant)
+	terms(c, expired[5], "expires_at", nil).Expect(t, 200)
+	deliver(t, s, su.paymentFailed(time.Now().Add(time.Minute)))
+	terms(c, expired[6], "expires_at", nil).ExpectError(t, 403, "Subscription is not active")
+	terms(c, imported, "expires_at", future).ExpectError(t, 403, "Subscription is not active")
+	terms(c, expired[0], "max_activations", 2).Expect(t, 200)
+	terms(c, expired[6], "expires_at", earlier).Expect(t, 200)
+	// Canceled: the same.
+	deliver(t, s, su.event("deleted", time.Now().Add(2*time.Minute), time.Now(), "status", "canceled"))
+	terms(c, expired[6], "expires_at", future).ExpectError(t, 403, "Subscription is not active")
+	c.Get("/v1/billing/status").ExpectBody(t, statusBody("canceled", "free", false, nil, 6, 5))
+}
+
+// Revivals racing each other and issuances around the Free limit, through two licensing
+// replicas: the quota lock holds across them, so exactly the room left is granted.
+func TestConcurrentRevivalsAcrossTwoReplicasNeverPassTheQuota(t *testing.T) {
+	t.Parallel()
+	s := hosted(t)
+	second := secondGateway(t, s, "licensing", "LICENSING_ADDR")
+	past := time.Now().Add(-time.Hour).UTC().Format(time.RFC3339)
+	future := time.Now().Add(365 * 24 * time.Hour).UTC().Format(time.RFC3339)
+	for round := range 3 {
+		c1, _ := hostedTenant(t, s)
+		c2 := newClient(t, second, c1.Token)
+		p := product("billing-revive-race")
+		for range round + 1 {
+			issueLicense(t, c1, lic(p))
+		}
+		var expired []string
+		for range 8 {
+			expired = append(expired, issueLicense(t, c1, lic(p, "expires_at", past)))
+		}
+		room := 5 - (round + 1)
+		res := make([]*Response, len(expired)+2)
+		var wg sync.WaitGroup
+		for i := range res {
+			c := []*Client{c1, c2}[i%2]
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				switch {
+				case i >= len(expired):
+					res[i] = c.Post("/v1/issue-license", lic(p))
+				case i%3 == 0:
+					res[i] = terms(c, expired[i], "expires_at", future)
+				default:
+					res[i] = terms(c, expired[i], "expires_at", nil)
+				}
+			}()
+		}
+		wg.Wait()
+		ok := 0
+		for _, r := range res {
+			if r.Status == 200 {
+				ok++
+				continue
+			}
+			r.ExpectError(t, 403, "License issuance quota exceeded")
+		}
+		if ok != room {
+			t.Fatalf("round %d: %d of %d concurrent revivals and issuances granted with room for %d", round, ok, len(res), room)
+		}
+		c1.Get("/v1/billing/status").ExpectBody(t, statusBody("active", "", false, nil, 5, 5))
+	}
+}
+
+// Stripe often sends customer.subscription.created before checkout.session.completed.
+// The tenant is Pro from the first, and checkout must already answer the Billing Portal
+// of the subscription's customer: a second subscription is never sold.
+func TestSubscriptionCreatedBeforeCheckoutSellsNoSecondSubscription(t *testing.T) {
+	t.Parallel()
+	s := hosted(t)
+	c, tenant := hostedTenant(t, s)
+	su := newSub(tenant)
+	now := time.Now().Truncate(time.Second)
+	deliver(t, s, su.event("created", now, now.Add(30*24*time.Hour)))
+	c.Get("/v1/billing/status").ExpectBody(t, statusBody("active", "pro", false, nil, 0, 1000))
+	for _, want := range []string{"pro", "free"} {
+		url := c.Post("/v1/billing/checkout", map[string]string{"plan": want}).Expect(t, 200).JSON(t)["url"].(string)
+		if strings.HasPrefix(url, "https://checkout.stripe.com/") {
+			t.Fatalf("plan %s: a Pro tenant was sold a second subscription: %s", want, url)
+		}
+	}
+	if n := len(stripeCalls("/v1/billing_portal/sessions", "customer", su.customer)); n != 2 {
+		t.Fatalf("%d portal sessions for the subscription's customer, want 2", n)
+	}
+	if n := len(stripeCalls("/v1/checkout/sessions", "client_reference_id", tenant)); n != 0 {
+		t.Fatalf("%d checkout sessions", n)
+	}
+	// The checkout arriving late changes nothing.
+	deliver(t, s, su.checkoutCompleted(now))
+	c.Get("/v1/billing/status").ExpectBody(t, statusBody("active", "pro", false, nil, 0, 1000))
+}
+
+// An old subscription canceled at period end whose period ran out (its deletion not yet
+// arrived) is ended, not the Pro it was: the new subscription that failed its payment is
+// what the tenant holds, past_due, and checkout answers its Billing Portal.
+func TestAnOldSubscriptionPastItsEndNeverHidesTheNewPastDueOne(t *testing.T) {
+	t.Parallel()
+	s := hosted(t)
+	c, tenant := hostedTenant(t, s)
+	a := newSub(tenant)
+	start := time.Now().Add(-31 * 24 * time.Hour).Truncate(time.Second)
+	ended := time.Now().Add(-time.Minute).Truncate(time.Second)
+	deliver(t, s, a.checkoutCompleted(start))
+	deliver(t, s, a.event("updated", start.Add(time.Hour), ended, "cancel_at_period_end", true))
+	b := sub{tenant: tenant, customer: a.customer, id: a.id + "_b"}
+	now := time.Now().Truncate(time.Second)
+	deliver(t, s, b.checkoutCompleted(now))
+	deliver(t, s, b.event("created", now, now.Add(30*24*time.Hour)))
+	c.Get("/v1/billing/status").ExpectBody(t, statusBody("active", "pro", false, nil, 0, 1000))
+	deliver(t, s, b.paymentFailed(now.Add(time.Second)))
+	c.Get("/v1/billing/status").ExpectBody(t, statusBody("past_due", "pro", false, nil, 0, 1000))
+	c.Post("/v1/issue-license", lic(product("billing-old-sub"))).ExpectError(t, 403, "Subscription is not active")
+	url := c.Post("/v1/billing/checkout", map[string]string{"plan": "pro"}).Expect(t, 200).JSON(t)["url"].(string)
+	if strings.HasPrefix(url, "https://checkout.stripe.com/") {
+		t.Fatalf("holding a past-due subscription, checkout sold a new one: %s", url)
+	}
+	// The old one's deletion arriving changes nothing.
+	deliver(t, s, a.event("deleted", now.Add(2*time.Second), ended, "status", "canceled"))
+	c.Get("/v1/billing/status").ExpectBody(t, statusBody("past_due", "pro", false, nil, 0, 1000))
+}
+
+// Stripe's cancel_at (a set cancellation date, cancel_at_period_end false) is a
+// cancellation: Pro, cancelAtPeriodEnd true and the date as currentPeriodEnd until then,
+// Free (canceled) from then on, deletion or not.
+func TestCancelAtEndsProAtThatDate(t *testing.T) {
+	t.Parallel()
+	s := hosted(t)
+	c, tenant := hostedTenant(t, s)
+	su := newSub(tenant)
+	t0 := time.Now().Add(-time.Hour).Truncate(time.Second)
+	period := t0.Add(30 * 24 * time.Hour)
+	cancelAt := time.Now().Add(10 * 24 * time.Hour).Truncate(time.Second)
+	deliver(t, s, su.checkoutCompleted(t0))
+	deliver(t, s, su.event("updated", t0.Add(time.Second), period, "cancel_at", cancelAt.Unix(), "canceled_at", t0.Unix()))
+	c.Get("/v1/billing/status").ExpectBody(t, statusBody("active", "pro", true, &cancelAt, 0, 1000))
+	// Taken back: renewing again.
+	deliver(t, s, su.event("updated", t0.Add(2*time.Second), period, "cancel_at", nil, "canceled_at", nil))
+	c.Get("/v1/billing/status").ExpectBody(t, statusBody("active", "pro", false, nil, 0, 1000))
+	// A date that has passed, Stripe's deletion not yet arrived: Free.
+	deliver(t, s, su.event("updated", t0.Add(3*time.Second), period, "cancel_at", time.Now().Add(-time.Minute).Unix(), "canceled_at", t0.Unix()))
+	c.Get("/v1/billing/status").ExpectBody(t, statusBody("canceled", "free", false, nil, 0, 5))
+	c.Post("/v1/issue-license", lic(product("billing-cancel-at"))).ExpectError(t, 403, "Subscription is not active")
+}
+
+// Deleting a paying tenant cancels its live subscriptions in Stripe first, so its
+// customer is never charged for an account that is gone. If Stripe fails, nothing is
+// deleted (503) and a retry completes it; a subscription Stripe says is already gone
+// counts as canceled.
+func TestDeletingAPayingTenantCancelsItsSubscriptionsInStripe(t *testing.T) {
+	t.Parallel()
+	s := hosted(t)
+	a := admin(t, s)
+	c, tenant := hostedTenant(t, s)
+	su := upgrade(t, s, tenant)
+	old := sub{tenant: tenant, customer: su.customer, id: su.id + "_old"} // canceled in Stripe, its deletion not yet here
+	deliver(t, s, old.checkoutCompleted(time.Now().Add(-time.Hour)))
+	stripeFailing(t, "/v1/subscriptions/"+old.id, stripeFailure{404, "invalid_request_error", "resource_missing"})
+	undo := stripeFailing(t, "/v1/subscriptions/"+su.id, stripeFailure{400, "invalid_request_error", "forced"})
+
+	a.Delete("/v1/operator/tenants/"+tenant, nil).ExpectError(t, 503, "Payment provider unavailable, retry")
+	a.Get("/v1/operator/tenants/"+tenant).Expect(t, 200)
+	c.Get("/v1/billing/status").ExpectBody(t, statusBody("active", "pro", false, nil, 0, 1000))
+	issueLicense(t, c, lic(product("billing-delete")))
+
+	undo()
+	a.Delete("/v1/operator/tenants/"+tenant, nil).ExpectBody(t, fmt.Sprintf(`{"tenant_id":"%s","deleted":true}`, tenant))
+	cancels := stripeCallsTo(http.MethodDelete, "/v1/subscriptions/"+su.id)
+	if len(cancels) < 2 || cancels[len(cancels)-1].Form.Get("cancellation_details[comment]") == "" {
+		t.Fatalf("cancellations of the live subscription: %+v", cancels)
+	}
+	if len(stripeCallsTo(http.MethodDelete, "/v1/subscriptions/"+old.id)) == 0 {
+		t.Fatal("the older subscription was not canceled")
+	}
+	c.Get("/v1/billing/status").ExpectError(t, 403, "Unauthorized")
+	a.Get("/v1/operator/tenants/"+tenant).ExpectError(t, 404, "Tenant not found")
+
+	// A tenant that never subscribed has nothing to cancel.
+	_, free := hostedTenant(t, s)
+	a.Delete("/v1/operator/tenants/"+free, nil).Expect(t, 200)
 }

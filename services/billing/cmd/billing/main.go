@@ -56,7 +56,7 @@ func register(ctx context.Context, d *app.Deps) error {
 		Log:           d.Log,
 	}, st))
 	accountsv1.RegisterApiKeysServiceServer(d.Server.GRPC, server.NewAPIKeys(st))
-	accountsv1.RegisterOperatorServiceServer(d.Server.GRPC, server.NewOperator(st, usage, d.Config.MultiTenant))
+	accountsv1.RegisterOperatorServiceServer(d.Server.GRPC, server.NewOperator(st, usage, d.Config.MultiTenant, stripe, d.Log))
 	// Stripe events are remembered (for replays and ordering) for RECORD_RETENTION;
 	// Stripe itself retries for 3 days.
 	done := make(chan struct{})

@@ -1,5 +1,6 @@
 // Package payments is billing's one door to the Stripe API (stripe-go/v76): Checkout
-// Sessions for the Pro plan and Billing Portal sessions for a subscription's management.
+// Sessions for the Pro plan, Billing Portal sessions for a subscription's management, and
+// the cancellation of a deleted tenant's subscriptions.
 // Webhook verification is not here: it needs only the signing secret (server package).
 package payments
 
@@ -8,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 
 	"github.com/keyhouse/keyhouse/pkg/config"
 	"github.com/stripe/stripe-go/v76"
@@ -101,6 +103,26 @@ func (s *Stripe) PortalURL(ctx context.Context, customer string) (string, error)
 		return "", fmt.Errorf("stripe billing portal session: %w", err)
 	}
 	return sess.URL, nil
+}
+
+// CancelSubscription cancels a subscription at once (DELETE /v1/subscriptions/{id}): the
+// customer is not charged for it again. Nothing is prorated or invoiced: a refund, if one
+// is owed, is the operator's call in Stripe's dashboard. A subscription Stripe no longer
+// has as cancelable (already canceled: Stripe answers it is missing) is done.
+func (s *Stripe) CancelSubscription(ctx context.Context, id string) error {
+	p := &stripe.SubscriptionCancelParams{CancellationDetails: &stripe.SubscriptionCancelCancellationDetailsParams{
+		Comment: stripe.String("Keyhouse: the tenant was deleted by the operator"),
+	}}
+	p.Context = ctx
+	_, err := s.api.Subscriptions.Cancel(id, p)
+	var se *stripe.Error
+	if errors.As(err, &se) && (se.Code == stripe.ErrorCodeResourceMissing || se.HTTPStatusCode == http.StatusNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("stripe cancel subscription %s: %w", id, err)
+	}
+	return nil
 }
 
 // leveled sends stripe-go's own log lines to slog. stripe-go logs methods and paths,

@@ -197,6 +197,15 @@ func readSubscription(c Change, s *stripe.Subscription) Change {
 		end := time.Unix(s.CurrentPeriodEnd, 0).UTC()
 		st.CurrentPeriodEnd = &end
 	}
+	if s.CancelAt > 0 {
+		// A set cancellation date (cancel_at, with cancel_at_period_end false before API
+		// version 2025-03-31): the subscription is canceled but not yet ended, and ends
+		// then, as one canceled at period end ends at its period's end. So it is read as
+		// that: CancelAtPeriodEnd, and the end shown (and the instant it reverts to Free)
+		// is cancel_at.
+		end := time.Unix(s.CancelAt, 0).UTC()
+		st.CancelAtPeriodEnd, st.CurrentPeriodEnd = true, &end
+	}
 	switch s.Status {
 	case stripe.SubscriptionStatusActive, stripe.SubscriptionStatusTrialing:
 		st.Status = Active
@@ -277,11 +286,32 @@ func (s Sub) State() State {
 	return st
 }
 
-// Tenant is a tenant's plan from all its subscriptions: the one it still holds (an
-// active one before a past_due one, then the newest), else Free and canceled once a paid
-// subscription has ended, else no billing history.
-func Tenant(subs []Sub) State {
+// Tenant is a tenant's plan in force at now from all its subscriptions (State.At applied
+// to each): the one it still holds at now (an active one before a past_due one, then the
+// newest), else Free and canceled once a paid subscription has ended (deleted, or its
+// period ran out after a cancellation, whether or not Stripe's deletion has arrived),
+// else no billing history. A subscription whose period ran out is never ranked as what it
+// was: a new past-due subscription outranks an old one that ended at its period's end.
+func Tenant(subs []Sub, now time.Time) State {
+	return tenant(subs, func(s State) State { return s.At(now) })
+}
+
+// Moved says whether the tenant's plan or status moved from subscriptions before to
+// after (billing.plan_changed): in force at now, or as the events alone leave them,
+// without the period-end rule. The second catches the deletion of a subscription whose
+// period already ran out after a cancellation: nothing moves in force then (it moved at
+// the period's end, when no event came), and this deletion is the first event to tell.
+func Moved(before, after []Sub, now time.Time) bool {
+	differ := func(a, b State) bool { return a.Plan != b.Plan || a.Status != b.Status }
+	eventsOnly := func(s State) State { return s.At(time.Time{}) }
+	return differ(Tenant(before, now), Tenant(after, now)) ||
+		differ(tenant(before, eventsOnly), tenant(after, eventsOnly))
+}
+
+// tenant is Tenant with each subscription's state taken through at.
+func tenant(subs []Sub, at func(State) State) State {
 	var best *Sub
+	var bestState State
 	ended := false
 	for i := range subs {
 		s := &subs[i]
@@ -291,22 +321,28 @@ func Tenant(subs []Sub) State {
 		if !s.live() {
 			continue
 		}
-		if best == nil || better(s, best) {
-			best = s
+		st := at(s.State())
+		if st.Status == Canceled {
+			// Its period ran out after a cancellation: ended, though Stripe has not said so.
+			ended = true
+			continue
+		}
+		if best == nil || better(s, st, best, bestState) {
+			best, bestState = s, st
 		}
 	}
 	switch {
 	case best != nil:
-		return best.State()
+		return bestState
 	case ended:
 		return State{Plan: Free, Status: Canceled}
 	}
-	return State{}
+	return at(State{})
 }
 
-func better(a, b *Sub) bool {
-	aa, ba := a.State().Active(), b.State().Active()
-	if aa != ba {
+// better says whether subscription a (in state as) outranks b (in bs).
+func better(a *Sub, as State, b *Sub, bs State) bool {
+	if aa, ba := as.Active(), bs.Active(); aa != ba {
 		return aa
 	}
 	if la, lb := a.latest(), b.latest(); la.After(lb) || lb.After(la) {

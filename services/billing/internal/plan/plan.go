@@ -28,9 +28,12 @@ type State struct {
 	// Plan is "" (no billing history), Free (a paid subscription ended) or Pro.
 	Plan   string
 	Status string
-	// CancelAtPeriodEnd: canceled by the customer, still Pro until CurrentPeriodEnd.
+	// CancelAtPeriodEnd: canceled by the customer (at period end, or at a set date), still
+	// Pro until CurrentPeriodEnd.
 	CancelAtPeriodEnd bool
-	// CurrentPeriodEnd is the end of the paid period, when Stripe told it (nil before).
+	// CurrentPeriodEnd is the end of the paid period, when Stripe told it (nil before);
+	// for a subscription with a set cancellation date (Stripe's cancel_at), that date:
+	// the instant it ends.
 	CurrentPeriodEnd *time.Time
 }
 

@@ -101,7 +101,7 @@ func replay(events []Change, order []int) State {
 		s, _ = s.Merge(events[i])
 		s, _ = s.Merge(events[i]) // a replay never changes anything
 	}
-	return Tenant([]Sub{s})
+	return Tenant([]Sub{s}, t0)
 }
 
 // same compares what the status record shows.
@@ -151,17 +151,17 @@ func TestAnyDeliveryOrderEndsInTheSameState(t *testing.T) {
 func ptr(t time.Time) *time.Time { return &t }
 
 func TestTenantPrefersTheSubscriptionItStillHolds(t *testing.T) {
-	if got := Tenant(nil); got.Plan != "" || got.At(t0).Status != Active || got.LicenseLimit() != FreeLicenseLimit {
+	if got := Tenant(nil, t0); got.Plan != "" || got.At(t0).Status != Active || got.LicenseLimit() != FreeLicenseLimit {
 		t.Fatalf("no history: %+v", got)
 	}
 	old := Sub{ID: "sub_old", Ended: true}
 	current := Sub{ID: "sub_new", HasSnapshot: true, Snapshot: State{Plan: Pro, Status: Active}, SnapshotOrder: Order{At: t0}}
 	for _, subs := range [][]Sub{{old, current}, {current, old}} {
-		if got := Tenant(subs); got.Plan != Pro || got.Status != Active {
+		if got := Tenant(subs, t0); got.Plan != Pro || got.Status != Active {
 			t.Fatalf("an old subscription's end must not end the new one: %+v", got)
 		}
 	}
-	if got := Tenant([]Sub{old}); got.Plan != Free || got.Status != Canceled || got.Active() || got.LicenseLimit() != FreeLicenseLimit {
+	if got := Tenant([]Sub{old}, t0); got.Plan != Free || got.Status != Canceled || got.Active() || got.LicenseLimit() != FreeLicenseLimit {
 		t.Fatalf("ended: %+v", got)
 	}
 }
@@ -181,5 +181,77 @@ func TestCanceledAtPeriodEndIsProUntilThenFree(t *testing.T) {
 	}
 	if (State{Plan: Pro, Status: PastDue}).Active() || s.At(end).Active() {
 		t.Fatal("past_due and canceled must block issuance (addendum §7)")
+	}
+}
+
+// A subscription whose period ran out after a cancellation is ranked as what it is at
+// the time asked, ended, not as the Pro it was: the tenant's new past-due subscription is
+// what it holds (and checkout answers its Billing Portal).
+func TestAnOldSubscriptionPastItsEndNeverHidesTheNewOne(t *testing.T) {
+	end := t0.Add(-time.Minute)
+	old := Sub{ID: "sub_a", HasSnapshot: true, SnapshotOrder: Order{At: t0.Add(-31 * 24 * time.Hour)},
+		Snapshot: State{Plan: Pro, Status: Active, CancelAtPeriodEnd: true, CurrentPeriodEnd: &end}}
+	renewing := t0.Add(30 * 24 * time.Hour)
+	current := Sub{ID: "sub_b", HasSnapshot: true, SnapshotOrder: Order{At: t0}, Snapshot: State{Plan: Pro, Status: Active, CurrentPeriodEnd: &renewing},
+		HasFailed: true, FailedOrder: Order{At: t0.Add(time.Second), Rank: 3}}
+	for _, subs := range [][]Sub{{old, current}, {current, old}} {
+		if got := Tenant(subs, t0); got.Plan != Pro || got.Status != PastDue || !got.Paid() {
+			t.Fatalf("the new past-due subscription: %+v", got)
+		}
+		// Before the old one's end, it is the active one and outranks the past-due one.
+		if got := Tenant(subs, end.Add(-time.Second)); got.Status != Active || !got.CancelAtPeriodEnd {
+			t.Fatalf("before the old one's end: %+v", got)
+		}
+	}
+	if got := Tenant([]Sub{old}, t0); got.Plan != Free || got.Status != Canceled {
+		t.Fatalf("alone, past its end: %+v", got)
+	}
+}
+
+// Stripe's cancel_at (a set cancellation date; cancel_at_period_end false) is a
+// cancellation: Pro, canceled but not yet ended, until that date, shown as the end; then
+// Free (canceled), deletion or not.
+func TestCancelAtIsACancellationAtThatDate(t *testing.T) {
+	cancelAt := t0.Add(10 * 24 * time.Hour)
+	c := event(t, "customer.subscription.updated", t0, map[string]any{
+		"id": "sub_1", "customer": "cus_1", "status": "active", "cancel_at_period_end": false,
+		"cancel_at": cancelAt.Unix(), "canceled_at": t0.Unix(),
+		"current_period_end": t0.Add(30 * 24 * time.Hour).Unix(), "metadata": map[string]string{"tenant_id": "t_1"}})
+	s, _ := Sub{ID: "sub_1"}.Merge(c)
+	got := Tenant([]Sub{s}, t0)
+	if got.Plan != Pro || got.Status != Active || !got.CancelAtPeriodEnd || got.ShownPeriodEnd() == nil || !got.ShownPeriodEnd().Equal(cancelAt) {
+		t.Fatalf("before cancel_at: %+v", got)
+	}
+	if got := Tenant([]Sub{s}, cancelAt); got.Plan != Free || got.Status != Canceled {
+		t.Fatalf("at cancel_at: %+v", got)
+	}
+	// Cleared (the customer renewed): the period end again, renewing.
+	cleared := subscription(t, "updated", t0.Add(time.Second), "active", false)
+	s, _ = s.Merge(cleared)
+	if got := Tenant([]Sub{s}, cancelAt); got.Plan != Pro || got.CancelAtPeriodEnd || got.ShownPeriodEnd() != nil {
+		t.Fatalf("cancel_at cleared: %+v", got)
+	}
+}
+
+// billing.plan_changed: a move in force, or the deletion that confirms an end the clock
+// already applied (no event came at the period's end).
+func TestMovedCountsTheDeletionOfAnEndedPeriod(t *testing.T) {
+	end := t0.Add(-time.Minute)
+	canceled := Sub{ID: "sub_1", HasSnapshot: true, SnapshotOrder: Order{At: t0.Add(-time.Hour)},
+		Snapshot: State{Plan: Pro, Status: Active, CancelAtPeriodEnd: true, CurrentPeriodEnd: &end}}
+	deleted := canceled
+	deleted.Ended = true
+	if !Moved([]Sub{canceled}, []Sub{deleted}, t0) {
+		t.Fatal("the deletion after the period's end must be told")
+	}
+	if Moved([]Sub{deleted}, []Sub{deleted}, t0) {
+		t.Fatal("nothing moved")
+	}
+	failed := canceled
+	failed.Snapshot.CancelAtPeriodEnd, failed.Snapshot.CurrentPeriodEnd = false, nil
+	past := failed
+	past.HasFailed, past.FailedOrder = true, Order{At: t0, Rank: 3}
+	if !Moved([]Sub{failed}, []Sub{past}, t0) {
+		t.Fatal("active → past_due")
 	}
 }

@@ -111,11 +111,7 @@ func (b *Billing) GetBillingStatus(ctx context.Context, _ *billingv1.GetBillingS
 
 // plan is the tenant's plan in force now.
 func (b *Billing) plan(ctx context.Context, tenant string) (plan.State, error) {
-	st, err := b.store.Plan(ctx, tenant)
-	if err != nil {
-		return plan.State{}, err
-	}
-	return st.At(b.now()), nil
+	return b.store.Plan(ctx, tenant, b.now())
 }
 
 // CreateCheckout is POST /v1/billing/checkout. It only creates a Stripe session; the plan
@@ -209,7 +205,7 @@ func (b *Billing) HandleStripeEvent(ctx context.Context, req *billingv1.HandleSt
 		return nil, invalidPayload(err)
 	}
 	// A plan moved by Stripe's event is the system's doing, not the caller's.
-	out, err := b.store.Record(events.WithActor(ctx, events.ActorSystem), req.GetPayload(), c)
+	out, err := b.store.Record(events.WithActor(ctx, events.ActorSystem), req.GetPayload(), c, now)
 	if err != nil {
 		return nil, err
 	}

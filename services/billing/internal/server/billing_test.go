@@ -204,3 +204,36 @@ func TestCheckoutValidatesBeforeNeedingStripe(t *testing.T) {
 		t.Fatalf("self-hosted status %v %v", st, err)
 	}
 }
+
+// Without STRIPE_SECRET_KEY, a tenant that still pays for a subscription is not deleted:
+// nothing could cancel it, and its customer would go on being charged. Once Stripe's
+// deletion of the subscription has arrived, the tenant is deleted.
+func TestDeletingAPayingTenantWithoutStripeIsRefused(t *testing.T) {
+	b, srv := newBilling(t)
+	ctx := context.Background()
+	created, err := srv.CreateTenant(ctx, &accountsv1.CreateTenantRequest{Name: "Paying", Email: "paying@example.com"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ten := created.GetTenantId()
+	now := time.Now().Truncate(time.Second)
+	if _, err := b.HandleStripeEvent(ctx, signed(t, "checkout.session.completed", now, map[string]any{"mode": "subscription",
+		"status": "complete", "payment_status": "paid", "client_reference_id": ten, "customer": "cus_op", "subscription": "sub_op"})); err != nil {
+		t.Fatal(err)
+	}
+	op := NewOperator(b.store, fixedUsage(0), true, nil, b.cfg.Log)
+	_, err = op.DeleteTenant(ctx, &accountsv1.DeleteTenantRequest{Id: ten})
+	if !isErr(err, codes.AlreadyExists, errCannotCancel.Message) {
+		t.Fatalf("delete of a paying tenant without Stripe: %v", err)
+	}
+	if _, err := op.GetTenant(ctx, &accountsv1.GetTenantRequest{Id: ten}); err != nil {
+		t.Fatalf("the refused deletion deleted the tenant: %v", err)
+	}
+	if _, err := b.HandleStripeEvent(ctx, signed(t, "customer.subscription.deleted", now.Add(time.Second), map[string]any{
+		"id": "sub_op", "customer": "cus_op", "status": "canceled", "metadata": map[string]string{"tenant_id": ten}})); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := op.DeleteTenant(ctx, &accountsv1.DeleteTenantRequest{Id: ten}); err != nil {
+		t.Fatalf("a tenant whose subscription ended: %v", err)
+	}
+}

@@ -2,29 +2,35 @@ package server
 
 import (
 	"context"
+	"log/slog"
 	"time"
 
 	"github.com/keyhouse/keyhouse/pkg/apierr"
 	"github.com/keyhouse/keyhouse/pkg/paging"
 	accountsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/accounts/v1"
+	"github.com/keyhouse/keyhouse/services/billing/internal/payments"
 	"github.com/keyhouse/keyhouse/services/billing/internal/store"
 	"google.golang.org/protobuf/types/known/timestamppb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
-// Operator implements OperatorService: the hosted operator's list, view, suspension of
-// tenants (admin key; the interceptor checks it).
+// Operator implements OperatorService: the hosted operator's list, view, suspension and
+// deletion of tenants (admin key; the interceptor checks it).
 type Operator struct {
 	accountsv1.UnimplementedOperatorServiceServer
 	store       *store.Store
 	usage       Usage
 	multiTenant bool
-	now         func() time.Time
+	// stripe cancels a deleted tenant's subscriptions; nil: STRIPE_SECRET_KEY is not set.
+	stripe *payments.Stripe
+	log    *slog.Logger
+	now    func() time.Time
 }
 
-// NewOperator returns the operator service; usage counts each tenant's active licenses.
-func NewOperator(s *store.Store, usage Usage, multiTenant bool) *Operator {
-	return &Operator{store: s, usage: usage, multiTenant: multiTenant, now: time.Now}
+// NewOperator returns the operator service; usage counts each tenant's active licenses,
+// stripe (nil when not configured) cancels a deleted tenant's subscriptions.
+func NewOperator(s *store.Store, usage Usage, multiTenant bool, stripe *payments.Stripe, log *slog.Logger) *Operator {
+	return &Operator{store: s, usage: usage, multiTenant: multiTenant, stripe: stripe, log: log, now: time.Now}
 }
 
 var errTenantsHostedOnly = apierr.Invalid("Tenant management is only available for hosted deployments")
@@ -91,11 +97,10 @@ func (o *Operator) setSuspended(ctx context.Context, id string, suspended bool) 
 
 // describe adds the plan in force and the active-license count to a tenant row.
 func (o *Operator) describe(ctx context.Context, t store.OperatorTenant) (*accountsv1.OperatorTenant, error) {
-	st, err := o.store.Plan(ctx, t.ID)
+	st, err := o.store.Plan(ctx, t.ID, o.now())
 	if err != nil {
 		return nil, err
 	}
-	st = st.At(o.now())
 	used, err := o.usage.CountActive(ctx, t.ID)
 	if err != nil {
 		return nil, err
@@ -114,12 +119,36 @@ func (o *Operator) describe(ctx context.Context, t store.OperatorTenant) (*accou
 	return m, nil
 }
 
-// DeleteTenant is DELETE /v1/operator/tenants/{id}.
+// errCannotCancel: the tenant still pays for a subscription and this server cannot cancel
+// it (no STRIPE_SECRET_KEY).
+var errCannotCancel = apierr.Conflict("The tenant holds a live Stripe subscription and STRIPE_SECRET_KEY is not set: cancel it in Stripe first")
+
+// DeleteTenant is DELETE /v1/operator/tenants/{id}. The tenant's live subscriptions are
+// canceled in Stripe first, so its customer is never charged for an account that no
+// longer exists; if Stripe refuses or does not answer, nothing is deleted (503, retry:
+// what Stripe did cancel stays canceled, and canceling it again is harmless).
 func (o *Operator) DeleteTenant(ctx context.Context, req *accountsv1.DeleteTenantRequest) (*accountsv1.DeleteTenantResponse, error) {
 	if !o.multiTenant {
 		return nil, errTenantsHostedOnly
 	}
-	if err := o.store.DeleteTenant(ctx, req.GetId()); err != nil {
+	if _, err := o.store.OperatorTenantByID(ctx, req.GetId()); err != nil {
+		return nil, err
+	}
+	live, err := o.store.LiveSubscriptions(ctx, req.GetId())
+	if err != nil {
+		return nil, err
+	}
+	if len(live) > 0 && o.stripe == nil {
+		return nil, errCannotCancel
+	}
+	for _, sub := range live {
+		if err := o.stripe.CancelSubscription(ctx, sub); err != nil {
+			o.log.ErrorContext(ctx, "tenant not deleted: stripe did not cancel its subscription", "subscription", sub, "error", err.Error())
+			return nil, errStripe
+		}
+		o.log.InfoContext(ctx, "subscription canceled for the tenant's deletion", "subscription", sub)
+	}
+	if err := o.store.DeleteTenant(ctx, req.GetId(), live); err != nil {
 		return nil, err
 	}
 	return &accountsv1.DeleteTenantResponse{TenantId: req.GetId(), Deleted: true}, nil

@@ -102,11 +102,10 @@ func (s *Server) GetEntitlements(ctx context.Context, _ *accountsv1.GetEntitleme
 	if !s.multiTenant {
 		return &accountsv1.GetEntitlementsResponse{SubscriptionActive: true}, nil
 	}
-	st, err := s.store.Plan(ctx, tenant)
+	st, err := s.store.Plan(ctx, tenant, time.Now())
 	if err != nil {
 		return nil, err
 	}
-	st = st.At(time.Now())
 	name := st.Plan
 	if name == "" {
 		name = plan.Free

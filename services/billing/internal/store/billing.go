@@ -15,14 +15,14 @@ import (
 	"github.com/stripe/stripe-go/v76"
 )
 
-// Plan is the tenant's plan as its subscriptions leave it (plan.Tenant), before the
-// period-end rule (State.At) the caller applies with its clock.
-func (s *Store) Plan(ctx context.Context, tenant string) (plan.State, error) {
+// Plan is the tenant's plan in force at now, as its subscriptions leave it (plan.Tenant,
+// the period-end rule included).
+func (s *Store) Plan(ctx context.Context, tenant string, now time.Time) (plan.State, error) {
 	subs, err := subscriptions(ctx, s.db, tenant)
 	if err != nil {
 		return plan.State{}, err
 	}
-	return plan.Tenant(subs), nil
+	return plan.Tenant(subs, now), nil
 }
 
 func subscriptions(ctx context.Context, q pgxx.Querier, tenant string) ([]plan.Sub, error) {
@@ -58,7 +58,8 @@ func scanSub(row pgx.CollectableRow) (plan.Sub, error) {
 	return s, nil
 }
 
-// Customer is the Stripe customer the tenant last checked out as ("" if none).
+// Customer is the Stripe customer last tied to the tenant ("" if none): by its checkout,
+// or by the first event that named one of its subscriptions, whichever came first.
 func (s *Store) Customer(ctx context.Context, tenant string) (string, error) {
 	var id string
 	err := s.db.QueryRow(ctx, `SELECT customer_id FROM stripe_customers WHERE tenant_id = $1
@@ -99,27 +100,29 @@ const (
 // crash leaves either all of it or nothing (and Stripe delivers again). raw is the
 // event's JSON, kept only while the event is parked.
 //
-// A move of the tenant's plan or status is billing.plan_changed, with the state after it.
-func (s *Store) Record(ctx context.Context, raw []byte, c plan.Change) (Outcome, error) {
+// A move of the tenant's plan or status (plan.Moved, at now) is billing.plan_changed, with
+// the state in force after it.
+func (s *Store) Record(ctx context.Context, raw []byte, c plan.Change, now time.Time) (Outcome, error) {
 	var out Outcome
 	err := s.spine.InTx(ctx, s.db, func(ctx context.Context, tx pgx.Tx) error {
 		var err error
-		out, err = record(ctx, tx, raw, c)
+		out, err = record(ctx, tx, raw, c, now)
 		return err
 	})
 	return out, err
 }
 
-// planMoved emits billing.plan_changed when the tenant's plan or status differs from before.
-func planMoved(ctx context.Context, tx pgx.Tx, tenant string, before plan.State) error {
+// planMoved emits billing.plan_changed when the tenant's plan or status moved from the
+// subscriptions before.
+func planMoved(ctx context.Context, tx pgx.Tx, tenant string, before []plan.Sub, now time.Time) error {
 	subs, err := subscriptions(ctx, tx, tenant)
 	if err != nil {
 		return err
 	}
-	after := plan.Tenant(subs)
-	if after.Plan == before.Plan && after.Status == before.Status {
+	if !plan.Moved(before, subs, now) {
 		return nil
 	}
+	after := plan.Tenant(subs, now)
 	var p *string
 	if after.Plan != "" {
 		p = &after.Plan
@@ -131,7 +134,7 @@ func planMoved(ctx context.Context, tx pgx.Tx, tenant string, before plan.State)
 	return events.Emit(ctx, tx, events.BillingPlanChanged(tenant, p, status))
 }
 
-func record(ctx context.Context, tx pgx.Tx, raw []byte, c plan.Change) (Outcome, error) {
+func record(ctx context.Context, tx pgx.Tx, raw []byte, c plan.Change, now time.Time) (Outcome, error) {
 	if c.Customer != "" {
 		// One customer's events one at a time, so an event parked for a customer is
 		// never missed by the checkout that ties the customer to a tenant.
@@ -162,30 +165,37 @@ func record(ctx context.Context, tx pgx.Tx, raw []byte, c plan.Change) (Outcome,
 	if _, err := tx.Exec(ctx, `UPDATE stripe_events SET tenant_id = $2 WHERE event_id = $1`, c.EventID, tenant); err != nil {
 		return "", err
 	}
-	subs, err := subscriptions(ctx, tx, tenant)
+	before, err := subscriptions(ctx, tx, tenant)
 	if err != nil {
 		return "", err
 	}
-	before := plan.Tenant(subs)
 	out, err := applyToSubscription(ctx, tx, tenant, c)
 	if err != nil {
 		return out, err
 	}
-	if !c.Link || c.Customer == "" {
-		return out, planMoved(ctx, tx, tenant, before)
+	// The customer is the tenant's from the first event that ties them, whatever the
+	// order: the checkout (client_reference_id), or an event about a subscription of the
+	// tenant (found by the subscription, or named by its metadata.tenant_id), since a
+	// subscription's customer is the one who pays for it. Checkout reuses the customer
+	// and, while the tenant holds a paid subscription, answers its Billing Portal; events
+	// that named only the customer, parked so far, apply now.
+	if c.Customer != "" && (c.Link || (c.Subscription != "" && out != NoTenant)) {
+		tag, err := tx.Exec(ctx, `INSERT INTO stripe_customers (customer_id, tenant_id) VALUES ($1, $2)
+			ON CONFLICT (customer_id) DO NOTHING`, c.Customer, tenant)
+		if err != nil {
+			return "", err
+		}
+		if tag.RowsAffected() == 1 {
+			parked, err := unpark(ctx, tx, tenant, c.Customer)
+			if err != nil {
+				return "", err
+			}
+			if parked && out == Unchanged {
+				out = Applied
+			}
+		}
 	}
-	if _, err := tx.Exec(ctx, `INSERT INTO stripe_customers (customer_id, tenant_id) VALUES ($1, $2)
-		ON CONFLICT (customer_id) DO NOTHING`, c.Customer, tenant); err != nil {
-		return "", err
-	}
-	parked, err := unpark(ctx, tx, tenant, c.Customer)
-	if err != nil {
-		return "", err
-	}
-	if parked && out == Unchanged {
-		out = Applied
-	}
-	return out, planMoved(ctx, tx, tenant, before)
+	return out, planMoved(ctx, tx, tenant, before, now)
 }
 
 // resolveTenant finds the tenant an event is about: the subscription's tenant once known,

@@ -59,7 +59,7 @@ func newEvent(t *testing.T, typ string, at time.Time, object map[string]any) str
 
 func record(t *testing.T, s *store.Store, e stripeEvent) store.Outcome {
 	t.Helper()
-	out, err := s.Record(context.Background(), e.raw, e.change)
+	out, err := s.Record(context.Background(), e.raw, e.change, time.Now())
 	if err != nil {
 		t.Error(err)
 	}
@@ -80,7 +80,7 @@ func tenant(t *testing.T, s *store.Store) string {
 
 func state(t *testing.T, s *store.Store, tenant string) plan.State {
 	t.Helper()
-	st, err := s.Plan(context.Background(), tenant)
+	st, err := s.Plan(context.Background(), tenant, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -193,5 +193,81 @@ func TestEventsForUnknownTenantsAreIgnored(t *testing.T) {
 		"status": "active", "metadata": map[string]string{"tenant_id": "t_elsewhere"}})
 	if out := record(t, s, sub); out != store.Parked {
 		t.Fatalf("an event naming only an unknown customer waits for its checkout: %q", out)
+	}
+}
+
+// The customer is the tenant's from the first event that ties a subscription of the
+// tenant to it, whatever the order: Stripe often sends customer.subscription.created
+// before checkout.session.completed, and checkout must find the customer then (to answer
+// the Billing Portal, never a second subscription). Events that named only the customer
+// and were parked apply at that moment.
+func TestAnySubscriptionEventTiesItsCustomer(t *testing.T) {
+	s := newStore(t)
+	ctx := context.Background()
+	t0 := time.Now().Add(-time.Hour).Truncate(time.Second)
+	ten := tenant(t, s)
+	failed := newEvent(t, "invoice.payment_failed", t0.Add(time.Second), map[string]any{"customer": "cus_first", "subscription": "sub_first"})
+	if out := record(t, s, failed); out != store.Parked {
+		t.Fatalf("an invoice naming only an unknown customer: %q", out)
+	}
+	created := newEvent(t, "customer.subscription.created", t0, map[string]any{"id": "sub_first", "customer": "cus_first",
+		"status": "active", "current_period_end": t0.Add(30 * 24 * time.Hour).Unix(), "metadata": map[string]string{"tenant_id": ten}})
+	if out := record(t, s, created); out != store.Applied {
+		t.Fatalf("created: %q", out)
+	}
+	if cus, err := s.Customer(ctx, ten); err != nil || cus != "cus_first" {
+		t.Fatalf("customer after subscription.created: %q, %v", cus, err)
+	}
+	if st := state(t, s, ten); st.Plan != plan.Pro || st.Status != plan.PastDue {
+		t.Fatalf("the parked failure applies once the customer is tied: %+v", st)
+	}
+	// The checkout arriving last changes nothing about the customer.
+	checkout := newEvent(t, "checkout.session.completed", t0, map[string]any{"mode": "subscription", "status": "complete",
+		"payment_status": "paid", "client_reference_id": ten, "customer": "cus_first", "subscription": "sub_first"})
+	record(t, s, checkout)
+	if cus, _ := s.Customer(ctx, ten); cus != "cus_first" {
+		t.Fatalf("customer after checkout: %q", cus)
+	}
+	// A subscription of another tenant never ties its customer here: the event naming
+	// this tenant in metadata is about a subscription another tenant holds.
+	other := tenant(t, s)
+	record(t, s, newEvent(t, "checkout.session.completed", t0, map[string]any{"mode": "subscription", "status": "complete",
+		"payment_status": "paid", "client_reference_id": other, "customer": "cus_other", "subscription": "sub_other"}))
+	third := tenant(t, s)
+	record(t, s, newEvent(t, "customer.subscription.updated", t0.Add(time.Second), map[string]any{"id": "sub_other", "customer": "cus_stray",
+		"status": "active", "metadata": map[string]string{"tenant_id": third}}))
+	if cus, _ := s.Customer(ctx, third); cus != "" {
+		t.Fatalf("another tenant's subscription tied %q to a third tenant", cus)
+	}
+}
+
+// A tenant's deletion is told which subscriptions were canceled in Stripe first; one it
+// was not told of (a checkout that completed meanwhile) refuses it, and nothing goes.
+func TestDeleteTenantRefusesASubscriptionNotCanceled(t *testing.T) {
+	s := newStore(t)
+	ctx := context.Background()
+	ten := tenant(t, s)
+	t0 := time.Now().Add(-time.Minute).Truncate(time.Second)
+	for _, sub := range []string{"sub_del_1", "sub_del_2"} {
+		record(t, s, newEvent(t, "checkout.session.completed", t0, map[string]any{"mode": "subscription", "status": "complete",
+			"payment_status": "paid", "client_reference_id": ten, "customer": "cus_del", "subscription": sub}))
+	}
+	record(t, s, newEvent(t, "customer.subscription.deleted", t0.Add(time.Second), map[string]any{"id": "sub_ended",
+		"customer": "cus_del", "status": "canceled", "metadata": map[string]string{"tenant_id": ten}}))
+	live, err := s.LiveSubscriptions(ctx, ten)
+	if err != nil || len(live) != 2 || live[0] != "sub_del_1" || live[1] != "sub_del_2" {
+		t.Fatalf("live subscriptions %v, %v (an ended one is not live)", live, err)
+	}
+	if err := s.DeleteTenant(ctx, ten, live[:1]); err != store.ErrSubscribedMeanwhile {
+		t.Fatalf("a subscription not canceled: %v", err)
+	}
+	if _, err := s.OperatorTenantByID(ctx, ten); err != nil {
+		t.Fatalf("the refused deletion deleted the tenant: %v", err)
+	}
+	if err := s.DeleteTenant(ctx, ten, live); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.OperatorTenantByID(ctx, ten); err != store.ErrTenantNotFound {
+		t.Fatalf("after the deletion: %v", err)
 	}
 }

@@ -43,9 +43,9 @@ func TestEveryWriteEmitsItsEvent(t *testing.T) {
 		run    func() error
 		want   []string
 	}{
-		{"Record checkout", func() error { _, err := s.Record(ctx, checkout.raw, checkout.change); return err }, []string{events.TypeBillingPlanChanged}},
-		{"Record the same event again", func() error { _, err := s.Record(ctx, checkout.raw, checkout.change); return err }, nil},
-		{"Record payment failed", func() error { _, err := s.Record(ctx, failed.raw, failed.change); return err }, []string{events.TypeBillingPlanChanged}},
+		{"Record checkout", func() error { _, err := s.Record(ctx, checkout.raw, checkout.change, time.Now()); return err }, []string{events.TypeBillingPlanChanged}},
+		{"Record the same event again", func() error { _, err := s.Record(ctx, checkout.raw, checkout.change, time.Now()); return err }, nil},
+		{"Record payment failed", func() error { _, err := s.Record(ctx, failed.raw, failed.change, time.Now()); return err }, []string{events.TypeBillingPlanChanged}},
 		{"RotateAPIKey", func() error { _, err := s.RotateAPIKey(ctx, ten.ID, key); return err }, []string{events.TypeAPIKeyRotated}},
 		{"CreateAPIKey", func() error { _, _, err := s.CreateAPIKey(ctx, ten.ID, "ci", store.ScopeRead, nil); return err }, []string{events.TypeAPIKeyCreated}},
 		{"DeleteAPIKey", func() error {
@@ -76,7 +76,7 @@ func TestEveryWriteEmitsItsEvent(t *testing.T) {
 				return err
 			}
 			out.Next(t) // its api_key.created
-			if err := s.DeleteTenant(ctx, other.ID); err != nil {
+			if err := s.DeleteTenant(ctx, other.ID, nil); err != nil {
 				return err
 			}
 			// Its own rows are gone in the same transaction; the outbox keeps the event.
@@ -89,7 +89,7 @@ func TestEveryWriteEmitsItsEvent(t *testing.T) {
 			return nil
 		}, []string{events.TypeTenantDeleted}},
 		{"DeleteTenant of an unknown tenant", func() error {
-			if err := s.DeleteTenant(ctx, "t_nope"); err != store.ErrTenantNotFound {
+			if err := s.DeleteTenant(ctx, "t_nope", nil); err != store.ErrTenantNotFound {
 				t.Errorf("unknown tenant: %v", err)
 			}
 			return nil
@@ -121,5 +121,5 @@ func TestEveryWriteEmitsItsEvent(t *testing.T) {
 		// operator's suspension.
 		[]string{"CreateTenant", "CreateSession", "DeleteSession", "SetPasswordHash", "SetSuspended"},
 		[]string{"Plan", "Customer", "TenantEmail", "ResolveAPIKey", "ResolveSession", "GetTenant", "PasswordCandidates", "WatermarkID",
-			"ListAPIKeys", "ListTenants", "OperatorTenantByID"})
+			"ListAPIKeys", "ListTenants", "OperatorTenantByID", "LiveSubscriptions"})
 }

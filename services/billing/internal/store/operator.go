@@ -3,11 +3,13 @@ package store
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/keyhouse/keyhouse/pkg/apierr"
 	"github.com/keyhouse/keyhouse/pkg/events"
+	"github.com/keyhouse/keyhouse/pkg/pgxx"
 	"github.com/keyhouse/keyhouse/pkg/tenantpurge"
 )
 
@@ -83,12 +85,53 @@ func (s *Store) SetSuspended(ctx context.Context, id string, suspended bool) (Op
 	return t, err
 }
 
+// LiveSubscriptions lists the tenant's Stripe subscriptions that have not ended (as far as
+// Stripe's events told): those the customer may still be charged for.
+func (s *Store) LiveSubscriptions(ctx context.Context, tenant string) ([]string, error) {
+	return liveSubscriptions(ctx, s.db, tenant)
+}
+
+func liveSubscriptions(ctx context.Context, q pgxx.Querier, tenant string) ([]string, error) {
+	rows, err := q.Query(ctx, `SELECT subscription_id FROM subscriptions WHERE tenant_id = $1 AND NOT ended
+		ORDER BY subscription_id`, tenant)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
+
+// ErrSubscribedMeanwhile: a subscription of the tenant that the deletion did not cancel
+// arrived while it ran (a checkout completed); nothing was deleted, and a retry cancels it
+// too.
+var ErrSubscribedMeanwhile = apierr.Retry("A subscription of the tenant arrived during the deletion; nothing was deleted, retry")
+
 // DeleteTenant deletes a hosted tenant: its row (its key and plan with it) and every
 // other row of it in this schema, then emits tenant.deleted in the same transaction, so
 // every other service forgets it too (pkg/tenantpurge), even one that is down now. Its
 // credentials are refused from the commit on. An unknown tenant is ErrTenantNotFound.
-func (s *Store) DeleteTenant(ctx context.Context, id string) error {
+// canceled are the subscriptions the caller canceled in Stripe first: a live one not
+// among them (it arrived since) refuses the deletion with ErrSubscribedMeanwhile, so a
+// deleted tenant's customer is never left paying. The tenant's row is locked first: an
+// event inserting a subscription of it waits for this transaction (its foreign key).
+func (s *Store) DeleteTenant(ctx context.Context, id string, canceled []string) error {
 	return s.spine.InTx(ctx, s.db, func(ctx context.Context, tx pgx.Tx) error {
+		var found string
+		err := tx.QueryRow(ctx, `SELECT tenant_id FROM tenants WHERE tenant_id = $1 FOR UPDATE`, id).Scan(&found)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return ErrTenantNotFound
+		}
+		if err != nil {
+			return err
+		}
+		live, err := liveSubscriptions(ctx, tx, id)
+		if err != nil {
+			return err
+		}
+		for _, sub := range live {
+			if !slices.Contains(canceled, sub) {
+				return ErrSubscribedMeanwhile
+			}
+		}
 		tag, err := tx.Exec(ctx, `DELETE FROM tenants WHERE tenant_id = $1`, id)
 		if err != nil {
 			return err

@@ -161,26 +161,6 @@ func (f *fakeStore) Idempotent(_ context.Context, tenant, idemKey string, hash [
 	return resp, false, nil
 }
 
-func (f *fakeStore) UpdateTerms(_ context.Context, tenant, key string, t store.Terms) (*store.License, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	l, ok := f.licenses[id(tenant, key)]
-	if !ok {
-		return nil, store.ErrNotFound
-	}
-	if t.SetExpiry {
-		l.ExpiresAt = t.ExpiresAt
-	}
-	if t.SetMaxActivations {
-		l.MaxActivations = t.MaxActivations
-	}
-	if t.Limits != nil {
-		l.Limits = t.Limits
-	}
-	c := *l
-	return &c, nil
-}
-
 func (f *fakeStore) UpdateNotes(_ context.Context, tenant, key, notes string) (*store.License, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -308,6 +288,24 @@ func (t *fakeTx) SetStatus(_ context.Context, tenant, key, status string) error 
 		l.RevokedAt = &now
 	}
 	return nil
+}
+
+func (t *fakeTx) UpdateTerms(_ context.Context, tenant, key string, terms store.Terms) (*store.License, error) {
+	l, ok := t.licenses[id(tenant, key)]
+	if !ok {
+		return nil, store.ErrNotFound
+	}
+	if terms.SetExpiry {
+		l.ExpiresAt = terms.ExpiresAt
+	}
+	if terms.SetMaxActivations {
+		l.MaxActivations = terms.MaxActivations
+	}
+	if terms.Limits != nil {
+		l.Limits = terms.Limits
+	}
+	c := *l
+	return &c, nil
 }
 
 func (t *fakeTx) Delete(_ context.Context, tenant, key string) error {

@@ -250,6 +250,11 @@ func (s *Server) DeleteLicense(ctx context.Context, req *licensingv1.DeleteLicen
 }
 
 // UpdateLicenseTerms changes expiry, activation cap and limits; omitted fields stay.
+// Hosted, an update that makes an expired active license unexpired again (a revival: it
+// counts against the quota again) is reactivation's twin: it needs an active subscription
+// and room in the quota, checked under the quota lock in the update's transaction. Any
+// other update (an active license's terms, an expired one kept expired, a revoked one)
+// never asks billing's verdict.
 func (s *Server) UpdateLicenseTerms(ctx context.Context, req *licensingv1.UpdateLicenseTermsRequest) (*licensingv1.UpdateLicenseTermsResponse, error) {
 	tenant, err := auth.TenantID(ctx)
 	if err != nil {
@@ -283,7 +288,12 @@ func (s *Server) UpdateLicenseTerms(ctx context.Context, req *licensingv1.Update
 	if t.SetExpiry && t.ExpiresAt == nil && strings.HasPrefix(current.ProductID, ReservedProductPrefix) {
 		return nil, errSelfLicenseExpiry
 	}
-	l, err := s.store.UpdateTerms(ctx, tenant, current.Key, t)
+	// The license read above may be stale (a cache, a concurrent update): it only says
+	// whether to ask billing first. The row locked in the transaction decides.
+	l, err := s.updateTerms(ctx, tenant, current.Key, t, s.revives(current, t))
+	if errors.Is(err, errAskBillingFirst) {
+		l, err = s.updateTerms(ctx, tenant, current.Key, t, true)
+	}
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, errNotFound
 	}
@@ -300,6 +310,65 @@ func (s *Server) UpdateLicenseTerms(ctx context.Context, req *licensingv1.Update
 		MaxActivations: capOrNil(l.MaxActivations), Usage: usageOf(sum), Status: l.Status,
 		ActivationsCount: sum.GetActivationsCount(),
 	}, nil
+}
+
+// errAskBillingFirst: the locked row turned out to be a revival that billing was not
+// asked about (the license read before the transaction was not expired yet); the update
+// runs again, asking first. Never answered.
+var errAskBillingFirst = errors.New("the update revives the license: ask billing first")
+
+// revives says whether applying t to l makes it count against the quota again: hosted,
+// l is active and expired, and t sets an expiry that is not (or none).
+func (s *Server) revives(l *store.License, t store.Terms) bool {
+	now := s.now()
+	return s.cfg.MultiTenant && t.SetExpiry && !license.Expired(t.ExpiresAt, now) &&
+		l.Status == license.StatusActive && license.Expired(l.ExpiresAt, now)
+}
+
+// updateTerms applies t in one transaction. With ask, billing's verdict is fetched first
+// and, should the locked row be a revival, applied as reactivation applies it: the quota
+// lock before the row lock, the count, then the update. Without ask, a revival is
+// errAskBillingFirst. A verdict that refuses (or billing that does not answer) refuses
+// only a revival.
+func (s *Server) updateTerms(ctx context.Context, tenant, key string, t store.Terms, ask bool) (*store.License, error) {
+	quota, verdict := 0, error(nil)
+	if ask {
+		quota, verdict = s.checkEntitlements(ctx, tenant)
+	}
+	var l *store.License
+	err := s.store.InTx(ctx, func(tx store.Tx) error {
+		if ask && verdict == nil && holdsQuota(quota) {
+			if err := tx.LockQuota(ctx, tenant); err != nil {
+				return err
+			}
+		}
+		before, err := tx.GetForUpdate(ctx, tenant, key)
+		if err != nil {
+			return err
+		}
+		if s.revives(before, t) {
+			switch {
+			case !ask:
+				return errAskBillingFirst
+			case verdict != nil:
+				return verdict
+			}
+			// The lock is held: the count is still true at commit. The license itself is
+			// expired, so it is not among those counted.
+			if holdsQuota(quota) {
+				n, err := tx.CountActive(ctx, tenant)
+				if err != nil {
+					return err
+				}
+				if n >= quota {
+					return errQuota
+				}
+			}
+		}
+		l, err = tx.UpdateTerms(ctx, tenant, key, t)
+		return err
+	})
+	return l, err
 }
 
 // maxExpiringWithinDays bounds list-licenses' expiring_within_days (ten years).

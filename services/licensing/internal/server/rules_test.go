@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -326,5 +327,122 @@ func TestStatsLeaveOutTheSeatsOfDeletedLicenses(t *testing.T) {
 	}
 	if _, err := fx.srv.GetStats(as("t2"), &licensingv1.GetStatsRequest{}); err != nil || len(fx.seats.exclude) != 0 {
 		t.Fatalf("another tenant's stats exclude %v (%v)", fx.seats.exclude, err)
+	}
+}
+
+func termsReq(key string, expires *structpb.Value) *licensingv1.UpdateLicenseTermsRequest {
+	return &licensingv1.UpdateLicenseTermsRequest{Key: key, ExpiresAt: expires}
+}
+
+// An update of terms that makes an expired license unexpired again (a revival) counts
+// against the quota again, so hosted it is reactivation's twin: an active subscription
+// and room in the quota. Any other update never depends on billing.
+func TestRevivalByTermsRules(t *testing.T) {
+	t.Parallel()
+	future := structpb.NewStringValue(clock.Add(24 * time.Hour).Format(time.RFC3339))
+	past := structpb.NewStringValue(clock.Add(-time.Minute).Format(time.RFC3339))
+	perpetual := structpb.NewNullValue()
+	seats := &licensingv1.UpdateLicenseTermsRequest{MaxActivations: structpb.NewNumberValue(7)}
+	cases := []struct {
+		name    string
+		seed    []func(*store.License)
+		req     *licensingv1.UpdateLicenseTermsRequest // key filled in
+		billing func(*fakeBilling)
+		others  int // other active licenses of the tenant
+		want    string
+	}{
+		{"revival within quota", []func(*store.License){expiredAt(-time.Hour)}, termsReq("", future), func(b *fakeBilling) { b.quota = 2 }, 1, ""},
+		{"revival to perpetual within quota", []func(*store.License){expiredAt(-time.Hour)}, termsReq("", perpetual), func(b *fakeBilling) { b.quota = 2 }, 1, ""},
+		{"revival at a full quota", []func(*store.License){expiredAt(-time.Hour)}, termsReq("", perpetual), func(b *fakeBilling) { b.quota = 2 }, 2, "License issuance quota exceeded"},
+		{"revival of a license expiring at this instant", []func(*store.License){expiredAt(0)}, termsReq("", future), func(b *fakeBilling) { b.quota = 1 }, 1, "License issuance quota exceeded"},
+		{"revival on an unlimited plan", []func(*store.License){expiredAt(-time.Hour)}, termsReq("", future), func(b *fakeBilling) { b.quota = 0 }, 50, ""},
+		{"revival, subscription inactive", []func(*store.License){expiredAt(-time.Hour)}, termsReq("", future), func(b *fakeBilling) { b.active = false }, 0, "Subscription is not active"},
+		{"revival, billing down", []func(*store.License){expiredAt(-time.Hour)}, termsReq("", future), func(b *fakeBilling) { b.err = apierr.Unavailable("Billing service unavailable, retry") }, 0, "Billing service unavailable, retry"},
+		// No revival: allowed whatever billing says.
+		{"expired kept expired", []func(*store.License){expiredAt(-time.Hour)}, termsReq("", past), func(b *fakeBilling) { b.active = false }, 5, ""},
+		{"expired, only the cap", []func(*store.License){expiredAt(-time.Hour)}, seats, func(b *fakeBilling) { b.active = false }, 5, ""},
+		{"active license extended", []func(*store.License){expiredAt(time.Hour)}, termsReq("", future), func(b *fakeBilling) { b.active = false }, 5, ""},
+		{"active perpetual at a full quota", nil, termsReq("", future), func(b *fakeBilling) { b.quota = 1 }, 3, ""},
+		{"revoked and expired, extended", []func(*store.License){revoked, expiredAt(-time.Hour)}, termsReq("", perpetual), func(b *fakeBilling) { b.err = apierr.Unavailable("Billing service unavailable, retry") }, 5, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			fx := newFixture(t, true)
+			tc.billing(fx.billing)
+			for i := 0; i < tc.others; i++ {
+				fx.seed("t1")
+			}
+			key := fx.seed("t1", tc.seed...)
+			before := fx.store.row("t1", key)
+			req := proto.Clone(tc.req).(*licensingv1.UpdateLicenseTermsRequest)
+			req.Key = key
+			resp, err := fx.srv.UpdateLicenseTerms(as("t1"), req)
+			row := fx.store.row("t1", key)
+			if tc.want == "" {
+				if err != nil || resp.GetKey() != key {
+					t.Fatalf("update: %v, %v", resp, err)
+				}
+				return
+			}
+			wantErr(t, err, tc.want)
+			if (row.ExpiresAt == nil) != (before.ExpiresAt == nil) || (row.ExpiresAt != nil && !row.ExpiresAt.Equal(*before.ExpiresAt)) {
+				t.Fatalf("a refused revival changed the row: %+v", row)
+			}
+		})
+	}
+}
+
+// Self-hosted has no quota: a revival never asks billing.
+func TestSelfHostedRevivalNeverAsksBilling(t *testing.T) {
+	t.Parallel()
+	fx := newFixture(t, false)
+	fx.billing.err = apierr.Unavailable("Billing service unavailable, retry")
+	key := fx.seed("default", expiredAt(-time.Hour))
+	if _, err := fx.srv.UpdateLicenseTerms(as("default"), termsReq(key, structpb.NewNullValue())); err != nil {
+		t.Fatal(err)
+	}
+	if fx.billing.calls != 0 {
+		t.Fatalf("billing asked %d times", fx.billing.calls)
+	}
+}
+
+// staleStore answers Get with the license as it was (a cache, or a read just before a
+// concurrent update committed).
+type staleStore struct {
+	*fakeStore
+	stale *store.License
+}
+
+func (s staleStore) Get(_ context.Context, _, _ string) (*store.License, error) {
+	c := *s.stale
+	return &c, nil
+}
+
+// The row locked in the transaction decides, not the license read before it: a license
+// that looked unexpired but is expired when locked is a revival all the same.
+func TestRevivalIsDecidedOnTheLockedRow(t *testing.T) {
+	t.Parallel()
+	fx := newFixture(t, true)
+	fx.billing.quota = 1
+	fx.seed("t1")
+	key := fx.seed("t1", expiredAt(-time.Minute))
+	stale := fx.store.row("t1", key)
+	later := clock.Add(time.Hour)
+	stale.ExpiresAt = &later
+	srv := New(Config{MultiTenant: true, Keyring: testKeyring}, staleStore{fx.store, stale}, fx.billing, fx.seats)
+	srv.now = fx.srv.now
+	_, err := srv.UpdateLicenseTerms(as("t1"), termsReq(key, structpb.NewNullValue()))
+	wantErr(t, err, "License issuance quota exceeded")
+	if fx.billing.calls != 1 {
+		t.Fatalf("billing asked %d times, want once (on the retry)", fx.billing.calls)
+	}
+	if row := fx.store.row("t1", key); row.ExpiresAt == nil {
+		t.Fatal("the refused revival made the license perpetual")
+	}
+	// With room, the same stale read revives it.
+	fx.billing.quota = 2
+	if _, err := srv.UpdateLicenseTerms(as("t1"), termsReq(key, structpb.NewNullValue())); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -30,7 +30,6 @@ type Store interface {
 	Issue(ctx context.Context, l *store.License) error
 	// Idempotent runs create once per tenant and Idempotency-Key (pkg/idempotency).
 	Idempotent(ctx context.Context, tenant, idemKey string, requestHash []byte, create func(store.Tx) ([]byte, error)) ([]byte, bool, error)
-	UpdateTerms(ctx context.Context, tenant, key string, t store.Terms) (*store.License, error)
 	UpdateNotes(ctx context.Context, tenant, key, notes string) (*store.License, error)
 	List(ctx context.Context, tenant string, f store.Filter) ([]*store.License, int, error)
 	Counts(ctx context.Context, tenant string) (store.Counts, error)

@@ -91,13 +91,22 @@ func TestEveryWriteEmitsItsEvent(t *testing.T) {
 				t.Fatal(err)
 			}
 		}, []string{events.TypeLicenseReactivated}},
+		{"Tx.UpdateTerms", func(t *testing.T, s *store.Store) {
+			if err := s.InTx(ctx, func(tx store.Tx) error {
+				_, err := tx.UpdateTerms(ctx, "t1", "K-1", store.Terms{Limits: map[string]float64{"seats": 2}})
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+		}, []string{events.TypeLicenseTermsUpdated}},
 		{"UpdateTerms", func(t *testing.T, s *store.Store) {
 			if _, err := s.UpdateTerms(ctx, "t1", "K-1", store.Terms{SetExpiry: true, ExpiresAt: &expires, SetMaxActivations: true, MaxActivations: &seats}); err != nil {
 				t.Fatal(err)
 			}
 		}, []string{events.TypeLicenseTermsUpdated}},
 		{"UpdateTerms to the terms it has (nothing changes)", func(t *testing.T, s *store.Store) {
-			l, err := s.UpdateTerms(ctx, "t1", "K-1", store.Terms{SetMaxActivations: true, MaxActivations: &seats, Limits: map[string]float64{"api_calls": 10}})
+			// The limits Tx.UpdateTerms set above, the cap and expiry UpdateTerms set.
+			l, err := s.UpdateTerms(ctx, "t1", "K-1", store.Terms{SetMaxActivations: true, MaxActivations: &seats, Limits: map[string]float64{"seats": 2}})
 			if err != nil || l.MaxActivations == nil || *l.MaxActivations != seats || l.ExpiresAt == nil || !l.ExpiresAt.Equal(expires) {
 				t.Fatalf("%+v %v", l, err)
 			}
@@ -148,7 +157,7 @@ func TestEveryWriteEmitsItsEvent(t *testing.T) {
 			}
 		}
 	}
-	eventstest.RequireListed(t, (*store.Tx)(nil), []string{"Insert", "InsertImported", "SetStatus", "Delete"},
+	eventstest.RequireListed(t, (*store.Tx)(nil), []string{"Insert", "InsertImported", "SetStatus", "UpdateTerms", "Delete"},
 		// Reads and locks, and a product claim (outside §11, as the store's).
 		[]string{"GetForUpdate", "LockQuota", "CountActive", "Existing", "ClaimProduct"})
 	eventstest.RequireListed(t, s,

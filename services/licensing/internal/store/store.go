@@ -142,6 +142,8 @@ type Tx interface {
 	Insert(ctx context.Context, l *License) error
 	// SetStatus revokes or reactivates a license.
 	SetStatus(ctx context.Context, tenant, key, status string) error
+	// UpdateTerms changes a license's terms (ErrNotFound) and returns it as updated.
+	UpdateTerms(ctx context.Context, tenant, key string, t Terms) (*License, error)
 	// Delete removes a license (ErrNotFound) and remembers the deletion (DeletedKeys).
 	Delete(ctx context.Context, tenant, key string) error
 	// Existing row-locks and returns the licenses of keys, of any tenant, by key.
@@ -309,31 +311,39 @@ type Terms struct {
 // unless the terms were already those).
 func (s *Store) UpdateTerms(ctx context.Context, tenant, key string, t Terms) (*License, error) {
 	var l *License
-	err := s.spine.InTx(ctx, s.db, func(ctx context.Context, tx pgx.Tx) error {
-		before, err := get(ctx, tx, tenant, key, true)
-		if err != nil {
-			return err
-		}
-		l, err = scanLicense(tx.QueryRow(ctx, `UPDATE licenses SET
-			expires_at = CASE WHEN $3 THEN $4 ELSE expires_at END,
-			max_activations = CASE WHEN $5 THEN $6 ELSE max_activations END,
-			limits = COALESCE($7, limits)
-			WHERE key_hash = $1 AND tenant_id = $2 RETURNING `+licenseColumns,
-			KeyHash(key), tenant, t.SetExpiry, t.ExpiresAt, t.SetMaxActivations, t.MaxActivations, limitsOrNil(t.Limits)))
-		if err != nil {
-			return err
-		}
-		if sameTime(before.ExpiresAt, l.ExpiresAt) && sameCap(before.MaxActivations, l.MaxActivations) && maps.Equal(before.Limits, l.Limits) {
-			// The terms it was given are the terms it had: a write that changes nothing
-			// records nothing (events.md).
-			return nil
-		}
-		return events.Emit(ctx, tx, events.LicenseTermsUpdated(tenant, l.Key, l.ProductID, l.ExpiresAt, l.MaxActivations, l.Limits))
+	err := s.InTx(ctx, func(tx Tx) error {
+		var err error
+		l, err = tx.UpdateTerms(ctx, tenant, key, t)
+		return err
 	})
 	if err != nil {
 		return nil, err
 	}
 	return l, nil
+}
+
+// UpdateTerms applies t to the license and returns it as updated (license.terms_updated,
+// unless the terms were already those).
+func (t *pgTx) UpdateTerms(ctx context.Context, tenant, key string, terms Terms) (*License, error) {
+	before, err := get(ctx, t.tx, tenant, key, true)
+	if err != nil {
+		return nil, err
+	}
+	l, err := scanLicense(t.tx.QueryRow(ctx, `UPDATE licenses SET
+		expires_at = CASE WHEN $3 THEN $4 ELSE expires_at END,
+		max_activations = CASE WHEN $5 THEN $6 ELSE max_activations END,
+		limits = COALESCE($7, limits)
+		WHERE key_hash = $1 AND tenant_id = $2 RETURNING `+licenseColumns,
+		KeyHash(key), tenant, terms.SetExpiry, terms.ExpiresAt, terms.SetMaxActivations, terms.MaxActivations, limitsOrNil(terms.Limits)))
+	if err != nil {
+		return nil, err
+	}
+	if sameTime(before.ExpiresAt, l.ExpiresAt) && sameCap(before.MaxActivations, l.MaxActivations) && maps.Equal(before.Limits, l.Limits) {
+		// The terms it was given are the terms it had: a write that changes nothing
+		// records nothing (events.md).
+		return l, nil
+	}
+	return l, t.emit(events.LicenseTermsUpdated(tenant, l.Key, l.ProductID, l.ExpiresAt, l.MaxActivations, l.Limits))
 }
 
 func limitsOrNil(m map[string]float64) any {

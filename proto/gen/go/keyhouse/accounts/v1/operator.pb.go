@@ -641,7 +641,7 @@ const file_keyhouse_accounts_v1_operator_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"M\n" +
 	"\x14DeleteTenantResponse\x12\x1b\n" +
 	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x18\n" +
-	"\adeleted\x18\x02 \x01(\bR\adeleted2\xc7\x04\n" +
+	"\adeleted\x18\x02 \x01(\bR\adeleted2\x95\a\n" +
 	"\x0fOperatorService\x12n\n" +
 	"\vListTenants\x12(.keyhouse.accounts.v1.ListTenantsRequest\x1a).keyhouse.accounts.v1.ListTenantsResponse\"\n" +
 	"\x90\x82\x19\x03\x9a\x82\x19\x02\b\x06\x12h\n" +
@@ -650,9 +650,8 @@ const file_keyhouse_accounts_v1_operator_proto_rawDesc = "" +
 	"\rSuspendTenant\x12*.keyhouse.accounts.v1.SuspendTenantRequest\x1a+.keyhouse.accounts.v1.SuspendTenantResponse\"\n" +
 	"\x90\x82\x19\x03\x9a\x82\x19\x02\b\x06\x12q\n" +
 	"\fResumeTenant\x12).keyhouse.accounts.v1.ResumeTenantRequest\x1a*.keyhouse.accounts.v1.ResumeTenantResponse\"\n" +
-	"\x90\x82\x19\x03\x9a\x82\x19\x02\b\x06\x12q\n" +
-	"\fDeleteTenant\x12).keyhouse.accounts.v1.DeleteTenantRequest\x1a*.keyhouse.accounts.v1.DeleteTenantResponse\"\n" +
-	"\x90\x82\x19\x03\x9a\x82\x19\x02\b\x06BKZIgithub.com/keyhouse/keyhouse/proto/gen/go/keyhouse/accounts/v1;accountsv1b\x06proto3"
+	"\x90\x82\x19\x03\x9a\x82\x19\x02\b\x06\x12\xbe\x03\n" +
+	"\fDeleteTenant\x12).keyhouse.accounts.v1.DeleteTenantRequest\x1a*.keyhouse.accounts.v1.DeleteTenantResponse\"\xd6\x02\x90\x82\x19\x03\x9a\x82\x19\x02\b\x06\x9a\x83\x19\x16\b\x94\x03\x12\x11Tenant not found.\x9a\x83\x19m\b\x99\x03\x12hThe tenant holds a live Stripe subscription and STRIPE_SECRET_KEY is not set: cancel it in Stripe first.\x9a\x83\x19\xbc\x01\b\xf7\x03\x12\xb6\x01Payment provider unavailable, retry (Stripe did not cancel a subscription; nothing was deleted); A subscription of the tenant arrived during the deletion; nothing was deleted, retry.BKZIgithub.com/keyhouse/keyhouse/proto/gen/go/keyhouse/accounts/v1;accountsv1b\x06proto3"
 
 var (
 	file_keyhouse_accounts_v1_operator_proto_rawDescOnce sync.Once

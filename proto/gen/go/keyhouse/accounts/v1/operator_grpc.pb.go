@@ -45,10 +45,11 @@ type OperatorServiceClient interface {
 	SuspendTenant(ctx context.Context, in *SuspendTenantRequest, opts ...grpc.CallOption) (*SuspendTenantResponse, error)
 	// POST /v1/operator/tenants/{id}/resume.
 	ResumeTenant(ctx context.Context, in *ResumeTenantRequest, opts ...grpc.CallOption) (*ResumeTenantResponse, error)
-	// DELETE /v1/operator/tenants/{id}: billing deletes the tenant (its credentials die at
-	// once) and emits tenant.deleted in that transaction; every service then deletes the
-	// tenant's rows in one transaction of its own, also one that was down at the time, when
-	// it is back (pkg/tenantpurge).
+	// DELETE /v1/operator/tenants/{id}: billing first cancels the tenant's live Stripe
+	// subscriptions at once (its customer is not charged again; nothing is deleted if Stripe
+	// fails), then deletes the tenant (its credentials die at once) and emits tenant.deleted
+	// in that transaction; every service then deletes the tenant's rows in one transaction
+	// of its own, also one that was down at the time, when it is back (pkg/tenantpurge).
 	DeleteTenant(ctx context.Context, in *DeleteTenantRequest, opts ...grpc.CallOption) (*DeleteTenantResponse, error)
 }
 
@@ -129,10 +130,11 @@ type OperatorServiceServer interface {
 	SuspendTenant(context.Context, *SuspendTenantRequest) (*SuspendTenantResponse, error)
 	// POST /v1/operator/tenants/{id}/resume.
 	ResumeTenant(context.Context, *ResumeTenantRequest) (*ResumeTenantResponse, error)
-	// DELETE /v1/operator/tenants/{id}: billing deletes the tenant (its credentials die at
-	// once) and emits tenant.deleted in that transaction; every service then deletes the
-	// tenant's rows in one transaction of its own, also one that was down at the time, when
-	// it is back (pkg/tenantpurge).
+	// DELETE /v1/operator/tenants/{id}: billing first cancels the tenant's live Stripe
+	// subscriptions at once (its customer is not charged again; nothing is deleted if Stripe
+	// fails), then deletes the tenant (its credentials die at once) and emits tenant.deleted
+	// in that transaction; every service then deletes the tenant's rows in one transaction
+	// of its own, also one that was down at the time, when it is back (pkg/tenantpurge).
 	DeleteTenant(context.Context, *DeleteTenantRequest) (*DeleteTenantResponse, error)
 	mustEmbedUnimplementedOperatorServiceServer()
 }

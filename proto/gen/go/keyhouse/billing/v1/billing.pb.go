@@ -71,7 +71,7 @@ type GetBillingStatusResponse struct {
 	// buf:lint:ignore FIELD_LOWER_SNAKE_CASE
 	CancelAtPeriodEnd bool `protobuf:"varint,3,opt,name=cancelAtPeriodEnd,proto3" json:"cancelAtPeriodEnd,omitempty"` // api.md names these fields in camelCase.
 	// buf:lint:ignore FIELD_LOWER_SNAKE_CASE
-	CurrentPeriodEnd *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=currentPeriodEnd,proto3" json:"currentPeriodEnd,omitempty"`
+	CurrentPeriodEnd *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=currentPeriodEnd,proto3" json:"currentPeriodEnd,omitempty"` // Null unless cancelAtPeriodEnd; then when Pro ends: the period's end, or Stripe's set cancellation date (cancel_at).
 	// buf:lint:ignore FIELD_LOWER_SNAKE_CASE
 	LicensesUsed *wrapperspb.Int32Value `protobuf:"bytes,5,opt,name=licensesUsed,proto3" json:"licensesUsed,omitempty"`
 	// buf:lint:ignore FIELD_LOWER_SNAKE_CASE
