@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	accountsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/accounts/v1"
@@ -56,6 +57,7 @@ func (v *view) Hosted() bool { return v.Account != nil && v.Account.GetMultiTena
 func parseTemplates() (map[string]*template.Template, error) {
 	funcs := template.FuncMap{
 		"when":       formatTime,
+		"eventWhen":  formatEventTime,
 		"date":       formatDate,
 		"limits":     formatLimits,
 		"cap":        formatCap,
@@ -188,6 +190,16 @@ func formatTime(ts *timestamppb.Timestamp) string {
 		return ""
 	}
 	return ts.AsTime().UTC().Format("2006-01-02 15:04 UTC")
+}
+
+// formatEventTime is formatTime for an event's created_at, which is a string
+// (RFC 3339, six fractional digits).
+func formatEventTime(v string) string {
+	t, err := time.Parse(time.RFC3339Nano, v)
+	if err != nil {
+		return v
+	}
+	return formatTime(timestamppb.New(t))
 }
 
 func formatDate(ts *timestamppb.Timestamp) string {

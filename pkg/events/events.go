@@ -282,10 +282,11 @@ func messages(ctx context.Context, evs []*eventsv1.Event) ([]natsx.Message, erro
 
 // stampTimes gives each event that has no time the time now reads, in microseconds (what
 // Postgres keeps, so the time a client reads in the JSON is the one the log's
-// since/until filters compare), each later than the one before it. The log lists by
-// created_at, so the events of one change keep the order given (a floating seat's lapse
-// before the activation that took its place) even when the clock reads one microsecond
-// twice; a tie would fall to the ids' random bits.
+// since/until filters compare), each later than the one before it. Readers order by
+// created_at, and the log places the events it stores together in created_at order, so
+// the events of one change keep the order given (a floating seat's lapse before the
+// activation that took its place) even when the clock reads one microsecond twice; a
+// tie would fall to the ids' random bits.
 func stampTimes(evs []*eventsv1.Event, now func() time.Time) {
 	var last time.Time
 	for _, ev := range evs {

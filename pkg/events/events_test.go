@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -24,6 +25,57 @@ import (
 
 func TestMain(m *testing.M) { testkit.Main(m) }
 
+// An event's created_at has one form: RFC 3339 in UTC with six fractional digits, trailing
+// zeros kept, finer digits dropped, so that the strings sort as the times do (a
+// Timestamp's JSON printed "…21.882Z", which sorted after "…21.882805Z", and "…21Z").
+// A stored envelope of the older form is rewritten in its time alone.
+func TestEventTimesHaveSixDigits(t *testing.T) {
+	t.Parallel()
+	at := func(nanos int) time.Time { return time.Date(2026, 11, 30, 17, 20, 21, nanos, time.UTC) }
+	for _, tc := range []struct {
+		at   time.Time
+		want string
+	}{
+		{at(882_000_000), "2026-11-30T17:20:21.882000Z"},
+		{at(882_805_000), "2026-11-30T17:20:21.882805Z"},
+		{at(0), "2026-11-30T17:20:21.000000Z"},
+		{at(882_805_999), "2026-11-30T17:20:21.882805Z"},
+		{at(5_000).In(time.FixedZone("CET", 3600)), "2026-11-30T17:20:21.000005Z"},
+	} {
+		if got := FormatTime(tc.at); got != tc.want {
+			t.Errorf("FormatTime(%v) = %s, want %s", tc.at, got, tc.want)
+		}
+		ev := Ping("t1")
+		ev.Id, ev.CreatedAt, ev.Actor = "evt_bbbbbbbbbbbbbbbbbbbbbbbbbb", timestamppb.New(tc.at), Actor(ActorSystem, "")
+		if got, _ := JSON(ev); !strings.Contains(string(got), `"created_at":"`+tc.want+`"`) {
+			t.Errorf("JSON %s, want created_at %s", got, tc.want)
+		}
+	}
+	if a, b := FormatTime(at(882_000_000)), FormatTime(at(882_805_000)); a >= b {
+		t.Errorf("%s sorts after %s", a, b)
+	}
+	for old, want := range map[string]string{
+		"2026-11-30T17:20:21.882Z":       "2026-11-30T17:20:21.882000Z",
+		"2026-11-30T17:20:21Z":           "2026-11-30T17:20:21.000000Z",
+		"2026-11-30T17:20:21.882805123Z": "2026-11-30T17:20:21.882805Z",
+		"2026-11-30T17:20:21.882805Z":    "2026-11-30T17:20:21.882805Z",
+		"2026-11-30T18:20:21.5+01:00":    "2026-11-30T17:20:21.500000Z",
+		"not a time":                     "not a time",
+	} {
+		if got := NormalizeTime(old); got != want {
+			t.Errorf("NormalizeTime(%q) = %q, want %q", old, got, want)
+		}
+	}
+	stored := `{"id":"evt_bbbbbbbbbbbbbbbbbbbbbbbbbb","type":"ping","created_at":"2026-01-01T00:00:00Z","actor":{"type":"system","request_id":null},"data":{}}`
+	want := `{"id":"evt_bbbbbbbbbbbbbbbbbbbbbbbbbb","type":"ping","created_at":"2026-01-01T00:00:00.000000Z","actor":{"type":"system","request_id":null},"data":{}}`
+	if got := NormalizeJSON([]byte(stored)); string(got) != want {
+		t.Errorf("NormalizeJSON: %s\nwant %s", got, want)
+	}
+	if got := []byte(want); &NormalizeJSON(got)[0] != &got[0] {
+		t.Error("NormalizeJSON copied an envelope already in the form")
+	}
+}
+
 // The JSON form is addendum §11's envelope, byte for byte: the envelope's fields in its
 // order, the data's by their snake_case names, null for what is unset.
 func TestJSONIsTheEnvelope(t *testing.T) {
@@ -35,7 +87,7 @@ func TestJSONIsTheEnvelope(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := `{"id":"evt_aaaaaaaaaaaaaaaaaaaaaaaaaa","type":"license.issued","created_at":"2026-11-25T04:30:00.500Z",` +
+	want := `{"id":"evt_aaaaaaaaaaaaaaaaaaaaaaaaaa","type":"license.issued","created_at":"2026-11-25T04:30:00.500000Z",` +
 		`"actor":{"type":"api_key","request_id":"req-1"},"data":{"expires_at":null,"issued_to":"Ada","key":"K-1",` +
 		`"limits":{"api_calls":10,"seats":2.5},"max_activations":null,"product_id":"app","tier":"pro"}}`
 	if string(got) != want {
@@ -44,7 +96,7 @@ func TestJSONIsTheEnvelope(t *testing.T) {
 	// No request: request_id is null; an empty data message is {}.
 	ping := Ping("t1")
 	ping.Id, ping.CreatedAt, ping.Actor = "evt_bbbbbbbbbbbbbbbbbbbbbbbbbb", timestamppb.New(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)), Actor(ActorSystem, "")
-	if got, _ := JSON(ping); string(got) != `{"id":"evt_bbbbbbbbbbbbbbbbbbbbbbbbbb","type":"ping","created_at":"2026-01-01T00:00:00Z","actor":{"type":"system","request_id":null},"data":{}}` {
+	if got, _ := JSON(ping); string(got) != `{"id":"evt_bbbbbbbbbbbbbbbbbbbbbbbbbb","type":"ping","created_at":"2026-01-01T00:00:00.000000Z","actor":{"type":"system","request_id":null},"data":{}}` {
 		t.Fatalf("ping %s", got)
 	}
 }
@@ -281,7 +333,7 @@ func TestEmitAllWritesEveryEventOfABatchOrNone(t *testing.T) {
 	}
 }
 
-// The log lists events by created_at: the events of one change get times in the order
+// Readers order events by created_at: the events of one change get times in the order
 // given, one microsecond apart when the clock reads the same one for several, and a time
 // the caller set is kept and followed.
 func TestEventsOfOneChangeGetTimesInTheirOrder(t *testing.T) {

@@ -29,7 +29,8 @@ const maxWalkDepth = 100
 //   - double: protojson's digits, which read back as the same double; NaN and the
 //     infinities are the strings "NaN", "Infinity" and "-Infinity";
 //   - float: protojson's float32 digits read as a double, printed as a double;
-//   - strings, bytes (base64), enum names, Timestamp, Duration: protojson's strings;
+//   - strings, bytes (base64), enum names, Timestamp, Duration: protojson's strings (the
+//     envelope's own created_at is FormatTime's, the record's string);
 //   - a message: its object, sorted, unset fields included; an unset message is null;
 //   - repeated fields: arrays ([] when empty); maps: objects, keys sorted as strings.
 //
@@ -52,7 +53,7 @@ func appendEnvelope(b []byte, ev *eventsv1.Event) (_ []byte, ok bool) {
 		return b, false
 	}
 	b = append(b, `,"created_at":`...)
-	if b, ok = protojsonappend.TimestampOrNull(b, ev.GetCreatedAt()); !ok {
+	if b, ok = appendTime(b, ev.GetCreatedAt()); !ok {
 		return b, false
 	}
 	b = append(b, `,"actor":`...)

@@ -146,7 +146,9 @@ func (i *Ingester) StoreAll(ctx context.Context, evs []*eventsv1.Event) ([]Store
 		}
 		all[k] = store.Event{
 			ID: ev.GetId(), TenantID: ev.GetTenantId(), Type: ev.GetType(), LicenseKey: events.LicenseKey(ev),
-			CreatedAt: ev.GetCreatedAt().AsTime(), Body: body,
+			// The microsecond the JSON prints (events.TimeLayout): Postgres would round
+			// finer digits, not drop them.
+			CreatedAt: ev.GetCreatedAt().AsTime().Truncate(time.Microsecond), Body: body,
 		}
 	}
 	var fresh []Stored

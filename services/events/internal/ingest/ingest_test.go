@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -24,7 +25,7 @@ func TestMain(m *testing.M) { testkit.Main(m) }
 
 var schema = testkit.Template{Name: "events", Migrate: pgxx.Migrations{Schema: "events", FS: migrations.FS}.Apply}
 
-func newStore(t *testing.T) *store.Store {
+func newStore(t testing.TB) *store.Store {
 	t.Helper()
 	db, err := pgxx.Open(context.Background(), testkit.DatabaseURL(t, schema), "events")
 	if err != nil {
@@ -162,6 +163,107 @@ func TestListPagesAndFilters(t *testing.T) {
 	}
 	if _, _, err := st.List(ctx, "t2", store.Filter{Limit: 5, StartingAfter: ids[0]}); !errors.Is(err, store.ErrUnknownCursor) {
 		t.Fatalf("another tenant's cursor: %v", err)
+	}
+}
+
+// The log lists events in the order they reached it, not by created_at: an event created
+// earlier that arrives later is listed above the ones before it. Its position is taken
+// under the log's append lock, held until the storing transaction ends, so a transaction
+// that would store an event while another's are uncommitted waits for it: no reader sees
+// an event above one that is still to appear (docs/events.md, "Following the log"). The
+// events of one batch take their positions in created_at order.
+func TestTheLogListsInTheOrderEventsReachedIt(t *testing.T) {
+	ctx := context.Background()
+	st := newStore(t)
+	in := New(st, quiet)
+	base := time.Date(2026, 11, 2, 0, 0, 0, 0, time.UTC)
+	list := func() []string {
+		t.Helper()
+		page, _, err := st.List(ctx, "t1", store.Filter{Limit: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids := make([]string, len(page))
+		for i, e := range page {
+			ids[i] = e.ID
+		}
+		return ids
+	}
+	early := stamped(events.LicenseRevoked("t1", "K-1", "app"), base.Add(time.Minute))
+	late := stamped(events.LicenseReactivated("t1", "K-1", "app"), base.Add(2*time.Minute))
+	// One batch, out of created_at order: the earlier event is first.
+	if _, err := in.StoreAll(ctx, []*eventsv1.Event{late, early}); err != nil {
+		t.Fatal(err)
+	}
+	// Created before both, arrived after: listed above them.
+	straggler := stamped(events.LicenseNotesUpdated("t1", "K-1", "app"), base)
+	if _, err := in.Store(ctx, straggler); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := list(), []string{straggler.Id, late.Id, early.Id}; !slices.Equal(got, want) {
+		t.Fatalf("listed %v, want %v (newest arrival first)", got, want)
+	}
+	page, _, err := st.List(ctx, "t1", store.Filter{Limit: 100, StartingAfter: straggler.Id})
+	if err != nil || len(page) != 2 || page[0].ID != late.Id {
+		t.Fatalf("after the straggler: %v %v", page, err)
+	}
+	// since and until still bound created_at, the straggler's too (it came late: its
+	// place is far past its time).
+	for _, tc := range []struct {
+		f    store.Filter
+		want []string
+	}{
+		{store.Filter{Until: base}, []string{straggler.Id}},
+		{store.Filter{Until: base.Add(time.Minute)}, []string{straggler.Id, early.Id}},
+		{store.Filter{Since: base.Add(90 * time.Second)}, []string{late.Id}},
+		{store.Filter{Since: base, Until: base.Add(time.Minute)}, []string{straggler.Id, early.Id}},
+		{store.Filter{Until: base.Add(time.Minute), StartingAfter: straggler.Id}, []string{early.Id}},
+		{store.Filter{Since: base.Add(time.Minute), StartingAfter: late.Id}, []string{early.Id}},
+	} {
+		tc.f.Limit = 100
+		page, _, err := st.List(ctx, "t1", tc.f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, e := range page {
+			got = append(got, e.ID)
+		}
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("%+v: listed %v, want %v", tc.f, got, tc.want)
+		}
+	}
+
+	// A transaction that took its positions and has not ended yet holds back the next.
+	tx, err := st.DB().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	held := stamped(events.SeatActivated("t1", "K-1", "app", "h1"), base.Add(3*time.Minute))
+	body, _ := events.JSON(held)
+	if _, err := store.InsertAll(ctx, tx, []store.Event{{ID: held.Id, TenantID: "t1", Type: held.Type, LicenseKey: "K-1", CreatedAt: held.CreatedAt.AsTime(), Body: body}}); err != nil {
+		t.Fatal(err)
+	}
+	next := stamped(events.SeatActivated("t1", "K-1", "app", "h2"), base.Add(4*time.Minute))
+	stored := make(chan error, 1)
+	go func() { _, err := in.Store(ctx, next); stored <- err }()
+	select {
+	case err := <-stored:
+		t.Fatalf("stored while an earlier position was uncommitted (%v): a reader could list it above one still to appear", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if got := list(); len(got) != 3 {
+		t.Fatalf("listed %v while both were uncommitted", got)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-stored; err != nil {
+		t.Fatal(err)
+	}
+	if got, want := list()[:2], []string{next.Id, held.Id}; !slices.Equal(got, want) {
+		t.Fatalf("listed %v first, want %v", got, want)
 	}
 }
 

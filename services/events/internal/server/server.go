@@ -87,12 +87,14 @@ func (s *Server) GetEvent(ctx context.Context, req *eventsv1.GetEventRequest) (*
 }
 
 // record is a stored event as the routes answer it: the stored JSON, decoded, so the
-// REST edge prints those same bytes again.
+// REST edge prints those same bytes again. An event stored before created_at had one
+// form (events.TimeLayout) is answered in that form.
 func record(r store.Event) (*eventsv1.EventRecord, error) {
 	rec := &eventsv1.EventRecord{}
 	if err := protojson.Unmarshal(r.Body, rec); err != nil {
 		return nil, err
 	}
+	rec.CreatedAt = events.NormalizeTime(rec.CreatedAt)
 	return rec, nil
 }
 

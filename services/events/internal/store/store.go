@@ -3,9 +3,11 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -36,28 +38,79 @@ type Event struct {
 	Body []byte
 }
 
+// appendLock is the advisory lock that serializes the log's appends: InsertAll takes it
+// before its rows take their seq, and the transaction keeps it until it has committed or
+// rolled back (migration 00050). A transaction that lists an event therefore sees every
+// event of lower seq, and no event stored later takes a lower seq than a listed one: the
+// order GET /v1/events pages in is the order events became visible.
+const appendLock = `pg_advisory_xact_lock(hashtextextended('events.log.append', 0))`
+
+// lateAfter: an event whose seq is more than this past its created_at (in microseconds)
+// is late, stored after events created more than this after it (migration 00050).
+const lateAfter = time.Second
+
 // InsertAll stores in tx, in one statement, those of evs whose id is not stored yet, and
-// returns the ids it stored (the others were redeliveries, and nothing changed).
+// returns the ids it stored (the others were redeliveries, and nothing changed). It takes
+// the log's append lock (appendLock), held until tx ends: call it last in tx but for
+// what must commit with the events (the fan-out).
+//
+// Each event's seq is its created_at in microseconds, or one more than the seq before it
+// when that is higher (the last seq given, kept in the sequence events_seq, then the
+// event before it in this call), so seq only grows and is never below created_at. The
+// events of one call take their seqs in created_at order (then id): the events of one
+// change, stamped in order, are listed in order whichever order the stream brought them
+// in.
 func InsertAll(ctx context.Context, tx pgx.Tx, evs []Event) (map[string]bool, error) {
+	if len(evs) == 0 {
+		return map[string]bool{}, nil
+	}
+	evs = slices.Clone(evs)
+	slices.SortStableFunc(evs, func(a, b Event) int {
+		return cmp.Or(a.CreatedAt.Compare(b.CreatedAt), strings.Compare(a.ID, b.ID))
+	})
 	ids := make([]string, len(evs))
 	tenants := make([]string, len(evs))
 	types := make([]string, len(evs))
 	keys := make([]string, len(evs))
 	ats := make([]time.Time, len(evs))
+	micros := make([]int64, len(evs))
 	bodies := make([][]byte, len(evs))
 	for i, ev := range evs {
-		ids[i], tenants[i], types[i], keys[i], ats[i], bodies[i] = ev.ID, ev.TenantID, ev.Type, ev.LicenseKey, ev.CreatedAt, ev.Body
+		at := ev.CreatedAt.Truncate(time.Microsecond) // what Postgres keeps
+		ids[i], tenants[i], types[i], keys[i], ats[i], micros[i], bodies[i] = ev.ID, ev.TenantID, ev.Type, ev.LicenseKey, at, at.UnixMicro(), ev.Body
 	}
-	rows, err := tx.Query(ctx, `INSERT INTO events (id, tenant_id, type, license_key, created_at, body)
-		SELECT id, tenant_id, type, NULLIF(license_key, ''), created_at, body
-		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::timestamptz[], $6::bytea[])
-			AS e(id, tenant_id, type, license_key, created_at, body)
+	// One round trip: the lock, then the rows. Row n (from 1) of the call takes
+	// seq = n + max(last, max over m <= n of (us_m - m)), the closed form of
+	// seq_n = max(seq_(n-1) + 1, us_n) from seq_0 = last; events_seq moves to the highest.
+	var batch pgx.Batch
+	batch.Queue(`SELECT ` + appendLock)
+	batch.Queue(`WITH e AS (
+			SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::timestamptz[], $6::bigint[], $7::bytea[])
+				WITH ORDINALITY AS e(id, tenant_id, type, license_key, created_at, us, body, n)),
+		s AS (
+			SELECT e.*, n + GREATEST(c.last, max(us - n) OVER (ORDER BY n)) AS seq
+			FROM e, (SELECT CASE WHEN is_called THEN last_value ELSE 0 END AS last FROM events_seq) AS c),
+		clock AS (SELECT setval('events_seq', max(seq)) FROM s)
+		INSERT INTO events (id, tenant_id, type, license_key, created_at, body, seq, late)
+		SELECT id, tenant_id, type, NULLIF(license_key, ''), created_at, body, seq, seq - us > $8
+		FROM s, clock
+		ORDER BY n
 		ON CONFLICT (id) DO NOTHING RETURNING id`,
-		ids, tenants, types, keys, ats, bodies)
+		ids, tenants, types, keys, ats, micros, bodies, lateAfter.Microseconds())
+	results := tx.SendBatch(ctx, &batch)
+	defer results.Close()
+	if _, err := results.Exec(); err != nil {
+		return nil, err
+	}
+	rows, err := results.Query()
 	if err != nil {
 		return nil, err
 	}
-	return collectSet(rows)
+	stored, err := collectSet(rows)
+	if err != nil {
+		return nil, err
+	}
+	return stored, results.Close()
 }
 
 // collectSet reads rows of one text column into a set.
@@ -104,9 +157,36 @@ func scan(row pgx.Row) (Event, error) {
 	return e, err
 }
 
-// List returns up to f.Limit of the tenant's events matching f, newest first (by
-// created_at, then id), and whether more follow.
+// List returns up to f.Limit of the tenant's events matching f, newest first, and
+// whether more follow. Newest is the order events reached the log (seq, InsertAll), not
+// created_at: a reader that pages down with StartingAfter to the newest event it saw the
+// time before sees every event once (docs/events.md, "Following the log").
 func (s *Store) List(ctx context.Context, tenant string, f Filter) ([]Event, bool, error) {
+	query, args, err := s.listQuery(ctx, tenant, f)
+	if err != nil {
+		return nil, false, err
+	}
+	rows, err := s.db.Query(ctx, query, args...)
+	if err != nil {
+		return nil, false, err
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Event, error) { return scan(row) })
+	if err != nil {
+		return nil, false, err
+	}
+	if len(out) > f.Limit {
+		return out[:f.Limit], true, nil
+	}
+	return out, false, nil
+}
+
+// listQuery is List's statement and its arguments: one more row than f.Limit, so that
+// List knows whether more follow. Every event has seq >= its created_at (in
+// microseconds), so since bounds seq from below too; an event that is not late has seq at
+// most lateAfter past its created_at, so until bounds the seq of those from above, and the
+// late ones are read from their own index: each part reads its index from where its page
+// starts, never the events above until or below since.
+func (s *Store) listQuery(ctx context.Context, tenant string, f Filter) (string, []any, error) {
 	where := []string{"tenant_id = $1"}
 	args := []any{tenant}
 	add := func(cond string, v any) {
@@ -125,36 +205,32 @@ func (s *Store) List(ctx context.Context, tenant string, f Filter) ([]Event, boo
 	}
 	if !f.Since.IsZero() {
 		add("created_at >= $%d", f.Since)
+		add("seq >= $%d", f.Since.UnixMicro())
 	}
 	if !f.Until.IsZero() {
 		add("created_at <= $%d", f.Until)
 	}
 	if f.StartingAfter != "" {
-		var at time.Time
-		err := s.db.QueryRow(ctx, `SELECT created_at FROM events WHERE id = $1 AND tenant_id = $2`, f.StartingAfter, tenant).Scan(&at)
+		var seq int64
+		err := s.db.QueryRow(ctx, `SELECT seq FROM events WHERE id = $1 AND tenant_id = $2`, f.StartingAfter, tenant).Scan(&seq)
 		if errors.Is(err, pgx.ErrNoRows) {
-			return nil, false, ErrUnknownCursor
+			return "", nil, ErrUnknownCursor
 		}
 		if err != nil {
-			return nil, false, err
+			return "", nil, err
 		}
-		args = append(args, at, f.StartingAfter)
-		where = append(where, fmt.Sprintf("(created_at, id) < ($%d, $%d)", len(args)-1, len(args)))
+		add("seq < $%d", seq)
 	}
 	args = append(args, f.Limit+1)
-	rows, err := s.db.Query(ctx, `SELECT `+columns+` FROM events WHERE `+strings.Join(where, " AND ")+
-		fmt.Sprintf(` ORDER BY created_at DESC, id DESC LIMIT $%d`, len(args)), args...)
-	if err != nil {
-		return nil, false, err
+	limit := fmt.Sprintf(` ORDER BY seq DESC LIMIT $%d`, len(args))
+	cond := strings.Join(where, " AND ")
+	if f.Until.IsZero() {
+		return `SELECT ` + columns + ` FROM events WHERE ` + cond + limit, args, nil
 	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Event, error) { return scan(row) })
-	if err != nil {
-		return nil, false, err
-	}
-	if len(out) > f.Limit {
-		return out[:f.Limit], true, nil
-	}
-	return out, false, nil
+	args = append(args, f.Until.UnixMicro()+lateAfter.Microseconds())
+	const part = `SELECT id, tenant_id, type, license_key, created_at, body, seq FROM events WHERE `
+	return `SELECT ` + columns + ` FROM ((` + part + cond + fmt.Sprintf(` AND NOT late AND seq <= $%d`, len(args)) + limit +
+		`) UNION ALL (` + part + cond + ` AND late` + limit + `)) AS u` + limit, args, nil
 }
 
 // DeleteBefore deletes the events created before cutoff, in chunks so no statement holds

@@ -41,7 +41,7 @@ func BenchmarkLaneDrain(b *testing.B) {
 			for j := i; j < min(i+batch, backlog); j++ {
 				id := fmt.Sprintf("evt_drain_%05d", j)
 				evs = append(evs, NewEvent{TenantID: "t1", ID: id, Type: "license.issued",
-					Body: []byte(`{"id":"` + id + `","type":"license.issued","created_at":"2026-11-25T12:00:00Z","actor":{"type":"system","request_id":null},"data":{"key":"` + id + `","tier":"pro","product_id":"bench","issued_to":"someone@example.com","expires_at":null,"limits":{}}}`)})
+					Body: []byte(`{"id":"` + id + `","type":"license.issued","created_at":"2026-11-25T12:00:00.000000Z","actor":{"type":"system","request_id":null},"data":{"key":"` + id + `","tier":"pro","product_id":"bench","issued_to":"someone@example.com","expires_at":null,"limits":{}}}`)})
 			}
 			if err := pgxx.InTx(context.Background(), f.store.db, func(tx pgx.Tx) error {
 				_, err := f.store.FanoutAll(context.Background(), tx, evs, f.clock.Now())

@@ -15,7 +15,7 @@ import (
 func pingEnvelope(ctx context.Context, tenant string, now time.Time) (string, []byte, error) {
 	ev := events.Ping(tenant)
 	ev.Id = events.NewID()
-	ev.CreatedAt = timestamppb.New(now)
+	ev.CreatedAt = timestamppb.New(now.Truncate(time.Microsecond)) // events.TimeLayout's precision
 	ev.Actor = events.Actor(events.ActorFrom(ctx), telemetry.RequestID(ctx))
 	body, err := events.JSON(ev)
 	return ev.Id, body, err

@@ -161,7 +161,7 @@ func TestPingRedeliverAndIsolation(t *testing.T) {
 		t.Fatalf("received %d", r.count())
 	}
 	body := string(r.bodies[0])
-	if !strings.HasPrefix(body, `{"id":"`+ping.GetEventId()+`","type":"ping","created_at":"2026-11-25T12:00:00Z","actor":{"type":"api_key","request_id":null},"data":{}}`) {
+	if !strings.HasPrefix(body, `{"id":"`+ping.GetEventId()+`","type":"ping","created_at":"2026-11-25T12:00:00.000000Z","actor":{"type":"api_key","request_id":null},"data":{}}`) {
 		t.Fatalf("ping body %s", body)
 	}
 	if err := webhook.Verify(r.got[0].Header.Get("Keyhouse-Signature"), r.bodies[0], []byte(ep.GetSecret()), anyAge, f.clock.Now()); err != nil {
@@ -172,7 +172,7 @@ func TestPingRedeliverAndIsolation(t *testing.T) {
 		t.Fatalf("deliveries %v %v", ds, err)
 	}
 	// A logged event, delivered, then redelivered.
-	if _, err := f.store.db.Exec(context.Background(), `INSERT INTO events (id, tenant_id, type, created_at, body) VALUES ('evt_logged', 't1', 'license.revoked', now(), '{"id":"evt_logged"}')`); err != nil {
+	if _, err := f.store.db.Exec(context.Background(), `INSERT INTO events (id, tenant_id, type, created_at, body, seq) VALUES ('evt_logged', 't1', 'license.revoked', now(), '{"id":"evt_logged"}', 1)`); err != nil {
 		t.Fatal(err)
 	}
 	re, err := s.RedeliverEvent(ctx, &eventsv1.RedeliverEventRequest{EventId: "evt_logged", EndpointId: ep.GetId()})

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/keyhouse/keyhouse/pkg/events"
 	"github.com/keyhouse/keyhouse/pkg/seal"
 	"github.com/keyhouse/keyhouse/pkg/signing"
 	"github.com/keyhouse/keyhouse/pkg/webhook"
@@ -264,7 +265,8 @@ func (w *Worker) attempt(ctx context.Context, d Due, after Cursor) (next Due, ok
 		w.Log.Warn("webhooks: endpoint secret unavailable", "endpoint_id", d.EndpointID, "err", err)
 		return Due{}, false
 	}
-	res := w.Sender.Send(ctx, webhook.Delivery{URL: d.URL, EventID: d.EventID, Body: d.Body, Secrets: secrets}, w.Now())
+	// An envelope stored before created_at had one form is sent in that form.
+	res := w.Sender.Send(ctx, webhook.Delivery{URL: d.URL, EventID: d.EventID, Body: events.NormalizeJSON(d.Body), Secrets: secrets}, w.Now())
 	if ctx.Err() != nil {
 		return Due{}, false
 	}

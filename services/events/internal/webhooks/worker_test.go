@@ -106,7 +106,7 @@ func (f *fixture) endpoint(tenant, url string, events ...string) (*Endpoint, str
 // event stores deliveries of a new event of tenant, as the log's ingest does.
 func (f *fixture) event(tenant, id, typ string) []byte {
 	f.t.Helper()
-	body := []byte(`{"id":"` + id + `","type":"` + typ + `","created_at":"2026-11-25T12:00:00Z","actor":{"type":"system","request_id":null},"data":{}}`)
+	body := []byte(`{"id":"` + id + `","type":"` + typ + `","created_at":"2026-11-25T12:00:00.000000Z","actor":{"type":"system","request_id":null},"data":{}}`)
 	err := pgxx.InTx(context.Background(), f.store.db, func(tx pgx.Tx) error {
 		_, err := f.store.Fanout(context.Background(), tx, tenant, id, typ, body, f.clock.Now())
 		return err

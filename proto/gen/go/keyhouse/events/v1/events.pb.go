@@ -258,12 +258,14 @@ func (x *GetEventResponse) GetEvent() *EventRecord {
 // webhook delivers it: {"id","type","created_at","actor":{"type","request_id"},"data":{…}}.
 // data holds the typed event's fields by their snake_case names.
 type EventRecord struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	Type          string                 `protobuf:"bytes,2,opt,name=type,proto3" json:"type,omitempty"`
-	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
-	Actor         *Actor                 `protobuf:"bytes,4,opt,name=actor,proto3" json:"actor,omitempty"`
-	Data          *structpb.Struct       `protobuf:"bytes,5,opt,name=data,proto3" json:"data,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Type  string                 `protobuf:"bytes,2,opt,name=type,proto3" json:"type,omitempty"`
+	// RFC 3339 in UTC with exactly six fractional digits ("2026-11-25T04:31:07.512000Z"), so
+	// that the strings sort as the times do.
+	CreatedAt     string           `protobuf:"bytes,6,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	Actor         *Actor           `protobuf:"bytes,4,opt,name=actor,proto3" json:"actor,omitempty"`
+	Data          *structpb.Struct `protobuf:"bytes,5,opt,name=data,proto3" json:"data,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -312,11 +314,11 @@ func (x *EventRecord) GetType() string {
 	return ""
 }
 
-func (x *EventRecord) GetCreatedAt() *timestamppb.Timestamp {
+func (x *EventRecord) GetCreatedAt() string {
 	if x != nil {
 		return x.CreatedAt
 	}
-	return nil
+	return ""
 }
 
 func (x *EventRecord) GetActor() *Actor {
@@ -1758,14 +1760,14 @@ const file_keyhouse_events_v1_events_proto_rawDesc = "" +
 	"\x0fGetEventRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"I\n" +
 	"\x10GetEventResponse\x125\n" +
-	"\x05event\x18\x01 \x01(\v2\x1f.keyhouse.events.v1.EventRecordR\x05event\"\xca\x01\n" +
+	"\x05event\x18\x01 \x01(\v2\x1f.keyhouse.events.v1.EventRecordR\x05event\"\xe3\x01\n" +
 	"\vEventRecord\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
-	"\x04type\x18\x02 \x01(\tR\x04type\x129\n" +
+	"\x04type\x18\x02 \x01(\tR\x04type\x12L\n" +
 	"\n" +
-	"created_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12/\n" +
+	"created_at\x18\x06 \x01(\tB-\xaa\x83\x19){\"type\": \"string\", \"format\": \"date-time\"}R\tcreatedAt\x12/\n" +
 	"\x05actor\x18\x04 \x01(\v2\x19.keyhouse.events.v1.ActorR\x05actor\x12+\n" +
-	"\x04data\x18\x05 \x01(\v2\x17.google.protobuf.StructR\x04data\"X\n" +
+	"\x04data\x18\x05 \x01(\v2\x17.google.protobuf.StructR\x04dataJ\x04\b\x03\x10\x04\"X\n" +
 	"\x05Actor\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12;\n" +
 	"\n" +
@@ -1928,61 +1930,60 @@ var file_keyhouse_events_v1_events_proto_goTypes = []any{
 	(*Empty)(nil),                   // 20: keyhouse.events.v1.Empty
 	nil,                             // 21: keyhouse.events.v1.LicenseIssued.LimitsEntry
 	nil,                             // 22: keyhouse.events.v1.LicenseTermsUpdated.LimitsEntry
-	(*timestamppb.Timestamp)(nil),   // 23: google.protobuf.Timestamp
-	(*structpb.Struct)(nil),         // 24: google.protobuf.Struct
-	(*wrapperspb.StringValue)(nil),  // 25: google.protobuf.StringValue
+	(*structpb.Struct)(nil),         // 23: google.protobuf.Struct
+	(*wrapperspb.StringValue)(nil),  // 24: google.protobuf.StringValue
+	(*timestamppb.Timestamp)(nil),   // 25: google.protobuf.Timestamp
 	(*wrapperspb.Int32Value)(nil),   // 26: google.protobuf.Int32Value
 }
 var file_keyhouse_events_v1_events_proto_depIdxs = []int32{
 	4,  // 0: keyhouse.events.v1.ListEventsResponse.events:type_name -> keyhouse.events.v1.EventRecord
 	4,  // 1: keyhouse.events.v1.GetEventResponse.event:type_name -> keyhouse.events.v1.EventRecord
-	23, // 2: keyhouse.events.v1.EventRecord.created_at:type_name -> google.protobuf.Timestamp
-	5,  // 3: keyhouse.events.v1.EventRecord.actor:type_name -> keyhouse.events.v1.Actor
-	24, // 4: keyhouse.events.v1.EventRecord.data:type_name -> google.protobuf.Struct
-	25, // 5: keyhouse.events.v1.Actor.request_id:type_name -> google.protobuf.StringValue
-	23, // 6: keyhouse.events.v1.Event.created_at:type_name -> google.protobuf.Timestamp
-	5,  // 7: keyhouse.events.v1.Event.actor:type_name -> keyhouse.events.v1.Actor
-	7,  // 8: keyhouse.events.v1.Event.license_issued:type_name -> keyhouse.events.v1.LicenseIssued
-	8,  // 9: keyhouse.events.v1.Event.license_revoked:type_name -> keyhouse.events.v1.LicenseRef
-	8,  // 10: keyhouse.events.v1.Event.license_reactivated:type_name -> keyhouse.events.v1.LicenseRef
-	8,  // 11: keyhouse.events.v1.Event.license_deleted:type_name -> keyhouse.events.v1.LicenseRef
-	9,  // 12: keyhouse.events.v1.Event.license_terms_updated:type_name -> keyhouse.events.v1.LicenseTermsUpdated
-	8,  // 13: keyhouse.events.v1.Event.license_notes_updated:type_name -> keyhouse.events.v1.LicenseRef
-	10, // 14: keyhouse.events.v1.Event.seat_activated:type_name -> keyhouse.events.v1.Seat
-	11, // 15: keyhouse.events.v1.Event.seat_deactivated:type_name -> keyhouse.events.v1.SeatDeactivated
-	10, // 16: keyhouse.events.v1.Event.seat_token_reissued:type_name -> keyhouse.events.v1.Seat
-	12, // 17: keyhouse.events.v1.Event.usage_limit_reached:type_name -> keyhouse.events.v1.UsageLimitReached
-	13, // 18: keyhouse.events.v1.Event.usage_reset:type_name -> keyhouse.events.v1.UsageReset
-	14, // 19: keyhouse.events.v1.Event.release_published:type_name -> keyhouse.events.v1.Release
-	14, // 20: keyhouse.events.v1.Event.release_unpublished:type_name -> keyhouse.events.v1.Release
-	15, // 21: keyhouse.events.v1.Event.storefront_delivery:type_name -> keyhouse.events.v1.StorefrontDelivery
-	16, // 22: keyhouse.events.v1.Event.billing_plan_changed:type_name -> keyhouse.events.v1.BillingPlanChanged
-	20, // 23: keyhouse.events.v1.Event.api_key_rotated:type_name -> keyhouse.events.v1.Empty
-	17, // 24: keyhouse.events.v1.Event.lease_key_rotated:type_name -> keyhouse.events.v1.LeaseKeyRotated
-	18, // 25: keyhouse.events.v1.Event.webhook_endpoint_disabled:type_name -> keyhouse.events.v1.WebhookEndpointDisabled
-	20, // 26: keyhouse.events.v1.Event.ping:type_name -> keyhouse.events.v1.Empty
-	19, // 27: keyhouse.events.v1.Event.api_key_created:type_name -> keyhouse.events.v1.ApiKeyRef
-	19, // 28: keyhouse.events.v1.Event.api_key_deleted:type_name -> keyhouse.events.v1.ApiKeyRef
-	20, // 29: keyhouse.events.v1.Event.tenant_deleted:type_name -> keyhouse.events.v1.Empty
-	23, // 30: keyhouse.events.v1.LicenseIssued.expires_at:type_name -> google.protobuf.Timestamp
-	26, // 31: keyhouse.events.v1.LicenseIssued.max_activations:type_name -> google.protobuf.Int32Value
-	21, // 32: keyhouse.events.v1.LicenseIssued.limits:type_name -> keyhouse.events.v1.LicenseIssued.LimitsEntry
-	23, // 33: keyhouse.events.v1.LicenseTermsUpdated.expires_at:type_name -> google.protobuf.Timestamp
-	26, // 34: keyhouse.events.v1.LicenseTermsUpdated.max_activations:type_name -> google.protobuf.Int32Value
-	22, // 35: keyhouse.events.v1.LicenseTermsUpdated.limits:type_name -> keyhouse.events.v1.LicenseTermsUpdated.LimitsEntry
-	25, // 36: keyhouse.events.v1.UsageReset.metric:type_name -> google.protobuf.StringValue
-	25, // 37: keyhouse.events.v1.StorefrontDelivery.license_key:type_name -> google.protobuf.StringValue
-	25, // 38: keyhouse.events.v1.BillingPlanChanged.plan:type_name -> google.protobuf.StringValue
-	25, // 39: keyhouse.events.v1.LeaseKeyRotated.retiring_kid:type_name -> google.protobuf.StringValue
-	0,  // 40: keyhouse.events.v1.EventsService.ListEvents:input_type -> keyhouse.events.v1.ListEventsRequest
-	2,  // 41: keyhouse.events.v1.EventsService.GetEvent:input_type -> keyhouse.events.v1.GetEventRequest
-	1,  // 42: keyhouse.events.v1.EventsService.ListEvents:output_type -> keyhouse.events.v1.ListEventsResponse
-	3,  // 43: keyhouse.events.v1.EventsService.GetEvent:output_type -> keyhouse.events.v1.GetEventResponse
-	42, // [42:44] is the sub-list for method output_type
-	40, // [40:42] is the sub-list for method input_type
-	40, // [40:40] is the sub-list for extension type_name
-	40, // [40:40] is the sub-list for extension extendee
-	0,  // [0:40] is the sub-list for field type_name
+	5,  // 2: keyhouse.events.v1.EventRecord.actor:type_name -> keyhouse.events.v1.Actor
+	23, // 3: keyhouse.events.v1.EventRecord.data:type_name -> google.protobuf.Struct
+	24, // 4: keyhouse.events.v1.Actor.request_id:type_name -> google.protobuf.StringValue
+	25, // 5: keyhouse.events.v1.Event.created_at:type_name -> google.protobuf.Timestamp
+	5,  // 6: keyhouse.events.v1.Event.actor:type_name -> keyhouse.events.v1.Actor
+	7,  // 7: keyhouse.events.v1.Event.license_issued:type_name -> keyhouse.events.v1.LicenseIssued
+	8,  // 8: keyhouse.events.v1.Event.license_revoked:type_name -> keyhouse.events.v1.LicenseRef
+	8,  // 9: keyhouse.events.v1.Event.license_reactivated:type_name -> keyhouse.events.v1.LicenseRef
+	8,  // 10: keyhouse.events.v1.Event.license_deleted:type_name -> keyhouse.events.v1.LicenseRef
+	9,  // 11: keyhouse.events.v1.Event.license_terms_updated:type_name -> keyhouse.events.v1.LicenseTermsUpdated
+	8,  // 12: keyhouse.events.v1.Event.license_notes_updated:type_name -> keyhouse.events.v1.LicenseRef
+	10, // 13: keyhouse.events.v1.Event.seat_activated:type_name -> keyhouse.events.v1.Seat
+	11, // 14: keyhouse.events.v1.Event.seat_deactivated:type_name -> keyhouse.events.v1.SeatDeactivated
+	10, // 15: keyhouse.events.v1.Event.seat_token_reissued:type_name -> keyhouse.events.v1.Seat
+	12, // 16: keyhouse.events.v1.Event.usage_limit_reached:type_name -> keyhouse.events.v1.UsageLimitReached
+	13, // 17: keyhouse.events.v1.Event.usage_reset:type_name -> keyhouse.events.v1.UsageReset
+	14, // 18: keyhouse.events.v1.Event.release_published:type_name -> keyhouse.events.v1.Release
+	14, // 19: keyhouse.events.v1.Event.release_unpublished:type_name -> keyhouse.events.v1.Release
+	15, // 20: keyhouse.events.v1.Event.storefront_delivery:type_name -> keyhouse.events.v1.StorefrontDelivery
+	16, // 21: keyhouse.events.v1.Event.billing_plan_changed:type_name -> keyhouse.events.v1.BillingPlanChanged
+	20, // 22: keyhouse.events.v1.Event.api_key_rotated:type_name -> keyhouse.events.v1.Empty
+	17, // 23: keyhouse.events.v1.Event.lease_key_rotated:type_name -> keyhouse.events.v1.LeaseKeyRotated
+	18, // 24: keyhouse.events.v1.Event.webhook_endpoint_disabled:type_name -> keyhouse.events.v1.WebhookEndpointDisabled
+	20, // 25: keyhouse.events.v1.Event.ping:type_name -> keyhouse.events.v1.Empty
+	19, // 26: keyhouse.events.v1.Event.api_key_created:type_name -> keyhouse.events.v1.ApiKeyRef
+	19, // 27: keyhouse.events.v1.Event.api_key_deleted:type_name -> keyhouse.events.v1.ApiKeyRef
+	20, // 28: keyhouse.events.v1.Event.tenant_deleted:type_name -> keyhouse.events.v1.Empty
+	25, // 29: keyhouse.events.v1.LicenseIssued.expires_at:type_name -> google.protobuf.Timestamp
+	26, // 30: keyhouse.events.v1.LicenseIssued.max_activations:type_name -> google.protobuf.Int32Value
+	21, // 31: keyhouse.events.v1.LicenseIssued.limits:type_name -> keyhouse.events.v1.LicenseIssued.LimitsEntry
+	25, // 32: keyhouse.events.v1.LicenseTermsUpdated.expires_at:type_name -> google.protobuf.Timestamp
+	26, // 33: keyhouse.events.v1.LicenseTermsUpdated.max_activations:type_name -> google.protobuf.Int32Value
+	22, // 34: keyhouse.events.v1.LicenseTermsUpdated.limits:type_name -> keyhouse.events.v1.LicenseTermsUpdated.LimitsEntry
+	24, // 35: keyhouse.events.v1.UsageReset.metric:type_name -> google.protobuf.StringValue
+	24, // 36: keyhouse.events.v1.StorefrontDelivery.license_key:type_name -> google.protobuf.StringValue
+	24, // 37: keyhouse.events.v1.BillingPlanChanged.plan:type_name -> google.protobuf.StringValue
+	24, // 38: keyhouse.events.v1.LeaseKeyRotated.retiring_kid:type_name -> google.protobuf.StringValue
+	0,  // 39: keyhouse.events.v1.EventsService.ListEvents:input_type -> keyhouse.events.v1.ListEventsRequest
+	2,  // 40: keyhouse.events.v1.EventsService.GetEvent:input_type -> keyhouse.events.v1.GetEventRequest
+	1,  // 41: keyhouse.events.v1.EventsService.ListEvents:output_type -> keyhouse.events.v1.ListEventsResponse
+	3,  // 42: keyhouse.events.v1.EventsService.GetEvent:output_type -> keyhouse.events.v1.GetEventResponse
+	41, // [41:43] is the sub-list for method output_type
+	39, // [39:41] is the sub-list for method input_type
+	39, // [39:39] is the sub-list for extension type_name
+	39, // [39:39] is the sub-list for extension extendee
+	0,  // [0:39] is the sub-list for field type_name
 }
 
 func init() { file_keyhouse_events_v1_events_proto_init() }
