@@ -875,6 +875,29 @@ func TestDocumentedUpdateCheckClientWorks(t *testing.T) {
 		"--current", "1.1.0", "--public-key", pem); err != nil || !strings.Contains(out, "up to date") {
 		t.Fatalf("up to date: %v %s", err, out)
 	}
+	// The file an app ships holds every key GET /v1/public-keys lists (update-check.md:
+	// a planned rotation's next key too): a manifest signed by any of them is believed,
+	// by none of them refused. Here another installation's key comes first.
+	other, err := signing.NewKeyring()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var listed []string
+	for _, k := range listPublicKeys(t, c).Keys {
+		listed = append(listed, k.Pem)
+	}
+	both := writeFile(t, dir, "keys.pem", []byte(other.PublicKeyPEM()+"\n"+strings.Join(listed, "\n")))
+	foreign := writeFile(t, dir, "foreign.pem", []byte(other.PublicKeyPEM()))
+	for _, tc := range []struct {
+		keys, want string
+		ok         bool
+	}{{both, "update available: 1.1.0", true}, {foreign, "INVALID signature", false}} {
+		out, err := runTool(node, example, "--url", s.URL, "--key", key, "--product", p, "--platform", "linux",
+			"--current", "1.0.0", "--public-key", tc.keys)
+		if (err == nil) != tc.ok || !strings.Contains(out, tc.want) {
+			t.Fatalf("--public-key %s: %v %s, want %q", filepath.Base(tc.keys), err, out, tc.want)
+		}
+	}
 }
 
 // Releases depends on licensing for license checks and, once, for the signing keys: with

@@ -4,8 +4,12 @@
 //     --current 1.4.2 [--channel stable] [--platform linux-x64] --public-key keyhouse.pem \
 //     [--cache update-cache.json] [--max-age 86400]
 //
+// keyhouse.pem holds every public key GET /v1/public-keys lists when the app is built
+// (PEM blocks one after the other: the current key and, during a planned rotation, the
+// next), so that the app keeps verifying after the server promotes the next key.
+//
 // Every manifest, fetched or cached, is checked before it is believed: its RSA signature
-// against the public key shipped with the app, that it answers this app's product,
+// against one of the public keys shipped with the app, that it answers this app's product,
 // channel and platform, and its age (issued_at). A signed manifest stays valid forever,
 // also after the release was unpublished, so the age check is what stops an old answer
 // from being replayed: a fresh answer must be fresh, a cached one younger than --max-age.
@@ -18,17 +22,25 @@ const SIGNED = ['product_id', 'version', 'channel', 'platform', 'artifact_url', 
 // How far a just-fetched manifest's issued_at may be from this machine's clock.
 const CLOCK_SKEW_SECONDS = 300;
 
-// checkManifest throws unless release is signed by the key, answers the request, and was
-// issued at most maxAgeSeconds ago.
-function checkManifest(release, publicKeyPem, request, maxAgeSeconds) {
+// publicKeys splits a PEM file into its public keys.
+function publicKeys(pemText) {
+  const keys = pemText.match(/-----BEGIN PUBLIC KEY-----[\s\S]*?-----END PUBLIC KEY-----/g) || [];
+  if (keys.length === 0) throw new Error('--public-key holds no PEM public key');
+  return keys;
+}
+
+// checkManifest throws unless release is signed by one of the keys (a PEM string or a
+// list of them), answers the request, and was issued at most maxAgeSeconds ago.
+function checkManifest(release, publicKeyPems, request, maxAgeSeconds) {
   const signed = {};
   for (const f of SIGNED) {
     if (typeof release[f] !== 'string') throw new Error(`INVALID signature: manifest has no ${f}`);
     signed[f] = release[f];
   }
   // JSON.stringify of an object built in the signed order reproduces the signed bytes.
-  const ok = typeof release.signature === 'string' &&
-    crypto.verify('sha256', Buffer.from(JSON.stringify(signed)), publicKeyPem, Buffer.from(release.signature, 'base64'));
+  const bytes = Buffer.from(JSON.stringify(signed));
+  const ok = typeof release.signature === 'string' && [].concat(publicKeyPems).some((pem) =>
+    crypto.verify('sha256', bytes, pem, Buffer.from(release.signature, 'base64')));
   if (!ok) throw new Error('INVALID signature');
   if (release.product_id.trim().toLowerCase() !== request.product_id.trim().toLowerCase() ||
       release.channel !== request.channel || release.platform !== request.platform) {
@@ -64,7 +76,7 @@ async function main(argv) {
   for (const name of ['url', 'key', 'product', 'current', 'public-key']) {
     if (!opt[name]) throw new Error(`--${name} is required`);
   }
-  const publicKeyPem = fs.readFileSync(opt['public-key'], 'utf8');
+  const publicKeyPems = publicKeys(fs.readFileSync(opt['public-key'], 'utf8'));
   const request = { product_id: opt.product, channel: opt.channel, platform: opt.platform, current_version: opt.current };
   const maxAge = Number(opt['max-age']);
 
@@ -74,7 +86,7 @@ async function main(argv) {
     const cached = readCache(opt.cache, request);
     if (cached) {
       try {
-        checkManifest(cached, publicKeyPem, request, maxAge);
+        checkManifest(cached, publicKeyPems, request, maxAge);
         release = cached;
         source = 'cached';
       } catch (err) {
@@ -89,7 +101,7 @@ async function main(argv) {
       console.log(`up to date: ${opt.current}`);
       return;
     }
-    checkManifest(release, publicKeyPem, request, CLOCK_SKEW_SECONDS);
+    checkManifest(release, publicKeyPems, request, CLOCK_SKEW_SECONDS);
     if (opt.cache) fs.writeFileSync(opt.cache, JSON.stringify({ request, release }));
   }
   // Download artifact_url and compare it with checksum before installing it.
@@ -103,4 +115,4 @@ if (require.main === module) {
   });
 }
 
-module.exports = { checkManifest };
+module.exports = { checkManifest, publicKeys };
