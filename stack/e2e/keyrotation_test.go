@@ -33,7 +33,8 @@ func listPublicKeys(t *testing.T, c *Client) publicKeys {
 	return out
 }
 
-// runDocumented runs an operator step of docs/licensing.md ("Rotating") as written, in dir.
+// runDocumented runs an operator step of the docs (licensing.md "Rotating", operations.md
+// "The signing keyring") as written, in dir, with the stack's DATABASE_URL.
 func runDocumented(t *testing.T, s *stack.Stack, dir, script string) {
 	t.Helper()
 	cmd := exec.Command("bash", "-euo", "pipefail", "-c", script)

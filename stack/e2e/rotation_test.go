@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
@@ -186,15 +185,7 @@ func TestTheDocumentedKeyringExportRestoresTheSameKeys(t *testing.T) {
 	c := anon(t, s)
 	publicKey := c.Get("/v1/public-key").Expect(t, 200).JSON(t)["publicKey"].(string)
 	dir := t.TempDir()
-	run := func(script string) {
-		t.Helper()
-		cmd := exec.Command("bash", "-euo", "pipefail", "-c", script)
-		cmd.Dir = dir
-		cmd.Env = append(os.Environ(), "DATABASE_URL="+s.Env("DATABASE_URL"))
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("%s: %v\n%s", script, err, out)
-		}
-	}
+	run := func(script string) { t.Helper(); runDocumented(t, s, dir, script) }
 	run(`psql "$DATABASE_URL" -XAtq -c "SELECT convert_from(document, 'UTF8') FROM licensing.signing_keyring" > signing-keys.json`)
 	doc, err := os.ReadFile(filepath.Join(dir, "signing-keys.json"))
 	if err != nil {
