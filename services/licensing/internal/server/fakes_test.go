@@ -290,8 +290,8 @@ func (t *fakeTx) SetStatus(_ context.Context, tenant, key, status string) error 
 	return nil
 }
 
-func (t *fakeTx) UpdateTerms(_ context.Context, tenant, key string, terms store.Terms) (*store.License, error) {
-	l, ok := t.licenses[id(tenant, key)]
+func (t *fakeTx) UpdateTerms(_ context.Context, locked *store.License, terms store.Terms) (*store.License, error) {
+	l, ok := t.licenses[id(locked.TenantID, locked.Key)]
 	if !ok {
 		return nil, store.ErrNotFound
 	}

@@ -365,7 +365,7 @@ func (s *Server) updateTerms(ctx context.Context, tenant, key string, t store.Te
 				}
 			}
 		}
-		l, err = tx.UpdateTerms(ctx, tenant, key, t)
+		l, err = tx.UpdateTerms(ctx, before, t)
 		return err
 	})
 	return l, err

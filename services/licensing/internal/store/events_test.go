@@ -93,7 +93,11 @@ func TestEveryWriteEmitsItsEvent(t *testing.T) {
 		}, []string{events.TypeLicenseReactivated}},
 		{"Tx.UpdateTerms", func(t *testing.T, s *store.Store) {
 			if err := s.InTx(ctx, func(tx store.Tx) error {
-				_, err := tx.UpdateTerms(ctx, "t1", "K-1", store.Terms{Limits: map[string]float64{"seats": 2}})
+				locked, err := tx.GetForUpdate(ctx, "t1", "K-1")
+				if err != nil {
+					return err
+				}
+				_, err = tx.UpdateTerms(ctx, locked, store.Terms{Limits: map[string]float64{"seats": 2}})
 				return err
 			}); err != nil {
 				t.Fatal(err)

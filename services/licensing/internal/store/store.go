@@ -142,8 +142,9 @@ type Tx interface {
 	Insert(ctx context.Context, l *License) error
 	// SetStatus revokes or reactivates a license.
 	SetStatus(ctx context.Context, tenant, key, status string) error
-	// UpdateTerms changes a license's terms (ErrNotFound) and returns it as updated.
-	UpdateTerms(ctx context.Context, tenant, key string, t Terms) (*License, error)
+	// UpdateTerms changes the terms of locked, a license as GetForUpdate returned it, and
+	// returns it as updated.
+	UpdateTerms(ctx context.Context, locked *License, t Terms) (*License, error)
 	// Delete removes a license (ErrNotFound) and remembers the deletion (DeletedKeys).
 	Delete(ctx context.Context, tenant, key string) error
 	// Existing row-locks and returns the licenses of keys, of any tenant, by key.
@@ -312,8 +313,11 @@ type Terms struct {
 func (s *Store) UpdateTerms(ctx context.Context, tenant, key string, t Terms) (*License, error) {
 	var l *License
 	err := s.InTx(ctx, func(tx Tx) error {
-		var err error
-		l, err = tx.UpdateTerms(ctx, tenant, key, t)
+		locked, err := tx.GetForUpdate(ctx, tenant, key)
+		if err != nil {
+			return err
+		}
+		l, err = tx.UpdateTerms(ctx, locked, t)
 		return err
 	})
 	if err != nil {
@@ -322,19 +326,16 @@ func (s *Store) UpdateTerms(ctx context.Context, tenant, key string, t Terms) (*
 	return l, nil
 }
 
-// UpdateTerms applies t to the license and returns it as updated (license.terms_updated,
-// unless the terms were already those).
-func (t *pgTx) UpdateTerms(ctx context.Context, tenant, key string, terms Terms) (*License, error) {
-	before, err := get(ctx, t.tx, tenant, key, true)
-	if err != nil {
-		return nil, err
-	}
+// UpdateTerms applies terms to the locked license and returns it as updated
+// (license.terms_updated, unless the terms were already those). The caller has read the
+// row under its lock, so it is what the update starts from: no second read.
+func (t *pgTx) UpdateTerms(ctx context.Context, before *License, terms Terms) (*License, error) {
 	l, err := scanLicense(t.tx.QueryRow(ctx, `UPDATE licenses SET
 		expires_at = CASE WHEN $3 THEN $4 ELSE expires_at END,
 		max_activations = CASE WHEN $5 THEN $6 ELSE max_activations END,
 		limits = COALESCE($7, limits)
 		WHERE key_hash = $1 AND tenant_id = $2 RETURNING `+licenseColumns,
-		KeyHash(key), tenant, terms.SetExpiry, terms.ExpiresAt, terms.SetMaxActivations, terms.MaxActivations, limitsOrNil(terms.Limits)))
+		KeyHash(before.Key), before.TenantID, terms.SetExpiry, terms.ExpiresAt, terms.SetMaxActivations, terms.MaxActivations, limitsOrNil(terms.Limits)))
 	if err != nil {
 		return nil, err
 	}
@@ -343,7 +344,7 @@ func (t *pgTx) UpdateTerms(ctx context.Context, tenant, key string, terms Terms)
 		// records nothing (events.md).
 		return l, nil
 	}
-	return l, t.emit(events.LicenseTermsUpdated(tenant, l.Key, l.ProductID, l.ExpiresAt, l.MaxActivations, l.Limits))
+	return l, t.emit(events.LicenseTermsUpdated(l.TenantID, l.Key, l.ProductID, l.ExpiresAt, l.MaxActivations, l.Limits))
 }
 
 func limitsOrNil(m map[string]float64) any {
