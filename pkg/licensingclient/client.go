@@ -43,7 +43,19 @@ type Client struct {
 
 	keyring atomic.Pointer[signing.Keyring]
 	fetch   sync.Mutex
+	// keyChecked is when CurrentKeyring last asked licensing for its key (unix nanos):
+	// it asks at most once a KeyCheckInterval, however many signings there are.
+	keyChecked atomic.Int64
+	// now is the clock keyChecked is read on (tests move it).
+	now func() time.Time
 }
+
+// KeyCheckInterval is how often CurrentKeyring asks licensing which key signs now: one
+// small call a second for the whole process, rather than one per signing (releases signs
+// each release's manifest once a second, so thousands of releases would be thousands of
+// calls), and one wait at most a second for a licensing that does not answer. A signing
+// follows a promotion within that second.
+const KeyCheckInterval = time.Second
 
 // New returns a client on conn (from grpcx.Dial or app.Deps.Dial) presenting adminKey.
 func New(conn grpc.ClientConnInterface, adminKey string) *Client {
@@ -52,6 +64,7 @@ func New(conn grpc.ClientConnInterface, adminKey string) *Client {
 		portal: licensingv1.NewLicensingPortalServiceClient(conn),
 		public: licensingv1.NewLicensingServiceClient(conn),
 		peer:   grpcx.Peer{Name: "Licensing", AdminKey: adminKey},
+		now:    time.Now,
 	}
 	c.misses.Reads = true
 	c.misses.Send = func(ctx context.Context, keys []string) ([]*licensingv1.GetLicenseResponse, error) {
@@ -291,14 +304,19 @@ func (c *Client) RefreshKeyring(ctx context.Context) (*signing.Keyring, error) {
 // CurrentKeyring is Keyring checked against the RSA key licensing signs with now, the one
 // GET /v1/public-key serves: when they differ (licensing restarted on a promoted next key
 // or a replaced keyring after this process kept its keyring), the keyring is fetched
-// again and kept. A service that signs with it (releases' manifests) thus never signs with
-// a key other than the one /v1/public-key advertises, and follows a rotation without a
-// restart. It costs one small call; when licensing does not answer it, the kept keyring
-// is used, as before this check existed.
+// again and kept. A service that signs with it (releases' manifests) thus signs with the
+// key /v1/public-key advertises, and follows a rotation within KeyCheckInterval without
+// a restart. One caller a KeyCheckInterval asks; the others meanwhile sign with the kept
+// keyring, as does every caller while licensing does not answer, as before this check
+// existed.
 func (c *Client) CurrentKeyring(ctx context.Context) (*signing.Keyring, error) {
 	kept, err := c.Keyring(ctx)
 	if err != nil {
 		return nil, err
+	}
+	last, now := c.keyChecked.Load(), c.now().UnixNano()
+	if now-last < int64(KeyCheckInterval) || !c.keyChecked.CompareAndSwap(last, now) {
+		return kept, nil // checked within the interval, or another caller checks now
 	}
 	resp, err := grpcx.Call(ctx, c.peer, "", func(ctx context.Context, o ...grpc.CallOption) (*licensingv1.GetPublicKeyResponse, error) {
 		return c.public.GetPublicKey(ctx, &licensingv1.GetPublicKeyRequest{}, o...)
@@ -308,11 +326,17 @@ func (c *Client) CurrentKeyring(ctx context.Context) (*signing.Keyring, error) {
 	}
 	c.fetch.Lock()
 	defer c.fetch.Unlock()
-	// Callers that met the change together fetch it once.
 	if k := c.keyring.Load(); k != nil && k.PublicKeyPEM() == resp.GetPublicKey() {
-		return k, nil
+		return k, nil // a refresh meanwhile (RefreshKeyring) already fetched it
 	}
-	return c.fetchKeyring(ctx)
+	k, err := c.fetchKeyring(ctx)
+	if err != nil {
+		// Not kept: the next caller asks again rather than signing a second on with a key
+		// licensing no longer serves.
+		c.keyChecked.Store(last)
+		return nil, err
+	}
+	return k, nil
 }
 
 // fetchKeyring asks licensing for the keyring and keeps it; the caller holds c.fetch.

@@ -13,6 +13,7 @@ import (
 
 	keyhouse "github.com/keyhouse/keyhouse/clients/go"
 	"github.com/keyhouse/keyhouse/devinfra/testkit"
+	"github.com/keyhouse/keyhouse/pkg/licensingclient"
 	"github.com/keyhouse/keyhouse/pkg/signing"
 	"github.com/keyhouse/keyhouse/stack"
 )
@@ -168,10 +169,10 @@ SQL`)
 	if err := s.RestartService(ctx, "licensing"); err != nil {
 		t.Fatal(err)
 	}
-	// A manifest signed in the second of the promotion, before it, may still be given
-	// within that second (releases' and the gateway's per-second caches; documented): the
-	// checks below start in a later second.
-	time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second)))
+	// Releases asks licensing which key signs at most once a second, and a manifest signed
+	// in a second is given for the rest of it (releases' and the gateway's per-second
+	// caches; documented): the checks below start in a second that begins after both.
+	time.Sleep(time.Until(time.Now().Add(licensingclient.KeyCheckInterval).Truncate(time.Second).Add(time.Second)))
 	ks = listPublicKeys(t, c)
 	if len(ks.Keys) != 1 || ks.Keys[0].Status != "current" || ks.Keys[0].Pem != nextPEM {
 		t.Fatalf("public keys after the promotion: %+v", ks)
