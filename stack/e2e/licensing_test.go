@@ -284,6 +284,11 @@ func TestListLicenses(t *testing.T) {
 		a.Get("/v1/list-licenses?"+q).Expect(t, 400)
 	}
 	a.Get("/v1/list-licenses?limit=1000").Expect(t, 200)
+	// expiring_within_days is a number as limit and offset are: ASCII digits only.
+	for _, days := range []string{"0", "3651", "%2B5", "+5", "%205", "5.0", "-1", "x"} {
+		a.Get("/v1/list-licenses?expiring_within_days="+days).ExpectError(t, 400, "expiring_within_days must be an integer from 1 to 3650")
+	}
+	a.Get("/v1/list-licenses?expiring_within_days=05").Expect(t, 200)
 }
 
 func TestAdminStats(t *testing.T) {

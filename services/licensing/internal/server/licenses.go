@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"errors"
-	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -397,12 +396,12 @@ func (s *Server) ListLicenses(ctx context.Context, req *licensingv1.ListLicenses
 		ProductID: req.GetProductId(), Status: req.GetStatus(), IssuedTo: req.GetIssuedTo(), Key: strings.TrimSpace(req.GetKey()), Limit: limit, Offset: offset,
 	}
 	if d := req.GetExpiringWithinDays(); d != "" {
-		days, err := strconv.Atoi(d)
-		if err != nil || days < 1 || days > maxExpiringWithinDays {
+		days, ok := input.Decimal(d)
+		if !ok || days < 1 || days > maxExpiringWithinDays {
 			return nil, apierr.Invalid("expiring_within_days must be an integer from 1 to %d", maxExpiringWithinDays)
 		}
 		from := s.now()
-		until := from.AddDate(0, 0, days)
+		until := from.AddDate(0, 0, int(days))
 		f.ExpiringFrom, f.ExpiringUntil = &from, &until
 	}
 	rows, total, err := s.store.List(ctx, tenant, f)
