@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"maps"
+	"slices"
 	"sort"
 	"sync"
 	"testing"
@@ -325,6 +326,22 @@ func (t *fakeTx) Existing(_ context.Context, keys []string) (map[string]*store.L
 				c := *l
 				out[k] = &c
 			}
+		}
+	}
+	return out, nil
+}
+
+func (t *fakeTx) DeletedAmong(_ context.Context, tenant string, keys []string) (map[string]bool, error) {
+	deleted := append([]string(nil), t.f.deleted[tenant]...)
+	for _, d := range t.deleted {
+		if d.TenantID == tenant {
+			deleted = append(deleted, d.Key)
+		}
+	}
+	out := map[string]bool{}
+	for _, k := range keys {
+		if slices.Contains(deleted, k) {
+			out[k] = true
 		}
 	}
 	return out, nil

@@ -160,6 +160,10 @@ func (s *Server) insertImported(ctx context.Context, tenant string, quota int, s
 			if err != nil {
 				return err
 			}
+			deleted, err := tx.DeletedAmong(ctx, tenant, keys)
+			if err != nil {
+				return err
+			}
 			now := s.now().UTC().Truncate(1e9)
 			var fresh []importItem
 			for _, it := range items {
@@ -169,10 +173,16 @@ func (s *Server) insertImported(ctx context.Context, tenant string, quota int, s
 				case exists && store.SameTerms(have, it.l):
 					r.Result, r.Error = resultUnchanged, nil
 				case exists && !skip:
-					return apierr.Conflict(`licenses[%d].key already exists with other terms; on_conflict is "fail", so nothing was imported`, it.index)
+					return apierr.Conflict(`licenses[%d].key %s; on_conflict is "fail", so nothing was imported`, it.index, conflictReason(have, tenant))
 				case exists:
-					msg := "key already exists with other terms"
+					msg := "key " + conflictReason(have, tenant)
 					r.Result, r.Error = resultSkipped, &msg
+				case deleted[it.l.Key]:
+					// Activations remembers the deletion for good, so that no seat can
+					// outlive it: a license written again under the key would verify but
+					// never take a seat. Refused here, where the vendor sees why.
+					msg := errDeletedKey
+					r.Result, r.Error = resultInvalid, &msg
 				default:
 					l := *it.l
 					if l.IssuedAt.IsZero() {
@@ -219,6 +229,21 @@ func (s *Server) insertImported(ctx context.Context, tenant string, quota int, s
 		return apierr.Unavailable("Licensing is busy with a concurrent import of the same keys, retry")
 	}
 	return err
+}
+
+// errDeletedKey is the result of an item whose key the tenant deleted (docs/import.md).
+const errDeletedKey = "key was deleted in Keyhouse and cannot be imported again; import the license under a new key"
+
+// conflictReason says why an existing row of an imported key is not the item's license:
+// the tenant's own license with other terms, or another tenant's license. Keys are one
+// namespace across a hosted service, and verify-license already tells anyone whether a
+// key exists, so naming the second case reveals nothing; the vendor needs to know that
+// their customers' apps will be answered by a license that is not theirs.
+func conflictReason(have *store.License, tenant string) string {
+	if have.TenantID != tenant {
+		return "is held by another tenant"
+	}
+	return "already exists with other terms"
 }
 
 // claimImported claims, in tx, the products of claims that the licenses about to be
@@ -292,6 +317,11 @@ func (s *Server) importedLicense(tenant string, in *licensingv1.ImportedLicense)
 		return importItem{}, err
 	}
 	if issued != nil {
+		// A date the license was not yet issued on is a mistake of the export; verify
+		// would report it as the license's issue date.
+		if issued.After(s.now()) {
+			return importItem{}, apierr.Invalid("issued_at must not be later than the time of the import")
+		}
 		l.IssuedAt = *issued
 	}
 	switch in.GetStatus() {

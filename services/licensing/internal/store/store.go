@@ -149,6 +149,8 @@ type Tx interface {
 	Delete(ctx context.Context, tenant, key string) error
 	// Existing row-locks and returns the licenses of keys, of any tenant, by key.
 	Existing(ctx context.Context, keys []string) (map[string]*License, error)
+	// DeletedAmong returns which of keys the tenant has ever deleted.
+	DeletedAmong(ctx context.Context, tenant string, keys []string) (map[string]bool, error)
 	// InsertImported stores imported licenses as given (ErrImportRaced).
 	InsertImported(ctx context.Context, ls []*License) error
 	// ClaimProduct binds a product no tenant owns yet to tenant, as part of this
@@ -271,13 +273,29 @@ func (t *pgTx) Delete(ctx context.Context, tenant, key string) error {
 	if err := t.emit(events.LicenseDeleted(tenant, key, productID)); err != nil {
 		return err
 	}
-	// The tenant's deletions older than the retention go at the same time, so the table
-	// holds at most a week of them without a sweeper.
-	_, err = t.tx.Exec(ctx, `WITH pruned AS (
-			DELETE FROM deleted_licenses WHERE tenant_id = $1 AND deleted_at < now() - $3::interval)
-		INSERT INTO deleted_licenses (tenant_id, key) VALUES ($1, $2)
-		ON CONFLICT (tenant_id, key) DO UPDATE SET deleted_at = now()`, tenant, key, license.EventRetention)
+	// The deletion is kept for good, not only for the retention DeletedKeys reads:
+	// activations keeps its own record of it for good (no seat can be taken on the key
+	// again), so an import of the key must be refused however long ago it was deleted.
+	_, err = t.tx.Exec(ctx, `INSERT INTO deleted_licenses (tenant_id, key) VALUES ($1, $2)
+		ON CONFLICT (tenant_id, key) DO UPDATE SET deleted_at = now()`, tenant, key)
 	return err
+}
+
+// DeletedAmong returns which of keys the tenant has deleted, however long ago.
+func (t *pgTx) DeletedAmong(ctx context.Context, tenant string, keys []string) (map[string]bool, error) {
+	rows, err := t.tx.Query(ctx, `SELECT key FROM deleted_licenses WHERE tenant_id = $1 AND key = ANY($2)`, tenant, keys)
+	if err != nil {
+		return nil, err
+	}
+	deleted, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]bool, len(deleted))
+	for _, k := range deleted {
+		out[k] = true
+	}
+	return out, nil
 }
 
 // MaxDeletedKeys bounds DeletedKeys. The list travels in a gRPC message (4 MiB at most,

@@ -245,3 +245,36 @@ func TestDeletedKeysAreTheNewestAndBounded(t *testing.T) {
 		t.Fatalf("keys run from %s to %s, want the newest (B-%05d) to B-00006", keys[0], keys[len(keys)-1], n)
 	}
 }
+
+// A deletion is remembered for good for imports (DeletedAmong), beyond the retention
+// DeletedKeys reads: a later deletion prunes nothing, and another tenant's is not it.
+func TestDeletedAmongRemembersEveryDeletionOfTheTenant(t *testing.T) {
+	ctx := context.Background()
+	s, db := newStoreDB(t)
+	tenant := fmt.Sprintf("t-gone-%d", time.Now().UnixNano())
+	if err := s.InTx(ctx, func(tx store.Tx) error {
+		return tx.Insert(ctx, &store.License{TenantID: tenant, Key: "NEW-KEY-1", Tier: "pro", ProductID: "p", IssuedTo: "x", Limits: map[string]float64{}})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(ctx, `INSERT INTO deleted_licenses (tenant_id, key, deleted_at) VALUES ($1, 'OLD-KEY-1', now() - interval '400 days')`, tenant); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.InTx(ctx, func(tx store.Tx) error { return tx.Delete(ctx, tenant, "NEW-KEY-1") }); err != nil {
+		t.Fatal(err)
+	}
+	var got, other map[string]bool
+	if err := s.InTx(ctx, func(tx store.Tx) error {
+		var err error
+		if got, err = tx.DeletedAmong(ctx, tenant, []string{"OLD-KEY-1", "NEW-KEY-1", "LIVE-KEY-1"}); err != nil {
+			return err
+		}
+		other, err = tx.DeletedAmong(ctx, tenant+"-other", []string{"OLD-KEY-1", "NEW-KEY-1"})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || !got["OLD-KEY-1"] || !got["NEW-KEY-1"] || len(other) != 0 {
+		t.Fatalf("deleted %v, another tenant's %v", got, other)
+	}
+}
