@@ -13,6 +13,7 @@ import (
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/keyhouse/keyhouse/pkg/input"
+	licensingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -85,6 +86,9 @@ func (m *jsonMarshaler) decode(body []byte, v any) error {
 	}
 	if done, err := decodeHotRequest(body, v); done {
 		return err
+	}
+	if req, ok := v.(*licensingv1.ImportLicensesRequest); ok {
+		return m.decodeImport(body, req)
 	}
 	return m.decodeGeneric(body, v)
 }

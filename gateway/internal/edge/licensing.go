@@ -21,7 +21,7 @@ import (
 // batcher).
 func registerLicensing(ctx context.Context, mux *runtime.ServeMux, conn *grpc.ClientConn, verified *licensecache.Cache[*licensingv1.VerifyLicenseResponse]) (*cachedVerify, error) {
 	client := licensingv1.NewLicensingServiceClient(conn)
-	routes := &cachedVerify{LicensingServiceClient: client, verified: verified, misses: newBatchedVerify(client)}
+	routes := &cachedVerify{LicensingServiceClient: mistypedImportsAnswered{client}, verified: verified, misses: newBatchedVerify(client)}
 	if err := licensingv1.RegisterLicensingServiceHandlerClient(ctx, mux, routes); err != nil {
 		return nil, err
 	}
