@@ -4,12 +4,17 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/keyhouse/keyhouse/pkg/license"
 )
 
 // BatchSize is the most licenses POST /v1/licenses/import takes in one call.
@@ -40,44 +45,114 @@ type Result struct {
 	Error  *string `json:"error,omitempty"`
 }
 
-// Summary adds up every batch's answer. Problems lists the items that were skipped or
-// invalid, with their position in the whole file.
+// Summary adds up every batch's answer. Problems lists the licenses that were skipped or
+// invalid, by their index in the licenses given to Import (each carries its place in
+// the file, License.Where).
 type Summary struct {
 	Imported, Unchanged, Skipped, Invalid int
-	Problems                              []Result
-	Calls, Retries                        int
+	// Repeated counts the licenses that repeat an earlier one's key and terms: one
+	// license, sent once.
+	Repeated int
+	// RepeatedWithOtherTerms counts the licenses skipped because an earlier one has their
+	// key with other terms (they are in Skipped and in Problems too).
+	RepeatedWithOtherTerms int
+	Problems               []Result
+	Calls, Retries         int
 }
 
 // Import sends ls in batches of BatchSize, one at a time, retrying a batch answered 429
 // or 503 after the Retry-After the API sent (or a backoff). A batch is safe to send
 // again: an import that was already applied answers "unchanged".
+//
+// Licenses with one key (as the API matches keys: Keyhouse-shaped ones in any spelling)
+// are one license: an export lists a key once per sale or renewal. The first is sent; a
+// later one with the same terms is counted Repeated, and one with other terms is skipped
+// and reported with the place of the first, whatever OnConflict says, so that the file's
+// other licenses still import (the API would refuse the second copy of a key in one call,
+// and take it as a conflict in a later call).
 func (c *Client) Import(ctx context.Context, ls []License) (*Summary, error) {
 	sum := &Summary{}
-	for start := 0; start < len(ls); start += BatchSize {
-		end := min(start+BatchSize, len(ls))
+	sent := make([]int, 0, len(ls)) // index in ls of each license sent
+	firstOf := map[string]int{}
+	for i := range ls {
+		key := license.CanonicalKey(ls[i].Key)
+		j, seen := firstOf[key]
+		switch {
+		case !seen:
+			firstOf[key] = i
+			sent = append(sent, i)
+		case sameTerms(ls[i], ls[j]):
+			sum.Repeated++
+		default:
+			msg := "the key is also on " + ls[j].Where + ", with other terms; that license is the one imported"
+			sum.Skipped++
+			sum.RepeatedWithOtherTerms++
+			sum.Problems = append(sum.Problems, Result{Index: i, Key: ls[i].Key, Result: "skipped", Error: &msg})
+		}
+	}
+	for start := 0; start < len(sent); start += BatchSize {
+		end := min(start+BatchSize, len(sent))
+		batch := make([]License, end-start)
+		for k, i := range sent[start:end] {
+			batch[k] = ls[i]
+		}
 		var resp struct {
 			Imported, Unchanged, Skipped, Invalid int
 			Results                               []Result
 		}
-		if err := c.send(ctx, ls[start:end], &resp, sum); err != nil {
-			return sum, fmt.Errorf("licenses %d-%d: %w", start+1, end, err)
+		if err := c.send(ctx, batch, &resp, sum); err != nil {
+			return sum, c.batchFailed(ls, sent[start:end], err)
 		}
 		sum.Imported += resp.Imported
 		sum.Unchanged += resp.Unchanged
 		sum.Skipped += resp.Skipped
 		sum.Invalid += resp.Invalid
 		for _, r := range resp.Results {
-			if r.Result == "skipped" || r.Result == "invalid" {
-				r.Index += start
+			if (r.Result == "skipped" || r.Result == "invalid") && r.Index >= 0 && r.Index < len(batch) {
+				r.Index = sent[start+r.Index]
 				sum.Problems = append(sum.Problems, r)
 			}
 		}
 		if c.Progress != nil {
-			c.Progress(end, len(ls))
+			c.Progress(sent[end-1]+1, len(ls))
 		}
 	}
+	sort.SliceStable(sum.Problems, func(a, b int) bool { return sum.Problems[a].Index < sum.Problems[b].Index })
 	return sum, nil
 }
+
+// sameTerms says whether two licenses of one key are the same license.
+func sameTerms(a, b License) bool {
+	a.Key, b.Key, a.Where, b.Where = "", "", "", ""
+	ja, errA := json.Marshal(a)
+	jb, errB := json.Marshal(b)
+	return errA == nil && errB == nil && bytes.Equal(ja, jb)
+}
+
+// conflictIndex reads the item a 409 of the API names: licenses[<i>].key <reason>.
+var conflictIndex = regexp.MustCompile(`^licenses\[(\d+)\]\.key (.*)$`)
+
+// batchFailed words the failure of the batch of the licenses ls[batch...], by their places
+// in the file: the API's 409 names an item by its index in the call.
+func (c *Client) batchFailed(ls []License, batch []int, err error) error {
+	from := ls[batch[0]].Where
+	var conflict *conflictError
+	if errors.As(err, &conflict) {
+		if m := conflictIndex.FindStringSubmatch(conflict.message); m != nil {
+			if i, convErr := strconv.Atoi(m[1]); convErr == nil && i < len(batch) {
+				reason, _, _ := strings.Cut(m[2], ";")
+				return fmt.Errorf("%s: key %s, and --on-conflict is fail: nothing from %s on was imported (--on-conflict skip imports the others)",
+					ls[batch[i]].Where, reason, from)
+			}
+		}
+	}
+	return fmt.Errorf("nothing from %s on was imported: %w", from, err)
+}
+
+// conflictError is the API's 409: a key of the batch exists with other terms.
+type conflictError struct{ message string }
+
+func (e *conflictError) Error() string { return "HTTP 409: " + e.message }
 
 func (c *Client) send(ctx context.Context, batch []License, out any, sum *Summary) error {
 	body, err := json.Marshal(map[string]any{"licenses": batch, "on_conflict": c.OnConflict})
@@ -127,6 +202,9 @@ func (c *Client) send(ctx context.Context, batch []License, out any, sum *Summar
 			var e struct{ Error string }
 			if json.Unmarshal(data, &e) != nil || e.Error == "" {
 				e.Error = strings.TrimSpace(string(data))
+			}
+			if resp.StatusCode == http.StatusConflict {
+				return &conflictError{message: e.Error}
 			}
 			return fmt.Errorf("HTTP %d: %s", resp.StatusCode, e.Error)
 		}

@@ -3,8 +3,10 @@ package importer
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -50,7 +52,11 @@ func TestImportBatchesAndHonoursRetryAfter(t *testing.T) {
 	var waits []time.Duration
 	c := &Client{URL: srv.URL, APIKey: "k", OnConflict: "skip",
 		Sleep: func(_ context.Context, d time.Duration) error { waits = append(waits, d); return nil }}
-	sum, err := c.Import(context.Background(), make([]License, 2500))
+	ls := make([]License, 2500)
+	for i := range ls {
+		ls[i].Key = fmt.Sprintf("KEY-%06d", i)
+	}
+	sum, err := c.Import(context.Background(), ls)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,5 +68,86 @@ func TestImportBatchesAndHonoursRetryAfter(t *testing.T) {
 	}
 	if sum.Imported != 2497 || sum.Invalid != 3 || sum.Retries != 2 || len(sum.Problems) != 3 || sum.Problems[1].Index != 1000 {
 		t.Fatalf("summary %+v", sum)
+	}
+}
+
+// importServer answers imports as the API does for new keys, and refuses a call with a
+// key of conflicts as on_conflict "fail" does (409 naming the item); it records the keys
+// of every call.
+func importServer(t *testing.T, conflicts ...string) (*httptest.Server, *[][]string) {
+	t.Helper()
+	var mu sync.Mutex
+	var calls [][]string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var body struct{ Licenses []License }
+		_ = json.NewDecoder(r.Body).Decode(&body)
+		keys := make([]string, len(body.Licenses))
+		seen := map[string]bool{}
+		for i, l := range body.Licenses {
+			if seen[l.Key] {
+				t.Errorf("call %d sent key %s twice", len(calls), l.Key)
+			}
+			seen[l.Key], keys[i] = true, l.Key
+			for _, k := range conflicts {
+				if l.Key == k {
+					w.WriteHeader(http.StatusConflict)
+					_ = json.NewEncoder(w).Encode(map[string]string{"error": fmt.Sprintf(`licenses[%d].key already exists with other terms; on_conflict is "fail", so nothing was imported`, i)})
+					return
+				}
+			}
+		}
+		mu.Lock()
+		calls = append(calls, keys)
+		mu.Unlock()
+		_ = json.NewEncoder(w).Encode(map[string]any{"imported": len(keys)})
+	}))
+	t.Cleanup(srv.Close)
+	return srv, &calls
+}
+
+// Rows with one key are one license: the first is sent once, a later one with the same
+// terms is a repeat, and one with other terms is skipped naming the first's place, in
+// the same batch or a later one, while every other license still goes.
+func TestImportSendsAKeyOnceAndReportsItsOtherTermsByPlace(t *testing.T) {
+	t.Parallel()
+	srv, calls := importServer(t)
+	ls := make([]License, 1500)
+	for i := range ls {
+		ls[i] = License{Key: fmt.Sprintf("KEY-%06d", i), ProductID: "p", Tier: "pro", IssuedTo: "a@example.com", Where: fmt.Sprintf("sales.csv line %d", i+2)}
+	}
+	member := "ABCD-EFGH-JKMN-PQRS-TVWX-YZ01-2345" // a Keyhouse-shaped key: any spelling is it
+	ls[3].Key, ls[7].Key, ls[1200].Key = member, strings.ToLower(member), member
+	ls[1200].Tier = "enterprise"
+	sum, err := (&Client{URL: srv.URL, APIKey: "k"}).Import(context.Background(), ls)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sent := 0
+	for _, c := range *calls {
+		sent += len(c)
+	}
+	if sent != 1498 || sum.Imported != 1498 || sum.Repeated != 1 || sum.Skipped != 1 || sum.RepeatedWithOtherTerms != 1 {
+		t.Fatalf("sent %d, summary %+v; want 1498 sent and imported, 1 repeated, 1 skipped", sent, sum)
+	}
+	if len(sum.Problems) != 1 || ls[sum.Problems[0].Index].Where != "sales.csv line 1202" ||
+		*sum.Problems[0].Error != "the key is also on sales.csv line 5, with other terms; that license is the one imported" {
+		t.Fatalf("problems %+v", sum.Problems)
+	}
+}
+
+// A 409 under on_conflict "fail" is reported by the place in the file of the license it
+// names, not by its index in the call.
+func TestImportReportsAConflictByItsPlaceInTheFile(t *testing.T) {
+	t.Parallel()
+	srv, _ := importServer(t, "KEY-001200")
+	ls := make([]License, 1500)
+	for i := range ls {
+		ls[i] = License{Key: fmt.Sprintf("KEY-%06d", i), Where: fmt.Sprintf("sales.csv line %d", i+2)}
+	}
+	ls[5].Key = ls[4].Key // a repeat before the batch boundary shifts every index after it
+	_, err := (&Client{URL: srv.URL, APIKey: "k", OnConflict: "fail"}).Import(context.Background(), ls)
+	want := "sales.csv line 1202: key already exists with other terms, and --on-conflict is fail: nothing from sales.csv line 1003 on was imported (--on-conflict skip imports the others)"
+	if err == nil || err.Error() != want {
+		t.Fatalf("error %v\nwant  %s", err, want)
 	}
 }

@@ -7,8 +7,9 @@
 // --url and --api-key default to KEYHOUSE_URL and KEYHOUSE_API_KEY. Licenses go in calls
 // of 1,000; a call answered 429 or 503 is retried after its Retry-After. A record that
 // cannot be a license is reported by its place in the file and the others are imported;
-// the exit status is 1 when any was invalid. Running the same import again changes
-// nothing (docs/import.md).
+// the exit status is 1 when any was invalid. Records with one key are one license (the
+// first; a later one with other terms is reported with both places). Running the same
+// import again changes nothing (docs/import.md).
 package main
 
 import (
@@ -87,8 +88,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	invalid := len(rejected)
 	if sum != nil {
 		invalid += sum.Invalid
-		fmt.Fprintf(stdout, "%d licenses read: %d imported, %d unchanged, %d skipped, %d invalid (%d calls, %d retried)\n",
-			len(all)+len(rejected), sum.Imported, sum.Unchanged, sum.Skipped, invalid, sum.Calls, sum.Retries)
+		repeated := ""
+		if sum.Repeated > 0 {
+			repeated = fmt.Sprintf(", %d repeated", sum.Repeated)
+		}
+		fmt.Fprintf(stdout, "%d licenses read: %d imported, %d unchanged, %d skipped, %d invalid%s (%d calls, %d retried)\n",
+			len(all)+len(rejected), sum.Imported, sum.Unchanged, sum.Skipped, invalid, repeated, sum.Calls, sum.Retries)
 		// The file's own rejects first, then the API's answers, each by its place in the file.
 		for _, b := range rejected {
 			fmt.Fprintf(stdout, "  %s: invalid: %s\n", b.Where, b.Reason)
@@ -101,9 +106,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			fmt.Fprintf(stdout, "  %s: %s: %s\n", all[p.Index].Where, p.Result, msg)
 		}
 	}
-	if err == nil && invalid > 0 {
+	switch {
+	case err != nil:
+	case invalid > 0:
 		// The valid licenses are in; the exit status tells a script that some were not.
 		err = fmt.Errorf("%d invalid %s not imported (listed above)", invalid, plural(invalid, "license was", "licenses were"))
+	case *onConflict != "skip" && sum.RepeatedWithOtherTerms > 0:
+		// The file's other licenses are in, but it asked for two licenses under one key,
+		// and a conflict was to fail.
+		n := sum.RepeatedWithOtherTerms
+		err = fmt.Errorf("%d %s not imported: the key is on an earlier line with other terms (listed above)", n, plural(n, "license was", "licenses were"))
 	}
 	return err
 }
