@@ -139,3 +139,47 @@ func TestKeyhousectlGumroadFollowsTheStorefrontsRefundRule(t *testing.T) {
 		}
 	}
 }
+
+// TestKeyhousectlTakesRowsWithOneKeyAsOneLicense: a Gumroad membership lists its key on
+// every charge's row. The first row's license is imported, a row repeating it exactly is
+// the same license, and a later row with other terms is reported by its line and the
+// first one's, in the same call or a later one, while the rest of the file imports (the
+// tool stopped at the second call before). Exit status 1 under --on-conflict fail, 0
+// under skip; running it again changes nothing.
+func TestKeyhousectlTakesRowsWithOneKeyAsOneLicense(t *testing.T) {
+	s := selfHosted(t)
+	n := time.Now().UnixNano() & 0xffffffff
+	header := "Purchase ID,Item Name,Purchase Email,Sale Date,Sale Time,Refunded?,Partial Refund ($),Fully Refunded?,Disputed?,Dispute Won?,Subscription End Date,License Key,Product ID\n"
+	member := fmt.Sprintf("85DB562A-MEMBER00-A2335A6B-%08X", n)
+	var rows []string
+	for i := range 1500 {
+		key := fmt.Sprintf("85DB562A-%08X-A2335A6B-%08X", i, n)
+		if i == 3 || i == 7 || i == 1200 {
+			key = member // the first charge, and two renewals (one in the second call)
+		}
+		rows = append(rows, fmt.Sprintf("sale%d,Acme Editor,buyer@example.com,2024-%02d-15,10:20:30,0,0.0,0,0,0,,%s,acme-editor\n", i, 1+i%12, key))
+	}
+	rows = append(rows, rows[10]) // the same sale listed twice
+	csv := header + strings.Join(rows, "")
+	prod := product("cli-gumroad-renewals")
+	renewals := "  sales.csv line 9: skipped: the key is also on sales.csv line 5, with other terms; that license is the one imported\n" +
+		"  sales.csv line 1202: skipped: the key is also on sales.csv line 5, with other terms; that license is the one imported\n"
+
+	stdout, stderr, code := runKeyhousectl(t, s, "sales.csv", csv, "--from", "gumroad", "--product", prod)
+	want := "1501 licenses read: 1498 imported, 0 unchanged, 2 skipped, 0 invalid, 1 repeated (2 calls, 0 retried)\n" + renewals
+	if stdout != want || code != 1 || !strings.HasSuffix(stderr, "keyhousectl: 2 licenses were not imported: the key is on an earlier line with other terms (listed above)\n") {
+		t.Fatalf("exit %d\nstdout:\n%s\nwant:\n%s\nstderr tail: %s", code, stdout, want, stderr[max(0, len(stderr)-300):])
+	}
+	if total := admin(t, s).Get("/v1/list-licenses?limit=1&product_id="+prod).Expect(t, 200).JSON(t)["total"]; total != 1498.0 {
+		t.Fatalf("%v licenses of the product, want 1498", total)
+	}
+	if issued := anon(t, s).Post("/v1/verify-license", map[string]string{"key": member}).Expect(t, 200).JSON(t)["issued_at"]; issued != "2024-04-15T10:20:30Z" {
+		t.Fatalf("the member's license was issued %v, want its first row's sale (2024-04-15)", issued)
+	}
+
+	stdout, stderr, code = runKeyhousectl(t, s, "sales.csv", csv, "--from", "gumroad", "--product", prod, "--on-conflict", "skip")
+	want = "1501 licenses read: 0 imported, 1498 unchanged, 2 skipped, 0 invalid, 1 repeated (2 calls, 0 retried)\n" + renewals
+	if stdout != want || code != 0 {
+		t.Fatalf("again with --on-conflict skip: exit %d\nstdout:\n%s\nwant:\n%s\nstderr tail: %s", code, stdout, want, stderr[max(0, len(stderr)-300):])
+	}
+}

@@ -203,6 +203,13 @@ func TestImportBadItemsGetErrorsNamingTheField(t *testing.T) {
 		{with("usage", map[string]any{"seats": -1}), "usage.seats must be a whole number of at least 0"},
 		{with("max_activations", 0), "max_activations must be a positive integer or null (unlimited)"},
 		{good, "key is the same key as item 0 of this request"},
+		// A field of the wrong JSON type is this item's problem too, not the call's.
+		{with("key", 12345678), "key must be a string"},
+		{with("tier", 3), "tier must be a string"},
+		{with("status", true), "status must be a string"},
+		{with("limits", []any{"seats"}), "limits must be an object"},
+		{with("usage", 4), "usage must be an object"},
+		{with("issued_at", "2099-01-01T00:00:00Z"), "issued_at must not be later than the time of the import"},
 	}
 	items := []map[string]any{good}
 	for _, b := range bad {
@@ -219,8 +226,12 @@ func TestImportBadItemsGetErrorsNamingTheField(t *testing.T) {
 			t.Errorf("item %d: %v, want invalid %q", i+1, r, b.want)
 		}
 	}
+	if r := results[len(bad)-4].(map[string]any); r["key"] != "BAD-tier-"+product {
+		t.Errorf("a mistyped item's result names key %v, want the key as given", r["key"])
+	}
 	anon(t, s).Post("/v1/verify-license", map[string]string{"key": "GOOD-KEY-" + product}).Expect(t, 200)
 	expectUnknownKey(t, s, "BAD-tier-"+product)
+	expectUnknownKey(t, s, "BAD-issued_at-"+product)
 	// Control characters are the input policy's, for the whole request.
 	a.Post("/v1/licenses/import", importBody([]map[string]any{with("key", "tab\there-key")}, "skip")).
 		ExpectError(t, 400, "key must not contain control characters")
@@ -270,10 +281,12 @@ func TestImportHostedQuotaAndTenantIsolation(t *testing.T) {
 	other.Get("/v1/admin/license/Q-00-"+product).ExpectError(t, 404, "License key not found")
 	mine := importItem("other-"+product, 1, "Q-00-"+product)
 	mine["expires_at"] = "2099-01-01T00:00:00Z"
-	body = other.Post("/v1/licenses/import", importBody([]map[string]any{mine}, "skip")).Expect(t, 200).JSON(t)
-	if body["skipped"] != 1.0 {
-		t.Fatalf("another tenant's key: %v", body)
-	}
+	// Said plainly: the key is not this tenant's license with other terms.
+	other.Post("/v1/licenses/import", importBody([]map[string]any{mine}, "skip")).Expect(t, 200).
+		ExpectBody(t, `{"imported":0,"unchanged":0,"skipped":1,"invalid":0,"results":[`+
+			`{"index":0,"key":"Q-00-`+product+`","result":"skipped","error":"key is held by another tenant"}]}`)
+	other.Post("/v1/licenses/import", importBody([]map[string]any{mine}, "fail")).
+		ExpectError(t, 409, `licenses[0].key is held by another tenant; on_conflict is "fail", so nothing was imported`)
 }
 
 // Hosted, an import claims the products of the licenses it writes and no other: a call
@@ -359,5 +372,58 @@ func TestImportConcurrentCallsKeepTheQuotaAndNeverFail(t *testing.T) {
 	}
 	if results["imported"] != 5 {
 		t.Fatalf("results %v, want 5 imported", results)
+	}
+}
+
+// A key the tenant deleted is refused per item, naming why, and nothing is written under
+// it: before, the import answered imported and the license verified, but activations
+// remembers the deletion for good, so activate answered 404 and the old token's lease
+// 403. The refusal holds however the deleted key is spelled and whatever the batch.
+func TestImportRefusesAKeyTheTenantDeleted(t *testing.T) {
+	t.Parallel()
+	s := selfHosted(t)
+	a, c := admin(t, s), anon(t, s)
+	product := product("import-deleted")
+	gone := importItem(product, 1, "GONE-"+product)
+	a.Post("/v1/licenses/import", importBody([]map[string]any{gone}, "fail")).Expect(t, 200)
+	seat(t, c, "GONE-"+product, "old-machine")
+	a.Delete("/v1/delete-license", map[string]string{"key": "GONE-" + product}).Expect(t, 200)
+
+	fresh := importItem(product, 2, "FRESH-"+product)
+	a.Post("/v1/licenses/import", importBody([]map[string]any{gone, fresh}, "fail")).Expect(t, 200).
+		ExpectBody(t, `{"imported":1,"unchanged":0,"skipped":0,"invalid":1,"results":[`+
+			`{"index":0,"key":"GONE-`+product+`","result":"invalid","error":"key was deleted in Keyhouse and cannot be imported again; import the license under a new key"},`+
+			`{"index":1,"key":"FRESH-`+product+`","result":"imported"}]}`)
+	expectUnknownKey(t, s, "GONE-"+product)
+	c.Post("/v1/activate-license", map[string]string{"key": "GONE-" + product, "instance_id": "new-machine"}).ExpectError(t, 404, "License key not found")
+	c.Post("/v1/validate-license", map[string]string{"key": "GONE-" + product, "instance_id": "old-machine"}).Expect(t, 200).ExpectBody(t, `{"valid":false}`)
+	seat(t, c, "FRESH-"+product, "new-machine")
+}
+
+// A re-import keeps the usage totals Keyhouse has (the item answers unchanged), and the
+// documented way to correct one works: reset-usage clears the license's totals, and
+// sending the item again writes its own (docs/import.md, Usage).
+func TestImportUsageCorrectionThroughResetUsage(t *testing.T) {
+	t.Parallel()
+	s := selfHosted(t)
+	a := admin(t, s)
+	product := product("import-usage-fix")
+	item := importItem(product, 1, "USE-"+product)
+	item["usage"] = map[string]any{"seats": 4}
+	a.Post("/v1/licenses/import", importBody([]map[string]any{item}, "fail")).Expect(t, 200)
+	item["usage"] = map[string]any{"seats": 9}
+	if body := a.Post("/v1/licenses/import", importBody([]map[string]any{item}, "fail")).Expect(t, 200).JSON(t); body["unchanged"] != 1.0 {
+		t.Fatalf("re-import with other usage: %v", body)
+	}
+	usage := func() string {
+		return fmt.Sprint(a.Get("/v1/admin/license/USE-" + product).Expect(t, 200).JSON(t)["usage"])
+	}
+	if u := usage(); u != "map[seats:4]" {
+		t.Fatalf("usage after a re-import %s, want the total kept (4)", u)
+	}
+	a.Post("/v1/admin/reset-usage", map[string]string{"key": "USE-" + product}).Expect(t, 200)
+	a.Post("/v1/licenses/import", importBody([]map[string]any{item}, "fail")).Expect(t, 200)
+	if u := usage(); u != "map[seats:9]" {
+		t.Fatalf("usage after reset-usage and the import again %s, want 9", u)
 	}
 }
