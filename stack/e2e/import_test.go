@@ -416,7 +416,7 @@ func TestImportUsageCorrectionThroughResetUsage(t *testing.T) {
 		t.Fatalf("re-import with other usage: %v", body)
 	}
 	usage := func() string {
-		return fmt.Sprint(a.Get("/v1/admin/license/USE-" + product).Expect(t, 200).JSON(t)["usage"])
+		return fmt.Sprint(a.Get("/v1/admin/license/USE-"+product).Expect(t, 200).JSON(t)["usage"])
 	}
 	if u := usage(); u != "map[seats:4]" {
 		t.Fatalf("usage after a re-import %s, want the total kept (4)", u)
