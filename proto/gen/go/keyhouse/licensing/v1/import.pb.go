@@ -81,7 +81,9 @@ func (x *ImportLicensesRequest) GetOnConflict() string {
 }
 
 // ImportedLicense is one license as the previous system knew it. Values are
-// google.protobuf.Value where a wrong JSON type must be a 400 naming the field.
+// google.protobuf.Value where a field takes more than one JSON type (a string or null).
+// Over REST, an item with a field of the wrong JSON type is answered invalid, naming the
+// field, and the other items import (docs/import.md).
 type ImportedLicense struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Kept as given: printable ASCII, 8-200 characters.
