@@ -361,9 +361,12 @@ func (s *Store) ListDeliveries(ctx context.Context, tenant, endpointID string, f
 }
 
 // DeleteDeliveriesBefore deletes the deliveries created before t (EVENT_RETENTION, as the
-// log's events) and reports how many.
-func (s *Store) DeleteDeliveriesBefore(ctx context.Context, t time.Time) (int64, error) {
-	tag, err := s.db.Exec(ctx, `DELETE FROM webhook_deliveries WHERE created_at < $1`, t)
+// log's events) and reports how many; a pending one goes only once it was also created
+// before pendingBefore (the end of its retries), so a retention shorter than the retry
+// window never drops a delivery webhooks.md promises to keep trying.
+func (s *Store) DeleteDeliveriesBefore(ctx context.Context, t, pendingBefore time.Time) (int64, error) {
+	tag, err := s.db.Exec(ctx, `DELETE FROM webhook_deliveries
+		WHERE created_at < $1 AND (status <> $3 OR created_at < $2)`, t, pendingBefore, StatusPending)
 	return tag.RowsAffected(), err
 }
 

@@ -150,7 +150,11 @@ func (w *Worker) sweep(ctx context.Context) {
 		return
 	}
 	w.lastSweep = now
-	n, err := w.Store.DeleteDeliveriesBefore(ctx, now.Add(-w.Retention))
+	window := w.Schedule.Window
+	if window == 0 {
+		window = webhook.DefaultSchedule.Window
+	}
+	n, err := w.Store.DeleteDeliveriesBefore(ctx, now.Add(-w.Retention), now.Add(-window))
 	switch {
 	case err != nil && ctx.Err() == nil:
 		w.Log.Warn("webhooks: retention sweep failed, retrying at the next", "err", err)

@@ -326,6 +326,41 @@ func TestDeliveriesKeptForTheRetention(t *testing.T) {
 	}
 }
 
+// A retention shorter than the retry window (an operator's EVENT_RETENTION=10m) deletes
+// the deliveries that are done, but a pending one is kept, and retried, until its 72
+// hours have run: webhooks.md promises delivery to a receiver down for up to 72 hours.
+func TestAShortRetentionKeepsPendingDeliveriesForTheirRetries(t *testing.T) {
+	f := newFixture(t)
+	down, up := newRecorder(t), newRecorder(t)
+	down.status.Store(503)
+	epDown, _ := f.endpoint("t1", down.URL)
+	epUp, _ := f.endpoint("t1", up.URL)
+	f.event("t1", "evt_1", "license.issued")
+	f.worker.RunOnce(context.Background())
+	f.worker.Retention = 10 * time.Minute
+	f.clock.Add(time.Hour)
+	f.worker.sweep(context.Background())
+	if ds := f.deliveries("t1", epUp.ID); len(ds) != 0 {
+		t.Fatalf("the succeeded delivery outlived the retention: %+v", ds)
+	}
+	ds := f.deliveries("t1", epDown.ID)
+	if len(ds) != 1 || ds[0].Status != StatusPending {
+		t.Fatalf("the pending delivery was not kept for its retries: %+v", ds)
+	}
+	down.status.Store(200)
+	f.worker.RunOnce(context.Background())
+	if ds := f.deliveries("t1", epDown.ID); len(ds) != 1 || ds[0].Status != StatusSucceeded || down.count() != 2 {
+		t.Fatalf("the kept delivery was not delivered when its receiver came back: %+v, %d attempts", ds, down.count())
+	}
+	// Past the window it has failed or succeeded, and goes at the next sweep.
+	f.clock.Add(72 * time.Hour)
+	f.worker.lastSweep = time.Time{}
+	f.worker.sweep(context.Background())
+	if ds := f.deliveries("t1", epDown.ID); len(ds) != 0 {
+		t.Fatalf("kept past the retention and the window: %+v", ds)
+	}
+}
+
 // A delivery claimed by a process that died before recording its attempt is due again
 // when the lease runs out, and is then delivered.
 func TestDeliveryOfAKilledProcessIsRetried(t *testing.T) {
