@@ -226,9 +226,15 @@ func TestIdempotencyKeyCreatesOnceAcrossTwoGateways(t *testing.T) {
 			})
 		}
 		wg.Wait()
+		if answers[0] == nil {
+			t.Fatalf("%s: no first answer", cr.path)
+		}
 		for i, r := range answers {
-			if r == nil || r.Status != 200 || string(r.Body) != string(answers[0].Body) {
-				t.Fatalf("%s: answer %d differs from the first: %v", cr.path, i, r)
+			if r == nil {
+				t.Fatalf("%s: answer %d missing", cr.path, i)
+			}
+			if r.Status != 200 || string(r.Body) != string(answers[0].Body) {
+				t.Fatalf("%s: answer %d differs from the first\n got  %d %s\n want %d %s", cr.path, i, r.Status, r.Body, answers[0].Status, answers[0].Body)
 			}
 		}
 		ids := cr.list(t, tenant)
