@@ -22,6 +22,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/keyhouse/keyhouse/pkg/apierr"
 	"github.com/keyhouse/keyhouse/pkg/periodic"
+	"github.com/keyhouse/keyhouse/pkg/seal"
+	"github.com/keyhouse/keyhouse/pkg/signing"
 	apiv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/api/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
@@ -193,6 +195,62 @@ func Do(ctx context.Context, db Beginner, tenant, key string, requestHash []byte
 		return nil
 	})
 	return resp, replayed, err
+}
+
+// Keys gives the installation keyring DoSealed seals with: licensingclient.Client in a
+// service, a fixed keyring in tests.
+type Keys interface {
+	Keyring(ctx context.Context) (*signing.Keyring, error)
+}
+
+// keyRefresher is a Keys that can fetch the keyring again (licensingclient.Client): a
+// stored answer sealed under a keyring newer than the one kept opens with the new one.
+type keyRefresher interface {
+	RefreshKeyring(ctx context.Context) (*signing.Keyring, error)
+}
+
+// ErrAnswerSealed is a replay whose stored answer no longer opens: the installation
+// keyring was replaced since the first call. The key cannot be honoured, and running the
+// create again would break its promise, so the retry is refused and creates nothing.
+var ErrAnswerSealed = apierr.Conflict("Idempotency-Key's first answer can no longer be shown: send the request with a new key")
+
+// DoSealed is Do for a create whose answer shows a secret once (an API key, a webhook
+// endpoint's signing secret): the answer is stored sealed under the installation keyring
+// (pkg/seal, PurposeIdempotentAnswer), so the table holds no secret in the clear, and a
+// replay opens it back to the first answer byte for byte. The keyring is asked for only
+// when a key was sent, and before the transaction begins, so no transaction waits on it.
+func DoSealed(ctx context.Context, db Beginner, keys Keys, tenant, key string, requestHash []byte,
+	create func(pgx.Tx) ([]byte, error)) (resp []byte, replayed bool, err error) {
+	if key == "" {
+		return Do(ctx, db, tenant, key, requestHash, create)
+	}
+	ring, err := keys.Keyring(ctx)
+	if err != nil {
+		return nil, false, err
+	}
+	var answer []byte
+	stored, replayed, err := Do(ctx, db, tenant, key, requestHash, func(tx pgx.Tx) ([]byte, error) {
+		var err error
+		if answer, err = create(tx); err != nil {
+			return nil, err
+		}
+		return seal.Seal(ring, seal.PurposeIdempotentAnswer, answer)
+	})
+	if err != nil || !replayed {
+		return answer, replayed, err
+	}
+	if answer, err = seal.Open(ring, seal.PurposeIdempotentAnswer, stored); err == nil {
+		return answer, true, nil
+	}
+	if r, ok := keys.(keyRefresher); ok {
+		if ring, err = r.RefreshKeyring(ctx); err != nil {
+			return nil, false, err
+		}
+		if answer, err = seal.Open(ring, seal.PurposeIdempotentAnswer, stored); err == nil {
+			return answer, true, nil
+		}
+	}
+	return nil, false, ErrAnswerSealed
 }
 
 // Beginner starts Do's transaction: a pool, or one connection of it (a caller that needs

@@ -56,6 +56,11 @@ func TestEveryReaderOfTheKeyIsADeclaredMethod(t *testing.T) {
 		"keyhouse.releases.v1.ReleasesService.RegisterRelease",
 		"keyhouse.storefront.v1.StorefrontService.CreateMapping",
 		"keyhouse.activations.v1.ActivationsService.TrackUsage",
+		"keyhouse.activations.v1.LeasesService.RotateLeaseKeys",
+		"keyhouse.accounts.v1.ApiKeysService.CreateApiKey",
+		"keyhouse.accounts.v1.AccountsService.CreateTenant",
+		"keyhouse.events.v1.WebhookEndpointsService.CreateWebhookEndpoint",
+		"keyhouse.storefront.v1.StorefrontService.ConnectWebhook",
 	} {
 		if !slices.Contains(readers, m) {
 			t.Errorf("%s reads the Idempotency-Key, yet the check did not find it (found %v)", m, readers)

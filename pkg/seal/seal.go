@@ -1,6 +1,7 @@
 // Package seal keeps secrets at rest: the storefront's webhook signing secrets and the
-// buyer's address in transit, the outbound webhook endpoints' signing secrets, each sealed
-// with AES-256-GCM under the installation keyring under its own purpose.
+// buyer's address in transit, the outbound webhook endpoints' signing secrets, the stored
+// first answers of creates that show a secret once (pkg/idempotency), each sealed with
+// AES-256-GCM under the installation keyring under its own purpose.
 package seal
 
 import (
@@ -18,6 +19,9 @@ const (
 	PurposeBuyerEmail    = "keyhouse-storefront-buyer-email"
 	// PurposeEndpointSecret seals an outbound webhook endpoint's whsec_ secret.
 	PurposeEndpointSecret = "keyhouse-events-endpoint-secret"
+	// PurposeIdempotentAnswer seals the first answer an Idempotency-Key replays when it
+	// shows a secret once (an API key, a webhook endpoint's whsec_ secret).
+	PurposeIdempotentAnswer = "keyhouse-idempotent-answer"
 )
 
 // ErrSealed is a sealed value that does not open for the purpose.

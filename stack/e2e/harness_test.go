@@ -334,13 +334,24 @@ func product(name string) string { return fmt.Sprintf("%s-%d", name, time.Now().
 // through addrVar (LICENSING_ADDR, …), and returns that gateway's URL.
 func secondGateway(t *testing.T, s *stack.Stack, service, addrVar string) string {
 	t.Helper()
-	replica, err := s.StartServiceReplica(t.Context(), service, nil)
+	return gatewayOnReplicas(t, s, map[string]string{service: addrVar})
+}
+
+// gatewayOnReplicas starts a replica of each service (its name to its address variable)
+// and another gateway that sends to those replicas, and returns the gateway's URL.
+func gatewayOnReplicas(t *testing.T, s *stack.Stack, services map[string]string) string {
+	t.Helper()
+	addrs := map[string]string{}
+	for service, addrVar := range services {
+		replica, err := s.StartServiceReplica(t.Context(), service, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		addrs[addrVar] = replica
+	}
+	url, err := s.StartGateway(t.Context(), 0, addrs)
 	if err != nil {
 		t.Fatal(err)
 	}
-	second, err := s.StartGateway(t.Context(), 0, map[string]string{addrVar: replica})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return second
+	return url
 }

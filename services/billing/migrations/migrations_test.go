@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/keyhouse/keyhouse/devinfra/testkit"
 
+	"github.com/keyhouse/keyhouse/pkg/idempotency"
 	"github.com/keyhouse/keyhouse/pkg/natsx"
 	"github.com/keyhouse/keyhouse/pkg/pgxx"
 	"github.com/keyhouse/keyhouse/services/billing/migrations"
@@ -16,10 +17,11 @@ import (
 
 func TestMain(m *testing.M) { testkit.Main(m) }
 
-// The events this service emits (pkg/events) go through pkg/natsx's outbox and relay on a
-// table this schema holds: it must be the package's table, verbatim.
+// The events this service emits (pkg/events) go through pkg/natsx's outbox and relay, and its
+// creates' Idempotency-Keys pkg/idempotency, on tables this schema holds: they must be the
+// packages' tables, verbatim.
 func TestMigrationsHoldTheSharedOutboxTable(t *testing.T) {
-	if err := pgxx.CheckSharedTables(migrations.FS, natsx.OutboxTable); err != nil {
+	if err := pgxx.CheckSharedTables(migrations.FS, pgxx.SharedTable{Create: idempotency.TableSQL}, natsx.OutboxTable); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -3,15 +3,17 @@ package migrations_test
 import (
 	"testing"
 
+	"github.com/keyhouse/keyhouse/pkg/idempotency"
 	"github.com/keyhouse/keyhouse/pkg/natsx"
 	"github.com/keyhouse/keyhouse/pkg/pgxx"
 	"github.com/keyhouse/keyhouse/services/events/migrations"
 )
 
-// The events this service emits itself go through pkg/natsx's outbox and relay on a
-// table this schema holds: it must be the package's table, verbatim.
+// The events this service emits itself go through pkg/natsx's outbox and relay, and its
+// creates' Idempotency-Keys pkg/idempotency, on tables this schema holds: they must be the
+// packages' tables, verbatim.
 func TestMigrationsHoldTheSharedOutboxTable(t *testing.T) {
-	if err := pgxx.CheckSharedTables(migrations.FS, natsx.OutboxTable); err != nil {
+	if err := pgxx.CheckSharedTables(migrations.FS, pgxx.SharedTable{Create: idempotency.TableSQL}, natsx.OutboxTable); err != nil {
 		t.Fatal(err)
 	}
 }

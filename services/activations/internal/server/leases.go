@@ -17,6 +17,7 @@ import (
 	"github.com/keyhouse/keyhouse/pkg/apierr"
 	"github.com/keyhouse/keyhouse/pkg/auth"
 	"github.com/keyhouse/keyhouse/pkg/grpcx"
+	"github.com/keyhouse/keyhouse/pkg/idempotency"
 	"github.com/keyhouse/keyhouse/pkg/license"
 	"github.com/keyhouse/keyhouse/pkg/pgxx"
 	"github.com/keyhouse/keyhouse/pkg/signing"
@@ -45,7 +46,8 @@ type LeaseStore interface {
 	ActiveLeaseKey(ctx context.Context, tenant string) (*store.LeaseKey, error)
 	AddFirstLeaseKey(ctx context.Context, tenant string, k store.LeaseKey) (*store.LeaseKey, error)
 	LeaseKeys(ctx context.Context, tenant string) ([]store.LeaseKey, error)
-	RotateLeaseKey(ctx context.Context, tenant string, next store.LeaseKey, retireAfter time.Duration) (*store.LeaseKey, error)
+	RotateLeaseKey(ctx context.Context, idemKey string, requestHash []byte, tenant string, next store.LeaseKey, retireAfter time.Duration,
+		answer func(retired *store.LeaseKey) ([]byte, error)) ([]byte, error)
 	ReplaceLeaseKey(ctx context.Context, tenant, kid string, next store.LeaseKey, retireAfter time.Duration) (bool, error)
 	SeatLeases(ctx context.Context, tenant, key string) ([]store.LeaseSeat, error)
 }
@@ -745,9 +747,14 @@ func (x *Leases) firstLeaseKeys(ctx context.Context, tenant string) ([]store.Lea
 
 // RotateLeaseKeys makes a new key sign the tenant's leases; the one before keeps verifying
 // until retire_at (by default the longest lease_ttl in use plus a day, so every lease it
-// signed has expired by then).
+// signed has expired by then). Under an Idempotency-Key (addendum §8) a retry of the same
+// request answers the first rotation and rotates nothing.
 func (x *Leases) RotateLeaseKeys(ctx context.Context, req *activationsv1.RotateLeaseKeysRequest) (*activationsv1.RotateLeaseKeysResponse, error) {
 	tenant, err := auth.TenantID(ctx)
+	if err != nil {
+		return nil, err
+	}
+	idemKey, err := idempotency.Key(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -765,16 +772,20 @@ func (x *Leases) RotateLeaseKeys(ctx context.Context, req *activationsv1.RotateL
 	if err != nil {
 		return nil, err
 	}
-	retired, err := x.store.RotateLeaseKey(ctx, tenant, next, retireAfter)
+	raw, err := x.store.RotateLeaseKey(ctx, idemKey, idempotency.RequestHash("RotateLeaseKeys", req), tenant, next, retireAfter,
+		func(retired *store.LeaseKey) ([]byte, error) {
+			resp := &activationsv1.RotateLeaseKeysResponse{Kid: next.Kid}
+			if retired != nil {
+				resp.RetiringKid = wrapperspb.String(retired.Kid)
+				resp.RetireAt = timestamppb.New(*retired.RetireAt)
+			}
+			return proto.Marshal(resp)
+		})
 	if err != nil {
 		return nil, err
 	}
-	resp := &activationsv1.RotateLeaseKeysResponse{Kid: next.Kid}
-	if retired != nil {
-		resp.RetiringKid = wrapperspb.String(retired.Kid)
-		resp.RetireAt = timestamppb.New(*retired.RetireAt)
-	}
-	return resp, nil
+	resp := &activationsv1.RotateLeaseKeysResponse{}
+	return resp, proto.Unmarshal(raw, resp)
 }
 
 // defaultRetireAfter is how long a rotated key keeps verifying unless the rotation says:

@@ -128,7 +128,8 @@ func TestEveryWriteEmitsItsEvent(t *testing.T) {
 			if _, err := s.AddFirstLeaseKey(ctx, tenant, LeaseKey{Kid: "k1-" + key, PublicKey: []byte("pub1"), SealedPrivate: []byte("sealed1")}); err != nil {
 				return err
 			}
-			_, err := s.RotateLeaseKey(ctx, tenant, LeaseKey{Kid: "k2-" + key, PublicKey: []byte("pub2"), SealedPrivate: []byte("sealed2")}, time.Hour)
+			_, err := s.RotateLeaseKey(ctx, "", nil, tenant, LeaseKey{Kid: "k2-" + key, PublicKey: []byte("pub2"), SealedPrivate: []byte("sealed2")}, time.Hour,
+				func(*LeaseKey) ([]byte, error) { return nil, nil })
 			return err
 		}, []string{events.TypeLeaseKeyRotated}},
 		{"ReplaceLeaseKey (a key that no longer opens, replaced as a rotation)", func(t *testing.T) error {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/keyhouse/keyhouse/pkg/events"
+	"github.com/keyhouse/keyhouse/pkg/idempotency"
 )
 
 // LeaseKey is one Ed25519 key that signs a tenant's leases.
@@ -66,14 +67,23 @@ func (s *Store) LeaseKeys(ctx context.Context, tenant string) ([]LeaseKey, error
 }
 
 // RotateLeaseKey makes next the tenant's active key and the active one before it retiring
-// until now + retireAfter (nil when there was none). Rotations of one tenant queue on
-// its active key's row lock (or, for the first key, on the unique index).
-func (s *Store) RotateLeaseKey(ctx context.Context, tenant string, next LeaseKey, retireAfter time.Duration) (retired *LeaseKey, err error) {
-	err = s.spine.InTx(ctx, s.db, func(ctx context.Context, tx pgx.Tx) error {
-		retired, _, err = rotateLeaseKey(ctx, tx, tenant, "", next, retireAfter)
-		return err
+// until now + retireAfter; answer turns the key retired (nil when there was none) into
+// the call's answer. Rotations of one tenant queue on its active key's row lock (or, for
+// the first key, on the unique index). Under an Idempotency-Key (idemKey non-empty;
+// pkg/idempotency) the answer is stored with the rotation, and a retry with the same key
+// and requestHash gets it back and rotates nothing.
+func (s *Store) RotateLeaseKey(ctx context.Context, idemKey string, requestHash []byte, tenant string, next LeaseKey, retireAfter time.Duration,
+	answer func(retired *LeaseKey) ([]byte, error)) ([]byte, error) {
+	ctx, done := s.spine.Track(ctx)
+	resp, _, err := idempotency.Do(ctx, s.db, tenant, idemKey, requestHash, func(tx pgx.Tx) ([]byte, error) {
+		retired, _, err := rotateLeaseKey(ctx, tx, tenant, "", next, retireAfter)
+		if err != nil {
+			return nil, err
+		}
+		return answer(retired)
 	})
-	return retired, err
+	done(err)
+	return resp, err
 }
 
 // ReplaceLeaseKey is RotateLeaseKey made only while kid is still the tenant's active key:

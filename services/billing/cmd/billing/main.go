@@ -8,6 +8,7 @@ import (
 	"github.com/keyhouse/keyhouse/pkg/app"
 	"github.com/keyhouse/keyhouse/pkg/auth"
 	"github.com/keyhouse/keyhouse/pkg/config"
+	"github.com/keyhouse/keyhouse/pkg/idempotency"
 	"github.com/keyhouse/keyhouse/pkg/licensingclient"
 	"github.com/keyhouse/keyhouse/pkg/pgxx"
 	"github.com/keyhouse/keyhouse/pkg/tenantpurge"
@@ -36,18 +37,20 @@ func register(ctx context.Context, d *app.Deps) error {
 		return err
 	}
 	st := store.New(d.DB, spine.Spine)
-	server.Register(d.Server.GRPC, server.New(st, d.Config.MultiTenant))
-	accountsv1.RegisterConsoleAccountsServiceServer(d.Server.GRPC, server.NewConsole(st, d.Auth, d.Config.MultiTenant))
-
 	licensing, err := d.Dial("licensing", d.Config.LicensingAddr)
 	if err != nil {
 		return err
 	}
+	// usage is also the installation keyring (licensing holds it), which seals the answers
+	// an Idempotency-Key replays: they show an API key.
+	usage := licensingclient.New(licensing, d.Config.AdminAPIKey.Reveal())
+	server.Register(d.Server.GRPC, server.New(st, usage, d.Config.MultiTenant))
+	accountsv1.RegisterConsoleAccountsServiceServer(d.Server.GRPC, server.NewConsole(st, d.Auth, d.Config.MultiTenant))
+
 	stripe := payments.New(d.Config, d.Log)
 	if d.Config.MultiTenant && stripe == nil {
 		d.Log.Warn("STRIPE_SECRET_KEY is not set: billing checkout answers 503 (docs/billing.md)")
 	}
-	usage := licensingclient.New(licensing, d.Config.AdminAPIKey.Reveal())
 	billingv1.RegisterBillingServiceServer(d.Server.GRPC, server.NewBilling(server.BillingConfig{
 		MultiTenant:   d.Config.MultiTenant,
 		Stripe:        stripe,
@@ -55,7 +58,7 @@ func register(ctx context.Context, d *app.Deps) error {
 		Usage:         usage,
 		Log:           d.Log,
 	}, st))
-	accountsv1.RegisterApiKeysServiceServer(d.Server.GRPC, server.NewAPIKeys(st))
+	accountsv1.RegisterApiKeysServiceServer(d.Server.GRPC, server.NewAPIKeys(st, usage))
 	accountsv1.RegisterOperatorServiceServer(d.Server.GRPC, server.NewOperator(st, usage, d.Config.MultiTenant, stripe, d.Log))
 	// Stripe events are remembered (for replays and ordering) for RECORD_RETENTION;
 	// Stripe itself retries for 3 days.
@@ -68,6 +71,8 @@ func register(ctx context.Context, d *app.Deps) error {
 	// A deleted tenant's rows go with the delete itself; this consumer takes what is left
 	// after it: the sent tenant.deleted in the outbox (pkg/tenantpurge).
 	var wg sync.WaitGroup
+	// Idempotency-Key records of API key and tenant creates, past their 24 h.
+	wg.Go(func() { idempotency.PurgeHourly(ctx, d.DB, d.Log) })
 	wg.Go(func() {
 		if err := tenantpurge.Run(ctx, spine.JetStream, "billing", tenantpurge.Forgetter{DB: d.DB}.Forget, d.Log); err != nil {
 			d.Log.Error("tenant.deleted consumer stopped", "error", err.Error())

@@ -8,9 +8,11 @@ import (
 
 	"github.com/keyhouse/keyhouse/pkg/apierr"
 	"github.com/keyhouse/keyhouse/pkg/auth"
+	"github.com/keyhouse/keyhouse/pkg/idempotency"
 	"github.com/keyhouse/keyhouse/pkg/input"
 	accountsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/accounts/v1"
 	"github.com/keyhouse/keyhouse/services/billing/internal/store"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
@@ -20,15 +22,25 @@ import (
 type APIKeys struct {
 	accountsv1.UnimplementedApiKeysServiceServer
 	store *store.Store
+	keys  idempotency.Keys
 	now   func() time.Time
 }
 
-// NewAPIKeys returns the API keys service.
-func NewAPIKeys(s *store.Store) *APIKeys { return &APIKeys{store: s, now: time.Now} }
+// NewAPIKeys returns the API keys service; keys (the installation keyring, which licensing
+// holds) seals the answers an Idempotency-Key replays.
+func NewAPIKeys(s *store.Store, keys idempotency.Keys) *APIKeys {
+	return &APIKeys{store: s, keys: keys, now: time.Now}
+}
 
-// CreateApiKey stores a key and shows it, once.
+// CreateApiKey stores a key and shows it, once: under an Idempotency-Key (addendum §8) a
+// retry of the same request shows that first answer again, key included, and creates
+// nothing.
 func (a *APIKeys) CreateApiKey(ctx context.Context, req *accountsv1.CreateApiKeyRequest) (*accountsv1.CreateApiKeyResponse, error) {
 	tenant, err := auth.TenantID(ctx)
+	if err != nil {
+		return nil, err
+	}
+	idemKey, err := idempotency.Key(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -47,15 +59,19 @@ func (a *APIKeys) CreateApiKey(ctx context.Context, req *accountsv1.CreateApiKey
 	if err != nil {
 		return nil, err
 	}
-	k, key, err := a.store.CreateAPIKey(ctx, tenant, name, scope, expires)
+	idem := store.Idempotency{Keys: a.keys, Key: idemKey, RequestHash: idempotency.RequestHash("CreateApiKey", req)}
+	raw, err := a.store.CreateAPIKey(ctx, idem, tenant, name, scope, expires, func(k store.APIKey, key string) ([]byte, error) {
+		v := apiKeyMessage(k)
+		return proto.Marshal(&accountsv1.CreateApiKeyResponse{
+			Id: v.Id, Name: v.Name, Prefix: v.Prefix, Scope: v.Scope,
+			CreatedAt: v.CreatedAt, LastUsedAt: v.LastUsedAt, ExpiresAt: v.ExpiresAt, ApiKey: key,
+		})
+	})
 	if err != nil {
 		return nil, err
 	}
-	v := apiKeyMessage(k)
-	return &accountsv1.CreateApiKeyResponse{
-		Id: v.Id, Name: v.Name, Prefix: v.Prefix, Scope: v.Scope,
-		CreatedAt: v.CreatedAt, LastUsedAt: v.LastUsedAt, ExpiresAt: v.ExpiresAt, ApiKey: key,
-	}, nil
+	resp := &accountsv1.CreateApiKeyResponse{}
+	return resp, proto.Unmarshal(raw, resp)
 }
 
 // ListApiKeys lists the tenant's extra keys, never the keys themselves.

@@ -11,22 +11,26 @@ import (
 	"github.com/keyhouse/keyhouse/pkg/apierr"
 	"github.com/keyhouse/keyhouse/pkg/auth"
 	"github.com/keyhouse/keyhouse/pkg/buildinfo"
+	"github.com/keyhouse/keyhouse/pkg/idempotency"
 	accountsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/accounts/v1"
 	"github.com/keyhouse/keyhouse/services/billing/internal/plan"
 	"github.com/keyhouse/keyhouse/services/billing/internal/store"
 	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
 )
 
 // Server implements AccountsService.
 type Server struct {
 	accountsv1.UnimplementedAccountsServiceServer
 	store       *store.Store
+	keys        idempotency.Keys
 	multiTenant bool
 }
 
-// New returns a Server.
-func New(s *store.Store, multiTenant bool) *Server {
-	return &Server{store: s, multiTenant: multiTenant}
+// New returns a Server; keys (the installation keyring, which licensing holds) seals the
+// answers an Idempotency-Key replays.
+func New(s *store.Store, keys idempotency.Keys, multiTenant bool) *Server {
+	return &Server{store: s, keys: keys, multiTenant: multiTenant}
 }
 
 // Register adds the services to g.
@@ -34,10 +38,16 @@ func Register(g *grpc.Server, s *Server) {
 	accountsv1.RegisterAccountsServiceServer(g, s)
 }
 
-// CreateTenant is the hosted operator route.
+// CreateTenant is the hosted operator route. Under an Idempotency-Key (addendum §8) a
+// retry of the same request answers the first tenant, its API key included, and creates
+// nothing.
 func (s *Server) CreateTenant(ctx context.Context, req *accountsv1.CreateTenantRequest) (*accountsv1.CreateTenantResponse, error) {
 	if !s.multiTenant {
 		return nil, apierr.Invalid("Tenant management is only available for hosted deployments")
+	}
+	idemKey, err := idempotency.Key(ctx)
+	if err != nil {
+		return nil, err
 	}
 	name := strings.TrimSpace(req.GetName())
 	email := strings.TrimSpace(req.GetEmail())
@@ -53,11 +63,15 @@ func (s *Server) CreateTenant(ctx context.Context, req *accountsv1.CreateTenantR
 	if addr, err := mail.ParseAddress(email); err != nil || addr.Address != email || len(email) > 320 {
 		return nil, apierr.Invalid("email must be a valid email address")
 	}
-	t, key, err := s.store.CreateTenant(ctx, name, email)
+	idem := store.Idempotency{Keys: s.keys, Key: idemKey, RequestHash: idempotency.RequestHash("CreateTenant", req)}
+	raw, err := s.store.CreateTenant(ctx, idem, name, email, func(t store.Tenant, key string) ([]byte, error) {
+		return proto.Marshal(&accountsv1.CreateTenantResponse{TenantId: t.ID, Name: t.Name, Email: t.Email, ApiKey: key})
+	})
 	if err != nil {
 		return nil, err
 	}
-	return &accountsv1.CreateTenantResponse{TenantId: t.ID, Name: t.Name, Email: t.Email, ApiKey: key}, nil
+	resp := &accountsv1.CreateTenantResponse{}
+	return resp, proto.Unmarshal(raw, resp)
 }
 
 // RotateApiKey retires the caller's key at once and returns the new one, once.

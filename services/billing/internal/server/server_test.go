@@ -32,7 +32,7 @@ func newServer(t *testing.T, hosted bool) *Server {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	return New(store.New(pool, nil), hosted)
+	return New(store.New(pool, nil), nil, hosted)
 }
 
 // tenantCall is a call by tenant presenting apiKey, as the auth interceptor leaves it.

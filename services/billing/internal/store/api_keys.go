@@ -40,35 +40,37 @@ var ErrAPIKeyNotFound = apierr.NotFound("API key not found")
 // ErrTooManyAPIKeys answers a create beyond MaxAPIKeys.
 var ErrTooManyAPIKeys = apierr.Invalid("A tenant may have at most %d API keys: delete one first", MaxAPIKeys)
 
-// CreateAPIKey stores a new key for tenant and returns it with the key itself, which is
-// shown once. The count and the insert run under a per-tenant advisory lock, so
-// concurrent creates cannot pass MaxAPIKeys; api_key.created is emitted in the transaction.
-func (s *Store) CreateAPIKey(ctx context.Context, tenant, name, scope string, expiresAt *time.Time) (APIKey, string, error) {
-	key := NewAPIKey()
-	k := APIKey{ID: "ak_" + lower(random(16)), Name: name, Prefix: key[:prefixLen], Scope: scope, ExpiresAt: expiresAt}
-	err := s.spine.InTx(ctx, s.db, func(ctx context.Context, tx pgx.Tx) error {
+// CreateAPIKey stores a new key for tenant; answer turns it and the key itself (shown
+// once) into the call's answer. The count and the insert run under a per-tenant advisory
+// lock, so concurrent creates cannot pass MaxAPIKeys; api_key.created is emitted in the
+// transaction. Under an Idempotency-Key the answer is stored sealed with the key
+// (Idempotency), and a repeated request gets it back and creates nothing.
+func (s *Store) CreateAPIKey(ctx context.Context, idem Idempotency, tenant, name, scope string, expiresAt *time.Time,
+	answer func(APIKey, string) ([]byte, error)) ([]byte, error) {
+	return s.idempotent(ctx, idem, tenant, func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
+		key := NewAPIKey()
+		k := APIKey{ID: "ak_" + lower(random(16)), Name: name, Prefix: key[:prefixLen], Scope: scope, ExpiresAt: expiresAt}
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('billing.api_keys:' || $1, 0))`, tenant); err != nil {
-			return err
+			return nil, err
 		}
 		var n int
 		if err := tx.QueryRow(ctx, `SELECT count(*) FROM api_keys WHERE tenant_id = $1`, tenant).Scan(&n); err != nil {
-			return err
+			return nil, err
 		}
 		if n >= MaxAPIKeys {
-			return ErrTooManyAPIKeys
+			return nil, ErrTooManyAPIKeys
 		}
 		if err := tx.QueryRow(ctx,
 			`INSERT INTO api_keys (id, tenant_id, name, prefix, scope, key_hash, expires_at)
 			 VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING created_at`,
 			k.ID, tenant, name, k.Prefix, scope, auth.HashAPIKey(key), expiresAt).Scan(&k.CreatedAt); err != nil {
-			return err
+			return nil, err
 		}
-		return events.Emit(ctx, tx, events.APIKeyCreated(tenant, k.ID, name, scope))
+		if err := events.Emit(ctx, tx, events.APIKeyCreated(tenant, k.ID, name, scope)); err != nil {
+			return nil, err
+		}
+		return answer(k, key)
 	})
-	if err != nil {
-		return APIKey{}, "", err
-	}
-	return k, key, nil
 }
 
 // ListAPIKeys returns the tenant's extra keys, oldest first, expired ones included (they

@@ -17,7 +17,7 @@ func TestResolvingAnExtraKey(t *testing.T) {
 	ctx := context.Background()
 	s, db := newStoreDB(t)
 	ten := tenant(t, s)
-	k, key, err := s.CreateAPIKey(ctx, ten, "ci", store.ScopeRead, nil)
+	k, key, err := createAPIKey(s, ten, "ci", store.ScopeRead, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +63,7 @@ func TestResolvingAnExtraKey(t *testing.T) {
 	}
 
 	soon := time.Now().Add(time.Hour)
-	_, short, err := s.CreateAPIKey(ctx, ten, "short", store.ScopeFull, &soon)
+	_, short, err := createAPIKey(s, ten, "short", store.ScopeFull, &soon)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,4 +76,31 @@ func TestResolvingAnExtraKey(t *testing.T) {
 	if _, err := s.ResolveAPIKey(ctx, short); err != apierr.Unauthorized {
 		t.Fatalf("an expired key: %v", err)
 	}
+}
+
+// createAPIKey creates a key without an Idempotency-Key and returns it as stored, with the
+// key itself.
+func createAPIKey(s *store.Store, tenant, name, scope string, expiresAt *time.Time) (store.APIKey, string, error) {
+	var (
+		k   store.APIKey
+		key string
+	)
+	_, err := s.CreateAPIKey(context.Background(), store.Idempotency{}, tenant, name, scope, expiresAt, func(created store.APIKey, shown string) ([]byte, error) {
+		k, key = created, shown
+		return nil, nil
+	})
+	return k, key, err
+}
+
+// createTenant creates a tenant without an Idempotency-Key and returns it with its key.
+func createTenant(s *store.Store, name, email string) (store.Tenant, string, error) {
+	var (
+		t   store.Tenant
+		key string
+	)
+	_, err := s.CreateTenant(context.Background(), store.Idempotency{}, name, email, func(created store.Tenant, shown string) ([]byte, error) {
+		t, key = created, shown
+		return nil, nil
+	})
+	return t, key, err
 }

@@ -71,7 +71,7 @@ var tenantSeq atomic.Int64
 // tenant makes a tenant; emails are unique, so each gets one of its own.
 func tenant(t *testing.T, s *store.Store) string {
 	t.Helper()
-	ten, _, err := s.CreateTenant(context.Background(), "Acme", fmt.Sprintf("billing%d@example.com", tenantSeq.Add(1)))
+	ten, _, err := createTenant(s, "Acme", fmt.Sprintf("billing%d@example.com", tenantSeq.Add(1)))
 	if err != nil {
 		t.Fatal(err)
 	}

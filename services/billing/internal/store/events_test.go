@@ -30,7 +30,7 @@ func newStoreDB(t *testing.T) (*store.Store, *pgxpool.Pool) {
 func TestEveryWriteEmitsItsEvent(t *testing.T) {
 	ctx := context.Background()
 	s, db := newStoreDB(t)
-	ten, key, err := s.CreateTenant(ctx, "Acme", "billing@example.com")
+	ten, key, err := createTenant(s, "Acme", "billing@example.com")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,7 +47,7 @@ func TestEveryWriteEmitsItsEvent(t *testing.T) {
 		{"Record the same event again", func() error { _, err := s.Record(ctx, checkout.raw, checkout.change, time.Now()); return err }, nil},
 		{"Record payment failed", func() error { _, err := s.Record(ctx, failed.raw, failed.change, time.Now()); return err }, []string{events.TypeBillingPlanChanged}},
 		{"RotateAPIKey", func() error { _, err := s.RotateAPIKey(ctx, ten.ID, key); return err }, []string{events.TypeAPIKeyRotated}},
-		{"CreateAPIKey", func() error { _, _, err := s.CreateAPIKey(ctx, ten.ID, "ci", store.ScopeRead, nil); return err }, []string{events.TypeAPIKeyCreated}},
+		{"CreateAPIKey", func() error { _, _, err := createAPIKey(s, ten.ID, "ci", store.ScopeRead, nil); return err }, []string{events.TypeAPIKeyCreated}},
 		{"DeleteAPIKey", func() error {
 			keys, err := s.ListAPIKeys(ctx, ten.ID)
 			if err != nil || len(keys) != 1 {
@@ -68,11 +68,11 @@ func TestEveryWriteEmitsItsEvent(t *testing.T) {
 			return nil
 		}, nil},
 		{"DeleteTenant", func() error {
-			other, _, err := s.CreateTenant(ctx, "Gone", "gone@example.com")
+			other, _, err := createTenant(s, "Gone", "gone@example.com")
 			if err != nil {
 				return err
 			}
-			if _, _, err := s.CreateAPIKey(ctx, other.ID, "k", store.ScopeFull, nil); err != nil {
+			if _, _, err := createAPIKey(s, other.ID, "k", store.ScopeFull, nil); err != nil {
 				return err
 			}
 			out.Next(t) // its api_key.created

@@ -13,6 +13,7 @@ import (
 	"github.com/keyhouse/keyhouse/pkg/apierr"
 	"github.com/keyhouse/keyhouse/pkg/auth"
 	"github.com/keyhouse/keyhouse/pkg/events"
+	"github.com/keyhouse/keyhouse/pkg/idempotency"
 	"github.com/keyhouse/keyhouse/pkg/pgxx"
 )
 
@@ -46,17 +47,51 @@ func random(n int) string {
 // NewAPIKey returns a fresh key: "kh_" and 256 random bits.
 func NewAPIKey() string { return "kh_" + random(32) }
 
-// CreateTenant stores a tenant and returns it with its first API key.
-func (s *Store) CreateTenant(ctx context.Context, name, email string) (Tenant, string, error) {
-	t := Tenant{ID: "t_" + lower(random(16)), Name: name, Email: email}
-	key := NewAPIKey()
-	err := s.db.QueryRow(ctx,
-		`INSERT INTO tenants (tenant_id, name, email, api_key_hash) VALUES ($1, $2, $3, $4) RETURNING created_at`,
-		t.ID, name, email, auth.HashAPIKey(key)).Scan(&t.CreatedAt)
-	if pgxx.IsUniqueViolation(err, "tenants_email_unique") {
-		return t, "", ErrEmailTaken
-	}
-	return t, key, err
+// CreateTenant stores a tenant; answer turns it and its first API key (shown once) into
+// the call's answer. Under an Idempotency-Key the answer is stored sealed with the tenant
+// (Idempotency), and a repeated request gets it back and creates nothing. The operator
+// is no tenant: its keys are kept under operatorScope.
+func (s *Store) CreateTenant(ctx context.Context, idem Idempotency, name, email string,
+	answer func(Tenant, string) ([]byte, error)) ([]byte, error) {
+	return s.idempotent(ctx, idem, operatorScope, func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
+		t := Tenant{ID: "t_" + lower(random(16)), Name: name, Email: email}
+		key := NewAPIKey()
+		err := tx.QueryRow(ctx,
+			`INSERT INTO tenants (tenant_id, name, email, api_key_hash) VALUES ($1, $2, $3, $4) RETURNING created_at`,
+			t.ID, name, email, auth.HashAPIKey(key)).Scan(&t.CreatedAt)
+		if pgxx.IsUniqueViolation(err, "tenants_email_unique") {
+			return nil, ErrEmailTaken
+		}
+		if err != nil {
+			return nil, err
+		}
+		return answer(t, key)
+	})
+}
+
+// operatorScope is the tenant column of the operator's Idempotency-Keys: no tenant id is
+// empty, so the operator's keys never meet a tenant's.
+const operatorScope = ""
+
+// Idempotency is the Idempotency-Key a create runs under (pkg/idempotency, addendum §8):
+// Key "" when none was sent. Keys seals the stored answer, which shows a secret once (an
+// API key), under the installation keyring.
+type Idempotency struct {
+	Keys        idempotency.Keys
+	Key         string
+	RequestHash []byte
+}
+
+// idempotent runs create in one transaction with the record of its answer
+// (idempotency.DoSealed), with the post-commit path of the events it emits.
+func (s *Store) idempotent(ctx context.Context, idem Idempotency, tenant string,
+	create func(context.Context, pgx.Tx) ([]byte, error)) (resp []byte, err error) {
+	ctx, done := s.spine.Track(ctx)
+	resp, _, err = idempotency.DoSealed(ctx, s.db, idem.Keys, tenant, idem.Key, idem.RequestHash, func(tx pgx.Tx) ([]byte, error) {
+		return create(ctx, tx)
+	})
+	done(err)
+	return resp, err
 }
 
 // ErrEmailTaken refuses a second tenant with an email (compared case-insensitively; the

@@ -13,6 +13,7 @@ import (
 	"github.com/keyhouse/keyhouse/pkg/app"
 	"github.com/keyhouse/keyhouse/pkg/billingclient"
 	"github.com/keyhouse/keyhouse/pkg/config"
+	"github.com/keyhouse/keyhouse/pkg/idempotency"
 	"github.com/keyhouse/keyhouse/pkg/licensingclient"
 	"github.com/keyhouse/keyhouse/pkg/mail"
 	"github.com/keyhouse/keyhouse/pkg/natsx"
@@ -122,6 +123,8 @@ func register(ctx context.Context, d *app.Deps) error {
 	})
 	wg.Go(func() { worker.Run(ctx) })
 	wg.Go(func() { ingest.Retain(ctx, st, d.Config.EventRetention, retentionSweep, time.Now, d.Log) })
+	// Idempotency-Key records of webhook endpoint creates, past their 24 h.
+	wg.Go(func() { idempotency.PurgeHourly(ctx, d.DB, d.Log) })
 	// Closers run in reverse: the consumer finishes its batch before the relay stops and
 	// NATS closes (StartEventSpine's closers).
 	d.OnClose(wg.Wait)

@@ -72,7 +72,7 @@ func (f *fixture) endpointWithSecret(tenant, url, secret string, events ...strin
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	ep, err := f.store.CreateEndpoint(context.Background(), tenant, NewEndpoint{URL: url, Events: events, SealedSecret: sealed}, f.clock.Now())
+	ep, err := createEndpoint(f.store, tenant, NewEndpoint{URL: url, Events: events, SealedSecret: sealed}, f.clock.Now())
 	if err != nil {
 		f.t.Fatal(err)
 	}

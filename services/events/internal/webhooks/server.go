@@ -8,12 +8,14 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/keyhouse/keyhouse/pkg/apierr"
 	"github.com/keyhouse/keyhouse/pkg/auth"
+	"github.com/keyhouse/keyhouse/pkg/idempotency"
 	"github.com/keyhouse/keyhouse/pkg/paging"
 	"github.com/keyhouse/keyhouse/pkg/pgxx"
 	"github.com/keyhouse/keyhouse/pkg/seal"
@@ -93,8 +95,15 @@ func (s *Server) newSealedSecret(ctx context.Context) (string, []byte, error) {
 	return secret, sealed, err
 }
 
+// CreateWebhookEndpoint stores an endpoint and shows its secret, once: under an
+// Idempotency-Key (addendum §8) a retry of the same request shows that first answer
+// again, secret included, and creates nothing.
 func (s *Server) CreateWebhookEndpoint(ctx context.Context, req *eventsv1.CreateWebhookEndpointRequest) (*eventsv1.CreateWebhookEndpointResponse, error) {
 	tenant, err := auth.TenantID(ctx)
+	if err != nil {
+		return nil, err
+	}
+	idemKey, err := idempotency.Key(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -112,14 +121,19 @@ func (s *Server) CreateWebhookEndpoint(ctx context.Context, req *eventsv1.Create
 	if err != nil {
 		return nil, err
 	}
-	ep, err := s.Store.CreateEndpoint(ctx, tenant, NewEndpoint{URL: req.GetUrl(), Events: req.GetEvents(), Description: desc, SealedSecret: sealed}, s.now())
+	idem := Idempotency{Keys: s.Keys, Key: idemKey, RequestHash: idempotency.RequestHash("CreateWebhookEndpoint", req)}
+	n := NewEndpoint{URL: req.GetUrl(), Events: req.GetEvents(), Description: desc, SealedSecret: sealed}
+	raw, err := s.Store.CreateEndpoint(ctx, idem, tenant, n, s.now(), func(ep *Endpoint) ([]byte, error) {
+		return proto.Marshal(&eventsv1.CreateWebhookEndpointResponse{Endpoint: withSecret(ep, secret)})
+	})
 	if errors.Is(err, ErrEndpointLimit) {
 		return nil, errEndpointLimit
 	}
 	if err != nil {
 		return nil, err
 	}
-	return &eventsv1.CreateWebhookEndpointResponse{Endpoint: withSecret(ep, secret)}, nil
+	resp := &eventsv1.CreateWebhookEndpointResponse{}
+	return resp, proto.Unmarshal(raw, resp)
 }
 
 func (s *Server) ListWebhookEndpoints(ctx context.Context, _ *eventsv1.ListWebhookEndpointsRequest) (*eventsv1.ListWebhookEndpointsResponse, error) {

@@ -13,7 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/keyhouse/keyhouse/pkg/pgxx"
+	"github.com/keyhouse/keyhouse/pkg/idempotency"
 )
 
 // MaxEndpoints is how many endpoints one tenant may have.
@@ -113,30 +113,44 @@ type NewEndpoint struct {
 	SealedSecret []byte
 }
 
-// CreateEndpoint stores an endpoint unless the tenant has MaxEndpoints already. The count
-// and the insert run under a per-tenant lock, so concurrent creates cannot pass the limit.
-func (s *Store) CreateEndpoint(ctx context.Context, tenant string, n NewEndpoint, now time.Time) (*Endpoint, error) {
-	var ep *Endpoint
-	err := pgxx.InTx(ctx, s.db, func(tx pgx.Tx) error {
+// CreateEndpoint stores an endpoint unless the tenant has MaxEndpoints already; answer
+// turns it into the call's answer. The count and the insert run under a per-tenant lock,
+// so concurrent creates cannot pass the limit. Under an Idempotency-Key (idem.Key
+// non-empty) the answer, which shows the signing secret, is stored sealed with the
+// endpoint (idempotency.DoSealed), and a repeated request gets it back and creates nothing.
+func (s *Store) CreateEndpoint(ctx context.Context, idem Idempotency, tenant string, n NewEndpoint, now time.Time,
+	answer func(*Endpoint) ([]byte, error)) ([]byte, error) {
+	resp, _, err := idempotency.DoSealed(ctx, s.db, idem.Keys, tenant, idem.Key, idem.RequestHash, func(tx pgx.Tx) ([]byte, error) {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('webhook_endpoints:' || $1, 0))`, tenant); err != nil {
-			return err
+			return nil, err
 		}
 		var count int
 		if err := tx.QueryRow(ctx, `SELECT count(*) FROM webhook_endpoints WHERE tenant_id = $1`, tenant).Scan(&count); err != nil {
-			return err
+			return nil, err
 		}
 		if count >= MaxEndpoints {
-			return ErrEndpointLimit
+			return nil, ErrEndpointLimit
 		}
-		var err error
-		ep, err = scanEndpoint(tx.QueryRow(ctx, `
+		ep, err := scanEndpoint(tx.QueryRow(ctx, `
 			INSERT INTO webhook_endpoints (tenant_id, id, url, events, description, secret, created_at)
 			VALUES ($1, $2, $3, $4, NULLIF($5, ''), $6, $7)
 			RETURNING `+endpointColumns,
 			tenant, newID("we_"), n.URL, n.Events, n.Description, n.SealedSecret, now))
-		return err
+		if err != nil {
+			return nil, err
+		}
+		return answer(ep)
 	})
-	return ep, err
+	return resp, err
+}
+
+// Idempotency is the Idempotency-Key a create runs under (pkg/idempotency, addendum §8):
+// Key "" when none was sent. Keys seals the stored answer, which shows the endpoint's
+// secret once, under the installation keyring.
+type Idempotency struct {
+	Keys        idempotency.Keys
+	Key         string
+	RequestHash []byte
 }
 
 // ListEndpoints returns the tenant's endpoints, oldest first.

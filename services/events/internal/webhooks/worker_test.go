@@ -96,7 +96,7 @@ func (f *fixture) endpoint(tenant, url string, events ...string) (*Endpoint, str
 	if len(events) == 0 {
 		events = []string{"*"}
 	}
-	ep, err := f.store.CreateEndpoint(context.Background(), tenant, NewEndpoint{URL: url, Events: events, SealedSecret: sealed}, f.clock.Now())
+	ep, err := createEndpoint(f.store, tenant, NewEndpoint{URL: url, Events: events, SealedSecret: sealed}, f.clock.Now())
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -469,7 +469,7 @@ func TestEndpointLimitUnderConcurrentCreates(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, err := f.store.CreateEndpoint(context.Background(), "t1", NewEndpoint{URL: "https://example.com/h", Events: []string{"*"}, SealedSecret: []byte("x")}, f.clock.Now())
+			_, err := createEndpoint(f.store, "t1", NewEndpoint{URL: "https://example.com/h", Events: []string{"*"}, SealedSecret: []byte("x")}, f.clock.Now())
 			switch {
 			case err == nil:
 				ok.Add(1)
@@ -729,4 +729,14 @@ func TestAFreedSlotOfATenantAtItsBoundIsClaimedAtOnce(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	t.Fatalf("received %d and %d: the tenant's freed slot waited for the poll", first.count(), second.count())
+}
+
+// createEndpoint stores an endpoint without an Idempotency-Key and returns it.
+func createEndpoint(s *Store, tenant string, n NewEndpoint, now time.Time) (*Endpoint, error) {
+	var ep *Endpoint
+	_, err := s.CreateEndpoint(context.Background(), Idempotency{}, tenant, n, now, func(created *Endpoint) ([]byte, error) {
+		ep = created
+		return nil, nil
+	})
+	return ep, err
 }

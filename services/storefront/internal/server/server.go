@@ -11,10 +11,12 @@ import (
 
 	"github.com/keyhouse/keyhouse/pkg/apierr"
 	"github.com/keyhouse/keyhouse/pkg/auth"
+	"github.com/keyhouse/keyhouse/pkg/idempotency"
 	"github.com/keyhouse/keyhouse/pkg/signing"
 	storefrontv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/storefront/v1"
 	"github.com/keyhouse/keyhouse/services/storefront/internal/store"
 	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
@@ -104,9 +106,14 @@ func (s *Server) webhookPB(w *store.Webhook) *storefrontv1.Webhook {
 	}
 }
 
-// ConnectWebhook creates a pending webhook.
+// ConnectWebhook creates a pending webhook. Under an Idempotency-Key (addendum §8) a
+// retry of the same request answers the first webhook and creates nothing.
 func (s *Server) ConnectWebhook(ctx context.Context, req *storefrontv1.ConnectWebhookRequest) (*storefrontv1.ConnectWebhookResponse, error) {
 	tenant, err := auth.TenantID(ctx)
+	if err != nil {
+		return nil, err
+	}
+	idemKey, err := idempotency.Key(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -117,14 +124,18 @@ func (s *Server) ConnectWebhook(ctx context.Context, req *storefrontv1.ConnectWe
 	default:
 		return nil, apierr.Invalid("provider must be stripe (the only provider implemented)")
 	}
-	w, err := s.store.CreateWebhook(ctx, tenant, newWebhookID(), ProviderStripe)
+	raw, err := s.store.CreateWebhook(ctx, idemKey, idempotency.RequestHash("ConnectWebhook", req), tenant, newWebhookID(), ProviderStripe,
+		func(w *store.Webhook) ([]byte, error) {
+			return proto.Marshal(&storefrontv1.ConnectWebhookResponse{Webhook: s.webhookPB(w)})
+		})
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, errActiveExists
 	}
 	if err != nil {
 		return nil, err
 	}
-	return &storefrontv1.ConnectWebhookResponse{Webhook: s.webhookPB(w)}, nil
+	resp := &storefrontv1.ConnectWebhookResponse{}
+	return resp, proto.Unmarshal(raw, resp)
 }
 
 var errActiveExists = apierr.Conflict("An active webhook already exists for this provider; disable it first")

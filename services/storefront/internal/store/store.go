@@ -92,12 +92,23 @@ func scanWebhook(row pgx.Row) (*Webhook, error) {
 }
 
 // CreateWebhook inserts a pending webhook, unless the tenant already has an active one
-// for the provider (ErrConflict).
-func (s *Store) CreateWebhook(ctx context.Context, tenant, id, provider string) (*Webhook, error) {
-	return scanWebhook(s.pool.QueryRow(ctx, `INSERT INTO webhooks (id, tenant_id, provider, state)
-		SELECT $1, $2, $3, 'pending'
-		WHERE NOT EXISTS (SELECT 1 FROM webhooks WHERE tenant_id = $2 AND provider = $3 AND state = 'active')
-		RETURNING `+webhookCols, id, tenant, provider))
+// for the provider (ErrNotFound: no row was inserted); answer turns the new webhook into
+// the call's answer. Under an Idempotency-Key (idemKey non-empty; pkg/idempotency) the
+// answer is stored with the webhook, and a repeated request gets it back and inserts
+// nothing.
+func (s *Store) CreateWebhook(ctx context.Context, idemKey string, requestHash []byte, tenant, id, provider string,
+	answer func(*Webhook) ([]byte, error)) ([]byte, error) {
+	resp, _, err := idempotency.Do(ctx, s.pool, tenant, idemKey, requestHash, func(tx pgx.Tx) ([]byte, error) {
+		w, err := scanWebhook(tx.QueryRow(ctx, `INSERT INTO webhooks (id, tenant_id, provider, state)
+			SELECT $1, $2, $3, 'pending'
+			WHERE NOT EXISTS (SELECT 1 FROM webhooks WHERE tenant_id = $2 AND provider = $3 AND state = 'active')
+			RETURNING `+webhookCols, id, tenant, provider))
+		if err != nil {
+			return nil, err
+		}
+		return answer(w)
+	})
+	return resp, err
 }
 
 // Webhooks lists a tenant's webhooks, oldest first.

@@ -33,7 +33,9 @@ const (
 //
 // AccountsService owns tenants and their API keys (part of the billing service).
 type AccountsServiceClient interface {
-	// POST /v1/operator/tenants (hosted only).
+	// POST /v1/operator/tenants (hosted only). Honors the Idempotency-Key metadata
+	// (addendum §8): a retry with the same key and request within 24 h returns the first
+	// answer, the tenant's API key included, and creates nothing.
 	CreateTenant(ctx context.Context, in *CreateTenantRequest, opts ...grpc.CallOption) (*CreateTenantResponse, error)
 	// POST /v1/rotate-api-key (hosted only).
 	RotateApiKey(ctx context.Context, in *RotateApiKeyRequest, opts ...grpc.CallOption) (*RotateApiKeyResponse, error)
@@ -122,7 +124,9 @@ func (c *accountsServiceClient) GetBuildInfo(ctx context.Context, in *GetBuildIn
 //
 // AccountsService owns tenants and their API keys (part of the billing service).
 type AccountsServiceServer interface {
-	// POST /v1/operator/tenants (hosted only).
+	// POST /v1/operator/tenants (hosted only). Honors the Idempotency-Key metadata
+	// (addendum §8): a retry with the same key and request within 24 h returns the first
+	// answer, the tenant's API key included, and creates nothing.
 	CreateTenant(context.Context, *CreateTenantRequest) (*CreateTenantResponse, error)
 	// POST /v1/rotate-api-key (hosted only).
 	RotateApiKey(context.Context, *RotateApiKeyRequest) (*RotateApiKeyResponse, error)

@@ -504,10 +504,9 @@ const file_keyhouse_accounts_v1_api_keys_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"@\n" +
 	"\x14DeleteApiKeyResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
-	"\adeleted\x18\x02 \x01(\bR\adeleted2\xea\x02\n" +
-	"\x0eApiKeysService\x12q\n" +
-	"\fCreateApiKey\x12).keyhouse.accounts.v1.CreateApiKeyRequest\x1a*.keyhouse.accounts.v1.CreateApiKeyResponse\"\n" +
-	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x12r\n" +
+	"\adeleted\x18\x02 \x01(\bR\adeleted2\xcf\x03\n" +
+	"\x0eApiKeysService\x12\xd5\x01\n" +
+	"\fCreateApiKey\x12).keyhouse.accounts.v1.CreateApiKeyRequest\x1a*.keyhouse.accounts.v1.CreateApiKeyResponse\"n\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x90\x83\x19\x01\x9a\x83\x19\\\b\x99\x03\x12WIdempotency-Key's first answer can no longer be shown: send the request with a new key.\x12r\n" +
 	"\vListApiKeys\x12(.keyhouse.accounts.v1.ListApiKeysRequest\x1a).keyhouse.accounts.v1.ListApiKeysResponse\"\x0e\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\xa0\x82\x19\x01\x12q\n" +
 	"\fDeleteApiKey\x12).keyhouse.accounts.v1.DeleteApiKeyRequest\x1a*.keyhouse.accounts.v1.DeleteApiKeyResponse\"\n" +
 	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05BKZIgithub.com/keyhouse/keyhouse/proto/gen/go/keyhouse/accounts/v1;accountsv1b\x06proto3"

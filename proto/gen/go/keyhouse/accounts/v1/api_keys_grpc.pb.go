@@ -36,7 +36,9 @@ const (
 // Keys are stored as SHA-256 only; a deleted or expired key stops on the next call of
 // every service (no cache). At most 20 per tenant.
 type ApiKeysServiceClient interface {
-	// POST /v1/api-keys: the answer carries the key, the only time it is shown.
+	// POST /v1/api-keys: the answer carries the key, the only time it is shown. Honors
+	// the Idempotency-Key metadata (addendum §8): a retry with the same key and request
+	// within 24 h returns the first answer, key included, and creates nothing.
 	CreateApiKey(ctx context.Context, in *CreateApiKeyRequest, opts ...grpc.CallOption) (*CreateApiKeyResponse, error)
 	// GET /v1/api-keys: oldest first; never the key itself.
 	ListApiKeys(ctx context.Context, in *ListApiKeysRequest, opts ...grpc.CallOption) (*ListApiKeysResponse, error)
@@ -94,7 +96,9 @@ func (c *apiKeysServiceClient) DeleteApiKey(ctx context.Context, in *DeleteApiKe
 // Keys are stored as SHA-256 only; a deleted or expired key stops on the next call of
 // every service (no cache). At most 20 per tenant.
 type ApiKeysServiceServer interface {
-	// POST /v1/api-keys: the answer carries the key, the only time it is shown.
+	// POST /v1/api-keys: the answer carries the key, the only time it is shown. Honors
+	// the Idempotency-Key metadata (addendum §8): a retry with the same key and request
+	// within 24 h returns the first answer, key included, and creates nothing.
 	CreateApiKey(context.Context, *CreateApiKeyRequest) (*CreateApiKeyResponse, error)
 	// GET /v1/api-keys: oldest first; never the key itself.
 	ListApiKeys(context.Context, *ListApiKeysRequest) (*ListApiKeysResponse, error)

@@ -65,7 +65,9 @@ type LeasesServiceClient interface {
 	// The seats of a license with their lease ends and bound components (the console's
 	// license page). No REST route.
 	ListSeatLeases(ctx context.Context, in *ListSeatLeasesRequest, opts ...grpc.CallOption) (*ListSeatLeasesResponse, error)
-	// A new key signs from now on; the one before verifies until retire_at.
+	// A new key signs from now on; the one before verifies until retire_at. Honors the
+	// Idempotency-Key metadata (addendum §8): a retry with the same key and request within
+	// 24 h returns the first answer and rotates nothing.
 	RotateLeaseKeys(ctx context.Context, in *RotateLeaseKeysRequest, opts ...grpc.CallOption) (*RotateLeaseKeysResponse, error)
 }
 
@@ -193,7 +195,9 @@ type LeasesServiceServer interface {
 	// The seats of a license with their lease ends and bound components (the console's
 	// license page). No REST route.
 	ListSeatLeases(context.Context, *ListSeatLeasesRequest) (*ListSeatLeasesResponse, error)
-	// A new key signs from now on; the one before verifies until retire_at.
+	// A new key signs from now on; the one before verifies until retire_at. Honors the
+	// Idempotency-Key metadata (addendum §8): a retry with the same key and request within
+	// 24 h returns the first answer and rotates nothing.
 	RotateLeaseKeys(context.Context, *RotateLeaseKeysRequest) (*RotateLeaseKeysResponse, error)
 	mustEmbedUnimplementedLeasesServiceServer()
 }

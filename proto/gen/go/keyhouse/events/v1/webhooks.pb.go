@@ -1368,10 +1368,9 @@ const file_keyhouse_events_v1_webhooks_proto_rawDesc = "" +
 	"\x1bListEventDeliveriesResponse\x12C\n" +
 	"\n" +
 	"deliveries\x18\x01 \x03(\v2#.keyhouse.events.v1.WebhookDeliveryR\n" +
-	"deliveries2\xd9\v\n" +
-	"\x17WebhookEndpointsService\x12\x88\x01\n" +
-	"\x15CreateWebhookEndpoint\x120.keyhouse.events.v1.CreateWebhookEndpointRequest\x1a1.keyhouse.events.v1.CreateWebhookEndpointResponse\"\n" +
-	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x12\x89\x01\n" +
+	"deliveries2\xbd\f\n" +
+	"\x17WebhookEndpointsService\x12\xec\x01\n" +
+	"\x15CreateWebhookEndpoint\x120.keyhouse.events.v1.CreateWebhookEndpointRequest\x1a1.keyhouse.events.v1.CreateWebhookEndpointResponse\"n\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x90\x83\x19\x01\x9a\x83\x19\\\b\x99\x03\x12WIdempotency-Key's first answer can no longer be shown: send the request with a new key.\x12\x89\x01\n" +
 	"\x14ListWebhookEndpoints\x12/.keyhouse.events.v1.ListWebhookEndpointsRequest\x1a0.keyhouse.events.v1.ListWebhookEndpointsResponse\"\x0e\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\xa0\x82\x19\x01\x12\xac\x01\n" +
 	"\x15UpdateWebhookEndpoint\x120.keyhouse.events.v1.UpdateWebhookEndpointRequest\x1a1.keyhouse.events.v1.UpdateWebhookEndpointResponse\".\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x9a\x83\x19 \b\x94\x03\x12\x1bWebhook endpoint not found.\x12\xb8\x01\n" +
 	"\x19RollWebhookEndpointSecret\x124.keyhouse.events.v1.RollWebhookEndpointSecretRequest\x1a5.keyhouse.events.v1.RollWebhookEndpointSecretResponse\".\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x9a\x83\x19 \b\x94\x03\x12\x1bWebhook endpoint not found.\x12\xa6\x01\n" +

@@ -41,7 +41,9 @@ const (
 // not found. Response fields are declared in the order the gateway prints them.
 type WebhookEndpointsServiceClient interface {
 	// POST /v1/webhook-endpoints: at most 16 per tenant. The answer carries the secret,
-	// the only time it is shown.
+	// the only time it is shown. Honors the Idempotency-Key metadata (addendum §8): a
+	// retry with the same key and request within 24 h returns the first answer, secret
+	// included, and creates nothing.
 	CreateWebhookEndpoint(ctx context.Context, in *CreateWebhookEndpointRequest, opts ...grpc.CallOption) (*CreateWebhookEndpointResponse, error)
 	ListWebhookEndpoints(ctx context.Context, in *ListWebhookEndpointsRequest, opts ...grpc.CallOption) (*ListWebhookEndpointsResponse, error)
 	// POST /v1/webhook-endpoints/{id}/update: any of url, events, description, enabled.
@@ -168,7 +170,9 @@ func (c *webhookEndpointsServiceClient) ListEventDeliveries(ctx context.Context,
 // not found. Response fields are declared in the order the gateway prints them.
 type WebhookEndpointsServiceServer interface {
 	// POST /v1/webhook-endpoints: at most 16 per tenant. The answer carries the secret,
-	// the only time it is shown.
+	// the only time it is shown. Honors the Idempotency-Key metadata (addendum §8): a
+	// retry with the same key and request within 24 h returns the first answer, secret
+	// included, and creates nothing.
 	CreateWebhookEndpoint(context.Context, *CreateWebhookEndpointRequest) (*CreateWebhookEndpointResponse, error)
 	ListWebhookEndpoints(context.Context, *ListWebhookEndpointsRequest) (*ListWebhookEndpointsResponse, error)
 	// POST /v1/webhook-endpoints/{id}/update: any of url, events, description, enabled.

@@ -42,7 +42,9 @@ const (
 // deliveries the callback recorded. Response fields are declared in the order the
 // gateway prints them.
 type StorefrontServiceClient interface {
-	// Connects a provider: a new webhook in state "pending" with its callback URL.
+	// Connects a provider: a new webhook in state "pending" with its callback URL. Honors
+	// the Idempotency-Key metadata (addendum §8): a retry with the same key and request
+	// within 24 h returns the first answer and connects nothing.
 	ConnectWebhook(ctx context.Context, in *ConnectWebhookRequest, opts ...grpc.CallOption) (*ConnectWebhookResponse, error)
 	ListWebhooks(ctx context.Context, in *ListWebhooksRequest, opts ...grpc.CallOption) (*ListWebhooksResponse, error)
 	// Saves the provider's signing secret (stored sealed, never returned): pending → active.
@@ -192,7 +194,9 @@ func (c *storefrontServiceClient) ReceiveEvent(ctx context.Context, in *ReceiveE
 // deliveries the callback recorded. Response fields are declared in the order the
 // gateway prints them.
 type StorefrontServiceServer interface {
-	// Connects a provider: a new webhook in state "pending" with its callback URL.
+	// Connects a provider: a new webhook in state "pending" with its callback URL. Honors
+	// the Idempotency-Key metadata (addendum §8): a retry with the same key and request
+	// within 24 h returns the first answer and connects nothing.
 	ConnectWebhook(context.Context, *ConnectWebhookRequest) (*ConnectWebhookResponse, error)
 	ListWebhooks(context.Context, *ListWebhooksRequest) (*ListWebhooksResponse, error)
 	// Saves the provider's signing secret (stored sealed, never returned): pending → active.
