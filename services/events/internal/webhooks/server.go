@@ -34,6 +34,7 @@ var (
 	errEventNotFound    = apierr.NotFound("Event not found")
 	errEndpointLimit    = apierr.Invalid("Webhook endpoint limit reached (%d)", MaxEndpoints)
 	errEndpointDisabled = apierr.Invalid("Webhook endpoint is disabled")
+	errOldSecretLimit   = apierr.Invalid("Too many old secrets still signing (at most %d): roll with expire_old_after_seconds 0, or after one expires", MaxOldSecrets)
 )
 
 // Server is WebhookEndpointsService.
@@ -200,6 +201,9 @@ func (s *Server) RollWebhookEndpointSecret(ctx context.Context, req *eventsv1.Ro
 	ep, err := s.Store.RollSecret(ctx, tenant, req.GetId(), sealed, now, now.Add(time.Duration(overlap)*time.Second))
 	if errors.Is(err, ErrNotFound) {
 		return nil, errEndpointNotFound
+	}
+	if errors.Is(err, ErrOldSecretLimit) {
+		return nil, errOldSecretLimit
 	}
 	if err != nil {
 		return nil, err
