@@ -114,3 +114,29 @@ func TestWebhookRollSecretLimitAcrossReplicas(t *testing.T) {
 	}
 	newClient(t, second, s.AdminKey).Post("/v1/webhook-endpoints/"+id+"/roll-secret", map[string]any{"expire_old_after_seconds": 0}).Expect(t, 200)
 }
+
+// A ping goes to its endpoint only and is in no log: redeliver, for logged events, answers
+// it as GET /v1/events/{id} does (404 Event not found), to another endpoint or its own,
+// and queues nothing.
+func TestWebhookPingIsNotRedelivered(t *testing.T) {
+	t.Parallel()
+	s := selfHosted(t)
+	c := admin(t, s)
+	rc := newWebhookReceiver(t)
+	a := c.Post("/v1/webhook-endpoints", map[string]any{"url": rc.URL + "/a", "events": []string{"release.unpublished"}}).Expect(t, 200).JSON(t)["id"].(string)
+	b := c.Post("/v1/webhook-endpoints", map[string]any{"url": rc.URL + "/b", "events": []string{"license.revoked"}}).Expect(t, 200).JSON(t)["id"].(string)
+	t.Cleanup(func() {
+		c.Delete("/v1/webhook-endpoints/"+a, nil)
+		c.Delete("/v1/webhook-endpoints/"+b, nil)
+	})
+	pingID := c.Post("/v1/webhook-endpoints/"+a+"/ping", nil).Expect(t, 200).JSON(t)["event_id"].(string)
+	c.Get("/v1/events/"+pingID).ExpectError(t, 404, "Event not found")
+	c.Post("/v1/events/"+pingID+"/redeliver", map[string]any{"endpoint_id": b}).ExpectError(t, 404, "Event not found")
+	c.Post("/v1/events/"+pingID+"/redeliver", map[string]any{"endpoint_id": a}).ExpectError(t, 404, "Event not found")
+	// A redelivery is queued before redeliver answers: none is listed, none will be sent.
+	c.Get("/v1/webhook-endpoints/"+b+"/deliveries").ExpectBody(t, `{"deliveries":[],"has_more":false}`)
+	ds := c.Get("/v1/webhook-endpoints/"+a+"/deliveries").Expect(t, 200).JSON(t)["deliveries"].([]any)
+	if len(ds) != 1 || ds[0].(map[string]any)["event_id"] != pingID {
+		t.Fatalf("endpoint a's deliveries %v: want the ping's only", ds)
+	}
+}
