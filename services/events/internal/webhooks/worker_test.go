@@ -449,11 +449,8 @@ func TestRollSecretKeepsEverySecretUntilItsOwnEnd(t *testing.T) {
 	s := f.server(true)
 	r := newRecorder(t)
 	ctx := tenantCtx("t1")
-	created, err := s.CreateWebhookEndpoint(ctx, &eventsv1.CreateWebhookEndpointRequest{Url: r.URL, Events: []string{"*"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	id, s0 := created.GetEndpoint().GetId(), created.GetEndpoint().GetSecret()
+	ep, s0 := f.endpoint("t1", r.URL)
+	id := ep.ID
 	roll := func(overlap *int64) string {
 		t.Helper()
 		req := &eventsv1.RollWebhookEndpointSecretRequest{Id: id}
@@ -515,13 +512,10 @@ func TestRollSecretOldSecretLimitUnderConcurrentRolls(t *testing.T) {
 	s := f.server(true)
 	r := newRecorder(t)
 	ctx := tenantCtx("t1")
-	created, err := s.CreateWebhookEndpoint(ctx, &eventsv1.CreateWebhookEndpointRequest{Url: r.URL, Events: []string{"*"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	id := created.GetEndpoint().GetId()
+	ep, s0 := f.endpoint("t1", r.URL)
+	id := ep.ID
 	var mu sync.Mutex
-	secrets := []string{created.GetEndpoint().GetSecret()}
+	secrets := []string{s0}
 	var refused atomic.Int32
 	var wg sync.WaitGroup
 	for range 3 * MaxOldSecrets {
