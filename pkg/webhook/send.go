@@ -77,8 +77,8 @@ type Delivery struct {
 	URL     string
 	EventID string
 	Body    []byte
-	// Secrets sign the body, one v1 each (the current secret, and the old one while a
-	// roll overlaps).
+	// Secrets sign the body, one v1 each (the current secret, and each old one whose
+	// roll's overlap runs).
 	Secrets [][]byte
 }
 

@@ -140,10 +140,10 @@ func TestLeaseIsASignedStatementOfTheSeat(t *testing.T) {
 	if body["expires_at"] != expires.Format(time.RFC3339) {
 		t.Errorf("expires_at %v, want %s", body["expires_at"], expires.Format(time.RFC3339))
 	}
-	// renew_after is the policy's hour after iat, never past exp: the license's expiry,
-	// truncated to the second before the lease was asked for, is under an hour from iat
-	// whenever the second turned in between (a slow machine).
-	if cl["renew_after"] != min(cl["iat"].(float64)+3600, cl["exp"].(float64)) || cl["sub"] != key || cl["aud"] != p || cl["instance_id"] != "laptop" ||
+	// The license's expiry cut the day-long lease to an hour: renew_after keeps the
+	// policy's share of it (3600 of 86400 s), in whole seconds, well before exp.
+	iat, exp := int64(cl["iat"].(float64)), int64(cl["exp"].(float64))
+	if cl["renew_after"] != float64(iat+(exp-iat)*3600/86400) || cl["sub"] != key || cl["aud"] != p || cl["instance_id"] != "laptop" ||
 		cl["tier"] != "pro" || cl["status"] != "active" || cl["floating"] != false || cl["components"] != nil ||
 		cl["nonce"] != "n-1" || cl["iss"] != s.Env("PUBLIC_BASE_URL") && cl["iss"] != "http://localhost:8080" {
 		t.Errorf("claims %s", claims)
@@ -170,6 +170,37 @@ func TestLeaseIsASignedStatementOfTheSeat(t *testing.T) {
 	}
 	if _, _, err := verifyLease(body["lease"].(string), leaseKeys(t, c, "")); err != nil {
 		t.Errorf("the first lease no longer verifies: %v", err)
+	}
+}
+
+// A license that ends before the default 7-day lease would: the lease ends with the
+// license, and renew_after is half of it (the default policy's share), before exp, so the
+// app renews ahead and sees an extension of its license while its lease still runs.
+func TestLeaseCutByTheLicenseIsRenewedAhead(t *testing.T) {
+	t.Parallel()
+	s := selfHosted(t)
+	a, c := admin(t, s), anon(t, s)
+	expires := time.Now().Add(48 * time.Hour).UTC().Truncate(time.Second)
+	key := issueLicense(t, a, lic(product("lease-cut"), "expires_at", expires.Format(time.RFC3339)))
+	tok := seat(t, c, key, "laptop")
+	body := lease(c, map[string]any{"key": key, "token": tok}).Expect(t, 200).JSON(t)
+	_, claims, err := verifyLease(body["lease"].(string), leaseKeys(t, c, ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cl struct {
+		Iat        int64 `json:"iat"`
+		Exp        int64 `json:"exp"`
+		RenewAfter int64 `json:"renew_after"`
+	}
+	if err := json.Unmarshal(claims, &cl); err != nil {
+		t.Fatal(err)
+	}
+	if cl.Exp != expires.Unix() || cl.RenewAfter != cl.Iat+(cl.Exp-cl.Iat)/2 || cl.RenewAfter >= cl.Exp {
+		t.Fatalf("iat %d, exp %d, renew_after %d: want exp at the license's expiry %d and renew_after half way", cl.Iat, cl.Exp, cl.RenewAfter, expires.Unix())
+	}
+	if body["renew_after"] != time.Unix(cl.RenewAfter, 0).UTC().Format(time.RFC3339) {
+		t.Errorf("the answer's renew_after %v, the claim's %d", body["renew_after"], cl.RenewAfter)
 	}
 }
 

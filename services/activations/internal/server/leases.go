@@ -437,12 +437,10 @@ func (x *Leases) planLease(ctx context.Context, l *licensingv1.License, req *act
 	p := leasePlan{l: l, req: req, tenant: l.GetTenantId(), key: basis.Key, policy: effectivePolicy(basis.Policy)}
 	p.iat = now.Truncate(time.Second)
 	p.exp = p.iat.Add(p.policy.LeaseTTL)
+	p.renewAfter = p.iat.Add(p.policy.RenewAfter)
 	if e := l.GetExpiresAt(); e != nil && e.AsTime().Before(p.exp) {
 		p.exp = e.AsTime().Truncate(time.Second)
-	}
-	p.renewAfter = p.iat.Add(p.policy.RenewAfter)
-	if p.renewAfter.After(p.exp) {
-		p.renewAfter = p.exp
+		p.renewAfter = p.iat.Add(shortenedRenewAfter(p.exp.Sub(p.iat), p.policy))
 	}
 	var err error
 	p.seat, p.renewal, p.newToken, err = x.leaseSeat(ctx, p.tenant, l.GetKey(), tokenHash, basis.Seat, req, p.policy)
@@ -456,6 +454,19 @@ func (x *Leases) planLease(ctx context.Context, l *licensingv1.License, req *act
 		p.renewal.ProductID = l.GetProductId()
 	}
 	return p, nil
+}
+
+// shortenedRenewAfter is when, after iat, a lease that the license's expiry cut to life
+// is to be renewed: the policy's share of its lease_ttl (renew_after_seconds of
+// lease_ttl_seconds, half by default) of life, in whole seconds. The policy's
+// renew_after_seconds itself would fall at or past the shorter lease's exp, and an app
+// would then never renew ahead, nor learn of its license's extension while its lease ran.
+func shortenedRenewAfter(life time.Duration, policy store.Policy) time.Duration {
+	lifeSeconds, ttlSeconds := int64(life/time.Second), int64(policy.LeaseTTL/time.Second)
+	if ttlSeconds <= 0 {
+		return 0
+	}
+	return time.Duration(lifeSeconds*int64(policy.RenewAfter/time.Second)/ttlSeconds) * time.Second
 }
 
 // signPlan signs a planned lease whose write (if any) was applied.

@@ -24,7 +24,9 @@ type Due struct {
 	CreatedAt  time.Time
 	URL        string
 	Secret     []byte // sealed
-	OldSecret  []byte // sealed; nil when no roll overlaps
+	// OldSecrets are the superseded secrets still signing (sealed), each until the end
+	// its roll promised; none when no roll overlaps.
+	OldSecrets [][]byte
 	// At is the delivery's place in its endpoint's due order when it was claimed: the
 	// lane's cursor (ClaimNext).
 	At Cursor
@@ -45,13 +47,20 @@ type Cursor struct {
 }
 
 // dueColumns is what a claim returns of a delivery (d) and its endpoint (e), $1 being the
-// claim's now; scanDue reads it.
+// claim's now; scanDue reads it. The old secrets still signing are the endpoint's rows of
+// webhook_endpoint_old_secrets and its old_secret, which a roll by a process of the
+// release before writes (RollSecret); UNION drops the one both hold.
 const dueColumns = `d.tenant_id, d.id, d.endpoint_id, d.event_id, d.body, d.created_at, e.url, e.secret,
-	CASE WHEN e.old_secret_expires_at > $1 THEN e.old_secret END, d.next_attempt_at, d.seq, d.ctid,
+	ARRAY(SELECT s.secret FROM (
+		SELECT o.secret, o.expires_at FROM webhook_endpoint_old_secrets o
+		WHERE o.tenant_id = e.tenant_id AND o.endpoint_id = e.id AND o.expires_at > $1
+		UNION
+		SELECT e.old_secret, e.old_secret_expires_at WHERE e.old_secret_expires_at > $1
+	) s ORDER BY s.expires_at DESC), d.next_attempt_at, d.seq, d.ctid,
 	jsonb_array_length(d.attempts)`
 
 func scanDue(row pgx.Row, d *Due) error {
-	return row.Scan(&d.TenantID, &d.ID, &d.EndpointID, &d.EventID, &d.Body, &d.CreatedAt, &d.URL, &d.Secret, &d.OldSecret, &d.At.DueAt, &d.At.Seq, &d.Version, &d.Tries)
+	return row.Scan(&d.TenantID, &d.ID, &d.EndpointID, &d.EventID, &d.Body, &d.CreatedAt, &d.URL, &d.Secret, &d.OldSecrets, &d.At.DueAt, &d.At.Seq, &d.Version, &d.Tries)
 }
 
 // A pending delivery is due when its next attempt's time has come and no claim's lease

@@ -36,6 +36,7 @@ var (
 	errEventNotFound    = apierr.NotFound("Event not found")
 	errEndpointLimit    = apierr.Invalid("Webhook endpoint limit reached (%d)", MaxEndpoints)
 	errEndpointDisabled = apierr.Invalid("Webhook endpoint is disabled")
+	errOldSecretLimit   = apierr.Invalid("Too many old secrets still signing (at most %d): roll with expire_old_after_seconds 0, or after one expires", MaxOldSecrets)
 )
 
 // Server is WebhookEndpointsService.
@@ -215,6 +216,9 @@ func (s *Server) RollWebhookEndpointSecret(ctx context.Context, req *eventsv1.Ro
 	if errors.Is(err, ErrNotFound) {
 		return nil, errEndpointNotFound
 	}
+	if errors.Is(err, ErrOldSecretLimit) {
+		return nil, errOldSecretLimit
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -363,16 +367,13 @@ func (s *Server) ListEventDeliveries(ctx context.Context, req *eventsv1.ListEven
 	return out, nil
 }
 
-// LoggedEvent returns the type and exact body of an event of the tenant: from the log, or
-// from one of its deliveries (a ping is in no log).
+// LoggedEvent returns the type and exact body of an event of the tenant's log: the event
+// GET /v1/events/{id} finds, or ErrNotFound. A ping is in no log, so it is not found:
+// it goes to the one endpoint it was sent to, and redeliver sends only logged events.
 func (s *Store) LoggedEvent(ctx context.Context, tenant, id string) (string, []byte, error) {
 	var typ string
 	var body []byte
-	err := s.db.QueryRow(ctx, `
-		SELECT type, body FROM events WHERE tenant_id = $1 AND id = $2
-		UNION ALL
-		(SELECT event_type, body FROM webhook_deliveries WHERE tenant_id = $1 AND event_id = $2 LIMIT 1)
-		LIMIT 1`, tenant, id).Scan(&typ, &body)
+	err := s.db.QueryRow(ctx, `SELECT type, body FROM events WHERE tenant_id = $1 AND id = $2`, tenant, id).Scan(&typ, &body)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return "", nil, ErrNotFound
 	}

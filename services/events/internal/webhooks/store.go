@@ -23,6 +23,8 @@ const MaxEndpoints = 16
 var (
 	ErrNotFound      = errors.New("not found")
 	ErrEndpointLimit = errors.New("endpoint limit reached")
+	// ErrOldSecretLimit: a roll would leave more than MaxOldSecrets old secrets signing.
+	ErrOldSecretLimit = errors.New("old secret limit reached")
 )
 
 // Endpoint is a tenant's webhook endpoint as the API shows it (the secrets are never in
@@ -202,18 +204,75 @@ func (s *Store) UpdateEndpoint(ctx context.Context, tenant, id string, u Endpoin
 		tenant, id, u.URL, u.Events, u.Description != nil, u.Description, u.Enabled))
 }
 
+// MaxOldSecrets is how many superseded secrets of one endpoint may still be signing at
+// once (each until the end its roll promised), besides the current one: a delivery
+// carries at most MaxOldSecrets+1 signatures.
+const MaxOldSecrets = 4
+
 // RollSecret makes sealed the endpoint's secret. The current one keeps signing until
-// oldExpires (none when oldExpires is not after now).
+// oldExpires (none when oldExpires is not after now), and every secret an earlier roll
+// kept keeps signing until its own end. ErrOldSecretLimit when keeping the current one
+// would make more than MaxOldSecrets old secrets sign; a roll that keeps none is never
+// refused, so a secret can always be replaced at once.
+//
+// The endpoint's old_secret columns, all a process of the release before reads, get the
+// newest superseded secret still signing, so such a process signs with it during a
+// rolling upgrade; a secret one of them left there (a roll it made) is taken into
+// webhook_endpoint_old_secrets first, to keep its end too.
 func (s *Store) RollSecret(ctx context.Context, tenant, id string, sealed []byte, now, oldExpires time.Time) (*Endpoint, error) {
-	keepOld := oldExpires.After(now)
-	return scanEndpoint(s.db.QueryRow(ctx, `
-		UPDATE webhook_endpoints SET
-			old_secret = CASE WHEN $4 THEN secret END,
-			old_secret_expires_at = CASE WHEN $4 THEN $5::timestamptz END,
-			secret = $3
-		WHERE tenant_id = $1 AND id = $2
-		RETURNING `+endpointColumns,
-		tenant, id, sealed, keepOld, oldExpires))
+	var ep *Endpoint
+	err := pgxx.InTx(ctx, s.db, func(tx pgx.Tx) error {
+		// The endpoint's row lock serializes its rolls, so concurrent ones cannot pass
+		// the limit together.
+		var exists bool
+		err := tx.QueryRow(ctx, `SELECT true FROM webhook_endpoints WHERE tenant_id = $1 AND id = $2 FOR UPDATE`, tenant, id).Scan(&exists)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return ErrNotFound
+		}
+		if err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `
+			INSERT INTO webhook_endpoint_old_secrets (tenant_id, endpoint_id, secret, superseded_at, expires_at)
+			SELECT tenant_id, id, old_secret, $3, old_secret_expires_at FROM webhook_endpoints e
+			WHERE tenant_id = $1 AND id = $2 AND old_secret_expires_at > $3 AND NOT EXISTS (
+				SELECT FROM webhook_endpoint_old_secrets o
+				WHERE o.tenant_id = e.tenant_id AND o.endpoint_id = e.id AND o.secret = e.old_secret)`,
+			tenant, id, now); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `DELETE FROM webhook_endpoint_old_secrets WHERE tenant_id = $1 AND endpoint_id = $2 AND expires_at <= $3`, tenant, id, now); err != nil {
+			return err
+		}
+		if oldExpires.After(now) {
+			var live int
+			if err := tx.QueryRow(ctx, `SELECT count(*) FROM webhook_endpoint_old_secrets WHERE tenant_id = $1 AND endpoint_id = $2`, tenant, id).Scan(&live); err != nil {
+				return err
+			}
+			if live >= MaxOldSecrets {
+				return ErrOldSecretLimit
+			}
+			if _, err := tx.Exec(ctx, `
+				INSERT INTO webhook_endpoint_old_secrets (tenant_id, endpoint_id, secret, superseded_at, expires_at)
+				SELECT tenant_id, id, secret, $3, $4 FROM webhook_endpoints WHERE tenant_id = $1 AND id = $2`,
+				tenant, id, now, oldExpires); err != nil {
+				return err
+			}
+		}
+		// No row left: the sub-select sets both columns to NULL.
+		ep, err = scanEndpoint(tx.QueryRow(ctx, `
+			UPDATE webhook_endpoints SET
+				secret = $3,
+				(old_secret, old_secret_expires_at) = (
+					SELECT o.secret, o.expires_at FROM webhook_endpoint_old_secrets o
+					WHERE o.tenant_id = $1 AND o.endpoint_id = $2
+					ORDER BY o.superseded_at DESC, o.expires_at DESC LIMIT 1)
+			WHERE tenant_id = $1 AND id = $2
+			RETURNING `+endpointColumns,
+			tenant, id, sealed))
+		return err
+	})
+	return ep, err
 }
 
 // DeleteEndpoint removes an endpoint and its deliveries.

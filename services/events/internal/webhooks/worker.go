@@ -300,8 +300,9 @@ func (w *Worker) attempt(ctx context.Context, d Due, after Cursor) (next Due, ok
 	return Due{}, false
 }
 
-// openSecrets returns the secrets to sign with: the current one, and the old one while a
-// roll overlaps.
+// openSecrets returns the secrets to sign with: the current one, and each old one whose
+// roll's overlap runs. An old secret that does not open (sealed under a keyring since
+// replaced) is left out rather than holding the delivery back.
 func (w *Worker) openSecrets(ctx context.Context, d Due) ([][]byte, error) {
 	k, err := w.Keys.Keyring(ctx)
 	if err != nil {
@@ -312,8 +313,8 @@ func (w *Worker) openSecrets(ctx context.Context, d Due) ([][]byte, error) {
 		return nil, err
 	}
 	out := [][]byte{cur}
-	if d.OldSecret != nil {
-		if old, err := seal.Open(k, seal.PurposeEndpointSecret, d.OldSecret); err == nil {
+	for _, sealed := range d.OldSecrets {
+		if old, err := seal.Open(k, seal.PurposeEndpointSecret, sealed); err == nil {
 			out = append(out, old)
 		}
 	}

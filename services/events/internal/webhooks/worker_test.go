@@ -15,6 +15,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/keyhouse/keyhouse/devinfra/testkit"
 	"github.com/keyhouse/keyhouse/pkg/events"
@@ -457,6 +460,183 @@ func TestRollSecretOverlap(t *testing.T) {
 	}
 	if verify(1, newSecret) != nil || !errors.Is(verify(1, oldSecret), webhook.ErrNoSignature) {
 		t.Fatal("after the overlap only the new secret verifies")
+	}
+}
+
+// signers reports, for each secret, whether the i-th delivery r received verifies with
+// it, and how many v1 signatures it carries.
+func (r *recorder) signers(i int, secrets ...string) ([]bool, int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	header := r.got[i].Header.Get("Keyhouse-Signature")
+	out := make([]bool, len(secrets))
+	for j, secret := range secrets {
+		out[j] = webhook.Verify(header, r.bodies[i], []byte(secret), anyAge, time.Now()) == nil
+	}
+	return out, strings.Count(header, "v1=")
+}
+
+// A second roll within the first one's overlap keeps the first one's secret signing until
+// the end the first roll promised: each secret a roll kept signs until its own end, and a
+// roll that keeps none (0) ends only the secret it replaces.
+func TestRollSecretKeepsEverySecretUntilItsOwnEnd(t *testing.T) {
+	f := newFixture(t)
+	s := f.server(true)
+	r := newRecorder(t)
+	ctx := tenantCtx("t1")
+	ep, s0 := f.endpoint("t1", r.URL)
+	id := ep.ID
+	roll := func(overlap *int64) string {
+		t.Helper()
+		req := &eventsv1.RollWebhookEndpointSecretRequest{Id: id}
+		if overlap != nil {
+			req.ExpireOldAfterSeconds = wrapperspb.Int64(*overlap)
+		}
+		out, err := s.RollWebhookEndpointSecret(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out.GetEndpoint().GetSecret()
+	}
+	hour, none := int64(3600), int64(0)
+	s1 := roll(nil) // s0 signs for the default day
+	f.clock.Add(time.Minute)
+	s2 := roll(&hour) // s1 signs for an hour
+	deliver := func(n int) {
+		t.Helper()
+		f.event("t1", fmt.Sprintf("evt_%d", n), "license.issued")
+		f.worker.RunOnce(context.Background())
+		if r.count() != n {
+			t.Fatalf("received %d, want %d", r.count(), n)
+		}
+	}
+	want := func(i int, secrets []string, signs []bool) {
+		t.Helper()
+		got, v1s := r.signers(i, secrets...)
+		wantV1s := 0
+		for j := range got {
+			if signs[j] {
+				wantV1s++
+			}
+			if got[j] != signs[j] {
+				t.Errorf("delivery %d: secret %d signs %v, want %v", i, j, got[j], signs[j])
+			}
+		}
+		if v1s != wantV1s {
+			t.Errorf("delivery %d carries %d v1, want %d", i, v1s, wantV1s)
+		}
+	}
+	deliver(1)
+	want(0, []string{s0, s1, s2}, []bool{true, true, true})
+	f.clock.Add(time.Hour) // s1's hour is over, s0's day is not
+	deliver(2)
+	want(1, []string{s0, s1, s2}, []bool{true, false, true})
+	s3 := roll(&none) // s2 ends at once; s0 keeps its day
+	deliver(3)
+	want(2, []string{s0, s1, s2, s3}, []bool{true, false, false, true})
+	f.clock.Add(23 * time.Hour) // s0's day is over
+	deliver(4)
+	want(3, []string{s0, s3}, []bool{false, true})
+}
+
+// At most MaxOldSecrets old secrets sign at once, however many rolls race (the endpoint's
+// row serializes them); past it a roll that would keep one more is a 400 naming the
+// field, and changes nothing, while a roll that keeps none is never refused.
+func TestRollSecretOldSecretLimitUnderConcurrentRolls(t *testing.T) {
+	f := newFixture(t)
+	s := f.server(true)
+	r := newRecorder(t)
+	ctx := tenantCtx("t1")
+	ep, s0 := f.endpoint("t1", r.URL)
+	id := ep.ID
+	var mu sync.Mutex
+	secrets := []string{s0}
+	var refused atomic.Int32
+	var wg sync.WaitGroup
+	for range 3 * MaxOldSecrets {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out, err := s.RollWebhookEndpointSecret(ctx, &eventsv1.RollWebhookEndpointSecretRequest{Id: id})
+			if err != nil {
+				st, _ := status.FromError(err)
+				if st.Code() != codes.InvalidArgument || st.Message() != "Too many old secrets still signing (at most 4): roll with expire_old_after_seconds 0, or after one expires" {
+					t.Errorf("refused with %v", err)
+				}
+				refused.Add(1)
+				return
+			}
+			mu.Lock()
+			secrets = append(secrets, out.GetEndpoint().GetSecret())
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	if len(secrets) != MaxOldSecrets+1 || int(refused.Load()) != 2*MaxOldSecrets {
+		t.Fatalf("%d rolls kept a secret, %d refused; want %d and %d", len(secrets)-1, refused.Load(), MaxOldSecrets, 2*MaxOldSecrets)
+	}
+	f.event("t1", "evt_1", "license.issued")
+	f.worker.RunOnce(context.Background())
+	if r.count() != 1 {
+		t.Fatalf("received %d", r.count())
+	}
+	signs, v1s := r.signers(0, secrets...)
+	for i, ok := range signs {
+		if !ok {
+			t.Errorf("secret %d does not sign", i)
+		}
+	}
+	if v1s != MaxOldSecrets+1 {
+		t.Errorf("%d v1, want %d", v1s, MaxOldSecrets+1)
+	}
+	if _, err := s.RollWebhookEndpointSecret(ctx, &eventsv1.RollWebhookEndpointSecretRequest{Id: id, ExpireOldAfterSeconds: wrapperspb.Int64(0)}); err != nil {
+		t.Fatalf("a roll keeping no secret was refused: %v", err)
+	}
+}
+
+// A process of the release before reads only old_secret: a roll writes there the secret
+// it superseded, and the old secret such a process's roll left there signs too.
+func TestRollSecretKeepsTheReleaseBeforeSigning(t *testing.T) {
+	f := newFixture(t)
+	r := newRecorder(t)
+	ep, s0 := f.endpoint("t1", r.URL)
+	s1 := NewSecret()
+	sealed1, _ := seal.Seal(f.keys.k, seal.PurposeEndpointSecret, []byte(s1))
+	if _, err := f.store.RollSecret(context.Background(), "t1", ep.ID, sealed1, f.clock.Now(), f.clock.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	var legacy []byte
+	if err := f.store.db.QueryRow(context.Background(), `SELECT old_secret FROM webhook_endpoints WHERE id = $1`, ep.ID).Scan(&legacy); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := seal.Open(f.keys.k, seal.PurposeEndpointSecret, legacy); err != nil || string(got) != s0 {
+		t.Fatalf("old_secret is not the superseded secret: %v", err)
+	}
+	// The release before's roll, verbatim: s1 becomes old_secret, s2 the secret.
+	s2 := NewSecret()
+	sealed2, _ := seal.Seal(f.keys.k, seal.PurposeEndpointSecret, []byte(s2))
+	if _, err := f.store.db.Exec(context.Background(), `
+		UPDATE webhook_endpoints SET old_secret = secret, old_secret_expires_at = $3, secret = $2 WHERE id = $1`,
+		ep.ID, sealed2, f.clock.Now().Add(2*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	f.event("t1", "evt_1", "license.issued")
+	f.worker.RunOnce(context.Background())
+	if signs, v1s := r.signers(0, s0, s1, s2); !signs[0] || !signs[1] || !signs[2] || v1s != 3 {
+		t.Fatalf("signers %v, %d v1", signs, v1s)
+	}
+	// This release's next roll, keeping none, ends s2 and keeps s1 to the end the release
+	// before's roll promised it (s0's hour runs out first).
+	s3 := NewSecret()
+	sealed3, _ := seal.Seal(f.keys.k, seal.PurposeEndpointSecret, []byte(s3))
+	if _, err := f.store.RollSecret(context.Background(), "t1", ep.ID, sealed3, f.clock.Now(), f.clock.Now()); err != nil {
+		t.Fatal(err)
+	}
+	f.clock.Add(90 * time.Minute)
+	f.event("t1", "evt_2", "license.issued")
+	f.worker.RunOnce(context.Background())
+	if signs, v1s := r.signers(1, s0, s1, s2, s3); signs[0] || !signs[1] || signs[2] || !signs[3] || v1s != 2 {
+		t.Fatalf("after the roll: signers %v, %d v1", signs, v1s)
 	}
 }
 

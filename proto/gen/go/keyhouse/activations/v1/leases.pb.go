@@ -472,7 +472,7 @@ func (x *DeleteLeasePolicyResponse) GetDeleted() bool {
 type CreateLeaseRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Key   string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
-	// The seat's activation token.
+	// The seat's activation token (or, for a bound seat, instance_id instead).
 	Token string `protobuf:"bytes,2,opt,name=token,proto3" json:"token,omitempty"`
 	// Instead of token, for a bound seat whose components match: a reinstall on the same
 	// machine, answered with a new token.
@@ -1433,12 +1433,12 @@ const file_keyhouse_activations_v1_leases_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"R\n" +
 	"\x16ListSeatLeasesResponse\x128\n" +
-	"\x05seats\x18\x01 \x03(\v2\".keyhouse.activations.v1.SeatLeaseR\x05seats2\xc0\v\n" +
+	"\x05seats\x18\x01 \x03(\v2\".keyhouse.activations.v1.SeatLeaseR\x05seats2\xb2\r\n" +
 	"\rLeasesService\x12\x98\x01\n" +
 	"\x0ePutLeasePolicy\x12..keyhouse.activations.v1.PutLeasePolicyRequest\x1a/.keyhouse.activations.v1.PutLeasePolicyResponse\"%\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x9a\x83\x19\x17\b\x94\x03\x12\x12Product not found.\x12\xa5\x01\n" +
 	"\x11ListLeasePolicies\x121.keyhouse.activations.v1.ListLeasePoliciesRequest\x1a2.keyhouse.activations.v1.ListLeasePoliciesResponse\")\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\xa0\x82\x19\x01\x9a\x83\x19\x17\b\x94\x03\x12\x12Product not found.\x12\xbb\x01\n" +
-	"\x11DeleteLeasePolicy\x121.keyhouse.activations.v1.DeleteLeasePolicyRequest\x1a2.keyhouse.activations.v1.DeleteLeasePolicyResponse\"?\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x9a\x83\x19\x16\b\x94\x03\x12\x11Policy not found.\x9a\x83\x19\x17\b\x94\x03\x12\x12Product not found.\x12\xae\x03\n" +
-	"\vCreateLease\x12+.keyhouse.activations.v1.CreateLeaseRequest\x1a,.keyhouse.activations.v1.CreateLeaseResponse\"\xc3\x02\x90\x82\x19\x01\x9a\x82\x19\x02\b\x02\x9a\x83\x19M\b\x94\x03\x12HLicense key not found; No activation found for that key and instance_id.\x9a\x83\x19\x9f\x01\b\x93\x03\x12\x99\x01License has expired; License is not active; Invalid activation token; Machine fingerprint does not match; Activation limit exceeded for this license key.\x9a\x83\x19@\b\xf7\x03\x12;The seat was changed by a concurrent request; please retry.\x12}\n" +
+	"\x11DeleteLeasePolicy\x121.keyhouse.activations.v1.DeleteLeasePolicyRequest\x1a2.keyhouse.activations.v1.DeleteLeasePolicyResponse\"?\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x9a\x83\x19\x16\b\x94\x03\x12\x11Policy not found.\x9a\x83\x19\x17\b\x94\x03\x12\x12Product not found.\x12\xa0\x05\n" +
+	"\vCreateLease\x12+.keyhouse.activations.v1.CreateLeaseRequest\x1a,.keyhouse.activations.v1.CreateLeaseResponse\"\xb5\x04\x90\x82\x19\x01\x9a\x82\x19\x02\b\x02\x9a\x83\x19\x84\x01\b\x90\x03\x12\x7fcomponents are required by this product's policy (a policy whose fingerprint_match is not none, or a reinstall by instance_id).\x9a\x83\x19\x1b\b\x94\x03\x12\x16License key not found.\x9a\x83\x19\xba\x02\b\x93\x03\x12\xb4\x02License is not active; License has expired; Invalid activation token (no active seat holds it; for a reinstall by instance_id, no bound seat of that instance_id); Seat lease has expired (the token's floating seat lapsed, for at least 24 h after the lapse: activate again); Machine fingerprint does not match.\x9a\x83\x19@\b\xf7\x03\x12;The seat was changed by a concurrent request; please retry.\x12}\n" +
 	"\x10CreateLeaseBatch\x120.keyhouse.activations.v1.CreateLeaseBatchRequest\x1a1.keyhouse.activations.v1.CreateLeaseBatchResponse\"\x04\x90\x82\x19\x01\x12z\n" +
 	"\rListLeaseKeys\x12-.keyhouse.activations.v1.ListLeaseKeysRequest\x1a..keyhouse.activations.v1.ListLeaseKeysResponse\"\n" +
 	"\x90\x82\x19\x01\x9a\x82\x19\x02\b\x04\x12{\n" +
