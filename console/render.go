@@ -70,6 +70,9 @@ func parseTemplates() (map[string]*template.Template, error) {
 		"fieldArgs": func(v *view, name, label, typ, hint string, required bool) fieldArgs {
 			return fieldArgs{View: v, Name: name, Label: label, Type: typ, Hint: hint, Required: required}
 		},
+		// keypath is a license key as one path segment (/console/licenses/{{keypath .Key}}):
+		// an imported key may hold "/", "?", "#" or "%", which must reach the page as data.
+		"keypath": url.PathEscape,
 	}
 	layout, err := template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/partials.html")
 	if err != nil {

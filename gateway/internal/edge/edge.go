@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -59,7 +60,7 @@ func New(ctx context.Context, opts Options) (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	var h http.Handler = withInputPolicy(mux)
+	var h http.Handler = withInputPolicy(withSegmentPaths(mux))
 	if opts.Pages != nil {
 		root := http.NewServeMux()
 		root.Handle("/console", opts.Pages)
@@ -146,8 +147,16 @@ func registerAll(ctx context.Context, opts Options, marshaler runtime.Marshaler,
 
 // newServeMux is a grpc-gateway mux with the one JSON marshaler, the one error handler
 // and the header rules of the API.
+//
+// Paths are matched as sent, segment by segment (UnescapingModeAllExceptReserved): the
+// path splits at each "/" the client wrote, and a path parameter is its segment
+// unescaped, so an imported key holding "/" (sent as %2F), "?", "#" or "%" is one {key}.
+// grpc-gateway's default (legacy) mode split the unescaped path, which made a key's
+// "/" a segment boundary and such a key unreachable. Literal segments are compared as
+// withSegmentPaths spells them.
 func newServeMux(marshaler runtime.Marshaler) *runtime.ServeMux {
 	return runtime.NewServeMux(
+		runtime.WithUnescapingMode(runtime.UnescapingModeAllExceptReserved),
 		runtime.WithMarshalerOption(runtime.MIMEWildcard, marshaler),
 		runtime.WithErrorHandler(handleError),
 		runtime.WithRoutingErrorHandler(handleRoutingError),
@@ -179,7 +188,7 @@ func serviceMetadata(ctx context.Context, r *http.Request) metadata.MD {
 // method alone: a span leaves the process as a log line does, and a path may hold a
 // license key or a portal token. Route names also keep the span names few.
 func spanName(_ string, r *http.Request) string {
-	if route, ok := openapi.Match(r.Method, r.URL.Path); ok {
+	if route, ok := openapi.Match(r.Method, r.URL.EscapedPath()); ok {
 		return r.Method + " " + route.Path
 	}
 	switch {
@@ -223,6 +232,40 @@ func openAPIDocument(w http.ResponseWriter, _ *http.Request, _ map[string]string
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Content-Length", strconv.Itoa(len(doc)))
 	_, _ = w.Write(doc)
+}
+
+// withSegmentPaths hands the mux a path escaped in one canonical way: each segment (the
+// text between two "/" the client sent) unescaped and escaped again as url.PathEscape
+// does. The mux compares a route's literal segments with the escaped path, so a client
+// that escaped a letter of one (/v1/%61dmin/stats) still reaches the route it reached
+// when the mux split the unescaped path; an escaped "/" stays %2F, one segment's data.
+// A path sent without escapes (RawPath "") is matched as it is.
+func withSegmentPaths(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if raw := r.URL.RawPath; raw != "" {
+			if canonical := canonicalSegments(raw); canonical != raw {
+				u := *r.URL
+				u.RawPath = canonical
+				r = r.WithContext(r.Context())
+				r.URL = &u
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// canonicalSegments is withSegmentPaths' spelling of the escaped path p.
+func canonicalSegments(p string) string {
+	segs := strings.Split(p, "/")
+	for i, s := range segs {
+		if !strings.Contains(s, "%") {
+			continue // url.PathEscape keeps what url.URL keeps unescaped in a path
+		}
+		if u, err := url.PathUnescape(s); err == nil {
+			segs[i] = url.PathEscape(u)
+		}
+	}
+	return strings.Join(segs, "/")
 }
 
 // readRawBody starts a raw-body route the way a generated handler starts: the request is

@@ -2,8 +2,10 @@ package edge
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
@@ -82,9 +84,50 @@ func exportLicenseFile(mux *runtime.ServeMux, client licensingv1.LicensingServic
 			return
 		}
 		w.Header().Set("Content-Type", "application/octet-stream")
-		// The key is Crockford base32 and dashes, safe in a quoted file name.
-		w.Header().Set("Content-Disposition", `attachment; filename="license-`+resp.GetKey()+`.lic"`)
+		w.Header().Set("Content-Disposition", licenseFileDisposition(resp.GetKey()))
 		w.Header().Set("Content-Length", strconv.Itoa(len(resp.GetContent())))
 		_, _ = w.Write(resp.GetContent())
 	}
+}
+
+// licenseFileDisposition is the .lic download's Content-Disposition: the file is
+// license-<key>.lic. A Keyhouse key (Crockford base32 and dashes) is safe in the quoted
+// filename as it is. An imported key may be any printable ASCII, and a quote, backslash
+// or ";" would end or break the quoted name, a "/" or "\" make it a path: then filename
+// is a fallback with each other character as "_", and filename* (RFC 6266, RFC 8187)
+// carries the exact name, percent-encoded, which every current browser prefers.
+func licenseFileDisposition(key string) string {
+	name := "license-" + key + ".lic"
+	fallback := []byte(name)
+	for i, c := range fallback {
+		if !fileNameSafe(c) {
+			fallback[i] = '_'
+		}
+	}
+	if string(fallback) == name {
+		return `attachment; filename="` + name + `"`
+	}
+	var ext strings.Builder
+	for i := 0; i < len(name); i++ {
+		if c := name[i]; attrChar(c) {
+			ext.WriteByte(c)
+		} else {
+			fmt.Fprintf(&ext, "%%%02X", c)
+		}
+	}
+	return `attachment; filename="` + string(fallback) + `"; filename*=UTF-8''` + ext.String()
+}
+
+// fileNameSafe: c stands for itself in a quoted file name on every system.
+func fileNameSafe(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' ||
+		c == '-' || c == '.' || c == '_' || c == '~' || c == '+' || c == '='
+}
+
+// attrChar: c is an attr-char of RFC 8187, written as it is in an ext-value.
+func attrChar(c byte) bool {
+	if 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' {
+		return true
+	}
+	return strings.IndexByte("!#$&+-.^_`|~", c) >= 0
 }

@@ -133,7 +133,9 @@ func withAccessLog(log *slog.Logger, trusted []netip.Prefix, next http.Handler) 
 		if !logged && !span.IsRecording() {
 			return
 		}
-		path := r.URL.Path
+		// The path as sent: a key's escaped "/" stays in its segment, which the redaction
+		// masks whole (decoded, the key's tail would be a segment of its own).
+		path := r.URL.EscapedPath()
 		if unknownRoute(r, rec.status) {
 			path = telemetry.MaskUnknownPath(path, routeWord)
 		}
@@ -161,7 +163,7 @@ func unknownRoute(r *http.Request, status int) bool {
 	if h, ok := r.Context().Value(routeKey{}).(*routeHolder); ok && h.pattern != "" {
 		return false
 	}
-	if openapi.KnownPath(r.URL.Path) {
+	if openapi.KnownPath(r.URL.EscapedPath()) {
 		return false
 	}
 	return !isPagePath(r.URL.Path) || status >= http.StatusBadRequest

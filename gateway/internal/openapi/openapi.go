@@ -16,6 +16,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
 	"sort"
 	"strings"
 	"sync"
@@ -115,13 +116,21 @@ func Routes() []Route { return mustTable().all }
 
 // Match returns the route of a request, or ok false when the document has none. A
 // literal path wins over a template, and among templates the one with more literal
-// segments.
+// segments. path is the path as sent (url.URL.EscapedPath), split into segments as the
+// mux splits it: at each "/", each segment then unescaped, so a key holding an escaped
+// slash (%2F) is one segment, as it is one path parameter.
 func Match(method, path string) (r Route, ok bool) {
 	ix := mustTable()
-	if r, ok := ix.exact[method+" "+path]; ok {
-		return r, true
+	segs, plain := segments(path)
+	if plain {
+		if r, ok := ix.exact[method+" "+path]; ok {
+			return r, true
+		}
+	} else if joined, ok := joinPlain(segs); ok {
+		if r, ok := ix.exact[method+" "+joined]; ok {
+			return r, true
+		}
 	}
-	segs := strings.Split(path, "/")
 	best := -1
 	for _, route := range ix.param {
 		if route.Method != method || len(route.segments) != len(segs) {
@@ -134,13 +143,18 @@ func Match(method, path string) (r Route, ok bool) {
 	return r, ok
 }
 
-// KnownPath reports whether path fits a route of the document, whatever its method.
+// KnownPath reports whether path (as sent, as for Match) fits a route of the document,
+// whatever its method.
 func KnownPath(path string) bool {
 	ix := mustTable()
-	if ix.paths[path] {
+	segs, plain := segments(path)
+	if plain {
+		if ix.paths[path] {
+			return true
+		}
+	} else if joined, ok := joinPlain(segs); ok && ix.paths[joined] {
 		return true
 	}
-	segs := strings.Split(path, "/")
 	for _, route := range ix.param {
 		if len(route.segments) != len(segs) {
 			continue
@@ -150,6 +164,33 @@ func KnownPath(path string) bool {
 		}
 	}
 	return false
+}
+
+// segments splits an escaped path at each "/" and unescapes each segment; plain is true
+// when nothing was escaped (the segments are the path's own, and path is what a literal
+// route would spell). A segment that does not unescape is kept as sent (it names no route).
+func segments(path string) (segs []string, plain bool) {
+	segs = strings.Split(path, "/")
+	if !strings.Contains(path, "%") {
+		return segs, true
+	}
+	for i, s := range segs {
+		if u, err := url.PathUnescape(s); err == nil {
+			segs[i] = u
+		}
+	}
+	return segs, false
+}
+
+// joinPlain is the path of segs when no segment holds a "/" (an escaped slash is data,
+// never a route's separator).
+func joinPlain(segs []string) (string, bool) {
+	for _, s := range segs {
+		if strings.Contains(s, "/") {
+			return "", false
+		}
+	}
+	return strings.Join(segs, "/"), true
 }
 
 // RouteWord reports whether seg is a literal segment of some route ("admin", "license"),

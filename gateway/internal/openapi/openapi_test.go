@@ -41,6 +41,13 @@ func TestMatch(t *testing.T) {
 		{"GET", "/v1/release/3", "/v1/release/{id}"},
 		{"GET", "/v1/release/3/4", ""},
 		{"GET", "/v1/openapi.json", "/v1/openapi.json"},
+		// The path as sent: an escaped "/" is a segment's data, an escaped letter is its letter.
+		{"GET", "/v1/export-license/a%2Fb/file", "/v1/export-license/{key}/file"},
+		{"GET", "/v1/export-license/a%2Fb%2Ffile", "/v1/export-license/{key}"},
+		{"GET", "/v1/export-license/a/b/file", ""},
+		{"POST", "/v1/verify%2Dlicense", "/v1/verify-license"},
+		{"POST", "/v1%2Fverify-license", ""},
+		{"GET", "/v1/admin/license/%25%3F%23", "/v1/admin/license/{key}"},
 	} {
 		r, ok := Match(tt.method, tt.path)
 		if got := map[bool]string{true: r.Path}[ok]; got != tt.want {

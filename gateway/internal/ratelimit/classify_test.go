@@ -70,6 +70,13 @@ func TestClassify_EveryRouteOfTheSpecGetsItsTier(t *testing.T) {
 		// The end-user portal: the Public tier, pages and actions alike.
 		{"GET", "/portal/TOKEN", Public, false},
 		{"POST", "/portal/TOKEN/deactivate", Public, false},
+		// Paths as sent: an imported key's escaped "/" is one segment, as the mux reads it;
+		// an escaped letter of a route's word or of a page's path names it still.
+		{"GET", "/v1/admin/license/aGVsbG8%2Fd29y+bGQ=529843", admin, false},
+		{"GET", "/v1/export-license/..%2F..%2Fx/offline", Public, false},
+		{"GET", "/v1/list-activations/PCT%2541%3FQ%23F&x", admin, false},
+		{"GET", "/v1/%61dmin/license/KEY", admin, false},
+		{"POST", "/console/%6Cogin", admin, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.method+" "+tt.path, func(t *testing.T) {

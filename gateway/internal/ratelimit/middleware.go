@@ -23,7 +23,7 @@ const maxKeyBodyBytes = 1 << 20
 // adminMax is ADMIN_RATE_LIMIT_MAX, trusted is TRUSTED_PROXIES.
 func Middleware(l *Limiter, adminMax int, trusted []netip.Prefix, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		route, ok := Classify(r.Method, r.URL.Path, adminMax)
+		route, ok := Classify(r.Method, r.URL.EscapedPath(), adminMax)
 		if !ok {
 			next.ServeHTTP(w, r)
 			return

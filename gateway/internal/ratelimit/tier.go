@@ -1,6 +1,8 @@
 package ratelimit
 
 import (
+	"net/url"
+	"strings"
 	"time"
 
 	"github.com/keyhouse/keyhouse/console"
@@ -63,11 +65,21 @@ var tiers = map[string]Tier{
 // The console's pages are not REST routes and not in that document; the two of them that
 // addendum §9 puts on Admin-Info are declared by the console itself (console.AdminInfoRoutes),
 // and so are the end-user portal's pages, on the Public tier (console.OnPublicTier).
+//
+// path is the path as sent (url.URL.EscapedPath): a route's segment may hold an escaped
+// slash (an imported key such as "ab/cd" is /v1/admin/license/ab%2Fcd), which the API's
+// mux reads as one segment; the decoded path would split it in two and name no route.
 func Classify(method, path string, adminMax int) (r Route, ok bool) {
-	if console.AdminInfoRoutes[method+" "+path] {
+	page := path
+	if strings.Contains(path, "%") {
+		if decoded, err := url.PathUnescape(path); err == nil {
+			page = decoded // the console's mux unescapes a page's path as it matches it
+		}
+	}
+	if console.AdminInfoRoutes[method+" "+page] {
 		return Route{Tier: AdminInfo(adminMax)}, true
 	}
-	if console.OnPublicTier(path) {
+	if console.OnPublicTier(page) {
 		return Route{Tier: Public}, true
 	}
 	route, found := openapi.Match(method, path)

@@ -395,6 +395,12 @@ func (s *Server) ListLicenses(ctx context.Context, req *licensingv1.ListLicenses
 	f := store.Filter{
 		ProductID: req.GetProductId(), Status: req.GetStatus(), IssuedTo: req.GetIssuedTo(), Key: strings.TrimSpace(req.GetKey()), Limit: limit, Offset: offset,
 	}
+	if k := canonicalKey(f.Key); k != f.Key {
+		// A whole Keyhouse key in another spelling (lower case, without dashes, O for 0)
+		// finds its license, as it does on every route that takes a key and in the event
+		// log's license_key filter; the substring still finds an imported key as given.
+		f.KeyAsIssued = k
+	}
 	if d := req.GetExpiringWithinDays(); d != "" {
 		days, ok := input.Decimal(d)
 		if !ok || days < 1 || days > maxExpiringWithinDays {

@@ -48,6 +48,24 @@ func TestListFindsALicenseByPartOfItsKey(t *testing.T) {
 			t.Errorf("key %q: found %q (total %d), want %q", tt.search, got, total, tt.want)
 		}
 	}
+	// KeyAsIssued: the license of that key matches besides the substring's.
+	for _, tt := range []struct{ search, asIssued, want string }{
+		{"abcd1234efgh5678", "ABCD-1234-EFGH-5678", "ABCD-1234-EFGH-5678"},
+		{"1234", "WXYZ-1234-QRST-9999", "ABCD-1234-EFGH-5678,WXYZ-1234-QRST-9999"},
+		{"nothing", "ABCD-1234-EFGH-0000", ""}, // another tenant's
+	} {
+		rows, total, err := s.List(ctx, "t1", store.Filter{Key: tt.search, KeyAsIssued: tt.asIssued, Limit: 50})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var keys []string
+		for _, r := range rows {
+			keys = append(keys, r.Key)
+		}
+		if got := strings.Join(slices.Sorted(slices.Values(keys)), ","); got != tt.want || total != len(keys) {
+			t.Errorf("key %q: found %q (total %d), want %q", tt.search, got, total, tt.want)
+		}
+	}
 }
 
 // The overview's "expiring in the next 30 days": active licenses whose expiry falls in

@@ -402,6 +402,9 @@ type Filter struct {
 	ProductID, Status, IssuedTo string
 	// Key is a substring of the license key (support pastes a whole key or part of one).
 	Key string
+	// KeyAsIssued, when set, is the Keyhouse key Key spells (pkg/license.CanonicalKey,
+	// any case, dashes, look-alikes): that license matches too.
+	KeyAsIssued string
 	// ExpiringFrom and ExpiringUntil, when set, keep the active licenses whose expiry is
 	// in (ExpiringFrom, ExpiringUntil], soonest first.
 	ExpiringFrom, ExpiringUntil *time.Time
@@ -433,7 +436,12 @@ func (s *Store) List(ctx context.Context, tenant string, f Filter) ([]*License, 
 		add("issued_to ILIKE $%d", "%"+likeEscape(f.IssuedTo)+"%")
 	}
 	if f.Key != "" {
-		add("key ILIKE $%d", "%"+likeEscape(f.Key)+"%")
+		if f.KeyAsIssued != "" {
+			args = append(args, "%"+likeEscape(f.Key)+"%", f.KeyAsIssued)
+			where += fmt.Sprintf(" AND (key ILIKE $%d OR key = $%d)", len(args)-1, len(args))
+		} else {
+			add("key ILIKE $%d", "%"+likeEscape(f.Key)+"%")
+		}
 	}
 	order := "issued_at DESC, key"
 	if f.ExpiringFrom != nil && f.ExpiringUntil != nil {

@@ -915,7 +915,8 @@ type ListLicensesRequest struct {
 	Limit  string `protobuf:"bytes,4,opt,name=limit,proto3" json:"limit,omitempty"`
 	Offset string `protobuf:"bytes,5,opt,name=offset,proto3" json:"offset,omitempty"`
 	// Case-insensitive substring of the license key: a whole key or part of one (the
-	// console's search); % and _ match themselves.
+	// console's search); % and _ match themselves. A whole Keyhouse key in any spelling
+	// the other routes take (any case, with or without dashes) finds its license too.
 	Key string `protobuf:"bytes,6,opt,name=key,proto3" json:"key,omitempty"`
 	// Only active licenses whose expiry falls within the next N days (1-3650), soonest
 	// first (the console's overview). A string so that a malformed value gets a message
