@@ -32,6 +32,8 @@ type Received struct {
 	Header mail.Header
 	// Raw is the message as transmitted.
 	Raw []byte
+	// SMTPUTF8 says the sender asked for SMTPUTF8 (RFC 6531) in MAIL FROM.
+	SMTPUTF8 bool
 }
 
 // Server is a running (or stopped) SMTP sink.
@@ -45,11 +47,20 @@ type Server struct {
 	received []Received
 	hold     chan struct{} // non-nil: DATA waits until it is closed
 	arrived  chan struct{} // signalled when a DATA starts waiting on hold
+	// smtpUTF8 makes the server offer SMTPUTF8 (RFC 6531), as most public relays do; a
+	// server started by Start offers it not, as some relays still do.
+	smtpUTF8 bool
 }
 
-// Start listens on a free loopback port.
-func Start() (*Server, error) {
-	s := &Server{arrived: make(chan struct{}, 64)}
+// Start listens on a free loopback port. The server does not offer SMTPUTF8.
+func Start() (*Server, error) { return start(false) }
+
+// StartSMTPUTF8 is Start with SMTPUTF8 (RFC 6531) offered: an address with a non-ASCII
+// local part can be delivered.
+func StartSMTPUTF8() (*Server, error) { return start(true) }
+
+func start(smtpUTF8 bool) (*Server, error) {
+	s := &Server{arrived: make(chan struct{}, 64), smtpUTF8: smtpUTF8}
 	if err := s.listen("127.0.0.1:0"); err != nil {
 		return nil, err
 	}
@@ -64,6 +75,7 @@ func (s *Server) listen(addr string) error {
 	srv := smtp.NewServer(backend{s})
 	srv.Domain = "localhost"
 	srv.AllowInsecureAuth = true
+	srv.EnableSMTPUTF8 = s.smtpUTF8
 	srv.ReadTimeout = 30 * time.Second
 	srv.WriteTimeout = 30 * time.Second
 	s.mu.Lock()
@@ -161,10 +173,11 @@ type backend struct{ s *Server }
 func (b backend) NewSession(*smtp.Conn) (smtp.Session, error) { return &session{s: b.s}, nil }
 
 type session struct {
-	s    *Server
-	user string
-	from string
-	to   []string
+	s        *Server
+	user     string
+	from     string
+	smtpUTF8 bool
+	to       []string
 }
 
 // AuthMechanisms offers PLAIN; any credentials are accepted and the user is kept.
@@ -178,7 +191,7 @@ func (x *session) Auth(string) (sasl.Server, error) {
 	}), nil
 }
 
-func (x *session) Mail(from string, _ *smtp.MailOptions) error {
+func (x *session) Mail(from string, opts *smtp.MailOptions) error {
 	x.s.mu.Lock()
 	hold := x.s.hold
 	x.s.mu.Unlock()
@@ -190,6 +203,7 @@ func (x *session) Mail(from string, _ *smtp.MailOptions) error {
 		<-hold
 	}
 	x.from = from
+	x.smtpUTF8 = opts != nil && opts.UTF8
 	return nil
 }
 
@@ -205,6 +219,7 @@ func (x *session) Data(r io.Reader) error {
 	}
 	rec, err := parse(x.from, x.to, raw)
 	rec.User = x.user
+	rec.SMTPUTF8 = x.smtpUTF8
 	if err != nil {
 		return &smtp.SMTPError{Code: 554, Message: err.Error()}
 	}
@@ -214,7 +229,7 @@ func (x *session) Data(r io.Reader) error {
 	return nil
 }
 
-func (x *session) Reset()        { x.from, x.to = "", nil }
+func (x *session) Reset()        { x.from, x.to, x.smtpUTF8 = "", nil, false }
 func (x *session) Logout() error { return nil }
 
 func parse(from string, to []string, raw []byte) (Received, error) {

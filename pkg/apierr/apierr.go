@@ -106,6 +106,12 @@ func NotFound(format string, args ...any) *Error { return newf(codes.NotFound, f
 // Conflict is a 409.
 func Conflict(format string, args ...any) *Error { return newf(codes.AlreadyExists, format, args...) }
 
+// TooMany is a 429 for a limit of the resource itself (not the route's rate tier, which
+// the edge enforces): the message says when to come back.
+func TooMany(format string, args ...any) *Error {
+	return newf(codes.ResourceExhausted, format, args...)
+}
+
 // Retry is a 503 for a lost optimistic-concurrency race: retrying is correct.
 func Retry(format string, args ...any) *Error {
 	e := newf(codes.Aborted, format, args...)

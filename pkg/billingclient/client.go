@@ -58,10 +58,22 @@ func (c *Client) Entitlements(ctx context.Context, tenant string) (*accountsv1.G
 
 // TenantEmail is where to write to the tenant: its email, hosted; "" self-hosted.
 func (c *Client) TenantEmail(ctx context.Context, tenant string) (string, error) {
+	contact, err := c.TenantContact(ctx, tenant)
+	return contact.Email, err
+}
+
+// Contact is who a tenant is to the people it deals with: the email and name it was
+// created with, hosted; both "" self-hosted (the installation's one tenant has none).
+type Contact struct {
+	Email, Name string
+}
+
+// TenantContact is the tenant's Contact.
+func (c *Client) TenantContact(ctx context.Context, tenant string) (Contact, error) {
 	resp, err := grpcx.Call(ctx, c.peer, tenant, func(ctx context.Context, o ...grpc.CallOption) (*accountsv1.GetTenantContactResponse, error) {
 		return c.rpc.GetTenantContact(ctx, &accountsv1.GetTenantContactRequest{}, o...)
 	})
-	return resp.GetEmail(), err
+	return Contact{Email: resp.GetEmail(), Name: resp.GetName()}, err
 }
 
 // TenantExists says whether the installation has the tenant (always, self-hosted).

@@ -135,7 +135,7 @@ func ValidAddress(s string) bool {
 	return err == nil && a.Name == "" && a.Address == s && !strings.ContainsAny(s, "\r\n")
 }
 
-// ErrInvalidRecipient is returned for a recipient ValidAddress refuses.
+// ErrInvalidRecipient is returned for a recipient ParseRecipient refuses (wrapped with why).
 var ErrInvalidRecipient = errors.New("mail: invalid recipient address")
 
 // ErrInvalidSender is returned for a SenderName or ReplyTo that could not be sent safely.
@@ -170,8 +170,9 @@ type logSender struct {
 func (l *logSender) Provider() string { return ProviderLog }
 
 func (l *logSender) Send(_ context.Context, m Message) error {
-	if !ValidAddress(m.To) {
-		return ErrInvalidRecipient
+	to, err := ParseRecipient(m.To)
+	if err != nil {
+		return err
 	}
 	if err := m.checkSender(); err != nil {
 		return err
@@ -182,7 +183,7 @@ func (l *logSender) Send(_ context.Context, m Message) error {
 			from = (&mail.Address{Name: m.SenderName, Address: a.Address}).String()
 		}
 	}
-	attrs := []any{"from", from, "to", Mask(m.To), "subject", m.Subject, "body", m.redacted()}
+	attrs := []any{"from", from, "to", Mask(to.Address), "subject", m.Subject, "body", m.redacted()}
 	if m.ReplyTo != "" {
 		attrs = append(attrs, "reply_to", Mask(m.ReplyTo))
 	}

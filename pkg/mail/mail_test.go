@@ -3,6 +3,7 @@ package mail_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"log/slog"
 	"strings"
 	"testing"
@@ -118,8 +119,8 @@ func TestConfigurationErrors(t *testing.T) {
 
 func TestInvalidRecipientsAreRefusedBeforeSending(t *testing.T) {
 	s, _ := mail.New(mail.Config{Provider: "log"}, slog.New(slog.DiscardHandler))
-	for _, to := range []string{"", "nope", "Jane <jane@example.com>", "a@example.com, b@example.com", "a@example.com\r\nBcc: x@y.z"} {
-		if err := s.Send(context.Background(), mail.Message{To: to, Subject: "s", Text: "t"}); err != mail.ErrInvalidRecipient {
+	for _, to := range []string{"", "nope", "a@example.com, b@example.com", "a@example.com\r\nBcc: x@y.z", "a@exa mple.com"} {
+		if err := s.Send(context.Background(), mail.Message{To: to, Subject: "s", Text: "t"}); !errors.Is(err, mail.ErrInvalidRecipient) {
 			t.Errorf("%q: %v", to, err)
 		}
 	}

@@ -83,8 +83,9 @@ func (s *smtpSender) setFrom(msg *gomail.Msg, name string) error {
 }
 
 func (s *smtpSender) Send(ctx context.Context, m Message) error {
-	if !ValidAddress(m.To) {
-		return ErrInvalidRecipient
+	to, err := ParseRecipient(m.To)
+	if err != nil {
+		return err
 	}
 	if err := m.checkSender(); err != nil {
 		return err
@@ -102,8 +103,8 @@ func (s *smtpSender) Send(ctx context.Context, m Message) error {
 			return err
 		}
 	}
-	if err := msg.To(m.To); err != nil {
-		return ErrInvalidRecipient
+	if err := msg.To(to.Address); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidRecipient, err)
 	}
 	msg.Subject(m.Subject)
 	msg.SetDate()
@@ -116,8 +117,19 @@ func (s *smtpSender) Send(ctx context.Context, m Message) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, sendTimeout)
 	defer cancel()
-	if err := client.DialAndSendWithContext(ctx, msg); err != nil {
-		return fmt.Errorf("mail: smtp send to %s: %w", net.JoinHostPort(s.host, strconv.Itoa(s.port)), err)
+	server := net.JoinHostPort(s.host, strconv.Itoa(s.port))
+	conn, err := client.DialToSMTPClientWithContext(ctx)
+	if err != nil {
+		return fmt.Errorf("mail: smtp send to %s: dial failed: %w", server, err)
+	}
+	defer func() { _ = client.CloseWithSMTPClient(conn) }()
+	// go-mail asks for SMTPUTF8 whenever the server offers it; without it a non-ASCII
+	// local part would go out as raw bytes, so that send is refused before MAIL FROM.
+	if offered, _ := conn.Extension("SMTPUTF8"); to.UTF8 && !offered {
+		return ErrSMTPUTF8Unsupported
+	}
+	if err := client.SendWithSMTPClient(conn, msg); err != nil {
+		return fmt.Errorf("mail: smtp send to %s: send failed: %w", server, err)
 	}
 	return nil
 }

@@ -127,8 +127,9 @@ func (s *Server) GetEntitlements(ctx context.Context, _ *accountsv1.GetEntitleme
 	return &accountsv1.GetEntitlementsResponse{SubscriptionActive: st.Active(), LicenseLimit: int32(st.LicenseLimit()), Plan: name}, nil
 }
 
-// GetTenantContact tells an internal caller where to write to the tenant: its email,
-// hosted; nothing self-hosted (the single implicit tenant has none).
+// GetTenantContact tells an internal caller where to write to the tenant and what it is
+// called: its email and name, hosted; nothing self-hosted (the single implicit tenant has
+// none).
 func (s *Server) GetTenantContact(ctx context.Context, _ *accountsv1.GetTenantContactRequest) (*accountsv1.GetTenantContactResponse, error) {
 	tenant, err := auth.TenantID(ctx)
 	if err != nil {
@@ -137,11 +138,11 @@ func (s *Server) GetTenantContact(ctx context.Context, _ *accountsv1.GetTenantCo
 	if !s.multiTenant {
 		return &accountsv1.GetTenantContactResponse{}, nil
 	}
-	email, err := s.store.TenantEmail(ctx, tenant)
+	email, name, err := s.store.TenantContact(ctx, tenant)
 	if err != nil {
 		return nil, err
 	}
-	return &accountsv1.GetTenantContactResponse{Email: email}, nil
+	return &accountsv1.GetTenantContactResponse{Email: email, Name: name}, nil
 }
 
 // GetBuildInfo reports this build and the installation's watermark.

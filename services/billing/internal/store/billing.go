@@ -76,12 +76,18 @@ var ErrTenantNotFound = apierr.NotFound("Tenant not found")
 
 // TenantEmail is the email the tenant was created with (checkout pre-fills it).
 func (s *Store) TenantEmail(ctx context.Context, tenant string) (string, error) {
-	var email string
-	err := s.db.QueryRow(ctx, `SELECT email FROM tenants WHERE tenant_id = $1`, tenant).Scan(&email)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return "", ErrTenantNotFound
-	}
+	email, _, err := s.TenantContact(ctx, tenant)
 	return email, err
+}
+
+// TenantContact is the email and name the tenant was created with (the storefront's buyer
+// emails answer to them by default).
+func (s *Store) TenantContact(ctx context.Context, tenant string) (email, name string, err error) {
+	err = s.db.QueryRow(ctx, `SELECT email, name FROM tenants WHERE tenant_id = $1`, tenant).Scan(&email, &name)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", "", ErrTenantNotFound
+	}
+	return email, name, err
 }
 
 // Outcome says what Record did with an event.

@@ -73,25 +73,30 @@ func register(ctx context.Context, d *app.Deps) error {
 	}
 	d.OnClose(workerDB.Close)
 	st := store.New(d.DB, spine.Spine)
-	server.Register(d.Server.GRPC, server.New(server.Config{
-		PublicBaseURL: d.Config.PublicBaseURL,
-	}, st, licensing, relay.Notify, d.Log))
-	server.RegisterPortal(d.Server.GRPC, server.NewPortal(st, licensing))
-
 	worker := &fulfill.Worker{
 		Store: store.New(workerDB, spine.Spine), Licensing: licensing, Keys: licensing, Mail: sender,
 		// The buyer email carries the license's portal link while the tenant's portal is on.
 		Portal: licensing, Log: d.Log.With("component", "fulfillment"),
-		// The tenant hears of a paid purchase that got no license (hosted: its address).
+		// The tenant hears of a paid purchase that got no license (hosted: its address), and
+		// its buyer emails answer to its name and address unless it set others.
 		Vendors:     billingclient.New(billingConn, d.Config.AdminAPIKey.Reveal()),
 		MaxAttempts: fulfill.DefaultMaxAttempts,
 	}
+	// resend-email runs on the API's pool (its own Worker view), never waiting behind the
+	// worker's connections.
+	resender := *worker
+	resender.Store = st
+	server.Register(d.Server.GRPC, server.New(server.Config{
+		PublicBaseURL: d.Config.PublicBaseURL,
+	}, st, licensing, &resender, relay.Notify, d.Log))
+	server.RegisterPortal(d.Server.GRPC, server.NewPortal(st, licensing))
 	var wg sync.WaitGroup
 	// Delivery and fulfillment records are kept for RECORD_RETENTION (by last update):
 	// a replay of a session older than that is a new purchase.
 	for _, r := range []pgxx.Retention{
 		{Table: "deliveries", Column: "updated_at", Keep: d.Config.RecordRetention},
 		{Table: "fulfillments", Column: "updated_at", Keep: d.Config.RecordRetention},
+		{Table: "email_resends", Column: "sent_at", Keep: d.Config.RecordRetention},
 	} {
 		wg.Go(func() { r.Run(ctx, d.DB, d.Log) })
 	}

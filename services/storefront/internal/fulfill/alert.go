@@ -6,15 +6,17 @@ import (
 	"log/slog"
 	"strings"
 
+	"github.com/keyhouse/keyhouse/pkg/billingclient"
 	"github.com/keyhouse/keyhouse/pkg/mail"
 	"github.com/keyhouse/keyhouse/services/storefront/internal/store"
 )
 
-// VendorContacts yields the address to tell a tenant about a purchase that got no
-// license: billingclient.Client in production ("" self-hosted, where no tenant address
-// exists and the console's storefront page is what shows it).
+// VendorContacts yields a tenant's name and address (both "" self-hosted, where none
+// exist): billingclient.Client in production. The address is where to tell the tenant
+// about a purchase that got no license (self-hosted the console's storefront page shows
+// it); both are the defaults of its buyer emails' sender name and reply-to.
 type VendorContacts interface {
-	TenantEmail(ctx context.Context, tenant string) (string, error)
+	TenantContact(ctx context.Context, tenant string) (billingclient.Contact, error)
 }
 
 // alertVendor mails the tenant, once per delivery, that a buyer paid and got no license
@@ -29,7 +31,8 @@ func (w *Worker) alertVendor(ctx context.Context, x *store.Session, d *store.Del
 	if err != nil || !claimed {
 		return
 	}
-	to, err := w.Vendors.TenantEmail(ctx, d.TenantID)
+	contact, err := w.Vendors.TenantContact(ctx, d.TenantID)
+	to := contact.Email
 	if err == nil && to != "" {
 		err = w.Mail.Send(ctx, VendorAlert(to, d, outcome, reason))
 	}

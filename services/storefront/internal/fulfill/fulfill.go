@@ -17,6 +17,7 @@
 package fulfill
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -210,6 +211,13 @@ func (w *Worker) process(ctx context.Context, tenant string, job Job, last bool)
 	if stripeevent.IsLifecycle(d.EventType) {
 		return w.lifecycle(ctx, x, f, d, log)
 	}
+	// The address the buyer gave is kept, sealed, for resend-email.
+	if email != "" && !bytes.Equal(f.BuyerEmailSealed, job.Email) {
+		if err := x.KeepBuyerEmail(ctx, job.Email); err != nil {
+			return err
+		}
+		f.BuyerEmailSealed = job.Email
+	}
 
 	switch {
 	case d.EventType == stripeevent.AsyncPaymentFailed:
@@ -230,7 +238,14 @@ func (w *Worker) process(ctx context.Context, tenant string, job Job, last bool)
 		}
 	} else {
 		status := f.EmailStatus
-		if status == nil {
+		switch {
+		case store.EmailDelivered(d.EmailStatus):
+			// This delivery is the one the email went out with (handled again).
+			status = d.EmailStatus
+		case store.EmailDelivered(status):
+			// An earlier delivery sent the email: this one sends none and says so.
+			status = ptr(store.EmailAlreadySent)
+		case status == nil:
 			status = ptr(store.EmailPending)
 		}
 		if err := x.SetOutcome(ctx, d.ID, store.OutcomeIssued, f.LicenseKey, status, nil); err != nil {
@@ -244,7 +259,7 @@ func (w *Worker) process(ctx context.Context, tenant string, job Job, last bool)
 	if err := w.catchUp(ctx, x, f, log); err != nil {
 		return err
 	}
-	if f.EmailStatus != nil && (*f.EmailStatus == store.EmailSent || *f.EmailStatus == store.EmailLogged) {
+	if store.EmailDelivered(f.EmailStatus) {
 		return nil
 	}
 	return w.email(ctx, x, f, d, email, last, log)
@@ -407,32 +422,32 @@ func (w *Worker) openEmail(ctx context.Context, sealed []byte) (string, error) {
 	return string(pt), nil
 }
 
+// Texts of a buyer email that was not sent because of the address.
+const (
+	msgNoBuyerEmail       = "The checkout session has no customer email; no email was sent"
+	msgUnusableBuyerEmail = "The checkout session's customer email cannot be used (%s); no email was sent"
+)
+
 // email sends the buyer email once and records it.
 func (w *Worker) email(ctx context.Context, x *store.Session, f *store.Fulfillment, d *store.Delivery, to string, last bool, log *slog.Logger) error {
 	if to == "" {
+		return x.SetOutcome(ctx, d.ID, store.OutcomeIssued, f.LicenseKey, ptr(store.EmailFailed), ptr(msgNoBuyerEmail))
+	}
+	if _, err := mail.ParseRecipient(to); err != nil {
 		return x.SetOutcome(ctx, d.ID, store.OutcomeIssued, f.LicenseKey, ptr(store.EmailFailed),
-			ptr("The checkout session has no customer email; no email was sent"))
+			ptr(fmt.Sprintf(msgUnusableBuyerEmail, recipientReason(err))))
 	}
-	req := &licensingv1.IssueLicenseRequest{}
-	if err := proto.Unmarshal(f.Request, req); err != nil {
-		return err
-	}
-	link, err := w.portal().PortalLink(ctx, d.TenantID, *f.LicenseKey)
+	msg, err := w.buyerMessage(ctx, f, d.TenantID, to, log)
 	if err != nil {
-		log.Warn("portal link unavailable, emailing without it", "error", err.Error())
-		link = ""
-	}
-	settings, err := w.Store.MailSettings(ctx, d.TenantID)
-	if err != nil {
-		return err
-	}
-	subscription := f.Terms.Mode != nil && *f.Terms.Mode == stripeevent.ModeSubscription
-	sendErr := w.Mail.Send(ctx, BuyerEmail(to, *f.LicenseKey, req, subscription, link, settings))
-	if sendErr == nil {
-		status := store.EmailSent
-		if w.Mail.Provider() == mail.ProviderLog {
-			status = store.EmailLogged
+		if last {
+			return x.SetOutcome(ctx, d.ID, store.OutcomeIssued, f.LicenseKey, ptr(store.EmailFailed),
+				ptr("Email not sent: "+truncate(err.Error(), 300)+"; redeliver the event to retry"))
 		}
+		return err
+	}
+	sendErr := w.Mail.Send(ctx, msg)
+	if sendErr == nil {
+		status := w.sentStatus()
 		log.Info("buyer email done", "email_status", status)
 		return x.EmailDone(ctx, status)
 	}
@@ -441,10 +456,74 @@ func (w *Worker) email(ctx context.Context, x *store.Session, f *store.Fulfillme
 		ptr("Email delivery failed: "+truncate(sendErr.Error(), 300))); err != nil {
 		return err
 	}
-	if last || errors.Is(sendErr, mail.ErrInvalidRecipient) {
+	if last || permanentSendError(sendErr) {
 		return nil
 	}
 	return sendErr
+}
+
+// permanentSendError is a refusal no retry changes: the address itself.
+func permanentSendError(err error) bool {
+	return errors.Is(err, mail.ErrInvalidRecipient) || errors.Is(err, mail.ErrSMTPUTF8Unsupported)
+}
+
+// recipientReason is why ParseRecipient refused an address, without the package prefix.
+func recipientReason(err error) string {
+	return strings.TrimPrefix(err.Error(), mail.ErrInvalidRecipient.Error()+": ")
+}
+
+// sentStatus is the email_status of a send that succeeded.
+func (w *Worker) sentStatus() string {
+	if w.Mail.Provider() == mail.ProviderLog {
+		return store.EmailLogged
+	}
+	return store.EmailSent
+}
+
+// buyerMessage builds the purchase's buyer email to to: the license as issued, the
+// portal link as it is now, and the tenant's presentation (its mail settings; hosted,
+// what it set none of defaults to its own name and address, so a buyer's reply reaches
+// the vendor and not the installation's operator).
+func (w *Worker) buyerMessage(ctx context.Context, f *store.Fulfillment, tenant, to string, log *slog.Logger) (mail.Message, error) {
+	req := &licensingv1.IssueLicenseRequest{}
+	if err := proto.Unmarshal(f.Request, req); err != nil {
+		return mail.Message{}, err
+	}
+	link, err := w.portal().PortalLink(ctx, tenant, *f.LicenseKey)
+	if err != nil {
+		log.Warn("portal link unavailable, emailing without it", "error", err.Error())
+		link = ""
+	}
+	settings, err := w.Store.MailSettings(ctx, tenant)
+	if err != nil {
+		return mail.Message{}, err
+	}
+	if settings, err = w.withTenantDefaults(ctx, tenant, settings); err != nil {
+		return mail.Message{}, err
+	}
+	subscription := f.Terms.Mode != nil && *f.Terms.Mode == stripeevent.ModeSubscription
+	return BuyerEmail(to, *f.LicenseKey, req, subscription, link, settings), nil
+}
+
+// withTenantDefaults fills the sender name and reply-to the tenant left empty with the
+// name and email it was created with (hosted; self-hosted there are none and
+// EMAIL_FROM/EMAIL_REPLY_TO stay the defaults). A value a header could not carry safely
+// is left out rather than failing the email.
+func (w *Worker) withTenantDefaults(ctx context.Context, tenant string, s store.MailSettings) (store.MailSettings, error) {
+	if w.Vendors == nil || s.SenderName != "" && s.ReplyTo != "" {
+		return s, nil
+	}
+	c, err := w.Vendors.TenantContact(ctx, tenant)
+	if err != nil {
+		return s, fmt.Errorf("the tenant's name and address could not be read: %w", err)
+	}
+	if s.SenderName == "" && mail.ValidDisplayName(c.Name) {
+		s.SenderName = c.Name
+	}
+	if s.ReplyTo == "" && mail.ValidAddress(c.Email) {
+		s.ReplyTo = c.Email
+	}
+	return s, nil
 }
 
 func (w *Worker) portal() PortalLinks {
@@ -484,7 +563,11 @@ func BuyerEmail(to, key string, req *licensingv1.IssueLicenseRequest, subscripti
 	if portalLink != "" {
 		fmt.Fprintf(&b, "\nManage your license and devices: %s\n", portalLink)
 	}
-	fmt.Fprintf(&b, "\nKeep this email: the key activates the software. Reply to it if you need help.\n")
+	help := "Reply to it if you need help."
+	if settings.SenderName != "" {
+		help = "Reply to it if you need help from " + settings.SenderName + "."
+	}
+	fmt.Fprintf(&b, "\nKeep this email: the key activates the software. %s\n", help)
 	return mail.Message{
 		To: to, Subject: "Your license key for " + product, Text: b.String(), Secrets: []string{key, portalLink},
 		SenderName: settings.SenderName, ReplyTo: settings.ReplyTo,

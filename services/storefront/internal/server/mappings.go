@@ -267,7 +267,19 @@ func (s *Server) ListDeliveries(ctx context.Context, req *storefrontv1.ListDeliv
 	if outcome != "" && !validOutcome(outcome) {
 		return nil, apierr.Invalid("outcome must be one of %s", strings.Join(store.Outcomes, ", "))
 	}
-	ds, total, err := s.store.Deliveries(ctx, tenant, outcome, limit, offset)
+	filter := store.DeliveryFilter{Outcome: outcome}
+	for _, f := range []struct {
+		name, value string
+		into        *string
+	}{{"checkout_session_id", req.GetCheckoutSessionId(), &filter.CheckoutSessionID}, {"customer", req.GetCustomer(), &filter.Customer}} {
+		// The callback stores these as Stripe sent them (at most 255 printable ASCII): any
+		// other value matches nothing, and says so rather than listing nothing.
+		if f.value != "" && (len(f.value) > 255 || !token(f.value)) {
+			return nil, apierr.Invalid("%s must be a Stripe id (letters, digits and underscores)", f.name)
+		}
+		*f.into = f.value
+	}
+	ds, total, err := s.store.Deliveries(ctx, tenant, filter, limit, offset)
 	if err != nil {
 		return nil, err
 	}

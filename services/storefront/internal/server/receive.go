@@ -7,7 +7,6 @@ import (
 	"strings"
 
 	"github.com/keyhouse/keyhouse/pkg/apierr"
-	"github.com/keyhouse/keyhouse/pkg/mail"
 	"github.com/keyhouse/keyhouse/pkg/natsx"
 	"github.com/keyhouse/keyhouse/pkg/seal"
 	"github.com/keyhouse/keyhouse/pkg/signing"
@@ -72,7 +71,9 @@ func (s *Server) ReceiveEvent(ctx context.Context, req *storefrontv1.ReceiveEven
 		Outcome: store.OutcomeProcessing, Refs: ev.Session.Refs, Detail: detail,
 	}
 	var sealedEmail []byte
-	if email := ev.Session.Email; email != "" && mail.ValidAddress(email) {
+	// Sealed as the provider sent it: the worker takes the address out of it or records
+	// why it cannot be mailed (mail.ParseRecipient).
+	if email := ev.Session.Email; strings.TrimSpace(email) != "" {
 		if sealedEmail, err = seal.Seal(k, seal.PurposeBuyerEmail, []byte(email)); err != nil {
 			return nil, err
 		}

@@ -56,7 +56,16 @@ const (
 	EmailSent    = "sent"
 	EmailLogged  = "logged"
 	EmailFailed  = "failed"
+	// EmailAlreadySent is the email_status of a delivery that found the purchase's email
+	// sent by an earlier delivery and sent none itself (resend-email sends it again).
+	EmailAlreadySent = "already_sent"
 )
+
+// EmailDelivered says the purchase's email went out (the SMTP server accepted it, or the
+// log provider wrote it).
+func EmailDelivered(status *string) bool {
+	return status != nil && (*status == EmailSent || *status == EmailLogged)
+}
 
 // Store wraps the service's pool (search_path = storefront). A delivery whose outcome
 // moves (to anything but processing) is storefront.delivery, emitted in the transaction
@@ -373,7 +382,7 @@ func needsWork(d *Delivery, inserted bool) bool {
 	case d.Outcome == OutcomeInvalidInput, d.Outcome == OutcomeHeld, finalLifecycle[d.Outcome]:
 		return false
 	case d.Outcome == OutcomeIssued:
-		return d.EmailStatus == nil || (*d.EmailStatus != EmailSent && *d.EmailStatus != EmailLogged)
+		return !EmailDelivered(d.EmailStatus) && (d.EmailStatus == nil || *d.EmailStatus != EmailAlreadySent)
 	}
 	return true // awaiting_payment, unmapped, over_quota, error: try again
 }
@@ -383,16 +392,23 @@ func (s *Store) Delivery(ctx context.Context, tenant string, id int32) (*Deliver
 	return scanDelivery(s.pool.QueryRow(ctx, `SELECT `+deliveryCols+` FROM deliveries WHERE tenant_id = $1 AND id = $2`, tenant, id))
 }
 
-// Deliveries lists a tenant's deliveries newest first, optionally of one outcome, with
-// the total count.
-func (s *Store) Deliveries(ctx context.Context, tenant, outcome string, limit, offset int) ([]*Delivery, int, error) {
+// DeliveryFilter narrows the deliveries list; "" matches every value.
+type DeliveryFilter struct {
+	Outcome, CheckoutSessionID, Customer string
+}
+
+// Deliveries lists a tenant's deliveries newest first, those f matches, with the total
+// count.
+func (s *Store) Deliveries(ctx context.Context, tenant string, f DeliveryFilter, limit, offset int) ([]*Delivery, int, error) {
+	const where = `tenant_id = $1 AND ($2 = '' OR outcome = $2) AND ($3 = '' OR checkout_session_id = $3)
+		AND ($4 = '' OR customer = $4)`
 	var total int
-	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM deliveries WHERE tenant_id = $1 AND ($2 = '' OR outcome = $2)`,
-		tenant, outcome).Scan(&total); err != nil {
+	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM deliveries WHERE `+where,
+		tenant, f.Outcome, f.CheckoutSessionID, f.Customer).Scan(&total); err != nil {
 		return nil, 0, err
 	}
-	rows, err := s.pool.Query(ctx, `SELECT `+deliveryCols+` FROM deliveries WHERE tenant_id = $1 AND ($2 = '' OR outcome = $2)
-		ORDER BY id DESC LIMIT $3 OFFSET $4`, tenant, outcome, limit, offset)
+	rows, err := s.pool.Query(ctx, `SELECT `+deliveryCols+` FROM deliveries WHERE `+where+`
+		ORDER BY id DESC LIMIT $5 OFFSET $6`, tenant, f.Outcome, f.CheckoutSessionID, f.Customer, limit, offset)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -414,6 +430,9 @@ type Fulfillment struct {
 	Request                     []byte
 	LicenseKey, EmailStatus     *string
 	Terms                       Terms
+	// BuyerEmailSealed is the buyer's address as the checkout gave it, sealed (resend-email
+	// sends to it); nil when the checkout carried none.
+	BuyerEmailSealed []byte
 }
 
 // Session is one checkout session held under its lock: a worker that has it is the only
@@ -461,8 +480,8 @@ func (x *Session) Fulfillment(ctx context.Context) (*Fulfillment, error) {
 	// One round trip: the no-op update makes RETURNING yield an existing row too.
 	err := x.conn.QueryRow(ctx, `INSERT INTO fulfillments (tenant_id, checkout_session_id) VALUES ($1, $2)
 		ON CONFLICT (tenant_id, checkout_session_id) DO UPDATE SET tenant_id = EXCLUDED.tenant_id
-		RETURNING request, license_key, email_status, `+termsCols, x.tenant, x.session).Scan(
-		append([]any{&f.Request, &f.LicenseKey, &f.EmailStatus}, f.Terms.scanTerms()...)...)
+		RETURNING request, license_key, email_status, buyer_email_sealed, `+termsCols, x.tenant, x.session).Scan(
+		append([]any{&f.Request, &f.LicenseKey, &f.EmailStatus, &f.BuyerEmailSealed}, f.Terms.scanTerms()...)...)
 	return &f, err
 }
 

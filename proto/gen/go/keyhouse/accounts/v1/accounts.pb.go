@@ -555,8 +555,10 @@ func (*GetTenantContactRequest) Descriptor() ([]byte, []int) {
 }
 
 type GetTenantContactResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Email         string                 `protobuf:"bytes,1,opt,name=email,proto3" json:"email,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Email string                 `protobuf:"bytes,1,opt,name=email,proto3" json:"email,omitempty"`
+	// The name the tenant was created with; empty self-hosted.
+	Name          string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -598,6 +600,13 @@ func (x *GetTenantContactResponse) GetEmail() string {
 	return ""
 }
 
+func (x *GetTenantContactResponse) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
 var File_keyhouse_accounts_v1_accounts_proto protoreflect.FileDescriptor
 
 const file_keyhouse_accounts_v1_accounts_proto_rawDesc = "" +
@@ -629,9 +638,10 @@ const file_keyhouse_accounts_v1_accounts_proto_rawDesc = "" +
 	"\x13subscription_active\x18\x01 \x01(\bR\x12subscriptionActive\x12#\n" +
 	"\rlicense_limit\x18\x02 \x01(\x05R\flicenseLimit\x12\x12\n" +
 	"\x04plan\x18\x03 \x01(\tR\x04plan\"\x19\n" +
-	"\x17GetTenantContactRequest\"0\n" +
+	"\x17GetTenantContactRequest\"D\n" +
 	"\x18GetTenantContactResponse\x12\x14\n" +
-	"\x05email\x18\x01 \x01(\tR\x05email2\xec\x06\n" +
+	"\x05email\x18\x01 \x01(\tR\x05email\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name2\xec\x06\n" +
 	"\x0fAccountsService\x12\xd5\x01\n" +
 	"\fCreateTenant\x12).keyhouse.accounts.v1.CreateTenantRequest\x1a*.keyhouse.accounts.v1.CreateTenantResponse\"n\x90\x82\x19\x03\x9a\x82\x19\x02\b\x06\x90\x83\x19\x01\x9a\x83\x19\\\b\x99\x03\x12WIdempotency-Key's first answer can no longer be shown: send the request with a new key.\x12\xb1\x01\n" +
 	"\fRotateApiKey\x12).keyhouse.accounts.v1.RotateApiKeyRequest\x1a*.keyhouse.accounts.v1.RotateApiKeyResponse\"J\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x9a\x83\x19<\b\x90\x03\x127API key rotation is only available for hosted accounts.\x12k\n" +
