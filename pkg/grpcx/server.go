@@ -95,7 +95,10 @@ func NewServer(log *slog.Logger, authn *auth.Authenticator, o ServerOptions) *Se
 		o.RequestTimeout = 5 * time.Second
 	}
 	opts := []grpc.ServerOption{
-		grpc.ChainUnaryInterceptor(append([]grpc.UnaryServerInterceptor{recoverUnary(log), logUnary(log), budgetUnary(o.RequestTimeout), authn.UnaryInterceptor()}, o.Unary...)...),
+		// The input policy (input.go) runs before the authenticator, as the REST edge
+		// refuses a body before the service is called.
+		grpc.ChainUnaryInterceptor(append([]grpc.UnaryServerInterceptor{recoverUnary(log), logUnary(log), inputUnary, budgetUnary(o.RequestTimeout), authn.UnaryInterceptor()}, o.Unary...)...),
+		grpc.ForceServerCodecV2(newRequestCodec()),
 		grpc.ChainStreamInterceptor(authn.StreamInterceptor()),
 		// Connections are recycled every few minutes so clients resolving a headless
 		// Service by DNS re-resolve and find replicas added since they connected. Calls in

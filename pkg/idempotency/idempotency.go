@@ -110,6 +110,20 @@ func Printable(k string) bool {
 	return true
 }
 
+// ErrNotHonoured is the answer of a method that writes but cannot honour a key (a batch,
+// whose items are the calls of several tenants, each with its own answer): the key is
+// refused before anything is done, as one that is not printable is (addendum §8), rather
+// than the call going ahead as if none had been sent.
+var ErrNotHonoured = apierr.Invalid("Idempotency-Key is not accepted by this method: send each item as its own call with its own key")
+
+// RefuseKey is ErrNotHonoured when the call carries an Idempotency-Key, in either form.
+func RefuseKey(ctx context.Context) error {
+	if md, _ := metadata.FromIncomingContext(ctx); Sent(md) {
+		return ErrNotHonoured
+	}
+	return nil
+}
+
 // Sent reports whether md carries an Idempotency-Key, in either form: such a call must
 // reach a method that reads it with Key, not a path that drops metadata (a batch).
 func Sent(md metadata.MD) bool {

@@ -113,63 +113,7 @@ func (m *jsonMarshaler) decodeGeneric(body []byte, v any) error {
 	if err := m.UnmarshalOptions.Unmarshal(body, msg); err != nil {
 		return m.refusal(raw, msg.ProtoReflect().Descriptor(), err)
 	}
-	return checkStrings(msg.ProtoReflect())
-}
-
-// freeTextFields are the request fields that may hold line breaks and tabs; every other
-// string field names something (a key, an id, a version, an email) and is an identifier
-// under the input policy (pkg/input).
-var freeTextFields = map[protoreflect.Name]bool{"notes": true, "release_notes": true, "password": true}
-
-// trimmedFields are the request fields the services compare after trimming surrounding
-// white space (api.md: check-update's product_id, whitespace-insensitively): white space
-// at their ends is not refused.
-var trimmedFields = map[protoreflect.Name]bool{"product_id": true}
-
-// checkStrings applies the input policy to every string field of a decoded request,
-// nested messages included (not the free-form google.protobuf values, whose strings
-// protojson has already checked for UTF-8): a control character in a key reached the
-// services as a lookup of something that cannot exist, and broke the answer on its way
-// back. The error names the field as the client sent it.
-func checkStrings(m protoreflect.Message) error {
-	if m.Descriptor().FullName().Parent() == "google.protobuf" {
-		return nil
-	}
-	var err error
-	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
-		check := input.Identifier
-		switch {
-		case freeTextFields[fd.Name()]:
-			check = input.Text
-		case trimmedFields[fd.Name()]:
-			check = input.TrimmedIdentifier
-		}
-		switch {
-		case fd.IsMap():
-			return true
-		case fd.IsList():
-			list := v.List()
-			for i := 0; i < list.Len() && err == nil; i++ {
-				err = checkValueOf(fd, list.Get(i), check)
-			}
-		default:
-			err = checkValueOf(fd, v, check)
-		}
-		return err == nil
-	})
-	return err
-}
-
-func checkValueOf(fd protoreflect.FieldDescriptor, v protoreflect.Value, check func(string) input.Problem) error {
-	switch fd.Kind() {
-	case protoreflect.StringKind:
-		if p := check(v.String()); p != input.OK {
-			return errors.New(input.Describe(string(fd.Name()), p))
-		}
-	case protoreflect.MessageKind, protoreflect.GroupKind:
-		return checkStrings(v.Message())
-	}
-	return nil
+	return input.CheckMessage(msg.ProtoReflect())
 }
 
 func syntaxError(err error) error {

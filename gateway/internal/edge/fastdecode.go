@@ -2,6 +2,7 @@ package edge
 
 import (
 	"github.com/keyhouse/keyhouse/gateway/internal/flatjson"
+	"github.com/keyhouse/keyhouse/pkg/input"
 	activationsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/activations/v1"
 	licensingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1"
 	releasesv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/releases/v1"
@@ -13,7 +14,7 @@ import (
 // pass, the string-number pass and protojson), when the body is the plain case every
 // client sends: one flat JSON object of known field names (each at most once) with string
 // values of printable ASCII and no escapes. For such a body the generic path can only set
-// those fields, so the result, and the input policy's answer (checkStrings, shared), are
+// those fields, so the result, and the input policy's answer (input.CheckMessage, shared), are
 // the same. done is false for anything else, which the generic path decodes and words as
 // it always has (TestHotRequestsDecodeAsGeneric).
 func decodeHotRequest(body []byte, v any) (done bool, err error) {
@@ -48,7 +49,7 @@ func decodeHotRequest(body []byte, v any) (done bool, err error) {
 		}
 		return false, nil
 	}
-	return true, checkStrings(v.(proto.Message).ProtoReflect())
+	return true, input.CheckMessage(v.(proto.Message).ProtoReflect())
 }
 
 // The string fields of the hot requests decoded by name (stringFieldsSetter): each name

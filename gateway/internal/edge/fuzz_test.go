@@ -64,14 +64,7 @@ func FuzzDecodeRequestBody(f *testing.F) {
 				if fd.Kind() != protoreflect.StringKind || fd.IsList() {
 					return true
 				}
-				check := input.Identifier
-				switch {
-				case freeTextFields[fd.Name()]:
-					check = input.Text
-				case trimmedFields[fd.Name()]:
-					check = input.TrimmedIdentifier
-				}
-				if p := check(v.String()); p != input.OK {
+				if p := input.FieldCheck(fd.Name())(v.String()); p != input.OK {
 					t.Fatalf("accepted %s with %s %q (%s)", body, fd.Name(), v.String(), p)
 				}
 				return true

@@ -505,6 +505,11 @@ func (s *Server) observeItem(ctx context.Context, method string, start time.Time
 // items that pass the checks are added in one store call (one round trip, one
 // transaction), in the order given.
 func (s *Server) TrackUsageBatch(ctx context.Context, req *activationsv1.TrackUsageBatchRequest) (*activationsv1.TrackUsageBatchResponse, error) {
+	// TrackUsage honours an Idempotency-Key; one key cannot stand for a batch's items
+	// (each its own call, of any tenant), so it is refused rather than ignored.
+	if err := idempotency.RefuseKey(ctx); err != nil {
+		return nil, err
+	}
 	start := time.Now()
 	checked, err := checkBatch(ctx, s.licenses, req.GetItems(), func(item *activationsv1.TrackUsageBatchItem) string {
 		return item.GetRequest().GetKey()
