@@ -8,6 +8,7 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
+	"slices"
 	"strings"
 	"sync"
 	"unicode/utf8"
@@ -156,9 +157,11 @@ func IsAdminKeyRefusal(err error) bool {
 	return ok && st.Code() == codes.Unauthenticated && st.Message() == ErrAdminKeyRefused.Message
 }
 
-// ErrAuthorizationTwice refuses a call carrying more than one authorization value, as
+// ErrAuthorizationTwice refuses a call carrying two different authorization values, as
 // the REST edge refuses two Authorization headers (addendum): which one counts would be
-// the reader's choice, and a proxy in front may have judged another.
+// the reader's choice, and a proxy in front may have judged another. The same value
+// twice is no ambiguity, and gateways before this release sent every REST credential so (see
+// edge.incomingHeader): a rolling upgrade must not refuse their calls.
 var ErrAuthorizationTwice = apierr.Invalid("Authorization must be sent once")
 
 // UnaryInterceptor authenticates each unary call according to the method's access level.
@@ -196,7 +199,7 @@ func (a *Authenticator) Authenticate(ctx context.Context, fullMethod string) (co
 	if access == apiv1.Access_ACCESS_PUBLIC {
 		return ctx, nil
 	}
-	if len(metadata.ValueFromIncomingContext(ctx, "authorization")) > 1 {
+	if values := metadata.ValueFromIncomingContext(ctx, "authorization"); len(values) > 1 && slices.ContainsFunc(values[1:], func(v string) bool { return v != values[0] }) {
 		return nil, ErrAuthorizationTwice
 	}
 	token, ok := Bearer(ctx)

@@ -271,12 +271,17 @@ func TestACredentialThatIsNotUTF8IsUnauthorizedWithoutAskingBilling(t *testing.T
 	}
 }
 
-// Two authorization values are refused as REST refuses two Authorization headers,
-// whichever of them is valid and in either order, on every method that takes a credential.
+// Two different authorization values are refused as REST refuses two Authorization
+// headers, whichever of them is valid and in either order, on every method that takes a
+// credential. The same value twice (what gateways before this release sent) is one
+// credential.
 func TestTwoAuthorizationValuesAreRefusedInEitherOrder(t *testing.T) {
 	a := auth.New(auth.Config{MultiTenant: true, AdminKey: "admin-key", Tenants: tenants{"tenant-key": "t_1"}})
+	if p, err := call(a, tenantMethod, "authorization", "Bearer tenant-key", "authorization", "Bearer tenant-key"); err != nil || p.TenantID != "t_1" {
+		t.Fatalf("the same credential twice: %+v %v", p, err)
+	}
 	for _, m := range []string{tenantMethod, adminMethod, internalMethod} {
-		for _, pair := range [][2]string{{"Bearer wrong", "Bearer admin-key"}, {"Bearer admin-key", "Bearer wrong"}, {"Bearer tenant-key", "Bearer tenant-key"}} {
+		for _, pair := range [][2]string{{"Bearer wrong", "Bearer admin-key"}, {"Bearer admin-key", "Bearer wrong"}, {"Bearer tenant-key", "Bearer admin-key"}} {
 			_, err := call(a, m, "authorization", pair[0], "authorization", pair[1], auth.TenantHeader, "t_1")
 			st, _ := status.FromError(err)
 			if st.Code() != codes.InvalidArgument || st.Message() != "Authorization must be sent once" {
