@@ -3,7 +3,6 @@ package grpcx
 import (
 	"bytes"
 	"context"
-	"log/slog"
 	"math"
 	"net"
 	"strconv"
@@ -24,7 +23,6 @@ import (
 	"golang.org/x/net/http2/hpack"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -130,42 +128,19 @@ func TestTheLargestRESTBodyFitsTheRequestLimit(t *testing.T) {
 	}
 }
 
-// sizedMethod is a stand-in method answering as many bytes as its request asks for.
+// sizedMethod is sizedService's method.
 const sizedMethod = "/grpcxtest.Sized/Answer"
 
-var sizedService = grpc.ServiceDesc{
-	ServiceName: "grpcxtest.Sized",
-	HandlerType: (*any)(nil),
-	Methods: []grpc.MethodDesc{{
-		MethodName: "Answer",
-		Handler: func(_ any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
-			in := &wrapperspb.BytesValue{}
-			if err := dec(in); err != nil {
-				return nil, err
-			}
-			answer := func(context.Context, any) (any, error) {
-				size, _, _ := bytes.Cut(in.Value, []byte(" ")) // "<size> <padding>"
-				n, _ := strconv.Atoi(string(size))
-				return wrapperspb.Bytes(make([]byte, n)), nil
-			}
-			return interceptor(ctx, in, &grpc.UnaryServerInfo{FullMethod: sizedMethod}, answer)
-		},
-	}},
-}
+// sizedService's method answers as many zero bytes as its request names ("<size> <padding>").
+var sizedService = standIn("grpcxtest.Sized", "Answer", func(in []byte) []byte {
+	size, _, _ := bytes.Cut(in, []byte(" "))
+	n, _ := strconv.Atoi(string(size))
+	return make([]byte, n)
+})
 
-// serveLimited starts a server as every service builds it, with the stand-ins.
+// serveLimited starts a server as every service builds it, with sizedService.
 func serveLimited(t *testing.T) string {
-	t.Helper()
-	srv := NewServer(slog.New(slog.DiscardHandler), auth.New(auth.Config{}), ServerOptions{RequestTimeout: time.Minute})
-	srv.GRPC.RegisterService(&sizedService, nil)
-	srv.Health.SetServingStatus(ServingHealthName, healthpb.HealthCheckResponse_SERVING)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = srv.GRPC.Serve(lis) }()
-	t.Cleanup(srv.GRPC.Stop)
-	return lis.Addr().String()
+	return serveStandIn(t, auth.New(auth.Config{}), func(g *grpc.Server) { g.RegisterService(&sizedService, nil) })
 }
 
 // An answer as large as the largest list page crosses between a server and a client

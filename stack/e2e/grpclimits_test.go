@@ -92,7 +92,7 @@ func TestListPagesOverFourMiBAnswerEveryRow(t *testing.T) {
 		return err
 	})
 
-	page := adm.Get("/v1/list-licenses?limit=1000&product_id=" + url.QueryEscape(licProduct)).Expect(t, http.StatusOK)
+	page := adm.Get("/v1/list-licenses?limit=1000&product_id="+url.QueryEscape(licProduct)).Expect(t, http.StatusOK)
 	var licPage struct {
 		Licenses []struct {
 			IssuedTo string `json:"issued_to"`
@@ -109,7 +109,7 @@ func TestListPagesOverFourMiBAnswerEveryRow(t *testing.T) {
 		t.Fatalf("issued_to came back as %q…", licPage.Licenses[0].IssuedTo[:min(40, len(licPage.Licenses[0].IssuedTo))])
 	}
 
-	page = adm.Get("/v1/list-releases?limit=1000&product_id=" + relProduct).Expect(t, http.StatusOK)
+	page = adm.Get("/v1/list-releases?limit=1000&product_id="+relProduct).Expect(t, http.StatusOK)
 	var relPage struct {
 		Releases []struct {
 			ReleaseNotes string `json:"release_notes"`
@@ -133,7 +133,7 @@ func TestListPagesOverFourMiBAnswerEveryRow(t *testing.T) {
 	// of this test (the relay publishes them within moments; the wait is a bound, not a goal).
 	deadline := time.Now().Add(time.Minute)
 	for {
-		page = adm.Get("/v1/events?type=license.issued&limit=1000&since=" + since).Expect(t, http.StatusOK)
+		page = adm.Get("/v1/events?type=license.issued&limit=1000&since="+since).Expect(t, http.StatusOK)
 		var evPage struct {
 			Events []struct {
 				Data struct {
