@@ -22,6 +22,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/keyhouse/keyhouse/pkg/apierr"
 	accountsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/accounts/v1"
 	activationsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/activations/v1"
 	billingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/billing/v1"
@@ -291,15 +292,18 @@ func asAPIError(err error) *apiError {
 		code = http.StatusNotFound
 	case codes.AlreadyExists:
 		code = http.StatusConflict
-	case codes.ResourceExhausted:
-		code = http.StatusTooManyRequests
 	case codes.Aborted, codes.Unavailable, codes.DeadlineExceeded:
 		code = http.StatusServiceUnavailable
 		if msg == "" || st.Code() == codes.DeadlineExceeded {
 			msg = "Service unavailable, retry"
 		}
 	default:
-		msg = "Internal server error"
+		// ResourceExhausted included: no service refuses with it, so it is gRPC's own (a
+		// message over grpcx.MaxAnswerBytes), unexpected like any other 500.
+		if msg != apierr.InternalMessage {
+			slog.Default().Error("internal error", "code", st.Code().String(), "error", msg)
+		}
+		msg = apierr.InternalMessage
 	}
 	return &apiError{Status: code, Message: msg}
 }

@@ -8,8 +8,10 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
+	"slices"
 	"strings"
 	"sync"
+	"unicode/utf8"
 
 	"github.com/keyhouse/keyhouse/pkg/apierr"
 	apiv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/api/v1"
@@ -155,6 +157,13 @@ func IsAdminKeyRefusal(err error) bool {
 	return ok && st.Code() == codes.Unauthenticated && st.Message() == ErrAdminKeyRefused.Message
 }
 
+// ErrAuthorizationTwice refuses a call carrying two different authorization values, as
+// the REST edge refuses two Authorization headers (addendum): which one counts would be
+// the reader's choice, and a proxy in front may have judged another. The same value
+// twice is no ambiguity, and gateways before this release sent every REST credential so (see
+// edge.incomingHeader): a rolling upgrade must not refuse their calls.
+var ErrAuthorizationTwice = apierr.Invalid("Authorization must be sent once")
+
 // UnaryInterceptor authenticates each unary call according to the method's access level.
 func (a *Authenticator) UnaryInterceptor() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
@@ -190,6 +199,9 @@ func (a *Authenticator) Authenticate(ctx context.Context, fullMethod string) (co
 	if access == apiv1.Access_ACCESS_PUBLIC {
 		return ctx, nil
 	}
+	if values := metadata.ValueFromIncomingContext(ctx, "authorization"); len(values) > 1 && slices.ContainsFunc(values[1:], func(v string) bool { return v != values[0] }) {
+		return nil, ErrAuthorizationTwice
+	}
 	token, ok := Bearer(ctx)
 	if !ok {
 		return nil, apierr.Unauthorized
@@ -220,7 +232,10 @@ func (a *Authenticator) Authenticate(ctx context.Context, fullMethod string) (co
 			return WithPrincipal(ctx, Principal{TenantID: SelfHostedTenant, Admin: true}), nil
 		}
 		// Hosted, the admin key is never a tenant credential (api.md, Authentication).
-		if a.IsAdminKey(token) || a.cfg.Tenants == nil {
+		// Every credential Keyhouse issues is ASCII; one that is not UTF-8 is unknown, and
+		// billing could not be asked about it anyway (a protobuf string cannot carry it:
+		// the call would fail before it left, as if billing were down).
+		if a.IsAdminKey(token) || a.cfg.Tenants == nil || !utf8.ValidString(token) {
 			return nil, apierr.Unauthorized
 		}
 		// Everything else is resolved by billing, with no cache, so a rotation, a deleted

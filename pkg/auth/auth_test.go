@@ -10,7 +10,9 @@ import (
 	"github.com/keyhouse/keyhouse/pkg/auth"
 	"github.com/keyhouse/keyhouse/pkg/grpcx/grpcxtest"
 	_ "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/accounts/v1"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 )
 
 const (
@@ -235,5 +237,60 @@ func TestThePreviousAdminKeyIsAcceptedBesideTheCurrentOne(t *testing.T) {
 	// A refusal of the admin key crosses the wire as itself, and nothing else is taken for it.
 	if !auth.IsAdminKeyRefusal(auth.ErrAdminKeyRefused.GRPCStatus().Err()) || auth.IsAdminKeyRefusal(apierr.Unauthorized) || auth.IsAdminKeyRefusal(nil) {
 		t.Error("IsAdminKeyRefusal")
+	}
+}
+
+// unreachableBilling answers as billingclient does when a call cannot go out: a
+// retryable 503. It counts the questions it was asked.
+type unreachableBilling struct{ asked int }
+
+func (b *unreachableBilling) ResolveAPIKey(context.Context, string) (auth.Credential, error) {
+	b.asked++
+	return auth.Credential{}, apierr.Unavailable("Authentication service unavailable, retry")
+}
+
+// A credential that is not UTF-8 is no key Keyhouse issued: it is refused as an unknown
+// one (403 Unauthorized), never a 503 to retry, and billing is not asked (its request's
+// string field could not carry it).
+func TestACredentialThatIsNotUTF8IsUnauthorizedWithoutAskingBilling(t *testing.T) {
+	for _, multi := range []bool{false, true} {
+		billing := &unreachableBilling{}
+		a := auth.New(auth.Config{MultiTenant: multi, AdminKey: "admin-key", Tenants: billing})
+		for _, token := range []string{"\xff\xfe", "kh_\xc3", "admin-key\xff"} {
+			if _, err := call(a, tenantMethod, "authorization", "Bearer "+token); !errors.Is(err, apierr.Unauthorized) {
+				t.Fatalf("multi=%v token %q: got %v, want Unauthorized", multi, token, err)
+			}
+		}
+		if billing.asked != 0 {
+			t.Fatalf("multi=%v: billing was asked %d times", multi, billing.asked)
+		}
+		// A UTF-8 credential still goes to billing (which here cannot answer).
+		if _, err := call(a, tenantMethod, "authorization", "Bearer café"); !apierr.Is(err, codes.Unavailable) || billing.asked != 1 {
+			t.Fatalf("multi=%v: a UTF-8 credential: %v, asked %d", multi, err, billing.asked)
+		}
+	}
+}
+
+// Two different authorization values are refused as REST refuses two Authorization
+// headers, whichever of them is valid and in either order, on every method that takes a
+// credential. The same value twice (what gateways before this release sent) is one
+// credential.
+func TestTwoAuthorizationValuesAreRefusedInEitherOrder(t *testing.T) {
+	a := auth.New(auth.Config{MultiTenant: true, AdminKey: "admin-key", Tenants: tenants{"tenant-key": "t_1"}})
+	if p, err := call(a, tenantMethod, "authorization", "Bearer tenant-key", "authorization", "Bearer tenant-key"); err != nil || p.TenantID != "t_1" {
+		t.Fatalf("the same credential twice: %+v %v", p, err)
+	}
+	for _, m := range []string{tenantMethod, adminMethod, internalMethod} {
+		for _, pair := range [][2]string{{"Bearer wrong", "Bearer admin-key"}, {"Bearer admin-key", "Bearer wrong"}, {"Bearer tenant-key", "Bearer admin-key"}} {
+			_, err := call(a, m, "authorization", pair[0], "authorization", pair[1], auth.TenantHeader, "t_1")
+			st, _ := status.FromError(err)
+			if st.Code() != codes.InvalidArgument || st.Message() != "Authorization must be sent once" {
+				t.Fatalf("%s %q: got %v, want InvalidArgument \"Authorization must be sent once\"", m, pair, err)
+			}
+		}
+	}
+	// A public method judges no credential: what it carries is not looked at.
+	if _, err := call(a, publicMethod, "authorization", "Bearer a", "authorization", "Bearer b"); err != nil {
+		t.Fatalf("public method: %v", err)
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
-	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -14,7 +13,6 @@ import (
 	accountsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/accounts/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
 
 type entitlements struct {
@@ -29,16 +27,7 @@ func (entitlements) GetEntitlements(context.Context, *accountsv1.GetEntitlements
 // authenticator that accepts adminKey only.
 func servePeerWithKey(t *testing.T, adminKey string) string {
 	t.Helper()
-	srv := NewServer(slog.New(slog.DiscardHandler), auth.New(auth.Config{AdminKey: adminKey}), ServerOptions{})
-	srv.Health.SetServingStatus(ServingHealthName, healthpb.HealthCheckResponse_SERVING)
-	accountsv1.RegisterAccountsServiceServer(srv.GRPC, entitlements{})
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = srv.GRPC.Serve(lis) }()
-	t.Cleanup(srv.GRPC.Stop)
-	return lis.Addr().String()
+	return serveStandIn(t, auth.New(auth.Config{AdminKey: adminKey}), func(g *grpc.Server) { accountsv1.RegisterAccountsServiceServer(g, entitlements{}) })
 }
 
 // lockedBuffer is a log sink the server's goroutines and the test may share.

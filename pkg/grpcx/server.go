@@ -59,8 +59,8 @@ const streamWorkers = 64
 // one-batch-at-a-time calls nearly every call cost two PINGs and two answers more: two
 // more frames to write and read on each side, each a wake-up of the transport's writer.
 // Peers sit in one cluster, where the estimate has nothing to find; these windows are
-// what it grows towards for such links, and a call's message is at most 4 MiB (gRPC's
-// receive limit), so no message waits for more than a few window updates.
+// what it grows towards for such links; a message larger than a window (a big list
+// page, up to MaxAnswerBytes) streams through it in window-sized steps.
 const (
 	streamWindow = 1 << 20
 	connWindow   = 4 << 20
@@ -103,7 +103,11 @@ func NewServer(log *slog.Logger, authn *auth.Authenticator, o ServerOptions) *Se
 		// Connections are recycled every few minutes so clients resolving a headless
 		// Service by DNS re-resolve and find replicas added since they connected. Calls in
 		// flight get the grace period to finish.
-		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionAge: 2 * time.Minute, MaxConnectionAgeGrace: 30 * time.Second}),
+		// Time and Timeout close a connection whose caller stopped reading it (limits.go).
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionAge: 2 * time.Minute, MaxConnectionAgeGrace: 30 * time.Second, Time: keepaliveTime, Timeout: keepaliveTimeout}),
+		grpc.MaxRecvMsgSize(MaxRequestBytes),
+		grpc.MaxSendMsgSize(MaxAnswerBytes),
+		grpc.MaxConcurrentStreams(maxConcurrentStreams),
 		// Calls run on long-lived workers instead of a fresh goroutine each: a fresh one
 		// grows its stack on every call (runtime.morestack was an eighth of licensing's
 		// CPU on verify-license). When every worker is busy, a call still gets its own
@@ -372,6 +376,7 @@ func Dial(peer, addr string, extra ...grpc.DialOption) (*grpc.ClientConn, error)
 		grpc.WithUnaryInterceptor(propagateRequestID),
 		grpc.WithStaticStreamWindowSize(streamWindow),
 		grpc.WithStaticConnWindowSize(connWindow),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxAnswerBytes), grpc.MaxCallSendMsgSize(MaxRequestBytes)),
 		// gRPC's default reconnect backoff grows to 2 minutes: a dependency that restarts
 		// (a rollout, a crash) would stay unreachable that long after it is back. Peers are
 		// in the same cluster, so retry often.

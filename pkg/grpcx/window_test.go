@@ -20,20 +20,42 @@ import (
 // name is outside keyhouse's packages, so the authenticator lets it through.
 const echoMethod = "/grpcxtest.Echo/Echo"
 
-var echoService = grpc.ServiceDesc{
-	ServiceName: "grpcxtest.Echo",
-	HandlerType: (*any)(nil),
-	Methods: []grpc.MethodDesc{{
-		MethodName: "Echo",
-		Handler: func(_ any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
-			in := &wrapperspb.BytesValue{}
-			if err := dec(in); err != nil {
-				return nil, err
-			}
-			echo := func(context.Context, any) (any, error) { return wrapperspb.Bytes(in.Value), nil }
-			return interceptor(ctx, in, &grpc.UnaryServerInfo{FullMethod: echoMethod}, echo)
-		},
-	}},
+var echoService = standIn("grpcxtest.Echo", "Echo", func(in []byte) []byte { return in })
+
+// standIn is a service of one method, service/method, answering answer(the bytes sent).
+func standIn(service, method string, answer func([]byte) []byte) grpc.ServiceDesc {
+	fullMethod := "/" + service + "/" + method
+	return grpc.ServiceDesc{
+		ServiceName: service,
+		HandlerType: (*any)(nil),
+		Methods: []grpc.MethodDesc{{
+			MethodName: method,
+			Handler: func(_ any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
+				in := &wrapperspb.BytesValue{}
+				if err := dec(in); err != nil {
+					return nil, err
+				}
+				handle := func(context.Context, any) (any, error) { return wrapperspb.Bytes(answer(in.Value)), nil }
+				return interceptor(ctx, in, &grpc.UnaryServerInfo{FullMethod: fullMethod}, handle)
+			},
+		}},
+	}
+}
+
+// serveStandIn starts a server as every service builds it (NewServer), with authn, and
+// register adding its services; it returns the address.
+func serveStandIn(t *testing.T, authn *auth.Authenticator, register func(*grpc.Server)) string {
+	t.Helper()
+	srv := NewServer(slog.New(slog.DiscardHandler), authn, ServerOptions{RequestTimeout: time.Minute})
+	register(srv.GRPC)
+	srv.Health.SetServingStatus(ServingHealthName, healthpb.HealthCheckResponse_SERVING)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.GRPC.Serve(lis) }()
+	t.Cleanup(srv.GRPC.Stop)
+	return lis.Addr().String()
 }
 
 // The connections between Keyhouse's processes run on fixed flow-control windows
@@ -42,16 +64,8 @@ var echoService = grpc.ServiceDesc{
 // several at once on one connection also exceed the connection's window. Each must
 // arrive whole, in both directions, through the server and client Keyhouse builds.
 func TestMessagesLargerThanTheFlowControlWindowsCrossBothWays(t *testing.T) {
-	srv := NewServer(slog.New(slog.DiscardHandler), auth.New(auth.Config{}), ServerOptions{})
-	srv.GRPC.RegisterService(&echoService, nil)
-	srv.Health.SetServingStatus(ServingHealthName, healthpb.HealthCheckResponse_SERVING)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = srv.GRPC.Serve(lis) }()
-	t.Cleanup(srv.GRPC.Stop)
-	conn, err := Dial("echo", lis.Addr().String())
+	addr := serveStandIn(t, auth.New(auth.Config{}), func(g *grpc.Server) { g.RegisterService(&echoService, nil) })
+	conn, err := Dial("echo", addr)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -201,10 +201,13 @@ func spanName(_ string, r *http.Request) string {
 }
 
 // incomingHeader is the allowlist of HTTP headers that reach the services as metadata.
-// Anything else, including x-keyhouse-tenant, is dropped.
+// Anything else, including x-keyhouse-tenant, is dropped. Authorization is not in it:
+// grpc-gateway passes it on by itself (a printable ASCII value; no credential Keyhouse
+// issues is anything else), and listing it too sent every call's credential twice, which
+// the services refuse (Authorization must be sent once).
 func incomingHeader(key string) (string, bool) {
 	switch k := strings.ToLower(key); k {
-	case "authorization", "idempotency-key":
+	case "idempotency-key":
 		return k, true
 	}
 	return "", false

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"log/slog"
 	"net/http"
 	"regexp"
 	"strings"
@@ -17,6 +18,9 @@ import (
 )
 
 // httpStatus is the one mapping from gRPC codes to the HTTP statuses api.md uses.
+// ResourceExhausted is not a 429: no service refuses with it (the rate limits are the
+// gateway's own, answered before any call), so it can only be gRPC's, a message over a
+// size limit (grpcx.MaxAnswerBytes), and that is a 500 like anything else unexpected.
 func httpStatus(code codes.Code) int {
 	switch code {
 	case codes.InvalidArgument, codes.FailedPrecondition, codes.OutOfRange:
@@ -27,8 +31,6 @@ func httpStatus(code codes.Code) int {
 		return http.StatusNotFound
 	case codes.AlreadyExists:
 		return http.StatusConflict
-	case codes.ResourceExhausted:
-		return http.StatusTooManyRequests
 	case codes.Aborted, codes.Unavailable, codes.DeadlineExceeded, codes.Canceled:
 		return http.StatusServiceUnavailable
 	default:
@@ -60,6 +62,11 @@ func handleError(ctx context.Context, _ *runtime.ServeMux, _ runtime.Marshaler, 
 		// (apierr.Unavailable) says so with a RetryInfo detail and keeps its message.
 		msg = grpcx.ServiceUnavailable
 	case code == http.StatusInternalServerError:
+		if msg != apierr.InternalMessage {
+			// Not a service's own 500 (which logged its cause and says only this): gRPC's
+			// or the gateway's, such as an answer over the size limit. Its text stays here.
+			slog.Default().ErrorContext(ctx, "internal error", "code", st.Code().String(), "error", msg)
+		}
 		msg = apierr.InternalMessage
 	case st.Code() == codes.InvalidArgument:
 		msg = cleanDecodeError(msg)

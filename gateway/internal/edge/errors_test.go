@@ -1,10 +1,13 @@
 package edge
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/keyhouse/keyhouse/pkg/apierr"
@@ -55,5 +58,29 @@ func TestErrorHandlerWritesTheStatusAndBodyTheAPIUses(t *testing.T) {
 				t.Fatalf("content type %q", ct)
 			}
 		})
+	}
+}
+
+// TestAnAnswerOverTheSizeLimitIsA500WithItsCauseInTheLog: gRPC refuses a message over
+// its limit with ResourceExhausted. That is no rate limit, and its text is the
+// transport's: the client gets the bare 500 ARCHITECTURE.md promises for anything
+// unexpected, and the cause goes to the log.
+func TestAnAnswerOverTheSizeLimitIsA500WithItsCauseInTheLog(t *testing.T) {
+	var logs bytes.Buffer
+	was := slog.Default()
+	slog.SetDefault(slog.New(slog.NewJSONHandler(&logs, nil)))
+	t.Cleanup(func() { slog.SetDefault(was) })
+
+	const cause = "grpc: received message larger than max (4548697 vs. 4194304)"
+	w := httptest.NewRecorder()
+	handleError(context.Background(), nil, nil, w, httptest.NewRequest(http.MethodGet, "/v1/list-releases?limit=1000", nil), status.Error(codes.ResourceExhausted, cause))
+	if w.Code != http.StatusInternalServerError || w.Body.String() != `{"error":"Internal server error"}` {
+		t.Fatalf("got %d %s, want 500 {\"error\":\"Internal server error\"}", w.Code, w.Body)
+	}
+	if w.Header().Get("Retry-After") != "" {
+		t.Fatalf("Retry-After %q on a 500", w.Header().Get("Retry-After"))
+	}
+	if !strings.Contains(logs.String(), `"level":"ERROR"`) || !strings.Contains(logs.String(), cause) || !strings.Contains(logs.String(), `"code":"ResourceExhausted"`) {
+		t.Fatalf("the cause is not logged at ERROR: %s", logs.String())
 	}
 }

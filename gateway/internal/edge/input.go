@@ -10,6 +10,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/keyhouse/keyhouse/pkg/auth"
 	"github.com/keyhouse/keyhouse/pkg/input"
 )
 
@@ -83,11 +84,12 @@ func isPagePath(p string) bool {
 
 // withOneAuthorization refuses a request with more than one Authorization header.
 // Authorization is not a list header (RFC 9110), so two are ambiguous: the services and
-// admission control judged the first, and a proxy in front may judge another.
+// admission control judged the first, and a proxy in front may judge another. The
+// services refuse two authorization values of a direct gRPC call with the same words.
 func withOneAuthorization(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if len(r.Header.Values("Authorization")) > 1 {
-			writeError(w, http.StatusBadRequest, "Authorization must be sent once", nil)
+			writeError(w, http.StatusBadRequest, auth.ErrAuthorizationTwice.Message, nil)
 			return
 		}
 		next.ServeHTTP(w, r)

@@ -6,6 +6,9 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
+
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"google.golang.org/grpc/metadata"
 )
 
 // A path with an empty, . or .. segment is a JSON 400, not http.ServeMux's 307 with an
@@ -67,5 +70,22 @@ func TestAmbiguousRequestsAreAJSON400(t *testing.T) {
 	}
 	if called := b.take(); len(called) != 0 {
 		t.Errorf("refused requests reached the services: %v", called)
+	}
+}
+
+// A REST call's credential reaches the service once: grpc-gateway passes Authorization on
+// by itself, and the services refuse two different values (and a gateway that listed it
+// among its headers too sent each one twice).
+func TestTheCredentialReachesTheServiceOnce(t *testing.T) {
+	mux := newServeMux(&runtime.JSONPb{})
+	r := httptest.NewRequest(http.MethodGet, "/v1/list-licenses", nil)
+	r.Header.Set("Authorization", "Bearer kh_key")
+	ctx, err := runtime.AnnotateContext(r.Context(), mux, r, "/keyhouse.licensing.v1.LicensingService/ListLicenses", runtime.WithHTTPPathPattern("/v1/list-licenses"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	md, _ := metadata.FromOutgoingContext(ctx)
+	if got := md.Get("authorization"); len(got) != 1 || got[0] != "Bearer kh_key" {
+		t.Fatalf("authorization metadata %q, want the header's value once", got)
 	}
 }

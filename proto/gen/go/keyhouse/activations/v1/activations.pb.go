@@ -2153,14 +2153,14 @@ const file_keyhouse_activations_v1_activations_proto_rawDesc = "" +
 	"\x05limit\x18\x01 \x01(\x05H\x00R\x05limit\x88\x01\x01B\b\n" +
 	"\x06_limit\"h\n" +
 	"\x19RecentActivationsResponse\x12K\n" +
-	"\vactivations\x18\x01 \x03(\v2).keyhouse.activations.v1.RecentActivationR\vactivations2\x92\x13\n" +
+	"\vactivations\x18\x01 \x03(\v2).keyhouse.activations.v1.RecentActivationR\vactivations2\x8c\x15\n" +
 	"\x12ActivationsService\x12\x86\x02\n" +
 	"\x0fActivateLicense\x12/.keyhouse.activations.v1.ActivateLicenseRequest\x1a0.keyhouse.activations.v1.ActivateLicenseResponse\"\x8f\x01\x90\x82\x19\x01\x9a\x82\x19\x04\b\x03\x10\x01\x9a\x83\x19\x1b\b\x94\x03\x12\x16License key not found.\x9a\x83\x19`\b\x93\x03\x12[License has expired; License is not active; Activation limit exceeded for this license key.\x12\x88\x01\n" +
 	"\x11DeactivateLicense\x121.keyhouse.activations.v1.DeactivateLicenseRequest\x1a2.keyhouse.activations.v1.DeactivateLicenseResponse\"\f\x90\x82\x19\x01\x9a\x82\x19\x04\b\x03\x10\x01\x12\x80\x01\n" +
 	"\x0fValidateLicense\x12/.keyhouse.activations.v1.ValidateLicenseRequest\x1a0.keyhouse.activations.v1.ValidateLicenseResponse\"\n" +
-	"\x90\x82\x19\x01\x9a\x82\x19\x02\b\x02\x12\x8d\x03\n" +
+	"\x90\x82\x19\x01\x9a\x82\x19\x02\b\x02\x12\x87\x05\n" +
 	"\n" +
-	"TrackUsage\x12*.keyhouse.activations.v1.TrackUsageRequest\x1a+.keyhouse.activations.v1.TrackUsageResponse\"\xa5\x02\x90\x82\x19\x01\x9a\x82\x19\x02\b\x02\x90\x83\x19\x01\x9a\x83\x19\x1b\b\x94\x03\x12\x16License key not found.\x9a\x83\x19\x93\x01\b\x93\x03\x12\x8d\x01License is not active; License is expired; Invalid activation token; Metric not allowed: <metric>; Usage limit exceeded for metric: <metric>.\x9a\x83\x19\\\b\xf7\x03\x12WUsage was changed by a concurrent update; please retry (the increment was not applied).\x12z\n" +
+	"TrackUsage\x12*.keyhouse.activations.v1.TrackUsageRequest\x1a+.keyhouse.activations.v1.TrackUsageResponse\"\x9f\x04\x90\x82\x19\x01\x9a\x82\x19\x02\b\x02\x90\x83\x19\x01\x9a\x83\x19\x1b\b\x94\x03\x12\x16License key not found.\x9a\x83\x19\x93\x01\b\x93\x03\x12\x8d\x01License is not active; License is expired; Invalid activation token; Metric not allowed: <metric>; Usage limit exceeded for metric: <metric>.\x9a\x83\x19\\\b\xf7\x03\x12WUsage was changed by a concurrent update; please retry (the increment was not applied).\x9a\x83\x19\xf5\x01\b\xf4\x03\x12\xef\x01Internal server error: the increment's outcome could not be learned in time, so it may or may not have been applied; a retry with the same Idempotency-Key returns the first answer or applies it once, a retry without one may apply it twice.\x12z\n" +
 	"\x0fTrackUsageBatch\x12/.keyhouse.activations.v1.TrackUsageBatchRequest\x1a0.keyhouse.activations.v1.TrackUsageBatchResponse\"\x04\x90\x82\x19\x01\x12}\n" +
 	"\x10ChangeSeatsBatch\x120.keyhouse.activations.v1.ChangeSeatsBatchRequest\x1a1.keyhouse.activations.v1.ChangeSeatsBatchResponse\"\x04\x90\x82\x19\x01\x12\x89\x01\n" +
 	"\x14ValidateLicenseBatch\x124.keyhouse.activations.v1.ValidateLicenseBatchRequest\x1a5.keyhouse.activations.v1.ValidateLicenseBatchResponse\"\x04\x90\x82\x19\x01\x12\x93\x01\n" +

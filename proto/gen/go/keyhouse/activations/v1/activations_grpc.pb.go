@@ -52,7 +52,9 @@ type ActivationsServiceClient interface {
 	// Adds increment to one metric's running total, never past the license's limit. Honors
 	// the Idempotency-Key metadata: a retry with the same key and request within 24 h
 	// returns the first answer and adds nothing. An Unavailable status means the increment
-	// was not applied.
+	// was not applied. An Internal status means its outcome could not be learned within the
+	// call's deadline: it may have been applied, so only a retry with the first call's
+	// Idempotency-Key is safe (it returns the first answer, or applies the increment once).
 	TrackUsage(ctx context.Context, in *TrackUsageRequest, opts ...grpc.CallOption) (*TrackUsageResponse, error)
 	// Many TrackUsage calls in one: the gateway sends the track-usage requests that arrive
 	// while earlier ones are out together. Each item is checked and applied, refused or
@@ -239,7 +241,9 @@ type ActivationsServiceServer interface {
 	// Adds increment to one metric's running total, never past the license's limit. Honors
 	// the Idempotency-Key metadata: a retry with the same key and request within 24 h
 	// returns the first answer and adds nothing. An Unavailable status means the increment
-	// was not applied.
+	// was not applied. An Internal status means its outcome could not be learned within the
+	// call's deadline: it may have been applied, so only a retry with the first call's
+	// Idempotency-Key is safe (it returns the first answer, or applies the increment once).
 	TrackUsage(context.Context, *TrackUsageRequest) (*TrackUsageResponse, error)
 	// Many TrackUsage calls in one: the gateway sends the track-usage requests that arrive
 	// while earlier ones are out together. Each item is checked and applied, refused or
