@@ -59,7 +59,9 @@ type ActivationsServiceClient interface {
 	// Many TrackUsage calls in one: the gateway sends the track-usage requests that arrive
 	// while earlier ones are out together. Each item is checked and applied, refused or
 	// failed exactly as TrackUsage would, and answered on its own; the increments of one
-	// call are committed together, in one round trip to Postgres. No REST route.
+	// call are committed together, in one round trip to Postgres. No REST route. An
+	// Idempotency-Key is refused (400): the items are separate calls, possibly of several
+	// tenants, so send a keyed increment as its own TrackUsage call.
 	TrackUsageBatch(ctx context.Context, in *TrackUsageBatchRequest, opts ...grpc.CallOption) (*TrackUsageBatchResponse, error)
 	// Many ActivateLicense and DeactivateLicense calls in one, as TrackUsageBatch is for
 	// TrackUsage: each item is checked, applied, refused or failed exactly as its own call
@@ -248,7 +250,9 @@ type ActivationsServiceServer interface {
 	// Many TrackUsage calls in one: the gateway sends the track-usage requests that arrive
 	// while earlier ones are out together. Each item is checked and applied, refused or
 	// failed exactly as TrackUsage would, and answered on its own; the increments of one
-	// call are committed together, in one round trip to Postgres. No REST route.
+	// call are committed together, in one round trip to Postgres. No REST route. An
+	// Idempotency-Key is refused (400): the items are separate calls, possibly of several
+	// tenants, so send a keyed increment as its own TrackUsage call.
 	TrackUsageBatch(context.Context, *TrackUsageBatchRequest) (*TrackUsageBatchResponse, error)
 	// Many ActivateLicense and DeactivateLicense calls in one, as TrackUsageBatch is for
 	// TrackUsage: each item is checked, applied, refused or failed exactly as its own call
