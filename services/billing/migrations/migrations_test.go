@@ -11,6 +11,7 @@ import (
 
 	"github.com/keyhouse/keyhouse/pkg/natsx"
 	"github.com/keyhouse/keyhouse/pkg/pgxx"
+	"github.com/keyhouse/keyhouse/pkg/tenantpurge"
 	"github.com/keyhouse/keyhouse/services/billing/migrations"
 )
 
@@ -20,6 +21,13 @@ func TestMain(m *testing.M) { testkit.Main(m) }
 // table this schema holds: it must be the package's table, verbatim.
 func TestMigrationsHoldTheSharedOutboxTable(t *testing.T) {
 	if err := pgxx.CheckSharedTables(migrations.FS, natsx.OutboxTable); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The purge of a deleted tenant leaves its tombstone in the shared table.
+func TestMigrationsHoldTheSharedTombstoneTable(t *testing.T) {
+	if err := pgxx.CheckSharedDDL(migrations.FS, tenantpurge.TombstoneTableSQL); err != nil {
 		t.Fatal(err)
 	}
 }
