@@ -90,19 +90,6 @@ func Forgotten(ctx context.Context, tx pgx.Tx, tenants []string) (map[string]boo
 	return gone, nil
 }
 
-// Guard is Forgotten for one tenant: ErrTenantNotFound if it was deleted here. Call it in
-// the transaction that writes for tenant, before the transaction commits.
-func Guard(ctx context.Context, tx pgx.Tx, tenant string) error {
-	gone, err := Forgotten(ctx, tx, []string{tenant})
-	if err != nil {
-		return err
-	}
-	if gone[tenant] {
-		return ErrTenantNotFound
-	}
-	return nil
-}
-
 // ForgetInTx deletes every row of tenant in tx's schema (Purge) under the tenant's
 // exclusive lock and leaves its tombstone, so a write for it that comes later is refused.
 func ForgetInTx(ctx context.Context, tx pgx.Tx, tenant string) error {

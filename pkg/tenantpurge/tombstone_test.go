@@ -14,7 +14,7 @@ import (
 	"github.com/keyhouse/keyhouse/pkg/tenantpurge"
 )
 
-// Writers of a tenant on many connections (replicas, to the database) race its purge:
+// Writers of a tenant (Forgotten, then the insert) on many connections (replicas, to the database) race its purge:
 // once the purge committed and the writers stopped, no row of the tenant is left, every
 // write after the purge was refused with "Tenant not found", and another tenant's writes
 // all went through.
@@ -31,10 +31,14 @@ func TestAPurgeRacingWritersLeavesNoRowAndRefusesTheWritesAfterIt(t *testing.T) 
 	}
 	write := func(tenant string, n int) error {
 		return pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
-			if err := tenantpurge.Guard(ctx, tx, tenant); err != nil {
+			gone, err := tenantpurge.Forgotten(ctx, tx, []string{tenant})
+			if err != nil {
 				return err
 			}
-			_, err := tx.Exec(ctx, `INSERT INTO seats VALUES ($1, $2)`, tenant, n)
+			if gone[tenant] {
+				return tenantpurge.ErrTenantNotFound
+			}
+			_, err = tx.Exec(ctx, `INSERT INTO seats VALUES ($1, $2)`, tenant, n)
 			return err
 		})
 	}

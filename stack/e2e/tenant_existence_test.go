@@ -8,38 +8,19 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/keyhouse/keyhouse/pkg/tenantpurge"
 	licensingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1"
 	"github.com/keyhouse/keyhouse/stack"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 )
 
-// stackDB is a connection to the stack's database, for operations.md's SQL check.
-func stackDB(t *testing.T, s *stack.Stack) *pgx.Conn {
-	t.Helper()
-	conn, err := pgx.Connect(context.Background(), s.Env("DATABASE_URL"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close(context.Background()) })
-	return conn
-}
-
-// internalLicensing is the licensing service at addr as another service calls it: the
-// admin key and the tenant it acts for in metadata.
+// internalLicensing is the licensing service at addr as another service calls it (the
+// admin key and the tenant it acts for in metadata: actingFor).
 func internalLicensing(t *testing.T, addr string) licensingv1.LicensingInternalServiceClient {
 	t.Helper()
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	return licensingv1.NewLicensingInternalServiceClient(conn)
+	return licensingv1.NewLicensingInternalServiceClient(dialAddr(t, addr))
 }
 
 func actingFor(s *stack.Stack, tenant string) (context.Context, context.CancelFunc) {
@@ -74,7 +55,7 @@ func TestInternalCallersCannotIssueOrClaimForATenantThatDoesNotExist(t *testing.
 	gone, goneID := hostedTenant(t, s)
 	issueLicense(t, gone, map[string]any{"tier": "pro", "product_id": product("before-delete"), "issued_to": "x@example.com"})
 	admin(t, s).Delete("/v1/operator/tenants/"+goneID, nil).Expect(t, 200)
-	conn := stackDB(t, s)
+	conn := dbConn(t, s)
 	eventually(t, "the deleted tenant purged everywhere", func() bool { return len(tenantRows(t, conn, goneID)) == 0 })
 
 	for _, tenant := range []string{fmt.Sprint("t_typo", time.Now().UnixNano()), "default", goneID} {
@@ -103,7 +84,7 @@ func TestABuyerCannotActivateADeletedTenantsLicenseThatLicensingStillHolds(t *te
 	t.Parallel()
 	s := startStack(t, map[string]string{"MULTI_TENANT": "true"})
 	t.Cleanup(s.Stop)
-	conn := stackDB(t, s)
+	conn := dbConn(t, s)
 	tn, id := hostedTenant(t, s)
 	key := issueLicense(t, tn, map[string]any{"tier": "pro", "product_id": product("orphan"), "issued_to": "x@example.com", "max_activations": 10})
 	buyer := anon(t, s)
@@ -130,7 +111,7 @@ func TestDeletingTenantsUnderConcurrentWritesAcrossReplicasLeavesNoRow(t *testin
 	t.Parallel()
 	s := startStack(t, map[string]string{"MULTI_TENANT": "true"})
 	t.Cleanup(s.Stop)
-	conn := stackDB(t, s)
+	conn := dbConn(t, s)
 	activations2, err := s.StartServiceReplica(t.Context(), "activations", nil)
 	if err != nil {
 		t.Fatal(err)
