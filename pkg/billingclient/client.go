@@ -49,11 +49,14 @@ func (c *Client) ActivePlan(ctx context.Context, tenant string) (int, error) {
 }
 
 // Entitlements is the tenant's plan: whether its subscription is active and its active
-// license quota (0: unlimited). Failure to answer is 503 "Billing service unavailable, retry".
+// license quota (0: unlimited). A tenant the installation does not have (deleted, or
+// never created) is 404 "Tenant not found" (tenantpurge.ErrTenantNotFound): what every
+// write that asks first refuses with. Failure to answer is 503 "Billing service
+// unavailable, retry".
 func (c *Client) Entitlements(ctx context.Context, tenant string) (*accountsv1.GetEntitlementsResponse, error) {
 	return grpcx.Call(ctx, c.peer, tenant, func(ctx context.Context, o ...grpc.CallOption) (*accountsv1.GetEntitlementsResponse, error) {
 		return c.rpc.GetEntitlements(ctx, &accountsv1.GetEntitlementsRequest{}, o...)
-	})
+	}, codes.NotFound)
 }
 
 // TenantEmail is where to write to the tenant: its email, hosted; "" self-hosted.

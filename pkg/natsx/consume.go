@@ -20,8 +20,9 @@ import (
 // id and using INSERT … ON CONFLICT DO NOTHING.
 //
 // Return nil when done (the message is acked), an error to have it redelivered later with
-// a growing delay, or Permanent(err) when retrying cannot help (the message is
-// terminated). ctx is not canceled by shutdown, so the work in hand can finish; it ends
+// a growing delay, Permanent(err) when retrying cannot help (the message is
+// terminated), or Again(d) when the work is done for now and must be done once more d
+// from now. ctx is not canceled by shutdown, so the work in hand can finish; it ends
 // at the consumer's AckWait, after which JetStream would redeliver anyway.
 type Handler func(ctx context.Context, msg jetstream.Msg) error
 
@@ -45,6 +46,14 @@ func IsPermanent(err error) bool {
 	var p permanentError
 	return errors.As(err, &p)
 }
+
+type againError struct{ after time.Duration }
+
+func (e againError) Error() string { return "deliver again after " + e.after.String() }
+
+// Again asks for the message to be delivered again after d, with no failure logged: the
+// handler did its work and must do it once more then (tenantpurge's second purge).
+func Again(d time.Duration) error { return againError{after: d} }
 
 type consumeOptions struct {
 	retryMin, retryMax time.Duration
@@ -235,7 +244,7 @@ func (c *consumer) onMessage(msg jetstream.Msg) {
 	log := c.log.With("subject", msg.Subject(), "stream_seq", meta.Sequence.Stream, "delivery", meta.NumDelivered)
 
 	err = c.call(msg)
-	if err == nil {
+	if err == nil || errors.As(err, new(againError)) {
 		c.erroring.Store(false)
 	}
 	c.settle(msg, meta, log, err, func() error {
@@ -248,14 +257,17 @@ func (c *consumer) onMessage(msg jetstream.Msg) {
 }
 
 // settle ends a handled message by the handler's result: acked (with ack) on success,
-// terminated when the failure is permanent, poison or its last delivery, else redelivered
+// delivered again when asked (Again), terminated when the failure is permanent, poison or its last delivery, else redelivered
 // with a growing delay.
 func (c *consumer) settle(msg jetstream.Msg, meta *jetstream.MsgMetadata, log *slog.Logger, err error, ack func() error) {
+	var again againError
 	switch {
 	case err == nil:
 		if err := ack(); err != nil {
 			log.Warn("ack failed, message will be redelivered", "error", err.Error())
 		}
+	case errors.As(err, &again):
+		_ = msg.NakWithDelay(again.after)
 	case IsPermanent(err):
 		c.terminate(msg, log, termPermanent, "permanent failure, message terminated", err)
 	case errors.As(err, new(panicError)) && meta.NumDelivered >= maxPanics:

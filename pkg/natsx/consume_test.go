@@ -145,6 +145,46 @@ func TestConsumerTerminatesPermanentFailureWithoutRedelivery(t *testing.T) {
 	}
 }
 
+// Again is no failure: the message comes back once more, after the delay asked for rather
+// than the retry delay, and nothing is logged as failing.
+func TestConsumerDeliversAgainWhenAskedWithoutLoggingAFailure(t *testing.T) {
+	t.Parallel()
+	_, js := connect(t, devnats.SharedURL(t), nil)
+	stream, prefix := newStream(t, js)
+	log, rec := newLog(t)
+
+	var d deliveries
+	const after = 300 * time.Millisecond
+	var first time.Time
+	var gap time.Duration
+	handle := func(ctx context.Context, msg jetstream.Msg) error {
+		if d.add(msg) == 1 {
+			first = time.Now()
+			return Again(after)
+		}
+		gap = time.Since(first)
+		return nil
+	}
+	cfg := jetstream.ConsumerConfig{Durable: "twice", FilterSubject: prefix + ".>"}
+	background(t, func(ctx context.Context) error {
+		return Consume(ctx, js, stream, cfg, handle, log, WithRetryDelay(time.Millisecond, time.Millisecond))
+	})
+	publish(t, js, prefix+".ev", "purge")
+
+	eventually(t, 10*time.Second, "message acked on its second delivery", func() bool {
+		return settled(consumerInfo(t, js, stream, "twice"), 1)
+	})
+	if got := d.of("purge"); fmt.Sprint(got) != "[1 2]" {
+		t.Fatalf("deliveries = %v, want [1 2]", got)
+	}
+	if gap < after {
+		t.Errorf("delivered again after %v, want at least %v", gap, after)
+	}
+	if n := rec.count("handler failed, will redeliver"); n != 0 {
+		t.Errorf("logged %d failure lines for Again, want none", n)
+	}
+}
+
 func TestConsumerStopsRetryingAtMaxDeliver(t *testing.T) {
 	t.Parallel()
 	_, js := connect(t, devnats.SharedURL(t), nil)

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -117,8 +118,18 @@ func Run(ctx context.Context, js jetstream.JetStream, service string, forget For
 	}, Handler(forget, log), log)
 }
 
+// SecondPurgeAt is how old a tenant.deleted must be for a purge to be the last. A write
+// authorized before the deletion (the tenant's credential, or billing's answer that the
+// tenant exists) may commit after this service's first purge: it was in flight, and
+// nothing it reads refuses it. Such a request ends within its REQUEST_TIMEOUT (5 s by
+// default), so a purge run once the deletion is this old finds whatever they wrote.
+// Writes that come later are refused: billing no longer has the tenant, and the public
+// ones that act for a tenant through its licenses consult the tombstone (IsForgottenSQL).
+const SecondPurgeAt = time.Minute
+
 // Handler returns the message handler: a malformed event is terminated (redelivering it
-// cannot help), a failed purge is retried.
+// cannot help), a failed purge is retried, and a purge made before the deletion is
+// SecondPurgeAt old is made again then (natsx.Again).
 func Handler(forget Forget, log *slog.Logger) natsx.Handler {
 	return func(ctx context.Context, msg jetstream.Msg) error {
 		ev, err := events.Unmarshal(msg.Data())
@@ -131,6 +142,10 @@ func Handler(forget Forget, log *slog.Logger) natsx.Handler {
 		if err := forget(ctx, ev.GetTenantId()); err != nil {
 			return fmt.Errorf("forget tenant: %w", err)
 		}
+		if wait := SecondPurgeAt - time.Since(ev.GetCreatedAt().AsTime()); wait > 0 {
+			log.Info("deleted tenant forgotten, purging again for writes in flight", "tenant_id", ev.GetTenantId(), "again_in", wait.Round(time.Second).String())
+			return natsx.Again(wait)
+		}
 		log.Info("deleted tenant forgotten", "tenant_id", ev.GetTenantId())
 		return nil
 	}
@@ -141,8 +156,9 @@ func Handler(forget Forget, log *slog.Logger) natsx.Handler {
 // built but never emitted, so that every cached answer about them goes stale in time.
 type Stale func(ctx context.Context, tx pgx.Tx, tenant string) ([]*eventsv1.Event, error)
 
-// Forgetter is the usual Forget: Purge in one transaction on DB, then the cache path of
-// Spine for what Stale found (both optional).
+// Forgetter is the usual Forget: ForgetInTx in one transaction on DB (the schema needs a
+// forgotten_tenants table), then the cache path of Spine for what Stale found (both
+// optional).
 type Forgetter struct {
 	DB    *pgxpool.Pool
 	Stale Stale
@@ -158,8 +174,7 @@ func (f Forgetter) Forget(ctx context.Context, tenant string) error {
 				return err
 			}
 		}
-		_, err = Purge(ctx, tx, tenant)
-		return err
+		return ForgetInTx(ctx, tx, tenant)
 	})
 	if err != nil {
 		return err

@@ -25,7 +25,13 @@ import (
 // as the gateway has one.
 func dialService(t *testing.T, s *stack.Stack, addrVar string) *grpc.ClientConn {
 	t.Helper()
-	conn, err := grpc.NewClient(s.Env(addrVar), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	return dialAddr(t, s.Env(addrVar))
+}
+
+// dialAddr is a gRPC connection to the service process at addr (a replica's).
+func dialAddr(t *testing.T, addr string) *grpc.ClientConn {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"github.com/keyhouse/keyhouse/pkg/idempotency"
 	"github.com/keyhouse/keyhouse/pkg/natsx"
 	"github.com/keyhouse/keyhouse/pkg/pgxx"
+	"github.com/keyhouse/keyhouse/pkg/tenantpurge"
 	"github.com/keyhouse/keyhouse/services/activations/migrations"
 )
 
@@ -13,6 +14,13 @@ import (
 // must be the package's table, verbatim.
 func TestMigrationsHoldTheSharedIdempotencyTable(t *testing.T) {
 	if err := pgxx.CheckSharedDDL(migrations.FS, idempotency.TableSQL); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The purge of a deleted tenant leaves its tombstone in the shared table.
+func TestMigrationsHoldTheSharedTombstoneTable(t *testing.T) {
+	if err := pgxx.CheckSharedDDL(migrations.FS, tenantpurge.TombstoneTableSQL); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/keyhouse/keyhouse/pkg/events"
 	"github.com/keyhouse/keyhouse/pkg/idempotency"
+	"github.com/keyhouse/keyhouse/pkg/tenantpurge"
 	eventsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/events/v1"
 )
 
@@ -33,7 +34,7 @@ func New(db *pgxpool.Pool, spine *events.Spine) *Store { return &Store{db: db, s
 var (
 	// ErrCapReached: the license already has max_activations seats.
 	ErrCapReached = errors.New("activation limit reached")
-	// ErrLicenseDeleted: the license's deletion was already processed here.
+	// ErrLicenseDeleted: the license's deletion, or its tenant's, was already processed here.
 	ErrLicenseDeleted = errors.New("license deleted")
 )
 
@@ -74,8 +75,12 @@ const (
 // product's default ('*'), is floating, leased for that policy's lease_ttl: read here
 // rather than in a statement of its own before the change (one query less per activation,
 // and the policy the seat follows is the one in force when it is made).
-const activateSQL = `WITH state AS (
-	SELECT EXISTS (SELECT 1 FROM deleted_licenses WHERE tenant_id = $1 AND license_key = $2) AS deleted,
+//
+// A license of a tenant deleted here (its purge left a tombstone, pkg/tenantpurge) counts
+// as deleted too: licensing, which purges on its own, may still hold it (or this service
+// its cached copy), and a seat made now would outlive the purge that already ran.
+var activateSQL = `WITH state AS (
+	SELECT EXISTS (SELECT 1 FROM deleted_licenses WHERE tenant_id = $1 AND license_key = $2) OR ` + tenantpurge.IsForgottenSQL("$1") + ` AS deleted,
 		EXISTS (SELECT 1 FROM seats WHERE tenant_id = $1 AND license_key = $2 AND instance_id = $3 AND ` + liveSeat + `) AS present,
 		(SELECT count(*) FROM seats WHERE tenant_id = $1 AND license_key = $2 AND ` + liveSeat + `) AS n,
 		coalesce($6::float8, (SELECT CASE WHEN floating THEN lease_ttl_seconds END FROM lease_policies
@@ -178,6 +183,9 @@ func (s *Store) ChangeSeats(ctx context.Context, changes []SeatChange) ([]SeatCh
 	// the database decided.
 	first := func(_ context.Context, b *pgx.Batch) error {
 		if len(keys) > 0 {
+			// The tenants' shared locks first: a tenant's purge waits for this batch, or
+			// this batch for the purge and then sees its tombstone (activateSQL).
+			tenantpurge.QueueShare(b, tenants)
 			b.Queue(lockLicensesSQL, tenants, keys)
 			b.Queue(lapseLicensesSQL, tenants, keys).Query(func(rows pgx.Rows) error {
 				var err error
@@ -453,6 +461,9 @@ func addUsages(ctx context.Context, tx pgx.Tx, op []byte, incs []Increment) ([]A
 	}
 	b := &pgx.Batch{}
 	b.Queue(recordCommitSQL, op)
+	// The tenants' shared locks: an increment racing its tenant's purge either commits
+	// before the purge deletes its row or runs after it, when no seat is left to meter.
+	tenantpurge.QueueShare(b, tenants)
 	b.Queue(shareLicensesSQL, tenants, keys)
 	for _, i := range order {
 		inc := &incs[i]

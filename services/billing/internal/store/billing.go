@@ -8,27 +8,48 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/keyhouse/keyhouse/pkg/apierr"
 	"github.com/keyhouse/keyhouse/pkg/events"
 	"github.com/keyhouse/keyhouse/pkg/pgxx"
+	"github.com/keyhouse/keyhouse/pkg/tenantpurge"
 	"github.com/keyhouse/keyhouse/services/billing/internal/plan"
 	"github.com/stripe/stripe-go/v76"
 )
 
 // Plan is the tenant's plan in force at now, as its subscriptions leave it (plan.Tenant,
 // the period-end rule included).
+//
+// A tenant this installation does not have (deleted, or a name an internal caller made
+// up) is ErrTenantNotFound, not the Free plan: every issuance, reactivation and release
+// registration asks this first (billingclient.ActivePlan), so none writes for it. The
+// existence and the subscriptions are read in one round trip.
 func (s *Store) Plan(ctx context.Context, tenant string, now time.Time) (plan.State, error) {
-	subs, err := subscriptions(ctx, s.db, tenant)
-	if err != nil {
+	var (
+		exists bool
+		subs   []plan.Sub
+		b      pgx.Batch
+	)
+	b.Queue(`SELECT EXISTS (SELECT 1 FROM tenants WHERE tenant_id = $1)`, tenant).QueryRow(func(row pgx.Row) error {
+		return row.Scan(&exists)
+	})
+	b.Queue(subscriptionsSQL, tenant).Query(func(rows pgx.Rows) (err error) {
+		subs, err = pgx.CollectRows(rows, scanSub)
+		return err
+	})
+	if err := s.db.SendBatch(ctx, &b).Close(); err != nil {
 		return plan.State{}, err
+	}
+	if !exists {
+		return plan.State{}, ErrTenantNotFound
 	}
 	return plan.Tenant(subs, now), nil
 }
 
-func subscriptions(ctx context.Context, q pgxx.Querier, tenant string) ([]plan.Sub, error) {
-	rows, err := q.Query(ctx, `SELECT subscription_id, snapshot_plan, snapshot_status, cancel_at_period_end,
+const subscriptionsSQL = `SELECT subscription_id, snapshot_plan, snapshot_status, cancel_at_period_end,
 		current_period_end, snapshot_at, snapshot_rank, failed_at, failed_rank, ended
-		FROM subscriptions WHERE tenant_id = $1`, tenant)
+		FROM subscriptions WHERE tenant_id = $1`
+
+func subscriptions(ctx context.Context, q pgxx.Querier, tenant string) ([]plan.Sub, error) {
+	rows, err := q.Query(ctx, subscriptionsSQL, tenant)
 	if err != nil {
 		return nil, err
 	}
@@ -71,8 +92,9 @@ func (s *Store) Customer(ctx context.Context, tenant string) (string, error) {
 }
 
 // ErrTenantNotFound answers for a tenant id this installation does not have (activations
-// asks before making a tenant's first lease key on a public read).
-var ErrTenantNotFound = apierr.NotFound("Tenant not found")
+// asks before making a tenant's first lease key on a public read; issuance asks through
+// Plan): the one "Tenant not found" of every service.
+var ErrTenantNotFound = tenantpurge.ErrTenantNotFound
 
 // TenantEmail is the email the tenant was created with (checkout pre-fills it).
 func (s *Store) TenantEmail(ctx context.Context, tenant string) (string, error) {

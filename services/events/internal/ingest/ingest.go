@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/keyhouse/keyhouse/pkg/events"
 	"github.com/keyhouse/keyhouse/pkg/natsx"
+	"github.com/keyhouse/keyhouse/pkg/tenantpurge"
 	eventsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/events/v1"
 	"github.com/keyhouse/keyhouse/services/events/internal/store"
 	"github.com/nats-io/nats.go/jetstream"
@@ -156,7 +157,7 @@ func (i *Ingester) StoreAll(ctx context.Context, evs []*eventsv1.Event) ([]Store
 	err := i.st.InTx(ctx, func(tx pgx.Tx) error {
 		fannedOut = false
 		for _, tenant := range deleted {
-			if err := store.ForgetTenant(ctx, tx, tenant); err != nil {
+			if err := tenantpurge.ForgetInTx(ctx, tx, tenant); err != nil {
 				return err
 			}
 		}
@@ -192,13 +193,13 @@ func (i *Ingester) StoreAll(ctx context.Context, evs []*eventsv1.Event) ([]Store
 }
 
 // ofLiveTenants leaves out the rows (and their events) of deleted tenants, taking each
-// tenant's shared lock against its purge (store.Forgotten).
+// tenant's shared lock against its purge (tenantpurge.Forgotten).
 func (i *Ingester) ofLiveTenants(ctx context.Context, tx pgx.Tx, rows []store.Event, evs []*eventsv1.Event) ([]store.Event, []*eventsv1.Event, error) {
 	tenants := make([]string, len(rows))
 	for k, row := range rows {
 		tenants[k] = row.TenantID
 	}
-	gone, err := store.Forgotten(ctx, tx, tenants)
+	gone, err := tenantpurge.Forgotten(ctx, tx, tenants)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/keyhouse/keyhouse/devinfra/testkit"
 	"github.com/keyhouse/keyhouse/pkg/events"
 	"github.com/keyhouse/keyhouse/pkg/pgxx"
+	"github.com/keyhouse/keyhouse/pkg/tenantpurge"
 	eventsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/events/v1"
 	"github.com/keyhouse/keyhouse/services/events/internal/store"
 	"github.com/keyhouse/keyhouse/services/events/migrations"
@@ -346,7 +347,7 @@ func TestABatchThatWaitedForAPurgeDropsOnlyThePurgedTenantsEvents(t *testing.T) 
 		t.Fatal(err)
 	}
 	defer purge.Rollback(ctx)
-	if err := store.ForgetTenant(ctx, purge, "t-purged"); err != nil {
+	if err := tenantpurge.ForgetInTx(ctx, purge, "t-purged"); err != nil {
 		t.Fatal(err)
 	}
 	batch := []*eventsv1.Event{

@@ -364,6 +364,12 @@ type fakeBilling struct {
 	calls  int
 }
 
+func (b *fakeBilling) TenantExists(context.Context, string) (bool, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.err == nil, b.err
+}
+
 func (b *fakeBilling) ActivePlan(context.Context, string) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()

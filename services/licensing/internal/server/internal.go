@@ -9,6 +9,7 @@ import (
 	"github.com/keyhouse/keyhouse/pkg/auth"
 	"github.com/keyhouse/keyhouse/pkg/license"
 	"github.com/keyhouse/keyhouse/pkg/signing"
+	"github.com/keyhouse/keyhouse/pkg/tenantpurge"
 	licensingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1"
 	"github.com/keyhouse/keyhouse/services/licensing/internal/store"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -59,7 +60,10 @@ func (s *Server) GetLicenses(ctx context.Context, req *licensingv1.GetLicensesRe
 	return resp, nil
 }
 
-// ClaimProduct is the one product-ownership claim, shared with register-release.
+// ClaimProduct is the one product-ownership claim, shared with register-release. The
+// tenant comes from the internal caller's metadata, so one billing does not have (deleted,
+// or a made-up name) is refused (404 "Tenant not found"): a claim for it would take the
+// product from the tenant that later uses it, and outlive the purge.
 func (s *Server) ClaimProduct(ctx context.Context, req *licensingv1.ClaimProductRequest) (*licensingv1.ClaimProductResponse, error) {
 	tenant, err := auth.TenantID(ctx)
 	if err != nil {
@@ -67,6 +71,15 @@ func (s *Server) ClaimProduct(ctx context.Context, req *licensingv1.ClaimProduct
 	}
 	if strings.TrimSpace(req.GetProductId()) == "" {
 		return nil, errProductRequired
+	}
+	if s.cfg.MultiTenant {
+		known, err := s.entitlements.TenantExists(ctx, tenant)
+		if err != nil {
+			return nil, err
+		}
+		if !known {
+			return nil, tenantpurge.ErrTenantNotFound
+		}
 	}
 	err = s.store.ClaimProduct(ctx, tenant, req.GetProductId())
 	if errors.Is(err, store.ErrProductOwned) {
@@ -134,7 +147,9 @@ func (s *Server) ListDeletedLicenses(ctx context.Context, _ *licensingv1.ListDel
 
 // IssueLicenseForTenant is issue-license on behalf of the tenant in metadata (storefront
 // fulfillment holds no tenant API key): the same validation, subscription and quota
-// checks, product claim and Idempotency-Key.
+// checks, product claim and Idempotency-Key. A tenant billing does not have (deleted, a
+// made-up name, "default" hosted) is refused by the subscription check: 404 "Tenant not
+// found".
 func (s *Server) IssueLicenseForTenant(ctx context.Context, req *licensingv1.IssueLicenseForTenantRequest) (*licensingv1.IssueLicenseForTenantResponse, error) {
 	resp, err := s.IssueLicense(ctx, req.GetLicense())
 	if err != nil {

@@ -47,6 +47,8 @@ type Entitlements interface {
 	// ActivePlan is the hosted tenant's active-license quota (0: unlimited), or
 	// billingclient.ErrSubscriptionInactive.
 	ActivePlan(ctx context.Context, tenant string) (int, error)
+	// TenantExists says whether the installation has the tenant (a deleted one: no).
+	TenantExists(ctx context.Context, tenant string) (bool, error)
 }
 
 // Seats supplies seat counts and usage for the admin views (the activations service).

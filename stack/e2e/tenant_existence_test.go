@@ -1,0 +1,192 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/keyhouse/keyhouse/pkg/tenantpurge"
+	licensingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1"
+	"github.com/keyhouse/keyhouse/stack"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+)
+
+// internalLicensing is the licensing service at addr as another service calls it (the
+// admin key and the tenant it acts for in metadata: actingFor).
+func internalLicensing(t *testing.T, addr string) licensingv1.LicensingInternalServiceClient {
+	t.Helper()
+	return licensingv1.NewLicensingInternalServiceClient(dialAddr(t, addr))
+}
+
+func actingFor(s *stack.Stack, tenant string) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	return metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+s.AdminKey, "x-keyhouse-tenant", tenant), cancel
+}
+
+func issueFor(s *stack.Stack, lic licensingv1.LicensingInternalServiceClient, tenant, prod string) (string, error) {
+	ctx, cancel := actingFor(s, tenant)
+	defer cancel()
+	r, err := lic.IssueLicenseForTenant(ctx, &licensingv1.IssueLicenseForTenantRequest{
+		License: &licensingv1.IssueLicenseRequest{Tier: "pro", ProductId: prod, IssuedTo: "buyer@example.com"}})
+	return r.GetKey(), err
+}
+
+func expectTenantNotFound(t *testing.T, what string, err error) {
+	t.Helper()
+	if st, _ := status.FromError(err); st.Code() != codes.NotFound || st.Message() != "Tenant not found" {
+		t.Fatalf("%s: %v, want NotFound \"Tenant not found\"", what, err)
+	}
+}
+
+// An internal caller (storefront's issuance, releases' claims) naming a tenant the
+// installation does not have, a typo, "default" on a hosted installation, or one deleted,
+// is refused with "Tenant not found": nothing is issued, no product is claimed, so the
+// real tenant can still issue that product.
+func TestInternalCallersCannotIssueOrClaimForATenantThatDoesNotExist(t *testing.T) {
+	t.Parallel()
+	s := hosted(t)
+	lic := internalLicensing(t, s.Env("LICENSING_ADDR"))
+	real := newTenant(t, s)
+	gone, goneID := hostedTenant(t, s)
+	issueLicense(t, gone, map[string]any{"tier": "pro", "product_id": product("before-delete"), "issued_to": "x@example.com"})
+	admin(t, s).Delete("/v1/operator/tenants/"+goneID, nil).Expect(t, 200)
+	conn := dbConn(t, s)
+	eventually(t, "the deleted tenant purged everywhere", func() bool { return len(tenantRows(t, conn, goneID)) == 0 })
+
+	for _, tenant := range []string{fmt.Sprint("t_typo", time.Now().UnixNano()), "default", goneID} {
+		prod := product("ghost")
+		key, err := issueFor(s, lic, tenant, prod)
+		expectTenantNotFound(t, "IssueLicenseForTenant for "+tenant, err)
+		if key != "" {
+			t.Fatalf("a key was issued for %s", tenant)
+		}
+		ctx, cancel := actingFor(s, tenant)
+		_, err = lic.ClaimProduct(ctx, &licensingv1.ClaimProductRequest{ProductId: prod})
+		cancel()
+		expectTenantNotFound(t, "ClaimProduct for "+tenant, err)
+		// The product is nobody's: the real tenant issues it.
+		issueLicense(t, real, map[string]any{"tier": "pro", "product_id": prod, "issued_to": "x@example.com"})
+	}
+	if rows := tenantRows(t, conn, goneID); len(rows) != 0 {
+		t.Fatalf("rows of the deleted tenant written after its purge: %v", rows)
+	}
+}
+
+// Activations purged a deleted tenant while licensing, down, still holds its license: a
+// buyer's activation is refused (the license is gone), and once licensing is back and has
+// purged too, operations.md's check finds no row of the tenant.
+func TestABuyerCannotActivateADeletedTenantsLicenseThatLicensingStillHolds(t *testing.T) {
+	t.Parallel()
+	s := startStack(t, map[string]string{"MULTI_TENANT": "true"})
+	t.Cleanup(s.Stop)
+	conn := dbConn(t, s)
+	tn, id := hostedTenant(t, s)
+	key := issueLicense(t, tn, map[string]any{"tier": "pro", "product_id": product("orphan"), "issued_to": "x@example.com", "max_activations": 10})
+	buyer := anon(t, s)
+	seat(t, buyer, key, "a")
+	s.Service("licensing").Stop()
+	admin(t, s).Delete("/v1/operator/tenants/"+id, nil).Expect(t, 200)
+	eventually(t, "activations purged the tenant", func() bool { return tenantRows(t, conn, id)[`"activations"."seats"`] == 0 })
+	buyer.Post("/v1/activate-license", map[string]string{"key": key, "instance_id": "b"}).ExpectError(t, 404, "License key not found")
+	if err := s.RestartService(t.Context(), "licensing"); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "no row of the tenant left", func() bool { return len(tenantRows(t, conn, id)) == 0 })
+	buyer.Post("/v1/activate-license", map[string]string{"key": key, "instance_id": "c"}).ExpectError(t, 404, "License key not found")
+	if rows := tenantRows(t, conn, id); len(rows) != 0 {
+		t.Fatalf("rows of the deleted tenant: %v", rows)
+	}
+}
+
+// Tenants deleted while their buyers activate (through two gateways, on two activations
+// replicas), their storefront issues (internal calls to two licensing replicas) and they
+// import: once every service has settled (the second purge included), operations.md's
+// check finds no row of any of them.
+func TestDeletingTenantsUnderConcurrentWritesAcrossReplicasLeavesNoRow(t *testing.T) {
+	t.Parallel()
+	s := startStack(t, map[string]string{"MULTI_TENANT": "true"})
+	t.Cleanup(s.Stop)
+	conn := dbConn(t, s)
+	activations2, err := s.StartServiceReplica(t.Context(), "activations", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	licensing2, err := s.StartServiceReplica(t.Context(), "licensing", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gateway2, err := s.StartGateway(t.Context(), 0, map[string]string{"ACTIVATIONS_ADDR": activations2, "LICENSING_ADDR": licensing2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gateways := []string{s.URL, gateway2}
+	issuers := []licensingv1.LicensingInternalServiceClient{internalLicensing(t, s.Env("LICENSING_ADDR")), internalLicensing(t, licensing2)}
+	past := time.Now().Add(-48 * time.Hour).UTC().Format(time.RFC3339)
+
+	var deleted []string
+	var afterDelete atomic.Int64 // writes answered 200 after the delete answered
+	for round := range 6 {
+		tn, id := hostedTenant(t, s)
+		prod := product(fmt.Sprint("race", round))
+		keys := []string{
+			issueLicense(t, tn, map[string]any{"tier": "pro", "product_id": prod, "issued_to": "x@example.com"}),
+			issueLicense(t, tn, map[string]any{"tier": "pro", "product_id": prod, "issued_to": "y@example.com"}),
+		}
+		var stop, gone atomic.Bool
+		var wg sync.WaitGroup
+		ok := func() {
+			if gone.Load() {
+				afterDelete.Add(1)
+			}
+		}
+		for w := range 4 {
+			wg.Go(func() {
+				buyer := newClient(t, gateways[w%2], "")
+				for i := 0; !stop.Load(); i++ {
+					r, err := buyer.Try("POST", "/v1/activate-license", map[string]any{"key": keys[i%2], "instance_id": fmt.Sprintf("i%d-%d", w, i)})
+					if err == nil && r.Status == 200 {
+						ok()
+					}
+				}
+			})
+		}
+		wg.Go(func() {
+			for i := 0; !stop.Load(); i++ {
+				if _, err := issueFor(s, issuers[i%2], id, prod); err == nil {
+					ok()
+				}
+			}
+		})
+		wg.Go(func() {
+			vendor := newClient(t, gateways[round%2], tn.Token)
+			for i := 0; !stop.Load() && i < 15; i++ {
+				r, err := vendor.Try("POST", "/v1/licenses/import", map[string]any{"licenses": []map[string]any{{
+					"key": fmt.Sprintf("IMPORTED-%s-%d", id, i), "tier": "pro", "product_id": prod,
+					"issued_to": "z@example.com", "expires_at": past}}})
+				if err == nil && r.Status == 200 {
+					ok()
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+		})
+		time.Sleep(time.Second)
+		admin(t, s).Delete("/v1/operator/tenants/"+id, nil).Expect(t, 200)
+		gone.Store(true)
+		time.Sleep(2 * time.Second)
+		stop.Store(true)
+		wg.Wait()
+		deleted = append(deleted, id)
+	}
+	t.Logf("writes that succeeded after their tenant's delete answered: %d", afterDelete.Load())
+	// Settled: every service has purged each tenant twice, the second time once the
+	// deletion was tenantpurge.SecondPurgeAt old.
+	time.Sleep(tenantpurge.SecondPurgeAt)
+	for _, id := range deleted {
+		eventually(t, "no row of "+id+" left", func() bool { return len(tenantRows(t, conn, id)) == 0 })
+	}
+}
