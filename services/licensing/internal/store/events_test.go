@@ -163,7 +163,7 @@ func TestEveryWriteEmitsItsEvent(t *testing.T) {
 	}
 	eventstest.RequireListed(t, (*store.Tx)(nil), []string{"Insert", "InsertImported", "SetStatus", "UpdateTerms", "Delete"},
 		// Reads and locks, and a product claim (outside §11, as the store's).
-		[]string{"GetForUpdate", "LockQuota", "CountActive", "Existing", "ClaimProduct"})
+		[]string{"GetForUpdate", "LockQuota", "CountActive", "Existing", "DeletedAmong", "ClaimProduct"})
 	eventstest.RequireListed(t, s,
 		[]string{"InTx", "Idempotent", "Issue", "UpdateTerms", "UpdateNotes"},
 		// Writes outside §11: a product claim, the keyring, portal links (credentials), the
