@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 )
@@ -130,38 +129,10 @@ func TestStorefrontMappingsAreBoundedAcrossReplicas(t *testing.T) {
 	}
 	second := secondGateway(t, s, "storefront", "STOREFRONT_ADDR")
 	const creates = 12
-	answers := make([]*Response, creates)
-	var wg sync.WaitGroup
-	for i := range creates {
-		base := s.URL
-		if i%2 == 1 {
-			base = second
-		}
-		c := newClient(t, base, tn.Token)
-		wg.Go(func() {
-			r, err := c.Try("POST", "/v1/storefront/mappings", mapping(limit+i))
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			answers[i] = r
-		})
-	}
-	wg.Wait()
-	if t.Failed() {
-		return
-	}
 	const refusal = `{"error":"A tenant may have at most 200 storefront mappings: delete one first"}`
-	stored := 0
-	for i, r := range answers {
-		switch {
-		case r.Status == 200:
-			stored++
-		case r.Status == 400 && string(r.Body) == refusal:
-		default:
-			t.Errorf("create %d: %d %s", i, r.Status, r.Body)
-		}
-	}
+	answers := postAtOnce(t, []string{s.URL, second}, tn.Token, creates, "/v1/storefront/mappings",
+		func(i int) any { return mapping(limit + i) })
+	stored := acceptedOrRefused(t, answers, refusal)
 	var listed struct {
 		Mappings []struct {
 			ID int `json:"id"`

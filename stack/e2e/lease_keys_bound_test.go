@@ -6,6 +6,48 @@ import (
 	"testing"
 )
 
+// postAtOnce sends n POSTs of body(i) to path at the same moment, each from a client of
+// its own (its own rate-limit budget) on bases[i % len(bases)], and returns the answers
+// in order; a request that gets no answer fails the test.
+func postAtOnce(t *testing.T, bases []string, token string, n int, path string, body func(i int) any) []*Response {
+	t.Helper()
+	answers := make([]*Response, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		c := newClient(t, bases[i%len(bases)], token)
+		wg.Go(func() {
+			r, err := c.Try("POST", path, body(i))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			answers[i] = r
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	return answers
+}
+
+// acceptedOrRefused counts the 200s among answers; every other answer must be the 400
+// refusal, byte for byte.
+func acceptedOrRefused(t *testing.T, answers []*Response, refusal string) int {
+	t.Helper()
+	accepted := 0
+	for i, r := range answers {
+		switch {
+		case r.Status == 200:
+			accepted++
+		case r.Status == 400 && string(r.Body) == refusal:
+		default:
+			t.Errorf("request %d: %d %s", i, r.Status, r.Body)
+		}
+	}
+	return accepted
+}
+
 // The refusal of a rotation past the bound on retiring lease keys (addendum §12).
 const tooManyRetiringLeaseKeys = `{"error":"Too many lease keys still retiring (at most 10): rotate with retire_after_seconds 0, or after one retires"}`
 
@@ -34,38 +76,9 @@ func TestLeaseKeyRotationsFromTwoReplicasKeepTheRetiringBound(t *testing.T) {
 	}
 
 	const rotations = 24
-	answers := make([]*Response, rotations)
-	var wg sync.WaitGroup
-	for i := range rotations {
-		base := s.URL
-		if i%2 == 1 {
-			base = second
-		}
-		c := newClient(t, base, tn.Token)
-		wg.Go(func() {
-			r, err := c.Try("POST", "/v1/lease-keys/rotate", map[string]any{"retire_after_seconds": 86400})
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			answers[i] = r
-		})
-	}
-	wg.Wait()
-	if t.Failed() {
-		return
-	}
-	rotated := 0
-	for i, r := range answers {
-		switch {
-		case r.Status == 200:
-			rotated++
-		case r.Status == 400 && string(r.Body) == tooManyRetiringLeaseKeys:
-		default:
-			t.Errorf("rotation %d: %d %s", i, r.Status, r.Body)
-		}
-	}
-	if rotated != 10 {
+	answers := postAtOnce(t, []string{s.URL, second}, tn.Token, rotations, "/v1/lease-keys/rotate",
+		func(int) any { return map[string]any{"retire_after_seconds": 86400} })
+	if rotated := acceptedOrRefused(t, answers, tooManyRetiringLeaseKeys); rotated != 10 {
 		t.Fatalf("%d of %d concurrent rotations went through; want exactly 10", rotated, rotations)
 	}
 	before := leaseKeys(t, anon(t, s), "?tenant_id="+id)
