@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -123,5 +124,28 @@ func wantAPIError(t *testing.T, err error, code codes.Code, msg string) {
 	t.Helper()
 	if !apierr.Is(err, code) || err.Error() != msg {
 		t.Fatalf("got %v, want %v %q", err, code, msg)
+	}
+}
+
+// A policy's product_id and tier are capped as a license's are (200 characters): a longer
+// tier could never match a license, so it is refused, naming the field, and claims nothing.
+func TestPoliciesCapProductAndTierAsLicensesDo(t *testing.T) {
+	products := &fakeProducts{owners: map[string]string{}}
+	x := NewLeases(fakePolicies{}, nil, products, LeaseConfig{MultiTenant: true, MinLeaseTTL: time.Minute})
+	ctx := as("t1")
+	long := strings.Repeat("é", 201)
+	_, err := x.PutLeasePolicy(ctx, &activationsv1.PutLeasePolicyRequest{ProductId: "free", Tier: long})
+	wantAPIError(t, err, codes.InvalidArgument, "tier must be at most 200 characters")
+	_, err = x.DeleteLeasePolicy(ctx, &activationsv1.DeleteLeasePolicyRequest{ProductId: "free", Tier: long})
+	wantAPIError(t, err, codes.InvalidArgument, "tier must be at most 200 characters")
+	_, err = x.PutLeasePolicy(ctx, &activationsv1.PutLeasePolicyRequest{ProductId: long, Tier: "pro"})
+	wantAPIError(t, err, codes.InvalidArgument, "product_id must be at most 200 characters")
+	_, err = x.ListLeasePolicies(ctx, &activationsv1.ListLeasePoliciesRequest{ProductId: long})
+	wantAPIError(t, err, codes.InvalidArgument, "product_id must be at most 200 characters")
+	if len(products.claims) != 0 {
+		t.Fatalf("an over-long field claimed: %v", products.claims)
+	}
+	if _, err := x.PutLeasePolicy(ctx, &activationsv1.PutLeasePolicyRequest{ProductId: strings.Repeat("p", 200), Tier: long[:200*2]}); err != nil {
+		t.Fatalf("200 characters each: %v", err)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"regexp"
+	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -156,7 +157,7 @@ func (x *Leases) productTenant(ctx context.Context, productID string, claim bool
 	if err != nil {
 		return "", err
 	}
-	if err := checkRequired("product_id", productID); err != nil {
+	if err := checkLicenseField("product_id", productID); err != nil {
 		return "", err
 	}
 	if claim {
@@ -177,10 +178,23 @@ func (x *Leases) productTenant(ctx context.Context, productID string, claim bool
 // {tier}) in its order: a product_id or tier of white space only is 400 "<name> is
 // required", as licensing answers a blank tier or product_id; no license has such a tier.
 func checkPolicyPath(productID, tier string) error {
-	if err := checkRequired("product_id", productID); err != nil {
+	if err := checkLicenseField("product_id", productID); err != nil {
 		return err
 	}
-	return checkRequired("tier", tier)
+	return checkLicenseField("tier", tier)
+}
+
+// maxLicenseFieldLen is licensing's cap on a license's product_id and tier (api.md's
+// 200 characters): a policy's may be no longer, or it could never match a license.
+const maxLicenseFieldLen = 200
+
+// checkLicenseField is checkRequired for a policy's product_id or tier, under the cap a
+// license's has.
+func checkLicenseField(name, v string) error {
+	if strings.TrimSpace(v) != "" && utf8.RuneCountInString(v) > maxLicenseFieldLen {
+		return apierr.Invalid("%s must be at most %d characters", name, maxLicenseFieldLen)
+	}
+	return checkRequired(name, v)
 }
 
 // PutLeasePolicy sets the policy of a product's tier after checking every bound.

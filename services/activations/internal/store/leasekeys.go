@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/keyhouse/keyhouse/pkg/apierr"
 	"github.com/keyhouse/keyhouse/pkg/events"
 	"github.com/keyhouse/keyhouse/pkg/idempotency"
 )
@@ -66,16 +67,39 @@ func (s *Store) LeaseKeys(ctx context.Context, tenant string) ([]LeaseKey, error
 	return pgx.CollectRows(rows, scanLeaseKey)
 }
 
+// MaxRetiringLeaseKeys bounds the retiring keys of one key set that still verify: each is
+// listed by the public JWKS until its retire_at (up to 100 days), so rotations without a
+// bound would grow what every app fetches without limit.
+const MaxRetiringLeaseKeys = 10
+
+// ErrTooManyRetiringLeaseKeys answers a rotation that would keep one retiring key more
+// than MaxRetiringLeaseKeys. It drops none: each may still verify leases apps hold.
+var ErrTooManyRetiringLeaseKeys = apierr.Invalid("Too many lease keys still retiring (at most %d): rotate with retire_after_seconds 0, or after one retires", MaxRetiringLeaseKeys)
+
 // RotateLeaseKey makes next the tenant's active key and the active one before it retiring
 // until now + retireAfter; answer turns the key retired (nil when there was none) into
-// the call's answer. Rotations of one tenant queue on its active key's row lock (or, for
-// the first key, on the unique index). Under an Idempotency-Key (idemKey non-empty;
-// pkg/idempotency) the answer is stored with the rotation, and a retry with the same key
-// and requestHash gets it back and rotates nothing.
+// the call's answer. A rotation that would leave more than MaxRetiringLeaseKeys retiring
+// keys verifying is ErrTooManyRetiringLeaseKeys and changes nothing (retireAfter 0 adds
+// none: the key it retires stops verifying at once). Under an Idempotency-Key (idemKey
+// non-empty; pkg/idempotency) the answer is stored with the rotation, and a retry with
+// the same key and requestHash gets it back and rotates nothing.
 func (s *Store) RotateLeaseKey(ctx context.Context, idemKey string, requestHash []byte, tenant string, next LeaseKey, retireAfter time.Duration,
 	answer func(retired *LeaseKey) ([]byte, error)) ([]byte, error) {
 	ctx, done := s.spine.Track(ctx)
 	resp, _, err := idempotency.Do(ctx, s.db, tenant, idemKey, requestHash, func(tx pgx.Tx) ([]byte, error) {
+		if err := lockLeaseKeys(ctx, tx, tenant); err != nil {
+			return nil, err
+		}
+		if retireAfter > 0 {
+			var retiring int
+			if err := tx.QueryRow(ctx, `SELECT count(*) FROM lease_keys
+				WHERE tenant_id = $1 AND status = 'retiring' AND retire_at > now()`, tenant).Scan(&retiring); err != nil {
+				return nil, err
+			}
+			if retiring >= MaxRetiringLeaseKeys {
+				return nil, ErrTooManyRetiringLeaseKeys
+			}
+		}
 		retired, _, err := rotateLeaseKey(ctx, tx, tenant, "", next, retireAfter)
 		if err != nil {
 			return nil, err
@@ -90,17 +114,31 @@ func (s *Store) RotateLeaseKey(ctx context.Context, idemKey string, requestHash 
 // the activations service replaces a key whose private half no longer opens (the
 // installation keyring was replaced), and replicas that find it so at the same moment
 // replace it once. The UPDATE of the one that comes second finds the row retiring
-// (it waited on the first one's row lock) and changes nothing: replaced is false, and
-// nothing is written.
+// and changes nothing: replaced is false, and nothing is written. It is not bounded by
+// MaxRetiringLeaseKeys: no client asks for it, it happens once per keyring replacement,
+// and refusing it would leave the tenant with no key that signs.
 func (s *Store) ReplaceLeaseKey(ctx context.Context, tenant, kid string, next LeaseKey, retireAfter time.Duration) (replaced bool, err error) {
 	err = s.spine.InTx(ctx, s.db, func(ctx context.Context, tx pgx.Tx) error {
+		if err := lockLeaseKeys(ctx, tx, tenant); err != nil {
+			return err
+		}
 		_, replaced, err = rotateLeaseKey(ctx, tx, tenant, kid, next, retireAfter)
 		return err
 	})
 	return replaced, err
 }
 
-// rotateLeaseKey is a rotation in tx: the active key (when onlyKid is set, only if it is
+// lockLeaseKeys makes the changes of one tenant's key set take turns until tx ends. Each
+// statement after it reads what the one before committed (READ COMMITTED), so the count
+// of retiring keys cannot be passed by rotations on two replicas at once, and a rotation
+// finds the active key the one before it made rather than none (which, on the unique
+// index of the active key, failed the second of two concurrent rotations).
+func lockLeaseKeys(ctx context.Context, tx pgx.Tx, tenant string) error {
+	_, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('activations.lease_keys:' || $1, 0))`, tenant)
+	return err
+}
+
+// rotateLeaseKey is a rotation in tx (under lockLeaseKeys): the active key (when onlyKid is set, only if it is
 // that one) retiring until now + retireAfter, next active, and lease_key.rotated. done is
 // false when onlyKid was not the active key; then nothing was written.
 func rotateLeaseKey(ctx context.Context, tx pgx.Tx, tenant, onlyKid string, next LeaseKey, retireAfter time.Duration) (retired *LeaseKey, done bool, err error) {

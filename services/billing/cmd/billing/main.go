@@ -44,7 +44,7 @@ func register(ctx context.Context, d *app.Deps) error {
 	// usage is also the installation keyring (licensing holds it), which seals the answers
 	// an Idempotency-Key replays: they show an API key.
 	usage := licensingclient.New(licensing, d.Config.AdminAPIKey.Reveal())
-	server.Register(d.Server.GRPC, server.New(st, usage, d.Config.MultiTenant))
+	server.Register(d.Server.GRPC, server.New(st, usage, d.Config.MultiTenant, d.Log))
 	accountsv1.RegisterConsoleAccountsServiceServer(d.Server.GRPC, server.NewConsole(st, d.Auth, d.Config.MultiTenant))
 
 	stripe := payments.New(d.Config, d.Log)

@@ -39,7 +39,7 @@ func newBilling(t *testing.T) (*Billing, *Server) {
 	st := store.New(pool, nil)
 	b := NewBilling(BillingConfig{MultiTenant: true, WebhookSecret: testSecret, Usage: fixedUsage(3),
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}, st)
-	return b, New(st, nil, true)
+	return b, New(st, nil, true, slog.New(slog.DiscardHandler))
 }
 
 var evtSeq atomic.Int64

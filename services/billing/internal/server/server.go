@@ -3,6 +3,7 @@ package server
 
 import (
 	"context"
+	"log/slog"
 	"net/mail"
 	"strings"
 	"time"
@@ -25,12 +26,14 @@ type Server struct {
 	store       *store.Store
 	keys        idempotency.Keys
 	multiTenant bool
+	// log takes the audit line of each tenant the operator creates.
+	log *slog.Logger
 }
 
 // New returns a Server; keys (the installation keyring, which licensing holds) seals the
 // answers an Idempotency-Key replays.
-func New(s *store.Store, keys idempotency.Keys, multiTenant bool) *Server {
-	return &Server{store: s, keys: keys, multiTenant: multiTenant}
+func New(s *store.Store, keys idempotency.Keys, multiTenant bool, log *slog.Logger) *Server {
+	return &Server{store: s, keys: keys, multiTenant: multiTenant, log: log}
 }
 
 // Register adds the services to g.
@@ -64,11 +67,17 @@ func (s *Server) CreateTenant(ctx context.Context, req *accountsv1.CreateTenantR
 		return nil, apierr.Invalid("email must be a valid email address")
 	}
 	idem := store.Idempotency{Keys: s.keys, Key: idemKey, RequestHash: idempotency.RequestHash("CreateTenant", req)}
+	// created is the tenant this call made: a replay under an Idempotency-Key made none.
+	var created string
 	raw, err := s.store.CreateTenant(ctx, idem, name, email, func(t store.Tenant, key string) ([]byte, error) {
+		created = t.ID
 		return proto.Marshal(&accountsv1.CreateTenantResponse{TenantId: t.ID, Name: t.Name, Email: t.Email, ApiKey: key})
 	})
 	if err != nil {
 		return nil, err
+	}
+	if created != "" {
+		logOperatorAction(ctx, s.log, "create", created)
 	}
 	resp := &accountsv1.CreateTenantResponse{}
 	return resp, proto.Unmarshal(raw, resp)

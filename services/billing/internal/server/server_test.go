@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -32,7 +33,7 @@ func newServer(t *testing.T, hosted bool) *Server {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	return New(store.New(pool, nil), nil, hosted)
+	return New(store.New(pool, nil), nil, hosted, slog.New(slog.DiscardHandler))
 }
 
 // tenantCall is a call by tenant presenting apiKey, as the auth interceptor leaves it.

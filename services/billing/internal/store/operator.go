@@ -29,11 +29,14 @@ func scanOperatorTenant(r pgx.Row) (OperatorTenant, error) {
 }
 
 // ListTenants returns up to limit tenants after the tenant id after ("" from the start),
-// oldest first (created_at, then id), and whether more follow. A cursor naming no tenant
+// oldest first (created_at, then id), and whether more follow; email, when not empty,
+// keeps only the tenant of that email (compared case-insensitively, as the unique index
+// tenants_email_unique compares them, which serves the lookup). A cursor naming no tenant
 // is a 400 naming the parameter.
-func (s *Store) ListTenants(ctx context.Context, after string, limit int) (tenants []OperatorTenant, hasMore bool, err error) {
-	query := `SELECT ` + operatorTenantColumns + ` FROM tenants ORDER BY created_at, tenant_id LIMIT $1`
-	args := []any{limit + 1}
+func (s *Store) ListTenants(ctx context.Context, email, after string, limit int) (tenants []OperatorTenant, hasMore bool, err error) {
+	query := `SELECT ` + operatorTenantColumns + ` FROM tenants
+		WHERE ($2 = '' OR lower(email) = lower($2)) ORDER BY created_at, tenant_id LIMIT $1`
+	args := []any{limit + 1, email}
 	if after != "" {
 		var exists bool
 		if err := s.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM tenants WHERE tenant_id = $1)`, after).Scan(&exists); err != nil {
@@ -43,7 +46,8 @@ func (s *Store) ListTenants(ctx context.Context, after string, limit int) (tenan
 			return nil, false, apierr.Invalid("starting_after names no tenant")
 		}
 		query = `SELECT ` + operatorTenantColumns + ` FROM tenants
-			WHERE (created_at, tenant_id) > (SELECT created_at, tenant_id FROM tenants WHERE tenant_id = $2)
+			WHERE ($2 = '' OR lower(email) = lower($2))
+				AND (created_at, tenant_id) > (SELECT created_at, tenant_id FROM tenants WHERE tenant_id = $3)
 			ORDER BY created_at, tenant_id LIMIT $1`
 		args = append(args, after)
 	}

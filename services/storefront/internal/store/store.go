@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/keyhouse/keyhouse/pkg/apierr"
 	"github.com/keyhouse/keyhouse/pkg/events"
 	"github.com/keyhouse/keyhouse/pkg/idempotency"
 	"github.com/keyhouse/keyhouse/pkg/natsx"
@@ -205,6 +206,13 @@ func scanMapping(row pgx.Row) (*Mapping, error) {
 	return &m, err
 }
 
+// MaxMappings bounds a tenant's storefront mappings, in the manner of its webhook endpoints
+// and API keys: GET /v1/storefront/mappings lists them all, with no paging.
+const MaxMappings = 200
+
+// ErrTooManyMappings answers a create beyond MaxMappings.
+var ErrTooManyMappings = apierr.Invalid("A tenant may have at most %d storefront mappings: delete one first", MaxMappings)
+
 // CreateMapping inserts m; ErrConflict when its payment link or service_ref is mapped
 // already. Under an Idempotency-Key (idemKey non-empty; pkg/idempotency) answer turns the
 // new mapping into the answer stored with it, and a repeated request gets that stored
@@ -212,6 +220,18 @@ func scanMapping(row pgx.Row) (*Mapping, error) {
 func (s *Store) CreateMapping(ctx context.Context, idemKey string, requestHash []byte, m *Mapping,
 	answer func(*Mapping) ([]byte, error)) (resp []byte, replayed bool, err error) {
 	return idempotency.Do(ctx, s.pool, m.TenantID, idemKey, requestHash, func(tx pgx.Tx) ([]byte, error) {
+		// The count and the insert take turns per tenant, so creates at once, on any
+		// replicas, cannot pass MaxMappings.
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('storefront.mappings:' || $1, 0))`, m.TenantID); err != nil {
+			return nil, err
+		}
+		var n int
+		if err := tx.QueryRow(ctx, `SELECT count(*) FROM mappings WHERE tenant_id = $1`, m.TenantID).Scan(&n); err != nil {
+			return nil, err
+		}
+		if n >= MaxMappings {
+			return nil, ErrTooManyMappings
+		}
 		out, err := insertMapping(ctx, tx, m)
 		if err != nil {
 			return nil, err

@@ -641,9 +641,9 @@ const file_keyhouse_accounts_v1_accounts_proto_rawDesc = "" +
 	"\x17GetTenantContactRequest\"D\n" +
 	"\x18GetTenantContactResponse\x12\x14\n" +
 	"\x05email\x18\x01 \x01(\tR\x05email\x12\x12\n" +
-	"\x04name\x18\x02 \x01(\tR\x04name2\xec\x06\n" +
-	"\x0fAccountsService\x12\xd5\x01\n" +
-	"\fCreateTenant\x12).keyhouse.accounts.v1.CreateTenantRequest\x1a*.keyhouse.accounts.v1.CreateTenantResponse\"n\x90\x82\x19\x03\x9a\x82\x19\x02\b\x06\x90\x83\x19\x01\x9a\x83\x19\\\b\x99\x03\x12WIdempotency-Key's first answer can no longer be shown: send the request with a new key.\x12\xb1\x01\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name2\xc2\a\n" +
+	"\x0fAccountsService\x12\xab\x02\n" +
+	"\fCreateTenant\x12).keyhouse.accounts.v1.CreateTenantRequest\x1a*.keyhouse.accounts.v1.CreateTenantResponse\"\xc3\x01\x90\x82\x19\x03\x9a\x82\x19\x02\b\x06\x90\x83\x19\x01\x9a\x83\x19Q\b\x99\x03\x12LA tenant with this email already exists (emails compare case-insensitively).\x9a\x83\x19\\\b\x99\x03\x12WIdempotency-Key's first answer can no longer be shown: send the request with a new key.\x12\xb1\x01\n" +
 	"\fRotateApiKey\x12).keyhouse.accounts.v1.RotateApiKeyRequest\x1a*.keyhouse.accounts.v1.RotateApiKeyResponse\"J\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x9a\x83\x19<\b\x90\x03\x127API key rotation is only available for hosted accounts.\x12k\n" +
 	"\fAuthenticate\x12).keyhouse.accounts.v1.AuthenticateRequest\x1a*.keyhouse.accounts.v1.AuthenticateResponse\"\x04\x90\x82\x19\x01\x12t\n" +
 	"\x0fGetEntitlements\x12,.keyhouse.accounts.v1.GetEntitlementsRequest\x1a-.keyhouse.accounts.v1.GetEntitlementsResponse\"\x04\x90\x82\x19\x04\x12w\n" +

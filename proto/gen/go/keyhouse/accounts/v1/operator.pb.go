@@ -143,6 +143,9 @@ type ListTenantsRequest struct {
 	Limit string `protobuf:"bytes,1,opt,name=limit,proto3" json:"limit,omitempty"`
 	// A tenant id: the page after it.
 	StartingAfter string `protobuf:"bytes,2,opt,name=starting_after,json=startingAfter,proto3" json:"starting_after,omitempty"`
+	// Only the tenant with this email (exact, case-insensitive, as emails are unique):
+	// the support desk's way in. Empty lists all.
+	Email         string `protobuf:"bytes,3,opt,name=email,proto3" json:"email,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -187,6 +190,13 @@ func (x *ListTenantsRequest) GetLimit() string {
 func (x *ListTenantsRequest) GetStartingAfter() string {
 	if x != nil {
 		return x.StartingAfter
+	}
+	return ""
+}
+
+func (x *ListTenantsRequest) GetEmail() string {
+	if x != nil {
+		return x.Email
 	}
 	return ""
 }
@@ -618,10 +628,11 @@ const file_keyhouse_accounts_v1_operator_proto_rawDesc = "" +
 	"\rlicenses_used\x18\a \x01(\x05R\flicensesUsed\x129\n" +
 	"\n" +
 	"created_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12=\n" +
-	"\fsuspended_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\vsuspendedAt\"Q\n" +
+	"\fsuspended_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\vsuspendedAt\"g\n" +
 	"\x12ListTenantsRequest\x12\x14\n" +
 	"\x05limit\x18\x01 \x01(\tR\x05limit\x12%\n" +
-	"\x0estarting_after\x18\x02 \x01(\tR\rstartingAfter\"p\n" +
+	"\x0estarting_after\x18\x02 \x01(\tR\rstartingAfter\x12\x14\n" +
+	"\x05email\x18\x03 \x01(\tR\x05email\"p\n" +
 	"\x13ListTenantsResponse\x12>\n" +
 	"\atenants\x18\x01 \x03(\v2$.keyhouse.accounts.v1.OperatorTenantR\atenants\x12\x19\n" +
 	"\bhas_more\x18\x02 \x01(\bR\ahasMore\"\"\n" +
@@ -641,16 +652,13 @@ const file_keyhouse_accounts_v1_operator_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"M\n" +
 	"\x14DeleteTenantResponse\x12\x1b\n" +
 	"\ttenant_id\x18\x01 \x01(\tR\btenantId\x12\x18\n" +
-	"\adeleted\x18\x02 \x01(\bR\adeleted2\x95\a\n" +
+	"\adeleted\x18\x02 \x01(\bR\adeleted2\xe6\a\n" +
 	"\x0fOperatorService\x12n\n" +
 	"\vListTenants\x12(.keyhouse.accounts.v1.ListTenantsRequest\x1a).keyhouse.accounts.v1.ListTenantsResponse\"\n" +
-	"\x90\x82\x19\x03\x9a\x82\x19\x02\b\x06\x12h\n" +
-	"\tGetTenant\x12&.keyhouse.accounts.v1.GetTenantRequest\x1a'.keyhouse.accounts.v1.GetTenantResponse\"\n" +
-	"\x90\x82\x19\x03\x9a\x82\x19\x02\b\x06\x12t\n" +
-	"\rSuspendTenant\x12*.keyhouse.accounts.v1.SuspendTenantRequest\x1a+.keyhouse.accounts.v1.SuspendTenantResponse\"\n" +
-	"\x90\x82\x19\x03\x9a\x82\x19\x02\b\x06\x12q\n" +
-	"\fResumeTenant\x12).keyhouse.accounts.v1.ResumeTenantRequest\x1a*.keyhouse.accounts.v1.ResumeTenantResponse\"\n" +
-	"\x90\x82\x19\x03\x9a\x82\x19\x02\b\x06\x12\xbe\x03\n" +
+	"\x90\x82\x19\x03\x9a\x82\x19\x02\b\x06\x12\x82\x01\n" +
+	"\tGetTenant\x12&.keyhouse.accounts.v1.GetTenantRequest\x1a'.keyhouse.accounts.v1.GetTenantResponse\"$\x90\x82\x19\x03\x9a\x82\x19\x02\b\x06\x9a\x83\x19\x16\b\x94\x03\x12\x11Tenant not found.\x12\x8e\x01\n" +
+	"\rSuspendTenant\x12*.keyhouse.accounts.v1.SuspendTenantRequest\x1a+.keyhouse.accounts.v1.SuspendTenantResponse\"$\x90\x82\x19\x03\x9a\x82\x19\x02\b\x06\x9a\x83\x19\x16\b\x94\x03\x12\x11Tenant not found.\x12\x8b\x01\n" +
+	"\fResumeTenant\x12).keyhouse.accounts.v1.ResumeTenantRequest\x1a*.keyhouse.accounts.v1.ResumeTenantResponse\"$\x90\x82\x19\x03\x9a\x82\x19\x02\b\x06\x9a\x83\x19\x16\b\x94\x03\x12\x11Tenant not found.\x12\xbe\x03\n" +
 	"\fDeleteTenant\x12).keyhouse.accounts.v1.DeleteTenantRequest\x1a*.keyhouse.accounts.v1.DeleteTenantResponse\"\xd6\x02\x90\x82\x19\x03\x9a\x82\x19\x02\b\x06\x9a\x83\x19\x16\b\x94\x03\x12\x11Tenant not found.\x9a\x83\x19m\b\x99\x03\x12hThe tenant holds a live Stripe subscription and STRIPE_SECRET_KEY is not set: cancel it in Stripe first.\x9a\x83\x19\xbc\x01\b\xf7\x03\x12\xb6\x01Payment provider unavailable, retry (Stripe did not cancel a subscription; nothing was deleted); A subscription of the tenant arrived during the deletion; nothing was deleted, retry.BKZIgithub.com/keyhouse/keyhouse/proto/gen/go/keyhouse/accounts/v1;accountsv1b\x06proto3"
 
 var (

@@ -35,7 +35,8 @@ const (
 // Admin key only; self-hosted every method answers 400 "Tenant management is only
 // available for hosted deployments".
 type OperatorServiceClient interface {
-	// GET /v1/operator/tenants: oldest first, cursor starting_after (a tenant id).
+	// GET /v1/operator/tenants: oldest first, cursor starting_after (a tenant id), or the
+	// one tenant of an email.
 	ListTenants(ctx context.Context, in *ListTenantsRequest, opts ...grpc.CallOption) (*ListTenantsResponse, error)
 	// GET /v1/operator/tenants/{id}.
 	GetTenant(ctx context.Context, in *GetTenantRequest, opts ...grpc.CallOption) (*GetTenantResponse, error)
@@ -120,7 +121,8 @@ func (c *operatorServiceClient) DeleteTenant(ctx context.Context, in *DeleteTena
 // Admin key only; self-hosted every method answers 400 "Tenant management is only
 // available for hosted deployments".
 type OperatorServiceServer interface {
-	// GET /v1/operator/tenants: oldest first, cursor starting_after (a tenant id).
+	// GET /v1/operator/tenants: oldest first, cursor starting_after (a tenant id), or the
+	// one tenant of an email.
 	ListTenants(context.Context, *ListTenantsRequest) (*ListTenantsResponse, error)
 	// GET /v1/operator/tenants/{id}.
 	GetTenant(context.Context, *GetTenantRequest) (*GetTenantResponse, error)

@@ -1433,7 +1433,7 @@ const file_keyhouse_activations_v1_leases_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"R\n" +
 	"\x16ListSeatLeasesResponse\x128\n" +
-	"\x05seats\x18\x01 \x03(\v2\".keyhouse.activations.v1.SeatLeaseR\x05seats2\xb2\r\n" +
+	"\x05seats\x18\x01 \x03(\v2\".keyhouse.activations.v1.SeatLeaseR\x05seats2\xb9\x0e\n" +
 	"\rLeasesService\x12\x98\x01\n" +
 	"\x0ePutLeasePolicy\x12..keyhouse.activations.v1.PutLeasePolicyRequest\x1a/.keyhouse.activations.v1.PutLeasePolicyResponse\"%\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x9a\x83\x19\x17\b\x94\x03\x12\x12Product not found.\x12\xa5\x01\n" +
 	"\x11ListLeasePolicies\x121.keyhouse.activations.v1.ListLeasePoliciesRequest\x1a2.keyhouse.activations.v1.ListLeasePoliciesResponse\")\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\xa0\x82\x19\x01\x9a\x83\x19\x17\b\x94\x03\x12\x12Product not found.\x12\xbb\x01\n" +
@@ -1442,8 +1442,8 @@ const file_keyhouse_activations_v1_leases_proto_rawDesc = "" +
 	"\x10CreateLeaseBatch\x120.keyhouse.activations.v1.CreateLeaseBatchRequest\x1a1.keyhouse.activations.v1.CreateLeaseBatchResponse\"\x04\x90\x82\x19\x01\x12z\n" +
 	"\rListLeaseKeys\x12-.keyhouse.activations.v1.ListLeaseKeysRequest\x1a..keyhouse.activations.v1.ListLeaseKeysResponse\"\n" +
 	"\x90\x82\x19\x01\x9a\x82\x19\x02\b\x04\x12{\n" +
-	"\x0eListSeatLeases\x12..keyhouse.activations.v1.ListSeatLeasesRequest\x1a/.keyhouse.activations.v1.ListSeatLeasesResponse\"\b\x90\x82\x19\x02\xa0\x82\x19\x01\x12\x84\x01\n" +
-	"\x0fRotateLeaseKeys\x12/.keyhouse.activations.v1.RotateLeaseKeysRequest\x1a0.keyhouse.activations.v1.RotateLeaseKeysResponse\"\x0e\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x90\x83\x19\x01BQZOgithub.com/keyhouse/keyhouse/proto/gen/go/keyhouse/activations/v1;activationsv1b\x06proto3"
+	"\x0eListSeatLeases\x12..keyhouse.activations.v1.ListSeatLeasesRequest\x1a/.keyhouse.activations.v1.ListSeatLeasesResponse\"\b\x90\x82\x19\x02\xa0\x82\x19\x01\x12\x8b\x02\n" +
+	"\x0fRotateLeaseKeys\x12/.keyhouse.activations.v1.RotateLeaseKeysRequest\x1a0.keyhouse.activations.v1.RotateLeaseKeysResponse\"\x94\x01\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x90\x83\x19\x01\x9a\x83\x19\x81\x01\b\x90\x03\x12|Too many lease keys still retiring (at most 10): rotate with retire_after_seconds 0, or after one retires (nothing rotated).BQZOgithub.com/keyhouse/keyhouse/proto/gen/go/keyhouse/activations/v1;activationsv1b\x06proto3"
 
 var (
 	file_keyhouse_activations_v1_leases_proto_rawDescOnce sync.Once

@@ -67,7 +67,8 @@ type LeasesServiceClient interface {
 	ListSeatLeases(ctx context.Context, in *ListSeatLeasesRequest, opts ...grpc.CallOption) (*ListSeatLeasesResponse, error)
 	// A new key signs from now on; the one before verifies until retire_at. Honors the
 	// Idempotency-Key metadata (addendum §8): a retry with the same key and request within
-	// 24 h returns the first answer and rotates nothing.
+	// 24 h returns the first answer and rotates nothing. At most 10 retiring keys verify
+	// at once: a rotation that would keep an eleventh is refused and changes nothing.
 	RotateLeaseKeys(ctx context.Context, in *RotateLeaseKeysRequest, opts ...grpc.CallOption) (*RotateLeaseKeysResponse, error)
 }
 
@@ -197,7 +198,8 @@ type LeasesServiceServer interface {
 	ListSeatLeases(context.Context, *ListSeatLeasesRequest) (*ListSeatLeasesResponse, error)
 	// A new key signs from now on; the one before verifies until retire_at. Honors the
 	// Idempotency-Key metadata (addendum §8): a retry with the same key and request within
-	// 24 h returns the first answer and rotates nothing.
+	// 24 h returns the first answer and rotates nothing. At most 10 retiring keys verify
+	// at once: a rotation that would keep an eleventh is refused and changes nothing.
 	RotateLeaseKeys(context.Context, *RotateLeaseKeysRequest) (*RotateLeaseKeysResponse, error)
 	mustEmbedUnimplementedLeasesServiceServer()
 }

@@ -1887,13 +1887,13 @@ const file_keyhouse_storefront_v1_storefront_proto_rawDesc = "" +
 	"\breply_to\x18\x02 \x01(\tB)\xaa\x83\x19%{\"type\": \"string\", \"format\": \"email\"}R\areplyTo\x12!\n" +
 	"\fproduct_name\x18\x03 \x01(\tR\vproductName\"^\n" +
 	"\x1aUpdateMailSettingsResponse\x12@\n" +
-	"\bsettings\x18\x01 \x01(\v2$.keyhouse.storefront.v1.MailSettingsR\bsettings2\xc1\x14\n" +
+	"\bsettings\x18\x01 \x01(\v2$.keyhouse.storefront.v1.MailSettingsR\bsettings2\x8f\x15\n" +
 	"\x11StorefrontService\x12\xcd\x01\n" +
 	"\x0eConnectWebhook\x12-.keyhouse.storefront.v1.ConnectWebhookRequest\x1a..keyhouse.storefront.v1.ConnectWebhookResponse\"\\\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x90\x83\x19\x01\x9a\x83\x19J\b\x99\x03\x12EAn active webhook already exists for this provider; disable it first.\x12y\n" +
 	"\fListWebhooks\x12+.keyhouse.storefront.v1.ListWebhooksRequest\x1a,.keyhouse.storefront.v1.ListWebhooksResponse\"\x0e\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\xa0\x82\x19\x01\x12\xcf\x01\n" +
 	"\x11SaveWebhookSecret\x120.keyhouse.storefront.v1.SaveWebhookSecretRequest\x1a1.keyhouse.storefront.v1.SaveWebhookSecretResponse\"U\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x9a\x83\x19\x17\b\x94\x03\x12\x12Webhook not found.\x9a\x83\x19,\b\x99\x03\x12'Webhook is disabled; connect a new one.\x12\xbb\x01\n" +
-	"\x0eDisableWebhook\x12-.keyhouse.storefront.v1.DisableWebhookRequest\x1a..keyhouse.storefront.v1.DisableWebhookResponse\"J\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x9a\x83\x19\x17\b\x94\x03\x12\x12Webhook not found.\x9a\x83\x19!\b\x99\x03\x12\x1cWebhook is already disabled.\x12\xe3\x01\n" +
-	"\rCreateMapping\x12,.keyhouse.storefront.v1.CreateMappingRequest\x1a-.keyhouse.storefront.v1.CreateMappingResponse\"u\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x90\x83\x19\x01\x9a\x83\x19c\b\x99\x03\x12^A mapping for this payment_link already exists; A mapping for this service_ref already exists.\x12y\n" +
+	"\x0eDisableWebhook\x12-.keyhouse.storefront.v1.DisableWebhookRequest\x1a..keyhouse.storefront.v1.DisableWebhookResponse\"J\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x9a\x83\x19\x17\b\x94\x03\x12\x12Webhook not found.\x9a\x83\x19!\b\x99\x03\x12\x1cWebhook is already disabled.\x12\xb1\x02\n" +
+	"\rCreateMapping\x12,.keyhouse.storefront.v1.CreateMappingRequest\x1a-.keyhouse.storefront.v1.CreateMappingResponse\"\xc2\x01\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x90\x83\x19\x01\x9a\x83\x19I\b\x90\x03\x12DA tenant may have at most 200 storefront mappings: delete one first.\x9a\x83\x19c\b\x99\x03\x12^A mapping for this payment_link already exists; A mapping for this service_ref already exists.\x12y\n" +
 	"\fListMappings\x12+.keyhouse.storefront.v1.ListMappingsRequest\x1a,.keyhouse.storefront.v1.ListMappingsResponse\"\x0e\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\xa0\x82\x19\x01\x12\x93\x01\n" +
 	"\rDeleteMapping\x12,.keyhouse.storefront.v1.DeleteMappingRequest\x1a-.keyhouse.storefront.v1.DeleteMappingResponse\"%\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x9a\x83\x19\x17\b\x94\x03\x12\x12Mapping not found.\x12\x7f\n" +
 	"\x0eListDeliveries\x12-.keyhouse.storefront.v1.ListDeliveriesRequest\x1a..keyhouse.storefront.v1.ListDeliveriesResponse\"\x0e\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\xa0\x82\x19\x01\x12\xb9\x04\n" +
