@@ -209,6 +209,8 @@ func (h *Handler) routes() {
 	m.HandleFunc("POST /console/storefront/webhooks/{id}/disable", h.signedIn(h.disableWebhook))
 	m.HandleFunc("POST /console/storefront/mappings", h.signedIn(h.createMapping))
 	m.HandleFunc("POST /console/storefront/mappings/{id}/delete", h.signedIn(h.deleteMapping))
+	m.HandleFunc("GET /console/storefront/deliveries/{id}/resend-email", h.signedIn(h.resendEmailPage))
+	m.HandleFunc("POST /console/storefront/deliveries/{id}/resend-email", h.signedIn(h.resendEmail))
 
 	m.HandleFunc("GET /console/events", h.signedIn(h.eventsPage))
 	m.HandleFunc("GET /console/events/{id}", h.signedIn(h.eventPage))
@@ -236,7 +238,10 @@ func (h *Handler) routes() {
 	m.HandleFunc("GET /console/export", h.signedIn(h.export))
 
 	m.HandleFunc("GET /portal/{token}", h.portalPage)
-	m.HandleFunc("POST /portal/{token}/deactivate", h.portalDeactivate)
+	m.HandleFunc("GET /portal/{token}/release", h.portalReleasePage)
+	m.HandleFunc("POST /portal/{token}/release", h.portalRelease)
+	// Pages served before the portal asked first post here: such a post gets the question.
+	m.HandleFunc("POST /portal/{token}/deactivate", h.portalRelease)
 
 	m.HandleFunc("/console/", h.notFound)
 	m.HandleFunc("/portal/", h.notFound)

@@ -279,7 +279,8 @@ func TestPortalLinkThatIsNotValidAnswersAPlain404(t *testing.T) {
 		t.Fatalf("the license page shows a different link each time: %s, %s", link, again)
 	}
 	buyer := newWebClient(t, s)
-	view := buyer.get(link).expect(t, 200, key, "laptop")
+	buyer.get(link).expect(t, 200, key, "laptop")
+	view := buyer.get(link+"/release?instance_id=laptop").expect(t, 200, "Release seat")
 	notValid := "This link is not valid"
 
 	// Forged tokens.
@@ -295,12 +296,14 @@ func TestPortalLinkThatIsNotValidAnswersAPlain404(t *testing.T) {
 		buyer.get("/portal/"+forged).expect(t, 404, notValid)
 	}
 	// A POST without the page's CSRF token does nothing.
-	buyer.post(link+"/deactivate", url.Values{"instance_id": {"laptop"}}).expect(t, 403, "CSRF")
+	for _, action := range []string{"/release", "/deactivate"} {
+		buyer.post(link+action, url.Values{"instance_id": {"laptop"}, "confirm": {"yes"}}).expect(t, 403, "CSRF")
+	}
 
 	// Revoked: 404; reactivated: back.
 	tenant.Post("/v1/revoke-license", map[string]any{"key": key, "revoked": true}).Expect(t, 200)
 	buyer.get(link).expect(t, 404, notValid)
-	buyer.post(link+"/deactivate", url.Values{"csrf": {view.csrf(t)}, "instance_id": {"laptop"}}).expect(t, 404, notValid)
+	buyer.post(link+"/release", url.Values{"csrf": {view.csrf(t)}, "instance_id": {"laptop"}, "confirm": {"yes"}}).expect(t, 404, notValid)
 	tenant.Post("/v1/revoke-license", map[string]any{"key": key, "revoked": false}).Expect(t, 200)
 	buyer.get(link).expect(t, 200)
 
@@ -317,8 +320,8 @@ func TestPortalLinkThatIsNotValidAnswersAPlain404(t *testing.T) {
 	if fresh == link {
 		t.Fatal("reset kept the same link")
 	}
-	page := buyer.get(fresh).expect(t, 200, "laptop")
-	buyer.post(fresh+"/deactivate", url.Values{"csrf": {page.csrf(t)}, "instance_id": {"laptop"}}).redirectsTo(t, fresh+"?notice=seat-deactivated")
+	page := buyer.get(fresh+"/release?instance_id=laptop").expect(t, 200, "laptop")
+	buyer.post(fresh+"/release", url.Values{"csrf": {page.csrf(t)}, "instance_id": {"laptop"}, "confirm": {"yes"}}).redirectsTo(t, fresh+"?notice=seat-released")
 	if acts := tenant.Get("/v1/list-activations/"+key).Expect(t, 200).JSON(t)["activations"].([]any); len(acts) != 0 {
 		t.Fatalf("seat still there after the portal freed it: %v", acts)
 	}

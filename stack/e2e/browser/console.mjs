@@ -117,6 +117,52 @@ async function waitForAttempt(page, index) {
   throw new Error(`delivery ${index} never had an attempt`);
 }
 
+// releaseInPortal releases a seat on the portal page as its holder does: the seat's
+// Release link, then the confirmation's one button.
+async function releaseInPortal(page, instance) {
+  await page.getByRole('link', { name: 'Release ' + instance, exact: true }).click();
+  await page.waitForURL(/\/release\?instance_id=/);
+  check((await text(page, '#release-title')) === `Release the seat ${instance}?`, 'Release asks for confirmation first');
+  await page.getByRole('button', { name: 'Release seat' }).click();
+  await page.waitForURL(/\?notice=seat-released$/);
+  check((await text(page, '.notice')) === 'Seat released: the license can be activated on another device now.', 'releasing says so');
+}
+
+// overflow measures how far a page is wider than its viewport, and names the elements
+// that stick out of it (none may: nothing scrolls sideways). What a scroll container of
+// its own holds (the console's section links, a wide table in its card) scrolls there,
+// not the page.
+async function overflow(page) {
+  return page.evaluate(() => {
+    const vw = document.documentElement.clientWidth;
+    const scrolled = (el) => {
+      for (let a = el.parentElement; a && a !== document.body; a = a.parentElement) {
+        if (['auto', 'scroll', 'hidden', 'clip'].includes(getComputedStyle(a).overflowX)) return true;
+      }
+      return false;
+    };
+    const name = (el) => `${el.tagName.toLowerCase()}.${el.className} right=${Math.round(el.getBoundingClientRect().right)}`;
+    const wide = [...document.querySelectorAll('body *')].filter((el) => el.getBoundingClientRect().right > vw + 1);
+    let out = wide.filter((el) => !scrolled(el)).slice(0, 5).map(name);
+    // The page is wider and nothing outside a scroll container says why: something
+    // positioned escaped one; name those.
+    if (document.documentElement.scrollWidth > vw && out.length === 0) out = wide.filter((el) => !el.closest('nav')).slice(0, 5).map(name);
+    return { clientWidth: vw, scrollWidth: document.documentElement.scrollWidth, out };
+  });
+}
+
+async function checkFits(page, what) {
+  const o = await overflow(page);
+  check(o.scrollWidth <= o.clientWidth && o.out.length === 0,
+    `${what} at ${o.clientWidth} px scrolls sideways: scrollWidth ${o.scrollWidth}; sticking out: ${o.out.join(', ')}`);
+}
+
+// inside reports whether the element's box lies within its container's.
+async function inside(element, container) {
+  const [e, c] = [await element.boundingBox(), await container.boundingBox()];
+  return e.x >= c.x - 0.5 && e.x + e.width <= c.x + c.width + 0.5;
+}
+
 const scenarios = {
   // Self-hosted: admin key sign-in, issue, field errors, search, revoke.
   async selfhosted(page) {
@@ -405,7 +451,7 @@ const scenarios = {
     await page.getByLabel('Outcome').selectOption('issued');
     await page.getByRole('button', { name: 'Filter' }).click();
     await page.waitForURL(/outcome=issued/);
-    await page.locator('section[aria-labelledby="deliveries-title"] tbody tr a').click();
+    await page.locator('section[aria-labelledby="deliveries-title"] tbody tr td a.mono').click();
     await page.waitForURL(/\/console\/licenses\//);
     return { key: await text(page, 'h1.key-title') };
   },
@@ -470,8 +516,7 @@ const scenarios = {
     await page.goto(portal);
     const pcells = await page.locator('#seats-title ~ table tbody tr').first().locator('td').allInnerTexts();
     check(/UTC/.test(pcells[2]), `the portal shows the seat's lease end, got "${pcells[2]}"`);
-    await page.getByRole('button', { name: 'Deactivate ' + cfg.instance }).click();
-    await page.waitForURL(/\?notice=seat-deactivated/);
+    await releaseInPortal(page, cfg.instance);
     return { kids: statuses.length };
   },
 
@@ -494,10 +539,9 @@ const scenarios = {
     ]);
     const offlinePath = join(cfg.tmp, 'offline.json');
     await off.saveAs(offlinePath);
-    await page.getByRole('button', { name: 'Deactivate ' + cfg.instance }).click();
-    await page.waitForURL(/notice=seat-deactivated/);
+    await releaseInPortal(page, cfg.instance);
     const after = await page.locator('section[aria-labelledby="seats-title"] tbody tr').count();
-    check(after === before - 1, `deactivating in the portal frees one seat (${before} -> ${after})`);
+    check(after === before - 1, `releasing in the portal frees one seat (${before} -> ${after})`);
     return { licPath, licName: lic.suggestedFilename(), offlinePath };
   },
 
@@ -636,6 +680,126 @@ const scenarios = {
     check((await rows.count()) === 1, 'one key left');
     check((await text(page, 'tr.api-key td:first-child')) === 'Backend', 'the full key is the one left');
     return { readKey: created.read, fullKey: created.full };
+  },
+
+  // The portal on a phone (375 px) and on a desktop: nothing scrolls sideways, words are
+  // not split, a long product_id wraps; releasing a seat asks first (by keyboard too).
+  async portalLayout(page) {
+    await page.setViewportSize({ width: 375, height: 800 });
+    const resp = await page.goto(cfg.portal);
+    check(resp.status() === 200, `portal link: 200 expected, got ${resp.status()}`);
+    await checkFits(page, 'the portal');
+    const seats = page.locator('section[aria-labelledby="seats-title"]');
+    const release = page.getByRole('link', { name: 'Release ' + cfg.instance, exact: true });
+    check(await inside(release, seats), 'the Release link stays inside the seats card at 375 px');
+    // No word is split across lines: each visible word is one line high.
+    const split = await page.evaluate(() => {
+      const bad = [];
+      for (const td of document.querySelectorAll('main td, main .hint')) {
+        const walker = document.createTreeWalker(td, NodeFilter.SHOW_TEXT);
+        for (let n = walker.nextNode(); n; n = walker.nextNode()) {
+          const re = /[A-Za-z]{4,}/g;
+          for (let m; (m = re.exec(n.data));) {
+            const range = document.createRange();
+            range.setStart(n, m.index); range.setEnd(n, m.index + m[0].length);
+            if (range.getClientRects().length > 1) bad.push(m[0]);
+          }
+        }
+      }
+      return bad;
+    });
+    check(split.length === 0, `words split across lines at 375 px: ${split.join(', ')}`);
+    await shot(page, 'portal-phone');
+
+    // Keyboard only: Tab to the seat's Release, Enter asks; nothing is freed yet.
+    let reached = false;
+    for (let i = 0; i < 20 && !reached; i++) {
+      await page.keyboard.press('Tab');
+      reached = await page.evaluate((label) => document.activeElement.getAttribute('aria-label') === label, 'Release ' + cfg.instance);
+    }
+    check(reached, 'Tab reaches the seat\'s Release link');
+    await page.keyboard.press('Enter');
+    await page.waitForURL(/\/release\?instance_id=/);
+    check((await text(page, '#release-title')) === `Release the seat ${cfg.instance}?`, 'Enter on Release asks for confirmation first');
+    check(await seats.locator('tbody tr').count() === 1, 'asking to release frees no seat');
+    check(await page.evaluate(() => document.activeElement.innerText.trim()) === 'Release seat', 'the question\'s button has focus');
+    await checkFits(page, 'the portal\'s question');
+    await page.getByRole('link', { name: 'Cancel' }).click();
+    await page.waitForURL(cfg.portal);
+    check(await seats.locator('tbody tr').count() === 1, 'Cancel frees no seat');
+
+    // A long product_id at 1280 px wraps inside the page.
+    await page.setViewportSize({ width: 1280, height: 860 });
+    await page.goto(cfg.longPortal);
+    await checkFits(page, 'the portal of a long product_id');
+    return {};
+  },
+
+  // One link open in two browsers: the second Release is told the seat was already
+  // released (post/redirect/get: a reload posts nothing).
+  async portalTwoTabs(page) {
+    const other = await page.context().browser().newContext({ extraHTTPHeaders: cfg.ip ? { 'X-Forwarded-For': cfg.ip } : {} });
+    await refuseOtherHosts(other);
+    const second = await other.newPage();
+    const ask = cfg.portal + '/release?instance_id=' + encodeURIComponent(cfg.instance);
+    await page.goto(ask);
+    await second.goto(ask);
+    await page.getByRole('button', { name: 'Release seat' }).click();
+    await page.waitForURL(/\?notice=seat-released$/);
+    const [resp] = await Promise.all([second.waitForNavigation(), second.getByRole('button', { name: 'Release seat' }).click()]);
+    const notice = await text(second, '.notice');
+    const url = second.url();
+    const reload = await second.reload();
+    await other.close();
+    return { status: resp.status(), url, notice, reloadMethod: reload.request().method(), reloadStatus: reload.status() };
+  },
+
+  // An expired license: no download is offered, and the page says why and whom to ask.
+  async portalExpired(page) {
+    const resp = await page.goto(cfg.portal);
+    check(resp.status() === 200, `portal link: 200 expected, got ${resp.status()}`);
+    const links = await page.getByRole('link', { name: /^Download/ }).count();
+    const why = await page.locator('#downloads-unavailable').innerText().catch(() => '');
+    const support = await page.locator('.portal-support').innerText().catch(() => '');
+    await shot(page, 'portal-expired');
+    return { links, why, support };
+  },
+
+  // The console's pages on a phone (375 px): none scrolls sideways; wide tables scroll
+  // inside their card.
+  async consoleNarrow(page) {
+    await signInWithKey(page, cfg.key);
+    await page.setViewportSize({ width: 375, height: 800 });
+    const pages = ['/console/', '/console/licenses', '/console/licenses/new', '/console/licenses/' + cfg.licenseKey,
+      '/console/licenses/' + cfg.licenseKey + '/seats/deactivate?instance_id=laptop', '/console/releases', '/console/leases',
+      '/console/products/' + cfg.product, '/console/storefront', '/console/events', '/console/webhooks', '/console/api-keys', '/console/settings'];
+    for (const p of pages) {
+      const resp = await page.goto(base + p);
+      check(resp.status() === 200, `${p}: 200 expected, got ${resp.status()}`);
+      await checkFits(page, p);
+    }
+    return { checked: pages.length };
+  },
+
+  // The buyer email resent from the console: asked first, then the masked address; a
+  // delivery that issued nothing is refused with the API's reason.
+  async storefrontResend(page) {
+    await signInWithKey(page, cfg.key);
+    await page.goto(base + '/console/storefront');
+    await page.getByRole('link', { name: 'Resend the email of delivery ' + cfg.deliveryId, exact: true }).click();
+    await page.waitForURL(new RegExp(`/console/storefront/deliveries/${cfg.deliveryId}/resend-email$`));
+    const question = await text(page, '#resend-title');
+    await shot(page, 'storefront-resend');
+    await page.getByRole('button', { name: 'Resend email' }).click();
+    await page.waitForLoadState();
+    const sent = await text(page, '.notice');
+    // A delivery that issued no license has no button; asked by URL, the API's refusal shows.
+    const unmappedButtons = await page.getByRole('link', { name: 'Resend the email of delivery ' + cfg.unmappedId, exact: true }).count();
+    await page.goto(base + `/console/storefront/deliveries/${cfg.unmappedId}/resend-email`);
+    await page.getByRole('button', { name: 'Resend email' }).click();
+    await page.waitForLoadState();
+    const refused = await text(page, '.form-error');
+    return { question, sent, unmappedButtons, refused };
   },
 };
 

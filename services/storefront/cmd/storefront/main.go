@@ -89,7 +89,7 @@ func register(ctx context.Context, d *app.Deps) error {
 	server.Register(d.Server.GRPC, server.New(server.Config{
 		PublicBaseURL: d.Config.PublicBaseURL,
 	}, st, licensing, &resender, relay.Notify, d.Log))
-	server.RegisterPortal(d.Server.GRPC, server.NewPortal(st, licensing))
+	server.RegisterPortal(d.Server.GRPC, server.NewPortal(licensing, &resender, d.Config.EmailReplyTo))
 	var wg sync.WaitGroup
 	// Delivery and fulfillment records are kept for RECORD_RETENTION (by last update):
 	// a replay of a session older than that is a new purchase.

@@ -494,15 +494,23 @@ func (w *Worker) buyerMessage(ctx context.Context, f *store.Fulfillment, tenant,
 		log.Warn("portal link unavailable, emailing without it", "error", err.Error())
 		link = ""
 	}
-	settings, err := w.Store.MailSettings(ctx, tenant)
+	settings, err := w.SenderSettings(ctx, tenant)
 	if err != nil {
-		return mail.Message{}, err
-	}
-	if settings, err = w.withTenantDefaults(ctx, tenant, settings); err != nil {
 		return mail.Message{}, err
 	}
 	subscription := f.Terms.Mode != nil && *f.Terms.Mode == stripeevent.ModeSubscription
 	return BuyerEmail(to, *f.LicenseKey, req, subscription, link, settings), nil
+}
+
+// SenderSettings are the tenant's buyer-email settings as its emails go out: what it set,
+// with its name and address where it set none (withTenantDefaults). The portal shows the
+// same sender and reply-to, so the holder asks whoever the email answers to.
+func (w *Worker) SenderSettings(ctx context.Context, tenant string) (store.MailSettings, error) {
+	settings, err := w.Store.MailSettings(ctx, tenant)
+	if err != nil {
+		return store.MailSettings{}, err
+	}
+	return w.withTenantDefaults(ctx, tenant, settings)
 }
 
 // withTenantDefaults fills the sender name and reply-to the tenant left empty with the

@@ -63,17 +63,26 @@ type PortalTokens interface {
 	ResolvePortalToken(ctx context.Context, token string) (tenant, key string, err error)
 }
 
+// SenderSettings are a tenant's buyer-email settings as its emails go out
+// (fulfill.Worker.SenderSettings: hosted, its name and account email where it set none).
+type SenderSettings interface {
+	SenderSettings(ctx context.Context, tenant string) (store.MailSettings, error)
+}
+
 // Portal implements StorefrontPortalService: the product's name on the tenant's portal
-// pages, the one its buyer emails use.
+// pages, the one its buyer emails use, and whom the buyer email answers to.
 type Portal struct {
 	storefrontv1.UnimplementedStorefrontPortalServiceServer
-	store  *store.Store
-	tokens PortalTokens
+	tokens  PortalTokens
+	senders SenderSettings
+	// replyTo is EMAIL_REPLY_TO: the address a buyer email answers to when the tenant's
+	// settings name none (self-hosted; hosted, the tenant's own address comes first).
+	replyTo string
 }
 
 // NewPortal returns the portal service.
-func NewPortal(st *store.Store, tokens PortalTokens) *Portal {
-	return &Portal{store: st, tokens: tokens}
+func NewPortal(tokens PortalTokens, senders SenderSettings, replyTo string) *Portal {
+	return &Portal{tokens: tokens, senders: senders, replyTo: replyTo}
 }
 
 // RegisterPortal adds the portal service to g.
@@ -81,15 +90,20 @@ func RegisterPortal(g *grpc.Server, p *Portal) {
 	storefrontv1.RegisterStorefrontPortalServiceServer(g, p)
 }
 
-// GetPortalProductName answers the mail settings' product_name of the token's tenant.
-func (p *Portal) GetPortalProductName(ctx context.Context, req *storefrontv1.GetPortalProductNameRequest) (*storefrontv1.GetPortalProductNameResponse, error) {
+// GetPortalVendor answers the token's tenant's product name and the sender and reply-to
+// of its buyer emails.
+func (p *Portal) GetPortalVendor(ctx context.Context, req *storefrontv1.GetPortalVendorRequest) (*storefrontv1.GetPortalVendorResponse, error) {
 	tenant, _, err := p.tokens.ResolvePortalToken(ctx, req.GetToken())
 	if err != nil {
 		return nil, err
 	}
-	m, err := p.store.MailSettings(ctx, tenant)
+	m, err := p.senders.SenderSettings(ctx, tenant)
 	if err != nil {
 		return nil, err
 	}
-	return &storefrontv1.GetPortalProductNameResponse{ProductName: m.ProductName}, nil
+	replyTo := m.ReplyTo
+	if replyTo == "" {
+		replyTo = p.replyTo
+	}
+	return &storefrontv1.GetPortalVendorResponse{ProductName: m.ProductName, VendorName: m.SenderName, SupportEmail: replyTo}, nil
 }

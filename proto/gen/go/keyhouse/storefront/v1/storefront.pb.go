@@ -25,27 +25,27 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
-type GetPortalProductNameRequest struct {
+type GetPortalVendorRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Token         string                 `protobuf:"bytes,1,opt,name=token,proto3" json:"token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
-func (x *GetPortalProductNameRequest) Reset() {
-	*x = GetPortalProductNameRequest{}
+func (x *GetPortalVendorRequest) Reset() {
+	*x = GetPortalVendorRequest{}
 	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[0]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
 
-func (x *GetPortalProductNameRequest) String() string {
+func (x *GetPortalVendorRequest) String() string {
 	return protoimpl.X.MessageStringOf(x)
 }
 
-func (*GetPortalProductNameRequest) ProtoMessage() {}
+func (*GetPortalVendorRequest) ProtoMessage() {}
 
-func (x *GetPortalProductNameRequest) ProtoReflect() protoreflect.Message {
+func (x *GetPortalVendorRequest) ProtoReflect() protoreflect.Message {
 	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[0]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
@@ -57,40 +57,45 @@ func (x *GetPortalProductNameRequest) ProtoReflect() protoreflect.Message {
 	return mi.MessageOf(x)
 }
 
-// Deprecated: Use GetPortalProductNameRequest.ProtoReflect.Descriptor instead.
-func (*GetPortalProductNameRequest) Descriptor() ([]byte, []int) {
+// Deprecated: Use GetPortalVendorRequest.ProtoReflect.Descriptor instead.
+func (*GetPortalVendorRequest) Descriptor() ([]byte, []int) {
 	return file_keyhouse_storefront_v1_storefront_proto_rawDescGZIP(), []int{0}
 }
 
-func (x *GetPortalProductNameRequest) GetToken() string {
+func (x *GetPortalVendorRequest) GetToken() string {
 	if x != nil {
 		return x.Token
 	}
 	return ""
 }
 
-type GetPortalProductNameResponse struct {
+type GetPortalVendorResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The mail settings' product_name; empty when the tenant set none (show the product_id).
-	ProductName   string `protobuf:"bytes,1,opt,name=product_name,json=productName,proto3" json:"product_name,omitempty"`
+	ProductName string `protobuf:"bytes,1,opt,name=product_name,json=productName,proto3" json:"product_name,omitempty"`
+	// Who the buyer email comes from and answers to: the mail settings' sender_name and
+	// reply_to; hosted, the tenant's name and account email where it set none; self-hosted,
+	// EMAIL_REPLY_TO. Empty when there is none (support_email: no address to show).
+	VendorName    string `protobuf:"bytes,2,opt,name=vendor_name,json=vendorName,proto3" json:"vendor_name,omitempty"`
+	SupportEmail  string `protobuf:"bytes,3,opt,name=support_email,json=supportEmail,proto3" json:"support_email,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
-func (x *GetPortalProductNameResponse) Reset() {
-	*x = GetPortalProductNameResponse{}
+func (x *GetPortalVendorResponse) Reset() {
+	*x = GetPortalVendorResponse{}
 	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
 
-func (x *GetPortalProductNameResponse) String() string {
+func (x *GetPortalVendorResponse) String() string {
 	return protoimpl.X.MessageStringOf(x)
 }
 
-func (*GetPortalProductNameResponse) ProtoMessage() {}
+func (*GetPortalVendorResponse) ProtoMessage() {}
 
-func (x *GetPortalProductNameResponse) ProtoReflect() protoreflect.Message {
+func (x *GetPortalVendorResponse) ProtoReflect() protoreflect.Message {
 	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
@@ -102,14 +107,28 @@ func (x *GetPortalProductNameResponse) ProtoReflect() protoreflect.Message {
 	return mi.MessageOf(x)
 }
 
-// Deprecated: Use GetPortalProductNameResponse.ProtoReflect.Descriptor instead.
-func (*GetPortalProductNameResponse) Descriptor() ([]byte, []int) {
+// Deprecated: Use GetPortalVendorResponse.ProtoReflect.Descriptor instead.
+func (*GetPortalVendorResponse) Descriptor() ([]byte, []int) {
 	return file_keyhouse_storefront_v1_storefront_proto_rawDescGZIP(), []int{1}
 }
 
-func (x *GetPortalProductNameResponse) GetProductName() string {
+func (x *GetPortalVendorResponse) GetProductName() string {
 	if x != nil {
 		return x.ProductName
+	}
+	return ""
+}
+
+func (x *GetPortalVendorResponse) GetVendorName() string {
+	if x != nil {
+		return x.VendorName
+	}
+	return ""
+}
+
+func (x *GetPortalVendorResponse) GetSupportEmail() string {
+	if x != nil {
+		return x.SupportEmail
 	}
 	return ""
 }
@@ -1760,11 +1779,14 @@ var File_keyhouse_storefront_v1_storefront_proto protoreflect.FileDescriptor
 
 const file_keyhouse_storefront_v1_storefront_proto_rawDesc = "" +
 	"\n" +
-	"'keyhouse/storefront/v1/storefront.proto\x12\x16keyhouse.storefront.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1egoogle/protobuf/wrappers.proto\x1a\x19keyhouse/api/v1/api.proto\"3\n" +
-	"\x1bGetPortalProductNameRequest\x12\x14\n" +
-	"\x05token\x18\x01 \x01(\tR\x05token\"A\n" +
-	"\x1cGetPortalProductNameResponse\x12!\n" +
-	"\fproduct_name\x18\x01 \x01(\tR\vproductName\"S\n" +
+	"'keyhouse/storefront/v1/storefront.proto\x12\x16keyhouse.storefront.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1egoogle/protobuf/wrappers.proto\x1a\x19keyhouse/api/v1/api.proto\".\n" +
+	"\x16GetPortalVendorRequest\x12\x14\n" +
+	"\x05token\x18\x01 \x01(\tR\x05token\"\x82\x01\n" +
+	"\x17GetPortalVendorResponse\x12!\n" +
+	"\fproduct_name\x18\x01 \x01(\tR\vproductName\x12\x1f\n" +
+	"\vvendor_name\x18\x02 \x01(\tR\n" +
+	"vendorName\x12#\n" +
+	"\rsupport_email\x18\x03 \x01(\tR\fsupportEmail\"S\n" +
 	"\x16ConnectWebhookResponse\x129\n" +
 	"\awebhook\x18\x01 \x01(\v2\x1f.keyhouse.storefront.v1.WebhookR\awebhook\"9\n" +
 	"\x15ConnectWebhookRequest\x12 \n" +
@@ -1901,9 +1923,9 @@ const file_keyhouse_storefront_v1_storefront_proto_rawDesc = "" +
 	"\x0fGetMailSettings\x12..keyhouse.storefront.v1.GetMailSettingsRequest\x1a/.keyhouse.storefront.v1.GetMailSettingsResponse\"\n" +
 	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x12\xbc\x02\n" +
 	"\x12UpdateMailSettings\x121.keyhouse.storefront.v1.UpdateMailSettingsRequest\x1a2.keyhouse.storefront.v1.UpdateMailSettingsResponse\"\xbe\x01\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x9a\x83\x19\xaf\x01\b\x90\x03\x12\xa9\x01sender_name (or product_name) must be at most 100 characters with no line break or other control character; reply_to must be one email address, like support@example.com.\x12\xdd\x01\n" +
-	"\fReceiveEvent\x12+.keyhouse.storefront.v1.ReceiveEventRequest\x1a,.keyhouse.storefront.v1.ReceiveEventResponse\"r\x90\x82\x19\x01\x9a\x82\x19\x02\b\x01\x9a\x83\x19I\b\x90\x03\x12DInvalid signature; Invalid payload: <reason>; Webhook is not active.\x9a\x83\x19\x17\b\x94\x03\x12\x12Webhook not found.2\xa3\x01\n" +
-	"\x17StorefrontPortalService\x12\x87\x01\n" +
-	"\x14GetPortalProductName\x123.keyhouse.storefront.v1.GetPortalProductNameRequest\x1a4.keyhouse.storefront.v1.GetPortalProductNameResponse\"\x04\x90\x82\x19\x01BOZMgithub.com/keyhouse/keyhouse/proto/gen/go/keyhouse/storefront/v1;storefrontv1b\x06proto3"
+	"\fReceiveEvent\x12+.keyhouse.storefront.v1.ReceiveEventRequest\x1a,.keyhouse.storefront.v1.ReceiveEventResponse\"r\x90\x82\x19\x01\x9a\x82\x19\x02\b\x01\x9a\x83\x19I\b\x90\x03\x12DInvalid signature; Invalid payload: <reason>; Webhook is not active.\x9a\x83\x19\x17\b\x94\x03\x12\x12Webhook not found.2\x93\x01\n" +
+	"\x17StorefrontPortalService\x12x\n" +
+	"\x0fGetPortalVendor\x12..keyhouse.storefront.v1.GetPortalVendorRequest\x1a/.keyhouse.storefront.v1.GetPortalVendorResponse\"\x04\x90\x82\x19\x01BOZMgithub.com/keyhouse/keyhouse/proto/gen/go/keyhouse/storefront/v1;storefrontv1b\x06proto3"
 
 var (
 	file_keyhouse_storefront_v1_storefront_proto_rawDescOnce sync.Once
@@ -1919,41 +1941,41 @@ func file_keyhouse_storefront_v1_storefront_proto_rawDescGZIP() []byte {
 
 var file_keyhouse_storefront_v1_storefront_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_keyhouse_storefront_v1_storefront_proto_goTypes = []any{
-	(*GetPortalProductNameRequest)(nil),  // 0: keyhouse.storefront.v1.GetPortalProductNameRequest
-	(*GetPortalProductNameResponse)(nil), // 1: keyhouse.storefront.v1.GetPortalProductNameResponse
-	(*ConnectWebhookResponse)(nil),       // 2: keyhouse.storefront.v1.ConnectWebhookResponse
-	(*ConnectWebhookRequest)(nil),        // 3: keyhouse.storefront.v1.ConnectWebhookRequest
-	(*Webhook)(nil),                      // 4: keyhouse.storefront.v1.Webhook
-	(*ListWebhooksRequest)(nil),          // 5: keyhouse.storefront.v1.ListWebhooksRequest
-	(*ListWebhooksResponse)(nil),         // 6: keyhouse.storefront.v1.ListWebhooksResponse
-	(*SaveWebhookSecretResponse)(nil),    // 7: keyhouse.storefront.v1.SaveWebhookSecretResponse
-	(*SaveWebhookSecretRequest)(nil),     // 8: keyhouse.storefront.v1.SaveWebhookSecretRequest
-	(*DisableWebhookResponse)(nil),       // 9: keyhouse.storefront.v1.DisableWebhookResponse
-	(*DisableWebhookRequest)(nil),        // 10: keyhouse.storefront.v1.DisableWebhookRequest
-	(*CreateMappingResponse)(nil),        // 11: keyhouse.storefront.v1.CreateMappingResponse
-	(*CreateMappingRequest)(nil),         // 12: keyhouse.storefront.v1.CreateMappingRequest
-	(*Mapping)(nil),                      // 13: keyhouse.storefront.v1.Mapping
-	(*ListMappingsRequest)(nil),          // 14: keyhouse.storefront.v1.ListMappingsRequest
-	(*ListMappingsResponse)(nil),         // 15: keyhouse.storefront.v1.ListMappingsResponse
-	(*DeleteMappingRequest)(nil),         // 16: keyhouse.storefront.v1.DeleteMappingRequest
-	(*DeleteMappingResponse)(nil),        // 17: keyhouse.storefront.v1.DeleteMappingResponse
-	(*ListDeliveriesRequest)(nil),        // 18: keyhouse.storefront.v1.ListDeliveriesRequest
-	(*Delivery)(nil),                     // 19: keyhouse.storefront.v1.Delivery
-	(*ListDeliveriesResponse)(nil),       // 20: keyhouse.storefront.v1.ListDeliveriesResponse
-	(*ResendEmailRequest)(nil),           // 21: keyhouse.storefront.v1.ResendEmailRequest
-	(*ResendEmailResponse)(nil),          // 22: keyhouse.storefront.v1.ResendEmailResponse
-	(*ReceiveEventRequest)(nil),          // 23: keyhouse.storefront.v1.ReceiveEventRequest
-	(*ReceiveEventResponse)(nil),         // 24: keyhouse.storefront.v1.ReceiveEventResponse
-	(*MailSettings)(nil),                 // 25: keyhouse.storefront.v1.MailSettings
-	(*GetMailSettingsRequest)(nil),       // 26: keyhouse.storefront.v1.GetMailSettingsRequest
-	(*GetMailSettingsResponse)(nil),      // 27: keyhouse.storefront.v1.GetMailSettingsResponse
-	(*UpdateMailSettingsRequest)(nil),    // 28: keyhouse.storefront.v1.UpdateMailSettingsRequest
-	(*UpdateMailSettingsResponse)(nil),   // 29: keyhouse.storefront.v1.UpdateMailSettingsResponse
-	(*timestamppb.Timestamp)(nil),        // 30: google.protobuf.Timestamp
-	(*structpb.Value)(nil),               // 31: google.protobuf.Value
-	(*structpb.Struct)(nil),              // 32: google.protobuf.Struct
-	(*wrapperspb.StringValue)(nil),       // 33: google.protobuf.StringValue
-	(*wrapperspb.Int32Value)(nil),        // 34: google.protobuf.Int32Value
+	(*GetPortalVendorRequest)(nil),     // 0: keyhouse.storefront.v1.GetPortalVendorRequest
+	(*GetPortalVendorResponse)(nil),    // 1: keyhouse.storefront.v1.GetPortalVendorResponse
+	(*ConnectWebhookResponse)(nil),     // 2: keyhouse.storefront.v1.ConnectWebhookResponse
+	(*ConnectWebhookRequest)(nil),      // 3: keyhouse.storefront.v1.ConnectWebhookRequest
+	(*Webhook)(nil),                    // 4: keyhouse.storefront.v1.Webhook
+	(*ListWebhooksRequest)(nil),        // 5: keyhouse.storefront.v1.ListWebhooksRequest
+	(*ListWebhooksResponse)(nil),       // 6: keyhouse.storefront.v1.ListWebhooksResponse
+	(*SaveWebhookSecretResponse)(nil),  // 7: keyhouse.storefront.v1.SaveWebhookSecretResponse
+	(*SaveWebhookSecretRequest)(nil),   // 8: keyhouse.storefront.v1.SaveWebhookSecretRequest
+	(*DisableWebhookResponse)(nil),     // 9: keyhouse.storefront.v1.DisableWebhookResponse
+	(*DisableWebhookRequest)(nil),      // 10: keyhouse.storefront.v1.DisableWebhookRequest
+	(*CreateMappingResponse)(nil),      // 11: keyhouse.storefront.v1.CreateMappingResponse
+	(*CreateMappingRequest)(nil),       // 12: keyhouse.storefront.v1.CreateMappingRequest
+	(*Mapping)(nil),                    // 13: keyhouse.storefront.v1.Mapping
+	(*ListMappingsRequest)(nil),        // 14: keyhouse.storefront.v1.ListMappingsRequest
+	(*ListMappingsResponse)(nil),       // 15: keyhouse.storefront.v1.ListMappingsResponse
+	(*DeleteMappingRequest)(nil),       // 16: keyhouse.storefront.v1.DeleteMappingRequest
+	(*DeleteMappingResponse)(nil),      // 17: keyhouse.storefront.v1.DeleteMappingResponse
+	(*ListDeliveriesRequest)(nil),      // 18: keyhouse.storefront.v1.ListDeliveriesRequest
+	(*Delivery)(nil),                   // 19: keyhouse.storefront.v1.Delivery
+	(*ListDeliveriesResponse)(nil),     // 20: keyhouse.storefront.v1.ListDeliveriesResponse
+	(*ResendEmailRequest)(nil),         // 21: keyhouse.storefront.v1.ResendEmailRequest
+	(*ResendEmailResponse)(nil),        // 22: keyhouse.storefront.v1.ResendEmailResponse
+	(*ReceiveEventRequest)(nil),        // 23: keyhouse.storefront.v1.ReceiveEventRequest
+	(*ReceiveEventResponse)(nil),       // 24: keyhouse.storefront.v1.ReceiveEventResponse
+	(*MailSettings)(nil),               // 25: keyhouse.storefront.v1.MailSettings
+	(*GetMailSettingsRequest)(nil),     // 26: keyhouse.storefront.v1.GetMailSettingsRequest
+	(*GetMailSettingsResponse)(nil),    // 27: keyhouse.storefront.v1.GetMailSettingsResponse
+	(*UpdateMailSettingsRequest)(nil),  // 28: keyhouse.storefront.v1.UpdateMailSettingsRequest
+	(*UpdateMailSettingsResponse)(nil), // 29: keyhouse.storefront.v1.UpdateMailSettingsResponse
+	(*timestamppb.Timestamp)(nil),      // 30: google.protobuf.Timestamp
+	(*structpb.Value)(nil),             // 31: google.protobuf.Value
+	(*structpb.Struct)(nil),            // 32: google.protobuf.Struct
+	(*wrapperspb.StringValue)(nil),     // 33: google.protobuf.StringValue
+	(*wrapperspb.Int32Value)(nil),      // 34: google.protobuf.Int32Value
 }
 var file_keyhouse_storefront_v1_storefront_proto_depIdxs = []int32{
 	4,  // 0: keyhouse.storefront.v1.ConnectWebhookResponse.webhook:type_name -> keyhouse.storefront.v1.Webhook
@@ -1993,7 +2015,7 @@ var file_keyhouse_storefront_v1_storefront_proto_depIdxs = []int32{
 	26, // 34: keyhouse.storefront.v1.StorefrontService.GetMailSettings:input_type -> keyhouse.storefront.v1.GetMailSettingsRequest
 	28, // 35: keyhouse.storefront.v1.StorefrontService.UpdateMailSettings:input_type -> keyhouse.storefront.v1.UpdateMailSettingsRequest
 	23, // 36: keyhouse.storefront.v1.StorefrontService.ReceiveEvent:input_type -> keyhouse.storefront.v1.ReceiveEventRequest
-	0,  // 37: keyhouse.storefront.v1.StorefrontPortalService.GetPortalProductName:input_type -> keyhouse.storefront.v1.GetPortalProductNameRequest
+	0,  // 37: keyhouse.storefront.v1.StorefrontPortalService.GetPortalVendor:input_type -> keyhouse.storefront.v1.GetPortalVendorRequest
 	2,  // 38: keyhouse.storefront.v1.StorefrontService.ConnectWebhook:output_type -> keyhouse.storefront.v1.ConnectWebhookResponse
 	6,  // 39: keyhouse.storefront.v1.StorefrontService.ListWebhooks:output_type -> keyhouse.storefront.v1.ListWebhooksResponse
 	7,  // 40: keyhouse.storefront.v1.StorefrontService.SaveWebhookSecret:output_type -> keyhouse.storefront.v1.SaveWebhookSecretResponse
@@ -2006,7 +2028,7 @@ var file_keyhouse_storefront_v1_storefront_proto_depIdxs = []int32{
 	27, // 47: keyhouse.storefront.v1.StorefrontService.GetMailSettings:output_type -> keyhouse.storefront.v1.GetMailSettingsResponse
 	29, // 48: keyhouse.storefront.v1.StorefrontService.UpdateMailSettings:output_type -> keyhouse.storefront.v1.UpdateMailSettingsResponse
 	24, // 49: keyhouse.storefront.v1.StorefrontService.ReceiveEvent:output_type -> keyhouse.storefront.v1.ReceiveEventResponse
-	1,  // 50: keyhouse.storefront.v1.StorefrontPortalService.GetPortalProductName:output_type -> keyhouse.storefront.v1.GetPortalProductNameResponse
+	1,  // 50: keyhouse.storefront.v1.StorefrontPortalService.GetPortalVendor:output_type -> keyhouse.storefront.v1.GetPortalVendorResponse
 	38, // [38:51] is the sub-list for method output_type
 	25, // [25:38] is the sub-list for method input_type
 	25, // [25:25] is the sub-list for extension type_name

@@ -579,7 +579,7 @@ var StorefrontService_ServiceDesc = grpc.ServiceDesc{
 }
 
 const (
-	StorefrontPortalService_GetPortalProductName_FullMethodName = "/keyhouse.storefront.v1.StorefrontPortalService/GetPortalProductName"
+	StorefrontPortalService_GetPortalVendor_FullMethodName = "/keyhouse.storefront.v1.StorefrontPortalService/GetPortalVendor"
 )
 
 // StorefrontPortalServiceClient is the client API for StorefrontPortalService service.
@@ -588,12 +588,13 @@ const (
 //
 // StorefrontPortalService is what the end-user portal shows of the tenant's storefront
 // settings (addendum §9): the product's name the tenant set for its buyer emails, so the
-// portal names the product as the email did. It has no REST route: the console's portal
-// pages call it. The portal token is the credential.
+// portal names the product as the email did, and who the buyer email answers to, so the
+// holder knows whom to ask. It has no REST route: the console's portal pages call it. The
+// portal token is the credential.
 type StorefrontPortalServiceClient interface {
 	// NotFound "Not found" for every token the portal refuses (licensing decides: unknown,
 	// a revoked or deleted license, the portal off).
-	GetPortalProductName(ctx context.Context, in *GetPortalProductNameRequest, opts ...grpc.CallOption) (*GetPortalProductNameResponse, error)
+	GetPortalVendor(ctx context.Context, in *GetPortalVendorRequest, opts ...grpc.CallOption) (*GetPortalVendorResponse, error)
 }
 
 type storefrontPortalServiceClient struct {
@@ -604,10 +605,10 @@ func NewStorefrontPortalServiceClient(cc grpc.ClientConnInterface) StorefrontPor
 	return &storefrontPortalServiceClient{cc}
 }
 
-func (c *storefrontPortalServiceClient) GetPortalProductName(ctx context.Context, in *GetPortalProductNameRequest, opts ...grpc.CallOption) (*GetPortalProductNameResponse, error) {
+func (c *storefrontPortalServiceClient) GetPortalVendor(ctx context.Context, in *GetPortalVendorRequest, opts ...grpc.CallOption) (*GetPortalVendorResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(GetPortalProductNameResponse)
-	err := c.cc.Invoke(ctx, StorefrontPortalService_GetPortalProductName_FullMethodName, in, out, cOpts...)
+	out := new(GetPortalVendorResponse)
+	err := c.cc.Invoke(ctx, StorefrontPortalService_GetPortalVendor_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -620,12 +621,13 @@ func (c *storefrontPortalServiceClient) GetPortalProductName(ctx context.Context
 //
 // StorefrontPortalService is what the end-user portal shows of the tenant's storefront
 // settings (addendum §9): the product's name the tenant set for its buyer emails, so the
-// portal names the product as the email did. It has no REST route: the console's portal
-// pages call it. The portal token is the credential.
+// portal names the product as the email did, and who the buyer email answers to, so the
+// holder knows whom to ask. It has no REST route: the console's portal pages call it. The
+// portal token is the credential.
 type StorefrontPortalServiceServer interface {
 	// NotFound "Not found" for every token the portal refuses (licensing decides: unknown,
 	// a revoked or deleted license, the portal off).
-	GetPortalProductName(context.Context, *GetPortalProductNameRequest) (*GetPortalProductNameResponse, error)
+	GetPortalVendor(context.Context, *GetPortalVendorRequest) (*GetPortalVendorResponse, error)
 	mustEmbedUnimplementedStorefrontPortalServiceServer()
 }
 
@@ -636,8 +638,8 @@ type StorefrontPortalServiceServer interface {
 // pointer dereference when methods are called.
 type UnimplementedStorefrontPortalServiceServer struct{}
 
-func (UnimplementedStorefrontPortalServiceServer) GetPortalProductName(context.Context, *GetPortalProductNameRequest) (*GetPortalProductNameResponse, error) {
-	return nil, status.Error(codes.Unimplemented, "method GetPortalProductName not implemented")
+func (UnimplementedStorefrontPortalServiceServer) GetPortalVendor(context.Context, *GetPortalVendorRequest) (*GetPortalVendorResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetPortalVendor not implemented")
 }
 func (UnimplementedStorefrontPortalServiceServer) mustEmbedUnimplementedStorefrontPortalServiceServer() {
 }
@@ -661,20 +663,20 @@ func RegisterStorefrontPortalServiceServer(s grpc.ServiceRegistrar, srv Storefro
 	s.RegisterService(&StorefrontPortalService_ServiceDesc, srv)
 }
 
-func _StorefrontPortalService_GetPortalProductName_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(GetPortalProductNameRequest)
+func _StorefrontPortalService_GetPortalVendor_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetPortalVendorRequest)
 	if err := dec(in); err != nil {
 		return nil, err
 	}
 	if interceptor == nil {
-		return srv.(StorefrontPortalServiceServer).GetPortalProductName(ctx, in)
+		return srv.(StorefrontPortalServiceServer).GetPortalVendor(ctx, in)
 	}
 	info := &grpc.UnaryServerInfo{
 		Server:     srv,
-		FullMethod: StorefrontPortalService_GetPortalProductName_FullMethodName,
+		FullMethod: StorefrontPortalService_GetPortalVendor_FullMethodName,
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(StorefrontPortalServiceServer).GetPortalProductName(ctx, req.(*GetPortalProductNameRequest))
+		return srv.(StorefrontPortalServiceServer).GetPortalVendor(ctx, req.(*GetPortalVendorRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -687,8 +689,8 @@ var StorefrontPortalService_ServiceDesc = grpc.ServiceDesc{
 	HandlerType: (*StorefrontPortalServiceServer)(nil),
 	Methods: []grpc.MethodDesc{
 		{
-			MethodName: "GetPortalProductName",
-			Handler:    _StorefrontPortalService_GetPortalProductName_Handler,
+			MethodName: "GetPortalVendor",
+			Handler:    _StorefrontPortalService_GetPortalVendor_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
