@@ -297,14 +297,21 @@ func asAPIError(err error) *apiError {
 		code = http.StatusNotFound
 	case codes.AlreadyExists:
 		code = http.StatusConflict
+	case codes.ResourceExhausted:
+		if apierr.IsTooMany(st) {
+			// A limit of the resource (a purchase's resends): its message says when.
+			code = http.StatusTooManyRequests
+			break
+		}
+		slog.Default().Error("internal error", "code", st.Code().String(), "error", msg)
+		code, msg = http.StatusInternalServerError, apierr.InternalMessage
 	case codes.Aborted, codes.Unavailable, codes.DeadlineExceeded:
 		code = http.StatusServiceUnavailable
 		if msg == "" || st.Code() == codes.DeadlineExceeded {
 			msg = "Service unavailable, retry"
 		}
 	default:
-		// ResourceExhausted included: no service refuses with it, so it is gRPC's own (a
-		// message over grpcx.MaxAnswerBytes), unexpected like any other 500.
+		// Anything else is unexpected, like gRPC's own ResourceExhausted above.
 		if msg != apierr.InternalMessage {
 			slog.Default().Error("internal error", "code", st.Code().String(), "error", msg)
 		}

@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	eventsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/events/v1"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
@@ -41,6 +43,7 @@ var webhookNotices = map[string]string{
 	"enabled":     "Endpoint enabled.",
 	"disabled":    "Endpoint disabled: it receives nothing until you enable it again.",
 	"redelivered": "Redelivery queued: it shows below as the newest delivery.",
+	"not-in-log":  "That event is not in the event log (a ping, or an event older than the log's retention), so it cannot be redelivered: nothing was sent. Send a new ping instead.",
 	"deleted":     "Endpoint deleted.",
 	"updated":     "Endpoint updated.",
 }
@@ -248,5 +251,12 @@ func (h *Handler) redeliverEvent(w http.ResponseWriter, r *http.Request, s *sess
 	ctx, cancel := withCredential(r.Context(), s.token)
 	defer cancel()
 	_, err := h.webhooks.RedeliverEvent(ctx, &eventsv1.RedeliverEventRequest{EventId: r.PostForm.Get("event_id"), EndpointId: r.PathValue("id")})
+	if st := status.Convert(err); st.Code() == codes.NotFound && st.Message() == "Event not found" {
+		// The endpoint's own page lists deliveries of pings and of events the log has
+		// since dropped; redeliver takes only events in the log. Say so there, rather
+		// than a 404 page for a button the page itself offered.
+		http.Redirect(w, r, "/console/webhooks/"+url.PathEscape(r.PathValue("id"))+"?notice=not-in-log", http.StatusSeeOther)
+		return
+	}
 	h.afterWebhookForm(w, r, s, err, "redelivered")
 }

@@ -24,6 +24,10 @@ type Error struct {
 	// retryable: the same request may succeed if sent again (a lost race, a dependency
 	// that did not answer). It crosses processes as an errdetails.RetryInfo detail.
 	retryable bool
+	// tooMany marks a refusal for a limit of the resource (TooMany): it crosses processes
+	// as an errdetails.QuotaFailure detail, which tells it from gRPC's own
+	// ResourceExhausted (a message over a size limit, a 500).
+	tooMany   bool
 	before    []*apiv1.ErrorField
 	after     []*apiv1.ErrorField
 }
@@ -36,6 +40,9 @@ func (e *Error) GRPCStatus() *status.Status {
 	var details []protoadapt.MessageV1
 	if e.retryable {
 		details = append(details, &errdetails.RetryInfo{})
+	}
+	if e.tooMany {
+		details = append(details, &errdetails.QuotaFailure{})
 	}
 	if len(e.before) > 0 || len(e.after) > 0 {
 		details = append(details, &apiv1.ErrorFields{Before: e.before, After: e.after})
@@ -109,7 +116,23 @@ func Conflict(format string, args ...any) *Error { return newf(codes.AlreadyExis
 // TooMany is a 429 for a limit of the resource itself (not the route's rate tier, which
 // the edge enforces): the message says when to come back.
 func TooMany(format string, args ...any) *Error {
-	return newf(codes.ResourceExhausted, format, args...)
+	e := newf(codes.ResourceExhausted, format, args...)
+	e.tooMany = true
+	return e
+}
+
+// IsTooMany reports whether a status (one received from another process included) is a
+// TooMany refusal, a 429, rather than gRPC's own ResourceExhausted, which is a 500.
+func IsTooMany(st *status.Status) bool {
+	if st.Code() != codes.ResourceExhausted {
+		return false
+	}
+	for _, d := range st.Details() {
+		if _, ok := d.(*errdetails.QuotaFailure); ok {
+			return true
+		}
+	}
+	return false
 }
 
 // Retry is a 503 for a lost optimistic-concurrency race: retrying is correct.

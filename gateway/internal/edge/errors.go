@@ -17,12 +17,18 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// httpStatus is the one mapping from gRPC codes to the HTTP statuses api.md uses.
-// ResourceExhausted is not a 429: no service refuses with it (the rate limits are the
-// gateway's own, answered before any call), so it can only be gRPC's, a message over a
-// size limit (grpcx.MaxAnswerBytes), and that is a 500 like anything else unexpected.
-func httpStatus(code codes.Code) int {
-	switch code {
+// httpStatus is the one mapping from gRPC statuses to the HTTP statuses api.md uses.
+// ResourceExhausted is a 429 only when a service refused with apierr.TooMany (a limit of
+// the resource, such as a purchase's resends; the routes' rate limits are the gateway's
+// own, answered before any call). Otherwise it is gRPC's own, a message over a size
+// limit (grpcx.MaxAnswerBytes), and that is a 500 like anything else unexpected.
+func httpStatus(st *status.Status) int {
+	switch code := st.Code(); code {
+	case codes.ResourceExhausted:
+		if apierr.IsTooMany(st) {
+			return http.StatusTooManyRequests
+		}
+		return http.StatusInternalServerError
 	case codes.InvalidArgument, codes.FailedPrecondition, codes.OutOfRange:
 		return http.StatusBadRequest
 	case codes.Unauthenticated, codes.PermissionDenied:
@@ -50,7 +56,7 @@ func handleError(ctx context.Context, _ *runtime.ServeMux, _ runtime.Marshaler, 
 		return
 	}
 	st := status.Convert(err)
-	code := httpStatus(st.Code())
+	code := httpStatus(st)
 	msg := st.Message()
 	switch {
 	case st.Code() == codes.Unimplemented:
