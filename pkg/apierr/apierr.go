@@ -27,9 +27,9 @@ type Error struct {
 	// tooMany marks a refusal for a limit of the resource (TooMany): it crosses processes
 	// as an errdetails.QuotaFailure detail, which tells it from gRPC's own
 	// ResourceExhausted (a message over a size limit, a 500).
-	tooMany   bool
-	before    []*apiv1.ErrorField
-	after     []*apiv1.ErrorField
+	tooMany bool
+	before  []*apiv1.ErrorField
+	after   []*apiv1.ErrorField
 }
 
 func (e *Error) Error() string { return e.Message }
