@@ -192,14 +192,14 @@ func TestWebhookDeliveredEndToEnd(t *testing.T) {
 
 // The Webhooks page as a person uses it: create an endpoint and see its secret once, ping
 // it and watch the delivery succeed, break the receiver and see the failed attempt, mend
-// it and redeliver.
+// it, learn that a ping cannot be redelivered, and ping again.
 func TestConsoleWebhooksInTheBrowser(t *testing.T) {
 	s := selfHosted(t)
 	rc := newWebhookReceiver(t)
 	key := issueLicense(t, admin(t, s), map[string]any{"tier": "pro", "product_id": product("webhooks-console"), "issued_to": "console@example.com"})
 	out := browse(t, "webhooks", map[string]any{"base": s.URL, "key": s.AdminKey, "ip": browserIP(t, s), "receiver": rc.URL + "/hook", "control": rc.URL + "/control", "license": key})
 	secret, failed := str(out, "secret"), str(out, "failedEvent")
-	var ok200, failed500, redelivered, issued int
+	var ok200, failed500, issued int
 	for _, d := range rc.deliveries() {
 		if strings.Contains(string(d.body), `"type":"license.issued"`) && strings.Contains(string(d.body), key) {
 			issued++
@@ -210,14 +210,12 @@ func TestConsoleWebhooksInTheBrowser(t *testing.T) {
 		switch {
 		case d.status == 500 && d.header.Get("Keyhouse-Event-Id") == failed:
 			failed500++
-		case d.header.Get("Keyhouse-Event-Id") == failed:
-			redelivered++
-		default:
-			ok200++
+		case d.status != 500:
+			ok200++ // the first ping, the ping after the mend, the license's event (and the failed ping's own retry, if it came already)
 		}
 	}
-	if ok200 < 1 || failed500 < 1 || redelivered < 1 || issued != 1 {
-		t.Fatalf("the receiver saw %d good deliveries, %d failed, %d redelivered, %d of the license's event", ok200, failed500, redelivered, issued)
+	if ok200 < 3 || failed500 < 1 || issued != 1 {
+		t.Fatalf("the receiver saw %d good deliveries, %d failed, %d of the license's event", ok200, failed500, issued)
 	}
 	admin(t, s).Delete("/v1/webhook-endpoints/"+str(out, "endpoint"), nil).Expect(t, 200)
 }
