@@ -65,6 +65,7 @@ func TestEveryRouteAnswersHostileInputWithAJSON4xx(t *testing.T) {
 	// through could rotate or delete what the shared stack's other tests use. The hosted
 	// sweep acts as a tenant of its own.
 	self := startStack(t, nil)
+	t.Cleanup(self.Stop)
 	hostedStack := hosted(t)
 	for _, mode := range []struct {
 		name  string
