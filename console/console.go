@@ -287,31 +287,12 @@ func asAPIError(err error) *apiError {
 	}
 	st := status.Convert(err)
 	msg := st.Message()
-	code := http.StatusInternalServerError
-	switch st.Code() {
-	case codes.InvalidArgument, codes.OutOfRange, codes.FailedPrecondition:
-		code = http.StatusBadRequest
-	case codes.Unauthenticated, codes.PermissionDenied:
-		code = http.StatusForbidden
-	case codes.NotFound:
-		code = http.StatusNotFound
-	case codes.AlreadyExists:
-		code = http.StatusConflict
-	case codes.ResourceExhausted:
-		if apierr.IsTooMany(st) {
-			// A limit of the resource (a purchase's resends): its message says when.
-			code = http.StatusTooManyRequests
-			break
-		}
-		slog.Default().Error("internal error", "code", st.Code().String(), "error", msg)
-		code, msg = http.StatusInternalServerError, apierr.InternalMessage
-	case codes.Aborted, codes.Unavailable, codes.DeadlineExceeded:
-		code = http.StatusServiceUnavailable
-		if msg == "" || st.Code() == codes.DeadlineExceeded {
-			msg = "Service unavailable, retry"
-		}
-	default:
-		// Anything else is unexpected, like gRPC's own ResourceExhausted above.
+	code := apierr.HTTPStatus(st)
+	switch {
+	case code == http.StatusServiceUnavailable && (msg == "" || st.Code() != codes.Unavailable && st.Code() != codes.Aborted):
+		msg = "Service unavailable, retry"
+	case code == http.StatusInternalServerError:
+		// Unexpected, gRPC's own ResourceExhausted (an answer over the size limit) included.
 		if msg != apierr.InternalMessage {
 			slog.Default().Error("internal error", "code", st.Code().String(), "error", msg)
 		}

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 
 	apiv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/api/v1"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -178,4 +179,32 @@ func FromStatus(st *status.Status) *Error {
 		}
 	}
 	return e
+}
+
+// HTTPStatus is the one mapping from gRPC statuses to the HTTP statuses api.md uses, for
+// every REST door (the gateway's routes, the console's pages). ResourceExhausted is a 429
+// only when a service refused with TooMany (a limit of the resource, such as a
+// purchase's resends; the routes' rate limits are the gateway's own, answered before any
+// call). Otherwise it is gRPC's own, a message over a size limit, and that is a 500 like
+// anything else unexpected.
+func HTTPStatus(st *status.Status) int {
+	switch st.Code() {
+	case codes.ResourceExhausted:
+		if IsTooMany(st) {
+			return http.StatusTooManyRequests
+		}
+		return http.StatusInternalServerError
+	case codes.InvalidArgument, codes.FailedPrecondition, codes.OutOfRange:
+		return http.StatusBadRequest
+	case codes.Unauthenticated, codes.PermissionDenied:
+		return http.StatusForbidden
+	case codes.NotFound, codes.Unimplemented:
+		return http.StatusNotFound
+	case codes.AlreadyExists:
+		return http.StatusConflict
+	case codes.Aborted, codes.Unavailable, codes.DeadlineExceeded, codes.Canceled:
+		return http.StatusServiceUnavailable
+	default:
+		return http.StatusInternalServerError
+	}
 }

@@ -17,33 +17,6 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// httpStatus is the one mapping from gRPC statuses to the HTTP statuses api.md uses.
-// ResourceExhausted is a 429 only when a service refused with apierr.TooMany (a limit of
-// the resource, such as a purchase's resends; the routes' rate limits are the gateway's
-// own, answered before any call). Otherwise it is gRPC's own, a message over a size
-// limit (grpcx.MaxAnswerBytes), and that is a 500 like anything else unexpected.
-func httpStatus(st *status.Status) int {
-	switch code := st.Code(); code {
-	case codes.ResourceExhausted:
-		if apierr.IsTooMany(st) {
-			return http.StatusTooManyRequests
-		}
-		return http.StatusInternalServerError
-	case codes.InvalidArgument, codes.FailedPrecondition, codes.OutOfRange:
-		return http.StatusBadRequest
-	case codes.Unauthenticated, codes.PermissionDenied:
-		return http.StatusForbidden
-	case codes.NotFound, codes.Unimplemented:
-		return http.StatusNotFound
-	case codes.AlreadyExists:
-		return http.StatusConflict
-	case codes.Aborted, codes.Unavailable, codes.DeadlineExceeded, codes.Canceled:
-		return http.StatusServiceUnavailable
-	default:
-		return http.StatusInternalServerError
-	}
-}
-
 // handleError writes any error of a REST call as {"error": "..."} with its siblings.
 func handleError(ctx context.Context, _ *runtime.ServeMux, _ runtime.Marshaler, w http.ResponseWriter, r *http.Request, err error) {
 	switch tooLarge, timedOut := bodyFailure(r); {
@@ -56,7 +29,7 @@ func handleError(ctx context.Context, _ *runtime.ServeMux, _ runtime.Marshaler, 
 		return
 	}
 	st := status.Convert(err)
-	code := httpStatus(st)
+	code := apierr.HTTPStatus(st)
 	msg := st.Message()
 	switch {
 	case st.Code() == codes.Unimplemented:
