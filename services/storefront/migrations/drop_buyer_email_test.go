@@ -4,7 +4,6 @@ import (
 	"context"
 	"testing"
 
-	"github.com/keyhouse/keyhouse/devinfra/testkit"
 	"github.com/keyhouse/keyhouse/pkg/pgxx"
 	"github.com/keyhouse/keyhouse/services/storefront/migrations"
 )
@@ -14,15 +13,7 @@ import (
 // they held, and the purchase's record itself stays.
 func TestBuyerAddressesAreErased(t *testing.T) {
 	ctx := context.Background()
-	url := testkit.DatabaseURL(t, testkit.Empty)
-	if err := (pgxx.Migrations{Schema: "storefront", FS: upTo(t, "00011")}).Apply(ctx, url); err != nil {
-		t.Fatal(err)
-	}
-	pool, err := pgxx.Open(ctx, url, "storefront")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
+	pool := schemaBefore(t, "00011")
 	if _, err := pool.Exec(ctx, `
 		INSERT INTO fulfillments (tenant_id, checkout_session_id, license_key, email_status, buyer_email_sealed)
 			VALUES ('t', 'cs_1', 'K1', 'sent', '\x0102');
