@@ -209,8 +209,6 @@ func (h *Handler) routes() {
 	m.HandleFunc("POST /console/storefront/webhooks/{id}/disable", h.signedIn(h.disableWebhook))
 	m.HandleFunc("POST /console/storefront/mappings", h.signedIn(h.createMapping))
 	m.HandleFunc("POST /console/storefront/mappings/{id}/delete", h.signedIn(h.deleteMapping))
-	m.HandleFunc("GET /console/storefront/deliveries/{id}/resend-email", h.signedIn(h.resendEmailPage))
-	m.HandleFunc("POST /console/storefront/deliveries/{id}/resend-email", h.signedIn(h.resendEmail))
 
 	m.HandleFunc("GET /console/events", h.signedIn(h.eventsPage))
 	m.HandleFunc("GET /console/events/{id}", h.signedIn(h.eventPage))

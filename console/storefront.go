@@ -2,15 +2,12 @@ package console
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
 
-	"github.com/keyhouse/keyhouse/pkg/idempotency"
 	storefrontv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/storefront/v1"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/structpb"
 )
 
@@ -33,10 +30,6 @@ type storefrontData struct {
 	Query      url.Values
 	// Paid purchases that got no license, shown first with what to do.
 	OverQuota, Unmapped int
-	// ConfirmResend is the delivery whose buyer email awaits the confirmation to resend
-	// (0: none), IdempotencyKey the key its form carries, so a resubmitted form mails once.
-	ConfirmResend  int32
-	IdempotencyKey string
 }
 
 var storefrontNotices = map[string]string{
@@ -54,19 +47,10 @@ func (h *Handler) storefrontPage(w http.ResponseWriter, r *http.Request, s *sess
 }
 
 func (h *Handler) showStorefront(w http.ResponseWriter, r *http.Request, s *session, v *view, code int) {
-	h.showStorefrontAsking(w, r, s, v, code, 0)
-}
-
-// showStorefrontAsking renders the page; confirmResend names a delivery whose email
-// resend the page asks to confirm (0: none).
-func (h *Handler) showStorefrontAsking(w http.ResponseWriter, r *http.Request, s *session, v *view, code int, confirmResend int32) {
 	q := r.URL.Query()
 	page, _ := strconv.Atoi(q.Get("page"))
 	page = max(page, 1)
 	d := &storefrontData{Page: page, Outcome: q.Get("outcome"), Outcomes: deliveryOutcomes, LimitKeys: limitKeys, Query: url.Values{}}
-	if confirmResend != 0 {
-		d.ConfirmResend, d.IdempotencyKey = confirmResend, randomToken()
-	}
 	if d.Outcome != "" {
 		d.Query.Set("outcome", d.Outcome)
 	}
@@ -213,46 +197,4 @@ func (h *Handler) unfulfilled(ctx context.Context) (overQuota, unmapped int, err
 	}
 	unmapped, err = count("unmapped")
 	return overQuota, unmapped, err
-}
-
-// resendEmailPage asks before a purchase's buyer email is sent again: the buyer gets
-// another email, and each purchase has 5 resends a day.
-func (h *Handler) resendEmailPage(w http.ResponseWriter, r *http.Request, s *session) {
-	id, err := strconv.ParseInt(r.PathValue("id"), 10, 32)
-	if err != nil || id < 1 {
-		h.errorPage(w, r, s, &apiError{Status: http.StatusNotFound, Message: "Delivery not found"})
-		return
-	}
-	v := pageView(s, "Resend email", "storefront")
-	h.showStorefrontAsking(w, r, s, v, http.StatusOK, int32(id))
-}
-
-// resendEmail sends the purchase's buyer email again (POST /v1/storefront/deliveries/{id}/
-// resend-email) once confirmed, under the form's Idempotency-Key: a reload or a double
-// submit answers the first resend and mails nothing more. The page says where it went
-// (the masked address) or why not (the API's refusal).
-func (h *Handler) resendEmail(w http.ResponseWriter, r *http.Request, s *session) {
-	if !confirmed(r) {
-		http.Redirect(w, r, "/console/storefront/deliveries/"+url.PathEscape(r.PathValue("id"))+"/resend-email", http.StatusSeeOther)
-		return
-	}
-	ctx, cancel := withCredential(r.Context(), s.token)
-	defer cancel()
-	if k := r.PostForm.Get("idempotency_key"); k != "" {
-		ctx = metadata.AppendToOutgoingContext(ctx, idempotency.Header, k)
-	}
-	resp, err := h.storefront.ResendEmail(ctx, &storefrontv1.ResendEmailRequest{Id: r.PathValue("id")})
-	if err != nil {
-		if h.sessionEnded(w, r, err) {
-			return
-		}
-		v := pageView(s, "Storefront", "storefront")
-		e := asAPIError(err)
-		v.Error = "The email was not resent: " + e.Message
-		h.showStorefront(w, r, s, v, e.Status)
-		return
-	}
-	v := pageView(s, "Storefront", "storefront")
-	v.Notice = fmt.Sprintf("Email sent again to %s (resend %d of 5 for this purchase in 24 hours).", resp.GetSentTo(), resp.GetResendCount())
-	h.showStorefront(w, r, s, v, http.StatusOK)
 }

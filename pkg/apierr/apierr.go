@@ -25,12 +25,8 @@ type Error struct {
 	// retryable: the same request may succeed if sent again (a lost race, a dependency
 	// that did not answer). It crosses processes as an errdetails.RetryInfo detail.
 	retryable bool
-	// tooMany marks a refusal for a limit of the resource (TooMany): it crosses processes
-	// as an errdetails.QuotaFailure detail, which tells it from gRPC's own
-	// ResourceExhausted (a message over a size limit, a 500).
-	tooMany bool
-	before  []*apiv1.ErrorField
-	after   []*apiv1.ErrorField
+	before    []*apiv1.ErrorField
+	after     []*apiv1.ErrorField
 }
 
 func (e *Error) Error() string { return e.Message }
@@ -41,9 +37,6 @@ func (e *Error) GRPCStatus() *status.Status {
 	var details []protoadapt.MessageV1
 	if e.retryable {
 		details = append(details, &errdetails.RetryInfo{})
-	}
-	if e.tooMany {
-		details = append(details, &errdetails.QuotaFailure{})
 	}
 	if len(e.before) > 0 || len(e.after) > 0 {
 		details = append(details, &apiv1.ErrorFields{Before: e.before, After: e.after})
@@ -114,28 +107,6 @@ func NotFound(format string, args ...any) *Error { return newf(codes.NotFound, f
 // Conflict is a 409.
 func Conflict(format string, args ...any) *Error { return newf(codes.AlreadyExists, format, args...) }
 
-// TooMany is a 429 for a limit of the resource itself (not the route's rate tier, which
-// the edge enforces): the message says when to come back.
-func TooMany(format string, args ...any) *Error {
-	e := newf(codes.ResourceExhausted, format, args...)
-	e.tooMany = true
-	return e
-}
-
-// IsTooMany reports whether a status (one received from another process included) is a
-// TooMany refusal, a 429, rather than gRPC's own ResourceExhausted, which is a 500.
-func IsTooMany(st *status.Status) bool {
-	if st.Code() != codes.ResourceExhausted {
-		return false
-	}
-	for _, d := range st.Details() {
-		if _, ok := d.(*errdetails.QuotaFailure); ok {
-			return true
-		}
-	}
-	return false
-}
-
 // Retry is a 503 for a lost optimistic-concurrency race: retrying is correct.
 func Retry(format string, args ...any) *Error {
 	e := newf(codes.Aborted, format, args...)
@@ -182,18 +153,12 @@ func FromStatus(st *status.Status) *Error {
 }
 
 // HTTPStatus is the one mapping from gRPC statuses to the HTTP statuses api.md uses, for
-// every REST door (the gateway's routes, the console's pages). ResourceExhausted is a 429
-// only when a service refused with TooMany (a limit of the resource, such as a
-// purchase's resends; the routes' rate limits are the gateway's own, answered before any
-// call). Otherwise it is gRPC's own, a message over a size limit, and that is a 500 like
-// anything else unexpected.
+// every REST door (the gateway's routes, the console's pages). ResourceExhausted is never
+// a 429: the routes' rate limits are the gateway's own, answered before any call, so it
+// is gRPC's own, a message over a size limit, and that is a 500 like anything else
+// unexpected.
 func HTTPStatus(st *status.Status) int {
 	switch st.Code() {
-	case codes.ResourceExhausted:
-		if IsTooMany(st) {
-			return http.StatusTooManyRequests
-		}
-		return http.StatusInternalServerError
 	case codes.InvalidArgument, codes.FailedPrecondition, codes.OutOfRange:
 		return http.StatusBadRequest
 	case codes.Unauthenticated, codes.PermissionDenied:

@@ -2,10 +2,8 @@ package e2e
 
 import (
 	"encoding/json"
-	"fmt"
 	"net/url"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 )
@@ -175,66 +173,6 @@ func TestConsoleStorefrontMappingsShowAndTakeEveryTerm(t *testing.T) {
 	}
 	if !found || len(listed.Mappings) != 2 {
 		t.Errorf("mappings after the console: %v", listed.Mappings)
-	}
-}
-
-// The console resends a purchase's buyer email (resend-email): the button asks first, the
-// page then shows the masked address, and a delivery that issued nothing shows the API's
-// refusal. A post without the CSRF token or the confirmation mails nothing; the same
-// confirmed form posted twice at once mails once (its Idempotency-Key).
-func TestConsoleResendsABuyerEmailInTheBrowser(t *testing.T) {
-	s, sink := storefrontStack(t)
-	tenant := newTenant(t, s)
-	sh := connectShop(t, tenant)
-	link := uniq("plink_")
-	sh.mapping(map[string]any{"payment_link": link, "product_id": product("console-resend"), "tier": "pro"})
-	buyer := uniq("resend-buyer") + "@example.com"
-	ev := uniq("evt_")
-	sh.deliver(event(ev, "checkout.session.completed", newSession(link, buyer))).Expect(t, 200)
-	id := fmt.Sprint(sh.await(ev, outcome("issued", "sent"))["id"])
-	awaitMail(t, sink, buyer, 1)
-	stray := uniq("evt_")
-	sh.deliver(event(stray, "checkout.session.completed", newSession(uniq("plink_unmapped_"), uniq("nobody")+"@example.com"))).Expect(t, 200)
-	unmapped := fmt.Sprint(sh.await(stray, outcome("unmapped"))["id"])
-
-	c := newWebClient(t, s)
-	csrf := c.signIn(tenant.Token)
-	action := "/console/storefront/deliveries/" + id + "/resend-email"
-	c.post(action, url.Values{"confirm": {"yes"}}).expect(t, 403, "CSRF")
-	c.post(action, url.Values{"csrf": {csrf}}).redirectsTo(t, action)
-
-	out := browse(t, "storefrontResend", map[string]any{"base": s.URL, "key": tenant.Token, "ip": browserIP(t, s),
-		"deliveryId": id, "unmappedId": unmapped})
-	if want := "Resend the buyer email of delivery " + id + "?"; str(out, "question") != want {
-		t.Errorf("the question reads %q, want %q", str(out, "question"), want)
-	}
-	if want := "Email sent again to r***@example.com (resend 1 of 5 for this purchase in 24 hours)."; str(out, "sent") != want {
-		t.Errorf("after the resend the page says %q, want %q", str(out, "sent"), want)
-	}
-	if out["unmappedButtons"] != 0.0 {
-		t.Errorf("a delivery that issued nothing offers a resend")
-	}
-	if want := "The email was not resent: No license was issued for this delivery's purchase; there is no email to resend"; str(out, "refused") != want {
-		t.Errorf("the refusal reads %q, want %q", str(out, "refused"), want)
-	}
-	if got := awaitMail(t, sink, buyer, 2); len(got) != 2 {
-		t.Fatalf("%d emails to the buyer, want the purchase's and one resend", len(got))
-	}
-
-	// One confirmed form, submitted twice at once: one email, the same answer twice.
-	form := url.Values{"csrf": {csrf}, "confirm": {"yes"}, "idempotency_key": {uniq("resend-form-")}}
-	var wg sync.WaitGroup
-	pages := make([]*page, 2)
-	for i := range pages {
-		wg.Add(1)
-		go func() { defer wg.Done(); pages[i] = c.post(action, form) }()
-	}
-	wg.Wait()
-	for _, p := range pages {
-		p.expect(t, 200, "Email sent again to r***@example.com (resend 2 of 5 for this purchase in 24 hours).")
-	}
-	if got := awaitMail(t, sink, buyer, 3); len(got) != 3 {
-		t.Fatalf("%d emails after a double submit, want 3", len(got))
 	}
 }
 

@@ -113,10 +113,7 @@ func TestStorefrontFailuresStillFulfillOnce(t *testing.T) {
 		wg.Wait()
 		var key any
 		for _, id := range ids {
-			// One delivery sends the email; the others say they sent none.
-			d := sh.await(id, func(d map[string]any) bool {
-				return d["outcome"] == "issued" && (d["email_status"] == "sent" || d["email_status"] == "already_sent")
-			})
+			d := sh.await(id, outcome("issued", "sent"))
 			if key == nil {
 				key = d["license_key"]
 			}

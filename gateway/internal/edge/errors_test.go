@@ -84,18 +84,3 @@ func TestAnAnswerOverTheSizeLimitIsA500WithItsCauseInTheLog(t *testing.T) {
 		t.Fatalf("the cause is not logged at ERROR: %s", logs.String())
 	}
 }
-
-// A service's own TooMany refusal (a limit of the resource, such as a purchase's
-// resends) is the 429 its route documents, with its message, though it shares gRPC's
-// code with an answer over the size limit (a 500, above): the refusal carries a
-// QuotaFailure detail across the process boundary.
-func TestAServicesTooManyRefusalIsA429WithItsMessage(t *testing.T) {
-	const msg = "This purchase's email was resent 5 times in the last 24 hours; retry after 2026-12-01T21:25:25Z"
-	// As it arrives from another process: a status rebuilt from its wire form.
-	received := status.FromProto(apierr.TooMany("%s", msg).GRPCStatus().Proto())
-	w := httptest.NewRecorder()
-	handleError(context.Background(), nil, nil, w, httptest.NewRequest(http.MethodPost, "/v1/storefront/deliveries/1/resend-email", nil), received.Err())
-	if w.Code != http.StatusTooManyRequests || w.Body.String() != `{"error":"`+msg+`"}` {
-		t.Fatalf("got %d %s, want 429 with the refusal's message", w.Code, w.Body)
-	}
-}

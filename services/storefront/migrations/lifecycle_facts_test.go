@@ -9,6 +9,7 @@ import (
 	"testing"
 	"testing/fstest"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/keyhouse/keyhouse/devinfra/testkit"
 	"github.com/keyhouse/keyhouse/pkg/pgxx"
 	"github.com/keyhouse/keyhouse/services/storefront/migrations"
@@ -36,20 +37,29 @@ func upTo(t *testing.T, last string) fs.FS {
 	return out
 }
 
-// Purchases revoked (or not) under the single revoked_for reason keep their state as
-// facts: the refunds and disputes their deliveries recorded, and a dispute whose delivery
-// is gone still keeps the license revoked.
-func TestLifecycleFactsMigration(t *testing.T) {
+// schemaBefore is a pool on a fresh database migrated up to, not including, the file
+// named last: the schema a migration test fills before the rest of the migrations run.
+func schemaBefore(t *testing.T, last string) *pgxpool.Pool {
+	t.Helper()
 	ctx := context.Background()
 	url := testkit.DatabaseURL(t, testkit.Empty)
-	if err := (pgxx.Migrations{Schema: "storefront", FS: upTo(t, "00008")}).Apply(ctx, url); err != nil {
+	if err := (pgxx.Migrations{Schema: "storefront", FS: upTo(t, last)}).Apply(ctx, url); err != nil {
 		t.Fatal(err)
 	}
 	pool, err := pgxx.Open(ctx, url, "storefront")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer pool.Close()
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+// Purchases revoked (or not) under the single revoked_for reason keep their state as
+// facts: the refunds and disputes their deliveries recorded, and a dispute whose delivery
+// is gone still keeps the license revoked.
+func TestLifecycleFactsMigration(t *testing.T) {
+	ctx := context.Background()
+	pool := schemaBefore(t, "00008")
 	if _, err := pool.Exec(ctx, `
 		INSERT INTO fulfillments (tenant_id, checkout_session_id, license_key, revoked_for, revoked_applied, won_disputes) VALUES
 			('t', 'cs_refund_then_won', 'K1', NULL, false, '{dp_1}'),

@@ -785,27 +785,6 @@ const scenarios = {
     }
     return { checked: pages.length };
   },
-
-  // The buyer email resent from the console: asked first, then the masked address; a
-  // delivery that issued nothing is refused with the API's reason.
-  async storefrontResend(page) {
-    await signInWithKey(page, cfg.key);
-    await page.goto(base + '/console/storefront');
-    await page.getByRole('link', { name: 'Resend the email of delivery ' + cfg.deliveryId, exact: true }).click();
-    await page.waitForURL(new RegExp(`/console/storefront/deliveries/${cfg.deliveryId}/resend-email$`));
-    const question = await text(page, '#resend-title');
-    await shot(page, 'storefront-resend');
-    await page.getByRole('button', { name: 'Resend email' }).click();
-    await page.waitForLoadState();
-    const sent = await text(page, '.notice');
-    // A delivery that issued no license has no button; asked by URL, the API's refusal shows.
-    const unmappedButtons = await page.getByRole('link', { name: 'Resend the email of delivery ' + cfg.unmappedId, exact: true }).count();
-    await page.goto(base + `/console/storefront/deliveries/${cfg.unmappedId}/resend-email`);
-    await page.getByRole('button', { name: 'Resend email' }).click();
-    await page.waitForLoadState();
-    const refused = await text(page, '.form-error');
-    return { question, sent, unmappedButtons, refused };
-  },
 };
 
 // A Chromium that dies while it starts (a full run once saw one end with SIGSEGV before it

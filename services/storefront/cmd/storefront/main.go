@@ -82,21 +82,20 @@ func register(ctx context.Context, d *app.Deps) error {
 		Vendors:     billingclient.New(billingConn, d.Config.AdminAPIKey.Reveal()),
 		MaxAttempts: fulfill.DefaultMaxAttempts,
 	}
-	// resend-email runs on the API's pool (its own Worker view), never waiting behind the
-	// worker's connections.
-	resender := *worker
-	resender.Store = st
+	// The portal reads the buyer emails' sender settings on the API's pool (its own Worker
+	// view), never waiting behind the worker's connections.
+	senders := *worker
+	senders.Store = st
 	server.Register(d.Server.GRPC, server.New(server.Config{
 		PublicBaseURL: d.Config.PublicBaseURL,
-	}, st, licensing, &resender, relay.Notify, d.Log))
-	server.RegisterPortal(d.Server.GRPC, server.NewPortal(licensing, &resender, d.Config.EmailReplyTo))
+	}, st, licensing, relay.Notify, d.Log))
+	server.RegisterPortal(d.Server.GRPC, server.NewPortal(licensing, &senders, d.Config.EmailReplyTo))
 	var wg sync.WaitGroup
 	// Delivery and fulfillment records are kept for RECORD_RETENTION (by last update):
 	// a replay of a session older than that is a new purchase.
 	for _, r := range []pgxx.Retention{
 		{Table: "deliveries", Column: "updated_at", Keep: d.Config.RecordRetention},
 		{Table: "fulfillments", Column: "updated_at", Keep: d.Config.RecordRetention},
-		{Table: "email_resends", Column: "sent_at", Keep: d.Config.RecordRetention},
 	} {
 		wg.Go(func() { r.Run(ctx, d.DB, d.Log) })
 	}

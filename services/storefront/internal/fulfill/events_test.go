@@ -58,14 +58,13 @@ func TestEverySettledDeliveryIsOneEvent(t *testing.T) {
 	}
 	// Every method is decided: the writes that move an outcome emit (tested above and by
 	// the refusals' outcomes), the others change nothing addendum §11 names.
-	eventstest.RequireListed(t, f.st, []string{"RecordEvent", "LockSession", "TryLockSession"},
+	eventstest.RequireListed(t, f.st, []string{"RecordEvent", "LockSession"},
 		// The buyer-email settings are not in addendum §11 either.
 		[]string{"CreateWebhook", "SaveSecret", "Disable", "CreateMapping", "DeleteMapping", "SaveMailSettings"},
 		[]string{"Pool", "Webhooks", "WebhookByID", "Mappings", "Delivery", "Deliveries", "MailSettings"})
 	eventstest.RequireListed(t, (*store.Session)(nil), []string{"Issued", "SetOutcome", "CloseAwaiting"},
 		// The session's own record and the email status are not outcomes.
 		// Nor are the purchase's terms after the sale and the vendor alert's claim.
-		// Nor are the buyer address kept for a resend and the resends themselves.
-		[]string{"Fulfillment", "SetRequest", "EmailDone", "SaveTerms", "ClaimVendorAlert", "KeepBuyerEmail", "EmailResent"},
-		[]string{"Unlock", "Match", "Delivery", "HeldDeliveries", "Resends", "Begin"})
+		[]string{"Fulfillment", "SetRequest", "EmailDone", "SaveTerms", "ClaimVendorAlert"},
+		[]string{"Unlock", "Match", "Delivery", "HeldDeliveries"})
 }

@@ -17,7 +17,6 @@
 package fulfill
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -211,13 +210,6 @@ func (w *Worker) process(ctx context.Context, tenant string, job Job, last bool)
 	if stripeevent.IsLifecycle(d.EventType) {
 		return w.lifecycle(ctx, x, f, d, log)
 	}
-	// The address the buyer gave is kept, sealed, for resend-email.
-	if email != "" && !bytes.Equal(f.BuyerEmailSealed, job.Email) {
-		if err := x.KeepBuyerEmail(ctx, job.Email); err != nil {
-			return err
-		}
-		f.BuyerEmailSealed = job.Email
-	}
 
 	switch {
 	case d.EventType == stripeevent.AsyncPaymentFailed:
@@ -237,15 +229,10 @@ func (w *Worker) process(ctx context.Context, tenant string, job Job, last bool)
 			return err
 		}
 	} else {
+		// A delivery's email_status is its purchase's email: a later delivery of a purchase
+		// whose email went out says sent (or logged), and sends none.
 		status := f.EmailStatus
-		switch {
-		case store.EmailDelivered(d.EmailStatus):
-			// This delivery is the one the email went out with (handled again).
-			status = d.EmailStatus
-		case store.EmailDelivered(status):
-			// An earlier delivery sent the email: this one sends none and says so.
-			status = ptr(store.EmailAlreadySent)
-		case status == nil:
+		if status == nil {
 			status = ptr(store.EmailPending)
 		}
 		if err := x.SetOutcome(ctx, d.ID, store.OutcomeIssued, f.LicenseKey, status, nil); err != nil {

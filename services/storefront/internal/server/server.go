@@ -45,18 +45,17 @@ type Server struct {
 	cfg       Config
 	store     *store.Store
 	licensing Licensing
-	resender  Resender
 	// notify wakes the outbox relay after a commit that enqueued.
 	notify func()
 	log    *slog.Logger
 }
 
 // New returns a Server.
-func New(cfg Config, st *store.Store, licensing Licensing, resender Resender, notify func(), log *slog.Logger) *Server {
+func New(cfg Config, st *store.Store, licensing Licensing, notify func(), log *slog.Logger) *Server {
 	if notify == nil {
 		notify = func() {}
 	}
-	return &Server{cfg: cfg, store: st, licensing: licensing, resender: resender, notify: notify, log: log}
+	return &Server{cfg: cfg, store: st, licensing: licensing, notify: notify, log: log}
 }
 
 // Register adds the service to g.

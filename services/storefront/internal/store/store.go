@@ -57,9 +57,6 @@ const (
 	EmailSent    = "sent"
 	EmailLogged  = "logged"
 	EmailFailed  = "failed"
-	// EmailAlreadySent is the email_status of a delivery that found the purchase's email
-	// sent by an earlier delivery and sent none itself (resend-email sends it again).
-	EmailAlreadySent = "already_sent"
 )
 
 // EmailDelivered says the purchase's email went out (the SMTP server accepted it, or the
@@ -402,7 +399,7 @@ func needsWork(d *Delivery, inserted bool) bool {
 	case d.Outcome == OutcomeInvalidInput, d.Outcome == OutcomeHeld, finalLifecycle[d.Outcome]:
 		return false
 	case d.Outcome == OutcomeIssued:
-		return !EmailDelivered(d.EmailStatus) && (d.EmailStatus == nil || *d.EmailStatus != EmailAlreadySent)
+		return !EmailDelivered(d.EmailStatus)
 	}
 	return true // awaiting_payment, unmapped, over_quota, error: try again
 }
@@ -450,9 +447,6 @@ type Fulfillment struct {
 	Request                     []byte
 	LicenseKey, EmailStatus     *string
 	Terms                       Terms
-	// BuyerEmailSealed is the buyer's address as the checkout gave it, sealed (resend-email
-	// sends to it); nil when the checkout carried none.
-	BuyerEmailSealed []byte
 }
 
 // Session is one checkout session held under its lock: a worker that has it is the only
@@ -500,8 +494,8 @@ func (x *Session) Fulfillment(ctx context.Context) (*Fulfillment, error) {
 	// One round trip: the no-op update makes RETURNING yield an existing row too.
 	err := x.conn.QueryRow(ctx, `INSERT INTO fulfillments (tenant_id, checkout_session_id) VALUES ($1, $2)
 		ON CONFLICT (tenant_id, checkout_session_id) DO UPDATE SET tenant_id = EXCLUDED.tenant_id
-		RETURNING request, license_key, email_status, buyer_email_sealed, `+termsCols, x.tenant, x.session).Scan(
-		append([]any{&f.Request, &f.LicenseKey, &f.EmailStatus, &f.BuyerEmailSealed}, f.Terms.scanTerms()...)...)
+		RETURNING request, license_key, email_status, `+termsCols, x.tenant, x.session).Scan(
+		append([]any{&f.Request, &f.LicenseKey, &f.EmailStatus}, f.Terms.scanTerms()...)...)
 	return &f, err
 }
 

@@ -1122,8 +1122,7 @@ type Delivery struct {
 	CheckoutSessionId string                 `protobuf:"bytes,4,opt,name=checkout_session_id,json=checkoutSessionId,proto3" json:"checkout_session_id,omitempty"`
 	// issued, processing, awaiting_payment, unmapped, over_quota, invalid_input, error.
 	Outcome string `protobuf:"bytes,5,opt,name=outcome,proto3" json:"outcome,omitempty"`
-	// pending, sent, logged, failed, already_sent (this delivery sent none: an earlier one
-	// of the purchase did); null when no email is due (nothing issued).
+	// pending, sent, logged, failed; null when no email is due (nothing issued).
 	EmailStatus   *wrapperspb.StringValue `protobuf:"bytes,6,opt,name=email_status,json=emailStatus,proto3" json:"email_status,omitempty"`
 	LicenseKey    *wrapperspb.StringValue `protobuf:"bytes,7,opt,name=license_key,json=licenseKey,proto3" json:"license_key,omitempty"`
 	Error         *wrapperspb.StringValue `protobuf:"bytes,8,opt,name=error,proto3" json:"error,omitempty"`
@@ -1285,139 +1284,6 @@ func (x *ListDeliveriesResponse) GetTotal() int32 {
 	return 0
 }
 
-type ResendEmailRequest struct {
-	state protoimpl.MessageState `protogen:"open.v1"`
-	// The delivery id (any delivery of the purchase), as in the deliveries list.
-	Id            string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *ResendEmailRequest) Reset() {
-	*x = ResendEmailRequest{}
-	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[21]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *ResendEmailRequest) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*ResendEmailRequest) ProtoMessage() {}
-
-func (x *ResendEmailRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[21]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use ResendEmailRequest.ProtoReflect.Descriptor instead.
-func (*ResendEmailRequest) Descriptor() ([]byte, []int) {
-	return file_keyhouse_storefront_v1_storefront_proto_rawDescGZIP(), []int{21}
-}
-
-func (x *ResendEmailRequest) GetId() string {
-	if x != nil {
-		return x.Id
-	}
-	return ""
-}
-
-// ResendEmailResponse says what was sent, and where, without the address itself.
-type ResendEmailResponse struct {
-	state             protoimpl.MessageState `protogen:"open.v1"`
-	DeliveryId        int32                  `protobuf:"varint,1,opt,name=delivery_id,json=deliveryId,proto3" json:"delivery_id,omitempty"`
-	CheckoutSessionId string                 `protobuf:"bytes,2,opt,name=checkout_session_id,json=checkoutSessionId,proto3" json:"checkout_session_id,omitempty"`
-	// sent (the SMTP server accepted it) or logged (EMAIL_PROVIDER=log).
-	EmailStatus string `protobuf:"bytes,3,opt,name=email_status,json=emailStatus,proto3" json:"email_status,omitempty"`
-	// The address on record, masked: "j***@example.com".
-	SentTo string                 `protobuf:"bytes,4,opt,name=sent_to,json=sentTo,proto3" json:"sent_to,omitempty"`
-	SentAt *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=sent_at,json=sentAt,proto3" json:"sent_at,omitempty"`
-	// The purchase's resends in the last 24 hours, this one included (at most 5).
-	ResendCount   int32 `protobuf:"varint,6,opt,name=resend_count,json=resendCount,proto3" json:"resend_count,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *ResendEmailResponse) Reset() {
-	*x = ResendEmailResponse{}
-	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[22]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *ResendEmailResponse) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*ResendEmailResponse) ProtoMessage() {}
-
-func (x *ResendEmailResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[22]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use ResendEmailResponse.ProtoReflect.Descriptor instead.
-func (*ResendEmailResponse) Descriptor() ([]byte, []int) {
-	return file_keyhouse_storefront_v1_storefront_proto_rawDescGZIP(), []int{22}
-}
-
-func (x *ResendEmailResponse) GetDeliveryId() int32 {
-	if x != nil {
-		return x.DeliveryId
-	}
-	return 0
-}
-
-func (x *ResendEmailResponse) GetCheckoutSessionId() string {
-	if x != nil {
-		return x.CheckoutSessionId
-	}
-	return ""
-}
-
-func (x *ResendEmailResponse) GetEmailStatus() string {
-	if x != nil {
-		return x.EmailStatus
-	}
-	return ""
-}
-
-func (x *ResendEmailResponse) GetSentTo() string {
-	if x != nil {
-		return x.SentTo
-	}
-	return ""
-}
-
-func (x *ResendEmailResponse) GetSentAt() *timestamppb.Timestamp {
-	if x != nil {
-		return x.SentAt
-	}
-	return nil
-}
-
-func (x *ResendEmailResponse) GetResendCount() int32 {
-	if x != nil {
-		return x.ResendCount
-	}
-	return 0
-}
-
 type ReceiveEventRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	WebhookId string                 `protobuf:"bytes,1,opt,name=webhook_id,json=webhookId,proto3" json:"webhook_id,omitempty"`
@@ -1431,7 +1297,7 @@ type ReceiveEventRequest struct {
 
 func (x *ReceiveEventRequest) Reset() {
 	*x = ReceiveEventRequest{}
-	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[23]
+	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1443,7 +1309,7 @@ func (x *ReceiveEventRequest) String() string {
 func (*ReceiveEventRequest) ProtoMessage() {}
 
 func (x *ReceiveEventRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[23]
+	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1456,7 +1322,7 @@ func (x *ReceiveEventRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReceiveEventRequest.ProtoReflect.Descriptor instead.
 func (*ReceiveEventRequest) Descriptor() ([]byte, []int) {
-	return file_keyhouse_storefront_v1_storefront_proto_rawDescGZIP(), []int{23}
+	return file_keyhouse_storefront_v1_storefront_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ReceiveEventRequest) GetWebhookId() string {
@@ -1489,7 +1355,7 @@ type ReceiveEventResponse struct {
 
 func (x *ReceiveEventResponse) Reset() {
 	*x = ReceiveEventResponse{}
-	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[24]
+	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1501,7 +1367,7 @@ func (x *ReceiveEventResponse) String() string {
 func (*ReceiveEventResponse) ProtoMessage() {}
 
 func (x *ReceiveEventResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[24]
+	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1514,7 +1380,7 @@ func (x *ReceiveEventResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReceiveEventResponse.ProtoReflect.Descriptor instead.
 func (*ReceiveEventResponse) Descriptor() ([]byte, []int) {
-	return file_keyhouse_storefront_v1_storefront_proto_rawDescGZIP(), []int{24}
+	return file_keyhouse_storefront_v1_storefront_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ReceiveEventResponse) GetReceived() bool {
@@ -1540,7 +1406,7 @@ type MailSettings struct {
 
 func (x *MailSettings) Reset() {
 	*x = MailSettings{}
-	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[25]
+	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1552,7 +1418,7 @@ func (x *MailSettings) String() string {
 func (*MailSettings) ProtoMessage() {}
 
 func (x *MailSettings) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[25]
+	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1565,7 +1431,7 @@ func (x *MailSettings) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MailSettings.ProtoReflect.Descriptor instead.
 func (*MailSettings) Descriptor() ([]byte, []int) {
-	return file_keyhouse_storefront_v1_storefront_proto_rawDescGZIP(), []int{25}
+	return file_keyhouse_storefront_v1_storefront_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *MailSettings) GetSenderName() string {
@@ -1597,7 +1463,7 @@ type GetMailSettingsRequest struct {
 
 func (x *GetMailSettingsRequest) Reset() {
 	*x = GetMailSettingsRequest{}
-	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[26]
+	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1609,7 +1475,7 @@ func (x *GetMailSettingsRequest) String() string {
 func (*GetMailSettingsRequest) ProtoMessage() {}
 
 func (x *GetMailSettingsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[26]
+	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1622,7 +1488,7 @@ func (x *GetMailSettingsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMailSettingsRequest.ProtoReflect.Descriptor instead.
 func (*GetMailSettingsRequest) Descriptor() ([]byte, []int) {
-	return file_keyhouse_storefront_v1_storefront_proto_rawDescGZIP(), []int{26}
+	return file_keyhouse_storefront_v1_storefront_proto_rawDescGZIP(), []int{24}
 }
 
 type GetMailSettingsResponse struct {
@@ -1634,7 +1500,7 @@ type GetMailSettingsResponse struct {
 
 func (x *GetMailSettingsResponse) Reset() {
 	*x = GetMailSettingsResponse{}
-	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[27]
+	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1646,7 +1512,7 @@ func (x *GetMailSettingsResponse) String() string {
 func (*GetMailSettingsResponse) ProtoMessage() {}
 
 func (x *GetMailSettingsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[27]
+	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1659,7 +1525,7 @@ func (x *GetMailSettingsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMailSettingsResponse.ProtoReflect.Descriptor instead.
 func (*GetMailSettingsResponse) Descriptor() ([]byte, []int) {
-	return file_keyhouse_storefront_v1_storefront_proto_rawDescGZIP(), []int{27}
+	return file_keyhouse_storefront_v1_storefront_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *GetMailSettingsResponse) GetSettings() *MailSettings {
@@ -1682,7 +1548,7 @@ type UpdateMailSettingsRequest struct {
 
 func (x *UpdateMailSettingsRequest) Reset() {
 	*x = UpdateMailSettingsRequest{}
-	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[28]
+	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1694,7 +1560,7 @@ func (x *UpdateMailSettingsRequest) String() string {
 func (*UpdateMailSettingsRequest) ProtoMessage() {}
 
 func (x *UpdateMailSettingsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[28]
+	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1707,7 +1573,7 @@ func (x *UpdateMailSettingsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateMailSettingsRequest.ProtoReflect.Descriptor instead.
 func (*UpdateMailSettingsRequest) Descriptor() ([]byte, []int) {
-	return file_keyhouse_storefront_v1_storefront_proto_rawDescGZIP(), []int{28}
+	return file_keyhouse_storefront_v1_storefront_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *UpdateMailSettingsRequest) GetSenderName() string {
@@ -1740,7 +1606,7 @@ type UpdateMailSettingsResponse struct {
 
 func (x *UpdateMailSettingsResponse) Reset() {
 	*x = UpdateMailSettingsResponse{}
-	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[29]
+	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1752,7 +1618,7 @@ func (x *UpdateMailSettingsResponse) String() string {
 func (*UpdateMailSettingsResponse) ProtoMessage() {}
 
 func (x *UpdateMailSettingsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[29]
+	mi := &file_keyhouse_storefront_v1_storefront_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1765,7 +1631,7 @@ func (x *UpdateMailSettingsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateMailSettingsResponse.ProtoReflect.Descriptor instead.
 func (*UpdateMailSettingsResponse) Descriptor() ([]byte, []int) {
-	return file_keyhouse_storefront_v1_storefront_proto_rawDescGZIP(), []int{29}
+	return file_keyhouse_storefront_v1_storefront_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *UpdateMailSettingsResponse) GetSettings() *MailSettings {
@@ -1877,17 +1743,7 @@ const file_keyhouse_storefront_v1_storefront_proto_rawDesc = "" +
 	"\n" +
 	"deliveries\x18\x01 \x03(\v2 .keyhouse.storefront.v1.DeliveryR\n" +
 	"deliveries\x12\x14\n" +
-	"\x05total\x18\x02 \x01(\x05R\x05total\"$\n" +
-	"\x12ResendEmailRequest\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\tR\x02id\"\xfa\x01\n" +
-	"\x13ResendEmailResponse\x12\x1f\n" +
-	"\vdelivery_id\x18\x01 \x01(\x05R\n" +
-	"deliveryId\x12.\n" +
-	"\x13checkout_session_id\x18\x02 \x01(\tR\x11checkoutSessionId\x12!\n" +
-	"\femail_status\x18\x03 \x01(\tR\vemailStatus\x12\x17\n" +
-	"\asent_to\x18\x04 \x01(\tR\x06sentTo\x123\n" +
-	"\asent_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x06sentAt\x12!\n" +
-	"\fresend_count\x18\x06 \x01(\x05R\vresendCount\"l\n" +
+	"\x05total\x18\x02 \x01(\x05R\x05total\"l\n" +
 	"\x13ReceiveEventRequest\x12\x1d\n" +
 	"\n" +
 	"webhook_id\x18\x01 \x01(\tR\twebhookId\x12\x18\n" +
@@ -1909,7 +1765,7 @@ const file_keyhouse_storefront_v1_storefront_proto_rawDesc = "" +
 	"\breply_to\x18\x02 \x01(\tB)\xaa\x83\x19%{\"type\": \"string\", \"format\": \"email\"}R\areplyTo\x12!\n" +
 	"\fproduct_name\x18\x03 \x01(\tR\vproductName\"^\n" +
 	"\x1aUpdateMailSettingsResponse\x12@\n" +
-	"\bsettings\x18\x01 \x01(\v2$.keyhouse.storefront.v1.MailSettingsR\bsettings2\x8f\x15\n" +
+	"\bsettings\x18\x01 \x01(\v2$.keyhouse.storefront.v1.MailSettingsR\bsettings2\xd3\x10\n" +
 	"\x11StorefrontService\x12\xcd\x01\n" +
 	"\x0eConnectWebhook\x12-.keyhouse.storefront.v1.ConnectWebhookRequest\x1a..keyhouse.storefront.v1.ConnectWebhookResponse\"\\\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x90\x83\x19\x01\x9a\x83\x19J\b\x99\x03\x12EAn active webhook already exists for this provider; disable it first.\x12y\n" +
 	"\fListWebhooks\x12+.keyhouse.storefront.v1.ListWebhooksRequest\x1a,.keyhouse.storefront.v1.ListWebhooksResponse\"\x0e\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\xa0\x82\x19\x01\x12\xcf\x01\n" +
@@ -1918,8 +1774,7 @@ const file_keyhouse_storefront_v1_storefront_proto_rawDesc = "" +
 	"\rCreateMapping\x12,.keyhouse.storefront.v1.CreateMappingRequest\x1a-.keyhouse.storefront.v1.CreateMappingResponse\"\xc2\x01\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x90\x83\x19\x01\x9a\x83\x19I\b\x90\x03\x12DA tenant may have at most 200 storefront mappings: delete one first.\x9a\x83\x19c\b\x99\x03\x12^A mapping for this payment_link already exists; A mapping for this service_ref already exists.\x12y\n" +
 	"\fListMappings\x12+.keyhouse.storefront.v1.ListMappingsRequest\x1a,.keyhouse.storefront.v1.ListMappingsResponse\"\x0e\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\xa0\x82\x19\x01\x12\x93\x01\n" +
 	"\rDeleteMapping\x12,.keyhouse.storefront.v1.DeleteMappingRequest\x1a-.keyhouse.storefront.v1.DeleteMappingResponse\"%\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x9a\x83\x19\x17\b\x94\x03\x12\x12Mapping not found.\x12\x7f\n" +
-	"\x0eListDeliveries\x12-.keyhouse.storefront.v1.ListDeliveriesRequest\x1a..keyhouse.storefront.v1.ListDeliveriesResponse\"\x0e\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\xa0\x82\x19\x01\x12\xb9\x04\n" +
-	"\vResendEmail\x12*.keyhouse.storefront.v1.ResendEmailRequest\x1a+.keyhouse.storefront.v1.ResendEmailResponse\"\xd0\x03\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x90\x83\x19\x01\x9a\x83\x19\x18\b\x94\x03\x12\x13Delivery not found.\x9a\x83\x19\xa0\x02\b\x99\x03\x12\x9a\x02No license was issued for this delivery's purchase; there is no email to resend; No buyer address is on record for this purchase; The buyer address on record cannot be read: the signing keyring was replaced since the purchase; The buyer address on record cannot be mailed: <reason>.\x9a\x83\x19W\b\xad\x03\x12RThis purchase's email was resent 5 times in the last 24 hours; retry after <time>.\x9a\x83\x19\"\b\xf7\x03\x12\x1dEmail delivery failed, retry.\x12~\n" +
+	"\x0eListDeliveries\x12-.keyhouse.storefront.v1.ListDeliveriesRequest\x1a..keyhouse.storefront.v1.ListDeliveriesResponse\"\x0e\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\xa0\x82\x19\x01\x12~\n" +
 	"\x0fGetMailSettings\x12..keyhouse.storefront.v1.GetMailSettingsRequest\x1a/.keyhouse.storefront.v1.GetMailSettingsResponse\"\n" +
 	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x12\xbc\x02\n" +
 	"\x12UpdateMailSettings\x121.keyhouse.storefront.v1.UpdateMailSettingsRequest\x1a2.keyhouse.storefront.v1.UpdateMailSettingsResponse\"\xbe\x01\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x9a\x83\x19\xaf\x01\b\x90\x03\x12\xa9\x01sender_name (or product_name) must be at most 100 characters with no line break or other control character; reply_to must be one email address, like support@example.com.\x12\xdd\x01\n" +
@@ -1939,7 +1794,7 @@ func file_keyhouse_storefront_v1_storefront_proto_rawDescGZIP() []byte {
 	return file_keyhouse_storefront_v1_storefront_proto_rawDescData
 }
 
-var file_keyhouse_storefront_v1_storefront_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
+var file_keyhouse_storefront_v1_storefront_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_keyhouse_storefront_v1_storefront_proto_goTypes = []any{
 	(*GetPortalVendorRequest)(nil),     // 0: keyhouse.storefront.v1.GetPortalVendorRequest
 	(*GetPortalVendorResponse)(nil),    // 1: keyhouse.storefront.v1.GetPortalVendorResponse
@@ -1962,78 +1817,73 @@ var file_keyhouse_storefront_v1_storefront_proto_goTypes = []any{
 	(*ListDeliveriesRequest)(nil),      // 18: keyhouse.storefront.v1.ListDeliveriesRequest
 	(*Delivery)(nil),                   // 19: keyhouse.storefront.v1.Delivery
 	(*ListDeliveriesResponse)(nil),     // 20: keyhouse.storefront.v1.ListDeliveriesResponse
-	(*ResendEmailRequest)(nil),         // 21: keyhouse.storefront.v1.ResendEmailRequest
-	(*ResendEmailResponse)(nil),        // 22: keyhouse.storefront.v1.ResendEmailResponse
-	(*ReceiveEventRequest)(nil),        // 23: keyhouse.storefront.v1.ReceiveEventRequest
-	(*ReceiveEventResponse)(nil),       // 24: keyhouse.storefront.v1.ReceiveEventResponse
-	(*MailSettings)(nil),               // 25: keyhouse.storefront.v1.MailSettings
-	(*GetMailSettingsRequest)(nil),     // 26: keyhouse.storefront.v1.GetMailSettingsRequest
-	(*GetMailSettingsResponse)(nil),    // 27: keyhouse.storefront.v1.GetMailSettingsResponse
-	(*UpdateMailSettingsRequest)(nil),  // 28: keyhouse.storefront.v1.UpdateMailSettingsRequest
-	(*UpdateMailSettingsResponse)(nil), // 29: keyhouse.storefront.v1.UpdateMailSettingsResponse
-	(*timestamppb.Timestamp)(nil),      // 30: google.protobuf.Timestamp
-	(*structpb.Value)(nil),             // 31: google.protobuf.Value
-	(*structpb.Struct)(nil),            // 32: google.protobuf.Struct
-	(*wrapperspb.StringValue)(nil),     // 33: google.protobuf.StringValue
-	(*wrapperspb.Int32Value)(nil),      // 34: google.protobuf.Int32Value
+	(*ReceiveEventRequest)(nil),        // 21: keyhouse.storefront.v1.ReceiveEventRequest
+	(*ReceiveEventResponse)(nil),       // 22: keyhouse.storefront.v1.ReceiveEventResponse
+	(*MailSettings)(nil),               // 23: keyhouse.storefront.v1.MailSettings
+	(*GetMailSettingsRequest)(nil),     // 24: keyhouse.storefront.v1.GetMailSettingsRequest
+	(*GetMailSettingsResponse)(nil),    // 25: keyhouse.storefront.v1.GetMailSettingsResponse
+	(*UpdateMailSettingsRequest)(nil),  // 26: keyhouse.storefront.v1.UpdateMailSettingsRequest
+	(*UpdateMailSettingsResponse)(nil), // 27: keyhouse.storefront.v1.UpdateMailSettingsResponse
+	(*timestamppb.Timestamp)(nil),      // 28: google.protobuf.Timestamp
+	(*structpb.Value)(nil),             // 29: google.protobuf.Value
+	(*structpb.Struct)(nil),            // 30: google.protobuf.Struct
+	(*wrapperspb.StringValue)(nil),     // 31: google.protobuf.StringValue
+	(*wrapperspb.Int32Value)(nil),      // 32: google.protobuf.Int32Value
 }
 var file_keyhouse_storefront_v1_storefront_proto_depIdxs = []int32{
 	4,  // 0: keyhouse.storefront.v1.ConnectWebhookResponse.webhook:type_name -> keyhouse.storefront.v1.Webhook
-	30, // 1: keyhouse.storefront.v1.Webhook.created_at:type_name -> google.protobuf.Timestamp
+	28, // 1: keyhouse.storefront.v1.Webhook.created_at:type_name -> google.protobuf.Timestamp
 	4,  // 2: keyhouse.storefront.v1.ListWebhooksResponse.webhooks:type_name -> keyhouse.storefront.v1.Webhook
 	4,  // 3: keyhouse.storefront.v1.SaveWebhookSecretResponse.webhook:type_name -> keyhouse.storefront.v1.Webhook
 	4,  // 4: keyhouse.storefront.v1.DisableWebhookResponse.webhook:type_name -> keyhouse.storefront.v1.Webhook
 	13, // 5: keyhouse.storefront.v1.CreateMappingResponse.mapping:type_name -> keyhouse.storefront.v1.Mapping
-	31, // 6: keyhouse.storefront.v1.CreateMappingRequest.seats:type_name -> google.protobuf.Value
-	32, // 7: keyhouse.storefront.v1.CreateMappingRequest.limits:type_name -> google.protobuf.Struct
-	31, // 8: keyhouse.storefront.v1.CreateMappingRequest.duration_days:type_name -> google.protobuf.Value
-	31, // 9: keyhouse.storefront.v1.CreateMappingRequest.renewal_grace_days:type_name -> google.protobuf.Value
-	33, // 10: keyhouse.storefront.v1.Mapping.payment_link:type_name -> google.protobuf.StringValue
-	33, // 11: keyhouse.storefront.v1.Mapping.service_ref:type_name -> google.protobuf.StringValue
-	32, // 12: keyhouse.storefront.v1.Mapping.limits:type_name -> google.protobuf.Struct
-	34, // 13: keyhouse.storefront.v1.Mapping.duration_days:type_name -> google.protobuf.Int32Value
-	30, // 14: keyhouse.storefront.v1.Mapping.created_at:type_name -> google.protobuf.Timestamp
+	29, // 6: keyhouse.storefront.v1.CreateMappingRequest.seats:type_name -> google.protobuf.Value
+	30, // 7: keyhouse.storefront.v1.CreateMappingRequest.limits:type_name -> google.protobuf.Struct
+	29, // 8: keyhouse.storefront.v1.CreateMappingRequest.duration_days:type_name -> google.protobuf.Value
+	29, // 9: keyhouse.storefront.v1.CreateMappingRequest.renewal_grace_days:type_name -> google.protobuf.Value
+	31, // 10: keyhouse.storefront.v1.Mapping.payment_link:type_name -> google.protobuf.StringValue
+	31, // 11: keyhouse.storefront.v1.Mapping.service_ref:type_name -> google.protobuf.StringValue
+	30, // 12: keyhouse.storefront.v1.Mapping.limits:type_name -> google.protobuf.Struct
+	32, // 13: keyhouse.storefront.v1.Mapping.duration_days:type_name -> google.protobuf.Int32Value
+	28, // 14: keyhouse.storefront.v1.Mapping.created_at:type_name -> google.protobuf.Timestamp
 	13, // 15: keyhouse.storefront.v1.ListMappingsResponse.mappings:type_name -> keyhouse.storefront.v1.Mapping
-	33, // 16: keyhouse.storefront.v1.Delivery.email_status:type_name -> google.protobuf.StringValue
-	33, // 17: keyhouse.storefront.v1.Delivery.license_key:type_name -> google.protobuf.StringValue
-	33, // 18: keyhouse.storefront.v1.Delivery.error:type_name -> google.protobuf.StringValue
-	30, // 19: keyhouse.storefront.v1.Delivery.created_at:type_name -> google.protobuf.Timestamp
-	30, // 20: keyhouse.storefront.v1.Delivery.updated_at:type_name -> google.protobuf.Timestamp
+	31, // 16: keyhouse.storefront.v1.Delivery.email_status:type_name -> google.protobuf.StringValue
+	31, // 17: keyhouse.storefront.v1.Delivery.license_key:type_name -> google.protobuf.StringValue
+	31, // 18: keyhouse.storefront.v1.Delivery.error:type_name -> google.protobuf.StringValue
+	28, // 19: keyhouse.storefront.v1.Delivery.created_at:type_name -> google.protobuf.Timestamp
+	28, // 20: keyhouse.storefront.v1.Delivery.updated_at:type_name -> google.protobuf.Timestamp
 	19, // 21: keyhouse.storefront.v1.ListDeliveriesResponse.deliveries:type_name -> keyhouse.storefront.v1.Delivery
-	30, // 22: keyhouse.storefront.v1.ResendEmailResponse.sent_at:type_name -> google.protobuf.Timestamp
-	25, // 23: keyhouse.storefront.v1.GetMailSettingsResponse.settings:type_name -> keyhouse.storefront.v1.MailSettings
-	25, // 24: keyhouse.storefront.v1.UpdateMailSettingsResponse.settings:type_name -> keyhouse.storefront.v1.MailSettings
-	3,  // 25: keyhouse.storefront.v1.StorefrontService.ConnectWebhook:input_type -> keyhouse.storefront.v1.ConnectWebhookRequest
-	5,  // 26: keyhouse.storefront.v1.StorefrontService.ListWebhooks:input_type -> keyhouse.storefront.v1.ListWebhooksRequest
-	8,  // 27: keyhouse.storefront.v1.StorefrontService.SaveWebhookSecret:input_type -> keyhouse.storefront.v1.SaveWebhookSecretRequest
-	10, // 28: keyhouse.storefront.v1.StorefrontService.DisableWebhook:input_type -> keyhouse.storefront.v1.DisableWebhookRequest
-	12, // 29: keyhouse.storefront.v1.StorefrontService.CreateMapping:input_type -> keyhouse.storefront.v1.CreateMappingRequest
-	14, // 30: keyhouse.storefront.v1.StorefrontService.ListMappings:input_type -> keyhouse.storefront.v1.ListMappingsRequest
-	16, // 31: keyhouse.storefront.v1.StorefrontService.DeleteMapping:input_type -> keyhouse.storefront.v1.DeleteMappingRequest
-	18, // 32: keyhouse.storefront.v1.StorefrontService.ListDeliveries:input_type -> keyhouse.storefront.v1.ListDeliveriesRequest
-	21, // 33: keyhouse.storefront.v1.StorefrontService.ResendEmail:input_type -> keyhouse.storefront.v1.ResendEmailRequest
-	26, // 34: keyhouse.storefront.v1.StorefrontService.GetMailSettings:input_type -> keyhouse.storefront.v1.GetMailSettingsRequest
-	28, // 35: keyhouse.storefront.v1.StorefrontService.UpdateMailSettings:input_type -> keyhouse.storefront.v1.UpdateMailSettingsRequest
-	23, // 36: keyhouse.storefront.v1.StorefrontService.ReceiveEvent:input_type -> keyhouse.storefront.v1.ReceiveEventRequest
-	0,  // 37: keyhouse.storefront.v1.StorefrontPortalService.GetPortalVendor:input_type -> keyhouse.storefront.v1.GetPortalVendorRequest
-	2,  // 38: keyhouse.storefront.v1.StorefrontService.ConnectWebhook:output_type -> keyhouse.storefront.v1.ConnectWebhookResponse
-	6,  // 39: keyhouse.storefront.v1.StorefrontService.ListWebhooks:output_type -> keyhouse.storefront.v1.ListWebhooksResponse
-	7,  // 40: keyhouse.storefront.v1.StorefrontService.SaveWebhookSecret:output_type -> keyhouse.storefront.v1.SaveWebhookSecretResponse
-	9,  // 41: keyhouse.storefront.v1.StorefrontService.DisableWebhook:output_type -> keyhouse.storefront.v1.DisableWebhookResponse
-	11, // 42: keyhouse.storefront.v1.StorefrontService.CreateMapping:output_type -> keyhouse.storefront.v1.CreateMappingResponse
-	15, // 43: keyhouse.storefront.v1.StorefrontService.ListMappings:output_type -> keyhouse.storefront.v1.ListMappingsResponse
-	17, // 44: keyhouse.storefront.v1.StorefrontService.DeleteMapping:output_type -> keyhouse.storefront.v1.DeleteMappingResponse
-	20, // 45: keyhouse.storefront.v1.StorefrontService.ListDeliveries:output_type -> keyhouse.storefront.v1.ListDeliveriesResponse
-	22, // 46: keyhouse.storefront.v1.StorefrontService.ResendEmail:output_type -> keyhouse.storefront.v1.ResendEmailResponse
-	27, // 47: keyhouse.storefront.v1.StorefrontService.GetMailSettings:output_type -> keyhouse.storefront.v1.GetMailSettingsResponse
-	29, // 48: keyhouse.storefront.v1.StorefrontService.UpdateMailSettings:output_type -> keyhouse.storefront.v1.UpdateMailSettingsResponse
-	24, // 49: keyhouse.storefront.v1.StorefrontService.ReceiveEvent:output_type -> keyhouse.storefront.v1.ReceiveEventResponse
-	1,  // 50: keyhouse.storefront.v1.StorefrontPortalService.GetPortalVendor:output_type -> keyhouse.storefront.v1.GetPortalVendorResponse
-	38, // [38:51] is the sub-list for method output_type
-	25, // [25:38] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	23, // 22: keyhouse.storefront.v1.GetMailSettingsResponse.settings:type_name -> keyhouse.storefront.v1.MailSettings
+	23, // 23: keyhouse.storefront.v1.UpdateMailSettingsResponse.settings:type_name -> keyhouse.storefront.v1.MailSettings
+	3,  // 24: keyhouse.storefront.v1.StorefrontService.ConnectWebhook:input_type -> keyhouse.storefront.v1.ConnectWebhookRequest
+	5,  // 25: keyhouse.storefront.v1.StorefrontService.ListWebhooks:input_type -> keyhouse.storefront.v1.ListWebhooksRequest
+	8,  // 26: keyhouse.storefront.v1.StorefrontService.SaveWebhookSecret:input_type -> keyhouse.storefront.v1.SaveWebhookSecretRequest
+	10, // 27: keyhouse.storefront.v1.StorefrontService.DisableWebhook:input_type -> keyhouse.storefront.v1.DisableWebhookRequest
+	12, // 28: keyhouse.storefront.v1.StorefrontService.CreateMapping:input_type -> keyhouse.storefront.v1.CreateMappingRequest
+	14, // 29: keyhouse.storefront.v1.StorefrontService.ListMappings:input_type -> keyhouse.storefront.v1.ListMappingsRequest
+	16, // 30: keyhouse.storefront.v1.StorefrontService.DeleteMapping:input_type -> keyhouse.storefront.v1.DeleteMappingRequest
+	18, // 31: keyhouse.storefront.v1.StorefrontService.ListDeliveries:input_type -> keyhouse.storefront.v1.ListDeliveriesRequest
+	24, // 32: keyhouse.storefront.v1.StorefrontService.GetMailSettings:input_type -> keyhouse.storefront.v1.GetMailSettingsRequest
+	26, // 33: keyhouse.storefront.v1.StorefrontService.UpdateMailSettings:input_type -> keyhouse.storefront.v1.UpdateMailSettingsRequest
+	21, // 34: keyhouse.storefront.v1.StorefrontService.ReceiveEvent:input_type -> keyhouse.storefront.v1.ReceiveEventRequest
+	0,  // 35: keyhouse.storefront.v1.StorefrontPortalService.GetPortalVendor:input_type -> keyhouse.storefront.v1.GetPortalVendorRequest
+	2,  // 36: keyhouse.storefront.v1.StorefrontService.ConnectWebhook:output_type -> keyhouse.storefront.v1.ConnectWebhookResponse
+	6,  // 37: keyhouse.storefront.v1.StorefrontService.ListWebhooks:output_type -> keyhouse.storefront.v1.ListWebhooksResponse
+	7,  // 38: keyhouse.storefront.v1.StorefrontService.SaveWebhookSecret:output_type -> keyhouse.storefront.v1.SaveWebhookSecretResponse
+	9,  // 39: keyhouse.storefront.v1.StorefrontService.DisableWebhook:output_type -> keyhouse.storefront.v1.DisableWebhookResponse
+	11, // 40: keyhouse.storefront.v1.StorefrontService.CreateMapping:output_type -> keyhouse.storefront.v1.CreateMappingResponse
+	15, // 41: keyhouse.storefront.v1.StorefrontService.ListMappings:output_type -> keyhouse.storefront.v1.ListMappingsResponse
+	17, // 42: keyhouse.storefront.v1.StorefrontService.DeleteMapping:output_type -> keyhouse.storefront.v1.DeleteMappingResponse
+	20, // 43: keyhouse.storefront.v1.StorefrontService.ListDeliveries:output_type -> keyhouse.storefront.v1.ListDeliveriesResponse
+	25, // 44: keyhouse.storefront.v1.StorefrontService.GetMailSettings:output_type -> keyhouse.storefront.v1.GetMailSettingsResponse
+	27, // 45: keyhouse.storefront.v1.StorefrontService.UpdateMailSettings:output_type -> keyhouse.storefront.v1.UpdateMailSettingsResponse
+	22, // 46: keyhouse.storefront.v1.StorefrontService.ReceiveEvent:output_type -> keyhouse.storefront.v1.ReceiveEventResponse
+	1,  // 47: keyhouse.storefront.v1.StorefrontPortalService.GetPortalVendor:output_type -> keyhouse.storefront.v1.GetPortalVendorResponse
+	36, // [36:48] is the sub-list for method output_type
+	24, // [24:36] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_keyhouse_storefront_v1_storefront_proto_init() }
@@ -2047,7 +1897,7 @@ func file_keyhouse_storefront_v1_storefront_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_keyhouse_storefront_v1_storefront_proto_rawDesc), len(file_keyhouse_storefront_v1_storefront_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   30,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

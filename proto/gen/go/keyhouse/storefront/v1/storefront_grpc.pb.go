@@ -27,7 +27,6 @@ const (
 	StorefrontService_ListMappings_FullMethodName       = "/keyhouse.storefront.v1.StorefrontService/ListMappings"
 	StorefrontService_DeleteMapping_FullMethodName      = "/keyhouse.storefront.v1.StorefrontService/DeleteMapping"
 	StorefrontService_ListDeliveries_FullMethodName     = "/keyhouse.storefront.v1.StorefrontService/ListDeliveries"
-	StorefrontService_ResendEmail_FullMethodName        = "/keyhouse.storefront.v1.StorefrontService/ResendEmail"
 	StorefrontService_GetMailSettings_FullMethodName    = "/keyhouse.storefront.v1.StorefrontService/GetMailSettings"
 	StorefrontService_UpdateMailSettings_FullMethodName = "/keyhouse.storefront.v1.StorefrontService/UpdateMailSettings"
 	StorefrontService_ReceiveEvent_FullMethodName       = "/keyhouse.storefront.v1.StorefrontService/ReceiveEvent"
@@ -56,10 +55,6 @@ type StorefrontServiceClient interface {
 	ListMappings(ctx context.Context, in *ListMappingsRequest, opts ...grpc.CallOption) (*ListMappingsResponse, error)
 	DeleteMapping(ctx context.Context, in *DeleteMappingRequest, opts ...grpc.CallOption) (*DeleteMappingResponse, error)
 	ListDeliveries(ctx context.Context, in *ListDeliveriesRequest, opts ...grpc.CallOption) (*ListDeliveriesResponse, error)
-	// Sends the buyer email of the delivery's purchase again, now, to the buyer address on
-	// record (a buyer who lost the key): the same email, with the license's current portal
-	// link. At most 5 resends per purchase in 24 hours.
-	ResendEmail(ctx context.Context, in *ResendEmailRequest, opts ...grpc.CallOption) (*ResendEmailResponse, error)
 	// The tenant's buyer-email settings: the sender name, reply-to address and product
 	// display name of the email a buyer receives with the license.
 	GetMailSettings(ctx context.Context, in *GetMailSettingsRequest, opts ...grpc.CallOption) (*GetMailSettingsResponse, error)
@@ -159,16 +154,6 @@ func (c *storefrontServiceClient) ListDeliveries(ctx context.Context, in *ListDe
 	return out, nil
 }
 
-func (c *storefrontServiceClient) ResendEmail(ctx context.Context, in *ResendEmailRequest, opts ...grpc.CallOption) (*ResendEmailResponse, error) {
-	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(ResendEmailResponse)
-	err := c.cc.Invoke(ctx, StorefrontService_ResendEmail_FullMethodName, in, out, cOpts...)
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
 func (c *storefrontServiceClient) GetMailSettings(ctx context.Context, in *GetMailSettingsRequest, opts ...grpc.CallOption) (*GetMailSettingsResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(GetMailSettingsResponse)
@@ -222,10 +207,6 @@ type StorefrontServiceServer interface {
 	ListMappings(context.Context, *ListMappingsRequest) (*ListMappingsResponse, error)
 	DeleteMapping(context.Context, *DeleteMappingRequest) (*DeleteMappingResponse, error)
 	ListDeliveries(context.Context, *ListDeliveriesRequest) (*ListDeliveriesResponse, error)
-	// Sends the buyer email of the delivery's purchase again, now, to the buyer address on
-	// record (a buyer who lost the key): the same email, with the license's current portal
-	// link. At most 5 resends per purchase in 24 hours.
-	ResendEmail(context.Context, *ResendEmailRequest) (*ResendEmailResponse, error)
 	// The tenant's buyer-email settings: the sender name, reply-to address and product
 	// display name of the email a buyer receives with the license.
 	GetMailSettings(context.Context, *GetMailSettingsRequest) (*GetMailSettingsResponse, error)
@@ -268,9 +249,6 @@ func (UnimplementedStorefrontServiceServer) DeleteMapping(context.Context, *Dele
 }
 func (UnimplementedStorefrontServiceServer) ListDeliveries(context.Context, *ListDeliveriesRequest) (*ListDeliveriesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListDeliveries not implemented")
-}
-func (UnimplementedStorefrontServiceServer) ResendEmail(context.Context, *ResendEmailRequest) (*ResendEmailResponse, error) {
-	return nil, status.Error(codes.Unimplemented, "method ResendEmail not implemented")
 }
 func (UnimplementedStorefrontServiceServer) GetMailSettings(context.Context, *GetMailSettingsRequest) (*GetMailSettingsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetMailSettings not implemented")
@@ -446,24 +424,6 @@ func _StorefrontService_ListDeliveries_Handler(srv interface{}, ctx context.Cont
 	return interceptor(ctx, in, info, handler)
 }
 
-func _StorefrontService_ResendEmail_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(ResendEmailRequest)
-	if err := dec(in); err != nil {
-		return nil, err
-	}
-	if interceptor == nil {
-		return srv.(StorefrontServiceServer).ResendEmail(ctx, in)
-	}
-	info := &grpc.UnaryServerInfo{
-		Server:     srv,
-		FullMethod: StorefrontService_ResendEmail_FullMethodName,
-	}
-	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(StorefrontServiceServer).ResendEmail(ctx, req.(*ResendEmailRequest))
-	}
-	return interceptor(ctx, in, info, handler)
-}
-
 func _StorefrontService_GetMailSettings_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(GetMailSettingsRequest)
 	if err := dec(in); err != nil {
@@ -556,10 +516,6 @@ var StorefrontService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListDeliveries",
 			Handler:    _StorefrontService_ListDeliveries_Handler,
-		},
-		{
-			MethodName: "ResendEmail",
-			Handler:    _StorefrontService_ResendEmail_Handler,
 		},
 		{
 			MethodName: "GetMailSettings",
