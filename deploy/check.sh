@@ -26,14 +26,31 @@ expect() {
 	[ "$n" = "$3" ] || fail "$(basename "$1"): want $3 $2, rendered $n"
 }
 
+# Offline (helm lint, helm template) the chart cannot read a generated admin key back
+# from the cluster, so the default values render with one given.
+KEY=(--set secrets.adminApiKey=deploy-check-admin-key-0123456789abcdef)
+
 echo "== helm $("$HELM" version --template '{{.Version}}')"
-"$HELM" lint --strict "$CHART"
+"$HELM" lint --strict "$CHART" "${KEY[@]}"
 "$HELM" lint --strict "$CHART" -f "$HOSTED"
 
-"$HELM" template keyhouse "$CHART" --namespace keyhouse >"$out/default.yaml"
+"$HELM" template keyhouse "$CHART" --namespace keyhouse "${KEY[@]}" >"$out/default.yaml"
 "$HELM" template keyhouse "$CHART" --namespace keyhouse -f "$HOSTED" >"$out/hosted.yaml"
 # The oldest Kubernetes the chart supports (native gRPC probes).
-"$HELM" template keyhouse "$CHART" --kube-version 1.27.0 >/dev/null
+"$HELM" template keyhouse "$CHART" --kube-version 1.27.0 "${KEY[@]}" >/dev/null
+
+# The admin key: without the cluster (helm template, as Argo CD and Flux render) and with
+# neither secrets.adminApiKey nor secrets.existingSecret, a generated key would differ at
+# every render (pods started later would hold another key than those running): the render
+# fails and names both settings. A given key is the one rendered, at every render.
+if msg=$("$HELM" template keyhouse "$CHART" --namespace keyhouse 2>&1 >/dev/null); then
+	fail "default values rendered without the cluster: a generated admin key would change at every render"
+fi
+for want in secrets.adminApiKey secrets.existingSecret; do
+	grep -q "$want" <<<"$msg" || fail "the refused render does not name $want: $msg"
+done
+key=$(awk '/^kind: Secret$/{s=1} s && /^  ADMIN_API_KEY:/{gsub(/"/,"",$2); print $2; exit}' "$out/default.yaml" | base64 -d)
+[ "$key" = deploy-check-admin-key-0123456789abcdef ] || fail "default.yaml: ADMIN_API_KEY is not secrets.adminApiKey"
 
 # Seven components (six services and the gateway), each a Deployment, Service and PDB;
 # one migration Job; HPAs, the Ingress, the ServiceMonitor (and its metrics Service) and
@@ -66,7 +83,7 @@ grep -q 'prometheus.io/scrape' "$out/hosted.yaml" && fail "hosted.yaml: scrape a
 expect "$out/hosted.yaml" HorizontalPodAutoscaler 7
 expect "$out/hosted.yaml" Ingress 1
 # A grace period shorter than the drain is refused.
-if "$HELM" template keyhouse "$CHART" --set defaults.terminationGracePeriodSeconds=20 >/dev/null 2>&1; then
+if "$HELM" template keyhouse "$CHART" "${KEY[@]}" --set defaults.terminationGracePeriodSeconds=20 >/dev/null 2>&1; then
 	fail "terminationGracePeriodSeconds 20 (< 5 + 25) was accepted"
 fi
 # migrate reads only DATABASE_URL and the log settings: the Job is handed no admin key.
@@ -76,7 +93,7 @@ for f in "$out/default.yaml" "$out/hosted.yaml"; do
 done
 # NATS_STREAM_REPLICAS is left unset (streams keep their count) unless nats.streamReplicas says.
 grep -q 'NATS_STREAM_REPLICAS' "$out/default.yaml" && fail "default.yaml: NATS_STREAM_REPLICAS set although nats.streamReplicas is empty"
-"$HELM" template keyhouse "$CHART" --set nats.streamReplicas=3 | grep -q 'NATS_STREAM_REPLICAS: "3"$' ||
+"$HELM" template keyhouse "$CHART" "${KEY[@]}" --set nats.streamReplicas=3 | grep -q 'NATS_STREAM_REPLICAS: "3"$' ||
 	fail "nats.streamReplicas=3 does not reach NATS_STREAM_REPLICAS"
 # With Secrets the chart does not render (existingSecret), the pods still carry the
 # checksums that roll them when those Secrets change (read with lookup at install/upgrade;
