@@ -62,8 +62,10 @@ for f in "$out/default.yaml" "$out/hosted.yaml"; do
 	expect "$f" ConfigMap 1
 	[ "$(grep -c '^ *grpc:$' "$f")" = 6 ] || fail "$(basename "$f"): want a grpc.health.v1 readiness probe on each of 6 services"
 	[ "$(grep -c '^ *tcpSocket:$' "$f")" = 12 ] || fail "$(basename "$f"): want TCP startup and liveness probes on each of 6 services"
-	[ "$(grep -c 'path: /healthz$' "$f")" = 2 ] || fail "$(basename "$f"): want the gateway's startup and liveness on /healthz"
-	[ "$(grep -c 'path: /readyz$' "$f")" = 1 ] || fail "$(basename "$f"): want the gateway's readiness on /readyz"
+	# Readiness on /healthz: /readyz would take every gateway pod out of the Service at once
+	# when one service, Redis or NATS is down (they share them), and every route would fail.
+	[ "$(grep -c 'path: /healthz$' "$f")" = 3 ] || fail "$(basename "$f"): want the gateway's startup, liveness and readiness on /healthz"
+	grep -q 'path: /readyz$' "$f" && fail "$(basename "$f"): the gateway's readiness is on /readyz by default"
 	[ "$(grep -c 'name: METRICS_PORT$' "$f")" = 7 ] || fail "$(basename "$f"): want METRICS_PORT on every component"
 	[ "$(grep -c 'clusterIP: None$' "$f")" -ge 6 ] || fail "$(basename "$f"): the services' Services must be headless (gRPC balancing)"
 	grep -q 'readOnlyRootFilesystem: true' "$f" || fail "$(basename "$f"): root file system not read-only"
@@ -91,6 +93,12 @@ for f in "$out/default.yaml" "$out/hosted.yaml"; do
 	awk '/^---/{job=0} /^kind: Job$/{job=1} job && /ADMIN_API_KEY/{bad=1} END{exit bad}' "$f" ||
 		fail "$(basename "$f"): the migrate Job is given ADMIN_API_KEY"
 done
+# gateway.readinessPath chooses /readyz; anything else is refused.
+"$HELM" template keyhouse "$CHART" "${KEY[@]}" --set gateway.readinessPath=/readyz >"$out/readyz.yaml"
+[ "$(grep -c 'path: /readyz$' "$out/readyz.yaml")" = 1 ] || fail "gateway.readinessPath=/readyz does not put the readiness probe on /readyz"
+if "$HELM" template keyhouse "$CHART" "${KEY[@]}" --set gateway.readinessPath=/ >/dev/null 2>&1; then
+	fail "gateway.readinessPath=/ was accepted"
+fi
 # NATS_STREAM_REPLICAS is left unset (streams keep their count) unless nats.streamReplicas says.
 grep -q 'NATS_STREAM_REPLICAS' "$out/default.yaml" && fail "default.yaml: NATS_STREAM_REPLICAS set although nats.streamReplicas is empty"
 "$HELM" template keyhouse "$CHART" "${KEY[@]}" --set nats.streamReplicas=3 | grep -q 'NATS_STREAM_REPLICAS: "3"$' ||
