@@ -19,6 +19,9 @@ fail() { echo "deploy-check: $*" >&2; exit 1; }
 # count KIND FILE: how many documents of that kind a rendering holds.
 count() { grep -c "^kind: $1\$" "$2" || true; }
 
+# doc KIND FILE: the documents of that kind in a rendering.
+doc() { awk -v k="$1" '/^---/{d=0} $0=="kind: "k{d=1} d' "$2"; }
+
 # expect FILE KIND N: fail unless the rendering has exactly N of KIND.
 expect() {
 	local n
@@ -93,6 +96,16 @@ for f in "$out/default.yaml" "$out/hosted.yaml"; do
 	awk '/^---/{job=0} /^kind: Job$/{job=1} job && /ADMIN_API_KEY/{bad=1} END{exit bad}' "$f" ||
 		fail "$(basename "$f"): the migrate Job is given ADMIN_API_KEY"
 done
+# NATS_URL, which can hold a NATS user's password, is in the chart's Secret, not the
+# ConfigMap; with existingSecret a nats.url with credentials is refused rather than put
+# into the ConfigMap.
+grep -q NATS_URL <<<"$(doc ConfigMap "$out/default.yaml")" && fail "default.yaml: NATS_URL in the ConfigMap"
+grep -q '^  NATS_URL: ' <<<"$(doc Secret "$out/default.yaml")" || fail "default.yaml: NATS_URL not in the Secret"
+grep -q NATS_URL <<<"$(doc ConfigMap "$out/hosted.yaml")" && fail "hosted.yaml: NATS_URL in the ConfigMap although the example keeps it in its Secret"
+if "$HELM" template keyhouse "$CHART" --set secrets.existingSecret=keyhouse-env \
+	--set nats.url=nats://keyhouse:s3cret@nats:4222 >/dev/null 2>&1; then
+	fail "a nats.url with credentials went into the ConfigMap (secrets.existingSecret)"
+fi
 # gateway.readinessPath chooses /readyz; anything else is refused.
 "$HELM" template keyhouse "$CHART" "${KEY[@]}" --set gateway.readinessPath=/readyz >"$out/readyz.yaml"
 [ "$(grep -c 'path: /readyz$' "$out/readyz.yaml")" = 1 ] || fail "gateway.readinessPath=/readyz does not put the readiness probe on /readyz"
