@@ -85,6 +85,9 @@ expect "$out/default.yaml" Ingress 0
 expect "$out/hosted.yaml" Service 8
 expect "$out/hosted.yaml" ServiceMonitor 1
 grep -q 'prometheus.io/scrape' "$out/hosted.yaml" && fail "hosted.yaml: scrape annotations although the ServiceMonitor is used"
+# One metrics Service for every component: without a relabeling every target's job would
+# be the same, and the outbox alerts "by (job)" could not say which service is stuck.
+grep -q 'targetLabel: job$' <<<"$(doc ServiceMonitor "$out/hosted.yaml")" || fail "hosted.yaml: the ServiceMonitor does not set job per component"
 expect "$out/hosted.yaml" HorizontalPodAutoscaler 7
 expect "$out/hosted.yaml" Ingress 1
 # A grace period shorter than the drain is refused.
