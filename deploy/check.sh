@@ -19,6 +19,9 @@ fail() { echo "deploy-check: $*" >&2; exit 1; }
 # count KIND FILE: how many documents of that kind a rendering holds.
 count() { grep -c "^kind: $1\$" "$2" || true; }
 
+# doc KIND FILE: the documents of that kind in a rendering.
+doc() { awk -v k="$1" '/^---/{d=0} $0=="kind: "k{d=1} d' "$2"; }
+
 # expect FILE KIND N: fail unless the rendering has exactly N of KIND.
 expect() {
 	local n
@@ -26,14 +29,31 @@ expect() {
 	[ "$n" = "$3" ] || fail "$(basename "$1"): want $3 $2, rendered $n"
 }
 
+# Offline (helm lint, helm template) the chart cannot read a generated admin key back
+# from the cluster, so the default values render with one given.
+KEY=(--set secrets.adminApiKey=deploy-check-admin-key-0123456789abcdef)
+
 echo "== helm $("$HELM" version --template '{{.Version}}')"
-"$HELM" lint --strict "$CHART"
+"$HELM" lint --strict "$CHART" "${KEY[@]}"
 "$HELM" lint --strict "$CHART" -f "$HOSTED"
 
-"$HELM" template keyhouse "$CHART" --namespace keyhouse >"$out/default.yaml"
+"$HELM" template keyhouse "$CHART" --namespace keyhouse "${KEY[@]}" >"$out/default.yaml"
 "$HELM" template keyhouse "$CHART" --namespace keyhouse -f "$HOSTED" >"$out/hosted.yaml"
 # The oldest Kubernetes the chart supports (native gRPC probes).
-"$HELM" template keyhouse "$CHART" --kube-version 1.27.0 >/dev/null
+"$HELM" template keyhouse "$CHART" --kube-version 1.27.0 "${KEY[@]}" >/dev/null
+
+# The admin key: without the cluster (helm template, as Argo CD and Flux render) and with
+# neither secrets.adminApiKey nor secrets.existingSecret, a generated key would differ at
+# every render (pods started later would hold another key than those running): the render
+# fails and names both settings. A given key is the one rendered, at every render.
+if msg=$("$HELM" template keyhouse "$CHART" --namespace keyhouse 2>&1 >/dev/null); then
+	fail "default values rendered without the cluster: a generated admin key would change at every render"
+fi
+for want in secrets.adminApiKey secrets.existingSecret; do
+	grep -q "$want" <<<"$msg" || fail "the refused render does not name $want: $msg"
+done
+key=$(awk '/^kind: Secret$/{s=1} s && /^  ADMIN_API_KEY:/{gsub(/"/,"",$2); print $2; exit}' "$out/default.yaml" | base64 -d)
+[ "$key" = deploy-check-admin-key-0123456789abcdef ] || fail "default.yaml: ADMIN_API_KEY is not secrets.adminApiKey"
 
 # Seven components (six services and the gateway), each a Deployment, Service and PDB;
 # one migration Job; HPAs, the Ingress, the ServiceMonitor (and its metrics Service) and
@@ -45,8 +65,10 @@ for f in "$out/default.yaml" "$out/hosted.yaml"; do
 	expect "$f" ConfigMap 1
 	[ "$(grep -c '^ *grpc:$' "$f")" = 6 ] || fail "$(basename "$f"): want a grpc.health.v1 readiness probe on each of 6 services"
 	[ "$(grep -c '^ *tcpSocket:$' "$f")" = 12 ] || fail "$(basename "$f"): want TCP startup and liveness probes on each of 6 services"
-	[ "$(grep -c 'path: /healthz$' "$f")" = 2 ] || fail "$(basename "$f"): want the gateway's startup and liveness on /healthz"
-	[ "$(grep -c 'path: /readyz$' "$f")" = 1 ] || fail "$(basename "$f"): want the gateway's readiness on /readyz"
+	# Readiness on /healthz: /readyz would take every gateway pod out of the Service at once
+	# when one service, Redis or NATS is down (they share them), and every route would fail.
+	[ "$(grep -c 'path: /healthz$' "$f")" = 3 ] || fail "$(basename "$f"): want the gateway's startup, liveness and readiness on /healthz"
+	grep -q 'path: /readyz$' "$f" && fail "$(basename "$f"): the gateway's readiness is on /readyz by default"
 	[ "$(grep -c 'name: METRICS_PORT$' "$f")" = 7 ] || fail "$(basename "$f"): want METRICS_PORT on every component"
 	[ "$(grep -c 'clusterIP: None$' "$f")" -ge 6 ] || fail "$(basename "$f"): the services' Services must be headless (gRPC balancing)"
 	grep -q 'readOnlyRootFilesystem: true' "$f" || fail "$(basename "$f"): root file system not read-only"
@@ -63,10 +85,13 @@ expect "$out/default.yaml" Ingress 0
 expect "$out/hosted.yaml" Service 8
 expect "$out/hosted.yaml" ServiceMonitor 1
 grep -q 'prometheus.io/scrape' "$out/hosted.yaml" && fail "hosted.yaml: scrape annotations although the ServiceMonitor is used"
+# One metrics Service for every component: without a relabeling every target's job would
+# be the same, and the outbox alerts "by (job)" could not say which service is stuck.
+grep -q 'targetLabel: job$' <<<"$(doc ServiceMonitor "$out/hosted.yaml")" || fail "hosted.yaml: the ServiceMonitor does not set job per component"
 expect "$out/hosted.yaml" HorizontalPodAutoscaler 7
 expect "$out/hosted.yaml" Ingress 1
 # A grace period shorter than the drain is refused.
-if "$HELM" template keyhouse "$CHART" --set defaults.terminationGracePeriodSeconds=20 >/dev/null 2>&1; then
+if "$HELM" template keyhouse "$CHART" "${KEY[@]}" --set defaults.terminationGracePeriodSeconds=20 >/dev/null 2>&1; then
 	fail "terminationGracePeriodSeconds 20 (< 5 + 25) was accepted"
 fi
 # migrate reads only DATABASE_URL and the log settings: the Job is handed no admin key.
@@ -74,9 +99,25 @@ for f in "$out/default.yaml" "$out/hosted.yaml"; do
 	awk '/^---/{job=0} /^kind: Job$/{job=1} job && /ADMIN_API_KEY/{bad=1} END{exit bad}' "$f" ||
 		fail "$(basename "$f"): the migrate Job is given ADMIN_API_KEY"
 done
+# NATS_URL, which can hold a NATS user's password, is in the chart's Secret, not the
+# ConfigMap; with existingSecret a nats.url with credentials is refused rather than put
+# into the ConfigMap.
+grep -q NATS_URL <<<"$(doc ConfigMap "$out/default.yaml")" && fail "default.yaml: NATS_URL in the ConfigMap"
+grep -q '^  NATS_URL: ' <<<"$(doc Secret "$out/default.yaml")" || fail "default.yaml: NATS_URL not in the Secret"
+grep -q NATS_URL <<<"$(doc ConfigMap "$out/hosted.yaml")" && fail "hosted.yaml: NATS_URL in the ConfigMap although the example keeps it in its Secret"
+if "$HELM" template keyhouse "$CHART" --set secrets.existingSecret=keyhouse-env \
+	--set nats.url=nats://keyhouse:s3cret@nats:4222 >/dev/null 2>&1; then
+	fail "a nats.url with credentials went into the ConfigMap (secrets.existingSecret)"
+fi
+# gateway.readinessPath chooses /readyz; anything else is refused.
+"$HELM" template keyhouse "$CHART" "${KEY[@]}" --set gateway.readinessPath=/readyz >"$out/readyz.yaml"
+[ "$(grep -c 'path: /readyz$' "$out/readyz.yaml")" = 1 ] || fail "gateway.readinessPath=/readyz does not put the readiness probe on /readyz"
+if "$HELM" template keyhouse "$CHART" "${KEY[@]}" --set gateway.readinessPath=/ >/dev/null 2>&1; then
+	fail "gateway.readinessPath=/ was accepted"
+fi
 # NATS_STREAM_REPLICAS is left unset (streams keep their count) unless nats.streamReplicas says.
 grep -q 'NATS_STREAM_REPLICAS' "$out/default.yaml" && fail "default.yaml: NATS_STREAM_REPLICAS set although nats.streamReplicas is empty"
-"$HELM" template keyhouse "$CHART" --set nats.streamReplicas=3 | grep -q 'NATS_STREAM_REPLICAS: "3"$' ||
+"$HELM" template keyhouse "$CHART" "${KEY[@]}" --set nats.streamReplicas=3 | grep -q 'NATS_STREAM_REPLICAS: "3"$' ||
 	fail "nats.streamReplicas=3 does not reach NATS_STREAM_REPLICAS"
 # With Secrets the chart does not render (existingSecret), the pods still carry the
 # checksums that roll them when those Secrets change (read with lookup at install/upgrade;

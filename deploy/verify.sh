@@ -92,7 +92,8 @@ echo "kube-apiserver ready on 127.0.0.1:$api_port ($("$KUBECTL" version -o json 
 
 rc=0
 for values in default hosted; do
-	args=()
+	# Offline the chart cannot read a generated admin key back from the cluster: give one.
+	args=(--set secrets.adminApiKey=deploy-verify-admin-key-0123456789abcdef)
 	[ "$values" = hosted ] && args=(-f "$HOSTED")
 	"$HELM" template keyhouse "$CHART" --namespace "$NS" --kube-version "$("$KUBECTL" version -o json | python3 -c 'import json,sys; v=json.load(sys.stdin)["serverVersion"]; print(v["major"]+"."+v["minor"].rstrip("+"))')" \
 		--api-versions monitoring.coreos.com/v1/ServiceMonitor "${args[@]}" >"$dir/$values.yaml"

@@ -13,9 +13,12 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/keyhouse/keyhouse/pkg/webhook"
 )
 
 // Service gRPC addresses. Each service listens on its own and dials the others.
@@ -200,7 +203,7 @@ func (r *reader) common() Common {
 		LogLevel:    r.logLevel("LOG_LEVEL", "info"),
 		LogFormat:   strings.ToLower(r.oneOfFold("LOG_FORMAT", "json", "json", "text")),
 
-		LogFullLicenseKeys: r.oneOf("LOG_LICENSE_KEYS", "masked", "masked", "full") == "full",
+		LogFullLicenseKeys: strings.EqualFold(r.oneOfFold("LOG_LICENSE_KEYS", "masked", "masked", "full"), "full"),
 	}
 }
 
@@ -314,6 +317,11 @@ func LoadFrom(lookup func(string) (string, bool)) (*Config, error) {
 	if c.AdminAPIKey == "" {
 		r.fail("ADMIN_API_KEY", "is required")
 	}
+	for _, k := range c.adminKeys() {
+		if slices.Contains(PublishedPlaceholderKeys, k.value.Reveal()) {
+			r.fail(k.name, "is the placeholder of a published example (deploy/systemd/keyhouse.env.example), which anyone can read: set it to at least 32 random characters (openssl rand -hex 32)")
+		}
+	}
 	if u, err := url.Parse(c.PublicBaseURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		r.fail("PUBLIC_BASE_URL", "must be an absolute http(s) URL")
 	}
@@ -344,30 +352,62 @@ func LoadFrom(lookup func(string) (string, bool)) (*Config, error) {
 // draws no warning at start: docs/operations.md asks for at least 32 random characters.
 const MinAdminKeyLength = 32
 
+// PublishedPlaceholderKeys are admin keys printed in the repository's examples
+// (deploy/systemd/keyhouse.env.example). Long enough to draw no short-key warning, and
+// known to anyone who reads the repository: a process given one as ADMIN_API_KEY or
+// ADMIN_API_KEY_PREVIOUS refuses to start.
+var PublishedPlaceholderKeys = []string{"change-me-to-at-least-32-random-characters"}
+
+// StripeRetryWindow is how long Stripe retries a webhook event it could not deliver
+// (three days). Billing and the storefront recognise a retry by the record of its first
+// arrival, kept for RECORD_RETENTION (docs/billing.md, docs/storefront.md).
+const StripeRetryWindow = 72 * time.Hour
+
 // Warning is a setting that works but that the documentation advises against. It names
-// the variable, never its value.
+// the variable, and never the value of a secret.
 type Warning struct {
 	Variable string
 	Advice   string
 }
 
-// Warnings lists what the process logs at WARN once it has a logger. A short admin key is
-// warned about, not refused: installations (and compose files, and tests) running on one
+// Warnings lists what the process logs at WARN once it has a logger. They are warnings,
+// not refusals: installations (and compose files, and tests) running on such a setting
 // today would otherwise stop starting on an upgrade, while the key's strength is the
-// operator's to choose.
+// operator's to choose, and a short retention can be an operator's deliberate trade (the
+// records and events hold buyers' emails) against what it breaks, which the warning says.
 func (c *Config) Warnings() []Warning {
 	var out []Warning
-	for _, k := range []struct {
-		name  string
-		value Secret
-	}{{"ADMIN_API_KEY", c.AdminAPIKey}, {"ADMIN_API_KEY_PREVIOUS", c.AdminAPIKeyPrevious}} {
+	for _, k := range c.adminKeys() {
 		if k.value != "" && len(k.value) < MinAdminKeyLength {
 			out = append(out, Warning{Variable: k.name, Advice: fmt.Sprintf(
 				"is shorter than %d characters: anyone who guesses it has every admin route; use at least %d random characters (openssl rand -hex 32)",
 				MinAdminKeyLength, MinAdminKeyLength)})
 		}
 	}
+	// 0 keeps the records for ever.
+	if c.RecordRetention > 0 && c.RecordRetention < StripeRetryWindow {
+		out = append(out, Warning{Variable: "RECORD_RETENTION", Advice: fmt.Sprintf(
+			"is %s (a bare number is seconds), shorter than the %.0fh Stripe retries an event for: a retry that arrives after its record is deleted is taken for a new event, and a storefront purchase gets a second license and a second buyer email; use at least %.0fh (the default is 2160h)",
+			c.RecordRetention, StripeRetryWindow.Hours(), StripeRetryWindow.Hours())})
+	}
+	if window := webhook.DefaultSchedule.Window; c.EventRetention < window {
+		out = append(out, Warning{Variable: "EVENT_RETENTION", Advice: fmt.Sprintf(
+			"is %s (a bare number is seconds), shorter than the %.0fh a webhook receiver may be down (docs/webhooks.md): events are deleted before such a receiver can follow the log or redeliver what it missed; use at least %.0fh (the default is 2160h)",
+			c.EventRetention, window.Hours(), window.Hours())})
+	}
 	return out
+}
+
+// namedSecret is a secret setting and the variable it was read from.
+type namedSecret struct {
+	name  string
+	value Secret
+}
+
+// adminKeys are the admin keys the process holds (ADMIN_API_KEY, ADMIN_API_KEY_PREVIOUS),
+// each checked the same way.
+func (c *Config) adminKeys() []namedSecret {
+	return []namedSecret{{"ADMIN_API_KEY", c.AdminAPIKey}, {"ADMIN_API_KEY_PREVIOUS", c.AdminAPIKeyPrevious}}
 }
 
 // LogWarnings writes each of Warnings as one WARN line naming its variable.
@@ -393,21 +433,10 @@ func (r *reader) str(name, def string) string {
 	return def
 }
 
-// oneOf reads a variable that must be one of allowed (def when unset).
-func (r *reader) oneOf(name, def string, allowed ...string) string {
-	v := r.str(name, def)
-	for _, a := range allowed {
-		if v == a {
-			return v
-		}
-	}
-	r.fail(name, "must be one of "+strings.Join(allowed, ", "))
-	return def
-}
-
-// oneOfFold is oneOf compared case-insensitively: the log settings were always read so
-// (LOG_FORMAT=TEXT gave text), and an installation that spells them in capitals must not
-// stop starting now that other values are refused.
+// oneOfFold reads a variable that must be one of allowed, in any case (def when unset):
+// the log settings were always read so (LOG_FORMAT=TEXT gave text), an installation that
+// spells them in capitals must not stop starting now that other values are refused, and
+// LOG_LICENSE_KEYS, the third log setting, reads the same way.
 func (r *reader) oneOfFold(name, def string, allowed ...string) string {
 	v := r.str(name, def)
 	for _, a := range allowed {

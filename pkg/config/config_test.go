@@ -1,9 +1,11 @@
 package config
 
 import (
+	"bufio"
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -134,7 +136,8 @@ func TestLicenseCacheTTLIsADurationAndZeroTurnsTheCacheOff(t *testing.T) {
 }
 
 func TestLogLicenseKeysIsMaskedUnlessFull(t *testing.T) {
-	for v, want := range map[string]bool{"": false, "masked": false, "full": true} {
+	// In any case, as LOG_LEVEL and LOG_FORMAT are read.
+	for v, want := range map[string]bool{"": false, "masked": false, "full": true, "FULL": true, "Masked": false} {
 		c, err := LoadCommonFrom(env(map[string]string{"LOG_LICENSE_KEYS": v}))
 		if err != nil || c.LogFullLicenseKeys != want {
 			t.Errorf("LOG_LICENSE_KEYS=%q: %+v %v, want full=%v", v, c, err, want)
@@ -272,5 +275,83 @@ func TestPreviousAdminKeyIsOptionalAndSecret(t *testing.T) {
 	}
 	if out := fmt.Sprintf("%+v %#v", c, c); strings.Contains(out, "old-admin-key") {
 		t.Fatalf("the previous key prints: %s", out)
+	}
+}
+
+// The admin key printed in deploy/systemd/keyhouse.env.example is long enough to draw no
+// short-key warning and known to anyone: a process left on it, as ADMIN_API_KEY or as
+// ADMIN_API_KEY_PREVIOUS, refuses to start, naming the variable and not echoing the key.
+func TestThePublishedExampleKeyIsRefused(t *testing.T) {
+	f, err := os.Open("../../deploy/systemd/keyhouse.env.example")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	example := map[string]string{}
+	for sc := bufio.NewScanner(f); sc.Scan(); {
+		if k, v, ok := strings.Cut(sc.Text(), "="); ok && !strings.HasPrefix(k, "#") {
+			example[k] = v
+		}
+	}
+	placeholder := example["ADMIN_API_KEY"]
+	if len(placeholder) < MinAdminKeyLength {
+		t.Fatalf("the example's ADMIN_API_KEY %q is short: the short-key warning covers it, update this test", placeholder)
+	}
+	// The example file as a whole, as an operator who forgot to edit the key would run it.
+	if _, err := LoadFrom(env(example)); err == nil || !strings.Contains(err.Error(), "ADMIN_API_KEY is the placeholder of a published example") {
+		t.Fatalf("the example's environment: %v, want ADMIN_API_KEY refused", err)
+	} else if strings.Contains(err.Error(), placeholder) {
+		t.Fatalf("the refusal echoes the key: %v", err)
+	}
+	_, err = LoadFrom(env(map[string]string{"ADMIN_API_KEY": strings.Repeat("k", 32), "ADMIN_API_KEY_PREVIOUS": placeholder}))
+	if err == nil || !strings.Contains(err.Error(), "ADMIN_API_KEY_PREVIOUS is the placeholder") {
+		t.Fatalf("as the previous key: %v", err)
+	}
+	example["ADMIN_API_KEY"] = strings.Repeat("k", 32)
+	if _, err := LoadFrom(env(example)); err != nil {
+		t.Fatalf("the example with a key of its own: %v", err)
+	}
+}
+
+// A retention shorter than what the documentation promises is a WARN at start naming the
+// variable, its value and what it breaks: RECORD_RETENTION under Stripe's 72 h of retries
+// (a bare 90, meant as days, is 90 seconds), EVENT_RETENTION under the 72 h a webhook
+// receiver may be down. The defaults, 0 (records kept for ever) and 72 h draw nothing.
+func TestShortRetentionsAreWarnedAbout(t *testing.T) {
+	key := strings.Repeat("k", MinAdminKeyLength)
+	warnings := func(vars map[string]string) string {
+		t.Helper()
+		vars["ADMIN_API_KEY"] = key
+		c, err := LoadFrom(env(vars))
+		if err != nil {
+			t.Fatalf("%v: a short retention stops the process: %v", vars, err)
+		}
+		var out strings.Builder
+		c.LogWarnings(slog.New(slog.NewTextHandler(&out, nil)))
+		return out.String()
+	}
+	for _, quiet := range []map[string]string{
+		{},
+		{"RECORD_RETENTION": "0", "EVENT_RETENTION": "72h"},
+		{"RECORD_RETENTION": "72h", "EVENT_RETENTION": "259200"},
+	} {
+		if out := warnings(quiet); out != "" {
+			t.Errorf("%v warns:\n%s", quiet, out)
+		}
+	}
+	out := warnings(map[string]string{"RECORD_RETENTION": "90"})
+	for _, want := range []string{"level=WARN", "config: RECORD_RETENTION is 1m30s (a bare number is seconds)", "72h Stripe retries", "a second license and a second buyer email", "variable=RECORD_RETENTION"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("RECORD_RETENTION=90: no %q in\n%s", want, out)
+		}
+	}
+	out = warnings(map[string]string{"EVENT_RETENTION": "24h"})
+	for _, want := range []string{"level=WARN", "config: EVENT_RETENTION is 24h0m0s", "72h a webhook receiver may be down", "variable=EVENT_RETENTION"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("EVENT_RETENTION=24h: no %q in\n%s", want, out)
+		}
+	}
+	if n := strings.Count(warnings(map[string]string{"RECORD_RETENTION": "71h", "EVENT_RETENTION": "1h"}), "level=WARN"); n != 2 {
+		t.Errorf("both short: %d warnings, want 2", n)
 	}
 }

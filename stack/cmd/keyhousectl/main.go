@@ -46,10 +46,19 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	product := fs.String("product", "", "product_id of every license (default: the source's product id, prefixed with the source)")
 	tier := fs.String("tier", "pro", "tier of every license")
 	onConflict := fs.String("on-conflict", "fail", `a key that exists with other terms: "skip" it, or "fail" the batch`)
-	url := fs.String("url", os.Getenv("KEYHOUSE_URL"), "Keyhouse API base URL (KEYHOUSE_URL)")
-	apiKey := fs.String("api-key", os.Getenv("KEYHOUSE_API_KEY"), "admin key or tenant API key (KEYHOUSE_API_KEY)")
+	// The environment is read after parsing, not as the flags' defaults: the flag package
+	// prints a default in its usage (-h, a mistyped flag), and the key would land in
+	// terminals and CI logs.
+	url := fs.String("url", "", "Keyhouse API base URL (default: $KEYHOUSE_URL)")
+	apiKey := fs.String("api-key", "", "admin key or tenant API key (default: $KEYHOUSE_API_KEY)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
+	}
+	if *url == "" {
+		*url = os.Getenv("KEYHOUSE_URL")
+	}
+	if *apiKey == "" {
+		*apiKey = os.Getenv("KEYHOUSE_API_KEY")
 	}
 	convert, ok := importer.Sources[*from]
 	switch {

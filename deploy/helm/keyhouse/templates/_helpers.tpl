@@ -89,7 +89,7 @@ restart the Deployments (docs/operations.md, Rotating the admin key). Only a has
 data is written.
 */}}
 {{- define "keyhouse.secretChecksum" -}}
-{{- $in := dict "s" .Values.secrets "p" .Values.postgres "r" .Values.redis -}}
+{{- $in := dict "s" .Values.secrets "p" .Values.postgres "r" .Values.redis "n" .Values.nats.url -}}
 {{- with .Values.secrets.existingSecret -}}
 {{- $_ := set $in "existing" ((lookup "v1" "Secret" $.Release.Namespace .).data | default dict) -}}
 {{- end -}}
