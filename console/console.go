@@ -284,19 +284,9 @@ func asAPIError(err error) *apiError {
 		return ae
 	}
 	st := status.Convert(err)
-	msg := st.Message()
-	code := apierr.HTTPStatus(st)
-	switch {
-	case code == http.StatusServiceUnavailable && (msg == "" || st.Code() != codes.Unavailable && st.Code() != codes.Aborted):
-		msg = "Service unavailable, retry"
-	case code == http.StatusInternalServerError:
-		// Unexpected, gRPC's own ResourceExhausted (an answer over the size limit) included.
-		if msg != apierr.InternalMessage {
-			slog.Default().Error("internal error", "code", st.Code().String(), "error", msg)
-		}
-		msg = apierr.InternalMessage
-	}
-	return &apiError{Status: code, Message: msg}
+	// The gateway's rule: a transport failure (a backend down, gRPC's text naming its
+	// address) is the generic 503 text, any unexpected error the one 500 text.
+	return &apiError{Status: apierr.HTTPStatus(st), Message: apierr.PublicMessage(context.Background(), st)}
 }
 
 func isUnauthenticated(err error) bool { return status.Code(err) == codes.Unauthenticated }

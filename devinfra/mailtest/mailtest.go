@@ -1,8 +1,9 @@
 // Package mailtest is a real SMTP server for tests (github.com/emersion/go-smtp, in
 // process, on loopback): it accepts mail like any relay and keeps what it received, so a
 // test reads the messages a user would get. It can be taken down and brought back on the
-// same port, and it can hold a conversation open before accepting, to stop a sender
-// between "connected" and "delivered".
+// same port, it can hold a conversation open before accepting, to stop a sender between
+// "connected" and "delivered", and it can refuse recipients as a relay refuses an address
+// it does not know.
 package mailtest
 
 import (
@@ -50,6 +51,8 @@ type Server struct {
 	// smtpUTF8 makes the server offer SMTPUTF8 (RFC 6531), as most public relays do; a
 	// server started by Start offers it not, as some relays still do.
 	smtpUTF8 bool
+	// refuse, when set, refuses a RCPT TO with 550 5.1.1 and the text it returns, if any.
+	refuse func(rcpt string) string
 }
 
 // Start listens on a free loopback port. The server does not offer SMTPUTF8.
@@ -147,6 +150,22 @@ func (s *Server) Held(timeout time.Duration) bool {
 	}
 }
 
+// RefuseRecipients makes RCPT TO answer 550 5.1.1 with the text reply returns for the
+// address as the server received it, the way a relay refuses an address it does not know
+// (many quote it: see Rejected); a recipient for which reply returns "" is accepted, and
+// nil accepts every recipient again.
+func (s *Server) RefuseRecipients(reply func(rcpt string) string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.refuse = reply
+}
+
+// Rejected is Postfix's text for an unknown recipient, which quotes the address:
+// "<jane@example.com>: Recipient address rejected: User unknown in local recipient table".
+func Rejected(rcpt string) string {
+	return "<" + rcpt + ">: Recipient address rejected: User unknown in local recipient table"
+}
+
 // Messages returns what was accepted so far.
 func (s *Server) Messages() []Received {
 	s.mu.Lock()
@@ -208,6 +227,14 @@ func (x *session) Mail(from string, opts *smtp.MailOptions) error {
 }
 
 func (x *session) Rcpt(to string, _ *smtp.RcptOptions) error {
+	x.s.mu.Lock()
+	refuse := x.s.refuse
+	x.s.mu.Unlock()
+	if refuse != nil {
+		if text := refuse(to); text != "" {
+			return &smtp.SMTPError{Code: 550, EnhancedCode: smtp.EnhancedCode{5, 1, 1}, Message: text}
+		}
+	}
 	x.to = append(x.to, to)
 	return nil
 }

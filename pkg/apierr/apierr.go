@@ -5,9 +5,11 @@
 package apierr
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 
 	apiv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/api/v1"
@@ -128,6 +130,10 @@ var Unauthorized = &Error{Code: codes.Unauthenticated, Message: "Unauthorized"}
 // InternalMessage is the only text a 500 ever carries.
 const InternalMessage = "Internal server error"
 
+// UnavailableMessage is the 503 text of a service that could not be reached, or did not
+// answer within the request's budget.
+const UnavailableMessage = "Service unavailable, retry"
+
 // Is reports whether err carries the given code, looking through wrapping and gRPC statuses.
 func Is(err error, code codes.Code) bool {
 	var e *Error
@@ -157,6 +163,8 @@ func FromStatus(st *status.Status) *Error {
 // a 429: the routes' rate limits are the gateway's own, answered before any call, so it
 // is gRPC's own, a message over a size limit, and that is a 500 like anything else
 // unexpected.
+//
+// PublicMessage is the text that goes with it.
 func HTTPStatus(st *status.Status) int {
 	switch st.Code() {
 	case codes.InvalidArgument, codes.FailedPrecondition, codes.OutOfRange:
@@ -172,4 +180,32 @@ func HTTPStatus(st *status.Status) int {
 	default:
 		return http.StatusInternalServerError
 	}
+}
+
+// PublicMessage is the one rule for the text a REST door (the gateway's routes, the
+// console's and the portal's pages) shows for a call that failed with st, HTTPStatus
+// being its status: the service's own message, except
+//   - Unimplemented (a route no service has): "Not found";
+//   - a transport failure reaching a service (Unavailable without the RetryInfo detail a
+//     service's own 503 carries: gRPC's text, naming internal addresses), no answer
+//     within the request's budget (DeadlineExceeded, Canceled), and a 503 without a
+//     message: UnavailableMessage;
+//   - any other 500: InternalMessage. A text other than that (gRPC's own, such as an
+//     answer over the size limit; a service's 500 logged its cause and says only
+//     InternalMessage) is logged here, never shown.
+func PublicMessage(ctx context.Context, st *status.Status) string {
+	msg := st.Message()
+	switch code := st.Code(); {
+	case code == codes.Unimplemented:
+		return "Not found"
+	case code == codes.Unavailable && !Retryable(st), code == codes.DeadlineExceeded, code == codes.Canceled,
+		msg == "" && HTTPStatus(st) == http.StatusServiceUnavailable:
+		return UnavailableMessage
+	case HTTPStatus(st) == http.StatusInternalServerError:
+		if msg != InternalMessage {
+			slog.Default().ErrorContext(ctx, "internal error", "code", code.String(), "error", msg)
+		}
+		return InternalMessage
+	}
+	return msg
 }

@@ -54,7 +54,7 @@ func replicasRefused(err error, replicas int) error {
 // the outbox relay until ctx ends. At shutdown the relay finishes its batch before the
 // connection closes; closers a service adds later (its consumers) run before both.
 func (d *Deps) StartEventSpine(ctx context.Context, name string, o SpineOptions) (*EventSpine, error) {
-	nc, js, err := natsx.Connect(ctx, d.Config.NATSURL, name, d.Log)
+	nc, js, err := natsx.Connect(ctx, d.Config.NATSURL.Reveal(), name, d.Log)
 	if err != nil {
 		return nil, err
 	}

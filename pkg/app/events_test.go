@@ -88,7 +88,7 @@ func outboxDeps(t *testing.T, natsURL string, opts ...pgxx.Option) (*Deps, *pgxp
 		}
 	}
 	return &Deps{
-		Config: &config.Config{Common: config.Common{DatabaseURL: config.Secret(url)}, NATSURL: natsURL},
+		Config: &config.Config{Common: config.Common{DatabaseURL: config.Secret(url)}, NATSURL: config.Secret(natsURL)},
 		Log:    slog.New(slog.NewTextHandler(io.Discard, nil)),
 		DB:     pool,
 	}, pool

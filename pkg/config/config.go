@@ -60,7 +60,7 @@ type Config struct {
 	RateLimitRedisTimeout time.Duration
 	TrustedProxies        []netip.Prefix
 	RedisURL              Secret
-	NATSURL               string
+	NATSURL               Secret
 	// NATSStreamReplicas is how many JetStream servers hold each stream the services
 	// create (NATS_STREAM_REPLICAS, 1 to 5); 0 (unset) creates a stream with one and leaves
 	// an existing stream's count as it is, so that one set by hand is not undone.
@@ -223,7 +223,7 @@ func LoadFrom(lookup func(string) (string, bool)) (*Config, error) {
 		RateLimitRedisTimeout: r.duration("RATE_LIMIT_REDIS_TIMEOUT", 100*time.Millisecond),
 		TrustedProxies:        r.prefixes("TRUSTED_PROXIES"),
 		RedisURL:              Secret(r.str("REDIS_URL", "redis://127.0.0.1:56379/0")),
-		NATSURL:               r.str("NATS_URL", "nats://127.0.0.1:54222"),
+		NATSURL:               Secret(r.str("NATS_URL", "nats://127.0.0.1:54222")),
 		NATSStreamReplicas:    r.int("NATS_STREAM_REPLICAS", 0),
 		PublicBaseURL:         strings.TrimRight(r.str("PUBLIC_BASE_URL", "http://localhost:8080"), "/"),
 

@@ -56,13 +56,14 @@ func TestSecretsNeverPrint(t *testing.T) {
 	c, err := LoadFrom(env(map[string]string{
 		"ADMIN_API_KEY": "super-secret-admin", "DATABASE_URL": "postgres://u:dbpass@h/db",
 		"REDIS_URL": "redis://:redispass@h:6379/0", "SMTP_URL": "smtp://u:mailpass@h:25",
+		"NATS_URL": "nats://u:natspass@h:4222",
 	}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, format := range []string{"%v", "%+v", "%#v", "%s"} {
 		out := fmt.Sprintf(format, c)
-		for _, secret := range []string{"super-secret-admin", "dbpass", "redispass", "mailpass"} {
+		for _, secret := range []string{"super-secret-admin", "dbpass", "redispass", "mailpass", "natspass"} {
 			if strings.Contains(out, secret) {
 				t.Errorf("%s prints %q", format, secret)
 			}

@@ -278,7 +278,7 @@ func normalize(ctx context.Context, log *slog.Logger, method string, err error) 
 		return apierr.Unavailable(DatabaseUnavailable).GRPCStatus().Err()
 	}
 	if errors.Is(err, context.DeadlineExceeded) {
-		return apierr.Unavailable(ServiceUnavailable).GRPCStatus().Err()
+		return apierr.Unavailable(apierr.UnavailableMessage).GRPCStatus().Err()
 	}
 	if st, ok := status.FromError(err); ok && st.Code() != codes.Unknown && st.Code() != codes.Internal {
 		return err
@@ -287,11 +287,9 @@ func normalize(ctx context.Context, log *slog.Logger, method string, err error) 
 	return status.Error(codes.Internal, apierr.InternalMessage)
 }
 
-// The 503 texts of a dependency that did not answer within the request's budget.
-const (
-	DatabaseUnavailable = "Database unavailable, retry"
-	ServiceUnavailable  = "Service unavailable, retry"
-)
+// DatabaseUnavailable is the 503 text of a database that could not be reached or did not
+// answer within the request's budget (a service's: apierr.UnavailableMessage).
+const DatabaseUnavailable = "Database unavailable, retry"
 
 // isDatabaseUnavailable reports a Postgres that could not be reached, did not answer in
 // time (pgx turns the request's deadline into a timeout error), or ended the connection

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
+	"github.com/keyhouse/keyhouse/pkg/apierr"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -67,7 +68,7 @@ func TestADatabaseThatDoesNotAnswerIsA503ThatSaysRetry(t *testing.T) {
 	}{
 		"connect failure":   {err, codes.Unavailable, DatabaseUnavailable},
 		"wrapped":           {fmt.Errorf("store: %w", &pgconn.ConnectError{}), codes.Unavailable, DatabaseUnavailable},
-		"budget exhausted":  {fmt.Errorf("call: %w", context.DeadlineExceeded), codes.Unavailable, ServiceUnavailable},
+		"budget exhausted":  {fmt.Errorf("call: %w", context.DeadlineExceeded), codes.Unavailable, apierr.UnavailableMessage},
 		"client hung up":    {context.Canceled, codes.Canceled, "request canceled"},
 		"unexpected errors": {errors.New("boom"), codes.Internal, "Internal server error"},
 	}

@@ -56,7 +56,8 @@ func (m Message) redacted() string {
 
 // Sender delivers messages.
 type Sender interface {
-	// Send delivers m or returns why not. Errors name no credential.
+	// Send delivers m or returns why not. Errors name no credential, and the recipient
+	// only masked (Mask): a caller may log them and show them.
 	Send(ctx context.Context, m Message) error
 	// Provider is "log" or "smtp": the log provider logs instead of delivering.
 	Provider() string
@@ -192,10 +193,14 @@ func (l *logSender) Send(_ context.Context, m Message) error {
 }
 
 // Mask keeps an address recognizable to its owner without writing it down:
-// "jane.doe@example.com" → "j***@example.com".
+// "jane.doe@example.com" → "j***@example.com"; `"jane doe"@example.com` likewise.
 func Mask(addr string) string {
-	local, domain, ok := strings.Cut(addr, "@")
-	if !ok || local == "" {
+	at := strings.LastIndexByte(addr, '@')
+	if at < 0 {
+		return "***"
+	}
+	local, domain := strings.TrimLeft(addr[:at], `\"`), addr[at+1:] // a quoted local part's quote, escaped or not
+	if local == "" {
 		return "***"
 	}
 	r := []rune(local)

@@ -1,9 +1,13 @@
 package mail
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net/mail"
+	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -68,4 +72,56 @@ func isASCII(s string) bool {
 		}
 	}
 	return true
+}
+
+// addressLike is a run of text around an @ that may be an address (no space, bracket,
+// quote or separator in it).
+const addressLike = `[^\s<>()\[\],;:"]+@[^\s<>()\[\],;:"]+`
+
+// maskIn returns text (a mail server's refusal, say) with the recipient's address masked
+// as Mask masks it, in every spelling a server may write it back: as sent, as given (what
+// the caller passed as Message.To), its local part quoted or not, its domain in punycode
+// or in Unicode, in any letter case, Go-quoted or not. Any other address-like run is
+// masked too (a server may write the address in a form of its own).
+func (to Recipient) maskIn(text, given string) string {
+	var spellings []string
+	add := func(addr string) {
+		at := strings.LastIndexByte(addr, '@')
+		if at <= 0 {
+			return
+		}
+		locals := []string{addr[:at]}
+		if a, err := mail.ParseAddress(addr); err == nil { // the local part unquoted
+			locals = append(locals, a.Address[:strings.LastIndexByte(a.Address, '@')])
+		}
+		domain := addr[at+1:]
+		domains := []string{domain}
+		if d, err := idna.ToUnicode(domain); err == nil {
+			domains = append(domains, d)
+		}
+		if d, err := idnaProfile.ToASCII(domain); err == nil {
+			domains = append(domains, d)
+		}
+		for _, l := range locals {
+			for _, d := range domains {
+				// go-mail writes the server's reply Go-quoted (%q): a quote of the
+				// local part then reads \".
+				quoted := strconv.Quote(l + "@" + d)
+				spellings = append(spellings, regexp.QuoteMeta(l+"@"+d), regexp.QuoteMeta(quoted[1:len(quoted)-1]))
+			}
+		}
+	}
+	add(to.Address)
+	if a, err := mail.ParseAddress(strings.TrimSpace(given)); err == nil {
+		add(a.Address)
+	}
+	// The longest first: at one position the first alternative that matches wins.
+	slices.SortFunc(spellings, func(a, b string) int {
+		if c := cmp.Compare(len(b), len(a)); c != 0 {
+			return c
+		}
+		return strings.Compare(a, b)
+	})
+	re := regexp.MustCompile("(?i)" + strings.Join(append(slices.Compact(spellings), addressLike), "|"))
+	return re.ReplaceAllStringFunc(text, Mask)
 }

@@ -103,8 +103,12 @@ func (s *smtpSender) Send(ctx context.Context, m Message) error {
 			return err
 		}
 	}
+	// go-mail's errors name the recipient (its parse error quotes the address, its send
+	// error lists "affected recipient(s)", and servers quote it in their refusal): only
+	// their text goes on, with the address masked (Recipient.maskIn), and none of them
+	// is wrapped, so no caller can reach the address (or the message) through errors.As.
 	if err := msg.To(to.Address); err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalidRecipient, err)
+		return fmt.Errorf("%w: %s", ErrInvalidRecipient, to.maskIn(err.Error(), m.To))
 	}
 	msg.Subject(m.Subject)
 	msg.SetDate()
@@ -129,7 +133,7 @@ func (s *smtpSender) Send(ctx context.Context, m Message) error {
 		return ErrSMTPUTF8Unsupported
 	}
 	if err := client.SendWithSMTPClient(conn, msg); err != nil {
-		return fmt.Errorf("mail: smtp send to %s: send failed: %w", server, err)
+		return fmt.Errorf("mail: smtp send to %s: send failed: %s", server, to.maskIn(err.Error(), m.To))
 	}
 	return nil
 }

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	neturl "net/url"
 	"sync"
 	"time"
 
@@ -78,7 +79,12 @@ func Connect(ctx context.Context, url, name string, log *slog.Logger) (*nats.Con
 	)
 	if err != nil {
 		// Not "unreachable" (RetryOnFailedConnect covers that) but a bad URL or option.
-		// The URL may carry credentials: never echo it.
+		// The URL may carry credentials: never echo it (url.Parse's *url.Error quotes the
+		// URL whole), as pgxx does not echo DATABASE_URL.
+		var urlErr *neturl.Error
+		if errors.As(err, &urlErr) {
+			return nil, nil, errors.New("natsx: NATS_URL is not a valid nats:// URL")
+		}
 		return nil, nil, fmt.Errorf("natsx: connect: %w", err)
 	}
 	if !nc.IsConnected() {

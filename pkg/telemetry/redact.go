@@ -2,6 +2,7 @@ package telemetry
 
 import (
 	"log/slog"
+	"net/url"
 	"path"
 	"strings"
 )
@@ -70,10 +71,7 @@ func MaskLicenseKey(key string) string {
 
 // pathSecrets lists the routes that carry a credential in their path: the segment after
 // the prefix is a portal token (always hidden) or a license key (masked).
-var pathSecrets = []struct {
-	prefix     string
-	licenseKey bool
-}{
+var pathSecrets = []pathSecret{
 	{"/portal/", false},
 	{"/v1/export-license/", true},
 	{"/v1/list-activations/", true},
@@ -81,15 +79,26 @@ var pathSecrets = []struct {
 	{"/console/licenses/", true},
 }
 
+type pathSecret struct {
+	prefix     string
+	licenseKey bool
+}
+
 // RedactPath hides the portal token and masks the license key in a request path, so the
 // access log can name the route without holding the credential. fullLicenseKeys leaves
 // keys whole (LOG_LICENSE_KEYS=full); portal tokens are hidden regardless.
+//
+// The path is read as the routes read it, segment by segment unescaped (CanonicalPath),
+// and written so: a client that escaped a letter of a route's word (/%70ortal/TOKEN,
+// /v1/export%2Dlicense/KEY) reaches the route, and its line names the route with the
+// credential hidden, not the path as sent.
 //
 // A path with an empty, "." or ".." segment (//v1/admin/license/KEY, /portal/TOKEN/..)
 // names a route only once cleaned; the gateway refuses it, and its line logs the cleaned
 // path, redacted, never the path as sent, which held the key or token where no prefix
 // matched.
 func RedactPath(p string, fullLicenseKeys bool) string {
+	p = CanonicalPath(p)
 	if redacted, ok := redactRoute(p, fullLicenseKeys); ok {
 		return redacted
 	}
@@ -100,45 +109,84 @@ func RedactPath(p string, fullLicenseKeys bool) string {
 	return p
 }
 
-// MaskUnknownPath is the path of a request that named no route, as it may be logged:
-// every segment that is not a route word (routeWord) is masked as a license key is, even
-// with LOG_LICENSE_KEYS=full. A mistyped route (/v1/admin/licenses/KEY,
-// /v1/export-licence/KEY) carries a key or token where no route says which segment holds
-// it, so any segment may be one; the words kept still show which route was meant.
-func MaskUnknownPath(p string, routeWord func(string) bool) string {
-	if _, ok := redactRoute(path.Clean(p), false); ok {
-		return p // a route of pathSecrets: RedactPath hides its secret, here as anywhere
+// CanonicalPath is the escaped path p spelled one way: each segment (the text between two
+// "/" the client sent) unescaped and escaped again as url.PathEscape does, so a route's
+// word is its word however a client escaped its letters, and an escaped "/" stays %2F, one
+// segment's data. The gateway routes on this spelling, and the access log writes it.
+func CanonicalPath(p string) string {
+	if !strings.Contains(p, "%") {
+		return p
 	}
 	segs := strings.Split(p, "/")
 	for i, s := range segs {
-		if s != "" && !routeWord(s) {
+		if !strings.Contains(s, "%") {
+			continue // url.PathEscape keeps what url.URL keeps unescaped in a path
+		}
+		if u, err := url.PathUnescape(s); err == nil {
+			segs[i] = url.PathEscape(u)
+		}
+	}
+	return strings.Join(segs, "/")
+}
+
+// MaskUnknownPath is the path of a request that named no route, as it may be logged
+// (CanonicalPath's spelling): every segment that is not a route word (routeWord) is
+// masked as a license key is, even with LOG_LICENSE_KEYS=full. A mistyped route
+// (/v1/admin/licenses/KEY, /v1/export-licence/KEY) carries a key or token where no route
+// says which segment holds it, so any segment may be one; the words kept still show which
+// route was meant. Under a prefix of a route that carries a credential the segment
+// RedactPath hides or masks is left to it, and every later one that is not a route word is
+// masked here: a key holding "/" sent unescaped (/v1/export-license/LEGACY/ABCD-1234/file)
+// spans several.
+func MaskUnknownPath(p string, routeWord func(string) bool) string {
+	p = CanonicalPath(p)
+	if cleaned := path.Clean(p); cleaned != p {
+		if _, _, ok := secretPrefix(cleaned); ok {
+			p = cleaned // as RedactPath logs it
+		}
+	}
+	keep := 0 // the leading parts RedactPath masks: a prefix of pathSecrets and its secret
+	if ps, _, ok := secretPrefix(p); ok {
+		keep = strings.Count(ps.prefix, "/") + 1
+	}
+	segs := strings.Split(p, "/")
+	for i, s := range segs {
+		if i >= keep && s != "" && !routeWord(s) {
 			segs[i] = MaskLicenseKey(s)
 		}
 	}
 	return strings.Join(segs, "/")
 }
 
+// secretPrefix is the route of pathSecrets p is under, and what follows its prefix; ok is
+// false when p is under none or nothing follows.
+func secretPrefix(p string) (pathSecret, string, bool) {
+	for _, ps := range pathSecrets {
+		if rest, ok := strings.CutPrefix(p, ps.prefix); ok && rest != "" {
+			return ps, rest, true
+		}
+	}
+	return pathSecret{}, "", false
+}
+
 // redactRoute is RedactPath for a path as the routes spell it: ok when a prefix of
 // pathSecrets matched.
 func redactRoute(path string, fullLicenseKeys bool) (string, bool) {
-	for _, p := range pathSecrets {
-		rest, ok := strings.CutPrefix(path, p.prefix)
-		if !ok || rest == "" {
-			continue
-		}
-		segment, tail, _ := strings.Cut(rest, "/")
-		if tail != "" || strings.HasSuffix(rest, "/") {
-			tail = "/" + tail
-		}
-		switch {
-		case !p.licenseKey:
-			segment = "[redacted]"
-		case p.prefix == "/console/licenses/" && segment == "new":
-			// /console/licenses/new is a page, not a key.
-		case !fullLicenseKeys:
-			segment = MaskLicenseKey(segment)
-		}
-		return p.prefix + segment + tail, true
+	ps, rest, ok := secretPrefix(path)
+	if !ok {
+		return path, false
 	}
-	return path, false
+	segment, tail, _ := strings.Cut(rest, "/")
+	if tail != "" || strings.HasSuffix(rest, "/") {
+		tail = "/" + tail
+	}
+	switch {
+	case !ps.licenseKey:
+		segment = "[redacted]"
+	case ps.prefix == "/console/licenses/" && segment == "new":
+		// /console/licenses/new is a page, not a key.
+	case !fullLicenseKeys:
+		segment = MaskLicenseKey(segment)
+	}
+	return ps.prefix + segment + tail, true
 }

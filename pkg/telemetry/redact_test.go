@@ -31,6 +31,19 @@ func TestRedactPath(t *testing.T) {
 		{"/portal/29Oa1ZvSecretToken/..", "/portal/[redacted]/..", "/portal/[redacted]/.."},
 		{"/v1/export-license/" + key + "/../..", "/v1/export-license/M8PF…9XYZ/../..", "/v1/export-license/" + key + "/../.."},
 		{"/v1/verify-license/", "/v1/verify-license/", "/v1/verify-license/"},
+		// A route's word with a letter escaped is routed as the word (each segment is
+		// unescaped), so it is read, and logged, the same way.
+		{"/%70ortal/29Oa1ZvSecretToken", "/portal/[redacted]", "/portal/[redacted]"},
+		{"/portal/%32%39Oa1ZvSecretToken", "/portal/[redacted]", "/portal/[redacted]"},
+		{"/v1/export%2Dlicense/" + key + "/offline", "/v1/export-license/M8PF…9XYZ/offline", "/v1/export-license/" + key + "/offline"},
+		{"/v1/%61dmin/license/" + key, "/v1/admin/license/M8PF…9XYZ", "/v1/admin/license/" + key},
+		{"/%76%31/list%2dactivations/" + key, "/v1/list-activations/M8PF…9XYZ", "/v1/list-activations/" + key},
+		{"/console/licen%73es/" + key + "/revoke", "/console/licenses/M8PF…9XYZ/revoke", "/console/licenses/" + key + "/revoke"},
+		{"/console/licenses/%6Eew", "/console/licenses/new", "/console/licenses/new"},
+		{"//%70ortal/29Oa1ZvSecretToken", "/portal/[redacted]", "/portal/[redacted]"},
+		{"/v1/%2e/export-license/" + key, "/v1/export-license/M8PF…9XYZ", "/v1/export-license/" + key},
+		// A key's escaped "/" stays in its segment, masked whole.
+		{"/v1/admin/license/LEGACY%2FABCD-1234-EFGH", "/v1/admin/license/LEGA…EFGH", "/v1/admin/license/LEGACY%2FABCD-1234-EFGH"},
 	}
 	for _, c := range cases {
 		if got := RedactPath(c.path, false); got != c.masked {
@@ -94,12 +107,26 @@ func TestMaskUnknownPath(t *testing.T) {
 		"/v1/export-licence/" + key + "/file": "/v1/expo…ence/M8PF…9XYZ/file",
 		"/portl/29Oa1ZvSecretToken":           "/p…/29Oa…oken",
 		"/v1/admin/licenses/":                 "/v1/admin/licenses/",
-		// pathSecrets' routes are RedactPath's, which hides the token whole.
-		"/portal/29Oa1ZvSecretToken/typo": "/portal/29Oa1ZvSecretToken/typo",
-		"/v1/admin/license/" + key + "/x": "/v1/admin/license/" + key + "/x",
+		"/v1/%61dmin/licenses/" + key:         "/v1/admin/licenses/M8PF…9XYZ",
+		// Under a route of pathSecrets its secret segment is RedactPath's (which hides the
+		// token whole), and every later one that is not a route word is masked here.
+		"/portal/29Oa1ZvSecretToken/typo":                  "/portal/29Oa1ZvSecretToken/t…",
+		"/v1/admin/license/" + key + "/x":                  "/v1/admin/license/" + key + "/…",
+		"/v1/export-license/LEGACY/ABCD-1234-EFGH/file":    "/v1/export-license/LEGACY/ABCD…EFGH/file",
+		"/v1//export-license/LEGACY/ABCD-1234-EFGH/file":   "/v1/export-license/LEGACY/ABCD…EFGH/file",
+		"/v1/export%2Dlicense/LEGACY/ABCD-1234-EFGH/file":  "/v1/export-license/LEGACY/ABCD…EFGH/file",
+		"/%70ortal/29Oa1ZvSecretToken/more/29Oa1ZvSecret2": "/portal/29Oa1ZvSecretToken/m…/29Oa…ret2",
 	} {
 		if got := MaskUnknownPath(path, routeWord); got != want {
 			t.Errorf("MaskUnknownPath(%q) = %q, want %q", path, got, want)
+		}
+	}
+	// As the access log writes it (MaskUnknownPath, then the logger's RedactPath), no
+	// segment of a key that spans several is whole, whatever LOG_LICENSE_KEYS says.
+	for _, full := range []bool{false, true} {
+		got := RedactPath(MaskUnknownPath("/v1/export-license/LEGACY/ABCD-1234-EFGH/file", routeWord), full)
+		if strings.Contains(got, "ABCD-1234-EFGH") || !full && strings.Contains(got, "LEGACY") {
+			t.Errorf("full=%v: logged as %q", full, got)
 		}
 	}
 }

@@ -67,7 +67,7 @@ func startOverloadStack(t *testing.T, shared *onceStack, extra map[string]string
 }
 
 // unavailableBody is the gateway's retryable 503: admission control's refusal, and a
-// backend it cannot reach yet (grpcx.ServiceUnavailable).
+// backend it cannot reach yet (apierr.UnavailableMessage).
 const unavailableBody = `{"error":"Service unavailable, retry"}`
 
 // answer is a response read off the wire, without failing from a goroutine.

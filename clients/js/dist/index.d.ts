@@ -121,9 +121,12 @@ export interface LeaseCheck {
 }
 /** Thrown by verifyLease; `claims` are set when the signature verified. */
 export declare class LeaseError extends KeyhouseError {
-    readonly claims?: LeaseClaims | undefined;
     readonly unknownKid: boolean;
-    constructor(code: string, message: string, claims?: LeaseClaims | undefined, unknownKid?: boolean);
+    /** The lease's claims, when its signature verified. Not enumerable: claims.sub is the
+     * license key, which console.error(err), util.inspect(err) and JSON.stringify(err) would
+     * otherwise print; code reads err.claims as any property. */
+    readonly claims?: LeaseClaims;
+    constructor(code: string, message: string, claims?: LeaseClaims, unknownKid?: boolean);
 }
 /** Checks a lease (a JWS signed with Ed25519) and returns its claims, or throws LeaseError
  * whose code is the verdict: invalid_lease, wrong_product, wrong_license, clock_tampered,

@@ -285,9 +285,9 @@ function clockBehind(nowSeconds, iat, newestIat = 0) {
 class LeaseError extends KeyhouseError {
     constructor(code, message, claims, unknownKid = false) {
         super(code, message);
-        this.claims = claims;
         this.unknownKid = unknownKid;
         this.name = 'LeaseError';
+        Object.defineProperty(this, 'claims', { value: claims, enumerable: false });
     }
 }
 exports.LeaseError = LeaseError;

@@ -326,9 +326,15 @@ export interface LeaseCheck {
 
 /** Thrown by verifyLease; `claims` are set when the signature verified. */
 export class LeaseError extends KeyhouseError {
-  constructor(code: string, message: string, public readonly claims?: LeaseClaims, public readonly unknownKid = false) {
+  /** The lease's claims, when its signature verified. Not enumerable: claims.sub is the
+   * license key, which console.error(err), util.inspect(err) and JSON.stringify(err) would
+   * otherwise print; code reads err.claims as any property. */
+  declare readonly claims?: LeaseClaims;
+
+  constructor(code: string, message: string, claims?: LeaseClaims, public readonly unknownKid = false) {
     super(code, message);
     this.name = 'LeaseError';
+    Object.defineProperty(this, 'claims', { value: claims, enumerable: false });
   }
 }
 

@@ -108,3 +108,15 @@ def test_rotation_manifest(m):
     _expect_manifest(m, BOTH_KEYS, m["ok"], m.get("error"))
     _expect_manifest(m, list(reversed(BOTH_KEYS)), m["ok"], m.get("error"))
     _expect_manifest(m, V["rsa_public_key_pem"], False, "invalid_signature")
+
+
+def test_a_lease_error_prints_without_the_license_key_its_claims_hold():
+    # The claims' sub is the license key: code reads e.claims, a printed error shows none.
+    import traceback
+    lease = next(x for x in V["leases"] if x["verdict"] == "expired")
+    with pytest.raises(keyhouse.LeaseError) as err:
+        keyhouse.verify_lease(lease["lease"], V["lease_keys"][lease["keys"]], V["product_id"], V["now"], lease["components"],
+                              license_key=V["license_key"], newest_iat_seen=lease["newest_iat_seen"])
+    assert err.value.claims["sub"] == V["license_key"]
+    for shown in (str(err.value), repr(err.value), "".join(traceback.format_exception(err.value))):
+        assert V["license_key"] not in shown, shown

@@ -109,7 +109,7 @@ func run(ctx context.Context, rt config.Runtime) error {
 	// (edge.Caches), following the change events over NATS like the services' license
 	// caches (LICENSE_CACHE_TTL bounds them, LICENSE_CACHE_LIVE_TTL while their liveness is
 	// proven), and dropped as soon as a write through this gateway announces what it changed.
-	nc, _, err := natsx.Connect(ctx, cfg.NATSURL, "gateway", log)
+	nc, _, err := natsx.Connect(ctx, cfg.NATSURL.Reveal(), "gateway", log)
 	if err != nil {
 		return err
 	}

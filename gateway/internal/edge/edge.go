@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/netip"
-	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -237,16 +236,17 @@ func openAPIDocument(w http.ResponseWriter, _ *http.Request, _ map[string]string
 	_, _ = w.Write(doc)
 }
 
-// withSegmentPaths hands the mux a path escaped in one canonical way: each segment (the
-// text between two "/" the client sent) unescaped and escaped again as url.PathEscape
-// does. The mux compares a route's literal segments with the escaped path, so a client
-// that escaped a letter of one (/v1/%61dmin/stats) still reaches the route it reached
-// when the mux split the unescaped path; an escaped "/" stays %2F, one segment's data.
-// A path sent without escapes (RawPath "") is matched as it is.
+// withSegmentPaths hands the mux a path escaped in one canonical way
+// (telemetry.CanonicalPath): each segment (the text between two "/" the client sent)
+// unescaped and escaped again as url.PathEscape does. The mux compares a route's literal
+// segments with the escaped path, so a client that escaped a letter of one
+// (/v1/%61dmin/stats) still reaches the route it reached when the mux split the unescaped
+// path; an escaped "/" stays %2F, one segment's data. A path sent without escapes
+// (RawPath "") is matched as it is. The access log reads the path the same way.
 func withSegmentPaths(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if raw := r.URL.RawPath; raw != "" {
-			if canonical := canonicalSegments(raw); canonical != raw {
+			if canonical := telemetry.CanonicalPath(raw); canonical != raw {
 				u := *r.URL
 				u.RawPath = canonical
 				r = r.WithContext(r.Context())
@@ -255,20 +255,6 @@ func withSegmentPaths(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
-}
-
-// canonicalSegments is withSegmentPaths' spelling of the escaped path p.
-func canonicalSegments(p string) string {
-	segs := strings.Split(p, "/")
-	for i, s := range segs {
-		if !strings.Contains(s, "%") {
-			continue // url.PathEscape keeps what url.URL keeps unescaped in a path
-		}
-		if u, err := url.PathUnescape(s); err == nil {
-			segs[i] = url.PathEscape(u)
-		}
-	}
-	return strings.Join(segs, "/")
 }
 
 // readRawBody starts a raw-body route the way a generated handler starts: the request is

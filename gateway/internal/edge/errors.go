@@ -4,14 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"log/slog"
 	"net/http"
 	"regexp"
 	"strings"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"github.com/keyhouse/keyhouse/pkg/apierr"
-	"github.com/keyhouse/keyhouse/pkg/grpcx"
 	apiv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/api/v1"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -30,24 +28,10 @@ func handleError(ctx context.Context, _ *runtime.ServeMux, _ runtime.Marshaler, 
 	}
 	st := status.Convert(err)
 	code := apierr.HTTPStatus(st)
-	msg := st.Message()
-	switch {
-	case st.Code() == codes.Unimplemented:
-		msg = "Not found"
-	case st.Code() == codes.Unavailable && !apierr.Retryable(st),
-		st.Code() == codes.DeadlineExceeded, st.Code() == codes.Canceled:
-		// A transport failure reaching a service (its text names addresses, so it stays in
-		// the logs), or no answer within the request's budget. A service's own 503
-		// (apierr.Unavailable) says so with a RetryInfo detail and keeps its message.
-		msg = grpcx.ServiceUnavailable
-	case code == http.StatusInternalServerError:
-		if msg != apierr.InternalMessage {
-			// Not a service's own 500 (which logged its cause and says only this): gRPC's
-			// or the gateway's, such as an answer over the size limit. Its text stays here.
-			slog.Default().ErrorContext(ctx, "internal error", "code", st.Code().String(), "error", msg)
-		}
-		msg = apierr.InternalMessage
-	case st.Code() == codes.InvalidArgument:
+	// The console's pages show the same text (apierr.PublicMessage): a transport
+	// failure's names no internal address, a 500's is the one InternalMessage.
+	msg := apierr.PublicMessage(ctx, st)
+	if st.Code() == codes.InvalidArgument {
 		msg = cleanDecodeError(msg)
 	}
 	var fields *apiv1.ErrorFields

@@ -133,8 +133,10 @@ func withAccessLog(log *slog.Logger, trusted []netip.Prefix, next http.Handler) 
 		if !logged && !span.IsRecording() {
 			return
 		}
-		// The path as sent: a key's escaped "/" stays in its segment, which the redaction
-		// masks whole (decoded, the key's tail would be a segment of its own).
+		// The path as sent; the redaction reads it as the routes do, each segment
+		// unescaped (telemetry.CanonicalPath), so an escaped letter of a route's word
+		// hides nothing, and a key's escaped "/" stays in its segment, masked whole
+		// (decoded, the key's tail would be a segment of its own).
 		path := r.URL.EscapedPath()
 		if unknownRoute(r, rec.status) {
 			path = telemetry.MaskUnknownPath(path, routeWord)

@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"net/http"
 
-	"github.com/keyhouse/keyhouse/pkg/grpcx"
+	"github.com/keyhouse/keyhouse/pkg/apierr"
 )
 
 // overloadedBody is the 503 body of any dependency that could not take the call,
@@ -12,7 +12,7 @@ import (
 var overloadedBody = func() []byte {
 	var buf bytes.Buffer
 	buf.WriteByte('{')
-	writeField(&buf, "error", capMessage(grpcx.ServiceUnavailable))
+	writeField(&buf, "error", capMessage(apierr.UnavailableMessage))
 	buf.WriteByte('}')
 	return buf.Bytes()
 }()

@@ -5,14 +5,14 @@ import (
 	"net/http/httptest"
 	"testing"
 
-	"github.com/keyhouse/keyhouse/pkg/grpcx"
+	"github.com/keyhouse/keyhouse/pkg/apierr"
 )
 
 // The prebuilt refusal is, byte for byte, the 503 any dependency that could not take the
 // call answers.
 func TestWriteOverloadedIsTheServiceUnavailableAnswer(t *testing.T) {
 	want := httptest.NewRecorder()
-	writeError(want, http.StatusServiceUnavailable, grpcx.ServiceUnavailable, nil)
+	writeError(want, http.StatusServiceUnavailable, apierr.UnavailableMessage, nil)
 	for range 2 { // the prebuilt bytes are not consumed by an answer
 		got := httptest.NewRecorder()
 		WriteOverloaded(got)

@@ -3,7 +3,7 @@ package edge
 import (
 	"context"
 
-	"github.com/keyhouse/keyhouse/pkg/grpcx"
+	"github.com/keyhouse/keyhouse/pkg/apierr"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -28,7 +28,7 @@ func WithSlotOnMiss(ctx context.Context, take func() (release func(), ok bool)) 
 // errRefusedOnMiss is the error of a miss refused for want of a slot: the 503 admission
 // control answers (WriteOverloaded), the same status and body as any dependency's that
 // could not take the call.
-var errRefusedOnMiss = status.Error(codes.Unavailable, grpcx.ServiceUnavailable)
+var errRefusedOnMiss = status.Error(codes.Unavailable, apierr.UnavailableMessage)
 
 // slotForMiss takes the slot a miss of ctx's request needs when it was let through
 // without one, and returns its release (nothing to release for any other request), or

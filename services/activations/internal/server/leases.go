@@ -17,7 +17,6 @@ import (
 
 	"github.com/keyhouse/keyhouse/pkg/apierr"
 	"github.com/keyhouse/keyhouse/pkg/auth"
-	"github.com/keyhouse/keyhouse/pkg/grpcx"
 	"github.com/keyhouse/keyhouse/pkg/idempotency"
 	"github.com/keyhouse/keyhouse/pkg/license"
 	"github.com/keyhouse/keyhouse/pkg/pgxx"
@@ -638,7 +637,7 @@ var errUnreadableLeaseKey = errors.New("lease key does not open under the instal
 // replica replaced it: another replica, holding another keyring, replaced it in turn (a
 // rotation whose restarts are not finished). Retrying reaches a replica, or a moment, with
 // one keyring: the 503 of any dependency that could not take the call.
-var errLeaseKeyUnavailable = apierr.Unavailable(grpcx.ServiceUnavailable)
+var errLeaseKeyUnavailable = apierr.Unavailable(apierr.UnavailableMessage)
 
 // open returns the signer of k, opened with ring's keyring (kept by kid once opened).
 func (x *Leases) open(ctx context.Context, k *store.LeaseKey, ring func(context.Context) (*signing.Keyring, error)) (*leaseSigner, error) {
