@@ -27,6 +27,7 @@ type liveFixture struct {
 	Keys         map[string]string `json:"keys"`
 	Release      map[string]string `json:"release"`
 	ExportJSON   string            `json:"export_json"`
+	ExportFracs  string            `json:"export_fractions_json"`
 	LeaseKeys    json.RawMessage   `json:"lease_keys"`
 	FloatingTTL  int               `json:"floating_ttl"`
 	// FloatingHourRenewAfter is the renew_after (seconds after iat) of the floating-hour
@@ -235,6 +236,9 @@ func TestLiveScenarios(t *testing.T) {
 		tampered := strings.Replace(f.ExportJSON, `"tier":"pro"`, `"tier":"enterprise"`, 1)
 		if _, err := c.VerifyOfflineExport([]byte(tampered)); !errors.Is(err, ErrInvalidSignature) {
 			t.Fatalf("tampered: %v", err)
+		}
+		if lic, err := c.VerifyOfflineExport([]byte(f.ExportFracs)); err != nil || lic.Limits["admins"] != 1e-7 {
+			t.Fatalf("limits of small fractions: %+v %v", lic, err)
 		}
 	})
 	t.Run("scenario: gateway out of reach", func(t *testing.T) {

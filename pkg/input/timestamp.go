@@ -1,6 +1,8 @@
 package input
 
 import (
+	"errors"
+	"regexp"
 	"strings"
 	"time"
 
@@ -21,7 +23,7 @@ func OptionalTime(field string, v *structpb.Value) (*time.Time, error) {
 	case nil, *structpb.Value_NullValue:
 		return nil, nil
 	case *structpb.Value_StringValue:
-		t, err := time.Parse(time.RFC3339Nano, strings.TrimSpace(k.StringValue))
+		t, err := ParseRFC3339(strings.TrimSpace(k.StringValue))
 		if err != nil {
 			break
 		}
@@ -32,4 +34,28 @@ func OptionalTime(field string, v *structpb.Value) (*time.Time, error) {
 		return &t, nil
 	}
 	return nil, apierr.Invalid("%s must be an ISO 8601 timestamp (e.g. 2027-01-31T00:00:00Z) or null", field)
+}
+
+// rfc3339 is RFC 3339's date-time (§5.6): full-date "T" full-time, "T" and "Z" in either
+// case, a fraction after a period (any number of digits), an offset "Z" or ±hh:mm.
+var rfc3339 = regexp.MustCompile(`^\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-](\d{2}):(\d{2}))$`)
+
+var errNotRFC3339 = errors.New("not an RFC 3339 date-time")
+
+// ParseRFC3339 is the one parser of a timestamp a client sends (a body's expires_at or
+// issued_at through OptionalTime, the event log's since and until): RFC 3339 exactly, so
+// "t" and "z" are taken, and an offset beyond ±23:59 or a comma before the fraction (which
+// time.Parse accepts) is refused. A leap second (:60) is refused too: Go has no time for it.
+func ParseRFC3339(s string) (time.Time, error) {
+	m := rfc3339.FindStringSubmatch(s)
+	if m == nil || (m[3] != "" && (m[3] > "23" || m[4] > "59")) {
+		return time.Time{}, errNotRFC3339
+	}
+	// time.Parse checks the calendar and the clock's ranges; it wants "T" and "Z".
+	b := []byte(s)
+	b[10] = 'T'
+	if m[2] == "z" {
+		b[len(b)-1] = 'Z'
+	}
+	return time.Parse(time.RFC3339Nano, string(b))
 }

@@ -28,7 +28,7 @@ func ParseLimits(s *structpb.Struct) (map[string]float64, error) {
 	for _, name := range names {
 		n, ok := s.GetFields()[name].GetKind().(*structpb.Value_NumberValue)
 		if !ok || !(n.NumberValue > 0) || n.NumberValue > signing.MaxSafeInteger {
-			return nil, apierr.Invalid("limits.%s must be a positive number", name)
+			return nil, apierr.Invalid("limits.%s must be a positive number of at most %d", name, signing.MaxSafeInteger)
 		}
 		out[name] = n.NumberValue
 	}

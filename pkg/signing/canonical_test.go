@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"math/rand/v2"
+	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -373,4 +374,29 @@ process.stdout.write(JSON.stringify({
 		}
 	}
 	t.Logf("compared %d values, %d sorted maps, %d documents with node; %d mismatches", len(values), len(sorted), len(docs), failures)
+}
+
+// The SDKs' shared vectors (clients/testdata/vectors.json) hold the numbers a signed
+// license may carry as JSON.stringify writes them; the SDKs that re-serialize a parsed
+// license are held to the same table, so the server must sign exactly these bytes.
+func TestFormatNumberMatchesSDKVectors(t *testing.T) {
+	b, err := os.ReadFile("../../clients/testdata/vectors.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v struct {
+		Numbers []struct{ Name, In, JSON string } `json:"numbers"`
+	}
+	if err := json.Unmarshal(b, &v); err != nil || len(v.Numbers) == 0 {
+		t.Fatalf("no numbers vectors: %v", err)
+	}
+	for _, n := range v.Numbers {
+		f, err := strconv.ParseFloat(n.In, 64)
+		if err != nil {
+			t.Fatalf("%s: %v", n.Name, err)
+		}
+		if got, err := Marshal(map[string]float64{"n": f}); err != nil || string(got) != `{"n":`+n.JSON+`}` {
+			t.Errorf("%s: Marshal = %s, %v; want {\"n\":%s}", n.Name, got, err, n.JSON)
+		}
+	}
 }

@@ -144,6 +144,7 @@ func TestAPIKeyCreateRefusesBadInputNamingTheField(t *testing.T) {
 		{map[string]any{"name": "x", "scope": "admin"}, `scope must be "full" or "read"`},
 		{map[string]any{"name": "x", "scope": "read", "expires_at": "2001-01-01T00:00:00Z"}, "expires_at must be in the future"},
 		{map[string]any{"name": "x", "scope": "read", "expires_at": "2030-01-01"}, "expires_at must be an ISO 8601 timestamp (e.g. 2027-01-31T00:00:00Z) or null"},
+		{map[string]any{"name": "x", "scope": "read", "expires_at": "2030-01-02T03:04:05+24:00"}, "expires_at must be an ISO 8601 timestamp (e.g. 2027-01-31T00:00:00Z) or null"},
 		{map[string]any{"name": "x", "scope": "read", "expires_at": 5}, "expires_at must be an ISO 8601 timestamp (e.g. 2027-01-31T00:00:00Z) or null"},
 		{`{"name": 5, "scope": "read"}`, "Invalid JSON body: invalid value for string field name: 5"},
 	}

@@ -128,7 +128,7 @@ func TestATypeErrorNamesTheFieldTheClientSent(t *testing.T) {
 		{a, "/v1/webhook-endpoints", `{"url":"https://192.0.2.10/hook","events":["*"],"description":7}`, "invalid value for string field description: 7"},
 		{a, "/v1/webhook-endpoints", `{"url":"https://192.0.2.10/hook","events":"*"}`, `invalid value for array field events: "*"`},
 		{a, "/v1/issue-license", `{"tier":"pro","product_id":"` + p + `","issued_to":"t@example.com","limits":1}`, "invalid value for object field limits: 1"},
-		{a, "/v1/admin/update-license-terms", `{"key":"` + key + `","limits":[1]}`, "invalid value for object field limits: ["},
+		{a, "/v1/admin/update-license-terms", `{"key":"` + key + `","limits":[1]}`, "invalid value for object field limits: [1]"},
 		{a, "/v1/licenses/import", `{"licenses":1}`, "invalid value for array field licenses: 1"},
 		{c, "/v1/leases", `{"key":"` + key + `","token":"` + tok + `","components":1}`, "invalid value for object field components: 1"},
 		{c, "/v1/leases", `{"key":"` + key + `","token":"` + tok + `","components":{"cpu":1}}`, "invalid value for string field components: 1"},
@@ -139,6 +139,9 @@ func TestATypeErrorNamesTheFieldTheClientSent(t *testing.T) {
 	} {
 		tc.client.Post(tc.path, tc.body).ExpectError(t, 400, "Invalid JSON body: "+tc.wantRefusal)
 	}
+	// An array or object where a number belongs is quoted whole, not as its "[" or "{".
+	a.Do("PUT", "/v1/products/"+p+"/policies/pro", `{"lease_ttl_seconds":[],"renew_after_seconds":60}`).
+		ExpectError(t, 400, "Invalid JSON body: invalid value for int64 field lease_ttl_seconds: []")
 	// An import item's mistyped field is that item's problem, not the call's (import.md):
 	// the item is invalid, naming the field, and nothing is imported for it.
 	resp := a.Post("/v1/licenses/import", `{"licenses":[{"key":"IMPORTED-1","limits":1}]}`).Expect(t, 200)

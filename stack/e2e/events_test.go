@@ -253,7 +253,31 @@ func TestEventLogPagesAndFilters(t *testing.T) {
 	if p := listEvents(t, a, url.Values{"license_key": {key}, "until": {all[6].CreatedAt}}); len(p.Events) != 1 || p.Events[0].ID != all[6].ID {
 		t.Fatalf("until the oldest: %v", types(p.Events))
 	}
+	// The bounds are inclusive at any precision: created_at holds microseconds, so a since
+	// 1 ns or 999 ns after the newest event lists nothing, an until as far after the
+	// oldest lists it. RFC 3339's lowercase t and z are taken.
+	newest, err := time.Parse(time.RFC3339Nano, all[0].CreatedAt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	oldest, err := time.Parse(time.RFC3339Nano, all[6].CreatedAt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ns := range []time.Duration{1, 999} {
+		if p := listEvents(t, a, url.Values{"license_key": {key}, "since": {newest.Add(ns).Format(time.RFC3339Nano)}}); len(p.Events) != 0 {
+			t.Fatalf("since %d ns after the newest: %v", ns, types(p.Events))
+		}
+		if p := listEvents(t, a, url.Values{"license_key": {key}, "until": {oldest.Add(ns).Format(time.RFC3339Nano)}}); len(p.Events) != 1 {
+			t.Fatalf("until %d ns after the oldest: %v", ns, types(p.Events))
+		}
+	}
+	if p := listEvents(t, a, url.Values{"license_key": {key}, "since": {strings.ToLower(all[0].CreatedAt)}}); len(p.Events) != 1 || p.Events[0].ID != all[0].ID {
+		t.Fatalf("since the newest in lowercase: %v", types(p.Events))
+	}
 	for _, tc := range []struct{ query, msg string }{
+		{"since=2030-01-02T03:04:05%2B24:00", "since must be an RFC 3339 time"},
+		{"until=2030-01-02T03:04:05,5Z", "until must be an RFC 3339 time"},
 		{"limit=0", "limit must be an integer between 1 and 1000"},
 		{"limit=1001", "limit must be an integer between 1 and 1000"},
 		{"type=license", `type must be an event type or a prefix of one ending in "."`},

@@ -200,8 +200,8 @@ func TestImportBadItemsGetErrorsNamingTheField(t *testing.T) {
 		{with("status", "suspended"), "status must be active or revoked"},
 		{with("limits", map[string]any{"storage": 1}), "Unknown limit key: storage"},
 		{with("usage", map[string]any{"users": 1}), "usage.users: the metric must be a key of limits"},
-		{with("usage", map[string]any{"seats": -1}), "usage.seats must be a whole number of at least 0"},
-		{with("max_activations", 0), "max_activations must be a positive integer or null (unlimited)"},
+		{with("usage", map[string]any{"seats": -1}), "usage.seats must be a whole number of at least 0 and at most 9007199254740991"},
+		{with("max_activations", 0), "max_activations must be a positive integer of at most 2147483647 or null (unlimited)"},
 		{good, "key is the same key as item 0 of this request"},
 		// A field of the wrong JSON type is this item's problem too, not the call's.
 		{with("key", 12345678), "key must be a string"},
@@ -426,4 +426,53 @@ func TestImportUsageCorrectionThroughResetUsage(t *testing.T) {
 	if u := usage(); u != "map[seats:9]" {
 		t.Fatalf("usage after reset-usage and the import again %s, want 9", u)
 	}
+}
+
+// TestImportKeepsWhatItCannotStoreOut: a usage total beyond 2^53-1 would be stored as a
+// nearby double (9007199254740993 as 9007199254740992), so the item is refused naming the
+// field and the bound, as issue-license refuses such a limit; the largest exact total
+// imports. issued_at 0001-01-01T00:00:00Z is an instant like any other (it had been taken
+// for "absent" and replaced by the import's time), and timestamps are RFC 3339's.
+func TestImportKeepsWhatItCannotStoreOut(t *testing.T) {
+	t.Parallel()
+	s := selfHosted(t)
+	a := admin(t, s)
+	product := product("import-exact")
+	item := func(key, extra string) string {
+		return fmt.Sprintf(`{"key":%q,"product_id":%q,"tier":"pro","issued_to":"x","limits":{"seats":100}%s}`, key+"-"+product, product, extra)
+	}
+	body := `{"on_conflict":"skip","licenses":[` + strings.Join([]string{
+		item("HUGE-USAGE-1", `,"usage":{"seats":9007199254740993}`),
+		item("HUGE-USAGE-2", `,"usage":{"seats":18446744073709551616}`),
+		item("MAX-USAGE", `,"usage":{"seats":9007199254740991}`),
+		item("YEAR-ONE", `,"issued_at":"0001-01-01T00:00:00Z"`),
+		item("LOWER-CASE", `,"issued_at":"2024-03-01t10:00:00z","expires_at":"2099-01-01t00:00:00z"`),
+		item("OFFSET-24", `,"issued_at":"2024-03-01T10:00:00+24:00"`),
+	}, ",") + `]}`
+	huge := "usage.seats must be a whole number of at least 0 and at most 9007199254740991"
+	a.Post("/v1/licenses/import", body).Expect(t, 200).ExpectBody(t, `{"imported":3,"unchanged":0,"skipped":0,"invalid":3,"results":[`+
+		`{"index":0,"key":"HUGE-USAGE-1-`+product+`","result":"invalid","error":"`+huge+`"},`+
+		`{"index":1,"key":"HUGE-USAGE-2-`+product+`","result":"invalid","error":"`+huge+`"},`+
+		`{"index":2,"key":"MAX-USAGE-`+product+`","result":"imported"},`+
+		`{"index":3,"key":"YEAR-ONE-`+product+`","result":"imported"},`+
+		`{"index":4,"key":"LOWER-CASE-`+product+`","result":"imported"},`+
+		`{"index":5,"key":"OFFSET-24-`+product+`","result":"invalid","error":"issued_at must be an ISO 8601 timestamp (e.g. 2027-01-31T00:00:00Z) or null"}]}`)
+	expectUnknownKey(t, s, "HUGE-USAGE-1-"+product)
+	expectUnknownKey(t, s, "OFFSET-24-"+product)
+	if got := string(a.Get("/v1/admin/license/MAX-USAGE-"+product).Expect(t, 200).Body); !strings.Contains(got, `"usage":{"seats":9007199254740991}`) {
+		t.Fatalf("the largest exact usage total: %s", got)
+	}
+	if d := a.Get("/v1/admin/license/YEAR-ONE-"+product).Expect(t, 200).JSON(t); d["issued_at"] != "0001-01-01T00:00:00Z" {
+		t.Fatalf("issued_at 0001-01-01T00:00:00Z imported as %v", d["issued_at"])
+	}
+	if d := a.Get("/v1/admin/license/LOWER-CASE-"+product).Expect(t, 200).JSON(t); d["issued_at"] != "2024-03-01T10:00:00Z" || d["expires_at"] != "2099-01-01T00:00:00Z" {
+		t.Fatalf("lowercase t and z: issued_at %v, expires_at %v", d["issued_at"], d["expires_at"])
+	}
+	// Imported again, year one is compared as any issued_at is: the same is unchanged,
+	// year one against another date is other terms.
+	again := `{"on_conflict":"skip","licenses":[` + item("YEAR-ONE", `,"issued_at":"0001-01-01T00:00:00Z"`) + `,` +
+		item("LOWER-CASE", `,"issued_at":"0001-01-01T00:00:00Z","expires_at":"2099-01-01T00:00:00Z"`) + `]}`
+	a.Post("/v1/licenses/import", again).Expect(t, 200).ExpectBody(t, `{"imported":0,"unchanged":1,"skipped":1,"invalid":0,"results":[`+
+		`{"index":0,"key":"YEAR-ONE-`+product+`","result":"unchanged"},`+
+		`{"index":1,"key":"LOWER-CASE-`+product+`","result":"skipped","error":"key already exists with other terms"}]}`)
 }

@@ -74,16 +74,22 @@ func TestIssueLicenseRejectsBadInput(t *testing.T) {
 	}{
 		{"unknown limit key", lic("bad", "limits", map[string]any{"seats": 2, "storage": 10}), "Unknown limit key: storage"},
 		{"custom metric", lic("bad", "limits", map[string]any{"bandwidth": 1}), "Unknown limit key: bandwidth"},
-		{"zero limit", lic("bad", "limits", map[string]any{"seats": 0}), "limits.seats must be a positive number"},
-		{"string limit", lic("bad", "limits", map[string]any{"users": "5"}), "limits.users must be a positive number"},
+		{"zero limit", lic("bad", "limits", map[string]any{"seats": 0}), "limits.seats must be a positive number of at most 9007199254740991"},
+		{"string limit", lic("bad", "limits", map[string]any{"users": "5"}), "limits.users must be a positive number of at most 9007199254740991"},
 		{"missing tier", map[string]any{"product_id": "p", "issued_to": "x"}, "tier is required"},
 		{"empty tier", lic("bad", "tier", ""), "tier is required"},
 		{"missing product_id", map[string]any{"tier": "pro", "issued_to": "x"}, "product_id is required"},
 		{"missing issued_to", map[string]any{"tier": "pro", "product_id": "p"}, "issued_to is required"},
 		{"bad expiry", lic("bad", "expires_at", "next tuesday"), "expires_at must be an ISO 8601 timestamp (e.g. 2027-01-31T00:00:00Z) or null"},
 		{"numeric expiry", lic("bad", "expires_at", 12), "expires_at must be an ISO 8601 timestamp (e.g. 2027-01-31T00:00:00Z) or null"},
-		{"zero cap", lic("bad", "max_activations", 0), "max_activations must be a positive integer or null (unlimited)"},
-		{"fractional cap", lic("bad", "max_activations", 1.5), "max_activations must be a positive integer or null (unlimited)"},
+		// RFC 3339: offsets run to ±23:59 (+24:00 had shifted the expiry a day) and a
+		// fraction follows a period.
+		{"offset +24:00", lic("bad", "expires_at", "2030-01-02T03:04:05+24:00"), "expires_at must be an ISO 8601 timestamp (e.g. 2027-01-31T00:00:00Z) or null"},
+		{"comma before the fraction", lic("bad", "expires_at", "2030-01-02T03:04:05,5Z"), "expires_at must be an ISO 8601 timestamp (e.g. 2027-01-31T00:00:00Z) or null"},
+		{"limit of 2^53", lic("bad", "limits", map[string]any{"seats": 1 << 53}), "limits.seats must be a positive number of at most 9007199254740991"},
+		{"cap of 2^31", lic("bad", "max_activations", 1<<31), "max_activations must be a positive integer of at most 2147483647 or null (unlimited)"},
+		{"zero cap", lic("bad", "max_activations", 0), "max_activations must be a positive integer of at most 2147483647 or null (unlimited)"},
+		{"fractional cap", lic("bad", "max_activations", 1.5), "max_activations must be a positive integer of at most 2147483647 or null (unlimited)"},
 		{"notes not a string", lic("bad", "notes", 5), "notes must be a string or null"},
 		{"NUL in issued_to", lic("bad", "issued_to", "a\x00b"), "issued_to must not contain NUL characters"},
 		{"NUL in notes", lic("bad", "notes", "a\x00b"), "notes must not contain NUL characters"},
@@ -91,6 +97,11 @@ func TestIssueLicenseRejectsBadInput(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			a.Post("/v1/issue-license", tc.body).ExpectError(t, 400, tc.want)
 		})
+	}
+	// RFC 3339 §5.6 allows a lowercase t and z.
+	key := issueLicense(t, a, lic(product("lowercase-time"), "expires_at", "2030-01-02t03:04:05z"))
+	if got := a.Get("/v1/admin/license/"+key).Expect(t, 200).JSON(t)["expires_at"]; got != "2030-01-02T03:04:05Z" {
+		t.Fatalf("expires_at sent as 2030-01-02t03:04:05z is %v", got)
 	}
 	a.Post("/v1/issue-license", `{"tier": 5}`).Expect(t, 400)
 	a.Post("/v1/issue-license", `{"tier":`).Expect(t, 400)
@@ -169,6 +180,12 @@ func TestUpdateLicenseTerms(t *testing.T) {
 	resp.ExpectBody(t, `{"key":"`+key+`","expires_at":null,"limits":{"projects":7},"max_activations":3,"usage":{},"status":"active","activations_count":0}`)
 	resp = a.Post("/v1/admin/update-license-terms", map[string]any{"key": key, "expires_at": "2032-02-02T00:00:00Z", "max_activations": nil}).Expect(t, 200)
 	resp.ExpectBody(t, `{"key":"`+key+`","expires_at":"2032-02-02T00:00:00Z","limits":{"projects":7},"max_activations":null,"usage":{},"status":"active","activations_count":0}`)
+	a.Post("/v1/admin/update-license-terms", map[string]any{"key": key, "expires_at": "2032-02-02T00:00:00+24:00"}).
+		ExpectError(t, 400, "expires_at must be an ISO 8601 timestamp (e.g. 2027-01-31T00:00:00Z) or null")
+	resp = a.Post("/v1/admin/update-license-terms", map[string]any{"key": key, "expires_at": "2032-02-02t00:00:00z"}).Expect(t, 200)
+	if got := resp.JSON(t)["expires_at"]; got != "2032-02-02T00:00:00Z" {
+		t.Fatalf("expires_at sent as 2032-02-02t00:00:00z is %v", got)
+	}
 	resp = a.Post("/v1/admin/update-license-terms", map[string]any{"key": key, "expires_at": nil}).Expect(t, 200)
 	if resp.JSON(t)["expires_at"] != nil {
 		t.Fatalf("expires_at null must make it perpetual: %s", resp.Body)

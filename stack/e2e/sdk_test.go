@@ -160,19 +160,23 @@ func sdkFixture(t *testing.T, s *stack.Stack, sdk string) string {
 		// Two machines and a reinstall: tier pro binds machines, tier basic does not.
 		"twoseats": issue("max_activations", 2),
 		"unbound":  issue("tier", "basic"),
+		// Limits that are small fractions: the server signs them as JSON.stringify writes
+		// them (0.00001, 1e-7), and every SDK must rebuild those bytes.
+		"fractions": issue("limits", map[string]any{"seats": 0.00001, "users": 0.000001, "admins": 1e-7}),
 	}
 	a.Post("/v1/register-release", map[string]any{"product_id": productID, "version": "2.0.0", "channel": "stable", "platform": "linux-x64",
 		"artifact_url": "https://downloads.example.com/app-2.0.0.tar.gz", "checksum": "sha256:00ff", "release_notes": "Better & <faster> é"}).Expect(t, 200)
 	fixture := map[string]any{
-		"url":            srv.URL,
-		"control":        srv.URL + "/__control",
-		"product_id":     productID,
-		"public_key_pem": c.Get("/v1/public-key").Expect(t, 200).JSON(t)["publicKey"],
-		"keys":           keys,
-		"release":        map[string]string{"version": "2.0.0", "channel": "stable", "platform": "linux-x64"},
-		"export_json":    string(c.Get("/v1/export-license/"+keys["main"]+"/offline").Expect(t, 200).Body),
-		"lease_keys":     json.RawMessage(c.Get("/v1/lease-keys").Expect(t, 200).Body),
-		"floating_ttl":   4,
+		"url":                   srv.URL,
+		"control":               srv.URL + "/__control",
+		"product_id":            productID,
+		"public_key_pem":        c.Get("/v1/public-key").Expect(t, 200).JSON(t)["publicKey"],
+		"keys":                  keys,
+		"release":               map[string]string{"version": "2.0.0", "channel": "stable", "platform": "linux-x64"},
+		"export_json":           string(c.Get("/v1/export-license/"+keys["main"]+"/offline").Expect(t, 200).Body),
+		"export_fractions_json": string(c.Get("/v1/export-license/"+keys["fractions"]+"/offline").Expect(t, 200).Body),
+		"lease_keys":            json.RawMessage(c.Get("/v1/lease-keys").Expect(t, 200).Body),
+		"floating_ttl":          4,
 		// The floating-hour tier's renew_after, in seconds after iat.
 		"floating_hour_renew_after": 600,
 	}

@@ -96,6 +96,7 @@ test('live scenarios', { skip }, async (t) => {
     assert.strictEqual(c.verifyOfflineExport(f.export_json).key, f.keys.main);
     const tampered = f.export_json.replace('"tier":"pro"', '"tier":"enterprise"');
     assert.throws(() => c.verifyOfflineExport(tampered), hasCode('invalid_signature'));
+    assert.strictEqual(c.verifyOfflineExport(f.export_fractions_json).limits.admins, 1e-7);
   });
 
   await t.test('scenario: gateway out of reach', async () => {

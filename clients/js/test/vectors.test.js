@@ -32,6 +32,13 @@ for (const e of v.exports) {
   });
 }
 
+// The numbers a signed license may hold, as JSON.stringify writes them: what the server
+// signs (pkg/signing) and what the other SDKs write back must be these bytes.
+test('numbers vectors are JSON.stringify of the number read', () => {
+  assert.ok(v.numbers.length > 0);
+  for (const n of v.numbers) assert.strictEqual(JSON.stringify(JSON.parse(n.in)), n.json, n.name);
+});
+
 for (const m of v.manifests) {
   test(`manifest: ${m.name}`, () => {
     const run = () => kh.verifyManifest(m.release, m.request, v.rsa_public_key_pem, nowMs, m.max_age);

@@ -208,7 +208,47 @@ def write_file_atomic(path: str, data: str) -> None:
 
 def _stringify(value: Any) -> bytes:
     """JSON as JavaScript's JSON.stringify writes it (the signed bytes)."""
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    return _js_json(value).encode("utf-8")
+
+
+def _js_json(value: Any) -> str:
+    # json.dumps writes strings as JSON.stringify does, but not numbers (1e-05, 1e+16, 1.0).
+    if isinstance(value, dict):
+        return "{" + ",".join(_js_json(str(k)) + ":" + _js_json(v) for k, v in value.items()) + "}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(_js_json(v) for v in value) + "]"
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return _js_number(value)
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _js_number(x: Union[int, float]) -> str:
+    """ECMAScript's Number::toString(10) of x read as a double, as JSON.stringify writes it:
+    the shortest digits that round-trip (repr's), plainly written when the decimal exponent
+    n is -6 < n <= 21, else as 1e-7, 1.5e+300; -0 as 0; NaN, infinities as null."""
+    try:
+        f = float(x)  # an int beyond 2^53 rounds as JSON.parse rounds it
+    except OverflowError:
+        return "null"
+    if f != f or f in (float("inf"), float("-inf")):
+        return "null"
+    if f == 0:
+        return "0"
+    sign = "-" if f < 0 else ""
+    mantissa, _, exponent = f"{abs(f)!r}".partition("e")  # repr: the shortest round-trip digits
+    whole, _, fraction = mantissa.partition(".")
+    digits = (whole + fraction).lstrip("0")
+    n = len(whole) + int(exponent or 0) - (len(whole + fraction) - len(digits))  # value = 0.digits x 10^n
+    digits = digits.rstrip("0")
+    k = len(digits)
+    if k <= n <= 21:
+        return sign + digits + "0" * (n - k)
+    if 0 < n <= 21:
+        return sign + digits[:n] + "." + digits[n:]
+    if -6 < n <= 0:
+        return sign + "0." + "0" * -n + digits
+    e = n - 1
+    return sign + digits[0] + ("." + digits[1:] if k > 1 else "") + "e" + ("+" if e >= 0 else "-") + str(abs(e))
 
 
 def _verify_rsa(public_key_pem: Union[str, Sequence[str]], signed: bytes, signature: Any) -> bool:

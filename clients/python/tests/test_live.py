@@ -107,6 +107,8 @@ def test_scenario_signed_update_check(w):
 def test_scenario_offline_export(w):
     assert w.c.verify_offline_export(F["export_json"])["key"] == F["keys"]["main"]
     raises("invalid_signature", w.c.verify_offline_export, F["export_json"].replace('"tier":"pro"', '"tier":"enterprise"', 1))
+    # Limits of small fractions, signed as JSON.stringify writes them (0.00001, 1e-7).
+    assert w.c.verify_offline_export(F["export_fractions_json"])["limits"]["admins"] == 1e-7
 
 
 def test_scenario_gateway_out_of_reach(w):

@@ -31,6 +31,13 @@ def test_offline_export(e):
         assert err.value.code == e["error"]
 
 
+@pytest.mark.parametrize("n", V["numbers"], ids=lambda n: n["name"])
+def test_numbers_written_as_json_stringify_writes_them(n):
+    # verify_offline_export re-serializes the parsed license: its numbers must come out as
+    # the server signed them (JSON.stringify's form), not as json.dumps writes them.
+    assert keyhouse.core._stringify({"n": json.loads(n["in"])}) == ('{"n":' + n["json"] + "}").encode()
+
+
 @pytest.mark.parametrize("m", V["manifests"], ids=lambda m: m["name"])
 def test_manifest(m):
     if m["ok"]:

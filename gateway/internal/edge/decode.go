@@ -312,12 +312,27 @@ func wordRefusal(fd protoreflect.FieldDescriptor, value json.RawMessage, protojs
 		return "invalid escape in string field " + fd.TextName()
 	case protojsonInvalidValue.MatchString(msg):
 		sub := protojsonInvalidValue.FindStringSubmatch(msg)
-		return fmt.Sprintf("invalid value for %s field %s: %s", sub[1], fd.TextName(), sub[2])
+		return fmt.Sprintf("invalid value for %s field %s: %s", sub[1], fd.TextName(), refusedValue(fd, value, sub[2]))
 	}
 	if token, ok := strings.CutPrefix(msg, "unexpected token "); ok {
-		return fmt.Sprintf("invalid value for %s field %s: %s", jsonKind(fd, value), fd.TextName(), token)
+		return fmt.Sprintf("invalid value for %s field %s: %s", jsonKind(fd, value), fd.TextName(), refusedValue(fd, value, token))
 	}
 	return ""
+}
+
+// refusedValue is the value to quote for protojson's quote of the token it refused: for
+// an array or an object that is only its opening "[" or "{", so the field's whole value
+// (compacted) is quoted instead, when it is the one refused ("lease_ttl_seconds": [] is
+// "[]"). Inside a map's value protojson refused an element, not the map: its token stays.
+func refusedValue(fd protoreflect.FieldDescriptor, value json.RawMessage, quoted string) string {
+	if (quoted != "[" && quoted != "{") || fd.IsMap() {
+		return quoted
+	}
+	var b bytes.Buffer
+	if json.Compact(&b, value) != nil || !bytes.HasPrefix(b.Bytes(), []byte(quoted)) {
+		return quoted
+	}
+	return b.String()
 }
 
 // jsonKind is what JSON a field takes where protojson found another token: an object for a

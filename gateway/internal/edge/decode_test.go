@@ -108,10 +108,13 @@ func TestDecoderNamesTheFieldOfEveryTypeError(t *testing.T) {
 		{`{"events":1}`, &eventsv1.UpdateWebhookEndpointRequest{}, "invalid value for array field events: 1"},
 		{`{"events":"*"}`, &eventsv1.CreateWebhookEndpointRequest{}, `invalid value for array field events: "*"`},
 		{`{"product_id":"p","limits":1}`, &licensingv1.IssueLicenseRequest{}, "invalid value for object field limits: 1"},
-		{`{"key":"K","limits":[]}`, &licensingv1.UpdateLicenseTermsRequest{}, "invalid value for object field limits: ["},
+		{`{"key":"K","limits":[]}`, &licensingv1.UpdateLicenseTermsRequest{}, "invalid value for object field limits: []"},
+		// The whole array or object refused is quoted, not its opening token.
+		{`{"lease_ttl_seconds":[ ]}`, &activationsv1.PutLeasePolicyRequest{}, "invalid value for int64 field lease_ttl_seconds: []"},
+		{`{"lease_ttl_seconds":{"a": 1}}`, &activationsv1.PutLeasePolicyRequest{}, `invalid value for int64 field lease_ttl_seconds: {"a":1}`},
 		{`{"key":"K","components":1}`, &activationsv1.CreateLeaseRequest{}, "invalid value for object field components: 1"},
 		{`{"key":"K","components":{"cpu":1}}`, &activationsv1.CreateLeaseRequest{}, "invalid value for string field components: 1"},
-		{`{"licenses":{}}`, &licensingv1.ImportLicensesRequest{}, "invalid value for array field licenses: {"},
+		{`{"licenses":{}}`, &licensingv1.ImportLicensesRequest{}, "invalid value for array field licenses: {}"},
 		{`{"licenses":[1]}`, &licensingv1.ImportLicensesRequest{}, "invalid value for object field licenses: 1"},
 		// A lone surrogate, in any member: the member named, nothing after it quoted.
 		{`{"key":"\ud800","token":"secret-token"}`, &activationsv1.CreateLeaseRequest{}, "invalid escape in string field key"},

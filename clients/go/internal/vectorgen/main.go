@@ -81,6 +81,7 @@ func generate(keyDir string) []byte {
 		"manifests":  manifestVectors(rsaKey),
 		"leases":     leaseVectors(pinned, rotated, stranger),
 		"errors":     errorVectors(),
+		"numbers":    numberVectors(),
 	}
 	var out bytes.Buffer
 	enc := json.NewEncoder(&out)
@@ -191,6 +192,13 @@ func exportVectors(k *rsa.PrivateKey) []map[string]any {
 	valid := exportLicense{licenseKey, "pro", productID, &future, map[string]any{"seats": 3, "users": 25}}
 	perpetual := exportLicense{licenseKey, "ent<erprise>&", "vector-app-é-🚀", nil, map[string]any{}}
 	expired := exportLicense{licenseKey, "pro", productID, &past, map[string]any{"seats": 3}}
+	// Every number of the numbers vectors, in limits (keys a0, a1, … in the table's order).
+	hard := map[string]any{}
+	for i, n := range numberTable {
+		hard[fmt.Sprintf("a%02d", i)] = json.RawMessage(n.json)
+	}
+	extremes := exportLicense{licenseKey, "pro", productID, &future, hard}
+	small := exportLicense{licenseKey, "pro", productID, &future, map[string]any{"seats": json.RawMessage("0.00001")}}
 	good := make(valid)
 	tampered := bytes.Replace([]byte(good), []byte(`"tier":"pro"`), []byte(`"tier":"enterprise"`), 1)
 	return []map[string]any{
@@ -198,8 +206,45 @@ func exportVectors(k *rsa.PrivateKey) []map[string]any {
 		{"name": "perpetual, characters JSON escapes", "json": make(perpetual), "ok": true, "key": licenseKey, "tier": "ent<erprise>&"},
 		{"name": "tampered", "json": string(tampered), "ok": false, "error": "invalid_signature"},
 		{"name": "expired", "json": make(expired), "ok": false, "error": "expired"},
+		{"name": "a small fraction in limits", "json": make(small), "ok": true, "key": licenseKey, "tier": "pro"},
+		{"name": "every number of the numbers vectors in limits", "json": make(extremes), "ok": true, "key": licenseKey, "tier": "pro"},
 		{"name": "not an export", "json": `{"license":{"key":"x"}}`, "ok": false, "error": "invalid_signature"},
 	}
+}
+
+// numberTable: JSON numbers as read (in) and as JSON.stringify writes the double they
+// read as (json: ECMAScript's Number::toString, shortest round-trip digits, plain for
+// decimal exponents -7 < e < 21, else 1e-7 / 1e+21 form, -0 as 0). The server's serializer
+// (pkg/signing) and every SDK that re-serializes a parsed license are held to it.
+var numberTable = []struct{ name, in, json string }{
+	{"smallest subnormal", "5e-324", "5e-324"},
+	{"1e21 is the first in exponent form", "1e21", "1e+21"},
+	{"just below 1e21 is plain", "999999999999999900000", "999999999999999900000"},
+	{"1e20 is plain", "1e20", "100000000000000000000"},
+	{"1e-7 is in exponent form", "1e-7", "1e-7"},
+	{"1.5e-7", "0.00000015", "1.5e-7"},
+	{"1e-6 is plain", "1e-6", "0.000001"},
+	{"1e-5 is plain", "1e-5", "0.00001"},
+	{"1.2345e-6 is plain", "1.2345e-6", "0.0000012345"},
+	{"123e-20", "123e-20", "1.23e-18"},
+	{"0.1+0.2: shortest round-trip digits", "0.30000000000000004", "0.30000000000000004"},
+	{"0.1", "0.1", "0.1"},
+	{"2^53-1", "9007199254740991", "9007199254740991"},
+	{"2^53", "9007199254740992", "9007199254740992"},
+	{"2^53+1 reads as 2^53", "9007199254740993", "9007199254740992"},
+	{"largest double", "1.7976931348623157e308", "1.7976931348623157e+308"},
+	{"negative, large", "-1.5e300", "-1.5e+300"},
+	{"-0 is 0", "-0", "0"},
+	{"an integer without .0", "100.0", "100"},
+	{"1e16 is plain", "1E16", "10000000000000000"},
+}
+
+func numberVectors() []map[string]any {
+	out := make([]map[string]any, 0, len(numberTable))
+	for _, n := range numberTable {
+		out = append(out, map[string]any{"name": n.name, "in": n.in, "json": n.json})
+	}
+	return out
 }
 
 type manifest struct {

@@ -157,6 +157,12 @@ func TestListPagesAndFilters(t *testing.T) {
 		"since":           {store.Filter{Since: base.Add(8 * time.Minute)}, 2},
 		"until":           {store.Filter{Until: base.Add(time.Minute)}, 2},
 		"window and type": {store.Filter{Since: base.Add(2 * time.Minute), Until: base.Add(6 * time.Minute), Type: "seat."}, 2},
+		// Bounds are inclusive at any precision: created_at holds microseconds.
+		"since 1ns after an event":   {store.Filter{Since: base.Add(8*time.Minute + time.Nanosecond)}, 1},
+		"since 999ns after an event": {store.Filter{Since: base.Add(8*time.Minute + 999*time.Nanosecond)}, 1},
+		"since 1ns before an event":  {store.Filter{Since: base.Add(8*time.Minute - time.Nanosecond)}, 2},
+		"until 999ns after an event": {store.Filter{Until: base.Add(time.Minute + 999*time.Nanosecond)}, 2},
+		"until 1ns before an event":  {store.Filter{Until: base.Add(time.Minute - time.Nanosecond)}, 1},
 	} {
 		if got := count(tc.f); got != tc.want {
 			t.Errorf("%s: %d events, want %d", name, got, tc.want)

@@ -9,6 +9,7 @@ import (
 	"github.com/keyhouse/keyhouse/pkg/apierr"
 	"github.com/keyhouse/keyhouse/pkg/auth"
 	"github.com/keyhouse/keyhouse/pkg/events"
+	"github.com/keyhouse/keyhouse/pkg/input"
 	"github.com/keyhouse/keyhouse/pkg/license"
 	"github.com/keyhouse/keyhouse/pkg/paging"
 	"github.com/keyhouse/keyhouse/pkg/pgxx"
@@ -143,7 +144,7 @@ func parseTime(name, v string) (time.Time, error) {
 	if v == "" {
 		return time.Time{}, nil
 	}
-	t, err := time.Parse(time.RFC3339Nano, v)
+	t, err := input.ParseRFC3339(v)
 	if err != nil {
 		return time.Time{}, apierr.Invalid("%s must be an RFC 3339 time", name)
 	}

@@ -204,8 +204,15 @@ func (s *Store) listQuery(ctx context.Context, tenant string, f Filter) (string,
 		add("license_key = $%d", f.LicenseKey)
 	}
 	if !f.Since.IsZero() {
-		add("created_at >= $%d", f.Since)
-		add("seq >= $%d", f.Since.UnixMicro())
+		// created_at holds microseconds and Postgres is sent Since truncated to them, so a
+		// Since inside a microsecond starts at the next one, or the event at the microsecond
+		// before would pass. (Until truncated bounds the same events as Until.)
+		since := f.Since.Truncate(time.Microsecond)
+		if since.Before(f.Since) {
+			since = since.Add(time.Microsecond)
+		}
+		add("created_at >= $%d", since)
+		add("seq >= $%d", since.UnixMicro())
 	}
 	if !f.Until.IsZero() {
 		add("created_at <= $%d", f.Until)

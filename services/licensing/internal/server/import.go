@@ -10,6 +10,7 @@ import (
 	"github.com/keyhouse/keyhouse/pkg/auth"
 	"github.com/keyhouse/keyhouse/pkg/input"
 	"github.com/keyhouse/keyhouse/pkg/license"
+	"github.com/keyhouse/keyhouse/pkg/signing"
 	activationsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/activations/v1"
 	licensingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1"
 	"github.com/keyhouse/keyhouse/services/licensing/internal/store"
@@ -35,7 +36,10 @@ const (
 type importItem struct {
 	index int
 	l     *store.License
-	usage map[string]int64
+	// issued: the item gave issued_at (any instant, 0001-01-01T00:00:00Z included, which
+	// is Go's zero time); otherwise the license is issued at the time of the import.
+	issued bool
+	usage  map[string]int64
 }
 
 // ImportLicenses imports licenses from another system with their keys. Each item is
@@ -170,7 +174,7 @@ func (s *Server) insertImported(ctx context.Context, tenant string, quota int, s
 				r := results[it.index]
 				have, exists := existing[it.l.Key]
 				switch {
-				case exists && store.SameTerms(have, it.l):
+				case exists && store.SameTerms(have, it.l, it.issued):
 					r.Result, r.Error = resultUnchanged, nil
 				case exists && !skip:
 					return apierr.Conflict(`licenses[%d].key %s; on_conflict is "fail", so nothing was imported`, it.index, conflictReason(have, tenant))
@@ -185,7 +189,7 @@ func (s *Server) insertImported(ctx context.Context, tenant string, quota int, s
 					r.Result, r.Error = resultInvalid, &msg
 				default:
 					l := *it.l
-					if l.IssuedAt.IsZero() {
+					if !it.issued {
 						l.IssuedAt = now
 					}
 					if l.Status == license.StatusRevoked {
@@ -336,7 +340,7 @@ func (s *Server) importedLicense(tenant string, in *licensingv1.ImportedLicense)
 	if err != nil {
 		return importItem{}, err
 	}
-	return importItem{l: l, usage: usage}, nil
+	return importItem{l: l, issued: issued != nil, usage: usage}, nil
 }
 
 // importKey checks an imported key and returns the form it is stored and looked up in.
@@ -365,8 +369,10 @@ func importUsageValues(s *structpb.Struct, limits map[string]float64) (map[strin
 			return nil, apierr.Invalid("usage.%s: the metric must be a key of limits", metric)
 		}
 		n, isNumber := v.GetKind().(*structpb.Value_NumberValue)
-		if !isNumber || n.NumberValue < 0 || n.NumberValue != math.Trunc(n.NumberValue) || n.NumberValue > 1<<53 {
-			return nil, apierr.Invalid("usage.%s must be a whole number of at least 0", metric)
+		// Up to 2^53-1, as limits: a JSON number beyond reads as a nearby double (2^53+1 as
+		// 2^53), and the total stored would not be the one sent.
+		if !isNumber || n.NumberValue < 0 || n.NumberValue != math.Trunc(n.NumberValue) || n.NumberValue > signing.MaxSafeInteger {
+			return nil, apierr.Invalid("usage.%s must be a whole number of at least 0 and at most %d", metric, signing.MaxSafeInteger)
 		}
 		out[metric] = int64(n.NumberValue)
 	}

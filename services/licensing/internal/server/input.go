@@ -53,7 +53,7 @@ func optionalCap(v *structpb.Value) (*int32, error) {
 			return &c, nil
 		}
 	}
-	return nil, apierr.Invalid("max_activations must be a positive integer or null (unlimited)")
+	return nil, apierr.Invalid("max_activations must be a positive integer of at most %d or null (unlimited)", maxActivationsCap)
 }
 
 // parseLimits is license.ParseLimits, the one limits rule (issue-license, terms, storefront mappings).

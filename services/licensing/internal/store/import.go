@@ -123,10 +123,10 @@ func importEvents(ls []*License) []*eventsv1.Event {
 
 // SameTerms says whether an existing row is the license an import describes, so that
 // importing it again is "unchanged". revoked_at is the import's own time and not compared,
-// nor is issued_at when the import did not give one (a zero want.IssuedAt).
-func SameTerms(have, want *License) bool {
+// nor is issued_at when the import did not give one (issued false).
+func SameTerms(have, want *License, issued bool) bool {
 	return have.TenantID == want.TenantID && have.Tier == want.Tier && have.ProductID == want.ProductID &&
-		have.IssuedTo == want.IssuedTo && (want.IssuedAt.IsZero() || have.IssuedAt.Equal(want.IssuedAt)) &&
+		have.IssuedTo == want.IssuedTo && (!issued || have.IssuedAt.Equal(want.IssuedAt)) &&
 		sameTime(have.ExpiresAt, want.ExpiresAt) && have.Status == want.Status &&
 		maps.Equal(have.Limits, want.Limits) && sameCap(have.MaxActivations, want.MaxActivations) &&
 		sameText(have.Notes, want.Notes)
