@@ -19,6 +19,7 @@ type settingsData struct {
 func (h *Handler) settingsPage(w http.ResponseWriter, r *http.Request, s *session) {
 	v := pageView(s, "Settings", "settings")
 	v.Notice = notice(r)
+	v.NoticeIn = map[string]string{"password-set": "password", "mail-saved": "mail"}[r.URL.Query().Get("notice")]
 	h.showSettings(w, r, s, v, http.StatusOK)
 }
 

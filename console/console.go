@@ -186,6 +186,7 @@ func (h *Handler) routes() {
 	m.HandleFunc("GET /console/licenses/{key}/seats/deactivate", h.signedIn(h.deactivateSeatPage))
 	m.HandleFunc("POST /console/licenses/{key}/seats/deactivate", h.signedIn(h.deactivateSeat))
 	m.HandleFunc("POST /console/licenses/{key}/seats/reissue", h.signedIn(h.reissueToken))
+	m.HandleFunc("GET /console/licenses/{key}/usage/reset", h.signedIn(h.resetUsagePage))
 	m.HandleFunc("POST /console/licenses/{key}/usage/reset", h.signedIn(h.resetUsage))
 	m.HandleFunc("POST /console/licenses/{key}/portal/reset", h.signedIn(h.resetPortalLink))
 
@@ -221,6 +222,7 @@ func (h *Handler) routes() {
 	m.HandleFunc("POST /console/webhooks/{id}/enable", h.signedIn(h.setWebhookEndpointEnabled(true)))
 	m.HandleFunc("POST /console/webhooks/{id}/disable", h.signedIn(h.setWebhookEndpointEnabled(false)))
 	m.HandleFunc("POST /console/webhooks/{id}/roll-secret", h.signedIn(h.rollWebhookSecret))
+	m.HandleFunc("GET /console/webhooks/{id}/delete", h.signedIn(h.deleteWebhookEndpointPage))
 	m.HandleFunc("POST /console/webhooks/{id}/delete", h.signedIn(h.deleteWebhookEndpoint))
 	m.HandleFunc("POST /console/webhooks/{id}/redeliver", h.signedIn(h.redeliverEvent))
 

@@ -136,8 +136,9 @@ func newTestHandlerBilling(t *testing.T, base string, lic *fakeLicensing, billin
 	return h
 }
 
-// signIn posts the sign-in form and returns the response.
-func signIn(t *testing.T, h http.Handler, key string) *http.Response {
+// signIn posts the sign-in form and returns the response; extra are more fields, as
+// name, value pairs.
+func signIn(t *testing.T, h http.Handler, key string, extra ...string) *http.Response {
 	t.Helper()
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, httptest.NewRequest("GET", "/console/login", nil))
@@ -151,6 +152,9 @@ func signIn(t *testing.T, h http.Handler, key string) *http.Response {
 		t.Fatal("the sign-in page sets no CSRF cookie")
 	}
 	form := url.Values{"csrf": {loginFormToken(t, rec.Body.String())}, "api_key": {key}}
+	for i := 0; i+1 < len(extra); i += 2 {
+		form.Set(extra[i], extra[i+1])
+	}
 	req := httptest.NewRequest("POST", "/console/login", strings.NewReader(form.Encode()))
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	req.AddCookie(csrf)
@@ -328,17 +332,62 @@ func getSignedIn(t *testing.T, h http.Handler, path string) *httptest.ResponseRe
 	return rec
 }
 
-func TestClipShortensLongCellValuesAndKeepsThemInTheTitle(t *testing.T) {
+func TestClipShortensLongCellValuesAndKeepsThemWholeForKeyboardAndScreenReader(t *testing.T) {
 	if got := clip("cs_test_123"); got != "cs_test_123" {
 		t.Fatalf("short value: %q", got)
 	}
 	long := "cs_" + strings.Repeat("é", 900) + `<"&>`
+	full, short := template.HTMLEscapeString(long), "cs_"+strings.Repeat("é", maxCellRunes-4)+"…"
 	got := string(clip(long))
-	want := `<span class="clipped" title="` + template.HTMLEscapeString(long) + `">cs_` + strings.Repeat("é", maxCellRunes-4) + `…</span>`
+	want := `<span class="clipped" tabindex="0" title="` + full + `"><span class="clip-short" aria-hidden="true">` + short +
+		`</span><span class="clip-full">` + full + `</span></span>`
 	if got != want {
-		t.Fatalf("long value:\n got  %.200s\n want %.200s", got, want)
+		t.Fatalf("long value:\n got  %.300s\n want %.300s", got, want)
+	}
+	// In a link, the link is the focus stop.
+	if got := string(clip(long, "link")); strings.Contains(got, "tabindex") || !strings.Contains(got, `<span class="clip-full">`+full) {
+		t.Fatalf("long value in a link: %.300s", got)
 	}
 	if got := clip(strings.Repeat("a", maxCellRunes)); got != template.HTML(strings.Repeat("a", maxCellRunes)) {
 		t.Fatalf("a value of exactly the cap is cut: %q", got)
+	}
+}
+
+// A session that ends sends the person to sign in and, after, back to the console page
+// they were on; next never leads anywhere else (an open redirect).
+func TestSignInReturnsToTheConsolePageItWasOnAndNowhereElse(t *testing.T) {
+	h := newTestHandler(t, "", &fakeLicensing{n: 1})
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest("GET", "/console/licenses?page=2", nil))
+	if loc := rec.Header().Get("Location"); loc != "/console/login?next=%2Fconsole%2Flicenses%3Fpage%3D2" {
+		t.Fatalf("no session: sent to %q", loc)
+	}
+	// A form posted after the session ended returns to the page it was posted from.
+	req := httptest.NewRequest("POST", "/console/licenses/K/notes", strings.NewReader("csrf=x&notes=y"))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Referer", "http://example.com/console/licenses/K")
+	rec = httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	if loc := rec.Header().Get("Location"); loc != "/console/login?next=%2Fconsole%2Flicenses%2FK" {
+		t.Fatalf("a form without a session: sent to %q", loc)
+	}
+	rec = httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest("GET", "/console/login?next=%2Fconsole%2Flicenses%3Fpage%3D2", nil))
+	if !strings.Contains(rec.Body.String(), `name="next" value="/console/licenses?page=2"`) {
+		t.Fatal("the sign-in form does not carry next")
+	}
+	if loc := signIn(t, h, "good", "next", "/console/licenses?page=2").Header.Get("Location"); loc != "/console/licenses?page=2" {
+		t.Fatalf("signed in with next: sent to %q", loc)
+	}
+	for _, foreign := range []string{"https://evil.example/console/", "//evil.example/console/", "/\\evil.example/", "/console/../..//evil.example",
+		"http:/console/x", "/consolex", "javascript:alert(1)", "/console/login?next=https://evil.example", "/console/\\evil.example", ""} {
+		if loc := signIn(t, h, "good", "next", foreign).Header.Get("Location"); loc != "/console/" {
+			t.Errorf("next %q: sent to %q, want /console/", foreign, loc)
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest("GET", "/console/login?"+url.Values{"next": {foreign}}.Encode(), nil))
+		if strings.Contains(rec.Body.String(), `name="next"`) {
+			t.Errorf("next %q is carried by the sign-in form", foreign)
+		}
 	}
 }

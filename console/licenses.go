@@ -45,6 +45,12 @@ var notices = map[string]string{
 
 func notice(r *http.Request) string { return notices[r.URL.Query().Get("notice")] }
 
+// licenseNoticeSections places the license page's notices in the section whose form
+// was used, so the page opens there (the notice takes the focus).
+var licenseNoticeSections = map[string]string{
+	"terms": "terms", "notes": "notes", "seat-deactivated": "seats", "usage-reset": "usage", "portal-reset": "portal",
+}
+
 // limitKeys is api.md's allowlist, sorted, for the limits inputs.
 var limitKeys = func() []string {
 	out := make([]string, 0, len(license.LimitKeys))
@@ -62,8 +68,10 @@ type licensesData struct {
 	Pages    int
 	First    int
 	Last     int
-	Query    url.Values
-	Now      time.Time
+	// PastEnd: the page asked for is after the last one (an old link, a list that shrank).
+	PastEnd bool
+	Query   url.Values
+	Now     time.Time
 }
 
 // licensesPage lists, searches and filters the tenant's licenses, 50 a page.
@@ -95,6 +103,7 @@ func (h *Handler) licensesPage(w http.ResponseWriter, r *http.Request, s *sessio
 	}
 	d.Licenses, d.Total = resp.GetLicenses(), int(resp.GetTotal())
 	d.Pages = max(1, (d.Total+pageSize-1)/pageSize)
+	d.PastEnd = d.Total > 0 && page > d.Pages
 	if len(d.Licenses) > 0 {
 		d.First = (page-1)*pageSize + 1
 		d.Last = d.First + len(d.Licenses) - 1
@@ -187,6 +196,13 @@ func (h *Handler) issueLicense(w http.ResponseWriter, r *http.Request, s *sessio
 	v.Form = f
 	v.Data = &licenseFormData{LimitKeys: limitKeys, IdempotencyKey: f.Get("idempotency_key")}
 	limits, ok := limitsValue(f, v)
+	// The API names one missing field at a time; the form names them all, in its words.
+	for _, name := range []string{"product_id", "tier", "issued_to"} {
+		if strings.TrimSpace(f.Get(name)) == "" {
+			v.Fields[name] = name + " is required"
+			ok = false
+		}
+	}
 	if !ok {
 		h.render(w, http.StatusBadRequest, "license_new", v)
 		return
@@ -243,9 +259,10 @@ type licenseData struct {
 	// NewToken is a reissued activation token, shown once.
 	NewToken, NewTokenInstance string
 	Delete                     bool
-	// Confirm asks before a revocation ("revoke") or a seat deactivation ("deactivate",
-	// of ConfirmInstance): the button on the license page only leads here.
-	Confirm, ConfirmInstance string
+	// Confirm asks before a revocation ("revoke"), a seat deactivation ("deactivate", of
+	// ConfirmInstance) or a usage reset ("reset-usage", of ConfirmMetric; "" is every
+	// metric): the button on the license page only leads here.
+	Confirm, ConfirmInstance, ConfirmMetric string
 }
 
 // confirmed reports whether a destructive form came from its confirmation step, which
@@ -349,7 +366,7 @@ func (h *Handler) showLicense(w http.ResponseWriter, r *http.Request, s *session
 
 func (h *Handler) licensePage(w http.ResponseWriter, r *http.Request, s *session) {
 	v := pageView(s, "License", "licenses")
-	v.Notice = notice(r)
+	v.Notice, v.NoticeIn = notice(r), licenseNoticeSections[r.URL.Query().Get("notice")]
 	h.showLicense(w, r, s, v, http.StatusOK, nil)
 }
 
@@ -476,7 +493,17 @@ func (h *Handler) reissueToken(w http.ResponseWriter, r *http.Request, s *sessio
 	h.showLicense(w, r, s, v, http.StatusOK, func(d *licenseData) { d.NewToken, d.NewTokenInstance = resp.GetToken(), instance })
 }
 
+func (h *Handler) resetUsagePage(w http.ResponseWriter, r *http.Request, s *session) {
+	v := pageView(s, "Reset usage", "licenses")
+	metric := r.FormValue("metric")
+	h.showLicense(w, r, s, v, http.StatusOK, func(d *licenseData) { d.Confirm, d.ConfirmMetric = "reset-usage", metric })
+}
+
 func (h *Handler) resetUsage(w http.ResponseWriter, r *http.Request, s *session) {
+	if !confirmed(r) {
+		h.resetUsagePage(w, r, s)
+		return
+	}
 	ctx, cancel := withCredential(r.Context(), s.token)
 	defer cancel()
 	req := &activationsv1.ResetUsageRequest{Key: r.PathValue("key")}

@@ -39,6 +39,9 @@ var portalNotices = map[string]string{
 // of a license that is not revoked, of a tenant with the portal on, is a plain 404.
 func (h *Handler) portalPage(w http.ResponseWriter, r *http.Request) {
 	v := &view{Title: "Your license", Portal: true, Fields: map[string]string{}, Notice: portalNotices[r.URL.Query().Get("notice")]}
+	if v.Notice != "" {
+		v.NoticeIn = "seats" // both notices are about the Release buttons there
+	}
 	h.showPortal(w, r, v, http.StatusOK, "")
 }
 

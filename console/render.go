@@ -28,6 +28,9 @@ type view struct {
 	Account *accountsv1.GetAccountResponse
 	CSRF    string
 	Notice  string
+	// NoticeIn names the section of the page the notice belongs to (the one whose form
+	// the person used); "" shows it at the top of the page.
+	NoticeIn string
 	// Error is a message for the whole form or page; Fields holds messages beside fields.
 	Error  string
 	Fields map[string]string
@@ -66,6 +69,9 @@ func parseTemplates() (map[string]*template.Template, error) {
 		"clip":       clip,
 		"components": formatComponents,
 		"add1":       func(n int) int { return n + 1 },
+		"dict":       dict,
+		"formErrors": formErrors,
+		"noticeIn":   noticeIn,
 		"sub1":       func(n int) int { return n - 1 },
 		"fieldArgs": func(v *view, name, label, typ, hint string, required bool) fieldArgs {
 			return fieldArgs{View: v, Name: name, Label: label, Type: typ, Hint: hint, Required: required}
@@ -97,19 +103,89 @@ func parseTemplates() (map[string]*template.Template, error) {
 	return pages, nil
 }
 
+// dict builds a partial's arguments from name, value pairs ("confirm" takes its
+// question this way).
+func dict(kv ...any) (map[string]any, error) {
+	if len(kv)%2 != 0 {
+		return nil, fmt.Errorf("dict: %d arguments, want name, value pairs", len(kv))
+	}
+	m := make(map[string]any, len(kv)/2)
+	for i := 0; i < len(kv); i += 2 {
+		k, ok := kv[i].(string)
+		if !ok {
+			return nil, fmt.Errorf("dict: name %v is not a string", kv[i])
+		}
+		m[k] = kv[i+1]
+	}
+	return m, nil
+}
+
+// formError is one line of an error summary: the message, and the id of the field it
+// is about ("" for a message about the whole form).
+type formError struct{ Field, Message string }
+
+// formErrors is the "form_errors" partial's list. Without fields it holds the message
+// about the whole page or form (view.Error); with fields, the messages beside those of
+// the form's fields that were refused, in the form's order. A name ending in "*" stands
+// for every field with that prefix (limit_*), sorted.
+func formErrors(v *view, fields ...string) []formError {
+	if len(fields) == 0 {
+		if v.Error == "" {
+			return nil
+		}
+		return []formError{{Message: v.Error}}
+	}
+	var out []formError
+	for _, f := range fields {
+		if prefix, ok := strings.CutSuffix(f, "*"); ok {
+			var names []string
+			for name := range v.Fields {
+				if strings.HasPrefix(name, prefix) {
+					names = append(names, name)
+				}
+			}
+			sort.Strings(names)
+			for _, name := range names {
+				out = append(out, formError{Field: name, Message: v.Fields[name]})
+			}
+			continue
+		}
+		if msg := v.Fields[f]; msg != "" {
+			out = append(out, formError{Field: f, Message: msg})
+		}
+	}
+	return out
+}
+
+// noticeIn is the page's notice when it belongs to the section named, else "".
+func noticeIn(v *view, section string) string {
+	if v.NoticeIn != section {
+		return ""
+	}
+	return v.Notice
+}
+
 // maxCellRunes is the longest value a table cell shows whole: an id, a customer or a
 // checkout session of any length (one was 900 KB) keeps the table readable.
 const maxCellRunes = 48
 
 // clip shows a table cell's value, escaped: whole when short, else its first
-// maxCellRunes characters and "…", with the whole value in the title attribute (shown on
-// hover and read by screen readers; the detail page, where there is one, shows it too).
-func clip(s string) template.HTML {
+// maxCellRunes characters and "…" for the eye, with the whole value beside it for screen
+// readers and shown whole when the value (or the link around it) has keyboard focus;
+// the title shows it on hover. In a link, pass "link": the link is the focus stop, and a
+// second one inside it would nest interactive elements.
+func clip(s string, in ...string) template.HTML {
 	short := ellipsize(s, maxCellRunes)
 	if short == s {
 		return template.HTML(template.HTMLEscapeString(s))
 	}
-	return template.HTML(`<span class="clipped" title="` + template.HTMLEscapeString(s) + `">` + template.HTMLEscapeString(short) + `</span>`)
+	focus := ` tabindex="0"`
+	if len(in) > 0 && in[0] == "link" {
+		focus = ""
+	}
+	full := template.HTMLEscapeString(s)
+	return template.HTML(`<span class="clipped"` + focus + ` title="` + full + `"><span class="clip-short" aria-hidden="true">` +
+		template.HTMLEscapeString(short) + `</span><span class="clip-full">` + full + `</span></span>`)
 }
 
 // ellipsize cuts s to max characters, the last of them "…".
@@ -155,8 +231,10 @@ func (h *Handler) errorPage(w http.ResponseWriter, _ *http.Request, s *session, 
 	h.render(w, e.Status, "error", v)
 }
 
+// notFound answers an unknown /console/ or /portal/ path; a signed-in person keeps the
+// console's header and navigation (the session cookie is the console's only).
 func (h *Handler) notFound(w http.ResponseWriter, r *http.Request) {
-	h.errorPage(w, r, nil, &apiError{Status: http.StatusNotFound, Message: "Not found"})
+	h.errorPage(w, r, h.signedInOrNil(r), &apiError{Status: http.StatusNotFound, Message: "Not found"})
 }
 
 // pageView starts a view for a signed-in page.

@@ -8,6 +8,7 @@ import (
 	"encoding/base64"
 	"net/http"
 	"net/url"
+	"strings"
 
 	accountsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/accounts/v1"
 )
@@ -89,9 +90,7 @@ func (h *Handler) signedIn(page func(http.ResponseWriter, *http.Request, *sessio
 				return
 			}
 		}
-		ctx, cancel := withCredential(r.Context(), s.token)
-		acct, err := h.consoleAuth.GetAccount(ctx, &accountsv1.GetAccountRequest{})
-		cancel()
+		acct, err := h.account(r, s.token)
 		if isUnauthenticated(err) {
 			h.clearSession(w)
 			h.toLogin(w, r, "expired")
@@ -106,19 +105,82 @@ func (h *Handler) signedIn(page func(http.ResponseWriter, *http.Request, *sessio
 	}
 }
 
+// toLogin sends the person to the sign-in page, which brings them back afterwards to the
+// page they were on (next): the page asked for, or for a form, the page it was posted
+// from. Signing out goes back to nothing.
+// account is the tenant a session token is signed in as.
+func (h *Handler) account(r *http.Request, token string) (*accountsv1.GetAccountResponse, error) {
+	ctx, cancel := withCredential(r.Context(), token)
+	defer cancel()
+	return h.consoleAuth.GetAccount(ctx, &accountsv1.GetAccountRequest{})
+}
+
+// signedInOrNil is the request's live session, or nil: for pages that show to anyone
+// but keep the console's header and navigation for the signed-in (the 404 page).
+func (h *Handler) signedInOrNil(r *http.Request) *session {
+	c, err := r.Cookie(sessionCookie)
+	if err != nil || c.Value == "" {
+		return nil
+	}
+	acct, err := h.account(r, c.Value)
+	if err != nil {
+		return nil
+	}
+	return &session{token: c.Value, csrf: sessionCSRF(c.Value), account: acct}
+}
+
 func (h *Handler) toLogin(w http.ResponseWriter, r *http.Request, reason string) {
-	target := "/console/login"
+	q := url.Values{}
 	if reason != "" {
-		target += "?" + url.Values{"reason": {reason}}.Encode()
+		q.Set("reason", reason)
+	}
+	if reason != "signed-out" {
+		from := r.URL.RequestURI()
+		if r.Method != http.MethodGet {
+			from = ""
+			if ref, err := url.Parse(r.Referer()); err == nil && ref.Host == r.Host {
+				from = ref.RequestURI()
+			}
+		}
+		if next := safeNext(from); next != "" && next != "/console/" {
+			q.Set("next", next)
+		}
+	}
+	target := "/console/login"
+	if len(q) > 0 {
+		target += "?" + q.Encode()
 	}
 	http.Redirect(w, r, target, http.StatusSeeOther)
 }
 
+// safeNext is where signing in may send the person: a path of this console's own pages,
+// or "" for anything else. An absolute URL, a scheme-relative //host, a backslash (which
+// browsers read as a slash), a dot segment or the sign-in page itself is refused: next
+// comes from a link anyone can craft, and must never lead off the site (open redirect).
+func safeNext(next string) string {
+	if !strings.HasPrefix(next, "/console/") || strings.HasPrefix(next, "/console/login") ||
+		strings.ContainsAny(next, "\\\x00\t\r\n") {
+		return ""
+	}
+	u, err := url.Parse(next)
+	if err != nil || u.Scheme != "" || u.Host != "" || u.User != nil || u.Opaque != "" {
+		return ""
+	}
+	for _, seg := range strings.Split(u.Path, "/") {
+		if seg == "." || seg == ".." {
+			return ""
+		}
+	}
+	return next
+}
+
 type loginData struct {
-	Hosted   bool
-	Mode     string
-	Email    string
-	Reason   string
+	Hosted bool
+	Mode   string
+	Email  string
+	Reason string
+	// Next is the console page to return to after signing in (safeNext).
+	Next     string
 	NewKey   string
 	Password bool
 }
@@ -128,7 +190,8 @@ func (h *Handler) loginPage(w http.ResponseWriter, r *http.Request) {
 	if mode != "password" || !h.opts.MultiTenant {
 		mode = "key"
 	}
-	h.renderLogin(w, r, http.StatusOK, &loginData{Hosted: h.opts.MultiTenant, Mode: mode, Reason: r.URL.Query().Get("reason")}, "")
+	q := r.URL.Query()
+	h.renderLogin(w, r, http.StatusOK, &loginData{Hosted: h.opts.MultiTenant, Mode: mode, Reason: q.Get("reason"), Next: safeNext(q.Get("next"))}, "")
 }
 
 func (h *Handler) renderLogin(w http.ResponseWriter, r *http.Request, code int, d *loginData, errMsg string) {
@@ -154,7 +217,7 @@ func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
 		h.errorPage(w, r, nil, &apiError{Status: http.StatusForbidden, Message: "Invalid or missing CSRF token: reload the page and try again"})
 		return
 	}
-	d := &loginData{Hosted: h.opts.MultiTenant, Mode: "key"}
+	d := &loginData{Hosted: h.opts.MultiTenant, Mode: "key", Next: safeNext(r.PostForm.Get("next"))}
 	req := &accountsv1.SignInRequest{}
 	if r.PostForm.Get("mode") == "password" && h.opts.MultiTenant {
 		d.Mode, d.Email = "password", r.PostForm.Get("email")
@@ -174,7 +237,11 @@ func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.setCookie(w, sessionCookie, resp.GetSessionToken(), 0)
-	http.Redirect(w, r, "/console/", http.StatusSeeOther)
+	next := d.Next
+	if next == "" {
+		next = "/console/"
+	}
+	http.Redirect(w, r, next, http.StatusSeeOther)
 }
 
 func (h *Handler) logout(w http.ResponseWriter, r *http.Request, s *session) {

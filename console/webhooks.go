@@ -30,6 +30,8 @@ type webhookData struct {
 	Query      url.Values
 	// After is the starting_after of the next page.
 	After string
+	// ConfirmDelete asks before the endpoint is deleted.
+	ConfirmDelete bool
 }
 
 // secretData is the page that shows a new secret, once.
@@ -113,10 +115,15 @@ func (h *Handler) sessionEnded(w http.ResponseWriter, r *http.Request, err error
 func (h *Handler) webhookPage(w http.ResponseWriter, r *http.Request, s *session) {
 	v := pageView(s, "Webhook endpoint", "webhooks")
 	v.Notice = webhookNotices[r.URL.Query().Get("notice")]
-	h.showWebhook(w, r, s, v, http.StatusOK)
+	if n := r.URL.Query().Get("notice"); n == "redelivered" || n == "not-in-log" {
+		v.NoticeIn = "deliveries" // the Redeliver buttons are there
+	}
+	h.showWebhook(w, r, s, v, http.StatusOK, nil)
 }
 
-func (h *Handler) showWebhook(w http.ResponseWriter, r *http.Request, s *session, v *view, code int) {
+// showWebhook renders the endpoint's page; decorate, when given, adds to its data (a
+// question to confirm).
+func (h *Handler) showWebhook(w http.ResponseWriter, r *http.Request, s *session, v *view, code int, decorate func(*webhookData)) {
 	id := r.PathValue("id")
 	q := r.URL.Query()
 	d := &webhookData{Status: q.Get("status"), Statuses: deliveryStatuses, Query: url.Values{}}
@@ -138,6 +145,9 @@ func (h *Handler) showWebhook(w http.ResponseWriter, r *http.Request, s *session
 	if d.Endpoint == nil {
 		h.errorPage(w, r, s, &apiError{Status: http.StatusNotFound, Message: "Webhook endpoint not found"})
 		return
+	}
+	if decorate != nil {
+		decorate(d)
 	}
 	v.Data = d
 	dels, err := h.webhooks.ListWebhookDeliveries(ctx, &eventsv1.ListWebhookDeliveriesRequest{
@@ -173,7 +183,7 @@ func (h *Handler) afterWebhookForm(w http.ResponseWriter, r *http.Request, s *se
 		h.errorPage(w, r, s, asAPIError(err))
 		return
 	}
-	h.showWebhook(w, r, s, v, code)
+	h.showWebhook(w, r, s, v, code, nil)
 }
 
 func (h *Handler) pingWebhookEndpoint(w http.ResponseWriter, r *http.Request, s *session) {
@@ -219,7 +229,7 @@ func (h *Handler) rollWebhookSecret(w http.ResponseWriter, r *http.Request, s *s
 			v := pageView(s, "Webhook endpoint", "webhooks")
 			v.Form = r.PostForm
 			v.Fields["expire_old_after_hours"] = "Keep the old secret between 0 and 168 hours"
-			h.showWebhook(w, r, s, v, http.StatusBadRequest)
+			h.showWebhook(w, r, s, v, http.StatusBadRequest, nil)
 			return
 		}
 		req.ExpireOldAfterSeconds = wrapperspb.Int64(int64(hours * 3600))
@@ -236,7 +246,17 @@ func (h *Handler) rollWebhookSecret(w http.ResponseWriter, r *http.Request, s *s
 	h.render(w, http.StatusOK, "webhook_secret", v)
 }
 
+func (h *Handler) deleteWebhookEndpointPage(w http.ResponseWriter, r *http.Request, s *session) {
+	v := pageView(s, "Delete webhook endpoint", "webhooks")
+	h.showWebhook(w, r, s, v, http.StatusOK, func(d *webhookData) { d.ConfirmDelete = true })
+}
+
+// deleteWebhookEndpoint deletes once confirmed; a post without the confirmation asks.
 func (h *Handler) deleteWebhookEndpoint(w http.ResponseWriter, r *http.Request, s *session) {
+	if !confirmed(r) {
+		h.deleteWebhookEndpointPage(w, r, s)
+		return
+	}
 	ctx, cancel := withCredential(r.Context(), s.token)
 	defer cancel()
 	_, err := h.webhooks.DeleteWebhookEndpoint(ctx, &eventsv1.DeleteWebhookEndpointRequest{Id: r.PathValue("id")})

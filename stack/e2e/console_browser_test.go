@@ -300,3 +300,24 @@ func TestConsoleAPIKeysInTheBrowser(t *testing.T) {
 		t.Fatalf("keys after the browser: %v, %v", listed.APIKeys, err)
 	}
 }
+
+// Accessibility as a person meets it (WCAG 2.2 AA, docs/console.md): every refused form
+// puts the focus on an alert that names each problem, notices take the focus where the
+// form was, confirmations focus their button, text, fields and focus rings have their
+// contrast, sign-in returns to the page a session ended on (and nowhere else), a page past
+// the end of a list says so. The checks are in browser/console.mjs (accessibility).
+func TestConsoleAccessibilityInTheBrowser(t *testing.T) {
+	s := hosted(t)
+	tenant := newTenant(t, s)
+	prod := product("console-a11y")
+	customer := "customer-with-a-very-long-identifier-" + strings.Repeat("x", 40) + "@example.com"
+	key := issueLicense(t, tenant, map[string]any{"tier": "pro", "product_id": prod, "issued_to": customer,
+		"max_activations": 3, "limits": map[string]any{"projects": 2}})
+	pub := anon(t, s)
+	trackUsage(pub, key, seat(t, pub, key, "studio"), "projects", "increment", 1).Expect(t, 200)
+	browse(t, "accessibility", map[string]any{"base": s.URL, "key": tenant.Token, "ip": browserIP(t, s),
+		"licenseKey": key, "customer": customer, "password": "correct horse battery staple"})
+	if lic := tenant.Get("/v1/admin/license/"+key).Expect(t, 200).JSON(t); lic["status"] != "revoked" {
+		t.Fatalf("the license the browser revoked reads %v", lic)
+	}
+}

@@ -163,6 +163,111 @@ async function inside(element, container) {
   return e.x >= c.x - 0.5 && e.x + e.width <= c.x + c.width + 0.5;
 }
 
+
+// Accessibility (WCAG 2.2 AA), measured in the page as a person meets it.
+
+// focusedAlert waits for the page a refused form led to and returns what has the focus:
+// the error summary (role=alert) with its text, whether it is in view, and its links.
+async function focusedAlert(page) {
+  await page.waitForLoadState('load');
+  return page.evaluate(() => {
+    const el = document.activeElement;
+    const alert = el && el.closest('[role="alert"]');
+    if (!alert) return { focused: el ? `${el.tagName}#${el.id}.${el.className}` : 'none' };
+    const r = alert.getBoundingClientRect();
+    return { text: alert.innerText.replace(/\s+/g, ' ').trim(), inView: r.top >= 0 && r.top < innerHeight,
+      links: [...alert.querySelectorAll('a')].map((a) => a.getAttribute('href')) };
+  });
+}
+
+// expectAlert checks that a refused form put the focus on an alert that is in view and
+// says each of the messages, each linked to its field when fields are given.
+async function expectAlert(page, what, messages, fields = []) {
+  const a = await focusedAlert(page);
+  check(a.text !== undefined, `${what}: the focus should be on the error summary (role=alert), it is on ${a.focused}`);
+  for (const m of messages) check(a.text.includes(m), `${what}: the alert should say "${m}", it says "${a.text}"`);
+  check(a.inView, `${what}: the alert is not in view`);
+  for (const f of fields) check(a.links.includes('#' + f), `${what}: the alert should link to #${f}, it links to ${a.links}`);
+}
+
+// focusedNotice returns the text of the notice that has the focus ('' when none does) and
+// the id of the section holding it.
+async function focusedNotice(page) {
+  await page.waitForLoadState('load');
+  return page.evaluate(() => {
+    const el = document.activeElement;
+    if (!el || !el.matches('.notice')) return { text: '', on: el ? `${el.tagName}.${el.className}` : 'none' };
+    const r = el.getBoundingClientRect();
+    return { text: el.innerText.trim(), section: el.closest('section')?.getAttribute('aria-labelledby') || '', inView: r.top >= 0 && r.bottom <= innerHeight };
+  });
+}
+
+async function expectNotice(page, what, text, section) {
+  const n = await focusedNotice(page);
+  check(n.text === text, `${what}: the notice "${text}" should have the focus; the focus is on ${n.on || n.text}`);
+  check(n.inView, `${what}: the focused notice is not in view`);
+  if (section !== undefined) check(n.section === section, `${what}: the notice should be in the section ${section}, it is in "${n.section}"`);
+}
+
+// focusedText is the text (or label) of what has the focus.
+async function focusedText(page) {
+  return page.evaluate(() => (document.activeElement?.innerText || document.activeElement?.value || '').trim());
+}
+
+// contrastIn measures, in the page, the contrast of what matches each selector against
+// the background it sits on (composited through the ancestors' backgrounds): prop is
+// "color" (text), "border" (the top border) or "outline" (measured against the surface
+// around the element, where an offset ring is drawn). It returns the worst, named.
+async function contrastIn(page, selector, prop) {
+  return page.evaluate(({ selector, prop }) => {
+    const parse = (c) => { const m = c.match(/rgba?\(([^)]+)\)/); if (!m) return null; const p = m[1].split(/[ ,/]+/).filter(Boolean).map(Number); return [p[0], p[1], p[2], p.length > 3 ? p[3] : 1]; };
+    const blend = (fg, bg) => [0, 1, 2].map((i) => fg[i] * fg[3] + bg[i] * (1 - fg[3])).concat(1);
+    const lum = (c) => { const f = (v) => { v /= 255; return v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4; }; return 0.2126 * f(c[0]) + 0.7152 * f(c[1]) + 0.0722 * f(c[2]); };
+    const ratio = (a, b) => { const x = lum(a), y = lum(b); return (Math.max(x, y) + 0.05) / (Math.min(x, y) + 0.05); };
+    const bgOf = (el) => { const stack = []; for (let e = el; e; e = e.parentElement) { const c = parse(getComputedStyle(e).backgroundColor); if (c && c[3] > 0) stack.push(c); if (c && c[3] >= 1) break; } let bg = [255, 255, 255, 1]; for (const c of stack.reverse()) bg = blend(c, bg); return bg; };
+    let worst = { ratio: Infinity, what: `nothing matches ${selector}` };
+    for (const el of document.querySelectorAll(selector)) {
+      const r = el.getBoundingClientRect(); if (r.width < 1 || r.height < 1) continue;
+      const cs = getComputedStyle(el);
+      let fg, bg;
+      if (prop === 'color') { bg = bgOf(el); fg = parse(cs.color); }
+      if (prop === 'border') { bg = bgOf(el.parentElement); fg = parse(cs.borderTopColor); }
+      if (prop === 'outline') {
+        if (cs.outlineStyle === 'none' || parseFloat(cs.outlineWidth) < 2) { worst = { ratio: 0, what: `${el.tagName}.${el.className}: outline ${cs.outlineStyle} ${cs.outlineWidth}` }; continue; }
+        bg = bgOf(el.parentElement); fg = parse(cs.outlineColor);
+      }
+      const cr = ratio(blend(fg, bg), bg);
+      if (cr < worst.ratio) worst = { ratio: +cr.toFixed(2), what: `${el.tagName}.${el.className} "${(el.innerText || '').trim().slice(0, 30)}" ${prop} ${prop === 'color' ? cs.color : prop === 'border' ? cs.borderTopColor : cs.outlineColor} on rgb(${bg.slice(0, 3).map(Math.round)})` };
+    }
+    return worst;
+  }, { selector, prop });
+}
+
+async function expectContrast(page, what, selector, prop, min) {
+  const w = await contrastIn(page, selector, prop);
+  check(w.ratio >= min, `${what}: contrast ${w.ratio}:1 < ${min}:1 (${w.what})`);
+}
+
+// ringOf focuses the element as a keyboard user does (the keyboard was used last, so the
+// focus ring shows) and measures its ring.
+async function expectRing(page, what, locator) {
+  await page.keyboard.press('Shift');
+  await locator.focus();
+  await locator.evaluate((el) => el.setAttribute('data-ring', ''));
+  await expectContrast(page, `the focus ring of ${what}`, '[data-ring]', 'outline', 3);
+  await locator.evaluate((el) => el.removeAttribute('data-ring'));
+}
+
+// The scenario of one hosted tenant goes on after a failed part, so that one run names
+// every part that fails (each throws on its first failed check).
+async function parts(list) {
+  const failed = [];
+  for (const [name, run] of list) {
+    try { await run(); } catch (err) { failed.push(`${name}: ${String(err.message || err).split('\n')[0]}`); }
+  }
+  check(failed.length === 0, `failed:\n  ${failed.join('\n  ')}`);
+}
+
 const scenarios = {
   // Self-hosted: admin key sign-in, issue, field errors, search, revoke.
   async selfhosted(page) {
@@ -241,6 +346,144 @@ const scenarios = {
     await page.waitForURL(/\?notice=revoked/);
     check((await text(page, '.subtitle .badge')) === 'revoked', 'after revoking, the badge says revoked');
     return { key };
+  },
+
+  // Accessibility (docs/console.md): refused forms, notices, confirmations, contrast,
+  // the return after sign-in, lists past their end. The Go test issued cfg.licenseKey
+  // (a long customer, a seat that counted "projects").
+  async accessibility(page) {
+    page.setDefaultTimeout(5000);
+    const lic = base + '/console/licenses/' + cfg.licenseKey;
+    await parts([
+      ['sign-in: plain links, a refused key marked invalid', async () => {
+        await page.goto(base + '/console/login');
+        check(await page.locator('[role="tab"], [role="tablist"]').count() === 0, 'the sign-in modes are links, not tabs without a tab panel');
+        check(await page.getByRole('link', { name: 'Email and password' }).count() === 1, 'the other sign-in mode is a link');
+        await page.locator('#api_key').fill('kh_wrong');
+        await page.locator('#api_key').press('Enter');
+        await page.waitForLoadState('load');
+        check(await page.locator('#api_key').getAttribute('aria-invalid') === 'true', 'a refused key: the field is marked invalid');
+      }],
+      ['after sign-in, back to the page the session ended on', async () => {
+        await page.goto(base + '/console/licenses?page=99');
+        const login = page.url();
+        await page.locator('#api_key').fill(cfg.key);
+        await page.locator('#api_key').press('Enter');
+        await page.waitForLoadState('load');
+        check(new URL(login).searchParams.get('next') === '/console/licenses?page=99', `without a session: sign-in with next, got ${login}`);
+        check(page.url() === base + '/console/licenses?page=99', `signed in: back on the list's page 99, got ${page.url()}`);
+      }],
+      ['a page past the end of the list says so and links to the last page', async () => {
+        if (!page.url().endsWith('/console/licenses?page=99')) await page.goto(base + '/console/licenses?page=99');
+        const empty = await text(page, '.empty');
+        check(empty.includes('past the end') && !empty.includes('No licenses yet'), `page 99 of 1: "${empty}"`);
+        check(!(await text(page, '.pager')).includes('0–0'), 'the pager does not count 0–0');
+        await page.getByRole('link', { name: 'Go to the last page' }).click();
+        await page.waitForURL(/[?&]page=1$/);
+        check(await page.locator('table.list tbody tr').count() === 1, 'the last page lists the license');
+      }],
+      ['a clipped value is whole for the keyboard and screen readers', async () => {
+        await page.goto(base + '/console/licenses');
+        const clipped = page.locator('td .clipped', { hasText: cfg.customer.slice(0, 20) }).first();
+        const full = await clipped.evaluate((el) => [...el.querySelectorAll('span')].filter((s) => s.getAttribute('aria-hidden') !== 'true').map((s) => s.textContent).join(''));
+        check(full === cfg.customer, `the whole customer is in the accessible text, got "${full.slice(0, 60)}"`);
+        await page.keyboard.press('Shift');
+        await clipped.focus();
+        check(await clipped.evaluate((el) => el === document.activeElement), 'the clipped value takes the keyboard focus');
+        check(await clipped.evaluate((el) => el.innerText.trim()) === cfg.customer, 'with focus, the whole value shows');
+      }],
+      ['the console 404 keeps the header and the navigation', async () => {
+        const resp = await page.goto(base + '/console/no-such-page');
+        check(resp.status() === 404, `404 expected, got ${resp.status()}`);
+        check(await page.locator('nav[aria-label="Console"]').count() === 1 && await page.locator('header.topbar').count() === 1, 'the signed-in 404 has the header and navigation');
+      }],
+      ['issue: every missing field at once, announced and focused', async () => {
+        await page.goto(base + '/console/licenses/new');
+        await page.getByRole('button', { name: 'Issue license' }).click();
+        await expectAlert(page, 'an empty new license', ['product_id is required', 'tier is required', 'issued_to is required'], ['product_id', 'tier', 'issued_to']);
+      }],
+      ['license terms: Seats 0', async () => {
+        await page.goto(lic);
+        await page.locator('#max_activations').fill('0');
+        await page.getByRole('button', { name: 'Save terms' }).click();
+        await expectAlert(page, 'terms with 0 seats', ['max_activations'], ['max_activations']);
+      }],
+      ['Save notes: the notice has the focus, in the Notes section', async () => {
+        await page.goto(lic);
+        await page.locator('#notes').fill('Renewal due in Q3.');
+        await page.getByRole('button', { name: 'Save notes' }).click();
+        await page.waitForURL(/notice=notes/);
+        await expectNotice(page, 'after Save notes', 'Notes saved.', 'notes-title');
+      }],
+      ['usage Reset asks first', async () => {
+        await page.goto(lic);
+        await page.getByRole('link', { name: 'Reset projects' }).click();
+        await page.waitForURL(/\/usage\/reset\?metric=projects$/);
+        check((await text(page, '#reset-usage-title')) === 'Reset the usage of projects?', 'Reset asks for confirmation first');
+        check(await focusedText(page) === 'Reset usage', `the question's button has the focus, not "${await focusedText(page)}"`);
+        check((await page.locator('section[aria-labelledby="usage-title"] tbody td').nth(1).innerText()).startsWith('1'), 'asking resets nothing');
+        await page.getByRole('button', { name: 'Reset usage' }).click();
+        await page.waitForURL(/notice=usage-reset/);
+        await expectNotice(page, 'after Reset usage', 'Usage reset.', 'usage-title');
+        check((await page.locator('section[aria-labelledby="usage-title"] tbody td').nth(1).innerText()).startsWith('0'), 'the confirmed reset zeroes the usage');
+      }],
+      ['revoke: the notice has the focus', async () => {
+        await page.goto(lic + '/revoke');
+        check(await focusedText(page) === 'Revoke license', 'the revoke question\'s button has the focus');
+        await page.getByRole('button', { name: 'Revoke license' }).click();
+        await page.waitForURL(/notice=revoked/);
+        await expectNotice(page, 'after revoking', 'License revoked.');
+      }],
+      ['API keys: an empty name, the delete question, the notice', async () => {
+        await page.goto(base + '/console/api-keys');
+        await page.getByRole('button', { name: 'Create key' }).click();
+        await expectAlert(page, 'an API key without a name', ['name is required'], ['name']);
+        await page.getByLabel('Name').fill('Temporary');
+        await page.getByRole('button', { name: 'Create key' }).click();
+        await page.getByRole('link', { name: 'Continue to the keys' }).click();
+        await page.getByRole('link', { name: 'Delete Temporary' }).click();
+        await page.waitForURL(/\/delete$/);
+        check(await focusedText(page) === 'Delete key', `the delete question's button has the focus, not "${await focusedText(page)}"`);
+        await page.getByRole('button', { name: 'Delete key' }).click();
+        await page.waitForURL(/notice=deleted/);
+        await expectNotice(page, 'after deleting a key', 'API key deleted: it no longer works.');
+      }],
+      ['Releases: Register empty', async () => {
+        await page.goto(base + '/console/releases');
+        await page.locator('#register summary').click();
+        await page.getByRole('button', { name: 'Register release' }).click();
+        await expectAlert(page, 'an empty release', ['is required']);
+      }],
+      ['Settings: two different passwords', async () => {
+        await page.goto(base + '/console/settings');
+        await page.getByLabel('New password').fill(cfg.password);
+        await page.getByLabel('Repeat it').fill(cfg.password + 'x');
+        await page.getByRole('button', { name: 'Save password' }).click();
+        await expectAlert(page, 'two different passwords', ['The two passwords differ'], ['confirm']);
+      }],
+      ['contrast: muted text, input borders, focus rings', async () => {
+        await page.goto(lic);
+        await expectContrast(page, 'muted text on the license page', '.muted, .hint, .empty, th, .facts dt, .crumbs', 'color', 4.5);
+        await expectContrast(page, 'input borders', 'input:not([type="hidden"]):not([type="checkbox"]), select, textarea', 'border', 3);
+        await expectRing(page, 'a text field', page.locator('#notes'));
+        await expectRing(page, 'a button', page.getByRole('button', { name: 'Save terms' }));
+        await expectRing(page, 'a navigation link', page.locator('nav.sidenav a', { hasText: 'Releases' }));
+        await expectRing(page, 'Sign out on the dark bar', page.getByRole('button', { name: 'Sign out' }));
+        await page.goto(base + '/console/licenses?page=99');
+        await expectContrast(page, 'muted text on the list', '.muted, .hint, .empty, th', 'color', 4.5);
+        await expectRing(page, 'a select', page.locator('#status'));
+      }],
+      ['a foreign next is refused', async () => {
+        for (const next of ['//evil.example/console/', 'https://evil.example/console/']) {
+          await page.context().clearCookies();
+          await page.goto(base + '/console/login?next=' + encodeURIComponent(next));
+          await page.locator('#api_key').fill(cfg.key);
+          await page.locator('#api_key').press('Enter');
+          await page.waitForURL(base + '/console/');
+        }
+      }],
+    ]);
+    return {};
   },
 
   // Hosted, part 1: API key sign-in, set a password, sign in with it, issue a license.
@@ -641,6 +884,24 @@ const scenarios = {
       await page.reload();
     }
     check((await page.locator('tr.delivery[data-status="succeeded"]').count()) === 1, 'the event page shows its delivery, succeeded');
+
+    // Rolling the secret with 999 hours: the alert names the problem and has the focus.
+    await page.goto(base + '/console/webhooks/' + endpoint);
+    await page.locator('summary', { hasText: 'Roll the secret' }).click();
+    await page.getByLabel('Keep the old secret for (hours, 0-168)').fill('999');
+    await page.getByRole('button', { name: 'Roll secret' }).click();
+    await expectAlert(page, 'rolling with 999 hours', ['Keep the old secret between 0 and 168 hours'], ['expire_old_after_hours']);
+    // Deleting the endpoint asks first, its button focused; Cancel keeps it.
+    await page.getByRole('link', { name: 'Delete endpoint…' }).click();
+    await page.waitForURL(/\/delete$/);
+    check((await text(page, '#delete-title')) === `Delete the endpoint ${cfg.receiver}?`, 'Delete endpoint asks for confirmation first');
+    check(await focusedText(page) === 'Delete endpoint', 'the question\'s button has the focus');
+    await page.getByRole('link', { name: 'Cancel' }).click();
+    await page.waitForURL(base + '/console/webhooks/' + endpoint);
+    await page.getByRole('link', { name: 'Delete endpoint…' }).click();
+    await page.getByRole('button', { name: 'Delete endpoint' }).click();
+    await page.waitForURL(/\/console\/webhooks\?notice=deleted$/);
+    await expectNotice(page, 'after deleting the endpoint', 'Endpoint deleted.');
     return { secret, endpoint, failedEvent };
   },
 
