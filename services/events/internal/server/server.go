@@ -4,6 +4,7 @@ package server
 import (
 	"context"
 	"errors"
+	"strings"
 	"time"
 
 	"github.com/keyhouse/keyhouse/pkg/apierr"
@@ -87,6 +88,43 @@ func (s *Server) GetEvent(ctx context.Context, req *eventsv1.GetEventRequest) (*
 	return &eventsv1.GetEventResponse{Event: rec}, nil
 }
 
+// RedactEvents is POST /v1/events/redact: the personal data of one license's events
+// replaced with null in the log and in the stored webhook deliveries of them
+// (store.Redact). It emits no event. An unknown key redacts nothing: zeros, as the log's
+// license_key filter lists nothing for it.
+func (s *Server) RedactEvents(ctx context.Context, req *eventsv1.RedactEventsRequest) (*eventsv1.RedactEventsResponse, error) {
+	tenant, err := auth.TenantID(ctx)
+	if err != nil {
+		return nil, err
+	}
+	k := req.GetLicenseKey()
+	if k == "" {
+		return nil, apierr.Invalid("license_key is required")
+	}
+	key, err := licenseKey(k)
+	if err != nil {
+		return nil, err
+	}
+	n, err := s.st.Redact(ctx, tenant, key)
+	if err != nil {
+		return nil, err
+	}
+	return &eventsv1.RedactEventsResponse{LicenseKey: key, EventsRedacted: int32(n.Events), DeliveriesRedacted: int32(n.Deliveries)}, nil
+}
+
+// licenseKey is a license_key parameter as the log stores keys: every spelling that finds
+// the license on the other routes (case, dashes, look-alikes) finds its events.
+func licenseKey(k string) (string, error) {
+	if len(k) > maxKeyLen || pgxx.HasNUL(k) {
+		return "", apierr.Invalid("license_key must be a license key")
+	}
+	key := license.CanonicalKey(k)
+	if strings.TrimSpace(key) == "" {
+		return "", apierr.Invalid("license_key must be a license key")
+	}
+	return key, nil
+}
+
 // record is a stored event as the routes answer it: the stored JSON, decoded, so the
 // REST edge prints those same bytes again. An event stored before created_at had one
 // form (events.TimeLayout) is answered in that form.
@@ -114,12 +152,9 @@ func filter(req *eventsv1.ListEventsRequest) (store.Filter, error) {
 		f.Type = t
 	}
 	if k := req.GetLicenseKey(); k != "" {
-		if len(k) > maxKeyLen || pgxx.HasNUL(k) {
-			return f, apierr.Invalid("license_key must be a license key")
+		if f.LicenseKey, err = licenseKey(k); err != nil {
+			return f, err
 		}
-		// Stored as licensing stores it: every spelling that finds the license on the
-		// other routes (case, dashes, look-alikes) finds its events.
-		f.LicenseKey = license.CanonicalKey(k)
 	}
 	if f.Since, err = parseTime("since", req.GetSince()); err != nil {
 		return f, err

@@ -1,5 +1,6 @@
 // Package store is the events schema's SQL: the event log. Every read is scoped by the
-// tenant; a row is written once (by event id) and deleted only by the retention sweep.
+// tenant; a row is written once (by event id) and deleted only by the retention sweep;
+// only Redact changes one (its personal data, never its id, type, time or key).
 package store
 
 import (
@@ -13,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/keyhouse/keyhouse/pkg/events"
 	"github.com/keyhouse/keyhouse/pkg/pgxx"
 )
 
@@ -255,6 +257,75 @@ func (s *Store) DeleteBefore(ctx context.Context, cutoff time.Time) (int64, erro
 			return total, nil
 		}
 	}
+}
+
+// Redacted is what Redact changed.
+type Redacted struct{ Events, Deliveries int }
+
+// Redact replaces the personal data (events.PersonalFields) of the tenant's events about
+// license key (canonical, as stored) with null, in the log and in every stored webhook
+// delivery of them, in one transaction, and counts the rows it changed: an event or a
+// delivery redacted before is not changed again, so concurrent calls for one key add up
+// to the rows there were. The deliveries are those of the key's events in the log, and
+// those whose event is no longer in it (a pending one outlives its event for its retries:
+// webhooks.Store.DeleteDeliveriesBefore), found by the key in their body. Rows are locked
+// in one order (the events, then the deliveries, each by id), so concurrent calls wait for
+// one another and never deadlock. Only the tenant's rows are read: another tenant's
+// license with the same key is not touched.
+func (s *Store) Redact(ctx context.Context, tenant, key string) (Redacted, error) {
+	var n Redacted
+	types := events.PersonalTypes()
+	err := s.InTx(ctx, func(tx pgx.Tx) error {
+		var err error
+		n.Events, err = redactRows(ctx, tx, "events", `
+			SELECT id, body FROM events WHERE tenant_id = $1 AND license_key = $2 AND type = ANY($3)
+			ORDER BY id FOR UPDATE`, tenant, key, types)
+		if err != nil {
+			return err
+		}
+		n.Deliveries, err = redactRows(ctx, tx, "webhook_deliveries", `
+			SELECT id, body FROM webhook_deliveries d WHERE tenant_id = $1 AND event_type = ANY($3) AND (
+				event_id IN (SELECT id FROM events WHERE tenant_id = $1 AND license_key = $2)
+				OR (NOT EXISTS (SELECT FROM events e WHERE e.tenant_id = d.tenant_id AND e.id = d.event_id)
+					AND convert_from(body, 'UTF8')::jsonb #>> '{data,key}' = $2))
+			ORDER BY id FOR UPDATE`, tenant, key, types)
+		return err
+	})
+	return n, err
+}
+
+// redactRows redacts the bodies of the rows of table (tenant_id $1) that query selects
+// (id, body, locked) and returns how many it changed.
+func redactRows(ctx context.Context, tx pgx.Tx, table, query string, args ...any) (int, error) {
+	rows, err := tx.Query(ctx, query, args...)
+	if err != nil {
+		return 0, err
+	}
+	type row struct {
+		ID   string
+		Body []byte
+	}
+	all, err := pgx.CollectRows(rows, pgx.RowToStructByPos[row])
+	if err != nil {
+		return 0, err
+	}
+	var ids []string
+	var bodies [][]byte
+	for _, r := range all {
+		body, changed, err := events.Redact(r.Body)
+		if err != nil {
+			return 0, fmt.Errorf("%s %s: %w", table, r.ID, err)
+		}
+		if changed {
+			ids, bodies = append(ids, r.ID), append(bodies, body)
+		}
+	}
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	_, err = tx.Exec(ctx, `UPDATE `+table+` t SET body = r.body FROM unnest($2::text[], $3::bytea[]) AS r(id, body)
+		WHERE t.tenant_id = $1 AND t.id = r.id`, args[0], ids, bodies)
+	return len(ids), err
 }
 
 // InTx runs fn in a transaction of the events schema.

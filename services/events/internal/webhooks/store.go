@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/keyhouse/keyhouse/pkg/events"
 	"github.com/keyhouse/keyhouse/pkg/idempotency"
 	"github.com/keyhouse/keyhouse/pkg/pgxx"
 )
@@ -434,13 +435,20 @@ func (s *Store) ListDeliveries(ctx context.Context, tenant, endpointID string, f
 	return out, more, nil
 }
 
-// DeleteDeliveriesBefore deletes the deliveries created before t (EVENT_RETENTION, as the
-// log's events) and reports how many; a pending one goes only once it was also created
-// before pendingBefore (the end of its retries), so a retention shorter than the retry
-// window never drops a delivery webhooks.md promises to keep trying.
+// DeleteDeliveriesBefore deletes the deliveries whose event was created before t
+// (EVENT_RETENTION, as the log's events) and reports how many. A delivery goes with its
+// event, however late it was made: a redelivery's body is a copy of the event, so it must
+// not outlive it; one whose event is no longer in the log (swept meanwhile) goes too. A
+// ping, in no log, goes by its own created_at. A pending delivery goes only once it was
+// also created before pendingBefore (the end of its retries), so a retention shorter than
+// the retry window never drops a delivery webhooks.md promises to keep trying: no copy of
+// an event outlives it by more than the retry window (EVENT_RETENTION + 72 h in all).
 func (s *Store) DeleteDeliveriesBefore(ctx context.Context, t, pendingBefore time.Time) (int64, error) {
-	tag, err := s.db.Exec(ctx, `DELETE FROM webhook_deliveries
-		WHERE created_at < $1 AND (status <> $3 OR created_at < $2)`, t, pendingBefore, StatusPending)
+	tag, err := s.db.Exec(ctx, `DELETE FROM webhook_deliveries d
+		WHERE (status <> $3 OR created_at < $2) AND CASE
+			WHEN event_type = $4 THEN created_at < $1
+			ELSE NOT EXISTS (SELECT FROM events e WHERE e.tenant_id = d.tenant_id AND e.id = d.event_id AND e.created_at >= $1)
+		END`, t, pendingBefore, StatusPending, events.TypePing)
 	return tag.RowsAffected(), err
 }
 

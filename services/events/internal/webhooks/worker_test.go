@@ -27,6 +27,7 @@ import (
 	"github.com/keyhouse/keyhouse/pkg/webhook"
 	eventsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/events/v1"
 	"github.com/keyhouse/keyhouse/services/events/internal/ingest"
+	"github.com/keyhouse/keyhouse/services/events/internal/store"
 	"github.com/keyhouse/keyhouse/services/events/migrations"
 )
 
@@ -106,11 +107,15 @@ func (f *fixture) endpoint(tenant, url string, events ...string) (*Endpoint, str
 	return ep, secret
 }
 
-// event stores deliveries of a new event of tenant, as the log's ingest does.
+// event stores a new event of tenant in the log, created now, and its deliveries, as the
+// log's ingest does.
 func (f *fixture) event(tenant, id, typ string) []byte {
 	f.t.Helper()
 	body := []byte(`{"id":"` + id + `","type":"` + typ + `","created_at":"2026-11-25T12:00:00.000000Z","actor":{"type":"system","request_id":null},"data":{}}`)
 	err := pgxx.InTx(context.Background(), f.store.db, func(tx pgx.Tx) error {
+		if _, err := store.InsertAll(context.Background(), tx, []store.Event{{ID: id, TenantID: tenant, Type: typ, CreatedAt: f.clock.Now(), Body: body}}); err != nil {
+			return err
+		}
 		_, err := f.store.Fanout(context.Background(), tx, tenant, id, typ, body, f.clock.Now())
 		return err
 	})
@@ -361,6 +366,45 @@ func TestAShortRetentionKeepsPendingDeliveriesForTheirRetries(t *testing.T) {
 	f.worker.sweep(context.Background())
 	if ds := f.deliveries("t1", epDown.ID); len(ds) != 0 {
 		t.Fatalf("kept past the retention and the window: %+v", ds)
+	}
+}
+
+// A redelivery goes with its event, however late it was made: its body is a copy of the
+// event, and must not outlive the log's retention (the probe's redelivery made at +100 s
+// of a 120 s retention outlived its event). A pending one is kept for its retries, so no
+// copy lives longer than EVENT_RETENTION + the 72 h window.
+func TestARedeliveryGoesWithItsEvent(t *testing.T) {
+	f := newFixture(t)
+	up, down := newRecorder(t), newRecorder(t)
+	down.status.Store(503)
+	epUp, _ := f.endpoint("t1", up.URL)
+	epDown, _ := f.endpoint("t1", down.URL)
+	f.event("t1", "evt_1", "license.issued")
+	f.worker.RunOnce(context.Background()) // epUp's delivery succeeds, epDown's is pending
+	f.worker.Retention = 2 * time.Minute
+	f.clock.Add(100 * time.Second)
+	for _, ep := range []*Endpoint{epUp, epDown} {
+		if _, err := f.store.Enqueue(context.Background(), "t1", ep.ID, "evt_1", "license.issued", []byte(`{}`), true, f.clock.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.worker.RunOnce(context.Background())
+	f.clock.Add(time.Minute) // the event is past the retention; the redeliveries are not
+	f.worker.sweep(context.Background())
+	if ds := f.deliveries("t1", epUp.ID); len(ds) != 0 {
+		t.Fatalf("deliveries outlived their event: %+v", ds)
+	}
+	ds := f.deliveries("t1", epDown.ID)
+	if len(ds) != 2 || ds[0].Status != StatusPending || ds[1].Status != StatusPending {
+		t.Fatalf("the pending deliveries were not kept for their retries: %+v", ds)
+	}
+	// 72 hours after the redelivery was made its retries are over, and it goes too.
+	f.clock.Add(72 * time.Hour)
+	f.worker.RunOnce(context.Background())
+	f.worker.lastSweep = time.Time{}
+	f.worker.sweep(context.Background())
+	if ds := f.deliveries("t1", epDown.ID); len(ds) != 0 {
+		t.Fatalf("kept past EVENT_RETENTION + 72 h: %+v", ds)
 	}
 }
 

@@ -254,6 +254,114 @@ func (x *GetEventResponse) GetEvent() *EventRecord {
 	return nil
 }
 
+type RedactEventsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Any spelling the log's license_key filter takes; the license may be deleted already.
+	LicenseKey    string `protobuf:"bytes,1,opt,name=license_key,json=licenseKey,proto3" json:"license_key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RedactEventsRequest) Reset() {
+	*x = RedactEventsRequest{}
+	mi := &file_keyhouse_events_v1_events_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RedactEventsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RedactEventsRequest) ProtoMessage() {}
+
+func (x *RedactEventsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_keyhouse_events_v1_events_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RedactEventsRequest.ProtoReflect.Descriptor instead.
+func (*RedactEventsRequest) Descriptor() ([]byte, []int) {
+	return file_keyhouse_events_v1_events_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *RedactEventsRequest) GetLicenseKey() string {
+	if x != nil {
+		return x.LicenseKey
+	}
+	return ""
+}
+
+type RedactEventsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The key as the log stores it (canonical).
+	LicenseKey string `protobuf:"bytes,1,opt,name=license_key,json=licenseKey,proto3" json:"license_key,omitempty"`
+	// How many events of the log this call changed (one redacted before is not counted again).
+	EventsRedacted int32 `protobuf:"varint,2,opt,name=events_redacted,json=eventsRedacted,proto3" json:"events_redacted,omitempty"`
+	// How many stored webhook deliveries (their bodies) this call changed.
+	DeliveriesRedacted int32 `protobuf:"varint,3,opt,name=deliveries_redacted,json=deliveriesRedacted,proto3" json:"deliveries_redacted,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *RedactEventsResponse) Reset() {
+	*x = RedactEventsResponse{}
+	mi := &file_keyhouse_events_v1_events_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RedactEventsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RedactEventsResponse) ProtoMessage() {}
+
+func (x *RedactEventsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_keyhouse_events_v1_events_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RedactEventsResponse.ProtoReflect.Descriptor instead.
+func (*RedactEventsResponse) Descriptor() ([]byte, []int) {
+	return file_keyhouse_events_v1_events_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *RedactEventsResponse) GetLicenseKey() string {
+	if x != nil {
+		return x.LicenseKey
+	}
+	return ""
+}
+
+func (x *RedactEventsResponse) GetEventsRedacted() int32 {
+	if x != nil {
+		return x.EventsRedacted
+	}
+	return 0
+}
+
+func (x *RedactEventsResponse) GetDeliveriesRedacted() int32 {
+	if x != nil {
+		return x.DeliveriesRedacted
+	}
+	return 0
+}
+
 // EventRecord is an event in its JSON form, as the log stores and lists it and as a
 // webhook delivers it: {"id","type","created_at","actor":{"type","request_id"},"data":{…}}.
 // data holds the typed event's fields by their snake_case names.
@@ -272,7 +380,7 @@ type EventRecord struct {
 
 func (x *EventRecord) Reset() {
 	*x = EventRecord{}
-	mi := &file_keyhouse_events_v1_events_proto_msgTypes[4]
+	mi := &file_keyhouse_events_v1_events_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -284,7 +392,7 @@ func (x *EventRecord) String() string {
 func (*EventRecord) ProtoMessage() {}
 
 func (x *EventRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_events_v1_events_proto_msgTypes[4]
+	mi := &file_keyhouse_events_v1_events_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -297,7 +405,7 @@ func (x *EventRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventRecord.ProtoReflect.Descriptor instead.
 func (*EventRecord) Descriptor() ([]byte, []int) {
-	return file_keyhouse_events_v1_events_proto_rawDescGZIP(), []int{4}
+	return file_keyhouse_events_v1_events_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *EventRecord) GetId() string {
@@ -348,7 +456,7 @@ type Actor struct {
 
 func (x *Actor) Reset() {
 	*x = Actor{}
-	mi := &file_keyhouse_events_v1_events_proto_msgTypes[5]
+	mi := &file_keyhouse_events_v1_events_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -360,7 +468,7 @@ func (x *Actor) String() string {
 func (*Actor) ProtoMessage() {}
 
 func (x *Actor) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_events_v1_events_proto_msgTypes[5]
+	mi := &file_keyhouse_events_v1_events_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -373,7 +481,7 @@ func (x *Actor) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Actor.ProtoReflect.Descriptor instead.
 func (*Actor) Descriptor() ([]byte, []int) {
-	return file_keyhouse_events_v1_events_proto_rawDescGZIP(), []int{5}
+	return file_keyhouse_events_v1_events_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Actor) GetType() string {
@@ -433,7 +541,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_keyhouse_events_v1_events_proto_msgTypes[6]
+	mi := &file_keyhouse_events_v1_events_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -445,7 +553,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_events_v1_events_proto_msgTypes[6]
+	mi := &file_keyhouse_events_v1_events_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -458,7 +566,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_keyhouse_events_v1_events_proto_rawDescGZIP(), []int{6}
+	return file_keyhouse_events_v1_events_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Event) GetId() string {
@@ -857,7 +965,7 @@ type LicenseIssued struct {
 
 func (x *LicenseIssued) Reset() {
 	*x = LicenseIssued{}
-	mi := &file_keyhouse_events_v1_events_proto_msgTypes[7]
+	mi := &file_keyhouse_events_v1_events_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -869,7 +977,7 @@ func (x *LicenseIssued) String() string {
 func (*LicenseIssued) ProtoMessage() {}
 
 func (x *LicenseIssued) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_events_v1_events_proto_msgTypes[7]
+	mi := &file_keyhouse_events_v1_events_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -882,7 +990,7 @@ func (x *LicenseIssued) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LicenseIssued.ProtoReflect.Descriptor instead.
 func (*LicenseIssued) Descriptor() ([]byte, []int) {
-	return file_keyhouse_events_v1_events_proto_rawDescGZIP(), []int{7}
+	return file_keyhouse_events_v1_events_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *LicenseIssued) GetKey() string {
@@ -945,7 +1053,7 @@ type LicenseRef struct {
 
 func (x *LicenseRef) Reset() {
 	*x = LicenseRef{}
-	mi := &file_keyhouse_events_v1_events_proto_msgTypes[8]
+	mi := &file_keyhouse_events_v1_events_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -957,7 +1065,7 @@ func (x *LicenseRef) String() string {
 func (*LicenseRef) ProtoMessage() {}
 
 func (x *LicenseRef) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_events_v1_events_proto_msgTypes[8]
+	mi := &file_keyhouse_events_v1_events_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -970,7 +1078,7 @@ func (x *LicenseRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LicenseRef.ProtoReflect.Descriptor instead.
 func (*LicenseRef) Descriptor() ([]byte, []int) {
-	return file_keyhouse_events_v1_events_proto_rawDescGZIP(), []int{8}
+	return file_keyhouse_events_v1_events_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *LicenseRef) GetKey() string {
@@ -1001,7 +1109,7 @@ type LicenseTermsUpdated struct {
 
 func (x *LicenseTermsUpdated) Reset() {
 	*x = LicenseTermsUpdated{}
-	mi := &file_keyhouse_events_v1_events_proto_msgTypes[9]
+	mi := &file_keyhouse_events_v1_events_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1013,7 +1121,7 @@ func (x *LicenseTermsUpdated) String() string {
 func (*LicenseTermsUpdated) ProtoMessage() {}
 
 func (x *LicenseTermsUpdated) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_events_v1_events_proto_msgTypes[9]
+	mi := &file_keyhouse_events_v1_events_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1026,7 +1134,7 @@ func (x *LicenseTermsUpdated) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LicenseTermsUpdated.ProtoReflect.Descriptor instead.
 func (*LicenseTermsUpdated) Descriptor() ([]byte, []int) {
-	return file_keyhouse_events_v1_events_proto_rawDescGZIP(), []int{9}
+	return file_keyhouse_events_v1_events_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *LicenseTermsUpdated) GetKey() string {
@@ -1076,7 +1184,7 @@ type Seat struct {
 
 func (x *Seat) Reset() {
 	*x = Seat{}
-	mi := &file_keyhouse_events_v1_events_proto_msgTypes[10]
+	mi := &file_keyhouse_events_v1_events_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1088,7 +1196,7 @@ func (x *Seat) String() string {
 func (*Seat) ProtoMessage() {}
 
 func (x *Seat) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_events_v1_events_proto_msgTypes[10]
+	mi := &file_keyhouse_events_v1_events_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1101,7 +1209,7 @@ func (x *Seat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Seat.ProtoReflect.Descriptor instead.
 func (*Seat) Descriptor() ([]byte, []int) {
-	return file_keyhouse_events_v1_events_proto_rawDescGZIP(), []int{10}
+	return file_keyhouse_events_v1_events_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Seat) GetKey() string {
@@ -1139,7 +1247,7 @@ type SeatDeactivated struct {
 
 func (x *SeatDeactivated) Reset() {
 	*x = SeatDeactivated{}
-	mi := &file_keyhouse_events_v1_events_proto_msgTypes[11]
+	mi := &file_keyhouse_events_v1_events_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1151,7 +1259,7 @@ func (x *SeatDeactivated) String() string {
 func (*SeatDeactivated) ProtoMessage() {}
 
 func (x *SeatDeactivated) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_events_v1_events_proto_msgTypes[11]
+	mi := &file_keyhouse_events_v1_events_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1164,7 +1272,7 @@ func (x *SeatDeactivated) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SeatDeactivated.ProtoReflect.Descriptor instead.
 func (*SeatDeactivated) Descriptor() ([]byte, []int) {
-	return file_keyhouse_events_v1_events_proto_rawDescGZIP(), []int{11}
+	return file_keyhouse_events_v1_events_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *SeatDeactivated) GetKey() string {
@@ -1209,7 +1317,7 @@ type UsageLimitReached struct {
 
 func (x *UsageLimitReached) Reset() {
 	*x = UsageLimitReached{}
-	mi := &file_keyhouse_events_v1_events_proto_msgTypes[12]
+	mi := &file_keyhouse_events_v1_events_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1221,7 +1329,7 @@ func (x *UsageLimitReached) String() string {
 func (*UsageLimitReached) ProtoMessage() {}
 
 func (x *UsageLimitReached) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_events_v1_events_proto_msgTypes[12]
+	mi := &file_keyhouse_events_v1_events_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1234,7 +1342,7 @@ func (x *UsageLimitReached) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UsageLimitReached.ProtoReflect.Descriptor instead.
 func (*UsageLimitReached) Descriptor() ([]byte, []int) {
-	return file_keyhouse_events_v1_events_proto_rawDescGZIP(), []int{12}
+	return file_keyhouse_events_v1_events_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *UsageLimitReached) GetKey() string {
@@ -1285,7 +1393,7 @@ type UsageReset struct {
 
 func (x *UsageReset) Reset() {
 	*x = UsageReset{}
-	mi := &file_keyhouse_events_v1_events_proto_msgTypes[13]
+	mi := &file_keyhouse_events_v1_events_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1297,7 +1405,7 @@ func (x *UsageReset) String() string {
 func (*UsageReset) ProtoMessage() {}
 
 func (x *UsageReset) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_events_v1_events_proto_msgTypes[13]
+	mi := &file_keyhouse_events_v1_events_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1310,7 +1418,7 @@ func (x *UsageReset) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UsageReset.ProtoReflect.Descriptor instead.
 func (*UsageReset) Descriptor() ([]byte, []int) {
-	return file_keyhouse_events_v1_events_proto_rawDescGZIP(), []int{13}
+	return file_keyhouse_events_v1_events_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *UsageReset) GetKey() string {
@@ -1348,7 +1456,7 @@ type Release struct {
 
 func (x *Release) Reset() {
 	*x = Release{}
-	mi := &file_keyhouse_events_v1_events_proto_msgTypes[14]
+	mi := &file_keyhouse_events_v1_events_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1360,7 +1468,7 @@ func (x *Release) String() string {
 func (*Release) ProtoMessage() {}
 
 func (x *Release) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_events_v1_events_proto_msgTypes[14]
+	mi := &file_keyhouse_events_v1_events_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1373,7 +1481,7 @@ func (x *Release) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Release.ProtoReflect.Descriptor instead.
 func (*Release) Descriptor() ([]byte, []int) {
-	return file_keyhouse_events_v1_events_proto_rawDescGZIP(), []int{14}
+	return file_keyhouse_events_v1_events_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Release) GetId() int32 {
@@ -1425,7 +1533,7 @@ type StorefrontDelivery struct {
 
 func (x *StorefrontDelivery) Reset() {
 	*x = StorefrontDelivery{}
-	mi := &file_keyhouse_events_v1_events_proto_msgTypes[15]
+	mi := &file_keyhouse_events_v1_events_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1437,7 +1545,7 @@ func (x *StorefrontDelivery) String() string {
 func (*StorefrontDelivery) ProtoMessage() {}
 
 func (x *StorefrontDelivery) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_events_v1_events_proto_msgTypes[15]
+	mi := &file_keyhouse_events_v1_events_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1450,7 +1558,7 @@ func (x *StorefrontDelivery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StorefrontDelivery.ProtoReflect.Descriptor instead.
 func (*StorefrontDelivery) Descriptor() ([]byte, []int) {
-	return file_keyhouse_events_v1_events_proto_rawDescGZIP(), []int{15}
+	return file_keyhouse_events_v1_events_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *StorefrontDelivery) GetDeliveryId() string {
@@ -1493,7 +1601,7 @@ type BillingPlanChanged struct {
 
 func (x *BillingPlanChanged) Reset() {
 	*x = BillingPlanChanged{}
-	mi := &file_keyhouse_events_v1_events_proto_msgTypes[16]
+	mi := &file_keyhouse_events_v1_events_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1505,7 +1613,7 @@ func (x *BillingPlanChanged) String() string {
 func (*BillingPlanChanged) ProtoMessage() {}
 
 func (x *BillingPlanChanged) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_events_v1_events_proto_msgTypes[16]
+	mi := &file_keyhouse_events_v1_events_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1518,7 +1626,7 @@ func (x *BillingPlanChanged) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BillingPlanChanged.ProtoReflect.Descriptor instead.
 func (*BillingPlanChanged) Descriptor() ([]byte, []int) {
-	return file_keyhouse_events_v1_events_proto_rawDescGZIP(), []int{16}
+	return file_keyhouse_events_v1_events_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *BillingPlanChanged) GetPlan() *wrapperspb.StringValue {
@@ -1548,7 +1656,7 @@ type LeaseKeyRotated struct {
 
 func (x *LeaseKeyRotated) Reset() {
 	*x = LeaseKeyRotated{}
-	mi := &file_keyhouse_events_v1_events_proto_msgTypes[17]
+	mi := &file_keyhouse_events_v1_events_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1560,7 +1668,7 @@ func (x *LeaseKeyRotated) String() string {
 func (*LeaseKeyRotated) ProtoMessage() {}
 
 func (x *LeaseKeyRotated) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_events_v1_events_proto_msgTypes[17]
+	mi := &file_keyhouse_events_v1_events_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1573,7 +1681,7 @@ func (x *LeaseKeyRotated) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseKeyRotated.ProtoReflect.Descriptor instead.
 func (*LeaseKeyRotated) Descriptor() ([]byte, []int) {
-	return file_keyhouse_events_v1_events_proto_rawDescGZIP(), []int{17}
+	return file_keyhouse_events_v1_events_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *LeaseKeyRotated) GetKid() string {
@@ -1601,7 +1709,7 @@ type WebhookEndpointDisabled struct {
 
 func (x *WebhookEndpointDisabled) Reset() {
 	*x = WebhookEndpointDisabled{}
-	mi := &file_keyhouse_events_v1_events_proto_msgTypes[18]
+	mi := &file_keyhouse_events_v1_events_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1613,7 +1721,7 @@ func (x *WebhookEndpointDisabled) String() string {
 func (*WebhookEndpointDisabled) ProtoMessage() {}
 
 func (x *WebhookEndpointDisabled) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_events_v1_events_proto_msgTypes[18]
+	mi := &file_keyhouse_events_v1_events_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1626,7 +1734,7 @@ func (x *WebhookEndpointDisabled) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WebhookEndpointDisabled.ProtoReflect.Descriptor instead.
 func (*WebhookEndpointDisabled) Descriptor() ([]byte, []int) {
-	return file_keyhouse_events_v1_events_proto_rawDescGZIP(), []int{18}
+	return file_keyhouse_events_v1_events_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *WebhookEndpointDisabled) GetEndpointId() string {
@@ -1655,7 +1763,7 @@ type ApiKeyRef struct {
 
 func (x *ApiKeyRef) Reset() {
 	*x = ApiKeyRef{}
-	mi := &file_keyhouse_events_v1_events_proto_msgTypes[19]
+	mi := &file_keyhouse_events_v1_events_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1667,7 +1775,7 @@ func (x *ApiKeyRef) String() string {
 func (*ApiKeyRef) ProtoMessage() {}
 
 func (x *ApiKeyRef) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_events_v1_events_proto_msgTypes[19]
+	mi := &file_keyhouse_events_v1_events_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1680,7 +1788,7 @@ func (x *ApiKeyRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApiKeyRef.ProtoReflect.Descriptor instead.
 func (*ApiKeyRef) Descriptor() ([]byte, []int) {
-	return file_keyhouse_events_v1_events_proto_rawDescGZIP(), []int{19}
+	return file_keyhouse_events_v1_events_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ApiKeyRef) GetId() string {
@@ -1713,7 +1821,7 @@ type Empty struct {
 
 func (x *Empty) Reset() {
 	*x = Empty{}
-	mi := &file_keyhouse_events_v1_events_proto_msgTypes[20]
+	mi := &file_keyhouse_events_v1_events_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1725,7 +1833,7 @@ func (x *Empty) String() string {
 func (*Empty) ProtoMessage() {}
 
 func (x *Empty) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_events_v1_events_proto_msgTypes[20]
+	mi := &file_keyhouse_events_v1_events_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1738,7 +1846,7 @@ func (x *Empty) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Empty.ProtoReflect.Descriptor instead.
 func (*Empty) Descriptor() ([]byte, []int) {
-	return file_keyhouse_events_v1_events_proto_rawDescGZIP(), []int{20}
+	return file_keyhouse_events_v1_events_proto_rawDescGZIP(), []int{22}
 }
 
 var File_keyhouse_events_v1_events_proto protoreflect.FileDescriptor
@@ -1760,7 +1868,15 @@ const file_keyhouse_events_v1_events_proto_rawDesc = "" +
 	"\x0fGetEventRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"I\n" +
 	"\x10GetEventResponse\x125\n" +
-	"\x05event\x18\x01 \x01(\v2\x1f.keyhouse.events.v1.EventRecordR\x05event\"\xe3\x01\n" +
+	"\x05event\x18\x01 \x01(\v2\x1f.keyhouse.events.v1.EventRecordR\x05event\"<\n" +
+	"\x13RedactEventsRequest\x12%\n" +
+	"\vlicense_key\x18\x01 \x01(\tB\x04\xa0\x83\x19\x01R\n" +
+	"licenseKey\"\x91\x01\n" +
+	"\x14RedactEventsResponse\x12\x1f\n" +
+	"\vlicense_key\x18\x01 \x01(\tR\n" +
+	"licenseKey\x12'\n" +
+	"\x0fevents_redacted\x18\x02 \x01(\x05R\x0eeventsRedacted\x12/\n" +
+	"\x13deliveries_redacted\x18\x03 \x01(\x05R\x12deliveriesRedacted\"\xe3\x01\n" +
 	"\vEventRecord\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12L\n" +
@@ -1887,11 +2003,13 @@ const file_keyhouse_events_v1_events_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x14\n" +
 	"\x05scope\x18\x03 \x01(\tR\x05scope\"\a\n" +
-	"\x05Empty2\xfc\x01\n" +
+	"\x05Empty2\xeb\x02\n" +
 	"\rEventsService\x12k\n" +
 	"\n" +
 	"ListEvents\x12%.keyhouse.events.v1.ListEventsRequest\x1a&.keyhouse.events.v1.ListEventsResponse\"\x0e\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\xa0\x82\x19\x01\x12~\n" +
-	"\bGetEvent\x12#.keyhouse.events.v1.GetEventRequest\x1a$.keyhouse.events.v1.GetEventResponse\"'\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\xa0\x82\x19\x01\x9a\x83\x19\x15\b\x94\x03\x12\x10Event not found.BGZEgithub.com/keyhouse/keyhouse/proto/gen/go/keyhouse/events/v1;eventsv1b\x06proto3"
+	"\bGetEvent\x12#.keyhouse.events.v1.GetEventRequest\x1a$.keyhouse.events.v1.GetEventResponse\"'\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\xa0\x82\x19\x01\x9a\x83\x19\x15\b\x94\x03\x12\x10Event not found.\x12m\n" +
+	"\fRedactEvents\x12'.keyhouse.events.v1.RedactEventsRequest\x1a(.keyhouse.events.v1.RedactEventsResponse\"\n" +
+	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05BGZEgithub.com/keyhouse/keyhouse/proto/gen/go/keyhouse/events/v1;eventsv1b\x06proto3"
 
 var (
 	file_keyhouse_events_v1_events_proto_rawDescOnce sync.Once
@@ -1905,82 +2023,86 @@ func file_keyhouse_events_v1_events_proto_rawDescGZIP() []byte {
 	return file_keyhouse_events_v1_events_proto_rawDescData
 }
 
-var file_keyhouse_events_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_keyhouse_events_v1_events_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_keyhouse_events_v1_events_proto_goTypes = []any{
 	(*ListEventsRequest)(nil),       // 0: keyhouse.events.v1.ListEventsRequest
 	(*ListEventsResponse)(nil),      // 1: keyhouse.events.v1.ListEventsResponse
 	(*GetEventRequest)(nil),         // 2: keyhouse.events.v1.GetEventRequest
 	(*GetEventResponse)(nil),        // 3: keyhouse.events.v1.GetEventResponse
-	(*EventRecord)(nil),             // 4: keyhouse.events.v1.EventRecord
-	(*Actor)(nil),                   // 5: keyhouse.events.v1.Actor
-	(*Event)(nil),                   // 6: keyhouse.events.v1.Event
-	(*LicenseIssued)(nil),           // 7: keyhouse.events.v1.LicenseIssued
-	(*LicenseRef)(nil),              // 8: keyhouse.events.v1.LicenseRef
-	(*LicenseTermsUpdated)(nil),     // 9: keyhouse.events.v1.LicenseTermsUpdated
-	(*Seat)(nil),                    // 10: keyhouse.events.v1.Seat
-	(*SeatDeactivated)(nil),         // 11: keyhouse.events.v1.SeatDeactivated
-	(*UsageLimitReached)(nil),       // 12: keyhouse.events.v1.UsageLimitReached
-	(*UsageReset)(nil),              // 13: keyhouse.events.v1.UsageReset
-	(*Release)(nil),                 // 14: keyhouse.events.v1.Release
-	(*StorefrontDelivery)(nil),      // 15: keyhouse.events.v1.StorefrontDelivery
-	(*BillingPlanChanged)(nil),      // 16: keyhouse.events.v1.BillingPlanChanged
-	(*LeaseKeyRotated)(nil),         // 17: keyhouse.events.v1.LeaseKeyRotated
-	(*WebhookEndpointDisabled)(nil), // 18: keyhouse.events.v1.WebhookEndpointDisabled
-	(*ApiKeyRef)(nil),               // 19: keyhouse.events.v1.ApiKeyRef
-	(*Empty)(nil),                   // 20: keyhouse.events.v1.Empty
-	nil,                             // 21: keyhouse.events.v1.LicenseIssued.LimitsEntry
-	nil,                             // 22: keyhouse.events.v1.LicenseTermsUpdated.LimitsEntry
-	(*structpb.Struct)(nil),         // 23: google.protobuf.Struct
-	(*wrapperspb.StringValue)(nil),  // 24: google.protobuf.StringValue
-	(*timestamppb.Timestamp)(nil),   // 25: google.protobuf.Timestamp
-	(*wrapperspb.Int32Value)(nil),   // 26: google.protobuf.Int32Value
+	(*RedactEventsRequest)(nil),     // 4: keyhouse.events.v1.RedactEventsRequest
+	(*RedactEventsResponse)(nil),    // 5: keyhouse.events.v1.RedactEventsResponse
+	(*EventRecord)(nil),             // 6: keyhouse.events.v1.EventRecord
+	(*Actor)(nil),                   // 7: keyhouse.events.v1.Actor
+	(*Event)(nil),                   // 8: keyhouse.events.v1.Event
+	(*LicenseIssued)(nil),           // 9: keyhouse.events.v1.LicenseIssued
+	(*LicenseRef)(nil),              // 10: keyhouse.events.v1.LicenseRef
+	(*LicenseTermsUpdated)(nil),     // 11: keyhouse.events.v1.LicenseTermsUpdated
+	(*Seat)(nil),                    // 12: keyhouse.events.v1.Seat
+	(*SeatDeactivated)(nil),         // 13: keyhouse.events.v1.SeatDeactivated
+	(*UsageLimitReached)(nil),       // 14: keyhouse.events.v1.UsageLimitReached
+	(*UsageReset)(nil),              // 15: keyhouse.events.v1.UsageReset
+	(*Release)(nil),                 // 16: keyhouse.events.v1.Release
+	(*StorefrontDelivery)(nil),      // 17: keyhouse.events.v1.StorefrontDelivery
+	(*BillingPlanChanged)(nil),      // 18: keyhouse.events.v1.BillingPlanChanged
+	(*LeaseKeyRotated)(nil),         // 19: keyhouse.events.v1.LeaseKeyRotated
+	(*WebhookEndpointDisabled)(nil), // 20: keyhouse.events.v1.WebhookEndpointDisabled
+	(*ApiKeyRef)(nil),               // 21: keyhouse.events.v1.ApiKeyRef
+	(*Empty)(nil),                   // 22: keyhouse.events.v1.Empty
+	nil,                             // 23: keyhouse.events.v1.LicenseIssued.LimitsEntry
+	nil,                             // 24: keyhouse.events.v1.LicenseTermsUpdated.LimitsEntry
+	(*structpb.Struct)(nil),         // 25: google.protobuf.Struct
+	(*wrapperspb.StringValue)(nil),  // 26: google.protobuf.StringValue
+	(*timestamppb.Timestamp)(nil),   // 27: google.protobuf.Timestamp
+	(*wrapperspb.Int32Value)(nil),   // 28: google.protobuf.Int32Value
 }
 var file_keyhouse_events_v1_events_proto_depIdxs = []int32{
-	4,  // 0: keyhouse.events.v1.ListEventsResponse.events:type_name -> keyhouse.events.v1.EventRecord
-	4,  // 1: keyhouse.events.v1.GetEventResponse.event:type_name -> keyhouse.events.v1.EventRecord
-	5,  // 2: keyhouse.events.v1.EventRecord.actor:type_name -> keyhouse.events.v1.Actor
-	23, // 3: keyhouse.events.v1.EventRecord.data:type_name -> google.protobuf.Struct
-	24, // 4: keyhouse.events.v1.Actor.request_id:type_name -> google.protobuf.StringValue
-	25, // 5: keyhouse.events.v1.Event.created_at:type_name -> google.protobuf.Timestamp
-	5,  // 6: keyhouse.events.v1.Event.actor:type_name -> keyhouse.events.v1.Actor
-	7,  // 7: keyhouse.events.v1.Event.license_issued:type_name -> keyhouse.events.v1.LicenseIssued
-	8,  // 8: keyhouse.events.v1.Event.license_revoked:type_name -> keyhouse.events.v1.LicenseRef
-	8,  // 9: keyhouse.events.v1.Event.license_reactivated:type_name -> keyhouse.events.v1.LicenseRef
-	8,  // 10: keyhouse.events.v1.Event.license_deleted:type_name -> keyhouse.events.v1.LicenseRef
-	9,  // 11: keyhouse.events.v1.Event.license_terms_updated:type_name -> keyhouse.events.v1.LicenseTermsUpdated
-	8,  // 12: keyhouse.events.v1.Event.license_notes_updated:type_name -> keyhouse.events.v1.LicenseRef
-	10, // 13: keyhouse.events.v1.Event.seat_activated:type_name -> keyhouse.events.v1.Seat
-	11, // 14: keyhouse.events.v1.Event.seat_deactivated:type_name -> keyhouse.events.v1.SeatDeactivated
-	10, // 15: keyhouse.events.v1.Event.seat_token_reissued:type_name -> keyhouse.events.v1.Seat
-	12, // 16: keyhouse.events.v1.Event.usage_limit_reached:type_name -> keyhouse.events.v1.UsageLimitReached
-	13, // 17: keyhouse.events.v1.Event.usage_reset:type_name -> keyhouse.events.v1.UsageReset
-	14, // 18: keyhouse.events.v1.Event.release_published:type_name -> keyhouse.events.v1.Release
-	14, // 19: keyhouse.events.v1.Event.release_unpublished:type_name -> keyhouse.events.v1.Release
-	15, // 20: keyhouse.events.v1.Event.storefront_delivery:type_name -> keyhouse.events.v1.StorefrontDelivery
-	16, // 21: keyhouse.events.v1.Event.billing_plan_changed:type_name -> keyhouse.events.v1.BillingPlanChanged
-	20, // 22: keyhouse.events.v1.Event.api_key_rotated:type_name -> keyhouse.events.v1.Empty
-	17, // 23: keyhouse.events.v1.Event.lease_key_rotated:type_name -> keyhouse.events.v1.LeaseKeyRotated
-	18, // 24: keyhouse.events.v1.Event.webhook_endpoint_disabled:type_name -> keyhouse.events.v1.WebhookEndpointDisabled
-	20, // 25: keyhouse.events.v1.Event.ping:type_name -> keyhouse.events.v1.Empty
-	19, // 26: keyhouse.events.v1.Event.api_key_created:type_name -> keyhouse.events.v1.ApiKeyRef
-	19, // 27: keyhouse.events.v1.Event.api_key_deleted:type_name -> keyhouse.events.v1.ApiKeyRef
-	20, // 28: keyhouse.events.v1.Event.tenant_deleted:type_name -> keyhouse.events.v1.Empty
-	25, // 29: keyhouse.events.v1.LicenseIssued.expires_at:type_name -> google.protobuf.Timestamp
-	26, // 30: keyhouse.events.v1.LicenseIssued.max_activations:type_name -> google.protobuf.Int32Value
-	21, // 31: keyhouse.events.v1.LicenseIssued.limits:type_name -> keyhouse.events.v1.LicenseIssued.LimitsEntry
-	25, // 32: keyhouse.events.v1.LicenseTermsUpdated.expires_at:type_name -> google.protobuf.Timestamp
-	26, // 33: keyhouse.events.v1.LicenseTermsUpdated.max_activations:type_name -> google.protobuf.Int32Value
-	22, // 34: keyhouse.events.v1.LicenseTermsUpdated.limits:type_name -> keyhouse.events.v1.LicenseTermsUpdated.LimitsEntry
-	24, // 35: keyhouse.events.v1.UsageReset.metric:type_name -> google.protobuf.StringValue
-	24, // 36: keyhouse.events.v1.StorefrontDelivery.license_key:type_name -> google.protobuf.StringValue
-	24, // 37: keyhouse.events.v1.BillingPlanChanged.plan:type_name -> google.protobuf.StringValue
-	24, // 38: keyhouse.events.v1.LeaseKeyRotated.retiring_kid:type_name -> google.protobuf.StringValue
+	6,  // 0: keyhouse.events.v1.ListEventsResponse.events:type_name -> keyhouse.events.v1.EventRecord
+	6,  // 1: keyhouse.events.v1.GetEventResponse.event:type_name -> keyhouse.events.v1.EventRecord
+	7,  // 2: keyhouse.events.v1.EventRecord.actor:type_name -> keyhouse.events.v1.Actor
+	25, // 3: keyhouse.events.v1.EventRecord.data:type_name -> google.protobuf.Struct
+	26, // 4: keyhouse.events.v1.Actor.request_id:type_name -> google.protobuf.StringValue
+	27, // 5: keyhouse.events.v1.Event.created_at:type_name -> google.protobuf.Timestamp
+	7,  // 6: keyhouse.events.v1.Event.actor:type_name -> keyhouse.events.v1.Actor
+	9,  // 7: keyhouse.events.v1.Event.license_issued:type_name -> keyhouse.events.v1.LicenseIssued
+	10, // 8: keyhouse.events.v1.Event.license_revoked:type_name -> keyhouse.events.v1.LicenseRef
+	10, // 9: keyhouse.events.v1.Event.license_reactivated:type_name -> keyhouse.events.v1.LicenseRef
+	10, // 10: keyhouse.events.v1.Event.license_deleted:type_name -> keyhouse.events.v1.LicenseRef
+	11, // 11: keyhouse.events.v1.Event.license_terms_updated:type_name -> keyhouse.events.v1.LicenseTermsUpdated
+	10, // 12: keyhouse.events.v1.Event.license_notes_updated:type_name -> keyhouse.events.v1.LicenseRef
+	12, // 13: keyhouse.events.v1.Event.seat_activated:type_name -> keyhouse.events.v1.Seat
+	13, // 14: keyhouse.events.v1.Event.seat_deactivated:type_name -> keyhouse.events.v1.SeatDeactivated
+	12, // 15: keyhouse.events.v1.Event.seat_token_reissued:type_name -> keyhouse.events.v1.Seat
+	14, // 16: keyhouse.events.v1.Event.usage_limit_reached:type_name -> keyhouse.events.v1.UsageLimitReached
+	15, // 17: keyhouse.events.v1.Event.usage_reset:type_name -> keyhouse.events.v1.UsageReset
+	16, // 18: keyhouse.events.v1.Event.release_published:type_name -> keyhouse.events.v1.Release
+	16, // 19: keyhouse.events.v1.Event.release_unpublished:type_name -> keyhouse.events.v1.Release
+	17, // 20: keyhouse.events.v1.Event.storefront_delivery:type_name -> keyhouse.events.v1.StorefrontDelivery
+	18, // 21: keyhouse.events.v1.Event.billing_plan_changed:type_name -> keyhouse.events.v1.BillingPlanChanged
+	22, // 22: keyhouse.events.v1.Event.api_key_rotated:type_name -> keyhouse.events.v1.Empty
+	19, // 23: keyhouse.events.v1.Event.lease_key_rotated:type_name -> keyhouse.events.v1.LeaseKeyRotated
+	20, // 24: keyhouse.events.v1.Event.webhook_endpoint_disabled:type_name -> keyhouse.events.v1.WebhookEndpointDisabled
+	22, // 25: keyhouse.events.v1.Event.ping:type_name -> keyhouse.events.v1.Empty
+	21, // 26: keyhouse.events.v1.Event.api_key_created:type_name -> keyhouse.events.v1.ApiKeyRef
+	21, // 27: keyhouse.events.v1.Event.api_key_deleted:type_name -> keyhouse.events.v1.ApiKeyRef
+	22, // 28: keyhouse.events.v1.Event.tenant_deleted:type_name -> keyhouse.events.v1.Empty
+	27, // 29: keyhouse.events.v1.LicenseIssued.expires_at:type_name -> google.protobuf.Timestamp
+	28, // 30: keyhouse.events.v1.LicenseIssued.max_activations:type_name -> google.protobuf.Int32Value
+	23, // 31: keyhouse.events.v1.LicenseIssued.limits:type_name -> keyhouse.events.v1.LicenseIssued.LimitsEntry
+	27, // 32: keyhouse.events.v1.LicenseTermsUpdated.expires_at:type_name -> google.protobuf.Timestamp
+	28, // 33: keyhouse.events.v1.LicenseTermsUpdated.max_activations:type_name -> google.protobuf.Int32Value
+	24, // 34: keyhouse.events.v1.LicenseTermsUpdated.limits:type_name -> keyhouse.events.v1.LicenseTermsUpdated.LimitsEntry
+	26, // 35: keyhouse.events.v1.UsageReset.metric:type_name -> google.protobuf.StringValue
+	26, // 36: keyhouse.events.v1.StorefrontDelivery.license_key:type_name -> google.protobuf.StringValue
+	26, // 37: keyhouse.events.v1.BillingPlanChanged.plan:type_name -> google.protobuf.StringValue
+	26, // 38: keyhouse.events.v1.LeaseKeyRotated.retiring_kid:type_name -> google.protobuf.StringValue
 	0,  // 39: keyhouse.events.v1.EventsService.ListEvents:input_type -> keyhouse.events.v1.ListEventsRequest
 	2,  // 40: keyhouse.events.v1.EventsService.GetEvent:input_type -> keyhouse.events.v1.GetEventRequest
-	1,  // 41: keyhouse.events.v1.EventsService.ListEvents:output_type -> keyhouse.events.v1.ListEventsResponse
-	3,  // 42: keyhouse.events.v1.EventsService.GetEvent:output_type -> keyhouse.events.v1.GetEventResponse
-	41, // [41:43] is the sub-list for method output_type
-	39, // [39:41] is the sub-list for method input_type
+	4,  // 41: keyhouse.events.v1.EventsService.RedactEvents:input_type -> keyhouse.events.v1.RedactEventsRequest
+	1,  // 42: keyhouse.events.v1.EventsService.ListEvents:output_type -> keyhouse.events.v1.ListEventsResponse
+	3,  // 43: keyhouse.events.v1.EventsService.GetEvent:output_type -> keyhouse.events.v1.GetEventResponse
+	5,  // 44: keyhouse.events.v1.EventsService.RedactEvents:output_type -> keyhouse.events.v1.RedactEventsResponse
+	42, // [42:45] is the sub-list for method output_type
+	39, // [39:42] is the sub-list for method input_type
 	39, // [39:39] is the sub-list for extension type_name
 	39, // [39:39] is the sub-list for extension extendee
 	0,  // [0:39] is the sub-list for field type_name
@@ -1991,7 +2113,7 @@ func file_keyhouse_events_v1_events_proto_init() {
 	if File_keyhouse_events_v1_events_proto != nil {
 		return
 	}
-	file_keyhouse_events_v1_events_proto_msgTypes[6].OneofWrappers = []any{
+	file_keyhouse_events_v1_events_proto_msgTypes[8].OneofWrappers = []any{
 		(*Event_LicenseIssued)(nil),
 		(*Event_LicenseRevoked)(nil),
 		(*Event_LicenseReactivated)(nil),
@@ -2021,7 +2143,7 @@ func file_keyhouse_events_v1_events_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_keyhouse_events_v1_events_proto_rawDesc), len(file_keyhouse_events_v1_events_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   23,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

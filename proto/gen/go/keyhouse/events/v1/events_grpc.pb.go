@@ -19,8 +19,9 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	EventsService_ListEvents_FullMethodName = "/keyhouse.events.v1.EventsService/ListEvents"
-	EventsService_GetEvent_FullMethodName   = "/keyhouse.events.v1.EventsService/GetEvent"
+	EventsService_ListEvents_FullMethodName   = "/keyhouse.events.v1.EventsService/ListEvents"
+	EventsService_GetEvent_FullMethodName     = "/keyhouse.events.v1.EventsService/GetEvent"
+	EventsService_RedactEvents_FullMethodName = "/keyhouse.events.v1.EventsService/RedactEvents"
 )
 
 // EventsServiceClient is the client API for EventsService service.
@@ -28,13 +29,19 @@ const (
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
 // EventsService serves the event log (addendum §11): every committed change of every
-// service, as the events service stored it from the event stream, newest first. Nothing
-// changes or deletes an event; the log keeps them EVENT_RETENTION.
+// service, as the events service stored it from the event stream, newest first. The log
+// keeps them EVENT_RETENTION; only RedactEvents changes one (its personal data).
 type EventsServiceClient interface {
 	// GET /v1/events.
 	ListEvents(ctx context.Context, in *ListEventsRequest, opts ...grpc.CallOption) (*ListEventsResponse, error)
 	// GET /v1/events/{id}: another tenant's or an unknown id is 404 "Event not found".
 	GetEvent(ctx context.Context, in *GetEventRequest, opts ...grpc.CallOption) (*GetEventResponse, error)
+	// POST /v1/events/redact: replaces the personal data of one license's events (issued_to
+	// of license.issued, instance_id of the seat events) with null, in the log and in every
+	// stored webhook delivery of them, in one transaction; ids, types, times and the key stay.
+	// Idempotent; an unknown key redacts nothing (zeros), as the log's license_key filter
+	// lists nothing. See docs/privacy.md.
+	RedactEvents(ctx context.Context, in *RedactEventsRequest, opts ...grpc.CallOption) (*RedactEventsResponse, error)
 }
 
 type eventsServiceClient struct {
@@ -65,18 +72,34 @@ func (c *eventsServiceClient) GetEvent(ctx context.Context, in *GetEventRequest,
 	return out, nil
 }
 
+func (c *eventsServiceClient) RedactEvents(ctx context.Context, in *RedactEventsRequest, opts ...grpc.CallOption) (*RedactEventsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RedactEventsResponse)
+	err := c.cc.Invoke(ctx, EventsService_RedactEvents_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // EventsServiceServer is the server API for EventsService service.
 // All implementations must embed UnimplementedEventsServiceServer
 // for forward compatibility.
 //
 // EventsService serves the event log (addendum §11): every committed change of every
-// service, as the events service stored it from the event stream, newest first. Nothing
-// changes or deletes an event; the log keeps them EVENT_RETENTION.
+// service, as the events service stored it from the event stream, newest first. The log
+// keeps them EVENT_RETENTION; only RedactEvents changes one (its personal data).
 type EventsServiceServer interface {
 	// GET /v1/events.
 	ListEvents(context.Context, *ListEventsRequest) (*ListEventsResponse, error)
 	// GET /v1/events/{id}: another tenant's or an unknown id is 404 "Event not found".
 	GetEvent(context.Context, *GetEventRequest) (*GetEventResponse, error)
+	// POST /v1/events/redact: replaces the personal data of one license's events (issued_to
+	// of license.issued, instance_id of the seat events) with null, in the log and in every
+	// stored webhook delivery of them, in one transaction; ids, types, times and the key stay.
+	// Idempotent; an unknown key redacts nothing (zeros), as the log's license_key filter
+	// lists nothing. See docs/privacy.md.
+	RedactEvents(context.Context, *RedactEventsRequest) (*RedactEventsResponse, error)
 	mustEmbedUnimplementedEventsServiceServer()
 }
 
@@ -92,6 +115,9 @@ func (UnimplementedEventsServiceServer) ListEvents(context.Context, *ListEventsR
 }
 func (UnimplementedEventsServiceServer) GetEvent(context.Context, *GetEventRequest) (*GetEventResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetEvent not implemented")
+}
+func (UnimplementedEventsServiceServer) RedactEvents(context.Context, *RedactEventsRequest) (*RedactEventsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RedactEvents not implemented")
 }
 func (UnimplementedEventsServiceServer) mustEmbedUnimplementedEventsServiceServer() {}
 func (UnimplementedEventsServiceServer) testEmbeddedByValue()                       {}
@@ -150,6 +176,24 @@ func _EventsService_GetEvent_Handler(srv interface{}, ctx context.Context, dec f
 	return interceptor(ctx, in, info, handler)
 }
 
+func _EventsService_RedactEvents_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RedactEventsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(EventsServiceServer).RedactEvents(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: EventsService_RedactEvents_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(EventsServiceServer).RedactEvents(ctx, req.(*RedactEventsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // EventsService_ServiceDesc is the grpc.ServiceDesc for EventsService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -164,6 +208,10 @@ var EventsService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetEvent",
 			Handler:    _EventsService_GetEvent_Handler,
+		},
+		{
+			MethodName: "RedactEvents",
+			Handler:    _EventsService_RedactEvents_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
