@@ -117,7 +117,7 @@ func NewServer(log *slog.Logger, authn *auth.Authenticator, o ServerOptions) *Se
 		grpc.StaticConnWindowSize(connWindow),
 	}
 	if telemetry.TracingEnabled() {
-		opts = append(opts, grpc.StatsHandler(otelgrpc.NewServerHandler()))
+		opts = append(opts, grpc.StatsHandler(otelgrpc.NewServerHandler()), grpc.StatsHandler(linkHandler{server: true}))
 	}
 	s := grpc.NewServer(opts...)
 	h := health.NewServer()
@@ -384,7 +384,7 @@ func Dial(peer, addr string, extra ...grpc.DialOption) (*grpc.ClientConn, error)
 		}),
 	}
 	if telemetry.TracingEnabled() {
-		opts = append(opts, grpc.WithStatsHandler(otelgrpc.NewClientHandler()))
+		opts = append(opts, grpc.WithStatsHandler(otelgrpc.NewClientHandler()), grpc.WithStatsHandler(linkHandler{}))
 	}
 	conn, err := grpc.NewClient(target, append(opts, extra...)...)
 	if err != nil {
