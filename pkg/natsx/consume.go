@@ -152,11 +152,12 @@ func newConsumer(ctx context.Context, stream string, cfg jetstream.ConsumerConfi
 		consumerTerminated.WithLabelValues(stream, cfg.Durable, reason)
 	}
 	return &consumer{
-		base:   context.WithoutCancel(ctx),
-		stream: stream,
-		cfg:    cfg,
-		opts:   o,
-		log:    log.With("component", "consumer", "stream", stream, "consumer", cfg.Durable),
+		base:     context.WithoutCancel(ctx),
+		erroring: erroringFlag(stream, cfg.Durable),
+		stream:   stream,
+		cfg:      cfg,
+		opts:     o,
+		log:      log.With("component", "consumer", "stream", stream, "consumer", cfg.Durable),
 	}, nil
 }
 
@@ -202,7 +203,19 @@ type consumer struct {
 	stopping atomic.Bool
 	mu       sync.Mutex
 
-	erroring atomic.Bool // a consume error was logged and no message has succeeded since
+	// erroring: a consume error was logged and no message has succeeded since. Every
+	// Consume of one durable consumer in the process shares it (the storefront runs
+	// several), so an outage is one WARN line, not one per loop.
+	erroring *atomic.Bool
+}
+
+// erroring holds the erroring flag of each durable consumer of the process, by stream
+// and durable name.
+var erroring sync.Map
+
+func erroringFlag(stream, durable string) *atomic.Bool {
+	flag, _ := erroring.LoadOrStore([2]string{stream, durable}, new(atomic.Bool))
+	return flag.(*atomic.Bool)
 }
 
 // stop drains the subscription: in-flight work finishes, buffered messages are nak'ed.

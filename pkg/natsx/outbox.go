@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/keyhouse/keyhouse/pkg/periodic"
 	"github.com/keyhouse/keyhouse/pkg/pgxx"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -436,8 +437,7 @@ func (r *Relay) Notify() {
 // retries with a growing backoff.
 func (r *Relay) Run(ctx context.Context) error {
 	var (
-		failing     bool
-		failures    int
+		failing     periodic.Failing
 		nextCleanup time.Time
 		timer       = time.NewTimer(time.Hour)
 	)
@@ -476,19 +476,12 @@ func (r *Relay) Run(ctx context.Context) error {
 			break
 		}
 		if err != nil {
-			failures++
-			if !failing {
-				failing = true
-				r.log.Warn("outbox relay failing, rows kept for retry", "error", err.Error())
-			}
+			failing.Fail(r.log, "outbox relay failing, rows kept for retry", err)
 			// While failing, only time wakes us: Notify must not turn an outage into a spin.
-			wait(jitter(backoff(100*time.Millisecond, r.maxBackoff, failures)), false)
+			wait(jitter(backoff(100*time.Millisecond, r.maxBackoff, failing.Rounds())), false)
 			continue
 		}
-		if failing {
-			r.log.Info("outbox relay recovered", "failed_rounds", failures, "sent", sent)
-			failing, failures = false, 0
-		}
+		failing.Worked(r.log, "outbox relay recovered", "sent", sent)
 		if full {
 			continue // more rows are likely waiting
 		}
