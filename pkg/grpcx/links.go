@@ -3,7 +3,7 @@ package grpcx
 import (
 	"context"
 
-	"go.opentelemetry.io/otel/propagation"
+	"github.com/keyhouse/keyhouse/pkg/telemetry"
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/stats"
@@ -21,13 +21,7 @@ const LinksHeader = "keyhouse-links"
 func withLinks(ctx context.Context, n int, call func(int) context.Context) context.Context {
 	var kv []string
 	for i := range n {
-		sc := trace.SpanContextFromContext(call(i))
-		if !sc.IsValid() {
-			continue
-		}
-		carrier := propagation.MapCarrier{}
-		propagation.TraceContext{}.Inject(trace.ContextWithSpanContext(context.Background(), sc), carrier)
-		if tp := carrier.Get("traceparent"); tp != "" {
+		if tp := telemetry.Traceparent(call(i)); tp != "" {
 			kv = append(kv, LinksHeader, tp)
 		}
 	}
@@ -54,9 +48,8 @@ func (h linkHandler) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Co
 		md, _ = metadata.FromOutgoingContext(ctx)
 	}
 	for _, tp := range md.Get(LinksHeader) {
-		linked := propagation.TraceContext{}.Extract(context.Background(), propagation.MapCarrier{"traceparent": tp})
-		if sc := trace.SpanContextFromContext(linked); sc.IsValid() {
-			span.AddLink(trace.Link{SpanContext: sc})
+		if link, ok := telemetry.LinkTo(tp); ok {
+			span.AddLink(link)
 		}
 	}
 	return ctx

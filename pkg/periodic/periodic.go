@@ -41,8 +41,8 @@ func Upkeep(ctx context.Context, interval time.Duration, log *slog.Logger, what 
 }
 
 // Failing logs the failures of a background loop once per change, never once per
-// retry: one WARN line (msg, with the "error") when the loop starts failing, later
-// failures at DEBUG, and one INFO line when it succeeds again, with how long it failed
+// retry: one WARN line (msg, with the "error") when the loop starts failing, nothing
+// for the rounds that fail after it, and one INFO line when it succeeds again, with how long it failed
 // ("down_for") and how many rounds ("failed_rounds"). The zero value is a loop that
 // works; one goroutine uses it.
 type Failing struct {
@@ -53,13 +53,11 @@ type Failing struct {
 // Fail notes a failed round and logs it if it is the first since the loop worked.
 func (f *Failing) Fail(log *slog.Logger, msg string, err error, args ...any) {
 	f.rounds++
-	args = append(args, "error", err.Error())
 	if f.rounds > 1 {
-		log.Debug(msg, args...)
 		return
 	}
 	f.since = time.Now()
-	log.Warn(msg, args...)
+	log.Warn(msg, append(args, "error", err.Error())...)
 }
 
 // Worked notes a round that succeeded and, if the loop was failing, logs msg once.
