@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Offline checks of the deployment artifacts (make deploy-check): helm lint and helm
 # template of deploy/helm/keyhouse with the default (self-hosted) values and the hosted
-# example, a count of what each renders, docker-compose config -q on docker-compose.yml,
+# example, a count of what each renders, the optional PrometheusRule against the alerts of
+# docs/observability.md, docker-compose config -q on docker-compose.yml,
 # and systemd-analyze verify on deploy/systemd's units. Needs HELM (the pinned binary the
 # Makefile builds); installs Debian's docker-compose when it is missing and we are root,
 # and skips that step otherwise (and the units' check without systemd-analyze).
@@ -88,6 +89,22 @@ grep -q 'prometheus.io/scrape' "$out/hosted.yaml" && fail "hosted.yaml: scrape a
 # One metrics Service for every component: without a relabeling every target's job would
 # be the same, and the outbox alerts "by (job)" could not say which service is stuck.
 grep -q 'targetLabel: job$' <<<"$(doc ServiceMonitor "$out/hosted.yaml")" || fail "hosted.yaml: the ServiceMonitor does not set job per component"
+expect "$out/default.yaml" PrometheusRule 0
+expect "$out/hosted.yaml" PrometheusRule 0
+# prometheusRule.enabled renders the alerts of docs/observability.md, each expression word
+# for word as the doc's table has it (for release "keyhouse"), and the process-down alert
+# matches the ServiceMonitor's job names for any release name.
+"$HELM" template keyhouse "$CHART" "${KEY[@]}" --set prometheusRule.enabled=true >"$out/rules.yaml"
+expect "$out/rules.yaml" PrometheusRule 1
+rules=$(doc PrometheusRule "$out/rules.yaml" | sed -n "s/^ *expr: '\(.*\)'\$/\1/p")
+documented=$(awk '/^### Alerts to set/{a=1} a && /^\| [A-Z]/ && !/^\| alert /' docs/observability.md | wc -l)
+[ "$(wc -l <<<"$rules")" = "$documented" ] || fail "rules.yaml: $(wc -l <<<"$rules") alerts rendered, docs/observability.md lists $documented"
+while IFS= read -r expr; do
+	grep -qF "\`$expr\`" docs/observability.md || fail "rules.yaml: alert expression not in docs/observability.md's table: $expr"
+done <<<"$rules"
+"$HELM" template prod "$CHART" "${KEY[@]}" --set prometheusRule.enabled=true --set metrics.serviceMonitor.enabled=true >"$out/prod.yaml"
+grep -q 'replacement: "prod-keyhouse-$1"$' <<<"$(doc ServiceMonitor "$out/prod.yaml")" || fail "prod.yaml: the ServiceMonitor's jobs are not prod-keyhouse-<component>"
+grep -qF "expr: 'up{job=~\"prod-keyhouse-.+\"} == 0'" <<<"$(doc PrometheusRule "$out/prod.yaml")" || fail "prod.yaml: the process-down alert does not match the ServiceMonitor's jobs"
 expect "$out/hosted.yaml" HorizontalPodAutoscaler 7
 expect "$out/hosted.yaml" Ingress 1
 # A grace period shorter than the drain is refused.
@@ -130,7 +147,7 @@ grep -q 'SIGNING_KEYS_FILE' "$out/default.yaml" && fail "default.yaml: SIGNING_K
 grep -q 'SIGNING_KEYS_FILE' "$out/hosted.yaml" || fail "hosted.yaml: SIGNING_KEYS_FILE missing"
 for f in "$out/default.yaml" "$out/hosted.yaml"; do
 	printf '%-12s' "$(basename "$f" .yaml):"
-	for k in Deployment Service HorizontalPodAutoscaler PodDisruptionBudget Job Ingress ConfigMap Secret ServiceAccount ServiceMonitor; do
+	for k in Deployment Service HorizontalPodAutoscaler PodDisruptionBudget Job Ingress ConfigMap Secret ServiceAccount ServiceMonitor PrometheusRule; do
 		printf ' %s=%s' "$k" "$(count "$k" "$f")"
 	done
 	echo

@@ -242,7 +242,7 @@ func QueueAll(ctx context.Context, b *pgx.Batch, evs ...*eventsv1.Event) error {
 	if err != nil || len(msgs) == 0 {
 		return err
 	}
-	if err := natsx.QueueAll(b, msgs...); err != nil {
+	if err := natsx.QueueAll(ctx, b, msgs...); err != nil {
 		return err
 	}
 	if p, ok := ctx.Value(pendingKey{}).(*pending); ok {

@@ -164,7 +164,8 @@ func (b *Batcher[Item, Result]) call(batch []*batchedCall[Item, Result]) {
 	if len(live) == 0 {
 		return
 	}
-	ctx := context.Background()
+	// The batch is a trace of its own, linked to each of its calls' (links.go).
+	ctx := withLinks(context.Background(), len(live), func(i int) context.Context { return live[i].ctx })
 	if !unbounded {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithDeadline(ctx, deadline)

@@ -11,6 +11,7 @@ import (
 	"github.com/keyhouse/keyhouse/pkg/metrics"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 )
@@ -80,4 +81,29 @@ func TestPeerReachableFollowsTheConnectionThroughARestartAndADrain(t *testing.T)
 	await("the peer draining", 0)
 	srv.Health.SetServingStatus(ServingHealthName, healthpb.HealthCheckResponse_SERVING)
 	await("the peer serving again", 1)
+}
+
+// A peer this process has not called yet is not taken as reachable on trust: with
+// licensing killed before billing ever called it, billing's keyhouse_peer_reachable read
+// 1 (an idle connection). The connection is tried, and a peer nobody answers for is 0
+// without a call.
+func TestAPeerNeverCalledAndNotThereIsUnreachable(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := lis.Addr().String()
+	_ = lis.Close() // nothing listens there
+	conn, err := Dial("never-called-peer", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	reachable := metrics.PeerReachable.WithLabelValues("never-called-peer")
+	// The gauge is 0 before it is first set too: wait for the connection's failure.
+	for deadline := time.Now().Add(10 * time.Second); testutil.ToFloat64(reachable) != 0 || conn.GetState() != connectivity.TransientFailure; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("keyhouse_peer_reachable %v (connection %v) for a peer nothing answers for and never called, want 0 (transient failure)", testutil.ToFloat64(reachable), conn.GetState())
+		}
+	}
 }

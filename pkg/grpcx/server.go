@@ -117,7 +117,7 @@ func NewServer(log *slog.Logger, authn *auth.Authenticator, o ServerOptions) *Se
 		grpc.StaticConnWindowSize(connWindow),
 	}
 	if telemetry.TracingEnabled() {
-		opts = append(opts, grpc.StatsHandler(otelgrpc.NewServerHandler()))
+		opts = append(opts, grpc.StatsHandler(otelgrpc.NewServerHandler()), grpc.StatsHandler(linkHandler{server: true}))
 	}
 	s := grpc.NewServer(opts...)
 	h := health.NewServer()
@@ -350,8 +350,8 @@ const (
 // service or the gateway. addr is host:port (a DNS name resolving to every replica, such
 // as a Kubernetes headless Service, or any gRPC target URI) or a comma-separated list of
 // host:port. Calls are spread round-robin over the replicas that report SERVING, so a
-// draining replica gets no new calls. Connections are lazy, so start order does not
-// matter. extra adds options (an interceptor added with grpc.WithChainUnaryInterceptor
+// draining replica gets no new calls. Connections are made in the background
+// (reportReachable), so start order does not matter. extra adds options (an interceptor added with grpc.WithChainUnaryInterceptor
 // runs inside the request id's). Until the connection is closed, keyhouse_peer_reachable
 // says whether calls to peer can go out (reportReachable).
 func Dial(peer, addr string, extra ...grpc.DialOption) (*grpc.ClientConn, error) {
@@ -384,7 +384,7 @@ func Dial(peer, addr string, extra ...grpc.DialOption) (*grpc.ClientConn, error)
 		}),
 	}
 	if telemetry.TracingEnabled() {
-		opts = append(opts, grpc.WithStatsHandler(otelgrpc.NewClientHandler()))
+		opts = append(opts, grpc.WithStatsHandler(otelgrpc.NewClientHandler()), grpc.WithStatsHandler(linkHandler{}))
 	}
 	conn, err := grpc.NewClient(target, append(opts, extra...)...)
 	if err != nil {
@@ -402,12 +402,20 @@ func Dial(peer, addr string, extra ...grpc.DialOption) (*grpc.ClientConn, error)
 // routes 503), and the next attempt waits for the reconnect backoff (up to
 // maxReconnectDelay and its jitter). So this, not the peer's own health, says when a
 // restarted peer is reachable from here.
+//
+// An idle connection (not used yet, or unused for a while) says nothing about the peer,
+// so it is made to connect: the gauge is 1 only once a replica answered (or while a
+// connection attempt is under way), never for a peer that was never tried. The
+// connection is then kept up, as the health checking of a used one is.
 func reportReachable(peer string, conn *grpc.ClientConn) {
 	reachable := metrics.PeerReachable.WithLabelValues(peer)
 	for state := conn.GetState(); state != connectivity.Shutdown; state = conn.GetState() {
-		if state == connectivity.TransientFailure {
+		switch state {
+		case connectivity.TransientFailure:
 			reachable.Set(0)
-		} else {
+		case connectivity.Idle:
+			conn.Connect()
+		default:
 			reachable.Set(1)
 		}
 		conn.WaitForStateChange(context.Background(), state)

@@ -18,6 +18,10 @@ import (
 	"unicode/utf8"
 
 	"github.com/keyhouse/keyhouse/pkg/metrics"
+	"github.com/keyhouse/keyhouse/pkg/telemetry"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Providers, as EMAIL_PROVIDER spells them.
@@ -91,9 +95,13 @@ func New(cfg Config, log *slog.Logger) (Sender, error) {
 type counted struct{ Sender }
 
 func (c counted) Send(ctx context.Context, m Message) error {
+	// The send's span names the provider, never the recipient or the message.
+	ctx, span := telemetry.StartRoot(ctx, "mail send", trace.SpanKindClient, nil, attribute.String("keyhouse.mail.provider", c.Provider()))
+	defer span.End()
 	err := c.Sender.Send(ctx, m)
 	switch {
 	case err != nil:
+		span.SetStatus(codes.Error, "send failed") // the error may hold the address
 		metrics.RecordMailSend(metrics.MailFailed)
 	case c.Provider() == ProviderLog:
 		metrics.RecordMailSend(metrics.MailLogged)

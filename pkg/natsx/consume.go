@@ -10,7 +10,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/keyhouse/keyhouse/pkg/telemetry"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Handler processes one message. JetStream delivers at least once (a lost ack, a handler
@@ -152,11 +156,12 @@ func newConsumer(ctx context.Context, stream string, cfg jetstream.ConsumerConfi
 		consumerTerminated.WithLabelValues(stream, cfg.Durable, reason)
 	}
 	return &consumer{
-		base:   context.WithoutCancel(ctx),
-		stream: stream,
-		cfg:    cfg,
-		opts:   o,
-		log:    log.With("component", "consumer", "stream", stream, "consumer", cfg.Durable),
+		base:     context.WithoutCancel(ctx),
+		erroring: erroringFlag(stream, cfg.Durable),
+		stream:   stream,
+		cfg:      cfg,
+		opts:     o,
+		log:      log.With("component", "consumer", "stream", stream, "consumer", cfg.Durable),
 	}, nil
 }
 
@@ -202,7 +207,19 @@ type consumer struct {
 	stopping atomic.Bool
 	mu       sync.Mutex
 
-	erroring atomic.Bool // a consume error was logged and no message has succeeded since
+	// erroring: a consume error was logged and no message has succeeded since. Every
+	// Consume of one durable consumer in the process shares it (the storefront runs
+	// several), so an outage is one WARN line, not one per loop.
+	erroring *atomic.Bool
+}
+
+// erroring holds the erroring flag of each durable consumer of the process, by stream
+// and durable name.
+var erroring sync.Map
+
+func erroringFlag(stream, durable string) *atomic.Bool {
+	flag, _ := erroring.LoadOrStore([2]string{stream, durable}, new(atomic.Bool))
+	return flag.(*atomic.Bool)
 }
 
 // stop drains the subscription: in-flight work finishes, buffered messages are nak'ed.
@@ -314,6 +331,13 @@ func (e panicError) Error() string { return "handler panic: " + e.value }
 func (c *consumer) call(msg jetstream.Msg) (err error) {
 	ctx, cancel := context.WithTimeout(c.base, c.cfg.AckWait)
 	defer cancel()
+	ctx, span := c.startSpan(ctx, msg)
+	defer func() {
+		if err != nil {
+			span.SetStatus(codes.Error, "handler failed") // its ERROR or WARN line says why
+		}
+		span.End()
+	}()
 	defer func() {
 		if r := recover(); r != nil {
 			c.log.Error("handler panic", "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
@@ -321,6 +345,20 @@ func (c *consumer) call(msg jetstream.Msg) (err error) {
 		}
 	}()
 	return c.handle(ctx, msg)
+}
+
+// startSpan starts the span of a handler call: a trace of its own, "<durable> process",
+// linked to the span of each request that wrote one of msgs' outbox rows
+// (HeaderTraceparent), so an operator follows a purchase from its callback to its
+// fulfillment, or an issued license to its event.
+func (c *consumer) startSpan(ctx context.Context, msgs ...jetstream.Msg) (context.Context, trace.Span) {
+	traceparents := make([]string, len(msgs))
+	for i, m := range msgs {
+		traceparents[i] = m.Headers().Get(HeaderTraceparent)
+	}
+	return telemetry.StartRoot(ctx, c.cfg.Durable+" process", trace.SpanKindConsumer, traceparents,
+		attribute.String("messaging.system", "nats"), attribute.String("messaging.destination.name", c.stream),
+		attribute.String("messaging.consumer.group.name", c.cfg.Durable), attribute.Int("messaging.batch.message_count", len(msgs)))
 }
 
 // sleepCtx waits d or until ctx is done, reporting whether the full wait happened.

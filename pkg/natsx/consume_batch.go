@@ -134,6 +134,8 @@ func (c *consumer) handleBatch(msgs []jetstream.Msg, handle BatchHandler) {
 func (c *consumer) callBatch(msgs []jetstream.Msg, handle BatchHandler) (results []error) {
 	ctx, cancel := context.WithTimeout(c.base, c.cfg.AckWait)
 	defer cancel()
+	ctx, span := c.startSpan(ctx, msgs...)
+	defer span.End()
 	defer func() {
 		if r := recover(); r != nil {
 			c.log.Error("handler panic", "panic", fmt.Sprint(r), "stack", string(debug.Stack()))

@@ -5,13 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/keyhouse/keyhouse/pkg/periodic"
 	"github.com/keyhouse/keyhouse/pkg/pgxx"
+	"github.com/keyhouse/keyhouse/pkg/telemetry"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -203,6 +206,7 @@ func EnqueueAll(ctx context.Context, tx pgx.Tx, msgs ...Message) error {
 			return err
 		}
 	}
+	msgs = traced(ctx, msgs)
 	switch len(msgs) {
 	case 0:
 		return nil
@@ -225,12 +229,13 @@ func EnqueueAll(ctx context.Context, tx pgx.Tx, msgs ...Message) error {
 // COMMIT): it queues the statement that writes the messages' rows on b, to run in the
 // change's transaction before its COMMIT (nothing when msgs is empty). An error of the
 // statement is the batch's. Every message is checked before anything is queued.
-func QueueAll(b *pgx.Batch, msgs ...Message) error {
+func QueueAll(ctx context.Context, b *pgx.Batch, msgs ...Message) error {
 	for _, m := range msgs {
 		if err := m.validate(); err != nil {
 			return err
 		}
 	}
+	msgs = traced(ctx, msgs)
 	switch len(msgs) {
 	case 0:
 	case 1:
@@ -271,6 +276,27 @@ func (m Message) payload() []byte {
 		return []byte{}
 	}
 	return m.Payload
+}
+
+// HeaderTraceparent carries the W3C traceparent of the span that wrote an outbox row (the
+// request that caused the event), when tracing is on: the consumer's span links to it.
+const HeaderTraceparent = "traceparent"
+
+// traced returns msgs with ctx's traceparent in their headers (msgs itself without one).
+func traced(ctx context.Context, msgs []Message) []Message {
+	tp := telemetry.Traceparent(ctx)
+	if tp == "" {
+		return msgs
+	}
+	out := make([]Message, len(msgs))
+	for i, m := range msgs {
+		h := make(map[string]string, len(m.Header)+1)
+		maps.Copy(h, m.Header)
+		h[HeaderTraceparent] = tp
+		m.Header = h
+		out[i] = m
+	}
+	return out
 }
 
 func (m Message) headers() map[string]string {
@@ -436,8 +462,7 @@ func (r *Relay) Notify() {
 // retries with a growing backoff.
 func (r *Relay) Run(ctx context.Context) error {
 	var (
-		failing     bool
-		failures    int
+		failing     periodic.Failing
 		nextCleanup time.Time
 		timer       = time.NewTimer(time.Hour)
 	)
@@ -476,19 +501,12 @@ func (r *Relay) Run(ctx context.Context) error {
 			break
 		}
 		if err != nil {
-			failures++
-			if !failing {
-				failing = true
-				r.log.Warn("outbox relay failing, rows kept for retry", "error", err.Error())
-			}
+			failing.Fail(r.log, "outbox relay failing, rows kept for retry", err)
 			// While failing, only time wakes us: Notify must not turn an outage into a spin.
-			wait(jitter(backoff(100*time.Millisecond, r.maxBackoff, failures)), false)
+			wait(jitter(backoff(100*time.Millisecond, r.maxBackoff, failing.Rounds())), false)
 			continue
 		}
-		if failing {
-			r.log.Info("outbox relay recovered", "failed_rounds", failures, "sent", sent)
-			failing, failures = false, 0
-		}
+		failing.Worked(r.log, "outbox relay recovered", "sent", sent)
 		if full {
 			continue // more rows are likely waiting
 		}

@@ -10,9 +10,11 @@ import (
 	"time"
 )
 
-// A job runs at every tick until the context ends; a failure is logged and the job runs
-// again at the next tick.
-func TestUpkeepRunsAgainAfterAFailureAndStopsWithItsContext(t *testing.T) {
+// A job runs at every tick until the context ends; a failure is tried again at the next
+// tick. An outage is logged once when it starts and once when it ends, never once per
+// failed round: three failed rounds, two that work, then one more failure are two WARN
+// lines and one INFO line.
+func TestUpkeepRunsAgainAfterAFailureLogsEachOutageOnceAndStopsWithItsContext(t *testing.T) {
 	// Written by Upkeep's goroutine, read once it has returned.
 	var logged bytes.Buffer
 	log := slog.New(slog.NewTextHandler(&logged, nil))
@@ -25,14 +27,14 @@ func TestUpkeepRunsAgainAfterAFailureAndStopsWithItsContext(t *testing.T) {
 		Upkeep(ctx, time.Millisecond, log, "folding the counts", func(context.Context) error {
 			n++
 			runs <- n
-			if n == 1 {
+			if n <= 3 || n >= 6 {
 				return errors.New("database gone")
 			}
 			return nil
 		})
 	}()
 	for got := range runs {
-		if got == 3 {
+		if got == 7 {
 			break
 		}
 	}
@@ -42,7 +44,11 @@ func TestUpkeepRunsAgainAfterAFailureAndStopsWithItsContext(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("Upkeep did not return once its context ended")
 	}
-	if out := logged.String(); strings.Count(out, "level=WARN") != 1 || !strings.Contains(out, `msg="folding the counts failed" error="database gone"`) {
-		t.Errorf("log: %q, want one WARN for the first run's failure", out)
+	out := logged.String()
+	if strings.Count(out, "level=WARN") != 2 || strings.Count(out, `msg="folding the counts failed" error="database gone"`) != 2 {
+		t.Errorf("log: %q, want one WARN per outage (two), not one per failed round", out)
+	}
+	if strings.Count(out, "level=INFO") != 1 || !strings.Contains(out, `msg="folding the counts works again" failed_rounds=3 down_for=`) {
+		t.Errorf("log: %q, want one INFO line when the first outage ended, with its failed rounds", out)
 	}
 }

@@ -13,6 +13,11 @@ import (
 	"os"
 	"syscall"
 	"time"
+
+	"github.com/keyhouse/keyhouse/pkg/telemetry"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // AttemptTimeout is how long one attempt may take, connection to answer: a 2xx within it
@@ -100,10 +105,19 @@ func (r Result) Succeeded() bool { return r.StatusCode >= 200 && r.StatusCode < 
 const maxResponseBody = 64 << 10
 
 // Send makes one attempt: POST the body, signed at now, within the attempt timeout.
-func (s *Sender) Send(ctx context.Context, d Delivery, now time.Time) Result {
-	res := Result{At: now}
+func (s *Sender) Send(ctx context.Context, d Delivery, now time.Time) (res Result) {
+	res = Result{At: now}
 	start := time.Now()
-	defer func() { res.Duration = time.Since(start) }()
+	// The attempt's span names the event, never the URL (it may carry a token) or the body.
+	ctx, span := telemetry.StartRoot(ctx, "webhook attempt", trace.SpanKindClient, nil, attribute.String("keyhouse.event_id", d.EventID))
+	defer func() {
+		res.Duration = time.Since(start)
+		span.SetAttributes(attribute.Int("http.response.status_code", res.StatusCode))
+		if res.Error != "" {
+			span.SetStatus(codes.Error, res.Error) // describe's words: no URL
+		}
+		span.End()
+	}()
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, d.URL, bytes.NewReader(d.Body))

@@ -17,12 +17,14 @@ import (
 )
 
 // otlpSink is a minimal OTLP/gRPC trace receiver: it records which services sent spans
-// for which trace ids, and every span's name and string attributes by trace id.
+// for which trace ids, every span's name and string attributes by trace id, and which
+// spans link to a trace.
 type otlpSink struct {
 	coltracepb.UnimplementedTraceServiceServer
 	mu     sync.Mutex
 	traces map[string]map[string]bool // trace id -> service names
 	texts  map[string][]string        // trace id -> span names and attribute values
+	links  map[string][]string        // linked trace id -> "service span-name" of each span linking to it
 }
 
 func (s *otlpSink) Export(_ context.Context, req *coltracepb.ExportTraceServiceRequest) (*coltracepb.ExportTraceServiceResponse, error) {
@@ -49,6 +51,13 @@ func (s *otlpSink) Export(_ context.Context, req *coltracepb.ExportTraceServiceR
 				for _, attr := range span.GetAttributes() {
 					s.texts[id] = append(s.texts[id], attr.GetKey()+"="+attr.GetValue().GetStringValue())
 				}
+				for _, link := range span.GetLinks() {
+					if s.links == nil {
+						s.links = map[string][]string{}
+					}
+					linked := hex.EncodeToString(link.GetTraceId())
+					s.links[linked] = append(s.links[linked], service+" "+span.GetName())
+				}
 			}
 		}
 	}
@@ -59,6 +68,13 @@ func (s *otlpSink) spanTexts(traceID string) []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return append([]string(nil), s.texts[traceID]...)
+}
+
+// linkedFrom names the spans ("service span-name") that link to a span of traceID.
+func (s *otlpSink) linkedFrom(traceID string) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.links[traceID]...)
 }
 
 func (s *otlpSink) services(traceID string) map[string]bool {
@@ -112,6 +128,26 @@ func TestTraceContextPropagatesFromGatewayToServices(t *testing.T) {
 	// carries one, a page, or a mistyped route.
 	tenant := newTenant(t, s)
 	key := issueLicense(t, tenant, lic("traced"))
+
+	// verify-license's work is done in a batch call, a trace of its own: the batch's
+	// gateway (client) and licensing (server) spans link to the request's trace, so a
+	// slow verify-license can be followed past the gateway.
+	const verifyTrace = "4bf92f3577b34da6a3ce929d0e0e47ff"
+	anon(t, s).Do(http.MethodPost, "/v1/verify-license", map[string]string{"key": key},
+		"traceparent", "00-"+verifyTrace+"-00f067aa0ba902b7-01").Expect(t, 200)
+	want := []string{
+		"keyhouse-gateway keyhouse.licensing.v1.LicensingService/VerifyLicenseBatch",
+		"keyhouse-licensing keyhouse.licensing.v1.LicensingService/VerifyLicenseBatch",
+	}
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		linked := sink.linkedFrom(verifyTrace)
+		if !slices.ContainsFunc(want, func(w string) bool { return !slices.Contains(linked, w) }) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("spans linking to verify-license's trace: %v; want %v", linked, want)
+		}
+	}
 	const portalToken = "pt_9Ob2mSecretTokenThatMustNotLeak"
 	for i, req := range []struct{ method, path string }{
 		{http.MethodGet, "/v1/admin/license/" + key},

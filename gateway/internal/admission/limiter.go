@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/keyhouse/keyhouse/pkg/config"
-	"github.com/keyhouse/keyhouse/pkg/metrics"
 )
 
 // Config sets a Limiter's bounds and how it adapts.
@@ -132,7 +131,7 @@ func NewLimiter(cfg Config) *Limiter {
 	l.nextProbe = t.Add(cfg.BaselineWindow / 2)
 	// A process that has just started has no sign of calm yet.
 	l.strictUntil = t.Add(strictWindows * cfg.Window)
-	metrics.AdmissionLimit.Set(l.limit)
+	limitGauge.Set(l.limit)
 	return l
 }
 
@@ -226,7 +225,7 @@ func (l *Limiter) admit(tenant string, held int) (done func(latency time.Duratio
 	l.inflight++
 	l.windowPeak = max(l.windowPeak, l.inflight)
 	l.mu.Unlock()
-	metrics.AdmissionInflight.Inc()
+	inflightGauge.Inc()
 	var once sync.Once
 	return func(latency time.Duration) {
 		once.Do(func() { l.done(tenant, latency) })
@@ -284,7 +283,7 @@ func (l *Limiter) effectiveLimit(now time.Time) int {
 }
 
 func (l *Limiter) done(tenant string, latency time.Duration) {
-	metrics.AdmissionInflight.Dec()
+	inflightGauge.Dec()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.inflight--
@@ -356,9 +355,9 @@ func (l *Limiter) adapt(now time.Time) {
 		l.probeEnds = now.Add(l.cfg.Window)
 		l.nextProbe = now.Add(l.cfg.BaselineWindow / 2)
 	}
-	metrics.AdmissionLimit.Set(l.limit)
-	metrics.AdmissionBaseline.Set(l.baseline.Seconds())
-	metrics.AdmissionBestRate.Set(l.bestRate)
+	limitGauge.Set(l.limit)
+	baselineGauge.Set(l.baseline.Seconds())
+	bestRateGauge.Set(l.bestRate)
 }
 
 // Limit is the current limit (whole requests).

@@ -9,7 +9,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/keyhouse/keyhouse/pkg/metrics"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -65,8 +64,8 @@ func Middleware(opts Options, next http.Handler) http.Handler {
 	log := &refusalLog{log: opts.Log, now: now}
 	retryAfter := []string{strconv.Itoa(int(RetryAfter / time.Second))}
 	refused := map[string]prometheus.Counter{
-		ReasonLimit: metrics.AdmissionRefused.WithLabelValues(ReasonLimit),
-		ReasonShare: metrics.AdmissionRefused.WithLabelValues(ReasonShare),
+		ReasonLimit: refusedCounter.WithLabelValues(ReasonLimit),
+		ReasonShare: refusedCounter.WithLabelValues(ReasonShare),
 	}
 	// acquire takes a slot for tenant's request, or counts and logs its refusal and sets
 	// its Retry-After.

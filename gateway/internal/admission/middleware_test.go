@@ -15,7 +15,6 @@ import (
 	"github.com/keyhouse/keyhouse/pkg/auth"
 	"github.com/keyhouse/keyhouse/pkg/license"
 	"github.com/keyhouse/keyhouse/pkg/licensecache"
-	"github.com/keyhouse/keyhouse/pkg/metrics"
 	activationsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/activations/v1"
 	licensingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1"
 	releasesv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/releases/v1"
@@ -366,7 +365,7 @@ func TestARequestLetThroughFromMemoryCanTakeASlotLater(t *testing.T) {
 	if !ok || lim.InFlight() != 1 {
 		t.Fatalf("a slot taken late with the limit free: %v, %d in flight; want it held", ok, lim.InFlight())
 	}
-	refusedBefore := testutil.ToFloat64(metrics.AdmissionRefused.WithLabelValues(ReasonLimit))
+	refusedBefore := testutil.ToFloat64(refusedCounter.WithLabelValues(ReasonLimit))
 	rec := send()
 	if _, ok := take(); ok || lim.InFlight() != 1 {
 		t.Fatalf("a slot taken late with the limit full: %v, %d in flight; want a refusal", ok, lim.InFlight())
@@ -374,7 +373,7 @@ func TestARequestLetThroughFromMemoryCanTakeASlotLater(t *testing.T) {
 	if got := rec.Header().Get("Retry-After"); got != "1" {
 		t.Fatalf("the late refusal's Retry-After: %q; want 1", got)
 	}
-	if got := testutil.ToFloat64(metrics.AdmissionRefused.WithLabelValues(ReasonLimit)) - refusedBefore; got != 1 {
+	if got := testutil.ToFloat64(refusedCounter.WithLabelValues(ReasonLimit)) - refusedBefore; got != 1 {
 		t.Fatalf("keyhouse_admission_refused_total counted %g late refusals; want 1", got)
 	}
 	release()

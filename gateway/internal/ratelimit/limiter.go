@@ -174,7 +174,7 @@ func (l *Limiter) redisAnswered() {
 func (l *Limiter) redisFailed(err error, now time.Time) {
 	if l.breaker.failed(now) {
 		l.log.Warn("rate limiter: Redis unreachable; each gateway enforces limits on its own until it answers",
-			"err", err)
+			"error", err.Error())
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/keyhouse/keyhouse/pkg/periodic"
 	"github.com/keyhouse/keyhouse/services/activations/internal/store"
 )
 
@@ -27,12 +28,15 @@ type Store interface {
 
 // Run sweeps every interval until ctx ends. A lapsed seat already counts for nothing (the
 // counting queries leave it out); the sweep removes it and announces its removal, within
-// interval of the lapse (addendum §12: 15 s).
+// interval of the lapse (addendum §12: 15 s). Each of its steps that fails (the database
+// is gone) is logged once when it starts failing and once when it works again, never
+// once per round (periodic.Failing).
 func Run(ctx context.Context, st Store, interval time.Duration, log *slog.Logger) {
+	s := sweeper{st: st, log: log}
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
-		Once(ctx, st, log)
+		s.once(ctx)
 		select {
 		case <-ctx.Done():
 			return
@@ -41,38 +45,61 @@ func Run(ctx context.Context, st Store, interval time.Duration, log *slog.Logger
 	}
 }
 
-// Once removes every seat lapsed by now, a batch at a time, and the retired lease keys.
+// sweeper is Run's state: each step's failures, logged once per change.
+type sweeper struct {
+	st                               Store
+	log                              *slog.Logger
+	rescheduling, sweeping, retiring periodic.Failing
+}
+
+// once removes every seat lapsed by now, a batch at a time, and the retired lease keys.
 // It first moves the seats renewed since they were last looked at out of its range, so
 // that the removal's batches are of lapsed seats.
-func Once(ctx context.Context, st Store, log *slog.Logger) {
-	for {
-		moved, err := st.RescheduleRenewed(ctx, batch)
-		if err != nil {
-			if ctx.Err() == nil {
-				log.Warn("renewed floating seats not rescheduled; lapsed seats are still removed", "error", err.Error())
-			}
-			break
-		}
-		if moved < batch {
-			break
-		}
+func (s *sweeper) once(ctx context.Context) {
+	s.reschedule(ctx)
+	if !s.sweep(ctx) {
+		return
 	}
+	switch err := s.st.RemoveRetiredLeaseKeys(ctx); {
+	case err == nil:
+		s.retiring.Worked(s.log, "retired lease keys removed again")
+	case ctx.Err() == nil:
+		s.retiring.Fail(s.log, "retired lease keys not removed; they are no longer listed meanwhile", err)
+	}
+}
+
+func (s *sweeper) reschedule(ctx context.Context) {
 	for {
-		lapsed, err := st.SweepLapsed(ctx, batch, lapseRemembered)
+		moved, err := s.st.RescheduleRenewed(ctx, batch)
 		if err != nil {
 			if ctx.Err() == nil {
-				log.Warn("lapsed floating seats not removed; they count for nothing meanwhile", "error", err.Error())
+				s.rescheduling.Fail(s.log, "renewed floating seats not rescheduled; lapsed seats are still removed", err)
 			}
 			return
 		}
-		if len(lapsed) > 0 {
-			log.Info("lapsed floating seats removed", "seats", len(lapsed))
-		}
-		if len(lapsed) < batch {
-			break
+		s.rescheduling.Worked(s.log, "renewed floating seats rescheduled again")
+		if moved < batch {
+			return
 		}
 	}
-	if err := st.RemoveRetiredLeaseKeys(ctx); err != nil && ctx.Err() == nil {
-		log.Warn("retired lease keys not removed; they are no longer listed meanwhile", "error", err.Error())
+}
+
+// sweep removes the lapsed seats and reports whether it could.
+func (s *sweeper) sweep(ctx context.Context) bool {
+	for {
+		lapsed, err := s.st.SweepLapsed(ctx, batch, lapseRemembered)
+		if err != nil {
+			if ctx.Err() == nil {
+				s.sweeping.Fail(s.log, "lapsed floating seats not removed; they count for nothing meanwhile", err)
+			}
+			return false
+		}
+		s.sweeping.Worked(s.log, "lapsed floating seats removed again")
+		if len(lapsed) > 0 {
+			s.log.Info("lapsed floating seats removed", "seats", len(lapsed))
+		}
+		if len(lapsed) < batch {
+			return true
+		}
 	}
 }

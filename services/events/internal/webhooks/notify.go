@@ -28,7 +28,7 @@ type DisabledMailer struct {
 func (m *DisabledMailer) Send(ctx context.Context, ep *Endpoint) {
 	to, err := m.Contacts.TenantEmail(ctx, ep.TenantID)
 	if err != nil {
-		m.Log.Warn("webhooks: no contact for the disabled endpoint's tenant", "tenant_id", ep.TenantID, "endpoint_id", ep.ID, "err", err)
+		m.Log.Warn("webhooks: no contact for the disabled endpoint's tenant", "tenant_id", ep.TenantID, "endpoint_id", ep.ID, "error", err.Error())
 		return
 	}
 	if to == "" {
@@ -44,6 +44,6 @@ func (m *DisabledMailer) Send(ctx context.Context, ep *Endpoint) {
 		Secrets: []string{ep.URL},
 	}
 	if err := m.Mail.Send(ctx, msg); err != nil {
-		m.Log.Warn("webhooks: mail about a disabled endpoint failed", "tenant_id", ep.TenantID, "endpoint_id", ep.ID, "err", err)
+		m.Log.Warn("webhooks: mail about a disabled endpoint failed", "tenant_id", ep.TenantID, "endpoint_id", ep.ID, "error", err.Error())
 	}
 }

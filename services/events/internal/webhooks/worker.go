@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/keyhouse/keyhouse/pkg/events"
+	"github.com/keyhouse/keyhouse/pkg/periodic"
 	"github.com/keyhouse/keyhouse/pkg/seal"
 	"github.com/keyhouse/keyhouse/pkg/signing"
 	"github.com/keyhouse/keyhouse/pkg/webhook"
@@ -65,6 +66,7 @@ type Worker struct {
 	Retention time.Duration
 
 	lastSweep time.Time
+	claiming  periodic.Failing // claims failing (Postgres gone): logged once per change
 
 	once     sync.Once
 	wake     chan struct{}
@@ -157,7 +159,7 @@ func (w *Worker) sweep(ctx context.Context) {
 	n, err := w.Store.DeleteDeliveriesBefore(ctx, now.Add(-w.Retention), now.Add(-window))
 	switch {
 	case err != nil && ctx.Err() == nil:
-		w.Log.Warn("webhooks: retention sweep failed, retrying at the next", "err", err)
+		w.Log.Warn("webhooks: retention sweep failed, retrying at the next", "error", err.Error())
 	case n > 0:
 		w.Log.Info("webhooks: retention sweep", "deleted", n)
 	}
@@ -186,10 +188,11 @@ func (w *Worker) claimAndStart(ctx context.Context) int {
 	due, err := w.Store.Claim(ctx, w.Now(), w.Lease, Bounds{Total: free, PerEndpoint: w.PerEndpoint, PerTenant: w.PerTenant}, busy)
 	if err != nil {
 		if ctx.Err() == nil {
-			w.Log.Warn("webhooks: claiming due deliveries failed", "err", err)
+			w.claiming.Fail(w.Log, "webhooks: claiming due deliveries failed", err)
 		}
 		return 0
 	}
+	w.claiming.Worked(w.Log, "webhooks: claiming due deliveries works again")
 	if len(due) == free {
 		w.starved.Store(true)
 	}
@@ -266,7 +269,7 @@ func (w *Worker) attempt(ctx context.Context, d Due, after Cursor) (next Due, ok
 	if err != nil {
 		// Without the keyring (licensing unreachable) nothing can be signed: the lease
 		// brings the delivery back.
-		w.Log.Warn("webhooks: endpoint secret unavailable", "endpoint_id", d.EndpointID, "err", err)
+		w.Log.Warn("webhooks: endpoint secret unavailable", "endpoint_id", d.EndpointID, "error", err.Error())
 		return Due{}, false
 	}
 	// An envelope stored before created_at had one form is sent in that form.
@@ -280,14 +283,14 @@ func (w *Worker) attempt(ctx context.Context, d Due, after Cursor) (next Due, ok
 	if res.Succeeded() {
 		next, ok, err := w.Store.SucceedThenClaimNext(context.WithoutCancel(ctx), d, res, w.Now(), w.Lease, after)
 		if err != nil {
-			w.Log.Warn("webhooks: recording a success or claiming the endpoint's next delivery failed", "delivery_id", d.ID, "endpoint_id", d.EndpointID, "err", err)
+			w.Log.Warn("webhooks: recording a success or claiming the endpoint's next delivery failed", "delivery_id", d.ID, "endpoint_id", d.EndpointID, "error", err.Error())
 			return Due{}, false
 		}
 		return next, ok
 	}
 	disabled, err := w.Store.Record(context.WithoutCancel(ctx), d, res, w.Schedule, w.DisableAfter, w.OnDisable)
 	if err != nil {
-		w.Log.Warn("webhooks: recording an attempt failed", "delivery_id", d.ID, "err", err)
+		w.Log.Warn("webhooks: recording an attempt failed", "delivery_id", d.ID, "error", err.Error())
 		return Due{}, false
 	}
 	if disabled != nil {

@@ -1,6 +1,7 @@
 package webhooks
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -963,4 +964,30 @@ func createEndpoint(s *Store, tenant string, n NewEndpoint, now time.Time) (*End
 		return nil, nil
 	})
 	return ep, err
+}
+
+// Claims that fail round after round (Postgres gone) are one WARN line, with the error
+// under "error" as on every other line, and one INFO line when a claim works again.
+func TestFailingClaimsAreLoggedOncePerOutage(t *testing.T) {
+	f := newFixture(t)
+	gone, err := pgxx.Open(context.Background(), testkit.DatabaseURL(t, schema), "events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone.Close()
+	var logged bytes.Buffer
+	f.worker.Log = slog.New(slog.NewTextHandler(&logged, nil))
+	f.worker.Store = NewStore(gone)
+	for range 5 {
+		f.worker.RunOnce(context.Background())
+	}
+	f.worker.Store = f.store
+	f.worker.RunOnce(context.Background())
+	out := logged.String()
+	if strings.Count(out, `level=WARN msg="webhooks: claiming due deliveries failed" error=`) != 1 || strings.Count(out, "level=WARN") != 1 {
+		t.Errorf("log of 5 failed claims: want one WARN line with its error:\n%s", out)
+	}
+	if !strings.Contains(out, `level=INFO msg="webhooks: claiming due deliveries works again" failed_rounds=5`) {
+		t.Errorf("log: want one INFO line when claims work again:\n%s", out)
+	}
 }

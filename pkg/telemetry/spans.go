@@ -1,0 +1,49 @@
+package telemetry
+
+import (
+	"context"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// Traceparent is the W3C traceparent of ctx's span, "" without one (tracing off). Work
+// that outlives the request (a batch call, an outbox row, a message) carries it so that
+// its own spans can link back to the request's.
+func Traceparent(ctx context.Context) string {
+	sc := trace.SpanContextFromContext(ctx)
+	if !sc.IsValid() {
+		return ""
+	}
+	carrier := propagation.MapCarrier{}
+	propagation.TraceContext{}.Inject(trace.ContextWithSpanContext(context.Background(), sc), carrier)
+	return carrier.Get("traceparent")
+}
+
+// LinkTo is a span link to the span a traceparent names; ok is false for "" or a value
+// that is not a traceparent.
+func LinkTo(traceparent string) (link trace.Link, ok bool) {
+	if traceparent == "" {
+		return trace.Link{}, false
+	}
+	ctx := propagation.TraceContext{}.Extract(context.Background(), propagation.MapCarrier{"traceparent": traceparent})
+	sc := trace.SpanContextFromContext(ctx)
+	return trace.Link{SpanContext: sc}, sc.IsValid()
+}
+
+// StartRoot starts a span of Keyhouse's own (the instrumentation of gRPC and HTTP start
+// the others) for work no request waits on: a message consumed, a mail or a webhook
+// sent. It is the root of a trace of its own unless ctx already holds a span, and links
+// to the span each traceparent names (the request that caused the work), when one does.
+// With tracing off it is a no-op span.
+func StartRoot(ctx context.Context, name string, kind trace.SpanKind, traceparents []string, attrs ...attribute.KeyValue) (context.Context, trace.Span) {
+	opts := []trace.SpanStartOption{trace.WithSpanKind(kind), trace.WithAttributes(attrs...)}
+	for _, tp := range traceparents {
+		if link, ok := LinkTo(tp); ok {
+			opts = append(opts, trace.WithLinks(link))
+		}
+	}
+	return otel.Tracer("github.com/keyhouse/keyhouse").Start(ctx, name, opts...)
+}
