@@ -195,8 +195,15 @@ func (s *Server) UpdateWebhookEndpoint(ctx context.Context, req *eventsv1.Update
 	return &eventsv1.UpdateWebhookEndpointResponse{Endpoint: endpointPB(ep)}, nil
 }
 
+// RollWebhookEndpointSecret gives the endpoint a new secret and shows it, once: under an
+// Idempotency-Key (addendum §8) a retry of the same request shows that first answer
+// again, secret included, and rolls nothing, as a create does.
 func (s *Server) RollWebhookEndpointSecret(ctx context.Context, req *eventsv1.RollWebhookEndpointSecretRequest) (*eventsv1.RollWebhookEndpointSecretResponse, error) {
 	tenant, err := auth.TenantID(ctx)
+	if err != nil {
+		return nil, err
+	}
+	idemKey, err := idempotency.Key(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -212,7 +219,11 @@ func (s *Server) RollWebhookEndpointSecret(ctx context.Context, req *eventsv1.Ro
 		return nil, err
 	}
 	now := s.now()
-	ep, err := s.Store.RollSecret(ctx, tenant, req.GetId(), sealed, now, now.Add(time.Duration(overlap)*time.Second))
+	idem := Idempotency{Keys: s.Keys, Key: idemKey, RequestHash: idempotency.RequestHash("RollWebhookEndpointSecret", req)}
+	raw, err := s.Store.RollSecret(ctx, idem, tenant, req.GetId(), sealed, now, now.Add(time.Duration(overlap)*time.Second),
+		func(ep *Endpoint) ([]byte, error) {
+			return proto.Marshal(&eventsv1.RollWebhookEndpointSecretResponse{Endpoint: withSecret(ep, secret)})
+		})
 	if errors.Is(err, ErrNotFound) {
 		return nil, errEndpointNotFound
 	}
@@ -222,7 +233,8 @@ func (s *Server) RollWebhookEndpointSecret(ctx context.Context, req *eventsv1.Ro
 	if err != nil {
 		return nil, err
 	}
-	return &eventsv1.RollWebhookEndpointSecretResponse{Endpoint: withSecret(ep, secret)}, nil
+	resp := &eventsv1.RollWebhookEndpointSecretResponse{}
+	return resp, proto.Unmarshal(raw, resp)
 }
 
 func (s *Server) PingWebhookEndpoint(ctx context.Context, req *eventsv1.PingWebhookEndpointRequest) (*eventsv1.PingWebhookEndpointResponse, error) {

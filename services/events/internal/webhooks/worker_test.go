@@ -441,7 +441,7 @@ func TestRollSecretOverlap(t *testing.T) {
 	ep, oldSecret := f.endpoint("t1", r.URL)
 	newSecret := NewSecret()
 	sealed, _ := seal.Seal(f.keys.k, seal.PurposeEndpointSecret, []byte(newSecret))
-	if _, err := f.store.RollSecret(context.Background(), "t1", ep.ID, sealed, f.clock.Now(), f.clock.Now().Add(time.Hour)); err != nil {
+	if _, err := f.store.RollSecret(context.Background(), Idempotency{}, "t1", ep.ID, sealed, f.clock.Now(), f.clock.Now().Add(time.Hour), noAnswer); err != nil {
 		t.Fatal(err)
 	}
 	f.event("t1", "evt_1", "license.issued")
@@ -602,7 +602,7 @@ func TestRollSecretKeepsTheReleaseBeforeSigning(t *testing.T) {
 	ep, s0 := f.endpoint("t1", r.URL)
 	s1 := NewSecret()
 	sealed1, _ := seal.Seal(f.keys.k, seal.PurposeEndpointSecret, []byte(s1))
-	if _, err := f.store.RollSecret(context.Background(), "t1", ep.ID, sealed1, f.clock.Now(), f.clock.Now().Add(time.Hour)); err != nil {
+	if _, err := f.store.RollSecret(context.Background(), Idempotency{}, "t1", ep.ID, sealed1, f.clock.Now(), f.clock.Now().Add(time.Hour), noAnswer); err != nil {
 		t.Fatal(err)
 	}
 	var legacy []byte
@@ -629,7 +629,7 @@ func TestRollSecretKeepsTheReleaseBeforeSigning(t *testing.T) {
 	// before's roll promised it (s0's hour runs out first).
 	s3 := NewSecret()
 	sealed3, _ := seal.Seal(f.keys.k, seal.PurposeEndpointSecret, []byte(s3))
-	if _, err := f.store.RollSecret(context.Background(), "t1", ep.ID, sealed3, f.clock.Now(), f.clock.Now()); err != nil {
+	if _, err := f.store.RollSecret(context.Background(), Idempotency{}, "t1", ep.ID, sealed3, f.clock.Now(), f.clock.Now(), noAnswer); err != nil {
 		t.Fatal(err)
 	}
 	f.clock.Add(90 * time.Minute)
@@ -920,3 +920,7 @@ func createEndpoint(s *Store, tenant string, n NewEndpoint, now time.Time) (*End
 	})
 	return ep, err
 }
+
+// noAnswer is the answer of a roll made without an Idempotency-Key whose answer the test
+// does not read.
+func noAnswer(*Endpoint) ([]byte, error) { return nil, nil }

@@ -1368,12 +1368,12 @@ const file_keyhouse_events_v1_webhooks_proto_rawDesc = "" +
 	"\x1bListEventDeliveriesResponse\x12C\n" +
 	"\n" +
 	"deliveries\x18\x01 \x03(\v2#.keyhouse.events.v1.WebhookDeliveryR\n" +
-	"deliveries2\xbd\f\n" +
+	"deliveries2\xa8\x0e\n" +
 	"\x17WebhookEndpointsService\x12\xec\x01\n" +
 	"\x15CreateWebhookEndpoint\x120.keyhouse.events.v1.CreateWebhookEndpointRequest\x1a1.keyhouse.events.v1.CreateWebhookEndpointResponse\"n\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x90\x83\x19\x01\x9a\x83\x19\\\b\x99\x03\x12WIdempotency-Key's first answer can no longer be shown: send the request with a new key.\x12\x89\x01\n" +
 	"\x14ListWebhookEndpoints\x12/.keyhouse.events.v1.ListWebhookEndpointsRequest\x1a0.keyhouse.events.v1.ListWebhookEndpointsResponse\"\x0e\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\xa0\x82\x19\x01\x12\xac\x01\n" +
-	"\x15UpdateWebhookEndpoint\x120.keyhouse.events.v1.UpdateWebhookEndpointRequest\x1a1.keyhouse.events.v1.UpdateWebhookEndpointResponse\".\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x9a\x83\x19 \b\x94\x03\x12\x1bWebhook endpoint not found.\x12\xb8\x01\n" +
-	"\x19RollWebhookEndpointSecret\x124.keyhouse.events.v1.RollWebhookEndpointSecretRequest\x1a5.keyhouse.events.v1.RollWebhookEndpointSecretResponse\".\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x9a\x83\x19 \b\x94\x03\x12\x1bWebhook endpoint not found.\x12\xa6\x01\n" +
+	"\x15UpdateWebhookEndpoint\x120.keyhouse.events.v1.UpdateWebhookEndpointRequest\x1a1.keyhouse.events.v1.UpdateWebhookEndpointResponse\".\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x9a\x83\x19 \b\x94\x03\x12\x1bWebhook endpoint not found.\x12\xa3\x03\n" +
+	"\x19RollWebhookEndpointSecret\x124.keyhouse.events.v1.RollWebhookEndpointSecretRequest\x1a5.keyhouse.events.v1.RollWebhookEndpointSecretResponse\"\x98\x02\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x90\x83\x19\x01\x9a\x83\x19\x81\x01\b\x90\x03\x12|Too many old secrets still signing (at most 4): roll with expire_old_after_seconds 0, or after one expires (nothing rolled).\x9a\x83\x19 \b\x94\x03\x12\x1bWebhook endpoint not found.\x9a\x83\x19\\\b\x99\x03\x12WIdempotency-Key's first answer can no longer be shown: send the request with a new key.\x12\xa6\x01\n" +
 	"\x13PingWebhookEndpoint\x12..keyhouse.events.v1.PingWebhookEndpointRequest\x1a/.keyhouse.events.v1.PingWebhookEndpointResponse\".\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x9a\x83\x19 \b\x94\x03\x12\x1bWebhook endpoint not found.\x12\xac\x01\n" +
 	"\x15DeleteWebhookEndpoint\x120.keyhouse.events.v1.DeleteWebhookEndpointRequest\x1a1.keyhouse.events.v1.DeleteWebhookEndpointResponse\".\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x9a\x83\x19 \b\x94\x03\x12\x1bWebhook endpoint not found.\x12\xb0\x01\n" +
 	"\x15ListWebhookDeliveries\x120.keyhouse.events.v1.ListWebhookDeliveriesRequest\x1a1.keyhouse.events.v1.ListWebhookDeliveriesResponse\"2\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\xa0\x82\x19\x01\x9a\x83\x19 \b\x94\x03\x12\x1bWebhook endpoint not found.\x12\xa8\x01\n" +

@@ -49,6 +49,9 @@ type WebhookEndpointsServiceClient interface {
 	// POST /v1/webhook-endpoints/{id}/update: any of url, events, description, enabled.
 	UpdateWebhookEndpoint(ctx context.Context, in *UpdateWebhookEndpointRequest, opts ...grpc.CallOption) (*UpdateWebhookEndpointResponse, error)
 	// A new secret; the old one keeps signing (a second v1) for expire_old_after_seconds.
+	// The answer carries the new secret, the only time it is shown. Honors the
+	// Idempotency-Key metadata (addendum §8): a retry with the same key and request within
+	// 24 h returns the first answer, secret included, and rolls nothing.
 	RollWebhookEndpointSecret(ctx context.Context, in *RollWebhookEndpointSecretRequest, opts ...grpc.CallOption) (*RollWebhookEndpointSecretResponse, error)
 	// Sends a `ping` event to this endpoint only (it is in no event log).
 	PingWebhookEndpoint(ctx context.Context, in *PingWebhookEndpointRequest, opts ...grpc.CallOption) (*PingWebhookEndpointResponse, error)
@@ -178,6 +181,9 @@ type WebhookEndpointsServiceServer interface {
 	// POST /v1/webhook-endpoints/{id}/update: any of url, events, description, enabled.
 	UpdateWebhookEndpoint(context.Context, *UpdateWebhookEndpointRequest) (*UpdateWebhookEndpointResponse, error)
 	// A new secret; the old one keeps signing (a second v1) for expire_old_after_seconds.
+	// The answer carries the new secret, the only time it is shown. Honors the
+	// Idempotency-Key metadata (addendum §8): a retry with the same key and request within
+	// 24 h returns the first answer, secret included, and rolls nothing.
 	RollWebhookEndpointSecret(context.Context, *RollWebhookEndpointSecretRequest) (*RollWebhookEndpointSecretResponse, error)
 	// Sends a `ping` event to this endpoint only (it is in no event log).
 	PingWebhookEndpoint(context.Context, *PingWebhookEndpointRequest) (*PingWebhookEndpointResponse, error)
