@@ -222,7 +222,7 @@ func (x *Leases) policyOf(req *activationsv1.PutLeasePolicyRequest) (store.Polic
 	p := effectivePolicy(nil)
 	p.ProductID, p.Tier, p.Floating = req.GetProductId(), req.GetTier(), req.GetFloating()
 	if req.LeaseTtlSeconds != nil {
-		ttl := req.GetLeaseTtlSeconds()
+		ttl := int64(req.GetLeaseTtlSeconds())
 		if ttl < int64(x.cfg.MinLeaseTTL/time.Second) || ttl > int64(maxLeaseTTL/time.Second) {
 			return p, apierr.Invalid("lease_ttl_seconds must be between %d and %d", int64(x.cfg.MinLeaseTTL/time.Second), int64(maxLeaseTTL/time.Second))
 		}
@@ -230,7 +230,7 @@ func (x *Leases) policyOf(req *activationsv1.PutLeasePolicyRequest) (store.Polic
 		p.RenewAfter = p.LeaseTTL / 2
 	}
 	if req.RenewAfterSeconds != nil {
-		renew := req.GetRenewAfterSeconds()
+		renew := int64(req.GetRenewAfterSeconds())
 		if renew < 0 || renew >= int64(p.LeaseTTL/time.Second) {
 			return p, apierr.Invalid("renew_after_seconds must be at least 0 and less than lease_ttl_seconds (%d)", int64(p.LeaseTTL/time.Second))
 		}

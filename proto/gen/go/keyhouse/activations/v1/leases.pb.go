@@ -133,9 +133,9 @@ type PutLeasePolicyRequest struct {
 	// Unset: not floating.
 	Floating *bool `protobuf:"varint,3,opt,name=floating,proto3,oneof" json:"floating,omitempty"`
 	// 60 s … 90 days; unset: 7 days.
-	LeaseTtlSeconds *int64 `protobuf:"varint,4,opt,name=lease_ttl_seconds,json=leaseTtlSeconds,proto3,oneof" json:"lease_ttl_seconds,omitempty"`
+	LeaseTtlSeconds *int32 `protobuf:"varint,4,opt,name=lease_ttl_seconds,json=leaseTtlSeconds,proto3,oneof" json:"lease_ttl_seconds,omitempty"`
 	// Less than lease_ttl_seconds; unset: half of it.
-	RenewAfterSeconds *int64 `protobuf:"varint,5,opt,name=renew_after_seconds,json=renewAfterSeconds,proto3,oneof" json:"renew_after_seconds,omitempty"`
+	RenewAfterSeconds *int32 `protobuf:"varint,5,opt,name=renew_after_seconds,json=renewAfterSeconds,proto3,oneof" json:"renew_after_seconds,omitempty"`
 	// Unset: none.
 	FingerprintMatch *string `protobuf:"bytes,6,opt,name=fingerprint_match,json=fingerprintMatch,proto3,oneof" json:"fingerprint_match,omitempty"`
 	// At most 64, each at most 64 characters of [a-z0-9._:-].
@@ -195,14 +195,14 @@ func (x *PutLeasePolicyRequest) GetFloating() bool {
 	return false
 }
 
-func (x *PutLeasePolicyRequest) GetLeaseTtlSeconds() int64 {
+func (x *PutLeasePolicyRequest) GetLeaseTtlSeconds() int32 {
 	if x != nil && x.LeaseTtlSeconds != nil {
 		return *x.LeaseTtlSeconds
 	}
 	return 0
 }
 
-func (x *PutLeasePolicyRequest) GetRenewAfterSeconds() int64 {
+func (x *PutLeasePolicyRequest) GetRenewAfterSeconds() int32 {
 	if x != nil && x.RenewAfterSeconds != nil {
 		return *x.RenewAfterSeconds
 	}
@@ -472,7 +472,8 @@ func (x *DeleteLeasePolicyResponse) GetDeleted() bool {
 type CreateLeaseRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Key   string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
-	// The seat's activation token (or, for a bound seat, instance_id instead).
+	// The seat's activation token. Required unless instance_id is sent instead (a bound
+	// seat's reinstall); with neither: 400 "token is required".
 	Token string `protobuf:"bytes,2,opt,name=token,proto3" json:"token,omitempty"`
 	// Instead of token, for a bound seat whose components match: a reinstall on the same
 	// machine, answered with a new token.
@@ -1341,8 +1342,8 @@ const file_keyhouse_activations_v1_leases_proto_rawDesc = "" +
 	"product_id\x18\x01 \x01(\tR\tproductId\x12\x12\n" +
 	"\x04tier\x18\x02 \x01(\tR\x04tier\x12\x1f\n" +
 	"\bfloating\x18\x03 \x01(\bH\x00R\bfloating\x88\x01\x01\x12/\n" +
-	"\x11lease_ttl_seconds\x18\x04 \x01(\x03H\x01R\x0fleaseTtlSeconds\x88\x01\x01\x123\n" +
-	"\x13renew_after_seconds\x18\x05 \x01(\x03H\x02R\x11renewAfterSeconds\x88\x01\x01\x120\n" +
+	"\x11lease_ttl_seconds\x18\x04 \x01(\x05H\x01R\x0fleaseTtlSeconds\x88\x01\x01\x123\n" +
+	"\x13renew_after_seconds\x18\x05 \x01(\x05H\x02R\x11renewAfterSeconds\x88\x01\x01\x120\n" +
 	"\x11fingerprint_match\x18\x06 \x01(\tH\x03R\x10fingerprintMatch\x88\x01\x01\x12\"\n" +
 	"\fentitlements\x18\a \x03(\tR\fentitlementsB\v\n" +
 	"\t_floatingB\x14\n" +
@@ -1364,10 +1365,10 @@ const file_keyhouse_activations_v1_leases_proto_rawDesc = "" +
 	"\n" +
 	"product_id\x18\x01 \x01(\tR\tproductId\x12\x12\n" +
 	"\x04tier\x18\x02 \x01(\tR\x04tier\x12\x18\n" +
-	"\adeleted\x18\x03 \x01(\bR\adeleted\"\xaa\x02\n" +
+	"\adeleted\x18\x03 \x01(\bR\adeleted\"\xa4\x02\n" +
 	"\x12CreateLeaseRequest\x12\x16\n" +
-	"\x03key\x18\x01 \x01(\tB\x04\xa0\x83\x19\x01R\x03key\x12\x1a\n" +
-	"\x05token\x18\x02 \x01(\tB\x04\xa0\x83\x19\x01R\x05token\x12\x1f\n" +
+	"\x03key\x18\x01 \x01(\tB\x04\xa0\x83\x19\x01R\x03key\x12\x14\n" +
+	"\x05token\x18\x02 \x01(\tR\x05token\x12\x1f\n" +
 	"\vinstance_id\x18\x03 \x01(\tR\n" +
 	"instanceId\x12[\n" +
 	"\n" +

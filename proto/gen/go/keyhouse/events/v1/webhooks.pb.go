@@ -545,7 +545,7 @@ type UpdateWebhookEndpointRequest struct {
 	state protoimpl.MessageState  `protogen:"open.v1"`
 	Id    string                  `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	Url   *wrapperspb.StringValue `protobuf:"bytes,2,opt,name=url,proto3" json:"url,omitempty"`
-	// A list of strings; a message so that "absent" and "given" differ.
+	// ["*"], or event types and prefixes ending in "."; absent keeps them.
 	Events *structpb.ListValue `protobuf:"bytes,3,opt,name=events,proto3" json:"events,omitempty"`
 	// "" clears it (null); absent or null keeps it.
 	Description   *wrapperspb.StringValue `protobuf:"bytes,4,opt,name=description,proto3" json:"description,omitempty"`
@@ -1315,11 +1315,11 @@ const file_keyhouse_events_v1_webhooks_proto_rawDesc = "" +
 	"\bdelivery\x18\x01 \x01(\v2#.keyhouse.events.v1.WebhookDeliveryR\bdelivery\"\x1d\n" +
 	"\x1bListWebhookEndpointsRequest\"a\n" +
 	"\x1cListWebhookEndpointsResponse\x12A\n" +
-	"\tendpoints\x18\x01 \x03(\v2#.keyhouse.events.v1.WebhookEndpointR\tendpoints\"\x88\x02\n" +
+	"\tendpoints\x18\x01 \x03(\v2#.keyhouse.events.v1.WebhookEndpointR\tendpoints\"\xbc\x02\n" +
 	"\x1cUpdateWebhookEndpointRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12.\n" +
-	"\x03url\x18\x02 \x01(\v2\x1c.google.protobuf.StringValueR\x03url\x122\n" +
-	"\x06events\x18\x03 \x01(\v2\x1a.google.protobuf.ListValueR\x06events\x12>\n" +
+	"\x03url\x18\x02 \x01(\v2\x1c.google.protobuf.StringValueR\x03url\x12f\n" +
+	"\x06events\x18\x03 \x01(\v2\x1a.google.protobuf.ListValueB2\xaa\x83\x19.{\"type\": \"array\", \"items\": {\"type\": \"string\"}}R\x06events\x12>\n" +
 	"\vdescription\x18\x04 \x01(\v2\x1c.google.protobuf.StringValueR\vdescription\x124\n" +
 	"\aenabled\x18\x05 \x01(\v2\x1a.google.protobuf.BoolValueR\aenabled\"\x88\x01\n" +
 	" RollWebhookEndpointSecretRequest\x12\x0e\n" +
@@ -1358,10 +1358,10 @@ const file_keyhouse_events_v1_webhooks_proto_rawDesc = "" +
 	"statusCode\x122\n" +
 	"\x05error\x18\x03 \x01(\v2\x1c.google.protobuf.StringValueR\x05error\x12\x1f\n" +
 	"\vduration_ms\x18\x04 \x01(\x05R\n" +
-	"durationMs\"S\n" +
+	"durationMs\"Y\n" +
 	"\x15RedeliverEventRequest\x12\x19\n" +
-	"\bevent_id\x18\x01 \x01(\tR\aeventId\x12\x1f\n" +
-	"\vendpoint_id\x18\x02 \x01(\tR\n" +
+	"\bevent_id\x18\x01 \x01(\tR\aeventId\x12%\n" +
+	"\vendpoint_id\x18\x02 \x01(\tB\x04\xa0\x83\x19\x01R\n" +
 	"endpointId\"7\n" +
 	"\x1aListEventDeliveriesRequest\x12\x19\n" +
 	"\bevent_id\x18\x01 \x01(\tR\aeventId\"b\n" +
