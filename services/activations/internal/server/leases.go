@@ -36,6 +36,7 @@ import (
 type LeaseStore interface {
 	PutPolicy(ctx context.Context, tenant string, p store.Policy) (store.Policy, error)
 	Policies(ctx context.Context, tenant, productID string) ([]store.Policy, error)
+	Policy(ctx context.Context, tenant, productID, tier string) (*store.Policy, error)
 	DeletePolicy(ctx context.Context, tenant, productID, tier string) (bool, error)
 	PolicyFor(ctx context.Context, tenant, productID, tier string) (*store.Policy, error)
 	LongestLeaseTTL(ctx context.Context, tenant string) (time.Duration, error)
@@ -287,6 +288,26 @@ func (x *Leases) ListLeasePolicies(ctx context.Context, req *activationsv1.ListL
 		resp.Policies = append(resp.Policies, policyMessage(p))
 	}
 	return resp, nil
+}
+
+// GetLeasePolicy is one tier's own policy, checked and answered as DeleteLeasePolicy
+// finds it: a product no tenant owns has none, and stays free.
+func (x *Leases) GetLeasePolicy(ctx context.Context, req *activationsv1.GetLeasePolicyRequest) (*activationsv1.GetLeasePolicyResponse, error) {
+	if err := checkPolicyPath(req.GetProductId(), req.GetTier()); err != nil {
+		return nil, err
+	}
+	tenant, err := x.productTenant(ctx, req.GetProductId(), false)
+	if err != nil {
+		return nil, err
+	}
+	p, err := x.store.Policy(ctx, tenant, req.GetProductId(), req.GetTier())
+	if err != nil {
+		return nil, err
+	}
+	if p == nil {
+		return nil, errPolicyNotFound
+	}
+	return &activationsv1.GetLeasePolicyResponse{Policy: policyMessage(*p)}, nil
 }
 
 // DeleteLeasePolicy removes a tier's policy; its licenses follow the product's default

@@ -290,14 +290,9 @@ func (s *Server) ListWebhookDeliveries(ctx context.Context, req *eventsv1.ListWe
 	if err != nil {
 		return nil, err
 	}
-	limit, _, err := paging.Parse(req.GetLimit(), "")
+	f, err := deliveryFilter(req.GetLimit(), req.GetStatus(), req.GetStartingAfter())
 	if err != nil {
 		return nil, err
-	}
-	switch req.GetStatus() {
-	case "", StatusPending, StatusSucceeded, StatusFailed:
-	default:
-		return nil, apierr.Invalid("status must be pending, succeeded or failed")
 	}
 	ep, err := s.Store.GetEndpoint(ctx, tenant, req.GetId())
 	if errors.Is(err, ErrNotFound) {
@@ -305,7 +300,7 @@ func (s *Server) ListWebhookDeliveries(ctx context.Context, req *eventsv1.ListWe
 	} else if err != nil {
 		return nil, err
 	}
-	ds, more, err := s.Store.ListDeliveries(ctx, tenant, req.GetId(), DeliveryFilter{Status: req.GetStatus(), StartingAfter: req.GetStartingAfter(), Limit: limit})
+	ds, more, err := s.Store.ListDeliveries(ctx, tenant, req.GetId(), f)
 	if errors.Is(err, ErrNotFound) {
 		return nil, apierr.Invalid("starting_after must be a delivery of this endpoint")
 	}
@@ -317,6 +312,36 @@ func (s *Server) ListWebhookDeliveries(ctx context.Context, req *eventsv1.ListWe
 		out.Deliveries = append(out.Deliveries, deliveryPB(&ds[i], ep.Enabled))
 	}
 	return out, nil
+}
+
+// deliveryFilter reads a deliveries list's query (400 naming the field refused).
+func deliveryFilter(limit, status, startingAfter string) (DeliveryFilter, error) {
+	n, _, err := paging.Parse(limit, "")
+	if err != nil {
+		return DeliveryFilter{}, err
+	}
+	switch status {
+	case "", StatusPending, StatusSucceeded, StatusFailed:
+	default:
+		return DeliveryFilter{}, apierr.Invalid("status must be pending, succeeded or failed")
+	}
+	return DeliveryFilter{Status: status, StartingAfter: startingAfter, Limit: n}, nil
+}
+
+// GetWebhookEndpoint is one of the tenant's endpoints, as listed (never its secret).
+func (s *Server) GetWebhookEndpoint(ctx context.Context, req *eventsv1.GetWebhookEndpointRequest) (*eventsv1.GetWebhookEndpointResponse, error) {
+	tenant, err := auth.TenantID(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ep, err := s.Store.GetEndpoint(ctx, tenant, req.GetId())
+	if errors.Is(err, ErrNotFound) {
+		return nil, errEndpointNotFound
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &eventsv1.GetWebhookEndpointResponse{Endpoint: endpointPB(ep)}, nil
 }
 
 func (s *Server) RedeliverEvent(ctx context.Context, req *eventsv1.RedeliverEventRequest) (*eventsv1.RedeliverEventResponse, error) {
@@ -355,12 +380,27 @@ func (s *Server) RedeliverEvent(ctx context.Context, req *eventsv1.RedeliverEven
 	return &eventsv1.RedeliverEventResponse{Delivery: deliveryPB(d, ep.Enabled)}, nil
 }
 
+// ListEventDeliveries is a page of one logged event's deliveries, to every endpoint,
+// newest first; an event GET /v1/events/{id} does not find (another tenant's, a ping's)
+// is not found here either.
 func (s *Server) ListEventDeliveries(ctx context.Context, req *eventsv1.ListEventDeliveriesRequest) (*eventsv1.ListEventDeliveriesResponse, error) {
 	tenant, err := auth.TenantID(ctx)
 	if err != nil {
 		return nil, err
 	}
-	ds, err := s.Store.DeliveriesOfEvent(ctx, tenant, req.GetEventId())
+	f, err := deliveryFilter(req.GetLimit(), req.GetStatus(), req.GetStartingAfter())
+	if err != nil {
+		return nil, err
+	}
+	if _, _, err := s.Store.LoggedEvent(ctx, tenant, req.GetEventId()); errors.Is(err, ErrNotFound) {
+		return nil, errEventNotFound
+	} else if err != nil {
+		return nil, err
+	}
+	ds, more, err := s.Store.ListEventDeliveries(ctx, tenant, req.GetEventId(), f)
+	if errors.Is(err, ErrNotFound) {
+		return nil, apierr.Invalid("starting_after must be a delivery of this event")
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -372,7 +412,7 @@ func (s *Server) ListEventDeliveries(ctx context.Context, req *eventsv1.ListEven
 	for _, ep := range eps {
 		enabled[ep.ID] = ep.Enabled
 	}
-	out := &eventsv1.ListEventDeliveriesResponse{Deliveries: make([]*eventsv1.WebhookDelivery, 0, len(ds))}
+	out := &eventsv1.ListEventDeliveriesResponse{Deliveries: make([]*eventsv1.WebhookDelivery, 0, len(ds)), HasMore: more}
 	for i := range ds {
 		out.Deliveries = append(out.Deliveries, deliveryPB(&ds[i], enabled[ds[i].EndpointID]))
 	}

@@ -415,10 +415,22 @@ func (s *Store) ListDeliveries(ctx context.Context, tenant, endpointID string, f
 	if _, err := s.GetEndpoint(ctx, tenant, endpointID); err != nil {
 		return nil, false, err
 	}
+	return s.listDeliveries(ctx, tenant, "endpoint_id", endpointID, f)
+}
+
+// ListEventDeliveries returns a page of one event's deliveries, to every endpoint, and
+// whether more follow. ErrNotFound when the starting_after delivery is not one of them.
+func (s *Store) ListEventDeliveries(ctx context.Context, tenant, eventID string, f DeliveryFilter) ([]Delivery, bool, error) {
+	return s.listDeliveries(ctx, tenant, "event_id", eventID, f)
+}
+
+// listDeliveries is a page of the deliveries whose column (endpoint_id or event_id, each
+// indexed with tenant_id) is value, newest first.
+func (s *Store) listDeliveries(ctx context.Context, tenant, column, value string, f DeliveryFilter) ([]Delivery, bool, error) {
 	after := int64(-1)
 	if f.StartingAfter != "" {
-		err := s.db.QueryRow(ctx, `SELECT seq FROM webhook_deliveries WHERE tenant_id = $1 AND endpoint_id = $2 AND id = $3`,
-			planEachTime, tenant, endpointID, f.StartingAfter).Scan(&after)
+		err := s.db.QueryRow(ctx, `SELECT seq FROM webhook_deliveries WHERE tenant_id = $1 AND `+column+` = $2 AND id = $3`,
+			planEachTime, tenant, value, f.StartingAfter).Scan(&after)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil, false, ErrNotFound
 		}
@@ -428,9 +440,9 @@ func (s *Store) ListDeliveries(ctx context.Context, tenant, endpointID string, f
 	}
 	rows, err := s.db.Query(ctx, `
 		SELECT `+deliveryColumns+` FROM webhook_deliveries
-		WHERE tenant_id = $1 AND endpoint_id = $2 AND ($3 = '' OR status = $3) AND ($4 < 0 OR seq < $4)
+		WHERE tenant_id = $1 AND `+column+` = $2 AND ($3 = '' OR status = $3) AND ($4 < 0 OR seq < $4)
 		ORDER BY seq DESC LIMIT $5`,
-		tenant, endpointID, f.Status, after, f.Limit+1)
+		tenant, value, f.Status, after, f.Limit+1)
 	if err != nil {
 		return nil, false, err
 	}
@@ -453,15 +465,6 @@ func (s *Store) DeleteDeliveriesBefore(ctx context.Context, t, pendingBefore tim
 	tag, err := s.db.Exec(ctx, `DELETE FROM webhook_deliveries
 		WHERE created_at < $1 AND (status <> $3 OR created_at < $2)`, t, pendingBefore, StatusPending)
 	return tag.RowsAffected(), err
-}
-
-// DeliveriesOfEvent returns every delivery of one event (the console's event page).
-func (s *Store) DeliveriesOfEvent(ctx context.Context, tenant, eventID string) ([]Delivery, error) {
-	rows, err := s.db.Query(ctx, `SELECT `+deliveryColumns+` FROM webhook_deliveries WHERE tenant_id = $1 AND event_id = $2 ORDER BY seq`, tenant, eventID)
-	if err != nil {
-		return nil, err
-	}
-	return collectDeliveries(rows)
 }
 
 func collectDeliveries(rows pgx.Rows) ([]Delivery, error) {

@@ -690,7 +690,7 @@ func TestTenantIsolation(t *testing.T) {
 	if err := f.store.DeleteEndpoint(ctx, "t2", ep.ID); !errors.Is(err, ErrNotFound) {
 		t.Fatal(err)
 	}
-	if ds, _ := f.store.DeliveriesOfEvent(ctx, "t2", "evt_1"); len(ds) != 0 {
+	if ds, _, _ := f.store.ListEventDeliveries(ctx, "t2", "evt_1", DeliveryFilter{Limit: 10}); len(ds) != 0 {
 		t.Fatal("another tenant's deliveries listed")
 	}
 	if got := f.deliveries("t1", ep.ID); len(got) != 1 {
