@@ -34,8 +34,10 @@ const maxDescriptionLen = 512
 var (
 	errEndpointNotFound = apierr.NotFound("Webhook endpoint not found")
 	errEventNotFound    = apierr.NotFound("Event not found")
-	errEndpointLimit    = apierr.Invalid("Webhook endpoint limit reached (%d)", MaxEndpoints)
-	errEndpointDisabled = apierr.Invalid("Webhook endpoint is disabled")
+	errEndpointLimit    = apierr.Invalid("A tenant may have at most %d webhook endpoints: delete one first", MaxEndpoints)
+	// The endpoint's state, not the request, is in the way: a conflict, as acting on a
+	// disabled storefront webhook is.
+	errEndpointDisabled = apierr.Conflict("Webhook endpoint is disabled")
 	errOldSecretLimit   = apierr.Invalid("Too many old secrets still signing (at most %d): roll with expire_old_after_seconds 0, or after one expires", MaxOldSecrets)
 )
 

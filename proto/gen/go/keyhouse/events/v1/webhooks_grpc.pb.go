@@ -41,7 +41,8 @@ const (
 // Management tier, reads in Admin-Info. Another tenant's endpoint, event or delivery is
 // not found. Response fields are declared in the order the gateway prints them.
 type WebhookEndpointsServiceClient interface {
-	// POST /v1/webhook-endpoints: at most 16 per tenant. The answer carries the secret,
+	// POST /v1/webhook-endpoints: at most 16 per tenant (beyond: 400 "A tenant may have at
+	// most 16 webhook endpoints: delete one first"). The answer carries the secret,
 	// the only time it is shown. Honors the Idempotency-Key metadata (addendum §8): a
 	// retry with the same key and request within 24 h returns the first answer, secret
 	// included, and creates nothing.
@@ -187,7 +188,8 @@ func (c *webhookEndpointsServiceClient) ListEventDeliveries(ctx context.Context,
 // Management tier, reads in Admin-Info. Another tenant's endpoint, event or delivery is
 // not found. Response fields are declared in the order the gateway prints them.
 type WebhookEndpointsServiceServer interface {
-	// POST /v1/webhook-endpoints: at most 16 per tenant. The answer carries the secret,
+	// POST /v1/webhook-endpoints: at most 16 per tenant (beyond: 400 "A tenant may have at
+	// most 16 webhook endpoints: delete one first"). The answer carries the secret,
 	// the only time it is shown. Honors the Idempotency-Key metadata (addendum §8): a
 	// retry with the same key and request within 24 h returns the first answer, secret
 	// included, and creates nothing.
