@@ -240,14 +240,7 @@ func (s *Server) RollWebhookEndpointSecret(ctx context.Context, req *eventsv1.Ro
 }
 
 func (s *Server) PingWebhookEndpoint(ctx context.Context, req *eventsv1.PingWebhookEndpointRequest) (*eventsv1.PingWebhookEndpointResponse, error) {
-	tenant, err := auth.TenantID(ctx)
-	if err != nil {
-		return nil, err
-	}
-	ep, err := s.Store.GetEndpoint(ctx, tenant, req.GetId())
-	if errors.Is(err, ErrNotFound) {
-		return nil, errEndpointNotFound
-	}
+	tenant, ep, err := s.endpoint(ctx, req.GetId())
 	if err != nil {
 		return nil, err
 	}
@@ -288,18 +281,12 @@ func (s *Server) DeleteWebhookEndpoint(ctx context.Context, req *eventsv1.Delete
 }
 
 func (s *Server) ListWebhookDeliveries(ctx context.Context, req *eventsv1.ListWebhookDeliveriesRequest) (*eventsv1.ListWebhookDeliveriesResponse, error) {
-	tenant, err := auth.TenantID(ctx)
-	if err != nil {
-		return nil, err
-	}
 	f, err := deliveryFilter(req.GetLimit(), req.GetStatus(), req.GetStartingAfter())
 	if err != nil {
 		return nil, err
 	}
-	ep, err := s.Store.GetEndpoint(ctx, tenant, req.GetId())
-	if errors.Is(err, ErrNotFound) {
-		return nil, errEndpointNotFound
-	} else if err != nil {
+	tenant, ep, err := s.endpoint(ctx, req.GetId())
+	if err != nil {
 		return nil, err
 	}
 	ds, more, err := s.Store.ListDeliveries(ctx, tenant, req.GetId(), f)
@@ -332,18 +319,24 @@ func deliveryFilter(limit, status, startingAfter string) (DeliveryFilter, error)
 
 // GetWebhookEndpoint is one of the tenant's endpoints, as listed (never its secret).
 func (s *Server) GetWebhookEndpoint(ctx context.Context, req *eventsv1.GetWebhookEndpointRequest) (*eventsv1.GetWebhookEndpointResponse, error) {
-	tenant, err := auth.TenantID(ctx)
-	if err != nil {
-		return nil, err
-	}
-	ep, err := s.Store.GetEndpoint(ctx, tenant, req.GetId())
-	if errors.Is(err, ErrNotFound) {
-		return nil, errEndpointNotFound
-	}
+	_, ep, err := s.endpoint(ctx, req.GetId())
 	if err != nil {
 		return nil, err
 	}
 	return &eventsv1.GetWebhookEndpointResponse{Endpoint: endpointPB(ep)}, nil
+}
+
+// endpoint is the caller's tenant and its endpoint id, or 404 Webhook endpoint not found.
+func (s *Server) endpoint(ctx context.Context, id string) (string, *Endpoint, error) {
+	tenant, err := auth.TenantID(ctx)
+	if err != nil {
+		return "", nil, err
+	}
+	ep, err := s.Store.GetEndpoint(ctx, tenant, id)
+	if errors.Is(err, ErrNotFound) {
+		return "", nil, errEndpointNotFound
+	}
+	return tenant, ep, err
 }
 
 func (s *Server) RedeliverEvent(ctx context.Context, req *eventsv1.RedeliverEventRequest) (*eventsv1.RedeliverEventResponse, error) {
