@@ -46,12 +46,12 @@ func TestWebhookEndpointIsReadOnItsOwn(t *testing.T) {
 					listed = string(raw)
 				}
 			}
-			got := owner.Get("/v1/webhook-endpoints/" + id).Expect(t, 200)
+			got := owner.Get("/v1/webhook-endpoints/"+id).Expect(t, 200)
 			got.ExpectBody(t, listed)
 			if _, ok := got.JSON(t)["secret"]; ok {
 				t.Fatalf("GET shows the secret: %s", got.Body)
 			}
-			reader.Get("/v1/webhook-endpoints/" + id).ExpectBody(t, listed)
+			reader.Get("/v1/webhook-endpoints/"+id).ExpectBody(t, listed)
 			owner.Get("/v1/webhook-endpoints/we_000000000000000000000000").ExpectError(t, 404, "Webhook endpoint not found")
 			if other != nil {
 				other.Get("/v1/webhook-endpoints/"+id).ExpectError(t, 404, "Webhook endpoint not found")
@@ -71,12 +71,12 @@ func TestLeasePolicyIsReadOnItsOwn(t *testing.T) {
 			// A product no tenant owns: no policy, and reading claims nothing.
 			owner.Get(path+"pro").ExpectError(t, 404, "Policy not found")
 			put := owner.Do("PUT", path+"pro", map[string]any{"floating": true, "lease_ttl_seconds": 3600, "entitlements": []string{"export"}}).Expect(t, 200)
-			owner.Get(path + "pro").ExpectBody(t, string(put.Body))
-			reader.Get(path + "pro").ExpectBody(t, string(put.Body))
+			owner.Get(path+"pro").ExpectBody(t, string(put.Body))
+			reader.Get(path+"pro").ExpectBody(t, string(put.Body))
 			// A tier's own policy only, not the default it would fall back to.
 			owner.Do("PUT", path+"*", map[string]any{}).Expect(t, 200)
 			owner.Get(path+"enterprise").ExpectError(t, 404, "Policy not found")
-			if m := owner.Get(path + "*").Expect(t, 200).JSON(t); m["tier"] != "*" || m["lease_ttl_seconds"] != float64(7*86400) {
+			if m := owner.Get(path+"*").Expect(t, 200).JSON(t); m["tier"] != "*" || m["lease_ttl_seconds"] != float64(7*86400) {
 				t.Fatalf("the default policy: %v", m)
 			}
 			owner.Get("/v1/products/"+p+"/policies/%20").ExpectError(t, 400, "tier is required")
