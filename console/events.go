@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -96,12 +97,15 @@ func (h *Handler) eventPage(w http.ResponseWriter, r *http.Request, s *session) 
 	}
 	d := &eventData{Event: resp.GetEvent()}
 	d.JSON = indentedEventJSON(d.Event)
-	dels, err := h.webhooks.ListEventDeliveries(ctx, &eventsv1.ListEventDeliveriesRequest{EventId: id})
+	// One delivery per endpoint (at most 16) and its redeliveries: the largest page holds
+	// them all. The page lists them oldest first.
+	dels, err := h.webhooks.ListEventDeliveries(ctx, &eventsv1.ListEventDeliveriesRequest{EventId: id, Limit: "1000"})
 	if err != nil {
 		h.errorPage(w, r, s, asAPIError(err))
 		return
 	}
 	d.Deliveries = dels.GetDeliveries()
+	slices.Reverse(d.Deliveries)
 	eps, err := h.webhooks.ListWebhookEndpoints(ctx, &eventsv1.ListWebhookEndpointsRequest{})
 	if err != nil {
 		h.errorPage(w, r, s, asAPIError(err))

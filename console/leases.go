@@ -1,6 +1,7 @@
 package console
 
 import (
+	"math"
 	"net/http"
 	"net/url"
 	"slices"
@@ -71,7 +72,7 @@ func (h *Handler) savePolicy(w http.ResponseWriter, r *http.Request, s *session)
 		Floating: proto.Bool(f.Get("floating") == "on"), FingerprintMatch: optional(f.Get("fingerprint_match"))}
 	v := pageView(s, "Product", "leases")
 	v.Form = f
-	for name, dst := range map[string]**int64{"lease_ttl_seconds": &req.LeaseTtlSeconds, "renew_after_seconds": &req.RenewAfterSeconds} {
+	for name, dst := range map[string]**int32{"lease_ttl_seconds": &req.LeaseTtlSeconds, "renew_after_seconds": &req.RenewAfterSeconds} {
 		text := strings.TrimSpace(f.Get(name))
 		if text == "" {
 			continue
@@ -82,7 +83,10 @@ func (h *Handler) savePolicy(w http.ResponseWriter, r *http.Request, s *session)
 			h.showProduct(w, r, s, v, http.StatusBadRequest)
 			return
 		}
-		*dst = &n
+		// The service bounds the field (at most 90 days): a number past int32 is clamped,
+		// still out of bounds, so the answer is the service's message naming the bounds.
+		n32 := int32(min(max(n, math.MinInt32), math.MaxInt32))
+		*dst = &n32
 	}
 	for _, e := range strings.Split(f.Get("entitlements"), ",") {
 		if e = strings.TrimSpace(e); e != "" {

@@ -60,6 +60,7 @@ func TestEveryReaderOfTheKeyIsADeclaredMethod(t *testing.T) {
 		"keyhouse.accounts.v1.ApiKeysService.CreateApiKey",
 		"keyhouse.accounts.v1.AccountsService.CreateTenant",
 		"keyhouse.events.v1.WebhookEndpointsService.CreateWebhookEndpoint",
+		"keyhouse.events.v1.WebhookEndpointsService.RollWebhookEndpointSecret",
 		"keyhouse.storefront.v1.StorefrontService.ConnectWebhook",
 	} {
 		if !slices.Contains(readers, m) {

@@ -273,8 +273,9 @@ func TestAReadKeyIsRefusedOnEveryWritingRoute(t *testing.T) {
 			t.Cleanup(func() { owner.Delete("/v1/api-keys/"+readerID, nil) })
 			writes := 0
 			for _, r := range tenantRoutes(t, s) {
-				if r.readOnly && r.method != http.MethodGet {
-					t.Errorf("%s %s (%s) is declared read_only but is not a GET", r.method, r.path, r.grpcMethod)
+				// Both ways (addendum §13): a read key may call every GET and nothing else.
+				if r.readOnly != (r.method == http.MethodGet) {
+					t.Errorf("%s %s (%s): read_only %v, want it exactly on the GET routes", r.method, r.path, r.grpcMethod, r.readOnly)
 				}
 				path := pathParam.ReplaceAllString(r.path, "x")
 				var body any
@@ -284,6 +285,8 @@ func TestAReadKeyIsRefusedOnEveryWritingRoute(t *testing.T) {
 				resp := reader.Do(r.method, path, body)
 				refused := resp.Status == 403 && string(resp.Body) == `{"error":"Unauthorized"}`
 				switch {
+				case r.method == http.MethodGet && refused:
+					t.Errorf("%s %s refused a read key: %d %s, want every GET open to it", r.method, r.path, resp.Status, resp.Body)
 				case !r.readOnly && !refused:
 					t.Errorf("%s %s with a read key: %d %s, want 403 Unauthorized", r.method, r.path, resp.Status, resp.Body)
 				case r.readOnly && refused:

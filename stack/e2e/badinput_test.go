@@ -88,13 +88,13 @@ func TestAStringWhereAPIMDSaysNumberIsA400(t *testing.T) {
 	}
 	a.Post("/v1/unpublish-release", `{"id":`+strconv.Itoa(id)+`}`).ExpectBody(t, `{"id":`+strconv.Itoa(id)+`,"status":"unpublished"}`)
 
-	// The 64-bit integers, plain and wrapped (google.protobuf.Int64Value), as the OpenAPI
+	// The integers, plain and wrapped (google.protobuf.Int64Value), as the OpenAPI
 	// document types them: integer. The body is refused before the endpoint is looked up.
 	lp := product("string-int64")
 	a.Do("PUT", "/v1/products/"+lp+"/policies/pro", `{"lease_ttl_seconds":"3600"}`).
-		ExpectError(t, 400, `Invalid JSON body: invalid value for int64 field lease_ttl_seconds: "3600"`)
+		ExpectError(t, 400, `Invalid JSON body: invalid value for int32 field lease_ttl_seconds: "3600"`)
 	a.Do("PUT", "/v1/products/"+lp+"/policies/pro", `{"lease_ttl_seconds":3600,"renew_after_seconds":"60"}`).
-		ExpectError(t, 400, `Invalid JSON body: invalid value for int64 field renew_after_seconds: "60"`)
+		ExpectError(t, 400, `Invalid JSON body: invalid value for int32 field renew_after_seconds: "60"`)
 	if policies := a.Get("/v1/products/"+lp+"/policies").Expect(t, 200).JSON(t)["policies"]; len(policies.([]any)) != 0 {
 		t.Fatalf("a refused policy was stored: %v", policies)
 	}

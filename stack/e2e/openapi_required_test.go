@@ -2,7 +2,10 @@ package e2e
 
 import (
 	"encoding/json"
+	"maps"
+	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -15,9 +18,13 @@ var requiredDummies = map[string]any{
 	"email":  "support@example.test",
 }
 
-// companions are fields sent whenever the body has them: one of them is required
-// without either being required alone (a mapping names a payment_link or a service_ref).
-var companions = map[string]any{"service_ref": "svc-openapi-required"}
+// companions are fields sent, by route, whenever the body goes: one of them is required
+// without either being required alone (a mapping names a payment_link or a service_ref;
+// a lease request a token or, for a bound seat, an instance_id).
+var companions = map[string]map[string]any{
+	"POST /v1/storefront/mappings": {"service_ref": "svc-openapi-required"},
+	"POST /v1/leases":              {"token": "x-token"},
+}
 
 // requiredRoute is a route of the document whose JSON body has required fields.
 type requiredRoute struct {
@@ -34,6 +41,8 @@ var pathResources = map[string]func(t *testing.T, a *Client) string{
 		id := a.Post("/v1/storefront/webhooks", map[string]string{"provider": "stripe"}).Expect(t, 200).JSON(t)["webhook_id"].(string)
 		return "/v1/storefront/webhooks/" + id + "/secret"
 	},
+	// The body is checked before the event is looked up: any event id does.
+	"/v1/events/{event_id}/redeliver": func(*testing.T, *Client) string { return "/v1/events/evt_none/redeliver" },
 }
 
 // requiredSkipped names the routes with required fields this test does not send, and why.
@@ -105,11 +114,7 @@ func TestOpenAPIRequiredFieldsAreEnforced(t *testing.T) {
 		}
 		for _, missing := range route.required {
 			body := map[string]any{}
-			for f, v := range companions {
-				if _, ok := route.properties[f]; ok {
-					body[f] = v
-				}
-			}
+			maps.Copy(body, companions[name])
 			for _, f := range route.required {
 				if f != missing {
 					body[f] = dummy(f, route.properties[f])
@@ -150,4 +155,97 @@ func dummy(name string, schema map[string]any) any {
 		return []any{}
 	}
 	return "x-" + name
+}
+
+// openAPIOperation is the part of an operation of the served document the test below reads.
+type openAPIOperation struct {
+	Parameters []struct {
+		In     string `json:"in"`
+		Schema struct {
+			Ref string `json:"$ref"`
+		} `json:"schema"`
+	} `json:"parameters"`
+	Responses map[string]json.RawMessage `json:"responses"`
+	Access    string                     `json:"x-keyhouse-access"`
+}
+
+// TestOpenAPIListsWhatTheHandlersRefuse holds the served document to the handlers the
+// other way round from TestOpenAPIRequiredFieldsAreEnforced:
+//   - a body carrying every field the document marks required (and the route's
+//     companions) is never refused for a field of the body it left out: such a field is
+//     required, and the document must say so;
+//   - every status a route with a path parameter answers for an id that names nothing
+//     (404 for most) is one the document lists for that route.
+//
+// It runs on a stack of its own, since complete bodies create what they describe; the
+// operator's routes, whose bodies the other test covers, are asked on the shared hosted
+// stack, for an unknown tenant only.
+func TestOpenAPIListsWhatTheHandlersRefuse(t *testing.T) {
+	t.Parallel()
+	s := startStack(t, nil)
+	t.Cleanup(s.Stop)
+	host := hosted(t)
+	var doc struct {
+		Paths       map[string]map[string]openAPIOperation `json:"paths"`
+		Definitions map[string]struct {
+			Required   []string                  `json:"required"`
+			Properties map[string]map[string]any `json:"properties"`
+		} `json:"definitions"`
+	}
+	if err := json.Unmarshal(anon(t, s).Get("/v1/openapi.json").Expect(t, 200).Body, &doc); err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for path, item := range doc.Paths {
+		for method := range item {
+			names = append(names, strings.ToUpper(method)+" "+path)
+		}
+	}
+	slices.Sort(names)
+	bodies, statuses := 0, 0
+	for _, name := range names {
+		method, path, _ := strings.Cut(name, " ")
+		op := doc.Paths[path][strings.ToLower(method)]
+		operator := strings.HasPrefix(path, "/v1/operator/")
+		c := admin(t, s)
+		if operator {
+			c = admin(t, host)
+		}
+		concrete := pathParam.ReplaceAllString(path, "x")
+		for _, p := range op.Parameters {
+			def, ok := doc.Definitions[strings.TrimPrefix(p.Schema.Ref, "#/definitions/")]
+			if p.In != "body" || !ok || operator {
+				continue
+			}
+			body := map[string]any{}
+			maps.Copy(body, companions[name])
+			for _, f := range def.Required {
+				body[f] = dummy(f, def.Properties[f])
+			}
+			r := c.Do(method, concrete, body)
+			msg, _ := r.JSON(t)["error"].(string)
+			for f := range def.Properties {
+				if _, sent := body[f]; !sent && r.Status == 400 && strings.HasPrefix(msg, f+" ") {
+					t.Errorf("%s: a body with every documented required field is refused for %s (%s): mark it required", name, f, msg)
+				}
+			}
+			bodies++
+		}
+		if !strings.Contains(path, "{") {
+			continue
+		}
+		var r *Response
+		if method == http.MethodGet || method == http.MethodDelete {
+			r = c.Do(method, concrete, nil)
+		} else {
+			r = c.Do(method, concrete, map[string]any{})
+		}
+		if _, listed := op.Responses[strconv.Itoa(r.Status)]; r.Status >= 400 && !listed {
+			t.Errorf("%s (%s): %d %s, a status the document does not list for the route", name, concrete, r.Status, r.Body)
+		}
+		statuses++
+	}
+	if bodies < 30 || statuses < 15 {
+		t.Fatalf("%d bodies and %d unknown ids checked; the document lost its routes", bodies, statuses)
+	}
 }

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"encoding/json"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -139,4 +140,91 @@ func TestWebhookPingIsNotRedelivered(t *testing.T) {
 	if len(ds) != 1 || ds[0].(map[string]any)["event_id"] != pingID {
 		t.Fatalf("endpoint a's deliveries %v: want the ping's only", ds)
 	}
+}
+
+// checkRollsMade holds the rolls made on an endpoint to made, from what a user sees: each roll
+// that keeps the secret it replaces takes one of the MaxOldSecrets (4) slots, so after
+// made such rolls exactly 4-made more go through and the next is the 400 of the limit.
+func checkRollsMade(t *testing.T, c *Client, id string, made int) {
+	t.Helper()
+	keep := map[string]any{"expire_old_after_seconds": 3600}
+	for i := made; i < 4; i++ {
+		if r := c.Post("/v1/webhook-endpoints/"+id+"/roll-secret", keep); r.Status != 200 {
+			t.Fatalf("roll %d of 4 answered %d %s: more than %d rolls were made", i+1, r.Status, r.Body, made)
+		}
+	}
+	c.Post("/v1/webhook-endpoints/"+id+"/roll-secret", keep).ExpectError(t, 400,
+		"Too many old secrets still signing (at most 4): roll with expire_old_after_seconds 0, or after one expires")
+}
+
+// Rolling a webhook secret honours the Idempotency-Key as a create does (addendum §8), in
+// both modes: a retry with the same key and body answers the first answer byte for byte,
+// its new secret included, and rolls nothing (no second old-secret slot used); another
+// body with that key is a 409; a key that cannot be honoured is a 400 and rolls nothing.
+func TestWebhookRollSecretHonoursIdempotencyKey(t *testing.T) {
+	t.Parallel()
+	for _, mode := range []string{"self", "hosted"} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			s := sharedStack(t, mode)
+			c, url := admin(t, s), "http://127.0.0.1:9/idem-roll"
+			if mode == "hosted" {
+				c, _ = hostedTenant(t, s)
+				url = "https://192.0.2.10/idem-roll"
+			}
+			ep := c.Post("/v1/webhook-endpoints", map[string]any{"url": url, "events": []string{"release.unpublished"}}).Expect(t, 200).JSON(t)
+			id := ep["id"].(string)
+			t.Cleanup(func() { c.Delete("/v1/webhook-endpoints/"+id, nil) })
+			path := "/v1/webhook-endpoints/" + id + "/roll-secret"
+			body := map[string]any{"expire_old_after_seconds": 3600}
+			idem := uniq("roll-")
+			first := c.Do(http.MethodPost, path, body, "Idempotency-Key", idem).Expect(t, 200)
+			if sec, _ := first.JSON(t)["secret"].(string); !strings.HasPrefix(sec, "whsec_") || sec == ep["secret"] {
+				t.Fatalf("the roll shows no new secret: %s", first.Body)
+			}
+			c.Do(http.MethodPost, path, body, "Idempotency-Key", idem).ExpectBody(t, string(first.Body))
+			c.Do(http.MethodPost, path, map[string]any{"expire_old_after_seconds": 60}, "Idempotency-Key", idem).
+				ExpectError(t, 409, "Idempotency-Key reused with a different request")
+			c.Do(http.MethodPost, path, body, "Idempotency-Key", "   ").ExpectError(t, 400, "Idempotency-Key must not be blank")
+			postKeyTwice(t, c, path, body).ExpectError(t, 400, "Idempotency-Key must be sent once")
+			checkRollsMade(t, c, id, 1)
+		})
+	}
+}
+
+// Concurrency is correctness: the same roll with the same Idempotency-Key sent at once
+// through two gateways, each on its own events replica, rolls once, and every request
+// answers that roll's secret.
+func TestWebhookRollSecretWithAKeyRollsOnceAcrossReplicas(t *testing.T) {
+	t.Parallel()
+	s := hosted(t)
+	second := secondGateway(t, s, "events", "EVENTS_ADDR")
+	tenant, _ := hostedTenant(t, s)
+	clients := []*Client{tenant, newClient(t, second, tenant.Token)}
+	id := tenant.Post("/v1/webhook-endpoints", map[string]any{"url": "https://192.0.2.10/roll-race", "events": []string{"release.unpublished"}}).
+		Expect(t, 200).JSON(t)["id"].(string)
+	idem := uniq("roll-race-")
+	answers := make([]*Response, 8)
+	var wg sync.WaitGroup
+	for i := range answers {
+		wg.Go(func() {
+			r, err := clients[i%len(clients)].Try(http.MethodPost, "/v1/webhook-endpoints/"+id+"/roll-secret",
+				map[string]any{"expire_old_after_seconds": 3600}, "Idempotency-Key", idem)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			answers[i] = r
+		})
+	}
+	wg.Wait()
+	for i, r := range answers {
+		if r == nil {
+			t.Fatalf("answer %d missing", i)
+		}
+		if r.Status != 200 || string(r.Body) != string(answers[0].Body) {
+			t.Fatalf("answer %d differs from the first\n got  %d %s\n want %d %s", i, r.Status, r.Body, answers[0].Status, answers[0].Body)
+		}
+	}
+	checkRollsMade(t, tenant, id, 1)
 }

@@ -96,7 +96,7 @@ func TestWebhookEndpointRoutesHosted(t *testing.T) {
 		}
 	}
 	a.Post("/v1/webhook-endpoints", map[string]any{"url": "https://192.0.2.10/hook", "events": []string{"*"}}).
-		ExpectError(t, 400, "Webhook endpoint limit reached (16)")
+		ExpectError(t, 400, "A tenant may have at most 16 webhook endpoints: delete one first")
 	id, secret := first["id"].(string), first["secret"].(string)
 	if !strings.HasPrefix(id, "we_") || !strings.HasPrefix(secret, "whsec_") {
 		t.Fatalf("created %v", first)
@@ -122,6 +122,16 @@ func TestWebhookEndpointRoutesHosted(t *testing.T) {
 		t.Fatalf("rolled %v", rolled)
 	}
 	a.Get("/v1/webhook-endpoints/"+id+"/deliveries?status=done").ExpectError(t, 400, "status must be pending, succeeded or failed")
+	// A disabled endpoint is a state in the way, a 409 as a disabled storefront webhook's,
+	// for a ping and a redelivery alike; enabled again, it takes both.
+	key := issueLicense(t, a, lic(product("disabled-endpoint")))
+	eventID := eventsOf(t, a, key, 1)[0].ID
+	a.Post("/v1/webhook-endpoints/"+id+"/update", map[string]any{"enabled": false}).Expect(t, 200)
+	a.Post("/v1/webhook-endpoints/"+id+"/ping", map[string]any{}).ExpectError(t, 409, "Webhook endpoint is disabled")
+	a.Post("/v1/events/"+eventID+"/redeliver", map[string]any{"endpoint_id": id}).ExpectError(t, 409, "Webhook endpoint is disabled")
+	a.Post("/v1/webhook-endpoints/"+id+"/update", map[string]any{"enabled": true}).Expect(t, 200)
+	a.Post("/v1/webhook-endpoints/"+id+"/ping", map[string]any{}).Expect(t, 200)
+	a.Post("/v1/events/"+eventID+"/redeliver", map[string]any{"endpoint_id": id}).Expect(t, 200)
 	a.Delete("/v1/webhook-endpoints/"+id, nil).ExpectBody(t, `{"id":"`+id+`","deleted":true}`)
 }
 

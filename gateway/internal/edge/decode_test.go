@@ -55,7 +55,7 @@ func TestDecoderRefusesAStringForAWrapperTypedNumberAsForAPlainOne(t *testing.T)
 		into proto.Message
 		want string
 	}{
-		{`{"lease_ttl_seconds":"3600"}`, &activationsv1.PutLeasePolicyRequest{}, `Invalid JSON body: invalid value for int64 field lease_ttl_seconds: "3600"`},
+		{`{"lease_ttl_seconds":"3600"}`, &activationsv1.PutLeasePolicyRequest{}, `Invalid JSON body: invalid value for int32 field lease_ttl_seconds: "3600"`},
 		{`{"retire_after_seconds":"3600"}`, &activationsv1.RotateLeaseKeysRequest{}, `Invalid JSON body: invalid value for int64 field retire_after_seconds: "3600"`},
 		{`{"expire_old_after_seconds":"3600"}`, &eventsv1.RollWebhookEndpointSecretRequest{}, `Invalid JSON body: invalid value for int64 field expire_old_after_seconds: "3600"`},
 		{`{"max_activations":"5"}`, &licensingv1.UpdateLicenseTermsRequest{}, ""}, // a google.protobuf.Value: the service words it
@@ -84,7 +84,7 @@ func TestOfTwoStringNumbersTheFirstInTheBodyIsNamed(t *testing.T) {
 	} {
 		for range 50 {
 			err := m.NewDecoder(strings.NewReader(tc.body)).Decode(&activationsv1.PutLeasePolicyRequest{})
-			if err == nil || !strings.Contains(err.Error(), "int64 field "+tc.want+":") {
+			if err == nil || !strings.Contains(err.Error(), "int32 field "+tc.want+":") {
 				t.Fatalf("decode %s: %v, want the error to name %s", tc.body, err, tc.want)
 			}
 		}

@@ -266,3 +266,112 @@ func numberType(f protoreflect.FieldDescriptor) string {
 	}
 	return ""
 }
+
+// schemaProp is the part of a definition's property the tests below read.
+type schemaProp struct {
+	Type   string `json:"type"`
+	Format string `json:"format"`
+	Items  *struct {
+		Type string `json:"type"`
+	} `json:"items"`
+}
+
+// definitionProps returns each definition's properties.
+func definitionProps(t *testing.T) map[string]map[string]schemaProp {
+	t.Helper()
+	var d struct {
+		Definitions map[string]struct {
+			Properties map[string]schemaProp `json:"properties"`
+		} `json:"definitions"`
+	}
+	if err := json.Unmarshal(Document(), &d); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]map[string]schemaProp{}
+	for name, def := range d.Definitions {
+		out[name] = def.Properties
+	}
+	return out
+}
+
+// TestEveryListValueOfABodyHasItsSchema: a request field typed by a
+// google.protobuf.ListValue says nothing of what the server takes (the generator renders
+// it as an array of objects), so it must carry a (keyhouse.api.v1.json_schema) saying
+// what the handler accepts, and the document must show it. (A Value without one is
+// refused by make proto, but for the *_at timestamps it types itself.)
+func TestEveryListValueOfABodyHasItsSchema(t *testing.T) {
+	t.Parallel()
+	ops, _ := documentOperations(t)
+	props := definitionProps(t)
+	checked := 0
+	for _, rule := range httpRules(t) {
+		route := rule.method + " " + rule.path
+		desc, err := protoregistry.GlobalFiles.FindDescriptorByName(protoreflect.FullName(rule.selector))
+		if err != nil {
+			t.Fatalf("%s: %v", route, err)
+		}
+		fields := desc.(protoreflect.MethodDescriptor).Input().Fields()
+		for i := range fields.Len() {
+			f := fields.Get(i)
+			if f.Kind() != protoreflect.MessageKind {
+				continue
+			}
+			if f.Message().FullName() != "google.protobuf.ListValue" {
+				continue
+			}
+			checked++
+			if proto.GetExtension(f.Options(), apiv1.E_JsonSchema).(string) == "" {
+				t.Errorf("%s: %s is a %s without a (keyhouse.api.v1.json_schema)", route, f.Name(), f.Message().FullName())
+			}
+			for _, p := range ops[route].Parameters {
+				var ref struct {
+					Ref string `json:"$ref"`
+				}
+				_ = json.Unmarshal(p.Schema, &ref)
+				if prop, ok := props[strings.TrimPrefix(ref.Ref, "#/definitions/")][string(f.Name())]; p.In == "body" && ok &&
+					prop.Type == "array" && (prop.Items == nil || prop.Items.Type == "object") {
+					t.Errorf("%s: %s is documented as an array of objects", route, f.Name())
+				}
+			}
+		}
+	}
+	if checked == 0 {
+		t.Fatal("no ListValue body field checked")
+	}
+}
+
+// TestABodyFieldAndTheAnswerFieldOfTheSameNameAgree: where a route's body and its 200
+// answer have a field of the same name (a policy's lease_ttl_seconds), the document
+// types both alike, so a client's one type fits what it sends and what it reads.
+func TestABodyFieldAndTheAnswerFieldOfTheSameNameAgree(t *testing.T) {
+	t.Parallel()
+	ops, _ := documentOperations(t)
+	props := definitionProps(t)
+	checked := 0
+	for route, op := range ops {
+		answer := props[strings.TrimPrefix(op.Responses["200"].Schema.Ref, "#/definitions/")]
+		for _, p := range op.Parameters {
+			if p.In != "body" {
+				continue
+			}
+			var ref struct {
+				Ref string `json:"$ref"`
+			}
+			_ = json.Unmarshal(p.Schema, &ref)
+			for name, sent := range props[strings.TrimPrefix(ref.Ref, "#/definitions/")] {
+				read, ok := answer[name]
+				if !ok || sent.Type == "" || read.Type == "" {
+					continue
+				}
+				checked++
+				// A format left out (a JSON value's own schema) says no more than the type.
+				if sent.Type != read.Type || (sent.Format != "" && read.Format != "" && sent.Format != read.Format) {
+					t.Errorf("%s: %s is %s (%s) in the body but %s (%s) in the answer", route, name, sent.Type, sent.Format, read.Type, read.Format)
+				}
+			}
+		}
+	}
+	if checked == 0 {
+		t.Fatal("no field of a body is in its answer")
+	}
+}

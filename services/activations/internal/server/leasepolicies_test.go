@@ -68,7 +68,7 @@ func TestPoliciesClaimAProductOnlyOnAValidWrite(t *testing.T) {
 	}
 	_, err = x.DeleteLeasePolicy(ctx, &activationsv1.DeleteLeasePolicyRequest{ProductId: "free", Tier: "pro"})
 	wantAPIError(t, err, codes.NotFound, "Policy not found")
-	_, err = x.PutLeasePolicy(ctx, &activationsv1.PutLeasePolicyRequest{ProductId: "free", Tier: "pro", LeaseTtlSeconds: proto.Int64(1)})
+	_, err = x.PutLeasePolicy(ctx, &activationsv1.PutLeasePolicyRequest{ProductId: "free", Tier: "pro", LeaseTtlSeconds: proto.Int32(1)})
 	wantAPIError(t, err, codes.InvalidArgument, "lease_ttl_seconds must be between 60 and 7776000")
 	if len(products.claims) != 0 || products.owners["free"] != "" {
 		t.Fatalf("claimed by a read or a refusal: claims %v, owner %q", products.claims, products.owners["free"])
@@ -94,7 +94,7 @@ func TestPoliciesClaimAProductOnlyOnAValidWrite(t *testing.T) {
 		wantAPIError(t, err, codes.InvalidArgument, "product_id is required")
 		_, err = x.DeleteLeasePolicy(ctx, &activationsv1.DeleteLeasePolicyRequest{ProductId: blank, Tier: " "})
 		wantAPIError(t, err, codes.InvalidArgument, "product_id is required")
-		_, err = x.PutLeasePolicy(ctx, &activationsv1.PutLeasePolicyRequest{ProductId: blank, Tier: "pro", LeaseTtlSeconds: proto.Int64(3600)})
+		_, err = x.PutLeasePolicy(ctx, &activationsv1.PutLeasePolicyRequest{ProductId: blank, Tier: "pro", LeaseTtlSeconds: proto.Int32(3600)})
 		wantAPIError(t, err, codes.InvalidArgument, "product_id is required")
 	}
 	if len(products.claims) != claims {

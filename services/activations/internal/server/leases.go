@@ -35,6 +35,7 @@ import (
 type LeaseStore interface {
 	PutPolicy(ctx context.Context, tenant string, p store.Policy) (store.Policy, error)
 	Policies(ctx context.Context, tenant, productID string) ([]store.Policy, error)
+	Policy(ctx context.Context, tenant, productID, tier string) (*store.Policy, error)
 	DeletePolicy(ctx context.Context, tenant, productID, tier string) (bool, error)
 	PolicyFor(ctx context.Context, tenant, productID, tier string) (*store.Policy, error)
 	LongestLeaseTTL(ctx context.Context, tenant string) (time.Duration, error)
@@ -221,7 +222,7 @@ func (x *Leases) policyOf(req *activationsv1.PutLeasePolicyRequest) (store.Polic
 	p := effectivePolicy(nil)
 	p.ProductID, p.Tier, p.Floating = req.GetProductId(), req.GetTier(), req.GetFloating()
 	if req.LeaseTtlSeconds != nil {
-		ttl := req.GetLeaseTtlSeconds()
+		ttl := int64(req.GetLeaseTtlSeconds())
 		if ttl < int64(x.cfg.MinLeaseTTL/time.Second) || ttl > int64(maxLeaseTTL/time.Second) {
 			return p, apierr.Invalid("lease_ttl_seconds must be between %d and %d", int64(x.cfg.MinLeaseTTL/time.Second), int64(maxLeaseTTL/time.Second))
 		}
@@ -229,7 +230,7 @@ func (x *Leases) policyOf(req *activationsv1.PutLeasePolicyRequest) (store.Polic
 		p.RenewAfter = p.LeaseTTL / 2
 	}
 	if req.RenewAfterSeconds != nil {
-		renew := req.GetRenewAfterSeconds()
+		renew := int64(req.GetRenewAfterSeconds())
 		if renew < 0 || renew >= int64(p.LeaseTTL/time.Second) {
 			return p, apierr.Invalid("renew_after_seconds must be at least 0 and less than lease_ttl_seconds (%d)", int64(p.LeaseTTL/time.Second))
 		}
@@ -286,6 +287,26 @@ func (x *Leases) ListLeasePolicies(ctx context.Context, req *activationsv1.ListL
 		resp.Policies = append(resp.Policies, policyMessage(p))
 	}
 	return resp, nil
+}
+
+// GetLeasePolicy is one tier's own policy, checked and answered as DeleteLeasePolicy
+// finds it: a product no tenant owns has none, and stays free.
+func (x *Leases) GetLeasePolicy(ctx context.Context, req *activationsv1.GetLeasePolicyRequest) (*activationsv1.GetLeasePolicyResponse, error) {
+	if err := checkPolicyPath(req.GetProductId(), req.GetTier()); err != nil {
+		return nil, err
+	}
+	tenant, err := x.productTenant(ctx, req.GetProductId(), false)
+	if err != nil {
+		return nil, err
+	}
+	p, err := x.store.Policy(ctx, tenant, req.GetProductId(), req.GetTier())
+	if err != nil {
+		return nil, err
+	}
+	if p == nil {
+		return nil, errPolicyNotFound
+	}
+	return &activationsv1.GetLeasePolicyResponse{Policy: policyMessage(*p)}, nil
 }
 
 // DeleteLeasePolicy removes a tier's policy; its licenses follow the product's default

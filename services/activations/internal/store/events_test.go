@@ -190,7 +190,7 @@ func TestEveryWriteEmitsItsEvent(t *testing.T) {
 		[]string{"HasSeat", "LiveSeats", "Usage", "Seats", "Recent", "CountSeats", "Summaries", "SeatsForKeys", "PurgeCommits",
 			// Reads of leases, and the writes of them that addendum §11 does not list: policies,
 			// a tenant's first lease key, retired keys' removal.
-			"ActiveLeaseKey", "LapsedWithin", "LeaseBasis", "LeaseBases", "LeaseKeys", "LongestLeaseTTL", "Policies", "PolicyFor",
+			"ActiveLeaseKey", "LapsedWithin", "LeaseBasis", "LeaseBases", "LeaseKeys", "LongestLeaseTTL", "Policies", "Policy", "PolicyFor",
 			"SeatLeases", "PutPolicy", "DeletePolicy", "AddFirstLeaseKey", "RemoveRetiredLeaseKeys",
 			// The sweeper's bookkeeping of when to look at a floating seat again.
 			"RescheduleRenewed",

@@ -66,6 +66,24 @@ func (s *Store) Policies(ctx context.Context, tenant, productID string) ([]Polic
 	return pgx.CollectRows(rows, scanPolicy)
 }
 
+// Policy is the policy of (product, tier) itself, or nil when it has none.
+func (s *Store) Policy(ctx context.Context, tenant, productID, tier string) (*Policy, error) {
+	return optionalPolicy(s.db.Query(ctx, `SELECT `+policyColumns+` FROM lease_policies WHERE tenant_id = $1 AND product_id = $2 AND tier = $3`,
+		tenant, productID, tier))
+}
+
+// optionalPolicy is the one policy rows hold, or nil when they hold none.
+func optionalPolicy(rows pgx.Rows, err error) (*Policy, error) {
+	if err != nil {
+		return nil, err
+	}
+	p, err := pgx.CollectExactlyOneRow(rows, scanPolicy)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	return &p, err
+}
+
 // DeletePolicy removes the policy of (product, tier), reporting whether there was one.
 func (s *Store) DeletePolicy(ctx context.Context, tenant, productID, tier string) (bool, error) {
 	tag, err := s.db.Exec(ctx, `DELETE FROM lease_policies WHERE tenant_id = $1 AND product_id = $2 AND tier = $3`,
@@ -76,16 +94,8 @@ func (s *Store) DeletePolicy(ctx context.Context, tenant, productID, tier string
 // PolicyFor is the policy a license of (product, tier) follows: its tier's, else the
 // product's default, else nil (the built-in defaults apply).
 func (s *Store) PolicyFor(ctx context.Context, tenant, productID, tier string) (*Policy, error) {
-	rows, err := s.db.Query(ctx, `SELECT `+policyColumns+` FROM lease_policies
-		WHERE tenant_id = $1 AND product_id = $2 AND tier IN ($3, '*') ORDER BY tier = '*' LIMIT 1`, tenant, productID, tier)
-	if err != nil {
-		return nil, err
-	}
-	p, err := pgx.CollectExactlyOneRow(rows, scanPolicy)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, nil
-	}
-	return &p, err
+	return optionalPolicy(s.db.Query(ctx, `SELECT `+policyColumns+` FROM lease_policies
+		WHERE tenant_id = $1 AND product_id = $2 AND tier IN ($3, '*') ORDER BY tier = '*' LIMIT 1`, tenant, productID, tier))
 }
 
 // LongestLeaseTTL is the longest lease_ttl of the tenant's policies (0 without any).

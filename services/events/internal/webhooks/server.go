@@ -34,8 +34,10 @@ const maxDescriptionLen = 512
 var (
 	errEndpointNotFound = apierr.NotFound("Webhook endpoint not found")
 	errEventNotFound    = apierr.NotFound("Event not found")
-	errEndpointLimit    = apierr.Invalid("Webhook endpoint limit reached (%d)", MaxEndpoints)
-	errEndpointDisabled = apierr.Invalid("Webhook endpoint is disabled")
+	errEndpointLimit    = apierr.Invalid("A tenant may have at most %d webhook endpoints: delete one first", MaxEndpoints)
+	// The endpoint's state, not the request, is in the way: a conflict, as acting on a
+	// disabled storefront webhook is.
+	errEndpointDisabled = apierr.Conflict("Webhook endpoint is disabled")
 	errOldSecretLimit   = apierr.Invalid("Too many old secrets still signing (at most %d): roll with expire_old_after_seconds 0, or after one expires", MaxOldSecrets)
 )
 
@@ -195,8 +197,15 @@ func (s *Server) UpdateWebhookEndpoint(ctx context.Context, req *eventsv1.Update
 	return &eventsv1.UpdateWebhookEndpointResponse{Endpoint: endpointPB(ep)}, nil
 }
 
+// RollWebhookEndpointSecret gives the endpoint a new secret and shows it, once: under an
+// Idempotency-Key (addendum §8) a retry of the same request shows that first answer
+// again, secret included, and rolls nothing, as a create does.
 func (s *Server) RollWebhookEndpointSecret(ctx context.Context, req *eventsv1.RollWebhookEndpointSecretRequest) (*eventsv1.RollWebhookEndpointSecretResponse, error) {
 	tenant, err := auth.TenantID(ctx)
+	if err != nil {
+		return nil, err
+	}
+	idemKey, err := idempotency.Key(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -212,7 +221,11 @@ func (s *Server) RollWebhookEndpointSecret(ctx context.Context, req *eventsv1.Ro
 		return nil, err
 	}
 	now := s.now()
-	ep, err := s.Store.RollSecret(ctx, tenant, req.GetId(), sealed, now, now.Add(time.Duration(overlap)*time.Second))
+	idem := Idempotency{Keys: s.Keys, Key: idemKey, RequestHash: idempotency.RequestHash("RollWebhookEndpointSecret", req)}
+	raw, err := s.Store.RollSecret(ctx, idem, tenant, req.GetId(), sealed, now, now.Add(time.Duration(overlap)*time.Second),
+		func(ep *Endpoint) ([]byte, error) {
+			return proto.Marshal(&eventsv1.RollWebhookEndpointSecretResponse{Endpoint: withSecret(ep, secret)})
+		})
 	if errors.Is(err, ErrNotFound) {
 		return nil, errEndpointNotFound
 	}
@@ -222,18 +235,12 @@ func (s *Server) RollWebhookEndpointSecret(ctx context.Context, req *eventsv1.Ro
 	if err != nil {
 		return nil, err
 	}
-	return &eventsv1.RollWebhookEndpointSecretResponse{Endpoint: withSecret(ep, secret)}, nil
+	resp := &eventsv1.RollWebhookEndpointSecretResponse{}
+	return resp, proto.Unmarshal(raw, resp)
 }
 
 func (s *Server) PingWebhookEndpoint(ctx context.Context, req *eventsv1.PingWebhookEndpointRequest) (*eventsv1.PingWebhookEndpointResponse, error) {
-	tenant, err := auth.TenantID(ctx)
-	if err != nil {
-		return nil, err
-	}
-	ep, err := s.Store.GetEndpoint(ctx, tenant, req.GetId())
-	if errors.Is(err, ErrNotFound) {
-		return nil, errEndpointNotFound
-	}
+	tenant, ep, err := s.endpoint(ctx, req.GetId())
 	if err != nil {
 		return nil, err
 	}
@@ -274,26 +281,15 @@ func (s *Server) DeleteWebhookEndpoint(ctx context.Context, req *eventsv1.Delete
 }
 
 func (s *Server) ListWebhookDeliveries(ctx context.Context, req *eventsv1.ListWebhookDeliveriesRequest) (*eventsv1.ListWebhookDeliveriesResponse, error) {
-	tenant, err := auth.TenantID(ctx)
+	f, err := deliveryFilter(req.GetLimit(), req.GetStatus(), req.GetStartingAfter())
 	if err != nil {
 		return nil, err
 	}
-	limit, _, err := paging.Parse(req.GetLimit(), "")
+	tenant, ep, err := s.endpoint(ctx, req.GetId())
 	if err != nil {
 		return nil, err
 	}
-	switch req.GetStatus() {
-	case "", StatusPending, StatusSucceeded, StatusFailed:
-	default:
-		return nil, apierr.Invalid("status must be pending, succeeded or failed")
-	}
-	ep, err := s.Store.GetEndpoint(ctx, tenant, req.GetId())
-	if errors.Is(err, ErrNotFound) {
-		return nil, errEndpointNotFound
-	} else if err != nil {
-		return nil, err
-	}
-	ds, more, err := s.Store.ListDeliveries(ctx, tenant, req.GetId(), DeliveryFilter{Status: req.GetStatus(), StartingAfter: req.GetStartingAfter(), Limit: limit})
+	ds, more, err := s.Store.ListDeliveries(ctx, tenant, req.GetId(), f)
 	if errors.Is(err, ErrNotFound) {
 		return nil, apierr.Invalid("starting_after must be a delivery of this endpoint")
 	}
@@ -305,6 +301,42 @@ func (s *Server) ListWebhookDeliveries(ctx context.Context, req *eventsv1.ListWe
 		out.Deliveries = append(out.Deliveries, deliveryPB(&ds[i], ep.Enabled))
 	}
 	return out, nil
+}
+
+// deliveryFilter reads a deliveries list's query (400 naming the field refused).
+func deliveryFilter(limit, status, startingAfter string) (DeliveryFilter, error) {
+	n, _, err := paging.Parse(limit, "")
+	if err != nil {
+		return DeliveryFilter{}, err
+	}
+	switch status {
+	case "", StatusPending, StatusSucceeded, StatusFailed:
+	default:
+		return DeliveryFilter{}, apierr.Invalid("status must be pending, succeeded or failed")
+	}
+	return DeliveryFilter{Status: status, StartingAfter: startingAfter, Limit: n}, nil
+}
+
+// GetWebhookEndpoint is one of the tenant's endpoints, as listed (never its secret).
+func (s *Server) GetWebhookEndpoint(ctx context.Context, req *eventsv1.GetWebhookEndpointRequest) (*eventsv1.GetWebhookEndpointResponse, error) {
+	_, ep, err := s.endpoint(ctx, req.GetId())
+	if err != nil {
+		return nil, err
+	}
+	return &eventsv1.GetWebhookEndpointResponse{Endpoint: endpointPB(ep)}, nil
+}
+
+// endpoint is the caller's tenant and its endpoint id, or 404 Webhook endpoint not found.
+func (s *Server) endpoint(ctx context.Context, id string) (string, *Endpoint, error) {
+	tenant, err := auth.TenantID(ctx)
+	if err != nil {
+		return "", nil, err
+	}
+	ep, err := s.Store.GetEndpoint(ctx, tenant, id)
+	if errors.Is(err, ErrNotFound) {
+		return "", nil, errEndpointNotFound
+	}
+	return tenant, ep, err
 }
 
 func (s *Server) RedeliverEvent(ctx context.Context, req *eventsv1.RedeliverEventRequest) (*eventsv1.RedeliverEventResponse, error) {
@@ -343,12 +375,27 @@ func (s *Server) RedeliverEvent(ctx context.Context, req *eventsv1.RedeliverEven
 	return &eventsv1.RedeliverEventResponse{Delivery: deliveryPB(d, ep.Enabled)}, nil
 }
 
+// ListEventDeliveries is a page of one logged event's deliveries, to every endpoint,
+// newest first; an event GET /v1/events/{id} does not find (another tenant's, a ping's)
+// is not found here either.
 func (s *Server) ListEventDeliveries(ctx context.Context, req *eventsv1.ListEventDeliveriesRequest) (*eventsv1.ListEventDeliveriesResponse, error) {
 	tenant, err := auth.TenantID(ctx)
 	if err != nil {
 		return nil, err
 	}
-	ds, err := s.Store.DeliveriesOfEvent(ctx, tenant, req.GetEventId())
+	f, err := deliveryFilter(req.GetLimit(), req.GetStatus(), req.GetStartingAfter())
+	if err != nil {
+		return nil, err
+	}
+	if _, _, err := s.Store.LoggedEvent(ctx, tenant, req.GetEventId()); errors.Is(err, ErrNotFound) {
+		return nil, errEventNotFound
+	} else if err != nil {
+		return nil, err
+	}
+	ds, more, err := s.Store.ListEventDeliveries(ctx, tenant, req.GetEventId(), f)
+	if errors.Is(err, ErrNotFound) {
+		return nil, apierr.Invalid("starting_after must be a delivery of this event")
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -360,7 +407,7 @@ func (s *Server) ListEventDeliveries(ctx context.Context, req *eventsv1.ListEven
 	for _, ep := range eps {
 		enabled[ep.ID] = ep.Enabled
 	}
-	out := &eventsv1.ListEventDeliveriesResponse{Deliveries: make([]*eventsv1.WebhookDelivery, 0, len(ds))}
+	out := &eventsv1.ListEventDeliveriesResponse{Deliveries: make([]*eventsv1.WebhookDelivery, 0, len(ds)), HasMore: more}
 	for i := range ds {
 		out.Deliveries = append(out.Deliveries, deliveryPB(&ds[i], enabled[ds[i].EndpointID]))
 	}

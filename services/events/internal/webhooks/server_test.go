@@ -123,14 +123,14 @@ func TestEndpointLifecycle(t *testing.T) {
 	_, err = s.UpdateWebhookEndpoint(ctx, &eventsv1.UpdateWebhookEndpointRequest{Id: ep.GetId(), Url: wrapperspb.String("http://169.254.169.254/")})
 	wantStatus(t, err, codes.InvalidArgument, "Webhook URL must resolve to a public address")
 	_, err = s.PingWebhookEndpoint(ctx, &eventsv1.PingWebhookEndpointRequest{Id: ep.GetId()})
-	wantStatus(t, err, codes.InvalidArgument, "Webhook endpoint is disabled")
+	wantStatus(t, err, codes.AlreadyExists, "Webhook endpoint is disabled")
 	for i := 1; i < MaxEndpoints; i++ {
 		if _, err := s.CreateWebhookEndpoint(ctx, &eventsv1.CreateWebhookEndpointRequest{Url: "https://hooks.example.com/x", Events: []string{"*"}}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	_, err = s.CreateWebhookEndpoint(ctx, &eventsv1.CreateWebhookEndpointRequest{Url: "https://hooks.example.com/x", Events: []string{"*"}})
-	wantStatus(t, err, codes.InvalidArgument, "Webhook endpoint limit reached (16)")
+	wantStatus(t, err, codes.InvalidArgument, "A tenant may have at most 16 webhook endpoints: delete one first")
 	del, err := s.DeleteWebhookEndpoint(ctx, &eventsv1.DeleteWebhookEndpointRequest{Id: ep.GetId()})
 	if err != nil || !del.GetDeleted() || del.GetId() != ep.GetId() {
 		t.Fatalf("delete %v %v", del, err)

@@ -15,7 +15,6 @@ import (
 
 	"github.com/keyhouse/keyhouse/pkg/events"
 	"github.com/keyhouse/keyhouse/pkg/idempotency"
-	"github.com/keyhouse/keyhouse/pkg/pgxx"
 )
 
 // MaxEndpoints is how many endpoints one tenant may have.
@@ -221,60 +220,72 @@ const MaxOldSecrets = 4
 // newest superseded secret still signing, so such a process signs with it during a
 // rolling upgrade; a secret one of them left there (a roll it made) is taken into
 // webhook_endpoint_old_secrets first, to keep its end too.
-func (s *Store) RollSecret(ctx context.Context, tenant, id string, sealed []byte, now, oldExpires time.Time) (*Endpoint, error) {
-	var ep *Endpoint
-	err := pgxx.InTx(ctx, s.db, func(tx pgx.Tx) error {
-		// The endpoint's row lock serializes its rolls, so concurrent ones cannot pass
-		// the limit together.
-		var exists bool
-		err := tx.QueryRow(ctx, `SELECT true FROM webhook_endpoints WHERE tenant_id = $1 AND id = $2 FOR UPDATE`, tenant, id).Scan(&exists)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return ErrNotFound
-		}
+//
+// answer turns the rolled endpoint into the call's answer. Under an Idempotency-Key
+// (idem.Key non-empty) that answer, which shows the new secret, is stored sealed with the
+// roll (idempotency.DoSealed), as a create's is: a repeated request gets it back and rolls
+// nothing, so a retry neither loses the secret shown nor uses another old-secret slot.
+func (s *Store) RollSecret(ctx context.Context, idem Idempotency, tenant, id string, sealed []byte, now, oldExpires time.Time,
+	answer func(*Endpoint) ([]byte, error)) ([]byte, error) {
+	resp, _, err := idempotency.DoSealed(ctx, s.db, idem.Keys, tenant, idem.Key, idem.RequestHash, func(tx pgx.Tx) ([]byte, error) {
+		ep, err := s.rollSecret(ctx, tx, tenant, id, sealed, now, oldExpires)
 		if err != nil {
-			return err
+			return nil, err
+		}
+		return answer(ep)
+	})
+	return resp, err
+}
+
+func (s *Store) rollSecret(ctx context.Context, tx pgx.Tx, tenant, id string, sealed []byte, now, oldExpires time.Time) (*Endpoint, error) {
+	// The endpoint's row lock serializes its rolls, so concurrent ones cannot pass the
+	// limit together.
+	var exists bool
+	err := tx.QueryRow(ctx, `SELECT true FROM webhook_endpoints WHERE tenant_id = $1 AND id = $2 FOR UPDATE`, tenant, id).Scan(&exists)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, ErrNotFound
+	}
+	if err != nil {
+		return nil, err
+	}
+	if _, err := tx.Exec(ctx, `
+		INSERT INTO webhook_endpoint_old_secrets (tenant_id, endpoint_id, secret, superseded_at, expires_at)
+		SELECT tenant_id, id, old_secret, $3, old_secret_expires_at FROM webhook_endpoints e
+		WHERE tenant_id = $1 AND id = $2 AND old_secret_expires_at > $3 AND NOT EXISTS (
+			SELECT FROM webhook_endpoint_old_secrets o
+			WHERE o.tenant_id = e.tenant_id AND o.endpoint_id = e.id AND o.secret = e.old_secret)`,
+		tenant, id, now); err != nil {
+		return nil, err
+	}
+	if _, err := tx.Exec(ctx, `DELETE FROM webhook_endpoint_old_secrets WHERE tenant_id = $1 AND endpoint_id = $2 AND expires_at <= $3`, tenant, id, now); err != nil {
+		return nil, err
+	}
+	if oldExpires.After(now) {
+		var live int
+		if err := tx.QueryRow(ctx, `SELECT count(*) FROM webhook_endpoint_old_secrets WHERE tenant_id = $1 AND endpoint_id = $2`, tenant, id).Scan(&live); err != nil {
+			return nil, err
+		}
+		if live >= MaxOldSecrets {
+			return nil, ErrOldSecretLimit
 		}
 		if _, err := tx.Exec(ctx, `
 			INSERT INTO webhook_endpoint_old_secrets (tenant_id, endpoint_id, secret, superseded_at, expires_at)
-			SELECT tenant_id, id, old_secret, $3, old_secret_expires_at FROM webhook_endpoints e
-			WHERE tenant_id = $1 AND id = $2 AND old_secret_expires_at > $3 AND NOT EXISTS (
-				SELECT FROM webhook_endpoint_old_secrets o
-				WHERE o.tenant_id = e.tenant_id AND o.endpoint_id = e.id AND o.secret = e.old_secret)`,
-			tenant, id, now); err != nil {
-			return err
+			SELECT tenant_id, id, secret, $3, $4 FROM webhook_endpoints WHERE tenant_id = $1 AND id = $2`,
+			tenant, id, now, oldExpires); err != nil {
+			return nil, err
 		}
-		if _, err := tx.Exec(ctx, `DELETE FROM webhook_endpoint_old_secrets WHERE tenant_id = $1 AND endpoint_id = $2 AND expires_at <= $3`, tenant, id, now); err != nil {
-			return err
-		}
-		if oldExpires.After(now) {
-			var live int
-			if err := tx.QueryRow(ctx, `SELECT count(*) FROM webhook_endpoint_old_secrets WHERE tenant_id = $1 AND endpoint_id = $2`, tenant, id).Scan(&live); err != nil {
-				return err
-			}
-			if live >= MaxOldSecrets {
-				return ErrOldSecretLimit
-			}
-			if _, err := tx.Exec(ctx, `
-				INSERT INTO webhook_endpoint_old_secrets (tenant_id, endpoint_id, secret, superseded_at, expires_at)
-				SELECT tenant_id, id, secret, $3, $4 FROM webhook_endpoints WHERE tenant_id = $1 AND id = $2`,
-				tenant, id, now, oldExpires); err != nil {
-				return err
-			}
-		}
-		// No row left: the sub-select sets both columns to NULL.
-		ep, err = scanEndpoint(tx.QueryRow(ctx, `
-			UPDATE webhook_endpoints SET
-				secret = $3,
-				(old_secret, old_secret_expires_at) = (
-					SELECT o.secret, o.expires_at FROM webhook_endpoint_old_secrets o
-					WHERE o.tenant_id = $1 AND o.endpoint_id = $2
-					ORDER BY o.superseded_at DESC, o.expires_at DESC LIMIT 1)
-			WHERE tenant_id = $1 AND id = $2
-			RETURNING `+endpointColumns,
-			tenant, id, sealed))
-		return err
-	})
-	return ep, err
+	}
+	// No row left: the sub-select sets both columns to NULL.
+	return scanEndpoint(tx.QueryRow(ctx, `
+		UPDATE webhook_endpoints SET
+			secret = $3,
+			(old_secret, old_secret_expires_at) = (
+				SELECT o.secret, o.expires_at FROM webhook_endpoint_old_secrets o
+				WHERE o.tenant_id = $1 AND o.endpoint_id = $2
+				ORDER BY o.superseded_at DESC, o.expires_at DESC LIMIT 1)
+		WHERE tenant_id = $1 AND id = $2
+		RETURNING `+endpointColumns,
+		tenant, id, sealed))
 }
 
 // DeleteEndpoint removes an endpoint and its deliveries.
@@ -405,10 +416,22 @@ func (s *Store) ListDeliveries(ctx context.Context, tenant, endpointID string, f
 	if _, err := s.GetEndpoint(ctx, tenant, endpointID); err != nil {
 		return nil, false, err
 	}
+	return s.listDeliveries(ctx, tenant, "endpoint_id", endpointID, f)
+}
+
+// ListEventDeliveries returns a page of one event's deliveries, to every endpoint, and
+// whether more follow. ErrNotFound when the starting_after delivery is not one of them.
+func (s *Store) ListEventDeliveries(ctx context.Context, tenant, eventID string, f DeliveryFilter) ([]Delivery, bool, error) {
+	return s.listDeliveries(ctx, tenant, "event_id", eventID, f)
+}
+
+// listDeliveries is a page of the deliveries whose column (endpoint_id or event_id, each
+// indexed with tenant_id) is value, newest first.
+func (s *Store) listDeliveries(ctx context.Context, tenant, column, value string, f DeliveryFilter) ([]Delivery, bool, error) {
 	after := int64(-1)
 	if f.StartingAfter != "" {
-		err := s.db.QueryRow(ctx, `SELECT seq FROM webhook_deliveries WHERE tenant_id = $1 AND endpoint_id = $2 AND id = $3`,
-			planEachTime, tenant, endpointID, f.StartingAfter).Scan(&after)
+		err := s.db.QueryRow(ctx, `SELECT seq FROM webhook_deliveries WHERE tenant_id = $1 AND `+column+` = $2 AND id = $3`,
+			planEachTime, tenant, value, f.StartingAfter).Scan(&after)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil, false, ErrNotFound
 		}
@@ -418,9 +441,9 @@ func (s *Store) ListDeliveries(ctx context.Context, tenant, endpointID string, f
 	}
 	rows, err := s.db.Query(ctx, `
 		SELECT `+deliveryColumns+` FROM webhook_deliveries
-		WHERE tenant_id = $1 AND endpoint_id = $2 AND ($3 = '' OR status = $3) AND ($4 < 0 OR seq < $4)
+		WHERE tenant_id = $1 AND `+column+` = $2 AND ($3 = '' OR status = $3) AND ($4 < 0 OR seq < $4)
 		ORDER BY seq DESC LIMIT $5`,
-		tenant, endpointID, f.Status, after, f.Limit+1)
+		tenant, value, f.Status, after, f.Limit+1)
 	if err != nil {
 		return nil, false, err
 	}
@@ -450,15 +473,6 @@ func (s *Store) DeleteDeliveriesBefore(ctx context.Context, t, pendingBefore tim
 			ELSE NOT EXISTS (SELECT FROM events e WHERE e.tenant_id = d.tenant_id AND e.id = d.event_id AND e.created_at >= $1)
 		END`, t, pendingBefore, StatusPending, events.TypePing)
 	return tag.RowsAffected(), err
-}
-
-// DeliveriesOfEvent returns every delivery of one event (the console's event page).
-func (s *Store) DeliveriesOfEvent(ctx context.Context, tenant, eventID string) ([]Delivery, error) {
-	rows, err := s.db.Query(ctx, `SELECT `+deliveryColumns+` FROM webhook_deliveries WHERE tenant_id = $1 AND event_id = $2 ORDER BY seq`, tenant, eventID)
-	if err != nil {
-		return nil, err
-	}
-	return collectDeliveries(rows)
 }
 
 func collectDeliveries(rows pgx.Rows) ([]Delivery, error) {

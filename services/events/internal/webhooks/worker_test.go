@@ -486,7 +486,7 @@ func TestRollSecretOverlap(t *testing.T) {
 	ep, oldSecret := f.endpoint("t1", r.URL)
 	newSecret := NewSecret()
 	sealed, _ := seal.Seal(f.keys.k, seal.PurposeEndpointSecret, []byte(newSecret))
-	if _, err := f.store.RollSecret(context.Background(), "t1", ep.ID, sealed, f.clock.Now(), f.clock.Now().Add(time.Hour)); err != nil {
+	if _, err := f.store.RollSecret(context.Background(), Idempotency{}, "t1", ep.ID, sealed, f.clock.Now(), f.clock.Now().Add(time.Hour), noAnswer); err != nil {
 		t.Fatal(err)
 	}
 	f.event("t1", "evt_1", "license.issued")
@@ -647,7 +647,7 @@ func TestRollSecretKeepsTheReleaseBeforeSigning(t *testing.T) {
 	ep, s0 := f.endpoint("t1", r.URL)
 	s1 := NewSecret()
 	sealed1, _ := seal.Seal(f.keys.k, seal.PurposeEndpointSecret, []byte(s1))
-	if _, err := f.store.RollSecret(context.Background(), "t1", ep.ID, sealed1, f.clock.Now(), f.clock.Now().Add(time.Hour)); err != nil {
+	if _, err := f.store.RollSecret(context.Background(), Idempotency{}, "t1", ep.ID, sealed1, f.clock.Now(), f.clock.Now().Add(time.Hour), noAnswer); err != nil {
 		t.Fatal(err)
 	}
 	var legacy []byte
@@ -674,7 +674,7 @@ func TestRollSecretKeepsTheReleaseBeforeSigning(t *testing.T) {
 	// before's roll promised it (s0's hour runs out first).
 	s3 := NewSecret()
 	sealed3, _ := seal.Seal(f.keys.k, seal.PurposeEndpointSecret, []byte(s3))
-	if _, err := f.store.RollSecret(context.Background(), "t1", ep.ID, sealed3, f.clock.Now(), f.clock.Now()); err != nil {
+	if _, err := f.store.RollSecret(context.Background(), Idempotency{}, "t1", ep.ID, sealed3, f.clock.Now(), f.clock.Now(), noAnswer); err != nil {
 		t.Fatal(err)
 	}
 	f.clock.Add(90 * time.Minute)
@@ -735,7 +735,7 @@ func TestTenantIsolation(t *testing.T) {
 	if err := f.store.DeleteEndpoint(ctx, "t2", ep.ID); !errors.Is(err, ErrNotFound) {
 		t.Fatal(err)
 	}
-	if ds, _ := f.store.DeliveriesOfEvent(ctx, "t2", "evt_1"); len(ds) != 0 {
+	if ds, _, _ := f.store.ListEventDeliveries(ctx, "t2", "evt_1", DeliveryFilter{Limit: 10}); len(ds) != 0 {
 		t.Fatal("another tenant's deliveries listed")
 	}
 	if got := f.deliveries("t1", ep.ID); len(got) != 1 {
@@ -991,3 +991,7 @@ func TestFailingClaimsAreLoggedOncePerOutage(t *testing.T) {
 		t.Errorf("log: want one INFO line when claims work again:\n%s", out)
 	}
 }
+
+// noAnswer is the answer of a roll made without an Idempotency-Key whose answer the test
+// does not read.
+func noAnswer(*Endpoint) ([]byte, error) { return nil, nil }

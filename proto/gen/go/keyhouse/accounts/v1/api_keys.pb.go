@@ -468,10 +468,10 @@ var File_keyhouse_accounts_v1_api_keys_proto protoreflect.FileDescriptor
 
 const file_keyhouse_accounts_v1_api_keys_proto_rawDesc = "" +
 	"\n" +
-	"#keyhouse/accounts/v1/api_keys.proto\x12\x14keyhouse.accounts.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x19keyhouse/api/v1/api.proto\"v\n" +
-	"\x13CreateApiKeyRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
-	"\x05scope\x18\x02 \x01(\tR\x05scope\x125\n" +
+	"#keyhouse/accounts/v1/api_keys.proto\x12\x14keyhouse.accounts.v1\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x19keyhouse/api/v1/api.proto\"\x82\x01\n" +
+	"\x13CreateApiKeyRequest\x12\x18\n" +
+	"\x04name\x18\x01 \x01(\tB\x04\xa0\x83\x19\x01R\x04name\x12\x1a\n" +
+	"\x05scope\x18\x02 \x01(\tB\x04\xa0\x83\x19\x01R\x05scope\x125\n" +
 	"\n" +
 	"expires_at\x18\x03 \x01(\v2\x16.google.protobuf.ValueR\texpiresAt\"\x8e\x02\n" +
 	"\x06ApiKey\x12\x0e\n" +
@@ -504,12 +504,11 @@ const file_keyhouse_accounts_v1_api_keys_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"@\n" +
 	"\x14DeleteApiKeyResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
-	"\adeleted\x18\x02 \x01(\bR\adeleted2\xcf\x03\n" +
+	"\adeleted\x18\x02 \x01(\bR\adeleted2\x83\x04\n" +
 	"\x0eApiKeysService\x12\xd5\x01\n" +
 	"\fCreateApiKey\x12).keyhouse.accounts.v1.CreateApiKeyRequest\x1a*.keyhouse.accounts.v1.CreateApiKeyResponse\"n\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x90\x83\x19\x01\x9a\x83\x19\\\b\x99\x03\x12WIdempotency-Key's first answer can no longer be shown: send the request with a new key.\x12r\n" +
-	"\vListApiKeys\x12(.keyhouse.accounts.v1.ListApiKeysRequest\x1a).keyhouse.accounts.v1.ListApiKeysResponse\"\x0e\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\xa0\x82\x19\x01\x12q\n" +
-	"\fDeleteApiKey\x12).keyhouse.accounts.v1.DeleteApiKeyRequest\x1a*.keyhouse.accounts.v1.DeleteApiKeyResponse\"\n" +
-	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05BKZIgithub.com/keyhouse/keyhouse/proto/gen/go/keyhouse/accounts/v1;accountsv1b\x06proto3"
+	"\vListApiKeys\x12(.keyhouse.accounts.v1.ListApiKeysRequest\x1a).keyhouse.accounts.v1.ListApiKeysResponse\"\x0e\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\xa0\x82\x19\x01\x12\xa4\x01\n" +
+	"\fDeleteApiKey\x12).keyhouse.accounts.v1.DeleteApiKeyRequest\x1a*.keyhouse.accounts.v1.DeleteApiKeyResponse\"=\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x9a\x83\x19/\b\x94\x03\x12*API key not found (also another tenant's).BKZIgithub.com/keyhouse/keyhouse/proto/gen/go/keyhouse/accounts/v1;accountsv1b\x06proto3"
 
 var (
 	file_keyhouse_accounts_v1_api_keys_proto_rawDescOnce sync.Once

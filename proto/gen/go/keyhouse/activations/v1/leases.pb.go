@@ -133,9 +133,9 @@ type PutLeasePolicyRequest struct {
 	// Unset: not floating.
 	Floating *bool `protobuf:"varint,3,opt,name=floating,proto3,oneof" json:"floating,omitempty"`
 	// 60 s … 90 days; unset: 7 days.
-	LeaseTtlSeconds *int64 `protobuf:"varint,4,opt,name=lease_ttl_seconds,json=leaseTtlSeconds,proto3,oneof" json:"lease_ttl_seconds,omitempty"`
+	LeaseTtlSeconds *int32 `protobuf:"varint,4,opt,name=lease_ttl_seconds,json=leaseTtlSeconds,proto3,oneof" json:"lease_ttl_seconds,omitempty"`
 	// Less than lease_ttl_seconds; unset: half of it.
-	RenewAfterSeconds *int64 `protobuf:"varint,5,opt,name=renew_after_seconds,json=renewAfterSeconds,proto3,oneof" json:"renew_after_seconds,omitempty"`
+	RenewAfterSeconds *int32 `protobuf:"varint,5,opt,name=renew_after_seconds,json=renewAfterSeconds,proto3,oneof" json:"renew_after_seconds,omitempty"`
 	// Unset: none.
 	FingerprintMatch *string `protobuf:"bytes,6,opt,name=fingerprint_match,json=fingerprintMatch,proto3,oneof" json:"fingerprint_match,omitempty"`
 	// At most 64, each at most 64 characters of [a-z0-9._:-].
@@ -195,14 +195,14 @@ func (x *PutLeasePolicyRequest) GetFloating() bool {
 	return false
 }
 
-func (x *PutLeasePolicyRequest) GetLeaseTtlSeconds() int64 {
+func (x *PutLeasePolicyRequest) GetLeaseTtlSeconds() int32 {
 	if x != nil && x.LeaseTtlSeconds != nil {
 		return *x.LeaseTtlSeconds
 	}
 	return 0
 }
 
-func (x *PutLeasePolicyRequest) GetRenewAfterSeconds() int64 {
+func (x *PutLeasePolicyRequest) GetRenewAfterSeconds() int32 {
 	if x != nil && x.RenewAfterSeconds != nil {
 		return *x.RenewAfterSeconds
 	}
@@ -357,6 +357,103 @@ func (x *ListLeasePoliciesResponse) GetPolicies() []*LeasePolicy {
 	return nil
 }
 
+type GetLeasePolicyRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ProductId     string                 `protobuf:"bytes,1,opt,name=product_id,json=productId,proto3" json:"product_id,omitempty"`
+	Tier          string                 `protobuf:"bytes,2,opt,name=tier,proto3" json:"tier,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetLeasePolicyRequest) Reset() {
+	*x = GetLeasePolicyRequest{}
+	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetLeasePolicyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetLeasePolicyRequest) ProtoMessage() {}
+
+func (x *GetLeasePolicyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetLeasePolicyRequest.ProtoReflect.Descriptor instead.
+func (*GetLeasePolicyRequest) Descriptor() ([]byte, []int) {
+	return file_keyhouse_activations_v1_leases_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *GetLeasePolicyRequest) GetProductId() string {
+	if x != nil {
+		return x.ProductId
+	}
+	return ""
+}
+
+func (x *GetLeasePolicyRequest) GetTier() string {
+	if x != nil {
+		return x.Tier
+	}
+	return ""
+}
+
+// REST answers the policy itself (response_body: policy).
+type GetLeasePolicyResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Policy        *LeasePolicy           `protobuf:"bytes,1,opt,name=policy,proto3" json:"policy,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetLeasePolicyResponse) Reset() {
+	*x = GetLeasePolicyResponse{}
+	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetLeasePolicyResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetLeasePolicyResponse) ProtoMessage() {}
+
+func (x *GetLeasePolicyResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetLeasePolicyResponse.ProtoReflect.Descriptor instead.
+func (*GetLeasePolicyResponse) Descriptor() ([]byte, []int) {
+	return file_keyhouse_activations_v1_leases_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *GetLeasePolicyResponse) GetPolicy() *LeasePolicy {
+	if x != nil {
+		return x.Policy
+	}
+	return nil
+}
+
 type DeleteLeasePolicyRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	ProductId     string                 `protobuf:"bytes,1,opt,name=product_id,json=productId,proto3" json:"product_id,omitempty"`
@@ -367,7 +464,7 @@ type DeleteLeasePolicyRequest struct {
 
 func (x *DeleteLeasePolicyRequest) Reset() {
 	*x = DeleteLeasePolicyRequest{}
-	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[5]
+	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -379,7 +476,7 @@ func (x *DeleteLeasePolicyRequest) String() string {
 func (*DeleteLeasePolicyRequest) ProtoMessage() {}
 
 func (x *DeleteLeasePolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[5]
+	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -392,7 +489,7 @@ func (x *DeleteLeasePolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteLeasePolicyRequest.ProtoReflect.Descriptor instead.
 func (*DeleteLeasePolicyRequest) Descriptor() ([]byte, []int) {
-	return file_keyhouse_activations_v1_leases_proto_rawDescGZIP(), []int{5}
+	return file_keyhouse_activations_v1_leases_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *DeleteLeasePolicyRequest) GetProductId() string {
@@ -420,7 +517,7 @@ type DeleteLeasePolicyResponse struct {
 
 func (x *DeleteLeasePolicyResponse) Reset() {
 	*x = DeleteLeasePolicyResponse{}
-	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[6]
+	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -432,7 +529,7 @@ func (x *DeleteLeasePolicyResponse) String() string {
 func (*DeleteLeasePolicyResponse) ProtoMessage() {}
 
 func (x *DeleteLeasePolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[6]
+	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -445,7 +542,7 @@ func (x *DeleteLeasePolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteLeasePolicyResponse.ProtoReflect.Descriptor instead.
 func (*DeleteLeasePolicyResponse) Descriptor() ([]byte, []int) {
-	return file_keyhouse_activations_v1_leases_proto_rawDescGZIP(), []int{6}
+	return file_keyhouse_activations_v1_leases_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *DeleteLeasePolicyResponse) GetProductId() string {
@@ -472,7 +569,8 @@ func (x *DeleteLeasePolicyResponse) GetDeleted() bool {
 type CreateLeaseRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Key   string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
-	// The seat's activation token (or, for a bound seat, instance_id instead).
+	// The seat's activation token. Required unless instance_id is sent instead (a bound
+	// seat's reinstall); with neither: 400 "token is required".
 	Token string `protobuf:"bytes,2,opt,name=token,proto3" json:"token,omitempty"`
 	// Instead of token, for a bound seat whose components match: a reinstall on the same
 	// machine, answered with a new token.
@@ -487,7 +585,7 @@ type CreateLeaseRequest struct {
 
 func (x *CreateLeaseRequest) Reset() {
 	*x = CreateLeaseRequest{}
-	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[7]
+	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -499,7 +597,7 @@ func (x *CreateLeaseRequest) String() string {
 func (*CreateLeaseRequest) ProtoMessage() {}
 
 func (x *CreateLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[7]
+	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -512,7 +610,7 @@ func (x *CreateLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateLeaseRequest.ProtoReflect.Descriptor instead.
 func (*CreateLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_keyhouse_activations_v1_leases_proto_rawDescGZIP(), []int{7}
+	return file_keyhouse_activations_v1_leases_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *CreateLeaseRequest) GetKey() string {
@@ -564,7 +662,7 @@ type CreateLeaseResponse struct {
 
 func (x *CreateLeaseResponse) Reset() {
 	*x = CreateLeaseResponse{}
-	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[8]
+	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -576,7 +674,7 @@ func (x *CreateLeaseResponse) String() string {
 func (*CreateLeaseResponse) ProtoMessage() {}
 
 func (x *CreateLeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[8]
+	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -589,7 +687,7 @@ func (x *CreateLeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateLeaseResponse.ProtoReflect.Descriptor instead.
 func (*CreateLeaseResponse) Descriptor() ([]byte, []int) {
-	return file_keyhouse_activations_v1_leases_proto_rawDescGZIP(), []int{8}
+	return file_keyhouse_activations_v1_leases_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *CreateLeaseResponse) GetLease() string {
@@ -630,7 +728,7 @@ type CreateLeaseBatchRequest struct {
 
 func (x *CreateLeaseBatchRequest) Reset() {
 	*x = CreateLeaseBatchRequest{}
-	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[9]
+	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -642,7 +740,7 @@ func (x *CreateLeaseBatchRequest) String() string {
 func (*CreateLeaseBatchRequest) ProtoMessage() {}
 
 func (x *CreateLeaseBatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[9]
+	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -655,7 +753,7 @@ func (x *CreateLeaseBatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateLeaseBatchRequest.ProtoReflect.Descriptor instead.
 func (*CreateLeaseBatchRequest) Descriptor() ([]byte, []int) {
-	return file_keyhouse_activations_v1_leases_proto_rawDescGZIP(), []int{9}
+	return file_keyhouse_activations_v1_leases_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *CreateLeaseBatchRequest) GetItems() []*CreateLeaseBatchItem {
@@ -676,7 +774,7 @@ type CreateLeaseBatchItem struct {
 
 func (x *CreateLeaseBatchItem) Reset() {
 	*x = CreateLeaseBatchItem{}
-	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[10]
+	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -688,7 +786,7 @@ func (x *CreateLeaseBatchItem) String() string {
 func (*CreateLeaseBatchItem) ProtoMessage() {}
 
 func (x *CreateLeaseBatchItem) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[10]
+	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -701,7 +799,7 @@ func (x *CreateLeaseBatchItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateLeaseBatchItem.ProtoReflect.Descriptor instead.
 func (*CreateLeaseBatchItem) Descriptor() ([]byte, []int) {
-	return file_keyhouse_activations_v1_leases_proto_rawDescGZIP(), []int{10}
+	return file_keyhouse_activations_v1_leases_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *CreateLeaseBatchItem) GetRequest() *CreateLeaseRequest {
@@ -728,7 +826,7 @@ type CreateLeaseBatchResponse struct {
 
 func (x *CreateLeaseBatchResponse) Reset() {
 	*x = CreateLeaseBatchResponse{}
-	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[11]
+	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -740,7 +838,7 @@ func (x *CreateLeaseBatchResponse) String() string {
 func (*CreateLeaseBatchResponse) ProtoMessage() {}
 
 func (x *CreateLeaseBatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[11]
+	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -753,7 +851,7 @@ func (x *CreateLeaseBatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateLeaseBatchResponse.ProtoReflect.Descriptor instead.
 func (*CreateLeaseBatchResponse) Descriptor() ([]byte, []int) {
-	return file_keyhouse_activations_v1_leases_proto_rawDescGZIP(), []int{11}
+	return file_keyhouse_activations_v1_leases_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CreateLeaseBatchResponse) GetResults() []*CreateLeaseBatchResult {
@@ -781,7 +879,7 @@ type CreateLeaseBatchResult struct {
 
 func (x *CreateLeaseBatchResult) Reset() {
 	*x = CreateLeaseBatchResult{}
-	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[12]
+	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -793,7 +891,7 @@ func (x *CreateLeaseBatchResult) String() string {
 func (*CreateLeaseBatchResult) ProtoMessage() {}
 
 func (x *CreateLeaseBatchResult) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[12]
+	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -806,7 +904,7 @@ func (x *CreateLeaseBatchResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateLeaseBatchResult.ProtoReflect.Descriptor instead.
 func (*CreateLeaseBatchResult) Descriptor() ([]byte, []int) {
-	return file_keyhouse_activations_v1_leases_proto_rawDescGZIP(), []int{12}
+	return file_keyhouse_activations_v1_leases_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *CreateLeaseBatchResult) GetOutcome() isCreateLeaseBatchResult_Outcome {
@@ -875,7 +973,7 @@ type ListLeaseKeysRequest struct {
 
 func (x *ListLeaseKeysRequest) Reset() {
 	*x = ListLeaseKeysRequest{}
-	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[13]
+	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -887,7 +985,7 @@ func (x *ListLeaseKeysRequest) String() string {
 func (*ListLeaseKeysRequest) ProtoMessage() {}
 
 func (x *ListLeaseKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[13]
+	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -900,7 +998,7 @@ func (x *ListLeaseKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLeaseKeysRequest.ProtoReflect.Descriptor instead.
 func (*ListLeaseKeysRequest) Descriptor() ([]byte, []int) {
-	return file_keyhouse_activations_v1_leases_proto_rawDescGZIP(), []int{13}
+	return file_keyhouse_activations_v1_leases_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ListLeaseKeysRequest) GetTenantId() string {
@@ -929,7 +1027,7 @@ type LeaseKey struct {
 
 func (x *LeaseKey) Reset() {
 	*x = LeaseKey{}
-	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[14]
+	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -941,7 +1039,7 @@ func (x *LeaseKey) String() string {
 func (*LeaseKey) ProtoMessage() {}
 
 func (x *LeaseKey) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[14]
+	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -954,7 +1052,7 @@ func (x *LeaseKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseKey.ProtoReflect.Descriptor instead.
 func (*LeaseKey) Descriptor() ([]byte, []int) {
-	return file_keyhouse_activations_v1_leases_proto_rawDescGZIP(), []int{14}
+	return file_keyhouse_activations_v1_leases_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *LeaseKey) GetKty() string {
@@ -1023,7 +1121,7 @@ type ListLeaseKeysResponse struct {
 
 func (x *ListLeaseKeysResponse) Reset() {
 	*x = ListLeaseKeysResponse{}
-	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[15]
+	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1035,7 +1133,7 @@ func (x *ListLeaseKeysResponse) String() string {
 func (*ListLeaseKeysResponse) ProtoMessage() {}
 
 func (x *ListLeaseKeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[15]
+	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1048,7 +1146,7 @@ func (x *ListLeaseKeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLeaseKeysResponse.ProtoReflect.Descriptor instead.
 func (*ListLeaseKeysResponse) Descriptor() ([]byte, []int) {
-	return file_keyhouse_activations_v1_leases_proto_rawDescGZIP(), []int{15}
+	return file_keyhouse_activations_v1_leases_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ListLeaseKeysResponse) GetKeys() []*LeaseKey {
@@ -1069,7 +1167,7 @@ type RotateLeaseKeysRequest struct {
 
 func (x *RotateLeaseKeysRequest) Reset() {
 	*x = RotateLeaseKeysRequest{}
-	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[16]
+	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1081,7 +1179,7 @@ func (x *RotateLeaseKeysRequest) String() string {
 func (*RotateLeaseKeysRequest) ProtoMessage() {}
 
 func (x *RotateLeaseKeysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[16]
+	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1094,7 +1192,7 @@ func (x *RotateLeaseKeysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateLeaseKeysRequest.ProtoReflect.Descriptor instead.
 func (*RotateLeaseKeysRequest) Descriptor() ([]byte, []int) {
-	return file_keyhouse_activations_v1_leases_proto_rawDescGZIP(), []int{16}
+	return file_keyhouse_activations_v1_leases_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *RotateLeaseKeysRequest) GetRetireAfterSeconds() int64 {
@@ -1119,7 +1217,7 @@ type RotateLeaseKeysResponse struct {
 
 func (x *RotateLeaseKeysResponse) Reset() {
 	*x = RotateLeaseKeysResponse{}
-	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[17]
+	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1131,7 +1229,7 @@ func (x *RotateLeaseKeysResponse) String() string {
 func (*RotateLeaseKeysResponse) ProtoMessage() {}
 
 func (x *RotateLeaseKeysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[17]
+	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1144,7 +1242,7 @@ func (x *RotateLeaseKeysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateLeaseKeysResponse.ProtoReflect.Descriptor instead.
 func (*RotateLeaseKeysResponse) Descriptor() ([]byte, []int) {
-	return file_keyhouse_activations_v1_leases_proto_rawDescGZIP(), []int{17}
+	return file_keyhouse_activations_v1_leases_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RotateLeaseKeysResponse) GetKid() string {
@@ -1177,7 +1275,7 @@ type ListSeatLeasesRequest struct {
 
 func (x *ListSeatLeasesRequest) Reset() {
 	*x = ListSeatLeasesRequest{}
-	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[18]
+	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1189,7 +1287,7 @@ func (x *ListSeatLeasesRequest) String() string {
 func (*ListSeatLeasesRequest) ProtoMessage() {}
 
 func (x *ListSeatLeasesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[18]
+	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1202,7 +1300,7 @@ func (x *ListSeatLeasesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSeatLeasesRequest.ProtoReflect.Descriptor instead.
 func (*ListSeatLeasesRequest) Descriptor() ([]byte, []int) {
-	return file_keyhouse_activations_v1_leases_proto_rawDescGZIP(), []int{18}
+	return file_keyhouse_activations_v1_leases_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListSeatLeasesRequest) GetKey() string {
@@ -1226,7 +1324,7 @@ type SeatLease struct {
 
 func (x *SeatLease) Reset() {
 	*x = SeatLease{}
-	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[19]
+	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1238,7 +1336,7 @@ func (x *SeatLease) String() string {
 func (*SeatLease) ProtoMessage() {}
 
 func (x *SeatLease) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[19]
+	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1251,7 +1349,7 @@ func (x *SeatLease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SeatLease.ProtoReflect.Descriptor instead.
 func (*SeatLease) Descriptor() ([]byte, []int) {
-	return file_keyhouse_activations_v1_leases_proto_rawDescGZIP(), []int{19}
+	return file_keyhouse_activations_v1_leases_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *SeatLease) GetInstanceId() string {
@@ -1285,7 +1383,7 @@ type ListSeatLeasesResponse struct {
 
 func (x *ListSeatLeasesResponse) Reset() {
 	*x = ListSeatLeasesResponse{}
-	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[20]
+	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1297,7 +1395,7 @@ func (x *ListSeatLeasesResponse) String() string {
 func (*ListSeatLeasesResponse) ProtoMessage() {}
 
 func (x *ListSeatLeasesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[20]
+	mi := &file_keyhouse_activations_v1_leases_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1310,7 +1408,7 @@ func (x *ListSeatLeasesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSeatLeasesResponse.ProtoReflect.Descriptor instead.
 func (*ListSeatLeasesResponse) Descriptor() ([]byte, []int) {
-	return file_keyhouse_activations_v1_leases_proto_rawDescGZIP(), []int{20}
+	return file_keyhouse_activations_v1_leases_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListSeatLeasesResponse) GetSeats() []*SeatLease {
@@ -1341,8 +1439,8 @@ const file_keyhouse_activations_v1_leases_proto_rawDesc = "" +
 	"product_id\x18\x01 \x01(\tR\tproductId\x12\x12\n" +
 	"\x04tier\x18\x02 \x01(\tR\x04tier\x12\x1f\n" +
 	"\bfloating\x18\x03 \x01(\bH\x00R\bfloating\x88\x01\x01\x12/\n" +
-	"\x11lease_ttl_seconds\x18\x04 \x01(\x03H\x01R\x0fleaseTtlSeconds\x88\x01\x01\x123\n" +
-	"\x13renew_after_seconds\x18\x05 \x01(\x03H\x02R\x11renewAfterSeconds\x88\x01\x01\x120\n" +
+	"\x11lease_ttl_seconds\x18\x04 \x01(\x05H\x01R\x0fleaseTtlSeconds\x88\x01\x01\x123\n" +
+	"\x13renew_after_seconds\x18\x05 \x01(\x05H\x02R\x11renewAfterSeconds\x88\x01\x01\x120\n" +
 	"\x11fingerprint_match\x18\x06 \x01(\tH\x03R\x10fingerprintMatch\x88\x01\x01\x12\"\n" +
 	"\fentitlements\x18\a \x03(\tR\fentitlementsB\v\n" +
 	"\t_floatingB\x14\n" +
@@ -1355,7 +1453,13 @@ const file_keyhouse_activations_v1_leases_proto_rawDesc = "" +
 	"\n" +
 	"product_id\x18\x01 \x01(\tR\tproductId\"]\n" +
 	"\x19ListLeasePoliciesResponse\x12@\n" +
-	"\bpolicies\x18\x01 \x03(\v2$.keyhouse.activations.v1.LeasePolicyR\bpolicies\"M\n" +
+	"\bpolicies\x18\x01 \x03(\v2$.keyhouse.activations.v1.LeasePolicyR\bpolicies\"J\n" +
+	"\x15GetLeasePolicyRequest\x12\x1d\n" +
+	"\n" +
+	"product_id\x18\x01 \x01(\tR\tproductId\x12\x12\n" +
+	"\x04tier\x18\x02 \x01(\tR\x04tier\"V\n" +
+	"\x16GetLeasePolicyResponse\x12<\n" +
+	"\x06policy\x18\x01 \x01(\v2$.keyhouse.activations.v1.LeasePolicyR\x06policy\"M\n" +
 	"\x18DeleteLeasePolicyRequest\x12\x1d\n" +
 	"\n" +
 	"product_id\x18\x01 \x01(\tR\tproductId\x12\x12\n" +
@@ -1364,10 +1468,10 @@ const file_keyhouse_activations_v1_leases_proto_rawDesc = "" +
 	"\n" +
 	"product_id\x18\x01 \x01(\tR\tproductId\x12\x12\n" +
 	"\x04tier\x18\x02 \x01(\tR\x04tier\x12\x18\n" +
-	"\adeleted\x18\x03 \x01(\bR\adeleted\"\xaa\x02\n" +
+	"\adeleted\x18\x03 \x01(\bR\adeleted\"\xa4\x02\n" +
 	"\x12CreateLeaseRequest\x12\x16\n" +
-	"\x03key\x18\x01 \x01(\tB\x04\xa0\x83\x19\x01R\x03key\x12\x1a\n" +
-	"\x05token\x18\x02 \x01(\tB\x04\xa0\x83\x19\x01R\x05token\x12\x1f\n" +
+	"\x03key\x18\x01 \x01(\tB\x04\xa0\x83\x19\x01R\x03key\x12\x14\n" +
+	"\x05token\x18\x02 \x01(\tR\x05token\x12\x1f\n" +
 	"\vinstance_id\x18\x03 \x01(\tR\n" +
 	"instanceId\x12[\n" +
 	"\n" +
@@ -1433,10 +1537,11 @@ const file_keyhouse_activations_v1_leases_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"R\n" +
 	"\x16ListSeatLeasesResponse\x128\n" +
-	"\x05seats\x18\x01 \x03(\v2\".keyhouse.activations.v1.SeatLeaseR\x05seats2\xb9\x0e\n" +
+	"\x05seats\x18\x01 \x03(\v2\".keyhouse.activations.v1.SeatLeaseR\x05seats2\xf2\x0f\n" +
 	"\rLeasesService\x12\x98\x01\n" +
 	"\x0ePutLeasePolicy\x12..keyhouse.activations.v1.PutLeasePolicyRequest\x1a/.keyhouse.activations.v1.PutLeasePolicyResponse\"%\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x9a\x83\x19\x17\b\x94\x03\x12\x12Product not found.\x12\xa5\x01\n" +
-	"\x11ListLeasePolicies\x121.keyhouse.activations.v1.ListLeasePoliciesRequest\x1a2.keyhouse.activations.v1.ListLeasePoliciesResponse\")\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\xa0\x82\x19\x01\x9a\x83\x19\x17\b\x94\x03\x12\x12Product not found.\x12\xbb\x01\n" +
+	"\x11ListLeasePolicies\x121.keyhouse.activations.v1.ListLeasePoliciesRequest\x1a2.keyhouse.activations.v1.ListLeasePoliciesResponse\")\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\xa0\x82\x19\x01\x9a\x83\x19\x17\b\x94\x03\x12\x12Product not found.\x12\xb6\x01\n" +
+	"\x0eGetLeasePolicy\x12..keyhouse.activations.v1.GetLeasePolicyRequest\x1a/.keyhouse.activations.v1.GetLeasePolicyResponse\"C\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\xa0\x82\x19\x01\x9a\x83\x19\x16\b\x94\x03\x12\x11Policy not found.\x9a\x83\x19\x17\b\x94\x03\x12\x12Product not found.\x12\xbb\x01\n" +
 	"\x11DeleteLeasePolicy\x121.keyhouse.activations.v1.DeleteLeasePolicyRequest\x1a2.keyhouse.activations.v1.DeleteLeasePolicyResponse\"?\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x9a\x83\x19\x16\b\x94\x03\x12\x11Policy not found.\x9a\x83\x19\x17\b\x94\x03\x12\x12Product not found.\x12\xa0\x05\n" +
 	"\vCreateLease\x12+.keyhouse.activations.v1.CreateLeaseRequest\x1a,.keyhouse.activations.v1.CreateLeaseResponse\"\xb5\x04\x90\x82\x19\x01\x9a\x82\x19\x02\b\x02\x9a\x83\x19\x84\x01\b\x90\x03\x12\x7fcomponents are required by this product's policy (a policy whose fingerprint_match is not none, or a reinstall by instance_id).\x9a\x83\x19\x1b\b\x94\x03\x12\x16License key not found.\x9a\x83\x19\xba\x02\b\x93\x03\x12\xb4\x02License is not active; License has expired; Invalid activation token (no active seat holds it; for a reinstall by instance_id, no bound seat of that instance_id); Seat lease has expired (the token's floating seat lapsed, for at least 24 h after the lapse: activate again); Machine fingerprint does not match.\x9a\x83\x19@\b\xf7\x03\x12;The seat was changed by a concurrent request; please retry.\x12}\n" +
 	"\x10CreateLeaseBatch\x120.keyhouse.activations.v1.CreateLeaseBatchRequest\x1a1.keyhouse.activations.v1.CreateLeaseBatchResponse\"\x04\x90\x82\x19\x01\x12z\n" +
@@ -1457,76 +1562,81 @@ func file_keyhouse_activations_v1_leases_proto_rawDescGZIP() []byte {
 	return file_keyhouse_activations_v1_leases_proto_rawDescData
 }
 
-var file_keyhouse_activations_v1_leases_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_keyhouse_activations_v1_leases_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_keyhouse_activations_v1_leases_proto_goTypes = []any{
 	(*LeasePolicy)(nil),               // 0: keyhouse.activations.v1.LeasePolicy
 	(*PutLeasePolicyRequest)(nil),     // 1: keyhouse.activations.v1.PutLeasePolicyRequest
 	(*PutLeasePolicyResponse)(nil),    // 2: keyhouse.activations.v1.PutLeasePolicyResponse
 	(*ListLeasePoliciesRequest)(nil),  // 3: keyhouse.activations.v1.ListLeasePoliciesRequest
 	(*ListLeasePoliciesResponse)(nil), // 4: keyhouse.activations.v1.ListLeasePoliciesResponse
-	(*DeleteLeasePolicyRequest)(nil),  // 5: keyhouse.activations.v1.DeleteLeasePolicyRequest
-	(*DeleteLeasePolicyResponse)(nil), // 6: keyhouse.activations.v1.DeleteLeasePolicyResponse
-	(*CreateLeaseRequest)(nil),        // 7: keyhouse.activations.v1.CreateLeaseRequest
-	(*CreateLeaseResponse)(nil),       // 8: keyhouse.activations.v1.CreateLeaseResponse
-	(*CreateLeaseBatchRequest)(nil),   // 9: keyhouse.activations.v1.CreateLeaseBatchRequest
-	(*CreateLeaseBatchItem)(nil),      // 10: keyhouse.activations.v1.CreateLeaseBatchItem
-	(*CreateLeaseBatchResponse)(nil),  // 11: keyhouse.activations.v1.CreateLeaseBatchResponse
-	(*CreateLeaseBatchResult)(nil),    // 12: keyhouse.activations.v1.CreateLeaseBatchResult
-	(*ListLeaseKeysRequest)(nil),      // 13: keyhouse.activations.v1.ListLeaseKeysRequest
-	(*LeaseKey)(nil),                  // 14: keyhouse.activations.v1.LeaseKey
-	(*ListLeaseKeysResponse)(nil),     // 15: keyhouse.activations.v1.ListLeaseKeysResponse
-	(*RotateLeaseKeysRequest)(nil),    // 16: keyhouse.activations.v1.RotateLeaseKeysRequest
-	(*RotateLeaseKeysResponse)(nil),   // 17: keyhouse.activations.v1.RotateLeaseKeysResponse
-	(*ListSeatLeasesRequest)(nil),     // 18: keyhouse.activations.v1.ListSeatLeasesRequest
-	(*SeatLease)(nil),                 // 19: keyhouse.activations.v1.SeatLease
-	(*ListSeatLeasesResponse)(nil),    // 20: keyhouse.activations.v1.ListSeatLeasesResponse
-	nil,                               // 21: keyhouse.activations.v1.CreateLeaseRequest.ComponentsEntry
-	nil,                               // 22: keyhouse.activations.v1.SeatLease.ComponentsEntry
-	(*timestamppb.Timestamp)(nil),     // 23: google.protobuf.Timestamp
-	(*CallStatus)(nil),                // 24: keyhouse.activations.v1.CallStatus
-	(*wrapperspb.StringValue)(nil),    // 25: google.protobuf.StringValue
+	(*GetLeasePolicyRequest)(nil),     // 5: keyhouse.activations.v1.GetLeasePolicyRequest
+	(*GetLeasePolicyResponse)(nil),    // 6: keyhouse.activations.v1.GetLeasePolicyResponse
+	(*DeleteLeasePolicyRequest)(nil),  // 7: keyhouse.activations.v1.DeleteLeasePolicyRequest
+	(*DeleteLeasePolicyResponse)(nil), // 8: keyhouse.activations.v1.DeleteLeasePolicyResponse
+	(*CreateLeaseRequest)(nil),        // 9: keyhouse.activations.v1.CreateLeaseRequest
+	(*CreateLeaseResponse)(nil),       // 10: keyhouse.activations.v1.CreateLeaseResponse
+	(*CreateLeaseBatchRequest)(nil),   // 11: keyhouse.activations.v1.CreateLeaseBatchRequest
+	(*CreateLeaseBatchItem)(nil),      // 12: keyhouse.activations.v1.CreateLeaseBatchItem
+	(*CreateLeaseBatchResponse)(nil),  // 13: keyhouse.activations.v1.CreateLeaseBatchResponse
+	(*CreateLeaseBatchResult)(nil),    // 14: keyhouse.activations.v1.CreateLeaseBatchResult
+	(*ListLeaseKeysRequest)(nil),      // 15: keyhouse.activations.v1.ListLeaseKeysRequest
+	(*LeaseKey)(nil),                  // 16: keyhouse.activations.v1.LeaseKey
+	(*ListLeaseKeysResponse)(nil),     // 17: keyhouse.activations.v1.ListLeaseKeysResponse
+	(*RotateLeaseKeysRequest)(nil),    // 18: keyhouse.activations.v1.RotateLeaseKeysRequest
+	(*RotateLeaseKeysResponse)(nil),   // 19: keyhouse.activations.v1.RotateLeaseKeysResponse
+	(*ListSeatLeasesRequest)(nil),     // 20: keyhouse.activations.v1.ListSeatLeasesRequest
+	(*SeatLease)(nil),                 // 21: keyhouse.activations.v1.SeatLease
+	(*ListSeatLeasesResponse)(nil),    // 22: keyhouse.activations.v1.ListSeatLeasesResponse
+	nil,                               // 23: keyhouse.activations.v1.CreateLeaseRequest.ComponentsEntry
+	nil,                               // 24: keyhouse.activations.v1.SeatLease.ComponentsEntry
+	(*timestamppb.Timestamp)(nil),     // 25: google.protobuf.Timestamp
+	(*CallStatus)(nil),                // 26: keyhouse.activations.v1.CallStatus
+	(*wrapperspb.StringValue)(nil),    // 27: google.protobuf.StringValue
 }
 var file_keyhouse_activations_v1_leases_proto_depIdxs = []int32{
-	23, // 0: keyhouse.activations.v1.LeasePolicy.updated_at:type_name -> google.protobuf.Timestamp
+	25, // 0: keyhouse.activations.v1.LeasePolicy.updated_at:type_name -> google.protobuf.Timestamp
 	0,  // 1: keyhouse.activations.v1.PutLeasePolicyResponse.policy:type_name -> keyhouse.activations.v1.LeasePolicy
 	0,  // 2: keyhouse.activations.v1.ListLeasePoliciesResponse.policies:type_name -> keyhouse.activations.v1.LeasePolicy
-	21, // 3: keyhouse.activations.v1.CreateLeaseRequest.components:type_name -> keyhouse.activations.v1.CreateLeaseRequest.ComponentsEntry
-	23, // 4: keyhouse.activations.v1.CreateLeaseResponse.expires_at:type_name -> google.protobuf.Timestamp
-	23, // 5: keyhouse.activations.v1.CreateLeaseResponse.renew_after:type_name -> google.protobuf.Timestamp
-	10, // 6: keyhouse.activations.v1.CreateLeaseBatchRequest.items:type_name -> keyhouse.activations.v1.CreateLeaseBatchItem
-	7,  // 7: keyhouse.activations.v1.CreateLeaseBatchItem.request:type_name -> keyhouse.activations.v1.CreateLeaseRequest
-	12, // 8: keyhouse.activations.v1.CreateLeaseBatchResponse.results:type_name -> keyhouse.activations.v1.CreateLeaseBatchResult
-	8,  // 9: keyhouse.activations.v1.CreateLeaseBatchResult.response:type_name -> keyhouse.activations.v1.CreateLeaseResponse
-	24, // 10: keyhouse.activations.v1.CreateLeaseBatchResult.error:type_name -> keyhouse.activations.v1.CallStatus
-	23, // 11: keyhouse.activations.v1.CreateLeaseBatchResult.license_expires_at:type_name -> google.protobuf.Timestamp
-	23, // 12: keyhouse.activations.v1.LeaseKey.retire_at:type_name -> google.protobuf.Timestamp
-	14, // 13: keyhouse.activations.v1.ListLeaseKeysResponse.keys:type_name -> keyhouse.activations.v1.LeaseKey
-	25, // 14: keyhouse.activations.v1.RotateLeaseKeysResponse.retiring_kid:type_name -> google.protobuf.StringValue
-	23, // 15: keyhouse.activations.v1.RotateLeaseKeysResponse.retire_at:type_name -> google.protobuf.Timestamp
-	23, // 16: keyhouse.activations.v1.SeatLease.lease_expires_at:type_name -> google.protobuf.Timestamp
-	22, // 17: keyhouse.activations.v1.SeatLease.components:type_name -> keyhouse.activations.v1.SeatLease.ComponentsEntry
-	19, // 18: keyhouse.activations.v1.ListSeatLeasesResponse.seats:type_name -> keyhouse.activations.v1.SeatLease
-	1,  // 19: keyhouse.activations.v1.LeasesService.PutLeasePolicy:input_type -> keyhouse.activations.v1.PutLeasePolicyRequest
-	3,  // 20: keyhouse.activations.v1.LeasesService.ListLeasePolicies:input_type -> keyhouse.activations.v1.ListLeasePoliciesRequest
-	5,  // 21: keyhouse.activations.v1.LeasesService.DeleteLeasePolicy:input_type -> keyhouse.activations.v1.DeleteLeasePolicyRequest
-	7,  // 22: keyhouse.activations.v1.LeasesService.CreateLease:input_type -> keyhouse.activations.v1.CreateLeaseRequest
-	9,  // 23: keyhouse.activations.v1.LeasesService.CreateLeaseBatch:input_type -> keyhouse.activations.v1.CreateLeaseBatchRequest
-	13, // 24: keyhouse.activations.v1.LeasesService.ListLeaseKeys:input_type -> keyhouse.activations.v1.ListLeaseKeysRequest
-	18, // 25: keyhouse.activations.v1.LeasesService.ListSeatLeases:input_type -> keyhouse.activations.v1.ListSeatLeasesRequest
-	16, // 26: keyhouse.activations.v1.LeasesService.RotateLeaseKeys:input_type -> keyhouse.activations.v1.RotateLeaseKeysRequest
-	2,  // 27: keyhouse.activations.v1.LeasesService.PutLeasePolicy:output_type -> keyhouse.activations.v1.PutLeasePolicyResponse
-	4,  // 28: keyhouse.activations.v1.LeasesService.ListLeasePolicies:output_type -> keyhouse.activations.v1.ListLeasePoliciesResponse
-	6,  // 29: keyhouse.activations.v1.LeasesService.DeleteLeasePolicy:output_type -> keyhouse.activations.v1.DeleteLeasePolicyResponse
-	8,  // 30: keyhouse.activations.v1.LeasesService.CreateLease:output_type -> keyhouse.activations.v1.CreateLeaseResponse
-	11, // 31: keyhouse.activations.v1.LeasesService.CreateLeaseBatch:output_type -> keyhouse.activations.v1.CreateLeaseBatchResponse
-	15, // 32: keyhouse.activations.v1.LeasesService.ListLeaseKeys:output_type -> keyhouse.activations.v1.ListLeaseKeysResponse
-	20, // 33: keyhouse.activations.v1.LeasesService.ListSeatLeases:output_type -> keyhouse.activations.v1.ListSeatLeasesResponse
-	17, // 34: keyhouse.activations.v1.LeasesService.RotateLeaseKeys:output_type -> keyhouse.activations.v1.RotateLeaseKeysResponse
-	27, // [27:35] is the sub-list for method output_type
-	19, // [19:27] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	0,  // 3: keyhouse.activations.v1.GetLeasePolicyResponse.policy:type_name -> keyhouse.activations.v1.LeasePolicy
+	23, // 4: keyhouse.activations.v1.CreateLeaseRequest.components:type_name -> keyhouse.activations.v1.CreateLeaseRequest.ComponentsEntry
+	25, // 5: keyhouse.activations.v1.CreateLeaseResponse.expires_at:type_name -> google.protobuf.Timestamp
+	25, // 6: keyhouse.activations.v1.CreateLeaseResponse.renew_after:type_name -> google.protobuf.Timestamp
+	12, // 7: keyhouse.activations.v1.CreateLeaseBatchRequest.items:type_name -> keyhouse.activations.v1.CreateLeaseBatchItem
+	9,  // 8: keyhouse.activations.v1.CreateLeaseBatchItem.request:type_name -> keyhouse.activations.v1.CreateLeaseRequest
+	14, // 9: keyhouse.activations.v1.CreateLeaseBatchResponse.results:type_name -> keyhouse.activations.v1.CreateLeaseBatchResult
+	10, // 10: keyhouse.activations.v1.CreateLeaseBatchResult.response:type_name -> keyhouse.activations.v1.CreateLeaseResponse
+	26, // 11: keyhouse.activations.v1.CreateLeaseBatchResult.error:type_name -> keyhouse.activations.v1.CallStatus
+	25, // 12: keyhouse.activations.v1.CreateLeaseBatchResult.license_expires_at:type_name -> google.protobuf.Timestamp
+	25, // 13: keyhouse.activations.v1.LeaseKey.retire_at:type_name -> google.protobuf.Timestamp
+	16, // 14: keyhouse.activations.v1.ListLeaseKeysResponse.keys:type_name -> keyhouse.activations.v1.LeaseKey
+	27, // 15: keyhouse.activations.v1.RotateLeaseKeysResponse.retiring_kid:type_name -> google.protobuf.StringValue
+	25, // 16: keyhouse.activations.v1.RotateLeaseKeysResponse.retire_at:type_name -> google.protobuf.Timestamp
+	25, // 17: keyhouse.activations.v1.SeatLease.lease_expires_at:type_name -> google.protobuf.Timestamp
+	24, // 18: keyhouse.activations.v1.SeatLease.components:type_name -> keyhouse.activations.v1.SeatLease.ComponentsEntry
+	21, // 19: keyhouse.activations.v1.ListSeatLeasesResponse.seats:type_name -> keyhouse.activations.v1.SeatLease
+	1,  // 20: keyhouse.activations.v1.LeasesService.PutLeasePolicy:input_type -> keyhouse.activations.v1.PutLeasePolicyRequest
+	3,  // 21: keyhouse.activations.v1.LeasesService.ListLeasePolicies:input_type -> keyhouse.activations.v1.ListLeasePoliciesRequest
+	5,  // 22: keyhouse.activations.v1.LeasesService.GetLeasePolicy:input_type -> keyhouse.activations.v1.GetLeasePolicyRequest
+	7,  // 23: keyhouse.activations.v1.LeasesService.DeleteLeasePolicy:input_type -> keyhouse.activations.v1.DeleteLeasePolicyRequest
+	9,  // 24: keyhouse.activations.v1.LeasesService.CreateLease:input_type -> keyhouse.activations.v1.CreateLeaseRequest
+	11, // 25: keyhouse.activations.v1.LeasesService.CreateLeaseBatch:input_type -> keyhouse.activations.v1.CreateLeaseBatchRequest
+	15, // 26: keyhouse.activations.v1.LeasesService.ListLeaseKeys:input_type -> keyhouse.activations.v1.ListLeaseKeysRequest
+	20, // 27: keyhouse.activations.v1.LeasesService.ListSeatLeases:input_type -> keyhouse.activations.v1.ListSeatLeasesRequest
+	18, // 28: keyhouse.activations.v1.LeasesService.RotateLeaseKeys:input_type -> keyhouse.activations.v1.RotateLeaseKeysRequest
+	2,  // 29: keyhouse.activations.v1.LeasesService.PutLeasePolicy:output_type -> keyhouse.activations.v1.PutLeasePolicyResponse
+	4,  // 30: keyhouse.activations.v1.LeasesService.ListLeasePolicies:output_type -> keyhouse.activations.v1.ListLeasePoliciesResponse
+	6,  // 31: keyhouse.activations.v1.LeasesService.GetLeasePolicy:output_type -> keyhouse.activations.v1.GetLeasePolicyResponse
+	8,  // 32: keyhouse.activations.v1.LeasesService.DeleteLeasePolicy:output_type -> keyhouse.activations.v1.DeleteLeasePolicyResponse
+	10, // 33: keyhouse.activations.v1.LeasesService.CreateLease:output_type -> keyhouse.activations.v1.CreateLeaseResponse
+	13, // 34: keyhouse.activations.v1.LeasesService.CreateLeaseBatch:output_type -> keyhouse.activations.v1.CreateLeaseBatchResponse
+	17, // 35: keyhouse.activations.v1.LeasesService.ListLeaseKeys:output_type -> keyhouse.activations.v1.ListLeaseKeysResponse
+	22, // 36: keyhouse.activations.v1.LeasesService.ListSeatLeases:output_type -> keyhouse.activations.v1.ListSeatLeasesResponse
+	19, // 37: keyhouse.activations.v1.LeasesService.RotateLeaseKeys:output_type -> keyhouse.activations.v1.RotateLeaseKeysResponse
+	29, // [29:38] is the sub-list for method output_type
+	20, // [20:29] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_keyhouse_activations_v1_leases_proto_init() }
@@ -1536,20 +1646,20 @@ func file_keyhouse_activations_v1_leases_proto_init() {
 	}
 	file_keyhouse_activations_v1_activations_proto_init()
 	file_keyhouse_activations_v1_leases_proto_msgTypes[1].OneofWrappers = []any{}
-	file_keyhouse_activations_v1_leases_proto_msgTypes[7].OneofWrappers = []any{}
-	file_keyhouse_activations_v1_leases_proto_msgTypes[8].OneofWrappers = []any{}
-	file_keyhouse_activations_v1_leases_proto_msgTypes[12].OneofWrappers = []any{
+	file_keyhouse_activations_v1_leases_proto_msgTypes[9].OneofWrappers = []any{}
+	file_keyhouse_activations_v1_leases_proto_msgTypes[10].OneofWrappers = []any{}
+	file_keyhouse_activations_v1_leases_proto_msgTypes[14].OneofWrappers = []any{
 		(*CreateLeaseBatchResult_Response)(nil),
 		(*CreateLeaseBatchResult_Error)(nil),
 	}
-	file_keyhouse_activations_v1_leases_proto_msgTypes[16].OneofWrappers = []any{}
+	file_keyhouse_activations_v1_leases_proto_msgTypes[18].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_keyhouse_activations_v1_leases_proto_rawDesc), len(file_keyhouse_activations_v1_leases_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   23,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

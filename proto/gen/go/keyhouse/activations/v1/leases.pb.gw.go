@@ -135,6 +135,61 @@ func local_request_LeasesService_ListLeasePolicies_0(ctx context.Context, marsha
 	return msg, metadata, err
 }
 
+func request_LeasesService_GetLeasePolicy_0(ctx context.Context, marshaler runtime.Marshaler, client LeasesServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq GetLeasePolicyRequest
+		metadata runtime.ServerMetadata
+		err      error
+	)
+	val, ok := pathParams["product_id"]
+	if !ok {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "missing parameter %s", "product_id")
+	}
+	protoReq.ProductId, err = runtime.String(val)
+	if err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "type mismatch, parameter: %s, error: %v", "product_id", err)
+	}
+	val, ok = pathParams["tier"]
+	if !ok {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "missing parameter %s", "tier")
+	}
+	protoReq.Tier, err = runtime.String(val)
+	if err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "type mismatch, parameter: %s, error: %v", "tier", err)
+	}
+	if req.Body != nil {
+		_, _ = io.Copy(io.Discard, req.Body)
+	}
+	msg, err := client.GetLeasePolicy(ctx, &protoReq, grpc.Header(&metadata.HeaderMD), grpc.Trailer(&metadata.TrailerMD))
+	return msg, metadata, err
+}
+
+func local_request_LeasesService_GetLeasePolicy_0(ctx context.Context, marshaler runtime.Marshaler, server LeasesServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq GetLeasePolicyRequest
+		metadata runtime.ServerMetadata
+		err      error
+	)
+	val, ok := pathParams["product_id"]
+	if !ok {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "missing parameter %s", "product_id")
+	}
+	protoReq.ProductId, err = runtime.String(val)
+	if err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "type mismatch, parameter: %s, error: %v", "product_id", err)
+	}
+	val, ok = pathParams["tier"]
+	if !ok {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "missing parameter %s", "tier")
+	}
+	protoReq.Tier, err = runtime.String(val)
+	if err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "type mismatch, parameter: %s, error: %v", "tier", err)
+	}
+	msg, err := server.GetLeasePolicy(ctx, &protoReq)
+	return msg, metadata, err
+}
+
 func request_LeasesService_DeleteLeasePolicy_0(ctx context.Context, marshaler runtime.Marshaler, client LeasesServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
 		protoReq DeleteLeasePolicyRequest
@@ -325,6 +380,26 @@ func RegisterLeasesServiceHandlerServer(ctx context.Context, mux *runtime.ServeM
 		}
 		forward_LeasesService_ListLeasePolicies_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
 	})
+	mux.Handle(http.MethodGet, pattern_LeasesService_GetLeasePolicy_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		var stream runtime.ServerTransportStream
+		ctx = grpc.NewContextWithServerTransportStream(ctx, &stream)
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateIncomingContext(ctx, mux, req, "/keyhouse.activations.v1.LeasesService/GetLeasePolicy", runtime.WithHTTPPathPattern("/v1/products/{product_id}/policies/{tier}"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := local_request_LeasesService_GetLeasePolicy_0(annotatedContext, inboundMarshaler, server, req, pathParams)
+		md.HeaderMD, md.TrailerMD = metadata.Join(md.HeaderMD, stream.Header()), metadata.Join(md.TrailerMD, stream.Trailer())
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_LeasesService_GetLeasePolicy_0(annotatedContext, mux, outboundMarshaler, w, req, response_LeasesService_GetLeasePolicy_0{resp.(*GetLeasePolicyResponse)}, mux.GetForwardResponseOptions()...)
+	})
 	mux.Handle(http.MethodDelete, pattern_LeasesService_DeleteLeasePolicy_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()
@@ -479,6 +554,23 @@ func RegisterLeasesServiceHandlerClient(ctx context.Context, mux *runtime.ServeM
 		}
 		forward_LeasesService_ListLeasePolicies_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
 	})
+	mux.Handle(http.MethodGet, pattern_LeasesService_GetLeasePolicy_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateContext(ctx, mux, req, "/keyhouse.activations.v1.LeasesService/GetLeasePolicy", runtime.WithHTTPPathPattern("/v1/products/{product_id}/policies/{tier}"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := request_LeasesService_GetLeasePolicy_0(annotatedContext, inboundMarshaler, client, req, pathParams)
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_LeasesService_GetLeasePolicy_0(annotatedContext, mux, outboundMarshaler, w, req, response_LeasesService_GetLeasePolicy_0{resp.(*GetLeasePolicyResponse)}, mux.GetForwardResponseOptions()...)
+	})
 	mux.Handle(http.MethodDelete, pattern_LeasesService_DeleteLeasePolicy_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()
@@ -559,9 +651,19 @@ func (m response_LeasesService_PutLeasePolicy_0) XXX_ResponseBody() interface{} 
 	return response.Policy
 }
 
+type response_LeasesService_GetLeasePolicy_0 struct {
+	*GetLeasePolicyResponse
+}
+
+func (m response_LeasesService_GetLeasePolicy_0) XXX_ResponseBody() interface{} {
+	response := m.GetLeasePolicyResponse
+	return response.Policy
+}
+
 var (
 	pattern_LeasesService_PutLeasePolicy_0    = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3, 1, 0, 4, 1, 5, 4}, []string{"v1", "products", "product_id", "policies", "tier"}, ""))
 	pattern_LeasesService_ListLeasePolicies_0 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "products", "product_id", "policies"}, ""))
+	pattern_LeasesService_GetLeasePolicy_0    = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3, 1, 0, 4, 1, 5, 4}, []string{"v1", "products", "product_id", "policies", "tier"}, ""))
 	pattern_LeasesService_DeleteLeasePolicy_0 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3, 1, 0, 4, 1, 5, 4}, []string{"v1", "products", "product_id", "policies", "tier"}, ""))
 	pattern_LeasesService_CreateLease_0       = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "leases"}, ""))
 	pattern_LeasesService_ListLeaseKeys_0     = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "lease-keys"}, ""))
@@ -571,6 +673,7 @@ var (
 var (
 	forward_LeasesService_PutLeasePolicy_0    = runtime.ForwardResponseMessage
 	forward_LeasesService_ListLeasePolicies_0 = runtime.ForwardResponseMessage
+	forward_LeasesService_GetLeasePolicy_0    = runtime.ForwardResponseMessage
 	forward_LeasesService_DeleteLeasePolicy_0 = runtime.ForwardResponseMessage
 	forward_LeasesService_CreateLease_0       = runtime.ForwardResponseMessage
 	forward_LeasesService_ListLeaseKeys_0     = runtime.ForwardResponseMessage

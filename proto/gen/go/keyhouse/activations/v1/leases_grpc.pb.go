@@ -21,6 +21,7 @@ const _ = grpc.SupportPackageIsVersion9
 const (
 	LeasesService_PutLeasePolicy_FullMethodName    = "/keyhouse.activations.v1.LeasesService/PutLeasePolicy"
 	LeasesService_ListLeasePolicies_FullMethodName = "/keyhouse.activations.v1.LeasesService/ListLeasePolicies"
+	LeasesService_GetLeasePolicy_FullMethodName    = "/keyhouse.activations.v1.LeasesService/GetLeasePolicy"
 	LeasesService_DeleteLeasePolicy_FullMethodName = "/keyhouse.activations.v1.LeasesService/DeleteLeasePolicy"
 	LeasesService_CreateLease_FullMethodName       = "/keyhouse.activations.v1.LeasesService/CreateLease"
 	LeasesService_CreateLeaseBatch_FullMethodName  = "/keyhouse.activations.v1.LeasesService/CreateLeaseBatch"
@@ -47,6 +48,11 @@ type LeasesServiceClient interface {
 	// List lease policies. A product no tenant owns yet has none and is not claimed (hosted:
 	// another tenant's product is 404 "Product not found").
 	ListLeasePolicies(ctx context.Context, in *ListLeasePoliciesRequest, opts ...grpc.CallOption) (*ListLeasePoliciesResponse, error)
+	// One tier's own policy (tier "*": the product's default), not the one a license of the
+	// tier falls back to. A tier without one is 404 "Policy not found", as on DELETE; a
+	// product no tenant owns yet has none and is not claimed (hosted: another tenant's
+	// product is 404 "Product not found").
+	GetLeasePolicy(ctx context.Context, in *GetLeasePolicyRequest, opts ...grpc.CallOption) (*GetLeasePolicyResponse, error)
 	// Delete lease policy. A product no tenant owns yet has no policy (404 "Policy not
 	// found") and is not claimed (hosted: another tenant's product is 404 "Product not
 	// found").
@@ -94,6 +100,16 @@ func (c *leasesServiceClient) ListLeasePolicies(ctx context.Context, in *ListLea
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ListLeasePoliciesResponse)
 	err := c.cc.Invoke(ctx, LeasesService_ListLeasePolicies_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *leasesServiceClient) GetLeasePolicy(ctx context.Context, in *GetLeasePolicyRequest, opts ...grpc.CallOption) (*GetLeasePolicyResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetLeasePolicyResponse)
+	err := c.cc.Invoke(ctx, LeasesService_GetLeasePolicy_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -178,6 +194,11 @@ type LeasesServiceServer interface {
 	// List lease policies. A product no tenant owns yet has none and is not claimed (hosted:
 	// another tenant's product is 404 "Product not found").
 	ListLeasePolicies(context.Context, *ListLeasePoliciesRequest) (*ListLeasePoliciesResponse, error)
+	// One tier's own policy (tier "*": the product's default), not the one a license of the
+	// tier falls back to. A tier without one is 404 "Policy not found", as on DELETE; a
+	// product no tenant owns yet has none and is not claimed (hosted: another tenant's
+	// product is 404 "Product not found").
+	GetLeasePolicy(context.Context, *GetLeasePolicyRequest) (*GetLeasePolicyResponse, error)
 	// Delete lease policy. A product no tenant owns yet has no policy (404 "Policy not
 	// found") and is not claimed (hosted: another tenant's product is 404 "Product not
 	// found").
@@ -216,6 +237,9 @@ func (UnimplementedLeasesServiceServer) PutLeasePolicy(context.Context, *PutLeas
 }
 func (UnimplementedLeasesServiceServer) ListLeasePolicies(context.Context, *ListLeasePoliciesRequest) (*ListLeasePoliciesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListLeasePolicies not implemented")
+}
+func (UnimplementedLeasesServiceServer) GetLeasePolicy(context.Context, *GetLeasePolicyRequest) (*GetLeasePolicyResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetLeasePolicy not implemented")
 }
 func (UnimplementedLeasesServiceServer) DeleteLeasePolicy(context.Context, *DeleteLeasePolicyRequest) (*DeleteLeasePolicyResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method DeleteLeasePolicy not implemented")
@@ -288,6 +312,24 @@ func _LeasesService_ListLeasePolicies_Handler(srv interface{}, ctx context.Conte
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(LeasesServiceServer).ListLeasePolicies(ctx, req.(*ListLeasePoliciesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _LeasesService_GetLeasePolicy_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetLeasePolicyRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(LeasesServiceServer).GetLeasePolicy(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: LeasesService_GetLeasePolicy_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(LeasesServiceServer).GetLeasePolicy(ctx, req.(*GetLeasePolicyRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -414,6 +456,10 @@ var LeasesService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListLeasePolicies",
 			Handler:    _LeasesService_ListLeasePolicies_Handler,
+		},
+		{
+			MethodName: "GetLeasePolicy",
+			Handler:    _LeasesService_GetLeasePolicy_Handler,
 		},
 		{
 			MethodName: "DeleteLeasePolicy",

@@ -497,6 +497,95 @@ func (*ListWebhookEndpointsRequest) Descriptor() ([]byte, []int) {
 	return file_keyhouse_events_v1_webhooks_proto_rawDescGZIP(), []int{7}
 }
 
+type GetWebhookEndpointRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetWebhookEndpointRequest) Reset() {
+	*x = GetWebhookEndpointRequest{}
+	mi := &file_keyhouse_events_v1_webhooks_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetWebhookEndpointRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetWebhookEndpointRequest) ProtoMessage() {}
+
+func (x *GetWebhookEndpointRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_keyhouse_events_v1_webhooks_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetWebhookEndpointRequest.ProtoReflect.Descriptor instead.
+func (*GetWebhookEndpointRequest) Descriptor() ([]byte, []int) {
+	return file_keyhouse_events_v1_webhooks_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *GetWebhookEndpointRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+// The REST body is the endpoint itself (response_body).
+type GetWebhookEndpointResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Endpoint      *WebhookEndpoint       `protobuf:"bytes,1,opt,name=endpoint,proto3" json:"endpoint,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetWebhookEndpointResponse) Reset() {
+	*x = GetWebhookEndpointResponse{}
+	mi := &file_keyhouse_events_v1_webhooks_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetWebhookEndpointResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetWebhookEndpointResponse) ProtoMessage() {}
+
+func (x *GetWebhookEndpointResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_keyhouse_events_v1_webhooks_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetWebhookEndpointResponse.ProtoReflect.Descriptor instead.
+func (*GetWebhookEndpointResponse) Descriptor() ([]byte, []int) {
+	return file_keyhouse_events_v1_webhooks_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *GetWebhookEndpointResponse) GetEndpoint() *WebhookEndpoint {
+	if x != nil {
+		return x.Endpoint
+	}
+	return nil
+}
+
 type ListWebhookEndpointsResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Endpoints     []*WebhookEndpoint     `protobuf:"bytes,1,rep,name=endpoints,proto3" json:"endpoints,omitempty"`
@@ -506,7 +595,7 @@ type ListWebhookEndpointsResponse struct {
 
 func (x *ListWebhookEndpointsResponse) Reset() {
 	*x = ListWebhookEndpointsResponse{}
-	mi := &file_keyhouse_events_v1_webhooks_proto_msgTypes[8]
+	mi := &file_keyhouse_events_v1_webhooks_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -518,7 +607,7 @@ func (x *ListWebhookEndpointsResponse) String() string {
 func (*ListWebhookEndpointsResponse) ProtoMessage() {}
 
 func (x *ListWebhookEndpointsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_events_v1_webhooks_proto_msgTypes[8]
+	mi := &file_keyhouse_events_v1_webhooks_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -531,7 +620,7 @@ func (x *ListWebhookEndpointsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWebhookEndpointsResponse.ProtoReflect.Descriptor instead.
 func (*ListWebhookEndpointsResponse) Descriptor() ([]byte, []int) {
-	return file_keyhouse_events_v1_webhooks_proto_rawDescGZIP(), []int{8}
+	return file_keyhouse_events_v1_webhooks_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ListWebhookEndpointsResponse) GetEndpoints() []*WebhookEndpoint {
@@ -545,7 +634,7 @@ type UpdateWebhookEndpointRequest struct {
 	state protoimpl.MessageState  `protogen:"open.v1"`
 	Id    string                  `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	Url   *wrapperspb.StringValue `protobuf:"bytes,2,opt,name=url,proto3" json:"url,omitempty"`
-	// A list of strings; a message so that "absent" and "given" differ.
+	// ["*"], or event types and prefixes ending in "."; absent keeps them.
 	Events *structpb.ListValue `protobuf:"bytes,3,opt,name=events,proto3" json:"events,omitempty"`
 	// "" clears it (null); absent or null keeps it.
 	Description   *wrapperspb.StringValue `protobuf:"bytes,4,opt,name=description,proto3" json:"description,omitempty"`
@@ -556,7 +645,7 @@ type UpdateWebhookEndpointRequest struct {
 
 func (x *UpdateWebhookEndpointRequest) Reset() {
 	*x = UpdateWebhookEndpointRequest{}
-	mi := &file_keyhouse_events_v1_webhooks_proto_msgTypes[9]
+	mi := &file_keyhouse_events_v1_webhooks_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -568,7 +657,7 @@ func (x *UpdateWebhookEndpointRequest) String() string {
 func (*UpdateWebhookEndpointRequest) ProtoMessage() {}
 
 func (x *UpdateWebhookEndpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_events_v1_webhooks_proto_msgTypes[9]
+	mi := &file_keyhouse_events_v1_webhooks_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -581,7 +670,7 @@ func (x *UpdateWebhookEndpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateWebhookEndpointRequest.ProtoReflect.Descriptor instead.
 func (*UpdateWebhookEndpointRequest) Descriptor() ([]byte, []int) {
-	return file_keyhouse_events_v1_webhooks_proto_rawDescGZIP(), []int{9}
+	return file_keyhouse_events_v1_webhooks_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *UpdateWebhookEndpointRequest) GetId() string {
@@ -630,7 +719,7 @@ type RollWebhookEndpointSecretRequest struct {
 
 func (x *RollWebhookEndpointSecretRequest) Reset() {
 	*x = RollWebhookEndpointSecretRequest{}
-	mi := &file_keyhouse_events_v1_webhooks_proto_msgTypes[10]
+	mi := &file_keyhouse_events_v1_webhooks_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -642,7 +731,7 @@ func (x *RollWebhookEndpointSecretRequest) String() string {
 func (*RollWebhookEndpointSecretRequest) ProtoMessage() {}
 
 func (x *RollWebhookEndpointSecretRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_events_v1_webhooks_proto_msgTypes[10]
+	mi := &file_keyhouse_events_v1_webhooks_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -655,7 +744,7 @@ func (x *RollWebhookEndpointSecretRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RollWebhookEndpointSecretRequest.ProtoReflect.Descriptor instead.
 func (*RollWebhookEndpointSecretRequest) Descriptor() ([]byte, []int) {
-	return file_keyhouse_events_v1_webhooks_proto_rawDescGZIP(), []int{10}
+	return file_keyhouse_events_v1_webhooks_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *RollWebhookEndpointSecretRequest) GetId() string {
@@ -681,7 +770,7 @@ type PingWebhookEndpointRequest struct {
 
 func (x *PingWebhookEndpointRequest) Reset() {
 	*x = PingWebhookEndpointRequest{}
-	mi := &file_keyhouse_events_v1_webhooks_proto_msgTypes[11]
+	mi := &file_keyhouse_events_v1_webhooks_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -693,7 +782,7 @@ func (x *PingWebhookEndpointRequest) String() string {
 func (*PingWebhookEndpointRequest) ProtoMessage() {}
 
 func (x *PingWebhookEndpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_events_v1_webhooks_proto_msgTypes[11]
+	mi := &file_keyhouse_events_v1_webhooks_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -706,7 +795,7 @@ func (x *PingWebhookEndpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PingWebhookEndpointRequest.ProtoReflect.Descriptor instead.
 func (*PingWebhookEndpointRequest) Descriptor() ([]byte, []int) {
-	return file_keyhouse_events_v1_webhooks_proto_rawDescGZIP(), []int{11}
+	return file_keyhouse_events_v1_webhooks_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *PingWebhookEndpointRequest) GetId() string {
@@ -725,7 +814,7 @@ type PingWebhookEndpointResponse struct {
 
 func (x *PingWebhookEndpointResponse) Reset() {
 	*x = PingWebhookEndpointResponse{}
-	mi := &file_keyhouse_events_v1_webhooks_proto_msgTypes[12]
+	mi := &file_keyhouse_events_v1_webhooks_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -737,7 +826,7 @@ func (x *PingWebhookEndpointResponse) String() string {
 func (*PingWebhookEndpointResponse) ProtoMessage() {}
 
 func (x *PingWebhookEndpointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_events_v1_webhooks_proto_msgTypes[12]
+	mi := &file_keyhouse_events_v1_webhooks_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -750,7 +839,7 @@ func (x *PingWebhookEndpointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PingWebhookEndpointResponse.ProtoReflect.Descriptor instead.
 func (*PingWebhookEndpointResponse) Descriptor() ([]byte, []int) {
-	return file_keyhouse_events_v1_webhooks_proto_rawDescGZIP(), []int{12}
+	return file_keyhouse_events_v1_webhooks_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *PingWebhookEndpointResponse) GetEventId() string {
@@ -769,7 +858,7 @@ type DeleteWebhookEndpointRequest struct {
 
 func (x *DeleteWebhookEndpointRequest) Reset() {
 	*x = DeleteWebhookEndpointRequest{}
-	mi := &file_keyhouse_events_v1_webhooks_proto_msgTypes[13]
+	mi := &file_keyhouse_events_v1_webhooks_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -781,7 +870,7 @@ func (x *DeleteWebhookEndpointRequest) String() string {
 func (*DeleteWebhookEndpointRequest) ProtoMessage() {}
 
 func (x *DeleteWebhookEndpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_events_v1_webhooks_proto_msgTypes[13]
+	mi := &file_keyhouse_events_v1_webhooks_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -794,7 +883,7 @@ func (x *DeleteWebhookEndpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteWebhookEndpointRequest.ProtoReflect.Descriptor instead.
 func (*DeleteWebhookEndpointRequest) Descriptor() ([]byte, []int) {
-	return file_keyhouse_events_v1_webhooks_proto_rawDescGZIP(), []int{13}
+	return file_keyhouse_events_v1_webhooks_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *DeleteWebhookEndpointRequest) GetId() string {
@@ -814,7 +903,7 @@ type DeleteWebhookEndpointResponse struct {
 
 func (x *DeleteWebhookEndpointResponse) Reset() {
 	*x = DeleteWebhookEndpointResponse{}
-	mi := &file_keyhouse_events_v1_webhooks_proto_msgTypes[14]
+	mi := &file_keyhouse_events_v1_webhooks_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -826,7 +915,7 @@ func (x *DeleteWebhookEndpointResponse) String() string {
 func (*DeleteWebhookEndpointResponse) ProtoMessage() {}
 
 func (x *DeleteWebhookEndpointResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_events_v1_webhooks_proto_msgTypes[14]
+	mi := &file_keyhouse_events_v1_webhooks_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -839,7 +928,7 @@ func (x *DeleteWebhookEndpointResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteWebhookEndpointResponse.ProtoReflect.Descriptor instead.
 func (*DeleteWebhookEndpointResponse) Descriptor() ([]byte, []int) {
-	return file_keyhouse_events_v1_webhooks_proto_rawDescGZIP(), []int{14}
+	return file_keyhouse_events_v1_webhooks_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *DeleteWebhookEndpointResponse) GetId() string {
@@ -871,7 +960,7 @@ type ListWebhookDeliveriesRequest struct {
 
 func (x *ListWebhookDeliveriesRequest) Reset() {
 	*x = ListWebhookDeliveriesRequest{}
-	mi := &file_keyhouse_events_v1_webhooks_proto_msgTypes[15]
+	mi := &file_keyhouse_events_v1_webhooks_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -883,7 +972,7 @@ func (x *ListWebhookDeliveriesRequest) String() string {
 func (*ListWebhookDeliveriesRequest) ProtoMessage() {}
 
 func (x *ListWebhookDeliveriesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_events_v1_webhooks_proto_msgTypes[15]
+	mi := &file_keyhouse_events_v1_webhooks_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -896,7 +985,7 @@ func (x *ListWebhookDeliveriesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWebhookDeliveriesRequest.ProtoReflect.Descriptor instead.
 func (*ListWebhookDeliveriesRequest) Descriptor() ([]byte, []int) {
-	return file_keyhouse_events_v1_webhooks_proto_rawDescGZIP(), []int{15}
+	return file_keyhouse_events_v1_webhooks_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ListWebhookDeliveriesRequest) GetId() string {
@@ -937,7 +1026,7 @@ type ListWebhookDeliveriesResponse struct {
 
 func (x *ListWebhookDeliveriesResponse) Reset() {
 	*x = ListWebhookDeliveriesResponse{}
-	mi := &file_keyhouse_events_v1_webhooks_proto_msgTypes[16]
+	mi := &file_keyhouse_events_v1_webhooks_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -949,7 +1038,7 @@ func (x *ListWebhookDeliveriesResponse) String() string {
 func (*ListWebhookDeliveriesResponse) ProtoMessage() {}
 
 func (x *ListWebhookDeliveriesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_events_v1_webhooks_proto_msgTypes[16]
+	mi := &file_keyhouse_events_v1_webhooks_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -962,7 +1051,7 @@ func (x *ListWebhookDeliveriesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWebhookDeliveriesResponse.ProtoReflect.Descriptor instead.
 func (*ListWebhookDeliveriesResponse) Descriptor() ([]byte, []int) {
-	return file_keyhouse_events_v1_webhooks_proto_rawDescGZIP(), []int{16}
+	return file_keyhouse_events_v1_webhooks_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ListWebhookDeliveriesResponse) GetDeliveries() []*WebhookDelivery {
@@ -998,7 +1087,7 @@ type WebhookDelivery struct {
 
 func (x *WebhookDelivery) Reset() {
 	*x = WebhookDelivery{}
-	mi := &file_keyhouse_events_v1_webhooks_proto_msgTypes[17]
+	mi := &file_keyhouse_events_v1_webhooks_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1010,7 +1099,7 @@ func (x *WebhookDelivery) String() string {
 func (*WebhookDelivery) ProtoMessage() {}
 
 func (x *WebhookDelivery) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_events_v1_webhooks_proto_msgTypes[17]
+	mi := &file_keyhouse_events_v1_webhooks_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1023,7 +1112,7 @@ func (x *WebhookDelivery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WebhookDelivery.ProtoReflect.Descriptor instead.
 func (*WebhookDelivery) Descriptor() ([]byte, []int) {
-	return file_keyhouse_events_v1_webhooks_proto_rawDescGZIP(), []int{17}
+	return file_keyhouse_events_v1_webhooks_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *WebhookDelivery) GetId() string {
@@ -1081,7 +1170,7 @@ type WebhookAttempt struct {
 
 func (x *WebhookAttempt) Reset() {
 	*x = WebhookAttempt{}
-	mi := &file_keyhouse_events_v1_webhooks_proto_msgTypes[18]
+	mi := &file_keyhouse_events_v1_webhooks_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1093,7 +1182,7 @@ func (x *WebhookAttempt) String() string {
 func (*WebhookAttempt) ProtoMessage() {}
 
 func (x *WebhookAttempt) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_events_v1_webhooks_proto_msgTypes[18]
+	mi := &file_keyhouse_events_v1_webhooks_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1106,7 +1195,7 @@ func (x *WebhookAttempt) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WebhookAttempt.ProtoReflect.Descriptor instead.
 func (*WebhookAttempt) Descriptor() ([]byte, []int) {
-	return file_keyhouse_events_v1_webhooks_proto_rawDescGZIP(), []int{18}
+	return file_keyhouse_events_v1_webhooks_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *WebhookAttempt) GetAt() *timestamppb.Timestamp {
@@ -1147,7 +1236,7 @@ type RedeliverEventRequest struct {
 
 func (x *RedeliverEventRequest) Reset() {
 	*x = RedeliverEventRequest{}
-	mi := &file_keyhouse_events_v1_webhooks_proto_msgTypes[19]
+	mi := &file_keyhouse_events_v1_webhooks_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1159,7 +1248,7 @@ func (x *RedeliverEventRequest) String() string {
 func (*RedeliverEventRequest) ProtoMessage() {}
 
 func (x *RedeliverEventRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_events_v1_webhooks_proto_msgTypes[19]
+	mi := &file_keyhouse_events_v1_webhooks_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1172,7 +1261,7 @@ func (x *RedeliverEventRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RedeliverEventRequest.ProtoReflect.Descriptor instead.
 func (*RedeliverEventRequest) Descriptor() ([]byte, []int) {
-	return file_keyhouse_events_v1_webhooks_proto_rawDescGZIP(), []int{19}
+	return file_keyhouse_events_v1_webhooks_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RedeliverEventRequest) GetEventId() string {
@@ -1190,15 +1279,21 @@ func (x *RedeliverEventRequest) GetEndpointId() string {
 }
 
 type ListEventDeliveriesRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	EventId       string                 `protobuf:"bytes,1,opt,name=event_id,json=eventId,proto3" json:"event_id,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	EventId string                 `protobuf:"bytes,1,opt,name=event_id,json=eventId,proto3" json:"event_id,omitempty"`
+	// 1-1000, default 50; strings so that a malformed value gets a message naming it.
+	Limit string `protobuf:"bytes,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	// A delivery id: the page after it (older deliveries).
+	StartingAfter string `protobuf:"bytes,3,opt,name=starting_after,json=startingAfter,proto3" json:"starting_after,omitempty"`
+	// pending, succeeded or failed.
+	Status        string `protobuf:"bytes,4,opt,name=status,proto3" json:"status,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListEventDeliveriesRequest) Reset() {
 	*x = ListEventDeliveriesRequest{}
-	mi := &file_keyhouse_events_v1_webhooks_proto_msgTypes[20]
+	mi := &file_keyhouse_events_v1_webhooks_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1210,7 +1305,7 @@ func (x *ListEventDeliveriesRequest) String() string {
 func (*ListEventDeliveriesRequest) ProtoMessage() {}
 
 func (x *ListEventDeliveriesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_events_v1_webhooks_proto_msgTypes[20]
+	mi := &file_keyhouse_events_v1_webhooks_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1223,7 +1318,7 @@ func (x *ListEventDeliveriesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEventDeliveriesRequest.ProtoReflect.Descriptor instead.
 func (*ListEventDeliveriesRequest) Descriptor() ([]byte, []int) {
-	return file_keyhouse_events_v1_webhooks_proto_rawDescGZIP(), []int{20}
+	return file_keyhouse_events_v1_webhooks_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListEventDeliveriesRequest) GetEventId() string {
@@ -1233,16 +1328,38 @@ func (x *ListEventDeliveriesRequest) GetEventId() string {
 	return ""
 }
 
+func (x *ListEventDeliveriesRequest) GetLimit() string {
+	if x != nil {
+		return x.Limit
+	}
+	return ""
+}
+
+func (x *ListEventDeliveriesRequest) GetStartingAfter() string {
+	if x != nil {
+		return x.StartingAfter
+	}
+	return ""
+}
+
+func (x *ListEventDeliveriesRequest) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
 type ListEventDeliveriesResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Deliveries    []*WebhookDelivery     `protobuf:"bytes,1,rep,name=deliveries,proto3" json:"deliveries,omitempty"`
+	HasMore       bool                   `protobuf:"varint,2,opt,name=has_more,json=hasMore,proto3" json:"has_more,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListEventDeliveriesResponse) Reset() {
 	*x = ListEventDeliveriesResponse{}
-	mi := &file_keyhouse_events_v1_webhooks_proto_msgTypes[21]
+	mi := &file_keyhouse_events_v1_webhooks_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1254,7 +1371,7 @@ func (x *ListEventDeliveriesResponse) String() string {
 func (*ListEventDeliveriesResponse) ProtoMessage() {}
 
 func (x *ListEventDeliveriesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_keyhouse_events_v1_webhooks_proto_msgTypes[21]
+	mi := &file_keyhouse_events_v1_webhooks_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1267,7 +1384,7 @@ func (x *ListEventDeliveriesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEventDeliveriesResponse.ProtoReflect.Descriptor instead.
 func (*ListEventDeliveriesResponse) Descriptor() ([]byte, []int) {
-	return file_keyhouse_events_v1_webhooks_proto_rawDescGZIP(), []int{21}
+	return file_keyhouse_events_v1_webhooks_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ListEventDeliveriesResponse) GetDeliveries() []*WebhookDelivery {
@@ -1275,6 +1392,13 @@ func (x *ListEventDeliveriesResponse) GetDeliveries() []*WebhookDelivery {
 		return x.Deliveries
 	}
 	return nil
+}
+
+func (x *ListEventDeliveriesResponse) GetHasMore() bool {
+	if x != nil {
+		return x.HasMore
+	}
+	return false
 }
 
 var File_keyhouse_events_v1_webhooks_proto protoreflect.FileDescriptor
@@ -1313,13 +1437,17 @@ const file_keyhouse_events_v1_webhooks_proto_rawDesc = "" +
 	"\bendpoint\x18\x01 \x01(\v2-.keyhouse.events.v1.WebhookEndpointWithSecretR\bendpoint\"Y\n" +
 	"\x16RedeliverEventResponse\x12?\n" +
 	"\bdelivery\x18\x01 \x01(\v2#.keyhouse.events.v1.WebhookDeliveryR\bdelivery\"\x1d\n" +
-	"\x1bListWebhookEndpointsRequest\"a\n" +
+	"\x1bListWebhookEndpointsRequest\"+\n" +
+	"\x19GetWebhookEndpointRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"]\n" +
+	"\x1aGetWebhookEndpointResponse\x12?\n" +
+	"\bendpoint\x18\x01 \x01(\v2#.keyhouse.events.v1.WebhookEndpointR\bendpoint\"a\n" +
 	"\x1cListWebhookEndpointsResponse\x12A\n" +
-	"\tendpoints\x18\x01 \x03(\v2#.keyhouse.events.v1.WebhookEndpointR\tendpoints\"\x88\x02\n" +
+	"\tendpoints\x18\x01 \x03(\v2#.keyhouse.events.v1.WebhookEndpointR\tendpoints\"\xbc\x02\n" +
 	"\x1cUpdateWebhookEndpointRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12.\n" +
-	"\x03url\x18\x02 \x01(\v2\x1c.google.protobuf.StringValueR\x03url\x122\n" +
-	"\x06events\x18\x03 \x01(\v2\x1a.google.protobuf.ListValueR\x06events\x12>\n" +
+	"\x03url\x18\x02 \x01(\v2\x1c.google.protobuf.StringValueR\x03url\x12f\n" +
+	"\x06events\x18\x03 \x01(\v2\x1a.google.protobuf.ListValueB2\xaa\x83\x19.{\"type\": \"array\", \"items\": {\"type\": \"string\"}}R\x06events\x12>\n" +
 	"\vdescription\x18\x04 \x01(\v2\x1c.google.protobuf.StringValueR\vdescription\x124\n" +
 	"\aenabled\x18\x05 \x01(\v2\x1a.google.protobuf.BoolValueR\aenabled\"\x88\x01\n" +
 	" RollWebhookEndpointSecretRequest\x12\x0e\n" +
@@ -1358,27 +1486,32 @@ const file_keyhouse_events_v1_webhooks_proto_rawDesc = "" +
 	"statusCode\x122\n" +
 	"\x05error\x18\x03 \x01(\v2\x1c.google.protobuf.StringValueR\x05error\x12\x1f\n" +
 	"\vduration_ms\x18\x04 \x01(\x05R\n" +
-	"durationMs\"S\n" +
+	"durationMs\"Y\n" +
 	"\x15RedeliverEventRequest\x12\x19\n" +
-	"\bevent_id\x18\x01 \x01(\tR\aeventId\x12\x1f\n" +
-	"\vendpoint_id\x18\x02 \x01(\tR\n" +
-	"endpointId\"7\n" +
+	"\bevent_id\x18\x01 \x01(\tR\aeventId\x12%\n" +
+	"\vendpoint_id\x18\x02 \x01(\tB\x04\xa0\x83\x19\x01R\n" +
+	"endpointId\"\x8c\x01\n" +
 	"\x1aListEventDeliveriesRequest\x12\x19\n" +
-	"\bevent_id\x18\x01 \x01(\tR\aeventId\"b\n" +
+	"\bevent_id\x18\x01 \x01(\tR\aeventId\x12\x14\n" +
+	"\x05limit\x18\x02 \x01(\tR\x05limit\x12%\n" +
+	"\x0estarting_after\x18\x03 \x01(\tR\rstartingAfter\x12\x16\n" +
+	"\x06status\x18\x04 \x01(\tR\x06status\"}\n" +
 	"\x1bListEventDeliveriesResponse\x12C\n" +
 	"\n" +
 	"deliveries\x18\x01 \x03(\v2#.keyhouse.events.v1.WebhookDeliveryR\n" +
-	"deliveries2\xbd\f\n" +
+	"deliveries\x12\x19\n" +
+	"\bhas_more\x18\x02 \x01(\bR\ahasMore2\xdb\x10\n" +
 	"\x17WebhookEndpointsService\x12\xec\x01\n" +
 	"\x15CreateWebhookEndpoint\x120.keyhouse.events.v1.CreateWebhookEndpointRequest\x1a1.keyhouse.events.v1.CreateWebhookEndpointResponse\"n\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x90\x83\x19\x01\x9a\x83\x19\\\b\x99\x03\x12WIdempotency-Key's first answer can no longer be shown: send the request with a new key.\x12\x89\x01\n" +
-	"\x14ListWebhookEndpoints\x12/.keyhouse.events.v1.ListWebhookEndpointsRequest\x1a0.keyhouse.events.v1.ListWebhookEndpointsResponse\"\x0e\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\xa0\x82\x19\x01\x12\xac\x01\n" +
-	"\x15UpdateWebhookEndpoint\x120.keyhouse.events.v1.UpdateWebhookEndpointRequest\x1a1.keyhouse.events.v1.UpdateWebhookEndpointResponse\".\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x9a\x83\x19 \b\x94\x03\x12\x1bWebhook endpoint not found.\x12\xb8\x01\n" +
-	"\x19RollWebhookEndpointSecret\x124.keyhouse.events.v1.RollWebhookEndpointSecretRequest\x1a5.keyhouse.events.v1.RollWebhookEndpointSecretResponse\".\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x9a\x83\x19 \b\x94\x03\x12\x1bWebhook endpoint not found.\x12\xa6\x01\n" +
-	"\x13PingWebhookEndpoint\x12..keyhouse.events.v1.PingWebhookEndpointRequest\x1a/.keyhouse.events.v1.PingWebhookEndpointResponse\".\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x9a\x83\x19 \b\x94\x03\x12\x1bWebhook endpoint not found.\x12\xac\x01\n" +
+	"\x14ListWebhookEndpoints\x12/.keyhouse.events.v1.ListWebhookEndpointsRequest\x1a0.keyhouse.events.v1.ListWebhookEndpointsResponse\"\x0e\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\xa0\x82\x19\x01\x12\xa7\x01\n" +
+	"\x12GetWebhookEndpoint\x12-.keyhouse.events.v1.GetWebhookEndpointRequest\x1a..keyhouse.events.v1.GetWebhookEndpointResponse\"2\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\xa0\x82\x19\x01\x9a\x83\x19 \b\x94\x03\x12\x1bWebhook endpoint not found.\x12\xac\x01\n" +
+	"\x15UpdateWebhookEndpoint\x120.keyhouse.events.v1.UpdateWebhookEndpointRequest\x1a1.keyhouse.events.v1.UpdateWebhookEndpointResponse\".\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x9a\x83\x19 \b\x94\x03\x12\x1bWebhook endpoint not found.\x12\xa3\x03\n" +
+	"\x19RollWebhookEndpointSecret\x124.keyhouse.events.v1.RollWebhookEndpointSecretRequest\x1a5.keyhouse.events.v1.RollWebhookEndpointSecretResponse\"\x98\x02\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x90\x83\x19\x01\x9a\x83\x19\x81\x01\b\x90\x03\x12|Too many old secrets still signing (at most 4): roll with expire_old_after_seconds 0, or after one expires (nothing rolled).\x9a\x83\x19 \b\x94\x03\x12\x1bWebhook endpoint not found.\x9a\x83\x19\\\b\x99\x03\x12WIdempotency-Key's first answer can no longer be shown: send the request with a new key.\x12\xde\x01\n" +
+	"\x13PingWebhookEndpoint\x12..keyhouse.events.v1.PingWebhookEndpointRequest\x1a/.keyhouse.events.v1.PingWebhookEndpointResponse\"f\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x9a\x83\x19 \b\x94\x03\x12\x1bWebhook endpoint not found.\x9a\x83\x194\b\x99\x03\x12/Webhook endpoint is disabled (enable it first).\x12\xac\x01\n" +
 	"\x15DeleteWebhookEndpoint\x120.keyhouse.events.v1.DeleteWebhookEndpointRequest\x1a1.keyhouse.events.v1.DeleteWebhookEndpointResponse\".\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x9a\x83\x19 \b\x94\x03\x12\x1bWebhook endpoint not found.\x12\xb0\x01\n" +
-	"\x15ListWebhookDeliveries\x120.keyhouse.events.v1.ListWebhookDeliveriesRequest\x1a1.keyhouse.events.v1.ListWebhookDeliveriesResponse\"2\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\xa0\x82\x19\x01\x9a\x83\x19 \b\x94\x03\x12\x1bWebhook endpoint not found.\x12\xa8\x01\n" +
-	"\x0eRedeliverEvent\x12).keyhouse.events.v1.RedeliverEventRequest\x1a*.keyhouse.events.v1.RedeliverEventResponse\"?\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x9a\x83\x191\b\x94\x03\x12,Event not found; Webhook endpoint not found.\x12\x86\x01\n" +
-	"\x13ListEventDeliveries\x12..keyhouse.events.v1.ListEventDeliveriesRequest\x1a/.keyhouse.events.v1.ListEventDeliveriesResponse\"\x0e\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\xa0\x82\x19\x01BGZEgithub.com/keyhouse/keyhouse/proto/gen/go/keyhouse/events/v1;eventsv1b\x06proto3"
+	"\x15ListWebhookDeliveries\x120.keyhouse.events.v1.ListWebhookDeliveriesRequest\x1a1.keyhouse.events.v1.ListWebhookDeliveriesResponse\"2\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\xa0\x82\x19\x01\x9a\x83\x19 \b\x94\x03\x12\x1bWebhook endpoint not found.\x12\xe0\x01\n" +
+	"\x0eRedeliverEvent\x12).keyhouse.events.v1.RedeliverEventRequest\x1a*.keyhouse.events.v1.RedeliverEventResponse\"w\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x9a\x83\x191\b\x94\x03\x12,Event not found; Webhook endpoint not found.\x9a\x83\x194\b\x99\x03\x12/Webhook endpoint is disabled (enable it first).\x12\x9f\x01\n" +
+	"\x13ListEventDeliveries\x12..keyhouse.events.v1.ListEventDeliveriesRequest\x1a/.keyhouse.events.v1.ListEventDeliveriesResponse\"'\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\xa0\x82\x19\x01\x9a\x83\x19\x15\b\x94\x03\x12\x10Event not found.BGZEgithub.com/keyhouse/keyhouse/proto/gen/go/keyhouse/events/v1;eventsv1b\x06proto3"
 
 var (
 	file_keyhouse_events_v1_webhooks_proto_rawDescOnce sync.Once
@@ -1392,7 +1525,7 @@ func file_keyhouse_events_v1_webhooks_proto_rawDescGZIP() []byte {
 	return file_keyhouse_events_v1_webhooks_proto_rawDescData
 }
 
-var file_keyhouse_events_v1_webhooks_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_keyhouse_events_v1_webhooks_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_keyhouse_events_v1_webhooks_proto_goTypes = []any{
 	(*WebhookEndpoint)(nil),                   // 0: keyhouse.events.v1.WebhookEndpoint
 	(*WebhookEndpointWithSecret)(nil),         // 1: keyhouse.events.v1.WebhookEndpointWithSecret
@@ -1402,75 +1535,80 @@ var file_keyhouse_events_v1_webhooks_proto_goTypes = []any{
 	(*RollWebhookEndpointSecretResponse)(nil), // 5: keyhouse.events.v1.RollWebhookEndpointSecretResponse
 	(*RedeliverEventResponse)(nil),            // 6: keyhouse.events.v1.RedeliverEventResponse
 	(*ListWebhookEndpointsRequest)(nil),       // 7: keyhouse.events.v1.ListWebhookEndpointsRequest
-	(*ListWebhookEndpointsResponse)(nil),      // 8: keyhouse.events.v1.ListWebhookEndpointsResponse
-	(*UpdateWebhookEndpointRequest)(nil),      // 9: keyhouse.events.v1.UpdateWebhookEndpointRequest
-	(*RollWebhookEndpointSecretRequest)(nil),  // 10: keyhouse.events.v1.RollWebhookEndpointSecretRequest
-	(*PingWebhookEndpointRequest)(nil),        // 11: keyhouse.events.v1.PingWebhookEndpointRequest
-	(*PingWebhookEndpointResponse)(nil),       // 12: keyhouse.events.v1.PingWebhookEndpointResponse
-	(*DeleteWebhookEndpointRequest)(nil),      // 13: keyhouse.events.v1.DeleteWebhookEndpointRequest
-	(*DeleteWebhookEndpointResponse)(nil),     // 14: keyhouse.events.v1.DeleteWebhookEndpointResponse
-	(*ListWebhookDeliveriesRequest)(nil),      // 15: keyhouse.events.v1.ListWebhookDeliveriesRequest
-	(*ListWebhookDeliveriesResponse)(nil),     // 16: keyhouse.events.v1.ListWebhookDeliveriesResponse
-	(*WebhookDelivery)(nil),                   // 17: keyhouse.events.v1.WebhookDelivery
-	(*WebhookAttempt)(nil),                    // 18: keyhouse.events.v1.WebhookAttempt
-	(*RedeliverEventRequest)(nil),             // 19: keyhouse.events.v1.RedeliverEventRequest
-	(*ListEventDeliveriesRequest)(nil),        // 20: keyhouse.events.v1.ListEventDeliveriesRequest
-	(*ListEventDeliveriesResponse)(nil),       // 21: keyhouse.events.v1.ListEventDeliveriesResponse
-	(*wrapperspb.StringValue)(nil),            // 22: google.protobuf.StringValue
-	(*timestamppb.Timestamp)(nil),             // 23: google.protobuf.Timestamp
-	(*structpb.ListValue)(nil),                // 24: google.protobuf.ListValue
-	(*wrapperspb.BoolValue)(nil),              // 25: google.protobuf.BoolValue
-	(*wrapperspb.Int64Value)(nil),             // 26: google.protobuf.Int64Value
-	(*wrapperspb.Int32Value)(nil),             // 27: google.protobuf.Int32Value
+	(*GetWebhookEndpointRequest)(nil),         // 8: keyhouse.events.v1.GetWebhookEndpointRequest
+	(*GetWebhookEndpointResponse)(nil),        // 9: keyhouse.events.v1.GetWebhookEndpointResponse
+	(*ListWebhookEndpointsResponse)(nil),      // 10: keyhouse.events.v1.ListWebhookEndpointsResponse
+	(*UpdateWebhookEndpointRequest)(nil),      // 11: keyhouse.events.v1.UpdateWebhookEndpointRequest
+	(*RollWebhookEndpointSecretRequest)(nil),  // 12: keyhouse.events.v1.RollWebhookEndpointSecretRequest
+	(*PingWebhookEndpointRequest)(nil),        // 13: keyhouse.events.v1.PingWebhookEndpointRequest
+	(*PingWebhookEndpointResponse)(nil),       // 14: keyhouse.events.v1.PingWebhookEndpointResponse
+	(*DeleteWebhookEndpointRequest)(nil),      // 15: keyhouse.events.v1.DeleteWebhookEndpointRequest
+	(*DeleteWebhookEndpointResponse)(nil),     // 16: keyhouse.events.v1.DeleteWebhookEndpointResponse
+	(*ListWebhookDeliveriesRequest)(nil),      // 17: keyhouse.events.v1.ListWebhookDeliveriesRequest
+	(*ListWebhookDeliveriesResponse)(nil),     // 18: keyhouse.events.v1.ListWebhookDeliveriesResponse
+	(*WebhookDelivery)(nil),                   // 19: keyhouse.events.v1.WebhookDelivery
+	(*WebhookAttempt)(nil),                    // 20: keyhouse.events.v1.WebhookAttempt
+	(*RedeliverEventRequest)(nil),             // 21: keyhouse.events.v1.RedeliverEventRequest
+	(*ListEventDeliveriesRequest)(nil),        // 22: keyhouse.events.v1.ListEventDeliveriesRequest
+	(*ListEventDeliveriesResponse)(nil),       // 23: keyhouse.events.v1.ListEventDeliveriesResponse
+	(*wrapperspb.StringValue)(nil),            // 24: google.protobuf.StringValue
+	(*timestamppb.Timestamp)(nil),             // 25: google.protobuf.Timestamp
+	(*structpb.ListValue)(nil),                // 26: google.protobuf.ListValue
+	(*wrapperspb.BoolValue)(nil),              // 27: google.protobuf.BoolValue
+	(*wrapperspb.Int64Value)(nil),             // 28: google.protobuf.Int64Value
+	(*wrapperspb.Int32Value)(nil),             // 29: google.protobuf.Int32Value
 }
 var file_keyhouse_events_v1_webhooks_proto_depIdxs = []int32{
-	22, // 0: keyhouse.events.v1.WebhookEndpoint.description:type_name -> google.protobuf.StringValue
-	22, // 1: keyhouse.events.v1.WebhookEndpoint.disabled_reason:type_name -> google.protobuf.StringValue
-	23, // 2: keyhouse.events.v1.WebhookEndpoint.created_at:type_name -> google.protobuf.Timestamp
-	22, // 3: keyhouse.events.v1.WebhookEndpointWithSecret.description:type_name -> google.protobuf.StringValue
-	22, // 4: keyhouse.events.v1.WebhookEndpointWithSecret.disabled_reason:type_name -> google.protobuf.StringValue
-	23, // 5: keyhouse.events.v1.WebhookEndpointWithSecret.created_at:type_name -> google.protobuf.Timestamp
-	22, // 6: keyhouse.events.v1.CreateWebhookEndpointRequest.description:type_name -> google.protobuf.StringValue
+	24, // 0: keyhouse.events.v1.WebhookEndpoint.description:type_name -> google.protobuf.StringValue
+	24, // 1: keyhouse.events.v1.WebhookEndpoint.disabled_reason:type_name -> google.protobuf.StringValue
+	25, // 2: keyhouse.events.v1.WebhookEndpoint.created_at:type_name -> google.protobuf.Timestamp
+	24, // 3: keyhouse.events.v1.WebhookEndpointWithSecret.description:type_name -> google.protobuf.StringValue
+	24, // 4: keyhouse.events.v1.WebhookEndpointWithSecret.disabled_reason:type_name -> google.protobuf.StringValue
+	25, // 5: keyhouse.events.v1.WebhookEndpointWithSecret.created_at:type_name -> google.protobuf.Timestamp
+	24, // 6: keyhouse.events.v1.CreateWebhookEndpointRequest.description:type_name -> google.protobuf.StringValue
 	1,  // 7: keyhouse.events.v1.CreateWebhookEndpointResponse.endpoint:type_name -> keyhouse.events.v1.WebhookEndpointWithSecret
 	0,  // 8: keyhouse.events.v1.UpdateWebhookEndpointResponse.endpoint:type_name -> keyhouse.events.v1.WebhookEndpoint
 	1,  // 9: keyhouse.events.v1.RollWebhookEndpointSecretResponse.endpoint:type_name -> keyhouse.events.v1.WebhookEndpointWithSecret
-	17, // 10: keyhouse.events.v1.RedeliverEventResponse.delivery:type_name -> keyhouse.events.v1.WebhookDelivery
-	0,  // 11: keyhouse.events.v1.ListWebhookEndpointsResponse.endpoints:type_name -> keyhouse.events.v1.WebhookEndpoint
-	22, // 12: keyhouse.events.v1.UpdateWebhookEndpointRequest.url:type_name -> google.protobuf.StringValue
-	24, // 13: keyhouse.events.v1.UpdateWebhookEndpointRequest.events:type_name -> google.protobuf.ListValue
-	22, // 14: keyhouse.events.v1.UpdateWebhookEndpointRequest.description:type_name -> google.protobuf.StringValue
-	25, // 15: keyhouse.events.v1.UpdateWebhookEndpointRequest.enabled:type_name -> google.protobuf.BoolValue
-	26, // 16: keyhouse.events.v1.RollWebhookEndpointSecretRequest.expire_old_after_seconds:type_name -> google.protobuf.Int64Value
-	17, // 17: keyhouse.events.v1.ListWebhookDeliveriesResponse.deliveries:type_name -> keyhouse.events.v1.WebhookDelivery
-	18, // 18: keyhouse.events.v1.WebhookDelivery.attempts:type_name -> keyhouse.events.v1.WebhookAttempt
-	23, // 19: keyhouse.events.v1.WebhookDelivery.next_attempt_at:type_name -> google.protobuf.Timestamp
-	23, // 20: keyhouse.events.v1.WebhookAttempt.at:type_name -> google.protobuf.Timestamp
-	27, // 21: keyhouse.events.v1.WebhookAttempt.status_code:type_name -> google.protobuf.Int32Value
-	22, // 22: keyhouse.events.v1.WebhookAttempt.error:type_name -> google.protobuf.StringValue
-	17, // 23: keyhouse.events.v1.ListEventDeliveriesResponse.deliveries:type_name -> keyhouse.events.v1.WebhookDelivery
-	2,  // 24: keyhouse.events.v1.WebhookEndpointsService.CreateWebhookEndpoint:input_type -> keyhouse.events.v1.CreateWebhookEndpointRequest
-	7,  // 25: keyhouse.events.v1.WebhookEndpointsService.ListWebhookEndpoints:input_type -> keyhouse.events.v1.ListWebhookEndpointsRequest
-	9,  // 26: keyhouse.events.v1.WebhookEndpointsService.UpdateWebhookEndpoint:input_type -> keyhouse.events.v1.UpdateWebhookEndpointRequest
-	10, // 27: keyhouse.events.v1.WebhookEndpointsService.RollWebhookEndpointSecret:input_type -> keyhouse.events.v1.RollWebhookEndpointSecretRequest
-	11, // 28: keyhouse.events.v1.WebhookEndpointsService.PingWebhookEndpoint:input_type -> keyhouse.events.v1.PingWebhookEndpointRequest
-	13, // 29: keyhouse.events.v1.WebhookEndpointsService.DeleteWebhookEndpoint:input_type -> keyhouse.events.v1.DeleteWebhookEndpointRequest
-	15, // 30: keyhouse.events.v1.WebhookEndpointsService.ListWebhookDeliveries:input_type -> keyhouse.events.v1.ListWebhookDeliveriesRequest
-	19, // 31: keyhouse.events.v1.WebhookEndpointsService.RedeliverEvent:input_type -> keyhouse.events.v1.RedeliverEventRequest
-	20, // 32: keyhouse.events.v1.WebhookEndpointsService.ListEventDeliveries:input_type -> keyhouse.events.v1.ListEventDeliveriesRequest
-	3,  // 33: keyhouse.events.v1.WebhookEndpointsService.CreateWebhookEndpoint:output_type -> keyhouse.events.v1.CreateWebhookEndpointResponse
-	8,  // 34: keyhouse.events.v1.WebhookEndpointsService.ListWebhookEndpoints:output_type -> keyhouse.events.v1.ListWebhookEndpointsResponse
-	4,  // 35: keyhouse.events.v1.WebhookEndpointsService.UpdateWebhookEndpoint:output_type -> keyhouse.events.v1.UpdateWebhookEndpointResponse
-	5,  // 36: keyhouse.events.v1.WebhookEndpointsService.RollWebhookEndpointSecret:output_type -> keyhouse.events.v1.RollWebhookEndpointSecretResponse
-	12, // 37: keyhouse.events.v1.WebhookEndpointsService.PingWebhookEndpoint:output_type -> keyhouse.events.v1.PingWebhookEndpointResponse
-	14, // 38: keyhouse.events.v1.WebhookEndpointsService.DeleteWebhookEndpoint:output_type -> keyhouse.events.v1.DeleteWebhookEndpointResponse
-	16, // 39: keyhouse.events.v1.WebhookEndpointsService.ListWebhookDeliveries:output_type -> keyhouse.events.v1.ListWebhookDeliveriesResponse
-	6,  // 40: keyhouse.events.v1.WebhookEndpointsService.RedeliverEvent:output_type -> keyhouse.events.v1.RedeliverEventResponse
-	21, // 41: keyhouse.events.v1.WebhookEndpointsService.ListEventDeliveries:output_type -> keyhouse.events.v1.ListEventDeliveriesResponse
-	33, // [33:42] is the sub-list for method output_type
-	24, // [24:33] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	19, // 10: keyhouse.events.v1.RedeliverEventResponse.delivery:type_name -> keyhouse.events.v1.WebhookDelivery
+	0,  // 11: keyhouse.events.v1.GetWebhookEndpointResponse.endpoint:type_name -> keyhouse.events.v1.WebhookEndpoint
+	0,  // 12: keyhouse.events.v1.ListWebhookEndpointsResponse.endpoints:type_name -> keyhouse.events.v1.WebhookEndpoint
+	24, // 13: keyhouse.events.v1.UpdateWebhookEndpointRequest.url:type_name -> google.protobuf.StringValue
+	26, // 14: keyhouse.events.v1.UpdateWebhookEndpointRequest.events:type_name -> google.protobuf.ListValue
+	24, // 15: keyhouse.events.v1.UpdateWebhookEndpointRequest.description:type_name -> google.protobuf.StringValue
+	27, // 16: keyhouse.events.v1.UpdateWebhookEndpointRequest.enabled:type_name -> google.protobuf.BoolValue
+	28, // 17: keyhouse.events.v1.RollWebhookEndpointSecretRequest.expire_old_after_seconds:type_name -> google.protobuf.Int64Value
+	19, // 18: keyhouse.events.v1.ListWebhookDeliveriesResponse.deliveries:type_name -> keyhouse.events.v1.WebhookDelivery
+	20, // 19: keyhouse.events.v1.WebhookDelivery.attempts:type_name -> keyhouse.events.v1.WebhookAttempt
+	25, // 20: keyhouse.events.v1.WebhookDelivery.next_attempt_at:type_name -> google.protobuf.Timestamp
+	25, // 21: keyhouse.events.v1.WebhookAttempt.at:type_name -> google.protobuf.Timestamp
+	29, // 22: keyhouse.events.v1.WebhookAttempt.status_code:type_name -> google.protobuf.Int32Value
+	24, // 23: keyhouse.events.v1.WebhookAttempt.error:type_name -> google.protobuf.StringValue
+	19, // 24: keyhouse.events.v1.ListEventDeliveriesResponse.deliveries:type_name -> keyhouse.events.v1.WebhookDelivery
+	2,  // 25: keyhouse.events.v1.WebhookEndpointsService.CreateWebhookEndpoint:input_type -> keyhouse.events.v1.CreateWebhookEndpointRequest
+	7,  // 26: keyhouse.events.v1.WebhookEndpointsService.ListWebhookEndpoints:input_type -> keyhouse.events.v1.ListWebhookEndpointsRequest
+	8,  // 27: keyhouse.events.v1.WebhookEndpointsService.GetWebhookEndpoint:input_type -> keyhouse.events.v1.GetWebhookEndpointRequest
+	11, // 28: keyhouse.events.v1.WebhookEndpointsService.UpdateWebhookEndpoint:input_type -> keyhouse.events.v1.UpdateWebhookEndpointRequest
+	12, // 29: keyhouse.events.v1.WebhookEndpointsService.RollWebhookEndpointSecret:input_type -> keyhouse.events.v1.RollWebhookEndpointSecretRequest
+	13, // 30: keyhouse.events.v1.WebhookEndpointsService.PingWebhookEndpoint:input_type -> keyhouse.events.v1.PingWebhookEndpointRequest
+	15, // 31: keyhouse.events.v1.WebhookEndpointsService.DeleteWebhookEndpoint:input_type -> keyhouse.events.v1.DeleteWebhookEndpointRequest
+	17, // 32: keyhouse.events.v1.WebhookEndpointsService.ListWebhookDeliveries:input_type -> keyhouse.events.v1.ListWebhookDeliveriesRequest
+	21, // 33: keyhouse.events.v1.WebhookEndpointsService.RedeliverEvent:input_type -> keyhouse.events.v1.RedeliverEventRequest
+	22, // 34: keyhouse.events.v1.WebhookEndpointsService.ListEventDeliveries:input_type -> keyhouse.events.v1.ListEventDeliveriesRequest
+	3,  // 35: keyhouse.events.v1.WebhookEndpointsService.CreateWebhookEndpoint:output_type -> keyhouse.events.v1.CreateWebhookEndpointResponse
+	10, // 36: keyhouse.events.v1.WebhookEndpointsService.ListWebhookEndpoints:output_type -> keyhouse.events.v1.ListWebhookEndpointsResponse
+	9,  // 37: keyhouse.events.v1.WebhookEndpointsService.GetWebhookEndpoint:output_type -> keyhouse.events.v1.GetWebhookEndpointResponse
+	4,  // 38: keyhouse.events.v1.WebhookEndpointsService.UpdateWebhookEndpoint:output_type -> keyhouse.events.v1.UpdateWebhookEndpointResponse
+	5,  // 39: keyhouse.events.v1.WebhookEndpointsService.RollWebhookEndpointSecret:output_type -> keyhouse.events.v1.RollWebhookEndpointSecretResponse
+	14, // 40: keyhouse.events.v1.WebhookEndpointsService.PingWebhookEndpoint:output_type -> keyhouse.events.v1.PingWebhookEndpointResponse
+	16, // 41: keyhouse.events.v1.WebhookEndpointsService.DeleteWebhookEndpoint:output_type -> keyhouse.events.v1.DeleteWebhookEndpointResponse
+	18, // 42: keyhouse.events.v1.WebhookEndpointsService.ListWebhookDeliveries:output_type -> keyhouse.events.v1.ListWebhookDeliveriesResponse
+	6,  // 43: keyhouse.events.v1.WebhookEndpointsService.RedeliverEvent:output_type -> keyhouse.events.v1.RedeliverEventResponse
+	23, // 44: keyhouse.events.v1.WebhookEndpointsService.ListEventDeliveries:output_type -> keyhouse.events.v1.ListEventDeliveriesResponse
+	35, // [35:45] is the sub-list for method output_type
+	25, // [25:35] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_keyhouse_events_v1_webhooks_proto_init() }
@@ -1484,7 +1622,7 @@ func file_keyhouse_events_v1_webhooks_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_keyhouse_events_v1_webhooks_proto_rawDesc), len(file_keyhouse_events_v1_webhooks_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   22,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -83,6 +83,45 @@ func local_request_WebhookEndpointsService_ListWebhookEndpoints_0(ctx context.Co
 	return msg, metadata, err
 }
 
+func request_WebhookEndpointsService_GetWebhookEndpoint_0(ctx context.Context, marshaler runtime.Marshaler, client WebhookEndpointsServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq GetWebhookEndpointRequest
+		metadata runtime.ServerMetadata
+		err      error
+	)
+	val, ok := pathParams["id"]
+	if !ok {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "missing parameter %s", "id")
+	}
+	protoReq.Id, err = runtime.String(val)
+	if err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "type mismatch, parameter: %s, error: %v", "id", err)
+	}
+	if req.Body != nil {
+		_, _ = io.Copy(io.Discard, req.Body)
+	}
+	msg, err := client.GetWebhookEndpoint(ctx, &protoReq, grpc.Header(&metadata.HeaderMD), grpc.Trailer(&metadata.TrailerMD))
+	return msg, metadata, err
+}
+
+func local_request_WebhookEndpointsService_GetWebhookEndpoint_0(ctx context.Context, marshaler runtime.Marshaler, server WebhookEndpointsServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq GetWebhookEndpointRequest
+		metadata runtime.ServerMetadata
+		err      error
+	)
+	val, ok := pathParams["id"]
+	if !ok {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "missing parameter %s", "id")
+	}
+	protoReq.Id, err = runtime.String(val)
+	if err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "type mismatch, parameter: %s, error: %v", "id", err)
+	}
+	msg, err := server.GetWebhookEndpoint(ctx, &protoReq)
+	return msg, metadata, err
+}
+
 func request_WebhookEndpointsService_UpdateWebhookEndpoint_0(ctx context.Context, marshaler runtime.Marshaler, client WebhookEndpointsServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
 	var (
 		protoReq UpdateWebhookEndpointRequest
@@ -355,6 +394,59 @@ func local_request_WebhookEndpointsService_RedeliverEvent_0(ctx context.Context,
 	return msg, metadata, err
 }
 
+var filter_WebhookEndpointsService_ListEventDeliveries_0 = &utilities.DoubleArray{Encoding: map[string]int{"event_id": 0}, Base: []int{1, 1, 0}, Check: []int{0, 1, 2}}
+
+func request_WebhookEndpointsService_ListEventDeliveries_0(ctx context.Context, marshaler runtime.Marshaler, client WebhookEndpointsServiceClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq ListEventDeliveriesRequest
+		metadata runtime.ServerMetadata
+		err      error
+	)
+	val, ok := pathParams["event_id"]
+	if !ok {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "missing parameter %s", "event_id")
+	}
+	protoReq.EventId, err = runtime.String(val)
+	if err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "type mismatch, parameter: %s, error: %v", "event_id", err)
+	}
+	if err := req.ParseForm(); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if err := runtime.PopulateQueryParameters(&protoReq, req.Form, filter_WebhookEndpointsService_ListEventDeliveries_0); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if req.Body != nil {
+		_, _ = io.Copy(io.Discard, req.Body)
+	}
+	msg, err := client.ListEventDeliveries(ctx, &protoReq, grpc.Header(&metadata.HeaderMD), grpc.Trailer(&metadata.TrailerMD))
+	return msg, metadata, err
+}
+
+func local_request_WebhookEndpointsService_ListEventDeliveries_0(ctx context.Context, marshaler runtime.Marshaler, server WebhookEndpointsServiceServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq ListEventDeliveriesRequest
+		metadata runtime.ServerMetadata
+		err      error
+	)
+	val, ok := pathParams["event_id"]
+	if !ok {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "missing parameter %s", "event_id")
+	}
+	protoReq.EventId, err = runtime.String(val)
+	if err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "type mismatch, parameter: %s, error: %v", "event_id", err)
+	}
+	if err := req.ParseForm(); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if err := runtime.PopulateQueryParameters(&protoReq, req.Form, filter_WebhookEndpointsService_ListEventDeliveries_0); err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	msg, err := server.ListEventDeliveries(ctx, &protoReq)
+	return msg, metadata, err
+}
+
 // RegisterWebhookEndpointsServiceHandlerServer registers the http handlers for service WebhookEndpointsService to "mux".
 // UnaryRPC     :call WebhookEndpointsServiceServer directly.
 // StreamingRPC :currently unsupported pending https://github.com/grpc/grpc-go/issues/906.
@@ -400,6 +492,26 @@ func RegisterWebhookEndpointsServiceHandlerServer(ctx context.Context, mux *runt
 			return
 		}
 		forward_WebhookEndpointsService_ListWebhookEndpoints_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
+	})
+	mux.Handle(http.MethodGet, pattern_WebhookEndpointsService_GetWebhookEndpoint_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		var stream runtime.ServerTransportStream
+		ctx = grpc.NewContextWithServerTransportStream(ctx, &stream)
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateIncomingContext(ctx, mux, req, "/keyhouse.events.v1.WebhookEndpointsService/GetWebhookEndpoint", runtime.WithHTTPPathPattern("/v1/webhook-endpoints/{id}"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := local_request_WebhookEndpointsService_GetWebhookEndpoint_0(annotatedContext, inboundMarshaler, server, req, pathParams)
+		md.HeaderMD, md.TrailerMD = metadata.Join(md.HeaderMD, stream.Header()), metadata.Join(md.TrailerMD, stream.Trailer())
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_WebhookEndpointsService_GetWebhookEndpoint_0(annotatedContext, mux, outboundMarshaler, w, req, response_WebhookEndpointsService_GetWebhookEndpoint_0{resp.(*GetWebhookEndpointResponse)}, mux.GetForwardResponseOptions()...)
 	})
 	mux.Handle(http.MethodPost, pattern_WebhookEndpointsService_UpdateWebhookEndpoint_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
@@ -521,6 +633,26 @@ func RegisterWebhookEndpointsServiceHandlerServer(ctx context.Context, mux *runt
 		}
 		forward_WebhookEndpointsService_RedeliverEvent_0(annotatedContext, mux, outboundMarshaler, w, req, response_WebhookEndpointsService_RedeliverEvent_0{resp.(*RedeliverEventResponse)}, mux.GetForwardResponseOptions()...)
 	})
+	mux.Handle(http.MethodGet, pattern_WebhookEndpointsService_ListEventDeliveries_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		var stream runtime.ServerTransportStream
+		ctx = grpc.NewContextWithServerTransportStream(ctx, &stream)
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateIncomingContext(ctx, mux, req, "/keyhouse.events.v1.WebhookEndpointsService/ListEventDeliveries", runtime.WithHTTPPathPattern("/v1/events/{event_id}/deliveries"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := local_request_WebhookEndpointsService_ListEventDeliveries_0(annotatedContext, inboundMarshaler, server, req, pathParams)
+		md.HeaderMD, md.TrailerMD = metadata.Join(md.HeaderMD, stream.Header()), metadata.Join(md.TrailerMD, stream.Trailer())
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_WebhookEndpointsService_ListEventDeliveries_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
+	})
 
 	return nil
 }
@@ -594,6 +726,23 @@ func RegisterWebhookEndpointsServiceHandlerClient(ctx context.Context, mux *runt
 			return
 		}
 		forward_WebhookEndpointsService_ListWebhookEndpoints_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
+	})
+	mux.Handle(http.MethodGet, pattern_WebhookEndpointsService_GetWebhookEndpoint_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateContext(ctx, mux, req, "/keyhouse.events.v1.WebhookEndpointsService/GetWebhookEndpoint", runtime.WithHTTPPathPattern("/v1/webhook-endpoints/{id}"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := request_WebhookEndpointsService_GetWebhookEndpoint_0(annotatedContext, inboundMarshaler, client, req, pathParams)
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_WebhookEndpointsService_GetWebhookEndpoint_0(annotatedContext, mux, outboundMarshaler, w, req, response_WebhookEndpointsService_GetWebhookEndpoint_0{resp.(*GetWebhookEndpointResponse)}, mux.GetForwardResponseOptions()...)
 	})
 	mux.Handle(http.MethodPost, pattern_WebhookEndpointsService_UpdateWebhookEndpoint_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
@@ -697,6 +846,23 @@ func RegisterWebhookEndpointsServiceHandlerClient(ctx context.Context, mux *runt
 		}
 		forward_WebhookEndpointsService_RedeliverEvent_0(annotatedContext, mux, outboundMarshaler, w, req, response_WebhookEndpointsService_RedeliverEvent_0{resp.(*RedeliverEventResponse)}, mux.GetForwardResponseOptions()...)
 	})
+	mux.Handle(http.MethodGet, pattern_WebhookEndpointsService_ListEventDeliveries_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateContext(ctx, mux, req, "/keyhouse.events.v1.WebhookEndpointsService/ListEventDeliveries", runtime.WithHTTPPathPattern("/v1/events/{event_id}/deliveries"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := request_WebhookEndpointsService_ListEventDeliveries_0(annotatedContext, inboundMarshaler, client, req, pathParams)
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_WebhookEndpointsService_ListEventDeliveries_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
+	})
 	return nil
 }
 
@@ -706,6 +872,15 @@ type response_WebhookEndpointsService_CreateWebhookEndpoint_0 struct {
 
 func (m response_WebhookEndpointsService_CreateWebhookEndpoint_0) XXX_ResponseBody() interface{} {
 	response := m.CreateWebhookEndpointResponse
+	return response.Endpoint
+}
+
+type response_WebhookEndpointsService_GetWebhookEndpoint_0 struct {
+	*GetWebhookEndpointResponse
+}
+
+func (m response_WebhookEndpointsService_GetWebhookEndpoint_0) XXX_ResponseBody() interface{} {
+	response := m.GetWebhookEndpointResponse
 	return response.Endpoint
 }
 
@@ -739,21 +914,25 @@ func (m response_WebhookEndpointsService_RedeliverEvent_0) XXX_ResponseBody() in
 var (
 	pattern_WebhookEndpointsService_CreateWebhookEndpoint_0     = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "webhook-endpoints"}, ""))
 	pattern_WebhookEndpointsService_ListWebhookEndpoints_0      = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "webhook-endpoints"}, ""))
+	pattern_WebhookEndpointsService_GetWebhookEndpoint_0        = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "webhook-endpoints", "id"}, ""))
 	pattern_WebhookEndpointsService_UpdateWebhookEndpoint_0     = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "webhook-endpoints", "id", "update"}, ""))
 	pattern_WebhookEndpointsService_RollWebhookEndpointSecret_0 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "webhook-endpoints", "id", "roll-secret"}, ""))
 	pattern_WebhookEndpointsService_PingWebhookEndpoint_0       = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "webhook-endpoints", "id", "ping"}, ""))
 	pattern_WebhookEndpointsService_DeleteWebhookEndpoint_0     = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "webhook-endpoints", "id"}, ""))
 	pattern_WebhookEndpointsService_ListWebhookDeliveries_0     = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "webhook-endpoints", "id", "deliveries"}, ""))
 	pattern_WebhookEndpointsService_RedeliverEvent_0            = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "events", "event_id", "redeliver"}, ""))
+	pattern_WebhookEndpointsService_ListEventDeliveries_0       = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "events", "event_id", "deliveries"}, ""))
 )
 
 var (
 	forward_WebhookEndpointsService_CreateWebhookEndpoint_0     = runtime.ForwardResponseMessage
 	forward_WebhookEndpointsService_ListWebhookEndpoints_0      = runtime.ForwardResponseMessage
+	forward_WebhookEndpointsService_GetWebhookEndpoint_0        = runtime.ForwardResponseMessage
 	forward_WebhookEndpointsService_UpdateWebhookEndpoint_0     = runtime.ForwardResponseMessage
 	forward_WebhookEndpointsService_RollWebhookEndpointSecret_0 = runtime.ForwardResponseMessage
 	forward_WebhookEndpointsService_PingWebhookEndpoint_0       = runtime.ForwardResponseMessage
 	forward_WebhookEndpointsService_DeleteWebhookEndpoint_0     = runtime.ForwardResponseMessage
 	forward_WebhookEndpointsService_ListWebhookDeliveries_0     = runtime.ForwardResponseMessage
 	forward_WebhookEndpointsService_RedeliverEvent_0            = runtime.ForwardResponseMessage
+	forward_WebhookEndpointsService_ListEventDeliveries_0       = runtime.ForwardResponseMessage
 )

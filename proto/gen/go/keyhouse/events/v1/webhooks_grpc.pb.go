@@ -21,6 +21,7 @@ const _ = grpc.SupportPackageIsVersion9
 const (
 	WebhookEndpointsService_CreateWebhookEndpoint_FullMethodName     = "/keyhouse.events.v1.WebhookEndpointsService/CreateWebhookEndpoint"
 	WebhookEndpointsService_ListWebhookEndpoints_FullMethodName      = "/keyhouse.events.v1.WebhookEndpointsService/ListWebhookEndpoints"
+	WebhookEndpointsService_GetWebhookEndpoint_FullMethodName        = "/keyhouse.events.v1.WebhookEndpointsService/GetWebhookEndpoint"
 	WebhookEndpointsService_UpdateWebhookEndpoint_FullMethodName     = "/keyhouse.events.v1.WebhookEndpointsService/UpdateWebhookEndpoint"
 	WebhookEndpointsService_RollWebhookEndpointSecret_FullMethodName = "/keyhouse.events.v1.WebhookEndpointsService/RollWebhookEndpointSecret"
 	WebhookEndpointsService_PingWebhookEndpoint_FullMethodName       = "/keyhouse.events.v1.WebhookEndpointsService/PingWebhookEndpoint"
@@ -40,15 +41,21 @@ const (
 // Management tier, reads in Admin-Info. Another tenant's endpoint, event or delivery is
 // not found. Response fields are declared in the order the gateway prints them.
 type WebhookEndpointsServiceClient interface {
-	// POST /v1/webhook-endpoints: at most 16 per tenant. The answer carries the secret,
+	// POST /v1/webhook-endpoints: at most 16 per tenant (beyond: 400 "A tenant may have at
+	// most 16 webhook endpoints: delete one first"). The answer carries the secret,
 	// the only time it is shown. Honors the Idempotency-Key metadata (addendum §8): a
 	// retry with the same key and request within 24 h returns the first answer, secret
 	// included, and creates nothing.
 	CreateWebhookEndpoint(ctx context.Context, in *CreateWebhookEndpointRequest, opts ...grpc.CallOption) (*CreateWebhookEndpointResponse, error)
 	ListWebhookEndpoints(ctx context.Context, in *ListWebhookEndpointsRequest, opts ...grpc.CallOption) (*ListWebhookEndpointsResponse, error)
+	// GET /v1/webhook-endpoints/{id}: one endpoint, as listed (never its secret).
+	GetWebhookEndpoint(ctx context.Context, in *GetWebhookEndpointRequest, opts ...grpc.CallOption) (*GetWebhookEndpointResponse, error)
 	// POST /v1/webhook-endpoints/{id}/update: any of url, events, description, enabled.
 	UpdateWebhookEndpoint(ctx context.Context, in *UpdateWebhookEndpointRequest, opts ...grpc.CallOption) (*UpdateWebhookEndpointResponse, error)
 	// A new secret; the old one keeps signing (a second v1) for expire_old_after_seconds.
+	// The answer carries the new secret, the only time it is shown. Honors the
+	// Idempotency-Key metadata (addendum §8): a retry with the same key and request within
+	// 24 h returns the first answer, secret included, and rolls nothing.
 	RollWebhookEndpointSecret(ctx context.Context, in *RollWebhookEndpointSecretRequest, opts ...grpc.CallOption) (*RollWebhookEndpointSecretResponse, error)
 	// Sends a `ping` event to this endpoint only (it is in no event log).
 	PingWebhookEndpoint(ctx context.Context, in *PingWebhookEndpointRequest, opts ...grpc.CallOption) (*PingWebhookEndpointResponse, error)
@@ -57,7 +64,9 @@ type WebhookEndpointsServiceClient interface {
 	ListWebhookDeliveries(ctx context.Context, in *ListWebhookDeliveriesRequest, opts ...grpc.CallOption) (*ListWebhookDeliveriesResponse, error)
 	// POST /v1/events/{event_id}/redeliver: a new delivery of a logged event to one endpoint.
 	RedeliverEvent(ctx context.Context, in *RedeliverEventRequest, opts ...grpc.CallOption) (*RedeliverEventResponse, error)
-	// Every delivery of one event (the console's event page); no REST route.
+	// GET /v1/events/{event_id}/deliveries: the deliveries of one event of the log, to
+	// every endpoint, newest first (also the console's event page). A ping is in no log:
+	// its id is not found, as on GET /v1/events/{id}.
 	ListEventDeliveries(ctx context.Context, in *ListEventDeliveriesRequest, opts ...grpc.CallOption) (*ListEventDeliveriesResponse, error)
 }
 
@@ -83,6 +92,16 @@ func (c *webhookEndpointsServiceClient) ListWebhookEndpoints(ctx context.Context
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ListWebhookEndpointsResponse)
 	err := c.cc.Invoke(ctx, WebhookEndpointsService_ListWebhookEndpoints_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *webhookEndpointsServiceClient) GetWebhookEndpoint(ctx context.Context, in *GetWebhookEndpointRequest, opts ...grpc.CallOption) (*GetWebhookEndpointResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetWebhookEndpointResponse)
+	err := c.cc.Invoke(ctx, WebhookEndpointsService_GetWebhookEndpoint_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -169,15 +188,21 @@ func (c *webhookEndpointsServiceClient) ListEventDeliveries(ctx context.Context,
 // Management tier, reads in Admin-Info. Another tenant's endpoint, event or delivery is
 // not found. Response fields are declared in the order the gateway prints them.
 type WebhookEndpointsServiceServer interface {
-	// POST /v1/webhook-endpoints: at most 16 per tenant. The answer carries the secret,
+	// POST /v1/webhook-endpoints: at most 16 per tenant (beyond: 400 "A tenant may have at
+	// most 16 webhook endpoints: delete one first"). The answer carries the secret,
 	// the only time it is shown. Honors the Idempotency-Key metadata (addendum §8): a
 	// retry with the same key and request within 24 h returns the first answer, secret
 	// included, and creates nothing.
 	CreateWebhookEndpoint(context.Context, *CreateWebhookEndpointRequest) (*CreateWebhookEndpointResponse, error)
 	ListWebhookEndpoints(context.Context, *ListWebhookEndpointsRequest) (*ListWebhookEndpointsResponse, error)
+	// GET /v1/webhook-endpoints/{id}: one endpoint, as listed (never its secret).
+	GetWebhookEndpoint(context.Context, *GetWebhookEndpointRequest) (*GetWebhookEndpointResponse, error)
 	// POST /v1/webhook-endpoints/{id}/update: any of url, events, description, enabled.
 	UpdateWebhookEndpoint(context.Context, *UpdateWebhookEndpointRequest) (*UpdateWebhookEndpointResponse, error)
 	// A new secret; the old one keeps signing (a second v1) for expire_old_after_seconds.
+	// The answer carries the new secret, the only time it is shown. Honors the
+	// Idempotency-Key metadata (addendum §8): a retry with the same key and request within
+	// 24 h returns the first answer, secret included, and rolls nothing.
 	RollWebhookEndpointSecret(context.Context, *RollWebhookEndpointSecretRequest) (*RollWebhookEndpointSecretResponse, error)
 	// Sends a `ping` event to this endpoint only (it is in no event log).
 	PingWebhookEndpoint(context.Context, *PingWebhookEndpointRequest) (*PingWebhookEndpointResponse, error)
@@ -186,7 +211,9 @@ type WebhookEndpointsServiceServer interface {
 	ListWebhookDeliveries(context.Context, *ListWebhookDeliveriesRequest) (*ListWebhookDeliveriesResponse, error)
 	// POST /v1/events/{event_id}/redeliver: a new delivery of a logged event to one endpoint.
 	RedeliverEvent(context.Context, *RedeliverEventRequest) (*RedeliverEventResponse, error)
-	// Every delivery of one event (the console's event page); no REST route.
+	// GET /v1/events/{event_id}/deliveries: the deliveries of one event of the log, to
+	// every endpoint, newest first (also the console's event page). A ping is in no log:
+	// its id is not found, as on GET /v1/events/{id}.
 	ListEventDeliveries(context.Context, *ListEventDeliveriesRequest) (*ListEventDeliveriesResponse, error)
 	mustEmbedUnimplementedWebhookEndpointsServiceServer()
 }
@@ -203,6 +230,9 @@ func (UnimplementedWebhookEndpointsServiceServer) CreateWebhookEndpoint(context.
 }
 func (UnimplementedWebhookEndpointsServiceServer) ListWebhookEndpoints(context.Context, *ListWebhookEndpointsRequest) (*ListWebhookEndpointsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListWebhookEndpoints not implemented")
+}
+func (UnimplementedWebhookEndpointsServiceServer) GetWebhookEndpoint(context.Context, *GetWebhookEndpointRequest) (*GetWebhookEndpointResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetWebhookEndpoint not implemented")
 }
 func (UnimplementedWebhookEndpointsServiceServer) UpdateWebhookEndpoint(context.Context, *UpdateWebhookEndpointRequest) (*UpdateWebhookEndpointResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method UpdateWebhookEndpoint not implemented")
@@ -279,6 +309,24 @@ func _WebhookEndpointsService_ListWebhookEndpoints_Handler(srv interface{}, ctx 
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(WebhookEndpointsServiceServer).ListWebhookEndpoints(ctx, req.(*ListWebhookEndpointsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _WebhookEndpointsService_GetWebhookEndpoint_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetWebhookEndpointRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(WebhookEndpointsServiceServer).GetWebhookEndpoint(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: WebhookEndpointsService_GetWebhookEndpoint_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(WebhookEndpointsServiceServer).GetWebhookEndpoint(ctx, req.(*GetWebhookEndpointRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -423,6 +471,10 @@ var WebhookEndpointsService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListWebhookEndpoints",
 			Handler:    _WebhookEndpointsService_ListWebhookEndpoints_Handler,
+		},
+		{
+			MethodName: "GetWebhookEndpoint",
+			Handler:    _WebhookEndpointsService_GetWebhookEndpoint_Handler,
 		},
 		{
 			MethodName: "UpdateWebhookEndpoint",

@@ -1765,7 +1765,7 @@ const file_keyhouse_storefront_v1_storefront_proto_rawDesc = "" +
 	"\breply_to\x18\x02 \x01(\tB)\xaa\x83\x19%{\"type\": \"string\", \"format\": \"email\"}R\areplyTo\x12!\n" +
 	"\fproduct_name\x18\x03 \x01(\tR\vproductName\"^\n" +
 	"\x1aUpdateMailSettingsResponse\x12@\n" +
-	"\bsettings\x18\x01 \x01(\v2$.keyhouse.storefront.v1.MailSettingsR\bsettings2\xd3\x10\n" +
+	"\bsettings\x18\x01 \x01(\v2$.keyhouse.storefront.v1.MailSettingsR\bsettings2\xd8\x10\n" +
 	"\x11StorefrontService\x12\xcd\x01\n" +
 	"\x0eConnectWebhook\x12-.keyhouse.storefront.v1.ConnectWebhookRequest\x1a..keyhouse.storefront.v1.ConnectWebhookResponse\"\\\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x90\x83\x19\x01\x9a\x83\x19J\b\x99\x03\x12EAn active webhook already exists for this provider; disable it first.\x12y\n" +
 	"\fListWebhooks\x12+.keyhouse.storefront.v1.ListWebhooksRequest\x1a,.keyhouse.storefront.v1.ListWebhooksResponse\"\x0e\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\xa0\x82\x19\x01\x12\xcf\x01\n" +
@@ -1774,9 +1774,8 @@ const file_keyhouse_storefront_v1_storefront_proto_rawDesc = "" +
 	"\rCreateMapping\x12,.keyhouse.storefront.v1.CreateMappingRequest\x1a-.keyhouse.storefront.v1.CreateMappingResponse\"\xc2\x01\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x90\x83\x19\x01\x9a\x83\x19I\b\x90\x03\x12DA tenant may have at most 200 storefront mappings: delete one first.\x9a\x83\x19c\b\x99\x03\x12^A mapping for this payment_link already exists; A mapping for this service_ref already exists.\x12y\n" +
 	"\fListMappings\x12+.keyhouse.storefront.v1.ListMappingsRequest\x1a,.keyhouse.storefront.v1.ListMappingsResponse\"\x0e\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\xa0\x82\x19\x01\x12\x93\x01\n" +
 	"\rDeleteMapping\x12,.keyhouse.storefront.v1.DeleteMappingRequest\x1a-.keyhouse.storefront.v1.DeleteMappingResponse\"%\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x9a\x83\x19\x17\b\x94\x03\x12\x12Mapping not found.\x12\x7f\n" +
-	"\x0eListDeliveries\x12-.keyhouse.storefront.v1.ListDeliveriesRequest\x1a..keyhouse.storefront.v1.ListDeliveriesResponse\"\x0e\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\xa0\x82\x19\x01\x12~\n" +
-	"\x0fGetMailSettings\x12..keyhouse.storefront.v1.GetMailSettingsRequest\x1a/.keyhouse.storefront.v1.GetMailSettingsResponse\"\n" +
-	"\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x12\xbc\x02\n" +
+	"\x0eListDeliveries\x12-.keyhouse.storefront.v1.ListDeliveriesRequest\x1a..keyhouse.storefront.v1.ListDeliveriesResponse\"\x0e\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\xa0\x82\x19\x01\x12\x82\x01\n" +
+	"\x0fGetMailSettings\x12..keyhouse.storefront.v1.GetMailSettingsRequest\x1a/.keyhouse.storefront.v1.GetMailSettingsResponse\"\x0e\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\xa0\x82\x19\x01\x12\xbc\x02\n" +
 	"\x12UpdateMailSettings\x121.keyhouse.storefront.v1.UpdateMailSettingsRequest\x1a2.keyhouse.storefront.v1.UpdateMailSettingsResponse\"\xbe\x01\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x9a\x83\x19\xaf\x01\b\x90\x03\x12\xa9\x01sender_name (or product_name) must be at most 100 characters with no line break or other control character; reply_to must be one email address, like support@example.com.\x12\xdd\x01\n" +
 	"\fReceiveEvent\x12+.keyhouse.storefront.v1.ReceiveEventRequest\x1a,.keyhouse.storefront.v1.ReceiveEventResponse\"r\x90\x82\x19\x01\x9a\x82\x19\x02\b\x01\x9a\x83\x19I\b\x90\x03\x12DInvalid signature; Invalid payload: <reason>; Webhook is not active.\x9a\x83\x19\x17\b\x94\x03\x12\x12Webhook not found.2\x93\x01\n" +
 	"\x17StorefrontPortalService\x12x\n" +
