@@ -151,7 +151,7 @@ func TestConsoleSessionCookieFlagsAndLogout(t *testing.T) {
 	replay := newWebClient(t, s)
 	u, _ := url.Parse(s.URL + "/console/")
 	replay.http.Jar.SetCookies(u, []*http.Cookie{{Name: "kh_session", Value: ck.Value, Path: "/console"}})
-	replay.get("/console/licenses").redirectsTo(t, "/console/login?reason=expired")
+	replay.get("/console/licenses").redirectsTo(t, "/console/login?next=%2Fconsole%2Flicenses&reason=expired")
 	// Nor does the session token work as an API credential after logout.
 	newClient(t, s.URL, ck.Value).Get("/v1/list-licenses").ExpectError(t, 403, "Unauthorized")
 }
@@ -359,7 +359,7 @@ func TestConsoleDataExportIsHostedAndOncePerMinute(t *testing.T) {
 		t.Fatalf("another session of the same tenant: %d", p.Status)
 	}
 	// Without a session there is no export, just the sign-in page.
-	newWebClient(t, s).get("/console/export").redirectsTo(t, "/console/login")
+	newWebClient(t, s).get("/console/export").redirectsTo(t, "/console/login?next=%2Fconsole%2Fexport")
 }
 
 func TestRotatingTheKeyThroughTheAPIEndsEveryConsoleSession(t *testing.T) {
@@ -373,7 +373,7 @@ func TestRotatingTheKeyThroughTheAPIEndsEveryConsoleSession(t *testing.T) {
 	c.signIn(other.Token)
 
 	tenant.Post("/v1/rotate-api-key", nil).Expect(t, 200)
-	a.get("/console/licenses").redirectsTo(t, "/console/login?reason=expired")
+	a.get("/console/licenses").redirectsTo(t, "/console/login?next=%2Fconsole%2Flicenses&reason=expired")
 	b.get("/console/").redirectsTo(t, "/console/login?reason=expired")
 	// Another tenant's session is untouched.
 	c.get("/console/licenses").expect(t, 200, "Licenses")
