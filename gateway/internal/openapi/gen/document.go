@@ -297,9 +297,22 @@ func errorStatuses(op operation, m method, generated bool) map[int][]string {
 	return out
 }
 
-// addErrors writes the error answers into the operation's responses; an answer the
-// operation already describes (a hand-written route's) is kept as written.
-func addErrors(op operation, statuses map[int][]string) {
+// errorSchemas are the definitions of a method's error bodies that carry siblings of
+// "error" (HttpError.schema), by status: every answer of that status is typed by it.
+func errorSchemas(m method) map[int]string {
+	out := map[int]string{}
+	for _, e := range m.httpErrors {
+		if e.GetSchema() != "" {
+			out[int(e.GetStatus())] = e.GetSchema()
+		}
+	}
+	return out
+}
+
+// addErrors writes the error answers into the operation's responses, typed by Error
+// unless schemas names another definition for the status; an answer the operation
+// already describes (a hand-written route's) is kept as written.
+func addErrors(op operation, statuses map[int][]string, schemas map[int]string) {
 	responses, _ := op.op["responses"].(object)
 	codes := make([]int, 0, len(statuses))
 	for c := range statuses {
@@ -311,9 +324,13 @@ func addErrors(op operation, statuses map[int][]string) {
 		if _, written := responses[key]; written {
 			continue
 		}
+		def := "Error"
+		if s, ok := schemas[c]; ok {
+			def = s
+		}
 		responses[key] = object{
 			"description": strings.Join(statuses[c], " Or: "),
-			"schema":      object{"$ref": "#/definitions/Error"},
+			"schema":      object{"$ref": "#/definitions/" + def},
 		}
 	}
 }
