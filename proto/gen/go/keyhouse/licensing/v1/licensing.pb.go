@@ -2799,7 +2799,7 @@ const file_keyhouse_licensing_v1_licensing_proto_rawDesc = "" +
 	"\x06limits\x18\x06 \x01(\v2\x17.google.protobuf.StructR\x06limits\"u\n" +
 	"\x1fVerifyLicenseFileBase64Response\x12\x14\n" +
 	"\x05valid\x18\x01 \x01(\bR\x05valid\x12<\n" +
-	"\alicense\x18\x02 \x01(\v2\".keyhouse.licensing.v1.FileLicenseR\alicense2\xd1 \n" +
+	"\alicense\x18\x02 \x01(\v2\".keyhouse.licensing.v1.FileLicenseR\alicense2\x8b\"\n" +
 	"\x10LicensingService\x12\xc3\x02\n" +
 	"\fIssueLicense\x12*.keyhouse.licensing.v1.IssueLicenseRequest\x1a+.keyhouse.licensing.v1.IssueLicenseResponse\"\xd9\x01\x90\x82\x19\x02\x9a\x82\x19\x02\b\x05\x90\x83\x19\x01\x9a\x83\x19N\b\x90\x03\x12IUnknown limit key: <key>; a field missing, too long or of the wrong type.\x9a\x83\x19u\b\x93\x03\x12pproduct_id is owned by a different tenant; Subscription is not active; License issuance quota exceeded (hosted).\x12\x82\x03\n" +
 	"\x0eImportLicenses\x12,.keyhouse.licensing.v1.ImportLicensesRequest\x1a-.keyhouse.licensing.v1.ImportLicensesResponse\"\x92\x02\x90\x82\x19\x02\x9a\x82\x19\x02\b\a\x9a\x83\x19J\b\x93\x03\x12ESubscription is not active; License issuance quota exceeded (hosted).\x9a\x83\x19j\b\x99\x03\x12elicenses[<i>].key already exists with other terms, or is held by another tenant (on_conflict \"fail\").\x9a\x83\x19H\b\xf7\x03\x12CLicensing is busy with a concurrent import of the same keys, retry.\x12\xe4\x02\n" +
@@ -2811,10 +2811,10 @@ const file_keyhouse_licensing_v1_licensing_proto_rawDesc = "" +
 	"\fListLicenses\x12*.keyhouse.licensing.v1.ListLicensesRequest\x1a+.keyhouse.licensing.v1.ListLicensesResponse\"\x0e\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\xa0\x82\x19\x01\x12\xa5\x01\n" +
 	"\x11GetLicenseDetails\x12/.keyhouse.licensing.v1.GetLicenseDetailsRequest\x1a0.keyhouse.licensing.v1.GetLicenseDetailsResponse\"-\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\xa0\x82\x19\x01\x9a\x83\x19\x1b\b\x94\x03\x12\x16License key not found.\x12\x8f\x01\n" +
 	"\vUpdateNotes\x12).keyhouse.licensing.v1.UpdateNotesRequest\x1a*.keyhouse.licensing.v1.UpdateNotesResponse\")\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\x9a\x83\x19\x1b\b\x94\x03\x12\x16License key not found.\x12k\n" +
-	"\bGetStats\x12&.keyhouse.licensing.v1.GetStatsRequest\x1a'.keyhouse.licensing.v1.GetStatsResponse\"\x0e\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\xa0\x82\x19\x01\x12\x95\x01\n" +
-	"\rExportLicense\x12+.keyhouse.licensing.v1.ExportLicenseRequest\x1a,.keyhouse.licensing.v1.ExportLicenseResponse\")\x90\x82\x19\x01\x9a\x82\x19\x02\b\x04\x9a\x83\x19\x1b\b\x94\x03\x12\x16License key not found.\x12\xa1\x01\n" +
-	"\x11ExportLicenseFile\x12/.keyhouse.licensing.v1.ExportLicenseFileRequest\x1a0.keyhouse.licensing.v1.ExportLicenseFileResponse\")\x90\x82\x19\x01\x9a\x82\x19\x02\b\x04\x9a\x83\x19\x1b\b\x94\x03\x12\x16License key not found.\x12\xaa\x01\n" +
-	"\x14ExportLicenseOffline\x122.keyhouse.licensing.v1.ExportLicenseOfflineRequest\x1a3.keyhouse.licensing.v1.ExportLicenseOfflineResponse\")\x90\x82\x19\x01\x9a\x82\x19\x02\b\x04\x9a\x83\x19\x1b\b\x94\x03\x12\x16License key not found.\x12s\n" +
+	"\bGetStats\x12&.keyhouse.licensing.v1.GetStatsRequest\x1a'.keyhouse.licensing.v1.GetStatsResponse\"\x0e\x90\x82\x19\x02\x9a\x82\x19\x02\b\x06\xa0\x82\x19\x01\x12\xd3\x01\n" +
+	"\rExportLicense\x12+.keyhouse.licensing.v1.ExportLicenseRequest\x1a,.keyhouse.licensing.v1.ExportLicenseResponse\"g\x90\x82\x19\x01\x9a\x82\x19\x02\b\x04\x9a\x83\x19\x1b\b\x94\x03\x12\x16License key not found.\x9a\x83\x19:\b\x93\x03\x125License is not active (revoked); License has expired.\x12\xdf\x01\n" +
+	"\x11ExportLicenseFile\x12/.keyhouse.licensing.v1.ExportLicenseFileRequest\x1a0.keyhouse.licensing.v1.ExportLicenseFileResponse\"g\x90\x82\x19\x01\x9a\x82\x19\x02\b\x04\x9a\x83\x19\x1b\b\x94\x03\x12\x16License key not found.\x9a\x83\x19:\b\x93\x03\x125License is not active (revoked); License has expired.\x12\xe8\x01\n" +
+	"\x14ExportLicenseOffline\x122.keyhouse.licensing.v1.ExportLicenseOfflineRequest\x1a3.keyhouse.licensing.v1.ExportLicenseOfflineResponse\"g\x90\x82\x19\x01\x9a\x82\x19\x02\b\x04\x9a\x83\x19\x1b\b\x94\x03\x12\x16License key not found.\x9a\x83\x19:\b\x93\x03\x125License is not active (revoked); License has expired.\x12s\n" +
 	"\fGetPublicKey\x12*.keyhouse.licensing.v1.GetPublicKeyRequest\x1a+.keyhouse.licensing.v1.GetPublicKeyResponse\"\n" +
 	"\x90\x82\x19\x01\x9a\x82\x19\x02\b\x04\x12y\n" +
 	"\x0eListPublicKeys\x12,.keyhouse.licensing.v1.ListPublicKeysRequest\x1a-.keyhouse.licensing.v1.ListPublicKeysResponse\"\n" +
