@@ -500,6 +500,17 @@ func exerciseEveryRoute(t *testing.T, x *answerChecker, mode string) {
 	do(a, 200, "POST", "/v1/webhook-endpoints/"+epID+"/ping", map[string]any{})
 	do(a, 200, "POST", "/v1/webhook-endpoints/"+epID+"/roll-secret", map[string]any{"expire_old_after_seconds": 60})
 	do(a, 200, "POST", "/v1/revoke-license", map[string]any{"key": k3, "revoked": true})
+	// A revoked license, everywhere it is read.
+	do(pub, 403, "POST", "/v1/verify-license", map[string]any{"key": k3})
+	do(pub, 0, "POST", "/v1/check-update", map[string]any{"product_id": p, "current_version": "0.9.0", "key": k3})
+	do(pub, 0, "POST", "/v1/activate-license", map[string]any{"key": k3, "instance_id": "late"})
+	do(pub, 403, "GET", "/v1/export-license/"+k3, nil)
+	do(pub, 403, "GET", "/v1/export-license/"+k3+"/offline", nil)
+	revokedFile := x.do(t, pub, 0, "GET", "/v1/export-license/"+k3+"/file", nil)
+	if revokedFile.Status == 200 {
+		do(pub, 403, "POST", "/v1/verify-license-file-base64", map[string]any{"license_file": base64.StdEncoding.EncodeToString(revokedFile.Body)})
+	}
+	do(a, 200, "GET", "/v1/list-licenses?status=revoked&limit=5", nil)
 	do(pub, 200, "POST", "/v1/validate-license", map[string]any{"key": k3})
 	do(pub, 200, "POST", "/v1/usage-report", map[string]any{"key": k3})
 	do(a, 200, "GET", "/v1/admin/license/"+k3, nil)
@@ -545,16 +556,25 @@ func exerciseEveryRoute(t *testing.T, x *answerChecker, mode string) {
 	// API keys.
 	k := do(a, 200, "POST", "/v1/api-keys", map[string]any{"name": uniq("oa-"), "scope": "read"}, "Idempotency-Key", uniq("oa-"))
 	k2nd := do(a, 200, "POST", "/v1/api-keys", map[string]any{"name": uniq("oa-"), "scope": "full", "expires_at": future})
+	// A key that has been used: its last_used_at is set.
+	used := newClient(t, s.URL, fmt.Sprint(k["api_key"]))
+	do(used, 0, "GET", "/v1/list-licenses?limit=1", nil)
 	do(a, 200, "GET", "/v1/api-keys", nil)
 	for _, key := range []map[string]any{k, k2nd} {
 		do(a, 200, "DELETE", "/v1/api-keys/"+fmt.Sprint(key["id"]), nil)
 	}
 
-	// Import.
+	// Import, an expired license among them.
+	expired := uniq("OA-IMPORT-")
 	do(a, 200, "POST", "/v1/licenses/import", map[string]any{"licenses": []map[string]any{
-		importItem(p, 1, uniq("OA-IMPORT-")), importItem(p, 7, uniq("OA-IMPORT-")),
+		importItem(p, 1, uniq("OA-IMPORT-")), importItem(p, 7, uniq("OA-IMPORT-")), importItem(p, 4, expired),
 		{"key": uniq("OA-IMPORT-"), "product_id": p, "tier": "free", "issued_to": "min@example.com"},
 	}})
+	do(pub, 403, "POST", "/v1/verify-license", map[string]any{"key": expired})
+	do(pub, 200, "POST", "/v1/validate-license", map[string]any{"key": expired})
+	do(pub, 200, "POST", "/v1/usage-report", map[string]any{"key": expired})
+	do(a, 200, "GET", "/v1/admin/license/"+expired, nil)
+	do(a, 200, "GET", "/v1/list-licenses?status=active&limit=5", nil)
 	do(a, 200, "POST", "/v1/licenses/import", map[string]any{"licenses": []map[string]any{{"key": k1, "product_id": p, "tier": "pro", "issued_to": "x@example.com"}}, "on_conflict": "skip"})
 
 	// Storefront: mail settings, mappings, a connected Stripe webhook and a sale.
@@ -589,6 +609,23 @@ func exerciseEveryRoute(t *testing.T, x *answerChecker, mode string) {
 		return false
 	})
 	do(a, 200, "GET", "/v1/storefront/deliveries?customer="+sess.Customer, nil)
+	// A sale no mapping names: a delivery that did not fulfil.
+	stray := newSession("", "stray@example.com")
+	stray.ServiceRef = uniq("svc-none-")
+	strayID := uniq("evt_oa_")
+	payload = event(strayID, "checkout.session.completed", stray)
+	signed = webhook.GenerateTestSignedPayload(&webhook.UnsignedPayload{Payload: payload, Secret: secret})
+	do(pub, 0, "POST", "/v1/webhooks/storefront/"+whID, payload, "Stripe-Signature", signed.Header)
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(time.Second) {
+		d := do(poll(), 200, "GET", "/v1/storefront/deliveries?limit=50", nil)
+		if slices.ContainsFunc(asAnySlice(d["deliveries"]), func(it any) bool {
+			m, _ := it.(map[string]any)
+			return m["event_id"] == strayID && m["outcome"] != "pending"
+		}) {
+			break
+		}
+	}
+	do(a, 200, "GET", "/v1/storefront/deliveries?outcome=unmapped", nil)
 	for _, m := range []map[string]any{m1, m2} {
 		do(a, 200, "DELETE", "/v1/storefront/mappings/"+fmt.Sprint(m["id"]), nil)
 	}
@@ -614,6 +651,8 @@ func exerciseEveryRoute(t *testing.T, x *answerChecker, mode string) {
 	do(op, 200, "GET", "/v1/operator/tenants/"+tenantID, nil)
 	do(op, 200, "GET", "/v1/operator/tenants/"+id, nil)
 	do(op, 200, "POST", "/v1/operator/tenants/"+id+"/suspend", nil)
+	do(op, 200, "GET", "/v1/operator/tenants/"+id, nil)
+	do(op, 200, "GET", "/v1/operator/tenants?limit=50", nil)
 	do(op, 200, "POST", "/v1/operator/tenants/"+id+"/resume", nil)
 	fresh := newClient(t, s.URL, fmt.Sprint(created["api_key"]))
 	do(fresh, 200, "POST", "/v1/rotate-api-key", nil)
