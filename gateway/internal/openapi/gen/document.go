@@ -266,21 +266,22 @@ func idempotencyKeyHeader() object {
 }
 
 // errorStatuses are the error answers of an operation served by a gRPC method: those
-// every route of its kind gives, then the method's own (keyhouse.api.v1.http_errors).
+// every route of its kind gives, then the method's own (keyhouse.api.v1.http_errors). A
+// route with a body, hand-written or not, is a 413 over the edge's cap (addendum §6).
 func errorStatuses(op operation, m method, generated bool) map[int][]string {
 	out := map[int][]string{}
+	hasInput, hasBody := false, false
+	for _, p := range asSlice(op.op["parameters"]) {
+		param, _ := p.(object)
+		hasInput = true
+		hasBody = hasBody || param["in"] == "body"
+	}
+	if hasBody {
+		out[413] = append(out[413], "Request body too large.")
+	}
 	if generated {
-		hasInput, hasBody := false, false
-		for _, p := range asSlice(op.op["parameters"]) {
-			param, _ := p.(object)
-			hasInput = true
-			hasBody = hasBody || param["in"] == "body"
-		}
 		if hasInput {
 			out[400] = append(out[400], "Invalid parameters or body; the error names the field or value refused.")
-		}
-		if hasBody {
-			out[413] = append(out[413], "Request body too large.")
 		}
 		if m.access != apiv1.Access_ACCESS_PUBLIC {
 			out[403] = append(out[403], "Unauthorized: the API key is missing or wrong.")
