@@ -61,10 +61,15 @@ type answerChecker struct {
 	checked    int
 }
 
+type docParam struct {
+	In string `json:"in"`
+}
+
 type docRoute struct {
 	method, path string
 	re           *regexp.Regexp
 	params       int
+	body         bool                      // the route takes a JSON body
 	responses    map[string]map[string]any // status -> response object
 }
 
@@ -79,7 +84,8 @@ func newAnswerChecker(t *testing.T, raw []byte) *answerChecker {
 				continue
 			}
 			var op struct {
-				Responses map[string]map[string]any `json:"responses"`
+				Parameters []docParam                `json:"parameters"`
+				Responses  map[string]map[string]any `json:"responses"`
 			}
 			if err := json.Unmarshal(rawOp, &op); err != nil {
 				t.Fatal(err)
@@ -89,6 +95,7 @@ func newAnswerChecker(t *testing.T, raw []byte) *answerChecker {
 			x.routes = append(x.routes, docRoute{
 				method: strings.ToUpper(method), path: path, params: strings.Count(path, "{"),
 				re: re, responses: op.Responses,
+				body: slices.ContainsFunc(op.Parameters, func(p docParam) bool { return p.In == "body" }),
 			})
 		}
 	}
@@ -463,6 +470,16 @@ func exerciseEveryRoute(t *testing.T, x *answerChecker, mode string) {
 	do(a, 200, "POST", "/v1/lease-keys/rotate", map[string]any{"retire_after_seconds": 3600})
 	do(pub, 200, "GET", leaseKeys, nil)
 
+	// The per-license-key Activation limit (20 per 15 minutes): a 429 and its body.
+	busy := issueLicense(t, a, map[string]any{"tier": "free", "product_id": p, "issued_to": "busy@example.com"})
+	var limited *Response
+	for i := 0; i < 25 && (limited == nil || limited.Status != 429); i++ {
+		limited = x.do(t, newClient(t, s.URL, ""), 0, "POST", "/v1/activate-license", map[string]any{"key": busy, "instance_id": "busy-1"})
+	}
+	if limited.Status != 429 {
+		t.Errorf("25 activations of one key: %d %s, want a 429", limited.Status, limited.Body)
+	}
+
 	// Seats released both ways.
 	do(pub, 200, "POST", "/v1/deactivate-license", map[string]any{"key": k2, "token": tok2})
 	do(a, 200, "POST", "/v1/admin/deactivate-by-instance-id", map[string]any{"key": k1, "instance_id": "laptop-2"})
@@ -679,6 +696,10 @@ func refuseEveryRoute(t *testing.T, x *answerChecker, s *stack.Stack, mode strin
 		x.do(t, a, 0, r.method, concrete, body)
 		if body != nil {
 			x.do(t, admin(t, s), 0, r.method, concrete, "{")
+		}
+		if r.body && mode == "self" {
+			// Over the 1 MiB cap: 413 on every route with a body (addendum §6).
+			x.do(t, admin(t, s), 413, r.method, concrete, `{"k":"`+strings.Repeat("x", 1<<20)+`"}`)
 		}
 	}
 }
