@@ -267,7 +267,9 @@ func idempotencyKeyHeader() object {
 
 // errorStatuses are the error answers of an operation served by a gRPC method: those
 // every route of its kind gives, then the method's own (keyhouse.api.v1.http_errors). A
-// route with a body, hand-written or not, is a 413 over the edge's cap (addendum §6).
+// route with a body, hand-written or not, is a 413 over the edge's cap, a 415 for a
+// Content-Encoding other than gzip and a 400 for gzip that does not decompress (addendum
+// §6): the edge answers these before any handler reads the body.
 func errorStatuses(op operation, m method, generated bool) map[int][]string {
 	out := map[int][]string{}
 	hasInput, hasBody := false, false
@@ -276,13 +278,15 @@ func errorStatuses(op operation, m method, generated bool) map[int][]string {
 		hasInput = true
 		hasBody = hasBody || param["in"] == "body"
 	}
+	if generated && hasInput {
+		out[400] = append(out[400], "Invalid parameters or body; the error names the field or value refused.")
+	}
 	if hasBody {
+		out[400] = append(out[400], "Invalid gzip body.")
 		out[413] = append(out[413], "Request body too large.")
+		out[415] = append(out[415], "Unsupported Content-Encoding: use gzip or none.")
 	}
 	if generated {
-		if hasInput {
-			out[400] = append(out[400], "Invalid parameters or body; the error names the field or value refused.")
-		}
 		if m.access != apiv1.Access_ACCESS_PUBLIC {
 			out[403] = append(out[403], "Unauthorized: the API key is missing or wrong.")
 		}
