@@ -556,7 +556,7 @@ func exerciseEveryRoute(t *testing.T, x *answerChecker, mode string) {
 	// after the attempt's timeout hosted (an unroutable address). Either mode's answers
 	// cover the routes; the redelivery waits for the record.
 	delivered := false
-	for deadline := time.Now().Add(45 * time.Second); !delivered && time.Now().Before(deadline); time.Sleep(time.Second) {
+	for deadline := time.Now().Add(90 * time.Second); !delivered && time.Now().Before(deadline); time.Sleep(time.Second) {
 		d := do(poll(), 200, "GET", "/v1/events/"+eventID+"/deliveries", nil)
 		delivered = len(asAnySlice(d["deliveries"])) > 0
 	}
@@ -700,6 +700,8 @@ func refuseEveryRoute(t *testing.T, x *answerChecker, s *stack.Stack, mode strin
 		if r.body && mode == "self" {
 			// Over the 1 MiB cap: 413 on every route with a body (addendum §6).
 			x.do(t, admin(t, s), 413, r.method, concrete, `{"k":"`+strings.Repeat("x", 1<<20)+`"}`)
+			x.do(t, admin(t, s), 415, r.method, concrete, "{}", "Content-Encoding", "br")
+			x.do(t, admin(t, s), 400, r.method, concrete, "{}", "Content-Encoding", "gzip")
 		}
 	}
 }
