@@ -515,8 +515,13 @@ func exerciseEveryRoute(t *testing.T, x *answerChecker, mode string) {
 	do(a, 200, "GET", "/v1/webhook-endpoints/"+ep2ID, nil)
 	do(a, 200, "POST", "/v1/webhook-endpoints/"+ep2ID+"/update", map[string]any{"description": "now described", "enabled": false})
 	do(a, 200, "POST", "/v1/webhook-endpoints/"+epID+"/ping", map[string]any{})
+	do(a, 409, "POST", "/v1/webhook-endpoints/"+ep2ID+"/ping", map[string]any{})
+	reused := uniq("oa-")
+	do(a, 200, "POST", "/v1/register-release", map[string]any{"product_id": p, "version": "0.1.0", "artifact_url": "https://example.com/a-0.1.0.zip"}, "Idempotency-Key", reused)
+	do(a, 409, "POST", "/v1/register-release", map[string]any{"product_id": p, "version": "0.1.1", "artifact_url": "https://example.com/a-0.1.1.zip"}, "Idempotency-Key", reused)
 	do(a, 200, "POST", "/v1/webhook-endpoints/"+epID+"/roll-secret", map[string]any{"expire_old_after_seconds": 60})
 	do(a, 200, "POST", "/v1/revoke-license", map[string]any{"key": k3, "revoked": true})
+	do(a, 409, "POST", "/v1/revoke-license", map[string]any{"key": k3, "revoked": true})
 	// A revoked license, everywhere it is read.
 	do(pub, 403, "POST", "/v1/verify-license", map[string]any{"key": k3})
 	do(pub, 0, "POST", "/v1/check-update", map[string]any{"product_id": p, "current_version": "0.9.0", "key": k3})
