@@ -110,8 +110,8 @@ func TestDecoderNamesTheFieldOfEveryTypeError(t *testing.T) {
 		{`{"product_id":"p","limits":1}`, &licensingv1.IssueLicenseRequest{}, "invalid value for object field limits: 1"},
 		{`{"key":"K","limits":[]}`, &licensingv1.UpdateLicenseTermsRequest{}, "invalid value for object field limits: []"},
 		// The whole array or object refused is quoted, not its opening token.
-		{`{"lease_ttl_seconds":[ ]}`, &activationsv1.PutLeasePolicyRequest{}, "invalid value for int64 field lease_ttl_seconds: []"},
-		{`{"lease_ttl_seconds":{"a": 1}}`, &activationsv1.PutLeasePolicyRequest{}, `invalid value for int64 field lease_ttl_seconds: {"a":1}`},
+		{`{"lease_ttl_seconds":[ ]}`, &activationsv1.PutLeasePolicyRequest{}, "invalid value for int32 field lease_ttl_seconds: []"},
+		{`{"lease_ttl_seconds":{"a": 1}}`, &activationsv1.PutLeasePolicyRequest{}, `invalid value for int32 field lease_ttl_seconds: {"a":1}`},
 		{`{"key":"K","components":1}`, &activationsv1.CreateLeaseRequest{}, "invalid value for object field components: 1"},
 		{`{"key":"K","components":{"cpu":1}}`, &activationsv1.CreateLeaseRequest{}, "invalid value for string field components: 1"},
 		{`{"licenses":{}}`, &licensingv1.ImportLicensesRequest{}, "invalid value for array field licenses: {}"},

@@ -1,6 +1,7 @@
 package openapi
 
 import (
+	"cmp"
 	"encoding/json"
 	"os"
 	"regexp"
@@ -119,15 +120,21 @@ func TestEveryHTTPRuleIsDocumentedWithItsErrors(t *testing.T) {
 		if proto.GetExtension(opts, apiv1.E_RateLimit).(*apiv1.RateLimit).GetTier() != apiv1.RateTier_RATE_TIER_NONE {
 			want = append(want, 429)
 		}
+		// A status whose body carries siblings of "error" names its own definition.
+		body := map[int]string{}
 		for _, e := range proto.GetExtension(opts, apiv1.E_HttpErrors).([]*apiv1.HttpError) {
 			want = append(want, int(e.GetStatus()))
+			if e.GetSchema() != "" {
+				body[int(e.GetStatus())] = e.GetSchema()
+			}
 		}
 		for _, code := range want {
+			wantRef := "#/definitions/" + cmp.Or(body[code], "Error")
 			r, ok := op.Responses[strconv.Itoa(code)]
 			if !ok {
 				t.Errorf("%s: no %d answer in the document", route, code)
-			} else if code != 429 && r.Schema.Ref != "#/definitions/Error" {
-				t.Errorf("%s: the %d answer's body is %q, want the Error definition", route, code, r.Schema.Ref)
+			} else if code != 429 && r.Schema.Ref != wantRef {
+				t.Errorf("%s: the %d answer's body is %q, want %s", route, code, r.Schema.Ref, wantRef)
 			}
 		}
 		if op.Summary == "" {

@@ -266,22 +266,27 @@ func idempotencyKeyHeader() object {
 }
 
 // errorStatuses are the error answers of an operation served by a gRPC method: those
-// every route of its kind gives, then the method's own (keyhouse.api.v1.http_errors).
+// every route of its kind gives, then the method's own (keyhouse.api.v1.http_errors). A
+// route with a body, hand-written or not, is a 413 over the edge's cap, a 415 for a
+// Content-Encoding other than gzip and a 400 for gzip that does not decompress (addendum
+// §6): the edge answers these before any handler reads the body.
 func errorStatuses(op operation, m method, generated bool) map[int][]string {
 	out := map[int][]string{}
+	hasInput, hasBody := false, false
+	for _, p := range asSlice(op.op["parameters"]) {
+		param, _ := p.(object)
+		hasInput = true
+		hasBody = hasBody || param["in"] == "body"
+	}
+	if generated && hasInput {
+		out[400] = append(out[400], "Invalid parameters or body; the error names the field or value refused.")
+	}
+	if hasBody {
+		out[400] = append(out[400], "Invalid gzip body.")
+		out[413] = append(out[413], "Request body too large.")
+		out[415] = append(out[415], "Unsupported Content-Encoding: use gzip or none.")
+	}
 	if generated {
-		hasInput, hasBody := false, false
-		for _, p := range asSlice(op.op["parameters"]) {
-			param, _ := p.(object)
-			hasInput = true
-			hasBody = hasBody || param["in"] == "body"
-		}
-		if hasInput {
-			out[400] = append(out[400], "Invalid parameters or body; the error names the field or value refused.")
-		}
-		if hasBody {
-			out[413] = append(out[413], "Request body too large.")
-		}
 		if m.access != apiv1.Access_ACCESS_PUBLIC {
 			out[403] = append(out[403], "Unauthorized: the API key is missing or wrong.")
 		}
@@ -297,9 +302,22 @@ func errorStatuses(op operation, m method, generated bool) map[int][]string {
 	return out
 }
 
-// addErrors writes the error answers into the operation's responses; an answer the
-// operation already describes (a hand-written route's) is kept as written.
-func addErrors(op operation, statuses map[int][]string) {
+// errorSchemas are the definitions of a method's error bodies that carry siblings of
+// "error" (HttpError.schema), by status: every answer of that status is typed by it.
+func errorSchemas(m method) map[int]string {
+	out := map[int]string{}
+	for _, e := range m.httpErrors {
+		if e.GetSchema() != "" {
+			out[int(e.GetStatus())] = e.GetSchema()
+		}
+	}
+	return out
+}
+
+// addErrors writes the error answers into the operation's responses, typed by Error
+// unless schemas names another definition for the status; an answer the operation
+// already describes (a hand-written route's) is kept as written.
+func addErrors(op operation, statuses map[int][]string, schemas map[int]string) {
 	responses, _ := op.op["responses"].(object)
 	codes := make([]int, 0, len(statuses))
 	for c := range statuses {
@@ -311,9 +329,13 @@ func addErrors(op operation, statuses map[int][]string) {
 		if _, written := responses[key]; written {
 			continue
 		}
+		def := "Error"
+		if s, ok := schemas[c]; ok {
+			def = s
+		}
 		responses[key] = object{
 			"description": strings.Join(statuses[c], " Or: "),
-			"schema":      object{"$ref": "#/definitions/Error"},
+			"schema":      object{"$ref": "#/definitions/" + def},
 		}
 	}
 }

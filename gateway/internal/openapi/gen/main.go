@@ -71,6 +71,7 @@ func run(swaggerPath, imagePath, handwrittenPath, outPath, referencePath string)
 		defs = object{}
 	}
 	requestDefs := map[string]bool{}
+	var errorDefs []map[int]string
 	var errs []error
 	for _, op := range operations(paths) {
 		path := op.path
@@ -89,7 +90,8 @@ func run(swaggerPath, imagePath, handwrittenPath, outPath, referencePath string)
 			op.op["parameters"] = append(asSlice(op.op["parameters"]), idempotencyKeyHeader())
 		}
 		documentSummary(op, m.name)
-		addErrors(op, errorStatuses(op, m, true))
+		addErrors(op, errorStatuses(op, m, true), errorSchemas(m))
+		errorDefs = append(errorDefs, errorSchemas(m))
 		errs = append(errs, err, stamp(op, m))
 	}
 
@@ -108,7 +110,8 @@ func run(swaggerPath, imagePath, handwrittenPath, outPath, referencePath string)
 				errs = append(errs, fmt.Errorf("%s %s: %s %q is not a method of the protos", op.method, path, openapi.ExtGRPCMethod, full))
 				continue
 			}
-			addErrors(op, errorStatuses(op, m, false))
+			addErrors(op, errorStatuses(op, m, false), errorSchemas(m))
+			errorDefs = append(errorDefs, errorSchemas(m))
 			documentSummary(op, m.name)
 			errs = append(errs, stamp(op, m))
 		} else {
@@ -137,6 +140,13 @@ func run(swaggerPath, imagePath, handwrittenPath, outPath, referencePath string)
 			return fmt.Errorf("definition %q is both generated and hand-written", name)
 		}
 		defs[name] = d
+	}
+	for _, byStatus := range errorDefs {
+		for _, name := range byStatus {
+			if _, ok := defs[name]; !ok {
+				return fmt.Errorf("(keyhouse.api.v1.http_errors) schema %q is no definition: write it in %s", name, handwrittenPath)
+			}
+		}
 	}
 	if err := documentSchemas(defs, msgs, requestDefs); err != nil {
 		return err

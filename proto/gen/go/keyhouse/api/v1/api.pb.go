@@ -219,7 +219,11 @@ type HttpError struct {
 	// The HTTP status: 400, 403, 404, 409 or 503.
 	Status int32 `protobuf:"varint,1,opt,name=status,proto3" json:"status,omitempty"`
 	// When it is answered, with the error strings a client sees.
-	When          string `protobuf:"bytes,2,opt,name=when,proto3" json:"when,omitempty"`
+	When string `protobuf:"bytes,2,opt,name=when,proto3" json:"when,omitempty"`
+	// The hand-written definition (gateway/internal/openapi/handwritten.json) of the body
+	// when it carries siblings of "error", e.g. "valid": false; empty means Error. The
+	// route's answers of this status, the generic ones included, are all typed by it.
+	Schema        string `protobuf:"bytes,3,opt,name=schema,proto3" json:"schema,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -264,6 +268,13 @@ func (x *HttpError) GetStatus() int32 {
 func (x *HttpError) GetWhen() string {
 	if x != nil {
 		return x.When
+	}
+	return ""
+}
+
+func (x *HttpError) GetSchema() string {
+	if x != nil {
+		return x.Schema
 	}
 	return ""
 }
@@ -542,10 +553,11 @@ const file_keyhouse_api_v1_api_proto_rawDesc = "" +
 	"\x19keyhouse/api/v1/api.proto\x12\x0fkeyhouse.api.v1\x1a google/protobuf/descriptor.proto\"b\n" +
 	"\tRateLimit\x12-\n" +
 	"\x04tier\x18\x01 \x01(\x0e2\x19.keyhouse.api.v1.RateTierR\x04tier\x12&\n" +
-	"\x0fper_license_key\x18\x02 \x01(\bR\rperLicenseKey\"7\n" +
+	"\x0fper_license_key\x18\x02 \x01(\bR\rperLicenseKey\"O\n" +
 	"\tHttpError\x12\x16\n" +
 	"\x06status\x18\x01 \x01(\x05R\x06status\x12\x12\n" +
-	"\x04when\x18\x02 \x01(\tR\x04when\"?\n" +
+	"\x04when\x18\x02 \x01(\tR\x04when\x12\x16\n" +
+	"\x06schema\x18\x03 \x01(\tR\x06schema\"?\n" +
 	"\n" +
 	"ErrorField\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1d\n" +

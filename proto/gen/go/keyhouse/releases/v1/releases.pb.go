@@ -1261,10 +1261,10 @@ const file_keyhouse_releases_v1_releases_proto_rawDesc = "" +
 	"product_id\x18\x02 \x01(\tB\x04\xa0\x83\x19\x01R\tproductId\x12\x18\n" +
 	"\achannel\x18\x03 \x01(\tR\achannel\x12\x1a\n" +
 	"\bplatform\x18\x04 \x01(\tR\bplatform\x12-\n" +
-	"\x0fcurrent_version\x18\x05 \x01(\tB\x04\xa0\x83\x19\x01R\x0ecurrentVersion\"z\n" +
+	"\x0fcurrent_version\x18\x05 \x01(\tB\x04\xa0\x83\x19\x01R\x0ecurrentVersion\"\xb6\x01\n" +
 	"\x13CheckUpdateResponse\x12)\n" +
-	"\x10update_available\x18\x01 \x01(\bR\x0fupdateAvailable\x128\n" +
-	"\arelease\x18\x02 \x01(\v2\x1e.keyhouse.releases.v1.ManifestR\arelease\"[\n" +
+	"\x10update_available\x18\x01 \x01(\bR\x0fupdateAvailable\x12t\n" +
+	"\arelease\x18\x02 \x01(\v2\x1e.keyhouse.releases.v1.ManifestB:\xaa\x83\x196{\"$ref\": \"#/definitions/Manifest\", \"x-nullable\": true}R\arelease\"[\n" +
 	"\x17CheckUpdateBatchRequest\x12@\n" +
 	"\x05items\x18\x01 \x03(\v2*.keyhouse.releases.v1.CheckUpdateBatchItemR\x05items\"y\n" +
 	"\x14CheckUpdateBatchItem\x12B\n" +
