@@ -141,7 +141,7 @@ func TestATypeErrorNamesTheFieldTheClientSent(t *testing.T) {
 	}
 	// An array or object where a number belongs is quoted whole, not as its "[" or "{".
 	a.Do("PUT", "/v1/products/"+p+"/policies/pro", `{"lease_ttl_seconds":[],"renew_after_seconds":60}`).
-		ExpectError(t, 400, "Invalid JSON body: invalid value for int64 field lease_ttl_seconds: []")
+		ExpectError(t, 400, "Invalid JSON body: invalid value for int32 field lease_ttl_seconds: []")
 	// An import item's mistyped field is that item's problem, not the call's (import.md):
 	// the item is invalid, naming the field, and nothing is imported for it.
 	resp := a.Post("/v1/licenses/import", `{"licenses":[{"key":"IMPORTED-1","limits":1}]}`).Expect(t, 200)
