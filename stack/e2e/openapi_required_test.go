@@ -47,7 +47,9 @@ var pathResources = map[string]func(t *testing.T, a *Client) string{
 
 // requiredSkipped names the routes with required fields this test does not send, and why.
 // A route left out without an entry here fails the test.
-var requiredSkipped = map[string]string{}
+var requiredSkipped = map[string]string{
+	"POST /v1/check-update": "key is the route's credential: without it the answer is a wrong key's, 404 License key not found (TestOpenAPIAnswersMatchTheDocument asks it)",
+}
 
 // TestOpenAPIRequiredFieldsAreEnforced holds the document's "required" lists to the
 // gateway's behaviour: for every route with a JSON body, a request carrying every

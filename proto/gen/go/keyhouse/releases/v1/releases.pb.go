@@ -699,7 +699,9 @@ func (x *UnpublishReleaseResponse) GetStatus() string {
 
 type CheckUpdateRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The license key; the license is checked as verify-license checks it.
+	// Required: the license key, checked as verify-license checks it. It is the route's
+	// credential (check-update requires a license key), so a body without one is answered
+	// as a wrong one: 404 "License key not found".
 	Key       string `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
 	ProductId string `protobuf:"bytes,2,opt,name=product_id,json=productId,proto3" json:"product_id,omitempty"`
 	// Empty means "stable".
@@ -1254,9 +1256,9 @@ const file_keyhouse_releases_v1_releases_proto_rawDesc = "" +
 	"\x03_id\"B\n" +
 	"\x18UnpublishReleaseResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x05R\x02id\x12\x16\n" +
-	"\x06status\x18\x02 \x01(\tR\x06status\"\xb0\x01\n" +
-	"\x12CheckUpdateRequest\x12\x10\n" +
-	"\x03key\x18\x01 \x01(\tR\x03key\x12#\n" +
+	"\x06status\x18\x02 \x01(\tR\x06status\"\xb6\x01\n" +
+	"\x12CheckUpdateRequest\x12\x16\n" +
+	"\x03key\x18\x01 \x01(\tB\x04\xa0\x83\x19\x01R\x03key\x12#\n" +
 	"\n" +
 	"product_id\x18\x02 \x01(\tB\x04\xa0\x83\x19\x01R\tproductId\x12\x18\n" +
 	"\achannel\x18\x03 \x01(\tR\achannel\x12\x1a\n" +
