@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -16,6 +17,7 @@ import (
 	activationsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/activations/v1"
 	billingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/billing/v1"
 	licensingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1"
+	releasesv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/releases/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -68,11 +70,37 @@ func (f *fakeLicensing) ListLicenses(_ context.Context, r *licensingv1.ListLicen
 	f.last = r
 	out := &licensingv1.ListLicensesResponse{Total: int32(f.n)}
 	limits, _ := structpb.NewStruct(map[string]any{"users": 5.0})
-	for i := range min(f.n, 1000) {
+	for i := range pageRows(f.n, r.GetLimit(), r.GetOffset()) {
 		out.Licenses = append(out.Licenses, &licensingv1.LicenseRow{
 			Key: "KEY-" + string(rune('A'+i%26)), Tier: "pro", ProductId: "app", IssuedTo: "<buyer>&co",
 			IssuedAt: timestamppb.Now(), Status: "active", Limits: limits, Usage: map[string]float64{"users": 2},
 		})
+	}
+	return out, nil
+}
+
+// pageRows is how many of n rows a list call's limit and offset (decimal strings, as the
+// requests carry them; empty: none) leave, at most 1000.
+func pageRows(n int, limit, offset string) int {
+	off, _ := strconv.Atoi(offset)
+	rows := min(max(n-off, 0), 1000)
+	if l, err := strconv.Atoi(limit); err == nil {
+		rows = min(rows, l)
+	}
+	return rows
+}
+
+// fakeReleases answers ListReleases with the page of n releases the request asks for.
+type fakeReleases struct {
+	releasesv1.UnimplementedReleasesServiceServer
+	n int
+}
+
+func (f *fakeReleases) ListReleases(_ context.Context, r *releasesv1.ListReleasesRequest) (*releasesv1.ListReleasesResponse, error) {
+	out := &releasesv1.ListReleasesResponse{Total: int32(f.n)}
+	for i := range pageRows(f.n, r.GetLimit(), r.GetOffset()) {
+		out.Releases = append(out.Releases, &releasesv1.ReleaseRow{Id: int32(i + 1), ProductId: "app", Version: "1.0." + strconv.Itoa(i),
+			Channel: "stable", Platform: "linux-x64", ArtifactUrl: "https://example.test/app", Status: "published"})
 	}
 	return out, nil
 }
@@ -112,6 +140,10 @@ func newTestHandler(t *testing.T, base string, lic *fakeLicensing) *Handler {
 }
 
 func newTestHandlerBilling(t *testing.T, base string, lic *fakeLicensing, billing *fakeBilling) *Handler {
+	return newTestHandlerReleases(t, base, lic, billing, &fakeReleases{})
+}
+
+func newTestHandlerReleases(t *testing.T, base string, lic *fakeLicensing, billing *fakeBilling, rel *fakeReleases) *Handler {
 	t.Helper()
 	lis := bufconn.Listen(1 << 20)
 	g := grpc.NewServer()
@@ -119,6 +151,7 @@ func newTestHandlerBilling(t *testing.T, base string, lic *fakeLicensing, billin
 	licensingv1.RegisterLicensingServiceServer(g, lic)
 	activationsv1.RegisterActivationsConsoleServiceServer(g, fakeSeats{})
 	billingv1.RegisterBillingServiceServer(g, billing)
+	releasesv1.RegisterReleasesServiceServer(g, rel)
 	go func() { _ = g.Serve(lis) }()
 	t.Cleanup(g.Stop)
 	conn, err := grpc.NewClient("passthrough:///bufnet",
@@ -389,5 +422,38 @@ func TestSignInReturnsToTheConsolePageItWasOnAndNowhereElse(t *testing.T) {
 		if strings.Contains(rec.Body.String(), `name="next"`) {
 			t.Errorf("next %q is carried by the sign-in form", foreign)
 		}
+	}
+}
+
+// A list page after the last one (an old link, a list that shrank) says so and links to
+// the last page, on every list paged by offset: the releases page counted "page 9 of 2"
+// with a Previous link to another empty page, and "No releases yet." while there were.
+func TestAListPagePastItsEndLinksToTheLastPage(t *testing.T) {
+	h := newTestHandlerReleases(t, "http://localhost:8080", &fakeLicensing{n: 120}, &fakeBilling{}, &fakeReleases{n: 70})
+	for _, tc := range []struct{ path, pages, last, total string }{
+		{"/console/licenses?status=active&page=9", "3 pages", "/console/licenses?page=3&amp;status=active", "120 licenses"},
+		{"/console/releases?channel=stable&page=9", "2 pages", "/console/releases?channel=stable&amp;page=2", "70 releases"},
+	} {
+		body := getSignedIn(t, h, tc.path).Body.String()
+		want := `Page 9 is past the end of the list: it has ` + tc.pages + `. <a href="` + tc.last + `">Go to the last page</a>.`
+		if !strings.Contains(body, want) {
+			t.Errorf("%s: no %q in the page:\n%s", tc.path, want, body)
+		}
+		if !strings.Contains(body, tc.total+" · page 9 is past the last page") || strings.Contains(body, "page 9 of") || strings.Contains(body, `rel="prev"`) {
+			t.Errorf("%s: the pager counts a page that is not there:\n%s", tc.path, body)
+		}
+		if strings.Contains(body, "yet.") {
+			t.Errorf("%s: an empty page past the end says the list is empty", tc.path)
+		}
+	}
+	// Within the list the pager counts the rows shown, with the filters in every link.
+	body := getSignedIn(t, h, "/console/releases?channel=stable&page=2").Body.String()
+	if !strings.Contains(body, "51–70 of 70 · page 2 of 2") || !strings.Contains(body, `href="/console/releases?channel=stable&amp;page=1"`) {
+		t.Errorf("page 2 of the releases: %s", body)
+	}
+	// A filter that matches nothing is not an empty list.
+	body = getSignedIn(t, newTestHandlerReleases(t, "http://localhost:8080", &fakeLicensing{}, &fakeBilling{}, &fakeReleases{}), "/console/releases?channel=beta").Body.String()
+	if !strings.Contains(body, "No release matches.") || !strings.Contains(body, "0 releases · page 1 of 1") {
+		t.Errorf("a filter matching no release: %s", body)
 	}
 }

@@ -63,15 +63,8 @@ var limitKeys = func() []string {
 
 type licensesData struct {
 	Licenses []*licensingv1.LicenseRow
-	Total    int
-	Page     int
-	Pages    int
-	First    int
-	Last     int
-	// PastEnd: the page asked for is after the last one (an old link, a list that shrank).
-	PastEnd bool
-	Query   url.Values
-	Now     time.Time
+	offsetPager
+	Now time.Time
 }
 
 // licensesPage lists, searches and filters the tenant's licenses, 50 a page.
@@ -88,7 +81,7 @@ func (h *Handler) licensesPage(w http.ResponseWriter, r *http.Request, s *sessio
 	v.Form = filters
 	page, _ := strconv.Atoi(q.Get("page"))
 	page = max(page, 1)
-	d := &licensesData{Page: page, Query: filters, Now: h.opts.Now()}
+	d := &licensesData{offsetPager: newOffsetPager("/console/licenses", "licenses", filters, page, 0, 0), Now: h.opts.Now()}
 	v.Data = d
 	ctx, cancel := withCredential(r.Context(), s.token)
 	defer cancel()
@@ -101,13 +94,8 @@ func (h *Handler) licensesPage(w http.ResponseWriter, r *http.Request, s *sessio
 		h.render(w, code, "licenses", v)
 		return
 	}
-	d.Licenses, d.Total = resp.GetLicenses(), int(resp.GetTotal())
-	d.Pages = max(1, (d.Total+pageSize-1)/pageSize)
-	d.PastEnd = d.Total > 0 && page > d.Pages
-	if len(d.Licenses) > 0 {
-		d.First = (page-1)*pageSize + 1
-		d.Last = d.First + len(d.Licenses) - 1
-	}
+	d.Licenses = resp.GetLicenses()
+	d.offsetPager = newOffsetPager("/console/licenses", "licenses", filters, page, int(resp.GetTotal()), len(d.Licenses))
 	h.render(w, http.StatusOK, "licenses", v)
 }
 

@@ -11,10 +11,7 @@ import (
 
 type releasesData struct {
 	Releases []*releasesv1.ReleaseRow
-	Total    int
-	Page     int
-	Pages    int
-	Query    url.Values
+	offsetPager
 }
 
 var releaseFields = []string{"product_id", "version", "channel", "platform", "artifact_url", "checksum", "release_notes"}
@@ -36,7 +33,7 @@ func (h *Handler) showReleases(w http.ResponseWriter, r *http.Request, s *sessio
 	}
 	page, _ := strconv.Atoi(q.Get("page"))
 	page = max(page, 1)
-	d := &releasesData{Page: page, Query: filters}
+	d := &releasesData{offsetPager: newOffsetPager("/console/releases", "releases", filters, page, 0, 0)}
 	v.Data = d
 	ctx, cancel := withCredential(r.Context(), s.token)
 	defer cancel()
@@ -55,8 +52,8 @@ func (h *Handler) showReleases(w http.ResponseWriter, r *http.Request, s *sessio
 		h.render(w, max(code, e.Status), "releases", v)
 		return
 	}
-	d.Releases, d.Total = resp.GetReleases(), int(resp.GetTotal())
-	d.Pages = max(1, (d.Total+pageSize-1)/pageSize)
+	d.Releases = resp.GetReleases()
+	d.offsetPager = newOffsetPager("/console/releases", "releases", filters, page, int(resp.GetTotal()), len(d.Releases))
 	h.render(w, code, "releases", v)
 }
 
