@@ -90,15 +90,7 @@ func TestARefusedRecipientIsMaskedInTheError(t *testing.T) {
 // "info") only between brackets or quotes, so the reply's own words stay readable.
 func TestARecipientWrittenBackWithoutItsDomainIsMasked(t *testing.T) {
 	t.Parallel()
-	sink, err := mailtest.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sink.Stop()
-	s, err := mail.New(mail.Config{Provider: "smtp", SMTPURL: sink.URL(), From: "shop@example.com"}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	sink, s := smtpSink(t)
 	for _, c := range []struct {
 		name, to, reply string
 		hidden          string   // must not be in the error, in any case ("": nothing is)
