@@ -111,15 +111,7 @@ func TestInternationalAddressesReachARealServerOrAreRefused(t *testing.T) {
 // A quoted local part is carried quoted in RCPT TO and To.
 func TestQuotedLocalPartReachesARealServer(t *testing.T) {
 	t.Parallel()
-	sink, err := mailtest.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sink.Stop()
-	s, err := mail.New(mail.Config{Provider: "smtp", SMTPURL: sink.URL(), From: "shop@example.com"}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	sink, s := smtpSink(t)
 	for _, to := range []string{`"john smith"@example.com`, "Jane Doe <jane@example.com>"} {
 		if err := s.Send(context.Background(), mail.Message{To: to, Subject: "s", Text: "t"}); err != nil {
 			t.Fatalf("%s: %v", to, err)

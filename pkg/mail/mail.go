@@ -61,7 +61,9 @@ func (m Message) redacted() string {
 // Sender delivers messages.
 type Sender interface {
 	// Send delivers m or returns why not. Errors name no credential, and the recipient
-	// only masked (Mask): a caller may log them and show them.
+	// only masked (Mask): a caller may log them and show them to whoever runs the mail
+	// server. Only a *ServerError names the server (its address, its reply): its Summary
+	// says what failed without it, for anyone else.
 	Send(ctx context.Context, m Message) error
 	// Provider is "log" or "smtp": the log provider logs instead of delivering.
 	Provider() string
@@ -207,10 +209,19 @@ func Mask(addr string) string {
 	if at < 0 {
 		return "***"
 	}
-	local, domain := strings.TrimLeft(addr[:at], `\"`), addr[at+1:] // a quoted local part's quote, escaped or not
+	local := strings.TrimLeft(addr[:at], `\"`) // a quoted local part's quote, escaped or not
 	if local == "" {
 		return "***"
 	}
-	r := []rune(local)
-	return string(r[0]) + "***@" + domain
+	return maskLocal(local) + "@" + addr[at+1:]
+}
+
+// maskLocal masks a local part as Mask does, for a server's reply that writes it back
+// without the domain: "jane.doe" → "j***".
+func maskLocal(local string) string {
+	r, _ := utf8.DecodeRuneInString(strings.TrimLeft(local, `\"`))
+	if r == utf8.RuneError {
+		return "***"
+	}
+	return string(r) + "***"
 }

@@ -125,3 +125,64 @@ func TestInvalidRecipientsAreRefusedBeforeSending(t *testing.T) {
 		}
 	}
 }
+
+// An error that names the mail server is a *mail.ServerError: its text keeps the server's
+// address and reply for the operator, and its Summary says what failed without either,
+// for a tenant who does not run the server.
+func TestServerErrorSummaryDoesNotNameTheServer(t *testing.T) {
+	t.Parallel()
+	sink, err := mailtest.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sink.Stop()
+	sink.RefuseRecipients(mailtest.Rejected)
+	closed, err := mailtest.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed.Stop() // nothing listens on its port
+	for _, c := range []struct {
+		name, server, summary string
+		detail                []string
+	}{
+		{"unreachable", closed.Addr, "the connection to the mail server failed",
+			[]string{"mail: smtp send to " + closed.Addr + ": dial failed: ", "connection refused"}},
+		{"recipient refused", sink.Addr, "the mail server refused the recipient's address (550 5.1.1)",
+			[]string{"mail: smtp send to " + sink.Addr + ": send failed: ", "Recipient address rejected", "b***@example.com"}},
+	} {
+		s, err := mail.New(mail.Config{Provider: "smtp", SMTPURL: "smtp://" + c.server, From: "shop@example.com"}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = s.Send(context.Background(), mail.Message{To: "buyer@example.com", Subject: "s", Text: "t"})
+		var serverErr *mail.ServerError
+		if !errors.As(err, &serverErr) {
+			t.Fatalf("%s: %v is not a *mail.ServerError", c.name, err)
+		}
+		for _, want := range c.detail {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("%s: the error does not say %q: %s", c.name, want, err)
+			}
+		}
+		if got := serverErr.Summary(); got != c.summary {
+			t.Errorf("%s: summary %q, want %q", c.name, got, c.summary)
+		}
+	}
+}
+
+// smtpSink starts an SMTP sink (stopped when the test ends) and a sender that sends to it
+// from shop@example.com.
+func smtpSink(t *testing.T) (*mailtest.Server, mail.Sender) {
+	t.Helper()
+	sink, err := mailtest.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(sink.Stop)
+	s, err := mail.New(mail.Config{Provider: "smtp", SMTPURL: sink.URL(), From: "shop@example.com"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sink, s
+}

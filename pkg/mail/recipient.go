@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 
 	"golang.org/x/net/idna"
@@ -74,54 +75,175 @@ func isASCII(s string) bool {
 	return true
 }
 
-// addressLike is a run of text around an @ that may be an address (no space, bracket,
-// quote or separator in it).
-const addressLike = `[^\s<>()\[\],;:"]+@[^\s<>()\[\],;:"]+`
+// addressLike matches a run of text around an @ that may be an address (no space,
+// bracket, quote or separator in it). Compiled once: maskIn runs on every failed send.
+var addressLike = regexp.MustCompile(`[^\s<>()\[\],;:"]+@[^\s<>()\[\],;:"]+`)
 
 // maskIn returns text (a mail server's refusal, say) with the recipient's address masked
 // as Mask masks it, in every spelling a server may write it back: as sent, as given (what
 // the caller passed as Message.To), its local part quoted or not, its domain in punycode
 // or in Unicode, in any letter case, Go-quoted or not. Any other address-like run is
-// masked too (a server may write the address in a form of its own).
+// masked too (a server may write the address in a form of its own), and so is the local
+// part written back alone (`<jane.doe>: Recipient address rejected`, `user jane.doe
+// unknown`) where it cannot be a word of the reply (localEchoed).
+//
+// The spellings are matched as literal strings, case-insensitively, longest first: no
+// regexp is compiled per send.
 func (to Recipient) maskIn(text, given string) string {
-	var spellings []string
+	addresses, locals := to.spellings(given)
+	text = replaceFold(text, addresses, nil, Mask)
+	text = addressLike.ReplaceAllStringFunc(text, Mask)
+	return replaceFold(text, locals, localEchoed, maskLocal)
+}
+
+// spellings are the ways a server may write the recipient back: whole addresses (every
+// local part with every domain), and local parts alone. Each list is longest first, so
+// that at one position the longest spelling is the one replaced, and holds each spelling
+// once: the conversions and quotings that change nothing are not made.
+func (to Recipient) spellings(given string) (addresses, locals []string) {
+	var domains []string
 	add := func(addr string) {
 		at := strings.LastIndexByte(addr, '@')
 		if at <= 0 {
 			return
 		}
-		locals := []string{addr[:at]}
-		if a, err := mail.ParseAddress(addr); err == nil { // the local part unquoted
-			locals = append(locals, a.Address[:strings.LastIndexByte(a.Address, '@')])
+		local, domain := addr[:at], addr[at+1:]
+		locals = appendNew(locals, local)
+		if strings.HasPrefix(local, `"`) { // the local part unquoted
+			if a, err := mail.ParseAddress(addr); err == nil {
+				locals = appendNew(locals, a.Address[:strings.LastIndexByte(a.Address, '@')])
+			}
 		}
-		domain := addr[at+1:]
-		domains := []string{domain}
-		if d, err := idna.ToUnicode(domain); err == nil {
-			domains = append(domains, d)
+		domains = appendNew(domains, domain)
+		if strings.Contains(strings.ToLower(domain), "xn--") {
+			if d, err := idna.ToUnicode(domain); err == nil {
+				domains = appendNew(domains, d)
+			}
 		}
-		if d, err := idnaProfile.ToASCII(domain); err == nil {
-			domains = append(domains, d)
-		}
-		for _, l := range locals {
-			for _, d := range domains {
-				// go-mail writes the server's reply Go-quoted (%q): a quote of the
-				// local part then reads \".
-				quoted := strconv.Quote(l + "@" + d)
-				spellings = append(spellings, regexp.QuoteMeta(l+"@"+d), regexp.QuoteMeta(quoted[1:len(quoted)-1]))
+		if !isASCII(domain) {
+			if d, err := idnaProfile.ToASCII(domain); err == nil {
+				domains = appendNew(domains, d)
 			}
 		}
 	}
 	add(to.Address)
-	if a, err := mail.ParseAddress(strings.TrimSpace(given)); err == nil {
-		add(a.Address)
+	if given = strings.TrimSpace(given); given != "" && given != to.Address {
+		if a, err := mail.ParseAddress(given); err == nil {
+			add(a.Address)
+		}
 	}
-	// The longest first: at one position the first alternative that matches wins.
+	for _, l := range locals {
+		for _, d := range domains {
+			addr := l + "@" + d
+			addresses = append(addresses, addr)
+			// go-mail writes the server's reply Go-quoted (%q): a quote of the local part
+			// then reads \".
+			if strings.ContainsAny(addr, `"\`) {
+				quoted := strconv.Quote(addr)
+				addresses = append(addresses, quoted[1:len(quoted)-1])
+			}
+		}
+	}
+	return longestFirst(addresses), longestFirst(locals)
+}
+
+// appendNew appends s to list unless list holds it.
+func appendNew(list []string, s string) []string {
+	if slices.Contains(list, s) {
+		return list
+	}
+	return append(list, s)
+}
+
+// longestFirst sorts spellings longest first and drops repeats.
+func longestFirst(spellings []string) []string {
 	slices.SortFunc(spellings, func(a, b string) int {
 		if c := cmp.Compare(len(b), len(a)); c != 0 {
 			return c
 		}
 		return strings.Compare(a, b)
 	})
-	re := regexp.MustCompile("(?i)" + strings.Join(append(slices.Compact(spellings), addressLike), "|"))
-	return re.ReplaceAllStringFunc(text, Mask)
+	return slices.Compact(spellings)
+}
+
+// replaceFold replaces, left to right, each occurrence in text of one of spellings (in
+// any letter case; at one position the first that matches wins) that accept, when
+// given, accepts, with mask of what text holds there.
+func replaceFold(text string, spellings []string, accept func(text, spelling string, start, end int) bool, mask func(string) string) string {
+	var out strings.Builder
+	done := 0
+	for i := 0; i < len(text); {
+		matched := false
+		for _, s := range spellings {
+			end := i + len(s)
+			if s == "" || end > len(text) || !strings.EqualFold(text[i:end], s) ||
+				accept != nil && !accept(text, s, i, end) {
+				continue
+			}
+			out.WriteString(text[done:i])
+			out.WriteString(mask(text[i:end]))
+			done, i, matched = end, end, true
+			break
+		}
+		if !matched {
+			_, size := utf8.DecodeRuneInString(text[i:])
+			i += size
+		}
+	}
+	if done == 0 {
+		return text
+	}
+	out.WriteString(text[done:])
+	return out.String()
+}
+
+// localEchoed reports whether the local part found at text[start:end] is the recipient's
+// written back, not a word of the reply that happens to read the same. The rule:
+//   - it must stand alone: the characters on either side cannot be part of an address
+//     (so "jane" in "janet" or in "jane@other.example" is not it);
+//   - a local part with a letter and a character words do not have (a dot, a digit, a
+//     '+', '_', '-', a space: "jane.doe", "jdoe42") is masked wherever it stands alone,
+//     since no reply's words read like that;
+//   - a local part of letters only ("jane", "info", "user", "mailbox") may be a word the
+//     reply itself uses, and masking that word would garble every reply to such an
+//     address: it is masked only where the reply marks it as an address, between angle
+//     brackets or quotes ("<jane>", "'jane'", `"jane"`, Go-quoted \"jane\").
+//
+// A local part of digits and dots only ("5.1.1") is treated like one of letters only,
+// so a status code is never masked.
+func localEchoed(text, local string, start, end int) bool {
+	before, _ := utf8.DecodeLastRuneInString(text[:start])
+	after, _ := utf8.DecodeRuneInString(text[end:])
+	if start == 0 {
+		before = ' '
+	}
+	if end == len(text) {
+		after = ' '
+	}
+	if after == '.' { // a sentence's full stop, unless the address goes on after it
+		if next, _ := utf8.DecodeRuneInString(text[end+1:]); end+1 < len(text) && inAddress(next) {
+			return false
+		}
+		after = ' '
+	}
+	if inAddress(before) || inAddress(after) {
+		return false
+	}
+	if distinctive(local) {
+		return true
+	}
+	return strings.ContainsRune(`<"'`, before) && strings.ContainsRune(`>"'\`, after)
+}
+
+// inAddress reports whether r may be part of an unquoted address (RFC 5322 atext, a dot
+// or the @; the apostrophe, though atext, is left out: replies quote with it).
+func inAddress(r rune) bool {
+	return unicode.IsLetter(r) || unicode.IsDigit(r) || strings.ContainsRune("!#$%&*+-/=?^_`{|}~.@", r)
+}
+
+// distinctive reports whether a local part has a letter and a character that is not
+// one: no word of a mail server's reply reads like it.
+func distinctive(local string) bool {
+	return strings.IndexFunc(local, unicode.IsLetter) >= 0 &&
+		strings.IndexFunc(local, func(r rune) bool { return !unicode.IsLetter(r) }) >= 0
 }

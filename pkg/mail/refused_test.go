@@ -82,3 +82,52 @@ func TestARefusedRecipientIsMaskedInTheError(t *testing.T) {
 		}
 	}
 }
+
+// A relay may write back only the recipient's local part (`<jane.doe>: Recipient address
+// rejected`, `user jane.doe unknown`): it is masked as the whole address is (j***), where
+// it is the recipient's and not a word of the reply. A local part with a dot, digit or
+// other non-letter is masked wherever it stands alone; one of letters only ("user",
+// "info") only between brackets or quotes, so the reply's own words stay readable.
+func TestARecipientWrittenBackWithoutItsDomainIsMasked(t *testing.T) {
+	t.Parallel()
+	sink, s := smtpSink(t)
+	for _, c := range []struct {
+		name, to, reply string
+		hidden          string   // must not be in the error, in any case ("": nothing is)
+		shown           []string // must be
+	}{
+		{"bracketed", "jane.doe@example.com", "<jane.doe>: Recipient address rejected",
+			"jane.doe", []string{"<j***>: Recipient address rejected"}},
+		{"in words", "jane.doe@example.com", "user jane.doe unknown",
+			"jane.doe", []string{"user j***", "unknown"}},
+		{"upper-cased, before a full stop", "Jane.Doe42@example.com", "No such user JANE.DOE42.",
+			"jane.doe42", []string{"No such user J***."}},
+		{"name-addr, quoted", "Jane Doe <jdoe+shop@example.com>", "mailbox 'jdoe+shop' does not exist",
+			"jdoe+shop", []string{"mailbox 'j***' does not exist"}},
+		{"quoted local part with spaces", `"jane q doe"@example.com`, "user jane q doe unknown",
+			"jane q doe", []string{"user j*** unknown"}},
+		{"letters only, bracketed", "jane@example.com", "<jane>: Recipient address rejected: User unknown",
+			"<jane>", []string{"<j***>: Recipient address rejected: User unknown"}},
+		{"a reply's own word, bracketed", "user@example.com", "<user>: Recipient address rejected: User unknown in local recipient table",
+			"<user>", []string{"<u***>: Recipient address rejected: User unknown in local recipient table"}},
+		{"a reply's own word, not an address", "mailbox@example.com", "Mailbox unavailable; mailbox full",
+			"", []string{"Mailbox unavailable; mailbox full"}},
+		{"inside another name", "jane.doe@example.com", "user jane.doe2 unknown, user xjane.doe unknown",
+			"", []string{"user jane.doe2 unknown, user xjane.doe unknown"}},
+	} {
+		sink.RefuseRecipients(func(string) string { return c.reply })
+		err := s.Send(context.Background(), mail.Message{To: c.to, Subject: "s", Text: "t"})
+		if err == nil {
+			t.Fatalf("%s: a refused recipient was sent to", c.name)
+		}
+		text := err.Error()
+		if c.hidden != "" && strings.Contains(strings.ToLower(text), strings.ToLower(c.hidden)) {
+			t.Errorf("%s: the error holds %q: %s", c.name, c.hidden, text)
+		}
+		for _, want := range c.shown {
+			if !strings.Contains(text, want) {
+				t.Errorf("%s: the error does not say %q: %s", c.name, want, text)
+			}
+		}
+	}
+}

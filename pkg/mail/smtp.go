@@ -8,6 +8,7 @@ import (
 	netmail "net/mail"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	gomail "github.com/wneessen/go-mail"
@@ -115,16 +116,16 @@ func (s *smtpSender) Send(ctx context.Context, m Message) error {
 	msg.SetMessageID()
 	msg.SetBodyString(gomail.TypeTextPlain, m.Text)
 
+	server := net.JoinHostPort(s.host, strconv.Itoa(s.port))
 	client, err := gomail.NewClient(s.host, s.opts...)
 	if err != nil {
-		return fmt.Errorf("mail: smtp client: %w", err)
+		return &ServerError{step: stepConnect, detail: fmt.Sprintf("mail: smtp client for %s: %v", server, err)}
 	}
 	ctx, cancel := context.WithTimeout(ctx, sendTimeout)
 	defer cancel()
-	server := net.JoinHostPort(s.host, strconv.Itoa(s.port))
 	conn, err := client.DialToSMTPClientWithContext(ctx)
 	if err != nil {
-		return fmt.Errorf("mail: smtp send to %s: dial failed: %w", server, err)
+		return &ServerError{step: stepConnect, detail: fmt.Sprintf("mail: smtp send to %s: dial failed: %v", server, err)}
 	}
 	defer func() { _ = client.CloseWithSMTPClient(conn) }()
 	// go-mail asks for SMTPUTF8 whenever the server offers it; without it a non-ASCII
@@ -133,7 +134,62 @@ func (s *smtpSender) Send(ctx context.Context, m Message) error {
 		return ErrSMTPUTF8Unsupported
 	}
 	if err := client.SendWithSMTPClient(conn, msg); err != nil {
-		return fmt.Errorf("mail: smtp send to %s: send failed: %s", server, to.maskIn(err.Error(), m.To))
+		refused := &ServerError{step: stepMessage,
+			detail: fmt.Sprintf("mail: smtp send to %s: send failed: %s", server, to.maskIn(err.Error(), m.To))}
+		var sendErr *gomail.SendError
+		if errors.As(err, &sendErr) {
+			if sendErr.Reason == gomail.ErrSMTPRcptTo {
+				refused.step = stepRecipient
+			}
+			if code := sendErr.ErrorCode(); code != 0 {
+				refused.Reply = strings.TrimSpace(strconv.Itoa(code) + " " + sendErr.EnhancedStatusCode())
+			}
+		}
+		return refused
 	}
 	return nil
+}
+
+// ServerError is a send the mail server did not complete: the connection to it failed
+// (dial, TLS, authentication), or it refused the recipient or the message. Error is the
+// operator's detail: the server's address and its reply, the recipient masked. Summary
+// says what failed without naming the server or quoting its reply (whose text may name
+// hosts of its own: a relay's next hop, its banner), for whoever uses the installation
+// without running its mail server: a hosted installation's tenant.
+type ServerError struct {
+	step   sendStep
+	detail string
+	// Reply is the server's status code and, when it sends one, its enhanced status code
+	// (RFC 3463): "550 5.1.1"; "" when the server sent no refusal (the connection failed).
+	Reply string
+}
+
+// sendStep is the step of the SMTP conversation that failed.
+type sendStep int
+
+const (
+	stepConnect   sendStep = iota // dial, greeting, STARTTLS, AUTH
+	stepRecipient                 // RCPT TO: the server refused the recipient
+	stepMessage                   // MAIL FROM, DATA or what follows
+)
+
+func (e *ServerError) Error() string { return e.detail }
+
+// Summary is what failed, in words a delivery's error can show a tenant: "the connection
+// to the mail server failed", "the mail server refused the recipient's address (550
+// 5.1.1)", "the mail server refused the email (554 5.7.1)".
+func (e *ServerError) Summary() string {
+	var what string
+	switch e.step {
+	case stepConnect:
+		return "the connection to the mail server failed"
+	case stepRecipient:
+		what = "the mail server refused the recipient's address"
+	default:
+		what = "the mail server refused the email"
+	}
+	if e.Reply == "" {
+		return what
+	}
+	return what + " (" + e.Reply + ")"
 }

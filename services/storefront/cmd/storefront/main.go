@@ -81,6 +81,7 @@ func register(ctx context.Context, d *app.Deps) error {
 		// its buyer emails answer to its name and address unless it set others.
 		Vendors:     billingclient.New(billingConn, d.Config.AdminAPIKey.Reveal()),
 		MaxAttempts: fulfill.DefaultMaxAttempts,
+		Hosted:      d.Config.MultiTenant,
 	}
 	// The portal reads the buyer emails' sender settings on the API's pool (its own Worker
 	// view), never waiting behind the worker's connections.

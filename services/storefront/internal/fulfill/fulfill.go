@@ -115,6 +115,9 @@ type Worker struct {
 	// Vendors tells the tenant about a paid purchase that got no license (nil: nobody).
 	Vendors VendorContacts
 	Log     *slog.Logger
+	// Hosted (MULTI_TENANT) keeps the mail server's address and replies out of what a
+	// tenant sees: its deliveries show what failed, the operator's log the detail.
+	Hosted bool
 	// MaxAttempts is how many deliveries of one message are tried before the outcome (or
 	// the email status) stays failed; the provider's redelivery starts over.
 	MaxAttempts int
@@ -439,14 +442,37 @@ func (w *Worker) email(ctx context.Context, x *store.Session, f *store.Fulfillme
 		return x.EmailDone(ctx, status)
 	}
 	log.Warn("buyer email failed", "error", sendErr.Error(), "final", last)
+	permanent := permanentSendError(sendErr)
 	if err := x.SetOutcome(ctx, d.ID, store.OutcomeIssued, f.LicenseKey, ptr(store.EmailFailed),
-		ptr("Email delivery failed: "+truncate(sendErr.Error(), 300))); err != nil {
+		ptr(w.sendFailedText(sendErr, permanent, last))); err != nil {
 		return err
 	}
-	if last || permanentSendError(sendErr) {
+	if last || permanent {
 		return nil
 	}
 	return sendErr
+}
+
+// sendFailedText is the delivery's error for a send that failed: why, and whether the
+// worker tries again. Hosted, the tenant does not run the installation's mail server: a
+// failure of the server is said without its address or its reply's text
+// (mail.ServerError.Summary), which the operator's log line keeps. Self-hosted, the
+// operator is the vendor and reads all of it.
+func (w *Worker) sendFailedText(err error, permanent, last bool) string {
+	why := err.Error()
+	var server *mail.ServerError
+	if w.Hosted && errors.As(err, &server) {
+		why = server.Summary()
+	}
+	text := "Email delivery failed: " + truncate(why, 300)
+	switch {
+	case permanent: // the address itself: the texts storefront.md quotes
+		return text
+	case last:
+		return text + "; redeliver the event to retry"
+	default:
+		return text + "; retrying"
+	}
 }
 
 // permanentSendError is a refusal no retry changes: the address itself.

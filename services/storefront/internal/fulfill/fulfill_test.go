@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keyhouse/keyhouse/devinfra/mailtest"
 	"github.com/keyhouse/keyhouse/devinfra/testkit"
 	"github.com/keyhouse/keyhouse/pkg/apierr"
 	"github.com/keyhouse/keyhouse/pkg/mail"
@@ -290,6 +291,45 @@ func TestUnusableBuyerEmailSaysSo(t *testing.T) {
 	d := f.delivery(j.DeliveryID)
 	if want := "The checkout session's customer email cannot be used (it is not an email address); no email was sent"; val(d.EmailStatus) != store.EmailFailed || val(d.Error) != want {
 		t.Fatalf("email %s, error %q; want failed, %q", val(d.EmailStatus), val(d.Error), want)
+	}
+}
+
+// A mail server that cannot be reached (a real dial to a closed local port): self-hosted
+// the operator is the vendor, and the delivery names the server and why; hosted it says
+// what failed without the server, which only the operator's log names. Either way it says
+// whether the worker tries again.
+func TestMailServerFailureIsShownToWhoRunsTheServer(t *testing.T) {
+	down, err := mailtest.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	down.Stop()
+	sender, err := mail.New(mail.Config{Provider: mail.ProviderSMTP, SMTPURL: down.URL(), From: "shop@example.com"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Self-hosted the text goes on with the dialer's own words (connection refused).
+	selfHosted := "Email delivery failed: mail: smtp send to " + down.Addr + ": dial failed: dial tcp " + down.Addr + ": "
+	hosted := "Email delivery failed: the connection to the mail server failed"
+	for i, c := range []struct {
+		hosted, last bool
+		starts, ends string
+	}{
+		{false, false, selfHosted, "; retrying"},
+		{false, true, selfHosted, "; redeliver the event to retry"},
+		{true, false, hosted + "; retrying", ""},
+		{true, true, hosted + "; redeliver the event to retry", ""},
+	} {
+		f := newFixture(t)
+		f.w.Mail, f.w.Hosted = sender, c.hosted
+		j := f.receive(fmt.Sprintf("evt_%d", i), stripeevent.CheckoutCompleted, fmt.Sprintf("cs_%d", i), "paid", "buyer@example.com")
+		_ = f.w.process(context.Background(), f.tenant, j, c.last)
+		d := f.delivery(j.DeliveryID)
+		got := val(d.Error)
+		if val(d.EmailStatus) != store.EmailFailed || !strings.HasPrefix(got, c.starts) || !strings.HasSuffix(got, c.ends) ||
+			c.hosted && got != c.starts {
+			t.Errorf("hosted %v, last %v: email %s, error %q; want failed, %q…%q", c.hosted, c.last, val(d.EmailStatus), got, c.starts, c.ends)
+		}
 	}
 }
 
