@@ -17,6 +17,9 @@ import (
 	"github.com/keyhouse/keyhouse/pkg/telemetry"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // OutboxTableSQL is the outbox table of one service. Each service that publishes events
@@ -706,6 +709,8 @@ func (r *Relay) relayBatch(ctx context.Context) (sent int, full bool, err error)
 		return 0, false, nil
 	}
 
+	span := startRelaySpan(ctx, claimed)
+	defer func() { endRelaySpan(span, sent, err) }()
 	results := r.publishAll(ctx, claimed)
 
 	// Writes after the claim outlive a cancel of ctx: what was published should be marked
@@ -801,6 +806,34 @@ func (r *Relay) relayBatch(ctx context.Context) (sent int, full bool, err error)
 			"outbox_id", p.row.id, "subject", p.row.subject, "tenant_id", p.row.tenantID, "reason", p.reason)
 	}
 	return len(published), pubErr == nil && len(claimed) == r.batch, pubErr
+}
+
+// startRelaySpan starts the span of a relay batch that claimed rows, "outbox publish":
+// one per batch, not per row (the relay is on every change's way to its consumers), a
+// trace of its own linked to the request that wrote each row (HeaderTraceparent), so an
+// operator sees when and how fast the event of a request left for JetStream, and whether
+// that batch failed. Rows of one request link once. With tracing off it costs the
+// traceparents' slice.
+func startRelaySpan(ctx context.Context, claimed []outboxRow) trace.Span {
+	traceparents := make([]string, len(claimed))
+	for i, o := range claimed {
+		traceparents[i] = o.headers[HeaderTraceparent]
+	}
+	_, span := telemetry.StartRoot(ctx, "outbox publish", trace.SpanKindProducer, traceparents,
+		attribute.String("messaging.system", "nats"), attribute.String("messaging.operation.name", "publish"),
+		attribute.Int("messaging.batch.message_count", len(claimed)))
+	return span
+}
+
+// endRelaySpan ends a relay batch's span with how many of its rows went out. A failure's
+// status says only that it failed: its error may quote a row (a msg_id can hold a
+// license key), and the relay's WARN line says why.
+func endRelaySpan(span trace.Span, sent int, err error) {
+	span.SetAttributes(attribute.Int("keyhouse.outbox.published", sent))
+	if err != nil {
+		span.SetStatus(codes.Error, "outbox relay batch failed")
+	}
+	span.End()
 }
 
 // readClaim reads the results of the claim batch: BEGIN, then claimSQL.

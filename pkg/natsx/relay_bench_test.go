@@ -11,7 +11,11 @@ import (
 	"github.com/keyhouse/keyhouse/devinfra/devnats"
 	"github.com/keyhouse/keyhouse/devinfra/testkit"
 	"github.com/keyhouse/keyhouse/pkg/pgxx"
+	"github.com/keyhouse/keyhouse/pkg/telemetry"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 )
 
 // BenchmarkRelayDrain drains a backlog of 4,000 outbox rows of 4 tenants (enqueued in
@@ -126,4 +130,38 @@ func relayDrain(b *testing.B, held bool) {
 	all, index := blocks()
 	b.ReportMetric(float64(all-allBefore)/backlog, "buffers/row")
 	b.ReportMetric(float64(index-indexBefore)/backlog, "index-buffers/row")
+}
+
+// BenchmarkRelaySpan is what a relay batch's span costs per row (ns/op and allocs/op are
+// per row): a full batch of 128 rows, each written by a request of its own, with tracing
+// off (the default: no OTLP endpoint) and on (every span recorded).
+//
+//	go test ./pkg/natsx -run '^$' -bench RelaySpan -benchmem
+func BenchmarkRelaySpan(b *testing.B) {
+	const batch = 128
+	claimed := make([]outboxRow, batch)
+	tracer := sdktrace.NewTracerProvider().Tracer("bench")
+	for i := range claimed {
+		ctx, span := tracer.Start(context.Background(), "request")
+		claimed[i].headers = map[string]string{HeaderTraceparent: telemetry.Traceparent(ctx)}
+		span.End()
+	}
+	for _, on := range []bool{false, true} {
+		name := "tracing-off"
+		if on {
+			name = "tracing-on"
+		}
+		b.Run(name, func(b *testing.B) {
+			if on {
+				was := otel.GetTracerProvider()
+				otel.SetTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(tracetest.NewSpanRecorder())))
+				defer otel.SetTracerProvider(was)
+			}
+			b.ReportAllocs()
+			ctx := context.Background()
+			for i := 0; i < b.N; i += batch {
+				endRelaySpan(startRelaySpan(ctx, claimed[:min(batch, b.N-i)]), batch, nil)
+			}
+		})
+	}
 }

@@ -35,16 +35,27 @@ func LinkTo(traceparent string) (link trace.Link, ok bool) {
 }
 
 // StartRoot starts a span of Keyhouse's own (the instrumentation of gRPC and HTTP start
-// the others) for work no request waits on: a message consumed, a mail or a webhook
-// sent. It is the root of a trace of its own unless ctx already holds a span, and links
-// to the span each traceparent names (the request that caused the work), when one does.
-// With tracing off it is a no-op span.
+// the others) for work no request waits on: a message consumed, a relay batch published,
+// a mail or a webhook sent. It is the root of a trace of its own unless ctx already holds
+// a span, and links to the span each traceparent names (the request that caused the
+// work), when one does, once per span however often it is named. With tracing off it is
+// a no-op span, and the traceparents are not even read: the links are added once the
+// span is known to record (so a sampler does not see them; none of OTEL_TRACES_SAMPLER's
+// looks at links).
 func StartRoot(ctx context.Context, name string, kind trace.SpanKind, traceparents []string, attrs ...attribute.KeyValue) (context.Context, trace.Span) {
-	opts := []trace.SpanStartOption{trace.WithSpanKind(kind), trace.WithAttributes(attrs...)}
+	ctx, span := otel.Tracer("github.com/keyhouse/keyhouse").Start(ctx, name, trace.WithSpanKind(kind), trace.WithAttributes(attrs...))
+	if !span.IsRecording() {
+		return ctx, span
+	}
+	linked := make(map[string]bool, len(traceparents))
 	for _, tp := range traceparents {
+		if linked[tp] {
+			continue
+		}
+		linked[tp] = true
 		if link, ok := LinkTo(tp); ok {
-			opts = append(opts, trace.WithLinks(link))
+			span.AddLink(link)
 		}
 	}
-	return otel.Tracer("github.com/keyhouse/keyhouse").Start(ctx, name, opts...)
+	return ctx, span
 }

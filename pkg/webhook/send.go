@@ -13,11 +13,6 @@ import (
 	"os"
 	"syscall"
 	"time"
-
-	"github.com/keyhouse/keyhouse/pkg/telemetry"
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/trace"
 )
 
 // AttemptTimeout is how long one attempt may take, connection to answer: a 2xx within it
@@ -104,20 +99,12 @@ func (r Result) Succeeded() bool { return r.StatusCode >= 200 && r.StatusCode < 
 // connection can be reused without a huge answer holding the worker.
 const maxResponseBody = 64 << 10
 
-// Send makes one attempt: POST the body, signed at now, within the attempt timeout.
+// Send makes one attempt: POST the body, signed at now, within the attempt timeout. The
+// attempt's span is its caller's (the events service's worker, which knows the delivery
+// it belongs to); Send starts none.
 func (s *Sender) Send(ctx context.Context, d Delivery, now time.Time) (res Result) {
 	res = Result{At: now}
 	start := time.Now()
-	// The attempt's span names the event, never the URL (it may carry a token) or the body.
-	ctx, span := telemetry.StartRoot(ctx, "webhook attempt", trace.SpanKindClient, nil, attribute.String("keyhouse.event_id", d.EventID))
-	defer func() {
-		res.Duration = time.Since(start)
-		span.SetAttributes(attribute.Int("http.response.status_code", res.StatusCode))
-		if res.Error != "" {
-			span.SetStatus(codes.Error, res.Error) // describe's words: no URL
-		}
-		span.End()
-	}()
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, d.URL, bytes.NewReader(d.Body))

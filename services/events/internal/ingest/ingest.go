@@ -26,6 +26,10 @@ const Durable = "events-log"
 type Stored struct {
 	Event *eventsv1.Event
 	Body  []byte
+	// Traceparent is the one the event's message carried (natsx.HeaderTraceparent: the
+	// request that wrote its outbox row), "" for none. The fan-out keeps it on the event's
+	// deliveries, whose attempts' spans link to it.
+	Traceparent string
 }
 
 // Fanout is what else happens to newly stored events.
@@ -92,7 +96,8 @@ func (i *Ingester) Run(ctx context.Context, js jetstream.JetStream) error {
 func (i *Ingester) HandleBatch(ctx context.Context, msgs []jetstream.Msg) []error {
 	results := make([]error, len(msgs))
 	var evs []*eventsv1.Event
-	var at []int // at[n]: the message evs[n] came in
+	var traceparents []string // traceparents[n]: evs[n]'s message's
+	var at []int              // at[n]: the message evs[n] came in
 	for k, msg := range msgs {
 		ev, err := events.Unmarshal(msg.Data())
 		if err != nil {
@@ -100,12 +105,13 @@ func (i *Ingester) HandleBatch(ctx context.Context, msgs []jetstream.Msg) []erro
 			continue
 		}
 		evs = append(evs, ev)
+		traceparents = append(traceparents, msg.Headers().Get(natsx.HeaderTraceparent))
 		at = append(at, k)
 	}
 	if len(evs) == 0 {
 		return results
 	}
-	_, err := i.StoreAll(ctx, evs)
+	_, err := i.storeAll(ctx, evs, traceparents)
 	if err == nil {
 		return results
 	}
@@ -114,7 +120,7 @@ func (i *Ingester) HandleBatch(ctx context.Context, msgs []jetstream.Msg) []erro
 		return results
 	}
 	for n, ev := range evs {
-		_, results[at[n]] = i.StoreAll(ctx, []*eventsv1.Event{ev})
+		_, results[at[n]] = i.storeAll(ctx, []*eventsv1.Event{ev}, traceparents[n:n+1])
 	}
 	return results
 }
@@ -128,15 +134,28 @@ func (i *Ingester) Store(ctx context.Context, ev *eventsv1.Event) (bool, error) 
 // StoreAll stores, in one transaction with their fan-out, those of evs not stored yet,
 // and returns them.
 func (i *Ingester) StoreAll(ctx context.Context, evs []*eventsv1.Event) ([]Stored, error) {
+	return i.storeAll(ctx, evs, nil)
+}
+
+// storeAll is StoreAll for events whose messages carried traceparents (traceparents[n]
+// evs[n]'s, or nil for none), which the fan-out keeps on their deliveries.
+func (i *Ingester) storeAll(ctx context.Context, evs []*eventsv1.Event, traceparents []string) ([]Stored, error) {
 	// tenant.deleted is not an event of the log: the tenant's log, endpoints and deliveries
 	// go with it (pkg/tenantpurge), and its events that arrive later are dropped.
 	var deleted []string
 	logged := make([]*eventsv1.Event, 0, len(evs))
-	for _, ev := range evs {
+	var traced map[*eventsv1.Event]string // none while tracing is off
+	for n, ev := range evs {
 		if ev.GetType() == events.TypeTenantDeleted {
 			deleted = append(deleted, ev.GetTenantId())
-		} else {
-			logged = append(logged, ev)
+			continue
+		}
+		logged = append(logged, ev)
+		if n < len(traceparents) && traceparents[n] != "" {
+			if traced == nil {
+				traced = make(map[*eventsv1.Event]string, len(evs))
+			}
+			traced[ev] = traceparents[n]
 		}
 	}
 	all := make([]store.Event, len(logged))
@@ -174,7 +193,7 @@ func (i *Ingester) StoreAll(ctx context.Context, evs []*eventsv1.Event) ([]Store
 		for k, row := range rows {
 			if ids[row.ID] {
 				delete(ids, row.ID) // an id twice in one batch is one event
-				fresh = append(fresh, Stored{Event: evs[k], Body: row.Body})
+				fresh = append(fresh, Stored{Event: evs[k], Body: row.Body, Traceparent: traced[evs[k]]})
 			}
 		}
 		if len(fresh) == 0 || i.fanout == nil {

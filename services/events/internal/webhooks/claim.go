@@ -20,10 +20,14 @@ type Due struct {
 	ID         string
 	EndpointID string
 	EventID    string
+	EventType  string
 	Body       []byte
-	CreatedAt  time.Time
-	URL        string
-	Secret     []byte // sealed
+	// Traceparent is what caused the delivery (NewEvent.Traceparent, Enqueue): the
+	// attempt's span links to it. "" for none.
+	Traceparent string
+	CreatedAt   time.Time
+	URL         string
+	Secret      []byte // sealed
 	// OldSecrets are the superseded secrets still signing (sealed), each until the end
 	// its roll promised; none when no roll overlaps.
 	OldSecrets [][]byte
@@ -50,7 +54,7 @@ type Cursor struct {
 // claim's now; scanDue reads it. The old secrets still signing are the endpoint's rows of
 // webhook_endpoint_old_secrets and its old_secret, which a roll by a process of the
 // release before writes (RollSecret); UNION drops the one both hold.
-const dueColumns = `d.tenant_id, d.id, d.endpoint_id, d.event_id, d.body, d.created_at, e.url, e.secret,
+const dueColumns = `d.tenant_id, d.id, d.endpoint_id, d.event_id, d.event_type, d.body, coalesce(d.traceparent, ''), d.created_at, e.url, e.secret,
 	ARRAY(SELECT s.secret FROM (
 		SELECT o.secret, o.expires_at FROM webhook_endpoint_old_secrets o
 		WHERE o.tenant_id = e.tenant_id AND o.endpoint_id = e.id AND o.expires_at > $1
@@ -60,7 +64,7 @@ const dueColumns = `d.tenant_id, d.id, d.endpoint_id, d.event_id, d.body, d.crea
 	jsonb_array_length(d.attempts)`
 
 func scanDue(row pgx.Row, d *Due) error {
-	return row.Scan(&d.TenantID, &d.ID, &d.EndpointID, &d.EventID, &d.Body, &d.CreatedAt, &d.URL, &d.Secret, &d.OldSecrets, &d.At.DueAt, &d.At.Seq, &d.Version, &d.Tries)
+	return row.Scan(&d.TenantID, &d.ID, &d.EndpointID, &d.EventID, &d.EventType, &d.Body, &d.Traceparent, &d.CreatedAt, &d.URL, &d.Secret, &d.OldSecrets, &d.At.DueAt, &d.At.Seq, &d.Version, &d.Tries)
 }
 
 // A pending delivery is due when its next attempt's time has come and no claim's lease

@@ -27,7 +27,8 @@ func (f *Fanout) Stored(ctx context.Context, tx pgx.Tx, stored []ingest.Stored) 
 		if s.Event.GetType() == PingType {
 			continue // a ping goes to its one endpoint, never through the log
 		}
-		evs = append(evs, NewEvent{TenantID: s.Event.GetTenantId(), ID: s.Event.GetId(), Type: s.Event.GetType(), Body: s.Body})
+		evs = append(evs, NewEvent{TenantID: s.Event.GetTenantId(), ID: s.Event.GetId(), Type: s.Event.GetType(), Body: s.Body,
+			Traceparent: s.Traceparent})
 	}
 	if len(evs) == 0 {
 		return false, nil

@@ -15,6 +15,7 @@ import (
 
 	"github.com/keyhouse/keyhouse/pkg/events"
 	"github.com/keyhouse/keyhouse/pkg/idempotency"
+	"github.com/keyhouse/keyhouse/pkg/telemetry"
 )
 
 // MaxEndpoints is how many endpoints one tenant may have.
@@ -307,6 +308,10 @@ func (s *Store) Fanout(ctx context.Context, tx pgx.Tx, tenant, eventID, eventTyp
 type NewEvent struct {
 	TenantID, ID, Type string
 	Body               []byte
+	// Traceparent is the one the event's message carried (natsx.HeaderTraceparent): the
+	// request that caused the event. Its deliveries keep it, and each attempt's span links
+	// to it; "" for none.
+	Traceparent string
 }
 
 // FanoutAll is Fanout for a batch of events: one query for the endpoints of their
@@ -340,13 +345,14 @@ func (s *Store) FanoutAll(ctx context.Context, tx pgx.Tx, evs []NewEvent, now ti
 	if err := rows.Err(); err != nil {
 		return 0, err
 	}
-	var dTenants, dIDs, dEndpoints, dEvents, dTypes []string
+	var dTenants, dIDs, dEndpoints, dEvents, dTypes, dTraces []string
 	var dBodies [][]byte
 	for _, ev := range evs {
 		for _, ep := range byTenant[ev.TenantID] {
 			if Matches(ep.subs, ev.Type) {
 				dTenants, dIDs, dEndpoints = append(dTenants, ev.TenantID), append(dIDs, newID("whd_")), append(dEndpoints, ep.id)
 				dEvents, dTypes, dBodies = append(dEvents, ev.ID), append(dTypes, ev.Type), append(dBodies, ev.Body)
+				dTraces = append(dTraces, ev.Traceparent)
 			}
 		}
 	}
@@ -354,25 +360,27 @@ func (s *Store) FanoutAll(ctx context.Context, tx pgx.Tx, evs []NewEvent, now ti
 		return 0, nil
 	}
 	if _, err := tx.Exec(ctx, `
-		INSERT INTO webhook_deliveries (tenant_id, id, endpoint_id, event_id, event_type, body, next_attempt_at, created_at)
-		SELECT tenant_id, id, endpoint_id, event_id, event_type, body, $7, $7
-		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bytea[])
-			AS d(tenant_id, id, endpoint_id, event_id, event_type, body)
+		INSERT INTO webhook_deliveries (tenant_id, id, endpoint_id, event_id, event_type, body, traceparent, next_attempt_at, created_at)
+		SELECT tenant_id, id, endpoint_id, event_id, event_type, body, NULLIF(traceparent, ''), $8, $8
+		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::bytea[], $7::text[])
+			AS d(tenant_id, id, endpoint_id, event_id, event_type, body, traceparent)
 		ON CONFLICT (tenant_id, endpoint_id, event_id) WHERE NOT redelivery DO NOTHING`,
-		dTenants, dIDs, dEndpoints, dEvents, dTypes, dBodies, now); err != nil {
+		dTenants, dIDs, dEndpoints, dEvents, dTypes, dBodies, dTraces, now); err != nil {
 		return 0, err
 	}
 	return len(dIDs), nil
 }
 
 // Enqueue creates one delivery of an event to one endpoint of the tenant: a ping, or a
-// redelivery. ErrNotFound when the endpoint is not the tenant's.
+// redelivery. ErrNotFound when the endpoint is not the tenant's. The delivery keeps the
+// traceparent of ctx's span (the request that asked for it), which its attempts' spans
+// link to.
 func (s *Store) Enqueue(ctx context.Context, tenant, endpointID, eventID, eventType string, body []byte, redelivery bool, now time.Time) (*Delivery, error) {
 	return scanDelivery(s.db.QueryRow(ctx, `
-		INSERT INTO webhook_deliveries (tenant_id, id, endpoint_id, event_id, event_type, body, redelivery, next_attempt_at, created_at)
-		SELECT tenant_id, $3, id, $4, $5, $6, $7, $8, $8 FROM webhook_endpoints WHERE tenant_id = $1 AND id = $2
+		INSERT INTO webhook_deliveries (tenant_id, id, endpoint_id, event_id, event_type, body, redelivery, traceparent, next_attempt_at, created_at)
+		SELECT tenant_id, $3, id, $4, $5, $6, $7, NULLIF($9, ''), $8, $8 FROM webhook_endpoints WHERE tenant_id = $1 AND id = $2
 		RETURNING `+deliveryColumns,
-		tenant, endpointID, newID("whd_"), eventID, eventType, body, redelivery, now))
+		tenant, endpointID, newID("whd_"), eventID, eventType, body, redelivery, now, telemetry.Traceparent(ctx)))
 }
 
 // deliveryColumns shows a claimed delivery's next attempt as its lease's end, as when the

@@ -12,7 +12,11 @@ import (
 	"github.com/keyhouse/keyhouse/pkg/periodic"
 	"github.com/keyhouse/keyhouse/pkg/seal"
 	"github.com/keyhouse/keyhouse/pkg/signing"
+	"github.com/keyhouse/keyhouse/pkg/telemetry"
 	"github.com/keyhouse/keyhouse/pkg/webhook"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Keys gives the installation keyring that seals endpoint secrets (the licensing client
@@ -273,7 +277,9 @@ func (w *Worker) attempt(ctx context.Context, d Due, after Cursor) (next Due, ok
 		return Due{}, false
 	}
 	// An envelope stored before created_at had one form is sent in that form.
-	res := w.Sender.Send(ctx, webhook.Delivery{URL: d.URL, EventID: d.EventID, Body: events.NormalizeJSON(d.Body), Secrets: secrets}, w.Now())
+	sctx, span := startAttemptSpan(ctx, d)
+	res := w.Sender.Send(sctx, webhook.Delivery{URL: d.URL, EventID: d.EventID, Body: events.NormalizeJSON(d.Body), Secrets: secrets}, w.Now())
+	endAttemptSpan(span, res)
 	if ctx.Err() != nil {
 		return Due{}, false
 	}
@@ -322,4 +328,34 @@ func (w *Worker) openSecrets(ctx context.Context, d Due) ([][]byte, error) {
 		}
 	}
 	return out, nil
+}
+
+// startAttemptSpan starts an attempt's span, "webhook attempt": a trace of its own linked
+// to what caused the delivery (Due.Traceparent: the request that wrote the event, or the
+// one that asked for a ping or a redelivery), so an operator follows a license change to
+// the attempts that delivered it. It names the delivery by ids, its event's type and the
+// attempt's number, never the endpoint's URL (its query may hold a token), a secret or
+// the body (personal data).
+func startAttemptSpan(ctx context.Context, d Due) (context.Context, trace.Span) {
+	return telemetry.StartRoot(ctx, "webhook attempt", trace.SpanKindClient, []string{d.Traceparent},
+		attribute.String("keyhouse.tenant_id", d.TenantID),
+		attribute.String("keyhouse.webhook.endpoint_id", d.EndpointID),
+		attribute.String("keyhouse.webhook.delivery_id", d.ID),
+		attribute.String("keyhouse.event_id", d.EventID),
+		attribute.String("keyhouse.event_type", d.EventType),
+		attribute.Int("keyhouse.webhook.attempt", d.Tries+1))
+}
+
+// endAttemptSpan ends an attempt's span with its outcome (keyhouse_webhook_attempts_total's
+// label) and the receiver's status code, when it answered; a failure's status is the
+// Result's error, whose words never carry the URL.
+func endAttemptSpan(span trace.Span, res webhook.Result) {
+	span.SetAttributes(attribute.String("keyhouse.webhook.outcome", outcome(res)))
+	if res.StatusCode != 0 {
+		span.SetAttributes(attribute.Int("http.response.status_code", res.StatusCode))
+	}
+	if res.Error != "" {
+		span.SetStatus(codes.Error, res.Error)
+	}
+	span.End()
 }
