@@ -430,8 +430,8 @@ func (w *Worker) email(ctx context.Context, x *store.Session, f *store.Fulfillme
 	msg, err := w.buyerMessage(ctx, f, d.TenantID, to, log)
 	if err != nil {
 		if last {
-			return x.SetOutcome(ctx, d.ID, store.OutcomeIssued, f.LicenseKey, ptr(store.EmailFailed),
-				ptr("Email not sent: "+truncate(err.Error(), 300)+"; redeliver the event to retry"))
+			log.Error("buyer email not prepared, giving up", "error", err.Error())
+			return x.SetOutcome(ctx, d.ID, store.OutcomeIssued, f.LicenseKey, ptr(store.EmailFailed), ptr(w.notPreparedText(err)))
 		}
 		return err
 	}
@@ -473,6 +473,18 @@ func (w *Worker) sendFailedText(err error, permanent, last bool) string {
 	default:
 		return text + "; retrying"
 	}
+}
+
+// notPreparedText is the delivery's error when the email could not be built (the tenant's
+// mail settings or name unreadable: a database or service failure). Hosted, such an error
+// can name the installation's internal addresses ("dial tcp 10.0.3.7:9090"), so the
+// tenant reads only that it happened; the operator's log line has the cause.
+func (w *Worker) notPreparedText(err error) string {
+	why := truncate(err.Error(), 300)
+	if w.Hosted {
+		why = "the email could not be prepared (an internal error)"
+	}
+	return "Email not sent: " + why + "; redeliver the event to retry"
 }
 
 // permanentSendError is a refusal no retry changes: the address itself.

@@ -14,6 +14,7 @@ import (
 	"github.com/keyhouse/keyhouse/devinfra/mailtest"
 	"github.com/keyhouse/keyhouse/devinfra/testkit"
 	"github.com/keyhouse/keyhouse/pkg/apierr"
+	"github.com/keyhouse/keyhouse/pkg/billingclient"
 	"github.com/keyhouse/keyhouse/pkg/mail"
 	"github.com/keyhouse/keyhouse/pkg/natsx"
 	"github.com/keyhouse/keyhouse/pkg/pgxx"
@@ -331,6 +332,36 @@ func TestMailServerFailureIsShownToWhoRunsTheServer(t *testing.T) {
 			t.Errorf("hosted %v, last %v: email %s, error %q; want failed, %q…%q", c.hosted, c.last, val(d.EmailStatus), got, c.starts, c.ends)
 		}
 	}
+}
+
+// An email that could not be built (the tenant's name unreadable: billing down) is
+// recorded on the last attempt; hosted, without the error's text, which names the
+// installation's internal address.
+func TestAnEmailNotPreparedDoesNotShowTheInstallationToAHostedTenant(t *testing.T) {
+	down := errors.New(`rpc error: code = Unavailable desc = connection error: dial tcp 10.0.3.7:9090: connect: connection refused`)
+	for i, hosted := range []bool{false, true} {
+		f := newFixture(t)
+		f.w.Hosted, f.w.Vendors = hosted, unreachableVendors{down}
+		j := f.receive(fmt.Sprintf("evt_%d", i), stripeevent.CheckoutCompleted, fmt.Sprintf("cs_%d", i), "paid", "buyer@example.com")
+		if err := f.w.process(context.Background(), f.tenant, j, true); err != nil {
+			t.Fatalf("hosted %v: last attempt returned %v, want it recorded", hosted, err)
+		}
+		d := f.delivery(j.DeliveryID)
+		want := "Email not sent: the tenant's name and address could not be read: " + down.Error() + "; redeliver the event to retry"
+		if hosted {
+			want = "Email not sent: the email could not be prepared (an internal error); redeliver the event to retry"
+		}
+		if d.Outcome != store.OutcomeIssued || val(d.EmailStatus) != store.EmailFailed || val(d.Error) != want {
+			t.Errorf("hosted %v: %s, email %s, error %q; want issued, failed, %q", hosted, d.Outcome, val(d.EmailStatus), val(d.Error), want)
+		}
+	}
+}
+
+// unreachableVendors answers every tenant's contact with err.
+type unreachableVendors struct{ err error }
+
+func (u unreachableVendors) TenantContact(context.Context, string) (billingclient.Contact, error) {
+	return billingclient.Contact{}, u.err
 }
 
 // The last attempt records the failure instead of asking for another.
