@@ -2,7 +2,9 @@ package webhooks
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,8 +20,8 @@ import (
 
 // The receivers of docs/webhooks.md (docs/examples/webhook-receiver), run as documented
 // against real deliveries: each verifies a delivery, recognizes a redelivery as a
-// duplicate, and refuses a delivery signed with another secret (an attempt that failed
-// with its 400).
+// duplicate, refuses a delivery signed with another secret (an attempt that failed with
+// its 400), and refuses a captured delivery replayed after the 5-minute tolerance.
 func TestDocumentedReceiversVerifyRealDeliveries(t *testing.T) {
 	testkit.Integration(t)
 	examples, err := filepath.Abs("../../../../docs/examples/webhook-receiver")
@@ -62,6 +64,22 @@ func TestDocumentedReceiversVerifyRealDeliveries(t *testing.T) {
 			d := f.deliveries("t1", wrong.ID)[0]
 			if d.Status != StatusPending || *d.Attempts[0].StatusCode != 400 {
 				t.Fatalf("a refused delivery: %+v", d)
+			}
+
+			// A captured delivery replayed later than the tolerance, its signature good.
+			replay, err := http.NewRequest(http.MethodPost, url, bytes.NewReader(f.deliveryBody(good.ID)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			replay.Header.Set("Keyhouse-Signature", webhook.Sign(time.Now().Add(-6*time.Minute), f.deliveryBody(good.ID), []byte(secret)))
+			resp, err := http.DefaultClient.Do(replay)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			expectLine(t, lines, "rejected")
+			if resp.StatusCode != http.StatusBadRequest {
+				t.Fatalf("a replay answered %d", resp.StatusCode)
 			}
 		})
 	}
