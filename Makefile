@@ -23,7 +23,7 @@ help: ## List the targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 
 .PHONY: deps
-deps: $(TOOLS_DIR)/stripe-mock ## Install what the stack and tests need: Debian's postgresql, redis-server, nodejs, python3-cryptography; stripe-mock
+deps: $(TOOLS_DIR)/stripe-mock ## Install what the stack and tests need: Debian's postgresql, redis-server, nodejs, python3-cryptography, python3-stripe; stripe-mock
 	@missing=""; \
 	ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
 	command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
@@ -33,6 +33,7 @@ deps: $(TOOLS_DIR)/stripe-mock ## Install what the stack and tests need: Debian'
 	command -v npm >/dev/null 2>&1 || missing="$$missing npm"; \
 	/usr/bin/python3 -c 'import pytest' >/dev/null 2>&1 || missing="$$missing python3-pytest"; \
 	/usr/bin/python3 -c 'import cryptography' >/dev/null 2>&1 || missing="$$missing python3-cryptography"; \
+	/usr/bin/python3 -c 'import stripe' >/dev/null 2>&1 || missing="$$missing python3-stripe"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing:$$missing"; \
 	  SUDO=""; [ "$$(id -u)" = 0 ] || SUDO=sudo; \

@@ -122,6 +122,7 @@ func TestWebhookEndpointRoutesHosted(t *testing.T) {
 		t.Fatalf("rolled %v", rolled)
 	}
 	a.Get("/v1/webhook-endpoints/"+id+"/deliveries?status=done").ExpectError(t, 400, "status must be pending, succeeded or failed")
+	a.Get("/v1/webhook-endpoints/"+id+"/deliveries?starting_after=whd_none").ExpectError(t, 400, "starting_after must be a delivery of this endpoint")
 	// A disabled endpoint is a state in the way, a 409 as a disabled storefront webhook's,
 	// for a ping and a redelivery alike; enabled again, it takes both.
 	key := issueLicense(t, a, lic(product("disabled-endpoint")))

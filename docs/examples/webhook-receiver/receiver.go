@@ -24,7 +24,8 @@ import (
 const tolerance = 5 * time.Minute
 
 // verify checks the header `t=<unix>,v1=<hex>[,v1=<hex>…]` against the exact body: one
-// v1 must be HMAC-SHA256(secret, "<t>.<body>"). During a secret roll there are two v1.
+// v1 must be HMAC-SHA256(secret, "<t>.<body>"). While secret rolls overlap, the header
+// has one v1 per live secret.
 func verify(header string, body []byte, secret string) bool {
 	var ts string
 	var sigs []string

@@ -10,7 +10,7 @@ const secret = process.env.WEBHOOK_SECRET;
 const toleranceSeconds = 300; // refuse replays of old deliveries
 
 // header: t=<unix>,v1=<hex>[,v1=<hex>…]; one v1 must be HMAC-SHA256(secret, "<t>.<body>")
-// over the exact bytes received (two v1 during a secret roll).
+// over the exact bytes received (one v1 per live secret during secret rolls).
 function verify(header, body) {
   let ts = null;
   const sigs = [];

@@ -18,7 +18,7 @@ seen = set()  # use your database in production: deliveries are at least once
 
 def verify(header, body):
     """header: t=<unix>,v1=<hex>[,v1=<hex>...]; one v1 must be HMAC-SHA256(secret,
-    "<t>.<body>") over the exact bytes received (two v1 during a secret roll)."""
+    "<t>.<body>") over the exact bytes received (one v1 per live secret during secret rolls)."""
     ts, sigs = None, []
     for part in (header or "").split(","):
         k, _, v = part.partition("=")

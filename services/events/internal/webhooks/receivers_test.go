@@ -2,22 +2,26 @@ package webhooks
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/keyhouse/keyhouse/devinfra/testkit"
 	"github.com/keyhouse/keyhouse/pkg/seal"
+	"github.com/keyhouse/keyhouse/pkg/webhook"
 )
 
 // The receivers of docs/webhooks.md (docs/examples/webhook-receiver), run as documented
 // against real deliveries: each verifies a delivery, recognizes a redelivery as a
-// duplicate, and refuses a delivery signed with another secret (an attempt that failed
-// with its 400).
+// duplicate, refuses a delivery signed with another secret (an attempt that failed with
+// its 400), and refuses a captured delivery replayed after the 5-minute tolerance.
 func TestDocumentedReceiversVerifyRealDeliveries(t *testing.T) {
 	testkit.Integration(t)
 	examples, err := filepath.Abs("../../../../docs/examples/webhook-receiver")
@@ -60,6 +64,22 @@ func TestDocumentedReceiversVerifyRealDeliveries(t *testing.T) {
 			d := f.deliveries("t1", wrong.ID)[0]
 			if d.Status != StatusPending || *d.Attempts[0].StatusCode != 400 {
 				t.Fatalf("a refused delivery: %+v", d)
+			}
+
+			// A captured delivery replayed later than the tolerance, its signature good.
+			replay, err := http.NewRequest(http.MethodPost, url, bytes.NewReader(f.deliveryBody(good.ID)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			replay.Header.Set("Keyhouse-Signature", webhook.Sign(time.Now().Add(-6*time.Minute), f.deliveryBody(good.ID), []byte(secret)))
+			resp, err := http.DefaultClient.Do(replay)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			expectLine(t, lines, "rejected")
+			if resp.StatusCode != http.StatusBadRequest {
+				t.Fatalf("a replay answered %d", resp.StatusCode)
 			}
 		})
 	}
@@ -132,5 +152,107 @@ func expectLine(t *testing.T, lines <-chan string, want string) {
 	t.Helper()
 	if got := expectPrefix(t, lines, want); got != want {
 		t.Fatalf("receiver said %q, want %q", got, want)
+	}
+}
+
+// The Stripe library checks docs/webhooks.md names for Node and Python, run as the page
+// prints them (each line is read from the page) on the exact bytes of a real delivery, as
+// a receiver has them: each verifies the delivery, and refuses it replayed with a
+// timestamp past the 5-minute tolerance and signed with another secret. stripe-node is
+// pinned in testdata/stripe-node (npm ci there), stripe-python is Debian's python3-stripe
+// (make deps).
+func TestDocumentedStripeLibraryChecksVerifyRealDeliveries(t *testing.T) {
+	testkit.Integration(t)
+	page, err := os.ReadFile("../../../../docs/webhooks.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	line := func(lib string) string {
+		m := regexp.MustCompile(`\(` + lib + `\): ` + "`([^`]+)`").FindSubmatch(page)
+		if m == nil {
+			t.Fatalf("docs/webhooks.md names no %s check", lib)
+		}
+		return string(m[1])
+	}
+	node, python := testkit.RequireTool(t, "node"), testkit.RequireTool(t, "/usr/bin/python3")
+	nodeModules, err := filepath.Abs("testdata/stripe-node/node_modules")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(nodeModules, "stripe")); err != nil {
+		t.Fatal("stripe-node is not installed in testdata/stripe-node (npm ci there)")
+	}
+	if out, err := exec.Command(python, "-c", "import stripe").CombinedOutput(); err != nil {
+		t.Fatalf("stripe-python is not installed (make deps): %v %s", err, out)
+	}
+	checks := map[string]func(body, header, secret string) []string{
+		"node": func(body, header, secret string) []string {
+			return []string{node, "-e", `const stripe = require('stripe')('sk_test_unused');
+const [body, header, secret] = [require('node:fs').readFileSync(process.argv[1]), process.argv[2], process.argv[3]];
+try { ` + line("stripe-node") + `; console.log('verified'); } catch (e) { console.log('rejected'); }`, body, header, secret}
+		},
+		"python": func(body, header, secret string) []string {
+			return []string{python, "-c", `import stripe, sys
+body, header, secret = open(sys.argv[1], "rb").read(), sys.argv[2], sys.argv[3]
+try:
+    ` + line("stripe-python") + `
+    print("verified")
+except stripe.error.SignatureVerificationError:
+    print("rejected")`, body, header, secret}
+		},
+	}
+
+	f := newFixture(t)
+	f.clock.now = time.Now()
+	f.worker.Now = time.Now
+	rc := newRecorder(t)
+	_, secret := f.endpoint("t1", rc.URL)
+	f.event("t1", "evt_signed", "license.issued")
+	f.worker.RunOnce(context.Background())
+	if rc.count() != 1 {
+		t.Fatalf("received %d deliveries", rc.count())
+	}
+	body, header := rc.bodies[0], rc.got[0].Header.Get("Keyhouse-Signature")
+	bodyFile := filepath.Join(t.TempDir(), "body")
+	if err := os.WriteFile(bodyFile, body, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	replayed := webhook.Sign(time.Now().Add(-6*time.Minute), body, []byte(secret))
+	for name, argv := range checks {
+		for _, c := range []struct{ what, header, secret, want string }{
+			{"the delivery", header, secret, "verified"},
+			{"the delivery replayed after the tolerance", replayed, secret, "rejected"},
+			{"the delivery checked with another secret", header, NewSecret(), "rejected"},
+		} {
+			argv := argv(bodyFile, c.header, c.secret)
+			cmd := exec.Command(argv[0], argv[1:]...)
+			cmd.Env = append(os.Environ(), "NODE_PATH="+nodeModules)
+			out, err := cmd.CombinedOutput()
+			if got := strings.TrimSpace(string(out)); err != nil || got != c.want {
+				t.Errorf("%s check of %s: %v %q, want %q", name, c.what, err, got, c.want)
+			}
+		}
+	}
+}
+
+// The Go code docs/webhooks.md prints as the heart of its receivers is the Go receiver's,
+// verbatim, so that what the page shows is what the tests above run.
+func TestWebhooksPageQuotesTheGoReceiver(t *testing.T) {
+	page, err := os.ReadFile("../../../../docs/webhooks.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	receiver, err := os.ReadFile("../../../../docs/examples/webhook-receiver/receiver.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(page), "The heart of each")
+	_, code, ok2 := strings.Cut(rest, "```go\n")
+	code, _, ok3 := strings.Cut(code, "```")
+	if !ok || !ok2 || !ok3 {
+		t.Fatal("docs/webhooks.md prints no Go code as the heart of its receivers")
+	}
+	if !strings.Contains(string(receiver), code) {
+		t.Fatalf("docs/webhooks.md prints Go code that is not in receiver.go:\n%s", code)
 	}
 }
