@@ -80,11 +80,7 @@ func TestOutOfSetValuesShareOneWording(t *testing.T) {
 	for _, mode := range []string{"self", "hosted"} {
 		t.Run(mode, func(t *testing.T) {
 			t.Parallel()
-			s := sharedStack(t, mode)
-			c := admin(t, s)
-			if mode == "hosted" {
-				c = newTenant(t, s)
-			}
+			c := tenantClient(t, mode)
 			for _, tc := range cases(product("enum-" + mode)) {
 				if tc.hostedOnly && mode == "self" {
 					continue
