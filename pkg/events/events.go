@@ -76,6 +76,10 @@ var Types = []string{
 // tenant.deleted (internal).
 var LoggedTypes = slices.DeleteFunc(slices.Clone(Types), func(t string) bool { return t == TypePing || t == TypeTenantDeleted })
 
+// LoggedTypeOrPrefix is the set IsLoggedTypeOrPrefix accepts, in the words of the 400
+// that refuses a value outside it (input.NotOneOf): too many types to list them all.
+const LoggedTypeOrPrefix = `an event type or a prefix of one ending in "."`
+
 // IsLoggedTypeOrPrefix reports whether t is one of LoggedTypes or a prefix of some ending
 // in ".": what the log's type filter and an endpoint's events list accept, one rule for
 // both, so neither takes a value that can never match.

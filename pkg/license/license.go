@@ -127,9 +127,19 @@ var inAlphabet = func() (in [256]bool) {
 	return in
 }()
 
-// LimitKeys is api.md's allowlist: the only limit keys, and so the only metric names.
-var LimitKeys = map[string]bool{
-	"users": true, "seats": true, "admins": true, "projects": true, "environments": true,
-	"tenants": true, "api_calls_per_day": true, "rate_limit_rps": true,
-	"concurrent_sessions": true, "features": true,
+// AllowedLimitKeys is api.md's allowlist in api.md's order (the order a 400 lists them
+// in): the only limit keys, and so the only metric names.
+var AllowedLimitKeys = []string{
+	"users", "seats", "admins", "projects", "environments",
+	"tenants", "api_calls_per_day", "rate_limit_rps",
+	"concurrent_sessions", "features",
 }
+
+// LimitKeys is AllowedLimitKeys as a set.
+var LimitKeys = func() map[string]bool {
+	set := make(map[string]bool, len(AllowedLimitKeys))
+	for _, k := range AllowedLimitKeys {
+		set[k] = true
+	}
+	return set
+}()

@@ -22,6 +22,7 @@ func ParseLimits(s *structpb.Struct) (map[string]float64, error) {
 	sort.Strings(names)
 	for _, name := range names {
 		if !LimitKeys[name] {
+			// api.md's text, byte for byte: it names the key, unlike input.NotOneOf.
 			return nil, apierr.Invalid("Unknown limit key: %s", name)
 		}
 	}

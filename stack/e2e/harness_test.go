@@ -158,6 +158,17 @@ func newClient(t testing.TB, base, token string) *Client {
 	return &Client{t: t, Base: base, Token: token, IP: fmt.Sprintf("10.%d.%d.%d", (n>>16)&0xff, (n>>8)&0xff, n&0xff)}
 }
 
+// tenantClient returns a client acting for a tenant of the mode's shared stack: the admin
+// key self-hosted (it acts for the one tenant), a new tenant's key hosted.
+func tenantClient(t testing.TB, mode string) *Client {
+	t.Helper()
+	s := sharedStack(t, mode)
+	if mode == "hosted" {
+		return newTenant(t, s)
+	}
+	return admin(t, s)
+}
+
 // admin returns a client carrying the stack's admin key.
 func admin(t testing.TB, s *stack.Stack) *Client { return newClient(t, s.URL, s.AdminKey) }
 

@@ -414,11 +414,7 @@ func TestLeasePoliciesRefuseABlankProductID(t *testing.T) {
 	for _, mode := range []string{"self", "hosted"} {
 		t.Run(mode, func(t *testing.T) {
 			t.Parallel()
-			s := sharedStack(t, mode)
-			c := admin(t, s)
-			if mode == "hosted" {
-				c = newTenant(t, s)
-			}
+			c := tenantClient(t, mode)
 			for _, blank := range []string{"%20", "%20%20"} {
 				path := "/v1/products/" + blank + "/policies"
 				c.Get(path).ExpectError(t, 400, "product_id is required")

@@ -18,6 +18,7 @@ import (
 	"github.com/keyhouse/keyhouse/pkg/apierr"
 	"github.com/keyhouse/keyhouse/pkg/auth"
 	"github.com/keyhouse/keyhouse/pkg/idempotency"
+	"github.com/keyhouse/keyhouse/pkg/input"
 	"github.com/keyhouse/keyhouse/pkg/license"
 	"github.com/keyhouse/keyhouse/pkg/pgxx"
 	"github.com/keyhouse/keyhouse/pkg/signing"
@@ -239,7 +240,7 @@ func (x *Leases) policyOf(req *activationsv1.PutLeasePolicyRequest) (store.Polic
 	if req.FingerprintMatch != nil {
 		p.FingerprintMatch = req.GetFingerprintMatch()
 		if !containsString(fingerprintMatches, p.FingerprintMatch) {
-			return p, apierr.Invalid("fingerprint_match must be one of none, any, most, all")
+			return p, input.NotOneOf("fingerprint_match", fingerprintMatches...)
 		}
 	}
 	if len(req.GetEntitlements()) > maxEntitlements {

@@ -20,6 +20,7 @@ import (
 	"github.com/keyhouse/keyhouse/pkg/events"
 	"github.com/keyhouse/keyhouse/pkg/grpcx"
 	"github.com/keyhouse/keyhouse/pkg/idempotency"
+	"github.com/keyhouse/keyhouse/pkg/input"
 	"github.com/keyhouse/keyhouse/pkg/license"
 	"github.com/keyhouse/keyhouse/pkg/licensecache"
 	"github.com/keyhouse/keyhouse/pkg/licensingclient"
@@ -768,7 +769,7 @@ func (s *Server) DeactivateByInstanceId(ctx context.Context, req *activationsv1.
 // track-usage adds to the total either before the reset or after it.
 func (s *Server) ResetUsage(ctx context.Context, req *activationsv1.ResetUsageRequest) (*activationsv1.ResetUsageResponse, error) {
 	if req.Metric != nil && !license.LimitKeys[req.GetMetric()] {
-		return nil, apierr.Invalid("metric must be one of the allowed limit keys: %s", strings.Join(sortedLimitKeys(), ", "))
+		return nil, input.NotOneOf("metric", license.AllowedLimitKeys...)
 	}
 	l, err := s.tenantLicense(ctx, req.GetKey())
 	if err != nil {
@@ -782,15 +783,6 @@ func (s *Server) ResetUsage(ctx context.Context, req *activationsv1.ResetUsageRe
 		return nil, usageStoreError(err)
 	}
 	return &activationsv1.ResetUsageResponse{Key: l.GetKey(), Usage: toDoubles(usage)}, nil
-}
-
-func sortedLimitKeys() []string {
-	out := make([]string, 0, len(license.LimitKeys))
-	for m := range license.LimitKeys {
-		out = append(out, m)
-	}
-	sort.Strings(out)
-	return out
 }
 
 func toDoubles(m map[string]int64) map[string]float64 {

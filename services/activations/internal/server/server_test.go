@@ -475,7 +475,7 @@ func TestResetUsage(t *testing.T) {
 		t.Fatalf("reset all: %v %v", resp, err)
 	}
 	_, err = s.ResetUsage(ctx, &activationsv1.ResetUsageRequest{Key: "K1", Metric: proto.String("storage")})
-	wantErr(t, err, codes.InvalidArgument, "metric must be one of the allowed limit keys: admins, api_calls_per_day, concurrent_sessions, environments, features, projects, rate_limit_rps, seats, tenants, users")
+	wantErr(t, err, codes.InvalidArgument, "metric must be users, seats, admins, projects, environments, tenants, api_calls_per_day, rate_limit_rps, concurrent_sessions or features")
 	_, err = s.ResetUsage(ctx, &activationsv1.ResetUsageRequest{Key: "NOPE"})
 	wantErr(t, err, codes.NotFound, "License key not found")
 }

@@ -53,6 +53,7 @@ func (a *APIKeys) CreateApiKey(ctx context.Context, req *accountsv1.CreateApiKey
 	}
 	scope := req.GetScope()
 	if scope != store.ScopeFull && scope != store.ScopeRead {
+		// The addendum's text, byte for byte: its values quoted, unlike input.NotOneOf's.
 		return nil, apierr.Invalid(`scope must be "full" or "read"`)
 	}
 	expires, err := a.expiry(req.GetExpiresAt())

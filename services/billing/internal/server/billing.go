@@ -11,6 +11,7 @@ import (
 	"github.com/keyhouse/keyhouse/pkg/apierr"
 	"github.com/keyhouse/keyhouse/pkg/auth"
 	"github.com/keyhouse/keyhouse/pkg/events"
+	"github.com/keyhouse/keyhouse/pkg/input"
 	"github.com/keyhouse/keyhouse/pkg/stripeinput"
 	billingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/billing/v1"
 	"github.com/keyhouse/keyhouse/services/billing/internal/payments"
@@ -126,14 +127,14 @@ func (b *Billing) CreateCheckout(ctx context.Context, req *billingv1.CreateCheck
 	}
 	want := req.GetPlan()
 	if want != plan.Free && want != plan.Pro {
-		return nil, apierr.Invalid("plan must be free or pro")
+		return nil, input.NotOneOf("plan", plan.Free, plan.Pro)
 	}
 	interval := req.GetInterval()
 	if interval == "" {
 		interval = "monthly"
 	}
 	if interval != "monthly" && interval != "annual" {
-		return nil, apierr.Invalid("interval must be monthly or annual")
+		return nil, input.NotOneOf("interval", "monthly", "annual")
 	}
 	if b.cfg.Stripe == nil {
 		return nil, errNotConfigured

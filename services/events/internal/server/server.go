@@ -147,7 +147,7 @@ func filter(req *eventsv1.ListEventsRequest) (store.Filter, error) {
 	f.Limit = limit
 	if t := req.GetType(); t != "" {
 		if !knownType(t) {
-			return f, apierr.Invalid(`type must be an event type or a prefix of one ending in "."`)
+			return f, input.NotOneOf("type", events.LoggedTypeOrPrefix)
 		}
 		f.Type = t
 	}

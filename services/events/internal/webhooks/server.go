@@ -16,6 +16,7 @@ import (
 	"github.com/keyhouse/keyhouse/pkg/apierr"
 	"github.com/keyhouse/keyhouse/pkg/auth"
 	"github.com/keyhouse/keyhouse/pkg/idempotency"
+	"github.com/keyhouse/keyhouse/pkg/input"
 	"github.com/keyhouse/keyhouse/pkg/paging"
 	"github.com/keyhouse/keyhouse/pkg/pgxx"
 	"github.com/keyhouse/keyhouse/pkg/seal"
@@ -312,7 +313,7 @@ func deliveryFilter(limit, status, startingAfter string) (DeliveryFilter, error)
 	switch status {
 	case "", StatusPending, StatusSucceeded, StatusFailed:
 	default:
-		return DeliveryFilter{}, apierr.Invalid("status must be pending, succeeded or failed")
+		return DeliveryFilter{}, input.NotOneOf("status", StatusPending, StatusSucceeded, StatusFailed)
 	}
 	return DeliveryFilter{Status: status, StartingAfter: startingAfter, Limit: n}, nil
 }

@@ -69,8 +69,8 @@ func TestCreateRefusesBadInput(t *testing.T) {
 		{"name resolving to 10/8", &eventsv1.CreateWebhookEndpointRequest{Url: "https://hooks.internal.test/x", Events: []string{"*"}}, notPublic},
 		{"localhost", &eventsv1.CreateWebhookEndpointRequest{Url: "http://localhost:9/x", Events: []string{"*"}}, notPublic},
 		{"no events", &eventsv1.CreateWebhookEndpointRequest{Url: "https://hooks.example.com/x"}, `events is required: ["*"] or a list of event types`},
-		{"unknown type", &eventsv1.CreateWebhookEndpointRequest{Url: "https://hooks.example.com/x", Events: []string{"license.issued", "license.exploded"}}, `events: unknown event type "license.exploded"`},
-		{"unknown prefix", &eventsv1.CreateWebhookEndpointRequest{Url: "https://hooks.example.com/x", Events: []string{"lic."}}, `events: unknown event type "lic."`},
+		{"unknown type", &eventsv1.CreateWebhookEndpointRequest{Url: "https://hooks.example.com/x", Events: []string{"license.issued", "license.exploded"}}, `events[1] must be an event type or a prefix of one ending in "."`},
+		{"unknown prefix", &eventsv1.CreateWebhookEndpointRequest{Url: "https://hooks.example.com/x", Events: []string{"lic."}}, `events[0] must be an event type or a prefix of one ending in "."`},
 		{"star with others", &eventsv1.CreateWebhookEndpointRequest{Url: "https://hooks.example.com/x", Events: []string{"*", "license.issued"}}, `events: "*" stands alone`},
 		{"long description", &eventsv1.CreateWebhookEndpointRequest{Url: "https://hooks.example.com/x", Events: []string{"*"}, Description: wrapperspb.String(strings.Repeat("d", 513))}, "description must be at most 512 characters"},
 	} {

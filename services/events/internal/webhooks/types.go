@@ -1,10 +1,12 @@
 package webhooks
 
 import (
+	"fmt"
 	"strings"
 
 	"github.com/keyhouse/keyhouse/pkg/apierr"
 	"github.com/keyhouse/keyhouse/pkg/events"
+	"github.com/keyhouse/keyhouse/pkg/input"
 )
 
 // PingType is the type of the event POST /v1/webhook-endpoints/{id}/ping sends.
@@ -24,7 +26,7 @@ func checkSubscriptions(subs []string) *apierr.Error {
 		return apierr.Invalid("events has more than %d entries", maxSubscriptions)
 	}
 	seen := make(map[string]bool, len(subs))
-	for _, e := range subs {
+	for i, e := range subs {
 		switch {
 		case seen[e]:
 			return apierr.Invalid("events lists %q twice", e)
@@ -33,10 +35,8 @@ func checkSubscriptions(subs []string) *apierr.Error {
 				return apierr.Invalid(`events: "*" stands alone`)
 			}
 		case !events.IsLoggedTypeOrPrefix(e):
-			if len(e) > 64 {
-				e = e[:64] + "…"
-			}
-			return apierr.Invalid("events: unknown event type %q", e)
+			// The entry by its index, as the log's type filter words it, not echoed.
+			return input.NotOneOf(fmt.Sprintf("events[%d]", i), events.LoggedTypeOrPrefix)
 		}
 		seen[e] = true
 	}

@@ -63,7 +63,7 @@ func (s *Server) ImportLicenses(ctx context.Context, req *licensingv1.ImportLice
 		skip = true
 	case "", "fail":
 	default:
-		return nil, apierr.Invalid(`on_conflict must be "skip" or "fail"`)
+		return nil, input.NotOneOf("on_conflict", "fail", "skip")
 	}
 	quota, err := s.checkEntitlements(ctx, tenant)
 	if err != nil {
@@ -334,7 +334,7 @@ func (s *Server) importedLicense(tenant string, in *licensingv1.ImportedLicense)
 	case license.StatusRevoked:
 		l.Status = license.StatusRevoked
 	default:
-		return importItem{}, apierr.Invalid("status must be active or revoked")
+		return importItem{}, input.NotOneOf("status", license.StatusActive, license.StatusRevoked)
 	}
 	usage, err := importUsageValues(in.GetUsage(), l.Limits)
 	if err != nil {

@@ -386,7 +386,7 @@ func (s *Server) ListLicenses(ctx context.Context, req *licensingv1.ListLicenses
 	}
 	// Absent filters nothing; present it must name a status (`?status=` is refused).
 	if req.Status != nil && !license.ValidStatus(req.GetStatus()) {
-		return nil, apierr.Invalid("status must be active or revoked")
+		return nil, input.NotOneOf("status", license.StatusActive, license.StatusRevoked)
 	}
 	if pgxx.HasNUL(req.GetProductId(), req.GetIssuedTo(), req.GetKey()) {
 		// No stored value holds U+0000 (Postgres text cannot), so nothing matches.

@@ -10,6 +10,7 @@ import (
 	"math"
 	"net/netip"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 	"unicode"
@@ -343,10 +344,8 @@ func (s *Server) ListReleases(ctx context.Context, req *releasesv1.ListReleasesR
 	}
 	// Absent filters nothing; present it must name a status (`?status=` is refused).
 	if req.Status != nil {
-		switch req.GetStatus() {
-		case "published", "unpublished":
-		default:
-			return nil, apierr.Invalid("status must be published or unpublished")
+		if statuses := []string{"published", "unpublished"}; !slices.Contains(statuses, req.GetStatus()) {
+			return nil, input.NotOneOf("status", statuses...)
 		}
 	}
 	if pgxx.HasNUL(req.GetProductId(), req.GetChannel(), req.GetPlatform()) {

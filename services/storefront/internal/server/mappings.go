@@ -159,7 +159,7 @@ func parseFollowUp(m *store.Mapping, req *storefrontv1.CreateMappingRequest) err
 	case store.OnRefundKeep:
 		m.OnRefund = store.OnRefundKeep
 	default:
-		return apierr.Invalid("on_refund must be revoke or keep")
+		return input.NotOneOf("on_refund", store.OnRefundRevoke, store.OnRefundKeep)
 	}
 	return nil
 }
@@ -265,7 +265,7 @@ func (s *Server) ListDeliveries(ctx context.Context, req *storefrontv1.ListDeliv
 	}
 	outcome := req.GetOutcome()
 	if outcome != "" && !validOutcome(outcome) {
-		return nil, apierr.Invalid("outcome must be one of %s", strings.Join(store.Outcomes, ", "))
+		return nil, input.NotOneOf("outcome", store.Outcomes...)
 	}
 	filter := store.DeliveryFilter{Outcome: outcome}
 	for _, f := range []struct {

@@ -12,6 +12,7 @@ import (
 	"github.com/keyhouse/keyhouse/pkg/apierr"
 	"github.com/keyhouse/keyhouse/pkg/auth"
 	"github.com/keyhouse/keyhouse/pkg/idempotency"
+	"github.com/keyhouse/keyhouse/pkg/input"
 	"github.com/keyhouse/keyhouse/pkg/signing"
 	storefrontv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/storefront/v1"
 	"github.com/keyhouse/keyhouse/services/storefront/internal/store"
@@ -122,7 +123,7 @@ func (s *Server) ConnectWebhook(ctx context.Context, req *storefrontv1.ConnectWe
 		return nil, apierr.Invalid("provider is required")
 	case ProviderStripe:
 	default:
-		return nil, apierr.Invalid("provider must be stripe (the only provider implemented)")
+		return nil, input.NotOneOf("provider", ProviderStripe)
 	}
 	raw, err := s.store.CreateWebhook(ctx, idemKey, idempotency.RequestHash("ConnectWebhook", req), tenant, newWebhookID(), ProviderStripe,
 		func(w *store.Webhook) ([]byte, error) {
