@@ -156,13 +156,18 @@ func Handler(forget Forget, log *slog.Logger) natsx.Handler {
 // built but never emitted, so that every cached answer about them goes stale in time.
 type Stale func(ctx context.Context, tx pgx.Tx, tenant string) ([]*eventsv1.Event, error)
 
+// Retire, in the purge's transaction and before it, takes out of the tenant's rows what
+// must outlive the tenant under no tenant id (licensing's product claims: Forgetter.Retire).
+type Retire func(ctx context.Context, tx pgx.Tx, tenant string) error
+
 // Forgetter is the usual Forget: ForgetInTx in one transaction on DB (the schema needs a
-// forgotten_tenants table), then the cache path of Spine for what Stale found (both
-// optional).
+// forgotten_tenants table), then the cache path of Spine for what Stale found (all three
+// optional). Retire runs first in that transaction, so what it keeps is never purged.
 type Forgetter struct {
-	DB    *pgxpool.Pool
-	Stale Stale
-	Spine *events.Spine
+	DB     *pgxpool.Pool
+	Stale  Stale
+	Retire Retire
+	Spine  *events.Spine
 }
 
 // Forget purges tenant.
@@ -171,6 +176,11 @@ func (f Forgetter) Forget(ctx context.Context, tenant string) error {
 	err := pgx.BeginFunc(ctx, f.DB, func(tx pgx.Tx) (err error) {
 		if f.Stale != nil {
 			if stale, err = f.Stale(ctx, tx, tenant); err != nil {
+				return err
+			}
+		}
+		if f.Retire != nil {
+			if err := f.Retire(ctx, tx, tenant); err != nil {
 				return err
 			}
 		}

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -188,5 +189,67 @@ func TestDeletingTenantsUnderConcurrentWritesAcrossReplicasLeavesNoRow(t *testin
 	time.Sleep(tenantpurge.SecondPurgeAt)
 	for _, id := range deleted {
 		eventually(t, "no row of "+id+" left", func() bool { return len(tenantRows(t, conn, id)) == 0 })
+	}
+}
+
+// A deleted tenant's products stay claimed by no tenant. A product id is what an
+// installed app checks a license, a lease or a release manifest against, under the
+// installation's signing key that every tenant's licenses share: freed, the tenant that
+// claimed it next could issue licenses and sign releases that the deleted tenant's apps,
+// still installed, accept. Tenants racing for it right after the purge, through two
+// gateways on two licensing replicas, in any spelling, all get the refusal another
+// tenant's product gets, and the deleted tenant keeps no row.
+func TestADeletedTenantsProductsStayClaimed(t *testing.T) {
+	t.Parallel()
+	s := hosted(t)
+	gateways := []string{s.URL, secondGateway(t, s, "licensing", "LICENSING_ADDR")}
+	gone, goneID := hostedTenant(t, s)
+	prod := product("deleted-vendor")
+	issueLicense(t, gone, lic(prod))
+	registerRelease(t, gone, rel(prod, "1.0.0"))
+	admin(t, s).Delete("/v1/operator/tenants/"+goneID, nil).Expect(t, 200)
+	conn := dbConn(t, s)
+	eventually(t, "the deleted tenant purged everywhere", func() bool { return len(tenantRows(t, conn, goneID)) == 0 })
+
+	const owned = `{"error":"product_id is owned by a different tenant"}`
+	spellings := []string{prod, strings.ToUpper(prod), " " + prod + " "}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var answers []string
+	for i := range 4 {
+		token := newTenant(t, s).Token
+		for j, spelling := range spellings {
+			c := newClient(t, gateways[(i+j)%2], token)
+			wg.Go(func() {
+				for _, try := range []struct {
+					path string
+					body map[string]any
+				}{{"/v1/issue-license", lic(spelling)}, {"/v1/register-release", rel(spelling, fmt.Sprint("2.0.", i))}} {
+					r, err := c.Try("POST", try.path, try.body)
+					mu.Lock()
+					if err != nil {
+						answers = append(answers, err.Error())
+					} else {
+						answers = append(answers, fmt.Sprintf("%s %d %s", try.path, r.Status, r.Body))
+					}
+					mu.Unlock()
+				}
+			})
+		}
+	}
+	wg.Wait()
+	for _, a := range answers {
+		if !strings.HasSuffix(a, " 403 "+owned) {
+			t.Errorf("a claim of the deleted tenant's product: %s, want 403 %s", a, owned)
+		}
+	}
+	other := newTenant(t, s)
+	other.Do("PUT", "/v1/products/"+prod+"/policies/pro", map[string]any{}).ExpectError(t, 404, errProductUnknown)
+	item := importItem(prod, 1, "HEIR-"+prod)
+	other.Post("/v1/licenses/import", importBody([]map[string]any{item}, "skip")).Expect(t, 200).
+		ExpectBody(t, `{"imported":0,"unchanged":0,"skipped":0,"invalid":1,"results":[`+
+			`{"index":0,"key":"HEIR-`+prod+`","result":"invalid","error":"product_id is owned by a different tenant"}]}`)
+	if rows := tenantRows(t, conn, goneID); len(rows) != 0 {
+		t.Fatalf("rows of the deleted tenant: %v", rows)
 	}
 }

@@ -76,7 +76,7 @@ func register(ctx context.Context, d *app.Deps) error {
 	// A deleted tenant's rows go in one transaction, even if this service was down when
 	// the tenant was deleted (pkg/tenantpurge).
 	wg.Go(func() {
-		if err := tenantpurge.Run(ctx, spine.JetStream, "licensing", tenantpurge.Forgetter{DB: d.DB, Stale: store.StaleOnTenantPurge, Spine: spine.Spine}.Forget, d.Log); err != nil {
+		if err := tenantpurge.Run(ctx, spine.JetStream, "licensing", tenantpurge.Forgetter{DB: d.DB, Stale: store.StaleOnTenantPurge, Retire: store.RetireProducts, Spine: spine.Spine}.Forget, d.Log); err != nil {
 			d.Log.Error("tenant.deleted consumer stopped", "error", err.Error())
 		}
 	})
