@@ -139,16 +139,21 @@ func verdictOf(claims *LeaseClaims, offline bool) Verdict {
 // at once (and, once past its renew_after, is renewed in the background); without one,
 // or with one that ran out, it asks the server for a lease. While the server cannot be
 // reached a stored lease is good until its exp; a refusal of the server (revoked,
-// expired, seat lapsed) stands from the first renewal that reaches it.
+// expired, seat lapsed) stands from the first renewal that reaches it, and out of reach;
+// online a refused license is asked about again at each check, so one reinstated or
+// extended is licensed at once.
 func (c *Client) Check(ctx context.Context) Verdict {
 	c.mu.Lock()
 	st := c.state
 	c.mu.Unlock()
-	if st.Refusal != "" {
-		return Verdict{Reason: st.Refusal}
-	}
 	if st.Token == "" {
 		return Verdict{Reason: "not_activated"}
+	}
+	if st.Refusal != "" {
+		// The server refused the license at a renewal (revoked, deleted, past its expiry):
+		// it is asked again, so a license reinstated or extended is licensed at the next
+		// check online; out of reach the refusal stands.
+		return c.Renew(ctx)
 	}
 	if st.Lease != "" {
 		claims, err := c.verifyLease(ctx, st.Lease, st.NewestIAT)
@@ -203,7 +208,7 @@ func (c *Client) Renew(ctx context.Context) Verdict {
 		}
 		v := Verdict{Reason: reason}
 		c.mu.Lock()
-		c.state.Lease = ""
+		c.state.Lease, c.state.Refusal = "", ""
 		switch e.Code {
 		case "license_not_found", "license_not_active", "license_expired":
 			c.state.Refusal = reason
@@ -229,6 +234,7 @@ func (c *Client) Renew(ctx context.Context) Verdict {
 			c.mu.Lock()
 			c.state.Lease = out.Lease
 			c.state.NewestIAT = max(c.state.NewestIAT, claims.IssuedAt)
+			c.state.Refusal = ""
 			_ = c.saveLocked()
 			c.mu.Unlock()
 		}
@@ -237,6 +243,7 @@ func (c *Client) Renew(ctx context.Context) Verdict {
 	c.mu.Lock()
 	c.state.Lease = out.Lease
 	c.state.NewestIAT = max(c.state.NewestIAT, claims.IssuedAt)
+	c.state.Refusal = ""
 	_ = c.saveLocked()
 	c.mu.Unlock()
 	return verdictOf(claims, false)
@@ -244,6 +251,10 @@ func (c *Client) Renew(ctx context.Context) Verdict {
 
 // offlineVerdict answers from the stored lease while the server cannot be reached.
 func (c *Client) offlineVerdict(ctx context.Context, st state) Verdict {
+	if st.Refusal != "" {
+		// The server's last answer was a refusal: it stands until the server says otherwise.
+		return Verdict{Reason: st.Refusal}
+	}
 	if st.Lease == "" {
 		return Verdict{Reason: "unreachable"}
 	}

@@ -430,6 +430,19 @@ func TestLiveLeaseScenarios(t *testing.T) {
 		if v := r.Check(ctx); v.Licensed || v.Reason != "license_not_active" {
 			t.Fatalf("after the renewal reached the server: %+v", v)
 		}
+		t.Run("scenario: reinstated, licensed again at the next check online", func(t *testing.T) {
+			f.control(t, "mode?m=down")
+			f.control(t, "reinstate?key="+f.Keys["revoke"])
+			if v := r.Check(ctx); v.Licensed || v.Reason != "license_not_active" {
+				t.Fatalf("offline, the refusal stands: %+v", v)
+			}
+			time.Sleep(1500 * time.Millisecond)
+			f.control(t, "mode?m=pass")
+			rclock.Advance(2 * time.Minute) // past the backoff of the failed request
+			if v := r.Check(ctx); !v.Licensed || v.Offline {
+				t.Fatalf("online after the license was reinstated: %+v", v)
+			}
+		})
 	})
 	t.Run("scenario: lease copied to another machine", func(t *testing.T) {
 		copyStore("lease.json", "copied.json")

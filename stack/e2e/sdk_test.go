@@ -104,9 +104,9 @@ func (p *sdkProxy) control(t *testing.T, w http.ResponseWriter, r *http.Request,
 		p.mu.Lock()
 		p.routes, p.idempotencyKeys = nil, nil
 		p.mu.Unlock()
-	case "revoke":
+	case "revoke", "reinstate":
 		// Through the gateway itself: the proxy may be "down" for the client.
-		resp := admin.Post("/v1/revoke-license", map[string]any{"key": q.Get("key"), "revoked": true})
+		resp := admin.Post("/v1/revoke-license", map[string]any{"key": q.Get("key"), "revoked": what == "revoke"})
 		if resp.Status != 200 {
 			http.Error(w, string(resp.Body), 500)
 			return

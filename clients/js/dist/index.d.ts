@@ -307,7 +307,9 @@ export declare class Client {
      * (past its renew_after it is renewed in the background: see `renewal`); without one,
      * or with one that ran out, the server is asked for a lease. While the server cannot be
      * reached a stored lease is good until its exp; a refusal of the server (revoked,
-     * expired, seat lapsed) stands from the first renewal that reaches it. */
+     * expired, seat lapsed) stands from the first renewal that reaches it, and out of reach;
+     * online a refused license is asked about again at each check, so one reinstated or
+     * extended is licensed at once. */
     check(): Promise<Verdict>;
     /** The background renewal check() started, if one runs. */
     get pendingRenewal(): Promise<Verdict> | null;

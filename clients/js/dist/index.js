@@ -683,12 +683,17 @@ class Client {
      * (past its renew_after it is renewed in the background: see `renewal`); without one,
      * or with one that ran out, the server is asked for a lease. While the server cannot be
      * reached a stored lease is good until its exp; a refusal of the server (revoked,
-     * expired, seat lapsed) stands from the first renewal that reaches it. */
+     * expired, seat lapsed) stands from the first renewal that reaches it, and out of reach;
+     * online a refused license is asked about again at each check, so one reinstated or
+     * extended is licensed at once. */
     async check() {
-        if (this.state.refusal)
-            return { licensed: false, reason: this.state.refusal };
         if (!this.state.token)
             return { licensed: false, reason: 'not_activated' };
+        // The server refused the license at a renewal (revoked, deleted, past its expiry): it is
+        // asked again, so a license reinstated or extended is licensed at the next check online;
+        // out of reach the refusal stands.
+        if (this.state.refusal)
+            return this.renew();
         if (this.state.lease) {
             try {
                 const v = Client.verdictOf(await this.checkLease(this.state.lease), true);
@@ -736,6 +741,7 @@ class Client {
                 reason = 'seat_lapsed';
             const lapsedLease = this.state.lease;
             delete this.state.lease;
+            delete this.state.refusal;
             if (['license_not_found', 'license_not_active', 'license_expired'].includes(e.code))
                 this.state.refusal = reason;
             if (['seat_lease_expired', 'invalid_activation_token'].includes(e.code))
@@ -751,6 +757,7 @@ class Client {
             const claims = await this.checkLease(lease);
             this.state.lease = lease;
             this.state.newest_iat = Math.max(this.state.newest_iat || 0, claims.iat);
+            delete this.state.refusal;
             this.save();
             return Client.verdictOf(claims, false);
         }
@@ -762,12 +769,16 @@ class Client {
                 // once the clock is right.
                 this.state.lease = lease;
                 this.state.newest_iat = Math.max(this.state.newest_iat || 0, e.claims.iat);
+                delete this.state.refusal;
                 this.save();
             }
             return { licensed: false, reason: err instanceof KeyhouseError ? err.code : 'invalid_lease' };
         }
     }
     async offlineVerdict() {
+        // The server's last answer was a refusal: it stands until the server says otherwise.
+        if (this.state.refusal)
+            return { licensed: false, reason: this.state.refusal };
         if (!this.state.lease)
             return { licensed: false, reason: 'unreachable' };
         try {

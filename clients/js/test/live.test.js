@@ -244,6 +244,17 @@ test('live lease scenarios', { skip }, async (t) => {
     await r.pendingRenewal;
     v = await r.check();
     assert.deepStrictEqual([v.licensed, v.reason], [false, 'license_not_active']);
+
+    // Reinstated: offline the refusal stands; online the next check is licensed again.
+    await control('mode?m=down');
+    await control(`reinstate?key=${f.keys.revoke}`);
+    v = await r.check();
+    assert.deepStrictEqual([v.licensed, v.reason], [false, 'license_not_active'], 'offline, the refusal stands');
+    await new Promise((r) => setTimeout(r, 1500));
+    await control('mode?m=pass');
+    clock.now += 120_000; // past the backoff of the failed request
+    v = await r.check();
+    assert.deepStrictEqual([v.licensed, v.offline], [true, false], 'online after the license was reinstated');
   });
 
   await t.test('scenario: lease copied to another machine', async () => {

@@ -762,11 +762,16 @@ class Client:
         (past its renew_after it is renewed in a background thread: wait_renewal()); without
         one, or with one that ran out, the server is asked for a lease. While the server
         cannot be reached a stored lease is good until its exp; a refusal of the server
-        (revoked, expired, seat lapsed) stands from the first renewal that reaches it."""
-        if self._state.get("refusal"):
-            return Verdict(False, self._state["refusal"])
+        (revoked, expired, seat lapsed) stands from the first renewal that reaches it, and out
+        of reach; online a refused license is asked about again at each check, so one
+        reinstated or extended is licensed at once."""
         if not self._state.get("token"):
             return Verdict(False, "not_activated")
+        if self._state.get("refusal"):
+            # The server refused the license at a renewal (revoked, deleted, past its
+            # expiry): it is asked again, so a license reinstated or extended is licensed at
+            # the next check online; out of reach the refusal stands.
+            return self.renew()
         lease = self._state.get("lease")
         if lease:
             try:
@@ -819,6 +824,7 @@ class Client:
                 reason = "seat_lapsed"
             with self._lock:
                 lapsed_lease = self._state.pop("lease", None)
+                self._state.pop("refusal", None)
                 if e.code in ("license_not_found", "license_not_active", "license_expired"):
                     self._state["refusal"] = reason
                 if e.code in ("seat_lease_expired", "invalid_activation_token"):
@@ -839,15 +845,20 @@ class Client:
                 with self._lock:
                     self._state["lease"] = lease
                     self._state["newest_iat"] = max(self._state.get("newest_iat") or 0, e.claims["iat"])
+                    self._state.pop("refusal", None)
                     self._save()
             return Verdict(False, e.code)
         with self._lock:
             self._state["lease"] = lease
             self._state["newest_iat"] = max(self._state.get("newest_iat") or 0, claims["iat"])
+            self._state.pop("refusal", None)
             self._save()
         return Verdict.of(claims, False)
 
     def _offline_verdict(self) -> Verdict:
+        if self._state.get("refusal"):
+            # The server's last answer was a refusal: it stands until the server says otherwise.
+            return Verdict(False, self._state["refusal"])
         lease = self._state.get("lease")
         if not lease:
             return Verdict(False, "unreachable")

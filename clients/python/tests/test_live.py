@@ -267,6 +267,17 @@ def test_scenario_revoked_while_offline_refused_at_the_first_renewal(lw):
     v = r.check()
     assert (v.licensed, v.reason) == (False, "license_not_active")
 
+    # Reinstated: offline the refusal stands; online the next check is licensed again.
+    control("mode?m=down")
+    control(f"reinstate?key={F['keys']['revoke']}")
+    v = r.check()
+    assert (v.licensed, v.reason) == (False, "license_not_active"), "offline, the refusal stands"
+    time.sleep(1.5)
+    control("mode?m=pass")
+    clock.now += 120  # past the backoff of the failed request
+    v = r.check()
+    assert (v.licensed, v.offline) == (True, False), "online after the license was reinstated"
+
 
 def test_scenario_lease_copied_to_another_machine(lw):
     lw.copy("lease.json", "copied.json")
