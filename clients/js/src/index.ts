@@ -35,6 +35,7 @@ const ERROR_TABLE: Array<[number, string, string]> = [
   [403, 'Machine fingerprint does not match', 'fingerprint_mismatch'],
   [400, "components are required by this product's policy", 'components_required'],
   [404, 'Release not found', 'release_not_found'],
+  [403, 'Tenant is suspended', 'tenant_suspended'],
 ];
 
 /** The code of an answer of the server. */
