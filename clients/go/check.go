@@ -69,6 +69,9 @@ type state struct {
 	NewestIAT int64 `json:"newest_iat,omitempty"`
 	// Verdict is the last refusal of the server (a revoked license stays refused offline).
 	Refusal string `json:"refusal,omitempty"`
+	// RefusedAt is when the server was last asked for a lease of the refused license
+	// (Unix seconds, local clock): Check asks again at most once per MinFailingInterval.
+	RefusedAt int64 `json:"refused_at,omitempty"`
 	// Keys are lease keys fetched after a rotation.
 	Keys *JWKS `json:"lease_keys,omitempty"`
 	// TenantID is the hosted tenant of the first lease that verified against keys fetched
@@ -140,19 +143,29 @@ func verdictOf(claims *LeaseClaims, offline bool) Verdict {
 // or with one that ran out, it asks the server for a lease. While the server cannot be
 // reached a stored lease is good until its exp; a refusal of the server (revoked,
 // expired, seat lapsed) stands from the first renewal that reaches it, and out of reach;
-// online a refused license is asked about again at each check, so one reinstated or
-// extended is licensed at once.
+// a refused license is asked about again at most once per MinFailingInterval (the checks
+// in between answer the refusal with no request), so one reinstated or extended is
+// licensed at the first check online a minute after the last ask.
 func (c *Client) Check(ctx context.Context) Verdict {
 	c.mu.Lock()
 	st := c.state
+	ask := st.Refusal != "" && refusalDue(c.cfg.Now(), st.RefusedAt)
+	if ask {
+		// This check is the ask of this minute: checks running beside it answer the refusal.
+		c.state.RefusedAt = c.cfg.Now().Unix()
+		_ = c.saveLocked()
+	}
 	c.mu.Unlock()
 	if st.Token == "" {
 		return Verdict{Reason: "not_activated"}
 	}
 	if st.Refusal != "" {
 		// The server refused the license at a renewal (revoked, deleted, past its expiry):
-		// it is asked again, so a license reinstated or extended is licensed at the next
-		// check online; out of reach the refusal stands.
+		// it is asked again once a minute, so a license reinstated or extended is licensed
+		// then; in between, and out of reach, the refusal stands.
+		if !ask {
+			return Verdict{Reason: st.Refusal}
+		}
 		return c.Renew(ctx)
 	}
 	if st.Lease != "" {
@@ -187,8 +200,9 @@ func (c *Client) Renew(ctx context.Context) Verdict {
 	var out struct {
 		Lease string `json:"lease"`
 	}
+	asked := c.cfg.Now()
 	err := c.do(ctx, "POST", "/v1/leases", map[string]any{"key": c.cfg.Key, "token": st.Token, "components": c.cfg.Components,
-		"nonce": clockNonce(c.cfg.Now())}, &out)
+		"nonce": clockNonce(asked)}, &out)
 	if err != nil {
 		var e *Error
 		errors.As(err, &e)
@@ -208,10 +222,10 @@ func (c *Client) Renew(ctx context.Context) Verdict {
 		}
 		v := Verdict{Reason: reason}
 		c.mu.Lock()
-		c.state.Lease, c.state.Refusal = "", ""
+		c.state.Lease, c.state.Refusal, c.state.RefusedAt = "", "", 0
 		switch e.Code {
 		case "license_not_found", "license_not_active", "license_expired":
-			c.state.Refusal = reason
+			c.state.Refusal, c.state.RefusedAt = reason, asked.Unix()
 		case "seat_lease_expired", "invalid_activation_token":
 			c.state.Token = ""
 		}
@@ -234,7 +248,7 @@ func (c *Client) Renew(ctx context.Context) Verdict {
 			c.mu.Lock()
 			c.state.Lease = out.Lease
 			c.state.NewestIAT = max(c.state.NewestIAT, claims.IssuedAt)
-			c.state.Refusal = ""
+			c.state.Refusal, c.state.RefusedAt = "", 0
 			_ = c.saveLocked()
 			c.mu.Unlock()
 		}
@@ -243,10 +257,18 @@ func (c *Client) Renew(ctx context.Context) Verdict {
 	c.mu.Lock()
 	c.state.Lease = out.Lease
 	c.state.NewestIAT = max(c.state.NewestIAT, claims.IssuedAt)
-	c.state.Refusal = ""
+	c.state.Refusal, c.state.RefusedAt = "", 0
 	_ = c.saveLocked()
 	c.mu.Unlock()
 	return verdictOf(claims, false)
+}
+
+// refusalDue: a stored refusal last asked about at refusedAt (Unix seconds) is asked about
+// again now, MinFailingInterval later, or at once when the clock moved back below it (a
+// refusal stored under a clock that ran ahead would otherwise stand until it is reached).
+func refusalDue(now time.Time, refusedAt int64) bool {
+	since := now.Unix() - refusedAt
+	return since < 0 || since >= int64(MinFailingInterval/time.Second)
 }
 
 // offlineVerdict answers from the stored lease while the server cannot be reached.

@@ -52,6 +52,7 @@ var (
 	ErrFingerprintMismatch     = code("fingerprint_mismatch")
 	ErrComponentsRequired      = code("components_required")
 	ErrReleaseNotFound         = code("release_not_found")
+	ErrTenantSuspended         = code("tenant_suspended") // a hosted server whose operator suspended the vendor's account
 	ErrNotFound                = code("not_found")
 	ErrInvalidRequest          = code("invalid_request")
 	ErrRateLimited             = code("rate_limited")
@@ -97,6 +98,7 @@ var errorTable = []ErrorEntry{
 	{403, "Machine fingerprint does not match", "fingerprint_mismatch", ""},
 	{400, "components are required by this product's policy", "components_required", ""},
 	{404, "Release not found", "release_not_found", ""},
+	{403, "Tenant is suspended", "tenant_suspended", ""},
 }
 
 // ErrorTable lists the server messages the client gives a code of their own (the shared

@@ -427,20 +427,43 @@ func TestLiveLeaseScenarios(t *testing.T) {
 			t.Fatalf("the check that starts the renewal answers from the lease: %+v", v)
 		}
 		r.WaitRenewal()
-		if v := r.Check(ctx); v.Licensed || v.Reason != "license_not_active" {
-			t.Fatalf("after the renewal reached the server: %+v", v)
+		asked := f.leaseRequests(t)
+		refused := func(t *testing.T, what string, requests int) {
+			t.Helper()
+			if v := r.Check(ctx); v.Licensed || v.Reason != "license_not_active" {
+				t.Fatalf("%s: %+v", what, v)
+			}
+			if got := f.leaseRequests(t) - asked; got != requests {
+				t.Fatalf("%s: %d lease requests since the refusal, want %d", what, got, requests)
+			}
 		}
-		t.Run("scenario: reinstated, licensed again at the next check online", func(t *testing.T) {
+		refused(t, "after the renewal reached the server", 0)
+		t.Run("scenario: refused, the server asked again at most once a minute", func(t *testing.T) {
+			refused(t, "a check right after the refusal", 0)
+			rclock.Advance(59 * time.Second)
+			refused(t, "59 s after the refusal", 0)
+			rclock.Advance(time.Second)
+			refused(t, "a minute after the refusal, asked again", 1)
+			refused(t, "right after that ask", 1)
+			rclock.Advance(-5 * time.Minute)
+			refused(t, "the clock moved back below the last ask, asked at once", 2)
+		})
+		t.Run("scenario: reinstated, licensed again at the first check online a minute after the last ask", func(t *testing.T) {
 			f.control(t, "mode?m=down")
 			f.control(t, "reinstate?key="+f.Keys["revoke"])
-			if v := r.Check(ctx); v.Licensed || v.Reason != "license_not_active" {
-				t.Fatalf("offline, the refusal stands: %+v", v)
-			}
+			rclock.Advance(time.Minute)
+			refused(t, "offline, asked and the refusal stands", 3)
+			// The server's caches may answer for up to 1 s after a change (its bound).
 			time.Sleep(1500 * time.Millisecond)
 			f.control(t, "mode?m=pass")
-			rclock.Advance(2 * time.Minute) // past the backoff of the failed request
+			rclock.Advance(59 * time.Second)
+			refused(t, "online, 59 s after the last ask", 3)
+			rclock.Advance(time.Second)
 			if v := r.Check(ctx); !v.Licensed || v.Offline {
-				t.Fatalf("online after the license was reinstated: %+v", v)
+				t.Fatalf("online a minute after the last ask: %+v", v)
+			}
+			if got := f.leaseRequests(t) - asked; got != 4 {
+				t.Fatalf("%d lease requests since the refusal, want 4", got)
 			}
 		})
 	})

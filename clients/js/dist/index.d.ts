@@ -308,8 +308,9 @@ export declare class Client {
      * or with one that ran out, the server is asked for a lease. While the server cannot be
      * reached a stored lease is good until its exp; a refusal of the server (revoked,
      * expired, seat lapsed) stands from the first renewal that reaches it, and out of reach;
-     * online a refused license is asked about again at each check, so one reinstated or
-     * extended is licensed at once. */
+     * a refused license is asked about again at most once per MIN_FAILING_INTERVAL_MS (the
+     * checks in between answer the refusal with no request), so one reinstated or extended is
+     * licensed at the first check online a minute after the last ask. */
     check(): Promise<Verdict>;
     /** The background renewal check() started, if one runs. */
     get pendingRenewal(): Promise<Verdict> | null;

@@ -35,6 +35,7 @@ const ERROR_TABLE: Array<[number, string, string]> = [
   [403, 'Machine fingerprint does not match', 'fingerprint_mismatch'],
   [400, "components are required by this product's policy", 'components_required'],
   [404, 'Release not found', 'release_not_found'],
+  [403, 'Tenant is suspended', 'tenant_suspended'],
 ];
 
 /** The code of an answer of the server. */
@@ -505,6 +506,9 @@ interface State {
   lease?: string;
   newest_iat?: number;
   refusal?: string;
+  /** When the server was last asked for a lease of the refused license (Unix seconds, local
+   * clock): check() asks again at most once per MIN_FAILING_INTERVAL_MS. */
+  refused_at?: number;
   lease_keys?: JWKS;
   /** The hosted tenant of the first lease that verified against keys fetched for it. */
   tenant_id?: string;
@@ -514,6 +518,14 @@ interface State {
  * for max(Retry-After, 60 s, a draw in [0, min(30 min, 60 s·2^(n-1))]). */
 export const MIN_FAILING_INTERVAL_MS = 60_000;
 export const MAX_BACKOFF_MS = 30 * 60_000;
+
+/** A stored refusal last asked about at refusedAt (Unix seconds) is asked about again now,
+ * MIN_FAILING_INTERVAL_MS later, or at once when the clock moved back below it (a refusal
+ * stored under a clock that ran ahead would otherwise stand until it is reached). */
+function refusalDue(nowSeconds: number, refusedAt: number): boolean {
+  const since = nowSeconds - refusedAt;
+  return since < 0 || since >= MIN_FAILING_INTERVAL_MS / 1000;
+}
 
 /** How many times trackUsage sends one increment again after no answer or a 5xx, with the
  * same Idempotency-Key, waiting USAGE_RETRY_DELAY_MS·2^i (with jitter) before the i-th. */
@@ -798,14 +810,22 @@ export class Client {
    * or with one that ran out, the server is asked for a lease. While the server cannot be
    * reached a stored lease is good until its exp; a refusal of the server (revoked,
    * expired, seat lapsed) stands from the first renewal that reaches it, and out of reach;
-   * online a refused license is asked about again at each check, so one reinstated or
-   * extended is licensed at once. */
+   * a refused license is asked about again at most once per MIN_FAILING_INTERVAL_MS (the
+   * checks in between answer the refusal with no request), so one reinstated or extended is
+   * licensed at the first check online a minute after the last ask. */
   async check(): Promise<Verdict> {
     if (!this.state.token) return { licensed: false, reason: 'not_activated' };
     // The server refused the license at a renewal (revoked, deleted, past its expiry): it is
-    // asked again, so a license reinstated or extended is licensed at the next check online;
-    // out of reach the refusal stands.
-    if (this.state.refusal) return this.renew();
+    // asked again once a minute, so a license reinstated or extended is licensed then; in
+    // between, and out of reach, the refusal stands.
+    if (this.state.refusal) {
+      const now = Math.floor(this.now() / 1000);
+      if (!refusalDue(now, this.state.refused_at || 0)) return { licensed: false, reason: this.state.refusal };
+      // This check is the ask of this minute: checks running beside it answer the refusal.
+      this.state.refused_at = now;
+      this.save();
+      return this.renew();
+    }
     if (this.state.lease) {
       try {
         const v = Client.verdictOf(await this.checkLease(this.state.lease), true);
@@ -836,8 +856,9 @@ export class Client {
   async renew(): Promise<Verdict> {
     if (!this.state.token) return { licensed: false, reason: 'not_activated' };
     let lease: string;
+    const asked = Math.floor(this.now() / 1000);
     try {
-      const nonce = CLOCK_NONCE_PREFIX + Math.floor(this.now() / 1000);
+      const nonce = CLOCK_NONCE_PREFIX + asked;
       lease = (await this.request<{ lease: string }>('POST', '/v1/leases', { key: this.opts.key, token: this.state.token, components: this.components, nonce })).lease;
     } catch (err) {
       const e = err as KeyhouseError;
@@ -850,7 +871,11 @@ export class Client {
       const lapsedLease = this.state.lease;
       delete this.state.lease;
       delete this.state.refusal;
-      if (['license_not_found', 'license_not_active', 'license_expired'].includes(e.code)) this.state.refusal = reason;
+      delete this.state.refused_at;
+      if (['license_not_found', 'license_not_active', 'license_expired'].includes(e.code)) {
+        this.state.refusal = reason;
+        this.state.refused_at = asked;
+      }
       if (['seat_lease_expired', 'invalid_activation_token'].includes(e.code)) delete this.state.token;
       this.save();
       this.log(`not licensed: ${reason}`);
@@ -863,6 +888,7 @@ export class Client {
       this.state.lease = lease;
       this.state.newest_iat = Math.max(this.state.newest_iat || 0, claims.iat);
       delete this.state.refusal;
+      delete this.state.refused_at;
       this.save();
       return Client.verdictOf(claims, false);
     } catch (err) {
@@ -874,6 +900,7 @@ export class Client {
         this.state.lease = lease;
         this.state.newest_iat = Math.max(this.state.newest_iat || 0, e.claims.iat);
         delete this.state.refusal;
+        delete this.state.refused_at;
         this.save();
       }
       return { licensed: false, reason: err instanceof KeyhouseError ? err.code : 'invalid_lease' };

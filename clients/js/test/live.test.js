@@ -242,19 +242,38 @@ test('live lease scenarios', { skip }, async (t) => {
     v = await r.check();
     assert.ok(v.licensed, 'the check that starts the renewal answers from the lease');
     await r.pendingRenewal;
-    v = await r.check();
-    assert.deepStrictEqual([v.licensed, v.reason], [false, 'license_not_active']);
+    const asked = await leaseRequests();
+    const refused = async (what, requests) => {
+      const v = await r.check();
+      assert.deepStrictEqual([v.licensed, v.reason], [false, 'license_not_active'], what);
+      assert.strictEqual(await leaseRequests() - asked, requests, `${what}: lease requests since the refusal`);
+    };
+    await refused('after the renewal reached the server', 0);
 
-    // Reinstated: offline the refusal stands; online the next check is licensed again.
+    // Refused: the server is asked again at most once a minute.
+    await refused('a check right after the refusal', 0);
+    clock.now += 59_000;
+    await refused('59 s after the refusal', 0);
+    clock.now += 1000;
+    await refused('a minute after the refusal, asked again', 1);
+    await refused('right after that ask', 1);
+    clock.now -= 5 * 60_000;
+    await refused('the clock moved back below the last ask, asked at once', 2);
+
+    // Reinstated: licensed again at the first check online a minute after the last ask.
     await control('mode?m=down');
     await control(`reinstate?key=${f.keys.revoke}`);
-    v = await r.check();
-    assert.deepStrictEqual([v.licensed, v.reason], [false, 'license_not_active'], 'offline, the refusal stands');
+    clock.now += 60_000;
+    await refused('offline, asked and the refusal stands', 3);
+    // The server's caches may answer for up to 1 s after a change (its bound).
     await new Promise((r) => setTimeout(r, 1500));
     await control('mode?m=pass');
-    clock.now += 120_000; // past the backoff of the failed request
+    clock.now += 59_000;
+    await refused('online, 59 s after the last ask', 3);
+    clock.now += 1000;
     v = await r.check();
-    assert.deepStrictEqual([v.licensed, v.offline], [true, false], 'online after the license was reinstated');
+    assert.deepStrictEqual([v.licensed, v.offline], [true, false], 'online a minute after the last ask');
+    assert.strictEqual(await leaseRequests() - asked, 4);
   });
 
   await t.test('scenario: lease copied to another machine', async () => {

@@ -59,6 +59,7 @@ _ERROR_TABLE = [
     (403, "Machine fingerprint does not match", "fingerprint_mismatch"),
     (400, "components are required by this product's policy", "components_required"),
     (404, "Release not found", "release_not_found"),
+    (403, "Tenant is suspended", "tenant_suspended"),
 ]
 
 
@@ -477,6 +478,15 @@ class Verdict:
 MIN_FAILING_INTERVAL_SECONDS = 60
 MAX_BACKOFF_SECONDS = 1800
 
+
+def _refusal_due(now: int, refused_at: int) -> bool:
+    """A stored refusal last asked about at refused_at (Unix seconds) is asked about again
+    now, MIN_FAILING_INTERVAL_SECONDS later, or at once when the clock moved back below it
+    (a refusal stored under a clock that ran ahead would otherwise stand until it is
+    reached)."""
+    since = now - refused_at
+    return since < 0 or since >= MIN_FAILING_INTERVAL_SECONDS
+
 # How many times track_usage sends one increment again after no answer or a 5xx, with the
 # same Idempotency-Key, waiting USAGE_RETRY_DELAY_SECONDS * 2^i (with jitter) before the i-th.
 USAGE_RETRIES = 2
@@ -763,14 +773,27 @@ class Client:
         one, or with one that ran out, the server is asked for a lease. While the server
         cannot be reached a stored lease is good until its exp; a refusal of the server
         (revoked, expired, seat lapsed) stands from the first renewal that reaches it, and out
-        of reach; online a refused license is asked about again at each check, so one
-        reinstated or extended is licensed at once."""
+        of reach; a refused license is asked about again at most once per
+        MIN_FAILING_INTERVAL_SECONDS (the checks in between answer the refusal with no
+        request), so one reinstated or extended is licensed at the first check online a
+        minute after the last ask."""
         if not self._state.get("token"):
             return Verdict(False, "not_activated")
-        if self._state.get("refusal"):
+        with self._lock:
+            refusal = self._state.get("refusal")
+            now = int(self._now())
+            ask = bool(refusal) and _refusal_due(now, self._state.get("refused_at") or 0)
+            if ask:
+                # This check is the ask of this minute: checks running beside it answer the
+                # refusal.
+                self._state["refused_at"] = now
+                self._save()
+        if refusal:
             # The server refused the license at a renewal (revoked, deleted, past its
-            # expiry): it is asked again, so a license reinstated or extended is licensed at
-            # the next check online; out of reach the refusal stands.
+            # expiry): it is asked again once a minute, so a license reinstated or extended
+            # is licensed then; in between, and out of reach, the refusal stands.
+            if not ask:
+                return Verdict(False, refusal)
             return self.renew()
         lease = self._state.get("lease")
         if lease:
@@ -808,8 +831,9 @@ class Client:
         token = self._state.get("token")
         if not token:
             return Verdict(False, "not_activated")
+        asked = int(self._now())
         try:
-            nonce = CLOCK_NONCE_PREFIX + str(int(self._now()))
+            nonce = CLOCK_NONCE_PREFIX + str(asked)
             lease = self._request("POST", "/v1/leases", {"key": self._key, "token": token, "components": self.components,
                                                          "nonce": nonce})["lease"]
         except KeyhouseError as e:
@@ -825,8 +849,10 @@ class Client:
             with self._lock:
                 lapsed_lease = self._state.pop("lease", None)
                 self._state.pop("refusal", None)
+                self._state.pop("refused_at", None)
                 if e.code in ("license_not_found", "license_not_active", "license_expired"):
                     self._state["refusal"] = reason
+                    self._state["refused_at"] = asked
                 if e.code in ("seat_lease_expired", "invalid_activation_token"):
                     self._state.pop("token", None)
                 self._save()
@@ -846,12 +872,14 @@ class Client:
                     self._state["lease"] = lease
                     self._state["newest_iat"] = max(self._state.get("newest_iat") or 0, e.claims["iat"])
                     self._state.pop("refusal", None)
+                    self._state.pop("refused_at", None)
                     self._save()
             return Verdict(False, e.code)
         with self._lock:
             self._state["lease"] = lease
             self._state["newest_iat"] = max(self._state.get("newest_iat") or 0, claims["iat"])
             self._state.pop("refusal", None)
+            self._state.pop("refused_at", None)
             self._save()
         return Verdict.of(claims, False)
 

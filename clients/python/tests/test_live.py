@@ -264,19 +264,39 @@ def test_scenario_revoked_while_offline_refused_at_the_first_renewal(lw):
     clock.now += 601
     assert r.check().licensed, "the check that starts the renewal answers from the lease"
     r.wait_renewal()
-    v = r.check()
-    assert (v.licensed, v.reason) == (False, "license_not_active")
+    asked = lease_requests()
 
-    # Reinstated: offline the refusal stands; online the next check is licensed again.
+    def refused(what, requests):
+        v = r.check()
+        assert (v.licensed, v.reason) == (False, "license_not_active"), what
+        assert lease_requests() - asked == requests, f"{what}: lease requests since the refusal"
+
+    refused("after the renewal reached the server", 0)
+
+    # Refused: the server is asked again at most once a minute.
+    refused("a check right after the refusal", 0)
+    clock.now += 59
+    refused("59 s after the refusal", 0)
+    clock.now += 1
+    refused("a minute after the refusal, asked again", 1)
+    refused("right after that ask", 1)
+    clock.now -= 5 * 60
+    refused("the clock moved back below the last ask, asked at once", 2)
+
+    # Reinstated: licensed again at the first check online a minute after the last ask.
     control("mode?m=down")
     control(f"reinstate?key={F['keys']['revoke']}")
-    v = r.check()
-    assert (v.licensed, v.reason) == (False, "license_not_active"), "offline, the refusal stands"
+    clock.now += 60
+    refused("offline, asked and the refusal stands", 3)
+    # The server's caches may answer for up to 1 s after a change (its bound).
     time.sleep(1.5)
     control("mode?m=pass")
-    clock.now += 120  # past the backoff of the failed request
+    clock.now += 59
+    refused("online, 59 s after the last ask", 3)
+    clock.now += 1
     v = r.check()
-    assert (v.licensed, v.offline) == (True, False), "online after the license was reinstated"
+    assert (v.licensed, v.offline) == (True, False), "online a minute after the last ask"
+    assert lease_requests() - asked == 4
 
 
 def test_scenario_lease_copied_to_another_machine(lw):
