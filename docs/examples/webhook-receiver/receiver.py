@@ -8,12 +8,14 @@ import hmac
 import json
 import os
 import sys
+import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 SECRET = os.environ["WEBHOOK_SECRET"].encode()
 TOLERANCE_SECONDS = 300  # refuse replays of old deliveries
 seen = set()  # use your database in production: deliveries are at least once
+seen_lock = threading.Lock()  # requests run on threads: test and record as one step
 
 
 def verify(header, body):
@@ -41,10 +43,12 @@ class Receiver(BaseHTTPRequestHandler):
             self.end_headers()
             return
         event = json.loads(body)
-        if event["id"] in seen:
+        with seen_lock:
+            duplicate = event["id"] in seen
+            seen.add(event["id"])
+        if duplicate:
             print("duplicate", event["id"], flush=True)
         else:
-            seen.add(event["id"])
             print("verified", event["id"], event["type"], flush=True)  # handle the event here
         self.send_response(204)  # answer 2xx fast; do slow work afterwards
         self.end_headers()

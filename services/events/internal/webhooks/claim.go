@@ -353,7 +353,9 @@ type OnDisable func(ctx context.Context, tx pgx.Tx, ep *Endpoint) error
 
 // attemptJSON is an attempt's result as appended to its delivery's attempts.
 func attemptJSON(res webhook.Result) ([]byte, error) {
-	a := Attempt{At: res.At.UTC(), DurationMS: res.Duration.Milliseconds()}
+	// To the microsecond, as every other time of the API (Postgres keeps no finer): an
+	// attempt's at had nine fractional digits beside its delivery's six.
+	a := Attempt{At: res.At.UTC().Truncate(time.Microsecond), DurationMS: res.Duration.Milliseconds()}
 	if res.StatusCode != 0 {
 		a.StatusCode = &res.StatusCode
 	}

@@ -2,13 +2,16 @@ package webhooks
 
 import (
 	"context"
+	"encoding/json"
 	"net"
 	"net/netip"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
@@ -253,4 +256,37 @@ func TestPingRedeliverAndIsolation(t *testing.T) {
 	if ds, _ := s.ListEventDeliveries(ctx, &eventsv1.ListEventDeliveriesRequest{EventId: "evt_logged"}); len(ds.GetDeliveries()) != 1 {
 		t.Fatal("the event's delivery not listed")
 	}
+}
+
+// An attempt's at is to the microsecond, as every other time the API answers (Postgres
+// keeps no finer): it had nine fractional digits beside its delivery's six, also for
+// attempts recorded before (read back through the store's decoding).
+func TestAnAttemptsTimeIsToTheMicrosecond(t *testing.T) {
+	at := time.Date(2026, 12, 1, 3, 4, 5, 123456789, time.UTC)
+	raw, err := attemptJSON(webhook.Result{At: at, StatusCode: 500, Duration: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, _ := json.Marshal([]Attempt{{At: at}}) // as recorded before
+	for _, stored := range [][]byte{raw, old} {
+		d, err := scanDelivery(attemptsRow(stored))
+		if err != nil {
+			t.Fatal(err)
+		}
+		answer, err := protojson.Marshal(deliveryPB(d, true))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(answer), `"at":"2026-12-01T03:04:05.123456Z"`) {
+			t.Errorf("stored %s answered %s", stored, answer)
+		}
+	}
+}
+
+// attemptsRow is a delivery row whose attempts column holds attempts.
+type attemptsRow []byte
+
+func (r attemptsRow) Scan(dest ...any) error {
+	*dest[6].(*[]byte) = r
+	return nil
 }

@@ -406,7 +406,8 @@ func scanDelivery(row pgx.Row) (*Delivery, error) {
 		d.NextAttemptAt = &t
 	}
 	for i := range d.Attempts {
-		d.Attempts[i].At = d.Attempts[i].At.UTC()
+		// Attempts recorded before attemptJSON cut them to the microsecond, too.
+		d.Attempts[i].At = d.Attempts[i].At.UTC().Truncate(time.Microsecond)
 	}
 	return &d, nil
 }
