@@ -352,6 +352,20 @@ func TestBillingPageSaysACanceledSubscriptionBlocksWrites(t *testing.T) {
 	}
 }
 
+// Stripe Checkout sends the person back to the Billing page (payments.CheckoutURL), which
+// says whether they paid or gave up: the plan itself changes when Stripe's event arrives.
+func TestBillingPageSaysHowTheCheckoutEnded(t *testing.T) {
+	h := newTestHandlerBilling(t, "http://localhost:8080", &fakeLicensing{}, &fakeBilling{})
+	for notice, want := range map[string]string{
+		"checkout-paid":     "Payment received. Pro starts when Stripe confirms the subscription",
+		"checkout-canceled": "Checkout canceled: nothing was charged and the plan is unchanged.",
+	} {
+		if body := getSignedIn(t, h, "/console/billing?notice="+notice).Body.String(); !strings.Contains(body, want) {
+			t.Fatalf("notice %s: the Billing page does not say %q", notice, want)
+		}
+	}
+}
+
 // getSignedIn GETs path with the fakes' session and requires a 200.
 func getSignedIn(t *testing.T, h http.Handler, path string) *httptest.ResponseRecorder {
 	t.Helper()

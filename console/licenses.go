@@ -41,6 +41,9 @@ var notices = map[string]string{
 	"mail-saved":          "Buyer email settings saved.",
 	"portal-on":           "The end-user portal is on.",
 	"portal-off":          "The end-user portal is off: every portal link answers 404.",
+	// Stripe Checkout sends the person back to the Billing page with one of these.
+	"checkout-paid":     "Payment received. Pro starts when Stripe confirms the subscription, usually within seconds: reload this page if it still shows Free.",
+	"checkout-canceled": "Checkout canceled: nothing was charged and the plan is unchanged.",
 }
 
 func notice(r *http.Request) string { return notices[r.URL.Query().Get("notice")] }

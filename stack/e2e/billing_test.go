@@ -273,9 +273,12 @@ func TestBillingCheckoutCreatesAStripeSessionAndChangesNothing(t *testing.T) {
 	if len(calls) != 2 {
 		t.Fatalf("%d checkout sessions for the tenant, want 2", len(calls))
 	}
+	// Stripe sends the person back to the console's Billing page, which says what happened.
+	billingPage := s.Env("PUBLIC_BASE_URL") + "/console/billing"
 	for i, want := range []string{testPriceMonthly, testPriceAnnual} {
 		f := calls[i].Form
-		if f.Get("mode") != "subscription" || f.Get("line_items[0][price]") != want || f.Get("subscription_data[metadata][tenant_id]") != tenant {
+		if f.Get("mode") != "subscription" || f.Get("line_items[0][price]") != want || f.Get("subscription_data[metadata][tenant_id]") != tenant ||
+			f.Get("success_url") != billingPage+"?notice=checkout-paid" || f.Get("cancel_url") != billingPage+"?notice=checkout-canceled" {
 			t.Fatalf("checkout session %d sent %v", i, f)
 		}
 	}
@@ -298,8 +301,9 @@ func TestBillingCheckoutCreatesAStripeSessionAndChangesNothing(t *testing.T) {
 		t.Fatalf("portal url %q", portal)
 	}
 	c.Post("/v1/billing/checkout", map[string]string{"plan": "pro"}).Expect(t, 200)
-	if n := len(stripeCalls("/v1/billing_portal/sessions", "customer", su.customer)); n != 2 {
-		t.Fatalf("%d portal sessions for the customer, want 2", n)
+	portals := stripeCalls("/v1/billing_portal/sessions", "customer", su.customer)
+	if len(portals) != 2 || portals[0].Form.Get("return_url") != billingPage {
+		t.Fatalf("portal sessions for the customer: %+v, want 2 returning to %s", portals, billingPage)
 	}
 	if n := len(stripeCalls("/v1/checkout/sessions", "client_reference_id", tenant)); n != 2 {
 		t.Fatalf("%d checkout sessions after subscribing, want still 2", n)

@@ -21,7 +21,8 @@ type Stripe struct {
 	api *client.API
 	// prices maps an interval ("monthly", "annual") to its Stripe price id.
 	prices map[string]string
-	// returnURL is where Stripe sends the customer back (PUBLIC_BASE_URL's console).
+	// returnURL is where Stripe sends the customer back: the console's Billing page
+	// (PUBLIC_BASE_URL), which shows the plan the checkout or the portal changed.
 	returnURL string
 }
 
@@ -50,7 +51,7 @@ func New(cfg *config.Config, log *slog.Logger) *Stripe {
 	if cfg.StripePriceProAnnual != "" {
 		prices["annual"] = cfg.StripePriceProAnnual
 	}
-	return &Stripe{api: client.New(key, backends), prices: prices, returnURL: cfg.PublicBaseURL + "/console/"}
+	return &Stripe{api: client.New(key, backends), prices: prices, returnURL: cfg.PublicBaseURL + "/console/billing"}
 }
 
 // Checkout is what a Pro checkout session is made of.
@@ -73,8 +74,8 @@ func (s *Stripe) CheckoutURL(ctx context.Context, c Checkout) (string, error) {
 		Mode:              stripe.String(string(stripe.CheckoutSessionModeSubscription)),
 		ClientReferenceID: stripe.String(c.Tenant),
 		LineItems:         []*stripe.CheckoutSessionLineItemParams{{Price: stripe.String(price), Quantity: stripe.Int64(1)}},
-		SuccessURL:        stripe.String(s.returnURL + "?billing=success"),
-		CancelURL:         stripe.String(s.returnURL + "?billing=canceled"),
+		SuccessURL:        stripe.String(s.returnURL + "?notice=checkout-paid"),
+		CancelURL:         stripe.String(s.returnURL + "?notice=checkout-canceled"),
 		SubscriptionData: &stripe.CheckoutSessionSubscriptionDataParams{
 			Metadata: map[string]string{"tenant_id": c.Tenant},
 		},
