@@ -170,6 +170,10 @@ async function inside(element, container) {
 // the error summary (role=alert) with its text, whether it is in view, and its links.
 async function focusedAlert(page) {
   await page.waitForLoadState('load');
+  // The browser moves the focus to an autofocus element at a rendering update after the
+  // load event, which a loaded machine can delay: wait for it (up to a bound that only a
+  // page without it reaches), then read whatever has the focus.
+  await page.waitForFunction(() => document.activeElement?.closest('[role="alert"]'), null, { timeout: 15000 }).catch(() => {});
   return page.evaluate(() => {
     const el = document.activeElement;
     const alert = el && el.closest('[role="alert"]');
@@ -194,6 +198,8 @@ async function expectAlert(page, what, messages, fields = []) {
 // the id of the section holding it.
 async function focusedNotice(page) {
   await page.waitForLoadState('load');
+  // As focusedAlert: the autofocus lands at a rendering update after the load event.
+  await page.waitForFunction(() => document.activeElement?.matches('.notice'), null, { timeout: 15000 }).catch(() => {});
   return page.evaluate(() => {
     const el = document.activeElement;
     if (!el || !el.matches('.notice')) return { text: '', on: el ? `${el.tagName}.${el.className}` : 'none' };
