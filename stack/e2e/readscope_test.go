@@ -1,6 +1,9 @@
 package e2e
 
 import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -201,4 +204,101 @@ func TestAReadKeyChangesNothingOnAnyRoute(t *testing.T) {
 			t.Errorf("GET %s changed under a read key:\nbefore %s\nafter  %s", route, was, after[route])
 		}
 	}
+}
+
+// consoleForms are the console's form actions (console.go's POST routes but sign-in),
+// with the fixture's objects in their paths and the fields each form sends.
+func (f *readScopeFixture) consoleForms() map[string]url.Values {
+	key := "/console/licenses/" + url.PathEscape(f.params["key"])
+	endpoint := "/console/webhooks/" + f.params["/v1/webhook-endpoints/ id"]
+	hook := "/console/storefront/webhooks/" + f.params["webhook_id"]
+	seat := url.Values{"instance_id": {"laptop-1"}, "confirm": {"yes"}}
+	return map[string]url.Values{
+		"/console/logout":         {},
+		"/console/licenses":       {"tier": {"pro"}, "product_id": {f.params["product_id"]}, "issued_to": {"console@example.com"}},
+		key + "/revoke":           {"revoked": {"true"}, "confirm": {"yes"}},
+		key + "/delete":           {"confirm": {"yes"}},
+		key + "/terms":            {"max_activations": {"9"}},
+		key + "/notes":            {"notes": {"changed"}},
+		key + "/seats/deactivate": seat,
+		key + "/seats/reissue":    seat,
+		key + "/usage/reset":      {"confirm": {"yes"}},
+		key + "/portal/reset":     {},
+		"/console/releases":       {"product_id": {f.params["product_id"]}, "version": {"2.0.0"}, "artifact_url": {"https://example.com/b.zip"}},
+		"/console/releases/" + f.params["/v1/release/ id"] + "/unpublish": {},
+		"/console/leases/rotate":                                           {"retire_after_seconds": {"3600"}},
+		"/console/products/" + f.params["product_id"] + "/policies":        {"tier": {"pro"}, "lease_ttl_seconds": {"60"}},
+		"/console/products/" + f.params["product_id"] + "/policies/delete": {"tier": {"pro"}},
+		"/console/billing/checkout":                                        {"plan": {"pro"}},
+		"/console/storefront/webhooks":                                     {"provider": {"stripe"}},
+		hook + "/secret":                                                   {"signing_secret": {"whsec_console"}},
+		hook + "/disable":                                                  {},
+		"/console/storefront/mappings":                                     {"product_id": {f.params["product_id"]}, "tier": {"pro"}, "service_ref": {"price_console"}},
+		"/console/storefront/mappings/" + f.params["/v1/storefront/mappings/ id"] + "/delete": {},
+		"/console/events/" + f.params["event_id"] + "/redeliver":                              {"endpoint_id": {f.params["/v1/webhook-endpoints/ id"]}},
+		"/console/webhooks":       {"url": {"https://192.0.2.10/console"}, "events": {"license."}},
+		endpoint + "/update":      {"description": {"changed"}},
+		endpoint + "/ping":        {},
+		endpoint + "/enable":      {},
+		endpoint + "/disable":     {},
+		endpoint + "/roll-secret": {},
+		endpoint + "/delete":      {"confirm": {"yes"}},
+		endpoint + "/redeliver":   {"event_id": {f.params["event_id"]}},
+		"/console/api-keys":       {"name": {"console"}, "scope": {"full"}},
+		"/console/api-keys/" + f.params["/v1/api-keys/ id"] + "/delete": {},
+		"/console/settings/rotate-key":                                  {},
+		"/console/settings/password":                                    {"password": {"correct horse battery"}, "confirm": {"correct horse battery"}},
+		"/console/settings/portal":                                      {"enabled": {"false"}},
+		"/console/settings/mail":                                        {"sender_name": {"Mallory"}},
+	}
+}
+
+// TestAReadKeyOpensNoConsolePage: a read key cannot sign in to the console (addendum
+// §13), neither through the sign-in form nor by being sent as the session cookie itself
+// (whose CSRF token anyone holding the value can derive): every page sends it to sign-in,
+// and every form action, forged with that token, is refused and changes nothing.
+func TestAReadKeyOpensNoConsolePage(t *testing.T) {
+	t.Parallel()
+	s := hosted(t)
+	f := newReadScopeFixture(t)
+	routes := tenantRoutes(t, s)
+	before := f.settled(t, routes)
+
+	login := newWebClient(t, s)
+	form := login.get("/console/login").expect(t, 200, "Sign in")
+	login.post("/console/login", url.Values{"csrf": {form.csrf(t)}, "mode": {"key"}, "api_key": {f.reader.Token}}).expect(t, 401, "Invalid credentials")
+
+	c := newWebClient(t, s)
+	u, _ := url.Parse(s.URL + "/console/")
+	toLogin := func(method, path string, p *page) {
+		t.Helper()
+		// Set again for the next request: a refused one clears it.
+		defer c.http.Jar.SetCookies(u, []*http.Cookie{{Name: "kh_session", Value: f.reader.Token, Path: "/console"}})
+		if p.Status != http.StatusSeeOther || !strings.HasPrefix(p.Header.Get("Location"), "/console/login") {
+			t.Errorf("%s %s with a read key as the session: %d to %q, want a redirect to sign-in: %.300s", method, path, p.Status, p.Header.Get("Location"), p.Body)
+		}
+	}
+	c.http.Jar.SetCookies(u, []*http.Cookie{{Name: "kh_session", Value: f.reader.Token, Path: "/console"}})
+	for _, path := range []string{"/console/", "/console/licenses", "/console/licenses/" + url.PathEscape(f.params["key"]), "/console/api-keys", "/console/settings", "/console/webhooks", "/console/storefront", "/console/export"} {
+		toLogin(http.MethodGet, path, c.get(path))
+	}
+	csrf := derive(f.reader.Token, "keyhouse-console-csrf-v1")
+	for path, fields := range f.consoleForms() {
+		fields.Set("csrf", csrf)
+		toLogin(http.MethodPost, path, c.post(path, fields))
+	}
+	after := f.state(t, routes)
+	for route, was := range before {
+		if after[route] != was {
+			t.Errorf("GET %s changed under a read key in the console:\nbefore %s\nafter  %s", route, was, after[route])
+		}
+	}
+}
+
+// derive is the console's CSRF derivation (console/session.go): HMAC-SHA256 of label
+// under the session token, base64url. Anyone holding the token can compute it.
+func derive(secret, label string) string {
+	m := hmac.New(sha256.New, []byte(secret))
+	m.Write([]byte(label))
+	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
 }
