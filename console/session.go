@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"strings"
 
+	"github.com/keyhouse/keyhouse/pkg/auth"
 	accountsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/accounts/v1"
 )
 
@@ -71,11 +72,13 @@ func (h *Handler) setCookie(w http.ResponseWriter, name, value string, maxAge in
 func (h *Handler) clearSession(w http.ResponseWriter) { h.setCookie(w, sessionCookie, "", -1) }
 
 // signedIn wraps a page that needs a session: no or a dead session goes to the sign-in
-// page, and every POST must carry the session's CSRF token.
+// page, and every POST must carry the session's CSRF token. Only a session token is a
+// session: an API key sent as the cookie (a read key, which cannot sign in, included)
+// goes to the sign-in page too.
 func (h *Handler) signedIn(page func(http.ResponseWriter, *http.Request, *session)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		c, err := r.Cookie(sessionCookie)
-		if err != nil || c.Value == "" {
+		if err != nil || !auth.IsSessionToken(c.Value) {
 			h.toLogin(w, r, "")
 			return
 		}
@@ -119,7 +122,7 @@ func (h *Handler) account(r *http.Request, token string) (*accountsv1.GetAccount
 // but keep the console's header and navigation for the signed-in (the 404 page).
 func (h *Handler) signedInOrNil(r *http.Request) *session {
 	c, err := r.Cookie(sessionCookie)
-	if err != nil || c.Value == "" {
+	if err != nil || !auth.IsSessionToken(c.Value) {
 		return nil
 	}
 	acct, err := h.account(r, c.Value)
