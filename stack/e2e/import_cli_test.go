@@ -183,3 +183,41 @@ func TestKeyhousectlTakesRowsWithOneKeyAsOneLicense(t *testing.T) {
 		t.Fatalf("again with --on-conflict skip: exit %d\nstdout:\n%s\nwant:\n%s\nstderr tail: %s", code, stdout, want, stderr[max(0, len(stderr)-300):])
 	}
 }
+
+// TestKeyhousectlAOneRowProblemNeverStopsTheRun: an export saved by Excel (a byte order
+// mark, a quoted header, CRLF) reads; a row whose name the API's input policy refuses (a
+// tab in it; bytes that are not UTF-8, a row saved as Latin-1) is listed by its line as
+// invalid, and every other row, in its call and in the calls after it, is imported. The
+// policy refuses a whole call for one such field: sent, that row stopped the run at its
+// call, naming no line.
+func TestKeyhousectlAOneRowProblemNeverStopsTheRun(t *testing.T) {
+	s := selfHosted(t)
+	n := time.Now().UnixNano() & 0xffffffff
+	prod := product("cli-one-row")
+	var b strings.Builder
+	b.WriteString("\ufeff\"id\",\"key\",\"user_name\",\"user_email\",\"activation_limit\",\"status\",\"expires_at\",\"created_at\",\"order_id\"\r\n")
+	for i := range 1500 {
+		name, email := "Zoë Ünïcode", fmt.Sprintf("u%d@example.com", i)
+		switch i {
+		case 1200:
+			name, email = "Tab\tName", ""
+		case 1300:
+			name, email = "Zo\xeb", ""
+		}
+		fmt.Fprintf(&b, "\"%d\",\"ROW-%08X-%05d\",\"%s\",\"%s\",\"3\",\"active\",\"\",\"2024-01-15T10:20:30.000000Z\",\"%d\"\r\n", i, n, i, name, email, i)
+	}
+	stdout, stderr, code := runKeyhousectl(t, s, "license-keys.csv", b.String(), "--from", "lemonsqueezy", "--product", prod)
+	want := "1500 licenses read: 1498 imported, 0 unchanged, 0 skipped, 2 invalid (2 calls, 0 retried)\n" +
+		"  license-keys.csv line 1202: invalid: issued_to must not contain control characters\n" +
+		"  license-keys.csv line 1302: invalid: issued_to is not valid UTF-8\n"
+	if stdout != want || code != 1 || !strings.HasSuffix(stderr, "keyhousectl: 2 invalid licenses were not imported (listed above)\n") {
+		t.Fatalf("exit %d\nstdout:\n%s\nwant:\n%s\nstderr tail: %s", code, stdout, want, stderr[max(0, len(stderr)-300):])
+	}
+	if total := admin(t, s).Get("/v1/list-licenses?limit=1&product_id="+prod).Expect(t, 200).JSON(t)["total"]; total != 1498.0 {
+		t.Fatalf("%v licenses of the product, want 1498", total)
+	}
+	last := fmt.Sprintf("ROW-%08X-%05d", n, 1499)
+	if got := admin(t, s).Get("/v1/admin/license/"+last).Expect(t, 200).JSON(t)["issued_to"]; got != "u1499@example.com" {
+		t.Fatalf("the file's last row: issued_to %v", got)
+	}
+}

@@ -14,6 +14,9 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/protobuf/reflect/protoreflect"
+
+	"github.com/keyhouse/keyhouse/pkg/input"
 	"github.com/keyhouse/keyhouse/pkg/license"
 )
 
@@ -75,6 +78,14 @@ func (c *Client) Import(ctx context.Context, ls []License) (*Summary, error) {
 	sent := make([]int, 0, len(ls)) // index in ls of each license sent
 	firstOf := map[string]int{}
 	for i := range ls {
+		if reason := refusedWhole(ls[i]); reason != "" {
+			// The API's input policy refuses the whole call that carries this license
+			// (docs/import.md): it would stop the run at its call, every later call
+			// unsent, without naming the line. It is this license's problem alone.
+			sum.Invalid++
+			sum.Problems = append(sum.Problems, Result{Index: i, Key: ls[i].Key, Result: "invalid", Error: &reason})
+			continue
+		}
 		key := license.CanonicalKey(ls[i].Key)
 		j, seen := firstOf[key]
 		switch {
@@ -119,6 +130,26 @@ func (c *Client) Import(ctx context.Context, ls []License) (*Summary, error) {
 	}
 	sort.SliceStable(sum.Problems, func(a, b int) bool { return sum.Problems[a].Index < sum.Problems[b].Index })
 	return sum, nil
+}
+
+// refusedWhole says why the API's input policy (pkg/input, the gateway's check of every
+// string field) would refuse a call carrying l, in its words ("issued_to must not contain
+// control characters", "issued_to is not valid UTF-8": an export saved as Latin-1, which
+// encoding/json would otherwise send with each such byte replaced by U+FFFD), or "".
+func refusedWhole(l License) string {
+	fields := []struct {
+		name  string
+		value *string
+	}{{"key", &l.Key}, {"product_id", &l.ProductID}, {"tier", &l.Tier}, {"issued_to", &l.IssuedTo}, {"notes", l.Notes}}
+	for _, f := range fields {
+		if f.value == nil {
+			continue
+		}
+		if p := input.FieldCheck(protoreflect.Name(f.name))(*f.value); p != input.OK {
+			return input.Describe(f.name, p)
+		}
+	}
+	return ""
 }
 
 // sameTerms says whether two licenses of one key are the same license.

@@ -151,3 +151,40 @@ func TestImportReportsAConflictByItsPlaceInTheFile(t *testing.T) {
 		t.Fatalf("error %v\nwant  %s", err, want)
 	}
 }
+
+// A license the API's input policy would refuse the whole call for (a control character
+// in a name, an export saved as Latin-1) is that license's problem alone: it is reported
+// invalid by its place, never sent, and the others of its call are sent.
+func TestImportReportsAFieldTheInputPolicyRefusesByPlace(t *testing.T) {
+	t.Parallel()
+	var sent []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var body struct{ Licenses []License }
+		_ = json.NewDecoder(r.Body).Decode(&body)
+		for _, l := range body.Licenses {
+			sent = append(sent, l.Key+" "+l.IssuedTo)
+		}
+		_ = json.NewEncoder(w).Encode(map[string]any{"imported": len(body.Licenses)})
+	}))
+	defer srv.Close()
+	ls := []License{
+		{Key: "KEY-000001", IssuedTo: "Zoë Ünïcode", Where: "a.csv line 2"},
+		{Key: "KEY-000002", IssuedTo: "Tab\tName", Where: "a.csv line 3"},
+		{Key: "KEY-000003", IssuedTo: "Zo\xeb", Where: "a.csv line 4"},
+		{Key: "KEY-000004", IssuedTo: "ok", Notes: note("two\nlines"), Where: "a.csv line 5"},
+	}
+	sum, err := (&Client{URL: srv.URL, APIKey: "k"}).Import(context.Background(), ls)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(sent, "; "); got != "KEY-000001 Zoë Ünïcode; KEY-000004 ok" {
+		t.Errorf("sent %s", got)
+	}
+	var problems []string
+	for _, p := range sum.Problems {
+		problems = append(problems, fmt.Sprintf("%s: %s: %s", ls[p.Index].Where, p.Result, *p.Error))
+	}
+	if got := strings.Join(problems, "\n"); sum.Invalid != 2 || sum.Imported != 2 || got != "a.csv line 3: invalid: issued_to must not contain control characters\na.csv line 4: invalid: issued_to is not valid UTF-8" {
+		t.Errorf("invalid %d, imported %d, problems:\n%s", sum.Invalid, sum.Imported, got)
+	}
+}

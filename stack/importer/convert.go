@@ -3,6 +3,7 @@
 package importer
 
 import (
+	"bufio"
 	"encoding/csv"
 	"encoding/json"
 	"fmt"
@@ -76,14 +77,14 @@ func (o Options) tier() string {
 // and trimmed, so column order and case do not matter. Each row's "#line" is the line of
 // the file its record starts on (a quoted field may span lines).
 func csvRows(r io.Reader) ([]map[string]string, error) {
-	cr := csv.NewReader(r)
+	cr := csv.NewReader(withoutBOM(r))
 	cr.FieldsPerRecord = -1
 	header, err := cr.Read()
 	if err != nil {
 		return nil, fmt.Errorf("reading the header row: %w", err)
 	}
 	for i, h := range header {
-		header[i] = strings.ToLower(strings.TrimSpace(strings.TrimPrefix(h, "\ufeff")))
+		header[i] = strings.ToLower(strings.TrimSpace(h))
 	}
 	var rows []map[string]string
 	for {
@@ -104,6 +105,18 @@ func csvRows(r io.Reader) ([]map[string]string, error) {
 		}
 		rows = append(rows, row)
 	}
+}
+
+// withoutBOM is r without the UTF-8 byte order mark a file saved by Excel or Windows tools
+// starts with. Read as data, it would be part of the first header's name, and before a
+// quoted one ("\ufeff\"key\"") it makes the header row not CSV at all; before JSON, not
+// JSON.
+func withoutBOM(r io.Reader) io.Reader {
+	br := bufio.NewReader(r)
+	if b, err := br.Peek(3); err == nil && string(b) == "\ufeff" {
+		_, _ = br.Discard(3)
+	}
+	return br
 }
 
 // first is the first non-empty of the named columns.
@@ -240,7 +253,7 @@ type keygenLicense struct {
 // imported as revoked; maxMachines null is unlimited; the license's id goes to notes.
 // Keygen has no payments, so no refund or dispute to follow.
 func Keygen(r io.Reader, o Options) ([]License, []Rejected, error) {
-	dec := json.NewDecoder(r)
+	dec := json.NewDecoder(withoutBOM(r))
 	var out []License
 	var rejected []Rejected
 	for page := 1; ; page++ {
@@ -273,9 +286,13 @@ func keygenTerms(l *License, d keygenLicense, o Options) (reason string) {
 	}
 	l.Key, l.Tier, l.ProductID, l.Status = a.Key, o.tier(), o.product("keygen", product), "active"
 	l.MaxActivations, l.Notes = a.MaxMachines, note("Keygen license "+d.ID)
+	email := "" // an empty metadata.email falls through to the name, as an absent one does
+	if v := a.Metadata["email"]; v != nil {
+		email = fmt.Sprint(v)
+	}
 	switch {
-	case a.Metadata["email"] != nil:
-		l.IssuedTo = fmt.Sprint(a.Metadata["email"])
+	case email != "":
+		l.IssuedTo = email
 	case a.Name != nil && *a.Name != "":
 		l.IssuedTo = *a.Name
 	default:

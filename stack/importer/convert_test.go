@@ -130,3 +130,26 @@ BAD-KEY-0004,barbara@example.com,three,
 		t.Fatalf("a broken quote read as %v", ls)
 	}
 }
+
+// An export saved with a UTF-8 byte order mark (Excel's "CSV UTF-8", Windows tools) reads
+// as the same export without it: with a quoted header row, and before Keygen's JSON.
+func TestExportsWithAByteOrderMarkRead(t *testing.T) {
+	t.Parallel()
+	ls, rejected, err := LemonSqueezy(strings.NewReader("\ufeff\"key\",\"user_email\",\"created_at\"\r\n\"BOM-KEY-0001\",\"ada@example.com\",\"2024-01-15T10:20:30.000000Z\"\r\n"), Options{})
+	if err != nil || len(rejected) != 0 || len(ls) != 1 || ls[0].Key != "BOM-KEY-0001" || ls[0].IssuedTo != "ada@example.com" || ls[0].Where != "line 2" {
+		t.Fatalf("CSV with a BOM and a quoted header: %+v %v %v", ls, rejected, err)
+	}
+	ls, rejected, err = Keygen(strings.NewReader("\ufeff"+`{"data":[{"id":"a","attributes":{"key":"BOM-KEY-0002","created":"2024-01-01T00:00:00Z"}}]}`), Options{})
+	if err != nil || len(rejected) != 0 || len(ls) != 1 || ls[0].Key != "BOM-KEY-0002" {
+		t.Fatalf("Keygen JSON with a BOM: %+v %v %v", ls, rejected, err)
+	}
+}
+
+// Keygen's issued_to is metadata.email, else the name: an empty email is no email.
+func TestKeygenEmptyEmailFallsBackToTheName(t *testing.T) {
+	t.Parallel()
+	ls, _, err := Keygen(strings.NewReader(`{"data":[{"id":"a","attributes":{"key":"K-000001","name":"Ada Lovelace","metadata":{"email":""},"created":"2024-01-01T00:00:00Z"}}]}`), Options{})
+	if err != nil || len(ls) != 1 || ls[0].IssuedTo != "Ada Lovelace" {
+		t.Fatalf("%+v %v", ls, err)
+	}
+}

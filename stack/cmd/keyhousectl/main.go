@@ -64,6 +64,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	switch {
 	case !ok:
 		return fmt.Errorf("--from must be one of %s", strings.Join(sources(), ", "))
+	case *onConflict != "skip" && *onConflict != "fail":
+		// Refused before a file is read: the API would refuse the first call, after the
+		// files were read, in words that name its field rather than this flag.
+		return fmt.Errorf("--on-conflict must be skip or fail, not %q", *onConflict)
 	case fs.NArg() == 0:
 		return errors.New("name the export file(s) to import")
 	case *url == "":

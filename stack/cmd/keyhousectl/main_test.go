@@ -63,3 +63,14 @@ func TestTheEnvironmentStillSuppliesURLAndKey(t *testing.T) {
 		t.Fatalf("with both from the environment: %v", err)
 	}
 }
+
+// A mistyped --on-conflict is refused by its flag's name before a file is read or a call
+// sent (the API would refuse the first call, in words naming its own field).
+func TestOnConflictIsCheckedBeforeAnythingIsSent(t *testing.T) {
+	var out, errOut strings.Builder
+	err := run(t.Context(), []string{"import", "--from", "keygen", "--on-conflict", "Skip",
+		"--url", "http://127.0.0.1:1", "--api-key", "k", filepath.Join(t.TempDir(), "missing.json")}, &out, &errOut)
+	if err == nil || err.Error() != `--on-conflict must be skip or fail, not "Skip"` {
+		t.Fatalf("--on-conflict Skip: %v", err)
+	}
+}
