@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	accountsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/accounts/v1"
 	activationsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/activations/v1"
@@ -300,7 +301,13 @@ func TestSignInFailureSaysInvalidCredentialsAndSetsNoSession(t *testing.T) {
 
 func TestExportAsksForTheNewest1000AndLeavesOutNotes(t *testing.T) {
 	lic := &fakeLicensing{n: 1500}
-	rec := getSignedIn(t, newTestHandler(t, "http://localhost:8080", lic), "/console/export")
+	h := newTestHandler(t, "http://localhost:8080", lic)
+	h.opts.Now = func() time.Time { return time.Date(2026, 12, 1, 3, 4, 5, 123456789, time.UTC) }
+	rec := getSignedIn(t, h, "/console/export")
+	// To the microsecond, as the API's times (it had nine fractional digits).
+	if !strings.HasPrefix(rec.Body.String(), "{\n  \"exported_at\": \"2026-12-01T03:04:05.123456Z\"") {
+		t.Fatalf("exported_at: %.80s", rec.Body.String())
+	}
 	if lic.last.GetLimit() != "1000" || lic.last.GetOffset() != "0" || lic.last.GetStatus() != "" {
 		t.Fatalf("export asked licensing for %v, want the first 1000 of every status", lic.last)
 	}

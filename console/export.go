@@ -119,7 +119,8 @@ func (h *Handler) buildExport(ctx context.Context, s *session) ([]byte, error) {
 		return nil, err
 	}
 	f := exportFile{
-		ExportedAt: h.opts.Now().UTC().Format(time.RFC3339Nano),
+		// To the microsecond, as every time of the API and the export's others (Postgres's).
+		ExportedAt: h.opts.Now().UTC().Truncate(time.Microsecond).Format(time.RFC3339Nano),
 		Account:    exportAccount{Email: s.account.GetEmail(), TenantName: s.account.GetTenantName(), TenantID: s.account.GetTenantId()},
 		Billing:    billing,
 		Licenses:   make([]exportLicense, 0, len(keys)),
