@@ -177,8 +177,19 @@ func (c *Client) batchFailed(ls []License, batch []int, err error) error {
 			}
 		}
 	}
+	var unanswered *unansweredError
+	if errors.As(err, &unanswered) {
+		return fmt.Errorf("the call importing from %s on got no answer (%w): the server may have imported it; nothing after it was sent. Run the same import again: licenses already imported answer unchanged", from, unanswered.err)
+	}
 	return fmt.Errorf("nothing from %s on was imported: %w", from, err)
 }
+
+// unansweredError is a call whose answer never came (interrupted, timed out, connection
+// lost): unlike a refusal, the server may have applied it.
+type unansweredError struct{ err error }
+
+func (e *unansweredError) Error() string { return e.err.Error() }
+func (e *unansweredError) Unwrap() error { return e.err }
 
 // conflictError is the API's 409: a key of the batch exists with other terms.
 type conflictError struct{ message string }
@@ -209,12 +220,12 @@ func (c *Client) send(ctx context.Context, batch []License, out any, sum *Summar
 		sum.Calls++
 		resp, err := hc.Do(req)
 		if err != nil {
-			return err
+			return &unansweredError{err}
 		}
 		data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 		resp.Body.Close()
 		if err != nil {
-			return err
+			return &unansweredError{err}
 		}
 		switch {
 		case resp.StatusCode == http.StatusOK:

@@ -3,7 +3,9 @@ package importer
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -186,5 +188,28 @@ func TestImportReportsAFieldTheInputPolicyRefusesByPlace(t *testing.T) {
 	}
 	if got := strings.Join(problems, "\n"); sum.Invalid != 2 || sum.Imported != 2 || got != "a.csv line 3: invalid: issued_to must not contain control characters\na.csv line 4: invalid: issued_to is not valid UTF-8" {
 		t.Errorf("invalid %d, imported %d, problems:\n%s", sum.Invalid, sum.Imported, got)
+	}
+}
+
+// A call interrupted before its answer (Ctrl-C, a timeout) may have been applied: the
+// error says so and that running the import again is safe, where it said that nothing from
+// that call on was imported.
+func TestImportInterruptedDuringACallSaysItMayHaveBeenApplied(t *testing.T) {
+	t.Parallel()
+	arrived := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body) // read, so that the server notices the client leave
+		close(arrived)
+		<-r.Context().Done() // the client goes away before the answer
+	}))
+	t.Cleanup(srv.Close)
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { <-arrived; cancel() }()
+	ls := []License{{Key: "KEY-1", ProductID: "p", Tier: "pro", IssuedTo: "a@example.com", Where: "big.csv line 2"}}
+	_, err := (&Client{URL: srv.URL, APIKey: "k"}).Import(ctx, ls)
+	if err == nil || !strings.HasPrefix(err.Error(), "the call importing from big.csv line 2 on got no answer (") ||
+		!strings.HasSuffix(err.Error(), "): the server may have imported it; nothing after it was sent. Run the same import again: licenses already imported answer unchanged") ||
+		!errors.Is(err, context.Canceled) {
+		t.Fatalf("error %v", err)
 	}
 }
