@@ -289,6 +289,13 @@ func IsUniqueViolation(err error, constraint string) bool {
 	return errors.As(err, &pgErr) && pgErr.Code == "23505" && (constraint == "" || pgErr.ConstraintName == constraint)
 }
 
+// IsForeignKeyViolation reports a foreign-key failure (optionally a named constraint): a
+// row that references one that is gone, or a delete of a row still referenced.
+func IsForeignKeyViolation(err error, constraint string) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "23503" && (constraint == "" || pgErr.ConstraintName == constraint)
+}
+
 // IsSerializationFailure reports a lost serialization or deadlock race that is safe to retry.
 func IsSerializationFailure(err error) bool {
 	var pgErr *pgconn.PgError

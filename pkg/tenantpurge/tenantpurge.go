@@ -8,16 +8,15 @@ package tenantpurge
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/keyhouse/keyhouse/pkg/events"
 	"github.com/keyhouse/keyhouse/pkg/natsx"
+	"github.com/keyhouse/keyhouse/pkg/pgxx"
 	eventsv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/events/v1"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -71,8 +70,7 @@ func purgePass(ctx context.Context, tx pgx.Tx, pending []string, tenant string) 
 		var lastErr error
 		for _, table := range pending {
 			n, err := deleteFrom(ctx, tx, table, tenant)
-			var pgErr *pgconn.PgError
-			if errors.As(err, &pgErr) && pgErr.Code == "23503" { // foreign_key_violation
+			if pgxx.IsForeignKeyViolation(err, "") {
 				blocked, lastErr = append(blocked, table), err
 				continue
 			}

@@ -378,3 +378,132 @@ func TestRotatingTheKeyThroughTheAPIEndsEveryConsoleSession(t *testing.T) {
 	// Another tenant's session is untouched.
 	c.get("/console/licenses").expect(t, 200, "Licenses")
 }
+
+// signInWithPassword signs the client in with an email and password.
+func (c *webClient) signInWithPassword(email, password string) {
+	c.t.Helper()
+	login := c.get("/console/login?mode=password").expect(c.t, 200, "Sign in")
+	c.post("/console/login", url.Values{"csrf": {login.csrf(c.t)}, "mode": {"password"}, "email": {email}, "password": {password}}).
+		redirectsTo(c.t, "/console/")
+	c.get("/console/").expect(c.t, 200, "Overview")
+}
+
+// sessionEnded checks that the client's session is over: its next console page goes to
+// the sign-in page, which says so.
+func (c *webClient) sessionEnded() {
+	c.t.Helper()
+	c.get("/console/licenses").redirectsTo(c.t, "/console/login?next=%2Fconsole%2Flicenses&reason=expired")
+	c.get("/console/login?next=%2Fconsole%2Flicenses&reason=expired").expect(c.t, 200, "Your session ended. Sign in again.")
+}
+
+// onGateway returns a client with the same cookies that talks to another gateway.
+func (c *webClient) onGateway(base string) *webClient {
+	return &webClient{t: c.t, base: base, ip: c.ip, http: c.http}
+}
+
+// A console session lives only as long as the extra key that opened it: deleting the key
+// ends it on every gateway and billing replica at once, and sessions opened with another
+// credential of the tenant (another extra key, the tenant's key) go on.
+func TestDeletingAnAPIKeyEndsTheConsoleSessionsItOpened(t *testing.T) {
+	s := hosted(t)
+	second := secondGateway(t, s, "billing", "BILLING_ADDR")
+	tenant := newTenant(t, s)
+	employee, id := createAPIKey(t, tenant, "employee", "full")
+	colleague, _ := createAPIKey(t, tenant, "colleague", "full")
+
+	a, a2 := newWebClient(t, s), newWebClient(t, s)
+	a.signIn(employee.Token)
+	a2.signIn(employee.Token)
+	b := newWebClient(t, s)
+	b.signIn(colleague.Token)
+	owner := newWebClient(t, s)
+	owner.signIn(tenant.Token)
+	a.onGateway(second).get("/console/licenses").expect(t, 200, "Licenses")
+
+	tenant.Delete("/v1/api-keys/"+id, nil).ExpectBody(t, `{"id":"`+id+`","deleted":true}`)
+	a.onGateway(second).sessionEnded()
+	a2.sessionEnded()
+	b.onGateway(second).get("/console/licenses").expect(t, 200, "Licenses")
+	owner.get("/console/licenses").expect(t, 200, "Licenses")
+	owner.onGateway(second).get("/console/licenses").expect(t, 200, "Licenses")
+}
+
+// A console session opened with an extra key that expires ends when the key expires, on
+// every gateway; a session opened with the tenant's key goes on.
+func TestAnAPIKeyThatExpiresEndsTheConsoleSessionsItOpened(t *testing.T) {
+	s := hosted(t)
+	second := secondGateway(t, s, "billing", "BILLING_ADDR")
+	tenant := newTenant(t, s)
+	owner := newWebClient(t, s)
+	owner.signIn(tenant.Token)
+
+	// A key that expires a few seconds from now, signed in with before it does; on a
+	// machine so slow that it expired first, again with a longer lead.
+	var (
+		a       *webClient
+		expires time.Time
+	)
+	for lead := 3 * time.Second; a == nil; lead *= 2 {
+		if lead > 2*time.Minute {
+			t.Fatal("could not sign in with a key before it expired")
+		}
+		expires = time.Now().Add(lead).UTC().Truncate(time.Second)
+		m := tenant.Post("/v1/api-keys", map[string]any{"name": "temp", "scope": "full", "expires_at": expires.Format(time.RFC3339)}).Expect(t, 200).JSON(t)
+		key, _ := m["api_key"].(string)
+		c := newWebClient(t, s)
+		login := c.get("/console/login").expect(t, 200, "Sign in")
+		in := c.post("/console/login", url.Values{"csrf": {login.csrf(t)}, "mode": {"key"}, "api_key": {key}})
+		page := c.onGateway(second).get("/console/licenses")
+		switch {
+		case in.Status == http.StatusSeeOther && page.Status == http.StatusOK:
+			a = c
+		case time.Now().Before(expires):
+			t.Fatalf("signing in with a live key: %d, then %d: %.300s", in.Status, page.Status, page.Body)
+		}
+	}
+
+	// Poll until the session ends; the bound is generous, for a loaded machine.
+	deadline := expires.Add(60 * time.Second)
+	for {
+		p := a.onGateway(second).get("/console/licenses")
+		if p.Status == http.StatusSeeOther {
+			p.redirectsTo(t, "/console/login?next=%2Fconsole%2Flicenses&reason=expired")
+			a.get("/console/login?next=%2Fconsole%2Flicenses&reason=expired").expect(t, 200, "Your session ended. Sign in again.")
+			break
+		}
+		p.expect(t, 200, "Licenses")
+		if time.Now().After(deadline) {
+			t.Fatalf("the session still works %s after its key expired", time.Since(expires).Round(time.Second))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	owner.get("/console/licenses").expect(t, 200, "Licenses")
+	owner.onGateway(second).get("/console/licenses").expect(t, 200, "Licenses")
+}
+
+// Setting a new console password ends the sessions opened with the old one, except the
+// one that set it; sessions opened with a key go on.
+func TestChangingThePasswordEndsTheOtherPasswordSessions(t *testing.T) {
+	s := hosted(t)
+	second := secondGateway(t, s, "billing", "BILLING_ADDR")
+	email := fmt.Sprintf("pw-%d@example.com", time.Now().UnixNano())
+	key, _ := admin(t, s).Post("/v1/operator/tenants", map[string]string{"name": "Password change", "email": email}).Expect(t, 200).JSON(t)["api_key"].(string)
+	owner := newWebClient(t, s)
+	csrf := owner.signIn(key)
+	first := "first password 0123"
+	owner.post("/console/settings/password", url.Values{"csrf": {csrf}, "password": {first}, "confirm": {first}}).
+		redirectsTo(t, "/console/settings?notice=password-set")
+
+	stale, changer := newWebClient(t, s), newWebClient(t, s)
+	stale.signInWithPassword(email, first)
+	changer.signInWithPassword(email, first)
+	next := "second password 4567"
+	form := changer.get("/console/settings").expect(t, 200)
+	changer.post("/console/settings/password", url.Values{"csrf": {form.csrf(t)}, "password": {next}, "confirm": {next}}).
+		redirectsTo(t, "/console/settings?notice=password-set")
+
+	stale.onGateway(second).sessionEnded()
+	changer.onGateway(second).get("/console/licenses").expect(t, 200, "Licenses")
+	owner.onGateway(second).get("/console/licenses").expect(t, 200, "Licenses")
+	newWebClient(t, s).signInWithPassword(email, next)
+}

@@ -36,58 +36,63 @@ func NewConsole(s *store.Store, authn *auth.Authenticator, multiTenant bool) *Co
 
 // SignIn exchanges an API key, or a hosted email and password, for a session.
 func (c *Console) SignIn(ctx context.Context, req *accountsv1.SignInRequest) (*accountsv1.SignInResponse, error) {
-	tenant, err := c.signInTenant(ctx, req)
+	tenant, opener, err := c.signInTenant(ctx, req)
 	if err != nil {
 		return nil, err
 	}
-	token, err := c.store.CreateSession(ctx, tenant)
+	token, err := c.store.CreateSession(ctx, tenant, opener)
+	if errors.Is(err, apierr.Unauthorized) {
+		return nil, errInvalidCredentials
+	}
 	if err != nil {
 		return nil, err
 	}
 	return &accountsv1.SignInResponse{SessionToken: token, TenantId: tenant}, nil
 }
 
-func (c *Console) signInTenant(ctx context.Context, req *accountsv1.SignInRequest) (string, error) {
+// signInTenant checks the credentials of a sign-in and returns the tenant and the
+// credential that the session will live as long as.
+func (c *Console) signInTenant(ctx context.Context, req *accountsv1.SignInRequest) (string, store.Opener, error) {
 	key := strings.TrimSpace(req.GetApiKey())
 	if key != "" {
 		if auth.IsSessionToken(key) {
-			return "", errInvalidCredentials
+			return "", store.Opener{}, errInvalidCredentials
 		}
 		if !c.multi {
 			if c.authn.IsAdminKey(key) {
-				return auth.SelfHostedTenant, nil
+				return auth.SelfHostedTenant, store.Opener{Kind: store.OpenedByKey}, nil
 			}
-			return "", errInvalidCredentials
+			return "", store.Opener{}, errInvalidCredentials
 		}
-		cred, err := c.store.ResolveAPIKey(ctx, key)
+		cred, opener, err := c.store.ResolveOpener(ctx, key)
 		if errors.Is(err, auth.ErrTenantSuspended) {
-			return "", err
+			return "", store.Opener{}, err
 		}
 		// A session can do whatever the tenant's key can: a read-scope key opens none.
 		if err != nil || cred.ReadOnly {
-			return "", errInvalidCredentials
+			return "", store.Opener{}, errInvalidCredentials
 		}
-		return cred.TenantID, nil
+		return cred.TenantID, opener, nil
 	}
 	email, password := strings.TrimSpace(req.GetEmail()), req.GetPassword()
 	if !c.multi || email == "" || password == "" {
-		return "", errInvalidCredentials
+		return "", store.Opener{}, errInvalidCredentials
 	}
 	candidates, err := c.store.PasswordCandidates(ctx, email)
 	if err != nil {
-		return "", err
+		return "", store.Opener{}, err
 	}
 	if len(candidates) == 0 {
 		// The same work as a real check, so timing does not tell which emails exist.
 		_ = checkPassword(dummyHash, password)
-		return "", errInvalidCredentials
+		return "", store.Opener{}, errInvalidCredentials
 	}
 	for _, cand := range candidates {
 		if checkPassword(cand.Hash, password) {
-			return cand.TenantID, nil
+			return cand.TenantID, store.Opener{Kind: store.OpenedByPassword}, nil
 		}
 	}
-	return "", errInvalidCredentials
+	return "", store.Opener{}, errInvalidCredentials
 }
 
 // SignOut ends the calling session.
@@ -124,7 +129,8 @@ const (
 	MaxPasswordLength = 256
 )
 
-// SetPassword sets the hosted tenant's console password.
+// SetPassword sets the hosted tenant's console password; every session opened with the
+// password it replaces ends, except the caller's.
 func (c *Console) SetPassword(ctx context.Context, req *accountsv1.SetPasswordRequest) (*accountsv1.SetPasswordResponse, error) {
 	if !c.multi {
 		return nil, apierr.Invalid("Passwords are only available for hosted accounts")
@@ -140,7 +146,8 @@ func (c *Console) SetPassword(ctx context.Context, req *accountsv1.SetPasswordRe
 	if n > MaxPasswordLength {
 		return nil, apierr.Invalid("password must be at most %d characters", MaxPasswordLength)
 	}
-	if err := c.store.SetPasswordHash(ctx, tenant, hashPassword(req.GetPassword())); err != nil {
+	caller, _ := auth.Bearer(ctx)
+	if err := c.store.SetPasswordHash(ctx, tenant, hashPassword(req.GetPassword()), caller); err != nil {
 		return nil, err
 	}
 	return &accountsv1.SetPasswordResponse{}, nil

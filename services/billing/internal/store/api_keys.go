@@ -90,7 +90,8 @@ func (s *Store) ListAPIKeys(ctx context.Context, tenant string) ([]APIKey, error
 }
 
 // DeleteAPIKey deletes one of the tenant's keys; the next call of any service with it is
-// refused, as every service resolves keys here with no cache.
+// refused, as every service resolves keys here with no cache. The console sessions it
+// opened go with it, in the same transaction (console_sessions.api_key_id cascades).
 func (s *Store) DeleteAPIKey(ctx context.Context, tenant, id string) error {
 	return s.spine.InTx(ctx, s.db, func(ctx context.Context, tx pgx.Tx) error {
 		var name, scope string
@@ -105,14 +106,14 @@ func (s *Store) DeleteAPIKey(ctx context.Context, tenant, id string) error {
 	})
 }
 
-// resolveExtraKey finds a live (not expired) extra key by its hash, and moves its
+// resolveExtraKey finds a live (not expired) extra key by its hash (and its id), and moves its
 // last_used_at forward when that is more than usedEvery old: one round trip, and a write
 // at most once a minute per key. The tenant's suspension comes along (no tenants row:
 // the self-hosted implicit tenant, never suspended).
-func (s *Store) resolveExtraKey(ctx context.Context, hash string) (auth.Credential, bool, error) {
+func (s *Store) resolveExtraKey(ctx context.Context, hash string) (auth.Credential, string, bool, error) {
 	var (
 		cred      auth.Credential
-		scope     string
+		id, scope string
 		suspended bool
 	)
 	err := s.db.QueryRow(ctx, `
@@ -123,18 +124,18 @@ func (s *Store) resolveExtraKey(ctx context.Context, hash string) (auth.Credenti
 			UPDATE api_keys SET last_used_at = now() FROM k
 			WHERE api_keys.id = k.id AND (k.last_used_at IS NULL OR k.last_used_at < now() - make_interval(secs => $2))
 		)
-		SELECT k.tenant_id, k.scope, t.suspended_at IS NOT NULL
+		SELECT k.id, k.tenant_id, k.scope, t.suspended_at IS NOT NULL
 		FROM k LEFT JOIN tenants t ON t.tenant_id = k.tenant_id`, hash, usedEvery.Seconds()).
-		Scan(&cred.TenantID, &scope, &suspended)
+		Scan(&id, &cred.TenantID, &scope, &suspended)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return auth.Credential{}, false, nil
+		return auth.Credential{}, "", false, nil
 	}
 	if err != nil {
-		return auth.Credential{}, false, err
+		return auth.Credential{}, "", false, err
 	}
 	if suspended {
-		return auth.Credential{}, false, auth.ErrTenantSuspended
+		return auth.Credential{}, "", false, auth.ErrTenantSuspended
 	}
 	cred.ReadOnly = scope == ScopeRead
-	return cred, true, nil
+	return cred, id, true, nil
 }

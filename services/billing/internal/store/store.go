@@ -113,12 +113,19 @@ func lower(s string) string {
 // suspended tenant's credential is auth.ErrTenantSuspended. Keys are found by their
 // SHA-256 (an index probe on a hash of 256 random bits: nothing to time).
 func (s *Store) ResolveAPIKey(ctx context.Context, apiKey string) (auth.Credential, error) {
+	cred, _, err := s.ResolveOpener(ctx, apiKey)
+	return cred, err
+}
+
+// ResolveOpener resolves a credential as ResolveAPIKey does and also says which key it
+// is, for a console session it opens (a session token is no opener: its Opener is zero).
+func (s *Store) ResolveOpener(ctx context.Context, apiKey string) (auth.Credential, Opener, error) {
 	if auth.IsSessionToken(apiKey) {
 		tenant, err := s.ResolveSession(ctx, apiKey)
 		if err != nil {
-			return auth.Credential{}, err
+			return auth.Credential{}, Opener{}, err
 		}
-		return auth.Credential{TenantID: tenant}, s.refuseSuspended(ctx, tenant)
+		return auth.Credential{TenantID: tenant}, Opener{}, s.refuseSuspended(ctx, tenant)
 	}
 	hash := auth.HashAPIKey(apiKey)
 	var (
@@ -128,20 +135,20 @@ func (s *Store) ResolveAPIKey(ctx context.Context, apiKey string) (auth.Credenti
 	err := s.db.QueryRow(ctx, `SELECT tenant_id, suspended_at IS NOT NULL FROM tenants WHERE api_key_hash = $1`, hash).Scan(&tenant, &suspended)
 	switch {
 	case err == nil && suspended:
-		return auth.Credential{}, auth.ErrTenantSuspended
+		return auth.Credential{}, Opener{}, auth.ErrTenantSuspended
 	case err == nil:
-		return auth.Credential{TenantID: tenant}, nil
+		return auth.Credential{TenantID: tenant}, Opener{Kind: OpenedByKey}, nil
 	case !errors.Is(err, pgx.ErrNoRows):
-		return auth.Credential{}, err
+		return auth.Credential{}, Opener{}, err
 	}
-	cred, ok, err := s.resolveExtraKey(ctx, hash)
+	cred, id, ok, err := s.resolveExtraKey(ctx, hash)
 	if err != nil {
-		return auth.Credential{}, err
+		return auth.Credential{}, Opener{}, err
 	}
 	if !ok {
-		return auth.Credential{}, apierr.Unauthorized
+		return auth.Credential{}, Opener{}, apierr.Unauthorized
 	}
-	return cred, nil
+	return cred, Opener{Kind: OpenedByAPIKey, APIKeyID: id}, nil
 }
 
 // refuseSuspended is auth.ErrTenantSuspended while the tenant is suspended; the
