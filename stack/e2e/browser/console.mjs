@@ -217,6 +217,10 @@ async function expectNotice(page, what, text, section) {
 
 // focusedText is the text (or label) of what has the focus.
 async function focusedText(page) {
+  // As focusedAlert: after a navigation the autofocus lands at a rendering update after
+  // the load event; until then the body has the focus (and its text is the whole page).
+  await page.waitForLoadState('load');
+  await page.waitForFunction(() => document.activeElement && document.activeElement !== document.body, null, { timeout: 15000 }).catch(() => {});
   return page.evaluate(() => (document.activeElement?.innerText || document.activeElement?.value || '').trim());
 }
 
@@ -994,7 +998,7 @@ const scenarios = {
     await page.waitForURL(/\/release\?instance_id=/);
     check((await text(page, '#release-title')) === `Release the seat ${cfg.instance}?`, 'Enter on Release asks for confirmation first');
     check(await seats.locator('tbody tr').count() === 1, 'asking to release frees no seat');
-    check(await page.evaluate(() => document.activeElement.innerText.trim()) === 'Release seat', 'the question\'s button has focus');
+    check(await focusedText(page) === 'Release seat', 'the question\'s button has focus');
     await checkFits(page, 'the portal\'s question');
     await page.getByRole('link', { name: 'Cancel' }).click();
     await page.waitForURL(cfg.portal);
