@@ -72,6 +72,12 @@ type state struct {
 	// RefusedAt is when the server was last asked for a lease of the refused license
 	// (Unix seconds, local clock): Check asks again at most once per MinFailingInterval.
 	RefusedAt int64 `json:"refused_at,omitempty"`
+	// SuspendedAt is when the server last answered 403 Tenant is suspended (Unix seconds,
+	// local clock): a hosted server whose operator suspended the vendor's account. The
+	// stored lease is kept; until another answer of the server, a lease past its exp, or
+	// none, answers tenant_suspended, and the client sends nothing for a minute after it
+	// (a restarted app too).
+	SuspendedAt int64 `json:"suspended_at,omitempty"`
 	// Keys are lease keys fetched after a rotation.
 	Keys *JWKS `json:"lease_keys,omitempty"`
 	// TenantID is the hosted tenant of the first lease that verified against keys fetched
@@ -110,7 +116,9 @@ type Verdict struct {
 	// lease ran out and the server could not be reached), unreachable (no lease yet and no
 	// server), invalid_lease, lease_keys_unavailable (the lease's key is not pinned and
 	// GET /v1/lease-keys could not be fetched), wrong_product, wrong_license,
-	// clock_tampered, components_required.
+	// clock_tampered, components_required, tenant_suspended (a hosted server answered 403
+	// Tenant is suspended, and the lease ran out or there is none; the lease is kept and
+	// answers licensed until its exp).
 	Reason string
 	// Offline: answered from the stored lease without reaching the server.
 	Offline      bool
@@ -145,7 +153,10 @@ func verdictOf(claims *LeaseClaims, offline bool) Verdict {
 // expired, seat lapsed) stands from the first renewal that reaches it, and out of reach;
 // a refused license is asked about again at most once per MinFailingInterval (the checks
 // in between answer the refusal with no request), so one reinstated or extended is
-// licensed at the first check online a minute after the last ask.
+// licensed at the first check online a minute after the last ask. A hosted server that
+// answers 403 Tenant is suspended (its operator suspended the vendor's account) is a
+// server that cannot be reached for the license: the lease is kept and good until its
+// exp, then tenant_suspended, and the server is asked at most once a minute.
 func (c *Client) Check(ctx context.Context) Verdict {
 	c.mu.Lock()
 	st := c.state
@@ -206,7 +217,14 @@ func (c *Client) Renew(ctx context.Context) Verdict {
 	if err != nil {
 		var e *Error
 		errors.As(err, &e)
-		if e == nil || e.Status == 0 || e.Status == 429 || e.Status >= 500 {
+		if e == nil || e.Status == 0 || e.Status == 429 || e.Status >= 500 || e.Code == "tenant_suspended" {
+			// No answer for the license: the server failed, or it refuses the vendor's
+			// account (a suspension is not the customer's license). The stored lease and
+			// token are kept, as out of reach; the suspension, when the server said so, is
+			// in the state now.
+			c.mu.Lock()
+			st = c.state
+			c.mu.Unlock()
 			return c.offlineVerdict(ctx, st)
 		}
 		reason := map[string]string{"seat_lease_expired": "seat_lapsed", "invalid_activation_token": "not_activated",
@@ -271,13 +289,20 @@ func refusalDue(now time.Time, refusedAt int64) bool {
 	return since < 0 || since >= int64(MinFailingInterval/time.Second)
 }
 
-// offlineVerdict answers from the stored lease while the server cannot be reached.
+// offlineVerdict answers from the stored lease while the server cannot be reached, or
+// answers that the vendor's account is suspended.
 func (c *Client) offlineVerdict(ctx context.Context, st state) Verdict {
 	if st.Refusal != "" {
 		// The server's last answer was a refusal: it stands until the server says otherwise.
 		return Verdict{Reason: st.Refusal}
 	}
+	// The server's last answer was a suspension of the vendor's account: what ends the app's
+	// license is that, not the server being out of reach.
+	suspended := st.SuspendedAt != 0
 	if st.Lease == "" {
+		if suspended {
+			return Verdict{Reason: "tenant_suspended"}
+		}
 		return Verdict{Reason: "unreachable"}
 	}
 	claims, err := c.verifyLease(ctx, st.Lease, st.NewestIAT)
@@ -290,6 +315,9 @@ func (c *Client) offlineVerdict(ctx context.Context, st state) Verdict {
 			v := Verdict{Reason: "seat_lapsed"}
 			c.reportLapse(st.Lease, v)
 			return v
+		}
+		if e.Code == "expired" && suspended {
+			return Verdict{Reason: "tenant_suspended"}
 		}
 		return Verdict{Reason: e.Code}
 	}

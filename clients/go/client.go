@@ -152,6 +152,10 @@ func New(cfg Config) (*Client, error) {
 		return nil, err
 	}
 	c.gate.rand = rand.Float64
+	if c.state.SuspendedAt != 0 {
+		// The server answered a suspension less than a minute ago: a restarted app keeps the pace.
+		c.gate.pace(cfg.Now(), time.Unix(c.state.SuspendedAt, 0))
+	}
 	return c, nil
 }
 
@@ -159,16 +163,32 @@ func New(cfg Config) (*Client, error) {
 // sends nothing for max(Retry-After, MinFailingInterval, a draw in [0, min(MaxBackoff,
 // MinFailingInterval·2^(n-1))]) — exponential backoff with full jitter that never lets
 // one client send more than one request a minute to a failing server.
+//
+// A 403 Tenant is suspended (a hosted server whose operator suspended the vendor's
+// account) is paced apart, at the refusals' pace: nothing for max(Retry-After,
+// MinFailingInterval) after it, one probe at a time, with no growth, so an app whose lease
+// ran out meanwhile is licensed within a minute of the suspension being lifted.
 const (
 	MinFailingInterval = time.Minute
 	MaxBackoff         = 30 * time.Minute
 )
 
+// The outcomes of a request, for the gate.
+type outcome int
+
+const (
+	outcomeAnswer     outcome = iota // an answer of the server (200, or a 4xx other than a suspension)
+	outcomeFailure                   // no answer, 429, 5xx
+	outcomeSuspension                // 403 Tenant is suspended
+)
+
 type gate struct {
 	mu       sync.Mutex
 	failures int
-	next     time.Time
-	rand     func() float64
+	// paced: the last answer was a suspension; the client keeps to one probe at a time.
+	paced bool
+	next  time.Time
+	rand  func() float64
 }
 
 func (g *gate) admit(now time.Time) error {
@@ -176,20 +196,41 @@ func (g *gate) admit(now time.Time) error {
 	defer g.mu.Unlock()
 	if now.Before(g.next) {
 		wait := g.next.Sub(now)
-		return &Error{Code: "backing_off", Message: "server failing; next request in " + wait.Round(time.Second).String(), RetryAfter: wait}
+		msg := "server failing; next request in "
+		if g.paced && g.failures == 0 {
+			msg = "tenant suspended; next request in "
+		}
+		return &Error{Code: "backing_off", Message: msg + wait.Round(time.Second).String(), RetryAfter: wait}
 	}
-	if g.failures > 0 {
-		// One probe at a time while failing: hold the others until this one answers.
+	if g.failures > 0 || g.paced {
+		// One probe at a time while failing or suspended: hold the others until this one
+		// answers.
 		g.next = now.Add(MinFailingInterval)
 	}
 	return nil
 }
 
-func (g *gate) record(now time.Time, failed bool, retryAfter time.Duration) {
+// pace holds the client after a suspension answered at `at` (restored from the store).
+func (g *gate) pace(now, at time.Time) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if !failed {
-		g.failures, g.next = 0, time.Time{}
+	if next := at.Add(MinFailingInterval); !now.Before(at) && now.Before(next) {
+		g.paced, g.next = true, next
+	}
+}
+
+func (g *gate) record(now time.Time, o outcome, retryAfter time.Duration) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	switch o {
+	case outcomeAnswer:
+		g.failures, g.paced, g.next = 0, false, time.Time{}
+		return
+	case outcomeSuspension:
+		// The server works and refuses the vendor's account: the refusals' pace, a minute
+		// (or the server's Retry-After), with no growth; a run of failures ends here.
+		g.failures, g.paced = 0, true
+		g.next = now.Add(max(MinFailingInterval, retryAfter))
 		return
 	}
 	g.failures++
@@ -238,29 +279,42 @@ func (c *Client) send(ctx context.Context, method, path string, body, out any, h
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		c.gate.record(c.cfg.Now(), true, 0)
+		c.gate.record(c.cfg.Now(), outcomeFailure, 0)
 		c.log.Warn("keyhouse: no answer", "route", path, "error", redactURL(err.Error(), c.cfg.URL))
 		return &Error{Code: "unreachable", Message: "server unreachable", err: err}
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
 	if err != nil {
-		c.gate.record(c.cfg.Now(), true, 0)
+		c.gate.record(c.cfg.Now(), outcomeFailure, 0)
 		return &Error{Code: "unreachable", Message: "answer cut short", err: err}
 	}
-	retryAfter := parseRetryAfter(resp.Header.Get("Retry-After"), c.cfg.Now())
-	failed := resp.StatusCode == 429 || resp.StatusCode >= 500
-	c.gate.record(c.cfg.Now(), failed, retryAfter)
+	now := c.cfg.Now()
+	retryAfter := parseRetryAfter(resp.Header.Get("Retry-After"), now)
+	var e struct {
+		Error string `json:"error"`
+	}
+	code := ""
 	if resp.StatusCode != 200 {
-		var e struct {
-			Error string `json:"error"`
-		}
 		_ = json.Unmarshal(data, &e)
 		if e.Error == "" {
 			e.Error = http.StatusText(resp.StatusCode)
 		}
-		c.log.Warn("keyhouse: request refused", "route", path, "status", resp.StatusCode, "code", codeFor(resp.StatusCode, e.Error))
-		return &Error{Status: resp.StatusCode, Code: codeFor(resp.StatusCode, e.Error), Message: e.Error, RetryAfter: retryAfter}
+		code = codeFor(resp.StatusCode, e.Error)
+	}
+	switch {
+	case resp.StatusCode == 429 || resp.StatusCode >= 500:
+		c.gate.record(now, outcomeFailure, retryAfter)
+	case code == "tenant_suspended":
+		c.gate.record(now, outcomeSuspension, retryAfter)
+		c.noteSuspension(now)
+	default:
+		c.gate.record(now, outcomeAnswer, retryAfter)
+		c.noteSuspension(time.Time{})
+	}
+	if resp.StatusCode != 200 {
+		c.log.Warn("keyhouse: request refused", "route", path, "status", resp.StatusCode, "code", code)
+		return &Error{Status: resp.StatusCode, Code: code, Message: e.Error, RetryAfter: retryAfter}
 	}
 	if out != nil {
 		if err := json.Unmarshal(data, out); err != nil {
@@ -268,6 +322,24 @@ func (c *Client) send(ctx context.Context, method, path string, body, out any, h
 		}
 	}
 	return nil
+}
+
+// noteSuspension keeps in the store when the server last answered 403 Tenant is
+// suspended (at), or forgets it (zero at) once the server answers anything else: while it
+// is kept, a lease past its exp, or none, answers tenant_suspended, and a restarted app
+// keeps the pace.
+func (c *Client) noteSuspension(at time.Time) {
+	var unix int64
+	if !at.IsZero() {
+		unix = at.Unix()
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.state.SuspendedAt == unix {
+		return
+	}
+	c.state.SuspendedAt = unix
+	_ = c.saveLocked()
 }
 
 // redactURL keeps the server's address out of nothing but itself: transport errors

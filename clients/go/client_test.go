@@ -23,8 +23,27 @@ type fakeServer struct {
 	tenant    string // whose keys sign its leases, named in their tenant_id claim
 	noClaim   bool   // leases without the tenant_id claim (a server before it)
 	keysState int    // the status GET /v1/lease-keys answers when tenant_id is right
+	floating  bool   // leases of a floating seat
 	mu        sync.Mutex
 	keyAsks   []string // the tenant_id of each GET /v1/lease-keys
+	// suspended: every request is answered 403 Tenant is suspended, as a hosted server
+	// whose operator suspended the vendor's account.
+	suspended bool
+	requests  map[string]int // requests by path
+}
+
+// setSuspended suspends the tenant (true) or lifts the suspension.
+func (f *fakeServer) setSuspended(s bool) {
+	f.mu.Lock()
+	f.suspended = s
+	f.mu.Unlock()
+}
+
+// count is how many requests of path the server saw.
+func (f *fakeServer) count(path string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.requests[path]
 }
 
 func newFakeServer(t *testing.T, tenant string) (*fakeServer, *httptest.Server) {
@@ -38,15 +57,20 @@ func newFakeServer(t *testing.T, tenant string) (*fakeServer, *httptest.Server) 
 	return f, srv
 }
 
-func (f *fakeServer) lease(key, product string) string {
+// lease signs a lease of an hour, renewed after half an hour, on the server's (the real)
+// clock; nonce, the client's clock at the request, is signed into it as the server does.
+func (f *fakeServer) lease(key, product string, nonce any) string {
 	enc := base64.RawURLEncoding
 	header, _ := json.Marshal(map[string]string{"alg": "EdDSA", "kid": f.kid, "typ": "keyhouse-lease+jwt"})
 	now := time.Now().Unix()
 	claims := map[string]any{"iss": "https://licenses.example.com", "sub": key, "aud": product, "jti": "j", "iat": now,
 		"exp": now + 3600, "renew_after": now + 1800, "tier": "pro", "status": "active", "license_expires_at": nil,
-		"limits": map[string]any{}, "entitlements": []string{}, "instance_id": "m", "floating": false, "components": nil}
+		"limits": map[string]any{}, "entitlements": []string{}, "instance_id": "m", "floating": f.floating, "components": nil}
 	if !f.noClaim {
 		claims["tenant_id"] = f.tenant
+	}
+	if nonce != nil {
+		claims["nonce"] = nonce
 	}
 	payload, _ := json.Marshal(claims)
 	input := enc.EncodeToString(header) + "." + enc.EncodeToString(payload)
@@ -57,13 +81,25 @@ func (f *fakeServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	var body map[string]any
 	_ = json.NewDecoder(r.Body).Decode(&body)
+	f.mu.Lock()
+	if f.requests == nil {
+		f.requests = map[string]int{}
+	}
+	f.requests[r.URL.Path]++
+	suspended := f.suspended
+	f.mu.Unlock()
+	if suspended {
+		w.WriteHeader(403)
+		_, _ = w.Write([]byte(`{"error":"Tenant is suspended"}`))
+		return
+	}
 	switch r.URL.Path {
 	case "/v1/verify-license":
 		_ = json.NewEncoder(w).Encode(map[string]any{"valid": true, "tier": "pro", "product_id": "app", "status": "active"})
 	case "/v1/activate-license":
 		_ = json.NewEncoder(w).Encode(map[string]any{"activated": true, "token": "act_1"})
 	case "/v1/leases":
-		_ = json.NewEncoder(w).Encode(map[string]any{"lease": f.lease(body["key"].(string), "app")})
+		_ = json.NewEncoder(w).Encode(map[string]any{"lease": f.lease(body["key"].(string), "app", body["nonce"])})
 	case "/v1/lease-keys":
 		tenant := r.URL.Query().Get("tenant_id")
 		f.mu.Lock()

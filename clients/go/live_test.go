@@ -33,6 +33,20 @@ type liveFixture struct {
 	// FloatingHourRenewAfter is the renew_after (seconds after iat) of the floating-hour
 	// tier, whose seat the skewfloat key takes.
 	FloatingHourRenewAfter int `json:"floating_hour_renew_after"`
+	// Hosted is a tenant of a hosted stack, behind a proxy of its own.
+	Hosted *hostedFixture `json:"hosted"`
+}
+
+// hostedFixture is a tenant of a hosted stack: its proxy's control also suspends and
+// resumes the tenant through the operator API (suspend?tenant=, resume?tenant=).
+type hostedFixture struct {
+	URL        string            `json:"url"`
+	Control    string            `json:"control"`
+	ProductID  string            `json:"product_id"`
+	TenantID   string            `json:"tenant_id"`
+	Keys       map[string]string `json:"keys"`
+	LeaseTTL   int               `json:"lease_ttl"`
+	RenewAfter int               `json:"renew_after"`
 }
 
 func live(t *testing.T) *liveFixture {
@@ -50,7 +64,13 @@ func live(t *testing.T) *liveFixture {
 // control switches the proxy in front of the gateway and returns its request count.
 func (f *liveFixture) control(t *testing.T, what string) int {
 	t.Helper()
-	resp, err := http.Post(f.Control+"/"+what, "", nil)
+	return control(t, f.Control, what)
+}
+
+// control switches the proxy whose control is at base and returns its request count.
+func control(t *testing.T, base, what string) int {
+	t.Helper()
+	resp, err := http.Post(base+"/"+what, "", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +102,14 @@ func (f *liveFixture) idempotencyKeys(t *testing.T) []string {
 // leaseRequests is how many POST /v1/leases the proxy saw since its last reset.
 func (f *liveFixture) leaseRequests(t *testing.T) int {
 	t.Helper()
-	resp, err := http.Post(f.Control+"/count", "", nil)
+	return leaseRequests(t, f.Control)
+}
+
+// leaseRequests is how many POST /v1/leases the proxy whose control is at base saw since
+// its last reset.
+func leaseRequests(t *testing.T, base string) int {
+	t.Helper()
+	resp, err := http.Post(base+"/count", "", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -756,5 +783,90 @@ func TestLiveLeaseScenarios(t *testing.T) {
 			t.Fatalf("b activated again: %+v", v)
 		}
 		_ = b.Close(ctx)
+	})
+}
+
+// TestLiveHostedScenarios runs against a tenant of a hosted stack.
+func TestLiveHostedScenarios(t *testing.T) {
+	f := live(t)
+	h := f.Hosted
+	if h == nil {
+		t.Fatal("the fixture has no hosted tenant")
+	}
+	ctx := context.Background()
+	clock := &fakeClock{now: time.Now()}
+	c, err := New(Config{URL: h.URL, ProductID: h.ProductID, Key: h.Keys["suspended"], StorePath: filepath.Join(t.TempDir(), "suspended.json"),
+		Components: map[string]string{}, Now: clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	renewAfter := time.Duration(h.RenewAfter) * time.Second
+
+	t.Run("scenario: hosted, the tenant suspended: licensed from the lease, paced; licensed again once resumed", func(t *testing.T) {
+		if _, err := c.Activate(ctx, "hosted-desk"); err != nil {
+			t.Fatal(err)
+		}
+		if v := c.Check(ctx); !v.Licensed || v.Offline {
+			t.Fatalf("%+v", v)
+		}
+		// The operator suspends the tenant (an unpaid bill). This server keeps the apps'
+		// public checks working (docs/operations.md, "Suspend"): the renewal past
+		// renew_after brings a lease, and the checks after it send nothing.
+		control(t, h.Control, "suspend?tenant="+h.TenantID)
+		defer control(t, h.Control, "resume?tenant="+h.TenantID)
+		control(t, h.Control, "reset")
+		clock.Advance(renewAfter + time.Second)
+		for i := range 120 {
+			if v := c.Check(ctx); !v.Licensed {
+				t.Fatalf("check %d, suspended: %+v", i, v)
+			}
+			c.WaitRenewal()
+			clock.Advance(time.Second)
+		}
+		if v := c.Check(ctx); !v.Licensed || !v.RenewAfter.After(clock.Now()) {
+			t.Fatalf("the renewal while suspended brought no lease: %+v", v)
+		}
+		if n := leaseRequests(t, h.Control); n != 1 {
+			t.Fatalf("%d lease requests in 120 checks, want 1", n)
+		}
+
+		// A server that refuses a suspended vendor's apps answers the renewal 403 Tenant is
+		// suspended (the proxy answers so): the lease and token are kept, the app licensed
+		// from the lease until its exp, and the server asked at most once a minute.
+		control(t, h.Control, "mode?m=suspended")
+		defer control(t, h.Control, "mode?m=pass")
+		control(t, h.Control, "reset")
+		clock.Advance(renewAfter + time.Second)
+		const minutes = 10
+		for i := range minutes * 60 {
+			if v := c.Check(ctx); !v.Licensed || !v.Offline {
+				t.Fatalf("check %d, renewals refused: %+v", i, v)
+			}
+			c.WaitRenewal()
+			clock.Advance(time.Second)
+		}
+		if n := leaseRequests(t, h.Control); n < 2 || n > minutes {
+			t.Fatalf("%d lease requests in %d minutes of checks every second, want one a minute", n, minutes)
+		}
+		clock.Advance(time.Minute)
+		if _, err := c.Verify(ctx); !errors.Is(err, ErrTenantSuspended) {
+			t.Fatalf("verify: %v", err)
+		}
+		// Past the lease's exp: tenant_suspended, not expired.
+		clock.Advance(time.Duration(h.LeaseTTL) * time.Second)
+		for i := range 3 {
+			if v := c.Check(ctx); v.Licensed || v.Reason != "tenant_suspended" {
+				t.Fatalf("check %d past exp: %+v", i, v)
+			}
+		}
+
+		// The operator lifts the suspension: the renewal a minute after the last ask is
+		// licensed, with the token kept all along.
+		control(t, h.Control, "resume?tenant="+h.TenantID)
+		control(t, h.Control, "mode?m=pass")
+		clock.Advance(time.Minute)
+		if v := c.Renew(ctx); !v.Licensed || v.Offline {
+			t.Fatalf("resumed: %+v", v)
+		}
 	})
 }

@@ -24,12 +24,14 @@ import (
 // the real stack. Each SDK's live suite is its own test file, skipped unless KEYHOUSE_E2E
 // holds the fixture this test writes: the URL of a proxy in front of the gateway that the
 // suite can switch to answer 503 or to drop every connection (the gateway out of reach),
-// licenses issued for the suite, a registered release and an offline export.
+// licenses issued for the suite, a registered release and an offline export; and the same
+// for a tenant of a hosted stack, whose proxy also suspends and resumes the tenant through
+// the operator API (billing's SuspendTenant, ResumeTenant).
 
 // sdkProxy forwards to a gateway as one client IP, and answers as the failing server
 // when told to. Its /__control/ routes are the suite's remote control.
 type sdkProxy struct {
-	mode       atomic.Value // "pass", "down", "503", "lose-answer"
+	mode       atomic.Value // "pass", "down", "503", "lose-answer", "suspended"
 	retryAfter atomic.Value // Retry-After of the 503 answers ("" for none)
 	count      atomic.Int64 // requests that reached the proxy, controls excluded
 	mu         sync.Mutex
@@ -84,6 +86,14 @@ func startSDKProxy(t *testing.T, s *stack.Stack, ip string) (*httptest.Server, *
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(http.StatusServiceUnavailable)
 			_, _ = w.Write([]byte(`{"error":"Licensing service unavailable, retry"}`))
+		case "suspended":
+			// As a hosted server that refuses a suspended vendor's apps would answer them
+			// (pkg/auth ErrTenantSuspended). Keyhouse's own keeps their public checks working
+			// (docs/operations.md, "Suspend"), so the SDKs' handling of the answer is shown
+			// here, with the tenant suspended for real beside it.
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusForbidden)
+			_, _ = w.Write([]byte(`{"error":"Tenant is suspended"}`))
 		default:
 			r.Header.Set("X-Forwarded-For", ip)
 			fwd.ServeHTTP(w, r)
@@ -107,6 +117,13 @@ func (p *sdkProxy) control(t *testing.T, w http.ResponseWriter, r *http.Request,
 	case "revoke", "reinstate":
 		// Through the gateway itself: the proxy may be "down" for the client.
 		resp := admin.Post("/v1/revoke-license", map[string]any{"key": q.Get("key"), "revoked": what == "revoke"})
+		if resp.Status != 200 {
+			http.Error(w, string(resp.Body), 500)
+			return
+		}
+	case "suspend", "resume":
+		// The operator suspends the tenant (an unpaid bill), or lifts the suspension.
+		resp := admin.Post("/v1/operator/tenants/"+url.PathEscape(q.Get("tenant"))+"/"+what, nil)
 		if resp.Status != 200 {
 			http.Error(w, string(resp.Body), 500)
 			return
@@ -179,9 +196,34 @@ func sdkFixture(t *testing.T, s *stack.Stack, sdk string) string {
 		"floating_ttl":          4,
 		// The floating-hour tier's renew_after, in seconds after iat.
 		"floating_hour_renew_after": 600,
+		"hosted":                    hostedSDKFixture(t, sdk),
 	}
 	b, _ := json.Marshal(fixture)
 	return string(b)
+}
+
+// hostedSDKFixture issues what the suite's hosted scenarios use: a tenant of the shared
+// hosted stack of their own, a license of a product of that tenant leased for an hour
+// (renewed after ten minutes, no machine binding), and a proxy in front of the hosted
+// gateway whose control also suspends and resumes the tenant.
+func hostedSDKFixture(t *testing.T, sdk string) map[string]any {
+	t.Helper()
+	s := hosted(t)
+	tenant, id := hostedTenant(t, s)
+	productID := product("sdk-hosted-" + sdk)
+	srv, _ := startSDKProxy(t, s, newClient(t, s.URL, "").IP)
+	putPolicy(t, tenant, productID, "pro", map[string]any{"lease_ttl_seconds": 3600, "renew_after_seconds": 600})
+	return map[string]any{
+		"url":        srv.URL,
+		"control":    srv.URL + "/__control",
+		"product_id": productID,
+		"tenant_id":  id,
+		"keys": map[string]string{
+			"suspended": issueLicense(t, tenant, lic(productID, "expires_at", "2039-01-01T00:00:00Z")),
+		},
+		"lease_ttl":   3600,
+		"renew_after": 600,
+	}
 }
 
 // sdkSuites are the commands that run each SDK's live suite, from clients/<dir>.

@@ -159,7 +159,9 @@ export interface Verdict {
      * and the server could not be reached), unreachable (no lease yet and no server),
      * invalid_lease, lease_keys_unavailable (the lease's key is not pinned and GET
      * /v1/lease-keys could not be fetched), wrong_product, wrong_license, clock_tampered,
-     * components_required. */
+     * components_required, tenant_suspended (a hosted server answered 403 Tenant is
+     * suspended, and the lease ran out or there is none; the lease is kept and answers
+     * licensed until its exp). */
     reason: string;
     /** Answered from the stored lease without reaching the server. */
     offline?: boolean;
@@ -208,7 +210,11 @@ export interface ClientOptions {
     random?: () => number;
 }
 /** Failure backoff: after the n-th failure in a row (no answer, 429, 5xx) nothing is sent
- * for max(Retry-After, 60 s, a draw in [0, min(30 min, 60 s·2^(n-1))]). */
+ * for max(Retry-After, 60 s, a draw in [0, min(30 min, 60 s·2^(n-1))]). A 403 Tenant is
+ * suspended (a hosted server whose operator suspended the vendor's account) is paced
+ * apart, at the refusals' pace: nothing for max(Retry-After, 60 s) after it, one probe at a
+ * time, with no growth, so an app whose lease ran out meanwhile is licensed within a
+ * minute of the suspension being lifted. */
 export declare const MIN_FAILING_INTERVAL_MS = 60000;
 export declare const MAX_BACKOFF_MS: number;
 /** How many times trackUsage sends one increment again after no answer or a 5xx, with the
@@ -224,6 +230,8 @@ export declare class Client {
     private keys;
     private state;
     private failures;
+    /** The last answer was a suspension: one probe at a time. */
+    private paced;
     private nextAttemptMs;
     private renewal;
     private heartbeatTimer;
@@ -234,6 +242,12 @@ export declare class Client {
     private log;
     private save;
     private mergeKeys;
+    /** The server works and refuses the vendor's account: the refusals' pace, a minute (or
+     * the server's Retry-After), with no growth; a run of failures ends here. The time is
+     * kept in the store (see State.suspended_at). */
+    private recordSuspension;
+    /** An answer of the server other than a suspension: the backoff and the suspension end. */
+    private recordAnswer;
     private recordFailure;
     /** Sends one JSON request; resolves the 200 body. gated false skips the failure
      * backoff's admission, for the bounded retries of one track-usage increment (their
@@ -310,12 +324,17 @@ export declare class Client {
      * expired, seat lapsed) stands from the first renewal that reaches it, and out of reach;
      * a refused license is asked about again at most once per MIN_FAILING_INTERVAL_MS (the
      * checks in between answer the refusal with no request), so one reinstated or extended is
-     * licensed at the first check online a minute after the last ask. */
+     * licensed at the first check online a minute after the last ask. A hosted server that
+     * answers 403 Tenant is suspended (its operator suspended the vendor's account) is a
+     * server that cannot be reached for the license: the lease is kept and good until its
+     * exp, then tenant_suspended, and the server is asked at most once a minute. */
     check(): Promise<Verdict>;
     /** The background renewal check() started, if one runs. */
     get pendingRenewal(): Promise<Verdict> | null;
     /** Asks the server for a new lease now (POST /v1/leases); resolves the verdict. */
     renew(): Promise<Verdict>;
+    /** The verdict from the stored lease while the server cannot be reached, or answers that
+     * the vendor's account is suspended. */
     private offlineVerdict;
     /** Calls onLapsed once per lapse: the lapse of one lease is reported by the first check
      * that finds it, offline or from the server, and not by the checks after it. */

@@ -401,7 +401,11 @@ class FileStore {
 }
 exports.FileStore = FileStore;
 /** Failure backoff: after the n-th failure in a row (no answer, 429, 5xx) nothing is sent
- * for max(Retry-After, 60 s, a draw in [0, min(30 min, 60 s·2^(n-1))]). */
+ * for max(Retry-After, 60 s, a draw in [0, min(30 min, 60 s·2^(n-1))]). A 403 Tenant is
+ * suspended (a hosted server whose operator suspended the vendor's account) is paced
+ * apart, at the refusals' pace: nothing for max(Retry-After, 60 s) after it, one probe at a
+ * time, with no growth, so an app whose lease ran out meanwhile is licensed within a
+ * minute of the suspension being lifted. */
 exports.MIN_FAILING_INTERVAL_MS = 60000;
 exports.MAX_BACKOFF_MS = 30 * 60000;
 /** A stored refusal last asked about at refusedAt (Unix seconds) is asked about again now,
@@ -419,6 +423,8 @@ exports.USAGE_RETRY_DELAY_MS = 250;
 class Client {
     constructor(options) {
         this.failures = 0;
+        /** The last answer was a suspension: one probe at a time. */
+        this.paced = false;
         this.nextAttemptMs = 0;
         this.renewal = null;
         this.heartbeatTimer = null;
@@ -444,6 +450,15 @@ class Client {
         }
         if (this.state.lease_keys)
             this.mergeKeys(this.state.lease_keys);
+        // The server answered a suspension less than a minute ago: a restarted app keeps the pace.
+        const suspendedAt = this.state.suspended_at;
+        if (suspendedAt) {
+            const next = suspendedAt * 1000 + exports.MIN_FAILING_INTERVAL_MS;
+            if (this.now() >= suspendedAt * 1000 && this.now() < next) {
+                this.paced = true;
+                this.nextAttemptMs = next;
+            }
+        }
     }
     log(line) {
         if (this.opts.logger)
@@ -456,6 +471,30 @@ class Client {
         for (const k of set.keys || [])
             if (!this.keys.keys.some((have) => have.kid === k.kid))
                 this.keys.keys.push(k);
+    }
+    /** The server works and refuses the vendor's account: the refusals' pace, a minute (or
+     * the server's Retry-After), with no growth; a run of failures ends here. The time is
+     * kept in the store (see State.suspended_at). */
+    recordSuspension(retryAfterS) {
+        this.failures = 0;
+        this.paced = true;
+        const now = this.now();
+        this.nextAttemptMs = now + Math.max(exports.MIN_FAILING_INTERVAL_MS, retryAfterS * 1000);
+        const at = Math.floor(now / 1000);
+        if (this.state.suspended_at !== at) {
+            this.state.suspended_at = at;
+            this.save();
+        }
+    }
+    /** An answer of the server other than a suspension: the backoff and the suspension end. */
+    recordAnswer() {
+        this.failures = 0;
+        this.paced = false;
+        this.nextAttemptMs = 0;
+        if (this.state.suspended_at) {
+            delete this.state.suspended_at;
+            this.save();
+        }
     }
     recordFailure(retryAfterS) {
         this.failures++;
@@ -470,10 +509,11 @@ class Client {
         const now = this.now();
         if (gated && now < this.nextAttemptMs) {
             const wait = Math.ceil((this.nextAttemptMs - now) / 1000);
-            throw new KeyhouseError('backing_off', `server failing; next request in ${wait}s`, 0, wait);
+            const why = this.paced && this.failures === 0 ? 'tenant suspended' : 'server failing';
+            throw new KeyhouseError('backing_off', `${why}; next request in ${wait}s`, 0, wait);
         }
-        // One probe at a time while failing: the others wait for its answer.
-        if (gated && this.failures > 0)
+        // One probe at a time while failing or suspended: the others wait for its answer.
+        if (gated && (this.failures > 0 || this.paced))
             this.nextAttemptMs = now + exports.MIN_FAILING_INTERVAL_MS;
         let resp;
         let text;
@@ -498,12 +538,6 @@ class Client {
         let retryAfter = ra && /^\d+$/.test(ra.trim()) ? Number(ra) : 0;
         if (ra && !retryAfter && !Number.isNaN(Date.parse(ra)))
             retryAfter = Math.max(0, Math.ceil((Date.parse(ra) - this.now()) / 1000));
-        if (resp.status === 429 || resp.status >= 500)
-            this.recordFailure(retryAfter);
-        else {
-            this.failures = 0;
-            this.nextAttemptMs = 0;
-        }
         let parsed = null;
         try {
             parsed = JSON.parse(text);
@@ -511,9 +545,15 @@ class Client {
         catch {
             /* not JSON */
         }
+        const message = resp.status === 200 ? '' : (parsed && typeof parsed.error === 'string' && parsed.error) || `HTTP ${resp.status}`;
+        const code = resp.status === 200 ? '' : errorCode(resp.status, message);
+        if (resp.status === 429 || resp.status >= 500)
+            this.recordFailure(retryAfter);
+        else if (code === 'tenant_suspended')
+            this.recordSuspension(retryAfter);
+        else
+            this.recordAnswer();
         if (resp.status !== 200) {
-            const message = (parsed && typeof parsed.error === 'string' && parsed.error) || `HTTP ${resp.status}`;
-            const code = errorCode(resp.status, message);
             this.log(`${route} refused: ${resp.status} ${code}`);
             throw new KeyhouseError(code, message, resp.status, retryAfter);
         }
@@ -694,7 +734,10 @@ class Client {
      * expired, seat lapsed) stands from the first renewal that reaches it, and out of reach;
      * a refused license is asked about again at most once per MIN_FAILING_INTERVAL_MS (the
      * checks in between answer the refusal with no request), so one reinstated or extended is
-     * licensed at the first check online a minute after the last ask. */
+     * licensed at the first check online a minute after the last ask. A hosted server that
+     * answers 403 Tenant is suspended (its operator suspended the vendor's account) is a
+     * server that cannot be reached for the license: the lease is kept and good until its
+     * exp, then tenant_suspended, and the server is asked at most once a minute. */
     async check() {
         if (!this.state.token)
             return { licensed: false, reason: 'not_activated' };
@@ -748,7 +791,10 @@ class Client {
         }
         catch (err) {
             const e = err;
-            if (!(e instanceof KeyhouseError) || e.status === 0 || e.status === 429 || e.status >= 500)
+            // No answer for the license: the server failed, or it refuses the vendor's account (a
+            // suspension is not the customer's license). The stored lease and token are kept, as
+            // out of reach; the suspension, when the server said so, is in the state now.
+            if (!(e instanceof KeyhouseError) || e.status === 0 || e.status === 429 || e.status >= 500 || e.code === 'tenant_suspended')
                 return this.offlineVerdict();
             let reason = { seat_lease_expired: 'seat_lapsed', invalid_activation_token: 'not_activated', fingerprint_mismatch: 'machine_mismatch' }[e.code] || e.code;
             // The floating seat this client held is gone: released by another copy of the app
@@ -797,12 +843,17 @@ class Client {
             return { licensed: false, reason: err instanceof KeyhouseError ? err.code : 'invalid_lease' };
         }
     }
+    /** The verdict from the stored lease while the server cannot be reached, or answers that
+     * the vendor's account is suspended. */
     async offlineVerdict() {
         // The server's last answer was a refusal: it stands until the server says otherwise.
         if (this.state.refusal)
             return { licensed: false, reason: this.state.refusal };
+        // The server's last answer was a suspension of the vendor's account: what ends the app's
+        // license is that, not the server being out of reach.
+        const suspended = !!this.state.suspended_at;
         if (!this.state.lease)
-            return { licensed: false, reason: 'unreachable' };
+            return { licensed: false, reason: suspended ? 'tenant_suspended' : 'unreachable' };
         try {
             return Client.verdictOf(await this.checkLease(this.state.lease), true);
         }
@@ -815,6 +866,8 @@ class Client {
                 this.reportLapse(this.state.lease, v);
                 return v;
             }
+            if (e.code === 'expired' && suspended)
+                return { licensed: false, reason: 'tenant_suspended' };
             return { licensed: false, reason: e instanceof KeyhouseError ? e.code : 'invalid_lease' };
         }
     }

@@ -449,7 +449,9 @@ export interface Verdict {
    * and the server could not be reached), unreachable (no lease yet and no server),
    * invalid_lease, lease_keys_unavailable (the lease's key is not pinned and GET
    * /v1/lease-keys could not be fetched), wrong_product, wrong_license, clock_tampered,
-   * components_required. */
+   * components_required, tenant_suspended (a hosted server answered 403 Tenant is
+   * suspended, and the lease ran out or there is none; the lease is kept and answers
+   * licensed until its exp). */
   reason: string;
   /** Answered from the stored lease without reaching the server. */
   offline?: boolean;
@@ -509,13 +511,23 @@ interface State {
   /** When the server was last asked for a lease of the refused license (Unix seconds, local
    * clock): check() asks again at most once per MIN_FAILING_INTERVAL_MS. */
   refused_at?: number;
+  /** When the server last answered 403 Tenant is suspended (Unix seconds, local clock): a
+   * hosted server whose operator suspended the vendor's account. The stored lease is kept;
+   * until another answer of the server, a lease past its exp, or none, answers
+   * tenant_suspended, and the client sends nothing for a minute after it (a restarted app
+   * too). */
+  suspended_at?: number;
   lease_keys?: JWKS;
   /** The hosted tenant of the first lease that verified against keys fetched for it. */
   tenant_id?: string;
 }
 
 /** Failure backoff: after the n-th failure in a row (no answer, 429, 5xx) nothing is sent
- * for max(Retry-After, 60 s, a draw in [0, min(30 min, 60 s·2^(n-1))]). */
+ * for max(Retry-After, 60 s, a draw in [0, min(30 min, 60 s·2^(n-1))]). A 403 Tenant is
+ * suspended (a hosted server whose operator suspended the vendor's account) is paced
+ * apart, at the refusals' pace: nothing for max(Retry-After, 60 s) after it, one probe at a
+ * time, with no growth, so an app whose lease ran out meanwhile is licensed within a
+ * minute of the suspension being lifted. */
 export const MIN_FAILING_INTERVAL_MS = 60_000;
 export const MAX_BACKOFF_MS = 30 * 60_000;
 
@@ -541,6 +553,8 @@ export class Client {
   private keys: JWKS;
   private state: State;
   private failures = 0;
+  /** The last answer was a suspension: one probe at a time. */
+  private paced = false;
   private nextAttemptMs = 0;
   private renewal: Promise<Verdict> | null = null;
   private heartbeatTimer: NodeJS.Timeout | null = null;
@@ -567,6 +581,15 @@ export class Client {
       }
     }
     if (this.state.lease_keys) this.mergeKeys(this.state.lease_keys);
+    // The server answered a suspension less than a minute ago: a restarted app keeps the pace.
+    const suspendedAt = this.state.suspended_at;
+    if (suspendedAt) {
+      const next = suspendedAt * 1000 + MIN_FAILING_INTERVAL_MS;
+      if (this.now() >= suspendedAt * 1000 && this.now() < next) {
+        this.paced = true;
+        this.nextAttemptMs = next;
+      }
+    }
   }
 
   private log(line: string) {
@@ -579,6 +602,32 @@ export class Client {
 
   private mergeKeys(set: JWKS) {
     for (const k of set.keys || []) if (!this.keys.keys.some((have) => have.kid === k.kid)) this.keys.keys.push(k);
+  }
+
+  /** The server works and refuses the vendor's account: the refusals' pace, a minute (or
+   * the server's Retry-After), with no growth; a run of failures ends here. The time is
+   * kept in the store (see State.suspended_at). */
+  private recordSuspension(retryAfterS: number) {
+    this.failures = 0;
+    this.paced = true;
+    const now = this.now();
+    this.nextAttemptMs = now + Math.max(MIN_FAILING_INTERVAL_MS, retryAfterS * 1000);
+    const at = Math.floor(now / 1000);
+    if (this.state.suspended_at !== at) {
+      this.state.suspended_at = at;
+      this.save();
+    }
+  }
+
+  /** An answer of the server other than a suspension: the backoff and the suspension end. */
+  private recordAnswer() {
+    this.failures = 0;
+    this.paced = false;
+    this.nextAttemptMs = 0;
+    if (this.state.suspended_at) {
+      delete this.state.suspended_at;
+      this.save();
+    }
   }
 
   private recordFailure(retryAfterS: number) {
@@ -595,10 +644,11 @@ export class Client {
     const now = this.now();
     if (gated && now < this.nextAttemptMs) {
       const wait = Math.ceil((this.nextAttemptMs - now) / 1000);
-      throw new KeyhouseError('backing_off', `server failing; next request in ${wait}s`, 0, wait);
+      const why = this.paced && this.failures === 0 ? 'tenant suspended' : 'server failing';
+      throw new KeyhouseError('backing_off', `${why}; next request in ${wait}s`, 0, wait);
     }
-    // One probe at a time while failing: the others wait for its answer.
-    if (gated && this.failures > 0) this.nextAttemptMs = now + MIN_FAILING_INTERVAL_MS;
+    // One probe at a time while failing or suspended: the others wait for its answer.
+    if (gated && (this.failures > 0 || this.paced)) this.nextAttemptMs = now + MIN_FAILING_INTERVAL_MS;
     let resp: Response;
     let text: string;
     try {
@@ -619,20 +669,18 @@ export class Client {
     const ra = resp.headers.get('retry-after');
     let retryAfter = ra && /^\d+$/.test(ra.trim()) ? Number(ra) : 0;
     if (ra && !retryAfter && !Number.isNaN(Date.parse(ra))) retryAfter = Math.max(0, Math.ceil((Date.parse(ra) - this.now()) / 1000));
-    if (resp.status === 429 || resp.status >= 500) this.recordFailure(retryAfter);
-    else {
-      this.failures = 0;
-      this.nextAttemptMs = 0;
-    }
     let parsed: any = null;
     try {
       parsed = JSON.parse(text);
     } catch {
       /* not JSON */
     }
+    const message = resp.status === 200 ? '' : (parsed && typeof parsed.error === 'string' && parsed.error) || `HTTP ${resp.status}`;
+    const code = resp.status === 200 ? '' : errorCode(resp.status, message);
+    if (resp.status === 429 || resp.status >= 500) this.recordFailure(retryAfter);
+    else if (code === 'tenant_suspended') this.recordSuspension(retryAfter);
+    else this.recordAnswer();
     if (resp.status !== 200) {
-      const message = (parsed && typeof parsed.error === 'string' && parsed.error) || `HTTP ${resp.status}`;
-      const code = errorCode(resp.status, message);
       this.log(`${route} refused: ${resp.status} ${code}`);
       throw new KeyhouseError(code, message, resp.status, retryAfter);
     }
@@ -812,7 +860,10 @@ export class Client {
    * expired, seat lapsed) stands from the first renewal that reaches it, and out of reach;
    * a refused license is asked about again at most once per MIN_FAILING_INTERVAL_MS (the
    * checks in between answer the refusal with no request), so one reinstated or extended is
-   * licensed at the first check online a minute after the last ask. */
+   * licensed at the first check online a minute after the last ask. A hosted server that
+   * answers 403 Tenant is suspended (its operator suspended the vendor's account) is a
+   * server that cannot be reached for the license: the lease is kept and good until its
+   * exp, then tenant_suspended, and the server is asked at most once a minute. */
   async check(): Promise<Verdict> {
     if (!this.state.token) return { licensed: false, reason: 'not_activated' };
     // The server refused the license at a renewal (revoked, deleted, past its expiry): it is
@@ -862,7 +913,10 @@ export class Client {
       lease = (await this.request<{ lease: string }>('POST', '/v1/leases', { key: this.opts.key, token: this.state.token, components: this.components, nonce })).lease;
     } catch (err) {
       const e = err as KeyhouseError;
-      if (!(e instanceof KeyhouseError) || e.status === 0 || e.status === 429 || e.status >= 500) return this.offlineVerdict();
+      // No answer for the license: the server failed, or it refuses the vendor's account (a
+      // suspension is not the customer's license). The stored lease and token are kept, as
+      // out of reach; the suspension, when the server said so, is in the state now.
+      if (!(e instanceof KeyhouseError) || e.status === 0 || e.status === 429 || e.status >= 500 || e.code === 'tenant_suspended') return this.offlineVerdict();
       let reason = ({ seat_lease_expired: 'seat_lapsed', invalid_activation_token: 'not_activated', fingerprint_mismatch: 'machine_mismatch' } as Record<string, string>)[e.code] || e.code;
       // The floating seat this client held is gone: released by another copy of the app
       // sharing its store and instance id, or in the portal. For the app it is a lapse like
@@ -907,10 +961,15 @@ export class Client {
     }
   }
 
+  /** The verdict from the stored lease while the server cannot be reached, or answers that
+   * the vendor's account is suspended. */
   private async offlineVerdict(): Promise<Verdict> {
     // The server's last answer was a refusal: it stands until the server says otherwise.
     if (this.state.refusal) return { licensed: false, reason: this.state.refusal };
-    if (!this.state.lease) return { licensed: false, reason: 'unreachable' };
+    // The server's last answer was a suspension of the vendor's account: what ends the app's
+    // license is that, not the server being out of reach.
+    const suspended = !!this.state.suspended_at;
+    if (!this.state.lease) return { licensed: false, reason: suspended ? 'tenant_suspended' : 'unreachable' };
     try {
       return Client.verdictOf(await this.checkLease(this.state.lease), true);
     } catch (err) {
@@ -922,6 +981,7 @@ export class Client {
         this.reportLapse(this.state.lease, v);
         return v;
       }
+      if (e.code === 'expired' && suspended) return { licensed: false, reason: 'tenant_suspended' };
       return { licensed: false, reason: e instanceof KeyhouseError ? e.code : 'invalid_lease' };
     }
   }

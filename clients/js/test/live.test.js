@@ -12,8 +12,8 @@ const raw = process.env.KEYHOUSE_E2E;
 const f = raw ? JSON.parse(raw) : null;
 const skip = f ? false : 'KEYHOUSE_E2E not set: stack/e2e TestSDKScenarios runs this suite against the stack';
 
-async function control(what) {
-  const resp = await fetch(`${f.control}/${what}`, { method: 'POST' });
+async function control(what, base = f.control) {
+  const resp = await fetch(`${base}/${what}`, { method: 'POST' });
   assert.strictEqual(resp.status, 200, `control ${what}`);
   return (await resp.json()).count;
 }
@@ -24,8 +24,8 @@ async function idempotencyKeys() {
 }
 
 /** How many POST /v1/leases the proxy saw since its last reset. */
-async function leaseRequests() {
-  const resp = await fetch(`${f.control}/count`, { method: 'POST' });
+async function leaseRequests(base = f.control) {
+  const resp = await fetch(`${base}/count`, { method: 'POST' });
   return (await resp.json()).routes.filter((r) => r === 'POST /v1/leases').length;
 }
 
@@ -450,5 +450,74 @@ test('live lease scenarios', { skip }, async (t) => {
     await b.activate('one-machine');
     assert.ok((await b.check()).licensed);
     await b.close();
+  });
+});
+
+// Against a tenant of a hosted stack, behind a proxy whose control also suspends and
+// resumes the tenant through the operator API.
+test('live hosted scenarios', { skip }, async (t) => {
+  const h = f.hosted;
+  const hosted = (what) => control(what, h.control);
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'keyhouse-js-hosted-'));
+  const clock = { now: Date.now() };
+  const c = new Client({ url: h.url, productId: h.product_id, key: h.keys.suspended, storePath: path.join(dir, 'suspended.json'), components: {}, now: () => clock.now });
+  const renewAfterMs = h.renew_after * 1000;
+
+  await t.test('scenario: hosted, the tenant suspended: licensed from the lease, paced; licensed again once resumed', async () => {
+    await c.activate('hosted-desk');
+    let v = await c.check();
+    assert.deepStrictEqual([v.licensed, v.offline], [true, false], JSON.stringify(v));
+    // The operator suspends the tenant (an unpaid bill). This server keeps the apps' public
+    // checks working (docs/operations.md, "Suspend"): the renewal past renew_after brings a
+    // lease, and the checks after it send nothing.
+    await hosted(`suspend?tenant=${h.tenant_id}`);
+    try {
+      await hosted('reset');
+      clock.now += renewAfterMs + 1000;
+      for (let i = 0; i < 120; i++) {
+        v = await c.check();
+        assert.ok(v.licensed, `check ${i}, suspended: ${JSON.stringify(v)}`);
+        if (c.pendingRenewal) await c.pendingRenewal;
+        clock.now += 1000;
+      }
+      v = await c.check();
+      assert.ok(v.licensed && v.renewAfter.getTime() > clock.now, `the renewal while suspended brought no lease: ${JSON.stringify(v)}`);
+      assert.strictEqual(await leaseRequests(h.control), 1, 'lease requests in 120 checks');
+
+      // A server that refuses a suspended vendor's apps answers the renewal 403 Tenant is
+      // suspended (the proxy answers so): the lease and token are kept, the app licensed
+      // from the lease until its exp, and the server asked at most once a minute.
+      await hosted('mode?m=suspended');
+      await hosted('reset');
+      clock.now += renewAfterMs + 1000;
+      const minutes = 10;
+      for (let i = 0; i < minutes * 60; i++) {
+        v = await c.check();
+        assert.deepStrictEqual([v.licensed, v.offline], [true, true], `check ${i}, renewals refused: ${JSON.stringify(v)}`);
+        if (c.pendingRenewal) await c.pendingRenewal;
+        clock.now += 1000;
+      }
+      const n = await leaseRequests(h.control);
+      assert.ok(n >= 2 && n <= minutes, `${n} lease requests in ${minutes} minutes of checks every second, want one a minute`);
+      clock.now += 60_000;
+      await assert.rejects(c.verify(), hasCode('tenant_suspended'));
+      // Past the lease's exp: tenant_suspended, not expired.
+      clock.now += h.lease_ttl * 1000;
+      for (let i = 0; i < 3; i++) {
+        v = await c.check();
+        assert.deepStrictEqual([v.licensed, v.reason], [false, 'tenant_suspended'], `check ${i} past exp`);
+      }
+
+      // The operator lifts the suspension: the renewal a minute after the last ask is
+      // licensed, with the token kept all along.
+      await hosted(`resume?tenant=${h.tenant_id}`);
+      await hosted('mode?m=pass');
+      clock.now += 60_000;
+      v = await c.renew();
+      assert.deepStrictEqual([v.licensed, v.offline], [true, false], `resumed: ${JSON.stringify(v)}`);
+    } finally {
+      await hosted('mode?m=pass');
+      await hosted(`resume?tenant=${h.tenant_id}`);
+    }
   });
 });

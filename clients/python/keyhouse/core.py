@@ -450,7 +450,9 @@ class Verdict:
     machine_mismatch, expired (the lease ran out and the server could not be reached),
     unreachable (no lease yet and no server), invalid_lease, lease_keys_unavailable (the
     lease's key is not pinned and GET /v1/lease-keys could not be fetched), wrong_product,
-    wrong_license, clock_tampered, components_required."""
+    wrong_license, clock_tampered, components_required, tenant_suspended (a hosted server
+    answered 403 Tenant is suspended, and the lease ran out or there is none; the lease is
+    kept and answers licensed until its exp)."""
     licensed: bool
     reason: str
     offline: bool = False
@@ -474,7 +476,11 @@ class Verdict:
 
 
 # Failure backoff: after the n-th failure in a row (no answer, 429, 5xx) nothing is sent for
-# max(Retry-After, 60 s, a draw in [0, min(30 min, 60 s * 2^(n-1))]).
+# max(Retry-After, 60 s, a draw in [0, min(30 min, 60 s * 2^(n-1))]). A 403 Tenant is
+# suspended (a hosted server whose operator suspended the vendor's account) is paced apart,
+# at the refusals' pace: nothing for max(Retry-After, 60 s) after it, one probe at a time,
+# with no growth, so an app whose lease ran out meanwhile is licensed within a minute of the
+# suspension being lifted.
 MIN_FAILING_INTERVAL_SECONDS = 60
 MAX_BACKOFF_SECONDS = 1800
 
@@ -525,6 +531,8 @@ class Client:
         self._keys: Dict[str, Any] = {"keys": list((lease_keys or {}).get("keys", []))}
         self._lock = threading.RLock()
         self._failures = 0
+        # The last answer was a suspension: one probe at a time.
+        self._paced = False
         self._next_attempt = 0.0
         self._renewal: Optional[threading.Thread] = None
         self._stop = threading.Event()
@@ -543,6 +551,14 @@ class Client:
                 pass
         if self._state.get("lease_keys"):
             self._merge_keys(self._state["lease_keys"])
+        # The state's suspended_at is when the server last answered 403 Tenant is suspended
+        # (Unix seconds, local clock). The stored lease is kept; until another answer of the
+        # server, a lease past its exp, or none, answers tenant_suspended, and the client sends
+        # nothing for a minute after it: a restarted app keeps the pace.
+        suspended_at = self._state.get("suspended_at")
+        if suspended_at and suspended_at <= self._now() < suspended_at + MIN_FAILING_INTERVAL_SECONDS:
+            self._paced = True
+            self._next_attempt = suspended_at + MIN_FAILING_INTERVAL_SECONDS
 
     def _log(self, line: str) -> None:
         if self._logger:
@@ -554,6 +570,23 @@ class Client:
     def _merge_keys(self, keyset: Dict[str, Any]) -> None:
         have = {k.get("kid") for k in self._keys["keys"]}
         self._keys["keys"].extend(k for k in keyset.get("keys", []) if k.get("kid") not in have)
+
+    def _record_suspension(self, retry_after: float) -> None:
+        """The server works and refuses the vendor's account: the refusals' pace, a minute (or
+        the server's Retry-After), with no growth; a run of failures ends here. The time is
+        kept in the store."""
+        now = self._now()
+        self._failures, self._paced = 0, True
+        self._next_attempt = now + max(MIN_FAILING_INTERVAL_SECONDS, retry_after)
+        if self._state.get("suspended_at") != int(now):
+            self._state["suspended_at"] = int(now)
+            self._save()
+
+    def _record_answer(self) -> None:
+        """An answer of the server other than a suspension: the backoff and the suspension end."""
+        self._failures, self._paced, self._next_attempt = 0, False, 0.0
+        if self._state.pop("suspended_at", None) is not None:
+            self._save()
 
     def _record_failure(self, retry_after: float) -> None:
         self._failures += 1
@@ -579,9 +612,10 @@ class Client:
             now = self._now()
             if gated and now < self._next_attempt:
                 wait = self._next_attempt - now
-                raise KeyhouseError("backing_off", f"server failing; next request in {wait:.0f}s", 0, wait)
-            # One probe at a time while failing: the others wait for its answer.
-            if gated and self._failures:
+                why = "tenant suspended" if self._paced and not self._failures else "server failing"
+                raise KeyhouseError("backing_off", f"{why}; next request in {wait:.0f}s", 0, wait)
+            # One probe at a time while failing or suspended: the others wait for its answer.
+            if gated and (self._failures or self._paced):
                 self._next_attempt = now + MIN_FAILING_INTERVAL_SECONDS
         data = None if body is None else json.dumps(body).encode()
         headers = {"Accept": "application/json", **(extra_headers or {})}
@@ -599,18 +633,22 @@ class Client:
             self._log(f"no answer on {route}: {type(e).__name__}")
             raise KeyhouseError("unreachable", "server unreachable") from None
         retry_after = self._retry_after(retry)
-        with self._lock:
-            if status == 429 or status >= 500:
-                self._record_failure(retry_after)
-            else:
-                self._failures, self._next_attempt = 0, 0.0
         try:
             parsed = json.loads(text)
         except ValueError:
             parsed = None
+        message = code = ""
         if status != 200:
             message = parsed.get("error") if isinstance(parsed, dict) and isinstance(parsed.get("error"), str) else f"HTTP {status}"
             code = error_code(status, message)
+        with self._lock:
+            if status == 429 or status >= 500:
+                self._record_failure(retry_after)
+            elif code == "tenant_suspended":
+                self._record_suspension(retry_after)
+            else:
+                self._record_answer()
+        if status != 200:
             self._log(f"{route} refused: {status} {code}")
             raise KeyhouseError(code, message, status, retry_after)
         if parsed is None:
@@ -776,7 +814,10 @@ class Client:
         of reach; a refused license is asked about again at most once per
         MIN_FAILING_INTERVAL_SECONDS (the checks in between answer the refusal with no
         request), so one reinstated or extended is licensed at the first check online a
-        minute after the last ask."""
+        minute after the last ask. A hosted server that answers 403 Tenant is suspended (its
+        operator suspended the vendor's account) is a server that cannot be reached for the
+        license: the lease is kept and good until its exp, then tenant_suspended, and the
+        server is asked at most once a minute."""
         if not self._state.get("token"):
             return Verdict(False, "not_activated")
         with self._lock:
@@ -837,7 +878,11 @@ class Client:
             lease = self._request("POST", "/v1/leases", {"key": self._key, "token": token, "components": self.components,
                                                          "nonce": nonce})["lease"]
         except KeyhouseError as e:
-            if e.status == 0 or e.status == 429 or e.status >= 500:
+            if e.status == 0 or e.status == 429 or e.status >= 500 or e.code == "tenant_suspended":
+                # No answer for the license: the server failed, or it refuses the vendor's
+                # account (a suspension is not the customer's license). The stored lease and
+                # token are kept, as out of reach; the suspension, when the server said so, is
+                # in the state now.
                 return self._offline_verdict()
             reason = {"seat_lease_expired": "seat_lapsed", "invalid_activation_token": "not_activated",
                       "fingerprint_mismatch": "machine_mismatch"}.get(e.code, e.code)
@@ -884,12 +929,17 @@ class Client:
         return Verdict.of(claims, False)
 
     def _offline_verdict(self) -> Verdict:
+        """The verdict from the stored lease while the server cannot be reached, or answers
+        that the vendor's account is suspended."""
         if self._state.get("refusal"):
             # The server's last answer was a refusal: it stands until the server says otherwise.
             return Verdict(False, self._state["refusal"])
+        # The server's last answer was a suspension of the vendor's account: what ends the
+        # app's license is that, not the server being out of reach.
+        suspended = bool(self._state.get("suspended_at"))
         lease = self._state.get("lease")
         if not lease:
-            return Verdict(False, "unreachable")
+            return Verdict(False, "tenant_suspended" if suspended else "unreachable")
         try:
             return Verdict.of(self._check_lease(lease), True)
         except LeaseError as e:
@@ -899,6 +949,8 @@ class Client:
                 v = Verdict(False, "seat_lapsed")
                 self._report_lapse(lease, v)
                 return v
+            if e.code == "expired" and suspended:
+                return Verdict(False, "tenant_suspended")
             return Verdict(False, e.code)
 
     def _report_lapse(self, lease: Optional[str], v: Verdict) -> None:

@@ -17,14 +17,14 @@ F = json.loads(os.environ["KEYHOUSE_E2E"]) if os.environ.get("KEYHOUSE_E2E") els
 pytestmark = pytest.mark.skipif(F is None, reason="KEYHOUSE_E2E not set: stack/e2e TestSDKScenarios runs this suite against the stack")
 
 
-def control(what):
-    with urllib.request.urlopen(urllib.request.Request(f"{F['control']}/{what}", method="POST", data=b"")) as resp:
+def control(what, base=None):
+    with urllib.request.urlopen(urllib.request.Request(f"{base or F['control']}/{what}", method="POST", data=b"")) as resp:
         return json.load(resp)["count"]
 
 
-def lease_requests():
+def lease_requests(base=None):
     """How many POST /v1/leases the proxy saw since its last reset."""
-    with urllib.request.urlopen(urllib.request.Request(f"{F['control']}/count", method="POST", data=b"")) as resp:
+    with urllib.request.urlopen(urllib.request.Request(f"{base or F['control']}/count", method="POST", data=b"")) as resp:
         return sum(1 for r in json.load(resp)["routes"] if r == "POST /v1/leases")
 
 
@@ -472,3 +472,67 @@ def test_scenario_two_copies_share_a_store_and_a_floating_seat_closing_one_is_a_
     b.activate("one-machine")
     assert b.check().licensed
     b.close()
+
+
+# Against a tenant of a hosted stack, behind a proxy whose control also suspends and resumes
+# the tenant through the operator API.
+def test_scenario_hosted_the_tenant_suspended_licensed_from_the_lease_paced_licensed_again_once_resumed(tmp_path):
+    h = F["hosted"]
+
+    def hosted(what):
+        return control(what, h["control"])
+
+    clock = Clock()
+    c = keyhouse.Client(h["url"], h["product_id"], h["keys"]["suspended"], store_path=os.path.join(str(tmp_path), "suspended.json"),
+                        components={}, now=clock)
+    c.activate("hosted-desk")
+    v = c.check()
+    assert (v.licensed, v.offline) == (True, False), v
+    # The operator suspends the tenant (an unpaid bill). This server keeps the apps' public
+    # checks working (docs/operations.md, "Suspend"): the renewal past renew_after brings a
+    # lease, and the checks after it send nothing.
+    hosted(f"suspend?tenant={h['tenant_id']}")
+    try:
+        hosted("reset")
+        clock.now += h["renew_after"] + 1
+        for i in range(120):
+            v = c.check()
+            assert v.licensed, f"check {i}, suspended: {v}"
+            c.wait_renewal()
+            clock.now += 1
+        v = c.check()
+        assert v.licensed and v.renew_after > clock.now, f"the renewal while suspended brought no lease: {v}"
+        assert lease_requests(h["control"]) == 1, "lease requests in 120 checks"
+
+        # A server that refuses a suspended vendor's apps answers the renewal 403 Tenant is
+        # suspended (the proxy answers so): the lease and token are kept, the app licensed
+        # from the lease until its exp, and the server asked at most once a minute.
+        hosted("mode?m=suspended")
+        hosted("reset")
+        clock.now += h["renew_after"] + 1
+        minutes = 10
+        for i in range(minutes * 60):
+            v = c.check()
+            assert (v.licensed, v.offline) == (True, True), f"check {i}, renewals refused: {v}"
+            c.wait_renewal()
+            clock.now += 1
+        n = lease_requests(h["control"])
+        assert 2 <= n <= minutes, f"{n} lease requests in {minutes} minutes of checks every second, want one a minute"
+        clock.now += 60
+        raises("tenant_suspended", c.verify)
+        # Past the lease's exp: tenant_suspended, not expired.
+        clock.now += h["lease_ttl"]
+        for i in range(3):
+            v = c.check()
+            assert (v.licensed, v.reason) == (False, "tenant_suspended"), f"check {i} past exp: {v}"
+
+        # The operator lifts the suspension: the renewal a minute after the last ask is
+        # licensed, with the token kept all along.
+        hosted(f"resume?tenant={h['tenant_id']}")
+        hosted("mode?m=pass")
+        clock.now += 60
+        v = c.renew()
+        assert (v.licensed, v.offline) == (True, False), f"resumed: {v}"
+    finally:
+        hosted("mode?m=pass")
+        hosted(f"resume?tenant={h['tenant_id']}")
