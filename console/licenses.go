@@ -84,7 +84,7 @@ func (h *Handler) licensesPage(w http.ResponseWriter, r *http.Request, s *sessio
 	v.Form = filters
 	page, _ := strconv.Atoi(q.Get("page"))
 	page = max(page, 1)
-	d := &licensesData{offsetPager: newOffsetPager("/console/licenses", "licenses", filters, page, 0, 0), Now: h.opts.Now()}
+	d := &licensesData{Now: h.opts.Now()}
 	v.Data = d
 	ctx, cancel := withCredential(r.Context(), s.token)
 	defer cancel()
@@ -92,13 +92,15 @@ func (h *Handler) licensesPage(w http.ResponseWriter, r *http.Request, s *sessio
 		Key: filters.Get("key"), IssuedTo: filters.Get("issued_to"), Status: optional(filters.Get("status")), ProductId: filters.Get("product_id"),
 		ExpiringWithinDays: filters.Get("expiring_within_days"), Limit: strconv.Itoa(pageSize), Offset: strconv.Itoa((page - 1) * pageSize),
 	})
+	// The pager is placed once, from the answer. A refused call has none (resp is nil, its
+	// getters zero): the page shows the error above an empty list and its pager.
+	d.Licenses = resp.GetLicenses()
+	d.offsetPager = newOffsetPager("/console/licenses", "licenses", filters, page, int(resp.GetTotal()), len(d.Licenses))
 	if err != nil {
 		code := v.showError(err, "key", "issued_to", "status", "product_id", "expiring_within_days")
 		h.render(w, code, "licenses", v)
 		return
 	}
-	d.Licenses = resp.GetLicenses()
-	d.offsetPager = newOffsetPager("/console/licenses", "licenses", filters, page, int(resp.GetTotal()), len(d.Licenses))
 	h.render(w, http.StatusOK, "licenses", v)
 }
 

@@ -33,7 +33,7 @@ func (h *Handler) showReleases(w http.ResponseWriter, r *http.Request, s *sessio
 	}
 	page, _ := strconv.Atoi(q.Get("page"))
 	page = max(page, 1)
-	d := &releasesData{offsetPager: newOffsetPager("/console/releases", "releases", filters, page, 0, 0)}
+	d := &releasesData{}
 	v.Data = d
 	ctx, cancel := withCredential(r.Context(), s.token)
 	defer cancel()
@@ -41,6 +41,10 @@ func (h *Handler) showReleases(w http.ResponseWriter, r *http.Request, s *sessio
 		ProductId: filters.Get("product_id"), Channel: filters.Get("channel"), Platform: filters.Get("platform"),
 		Status: optional(filters.Get("status")), Limit: strconv.Itoa(pageSize), Offset: strconv.Itoa((page - 1) * pageSize),
 	})
+	// The pager is placed once, from the answer. A refused call has none (resp is nil, its
+	// getters zero): the page shows the error above an empty list and its pager.
+	d.Releases = resp.GetReleases()
+	d.offsetPager = newOffsetPager("/console/releases", "releases", filters, page, int(resp.GetTotal()), len(d.Releases))
 	if err != nil {
 		if isUnauthenticated(err) {
 			h.clearSession(w)
@@ -52,8 +56,6 @@ func (h *Handler) showReleases(w http.ResponseWriter, r *http.Request, s *sessio
 		h.render(w, max(code, e.Status), "releases", v)
 		return
 	}
-	d.Releases = resp.GetReleases()
-	d.offsetPager = newOffsetPager("/console/releases", "releases", filters, page, int(resp.GetTotal()), len(d.Releases))
 	h.render(w, code, "releases", v)
 }
 

@@ -578,12 +578,20 @@ func (s *Stack) Service(name string) *Proc {
 
 // RestartService starts a stopped service again on the same address.
 func (s *Stack) RestartService(ctx context.Context, name string) error {
+	return s.RestartServiceWith(ctx, name, nil)
+}
+
+// RestartServiceWith is RestartService with extra on top of the stack's environment: a
+// setting the operator changed before the restart, such as a rotated ADMIN_API_KEY.
+func (s *Stack) RestartServiceWith(ctx context.Context, name string, extra map[string]string) error {
 	addr := s.env[strings.ToUpper(name)+"_ADDR"]
 	l, err := listen(addr)
 	if err != nil {
 		return err
 	}
-	p, err := s.spawn(name, map[string]string{"GRPC_ADDR": addr}, l)
+	env := map[string]string{"GRPC_ADDR": addr}
+	maps.Copy(env, extra)
+	p, err := s.spawn(name, env, l)
 	if err != nil {
 		return err
 	}

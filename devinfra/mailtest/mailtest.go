@@ -14,6 +14,7 @@ import (
 	"net/mail"
 	"strings"
 	"sync"
+	"testing"
 	"time"
 
 	"github.com/emersion/go-sasl"
@@ -61,6 +62,24 @@ func Start() (*Server, error) { return start(false) }
 // StartSMTPUTF8 is Start with SMTPUTF8 (RFC 6531) offered: an address with a non-ASCII
 // local part can be delivered.
 func StartSMTPUTF8() (*Server, error) { return start(true) }
+
+// New starts a server for the test t (as Start), fails t when it cannot, and stops it when
+// t ends (t.Cleanup). A test may stop it sooner, for a closed port or an outage: Stop does
+// nothing the second time.
+func New(t testing.TB) *Server { t.Helper(); return forTest(t, false) }
+
+// NewSMTPUTF8 is New with SMTPUTF8 (RFC 6531) offered, as StartSMTPUTF8.
+func NewSMTPUTF8(t testing.TB) *Server { t.Helper(); return forTest(t, true) }
+
+func forTest(t testing.TB, smtpUTF8 bool) *Server {
+	t.Helper()
+	s, err := start(smtpUTF8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Stop)
+	return s
+}
 
 func start(smtpUTF8 bool) (*Server, error) {
 	s := &Server{arrived: make(chan struct{}, 64), smtpUTF8: smtpUTF8}

@@ -5,6 +5,7 @@ package auth
 
 import (
 	"context"
+	"crypto/hmac"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
@@ -121,6 +122,18 @@ func New(cfg Config) *Authenticator {
 func HashAPIKey(key string) string {
 	sum := sha256.Sum256([]byte(key))
 	return hex.EncodeToString(sum[:])
+}
+
+// AdminKeyFingerprint is what a console session opened with the admin key records of that
+// key, so that the session ends once the key is no longer accepted (billing compares it
+// with the fingerprints of ADMIN_API_KEY and ADMIN_API_KEY_PREVIOUS on every request):
+// HMAC-SHA256 keyed with the admin key over a label of its own, hex. Only a holder of the
+// key can compute it, and it is neither the key nor any other value derived from it (the
+// console's CSRF key, the SHA-256 the interceptor compares).
+func AdminKeyFingerprint(key string) string {
+	m := hmac.New(sha256.New, []byte(key))
+	m.Write([]byte("keyhouse-console-session-admin-key-v1"))
+	return hex.EncodeToString(m.Sum(nil))
 }
 
 // IsAdminKey compares in constant time (hashing first also hides the length) with the

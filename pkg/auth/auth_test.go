@@ -294,3 +294,17 @@ func TestTwoAuthorizationValuesAreRefusedInEitherOrder(t *testing.T) {
 		t.Fatalf("public method: %v", err)
 	}
 }
+
+// A console session records the admin key's fingerprint, never the key: it is the same for
+// the same key, another for another key, shows nothing of the key, and is none of the
+// other values derived from it (the SHA-256 under which keys are stored).
+func TestTheAdminKeyFingerprintNamesTheKeyWithoutShowingIt(t *testing.T) {
+	key := "admin-key-0123456789abcdef0123456789"
+	fp := auth.AdminKeyFingerprint(key)
+	if fp != auth.AdminKeyFingerprint(key) || len(fp) != 64 {
+		t.Fatalf("fingerprint %q", fp)
+	}
+	if fp == auth.AdminKeyFingerprint(key+"x") || fp == auth.HashAPIKey(key) || strings.Contains(fp, key[:8]) {
+		t.Fatalf("fingerprint %q of %q", fp, key)
+	}
+}

@@ -70,15 +70,11 @@ func TestParseRecipientAcceptsEveryUsableFormAndSaysWhyNot(t *testing.T) {
 func TestInternationalAddressesReachARealServerOrAreRefused(t *testing.T) {
 	t.Parallel()
 	for _, offersUTF8 := range []bool{true, false} {
-		start := mailtest.Start
+		newSink := mailtest.New
 		if offersUTF8 {
-			start = mailtest.StartSMTPUTF8
+			newSink = mailtest.NewSMTPUTF8
 		}
-		sink, err := start()
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer sink.Stop()
+		sink := newSink(t)
 		s, err := mail.New(mail.Config{Provider: "smtp", SMTPURL: sink.URL(), From: "Shop <shop@example.com>"}, nil)
 		if err != nil {
 			t.Fatal(err)

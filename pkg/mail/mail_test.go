@@ -13,11 +13,7 @@ import (
 )
 
 func TestSMTPDeliversToARealServer(t *testing.T) {
-	sink, err := mailtest.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sink.Stop()
+	sink := mailtest.New(t)
 	s, err := mail.New(mail.Config{Provider: "smtp", SMTPURL: sink.URL(), From: "Shop <shop@example.com>", ReplyTo: "help@example.com"}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -43,10 +39,7 @@ func TestSMTPDeliversToARealServer(t *testing.T) {
 }
 
 func TestSMTPServerDownIsAnError(t *testing.T) {
-	sink, err := mailtest.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
+	sink := mailtest.New(t)
 	sink.Stop()
 	s, err := mail.New(mail.Config{Provider: "smtp", SMTPURL: "smtp://user:hunter2@" + sink.Addr, From: "shop@example.com"}, nil)
 	if err != nil {
@@ -62,7 +55,6 @@ func TestSMTPServerDownIsAnError(t *testing.T) {
 	if err := sink.Restart(); err != nil {
 		t.Fatal(err)
 	}
-	defer sink.Stop()
 	// Credentials go only over TLS (go-mail's auto-discovery refuses PLAIN in clear text);
 	// the sink speaks plain SMTP, so the resend is unauthenticated, as to a local relay.
 	s, err = mail.New(mail.Config{Provider: "smtp", SMTPURL: sink.URL(), From: "shop@example.com"}, nil)
@@ -131,16 +123,9 @@ func TestInvalidRecipientsAreRefusedBeforeSending(t *testing.T) {
 // for a tenant who does not run the server.
 func TestServerErrorSummaryDoesNotNameTheServer(t *testing.T) {
 	t.Parallel()
-	sink, err := mailtest.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sink.Stop()
+	sink := mailtest.New(t)
 	sink.RefuseRecipients(mailtest.Rejected)
-	closed, err := mailtest.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
+	closed := mailtest.New(t)
 	closed.Stop() // nothing listens on its port
 	for _, c := range []struct {
 		name, server, summary string
@@ -175,11 +160,7 @@ func TestServerErrorSummaryDoesNotNameTheServer(t *testing.T) {
 // from shop@example.com.
 func smtpSink(t *testing.T) (*mailtest.Server, mail.Sender) {
 	t.Helper()
-	sink, err := mailtest.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(sink.Stop)
+	sink := mailtest.New(t)
 	s, err := mail.New(mail.Config{Provider: "smtp", SMTPURL: sink.URL(), From: "shop@example.com"}, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -51,15 +51,11 @@ func TestARefusedRecipientIsMaskedInTheError(t *testing.T) {
 		{"echoed without brackets", "jane.doe@example.com", "jane.doe", false,
 			func(r string) string { return "No such mailbox here: " + r }},
 	} {
-		start := mailtest.Start
+		newSink := mailtest.New
 		if c.utf8 {
-			start = mailtest.StartSMTPUTF8
+			newSink = mailtest.NewSMTPUTF8
 		}
-		sink, err := start()
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer sink.Stop()
+		sink := newSink(t)
 		sink.RefuseRecipients(c.reply)
 		s, err := mail.New(mail.Config{Provider: "smtp", SMTPURL: sink.URL(), From: "shop@example.com"}, nil)
 		if err != nil {

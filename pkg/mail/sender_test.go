@@ -17,11 +17,7 @@ import (
 // replaces EMAIL_REPLY_TO, as a mail client reads them.
 func TestSenderNameAndReplyToReachTheRecipient(t *testing.T) {
 	t.Parallel()
-	sink, err := mailtest.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sink.Stop()
+	sink := mailtest.New(t)
 	s, err := keymail.New(keymail.Config{Provider: "smtp", SMTPURL: sink.URL(), From: "Keyhouse <shop@example.com>", ReplyTo: "ops@example.com"}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -51,11 +47,7 @@ func TestSenderNameAndReplyToReachTheRecipient(t *testing.T) {
 // byte is sent; so is a reply-to that is not one plain address.
 func TestSenderFieldsThatCouldInjectAHeaderAreRefused(t *testing.T) {
 	t.Parallel()
-	sink, err := mailtest.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sink.Stop()
+	sink := mailtest.New(t)
 	var logged bytes.Buffer
 	smtp, err := keymail.New(keymail.Config{Provider: "smtp", SMTPURL: sink.URL(), From: "shop@example.com"}, nil)
 	if err != nil {

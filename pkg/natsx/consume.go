@@ -350,11 +350,15 @@ func (c *consumer) call(msg jetstream.Msg) (err error) {
 // startSpan starts the span of a handler call: a trace of its own, "<durable> process",
 // linked to the span of each request that wrote one of msgs' outbox rows
 // (HeaderTraceparent), so an operator follows a purchase from its callback to its
-// fulfillment, or an issued license to its event.
+// fulfillment, or an issued license to its event. With tracing off the messages' headers
+// are not read (telemetry.StartRoot).
 func (c *consumer) startSpan(ctx context.Context, msgs ...jetstream.Msg) (context.Context, trace.Span) {
-	traceparents := make([]string, len(msgs))
-	for i, m := range msgs {
-		traceparents[i] = m.Headers().Get(HeaderTraceparent)
+	traceparents := func(yield func(string) bool) {
+		for _, m := range msgs {
+			if !yield(m.Headers().Get(HeaderTraceparent)) {
+				return
+			}
+		}
 	}
 	return telemetry.StartRoot(ctx, c.cfg.Durable+" process", trace.SpanKindConsumer, traceparents,
 		attribute.String("messaging.system", "nats"), attribute.String("messaging.destination.name", c.stream),

@@ -812,12 +812,15 @@ func (r *Relay) relayBatch(ctx context.Context) (sent int, full bool, err error)
 // one per batch, not per row (the relay is on every change's way to its consumers), a
 // trace of its own linked to the request that wrote each row (HeaderTraceparent), so an
 // operator sees when and how fast the event of a request left for JetStream, and whether
-// that batch failed. Rows of one request link once. With tracing off it costs the
-// traceparents' slice.
+// that batch failed. Rows of one request link once. With tracing off the rows'
+// traceparents are not read (telemetry.StartRoot).
 func startRelaySpan(ctx context.Context, claimed []outboxRow) trace.Span {
-	traceparents := make([]string, len(claimed))
-	for i, o := range claimed {
-		traceparents[i] = o.headers[HeaderTraceparent]
+	traceparents := func(yield func(string) bool) {
+		for _, o := range claimed {
+			if !yield(o.headers[HeaderTraceparent]) {
+				return
+			}
+		}
 	}
 	_, span := telemetry.StartRoot(ctx, "outbox publish", trace.SpanKindProducer, traceparents,
 		attribute.String("messaging.system", "nats"), attribute.String("messaging.operation.name", "publish"),

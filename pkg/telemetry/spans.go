@@ -2,6 +2,7 @@ package telemetry
 
 import (
 	"context"
+	"iter"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -38,17 +39,19 @@ func LinkTo(traceparent string) (link trace.Link, ok bool) {
 // the others) for work no request waits on: a message consumed, a relay batch published,
 // a mail or a webhook sent. It is the root of a trace of its own unless ctx already holds
 // a span, and links to the span each traceparent names (the request that caused the
-// work), when one does, once per span however often it is named. With tracing off it is
-// a no-op span, and the traceparents are not even read: the links are added once the
-// span is known to record (so a sampler does not see them; none of OTEL_TRACES_SAMPLER's
-// looks at links).
-func StartRoot(ctx context.Context, name string, kind trace.SpanKind, traceparents []string, attrs ...attribute.KeyValue) (context.Context, trace.Span) {
+// work), when one does, once per span however often it is named. With tracing off (no
+// tracer provider records: telemetry.SetupTracing installs one only when TracingEnabled)
+// it is a no-op span, and traceparents (nil for none) is not even iterated, so a caller
+// that reads them from a batch's rows or messages does no work for nothing: the links are
+// added once the span is known to record (so a sampler does not see them; none of
+// OTEL_TRACES_SAMPLER's looks at links).
+func StartRoot(ctx context.Context, name string, kind trace.SpanKind, traceparents iter.Seq[string], attrs ...attribute.KeyValue) (context.Context, trace.Span) {
 	ctx, span := otel.Tracer("github.com/keyhouse/keyhouse").Start(ctx, name, trace.WithSpanKind(kind), trace.WithAttributes(attrs...))
-	if !span.IsRecording() {
+	if !span.IsRecording() || traceparents == nil {
 		return ctx, span
 	}
-	linked := make(map[string]bool, len(traceparents))
-	for _, tp := range traceparents {
+	linked := map[string]bool{}
+	for tp := range traceparents {
 		if linked[tp] {
 			continue
 		}

@@ -4,7 +4,10 @@ import (
 	"context"
 	"testing"
 
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/propagation"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -30,5 +33,56 @@ func TestTraceparentIsTheW3CHeaderAndLinksBackToItsSpan(t *testing.T) {
 		if !ok || link.SpanContext.TraceID() != sc.TraceID() || link.SpanContext.SpanID() != sc.SpanID() {
 			t.Errorf("flags %v: LinkTo(Traceparent) = %v, %v; want a link to the span", flags, link.SpanContext, ok)
 		}
+	}
+}
+
+// With tracing off (no tracer provider records) StartRoot does not iterate the
+// traceparents, so a relay batch's rows or a consumer's messages are not read for
+// nothing; with a recording provider it links once to each span they name, and skips
+// what names none.
+func TestStartRootReadsTheTraceparentsOnlyWhenItsSpanRecords(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	var requests []string
+	for range 2 {
+		ctx, span := tp.Tracer("test").Start(context.Background(), "request")
+		requests = append(requests, Traceparent(ctx))
+		span.End()
+	}
+	iterated := 0
+	traceparents := func(yield func(string) bool) {
+		iterated++
+		for _, tp := range []string{requests[0], "", requests[1], requests[0], "not a traceparent"} {
+			if !yield(tp) {
+				return
+			}
+		}
+	}
+
+	_, off := StartRoot(context.Background(), "tracing off", trace.SpanKindProducer, traceparents)
+	off.End()
+	if off.IsRecording() || iterated != 0 {
+		t.Fatalf("tracing off: recording %v, traceparents iterated %d times, want none", off.IsRecording(), iterated)
+	}
+
+	was := otel.GetTracerProvider()
+	otel.SetTracerProvider(tp)
+	t.Cleanup(func() { otel.SetTracerProvider(was) })
+	_, on := StartRoot(context.Background(), "tracing on", trace.SpanKindProducer, traceparents)
+	on.End()
+	_, none := StartRoot(context.Background(), "no traceparents", trace.SpanKindClient, nil)
+	recording := none.IsRecording()
+	none.End()
+	if !recording {
+		t.Fatal("a span without traceparents does not record")
+	}
+	ended := rec.Ended()
+	if iterated != 1 || len(ended) < 3 || ended[2].Name() != "tracing on" {
+		t.Fatalf("tracing on: traceparents iterated %d times, spans %v", iterated, ended)
+	}
+	links := ended[2].Links()
+	if len(links) != 2 || Traceparent(trace.ContextWithSpanContext(context.Background(), links[0].SpanContext)) != requests[0] ||
+		Traceparent(trace.ContextWithSpanContext(context.Background(), links[1].SpanContext)) != requests[1] {
+		t.Fatalf("tracing on: links %v, want one to each of %v", links, requests)
 	}
 }

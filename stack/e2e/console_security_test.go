@@ -428,6 +428,36 @@ func TestDeletingAnAPIKeyEndsTheConsoleSessionsItOpened(t *testing.T) {
 	owner.onGateway(second).get("/console/licenses").expect(t, 200, "Licenses")
 }
 
+// Self-hosted, a console session lives as long as the admin key that opened it. Rotated as
+// docs/operations.md says, every process restarted onto a new ADMIN_API_KEY with the old
+// one as ADMIN_API_KEY_PREVIOUS, the old key still works and so does its session, and the
+// new key opens one; restarted again without the old key, the old key's session (a cookie
+// stolen with a leaked key) goes to the sign-in page saying it ended, the new key's goes
+// on, and the old key opens no other.
+func TestRotatingTheAdminKeyEndsTheConsoleSessionsOfTheOldKey(t *testing.T) {
+	t.Parallel()
+	s := startStack(t, nil)
+	t.Cleanup(s.Stop)
+	oldKey, newKey := s.AdminKey, "rotated-admin-key-"+uniq("console-")
+	census.noteCredential(newKey)
+	stolen := newWebClient(t, s)
+	stolen.signIn(oldKey)
+	stolen.get("/console/licenses").expect(t, 200, "Licenses")
+
+	bridge := restartEveryProcess(t, s, map[string]string{"ADMIN_API_KEY": newKey, "ADMIN_API_KEY_PREVIOUS": oldKey})
+	stolen.onGateway(bridge).get("/console/licenses").expect(t, 200, "Licenses")
+	rotated := newWebClient(t, s).onGateway(bridge)
+	rotated.signIn(newKey)
+
+	rotatedURL := restartEveryProcess(t, s, map[string]string{"ADMIN_API_KEY": newKey})
+	stolen.onGateway(rotatedURL).sessionEnded()
+	rotated.onGateway(rotatedURL).get("/console/licenses").expect(t, 200, "Licenses")
+	refused := newWebClient(t, s).onGateway(rotatedURL)
+	login := refused.get("/console/login").expect(t, 200, "Sign in")
+	refused.post("/console/login", url.Values{"csrf": {login.csrf(t)}, "mode": {"key"}, "api_key": {oldKey}}).expect(t, 401, "Invalid credentials")
+	newWebClient(t, s).onGateway(rotatedURL).signIn(newKey)
+}
+
 // A console session opened with an extra key that expires ends when the key expires, on
 // every gateway; a session opened with the tenant's key goes on.
 func TestAnAPIKeyThatExpiresEndsTheConsoleSessionsItOpened(t *testing.T) {

@@ -348,6 +348,30 @@ func secondGateway(t *testing.T, s *stack.Stack, service, addrVar string) string
 	return gatewayOnReplicas(t, s, map[string]string{service: addrVar})
 }
 
+// restartEveryProcess restarts the stack's processes as an operator does after changing
+// their environment (docs/operations.md, "Rotating the admin key"): the gateways stop,
+// each service stops and starts again on its address with env on top of the stack's, and
+// a gateway starts with env. It returns that gateway's URL.
+func restartEveryProcess(t *testing.T, s *stack.Stack, env map[string]string) string {
+	t.Helper()
+	for _, p := range s.Procs() {
+		if p.Name == "gateway" {
+			p.Stop()
+		}
+	}
+	for _, name := range stack.Services {
+		s.Service(name).Stop()
+		if err := s.RestartServiceWith(t.Context(), name, env); err != nil {
+			t.Fatal(err)
+		}
+	}
+	url, err := s.StartGateway(t.Context(), 0, env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return url
+}
+
 // gatewayOnReplicas starts a replica of each service (its name to its address variable)
 // and another gateway that sends to those replicas, and returns the gateway's URL.
 func gatewayOnReplicas(t *testing.T, s *stack.Stack, services map[string]string) string {

@@ -16,11 +16,7 @@ import (
 // one email.
 func TestStorefrontFailuresStillFulfillOnce(t *testing.T) {
 	t.Parallel()
-	sink, err := mailtest.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sink.Stop()
+	sink := mailtest.New(t)
 	s := startStack(t, map[string]string{
 		"EMAIL_PROVIDER": "smtp", "SMTP_URL": sink.URL(), "EMAIL_FROM": "shop@example.com",
 	})

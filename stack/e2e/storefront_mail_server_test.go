@@ -16,10 +16,7 @@ import (
 func TestHostedMailServerFailureDoesNotShowTheServerToTheTenant(t *testing.T) {
 	t.Parallel()
 	testkit.Integration(t)
-	down, err := mailtest.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
+	down := mailtest.New(t)
 	down.Stop() // a closed local port: every dial is refused
 	s := startStack(t, map[string]string{
 		"MULTI_TENANT": "true", "EMAIL_PROVIDER": "smtp", "SMTP_URL": down.URL(),

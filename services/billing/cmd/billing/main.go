@@ -25,8 +25,10 @@ func main() {
 		Name:       "billing",
 		Addr:       func(c *config.Config) string { return c.BillingAddr },
 		Migrations: migrations.FS,
-		Tenants:    func(d *app.Deps) auth.TenantResolver { return store.New(d.DB, nil) },
-		Register:   register,
+		Tenants: func(d *app.Deps) auth.TenantResolver {
+			return store.New(d.DB, nil).WithSessionKeys(sessionKeys(d.Config))
+		},
+		Register: register,
 	})
 }
 
@@ -36,7 +38,7 @@ func register(ctx context.Context, d *app.Deps) error {
 	if err != nil {
 		return err
 	}
-	st := store.New(d.DB, spine.Spine)
+	st := store.New(d.DB, spine.Spine).WithSessionKeys(sessionKeys(d.Config))
 	licensing, err := d.Dial("licensing", d.Config.LicensingAddr)
 	if err != nil {
 		return err
@@ -80,4 +82,17 @@ func register(ctx context.Context, d *app.Deps) error {
 	})
 	d.OnClose(wg.Wait)
 	return nil
+}
+
+// sessionKeys is what decides, beside the database, whether a console session's opener
+// still works: the mode, and the admin keys this process accepts (as pkg/app gives them to
+// the interceptor), so a session opened with the admin key ends once the key changes.
+func sessionKeys(c *config.Config) store.SessionKeys {
+	k := store.SessionKeys{MultiTenant: c.MultiTenant}
+	for _, key := range []string{c.AdminAPIKey.Reveal(), c.AdminAPIKeyPrevious.Reveal()} {
+		if key != "" {
+			k.AdminKeys = append(k.AdminKeys, auth.AdminKeyFingerprint(key))
+		}
+	}
+	return k
 }

@@ -60,7 +60,7 @@ func (c *Console) signInTenant(ctx context.Context, req *accountsv1.SignInReques
 		}
 		if !c.multi {
 			if c.authn.IsAdminKey(key) {
-				return auth.SelfHostedTenant, store.Opener{Kind: store.OpenedByKey}, nil
+				return auth.SelfHostedTenant, store.Opener{Kind: store.OpenedByAdminKey, AdminKeyFingerprint: auth.AdminKeyFingerprint(key)}, nil
 			}
 			return "", store.Opener{}, errInvalidCredentials
 		}

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -23,9 +24,12 @@ func NewSessionToken() string { return auth.SessionPrefix + random(32) }
 
 // What opened a console session (console_sessions.opened_with): the session ends with it.
 const (
-	// OpenedByKey: the tenant's key (self-hosted, the admin key); rotating it ends every
-	// session of the tenant.
+	// OpenedByKey: the hosted tenant's key; rotating it ends every session of the tenant.
 	OpenedByKey = "key"
+	// OpenedByAdminKey: self-hosted, the admin key (Opener.AdminKeyFingerprint); the
+	// session ends once the admin keys in force (SessionKeys.AdminKeys) no longer include
+	// it.
+	OpenedByAdminKey = "admin_key"
 	// OpenedByAPIKey: an extra API key (Opener.APIKeyID); the session ends when the key is
 	// deleted or expires.
 	OpenedByAPIKey = "api_key"
@@ -35,21 +39,46 @@ const (
 
 // Opener is the credential that opened a console session.
 type Opener struct {
-	// Kind is OpenedByKey, OpenedByAPIKey or OpenedByPassword.
+	// Kind is OpenedByKey, OpenedByAdminKey, OpenedByAPIKey or OpenedByPassword.
 	Kind string
 	// APIKeyID is the extra key's id when Kind is OpenedByAPIKey.
 	APIKeyID string
+	// AdminKeyFingerprint is auth.AdminKeyFingerprint of the admin key when Kind is
+	// OpenedByAdminKey: never the key itself.
+	AdminKeyFingerprint string
+}
+
+// SessionKeys is what the process knows, beside the database, of the credentials that
+// open console sessions: its mode and the admin keys it accepts.
+type SessionKeys struct {
+	// MultiTenant is MULTI_TENANT. Hosted, sessions are opened with tenant credentials;
+	// self-hosted, with the admin key, and there is no tenant key.
+	MultiTenant bool
+	// AdminKeys are the auth.AdminKeyFingerprint of each admin key this process accepts:
+	// ADMIN_API_KEY and, during a rotation, ADMIN_API_KEY_PREVIOUS.
+	AdminKeys []string
+}
+
+// WithSessionKeys returns the store resolving console sessions with k. Without it, the
+// store is self-hosted with no admin key: no session opened with the admin key is live.
+func (s *Store) WithSessionKeys(k SessionKeys) *Store {
+	c := *s
+	c.sessionKeys = k
+	return &c
 }
 
 // CreateSession stores a session for tenant, opened with opener, and returns its token.
 func (s *Store) CreateSession(ctx context.Context, tenant string, opener Opener) (string, error) {
 	token := NewSessionToken()
-	var keyID *string
-	if opener.Kind == OpenedByAPIKey {
+	var keyID, fingerprint *string
+	switch opener.Kind {
+	case OpenedByAPIKey:
 		keyID = &opener.APIKeyID
+	case OpenedByAdminKey:
+		fingerprint = &opener.AdminKeyFingerprint
 	}
-	_, err := s.db.Exec(ctx, `INSERT INTO console_sessions (token_hash, tenant_id, opened_with, api_key_id) VALUES ($1, $2, $3, $4)`,
-		auth.HashAPIKey(token), tenant, opener.Kind, keyID)
+	_, err := s.db.Exec(ctx, `INSERT INTO console_sessions (token_hash, tenant_id, opened_with, api_key_id, admin_key_fingerprint) VALUES ($1, $2, $3, $4, $5)`,
+		auth.HashAPIKey(token), tenant, opener.Kind, keyID, fingerprint)
 	if pgxx.IsForeignKeyViolation(err, "") {
 		// The extra key was deleted between its check and this insert.
 		return "", apierr.Unauthorized
@@ -57,38 +86,45 @@ func (s *Store) CreateSession(ctx context.Context, tenant string, opener Opener)
 	if err != nil {
 		return "", err
 	}
-	// Expired rows are swept on the way, so the table holds only live sessions.
+	// Expired rows are swept on the way, so the table holds only live sessions (and those
+	// of an admin key no longer in force, until they are idle: see ResolveSession).
 	_, _ = s.db.Exec(ctx, `DELETE FROM console_sessions WHERE last_seen_at < now() - make_interval(secs => $1)`, SessionIdle.Seconds())
 	return token, nil
 }
 
 // ResolveSession returns the tenant of a live session and keeps it alive. A session is
 // live while it has been used within SessionIdle and the credential that opened it still
-// works: an extra key's session ends when the key expires (deleting the key deletes the
-// session). A session that does not say what opened it (from before migration 10) is not
-// live.
+// works (openerWorks). A session that is not live is deleted, except one whose admin key
+// this process does not accept: another billing replica may (a rolling restart onto a new
+// ADMIN_API_KEY), and the session is live there while it is; it is swept once idle.
 func (s *Store) ResolveSession(ctx context.Context, token string) (string, error) {
 	var (
 		tenant      string
 		seen        time.Time
 		now         time.Time
-		openerWorks bool
+		openedWith  string
+		fingerprint string
+		apiKeyLive  bool
 	)
 	hash := auth.HashAPIKey(token)
 	err := s.db.QueryRow(ctx, `
-		SELECT s.tenant_id, s.last_seen_at, now(),
-			s.opened_with IS NOT NULL AND (s.api_key_id IS NULL OR (k.id IS NOT NULL AND (k.expires_at IS NULL OR k.expires_at > now())))
+		SELECT s.tenant_id, s.last_seen_at, now(), coalesce(s.opened_with, ''), coalesce(s.admin_key_fingerprint, ''),
+			k.id IS NOT NULL AND (k.expires_at IS NULL OR k.expires_at > now())
 		FROM console_sessions s LEFT JOIN api_keys k ON k.id = s.api_key_id
 		WHERE s.token_hash = $1`, hash).
-		Scan(&tenant, &seen, &now, &openerWorks)
+		Scan(&tenant, &seen, &now, &openedWith, &fingerprint, &apiKeyLive)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return "", apierr.Unauthorized
 	}
 	if err != nil {
 		return "", err
 	}
-	if !openerWorks || now.Sub(seen) > SessionIdle {
-		_, _ = s.db.Exec(ctx, `DELETE FROM console_sessions WHERE token_hash = $1`, hash)
+	idle := now.Sub(seen) > SessionIdle
+	works, maybeElsewhere := s.openerWorks(openedWith, fingerprint, apiKeyLive)
+	if idle || !works {
+		if idle || !maybeElsewhere {
+			_, _ = s.db.Exec(ctx, `DELETE FROM console_sessions WHERE token_hash = $1`, hash)
+		}
 		return "", apierr.Unauthorized
 	}
 	if now.Sub(seen) > touchEvery {
@@ -97,6 +133,34 @@ func (s *Store) ResolveSession(ctx context.Context, token string) (string, error
 		}
 	}
 	return tenant, nil
+}
+
+// openerWorks says whether the credential that opened a session (its opened_with, its
+// admin key's fingerprint, and whether its extra key exists and has not expired) still
+// works, and, when it does not, whether it may still work on another billing replica.
+func (s *Store) openerWorks(openedWith, fingerprint string, apiKeyLive bool) (works, maybeElsewhere bool) {
+	switch openedWith {
+	case OpenedByAdminKey:
+		if s.sessionKeys.MultiTenant {
+			// Hosted, the admin key is never a tenant credential.
+			return false, false
+		}
+		return slices.Contains(s.sessionKeys.AdminKeys, fingerprint), true
+	case OpenedByKey:
+		// Hosted, rotating the tenant's key deletes its sessions. Self-hosted there is no
+		// tenant key: the session was opened with the admin key without recording which
+		// (before migration 11, or by an older billing replica during the upgrade), and
+		// its holder signs in again.
+		return s.sessionKeys.MultiTenant, false
+	case OpenedByAPIKey:
+		// Deleting the key deletes the session; an expired key ends it here.
+		return apiKeyLive, false
+	case OpenedByPassword:
+		return true, false
+	default:
+		// Opened before migration 10, which records what opens a session.
+		return false, false
+	}
 }
 
 // DeleteSession ends one session.

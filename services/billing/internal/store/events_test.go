@@ -120,6 +120,6 @@ func TestEveryWriteEmitsItsEvent(t *testing.T) {
 		// Not changes of addendum §11: a new tenant, console sign-in and passwords, the
 		// operator's suspension.
 		[]string{"CreateTenant", "CreateSession", "DeleteSession", "SetPasswordHash", "SetSuspended"},
-		[]string{"Plan", "Customer", "TenantEmail", "TenantContact", "ResolveAPIKey", "ResolveOpener", "ResolveSession", "GetTenant", "PasswordCandidates", "WatermarkID",
+		[]string{"WithSessionKeys", "Plan", "Customer", "TenantEmail", "TenantContact", "ResolveAPIKey", "ResolveOpener", "ResolveSession", "GetTenant", "PasswordCandidates", "WatermarkID",
 			"ListAPIKeys", "ListTenants", "OperatorTenantByID", "LiveSubscriptions"})
 }

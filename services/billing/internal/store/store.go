@@ -22,6 +22,8 @@ import (
 type Store struct {
 	db    *pgxpool.Pool
 	spine *events.Spine
+	// sessionKeys decides whether a console session's opener still works (WithSessionKeys).
+	sessionKeys SessionKeys
 }
 
 // New returns a Store on db (search_path = billing); spine may be nil (no post-commit

@@ -24,11 +24,7 @@ func (c contacts) TenantEmail(_ context.Context, tenant string) (string, error) 
 // hosted) gets none.
 func TestDisabledEndpointMailsTheTenant(t *testing.T) {
 	testkit.Integration(t)
-	sink, err := mailtest.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(sink.Stop)
+	sink := mailtest.New(t)
 	sender, err := mail.New(mail.Config{Provider: mail.ProviderSMTP, SMTPURL: sink.URL(), From: "Keyhouse <hooks@keyhouse.test>"}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)

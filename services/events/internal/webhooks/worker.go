@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -337,7 +338,7 @@ func (w *Worker) openSecrets(ctx context.Context, d Due) ([][]byte, error) {
 // attempt's number, never the endpoint's URL (its query may hold a token), a secret or
 // the body (personal data).
 func startAttemptSpan(ctx context.Context, d Due) (context.Context, trace.Span) {
-	return telemetry.StartRoot(ctx, "webhook attempt", trace.SpanKindClient, []string{d.Traceparent},
+	return telemetry.StartRoot(ctx, "webhook attempt", trace.SpanKindClient, slices.Values([]string{d.Traceparent}),
 		attribute.String("keyhouse.tenant_id", d.TenantID),
 		attribute.String("keyhouse.webhook.endpoint_id", d.EndpointID),
 		attribute.String("keyhouse.webhook.delivery_id", d.ID),

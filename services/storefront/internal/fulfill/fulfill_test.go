@@ -300,10 +300,7 @@ func TestUnusableBuyerEmailSaysSo(t *testing.T) {
 // what failed without the server, which only the operator's log names. Either way it says
 // whether the worker tries again.
 func TestMailServerFailureIsShownToWhoRunsTheServer(t *testing.T) {
-	down, err := mailtest.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
+	down := mailtest.New(t)
 	down.Stop()
 	sender, err := mail.New(mail.Config{Provider: mail.ProviderSMTP, SMTPURL: down.URL(), From: "shop@example.com"}, nil)
 	if err != nil {
