@@ -10,6 +10,10 @@ type billingData struct {
 	S *billingv1.GetBillingStatusResponse
 	// Pro is true while the tenant holds a paid subscription.
 	Pro bool
+	// PastDue is why S.Status is past_due, so the page says what is true of the case:
+	// "payment_failed", "unpaid", "paused", or "" (not known: the page says what is true of
+	// every past_due case).
+	PastDue string
 	// UsedPercent fills the quota bar.
 	UsedPercent int
 }
@@ -23,17 +27,25 @@ func (h *Handler) billingPage(w http.ResponseWriter, r *http.Request, s *session
 func (h *Handler) showBilling(w http.ResponseWriter, r *http.Request, s *session, v *view, code int) {
 	ctx, cancel := withCredential(r.Context(), s.token)
 	defer cancel()
-	st, err := h.billing.GetBillingStatus(ctx, &billingv1.GetBillingStatusRequest{})
+	details, err := h.billingDetails.GetBillingDetails(ctx, &billingv1.GetBillingDetailsRequest{})
 	if err != nil {
 		h.errorPage(w, r, s, asAPIError(err))
 		return
 	}
-	d := &billingData{S: st, Pro: st.GetPlan().GetValue() == "pro"}
+	st := details.GetStatus()
+	d := &billingData{S: st, Pro: st.GetPlan().GetValue() == "pro", PastDue: pastDueReasons[details.GetPastDueReason()]}
 	if limit := st.GetLicenseLimit().GetValue(); limit > 0 {
 		d.UsedPercent = min(100, int(100*st.GetLicensesUsed().GetValue()/limit))
 	}
 	v.Data = d
 	h.render(w, code, "billing", v)
+}
+
+// pastDueReasons name billing's reasons for the template.
+var pastDueReasons = map[billingv1.PastDueReason]string{
+	billingv1.PastDueReason_PAST_DUE_REASON_PAYMENT_FAILED: "payment_failed",
+	billingv1.PastDueReason_PAST_DUE_REASON_UNPAID:         "unpaid",
+	billingv1.PastDueReason_PAST_DUE_REASON_PAUSED:         "paused",
 }
 
 // checkout sends the person to Stripe: Checkout to upgrade, the Billing Portal to manage

@@ -91,7 +91,9 @@ type Handler struct {
 	leases      activationsv1.LeasesServiceClient
 	releases    releasesv1.ReleasesServiceClient
 	billing     billingv1.BillingServiceClient
-	storefront  storefrontv1.StorefrontServiceClient
+	// billingDetails says why a past_due subscription is not active (the Billing page).
+	billingDetails billingv1.BillingConsoleServiceClient
+	storefront     storefrontv1.StorefrontServiceClient
 	// storefrontPortal names the product on the portal pages as the buyer emails do.
 	storefrontPortal storefrontv1.StorefrontPortalServiceClient
 	webhooks         eventsv1.WebhookEndpointsServiceClient
@@ -130,6 +132,7 @@ func New(opts Options) (*Handler, error) {
 		leases:           activationsv1.NewLeasesServiceClient(c.Activations),
 		releases:         releasesv1.NewReleasesServiceClient(c.Releases),
 		billing:          billingv1.NewBillingServiceClient(c.Billing),
+		billingDetails:   billingv1.NewBillingConsoleServiceClient(c.Billing),
 		storefront:       storefrontv1.NewStorefrontServiceClient(c.Storefront),
 		storefrontPortal: storefrontv1.NewStorefrontPortalServiceClient(c.Storefront),
 		webhooks:         eventsv1.NewWebhookEndpointsServiceClient(c.Events),

@@ -111,18 +111,33 @@ func (f *fakeLicensing) GetStats(context.Context, *licensingv1.GetStatsRequest) 
 }
 
 // fakeBilling answers the status record of a tenant with no billing history, or status
-// (on plan free) when set.
+// when set (on plan free when canceled, else pro), and the details' reason.
 type fakeBilling struct {
 	billingv1.UnimplementedBillingServiceServer
 	status string
+	reason billingv1.PastDueReason
 }
 
 func (f *fakeBilling) GetBillingStatus(context.Context, *billingv1.GetBillingStatusRequest) (*billingv1.GetBillingStatusResponse, error) {
 	out := &billingv1.GetBillingStatusResponse{Status: "active", LicensesUsed: wrapperspb.Int32(3), LicenseLimit: wrapperspb.Int32(5)}
 	if f.status != "" {
-		out.Status, out.Plan = f.status, wrapperspb.String("free")
+		out.Status, out.Plan = f.status, wrapperspb.String("pro")
+		if f.status == "canceled" {
+			out.Plan = wrapperspb.String("free")
+		}
 	}
 	return out, nil
+}
+
+// fakeBillingDetails is BillingConsoleService over a fakeBilling.
+type fakeBillingDetails struct {
+	billingv1.UnimplementedBillingConsoleServiceServer
+	billing *fakeBilling
+}
+
+func (f fakeBillingDetails) GetBillingDetails(ctx context.Context, _ *billingv1.GetBillingDetailsRequest) (*billingv1.GetBillingDetailsResponse, error) {
+	st, err := f.billing.GetBillingStatus(ctx, nil)
+	return &billingv1.GetBillingDetailsResponse{Status: st, PastDueReason: f.billing.reason}, err
 }
 
 type fakeSeats struct {
@@ -152,6 +167,7 @@ func newTestHandlerReleases(t *testing.T, base string, lic *fakeLicensing, billi
 	licensingv1.RegisterLicensingServiceServer(g, lic)
 	activationsv1.RegisterActivationsConsoleServiceServer(g, fakeSeats{})
 	billingv1.RegisterBillingServiceServer(g, billing)
+	billingv1.RegisterBillingConsoleServiceServer(g, fakeBillingDetails{billing: billing})
 	releasesv1.RegisterReleasesServiceServer(g, rel)
 	go func() { _ = g.Serve(lis) }()
 	t.Cleanup(g.Stop)
@@ -357,6 +373,40 @@ func TestBillingPageSaysACanceledSubscriptionBlocksWrites(t *testing.T) {
 			t.Fatalf("status %q: ended notice shown %t, want %t", status, got, want)
 		}
 	}
+}
+
+// api.md's status says past_due for every subscription held that collects no money; the
+// page says which case it is, and never that a payment failed when none did (a paused
+// subscription: a trial that ended without a payment method).
+func TestBillingPageSaysWhyASubscriptionIsPastDue(t *testing.T) {
+	const failed = "The last payment failed."
+	for reason, want := range map[billingv1.PastDueReason][2]string{
+		billingv1.PastDueReason_PAST_DUE_REASON_PAYMENT_FAILED: {"past due", failed + " Update the payment method to keep issuing licenses."},
+		billingv1.PastDueReason_PAST_DUE_REASON_UNPAID:         {"unpaid", "Stripe has stopped retrying them: the subscription is unpaid until its open invoice is paid."},
+		billingv1.PastDueReason_PAST_DUE_REASON_PAUSED:         {"paused", "The Pro subscription is paused, and bills nothing until it is resumed"},
+		billingv1.PastDueReason_PAST_DUE_REASON_UNSPECIFIED:    {"past due", "The Pro subscription is not active: a payment is outstanding or the subscription is paused."},
+	} {
+		h := newTestHandlerBilling(t, "http://localhost:8080", &fakeLicensing{}, &fakeBilling{status: "past_due", reason: reason})
+		body := getSignedIn(t, h, "/console/billing").Body.String()
+		if !strings.Contains(body, `<span class="badge expired">`+want[0]+`</span>`) || !strings.Contains(body, want[1]) {
+			t.Errorf("%s: the page lacks the badge %q or %q:\n%s", reason, want[0], want[1], planCard(body))
+		}
+		if reason != billingv1.PastDueReason_PAST_DUE_REASON_PAYMENT_FAILED && strings.Contains(body, failed) {
+			t.Errorf("%s: the page says a payment failed", reason)
+		}
+	}
+	// Active: none of it.
+	body := getSignedIn(t, newTestHandlerBilling(t, "http://localhost:8080", &fakeLicensing{}, &fakeBilling{}), "/console/billing").Body.String()
+	if strings.Contains(body, "error-text") {
+		t.Errorf("an active tenant's page shows an error: %s", planCard(body))
+	}
+}
+
+// planCard is the Billing page's Plan card.
+func planCard(body string) string {
+	_, card, _ := strings.Cut(body, `id="plan-title"`)
+	card, _, _ = strings.Cut(card, "</section>")
+	return card
 }
 
 // Stripe Checkout sends the person back to the Billing page (payments.CheckoutURL), which

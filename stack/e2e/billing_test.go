@@ -174,9 +174,15 @@ func newSub(tenant string) sub {
 }
 
 func (s sub) checkoutCompleted(at time.Time) []byte {
+	return s.checkout(at, "paid")
+}
+
+// checkout is checkout.session.completed with Stripe's payment_status (paid, unpaid: a
+// payment still processing; no_payment_required: a trial).
+func (s sub) checkout(at time.Time, payment string) []byte {
 	return stripeEvent("checkout.session.completed", at, map[string]any{
 		"id": "cs_" + s.id, "object": "checkout.session", "mode": "subscription", "status": "complete",
-		"payment_status": "paid", "client_reference_id": s.tenant, "customer": s.customer, "subscription": s.id,
+		"payment_status": payment, "client_reference_id": s.tenant, "customer": s.customer, "subscription": s.id,
 	})
 }
 
@@ -201,6 +207,31 @@ func (s sub) paymentFailed(at time.Time) []byte {
 	return stripeEvent("invoice.payment_failed", at, map[string]any{
 		"id": "in_" + s.id + fmt.Sprint(at.Unix()), "object": "invoice", "customer": s.customer, "subscription": s.id,
 	})
+}
+
+// firstPaymentFailed is the failure of the subscription's first invoice (billing_reason
+// subscription_create): the subscription stays incomplete.
+func (s sub) firstPaymentFailed(at time.Time) []byte {
+	return stripeEvent("invoice.payment_failed", at, map[string]any{
+		"id": "in_" + s.id + "_first", "object": "invoice", "customer": s.customer, "subscription": s.id,
+		"billing_reason": "subscription_create",
+	})
+}
+
+// neverPaid is the life of a subscription whose first payment never succeeded, as Stripe
+// sends it: Checkout completed with the payment still processing, the subscription created
+// incomplete, its first invoice failed, then Stripe's expiry 23 hours later (the update,
+// then the deletion).
+func (s sub) neverPaid(t0 time.Time) [][]byte {
+	period := t0.Add(30 * 24 * time.Hour)
+	expired := t0.Add(23 * time.Hour)
+	return [][]byte{
+		s.checkout(t0, "unpaid"),
+		s.event("created", t0, period, "status", "incomplete"),
+		s.firstPaymentFailed(t0.Add(time.Second)),
+		s.event("updated", expired, period, "status", "incomplete_expired"),
+		s.event("deleted", expired, period, "status", "incomplete_expired"),
+	}
 }
 
 // billingStatus returns the status body.
@@ -823,4 +854,112 @@ func TestDeletingAPayingTenantCancelsItsSubscriptionsInStripe(t *testing.T) {
 	// A tenant that never subscribed has nothing to cancel.
 	_, free := hostedTenant(t, s)
 	a.Delete("/v1/operator/tenants/"+free, nil).Expect(t, 200)
+}
+
+// A subscription whose first payment never succeeded (a payment that failed, a 3-D Secure
+// check abandoned; Stripe expires it after 23 hours) is no paid subscription that ended:
+// the tenant is what it was without it. One that never subscribed is on Free and active at
+// every step, in any delivery order, replayed, and issues within Free's quota; one whose
+// paid subscription ended stays canceled.
+func TestASubscriptionThatNeverPaidBlocksNobody(t *testing.T) {
+	t.Parallel()
+	s := hosted(t)
+	t0 := time.Now().Add(-24 * time.Hour).Truncate(time.Second)
+	free := statusBody("active", "", false, nil, 0, 5)
+	for i, order := range [][]int{{0, 1, 2, 3, 4}, {4, 3, 2, 1, 0}, {3, 0, 4, 2, 1}} {
+		c, tenant := hostedTenant(t, s)
+		su := newSub(tenant)
+		events := su.neverPaid(t0)
+		for _, j := range order {
+			deliver(t, s, events[j])
+			if got := billingStatus(t, c); got != free {
+				t.Fatalf("order %d %v, after event %d: %s, want %s", i, order, j, got, free)
+			}
+		}
+		for _, e := range events { // replays
+			deliver(t, s, e)
+		}
+		c.Get("/v1/billing/status").ExpectBody(t, free)
+		if i > 0 {
+			continue
+		}
+		// Free's quota, as before the attempt: five licenses, not a sixth.
+		p := product("billing-never-paid")
+		for range 5 {
+			issueLicense(t, c, lic(p))
+		}
+		c.Post("/v1/issue-license", lic(p)).ExpectError(t, 403, "License issuance quota exceeded")
+		// Subscribing again is a new checkout (no paid subscription to manage), for the same
+		// Stripe customer.
+		url := c.Post("/v1/billing/checkout", map[string]string{"plan": "pro"}).Expect(t, 200).JSON(t)["url"].(string)
+		if !strings.HasPrefix(url, "https://checkout.stripe.com/") {
+			t.Fatalf("checkout after an attempt that never paid: %q", url)
+		}
+		if n := len(stripeCalls("/v1/checkout/sessions", "customer", su.customer)); n != 1 {
+			t.Fatalf("%d checkout sessions for the attempt's customer, want 1", n)
+		}
+	}
+
+	// Paid once, canceled, then an attempt that never paid: canceled, as before it.
+	c, tenant := hostedTenant(t, s)
+	paid := newSub(tenant)
+	deliver(t, s, paid.checkoutCompleted(t0.Add(-time.Hour)))
+	deliver(t, s, paid.event("deleted", t0.Add(-time.Minute), t0, "status", "canceled"))
+	canceled := statusBody("canceled", "free", false, nil, 0, 5)
+	c.Get("/v1/billing/status").ExpectBody(t, canceled)
+	again := sub{tenant: tenant, customer: paid.customer, id: paid.id + "_again"}
+	for _, e := range again.neverPaid(t0) {
+		deliver(t, s, e)
+		c.Get("/v1/billing/status").ExpectBody(t, canceled)
+	}
+	c.Post("/v1/issue-license", lic(product("billing-never-paid-again"))).ExpectError(t, 403, "Subscription is not active")
+}
+
+// api.md's status says past_due for every subscription the tenant holds that collects no
+// money; the console's Billing page says which it is. A paused subscription (what a trial
+// that ends without a payment method becomes) is not "the last payment failed".
+func TestConsoleBillingPageSaysWhyASubscriptionIsNotActive(t *testing.T) {
+	t.Parallel()
+	s := hosted(t)
+	c, tenant := hostedTenant(t, s)
+	su := newSub(tenant)
+	t0 := time.Now().Add(-time.Hour).Truncate(time.Second)
+	period := t0.Add(30 * 24 * time.Hour)
+	deliver(t, s, su.checkout(t0, "no_payment_required"))
+	deliver(t, s, su.event("created", t0, period, "status", "trialing"))
+	deliver(t, s, su.event("updated", t0.Add(time.Minute), period, "status", "paused"))
+	pastDue := statusBody("past_due", "pro", false, nil, 0, 1000)
+	c.Get("/v1/billing/status").ExpectBody(t, pastDue)
+	c.Post("/v1/issue-license", lic(product("console-paused"))).ExpectError(t, 403, "Subscription is not active")
+
+	web := newWebClient(t, s)
+	web.signIn(c.Token)
+	const failed = "The last payment failed."
+	plan := func() string {
+		t.Helper()
+		return section(web.get("/console/billing").expect(t, 200).Body, "plan-title")
+	}
+	for _, step := range []struct {
+		events      [][]byte
+		badge, says string
+	}{
+		{nil, "paused", "The Pro subscription is paused, and bills nothing until it is resumed"},
+		// Resumed, then its payment failed; then Stripe gave up retrying.
+		{[][]byte{su.event("updated", t0.Add(2*time.Minute), period), su.paymentFailed(t0.Add(3 * time.Minute))},
+			"past due", failed + " Update the payment method to keep issuing licenses."},
+		{[][]byte{su.event("updated", t0.Add(4*time.Minute), period, "status", "unpaid")},
+			"unpaid", "Stripe has stopped retrying them: the subscription is unpaid"},
+	} {
+		for _, e := range step.events {
+			deliver(t, s, e)
+		}
+		c.Get("/v1/billing/status").ExpectBody(t, pastDue)
+		card := plan()
+		if !strings.Contains(card, `<span class="badge expired">`+step.badge+`</span>`) || !strings.Contains(card, step.says) {
+			t.Fatalf("the Billing page lacks the badge %q or %q:\n%s", step.badge, step.says, card)
+		}
+		if step.badge != "past due" && strings.Contains(card, failed) {
+			t.Fatalf("the Billing page says a payment failed for a %s subscription:\n%s", step.badge, card)
+		}
+	}
 }

@@ -93,3 +93,45 @@ func TestUniqueEmailsResolveExistingDuplicates(t *testing.T) {
 		t.Fatalf("a duplicate email after the migration: %v", err)
 	}
 }
+
+// Subscriptions that ended before never_paid existed: those without a snapshot (an unpaid
+// checkout and an incomplete subscription set none, a paid one always has one) are the
+// ones that never paid, and are marked so; the others are left as they were.
+func TestNeverPaidMarksTheEndedSubscriptionsThatHadNoSnapshot(t *testing.T) {
+	ctx := context.Background()
+	url := testkit.DatabaseURL(t, testkit.Empty)
+	if err := (pgxx.Migrations{Schema: "billing", FS: upTo(t, "00012")}).Apply(ctx, url); err != nil {
+		t.Fatal(err)
+	}
+	db, err := pgxx.Open(ctx, url, "billing")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.Exec(ctx, `INSERT INTO tenants (tenant_id, name, email, api_key_hash) VALUES ('t_a', 'A', 'a@acme.test', 'h1');
+		INSERT INTO subscriptions (subscription_id, tenant_id, snapshot_plan, snapshot_status, snapshot_at, snapshot_rank, failed_at, failed_rank, ended) VALUES
+		('sub_expired', 't_a', NULL, NULL, NULL, NULL, NULL, NULL, true),
+		('sub_expired_failed', 't_a', NULL, NULL, NULL, NULL, '2026-01-01', 3, true),
+		('sub_paid_ended', 't_a', 'pro', 'active', '2026-01-01', 0, NULL, NULL, true),
+		('sub_failing', 't_a', NULL, NULL, NULL, NULL, '2026-01-01', 3, false),
+		('sub_live', 't_a', 'pro', 'past_due', '2026-01-01', 2, NULL, NULL, false)`); err != nil {
+		t.Fatal(err)
+	}
+	if err := (pgxx.Migrations{Schema: "billing", FS: migrations.FS}).Apply(ctx, url); err != nil {
+		t.Fatal(err)
+	}
+	rows, _ := db.Query(ctx, `SELECT subscription_id || ' ' || never_paid || ' ' || coalesce(snapshot_reason, '-')
+		FROM subscriptions ORDER BY subscription_id`)
+	got, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"sub_expired true -", "sub_expired_failed true -", "sub_failing false -", "sub_live false -", "sub_paid_ended false -"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("after the migration:\n got  %q\n want %q", got, want)
+	}
+	_, err = db.Exec(ctx, `UPDATE subscriptions SET never_paid = true WHERE subscription_id = 'sub_live'`)
+	if err == nil {
+		t.Fatal("a subscription that has not ended marked never paid")
+	}
+}

@@ -53,13 +53,15 @@ func register(ctx context.Context, d *app.Deps) error {
 	if d.Config.MultiTenant && stripe == nil {
 		d.Log.Warn("STRIPE_SECRET_KEY is not set: billing checkout answers 503 (docs/billing.md)")
 	}
-	billingv1.RegisterBillingServiceServer(d.Server.GRPC, server.NewBilling(server.BillingConfig{
+	billing := server.NewBilling(server.BillingConfig{
 		MultiTenant:   d.Config.MultiTenant,
 		Stripe:        stripe,
 		WebhookSecret: d.Config.StripeWebhookSecret.Reveal(),
 		Usage:         usage,
 		Log:           d.Log,
-	}, st))
+	}, st)
+	billingv1.RegisterBillingServiceServer(d.Server.GRPC, billing)
+	billingv1.RegisterBillingConsoleServiceServer(d.Server.GRPC, server.NewBillingConsole(billing))
 	accountsv1.RegisterApiKeysServiceServer(d.Server.GRPC, server.NewAPIKeys(st, usage))
 	accountsv1.RegisterOperatorServiceServer(d.Server.GRPC, server.NewOperator(st, usage, d.Config.MultiTenant, stripe, d.Log))
 	// Stripe events are remembered (for replays and ordering) for RECORD_RETENTION;

@@ -32,7 +32,8 @@ type Kind int
 // The kinds of change.
 const (
 	// Ignore: nothing about the plan (an unhandled type, a payment-mode checkout, an
-	// unpaid checkout, an incomplete subscription).
+	// unpaid checkout, an incomplete subscription, the failure of a subscription's first
+	// invoice).
 	Ignore Kind = iota
 	// Replace: the event carries the whole state (a paid checkout, a subscription).
 	Replace
@@ -75,6 +76,11 @@ type Change struct {
 	Subscription string
 	// Ended: the subscription is over (deleted, canceled, expired).
 	Ended bool
+	// NeverPaid (with Ended): it ended without its first payment ever succeeding:
+	// Stripe's incomplete_expired (the first invoice unpaid 23 hours after it was created,
+	// e.g. a 3-D Secure check the buyer abandoned), or its deletion while incomplete. It
+	// never gave the tenant a plan, so its end is no paid subscription that ended.
+	NeverPaid bool
 }
 
 // Check holds the ids the event names, which billing stores, to pkg/stripeinput's rules
@@ -126,7 +132,14 @@ func Read(e stripe.Event) (Change, error) {
 			return c, err
 		}
 		if e.Type == "customer.subscription.deleted" {
-			s.Status = stripe.SubscriptionStatusCanceled
+			// The end whatever the status says; the end of one that never collected money
+			// if it was still incomplete (deleting an incomplete subscription expires it).
+			switch s.Status {
+			case stripe.SubscriptionStatusIncomplete, stripe.SubscriptionStatusIncompleteExpired:
+				s.Status = stripe.SubscriptionStatusIncompleteExpired
+			default:
+				s.Status = stripe.SubscriptionStatusCanceled
+			}
 		}
 		newer(e.Data.Raw, &s)
 		return readSubscription(c, &s), nil
@@ -179,11 +192,18 @@ func readInvoice(c Change, in *stripe.Invoice, links stripeinput.InvoiceLinks) C
 	if links.Subscription == "" {
 		return c // a one-off invoice: no plan involved
 	}
-	c.Kind, c.Subscription = PaymentFailed, links.Subscription
+	c.Subscription = links.Subscription
 	if in.Customer != nil {
 		c.Customer = in.Customer.ID
 	}
 	c.Tenant = links.SubscriptionMetadata["tenant_id"]
+	if in.BillingReason == stripe.InvoiceBillingReasonSubscriptionCreate {
+		// The first invoice: a subscription whose first payment failed is incomplete, not
+		// past due, and gives the tenant nothing yet; its own events say how it ends
+		// (active once paid, incomplete_expired after 23 hours).
+		return c
+	}
+	c.Kind = PaymentFailed
 	return c
 }
 
@@ -209,12 +229,21 @@ func readSubscription(c Change, s *stripe.Subscription) Change {
 	switch s.Status {
 	case stripe.SubscriptionStatusActive, stripe.SubscriptionStatusTrialing:
 		st.Status = Active
-	case stripe.SubscriptionStatusPastDue, stripe.SubscriptionStatusUnpaid, stripe.SubscriptionStatusPaused:
-		// Unpaid (retries exhausted) and paused (trial ended without a card) collect no
-		// money either: not active, like past_due.
-		st.Status = PastDue
-	case stripe.SubscriptionStatusCanceled, stripe.SubscriptionStatusIncompleteExpired:
+	case stripe.SubscriptionStatusPastDue:
+		st.Status, st.Reason = PastDue, ReasonPaymentFailed
+	case stripe.SubscriptionStatusUnpaid, stripe.SubscriptionStatusPaused:
+		// Unpaid (retries exhausted) and paused (no invoices until resumed) collect no
+		// money either: not active, shown as past_due (api.md has no other status), and
+		// the reason kept for the console, which says which.
+		st.Status, st.Reason = PastDue, ReasonUnpaid
+		if s.Status == stripe.SubscriptionStatusPaused {
+			st.Reason = ReasonPaused
+		}
+	case stripe.SubscriptionStatusCanceled:
 		st, c.Ended = State{Plan: Free, Status: Canceled}, true
+	case stripe.SubscriptionStatusIncompleteExpired:
+		// Its first payment never succeeded: it ends having given the tenant nothing.
+		st, c.Ended, c.NeverPaid = State{Plan: Free, Status: Canceled}, true, true
 	default:
 		// incomplete: the first payment is still pending; checkout.session.completed or
 		// the next update says how it ends.
@@ -225,8 +254,8 @@ func readSubscription(c Change, s *stripe.Subscription) Change {
 }
 
 // Sub is one Stripe subscription as its events left it. Each part only moves forward
-// (a later Order replaces an earlier one; ended stays ended), so the same events in any
-// delivery order, any number of times, leave the same Sub.
+// (a later Order replaces an earlier one; ended stays ended; never paid stays never paid),
+// so the same events in any delivery order, any number of times, leave the same Sub.
 type Sub struct {
 	ID string
 	// Snapshot is the state the latest subscription event (or the paid checkout) carried.
@@ -239,16 +268,26 @@ type Sub struct {
 	HasFailed   bool
 	// Ended: deleted, canceled or expired. Stripe never revives an ended subscription.
 	Ended bool
+	// NeverPaid (with Ended): an end event said its first payment never succeeded
+	// (Change.NeverPaid). It counts for nothing in the tenant's plan.
+	NeverPaid bool
 }
 
 // Merge returns s after c (an event about s.ID), and whether anything changed.
 func (s Sub) Merge(c Change) (Sub, bool) {
-	if s.Ended || c.Kind == Ignore {
-		return s, false
-	}
 	switch {
 	case c.Ended:
-		s.Ended = true
+		// Ends join, whatever their order: once an end event says the first payment never
+		// succeeded, the subscription stays one that never paid, even if another end says
+		// only "canceled". Stripe's own statuses do not disagree (incomplete_expired is
+		// reached only from incomplete, before any payment, and is final); the join keeps
+		// the merge order-independent if two events ever do.
+		if s.Ended && (s.NeverPaid || !c.NeverPaid) {
+			return s, false
+		}
+		s.Ended, s.NeverPaid = true, s.NeverPaid || c.NeverPaid
+	case s.Ended || c.Kind == Ignore:
+		return s, false
 	case c.Kind == PaymentFailed:
 		if s.HasFailed && !c.Order.After(s.FailedOrder) {
 			return s, false
@@ -276,12 +315,15 @@ func (s Sub) latest() Order {
 
 // State is the plan s gives its tenant.
 func (s Sub) State() State {
-	if s.Ended {
+	switch {
+	case s.NeverPaid:
+		return State{}
+	case s.Ended:
 		return State{Plan: Free, Status: Canceled}
 	}
 	st := s.Snapshot
 	if s.HasFailed && (!s.HasSnapshot || s.FailedOrder.After(s.SnapshotOrder)) {
-		st.Plan, st.Status = Pro, PastDue
+		st.Plan, st.Status, st.Reason = Pro, PastDue, ReasonPaymentFailed
 	}
 	return st
 }
@@ -292,6 +334,8 @@ func (s Sub) State() State {
 // period ran out after a cancellation, whether or not Stripe's deletion has arrived),
 // else no billing history. A subscription whose period ran out is never ranked as what it
 // was: a new past-due subscription outranks an old one that ended at its period's end.
+// One that never paid (Sub.NeverPaid) is not counted at all: the tenant is what it was
+// without it (a checkout abandoned at 3-D Secure blocks nobody).
 func Tenant(subs []Sub, now time.Time) State {
 	return tenant(subs, func(s State) State { return s.At(now) })
 }
@@ -315,6 +359,9 @@ func tenant(subs []Sub, at func(State) State) State {
 	ended := false
 	for i := range subs {
 		s := &subs[i]
+		if s.NeverPaid {
+			continue
+		}
 		if s.Ended {
 			ended = true
 		}

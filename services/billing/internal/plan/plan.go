@@ -22,6 +22,20 @@ const (
 	Canceled = "canceled"
 )
 
+// Why a subscription is past_due (State.Reason). api.md's status has one value for every
+// subscription that is held but collects no money; the console tells the tenant which.
+const (
+	// ReasonPaymentFailed: a payment failed (invoice.payment_failed, or Stripe's
+	// past_due); Stripe retries it.
+	ReasonPaymentFailed = "payment_failed"
+	// ReasonUnpaid: Stripe's unpaid: the retries are exhausted, the subscription is kept
+	// and its latest invoice stays open.
+	ReasonUnpaid = "unpaid"
+	// ReasonPaused: Stripe's paused: no invoices until it is resumed (what a trial that
+	// ends without a payment method becomes); not a failed payment.
+	ReasonPaused = "paused"
+)
+
 // State is a tenant's plan as the billing events left it. The zero State is a tenant with
 // no billing history: plan null (Free), status active.
 type State struct {
@@ -35,6 +49,9 @@ type State struct {
 	// for a subscription with a set cancellation date (Stripe's cancel_at), that date:
 	// the instant it ends.
 	CurrentPeriodEnd *time.Time
+	// Reason is why Status is past_due (ReasonPaymentFailed, ReasonUnpaid, ReasonPaused);
+	// "" otherwise, and for a snapshot recorded before billing kept it.
+	Reason string
 }
 
 // At is the state in force at now. A subscription canceled at period end stays Pro until

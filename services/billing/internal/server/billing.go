@@ -84,16 +84,22 @@ func (b *Billing) GetBillingStatus(ctx context.Context, _ *billingv1.GetBillingS
 	if err != nil {
 		return nil, err
 	}
+	resp, _, err := b.status(ctx, tenant)
+	return resp, err
+}
+
+// status is the tenant's billing status record and the plan in force now it was made of.
+func (b *Billing) status(ctx context.Context, tenant string) (*billingv1.GetBillingStatusResponse, plan.State, error) {
 	if !b.cfg.MultiTenant {
-		return selfHostedStatus, nil
+		return selfHostedStatus, plan.State{}, nil
 	}
 	st, err := b.plan(ctx, tenant)
 	if err != nil {
-		return nil, err
+		return nil, plan.State{}, err
 	}
 	used, err := b.cfg.Usage.CountActive(ctx, tenant)
 	if err != nil {
-		return nil, err
+		return nil, plan.State{}, err
 	}
 	resp := &billingv1.GetBillingStatusResponse{
 		Status:            st.Status,
@@ -107,7 +113,42 @@ func (b *Billing) GetBillingStatus(ctx context.Context, _ *billingv1.GetBillingS
 	if end := st.ShownPeriodEnd(); end != nil {
 		resp.CurrentPeriodEnd = timestamppb.New(*end)
 	}
-	return resp, nil
+	return resp, st, nil
+}
+
+// pastDueReasons are plan's reasons as BillingConsoleService answers them.
+var pastDueReasons = map[string]billingv1.PastDueReason{
+	plan.ReasonPaymentFailed: billingv1.PastDueReason_PAST_DUE_REASON_PAYMENT_FAILED,
+	plan.ReasonUnpaid:        billingv1.PastDueReason_PAST_DUE_REASON_UNPAID,
+	plan.ReasonPaused:        billingv1.PastDueReason_PAST_DUE_REASON_PAUSED,
+}
+
+// BillingConsole implements BillingConsoleService: what the console's Billing page needs
+// beyond api.md's status record.
+type BillingConsole struct {
+	billingv1.UnimplementedBillingConsoleServiceServer
+	billing *Billing
+}
+
+// NewBillingConsole returns the console's billing service, answering from b.
+func NewBillingConsole(b *Billing) *BillingConsole { return &BillingConsole{billing: b} }
+
+// GetBillingDetails is the status record of GET /v1/billing/status and, when it says
+// past_due, why.
+func (c *BillingConsole) GetBillingDetails(ctx context.Context, _ *billingv1.GetBillingDetailsRequest) (*billingv1.GetBillingDetailsResponse, error) {
+	tenant, err := auth.TenantID(ctx)
+	if err != nil {
+		return nil, err
+	}
+	resp, st, err := c.billing.status(ctx, tenant)
+	if err != nil {
+		return nil, err
+	}
+	out := &billingv1.GetBillingDetailsResponse{Status: resp}
+	if st.Status == plan.PastDue {
+		out.PastDueReason = pastDueReasons[st.Reason]
+	}
+	return out, nil
 }
 
 // plan is the tenant's plan in force now.

@@ -19,6 +19,7 @@ import (
 	"github.com/keyhouse/keyhouse/services/billing/internal/store"
 	"github.com/stripe/stripe-go/v76/webhook"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/protobuf/proto"
 )
 
 const testSecret = "whsec_server_test"
@@ -102,6 +103,50 @@ func TestEntitlementsFollowTheBillingEvents(t *testing.T) {
 	if err != nil || status.GetStatus() != "canceled" || status.GetPlan().GetValue() != "free" ||
 		status.GetLicensesUsed().GetValue() != 3 || status.GetLicenseLimit().GetValue() != 5 {
 		t.Fatalf("status %v, %v", status, err)
+	}
+}
+
+// The console's details carry GET /v1/billing/status's record unchanged and say why it is
+// past_due: a failed payment, Stripe's unpaid, or Stripe's paused.
+func TestBillingDetailsSayWhyASubscriptionIsPastDue(t *testing.T) {
+	t.Parallel()
+	b, s := newBilling(t)
+	console := NewBillingConsole(b)
+	acct := createTenant(t, s)
+	ctx := tenantCall(acct.GetTenantId(), acct.GetApiKey())
+	ten := acct.GetTenantId()
+	t0 := time.Now().Add(-time.Hour)
+	sub := func(status string) map[string]any {
+		return map[string]any{"id": "sub_d", "customer": "cus_d", "status": status, "metadata": map[string]string{"tenant_id": ten}}
+	}
+	for i, step := range []struct {
+		typ    string
+		object map[string]any
+		status string
+		want   billingv1.PastDueReason
+	}{
+		{"checkout.session.completed", map[string]any{"mode": "subscription", "status": "complete", "payment_status": "no_payment_required",
+			"client_reference_id": ten, "customer": "cus_d", "subscription": "sub_d"}, "active", billingv1.PastDueReason_PAST_DUE_REASON_UNSPECIFIED},
+		{"customer.subscription.updated", sub("paused"), "past_due", billingv1.PastDueReason_PAST_DUE_REASON_PAUSED},
+		{"customer.subscription.updated", sub("active"), "active", billingv1.PastDueReason_PAST_DUE_REASON_UNSPECIFIED},
+		{"invoice.payment_failed", map[string]any{"customer": "cus_d", "subscription": "sub_d"}, "past_due", billingv1.PastDueReason_PAST_DUE_REASON_PAYMENT_FAILED},
+		{"customer.subscription.updated", sub("past_due"), "past_due", billingv1.PastDueReason_PAST_DUE_REASON_PAYMENT_FAILED},
+		{"customer.subscription.updated", sub("unpaid"), "past_due", billingv1.PastDueReason_PAST_DUE_REASON_UNPAID},
+	} {
+		if _, err := b.HandleStripeEvent(context.Background(), signed(t, step.typ, t0.Add(time.Duration(i)*time.Second), step.object)); err != nil {
+			t.Fatal(err)
+		}
+		details, err := console.GetBillingDetails(ctx, &billingv1.GetBillingDetailsRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		status, err := b.GetBillingStatus(ctx, &billingv1.GetBillingStatusRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !proto.Equal(details.GetStatus(), status) || status.GetStatus() != step.status || details.GetPastDueReason() != step.want {
+			t.Fatalf("step %d (%s): details %v, status %v; want %s, %s", i, step.typ, details, status, step.status, step.want)
+		}
 	}
 }
 

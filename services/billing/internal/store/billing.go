@@ -44,9 +44,11 @@ func (s *Store) Plan(ctx context.Context, tenant string, now time.Time) (plan.St
 	return plan.Tenant(subs, now), nil
 }
 
-const subscriptionsSQL = `SELECT subscription_id, snapshot_plan, snapshot_status, cancel_at_period_end,
-		current_period_end, snapshot_at, snapshot_rank, failed_at, failed_rank, ended
-		FROM subscriptions WHERE tenant_id = $1`
+// subscriptionColumns are what scanSub reads.
+const subscriptionColumns = `subscription_id, snapshot_plan, snapshot_status, snapshot_reason, cancel_at_period_end,
+		current_period_end, snapshot_at, snapshot_rank, failed_at, failed_rank, ended, never_paid`
+
+const subscriptionsSQL = `SELECT ` + subscriptionColumns + ` FROM subscriptions WHERE tenant_id = $1`
 
 func subscriptions(ctx context.Context, q pgxx.Querier, tenant string) ([]plan.Sub, error) {
 	rows, err := q.Query(ctx, subscriptionsSQL, tenant)
@@ -59,18 +61,21 @@ func subscriptions(ctx context.Context, q pgxx.Querier, tenant string) ([]plan.S
 func scanSub(row pgx.CollectableRow) (plan.Sub, error) {
 	var (
 		s                  plan.Sub
-		p, st              *string
+		p, st, reason      *string
 		snapAt, failAt     *time.Time
 		snapRank, failRank *int
 		cancel             bool
 		periodEnd          *time.Time
 	)
-	if err := row.Scan(&s.ID, &p, &st, &cancel, &periodEnd, &snapAt, &snapRank, &failAt, &failRank, &s.Ended); err != nil {
+	if err := row.Scan(&s.ID, &p, &st, &reason, &cancel, &periodEnd, &snapAt, &snapRank, &failAt, &failRank, &s.Ended, &s.NeverPaid); err != nil {
 		return s, err
 	}
 	if snapAt != nil && p != nil && st != nil && snapRank != nil {
 		s.HasSnapshot = true
 		s.Snapshot = plan.State{Plan: *p, Status: *st, CancelAtPeriodEnd: cancel, CurrentPeriodEnd: periodEnd}
+		if reason != nil {
+			s.Snapshot.Reason = *reason
+		}
 		s.SnapshotOrder = plan.Order{At: snapAt.UTC(), Rank: *snapRank}
 	}
 	if failAt != nil && failRank != nil {
@@ -261,8 +266,7 @@ func applyToSubscription(ctx context.Context, tx pgx.Tx, tenant string, c plan.C
 		ON CONFLICT (subscription_id) DO NOTHING`, c.Subscription, tenant); err != nil {
 		return "", err
 	}
-	rows, err := tx.Query(ctx, `SELECT subscription_id, snapshot_plan, snapshot_status, cancel_at_period_end,
-		current_period_end, snapshot_at, snapshot_rank, failed_at, failed_rank, ended
+	rows, err := tx.Query(ctx, `SELECT `+subscriptionColumns+`
 		FROM subscriptions WHERE subscription_id = $1 AND tenant_id = $2 FOR UPDATE`, c.Subscription, tenant)
 	if err != nil {
 		return "", err
@@ -279,21 +283,24 @@ func applyToSubscription(ctx context.Context, tx pgx.Tx, tenant string, c plan.C
 	if !changed {
 		return Unchanged, nil
 	}
-	var p, st *string
+	var p, st, reason *string
 	var snapAt, failAt, periodEnd *time.Time
 	var snapRank, failRank *int
 	if next.HasSnapshot {
 		p, st, periodEnd = &next.Snapshot.Plan, &next.Snapshot.Status, next.Snapshot.CurrentPeriodEnd
 		snapAt, snapRank = &next.SnapshotOrder.At, &next.SnapshotOrder.Rank
+		if next.Snapshot.Reason != "" {
+			reason = &next.Snapshot.Reason
+		}
 	}
 	if next.HasFailed {
 		failAt, failRank = &next.FailedOrder.At, &next.FailedOrder.Rank
 	}
-	_, err = tx.Exec(ctx, `UPDATE subscriptions SET snapshot_plan = $2, snapshot_status = $3,
-		cancel_at_period_end = $4, current_period_end = $5, snapshot_at = $6, snapshot_rank = $7,
-		failed_at = $8, failed_rank = $9, ended = $10, updated_at = now() WHERE subscription_id = $1`,
-		next.ID, p, st, next.HasSnapshot && next.Snapshot.CancelAtPeriodEnd, periodEnd, snapAt, snapRank,
-		failAt, failRank, next.Ended)
+	_, err = tx.Exec(ctx, `UPDATE subscriptions SET snapshot_plan = $2, snapshot_status = $3, snapshot_reason = $4,
+		cancel_at_period_end = $5, current_period_end = $6, snapshot_at = $7, snapshot_rank = $8,
+		failed_at = $9, failed_rank = $10, ended = $11, never_paid = $12, updated_at = now() WHERE subscription_id = $1`,
+		next.ID, p, st, reason, next.HasSnapshot && next.Snapshot.CancelAtPeriodEnd, periodEnd, snapAt, snapRank,
+		failAt, failRank, next.Ended, next.NeverPaid)
 	if err != nil {
 		return "", err
 	}

@@ -271,3 +271,49 @@ func TestDeleteTenantRefusesASubscriptionNotCanceled(t *testing.T) {
 		t.Fatalf("after the deletion: %v", err)
 	}
 }
+
+// What the merge keeps besides the status record goes through the database: why a
+// subscription is past_due, and that a subscription ended without ever being paid, which
+// leaves the tenant as it was without it.
+func TestNeverPaidAndThePastDueReasonAreStored(t *testing.T) {
+	s := newStore(t)
+	t0 := time.Now().Add(-48 * time.Hour).Truncate(time.Second)
+	subEvent := func(ten, typ, sub, status string, at time.Time) stripeEvent {
+		return newEvent(t, "customer.subscription."+typ, at, map[string]any{"id": sub, "customer": "cus_" + ten, "status": status,
+			"current_period_end": t0.Add(30 * 24 * time.Hour).Unix(), "metadata": map[string]string{"tenant_id": ten}})
+	}
+	// attempt is a checkout never paid (incomplete, its first invoice failed, expired),
+	// which changes nothing of the tenant's plan at any step.
+	attempt := func(ten, sub string) {
+		before := state(t, s, ten)
+		for _, e := range []stripeEvent{
+			newEvent(t, "checkout.session.completed", t0, map[string]any{"mode": "subscription", "status": "complete",
+				"payment_status": "unpaid", "client_reference_id": ten, "customer": "cus_" + ten, "subscription": sub}),
+			subEvent(ten, "created", sub, "incomplete", t0),
+			newEvent(t, "invoice.payment_failed", t0.Add(time.Second), map[string]any{"customer": "cus_" + ten,
+				"subscription": sub, "billing_reason": "subscription_create"}),
+			subEvent(ten, "updated", sub, "incomplete_expired", t0.Add(23*time.Hour)),
+			subEvent(ten, "deleted", sub, "incomplete_expired", t0.Add(23*time.Hour)),
+		} {
+			record(t, s, e)
+			if st := state(t, s, ten); st.Plan != before.Plan || st.Status != before.Status || st.Reason != before.Reason {
+				t.Fatalf("%s of a subscription never paid moved the plan: %+v, was %+v", e.change.Type, st, before)
+			}
+		}
+	}
+
+	alone := tenant(t, s)
+	attempt(alone, "sub_np_alone")
+	if st := state(t, s, alone); st.Plan != "" || !st.Active() || st.LicenseLimit() != plan.FreeLicenseLimit {
+		t.Fatalf("a tenant whose only subscription never paid: %+v, want no billing history", st)
+	}
+
+	paused := tenant(t, s)
+	record(t, s, newEvent(t, "checkout.session.completed", t0, map[string]any{"mode": "subscription", "status": "complete",
+		"payment_status": "no_payment_required", "client_reference_id": paused, "customer": "cus_" + paused, "subscription": "sub_trial"}))
+	record(t, s, subEvent(paused, "updated", "sub_trial", "paused", t0.Add(time.Hour)))
+	attempt(paused, "sub_np_paused")
+	if st := state(t, s, paused); st.Plan != plan.Pro || st.Status != plan.PastDue || st.Reason != plan.ReasonPaused {
+		t.Fatalf("a paused subscription and an attempt that never paid: %+v", st)
+	}
+}
