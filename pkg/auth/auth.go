@@ -5,7 +5,6 @@ package auth
 
 import (
 	"context"
-	"crypto/hmac"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
@@ -15,6 +14,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/keyhouse/keyhouse/pkg/apierr"
+	"github.com/keyhouse/keyhouse/pkg/signing"
 	apiv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/api/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -131,9 +131,7 @@ func HashAPIKey(key string) string {
 // key can compute it, and it is neither the key nor any other value derived from it (the
 // console's CSRF key, the SHA-256 the interceptor compares).
 func AdminKeyFingerprint(key string) string {
-	m := hmac.New(sha256.New, []byte(key))
-	m.Write([]byte("keyhouse-console-session-admin-key-v1"))
-	return hex.EncodeToString(m.Sum(nil))
+	return signing.SignHMAC([]byte(key), []byte("keyhouse-console-session-admin-key-v1"))
 }
 
 // IsAdminKey compares in constant time (hashing first also hides the length) with the
