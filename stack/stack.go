@@ -385,8 +385,11 @@ func (s *Stack) spawn(name string, extra map[string]string, socket net.Listener)
 	cmd.ExtraFiles = files
 	cmd.Stdout, cmd.Stderr = out, out
 	// Own process group: a Ctrl-C on the terminal reaches the launcher only, which then
-	// stops the processes in order.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// stops the processes in order. And they die with the launcher (Pdeathsig, as
+	// devinfra's Postgres and Redis): a test binary killed at its -timeout left every stack
+	// it had started running, dozens of processes that kept a 2-core machine at load 40
+	// through the runs after it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
 	if err := cmd.Start(); err != nil {
 		closeOut()
 		return nil, fmt.Errorf("start %s: %w", name, err)
