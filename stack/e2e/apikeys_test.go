@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/url"
 	"regexp"
-	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -371,9 +370,7 @@ func TestAPIKeyEventsNameTheKeyButNeverShowIt(t *testing.T) {
 			t.Fatalf("events %v", types(p.Events))
 		}
 		if len(p.Events) == 2 {
-			// The log lists events in the order they reached it, which can differ from the
-			// order they were made (docs/events.md): the changes' order is created_at's.
-			slices.SortStableFunc(p.Events, func(x, y logEvent) int { return strings.Compare(x.CreatedAt, y.CreatedAt) })
+			inMadeOrder(p.Events)
 			for i, typ := range []string{"api_key.created", "api_key.deleted"} {
 				e := p.Events[i]
 				if e.Type != typ || e.Actor["type"] != "api_key" || e.Data["id"] != id || e.Data["name"] != "metrics" || e.Data["scope"] != "read" || len(e.Data) != 3 {
