@@ -49,6 +49,9 @@ func overloadStackUncached(t *testing.T) *stack.Stack {
 
 func startOverloadStack(t *testing.T, shared *onceStack, extra map[string]string) *stack.Stack {
 	t.Helper()
+	// Before the Once: a skip inside it (under -short) would leave the stack unstarted for
+	// every later test, which then fails as if it had not started.
+	testkit.Integration(t)
 	shared.once.Do(func() {
 		env := map[string]string{"MULTI_TENANT": "true", "ADMISSION_MIN_LIMIT": "2", "ADMISSION_MAX_LIMIT": "2"}
 		for k, v := range stripeEnv(t) {
