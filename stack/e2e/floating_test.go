@@ -51,80 +51,136 @@ func TestFloatingSeatLivesOnlyWhileLeased(t *testing.T) {
 	s := floatingStack(t, 15*time.Second)
 	a, c := admin(t, s), anon(t, s)
 	db := dbConn(t, s)
-	p := product("floating")
-	putPolicy(t, a, p, "*", map[string]any{"floating": true, "lease_ttl_seconds": 3, "renew_after_seconds": 1})
-	key := issueLicense(t, a, lic(p, "max_activations", 1, "limits", map[string]any{"projects": 10}))
+	// Each attempt renews its seats about every second. A request that reaches the server
+	// after a lease ended finds the seat lapsed, rightly; on a machine too loaded to renew
+	// a 3 s lease in time, the attempt starts over with a lease twice as long. A lapse
+	// answered before the lease could have ended fails the test.
+attempts:
+	for ttl := 3 * time.Second; ; ttl *= 2 {
+		p := product("floating")
+		putPolicy(t, a, p, "*", map[string]any{"floating": true, "lease_ttl_seconds": int(ttl / time.Second), "renew_after_seconds": 1})
+		key := issueLicense(t, a, lic(p, "max_activations", 1, "limits", map[string]any{"projects": 10}))
 
-	tok := seat(t, c, key, "first")
-	c.Post("/v1/activate-license", map[string]string{"key": key, "instance_id": "second"}).ExpectError(t, 403, errCap)
-	// Renewed every second, the seat outlives its 3 s lease.
-	for range 5 {
-		time.Sleep(time.Second)
-		resp := lease(c, map[string]any{"key": key, "token": tok}).Expect(t, 200).JSON(t)
-		exp, _ := time.Parse(time.RFC3339, resp["expires_at"].(string))
-		if d := time.Until(exp); d < time.Second || d > 4*time.Second {
-			t.Fatalf("floating lease ends in %s, want about 3s", d)
+		// lapsedLate reports whether an answer that the seat lapsed came after the earliest
+		// moment its lease could end, so that the machine's slowness explains it.
+		lapsedLate := func(what string, lapsed bool, leasedUntil time.Time) bool {
+			if !lapsed || time.Now().Before(leasedUntil) {
+				return false
+			}
+			if ttl >= 24*time.Second {
+				t.Fatalf("%s: the seat lapsed although renewed every second with a %s lease", what, ttl)
+			}
+			t.Logf("%s came after the %s lease ended; trying again with a lease twice as long", what, ttl)
+			return true
 		}
-	}
-	if !validate(t, c, key, "first") {
-		t.Fatal("a renewed floating seat is not valid")
-	}
-	trackUsage(c, key, tok, "projects").Expect(t, 200)
+		// activate seats an instance and returns its token and the earliest moment its
+		// lease may end (the server truncates a lease's start to the second).
+		activate := func(instance string) (string, time.Time) {
+			t.Helper()
+			sent := time.Now()
+			return seat(t, c, key, instance), sent.Add(ttl - time.Second)
+		}
+		// renew renews a seat's lease and returns its new end, which must lie ttl after a
+		// moment of the exchange; ok is false when the renewal came after the lease ended.
+		renew := func(what, tok string, leasedUntil time.Time) (end time.Time, ok bool) {
+			t.Helper()
+			sent := time.Now()
+			resp := lease(c, map[string]any{"key": key, "token": tok})
+			if lapsedLate(what, resp.Status == 403 && string(resp.Body) == `{"error":"`+errLeaseLapsed+`"}`, leasedUntil) {
+				return time.Time{}, false
+			}
+			end, err := time.Parse(time.RFC3339, resp.Expect(t, 200).JSON(t)["expires_at"].(string))
+			if err != nil || end.Before(sent.Add(ttl-time.Second)) || end.After(time.Now().Add(ttl)) {
+				t.Fatalf("%s: the lease ends at %s (%v), want %s after the renewal", what, end, err, ttl)
+			}
+			return end, true
+		}
 
-	// Not renewed: once its lease passed, it counts for nothing, though still a row.
-	var lapsedAt time.Time
-	for {
-		time.Sleep(250 * time.Millisecond)
-		if rows, live := seatRows(t, db, key); rows == 1 && live == 0 {
-			lapsedAt = time.Now()
-			break
+		tok, leasedUntil := activate("first")
+		c.Post("/v1/activate-license", map[string]string{"key": key, "instance_id": "second"}).ExpectError(t, 403, errCap)
+		// Renewed every second, the seat outlives its lease.
+		for i := range int(ttl/time.Second) + 2 {
+			time.Sleep(time.Second)
+			var ok bool
+			if leasedUntil, ok = renew(fmt.Sprint("renewal ", i+1), tok, leasedUntil); !ok {
+				continue attempts
+			}
 		}
-	}
-	if validate(t, c, key, "first") {
-		t.Error("a lapsed floating seat is still valid")
-	}
-	// Nor is it listed, though its row waits for the sweep: the admin's lists and the
-	// console show active seats. (Checked only while the row is still there after the
-	// lists were read; a sweep in between would make them empty anyway.)
-	listed := a.Get("/v1/list-activations/"+key).Expect(t, 200).JSON(t)["activations"].([]any)
-	recent := string(a.Get("/v1/recent-activations").Expect(t, 200).Body)
-	licenses := string(a.Get("/v1/list-licenses?product_id="+p).Expect(t, 200).Body)
-	if rows, _ := seatRows(t, db, key); rows == 1 {
-		if len(listed) != 0 {
-			t.Errorf("list-activations lists a lapsed floating seat: %v", listed)
+		if valid := validate(t, c, key, "first"); !valid {
+			if lapsedLate("validate-license", true, leasedUntil) {
+				continue attempts
+			}
+			t.Fatal("a renewed floating seat is not valid")
 		}
-		if strings.Contains(recent, key) {
-			t.Errorf("recent-activations lists a lapsed floating seat: %s", recent)
+		if resp := trackUsage(c, key, tok, "projects"); !lapsedLate("track-usage", resp.Status == 403, leasedUntil) {
+			resp.Expect(t, 200)
+		} else {
+			continue attempts
 		}
-		if !strings.Contains(licenses, `"activations_count":0`) {
-			t.Errorf("list-licenses counts a lapsed floating seat: %s", licenses)
-		}
-	}
-	trackUsage(c, key, tok, "projects").ExpectError(t, 403, errBadToken)
-	lease(c, map[string]any{"key": key, "token": tok}).ExpectError(t, 403, errLeaseLapsed)
-	second := seat(t, c, key, "second")
 
-	// The sweeper (every 15 s here) removes the lapsed row; its token still answers the
-	// lapse. The second seat is renewed meanwhile, so it stays.
-	for {
-		lease(c, map[string]any{"key": key, "token": second}).Expect(t, 200)
-		var first int
-		if err := db.QueryRow(t.Context(), `SELECT count(*) FROM activations.seats WHERE license_key = $1 AND instance_id = 'first'`, key).Scan(&first); err != nil {
-			t.Fatal(err)
+		// Not renewed: once its lease passed, it counts for nothing, though still a row.
+		var lapsedAt time.Time
+		for {
+			time.Sleep(250 * time.Millisecond)
+			if rows, live := seatRows(t, db, key); rows == 1 && live == 0 {
+				lapsedAt = time.Now()
+				break
+			}
 		}
-		if first == 0 {
-			break
+		if validate(t, c, key, "first") {
+			t.Error("a lapsed floating seat is still valid")
 		}
-		if time.Since(lapsedAt) > 20*time.Second {
-			t.Fatal("the lapsed seat was not removed within the sweep interval")
+		// Nor is it listed, though its row waits for the sweep: the admin's lists and the
+		// console show active seats. (Checked only while the row is still there after the
+		// lists were read; a sweep in between would make them empty anyway.)
+		listed := a.Get("/v1/list-activations/"+key).Expect(t, 200).JSON(t)["activations"].([]any)
+		recent := string(a.Get("/v1/recent-activations").Expect(t, 200).Body)
+		licenses := string(a.Get("/v1/list-licenses?product_id="+p).Expect(t, 200).Body)
+		if rows, _ := seatRows(t, db, key); rows == 1 {
+			if len(listed) != 0 {
+				t.Errorf("list-activations lists a lapsed floating seat: %v", listed)
+			}
+			if strings.Contains(recent, key) {
+				t.Errorf("recent-activations lists a lapsed floating seat: %s", recent)
+			}
+			if !strings.Contains(licenses, `"activations_count":0`) {
+				t.Errorf("list-licenses counts a lapsed floating seat: %s", licenses)
+			}
 		}
-		time.Sleep(250 * time.Millisecond)
-	}
-	lease(c, map[string]any{"key": key, "token": tok}).ExpectError(t, 403, errLeaseLapsed)
+		trackUsage(c, key, tok, "projects").ExpectError(t, 403, errBadToken)
+		lease(c, map[string]any{"key": key, "token": tok}).ExpectError(t, 403, errLeaseLapsed)
+		second, secondUntil := activate("second")
 
-	// Releasing a floating seat frees it at once.
-	c.Post("/v1/deactivate-license", map[string]string{"key": key, "token": second}).ExpectBody(t, `{"deactivated":true}`)
-	seat(t, c, key, "third")
+		// The sweeper (every 15 s here) removes the lapsed row; its token still answers the
+		// lapse. The second seat is renewed meanwhile, so it stays.
+		for {
+			var ok bool
+			if secondUntil, ok = renew("a renewal of the second seat", second, secondUntil); !ok {
+				continue attempts
+			}
+			var first int
+			if err := db.QueryRow(t.Context(), `SELECT count(*) FROM activations.seats WHERE license_key = $1 AND instance_id = 'first'`, key).Scan(&first); err != nil {
+				t.Fatal(err)
+			}
+			if first == 0 {
+				break
+			}
+			if time.Since(lapsedAt) > 20*time.Second {
+				t.Fatal("the lapsed seat was not removed within the sweep interval")
+			}
+			time.Sleep(250 * time.Millisecond)
+		}
+		lease(c, map[string]any{"key": key, "token": tok}).ExpectError(t, 403, errLeaseLapsed)
+
+		// Releasing a floating seat frees it at once.
+		resp := c.Post("/v1/deactivate-license", map[string]string{"key": key, "token": second})
+		if lapsedLate("deactivate-license", resp.Status == 403, secondUntil) {
+			continue attempts
+		}
+		resp.ExpectBody(t, `{"deactivated":true}`)
+		seat(t, c, key, "third")
+		return
+	}
 }
 
 // Invariant 11 under contention: 200 clients making 2,000 activations and renewals
