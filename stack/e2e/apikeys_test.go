@@ -328,6 +328,7 @@ func TestTwoKeysOverlapAndADeletedOneStopsAtOnceOnEveryServiceAndGateway(t *test
 	if err != nil {
 		t.Fatal(err)
 	}
+	stopsWithTest(t, s, second)
 	tenant := newTenant(t, s)
 	oldKey, oldID := createAPIKey(t, tenant, "backend v1", "full")
 	newKey, _ := createAPIKey(t, tenant, "backend v2", "full")

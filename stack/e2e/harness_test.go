@@ -373,7 +373,8 @@ func restartEveryProcess(t *testing.T, s *stack.Stack, env map[string]string) st
 }
 
 // gatewayOnReplicas starts a replica of each service (its name to its address variable)
-// and another gateway that sends to those replicas, and returns the gateway's URL.
+// and another gateway that sends to those replicas, and returns the gateway's URL. They
+// stop when the test ends.
 func gatewayOnReplicas(t *testing.T, s *stack.Stack, services map[string]string) string {
 	t.Helper()
 	addrs := map[string]string{}
@@ -382,11 +383,29 @@ func gatewayOnReplicas(t *testing.T, s *stack.Stack, services map[string]string)
 		if err != nil {
 			t.Fatal(err)
 		}
+		stopsWithTest(t, s, replica)
 		addrs[addrVar] = replica
 	}
 	url, err := s.StartGateway(t.Context(), 0, addrs)
 	if err != nil {
 		t.Fatal(err)
 	}
+	stopsWithTest(t, s, url)
 	return url
+}
+
+// stopsWithTest stops the stack's process at addr (a gateway's URL or a replica's
+// address) when the test ends. A stack's processes otherwise run until the stack stops:
+// the gateways and replicas tests added to the shared stacks ran, idle but polling, until
+// the package ended (eight gateways on the hosted stack alone, minutes into a full run).
+func stopsWithTest(t testing.TB, s *stack.Stack, addr string) {
+	t.Helper()
+	addr = strings.TrimPrefix(addr, "http://")
+	for _, p := range s.Procs() {
+		if p.Addr == addr {
+			t.Cleanup(p.Stop)
+			return
+		}
+	}
+	t.Fatalf("no process of the stack serves %s", addr)
 }

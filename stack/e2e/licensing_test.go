@@ -442,6 +442,7 @@ func TestPublicKeyIsSPKIPEM(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	stopsWithTest(t, s, url)
 	if other := newClient(t, url, "").Get("/v1/public-key").JSON(t)["publicKey"]; other != pem {
 		t.Fatal("public key differs between gateways")
 	}
