@@ -23,18 +23,13 @@ import (
 // accepted write is lost or applied twice, no refused write is applied, and every process
 // answers afterwards. The timing goals (goodput, p99, refusal latency) are `make bench`'s.
 
-// onceStack is a stack started once, by the first test that asks for it.
-type onceStack struct {
-	once sync.Once
-	s    *stack.Stack
-}
-
-var overload, overloadUncached, overloadKeepingAnswers onceStack
-
-// overloadStack is a hosted stack whose gateway admits 2 requests at a time.
+// overloadStack is a hosted stack of the test's own whose gateway admits 2 requests at
+// a time. Not one shared by the tests that use it: a shared stack stays up, idle but
+// polling, until the package ends, which on a 2-core machine cost more than the starts
+// it saved.
 func overloadStack(t *testing.T) *stack.Stack {
 	t.Helper()
-	return startOverloadStack(t, &overload, nil)
+	return startOverloadStack(t, nil)
 }
 
 // overloadStackUncached is overloadStack with the license caches off, for floods of the
@@ -44,29 +39,22 @@ func overloadStack(t *testing.T) *stack.Stack {
 // round trip to a service and Postgres.
 func overloadStackUncached(t *testing.T) *stack.Stack {
 	t.Helper()
-	return startOverloadStack(t, &overloadUncached, map[string]string{"LICENSE_CACHE_TTL": "0"})
+	return startOverloadStack(t, map[string]string{"LICENSE_CACHE_TTL": "0"})
 }
 
-func startOverloadStack(t *testing.T, shared *onceStack, extra map[string]string) *stack.Stack {
+func startOverloadStack(t *testing.T, extra map[string]string) *stack.Stack {
 	t.Helper()
-	// Before the Once: a skip inside it (under -short) would leave the stack unstarted for
-	// every later test, which then fails as if it had not started.
 	testkit.Integration(t)
-	shared.once.Do(func() {
-		env := map[string]string{"MULTI_TENANT": "true", "ADMISSION_MIN_LIMIT": "2", "ADMISSION_MAX_LIMIT": "2"}
-		for k, v := range stripeEnv(t) {
-			env[k] = v
-		}
-		for k, v := range extra {
-			env[k] = v
-		}
-		shared.s = startStack(t, env)
-		testkit.AtExit(shared.s.Stop)
-	})
-	if shared.s == nil {
-		t.Fatal("overload stack did not start")
+	env := map[string]string{"MULTI_TENANT": "true", "ADMISSION_MIN_LIMIT": "2", "ADMISSION_MAX_LIMIT": "2"}
+	for k, v := range stripeEnv(t) {
+		env[k] = v
 	}
-	return shared.s
+	for k, v := range extra {
+		env[k] = v
+	}
+	s := startStack(t, env)
+	t.Cleanup(s.Stop)
+	return s
 }
 
 // unavailableBody is the gateway's retryable 503: admission control's refusal, and a
@@ -276,7 +264,7 @@ func TestAFloodingTenantDoesNotCrowdOutAnother(t *testing.T) {
 // it hears a publisher it had not heard before, which a busy stack's first minute may
 // bring.
 func TestAnAnswerTheGatewayHoldsInMemoryIsNeverRefused(t *testing.T) {
-	s := startOverloadStack(t, &overloadKeepingAnswers, map[string]string{"LICENSE_CACHE_TTL": "1m", "LICENSE_CACHE_LIVE_TTL": "0"})
+	s := startOverloadStack(t, map[string]string{"LICENSE_CACHE_TTL": "1m", "LICENSE_CACHE_LIVE_TTL": "0"})
 	prod := product("from-memory")
 	keys := twoLicenses(t, newTenant(t, s), prod)
 	cached, flooded := keys[0], keys[1]
