@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/keyhouse/keyhouse/pkg/licensecache"
 	"github.com/keyhouse/keyhouse/pkg/tenantpurge"
 	licensingv1 "github.com/keyhouse/keyhouse/proto/gen/go/keyhouse/licensing/v1"
 	"github.com/keyhouse/keyhouse/stack"
@@ -79,21 +80,39 @@ func TestInternalCallersCannotIssueOrClaimForATenantThatDoesNotExist(t *testing.
 }
 
 // Activations purged a deleted tenant while licensing, down, still holds its license: a
-// buyer's activation is refused (the license is gone), and once licensing is back and has
-// purged too, operations.md's check finds no row of the tenant.
+// buyer's activation of a license activations holds in its cache is refused (the license
+// is gone), and once licensing is back and has purged too, operations.md's check finds no
+// row of the tenant.
 func TestABuyerCannotActivateADeletedTenantsLicenseThatLicensingStillHolds(t *testing.T) {
 	t.Parallel()
 	s := startStack(t, map[string]string{"MULTI_TENANT": "true"})
 	t.Cleanup(s.Stop)
 	conn := dbConn(t, s)
 	tn, id := hostedTenant(t, s)
-	key := issueLicense(t, tn, map[string]any{"tier": "pro", "product_id": product("orphan"), "issued_to": "x@example.com", "max_activations": 10})
+	p := product("orphan")
+	key := issueLicense(t, tn, map[string]any{"tier": "pro", "product_id": p, "issued_to": "x@example.com", "max_activations": 10})
 	buyer := anon(t, s)
 	seat(t, buyer, key, "a")
+	// A license with no seat, which activations then holds in its cache (a deactivation
+	// looks the license up). The purge's seat.deactivated drops key from the caches, so
+	// this one is the license sure to be held here when licensing is down. Its lookup
+	// waits past the window in which the gateway names a key it just wrote on its calls,
+	// which has activations drop it and ask licensing again.
+	idle := issueLicense(t, tn, map[string]any{"tier": "pro", "product_id": p, "issued_to": "y@example.com"})
+	time.Sleep(licensecache.DefaultTTL + 100*time.Millisecond)
+	buyer.Post("/v1/deactivate-license", map[string]string{"key": idle, "token": "act_" + strings.Repeat("0", 43)}).ExpectBody(t, `{"deactivated":false}`)
 	s.Service("licensing").Stop()
 	admin(t, s).Delete("/v1/operator/tenants/"+id, nil).Expect(t, 200)
 	eventually(t, "activations purged the tenant", func() bool { return tenantRows(t, conn, id)[`"activations"."seats"`] == 0 })
-	buyer.Post("/v1/activate-license", map[string]string{"key": key, "instance_id": "b"}).ExpectError(t, 404, "License key not found")
+	buyer.Post("/v1/activate-license", map[string]string{"key": idle, "instance_id": "b"}).ExpectError(t, 404, "License key not found")
+	// key left the cache with its seat, or is about to: with licensing down its activation
+	// is refused as not found, or as unavailable. Either way no seat is made (the check
+	// for the tenant's rows below).
+	if r := buyer.Post("/v1/activate-license", map[string]string{"key": key, "instance_id": "b"}); r.Status != 503 {
+		r.ExpectError(t, 404, "License key not found")
+	} else {
+		r.ExpectError(t, 503, "Licensing service unavailable, retry")
+	}
 	if err := s.RestartService(t.Context(), "licensing"); err != nil {
 		t.Fatal(err)
 	}
