@@ -85,7 +85,10 @@ func TestInternalCallersCannotIssueOrClaimForATenantThatDoesNotExist(t *testing.
 // row of the tenant.
 func TestABuyerCannotActivateADeletedTenantsLicenseThatLicensingStillHolds(t *testing.T) {
 	t.Parallel()
-	s := startStack(t, map[string]string{"MULTI_TENANT": "true"})
+	// Cached copies live a minute whatever the caches' liveness: past the default second,
+	// a copy is served only while heartbeats keep coming every few hundred milliseconds,
+	// which a loaded machine may miss, and the activations below need theirs.
+	s := startStack(t, map[string]string{"MULTI_TENANT": "true", "LICENSE_CACHE_TTL": "1m"})
 	t.Cleanup(s.Stop)
 	conn := dbConn(t, s)
 	tn, id := hostedTenant(t, s)
