@@ -63,9 +63,9 @@ release: ## Build release binaries and image tarballs (linux/amd64, arm64) into 
 run: deps build ## Run the whole stack on :8080 (Ctrl-C stops it; data stays in .keyhouse/)
 	@$(BIN_DIR)/keyhouse-dev
 
-# The -timeout is a guard against a hung test, not a budget: the e2e package alone took 17
-# minutes on a loaded 2-core machine, and 45 (the guard until then, which it hit) on a
-# slower 2-core VM with nothing else running, so the guard sits well above that.
+# The -timeout is a guard against a hung test, not a budget: the e2e package takes about 9
+# minutes on a 2-core VM, and took up to 77 while its log census searched every line for
+# every noted secret; the guard sits well above what a slow machine needs.
 .PHONY: test
 test: deps lint test-clients ## Every test: unit, integration (real Postgres, Redis, NATS) and e2e
 	$(GOTEST) -timeout 90m $(PKGS)
