@@ -312,7 +312,7 @@ func TestTrackUsageRefusals(t *testing.T) {
 func trackUntilDecided(c *Client, key, token, metric string, inc int) (*Response, int) {
 	for retries := 0; ; retries++ {
 		resp := trackUsage(c, key, token, metric, "increment", inc)
-		if resp.Status != http.StatusServiceUnavailable || string(resp.Body) != `{"error":"`+errUsageRace+`"}` {
+		if !resp.IsError(http.StatusServiceUnavailable, errUsageRace) {
 			return resp, retries
 		}
 	}

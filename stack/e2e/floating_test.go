@@ -86,7 +86,7 @@ attempts:
 			t.Helper()
 			sent := time.Now()
 			resp := lease(c, map[string]any{"key": key, "token": tok})
-			if lapsedLate(what, resp.Status == 403 && string(resp.Body) == `{"error":"`+errLeaseLapsed+`"}`, leasedUntil) {
+			if lapsedLate(what, resp.IsError(403, errLeaseLapsed), leasedUntil) {
 				return time.Time{}, false
 			}
 			end, err := time.Parse(time.RFC3339, resp.Expect(t, 200).JSON(t)["expires_at"].(string))
@@ -112,11 +112,11 @@ attempts:
 			}
 			t.Fatal("a renewed floating seat is not valid")
 		}
-		if resp := trackUsage(c, key, tok, "projects"); !lapsedLate("track-usage", resp.Status == 403, leasedUntil) {
-			resp.Expect(t, 200)
-		} else {
+		resp := trackUsage(c, key, tok, "projects")
+		if lapsedLate("track-usage", resp.Status == 403, leasedUntil) {
 			continue attempts
 		}
+		resp.Expect(t, 200)
 
 		// Not renewed: once its lease passed, it counts for nothing, though still a row.
 		var lapsedAt time.Time
@@ -173,7 +173,7 @@ attempts:
 		lease(c, map[string]any{"key": key, "token": tok}).ExpectError(t, 403, errLeaseLapsed)
 
 		// Releasing a floating seat frees it at once.
-		resp := c.Post("/v1/deactivate-license", map[string]string{"key": key, "token": second})
+		resp = c.Post("/v1/deactivate-license", map[string]string{"key": key, "token": second})
 		if lapsedLate("deactivate-license", resp.Status == 403, secondUntil) {
 			continue attempts
 		}
@@ -291,7 +291,7 @@ func TestFloatingCapHoldsUnderContention(t *testing.T) {
 					switch {
 					case resp.Status == 200:
 						renewed.Add(1)
-					case resp.Status == 403 && string(resp.Body) == `{"error":"`+errLeaseLapsed+`"}`:
+					case resp.IsError(403, errLeaseLapsed):
 						lapsed.Add(1)
 						tok = ""
 					default:
@@ -307,7 +307,7 @@ func TestFloatingCapHoldsUnderContention(t *testing.T) {
 					case resp.Status == 200:
 						activated.Add(1)
 						tok, _ = resp.JSON(t)["token"].(string)
-					case resp.Status == 403 && string(resp.Body) == `{"error":"`+errCap+`"}`:
+					case resp.IsError(403, errCap):
 						capped.Add(1)
 					default:
 						unexpected.Add(1)

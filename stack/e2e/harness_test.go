@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -103,11 +104,9 @@ func sharedStack(t testing.TB, mode string) *stack.Stack {
 	if s, ok := stacks[mode]; ok {
 		return s
 	}
-	env := map[string]string{"MULTI_TENANT": fmt.Sprint(mode == "hosted")}
+	env := map[string]string{"MULTI_TENANT": "false"}
 	if mode == "hosted" {
-		for k, v := range stripeEnv(t) {
-			env[k] = v
-		}
+		env = hostedEnv(t, nil)
 	}
 	s := startStack(t, env)
 	stacks[mode] = s
@@ -122,6 +121,15 @@ const (
 	testPriceMonthly  = "price_keyhouse_pro_monthly"
 	testPriceAnnual   = "price_keyhouse_pro_annual"
 )
+
+// hostedEnv is the environment of a hosted stack (MULTI_TENANT, Stripe on stripe-mock)
+// with extra on top.
+func hostedEnv(t testing.TB, extra map[string]string) map[string]string {
+	env := stripeEnv(t)
+	env["MULTI_TENANT"] = "true"
+	maps.Copy(env, extra)
+	return env
+}
 
 func stripeEnv(t testing.TB) map[string]string {
 	return map[string]string{
@@ -276,10 +284,20 @@ func (r *Response) Expect(t testing.TB, status int) *Response {
 func (r *Response) ExpectError(t testing.TB, status int, msg string) {
 	t.Helper()
 	r.Expect(t, status)
-	want, _ := json.Marshal(map[string]string{"error": msg})
-	if string(r.Body) != string(want) {
-		t.Fatalf("body %s, want %s", r.Body, want)
+	if !r.IsError(status, msg) {
+		t.Fatalf("body %s, want %s", r.Body, errorBody(msg))
 	}
+}
+
+// IsError reports whether the answer is status with the body exactly {"error": msg}; for
+// goroutines other than the test's, and answers a test tells apart.
+func (r *Response) IsError(status int, msg string) bool {
+	return r.Status == status && string(r.Body) == errorBody(msg)
+}
+
+func errorBody(msg string) string {
+	b, _ := json.Marshal(map[string]string{"error": msg})
+	return string(b)
 }
 
 // ExpectBody checks the exact bytes of the body (field order included).

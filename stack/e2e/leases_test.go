@@ -640,11 +640,7 @@ func TestLeasesInTheBrowser(t *testing.T) {
 // tenant_id lists none and makes nothing.
 func TestLeaseKeysExistBeforeTheFirstLease(t *testing.T) {
 	t.Parallel()
-	env := map[string]string{"MULTI_TENANT": "true"}
-	for k, v := range stripeEnv(t) {
-		env[k] = v
-	}
-	s := startStack(t, env)
+	s := startStack(t, hostedEnv(t, nil))
 	t.Cleanup(s.Stop)
 	ctx := t.Context()
 	replica, err := s.StartServiceReplica(ctx, "activations", nil)

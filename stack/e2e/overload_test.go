@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"regexp"
 	"strings"
@@ -12,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/keyhouse/keyhouse/devinfra/testkit"
 	"github.com/keyhouse/keyhouse/stack"
 )
 
@@ -44,14 +44,8 @@ func overloadStackUncached(t *testing.T) *stack.Stack {
 
 func startOverloadStack(t *testing.T, extra map[string]string) *stack.Stack {
 	t.Helper()
-	testkit.Integration(t)
-	env := map[string]string{"MULTI_TENANT": "true", "ADMISSION_MIN_LIMIT": "2", "ADMISSION_MAX_LIMIT": "2"}
-	for k, v := range stripeEnv(t) {
-		env[k] = v
-	}
-	for k, v := range extra {
-		env[k] = v
-	}
+	env := hostedEnv(t, map[string]string{"ADMISSION_MIN_LIMIT": "2", "ADMISSION_MAX_LIMIT": "2"})
+	maps.Copy(env, extra)
 	s := startStack(t, env)
 	t.Cleanup(s.Stop)
 	return s
