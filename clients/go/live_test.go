@@ -764,9 +764,9 @@ func TestLiveLeaseScenarios(t *testing.T) {
 		if v := b.Check(ctx); !v.Licensed {
 			t.Fatalf("b: %+v", v)
 		}
-		// A renewal Check started in the background (a loaded machine reaches the lease's
-		// renew_after by now) ends before the first copy closes: otherwise it, not the Renew
-		// below, meets the released seat, and the Renew finds no seat to ask about.
+		// Any renewal Check still in the background ends before the first copy closes:
+		// otherwise it, not the Renew below, meets the released seat, and the Renew finds no
+		// seat to ask about.
 		b.WaitRenewal()
 		if err := a.Close(ctx); err != nil {
 			t.Fatal(err)

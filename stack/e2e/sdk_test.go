@@ -148,14 +148,21 @@ func sdkFixture(t *testing.T, s *stack.Stack, sdk string) string {
 	issue := func(extra ...any) string {
 		return issueLicense(t, a, lic(productID, append([]any{"expires_at", "2039-01-01T00:00:00Z"}, extra...)...))
 	}
-	// Tier pro leases for an hour, bound to the machine; tier floating for 4 s.
+	// Tier pro leases for an hour, bound to the machine; tier floating for 4 s (the
+	// scenarios of lapses), floating-hour for an hour.
 	putPolicy(t, a, productID, "pro", map[string]any{"lease_ttl_seconds": 3600, "renew_after_seconds": 600,
 		"fingerprint_match": "any", "entitlements": []string{"sync"}})
 	putPolicy(t, a, productID, "floating", map[string]any{"floating": true, "lease_ttl_seconds": 4, "renew_after_seconds": 2})
-	// Tier floating-hour: the probe's floating seat, an hour renewed after ten minutes.
+	// Tier floating-hour: an hour, renewed after ten minutes.
 	putPolicy(t, a, productID, "floating-hour", map[string]any{"floating": true, "lease_ttl_seconds": 3600, "renew_after_seconds": 600})
 	floating := func() string {
 		return issueLicense(t, a, lic(productID, "tier", "floating", "max_activations", 1))
+	}
+	// Where only a release may free a seat (close(), another copy's close), an hour's
+	// lease: a 4 s one may lapse first on a slow machine, and the scenario then proves
+	// nothing or fails.
+	floatingHour := func() string {
+		return issueLicense(t, a, lic(productID, "tier", "floating-hour", "max_activations", 1))
 	}
 	keys := map[string]string{
 		"main":     issue("max_activations", 2, "limits", map[string]any{"users": 10}),
@@ -163,15 +170,15 @@ func sdkFixture(t *testing.T, s *stack.Stack, sdk string) string {
 		"storm":    issue(),
 		"lease":    issue(),
 		"revoke":   issue(),
-		"floating": floating(),
+		"floating": floatingHour(),
 		"killed":   floating(),
 		"lapsed":   floating(),
 		"offlapse": floating(),
 		// Two copies of the app sharing a store and a floating seat.
-		"shared": floating(),
+		"shared": floatingHour(),
 		// A machine whose clock is wrong: 15 minutes ahead (floating), 2 hours ahead, 10
 		// minutes behind.
-		"skewfloat": issueLicense(t, a, lic(productID, "tier", "floating-hour", "max_activations", 1)),
+		"skewfloat": floatingHour(),
 		"ahead":     issue(),
 		"behind":    issue(),
 		// Two machines and a reinstall: tier pro binds machines, tier basic does not.

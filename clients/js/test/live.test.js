@@ -442,9 +442,9 @@ test('live lease scenarios', { skip }, async (t) => {
     const [b] = client(f.keys.shared, 'shared.json', {}, { onLapsed: (v) => lapsed.push(v) });
     assert.strictEqual((await b.activate('one-machine')).alreadyActivated, true);
     assert.ok((await b.check()).licensed);
-    // A renewal check() started in the background (a loaded machine reaches the lease's
-    // renew_after by now) ends before the first copy closes: otherwise it, not the renew
-    // below, meets the released seat, and the renew finds no seat to ask about.
+    // Any renewal check() still in the background ends before the first copy closes:
+    // otherwise it, not the renew below, meets the released seat, and the renew finds no
+    // seat to ask about.
     if (b.pendingRenewal) await b.pendingRenewal;
     await a.close();
     const v = await b.renew();

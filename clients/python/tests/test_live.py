@@ -464,9 +464,9 @@ def test_scenario_two_copies_share_a_store_and_a_floating_seat_closing_one_is_a_
     b, _ = lw.client(F["keys"]["shared"], "shared.json", {}, on_lapsed=lapsed.append)
     assert b.activate("one-machine")["already_activated"] is True
     assert b.check().licensed
-    # A renewal check() started in the background (a loaded machine reaches the lease's
-    # renew_after by now) ends before the first copy closes: otherwise it, not the renew
-    # below, meets the released seat, and the renew finds no seat to ask about.
+    # Any renewal check() still in the background ends before the first copy closes:
+    # otherwise it, not the renew below, meets the released seat, and the renew finds no
+    # seat to ask about.
     b.wait_renewal()
     a.close()
     v = b.renew()
