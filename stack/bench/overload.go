@@ -174,6 +174,19 @@ func (v *verifier) conn(ctx context.Context) (*rawConn, error) {
 	}
 }
 
+// close closes v's idle connections: once its loops have returned, all of them.
+func (v *verifier) close() {
+	for {
+		select {
+		case c := <-v.conns:
+			_ = c.c.Close()
+			v.slots <- struct{}{}
+		default:
+			return
+		}
+	}
+}
+
 func (v *verifier) verify(ctx context.Context, key string, worker, i int, start time.Time) outcome {
 	c, err := v.conn(ctx)
 	if err != nil {

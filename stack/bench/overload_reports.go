@@ -120,6 +120,14 @@ func runOverload(ctx context.Context, env *Env, d time.Duration) (string, error)
 			100*p.cores(""), 100*p.cores("bench"), 100*capacity.cores("bench"), pct(goodputBound(perAnswer, refusal, k, cpu)), pct(p.goodput()/c),
 			us(refusalCeiling(perAnswer, k, 0.9)))
 	}
+	// The floors are offered what the gateway was at 2× and refuse all of it: more refusals
+	// a second than the gateway made there, so if anything a cheaper figure each.
+	floors, err := measureRefusalFloors(ctx, env, keys, 2*c, d, overloadBlock+4)
+	if err != nil {
+		return "", err
+	}
+	fmt.Fprintf(&b, "\nThe refusal floors: every request refused, the generator and the rate as at 2× above, each floor a process of its own on the stack's CPUs (docs/PERFORMANCE.md, \"Past capacity, the refusals' own cost\"):\n\n%s",
+		refusalFloorTable(floors, refusalCeiling(perAnswer, 2, 0.9), refusalCeiling(perAnswer, 4, 0.9)))
 	return b.String(), nil
 }
 

@@ -92,3 +92,22 @@ func stackPIDs(s *stack.Stack) []int {
 	}
 	return pids
 }
+
+// onStackSide puts every thread of pid on the CPUs this process is not pinned to: a
+// process the bench starts in the stack's stead (a refusal floor) runs where the stack
+// does. Without -pin this process has every CPU, and pid, which inherited that, too.
+func onStackSide(pid int) error {
+	var mine, side unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &mine); err != nil {
+		return err
+	}
+	for cpu := range runtime.NumCPU() {
+		if !mine.IsSet(cpu) {
+			side.Set(cpu)
+		}
+	}
+	if side.Count() == 0 {
+		return nil
+	}
+	return pinProcess(pid, &side)
+}

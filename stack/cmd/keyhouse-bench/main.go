@@ -23,6 +23,10 @@ import (
 )
 
 func main() {
+	// The overload report starts this binary again as a refusal floor.
+	if bench.RefusalFloorChild() {
+		return
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx); err != nil {
