@@ -129,7 +129,7 @@ func runOverload(ctx context.Context, env *Env, d time.Duration) (string, error)
 	}
 	// The floors are offered what the gateway was at 2× and refuse all of it: more refusals
 	// a second than the gateway made there, so if anything a cheaper figure each.
-	floors, err := measureRefusalFloors(ctx, env, keys, 2*c, d, overloadBlock+4)
+	floors, err := measureRefusalFloors(ctx, env, refusalFloorKinds, keys, 2*c, d, overloadBlock+4)
 	if err != nil {
 		return "", err
 	}
@@ -299,6 +299,23 @@ func runIsolation(ctx context.Context, env *Env, d time.Duration) (string, error
 	cachedP99 := quantile(cached.b.accepted, 0.99)
 	fmt.Fprintf(&b, "- the same with the license cache as shipped (A's flood answered from memory, which admission control lets through): A answered %.0f/s; B's p99 %s, %.2f× its baseline; B's error rate %s\n",
 		cached.a.goodput(), ms(cachedP99), float64(cachedP99)/float64(max(baseP99, 1)), pctFine(errRate(cached.b)))
+	// Goal 5's arithmetic: with the cache as shipped every answer of the phase comes from
+	// memory, and what A's flood takes of the CPU, B's checks queue behind. No server
+	// answers A's requests for less than it costs to read each and write a refusal: the
+	// net/http floor, measured here at A's rate.
+	floors, err := measureRefusalFloors(ctx, env, refusalFloorKinds[:1], aKeys, 10*normal, d/2, isolationBlock+8)
+	if err != nil {
+		return "", err
+	}
+	if answers := cached.a.acceptedCount + cached.b.acceptedCount; answers > 0 {
+		perCached, floor := cached.b.stackCPU()/time.Duration(answers), floors[0].perRefusal()
+		stackCores := capacity.cores("")
+		aCores := perCached.Seconds() * cached.a.goodput()
+		fmt.Fprintf(&b, "- goal 5's arithmetic, the license cache as shipped: an answer from memory cost the stack %s of CPU (the phase's CPU over A's and B's answers), "+
+			"so A's flood took %.0f%% of a core, %s of the %.0f%% the stack answered its capacity with; a server that does nothing but read a request and refuse it through net/http spent %s a request at A's rate (%s), "+
+			"so A's flood needs at least %s of that CPU however it is answered, and B's checks queue with it for the rest\n",
+			us(perCached), 100*aCores, pct(aCores/stackCores), 100*stackCores, us(floor), floors[0].about, pct(floor.Seconds()*cached.a.goodput()/stackCores))
+	}
 	for _, p := range phases {
 		if p.b.firstError != "" {
 			fmt.Fprintf(&b, "- %s: B's first error: %s\n", p.b.name, p.b.firstError)

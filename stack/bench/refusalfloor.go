@@ -20,10 +20,12 @@ import (
 // The refusal floors: the least CPU a refusal can cost on this machine, measured in the
 // overload report's run. Goal 4 at k× the capacity needs a refusal under refusalCeiling
 // of an answer; whether a cheaper gateway could get there, or no server that reads a
-// request before it refuses it can, is what these say. Each is a process of its own
-// (this binary again), fed by the same generator at the same rate as the gateway's 2×
-// phase, refusing every request with the gateway's exact 503, so its CPU is measured
-// as the stack's is: from /proc, apart from the generator's.
+// request before it refuses it can, is what these say; and goal 5's tenant A, whose
+// flood no server can take in for less. Each is a process of its own (this binary
+// again), fed by the same generator at the rate of the phase it is set against (the
+// overload report's 2×, the isolation report's A at 10×), refusing every request with
+// the gateway's exact 503, so its CPU is measured as the stack's is: from /proc, apart
+// from the generator's.
 //
 //   - "net/http": Go's HTTP server and a handler that writes the 503 and nothing else
 //     (the gateway's admission control adds about 2 µs to that: BenchmarkRefusal).
@@ -33,8 +35,11 @@ import (
 //     Go's network poller: the least a Go server that reads the request can spend.
 const refusalFloorEnv = "KEYHOUSE_BENCH_REFUSAL_FLOOR"
 
+// refusalFloorKind is one way of refusing, and how the report names it.
+type refusalFloorKind struct{ kind, about string }
+
 // refusalFloorKinds are the floors, cheapest last.
-var refusalFloorKinds = []struct{ kind, about string }{
+var refusalFloorKinds = []refusalFloorKind{
 	{"net/http", "net/http and a handler that writes the 503"},
 	{"raw", "no HTTP library: read the request's bytes, write the 503's"},
 }
@@ -206,11 +211,11 @@ func (fp floorPhase) perRefusal() time.Duration {
 	return fp.cpu / time.Duration(len(fp.p.refusals))
 }
 
-// measureRefusalFloors drives each floor open loop at rate for d (block: the client
-// addresses' block) and returns what each measured.
-func measureRefusalFloors(ctx context.Context, env *Env, keys []string, rate float64, d time.Duration, block int) ([]floorPhase, error) {
+// measureRefusalFloors drives a floor of each of kinds open loop at rate for d (block:
+// the client addresses' block) and returns what each measured.
+func measureRefusalFloors(ctx context.Context, env *Env, kinds []refusalFloorKind, keys []string, rate float64, d time.Duration, block int) ([]floorPhase, error) {
 	var out []floorPhase
-	for i, k := range refusalFloorKinds {
+	for i, k := range kinds {
 		f, err := startRefusalFloor(k.kind, k.about)
 		if err != nil {
 			return nil, err
@@ -228,7 +233,7 @@ func measureRefusalFloors(ctx context.Context, env *Env, keys []string, rate flo
 			return nil, err
 		}
 		before, _, _ := procCPU(f.cmd.Process.Pid)
-		p := measure(env.Stack, fmt.Sprintf("refusal floor (%s), open loop at 2× capacity", k.kind), rate, func() []outcome {
+		p := measure(env.Stack, "refusal floor ("+k.kind+")", rate, func() []outcome {
 			return openLoop(ctx, d, rate, send)
 		})
 		after, _, ok := procCPU(f.cmd.Process.Pid)
