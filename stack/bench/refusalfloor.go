@@ -223,7 +223,7 @@ func measureRefusalFloors(ctx context.Context, env *Env, kinds []refusalFloorKin
 		v := newVerifier(f.url, block)
 		pick := Spreads[0].pick
 		send := func(ctx context.Context, n int, start time.Time) outcome {
-			return v.verify(ctx, keys[pick(300+i, n)], 300+i, n, start)
+			return v.verify(ctx, keys[pick(300+i, n)%len(keys)], 300+i, n, start)
 		}
 		// A short warm-up dials the generator's connections and grows the floor's threads,
 		// which then take the stack's CPUs too.
