@@ -50,7 +50,7 @@ var refusalResponse = []byte("HTTP/1.1 503 Service Unavailable\r\nContent-Type: 
 	strconv.Itoa(len(overloadBody)) + "\r\n\r\n" + overloadBody)
 
 // RefusalFloorChild serves a refusal floor when this process was started as one (the
-// overload report starts this binary again with refusalFloorEnv set) and reports
+// overload and isolation reports start this binary again with refusalFloorEnv set) and reports
 // whether it was: the caller then exits. The floor listens on a free loopback port,
 // writes its address as the first line of its output, and serves until its standard
 // input ends (the report, or the bench with it, is gone).

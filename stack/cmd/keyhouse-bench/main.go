@@ -23,7 +23,7 @@ import (
 )
 
 func main() {
-	// The overload report starts this binary again as a refusal floor.
+	// The overload and isolation reports start this binary again as a refusal floor.
 	if bench.RefusalFloorChild() {
 		return
 	}
