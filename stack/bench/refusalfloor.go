@@ -131,21 +131,21 @@ func refuseRaw(c net.Conn) {
 
 // refusalFloor is a running floor process.
 type refusalFloor struct {
-	kind, about string
-	url         string
-	cmd         *exec.Cmd
-	stdin       io.Closer
+	refusalFloorKind
+	url   string
+	cmd   *exec.Cmd
+	stdin io.Closer
 }
 
-// startRefusalFloor starts this binary again as the floor kind, on the CPUs the stack
-// runs on (the others than the generator's under -pin), and returns once it listens.
-func startRefusalFloor(kind, about string) (*refusalFloor, error) {
+// startRefusalFloor starts this binary again as the floor k, on the CPUs the stack runs
+// on (the others than the generator's under -pin), and returns once it listens.
+func startRefusalFloor(k refusalFloorKind) (*refusalFloor, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, err
 	}
 	cmd := exec.Command(self)
-	cmd.Env = append(os.Environ(), refusalFloorEnv+"="+kind)
+	cmd.Env = append(os.Environ(), refusalFloorEnv+"="+k.kind)
 	cmd.Stderr = os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
 	stdin, err := cmd.StdinPipe()
@@ -159,11 +159,11 @@ func startRefusalFloor(kind, about string) (*refusalFloor, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	f := &refusalFloor{kind: kind, about: about, cmd: cmd, stdin: stdin}
+	f := &refusalFloor{refusalFloorKind: k, cmd: cmd, stdin: stdin}
 	addr, err := bufio.NewReader(out).ReadString('\n')
 	if err != nil {
 		f.stop()
-		return nil, fmt.Errorf("refusal floor %s: %w", kind, err)
+		return nil, fmt.Errorf("refusal floor %s: %w", k.kind, err)
 	}
 	f.url = "http://" + strings.TrimSpace(addr)
 	if err := f.onStackSide(); err != nil {
@@ -216,7 +216,7 @@ func (fp floorPhase) perRefusal() time.Duration {
 func measureRefusalFloors(ctx context.Context, env *Env, kinds []refusalFloorKind, keys []string, rate float64, d time.Duration, block int) ([]floorPhase, error) {
 	var out []floorPhase
 	for i, k := range kinds {
-		f, err := startRefusalFloor(k.kind, k.about)
+		f, err := startRefusalFloor(k)
 		if err != nil {
 			return nil, err
 		}

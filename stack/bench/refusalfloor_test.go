@@ -67,7 +67,7 @@ func TestEachRefusalFloorAnswersTheGatewaysRefusalOnAKeptConnection(t *testing.T
 // The report's floors are processes of their own: this binary started again, which
 // listens, refuses, and exits once the report lets go of it.
 func TestARefusalFloorProcessRefusesAndEndsWithItsReport(t *testing.T) {
-	f, err := startRefusalFloor("raw", "")
+	f, err := startRefusalFloor(refusalFloorKinds[len(refusalFloorKinds)-1])
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -155,14 +155,11 @@ func sdkFixture(t *testing.T, s *stack.Stack, sdk string) string {
 	putPolicy(t, a, productID, "floating", map[string]any{"floating": true, "lease_ttl_seconds": 4, "renew_after_seconds": 2})
 	// Tier floating-hour: an hour, renewed after ten minutes.
 	putPolicy(t, a, productID, "floating-hour", map[string]any{"floating": true, "lease_ttl_seconds": 3600, "renew_after_seconds": 600})
-	floating := func() string {
-		return issueLicense(t, a, lic(productID, "tier", "floating", "max_activations", 1))
-	}
-	// Where only a release may free a seat (close(), another copy's close), an hour's
-	// lease: a 4 s one may lapse first on a slow machine, and the scenario then proves
-	// nothing or fails.
-	floatingHour := func() string {
-		return issueLicense(t, a, lic(productID, "tier", "floating-hour", "max_activations", 1))
+	// One floating seat of tier. Where only a release may free the seat (close(), another
+	// copy's close), tier floating-hour: a 4 s lease may lapse first on a slow machine,
+	// and the scenario then proves nothing or fails.
+	floating := func(tier string) string {
+		return issueLicense(t, a, lic(productID, "tier", tier, "max_activations", 1))
 	}
 	keys := map[string]string{
 		"main":     issue("max_activations", 2, "limits", map[string]any{"users": 10}),
@@ -170,15 +167,15 @@ func sdkFixture(t *testing.T, s *stack.Stack, sdk string) string {
 		"storm":    issue(),
 		"lease":    issue(),
 		"revoke":   issue(),
-		"floating": floatingHour(),
-		"killed":   floating(),
-		"lapsed":   floating(),
-		"offlapse": floating(),
+		"floating": floating("floating-hour"),
+		"killed":   floating("floating"),
+		"lapsed":   floating("floating"),
+		"offlapse": floating("floating"),
 		// Two copies of the app sharing a store and a floating seat.
-		"shared": floatingHour(),
+		"shared": floating("floating-hour"),
 		// A machine whose clock is wrong: 15 minutes ahead (floating), 2 hours ahead, 10
 		// minutes behind.
-		"skewfloat": floatingHour(),
+		"skewfloat": floating("floating-hour"),
 		"ahead":     issue(),
 		"behind":    issue(),
 		// Two machines and a reinstall: tier pro binds machines, tier basic does not.
